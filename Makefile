@@ -1,0 +1,60 @@
+# Switchyard: a control plane for distributed LLM inference.
+# Run `make help` for the targets.
+
+GO        ?= go
+BUF       := $(GO) tool -modfile=tools/go.mod buf
+BIN       := bin
+SERVICES  := $(notdir $(wildcard services/*))
+PYTHON    ?= /usr/bin/python3
+TESTFLAGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build every binary (services and benchmark commands) into bin/.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...)
+
+.PHONY: generate
+generate: ## Regenerate gen/ from proto/ (Go through buf; Python through protoc).
+	$(BUF) generate
+	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || \
+	  { echo "generate: Python stubs need protoc and grpc_python_plugin (apt-get install protobuf-compiler protobuf-compiler-grpc)"; exit 1; }
+	$(BUF) generate --template buf.gen.python.yaml
+
+.PHONY: check-generate
+check-generate: generate ## Regenerate and fail if gen/ differs from what is committed.
+	@git add -N gen >/dev/null 2>&1 || true
+	@git diff --exit-code --stat -- gen || { echo "check-generate: gen/ is stale; run 'make generate' and commit"; exit 1; }
+
+.PHONY: lint
+lint: ## gofmt, go vet and buf lint.
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(BUF) lint
+
+.PHONY: test
+test: ## Unit and integration tests (race detector on, long soak/fault tests in their short form).
+	$(GO) test -race -short -timeout 15m $(TESTFLAGS) ./...
+
+.PHONY: test-long
+test-long: ## Every test at full length, including multi-minute soak and fault tests.
+	$(GO) test -race -timeout 60m $(TESTFLAGS) ./...
+
+.PHONY: bench
+bench: build ## Benchmark functions, then each benchmark command's table.
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./... | grep -E '^(Benchmark|ok|FAIL|PASS)' || true
+	@for b in $(BIN)/*-bench; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
+
+.PHONY: run
+run: build ## Run the local stack (what exists so far) on embedded etcd and NATS.
+	$(BIN)/registry --data-dir .data/registry
+
+.PHONY: clean
+clean: ## Remove binaries and local run data.
+	rm -rf $(BIN) .data
