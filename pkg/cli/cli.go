@@ -1,0 +1,78 @@
+// Package cli is the shared body of every Switchyard main: flags filled from
+// the environment, validation, a JSON slog logger, a signal context, and an
+// exit code. It keeps each cmd/<svc>/main.go to a few lines.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/switchyard-llm/switchyard/pkg/flagenv"
+)
+
+// Config is a service's configuration as the command line sees it.
+type Config interface {
+	// RegisterFlags adds the service's flags, with their defaults.
+	RegisterFlags(fs *flag.FlagSet)
+	// Validate reports the first invalid setting.
+	Validate() error
+}
+
+// Options says how to read a service's settings.
+type Options struct {
+	// Name is the binary's name, used in usage text and logs.
+	Name string
+	// EnvPrefix is the generic environment prefix, e.g. SWITCHYARD_REGISTRY_.
+	EnvPrefix string
+	// Env maps flag names to the documented variables that set them.
+	Env map[string]string
+}
+
+// Main parses args into cfg, builds the logger, runs run until SIGINT or
+// SIGTERM, and returns the process exit code: 0 on a clean stop, 2 on bad
+// configuration, 1 on a failure.
+func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ctx context.Context, log *slog.Logger) error) int {
+	fs := flag.NewFlagSet(opts.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL"}
+	for k, v := range opts.Env {
+		env[k] = v
+	}
+	if err := flagenv.Set(fs, opts.EnvPrefix, env); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", opts.Name, err)
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToUpper(*level))); err != nil {
+		fmt.Fprintf(stderr, "%s: invalid --log-level %q: valid values are debug, info, warn, error\n", opts.Name, *level)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", opts.Name, err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", opts.Name)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		log.Error("exiting on error", "err", err.Error())
+		return 1
+	}
+	return 0
+}

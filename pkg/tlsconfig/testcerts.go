@@ -1,0 +1,108 @@
+package tlsconfig
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// TestFiles are PEM files made by WriteTestFiles: a CA, a server certificate
+// for localhost and 127.0.0.1, and a client certificate, all signed by the CA.
+type TestFiles struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// Server returns the server side of a mutual TLS setup.
+func (f TestFiles) Server() Config {
+	return Config{CertFile: f.ServerCert, KeyFile: f.ServerKey, CAFile: f.CA}
+}
+
+// Client returns the client side of a mutual TLS setup.
+func (f TestFiles) Client() Config {
+	return Config{CertFile: f.ClientCert, KeyFile: f.ClientKey, CAFile: f.CA}
+}
+
+// WriteTestFiles writes a fresh CA and certificates into dir, for tests and
+// for trying TLS on a laptop. The keys are short-lived and never for
+// production.
+func WriteTestFiles(dir string) (TestFiles, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return TestFiles{}, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "switchyard test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return TestFiles{}, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return TestFiles{}, err
+	}
+	f := TestFiles{
+		CA:         filepath.Join(dir, "ca.pem"),
+		ServerCert: filepath.Join(dir, "server.pem"),
+		ServerKey:  filepath.Join(dir, "server-key.pem"),
+		ClientCert: filepath.Join(dir, "client.pem"),
+		ClientKey:  filepath.Join(dir, "client-key.pem"),
+	}
+	if err := writePEM(f.CA, "CERTIFICATE", caDER); err != nil {
+		return TestFiles{}, err
+	}
+	leaf := func(serial int64, usage x509.ExtKeyUsage, certPath, keyPath string) error {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial),
+			Subject:      pkix.Name{CommonName: "localhost"},
+			NotBefore:    now.Add(-time.Hour),
+			NotAfter:     now.Add(24 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+			DNSNames:     []string{"localhost"},
+			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
+			return err
+		}
+		return writePEM(keyPath, "EC PRIVATE KEY", keyDER)
+	}
+	if err := leaf(2, x509.ExtKeyUsageServerAuth, f.ServerCert, f.ServerKey); err != nil {
+		return TestFiles{}, err
+	}
+	if err := leaf(3, x509.ExtKeyUsageClientAuth, f.ClientCert, f.ClientKey); err != nil {
+		return TestFiles{}, err
+	}
+	return f, nil
+}
+
+func writePEM(path, kind string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+}
