@@ -446,6 +446,107 @@ func (x *InstanceFilter) GetEndpoint() string {
 	return ""
 }
 
+// GrantLeaseRequest grants a lease.
+type GrantLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lease TTL in seconds (1..300); 0 means 10.
+	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantLeaseRequest) Reset() {
+	*x = GrantLeaseRequest{}
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantLeaseRequest) ProtoMessage() {}
+
+func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantLeaseRequest.ProtoReflect.Descriptor instead.
+func (*GrantLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GrantLeaseRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// GrantLeaseResponse carries the new lease.
+type GrantLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease id, which is the instance id of what is registered on it.
+	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The lease TTL in seconds.
+	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantLeaseResponse) Reset() {
+	*x = GrantLeaseResponse{}
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantLeaseResponse) ProtoMessage() {}
+
+func (x *GrantLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantLeaseResponse.ProtoReflect.Descriptor instead.
+func (*GrantLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GrantLeaseResponse) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *GrantLeaseResponse) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
 // RegisterRequest registers one instance.
 type RegisterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -462,7 +563,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +575,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +588,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterRequest) GetInstance() *Instance {
@@ -526,7 +627,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +639,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +652,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterResponse) GetInstanceId() uint64 {
@@ -586,7 +687,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +699,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +712,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() uint64 {
@@ -636,7 +737,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +749,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +762,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeepAliveResponse) GetLeaseId() uint64 {
@@ -696,7 +797,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +809,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +822,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeregisterRequest) GetLeaseId() uint64 {
@@ -742,7 +843,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +855,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +868,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeregisterResponse) GetRevision() int64 {
@@ -788,7 +889,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +901,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +914,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListInstancesRequest) GetFilter() *InstanceFilter {
@@ -836,7 +937,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +949,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +962,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -892,7 +993,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1005,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1018,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchInstancesRequest) GetFilter() *InstanceFilter {
@@ -949,7 +1050,7 @@ type InstanceEvent struct {
 
 func (x *InstanceEvent) Reset() {
 	*x = InstanceEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1062,7 @@ func (x *InstanceEvent) String() string {
 func (*InstanceEvent) ProtoMessage() {}
 
 func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1075,7 @@ func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceEvent.ProtoReflect.Descriptor instead.
 func (*InstanceEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstanceEvent) GetType() EventType {
@@ -1017,7 +1118,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1130,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1143,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchInstancesResponse) GetKind() WatchResponseKind {
@@ -1098,7 +1199,7 @@ type TokenizerArtifact struct {
 
 func (x *TokenizerArtifact) Reset() {
 	*x = TokenizerArtifact{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1211,7 @@ func (x *TokenizerArtifact) String() string {
 func (*TokenizerArtifact) ProtoMessage() {}
 
 func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1224,7 @@ func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizerArtifact.ProtoReflect.Descriptor instead.
 func (*TokenizerArtifact) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenizerArtifact) GetName() string {
@@ -1181,7 +1282,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1294,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1307,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModelCard) GetNamespace() string {
@@ -1285,7 +1386,7 @@ type ModelFilter struct {
 
 func (x *ModelFilter) Reset() {
 	*x = ModelFilter{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1398,7 @@ func (x *ModelFilter) String() string {
 func (*ModelFilter) ProtoMessage() {}
 
 func (x *ModelFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1411,7 @@ func (x *ModelFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilter.ProtoReflect.Descriptor instead.
 func (*ModelFilter) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModelFilter) GetNamespace() string {
@@ -1340,7 +1441,7 @@ type RegisterModelRequest struct {
 
 func (x *RegisterModelRequest) Reset() {
 	*x = RegisterModelRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1453,7 @@ func (x *RegisterModelRequest) String() string {
 func (*RegisterModelRequest) ProtoMessage() {}
 
 func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1466,7 @@ func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelRequest.ProtoReflect.Descriptor instead.
 func (*RegisterModelRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterModelRequest) GetCard() *ModelCard {
@@ -1393,7 +1494,7 @@ type RegisterModelResponse struct {
 
 func (x *RegisterModelResponse) Reset() {
 	*x = RegisterModelResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1506,7 @@ func (x *RegisterModelResponse) String() string {
 func (*RegisterModelResponse) ProtoMessage() {}
 
 func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1519,7 @@ func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelResponse.ProtoReflect.Descriptor instead.
 func (*RegisterModelResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterModelResponse) GetRevision() int64 {
@@ -1439,7 +1540,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1552,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1565,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListModelsRequest) GetFilter() *ModelFilter {
@@ -1487,7 +1588,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1600,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1613,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListModelsResponse) GetCards() []*ModelCard {
@@ -1542,7 +1643,7 @@ type WatchModelsRequest struct {
 
 func (x *WatchModelsRequest) Reset() {
 	*x = WatchModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1655,7 @@ func (x *WatchModelsRequest) String() string {
 func (*WatchModelsRequest) ProtoMessage() {}
 
 func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1668,7 @@ func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsRequest.ProtoReflect.Descriptor instead.
 func (*WatchModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchModelsRequest) GetFilter() *ModelFilter {
@@ -1599,7 +1700,7 @@ type ModelEvent struct {
 
 func (x *ModelEvent) Reset() {
 	*x = ModelEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1712,7 @@ func (x *ModelEvent) String() string {
 func (*ModelEvent) ProtoMessage() {}
 
 func (x *ModelEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1725,7 @@ func (x *ModelEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelEvent.ProtoReflect.Descriptor instead.
 func (*ModelEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelEvent) GetType() EventType {
@@ -1667,7 +1768,7 @@ type WatchModelsResponse struct {
 
 func (x *WatchModelsResponse) Reset() {
 	*x = WatchModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1780,7 @@ func (x *WatchModelsResponse) String() string {
 func (*WatchModelsResponse) ProtoMessage() {}
 
 func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1793,7 @@ func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsResponse.ProtoReflect.Descriptor instead.
 func (*WatchModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchModelsResponse) GetKind() WatchResponseKind {
@@ -1749,7 +1850,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1862,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1875,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -1823,7 +1924,7 @@ type CreateBucketRequest struct {
 
 func (x *CreateBucketRequest) Reset() {
 	*x = CreateBucketRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1936,7 @@ func (x *CreateBucketRequest) String() string {
 func (*CreateBucketRequest) ProtoMessage() {}
 
 func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1949,7 @@ func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*CreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateBucketRequest) GetBucket() string {
@@ -1869,7 +1970,7 @@ type CreateBucketResponse struct {
 
 func (x *CreateBucketResponse) Reset() {
 	*x = CreateBucketResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1982,7 @@ func (x *CreateBucketResponse) String() string {
 func (*CreateBucketResponse) ProtoMessage() {}
 
 func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1995,7 @@ func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*CreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateBucketResponse) GetCreated() bool {
@@ -1917,7 +2018,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2030,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2043,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetKeyRequest) GetBucket() string {
@@ -1970,7 +2071,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2083,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2096,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetKeyResponse) GetKv() *KeyValue {
@@ -2025,7 +2126,7 @@ type PutKeyRequest struct {
 
 func (x *PutKeyRequest) Reset() {
 	*x = PutKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2138,7 @@ func (x *PutKeyRequest) String() string {
 func (*PutKeyRequest) ProtoMessage() {}
 
 func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2151,7 @@ func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyRequest.ProtoReflect.Descriptor instead.
 func (*PutKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutKeyRequest) GetBucket() string {
@@ -2099,7 +2200,7 @@ type PutKeyResponse struct {
 
 func (x *PutKeyResponse) Reset() {
 	*x = PutKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2212,7 @@ func (x *PutKeyResponse) String() string {
 func (*PutKeyResponse) ProtoMessage() {}
 
 func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2225,7 @@ func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyResponse.ProtoReflect.Descriptor instead.
 func (*PutKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutKeyResponse) GetRevision() int64 {
@@ -2151,7 +2252,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2264,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2277,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateKeyRequest) GetBucket() string {
@@ -2218,7 +2319,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2331,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2344,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateKeyResponse) GetRevision() int64 {
@@ -2266,7 +2367,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2379,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2392,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteKeyRequest) GetBucket() string {
@@ -2321,7 +2422,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2434,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2447,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteKeyResponse) GetDeleted() bool {
@@ -2376,7 +2477,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2489,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2502,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListKeysRequest) GetBucket() string {
@@ -2431,7 +2532,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2544,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2557,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysResponse) GetKvs() []*KeyValue {
@@ -2488,7 +2589,7 @@ type WatchKeysRequest struct {
 
 func (x *WatchKeysRequest) Reset() {
 	*x = WatchKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2601,7 @@ func (x *WatchKeysRequest) String() string {
 func (*WatchKeysRequest) ProtoMessage() {}
 
 func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2614,7 @@ func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*WatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchKeysRequest) GetBucket() string {
@@ -2552,7 +2653,7 @@ type KeyEvent struct {
 
 func (x *KeyEvent) Reset() {
 	*x = KeyEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2665,7 @@ func (x *KeyEvent) String() string {
 func (*KeyEvent) ProtoMessage() {}
 
 func (x *KeyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2678,7 @@ func (x *KeyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyEvent.ProtoReflect.Descriptor instead.
 func (*KeyEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KeyEvent) GetType() EventType {
@@ -2620,7 +2721,7 @@ type WatchKeysResponse struct {
 
 func (x *WatchKeysResponse) Reset() {
 	*x = WatchKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2733,7 @@ func (x *WatchKeysResponse) String() string {
 func (*WatchKeysResponse) ProtoMessage() {}
 
 func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2746,7 @@ func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysResponse.ProtoReflect.Descriptor instead.
 func (*WatchKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchKeysResponse) GetKind() WatchResponseKind {
@@ -2696,7 +2797,7 @@ type AcquireWriteLockRequest struct {
 
 func (x *AcquireWriteLockRequest) Reset() {
 	*x = AcquireWriteLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2809,7 @@ func (x *AcquireWriteLockRequest) String() string {
 func (*AcquireWriteLockRequest) ProtoMessage() {}
 
 func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2822,7 @@ func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AcquireWriteLockRequest) GetName() string {
@@ -2751,7 +2852,7 @@ type AcquireWriteLockResponse struct {
 
 func (x *AcquireWriteLockResponse) Reset() {
 	*x = AcquireWriteLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +2864,7 @@ func (x *AcquireWriteLockResponse) String() string {
 func (*AcquireWriteLockResponse) ProtoMessage() {}
 
 func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +2877,7 @@ func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcquireWriteLockResponse) GetAcquired() bool {
@@ -2809,7 +2910,7 @@ type AcquireReadLockRequest struct {
 
 func (x *AcquireReadLockRequest) Reset() {
 	*x = AcquireReadLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2922,7 @@ func (x *AcquireReadLockRequest) String() string {
 func (*AcquireReadLockRequest) ProtoMessage() {}
 
 func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2935,7 @@ func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcquireReadLockRequest) GetName() string {
@@ -2869,7 +2970,7 @@ type AcquireReadLockResponse struct {
 
 func (x *AcquireReadLockResponse) Reset() {
 	*x = AcquireReadLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +2982,7 @@ func (x *AcquireReadLockResponse) String() string {
 func (*AcquireReadLockResponse) ProtoMessage() {}
 
 func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +2995,7 @@ func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireReadLockResponse) GetToken() string {
@@ -2915,7 +3016,7 @@ type ReleaseLockRequest struct {
 
 func (x *ReleaseLockRequest) Reset() {
 	*x = ReleaseLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3028,7 @@ func (x *ReleaseLockRequest) String() string {
 func (*ReleaseLockRequest) ProtoMessage() {}
 
 func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3041,7 @@ func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseLockRequest) GetToken() string {
@@ -2961,7 +3062,7 @@ type ReleaseLockResponse struct {
 
 func (x *ReleaseLockResponse) Reset() {
 	*x = ReleaseLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3074,7 @@ func (x *ReleaseLockResponse) String() string {
 func (*ReleaseLockResponse) ProtoMessage() {}
 
 func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3087,7 @@ func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseLockResponse) GetReleased() bool {
@@ -3020,7 +3121,14 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x0eInstanceFilter\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x8b\x01\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"4\n" +
+	"\x11GrantLeaseRequest\x12\x1f\n" +
+	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
+	"ttlSeconds\"P\n" +
+	"\x12GrantLeaseResponse\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\"\x8b\x01\n" +
 	"\x0fRegisterRequest\x12<\n" +
 	"\binstance\x18\x01 \x01(\v2 .switchyard.registry.v1.InstanceR\binstance\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -3197,8 +3305,10 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
-	"\x11EVENT_TYPE_DELETE\x10\x022\xd0\x0e\n" +
-	"\x0fRegistryService\x12]\n" +
+	"\x11EVENT_TYPE_DELETE\x10\x022\xb5\x0f\n" +
+	"\x0fRegistryService\x12c\n" +
+	"\n" +
+	"GrantLease\x12).switchyard.registry.v1.GrantLeaseRequest\x1a*.switchyard.registry.v1.GrantLeaseResponse\x12]\n" +
 	"\bRegister\x12'.switchyard.registry.v1.RegisterRequest\x1a(.switchyard.registry.v1.RegisterResponse\x12d\n" +
 	"\tKeepAlive\x12(.switchyard.registry.v1.KeepAliveRequest\x1a).switchyard.registry.v1.KeepAliveResponse(\x010\x01\x12c\n" +
 	"\n" +
@@ -3234,7 +3344,7 @@ func file_switchyard_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(WatchResponseKind)(0),           // 0: switchyard.registry.v1.WatchResponseKind
 	(SnapshotReason)(0),              // 1: switchyard.registry.v1.SnapshotReason
@@ -3242,55 +3352,57 @@ var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(*Transport)(nil),                // 3: switchyard.registry.v1.Transport
 	(*Instance)(nil),                 // 4: switchyard.registry.v1.Instance
 	(*InstanceFilter)(nil),           // 5: switchyard.registry.v1.InstanceFilter
-	(*RegisterRequest)(nil),          // 6: switchyard.registry.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 7: switchyard.registry.v1.RegisterResponse
-	(*KeepAliveRequest)(nil),         // 8: switchyard.registry.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),        // 9: switchyard.registry.v1.KeepAliveResponse
-	(*DeregisterRequest)(nil),        // 10: switchyard.registry.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 11: switchyard.registry.v1.DeregisterResponse
-	(*ListInstancesRequest)(nil),     // 12: switchyard.registry.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),    // 13: switchyard.registry.v1.ListInstancesResponse
-	(*WatchInstancesRequest)(nil),    // 14: switchyard.registry.v1.WatchInstancesRequest
-	(*InstanceEvent)(nil),            // 15: switchyard.registry.v1.InstanceEvent
-	(*WatchInstancesResponse)(nil),   // 16: switchyard.registry.v1.WatchInstancesResponse
-	(*TokenizerArtifact)(nil),        // 17: switchyard.registry.v1.TokenizerArtifact
-	(*ModelCard)(nil),                // 18: switchyard.registry.v1.ModelCard
-	(*ModelFilter)(nil),              // 19: switchyard.registry.v1.ModelFilter
-	(*RegisterModelRequest)(nil),     // 20: switchyard.registry.v1.RegisterModelRequest
-	(*RegisterModelResponse)(nil),    // 21: switchyard.registry.v1.RegisterModelResponse
-	(*ListModelsRequest)(nil),        // 22: switchyard.registry.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 23: switchyard.registry.v1.ListModelsResponse
-	(*WatchModelsRequest)(nil),       // 24: switchyard.registry.v1.WatchModelsRequest
-	(*ModelEvent)(nil),               // 25: switchyard.registry.v1.ModelEvent
-	(*WatchModelsResponse)(nil),      // 26: switchyard.registry.v1.WatchModelsResponse
-	(*KeyValue)(nil),                 // 27: switchyard.registry.v1.KeyValue
-	(*CreateBucketRequest)(nil),      // 28: switchyard.registry.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),     // 29: switchyard.registry.v1.CreateBucketResponse
-	(*GetKeyRequest)(nil),            // 30: switchyard.registry.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),           // 31: switchyard.registry.v1.GetKeyResponse
-	(*PutKeyRequest)(nil),            // 32: switchyard.registry.v1.PutKeyRequest
-	(*PutKeyResponse)(nil),           // 33: switchyard.registry.v1.PutKeyResponse
-	(*CreateKeyRequest)(nil),         // 34: switchyard.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 35: switchyard.registry.v1.CreateKeyResponse
-	(*DeleteKeyRequest)(nil),         // 36: switchyard.registry.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),        // 37: switchyard.registry.v1.DeleteKeyResponse
-	(*ListKeysRequest)(nil),          // 38: switchyard.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 39: switchyard.registry.v1.ListKeysResponse
-	(*WatchKeysRequest)(nil),         // 40: switchyard.registry.v1.WatchKeysRequest
-	(*KeyEvent)(nil),                 // 41: switchyard.registry.v1.KeyEvent
-	(*WatchKeysResponse)(nil),        // 42: switchyard.registry.v1.WatchKeysResponse
-	(*AcquireWriteLockRequest)(nil),  // 43: switchyard.registry.v1.AcquireWriteLockRequest
-	(*AcquireWriteLockResponse)(nil), // 44: switchyard.registry.v1.AcquireWriteLockResponse
-	(*AcquireReadLockRequest)(nil),   // 45: switchyard.registry.v1.AcquireReadLockRequest
-	(*AcquireReadLockResponse)(nil),  // 46: switchyard.registry.v1.AcquireReadLockResponse
-	(*ReleaseLockRequest)(nil),       // 47: switchyard.registry.v1.ReleaseLockRequest
-	(*ReleaseLockResponse)(nil),      // 48: switchyard.registry.v1.ReleaseLockResponse
-	nil,                              // 49: switchyard.registry.v1.Instance.MetadataEntry
-	nil,                              // 50: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*GrantLeaseRequest)(nil),        // 6: switchyard.registry.v1.GrantLeaseRequest
+	(*GrantLeaseResponse)(nil),       // 7: switchyard.registry.v1.GrantLeaseResponse
+	(*RegisterRequest)(nil),          // 8: switchyard.registry.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 9: switchyard.registry.v1.RegisterResponse
+	(*KeepAliveRequest)(nil),         // 10: switchyard.registry.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),        // 11: switchyard.registry.v1.KeepAliveResponse
+	(*DeregisterRequest)(nil),        // 12: switchyard.registry.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),       // 13: switchyard.registry.v1.DeregisterResponse
+	(*ListInstancesRequest)(nil),     // 14: switchyard.registry.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),    // 15: switchyard.registry.v1.ListInstancesResponse
+	(*WatchInstancesRequest)(nil),    // 16: switchyard.registry.v1.WatchInstancesRequest
+	(*InstanceEvent)(nil),            // 17: switchyard.registry.v1.InstanceEvent
+	(*WatchInstancesResponse)(nil),   // 18: switchyard.registry.v1.WatchInstancesResponse
+	(*TokenizerArtifact)(nil),        // 19: switchyard.registry.v1.TokenizerArtifact
+	(*ModelCard)(nil),                // 20: switchyard.registry.v1.ModelCard
+	(*ModelFilter)(nil),              // 21: switchyard.registry.v1.ModelFilter
+	(*RegisterModelRequest)(nil),     // 22: switchyard.registry.v1.RegisterModelRequest
+	(*RegisterModelResponse)(nil),    // 23: switchyard.registry.v1.RegisterModelResponse
+	(*ListModelsRequest)(nil),        // 24: switchyard.registry.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 25: switchyard.registry.v1.ListModelsResponse
+	(*WatchModelsRequest)(nil),       // 26: switchyard.registry.v1.WatchModelsRequest
+	(*ModelEvent)(nil),               // 27: switchyard.registry.v1.ModelEvent
+	(*WatchModelsResponse)(nil),      // 28: switchyard.registry.v1.WatchModelsResponse
+	(*KeyValue)(nil),                 // 29: switchyard.registry.v1.KeyValue
+	(*CreateBucketRequest)(nil),      // 30: switchyard.registry.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),     // 31: switchyard.registry.v1.CreateBucketResponse
+	(*GetKeyRequest)(nil),            // 32: switchyard.registry.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),           // 33: switchyard.registry.v1.GetKeyResponse
+	(*PutKeyRequest)(nil),            // 34: switchyard.registry.v1.PutKeyRequest
+	(*PutKeyResponse)(nil),           // 35: switchyard.registry.v1.PutKeyResponse
+	(*CreateKeyRequest)(nil),         // 36: switchyard.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 37: switchyard.registry.v1.CreateKeyResponse
+	(*DeleteKeyRequest)(nil),         // 38: switchyard.registry.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),        // 39: switchyard.registry.v1.DeleteKeyResponse
+	(*ListKeysRequest)(nil),          // 40: switchyard.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 41: switchyard.registry.v1.ListKeysResponse
+	(*WatchKeysRequest)(nil),         // 42: switchyard.registry.v1.WatchKeysRequest
+	(*KeyEvent)(nil),                 // 43: switchyard.registry.v1.KeyEvent
+	(*WatchKeysResponse)(nil),        // 44: switchyard.registry.v1.WatchKeysResponse
+	(*AcquireWriteLockRequest)(nil),  // 45: switchyard.registry.v1.AcquireWriteLockRequest
+	(*AcquireWriteLockResponse)(nil), // 46: switchyard.registry.v1.AcquireWriteLockResponse
+	(*AcquireReadLockRequest)(nil),   // 47: switchyard.registry.v1.AcquireReadLockRequest
+	(*AcquireReadLockResponse)(nil),  // 48: switchyard.registry.v1.AcquireReadLockResponse
+	(*ReleaseLockRequest)(nil),       // 49: switchyard.registry.v1.ReleaseLockRequest
+	(*ReleaseLockResponse)(nil),      // 50: switchyard.registry.v1.ReleaseLockResponse
+	nil,                              // 51: switchyard.registry.v1.Instance.MetadataEntry
+	nil,                              // 52: switchyard.registry.v1.ModelCard.MetadataEntry
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
 	3,  // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.registry.v1.Transport
-	49, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
+	51, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
 	4,  // 2: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
 	5,  // 3: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
 	4,  // 4: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
@@ -3300,65 +3412,67 @@ var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
 	0,  // 8: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 9: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
 	4,  // 10: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	15, // 11: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
-	17, // 12: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	50, // 13: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
-	18, // 14: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	19, // 15: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	18, // 16: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	19, // 17: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	17, // 11: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
+	19, // 12: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
+	52, // 13: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	20, // 14: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	21, // 15: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	20, // 16: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	21, // 17: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
 	2,  // 18: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	18, // 19: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	20, // 19: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
 	0,  // 20: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 21: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	18, // 22: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	25, // 23: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	27, // 24: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	27, // 25: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	20, // 22: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	27, // 23: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	29, // 24: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	29, // 25: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
 	2,  // 26: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	27, // 27: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	29, // 27: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
 	0,  // 28: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 29: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	27, // 30: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	41, // 31: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	6,  // 32: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	8,  // 33: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	10, // 34: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	12, // 35: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	14, // 36: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	20, // 37: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	22, // 38: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	24, // 39: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	28, // 40: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	30, // 41: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	32, // 42: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	34, // 43: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	36, // 44: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	38, // 45: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	40, // 46: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	43, // 47: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	45, // 48: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	47, // 49: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	7,  // 50: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	9,  // 51: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	11, // 52: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	13, // 53: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	16, // 54: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	21, // 55: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	23, // 56: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	26, // 57: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	29, // 58: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	31, // 59: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	33, // 60: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	35, // 61: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	37, // 62: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	39, // 63: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	42, // 64: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	44, // 65: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	46, // 66: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	48, // 67: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
-	50, // [50:68] is the sub-list for method output_type
-	32, // [32:50] is the sub-list for method input_type
+	29, // 30: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	43, // 31: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	6,  // 32: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	8,  // 33: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	10, // 34: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	12, // 35: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	14, // 36: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	16, // 37: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	22, // 38: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	24, // 39: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	26, // 40: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	30, // 41: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	32, // 42: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	34, // 43: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	36, // 44: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	38, // 45: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	40, // 46: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	42, // 47: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	45, // 48: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	47, // 49: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	49, // 50: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	7,  // 51: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	9,  // 52: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	11, // 53: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	13, // 54: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	15, // 55: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	18, // 56: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	23, // 57: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	25, // 58: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	28, // 59: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	31, // 60: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	33, // 61: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	35, // 62: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	37, // 63: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	39, // 64: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	41, // 65: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	44, // 66: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	46, // 67: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	48, // 68: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	50, // 69: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	51, // [51:70] is the sub-list for method output_type
+	32, // [32:51] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name
@@ -3374,14 +3488,14 @@ func file_switchyard_registry_v1_registry_proto_init() {
 		(*Transport_Http)(nil),
 		(*Transport_Nats)(nil),
 	}
-	file_switchyard_registry_v1_registry_proto_msgTypes[29].OneofWrappers = []any{}
+	file_switchyard_registry_v1_registry_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_registry_v1_registry_proto_rawDesc), len(file_switchyard_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,6 +19,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
+	RegistryService_GrantLease_FullMethodName       = "/switchyard.registry.v1.RegistryService/GrantLease"
 	RegistryService_Register_FullMethodName         = "/switchyard.registry.v1.RegistryService/Register"
 	RegistryService_KeepAlive_FullMethodName        = "/switchyard.registry.v1.RegistryService/KeepAlive"
 	RegistryService_Deregister_FullMethodName       = "/switchyard.registry.v1.RegistryService/Deregister"
@@ -49,6 +50,9 @@ const (
 // key-value store over named buckets and distributed read/write locks, all tied
 // to leases so that a crashed holder's state goes away with its lease.
 type RegistryServiceClient interface {
+	// GrantLease grants a lease that instances, model cards, keys and locks can
+	// be tied to. Its id becomes the instance id of everything registered on it.
+	GrantLease(ctx context.Context, in *GrantLeaseRequest, opts ...grpc.CallOption) (*GrantLeaseResponse, error)
 	// Register grants a lease (or reuses the caller's lease) and stores one
 	// instance under /services/{namespace}/{component}/{endpoint}/{instance_id}.
 	// A second registration of the same key is AlreadyExists, never an overwrite.
@@ -104,6 +108,16 @@ type registryServiceClient struct {
 
 func NewRegistryServiceClient(cc grpc.ClientConnInterface) RegistryServiceClient {
 	return &registryServiceClient{cc}
+}
+
+func (c *registryServiceClient) GrantLease(ctx context.Context, in *GrantLeaseRequest, opts ...grpc.CallOption) (*GrantLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrantLeaseResponse)
+	err := c.cc.Invoke(ctx, RegistryService_GrantLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *registryServiceClient) Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error) {
@@ -326,6 +340,9 @@ func (c *registryServiceClient) ReleaseLock(ctx context.Context, in *ReleaseLock
 // key-value store over named buckets and distributed read/write locks, all tied
 // to leases so that a crashed holder's state goes away with its lease.
 type RegistryServiceServer interface {
+	// GrantLease grants a lease that instances, model cards, keys and locks can
+	// be tied to. Its id becomes the instance id of everything registered on it.
+	GrantLease(context.Context, *GrantLeaseRequest) (*GrantLeaseResponse, error)
 	// Register grants a lease (or reuses the caller's lease) and stores one
 	// instance under /services/{namespace}/{component}/{endpoint}/{instance_id}.
 	// A second registration of the same key is AlreadyExists, never an overwrite.
@@ -383,6 +400,9 @@ type RegistryServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedRegistryServiceServer struct{}
 
+func (UnimplementedRegistryServiceServer) GrantLease(context.Context, *GrantLeaseRequest) (*GrantLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GrantLease not implemented")
+}
 func (UnimplementedRegistryServiceServer) Register(context.Context, *RegisterRequest) (*RegisterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Register not implemented")
 }
@@ -456,6 +476,24 @@ func RegisterRegistryServiceServer(s grpc.ServiceRegistrar, srv RegistryServiceS
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&RegistryService_ServiceDesc, srv)
+}
+
+func _RegistryService_GrantLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrantLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).GrantLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_GrantLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).GrantLease(ctx, req.(*GrantLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _RegistryService_Register_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -757,6 +795,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "switchyard.registry.v1.RegistryService",
 	HandlerType: (*RegistryServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GrantLease",
+			Handler:    _RegistryService_GrantLease_Handler,
+		},
 		{
 			MethodName: "Register",
 			Handler:    _RegistryService_Register_Handler,

@@ -120,6 +120,20 @@ class GetKeyResponse(_message.Message):
     kv: KeyValue
     def __init__(self, kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
 
+class GrantLeaseRequest(_message.Message):
+    __slots__ = ["ttl_seconds"]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ttl_seconds: int
+    def __init__(self, ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class GrantLeaseResponse(_message.Message):
+    __slots__ = ["lease_id", "ttl_seconds"]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    ttl_seconds: int
+    def __init__(self, lease_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
 class Instance(_message.Message):
     __slots__ = ["component", "endpoint", "instance_id", "metadata", "namespace", "transport"]
     class MetadataEntry(_message.Message):

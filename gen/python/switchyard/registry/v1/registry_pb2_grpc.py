@@ -19,6 +19,11 @@ class RegistryServiceStub(object):
         Args:
             channel: A grpc.Channel.
         """
+        self.GrantLease = channel.unary_unary(
+                '/switchyard.registry.v1.RegistryService/GrantLease',
+                request_serializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseRequest.SerializeToString,
+                response_deserializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseResponse.FromString,
+                )
         self.Register = channel.unary_unary(
                 '/switchyard.registry.v1.RegistryService/Register',
                 request_serializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.RegisterRequest.SerializeToString,
@@ -118,6 +123,14 @@ class RegistryServiceServicer(object):
     key-value store over named buckets and distributed read/write locks, all tied
     to leases so that a crashed holder's state goes away with its lease.
     """
+
+    def GrantLease(self, request, context):
+        """GrantLease grants a lease that instances, model cards, keys and locks can
+        be tied to. Its id becomes the instance id of everything registered on it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Register(self, request, context):
         """Register grants a lease (or reuses the caller's lease) and stores one
@@ -259,6 +272,11 @@ class RegistryServiceServicer(object):
 
 def add_RegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'GrantLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantLease,
+                    request_deserializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseRequest.FromString,
+                    response_serializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseResponse.SerializeToString,
+            ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
                     request_deserializer=switchyard_dot_registry_dot_v1_dot_registry__pb2.RegisterRequest.FromString,
@@ -363,6 +381,23 @@ class RegistryService(object):
     key-value store over named buckets and distributed read/write locks, all tied
     to leases so that a crashed holder's state goes away with its lease.
     """
+
+    @staticmethod
+    def GrantLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchyard.registry.v1.RegistryService/GrantLease',
+            switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseRequest.SerializeToString,
+            switchyard_dot_registry_dot_v1_dot_registry__pb2.GrantLeaseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
     @staticmethod
     def Register(request,

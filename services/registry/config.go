@@ -1,0 +1,88 @@
+package registry
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+)
+
+// Discovery backends, chosen by DYN_DISCOVERY_BACKEND.
+const (
+	BackendKVStore    = "kv_store"
+	BackendKubernetes = "kubernetes"
+)
+
+// Config is the registry's configuration.
+type Config struct {
+	Server grpcserver.Config
+	// Backend is the discovery backend (DYN_DISCOVERY_BACKEND).
+	Backend string
+	// EtcdEndpoints is a comma list of etcd client URLs (ETCD_ENDPOINTS);
+	// empty starts an embedded single-node etcd under DataDir.
+	EtcdEndpoints string
+	// EtcdTLS secures the connection to an external etcd.
+	EtcdTLS tlsconfig.Config
+	// EtcdDialTimeout bounds the first connection to etcd.
+	EtcdDialTimeout time.Duration
+	// DataDir holds the embedded etcd's data.
+	DataDir string
+	// EmbeddedClientURL and EmbeddedPeerURL are where an embedded etcd listens.
+	EmbeddedClientURL, EmbeddedPeerURL string
+}
+
+// EnvVars maps flags to the documented environment variables.
+var EnvVars = map[string]string{
+	"etcd-endpoints":    "ETCD_ENDPOINTS",
+	"discovery-backend": "DYN_DISCOVERY_BACKEND",
+}
+
+// RegisterFlags adds the registry's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Server.RegisterFlags(fs, ":7001", ":9101")
+	fs.StringVar(&c.Backend, "discovery-backend", BackendKVStore, "discovery backend: kv_store (etcd) or kubernetes")
+	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", "", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
+	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", 5*time.Second, "bound on connecting to etcd at start")
+	fs.StringVar(&c.DataDir, "data-dir", "switchyard-registry.data", "directory of the embedded etcd's data")
+	fs.StringVar(&c.EmbeddedClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
+	fs.StringVar(&c.EmbeddedPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
+	fs.StringVar(&c.EtcdTLS.CertFile, "etcd-cert", "", "client certificate for an external etcd")
+	fs.StringVar(&c.EtcdTLS.KeyFile, "etcd-key", "", "client key for --etcd-cert")
+	fs.StringVar(&c.EtcdTLS.CAFile, "etcd-ca", "", "CA bundle that verifies an external etcd")
+}
+
+// Endpoints splits EtcdEndpoints.
+func (c Config) Endpoints() []string {
+	var eps []string
+	for _, e := range strings.Split(c.EtcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+// Validate checks the configuration before anything starts.
+func (c Config) Validate() error {
+	if err := c.Server.Validate(); err != nil {
+		return err
+	}
+	switch c.Backend {
+	case BackendKVStore:
+	case BackendKubernetes:
+		return fmt.Errorf("DYN_DISCOVERY_BACKEND=%q is not available yet in this build: valid values are %q", c.Backend, BackendKVStore)
+	default:
+		return fmt.Errorf("invalid DYN_DISCOVERY_BACKEND %q: valid values are %q and %q", c.Backend, BackendKVStore, BackendKubernetes)
+	}
+	if len(c.Endpoints()) == 0 && c.DataDir == "" {
+		return errors.New("--data-dir is required for the embedded etcd (ETCD_ENDPOINTS is empty)")
+	}
+	if c.EtcdDialTimeout <= 0 {
+		return errors.New("--etcd-dial-timeout must be positive")
+	}
+	return c.EtcdTLS.Validate()
+}

@@ -1,0 +1,148 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+)
+
+// The etcd key layout. Instances follow the seed exactly:
+// /services/{namespace}/{component}/{endpoint}/{instance_id as lower-case hex}.
+const (
+	servicesPrefix = "/services/"
+	modelsPrefix   = "/models/"
+	bucketsPrefix  = "/buckets/"
+	kvPrefix       = "/kv/"
+	locksPrefix    = "/locks/"
+)
+
+// instanceKey is the etcd key of one instance.
+func instanceKey(namespace, component, endpoint string, id uint64) string {
+	return servicesPrefix + namespace + "/" + component + "/" + endpoint + "/" + strconv.FormatUint(id, 16)
+}
+
+// modelKey is the etcd key of one instance's model card.
+func modelKey(namespace, component, endpoint string, id uint64) string {
+	return modelsPrefix + namespace + "/" + component + "/" + endpoint + "/" + strconv.FormatUint(id, 16)
+}
+
+// filterPrefix turns names (possibly empty from some point on) into a key
+// prefix ending in "/", so that namespace "a" never matches "ab".
+func filterPrefix(root string, names ...string) string {
+	var b strings.Builder
+	b.WriteString(root)
+	for _, n := range names {
+		if n == "" {
+			break
+		}
+		b.WriteString(n)
+		b.WriteByte('/')
+	}
+	return b.String()
+}
+
+// parseEndpointKey splits {root}{namespace}/{component}/{endpoint}/{hex id}.
+func parseEndpointKey(root, key string) (ns, comp, ep string, id uint64, err error) {
+	rest, ok := strings.CutPrefix(key, root)
+	if !ok {
+		return "", "", "", 0, fmt.Errorf("key %q is not under %s", key, root)
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 {
+		return "", "", "", 0, fmt.Errorf("key %q does not have 4 segments under %s", key, root)
+	}
+	id, err = strconv.ParseUint(parts[3], 16, 64)
+	if err != nil {
+		return "", "", "", 0, fmt.Errorf("key %q: instance id: %w", key, err)
+	}
+	return parts[0], parts[1], parts[2], id, nil
+}
+
+// instanceValue is the seed's JSON value of an instance key. Field order is
+// the seed's; metadata is Switchyard's addition and only present when set.
+type instanceValue struct {
+	Namespace  string            `json:"namespace"`
+	Component  string            `json:"component"`
+	Endpoint   string            `json:"endpoint"`
+	InstanceID uint64            `json:"instance_id"`
+	Transport  map[string]string `json:"transport"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+func encodeInstance(in *registryv1.Instance) ([]byte, error) {
+	v := instanceValue{
+		Namespace:  in.GetNamespace(),
+		Component:  in.GetComponent(),
+		Endpoint:   in.GetEndpoint(),
+		InstanceID: in.GetInstanceId(),
+		Metadata:   in.GetMetadata(),
+	}
+	kind, addr := transportOf(in.GetTransport())
+	v.Transport = map[string]string{kind: addr}
+	return json.Marshal(v)
+}
+
+// decodeInstance parses an instance value. Values written by other tools
+// (Dynamo itself) decode too, as long as they follow the seed's layout.
+func decodeInstance(data []byte) (*registryv1.Instance, error) {
+	var v instanceValue
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("instance value: %w", err)
+	}
+	if len(v.Transport) != 1 {
+		return nil, fmt.Errorf("instance value: transport must have exactly one of tcp, http, nats; got %d keys", len(v.Transport))
+	}
+	t := &registryv1.Transport{}
+	for kind, addr := range v.Transport {
+		switch kind {
+		case "tcp":
+			t.Kind = &registryv1.Transport_Tcp{Tcp: addr}
+		case "http":
+			t.Kind = &registryv1.Transport_Http{Http: addr}
+		case "nats":
+			t.Kind = &registryv1.Transport_Nats{Nats: addr}
+		default:
+			return nil, fmt.Errorf("instance value: unknown transport %q", kind)
+		}
+	}
+	return &registryv1.Instance{
+		Namespace:  v.Namespace,
+		Component:  v.Component,
+		Endpoint:   v.Endpoint,
+		InstanceId: v.InstanceID,
+		Transport:  t,
+		Metadata:   v.Metadata,
+	}, nil
+}
+
+func transportOf(t *registryv1.Transport) (kind, addr string) {
+	switch k := t.GetKind().(type) {
+	case *registryv1.Transport_Tcp:
+		return "tcp", k.Tcp
+	case *registryv1.Transport_Http:
+		return "http", k.Http
+	case *registryv1.Transport_Nats:
+		return "nats", k.Nats
+	}
+	return "", ""
+}
+
+var (
+	cardMarshal   = protojson.MarshalOptions{UseProtoNames: true}
+	cardUnmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
+)
+
+func encodeCard(c *registryv1.ModelCard) ([]byte, error) { return cardMarshal.Marshal(c) }
+
+func decodeCard(data []byte) (*registryv1.ModelCard, error) {
+	c := &registryv1.ModelCard{}
+	if err := cardUnmarshal.Unmarshal(data, c); err != nil {
+		return nil, fmt.Errorf("model card value: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,136 @@
+// Package registry is Switchyard's service discovery: a gRPC service in front
+// of etcd that registers worker instances and model cards under leases, serves
+// snapshot-then-events watches that survive reconnects and compaction, and
+// offers key-value buckets and read/write locks. With no ETCD_ENDPOINTS it runs
+// its own single-node etcd, so a laptop needs nothing else.
+package registry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+)
+
+// Service is a running registry.
+type Service struct {
+	log    *slog.Logger
+	etcd   *EmbeddedEtcd // nil with external etcd
+	cli    *clientv3.Client
+	store  *Store
+	server *grpcserver.Server
+	done   chan struct{}
+	err    error
+}
+
+// Start connects to etcd (starting an embedded one when no endpoints are
+// given), binds the gRPC and metrics addresses and serves until ctx ends. It
+// returns once the addresses are bound; Wait returns when the service stops.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{log: log, done: make(chan struct{})}
+	endpoints := cfg.Endpoints()
+	if len(endpoints) == 0 {
+		dir := filepath.Join(cfg.DataDir, "etcd")
+		e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: dir, ClientURL: cfg.EmbeddedClientURL, PeerURL: cfg.EmbeddedPeerURL})
+		if err != nil {
+			return nil, err
+		}
+		s.etcd = e
+		endpoints = e.Endpoints()
+		log.Info("ETCD_ENDPOINTS is empty: started an embedded single-node etcd", "dir", dir, "endpoints", endpoints)
+	}
+	etcdTLS, err := cfg.EtcdTLS.ClientTLS()
+	if err != nil {
+		s.closeEtcd()
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          cfg.EtcdDialTimeout,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		TLS:                  etcdTLS,
+		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))},
+	})
+	if err != nil {
+		s.closeEtcd()
+		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+	}
+	s.cli = cli
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
+	_, err = cli.Status(pingCtx, endpoints[0])
+	cancel()
+	if err != nil {
+		log.Warn("etcd is not answering yet; serving anyway and retrying per request", "endpoints", endpoints, "err", err.Error())
+	}
+	s.store = NewStore(cli)
+	srv, err := grpcserver.New(cfg.Server, log)
+	if err != nil {
+		s.closeBackend()
+		return nil, err
+	}
+	s.server = srv
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: log, stopping: srv.Stopping()})
+	if err := srv.Listen(); err != nil {
+		s.closeBackend()
+		return nil, err
+	}
+	log.Info("registry starting", "backend", cfg.Backend, "etcd", endpoints, "grpc_addr", srv.Addr().String())
+	go func() {
+		defer close(s.done)
+		s.err = srv.Serve(ctx, nil)
+		s.closeBackend()
+	}()
+	return s, nil
+}
+
+// Run starts the registry and blocks until ctx ends and it has stopped.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// Addr is the bound gRPC address.
+func (s *Service) Addr() net.Addr { return s.server.Addr() }
+
+// MetricsAddr is the bound metrics address, or nil.
+func (s *Service) MetricsAddr() net.Addr { return s.server.MetricsAddr() }
+
+// Wait blocks until the service has stopped and returns why.
+func (s *Service) Wait() error {
+	<-s.done
+	return s.err
+}
+
+func (s *Service) closeBackend() {
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.cli != nil {
+		s.cli.Close()
+	}
+	s.closeEtcd()
+}
+
+func (s *Service) closeEtcd() {
+	if s.etcd != nil {
+		s.etcd.Close()
+		s.log.Info("embedded etcd stopped")
+	}
+}

@@ -1,0 +1,442 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+)
+
+// server implements registryv1.RegistryServiceServer over a Store.
+type server struct {
+	registryv1.UnimplementedRegistryServiceServer
+	store    *Store
+	log      *slog.Logger
+	stopping <-chan struct{}
+}
+
+// toStatus maps domain errors to gRPC status codes, once, for every RPC.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, ErrConflict):
+		code = codes.FailedPrecondition
+	case errors.Is(err, ErrTimeout):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	default:
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+			code = st.Code()
+		}
+	}
+	return status.Error(code, err.Error())
+}
+
+var errShuttingDown = status.Error(codes.Unavailable, "registry is shutting down; reconnect to another replica")
+
+func (s *server) GrantLease(ctx context.Context, r *registryv1.GrantLeaseRequest) (*registryv1.GrantLeaseResponse, error) {
+	ttl, err := ttlOf(r.GetTtlSeconds())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id, granted, err := s.store.GrantLease(ctx, ttl)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.GrantLeaseResponse{LeaseId: id, TtlSeconds: int64(granted / time.Second)}, nil
+}
+
+func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*registryv1.RegisterResponse, error) {
+	ttl, err := validateRegister(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if r.LeaseId != 0 {
+		if err := validLease("lease_id", r.LeaseId); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId)
+	return resp, toStatus(err)
+}
+
+func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) error {
+	ctx := stream.Context()
+	reqs := make(chan *registryv1.KeepAliveRequest)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return errShuttingDown
+		case err := <-errc:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case r := <-reqs:
+			if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+				return toStatus(err)
+			}
+			ttl, found, err := s.store.KeepAlive(ctx, r.LeaseId)
+			if err != nil {
+				return toStatus(err)
+			}
+			if err := stream.Send(&registryv1.KeepAliveResponse{LeaseId: r.LeaseId, Found: found, TtlSeconds: int64(ttl / time.Second)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *server) Deregister(ctx context.Context, r *registryv1.DeregisterRequest) (*registryv1.DeregisterResponse, error) {
+	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	rev, err := s.store.Deregister(ctx, r.LeaseId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.DeregisterResponse{Revision: rev}, nil
+}
+
+func instancePrefix(f *registryv1.InstanceFilter) string {
+	return filterPrefix(servicesPrefix, f.GetNamespace(), f.GetComponent(), f.GetEndpoint())
+}
+
+func (s *server) ListInstances(ctx context.Context, r *registryv1.ListInstancesRequest) (*registryv1.ListInstancesResponse, error) {
+	if err := validateInstanceFilter(r.GetFilter()); err != nil {
+		return nil, toStatus(err)
+	}
+	ins, rev, err := s.store.ListInstances(ctx, instancePrefix(r.GetFilter()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.ListInstancesResponse{Instances: ins, Revision: rev}, nil
+}
+
+// instanceEvent types one etcd event of the instance prefix. A DELETE only
+// has the key, which holds every name and the id.
+func instanceEvent(ev *clientv3.Event) (*registryv1.InstanceEvent, bool) {
+	out := &registryv1.InstanceEvent{Revision: ev.Kv.ModRevision}
+	if ev.Type == clientv3.EventTypeDelete {
+		ns, comp, ep, id, err := parseEndpointKey(servicesPrefix, string(ev.Kv.Key))
+		if err != nil {
+			return nil, false
+		}
+		out.Type = registryv1.EventType_EVENT_TYPE_DELETE
+		out.Instance = &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, InstanceId: id}
+		return out, true
+	}
+	in, err := decodeInstance(ev.Kv.Value)
+	if err != nil {
+		return nil, false
+	}
+	out.Type = registryv1.EventType_EVENT_TYPE_PUT
+	out.Instance = in
+	return out, true
+}
+
+func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream registryv1.RegistryService_WatchInstancesServer) error {
+	if err := validateInstanceFilter(r.GetFilter()); err != nil {
+		return toStatus(err)
+	}
+	if r.GetResumeRevision() < 0 {
+		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
+	}
+	err := s.store.Watch(stream.Context(), instancePrefix(r.GetFilter()), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+		out := &registryv1.WatchInstancesResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			if in, err := decodeInstance(kv.Value); err == nil {
+				out.Instances = append(out.Instances, in)
+			}
+		}
+		for _, ev := range b.events {
+			if e, ok := instanceEvent(ev); ok {
+				out.Events = append(out.Events, e)
+			}
+		}
+		return stream.Send(out)
+	})
+	return s.watchEnd(stream.Context(), err)
+}
+
+// watchEnd turns the end of a watch into the stream's status: shutdown is
+// Unavailable (reconnect elsewhere), the client leaving is no error.
+func (s *server) watchEnd(ctx context.Context, err error) error {
+	select {
+	case <-s.stopping:
+		return errShuttingDown
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return toStatus(err)
+}
+
+func (s *server) RegisterModel(ctx context.Context, r *registryv1.RegisterModelRequest) (*registryv1.RegisterModelResponse, error) {
+	if err := validateCard(r.GetCard()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	rev, err := s.store.RegisterModel(ctx, r.Card, r.LeaseId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.RegisterModelResponse{Revision: rev}, nil
+}
+
+func (s *server) ListModels(ctx context.Context, r *registryv1.ListModelsRequest) (*registryv1.ListModelsResponse, error) {
+	if err := validateModelFilter(r.GetFilter()); err != nil {
+		return nil, toStatus(err)
+	}
+	cards, rev, err := s.store.ListModels(ctx, filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetFilter().GetModelName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.ListModelsResponse{Cards: cards, Revision: rev}, nil
+}
+
+func (s *server) WatchModels(r *registryv1.WatchModelsRequest, stream registryv1.RegistryService_WatchModelsServer) error {
+	if err := validateModelFilter(r.GetFilter()); err != nil {
+		return toStatus(err)
+	}
+	if r.GetResumeRevision() < 0 {
+		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
+	}
+	name := r.GetFilter().GetModelName()
+	match := func(c *registryv1.ModelCard) bool { return name == "" || c.ModelName == name }
+	err := s.store.Watch(stream.Context(), filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+		out := &registryv1.WatchModelsResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			if c, err := decodeCard(kv.Value); err == nil && match(c) {
+				out.Cards = append(out.Cards, c)
+			}
+		}
+		for _, ev := range b.events {
+			e := &registryv1.ModelEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT}
+			val := ev.Kv.Value
+			if ev.Type == clientv3.EventTypeDelete {
+				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
+				if ev.PrevKv == nil {
+					continue
+				}
+				val = ev.PrevKv.Value
+			}
+			c, err := decodeCard(val)
+			if err != nil || !match(c) {
+				continue
+			}
+			e.Card = c
+			out.Events = append(out.Events, e)
+		}
+		if b.kind == registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_EVENTS && len(out.Events) == 0 {
+			out.Kind = registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_PROGRESS
+		}
+		return stream.Send(out)
+	})
+	return s.watchEnd(stream.Context(), err)
+}
+
+func (s *server) CreateBucket(ctx context.Context, r *registryv1.CreateBucketRequest) (*registryv1.CreateBucketResponse, error) {
+	if err := validName("bucket", r.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	created, err := s.store.CreateBucket(ctx, r.Bucket)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.CreateBucketResponse{Created: created}, nil
+}
+
+func validBucketKey(bucket, key string) error {
+	if err := validName("bucket", bucket); err != nil {
+		return err
+	}
+	return validKey(key)
+}
+
+func (s *server) GetKey(ctx context.Context, r *registryv1.GetKeyRequest) (*registryv1.GetKeyResponse, error) {
+	if err := validBucketKey(r.GetBucket(), r.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	kv, err := s.store.GetKey(ctx, r.Bucket, r.Key)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.GetKeyResponse{Kv: kv}, nil
+}
+
+func (s *server) PutKey(ctx context.Context, r *registryv1.PutKeyRequest) (*registryv1.PutKeyResponse, error) {
+	if err := validBucketKey(r.GetBucket(), r.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validValue(r.GetValue()); err != nil {
+		return nil, toStatus(err)
+	}
+	if r.ExpectedRevision != nil && *r.ExpectedRevision < 0 {
+		return nil, toStatus(errInvalidf("expected_revision %d is negative", *r.ExpectedRevision))
+	}
+	if r.LeaseId != 0 {
+		if err := validLease("lease_id", r.LeaseId); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	rev, err := s.store.PutKey(ctx, r.Bucket, r.Key, r.Value, r.LeaseId, r.ExpectedRevision)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.PutKeyResponse{Revision: rev}, nil
+}
+
+func (s *server) CreateKey(ctx context.Context, r *registryv1.CreateKeyRequest) (*registryv1.CreateKeyResponse, error) {
+	if err := validBucketKey(r.GetBucket(), r.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validValue(r.GetValue()); err != nil {
+		return nil, toStatus(err)
+	}
+	if r.LeaseId != 0 {
+		if err := validLease("lease_id", r.LeaseId); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	rev, err := s.store.CreateKey(ctx, r.Bucket, r.Key, r.Value, r.LeaseId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.CreateKeyResponse{Revision: rev}, nil
+}
+
+func (s *server) DeleteKey(ctx context.Context, r *registryv1.DeleteKeyRequest) (*registryv1.DeleteKeyResponse, error) {
+	if err := validBucketKey(r.GetBucket(), r.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	deleted, rev, err := s.store.DeleteKey(ctx, r.Bucket, r.Key)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.DeleteKeyResponse{Deleted: deleted, Revision: rev}, nil
+}
+
+func (s *server) ListKeys(ctx context.Context, r *registryv1.ListKeysRequest) (*registryv1.ListKeysResponse, error) {
+	if err := validName("bucket", r.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validPrefix(r.GetPrefix()); err != nil {
+		return nil, toStatus(err)
+	}
+	kvs, rev, err := s.store.ListKeys(ctx, r.Bucket, r.Prefix)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.ListKeysResponse{Kvs: kvs, Revision: rev}, nil
+}
+
+func (s *server) WatchKeys(r *registryv1.WatchKeysRequest, stream registryv1.RegistryService_WatchKeysServer) error {
+	if err := validName("bucket", r.GetBucket()); err != nil {
+		return toStatus(err)
+	}
+	if err := validPrefix(r.GetPrefix()); err != nil {
+		return toStatus(err)
+	}
+	if r.GetResumeRevision() < 0 {
+		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
+	}
+	if err := s.store.checkBucket(stream.Context(), r.Bucket); err != nil {
+		return toStatus(err)
+	}
+	err := s.store.Watch(stream.Context(), bucketKey(r.Bucket, r.Prefix), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+		out := &registryv1.WatchKeysResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			out.Kvs = append(out.Kvs, toKV(r.Bucket, kv))
+		}
+		for _, ev := range b.events {
+			e := &registryv1.KeyEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT, Kv: toKV(r.Bucket, ev.Kv)}
+			if ev.Type == clientv3.EventTypeDelete {
+				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
+				e.Kv = &registryv1.KeyValue{Key: e.Kv.Key}
+			}
+			out.Events = append(out.Events, e)
+		}
+		return stream.Send(out)
+	})
+	return s.watchEnd(stream.Context(), err)
+}
+
+func (s *server) AcquireWriteLock(ctx context.Context, r *registryv1.AcquireWriteLockRequest) (*registryv1.AcquireWriteLockResponse, error) {
+	if err := validName("lock name", r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	token, ok, err := s.store.AcquireWriteLock(ctx, r.Name, r.LeaseId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.AcquireWriteLockResponse{Acquired: ok, Token: token}, nil
+}
+
+func (s *server) AcquireReadLock(ctx context.Context, r *registryv1.AcquireReadLockRequest) (*registryv1.AcquireReadLockResponse, error) {
+	if err := validName("lock name", r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	wait, err := lockWait(r.GetTimeoutMs())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	token, err := s.store.AcquireReadLock(ctx, r.Name, r.LeaseId, wait)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.AcquireReadLockResponse{Token: token}, nil
+}
+
+func (s *server) ReleaseLock(ctx context.Context, r *registryv1.ReleaseLockRequest) (*registryv1.ReleaseLockResponse, error) {
+	released, err := s.store.ReleaseLock(ctx, r.GetToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.ReleaseLockResponse{Released: released}, nil
+}
