@@ -321,7 +321,7 @@ func (s *Store) ListKeys(ctx context.Context, bucket, prefix string) ([]*registr
 // Lock keys: one writer key and a reader key per read hold, each tied to the
 // holder's lease. Tokens name the key and carry a random nonce so that only
 // the holder can release.
-func writerKey(name string) string  { return locksPrefix + name + "/writer" }
+func writerKey(name string) string     { return locksPrefix + name + "/writer" }
 func readersPrefix(name string) string { return locksPrefix + name + "/readers/" }
 
 func nonce() string {

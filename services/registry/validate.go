@@ -11,17 +11,17 @@ import (
 
 // Limits on what clients may store. Each is enforced before any I/O.
 const (
-	DefaultTTL     = 10 * time.Second
-	MinTTL         = 1 * time.Second
-	MaxTTL         = 300 * time.Second
-	MaxMetadata    = 64 << 10 // bytes of keys plus values
-	MaxAddress     = 1024
-	MaxKeyLen      = 512
-	MaxValueLen    = 1 << 20
-	MaxModelName   = 256
-	MaxArtifacts   = 64
+	DefaultTTL      = 10 * time.Second
+	MinTTL          = 1 * time.Second
+	MaxTTL          = 300 * time.Second
+	MaxMetadata     = 64 << 10 // bytes of keys plus values
+	MaxAddress      = 1024
+	MaxKeyLen       = 512
+	MaxValueLen     = 1 << 20
+	MaxModelName    = 256
+	MaxArtifacts    = 64
 	DefaultLockWait = 10 * time.Second
-	MaxLockWait    = 300 * time.Second
+	MaxLockWait     = 300 * time.Second
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
