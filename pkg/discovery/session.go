@@ -1,0 +1,272 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+)
+
+// ErrLeaseLost means the session's lease ended without Close: the registry
+// could not be reached before the lease's deadline, or the lease was revoked.
+// Everything registered on it is gone.
+var ErrLeaseLost = errors.New("discovery: lease lost")
+
+// Backoff bounds for reaching the registry again after a failure.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// SessionOptions tune NewSession.
+type SessionOptions struct {
+	// TTL of the lease; 0 means the registry's default (10 s).
+	TTL time.Duration
+	// Logger receives the session's reconnects; nil discards.
+	Logger *slog.Logger
+}
+
+// Session is a lease kept alive on the registry: instances, model cards,
+// keys and locks registered through it live as long as it does. It refreshes
+// the lease at half of the remaining TTL, and after a failure retries with
+// exponential backoff (50 ms to 5 s) until the lease's deadline, through any
+// registry replica the Client reaches. Done is closed when the lease is
+// truly lost; Close revokes it.
+type Session struct {
+	c     *Client
+	id    uint64
+	ttl   time.Duration
+	log   *slog.Logger
+	stop  chan struct{}
+	done  chan struct{}
+	exit  chan struct{}
+	mu    sync.Mutex
+	err   error
+	close sync.Once
+}
+
+// NewSession grants a lease and starts keeping it alive.
+func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, error) {
+	resp, err := c.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: int64(opts.TTL / time.Second)})
+	if err != nil {
+		return nil, fmt.Errorf("discovery: grant lease: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Session{
+		c:    c,
+		id:   resp.LeaseId,
+		ttl:  time.Duration(resp.TtlSeconds) * time.Second,
+		log:  log.With("lease", fmt.Sprintf("%x", resp.LeaseId)),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		exit: make(chan struct{}),
+	}
+	go s.keepAlive(time.Now().Add(s.ttl))
+	return s, nil
+}
+
+// ID is the lease id, which is the instance id of everything registered here.
+func (s *Session) ID() uint64 { return s.id }
+
+// TTL is the lease's TTL.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the lease is lost or the session is closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is ErrLeaseLost (wrapped with the cause) after the lease was lost, nil
+// otherwise.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Register registers an instance on the session's lease and returns it with
+// its instance id set. A duplicate is codes.AlreadyExists.
+func (s *Session) Register(ctx context.Context, in *registryv1.Instance) (*registryv1.Instance, error) {
+	resp, err := s.c.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: in, LeaseId: s.id})
+	if err != nil {
+		return nil, err
+	}
+	out := cloneInstance(in)
+	out.InstanceId = resp.InstanceId
+	return out, nil
+}
+
+// RegisterModel publishes a model card on the session's lease.
+func (s *Session) RegisterModel(ctx context.Context, card *registryv1.ModelCard) error {
+	_, err := s.c.rpc.RegisterModel(ctx, &registryv1.RegisterModelRequest{Card: card, LeaseId: s.id})
+	return err
+}
+
+// Close stops the keep-alive and revokes the lease, so everything registered
+// on it disappears at once. It is idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	var err error
+	s.close.Do(func() {
+		close(s.stop)
+		<-s.exit
+		select {
+		case <-s.done:
+			if s.Err() != nil {
+				return // already lost: nothing to revoke
+			}
+		default:
+		}
+		_, err = s.c.rpc.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.id})
+		if status.Code(err) == codes.NotFound {
+			err = nil
+		}
+		s.finish(nil)
+	})
+	return err
+}
+
+func (s *Session) finish(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.err = err
+	close(s.done)
+}
+
+// keepAlive runs until stop or the lease is lost. deadline is when the lease
+// expires unless refreshed.
+func (s *Session) keepAlive(deadline time.Time) {
+	defer close(s.exit)
+	next := time.Now().Add(s.ttl / 2)
+	backoff := minBackoff
+	var ka *keepAliveStream
+	defer func() {
+		if ka != nil {
+			ka.close()
+		}
+	}()
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-timer.C:
+		}
+		if ka == nil {
+			ka = openKeepAlive(s.c)
+		}
+		attempt := min(time.Until(deadline), 5*time.Second)
+		ttl, found, err := ka.refresh(s.id, attempt, s.stop)
+		now := time.Now()
+		switch {
+		case errors.Is(err, errStopped):
+			return
+		case err == nil && !found:
+			s.log.Error("lease revoked or expired on the registry")
+			s.finish(fmt.Errorf("%w: the registry no longer has lease %x", ErrLeaseLost, s.id))
+			return
+		case err == nil:
+			deadline = now.Add(ttl)
+			next = now.Add(ttl / 2)
+			if backoff != minBackoff {
+				s.log.Info("lease keep-alive recovered")
+			}
+			backoff = minBackoff
+		default:
+			ka.close()
+			ka = nil
+			if !now.Before(deadline) {
+				s.log.Error("lease deadline passed without reaching the registry", "err", err.Error())
+				s.finish(fmt.Errorf("%w: no keep-alive reached the registry before the deadline: %v", ErrLeaseLost, err))
+				return
+			}
+			s.log.Warn("lease keep-alive failed; retrying", "err", err.Error(), "backoff", backoff.String(), "deadline_in", time.Until(deadline).String())
+			next = now.Add(min(backoff, time.Until(deadline)))
+			backoff = min(backoff*2, maxBackoff)
+		}
+		timer.Reset(time.Until(next))
+	}
+}
+
+var errStopped = errors.New("session stopped")
+
+// keepAliveStream is one KeepAlive stream and the goroutine reading it.
+type keepAliveStream struct {
+	cancel context.CancelFunc
+	stream registryv1.RegistryService_KeepAliveClient
+	resps  chan *registryv1.KeepAliveResponse
+	errc   chan error
+	err    error
+}
+
+func openKeepAlive(c *Client) *keepAliveStream {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &keepAliveStream{cancel: cancel, resps: make(chan *registryv1.KeepAliveResponse, 1), errc: make(chan error, 1)}
+	stream, err := c.rpc.KeepAlive(ctx)
+	if err != nil {
+		k.err = err
+		return k
+	}
+	k.stream = stream
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				k.errc <- err
+				return
+			}
+			select {
+			case k.resps <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return k
+}
+
+// refresh sends one keep-alive and waits up to timeout for its answer.
+func (k *keepAliveStream) refresh(id uint64, timeout time.Duration, stop <-chan struct{}) (time.Duration, bool, error) {
+	if k.err != nil {
+		return 0, false, k.err
+	}
+	if err := k.stream.Send(&registryv1.KeepAliveRequest{LeaseId: id}); err != nil {
+		return 0, false, err
+	}
+	t := time.NewTimer(max(timeout, minBackoff))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return 0, false, errStopped
+		case err := <-k.errc:
+			k.err = err
+			return 0, false, err
+		case <-t.C:
+			k.err = errors.New("keep-alive answer timed out")
+			return 0, false, k.err
+		case r := <-k.resps:
+			if r.LeaseId != id {
+				continue
+			}
+			return time.Duration(r.TtlSeconds) * time.Second, r.Found, nil
+		}
+	}
+}
+
+func (k *keepAliveStream) close() {
+	k.cancel()
+}

@@ -1,0 +1,123 @@
+// Package registrytest starts real etcd and registry processes in process for
+// other packages' tests.
+package registrytest
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/registry"
+)
+
+// Etcd is an embedded single-node etcd that a test can stop and restart on
+// the same data directory and port.
+type Etcd struct {
+	t          testing.TB
+	dir        string
+	clientURL  string
+	peerURL    string
+	etcd       *registry.EmbeddedEtcd
+	Endpoints  []string
+	ClientPort int
+}
+
+// StartEtcd starts an embedded etcd for the test and stops it at cleanup.
+func StartEtcd(t testing.TB) *Etcd {
+	t.Helper()
+	e := &Etcd{t: t, dir: t.TempDir()}
+	e.ClientPort = freePort(t)
+	e.clientURL = "http://127.0.0.1:" + strconv.Itoa(e.ClientPort)
+	e.peerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	e.Start()
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// Start starts (or restarts) etcd on the same directory and ports.
+func (e *Etcd) Start() {
+	e.t.Helper()
+	var err error
+	for range 50 { // the old listener's port may take a moment to free
+		e.etcd, err = registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: e.dir, ClientURL: e.clientURL, PeerURL: e.peerURL, Fast: true})
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		e.t.Fatalf("start embedded etcd: %v", err)
+	}
+	e.Endpoints = e.etcd.Endpoints()
+}
+
+// Stop stops etcd; Start brings it back with its data.
+func (e *Etcd) Stop() {
+	if e.etcd != nil {
+		e.etcd.Close()
+		e.etcd = nil
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Registry is a registry service running in the test process.
+type Registry struct {
+	*registry.Service
+	cancel context.CancelFunc
+	// Addr is the registry's gRPC address, host:port.
+	Addr string
+}
+
+// StartRegistry runs a registry against etcd endpoints until Stop or test
+// cleanup.
+func StartRegistry(t testing.TB, endpoints []string) *Registry {
+	t.Helper()
+	cfg := registry.Config{
+		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend:         registry.BackendKVStore,
+		EtcdDialTimeout: 5 * time.Second,
+	}
+	for i, ep := range endpoints {
+		if i > 0 {
+			cfg.EtcdEndpoints += ","
+		}
+		cfg.EtcdEndpoints += ep
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start registry: %v", err)
+	}
+	r := &Registry{Service: svc, cancel: cancel, Addr: svc.Addr().String()}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Stop shuts the registry down and waits for it. It is idempotent.
+func (r *Registry) Stop() {
+	r.cancel()
+	if err := r.Wait(); err != nil {
+		panic("registry stopped with error: " + err.Error())
+	}
+}
+
+// Start runs etcd and one registry on it; the common case.
+func Start(t testing.TB) (*Etcd, *Registry) {
+	t.Helper()
+	e := StartEtcd(t)
+	return e, StartRegistry(t, e.Endpoints)
+}
