@@ -1,0 +1,280 @@
+package discovery_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T, addrs ...string) *discovery.Client {
+	t.Helper()
+	c, err := discovery.Dial(addrs, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func instance(ep string) *registryv1.Instance {
+	return &registryv1.Instance{Namespace: "ns", Component: "worker", Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:9"}}}
+}
+
+// recorder collects a watcher's changes.
+type recorder struct {
+	mu      sync.Mutex
+	puts    map[string]int
+	deletes map[string]int
+}
+
+func newRecorder() *recorder { return &recorder{puts: map[string]int{}, deletes: map[string]int{}} }
+
+func (r *recorder) onChange(cs []discovery.Change[*registryv1.Instance]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		if c.Deleted {
+			r.deletes[discovery.InstanceKey(c.Item)]++
+		} else {
+			r.puts[discovery.InstanceKey(c.Item)]++
+		}
+	}
+}
+
+func (r *recorder) counts(key string) (puts, deletes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.puts[key], r.deletes[key]
+}
+
+func watch(t *testing.T, c *discovery.Client, rec *recorder) *discovery.Watcher[*registryv1.Instance] {
+	t.Helper()
+	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{OnChange: rec.onChange})
+	t.Cleanup(w.Close)
+	if err := w.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// eventually polls cond every 20 ms until it holds or 20 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSessionRegisterWatchClose(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	rec := newRecorder()
+	w := watch(t, c, rec)
+
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := s.Register(ctx, instance("generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.InstanceId != s.ID() {
+		t.Fatalf("instance id %x, want the lease id %x", in.InstanceId, s.ID())
+	}
+	key := discovery.InstanceKey(in)
+	eventually(t, "the watcher to see the instance", func() bool { p, _ := rec.counts(key); return p == 1 })
+	if items := w.Items(); len(items) != 1 || items[0].Transport.GetTcp() != "127.0.0.1:9" {
+		t.Fatalf("watcher items = %v", items)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watcher to see the DELETE", func() bool { _, d := rec.counts(key); return d == 1 })
+	if len(w.Items()) != 0 {
+		t.Fatalf("watcher still holds %v", w.Items())
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	if s.Err() != nil {
+		t.Fatalf("Err after a clean Close = %v, want nil", s.Err())
+	}
+}
+
+func TestSessionMovesToAnotherRegistry(t *testing.T) {
+	etcd := registrytest.StartEtcd(t)
+	r1 := registrytest.StartRegistry(t, etcd.Endpoints)
+	r2 := registrytest.StartRegistry(t, etcd.Endpoints)
+	ctx := ctxT(t)
+
+	rec := newRecorder()
+	w := watch(t, dial(t, r2.Addr), rec)
+	c := dial(t, r1.Addr, r2.Addr) // pick-first: the session starts on r1
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	in, err := s.Register(ctx, instance("generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := discovery.InstanceKey(in)
+	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
+
+	r1.Stop() // kill the replica the session keeps alive through
+	// Three TTLs: without failover the lease would have expired twice over.
+	time.Sleep(6 * time.Second)
+	if _, d := rec.counts(key); d != 0 {
+		t.Fatalf("watcher saw %d DELETEs of the instance; the session did not fail over", d)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("session lost its lease: %v", s.Err())
+	default:
+	}
+	if len(w.Items()) != 1 {
+		t.Fatalf("watcher items = %v, want the instance", w.Items())
+	}
+}
+
+func TestSessionSurvivesEtcdRestart(t *testing.T) {
+	etcd, reg := registrytest.Start(t)
+	ctx := ctxT(t)
+	rec := newRecorder()
+	w := watch(t, dial(t, reg.Addr), rec)
+	c := dial(t, reg.Addr)
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	in, err := s.Register(ctx, instance("generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := discovery.InstanceKey(in)
+	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
+
+	etcd.Stop()
+	time.Sleep(3 * time.Second)
+	etcd.Start()
+
+	// After the restart the same instance is still there, under the same
+	// lease, without re-registering; a new registration proves the watch
+	// resumed too.
+	later, err := s.Register(ctx, instance("later"))
+	if err != nil {
+		t.Fatalf("register after the etcd restart: %v", err)
+	}
+	eventually(t, "the watcher to resume and see the new instance", func() bool {
+		p, _ := rec.counts(discovery.InstanceKey(later))
+		return p == 1
+	})
+	time.Sleep(6 * time.Second) // past another half TTL: keep-alives flow again
+	select {
+	case <-s.Done():
+		t.Fatalf("session lost its lease: %v", s.Err())
+	default:
+	}
+	if p, d := rec.counts(key); p != 1 || d != 0 {
+		t.Fatalf("instance seen put %d times and deleted %d times; want 1 and 0", p, d)
+	}
+	if n := len(w.Items()); n != 2 {
+		t.Fatalf("watcher holds %d instances, want 2", n)
+	}
+}
+
+func TestSessionReportsLeaseLoss(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	// Someone else revokes the lease (an operator, a fencing controller).
+	if _, err := c.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("Done never closed after the lease was revoked")
+	}
+	if !errors.Is(s.Err(), discovery.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", s.Err())
+	}
+}
+
+func TestSessionLosesLeaseWhenRegistryIsGone(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 1 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	reg.Stop()
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("Done never closed with no registry left")
+	}
+	if !errors.Is(s.Err(), discovery.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", s.Err())
+	}
+}
+
+func TestModelWatcher(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	w := discovery.WatchModels(c, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{})
+	defer w.Close()
+	if err := w.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := &registryv1.ModelCard{Namespace: "ns", Component: "worker", Endpoint: "generate", ModelName: "Qwen/Qwen3-0.6B", BlockSize: 16}
+	if err := s.RegisterModel(ctx, card); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the card to appear", func() bool { return len(w.Items()) == 1 })
+	if got := w.Items()[0]; got.ModelName != "Qwen/Qwen3-0.6B" || got.InstanceId != s.ID() {
+		t.Fatalf("card = %v", got)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the card to go", func() bool { return len(w.Items()) == 0 })
+}
