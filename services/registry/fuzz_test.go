@@ -1,0 +1,143 @@
+package registry
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+)
+
+// Validators and decoders must never panic, and whatever they accept must be
+// storable: keys round-trip, values decode to what was encoded.
+
+func FuzzValidateRegister(f *testing.F) {
+	f.Add("vllm-agg", "backend", "generate", "tcp", "10.0.0.1:9999", int64(10), "k", "v")
+	f.Add("", "B", "a/b", "nats", "", int64(301), "", "")
+	f.Add("a_b-1", "0", "x", "http", "http://h:1/v1/rpc", int64(-1), "\xff", "v")
+	f.Fuzz(func(t *testing.T, ns, comp, ep, kind, addr string, ttl int64, mk, mv string) {
+		in := &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Metadata: map[string]string{mk: mv}}
+		switch kind {
+		case "tcp":
+			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: addr}}
+		case "http":
+			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: addr}}
+		case "nats":
+			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: addr}}
+		}
+		_, err := validateRegister(&registryv1.RegisterRequest{Instance: in, TtlSeconds: ttl})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("validation error %v is not ErrInvalid", err)
+			}
+			return
+		}
+		in.InstanceId = 0xabc
+		key := instanceKey(ns, comp, ep, in.InstanceId)
+		gns, gcomp, gep, id, err := parseEndpointKey(servicesPrefix, key)
+		if err != nil || gns != ns || gcomp != comp || gep != ep || id != in.InstanceId {
+			t.Fatalf("key %q of a valid instance does not round-trip: %v", key, err)
+		}
+		val, err := encodeInstance(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeInstance(val)
+		if err != nil {
+			t.Fatalf("decode of encoded %s: %v", val, err)
+		}
+		if k, a := transportOf(back.Transport); k != kind || a != addr {
+			t.Fatalf("transport round trip: got %s=%q want %s=%q", k, a, kind, addr)
+		}
+	})
+}
+
+func FuzzDecodeInstance(f *testing.F) {
+	f.Add([]byte(`{"namespace":"a","component":"b","endpoint":"c","instance_id":1,"transport":{"tcp":"h:1"}}`))
+	f.Add([]byte(`{"transport":{"tcp":"h:1","nats":"x"}}`))
+	f.Add([]byte(`{"transport":{"udp":"x"}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := decodeInstance(data)
+		if err != nil {
+			return
+		}
+		if k, _ := transportOf(in.Transport); k == "" {
+			t.Fatalf("decoded %s without a transport", data)
+		}
+	})
+}
+
+func FuzzParseEndpointKey(f *testing.F) {
+	f.Add("/services/a/b/c/1f")
+	f.Add("/services/a/b/c/d/1f")
+	f.Add("/services////")
+	f.Add("/services/a/b/c/ffffffffffffffffff")
+	f.Fuzz(func(t *testing.T, key string) {
+		ns, comp, ep, id, err := parseEndpointKey(servicesPrefix, key)
+		if err != nil {
+			return
+		}
+		if strings.Contains(ns+comp+ep, "/") {
+			t.Fatalf("parsed names contain a slash: %q %q %q", ns, comp, ep)
+		}
+		_ = id
+	})
+}
+
+func FuzzParseToken(f *testing.F) {
+	f.Add("index/writer/0123456789abcdef")
+	f.Add("index/readers/0123456789abcdef")
+	f.Add("../writer/0123456789abcdef")
+	f.Add("a/b/c")
+	f.Fuzz(func(t *testing.T, token string) {
+		name, kind, n, err := parseToken(token)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("token error %v is not ErrInvalid", err)
+			}
+			return
+		}
+		if validName("name", name) != nil || (kind != "writer" && kind != "readers") || len(n) != 16 {
+			t.Fatalf("accepted a malformed token %q", token)
+		}
+	})
+}
+
+func FuzzValidateKV(f *testing.F) {
+	f.Add("bucket", "key/with/slashes", []byte("v"))
+	f.Add("", "", []byte(nil))
+	f.Add("b", "\x00", []byte("v"))
+	f.Fuzz(func(t *testing.T, bucket, key string, value []byte) {
+		err := validBucketKey(bucket, key)
+		if err == nil {
+			err = validValue(value)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error %v is not ErrInvalid", err)
+		}
+	})
+}
+
+func FuzzValidateCard(f *testing.F) {
+	f.Add("ns", "c", "e", "Qwen/Qwen3-0.6B", uint32(16), "tokenizer.json", strings.Repeat("a", 64))
+	f.Add("ns", "c", "e", "", uint32(0), "", "xyz")
+	f.Fuzz(func(t *testing.T, ns, comp, ep, model string, block uint32, art, sum string) {
+		c := &registryv1.ModelCard{Namespace: ns, Component: comp, Endpoint: ep, ModelName: model, BlockSize: block,
+			Tokenizer: []*registryv1.TokenizerArtifact{{Name: art, Sha256: sum}}}
+		err := validateCard(c)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v is not ErrInvalid", err)
+			}
+			return
+		}
+		data, err := encodeCard(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeCard(data); err != nil {
+			t.Fatalf("valid card does not decode: %v", err)
+		}
+	})
+}

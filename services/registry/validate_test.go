@@ -1,0 +1,99 @@
+package registry
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTTLLimits(t *testing.T) {
+	tests := []struct {
+		in   int64
+		want time.Duration
+		ok   bool
+	}{
+		{0, 10 * time.Second, true},
+		{1, time.Second, true},
+		{300, 300 * time.Second, true},
+		{301, 0, false},
+		{-1, 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ttlOf(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ttlOf(%d) = %v, %v; want %v, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestMetadataLimit(t *testing.T) {
+	tests := []struct {
+		name string
+		md   map[string]string
+		ok   bool
+	}{
+		{"exactly 64 KiB", map[string]string{"k": strings.Repeat("x", MaxMetadata-1)}, true},
+		{"one byte over", map[string]string{"k": strings.Repeat("x", MaxMetadata)}, false},
+		{"empty key", map[string]string{"": "v"}, false},
+		{"invalid UTF-8", map[string]string{"k": "\xff"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validMetadata(tt.md)
+			if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+				t.Fatalf("validMetadata = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestNameLimits(t *testing.T) {
+	tests := []struct {
+		v  string
+		ok bool
+	}{
+		{"a", true}, {"0abc_def-1", true}, {strings.Repeat("a", 128), true},
+		{strings.Repeat("a", 129), false}, {"", false}, {"_a", false}, {"A", false}, {"a.b", false}, {"a b", false},
+	}
+	for _, tt := range tests {
+		if err := validName("namespace", tt.v); (err == nil) != tt.ok {
+			t.Errorf("validName(%q) = %v, want ok=%v", tt.v, err, tt.ok)
+		}
+	}
+}
+
+func TestKeyAndValueLimits(t *testing.T) {
+	if err := validKey(strings.Repeat("k", MaxKeyLen)); err != nil {
+		t.Errorf("key at the limit: %v", err)
+	}
+	if err := validKey(strings.Repeat("k", MaxKeyLen+1)); err == nil {
+		t.Error("key over the limit accepted")
+	}
+	if err := validValue(make([]byte, MaxValueLen)); err != nil {
+		t.Errorf("value at the limit: %v", err)
+	}
+	if err := validValue(make([]byte, MaxValueLen+1)); err == nil {
+		t.Error("value over the limit accepted")
+	}
+	if _, err := lockWait(MaxLockWait.Milliseconds()); err != nil {
+		t.Errorf("lock wait at the limit: %v", err)
+	}
+}
+
+func TestFilterPrefix(t *testing.T) {
+	tests := []struct {
+		names []string
+		want  string
+	}{
+		{nil, "/services/"},
+		{[]string{"a"}, "/services/a/"},
+		{[]string{"a", "b", ""}, "/services/a/b/"},
+		{[]string{"a", "b", "c"}, "/services/a/b/c/"},
+	}
+	for _, tt := range tests {
+		if got := filterPrefix(servicesPrefix, tt.names...); got != tt.want {
+			t.Errorf("filterPrefix(%v) = %q, want %q", tt.names, got, tt.want)
+		}
+	}
+}
