@@ -3,30 +3,133 @@ package registry
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// keepaliver refreshes leases on behalf of clients. Each refresh is a single
-// keep-alive round trip to etcd, so a lease lives exactly as long as its
-// client keeps asking, through whichever registry replica it reaches.
+// keepaliver refreshes leases on behalf of clients over one shared etcd
+// LeaseKeepAlive stream: every client keep-alive becomes one request on that
+// stream, answered in order per lease. A lease thus lives exactly as long as
+// its client keeps asking, through whichever registry replica it reaches,
+// and ten thousand sessions cost one etcd stream instead of a stream per
+// refresh. A broken stream fails its waiters (the clients retry) and the
+// next refresh opens a new one.
 type keepaliver struct {
 	cli *clientv3.Client
+
+	mu      sync.Mutex
+	stream  pb.Lease_LeaseKeepAliveClient
+	cancel  context.CancelFunc
+	waiters map[int64][]chan kaResult
+	closed  bool
+	wg      sync.WaitGroup
 }
 
-func newKeepaliver(cli *clientv3.Client) *keepaliver { return &keepaliver{cli: cli} }
+type kaResult struct {
+	ttl int64
+	err error
+}
 
+var errKeepaliverClosed = errors.New("keep-alive: registry is closing")
+
+func newKeepaliver(cli *clientv3.Client) *keepaliver {
+	return &keepaliver{cli: cli, waiters: map[int64][]chan kaResult{}}
+}
+
+// once refreshes a lease. found is false when etcd no longer has it.
 func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, bool, error) {
-	resp, err := k.cli.KeepAliveOnce(ctx, clientv3.LeaseID(lease))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return 0, false, nil
+	id := int64(lease)
+	ch := make(chan kaResult, 1)
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return 0, false, errKeepaliverClosed
 	}
-	if err != nil {
-		return 0, false, etcdErr("keep alive", err)
+	if k.stream == nil {
+		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		st, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(sctx)
+		if err != nil {
+			cancel()
+			k.mu.Unlock()
+			return 0, false, etcdErr("keep alive", err)
+		}
+		k.stream, k.cancel = st, cancel
+		k.wg.Add(1)
+		go k.recv(st)
 	}
-	return time.Duration(resp.TTL) * time.Second, true, nil
+	k.waiters[id] = append(k.waiters[id], ch)
+	// Send is not safe for concurrent use; the mutex serialises it.
+	if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+		k.failLocked(k.stream, err)
+	}
+	k.mu.Unlock()
+
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return 0, false, etcdErr("keep alive", r.err)
+		}
+		if r.ttl <= 0 {
+			return 0, false, nil
+		}
+		return time.Duration(r.ttl) * time.Second, true, nil
+	case <-ctx.Done():
+		// The answer, when it comes, lands in ch's buffer and is dropped;
+		// answers per lease stay aligned with their waiters.
+		return 0, false, ctx.Err()
+	}
 }
 
-func (k *keepaliver) close() {}
+func (k *keepaliver) recv(st pb.Lease_LeaseKeepAliveClient) {
+	defer k.wg.Done()
+	for {
+		resp, err := st.Recv()
+		k.mu.Lock()
+		if err != nil {
+			k.failLocked(st, err)
+			k.mu.Unlock()
+			return
+		}
+		var ch chan kaResult
+		if q := k.waiters[resp.ID]; len(q) > 0 {
+			ch = q[0]
+			if len(q) == 1 {
+				delete(k.waiters, resp.ID)
+			} else {
+				k.waiters[resp.ID] = q[1:]
+			}
+		}
+		k.mu.Unlock()
+		if ch != nil {
+			ch <- kaResult{ttl: resp.TTL}
+		}
+	}
+}
+
+// failLocked retires a broken stream and fails everyone waiting on it.
+func (k *keepaliver) failLocked(st pb.Lease_LeaseKeepAliveClient, err error) {
+	if k.stream != st {
+		return
+	}
+	k.cancel()
+	k.stream, k.cancel = nil, nil
+	for id, q := range k.waiters {
+		for _, ch := range q {
+			ch <- kaResult{err: err}
+		}
+		delete(k.waiters, id)
+	}
+}
+
+func (k *keepaliver) close() {
+	k.mu.Lock()
+	k.closed = true
+	if k.stream != nil {
+		k.failLocked(k.stream, errKeepaliverClosed)
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
+}
