@@ -1,0 +1,103 @@
+package registry
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func defaults(t *testing.T) Config {
+	t.Helper()
+	var c Config
+	fs := flag.NewFlagSet("registry", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := defaults(t)
+	if c.Server.GRPCAddr != ":7001" || c.Server.MetricsAddr != ":9101" || c.Backend != BackendKVStore || c.EtcdEndpoints != "" {
+		t.Fatalf("defaults = %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"kubernetes not built yet", func(c *Config) { c.Backend = "kubernetes" }, `DYN_DISCOVERY_BACKEND="kubernetes" is not available yet`},
+		{"unknown backend", func(c *Config) { c.Backend = "zookeeper" }, `invalid DYN_DISCOVERY_BACKEND "zookeeper": valid values are "kv_store" and "kubernetes"`},
+		{"no data dir for embedded etcd", func(c *Config) { c.DataDir = "" }, "--data-dir is required"},
+		{"no grpc addr", func(c *Config) { c.Server.GRPCAddr = "" }, "--grpc-addr must not be empty"},
+		{"half TLS", func(c *Config) { c.Server.TLS.CertFile = "x" }, "--tls-cert and --tls-key must be given together"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := defaults(t)
+			tt.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+	c := defaults(t)
+	c.EtcdEndpoints = " http://a:2379, ,http://b:2379 "
+	if got := c.Endpoints(); len(got) != 2 || got[0] != "http://a:2379" || got[1] != "http://b:2379" {
+		t.Fatalf("Endpoints = %q", got)
+	}
+}
+
+// TestEmbeddedEtcdByDefault runs the registry as its binary does with no
+// flags (but on free ports): it must start its own etcd, say so, and serve.
+func TestEmbeddedEtcdByDefault(t *testing.T) {
+	c := defaults(t)
+	c.Server.GRPCAddr = "127.0.0.1:0"
+	c.Server.MetricsAddr = "127.0.0.1:0"
+	c.DataDir = t.TempDir()
+	c.EmbeddedClientURL = "http://127.0.0.1:0"
+	c.EmbeddedPeerURL = "http://127.0.0.1:0"
+	logs := &syncWriter{b: &strings.Builder{}}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := Start(ctx, c, log)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	resp, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: "switchyard.registry.v1.RegistryService"})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v; want SERVING", resp, err)
+	}
+	if !strings.Contains(logs.String(), "started an embedded single-node etcd") {
+		t.Fatalf("log does not announce the embedded etcd:\n%s", logs.String())
+	}
+}
