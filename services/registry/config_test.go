@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"flag"
+	"io"
+	"net/http"
 	"log/slog"
 	"strings"
 	"testing"
@@ -11,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
 func defaults(t *testing.T) Config {
@@ -96,6 +100,25 @@ func TestEmbeddedEtcdByDefault(t *testing.T) {
 	resp, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: "switchyard.registry.v1.RegistryService"})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", resp, err)
+	}
+	// A watch shows up in the registry's own metrics.
+	w, err := registryv1.NewRegistryServiceClient(cc).WatchInstances(cctx, &registryv1.WatchInstancesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get("http://" + svc.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{`switchyard_registry_watches_active{kind="instances"} 1`, `switchyard_registry_watch_snapshots_total{reason="initial"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	if !strings.Contains(logs.String(), "started an embedded single-node etcd") {
 		t.Fatalf("log does not announce the embedded etcd:\n%s", logs.String())

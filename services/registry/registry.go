@@ -83,7 +83,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s.server = srv
-	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: log, stopping: srv.Stopping()})
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping()})
 	if err := srv.Listen(); err != nil {
 		s.closeBackend()
 		return nil, err

@@ -19,6 +19,7 @@ type server struct {
 	registryv1.UnimplementedRegistryServiceServer
 	store    *Store
 	log      *slog.Logger
+	metrics  *metrics
 	stopping <-chan struct{}
 }
 
@@ -114,7 +115,13 @@ func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) er
 			}
 			ttl, found, err := s.store.KeepAlive(ctx, r.LeaseId)
 			if err != nil {
+				s.metrics.keepAlives.WithLabelValues("error").Inc()
 				return toStatus(err)
+			}
+			if found {
+				s.metrics.keepAlives.WithLabelValues("ok").Inc()
+			} else {
+				s.metrics.keepAlives.WithLabelValues("not_found").Inc()
 			}
 			if err := stream.Send(&registryv1.KeepAliveResponse{LeaseId: r.LeaseId, Found: found, TtlSeconds: int64(ttl / time.Second)}); err != nil {
 				return err
@@ -178,7 +185,7 @@ func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream regi
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	err := s.store.Watch(stream.Context(), instancePrefix(r.GetFilter()), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+	err := s.watch(stream.Context(), "instances", instancePrefix(r.GetFilter()), r.GetResumeRevision(), func(b *watchBatch) error {
 		out := &registryv1.WatchInstancesResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
 		for _, kv := range b.kvs {
 			if in, err := decodeInstance(kv.Value); err == nil {
@@ -193,6 +200,22 @@ func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream regi
 		return stream.Send(out)
 	})
 	return s.watchEnd(stream.Context(), err)
+}
+
+// watch runs a store watch and counts it in the metrics.
+func (s *server) watch(ctx context.Context, kind, prefix string, resume int64, send func(*watchBatch) error) error {
+	g := s.metrics.watches.WithLabelValues(kind)
+	g.Inc()
+	defer g.Dec()
+	return s.store.Watch(ctx, prefix, resume, s.stopping, func(b *watchBatch) error {
+		switch b.reason {
+		case registryv1.SnapshotReason_SNAPSHOT_REASON_INITIAL:
+			s.metrics.snapshots.WithLabelValues("initial").Inc()
+		case registryv1.SnapshotReason_SNAPSHOT_REASON_COMPACTED:
+			s.metrics.snapshots.WithLabelValues("compacted").Inc()
+		}
+		return send(b)
+	})
 }
 
 // watchEnd turns the end of a watch into the stream's status: shutdown is
@@ -243,7 +266,7 @@ func (s *server) WatchModels(r *registryv1.WatchModelsRequest, stream registryv1
 	}
 	name := r.GetFilter().GetModelName()
 	match := func(c *registryv1.ModelCard) bool { return name == "" || c.ModelName == name }
-	err := s.store.Watch(stream.Context(), filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+	err := s.watch(stream.Context(), "models", filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetResumeRevision(), func(b *watchBatch) error {
 		out := &registryv1.WatchModelsResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
 		for _, kv := range b.kvs {
 			if c, err := decodeCard(kv.Value); err == nil && match(c) {
@@ -383,7 +406,7 @@ func (s *server) WatchKeys(r *registryv1.WatchKeysRequest, stream registryv1.Reg
 	if err := s.store.checkBucket(stream.Context(), r.Bucket); err != nil {
 		return toStatus(err)
 	}
-	err := s.store.Watch(stream.Context(), bucketKey(r.Bucket, r.Prefix), r.GetResumeRevision(), s.stopping, func(b *watchBatch) error {
+	err := s.watch(stream.Context(), "keys", bucketKey(r.Bucket, r.Prefix), r.GetResumeRevision(), func(b *watchBatch) error {
 		out := &registryv1.WatchKeysResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
 		for _, kv := range b.kvs {
 			out.Kvs = append(out.Kvs, toKV(r.Bucket, kv))

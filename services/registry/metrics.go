@@ -1,0 +1,29 @@
+package registry
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the registry's own series, beside the gRPC ones.
+type metrics struct {
+	watches    *prometheus.GaugeVec
+	snapshots  *prometheus.CounterVec
+	keepAlives *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		watches: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "registry", Name: "watches_active",
+			Help: "Open watch streams, by kind (instances, models, keys).",
+		}, []string{"kind"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "registry", Name: "watch_snapshots_total",
+			Help: "Snapshots sent on watch streams, by reason (initial, compacted).",
+		}, []string{"reason"}),
+		keepAlives: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "registry", Name: "keepalives_total",
+			Help: "Lease refreshes, by result (ok, not_found, error).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.watches, m.snapshots, m.keepAlives)
+	return m
+}
