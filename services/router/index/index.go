@@ -1,0 +1,367 @@
+// Package index is the router's view of every worker's KV cache: which
+// workers hold which blocks, keyed by sequence hash. A block's sequence hash
+// chains its whole prefix (see pkg/kvhash), so a flat hash table answers
+// "how many leading blocks of this request does each worker hold" by walking
+// the request's hashes in order and narrowing the set of workers that still
+// match: no tree is needed, and a lookup costs one table probe per block.
+//
+// The index is fed by KV events (stored, removed, cleared) in KV mode, or by
+// the router's own decisions in approximate mode (see Approx). It is safe for
+// concurrent use: lookups share a read lock, updates take the write lock.
+package index
+
+import (
+	"sync"
+)
+
+// WorkerID names one KV cache: a worker instance and its data-parallel rank.
+type WorkerID struct {
+	Instance uint64
+	DPRank   uint32
+}
+
+// Overlap is how many leading blocks of a request one worker holds.
+type Overlap struct {
+	Worker WorkerID
+	Blocks int
+}
+
+// EventResult says what Apply did with an event.
+type EventResult int
+
+const (
+	// Applied means the event was new and in order.
+	Applied EventResult = iota
+	// Duplicate means the event id was at or below the worker's last one;
+	// the event was dropped, so a replay or a redelivery changes nothing.
+	Duplicate
+	// Gap means events were missing before this one; it was applied, and
+	// the worker's view may be incomplete until its next clear.
+	Gap
+)
+
+// listTag marks a holder value that indexes lists instead of naming one
+// worker directly.
+const listTag = 1 << 31
+
+type worker struct {
+	id        WorkerID
+	blocks    map[uint64]struct{}
+	lastEvent uint64
+}
+
+// Index maps sequence hashes to the workers holding them.
+type Index struct {
+	mu      sync.RWMutex
+	workers []*worker // dense slot -> worker; nil when free
+	slots   map[WorkerID]uint32
+	free    []uint32
+	// holders maps a sequence hash to its holder: a worker slot, or
+	// listTag|i for lists[i] when several workers hold it.
+	holders   map[uint64]uint32
+	lists     [][]uint32
+	freeLists []uint32
+	entries   int // (block, worker) pairs
+}
+
+// New returns an empty index.
+func New() *Index {
+	return &Index{slots: map[WorkerID]uint32{}, holders: map[uint64]uint32{}}
+}
+
+// slotLocked returns the worker's dense slot, creating it when asked.
+func (x *Index) slotLocked(id WorkerID, create bool) (uint32, *worker) {
+	if s, ok := x.slots[id]; ok {
+		return s, x.workers[s]
+	}
+	if !create {
+		return 0, nil
+	}
+	w := &worker{id: id, blocks: map[uint64]struct{}{}}
+	var s uint32
+	if n := len(x.free); n > 0 {
+		s = x.free[n-1]
+		x.free = x.free[:n-1]
+		x.workers[s] = w
+	} else {
+		s = uint32(len(x.workers))
+		x.workers = append(x.workers, w)
+	}
+	x.slots[id] = s
+	return s, w
+}
+
+// Apply runs one event of a worker, in the order of its event ids: an id at
+// or below the last one applied is a duplicate and is dropped. Event id 0
+// means "unnumbered" and is always applied.
+func (x *Index) Apply(id WorkerID, eventID uint64, fn func(tx Tx)) EventResult {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, w := x.slotLocked(id, true)
+	res := Applied
+	if eventID != 0 {
+		switch {
+		case eventID <= w.lastEvent:
+			return Duplicate
+		case w.lastEvent != 0 && eventID > w.lastEvent+1:
+			res = Gap
+		}
+		w.lastEvent = eventID
+	}
+	fn(Tx{x: x, slot: s, w: w})
+	return res
+}
+
+// Tx is the view of one worker inside Apply.
+type Tx struct {
+	x    *Index
+	slot uint32
+	w    *worker
+}
+
+// Store records that the worker holds these blocks.
+func (t Tx) Store(hashes []uint64) {
+	for _, h := range hashes {
+		t.x.addLocked(t.slot, t.w, h)
+	}
+}
+
+// Remove records that the worker no longer holds these blocks.
+func (t Tx) Remove(hashes []uint64) {
+	for _, h := range hashes {
+		t.x.removeLocked(t.slot, t.w, h)
+	}
+}
+
+// Clear drops every block of the worker.
+func (t Tx) Clear() {
+	for h := range t.w.blocks {
+		t.x.dropHolderLocked(t.slot, h)
+	}
+	t.x.entries -= len(t.w.blocks)
+	t.w.blocks = map[uint64]struct{}{}
+}
+
+// Store is Apply with one unnumbered store.
+func (x *Index) Store(id WorkerID, hashes []uint64) {
+	x.Apply(id, 0, func(tx Tx) { tx.Store(hashes) })
+}
+
+// Remove drops blocks of a worker; a worker the index does not know is
+// left unknown.
+func (x *Index) Remove(id WorkerID, hashes []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, w := x.slotLocked(id, false)
+	if w == nil {
+		return
+	}
+	Tx{x: x, slot: s, w: w}.Remove(hashes)
+}
+
+// RemoveWorker forgets a worker and every block it held: it left the
+// registry, so its cache is gone.
+func (x *Index) RemoveWorker(id WorkerID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, w := x.slotLocked(id, false)
+	if w == nil {
+		return
+	}
+	Tx{x: x, slot: s, w: w}.Clear()
+	x.workers[s] = nil
+	delete(x.slots, id)
+	x.free = append(x.free, s)
+}
+
+// RemoveInstance forgets every data-parallel rank of an instance.
+func (x *Index) RemoveInstance(instance uint64) {
+	for _, id := range x.Workers() {
+		if id.Instance == instance {
+			x.RemoveWorker(id)
+		}
+	}
+}
+
+func (x *Index) addLocked(s uint32, w *worker, h uint64) {
+	if _, ok := w.blocks[h]; ok {
+		return
+	}
+	w.blocks[h] = struct{}{}
+	x.entries++
+	cur, ok := x.holders[h]
+	switch {
+	case !ok:
+		x.holders[h] = s
+	case cur&listTag == 0:
+		x.holders[h] = listTag | x.newList(cur, s)
+	default:
+		i := cur &^ listTag
+		x.lists[i] = append(x.lists[i], s)
+	}
+}
+
+func (x *Index) newList(a, b uint32) uint32 {
+	if n := len(x.freeLists); n > 0 {
+		i := x.freeLists[n-1]
+		x.freeLists = x.freeLists[:n-1]
+		x.lists[i] = append(x.lists[i][:0], a, b)
+		return i
+	}
+	x.lists = append(x.lists, []uint32{a, b})
+	return uint32(len(x.lists) - 1)
+}
+
+func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
+	if _, ok := w.blocks[h]; !ok {
+		return
+	}
+	delete(w.blocks, h)
+	x.entries--
+	x.dropHolderLocked(s, h)
+}
+
+// dropHolderLocked removes slot s from h's holders; the caller keeps the
+// worker's own set and the entry count.
+func (x *Index) dropHolderLocked(s uint32, h uint64) {
+	cur, ok := x.holders[h]
+	if !ok {
+		return
+	}
+	if cur&listTag == 0 {
+		if cur == s {
+			delete(x.holders, h)
+		}
+		return
+	}
+	i := cur &^ listTag
+	l := x.lists[i]
+	for j, v := range l {
+		if v == s {
+			l[j] = l[len(l)-1]
+			l = l[:len(l)-1]
+			break
+		}
+	}
+	if len(l) == 1 {
+		x.holders[h] = l[0]
+		x.lists[i] = l[:0]
+		x.freeLists = append(x.freeLists, i)
+		return
+	}
+	x.lists[i] = l
+}
+
+// Overlaps returns, for every worker holding at least the first block, how
+// many leading blocks of hashes it holds. Workers holding none are absent.
+func (x *Index) Overlaps(hashes []uint64) []Overlap {
+	return x.AppendOverlaps(nil, hashes)
+}
+
+// AppendOverlaps is Overlaps appending to dst, for callers that reuse it.
+func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
+	if len(hashes) == 0 {
+		return dst
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	first, ok := x.holders[hashes[0]]
+	if !ok {
+		return dst
+	}
+	// active holds the slots still matching after depth blocks; it is a
+	// copy, filtered in place as the walk goes deeper.
+	var buf [16]uint32
+	active := holderSlots(x, first, buf[:0])
+	depth := 1
+	for _, h := range hashes[1:] {
+		cur, ok := x.holders[h]
+		if !ok {
+			break
+		}
+		next := active[:0]
+		for _, s := range active {
+			if cur == s || (cur&listTag != 0 && contains(x.lists[cur&^listTag], s)) {
+				next = append(next, s)
+			} else {
+				dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+			}
+		}
+		active = next
+		if len(active) == 0 {
+			return dst
+		}
+		depth++
+	}
+	for _, s := range active {
+		dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+	}
+	return dst
+}
+
+func holderSlots(x *Index, cur uint32, dst []uint32) []uint32 {
+	if cur&listTag == 0 {
+		return append(dst, cur)
+	}
+	return append(dst, x.lists[cur&^listTag]...)
+}
+
+func contains(l []uint32, s uint32) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Workers lists the workers the index knows.
+func (x *Index) Workers() []WorkerID {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]WorkerID, 0, len(x.slots))
+	for id := range x.slots {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Blocks reports how many blocks a worker holds.
+func (x *Index) Blocks(id WorkerID) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, w := x.slotLocked(id, false)
+	if w == nil {
+		return 0
+	}
+	return len(w.blocks)
+}
+
+// Holds reports whether a worker holds a block.
+func (x *Index) Holds(id WorkerID, h uint64) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, w := x.slotLocked(id, false)
+	if w == nil {
+		return false
+	}
+	_, ok := w.blocks[h]
+	return ok
+}
+
+// Stats describes the index's size.
+type Stats struct {
+	// Blocks is the number of distinct sequence hashes held by anyone.
+	Blocks int
+	// Entries is the number of (block, worker) pairs.
+	Entries int
+	// Workers is the number of workers known.
+	Workers int
+}
+
+// Stats reports the index's size.
+func (x *Index) Stats() Stats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return Stats{Blocks: len(x.holders), Entries: x.entries, Workers: len(x.slots)}
+}

@@ -1,0 +1,236 @@
+package index
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+)
+
+// model is the brute-force truth: per worker, the set of hashes it holds.
+type model map[WorkerID]map[uint64]bool
+
+func (m model) overlaps(hashes []uint64) []Overlap {
+	var out []Overlap
+	for w, set := range m {
+		n := 0
+		for _, h := range hashes {
+			if !set[h] {
+				break
+			}
+			n++
+		}
+		if n > 0 {
+			out = append(out, Overlap{Worker: w, Blocks: n})
+		}
+	}
+	return out
+}
+
+func sorted(o []Overlap) []Overlap {
+	sort.Slice(o, func(i, j int) bool {
+		if o[i].Worker.Instance != o[j].Worker.Instance {
+			return o[i].Worker.Instance < o[j].Worker.Instance
+		}
+		return o[i].Worker.DPRank < o[j].Worker.DPRank
+	})
+	return o
+}
+
+// TestIndexMatchesBruteForce drives the index and the model with the same
+// random event stream and compares every lookup and count.
+func TestIndexMatchesBruteForce(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		x := New()
+		m := model{}
+		workerGen := rapid.Custom(func(t *rapid.T) WorkerID {
+			return WorkerID{Instance: rapid.Uint64Range(1, 5).Draw(t, "instance"), DPRank: rapid.Uint32Range(0, 1).Draw(t, "rank")}
+		})
+		// A small hash space makes sharing, prefixes and collisions common.
+		hashes := rapid.SliceOfN(rapid.Uint64Range(1, 40), 0, 12)
+		for range rapid.IntRange(1, 200).Draw(t, "steps") {
+			w := workerGen.Draw(t, "worker")
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0, 1, 2, 3:
+				hs := hashes.Draw(t, "stored")
+				x.Store(w, hs)
+				if m[w] == nil {
+					m[w] = map[uint64]bool{}
+				}
+				for _, h := range hs {
+					m[w][h] = true
+				}
+			case 4, 5:
+				hs := hashes.Draw(t, "removed")
+				x.Remove(w, hs)
+				for _, h := range hs {
+					delete(m[w], h)
+				}
+			case 6:
+				x.Apply(w, 0, func(tx Tx) { tx.Clear() })
+				if m[w] != nil {
+					m[w] = map[uint64]bool{}
+				}
+			case 7:
+				x.RemoveWorker(w)
+				delete(m, w)
+			default:
+				q := hashes.Draw(t, "query")
+				got := sorted(x.Overlaps(q))
+				want := sorted(m.overlaps(q))
+				if d := cmp.Diff(want, got); d != "" {
+					t.Fatalf("Overlaps(%v) (-want +got):\n%s", q, d)
+				}
+			}
+			entries, blocks := 0, map[uint64]bool{}
+			for _, set := range m {
+				entries += len(set)
+				for h := range set {
+					blocks[h] = true
+				}
+			}
+			st := x.Stats()
+			if st.Entries != entries || st.Blocks != len(blocks) {
+				t.Fatalf("Stats = %+v, want %d entries over %d blocks", st, entries, len(blocks))
+			}
+		}
+	})
+}
+
+func TestEventOrdering(t *testing.T) {
+	w := WorkerID{Instance: 7}
+	tests := []struct {
+		name   string
+		ids    []uint64
+		want   []EventResult
+		blocks int
+	}{
+		{"in order", []uint64{1, 2, 3}, []EventResult{Applied, Applied, Applied}, 3},
+		{"duplicate dropped", []uint64{1, 2, 2, 3}, []EventResult{Applied, Applied, Duplicate, Applied}, 3},
+		{"late event dropped", []uint64{1, 3, 2}, []EventResult{Applied, Gap, Duplicate}, 2},
+		{"gap applied", []uint64{5, 9}, []EventResult{Applied, Gap}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := New()
+			for i, id := range tt.ids {
+				got := x.Apply(w, id, func(tx Tx) { tx.Store([]uint64{id * 100}) })
+				if got != tt.want[i] {
+					t.Fatalf("event %d (id %d) = %v, want %v", i, id, got, tt.want[i])
+				}
+			}
+			if n := x.Blocks(w); n != tt.blocks {
+				t.Fatalf("worker holds %d blocks, want %d", n, tt.blocks)
+			}
+		})
+	}
+}
+
+func TestRemovalOrderDoesNotCorrupt(t *testing.T) {
+	x := New()
+	a, b := WorkerID{Instance: 1}, WorkerID{Instance: 2}
+	x.Store(a, []uint64{1, 2, 3})
+	x.Store(b, []uint64{1, 2})
+	x.Remove(a, []uint64{9, 2}) // 9 was never stored
+	x.Remove(a, []uint64{2})    // twice
+	got := sorted(x.Overlaps([]uint64{1, 2, 3}))
+	want := []Overlap{{Worker: a, Blocks: 1}, {Worker: b, Blocks: 2}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("Overlaps (-want +got):\n%s", d)
+	}
+	x.RemoveWorker(b)
+	x.RemoveWorker(b)
+	if got := x.Overlaps([]uint64{1, 2}); len(got) != 1 || got[0].Worker != a {
+		t.Fatalf("after removing b: %v", got)
+	}
+	if st := x.Stats(); st.Workers != 1 || st.Entries != 2 {
+		t.Fatalf("Stats = %+v", st)
+	}
+	x.Remove(WorkerID{Instance: 99}, []uint64{1})
+	if st := x.Stats(); st.Workers != 1 {
+		t.Fatalf("removing from an unknown worker created it: %+v", st)
+	}
+}
+
+func TestRemoveInstanceDropsEveryRank(t *testing.T) {
+	x := New()
+	x.Store(WorkerID{Instance: 1, DPRank: 0}, []uint64{1})
+	x.Store(WorkerID{Instance: 1, DPRank: 1}, []uint64{1})
+	x.Store(WorkerID{Instance: 2}, []uint64{1})
+	x.RemoveInstance(1)
+	if got := x.Overlaps([]uint64{1}); len(got) != 1 || got[0].Worker.Instance != 2 {
+		t.Fatalf("Overlaps = %v, want only instance 2", got)
+	}
+}
+
+func TestApproxExpiresAfterTTL(t *testing.T) {
+	a := NewApprox(ApproxConfig{TTL: 10 * time.Second})
+	w := WorkerID{Instance: 1}
+	t0 := time.Unix(1000, 0)
+	a.Predict(w, []uint64{1, 2, 3}, t0)
+	if got := a.Overlaps([]uint64{1, 2, 3}, t0.Add(9*time.Second)); len(got) != 1 || got[0].Blocks != 3 {
+		t.Fatalf("before the TTL: %v", got)
+	}
+	// Renewing the prefix keeps it; the rest expires.
+	a.Predict(w, []uint64{1}, t0.Add(5*time.Second))
+	if got := a.Overlaps([]uint64{1, 2, 3}, t0.Add(11*time.Second)); len(got) != 1 || got[0].Blocks != 1 {
+		t.Fatalf("after the TTL with a renewed prefix: %v, want 1 block", got)
+	}
+	if got := a.Overlaps([]uint64{1}, t0.Add(16*time.Second)); len(got) != 0 {
+		t.Fatalf("after every TTL: %v", got)
+	}
+	if st := a.Index().Stats(); st.Entries != 0 {
+		t.Fatalf("entries left: %+v", st)
+	}
+}
+
+func TestApproxPrunesOldestDeepestFirst(t *testing.T) {
+	a := NewApprox(ApproxConfig{TTL: time.Hour, MaxEntries: 10, PruneTargetRatio: 0.5})
+	w1, w2 := WorkerID{Instance: 1}, WorkerID{Instance: 2}
+	t0 := time.Unix(1000, 0)
+	a.Predict(w1, []uint64{1, 2, 3, 4, 5, 6}, t0)              // oldest
+	a.Predict(w2, []uint64{11, 12, 13, 14}, t0.Add(time.Second)) // 10 entries: at the limit
+	if st := a.Index().Stats(); st.Entries != 10 {
+		t.Fatalf("entries = %d, want 10 before pruning", st.Entries)
+	}
+	a.Predict(w2, []uint64{21}, t0.Add(2*time.Second)) // 11 > 10: prune to 5
+	st := a.Index().Stats()
+	if st.Entries != 5 {
+		t.Fatalf("entries after pruning = %d, want 5", st.Entries)
+	}
+	// w1's six went first (oldest); their removal took none of w2's newer ones.
+	if n := a.Index().Blocks(w1); n != 0 {
+		t.Fatalf("w1 keeps %d blocks, want 0", n)
+	}
+	if got := a.Overlaps([]uint64{11, 12, 13, 14}, t0.Add(3*time.Second)); len(got) != 1 || got[0].Blocks != 4 {
+		t.Fatalf("w2's prefix after pruning = %v, want 4 blocks", got)
+	}
+
+	// Among equally old predictions, the deepest block goes first, so a
+	// prefix survives its extension.
+	b := NewApprox(ApproxConfig{TTL: time.Hour, MaxEntries: 4, PruneTargetRatio: 0.5})
+	b.Predict(w1, []uint64{1, 2, 3, 4}, t0)
+	b.Predict(w1, []uint64{1}, t0) // renew at the same time: no change
+	b.Predict(w2, []uint64{9}, t0.Add(time.Second))
+	if got := b.Overlaps([]uint64{1, 2, 3, 4}, t0.Add(time.Second)); len(got) != 1 || got[0].Blocks != 1 {
+		t.Fatalf("after pruning equal-age blocks: %v, want the 1-block prefix", got)
+	}
+}
+
+func TestApproxRemoveWorker(t *testing.T) {
+	a := NewApprox(ApproxConfig{TTL: time.Minute})
+	w := WorkerID{Instance: 1}
+	t0 := time.Unix(1000, 0)
+	a.Predict(w, []uint64{1, 2}, t0)
+	a.RemoveWorker(w)
+	if got := a.Overlaps([]uint64{1}, t0); len(got) != 0 {
+		t.Fatalf("removed worker still predicted: %v", got)
+	}
+	// Its stale queue items expire without resurrecting anything.
+	a.Expire(t0.Add(2 * time.Minute))
+	if st := a.Index().Stats(); st.Workers != 0 || st.Entries != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
