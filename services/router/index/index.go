@@ -11,6 +11,7 @@
 package index
 
 import (
+	"math/bits"
 	"sync"
 )
 
@@ -40,9 +41,17 @@ const (
 	Gap
 )
 
-// listTag marks a holder value that indexes lists instead of naming one
-// worker directly.
-const listTag = 1 << 31
+// A holder value names one worker slot directly, or, tagged, indexes a
+// sorted list of slots (a few holders) or a bitset of slots (many holders).
+// Lists turn into bitsets past maxList holders and back below minSet, so
+// that lookups intersect in O(workers/64) per block however many hold it.
+const (
+	listTag  = 1 << 31
+	setTag   = 1 << 30
+	slotMask = setTag - 1
+	maxList  = 32
+	minSet   = 16
+)
 
 type worker struct {
 	id        WorkerID
@@ -61,6 +70,8 @@ type Index struct {
 	holders   map[uint64]uint32
 	lists     [][]uint32
 	freeLists []uint32
+	sets      [][]uint64
+	freeSets  []uint32
 	entries   int // (block, worker) pairs
 }
 
@@ -193,12 +204,45 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64) {
 	switch {
 	case !ok:
 		x.holders[h] = s
-	case cur&listTag == 0:
-		x.holders[h] = listTag | x.newList(cur, s)
-	default:
+	case cur&listTag != 0:
 		i := cur &^ listTag
-		x.lists[i] = append(x.lists[i], s)
+		l := insertSorted(x.lists[i], s)
+		if len(l) > maxList {
+			x.holders[h] = setTag | x.newSet(l)
+			x.lists[i] = l[:0]
+			x.freeLists = append(x.freeLists, i)
+			return
+		}
+		x.lists[i] = l
+	case cur&setTag != 0:
+		i := cur &^ setTag
+		x.sets[i] = setBit(x.sets[i], s)
+	default:
+		a, b := cur, s
+		if b < a {
+			a, b = b, a
+		}
+		x.holders[h] = listTag | x.newList(a, b)
 	}
+}
+
+func insertSorted(l []uint32, s uint32) []uint32 {
+	i := len(l)
+	for i > 0 && l[i-1] > s {
+		i--
+	}
+	l = append(l, 0)
+	copy(l[i+1:], l[i:])
+	l[i] = s
+	return l
+}
+
+func setBit(b []uint64, s uint32) []uint64 {
+	for int(s/64) >= len(b) {
+		b = append(b, 0)
+	}
+	b[s/64] |= 1 << (s % 64)
+	return b
 }
 
 func (x *Index) newList(a, b uint32) uint32 {
@@ -210,6 +254,24 @@ func (x *Index) newList(a, b uint32) uint32 {
 	}
 	x.lists = append(x.lists, []uint32{a, b})
 	return uint32(len(x.lists) - 1)
+}
+
+func (x *Index) newSet(slots []uint32) uint32 {
+	var b []uint64
+	var i uint32
+	if n := len(x.freeSets); n > 0 {
+		i = x.freeSets[n-1]
+		x.freeSets = x.freeSets[:n-1]
+		b = x.sets[i][:0]
+	} else {
+		i = uint32(len(x.sets))
+		x.sets = append(x.sets, nil)
+	}
+	for _, s := range slots {
+		b = setBit(b, s)
+	}
+	x.sets[i] = b
+	return i
 }
 
 func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
@@ -228,28 +290,59 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 	if !ok {
 		return
 	}
-	if cur&listTag == 0 {
+	switch {
+	case cur&listTag != 0:
+		i := cur &^ listTag
+		l := x.lists[i]
+		for j, v := range l {
+			if v == s {
+				l = append(l[:j], l[j+1:]...)
+				break
+			}
+		}
+		if len(l) == 1 {
+			x.holders[h] = l[0]
+			x.lists[i] = l[:0]
+			x.freeLists = append(x.freeLists, i)
+			return
+		}
+		x.lists[i] = l
+	case cur&setTag != 0:
+		i := cur &^ setTag
+		b := x.sets[i]
+		if int(s/64) < len(b) {
+			b[s/64] &^= 1 << (s % 64)
+		}
+		n := 0
+		for _, word := range b {
+			n += bits.OnesCount64(word)
+		}
+		if n >= minSet {
+			return
+		}
+		l := make([]uint32, 0, maxList)
+		for wi, word := range b {
+			for word != 0 {
+				l = append(l, uint32(wi*64+bits.TrailingZeros64(word)))
+				word &= word - 1
+			}
+		}
+		x.sets[i] = b[:0]
+		x.freeSets = append(x.freeSets, i)
+		if len(x.freeLists) > 0 {
+			li := x.freeLists[len(x.freeLists)-1]
+			x.freeLists = x.freeLists[:len(x.freeLists)-1]
+			x.lists[li] = l
+			x.holders[h] = listTag | li
+		} else {
+			x.lists = append(x.lists, l)
+			x.holders[h] = listTag | uint32(len(x.lists)-1)
+		}
+	default:
 		if cur == s {
 			delete(x.holders, h)
 		}
-		return
 	}
-	i := cur &^ listTag
-	l := x.lists[i]
-	for j, v := range l {
-		if v == s {
-			l[j] = l[len(l)-1]
-			l = l[:len(l)-1]
-			break
-		}
-	}
-	if len(l) == 1 {
-		x.holders[h] = l[0]
-		x.lists[i] = l[:0]
-		x.freeLists = append(x.freeLists, i)
-		return
-	}
-	x.lists[i] = l
 }
 
 // Overlaps returns, for every worker holding at least the first block, how
@@ -265,54 +358,76 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	first, ok := x.holders[hashes[0]]
-	if !ok {
+	if _, ok := x.holders[hashes[0]]; !ok {
 		return dst
 	}
-	// active holds the slots still matching after depth blocks; it is a
-	// copy, filtered in place as the walk goes deeper.
-	var buf [16]uint32
-	active := holderSlots(x, first, buf[:0])
-	depth := 1
-	for _, h := range hashes[1:] {
+	// active is the bitset of slots holding every block so far; at each
+	// block, the slots that fall out are reported with the depth reached.
+	words := (len(x.workers) + 63) / 64
+	var buf [2 * 32]uint64
+	var active, next []uint64
+	if words <= 32 {
+		active, next = buf[:words], buf[32:32+words]
+	} else {
+		active, next = make([]uint64, words), make([]uint64, words)
+	}
+	for i := range active {
+		active[i] = ^uint64(0)
+	}
+	for depth, h := range hashes {
 		cur, ok := x.holders[h]
-		if !ok {
-			break
+		clear(next)
+		if ok {
+			x.intersect(next, active, cur)
 		}
-		next := active[:0]
-		for _, s := range active {
-			if cur == s || (cur&listTag != 0 && contains(x.lists[cur&^listTag], s)) {
-				next = append(next, s)
-			} else {
-				dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+		live := false
+		for wi := range active {
+			gone := active[wi] &^ next[wi]
+			if depth > 0 {
+				for gone != 0 {
+					s := wi*64 + bits.TrailingZeros64(gone)
+					dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+					gone &= gone - 1
+				}
+			}
+			if next[wi] != 0 {
+				live = true
 			}
 		}
-		active = next
-		if len(active) == 0 {
+		active, next = next, active
+		if !live {
 			return dst
 		}
-		depth++
 	}
-	for _, s := range active {
-		dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+	for wi, word := range active {
+		for word != 0 {
+			s := wi*64 + bits.TrailingZeros64(word)
+			dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: len(hashes)})
+			word &= word - 1
+		}
 	}
 	return dst
 }
 
-func holderSlots(x *Index, cur uint32, dst []uint32) []uint32 {
-	if cur&listTag == 0 {
-		return append(dst, cur)
-	}
-	return append(dst, x.lists[cur&^listTag]...)
-}
-
-func contains(l []uint32, s uint32) bool {
-	for _, v := range l {
-		if v == s {
-			return true
+// intersect writes active ∩ holders(cur) into next (which is zero).
+func (x *Index) intersect(next, active []uint64, cur uint32) {
+	switch {
+	case cur&listTag != 0:
+		for _, s := range x.lists[cur&^listTag] {
+			if active[s/64]&(1<<(s%64)) != 0 {
+				next[s/64] |= 1 << (s % 64)
+			}
+		}
+	case cur&setTag != 0:
+		b := x.sets[cur&^setTag]
+		for wi := range min(len(b), len(next)) {
+			next[wi] = active[wi] & b[wi]
+		}
+	default:
+		if active[cur/64]&(1<<(cur%64)) != 0 {
+			next[cur/64] |= 1 << (cur % 64)
 		}
 	}
-	return false
 }
 
 // Workers lists the workers the index knows.

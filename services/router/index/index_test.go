@@ -40,17 +40,23 @@ func sorted(o []Overlap) []Overlap {
 }
 
 // TestIndexMatchesBruteForce drives the index and the model with the same
-// random event stream and compares every lookup and count.
+// random event stream and compares every lookup and count: with few workers
+// (holders stay in lists) and with many (holders turn into bitsets and back).
 func TestIndexMatchesBruteForce(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	t.Run("few workers", func(t *testing.T) { rapid.Check(t, checkAgainstModel(5, 200)) })
+	t.Run("many workers", func(t *testing.T) { rapid.Check(t, checkAgainstModel(150, 600)) })
+}
+
+func checkAgainstModel(instances uint64, maxSteps int) func(*rapid.T) {
+	return func(t *rapid.T) {
 		x := New()
 		m := model{}
 		workerGen := rapid.Custom(func(t *rapid.T) WorkerID {
-			return WorkerID{Instance: rapid.Uint64Range(1, 5).Draw(t, "instance"), DPRank: rapid.Uint32Range(0, 1).Draw(t, "rank")}
+			return WorkerID{Instance: rapid.Uint64Range(1, instances).Draw(t, "instance"), DPRank: rapid.Uint32Range(0, 1).Draw(t, "rank")}
 		})
 		// A small hash space makes sharing, prefixes and collisions common.
-		hashes := rapid.SliceOfN(rapid.Uint64Range(1, 40), 0, 12)
-		for range rapid.IntRange(1, 200).Draw(t, "steps") {
+		hashes := rapid.SliceOfN(rapid.Uint64Range(1, 40), 0, 40)
+		for range rapid.IntRange(1, maxSteps).Draw(t, "steps") {
 			w := workerGen.Draw(t, "worker")
 			switch rapid.IntRange(0, 9).Draw(t, "op") {
 			case 0, 1, 2, 3:
@@ -96,7 +102,7 @@ func TestIndexMatchesBruteForce(t *testing.T) {
 				t.Fatalf("Stats = %+v, want %d entries over %d blocks", st, entries, len(blocks))
 			}
 		}
-	})
+	}
 }
 
 func TestEventOrdering(t *testing.T) {
@@ -232,5 +238,40 @@ func TestApproxRemoveWorker(t *testing.T) {
 	a.Expire(t0.Add(2 * time.Minute))
 	if st := a.Index().Stats(); st.Workers != 0 || st.Entries != 0 {
 		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// TestHolderRepresentations walks one block from one holder to many (list,
+// then bitset) and back, checking lookups at every size.
+func TestHolderRepresentations(t *testing.T) {
+	x := New()
+	const n = 100
+	for i := range n {
+		x.Store(WorkerID{Instance: uint64(i + 1)}, []uint64{1, 2})
+		if got := len(x.Overlaps([]uint64{1, 2})); got != i+1 {
+			t.Fatalf("with %d holders Overlaps found %d", i+1, got)
+		}
+	}
+	for i := range n {
+		x.Remove(WorkerID{Instance: uint64(i + 1)}, []uint64{2})
+		got := x.Overlaps([]uint64{1, 2})
+		full := 0
+		for _, o := range got {
+			if o.Blocks == 2 {
+				full++
+			}
+		}
+		if len(got) != n || full != n-i-1 {
+			t.Fatalf("after %d removals: %d overlaps, %d of 2 blocks; want %d and %d", i+1, len(got), full, n, n-i-1)
+		}
+	}
+	for i := range n {
+		x.RemoveWorker(WorkerID{Instance: uint64(i + 1)})
+	}
+	if st := x.Stats(); st != (Stats{}) {
+		t.Fatalf("Stats after removing everyone = %+v", st)
+	}
+	if len(x.lists) > 0 && len(x.freeLists) != len(x.lists) || len(x.sets) > 0 && len(x.freeSets) != len(x.sets) {
+		t.Fatalf("holder storage leaked: %d/%d lists free, %d/%d sets free", len(x.freeLists), len(x.lists), len(x.freeSets), len(x.sets))
 	}
 }
