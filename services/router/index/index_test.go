@@ -196,7 +196,7 @@ func TestApproxPrunesOldestDeepestFirst(t *testing.T) {
 	a := NewApprox(ApproxConfig{TTL: time.Hour, MaxEntries: 10, PruneTargetRatio: 0.5})
 	w1, w2 := WorkerID{Instance: 1}, WorkerID{Instance: 2}
 	t0 := time.Unix(1000, 0)
-	a.Predict(w1, []uint64{1, 2, 3, 4, 5, 6}, t0)              // oldest
+	a.Predict(w1, []uint64{1, 2, 3, 4, 5, 6}, t0)                // oldest
 	a.Predict(w2, []uint64{11, 12, 13, 14}, t0.Add(time.Second)) // 10 entries: at the limit
 	if st := a.Index().Stats(); st.Entries != 10 {
 		t.Fatalf("entries = %d, want 10 before pruning", st.Entries)
