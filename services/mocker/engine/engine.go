@@ -406,6 +406,7 @@ func (e *Engine) Step() StepResult {
 	}
 
 	// Run the batch: KV computed, full blocks cached, tokens generated.
+	res.Outputs = make([]Output, 0, len(e.running))
 	usage := float64(e.pool.inUse) / float64(e.cfg.NumGPUBlocks)
 	kept := e.running[:0]
 	for _, r := range e.running {

@@ -77,7 +77,13 @@ func drain(t testing.TB, e *Engine, maxSteps int) drained {
 // replay applies events to a set of sequence hashes and checks that they
 // are consistent with it: ids without gaps from next, no double store, no
 // removal of an absent block.
-func replay(t testing.TB, set map[uint64]bool, next uint64, events []Event) uint64 {
+// fataler is what replay needs of a *testing.T or a *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func replay(t fataler, set map[uint64]bool, next uint64, events []Event) uint64 {
 	t.Helper()
 	for _, ev := range events {
 		if ev.ID != next {
