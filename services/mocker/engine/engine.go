@@ -38,15 +38,16 @@
 //
 // # Output
 //
-// A request generates exactly MaxTokens tokens (the mocker has no end of
-// sequence), derived from its prompt and seed, in
-// [OutputTokenMin, OutputTokenMax). The first comes with the step that
-// finishes its prefill, then one per decode step.
+// A request generates MaxTokens tokens, unless one of its stop tokens comes
+// first (the mocker has no end-of-sequence token of its own), derived from
+// its prompt and seed, in [OutputTokenMin, OutputTokenMax). The first comes
+// with the step that finishes its prefill, then one per decode step.
 package engine
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
@@ -79,6 +80,14 @@ type Request struct {
 	// Seed varies the generated tokens of equal prompts; equal prompts with
 	// equal seeds generate equal tokens.
 	Seed uint64
+	// StopTokenIDs end the request (FinishStop) when generated, once
+	// MinTokens tokens have been generated; the stop token is part of the
+	// output. Generated tokens are pseudo-random, so a stop token in the
+	// output range ends a request early now and then, as in real traffic.
+	StopTokenIDs []uint32
+	// MinTokens is the output length (stop token included) below which
+	// stop tokens do not end the request, as vLLM's min_tokens.
+	MinTokens int
 }
 
 // FinishReason says why a request ended.
@@ -90,6 +99,8 @@ const (
 	FinishNone FinishReason = iota
 	// FinishLength means MaxTokens tokens were generated.
 	FinishLength
+	// FinishStop means a stop token was generated.
+	FinishStop
 	// FinishCancelled means the request was cancelled (Cancel or Reset).
 	FinishCancelled
 )
@@ -101,6 +112,8 @@ func (r FinishReason) String() string {
 		return "none"
 	case FinishLength:
 		return "length"
+	case FinishStop:
+		return "stop"
 	case FinishCancelled:
 		return "cancelled"
 	default:
@@ -202,6 +215,8 @@ type request struct {
 	tokens    []uint32 // prompt then generated tokens
 	promptLen int
 	maxTokens int
+	minTokens int
+	stop      []uint32
 	seed      uint64
 	// computed counts the tokens whose KV is in the request's blocks.
 	computed int
@@ -219,6 +234,18 @@ type request struct {
 }
 
 func (r *request) generated() int { return len(r.tokens) - r.promptLen }
+
+// finish says whether the request ends after generating tok.
+func (r *request) finish(tok uint32) FinishReason {
+	switch {
+	case r.generated() >= r.minTokens && slices.Contains(r.stop, tok):
+		return FinishStop
+	case r.generated() >= r.maxTokens:
+		return FinishLength
+	default:
+		return FinishNone
+	}
+}
 
 func (r *request) usage() Usage {
 	return Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated(), CachedPromptTokens: r.cachedPrompt}
@@ -266,6 +293,8 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("%w: request %q has an empty prompt", ErrInvalidRequest, r.ID)
 	case r.MaxTokens <= 0:
 		return fmt.Errorf("%w: request %q has max tokens %d", ErrInvalidRequest, r.ID, r.MaxTokens)
+	case r.MinTokens < 0:
+		return fmt.Errorf("%w: request %q has min tokens %d", ErrInvalidRequest, r.ID, r.MinTokens)
 	}
 	if _, dup := e.requests[r.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateRequest, r.ID)
@@ -283,6 +312,8 @@ func (e *Engine) Add(r Request) error {
 		tokens:    tokens,
 		promptLen: len(r.Prompt),
 		maxTokens: r.MaxTokens,
+		minTokens: r.MinTokens,
+		stop:      slices.Clone(r.StopTokenIDs),
 		seed:      tokenSeed(r.Prompt, r.Seed),
 		hasher:    kvhash.NewHasher(bs),
 	}
@@ -428,8 +459,8 @@ func (e *Engine) Step() StepResult {
 		// A capped view of the token list: later appends cannot show
 		// through it, and the step allocates nothing per token.
 		out := Output{RequestID: r.id, Tokens: r.tokens[len(r.tokens)-1 : len(r.tokens) : len(r.tokens)]}
-		if r.generated() >= r.maxTokens {
-			out.Finish = FinishLength
+		if fin := r.finish(tok); fin != FinishNone {
+			out.Finish = fin
 			e.releaseBlocks(r)
 			delete(e.requests, r.id)
 		} else {

@@ -159,6 +159,7 @@ func TestAddErrors(t *testing.T) {
 		{"no id", Request{Prompt: prompt(1, 4), MaxTokens: 1}, ErrInvalidRequest},
 		{"no prompt", Request{ID: "a", MaxTokens: 1}, ErrInvalidRequest},
 		{"no output", Request{ID: "a", Prompt: prompt(1, 4)}, ErrInvalidRequest},
+		{"negative min tokens", Request{ID: "a", Prompt: prompt(1, 4), MaxTokens: 1, MinTokens: -1}, ErrInvalidRequest},
 		{"duplicate", Request{ID: "dup", Prompt: prompt(1, 4), MaxTokens: 1}, ErrDuplicateRequest},
 		// 64 blocks of 4 tokens: 250 + 7 - 1 tokens need 64 blocks, 250 + 8 - 1 need 65.
 		{"fits exactly", Request{ID: "b", Prompt: prompt(1, 250), MaxTokens: 7}, nil},
@@ -595,6 +596,7 @@ func TestStrings(t *testing.T) {
 		{FinishNone.String(), "none"},
 		{FinishLength.String(), "length"},
 		{FinishCancelled.String(), "cancelled"},
+		{FinishStop.String(), "stop"},
 		{FinishReason(9).String(), "unknown"},
 	}
 	for _, tt := range tests {
