@@ -137,7 +137,8 @@ type Output struct {
 	// RequestID identifies the request.
 	RequestID string
 	// Tokens are the tokens generated in the step (at most one). The slice
-	// is shared with the engine: read it, do not modify it.
+	// is a view of the engine's memory that later steps never change: read
+	// it at any time, never modify it.
 	Tokens []uint32
 	// Finish is set on the request's last output.
 	Finish FinishReason
