@@ -9,8 +9,9 @@
 // hash, and every later block's is XXH3-64 with seed 1337 of the parent's
 // sequence hash followed by the block's local hash, both as little-endian
 // uint64. A partial last block is never hashed: it cannot be shared until it
-// is full. These are the hashes Dynamo's KV router and vLLM's KV events use, so
-// the values interoperate.
+// is full. Local hashes are Dynamo's canonical block hashes (its router's
+// compute_block_hash_for_seq), so blocks reported by engines that Dynamo
+// routes to can be matched by token content here too.
 package kvhash
 
 import (
