@@ -284,8 +284,7 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Config() Config { return e.cfg }
 
 // Add queues a request. It fails with ErrInvalidRequest, ErrDuplicateRequest
-// or ErrRequestTooLarge. The engine keeps the prompt slice; the caller must
-// not modify it afterwards.
+// or ErrRequestTooLarge. The engine copies what it keeps of r.
 func (e *Engine) Add(r Request) error {
 	switch {
 	case r.ID == "":
@@ -306,7 +305,9 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("%w: request %q needs %d blocks, the cache has %d",
 			ErrRequestTooLarge, r.ID, need, e.cfg.NumGPUBlocks)
 	}
-	tokens := make([]uint32, len(r.Prompt), len(r.Prompt)+r.MaxTokens)
+	// Room for a typical answer; longer ones grow the slice. Outputs' token
+	// views stay valid either way: handed-out positions are never rewritten.
+	tokens := make([]uint32, len(r.Prompt), len(r.Prompt)+min(r.MaxTokens, 512))
 	copy(tokens, r.Prompt)
 	q := &request{
 		id:        r.ID,

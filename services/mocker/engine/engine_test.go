@@ -605,3 +605,65 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestDeterministic runs the same workload, with preemption and eviction, on
+// two engines and expects identical step results: the replay benchmark
+// relies on it.
+func TestDeterministic(t *testing.T) {
+	run := func() []StepResult {
+		e := newEngine(t, func(c *Config) { c.NumGPUBlocks = 20; c.MaxNumBatchedTokens = 24; c.SpeedupRatio = 1 })
+		var steps []StepResult
+		for i := range 12 {
+			p := slices.Concat(prompt(1, 8), prompt(uint32(100*(i%3)), 5+i))
+			if err := e.Add(Request{ID: fmt.Sprint(i), Prompt: p, MaxTokens: 10 + i}); err != nil {
+				t.Fatal(err)
+			}
+			if i%4 == 3 {
+				if _, err := e.Cancel(fmt.Sprint(i - 2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			steps = append(steps, e.Step())
+		}
+		steps = append(steps, drain(t, e, 1000).steps...)
+		evicted := false
+		for _, s := range steps {
+			for _, ev := range s.Events {
+				evicted = evicted || ev.Kind == EventRemoved
+			}
+		}
+		if st := e.Stats(); st.Preemptions == 0 || st.PrefixHitBlocks == 0 || !evicted {
+			t.Fatalf("workload did not preempt, hit and evict: %+v, evicted %v", st, evicted)
+		}
+		return steps
+	}
+	a, b := run(), run()
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("two runs differ (-first +second):\n%s", diff)
+	}
+}
+
+// TestOutputTokenViewsStayValid keeps every output's Tokens slice, as a
+// streaming worker may, and reads them after the request's token list has
+// grown past its initial capacity.
+func TestOutputTokenViewsStayValid(t *testing.T) {
+	e := newEngine(t, func(c *Config) { c.NumGPUBlocks = 1024 })
+	if err := e.Add(Request{ID: "a", Prompt: prompt(1, 10), MaxTokens: 2000}); err != nil {
+		t.Fatal(err)
+	}
+	var views [][]uint32
+	var copied []uint32
+	for !e.Idle() {
+		for _, o := range e.Step().Outputs {
+			views = append(views, o.Tokens)
+			copied = append(copied, o.Tokens...)
+		}
+	}
+	var later []uint32
+	for _, v := range views {
+		later = append(later, v...)
+	}
+	if len(copied) != 2000 || !slices.Equal(later, copied) {
+		t.Errorf("token views changed after later steps")
+	}
+}
