@@ -10,8 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
