@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 )
 
 // ErrInvalidConfig is returned by Config.Validate and New for a configuration
@@ -34,7 +36,7 @@ type Config struct {
 // sequences and 8192 tokens per step, in real time.
 func DefaultConfig() Config {
 	return Config{
-		BlockSize:           16,
+		BlockSize:           kvhash.DefaultBlockSize,
 		NumGPUBlocks:        16384,
 		MaxNumSeqs:          256,
 		MaxNumBatchedTokens: 8192,
