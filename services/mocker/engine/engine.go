@@ -369,6 +369,18 @@ func (e *Engine) Reset() StepResult {
 	return res
 }
 
+// CachedPrefix returns how many leading blocks of a sequence (as computed by
+// kvhash.Hashes) the prefix cache holds: the ground truth a router's
+// overlap estimate for this engine can be checked against.
+func (e *Engine) CachedPrefix(blocks []kvhash.Block) int {
+	for i, b := range blocks {
+		if _, ok := e.pool.lookup(b.Sequence); !ok {
+			return i
+		}
+	}
+	return len(blocks)
+}
+
 // Idle says the engine has no request: Step would do nothing.
 func (e *Engine) Idle() bool { return len(e.requests) == 0 }
 

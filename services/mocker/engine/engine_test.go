@@ -314,6 +314,12 @@ func TestTwoTurnChatReusesBlocks(t *testing.T) {
 	if got := d2.steps[0].PrefillTokens; got != len(turn2)-wantHits*16 {
 		t.Errorf("second turn prefilled %d tokens, want %d", got, len(turn2)-wantHits*16)
 	}
+	if got := e.CachedPrefix(kvhash.Hashes(turn2, 16, nil)); got != len(turn2)/16 {
+		t.Errorf("CachedPrefix(turn 2) = %d, want all %d blocks", got, len(turn2)/16)
+	}
+	if got := e.CachedPrefix(kvhash.Hashes(slices.Concat(turn1[:40], prompt(9000, 40)), 16, nil)); got != 2 {
+		t.Errorf("CachedPrefix(diverging at token 40) = %d, want 2", got)
+	}
 	// The turn-2 blocks beyond the hit were stored with the last hit block
 	// as parent.
 	h := kvhash.Hashes(turn2, 16, nil)
