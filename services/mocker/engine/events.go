@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -83,4 +86,31 @@ func (e Event) Envelope(instanceID uint64, dpRank uint32) *workerv1.KvCacheEvent
 		EventId:    e.ID,
 		Event:      e.Proto(),
 	}
+}
+
+// ErrEventGap is returned by BatchProto for events whose ids do not follow
+// each other.
+var ErrEventGap = errors.New("event ids are not consecutive")
+
+// BatchProto returns events, which must have consecutive ids (those of one
+// step, or of consecutive steps), as one worker protocol batch from the given
+// worker instance and data-parallel rank. It returns nil for no events, and
+// fails with ErrEventGap.
+func BatchProto(instanceID uint64, dpRank uint32, events []Event) (*workerv1.KvEventBatch, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	b := &workerv1.KvEventBatch{
+		InstanceId:   instanceID,
+		DpRank:       dpRank,
+		FirstEventId: events[0].ID,
+		Events:       make([]*workerv1.KvCacheEvent, len(events)),
+	}
+	for i, e := range events {
+		if e.ID != events[0].ID+uint64(i) {
+			return nil, fmt.Errorf("%w: event %d has id %d after %d", ErrEventGap, i, e.ID, events[0].ID)
+		}
+		b.Events[i] = e.Proto()
+	}
+	return b, nil
 }

@@ -116,3 +116,33 @@ func TestOutputAndMetricsProto(t *testing.T) {
 		t.Errorf("Metrics.Proto (-want +got):\n%s", diff)
 	}
 }
+
+func TestBatchProto(t *testing.T) {
+	evs := []Event{
+		{ID: 4, Kind: EventRemoved, Removed: []uint64{1}},
+		{ID: 5, Kind: EventCleared},
+	}
+	tests := []struct {
+		name    string
+		events  []Event
+		want    *workerv1.KvEventBatch
+		wantErr error
+	}{
+		{"none", nil, nil, nil},
+		{"consecutive", evs, &workerv1.KvEventBatch{InstanceId: 3, DpRank: 2, FirstEventId: 4,
+			Events: []*workerv1.KvCacheEvent{evs[0].Proto(), evs[1].Proto()}}, nil},
+		{"gap", []Event{evs[0], {ID: 6, Kind: EventCleared}}, nil, ErrEventGap},
+		{"reordered", []Event{evs[1], evs[0]}, nil, ErrEventGap},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := BatchProto(3, 2, tt.events)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
