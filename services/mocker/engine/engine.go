@@ -55,8 +55,9 @@ import (
 
 // Errors returned by Engine methods.
 var (
-	// ErrInvalidRequest is returned by Add for a request without id, prompt or
-	// tokens to generate.
+	// ErrInvalidRequest is returned by Add (and RequestFromProto) for a
+	// request without id, prompt or tokens to generate, or with negative min
+	// tokens; the message says which.
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrDuplicateRequest is returned by Add for a request id already in the
 	// engine.
