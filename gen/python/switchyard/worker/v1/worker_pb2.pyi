@@ -1,0 +1,170 @@
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+FINISH_REASON_CANCELLED: FinishReason
+FINISH_REASON_ERROR: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_UNSPECIFIED: FinishReason
+
+class GenerateRequest(_message.Message):
+    __slots__ = ["max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    model: str
+    request_id: str
+    sampling: SamplingParameters
+    stop: StopConditions
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ["error_message", "finish_reason", "text", "token_ids", "usage"]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    error_message: str
+    finish_reason: FinishReason
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    usage: Usage
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class KvBlock(_message.Message):
+    __slots__ = ["local_hash", "sequence_hash"]
+    LOCAL_HASH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    local_hash: int
+    sequence_hash: int
+    def __init__(self, sequence_hash: _Optional[int] = ..., local_hash: _Optional[int] = ...) -> None: ...
+
+class KvBlocksRemoved(_message.Message):
+    __slots__ = ["sequence_hashes"]
+    SEQUENCE_HASHES_FIELD_NUMBER: _ClassVar[int]
+    sequence_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sequence_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class KvBlocksStored(_message.Message):
+    __slots__ = ["blocks", "parent_sequence_hash"]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SEQUENCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    blocks: _containers.RepeatedCompositeFieldContainer[KvBlock]
+    parent_sequence_hash: int
+    def __init__(self, parent_sequence_hash: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[KvBlock, _Mapping]]] = ...) -> None: ...
+
+class KvCacheCleared(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class KvCacheEvent(_message.Message):
+    __slots__ = ["cleared", "removed", "stored"]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    cleared: KvCacheCleared
+    removed: KvBlocksRemoved
+    stored: KvBlocksStored
+    def __init__(self, stored: _Optional[_Union[KvBlocksStored, _Mapping]] = ..., removed: _Optional[_Union[KvBlocksRemoved, _Mapping]] = ..., cleared: _Optional[_Union[KvCacheCleared, _Mapping]] = ...) -> None: ...
+
+class KvCacheEventEnvelope(_message.Message):
+    __slots__ = ["dp_rank", "event", "event_id", "instance_id"]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    dp_rank: int
+    event: KvCacheEvent
+    event_id: int
+    instance_id: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., event: _Optional[_Union[KvCacheEvent, _Mapping]] = ...) -> None: ...
+
+class KvEventBatch(_message.Message):
+    __slots__ = ["dp_rank", "events", "first_event_id", "instance_id"]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    dp_rank: int
+    events: _containers.RepeatedCompositeFieldContainer[KvCacheEvent]
+    first_event_id: int
+    instance_id: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., first_event_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[KvCacheEvent, _Mapping]]] = ...) -> None: ...
+
+class LoadMetrics(_message.Message):
+    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "running_requests", "timestamp", "waiting_requests"]
+    ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    active_decode_blocks: int
+    active_prefill_tokens: int
+    dp_rank: int
+    instance_id: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    running_requests: int
+    timestamp: _timestamp_pb2.Timestamp
+    waiting_requests: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SamplingParameters(_message.Message):
+    __slots__ = ["frequency_penalty", "min_p", "presence_penalty", "repetition_penalty", "seed", "temperature", "top_k", "top_p"]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    frequency_penalty: float
+    min_p: float
+    presence_penalty: float
+    repetition_penalty: float
+    seed: int
+    temperature: float
+    top_k: int
+    top_p: float
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ...) -> None: ...
+
+class StopConditions(_message.Message):
+    __slots__ = ["ignore_eos", "min_tokens", "stop_strings", "stop_token_ids"]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_STRINGS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    ignore_eos: bool
+    min_tokens: int
+    stop_strings: _containers.RepeatedScalarFieldContainer[str]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., min_tokens: _Optional[int] = ..., stop_strings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ["cached_prompt_tokens", "completion_tokens", "prompt_tokens"]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    cached_prompt_tokens: int
+    completion_tokens: int
+    prompt_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,204 @@
+// Package kvhash defines the identity of KV cache blocks, shared by workers,
+// the router and the frontend so that all three name a cached prefix the same
+// way.
+//
+// A token sequence is cut into blocks of a fixed number of tokens (the model
+// card's block size). A block's local hash is XXH3-64 with seed 1337 of its
+// token ids encoded as little-endian uint32. Its sequence hash identifies the
+// whole prefix ending with it: the first block's sequence hash is its local
+// hash, and every later block's is XXH3-64 with seed 1337 of the parent's
+// sequence hash followed by the block's local hash, both as little-endian
+// uint64. A partial last block is never hashed: it cannot be shared until it
+// is full. Local hashes are Dynamo's canonical block hashes (its router's
+// compute_block_hash_for_seq), so blocks reported by engines that Dynamo
+// routes to can be matched by token content here too.
+package kvhash
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Seed is the XXH3 seed of every hash in this package.
+const Seed = 1337
+
+// DefaultBlockSize is the block size engines use when a model card gives none.
+const DefaultBlockSize = 16
+
+// ErrInvalidBlockSize is returned by ValidateBlockSize for a block size that
+// is not positive.
+var ErrInvalidBlockSize = errors.New("kvhash: block size must be positive")
+
+// Block is the identity of one full KV block.
+type Block struct {
+	// Local is the hash of the block's own tokens.
+	Local uint64
+	// Sequence is the hash of the prefix ending with this block.
+	Sequence uint64
+}
+
+// ValidateBlockSize reports whether n can be used as a block size. Callers
+// that take a block size from configuration validate it with this before
+// calling Hashes or NewHasher, which panic on an invalid one.
+func ValidateBlockSize(n int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: got %d", ErrInvalidBlockSize, n)
+	}
+	return nil
+}
+
+// LocalHash returns the local hash of one block's tokens. It hashes whatever
+// it is given; use it on full blocks only.
+func LocalHash(tokens []uint32) uint64 {
+	if len(tokens) == 0 {
+		return xxh3.HashSeed(nil, Seed)
+	}
+	if nativeLittleEndian {
+		// The in-memory layout of []uint32 already is the wire layout, so
+		// hash it in place instead of copying it.
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), 4*len(tokens))
+		return xxh3.HashSeed(b, Seed)
+	}
+	return localHashPortable(tokens)
+}
+
+// localHashPortable encodes tokens explicitly as little-endian; it is the
+// path of big-endian hosts and the reference the in-place path is tested
+// against.
+func localHashPortable(tokens []uint32) uint64 {
+	var stack [1024]byte
+	var b []byte
+	if n := 4 * len(tokens); n <= len(stack) {
+		b = stack[:0]
+	} else {
+		b = make([]byte, 0, n)
+	}
+	for _, t := range tokens {
+		b = binary.LittleEndian.AppendUint32(b, t)
+	}
+	return xxh3.HashSeed(b, Seed)
+}
+
+// SequenceHash returns the sequence hash of a block from its parent's
+// sequence hash and its own local hash. The first block of a sequence has no
+// parent: its sequence hash is its local hash, and SequenceHash is not used.
+func SequenceHash(parent, local uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], parent)
+	binary.LittleEndian.PutUint64(b[8:], local)
+	return xxh3.HashSeed(b[:], Seed)
+}
+
+// Hashes appends to dst the identity of every full block of tokens and
+// returns the extended slice; a trailing partial block is ignored. Passing a
+// dst with enough capacity makes it allocation-free. It panics if blockSize is
+// not positive (see ValidateBlockSize).
+func Hashes(tokens []uint32, blockSize int, dst []Block) []Block {
+	if blockSize <= 0 {
+		panic(fmt.Sprintf("kvhash: block size must be positive, got %d", blockSize))
+	}
+	n := len(tokens) / blockSize
+	if n == 0 {
+		return dst
+	}
+	dst = grow(dst, n)
+	var parent uint64
+	for i := range n {
+		local := LocalHash(tokens[i*blockSize : (i+1)*blockSize])
+		seq := local
+		if i > 0 {
+			seq = SequenceHash(parent, local)
+		}
+		dst = append(dst, Block{Local: local, Sequence: seq})
+		parent = seq
+	}
+	return dst
+}
+
+// grow makes room for n more elements in dst with at most one allocation.
+func grow(dst []Block, n int) []Block {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	out := make([]Block, len(dst), len(dst)+n)
+	copy(out, dst)
+	return out
+}
+
+// Hasher computes block identities incrementally as the tokens of one
+// sequence arrive, as during decode, without rehashing what it has seen. The
+// zero value is not usable; create one with NewHasher. A Hasher is not safe
+// for concurrent use.
+type Hasher struct {
+	blockSize int
+	pending   []uint32
+	parent    uint64
+	blocks    int
+}
+
+// NewHasher returns a Hasher for blocks of blockSize tokens. It panics if
+// blockSize is not positive (see ValidateBlockSize).
+func NewHasher(blockSize int) *Hasher {
+	if blockSize <= 0 {
+		panic(fmt.Sprintf("kvhash: block size must be positive, got %d", blockSize))
+	}
+	return &Hasher{blockSize: blockSize, pending: make([]uint32, 0, blockSize)}
+}
+
+// BlockSize returns the block size the Hasher was created with.
+func (h *Hasher) BlockSize() int { return h.blockSize }
+
+// Append adds tokens to the sequence and appends to dst the identity of
+// every block they complete, returning the extended slice. Tokens that do not
+// complete a block are kept until later calls do.
+func (h *Hasher) Append(tokens []uint32, dst []Block) []Block {
+	for len(tokens) > 0 {
+		if len(h.pending) == 0 && len(tokens) >= h.blockSize {
+			// A whole block straight from the input: no copy.
+			dst = append(dst, h.complete(tokens[:h.blockSize]))
+			tokens = tokens[h.blockSize:]
+			continue
+		}
+		k := min(h.blockSize-len(h.pending), len(tokens))
+		h.pending = append(h.pending, tokens[:k]...)
+		tokens = tokens[k:]
+		if len(h.pending) == h.blockSize {
+			dst = append(dst, h.complete(h.pending))
+			h.pending = h.pending[:0]
+		}
+	}
+	return dst
+}
+
+// complete hashes one full block and makes it the parent of the next.
+func (h *Hasher) complete(block []uint32) Block {
+	local := LocalHash(block)
+	seq := local
+	if h.blocks > 0 {
+		seq = SequenceHash(h.parent, local)
+	}
+	h.parent = seq
+	h.blocks++
+	return Block{Local: local, Sequence: seq}
+}
+
+// Blocks returns how many full blocks the sequence has so far.
+func (h *Hasher) Blocks() int { return h.blocks }
+
+// Pending returns how many tokens of the partial last block are held.
+func (h *Hasher) Pending() int { return len(h.pending) }
+
+// Last returns the sequence hash of the last full block, and false when there
+// is none yet. It is the parent hash of the next block.
+func (h *Hasher) Last() (uint64, bool) { return h.parent, h.blocks > 0 }
+
+// Reset empties the Hasher so that it starts a new sequence.
+func (h *Hasher) Reset() {
+	h.pending = h.pending[:0]
+	h.parent = 0
+	h.blocks = 0
+}

@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+)
+
+// ErrInvalidConfig is returned by Config.Validate and New for a configuration
+// the engine cannot run with.
+var ErrInvalidConfig = errors.New("invalid engine config")
+
+// Config sizes and paces the simulated engine. Its field names follow the vLLM
+// (and Dynamo mocker) options of the same meaning.
+type Config struct {
+	// BlockSize is the number of tokens per KV block.
+	BlockSize int
+	// NumGPUBlocks is the number of KV blocks of the cache.
+	NumGPUBlocks int
+	// MaxNumSeqs is the most requests running at once.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is the most tokens (prefill chunks plus one per
+	// decoding request) computed in one step.
+	MaxNumBatchedTokens int
+	// SpeedupRatio divides every simulated duration; 0 means no delay at all.
+	SpeedupRatio float64
+	// OutputTokenMin and OutputTokenMax bound generated token ids to
+	// [OutputTokenMin, OutputTokenMax), so that a real tokenizer can decode
+	// them: the defaults stay among Qwen3's ordinary tokens, below its special
+	// tokens (151643 and up).
+	OutputTokenMin, OutputTokenMax uint32
+}
+
+// DefaultConfig returns vLLM's defaults: 16-token blocks, 16384 blocks, 256
+// sequences and 8192 tokens per step, in real time.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:           kvhash.DefaultBlockSize,
+		NumGPUBlocks:        16384,
+		MaxNumSeqs:          256,
+		MaxNumBatchedTokens: 8192,
+		SpeedupRatio:        1,
+		OutputTokenMin:      1000,
+		OutputTokenMax:      150000,
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("%w: block size %d must be positive", ErrInvalidConfig, c.BlockSize)
+	case c.NumGPUBlocks <= 0:
+		return fmt.Errorf("%w: num gpu blocks %d must be positive", ErrInvalidConfig, c.NumGPUBlocks)
+	case c.MaxNumSeqs <= 0:
+		return fmt.Errorf("%w: max num seqs %d must be positive", ErrInvalidConfig, c.MaxNumSeqs)
+	case c.MaxNumBatchedTokens <= 0:
+		return fmt.Errorf("%w: max num batched tokens %d must be positive", ErrInvalidConfig, c.MaxNumBatchedTokens)
+	case c.SpeedupRatio < 0 || c.SpeedupRatio != c.SpeedupRatio:
+		return fmt.Errorf("%w: speedup ratio %v must be 0 (no delay) or positive", ErrInvalidConfig, c.SpeedupRatio)
+	case c.OutputTokenMin >= c.OutputTokenMax:
+		return fmt.Errorf("%w: output token range [%d, %d) is empty", ErrInvalidConfig, c.OutputTokenMin, c.OutputTokenMax)
+	}
+	return nil
+}

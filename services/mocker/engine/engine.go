@@ -1,0 +1,651 @@
+// Package engine is the core of the mocker: a simulated LLM inference engine
+// with a real paged KV cache (prefix caching by kvhash sequence hash,
+// reference counts, LRU eviction), vLLM-style continuous batching with chunked
+// prefill, a timing model for prefill and decode, and the KV cache events and
+// load metrics a real engine would publish.
+//
+// The Engine is a deterministic step function: it starts no goroutines, never
+// sleeps and never reads a clock. Each Step schedules and "computes" one batch
+// and returns how long that batch would have taken; the caller advances its
+// clock by that much, sleeping in real time (the mocker worker) or moving a
+// simulated clock (the router's replay benchmark). An Engine is not safe for
+// concurrent use.
+//
+// # Scheduling
+//
+// Scheduling follows vLLM's v1 scheduler. Each step has a budget of
+// MaxNumBatchedTokens tokens. Running requests are served first, in admission
+// order: a decoding request takes one token, a request still in prefill takes
+// the rest of its prompt or what is left of the budget (chunked prefill).
+// When a running request needs a block and none can be allocated, even by
+// evicting unused cached blocks, the most recently admitted running request is
+// preempted (possibly the one that needs the block): its blocks are released
+// and it goes back to the front of the waiting queue, to be prefilled again,
+// prompt and generated tokens together, when readmitted (vLLM's recompute
+// preemption; its released blocks usually are still cached then). Waiting
+// requests are admitted in FIFO order, only in steps that preempted nothing,
+// while fewer than MaxNumSeqs run, budget is left and the blocks for their
+// first chunk can be allocated after counting their cached prefix; the first
+// request that does not fit stops admission (no overtaking). As in vLLM, a
+// fully cached prompt still computes its last block, which gives the logits
+// of the first output token.
+//
+// # Timing
+//
+// A step costs PrefillTime of its new prompt tokens (summed over requests in
+// prefill) plus DecodeTime at the fraction of KV blocks in use when it has
+// decoding requests, both divided by SpeedupRatio.
+//
+// # Output
+//
+// A request generates MaxTokens tokens, unless one of its stop tokens comes
+// first (the mocker has no end-of-sequence token of its own), derived from
+// its prompt and seed, in [OutputTokenMin, OutputTokenMax). The first comes
+// with the step that finishes its prefill, then one per decode step.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+)
+
+// Errors returned by Engine methods.
+var (
+	// ErrInvalidRequest is returned by Add (and RequestFromProto) for a
+	// request without id, prompt or tokens to generate, or with negative min
+	// tokens; the message says which.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrDuplicateRequest is returned by Add for a request id already in the
+	// engine.
+	ErrDuplicateRequest = errors.New("duplicate request id")
+	// ErrRequestTooLarge is returned by Add for a request whose prompt and
+	// output could never fit in the KV cache at once.
+	ErrRequestTooLarge = errors.New("request does not fit in the KV cache")
+	// ErrUnknownRequest is returned by Cancel for a request id the engine
+	// does not hold (never added, finished or already cancelled).
+	ErrUnknownRequest = errors.New("unknown request id")
+)
+
+// Request is one generation request.
+type Request struct {
+	// ID identifies the request; unique among the engine's requests.
+	ID string
+	// Prompt is the tokenized prompt; it must not be empty.
+	Prompt []uint32
+	// MaxTokens is how many tokens to generate; it must be positive.
+	MaxTokens int
+	// Seed varies the generated tokens of equal prompts; equal prompts with
+	// equal seeds generate equal tokens.
+	Seed uint64
+	// StopTokenIDs end the request (FinishStop) when generated, once
+	// MinTokens tokens have been generated; the stop token is part of the
+	// output. Generated tokens are pseudo-random, so a stop token in the
+	// output range ends a request early now and then, as in real traffic.
+	StopTokenIDs []uint32
+	// MinTokens is the output length (stop token included) below which
+	// stop tokens do not end the request, as vLLM's min_tokens.
+	MinTokens int
+}
+
+// FinishReason says why a request ended.
+type FinishReason int
+
+// The finish reasons.
+const (
+	// FinishNone means the request goes on.
+	FinishNone FinishReason = iota
+	// FinishLength means MaxTokens tokens were generated.
+	FinishLength
+	// FinishStop means a stop token was generated.
+	FinishStop
+	// FinishCancelled means the request was cancelled (Cancel or Reset).
+	FinishCancelled
+)
+
+// String returns the reason's name.
+func (r FinishReason) String() string {
+	switch r {
+	case FinishNone:
+		return "none"
+	case FinishLength:
+		return "length"
+	case FinishStop:
+		return "stop"
+	case FinishCancelled:
+		return "cancelled"
+	default:
+		return "unknown"
+	}
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	// PromptTokens is the prompt's length.
+	PromptTokens int
+	// CompletionTokens is how many tokens were generated so far.
+	CompletionTokens int
+	// CachedPromptTokens is how much of the prompt the prefix cache held when
+	// the request was first admitted.
+	CachedPromptTokens int
+}
+
+// Output is what one request produced in one step.
+type Output struct {
+	// RequestID identifies the request.
+	RequestID string
+	// Tokens are the tokens generated in the step (at most one). The slice
+	// is a view of the engine's memory that later steps never change: read
+	// it at any time, never modify it.
+	Tokens []uint32
+	// Finish is set on the request's last output.
+	Finish FinishReason
+	// Usage counts the request's tokens after the step.
+	Usage Usage
+}
+
+// StepResult is the outcome of one step.
+type StepResult struct {
+	// Duration is the simulated compute time of the step.
+	Duration time.Duration
+	// Outputs has one entry per request that generated a token or finished.
+	Outputs []Output
+	// Events are the KV cache events of the step, in id order.
+	Events []Event
+	// PrefillTokens is the number of new prompt tokens computed.
+	PrefillTokens int
+	// DecodeTokens is the number of requests that decoded one token.
+	DecodeTokens int
+	// Preempted is the number of requests preempted back to waiting.
+	Preempted int
+}
+
+// Metrics is the engine's load, as published to the router.
+type Metrics struct {
+	// ActiveDecodeBlocks counts the blocks held by running requests past
+	// their prefill.
+	ActiveDecodeBlocks int
+	// ActivePrefillTokens counts the prompt tokens running requests still
+	// have to prefill.
+	ActivePrefillTokens int
+	// KVBlocksUsed counts the blocks held by running requests.
+	KVBlocksUsed int
+	// KVBlocksTotal is the cache's capacity in blocks.
+	KVBlocksTotal int
+	// CachedBlocks counts the full blocks in the prefix cache, held or not.
+	CachedBlocks int
+	// Waiting counts the requests queued for admission.
+	Waiting int
+	// Running counts the admitted requests.
+	Running int
+}
+
+// Stats are the engine's cumulative counters.
+type Stats struct {
+	// Steps counts the steps that did any work.
+	Steps uint64
+	// PrefixQueriedBlocks counts the full prompt blocks looked up in the
+	// prefix cache at admission.
+	PrefixQueriedBlocks uint64
+	// PrefixHitBlocks counts those found in the cache.
+	PrefixHitBlocks uint64
+	// PrefillTokens counts the prompt tokens computed.
+	PrefillTokens uint64
+	// GeneratedTokens counts the tokens generated.
+	GeneratedTokens uint64
+	// Preemptions counts the preemptions of running requests.
+	Preemptions uint64
+	// Elapsed is the sum of all step durations: the engine's simulated time.
+	Elapsed time.Duration
+}
+
+// PrefixHitRate returns PrefixHitBlocks / PrefixQueriedBlocks, or 0 before
+// any query.
+func (s Stats) PrefixHitRate() float64 {
+	if s.PrefixQueriedBlocks == 0 {
+		return 0
+	}
+	return float64(s.PrefixHitBlocks) / float64(s.PrefixQueriedBlocks)
+}
+
+// request is the engine's state of one request.
+type request struct {
+	id        string
+	tokens    []uint32 // prompt then generated tokens
+	promptLen int
+	maxTokens int
+	minTokens int
+	stop      []uint32
+	seed      uint64
+	// computed counts the tokens whose KV is in the request's blocks.
+	computed int
+	blocks   []int32
+	// hashes are the identities of the full blocks of tokens.
+	hashes []kvhash.Block
+	hasher *kvhash.Hasher
+	// registered counts the leading blocks already offered to the cache.
+	registered   int
+	cachedPrompt int
+	admittedOnce bool
+	running      bool
+	// scheduled is the number of tokens computed in the current step.
+	scheduled int
+}
+
+func (r *request) generated() int { return len(r.tokens) - r.promptLen }
+
+// finish says whether the request ends after generating tok.
+func (r *request) finish(tok uint32) FinishReason {
+	switch {
+	case r.generated() >= r.minTokens && slices.Contains(r.stop, tok):
+		return FinishStop
+	case r.generated() >= r.maxTokens:
+		return FinishLength
+	default:
+		return FinishNone
+	}
+}
+
+func (r *request) usage() Usage {
+	return Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated(), CachedPromptTokens: r.cachedPrompt}
+}
+
+// decoding says the request's prefill is over: only the last generated token
+// lacks its KV.
+func (r *request) decoding() bool {
+	return r.generated() > 0 && r.computed == len(r.tokens)-1
+}
+
+// Engine is the simulated engine. Create one with New.
+type Engine struct {
+	cfg      Config
+	pool     *pool
+	requests map[string]*request
+	waiting  []*request // FIFO; preempted requests go to the front
+	running  []*request // in admission order
+	nextID   uint64
+	events   []Event
+	stats    Stats
+}
+
+// New returns an empty engine, or an error wrapping ErrInvalidConfig.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, requests: make(map[string]*request), nextID: 1}
+	e.pool = newPool(cfg.NumGPUBlocks, e.evicted)
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Add queues a request. It fails with ErrInvalidRequest, ErrDuplicateRequest
+// or ErrRequestTooLarge. The engine copies what it keeps of r.
+func (e *Engine) Add(r Request) error {
+	switch {
+	case r.ID == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidRequest)
+	case len(r.Prompt) == 0:
+		return fmt.Errorf("%w: request %q has an empty prompt", ErrInvalidRequest, r.ID)
+	case r.MaxTokens <= 0:
+		return fmt.Errorf("%w: request %q has max tokens %d", ErrInvalidRequest, r.ID, r.MaxTokens)
+	case r.MinTokens < 0:
+		return fmt.Errorf("%w: request %q has min tokens %d", ErrInvalidRequest, r.ID, r.MinTokens)
+	}
+	if _, dup := e.requests[r.ID]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateRequest, r.ID)
+	}
+	bs := e.cfg.BlockSize
+	// The last generated token's KV is never computed.
+	if need := (len(r.Prompt) + r.MaxTokens - 1 + bs - 1) / bs; need > e.cfg.NumGPUBlocks {
+		return fmt.Errorf("%w: request %q needs %d blocks, the cache has %d",
+			ErrRequestTooLarge, r.ID, need, e.cfg.NumGPUBlocks)
+	}
+	// Room for a typical answer; longer ones grow the slice. Outputs' token
+	// views stay valid either way: handed-out positions are never rewritten.
+	tokens := make([]uint32, len(r.Prompt), len(r.Prompt)+min(r.MaxTokens, 512))
+	copy(tokens, r.Prompt)
+	q := &request{
+		id:        r.ID,
+		tokens:    tokens,
+		promptLen: len(r.Prompt),
+		maxTokens: r.MaxTokens,
+		minTokens: r.MinTokens,
+		stop:      slices.Clone(r.StopTokenIDs),
+		seed:      tokenSeed(r.Prompt, r.Seed),
+		hasher:    kvhash.NewHasher(bs),
+	}
+	q.hashes = q.hasher.Append(tokens, make([]kvhash.Block, 0, cap(tokens)/bs))
+	e.requests[r.ID] = q
+	e.waiting = append(e.waiting, q)
+	return nil
+}
+
+// Cancel ends a request at once, releasing its blocks (which stay cached
+// until evicted), and returns its final output. It fails with
+// ErrUnknownRequest.
+func (e *Engine) Cancel(id string) (Output, error) {
+	r, ok := e.requests[id]
+	if !ok {
+		return Output{}, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	if r.running {
+		e.running = removeRequest(e.running, r)
+		e.releaseBlocks(r)
+	} else {
+		e.waiting = removeRequest(e.waiting, r)
+	}
+	delete(e.requests, id)
+	return Output{RequestID: id, Finish: FinishCancelled, Usage: r.usage()}, nil
+}
+
+func removeRequest(list []*request, r *request) []*request {
+	for i, q := range list {
+		if q == r {
+			return append(list[:i], list[i+1:]...)
+		}
+	}
+	return list
+}
+
+// Reset cancels every request and empties the KV cache. The result has a
+// cancelled output per request and one EventCleared event.
+func (e *Engine) Reset() StepResult {
+	var res StepResult
+	for _, list := range [][]*request{e.running, e.waiting} {
+		for _, r := range list {
+			res.Outputs = append(res.Outputs, Output{RequestID: r.id, Finish: FinishCancelled, Usage: r.usage()})
+		}
+	}
+	e.running, e.waiting = nil, nil
+	clear(e.requests)
+	e.pool.clear()
+	e.emit(Event{Kind: EventCleared})
+	res.Events = e.takeEvents()
+	return res
+}
+
+// CachedPrefix returns how many leading blocks of a sequence (as computed by
+// kvhash.Hashes) the prefix cache holds: the ground truth a router's
+// overlap estimate for this engine can be checked against.
+func (e *Engine) CachedPrefix(blocks []kvhash.Block) int {
+	for i, b := range blocks {
+		if _, ok := e.pool.lookup(b.Sequence); !ok {
+			return i
+		}
+	}
+	return len(blocks)
+}
+
+// Idle says the engine has no request: Step would do nothing.
+func (e *Engine) Idle() bool { return len(e.requests) == 0 }
+
+// Stats returns the cumulative counters.
+func (e *Engine) Stats() Stats { return e.stats }
+
+// Metrics returns the current load.
+func (e *Engine) Metrics() Metrics {
+	m := Metrics{
+		KVBlocksUsed:  e.pool.inUse,
+		KVBlocksTotal: e.cfg.NumGPUBlocks,
+		CachedBlocks:  len(e.pool.cache),
+		Waiting:       len(e.waiting),
+		Running:       len(e.running),
+	}
+	for _, r := range e.running {
+		if r.decoding() {
+			m.ActiveDecodeBlocks += len(r.blocks)
+		} else {
+			m.ActivePrefillTokens += len(r.tokens) - r.computed
+		}
+	}
+	return m
+}
+
+// Step schedules and runs one batch, and returns what it produced and how
+// long it took. With no request it returns a zero result.
+func (e *Engine) Step() StepResult {
+	var res StepResult
+	if e.Idle() {
+		return res
+	}
+	budget := e.cfg.MaxNumBatchedTokens
+	var prefill, decode int
+
+	// Running requests first, in admission order; victims of preemption
+	// come from the end, which has not been scheduled yet.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		r := e.running[i]
+		n := min(len(r.tokens)-r.computed, budget)
+		if !e.allocate(r, n) {
+			res.Preempted += e.preemptFor(r, n)
+			if !r.running {
+				break // r itself was preempted: it was the last one.
+			}
+		}
+		r.scheduled = n
+		budget -= n
+		if r.decoding() {
+			decode++
+		} else {
+			prefill += n
+		}
+	}
+
+	// Then waiting requests, FIFO, unless this step had to preempt.
+	for res.Preempted == 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
+		r := e.waiting[0]
+		n, ok := e.admit(r, budget)
+		if !ok {
+			break
+		}
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, r)
+		r.scheduled = n
+		budget -= n
+		prefill += n
+	}
+
+	// Run the batch: KV computed, full blocks cached, tokens generated.
+	res.Outputs = make([]Output, 0, len(e.running))
+	usage := float64(e.pool.inUse) / float64(e.cfg.NumGPUBlocks)
+	kept := e.running[:0]
+	for _, r := range e.running {
+		if r.scheduled == 0 {
+			kept = append(kept, r)
+			continue
+		}
+		r.computed += r.scheduled
+		r.scheduled = 0
+		e.registerFull(r)
+		if r.computed < len(r.tokens) {
+			kept = append(kept, r) // mid-prefill chunk: no token yet
+			continue
+		}
+		tok := outputToken(r.seed, r.generated(), e.cfg.OutputTokenMin, e.cfg.OutputTokenMax)
+		r.tokens = append(r.tokens, tok)
+		r.hashes = r.hasher.Append(r.tokens[len(r.tokens)-1:], r.hashes)
+		e.stats.GeneratedTokens++
+		// A capped view of the token list: later appends cannot show
+		// through it, and the step allocates nothing per token.
+		out := Output{RequestID: r.id, Tokens: r.tokens[len(r.tokens)-1 : len(r.tokens) : len(r.tokens)]}
+		if fin := r.finish(tok); fin != FinishNone {
+			out.Finish = fin
+			e.releaseBlocks(r)
+			delete(e.requests, r.id)
+		} else {
+			kept = append(kept, r)
+		}
+		out.Usage = r.usage()
+		res.Outputs = append(res.Outputs, out)
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+
+	if prefill > 0 {
+		res.Duration += PrefillTime(prefill, e.cfg.SpeedupRatio)
+	}
+	if decode > 0 {
+		res.Duration += DecodeTime(usage, e.cfg.SpeedupRatio)
+	}
+	res.PrefillTokens, res.DecodeTokens = prefill, decode
+	res.Events = e.takeEvents()
+	e.stats.Steps++
+	e.stats.PrefillTokens += uint64(prefill)
+	e.stats.Preemptions += uint64(res.Preempted)
+	e.stats.Elapsed += res.Duration
+	return res
+}
+
+// blocksFor returns how many blocks hold n tokens.
+func (e *Engine) blocksFor(n int) int { return (n + e.cfg.BlockSize - 1) / e.cfg.BlockSize }
+
+// allocate gives a running request the blocks for n more tokens, or nothing
+// when they are not all available.
+func (e *Engine) allocate(r *request, n int) bool {
+	need := e.blocksFor(r.computed+n) - len(r.blocks)
+	if need <= 0 {
+		return true
+	}
+	if need > e.pool.available() {
+		return false
+	}
+	for range need {
+		b, _ := e.pool.alloc()
+		r.blocks = append(r.blocks, b)
+	}
+	return true
+}
+
+// preemptFor preempts running requests from the most recently admitted until
+// r gets the blocks for n tokens or r itself is preempted, and returns how
+// many it preempted.
+func (e *Engine) preemptFor(r *request, n int) int {
+	count := 0
+	for {
+		victim := e.running[len(e.running)-1]
+		e.running = e.running[:len(e.running)-1]
+		e.preempt(victim)
+		count++
+		if victim == r || e.allocate(r, n) {
+			return count
+		}
+	}
+}
+
+// preempt releases a running request's blocks and puts it at the front of
+// the waiting queue, to recompute everything it had.
+func (e *Engine) preempt(r *request) {
+	e.releaseBlocks(r)
+	r.computed, r.registered, r.scheduled = 0, 0, 0
+	r.running = false
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = r
+}
+
+// admit looks up a waiting request's cached prefix and allocates the blocks
+// of its first chunk within budget. It returns the chunk's size, or false
+// when the blocks are not available.
+func (e *Engine) admit(r *request, budget int) (int, bool) {
+	bs := e.cfg.BlockSize
+	// At least the last token is computed, for the logits of the next one.
+	maxHit := (len(r.tokens) - 1) / bs
+	hits := 0
+	evictableHits := 0
+	for hits < maxHit {
+		b, ok := e.pool.lookup(r.hashes[hits].Sequence)
+		if !ok {
+			break
+		}
+		if e.pool.blocks[b].ref == 0 {
+			evictableHits++
+		}
+		hits++
+	}
+	n := min(len(r.tokens)-hits*bs, budget)
+	need := e.blocksFor(hits*bs+n) - hits
+	if need > e.pool.available()-evictableHits {
+		return 0, false
+	}
+	for i := range hits {
+		b, _ := e.pool.lookup(r.hashes[i].Sequence)
+		e.pool.acquire(b)
+		r.blocks = append(r.blocks, b)
+	}
+	for range need {
+		b, _ := e.pool.alloc()
+		r.blocks = append(r.blocks, b)
+	}
+	r.computed = hits * bs
+	r.registered = hits
+	r.running = true
+	e.stats.PrefixQueriedBlocks += uint64(len(r.tokens) / bs)
+	e.stats.PrefixHitBlocks += uint64(hits)
+	if !r.admittedOnce {
+		r.admittedOnce = true
+		r.cachedPrompt = min(hits*bs, r.promptLen)
+	}
+	return n, true
+}
+
+// registerFull offers the request's newly computed full blocks to the prefix
+// cache, emitting one stored event per run of blocks that entered it.
+func (e *Engine) registerFull(r *request) {
+	full := r.computed / e.cfg.BlockSize
+	var ev *Event
+	for i := r.registered; i < full; i++ {
+		id := r.hashes[i]
+		if !e.pool.register(r.blocks[i], id) {
+			ev = nil // a duplicate of a cached block: the run breaks here
+			continue
+		}
+		if ev == nil {
+			e.emit(Event{Kind: EventStored})
+			ev = &e.events[len(e.events)-1]
+			if i > 0 {
+				ev.Parent, ev.HasParent = r.hashes[i-1].Sequence, true
+			}
+		}
+		ev.Blocks = append(ev.Blocks, id)
+	}
+	r.registered = max(r.registered, full)
+}
+
+// releaseBlocks drops a request's hold on its blocks, last block first so
+// that a sequence's tail is evicted before its head (as vLLM does).
+func (e *Engine) releaseBlocks(r *request) {
+	for i := len(r.blocks) - 1; i >= 0; i-- {
+		e.pool.release(r.blocks[i])
+	}
+	r.blocks = r.blocks[:0]
+}
+
+// evicted records the eviction of a cached block, merging consecutive
+// evictions into one removed event.
+func (e *Engine) evicted(seq uint64) {
+	if n := len(e.events); n > 0 && e.events[n-1].Kind == EventRemoved {
+		e.events[n-1].Removed = append(e.events[n-1].Removed, seq)
+		return
+	}
+	e.emit(Event{Kind: EventRemoved, Removed: []uint64{seq}})
+}
+
+// emit appends an event with the next id.
+func (e *Engine) emit(ev Event) {
+	ev.ID = e.nextID
+	e.nextID++
+	e.events = append(e.events, ev)
+}
+
+// takeEvents hands the pending events to the caller.
+func (e *Engine) takeEvents() []Event {
+	evs := e.events
+	e.events = nil
+	return evs
+}

@@ -1,0 +1,210 @@
+// Package realtime paces an engine.Engine in real time, for the mocker
+// worker: one goroutine steps the engine and waits each step's simulated
+// duration, while callers submit and cancel requests and read their outputs
+// as streams. The engine itself stays a pure step function, which the
+// router's replay benchmark drives on a simulated clock instead.
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+)
+
+// ErrClosed is returned by Submit once Run has returned.
+var ErrClosed = errors.New("realtime: runner closed")
+
+// Options are the Runner's hooks. Both are called from the Run goroutine
+// after each step, outside the Runner's lock; a slow hook delays the next
+// step, as a slow event publisher would delay a real engine.
+type Options struct {
+	// OnEvents, when set, receives the KV cache events of each step that
+	// has any, in id order.
+	OnEvents func(events []engine.Event)
+	// OnMetrics, when set, receives the engine's load after each step and
+	// the time it was taken.
+	OnMetrics func(m engine.Metrics, at time.Time)
+}
+
+// Runner steps an engine in real time. Create one with New, start Run, then
+// Submit requests. Its methods are safe for concurrent use.
+type Runner struct {
+	opts Options
+	wake chan struct{}
+
+	mu      sync.Mutex
+	eng     *engine.Engine
+	streams map[string]*Stream
+	closed  bool
+}
+
+// New returns a Runner of e, which it owns from now on: use e only through
+// the Runner.
+func New(e *engine.Engine, opts Options) *Runner {
+	return &Runner{opts: opts, eng: e, streams: make(map[string]*Stream), wake: make(chan struct{}, 1)}
+}
+
+// Submit adds a request and returns the stream of its outputs. It fails
+// with ErrClosed after Run returned, and with the engine's Add errors
+// (engine.ErrInvalidRequest, engine.ErrDuplicateRequest,
+// engine.ErrRequestTooLarge).
+func (r *Runner) Submit(req engine.Request) (*Stream, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if err := r.eng.Add(req); err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	s := newStream()
+	r.streams[req.ID] = s
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return s, nil
+}
+
+// Cancel ends a request; its stream gets a last output with
+// engine.FinishCancelled. It fails with engine.ErrUnknownRequest for a
+// request that is not running (never submitted, finished or cancelled).
+func (r *Runner) Cancel(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, err := r.eng.Cancel(id)
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	r.deliver(out)
+	return nil
+}
+
+// deliver hands an output to its stream, dropping the stream when it is the
+// last. Called with r.mu held.
+func (r *Runner) deliver(out engine.Output) {
+	s, ok := r.streams[out.RequestID]
+	if !ok {
+		return
+	}
+	s.push(out)
+	if out.Finish != engine.FinishNone {
+		delete(r.streams, out.RequestID)
+	}
+}
+
+// Run steps the engine until ctx is done, waiting after each step for its
+// simulated duration and, when the engine is idle, for a submission. On
+// return every request still running has been cancelled (its stream ends
+// with engine.FinishCancelled) and Submit fails with ErrClosed. It returns
+// nil when ctx ends it.
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		r.mu.Lock()
+		if r.eng.Idle() {
+			r.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.wake:
+				continue
+			}
+		}
+		start := time.Now()
+		res := r.eng.Step()
+		for _, out := range res.Outputs {
+			r.deliver(out)
+		}
+		m := r.eng.Metrics()
+		r.mu.Unlock()
+
+		if len(res.Events) > 0 && r.opts.OnEvents != nil {
+			r.opts.OnEvents(res.Events)
+		}
+		if r.opts.OnMetrics != nil {
+			r.opts.OnMetrics(m, time.Now())
+		}
+		// The step "computes" until start+Duration; submissions and
+		// cancellations queue up meanwhile, as in a real engine.
+		if wait := time.Until(start.Add(res.Duration)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// close cancels every running request and refuses new ones.
+func (r *Runner) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for id := range r.streams {
+		if out, err := r.eng.Cancel(id); err == nil {
+			r.deliver(out)
+		}
+	}
+}
+
+// Stream is the output of one request. It buffers without bound, so a slow
+// reader never stalls the engine.
+type Stream struct {
+	mu     sync.Mutex
+	queue  []engine.Output
+	done   bool
+	notify chan struct{}
+}
+
+func newStream() *Stream { return &Stream{notify: make(chan struct{}, 1)} }
+
+// push appends an output and wakes the reader.
+func (s *Stream) push(out engine.Output) {
+	s.mu.Lock()
+	s.queue = append(s.queue, out)
+	if out.Finish != engine.FinishNone {
+		s.done = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Recv returns the next output. After the output with a finish reason it
+// returns io.EOF; it returns ctx's error if ctx ends first.
+func (s *Stream) Recv(ctx context.Context) (engine.Output, error) {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			out := s.queue[0]
+			s.queue[0] = engine.Output{}
+			s.queue = s.queue[1:]
+			s.mu.Unlock()
+			return out, nil
+		}
+		if s.done {
+			s.mu.Unlock()
+			return engine.Output{}, io.EOF
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return engine.Output{}, ctx.Err()
+		case <-s.notify:
+		}
+	}
+}
