@@ -1,0 +1,202 @@
+// Package scheduler chooses a worker for a request from each candidate's
+// cached prefix and current load. The cost of a worker is the prefill it
+// would do, weighted, plus the decode it is already doing:
+//
+//	cost(w) = weight * (blocks of this request not cached on w + w's pending prefill blocks)
+//	        + w's active decode blocks
+//
+// Temperature 0 takes the cheapest worker, breaking ties at random;
+// temperature t > 0 samples with probability proportional to
+// exp(-normalised cost / t), so load spreads while cache affinity still pulls.
+package scheduler
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+// ErrNoCandidates is returned by Select when no worker can serve.
+var ErrNoCandidates = errors.New("scheduler: no candidate workers")
+
+// Candidate is one worker that could serve a request.
+type Candidate struct {
+	Worker index.WorkerID
+	// Overlap is how many leading blocks of the request the worker caches.
+	Overlap int
+	// PrefillBlocks and DecodeBlocks are the worker's current load.
+	PrefillBlocks, DecodeBlocks int
+	// Cost is filled in by Select.
+	Cost float64
+}
+
+// Params weigh a decision.
+type Params struct {
+	// OverlapWeight multiplies prefill blocks; 1 values a prefill block like
+	// a decode block, more favours cache hits, less favours spreading load.
+	OverlapWeight float64
+	// Temperature 0 is deterministic argmin; larger samples more widely.
+	Temperature float64
+}
+
+// Select fills each candidate's cost for a request of requestBlocks blocks and
+// returns the index of the chosen one. rng breaks ties and samples.
+func Select(cands []Candidate, requestBlocks int, p Params, rng *rand.Rand) (int, error) {
+	if len(cands) == 0 {
+		return -1, ErrNoCandidates
+	}
+	best := math.Inf(1)
+	for i := range cands {
+		c := &cands[i]
+		prefill := max(requestBlocks-c.Overlap, 0) + c.PrefillBlocks
+		c.Cost = p.OverlapWeight*float64(prefill) + float64(c.DecodeBlocks)
+		best = min(best, c.Cost)
+	}
+	if p.Temperature <= 0 {
+		ties := 0
+		chosen := -1
+		for i, c := range cands {
+			if c.Cost == best {
+				ties++
+				if rng.IntN(ties) == 0 { // reservoir: uniform among ties
+					chosen = i
+				}
+			}
+		}
+		return chosen, nil
+	}
+	// Softmax over costs normalised to [0, 1], so the temperature means the
+	// same whatever the request size.
+	worst := best
+	for _, c := range cands {
+		worst = max(worst, c.Cost)
+	}
+	span := worst - best
+	if span == 0 {
+		return rng.IntN(len(cands)), nil
+	}
+	weights := make([]float64, len(cands))
+	total := 0.0
+	for i, c := range cands {
+		weights[i] = math.Exp(-(c.Cost - best) / span / p.Temperature)
+		total += weights[i]
+	}
+	r := rng.Float64() * total
+	for i, w := range weights {
+		if r < w {
+			return i, nil
+		}
+		r -= w
+	}
+	return len(cands) - 1, nil
+}
+
+// Load tracks the requests the router has sent to each worker: added on
+// route, their prefill dropped on prefill-complete, removed on free. Workers'
+// own load reports correct it (see Correct).
+type Load struct {
+	mu       sync.Mutex
+	workers  map[index.WorkerID]*workerLoad
+	requests map[string]*request
+}
+
+type workerLoad struct {
+	prefillBlocks, decodeBlocks, requests int
+}
+
+type request struct {
+	worker        index.WorkerID
+	prefillBlocks int
+	decodeBlocks  int
+	prefilled     bool
+}
+
+// NewLoad returns an empty tracker.
+func NewLoad() *Load {
+	return &Load{workers: map[index.WorkerID]*workerLoad{}, requests: map[string]*request{}}
+}
+
+// Add records a request routed to w: it will prefill prefillBlocks blocks
+// and then hold blocks blocks while decoding. A request id already present
+// is replaced (a retry moved it).
+func (l *Load) Add(id string, w index.WorkerID, prefillBlocks, blocks int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freeLocked(id)
+	r := &request{worker: w, prefillBlocks: prefillBlocks, decodeBlocks: blocks}
+	l.requests[id] = r
+	wl := l.workerLocked(w)
+	wl.prefillBlocks += prefillBlocks
+	wl.requests++
+}
+
+// PrefillDone moves a request from prefill to decode. Unknown ids and
+// repeats are ignored.
+func (l *Load) PrefillDone(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.requests[id]
+	if !ok || r.prefilled {
+		return
+	}
+	r.prefilled = true
+	wl := l.workerLocked(r.worker)
+	wl.prefillBlocks -= r.prefillBlocks
+	wl.decodeBlocks += r.decodeBlocks
+}
+
+// Free forgets a request (finished or cancelled). Unknown ids are ignored.
+func (l *Load) Free(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freeLocked(id)
+}
+
+func (l *Load) freeLocked(id string) {
+	r, ok := l.requests[id]
+	if !ok {
+		return
+	}
+	delete(l.requests, id)
+	wl := l.workerLocked(r.worker)
+	if r.prefilled {
+		wl.decodeBlocks -= r.decodeBlocks
+	} else {
+		wl.prefillBlocks -= r.prefillBlocks
+	}
+	wl.requests--
+}
+
+func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
+	wl, ok := l.workers[w]
+	if !ok {
+		wl = &workerLoad{}
+		l.workers[w] = wl
+	}
+	return wl
+}
+
+// RemoveWorker drops a worker and its requests: it left.
+func (l *Load) RemoveWorker(w index.WorkerID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.workers, w)
+	for id, r := range l.requests {
+		if r.worker == w {
+			delete(l.requests, id)
+		}
+	}
+}
+
+// Of returns a worker's pending prefill blocks, decode blocks and requests.
+func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if wl, ok := l.workers[w]; ok {
+		return wl.prefillBlocks, wl.decodeBlocks, wl.requests
+	}
+	return 0, 0, 0
+}
