@@ -188,7 +188,8 @@ type Stats struct {
 	// Steps counts the steps that did any work.
 	Steps uint64
 	// PrefixQueriedBlocks counts the full prompt blocks looked up in the
-	// prefix cache at admission.
+	// prefix cache at each request's first admission (readmissions after a
+	// preemption do not count).
 	PrefixQueriedBlocks uint64
 	// PrefixHitBlocks counts those found in the cache.
 	PrefixHitBlocks uint64
@@ -585,11 +586,13 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 	r.computed = hits * bs
 	r.registered = hits
 	r.running = true
-	e.stats.PrefixQueriedBlocks += uint64(len(r.tokens) / bs)
-	e.stats.PrefixHitBlocks += uint64(hits)
 	if !r.admittedOnce {
+		// Hits count at first admission only: a preempted request finding
+		// its own blocks again on readmission is not prefix reuse.
 		r.admittedOnce = true
 		r.cachedPrompt = min(hits*bs, r.promptLen)
+		e.stats.PrefixQueriedBlocks += uint64(r.promptLen / bs)
+		e.stats.PrefixHitBlocks += uint64(min(hits, r.promptLen/bs))
 	}
 	return n, true
 }

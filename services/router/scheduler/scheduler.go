@@ -3,7 +3,7 @@
 // would do, weighted, plus the decode it is already doing:
 //
 //	cost(w) = weight * (blocks of this request not cached on w + w's pending prefill blocks)
-//	        + w's active decode blocks
+//	        + w's decode blocks (distinct blocks of its decoding requests)
 //
 // Temperature 0 takes the cheapest worker, breaking ties at random;
 // temperature t > 0 samples with probability proportional to
@@ -95,8 +95,10 @@ func Select(cands []Candidate, requestBlocks int, p Params, rng *rand.Rand) (int
 }
 
 // Load tracks the requests the router has sent to each worker: added on
-// route, their prefill dropped on prefill-complete, removed on free. Workers'
-// own load reports correct it (see Correct).
+// route, moved from prefill to decode on prefill-complete, removed on free.
+// A worker's decode blocks are the distinct blocks of its decoding requests,
+// counted once however many requests share them (a shared system prompt
+// occupies the cache once), which is what its KV memory holds.
 type Load struct {
 	mu       sync.Mutex
 	workers  map[index.WorkerID]*workerLoad
@@ -104,13 +106,14 @@ type Load struct {
 }
 
 type workerLoad struct {
-	prefillBlocks, decodeBlocks, requests int
+	prefillBlocks, requests int
+	blocks                  map[uint64]int32 // active block -> requests holding it
 }
 
 type request struct {
 	worker        index.WorkerID
 	prefillBlocks int
-	decodeBlocks  int
+	blocks        []uint64
 	prefilled     bool
 }
 
@@ -120,20 +123,21 @@ func NewLoad() *Load {
 }
 
 // Add records a request routed to w: it will prefill prefillBlocks blocks
-// and then hold blocks blocks while decoding. A request id already present
-// is replaced (a retry moved it).
-func (l *Load) Add(id string, w index.WorkerID, prefillBlocks, blocks int) {
+// and holds the blocks with these sequence hashes while it runs. A request
+// id already present is replaced (a retry moved it). Add keeps its own copy
+// of blocks.
+func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.freeLocked(id)
-	r := &request{worker: w, prefillBlocks: prefillBlocks, decodeBlocks: blocks}
+	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: append([]uint64(nil), blocks...)}
 	l.requests[id] = r
 	wl := l.workerLocked(w)
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
 }
 
-// PrefillDone moves a request from prefill to decode. Unknown ids and
+// PrefillDone records that a request finished its prefill. Unknown ids and
 // repeats are ignored.
 func (l *Load) PrefillDone(id string) {
 	l.mu.Lock()
@@ -145,7 +149,9 @@ func (l *Load) PrefillDone(id string) {
 	r.prefilled = true
 	wl := l.workerLocked(r.worker)
 	wl.prefillBlocks -= r.prefillBlocks
-	wl.decodeBlocks += r.decodeBlocks
+	for _, h := range r.blocks {
+		wl.blocks[h]++
+	}
 }
 
 // Free forgets a request (finished or cancelled). Unknown ids are ignored.
@@ -162,18 +168,24 @@ func (l *Load) freeLocked(id string) {
 	}
 	delete(l.requests, id)
 	wl := l.workerLocked(r.worker)
-	if r.prefilled {
-		wl.decodeBlocks -= r.decodeBlocks
-	} else {
-		wl.prefillBlocks -= r.prefillBlocks
-	}
 	wl.requests--
+	if !r.prefilled {
+		wl.prefillBlocks -= r.prefillBlocks
+		return
+	}
+	for _, h := range r.blocks {
+		if n := wl.blocks[h] - 1; n > 0 {
+			wl.blocks[h] = n
+		} else {
+			delete(wl.blocks, h)
+		}
+	}
 }
 
 func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 	wl, ok := l.workers[w]
 	if !ok {
-		wl = &workerLoad{}
+		wl = &workerLoad{blocks: map[uint64]int32{}}
 		l.workers[w] = wl
 	}
 	return wl
@@ -191,12 +203,13 @@ func (l *Load) RemoveWorker(w index.WorkerID) {
 	}
 }
 
-// Of returns a worker's pending prefill blocks, decode blocks and requests.
+// Of returns a worker's pending prefill blocks, distinct decode blocks and
+// requests in flight.
 func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if wl, ok := l.workers[w]; ok {
-		return wl.prefillBlocks, wl.decodeBlocks, wl.requests
+		return wl.prefillBlocks, len(wl.blocks), wl.requests
 	}
 	return 0, 0, 0
 }

@@ -115,19 +115,22 @@ func TestLoadLifecycle(t *testing.T) {
 			t.Fatalf("%s: load of %v = (%d, %d, %d), want (%d, %d, %d)", step, id, p, d, r, prefill, decode, reqs)
 		}
 	}
-	l.Add("a", w(1), 6, 10)
-	l.Add("b", w(1), 4, 8)
-	check("after two adds", w(1), 10, 0, 2)
+	// a and b share their first two blocks (a system prompt).
+	l.Add("a", w(1), 3, []uint64{1, 2, 3})
+	l.Add("b", w(1), 2, []uint64{1, 2, 4, 5})
+	check("after two adds", w(1), 5, 0, 2)
 	l.PrefillDone("a")
 	l.PrefillDone("a")
-	check("after a's prefill", w(1), 4, 10, 2)
+	check("after a's prefill", w(1), 2, 3, 2)
+	l.PrefillDone("b")
+	check("after b's prefill", w(1), 0, 5, 2)
 	l.Free("a")
 	l.Free("a")
 	l.Free("never")
-	check("after a's free", w(1), 4, 0, 1)
-	l.Add("b", w(2), 4, 8) // b migrated
+	check("after a's free", w(1), 0, 4, 1)
+	l.Add("b", w(2), 2, []uint64{1, 2, 4, 5}) // b migrated
 	check("b left w1", w(1), 0, 0, 0)
-	check("b on w2", w(2), 4, 0, 1)
+	check("b on w2", w(2), 2, 0, 1)
 	l.RemoveWorker(w(2))
 	check("w2 removed", w(2), 0, 0, 0)
 	l.PrefillDone("b")
