@@ -77,7 +77,7 @@ func runeClass(r rune) uint8 {
 }
 
 // contraction returns the length of an English contraction suffix ('s, 't,
-// 're, 've, 'm, 'll, 'd) at s[i] (which is '\''), or 0. With fold set it
+// 're, 've, 'm, 'll, 'd) at s[i] (which is '\”), or 0. With fold set it
 // matches case-insensitively with Unicode simple case folding, as (?i:...)
 // does in Rust's regex (so U+017F LATIN SMALL LETTER LONG S matches s).
 func contraction(s string, i int, fold bool) int {
