@@ -155,7 +155,9 @@ func (t *Tokenizer) buildAdded(tokens []addedTokenJSON) error {
 		for int(a.ID) >= len(t.pieces) {
 			t.pieces = append(t.pieces, "")
 		}
-		t.pieces[a.ID] = a.Content
+		// Hugging Face's ByteLevel decoder maps an added token through the
+		// byte-level alphabet too when all its characters belong to it.
+		t.pieces[a.ID] = fromByteLevel(a.Content)
 		if a.Special {
 			for len(t.special) <= int(a.ID) {
 				t.special = append(t.special, false)
