@@ -54,8 +54,8 @@ func newAddedSet(tokens []addedToken) *addedSet {
 
 func (s *addedSet) empty() bool { return len(s.tokens) == 0 }
 
-// longestAt returns the index of the longest token (satisfying its
-// single_word constraint) that starts at text[i], or -1.
+// longestAt returns the index of the longest token that starts at
+// text[i], or -1.
 func (s *addedSet) longestAt(text string, i int) int {
 	best := -1
 	n := int32(0)
@@ -65,7 +65,7 @@ func (s *addedSet) longestAt(text string, i int) int {
 			break
 		}
 		n = nx
-		if k := s.nodes[n].token; k >= 0 && (!s.tokens[k].singleWord || wordBoundaries(text, i, j+1)) {
+		if k := s.nodes[n].token; k >= 0 {
 			best = int(k)
 		}
 	}
@@ -88,7 +88,12 @@ func wordBoundaries(text string, start, end int) bool {
 	return true
 }
 
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' }
+// isWordRune approximates \w of Rust's regex crate: alphabetic, marks,
+// decimal digits, connector punctuation and the joiners.
+func isWordRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Nl, r) ||
+		unicode.IsMark(r) || unicode.Is(unicode.Pc, r) || r == 0x200C || r == 0x200D
+}
 
 // split calls fn for the consecutive segments of text: plain text
 // (isToken false, never empty) and added tokens (isToken true, with id).
@@ -111,6 +116,12 @@ func (s *addedSet) split(text string, fn func(seg string, id uint32, isToken boo
 		}
 		tok := &s.tokens[k]
 		start, end := i, i+len(tok.content)
+		if tok.singleWord && !wordBoundaries(text, start, end) {
+			// Hugging Face discards the match and searches on after it,
+			// leaving its bytes to the surrounding text.
+			i = end - 1
+			continue
+		}
 		if tok.lstrip {
 			for start > pos {
 				r, w := utf8.DecodeLastRuneInString(text[pos:start])

@@ -165,7 +165,7 @@ func (t *Tokenizer) buildAdded(tokens []addedTokenJSON) error {
 			t.special[a.ID] = true
 		}
 		tok := addedToken{id: a.ID, content: a.Content, lstrip: a.LStrip, rstrip: a.RStrip, singleWord: a.SingleWord}
-		if a.Normalized && !a.Special {
+		if a.Normalized {
 			tok.content = t.normalize(a.Content)
 			normalized = append(normalized, tok)
 		} else {
