@@ -292,3 +292,37 @@ func FuzzEncodeDecode(f *testing.F) {
 }
 
 func utf8Valid(s string) bool { return utf8.ValidString(s) }
+
+// FuzzStreamDecode feeds arbitrary id sequences (three bytes per id) to the
+// StreamDecoder: its deltas must add up to Decode's text, and no delta may
+// end inside a character.
+func FuzzStreamDecode(f *testing.F) {
+	tok := qwen3(f)
+	f.Add([]byte{0, 0, 1, 0, 1, 0})
+	emoji := tok.Encode("😀 日本")
+	seed := make([]byte, 0, 3*len(emoji))
+	for _, id := range emoji {
+		seed = append(seed, byte(id>>16), byte(id>>8), byte(id))
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ids []uint32
+		for i := 0; i+2 < len(data); i += 3 {
+			id := uint32(data[i])<<16 | uint32(data[i+1])<<8 | uint32(data[i+2])
+			ids = append(ids, id%uint32(tok.VocabSize()+10)) // a few unknown ids too
+		}
+		d := tok.NewStreamDecoder(false)
+		var b strings.Builder
+		for _, id := range ids {
+			delta := d.Add(id)
+			if !utf8.ValidString(delta) {
+				t.Fatalf("delta %q is not valid UTF-8", delta)
+			}
+			b.WriteString(delta)
+		}
+		b.WriteString(d.Flush())
+		if want := tok.Decode(ids); b.String() != want {
+			t.Errorf("stream %q != Decode %q", b.String(), want)
+		}
+	})
+}
