@@ -12,6 +12,10 @@ import (
 // (and of several other byte-level BPE models that copied it).
 const QwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
+// Llama3Pattern is Llama 3's split pattern: QwenPattern with runs of up to
+// three digits instead of single digits.
+const Llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
 // GPT2Pattern is the split pattern of GPT-2's byte-level pre-tokenizer, used
 // by a ByteLevel pre-tokenizer with use_regex true.
 const GPT2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
@@ -154,8 +158,11 @@ func lastRune(s string) (rune, int) {
 	return r, w
 }
 
-// qwenSplitter is a hand-written matcher for QwenPattern.
-type qwenSplitter struct{}
+// qwenSplitter is a hand-written matcher for QwenPattern (digits 1) and
+// Llama3Pattern (digits 3).
+type qwenSplitter struct {
+	digits int
+}
 
 func (q qwenSplitter) appendEnds(s string, ends []int) []int {
 	for i := 0; i < len(s); {
@@ -166,7 +173,7 @@ func (q qwenSplitter) appendEnds(s string, ends []int) []int {
 }
 
 // next returns the end of the match that starts at s[i].
-func (qwenSplitter) next(s string, i int) int {
+func (q qwenSplitter) next(s string, i int) int {
 	c, w := classAt(s, i)
 	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if s[i] == '\'' {
@@ -183,9 +190,17 @@ func (qwenSplitter) next(s string, i int) int {
 			return skipClass(s, i+w, clsL)
 		}
 	}
-	// \p{N}
+	// \p{N}, or \p{N}{1,3}
 	if c&clsN != 0 {
-		return i + w
+		j := i + w
+		for n := 1; n < q.digits && j < len(s); n++ {
+			c2, w2 := classAt(s, j)
+			if c2&clsN == 0 {
+				break
+			}
+			j += w2
+		}
+		return j
 	}
 	//  ?[^\s\p{L}\p{N}]+[\r\n]*
 	start := i
@@ -289,7 +304,9 @@ func (r *regexSplitter) appendEnds(s string, ends []int) []int {
 func newSplitter(pattern string) (splitter, error) {
 	switch pattern {
 	case QwenPattern:
-		return qwenSplitter{}, nil
+		return qwenSplitter{digits: 1}, nil
+	case Llama3Pattern:
+		return qwenSplitter{digits: 3}, nil
 	case GPT2Pattern:
 		return gpt2Splitter{}, nil
 	}

@@ -45,7 +45,8 @@ func TestSplitterMatchesRegexp(t *testing.T) {
 		pattern string
 		fast    splitter
 	}{
-		{"qwen", QwenPattern, qwenSplitter{}},
+		{"qwen", QwenPattern, qwenSplitter{digits: 1}},
+		{"llama3", Llama3Pattern, qwenSplitter{digits: 3}},
 		{"gpt2", GPT2Pattern, gpt2Splitter{}},
 	} {
 		ref, err := newRegexSplitter(tc.pattern)
@@ -77,7 +78,7 @@ func TestQwenSplitExamples(t *testing.T) {
 		{"end  ", []string{"end", "  "}},
 	}
 	for _, tc := range tests {
-		if got := pieces(qwenSplitter{}, tc.in); !slices.Equal(got, tc.want) {
+		if got := pieces(qwenSplitter{digits: 1}, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("%q: got %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -97,16 +98,23 @@ func FuzzSplitter(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	lref, err := newRegexSplitter(Llama3Pattern)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if !utf8.ValidString(s) {
 			// Hugging Face only sees valid UTF-8 (Rust strings).
 			return
 		}
-		if want, got := pieces(qref, s), pieces(qwenSplitter{}, s); !slices.Equal(want, got) {
+		if want, got := pieces(qref, s), pieces(qwenSplitter{digits: 1}, s); !slices.Equal(want, got) {
 			t.Errorf("qwen %q:\n got %q\nwant %q", s, got, want)
 		}
 		if want, got := pieces(gref, s), pieces(gpt2Splitter{}, s); !slices.Equal(want, got) {
 			t.Errorf("gpt2 %q:\n got %q\nwant %q", s, got, want)
+		}
+		if want, got := pieces(lref, s), pieces(qwenSplitter{digits: 3}, s); !slices.Equal(want, got) {
+			t.Errorf("llama3 %q:\n got %q\nwant %q", s, got, want)
 		}
 	})
 }
@@ -114,12 +122,16 @@ func FuzzSplitter(f *testing.F) {
 // TestSplitterRandom is a deterministic differential test over random
 // strings drawn from the characters where the patterns' alternatives meet.
 func TestSplitterRandom(t *testing.T) {
-	alphabet := []rune("aZ'sStTlLrRevVmMdD 1٣\t\r\n\v\u00a0\u0085\u2028\u3000.,!(é\u0301日ſK\U0001F600")
+	alphabet := []rune("aZ'sStTlLrRevVmMdD 1٣2²\t\r\n\v\u00a0\u0085\u2028\u3000.,!(é\u0301日ſK\U0001F600")
 	qref, err := newRegexSplitter(QwenPattern)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gref, err := newRegexSplitter(GPT2Pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lref, err := newRegexSplitter(Llama3Pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +143,14 @@ func TestSplitterRandom(t *testing.T) {
 			buf = append(buf, alphabet[r.IntN(len(alphabet))])
 		}
 		s := string(buf)
-		if want, got := pieces(qref, s), pieces(qwenSplitter{}, s); !slices.Equal(want, got) {
+		if want, got := pieces(qref, s), pieces(qwenSplitter{digits: 1}, s); !slices.Equal(want, got) {
 			t.Fatalf("qwen %q:\n got %q\nwant %q", s, got, want)
 		}
 		if want, got := pieces(gref, s), pieces(gpt2Splitter{}, s); !slices.Equal(want, got) {
 			t.Fatalf("gpt2 %q:\n got %q\nwant %q", s, got, want)
+		}
+		if want, got := pieces(lref, s), pieces(qwenSplitter{digits: 3}, s); !slices.Equal(want, got) {
+			t.Fatalf("llama3 %q:\n got %q\nwant %q", s, got, want)
 		}
 	}
 }
