@@ -83,8 +83,8 @@ type Input struct {
 	// AddGenerationPrompt appends the header of the assistant's turn.
 	AddGenerationPrompt bool
 	// Tools are the tool (function) definitions as raw JSON objects, in the
-	// OpenAI format; nil or empty means no tools (the variable is undefined
-	// in the template, as in transformers).
+	// OpenAI format; nil or empty means no tools (the variable is None in
+	// the template, as in transformers).
 	Tools []json.RawMessage
 	// BOSToken and EOSToken are the tokenizer's special token strings.
 	BOSToken string
@@ -159,6 +159,11 @@ func (in Input) values() (map[string]jinja.Value, error) {
 	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
 	vars["bos_token"] = jinja.NewString(in.BOSToken)
 	vars["eos_token"] = jinja.NewString(in.EOSToken)
+	// Like transformers' apply_chat_template, tools and documents are
+	// always passed, as None when absent: templates test both
+	// `tools is not none` and `if tools`.
+	vars["tools"] = jinja.None()
+	vars["documents"] = jinja.None()
 	if len(in.Tools) > 0 {
 		tools := make([]jinja.Value, len(in.Tools))
 		for i, raw := range in.Tools {

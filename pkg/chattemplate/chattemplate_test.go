@@ -237,3 +237,80 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+func TestToolsNone(t *testing.T) {
+	tmpl, err := chattemplate.Parse(`{{ tools is defined }} {{ tools is none }} {{ documents is none }}{% if tools %} tools{% endif %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(chattemplate.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "True True True"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestTypicalTemplates(t *testing.T) {
+	const llama3 = `{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}`
+	const mistral = `{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}`
+	const chatml = `{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
+	conv := []chattemplate.Message{{Role: "user", Content: "  Hi there \n"}, {Role: "assistant", Content: "Hello!"}, {Role: "user", Content: "Bye"}}
+	tests := []struct {
+		name    string
+		src     string
+		in      chattemplate.Input
+		want    string
+		wantErr string
+	}{
+		{
+			name: "llama3",
+			src:  llama3,
+			in:   chattemplate.Input{Messages: conv, AddGenerationPrompt: true, BOSToken: "<|begin_of_text|>"},
+			want: "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>" +
+				"<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>" +
+				"<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>" +
+				"<|start_header_id|>assistant<|end_header_id|>\n\n",
+		},
+		{
+			name: "mistral",
+			src:  mistral,
+			in:   chattemplate.Input{Messages: conv, BOSToken: "<s>", EOSToken: "</s>"},
+			want: "<s>[INST]   Hi there \n [/INST]Hello!</s>[INST] Bye [/INST]",
+		},
+		{
+			name:    "mistral rejects non-alternating roles",
+			src:     mistral,
+			in:      chattemplate.Input{Messages: []chattemplate.Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}},
+			wantErr: "Conversation roles must alternate",
+		},
+		{
+			name: "chatml",
+			src:  chatml,
+			in:   chattemplate.Input{Messages: conv[:1], AddGenerationPrompt: true},
+			want: "<|im_start|>user\n  Hi there \n<|im_end|>\n<|im_start|>assistant\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl, err := chattemplate.Parse(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tmpl.Render(tc.in)
+			if tc.wantErr != "" {
+				if !errors.Is(err, chattemplate.ErrRender) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrRender mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
