@@ -15,6 +15,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
@@ -114,11 +115,21 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 
 // parseMerges accepts both ["a b", ...] and [["a", "b"], ...].
 func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
+	if raw[0] != '[' {
+		return nil, fmt.Errorf("%w: merges are not a list", ErrInvalid)
+	}
+	// Peek at the first element rather than trying one form and then the
+	// other: each attempt scans the whole (multi-megabyte) array.
+	trimmed := bytes.TrimLeft(raw[1:], " \t\r\n")
 	var strs []string
-	if err := json.Unmarshal(raw, &strs); err == nil {
+	if len(trimmed) > 0 && trimmed[0] == '"' {
+		if err := json.Unmarshal(raw, &strs); err != nil {
+			return nil, fmt.Errorf("%w: merges: %w", ErrInvalid, err)
+		}
 		out := make([][2]string, len(strs))
 		for i, s := range strs {
 			a, b, ok := strings.Cut(s, " ")
