@@ -18,7 +18,9 @@ import (
 	"golang.org/x/image/math/fixed"
 )
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+}
 
 // WriteTable prints the results as an aligned table.
 func WriteTable(w io.Writer, results []Result, bound float64) error {
