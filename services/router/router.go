@@ -1,0 +1,93 @@
+// Package router is Switchyard's KV-aware router service: it watches the
+// registry for workers and model cards, keeps an index of which worker
+// caches which blocks (from KV events, or predicted from its own decisions
+// with --no-kv-events), tracks the load of the requests it routes, and picks
+// for each request the worker with the lowest cost (see package scheduler).
+package router
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+)
+
+// Service is a running router.
+type Service struct {
+	core   *Core
+	server *grpcserver.Server
+	reg    *discovery.Client
+	done   chan struct{}
+	err    error
+}
+
+// Start connects to the registry, starts its watches and serves gRPC until
+// ctx ends. It returns once the gRPC address is bound.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := cfg.ClientTLS.ClientCredentials()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Creds: creds})
+	if err != nil {
+		return nil, err
+	}
+	core := NewCore(cfg.coreConfig())
+	srv, err := grpcserver.New(cfg.Server, log)
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	routerv1.RegisterRouterServiceServer(srv.GRPC(), &server{core: core})
+	if err := srv.Listen(); err != nil {
+		reg.Close()
+		return nil, err
+	}
+	s := &Service{core: core, server: srv, reg: reg, done: make(chan struct{})}
+	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: core.OnInstances, Logger: log})
+	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: core.OnModels, Logger: log})
+	log.Info("router starting", "mode", core.modeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
+		"overlap_weight", cfg.OverlapWeight, "temperature", cfg.Temperature)
+	go func() {
+		defer close(s.done)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
+			log.Warn("registry has not answered yet; routing will find no workers until it does")
+		}
+		cancel()
+		s.err = srv.Serve(ctx, nil)
+		instances.Close()
+		models.Close()
+		reg.Close()
+	}()
+	return s, nil
+}
+
+// Run starts the router and blocks until ctx ends and it has stopped.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// Addr is the bound gRPC address.
+func (s *Service) Addr() net.Addr { return s.server.Addr() }
+
+// Core is the router's state, for tests and in-process embedding.
+func (s *Service) Core() *Core { return s.core }
+
+// Wait blocks until the service has stopped.
+func (s *Service) Wait() error {
+	<-s.done
+	return s.err
+}
