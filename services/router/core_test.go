@@ -47,7 +47,9 @@ func tokens(n int, salt uint32) []uint32 {
 	return out
 }
 
-func modelTarget() *routerv1.Target { return &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}} }
+func modelTarget() *routerv1.Target {
+	return &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}
+}
 
 // stored reports that instance holds the blocks of toks (block size 4).
 func stored(c *Core, instance uint64, firstID uint64, toks []uint32) {

@@ -54,7 +54,7 @@ type Core struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	endpoints map[endpointKey]map[uint64]*registryv1.Instance
-	refs      map[uint64]int                             // instance -> endpoints it serves
+	refs      map[uint64]int                               // instance -> endpoints it serves
 	models    map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
 	rr        map[endpointKey]int
 	stats     eventStats
@@ -271,12 +271,12 @@ func targetString(t *routerv1.Target) string {
 
 // query is what Route and QueryOverlaps share.
 type query struct {
-	target                *routerv1.Target
-	tokens                []uint32
-	hashes                []uint64
-	weight, temperature   *float64
-	exclude               []uint64
-	direct                uint64
+	target              *routerv1.Target
+	tokens              []uint32
+	hashes              []uint64
+	weight, temperature *float64
+	exclude             []uint64
+	direct              uint64
 }
 
 func validateQuery(q query) error {
