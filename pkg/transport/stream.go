@@ -1,0 +1,293 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// inFrame is one server-to-client frame handed from a connection's reader to
+// the stream that owns it.
+type inFrame struct {
+	typ  byte
+	data []byte
+}
+
+// streamLink is what a muxStream needs from the plane that carries it.
+type streamLink interface {
+	// sendCredit grants the server n more data frames for the stream.
+	sendCredit(s *muxStream, n uint32)
+	// sendCancel asks the server to cancel the stream's handler.
+	sendCancel(s *muxStream)
+	// release forgets the stream; no frame is delivered after it.
+	release(s *muxStream)
+}
+
+// muxStream is the client side of one call on a multiplexed plane (tcp,
+// nats). The plane's reader delivers frames; the server never sends more than
+// window data frames beyond what Recv has granted back, so deliver never
+// blocks and one slow stream cannot stall its connection.
+type muxStream struct {
+	id     uint32
+	key    string // nats: the reply subject token
+	route  string // nats: the server's control subject
+	link   streamLink
+	ctx    context.Context
+	ch     chan inFrame
+	window int
+
+	// broken is closed by breakWith; brokenErr is set before.
+	broken    chan struct{}
+	brokenErr error
+	breakOnce sync.Once
+
+	// lastSeen is the UnixNano of the last frame delivered (nats watchdog).
+	lastSeen atomic.Int64
+	// gotFirst is set once any frame arrived.
+	gotFirst atomic.Bool
+
+	// Fields below are owned by the goroutine calling Recv.
+	deadline time.Time // first-response deadline
+	timeout  time.Duration
+	consumed int
+	err      error
+	stopCtx  func() bool
+	closed   atomic.Bool
+}
+
+func newMuxStream(ctx context.Context, link streamLink, window int, timeout time.Duration) *muxStream {
+	return &muxStream{
+		link:     link,
+		ctx:      ctx,
+		ch:       make(chan inFrame, window+2),
+		window:   window,
+		broken:   make(chan struct{}),
+		deadline: time.Now().Add(timeout),
+		timeout:  timeout,
+	}
+}
+
+// watchContext cancels the remote handler when the call's context ends,
+// without a goroutine per stream.
+func (s *muxStream) watchContext() {
+	s.stopCtx = context.AfterFunc(s.ctx, func() {
+		if !s.closed.Load() {
+			s.link.sendCancel(s)
+		}
+	})
+}
+
+// deliver hands a frame to the stream. It reports false if the frame
+// overflowed the window, a protocol violation.
+func (s *muxStream) deliver(f inFrame) bool {
+	s.gotFirst.Store(true)
+	select {
+	case s.ch <- f:
+		return true
+	default:
+		s.breakWith(fmt.Errorf("%w: server exceeded the stream window of %d", ErrDisconnected, s.window))
+		return false
+	}
+}
+
+// breakWith fails the stream with err unless frames already queued finish it.
+func (s *muxStream) breakWith(err error) {
+	s.breakOnce.Do(func() {
+		s.brokenErr = err
+		close(s.broken)
+	})
+}
+
+// Recv implements [Stream].
+func (s *muxStream) Recv() ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	var f inFrame
+	select {
+	case f = <-s.ch:
+	default:
+		var timeout <-chan time.Time
+		if !s.gotFirst.Load() {
+			t := time.NewTimer(time.Until(s.deadline))
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case f = <-s.ch:
+		case <-s.ctx.Done():
+			return nil, s.finish(s.ctx.Err(), true)
+		case <-s.broken:
+			// Frames that arrived before the break still count.
+			select {
+			case f = <-s.ch:
+			default:
+				return nil, s.finish(s.brokenErr, false)
+			}
+		case <-timeout:
+			select {
+			case f = <-s.ch:
+			default:
+				return nil, s.finish(fmt.Errorf("%w: no response within %v", ErrTimeout, s.timeout), true)
+			}
+		}
+	}
+	switch f.typ {
+	case frameData:
+		s.consumed++
+		if s.consumed >= (s.window+1)/2 {
+			s.link.sendCredit(s, uint32(s.consumed))
+			s.consumed = 0
+		}
+		return f.data, nil
+	case frameEnd:
+		return nil, s.finish(io.EOF, false)
+	case frameError:
+		he, err := parseErrorBody(f.data)
+		if err != nil {
+			return nil, s.finish(fmt.Errorf("%w: %v", ErrDisconnected, err), true)
+		}
+		return nil, s.finish(he, false)
+	default:
+		return nil, s.finish(fmt.Errorf("%w: unexpected frame type %d", ErrDisconnected, f.typ), true)
+	}
+}
+
+// finish records the terminal error, cancels the handler if the stream did
+// not end on the server's side, and releases the stream.
+func (s *muxStream) finish(err error, cancelRemote bool) error {
+	s.err = err
+	if s.closed.CompareAndSwap(false, true) {
+		if s.stopCtx != nil {
+			s.stopCtx()
+		}
+		if cancelRemote {
+			s.link.sendCancel(s)
+		}
+		s.link.release(s)
+	}
+	return err
+}
+
+// Close implements [Stream].
+func (s *muxStream) Close() {
+	if s.err == nil {
+		s.finish(fmt.Errorf("%w: stream closed", ErrClosed), true)
+	}
+}
+
+// window is a server-side stream's credit: how many more data frames the
+// client has room for.
+type window struct {
+	n   atomic.Int64
+	sig chan struct{}
+}
+
+func newWindow(n int) *window {
+	w := &window{sig: make(chan struct{}, 1)}
+	w.n.Store(int64(n))
+	return w
+}
+
+// acquire takes one credit, blocking until the client grants one or ctx
+// ends. Only one goroutine acquires per window.
+func (w *window) acquire(ctx context.Context) error {
+	for w.n.Load() <= 0 {
+		select {
+		case <-w.sig:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w.n.Add(-1)
+	return nil
+}
+
+// add grants n credits.
+func (w *window) add(n int64) {
+	w.n.Add(n)
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
+}
+
+// connWriter coalesces frames from many goroutines onto one connection. A
+// writer appends its frame to the pending buffer; if no write is in progress
+// it becomes the flusher and writes the buffer until it is empty, so an idle
+// connection costs one write per frame (lowest latency) and a busy one
+// batches every frame queued during the previous write into one syscall. The
+// buffer is bounded: writers wait while it holds more than maxPending bytes.
+type connWriter struct {
+	conn       net.Conn
+	maxPending int
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	buf     []byte
+	spare   []byte
+	writing bool
+	err     error
+}
+
+func newConnWriter(c net.Conn, maxPending int) *connWriter {
+	w := &connWriter{conn: c, maxPending: maxPending, buf: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10)}
+	w.cond.L = &w.mu
+	return w
+}
+
+// writeFrame queues one frame and, if no write is in progress, writes.
+// body may be nil; payload is appended after body.
+func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) error {
+	w.mu.Lock()
+	for len(w.buf) > w.maxPending && w.err == nil {
+		w.cond.Wait()
+	}
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: typ, length: uint32(len(body) + len(payload))})
+	w.buf = append(w.buf, body...)
+	w.buf = append(w.buf, payload...)
+	if w.writing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.writing = true
+	for len(w.buf) > 0 && w.err == nil {
+		b := w.buf
+		w.buf = w.spare[:0]
+		w.mu.Unlock()
+		_, err := w.conn.Write(b)
+		w.mu.Lock()
+		if cap(b) <= 1<<20 {
+			w.spare = b[:0]
+		} else {
+			w.spare = make([]byte, 0, 64<<10)
+		}
+		if err != nil {
+			w.err = fmt.Errorf("%w: %v", ErrDisconnected, err)
+		}
+		w.cond.Broadcast()
+	}
+	w.writing = false
+	err := w.err
+	w.mu.Unlock()
+	return err
+}
+
+// fail makes every later write return err.
+func (w *connWriter) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
