@@ -116,7 +116,7 @@ func (s *natsServer) subject(endpoint string) string {
 
 // Start implements [Server]. It returns an error wrapping ErrCannotConnect
 // when the NATS server is unreachable.
-func (s *natsServer) Start(ctx context.Context) error {
+func (s *natsServer) Start(context.Context) error {
 	nc, err := natsConnect(s.cfg, "switchyard-request-plane-server")
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func (s *natsServer) Start(ctx context.Context) error {
 		s.subs = append(s.subs, sub, ctl)
 	}
 	// Make the subscriptions visible before the address is advertised.
-	if err := nc.FlushWithContext(ctx); err != nil {
+	if err := nc.FlushTimeout(s.cfg.TCP.ConnectTimeout); err != nil {
 		nc.Close()
 		return fmt.Errorf("%w: nats flush: %v", ErrCannotConnect, err)
 	}
