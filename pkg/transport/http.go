@@ -306,9 +306,8 @@ func newHTTPTransport(cfg Config) *http.Transport {
 		MaxIdleConnsPerHost: cfg.HTTP.PoolMaxIdlePerHost,
 		// DYN_HTTP2_POOL_IDLE_TIMEOUT_SECS: close a connection idle this long.
 		IdleConnTimeout: cfg.HTTP.PoolIdleTimeout,
-		// The response header is the server's acknowledgement; DYN_TCP_REQUEST_TIMEOUT bounds it.
-		ResponseHeaderTimeout: cfg.TCP.RequestTimeout,
-		HTTP2:                 h2,
+		// DYN_TCP_REQUEST_TIMEOUT is enforced per call by httpStream's timer.
+		HTTP2: h2,
 	}
 }
 

@@ -1,0 +1,67 @@
+package transport
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestNATSMaxPayload checks that a message over the NATS server's
+// max_payload fails at once, naming the limit and suggesting tcp, on both
+// sides.
+func TestNATSMaxPayload(t *testing.T) {
+	cfg := testConfig(t, PlaneNATS) // the embedded server allows 4 MiB
+	cfg.TCP.MaxMessageSize = 32 << 20
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendErr := make(chan error, 1)
+	s.Handle("big", func(ctx context.Context, req *Request, w ResponseWriter) error {
+		err := w.Send(make([]byte, 5<<20))
+		sendErr <- err
+		return err
+	})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := testClient(t, cfg)
+	_, err = c.Call(context.Background(), s.Address("big"), "big", nil, make([]byte, 5<<20))
+	if err := errIs(err, ErrTooLarge); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"max_payload", "4194304", "tcp"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("client error %q does not mention %q", err, want)
+		}
+	}
+	err = callErr(context.Background(), c, s.Address("big"), "big", nil)
+	if err := errIs(err, ErrTooLarge); err != nil {
+		t.Fatal(err)
+	}
+	herr := waitFor(t, sendErr, "handler Send")
+	if err := errIs(herr, ErrTooLarge); err != nil || !strings.Contains(herr.Error(), "max_payload") {
+		t.Fatalf("handler Send: %v", herr)
+	}
+}
+
+// TestNATSCannotConnect checks that an unreachable NATS server is
+// ErrCannotConnect for both sides.
+func TestNATSCannotConnect(t *testing.T) {
+	cfg := testConfig(t, PlaneTCP)
+	cfg.Plane = PlaneNATS
+	cfg.NATS.URL = "nats://" + deadAddress(t, PlaneTCP).Addr
+	if _, err := NewClient(cfg); errIs(err, ErrCannotConnect) != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Handle("echo", func(context.Context, *Request, ResponseWriter) error { return nil })
+	if err := s.Start(context.Background()); errIs(err, ErrCannotConnect) != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	s.Close()
+}
