@@ -216,51 +216,71 @@ func (w *window) add(n int64) {
 	}
 }
 
-// connWriter coalesces frames from many goroutines onto one connection. A
-// writer appends its frame to the pending buffer; if no write is in progress
-// it becomes the flusher and writes the buffer until it is empty, so an idle
-// connection costs one write per frame (lowest latency) and a busy one
-// batches every frame queued during the previous write into one syscall. The
-// buffer is bounded: writers wait while it holds more than maxPending bytes.
+// connWriter coalesces frames from many goroutines onto one connection.
+// Writers append frames to a pending buffer; one flusher goroutine writes
+// the whole buffer in one syscall whenever it is non-empty, so every frame
+// queued while the previous write was in the kernel goes out together (the
+// buffer is flushed when the queue drains, never held back by a timer). The
+// buffer is bounded: writers block while it holds more than maxPending
+// bytes, which is the connection-level back-pressure.
 type connWriter struct {
 	conn       net.Conn
 	maxPending int
+	done       chan struct{} // closed when the flusher has exited
 
-	mu      sync.Mutex
-	cond    sync.Cond
-	buf     []byte
-	spare   []byte
-	writing bool
-	err     error
+	mu       sync.Mutex
+	notEmpty sync.Cond
+	notFull  sync.Cond
+	buf      []byte
+	spare    []byte
+	err      error
 }
 
+// newConnWriter starts the flusher. The owner must call fail and then wait
+// for done.
 func newConnWriter(c net.Conn, maxPending int) *connWriter {
-	w := &connWriter{conn: c, maxPending: maxPending, buf: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10)}
-	w.cond.L = &w.mu
+	w := &connWriter{conn: c, maxPending: maxPending, done: make(chan struct{}),
+		buf: make([]byte, 0, 64<<10), spare: make([]byte, 0, 64<<10)}
+	w.notEmpty.L = &w.mu
+	w.notFull.L = &w.mu
+	go w.flushLoop()
 	return w
 }
 
-// writeFrame queues one frame and, if no write is in progress, writes.
-// body may be nil; payload is appended after body.
+// writeFrame queues one frame: a header, then body, then payload (either
+// may be nil). It returns the connection's error once it has failed.
 func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) error {
 	w.mu.Lock()
 	for len(w.buf) > w.maxPending && w.err == nil {
-		w.cond.Wait()
+		w.notFull.Wait()
 	}
 	if w.err != nil {
 		err := w.err
 		w.mu.Unlock()
 		return err
 	}
+	wasEmpty := len(w.buf) == 0
 	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: typ, length: uint32(len(body) + len(payload))})
 	w.buf = append(w.buf, body...)
 	w.buf = append(w.buf, payload...)
-	if w.writing {
-		w.mu.Unlock()
-		return nil
+	w.mu.Unlock()
+	if wasEmpty {
+		w.notEmpty.Signal()
 	}
-	w.writing = true
-	for len(w.buf) > 0 && w.err == nil {
+	return nil
+}
+
+func (w *connWriter) flushLoop() {
+	defer close(w.done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for len(w.buf) == 0 && w.err == nil {
+			w.notEmpty.Wait()
+		}
+		if w.err != nil {
+			return
+		}
 		b := w.buf
 		w.buf = w.spare[:0]
 		w.mu.Unlock()
@@ -271,23 +291,21 @@ func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) e
 		} else {
 			w.spare = make([]byte, 0, 64<<10)
 		}
-		if err != nil {
+		if err != nil && w.err == nil {
 			w.err = fmt.Errorf("%w: %v", ErrDisconnected, err)
 		}
-		w.cond.Broadcast()
+		w.notFull.Broadcast()
 	}
-	w.writing = false
-	err := w.err
-	w.mu.Unlock()
-	return err
 }
 
-// fail makes every later write return err.
+// fail makes every later write return err and stops the flusher; frames
+// still pending are dropped.
 func (w *connWriter) fail(err error) {
 	w.mu.Lock()
 	if w.err == nil {
 		w.err = err
 	}
-	w.cond.Broadcast()
 	w.mu.Unlock()
+	w.notEmpty.Broadcast()
+	w.notFull.Broadcast()
 }

@@ -232,12 +232,14 @@ func (cc *tcpClientConn) readLoop() {
 				err = fmt.Errorf("%w: %v", ErrDisconnected, err)
 			}
 			cc.close(err)
+			<-cc.w.done
 			return
 		}
 		switch h.typ {
 		case frameData, frameEnd, frameError:
 		default:
 			cc.close(fmt.Errorf("%w: %v: client got frame type %d", ErrDisconnected, errProtocol, h.typ))
+			<-cc.w.done
 			return
 		}
 		cc.mu.Lock()

@@ -92,7 +92,9 @@ func (s *tcpServer) acceptLoop() {
 		if s.closed {
 			s.mu.Unlock()
 			cancel()
+			sc.w.fail(ErrClosed)
 			nc.Close()
+			<-sc.w.done
 			return
 		}
 		s.conns[sc] = struct{}{}
@@ -183,6 +185,7 @@ func (sc *tcpServerConn) readLoop() {
 		sc.w.fail(fmt.Errorf("%w: connection closed", ErrDisconnected))
 		sc.conn.Close()
 		sc.cancel() // every handler on the connection
+		<-sc.w.done
 	}()
 	r := bufio.NewReaderSize(sc.conn, 64<<10)
 	var hdr [frameHeaderSize]byte
