@@ -275,6 +275,9 @@ type httpClient struct {
 	hc      *http.Client
 	streams chan struct{} // semaphore: DYN_HTTP2_MAX_CONCURRENT_STREAMS
 	closed  atomic.Bool
+
+	mu     sync.Mutex
+	active map[*httpStream]struct{} // cancelled by Close
 }
 
 // newHTTPTransport applies every DYN_HTTP2_* setting to a Go HTTP/2
@@ -323,6 +326,7 @@ func newHTTPClient(cfg Config, o options) *httpClient {
 		// server's limit, so the client's own cap is this semaphore, held for
 		// the life of each stream.
 		streams: make(chan struct{}, cfg.HTTP.MaxConcurrentStreams),
+		active:  map[*httpStream]struct{}{},
 	}
 }
 
@@ -350,6 +354,21 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	s.timer = time.AfterFunc(c.tcp.RequestTimeout, func() {
 		cancel(fmt.Errorf("%w: no response within %v", ErrTimeout, c.tcp.RequestTimeout))
 	})
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		s.timer.Stop()
+		cancel(ErrClosed)
+		<-c.streams
+		return nil, ErrClosed
+	}
+	s.untrack = func() {
+		c.mu.Lock()
+		delete(c.active, s)
+		c.mu.Unlock()
+	}
+	c.active[s] = struct{}{}
+	c.mu.Unlock()
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, addr.Addr+"/"+endpoint, bytes.NewReader(payload))
 	if err != nil {
 		s.Close()
@@ -375,32 +394,46 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 
 // Close implements [Client].
 func (c *httpClient) Close() error {
+	c.mu.Lock()
 	c.closed.Store(true)
+	active := make([]*httpStream, 0, len(c.active))
+	for s := range c.active {
+		active = append(active, s)
+	}
+	c.mu.Unlock()
+	for _, s := range active {
+		s.closeWith(fmt.Errorf("%w: client closed", ErrClosed))
+	}
 	c.tr.CloseIdleConnections()
 	return nil
 }
 
 // httpStream is the http plane's [Stream].
 type httpStream struct {
-	ctx     context.Context
-	callCtx context.Context
-	cancel  context.CancelCauseFunc
-	timer   *time.Timer
-	release func()
-	max     int
-	body    io.ReadCloser
-	r       *bufio.Reader
-	status  int
-	gotAny  bool
-	err     error
-	once    sync.Once
-	hdr     [httpFrameHeaderLen]byte
+	ctx      context.Context
+	callCtx  context.Context
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	release  func()
+	untrack  func()
+	max      int
+	body     io.ReadCloser
+	r        *bufio.Reader
+	status   int
+	gotAny   bool
+	err      error
+	once     sync.Once
+	bodyOnce sync.Once
+	hdr      [httpFrameHeaderLen]byte
 }
 
 // classify maps a transport error to the package's errors.
 func (s *httpStream) classify(err error, dialing bool) error {
 	if cerr := s.ctx.Err(); cerr != nil {
 		return cerr
+	}
+	if cause := context.Cause(s.callCtx); cause != nil && errors.Is(cause, ErrClosed) {
+		return cause
 	}
 	if cause := context.Cause(s.callCtx); cause != nil && errors.Is(cause, ErrTimeout) {
 		return cause
@@ -471,21 +504,32 @@ func (s *httpStream) readFrame() (byte, []byte, error) {
 
 func (s *httpStream) finish(err error) error {
 	s.err = err
-	s.Close()
+	s.closeWith(err)
+	s.closeBody()
 	return err
+}
+
+// closeBody releases the response body; only the stream's user calls it.
+func (s *httpStream) closeBody() {
+	s.bodyOnce.Do(func() {
+		if s.body != nil {
+			_ = s.body.Close()
+		}
+	})
 }
 
 // Close implements [Stream].
 func (s *httpStream) Close() {
+	s.closeWith(fmt.Errorf("%w: stream closed", ErrClosed))
+	s.closeBody()
+}
+
+// closeWith ends the call; a Recv in progress or after returns cause.
+func (s *httpStream) closeWith(cause error) {
 	s.once.Do(func() {
-		if s.err == nil {
-			s.err = fmt.Errorf("%w: stream closed", ErrClosed)
-		}
 		s.timer.Stop()
-		s.cancel(context.Canceled)
-		if s.body != nil {
-			_ = s.body.Close()
-		}
+		s.cancel(cause)
+		s.untrack()
 		s.release()
 	})
 }

@@ -33,6 +33,10 @@ import (
 // The server heartbeats each open stream every HeartbeatInterval it has not
 // otherwise published on it; a client that hears nothing for three intervals
 // fails the stream with ErrDisconnected, which is how a killed worker shows.
+// Heartbeats carry a reply subject under the server's own inbox: when the
+// client has gone (its inbox has no subscriber) the NATS server answers with
+// a no-responders status and the handler's context is cancelled, so a
+// vanished caller stops the worker's generation here too.
 const natsMsgHeaderLen = 5
 
 // natsHeartbeatMisses is how many silent heartbeat intervals break a stream.
@@ -80,8 +84,12 @@ type natsServer struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup // heartbeat loop and handlers
 
+	inbox   string // heartbeat replies: no responders means the client is gone
+	nextTok uint64
+
 	mu       sync.Mutex
 	streams  map[string]*natsServerStream
+	byToken  map[string]*natsServerStream
 	closed   bool
 	draining atomic.Bool
 	inflight inflight
@@ -101,6 +109,7 @@ func newNATSServer(cfg Config, o options) *natsServer {
 		cancel:   cancel,
 		stop:     make(chan struct{}),
 		streams:  map[string]*natsServerStream{},
+		byToken:  map[string]*natsServerStream{},
 	}
 }
 
@@ -122,6 +131,13 @@ func (s *natsServer) Start(context.Context) error {
 		return err
 	}
 	s.nc = nc
+	s.inbox = nc.NewRespInbox()
+	hb, err := nc.Subscribe(s.inbox+".*", s.onHeartbeatReply)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("transport: nats subscribe %q: %w", s.inbox, err)
+	}
+	s.subs = append(s.subs, hb)
 	for _, ep := range s.hs.endpoints() {
 		subj := s.subject(ep)
 		sub, err := nc.Subscribe(subj, s.onRequest)
@@ -224,7 +240,10 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 		s.inflight.done()
 		return
 	}
+	s.nextTok++
+	st.token = strconv.FormatUint(s.nextTok, 36)
 	s.streams[m.Reply] = st
+	s.byToken[st.token] = st
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -233,6 +252,7 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 		err := runHandler(ctx, h, req, st)
 		s.mu.Lock()
 		delete(s.streams, m.Reply)
+		delete(s.byToken, st.token)
 		s.mu.Unlock()
 		cancelled := ctx.Err() != nil
 		cancel()
@@ -245,6 +265,21 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 		}
 		_ = st.publish(frameEnd, nil)
 	}()
+}
+
+// onHeartbeatReply cancels a stream whose client inbox has no subscriber.
+func (s *natsServer) onHeartbeatReply(m *nats.Msg) {
+	if m.Header.Get("Status") != "503" {
+		return
+	}
+	tok := m.Subject[len(s.inbox)+1:]
+	s.mu.Lock()
+	st := s.byToken[tok]
+	s.mu.Unlock()
+	if st != nil {
+		s.log.Debug("transport: nats client gone; cancelling handler", "reply", st.reply)
+		st.cancel()
+	}
 }
 
 func (s *natsServer) onControl(m *nats.Msg) {
@@ -282,6 +317,7 @@ func (s *natsServer) Close() error {
 		s.closed = true
 		streams := s.streams
 		s.streams = map[string]*natsServerStream{}
+		s.byToken = map[string]*natsServerStream{}
 		s.mu.Unlock()
 		for _, sub := range s.subs {
 			_ = sub.Unsubscribe()
@@ -307,6 +343,7 @@ func (s *natsServer) Close() error {
 type natsServerStream struct {
 	srv    *natsServer
 	reply  string
+	token  string
 	ctx    context.Context
 	cancel context.CancelFunc
 	win    *window
@@ -345,7 +382,11 @@ func (st *natsServerStream) publish(typ byte, p []byte) error {
 	binary.BigEndian.PutUint32(msg[1:], st.seq)
 	st.seq++
 	st.lastSent.Store(time.Now().UnixNano())
-	if err := st.srv.nc.Publish(st.reply, append(msg, p...)); err != nil {
+	out := &nats.Msg{Subject: st.reply, Data: append(msg, p...)}
+	if typ == frameHeartbeat {
+		out.Reply = st.srv.inbox + "." + st.token
+	}
+	if err := st.srv.nc.PublishMsg(out); err != nil {
 		return fmt.Errorf("%w: nats publish: %v", ErrDisconnected, err)
 	}
 	return nil

@@ -157,10 +157,17 @@ func (s *muxStream) Recv() ([]byte, error) {
 	}
 }
 
-// finish records the terminal error, cancels the handler if the stream did
-// not end on the server's side, and releases the stream.
+// finish records the terminal error (on the Recv goroutine) and shuts the
+// stream down.
 func (s *muxStream) finish(err error, cancelRemote bool) error {
 	s.err = err
+	s.shutdown(cancelRemote)
+	return err
+}
+
+// shutdown releases the stream once, cancelling the handler if the stream
+// did not end on the server's side.
+func (s *muxStream) shutdown(cancelRemote bool) {
 	if s.closed.CompareAndSwap(false, true) {
 		if s.stopCtx != nil {
 			s.stopCtx()
@@ -170,14 +177,13 @@ func (s *muxStream) finish(err error, cancelRemote bool) error {
 		}
 		s.link.release(s)
 	}
-	return err
 }
 
-// Close implements [Stream].
+// Close implements [Stream]. It may be called concurrently with Recv, which
+// then returns ErrClosed.
 func (s *muxStream) Close() {
-	if s.err == nil {
-		s.finish(fmt.Errorf("%w: stream closed", ErrClosed), true)
-	}
+	s.breakWith(fmt.Errorf("%w: stream closed", ErrClosed))
+	s.shutdown(true)
 }
 
 // window is a server-side stream's credit: how many more data frames the

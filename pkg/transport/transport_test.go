@@ -30,6 +30,7 @@ func TestPlanes(t *testing.T) {
 		{"CancelMidStream", testCancel},
 		{"CloseStreamCancelsHandler", testCloseStream},
 		{"ServerKilledMidStream", testServerKilled},
+		{"ClientGoneCancelsHandler", testClientGone},
 		{"NothingListening", testNothingListening},
 		{"Concurrent256", testConcurrent},
 		{"DrainFinishesInFlight", testDrain},
@@ -351,5 +352,28 @@ func testSlowConsumer(t *testing.T, cfg Config) {
 	}
 	if got >= 10000 {
 		t.Fatalf("handler sent %d KiB to a client that stopped reading", got)
+	}
+}
+
+// testClientGone checks that a caller that disappears mid-stream (its client
+// closed without closing the stream) stops the handler.
+func testClientGone(t *testing.T, cfg Config) {
+	th := newTestHandlers()
+	s := testServer(t, cfg, th)
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Call(context.Background(), s.Address("block"), "block", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitFor(t, th.ctxEnded, "handler context to end after the client went away")
+	if _, err := st.Recv(); err == nil || err == io.EOF {
+		t.Fatalf("Recv on a closed client: got %v, want an error", err)
 	}
 }
