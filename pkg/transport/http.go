@@ -102,6 +102,13 @@ func (s *httpServer) Address(string) Address { return Address{Kind: PlaneHTTP, A
 func (s *httpServer) Drain(ctx context.Context) error {
 	s.draining.Store(true)
 	err := s.inflight.wait(ctx)
+	if err == nil && s.srv != nil {
+		// Let the last responses' end of stream reach the wire before the
+		// connections close.
+		if serr := s.srv.Shutdown(ctx); serr != nil {
+			err = fmt.Errorf("transport: drain: %w", serr)
+		}
+	}
 	s.Close()
 	return err
 }

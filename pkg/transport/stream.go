@@ -239,6 +239,7 @@ type connWriter struct {
 	notFull  sync.Cond
 	buf      []byte
 	spare    []byte
+	busy     bool // a write is in the kernel
 	err      error
 }
 
@@ -289,9 +290,11 @@ func (w *connWriter) flushLoop() {
 		}
 		b := w.buf
 		w.buf = w.spare[:0]
+		w.busy = true
 		w.mu.Unlock()
 		_, err := w.conn.Write(b)
 		w.mu.Lock()
+		w.busy = false
 		if cap(b) <= 1<<20 {
 			w.spare = b[:0]
 		} else {
@@ -302,6 +305,22 @@ func (w *connWriter) flushLoop() {
 		}
 		w.notFull.Broadcast()
 	}
+}
+
+// flushPending waits until every queued frame has been written, the
+// connection failed, or ctx ended.
+func (w *connWriter) flushPending(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.notFull.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	w.mu.Lock()
+	for (len(w.buf) > 0 || w.busy) && w.err == nil && ctx.Err() == nil {
+		w.notFull.Wait()
+	}
+	w.mu.Unlock()
 }
 
 // fail makes every later write return err and stops the flusher; frames

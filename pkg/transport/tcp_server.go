@@ -111,6 +111,18 @@ func (s *tcpServer) acceptLoop() {
 func (s *tcpServer) Drain(ctx context.Context) error {
 	s.draining.Store(true)
 	err := s.inflight.wait(ctx)
+	if err == nil {
+		// Let the last responses reach the wire before the connections close.
+		s.mu.Lock()
+		conns := make([]*tcpServerConn, 0, len(s.conns))
+		for sc := range s.conns {
+			conns = append(conns, sc)
+		}
+		s.mu.Unlock()
+		for _, sc := range conns {
+			sc.w.flushPending(ctx)
+		}
+	}
 	s.Close()
 	return err
 }
