@@ -2,8 +2,11 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestNATSMaxPayload checks that a message over the NATS server's
@@ -64,4 +67,46 @@ func TestNATSCannotConnect(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	s.Close()
+}
+
+// TestNATSSequenceGap checks that a lost response shows as ErrDisconnected,
+// never as a silently shorter stream. A hand-rolled responder skips
+// sequence number 1.
+func TestNATSSequenceGap(t *testing.T) {
+	cfg := testConfig(t, PlaneNATS)
+	nc, err := nats.Connect(cfg.NATS.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("gap.test", func(m *nats.Msg) {
+		for _, seq := range []uint32{0, 2} {
+			msg := []byte{frameData, 0, 0, 0, 0, 'x'}
+			binary.BigEndian.PutUint32(msg[1:], seq)
+			_ = nc.Publish(m.Reply, msg)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := testClient(t, cfg)
+	st, err := c.Call(context.Background(), Address{Kind: PlaneNATS, Addr: "gap.test"}, "echo", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if p, err := st.Recv(); err != nil || string(p) != "x" {
+		t.Fatalf("first Recv: %q, %v", p, err)
+	}
+	_, err = st.Recv()
+	if err := errIs(err, ErrDisconnected); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(err.Error(), "sequence") {
+		t.Fatalf("error %q does not mention the sequence", err)
+	}
 }
