@@ -395,6 +395,7 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	s.r = bufio.NewReaderSize(resp.Body, 32<<10)
 	if resp.StatusCode != http.StatusOK {
 		s.status = resp.StatusCode
+		s.framed = resp.Header.Get("Content-Type") == httpContentType
 	}
 	return s, nil
 }
@@ -427,6 +428,7 @@ type httpStream struct {
 	body     io.ReadCloser
 	r        *bufio.Reader
 	status   int
+	framed   bool
 	gotAny   bool
 	err      error
 	once     sync.Once
@@ -455,10 +457,28 @@ func (s *httpStream) classify(err error, dialing bool) error {
 	return fmt.Errorf("%w: %v", ErrDisconnected, err)
 }
 
+// statusError maps a rejection status without an error frame.
+func statusError(status int) *HandlerError {
+	code := CodeUnknown
+	switch status {
+	case http.StatusServiceUnavailable:
+		code = CodeDraining
+	case http.StatusNotFound:
+		code = CodeNoHandler
+	case http.StatusRequestEntityTooLarge:
+		code = CodeTooLarge
+	}
+	return &HandlerError{Code: code, Message: "http status " + strconv.Itoa(status) + " " + http.StatusText(status)}
+}
+
 // Recv implements [Stream].
 func (s *httpStream) Recv() ([]byte, error) {
 	if s.err != nil {
 		return nil, s.err
+	}
+	if s.status != 0 && !s.framed {
+		// Not our server (a proxy, a wrong port): map the status.
+		return nil, s.finish(statusError(s.status))
 	}
 	typ, p, err := s.readFrame()
 	if err != nil {
@@ -474,7 +494,7 @@ func (s *httpStream) Recv() ([]byte, error) {
 				return nil, s.finish(he)
 			}
 		}
-		return nil, s.finish(&HandlerError{Code: CodeUnknown, Message: "http status " + strconv.Itoa(s.status)})
+		return nil, s.finish(statusError(s.status))
 	}
 	switch typ {
 	case frameData:

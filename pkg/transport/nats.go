@@ -506,7 +506,8 @@ func (c *natsClient) dispatch(m *nats.Msg) {
 	cs.nextSeq++
 	typ := m.Data[0]
 	if typ == frameHeartbeat {
-		ms.gotFirst.Store(true)
+		// Liveness only: the request timeout still waits for a response,
+		// as on the other planes.
 		return
 	}
 	ms.deliver(inFrame{typ: typ, data: m.Data[natsMsgHeaderLen:]})
@@ -571,7 +572,9 @@ func (c *natsClient) Close() error {
 	c.mu.Unlock()
 	for _, cs := range streams {
 		cs.ms.breakWith(fmt.Errorf("%w: client closed", ErrClosed))
+		c.sendCancel(cs.ms)
 	}
+	_ = c.nc.Flush()
 	close(c.stop)
 	c.wg.Wait()
 	_ = c.sub.Unsubscribe()

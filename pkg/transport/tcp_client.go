@@ -67,13 +67,21 @@ func (c *tcpClient) Call(ctx context.Context, addr Address, endpoint string, hea
 	if err != nil {
 		return nil, err
 	}
-	cc, err := c.conn(ctx, pool, addr.Addr)
-	if err != nil {
-		return nil, err
-	}
-	s := newMuxStream(ctx, cc, c.cfg.ChannelBuffer, c.cfg.RequestTimeout)
-	if err := cc.register(s); err != nil {
-		return nil, err
+	var cc *tcpClientConn
+	var s *muxStream
+	// A pooled connection can die between being picked and being used;
+	// nothing was sent on it, so one more pick is safe.
+	for attempt := 0; ; attempt++ {
+		if cc, err = c.conn(ctx, pool, addr.Addr); err != nil {
+			return nil, err
+		}
+		s = newMuxStream(ctx, cc, c.cfg.ChannelBuffer, c.cfg.RequestTimeout)
+		if err = cc.register(s); err == nil {
+			break
+		}
+		if attempt == 1 {
+			return nil, err
+		}
 	}
 	body := make([]byte, 0, requestBodySize(endpoint, headers, nil))
 	body = appendRequestBody(body, endpoint, headers, nil)
