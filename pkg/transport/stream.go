@@ -30,15 +30,22 @@ type streamLink interface {
 // muxStream is the client side of one call on a multiplexed plane (tcp,
 // nats). The plane's reader delivers frames; the server never sends more than
 // window data frames beyond what Recv has granted back, so deliver never
-// blocks and one slow stream cannot stall its connection.
+// blocks, the queue stays bounded, and one slow stream cannot stall its
+// connection.
 type muxStream struct {
 	id     uint32
 	key    string // nats: the reply subject token
 	route  string // nats: the server's control subject
 	link   streamLink
 	ctx    context.Context
-	ch     chan inFrame
 	window int
+
+	// The queue of delivered frames grows as needed up to window+2 (data
+	// frames plus the end or error frame), so a short call allocates little.
+	qmu   sync.Mutex
+	q     []inFrame
+	head  int
+	ready chan struct{} // signalled after each delivery
 
 	// broken is closed by breakWith; brokenErr is set before.
 	broken    chan struct{}
@@ -63,7 +70,7 @@ func newMuxStream(ctx context.Context, link streamLink, window int, timeout time
 	return &muxStream{
 		link:     link,
 		ctx:      ctx,
-		ch:       make(chan inFrame, window+2),
+		ready:    make(chan struct{}, 1),
 		window:   window,
 		broken:   make(chan struct{}),
 		deadline: time.Now().Add(timeout),
@@ -85,13 +92,35 @@ func (s *muxStream) watchContext() {
 // overflowed the window, a protocol violation.
 func (s *muxStream) deliver(f inFrame) bool {
 	s.gotFirst.Store(true)
-	select {
-	case s.ch <- f:
-		return true
-	default:
+	s.qmu.Lock()
+	if len(s.q)-s.head >= s.window+2 {
+		s.qmu.Unlock()
 		s.breakWith(fmt.Errorf("%w: server exceeded the stream window of %d", ErrDisconnected, s.window))
 		return false
 	}
+	s.q = append(s.q, f)
+	s.qmu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop takes the oldest delivered frame.
+func (s *muxStream) pop() (inFrame, bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.head == len(s.q) {
+		return inFrame{}, false
+	}
+	f := s.q[s.head]
+	s.q[s.head] = inFrame{}
+	s.head++
+	if s.head == len(s.q) {
+		s.q, s.head = s.q[:0], 0
+	}
+	return f, true
 }
 
 // breakWith fails the stream with err unless frames already queued finish it.
@@ -107,35 +136,37 @@ func (s *muxStream) Recv() ([]byte, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	var f inFrame
-	select {
-	case f = <-s.ch:
-	default:
-		var timeout <-chan time.Time
-		if !s.gotFirst.Load() {
+	var timeout <-chan time.Time
+	for {
+		if f, ok := s.pop(); ok {
+			return s.handle(f)
+		}
+		if timeout == nil && !s.gotFirst.Load() {
 			t := time.NewTimer(time.Until(s.deadline))
 			defer t.Stop()
 			timeout = t.C
 		}
 		select {
-		case f = <-s.ch:
+		case <-s.ready:
 		case <-s.ctx.Done():
 			return nil, s.finish(s.ctx.Err(), true)
 		case <-s.broken:
 			// Frames that arrived before the break still count.
-			select {
-			case f = <-s.ch:
-			default:
-				return nil, s.finish(s.brokenErr, false)
+			if f, ok := s.pop(); ok {
+				return s.handle(f)
 			}
+			return nil, s.finish(s.brokenErr, false)
 		case <-timeout:
-			select {
-			case f = <-s.ch:
-			default:
-				return nil, s.finish(fmt.Errorf("%w: no response within %v", ErrTimeout, s.timeout), true)
+			if f, ok := s.pop(); ok {
+				return s.handle(f)
 			}
+			return nil, s.finish(fmt.Errorf("%w: no response within %v", ErrTimeout, s.timeout), true)
 		}
 	}
+}
+
+// handle turns one frame into Recv's result.
+func (s *muxStream) handle(f inFrame) ([]byte, error) {
 	switch f.typ {
 	case frameData:
 		s.consumed++
