@@ -182,6 +182,24 @@ func TestHTTPServerSpeaksHTTP1(t *testing.T) {
 	}
 }
 
+// TestHTTPClientSpeaksH2C checks that the plane's client reaches the server
+// over HTTP/2 cleartext with prior knowledge.
+func TestHTTPClientSpeaksH2C(t *testing.T) {
+	cfg := testConfig(t, PlaneHTTP)
+	s := testServer(t, cfg, newTestHandlers())
+	tr := newHTTPTransport(cfg)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Post(s.Address("echo").Addr+"/echo", "application/octet-stream", bytes.NewReader([]byte("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %s %d, want HTTP/2.0 200", resp.Proto, resp.StatusCode)
+	}
+}
+
 // TestHTTPServerRejects checks the status codes for requests the server
 // refuses before a handler runs.
 func TestHTTPServerRejects(t *testing.T) {
