@@ -53,11 +53,34 @@ type httpServer struct {
 	draining atomic.Bool
 	inflight inflight
 	once     sync.Once
+
+	// open counts the http.Server's connections, whose goroutines
+	// http.Server.Close does not wait for.
+	connMu   sync.Mutex
+	open     int
+	openZero *sync.Cond
 }
 
 func newHTTPServer(cfg Config, o options) *httpServer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &httpServer{cfg: cfg.HTTP, maxSize: cfg.TCP.MaxMessageSize, log: o.log, ctx: ctx, cancel: cancel}
+	s := &httpServer{cfg: cfg.HTTP, maxSize: cfg.TCP.MaxMessageSize, log: o.log, ctx: ctx, cancel: cancel}
+	s.openZero = sync.NewCond(&s.connMu)
+	return s
+}
+
+// connState tracks connections so Close can wait for their goroutines.
+func (s *httpServer) connState(_ net.Conn, st http.ConnState) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.open++
+	case http.StateClosed, http.StateHijacked:
+		s.open--
+		if s.open == 0 {
+			s.openZero.Broadcast()
+		}
+	}
 }
 
 // Handle implements [Server].
@@ -80,6 +103,7 @@ func (s *httpServer) Start(ctx context.Context) error {
 		Protocols:         &protos,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+		ConnState:         s.connState,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
 			MaxReadFrameSize:     s.cfg.MaxFrameSize,
@@ -122,6 +146,11 @@ func (s *httpServer) Close() error {
 		s.cancel()
 	})
 	s.wg.Wait()
+	s.connMu.Lock()
+	for s.open > 0 {
+		s.openZero.Wait()
+	}
+	s.connMu.Unlock()
 	return nil
 }
 
