@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -474,6 +475,9 @@ func (c *natsClient) Call(ctx context.Context, addr Address, endpoint string, he
 	body = appendRequestBody(body, endpoint, headers, payload)
 	if err := c.nc.PublishRequest(addr.Addr, c.prefix+"."+ms.key, body); err != nil {
 		c.release(ms)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return nil, fmt.Errorf("%w: nats publish: %v (the NATS server's max_payload is %d bytes; use DYN_REQUEST_PLANE=tcp for larger messages)", ErrTooLarge, err, c.nc.MaxPayload())
+		}
 		return nil, fmt.Errorf("%w: nats publish: %v", ErrCannotConnect, err)
 	}
 	ms.watchContext()

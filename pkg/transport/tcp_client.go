@@ -138,13 +138,6 @@ func (c *tcpClient) conn(ctx context.Context, p *tcpPool, addr string) (*tcpClie
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	cc := &tcpClientConn{
-		conn:    nc,
-		w:       newConnWriter(nc, 4<<20),
-		streams: make(map[uint32]*muxStream),
-		maxIn:   maxFramePayload(c.cfg.MaxMessageSize),
-		log:     c.log,
-	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -153,6 +146,13 @@ func (c *tcpClient) conn(ctx context.Context, p *tcpPool, addr string) (*tcpClie
 	}
 	c.wg.Add(1)
 	c.mu.Unlock()
+	cc := &tcpClientConn{
+		conn:    nc,
+		w:       newConnWriter(nc, 4<<20),
+		streams: make(map[uint32]*muxStream),
+		maxIn:   maxFramePayload(c.cfg.MaxMessageSize),
+		log:     c.log,
+	}
 	go func() {
 		defer c.wg.Done()
 		cc.readLoop()
