@@ -240,35 +240,68 @@ func (s *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", httpContentType)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	if err := rc.Flush(); err != nil {
-		return
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	st := &httpServerStream{ctx: ctx, w: w, rc: rc, max: s.maxSize}
+	st := newHTTPServerStream(ctx, w, rc, s.maxSize)
 	herr2 := runHandler(ctx, h, &Request{Endpoint: endpoint, Headers: headers, Payload: payload}, st)
-	if ctx.Err() != nil || st.broken {
-		return
-	}
 	if herr2 != nil {
-		_ = st.writeFrame(frameError, appendErrorBody(nil, toHandlerError(herr2)))
+		st.end(frameError, appendErrorBody(nil, toHandlerError(herr2)))
 		return
 	}
-	_ = st.writeFrame(frameEnd, nil)
+	st.end(frameEnd, nil)
 }
 
-// httpServerStream is the http plane's [ResponseWriter].
+// httpServerStream is the http plane's [ResponseWriter]. Send writes into
+// the response's buffer and kicks a flusher goroutine rather than flushing
+// itself, so frames a handler sends while a flush is in progress go out
+// together in one HTTP/2 DATA frame.
 type httpServerStream struct {
-	ctx    context.Context
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	max    int
-	hdr    [httpFrameHeaderLen]byte
-	broken bool
+	ctx  context.Context
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	max  int
+	kick chan struct{} // cap 1: there is something to flush
+	stop chan struct{} // closed when the handler has returned
+	done chan struct{} // closed when the flusher has exited
+
+	mu    sync.Mutex // guards w, hdr, dirty, err
+	hdr   [httpFrameHeaderLen]byte
+	dirty bool
+	err   error
+}
+
+func newHTTPServerStream(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, max int) *httpServerStream {
+	st := &httpServerStream{ctx: ctx, w: w, rc: rc, max: max,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	// The status line goes out with the first flush: at once if the
+	// handler is slow, together with its first response if it is quick.
+	st.dirty = true
+	st.kick <- struct{}{}
+	go st.flushLoop()
+	return st
+}
+
+func (st *httpServerStream) flushLoop() {
+	defer close(st.done)
+	for {
+		select {
+		case <-st.kick:
+		case <-st.stop:
+			return
+		}
+		st.mu.Lock()
+		if st.dirty && st.err == nil {
+			st.dirty = false
+			if err := st.rc.Flush(); err != nil {
+				st.err = st.failErr(err)
+			}
+		}
+		st.mu.Unlock()
+	}
 }
 
 // Send implements [ResponseWriter]. HTTP/2 flow control supplies the
-// back-pressure: Write blocks while the client's window is full.
+// back-pressure: the write blocks while the client's window is full.
 func (st *httpServerStream) Send(p []byte) error {
 	if len(p) > st.max {
 		return tooLarge("response payload", len(p), st.max)
@@ -276,26 +309,52 @@ func (st *httpServerStream) Send(p []byte) error {
 	if err := st.ctx.Err(); err != nil {
 		return err
 	}
-	return st.writeFrame(frameData, p)
+	st.mu.Lock()
+	err := st.writeLocked(frameData, p)
+	st.dirty = true
+	st.mu.Unlock()
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+	return err
 }
 
-func (st *httpServerStream) writeFrame(typ byte, p []byte) error {
+// end stops the flusher and writes the final frame, if the stream is
+// still healthy.
+func (st *httpServerStream) end(typ byte, p []byte) {
+	close(st.stop)
+	<-st.done
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ctx.Err() != nil || st.err != nil {
+		return
+	}
+	if st.writeLocked(typ, p) == nil {
+		if err := st.rc.Flush(); err != nil {
+			st.err = st.failErr(err)
+		}
+	}
+}
+
+func (st *httpServerStream) writeLocked(typ byte, p []byte) error {
+	if st.err != nil {
+		return st.err
+	}
 	st.hdr[0] = typ
 	binary.BigEndian.PutUint32(st.hdr[1:], uint32(len(p)))
 	if _, err := st.w.Write(st.hdr[:]); err != nil {
-		return st.fail(err)
+		st.err = st.failErr(err)
+		return st.err
 	}
 	if _, err := st.w.Write(p); err != nil {
-		return st.fail(err)
-	}
-	if err := st.rc.Flush(); err != nil {
-		return st.fail(err)
+		st.err = st.failErr(err)
+		return st.err
 	}
 	return nil
 }
 
-func (st *httpServerStream) fail(err error) error {
-	st.broken = true
+func (st *httpServerStream) failErr(err error) error {
 	if cerr := st.ctx.Err(); cerr != nil {
 		return cerr
 	}
