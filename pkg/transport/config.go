@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -363,4 +364,32 @@ func (p *envParser) seconds(name string, dst *time.Duration) {
 		return
 	}
 	*dst = time.Duration(n) * time.Second
+}
+
+// LogValue renders the effective configuration for a single startup log
+// line.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("plane", string(c.Plane)),
+		slog.Group("tcp",
+			slog.String("host", c.TCP.Host), slog.Int("port", c.TCP.Port),
+			slog.Int("max_message_size", c.TCP.MaxMessageSize),
+			slog.Duration("request_timeout", c.TCP.RequestTimeout),
+			slog.Int("pool_size", c.TCP.PoolSize),
+			slog.Duration("connect_timeout", c.TCP.ConnectTimeout),
+			slog.Int("channel_buffer", c.TCP.ChannelBuffer)),
+		slog.Group("http",
+			slog.String("host", c.HTTP.Host), slog.Int("port", c.HTTP.Port),
+			slog.String("root_path", c.HTTP.RootPath),
+			slog.Int("max_frame_size", c.HTTP.MaxFrameSize),
+			slog.Int("max_concurrent_streams", c.HTTP.MaxConcurrentStreams),
+			slog.Int("pool_max_idle_per_host", c.HTTP.PoolMaxIdlePerHost),
+			slog.Duration("pool_idle_timeout", c.HTTP.PoolIdleTimeout),
+			slog.Duration("keep_alive_interval", c.HTTP.KeepAliveInterval),
+			slog.Duration("keep_alive_timeout", c.HTTP.KeepAliveTimeout),
+			slog.Bool("adaptive_window", c.HTTP.AdaptiveWindow)),
+		slog.Group("nats",
+			slog.String("url", c.NATS.URL),
+			slog.Duration("heartbeat_interval", c.NATS.HeartbeatInterval)),
+	)
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,16 @@ func TestConfigFromEnvReadsProcessEnv(t *testing.T) {
 	t.Setenv("DYN_REQUEST_PLANE", "zmq")
 	if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "DYN_REQUEST_PLANE") {
 		t.Fatalf("got %v, want an error naming DYN_REQUEST_PLANE", err)
+	}
+}
+
+func TestConfigLogValue(t *testing.T) {
+	var buf strings.Builder
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "transport", DefaultConfig())
+	for _, want := range []string{"transport.plane=tcp", "transport.tcp.pool_size=50", "transport.http.root_path=/v1/rpc", "transport.nats.url=nats://localhost:4222"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log line %q lacks %q", buf.String(), want)
+		}
 	}
 }
 
