@@ -105,7 +105,30 @@ func TestHTTPClientSettingsTakeEffect(t *testing.T) {
 	if !ok || got != 65536 {
 		t.Fatalf("SETTINGS_MAX_FRAME_SIZE = %d (present %v), want 65536", got, ok)
 	}
+	if iw, ok := sf.Value(http2.SettingInitialWindowSize); ok && iw <= 65535 {
+		t.Errorf("adaptive window on: SETTINGS_INITIAL_WINDOW_SIZE = %d, want Go's large default", iw)
+	}
 	waitFor(t, srv.pings, "keep-alive PING")
+}
+
+// TestHTTPAdaptiveWindowOff proves DYN_HTTP2_ADAPTIVE_WINDOW=false pins the
+// stream window to the RFC 7540 initial 65535 bytes.
+func TestHTTPAdaptiveWindowOff(t *testing.T) {
+	srv := startRawH2Server(t)
+	cfg := testConfig(t, PlaneHTTP)
+	cfg.HTTP.AdaptiveWindow = false
+	c := testClient(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	callDone := make(chan struct{})
+	go func() {
+		defer close(callDone)
+		_, _ = c.Call(ctx, Address{Kind: PlaneHTTP, Addr: "http://" + srv.ln.Addr().String() + "/v1/rpc"}, "echo", nil, nil)
+	}()
+	defer func() { cancel(); <-callDone }()
+	sf := waitFor(t, srv.settings, "client SETTINGS")
+	if iw, ok := sf.Value(http2.SettingInitialWindowSize); !ok || iw != 65535 {
+		t.Fatalf("SETTINGS_INITIAL_WINDOW_SIZE = %d (present %v), want 65535", iw, ok)
+	}
 }
 
 // TestHTTPMaxConcurrentStreams proves DYN_HTTP2_MAX_CONCURRENT_STREAMS caps
