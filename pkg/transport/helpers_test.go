@@ -52,7 +52,7 @@ func testConfig(tb testing.TB, plane Plane) Config {
 	cfg.TCP.RequestTimeout = 10 * time.Second
 	cfg.HTTP.Host = "127.0.0.1"
 	cfg.HTTP.Port = 0
-	cfg.NATS.HeartbeatInterval = 250 * time.Millisecond
+	cfg.NATS.HeartbeatInterval = 500 * time.Millisecond
 	if plane == PlaneNATS {
 		cfg.NATS.URL = runNATS(tb)
 	}
