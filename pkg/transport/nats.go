@@ -91,6 +91,7 @@ type natsServer struct {
 	mu       sync.Mutex
 	streams  map[string]*natsServerStream
 	byToken  map[string]*natsServerStream
+	early    map[string]int64 // reply -> UnixNano of a cancel that overtook its request
 	closed   bool
 	draining atomic.Bool
 	inflight inflight
@@ -111,8 +112,15 @@ func newNATSServer(cfg Config, o options) *natsServer {
 		stop:     make(chan struct{}),
 		streams:  map[string]*natsServerStream{},
 		byToken:  map[string]*natsServerStream{},
+		early:    map[string]int64{},
 	}
 }
+
+// maxEarlyCancels bounds the cancels remembered for requests not yet seen.
+const maxEarlyCancels = 1 << 16
+
+// earlyCancelTTL is how long such a cancel is remembered.
+const earlyCancelTTL = time.Minute
 
 // Handle implements [Server].
 func (s *natsServer) Handle(endpoint string, h Handler) { s.hs.set(endpoint, h) }
@@ -190,6 +198,11 @@ func (s *natsServer) heartbeatLoop() {
 			for _, st := range s.streams {
 				streams = append(streams, st)
 			}
+			for reply, at := range s.early {
+				if now.UnixNano()-at > int64(earlyCancelTTL) {
+					delete(s.early, reply)
+				}
+			}
 			s.mu.Unlock()
 			for _, st := range streams {
 				if now.UnixNano()-st.lastSent.Load() >= int64(iv)/2 {
@@ -236,6 +249,15 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 	st.lastSent.Store(time.Now().UnixNano())
 	s.mu.Lock()
 	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		s.inflight.done()
+		return
+	}
+	if _, ok := s.early[m.Reply]; ok {
+		// The request and control subjects are separate subscriptions,
+		// so a quick cancel can arrive first; honour it.
+		delete(s.early, m.Reply)
 		s.mu.Unlock()
 		cancel()
 		s.inflight.done()
@@ -290,6 +312,9 @@ func (s *natsServer) onControl(m *nats.Msg) {
 	reply := string(m.Data[natsMsgHeaderLen:])
 	s.mu.Lock()
 	st := s.streams[reply]
+	if st == nil && m.Data[0] == frameCancel && len(s.early) < maxEarlyCancels {
+		s.early[reply] = time.Now().UnixNano()
+	}
 	s.mu.Unlock()
 	if st == nil {
 		return

@@ -110,3 +110,27 @@ func TestNATSSequenceGap(t *testing.T) {
 		t.Fatalf("error %q does not mention the sequence", err)
 	}
 }
+
+// TestNATSCancelOvertakesRequest checks that a cancel arriving on the
+// control subject before its request (they are separate subscriptions)
+// still stops the request.
+func TestNATSCancelOvertakesRequest(t *testing.T) {
+	cfg := testConfig(t, PlaneNATS)
+	th := newTestHandlers()
+	ns := testServer(t, cfg, th).(*natsServer)
+	reply := "_INBOX.test.1"
+	ctl := []byte{frameCancel, 0, 0, 0, 0}
+	ns.onControl(&nats.Msg{Data: append(ctl, reply...)})
+	ns.onRequest(&nats.Msg{Reply: reply, Data: appendRequestBody(nil, "block", nil, nil)})
+	ns.mu.Lock()
+	running, remembered := len(ns.streams), len(ns.early)
+	ns.mu.Unlock()
+	if running != 0 || remembered != 0 {
+		t.Fatalf("after an early cancel: %d streams running, %d cancels remembered; want 0 and 0", running, remembered)
+	}
+	select {
+	case <-th.started:
+		t.Fatal("the handler ran for a cancelled request")
+	default:
+	}
+}
