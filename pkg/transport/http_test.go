@@ -20,7 +20,7 @@ import (
 // the connection stays healthy.
 type rawH2Server struct {
 	ln       net.Listener
-	settings chan http2.SettingsFrame
+	settings chan map[http2.SettingID]uint32
 	pings    chan struct{}
 	done     chan struct{}
 }
@@ -31,7 +31,7 @@ func startRawH2Server(t *testing.T) *rawH2Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &rawH2Server{ln: ln, settings: make(chan http2.SettingsFrame, 4), pings: make(chan struct{}, 16), done: make(chan struct{})}
+	s := &rawH2Server{ln: ln, settings: make(chan map[http2.SettingID]uint32, 4), pings: make(chan struct{}, 16), done: make(chan struct{})}
 	conns := make(chan net.Conn, 1)
 	go func() {
 		defer close(s.done)
@@ -57,7 +57,13 @@ func startRawH2Server(t *testing.T) *rawH2Server {
 			switch f := f.(type) {
 			case *http2.SettingsFrame:
 				if !f.IsAck() {
-					s.settings <- *f
+					// The frame aliases the framer's buffer; copy it out.
+					m := map[http2.SettingID]uint32{}
+					_ = f.ForeachSetting(func(st http2.Setting) error {
+						m[st.ID] = st.Val
+						return nil
+					})
+					s.settings <- m
 					_ = fr.WriteSettingsAck()
 				}
 			case *http2.PingFrame:
@@ -101,11 +107,11 @@ func TestHTTPClientSettingsTakeEffect(t *testing.T) {
 	defer func() { cancel(); <-callDone }()
 
 	sf := waitFor(t, srv.settings, "client SETTINGS")
-	got, ok := sf.Value(http2.SettingMaxFrameSize)
+	got, ok := sf[http2.SettingMaxFrameSize]
 	if !ok || got != 65536 {
 		t.Fatalf("SETTINGS_MAX_FRAME_SIZE = %d (present %v), want 65536", got, ok)
 	}
-	if iw, ok := sf.Value(http2.SettingInitialWindowSize); ok && iw <= 65535 {
+	if iw, ok := sf[http2.SettingInitialWindowSize]; ok && iw <= 65535 {
 		t.Errorf("adaptive window on: SETTINGS_INITIAL_WINDOW_SIZE = %d, want Go's large default", iw)
 	}
 	waitFor(t, srv.pings, "keep-alive PING")
@@ -126,7 +132,7 @@ func TestHTTPAdaptiveWindowOff(t *testing.T) {
 	}()
 	defer func() { cancel(); <-callDone }()
 	sf := waitFor(t, srv.settings, "client SETTINGS")
-	if iw, ok := sf.Value(http2.SettingInitialWindowSize); !ok || iw != 65535 {
+	if iw, ok := sf[http2.SettingInitialWindowSize]; !ok || iw != 65535 {
 		t.Fatalf("SETTINGS_INITIAL_WINDOW_SIZE = %d (present %v), want 65535", iw, ok)
 	}
 }
