@@ -116,9 +116,10 @@ type floorSystem struct {
 }
 
 type floorConn struct {
-	c net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
+	c   net.Conn
+	r   *bufio.Reader
+	w   *bufio.Writer
+	buf []byte
 }
 
 func startFloor() (system, error) {
@@ -188,7 +189,7 @@ func (f *floorSystem) stream(ctx context.Context, req []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		fc = &floorConn{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}
+		fc = &floorConn{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10), buf: make([]byte, 64<<10)}
 	}
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(req)))
@@ -198,7 +199,7 @@ func (f *floorSystem) stream(ctx context.Context, req []byte) (int, error) {
 		return 0, err
 	}
 	want, _ := parseRequest(req)
-	buf := make([]byte, 64<<10)
+	buf := fc.buf
 	for i := range want {
 		if _, err := io.ReadFull(fc.r, hdr[:]); err != nil {
 			return i, err
