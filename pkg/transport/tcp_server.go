@@ -102,7 +102,7 @@ func (s *tcpServer) acceptLoop() {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			sc.readLoop()
+			sc.readLoop(bufio.NewReaderSize(nc, 64<<10))
 		}()
 	}
 }
@@ -189,17 +189,11 @@ func (st *tcpServerStream) Send(p []byte) error {
 	return st.sc.w.writeFrame(st.id, frameData, nil, p)
 }
 
-func (sc *tcpServerConn) readLoop() {
-	defer func() {
-		sc.srv.mu.Lock()
-		delete(sc.srv.conns, sc)
-		sc.srv.mu.Unlock()
-		sc.w.fail(fmt.Errorf("%w: connection closed", ErrDisconnected))
-		sc.conn.Close()
-		sc.cancel() // every handler on the connection
-		<-sc.w.done
-	}()
-	r := bufio.NewReaderSize(sc.conn, 64<<10)
+// readLoop reads the connection's frames. When a request arrives it hands
+// the reader to a fresh goroutine and runs the handler itself: the handler
+// starts without waiting for a goroutine to be scheduled, and the spawn is
+// off the request's critical path.
+func (sc *tcpServerConn) readLoop(r *bufio.Reader) {
 	var hdr [frameHeaderSize]byte
 	maxIn := maxFramePayload(sc.srv.cfg.MaxMessageSize)
 	for {
@@ -208,11 +202,20 @@ func (sc *tcpServerConn) readLoop() {
 			if errors.Is(err, errProtocol) {
 				sc.srv.log.Warn("transport: closing tcp connection", "remote", sc.conn.RemoteAddr().String(), "err", err)
 			}
+			sc.shutdown()
 			return
 		}
 		switch h.typ {
 		case frameRequest:
-			sc.startStream(h.stream, p)
+			if run := sc.startStream(h.stream, p); run != nil {
+				sc.srv.wg.Add(1)
+				go func() {
+					defer sc.srv.wg.Done()
+					sc.readLoop(r)
+				}()
+				run()
+				return
+			}
 		case frameCancel:
 			if st := sc.stream(h.stream); st != nil {
 				st.cancel()
@@ -223,9 +226,21 @@ func (sc *tcpServerConn) readLoop() {
 			}
 		default:
 			sc.srv.log.Warn("transport: closing tcp connection", "remote", sc.conn.RemoteAddr().String(), "err", "unexpected frame type", "type", h.typ)
+			sc.shutdown()
 			return
 		}
 	}
+}
+
+// shutdown closes the connection and cancels every handler on it.
+func (sc *tcpServerConn) shutdown() {
+	sc.srv.mu.Lock()
+	delete(sc.srv.conns, sc)
+	sc.srv.mu.Unlock()
+	sc.w.fail(fmt.Errorf("%w: connection closed", ErrDisconnected))
+	sc.conn.Close()
+	sc.cancel()
+	<-sc.w.done
 }
 
 func (sc *tcpServerConn) stream(id uint32) *tcpServerStream {
@@ -238,25 +253,28 @@ func (sc *tcpServerConn) sendError(id uint32, he *HandlerError) {
 	_ = sc.w.writeFrame(id, frameError, appendErrorBody(nil, he), nil)
 }
 
-func (sc *tcpServerConn) startStream(id uint32, body []byte) {
+// startStream validates a request and registers its stream. It returns the
+// function that runs the handler, or nil if the request was refused (the
+// client has been sent the error).
+func (sc *tcpServerConn) startStream(id uint32, body []byte) func() {
 	srv := sc.srv
 	req, err := parseRequestBody(body)
 	if err != nil {
 		sc.sendError(id, &HandlerError{Code: CodeUnknown, Message: err.Error()})
-		return
+		return nil
 	}
 	if len(req.Payload) > srv.cfg.MaxMessageSize {
 		sc.sendError(id, &HandlerError{Code: CodeTooLarge, Message: tooLarge("request payload", len(req.Payload), srv.cfg.MaxMessageSize).Error()})
-		return
+		return nil
 	}
 	h, herr := srv.hs.get(req.Endpoint)
 	if herr != nil {
 		sc.sendError(id, herr)
-		return
+		return nil
 	}
 	if srv.draining.Load() || !srv.inflight.add() {
 		sc.sendError(id, drainingError())
-		return
+		return nil
 	}
 	ctx, cancel := context.WithCancel(sc.ctx)
 	st := &tcpServerStream{sc: sc, id: id, ctx: ctx, cancel: cancel, win: newWindow(srv.cfg.ChannelBuffer), max: srv.cfg.MaxMessageSize}
@@ -266,27 +284,25 @@ func (sc *tcpServerConn) startStream(id uint32, body []byte) {
 	}
 	sc.streams[id] = st
 	sc.mu.Unlock()
-	srv.wg.Add(1)
-	go func() {
-		defer srv.wg.Done()
+	return func() {
 		defer srv.inflight.done()
 		err := runHandler(ctx, h, req, st)
+		// End the stream before any bookkeeping, so the end frame usually
+		// joins the last response in the flusher's next write.
+		if ctx.Err() == nil { // else the client cancelled or the connection is gone
+			if err != nil {
+				sc.sendError(id, toHandlerError(err))
+			} else {
+				_ = sc.w.writeFrame(id, frameEnd, nil, nil)
+			}
+		}
 		sc.mu.Lock()
 		if sc.streams[id] == st {
 			delete(sc.streams, id)
 		}
 		sc.mu.Unlock()
-		cancelled := ctx.Err() != nil
 		cancel()
-		if cancelled {
-			return // the client cancelled or the connection is gone
-		}
-		if err != nil {
-			sc.sendError(id, toHandlerError(err))
-			return
-		}
-		_ = sc.w.writeFrame(id, frameEnd, nil, nil)
-	}()
+	}
 }
 
 // runHandler calls h, turning a panic into an error for the client.
