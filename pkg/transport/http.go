@@ -480,7 +480,7 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 		return nil, err
 	}
 	s.body = resp.Body
-	s.r = bufio.NewReaderSize(resp.Body, 32<<10)
+	s.r = bufio.NewReaderSize(resp.Body, 4<<10)
 	if resp.StatusCode != http.StatusOK {
 		s.status = resp.StatusCode
 		s.framed = resp.Header.Get("Content-Type") == httpContentType
