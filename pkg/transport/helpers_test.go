@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +108,15 @@ func (th *testHandlers) register(s Server) {
 	// echo answers once with the request id header and the payload.
 	s.Handle("echo", func(ctx context.Context, req *Request, w ResponseWriter) error {
 		return w.Send(append([]byte(req.Headers[HeaderRequestID]+":"), req.Payload...))
+	})
+	// headers answers once with the request's headers as sorted k=v lines.
+	s.Handle("headers", func(ctx context.Context, req *Request, w ResponseWriter) error {
+		lines := make([]string, 0, len(req.Headers))
+		for k, v := range req.Headers {
+			lines = append(lines, k+"="+v)
+		}
+		slices.Sort(lines)
+		return w.Send([]byte(strings.Join(lines, "\n")))
 	})
 	// stream sends n responses of size bytes, each starting with its index.
 	s.Handle("stream", func(ctx context.Context, req *Request, w ResponseWriter) error {

@@ -19,7 +19,9 @@ import (
 )
 
 // The http plane. A call is POST {root}/{endpoint} with the payload as the
-// body and each request header k sent as the HTTP header "Dyn-Hdr-k". The
+// body and each request header k sent as the HTTP header "Dyn-Hdr-k", except
+// the well-known traceparent, tracestate and x-request-id, which travel
+// under their standard names so proxies and tracing middleware see them. The
 // response (200, Content-Type application/x-switchyard-frames) streams
 // frames in its body:
 //
@@ -178,8 +180,15 @@ func parseHTTPRequest(root, method, path string, header http.Header, contentLeng
 	}
 	h := Headers{}
 	for k, vs := range header {
+		if len(vs) == 0 {
+			continue
+		}
+		if wk := strings.ToLower(k); httpStandardHeader(wk) {
+			h[wk] = vs[0]
+			continue
+		}
 		name, ok := cutPrefixFold(k, httpHeaderPrefix)
-		if !ok || name == "" || len(vs) == 0 {
+		if !ok || name == "" {
 			continue
 		}
 		h[strings.ToLower(name)] = vs[0]
@@ -188,6 +197,12 @@ func parseHTTPRequest(root, method, path string, header http.Header, contentLeng
 		return "", nil, bad(http.StatusBadRequest, CodeUnknown, err.Error())
 	}
 	return rest, h, nil
+}
+
+// httpStandardHeader reports whether a lower-case header key travels under
+// its own HTTP name rather than with the Dyn-Hdr- prefix.
+func httpStandardHeader(k string) bool {
+	return k == HeaderTraceParent || k == HeaderTraceState || k == HeaderRequestID
 }
 
 func cutPrefixFold(s, prefix string) (string, bool) {
@@ -471,7 +486,11 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	for k, v := range headers {
-		req.Header[httpHeaderPrefix+k] = []string{v}
+		if httpStandardHeader(k) {
+			req.Header.Set(k, v)
+		} else {
+			req.Header[httpHeaderPrefix+k] = []string{v}
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

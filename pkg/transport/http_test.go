@@ -181,11 +181,26 @@ func TestHTTPServerSpeaksHTTP1(t *testing.T) {
 	s := testServer(t, cfg, th)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, s.Address("stream").Addr+"/stream", bytes.NewReader(encodeStreamReq(3, 4)))
+	req, err := http.NewRequest(http.MethodPost, s.Address("headers").Addr+"/headers", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Dyn-Hdr-X-Request-Id", "r9")
+	req.Header.Set("X-Request-Id", "r9")
+	req.Header.Set("Dyn-Hdr-Tenant", "t1")
+	req.Header.Set("Accept", "*/*")
+	hresp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	if want := "tenant=t1\nx-request-id=r9"; !bytes.Contains(body, []byte(want)) {
+		t.Fatalf("headers seen by the handler: body %q lacks %q", body, want)
+	}
+	req, err = http.NewRequest(http.MethodPost, s.Address("stream").Addr+"/stream", bytes.NewReader(encodeStreamReq(3, 4)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)

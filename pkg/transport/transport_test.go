@@ -65,6 +65,16 @@ func testOneResponse(t *testing.T, cfg Config) {
 	if _, err := st.Recv(); err != io.EOF {
 		t.Fatalf("Recv after end: got %v, want io.EOF again", err)
 	}
+	hdrs := Headers{HeaderRequestID: "req-2", HeaderTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", HeaderTraceState: "vendor=1", "tenant": "acme"}
+	st, err = c.Call(context.Background(), s.Address("headers"), "headers", hdrs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = recvAll(st)
+	want := "tenant=acme\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\ntracestate=vendor=1\nx-request-id=req-2"
+	if err != io.EOF || len(got) != 1 || string(got[0]) != want {
+		t.Fatalf("headers: got %q, %v; want %q", got, err, want)
+	}
 }
 
 func testStreamInOrder(t *testing.T, cfg Config) {
