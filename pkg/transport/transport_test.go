@@ -34,6 +34,7 @@ func TestPlanes(t *testing.T) {
 		{"NothingListening", testNothingListening},
 		{"Concurrent256", testConcurrent},
 		{"DrainFinishesInFlight", testDrain},
+		{"DrainIsBounded", testDrainBounded},
 		{"SlowConsumerBackPressure", testSlowConsumer},
 	}
 	for _, plane := range planes {
@@ -385,5 +386,29 @@ func testClientGone(t *testing.T, cfg Config) {
 	waitFor(t, th.ctxEnded, "handler context to end after the client went away")
 	if _, err := st.Recv(); err == nil || err == io.EOF {
 		t.Fatalf("Recv on a closed client: got %v, want an error", err)
+	}
+}
+
+// testDrainBounded checks that Drain gives up on a handler that does not
+// finish once its context ends: the handler is cancelled, the caller sees a
+// broken stream, and Drain reports the deadline.
+func testDrainBounded(t *testing.T, cfg Config) {
+	th := newTestHandlers()
+	s := testServer(t, cfg, th)
+	c := testClient(t, cfg)
+	errc := make(chan error, 1)
+	go func() { errc <- callErr(context.Background(), c, s.Address("slow"), "slow", nil) }()
+	waitFor(t, th.started, "slow handler to start")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain: got %v, want context.DeadlineExceeded", err)
+	}
+	err := waitFor(t, errc, "the in-flight call to fail")
+	if err == io.EOF || err == nil {
+		t.Fatalf("in-flight call cut off by Drain: got %v, want an error", err)
+	}
+	if !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("in-flight call cut off by Drain: got %v, want ErrDisconnected", err)
 	}
 }
