@@ -1,0 +1,89 @@
+package eventbus
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// StartEmbeddedNATS starts a nats-server with JetStream on 127.0.0.1:port
+// (-1 picks a free port), storing JetStream files under storeDir, and waits
+// until it accepts connections. The caller owns it: Shutdown, then
+// WaitForShutdown. Its own log goes to log at debug level, warnings and
+// errors at their levels.
+func StartEmbeddedNATS(storeDir string, port int, log *slog.Logger) (*natsserver.Server, error) {
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		ServerName: "switchyard-eventbus-embedded",
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	ns.SetLoggerV2(natsLogger{log.With("component", "nats-server")}, false, false, false)
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats-server on port %d with store %s: not ready after 30s", port, storeDir)
+	}
+	return ns, nil
+}
+
+// natsLogger adapts nats-server's printf logger to slog.
+type natsLogger struct{ log *slog.Logger }
+
+func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l natsLogger) Debugf(format string, v ...any)  {}
+func (l natsLogger) Tracef(format string, v ...any)  {}
+
+// embeddedStoreDir is where the embedded nats-server keeps JetStream.
+func embeddedStoreDir(dataDir string) string { return filepath.Join(dataDir, "nats") }
+
+// connectNATS connects to url with the configured credentials, reconnecting
+// forever and buffering publishes while disconnected.
+func connectNATS(cfg Config, url string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("switchyard-eventbus"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(16 << 20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("NATS disconnected; reconnecting", "err", fmt.Sprint(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("NATS async error", "subject", subject, "err", err.Error())
+		}),
+	}
+	switch {
+	case cfg.NATSCreds != "":
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	case cfg.NATSToken != "":
+		opts = append(opts, nats.Token(cfg.NATSToken))
+	}
+	if cfg.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	return nc, nil
+}

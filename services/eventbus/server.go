@@ -1,0 +1,271 @@
+package eventbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// server implements EventBusService over a bus and an object store.
+type server struct {
+	eventbusv1.UnimplementedEventBusServiceServer
+	bus      *bus
+	objects  *objects
+	stopping <-chan struct{}
+}
+
+// toStatus maps a domain error to its gRPC status, once for every RPC.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrDataLoss):
+		code = codes.DataLoss
+	case errors.Is(err, ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, err.Error())
+}
+
+// maxPayload is the connected NATS server's max_payload.
+func (s *server) maxPayload() int64 { return s.bus.nc.MaxPayload() }
+
+// Publish implements EventBusService.
+func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*eventbusv1.PublishResponse, error) {
+	ns, err := validateEvent(req.GetEvent(), s.maxPayload())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ack, err := s.bus.publish(ctx, ns, req.GetEvent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.PublishResponse{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// PublishStream implements EventBusService: one goroutine receives batches
+// and starts their publishes, another waits for the acknowledgements and
+// answers in order, so that batches are pipelined.
+func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamServer) error {
+	type pending struct {
+		id      uint64
+		futures []futureOrErr
+	}
+	g, ctx := errgroup.WithContext(stream.Context())
+	queue := make(chan pending, 64)
+	g.Go(func() error {
+		defer close(queue)
+		for {
+			req, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			nss := make([]string, len(req.GetEvents()))
+			for i, ev := range req.GetEvents() {
+				ns, err := validateEvent(ev, s.maxPayload())
+				if err != nil {
+					return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
+				}
+				nss[i] = ns
+			}
+			p := pending{id: req.GetBatchId(), futures: make([]futureOrErr, len(nss))}
+			for i, ev := range req.GetEvents() {
+				p.futures[i].f, p.futures[i].err = s.bus.publishAsync(ctx, nss[i], ev)
+			}
+			select {
+			case queue <- p:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	g.Go(func() error {
+		for p := range queue {
+			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(p.futures))}
+			for i, f := range p.futures {
+				if f.err != nil {
+					return f.err
+				}
+				ack, err := s.bus.waitAck(ctx, f.f)
+				if err != nil {
+					return err
+				}
+				resp.Acks[i] = &eventbusv1.PublishAck{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return toStatus(g.Wait())
+}
+
+// Subscribe implements EventBusService.
+func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.EventBusService_SubscribeServer) error {
+	sub, err := validateSubscribe(req)
+	if err != nil {
+		return toStatus(err)
+	}
+	err = s.bus.subscribe(stream.Context(), sub, s.stopping, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
+		return stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs})
+	})
+	return toStatus(err)
+}
+
+// Ack implements EventBusService.
+func (s *server) Ack(ctx context.Context, req *eventbusv1.AckRequest) (*eventbusv1.AckResponse, error) {
+	if len(req.GetAckTokens()) == 0 {
+		return nil, toStatus(invalidf("ack_tokens must not be empty"))
+	}
+	for _, t := range req.GetAckTokens() {
+		if err := checkAckToken(t); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if err := s.bus.ack(ctx, req.GetAckTokens(), req.GetNak()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.AckResponse{}, nil
+}
+
+// DeleteConsumer implements EventBusService.
+func (s *server) DeleteConsumer(ctx context.Context, req *eventbusv1.DeleteConsumerRequest) (*eventbusv1.DeleteConsumerResponse, error) {
+	if err := checkName("namespace", req.GetNamespace()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkName("durable_name", req.GetDurableName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.bus.deleteConsumer(ctx, req.GetNamespace(), req.GetDurableName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.DeleteConsumerResponse{}, nil
+}
+
+// GetStreamInfo implements EventBusService.
+func (s *server) GetStreamInfo(ctx context.Context, req *eventbusv1.GetStreamInfoRequest) (*eventbusv1.GetStreamInfoResponse, error) {
+	if err := checkName("namespace", req.GetNamespace()); err != nil {
+		return nil, toStatus(err)
+	}
+	resp, err := s.bus.streamInfo(ctx, req.GetNamespace())
+	return resp, toStatus(err)
+}
+
+// PutObject implements EventBusService.
+func (s *server) PutObject(stream eventbusv1.EventBusService_PutObjectServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return toStatus(invalidf("PutObject stream ended before its header"))
+		}
+		return err
+	}
+	h := first.GetHeader()
+	if err := validatePutHeader(h); err != nil {
+		return toStatus(err)
+	}
+	info, err := s.objects.put(stream.Context(), h, &chunkReader{recv: stream.Recv})
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.SendAndClose(&eventbusv1.PutObjectResponse{Info: info})
+}
+
+// GetObject implements EventBusService.
+func (s *server) GetObject(req *eventbusv1.GetObjectRequest, stream eventbusv1.EventBusService_GetObjectServer) error {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return toStatus(err)
+	}
+	if err := checkObjectName(req.GetName()); err != nil {
+		return toStatus(err)
+	}
+	err := s.objects.get(stream.Context(), req.GetBucket(), req.GetName(),
+		func(info *eventbusv1.ObjectInfo) error {
+			return stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Info{Info: info}})
+		},
+		func(chunk []byte) error {
+			return stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Chunk{Chunk: chunk}})
+		})
+	return toStatus(err)
+}
+
+// ListObjects implements EventBusService.
+func (s *server) ListObjects(ctx context.Context, req *eventbusv1.ListObjectsRequest) (*eventbusv1.ListObjectsResponse, error) {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	objs, err := s.objects.list(ctx, req.GetBucket())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.ListObjectsResponse{Objects: objs}, nil
+}
+
+// DeleteObject implements EventBusService.
+func (s *server) DeleteObject(ctx context.Context, req *eventbusv1.DeleteObjectRequest) (*eventbusv1.DeleteObjectResponse, error) {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkObjectName(req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.objects.remove(ctx, req.GetBucket(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.DeleteObjectResponse{}, nil
+}
+
+// futureOrErr is one started publish of a batch, or why it did not start.
+type futureOrErr struct {
+	f   jetstream.PubAckFuture
+	err error
+}
+
+// chunkReader reads the data of a PutObject stream, one chunk message at a
+// time, without a goroutine of its own.
+type chunkReader struct {
+	recv func() (*eventbusv1.PutObjectRequest, error)
+	buf  []byte
+}
+
+// Read implements io.Reader.
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		req, err := r.recv()
+		if err != nil {
+			return 0, err
+		}
+		if req.GetHeader() != nil {
+			return 0, invalidf("PutObject: the header may only come first")
+		}
+		r.buf = req.GetChunk()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
