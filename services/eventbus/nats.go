@@ -59,7 +59,9 @@ func connectNATS(cfg Config, url string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(16 << 20),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("NATS disconnected; reconnecting", "err", fmt.Sprint(err))
+			if err != nil { // nil: our own Close
+				log.Warn("NATS disconnected; reconnecting", "err", err.Error())
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())

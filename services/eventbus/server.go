@@ -9,10 +9,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 )
+
+// ConsumerHeader is the response header in which Subscribe names its
+// consumer as soon as it exists.
+const ConsumerHeader = "eventbus-consumer"
 
 // server implements EventBusService over a bus and an object store.
 type server struct {
@@ -131,7 +136,12 @@ func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.E
 	if err != nil {
 		return toStatus(err)
 	}
-	err = s.bus.subscribe(stream.Context(), sub, s.stopping, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
+	ready := func(consumer string) error {
+		// The header tells the client that its consumer exists, before any
+		// event arrives.
+		return stream.SendHeader(metadata.Pairs(ConsumerHeader, consumer))
+	}
+	err = s.bus.subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
 		return stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs})
 	})
 	return toStatus(err)

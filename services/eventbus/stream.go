@@ -223,10 +223,11 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 }
 
 // subscribe delivers a validated subscription's events through send until
-// ctx ends, stopping closes, send fails or the consumer goes away. Events
-// taken from NATS but not sent are handed back (NAK) so that they are
-// delivered again at once rather than after ack wait.
-func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan struct{}, send func(consumer string, evs []*eventbusv1.DeliveredEvent) error) (err error) {
+// ctx ends, stopping closes, send fails or the consumer goes away; ready is
+// called once the consumer receives. Events taken from NATS but not sent are
+// handed back (NAK) so that they are delivered again at once rather than
+// after ack wait.
+func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan struct{}, ready func(consumer string) error, send func(consumer string, evs []*eventbusv1.DeliveredEvent) error) (err error) {
 	cons, err := b.consumer(ctx, s)
 	if err != nil {
 		return err
@@ -293,6 +294,9 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		}
 	}()
 	b.log.Debug("subscription started", "consumer", name, "filter", s.filter, "durable", s.durable != "")
+	if err := ready(name); err != nil {
+		return err
+	}
 	batch := make([]jetstream.Msg, 0, deliverBatch)
 	evs := make([]*eventbusv1.DeliveredEvent, 0, deliverBatch)
 	for {
