@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -178,11 +179,35 @@ func (s *Subscription) Ack(ctx context.Context, evs ...*eventbusv1.DeliveredEven
 }
 
 // Close ends the subscription and waits for its goroutine. Events received
-// and not acknowledged are delivered again after their ack wait.
+// but not yet returned by Next are handed back (nak) for redelivery at once;
+// events returned and not acknowledged are delivered again after their ack
+// wait.
 func (s *Subscription) Close() error {
 	s.cancel()
 	<-s.done
+	var unread []*eventbusv1.DeliveredEvent
+	for ev := range s.events {
+		if ev.GetAckToken() != "" {
+			unread = append(unread, ev)
+		}
+	}
+	if len(unread) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.c.raw.Ack(ctx, &eventbusv1.AckRequest{Nak: true, AckTokens: tokens(unread)}, grpc.WaitForReady(false)); err != nil {
+		s.c.log.Debug("unread events not handed back; they come back after their ack wait", "events", len(unread), "err", err.Error())
+	}
 	return nil
+}
+
+func tokens(evs []*eventbusv1.DeliveredEvent) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.GetAckToken()
+	}
+	return out
 }
 
 // Typed is a subscription whose payloads decode to P.

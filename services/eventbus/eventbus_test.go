@@ -1,0 +1,716 @@
+package eventbus_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+)
+
+// guard bounds every wait of a test so that a bug fails it instead of
+// hanging it; it is not a timing assertion.
+const guard = 60 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// publishN publishes values from..to-1 as UInt64Value events on subject,
+// with msg ids "<subject>-<value>", and returns their stream sequences.
+func publishN(ctx context.Context, t *testing.T, c *eventbusclient.Client, subject string, from, to int) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	for i := from; i < to; i++ {
+		resp, err := c.Publish(ctx, subject, wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("%s-%d", subject, i)))
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		seqs = append(seqs, resp.GetSequence())
+	}
+	return seqs
+}
+
+// next reads n events, decoding their values; with ack it acknowledges each.
+func next(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, n int, ack bool) ([]uint64, []*eventbusv1.DeliveredEvent) {
+	t.Helper()
+	typed := eventbusclient.NewTyped[wrapperspb.UInt64Value](sub)
+	var vals []uint64
+	var evs []*eventbusv1.DeliveredEvent
+	for range n {
+		v, ev, err := typed.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(vals), n, err)
+		}
+		vals = append(vals, v.GetValue())
+		evs = append(evs, ev)
+		if ack {
+			if err := sub.Ack(ctx, ev); err != nil {
+				t.Fatalf("ack: %v", err)
+			}
+		}
+	}
+	return vals, evs
+}
+
+func seq(from, to int) []uint64 {
+	var out []uint64
+	for i := from; i < to; i++ {
+		out = append(out, uint64(i))
+	}
+	return out
+}
+
+func TestPublishSubscribeInOrder(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "vllm-agg", FilterSubject: "vllm-agg.backend.kv_cache_update"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	seqs := publishN(ctx, t, c, "vllm-agg.backend.kv_cache_update", 0, 50)
+	// An event on another subject of the namespace is filtered out.
+	if _, err := c.Publish(ctx, "vllm-agg.backend.other", wrapperspb.UInt64(999)); err != nil {
+		t.Fatal(err)
+	}
+	// The second half through the pipelined batch publisher.
+	p := c.NewPublisher(ctx, 4)
+	defer p.Close()
+	var batches []*eventbusclient.Batch
+	for i := 50; i < 100; i += 10 {
+		var evs []*eventbusv1.Event
+		for j := i; j < i+10; j++ {
+			ev, err := eventbusclient.NewEvent("vllm-agg.backend.kv_cache_update", wrapperspb.UInt64(uint64(j)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
+		}
+		b, err := p.Send(ctx, evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, b)
+	}
+	for _, b := range batches {
+		acks, err := b.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range acks {
+			seqs = append(seqs, a.GetSequence())
+		}
+	}
+	vals, evs := next(ctx, t, sub, 100, true)
+	if diff := cmp.Diff(seq(0, 100), vals); diff != "" {
+		t.Errorf("values (-want +got):\n%s", diff)
+	}
+	var gotSeqs []uint64
+	for _, ev := range evs {
+		gotSeqs = append(gotSeqs, ev.GetStreamSequence())
+	}
+	if diff := cmp.Diff(seqs, gotSeqs); diff != "" {
+		t.Errorf("stream sequences (-published +delivered):\n%s", diff)
+	}
+	info, err := c.Raw().GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: "vllm-agg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMessages() != 101 || info.GetFirstSequence() != 1 || info.GetLastSequence() != 101 || info.GetStream() != eventbus.StreamName("vllm-agg") {
+		t.Errorf("stream info = %v; want 101 messages, sequences 1-101", info)
+	}
+}
+
+func TestReplay(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	publishN(ctx, t, c, "ns.comp.ev", 0, 10)
+	// The stored time of event 6 (sequence 7), to replay from.
+	all, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, evs := next(ctx, t, all, 10, false)
+	all.Close()
+	at := evs[6].GetTime()
+
+	tests := []struct {
+		name string
+		req  *eventbusv1.SubscribeRequest
+		want []uint64
+	}{
+		{"from the start", &eventbusv1.SubscribeRequest{DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL}, seq(0, 10)},
+		{"from a sequence", &eventbusv1.SubscribeRequest{DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, StartSequence: 4}, seq(3, 10)},
+		{"from a time", &eventbusv1.SubscribeRequest{DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_TIME, StartTime: at}, seq(6, 10)},
+		{"new only", &eventbusv1.SubscribeRequest{DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW}, seq(100, 101)},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Namespace = "ns"
+			tc.req.DurableName = fmt.Sprintf("replay-%d", i)
+			sub, err := c.Subscribe(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			if tc.want[0] == 100 {
+				publishN(ctx, t, c, "ns.comp.ev", 100, 101)
+			}
+			got, _ := next(ctx, t, sub, len(tc.want), true)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("replayed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDurableResumesWhereItLeftOff(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	req := &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "worker", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL}
+	publishN(ctx, t, c, "ns.comp.ev", 0, 10)
+	sub, err := c.Subscribe(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := next(ctx, t, sub, 5, true)
+	sub.Close()
+	publishN(ctx, t, c, "ns.comp.ev", 10, 15)
+
+	// Bind: the durable must exist, and keeps its position.
+	req.Bind = true
+	sub, err = c.Subscribe(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	more, _ := next(ctx, t, sub, 10, true)
+	// Events the first subscriber had received but not read were handed
+	// back and come again, possibly out of their original order.
+	slices.Sort(more)
+	if diff := cmp.Diff(seq(0, 15), append(got, more...)); diff != "" {
+		t.Errorf("events across the reconnection (-want +got):\n%s", diff)
+	}
+	if _, err := c.Raw().DeleteConsumer(ctx, &eventbusv1.DeleteConsumerRequest{Namespace: "ns", DurableName: "worker"}); err != nil {
+		t.Errorf("delete consumer: %v", err)
+	}
+}
+
+func TestUnacknowledgedEventsAreRedelivered(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{
+		Namespace: "ns", DurableName: "slow", AckWait: durationpb.New(200 * time.Millisecond),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	publishN(ctx, t, c, "ns.comp.ev", 0, 2)
+
+	first, evs := next(ctx, t, sub, 2, false) // not acknowledged
+	if err := sub.Ack(ctx, evs[1]); err != nil {
+		t.Fatal(err)
+	}
+	again, evs := next(ctx, t, sub, 1, false)
+	if first[0] != 0 || again[0] != 0 || evs[0].GetNumDelivered() != 2 {
+		t.Fatalf("redelivered value %d (delivery %d); want 0 (delivery 2)", again[0], evs[0].GetNumDelivered())
+	}
+	// A nak brings it back at once; then it is acknowledged for good.
+	if err := c.Nak(ctx, evs[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, evs = next(ctx, t, sub, 1, true)
+	if evs[0].GetNumDelivered() != 3 {
+		t.Errorf("after nak: delivery %d; want 3", evs[0].GetNumDelivered())
+	}
+	publishN(ctx, t, c, "ns.comp.ev", 2, 3)
+	if vals, _ := next(ctx, t, sub, 1, true); vals[0] != 2 {
+		t.Errorf("after the ack, next value %d; want 2 (no further redelivery)", vals[0])
+	}
+}
+
+func TestConsumerGroupSplitsEvents(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	const n = 300
+	req := &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "group", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, MaxAckPending: 4}
+	var subs []*eventbusclient.Subscription
+	for range 2 {
+		sub, err := c.Subscribe(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs = append(subs, sub)
+	}
+	seen := make(chan uint64, n)
+	var wg sync.WaitGroup
+	counts := make([]int, len(subs))
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i, sub := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ev, err := sub.Next(stop)
+				if err != nil {
+					return
+				}
+				if err := sub.Ack(ctx, ev); err != nil {
+					t.Errorf("ack: %v", err)
+					return
+				}
+				v, err := eventbusclient.Decode[wrapperspb.UInt64Value](ev)
+				if err != nil {
+					t.Errorf("decode: %v", err)
+					return
+				}
+				counts[i]++
+				seen <- v.GetValue()
+			}
+		}()
+	}
+	publishN(ctx, t, c, "ns.comp.ev", 0, n)
+	got := map[uint64]int{}
+	for len(got) < n {
+		select {
+		case v := <-seen:
+			got[v]++
+		case <-ctx.Done():
+			t.Fatalf("group received %d distinct events of %d", len(got), n)
+		}
+	}
+	// Everything is acknowledged: nothing more arrives once both are idle.
+	cancel()
+	wg.Wait()
+	close(seen)
+	for v := range seen {
+		got[v]++
+	}
+	for v, k := range got {
+		if k != 1 {
+			t.Errorf("event %d delivered %d times", v, k)
+		}
+	}
+	t.Logf("split: %v", counts)
+	if counts[0] == 0 || counts[1] == 0 {
+		t.Errorf("split %v: each member should receive a share", counts)
+	}
+}
+
+func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
+	ctx := testCtx(t)
+	store := t.TempDir()
+	ns := eventbustest.StartNATSAt(t, -1, store)
+	url := ns.ClientURL()
+	svc := eventbustest.StartEventbus(t, eventbustest.Config(url))
+	c := eventbustest.Client(t, svc.Addr().String())
+
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "survivor", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	before := publishN(ctx, t, c, "ns.comp.ev", 0, 20)
+	got, _ := next(ctx, t, sub, 10, true)
+
+	eventbustest.StopNATS(ns)
+	// Publishes while NATS is down are retried until it is back.
+	var during []uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 20; i < 30; i++ {
+			resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+			if err != nil {
+				t.Errorf("publish %d across the restart: %v", i, err)
+				return
+			}
+			during = append(during, resp.GetSequence())
+		}
+	}()
+	eventbustest.StartNATSAt(t, portOf(t, url), store)
+	<-done
+	if t.Failed() {
+		return
+	}
+	// Retrying every publish is deduplicated: same sequences, nothing stored
+	// twice.
+	for i := 0; i < 30; i++ {
+		resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(append([]uint64(nil), before...), during...)[i]
+		if !resp.GetDuplicate() || resp.GetSequence() != want {
+			t.Errorf("retry of %d: sequence %d duplicate %v; want %d duplicate", i, resp.GetSequence(), resp.GetDuplicate(), want)
+		}
+	}
+	info, err := c.Raw().GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMessages() != 30 {
+		t.Errorf("stream holds %d events; want 30", info.GetMessages())
+	}
+	// The durable subscription carries on: every event arrives (some of the
+	// ones in flight during the restart possibly twice), in order of first
+	// arrival.
+	seen := map[uint64]bool{}
+	for _, v := range got {
+		seen[v] = true
+	}
+	for len(seen) < 30 {
+		vals, _ := next(ctx, t, sub, 1, true)
+		seen[vals[0]] = true
+	}
+}
+
+func portOf(t *testing.T, url string) int {
+	t.Helper()
+	var port int
+	if _, err := fmt.Sscanf(url[strings.LastIndex(url, ":")+1:], "%d", &port); err != nil {
+		t.Fatalf("port of %s: %v", url, err)
+	}
+	return port
+}
+
+func TestFailoverToAnotherEventbus(t *testing.T) {
+	ctx := testCtx(t)
+	ns := eventbustest.StartNATS(t)
+	a := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	b := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	c := eventbustest.Client(t, a.Addr().String(), b.Addr().String())
+
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "follower", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const n = 200
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		for i := 0; i < n; i++ {
+			if _, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i))); err != nil {
+				t.Errorf("publish %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	seen := map[uint64]bool{}
+	for len(seen) < n {
+		vals, _ := next(ctx, t, sub, 1, true)
+		seen[vals[0]] = true
+		if len(seen) == n/4 {
+			// Kill the eventbus serving the subscription (the first address).
+			if err := a.Stop(); err != nil {
+				t.Errorf("stop eventbus a: %v", err)
+			}
+		}
+	}
+	<-pubDone
+}
+
+func TestObjectStore(t *testing.T) {
+	ctx := testCtx(t)
+	ns, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	size := 50 << 20
+	if testing.Short() {
+		size = 4 << 20
+	}
+	blob := make([]byte, size)
+	if _, err := rand.Read(blob); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(blob)
+	info, err := c.PutObject(ctx, "snapshots", "model/weights.bin", bytes.NewReader(blob), eventbusclient.PutObjectOptions{
+		Description: "test blob", Metadata: map[string]string{"kind": "test"}, SHA256: hex.EncodeToString(sum[:]),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetSize() != uint64(size) || info.GetSha256() != hex.EncodeToString(sum[:]) {
+		t.Fatalf("put info = size %d sha256 %s", info.GetSize(), info.GetSha256())
+	}
+	var out bytes.Buffer
+	if _, err := c.GetObject(ctx, "snapshots", "model/weights.bin", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), blob) {
+		t.Fatal("round-tripped object differs")
+	}
+	list, err := c.ListObjects(ctx, "snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].GetName() != "model/weights.bin" || list[0].GetMetadata()["kind"] != "test" {
+		t.Errorf("list = %v", list)
+	}
+
+	// A put whose data does not match the sha256 it announces is refused.
+	_, err = c.PutObject(ctx, "snapshots", "liar", strings.NewReader("data"), eventbusclient.PutObjectOptions{SHA256: strings.Repeat("0", 64)})
+	if status.Code(err) != codes.DataLoss {
+		t.Errorf("put with a wrong sha256: %v; want DataLoss", err)
+	}
+
+	// Corrupt one chunk behind the eventbus's back: the sha256 catches it.
+	corruptObject(ctx, t, ns.ClientURL(), "snapshots", "model/weights.bin")
+	out.Reset()
+	_, err = c.GetObject(ctx, "snapshots", "model/weights.bin", &out)
+	if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), "sha256") {
+		t.Errorf("get of a corrupt object: %v; want DataLoss naming sha256", err)
+	}
+
+	if err := c.DeleteObject(ctx, "snapshots", "model/weights.bin"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.GetObject(ctx, "snapshots", "model/weights.bin", &out)
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("get after delete: %v; want NotFound", err)
+	}
+}
+
+// corruptObject flips one byte of an object's first chunk directly in NATS.
+func corruptObject(ctx context.Context, t *testing.T, url, bucket, name string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := fmt.Sprintf("$O.%s.C.%s", bucket, info.NUID)
+	stream, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks [][]byte
+	for range info.Chunks {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, append([]byte(nil), m.Data()...))
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		t.Fatal(err)
+	}
+	chunks[0][0] ^= 0xff
+	for _, ch := range chunks {
+		if _, err := js.Publish(ctx, subject, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	raw := c.Raw()
+	if _, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(1)); err != nil {
+		t.Fatal(err)
+	}
+	subscribe := func(req *eventbusv1.SubscribeRequest) error {
+		stream, err := raw.Subscribe(ctx, req)
+		if err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	publish := func(subject string, payload []byte) error {
+		_, err := raw.Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: subject, Payload: payload}})
+		return err
+	}
+	tests := []struct {
+		name string
+		call func() error
+		code codes.Code
+		msg  string
+	}{
+		{"wildcard subject", func() error { return publish("ns.comp.*", nil) }, codes.InvalidArgument, "wildcard"},
+		{"full wildcard subject", func() error { return publish("ns.>", nil) }, codes.InvalidArgument, "wildcard"},
+		{"empty token", func() error { return publish("ns..ev", nil) }, codes.InvalidArgument, "empty token"},
+		{"trailing dot", func() error { return publish("ns.comp.", nil) }, codes.InvalidArgument, "empty token"},
+		{"too few tokens", func() error { return publish("ns.comp", nil) }, codes.InvalidArgument, "{namespace}.{component}.{event_name}"},
+		{"whitespace", func() error { return publish("ns.comp.e v", nil) }, codes.InvalidArgument, "whitespace"},
+		{"payload over max_payload", func() error { return publish("ns.comp.ev", make([]byte, 1<<20+1)) }, codes.InvalidArgument, "max_payload of 1048576 bytes"},
+		{"reserved header", func() error {
+			_, err := raw.Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: "ns.comp.ev", Headers: map[string]string{"Nats-Expected-Stream": "x"}}})
+			return err
+		}, codes.InvalidArgument, "reserved"},
+		{"bad event in a batch", func() error {
+			stream, err := raw.PublishStream(ctx)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(&eventbusv1.PublishStreamRequest{BatchId: 7, Events: []*eventbusv1.Event{{Subject: "ns.comp.ev"}, {Subject: "ns.*.ev"}}}); err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}, codes.InvalidArgument, "batch 7, event 1"},
+		{"unknown durable", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "ghost", Bind: true})
+		}, codes.NotFound, `durable "ghost" does not exist`},
+		{"sequence policy without sequence", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE})
+		}, codes.InvalidArgument, "needs start_sequence"},
+		{"time policy without time", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_TIME})
+		}, codes.InvalidArgument, "needs start_time"},
+		{"all with a sequence", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, StartSequence: 3})
+		}, codes.InvalidArgument, "takes neither"},
+		{"unknown policy", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: 42})
+		}, codes.InvalidArgument, "deliver policy 42 is unknown"},
+		{"invalid start time", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_TIME, StartTime: &timestamppb.Timestamp{Nanos: -1}})
+		}, codes.InvalidArgument, "start_time"},
+		{"filter outside the namespace", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "ns", FilterSubject: "other.>"})
+		}, codes.InvalidArgument, "outside namespace"},
+		{"namespace with a dot", func() error {
+			return subscribe(&eventbusv1.SubscribeRequest{Namespace: "a.b"})
+		}, codes.InvalidArgument, "namespace"},
+		{"delete unknown durable", func() error {
+			_, err := raw.DeleteConsumer(ctx, &eventbusv1.DeleteConsumerRequest{Namespace: "ns", DurableName: "ghost"})
+			return err
+		}, codes.NotFound, `durable "ghost" does not exist`},
+		{"forged ack token", func() error {
+			_, err := raw.Ack(ctx, &eventbusv1.AckRequest{AckTokens: []string{"ns.comp.ev"}})
+			return err
+		}, codes.InvalidArgument, "ack token"},
+		{"unknown namespace info", func() error {
+			_, err := raw.GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: "nowhere"})
+			return err
+		}, codes.NotFound, "no stream"},
+		{"unknown bucket", func() error {
+			_, err := raw.ListObjects(ctx, &eventbusv1.ListObjectsRequest{Bucket: "nowhere"})
+			return err
+		}, codes.NotFound, `bucket "nowhere"`},
+		{"object put without header", func() error {
+			stream, err := raw.PutObject(ctx)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(&eventbusv1.PutObjectRequest{Part: &eventbusv1.PutObjectRequest_Chunk{Chunk: []byte("x")}}); err != nil {
+				return err
+			}
+			_, err = stream.CloseAndRecv()
+			return err
+		}, codes.InvalidArgument, "header"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			st, _ := status.FromError(err)
+			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
+				t.Errorf("got %v; want %s containing %q", err, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+func TestEmbeddedNATS(t *testing.T) {
+	var cfg eventbus.Config
+	cfg.Server = eventbustest.Config("").Server
+	cfg.DataDir = t.TempDir()
+	cfg.EmbeddedNATSPort = -1
+	cfg.StreamMaxAge = time.Hour
+	svc := eventbustest.StartEventbus(t, cfg)
+	if !strings.HasPrefix(svc.NATSURL(), "nats://127.0.0.1:") {
+		t.Errorf("embedded NATS URL %q", svc.NATSURL())
+	}
+	c := eventbustest.Client(t, svc.Addr().String())
+	ctx := testCtx(t)
+	resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.String("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetSequence() != 1 {
+		t.Errorf("first sequence %d; want 1", resp.GetSequence())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := func() eventbus.Config {
+		c := eventbustest.Config("nats://localhost:4222")
+		return c
+	}
+	tests := []struct {
+		name   string
+		modify func(*eventbus.Config)
+		want   string
+	}{
+		{"valid external", func(*eventbus.Config) {}, ""},
+		{"valid embedded", func(c *eventbus.Config) { c.NATSServer = ""; c.DataDir = "d" }, ""},
+		{"embedded without data dir", func(c *eventbus.Config) { c.NATSServer = "" }, "--data-dir"},
+		{"bad scheme", func(c *eventbus.Config) { c.NATSServer = "http://x:1" }, "valid schemes"},
+		{"not a url", func(c *eventbus.Config) { c.NATSServer = "localhost" }, "NATS_SERVER"},
+		{"token and user", func(c *eventbus.Config) { c.NATSToken = "t"; c.NATSUser = "u"; c.NATSPassword = "p" }, "NATS_TOKEN"},
+		{"user without password", func(c *eventbus.Config) { c.NATSUser = "u" }, "NATS_PASSWORD"},
+		{"credentials for embedded", func(c *eventbus.Config) { c.NATSServer = ""; c.DataDir = "d"; c.NATSToken = "t" }, "external server only"},
+		{"zero max age", func(c *eventbus.Config) { c.StreamMaxAge = 0 }, "--stream-max-age"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.modify(&c)
+			err := c.Validate()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("Validate() = %v; want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
