@@ -262,7 +262,7 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		case <-done:
 			handBack(m)
 		}
-	}, jetstream.PullMaxMessages(2*deliverBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBadRequest) {
 			select {
