@@ -61,4 +61,3 @@ func BenchmarkLatency(b *testing.B) {
 		})
 	}
 }
-
