@@ -418,22 +418,49 @@ func TestFailoverToAnotherEventbus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	const n = 200
+	const n, batch = 400, 10
+	// Unary publishes and pipelined batches both cross the failover; the
+	// publisher resends the batches it has no answer for, and their message
+	// ids keep them from being stored twice.
+	pub := c.NewPublisher(ctx, 8)
+	defer pub.Close()
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		for i := 0; i < n; i++ {
-			if _, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i))); err != nil {
-				t.Errorf("publish %d: %v", i, err)
+		var pending []*eventbusclient.Batch
+		for i := 0; i < n/2; i += batch {
+			var evs []*eventbusv1.Event
+			for j := i; j < i+batch; j++ {
+				ev, err := eventbusclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				evs = append(evs, ev)
+			}
+			bt, err := pub.Send(ctx, evs)
+			if err != nil {
+				t.Errorf("send batch %d: %v", i, err)
+				return
+			}
+			pending = append(pending, bt)
+			if _, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(n/2+i/batch))); err != nil {
+				t.Errorf("publish: %v", err)
 				return
 			}
 		}
+		for _, bt := range pending {
+			if _, err := bt.Wait(ctx); err != nil {
+				t.Errorf("batch: %v", err)
+			}
+		}
 	}()
+	want := n/2 + n/2/batch
 	seen := map[uint64]bool{}
-	for len(seen) < n {
+	for len(seen) < want {
 		vals, _ := next(ctx, t, sub, 1, true)
 		seen[vals[0]] = true
-		if len(seen) == n/4 {
+		if len(seen) == want/4 {
 			// Kill the eventbus serving the subscription (the first address).
 			if err := a.Stop(); err != nil {
 				t.Errorf("stop eventbus a: %v", err)
@@ -441,6 +468,13 @@ func TestFailoverToAnotherEventbus(t *testing.T) {
 		}
 	}
 	<-pubDone
+	info, err := c.Raw().GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMessages() != uint64(want) {
+		t.Errorf("stream holds %d events; want %d (each stored once)", info.GetMessages(), want)
+	}
 }
 
 func TestObjectStore(t *testing.T) {
