@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -69,55 +68,44 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 	return &eventbusv1.PublishResponse{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
-// PublishStream implements EventBusService: one goroutine receives batches
-// and starts their publishes, another waits for the acknowledgements and
-// answers in order, so that batches are pipelined.
+// pendingBatch is a batch whose publishes have started.
+type pendingBatch struct {
+	id      uint64
+	futures []futureOrErr
+}
+
+// PublishStream implements EventBusService. A receiving goroutine validates
+// batches and starts their publishes; the handler waits for the
+// acknowledgements and answers in order, so that batches are pipelined. The
+// receiver ends with the stream: its Recv fails once the handler has
+// returned. On shutdown the handler ends the stream with UNAVAILABLE at once;
+// the client sends the unanswered batches again elsewhere, and their message
+// ids keep them from being stored twice.
 func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamServer) error {
-	type pending struct {
-		id      uint64
-		futures []futureOrErr
-	}
-	g, ctx := errgroup.WithContext(stream.Context())
-	queue := make(chan pending, 64)
-	g.Go(func() error {
-		defer close(queue)
-		for {
-			req, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	queue := make(chan pendingBatch, 64)
+	recvErr := make(chan error, 1)
+	go func() {
+		recvErr <- s.receiveBatches(ctx, stream, queue)
+		close(queue)
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return toStatus(fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable))
+		case p, ok := <-queue:
+			if !ok {
+				return toStatus(<-recvErr)
 			}
-			if err != nil {
-				return err
-			}
-			nss := make([]string, len(req.GetEvents()))
-			for i, ev := range req.GetEvents() {
-				ns, err := validateEvent(ev, s.maxPayload())
-				if err != nil {
-					return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
-				}
-				nss[i] = ns
-			}
-			p := pending{id: req.GetBatchId(), futures: make([]futureOrErr, len(nss))}
-			for i, ev := range req.GetEvents() {
-				p.futures[i].f, p.futures[i].err = s.bus.publishAsync(ctx, nss[i], ev)
-			}
-			select {
-			case queue <- p:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	})
-	g.Go(func() error {
-		for p := range queue {
 			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(p.futures))}
 			for i, f := range p.futures {
 				if f.err != nil {
-					return f.err
+					return toStatus(f.err)
 				}
 				ack, err := s.bus.waitAck(ctx, f.f)
 				if err != nil {
-					return err
+					return toStatus(err)
 				}
 				resp.Acks[i] = &eventbusv1.PublishAck{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
 			}
@@ -125,9 +113,38 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 				return err
 			}
 		}
-		return nil
-	})
-	return toStatus(g.Wait())
+	}
+}
+
+// receiveBatches reads batches until the client closes its side (nil) or
+// the stream fails, validating each batch whole before publishing any of it.
+func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusService_PublishStreamServer, queue chan<- pendingBatch) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		nss := make([]string, len(req.GetEvents()))
+		for i, ev := range req.GetEvents() {
+			ns, err := validateEvent(ev, s.maxPayload())
+			if err != nil {
+				return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
+			}
+			nss[i] = ns
+		}
+		p := pendingBatch{id: req.GetBatchId(), futures: make([]futureOrErr, len(nss))}
+		for i, ev := range req.GetEvents() {
+			p.futures[i].f, p.futures[i].err = s.bus.publishAsync(ctx, nss[i], ev)
+		}
+		select {
+		case queue <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Subscribe implements EventBusService.

@@ -90,7 +90,7 @@ func Start(t testing.TB) (*natsserver.Server, *eventbus.Service) {
 // t.Cleanup.
 func Client(t testing.TB, addrs ...string) *eventbusclient.Client {
 	t.Helper()
-	c, err := eventbusclient.Dial(addrs, eventbusclient.Options{MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	c, err := eventbusclient.Dial(addrs, eventbusclient.Options{Log: Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("dial eventbus: %v", err)
 	}
