@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
@@ -618,6 +619,10 @@ func TestBadInput(t *testing.T) {
 		{"too few tokens", func() error { return publish("ns.comp", nil) }, codes.InvalidArgument, "{namespace}.{component}.{event_name}"},
 		{"whitespace", func() error { return publish("ns.comp.e v", nil) }, codes.InvalidArgument, "whitespace"},
 		{"payload over max_payload", func() error { return publish("ns.comp.ev", make([]byte, 1<<20+1)) }, codes.InvalidArgument, "max_payload of 1048576 bytes"},
+		{"payload and headers over max_payload", func() error {
+			_, err := raw.Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: "ns.comp.ev", Payload: make([]byte, 1<<20), MsgId: "id"}})
+			return err
+		}, codes.InvalidArgument, "max_payload of 1048576 bytes"},
 		{"reserved header", func() error {
 			_, err := raw.Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: "ns.comp.ev", Headers: map[string]string{"Nats-Expected-Stream": "x"}}})
 			return err
@@ -744,6 +749,61 @@ func TestConfigValidate(t *testing.T) {
 			err := c.Validate()
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("Validate() = %v; want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNATSCredentials(t *testing.T) {
+	start := func(t *testing.T, opts *natsserver.Options) string {
+		t.Helper()
+		opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoSigs = "127.0.0.1", -1, true, t.TempDir(), true
+		ns, err := natsserver.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(func() { eventbustest.StopNATS(ns) })
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats-server not ready")
+		}
+		return ns.ClientURL()
+	}
+	tests := []struct {
+		name    string
+		server  natsserver.Options
+		user    string
+		pass    string
+		token   string
+		wantErr bool
+	}{
+		{"user and password", natsserver.Options{Username: "eb", Password: "secret"}, "eb", "secret", "", false},
+		{"wrong password", natsserver.Options{Username: "eb", Password: "secret"}, "eb", "guess", "", true},
+		{"token", natsserver.Options{Authorization: "tok"}, "", "", "tok", false},
+		{"missing token", natsserver.Options{Authorization: "tok"}, "", "", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := eventbustest.Config(start(t, &tc.server))
+			cfg.NATSUser, cfg.NATSPassword, cfg.NATSToken = tc.user, tc.pass, tc.token
+			svc, err := eventbus.Start(context.Background(), cfg, eventbustest.Logger())
+			if tc.wantErr {
+				if err == nil {
+					svc.Stop()
+					t.Fatal("started with wrong credentials")
+				}
+				if !strings.Contains(err.Error(), "connect to NATS") {
+					t.Errorf("error %q does not say what failed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer svc.Stop()
+			c := eventbustest.Client(t, svc.Addr().String())
+			if _, err := c.Publish(testCtx(t), "ns.comp.ev", wrapperspb.String("authenticated")); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

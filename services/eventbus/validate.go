@@ -111,9 +111,6 @@ func validateEvent(ev *eventbusv1.Event, maxPayload int64) (string, error) {
 	if err := checkName("namespace (first subject token)", ns); err != nil {
 		return "", err
 	}
-	if n := int64(len(ev.GetPayload())); n > maxPayload {
-		return "", invalidf("payload of %d bytes is over the NATS server's max_payload of %d bytes", n, maxPayload)
-	}
 	if len(ev.GetMsgId()) > maxNameLen || strings.IndexFunc(ev.GetMsgId(), func(r rune) bool { return unicode.IsControl(r) }) >= 0 {
 		return "", invalidf("msg_id must be at most %d bytes without control characters", maxNameLen)
 	}
@@ -133,7 +130,28 @@ func validateEvent(ev *eventbusv1.Event, maxPayload int64) (string, error) {
 	if size > maxHeaderBytes {
 		return "", invalidf("headers are %d bytes, over the limit of %d", size, maxHeaderBytes)
 	}
+	// NATS counts the encoded headers against max_payload too.
+	if n, h := int64(len(ev.GetPayload())), int64(headerBytes(ev)); n+h > maxPayload {
+		return "", invalidf("payload of %d bytes (plus %d bytes of headers) is over the NATS server's max_payload of %d bytes", n, h, maxPayload)
+	}
 	return ns, nil
+}
+
+// headerBytes is the size of an event's headers as NATS encodes them:
+// "NATS/1.0\r\n", "Name: value\r\n" per header (the msg id among them), a
+// final "\r\n".
+func headerBytes(ev *eventbusv1.Event) int {
+	if len(ev.GetHeaders()) == 0 && ev.GetMsgId() == "" {
+		return 0
+	}
+	n := len("NATS/1.0\r\n") + 2
+	for k, v := range ev.GetHeaders() {
+		n += len(k) + len(v) + 4
+	}
+	if id := ev.GetMsgId(); id != "" {
+		n += len("Nats-Msg-Id") + len(id) + 4
+	}
+	return n
 }
 
 // subscription is a validated SubscribeRequest.

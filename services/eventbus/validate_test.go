@@ -84,8 +84,8 @@ func FuzzValidateEvent(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(payload) > 1024 {
-			t.Fatalf("accepted a %d-byte payload over 1024", len(payload))
+		if len(payload)+headerBytes(ev) > 1024 {
+			t.Fatalf("accepted a %d-byte payload with %d bytes of headers, over 1024", len(payload), headerBytes(ev))
 		}
 		if checkName("namespace", ns) != nil || !strings.HasPrefix(subject, ns+".") {
 			t.Fatalf("accepted %q with namespace %q", subject, ns)
