@@ -100,7 +100,7 @@ func TestPublishSubscribeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second half through the pipelined batch publisher.
-	p := c.NewPublisher(ctx, 4)
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 	defer p.Close()
 	var batches []*eventbusclient.Batch
 	for i := 50; i < 100; i += 10 {
@@ -423,7 +423,7 @@ func TestFailoverToAnotherEventbus(t *testing.T) {
 	// Unary publishes and pipelined batches both cross the failover; the
 	// publisher resends the batches it has no answer for, and their message
 	// ids keep them from being stored twice.
-	pub := c.NewPublisher(ctx, 8)
+	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 8})
 	defer pub.Close()
 	pubDone := make(chan struct{})
 	go func() {

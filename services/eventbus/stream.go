@@ -129,7 +129,9 @@ func (b *bus) publishAsync(ctx context.Context, ns string, ev *eventbusv1.Event)
 	if err := b.ensureStream(ctx, ns); err != nil {
 		return nil, err
 	}
-	f, err := b.js.PublishMsgAsync(eventMsg(ev), msgOpts(ev)...)
+	// Past the pending limit, wait for acknowledgements to make room (this is
+	// the stream's back-pressure) rather than fail after the default 200ms.
+	f, err := b.js.PublishMsgAsync(eventMsg(ev), append(msgOpts(ev), jetstream.WithStallWait(10*time.Second))...)
 	if err != nil {
 		return nil, natsErr("publish on "+ev.GetSubject(), err)
 	}

@@ -174,8 +174,9 @@ func (s jsSub) stop() {
 
 // Throughput publishes n events in batches of batch (with up to inFlight
 // batches unacknowledged) and returns how many were delivered per second,
-// from the first publish to the last delivery.
-func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int) (float64, error) {
+// from the first publish to the last delivery. With dedup each event carries
+// a message id, as the eventbus client gives by default.
+func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int, dedup bool) (float64, error) {
 	ns := e.namespace(p)
 	subject := ns + ".bench.event"
 	var delivered atomic.Int64
@@ -192,14 +193,17 @@ func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int) (f
 	payload := stamp()
 	start := time.Now()
 	if p == ViaEventbus {
-		pub := e.client.NewPublisher(ctx, inFlight)
+		pub := e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: inFlight, NoMsgIDs: !dedup})
 		defer pub.Close()
 		var pending []*eventbusclient.Batch
 		for sent := 0; sent < n; {
 			k := min(batch, n-sent)
 			evs := make([]*eventbusv1.Event, k)
 			for i := range evs {
-				evs[i] = &eventbusv1.Event{Subject: subject, Payload: payload, MsgId: fmt.Sprintf("%s-%d", ns, sent+i)}
+				evs[i] = &eventbusv1.Event{Subject: subject, Payload: payload}
+				if dedup {
+					evs[i].MsgId = fmt.Sprintf("%s-%d", ns, sent+i)
+				}
 			}
 			sent += k
 			b, err := pub.Send(ctx, evs)
@@ -223,7 +227,11 @@ func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int) (f
 		for i := 0; i < n; i++ {
 			m := nats.NewMsg(subject)
 			m.Data = payload
-			if _, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s-%d", ns, i))); err != nil {
+			opts := []jetstream.PublishOpt{jetstream.WithStallWait(10 * time.Second)}
+			if dedup {
+				opts = append(opts, jetstream.WithMsgID(fmt.Sprintf("%s-%d", ns, i)))
+			}
+			if _, err := e.js.PublishMsgAsync(m, opts...); err != nil {
 				return 0, err
 			}
 		}
@@ -257,7 +265,7 @@ func (e *Env) Latency(ctx context.Context, p Path, samples int) ([]time.Duration
 	var pub *eventbusclient.Publisher
 	if p == ViaEventbus {
 		// A publisher keeps its stream open, as a real event source does.
-		pub = e.client.NewPublisher(ctx, 1)
+		pub = e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 1})
 		defer pub.Close()
 	}
 	out := make([]time.Duration, 0, samples)

@@ -25,8 +25,9 @@ func startEnv(b *testing.B) *Env {
 	return e
 }
 
-// BenchmarkPublishDeliver publishes b.N batches of 500 200-byte events and
-// reports delivered events per second, through the eventbus and directly.
+// BenchmarkPublishDeliver publishes b.N batches of 500 200-byte events, each
+// with a message id, and reports delivered events per second, through the
+// eventbus and directly.
 func BenchmarkPublishDeliver(b *testing.B) {
 	e := startEnv(b)
 	for _, p := range []Path{ViaEventbus, DirectNATS} {
@@ -34,7 +35,7 @@ func BenchmarkPublishDeliver(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			b.ResetTimer()
-			rate, err := e.Throughput(ctx, p, 500*b.N, 500, 16)
+			rate, err := e.Throughput(ctx, p, 500*b.N, 500, 16, true)
 			if err != nil {
 				b.Fatal(err)
 			}

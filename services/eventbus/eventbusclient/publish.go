@@ -40,6 +40,7 @@ func (b *Batch) Wait(ctx context.Context) ([]*eventbusv1.PublishAck, error) {
 // the resent events idempotent.
 type Publisher struct {
 	c      *Client
+	noIDs  bool
 	queue  chan *Batch
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -57,20 +58,34 @@ type Publisher struct {
 // ErrPublisherClosed fails batches still pending when a Publisher closes.
 var ErrPublisherClosed = errors.New("eventbusclient: publisher closed")
 
-// NewPublisher starts a publisher; maxInFlight bounds the batches sent and
-// not yet acknowledged (Send blocks beyond it). Close stops it.
-func (c *Client) NewPublisher(ctx context.Context, maxInFlight int) *Publisher {
+// PublisherOptions tunes a Publisher.
+type PublisherOptions struct {
+	// MaxInFlight bounds the batches sent and not yet acknowledged; Send
+	// blocks beyond it. Zero means 16.
+	MaxInFlight int
+	// NoMsgIDs leaves events without a message id as they are instead of
+	// giving them one. JetStream then skips deduplication, which is faster,
+	// but a batch resent after a failover may be stored twice.
+	NoMsgIDs bool
+}
+
+// NewPublisher starts a publisher. Close stops it.
+func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) *Publisher {
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 16
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Publisher{c: c, queue: make(chan *Batch, max(maxInFlight, 1)), cancel: cancel, done: make(chan struct{})}
+	p := &Publisher{c: c, noIDs: opts.NoMsgIDs, queue: make(chan *Batch, opts.MaxInFlight), cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx)
 	return p
 }
 
-// Send queues a batch. Events without a message id are given one.
+// Send queues a batch. Events without a message id are given one, unless
+// the publisher was made with NoMsgIDs.
 func (p *Publisher) Send(ctx context.Context, events []*eventbusv1.Event) (*Batch, error) {
 	copied := false
 	for i, ev := range events {
-		if ev.GetMsgId() != "" {
+		if ev.GetMsgId() != "" || p.noIDs {
 			continue
 		}
 		if !copied {
