@@ -6,7 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/flagenv"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -704,6 +708,7 @@ func TestBadInput(t *testing.T) {
 func TestEmbeddedNATS(t *testing.T) {
 	var cfg eventbus.Config
 	cfg.Server = eventbustest.Config("").Server
+	cfg.Server.MetricsAddr = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	cfg.EmbeddedNATSPort = -1
 	cfg.StreamMaxAge = time.Hour
@@ -719,6 +724,20 @@ func TestEmbeddedNATS(t *testing.T) {
 	}
 	if resp.GetSequence() != 1 {
 		t.Errorf("first sequence %d; want 1", resp.GetSequence())
+	}
+	// The eventbus's own metrics are on /metrics.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	mresp, err := hc.Get("http://" + svc.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	body, err := io.ReadAll(mresp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `switchyard_eventbus_published_events_total{duplicate="false",namespace="ns"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }
 
@@ -806,5 +825,32 @@ func TestNATSCredentials(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("NATS_SERVER", "nats://nats.example:4222")
+	t.Setenv("NATS_TOKEN", "from-env")
+	var cfg eventbus.Config
+	fs := flag.NewFlagSet("eventbus", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--data-dir", "/var/lib/eventbus", "--nats-token", "from-flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := flagenv.Set(fs, eventbus.EnvPrefix, eventbus.EnvVars); err != nil {
+		t.Fatal(err)
+	}
+	want := struct {
+		GRPCAddr, MetricsAddr, NATSServer, NATSToken, DataDir string
+		StreamMaxAge                                          time.Duration
+	}{":7002", ":9102", "nats://nats.example:4222", "from-flag", "/var/lib/eventbus", time.Hour}
+	got := want
+	got.GRPCAddr, got.MetricsAddr, got.NATSServer, got.NATSToken, got.DataDir, got.StreamMaxAge =
+		cfg.Server.GRPCAddr, cfg.Server.MetricsAddr, cfg.NATSServer, cfg.NATSToken, cfg.DataDir, cfg.StreamMaxAge
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 }

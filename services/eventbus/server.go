@@ -23,6 +23,7 @@ type server struct {
 	eventbusv1.UnimplementedEventBusServiceServer
 	bus      *bus
 	objects  *objects
+	metrics  *metrics
 	stopping <-chan struct{}
 }
 
@@ -65,6 +66,7 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.metrics.countPublished(ns, ack.Duplicate)
 	return &eventbusv1.PublishResponse{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
@@ -108,6 +110,7 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 					return toStatus(err)
 				}
 				resp.Acks[i] = &eventbusv1.PublishAck{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
+				s.metrics.countPublished(namespaceOf(f.f.Msg().Subject), ack.Duplicate)
 			}
 			if err := stream.Send(resp); err != nil {
 				return err
@@ -158,8 +161,15 @@ func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.E
 		// event arrives.
 		return stream.SendHeader(metadata.Pairs(ConsumerHeader, consumer))
 	}
+	s.metrics.subscriptions.Inc()
+	defer s.metrics.subscriptions.Dec()
+	delivered := s.metrics.delivered.WithLabelValues(sub.namespace)
 	err = s.bus.subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
-		return stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs})
+		if err := stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs}); err != nil {
+			return err
+		}
+		delivered.Add(float64(len(evs)))
+		return nil
 	})
 	return toStatus(err)
 }
@@ -177,6 +187,11 @@ func (s *server) Ack(ctx context.Context, req *eventbusv1.AckRequest) (*eventbus
 	if err := s.bus.ack(ctx, req.GetAckTokens(), req.GetNak()); err != nil {
 		return nil, toStatus(err)
 	}
+	kind := "ack"
+	if req.GetNak() {
+		kind = "nak"
+	}
+	s.metrics.acks.WithLabelValues(kind).Add(float64(len(req.GetAckTokens())))
 	return &eventbusv1.AckResponse{}, nil
 }
 
@@ -220,6 +235,7 @@ func (s *server) PutObject(stream eventbusv1.EventBusService_PutObjectServer) er
 	if err != nil {
 		return toStatus(err)
 	}
+	s.metrics.objectBytes.WithLabelValues("put").Add(float64(info.GetSize()))
 	return stream.SendAndClose(&eventbusv1.PutObjectResponse{Info: info})
 }
 
@@ -236,7 +252,11 @@ func (s *server) GetObject(req *eventbusv1.GetObjectRequest, stream eventbusv1.E
 			return stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Info{Info: info}})
 		},
 		func(chunk []byte) error {
-			return stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Chunk{Chunk: chunk}})
+			if err := stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Chunk{Chunk: chunk}}); err != nil {
+				return err
+			}
+			s.metrics.objectBytes.WithLabelValues("get").Add(float64(len(chunk)))
+			return nil
 		})
 	return toStatus(err)
 }

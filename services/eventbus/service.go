@@ -78,7 +78,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s.grpc = gs
-	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{bus: b, objects: &objects{js: b.js}, stopping: gs.Stopping()})
+	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{
+		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(),
+	})
 	if err := gs.Listen(); err != nil {
 		s.closeNATS()
 		return nil, err
