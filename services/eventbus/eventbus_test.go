@@ -854,3 +854,56 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		t.Errorf("Validate: %v", err)
 	}
 }
+
+func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "big", AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// Ten events near max_payload: far over gRPC's default 4 MiB message
+	// limit together, so the eventbus must split its answers.
+	const n = 10
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	defer p.Close()
+	var bts []*eventbusclient.Batch
+	for i := range n {
+		payload := bytes.Repeat([]byte{byte(i)}, 1000<<10)
+		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "big.comp.blob", Payload: payload}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bts = append(bts, bt)
+	}
+	for _, bt := range bts {
+		if _, err := bt.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if len(ev.GetPayload()) != 1000<<10 || ev.GetPayload()[0] != byte(i) {
+			t.Fatalf("event %d: %d bytes starting with %d", i, len(ev.GetPayload()), ev.GetPayload()[0])
+		}
+	}
+}
+
+func TestClientSubscribeReportsFinalErrors(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	_, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "ghost", Bind: true})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("bind to an unknown durable: %v; want NotFound", err)
+	}
+	_, err = c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "ns", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("sequence policy without a sequence: %v; want InvalidArgument", err)
+	}
+}

@@ -19,10 +19,16 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
+
+// MaxMessageSize is the largest gRPC message the eventbus accepts and its
+// client library receives: one event at NATS's largest max_payload (64 MiB)
+// with room for its envelope.
+const MaxMessageSize = 65 << 20
 
 // Service is a running eventbus.
 type Service struct {
@@ -72,7 +78,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		s.closeNATS()
 		return nil, err
 	}
-	gs, err := grpcserver.New(cfg.Server, log)
+	// Room for one event at the largest max_payload NATS allows (64 MiB),
+	// with its envelope.
+	gs, err := grpcserver.New(cfg.Server, log, grpc.MaxRecvMsgSize(MaxMessageSize))
 	if err != nil {
 		s.closeNATS()
 		return nil, err

@@ -16,8 +16,13 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 )
 
-// deliverBatch bounds the events of one SubscribeResponse.
-const deliverBatch = 256
+// deliverBatch and deliverBytes bound one SubscribeResponse: at most that
+// many events, and no more payload bytes than deliverBytes unless a single
+// event is larger.
+const (
+	deliverBatch = 256
+	deliverBytes = 1 << 20
+)
 
 // bus is the event plane over one NATS connection: one JetStream stream per
 // namespace, pull consumers for subscriptions.
@@ -301,36 +306,48 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 	}
 	batch := make([]jetstream.Msg, 0, deliverBatch)
 	evs := make([]*eventbusv1.DeliveredEvent, 0, deliverBatch)
+	var carry jetstream.Msg // taken from msgs, too big for the last batch
 	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stopping:
-			return fmt.Errorf("%w: eventbus is shutting down; resubscribe to another", ErrUnavailable)
-		case err := <-fatal:
-			b.streams.Delete(s.namespace)
-			return natsErr("consumer "+name, err)
-		case m := <-msgs:
-			batch = append(batch[:0], m)
-		more:
-			for len(batch) < deliverBatch {
-				select {
-				case m := <-msgs:
-					batch = append(batch, m)
-				default:
+		if carry == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-stopping:
+				return fmt.Errorf("%w: eventbus is shutting down; resubscribe to another", ErrUnavailable)
+			case err := <-fatal:
+				b.streams.Delete(s.namespace)
+				return natsErr("consumer "+name, err)
+			case carry = <-msgs:
+			}
+		}
+		batch = append(batch[:0], carry)
+		size := len(carry.Data())
+		carry = nil
+	more:
+		for len(batch) < deliverBatch {
+			select {
+			case m := <-msgs:
+				if size += len(m.Data()); size > deliverBytes {
+					carry = m
 					break more
 				}
+				batch = append(batch, m)
+			default:
+				break more
 			}
-			evs = evs[:0]
+		}
+		evs = evs[:0]
+		for _, m := range batch {
+			evs = append(evs, delivered(m, s.autoAck))
+		}
+		if err := send(name, evs); err != nil {
 			for _, m := range batch {
-				evs = append(evs, delivered(m, s.autoAck))
+				handBack(m)
 			}
-			if err := send(name, evs); err != nil {
-				for _, m := range batch {
-					handBack(m)
-				}
-				return err
+			if carry != nil {
+				handBack(carry)
 			}
+			return err
 		}
 	}
 }

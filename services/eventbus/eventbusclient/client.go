@@ -54,6 +54,11 @@ type Client struct {
 	max  time.Duration
 }
 
+// maxMessageSize matches eventbus.MaxMessageSize: one event at NATS's
+// largest max_payload with its envelope. (This package does not import the
+// server's, which would pull nats-server into every client.)
+const maxMessageSize = 65 << 20
+
 var schemeSeq atomic.Uint64
 
 // Dial connects to the eventbus replicas at addrs (host:port). It does not
@@ -81,7 +86,7 @@ func Dial(addrs []string, opts Options) (*Client, error) {
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
 	}, opts.DialOptions...)
 	conn, err := grpc.NewClient(r.Scheme()+":///eventbus", dopts...)
 	if err != nil {
@@ -111,8 +116,10 @@ func (c *Client) Raw() eventbusv1.EventBusServiceClient { return c.raw }
 // eventbus or another: the server is unreachable, restarting or cannot reach
 // NATS right now.
 func retryable(err error) bool {
+	// Not ResourceExhausted: gRPC uses it for a message over the size
+	// limit, which no retry fixes.
 	switch status.Code(err) {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+	case codes.Unavailable, codes.Aborted:
 		return true
 	}
 	return false

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -60,11 +62,23 @@ func (s *Subscription) open(ctx context.Context, req *eventbusv1.SubscribeReques
 	if err != nil {
 		return nil, err
 	}
-	if _, err := stream.Header(); err != nil {
+	md, err := stream.Header()
+	if err != nil {
 		return nil, err
+	}
+	if len(md.Get(consumerHeader)) == 0 {
+		// The call ended without headers: its status says why.
+		if _, err := stream.Recv(); err != nil {
+			return nil, err
+		}
+		return nil, status.Error(codes.Internal, "eventbusclient: Subscribe answered without naming its consumer")
 	}
 	return stream, nil
 }
+
+// consumerHeader is eventbus.ConsumerHeader, the header in which Subscribe
+// names its consumer once it exists.
+const consumerHeader = "eventbus-consumer"
 
 // run owns the subscription's streams: it reads each until it fails, then
 // reopens it where it left off, until ctx ends or an error is final.
