@@ -51,8 +51,9 @@ func (l natsLogger) Tracef(format string, v ...any)  {}
 func embeddedStoreDir(dataDir string) string { return filepath.Join(dataDir, "nats") }
 
 // connectNATS connects to url with the configured credentials, reconnecting
-// forever and buffering publishes while disconnected.
-func connectNATS(cfg Config, url string, log *slog.Logger) (*nats.Conn, error) {
+// forever and buffering publishes while disconnected. With embedded set, it
+// connects to that server in process, without a socket.
+func connectNATS(cfg Config, url string, embedded *natsserver.Server, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("switchyard-eventbus"),
 		nats.MaxReconnects(-1),
@@ -73,6 +74,9 @@ func connectNATS(cfg Config, url string, log *slog.Logger) (*nats.Conn, error) {
 			}
 			log.Warn("NATS async error", "subject", subject, "err", err.Error())
 		}),
+	}
+	if embedded != nil {
+		opts = append(opts, nats.InProcessServer(embedded))
 	}
 	switch {
 	case cfg.NATSCreds != "":

@@ -65,7 +65,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			"url", url, "store_dir", embeddedStoreDir(cfg.DataDir))
 	}
 	s.natsURL = url
-	nc, err := connectNATS(cfg, url, log)
+	nc, err := connectNATS(cfg, url, s.ns, log)
 	if err != nil {
 		s.closeNATS()
 		return nil, err

@@ -39,17 +39,24 @@ type Env struct {
 	runs   atomic.Uint64
 }
 
-// Start starts the environment, storing JetStream under dir.
-func Start(dir string, log *slog.Logger) (*Env, error) {
-	ns, err := eventbus.StartEmbeddedNATS(dir, -1, log)
-	if err != nil {
-		return nil, err
-	}
-	e := &Env{ns: ns}
+// Start starts the environment, storing JetStream under dir. With embedded,
+// the eventbus runs its own nats-server (its default, reached in process) and
+// the direct client connects to it over TCP; otherwise the nats-server is a
+// separate one that both reach over TCP.
+func Start(dir string, embedded bool, log *slog.Logger) (*Env, error) {
+	e := &Env{}
 	cfg := eventbus.Config{
 		Server:       grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
-		NATSServer:   ns.ClientURL(),
 		StreamMaxAge: time.Hour,
+	}
+	var err error
+	if embedded {
+		cfg.DataDir, cfg.EmbeddedNATSPort = dir, -1
+	} else {
+		if e.ns, err = eventbus.StartEmbeddedNATS(dir, -1, log); err != nil {
+			return nil, err
+		}
+		cfg.NATSServer = e.ns.ClientURL()
 	}
 	if e.svc, err = eventbus.Start(context.Background(), cfg, log); err != nil {
 		e.Close()
@@ -59,7 +66,7 @@ func Start(dir string, log *slog.Logger) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
-	if e.nc, err = nats.Connect(ns.ClientURL()); err != nil {
+	if e.nc, err = nats.Connect(e.svc.NATSURL()); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -81,8 +88,10 @@ func (e *Env) Close() {
 	if e.svc != nil {
 		_ = e.svc.Stop()
 	}
-	e.ns.Shutdown()
-	e.ns.WaitForShutdown()
+	if e.ns != nil {
+		e.ns.Shutdown()
+		e.ns.WaitForShutdown()
+	}
 }
 
 // Path is a way from publisher to subscriber.

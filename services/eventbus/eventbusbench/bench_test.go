@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 func startEnv(b *testing.B) *Env {
 	b.Helper()
 	dir := b.TempDir()
-	e, err := Start(dir, eventbustest.Logger())
+	e, err := Start(dir, true, eventbustest.Logger())
 	if err != nil {
 		b.Fatal(err)
 	}
