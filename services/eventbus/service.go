@@ -5,7 +5,18 @@
 // ephemeral or durable, shared by the members of a consumer group, with
 // explicit acknowledgement and redelivery. It also offers an object store with
 // sha256-checked objects. When NATS_SERVER is unset it runs its own embedded
-// nats-server with JetStream.
+// nats-server with JetStream under --data-dir and talks to it in process.
+//
+// Acknowledgement is a unary Ack RPC rather than a bidi stream: Subscribe
+// hands out each event's JetStream ack subject as an opaque ack token, and Ack
+// passes tokens (in batches) back to NATS. Any eventbus replica can therefore
+// acknowledge any event, so acks keep working across a failover, and the
+// delivery stream stays a plain server stream. An event not acknowledged
+// within its subscription's ack wait is delivered again; Ack with nak asks for
+// that at once.
+//
+// Errors are domain sentinels (ErrInvalid, ErrNotFound, ErrUnavailable,
+// ErrDataLoss) wrapped with context; server.go maps them to gRPC codes.
 //
 // The package is importable: Start runs the service in process (tests, an
 // all-in-one binary); Run is what cmd/eventbus calls.
