@@ -33,31 +33,6 @@ func (b *Batch) Wait(ctx context.Context) ([]*eventbusv1.PublishAck, error) {
 	}
 }
 
-// Publisher publishes batches over one PublishStream, pipelined: Send returns
-// at once and Batch.Wait waits for the acknowledgements. When the stream
-// breaks (an eventbus or NATS restart) it reopens it, on another eventbus if
-// need be, and sends again every batch not yet acknowledged; message ids make
-// the resent events idempotent.
-type Publisher struct {
-	c      *Client
-	noIDs  bool
-	queue  chan *Batch
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu       sync.Mutex
-	nextID   uint64
-	inflight []*Batch // sent and not yet acknowledged, in order
-	closed   bool
-
-	// sendMu lets Close wait for Sends in progress before it fails the
-	// batches left in the queue.
-	sendMu sync.RWMutex
-}
-
-// ErrPublisherClosed fails batches still pending when a Publisher closes.
-var ErrPublisherClosed = errors.New("eventbusclient: publisher closed")
-
 // PublisherOptions tunes a Publisher.
 type PublisherOptions struct {
 	// MaxInFlight bounds the batches sent and not yet acknowledged; Send
@@ -69,19 +44,47 @@ type PublisherOptions struct {
 	NoMsgIDs bool
 }
 
+// Publisher publishes batches over one PublishStream, pipelined: Send writes
+// the batch to the stream and returns, and Batch.Wait waits for its
+// acknowledgements. When the stream breaks (an eventbus or NATS restart) the
+// publisher reopens it, on another eventbus if need be, and sends again every
+// batch not yet acknowledged; message ids make the resent events idempotent.
+type Publisher struct {
+	c      *Client
+	noIDs  bool
+	slots  chan struct{} // one per batch in flight
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// sendMu serializes adding a batch to inflight with writing it to the
+	// stream, so that batches go out in the order of inflight.
+	sendMu sync.Mutex
+
+	mu       sync.Mutex
+	stream   eventbusv1.EventBusService_PublishStreamClient // nil while reconnecting
+	nextID   uint64
+	inflight []*Batch // sent (or to resend) and not yet acknowledged, in order
+	closed   bool
+}
+
+// ErrPublisherClosed fails batches still pending when a Publisher closes.
+var ErrPublisherClosed = errors.New("eventbusclient: publisher closed")
+
 // NewPublisher starts a publisher. Close stops it.
 func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) *Publisher {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 16
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Publisher{c: c, noIDs: opts.NoMsgIDs, queue: make(chan *Batch, opts.MaxInFlight), cancel: cancel, done: make(chan struct{})}
+	p := &Publisher{c: c, noIDs: opts.NoMsgIDs, slots: make(chan struct{}, opts.MaxInFlight), cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx)
 	return p
 }
 
-// Send queues a batch. Events without a message id are given one, unless
-// the publisher was made with NoMsgIDs.
+// Send sends a batch, waiting while MaxInFlight batches are unacknowledged.
+// Events without a message id are given one, unless the publisher was made
+// with NoMsgIDs. A batch that cannot be written now (the stream is
+// reconnecting) is written when it is back.
 func (p *Publisher) Send(ctx context.Context, events []*eventbusv1.Event) (*Batch, error) {
 	copied := false
 	for i, ev := range events {
@@ -94,24 +97,32 @@ func (p *Publisher) Send(ctx context.Context, events []*eventbusv1.Event) (*Batc
 		}
 		events[i] = &eventbusv1.Event{Subject: ev.GetSubject(), Payload: ev.GetPayload(), Headers: ev.GetHeaders(), MsgId: nuid.Next()}
 	}
-	p.sendMu.RLock()
-	defer p.sendMu.RUnlock()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrPublisherClosed
-	}
-	p.nextID++
-	b := &Batch{id: p.nextID, events: events, done: make(chan struct{})}
-	p.mu.Unlock()
 	select {
-	case p.queue <- b:
-		return b, nil
+	case p.slots <- struct{}{}:
 	case <-p.done:
 		return nil, ErrPublisherClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.slots
+		return nil, ErrPublisherClosed
+	}
+	p.nextID++
+	b := &Batch{id: p.nextID, events: events, done: make(chan struct{})}
+	p.inflight = append(p.inflight, b)
+	stream := p.stream
+	p.mu.Unlock()
+	if stream != nil {
+		// An error means the stream broke: run sees it too, reconnects and
+		// sends the batch again.
+		_ = stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events})
+	}
+	return b, nil
 }
 
 // PublishBatch sends a batch and waits for it.
@@ -131,29 +142,22 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	p.cancel()
 	<-p.done
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	for {
-		select {
-		case b := <-p.queue:
-			b.err = ErrPublisherClosed
-			close(b.done)
-		default:
-			return nil
-		}
-	}
+	p.failAll(ErrPublisherClosed)
+	return nil
 }
 
-// run owns the stream: it opens it, sends batches (first those to resend),
-// and on failure starts again.
+// run owns the stream: it opens it, sends the batches waiting for it, reads
+// the answers, and when the stream fails starts again.
 func (p *Publisher) run(ctx context.Context) {
 	defer close(p.done)
-	defer p.failAll(ErrPublisherClosed)
 	wait := p.c.min
 	for ctx.Err() == nil {
-		err := p.session(ctx)
+		acked, err := p.session(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if acked {
+			wait = p.c.min
 		}
 		if !retryable(err) {
 			// The server refused a batch for good: fail what was in flight
@@ -169,67 +173,59 @@ func (p *Publisher) run(ctx context.Context) {
 	}
 }
 
-// session runs one PublishStream until it fails.
-func (p *Publisher) session(ctx context.Context) error {
+// session runs one PublishStream until it fails; acked says whether any
+// batch was acknowledged on it.
+func (p *Publisher) session(ctx context.Context) (acked bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := p.c.raw.PublishStream(sctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- p.receive(stream) }()
-	fail := func(err error) error {
-		cancel()
-		<-recvErr
-		return err
-	}
+	// Attach the stream and resend what is waiting, under sendMu so that no
+	// Send slips in between.
+	p.sendMu.Lock()
 	p.mu.Lock()
+	p.stream = stream
 	resend := append([]*Batch(nil), p.inflight...)
 	p.mu.Unlock()
 	for _, b := range resend {
 		if err := stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events}); err != nil {
-			return fail(err)
+			break // Recv below reports why
 		}
 	}
-	for {
-		select {
-		case b := <-p.queue:
-			p.mu.Lock()
-			p.inflight = append(p.inflight, b)
-			p.mu.Unlock()
-			if err := stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events}); err != nil {
-				return fail(err)
-			}
-		case err := <-recvErr:
-			return err
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		}
-	}
-}
-
-// receive completes in-flight batches in order as their answers arrive.
-func (p *Publisher) receive(stream eventbusv1.EventBusService_PublishStreamClient) error {
+	p.sendMu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.stream = nil
+		p.mu.Unlock()
+	}()
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			return err
+			return acked, err
 		}
 		p.mu.Lock()
 		if len(p.inflight) == 0 || p.inflight[0].id != resp.GetBatchId() {
 			p.mu.Unlock()
-			return status.Errorf(codes.Internal, "eventbusclient: answer for batch %d out of order", resp.GetBatchId())
+			return acked, status.Errorf(codes.Internal, "eventbusclient: answer for batch %d out of order", resp.GetBatchId())
 		}
 		b := p.inflight[0]
 		p.inflight = p.inflight[1:]
 		p.mu.Unlock()
+		acked = true
 		if len(resp.GetAcks()) != len(b.events) {
 			b.err = fmt.Errorf("eventbusclient: batch %d: %d acks for %d events", b.id, len(resp.GetAcks()), len(b.events))
 		}
 		b.acks = resp.GetAcks()
-		close(b.done)
+		p.complete(b)
 	}
+}
+
+// complete finishes a batch and frees its slot.
+func (p *Publisher) complete(b *Batch) {
+	close(b.done)
+	<-p.slots
 }
 
 // failAll fails every batch in flight.
@@ -240,6 +236,6 @@ func (p *Publisher) failAll(err error) {
 	p.mu.Unlock()
 	for _, b := range batches {
 		b.err = err
-		close(b.done)
+		p.complete(b)
 	}
 }
