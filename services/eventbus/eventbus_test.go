@@ -907,3 +907,20 @@ func TestClientSubscribeReportsFinalErrors(t *testing.T) {
 		t.Errorf("sequence policy without a sequence: %v; want InvalidArgument", err)
 	}
 }
+
+func TestEmbeddedNATSPortInUse(t *testing.T) {
+	ns := eventbustest.StartNATS(t)
+	var cfg eventbus.Config
+	cfg.Server = eventbustest.Config("").Server
+	cfg.DataDir = t.TempDir()
+	cfg.EmbeddedNATSPort = portOf(t, ns.ClientURL())
+	cfg.StreamMaxAge = time.Hour
+	svc, err := eventbus.Start(context.Background(), cfg, eventbustest.Logger())
+	if err == nil {
+		svc.Stop()
+		t.Fatal("started an embedded nats-server on a port in use")
+	}
+	if !strings.Contains(err.Error(), "listen") {
+		t.Errorf("error %q does not say the port is in use", err)
+	}
+}

@@ -12,8 +12,9 @@ import (
 
 // StartEmbeddedNATS starts a nats-server with JetStream on 127.0.0.1:port
 // (-1 picks a free port), storing JetStream files under storeDir, and waits
-// until it accepts connections. The caller owns it: Shutdown, then
-// WaitForShutdown. Its own log goes to log at debug level, warnings and
+// until it accepts connections. It fails fast when the server reports a fatal
+// error (a port in use, an unusable store). The caller owns it: Shutdown,
+// then WaitForShutdown. Its own log goes to log at debug level, warnings and
 // errors at their levels.
 func StartEmbeddedNATS(storeDir string, port int, log *slog.Logger) (*natsserver.Server, error) {
 	ns, err := natsserver.NewServer(&natsserver.Options{
@@ -27,25 +28,49 @@ func StartEmbeddedNATS(storeDir string, port int, log *slog.Logger) (*natsserver
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
-	ns.SetLoggerV2(natsLogger{log.With("component", "nats-server")}, false, false, false)
+	nl := natsLogger{log: log.With("component", "nats-server"), fatal: make(chan string, 1)}
+	ns.SetLoggerV2(nl, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	fail := func(why string) (*natsserver.Server, error) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return nil, fmt.Errorf("embedded nats-server on port %d with store %s: not ready after 30s", port, storeDir)
+		return nil, fmt.Errorf("embedded nats-server on 127.0.0.1:%d with store %s: %s", port, storeDir, why)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-nl.fatal:
+			return fail(msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fail("not ready after 30s")
+		}
 	}
 	return ns, nil
 }
 
-// natsLogger adapts nats-server's printf logger to slog.
-type natsLogger struct{ log *slog.Logger }
+// natsLogger adapts nats-server's printf logger to slog. Fatal messages also
+// go to fatal, since nats-server does not stop on them when embedded.
+type natsLogger struct {
+	log   *slog.Logger
+	fatal chan string
+}
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
 func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
 func (l natsLogger) Debugf(format string, v ...any)  {}
 func (l natsLogger) Tracef(format string, v ...any)  {}
+
+func (l natsLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	select {
+	case l.fatal <- msg:
+	default:
+	}
+}
 
 // embeddedStoreDir is where the embedded nats-server keeps JetStream.
 func embeddedStoreDir(dataDir string) string { return filepath.Join(dataDir, "nats") }
