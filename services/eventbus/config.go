@@ -82,9 +82,13 @@ func (c Config) Validate() error {
 		return nil
 	}
 	for _, u := range strings.Split(c.NATSServer, ",") {
-		pu, err := url.Parse(strings.TrimSpace(u))
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u // nats.go takes host:port as a nats:// URL
+		}
+		pu, err := url.Parse(u)
 		if err != nil || pu.Host == "" {
-			return fmt.Errorf("NATS_SERVER (--nats-server) %q: %q is not a URL such as nats://localhost:4222", c.NATSServer, u)
+			return fmt.Errorf("NATS_SERVER (--nats-server) %q: %q is not a URL such as nats://localhost:4222 (or host:port)", c.NATSServer, u)
 		}
 		switch pu.Scheme {
 		case "nats", "tls", "ws", "wss":
