@@ -45,7 +45,8 @@ const MaxMessageSize = 65 << 20
 type Service struct {
 	log     *slog.Logger
 	grpc    *grpcserver.Server
-	nc      *nats.Conn
+	nc      *nats.Conn         // publishing
+	subNC   *nats.Conn         // consuming
 	ns      *natsserver.Server // embedded nats-server; nil with NATS_SERVER
 	natsURL string
 
@@ -82,9 +83,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s.nc = nc
+	if s.subNC, err = connectNATS(cfg, url, s.ns, log); err != nil {
+		s.closeNATS()
+		return nil, err
+	}
 	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload(),
 		"stream_max_age", cfg.StreamMaxAge.String(), "grpc_addr", cfg.Server.GRPCAddr, "metrics_addr", cfg.Server.MetricsAddr)
-	b, err := newBus(nc, cfg.StreamMaxAge, log)
+	b, err := newBus(nc, s.subNC, cfg.StreamMaxAge, log)
 	if err != nil {
 		s.closeNATS()
 		return nil, err
@@ -148,8 +153,10 @@ func (s *Service) Wait() error {
 // closeNATS drains the NATS connection and shuts the embedded server down.
 func (s *Service) closeNATS() {
 	s.stopOnce.Do(func() {
-		if s.nc != nil {
-			s.nc.Close()
+		for _, nc := range []*nats.Conn{s.nc, s.subNC} {
+			if nc != nil {
+				nc.Close()
+			}
 		}
 		if s.ns != nil {
 			s.ns.Shutdown()

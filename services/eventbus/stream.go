@@ -24,11 +24,14 @@ const (
 	deliverBytes = 1 << 20
 )
 
-// bus is the event plane over one NATS connection: one JetStream stream per
-// namespace, pull consumers for subscriptions.
+// bus is the event plane over NATS: one JetStream stream per namespace, pull
+// consumers for subscriptions. Publishing and consuming use two connections,
+// so that publish acknowledgements and deliveries are read in parallel.
 type bus struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
+	nc     *nats.Conn          // publishing, stream management
+	js     jetstream.JetStream // on nc
+	subNC  *nats.Conn          // consumers and their acks
+	subJS  jetstream.JetStream // on subNC
 	log    *slog.Logger
 	maxAge time.Duration
 
@@ -37,12 +40,16 @@ type bus struct {
 	streams sync.Map
 }
 
-func newBus(nc *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus, error) {
+func newBus(nc, subNC *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &bus{nc: nc, js: js, log: log, maxAge: maxAge}, nil
+	subJS, err := jetstream.New(subNC)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &bus{nc: nc, js: js, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge}, nil
 }
 
 // StreamName is the JetStream stream that holds a namespace's events.
@@ -197,7 +204,7 @@ func consumerConfig(s subscription) jetstream.ConsumerConfig {
 func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer, error) {
 	stream := StreamName(s.namespace)
 	if s.bind {
-		c, err := b.js.Consumer(ctx, stream, s.durable)
+		c, err := b.subJS.Consumer(ctx, stream, s.durable)
 		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("%w: durable %q does not exist in namespace %q", ErrNotFound, s.durable, s.namespace)
 		}
@@ -207,7 +214,7 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 		return nil, err
 	}
 	if s.durable != "" {
-		c, err := b.js.Consumer(ctx, stream, s.durable)
+		c, err := b.subJS.Consumer(ctx, stream, s.durable)
 		if err == nil {
 			return c, nil
 		}
@@ -218,10 +225,10 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 			return nil, natsErr("get consumer", err)
 		}
 	}
-	c, err := b.js.CreateConsumer(ctx, stream, consumerConfig(s))
+	c, err := b.subJS.CreateConsumer(ctx, stream, consumerConfig(s))
 	if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse) {
 		// Another member of the group created it first.
-		c, err = b.js.Consumer(ctx, stream, s.durable)
+		c, err = b.subJS.Consumer(ctx, stream, s.durable)
 	}
 	if err != nil {
 		return nil, natsErr("create consumer", err)
@@ -244,7 +251,7 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			if derr := b.js.DeleteConsumer(dctx, StreamName(s.namespace), name); derr != nil {
+			if derr := b.subJS.DeleteConsumer(dctx, StreamName(s.namespace), name); derr != nil {
 				b.log.Debug("ephemeral consumer not deleted; it expires on its own", "consumer", name, "err", derr.Error())
 			}
 		}()
@@ -388,11 +395,11 @@ func (b *bus) ack(ctx context.Context, tokens []string, nak bool) error {
 		body = []byte("-NAK")
 	}
 	for _, t := range tokens {
-		if err := b.nc.Publish(t, body); err != nil {
+		if err := b.subNC.Publish(t, body); err != nil {
 			return natsErr("ack", err)
 		}
 	}
-	return natsErr("ack flush", b.nc.FlushWithContext(ctx))
+	return natsErr("ack flush", b.subNC.FlushWithContext(ctx))
 }
 
 // deleteConsumer deletes a durable consumer.
