@@ -23,134 +23,175 @@ var ErrClosed = errors.New("eventbusclient: subscription closed")
 // stream sequence after the last event it received. Events may be delivered
 // more than once around a failover (at-least-once); acknowledged events are
 // not delivered again.
+//
+// A Subscription has no goroutine of its own: Next reads the stream and, when
+// it breaks, opens it again. Next is not safe for concurrent use; Close may
+// be called at any time.
 type Subscription struct {
 	c      *Client
-	events chan *eventbusv1.DeliveredEvent
+	ctx    context.Context // the subscription's life; Close cancels it
 	cancel context.CancelFunc
-	done   chan struct{}
+
+	// nextMu is held by Next for its whole call, and by Close to wait for it.
+	nextMu       sync.Mutex
+	req          *eventbusv1.SubscribeRequest
+	stream       eventbusv1.EventBusService_SubscribeClient // nil: to (re)open
+	streamCancel context.CancelFunc
+	buf          []*eventbusv1.DeliveredEvent // received, not yet returned
+	lastSeq      uint64
+	wait         time.Duration // backoff before the next reopening
+	err          error         // final error, once there is one
 
 	mu       sync.Mutex
-	err      error // why the subscription ended
 	consumer string
 }
 
-// Subscribe opens a subscription and keeps it open in the background until
-// Close or ctx ends. The first attempt's errors that retrying cannot fix
-// (InvalidArgument, NotFound) are returned here; later ones by Next.
+// Subscribe opens a subscription. Errors that retrying cannot fix
+// (InvalidArgument, NotFound) are returned here; later ones by Next. The
+// subscription lasts until Close or until ctx ends.
 func (c *Client) Subscribe(ctx context.Context, req *eventbusv1.SubscribeRequest) (*Subscription, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &Subscription{c: c, events: make(chan *eventbusv1.DeliveredEvent, 1024), cancel: cancel, done: make(chan struct{})}
-	req = proto.CloneOf(req)
-	var stream eventbusv1.EventBusService_SubscribeClient
-	err := c.retry(ctx, "subscribe", func() error {
-		var err error
-		stream, err = s.open(ctx, req)
-		return err
-	})
-	if err != nil {
+	sctx, cancel := context.WithCancel(ctx)
+	s := &Subscription{c: c, ctx: sctx, cancel: cancel, req: proto.CloneOf(req), wait: c.min}
+	if err := c.retry(sctx, "subscribe", func() error { return s.open(sctx) }); err != nil {
 		cancel()
 		return nil, err
 	}
-	go s.run(ctx, req, stream)
 	return s, nil
 }
 
 // open starts one Subscribe call and waits for the server to accept it: the
 // header it sends once its consumer exists, or its first error.
-func (s *Subscription) open(ctx context.Context, req *eventbusv1.SubscribeRequest) (eventbusv1.EventBusService_SubscribeClient, error) {
-	stream, err := s.c.raw.Subscribe(ctx, req)
-	if err != nil {
-		return nil, err
+func (s *Subscription) open(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(s.ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	stream, err := s.c.raw.Subscribe(sctx, s.req)
+	if err == nil {
+		err = accepted(stream)
 	}
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.stream, s.streamCancel = stream, cancel
+	return nil
+}
+
+// accepted waits for the header that names the consumer.
+func accepted(stream eventbusv1.EventBusService_SubscribeClient) error {
 	md, err := stream.Header()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(md.Get(consumerHeader)) == 0 {
 		// The call ended without headers: its status says why.
 		if _, err := stream.Recv(); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, status.Error(codes.Internal, "eventbusclient: Subscribe answered without naming its consumer")
+		return status.Error(codes.Internal, "eventbusclient: Subscribe answered without naming its consumer")
 	}
-	return stream, nil
+	return nil
 }
 
 // consumerHeader is eventbus.ConsumerHeader, the header in which Subscribe
 // names its consumer once it exists.
 const consumerHeader = "eventbus-consumer"
 
-// run owns the subscription's streams: it reads each until it fails, then
-// reopens it where it left off, until ctx ends or an error is final.
-func (s *Subscription) run(ctx context.Context, req *eventbusv1.SubscribeRequest, stream eventbusv1.EventBusService_SubscribeClient) {
-	defer close(s.done)
-	var lastSeq uint64
-	wait := s.c.min
+// Next returns the next event, reopening the subscription where it left off
+// when the stream breaks. After Close it returns ErrClosed; after a failure
+// that retrying cannot fix, that failure. When ctx ends while Next waits, the
+// stream is reopened on the next call.
+func (s *Subscription) Next(ctx context.Context) (*eventbusv1.DeliveredEvent, error) {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
 	for {
-		err := s.read(ctx, stream, &lastSeq, &wait)
-		if ctx.Err() != nil {
-			s.finish(ErrClosed)
-			return
+		if len(s.buf) > 0 {
+			ev := s.buf[0]
+			s.buf[0] = nil
+			s.buf = s.buf[1:]
+			return ev, nil
 		}
-		if !retryable(err) && !errors.Is(err, io.EOF) {
-			s.finish(err)
-			return
+		if s.err != nil {
+			return nil, s.err
 		}
-		s.c.log.Info("subscription interrupted; resuming", "err", err.Error(), "durable", req.GetDurableName(), "last_sequence", lastSeq)
-		if req.GetDurableName() == "" && lastSeq > 0 {
+		if s.ctx.Err() != nil {
+			return nil, s.fail(ErrClosed)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.stream == nil {
+			if err := s.reopen(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		stop := context.AfterFunc(ctx, s.streamCancel)
+		resp, err := s.stream.Recv()
+		stop()
+		if err == nil {
+			s.wait = s.c.min
+			s.mu.Lock()
+			s.consumer = resp.GetConsumer()
+			s.mu.Unlock()
+			for _, ev := range resp.GetEvents() {
+				s.lastSeq = max(s.lastSeq, ev.GetStreamSequence())
+			}
+			s.buf = resp.GetEvents()
+			continue
+		}
+		s.streamCancel()
+		s.stream = nil
+		switch {
+		case s.ctx.Err() != nil:
+			return nil, s.fail(ErrClosed)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !retryable(err) && !errors.Is(err, io.EOF):
+			return nil, s.fail(err)
+		}
+		s.c.log.Info("subscription interrupted; resuming", "err", err.Error(), "durable", s.req.GetDurableName(), "last_sequence", s.lastSeq)
+		if s.req.GetDurableName() == "" && s.lastSeq > 0 {
 			// An ephemeral consumer died with its eventbus: a new one starts
 			// after the last event received.
-			req.DeliverPolicy = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE
-			req.StartSequence = lastSeq + 1
-			req.StartTime = nil
-		}
-		if !sleep(ctx, wait) {
-			s.finish(ErrClosed)
-			return
-		}
-		wait = min(2*wait, s.c.max)
-		err = s.c.retry(ctx, "resubscribe", func() error {
-			var err error
-			stream, err = s.open(ctx, req)
-			return err
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ErrClosed
-			}
-			s.finish(err)
-			return
+			s.req.DeliverPolicy = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE
+			s.req.StartSequence = s.lastSeq + 1
+			s.req.StartTime = nil
 		}
 	}
 }
 
-// read forwards one stream's events until it fails.
-func (s *Subscription) read(ctx context.Context, stream eventbusv1.EventBusService_SubscribeClient, lastSeq *uint64, wait *time.Duration) error {
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		*wait = s.c.min
-		s.mu.Lock()
-		s.consumer = resp.GetConsumer()
-		s.mu.Unlock()
-		for _, ev := range resp.GetEvents() {
-			*lastSeq = max(*lastSeq, ev.GetStreamSequence())
-			select {
-			case s.events <- ev:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+// reopen waits out the backoff and opens the stream again, retrying until
+// it succeeds, ctx or the subscription ends, or the error is final.
+func (s *Subscription) reopen(ctx context.Context) error {
+	both, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	if !sleep(both, s.wait) {
+		return s.endErr(ctx)
 	}
+	s.wait = min(2*s.wait, s.c.max)
+	if err := s.c.retry(both, "resubscribe", func() error { return s.open(both) }); err != nil {
+		if both.Err() != nil {
+			return s.endErr(ctx)
+		}
+		return s.fail(err)
+	}
+	return nil
 }
 
-func (s *Subscription) finish(err error) {
-	s.mu.Lock()
+// endErr is why a wait ended early: the subscription closed, or ctx ended.
+func (s *Subscription) endErr(ctx context.Context) error {
+	if s.ctx.Err() != nil {
+		return s.fail(ErrClosed)
+	}
+	return ctx.Err()
+}
+
+func (s *Subscription) fail(err error) error {
 	s.err = err
-	s.mu.Unlock()
-	close(s.events)
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -161,22 +202,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
-	}
-}
-
-// Next returns the next event. After Close it returns ErrClosed; after a
-// final failure, that failure.
-func (s *Subscription) Next(ctx context.Context) (*eventbusv1.DeliveredEvent, error) {
-	select {
-	case ev, ok := <-s.events:
-		if !ok {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return nil, s.err
-		}
-		return ev, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 
@@ -192,19 +217,26 @@ func (s *Subscription) Ack(ctx context.Context, evs ...*eventbusv1.DeliveredEven
 	return s.c.Ack(ctx, evs...)
 }
 
-// Close ends the subscription and waits for its goroutine. Events received
-// but not yet returned by Next are handed back (nak) for redelivery at once;
-// events returned and not acknowledged are delivered again after their ack
-// wait.
+// Close ends the subscription, waiting for a Next in progress to return.
+// Events received but not yet returned by Next are handed back (nak) for
+// redelivery at once; events returned and not acknowledged are delivered
+// again after their ack wait.
 func (s *Subscription) Close() error {
 	s.cancel()
-	<-s.done
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	if s.streamCancel != nil {
+		s.streamCancel()
+	}
+	s.stream = nil
+	s.err = ErrClosed
 	var unread []*eventbusv1.DeliveredEvent
-	for ev := range s.events {
+	for _, ev := range s.buf {
 		if ev.GetAckToken() != "" {
 			unread = append(unread, ev)
 		}
 	}
+	s.buf = nil
 	if len(unread) == 0 {
 		return nil
 	}
