@@ -53,7 +53,12 @@ type EventBusServiceClient interface {
 	// PublishStream publishes batches of events over one stream: each request
 	// carries a batch and is answered, in order, by one response with the stream
 	// sequence of each of its events. Batches are pipelined; a client may send
-	// many before reading the answers.
+	// many before reading the answers. A batch with an invalid event is not
+	// published and ends the stream with INVALID_ARGUMENT naming the batch and
+	// the event, after the answers of the batches before it. On server shutdown
+	// the stream ends with UNAVAILABLE; the client sends its unanswered batches
+	// again (to another eventbus), and msg ids keep them from being stored
+	// twice.
 	PublishStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PublishStreamRequest, PublishStreamResponse], error)
 	// Subscribe streams the events of a namespace that match a filter. Events
 	// arrive in batches. Unless auto_ack is set, each event must be acknowledged
@@ -238,7 +243,12 @@ type EventBusServiceServer interface {
 	// PublishStream publishes batches of events over one stream: each request
 	// carries a batch and is answered, in order, by one response with the stream
 	// sequence of each of its events. Batches are pipelined; a client may send
-	// many before reading the answers.
+	// many before reading the answers. A batch with an invalid event is not
+	// published and ends the stream with INVALID_ARGUMENT naming the batch and
+	// the event, after the answers of the batches before it. On server shutdown
+	// the stream ends with UNAVAILABLE; the client sends its unanswered batches
+	// again (to another eventbus), and msg ids keep them from being stored
+	// twice.
 	PublishStream(grpc.BidiStreamingServer[PublishStreamRequest, PublishStreamResponse]) error
 	// Subscribe streams the events of a namespace that match a filter. Events
 	// arrive in batches. Unless auto_ack is set, each event must be acknowledged

@@ -101,7 +101,12 @@ class EventBusServiceServicer(object):
         """PublishStream publishes batches of events over one stream: each request
         carries a batch and is answered, in order, by one response with the stream
         sequence of each of its events. Batches are pipelined; a client may send
-        many before reading the answers.
+        many before reading the answers. A batch with an invalid event is not
+        published and ends the stream with INVALID_ARGUMENT naming the batch and
+        the event, after the answers of the batches before it. On server shutdown
+        the stream ends with UNAVAILABLE; the client sends its unanswered batches
+        again (to another eventbus), and msg ids keep them from being stored
+        twice.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
