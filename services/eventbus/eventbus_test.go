@@ -961,3 +961,39 @@ func TestEmbeddedNATSPortInUse(t *testing.T) {
 		t.Errorf("error %q does not say the port is in use", err)
 	}
 }
+
+func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
+	defer p.Close()
+	batches := [][]*eventbusv1.Event{
+		{{Subject: "ns.comp.ev", Payload: []byte("1")}},
+		{{Subject: "ns.comp.ev", Payload: []byte("2")}, {Subject: "ns.comp.*", Payload: []byte("bad")}},
+		{{Subject: "ns.comp.ev", Payload: []byte("3")}},
+	}
+	var sent []*eventbusclient.Batch
+	for _, evs := range batches {
+		bt, err := p.Send(ctx, evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, bt)
+	}
+	var codesGot []codes.Code
+	for _, bt := range sent {
+		_, err := bt.Wait(ctx)
+		codesGot = append(codesGot, status.Code(err))
+	}
+	if diff := cmp.Diff([]codes.Code{codes.OK, codes.InvalidArgument, codes.OK}, codesGot); diff != "" {
+		t.Errorf("batch outcomes (-want +got):\n%s", diff)
+	}
+	info, err := c.Raw().GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMessages() != 2 {
+		t.Errorf("stream holds %d events; want 2 (nothing of the refused batch)", info.GetMessages())
+	}
+}

@@ -160,9 +160,10 @@ func (p *Publisher) run(ctx context.Context) {
 			wait = p.c.min
 		}
 		if !retryable(err) {
-			// The server refused a batch for good: fail what was in flight
-			// (the refused batch among them) and go on with the next ones.
-			p.failAll(err)
+			// The server refused a batch for good. It answers every batch
+			// before the one it refuses, so the refused one is the oldest
+			// unanswered: fail it, and send the others again.
+			p.failOldest(err)
 			continue
 		}
 		p.c.log.Info("publish stream interrupted; resending unacknowledged batches", "err", err.Error())
@@ -226,6 +227,20 @@ func (p *Publisher) session(ctx context.Context) (acked bool, err error) {
 func (p *Publisher) complete(b *Batch) {
 	close(b.done)
 	<-p.slots
+}
+
+// failOldest fails the oldest batch in flight.
+func (p *Publisher) failOldest(err error) {
+	p.mu.Lock()
+	if len(p.inflight) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	b := p.inflight[0]
+	p.inflight = p.inflight[1:]
+	p.mu.Unlock()
+	b.err = err
+	p.complete(b)
 }
 
 // failAll fails every batch in flight.
