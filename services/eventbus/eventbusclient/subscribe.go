@@ -217,14 +217,20 @@ func (s *Subscription) Ack(ctx context.Context, evs ...*eventbusv1.DeliveredEven
 	return s.c.Ack(ctx, evs...)
 }
 
-// Close ends the subscription, waiting for a Next in progress to return.
-// Events received but not yet returned by Next are handed back (nak) for
-// redelivery at once; events returned and not acknowledged are delivered
-// again after their ack wait.
+// Close ends the subscription. Events received but not yet returned by Next
+// are handed back (nak) for redelivery at once, including those still on
+// their way: when no Next is in progress, Close first reads what the server
+// already sent, until the stream is quiet for a moment. Events returned by
+// Next and not acknowledged are delivered again after their ack wait.
 func (s *Subscription) Close() error {
-	s.cancel()
-	s.nextMu.Lock()
+	if s.nextMu.TryLock() {
+		s.drain()
+	} else {
+		s.cancel() // ends the Next in progress
+		s.nextMu.Lock()
+	}
 	defer s.nextMu.Unlock()
+	s.cancel()
 	if s.streamCancel != nil {
 		s.streamCancel()
 	}
@@ -246,6 +252,59 @@ func (s *Subscription) Close() error {
 		s.c.log.Debug("unread events not handed back; they come back after their ack wait", "events", len(unread), "err", err.Error())
 	}
 	return nil
+}
+
+// Drain bounds: Close reads until the stream has been quiet for drainQuiet,
+// or for drainMax at most.
+const (
+	drainQuiet = 20 * time.Millisecond
+	drainMax   = 500 * time.Millisecond
+)
+
+// drain moves what the open stream already carries into buf, then cancels
+// the stream. It runs with nextMu held. Its reader goroutine ends when the
+// stream is cancelled, and drain waits for it.
+func (s *Subscription) drain() {
+	if s.stream == nil || s.req.GetAutoAck() {
+		return
+	}
+	stream := s.stream
+	got := make(chan []*eventbusv1.DeliveredEvent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case got <- resp.GetEvents():
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	}()
+	quiet := time.NewTimer(drainQuiet)
+	defer quiet.Stop()
+	limit := time.NewTimer(drainMax)
+	defer limit.Stop()
+read:
+	for {
+		select {
+		case evs := <-got:
+			s.buf = append(s.buf, evs...)
+			quiet.Reset(drainQuiet)
+		case <-quiet.C:
+			break read
+		case <-limit.C:
+			break read
+		case <-done:
+			break read
+		}
+	}
+	s.cancel()
+	<-done
 }
 
 func tokens(evs []*eventbusv1.DeliveredEvent) []string {
