@@ -57,12 +57,22 @@ type natsLogger struct {
 	fatal chan string
 }
 
+// Noticef implements natsserver.Logger; notices are debug-level here.
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l natsLogger) Debugf(format string, v ...any)  {}
-func (l natsLogger) Tracef(format string, v ...any)  {}
 
+// Warnf implements natsserver.Logger.
+func (l natsLogger) Warnf(format string, v ...any) { l.log.Warn(fmt.Sprintf(format, v...)) }
+
+// Errorf implements natsserver.Logger.
+func (l natsLogger) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+
+// Debugf implements natsserver.Logger; the server's debug output is dropped.
+func (l natsLogger) Debugf(format string, v ...any) {}
+
+// Tracef implements natsserver.Logger; the server's traces are dropped.
+func (l natsLogger) Tracef(format string, v ...any) {}
+
+// Fatalf implements natsserver.Logger.
 func (l natsLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	l.log.Error(msg)
