@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -995,5 +996,31 @@ func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
 	}
 	if info.GetMessages() != 2 {
 		t.Errorf("stream holds %d events; want 2 (nothing of the refused batch)", info.GetMessages())
+	}
+}
+
+func TestPublisherStopsWithItsContext(t *testing.T) {
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	pctx, cancel := context.WithCancel(ctx)
+	p := c.NewPublisher(pctx, eventbusclient.PublisherOptions{})
+	defer p.Close()
+	if _, err := p.PublishBatch(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// Once the publisher has noticed, sends fail instead of hanging.
+	for {
+		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}})
+		if errors.Is(err, eventbusclient.ErrPublisherClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bt.Wait(ctx); err != nil && !errors.Is(err, eventbusclient.ErrPublisherClosed) {
+			t.Fatalf("batch sent while stopping: %v", err)
+		}
 	}
 }

@@ -70,7 +70,8 @@ type Publisher struct {
 // ErrPublisherClosed fails batches still pending when a Publisher closes.
 var ErrPublisherClosed = errors.New("eventbusclient: publisher closed")
 
-// NewPublisher starts a publisher. Close stops it.
+// NewPublisher starts a publisher. Close stops it, and so does the end of
+// ctx.
 func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) *Publisher {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 16
@@ -150,6 +151,14 @@ func (p *Publisher) Close() error {
 // the answers, and when the stream fails starts again.
 func (p *Publisher) run(ctx context.Context) {
 	defer close(p.done)
+	defer func() {
+		// Closed, or the context given to NewPublisher ended: nothing more
+		// will be sent.
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		p.failAll(ErrPublisherClosed)
+	}()
 	wait := p.c.min
 	for ctx.Err() == nil {
 		acked, err := p.session(ctx)
