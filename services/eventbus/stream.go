@@ -115,6 +115,11 @@ func msgOpts(ev *eventbusv1.Event) []jetstream.PublishOpt {
 	return nil
 }
 
+// stallWait makes an asynchronous publish past the pending limit wait for
+// acknowledgements to make room (the stream's back-pressure) rather than fail
+// after the default 200ms.
+var stallWait = jetstream.WithStallWait(10 * time.Second)
+
 // publish stores one validated event of namespace ns.
 func (b *bus) publish(ctx context.Context, ns string, ev *eventbusv1.Event) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
@@ -141,9 +146,11 @@ func (b *bus) publishAsync(ctx context.Context, ns string, ev *eventbusv1.Event)
 	if err := b.ensureStream(ctx, ns); err != nil {
 		return nil, err
 	}
-	// Past the pending limit, wait for acknowledgements to make room (this is
-	// the stream's back-pressure) rather than fail after the default 200ms.
-	f, err := b.js.PublishMsgAsync(eventMsg(ev), append(msgOpts(ev), jetstream.WithStallWait(10*time.Second))...)
+	opts := []jetstream.PublishOpt{stallWait}
+	if id := ev.GetMsgId(); id != "" {
+		opts = append(make([]jetstream.PublishOpt, 0, 2), stallWait, jetstream.WithMsgID(id))
+	}
+	f, err := b.js.PublishMsgAsync(eventMsg(ev), opts...)
 	if err != nil {
 		return nil, natsErr("publish on "+ev.GetSubject(), err)
 	}
