@@ -186,7 +186,9 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)
-	go func() { done <- worker.Run(runCtx, e.config(t), echo(20*time.Millisecond, started), func(w *worker.Worker) { ready <- w }) }()
+	go func() {
+		done <- worker.Run(runCtx, e.config(t), echo(20*time.Millisecond, started), func(w *worker.Worker) { ready <- w })
+	}()
 	w := <-ready
 
 	var wg sync.WaitGroup

@@ -42,7 +42,9 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)
-	go func() { done <- mocker.Run(runCtx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w }) }()
+	go func() {
+		done <- mocker.Run(runCtx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+	}()
 	var w *worker.Worker
 	select {
 	case w = <-ready:
