@@ -15,6 +15,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // Service is a running router.
@@ -22,6 +23,7 @@ type Service struct {
 	core   *Core
 	server *grpcserver.Server
 	reg    *discovery.Client
+	bus    *eventbusclient.Client
 	done   chan struct{}
 	err    error
 }
@@ -52,7 +54,28 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s := &Service{core: core, server: srv, reg: reg, done: make(chan struct{})}
-	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: core.OnInstances, Logger: log})
+	onInstances := core.OnInstances
+	var cons *consumer
+	if cfg.EventbusAddr != "" {
+		bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Log: log})
+		if err != nil {
+			reg.Close()
+			return nil, err
+		}
+		s.bus = bus
+		cons = newConsumer(bus, core, log, core.mode == ModeKV && !cfg.NoKVEvents)
+		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
+			core.OnInstances(changes)
+			for _, ch := range changes {
+				if !ch.Deleted {
+					cons.follow(ch.Item.Namespace)
+				}
+			}
+		}
+	} else {
+		log.Warn("no --eventbus-addr: no KV events and no load reports; only the router's own decisions inform it")
+	}
+	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
 	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: core.OnModels, Logger: log})
 	log.Info("router starting", "mode", core.modeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
 		"overlap_weight", cfg.OverlapWeight, "temperature", cfg.Temperature)
@@ -66,6 +89,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		s.err = srv.Serve(ctx, nil)
 		instances.Close()
 		models.Close()
+		if cons != nil {
+			cons.close()
+		}
+		if s.bus != nil {
+			s.bus.Close()
+		}
 		reg.Close()
 	}()
 	return s, nil

@@ -11,6 +11,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/services/router/index"
@@ -58,7 +59,17 @@ type Core struct {
 	models    map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
 	rr        map[endpointKey]int
 	stats     eventStats
+	reported  map[uint64]reportedLoad // instance -> its last load report
 }
+
+// reportedLoad is a worker's own account of its load.
+type reportedLoad struct {
+	decodeBlocks, prefillTokens uint64
+	at                          time.Time
+}
+
+// reportTTL is how long a load report corrects the router's own view.
+const reportTTL = 5 * time.Second
 
 type eventStats struct{ applied, duplicate, gap uint64 }
 
@@ -95,6 +106,7 @@ func NewCore(cfg CoreConfig) *Core {
 		refs:        map[uint64]int{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
+		reported:    map[uint64]reportedLoad{},
 	}
 	if cfg.Approximate {
 		c.approx = index.NewApprox(index.ApproxConfig{TTL: cfg.TTL, MaxEntries: cfg.MaxTreeSize, PruneTargetRatio: cfg.PruneTargetRatio})
@@ -143,6 +155,13 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 	c.mu.Unlock()
 	for _, id := range gone {
 		c.removeInstance(id)
+	}
+	if len(gone) > 0 {
+		c.mu.Lock()
+		for _, id := range gone {
+			delete(c.reported, id)
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -343,11 +362,20 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		}
 	}
 	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands))}
+	now := c.now()
+	c.mu.Lock()
 	for i, cd := range cands {
 		w := index.WorkerID{Instance: cd.in.InstanceId}
 		p, dec, _ := c.load.Of(w)
+		// A fresh report from the worker corrects the router's view upward:
+		// it includes requests other routers (or clients) sent there.
+		if r, ok := c.reported[w.Instance]; ok && now.Sub(r.at) < reportTTL {
+			p = max(p, int(r.prefillTokens)/bs)
+			dec = max(dec, int(r.decodeBlocks))
+		}
 		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: overlaps[w.Instance], PrefillBlocks: p, DecodeBlocks: dec}
 	}
+	c.mu.Unlock()
 	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
 	if q.weight != nil {
 		params.OverlapWeight = *q.weight
@@ -424,6 +452,19 @@ func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryO
 		return nil, err
 	}
 	return &routerv1.QueryOverlapsResponse{RequestBlocks: uint32(len(d.hashes)), Candidates: candidatesOf(d.scored)}, nil
+}
+
+// ReportLoad records a worker's own load report.
+func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
+	if m.GetInstanceId() == 0 || m.GetDpRank() != 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, live := c.refs[m.InstanceId]; !live {
+		return
+	}
+	c.reported[m.InstanceId] = reportedLoad{decodeBlocks: m.ActiveDecodeBlocks, prefillTokens: m.ActivePrefillTokens, at: c.now()}
 }
 
 // PrefillDone and Free update the load of a routed request.

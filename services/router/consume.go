@@ -1,0 +1,106 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// consumer follows the eventbus for every namespace that has workers: KV
+// events (replayed from the start of the stream, so a fresh router rebuilds
+// its index from what the stream retains) and load reports (new ones only).
+type consumer struct {
+	bus    *eventbusclient.Client
+	core   *Core
+	log    *slog.Logger
+	events bool
+
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	seen   map[string]bool
+	wg     sync.WaitGroup
+}
+
+func newConsumer(bus *eventbusclient.Client, core *Core, log *slog.Logger, events bool) *consumer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{}}
+}
+
+// follow starts consuming a namespace, once.
+func (c *consumer) follow(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[ns] || c.ctx.Err() != nil {
+		return
+	}
+	c.seen[ns] = true
+	if c.events {
+		c.run(ns, ns+".*."+worker.KVEventsName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, func(ev *eventbusv1.DeliveredEvent) {
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			if err != nil {
+				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
+				return
+			}
+			c.core.ApplyEvents(b)
+		})
+	}
+	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+		if err != nil {
+			c.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", err.Error())
+			return
+		}
+		c.core.ReportLoad(m)
+	})
+	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events)
+}
+
+// run subscribes (ephemeral, auto-ack) and applies events until close. The
+// client resumes the subscription after eventbus or NATS restarts.
+func (c *consumer) run(ns, filter string, policy eventbusv1.DeliverPolicy, apply func(*eventbusv1.DeliveredEvent)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		backoff := 100 * time.Millisecond
+		for c.ctx.Err() == nil {
+			sub, err := c.bus.Subscribe(c.ctx, &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: filter, DeliverPolicy: policy, AutoAck: true})
+			if err == nil {
+				for {
+					var ev *eventbusv1.DeliveredEvent
+					ev, err = sub.Next(c.ctx)
+					if err != nil {
+						break
+					}
+					apply(ev)
+					backoff = 100 * time.Millisecond
+				}
+				_ = sub.Close()
+			}
+			if c.ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				return
+			}
+			c.log.Warn("eventbus subscription failed; retrying", "filter", filter, "err", err.Error(), "backoff", backoff.String())
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}()
+}
+
+func (c *consumer) close() {
+	c.mu.Lock()
+	c.cancel()
+	c.mu.Unlock()
+	c.wg.Wait()
+}
