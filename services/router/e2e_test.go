@@ -40,7 +40,9 @@ func startMocker(t *testing.T, regAddr, busAddr string) *worker.Worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)
-	go func() { done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w }) }()
+	go func() {
+		done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
