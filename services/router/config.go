@@ -52,6 +52,7 @@ type Config struct {
 	MaxTreeSize      int
 	PruneTargetRatio float64
 	ReplicaSync      bool
+	ReplicaID        string
 	SnapshotInterval time.Duration
 	// RegistryAddr is a comma list of registry replicas.
 	RegistryAddr string
@@ -78,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTreeSize, "router-max-tree-size", 1<<20, "approximate mode: (block, worker) entries before pruning")
 	fs.Float64Var(&c.PruneTargetRatio, "router-prune-target-ratio", 0.8, "approximate mode: fraction of the max size pruning keeps")
 	fs.BoolVar(&c.ReplicaSync, "router-replica-sync", false, "share decisions and load with other router replicas over the eventbus")
+	fs.StringVar(&c.ReplicaID, "router-replica-id", "", "this replica's id for --router-replica-sync (empty: random)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated; empty: no KV events, load reports or replica sync")

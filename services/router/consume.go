@@ -21,6 +21,7 @@ type consumer struct {
 	core   *Core
 	log    *slog.Logger
 	events bool
+	sync   *syncer // nil without --router-replica-sync
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -60,7 +61,13 @@ func (c *consumer) follow(ns string) {
 		}
 		c.core.ReportLoad(m)
 	})
-	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events)
+	if c.sync != nil {
+		// From the start of the stream: a replica that joins late replays
+		// every decision, and routed/freed pairs cancel out, leaving exactly
+		// the requests still in flight.
+		c.run(ns, ns+".router."+ReplicaSyncName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
+	}
+	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "replica_sync", c.sync != nil)
 }
 
 // run subscribes (ephemeral, auto-ack) and applies events until close. The

@@ -7,6 +7,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"time"
@@ -56,6 +57,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	s := &Service{core: core, server: srv, reg: reg, done: make(chan struct{})}
 	onInstances := core.OnInstances
 	var cons *consumer
+	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
+		reg.Close()
+		return nil, errors.New("--router-replica-sync needs --eventbus-addr")
+	}
 	if cfg.EventbusAddr != "" {
 		bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Log: log})
 		if err != nil {
@@ -64,6 +69,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		s.bus = bus
 		cons = newConsumer(bus, core, log, core.mode == ModeKV && !cfg.NoKVEvents)
+		if cfg.ReplicaSync {
+			cons.sync = newSyncer(cfg.ReplicaID, bus, core, log)
+			core.SetObserver(cons.sync)
+		}
 		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
 			core.OnInstances(changes)
 			for _, ch := range changes {
@@ -91,6 +100,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		models.Close()
 		if cons != nil {
 			cons.close()
+			if cons.sync != nil {
+				cons.sync.close()
+			}
 		}
 		if s.bus != nil {
 			s.bus.Close()

@@ -60,6 +60,7 @@ type Core struct {
 	rr        map[endpointKey]int
 	stats     eventStats
 	reported  map[uint64]reportedLoad // instance -> its last load report
+	observer  Observer
 }
 
 // reportedLoad is a worker's own account of its load.
@@ -435,6 +436,9 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 		c.approx.Predict(w, d.hashes, c.now())
 	}
 	in := d.cands[d.chosen].in
+	if c.observer != nil {
+		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
+	}
 	return &routerv1.RouteResponse{
 		InstanceId:    in.InstanceId,
 		Transport:     transportOf(in.Transport),
@@ -467,11 +471,25 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 	c.reported[m.InstanceId] = reportedLoad{decodeBlocks: m.ActiveDecodeBlocks, prefillTokens: m.ActivePrefillTokens, at: c.now()}
 }
 
-// PrefillDone and Free update the load of a routed request.
-func (c *Core) PrefillDone(id string) { c.load.PrefillDone(id) }
+// PrefillDone moves a routed request's load from prefill to decode.
+func (c *Core) PrefillDone(id string) {
+	c.load.PrefillDone(id)
+	if c.observer != nil {
+		c.observer.PrefillDone(id)
+	}
+}
 
 // Free releases a routed request's load.
-func (c *Core) Free(id string) { c.load.Free(id) }
+func (c *Core) Free(id string) {
+	c.load.Free(id)
+	if c.observer != nil {
+		c.observer.Freed(id)
+	}
+}
+
+// SetObserver sets who hears about this core's own decisions; call it
+// before serving.
+func (c *Core) SetObserver(o Observer) { c.observer = o }
 
 func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
 	out := make([]*routerv1.Candidate, len(s))

@@ -1092,6 +1092,203 @@ func (x *GetStatsResponse) GetEventsGap() uint64 {
 	return 0
 }
 
+// ReplicaEvent is what router replicas share over the eventbus (with
+// --router-replica-sync) so that each one knows the load, and in
+// approximate mode the predicted blocks, of every replica's decisions.
+type ReplicaEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica that made the change; replicas ignore their own.
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The change.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ReplicaEvent_Routed
+	//	*ReplicaEvent_PrefillComplete
+	//	*ReplicaEvent_Freed
+	Kind          isReplicaEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaEvent) Reset() {
+	*x = ReplicaEvent{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaEvent) ProtoMessage() {}
+
+func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
+func (*ReplicaEvent) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReplicaEvent) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ReplicaEvent) GetKind() isReplicaEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ReplicaEvent) GetRouted() *ReplicaRouted {
+	if x != nil {
+		if x, ok := x.Kind.(*ReplicaEvent_Routed); ok {
+			return x.Routed
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaEvent) GetPrefillComplete() string {
+	if x != nil {
+		if x, ok := x.Kind.(*ReplicaEvent_PrefillComplete); ok {
+			return x.PrefillComplete
+		}
+	}
+	return ""
+}
+
+func (x *ReplicaEvent) GetFreed() string {
+	if x != nil {
+		if x, ok := x.Kind.(*ReplicaEvent_Freed); ok {
+			return x.Freed
+		}
+	}
+	return ""
+}
+
+type isReplicaEvent_Kind interface {
+	isReplicaEvent_Kind()
+}
+
+type ReplicaEvent_Routed struct {
+	// A request was routed.
+	Routed *ReplicaRouted `protobuf:"bytes,2,opt,name=routed,proto3,oneof"`
+}
+
+type ReplicaEvent_PrefillComplete struct {
+	// A routed request finished its prefill; the request id.
+	PrefillComplete string `protobuf:"bytes,3,opt,name=prefill_complete,json=prefillComplete,proto3,oneof"`
+}
+
+type ReplicaEvent_Freed struct {
+	// A routed request ended; the request id.
+	Freed string `protobuf:"bytes,4,opt,name=freed,proto3,oneof"`
+}
+
+func (*ReplicaEvent_Routed) isReplicaEvent_Kind() {}
+
+func (*ReplicaEvent_PrefillComplete) isReplicaEvent_Kind() {}
+
+func (*ReplicaEvent_Freed) isReplicaEvent_Kind() {}
+
+// ReplicaRouted is one routing decision, as replicas share it.
+type ReplicaRouted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The chosen instance.
+	InstanceId uint64 `protobuf:"varint,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The chosen data-parallel rank.
+	DpRank uint32 `protobuf:"varint,3,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// Blocks the chosen worker has to prefill.
+	PrefillBlocks uint32 `protobuf:"varint,4,opt,name=prefill_blocks,json=prefillBlocks,proto3" json:"prefill_blocks,omitempty"`
+	// The request's block sequence hashes.
+	BlockHashes   []uint64 `protobuf:"varint,5,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaRouted) Reset() {
+	*x = ReplicaRouted{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaRouted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaRouted) ProtoMessage() {}
+
+func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
+func (*ReplicaRouted) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReplicaRouted) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ReplicaRouted) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *ReplicaRouted) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *ReplicaRouted) GetPrefillBlocks() uint32 {
+	if x != nil {
+		return x.PrefillBlocks
+	}
+	return 0
+}
+
+func (x *ReplicaRouted) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
 var File_switchyard_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_switchyard_router_v1_router_proto_rawDesc = "" +
@@ -1176,7 +1373,22 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eevents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n" +
 	"\x10events_duplicate\x18\x06 \x01(\x04R\x0feventsDuplicate\x12\x1d\n" +
 	"\n" +
-	"events_gap\x18\a \x01(\x04R\teventsGap2\xf1\x03\n" +
+	"events_gap\x18\a \x01(\x04R\teventsGap\"\xb9\x01\n" +
+	"\fReplicaEvent\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12=\n" +
+	"\x06routed\x18\x02 \x01(\v2#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n" +
+	"\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n" +
+	"\x05freed\x18\x04 \x01(\tH\x00R\x05freedB\x06\n" +
+	"\x04kind\"\xb2\x01\n" +
+	"\rReplicaRouted\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\x04R\n" +
+	"instanceId\x12\x17\n" +
+	"\adp_rank\x18\x03 \x01(\rR\x06dpRank\x12%\n" +
+	"\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n" +
+	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes2\xf1\x03\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
@@ -1197,7 +1409,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -1214,6 +1426,8 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*GetStatsRequest)(nil),             // 12: switchyard.router.v1.GetStatsRequest
 	(*WorkerStats)(nil),                 // 13: switchyard.router.v1.WorkerStats
 	(*GetStatsResponse)(nil),            // 14: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 15: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 16: switchyard.router.v1.ReplicaRouted
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
@@ -1224,21 +1438,22 @@ var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
 	4,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	13, // 7: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	2,  // 8: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 9: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 10: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 11: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	12, // 12: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	5,  // 13: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 14: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 15: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 16: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	14, // 17: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	16, // 8: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	2,  // 9: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	6,  // 10: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	8,  // 11: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	10, // 12: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	12, // 13: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	5,  // 14: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	7,  // 15: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	9,  // 16: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	11, // 17: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	14, // 18: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -1256,13 +1471,18 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Transport_Http)(nil),
 		(*Transport_Nats)(nil),
 	}
+	file_switchyard_router_v1_router_proto_msgTypes[15].OneofWrappers = []any{
+		(*ReplicaEvent_Routed)(nil),
+		(*ReplicaEvent_PrefillComplete)(nil),
+		(*ReplicaEvent_Freed)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

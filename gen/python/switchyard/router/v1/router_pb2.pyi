@@ -91,6 +91,32 @@ class QueryOverlapsResponse(_message.Message):
     request_blocks: int
     def __init__(self, request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
 
+class ReplicaEvent(_message.Message):
+    __slots__ = ["freed", "prefill_complete", "replica_id", "routed"]
+    FREED_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
+    freed: str
+    prefill_complete: str
+    replica_id: str
+    routed: ReplicaRouted
+    def __init__(self, replica_id: _Optional[str] = ..., routed: _Optional[_Union[ReplicaRouted, _Mapping]] = ..., prefill_complete: _Optional[str] = ..., freed: _Optional[str] = ...) -> None: ...
+
+class ReplicaRouted(_message.Message):
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "request_id"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    dp_rank: int
+    instance_id: int
+    prefill_blocks: int
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class RouteRequest(_message.Message):
     __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
