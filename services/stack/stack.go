@@ -61,7 +61,7 @@ func (c Config) Validate() error {
 	if c.Mockers < 1 || c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return errors.New("--mockers must be positive and --http-port a port number")
 	}
-	for _, b := range []string{"registry", "eventbus", "router", "mocker", "frontend"} {
+	for _, b := range []string{"registry", "eventbus", "router", "mocker"} {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("missing binary %s in --bin-dir %s (run make build): %w", b, c.BinDir, err)
 		}
@@ -164,15 +164,22 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 		}
 	}
 	port := strconv.Itoa(c.HTTPPort)
+	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err != nil {
+		return c.serve(ctx, procs, out, "no frontend binary in "+c.BinDir+": the stack runs without the OpenAI API")
+	}
 	if p, err = start("frontend", "--http-port", port, "--router-mode", c.RouterMode); err != nil {
 		return err
 	}
 	if err := ready(p, "OpenAI API http://localhost:"+port+"/v1", httpOK("http://localhost:"+port+"/health")); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nSwitchyard is up. Try:\n\n  curl http://localhost:%s/v1/chat/completions -H \"Content-Type: application/json\" -d '{\"model\": \"Qwen/Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n\nCtrl-C stops everything.\n", port)
+	return c.serve(ctx, procs, out, fmt.Sprintf("Switchyard is up. Try:\n\n  curl http://localhost:%s/v1/chat/completions -H \"Content-Type: application/json\" -d '{\"model\": \"Qwen/Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'", port))
+}
 
-	// Serve until Ctrl-C or a component dies.
+// serve prints the banner and waits for Ctrl-C or a component's death.
+func (c Config) serve(ctx context.Context, procs []*proc, out io.Writer, banner string) error {
+	logs := filepath.Join(c.DataDir, "logs")
+	fmt.Fprintf(out, "\n%s\n\nCtrl-C stops everything.\n", banner)
 	died := make(chan *proc, len(procs))
 	for _, p := range procs {
 		go func() {
