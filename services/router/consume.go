@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -27,12 +28,17 @@ type consumer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	seen   map[string]bool
+	// start is where KV events resume per namespace (a snapshot's
+	// sequences); seq is the last applied.
+	start map[string]uint64
+	seq   map[string]uint64
 	wg     sync.WaitGroup
 }
 
 func newConsumer(bus *eventbusclient.Client, core *Core, log *slog.Logger, events bool) *consumer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{}}
+	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
+		start: map[string]uint64{}, seq: map[string]uint64{}}
 }
 
 // follow starts consuming a namespace, once.
@@ -44,13 +50,20 @@ func (c *consumer) follow(ns string) {
 	}
 	c.seen[ns] = true
 	if c.events {
-		c.run(ns, ns+".*."+worker.KVEventsName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, func(ev *eventbusv1.DeliveredEvent) {
+		req := &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: ns + ".*." + worker.KVEventsName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true}
+		if s := c.start[ns]; s > 0 {
+			req.DeliverPolicy, req.StartSequence = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, s+1
+		}
+		c.runReq(req, func(ev *eventbusv1.DeliveredEvent) {
 			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
-				return
+			} else {
+				c.core.ApplyEvents(b)
 			}
-			c.core.ApplyEvents(b)
+			c.mu.Lock()
+			c.seq[ns] = max(c.seq[ns], ev.GetStreamSequence())
+			c.mu.Unlock()
 		})
 	}
 	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
@@ -73,12 +86,24 @@ func (c *consumer) follow(ns string) {
 // run subscribes (ephemeral, auto-ack) and applies events until close. The
 // client resumes the subscription after eventbus or NATS restarts.
 func (c *consumer) run(ns, filter string, policy eventbusv1.DeliverPolicy, apply func(*eventbusv1.DeliveredEvent)) {
+	c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: filter, DeliverPolicy: policy, AutoAck: true}, apply)
+}
+
+// sequences copies the last applied KV event sequence per namespace.
+func (c *consumer) sequences() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.seq)
+}
+
+func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbusv1.DeliveredEvent)) {
+	filter := req.FilterSubject
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		backoff := 100 * time.Millisecond
 		for c.ctx.Err() == nil {
-			sub, err := c.bus.Subscribe(c.ctx, &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: filter, DeliverPolicy: policy, AutoAck: true})
+			sub, err := c.bus.Subscribe(c.ctx, req)
 			if err == nil {
 				for {
 					var ev *eventbusv1.DeliveredEvent

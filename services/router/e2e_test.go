@@ -170,3 +170,104 @@ func TestKVEventsFlowFromWorkersToTheRouter(t *testing.T) {
 		t.Fatalf("stats = %v, %v", st, err)
 	}
 }
+
+// TestRestartRecoversFromSnapshot stops a router that snapshotted its index
+// and starts another: it restores the snapshot, replays the events after it,
+// and ends up with the same index as the live one had.
+func TestRestartRecoversFromSnapshot(t *testing.T) {
+	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busAddr := bus.Addr().String()
+	startMocker(t, reg.Addr, busAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr, SnapshotInterval: 100 * time.Millisecond}
+	startRouter := func(cfg router.Config) (routerv1.RouterServiceClient, func()) {
+		rctx, rcancel := context.WithCancel(ctx)
+		svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return routerv1.NewRouterServiceClient(cc), func() {
+			cc.Close()
+			rcancel()
+			if err := svc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		}
+	}
+	a, stopA := startRouter(cfg)
+	tc, err := transport.NewClient(transport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}
+	overlap := func(rpc routerv1.RouterServiceClient, prompt []uint32) uint32 {
+		q, err := rpc.QueryOverlaps(ctx, &routerv1.QueryOverlapsRequest{Target: target, TokenIds: prompt})
+		if err != nil || len(q.Candidates) == 0 {
+			return 0
+		}
+		return q.Candidates[0].OverlapBlocks
+	}
+	waitOverlap := func(rpc routerv1.RouterServiceClient, prompt []uint32, want uint32) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); overlap(rpc, prompt) < want; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("overlap stayed at %d, want %d", overlap(rpc, prompt), want)
+			}
+		}
+	}
+	for i := range 3 {
+		prompt := make([]uint32, 128)
+		for j := range prompt {
+			prompt[j] = uint32(5000 + i*1000 + j)
+		}
+		id := fmt.Sprintf("p%d", i)
+		var resp *routerv1.RouteResponse
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			resp, err = a.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: prompt})
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		generate(ctx, t, tc, resp, id, prompt)
+		_, _ = a.Free(ctx, &routerv1.FreeRequest{RequestId: id})
+		waitOverlap(a, prompt, 8)
+		if i == 0 {
+			time.Sleep(300 * time.Millisecond) // let a snapshot cover the first prompt only
+		}
+	}
+	live, err := a.GetStats(ctx, &routerv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopA()
+
+	cfg.SnapshotInterval = 0
+	b, stopB := startRouter(cfg)
+	defer stopB()
+	var st *routerv1.GetStatsResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err = b.GetStats(ctx, &routerv1.GetStatsRequest{})
+		if err == nil && st.IndexedEntries == live.IndexedEntries {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted router index = %v, want the live one's %d entries", st, live.IndexedEntries)
+		}
+	}
+	if st.RestoredSnapshotTime == nil {
+		t.Fatalf("the restarted router did not restore a snapshot: %v", st)
+	}
+}

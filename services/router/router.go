@@ -8,6 +8,7 @@ package router
 import (
 	"context"
 	"errors"
+	"maps"
 	"log/slog"
 	"net"
 	"time"
@@ -73,6 +74,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			cons.sync = newSyncer(cfg.ReplicaID, bus, core, log)
 			core.SetObserver(cons.sync)
 		}
+		if cons.events {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			snap, err := loadSnapshot(lctx, bus)
+			cancel()
+			switch {
+			case err != nil:
+				log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
+			case snap != nil:
+				core.Restore(snap)
+				maps.Copy(cons.start, snap.StreamSequences)
+				maps.Copy(cons.seq, snap.StreamSequences)
+				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
+			}
+		}
 		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
 			core.OnInstances(changes)
 			for _, ch := range changes {
@@ -93,9 +108,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
 			log.Warn("registry has not answered yet; routing will find no workers until it does")
+		} else {
+			core.DropDeparted()
 		}
 		cancel()
+		var snapDone chan struct{}
+		if cons != nil && cons.events && cfg.SnapshotInterval > 0 {
+			snapDone = make(chan struct{})
+			go func() {
+				defer close(snapDone)
+				snapshotLoop(ctx, s.bus, core, cons, cfg.SnapshotInterval, log)
+			}()
+		}
 		s.err = srv.Serve(ctx, nil)
+		if snapDone != nil {
+			<-snapDone
+		}
 		instances.Close()
 		models.Close()
 		if cons != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -61,6 +63,8 @@ type Core struct {
 	stats     eventStats
 	reported  map[uint64]reportedLoad // instance -> its last load report
 	observer  Observer
+	// restoredAt is the time of the snapshot the index started from.
+	restoredAt *timestamppb.Timestamp
 }
 
 // reportedLoad is a worker's own account of its load.
@@ -521,10 +525,11 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 		ids = append(ids, id)
 	}
 	ev := c.stats
+	restored := c.restoredAt
 	c.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	out := &routerv1.GetStatsResponse{Mode: c.modeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
-		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap}
+		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored}
 	for _, id := range ids {
 		w := index.WorkerID{Instance: id}
 		p, d, n := c.load.Of(w)

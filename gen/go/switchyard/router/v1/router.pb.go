@@ -9,6 +9,7 @@ package routerv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1008,9 +1009,12 @@ type GetStatsResponse struct {
 	// KV events dropped as duplicates or late.
 	EventsDuplicate uint64 `protobuf:"varint,6,opt,name=events_duplicate,json=eventsDuplicate,proto3" json:"events_duplicate,omitempty"`
 	// KV events that followed missing ones.
-	EventsGap     uint64 `protobuf:"varint,7,opt,name=events_gap,json=eventsGap,proto3" json:"events_gap,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EventsGap uint64 `protobuf:"varint,7,opt,name=events_gap,json=eventsGap,proto3" json:"events_gap,omitempty"`
+	// When the index was restored from a snapshot at start, the snapshot's
+	// time; unset for a cold start.
+	RestoredSnapshotTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=restored_snapshot_time,json=restoredSnapshotTime,proto3" json:"restored_snapshot_time,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetStatsResponse) Reset() {
@@ -1090,6 +1094,13 @@ func (x *GetStatsResponse) GetEventsGap() uint64 {
 		return x.EventsGap
 	}
 	return 0
+}
+
+func (x *GetStatsResponse) GetRestoredSnapshotTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RestoredSnapshotTime
+	}
+	return nil
 }
 
 // ReplicaEvent is what router replicas share over the eventbus (with
@@ -1289,11 +1300,151 @@ func (x *ReplicaRouted) GetBlockHashes() []uint64 {
 	return nil
 }
 
+// IndexSnapshot is a router's KV index as stored in the eventbus object
+// store: every worker's blocks plus, per namespace, the KV event stream
+// sequence the snapshot covers. A restarted router loads it and replays the
+// streams from the next sequence instead of starting cold.
+type IndexSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace -> last KV event stream sequence applied.
+	StreamSequences map[string]uint64 `protobuf:"bytes,1,rep,name=stream_sequences,json=streamSequences,proto3" json:"stream_sequences,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The indexed workers.
+	Workers []*IndexSnapshotWorker `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	// When the snapshot was taken.
+	TakenAt       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshot) Reset() {
+	*x = IndexSnapshot{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshot) ProtoMessage() {}
+
+func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
+func (*IndexSnapshot) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
+	if x != nil {
+		return x.StreamSequences
+	}
+	return nil
+}
+
+func (x *IndexSnapshot) GetWorkers() []*IndexSnapshotWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *IndexSnapshot) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+// IndexSnapshotWorker is one worker's part of an IndexSnapshot.
+type IndexSnapshotWorker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker instance.
+	InstanceId uint64 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Its data-parallel rank.
+	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// The last KV event id applied for it.
+	LastEventId uint64 `protobuf:"varint,3,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	// Sequence hashes of the blocks it holds.
+	BlockHashes   []uint64 `protobuf:"fixed64,4,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexSnapshotWorker) Reset() {
+	*x = IndexSnapshotWorker{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexSnapshotWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexSnapshotWorker) ProtoMessage() {}
+
+func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
+func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *IndexSnapshotWorker) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *IndexSnapshotWorker) GetLastEventId() uint64 {
+	if x != nil {
+		return x.LastEventId
+	}
+	return 0
+}
+
+func (x *IndexSnapshotWorker) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
 var File_switchyard_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\"f\n" +
+	"!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n" +
 	"\x06Target\x12<\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x1e.switchyard.router.v1.EndpointH\x00R\bendpoint\x12\x16\n" +
 	"\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n" +
@@ -1364,7 +1515,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\rcached_blocks\x18\x03 \x01(\x04R\fcachedBlocks\x12\x1a\n" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xa4\x02\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xf6\x02\n" +
 	"\x10GetStatsResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12'\n" +
@@ -1373,7 +1524,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eevents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n" +
 	"\x10events_duplicate\x18\x06 \x01(\x04R\x0feventsDuplicate\x12\x1d\n" +
 	"\n" +
-	"events_gap\x18\a \x01(\x04R\teventsGap\"\xb9\x01\n" +
+	"events_gap\x18\a \x01(\x04R\teventsGap\x12P\n" +
+	"\x16restored_snapshot_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n" +
 	"\fReplicaEvent\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12=\n" +
@@ -1388,7 +1540,20 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x03 \x01(\rR\x06dpRank\x12%\n" +
 	"\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n" +
-	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes2\xf1\x03\n" +
+	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes\"\xb4\x02\n" +
+	"\rIndexSnapshot\x12c\n" +
+	"\x10stream_sequences\x18\x01 \x03(\v28.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12C\n" +
+	"\aworkers\x18\x02 \x03(\v2).switchyard.router.v1.IndexSnapshotWorkerR\aworkers\x125\n" +
+	"\btaken_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x1aB\n" +
+	"\x14StreamSequencesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x96\x01\n" +
+	"\x13IndexSnapshotWorker\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x17\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\"\n" +
+	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\x12!\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xf1\x03\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
@@ -1409,7 +1574,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -1428,6 +1593,10 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*GetStatsResponse)(nil),            // 14: switchyard.router.v1.GetStatsResponse
 	(*ReplicaEvent)(nil),                // 15: switchyard.router.v1.ReplicaEvent
 	(*ReplicaRouted)(nil),               // 16: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 17: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 18: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 19: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
@@ -1438,22 +1607,26 @@ var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
 	4,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	13, // 7: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	16, // 8: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	2,  // 9: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 10: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 11: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 12: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	12, // 13: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	5,  // 14: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 15: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 16: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 17: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	14, // 18: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	20, // 8: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	16, // 9: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	19, // 10: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	18, // 11: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	20, // 12: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 13: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	6,  // 14: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	8,  // 15: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	10, // 16: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	12, // 17: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	5,  // 18: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	7,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	9,  // 20: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	11, // 21: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	14, // 22: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -1482,7 +1655,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

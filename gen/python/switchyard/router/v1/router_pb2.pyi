@@ -1,3 +1,4 @@
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -46,13 +47,14 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ["events_applied", "events_duplicate", "events_gap", "indexed_blocks", "indexed_entries", "mode", "workers"]
+    __slots__ = ["events_applied", "events_duplicate", "events_gap", "indexed_blocks", "indexed_entries", "mode", "restored_snapshot_time", "workers"]
     EVENTS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     EVENTS_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_GAP_FIELD_NUMBER: _ClassVar[int]
     INDEXED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     INDEXED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_SNAPSHOT_TIME_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     events_applied: int
     events_duplicate: int
@@ -60,8 +62,38 @@ class GetStatsResponse(_message.Message):
     indexed_blocks: int
     indexed_entries: int
     mode: str
+    restored_snapshot_time: _timestamp_pb2.Timestamp
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStats]
-    def __init__(self, mode: _Optional[str] = ..., indexed_blocks: _Optional[int] = ..., indexed_entries: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., events_applied: _Optional[int] = ..., events_duplicate: _Optional[int] = ..., events_gap: _Optional[int] = ...) -> None: ...
+    def __init__(self, mode: _Optional[str] = ..., indexed_blocks: _Optional[int] = ..., indexed_entries: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., events_applied: _Optional[int] = ..., events_duplicate: _Optional[int] = ..., events_gap: _Optional[int] = ..., restored_snapshot_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class IndexSnapshot(_message.Message):
+    __slots__ = ["stream_sequences", "taken_at", "workers"]
+    class StreamSequencesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STREAM_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    stream_sequences: _containers.ScalarMap[str, int]
+    taken_at: _timestamp_pb2.Timestamp
+    workers: _containers.RepeatedCompositeFieldContainer[IndexSnapshotWorker]
+    def __init__(self, stream_sequences: _Optional[_Mapping[str, int]] = ..., workers: _Optional[_Iterable[_Union[IndexSnapshotWorker, _Mapping]]] = ..., taken_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class IndexSnapshotWorker(_message.Message):
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "last_event_id"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    dp_rank: int
+    instance_id: int
+    last_event_id: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., last_event_id: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MarkPrefillCompleteRequest(_message.Message):
     __slots__ = ["request_id"]
