@@ -32,7 +32,7 @@ type consumer struct {
 	// sequences); seq is the last applied.
 	start map[string]uint64
 	seq   map[string]uint64
-	wg     sync.WaitGroup
+	wg    sync.WaitGroup
 }
 
 func newConsumer(bus *eventbusclient.Client, core *Core, log *slog.Logger, events bool) *consumer {

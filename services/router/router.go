@@ -8,8 +8,8 @@ package router
 import (
 	"context"
 	"errors"
-	"maps"
 	"log/slog"
+	"maps"
 	"net"
 	"time"
 
