@@ -62,8 +62,9 @@ func requirePython(t *testing.T) {
 	if err == nil {
 		return
 	}
-	msg := fmt.Sprintf("%s cannot import grpc, google.protobuf and xxhash (%v: %s); install the Debian packages: apt-get install %s",
-		python, err, bytes.TrimSpace(out), debianPackages)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	msg := fmt.Sprintf("the Python worker needs the Debian packages %s (apt-get install %[1]s): %s cannot import grpc, google.protobuf and xxhash: %v: %s",
+		debianPackages, python, err, lines[len(lines)-1])
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
@@ -321,6 +322,45 @@ func TestPythonWorker(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 			t.Errorf("responses with a stop token (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("concurrent calls share one h2c connection", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := range 8 {
+			wg.Go(func() {
+				p := []uint32{uint32(100 + i), uint32(200 + i), uint32(300 + i)}
+				got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: fmt.Sprint("c", i), TokenIds: p, MaxTokens: 20})
+				if err == nil {
+					if diff := cmp.Diff(tokens(p, 20, workerv1.FinishReason_FINISH_REASON_LENGTH), got, protocmp.Transform()); diff != "" {
+						err = fmt.Errorf("call %d (-want +got):\n%s", i, diff)
+					}
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
+	t.Run("request larger than the flow-control window", func(t *testing.T) {
+		// 500k tokens of 5 bytes each (2.5 MB) exceed the 1 MiB windows the
+		// worker grants up front, so the upload goes on only as it sends
+		// WINDOW_UPDATEs; the prompt is then refused for exceeding the context.
+		big := make([]uint32, 500_000)
+		for i := range big {
+			big[i] = 1 << 28
+		}
+		got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{TokenIds: big})
+		var he *transport.HandlerError
+		if !errors.As(err, &he) || he.Code != "invalid_argument" || !strings.Contains(he.Message, "500000 tokens") {
+			t.Errorf("generate with a 500k-token prompt = %d responses, %v; want invalid_argument naming 500000 tokens", len(got), err)
 		}
 	})
 
