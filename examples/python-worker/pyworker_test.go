@@ -524,6 +524,34 @@ func TestPythonWorker(t *testing.T) {
 		t.Fatalf("ListInstances two TTLs after registering = %v, %v; want the worker still there", list, err)
 	}
 
+	// A request in flight at SIGTERM still runs to its end: the worker
+	// deregisters first, then drains.
+	inflight := make(chan error, 1)
+	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "drain", TokenIds: prompt, MaxTokens: 100})
+	st, err := client.Call(ctx, addr, "generate", nil, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil { // it is running
+		t.Fatal(err)
+	}
+	go func() {
+		defer st.Close()
+		for n := 1; ; n++ {
+			_, err := st.Recv()
+			switch {
+			case errors.Is(err, io.EOF) && n == 100:
+				inflight <- nil
+				return
+			case errors.Is(err, io.EOF):
+				inflight <- fmt.Errorf("stream ended after %d responses; want 100", n)
+				return
+			case err != nil:
+				inflight <- fmt.Errorf("after %d responses: %w", n, err)
+				return
+			}
+		}
+	}()
 	if code := w.stop(t); code != 0 {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0. It logged:\n%s", code, w.logs.String())
 	}
@@ -537,6 +565,9 @@ func TestPythonWorker(t *testing.T) {
 		t.Errorf("ListModels after SIGTERM = %v, %v; want none", cards, err)
 	}
 	waitInstances(ctx, t, watch, 0, w.logs)
+	if err := <-inflight; err != nil {
+		t.Errorf("request in flight at SIGTERM: %v", err)
+	}
 }
 
 // TestPythonWorkerExitsWhenLeaseIsLost revokes the worker's lease behind its
