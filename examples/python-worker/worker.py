@@ -392,16 +392,17 @@ def main(argv):
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
     subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
     publisher = KvPublisher(eventbus, subject)
-    engine = EchoEngine(cfg, 0, publisher)
-    server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
-                                 cfg.max_message_size, cfg.http_host)
-    server.start()
-    lease = None
+    lease = server = None
     code = 0
     try:
+        # The lease comes first so that KV events carry the instance id from
+        # the first request on; the server next, since its URL is registered.
         grpc.channel_ready_future(reg_channel).result(timeout=30)
         lease = Lease(registry, cfg.lease_ttl)
-        engine.instance_id = lease.id
+        engine = EchoEngine(cfg, lease.id, publisher)
+        server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
+                                     cfg.max_message_size, cfg.http_host)
+        server.start()
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=registry_pb2.Transport(http=server.base_url),
                                          metadata={"worker": "python-example"})
@@ -417,8 +418,8 @@ def main(argv):
             pass
         if lease.lost is not None:
             code = 1
-    except (grpc.RpcError, grpc.FutureTimeoutError) as e:
-        error("worker failed to start", err=str(e))
+    except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as e:
+        error("worker failed to start", err=str(e) or type(e).__name__)
         code = 1
     finally:
         info("worker shutting down: deregistering, then draining", drain_timeout=cfg.drain_timeout)
@@ -428,9 +429,10 @@ def main(argv):
             except grpc.RpcError as e:
                 error("deregister failed", err=str(e))
                 code = 1
-        if not server.drain(cfg.drain_timeout):
-            log.warning("drain timed out; cancelling the remaining requests")
-        server.close()
+        if server is not None:
+            if not server.drain(cfg.drain_timeout):
+                log.warning("drain timed out; cancelling the remaining requests")
+            server.close()
         publisher.close(timeout=10)
         reg_channel.close()
         bus_channel.close()
