@@ -141,7 +141,7 @@ func startWorker(t *testing.T, regAddr, busAddr string) *pyWorker {
 		"--namespace", namespace, "--component", component, "--endpoint", "generate",
 		"--model-name", "test/echo", "--block-size", fmt.Sprint(blockSize), "--context-length", "1024",
 		"--registry-addr", regAddr, "--eventbus-addr", busAddr,
-		"--lease-ttl", fmt.Sprint(int(leaseTTL/time.Second)), "--drain-timeout", "10", "--token-delay", "0.005")
+		"--lease-ttl", fmt.Sprint(int(leaseTTL/time.Second)), "--drain-timeout", "10", "--token-delay", "0.005", "--load-interval", "0.2")
 	// The request plane's settings come from the variables the Go side uses.
 	cmd.Env = append(os.Environ(), "DYN_REQUEST_PLANE=http", "DYN_HTTP_RPC_HOST=127.0.0.1", "DYN_HTTP_RPC_PORT=0")
 	w := &pyWorker{cmd: cmd, logs: newLogBuffer(), done: make(chan struct{})}
@@ -404,6 +404,26 @@ func TestPythonWorker(t *testing.T) {
 				Blocks: []*workerv1.KvBlock{{SequenceHash: hs[2].Sequence, LocalHash: hs[2].Local}}}}}}}
 		if diff := cmp.Diff(want, batch, protocmp.Transform()); diff != "" {
 			t.Errorf("KV event batch of an extended prefix (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("load metrics", func(t *testing.T) {
+		sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+			FilterSubject: namespace + "." + component + ".load_metrics", AutoAck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &workerv1.LoadMetrics{}
+		if err := proto.Unmarshal(ev.Payload, m); err != nil {
+			t.Fatal(err)
+		}
+		if m.InstanceId != in.InstanceId || m.KvBlocksTotal != 8192 || m.KvBlocksUsed != 3 || m.Timestamp == nil {
+			t.Errorf("load metrics = %v; want instance %x, 3 of 8192 KV blocks used, a timestamp", m, in.InstanceId)
 		}
 	})
 

@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "gen" / "python"))
@@ -40,6 +41,7 @@ import requestplane  # noqa: E402
 log = logging.getLogger("pyworker")
 
 KV_EVENTS_NAME = "kv_cache_update"  # as pkg/worker.KVEventsName
+LOAD_NAME = "load_metrics"  # as pkg/worker.LoadName
 ENV_PREFIX = "SWITCHYARD_PYWORKER_"
 # Flags whose variables keep the names Switchyard's Go side uses.
 NAMED_ENV = {
@@ -82,6 +84,7 @@ def parse_config(argv):
     p.add_argument("--context-length", type=int, default=40960, help="context length on the model card")
     p.add_argument("--kv-blocks", type=int, default=8192, help="KV blocks the simulated cache holds before evicting")
     p.add_argument("--token-delay", type=float, default=0.005, help="seconds between generated tokens")
+    p.add_argument("--load-interval", type=float, default=1.0, help="seconds between load metrics publications")
     p.add_argument("--registry-addr", default="localhost:7001", help="registry address, host:port")
     p.add_argument("--eventbus-addr", default="localhost:7002", help="eventbus address, host:port")
     p.add_argument("--lease-ttl", type=int, default=10, help="registry lease TTL in seconds (1..300)")
@@ -111,6 +114,8 @@ def parse_config(argv):
                 % os.environ["DYN_REQUEST_PLANE"])
     if cfg.block_size <= 0:
         p.error("--block-size must be positive, got %d" % cfg.block_size)
+    if cfg.load_interval <= 0:
+        p.error("--load-interval must be positive, got %g" % cfg.load_interval)
     if not 1 <= cfg.lease_ttl <= 300:
         p.error("--lease-ttl must be 1..300 seconds, got %d" % cfg.lease_ttl)
     if not cfg.http_host:
@@ -281,6 +286,33 @@ class KvPublisher:
         self._thread.join()
 
 
+class LoadPublisher:
+    """Publishes the engine's LoadMetrics every interval on
+    {namespace}.{component}.load_metrics, as pkg/worker does."""
+
+    def __init__(self, stub, subject, engine, interval):
+        self.stub = stub
+        self.subject = subject
+        self.engine = engine
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-publish", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            event = eventbus_pb2.Event(subject=self.subject, payload=self.engine.load().SerializeToString(),
+                                       msg_id=uuid.uuid4().hex)
+            try:
+                self.stub.Publish(eventbus_pb2.PublishRequest(event=event), timeout=2)
+            except grpc.RpcError as e:
+                log.warning("load not published", extra={"attrs": {"err": str(e.details())}})
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+
+
 class EchoEngine:
     """A stand-in engine: it "prefills" the prompt into a prefix cache of
     --kv-blocks blocks (LRU), reporting stored and evicted blocks as KV
@@ -293,6 +325,17 @@ class EchoEngine:
         self.lock = threading.Lock()
         self.cache = collections.OrderedDict()  # sequence hash -> None, oldest first
         self.next_event_id = 1
+        self.running = {}  # request key -> tokens in its sequence so far
+
+    def load(self):
+        """Returns the engine's load: running requests and the KV blocks they and the cache hold."""
+        with self.lock:
+            decode_blocks = sum(-(-n // self.cfg.block_size) for n in self.running.values())
+            m = worker_pb2.LoadMetrics(instance_id=self.instance_id, dp_rank=0, active_decode_blocks=decode_blocks,
+                                       kv_blocks_used=len(self.cache), kv_blocks_total=self.cfg.kv_blocks,
+                                       running_requests=len(self.running))
+        m.timestamp.GetCurrentTime()
+        return m
 
     def prefill(self, prompt):
         """Caches the prompt's full blocks; returns how many prompt tokens were cached already."""
@@ -352,9 +395,12 @@ class EchoEngine:
         max_tokens = min(req.max_tokens or room, room)
         stop_ids = set(req.stop.stop_token_ids)
         cached = self.prefill(prompt)
+        key = object()
         i = 0
         try:
             for i in range(max_tokens):
+                with self.lock:
+                    self.running[key] = len(prompt) + i
                 if call.cancelled.wait(self.cfg.token_delay) if self.cfg.token_delay > 0 else call.cancelled.is_set():
                     raise requestplane.Disconnected("cancelled")
                 token = prompt[i % len(prompt)]
@@ -373,6 +419,9 @@ class EchoEngine:
         except requestplane.Disconnected:
             info("generate cancelled", request_id=request_id, tokens=i)
             raise
+        finally:
+            with self.lock:
+                self.running.pop(key, None)
 
 
 def main(argv):
@@ -392,7 +441,7 @@ def main(argv):
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
     subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
     publisher = KvPublisher(eventbus, subject)
-    lease = server = None
+    lease = server = load = None
     code = 0
     try:
         # The lease comes first so that KV events carry the instance id from
@@ -400,6 +449,7 @@ def main(argv):
         grpc.channel_ready_future(reg_channel).result(timeout=30)
         lease = Lease(registry, cfg.lease_ttl)
         engine = EchoEngine(cfg, lease.id, publisher)
+        load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine, cfg.load_interval)
         server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
                                      cfg.max_message_size, cfg.http_host)
         server.start()
@@ -433,6 +483,8 @@ def main(argv):
             if not server.drain(cfg.drain_timeout):
                 log.warning("drain timed out; cancelling the remaining requests")
             server.close()
+        if load is not None:
+            load.close()
         publisher.close(timeout=10)
         reg_channel.close()
         bus_channel.close()
