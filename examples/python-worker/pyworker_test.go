@@ -51,7 +51,7 @@ const (
 	namespace = "pytest"
 	component = "backend"
 	blockSize = 4
-	leaseTTL  = 2 * time.Second
+	leaseTTL  = 3 * time.Second
 )
 
 // requirePython skips the test on a developer machine without the Python
