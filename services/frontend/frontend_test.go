@@ -277,7 +277,7 @@ func TestAuthAndSaturation(t *testing.T) {
 	errorObject(t, body)
 
 	sctx, cancel := context.WithCancel(ctx)
-	p := chatParams("Count to a million.", 30000)
+	p := chatParams("Count to a million.", 4000)
 	st := s.client.Chat.Completions.NewStreaming(sctx, p)
 	if !st.Next() {
 		t.Fatalf("no first chunk: %v", st.Err())
@@ -287,7 +287,7 @@ func TestAuthAndSaturation(t *testing.T) {
 		t.Fatalf("second request on a saturated worker: %v, want 429", err)
 	}
 	// The client goes away: the frontend cancels the worker's generation
-	// and frees its slot, long before 30000 tokens could be generated.
+	// and frees its slot, long before 4000 tokens could be generated.
 	cancel()
 	st.Close()
 	deadline := time.Now().Add(20 * time.Second)
