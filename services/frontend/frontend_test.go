@@ -334,3 +334,27 @@ func TestConcurrentStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterFallback stops the router service: kv-mode requests still
+// succeed, routed in process, and each is counted as a fallback.
+func TestRouterFallback(t *testing.T) {
+	ctx := testCtx(t)
+	s := startStack(t, stackOpts{mode: "kv"})
+	s.addMocker(0)
+	s.waitInstances(1)
+	if _, err := s.client.Chat.Completions.New(ctx, chatParams("hi", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.metric("switchyard_frontend_router_fallback_total", ""); n != 0 {
+		t.Fatalf("fallbacks with the router up = %v", n)
+	}
+	s.stopRouter()
+	for i := range 3 {
+		if _, err := s.client.Chat.Completions.New(ctx, chatParams(fmt.Sprintf("hello %d", i), 4)); err != nil {
+			t.Fatalf("with the router down: %v", err)
+		}
+	}
+	if n := s.metric("switchyard_frontend_router_fallback_total", ""); n != 3 {
+		t.Fatalf("fallbacks = %v, want 3", n)
+	}
+}

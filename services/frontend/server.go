@@ -12,9 +12,37 @@
 // continues on another worker with the prompt plus the tokens already
 // produced, up to --migration-limit times, so the client sees one stream.
 //
-// Errors have OpenAI's shape {"error":{"message","type","param","code"}}.
-// Once a stream has started, an error arrives as one SSE event carrying that
-// object, followed by data: [DONE] (as vLLM does).
+// Routing: with --router-mode kv the router service decides (Route with the
+// model, the prompt's token ids and the request id; MarkPrefillComplete at
+// the first token; Free at the end). If no router replica answers, the
+// request is routed round-robin in process over the frontend's own registry
+// view and counted in switchyard_frontend_router_fallback_total. With
+// round-robin, random or least-loaded, and with kv plus --no-kv-events
+// (approximate: caches predicted from this frontend's own decisions), an
+// in-process router.Core decides and the router service is not used.
+//
+// Migration: a worker that cannot be reached, breaks the stream, is draining
+// or never answers is excluded and the request is routed again with the
+// prompt plus the tokens generated so far; max_tokens and min_tokens shrink
+// by what was produced and usage counts the original prompt. Past
+// --migration-limit (0 disables migration) the request fails with 502
+// worker_failed: before any output as a JSON error, during a stream as an
+// error event followed by data: [DONE].
+//
+// Errors have OpenAI's shape {"error":{"message","type","param","code"}}:
+// 400 invalid_request_error (malformed JSON, invalid fields, a prompt over
+// the context length with code context_length_exceeded), 401 invalid_api_key
+// (when --api-key or --api-key-file is set, for /v1/* only), 404
+// model_not_found, 429 rate_limit_exceeded (every live worker of the model
+// has --max-inflight-per-worker of this frontend's requests), 503 no_instance
+// or model_assets_unavailable, 502 worker_failed. Once a stream has started,
+// an error arrives as one SSE event carrying that object, followed by
+// data: [DONE] (as vLLM does).
+//
+// /health answers 200 when at least one live worker instance serves a model
+// and 503 before (with the instance count and model names); /live answers
+// 200 while the process serves. A client that disconnects cancels its
+// worker's generation through the request plane.
 package frontend
 
 import (

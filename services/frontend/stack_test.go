@@ -63,6 +63,8 @@ type stack struct {
 	router  *router.Service
 	fe      *frontend.Service
 	url     string
+	// stopRouter stops the router service; it is idempotent.
+	stopRouter func()
 	http    *http.Client
 	client  openai.Client
 }
@@ -100,12 +102,16 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	s.router = rsvc
-	t.Cleanup(func() {
-		cancel()
-		if err := rsvc.Wait(); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	})
+	var once sync.Once
+	s.stopRouter = func() {
+		once.Do(func() {
+			cancel()
+			if err := rsvc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		})
+	}
+	t.Cleanup(s.stopRouter)
 	if o.bridgeKV {
 		s.bridgeKVEvents(t)
 	}
