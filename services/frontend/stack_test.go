@@ -65,8 +65,8 @@ type stack struct {
 	url     string
 	// stopRouter stops the router service; it is idempotent.
 	stopRouter func()
-	http    *http.Client
-	client  openai.Client
+	http       *http.Client
+	client     openai.Client
 }
 
 func planeConfig(p transport.Plane, natsURL string) transport.Config {
