@@ -243,7 +243,7 @@ func TestErrors(t *testing.T) {
 		{"wrong type", "/v1/chat/completions", `{"model":"` + testModel + `","messages":"hi"}`, 400, "messages"},
 		{"max_tokens zero", "/v1/completions", `{"model":"` + testModel + `","prompt":"hi","max_tokens":0}`, 400, "max_tokens"},
 		{"temperature", "/v1/completions", `{"model":"` + testModel + `","prompt":"hi","temperature":3}`, 400, "temperature"},
-		{"over context", "/v1/completions", `{"model":"` + testModel + `","prompt":"` + long + `"}`, 400, "messages"},
+		{"over context", "/v1/completions", `{"model":"` + testModel + `","prompt":"` + long + `"}`, 400, "prompt"},
 		{"max_tokens over context", "/v1/completions", `{"model":"` + testModel + `","prompt":"hi","max_tokens":100}`, 400, "max_tokens"},
 		{"unknown model", "/v1/completions", `{"model":"nope","prompt":"hi"}`, 404, "model"},
 		{"unknown path", "/v1/nothing", `{}`, 404, ""},

@@ -58,7 +58,8 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) 
 		}
 		d, err := s.routing.route(ctx, id, j.model, tokens, exclude)
 		if err != nil {
-			if attempt > 0 && errors.Is(err, ErrNoInstance) {
+			// The failed worker's model card may already be gone with it.
+			if attempt > 0 && (errors.Is(err, ErrNoInstance) || errors.Is(err, ErrUnknownModel)) {
 				return out, fmt.Errorf("%w: no other worker to continue on after %d migration(s)", ErrWorkerFailed, attempt)
 			}
 			return out, err

@@ -356,7 +356,7 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 		return
 	}
 	s.serve(w, r, &chatSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "chatcmpl-" + newID(),
-		model: p.model, created: time.Now().Unix()}, card, a, prompt, p)
+		model: p.model, created: time.Now().Unix()}, card, a, prompt, p, "messages")
 }
 
 func (s *Service) handleCompletion(w *recorder, r *http.Request) {
@@ -380,7 +380,7 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		ids = a.encode(text)
 	}
 	s.serve(w, r, &completionSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "cmpl-" + newID(),
-		model: p.model, created: time.Now().Unix()}, card, a, ids, p)
+		model: p.model, created: time.Now().Unix()}, card, a, ids, p, "prompt")
 }
 
 // modelAssets finds the model's card and its tokenizer and template.
@@ -397,12 +397,12 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 }
 
 // serve checks the prompt against the model's limits, generates and writes
-// the result through sk.
-func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams) {
+// the result through sk. promptParam names the request field of the prompt.
+func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
 	start := time.Now()
 	if cl := card.GetContextLength(); cl > 0 {
 		if uint32(len(prompt)) >= cl {
-			writeError(w, &paramError{param: "messages", code: "context_length_exceeded",
+			writeError(w, &paramError{param: promptParam, code: "context_length_exceeded",
 				msg: fmt.Sprintf("the prompt is %d tokens; the model's context length is %d", len(prompt), cl)})
 			return
 		}
