@@ -1,0 +1,84 @@
+// Command frontend-bench prints the frontend's overhead on each request
+// plane: the latency it adds to the first token and to each following token
+// compared with calling the mocker (no delays) directly over the request
+// plane, and the highest sustained requests per second of each path.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
+)
+
+func main() {
+	samples := flag.Int("samples", 200, "sequential requests per latency run")
+	tokens := flag.Int("tokens", 32, "tokens generated per request")
+	duration := flag.Duration("duration", 2*time.Second, "length of each throughput run")
+	flag.Parse()
+	if err := run(*samples, *tokens, *duration); err != nil {
+		fmt.Fprintln(os.Stderr, "frontend-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(samples, tokens int, d time.Duration) error {
+	ctx := context.Background()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "plane\tpath\tTTFT p50\tTTFT p99\tITL p50\tITL p99\treq/s (best of conc)\tconc\t\n")
+	type row struct{ ttft50, ttft99, itl50, itl99 time.Duration }
+	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
+		env, err := frontendbench.Start(plane)
+		if err != nil {
+			return fmt.Errorf("%s: %w", plane, err)
+		}
+		rows := map[string]row{}
+		for _, p := range []struct {
+			name string
+			fn   func(context.Context, int) (frontendbench.Timing, error)
+		}{{"direct", env.Direct}, {"frontend", env.Frontend}} {
+			ttft, itl, err := frontendbench.Latency(ctx, samples, tokens, p.fn)
+			if err != nil {
+				env.Close()
+				return fmt.Errorf("%s %s: %w", plane, p.name, err)
+			}
+			r := row{frontendbench.Percentile(ttft, 50), frontendbench.Percentile(ttft, 99), frontendbench.Percentile(itl, 50), frontendbench.Percentile(itl, 99)}
+			rows[p.name] = r
+			best, bestConc := 0.0, 0
+			for _, conc := range []int{16, 64} {
+				rps, err := frontendbench.Throughput(ctx, conc, 16, d, p.fn)
+				if err != nil {
+					env.Close()
+					return fmt.Errorf("%s %s throughput: %w", plane, p.name, err)
+				}
+				if rps > best {
+					best, bestConc = rps, conc
+				}
+			}
+			fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%v\t%v\t%.0f\t%d\t\n", plane, p.name, round(r.ttft50), round(r.ttft99), round(r.itl50), round(r.itl99), best, bestConc)
+		}
+		env.Close()
+		dr, fr := rows["direct"], rows["frontend"]
+		fmt.Fprintf(w, "%s\tadded\t%v\t%v\t%v\t%v\t\t\t\n", plane, round(fr.ttft50-dr.ttft50), round(fr.ttft99-dr.ttft99), round(fr.itl50-dr.itl50), round(fr.itl99-dr.itl99))
+	}
+	w.Flush()
+	fmt.Printf("latency: %d sequential streamed requests of %d tokens per path; throughput: requests of 16 tokens, %v per concurrency level (16, 64)\n",
+		samples, tokens, d)
+	fmt.Println("direct: the request plane client calling the mocker (--no-delay); frontend: POST /v1/chat/completions stream through the frontend (kv mode, router service)")
+	return nil
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d < 0 && d > -time.Microsecond, d >= 0 && d < time.Microsecond:
+		return d
+	case d < 100*time.Microsecond && d > -100*time.Microsecond:
+		return d.Round(100 * time.Nanosecond)
+	}
+	return d.Round(10 * time.Microsecond)
+}

@@ -1,0 +1,200 @@
+package frontend
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+// Config is the frontend's configuration.
+type Config struct {
+	// HTTPPort is --http-port, the port of the OpenAI API on every interface.
+	HTTPPort int
+	// HTTPAddr is --http-addr, a host:port that overrides HTTPPort (tests
+	// use 127.0.0.1:0).
+	HTTPAddr string
+	// RouterMode is --router-mode: kv asks the router service; round-robin,
+	// random and least-loaded pick in process.
+	RouterMode string
+	// NoKVEvents, with kv mode, routes in process with an approximate KV
+	// index predicted from the frontend's own decisions, without the router
+	// service or KV events.
+	NoKVEvents bool
+	// MigrationLimit is how many times one request may move to another
+	// worker after its worker failed.
+	MigrationLimit int
+	// Namespace restricts the models and workers the frontend serves; empty
+	// means every namespace.
+	Namespace string
+	// RegistryAddr, RouterAddr and EventbusAddr are comma lists of replicas.
+	RegistryAddr, RouterAddr, EventbusAddr string
+	// MaxInflightPerWorker makes the frontend answer 429 when every worker
+	// of a model has this many of its requests in flight; 0 disables it.
+	MaxInflightPerWorker int
+	// APIKey and APIKeyFile enable bearer-token authentication of /v1/*.
+	APIKey, APIKeyFile string
+	// ShutdownTimeout bounds how long open requests may finish at shutdown.
+	ShutdownTimeout time.Duration
+	// ClientTLS secures calls to the registry, router and eventbus.
+	ClientTLS tlsconfig.Config
+	// Transport is the request plane. When its Plane is empty, Validate
+	// reads it from DYN_REQUEST_PLANE and friends.
+	Transport transport.Config
+
+	// keys is the set of accepted API keys, filled by Validate.
+	keys map[string]struct{}
+}
+
+// EnvVars maps flags to their environment variables.
+var EnvVars = map[string]string{
+	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
+	"router-addr":   "SWITCHYARD_ROUTER_ADDR",
+	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+}
+
+var frontendModes = []router.Mode{router.ModeKV, router.ModeRoundRobin, router.ModeRandom, router.ModeLeastLoaded}
+
+// RegisterFlags adds the frontend's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.HTTPPort, "http-port", 8000, "port of the OpenAI-compatible HTTP API")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "", "host:port of the HTTP API; overrides --http-port when set")
+	fs.StringVar(&c.RouterMode, "router-mode", string(router.ModeKV), "routing mode: kv (router service), round-robin, random, least-loaded (in process)")
+	fs.BoolVar(&c.NoKVEvents, "no-kv-events", false, "kv mode: route in process on caches predicted from this frontend's decisions, without the router service")
+	fs.IntVar(&c.MigrationLimit, "migration-limit", 3, "times a request may move to another worker when its worker fails mid-stream")
+	fs.StringVar(&c.Namespace, "namespace", "", "serve only models and workers of this namespace (empty: all)")
+	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
+	fs.StringVar(&c.RouterAddr, "router-addr", "localhost:7003", "router address(es), comma-separated")
+	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
+	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "answer 429 when every worker of a model has this many requests in flight (0: no limit)")
+	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
+	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
+	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry, router and eventbus")
+}
+
+// Validate checks the configuration, reads the API keys and, unless set,
+// the request plane settings from the environment.
+func (c *Config) Validate() error {
+	if _, err := c.mode(); err != nil {
+		return err
+	}
+	switch {
+	case c.HTTPAddr == "" && (c.HTTPPort < 0 || c.HTTPPort > 65535):
+		return fmt.Errorf("invalid --http-port %d: valid values are 0..65535", c.HTTPPort)
+	case c.MigrationLimit < 0:
+		return fmt.Errorf("invalid --migration-limit %d: it must not be negative", c.MigrationLimit)
+	case c.MaxInflightPerWorker < 0:
+		return fmt.Errorf("invalid --max-inflight-per-worker %d: it must not be negative", c.MaxInflightPerWorker)
+	case c.ShutdownTimeout < 0:
+		return errors.New("--shutdown-timeout must not be negative")
+	case strings.TrimSpace(c.RegistryAddr) == "":
+		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
+	case strings.TrimSpace(c.EventbusAddr) == "":
+		return errors.New("--eventbus-addr (SWITCHYARD_EVENTBUS_ADDR) is required")
+	case c.usesRouterService() && strings.TrimSpace(c.RouterAddr) == "":
+		return errors.New("--router-addr (SWITCHYARD_ROUTER_ADDR) is required in kv mode")
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return fmt.Errorf("invalid --http-addr %q: %v", c.HTTPAddr, err)
+		}
+	}
+	keys, err := c.readKeys()
+	if err != nil {
+		return err
+	}
+	c.keys = keys
+	if c.Transport.Plane == "" {
+		tc, err := transport.ConfigFromEnv()
+		if err != nil {
+			return err
+		}
+		c.Transport = tc
+	}
+	if err := c.Transport.Validate(); err != nil {
+		return err
+	}
+	return c.ClientTLS.Validate()
+}
+
+// mode parses --router-mode; direct mode is the router's, not the frontend's.
+func (c *Config) mode() (router.Mode, error) {
+	for _, m := range frontendModes {
+		if strings.EqualFold(c.RouterMode, string(m)) {
+			return m, nil
+		}
+	}
+	names := make([]string, len(frontendModes))
+	for i, m := range frontendModes {
+		names[i] = string(m)
+	}
+	return "", fmt.Errorf("invalid --router-mode %q: valid values are %s", c.RouterMode, strings.Join(names, ", "))
+}
+
+// usesRouterService reports whether requests are routed by the router service.
+func (c *Config) usesRouterService() bool {
+	m, _ := c.mode()
+	return m == router.ModeKV && !c.NoKVEvents
+}
+
+// listenAddr is where the HTTP API binds.
+func (c *Config) listenAddr() string {
+	if c.HTTPAddr != "" {
+		return c.HTTPAddr
+	}
+	return ":" + strconv.Itoa(c.HTTPPort)
+}
+
+// readKeys collects --api-key and the lines of --api-key-file; blank lines
+// and lines starting with # are skipped. No keys means no authentication.
+func (c *Config) readKeys() (map[string]struct{}, error) {
+	keys := map[string]struct{}{}
+	if k := strings.TrimSpace(c.APIKey); k != "" {
+		keys[k] = struct{}{}
+	}
+	if c.APIKeyFile != "" {
+		f, err := os.Open(c.APIKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--api-key-file: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			keys[line] = struct{}{}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("--api-key-file: %w", err)
+		}
+		if len(keys) == 0 {
+			return nil, fmt.Errorf("--api-key-file %s holds no key", c.APIKeyFile)
+		}
+	}
+	return keys, nil
+}
+
+// splitAddrs splits a comma list of addresses.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,372 @@
+// Package frontendbench measures the frontend's overhead: it runs a whole
+// Switchyard in process (embedded etcd, registry, embedded NATS, eventbus,
+// router service, one mocker with no delays, frontend) on one request plane,
+// and times the same generations sent straight to the mocker over the
+// request plane and through the frontend's OpenAI API. The Benchmark
+// functions and cmd/frontend-bench share it.
+package frontendbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
+	"github.com/switchyard-llm/switchyard/services/frontend"
+	"github.com/switchyard-llm/switchyard/services/mocker"
+	"github.com/switchyard-llm/switchyard/services/registry"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+// Prompt is the user message of every measured request.
+const Prompt = "Summarise the history of the steam locomotive in three paragraphs."
+
+// Env is a running stack on one request plane.
+type Env struct {
+	// Plane is the request plane in use.
+	Plane transport.Plane
+	// URL is the frontend's base URL.
+	URL string
+	// Worker is the mocker.
+	Worker *worker.Worker
+	// HTTP is the client of the frontend.
+	HTTP *http.Client
+	// RPC is a request plane client for calling the mocker directly.
+	RPC transport.Client
+	// PromptIDs is Prompt rendered with the chat template and tokenized, as
+	// the frontend sends it to the worker.
+	PromptIDs []uint32
+
+	stops []func()
+}
+
+// Start runs the stack; Close stops it.
+func Start(plane transport.Plane) (_ *Env, err error) {
+	env := &Env{Plane: plane}
+	defer func() {
+		if err != nil {
+			env.Close()
+		}
+	}()
+	log := slog.New(slog.DiscardHandler)
+	dir, err := os.MkdirTemp("", "frontend-bench-")
+	if err != nil {
+		return nil, err
+	}
+	env.stops = append(env.stops, func() { os.RemoveAll(dir) })
+	etcd, err := registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: dir + "/etcd", ClientURL: "http://127.0.0.1:0",
+		PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		return nil, err
+	}
+	env.stops = append(env.stops, etcd.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var waits []func() error
+	env.stops = append(env.stops, func() {
+		cancel()
+		for i := len(waits) - 1; i >= 0; i-- {
+			_ = waits[i]()
+		}
+	})
+	reg, err := registry.Start(ctx, registry.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend: registry.BackendKVStore, EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdDialTimeout: 5 * time.Second}, log)
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, reg.Wait)
+	bus, err := eventbus.Start(ctx, eventbus.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		DataDir: dir + "/nats", EmbeddedNATSPort: -1, StreamMaxAge: time.Hour}, log)
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, bus.Wait)
+	rt, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
+		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr().String()}, log)
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, rt.Wait)
+
+	tc := transport.DefaultConfig()
+	tc.Plane, tc.TCP.Host, tc.HTTP.Host, tc.HTTP.Port, tc.NATS.URL = plane, "127.0.0.1", "127.0.0.1", 0, bus.NATSURL()
+
+	var mcfg mocker.Config
+	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	mcfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--no-delay", "--namespace", "bench", "--registry-addr", reg.Addr().String(),
+		"--eventbus-addr", bus.Addr().String()}); err != nil {
+		return nil, err
+	}
+	if err := mcfg.Validate(); err != nil {
+		return nil, err
+	}
+	mcfg.Transport = tc
+	ready := make(chan *worker.Worker, 1)
+	mdone := make(chan error, 1)
+	go func() { mdone <- mocker.Run(ctx, mcfg, log, func(w *worker.Worker) { ready <- w }) }()
+	waits = append(waits, func() error { return <-mdone })
+	select {
+	case env.Worker = <-ready:
+	case err := <-mdone:
+		mdone <- err
+		return nil, fmt.Errorf("mocker: %w", err)
+	}
+
+	var fcfg frontend.Config
+	fs = flag.NewFlagSet("frontend", flag.ContinueOnError)
+	fcfg.RegisterFlags(fs)
+	fcfg.HTTPAddr, fcfg.Namespace, fcfg.Transport = "127.0.0.1:0", "bench", tc
+	fcfg.RegistryAddr, fcfg.EventbusAddr, fcfg.RouterAddr = reg.Addr().String(), bus.Addr().String(), rt.Addr().String()
+	fe, err := frontend.Start(ctx, fcfg, log)
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, fe.Wait)
+	env.URL = "http://" + fe.Addr().String()
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
+	env.HTTP = &http.Client{Transport: tr}
+	env.stops = append(env.stops, tr.CloseIdleConnections)
+	if env.RPC, err = transport.NewClient(tc); err != nil {
+		return nil, err
+	}
+	env.stops = append(env.stops, func() { _ = env.RPC.Close() })
+	if env.PromptIDs, err = promptIDs(); err != nil {
+		return nil, err
+	}
+	return env, env.waitHealthy(ctx)
+}
+
+// waitHealthy waits until the frontend sees the mocker and has loaded the
+// model's tokenizer (one request through).
+func (e *Env) waitHealthy(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := e.HTTP.Get(e.URL + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the frontend never saw the mocker")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err := e.Frontend(ctx, 1)
+	return err
+}
+
+// Close stops the stack.
+func (e *Env) Close() {
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		e.stops[i]()
+	}
+	e.stops = nil
+}
+
+func promptIDs() ([]uint32, error) {
+	raw, err := qwen3.ReadFile("tokenizer.json.gz")
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.LoadReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	rawCfg, err := qwen3.ReadFile("tokenizer_config.json")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := tokenizer.ParseConfig(rawCfg)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := chattemplate.Parse(cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	text, err := tmpl.Render(chattemplate.Input{Messages: []chattemplate.Message{{Role: "user", Content: Prompt}}, AddGenerationPrompt: true})
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(text), nil
+}
+
+// Timing is one request's latencies: to the first token, and between the
+// following ones.
+type Timing struct {
+	TTFT time.Duration
+	ITL  []time.Duration
+}
+
+var reqSeq atomic.Uint64
+
+// Direct generates maxTokens tokens straight from the mocker.
+func (e *Env) Direct(ctx context.Context, maxTokens int) (Timing, error) {
+	id := fmt.Sprintf("direct-%d", reqSeq.Add(1))
+	payload, err := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: e.PromptIDs, MaxTokens: uint32(maxTokens),
+		Stop: &workerv1.StopConditions{IgnoreEos: true}})
+	if err != nil {
+		return Timing{}, err
+	}
+	start := time.Now()
+	addr := transport.Address{Kind: e.Plane}
+	switch e.Plane {
+	case transport.PlaneTCP:
+		addr.Addr = e.Worker.Instance().GetTransport().GetTcp()
+	case transport.PlaneHTTP:
+		addr.Addr = e.Worker.Instance().GetTransport().GetHttp()
+	case transport.PlaneNATS:
+		addr.Addr = e.Worker.Instance().GetTransport().GetNats()
+	}
+	st, err := e.RPC.Call(ctx, addr, worker.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
+	if err != nil {
+		return Timing{}, err
+	}
+	var t Timing
+	last := start
+	var resp workerv1.GenerateResponse
+	for {
+		b, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return t, nil
+		}
+		if err != nil {
+			return t, err
+		}
+		if err := proto.Unmarshal(b, &resp); err != nil {
+			st.Close()
+			return t, err
+		}
+		if len(resp.TokenIds) > 0 {
+			t.observe(start, &last)
+		}
+	}
+}
+
+func (t *Timing) observe(start time.Time, last *time.Time) {
+	now := time.Now()
+	if t.TTFT == 0 {
+		t.TTFT = now.Sub(start)
+	} else {
+		t.ITL = append(t.ITL, now.Sub(*last))
+	}
+	*last = now
+}
+
+// Frontend generates maxTokens tokens through a streamed chat completion.
+func (e *Env) Frontend(ctx context.Context, maxTokens int) (Timing, error) {
+	body, _ := json.Marshal(map[string]any{"model": qwen3.ModelName, "stream": true, "max_tokens": maxTokens, "ignore_eos": true,
+		"messages": []map[string]string{{"role": "user", "content": Prompt}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return Timing{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := e.HTTP.Do(req)
+	if err != nil {
+		return Timing{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return Timing{}, fmt.Errorf("frontend: %s: %s", resp.Status, b)
+	}
+	var t Timing
+	last := start
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Bytes()
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			return t, nil
+		}
+		if bytes.Contains(data, []byte(`"content":"`)) && !bytes.Contains(data, []byte(`"content":""`)) {
+			t.observe(start, &last)
+		}
+		if bytes.Contains(data, []byte(`"error"`)) {
+			return t, fmt.Errorf("frontend stream error: %s", data)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return t, err
+	}
+	return t, errors.New("frontend: stream ended without [DONE]")
+}
+
+// Latency runs n sequential requests of maxTokens tokens with run and
+// returns the TTFT and inter-token latencies.
+func Latency(ctx context.Context, n, maxTokens int, run func(context.Context, int) (Timing, error)) (ttft, itl []time.Duration, err error) {
+	for range n {
+		t, err := run(ctx, maxTokens)
+		if err != nil {
+			return nil, nil, err
+		}
+		ttft = append(ttft, t.TTFT)
+		itl = append(itl, t.ITL...)
+	}
+	return ttft, itl, nil
+}
+
+// Throughput runs requests of maxTokens tokens from conc concurrent clients
+// for d and returns the completed requests per second.
+func Throughput(ctx context.Context, conc, maxTokens int, d time.Duration, run func(context.Context, int) (Timing, error)) (float64, error) {
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				if _, err := run(ctx, maxTokens); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds(), firstErr
+}
+
+// Percentile returns the p-th percentile (0..100) of ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(p / 100 * float64(len(s)-1))
+	return s[i]
+}

@@ -1,0 +1,34 @@
+package frontendbench_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
+)
+
+// BenchmarkStream times one streamed 16-token generation per op, sent
+// directly to the mocker and through the frontend, on each request plane.
+func BenchmarkStream(b *testing.B) {
+	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
+		env, err := frontendbench.Start(plane)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range []struct {
+			name string
+			fn   func(context.Context, int) (frontendbench.Timing, error)
+		}{{"direct", env.Direct}, {"frontend", env.Frontend}} {
+			b.Run(string(plane)+"/"+p.name, func(b *testing.B) {
+				ctx := context.Background()
+				for b.Loop() {
+					if _, err := p.fn(ctx, 16); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		env.Close()
+	}
+}

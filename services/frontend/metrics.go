@@ -1,0 +1,99 @@
+package frontend
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the frontend's Prometheus metrics, on a per-process registry.
+type metrics struct {
+	registry       *prometheus.Registry
+	requests       *prometheus.CounterVec
+	inflight       *prometheus.GaugeVec
+	ttft           *prometheus.HistogramVec
+	itl            *prometheus.HistogramVec
+	migrations     *prometheus.CounterVec
+	workerRequests *prometheus.CounterVec
+	routerFallback prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &metrics{
+		registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_requests_total",
+			Help: "HTTP API requests by endpoint, model and status code.",
+		}, []string{"endpoint", "model", "status"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_frontend_inflight_requests",
+			Help: "Generation requests in flight, by model.",
+		}, []string{"model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_frontend_time_to_first_token_seconds",
+			Help:    "Time from a request's arrival to its first generated token.",
+			Buckets: latency,
+		}, []string{"model"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_frontend_inter_token_latency_seconds",
+			Help:    "Time between consecutive generated tokens of a request.",
+			Buckets: latency,
+		}, []string{"model"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_migrations_total",
+			Help: "Requests moved to another worker after their worker failed, by model.",
+		}, []string{"model"}),
+		workerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_worker_requests_total",
+			Help: "Request attempts sent to each worker instance (hex id).",
+		}, []string{"instance"}),
+		routerFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_frontend_router_fallback_total",
+			Help: "Requests routed in process because the router service could not be reached.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.inflight, m.ttft, m.itl, m.migrations, m.workerRequests, m.routerFallback,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) routed(instance uint64) {
+	m.workerRequests.WithLabelValues(fmt.Sprintf("%x", instance)).Inc()
+}
+
+// load counts this frontend's requests in flight per worker instance, for
+// --max-inflight-per-worker.
+type load struct {
+	mu sync.Mutex
+	n  map[uint64]int
+}
+
+func newLoad() *load { return &load{n: map[uint64]int{}} }
+
+func (l *load) add(id uint64, d int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[id] += d; l.n[id] <= 0 {
+		delete(l.n, id)
+	}
+}
+
+// saturated reports whether every one of instances has at least limit
+// requests in flight. No instances is not saturation (it is a 503).
+func (l *load) saturated(instances []uint64, limit int) bool {
+	if limit <= 0 || len(instances) == 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range instances {
+		if l.n[id] < limit {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,154 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+)
+
+// errStopped is returned by an emit function to end generation early (a
+// stop string matched); the worker's stream is abandoned, which cancels it.
+var errStopped = errors.New("frontend: stop string reached")
+
+// job is one generation request, preprocessed.
+type job struct {
+	id     string
+	model  string
+	prompt []uint32
+	p      genParams
+	// generated are the tokens produced so far, over every attempt.
+	generated []uint32
+}
+
+// outcome is how a generation ended.
+type outcome struct {
+	finish       workerv1.FinishReason
+	completion   uint32
+	cachedPrompt uint32
+	migrations   int
+}
+
+// migratable reports whether a failed attempt may be retried on another
+// worker: the worker could not be reached, went away mid-stream, was
+// draining, or never answered.
+func migratable(err error) bool {
+	return errors.Is(err, transport.ErrDisconnected) || errors.Is(err, transport.ErrCannotConnect) ||
+		errors.Is(err, transport.ErrDraining) || errors.Is(err, transport.ErrTimeout)
+}
+
+// generate runs j on workers, calling emit with each batch of new token ids,
+// until the generation finishes, emit returns errStopped, or ctx ends. When
+// a worker fails in a way migratable reports, the request moves to another
+// worker (the failed ones excluded) with the prompt plus the tokens already
+// produced, up to --migration-limit times; the caller sees one stream.
+func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) error) (outcome, error) {
+	var out outcome
+	var exclude []uint64
+	for attempt := 0; ; attempt++ {
+		tokens := append(append(make([]uint32, 0, len(j.prompt)+len(j.generated)), j.prompt...), j.generated...)
+		id := j.id
+		if attempt > 0 {
+			id = fmt.Sprintf("%s-m%d", j.id, attempt)
+		}
+		d, err := s.routing.route(ctx, id, j.model, tokens, exclude)
+		if err != nil {
+			// The failed worker's model card may already be gone with it.
+			if attempt > 0 && (errors.Is(err, ErrNoInstance) || errors.Is(err, ErrUnknownModel)) {
+				return out, fmt.Errorf("%w: no other worker to continue on after %d migration(s)", ErrWorkerFailed, attempt)
+			}
+			return out, err
+		}
+		s.metrics.routed(d.instanceID)
+		s.load.add(d.instanceID, 1)
+		fin, err := s.attempt(ctx, id, d, j, tokens, &out, emit)
+		s.load.add(d.instanceID, -1)
+		s.routing.free(d, id)
+		if err == nil {
+			out.finish = fin
+			return out, nil
+		}
+		if !migratable(err) || ctx.Err() != nil {
+			return out, err
+		}
+		if attempt >= s.cfg.MigrationLimit {
+			return out, fmt.Errorf("%w: instance %x: %v (migration limit %d reached)", ErrWorkerFailed, d.instanceID, err, s.cfg.MigrationLimit)
+		}
+		s.log.Warn("worker failed mid-request; migrating", "request_id", j.id, "instance", fmt.Sprintf("%x", d.instanceID),
+			"generated", out.completion, "attempt", attempt+1, "err", err.Error())
+		s.metrics.migrations.WithLabelValues(j.model).Inc()
+		out.migrations++
+		exclude = append(exclude, d.instanceID)
+	}
+}
+
+// attempt runs one worker call on tokens (the prompt plus what earlier
+// attempts generated). It appends every generated token to j.generated and
+// counts it in out.
+func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
+	emit func(ids []uint32) error) (workerv1.FinishReason, error) {
+	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
+		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}}
+	if j.p.maxTokens > 0 {
+		req.MaxTokens = j.p.maxTokens - out.completion
+	}
+	if j.p.minTokens > out.completion {
+		req.Stop.MinTokens = j.p.minTokens - out.completion
+	}
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	stream, err := s.client.Call(ctx, d.addr, d.endpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	first := true
+	finish := workerv1.FinishReason_FINISH_REASON_UNSPECIFIED
+	var resp workerv1.GenerateResponse
+	for {
+		b, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if finish == workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+				finish = workerv1.FinishReason_FINISH_REASON_STOP
+			}
+			return finish, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		resp.Reset()
+		if err := proto.Unmarshal(b, &resp); err != nil {
+			return 0, fmt.Errorf("%w: undecodable response from instance %x: %v", ErrWorkerFailed, d.instanceID, err)
+		}
+		if resp.FinishReason == workerv1.FinishReason_FINISH_REASON_ERROR {
+			return 0, fmt.Errorf("%w: instance %x: %s", ErrWorkerFailed, d.instanceID, resp.ErrorMessage)
+		}
+		if u := resp.GetUsage(); u != nil && out.migrations == 0 {
+			out.cachedPrompt = u.GetCachedPromptTokens()
+		}
+		if len(resp.TokenIds) > 0 {
+			if first {
+				first = false
+				s.routing.prefillDone(d, id)
+			}
+			out.completion += uint32(len(resp.TokenIds))
+			j.generated = append(j.generated, resp.TokenIds...)
+			if err := emit(resp.TokenIds); err != nil {
+				if errors.Is(err, errStopped) {
+					return workerv1.FinishReason_FINISH_REASON_STOP, nil
+				}
+				return 0, err
+			}
+		}
+		if resp.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			finish = resp.FinishReason
+		}
+	}
+}

@@ -1,0 +1,642 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
+)
+
+// maxStops is OpenAI's limit on stop sequences.
+const maxStops = 4
+
+// chatRequest is the body of POST /v1/chat/completions. Fields OpenAI
+// defines that the frontend does not use are ignored, as OpenAI clients
+// send many of them.
+type chatRequest struct {
+	Model               string            `json:"model"`
+	Messages            []chatMessage     `json:"messages"`
+	Tools               []json.RawMessage `json:"tools"`
+	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
+	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
+	Logprobs            *bool             `json:"logprobs"`
+	commonRequest
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	Echo   bool            `json:"echo"`
+	Suffix *string         `json:"suffix"`
+	commonRequest
+}
+
+// commonRequest holds what both endpoints share: streaming, lengths,
+// sampling and stop conditions.
+type commonRequest struct {
+	Stream            bool            `json:"stream"`
+	StreamOptions     *streamOptions  `json:"stream_options"`
+	MaxTokens         *int64          `json:"max_tokens"`
+	N                 *int64          `json:"n"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	TopK              *int64          `json:"top_k"`
+	MinP              *float64        `json:"min_p"`
+	Seed              *int64          `json:"seed"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	Stop              json.RawMessage `json:"stop"`
+	StopTokenIDs      []uint32        `json:"stop_token_ids"`
+	IgnoreEOS         bool            `json:"ignore_eos"`
+	MinTokens         *int64          `json:"min_tokens"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is one message as OpenAI clients send it; content is a string,
+// an array of text parts, or null.
+type chatMessage struct {
+	Role             string                  `json:"role"`
+	Content          json.RawMessage         `json:"content"`
+	Name             string                  `json:"name"`
+	ToolCallID       string                  `json:"tool_call_id"`
+	ToolCalls        []chattemplate.ToolCall `json:"tool_calls"`
+	ReasoningContent *string                 `json:"reasoning_content"`
+}
+
+// genParams is a validated request, independent of its endpoint.
+type genParams struct {
+	model        string
+	stream       bool
+	includeUsage bool
+	// maxTokens is 0 when the client set none.
+	maxTokens    uint32
+	sampling     *workerv1.SamplingParameters
+	stopStrings  []string
+	stopTokenIDs []uint32
+	ignoreEOS    bool
+	minTokens    uint32
+}
+
+// paramError is a client error about one request field.
+type paramError struct {
+	param string
+	code  string
+	msg   string
+}
+
+func (e *paramError) Error() string { return e.msg }
+
+func (e *paramError) Unwrap() error { return ErrInvalidRequest }
+
+func invalid(param, format string, args ...any) error {
+	return &paramError{param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+// decodeJSON decodes a request body into v, naming the field of a type error.
+func decodeJSON(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return invalid("", "the request body is empty; it must be a JSON object")
+	}
+	if body[0] != '{' {
+		return invalid("", "the request body must be a JSON object")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return invalid(te.Field, "invalid type for %q: expected %s", te.Field, te.Type.String())
+		}
+		return invalid("", "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// decodeChat decodes and validates a chat completion request.
+func decodeChat(body []byte) (*chatRequest, genParams, error) {
+	var r chatRequest
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, genParams{}, err
+	}
+	if r.MaxCompletionTokens != nil {
+		r.MaxTokens = r.MaxCompletionTokens
+	}
+	p, err := r.commonRequest.params(r.Model)
+	if err != nil {
+		return nil, genParams{}, err
+	}
+	if len(r.Messages) == 0 {
+		return nil, genParams{}, invalid("messages", "messages must hold at least one message")
+	}
+	if r.Logprobs != nil && *r.Logprobs {
+		return nil, genParams{}, invalid("logprobs", "logprobs are not supported")
+	}
+	for i, m := range r.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool":
+		default:
+			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].role", i), "invalid role %q: valid roles are system, developer, user, assistant, tool", m.Role)
+		}
+		if _, err := messageText(m.Content); err != nil {
+			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
+		}
+	}
+	return &r, p, nil
+}
+
+// messages converts the request's messages for the chat template.
+func (r *chatRequest) messages() []chattemplate.Message {
+	out := make([]chattemplate.Message, len(r.Messages))
+	for i, m := range r.Messages {
+		text, _ := messageText(m.Content)
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		out[i] = chattemplate.Message{Role: role, Content: text, ReasoningContent: m.ReasoningContent,
+			ToolCalls: m.ToolCalls, Name: m.Name, ToolCallID: m.ToolCallID}
+	}
+	return out
+}
+
+// messageText flattens a message's content: a string, null, or an array of
+// {"type":"text","text":...} parts.
+func messageText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", errors.New("content must be a string or an array of text parts")
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("content must be a string or an array of text parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part type %q is not supported; only text is", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+// decodeCompletion decodes and validates a completion request. The prompt
+// is a string, an array of one string, an array of token ids or an array of
+// one array of token ids; it returns the text or the token ids.
+func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uint32, error) {
+	var r completionRequest
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, genParams{}, "", nil, err
+	}
+	p, err := r.commonRequest.params(r.Model)
+	if err != nil {
+		return nil, genParams{}, "", nil, err
+	}
+	if r.Echo {
+		return nil, genParams{}, "", nil, invalid("echo", "echo is not supported")
+	}
+	if r.Suffix != nil && *r.Suffix != "" {
+		return nil, genParams{}, "", nil, invalid("suffix", "suffix is not supported")
+	}
+	text, ids, err := promptOf(r.Prompt)
+	if err != nil {
+		return nil, genParams{}, "", nil, err
+	}
+	return &r, p, text, ids, nil
+}
+
+func promptOf(raw json.RawMessage) (string, []uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil, invalid("prompt", "prompt is required")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return "", nil, invalid("prompt", "prompt must not be empty")
+		}
+		return s, nil, nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		if len(ss) != 1 || ss[0] == "" {
+			return "", nil, invalid("prompt", "a prompt array must hold exactly one non-empty string (batches are not supported)")
+		}
+		return ss[0], nil, nil
+	}
+	var ids []uint32
+	if json.Unmarshal(raw, &ids) == nil {
+		if len(ids) == 0 {
+			return "", nil, invalid("prompt", "prompt must not be empty")
+		}
+		return "", ids, nil
+	}
+	var batch [][]uint32
+	if json.Unmarshal(raw, &batch) == nil && len(batch) == 1 && len(batch[0]) > 0 {
+		return "", batch[0], nil
+	}
+	return "", nil, invalid("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+}
+
+// params validates what both endpoints share.
+func (r *commonRequest) params(model string) (genParams, error) {
+	if model == "" {
+		return genParams{}, invalid("model", "model is required")
+	}
+	p := genParams{model: model, stream: r.Stream, ignoreEOS: r.IgnoreEOS, stopTokenIDs: r.StopTokenIDs,
+		sampling: &workerv1.SamplingParameters{Temperature: 1, TopP: 1}}
+	if r.StreamOptions != nil {
+		if !r.Stream {
+			return genParams{}, invalid("stream_options", "stream_options is only allowed with stream true")
+		}
+		p.includeUsage = r.StreamOptions.IncludeUsage
+	}
+	if r.N != nil && *r.N != 1 {
+		return genParams{}, invalid("n", "n must be 1; several choices are not supported")
+	}
+	if r.MaxTokens != nil {
+		if *r.MaxTokens < 1 || *r.MaxTokens > math.MaxUint32 {
+			return genParams{}, invalid("max_tokens", "max_tokens must be at least 1, got %d", *r.MaxTokens)
+		}
+		p.maxTokens = uint32(*r.MaxTokens)
+	}
+	if r.MinTokens != nil {
+		if *r.MinTokens < 0 || *r.MinTokens > math.MaxUint32 || (p.maxTokens > 0 && uint32(*r.MinTokens) > p.maxTokens) {
+			return genParams{}, invalid("min_tokens", "min_tokens must be between 0 and max_tokens")
+		}
+		p.minTokens = uint32(*r.MinTokens)
+	}
+	type bound struct {
+		name     string
+		v        *float64
+		lo, hi   float64
+		dst      *float32
+		exclLow  bool
+		describe string
+	}
+	s := p.sampling
+	for _, b := range []bound{
+		{"temperature", r.Temperature, 0, 2, &s.Temperature, false, "between 0 and 2"},
+		{"top_p", r.TopP, 0, 1, &s.TopP, true, "in (0, 1]"},
+		{"min_p", r.MinP, 0, 1, &s.MinP, false, "between 0 and 1"},
+		{"frequency_penalty", r.FrequencyPenalty, -2, 2, &s.FrequencyPenalty, false, "between -2 and 2"},
+		{"presence_penalty", r.PresencePenalty, -2, 2, &s.PresencePenalty, false, "between -2 and 2"},
+		{"repetition_penalty", r.RepetitionPenalty, 0, 2, &s.RepetitionPenalty, true, "in (0, 2]"},
+	} {
+		if b.v == nil {
+			continue
+		}
+		v := *b.v
+		if math.IsNaN(v) || v < b.lo || v > b.hi || (b.exclLow && v == b.lo) {
+			return genParams{}, invalid(b.name, "%s must be %s, got %v", b.name, b.describe, v)
+		}
+		*b.dst = float32(v)
+	}
+	if r.TopK != nil {
+		if *r.TopK < -1 || *r.TopK > math.MaxInt32 {
+			return genParams{}, invalid("top_k", "top_k must be -1, 0 or positive, got %d", *r.TopK)
+		}
+		if *r.TopK > 0 {
+			s.TopK = int32(*r.TopK)
+		}
+	}
+	if r.Seed != nil {
+		seed := uint64(*r.Seed)
+		s.Seed = &seed
+	}
+	stops, err := stopStrings(r.Stop)
+	if err != nil {
+		return genParams{}, err
+	}
+	p.stopStrings = stops
+	return p, nil
+}
+
+// stopStrings reads stop: null, a string, or an array of up to four strings.
+func stopStrings(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var list []string
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		list = []string{one}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalid("stop", "stop must be a string or an array of strings")
+	}
+	if len(list) > maxStops {
+		return nil, invalid("stop", "stop may hold at most %d sequences, got %d", maxStops, len(list))
+	}
+	out := list[:0]
+	for _, s := range list {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// Response bodies, in OpenAI's shapes.
+
+type usageJSON struct {
+	PromptTokens        uint32               `json:"prompt_tokens"`
+	CompletionTokens    uint32               `json:"completion_tokens"`
+	TotalTokens         uint32               `json:"total_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens uint32 `json:"cached_tokens"`
+}
+
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	FinishReason string         `json:"finish_reason"`
+	Logprobs     *struct{}      `json:"logprobs"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usageJSON   `json:"usage"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	FinishReason *string   `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   *usageJSON        `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	FinishReason *string   `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
+}
+
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usageJSON         `json:"usage,omitempty"`
+}
+
+type modelJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelJSON `json:"data"`
+}
+
+type errorBody struct {
+	Error errorJSON `json:"error"`
+}
+
+type errorJSON struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// workerFinishLength is the worker's finish reason for a length limit.
+const workerFinishLength = workerv1.FinishReason_FINISH_REASON_LENGTH
+
+// sink writes one request's output in its endpoint's shape, streamed or not.
+type sink interface {
+	requestID() string
+	// delta sends generated text.
+	delta(text string) error
+	// end finishes the response.
+	end(finish string, u usageJSON) error
+	// fail ends the response with err: an error status before anything was
+	// streamed, an SSE error event and [DONE] after.
+	fail(err error)
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+}
+
+func (e *sse) start() {
+	if e.started {
+		return
+	}
+	e.started = true
+	h := e.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	e.w.WriteHeader(http.StatusOK)
+	e.rc = http.NewResponseController(e.w)
+}
+
+func (e *sse) send(v any) error {
+	e.start()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(append(append(buf, "data: "...), b...), "\n\n"...)
+	if _, err := e.w.Write(buf); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) done() error {
+	e.start()
+	if _, err := io.WriteString(e.w, "data: [DONE]\n\n"); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) fail(err error) {
+	if !e.started {
+		writeError(e.w, err)
+		return
+	}
+	_, body := errorStatus(err)
+	_ = e.send(errorBody{Error: body})
+	_ = e.done()
+}
+
+// chatSink writes chat completions.
+type chatSink struct {
+	w            http.ResponseWriter
+	sse          sse
+	stream       bool
+	includeUsage bool
+	id, model    string
+	created      int64
+	text         strings.Builder
+}
+
+func (c *chatSink) requestID() string { return c.id }
+
+func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
+	return chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model,
+		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
+}
+
+func (c *chatSink) begin() error {
+	if c.sse.started {
+		return nil
+	}
+	c.sse.w = c.w
+	empty := ""
+	return c.sse.send(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil))
+}
+
+func (c *chatSink) delta(text string) error {
+	if !c.stream {
+		c.text.WriteString(text)
+		return nil
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	return c.sse.send(c.chunk(chatDelta{Content: &text}, nil))
+}
+
+func (c *chatSink) end(finish string, u usageJSON) error {
+	if !c.stream {
+		writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+			Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: c.text.String()}, FinishReason: finish}},
+			Usage:   &u})
+		return nil
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	if err := c.sse.send(c.chunk(chatDelta{}, &finish)); err != nil {
+		return err
+	}
+	if c.includeUsage {
+		ch := c.chunk(chatDelta{}, nil)
+		ch.Choices, ch.Usage = []chatChunkChoice{}, &u
+		if err := c.sse.send(ch); err != nil {
+			return err
+		}
+	}
+	return c.sse.done()
+}
+
+func (c *chatSink) fail(err error) {
+	c.sse.w = c.w
+	c.sse.fail(err)
+}
+
+// completionSink writes text completions.
+type completionSink struct {
+	w            http.ResponseWriter
+	sse          sse
+	stream       bool
+	includeUsage bool
+	id, model    string
+	created      int64
+	text         strings.Builder
+}
+
+func (c *completionSink) requestID() string { return c.id }
+
+func (c *completionSink) chunk(text string, finish *string) completion {
+	return completion{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model,
+		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
+}
+
+func (c *completionSink) delta(text string) error {
+	if !c.stream {
+		c.text.WriteString(text)
+		return nil
+	}
+	c.sse.w = c.w
+	return c.sse.send(c.chunk(text, nil))
+}
+
+func (c *completionSink) end(finish string, u usageJSON) error {
+	if !c.stream {
+		out := c.chunk(c.text.String(), &finish)
+		out.Usage = &u
+		writeJSON(c.w, http.StatusOK, out)
+		return nil
+	}
+	c.sse.w = c.w
+	if err := c.sse.send(c.chunk("", &finish)); err != nil {
+		return err
+	}
+	if c.includeUsage {
+		ch := c.chunk("", nil)
+		ch.Choices, ch.Usage = []completionChoice{}, &u
+		if err := c.sse.send(ch); err != nil {
+			return err
+		}
+	}
+	return c.sse.done()
+}
+
+func (c *completionSink) fail(err error) {
+	c.sse.w = c.w
+	c.sse.fail(err)
+}

@@ -1,0 +1,171 @@
+package frontend
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+)
+
+func TestDecodeChat(t *testing.T) {
+	tests := []struct {
+		name, body string
+		param      string // "" with ok
+		ok         bool
+	}{
+		{"minimal", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"parts", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`, "", true},
+		{"max_completion_tokens", `{"model":"m","max_completion_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"stop list", `{"model":"m","stop":["a","b"],"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"no model", `{"messages":[{"role":"user","content":"hi"}]}`, "model", false},
+		{"bad role", `{"model":"m","messages":[{"role":"robot","content":"hi"}]}`, "messages[0].role", false},
+		{"image part", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, "messages[0].content", false},
+		{"n", `{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`, "n", false},
+		{"five stops", `{"model":"m","stop":["a","b","c","d","e"],"messages":[{"role":"user","content":"hi"}]}`, "stop", false},
+		{"top_p zero", `{"model":"m","top_p":0,"messages":[{"role":"user","content":"hi"}]}`, "top_p", false},
+		{"stream_options without stream", `{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, "stream_options", false},
+		{"negative max_tokens", `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := decodeChat([]byte(tt.body))
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var pe *paramError
+			if !errors.As(err, &pe) || pe.param != tt.param || !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("err = %v, want a param error on %q", err, tt.param)
+			}
+		})
+	}
+}
+
+func TestDecodeCompletionPrompts(t *testing.T) {
+	tests := []struct {
+		prompt string
+		text   string
+		ids    int
+		ok     bool
+	}{
+		{`"hello"`, "hello", 0, true},
+		{`["hello"]`, "hello", 0, true},
+		{`[1,2,3]`, "", 3, true},
+		{`[[1,2]]`, "", 2, true},
+		{`["a","b"]`, "", 0, false},
+		{`""`, "", 0, false},
+		{`{}`, "", 0, false},
+		{`null`, "", 0, false},
+	}
+	for _, tt := range tests {
+		_, _, text, ids, err := decodeCompletion([]byte(`{"model":"m","prompt":` + tt.prompt + `}`))
+		if (err == nil) != tt.ok || text != tt.text || len(ids) != tt.ids {
+			t.Errorf("prompt %s: text %q ids %v err %v", tt.prompt, text, ids, err)
+		}
+	}
+}
+
+func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	raw, err := qwen3.ReadFile("tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.LoadReader(strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestStopStrings feeds text token by token: the output is cut before the
+// first stop string, and no part of a stop string is ever released.
+func TestStopStrings(t *testing.T) {
+	tok := qwenTokenizer(t)
+	tests := []struct {
+		text  string
+		stops []string
+		want  string
+		stop  bool
+	}{
+		{"Hello world, this is a test.", []string{"this"}, "Hello world, ", true},
+		{"Hello world, this is a test.", []string{"zzz"}, "Hello world, this is a test.", false},
+		{"Hello world, this is a test.", []string{"test", "world"}, "Hello ", true},
+		{"Ünïcödé text → arrows", []string{"→"}, "Ünïcödé text ", true},
+		{"no stops at all", nil, "no stops at all", false},
+	}
+	for _, tt := range tests {
+		out := newTextOut(tok, tt.stops)
+		var got strings.Builder
+		stopped := false
+		for _, id := range tok.Encode(tt.text) {
+			d, stop := out.add([]uint32{id})
+			got.WriteString(d)
+			if !utf8.ValidString(d) {
+				t.Fatalf("%q: released invalid UTF-8 %q", tt.text, d)
+			}
+			if stop {
+				stopped = true
+				break
+			}
+		}
+		if !stopped {
+			d, stop := out.flush()
+			got.WriteString(d)
+			stopped = stop
+		}
+		if got.String() != tt.want || stopped != tt.stop {
+			t.Errorf("%q stops %q: got %q stopped %v, want %q %v", tt.text, tt.stops, got.String(), stopped, tt.want, tt.stop)
+		}
+	}
+}
+
+// FuzzDecodeChat checks that no body panics the chat decoder and that an
+// accepted request satisfies the validator's promises.
+func FuzzDecodeChat(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stop":"x","temperature":0.5}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"stream":true,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`))
+	f.Add([]byte(`{"model":1}`))
+	f.Add([]byte(`[`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, p, err := decodeChat(body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("error %v is not an invalid request", err)
+			}
+			return
+		}
+		if p.model == "" || len(r.Messages) == 0 || len(p.stopStrings) > maxStops {
+			t.Fatalf("accepted an invalid request: %+v", p)
+		}
+		if s := p.sampling; s.Temperature < 0 || s.Temperature > 2 || s.TopP <= 0 || s.TopP > 1 {
+			t.Fatalf("accepted sampling out of range: %+v", s)
+		}
+		_ = r.messages()
+	})
+}
+
+// FuzzDecodeCompletion does the same for completion requests.
+func FuzzDecodeCompletion(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"hello","max_tokens":3}`))
+	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stop":["a","b"]}`))
+	f.Add([]byte(`{"model":"m","prompt":[[1]],"stream":true}`))
+	f.Add([]byte(`{"model":"m","prompt":["a","b"]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, p, text, ids, err := decodeCompletion(body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("error %v is not an invalid request", err)
+			}
+			return
+		}
+		if p.model == "" || (text == "" && len(ids) == 0) {
+			t.Fatalf("accepted an invalid request: %+v text %q ids %v", p, text, ids)
+		}
+	})
+}

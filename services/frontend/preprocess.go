@@ -1,0 +1,345 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// assetLoadTimeout bounds fetching and parsing one model's tokenizer files.
+const assetLoadTimeout = time.Minute
+
+// catalog is the live view of the registry: model cards by model name and
+// live instances, fed by the registry watches.
+type catalog struct {
+	mu        sync.RWMutex
+	cards     map[string]*registryv1.ModelCard // by cardKey
+	instances map[uint64]int                   // instance id -> live endpoints
+}
+
+func newCatalog() *catalog {
+	return &catalog{cards: map[string]*registryv1.ModelCard{}, instances: map[uint64]int{}}
+}
+
+func cardKey(c *registryv1.ModelCard) string {
+	return fmt.Sprintf("%s/%s/%s/%x/%s", c.GetNamespace(), c.GetComponent(), c.GetEndpoint(), c.GetInstanceId(), c.GetModelName())
+}
+
+// onModels applies model card changes.
+func (c *catalog) onModels(changes []discovery.Change[*registryv1.ModelCard]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range changes {
+		if ch.Deleted {
+			delete(c.cards, cardKey(ch.Item))
+		} else {
+			c.cards[cardKey(ch.Item)] = ch.Item
+		}
+	}
+}
+
+// onInstances applies instance changes.
+func (c *catalog) onInstances(changes []discovery.Change[*registryv1.Instance]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range changes {
+		id := ch.Item.GetInstanceId()
+		if ch.Deleted {
+			if c.instances[id]--; c.instances[id] <= 0 {
+				delete(c.instances, id)
+			}
+		} else {
+			c.instances[id]++
+		}
+	}
+}
+
+// card returns a card of model, preferring one whose instance is live, or
+// nil when no card names the model.
+func (c *catalog) card(model string) *registryv1.ModelCard {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var found *registryv1.ModelCard
+	for _, card := range c.cards {
+		if card.GetModelName() != model {
+			continue
+		}
+		if c.instances[card.GetInstanceId()] > 0 {
+			return card
+		}
+		found = card
+	}
+	return found
+}
+
+// modelInstances returns the live instances that serve model.
+func (c *catalog) modelInstances(model string) []uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []uint64
+	for _, card := range c.cards {
+		if card.GetModelName() == model && c.instances[card.GetInstanceId()] > 0 {
+			out = append(out, card.GetInstanceId())
+		}
+	}
+	return out
+}
+
+// models returns the served model names, sorted.
+func (c *catalog) models() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	set := map[string]bool{}
+	for _, card := range c.cards {
+		set[card.GetModelName()] = true
+	}
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// liveModelInstances counts live instances that serve at least one model.
+func (c *catalog) liveModelInstances() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[uint64]bool{}
+	for _, card := range c.cards {
+		if id := card.GetInstanceId(); c.instances[id] > 0 {
+			seen[id] = true
+		}
+	}
+	return len(seen)
+}
+
+// assets are what preprocessing needs of one model: its tokenizer and its
+// chat template.
+type assets struct {
+	tok    *tokenizer.Tokenizer
+	cfg    *tokenizer.Config
+	tmpl   *chattemplate.Template // nil when the model has none
+	bosID  uint32
+	hasBOS bool
+}
+
+// assetCache loads model assets from the eventbus object store once per
+// content (the sha256 of the tokenizer files), for every model that shares
+// them. A failed load is not cached, so the next request retries it.
+type assetCache struct {
+	bus     *eventbusclient.Client
+	mu      sync.Mutex
+	entries map[string]*assetEntry
+}
+
+type assetEntry struct {
+	done chan struct{}
+	a    *assets
+	err  error
+}
+
+func newAssetCache(bus *eventbusclient.Client) *assetCache {
+	return &assetCache{bus: bus, entries: map[string]*assetEntry{}}
+}
+
+// tokenizerFiles finds the tokenizer.json (or .gz) and tokenizer_config.json
+// artifacts of a card.
+func tokenizerFiles(card *registryv1.ModelCard) (tok, cfg *registryv1.TokenizerArtifact) {
+	for _, a := range card.GetTokenizer() {
+		switch a.GetName() {
+		case "tokenizer.json", "tokenizer.json.gz":
+			tok = a
+		case "tokenizer_config.json":
+			cfg = a
+		}
+	}
+	return tok, cfg
+}
+
+// get returns the assets of card, loading them on first use. ctx bounds only
+// this caller's wait; the load itself runs under load.
+func (c *assetCache) get(ctx, load context.Context, card *registryv1.ModelCard) (*assets, error) {
+	tokArt, cfgArt := tokenizerFiles(card)
+	if tokArt == nil {
+		return nil, fmt.Errorf("%w: model %s has no tokenizer.json artifact", ErrModelAssets, card.GetModelName())
+	}
+	key := tokArt.GetSha256() + "+" + cfgArt.GetSha256()
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	if !ok {
+		e = &assetEntry{done: make(chan struct{})}
+		c.entries[key] = e
+	}
+	c.mu.Unlock()
+	if !ok {
+		lctx, cancel := context.WithTimeout(load, assetLoadTimeout)
+		e.a, e.err = c.load(lctx, tokArt, cfgArt)
+		cancel()
+		if e.err != nil {
+			c.mu.Lock()
+			delete(c.entries, key)
+			c.mu.Unlock()
+		}
+		close(e.done)
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return e.a, e.err
+}
+
+func (c *assetCache) fetch(ctx context.Context, a *registryv1.TokenizerArtifact) ([]byte, error) {
+	bucket, name, ok := strings.Cut(a.GetObjectKey(), "/")
+	if !ok || name == "" {
+		return nil, fmt.Errorf("%w: artifact %s has object key %q, want bucket/name", ErrModelAssets, a.GetName(), a.GetObjectKey())
+	}
+	var buf bytes.Buffer
+	info, err := c.bus.GetObject(ctx, bucket, name, &buf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fetch %s: %v", ErrModelAssets, a.GetObjectKey(), err)
+	}
+	if a.GetSha256() != "" && info.GetSha256() != "" && !strings.EqualFold(a.GetSha256(), info.GetSha256()) {
+		return nil, fmt.Errorf("%w: %s has sha256 %s, the model card says %s", ErrModelAssets, a.GetObjectKey(), info.GetSha256(), a.GetSha256())
+	}
+	return buf.Bytes(), nil
+}
+
+func (c *assetCache) load(ctx context.Context, tokArt, cfgArt *registryv1.TokenizerArtifact) (*assets, error) {
+	raw, err := c.fetch(ctx, tokArt)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.LoadReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
+	}
+	a := &assets{tok: tok, cfg: &tokenizer.Config{}}
+	if cfgArt != nil {
+		raw, err := c.fetch(ctx, cfgArt)
+		if err != nil {
+			return nil, err
+		}
+		if a.cfg, err = tokenizer.ParseConfig(raw); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
+		}
+	}
+	if a.cfg.ChatTemplate != "" {
+		if a.tmpl, err = chattemplate.Parse(a.cfg.ChatTemplate); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
+		}
+	}
+	if a.cfg.AddBOSToken && a.cfg.BOSToken != "" {
+		a.bosID, a.hasBOS = tok.TokenID(a.cfg.BOSToken)
+	}
+	return a, nil
+}
+
+// chatPrompt renders the chat template and tokenizes the result.
+func (a *assets) chatPrompt(r *chatRequest) ([]uint32, error) {
+	if a.tmpl == nil {
+		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
+	}
+	text, err := a.tmpl.Render(chattemplate.Input{Messages: r.messages(), AddGenerationPrompt: true, Tools: r.Tools,
+		BOSToken: a.cfg.BOSToken, EOSToken: a.cfg.EOSToken, Extra: r.ChatTemplateKwargs})
+	if err != nil {
+		return nil, invalid("messages", "the chat template cannot render these messages: %v", err)
+	}
+	return a.encode(text), nil
+}
+
+// encode tokenizes text, adding the BOS token when the model wants it and
+// the text does not already start with it.
+func (a *assets) encode(text string) []uint32 {
+	var ids []uint32
+	if a.hasBOS && !strings.HasPrefix(text, a.cfg.BOSToken) {
+		ids = append(ids, a.bosID)
+	}
+	return a.tok.AppendEncode(ids, text)
+}
+
+// textOut turns generated token ids into text deltas, holding back the tail
+// that could still become a stop string so that a stop string never reaches
+// the client.
+type textOut struct {
+	dec     *tokenizer.StreamDecoder
+	stops   []string
+	held    string
+	maxStop int
+	stopped bool
+}
+
+func newTextOut(tok *tokenizer.Tokenizer, stops []string) *textOut {
+	t := &textOut{dec: tok.NewStreamDecoder(true), stops: stops}
+	for _, s := range stops {
+		t.maxStop = max(t.maxStop, len(s))
+	}
+	return t
+}
+
+// add decodes ids and returns the text that is safe to send, and whether a
+// stop string ended the output (the text is then cut before it).
+func (t *textOut) add(ids []uint32) (string, bool) {
+	for _, id := range ids {
+		t.held += t.dec.Add(id)
+	}
+	return t.release(false)
+}
+
+// flush returns the rest of the text at the end of generation.
+func (t *textOut) flush() (string, bool) {
+	t.held += t.dec.Flush()
+	return t.release(true)
+}
+
+func (t *textOut) release(final bool) (string, bool) {
+	if t.stopped {
+		return "", true
+	}
+	if len(t.stops) == 0 {
+		out := t.held
+		t.held = ""
+		return out, false
+	}
+	cut := -1
+	for _, s := range t.stops {
+		if i := strings.Index(t.held, s); i >= 0 && (cut < 0 || i < cut) {
+			cut = i
+		}
+	}
+	if cut >= 0 {
+		out := t.held[:cut]
+		t.held, t.stopped = "", true
+		return out, true
+	}
+	keep := t.maxStop - 1
+	if final || len(t.held) <= keep {
+		if final {
+			out := t.held
+			t.held = ""
+			return out, false
+		}
+		return "", false
+	}
+	n := len(t.held) - keep
+	for n > 0 && !utf8RuneStart(t.held[n]) {
+		n--
+	}
+	out := t.held[:n]
+	t.held = t.held[n:]
+	return out, false
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,163 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+const (
+	// routeTimeout bounds one Route call to the router service; past it the
+	// frontend routes in process.
+	routeTimeout = 2 * time.Second
+	// reportTimeout bounds MarkPrefillComplete and Free.
+	reportTimeout = time.Second
+)
+
+// decision is where one attempt of a request goes.
+type decision struct {
+	instanceID uint64
+	addr       transport.Address
+	endpoint   string
+	// remote is the router replica that made the decision, so that prefill
+	// completion and free are reported to it; nil when decided in process.
+	remote routerv1.RouterServiceClient
+}
+
+// routing picks workers. In kv mode it asks the router service and, when
+// the service cannot be reached, falls back to round-robin over the
+// frontend's own view of the registry (counted in
+// switchyard_frontend_router_fallback_total). In the other modes, and in kv
+// mode with --no-kv-events, an in-process router.Core decides.
+type routing struct {
+	conns   []*grpc.ClientConn // empty without the router service
+	remotes []routerv1.RouterServiceClient
+	local   *router.Core
+	metrics *metrics
+	log     *slog.Logger
+}
+
+func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics, log *slog.Logger) (*routing, error) {
+	mode, _ := cfg.mode()
+	cc := router.CoreConfig{Mode: mode, Approximate: cfg.NoKVEvents, OverlapWeight: 1, TTL: 120 * time.Second,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8}
+	r := &routing{metrics: m, log: log}
+	if cfg.usesRouterService() {
+		cc.Mode, cc.Approximate = router.ModeRoundRobin, false
+		for _, addr := range splitAddrs(cfg.RouterAddr) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				r.close()
+				return nil, fmt.Errorf("router client %s: %w", addr, err)
+			}
+			r.conns = append(r.conns, conn)
+			r.remotes = append(r.remotes, routerv1.NewRouterServiceClient(conn))
+		}
+	}
+	r.local = router.NewCore(cc)
+	return r, nil
+}
+
+func (r *routing) close() {
+	for _, c := range r.conns {
+		_ = c.Close()
+	}
+}
+
+// route chooses a worker for one attempt of a request. Router replicas are
+// asked in order; a replica that cannot answer passes the request to the
+// next, and the last to the in-process fallback.
+func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64) (decision, error) {
+	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
+		TokenIds: tokens, ExcludeInstanceIds: exclude}
+	for _, remote := range r.remotes {
+		rctx, cancel := context.WithTimeout(ctx, routeTimeout)
+		resp, err := remote.Route(rctx, req)
+		cancel()
+		if err == nil {
+			return decisionOf(resp, remote)
+		}
+		if ctx.Err() != nil {
+			return decision{}, ctx.Err()
+		}
+		switch st := status.Convert(err); {
+		case st.Code() == codes.NotFound:
+			return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
+		case st.Code() == codes.InvalidArgument:
+			return decision{}, fmt.Errorf("%w: router: %s", ErrInvalidRequest, st.Message())
+		case st.Code() == codes.Unavailable && strings.Contains(st.Message(), router.ErrNoWorker.Error()):
+			return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
+		}
+		r.log.Warn("router service unavailable", "request_id", id, "err", err.Error())
+	}
+	if len(r.remotes) > 0 {
+		r.metrics.routerFallback.Inc()
+	}
+	resp, err := r.local.Route(req)
+	switch {
+	case errors.Is(err, router.ErrUnknownTarget):
+		return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
+	case errors.Is(err, router.ErrNoWorker):
+		return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
+	case err != nil:
+		return decision{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return decisionOf(resp, nil)
+}
+
+func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClient) (decision, error) {
+	d := decision{instanceID: resp.GetInstanceId(), remote: remote, endpoint: resp.GetEndpoint().GetEndpoint()}
+	if d.endpoint == "" {
+		d.endpoint = worker.GenerateEndpoint
+	}
+	switch k := resp.GetTransport().GetKind().(type) {
+	case *routerv1.Transport_Tcp:
+		d.addr = transport.Address{Kind: transport.PlaneTCP, Addr: k.Tcp}
+	case *routerv1.Transport_Http:
+		d.addr = transport.Address{Kind: transport.PlaneHTTP, Addr: k.Http}
+	case *routerv1.Transport_Nats:
+		d.addr = transport.Address{Kind: transport.PlaneNATS, Addr: k.Nats}
+	default:
+		return decision{}, fmt.Errorf("%w: instance %x has no request plane address", ErrNoInstance, d.instanceID)
+	}
+	return d, nil
+}
+
+// prefillDone reports a request's first token to whoever routed it.
+func (r *routing) prefillDone(d decision, id string) {
+	if d.remote == nil {
+		r.local.PrefillDone(id)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	defer cancel()
+	if _, err := d.remote.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: id}); err != nil {
+		r.log.Debug("MarkPrefillComplete failed", "request_id", id, "err", err.Error())
+	}
+}
+
+// free reports a request's end to whoever routed it.
+func (r *routing) free(d decision, id string) {
+	if d.remote == nil {
+		r.local.Free(id)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	defer cancel()
+	if _, err := d.remote.Free(ctx, &routerv1.FreeRequest{RequestId: id}); err != nil {
+		r.log.Debug("Free failed", "request_id", id, "err", err.Error())
+	}
+}

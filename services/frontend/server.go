@@ -1,0 +1,559 @@
+// Package frontend is Switchyard's OpenAI-compatible HTTP frontend. It serves
+// POST /v1/chat/completions and POST /v1/completions (streamed as server-sent
+// events or not), GET /v1/models from the registry's model cards, /health,
+// /live and /metrics.
+//
+// A request is preprocessed with the model's own chat template and tokenizer
+// (fetched from the eventbus object store as the model card references them,
+// and cached by sha256), routed (by the router service in kv mode, or in
+// process), and sent to the chosen worker over the request plane. Generated
+// token ids are decoded incrementally; stop strings are matched on the text
+// and never reach the client. When a worker fails mid-stream the request
+// continues on another worker with the prompt plus the tokens already
+// produced, up to --migration-limit times, so the client sees one stream.
+//
+// Routing: with --router-mode kv the router service decides (Route with the
+// model, the prompt's token ids and the request id; MarkPrefillComplete at
+// the first token; Free at the end). If no router replica answers, the
+// request is routed round-robin in process over the frontend's own registry
+// view and counted in switchyard_frontend_router_fallback_total. With
+// round-robin, random or least-loaded, and with kv plus --no-kv-events
+// (approximate: caches predicted from this frontend's own decisions), an
+// in-process router.Core decides and the router service is not used.
+//
+// Migration: a worker that cannot be reached, breaks the stream, is draining
+// or never answers is excluded and the request is routed again with the
+// prompt plus the tokens generated so far; max_tokens and min_tokens shrink
+// by what was produced and usage counts the original prompt. Past
+// --migration-limit (0 disables migration) the request fails with 502
+// worker_failed: before any output as a JSON error, during a stream as an
+// error event followed by data: [DONE].
+//
+// Errors have OpenAI's shape {"error":{"message","type","param","code"}}:
+// 400 invalid_request_error (malformed JSON, invalid fields, a prompt over
+// the context length with code context_length_exceeded), 401 invalid_api_key
+// (when --api-key or --api-key-file is set, for /v1/* only), 404
+// model_not_found, 429 rate_limit_exceeded (every live worker of the model
+// has --max-inflight-per-worker of this frontend's requests), 503 no_instance
+// or model_assets_unavailable, 502 worker_failed. Once a stream has started,
+// an error arrives as one SSE event carrying that object, followed by
+// data: [DONE] (as vLLM does).
+//
+// /health answers 200 when at least one live worker instance serves a model
+// and 503 before (with the instance count and model names); /live answers
+// 200 while the process serves. A client that disconnects cancels its
+// worker's generation through the request plane.
+package frontend
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// Domain errors; writeError maps them to HTTP statuses and OpenAI error
+// types, once.
+var (
+	// ErrInvalidRequest is a malformed body or an invalid field (400).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnauthorized is a missing or unknown API key (401).
+	ErrUnauthorized = errors.New("invalid or missing API key")
+	// ErrUnknownModel is a model no model card names (404).
+	ErrUnknownModel = errors.New("model not found")
+	// ErrOverloaded means every worker of the model has
+	// --max-inflight-per-worker requests in flight (429).
+	ErrOverloaded = errors.New("every worker of the model is saturated")
+	// ErrNoInstance is a known model without a live worker (503).
+	ErrNoInstance = errors.New("no live instance serves the model")
+	// ErrModelAssets means the model's tokenizer or chat template could not
+	// be fetched or loaded (503).
+	ErrModelAssets = errors.New("model assets unavailable")
+	// ErrWorkerFailed is a worker failure that migration could not hide
+	// (502).
+	ErrWorkerFailed = errors.New("worker failed")
+)
+
+// maxBody bounds a request body.
+const maxBody = 32 << 20
+
+// Service is a running frontend.
+type Service struct {
+	cfg       Config
+	log       *slog.Logger
+	metrics   *metrics
+	catalog   *catalog
+	assets    *assetCache
+	routing   *routing
+	load      *load
+	client    transport.Client
+	reg       *discovery.Client
+	bus       *eventbusclient.Client
+	instances *discovery.Watcher[*registryv1.Instance]
+	models    *discovery.Watcher[*registryv1.ModelCard]
+	ln        net.Listener
+	server    *http.Server
+	created   int64
+	// base is the context of requests and asset loads; it ends when the
+	// shutdown timeout has passed.
+	base       context.Context
+	cancelBase context.CancelFunc
+	done       chan struct{}
+	err        error
+}
+
+// Start connects to the registry, eventbus and router, starts the registry
+// watches and serves the HTTP API until ctx ends. It returns once the HTTP
+// address is bound.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := cfg.ClientTLS.ClientCredentials()
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), load: newLoad(),
+		created: time.Now().Unix(), done: make(chan struct{})}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if s.client, err = transport.NewClient(cfg.Transport, transport.WithLogger(log)); err != nil {
+		return nil, fmt.Errorf("request plane: %w", err)
+	}
+	undo = append(undo, func() { _ = s.client.Close() })
+	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Creds: creds}); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	undo = append(undo, func() { _ = s.reg.Close() })
+	if s.bus, err = eventbusclient.Dial(splitAddrs(cfg.EventbusAddr), eventbusclient.Options{Credentials: creds, Log: log}); err != nil {
+		return nil, fmt.Errorf("eventbus: %w", err)
+	}
+	undo = append(undo, func() { _ = s.bus.Close() })
+	s.assets = newAssetCache(s.bus)
+	if s.routing, err = newRouting(&cfg, creds, s.metrics, log); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.routing.close)
+	if s.ln, err = net.Listen("tcp", cfg.listenAddr()); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.listenAddr(), err)
+	}
+	undo = append(undo, func() { _ = s.ln.Close() })
+
+	s.instances = discovery.WatchInstances(s.reg, &registryv1.InstanceFilter{Namespace: cfg.Namespace},
+		discovery.WatchOptions[*registryv1.Instance]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.Instance]) {
+			s.catalog.onInstances(ch)
+			s.routing.local.OnInstances(ch)
+		}})
+	s.models = discovery.WatchModels(s.reg, &registryv1.ModelFilter{Namespace: cfg.Namespace},
+		discovery.WatchOptions[*registryv1.ModelCard]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.ModelCard]) {
+			s.catalog.onModels(ch)
+			s.routing.local.OnModels(ch)
+		}})
+
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.server = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return s.base }}
+	mode, _ := cfg.mode()
+	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.NoKVEvents,
+		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
+		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
+		"api_keys", len(cfg.keys), "request_plane", cfg.Transport)
+	served := make(chan error, 1)
+	go func() { served <- s.server.Serve(s.ln) }()
+	go s.lifecycle(ctx, served)
+	return s, nil
+}
+
+// lifecycle waits for ctx, then shuts down: no new connections, open
+// requests get --shutdown-timeout to finish and are then cancelled, and
+// every client and watch is closed.
+func (s *Service) lifecycle(ctx context.Context, served chan error) {
+	defer close(s.done)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	s.log.Info("frontend shutting down", "timeout", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	if err := s.server.Shutdown(sctx); err != nil {
+		s.cancelBase()
+		_ = s.server.Close()
+	}
+	cancel()
+	s.cancelBase()
+	if serveErr == nil {
+		serveErr = <-served
+	}
+	if !errors.Is(serveErr, http.ErrServerClosed) {
+		s.err = serveErr
+	}
+	s.instances.Close()
+	s.models.Close()
+	s.routing.close()
+	_ = s.client.Close()
+	_ = s.bus.Close()
+	_ = s.reg.Close()
+}
+
+// Run starts the frontend and blocks until ctx ends and it has stopped.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// Addr is the bound HTTP address.
+func (s *Service) Addr() net.Addr { return s.ln.Addr() }
+
+// Wait blocks until the service has stopped and returns why it stopped
+// other than by its context.
+func (s *Service) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// WaitReady blocks until the registry watches have loaded their first
+// snapshot, or ctx ends.
+func (s *Service) WaitReady(ctx context.Context) error {
+	if err := s.instances.WaitReady(ctx); err != nil {
+		return err
+	}
+	return s.models.WaitReady(ctx)
+}
+
+func (s *Service) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/completions", s.api("chat_completions", s.handleChat))
+	mux.Handle("POST /v1/completions", s.api("completions", s.handleCompletion))
+	mux.Handle("GET /v1/models", s.api("models", s.handleModels))
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{Registry: s.metrics.registry}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("%w: no route for %s %s", errNotFound, r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// errNotFound is an unknown path.
+var errNotFound = errors.New("not found")
+
+// recorder remembers the status and model of a response for the request
+// counter.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	model  string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's Flush.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// api wraps an /v1 handler with authentication and the request counter.
+func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			s.metrics.requests.WithLabelValues(endpoint, rec.model, strconv.Itoa(rec.status)).Inc()
+		}()
+		if !s.authorized(r) {
+			writeError(rec, ErrUnauthorized)
+			return
+		}
+		h(rec, r)
+	})
+}
+
+func (s *Service) authorized(r *http.Request) bool {
+	if len(s.cfg.keys) == 0 {
+		return true
+	}
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	key = strings.TrimSpace(key)
+	found := 0
+	for k := range s.cfg.keys {
+		found |= subtle.ConstantTimeCompare([]byte(k), []byte(key))
+	}
+	return found == 1
+}
+
+func readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, invalid("", "the request body exceeds %d bytes", maxBody)
+		}
+		return nil, fmt.Errorf("%w: reading the body: %v", ErrInvalidRequest, err)
+	}
+	return b, nil
+}
+
+func (s *Service) handleChat(w *recorder, r *http.Request) {
+	body, err := readBody(r, w)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, p, err := decodeChat(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.model = p.model
+	card, a, err := s.modelAssets(r.Context(), p.model)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	prompt, err := a.chatPrompt(req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.serve(w, r, &chatSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "chatcmpl-" + newID(),
+		model: p.model, created: time.Now().Unix()}, card, a, prompt, p, "messages")
+}
+
+func (s *Service) handleCompletion(w *recorder, r *http.Request) {
+	body, err := readBody(r, w)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	_, p, text, ids, err := decodeCompletion(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.model = p.model
+	card, a, err := s.modelAssets(r.Context(), p.model)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ids == nil {
+		ids = a.encode(text)
+	}
+	s.serve(w, r, &completionSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "cmpl-" + newID(),
+		model: p.model, created: time.Now().Unix()}, card, a, ids, p, "prompt")
+}
+
+// modelAssets finds the model's card and its tokenizer and template.
+func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.ModelCard, *assets, error) {
+	card := s.catalog.card(model)
+	if card == nil {
+		return nil, nil, fmt.Errorf("%w: the model %q does not exist", ErrUnknownModel, model)
+	}
+	a, err := s.assets.get(ctx, s.base, card)
+	if err != nil {
+		return nil, nil, err
+	}
+	return card, a, nil
+}
+
+// serve checks the prompt against the model's limits, generates and writes
+// the result through sk. promptParam names the request field of the prompt.
+func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
+	start := time.Now()
+	if cl := card.GetContextLength(); cl > 0 {
+		if uint32(len(prompt)) >= cl {
+			writeError(w, &paramError{param: promptParam, code: "context_length_exceeded",
+				msg: fmt.Sprintf("the prompt is %d tokens; the model's context length is %d", len(prompt), cl)})
+			return
+		}
+		if p.maxTokens > 0 && uint64(len(prompt))+uint64(p.maxTokens) > uint64(cl) {
+			writeError(w, &paramError{param: "max_tokens", code: "context_length_exceeded",
+				msg: fmt.Sprintf("max_tokens %d plus the prompt's %d tokens exceed the model's context length %d", p.maxTokens, len(prompt), cl)})
+			return
+		}
+	}
+	if s.load.saturated(s.catalog.modelInstances(p.model), s.cfg.MaxInflightPerWorker) {
+		writeError(w, fmt.Errorf("%w: %d requests in flight on each; retry later", ErrOverloaded, s.cfg.MaxInflightPerWorker))
+		return
+	}
+	inflight := s.metrics.inflight.WithLabelValues(p.model)
+	inflight.Inc()
+	defer inflight.Dec()
+
+	text := newTextOut(a.tok, p.stopStrings)
+	var last time.Time
+	emit := func(ids []uint32) error {
+		now := time.Now()
+		if last.IsZero() {
+			s.metrics.ttft.WithLabelValues(p.model).Observe(now.Sub(start).Seconds())
+		} else {
+			per := now.Sub(last).Seconds() / float64(len(ids))
+			itl := s.metrics.itl.WithLabelValues(p.model)
+			for range ids {
+				itl.Observe(per)
+			}
+		}
+		last = now
+		delta, stop := text.add(ids)
+		if delta != "" {
+			if err := sk.delta(delta); err != nil {
+				return err
+			}
+		}
+		if stop {
+			return errStopped
+		}
+		return nil
+	}
+	j := &job{id: sk.requestID(), model: p.model, prompt: prompt, p: p}
+	out, err := s.generate(r.Context(), j, emit)
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.log.Warn("request failed", "request_id", j.id, "model", p.model, "err", err.Error())
+		}
+		sk.fail(err)
+		return
+	}
+	rest, stopped := text.flush()
+	if rest != "" {
+		if err := sk.delta(rest); err != nil {
+			sk.fail(err)
+			return
+		}
+	}
+	finish := "stop"
+	if !stopped && out.finish == workerFinishLength {
+		finish = "length"
+	}
+	u := usageJSON{PromptTokens: uint32(len(prompt)), CompletionTokens: out.completion, TotalTokens: uint32(len(prompt)) + out.completion}
+	if out.cachedPrompt > 0 {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: out.cachedPrompt}
+	}
+	_ = sk.end(finish, u)
+}
+
+func (s *Service) handleModels(w *recorder, _ *http.Request) {
+	list := modelList{Object: "list", Data: []modelJSON{}}
+	for _, m := range s.catalog.models() {
+		list.Data = append(list.Data, modelJSON{ID: m, Object: "model", Created: s.created, OwnedBy: "switchyard"})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// handleHealth answers 200 when at least one live worker instance serves a
+// model, 503 otherwise.
+func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	n := s.catalog.liveModelInstances()
+	body := map[string]any{"status": "healthy", "instances": n, "models": s.catalog.models()}
+	code := http.StatusOK
+	if n == 0 {
+		body["status"], code = "unhealthy", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// errorStatus maps an error to its HTTP status and OpenAI error body; it is
+// the one place domain errors become statuses.
+func errorStatus(err error) (int, errorJSON) {
+	e := errorJSON{Message: err.Error(), Type: "invalid_request_error"}
+	code := func(c string) *string { return &c }
+	var pe *paramError
+	switch {
+	case errors.As(err, &pe):
+		if pe.param != "" {
+			e.Param = &pe.param
+		}
+		if pe.code != "" {
+			e.Code = &pe.code
+		}
+		return http.StatusBadRequest, e
+	case errors.Is(err, ErrInvalidRequest):
+		return http.StatusBadRequest, e
+	case errors.Is(err, ErrUnauthorized):
+		e.Code = code("invalid_api_key")
+		return http.StatusUnauthorized, e
+	case errors.Is(err, ErrUnknownModel):
+		e.Param, e.Code = code("model"), code("model_not_found")
+		return http.StatusNotFound, e
+	case errors.Is(err, errNotFound):
+		e.Code = code("not_found")
+		return http.StatusNotFound, e
+	case errors.Is(err, ErrOverloaded):
+		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
+		return http.StatusTooManyRequests, e
+	case errors.Is(err, ErrNoInstance):
+		e.Type, e.Code = "service_unavailable", code("no_instance")
+		return http.StatusServiceUnavailable, e
+	case errors.Is(err, ErrModelAssets):
+		e.Type, e.Code = "service_unavailable", code("model_assets_unavailable")
+		return http.StatusServiceUnavailable, e
+	case errors.Is(err, ErrWorkerFailed):
+		e.Type, e.Code = "server_error", code("worker_failed")
+		return http.StatusBadGateway, e
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this (nginx's 499).
+		e.Type = "client_closed_request"
+		return 499, e
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, transport.ErrTimeout):
+		e.Type, e.Code = "server_error", code("timeout")
+		return http.StatusGatewayTimeout, e
+	}
+	e.Type = "server_error"
+	return http.StatusInternalServerError, e
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, body := errorStatus(err)
+	writeJSON(w, code, errorBody{Error: body})
+}
+
+// newID returns a random request id suffix.
+func newID() string {
+	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+}

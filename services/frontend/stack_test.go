@@ -1,0 +1,392 @@
+package frontend_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/frontend"
+	"github.com/switchyard-llm/switchyard/services/mocker"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+const (
+	testNamespace = "fe"
+	testModel     = "Qwen/Qwen3-0.6B"
+)
+
+// stackOpts choose what a test stack runs.
+type stackOpts struct {
+	plane          transport.Plane
+	mode           string // frontend --router-mode; "" is kv
+	noKVEvents     bool
+	migrationLimit int
+	maxInflight    int
+	apiKey         string
+	contextLength  int
+	// bridgeKV applies the workers' KV events from the eventbus to the
+	// router service's index (the router does not subscribe itself yet).
+	bridgeKV bool
+}
+
+// stack is a whole Switchyard in process: etcd, registry, NATS, eventbus,
+// router service, frontend, and mockers added with addMocker.
+type stack struct {
+	t       testing.TB
+	opts    stackOpts
+	regAddr string
+	nats    *natsserver.Server
+	bus     *eventbus.Service
+	router  *router.Service
+	fe      *frontend.Service
+	url     string
+	// stopRouter stops the router service; it is idempotent.
+	stopRouter func()
+	http       *http.Client
+	client     openai.Client
+}
+
+func planeConfig(p transport.Plane, natsURL string) transport.Config {
+	c := transport.DefaultConfig()
+	c.Plane = p
+	c.TCP.Host = "127.0.0.1"
+	c.HTTP.Host = "127.0.0.1"
+	c.HTTP.Port = 0
+	c.NATS.URL = natsURL
+	return c
+}
+
+func startStack(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	if o.plane == "" {
+		o.plane = transport.PlaneTCP
+	}
+	if o.mode == "" {
+		o.mode = "kv"
+	}
+	if o.contextLength == 0 {
+		o.contextLength = 4096
+	}
+	_, reg := registrytest.Start(t)
+	ns, bus := eventbustest.Start(t)
+	s := &stack{t: t, opts: o, regAddr: reg.Addr, nats: ns, bus: bus}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	rsvc, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
+		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	s.router = rsvc
+	var once sync.Once
+	s.stopRouter = func() {
+		once.Do(func() {
+			cancel()
+			if err := rsvc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		})
+	}
+	t.Cleanup(s.stopRouter)
+	if o.bridgeKV {
+		s.bridgeKVEvents(t)
+	}
+
+	var cfg frontend.Config
+	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.RouterMode, cfg.NoKVEvents, cfg.MigrationLimit = o.mode, o.noKVEvents, o.migrationLimit
+	cfg.MaxInflightPerWorker, cfg.APIKey = o.maxInflight, o.apiKey
+	cfg.RegistryAddr, cfg.EventbusAddr, cfg.RouterAddr = reg.Addr, bus.Addr().String(), rsvc.Addr().String()
+	cfg.Namespace = testNamespace
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.Transport = planeConfig(o.plane, ns.ClientURL())
+	fctx, fcancel := context.WithCancel(context.Background())
+	fe, err := frontend.Start(fctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		fcancel()
+		t.Fatal(err)
+	}
+	s.fe = fe
+	s.url = "http://" + fe.Addr().String()
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	s.http = &http.Client{Transport: tr}
+	key := o.apiKey
+	if key == "" {
+		key = "unused"
+	}
+	s.client = openai.NewClient(option.WithBaseURL(s.url+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0), option.WithHTTPClient(s.http))
+	t.Cleanup(func() {
+		fcancel()
+		if err := fe.Wait(); err != nil {
+			t.Errorf("frontend: %v", err)
+		}
+		tr.CloseIdleConnections()
+	})
+	return s
+}
+
+// bridgeKVEvents feeds the router service's index from the eventbus.
+func (s *stack) bridgeKVEvents(t testing.TB) {
+	client := eventbustest.Client(t, s.bus.Addr().String())
+	ctx, cancel := context.WithCancel(context.Background())
+	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: testNamespace,
+		FilterSubject: testNamespace + ".backend." + worker.KVEventsName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev); err == nil {
+				s.router.Core().ApplyEvents(b)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		sub.Close()
+		<-done
+	})
+}
+
+// mockerHandle is a running mocker.
+type mockerHandle struct {
+	w    *worker.Worker
+	stop context.CancelFunc
+	done chan error
+	once sync.Once
+}
+
+// kill stops the mocker at once: it deregisters and closes its request
+// plane server without letting open requests finish, so their streams
+// break.
+func (m *mockerHandle) kill() {
+	m.once.Do(func() {
+		m.stop()
+		<-m.done
+	})
+}
+
+// addMocker starts a mocker; speedup 0 runs it without delays.
+func (s *stack) addMocker(speedup float64) *mockerHandle {
+	t := s.t
+	t.Helper()
+	var cfg mocker.Config
+	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--namespace", testNamespace, "--registry-addr", s.regAddr, "--eventbus-addr", s.bus.Addr().String(),
+		"--context-length", strconv.Itoa(s.opts.contextLength), "--speedup-ratio", strconv.FormatFloat(speedup, 'f', -1, 64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Transport = planeConfig(s.opts.plane, s.nats.ClientURL())
+	cfg.DrainTimeout = time.Nanosecond
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &mockerHandle{stop: cancel, done: make(chan error, 1)}
+	ready := make(chan *worker.Worker, 1)
+	go func() {
+		m.done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+	}()
+	select {
+	case m.w = <-ready:
+	case err := <-m.done:
+		cancel()
+		t.Fatalf("mocker stopped: %v", err)
+	}
+	t.Cleanup(m.kill)
+	return m
+}
+
+// waitInstances waits until the frontend (and the router service) see n
+// live model instances.
+func (s *stack) waitInstances(n int) {
+	t := s.t
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := s.health()
+		if h.Instances == n && len(s.router.Core().Stats().GetWorkers()) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("frontend sees %d instances, router %d; want %d", h.Instances, len(s.router.Core().Stats().GetWorkers()), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type health struct {
+	code      int
+	Status    string   `json:"status"`
+	Instances int      `json:"instances"`
+	Models    []string `json:"models"`
+}
+
+func (s *stack) health() health {
+	s.t.Helper()
+	resp, err := s.http.Get(s.url + "/health")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		s.t.Fatal(err)
+	}
+	h.code = resp.StatusCode
+	return h
+}
+
+// metric sums the samples of a metric whose labels contain match.
+func (s *stack) metric(name, match string) float64 {
+	s.t.Helper()
+	vals := s.metrics(name)
+	var sum float64
+	for labels, v := range vals {
+		if strings.Contains(labels, match) {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// metrics returns the samples of a metric by their label text.
+func (s *stack) metrics(name string) map[string]float64 {
+	s.t.Helper()
+	resp, err := s.http.Get(s.url + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, name)
+		if rest != "" && rest[0] != '{' && rest[0] != ' ' {
+			continue
+		}
+		i := strings.LastIndexByte(rest, ' ')
+		v, err := strconv.ParseFloat(rest[i+1:], 64)
+		if err != nil {
+			s.t.Fatalf("metric line %q: %v", line, err)
+		}
+		out[rest[:i]] = v
+	}
+	return out
+}
+
+// post sends a raw JSON body and returns the status and the error object.
+func (s *stack) post(path, body string, header map[string]string) (int, map[string]any) {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// errorObject checks OpenAI's error shape and returns its fields.
+func errorObject(t testing.TB, body map[string]any) map[string]any {
+	t.Helper()
+	e, ok := body["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("body %v has no error object", body)
+	}
+	for _, k := range []string{"message", "type", "param", "code"} {
+		if _, ok := e[k]; !ok {
+			t.Fatalf("error object %v lacks %q", e, k)
+		}
+	}
+	return e
+}
+
+func statusOf(err error) int {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode
+	}
+	return 0
+}
+
+func chatParams(content string, maxTokens int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:     testModel,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
+		MaxTokens: openai.Int(maxTokens),
+	}
+}
+
+// streamChat runs a streamed chat completion and returns its text, finish
+// reason and usage.
+func streamChat(ctx context.Context, c openai.Client, p openai.ChatCompletionNewParams) (string, string, openai.CompletionUsage, error) {
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	defer st.Close()
+	var text strings.Builder
+	var finish string
+	var usage openai.CompletionUsage
+	for st.Next() {
+		ch := st.Current()
+		for _, c := range ch.Choices {
+			text.WriteString(c.Delta.Content)
+			if c.FinishReason != "" {
+				finish = c.FinishReason
+			}
+		}
+		if ch.Usage.TotalTokens > 0 {
+			usage = ch.Usage
+		}
+	}
+	return text.String(), finish, usage, st.Err()
+}
+
+func (s *stack) String() string { return fmt.Sprintf("stack(%s, %s)", s.opts.plane, s.opts.mode) }
