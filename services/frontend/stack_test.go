@@ -19,13 +19,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -95,8 +92,14 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	s := &stack{t: t, opts: o, regAddr: reg.Addr, nats: ns, bus: bus}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	rsvc, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
-		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}, slog.New(slog.DiscardHandler))
+	// The router follows the workers' KV events on the eventbus itself when
+	// the test asks for KV routing.
+	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
+		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}
+	if o.bridgeKV {
+		rcfg.EventbusAddr = bus.Addr().String()
+	}
+	rsvc, err := router.Start(ctx, rcfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -112,9 +115,6 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		})
 	}
 	t.Cleanup(s.stopRouter)
-	if o.bridgeKV {
-		s.bridgeKVEvents(t)
-	}
 
 	var cfg frontend.Config
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
@@ -149,36 +149,6 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		tr.CloseIdleConnections()
 	})
 	return s
-}
-
-// bridgeKVEvents feeds the router service's index from the eventbus.
-func (s *stack) bridgeKVEvents(t testing.TB) {
-	client := eventbustest.Client(t, s.bus.Addr().String())
-	ctx, cancel := context.WithCancel(context.Background())
-	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: testNamespace,
-		FilterSubject: testNamespace + ".backend." + worker.KVEventsName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			ev, err := sub.Next(ctx)
-			if err != nil {
-				return
-			}
-			if b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev); err == nil {
-				s.router.Core().ApplyEvents(b)
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		sub.Close()
-		<-done
-	})
 }
 
 // mockerHandle is a running mocker.
