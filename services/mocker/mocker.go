@@ -21,6 +21,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -37,6 +38,9 @@ type Config struct {
 	Engine                         engine.Config
 	NoDelay                        bool
 	DefaultMaxTokens               int
+	// OutputText is what answers read from (tokenized with the model's
+	// tokenizer); empty generates random ordinary tokens.
+	OutputText string
 	RegistryAddr, EventbusAddr     string
 	ClientTLS                      tlsconfig.Config
 	LeaseTTL, DrainTimeout         time.Duration
@@ -66,6 +70,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup-ratio", 1.0, "divides every simulated duration; 0 runs as fast as possible")
 	fs.BoolVar(&c.NoDelay, "no-delay", false, "run as fast as possible (same as --speedup-ratio 0)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no max_tokens")
+	fs.StringVar(&c.OutputText, "output-text", defaultOutputText, "text answers are read from, at a position each prompt picks (empty: random tokens)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
@@ -117,16 +122,23 @@ func (c *Config) tokenizerFiles(tmp string) ([]string, error) {
 // Run serves as a worker until ctx ends, then deregisters and drains.
 // ready, when set, is called once the worker is registered.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
-	e, err := engine.New(cfg.Engine)
-	if err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp("", "mocker-tokenizer-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	files, err := cfg.tokenizerFiles(tmp)
+	if err != nil {
+		return err
+	}
+	if cfg.OutputText != "" {
+		tok, err := tokenizer.Load(files[0])
+		if err != nil {
+			return fmt.Errorf("load tokenizer for --output-text: %w", err)
+		}
+		cfg.Engine.OutputText = tok.Encode(cfg.OutputText)
+	}
+	e, err := engine.New(cfg.Engine)
 	if err != nil {
 		return err
 	}
@@ -215,3 +227,15 @@ func generate(r *realtime.Runner, defaultMaxTokens int) worker.Handler {
 		}
 	}
 }
+
+// defaultOutputText is what a mocker answers with: readable, and long enough
+// that answers starting at different places look different.
+const defaultOutputText = "Switchyard is a control plane for distributed inference. " +
+	"A registry keeps track of every worker and the models it serves. " +
+	"An eventbus carries the events that tell the router which blocks of the key-value cache each worker holds. " +
+	"The router sends every request to the worker that already holds most of its prefix, " +
+	"so the prompt does not have to be computed again, while it keeps the load spread across the fleet. " +
+	"The frontend speaks the OpenAI protocol, turns messages into tokens with the model's own template and tokenizer, " +
+	"and streams the answer back as it is generated. " +
+	"When a worker fails in the middle of an answer, the request moves to another worker and the stream carries on. " +
+	"This answer comes from a simulated engine, which models a real cache and real timing without a GPU. "

@@ -30,6 +30,10 @@ type Config struct {
 	// them: the defaults stay among Qwen3's ordinary tokens, below its special
 	// tokens (151643 and up).
 	OutputTokenMin, OutputTokenMax uint32
+	// OutputText, when set, replaces the range: a request's output is this
+	// token sequence read from a position derived from the prompt and seed
+	// (wrapping around), so a mocker's answers read as text.
+	OutputText []uint32
 }
 
 // DefaultConfig returns vLLM's defaults: 16-token blocks, 16384 blocks, 256

@@ -468,7 +468,12 @@ func (e *Engine) Step() StepResult {
 			kept = append(kept, r) // mid-prefill chunk: no token yet
 			continue
 		}
-		tok := outputToken(r.seed, r.generated(), e.cfg.OutputTokenMin, e.cfg.OutputTokenMax)
+		var tok uint32
+		if len(e.cfg.OutputText) > 0 {
+			tok = textToken(r.seed, r.generated(), e.cfg.OutputText)
+		} else {
+			tok = outputToken(r.seed, r.generated(), e.cfg.OutputTokenMin, e.cfg.OutputTokenMax)
+		}
 		r.tokens = append(r.tokens, tok)
 		r.hashes = r.hasher.Append(r.tokens[len(r.tokens)-1:], r.hashes)
 		e.stats.GeneratedTokens++

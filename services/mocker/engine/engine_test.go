@@ -673,3 +673,31 @@ func TestOutputTokenViewsStayValid(t *testing.T) {
 		t.Errorf("token views changed after later steps")
 	}
 }
+
+func TestOutputText(t *testing.T) {
+	text := []uint32{11, 12, 13, 14, 15}
+	e := newEngine(t, func(c *Config) { c.OutputText = text })
+	if err := e.Add(Request{ID: "a", Prompt: []uint32{1, 2, 3}, MaxTokens: 7}); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint32
+	for !e.Idle() {
+		for _, o := range e.Step().Outputs {
+			got = append(got, o.Tokens...)
+		}
+	}
+	if len(got) != 7 {
+		t.Fatalf("got %d tokens", len(got))
+	}
+	start := -1
+	for i, tok := range text {
+		if tok == got[0] {
+			start = i
+		}
+	}
+	for i, tok := range got {
+		if start < 0 || tok != text[(start+i)%len(text)] {
+			t.Fatalf("output %v is not the text %v read from one position", got, text)
+		}
+	}
+}

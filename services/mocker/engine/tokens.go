@@ -22,3 +22,9 @@ func splitmix64(x uint64) uint64 {
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
 }
+
+// textToken returns the token at position pos of a request whose output is
+// read from text, starting at an offset the seed picks.
+func textToken(seed uint64, pos int, text []uint32) uint32 {
+	return text[(seed%uint64(len(text))+uint64(pos))%uint64(len(text))]
+}
