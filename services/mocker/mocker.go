@@ -40,10 +40,10 @@ type Config struct {
 	DefaultMaxTokens               int
 	// OutputText is what answers read from (tokenized with the model's
 	// tokenizer); empty generates random ordinary tokens.
-	OutputText string
-	RegistryAddr, EventbusAddr     string
-	ClientTLS                      tlsconfig.Config
-	LeaseTTL, DrainTimeout         time.Duration
+	OutputText                 string
+	RegistryAddr, EventbusAddr string
+	ClientTLS                  tlsconfig.Config
+	LeaseTTL, DrainTimeout     time.Duration
 	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
 	Transport transport.Config
 }
