@@ -44,8 +44,8 @@ type stackOpts struct {
 	maxInflight    int
 	apiKey         string
 	contextLength  int
-	// bridgeKV applies the workers' KV events from the eventbus to the
-	// router service's index (the router does not subscribe itself yet).
+	// bridgeKV makes the router service follow the workers' KV events on
+	// the eventbus.
 	bridgeKV bool
 }
 
