@@ -170,7 +170,10 @@ func TestMigration(t *testing.T) {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			ctx := testCtx(t)
 			s := startStack(t, stackOpts{mode: "round-robin", migrationLimit: limit})
-			a := s.addMocker(1)
+			// Slow enough (a decode step of about 60 ms) that the stream is
+			// still running when the second worker is up and the first dies,
+			// even on a loaded machine.
+			a := s.addMocker(0.1)
 			s.waitInstances(1)
 
 			p := chatParams("Write a long essay about trains.", 60)
