@@ -50,13 +50,11 @@ func Build(workers, entries, reqBlocks, requests int, seed uint64) *Workload {
 	total := 0
 	for w := range workers {
 		id := index.WorkerID{Instance: uint64(w + 1)}
-		held := 0
-		for held < perWorker {
+		for x.Blocks(id) < perWorker {
 			p := system[r.IntN(prompts)]
 			c := chain(p[len(p)-1], r.Uint64(), convBlocks)
 			x.Store(id, p)
 			x.Store(id, c)
-			held += len(p) + len(c)
 			convs = append(convs, conv{blocks: append(append([]uint64(nil), p...), c...)})
 		}
 		total += x.Blocks(id)
