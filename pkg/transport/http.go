@@ -32,7 +32,9 @@ import (
 // A rejected request gets a non-200 status (404 no handler, 413 too large,
 // 503 draining, 400 malformed) with an error frame as its body. The server
 // speaks HTTP/1.1 and HTTP/2 cleartext (h2c, prior knowledge) on one port,
-// so any language's standard library can call or serve it.
+// so any language's standard library can call it. The client speaks h2c
+// and falls back to HTTP/1.1 for a server that answers the h2c preface in
+// HTTP/1, so any language's standard library can also serve it.
 const (
 	httpHeaderPrefix   = "Dyn-Hdr-"
 	httpContentType    = "application/x-switchyard-frames"
@@ -383,6 +385,12 @@ type httpClient struct {
 	log     *slog.Logger
 	tr      *http.Transport
 	hc      *http.Client
+	// hc1 speaks HTTP/1.1, for workers whose standard library serves only
+	// that: a server that answers the h2c preface with HTTP/1 text is
+	// remembered in http1 and called over HTTP/1.1 from then on.
+	tr1     *http.Transport
+	hc1     *http.Client
+	http1   sync.Map // host:port -> struct{}
 	streams chan struct{} // semaphore: DYN_HTTP2_MAX_CONCURRENT_STREAMS
 	closed  atomic.Bool
 
@@ -426,12 +434,22 @@ func newHTTPTransport(cfg Config) *http.Transport {
 
 func newHTTPClient(cfg Config, o options) *httpClient {
 	tr := newHTTPTransport(cfg)
+	var p1 http.Protocols
+	p1.SetHTTP1(true)
+	tr1 := &http.Transport{
+		Protocols:           &p1,
+		DialContext:         tr.DialContext,
+		MaxIdleConnsPerHost: cfg.HTTP.PoolMaxIdlePerHost,
+		IdleConnTimeout:     cfg.HTTP.PoolIdleTimeout,
+	}
 	return &httpClient{
 		cfg: cfg.HTTP,
 		tcp: cfg.TCP,
 		log: o.log,
 		tr:  tr,
 		hc:  &http.Client{Transport: tr},
+		tr1: tr1,
+		hc1: &http.Client{Transport: tr1},
 		// DYN_HTTP2_MAX_CONCURRENT_STREAMS: Go's transport only honours the
 		// server's limit, so the client's own cap is this semaphore, held for
 		// the life of each stream.
@@ -479,20 +497,41 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	}
 	c.active[s] = struct{}{}
 	c.mu.Unlock()
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, addr.Addr+"/"+endpoint, bytes.NewReader(payload))
+	newReq := func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(callCtx, http.MethodPost, addr.Addr+"/"+endpoint, bytes.NewReader(payload))
+		if err != nil {
+			return nil, fmt.Errorf("transport: http request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		for k, v := range headers {
+			if httpStandardHeader(k) {
+				req.Header.Set(k, v)
+			} else {
+				req.Header[httpHeaderPrefix+k] = []string{v}
+			}
+		}
+		return req, nil
+	}
+	req, err := newReq()
 	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("transport: http request: %w", err)
+		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	for k, v := range headers {
-		if httpStandardHeader(k) {
-			req.Header.Set(k, v)
-		} else {
-			req.Header[httpHeaderPrefix+k] = []string{v}
+	hc := c.hc
+	if _, ok := c.http1.Load(req.URL.Host); ok {
+		hc = c.hc1
+	}
+	resp, err := hc.Do(req)
+	if err != nil && hc == c.hc && notHTTP2(err) {
+		// The server read our h2c preface as a bad HTTP/1 request and
+		// answered in HTTP/1: nothing reached a handler, so the call is sent
+		// again over HTTP/1.1, and so are later calls to this server.
+		c.http1.Store(req.URL.Host, struct{}{})
+		c.log.Info("http request plane server speaks HTTP/1.1 only; using HTTP/1.1 for it", "host", req.URL.Host)
+		if req, err = newReq(); err == nil {
+			resp, err = c.hc1.Do(req)
 		}
 	}
-	resp, err := c.hc.Do(req)
 	if err != nil {
 		err = s.classify(err, true)
 		s.Close()
@@ -505,6 +544,14 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 		s.framed = resp.Header.Get("Content-Type") == httpContentType
 	}
 	return s, nil
+}
+
+// notHTTP2 reports whether an h2c attempt failed because the server answered
+// in HTTP/1 (its status line read as an oversized or malformed frame).
+func notHTTP2(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "frame too large") || strings.Contains(msg, "malformed HTTP") ||
+		strings.Contains(msg, "PROTOCOL_ERROR") || strings.Contains(msg, "server sent GOAWAY and closed the connection; LastStreamID=0")
 }
 
 // Close implements [Client].
@@ -520,6 +567,7 @@ func (c *httpClient) Close() error {
 		s.closeWith(fmt.Errorf("%w: client closed", ErrClosed))
 	}
 	c.tr.CloseIdleConnections()
+	c.tr1.CloseIdleConnections()
 	return nil
 }
 

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,5 +314,44 @@ func TestRequestTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestHTTPClientFallsBackToHTTP1 calls a worker whose server speaks only
+// HTTP/1.1 (as a standard library server would): the client's h2c attempt
+// is answered in HTTP/1, so it calls again over HTTP/1.1 and keeps doing so.
+func TestHTTPClientFallsBackToHTTP1(t *testing.T) {
+	cfg := testConfig(t, PlaneHTTP)
+	hs := newHTTPServer(cfg, options{log: slog.New(slog.DiscardHandler)})
+	newTestHandlers().register(hs)
+	srv := httptest.NewServer(hs) // HTTP/1.1 only: no h2c
+	defer srv.Close()
+	defer hs.cancel()
+	c := testClient(t, cfg)
+	addr := Address{Kind: PlaneHTTP, Addr: srv.URL + cfg.HTTP.RootPath}
+	for i := range 3 {
+		st, err := c.Call(context.Background(), addr, "stream", nil, encodeStreamReq(5, 8))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		n := 0
+		for {
+			_, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("call %d: Recv: %v", i, err)
+			}
+			n++
+		}
+		st.Close()
+		if n != 5 {
+			t.Fatalf("call %d: %d responses, want 5", i, n)
+		}
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	if _, ok := c.(*httpClient).http1.Load(host); !ok {
+		t.Fatalf("the client did not remember that %s speaks HTTP/1.1", host)
 	}
 }
