@@ -380,17 +380,17 @@ func (st *httpServerStream) failErr(err error) error {
 
 // httpClient is the http plane's [Client].
 type httpClient struct {
-	cfg     HTTPConfig
-	tcp     TCPConfig
-	log     *slog.Logger
-	tr      *http.Transport
-	hc      *http.Client
+	cfg HTTPConfig
+	tcp TCPConfig
+	log *slog.Logger
+	tr  *http.Transport
+	hc  *http.Client
 	// hc1 speaks HTTP/1.1, for workers whose standard library serves only
 	// that: a server that answers the h2c preface with HTTP/1 text is
 	// remembered in http1 and called over HTTP/1.1 from then on.
 	tr1     *http.Transport
 	hc1     *http.Client
-	http1   sync.Map // host:port -> struct{}
+	http1   sync.Map      // host:port -> struct{}
 	streams chan struct{} // semaphore: DYN_HTTP2_MAX_CONCURRENT_STREAMS
 	closed  atomic.Bool
 
