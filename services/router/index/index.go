@@ -12,6 +12,7 @@ package index
 
 import (
 	"math/bits"
+	"sort"
 	"sync"
 )
 
@@ -53,9 +54,13 @@ const (
 	minSet   = 16
 )
 
+// worker is one cache's bookkeeping. Its blocks are not kept here: the
+// holders table answers membership, which halves the memory per entry;
+// forgetting a whole worker scans the table instead, which only happens
+// when a worker leaves or clears its cache.
 type worker struct {
 	id        WorkerID
-	blocks    map[uint64]struct{}
+	blocks    int
 	lastEvent uint64
 }
 
@@ -88,7 +93,7 @@ func (x *Index) slotLocked(id WorkerID, create bool) (uint32, *worker) {
 	if !create {
 		return 0, nil
 	}
-	w := &worker{id: id, blocks: map[uint64]struct{}{}}
+	w := &worker{id: id}
 	var s uint32
 	if n := len(x.free); n > 0 {
 		s = x.free[n-1]
@@ -146,11 +151,31 @@ func (t Tx) Remove(hashes []uint64) {
 
 // Clear drops every block of the worker.
 func (t Tx) Clear() {
-	for h := range t.w.blocks {
-		t.x.dropHolderLocked(t.slot, h)
+	if t.w.blocks == 0 {
+		return
 	}
-	t.x.entries -= len(t.w.blocks)
-	t.w.blocks = map[uint64]struct{}{}
+	for h, cur := range t.x.holders {
+		if t.x.holds(cur, t.slot) {
+			t.x.dropHolderLocked(t.slot, h)
+		}
+	}
+	t.x.entries -= t.w.blocks
+	t.w.blocks = 0
+}
+
+// holds reports whether a holder value includes slot s.
+func (x *Index) holds(cur, s uint32) bool {
+	switch {
+	case cur&listTag != 0:
+		l := x.lists[cur&^listTag]
+		i := sort.Search(len(l), func(i int) bool { return l[i] >= s })
+		return i < len(l) && l[i] == s
+	case cur&setTag != 0:
+		b := x.sets[cur&^setTag]
+		return int(s/64) < len(b) && b[s/64]&(1<<(s%64)) != 0
+	default:
+		return cur == s
+	}
 }
 
 // Store is Apply with one unnumbered store.
@@ -195,12 +220,12 @@ func (x *Index) RemoveInstance(instance uint64) {
 }
 
 func (x *Index) addLocked(s uint32, w *worker, h uint64) {
-	if _, ok := w.blocks[h]; ok {
+	cur, ok := x.holders[h]
+	if ok && x.holds(cur, s) {
 		return
 	}
-	w.blocks[h] = struct{}{}
+	w.blocks++
 	x.entries++
-	cur, ok := x.holders[h]
 	switch {
 	case !ok:
 		x.holders[h] = s
@@ -275,10 +300,11 @@ func (x *Index) newSet(slots []uint32) uint32 {
 }
 
 func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
-	if _, ok := w.blocks[h]; !ok {
+	cur, ok := x.holders[h]
+	if !ok || !x.holds(cur, s) {
 		return
 	}
-	delete(w.blocks, h)
+	w.blocks--
 	x.entries--
 	x.dropHolderLocked(s, h)
 }
@@ -449,19 +475,19 @@ func (x *Index) Blocks(id WorkerID) int {
 	if w == nil {
 		return 0
 	}
-	return len(w.blocks)
+	return w.blocks
 }
 
 // Holds reports whether a worker holds a block.
 func (x *Index) Holds(id WorkerID, h uint64) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	_, w := x.slotLocked(id, false)
+	s, w := x.slotLocked(id, false)
 	if w == nil {
 		return false
 	}
-	_, ok := w.blocks[h]
-	return ok
+	cur, ok := x.holders[h]
+	return ok && x.holds(cur, s)
 }
 
 // Stats describes the index's size.
@@ -492,18 +518,45 @@ type WorkerDump struct {
 func (x *Index) Dump() []WorkerDump {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	bySlot := make([]*WorkerDump, len(x.workers))
 	out := make([]WorkerDump, 0, len(x.slots))
 	for _, w := range x.workers {
-		if w == nil {
-			continue
+		if w != nil {
+			out = append(out, WorkerDump{ID: w.id, LastEvent: w.lastEvent, Hashes: make([]uint64, 0, w.blocks)})
 		}
-		d := WorkerDump{ID: w.id, LastEvent: w.lastEvent, Hashes: make([]uint64, 0, len(w.blocks))}
-		for h := range w.blocks {
-			d.Hashes = append(d.Hashes, h)
+	}
+	n := 0
+	for s, w := range x.workers {
+		if w != nil {
+			bySlot[s] = &out[n]
+			n++
 		}
-		out = append(out, d)
+	}
+	var one [1]uint32
+	for h, cur := range x.holders {
+		for _, s := range x.slotsOf(cur, one[:0]) {
+			bySlot[s].Hashes = append(bySlot[s].Hashes, h)
+		}
 	}
 	return out
+}
+
+// slotsOf lists the slots of a holder value.
+func (x *Index) slotsOf(cur uint32, dst []uint32) []uint32 {
+	switch {
+	case cur&listTag != 0:
+		return append(dst, x.lists[cur&^listTag]...)
+	case cur&setTag != 0:
+		for wi, word := range x.sets[cur&^setTag] {
+			for word != 0 {
+				dst = append(dst, uint32(wi*64+bits.TrailingZeros64(word)))
+				word &= word - 1
+			}
+		}
+		return dst
+	default:
+		return append(dst, cur)
+	}
 }
 
 // Restore adds dumped workers' blocks and last event ids, so that replaying

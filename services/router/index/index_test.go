@@ -102,6 +102,23 @@ func checkAgainstModel(instances uint64, maxSteps int) func(*rapid.T) {
 				t.Fatalf("Stats = %+v, want %d entries over %d blocks", st, entries, len(blocks))
 			}
 		}
+		// A dump holds exactly the model's blocks, and restores to an equal index.
+		dumps := x.Dump()
+		for _, d := range dumps {
+			if len(d.Hashes) != len(m[d.ID]) || x.Blocks(d.ID) != len(m[d.ID]) {
+				t.Fatalf("dump of %v has %d blocks, model %d", d.ID, len(d.Hashes), len(m[d.ID]))
+			}
+			for _, h := range d.Hashes {
+				if !m[d.ID][h] || !x.Holds(d.ID, h) {
+					t.Fatalf("dump of %v has %d, which the model lacks", d.ID, h)
+				}
+			}
+		}
+		y := New()
+		y.Restore(dumps)
+		if y.Stats().Entries != x.Stats().Entries || y.Stats().Blocks != x.Stats().Blocks {
+			t.Fatalf("restored %+v, dumped %+v", y.Stats(), x.Stats())
+		}
 	}
 }
 

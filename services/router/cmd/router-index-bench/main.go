@@ -56,6 +56,9 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers, %.1fM entries, 128 blocks: p50\t%.1f µs\t\n", workers, float64(wl.Entries)/1e6, us(lat[len(lat)/2]))
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
+		t0 := time.Now()
+		wl.Index.RemoveWorker(index.WorkerID{Instance: 1})
+		fmt.Fprintf(tw, "remove one worker (scans the table), %d workers\t%.1f ms\t\n", workers, float64(time.Since(t0))/float64(time.Millisecond))
 		runtime.KeepAlive(wl)
 	}
 	_ = tw.Flush()
