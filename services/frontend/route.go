@@ -94,7 +94,8 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 			return decision{}, ctx.Err()
 		}
 		switch st := status.Convert(err); {
-		case st.Code() == codes.NotFound:
+		case st.Code() == codes.NotFound,
+			st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), router.ErrUnknownTarget.Error()):
 			return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
 		case st.Code() == codes.InvalidArgument:
 			return decision{}, fmt.Errorf("%w: router: %s", ErrInvalidRequest, st.Message())

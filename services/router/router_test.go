@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,8 +53,8 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 	req := &routerv1.RouteRequest{RequestId: "r1", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}, TokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}}
 
 	_, err = rpc.Route(ctx, req, grpc.WaitForReady(true))
-	if status.Code(err) != codes.NotFound {
-		t.Fatalf("Route before any worker = %v, want NotFound (unknown model)", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "unknown target") {
+		t.Fatalf("Route before any worker = %v, want InvalidArgument (unknown model)", err)
 	}
 
 	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
@@ -108,8 +109,8 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c := status.Code(err); c != codes.Unavailable && c != codes.NotFound {
-		t.Fatalf("Route after the worker left = %v, want Unavailable or NotFound", err)
+	if c := status.Code(err); c != codes.Unavailable && c != codes.InvalidArgument {
+		t.Fatalf("Route after the worker left = %v, want Unavailable or InvalidArgument", err)
 	}
 	if _, err := rpc.Route(ctx, &routerv1.RouteRequest{RequestId: "x", Target: req.Target}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Route without tokens = %v, want InvalidArgument", err)

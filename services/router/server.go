@@ -26,7 +26,8 @@ func toStatus(err error) error {
 	case errors.Is(err, ErrInvalid):
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrUnknownTarget):
-		code = codes.NotFound
+		// The contract: an unknown model is a bad request.
+		code = codes.InvalidArgument
 	case errors.Is(err, ErrNoWorker):
 		code = codes.Unavailable
 	}

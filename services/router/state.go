@@ -24,7 +24,8 @@ import (
 var (
 	// ErrInvalid is a request that breaks a rule; the message says which.
 	ErrInvalid = errors.New("invalid argument")
-	// ErrUnknownTarget is a model or endpoint nobody registered.
+	// ErrUnknownTarget is a model or endpoint nobody registered; gRPC
+	// callers see InvalidArgument with this text.
 	ErrUnknownTarget = errors.New("unknown target")
 	// ErrNoWorker is a known target with no live (or no eligible) worker.
 	ErrNoWorker = errors.New("no live worker")
