@@ -53,6 +53,7 @@ type Config struct {
 	PruneTargetRatio float64
 	ReplicaSync      bool
 	ReplicaID        string
+	RequestTTL       time.Duration
 	SnapshotInterval time.Duration
 	// RegistryAddr is a comma list of registry replicas.
 	RegistryAddr string
@@ -79,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTreeSize, "router-max-tree-size", 1<<20, "approximate mode: (block, worker) entries before pruning")
 	fs.Float64Var(&c.PruneTargetRatio, "router-prune-target-ratio", 0.8, "approximate mode: fraction of the max size pruning keeps")
 	fs.BoolVar(&c.ReplicaSync, "router-replica-sync", false, "share decisions and load with other router replicas over the eventbus")
+	fs.DurationVar(&c.RequestTTL, "router-request-ttl", 30*time.Minute, "forget routed requests never freed after this long (their frontend or router replica died); 0: never")
 	fs.StringVar(&c.ReplicaID, "router-replica-id", "", "this replica's id for --router-replica-sync (empty: random)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
@@ -107,6 +109,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--router-max-tree-size %d must be positive", c.MaxTreeSize)
 	case c.PruneTargetRatio <= 0 || c.PruneTargetRatio > 1:
 		return fmt.Errorf("--router-prune-target-ratio %v must be in (0, 1]", c.PruneTargetRatio)
+	case c.RequestTTL < 0:
+		return errors.New("--router-request-ttl must not be negative")
 	case c.SnapshotInterval < 0:
 		return errors.New("--snapshot-interval must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
@@ -121,5 +125,6 @@ func (c Config) coreConfig() CoreConfig {
 	return CoreConfig{
 		Mode: m, Approximate: c.NoKVEvents, OverlapWeight: c.OverlapWeight, Temperature: c.Temperature,
 		TTL: time.Duration(c.TTLSecs * float64(time.Second)), MaxTreeSize: c.MaxTreeSize, PruneTargetRatio: c.PruneTargetRatio,
+		RequestTTL: c.RequestTTL,
 	}
 }

@@ -55,15 +55,16 @@ type Core struct {
 	load   *scheduler.Load
 	now    func() time.Time
 
-	mu        sync.Mutex
-	rng       *rand.Rand
-	endpoints map[endpointKey]map[uint64]*registryv1.Instance
-	refs      map[uint64]int                               // instance -> endpoints it serves
-	models    map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
-	rr        map[endpointKey]int
-	stats     eventStats
-	reported  map[uint64]reportedLoad // instance -> its last load report
-	observer  Observer
+	mu         sync.Mutex
+	rng        *rand.Rand
+	endpoints  map[endpointKey]map[uint64]*registryv1.Instance
+	refs       map[uint64]int                               // instance -> endpoints it serves
+	models     map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
+	rr         map[endpointKey]int
+	stats      eventStats
+	reported   map[uint64]reportedLoad // instance -> its last load report
+	observer   Observer
+	requestTTL time.Duration
 	// restoredAt is the time of the snapshot the index started from.
 	restoredAt *timestamppb.Timestamp
 }
@@ -92,6 +93,9 @@ type CoreConfig struct {
 	PruneTargetRatio float64
 	// Seed seeds tie-breaks and sampling; 0 picks a random seed.
 	Seed uint64
+	// RequestTTL forgets routed requests never freed after this long (a
+	// frontend or replica died); 0 keeps them.
+	RequestTTL time.Duration
 }
 
 // NewCore returns an empty core.
@@ -113,6 +117,7 @@ func NewCore(cfg CoreConfig) *Core {
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
 		reported:    map[uint64]reportedLoad{},
+		requestTTL:  cfg.RequestTTL,
 	}
 	if cfg.Approximate {
 		c.approx = index.NewApprox(index.ApproxConfig{TTL: cfg.TTL, MaxEntries: cfg.MaxTreeSize, PruneTargetRatio: cfg.PruneTargetRatio})
@@ -360,6 +365,9 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	if c.approx != nil {
 		c.approx.Expire(c.now())
+	}
+	if c.requestTTL > 0 {
+		c.load.Expire(c.now().Add(-c.requestTTL))
 	}
 	overlaps := map[uint64]int{}
 	for _, o := range c.idx.Overlaps(hashes) {

@@ -15,6 +15,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
@@ -103,6 +104,15 @@ type Load struct {
 	mu       sync.Mutex
 	workers  map[index.WorkerID]*workerLoad
 	requests map[string]*request
+	// order lists requests by when they were added, for Expire.
+	order []added
+	head  int
+}
+
+type added struct {
+	id string
+	r  *request
+	at time.Time
 }
 
 type workerLoad struct {
@@ -132,6 +142,7 @@ func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint
 	l.freeLocked(id)
 	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: append([]uint64(nil), blocks...)}
 	l.requests[id] = r
+	l.order = append(l.order, added{id: id, r: r, at: time.Now()})
 	wl := l.workerLocked(w)
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
@@ -189,6 +200,28 @@ func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 		l.workers[w] = wl
 	}
 	return wl
+}
+
+// Expire forgets requests added before cutoff that were never freed: their
+// frontend or router replica died without saying so. It returns how many.
+func (l *Load) Expire(cutoff time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for l.head < len(l.order) && l.order[l.head].at.Before(cutoff) {
+		a := l.order[l.head]
+		l.order[l.head] = added{}
+		l.head++
+		if l.requests[a.id] == a.r { // not freed, nor replaced by a retry
+			l.freeLocked(a.id)
+			n++
+		}
+	}
+	if l.head > 1024 && l.head > len(l.order)/2 {
+		l.order = append(l.order[:0], l.order[l.head:]...)
+		l.head = 0
+	}
+	return n
 }
 
 // RemoveWorker drops a worker and its requests: it left.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
@@ -135,4 +136,23 @@ func TestLoadLifecycle(t *testing.T) {
 	check("w2 removed", w(2), 0, 0, 0)
 	l.PrefillDone("b")
 	check("late prefill of a removed request", w(2), 0, 0, 0)
+}
+
+func TestLoadExpire(t *testing.T) {
+	l := NewLoad()
+	l.Add("old", w(1), 2, []uint64{1})
+	l.Add("retried", w(1), 2, []uint64{2})
+	cutoff := time.Now()
+	time.Sleep(time.Millisecond) // the clock must move past cutoff
+	l.Add("retried", w(2), 2, []uint64{2})
+	l.Add("new", w(1), 2, []uint64{3})
+	if n := l.Expire(cutoff); n != 1 {
+		t.Fatalf("Expire dropped %d requests, want 1 (the old one; the retry is newer)", n)
+	}
+	if _, _, r := l.Of(w(1)); r != 1 {
+		t.Fatalf("worker 1 keeps %d requests, want 1", r)
+	}
+	if _, _, r := l.Of(w(2)); r != 1 {
+		t.Fatalf("worker 2 keeps %d requests, want the retried one", r)
+	}
 }
