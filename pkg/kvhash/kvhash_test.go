@@ -253,3 +253,12 @@ func BenchmarkHasherAppendToken(b *testing.B) {
 		dst = h.Append(tok, dst[:0])
 	}
 }
+
+func TestSequenceHashMatchesTheLibrary(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		parent, local := rapid.Uint64().Draw(t, "parent"), rapid.Uint64().Draw(t, "local")
+		if got, want := SequenceHash(parent, local), sequenceHashReference(parent, local); got != want {
+			t.Fatalf("SequenceHash(%x, %x) = %x, want %x", parent, local, got, want)
+		}
+	})
+}
