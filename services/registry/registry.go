@@ -26,7 +26,7 @@ type Service struct {
 	log    *slog.Logger
 	etcd   *EmbeddedEtcd // nil with external etcd
 	cli    *clientv3.Client
-	store  *Store
+	store  Backend
 	server *grpcserver.Server
 	done   chan struct{}
 	err    error

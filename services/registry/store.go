@@ -129,9 +129,9 @@ func (s *Store) Deregister(ctx context.Context, lease uint64) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// ListInstances returns the instances under prefix.
-func (s *Store) ListInstances(ctx context.Context, prefix string) ([]*registryv1.Instance, int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+// ListInstances returns the instances that match f.
+func (s *Store) ListInstances(ctx context.Context, f *registryv1.InstanceFilter) ([]*registryv1.Instance, int64, error) {
+	resp, err := s.cli.Get(ctx, instancePrefix(f), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, 0, etcdErr("list instances", err)
 	}
@@ -160,10 +160,10 @@ func (s *Store) RegisterModel(ctx context.Context, c *registryv1.ModelCard, leas
 	return resp.Header.Revision, nil
 }
 
-// ListModels returns the model cards under prefix named modelName (any name
-// when empty).
-func (s *Store) ListModels(ctx context.Context, prefix, modelName string) ([]*registryv1.ModelCard, int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+// ListModels returns the model cards that match f.
+func (s *Store) ListModels(ctx context.Context, f *registryv1.ModelFilter) ([]*registryv1.ModelCard, int64, error) {
+	modelName := f.GetModelName()
+	resp, err := s.cli.Get(ctx, filterPrefix(modelsPrefix, f.GetNamespace()), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, 0, etcdErr("list models", err)
 	}
