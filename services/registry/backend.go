@@ -18,11 +18,12 @@ import (
 // send fails. A resume revision the backend cannot serve is answered with a
 // snapshot marked SNAPSHOT_REASON_COMPACTED.
 type Backend interface {
-	// GrantLease grants a lease of ttl and returns its id and granted TTL.
-	GrantLease(ctx context.Context, ttl time.Duration) (uint64, time.Duration, error)
-	// Register stores an instance tied to lease (a new lease of ttl when 0).
-	// A duplicate is ErrExists; an unknown lease is ErrNotFound.
-	Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64) (*registryv1.RegisterResponse, error)
+	// GrantLease grants a lease of ttl for the worker in pod (nil outside
+	// Kubernetes) and returns its id and granted TTL.
+	GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod) (uint64, time.Duration, error)
+	// Register stores an instance tied to lease (a new lease of ttl for pod
+	// when 0). A duplicate is ErrExists; an unknown lease is ErrNotFound.
+	Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error)
 	// KeepAlive refreshes a lease once; found is false when it is gone.
 	KeepAlive(ctx context.Context, lease uint64) (ttl time.Duration, found bool, err error)
 	// Deregister ends a lease and everything tied to it; an unknown lease is

@@ -60,7 +60,10 @@ func (s *server) GrantLease(ctx context.Context, r *registryv1.GrantLeaseRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, granted, err := s.store.GrantLease(ctx, ttl)
+	if err := validatePod(r.GetPod()); err != nil {
+		return nil, toStatus(err)
+	}
+	id, granted, err := s.store.GrantLease(ctx, ttl, r.GetPod())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -77,7 +80,7 @@ func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*
 			return nil, toStatus(err)
 		}
 	}
-	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId)
+	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId, r.GetPod())
 	return resp, toStatus(err)
 }
 

@@ -55,8 +55,8 @@ func etcdErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// GrantLease grants a lease of the given TTL.
-func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (uint64, time.Duration, error) {
+// GrantLease grants a lease of the given TTL. etcd leases need no pod.
+func (s *Store) GrantLease(ctx context.Context, ttl time.Duration, _ *registryv1.KubernetesPod) (uint64, time.Duration, error) {
 	resp, err := s.cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return 0, 0, etcdErr("grant lease", err)
@@ -66,10 +66,10 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (uint64, time
 
 // Register stores an instance under its seed key, tied to lease (granted here
 // when lease is 0). It is create-if-not-exists: a duplicate is ErrExists.
-func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64) (*registryv1.RegisterResponse, error) {
+func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, _ *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
 	granted := false
 	if lease == 0 {
-		id, t, err := s.GrantLease(ctx, ttl)
+		id, t, err := s.GrantLease(ctx, ttl, nil)
 		if err != nil {
 			return nil, err
 		}
