@@ -44,7 +44,8 @@ func TestConfigValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"kubernetes not built yet", func(c *Config) { c.Backend = "kubernetes" }, `DYN_DISCOVERY_BACKEND="kubernetes" is not available yet`},
+		{"kubernetes without debounce", func(c *Config) { c.Backend = BackendKubernetes; c.KubeDebounce = 0 }, "--kubernetes-debounce must be positive"},
+		{"kubernetes bad selector", func(c *Config) { c.Backend = BackendKubernetes; c.KubeEndpointSliceSelector = "a in (" }, `invalid --kubernetes-endpointslice-selector "a in ("`},
 		{"unknown backend", func(c *Config) { c.Backend = "zookeeper" }, `invalid DYN_DISCOVERY_BACKEND "zookeeper": valid values are "kv_store" and "kubernetes"`},
 		{"no data dir for embedded etcd", func(c *Config) { c.DataDir = "" }, "--data-dir is required"},
 		{"no grpc addr", func(c *Config) { c.Server.GRPCAddr = "" }, "--grpc-addr must not be empty"},

@@ -41,6 +41,8 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, ErrUnavailable):
 		code = codes.Unavailable
+	case errors.Is(err, ErrUnimplemented):
+		code = codes.Unimplemented
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
