@@ -1,0 +1,320 @@
+package registry
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+)
+
+// envtestSelector is the EndpointSlice selector the registry under test
+// runs with; slices without the label must not count.
+const envtestSelector = "switchyard.dev/discovery=enabled"
+
+var discoveryLabel = map[string]string{"switchyard.dev/discovery": "enabled"}
+
+// kubeEnv is a real kube-apiserver and etcd (envtest) with the CRD
+// installed, and a registry on the kubernetes backend in front of them.
+type kubeEnv struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+	rpc  registryv1.RegistryServiceClient
+	addr string
+}
+
+// startKubeEnv starts envtest, or skips: the suite needs the binaries that
+// hack/envtest-binaries.sh builds, named by KUBEBUILDER_ASSETS.
+func startKubeEnv(t *testing.T) *kubeEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd (envtest); runs without -short")
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); assets == "" || err != nil {
+			t.Skipf("KUBEBUILDER_ASSETS=%q has no %s: run export KUBEBUILDER_ASSETS=\"$(hack/envtest-binaries.sh)\" first", assets, bin)
+		}
+	}
+	env := &envtest.Environment{
+		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: []string{filepath.Join("..", "..", "deploy", "kubernetes", "crd.yaml")}},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	e := &kubeEnv{}
+	if e.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := kubeCtx(t)
+	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeTestNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	rctx, cancel := context.WithCancel(context.Background())
+	svc, err := Start(rctx, Config{
+		Server:                    grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend:                   BackendKubernetes,
+		KubeRESTConfig:            cfg,
+		KubeNamespace:             kubeTestNS,
+		KubeEndpointSliceSelector: envtestSelector,
+		KubeDebounce:              20 * time.Millisecond,
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start registry: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("registry stopped with %v", err)
+		}
+	})
+	e.addr = svc.Addr().String()
+	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	e.rpc = registryv1.NewRegistryServiceClient(cc)
+	return e
+}
+
+func (e *kubeEnv) createPod(t *testing.T, name string) *registryv1.KubernetesPod {
+	t.Helper()
+	p, err := e.kube.CoreV1().Pods(kubeTestNS).Create(kubeCtx(t), testPod(name, ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &registryv1.KubernetesPod{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID)}
+}
+
+func (e *kubeEnv) resource(t *testing.T, name string) (*unstructured.Unstructured, error) {
+	t.Helper()
+	return e.dyn.Resource(WorkerMetadataGVR).Namespace(kubeTestNS).Get(kubeCtx(t), name, metav1.GetOptions{})
+}
+
+func (e *kubeEnv) slice(t *testing.T, name string, ready bool, lbls map[string]string, pods ...*registryv1.KubernetesPod) {
+	t.Helper()
+	m := map[string]string{}
+	for _, p := range pods {
+		m[p.Name] = p.Uid
+	}
+	applySlice(t, e.kube, endpointSlice(name, ready, lbls, m))
+}
+
+func tcpInstanceOf(ep, addr string) *registryv1.Instance {
+	return &registryv1.Instance{Namespace: "vllm-agg", Component: "backend", Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: addr}}}
+}
+
+// TestKubernetesEnvtest runs the kubernetes backend against a real API
+// server: server-side apply, owner references, label selectors and watch
+// semantics that the client-go fakes do not have. The subtests share one
+// API server and run in order.
+func TestKubernetesEnvtest(t *testing.T) {
+	e := startKubeEnv(t)
+	ctx := kubeCtx(t)
+	w1 := e.createPod(t, "worker-1")
+	id1 := kubeInstanceID(w1.Uid)
+	gen1, pre1 := instanceKey("vllm-agg", "backend", "generate", id1), instanceKey("vllm-agg", "backend", "prefill", id1)
+
+	t.Run("register applies a resource owned by the pod", func(t *testing.T) {
+		r, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.0.1:9000"), TtlSeconds: 20, Pod: w1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.InstanceId != id1 || r.TtlSeconds != 20 {
+			t.Fatalf("Register = %v, want instance %x with TTL 20", r, id1)
+		}
+		if _, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("prefill", "10.0.0.1:9001"), LeaseId: id1}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.0.1:9002"), LeaseId: id1})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("duplicate Register = %v, want AlreadyExists", err)
+		}
+		card := &registryv1.ModelCard{Namespace: "vllm-agg", Component: "backend", Endpoint: "generate", ModelName: "Qwen/Qwen3-0.6B", BlockSize: 16, ContextLength: 4096}
+		if _, err := e.rpc.RegisterModel(ctx, &registryv1.RegisterModelRequest{Card: card, LeaseId: id1}); err != nil {
+			t.Fatal(err)
+		}
+
+		u, err := e.resource(t, "worker-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := u.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].Kind != "Pod" || refs[0].APIVersion != "v1" || refs[0].Name != "worker-1" || string(refs[0].UID) != w1.Uid {
+			t.Fatalf("owner references = %+v, want the pod worker-1 (%s)", refs, w1.Uid)
+		}
+		if got := u.GetLabels()[labelInstanceID]; got != idLabel(id1) {
+			t.Fatalf("instance id label = %q, want %q", got, idLabel(id1))
+		}
+		spec, err := specOf(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.PodUID != w1.Uid || spec.TTLSeconds != 20 || len(spec.Endpoints) != 2 || len(spec.Models) != 1 {
+			t.Fatalf("spec = %+v, want two endpoints and one model of pod %s", spec, w1.Uid)
+		}
+		if spec.Endpoints[0].Transport.TCP != "10.0.0.1:9000" {
+			t.Fatalf("the duplicate overwrote the first registration: %+v", spec.Endpoints)
+		}
+	})
+
+	// One watch follows the whole suite (its stream lives as long as the
+	// parent test).
+	watch := watchInstancesOf(t, e.rpc, &registryv1.WatchInstancesRequest{})
+	w2 := e.createPod(t, "worker-2")
+	gen2 := instanceKey("vllm-agg", "backend", "generate", kubeInstanceID(w2.Uid))
+
+	t.Run("only ready endpoints of selected slices count", func(t *testing.T) {
+		if len(watch.items) != 0 {
+			t.Fatalf("snapshot before any ready slice = %v, want empty", watch.items)
+		}
+		if _, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.0.2:9000"), Pod: w2}); err != nil {
+			t.Fatal(err)
+		}
+		// worker-1 is ready only in a slice the selector leaves out; worker-2's
+		// slice is written after it, so once worker-2 shows, worker-1 would
+		// have shown too if the selector were ignored.
+		e.slice(t, "unselected", true, nil, w1)
+		e.slice(t, "backend-2", true, discoveryLabel, w2)
+		watch.until(t, gen2)
+	})
+
+	t.Run("endpoint slice readiness flips the instances", func(t *testing.T) {
+		steps := []struct {
+			ready bool
+			want  []string
+			last  registryv1.EventType
+		}{
+			{true, []string{gen1, pre1, gen2}, registryv1.EventType_EVENT_TYPE_PUT},
+			{false, []string{gen2}, registryv1.EventType_EVENT_TYPE_DELETE},
+			{true, []string{gen1, pre1, gen2}, registryv1.EventType_EVENT_TYPE_PUT},
+		}
+		for _, st := range steps {
+			e.slice(t, "backend-1", st.ready, discoveryLabel, w1)
+			watch.until(t, st.want...)
+			if last := watch.events[len(watch.events)-1]; last.Type != st.last || last.Instance.InstanceId != id1 {
+				t.Fatalf("ready=%v: last event %v, want %v of instance %x", st.ready, last, st.last, id1)
+			}
+		}
+		list, err := e.rpc.ListModels(ctx, &registryv1.ListModelsRequest{})
+		if err != nil || len(list.Cards) != 1 || list.Cards[0].InstanceId != id1 {
+			t.Fatalf("ListModels = %v, %v; want worker-1's card", list, err)
+		}
+	})
+
+	t.Run("deleting the resource emits DELETE and ends the lease", func(t *testing.T) {
+		// A resource the registry did not write (no managed-by label) is
+		// not watched, even for a ready pod.
+		w3 := e.createPod(t, "worker-3")
+		stray := workerResource("worker-3", w3.Uid, tcpEntry("generate", "10.0.0.3:9000"))
+		stray.SetLabels(nil)
+		if _, err := e.dyn.Resource(WorkerMetadataGVR).Namespace(kubeTestNS).Create(ctx, stray, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.slice(t, "backend-3", true, discoveryLabel, w3)
+
+		if err := e.dyn.Resource(WorkerMetadataGVR).Namespace(kubeTestNS).Delete(ctx, "worker-2", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		watch.until(t, gen1, pre1)
+		if last := watch.events[len(watch.events)-1]; last.Type != registryv1.EventType_EVENT_TYPE_DELETE || last.Instance.InstanceId != kubeInstanceID(w2.Uid) {
+			t.Fatalf("last event %v, want the DELETE of worker-2", last)
+		}
+		ka, err := e.rpc.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ka.CloseSend()
+		for _, tc := range []struct {
+			lease uint64
+			found bool
+		}{{id1, true}, {kubeInstanceID(w2.Uid), false}} {
+			if err := ka.Send(&registryv1.KeepAliveRequest{LeaseId: tc.lease}); err != nil {
+				t.Fatal(err)
+			}
+			r, err := ka.Recv()
+			if err != nil || r.Found != tc.found {
+				t.Fatalf("keep-alive of %x = %v, %v; want found=%v", tc.lease, r, err, tc.found)
+			}
+		}
+	})
+
+	t.Run("a session through pkg/discovery", func(t *testing.T) {
+		c, err := discovery.Dial([]string{e.addr}, discovery.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		w4 := e.createPod(t, "worker-4")
+		t.Setenv("POD_NAME", w4.Name)
+		t.Setenv("POD_NAMESPACE", w4.Namespace)
+		t.Setenv("POD_UID", w4.Uid)
+		s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.ID() != kubeInstanceID(w4.Uid) {
+			t.Fatalf("session id %x, want the pod's instance id %x", s.ID(), kubeInstanceID(w4.Uid))
+		}
+		if _, err := s.Register(ctx, tcpInstanceOf("generate", "10.0.0.4:9000")); err != nil {
+			t.Fatal(err)
+		}
+		e.slice(t, "backend-4", true, discoveryLabel, w4)
+		watch.until(t, gen1, pre1, instanceKey("vllm-agg", "backend", "generate", s.ID()))
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.resource(t, "worker-4"); !apierrors.IsNotFound(err) {
+			t.Fatalf("after Close the resource is %v, want it deleted", err)
+		}
+		watch.until(t, gen1, pre1)
+	})
+
+	t.Run("a new lease of the same pod starts afresh", func(t *testing.T) {
+		// A restarted container asks for a lease again: what the previous
+		// process registered goes, and the id stays the pod's.
+		g, err := e.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{Pod: w1})
+		if err != nil || g.LeaseId != id1 {
+			t.Fatalf("GrantLease = %v, %v; want lease %x", g, err, id1)
+		}
+		watch.until(t)
+		if _, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.0.1:9100"), LeaseId: id1}); err != nil {
+			t.Fatal(err)
+		}
+		watch.until(t, gen1)
+		if got := watch.items[gen1].GetTransport().GetTcp(); got != "10.0.0.1:9100" {
+			t.Fatalf("worker-1 serves at %q, want the new port", got)
+		}
+	})
+}
