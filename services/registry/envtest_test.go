@@ -317,4 +317,27 @@ func TestKubernetesEnvtest(t *testing.T) {
 			t.Fatalf("worker-1 serves at %q, want the new port", got)
 		}
 	})
+
+	t.Run("registrations without a lease add up per pod", func(t *testing.T) {
+		steps := []struct {
+			ep, addr string
+			want     []string
+		}{
+			{"prefill", "10.0.0.1:9101", []string{gen1, pre1}},
+			{"prefill", "10.0.0.1:9102", []string{gen1, pre1}}, // the pod's own re-registration replaces it
+		}
+		for _, st := range steps {
+			r, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf(st.ep, st.addr), Pod: w1})
+			if err != nil || r.InstanceId != id1 {
+				t.Fatalf("Register %s = %v, %v; want instance %x", st.addr, r, err, id1)
+			}
+			for watch.items[pre1].GetTransport().GetTcp() != st.addr {
+				watch.next(t)
+			}
+			watch.until(t, st.want...)
+		}
+		if got := watch.items[gen1].GetTransport().GetTcp(); got != "10.0.0.1:9100" {
+			t.Fatalf("generate moved to %q; a registration of another endpoint must leave it", got)
+		}
+	})
 }

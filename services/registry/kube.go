@@ -245,6 +245,13 @@ func (k *KubeBackend) resource() dynamic.ResourceInterface {
 // the pod's DynamoWorkerMetadata with an owner reference to the pod. The
 // lease id is the pod's instance id.
 func (k *KubeBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod) (uint64, time.Duration, error) {
+	return k.claim(ctx, "grant lease", ttl, pod, true)
+}
+
+// claim makes sure the pod's resource exists and is the pod's. fresh drops
+// the entries of an existing resource of the same pod; otherwise only a
+// resource left by an earlier pod of the same name is replaced.
+func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, pod *registryv1.KubernetesPod, fresh bool) (uint64, time.Duration, error) {
 	if pod == nil {
 		return 0, 0, fmt.Errorf("%w: the kubernetes discovery backend needs the worker's pod: set POD_NAME, POD_NAMESPACE and POD_UID (or the request's pod field)", ErrInvalid)
 	}
@@ -253,13 +260,27 @@ func (k *KubeBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *re
 	}
 	p, err := k.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
-		return 0, 0, kubeErr("grant lease: get pod "+pod.Namespace+"/"+pod.Name, err)
+		return 0, 0, kubeErr(op+": get pod "+pod.Namespace+"/"+pod.Name, err)
 	}
 	if string(p.UID) != pod.Uid {
-		return 0, 0, fmt.Errorf("grant lease: %w: pod %s/%s has uid %s, not %s", ErrNotFound, pod.Namespace, pod.Name, p.UID, pod.Uid)
+		return 0, 0, fmt.Errorf("%s: %w: pod %s/%s has uid %s, not %s", op, ErrNotFound, pod.Namespace, pod.Name, p.UID, pod.Uid)
 	}
-	if err := k.resource().Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return 0, 0, kubeErr("grant lease: delete previous registration", err)
+	drop := fresh
+	if !fresh {
+		cur, err := k.resource().Get(ctx, pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return 0, 0, kubeErr(op, err)
+		default:
+			spec, _ := specOf(cur)
+			drop = spec.PodUID != pod.Uid || cur.GetDeletionTimestamp() != nil
+		}
+	}
+	if drop {
+		if err := k.resource().Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return 0, 0, kubeErr(op+": delete previous registration", err)
+		}
 	}
 	id := kubeInstanceID(pod.Uid)
 	obj := k.applyObject(pod.Name, "")
@@ -272,7 +293,7 @@ func (k *KubeBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *re
 		"ttlSeconds": int64(ttl / time.Second),
 	}
 	if _, err := k.resource().Apply(ctx, pod.Name, obj, metav1.ApplyOptions{FieldManager: kubeFieldManager, Force: true}); err != nil {
-		return 0, 0, kubeErr("grant lease: apply "+kubeKind, err)
+		return 0, 0, kubeErr(op+": apply "+kubeKind, err)
 	}
 	return id, ttl, nil
 }
@@ -361,15 +382,26 @@ func (k *KubeBackend) applyEntry(ctx context.Context, op string, lease uint64, m
 	}
 }
 
-// Register adds an endpoint to the lease's resource (granting the lease for
-// pod first when lease is 0). The same endpoint twice is ErrExists.
+// Register adds an endpoint to the lease's resource; the same endpoint twice
+// is ErrExists. With lease 0 the registration is the pod's: it joins the
+// pod's resource (made if missing) beside its other endpoints and replaces
+// an earlier registration of the same endpoint by this pod, since on
+// Kubernetes a new lease of a pod is the same instance.
 func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
+	exists := func(s workerSpec) error {
+		for _, e := range s.Endpoints {
+			if e.Namespace == in.Namespace && e.Component == in.Component && e.Endpoint == in.Endpoint {
+				return fmt.Errorf("%w: %s is already registered", ErrExists, instanceKey(in.Namespace, in.Component, in.Endpoint, lease))
+			}
+		}
+		return nil
+	}
 	if lease == 0 {
-		id, granted, err := k.GrantLease(ctx, ttl, pod)
+		id, granted, err := k.claim(ctx, "register", ttl, pod, false)
 		if err != nil {
 			return nil, err
 		}
-		lease, ttl = id, granted
+		lease, ttl, exists = id, granted, nil
 	} else {
 		u, err := k.lookup(ctx, lease)
 		if err != nil {
@@ -379,14 +411,7 @@ func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl
 		ttl = time.Duration(spec.TTLSeconds) * time.Second
 	}
 	in.InstanceId = lease
-	err := k.applyEntry(ctx, "register", lease, entryManager("e", in.Namespace, in.Component, in.Endpoint), "endpoints", toEndpointEntry(in), func(s workerSpec) error {
-		for _, e := range s.Endpoints {
-			if e.Namespace == in.Namespace && e.Component == in.Component && e.Endpoint == in.Endpoint {
-				return fmt.Errorf("%w: %s is already registered", ErrExists, instanceKey(in.Namespace, in.Component, in.Endpoint, lease))
-			}
-		}
-		return nil
-	})
+	err := k.applyEntry(ctx, "register", lease, entryManager("e", in.Namespace, in.Component, in.Endpoint), "endpoints", toEndpointEntry(in), exists)
 	if err != nil {
 		return nil, err
 	}
