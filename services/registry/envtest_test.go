@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,8 +18,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -34,6 +41,7 @@ var discoveryLabel = map[string]string{"switchyard.dev/discovery": "enabled"}
 // kubeEnv is a real kube-apiserver and etcd (envtest) with the CRD
 // installed, and a registry on the kubernetes backend in front of them.
 type kubeEnv struct {
+	cfg  *rest.Config
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	rpc  registryv1.RegistryServiceClient
@@ -67,7 +75,7 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 			t.Errorf("stop envtest: %v", err)
 		}
 	})
-	e := &kubeEnv{}
+	e := &kubeEnv{cfg: cfg}
 	if e.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -340,4 +348,102 @@ func TestKubernetesEnvtest(t *testing.T) {
 			t.Fatalf("generate moved to %q; a registration of another endpoint must leave it", got)
 		}
 	})
+}
+
+// TestKubernetesEnvtestRBAC runs the registry through a kubeconfig file as
+// the service account of deploy/kubernetes/rbac.yaml, with only the rights
+// that file grants, through a worker's whole life.
+func TestKubernetesEnvtestRBAC(t *testing.T) {
+	e := startKubeEnv(t)
+	ctx := kubeCtx(t)
+	applyManifest(t, e.dyn, filepath.Join("..", "..", "deploy", "kubernetes", "rbac.yaml"))
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: e.cfg.Host, CertificateAuthorityData: e.cfg.CAData}
+	kc.AuthInfos["registry"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: e.cfg.CertData, ClientKeyData: e.cfg.KeyData, Token: e.cfg.BearerToken,
+		Impersonate: "system:serviceaccount:" + kubeTestNS + ":switchyard-registry",
+	}
+	kc.Contexts["registry"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "registry", Namespace: kubeTestNS}
+	kc.CurrentContext = "registry"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	svc, err := Start(rctx, Config{
+		Server:       grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend:      BackendKubernetes,
+		Kubeconfig:   kubeconfig,
+		KubeDebounce: 20 * time.Millisecond,
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start registry as the service account: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("registry stopped with %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rpc := registryv1.NewRegistryServiceClient(cc)
+
+	w := e.createPod(t, "worker-rbac")
+	watch := watchInstancesOf(t, rpc, &registryv1.WatchInstancesRequest{})
+	r, err := rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.1.1:9000"), Pod: w})
+	if err != nil {
+		t.Fatalf("Register as the service account: %v", err)
+	}
+	card := &registryv1.ModelCard{Namespace: "vllm-agg", Component: "backend", Endpoint: "generate", ModelName: "m", BlockSize: 16, ContextLength: 64}
+	if _, err := rpc.RegisterModel(ctx, &registryv1.RegisterModelRequest{Card: card, LeaseId: r.InstanceId}); err != nil {
+		t.Fatalf("RegisterModel as the service account: %v", err)
+	}
+	e.slice(t, "backend-rbac", true, nil, w)
+	key := instanceKey("vllm-agg", "backend", "generate", r.InstanceId)
+	watch.until(t, key)
+	if _, err := rpc.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: r.InstanceId}); err != nil {
+		t.Fatalf("Deregister as the service account: %v", err)
+	}
+	watch.until(t)
+}
+
+// applyManifest creates the ServiceAccounts, Roles and RoleBindings of a
+// YAML file.
+func applyManifest(t *testing.T, dyn dynamic.Interface, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	resources := map[string]schema.GroupVersionResource{
+		"ServiceAccount": {Version: "v1", Resource: "serviceaccounts"},
+		"Role":           {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+		"RoleBinding":    {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	}
+	dec := yamlutil.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		gvr, ok := resources[u.GetKind()]
+		if !ok {
+			t.Fatalf("%s: unexpected kind %q", path, u.GetKind())
+		}
+		if _, err := dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(kubeCtx(t), u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
 }

@@ -134,6 +134,9 @@ func NewKubeBackend(ctx context.Context, dyn dynamic.Interface, kube kubernetes.
 			ErrUnavailable, WorkerMetadataGVR.GroupResource(), opts.Namespace, opts.SyncTimeout)
 	}
 	k.feed.publish(k.compute())
+	k.log.Info("kubernetes discovery backend synced", "namespace", opts.Namespace,
+		"worker_resources", len(k.crs.GetStore().ListKeys()), "endpointslices", len(k.slices.GetStore().ListKeys()),
+		"endpointslice_selector", opts.EndpointSliceSelector)
 	k.wg.Add(1)
 	go k.run()
 	return k, nil
