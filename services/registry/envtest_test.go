@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -58,7 +59,11 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(assets, bin)); assets == "" || err != nil {
-			t.Skipf("KUBEBUILDER_ASSETS=%q has no %s: run export KUBEBUILDER_ASSETS=\"$(hack/envtest-binaries.sh)\" first", assets, bin)
+			msg := fmt.Sprintf("KUBEBUILDER_ASSETS=%q has no %s: run export KUBEBUILDER_ASSETS=\"$(hack/envtest-binaries.sh)\" first", assets, bin)
+			if os.Getenv("SWITCHYARD_REQUIRE_ENVTEST") == "1" {
+				t.Fatal(msg + " (SWITCHYARD_REQUIRE_ENVTEST=1 forbids skipping)")
+			}
+			t.Skip(msg)
 		}
 	}
 	env := &envtest.Environment{
