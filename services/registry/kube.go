@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -68,6 +69,12 @@ type KubeBackend struct {
 	closeOnce   sync.Once
 
 	feed *kubeFeed
+
+	// gone holds the UIDs of resources this replica deleted that its
+	// informer may still hold, so that a keep-alive right after Deregister
+	// is not found, as on etcd. An informer delete event clears the entry.
+	goneMu sync.Mutex
+	gone   map[types.UID]struct{}
 }
 
 var _ Backend = (*KubeBackend)(nil)
@@ -94,7 +101,7 @@ func NewKubeBackend(ctx context.Context, dyn dynamic.Interface, kube kubernetes.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := &KubeBackend{dyn: dyn, kube: kube, opts: opts, log: log, stop: make(chan struct{}), dirty: make(chan struct{}, 1), feed: newKubeFeed()}
+	k := &KubeBackend{dyn: dyn, kube: kube, opts: opts, log: log, stop: make(chan struct{}), dirty: make(chan struct{}, 1), feed: newKubeFeed(), gone: map[types.UID]struct{}{}}
 
 	k.dynFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, opts.Namespace, func(o *metav1.ListOptions) {
 		o.LabelSelector = labelManagedBy + "=" + kubeFieldManager
@@ -122,6 +129,15 @@ func NewKubeBackend(ctx context.Context, dyn dynamic.Interface, kube kubernetes.
 		if _, err := inf.AddEventHandler(poke); err != nil {
 			return nil, fmt.Errorf("kubernetes backend: %w", err)
 		}
+	}
+	if _, err := k.crs.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if m, err := metaOf(obj); err == nil {
+			k.goneMu.Lock()
+			delete(k.gone, m.GetUID())
+			k.goneMu.Unlock()
+		}
+	}}); err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
 	k.dynFactory.Start(k.stop)
 	k.kubeFactory.Start(k.stop)
@@ -281,7 +297,7 @@ func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, p
 		}
 	}
 	if drop {
-		if err := k.resource().Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := k.deleteResource(ctx, pod.Name, ""); err != nil {
 			return 0, 0, kubeErr(op+": delete previous registration", err)
 		}
 	}
@@ -321,7 +337,7 @@ func (k *KubeBackend) lookup(ctx context.Context, lease uint64) (*unstructured.U
 	objs, err := k.crs.GetIndexer().ByIndex(instanceIDIndex, idLabel(lease))
 	if err == nil {
 		for _, o := range objs {
-			if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil {
+			if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil && !k.isGone(u.GetUID()) {
 				return u, nil
 			}
 		}
@@ -445,12 +461,46 @@ func (k *KubeBackend) Deregister(ctx context.Context, lease uint64) (int64, erro
 	if err != nil {
 		return 0, fmt.Errorf("deregister: %w", err)
 	}
-	uid := u.GetUID()
-	err = k.resource().Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := k.deleteResource(ctx, u.GetName(), u.GetUID()); err != nil {
 		return 0, kubeErr("deregister", err)
 	}
 	return k.feed.revision(), nil
+}
+
+// deleteResource deletes a worker resource (only the one of that UID when
+// uid is set) and remembers it as gone until the informer sees the delete.
+// A resource that is already gone is no error.
+func (k *KubeBackend) deleteResource(ctx context.Context, name string, uid types.UID) error {
+	opts := metav1.DeleteOptions{}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	if uid == "" {
+		cur, err := k.resource().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		uid = cur.GetUID()
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := k.resource().Delete(ctx, name, opts)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	k.goneMu.Lock()
+	k.gone[uid] = struct{}{}
+	k.goneMu.Unlock()
+	return nil
+}
+
+func (k *KubeBackend) isGone(uid types.UID) bool {
+	k.goneMu.Lock()
+	defer k.goneMu.Unlock()
+	_, ok := k.gone[uid]
+	return ok
 }
 
 // RegisterModel adds or replaces a model card on the lease's resource.
