@@ -490,9 +490,16 @@ func (k *KubeBackend) deleteResource(ctx context.Context, name string, uid types
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	// The informer updates its store before it calls the delete handler, so
+	// an object its store no longer holds needs no entry; under goneMu the
+	// handler cannot run between the check and the write.
 	k.goneMu.Lock()
-	k.gone[uid] = struct{}{}
-	k.goneMu.Unlock()
+	defer k.goneMu.Unlock()
+	if o, ok, _ := k.crs.GetStore().GetByKey(k.opts.Namespace + "/" + name); ok {
+		if m, err := metaOf(o); err == nil && m.GetUID() == uid {
+			k.gone[uid] = struct{}{}
+		}
+	}
 	return nil
 }
 
