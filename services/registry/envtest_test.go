@@ -92,15 +92,23 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 		t.Fatal(err)
 	}
 
-	rctx, cancel := context.WithCancel(context.Background())
-	svc, err := Start(rctx, Config{
-		Server:                    grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+	e.addr, e.rpc = startKubeRegistry(t, Config{
 		Backend:                   BackendKubernetes,
 		KubeRESTConfig:            cfg,
 		KubeNamespace:             kubeTestNS,
 		KubeEndpointSliceSelector: envtestSelector,
 		KubeDebounce:              20 * time.Millisecond,
-	}, slog.New(slog.DiscardHandler))
+	})
+	return e
+}
+
+// startKubeRegistry runs a registry with cfg (on a loopback port) until the
+// test ends, and dials it.
+func startKubeRegistry(t *testing.T, cfg Config) (string, registryv1.RegistryServiceClient) {
+	t.Helper()
+	cfg.Server = grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := Start(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
 		t.Fatalf("start registry: %v", err)
@@ -111,14 +119,13 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 			t.Errorf("registry stopped with %v", err)
 		}
 	})
-	e.addr = svc.Addr().String()
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := svc.Addr().String()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	e.rpc = registryv1.NewRegistryServiceClient(cc)
-	return e
+	return addr, registryv1.NewRegistryServiceClient(cc)
 }
 
 func (e *kubeEnv) createPod(t *testing.T, name string) *registryv1.KubernetesPod {
@@ -314,6 +321,19 @@ func TestKubernetesEnvtest(t *testing.T) {
 		watch.until(t, gen1, pre1)
 	})
 
+	t.Run("another registry process answers an old revision with a fresh snapshot", func(t *testing.T) {
+		// As after a restart, or a client moving to another replica: the
+		// revision is not one this process issued.
+		_, rpc := startKubeRegistry(t, Config{Backend: BackendKubernetes, KubeRESTConfig: e.cfg, KubeNamespace: kubeTestNS,
+			KubeEndpointSliceSelector: envtestSelector, KubeDebounce: 20 * time.Millisecond})
+		other := watchInstancesOf(t, rpc, &registryv1.WatchInstancesRequest{ResumeRevision: watch.rev})
+		other.next(t)
+		if other.first.Kind != registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_SNAPSHOT || other.first.SnapshotReason != registryv1.SnapshotReason_SNAPSHOT_REASON_COMPACTED {
+			t.Fatalf("resume from %d on another process: %v, want a COMPACTED snapshot", watch.rev, other.first)
+		}
+		other.until(t, gen1, pre1)
+	})
+
 	t.Run("a new lease of the same pod starts afresh", func(t *testing.T) {
 		// A restarted container asks for a lease again: what the previous
 		// process registered goes, and the id stays the pod's.
@@ -375,29 +395,7 @@ func TestKubernetesEnvtestRBAC(t *testing.T) {
 	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	svc, err := Start(rctx, Config{
-		Server:       grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-		Backend:      BackendKubernetes,
-		Kubeconfig:   kubeconfig,
-		KubeDebounce: 20 * time.Millisecond,
-	}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatalf("start registry as the service account: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := svc.Wait(); err != nil {
-			t.Errorf("registry stopped with %v", err)
-		}
-	}()
-	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	rpc := registryv1.NewRegistryServiceClient(cc)
+	_, rpc := startKubeRegistry(t, Config{Backend: BackendKubernetes, Kubeconfig: kubeconfig, KubeDebounce: 20 * time.Millisecond})
 
 	w := e.createPod(t, "worker-rbac")
 	watch := watchInstancesOf(t, rpc, &registryv1.WatchInstancesRequest{})
