@@ -52,8 +52,8 @@ bench: build ## Benchmark functions, then each benchmark command's table.
 	@for b in $(BIN)/*-bench; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
 
 .PHONY: run
-run: build ## Run the local stack (what exists so far) on embedded etcd and NATS.
-	$(BIN)/registry --data-dir .data/registry
+run: build ## Run the whole stack on this machine: registry, eventbus, router, two mockers, frontend on :8000.
+	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data
 
 .PHONY: clean
 clean: ## Remove binaries and local run data.

@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 )
 
-const qwen3Dir = "../tokenizer/testdata/qwen3"
+const qwen3Dir = "../tokenizer/qwen3"
 
 type chatCase struct {
 	Messages            []chattemplate.Message `json:"messages"`

@@ -11,7 +11,7 @@ import (
 // Example shows the frontend's preprocessing: load the model's tokenizer
 // files, render the chat template and encode the prompt.
 func Example() {
-	tok, cfg, err := tokenizer.LoadDir("../tokenizer/testdata/qwen3")
+	tok, cfg, err := tokenizer.LoadDir("../tokenizer/qwen3")
 	if err != nil {
 		log.Fatal(err)
 	}

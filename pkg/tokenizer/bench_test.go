@@ -56,7 +56,7 @@ func BenchmarkDecode(b *testing.B) {
 
 func BenchmarkLoad(b *testing.B) {
 	for b.Loop() {
-		if _, err := Load("testdata/qwen3/tokenizer.json.gz"); err != nil {
+		if _, err := Load("qwen3/tokenizer.json.gz"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-var qwen3Dir = filepath.Join("testdata", "qwen3")
+var qwen3Dir = "qwen3"
 
 var (
 	qwenOnce sync.Once

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -80,7 +81,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		DialKeepAliveTimeout: 3 * time.Second,
 		TLS:                  etcdTLS,
 		Logger:               zap.NewNop(),
-		DialOptions:          []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))},
+		DialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+			// Reconnect to a restarted etcd within a second, not gRPC's default
+			// of up to two minutes: leases (10 s by default) must not expire
+			// while the registry waits to redial.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: 2 * time.Second,
+			}),
+		},
 	})
 	if err != nil {
 		s.closeEtcd()

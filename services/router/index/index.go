@@ -480,3 +480,42 @@ func (x *Index) Stats() Stats {
 	defer x.mu.RUnlock()
 	return Stats{Blocks: len(x.holders), Entries: x.entries, Workers: len(x.slots)}
 }
+
+// WorkerDump is one worker's blocks, for snapshots.
+type WorkerDump struct {
+	ID        WorkerID
+	LastEvent uint64
+	Hashes    []uint64
+}
+
+// Dump copies every worker's blocks and last event id.
+func (x *Index) Dump() []WorkerDump {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]WorkerDump, 0, len(x.slots))
+	for _, w := range x.workers {
+		if w == nil {
+			continue
+		}
+		d := WorkerDump{ID: w.id, LastEvent: w.lastEvent, Hashes: make([]uint64, 0, len(w.blocks))}
+		for h := range w.blocks {
+			d.Hashes = append(d.Hashes, h)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Restore adds dumped workers' blocks and last event ids, so that replaying
+// events the dump already covers changes nothing.
+func (x *Index) Restore(dumps []WorkerDump) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, d := range dumps {
+		s, w := x.slotLocked(d.ID, true)
+		for _, h := range d.Hashes {
+			x.addLocked(s, w, h)
+		}
+		w.lastEvent = max(w.lastEvent, d.LastEvent)
+	}
+}

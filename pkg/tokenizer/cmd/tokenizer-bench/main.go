@@ -24,7 +24,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("tokenizer-bench", flag.ExitOnError)
-	dir := fs.String("dir", filepath.Join("pkg", "tokenizer", "testdata", "qwen3"), "directory with tokenizer.json(.gz), tokenizer_config.json and reference-tokens.jsonl")
+	dir := fs.String("dir", filepath.Join("pkg", "tokenizer", "qwen3"), "directory with tokenizer.json(.gz), tokenizer_config.json and reference-tokens.jsonl")
 	dur := fs.Duration("duration", 2*time.Second, "how long to repeat each throughput measurement")
 	promptTokens := fs.Int("prompt-tokens", 60000, "size of the chat prompt to preprocess")
 	_ = fs.Parse(os.Args[1:])

@@ -1,0 +1,87 @@
+"""Unit tests of the Python side; run by TestPythonUnitTests (or directly:
+/usr/bin/python3 -m unittest test_worker.py in this folder)."""
+
+import struct
+import unittest
+
+import hpack
+import kvhash
+import requestplane
+
+
+def seq(first, last):
+    return list(range(first, last + 1))
+
+
+class KvHashTest(unittest.TestCase):
+    # pkg/kvhash's golden values (kvhash_test.go), computed with the
+    # reference C implementation.
+    def test_local_hash_golden(self):
+        big = [151643 - i * 7 for i in range(16)]
+        cases = [
+            ([], 0xd1f3e77444430ab9),
+            (seq(1, 16), 0xea06fc71a5ee6e88),
+            ([0] * 16, 0x4ca6490661395090),
+            (seq(1, 64), 0xf617bf3b93a1d900),
+            (big, 0xfd1c17532c57254a),
+        ]
+        for tokens, want in cases:
+            with self.subTest(n=len(tokens)):
+                self.assertEqual(kvhash.local_hash(tokens), want)
+
+    def test_hashes_golden(self):
+        want = [
+            (0xea06fc71a5ee6e88, 0xea06fc71a5ee6e88),
+            (0x1fbf39bd106be0b5, 0xad01835a37dd294c),
+            (0xa8562fe663b7a097, 0x0d55e56c2bccbd1a),
+        ]
+        # 50 tokens: three full blocks and a partial one that is ignored.
+        self.assertEqual(kvhash.hashes(seq(1, 50), 16), want)
+
+    def test_invalid_block_size(self):
+        with self.assertRaises(ValueError):
+            kvhash.hashes([1, 2], 0)
+
+
+class HPACKTest(unittest.TestCase):
+    def test_rfc7541_c4_requests_with_huffman(self):
+        # RFC 7541 C.4: three requests on one connection, sharing the dynamic table.
+        d = hpack.Decoder()
+        self.assertEqual(d.decode(bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")),
+                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
+        self.assertEqual(d.decode(bytes.fromhex("828684be5886a8eb10649cbf")),
+                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"),
+                          ("cache-control", "no-cache")])
+        self.assertEqual(d.decode(bytes.fromhex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf")),
+                         [(":method", "GET"), (":scheme", "https"), (":path", "/index.html"),
+                          (":authority", "www.example.com"), ("custom-key", "custom-value")])
+
+    def test_rfc7541_c3_requests_without_huffman(self):
+        d = hpack.Decoder()
+        d.decode(bytes.fromhex("828684410f7777772e6578616d706c652e636f6d"))
+        self.assertEqual(d.decode(bytes.fromhex("828684be58086e6f2d6361636865")),
+                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"),
+                          ("cache-control", "no-cache")])
+
+    def test_encode_round_trip(self):
+        fields = [(":status", "200"), (":status", "503"), ("content-type", "application/x-switchyard-frames"),
+                  ("x-custom", "v" * 200)]
+        self.assertEqual(hpack.Decoder().decode(hpack.encode(fields)), fields)
+
+    def test_malformed(self):
+        for block in (b"\x80", b"\xff\xff\xff\xff\xff\xff\xff", b"\x40\x85\xff", bytes([0xbe])):
+            with self.subTest(block=block.hex()):
+                with self.assertRaises(hpack.HPACKError):
+                    hpack.Decoder().decode(block)
+
+
+class FramingTest(unittest.TestCase):
+    def test_frames(self):
+        self.assertEqual(requestplane.encode_frame(requestplane.FRAME_DATA, b"abc"), b"\x02\x00\x00\x00\x03abc")
+        self.assertEqual(requestplane.encode_frame(requestplane.FRAME_END), b"\x03\x00\x00\x00\x00")
+        body = requestplane.encode_error("invalid_argument", "bad")
+        self.assertEqual(body, struct.pack(">H", 16) + b"invalid_argument" + b"bad")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,496 @@
+#!/usr/bin/python3
+"""An example Switchyard worker in Python, built on the generated stubs only.
+
+It serves `generate` on the HTTP request plane (deterministic tokens that echo
+the prompt), registers with the registry on a lease it keeps alive, publishes
+a model card, and publishes KV cache events for the prompt blocks it "caches".
+SIGTERM or SIGINT deregisters at once, lets in-flight requests finish within
+--drain-timeout and exits 0; a lost lease exits 1.
+
+Run it with Debian's /usr/bin/python3 (python3-grpcio, python3-protobuf,
+python3-xxhash); see README.md.
+"""
+
+import argparse
+import collections
+import json
+import logging
+import os
+import pathlib
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "gen" / "python"))
+
+import grpc  # noqa: E402
+from google.protobuf.message import DecodeError  # noqa: E402
+
+from switchyard.eventbus.v1 import eventbus_pb2, eventbus_pb2_grpc  # noqa: E402
+from switchyard.registry.v1 import registry_pb2, registry_pb2_grpc  # noqa: E402
+from switchyard.worker.v1 import worker_pb2  # noqa: E402
+
+import kvhash  # noqa: E402
+import requestplane  # noqa: E402
+
+log = logging.getLogger("pyworker")
+
+KV_EVENTS_NAME = "kv_cache_update"  # as pkg/worker.KVEventsName
+LOAD_NAME = "load_metrics"  # as pkg/worker.LoadName
+ENV_PREFIX = "SWITCHYARD_PYWORKER_"
+# Flags whose variables keep the names Switchyard's Go side uses.
+NAMED_ENV = {
+    "http_host": "DYN_HTTP_RPC_HOST",
+    "http_port": "DYN_HTTP_RPC_PORT",
+    "http_root_path": "DYN_HTTP_RPC_ROOT_PATH",
+    "max_message_size": "DYN_TCP_MAX_MESSAGE_SIZE",
+}
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line, like the Go services' slog JSON handler."""
+
+    def format(self, record):
+        out = {"time": self.formatTime(record), "level": record.levelname, "msg": record.getMessage()}
+        out.update(getattr(record, "attrs", {}))
+        if record.exc_info:
+            out["err"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def info(msg, **attrs):
+    log.info(msg, extra={"attrs": attrs})
+
+
+def error(msg, **attrs):
+    log.error(msg, extra={"attrs": attrs})
+
+
+def parse_config(argv):
+    p = argparse.ArgumentParser(
+        description="Example Switchyard worker on the generated Python stubs. Every flag can also be set "
+                    "through %s<FLAG> (upper snake case) or the DYN_* variable named in its help." % ENV_PREFIX)
+    p.add_argument("--namespace", default="dynamo", help="registry namespace")
+    p.add_argument("--component", default="backend", help="registry component")
+    p.add_argument("--endpoint", default="generate", help="registry endpoint")
+    p.add_argument("--model-name", default="switchyard/python-echo", help="model name on the model card")
+    p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
+    p.add_argument("--context-length", type=int, default=40960, help="context length on the model card")
+    p.add_argument("--kv-blocks", type=int, default=8192, help="KV blocks the simulated cache holds before evicting")
+    p.add_argument("--token-delay", type=float, default=0.005, help="seconds between generated tokens")
+    p.add_argument("--load-interval", type=float, default=1.0, help="seconds between load metrics publications")
+    p.add_argument("--registry-addr", default="localhost:7001", help="registry address, host:port")
+    p.add_argument("--eventbus-addr", default="localhost:7002", help="eventbus address, host:port")
+    p.add_argument("--lease-ttl", type=int, default=10, help="registry lease TTL in seconds (1..300)")
+    p.add_argument("--drain-timeout", type=float, default=30, help="seconds in-flight requests may take at shutdown")
+    p.add_argument("--http-host", default="", help="address to bind and advertise (DYN_HTTP_RPC_HOST; "
+                                                   "default: a non-loopback IPv4 of the machine, else 127.0.0.1)")
+    p.add_argument("--http-port", type=int, default=8888, help="port (DYN_HTTP_RPC_PORT; 0 picks one)")
+    p.add_argument("--http-root-path", default="/v1/rpc", help="path prefix of endpoints (DYN_HTTP_RPC_ROOT_PATH)")
+    p.add_argument("--max-message-size", type=int, default=32 << 20,
+                   help="largest request payload in bytes (DYN_TCP_MAX_MESSAGE_SIZE)")
+    given = {a.split("=", 1)[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
+    for action in p._actions:
+        dest = action.dest
+        if dest == "help" or dest in given:
+            continue
+        env = NAMED_ENV.get(dest, ENV_PREFIX + dest.upper())
+        if env in os.environ:
+            raw = os.environ[env]
+            try:
+                p.set_defaults(**{dest: action.type(raw) if action.type else raw})
+            except ValueError:
+                p.error("%s=%r is not a valid value for --%s" % (env, raw, dest.replace("_", "-")))
+    cfg = p.parse_args(argv)
+    plane = os.environ.get("DYN_REQUEST_PLANE", "http").strip().lower()
+    if plane != "http":
+        p.error("DYN_REQUEST_PLANE=%r: this worker serves the http request plane only (valid: http)"
+                % os.environ["DYN_REQUEST_PLANE"])
+    if cfg.block_size <= 0:
+        p.error("--block-size must be positive, got %d" % cfg.block_size)
+    if cfg.load_interval <= 0:
+        p.error("--load-interval must be positive, got %g" % cfg.load_interval)
+    if not 1 <= cfg.lease_ttl <= 300:
+        p.error("--lease-ttl must be 1..300 seconds, got %d" % cfg.lease_ttl)
+    if not cfg.http_host:
+        cfg.http_host = detect_host()
+    return cfg
+
+
+def detect_host():
+    """A non-loopback IPv4 address of this machine, or 127.0.0.1."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))  # no packet is sent; this only picks the outgoing interface
+        addr = s.getsockname()[0]
+        return addr if not addr.startswith("127.") else "127.0.0.1"
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        s.close()
+
+
+class LeaseLost(Exception):
+    pass
+
+
+class _KeepAliveStream:
+    """One KeepAlive bidi stream and the thread that reads its answers."""
+
+    def __init__(self, stub):
+        self.requests = queue.Queue()
+        self.answers = queue.Queue()
+        self.responses = stub.KeepAlive(iter(self.requests.get, None))
+        self.reader = threading.Thread(target=self._read, name="keepalive-read", daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        try:
+            for r in self.responses:
+                self.answers.put(r)
+            self.answers.put(grpc.RpcError("keep-alive stream ended"))
+        except grpc.RpcError as e:
+            self.answers.put(e)
+
+    def refresh(self, lease_id, timeout):
+        """Refreshes the lease; returns (ttl seconds, found) or raises."""
+        self.requests.put(registry_pb2.KeepAliveRequest(lease_id=lease_id))
+        end = time.monotonic() + max(timeout, 0.05)
+        while True:
+            try:
+                r = self.answers.get(timeout=max(end - time.monotonic(), 0))
+            except queue.Empty:
+                raise TimeoutError("keep-alive answer timed out") from None
+            if isinstance(r, Exception):
+                raise r
+            if r.lease_id == lease_id:
+                return r.ttl_seconds, r.found
+
+    def close(self):
+        self.requests.put(None)
+        self.responses.cancel()
+        self.reader.join()
+
+
+class Lease:
+    """A registry lease kept alive at half its TTL, as pkg/discovery.Session does."""
+
+    def __init__(self, stub, ttl):
+        self.stub = stub
+        resp = stub.GrantLease(registry_pb2.GrantLeaseRequest(ttl_seconds=ttl), timeout=10)
+        self.id = resp.lease_id
+        self.ttl = resp.ttl_seconds
+        self.lost = None  # the reason, once lost
+        self._stop = threading.Event()
+        self.done = threading.Event()  # set when lost or closed
+        self._thread = threading.Thread(target=self._keep_alive, name="keepalive", daemon=True)
+        self._thread.start()
+
+    def _keep_alive(self):
+        deadline = time.monotonic() + self.ttl
+        nxt = time.monotonic() + self.ttl / 2
+        backoff = 0.05
+        stream = None
+        try:
+            while not self._stop.wait(max(nxt - time.monotonic(), 0)):
+                if stream is None:
+                    stream = _KeepAliveStream(self.stub)
+                now = time.monotonic()
+                try:
+                    ttl, found = stream.refresh(self.id, min(deadline - now, 5))
+                except (grpc.RpcError, TimeoutError) as e:
+                    stream.close()
+                    stream = None
+                    now = time.monotonic()
+                    if now >= deadline:
+                        self._lose("no keep-alive reached the registry before the deadline: %s" % e)
+                        return
+                    log.warning("lease keep-alive failed; retrying", extra={"attrs": {"err": str(e)}})
+                    nxt = now + min(backoff, deadline - now)
+                    backoff = min(backoff * 2, 5)
+                    continue
+                if not found:
+                    self._lose("the registry no longer has lease %x" % self.id)
+                    return
+                now = time.monotonic()
+                deadline, nxt, backoff = now + ttl, now + ttl / 2, 0.05
+        finally:
+            if stream is not None:
+                stream.close()
+
+    def _lose(self, reason):
+        error("lease lost", lease="%x" % self.id, reason=reason)
+        self.lost = reason
+        self.done.set()
+
+    def close(self):
+        """Stops the keep-alive and revokes the lease, deleting what is registered on it."""
+        self._stop.set()
+        self._thread.join()
+        if self.lost is None:
+            try:
+                self.stub.Deregister(registry_pb2.DeregisterRequest(lease_id=self.id), timeout=10)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+        self.done.set()
+
+
+class KvPublisher:
+    """Publishes KvEventBatch messages in order, one eventbus Publish each, on
+    {namespace}.{component}.kv_cache_update with the msg id
+    kv-{instance hex}-{dp rank}-{first event id} (as pkg/worker does), so a
+    retried publish is stored once."""
+
+    def __init__(self, stub, subject):
+        self.stub = stub
+        self.subject = subject
+        self.queue = queue.Queue()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kv-publish", daemon=True)
+        self._thread.start()
+
+    def publish(self, batch):
+        self.queue.put(batch)
+
+    def _run(self):
+        while True:
+            batch = self.queue.get()
+            if batch is None:
+                return
+            msg_id = "kv-%x-%d-%d" % (batch.instance_id, batch.dp_rank, batch.first_event_id)
+            event = eventbus_pb2.Event(subject=self.subject, payload=batch.SerializeToString(), msg_id=msg_id)
+            backoff = 0.05
+            while True:
+                try:
+                    self.stub.Publish(eventbus_pb2.PublishRequest(event=event), timeout=10)
+                    break
+                except grpc.RpcError as e:
+                    if e.code() not in TRANSIENT or self._closing.is_set():
+                        error("KV events not published", events=len(batch.events), err=str(e.details()))
+                        break
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 2)
+
+    def close(self, timeout):
+        """Publishes what is queued, retrying for at most timeout seconds."""
+        self.queue.put(None)
+        self._thread.join(timeout)
+        self._closing.set()
+        self._thread.join()
+
+
+class LoadPublisher:
+    """Publishes the engine's LoadMetrics every interval on
+    {namespace}.{component}.load_metrics, as pkg/worker does."""
+
+    def __init__(self, stub, subject, engine, interval):
+        self.stub = stub
+        self.subject = subject
+        self.engine = engine
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-publish", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            event = eventbus_pb2.Event(subject=self.subject, payload=self.engine.load().SerializeToString(),
+                                       msg_id=uuid.uuid4().hex)
+            try:
+                self.stub.Publish(eventbus_pb2.PublishRequest(event=event), timeout=2)
+            except grpc.RpcError as e:
+                log.warning("load not published", extra={"attrs": {"err": str(e.details())}})
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+
+
+class EchoEngine:
+    """A stand-in engine: it "prefills" the prompt into a prefix cache of
+    --kv-blocks blocks (LRU), reporting stored and evicted blocks as KV
+    events, and generates tokens that echo the prompt."""
+
+    def __init__(self, cfg, instance_id, publisher):
+        self.cfg = cfg
+        self.instance_id = instance_id
+        self.publisher = publisher
+        self.lock = threading.Lock()
+        self.cache = collections.OrderedDict()  # sequence hash -> None, oldest first
+        self.next_event_id = 1
+        self.running = {}  # request key -> tokens in its sequence so far
+
+    def load(self):
+        """Returns the engine's load: running requests and the KV blocks they and the cache hold."""
+        with self.lock:
+            decode_blocks = sum(-(-n // self.cfg.block_size) for n in self.running.values())
+            m = worker_pb2.LoadMetrics(instance_id=self.instance_id, dp_rank=0, active_decode_blocks=decode_blocks,
+                                       kv_blocks_used=len(self.cache), kv_blocks_total=self.cfg.kv_blocks,
+                                       running_requests=len(self.running))
+        m.timestamp.GetCurrentTime()
+        return m
+
+    def prefill(self, prompt):
+        """Caches the prompt's full blocks; returns how many prompt tokens were cached already."""
+        blocks = kvhash.hashes(prompt, self.cfg.block_size)
+        with self.lock:
+            cached = 0
+            while cached < len(blocks) and blocks[cached][1] in self.cache:
+                cached += 1
+            events, run = [], []
+            for i, (local, seq) in enumerate(blocks):
+                if seq in self.cache:
+                    self.cache.move_to_end(seq)
+                    if run:
+                        events.append(self._stored(run))
+                        run = []
+                    continue
+                self.cache[seq] = None
+                if not run:
+                    run.append(blocks[i - 1][1] if i > 0 else None)  # the run's parent
+                run.append(worker_pb2.KvBlock(sequence_hash=seq, local_hash=local))
+            if run:
+                events.append(self._stored(run))
+            evicted = []
+            while len(self.cache) > self.cfg.kv_blocks:
+                evicted.append(self.cache.popitem(last=False)[0])
+            if evicted:
+                events.append(worker_pb2.KvCacheEvent(removed=worker_pb2.KvBlocksRemoved(sequence_hashes=evicted)))
+            if events:
+                batch = worker_pb2.KvEventBatch(instance_id=self.instance_id, dp_rank=0,
+                                                first_event_id=self.next_event_id, events=events)
+                self.next_event_id += len(events)
+                self.publisher.publish(batch)
+        return cached * self.cfg.block_size
+
+    @staticmethod
+    def _stored(run):
+        parent, blocks = run[0], run[1:]
+        stored = worker_pb2.KvBlocksStored(blocks=blocks)
+        if parent is not None:
+            stored.parent_sequence_hash = parent
+        return worker_pb2.KvCacheEvent(stored=stored)
+
+    def generate(self, call):
+        req = worker_pb2.GenerateRequest()
+        try:
+            req.ParseFromString(call.payload)
+        except DecodeError as e:
+            raise requestplane.HandlerError("invalid_argument", "worker: invalid generate request: %s" % e) from e
+        prompt = list(req.token_ids)
+        if not prompt:
+            raise requestplane.HandlerError("invalid_argument", "worker: invalid generate request: empty prompt")
+        room = self.cfg.context_length - len(prompt)
+        if room <= 0:
+            raise requestplane.HandlerError("invalid_argument", "worker: prompt of %d tokens leaves no room in a "
+                                            "context of %d" % (len(prompt), self.cfg.context_length))
+        request_id = req.request_id or call.headers.get("x-request-id", "")
+        max_tokens = min(req.max_tokens or room, room)
+        stop_ids = set(req.stop.stop_token_ids)
+        cached = self.prefill(prompt)
+        key = object()
+        i = 0
+        try:
+            for i in range(max_tokens):
+                with self.lock:
+                    self.running[key] = len(prompt) + i
+                if call.cancelled.wait(self.cfg.token_delay) if self.cfg.token_delay > 0 else call.cancelled.is_set():
+                    raise requestplane.Disconnected("cancelled")
+                token = prompt[i % len(prompt)]
+                resp = worker_pb2.GenerateResponse(token_ids=[token])
+                if token in stop_ids and i + 1 >= req.stop.min_tokens:
+                    resp.finish_reason = worker_pb2.FINISH_REASON_STOP
+                elif i + 1 == max_tokens:
+                    resp.finish_reason = worker_pb2.FINISH_REASON_LENGTH
+                if resp.finish_reason:
+                    resp.usage.prompt_tokens = len(prompt)
+                    resp.usage.completion_tokens = i + 1
+                    resp.usage.cached_prompt_tokens = cached
+                call.send(resp.SerializeToString())
+                if resp.finish_reason:
+                    return
+        except requestplane.Disconnected:
+            info("generate cancelled", request_id=request_id, tokens=i)
+            raise
+        finally:
+            with self.lock:
+                self.running.pop(key, None)
+
+
+def main(argv):
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    cfg = parse_config(argv)
+    info("config", **{k: v for k, v in vars(cfg).items()})
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    reg_channel = grpc.insecure_channel(cfg.registry_addr)
+    bus_channel = grpc.insecure_channel(cfg.eventbus_addr)
+    registry = registry_pb2_grpc.RegistryServiceStub(reg_channel)
+    eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
+    subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
+    publisher = KvPublisher(eventbus, subject)
+    lease = server = load = None
+    code = 0
+    try:
+        # The lease comes first so that KV events carry the instance id from
+        # the first request on; the server next, since its URL is registered.
+        grpc.channel_ready_future(reg_channel).result(timeout=30)
+        lease = Lease(registry, cfg.lease_ttl)
+        engine = EchoEngine(cfg, lease.id, publisher)
+        load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine, cfg.load_interval)
+        server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
+                                     cfg.max_message_size, cfg.http_host)
+        server.start()
+        instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
+                                         transport=registry_pb2.Transport(http=server.base_url),
+                                         metadata={"worker": "python-example"})
+        registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10)
+        card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
+                                      instance_id=lease.id, model_name=cfg.model_name, block_size=cfg.block_size,
+                                      context_length=cfg.context_length)
+        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=card, lease_id=lease.id), timeout=10)
+        info("worker registered", instance="%x" % lease.id,
+             endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
+             transport="http:" + server.base_url, model=cfg.model_name)
+        while not stop.wait(0.2) and not lease.done.is_set():
+            pass
+        if lease.lost is not None:
+            code = 1
+    except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as e:
+        error("worker failed to start", err=str(e) or type(e).__name__)
+        code = 1
+    finally:
+        info("worker shutting down: deregistering, then draining", drain_timeout=cfg.drain_timeout)
+        if lease is not None:
+            try:
+                lease.close()
+            except grpc.RpcError as e:
+                error("deregister failed", err=str(e))
+                code = 1
+        if server is not None:
+            if not server.drain(cfg.drain_timeout):
+                log.warning("drain timed out; cancelling the remaining requests")
+            server.close()
+        if load is not None:
+            load.close()
+        publisher.close(timeout=10)
+        reg_channel.close()
+        bus_channel.close()
+        info("worker stopped", exit_code=code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,222 @@
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Candidate(_message.Message):
+    __slots__ = ["cost", "decode_blocks", "dp_rank", "instance_id", "overlap_blocks", "prefill_blocks"]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    cost: float
+    decode_blocks: int
+    dp_rank: int
+    instance_id: int
+    overlap_blocks: int
+    prefill_blocks: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., overlap_blocks: _Optional[int] = ..., cost: _Optional[float] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ...) -> None: ...
+
+class Endpoint(_message.Message):
+    __slots__ = ["component", "endpoint", "namespace"]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    endpoint: str
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
+
+class FreeRequest(_message.Message):
+    __slots__ = ["request_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class FreeResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ["events_applied", "events_duplicate", "events_gap", "indexed_blocks", "indexed_entries", "mode", "restored_snapshot_time", "workers"]
+    EVENTS_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_GAP_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_SNAPSHOT_TIME_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    events_applied: int
+    events_duplicate: int
+    events_gap: int
+    indexed_blocks: int
+    indexed_entries: int
+    mode: str
+    restored_snapshot_time: _timestamp_pb2.Timestamp
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStats]
+    def __init__(self, mode: _Optional[str] = ..., indexed_blocks: _Optional[int] = ..., indexed_entries: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., events_applied: _Optional[int] = ..., events_duplicate: _Optional[int] = ..., events_gap: _Optional[int] = ..., restored_snapshot_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class IndexSnapshot(_message.Message):
+    __slots__ = ["stream_sequences", "taken_at", "workers"]
+    class StreamSequencesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STREAM_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    stream_sequences: _containers.ScalarMap[str, int]
+    taken_at: _timestamp_pb2.Timestamp
+    workers: _containers.RepeatedCompositeFieldContainer[IndexSnapshotWorker]
+    def __init__(self, stream_sequences: _Optional[_Mapping[str, int]] = ..., workers: _Optional[_Iterable[_Union[IndexSnapshotWorker, _Mapping]]] = ..., taken_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class IndexSnapshotWorker(_message.Message):
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "last_event_id"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    dp_rank: int
+    instance_id: int
+    last_event_id: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., last_event_id: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MarkPrefillCompleteRequest(_message.Message):
+    __slots__ = ["request_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class MarkPrefillCompleteResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class QueryOverlapsRequest(_message.Message):
+    __slots__ = ["block_hashes", "target", "token_ids"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    target: Target
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueryOverlapsResponse(_message.Message):
+    __slots__ = ["candidates", "request_blocks"]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
+    request_blocks: int
+    def __init__(self, request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
+
+class ReplicaEvent(_message.Message):
+    __slots__ = ["freed", "prefill_complete", "replica_id", "routed"]
+    FREED_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
+    freed: str
+    prefill_complete: str
+    replica_id: str
+    routed: ReplicaRouted
+    def __init__(self, replica_id: _Optional[str] = ..., routed: _Optional[_Union[ReplicaRouted, _Mapping]] = ..., prefill_complete: _Optional[str] = ..., freed: _Optional[str] = ...) -> None: ...
+
+class ReplicaRouted(_message.Message):
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "request_id"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    dp_rank: int
+    instance_id: int
+    prefill_blocks: int
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RouteRequest(_message.Message):
+    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
+    instance_id: int
+    overlap_weight: float
+    request_id: str
+    target: Target
+    temperature: float
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ...) -> None: ...
+
+class RouteResponse(_message.Message):
+    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "request_blocks", "transport"]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
+    dp_rank: int
+    endpoint: Endpoint
+    instance_id: int
+    overlap_blocks: int
+    request_blocks: int
+    transport: Transport
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+
+class Target(_message.Message):
+    __slots__ = ["endpoint", "model"]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    endpoint: Endpoint
+    model: str
+    def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Transport(_message.Message):
+    __slots__ = ["http", "nats", "tcp"]
+    HTTP_FIELD_NUMBER: _ClassVar[int]
+    NATS_FIELD_NUMBER: _ClassVar[int]
+    TCP_FIELD_NUMBER: _ClassVar[int]
+    http: str
+    nats: str
+    tcp: str
+    def __init__(self, tcp: _Optional[str] = ..., http: _Optional[str] = ..., nats: _Optional[str] = ...) -> None: ...
+
+class WorkerStats(_message.Message):
+    __slots__ = ["cached_blocks", "decode_blocks", "dp_rank", "instance_id", "prefill_blocks", "requests"]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    cached_blocks: int
+    decode_blocks: int
+    dp_rank: int
+    instance_id: int
+    prefill_blocks: int
+    requests: int
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., requests: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ...) -> None: ...

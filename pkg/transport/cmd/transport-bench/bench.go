@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// system is one thing under test: something that sends a request and
+// receives n responses of size bytes each.
+type system interface {
+	name() string
+	// stream sends req (whose first 8 bytes say n and size) and reads the
+	// n responses to the end.
+	stream(ctx context.Context, req []byte) (int, error)
+	close()
+}
+
+// request encodes a request of reqSize bytes asking for n responses of size
+// bytes.
+func request(reqSize, n, size int) []byte {
+	b := make([]byte, max(reqSize, 8))
+	binary.BigEndian.PutUint32(b, uint32(n))
+	binary.BigEndian.PutUint32(b[4:], uint32(size))
+	return b
+}
+
+// parseRequest decodes what request encoded.
+func parseRequest(b []byte) (n, size int) {
+	if len(b) < 8 {
+		return 0, 0
+	}
+	return int(binary.BigEndian.Uint32(b)), int(binary.BigEndian.Uint32(b[4:]))
+}
+
+type result struct {
+	p50one, p99one time.Duration
+	p50hun, p99hun time.Duration
+	fps1, fps64    float64
+}
+
+func latency(ctx context.Context, s system, req []byte, want, iters int) (p50, p99 time.Duration, err error) {
+	for range min(iters/10+1, 200) { // warm up pools and connections
+		if _, err := s.stream(ctx, req); err != nil {
+			return 0, 0, err
+		}
+	}
+	d := make([]time.Duration, 0, iters)
+	for range iters {
+		t0 := time.Now()
+		n, err := s.stream(ctx, req)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n != want {
+			return 0, 0, fmt.Errorf("%s: got %d responses, want %d", s.name(), n, want)
+		}
+		d = append(d, time.Since(t0))
+	}
+	slices.Sort(d)
+	return d[len(d)/2], d[len(d)*99/100], nil
+}
+
+func throughput(ctx context.Context, s system, conc, frames int, dur time.Duration) (float64, error) {
+	req := request(8, frames, 64)
+	var total atomic.Int64
+	var firstErr error
+	var once sync.Once
+	deadline := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				n, err := s.stream(ctx, req)
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				total.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(total.Load()) / time.Since(t0).Seconds(), firstErr
+}
+
+func measure(ctx context.Context, s system, iters int, dur time.Duration, frames int) (result, error) {
+	var r result
+	var err error
+	if r.p50one, r.p99one, err = latency(ctx, s, request(1024, 1, 1024), 1, iters); err != nil {
+		return r, fmt.Errorf("%s 1->1: %w", s.name(), err)
+	}
+	if r.p50hun, r.p99hun, err = latency(ctx, s, request(1024, 100, 64), 100, max(iters/2, 1)); err != nil {
+		return r, fmt.Errorf("%s 1->100: %w", s.name(), err)
+	}
+	if r.fps1, err = throughput(ctx, s, 1, frames, dur); err != nil {
+		return r, fmt.Errorf("%s frames c=1: %w", s.name(), err)
+	}
+	if r.fps64, err = throughput(ctx, s, 64, frames, dur); err != nil {
+		return r, fmt.Errorf("%s frames c=64: %w", s.name(), err)
+	}
+	return r, nil
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
+
+func fps(f float64) string { return fmt.Sprintf("%.0f", f) }
+
+func run(ctx context.Context, out io.Writer, iters int, dur time.Duration, frames int) error {
+	builders := []func() (system, error){startFloor, startTCP, startHTTP, startNATS, startGRPC}
+	var systems []system
+	var results []result
+	for _, b := range builders {
+		s, err := b()
+		if err != nil {
+			return err
+		}
+		r, err := measure(ctx, s, iters, dur, frames)
+		s.close()
+		if err != nil {
+			return err
+		}
+		systems = append(systems, s)
+		results = append(results, r)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\t")
+	for _, s := range systems {
+		fmt.Fprintf(tw, "%s\t", s.name())
+	}
+	fmt.Fprintln(tw)
+	rows := []struct {
+		label string
+		cell  func(result) string
+	}{
+		{"1 KiB -> 1 response, p50", func(r result) string { return us(r.p50one) }},
+		{"1 KiB -> 1 response, p99", func(r result) string { return us(r.p99one) }},
+		{"1 -> 100 x 64 B, p50 to last", func(r result) string { return us(r.p50hun) }},
+		{"1 -> 100 x 64 B, p99 to last", func(r result) string { return us(r.p99hun) }},
+		{"frames/s, concurrency 1", func(r result) string { return fps(r.fps1) }},
+		{"frames/s, concurrency 64", func(r result) string { return fps(r.fps64) }},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t", row.label)
+		for _, r := range results {
+			fmt.Fprintf(tw, "%s\t", row.cell(r))
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	idx := func(name string) result {
+		for i, s := range systems {
+			if s.name() == name {
+				return results[i]
+			}
+		}
+		return result{}
+	}
+	floor, tcp, grpc := idx("floor"), idx("tcp"), idx("grpc")
+	ahead := tcp.p50one < grpc.p50one && tcp.p99one < grpc.p99one && tcp.p50hun < grpc.p50hun &&
+		tcp.p99hun < grpc.p99hun && tcp.fps1 > grpc.fps1 && tcp.fps64 > grpc.fps64
+	fmt.Fprintf(out, "\ntargets: tcp p50 1->1 = %.2fx floor (want <= 1.5x); tcp ahead of grpc on every row: %v; tcp frames/s at c=64 = %.0f (want >= 500000)\n",
+		float64(tcp.p50one)/float64(floor.p50one), ahead, tcp.fps64)
+	fmt.Fprintf(out, "settings: %d calls per latency row, %v per frames/s row, %d x 64 B responses per call in frames/s rows\n", iters, dur, frames)
+	return nil
+}

@@ -1,0 +1,396 @@
+// Package worker is the Go SDK for Switchyard workers: one call registers a
+// worker with the registry and keeps its lease alive, publishes its model
+// card (tokenizer files uploaded to the eventbus object store and referenced
+// by sha256), serves generate on the request plane, publishes KV cache events
+// in order and in batches, publishes load every second, and on shutdown
+// deregisters first, then lets in-flight requests finish within a bound.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// Event names under the subject base {namespace}.{component}.
+const (
+	// KVEventsName carries KvEventBatch messages.
+	KVEventsName = "kv_cache_update"
+	// LoadName carries LoadMetrics messages.
+	LoadName = "load_metrics"
+	// TokenizerBucket is the object store bucket of tokenizer files.
+	TokenizerBucket = "tokenizers"
+	// GenerateEndpoint is the default endpoint name.
+	GenerateEndpoint = "generate"
+)
+
+// ErrInvalidRequest is what a generate payload that does not decode gets,
+// as a transport handler error with code "invalid_argument".
+var ErrInvalidRequest = errors.New("worker: invalid generate request")
+
+// Model describes the model a worker serves.
+type Model struct {
+	// Name as clients request it, such as Qwen/Qwen3-0.6B.
+	Name string
+	// BlockSize is the KV block size in tokens.
+	BlockSize uint32
+	// ContextLength is the longest prompt plus output, in tokens.
+	ContextLength uint32
+	// TokenizerFiles are uploaded to the object store and referenced from
+	// the model card (tokenizer.json, tokenizer_config.json, ...).
+	TokenizerFiles []string
+}
+
+// Config says where a worker registers and how it serves.
+type Config struct {
+	Namespace, Component, Endpoint string
+	Model                          Model
+	// RegistryAddr and EventbusAddr are comma lists of replicas.
+	RegistryAddr, EventbusAddr string
+	// Creds secure the registry and eventbus connections; nil is plaintext.
+	Creds credentials.TransportCredentials
+	// Transport is the request plane (see transport.ConfigFromEnv).
+	Transport transport.Config
+	// LeaseTTL of the registration; 0 is the registry's default (10 s).
+	LeaseTTL time.Duration
+	// DrainTimeout bounds how long in-flight requests may finish on shutdown.
+	DrainTimeout time.Duration
+	// LoadInterval is how often load is published; 0 is 1 s.
+	LoadInterval time.Duration
+	// Metadata is added to the registered instance.
+	Metadata map[string]string
+	// Log receives the worker's logs; nil discards them.
+	Log *slog.Logger
+}
+
+// Handler serves one generate request, sending responses in order until it
+// returns. Its context ends when the caller goes away.
+type Handler func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error
+
+// Worker is a running worker.
+type Worker struct {
+	cfg      Config
+	log      *slog.Logger
+	reg      *discovery.Client
+	sess     *discovery.Session
+	bus      *eventbusclient.Client
+	server   transport.Server
+	instance *registryv1.Instance
+
+	kv       chan *workerv1.KvEventBatch
+	kvDone   chan struct{}
+	loadFn   func() *workerv1.LoadMetrics
+	loadMu   sync.Mutex
+	stopLoad chan struct{}
+	loadDone chan struct{}
+	closed   sync.Once
+}
+
+func (c *Config) defaults() {
+	if c.Endpoint == "" {
+		c.Endpoint = GenerateEndpoint
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.LoadInterval == 0 {
+		c.LoadInterval = time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Start serves generate on the request plane, uploads the tokenizer files,
+// registers the instance and its model card, and starts publishing. When it
+// fails midway it undoes what it did.
+func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
+	cfg.defaults()
+	if cfg.Model.Name == "" || cfg.Model.BlockSize == 0 {
+		return nil, errors.New("worker: the model needs a name and a block size")
+	}
+	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}),
+		stopLoad: make(chan struct{}), loadDone: make(chan struct{})}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	srv, err := transport.NewServer(cfg.Transport, transport.WithLogger(w.log))
+	if err != nil {
+		return nil, fmt.Errorf("worker: request plane: %w", err)
+	}
+	srv.Handle(cfg.Endpoint, w.handler(h))
+	if err := srv.Start(ctx); err != nil {
+		return nil, fmt.Errorf("worker: start request plane: %w", err)
+	}
+	w.server = srv
+	undo = append(undo, func() { _ = srv.Close() })
+
+	bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: cfg.Creds, Log: w.log})
+	if err != nil {
+		return nil, fmt.Errorf("worker: eventbus: %w", err)
+	}
+	w.bus = bus
+	undo = append(undo, func() { _ = bus.Close() })
+	artifacts, err := w.uploadTokenizer(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Creds: cfg.Creds})
+	if err != nil {
+		return nil, fmt.Errorf("worker: registry: %w", err)
+	}
+	w.reg = reg
+	undo = append(undo, func() { _ = reg.Close() })
+	sess, err := discovery.NewSession(ctx, reg, discovery.SessionOptions{TTL: cfg.LeaseTTL, Logger: w.log})
+	if err != nil {
+		return nil, fmt.Errorf("worker: registry session: %w", err)
+	}
+	w.sess = sess
+	undo = append(undo, func() { _ = sess.Close(context.Background()) })
+	addr := srv.Address(cfg.Endpoint)
+	in, err := sess.Register(ctx, &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		Transport: registryTransport(addr), Metadata: cfg.Metadata})
+	if err != nil {
+		return nil, fmt.Errorf("worker: register: %w", err)
+	}
+	w.instance = in
+	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts}
+	if err := sess.RegisterModel(ctx, card); err != nil {
+		return nil, fmt.Errorf("worker: register model card: %w", err)
+	}
+	go w.publishKV()
+	go w.publishLoad()
+	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
+		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", addr.String(), "model", cfg.Model.Name)
+	return w, nil
+}
+
+func registryTransport(a transport.Address) *registryv1.Transport {
+	switch a.Kind {
+	case transport.PlaneHTTP:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: a.Addr}}
+	case transport.PlaneNATS:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: a.Addr}}
+	default:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: a.Addr}}
+	}
+}
+
+// uploadTokenizer stores each tokenizer file under its sha256.
+func (w *Worker) uploadTokenizer(ctx context.Context) ([]*registryv1.TokenizerArtifact, error) {
+	var out []*registryv1.TokenizerArtifact
+	for _, path := range w.cfg.Model.TokenizerFiles {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("worker: tokenizer file: %w", err)
+		}
+		name := filepath.Base(path)
+		// The object name is content-addressed after upload; upload under a
+		// per-file name first, keyed by the basename.
+		info, err := w.bus.PutObject(ctx, TokenizerBucket, objectName(w.cfg.Model.Name, name), f, eventbusclient.PutObjectOptions{})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("worker: upload %s: %w", name, err)
+		}
+		out = append(out, &registryv1.TokenizerArtifact{Name: name, Sha256: info.GetSha256(), Size: int64(info.GetSize()),
+			ObjectKey: TokenizerBucket + "/" + objectName(w.cfg.Model.Name, name)})
+	}
+	return out, nil
+}
+
+// objectName is where a model's tokenizer file lives in the bucket.
+func objectName(model, file string) string {
+	r := strings.NewReplacer("/", "--", " ", "_")
+	return r.Replace(model) + "/" + file
+}
+
+// InstanceID is the registered instance id (the lease id).
+func (w *Worker) InstanceID() uint64 { return w.instance.GetInstanceId() }
+
+// Instance is the registered instance.
+func (w *Worker) Instance() *registryv1.Instance { return w.instance }
+
+// Done is closed when the registration's lease is lost.
+func (w *Worker) Done() <-chan struct{} { return w.sess.Done() }
+
+// PublishKVEvents queues a batch of KV events for publishing, in order. It
+// blocks when thousands of batches wait (back-pressure on the engine).
+func (w *Worker) PublishKVEvents(b *workerv1.KvEventBatch) {
+	if b == nil || len(b.Events) == 0 {
+		return
+	}
+	b.InstanceId = w.InstanceID()
+	select {
+	case w.kv <- b:
+	case <-w.kvDone:
+	}
+}
+
+// SetLoad sets the function whose result is published every LoadInterval.
+func (w *Worker) SetLoad(fn func() *workerv1.LoadMetrics) {
+	w.loadMu.Lock()
+	w.loadFn = fn
+	w.loadMu.Unlock()
+}
+
+func (w *Worker) subject(name string) string {
+	return w.cfg.Namespace + "." + w.cfg.Component + "." + name
+}
+
+// publishKV publishes queued batches in order, several per eventbus call.
+func (w *Worker) publishKV() {
+	defer close(w.kvDone)
+	pub := w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{})
+	defer pub.Close()
+	subject := w.subject(KVEventsName)
+	for b := range w.kv {
+		batch := []*workerv1.KvEventBatch{b}
+	more:
+		for len(batch) < 256 {
+			select {
+			case nb, ok := <-w.kv:
+				if !ok {
+					break more
+				}
+				batch = append(batch, nb)
+			default:
+				break more
+			}
+		}
+		events := make([]*eventbusv1.Event, 0, len(batch))
+		for _, kb := range batch {
+			id := fmt.Sprintf("kv-%x-%d-%d", kb.InstanceId, kb.DpRank, kb.FirstEventId)
+			ev, err := eventbusclient.NewEvent(subject, kb, eventbusclient.WithMsgID(id))
+			if err != nil {
+				w.log.Error("cannot encode KV events", "err", err.Error())
+				continue
+			}
+			events = append(events, ev)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := pub.PublishBatch(ctx, events); err != nil {
+			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
+		}
+		cancel()
+	}
+}
+
+func (w *Worker) publishLoad() {
+	defer close(w.loadDone)
+	t := time.NewTicker(w.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopLoad:
+			return
+		case <-t.C:
+		}
+		w.loadMu.Lock()
+		fn := w.loadFn
+		w.loadMu.Unlock()
+		if fn == nil {
+			continue
+		}
+		m := fn()
+		m.InstanceId = w.InstanceID()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := w.bus.Publish(ctx, w.subject(LoadName), m); err != nil {
+			w.log.Warn("load not published", "err", err.Error())
+		}
+		cancel()
+	}
+}
+
+// handler adapts a Handler to the request plane.
+func (w *Worker) handler(h Handler) transport.Handler {
+	return func(ctx context.Context, req *transport.Request, rw transport.ResponseWriter) error {
+		gr := &workerv1.GenerateRequest{}
+		if err := proto.Unmarshal(req.Payload, gr); err != nil {
+			return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("%v: %v", ErrInvalidRequest, err)}
+		}
+		if gr.RequestId == "" {
+			gr.RequestId = req.Headers[transport.HeaderRequestID]
+		}
+		var buf []byte
+		return h(ctx, gr, func(resp *workerv1.GenerateResponse) error {
+			var err error
+			buf, err = proto.MarshalOptions{}.MarshalAppend(buf[:0], resp)
+			if err != nil {
+				return err
+			}
+			return rw.Send(buf)
+		})
+	}
+}
+
+// Shutdown deregisters (routers stop sending at once), lets in-flight
+// requests finish within DrainTimeout (or ctx), flushes the KV events and
+// closes every connection. It is idempotent.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	var errs []error
+	w.closed.Do(func() {
+		w.log.Info("worker shutting down: deregistering, then draining", "drain_timeout", w.cfg.DrainTimeout.String())
+		if err := w.sess.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("deregister: %w", err))
+		}
+		dctx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
+		if err := w.server.Drain(dctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+		cancel()
+		_ = w.server.Close()
+		close(w.stopLoad)
+		<-w.loadDone
+		close(w.kv)
+		<-w.kvDone
+		_ = w.bus.Close()
+		_ = w.reg.Close()
+	})
+	return errors.Join(errs...)
+}
+
+// Run starts a worker and serves until ctx ends (SIGTERM in a main) or the
+// lease is lost, then shuts down. A lost lease is an error; a clean stop is
+// nil.
+func Run(ctx context.Context, cfg Config, h Handler, ready func(*Worker)) error {
+	w, err := Start(ctx, cfg, h)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(w)
+	}
+	var lost error
+	select {
+	case <-ctx.Done():
+	case <-w.Done():
+		lost = fmt.Errorf("worker: %w", w.sess.Err())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout+10*time.Second)
+	defer cancel()
+	return errors.Join(lost, w.Shutdown(sctx))
+}

@@ -1,0 +1,236 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	regAddr, busAddr string
+	bus              *eventbusclient.Client
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	_, reg := registrytest.Start(t)
+	_, svc := eventbustest.Start(t)
+	return env{regAddr: reg.Addr, busAddr: svc.Addr().String(), bus: eventbustest.Client(t, svc.Addr().String())}
+}
+
+func (e env) config(t *testing.T) worker.Config {
+	tc := transport.DefaultConfig()
+	tc.TCP.Host = "127.0.0.1"
+	return worker.Config{Namespace: "test", Component: "backend", Model: worker.Model{Name: "m", BlockSize: 4, ContextLength: 1024},
+		RegistryAddr: e.regAddr, EventbusAddr: e.busAddr, Transport: tc, LeaseTTL: 5 * time.Second, DrainTimeout: 10 * time.Second, LoadInterval: 50 * time.Millisecond}
+}
+
+// call sends one generate request to the worker at addr.
+func call(ctx context.Context, t *testing.T, addr transport.Address, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
+	t.Helper()
+	c, err := transport.NewClient(transport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	payload, _ := proto.Marshal(req)
+	st, err := c.Call(ctx, addr, worker.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var out []*workerv1.GenerateResponse
+	for {
+		b, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		r := &workerv1.GenerateResponse{}
+		if err := proto.Unmarshal(b, r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+}
+
+func addrOf(in *registryv1.Instance) transport.Address {
+	return transport.Address{Kind: transport.PlaneTCP, Addr: in.Transport.GetTcp()}
+}
+
+// echo answers with one response per prompt token, slowly when asked.
+func echo(delay time.Duration, started chan<- struct{}) worker.Handler {
+	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
+		if started != nil {
+			started <- struct{}{}
+		}
+		for _, tok := range req.TokenIds {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(delay):
+			}
+			if err := send(&workerv1.GenerateResponse{TokenIds: []uint32{tok}}); err != nil {
+				return err
+			}
+		}
+		return send(&workerv1.GenerateResponse{FinishReason: workerv1.FinishReason_FINISH_REASON_LENGTH})
+	}
+}
+
+func TestWorkerRegistersServesAndPublishes(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := e.config(t)
+	w, err := worker.Start(ctx, cfg, echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Shutdown(context.Background())
+
+	// Registered, with a model card.
+	dc, err := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
+	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != w.InstanceID() {
+		t.Fatalf("ListInstances = %v, %v", list, err)
+	}
+	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].ModelName != "m" || cards.Cards[0].BlockSize != 4 {
+		t.Fatalf("ListModels = %v, %v", cards, err)
+	}
+
+	// Serves generate on the request plane.
+	out, err := call(ctx, t, addrOf(list.Instances[0]), &workerv1.GenerateRequest{RequestId: "r", TokenIds: []uint32{5, 6, 7}})
+	if err != nil || len(out) != 4 || out[2].TokenIds[0] != 7 {
+		t.Fatalf("generate = %v, %v", out, err)
+	}
+
+	// KV events and load reach the eventbus.
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	stored := &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: 42, LocalHash: 42}}}}}
+	w.PublishKVEvents(&workerv1.KvEventBatch{FirstEventId: 1, Events: []*workerv1.KvCacheEvent{stored}})
+	w.SetLoad(func() *workerv1.LoadMetrics { return &workerv1.LoadMetrics{KvBlocksTotal: 100} })
+	var gotKV, gotLoad bool
+	for !gotKV || !gotLoad {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("subscription: %v (kv %v, load %v)", err, gotKV, gotLoad)
+		}
+		switch ev.GetSubject() {
+		case "test.backend." + worker.KVEventsName:
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			if err != nil || b.InstanceId != w.InstanceID() || b.Events[0].GetStored().Blocks[0].SequenceHash != 42 {
+				t.Fatalf("KV batch = %v, %v", b, err)
+			}
+			gotKV = true
+		case "test.backend." + worker.LoadName:
+			m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 {
+				t.Fatalf("load = %v, %v", m, err)
+			}
+			gotLoad = true
+		}
+	}
+
+	// A payload that is not a GenerateRequest is refused with a typed error.
+	c, _ := transport.NewClient(transport.DefaultConfig())
+	defer c.Close()
+	st, err := c.Call(ctx, addrOf(list.Instances[0]), worker.GenerateEndpoint, nil, []byte{0xff, 0xff, 0xff})
+	if err == nil {
+		_, err = st.Recv()
+		st.Close()
+	}
+	var he *transport.HandlerError
+	if !errors.As(err, &he) || he.Code != "invalid_argument" {
+		t.Fatalf("garbage payload = %v, want a HandlerError invalid_argument", err)
+	}
+}
+
+// TestShutdownDrainsInFlight stops a worker (as SIGTERM would) while a
+// request streams: the worker deregisters at once, and the request still
+// completes.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	started := make(chan struct{}, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	ready := make(chan *worker.Worker, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Run(runCtx, e.config(t), echo(20*time.Millisecond, started), func(w *worker.Worker) { ready <- w })
+	}()
+	w := <-ready
+
+	var wg sync.WaitGroup
+	var out []*workerv1.GenerateResponse
+	var callErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out, callErr = call(ctx, t, addrOf(w.Instance()), &workerv1.GenerateRequest{RequestId: "long", TokenIds: make([]uint32, 40)})
+	}()
+	<-started
+	stop() // SIGTERM
+	wg.Wait()
+	if callErr != nil || len(out) != 41 {
+		t.Fatalf("in-flight request got %d responses, err %v; want all 41", len(out), callErr)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run after SIGTERM = %v, want nil (exit 0)", err)
+	}
+	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	defer dc.Close()
+	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{})
+	if err != nil || len(list.Instances) != 0 {
+		t.Fatalf("after shutdown the registry still lists %v (%v)", list.GetInstances(), err)
+	}
+}
+
+func TestLeaseLossIsReported(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ready := make(chan *worker.Worker, 1)
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, e.config(t), echo(0, nil), func(w *worker.Worker) { ready <- w }) }()
+	w := <-ready
+	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	defer dc.Close()
+	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: w.InstanceID()}); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if !errors.Is(err, discovery.ErrLeaseLost) {
+		t.Fatalf("Run after the lease was revoked = %v, want ErrLeaseLost", err)
+	}
+}

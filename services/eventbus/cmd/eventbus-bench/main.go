@@ -1,0 +1,98 @@
+// Command eventbus-bench prints publish -> deliver throughput and latency of
+// the eventbus next to NATS JetStream used directly, on one embedded
+// nats-server with file storage.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusbench"
+)
+
+func main() {
+	events := flag.Int("events", 100_000, "events per throughput run")
+	batch := flag.Int("batch", 500, "events per published batch")
+	inFlight := flag.Int("in-flight", 16, "batches published and not yet acknowledged")
+	samples := flag.Int("samples", 2000, "events per latency run, one at a time")
+	flag.Parse()
+	if err := run(*events, *batch, *inFlight, *samples); err != nil {
+		fmt.Fprintln(os.Stderr, "eventbus-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(events, batch, inFlight, samples int) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "path\teventbus-NATS link\tmsg ids\tevents\tbytes\tbatch\tevents/s\tp50\tp99\t\n")
+	var ratios []string
+	// embedded: the eventbus's default, its own nats-server reached in
+	// process; tcp: NATS_SERVER set, a nats-server reached over TCP.
+	for _, embedded := range []bool{true, false} {
+		link := "tcp"
+		if embedded {
+			link = "in-process"
+		}
+		ratio, err := table(w, link, embedded, events, batch, inFlight, samples)
+		if err != nil {
+			return err
+		}
+		ratios = append(ratios, fmt.Sprintf("%s %.2fx", link, ratio))
+	}
+	w.Flush()
+	fmt.Printf("latency: one event at a time, publish -> deliver, %d samples; p50 eventbus / direct: %s\n", samples, strings.Join(ratios, ", "))
+	return nil
+}
+
+// table prints the rows of one environment and returns the p50 latency
+// ratio of the eventbus to direct JetStream.
+func table(w io.Writer, link string, embedded bool, events, batch, inFlight, samples int) (float64, error) {
+	dir, err := eventbusbench.TempDir()
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	env, err := eventbusbench.Start(dir, embedded, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return 0, err
+	}
+	defer env.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p50s := map[eventbusbench.Path]time.Duration{}
+	for _, dedup := range []bool{true, false} {
+		for _, p := range []eventbusbench.Path{eventbusbench.ViaEventbus, eventbusbench.DirectNATS} {
+			// A short warm-up, so that each run starts with warm connections.
+			if _, err := env.Throughput(ctx, p, min(events, 10*batch), batch, inFlight, dedup); err != nil {
+				return 0, err
+			}
+			rate, err := env.Throughput(ctx, p, events, batch, inFlight, dedup)
+			if err != nil {
+				return 0, err
+			}
+			p50, p99 := "-", "-"
+			if dedup {
+				lat, err := env.Latency(ctx, p, samples)
+				if err != nil {
+					return 0, err
+				}
+				p50s[p] = eventbusbench.Percentile(lat, 0.5)
+				p50 = p50s[p].Round(time.Microsecond).String()
+				p99 = eventbusbench.Percentile(lat, 0.99).Round(time.Microsecond).String()
+			}
+			l := link
+			if p == eventbusbench.DirectNATS {
+				l = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%v\t%d\t%d\t%d\t%.0f\t%s\t%s\t\n", p, l, dedup, events, eventbusbench.EventSize, batch, rate, p50, p99)
+		}
+	}
+	return float64(p50s[eventbusbench.ViaEventbus]) / float64(p50s[eventbusbench.DirectNATS]), nil
+}

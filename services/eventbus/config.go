@@ -1,0 +1,106 @@
+package eventbus
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+)
+
+// EnvVars maps the eventbus flags that have documented environment variables
+// to those variables; pass it as cli.Options.Env. Every other flag falls back
+// to SWITCHYARD_EVENTBUS_<FLAG>.
+var EnvVars = map[string]string{
+	"nats-server":   "NATS_SERVER",
+	"nats-user":     "NATS_USER",
+	"nats-password": "NATS_PASSWORD",
+	"nats-token":    "NATS_TOKEN",
+	"nats-creds":    "NATS_CREDS",
+}
+
+// EnvPrefix is the generic environment prefix of the eventbus flags.
+const EnvPrefix = "SWITCHYARD_EVENTBUS_"
+
+// Config is the eventbus configuration.
+type Config struct {
+	// Server is the gRPC server's listen addresses, TLS and shutdown settings.
+	Server grpcserver.Config
+	// NATSServer is a comma-separated list of NATS URLs. Empty starts an
+	// embedded nats-server with JetStream under DataDir.
+	NATSServer string
+	// NATSUser and NATSPassword authenticate to an external NATS server.
+	NATSUser, NATSPassword string
+	// NATSToken authenticates to an external NATS server with a token.
+	NATSToken string
+	// NATSCreds is a NATS credentials file (JWT and nkey seed).
+	NATSCreds string
+	// DataDir holds the embedded nats-server's JetStream store.
+	DataDir string
+	// EmbeddedNATSPort is the client port of the embedded nats-server on
+	// 127.0.0.1, so that other local services can share it; -1 picks a free
+	// port.
+	EmbeddedNATSPort int
+	// StreamMaxAge is how long a namespace's stream keeps its events.
+	StreamMaxAge time.Duration
+}
+
+// RegisterFlags adds the eventbus flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Server.RegisterFlags(fs, ":7002", ":9102")
+	fs.StringVar(&c.NATSServer, "nats-server", "", "NATS server URLs, comma-separated (env NATS_SERVER); empty starts an embedded nats-server with JetStream")
+	fs.StringVar(&c.NATSUser, "nats-user", "", "NATS user name (env NATS_USER)")
+	fs.StringVar(&c.NATSPassword, "nats-password", "", "NATS password (env NATS_PASSWORD)")
+	fs.StringVar(&c.NATSToken, "nats-token", "", "NATS authentication token (env NATS_TOKEN)")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.DataDir, "data-dir", ".data/eventbus", "directory of the embedded nats-server's JetStream store")
+	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
+	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	if err := c.Server.Validate(); err != nil {
+		return err
+	}
+	if c.StreamMaxAge <= 0 {
+		return fmt.Errorf("--stream-max-age %s: must be positive", c.StreamMaxAge)
+	}
+	if c.NATSServer == "" {
+		if c.DataDir == "" {
+			return errors.New("--data-dir must not be empty when NATS_SERVER (--nats-server) is unset: the embedded nats-server stores JetStream there")
+		}
+		if c.EmbeddedNATSPort < -1 || c.EmbeddedNATSPort > 65535 {
+			return fmt.Errorf("--embedded-nats-port %d: valid values are -1 (any free port) and 0-65535", c.EmbeddedNATSPort)
+		}
+		if c.NATSUser != "" || c.NATSPassword != "" || c.NATSToken != "" || c.NATSCreds != "" {
+			return errors.New("NATS credentials are set but NATS_SERVER (--nats-server) is empty: credentials apply to an external server only")
+		}
+		return nil
+	}
+	for _, u := range strings.Split(c.NATSServer, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u // nats.go takes host:port as a nats:// URL
+		}
+		pu, err := url.Parse(u)
+		if err != nil || pu.Host == "" {
+			return fmt.Errorf("NATS_SERVER (--nats-server) %q: %q is not a URL such as nats://localhost:4222 (or host:port)", c.NATSServer, u)
+		}
+		switch pu.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("NATS_SERVER (--nats-server) %q: scheme %q: valid schemes are nats, tls, ws, wss", c.NATSServer, pu.Scheme)
+		}
+	}
+	if c.NATSToken != "" && (c.NATSUser != "" || c.NATSCreds != "") {
+		return errors.New("NATS_TOKEN (--nats-token) excludes NATS_USER and NATS_CREDS: give one kind of credentials")
+	}
+	if (c.NATSUser == "") != (c.NATSPassword == "") {
+		return errors.New("NATS_USER (--nats-user) and NATS_PASSWORD (--nats-password) go together")
+	}
+	return nil
+}

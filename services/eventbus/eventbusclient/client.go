@@ -1,0 +1,237 @@
+// Package eventbusclient is the Go client of Switchyard's eventbus
+// (switchyard.eventbus.v1.EventBusService). It dials several eventbus
+// addresses and fails over between them, retries publishes (made idempotent by
+// a message id it generates when the caller gives none), pipelines batched
+// publishes, resumes subscriptions after an eventbus or NATS restart, and
+// checks object data against its sha256. Payloads are protobuf messages:
+// proto.Message in, Decode out.
+package eventbusclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// Options tunes a Client. The zero value is plaintext with default backoff.
+type Options struct {
+	// Credentials secure the connections; nil means plaintext (see
+	// tlsconfig.Config.ClientCredentials).
+	Credentials credentials.TransportCredentials
+	// Log receives reconnection notices; nil discards them.
+	Log *slog.Logger
+	// MinBackoff and MaxBackoff bound the wait between retries; zero means
+	// 50ms and 2s.
+	MinBackoff, MaxBackoff time.Duration
+	// DialOptions are appended to the client's own.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a connection to one or more eventbus replicas. Calls go to the
+// first reachable address and fail over to the next when it goes away.
+type Client struct {
+	conn *grpc.ClientConn
+	raw  eventbusv1.EventBusServiceClient
+	log  *slog.Logger
+	min  time.Duration
+	max  time.Duration
+}
+
+// maxMessageSize matches eventbus.MaxMessageSize: one event at NATS's
+// largest max_payload with its envelope. (This package does not import the
+// server's, which would pull nats-server into every client.)
+const maxMessageSize = 65 << 20
+
+var schemeSeq atomic.Uint64
+
+// Dial connects to the eventbus replicas at addrs (host:port). It does not
+// wait for a connection: calls wait until one is ready or their context ends.
+func Dial(addrs []string, opts Options) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("eventbusclient: no eventbus address")
+	}
+	state := resolver.State{}
+	for _, a := range addrs {
+		if strings.TrimSpace(a) == "" {
+			return nil, fmt.Errorf("eventbusclient: empty address in %q", addrs)
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: strings.TrimSpace(a)})
+	}
+	// A resolver of our own per client: pick_first then tries the addresses
+	// in order, which is the failover.
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("eventbus%d", schemeSeq.Add(1)))
+	r.InitialState(state)
+	creds := opts.Credentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	dopts := append([]grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
+	}, opts.DialOptions...)
+	conn, err := grpc.NewClient(r.Scheme()+":///eventbus", dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("eventbusclient: %w", err)
+	}
+	c := &Client{conn: conn, raw: eventbusv1.NewEventBusServiceClient(conn), log: opts.Log, min: opts.MinBackoff, max: opts.MaxBackoff}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.min <= 0 {
+		c.min = 50 * time.Millisecond
+	}
+	if c.max <= 0 {
+		c.max = 2 * time.Second
+	}
+	return c, nil
+}
+
+// Close closes the connections. Subscriptions and publishers should be
+// closed first.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Raw is the generated client, for calls this package does not wrap.
+func (c *Client) Raw() eventbusv1.EventBusServiceClient { return c.raw }
+
+// retryable reports whether a call may succeed when tried again, on this
+// eventbus or another: the server is unreachable, restarting or cannot reach
+// NATS right now.
+func retryable(err error) bool {
+	// Not ResourceExhausted: gRPC uses it for a message over the size
+	// limit, which no retry fixes.
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// retry calls f until it succeeds, fails for good or ctx ends, backing off
+// between attempts.
+func (c *Client) retry(ctx context.Context, op string, f func() error) error {
+	wait := c.min
+	for {
+		err := f()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		c.log.Debug("eventbus call failed; retrying", "op", op, "err", err.Error(), "in", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %w)", op, ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, c.max)
+	}
+}
+
+// PublishOption tunes one publish.
+type PublishOption func(*eventbusv1.Event)
+
+// WithMsgID sets the message id that makes retries idempotent; by default
+// each publish gets a unique one.
+func WithMsgID(id string) PublishOption { return func(e *eventbusv1.Event) { e.MsgId = id } }
+
+// WithHeaders sets the event's headers.
+func WithHeaders(h map[string]string) PublishOption {
+	return func(e *eventbusv1.Event) { e.Headers = h }
+}
+
+// NewEvent builds an event from a protobuf message, with a fresh message id
+// unless an option sets one.
+func NewEvent(subject string, msg proto.Message, opts ...PublishOption) (*eventbusv1.Event, error) {
+	payload, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("eventbusclient: marshal %T: %w", msg, err)
+	}
+	ev := &eventbusv1.Event{Subject: subject, Payload: payload, MsgId: nuid.Next()}
+	for _, o := range opts {
+		o(ev)
+	}
+	return ev, nil
+}
+
+// Publish publishes a protobuf message on subject, retrying through
+// failovers until ctx ends. Retries carry the same message id, so the event is
+// stored once.
+func (c *Client) Publish(ctx context.Context, subject string, msg proto.Message, opts ...PublishOption) (*eventbusv1.PublishResponse, error) {
+	ev, err := NewEvent(subject, msg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.PublishEvent(ctx, ev)
+}
+
+// PublishEvent publishes a prepared event, retrying like Publish. An event
+// without a message id is given one first.
+func (c *Client) PublishEvent(ctx context.Context, ev *eventbusv1.Event) (*eventbusv1.PublishResponse, error) {
+	if ev.GetMsgId() == "" {
+		ev = proto.CloneOf(ev)
+		ev.MsgId = nuid.Next()
+	}
+	var resp *eventbusv1.PublishResponse
+	err := c.retry(ctx, "publish", func() error {
+		var err error
+		resp, err = c.raw.Publish(ctx, &eventbusv1.PublishRequest{Event: ev})
+		return err
+	})
+	return resp, err
+}
+
+// Decode unmarshals an event's payload into a new T.
+func Decode[T any, P interface {
+	*T
+	proto.Message
+}](ev *eventbusv1.DeliveredEvent) (P, error) {
+	var m P = new(T)
+	if err := proto.Unmarshal(ev.GetPayload(), m); err != nil {
+		return nil, fmt.Errorf("eventbusclient: decode event %d on %s as %T: %w", ev.GetStreamSequence(), ev.GetSubject(), m, err)
+	}
+	return m, nil
+}
+
+// Ack acknowledges events (those delivered without auto_ack), retrying
+// through failovers: any eventbus can acknowledge any event.
+func (c *Client) Ack(ctx context.Context, evs ...*eventbusv1.DeliveredEvent) error {
+	return c.ackOrNak(ctx, false, evs)
+}
+
+// Nak hands events back for redelivery at once.
+func (c *Client) Nak(ctx context.Context, evs ...*eventbusv1.DeliveredEvent) error {
+	return c.ackOrNak(ctx, true, evs)
+}
+
+func (c *Client) ackOrNak(ctx context.Context, nak bool, evs []*eventbusv1.DeliveredEvent) error {
+	req := &eventbusv1.AckRequest{Nak: nak, AckTokens: make([]string, 0, len(evs))}
+	for _, ev := range evs {
+		if ev.GetAckToken() == "" {
+			return fmt.Errorf("eventbusclient: event %d has no ack token (auto_ack subscription?)", ev.GetStreamSequence())
+		}
+		req.AckTokens = append(req.AckTokens, ev.GetAckToken())
+	}
+	return c.retry(ctx, "ack", func() error {
+		_, err := c.raw.Ack(ctx, req)
+		return err
+	})
+}

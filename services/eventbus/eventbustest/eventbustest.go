@@ -1,0 +1,103 @@
+// Package eventbustest starts an embedded nats-server with JetStream and a
+// running eventbus for other packages' tests. Every helper takes a
+// testing.TB and stops what it started in t.Cleanup.
+package eventbustest
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// Logger is the logger the helpers give the services: discarded unless
+// SWITCHYARD_TEST_LOG is set, then text on stderr.
+func Logger() *slog.Logger {
+	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// StartNATS starts a nats-server with JetStream on a free port, storing under
+// t.TempDir(). It is shut down (and waited for) in t.Cleanup.
+func StartNATS(t testing.TB) *natsserver.Server {
+	t.Helper()
+	return StartNATSAt(t, -1, t.TempDir())
+}
+
+// StartNATSAt starts a nats-server with JetStream on port (-1: a free one)
+// storing under storeDir; restarting on the same port and store dir brings
+// back the same streams. It is shut down in t.Cleanup unless the test did it
+// first (StopNATS).
+func StartNATSAt(t testing.TB, port int, storeDir string) *natsserver.Server {
+	t.Helper()
+	ns, err := eventbus.StartEmbeddedNATS(storeDir, port, Logger())
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(func() { StopNATS(ns) })
+	return ns
+}
+
+// StopNATS shuts a nats-server down and waits until it has. Stopping one
+// that is already stopped does nothing.
+func StopNATS(ns *natsserver.Server) {
+	ns.Shutdown()
+	ns.WaitForShutdown()
+}
+
+// Config is an eventbus configuration for tests: gRPC on 127.0.0.1:0, no
+// metrics endpoint, the given NATS URL.
+func Config(natsURL string) eventbus.Config {
+	return eventbus.Config{
+		Server:       eventbusServerConfig(),
+		NATSServer:   natsURL,
+		StreamMaxAge: time.Hour,
+	}
+}
+
+// StartEventbus starts an eventbus with cfg and stops it in t.Cleanup.
+func StartEventbus(t testing.TB, cfg eventbus.Config) *eventbus.Service {
+	t.Helper()
+	svc, err := eventbus.Start(context.Background(), cfg, Logger())
+	if err != nil {
+		t.Fatalf("start eventbus: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Errorf("eventbus stopped with: %v", err)
+		}
+	})
+	return svc
+}
+
+// Start starts a nats-server and an eventbus in front of it.
+func Start(t testing.TB) (*natsserver.Server, *eventbus.Service) {
+	t.Helper()
+	ns := StartNATS(t)
+	return ns, StartEventbus(t, Config(ns.ClientURL()))
+}
+
+// Client dials the eventbus replicas at addrs and closes the client in
+// t.Cleanup.
+func Client(t testing.TB, addrs ...string) *eventbusclient.Client {
+	t.Helper()
+	c, err := eventbusclient.Dial(addrs, eventbusclient.Options{Log: Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("dial eventbus: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func eventbusServerConfig() grpcserver.Config {
+	return grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}
+}

@@ -1,0 +1,50 @@
+package eventbus
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the eventbus's own counters, next to the per-RPC ones that
+// grpcserver records.
+type metrics struct {
+	published     *prometheus.CounterVec
+	delivered     *prometheus.CounterVec
+	acks          *prometheus.CounterVec
+	subscriptions prometheus.Gauge
+	objectBytes   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_published_events_total",
+			Help: "Events acknowledged by JetStream, by namespace and whether they were duplicates of an earlier msg id.",
+		}, []string{"namespace", "duplicate"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_delivered_events_total",
+			Help: "Events sent to subscribers, by namespace.",
+		}, []string{"namespace"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_acks_total",
+			Help: "Acknowledgements passed to JetStream, by kind (ack or nak).",
+		}, []string{"kind"}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_eventbus_subscriptions",
+			Help: "Subscriptions being served.",
+		}),
+		objectBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_object_bytes_total",
+			Help: "Object store bytes, by direction (put or get).",
+		}, []string{"direction"}),
+	}
+	reg.MustRegister(m.published, m.delivered, m.acks, m.subscriptions, m.objectBytes)
+	return m
+}
+
+func (m *metrics) countPublished(ns string, duplicate bool) {
+	d := "false"
+	if duplicate {
+		d = "true"
+	}
+	m.published.WithLabelValues(ns, d).Inc()
+}

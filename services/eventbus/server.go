@@ -1,0 +1,318 @@
+package eventbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// ConsumerHeader is the response header in which Subscribe names its
+// consumer as soon as it exists.
+const ConsumerHeader = "eventbus-consumer"
+
+// server implements EventBusService over a bus and an object store.
+type server struct {
+	eventbusv1.UnimplementedEventBusServiceServer
+	bus      *bus
+	objects  *objects
+	metrics  *metrics
+	stopping <-chan struct{}
+}
+
+// toStatus maps a domain error to its gRPC status, once for every RPC.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrDataLoss):
+		code = codes.DataLoss
+	case errors.Is(err, ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, err.Error())
+}
+
+// maxPayload is the connected NATS server's max_payload.
+func (s *server) maxPayload() int64 { return s.bus.nc.MaxPayload() }
+
+// Publish implements EventBusService.
+func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*eventbusv1.PublishResponse, error) {
+	ns, err := validateEvent(req.GetEvent(), s.maxPayload())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ack, err := s.bus.publish(ctx, ns, req.GetEvent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.countPublished(ns, ack.Duplicate)
+	return &eventbusv1.PublishResponse{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// pendingBatch is a batch whose publishes have started.
+type pendingBatch struct {
+	id      uint64
+	futures []futureOrErr
+}
+
+// PublishStream implements EventBusService. A receiving goroutine validates
+// batches and starts their publishes; the handler waits for the
+// acknowledgements and answers in order, so that batches are pipelined. The
+// receiver ends with the stream: its Recv fails once the handler has
+// returned. On shutdown the handler ends the stream with UNAVAILABLE at once;
+// the client sends the unanswered batches again elsewhere, and their message
+// ids keep them from being stored twice.
+func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	queue := make(chan pendingBatch, 64)
+	recvErr := make(chan error, 1)
+	go func() {
+		recvErr <- s.receiveBatches(ctx, stream, queue)
+		close(queue)
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return toStatus(fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable))
+		case p, ok := <-queue:
+			if !ok {
+				return toStatus(<-recvErr)
+			}
+			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(p.futures))}
+			for i, f := range p.futures {
+				if f.err != nil {
+					return toStatus(f.err)
+				}
+				ack, err := s.bus.waitAck(ctx, f.f)
+				if err != nil {
+					return toStatus(err)
+				}
+				resp.Acks[i] = &eventbusv1.PublishAck{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
+				s.metrics.countPublished(namespaceOf(f.f.Msg().Subject), ack.Duplicate)
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// receiveBatches reads batches until the client closes its side (nil) or
+// the stream fails, validating each batch whole before publishing any of it.
+func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusService_PublishStreamServer, queue chan<- pendingBatch) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		nss := make([]string, len(req.GetEvents()))
+		for i, ev := range req.GetEvents() {
+			ns, err := validateEvent(ev, s.maxPayload())
+			if err != nil {
+				return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
+			}
+			nss[i] = ns
+		}
+		p := pendingBatch{id: req.GetBatchId(), futures: make([]futureOrErr, len(nss))}
+		for i, ev := range req.GetEvents() {
+			p.futures[i].f, p.futures[i].err = s.bus.publishAsync(ctx, nss[i], ev)
+		}
+		select {
+		case queue <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Subscribe implements EventBusService.
+func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.EventBusService_SubscribeServer) error {
+	sub, err := validateSubscribe(req)
+	if err != nil {
+		return toStatus(err)
+	}
+	ready := func(consumer string) error {
+		// The header tells the client that its consumer exists, before any
+		// event arrives.
+		return stream.SendHeader(metadata.Pairs(ConsumerHeader, consumer))
+	}
+	s.metrics.subscriptions.Inc()
+	defer s.metrics.subscriptions.Dec()
+	delivered := s.metrics.delivered.WithLabelValues(sub.namespace)
+	err = s.bus.subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
+		if err := stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs}); err != nil {
+			return err
+		}
+		delivered.Add(float64(len(evs)))
+		return nil
+	})
+	return toStatus(err)
+}
+
+// Ack implements EventBusService.
+func (s *server) Ack(ctx context.Context, req *eventbusv1.AckRequest) (*eventbusv1.AckResponse, error) {
+	if len(req.GetAckTokens()) == 0 {
+		return nil, toStatus(invalidf("ack_tokens must not be empty"))
+	}
+	for _, t := range req.GetAckTokens() {
+		if err := checkAckToken(t); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if err := s.bus.ack(ctx, req.GetAckTokens(), req.GetNak()); err != nil {
+		return nil, toStatus(err)
+	}
+	kind := "ack"
+	if req.GetNak() {
+		kind = "nak"
+	}
+	s.metrics.acks.WithLabelValues(kind).Add(float64(len(req.GetAckTokens())))
+	return &eventbusv1.AckResponse{}, nil
+}
+
+// DeleteConsumer implements EventBusService.
+func (s *server) DeleteConsumer(ctx context.Context, req *eventbusv1.DeleteConsumerRequest) (*eventbusv1.DeleteConsumerResponse, error) {
+	if err := checkName("namespace", req.GetNamespace()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkName("durable_name", req.GetDurableName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.bus.deleteConsumer(ctx, req.GetNamespace(), req.GetDurableName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.DeleteConsumerResponse{}, nil
+}
+
+// GetStreamInfo implements EventBusService.
+func (s *server) GetStreamInfo(ctx context.Context, req *eventbusv1.GetStreamInfoRequest) (*eventbusv1.GetStreamInfoResponse, error) {
+	if err := checkName("namespace", req.GetNamespace()); err != nil {
+		return nil, toStatus(err)
+	}
+	resp, err := s.bus.streamInfo(ctx, req.GetNamespace())
+	return resp, toStatus(err)
+}
+
+// PutObject implements EventBusService.
+func (s *server) PutObject(stream eventbusv1.EventBusService_PutObjectServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return toStatus(invalidf("PutObject stream ended before its header"))
+		}
+		return err
+	}
+	h := first.GetHeader()
+	if err := validatePutHeader(h); err != nil {
+		return toStatus(err)
+	}
+	info, err := s.objects.put(stream.Context(), h, &chunkReader{recv: stream.Recv})
+	if err != nil {
+		return toStatus(err)
+	}
+	s.metrics.objectBytes.WithLabelValues("put").Add(float64(info.GetSize()))
+	return stream.SendAndClose(&eventbusv1.PutObjectResponse{Info: info})
+}
+
+// GetObject implements EventBusService.
+func (s *server) GetObject(req *eventbusv1.GetObjectRequest, stream eventbusv1.EventBusService_GetObjectServer) error {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return toStatus(err)
+	}
+	if err := checkObjectName(req.GetName()); err != nil {
+		return toStatus(err)
+	}
+	err := s.objects.get(stream.Context(), req.GetBucket(), req.GetName(),
+		func(info *eventbusv1.ObjectInfo) error {
+			return stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Info{Info: info}})
+		},
+		func(chunk []byte) error {
+			if err := stream.Send(&eventbusv1.GetObjectResponse{Part: &eventbusv1.GetObjectResponse_Chunk{Chunk: chunk}}); err != nil {
+				return err
+			}
+			s.metrics.objectBytes.WithLabelValues("get").Add(float64(len(chunk)))
+			return nil
+		})
+	return toStatus(err)
+}
+
+// ListObjects implements EventBusService.
+func (s *server) ListObjects(ctx context.Context, req *eventbusv1.ListObjectsRequest) (*eventbusv1.ListObjectsResponse, error) {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	objs, err := s.objects.list(ctx, req.GetBucket())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.ListObjectsResponse{Objects: objs}, nil
+}
+
+// DeleteObject implements EventBusService.
+func (s *server) DeleteObject(ctx context.Context, req *eventbusv1.DeleteObjectRequest) (*eventbusv1.DeleteObjectResponse, error) {
+	if err := checkName("bucket", req.GetBucket()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := checkObjectName(req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.objects.remove(ctx, req.GetBucket(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &eventbusv1.DeleteObjectResponse{}, nil
+}
+
+// futureOrErr is one started publish of a batch, or why it did not start.
+type futureOrErr struct {
+	f   jetstream.PubAckFuture
+	err error
+}
+
+// chunkReader reads the data of a PutObject stream, one chunk message at a
+// time, without a goroutine of its own.
+type chunkReader struct {
+	recv func() (*eventbusv1.PutObjectRequest, error)
+	buf  []byte
+}
+
+// Read implements io.Reader.
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		req, err := r.recv()
+		if err != nil {
+			return 0, err
+		}
+		if req.GetHeader() != nil {
+			return 0, invalidf("PutObject: the header may only come first")
+		}
+		r.buf = req.GetChunk()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}

@@ -1,0 +1,448 @@
+package eventbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// deliverBatch and deliverBytes bound one SubscribeResponse: at most that
+// many events, and no more payload bytes than deliverBytes unless a single
+// event is larger.
+const (
+	deliverBatch = 256
+	deliverBytes = 1 << 20
+)
+
+// bus is the event plane over NATS: one JetStream stream per namespace, pull
+// consumers for subscriptions. Publishing and consuming use two connections,
+// so that publish acknowledgements and deliveries are read in parallel.
+type bus struct {
+	nc     *nats.Conn          // publishing, stream management
+	js     jetstream.JetStream // on nc
+	subNC  *nats.Conn          // consumers and their acks
+	subJS  jetstream.JetStream // on subNC
+	log    *slog.Logger
+	maxAge time.Duration
+
+	// streams caches the namespaces whose stream this process has created or
+	// updated, so that only the first publish pays for it.
+	streams sync.Map
+}
+
+func newBus(nc, subNC *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	subJS, err := jetstream.New(subNC)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &bus{nc: nc, js: js, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge}, nil
+}
+
+// StreamName is the JetStream stream that holds a namespace's events.
+func StreamName(namespace string) string { return "EVENTS_" + namespace }
+
+// natsErr wraps a NATS error in the matching domain error.
+func natsErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound),
+		errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
+		return fmt.Errorf("%w: %s: %w", ErrNotFound, op, err)
+	case errors.Is(err, jetstream.ErrDigestMismatch):
+		return fmt.Errorf("%w: %s: %w", ErrDataLoss, op, err)
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum),
+		errors.Is(err, jetstream.ErrBadRequest):
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
+	default:
+		// Timeouts, no responders, disconnections, a restarting server: the
+		// caller can retry, here or on another eventbus.
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	}
+}
+
+// ensureStream creates or updates a namespace's stream once per process.
+func (b *bus) ensureStream(ctx context.Context, ns string) error {
+	if _, ok := b.streams.Load(ns); ok {
+		return nil
+	}
+	_, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName(ns),
+		Description: "Switchyard events of namespace " + ns,
+		Subjects:    []string{ns + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      b.maxAge,
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return natsErr("create stream "+StreamName(ns), err)
+	}
+	b.streams.Store(ns, struct{}{})
+	b.log.Info("stream ready", "stream", StreamName(ns), "subjects", ns+".>", "max_age", b.maxAge.String())
+	return nil
+}
+
+func eventMsg(ev *eventbusv1.Event) *nats.Msg {
+	m := nats.NewMsg(ev.GetSubject())
+	m.Data = ev.GetPayload()
+	for k, v := range ev.GetHeaders() {
+		m.Header.Set(k, v)
+	}
+	return m
+}
+
+func msgOpts(ev *eventbusv1.Event) []jetstream.PublishOpt {
+	if id := ev.GetMsgId(); id != "" {
+		return []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+	}
+	return nil
+}
+
+// stallWait makes an asynchronous publish past the pending limit wait for
+// acknowledgements to make room (the stream's back-pressure) rather than fail
+// after the default 200ms.
+var stallWait = jetstream.WithStallWait(10 * time.Second)
+
+// publish stores one validated event of namespace ns.
+func (b *bus) publish(ctx context.Context, ns string, ev *eventbusv1.Event) (*jetstream.PubAck, error) {
+	for attempt := 0; ; attempt++ {
+		if err := b.ensureStream(ctx, ns); err != nil {
+			return nil, err
+		}
+		ack, err := b.js.PublishMsg(ctx, eventMsg(ev), msgOpts(ev)...)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && attempt == 0 {
+			// The stream went away (a NATS server without its old store):
+			// create it again once.
+			b.streams.Delete(ns)
+			continue
+		}
+		if err != nil {
+			return nil, natsErr("publish on "+ev.GetSubject(), err)
+		}
+		return ack, nil
+	}
+}
+
+// publishAsync starts storing one validated event; the future completes with
+// its acknowledgement.
+func (b *bus) publishAsync(ctx context.Context, ns string, ev *eventbusv1.Event) (jetstream.PubAckFuture, error) {
+	if err := b.ensureStream(ctx, ns); err != nil {
+		return nil, err
+	}
+	opts := []jetstream.PublishOpt{stallWait}
+	if id := ev.GetMsgId(); id != "" {
+		opts = append(make([]jetstream.PublishOpt, 0, 2), stallWait, jetstream.WithMsgID(id))
+	}
+	f, err := b.js.PublishMsgAsync(eventMsg(ev), opts...)
+	if err != nil {
+		return nil, natsErr("publish on "+ev.GetSubject(), err)
+	}
+	return f, nil
+}
+
+// waitAck waits for one asynchronous publish.
+func (b *bus) waitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			b.streams.Delete(namespaceOf(f.Msg().Subject))
+		}
+		return nil, natsErr("publish on "+f.Msg().Subject, err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// consumerConfig is the JetStream consumer for a validated subscription.
+func consumerConfig(s subscription) jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       s.durable,
+		FilterSubject: s.filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.ackWait,
+		MaxAckPending: s.maxAckPending,
+	}
+	if s.autoAck {
+		cfg.AckPolicy = jetstream.AckNonePolicy
+		cfg.AckWait = 0
+		cfg.MaxAckPending = 0
+	}
+	if s.durable == "" {
+		// Deleted when the subscription ends; this is the fallback when the
+		// eventbus dies before it can delete it.
+		cfg.InactiveThreshold = time.Minute
+	}
+	switch s.policy {
+	case eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	case eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE:
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = s.startSeq
+	case eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_TIME:
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		t := s.startTime
+		cfg.OptStartTime = &t
+	default:
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	return cfg
+}
+
+// consumer finds or creates the consumer of a validated subscription.
+func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer, error) {
+	stream := StreamName(s.namespace)
+	if s.bind {
+		c, err := b.subJS.Consumer(ctx, stream, s.durable)
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("%w: durable %q does not exist in namespace %q", ErrNotFound, s.durable, s.namespace)
+		}
+		return c, natsErr("get consumer", err)
+	}
+	if err := b.ensureStream(ctx, s.namespace); err != nil {
+		return nil, err
+	}
+	if s.durable != "" {
+		c, err := b.subJS.Consumer(ctx, stream, s.durable)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				b.streams.Delete(s.namespace)
+			}
+			return nil, natsErr("get consumer", err)
+		}
+	}
+	c, err := b.subJS.CreateConsumer(ctx, stream, consumerConfig(s))
+	if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse) {
+		// Another member of the group created it first.
+		c, err = b.subJS.Consumer(ctx, stream, s.durable)
+	}
+	if err != nil {
+		return nil, natsErr("create consumer", err)
+	}
+	return c, nil
+}
+
+// subscribe delivers a validated subscription's events through send until
+// ctx ends, stopping closes, send fails or the consumer goes away; ready is
+// called once the consumer receives. Events taken from NATS but not sent are
+// handed back (NAK) so that they are delivered again at once rather than
+// after ack wait.
+func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan struct{}, ready func(consumer string) error, send func(consumer string, evs []*eventbusv1.DeliveredEvent) error) (err error) {
+	cons, err := b.consumer(ctx, s)
+	if err != nil {
+		return err
+	}
+	name := cons.CachedInfo().Name
+	if s.durable == "" {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if derr := b.subJS.DeleteConsumer(dctx, StreamName(s.namespace), name); derr != nil {
+				b.log.Debug("ephemeral consumer not deleted; it expires on its own", "consumer", name, "err", derr.Error())
+			}
+		}()
+	}
+	msgs := make(chan jetstream.Msg, deliverBatch)
+	done := make(chan struct{})
+	fatal := make(chan error, 1)
+	handBack := func(m jetstream.Msg) {
+		if !s.autoAck {
+			_ = m.Nak()
+		}
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case <-done:
+			handBack(m)
+			return
+		default:
+		}
+		select {
+		case msgs <- m:
+		case <-done:
+			handBack(m)
+		}
+	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBadRequest) {
+			select {
+			case fatal <- err:
+			default:
+			}
+			return
+		}
+		b.log.Debug("consumer hiccup; it retries", "consumer", name, "err", err.Error())
+	}))
+	if err != nil {
+		return natsErr("consume", err)
+	}
+	defer func() {
+		close(done)
+		cc.Drain()
+		select {
+		case <-cc.Closed():
+		case <-time.After(5 * time.Second):
+			cc.Stop()
+		}
+		for {
+			select {
+			case m := <-msgs:
+				handBack(m)
+			default:
+				return
+			}
+		}
+	}()
+	b.log.Debug("subscription started", "consumer", name, "filter", s.filter, "durable", s.durable != "")
+	if err := ready(name); err != nil {
+		return err
+	}
+	batch := make([]jetstream.Msg, 0, deliverBatch)
+	evs := make([]*eventbusv1.DeliveredEvent, 0, deliverBatch)
+	var carry jetstream.Msg // taken from msgs, too big for the last batch
+	for {
+		if carry == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-stopping:
+				return fmt.Errorf("%w: eventbus is shutting down; resubscribe to another", ErrUnavailable)
+			case err := <-fatal:
+				b.streams.Delete(s.namespace)
+				return natsErr("consumer "+name, err)
+			case carry = <-msgs:
+			}
+		}
+		batch = append(batch[:0], carry)
+		size := len(carry.Data())
+		carry = nil
+	more:
+		for len(batch) < deliverBatch {
+			select {
+			case m := <-msgs:
+				if size += len(m.Data()); size > deliverBytes {
+					carry = m
+					break more
+				}
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		evs = evs[:0]
+		for _, m := range batch {
+			evs = append(evs, delivered(m, s.autoAck))
+		}
+		if err := send(name, evs); err != nil {
+			for _, m := range batch {
+				handBack(m)
+			}
+			if carry != nil {
+				handBack(carry)
+			}
+			return err
+		}
+	}
+}
+
+// delivered converts a JetStream message.
+func delivered(m jetstream.Msg, autoAck bool) *eventbusv1.DeliveredEvent {
+	ev := &eventbusv1.DeliveredEvent{Subject: m.Subject(), Payload: m.Data()}
+	for k, vs := range m.Headers() {
+		if k == jetstream.MsgIDHeader {
+			ev.MsgId = vs[0]
+			continue
+		}
+		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
+			continue
+		}
+		if ev.Headers == nil {
+			ev.Headers = map[string]string{}
+		}
+		ev.Headers[k] = vs[0]
+	}
+	if md, err := m.Metadata(); err == nil {
+		ev.StreamSequence = md.Sequence.Stream
+		ev.ConsumerSequence = md.Sequence.Consumer
+		ev.NumDelivered = md.NumDelivered
+		ev.Time = timestamppb.New(md.Timestamp)
+	}
+	if !autoAck {
+		ev.AckToken = m.Reply()
+	}
+	return ev
+}
+
+// ack acknowledges (or with nak, hands back) validated ack tokens and waits
+// until NATS has them.
+func (b *bus) ack(ctx context.Context, tokens []string, nak bool) error {
+	body := []byte("+ACK")
+	if nak {
+		body = []byte("-NAK")
+	}
+	for _, t := range tokens {
+		if err := b.subNC.Publish(t, body); err != nil {
+			return natsErr("ack", err)
+		}
+	}
+	return natsErr("ack flush", b.subNC.FlushWithContext(ctx))
+}
+
+// deleteConsumer deletes a durable consumer.
+func (b *bus) deleteConsumer(ctx context.Context, ns, durable string) error {
+	err := b.js.DeleteConsumer(ctx, StreamName(ns), durable)
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%w: durable %q does not exist in namespace %q", ErrNotFound, durable, ns)
+	}
+	return natsErr("delete consumer", err)
+}
+
+// streamInfo describes a namespace's stream.
+func (b *bus) streamInfo(ctx context.Context, ns string) (*eventbusv1.GetStreamInfoResponse, error) {
+	st, err := b.js.Stream(ctx, StreamName(ns))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: namespace %q has no stream yet; it is created on first publish or subscribe", ErrNotFound, ns)
+	}
+	if err != nil {
+		return nil, natsErr("stream info", err)
+	}
+	info := st.CachedInfo()
+	resp := &eventbusv1.GetStreamInfoResponse{
+		Stream:        info.Config.Name,
+		Subjects:      info.Config.Subjects,
+		Messages:      info.State.Msgs,
+		Bytes:         info.State.Bytes,
+		FirstSequence: info.State.FirstSeq,
+		LastSequence:  info.State.LastSeq,
+		Consumers:     int64(info.State.Consumers),
+		NumSubjects:   info.State.NumSubjects,
+	}
+	if !info.State.FirstTime.IsZero() {
+		resp.FirstTime = timestamppb.New(info.State.FirstTime)
+	}
+	if !info.State.LastTime.IsZero() {
+		resp.LastTime = timestamppb.New(info.State.LastTime)
+	}
+	return resp, nil
+}

@@ -1,0 +1,217 @@
+// Package mocker is a simulated LLM worker: the mocker engine (a paged KV
+// cache with prefix caching and eviction, continuous batching, and vLLM's
+// timing) paced in real time behind the worker SDK, so that the whole system
+// runs and is tested without GPUs. It registers like any worker, serves
+// generate on the request plane and publishes real KV events and load.
+package mocker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
+)
+
+// Config is the mocker's configuration.
+type Config struct {
+	Namespace, Component, Endpoint string
+	ModelName                      string
+	ContextLength                  int
+	TokenizerDir                   string
+	Engine                         engine.Config
+	NoDelay                        bool
+	DefaultMaxTokens               int
+	RegistryAddr, EventbusAddr     string
+	ClientTLS                      tlsconfig.Config
+	LeaseTTL, DrainTimeout         time.Duration
+	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
+	Transport transport.Config
+}
+
+// EnvVars maps flags to their environment variables.
+var EnvVars = map[string]string{
+	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
+	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+}
+
+// RegisterFlags adds the mocker's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Engine = engine.DefaultConfig()
+	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
+	fs.StringVar(&c.Component, "component", "backend", "registry component")
+	fs.StringVar(&c.Endpoint, "endpoint", worker.GenerateEndpoint, "registry endpoint")
+	fs.StringVar(&c.ModelName, "model-name", qwen3.ModelName, "model name served")
+	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
+	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with tokenizer.json(.gz) and tokenizer_config.json; empty: the built-in Qwen3 tokenizer")
+	fs.IntVar(&c.Engine.BlockSize, "block-size", c.Engine.BlockSize, "KV block size in tokens")
+	fs.IntVar(&c.Engine.NumGPUBlocks, "num-gpu-blocks", c.Engine.NumGPUBlocks, "KV blocks of the simulated GPU")
+	fs.IntVar(&c.Engine.MaxNumSeqs, "max-num-seqs", c.Engine.MaxNumSeqs, "most requests running at once")
+	fs.IntVar(&c.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", c.Engine.MaxNumBatchedTokens, "most tokens per step")
+	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup-ratio", 1.0, "divides every simulated duration; 0 runs as fast as possible")
+	fs.BoolVar(&c.NoDelay, "no-delay", false, "run as fast as possible (same as --speedup-ratio 0)")
+	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no max_tokens")
+	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
+	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
+	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
+	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+}
+
+// Validate checks the configuration and reads the request plane settings.
+func (c *Config) Validate() error {
+	if c.NoDelay {
+		c.Engine.SpeedupRatio = 0
+	}
+	if c.Engine.SpeedupRatio < 0 {
+		return fmt.Errorf("--speedup-ratio %v must not be negative", c.Engine.SpeedupRatio)
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if c.ModelName == "" || c.ContextLength < 1 || c.DefaultMaxTokens < 1 {
+		return errors.New("--model-name, a positive --context-length and --default-max-tokens are required")
+	}
+	tc, err := transport.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	c.Transport = tc
+	return c.ClientTLS.Validate()
+}
+
+func (c *Config) tokenizerFiles(tmp string) ([]string, error) {
+	if c.TokenizerDir == "" {
+		return qwen3.WriteTo(tmp)
+	}
+	var out []string
+	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"} {
+		p := filepath.Join(c.TokenizerDir, name)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--tokenizer-dir %s has no tokenizer.json", c.TokenizerDir)
+	}
+	return out, nil
+}
+
+// Run serves as a worker until ctx ends, then deregisters and drains.
+// ready, when set, is called once the worker is registered.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
+	e, err := engine.New(cfg.Engine)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "mocker-tokenizer-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	files, err := cfg.tokenizerFiles(tmp)
+	if err != nil {
+		return err
+	}
+	creds, err := cfg.ClientTLS.ClientCredentials()
+	if err != nil {
+		return err
+	}
+	var w atomic.Pointer[worker.Worker]
+	var load atomic.Pointer[workerv1.LoadMetrics]
+	runner := realtime.New(e, realtime.Options{
+		OnEvents: func(events []engine.Event) {
+			wk := w.Load()
+			if wk == nil {
+				return
+			}
+			b, err := engine.BatchProto(wk.InstanceID(), 0, events)
+			if err != nil {
+				log.Error("KV events out of order", "err", err.Error())
+				return
+			}
+			wk.PublishKVEvents(b)
+		},
+		OnMetrics: func(m engine.Metrics, at time.Time) {
+			if wk := w.Load(); wk != nil {
+				load.Store(m.Proto(wk.InstanceID(), 0, at))
+			}
+		},
+	})
+	g, gctx := errgroup.WithContext(ctx)
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	g.Go(func() error { return runner.Run(engineCtx) })
+	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks,
+		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane))
+	wcfg := worker.Config{
+		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
+		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Creds: creds, Transport: cfg.Transport,
+		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
+	}
+	g.Go(func() error {
+		defer stopEngine() // after the worker has drained
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens), func(wk *worker.Worker) {
+			w.Store(wk)
+			wk.SetLoad(func() *workerv1.LoadMetrics {
+				if m := load.Load(); m != nil {
+					return m
+				}
+				return &workerv1.LoadMetrics{}
+			})
+			if ready != nil {
+				ready(wk)
+			}
+		})
+	})
+	return g.Wait()
+}
+
+// generate serves requests from the engine, cancelling the engine's request
+// when the caller goes away.
+func generate(r *realtime.Runner, defaultMaxTokens int) worker.Handler {
+	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
+		er, err := engine.RequestFromProto(req, defaultMaxTokens)
+		if err != nil {
+			return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+		}
+		stream, err := r.Submit(er)
+		if err != nil {
+			if errors.Is(err, engine.ErrRequestTooLarge) || errors.Is(err, engine.ErrDuplicateRequest) {
+				return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+			}
+			return err
+		}
+		for {
+			out, err := stream.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				_ = r.Cancel(er.ID)
+				return err
+			}
+			if err := send(out.Proto()); err != nil {
+				_ = r.Cancel(er.ID)
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// consumer follows the eventbus for every namespace that has workers: KV
+// events (replayed from the start of the stream, so a fresh router rebuilds
+// its index from what the stream retains) and load reports (new ones only).
+type consumer struct {
+	bus    *eventbusclient.Client
+	core   *Core
+	log    *slog.Logger
+	events bool
+	sync   *syncer // nil without --router-replica-sync
+
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	seen   map[string]bool
+	// start is where KV events resume per namespace (a snapshot's
+	// sequences); seq is the last applied.
+	start map[string]uint64
+	seq   map[string]uint64
+	wg    sync.WaitGroup
+}
+
+func newConsumer(bus *eventbusclient.Client, core *Core, log *slog.Logger, events bool) *consumer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
+		start: map[string]uint64{}, seq: map[string]uint64{}}
+}
+
+// follow starts consuming a namespace, once.
+func (c *consumer) follow(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[ns] || c.ctx.Err() != nil {
+		return
+	}
+	c.seen[ns] = true
+	if c.events {
+		req := &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: ns + ".*." + worker.KVEventsName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true}
+		if s := c.start[ns]; s > 0 {
+			req.DeliverPolicy, req.StartSequence = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, s+1
+		}
+		c.runReq(req, func(ev *eventbusv1.DeliveredEvent) {
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			if err != nil {
+				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
+			} else {
+				c.core.ApplyEvents(b)
+			}
+			c.mu.Lock()
+			c.seq[ns] = max(c.seq[ns], ev.GetStreamSequence())
+			c.mu.Unlock()
+		})
+	}
+	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+		if err != nil {
+			c.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", err.Error())
+			return
+		}
+		c.core.ReportLoad(m)
+	})
+	if c.sync != nil {
+		// From the start of the stream: a replica that joins late replays
+		// every decision, and routed/freed pairs cancel out, leaving exactly
+		// the requests still in flight.
+		c.run(ns, ns+".router."+ReplicaSyncName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
+	}
+	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "replica_sync", c.sync != nil)
+}
+
+// run subscribes (ephemeral, auto-ack) and applies events until close. The
+// client resumes the subscription after eventbus or NATS restarts.
+func (c *consumer) run(ns, filter string, policy eventbusv1.DeliverPolicy, apply func(*eventbusv1.DeliveredEvent)) {
+	c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: filter, DeliverPolicy: policy, AutoAck: true}, apply)
+}
+
+// sequences copies the last applied KV event sequence per namespace.
+func (c *consumer) sequences() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.seq)
+}
+
+func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbusv1.DeliveredEvent)) {
+	filter := req.FilterSubject
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		backoff := 100 * time.Millisecond
+		for c.ctx.Err() == nil {
+			sub, err := c.bus.Subscribe(c.ctx, req)
+			if err == nil {
+				for {
+					var ev *eventbusv1.DeliveredEvent
+					ev, err = sub.Next(c.ctx)
+					if err != nil {
+						break
+					}
+					apply(ev)
+					backoff = 100 * time.Millisecond
+				}
+				_ = sub.Close()
+			}
+			if c.ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				return
+			}
+			c.log.Warn("eventbus subscription failed; retrying", "filter", filter, "err", err.Error(), "backoff", backoff.String())
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}()
+}
+
+func (c *consumer) close() {
+	c.mu.Lock()
+	c.cancel()
+	c.mu.Unlock()
+	c.wg.Wait()
+}

@@ -1,0 +1,252 @@
+package router
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+const model = "Qwen/Qwen3-0.6B"
+
+// cluster registers n workers serving model on dynamo/backend/generate.
+func cluster(t *testing.T, cfg CoreConfig, n int) *Core {
+	t.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	if cfg.OverlapWeight == 0 {
+		cfg.OverlapWeight = 1
+	}
+	c := NewCore(cfg)
+	var ins []discovery.Change[*registryv1.Instance]
+	var cards []discovery.Change[*registryv1.ModelCard]
+	for i := 1; i <= n; i++ {
+		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+			InstanceId: uint64(i), Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}})
+		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+			InstanceId: uint64(i), ModelName: model, BlockSize: 4}})
+	}
+	c.OnInstances(ins)
+	c.OnModels(cards)
+	return c
+}
+
+func tokens(n int, salt uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i)*7 + salt
+	}
+	return out
+}
+
+func modelTarget() *routerv1.Target {
+	return &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}
+}
+
+// stored reports that instance holds the blocks of toks (block size 4).
+func stored(c *Core, instance uint64, firstID uint64, toks []uint32) {
+	blocks := kvhash.Hashes(toks, 4, nil)
+	ev := &workerv1.KvBlocksStored{}
+	for _, b := range blocks {
+		ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: b.Sequence, LocalHash: b.Local})
+	}
+	c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: instance, FirstEventId: firstID, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+}
+
+func TestKVRoutesToTheCachedWorker(t *testing.T) {
+	c := cluster(t, CoreConfig{Mode: ModeKV}, 3)
+	prompt := tokens(64, 1)
+	stored(c, 2, 1, prompt[:48])
+	resp, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.InstanceId != 2 || resp.OverlapBlocks != 12 || resp.RequestBlocks != 16 {
+		t.Fatalf("routed to %d with overlap %d of %d; want instance 2, 12 of 16", resp.InstanceId, resp.OverlapBlocks, resp.RequestBlocks)
+	}
+	if len(resp.Candidates) != 3 || resp.Transport.GetTcp() != "10.0.0.1:1" || resp.Endpoint.GetEndpoint() != "generate" {
+		t.Fatalf("response = %v", resp)
+	}
+	// Worker 2 now carries that request's prefill; an unrelated request goes elsewhere.
+	other, err := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: tokens(64, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.InstanceId == 2 {
+		t.Fatalf("an unrelated request went to the loaded worker 2")
+	}
+	c.Free("a")
+	c.Free("b")
+	st := c.Stats()
+	for _, w := range st.Workers {
+		if w.Requests != 0 || w.PrefillBlocks != 0 || w.DecodeBlocks != 0 {
+			t.Fatalf("load left after free: %v", w)
+		}
+	}
+	if st.EventsApplied != 1 || st.IndexedEntries != 12 {
+		t.Fatalf("stats = %v", st)
+	}
+}
+
+func TestWorkerThatLeavesLosesBlocksAndLoad(t *testing.T) {
+	c := cluster(t, CoreConfig{Mode: ModeKV}, 2)
+	prompt := tokens(32, 3)
+	stored(c, 1, 1, prompt)
+	if _, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt}); err != nil {
+		t.Fatal(err)
+	}
+	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 1}}})
+	if n := c.Index().Blocks(index.WorkerID{Instance: 1}); n != 0 {
+		t.Fatalf("departed worker keeps %d blocks", n)
+	}
+	resp, err := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: prompt})
+	if err != nil || resp.InstanceId != 2 || len(resp.Candidates) != 1 {
+		t.Fatalf("after the departure: %v, %v", resp, err)
+	}
+}
+
+func TestModes(t *testing.T) {
+	t.Run("round-robin cycles", func(t *testing.T) {
+		c := cluster(t, CoreConfig{Mode: ModeRoundRobin}, 3)
+		var got []uint64
+		for i := range 6 {
+			r, err := c.Route(&routerv1.RouteRequest{RequestId: string(rune('a' + i)), Target: modelTarget(), TokenIds: tokens(8, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r.InstanceId)
+		}
+		want := []uint64{1, 2, 3, 1, 2, 3}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("round-robin order %v, want %v", got, want)
+			}
+		}
+	})
+	t.Run("least-loaded spreads", func(t *testing.T) {
+		c := cluster(t, CoreConfig{Mode: ModeLeastLoaded}, 2)
+		a, _ := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(64, 1)})
+		b, _ := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: tokens(64, 1)})
+		if a.InstanceId == b.InstanceId {
+			t.Fatalf("both requests on %d", a.InstanceId)
+		}
+	})
+	t.Run("direct obeys", func(t *testing.T) {
+		c := cluster(t, CoreConfig{Mode: ModeDirect}, 3)
+		r, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(8, 1), InstanceId: 3})
+		if err != nil || r.InstanceId != 3 {
+			t.Fatalf("direct = %v, %v", r, err)
+		}
+		if _, err := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: tokens(8, 1), InstanceId: 9}); !errors.Is(err, ErrNoWorker) {
+			t.Fatalf("direct to an unknown instance = %v", err)
+		}
+	})
+	t.Run("approximate predicts from decisions", func(t *testing.T) {
+		c := cluster(t, CoreConfig{Mode: ModeKV, Approximate: true, TTL: time.Minute, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8}, 4)
+		prompt := tokens(64, 5)
+		first, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Free("a")
+		second, err := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second.InstanceId != first.InstanceId || second.OverlapBlocks != 16 {
+			t.Fatalf("second turn went to %d with overlap %d; want %d with 16", second.InstanceId, second.OverlapBlocks, first.InstanceId)
+		}
+		stored(c, 4, 1, prompt) // events are ignored in approximate mode
+		if st := c.Stats(); st.EventsApplied != 0 {
+			t.Fatalf("approximate mode applied events: %v", st)
+		}
+	})
+	t.Run("exclusion for migration", func(t *testing.T) {
+		c := cluster(t, CoreConfig{Mode: ModeKV}, 2)
+		prompt := tokens(32, 7)
+		stored(c, 1, 1, prompt)
+		r, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt, ExcludeInstanceIds: []uint64{1}})
+		if err != nil || r.InstanceId != 2 {
+			t.Fatalf("with worker 1 excluded: %v, %v", r, err)
+		}
+		if _, err := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: prompt, ExcludeInstanceIds: []uint64{1, 2}}); !errors.Is(err, ErrNoWorker) {
+			t.Fatalf("all excluded = %v, want ErrNoWorker", err)
+		}
+	})
+}
+
+func TestDuplicateAndLateEventsDoNotCorrupt(t *testing.T) {
+	c := cluster(t, CoreConfig{Mode: ModeKV}, 1)
+	prompt := tokens(16, 2)
+	stored(c, 1, 1, prompt)
+	stored(c, 1, 1, prompt) // redelivered
+	blocks := kvhash.Hashes(prompt, 4, nil)
+	removed := &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{blocks[3].Sequence}}}}
+	c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: 1, FirstEventId: 3, Events: []*workerv1.KvCacheEvent{removed}}) // after a gap
+	c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: 1, FirstEventId: 2, Events: []*workerv1.KvCacheEvent{removed}}) // late
+	st := c.Stats()
+	if st.EventsApplied != 2 || st.EventsDuplicate != 2 || st.EventsGap != 1 || st.IndexedEntries != 3 {
+		t.Fatalf("stats = %v", st)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	c := cluster(t, CoreConfig{Mode: ModeKV}, 1)
+	neg, nan := -1.0, math.NaN()
+	tests := []struct {
+		name string
+		req  *routerv1.RouteRequest
+		want error
+	}{
+		{"no request id", &routerv1.RouteRequest{Target: modelTarget(), TokenIds: tokens(4, 1)}, ErrInvalid},
+		{"no tokens", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget()}, ErrInvalid},
+		{"tokens and hashes", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: []uint32{1}, BlockHashes: []uint64{1}}, ErrInvalid},
+		{"no target", &routerv1.RouteRequest{RequestId: "a", TokenIds: tokens(4, 1)}, ErrInvalid},
+		{"negative weight", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(4, 1), OverlapWeight: &neg}, ErrInvalid},
+		{"NaN temperature", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(4, 1), Temperature: &nan}, ErrInvalid},
+		{"unknown model", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "nope"}}, TokenIds: tokens(4, 1)}, ErrUnknownTarget},
+		{"unknown endpoint", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Endpoint{Endpoint: &routerv1.Endpoint{Namespace: "x", Component: "y", Endpoint: "z"}}}, TokenIds: tokens(4, 1)}, ErrUnknownTarget},
+		{"partial endpoint", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Endpoint{Endpoint: &routerv1.Endpoint{Namespace: "x"}}}, TokenIds: tokens(4, 1)}, ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := c.Route(tt.req); !errors.Is(err, tt.want) {
+				t.Fatalf("Route = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzRoute(f *testing.F) {
+	f.Add("req", "Qwen/Qwen3-0.6B", []byte{1, 2, 3, 4, 5, 6, 7, 8}, 1.0, 0.0)
+	f.Add("", "", []byte{}, -1.0, math.Inf(1))
+	c := NewCore(CoreConfig{Mode: ModeKV, OverlapWeight: 1, Seed: 1})
+	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1}}})
+	c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 2}}})
+	f.Fuzz(func(t *testing.T, id, model string, raw []byte, weight, temp float64) {
+		toks := make([]uint32, len(raw))
+		for i, b := range raw {
+			toks[i] = uint32(b)
+		}
+		resp, err := c.Route(&routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
+			TokenIds: toks, OverlapWeight: &weight, Temperature: &temp})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnknownTarget) && !errors.Is(err, ErrNoWorker) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		if resp.InstanceId != 1 {
+			t.Fatalf("routed to %d", resp.InstanceId)
+		}
+		c.Free(id)
+	})
+}

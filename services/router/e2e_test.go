@@ -1,0 +1,273 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/mocker"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+// startMocker runs a mocker worker until the test ends.
+func startMocker(t *testing.T, regAddr, busAddr string) *worker.Worker {
+	t.Helper()
+	var cfg mocker.Config
+	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--no-delay", "--registry-addr", regAddr, "--eventbus-addr", busAddr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *worker.Worker, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("mocker: %v", err)
+		}
+	})
+	select {
+	case w := <-ready:
+		return w
+	case err := <-done:
+		t.Fatalf("mocker stopped: %v", err)
+	}
+	return nil
+}
+
+// generate sends a request to the routed worker and drains its responses.
+func generate(ctx context.Context, t *testing.T, c transport.Client, resp *routerv1.RouteResponse, id string, prompt []uint32) {
+	t.Helper()
+	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: 4})
+	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, worker.GenerateEndpoint, nil, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for {
+		if _, err := st.Recv(); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestKVEventsFlowFromWorkersToTheRouter runs the real chain: mockers
+// publish KV events through the eventbus, the router consumes them, and a
+// repeated prompt is routed to the worker that cached it, with its overlap.
+func TestKVEventsFlowFromWorkersToTheRouter(t *testing.T) {
+	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busAddr := bus.Addr().String()
+	startMocker(t, reg.Addr, busAddr)
+	startMocker(t, reg.Addr, busAddr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rctx, rcancel := context.WithCancel(ctx)
+	svc, err := router.Start(rctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		rcancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rpc := routerv1.NewRouterServiceClient(cc)
+	tc, err := transport.NewClient(transport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+
+	prompt := make([]uint32, 256) // 16 blocks of 16
+	for i := range prompt {
+		prompt[i] = uint32(2000 + i*3)
+	}
+	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}
+	var first *routerv1.RouteResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		first, err = rpc.Route(ctx, &routerv1.RouteRequest{RequestId: "turn1", Target: target, TokenIds: prompt})
+		if err == nil && len(first.Candidates) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("router never saw both workers: %v, %v", first, err)
+		}
+		if err == nil {
+			_, _ = rpc.Free(ctx, &routerv1.FreeRequest{RequestId: "turn1"})
+		}
+	}
+	if first.OverlapBlocks != 0 {
+		t.Fatalf("cold prompt has overlap %d", first.OverlapBlocks)
+	}
+	generate(ctx, t, tc, first, "turn1", prompt)
+	_, _ = rpc.Free(ctx, &routerv1.FreeRequest{RequestId: "turn1"})
+
+	// The worker's KV events travel worker -> eventbus -> router.
+	var second *routerv1.RouteResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		q, err := rpc.QueryOverlaps(ctx, &routerv1.QueryOverlapsRequest{Target: target, TokenIds: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, c := range q.Candidates {
+			if c.InstanceId == first.InstanceId && c.OverlapBlocks >= 15 {
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router never learned worker %x's blocks: %v", first.InstanceId, q)
+		}
+	}
+	second, err = rpc.Route(ctx, &routerv1.RouteRequest{RequestId: "turn2", Target: target, TokenIds: append(prompt, 7, 8, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 256 prompt tokens are 16 full blocks, all cached after the prefill.
+	if second.InstanceId != first.InstanceId || second.OverlapBlocks < 15 {
+		t.Fatalf("second turn went to %x with overlap %d; want %x with >= 15 (%s)", second.InstanceId, second.OverlapBlocks, first.InstanceId, fmt.Sprint(second.Candidates))
+	}
+	st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
+	if err != nil || st.EventsApplied == 0 {
+		t.Fatalf("stats = %v, %v", st, err)
+	}
+}
+
+// TestRestartRecoversFromSnapshot stops a router that snapshotted its index
+// and starts another: it restores the snapshot, replays the events after it,
+// and ends up with the same index as the live one had.
+func TestRestartRecoversFromSnapshot(t *testing.T) {
+	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busAddr := bus.Addr().String()
+	startMocker(t, reg.Addr, busAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr, SnapshotInterval: 100 * time.Millisecond}
+	startRouter := func(cfg router.Config) (routerv1.RouterServiceClient, func()) {
+		rctx, rcancel := context.WithCancel(ctx)
+		svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return routerv1.NewRouterServiceClient(cc), func() {
+			cc.Close()
+			rcancel()
+			if err := svc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		}
+	}
+	a, stopA := startRouter(cfg)
+	tc, err := transport.NewClient(transport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}
+	overlap := func(rpc routerv1.RouterServiceClient, prompt []uint32) uint32 {
+		q, err := rpc.QueryOverlaps(ctx, &routerv1.QueryOverlapsRequest{Target: target, TokenIds: prompt})
+		if err != nil || len(q.Candidates) == 0 {
+			return 0
+		}
+		return q.Candidates[0].OverlapBlocks
+	}
+	waitOverlap := func(rpc routerv1.RouterServiceClient, prompt []uint32, want uint32) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); overlap(rpc, prompt) < want; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("overlap stayed at %d, want %d", overlap(rpc, prompt), want)
+			}
+		}
+	}
+	for i := range 3 {
+		prompt := make([]uint32, 128)
+		for j := range prompt {
+			prompt[j] = uint32(5000 + i*1000 + j)
+		}
+		id := fmt.Sprintf("p%d", i)
+		var resp *routerv1.RouteResponse
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			resp, err = a.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: prompt})
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		generate(ctx, t, tc, resp, id, prompt)
+		_, _ = a.Free(ctx, &routerv1.FreeRequest{RequestId: id})
+		waitOverlap(a, prompt, 8)
+		if i == 0 {
+			time.Sleep(300 * time.Millisecond) // let a snapshot cover the first prompt only
+		}
+	}
+	live, err := a.GetStats(ctx, &routerv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopA()
+
+	cfg.SnapshotInterval = 0
+	b, stopB := startRouter(cfg)
+	defer stopB()
+	var st *routerv1.GetStatsResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err = b.GetStats(ctx, &routerv1.GetStatsRequest{})
+		if err == nil && st.IndexedEntries == live.IndexedEntries {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted router index = %v, want the live one's %d entries", st, live.IndexedEntries)
+		}
+	}
+	if st.RestoredSnapshotTime == nil {
+		t.Fatalf("the restarted router did not restore a snapshot: %v", st)
+	}
+}

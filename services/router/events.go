@@ -1,0 +1,55 @@
+package router
+
+import (
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+// ApplyEvents applies one worker's batch of KV events to the index, in
+// event id order: duplicates and late events are dropped, gaps counted.
+// Approximate mode ignores events.
+func (c *Core) ApplyEvents(b *workerv1.KvEventBatch) {
+	if c.approximate || b == nil {
+		return
+	}
+	w := index.WorkerID{Instance: b.GetInstanceId(), DPRank: b.GetDpRank()}
+	for i, ev := range b.GetEvents() {
+		id := uint64(0)
+		if b.GetFirstEventId() != 0 {
+			id = b.GetFirstEventId() + uint64(i)
+		}
+		c.ApplyEvent(w, id, ev)
+	}
+}
+
+// ApplyEvent applies one KV event of worker w.
+func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent) {
+	if c.approximate || ev == nil {
+		return
+	}
+	res := c.idx.Apply(w, id, func(tx index.Tx) {
+		switch k := ev.GetEvent().(type) {
+		case *workerv1.KvCacheEvent_Stored:
+			hashes := make([]uint64, len(k.Stored.GetBlocks()))
+			for i, b := range k.Stored.GetBlocks() {
+				hashes[i] = b.GetSequenceHash()
+			}
+			tx.Store(hashes)
+		case *workerv1.KvCacheEvent_Removed:
+			tx.Remove(k.Removed.GetSequenceHashes())
+		case *workerv1.KvCacheEvent_Cleared:
+			tx.Clear()
+		}
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch res {
+	case index.Applied:
+		c.stats.applied++
+	case index.Duplicate:
+		c.stats.duplicate++
+	case index.Gap:
+		c.stats.applied++
+		c.stats.gap++
+	}
+}

@@ -1,0 +1,162 @@
+// Package router is Switchyard's KV-aware router service: it watches the
+// registry for workers and model cards, keeps an index of which worker
+// caches which blocks (from KV events, or predicted from its own decisions
+// with --no-kv-events), tracks the load of the requests it routes, and picks
+// for each request the worker with the lowest cost (see package scheduler).
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"net"
+	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// Service is a running router.
+type Service struct {
+	core   *Core
+	server *grpcserver.Server
+	reg    *discovery.Client
+	bus    *eventbusclient.Client
+	done   chan struct{}
+	err    error
+}
+
+// Start connects to the registry, starts its watches and serves gRPC until
+// ctx ends. It returns once the gRPC address is bound.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := cfg.ClientTLS.ClientCredentials()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Creds: creds})
+	if err != nil {
+		return nil, err
+	}
+	core := NewCore(cfg.coreConfig())
+	srv, err := grpcserver.New(cfg.Server, log)
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	routerv1.RegisterRouterServiceServer(srv.GRPC(), &server{core: core})
+	if err := srv.Listen(); err != nil {
+		reg.Close()
+		return nil, err
+	}
+	s := &Service{core: core, server: srv, reg: reg, done: make(chan struct{})}
+	onInstances := core.OnInstances
+	var cons *consumer
+	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
+		reg.Close()
+		return nil, errors.New("--router-replica-sync needs --eventbus-addr")
+	}
+	if cfg.EventbusAddr != "" {
+		bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Log: log})
+		if err != nil {
+			reg.Close()
+			return nil, err
+		}
+		s.bus = bus
+		cons = newConsumer(bus, core, log, core.mode == ModeKV && !cfg.NoKVEvents)
+		if cfg.ReplicaSync {
+			cons.sync = newSyncer(cfg.ReplicaID, bus, core, log)
+			core.SetObserver(cons.sync)
+		}
+		if cons.events {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			snap, err := loadSnapshot(lctx, bus)
+			cancel()
+			switch {
+			case err != nil:
+				log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
+			case snap != nil:
+				core.Restore(snap)
+				maps.Copy(cons.start, snap.StreamSequences)
+				maps.Copy(cons.seq, snap.StreamSequences)
+				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
+			}
+		}
+		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
+			core.OnInstances(changes)
+			for _, ch := range changes {
+				if !ch.Deleted {
+					cons.follow(ch.Item.Namespace)
+				}
+			}
+		}
+	} else {
+		log.Warn("no --eventbus-addr: no KV events and no load reports; only the router's own decisions inform it")
+	}
+	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
+	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: core.OnModels, Logger: log})
+	log.Info("router starting", "mode", core.modeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
+		"overlap_weight", cfg.OverlapWeight, "temperature", cfg.Temperature)
+	go func() {
+		defer close(s.done)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
+			log.Warn("registry has not answered yet; routing will find no workers until it does")
+		} else {
+			core.DropDeparted()
+		}
+		cancel()
+		var snapDone chan struct{}
+		if cons != nil && cons.events && cfg.SnapshotInterval > 0 {
+			snapDone = make(chan struct{})
+			go func() {
+				defer close(snapDone)
+				snapshotLoop(ctx, s.bus, core, cons, cfg.SnapshotInterval, log)
+			}()
+		}
+		s.err = srv.Serve(ctx, nil)
+		if snapDone != nil {
+			<-snapDone
+		}
+		instances.Close()
+		models.Close()
+		if cons != nil {
+			cons.close()
+			if cons.sync != nil {
+				cons.sync.close()
+			}
+		}
+		if s.bus != nil {
+			s.bus.Close()
+		}
+		reg.Close()
+	}()
+	return s, nil
+}
+
+// Run starts the router and blocks until ctx ends and it has stopped.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// Addr is the bound gRPC address.
+func (s *Service) Addr() net.Addr { return s.server.Addr() }
+
+// Core is the router's state, for tests and in-process embedding.
+func (s *Service) Core() *Core { return s.core }
+
+// Wait blocks until the service has stopped.
+func (s *Service) Wait() error {
+	<-s.done
+	return s.err
+}

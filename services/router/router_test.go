@@ -1,0 +1,117 @@
+package router_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRouterFollowsTheRegistry runs a real registry and router: a worker
+// that registers becomes routable by model, and one that deregisters stops
+// being routable at once.
+func TestRouterFollowsTheRegistry(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	rctx, rcancel := context.WithCancel(ctx)
+	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}
+	svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		rcancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rpc := routerv1.NewRouterServiceClient(cc)
+	req := &routerv1.RouteRequest{RequestId: "r1", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}, TokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}}
+
+	_, err = rpc.Route(ctx, req, grpc.WaitForReady(true))
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("Route before any worker = %v, want NotFound (unknown model)", err)
+	}
+
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:9999"}}}
+	if _, err := sess.Register(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.RegisterModel(ctx, &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate", ModelName: "Qwen/Qwen3-0.6B", BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	var resp *routerv1.RouteResponse
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err = rpc.Route(ctx, req)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Route after registration: %v", err)
+	}
+	if resp.InstanceId != sess.ID() || resp.Transport.GetTcp() != "127.0.0.1:9999" || resp.RequestBlocks != 1 {
+		t.Fatalf("Route = %v, want instance %x at 127.0.0.1:9999 with 1 block", resp, sess.ID())
+	}
+	if _, err := rpc.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
+	if err != nil || len(st.Workers) != 1 || st.Workers[0].DecodeBlocks != 1 {
+		t.Fatalf("GetStats = %v, %v", st, err)
+	}
+	if _, err := rpc.Free(ctx, &routerv1.FreeRequest{RequestId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err = rpc.Route(ctx, req)
+		if status.Code(err) != codes.OK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c := status.Code(err); c != codes.Unavailable && c != codes.NotFound {
+		t.Fatalf("Route after the worker left = %v, want Unavailable or NotFound", err)
+	}
+	if _, err := rpc.Route(ctx, &routerv1.RouteRequest{RequestId: "x", Target: req.Target}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Route without tokens = %v, want InvalidArgument", err)
+	}
+}

@@ -1,0 +1,71 @@
+package router
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+)
+
+// server implements routerv1.RouterServiceServer over a Core.
+type server struct {
+	routerv1.UnimplementedRouterServiceServer
+	core *Core
+}
+
+// toStatus maps domain errors to gRPC codes, once, for every RPC.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrUnknownTarget):
+		code = codes.NotFound
+	case errors.Is(err, ErrNoWorker):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
+
+func (s *server) Route(_ context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	resp, err := s.core.Route(r)
+	return resp, toStatus(err)
+}
+
+func (s *server) QueryOverlaps(_ context.Context, r *routerv1.QueryOverlapsRequest) (*routerv1.QueryOverlapsResponse, error) {
+	resp, err := s.core.QueryOverlaps(r)
+	return resp, toStatus(err)
+}
+
+func validID(id string) error {
+	if id == "" || len(id) > maxRequestID {
+		return status.Errorf(codes.InvalidArgument, "request_id must be 1..%d bytes", maxRequestID)
+	}
+	return nil
+}
+
+func (s *server) MarkPrefillComplete(_ context.Context, r *routerv1.MarkPrefillCompleteRequest) (*routerv1.MarkPrefillCompleteResponse, error) {
+	if err := validID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
+	s.core.PrefillDone(r.RequestId)
+	return &routerv1.MarkPrefillCompleteResponse{}, nil
+}
+
+func (s *server) Free(_ context.Context, r *routerv1.FreeRequest) (*routerv1.FreeResponse, error) {
+	if err := validID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
+	s.core.Free(r.RequestId)
+	return &routerv1.FreeResponse{}, nil
+}
+
+func (s *server) GetStats(context.Context, *routerv1.GetStatsRequest) (*routerv1.GetStatsResponse, error) {
+	return s.core.Stats(), nil
+}

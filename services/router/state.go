@@ -1,0 +1,547 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
+)
+
+// Domain errors; server.go maps them to gRPC codes.
+var (
+	// ErrInvalid is a request that breaks a rule; the message says which.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnknownTarget is a model or endpoint nobody registered.
+	ErrUnknownTarget = errors.New("unknown target")
+	// ErrNoWorker is a known target with no live (or no eligible) worker.
+	ErrNoWorker = errors.New("no live worker")
+)
+
+// Limits on requests.
+const (
+	maxRequestID = 256
+	maxTokens    = 1 << 22
+)
+
+// endpointKey names an endpoint.
+type endpointKey struct{ ns, comp, ep string }
+
+// Core is the router's state and decisions, without transport: the worker
+// set (from registry watches), the KV index (from events, or predicted),
+// the load of routed requests and the scheduler. It is safe for concurrent
+// use.
+type Core struct {
+	mode        Mode
+	approximate bool
+	weight      float64
+	temperature float64
+
+	idx    *index.Index
+	approx *index.Approx
+	load   *scheduler.Load
+	now    func() time.Time
+
+	mu        sync.Mutex
+	rng       *rand.Rand
+	endpoints map[endpointKey]map[uint64]*registryv1.Instance
+	refs      map[uint64]int                               // instance -> endpoints it serves
+	models    map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
+	rr        map[endpointKey]int
+	stats     eventStats
+	reported  map[uint64]reportedLoad // instance -> its last load report
+	observer  Observer
+	// restoredAt is the time of the snapshot the index started from.
+	restoredAt *timestamppb.Timestamp
+}
+
+// reportedLoad is a worker's own account of its load.
+type reportedLoad struct {
+	decodeBlocks, prefillTokens uint64
+	at                          time.Time
+}
+
+// reportTTL is how long a load report corrects the router's own view.
+const reportTTL = 5 * time.Second
+
+type eventStats struct{ applied, duplicate, gap uint64 }
+
+// CoreConfig configures a Core.
+type CoreConfig struct {
+	Mode Mode
+	// Approximate predicts caches from decisions instead of KV events.
+	Approximate bool
+	// OverlapWeight and Temperature are the default cost parameters.
+	OverlapWeight, Temperature float64
+	// TTL, MaxTreeSize and PruneTargetRatio tune approximate mode.
+	TTL              time.Duration
+	MaxTreeSize      int
+	PruneTargetRatio float64
+	// Seed seeds tie-breaks and sampling; 0 picks a random seed.
+	Seed uint64
+}
+
+// NewCore returns an empty core.
+func NewCore(cfg CoreConfig) *Core {
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	c := &Core{
+		mode:        cfg.Mode,
+		approximate: cfg.Approximate,
+		weight:      cfg.OverlapWeight,
+		temperature: cfg.Temperature,
+		load:        scheduler.NewLoad(),
+		now:         time.Now,
+		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		endpoints:   map[endpointKey]map[uint64]*registryv1.Instance{},
+		refs:        map[uint64]int{},
+		models:      map[string]map[endpointKey]map[uint64]uint32{},
+		rr:          map[endpointKey]int{},
+		reported:    map[uint64]reportedLoad{},
+	}
+	if cfg.Approximate {
+		c.approx = index.NewApprox(index.ApproxConfig{TTL: cfg.TTL, MaxEntries: cfg.MaxTreeSize, PruneTargetRatio: cfg.PruneTargetRatio})
+		c.idx = c.approx.Index()
+	} else {
+		c.idx = index.New()
+	}
+	return c
+}
+
+// Index is the KV index (predicted in approximate mode).
+func (c *Core) Index() *index.Index { return c.idx }
+
+// OnInstances applies registry instance changes. A worker whose last
+// endpoint left loses its blocks and load at once.
+func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
+	c.mu.Lock()
+	var gone []uint64
+	for _, ch := range changes {
+		in := ch.Item
+		k := endpointKey{in.Namespace, in.Component, in.Endpoint}
+		set := c.endpoints[k]
+		if ch.Deleted {
+			if _, ok := set[in.InstanceId]; ok {
+				delete(set, in.InstanceId)
+				if len(set) == 0 {
+					delete(c.endpoints, k)
+				}
+				c.refs[in.InstanceId]--
+				if c.refs[in.InstanceId] <= 0 {
+					delete(c.refs, in.InstanceId)
+					gone = append(gone, in.InstanceId)
+				}
+			}
+			continue
+		}
+		if set == nil {
+			set = map[uint64]*registryv1.Instance{}
+			c.endpoints[k] = set
+		}
+		if _, ok := set[in.InstanceId]; !ok {
+			c.refs[in.InstanceId]++
+		}
+		set[in.InstanceId] = in
+	}
+	c.mu.Unlock()
+	for _, id := range gone {
+		c.removeInstance(id)
+	}
+	if len(gone) > 0 {
+		c.mu.Lock()
+		for _, id := range gone {
+			delete(c.reported, id)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *Core) removeInstance(id uint64) {
+	if c.approx != nil {
+		for _, w := range c.idx.Workers() {
+			if w.Instance == id {
+				c.approx.RemoveWorker(w)
+			}
+		}
+	} else {
+		c.idx.RemoveInstance(id)
+	}
+	c.load.RemoveWorker(index.WorkerID{Instance: id})
+}
+
+// OnModels applies registry model card changes.
+func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range changes {
+		card := ch.Item
+		k := endpointKey{card.Namespace, card.Component, card.Endpoint}
+		eps := c.models[card.ModelName]
+		if ch.Deleted {
+			if eps != nil {
+				delete(eps[k], card.InstanceId)
+				if len(eps[k]) == 0 {
+					delete(eps, k)
+				}
+				if len(eps) == 0 {
+					delete(c.models, card.ModelName)
+				}
+			}
+			continue
+		}
+		if eps == nil {
+			eps = map[endpointKey]map[uint64]uint32{}
+			c.models[card.ModelName] = eps
+		}
+		if eps[k] == nil {
+			eps[k] = map[uint64]uint32{}
+		}
+		eps[k][card.InstanceId] = card.BlockSize
+	}
+}
+
+// candidate is a worker that may serve a request.
+type candidate struct {
+	in *registryv1.Instance
+	bs uint32
+}
+
+// candidates resolves a target to its live workers and their block size.
+func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	excluded := func(id uint64) bool {
+		for _, x := range exclude {
+			if x == id {
+				return true
+			}
+		}
+		return false
+	}
+	var out []candidate
+	blockSize := 0
+	known := false
+	switch k := t.GetKind().(type) {
+	case *routerv1.Target_Endpoint:
+		ek := endpointKey{k.Endpoint.GetNamespace(), k.Endpoint.GetComponent(), k.Endpoint.GetEndpoint()}
+		set, ok := c.endpoints[ek]
+		known = ok
+		for id, in := range set {
+			if !excluded(id) {
+				out = append(out, candidate{in: in})
+			}
+		}
+		// The block size comes from any model card of this endpoint.
+		for _, eps := range c.models {
+			for id, bs := range eps[ek] {
+				if _, live := set[id]; live && bs > 0 {
+					blockSize = int(bs)
+				}
+			}
+		}
+	case *routerv1.Target_Model:
+		eps, ok := c.models[k.Model]
+		known = ok
+		for ek, ids := range eps {
+			for id, bs := range ids {
+				in, live := c.endpoints[ek][id]
+				if !live || excluded(id) {
+					continue
+				}
+				out = append(out, candidate{in: in, bs: bs})
+				if bs > 0 {
+					blockSize = int(bs)
+				}
+			}
+		}
+	default:
+		return nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
+	}
+	if !known {
+		return nil, 0, fmt.Errorf("%w: %s", ErrUnknownTarget, targetString(t))
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
+	}
+	// Stable order, so round-robin and tie-breaks do not depend on map order.
+	sort.Slice(out, func(i, j int) bool { return out[i].in.InstanceId < out[j].in.InstanceId })
+	if blockSize == 0 {
+		blockSize = kvhash.DefaultBlockSize
+	}
+	return out, blockSize, nil
+}
+
+func targetString(t *routerv1.Target) string {
+	if m, ok := t.GetKind().(*routerv1.Target_Model); ok {
+		return fmt.Sprintf("model %q", m.Model)
+	}
+	e := t.GetEndpoint()
+	return fmt.Sprintf("endpoint %s/%s/%s", e.GetNamespace(), e.GetComponent(), e.GetEndpoint())
+}
+
+// query is what Route and QueryOverlaps share.
+type query struct {
+	target              *routerv1.Target
+	tokens              []uint32
+	hashes              []uint64
+	weight, temperature *float64
+	exclude             []uint64
+	direct              uint64
+}
+
+func validateQuery(q query) error {
+	if q.target == nil || q.target.GetKind() == nil {
+		return fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
+	}
+	if e, ok := q.target.GetKind().(*routerv1.Target_Endpoint); ok {
+		if e.Endpoint.GetNamespace() == "" || e.Endpoint.GetComponent() == "" || e.Endpoint.GetEndpoint() == "" {
+			return fmt.Errorf("%w: target endpoint needs namespace, component and endpoint", ErrInvalid)
+		}
+	}
+	if m, ok := q.target.GetKind().(*routerv1.Target_Model); ok && m.Model == "" {
+		return fmt.Errorf("%w: target model is empty", ErrInvalid)
+	}
+	switch {
+	case len(q.tokens) == 0 && len(q.hashes) == 0:
+		return fmt.Errorf("%w: the request has no token_ids and no block_hashes", ErrInvalid)
+	case len(q.tokens) > 0 && len(q.hashes) > 0:
+		return fmt.Errorf("%w: give token_ids or block_hashes, not both", ErrInvalid)
+	case len(q.tokens) > maxTokens || len(q.hashes) > maxTokens:
+		return fmt.Errorf("%w: the request has more than %d tokens or hashes", ErrInvalid, maxTokens)
+	}
+	for name, v := range map[string]*float64{"overlap_weight": q.weight, "temperature": q.temperature} {
+		if v != nil && (*v < 0 || math.IsNaN(*v) || math.IsInf(*v, 0)) {
+			return fmt.Errorf("%w: %s %v must be a finite number >= 0", ErrInvalid, name, *v)
+		}
+	}
+	return nil
+}
+
+// decision is a routing outcome.
+type decision struct {
+	chosen  int
+	cands   []candidate
+	scored  []scheduler.Candidate
+	hashes  []uint64
+	overlap int
+}
+
+// evaluate scores every candidate for a query and picks one per the mode.
+func (c *Core) evaluate(q query) (*decision, error) {
+	if err := validateQuery(q); err != nil {
+		return nil, err
+	}
+	cands, bs, err := c.candidates(q.target, q.exclude)
+	if err != nil {
+		return nil, err
+	}
+	hashes := q.hashes
+	if len(q.tokens) > 0 {
+		blocks := kvhash.Hashes(q.tokens, bs, nil)
+		hashes = make([]uint64, len(blocks))
+		for i, b := range blocks {
+			hashes[i] = b.Sequence
+		}
+	}
+	if c.approx != nil {
+		c.approx.Expire(c.now())
+	}
+	overlaps := map[uint64]int{}
+	for _, o := range c.idx.Overlaps(hashes) {
+		if o.Worker.DPRank == 0 {
+			overlaps[o.Worker.Instance] = o.Blocks
+		}
+	}
+	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands))}
+	now := c.now()
+	c.mu.Lock()
+	for i, cd := range cands {
+		w := index.WorkerID{Instance: cd.in.InstanceId}
+		p, dec, _ := c.load.Of(w)
+		// A fresh report from the worker corrects the router's view upward:
+		// it includes requests other routers (or clients) sent there.
+		if r, ok := c.reported[w.Instance]; ok && now.Sub(r.at) < reportTTL {
+			p = max(p, int(r.prefillTokens)/bs)
+			dec = max(dec, int(r.decodeBlocks))
+		}
+		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: overlaps[w.Instance], PrefillBlocks: p, DecodeBlocks: dec}
+	}
+	c.mu.Unlock()
+	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
+	if q.weight != nil {
+		params.OverlapWeight = *q.weight
+	}
+	if q.temperature != nil {
+		params.Temperature = *q.temperature
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Scores are reported in every mode; only kv mode chooses by them.
+	chosen, _ := scheduler.Select(d.scored, len(hashes), params, c.rng)
+	switch c.mode {
+	case ModeRoundRobin:
+		k := endpointKey{cands[0].in.Namespace, cands[0].in.Component, cands[0].in.Endpoint}
+		chosen = c.rr[k] % len(cands)
+		c.rr[k]++
+	case ModeRandom:
+		chosen = c.rng.IntN(len(cands))
+	case ModeLeastLoaded:
+		ll := make([]scheduler.Candidate, len(d.scored))
+		for i, s := range d.scored {
+			ll[i] = scheduler.Candidate{Worker: s.Worker, PrefillBlocks: s.PrefillBlocks, DecodeBlocks: s.DecodeBlocks}
+		}
+		chosen, _ = scheduler.Select(ll, 0, scheduler.Params{OverlapWeight: 1}, c.rng)
+	case ModeDirect:
+		chosen = -1
+		for i, cd := range cands {
+			if cd.in.InstanceId == q.direct {
+				chosen = i
+			}
+		}
+		if chosen < 0 {
+			return nil, fmt.Errorf("%w: direct mode: instance %x does not serve %s", ErrNoWorker, q.direct, targetString(q.target))
+		}
+	}
+	d.chosen = chosen
+	d.overlap = d.scored[chosen].Overlap
+	return d, nil
+}
+
+// Route chooses a worker and records the decision.
+func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	if r.GetRequestId() == "" || len(r.GetRequestId()) > maxRequestID {
+		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, maxRequestID)
+	}
+	if c.mode == ModeDirect && r.GetInstanceId() == 0 {
+		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
+	}
+	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
+		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId})
+	if err != nil {
+		return nil, err
+	}
+	w := d.scored[d.chosen].Worker
+	c.load.Add(r.RequestId, w, len(d.hashes)-d.overlap, d.hashes)
+	if c.approx != nil {
+		c.approx.Predict(w, d.hashes, c.now())
+	}
+	in := d.cands[d.chosen].in
+	if c.observer != nil {
+		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
+	}
+	return &routerv1.RouteResponse{
+		InstanceId:    in.InstanceId,
+		Transport:     transportOf(in.Transport),
+		OverlapBlocks: uint32(d.overlap),
+		RequestBlocks: uint32(len(d.hashes)),
+		Candidates:    candidatesOf(d.scored),
+		Endpoint:      &routerv1.Endpoint{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint},
+	}, nil
+}
+
+// QueryOverlaps scores candidates without routing.
+func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryOverlapsResponse, error) {
+	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes})
+	if err != nil {
+		return nil, err
+	}
+	return &routerv1.QueryOverlapsResponse{RequestBlocks: uint32(len(d.hashes)), Candidates: candidatesOf(d.scored)}, nil
+}
+
+// ReportLoad records a worker's own load report.
+func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
+	if m.GetInstanceId() == 0 || m.GetDpRank() != 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, live := c.refs[m.InstanceId]; !live {
+		return
+	}
+	c.reported[m.InstanceId] = reportedLoad{decodeBlocks: m.ActiveDecodeBlocks, prefillTokens: m.ActivePrefillTokens, at: c.now()}
+}
+
+// PrefillDone moves a routed request's load from prefill to decode.
+func (c *Core) PrefillDone(id string) {
+	c.load.PrefillDone(id)
+	if c.observer != nil {
+		c.observer.PrefillDone(id)
+	}
+}
+
+// Free releases a routed request's load.
+func (c *Core) Free(id string) {
+	c.load.Free(id)
+	if c.observer != nil {
+		c.observer.Freed(id)
+	}
+}
+
+// SetObserver sets who hears about this core's own decisions; call it
+// before serving.
+func (c *Core) SetObserver(o Observer) { c.observer = o }
+
+func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
+	out := make([]*routerv1.Candidate, len(s))
+	for i, c := range s {
+		out[i] = &routerv1.Candidate{InstanceId: c.Worker.Instance, DpRank: c.Worker.DPRank, OverlapBlocks: uint32(c.Overlap),
+			Cost: c.Cost, PrefillBlocks: uint32(c.PrefillBlocks), DecodeBlocks: uint32(c.DecodeBlocks)}
+	}
+	return out
+}
+
+func transportOf(t *registryv1.Transport) *routerv1.Transport {
+	switch k := t.GetKind().(type) {
+	case *registryv1.Transport_Tcp:
+		return &routerv1.Transport{Kind: &routerv1.Transport_Tcp{Tcp: k.Tcp}}
+	case *registryv1.Transport_Http:
+		return &routerv1.Transport{Kind: &routerv1.Transport_Http{Http: k.Http}}
+	case *registryv1.Transport_Nats:
+		return &routerv1.Transport{Kind: &routerv1.Transport_Nats{Nats: k.Nats}}
+	}
+	return nil
+}
+
+// Stats reports the router's state.
+func (c *Core) Stats() *routerv1.GetStatsResponse {
+	st := c.idx.Stats()
+	c.mu.Lock()
+	ids := make([]uint64, 0, len(c.refs))
+	for id := range c.refs {
+		ids = append(ids, id)
+	}
+	ev := c.stats
+	restored := c.restoredAt
+	c.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := &routerv1.GetStatsResponse{Mode: c.modeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
+		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored}
+	for _, id := range ids {
+		w := index.WorkerID{Instance: id}
+		p, d, n := c.load.Of(w)
+		out.Workers = append(out.Workers, &routerv1.WorkerStats{InstanceId: id, CachedBlocks: uint64(c.idx.Blocks(w)),
+			Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)})
+	}
+	return out
+}
+
+func (c *Core) modeName() string {
+	if c.mode == ModeKV && c.approximate {
+		return "kv (approximate, no KV events)"
+	}
+	return string(c.mode)
+}

@@ -1,0 +1,188 @@
+package router
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"time"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+// ReplicaSyncName is the event name replicas share decisions on, under
+// {namespace}.router.
+const ReplicaSyncName = "replica_sync"
+
+// Observer hears about the decisions a Core makes itself (not those it
+// applies from other replicas).
+type Observer interface {
+	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64)
+	PrefillDone(id string)
+	Freed(id string)
+}
+
+// ApplyReplica applies another replica's change: its load (and, in
+// approximate mode, its predicted blocks) becomes part of this replica's
+// view, so that N replicas route as one.
+// at is when the change happened (predictions age from then).
+func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
+	switch k := ev.GetKind().(type) {
+	case *routerv1.ReplicaEvent_Routed:
+		r := k.Routed
+		w := index.WorkerID{Instance: r.InstanceId, DPRank: r.DpRank}
+		c.mu.Lock()
+		_, live := c.refs[r.InstanceId]
+		c.mu.Unlock()
+		if !live || r.RequestId == "" {
+			return
+		}
+		c.load.Add(r.RequestId, w, int(r.PrefillBlocks), r.BlockHashes)
+		if c.approx != nil {
+			c.approx.Predict(w, r.BlockHashes, at)
+		}
+	case *routerv1.ReplicaEvent_PrefillComplete:
+		c.load.PrefillDone(k.PrefillComplete)
+	case *routerv1.ReplicaEvent_Freed:
+		c.load.Free(k.Freed)
+	}
+}
+
+// syncer publishes this replica's decisions and applies the others'.
+type syncer struct {
+	id   string
+	bus  *eventbusclient.Client
+	core *Core
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	nsOf map[string]string // request id -> namespace of its endpoint
+	out  chan *eventbusv1.Event
+	done chan struct{}
+}
+
+func newSyncer(id string, bus *eventbusclient.Client, core *Core, log *slog.Logger) *syncer {
+	if id == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	s := &syncer{id: id, bus: bus, core: core, log: log, nsOf: map[string]string{}, out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
+	go s.publish()
+	return s
+}
+
+func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
+	ev.ReplicaId = s.id
+	e, err := eventbusclient.NewEvent(ns+".router."+ReplicaSyncName, ev)
+	if err != nil {
+		s.log.Error("cannot encode a replica event", "err", err.Error())
+		return
+	}
+	select {
+	case s.out <- e:
+	default:
+		s.log.Warn("replica sync queue full; a decision was not shared")
+	}
+}
+
+func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64) {
+	s.mu.Lock()
+	s.nsOf[id] = ns
+	s.mu.Unlock()
+	s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
+		RequestId: id, InstanceId: w.Instance, DpRank: w.DPRank, PrefillBlocks: uint32(prefill), BlockHashes: hashes}}})
+}
+
+func (s *syncer) PrefillDone(id string) {
+	s.mu.Lock()
+	ns, ok := s.nsOf[id]
+	s.mu.Unlock()
+	if ok {
+		s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_PrefillComplete{PrefillComplete: id}})
+	}
+}
+
+func (s *syncer) Freed(id string) {
+	s.mu.Lock()
+	ns, ok := s.nsOf[id]
+	delete(s.nsOf, id)
+	s.mu.Unlock()
+	if ok {
+		s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Freed{Freed: id}})
+	}
+}
+
+// publish sends queued events in order, in batches.
+func (s *syncer) publish() {
+	defer close(s.done)
+	pub := s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{NoMsgIDs: true})
+	defer pub.Close()
+	for e := range s.out {
+		batch := []*eventbusv1.Event{e}
+	more:
+		for len(batch) < 512 {
+			select {
+			case n, ok := <-s.out:
+				if !ok {
+					break more
+				}
+				batch = append(batch, n)
+			default:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := pub.PublishBatch(ctx, batch); err != nil {
+			s.log.Warn("replica sync events not published", "events", len(batch), "err", err.Error())
+		}
+		cancel()
+	}
+}
+
+// apply is the consumer's handler for other replicas' events.
+func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
+	re, err := eventbusclient.Decode[routerv1.ReplicaEvent](ev)
+	if err != nil {
+		s.log.Warn("undecodable replica event", "err", err.Error())
+		return
+	}
+	if re.ReplicaId == s.id {
+		return
+	}
+	if r := re.GetRouted(); r != nil {
+		// Remember where the request lives, so that a prefill-complete or
+		// free sent to this replica is shared too.
+		s.mu.Lock()
+		s.nsOf[r.RequestId] = namespaceOf(ev.GetSubject())
+		s.mu.Unlock()
+	}
+	if id := re.GetFreed(); id != "" {
+		s.mu.Lock()
+		delete(s.nsOf, id)
+		s.mu.Unlock()
+	}
+	at := time.Now()
+	if ev.GetTime() != nil {
+		at = ev.GetTime().AsTime()
+	}
+	s.core.ApplyReplica(re, at)
+}
+
+func (s *syncer) close() {
+	close(s.out)
+	<-s.done
+}
+
+func namespaceOf(subject string) string {
+	for i := 0; i < len(subject); i++ {
+		if subject[i] == '.' {
+			return subject[:i]
+		}
+	}
+	return subject
+}
