@@ -1,12 +1,14 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -383,18 +385,7 @@ func TestKubernetesEnvtestRBAC(t *testing.T) {
 	ctx := kubeCtx(t)
 	applyManifest(t, e.dyn, filepath.Join("..", "..", "deploy", "kubernetes", "rbac.yaml"))
 
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: e.cfg.Host, CertificateAuthorityData: e.cfg.CAData}
-	kc.AuthInfos["registry"] = &clientcmdapi.AuthInfo{
-		ClientCertificateData: e.cfg.CertData, ClientKeyData: e.cfg.KeyData, Token: e.cfg.BearerToken,
-		Impersonate: "system:serviceaccount:" + kubeTestNS + ":switchyard-registry",
-	}
-	kc.Contexts["registry"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "registry", Namespace: kubeTestNS}
-	kc.CurrentContext = "registry"
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, e.cfg, "system:serviceaccount:"+kubeTestNS+":switchyard-registry")
 	_, rpc := startKubeRegistry(t, Config{Backend: BackendKubernetes, Kubeconfig: kubeconfig, KubeDebounce: 20 * time.Millisecond})
 
 	w := e.createPod(t, "worker-rbac")
@@ -448,5 +439,76 @@ func applyManifest(t *testing.T, dyn dynamic.Interface, path string) {
 		if _, err := dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(kubeCtx(t), u, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for cfg's API server and credentials,
+// impersonating user when set, with the test namespace as its namespace.
+func writeKubeconfig(t *testing.T, cfg *rest.Config, user string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken, Impersonate: user,
+	}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user", Namespace: kubeTestNS}
+	kc.CurrentContext = "envtest"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestKubernetesEnvtestGarbageCollection runs kube-controller-manager's
+// garbage collector beside envtest (which has no controllers): deleting a
+// worker pod must delete its DynamoWorkerMetadata through the owner
+// reference, and watchers must see the DELETE. The pod's EndpointSlice is
+// left ready on purpose, so the DELETE can only come from the resource.
+func TestKubernetesEnvtestGarbageCollection(t *testing.T) {
+	e := startKubeEnv(t)
+	kcm := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
+	if _, err := os.Stat(kcm); err != nil {
+		msg := fmt.Sprintf("no %s: hack/envtest-binaries.sh builds it", kcm)
+		if os.Getenv("SWITCHYARD_REQUIRE_ENVTEST") == "1" {
+			t.Fatal(msg + " (SWITCHYARD_REQUIRE_ENVTEST=1 forbids skipping)")
+		}
+		t.Skip(msg)
+	}
+	ctx := kubeCtx(t)
+	pod := e.createPod(t, "worker-gc")
+	watch := watchInstancesOf(t, e.rpc, &registryv1.WatchInstancesRequest{})
+	r, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstanceOf("generate", "10.0.2.1:9000"), Pod: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.slice(t, "backend-gc", true, discoveryLabel, pod)
+	watch.until(t, instanceKey("vllm-agg", "backend", "generate", r.InstanceId))
+
+	var out bytes.Buffer
+	cmd := exec.Command(kcm, "--kubeconfig="+writeKubeconfig(t, e.cfg, ""), "--controllers=garbagecollector",
+		"--leader-elect=false", "--secure-port=0", "--v=1")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("kube-controller-manager output:\n%s", out.String())
+		}
+	})
+
+	now := int64(0) // no kubelet here to finish a graceful deletion
+	if err := e.kube.CoreV1().Pods(kubeTestNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &now}); err != nil {
+		t.Fatal(err)
+	}
+	watch.until(t)
+	if last := watch.events[len(watch.events)-1]; last.Type != registryv1.EventType_EVENT_TYPE_DELETE || last.Instance.InstanceId != r.InstanceId {
+		t.Fatalf("last event %v, want the DELETE of the pod's instance", last)
+	}
+	if _, err := e.resource(t, pod.Name); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod's resource after the pod went: %v, want NotFound", err)
 	}
 }
