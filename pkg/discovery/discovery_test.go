@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
@@ -277,4 +279,27 @@ func TestModelWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the card to go", func() bool { return len(w.Items()) == 0 })
+}
+
+func TestPodFromEnv(t *testing.T) {
+	tests := []struct {
+		name         string
+		pod, ns, uid string
+		want         *registryv1.KubernetesPod
+	}{
+		{"all set", "worker-0", "dynamo", "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10", &registryv1.KubernetesPod{Name: "worker-0", Namespace: "dynamo", Uid: "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10"}},
+		{"no uid", "worker-0", "dynamo", "", nil},
+		{"no name", "", "dynamo", "6f1b3c1e", nil},
+		{"none", "", "", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("POD_NAME", tt.pod)
+			t.Setenv("POD_NAMESPACE", tt.ns)
+			t.Setenv("POD_UID", tt.uid)
+			if diff := cmp.Diff(tt.want, discovery.PodFromEnv(), protocmp.Transform()); diff != "" {
+				t.Fatalf("PodFromEnv() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -31,6 +32,21 @@ type SessionOptions struct {
 	TTL time.Duration
 	// Logger receives the session's reconnects; nil discards.
 	Logger *slog.Logger
+	// Pod names the worker's pod for a registry on the kubernetes discovery
+	// backend, which ties the session to a custom resource owned by the pod.
+	// Nil takes it from POD_NAME, POD_NAMESPACE and POD_UID (which the
+	// operator injects) when all three are set. The etcd backend ignores it.
+	Pod *registryv1.KubernetesPod
+}
+
+// PodFromEnv returns the pod named by POD_NAME, POD_NAMESPACE and POD_UID, or
+// nil unless all three are set.
+func PodFromEnv() *registryv1.KubernetesPod {
+	name, ns, uid := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"), os.Getenv("POD_UID")
+	if name == "" || ns == "" || uid == "" {
+		return nil
+	}
+	return &registryv1.KubernetesPod{Name: name, Namespace: ns, Uid: uid}
 }
 
 // Session is a lease kept alive on the registry: instances, model cards,
@@ -54,7 +70,11 @@ type Session struct {
 
 // NewSession grants a lease and starts keeping it alive.
 func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, error) {
-	resp, err := c.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: int64(opts.TTL / time.Second)})
+	pod := opts.Pod
+	if pod == nil {
+		pod = PodFromEnv()
+	}
+	resp, err := c.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: int64(opts.TTL / time.Second), Pod: pod})
 	if err != nil {
 		return nil, fmt.Errorf("discovery: grant lease: %w", err)
 	}

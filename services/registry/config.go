@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
@@ -33,6 +36,22 @@ type Config struct {
 	DataDir string
 	// EmbeddedClientURL and EmbeddedPeerURL are where an embedded etcd listens.
 	EmbeddedClientURL, EmbeddedPeerURL string
+
+	// Kubeconfig is a kubeconfig file for the kubernetes backend, for
+	// development outside a cluster; empty uses the in-cluster config.
+	Kubeconfig string
+	// KubeNamespace is the namespace of the worker pods; empty is the
+	// kubeconfig context's namespace, or in a cluster the registry's own.
+	KubeNamespace string
+	// KubeEndpointSliceSelector limits the EndpointSlices that decide
+	// readiness to those matching this label selector.
+	KubeEndpointSliceSelector string
+	// KubeDebounce is how long the kubernetes backend gathers changes before
+	// it emits them.
+	KubeDebounce time.Duration
+	// KubeRESTConfig, when set by an embedding program or test, replaces
+	// Kubeconfig and the in-cluster config.
+	KubeRESTConfig *rest.Config
 }
 
 // EnvVars maps flags to the documented environment variables.
@@ -53,6 +72,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdTLS.CertFile, "etcd-cert", "", "client certificate for an external etcd")
 	fs.StringVar(&c.EtcdTLS.KeyFile, "etcd-key", "", "client key for --etcd-cert")
 	fs.StringVar(&c.EtcdTLS.CAFile, "etcd-ca", "", "CA bundle that verifies an external etcd")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for the kubernetes backend (development); empty uses the in-cluster config")
+	fs.StringVar(&c.KubeNamespace, "kubernetes-namespace", "", "namespace of the worker pods for the kubernetes backend; empty is the kubeconfig's or, in a cluster, the registry's own")
+	fs.StringVar(&c.KubeEndpointSliceSelector, "kubernetes-endpointslice-selector", "", "label selector of the EndpointSlices whose ready endpoints count (kubernetes backend); empty takes all in the namespace")
+	fs.DurationVar(&c.KubeDebounce, "kubernetes-debounce", 100*time.Millisecond, "how long the kubernetes backend gathers changes before emitting them")
 }
 
 // Endpoints splits EtcdEndpoints.
@@ -74,7 +97,13 @@ func (c Config) Validate() error {
 	switch c.Backend {
 	case BackendKVStore:
 	case BackendKubernetes:
-		return fmt.Errorf("DYN_DISCOVERY_BACKEND=%q is not available yet in this build: valid values are %q", c.Backend, BackendKVStore)
+		if c.KubeDebounce <= 0 {
+			return errors.New("--kubernetes-debounce must be positive")
+		}
+		if _, err := labels.Parse(c.KubeEndpointSliceSelector); err != nil {
+			return fmt.Errorf("invalid --kubernetes-endpointslice-selector %q: %w", c.KubeEndpointSliceSelector, err)
+		}
+		return nil
 	default:
 		return fmt.Errorf("invalid DYN_DISCOVERY_BACKEND %q: valid values are %q and %q", c.Backend, BackendKVStore, BackendKubernetes)
 	}

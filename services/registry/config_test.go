@@ -44,7 +44,8 @@ func TestConfigValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"kubernetes not built yet", func(c *Config) { c.Backend = "kubernetes" }, `DYN_DISCOVERY_BACKEND="kubernetes" is not available yet`},
+		{"kubernetes without debounce", func(c *Config) { c.Backend = BackendKubernetes; c.KubeDebounce = 0 }, "--kubernetes-debounce must be positive"},
+		{"kubernetes bad selector", func(c *Config) { c.Backend = BackendKubernetes; c.KubeEndpointSliceSelector = "a in (" }, `invalid --kubernetes-endpointslice-selector "a in ("`},
 		{"unknown backend", func(c *Config) { c.Backend = "zookeeper" }, `invalid DYN_DISCOVERY_BACKEND "zookeeper": valid values are "kv_store" and "kubernetes"`},
 		{"no data dir for embedded etcd", func(c *Config) { c.DataDir = "" }, "--data-dir is required"},
 		{"no grpc addr", func(c *Config) { c.Server.GRPCAddr = "" }, "--grpc-addr must not be empty"},
@@ -122,5 +123,46 @@ func TestEmbeddedEtcdByDefault(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "started an embedded single-node etcd") {
 		t.Fatalf("log does not announce the embedded etcd:\n%s", logs.String())
+	}
+}
+
+func TestKubernetesBackendNeedsAnAPIServer(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	missing := t.TempDir() + "/no-such-kubeconfig"
+	tests := []struct {
+		name       string
+		kubeconfig string
+		want       string
+	}{
+		{"no kubeconfig outside a cluster", "", "no API server config (in-cluster, or --kubeconfig)"},
+		{"kubeconfig that does not exist", missing, "no-such-kubeconfig"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := defaults(t)
+			c.Backend = BackendKubernetes
+			c.Kubeconfig = tt.kubeconfig
+			c.Server.GRPCAddr = "127.0.0.1:0"
+			c.Server.MetricsAddr = ""
+			svc, err := Start(context.Background(), c, slog.New(slog.DiscardHandler))
+			if err == nil {
+				svc.Wait()
+				t.Fatal("Start succeeded without an API server")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigKubernetesNeedsNoEtcd(t *testing.T) {
+	c := defaults(t)
+	c.Backend = BackendKubernetes
+	c.DataDir = ""
+	c.EtcdDialTimeout = 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("DYN_DISCOVERY_BACKEND=kubernetes without etcd settings: %v", err)
 	}
 }

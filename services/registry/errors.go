@@ -20,6 +20,9 @@ var (
 	ErrTimeout = errors.New("timed out")
 	// ErrUnavailable is a backend that cannot be reached right now.
 	ErrUnavailable = errors.New("backend unavailable")
+	// ErrUnimplemented is an operation the configured backend does not offer
+	// (key-value buckets and locks on the kubernetes backend).
+	ErrUnimplemented = errors.New("not implemented by this backend")
 )
 
 func errInvalidf(format string, args ...any) error {

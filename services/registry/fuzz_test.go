@@ -1,9 +1,13 @@
 package registry
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
@@ -138,6 +142,65 @@ func FuzzValidateCard(f *testing.F) {
 		}
 		if _, err := decodeCard(data); err != nil {
 			t.Fatalf("valid card does not decode: %v", err)
+		}
+	})
+}
+
+func FuzzValidatePod(f *testing.F) {
+	f.Add("vllm-worker-0", "dynamo", "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10")
+	f.Add("Worker", "a.b", "a/b")
+	f.Add("", "", "")
+	f.Fuzz(func(t *testing.T, name, ns, uid string) {
+		err := validatePod(&registryv1.KubernetesPod{Name: name, Namespace: ns, Uid: uid})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("validation error %v is not ErrInvalid", err)
+			}
+			return
+		}
+		if err := validLease("lease_id", kubeInstanceID(uid)); err != nil {
+			t.Fatalf("the instance id of an accepted pod is no lease id: %v", err)
+		}
+	})
+}
+
+// FuzzKubeSpec feeds arbitrary DynamoWorkerMetadata specs (hand-written or
+// from another version) to the join: it must not panic, and it must publish
+// only valid entries, with the pod's instance id, that round-trip.
+func FuzzKubeSpec(f *testing.F) {
+	f.Add([]byte(`{"podName":"w","podUID":"u","endpoints":[{"namespace":"a","component":"b","endpoint":"c","transport":{"tcp":"h:1"}}],"models":[{"namespace":"a","component":"b","endpoint":"c","modelName":"m","blockSize":16,"contextLength":8}]}`))
+	f.Add([]byte(`{"podUID":"u","endpoints":[{"namespace":"A","transport":{}}]}`))
+	f.Add([]byte(`{"podUID":"u","endpoints":[{"namespace":"a","component":"b","endpoint":"c","transport":{"tcp":"h:1","nats":"x"}}]}`))
+	f.Add([]byte(`{"podUID":1,"endpoints":"x"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var spec any
+		if json.Unmarshal(data, &spec) != nil {
+			return
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+		u.SetName("w")
+		ws, err := specOf(u)
+		if err != nil {
+			return
+		}
+		st := join([]*unstructured.Unstructured{u}, readyPods{uids: map[string]bool{ws.PodUID: true}, names: map[string]bool{}})
+		id := kubeInstanceID(ws.PodUID)
+		for key, in := range st.instances {
+			if err := validateInstance(in); err != nil || in.InstanceId != id {
+				t.Fatalf("published %s: %v (id %x, want %x)", key, err, in.InstanceId, id)
+			}
+			if back := toEndpointEntry(in).instance(id); !proto.Equal(back, in) {
+				t.Fatalf("entry round trip: %v != %v", back, in)
+			}
+		}
+		for key, c := range st.models {
+			if err := validateCard(c); err != nil || c.InstanceId != id {
+				t.Fatalf("published card %s: %v", key, err)
+			}
+			if back := toModelEntry(c).card(id); !proto.Equal(back, c) {
+				t.Fatalf("card round trip: %v != %v", back, c)
+			}
 		}
 	})
 }

@@ -3,6 +3,11 @@
 // snapshot-then-events watches that survive reconnects and compaction, and
 // offers key-value buckets and read/write locks. With no ETCD_ENDPOINTS it runs
 // its own single-node etcd, so a laptop needs nothing else.
+//
+// With DYN_DISCOVERY_BACKEND=kubernetes it needs no etcd at all: KubeBackend
+// keeps each worker pod's registrations in a DynamoWorkerMetadata custom
+// resource owned by the pod and takes readiness from EndpointSlices, behind
+// the same gRPC API (see deploy/kubernetes/README.md).
 package registry
 
 import (
@@ -17,6 +22,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
@@ -27,7 +36,7 @@ type Service struct {
 	log    *slog.Logger
 	etcd   *EmbeddedEtcd // nil with external etcd
 	cli    *clientv3.Client
-	store  *Store
+	store  Backend
 	server *grpcserver.Server
 	done   chan struct{}
 	err    error
@@ -41,6 +50,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s := &Service{log: log, done: make(chan struct{})}
+	if cfg.Backend == BackendKubernetes {
+		kb, ns, err := startKube(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		s.store = kb
+		return s, s.serve(ctx, cfg, "kubernetes_namespace", ns)
+	}
 	endpoints := cfg.Endpoints()
 	if len(endpoints) == 0 {
 		dir := filepath.Join(cfg.DataDir, "etcd")
@@ -87,24 +104,68 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		log.Warn("etcd is not answering yet; serving anyway and retrying per request", "endpoints", endpoints, "err", err.Error())
 	}
 	s.store = NewStore(cli)
-	srv, err := grpcserver.New(cfg.Server, log)
+	return s, s.serve(ctx, cfg, "etcd", endpoints)
+}
+
+// serve builds the gRPC server over s.store and serves until ctx ends;
+// where and whereVal say which backend state it fronts, for the log.
+func (s *Service) serve(ctx context.Context, cfg Config, where string, whereVal any) error {
+	srv, err := grpcserver.New(cfg.Server, s.log)
 	if err != nil {
 		s.closeBackend()
-		return nil, err
+		return err
 	}
 	s.server = srv
-	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping()})
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping()})
 	if err := srv.Listen(); err != nil {
 		s.closeBackend()
-		return nil, err
+		return err
 	}
-	log.Info("registry starting", "backend", cfg.Backend, "etcd", endpoints, "grpc_addr", srv.Addr().String())
+	s.log.Info("registry starting", "backend", cfg.Backend, where, whereVal, "grpc_addr", srv.Addr().String())
 	go func() {
 		defer close(s.done)
 		s.err = srv.Serve(ctx, nil)
 		s.closeBackend()
 	}()
-	return s, nil
+	return nil
+}
+
+// startKube connects to the Kubernetes API (cfg.KubeRESTConfig, else
+// --kubeconfig, else the in-cluster config) and starts a KubeBackend on the
+// workers' namespace.
+func startKube(ctx context.Context, cfg Config, log *slog.Logger) (*KubeBackend, string, error) {
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{})
+	rc := cfg.KubeRESTConfig
+	if rc == nil {
+		var err error
+		if rc, err = loader.ClientConfig(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes backend: no API server config (in-cluster, or --kubeconfig): %w", err)
+		}
+	}
+	ns := cfg.KubeNamespace
+	if ns == "" {
+		var err error
+		if ns, _, err = loader.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes backend: cannot tell the namespace (set --kubernetes-namespace): %w", err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "switchyard-registry"
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes backend: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubernetes backend: %w", err)
+	}
+	kb, err := NewKubeBackend(ctx, dyn, kube, KubeOptions{
+		Namespace: ns, EndpointSliceSelector: cfg.KubeEndpointSliceSelector, Debounce: cfg.KubeDebounce, Log: log,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return kb, ns, nil
 }
 
 // Run starts the registry and blocks until ctx ends and it has stopped.

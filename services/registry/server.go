@@ -7,17 +7,16 @@ import (
 	"log/slog"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
-// server implements registryv1.RegistryServiceServer over a Store.
+// server implements registryv1.RegistryServiceServer over a Backend.
 type server struct {
 	registryv1.UnimplementedRegistryServiceServer
-	store    *Store
+	store    Backend
 	log      *slog.Logger
 	metrics  *metrics
 	stopping <-chan struct{}
@@ -42,6 +41,8 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, ErrUnavailable):
 		code = codes.Unavailable
+	case errors.Is(err, ErrUnimplemented):
+		code = codes.Unimplemented
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -61,7 +62,10 @@ func (s *server) GrantLease(ctx context.Context, r *registryv1.GrantLeaseRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id, granted, err := s.store.GrantLease(ctx, ttl)
+	if err := validatePod(r.GetPod()); err != nil {
+		return nil, toStatus(err)
+	}
+	id, granted, err := s.store.GrantLease(ctx, ttl, r.GetPod())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -78,7 +82,7 @@ func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*
 			return nil, toStatus(err)
 		}
 	}
-	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId)
+	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId, r.GetPod())
 	return resp, toStatus(err)
 }
 
@@ -141,41 +145,15 @@ func (s *server) Deregister(ctx context.Context, r *registryv1.DeregisterRequest
 	return &registryv1.DeregisterResponse{Revision: rev}, nil
 }
 
-func instancePrefix(f *registryv1.InstanceFilter) string {
-	return filterPrefix(servicesPrefix, f.GetNamespace(), f.GetComponent(), f.GetEndpoint())
-}
-
 func (s *server) ListInstances(ctx context.Context, r *registryv1.ListInstancesRequest) (*registryv1.ListInstancesResponse, error) {
 	if err := validateInstanceFilter(r.GetFilter()); err != nil {
 		return nil, toStatus(err)
 	}
-	ins, rev, err := s.store.ListInstances(ctx, instancePrefix(r.GetFilter()))
+	ins, rev, err := s.store.ListInstances(ctx, r.GetFilter())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &registryv1.ListInstancesResponse{Instances: ins, Revision: rev}, nil
-}
-
-// instanceEvent types one etcd event of the instance prefix. A DELETE only
-// has the key, which holds every name and the id.
-func instanceEvent(ev *clientv3.Event) (*registryv1.InstanceEvent, bool) {
-	out := &registryv1.InstanceEvent{Revision: ev.Kv.ModRevision}
-	if ev.Type == clientv3.EventTypeDelete {
-		ns, comp, ep, id, err := parseEndpointKey(servicesPrefix, string(ev.Kv.Key))
-		if err != nil {
-			return nil, false
-		}
-		out.Type = registryv1.EventType_EVENT_TYPE_DELETE
-		out.Instance = &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, InstanceId: id}
-		return out, true
-	}
-	in, err := decodeInstance(ev.Kv.Value)
-	if err != nil {
-		return nil, false
-	}
-	out.Type = registryv1.EventType_EVENT_TYPE_PUT
-	out.Instance = in
-	return out, true
 }
 
 func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream registryv1.RegistryService_WatchInstancesServer) error {
@@ -185,37 +163,31 @@ func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream regi
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	err := s.watch(stream.Context(), "instances", instancePrefix(r.GetFilter()), r.GetResumeRevision(), func(b *watchBatch) error {
-		out := &registryv1.WatchInstancesResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
-		for _, kv := range b.kvs {
-			if in, err := decodeInstance(kv.Value); err == nil {
-				out.Instances = append(out.Instances, in)
-			}
-		}
-		for _, ev := range b.events {
-			if e, ok := instanceEvent(ev); ok {
-				out.Events = append(out.Events, e)
-			}
-		}
+	done := s.watchStarted("instances")
+	defer done()
+	err := s.store.WatchInstances(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchInstancesResponse) error {
+		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})
 	return s.watchEnd(stream.Context(), err)
 }
 
-// watch runs a store watch and counts it in the metrics.
-func (s *server) watch(ctx context.Context, kind, prefix string, resume int64, send func(*watchBatch) error) error {
+// watchStarted counts an open watch in the metrics until the returned func
+// runs.
+func (s *server) watchStarted(kind string) func() {
 	g := s.metrics.watches.WithLabelValues(kind)
 	g.Inc()
-	defer g.Dec()
-	return s.store.Watch(ctx, prefix, resume, s.stopping, func(b *watchBatch) error {
-		switch b.reason {
-		case registryv1.SnapshotReason_SNAPSHOT_REASON_INITIAL:
-			s.metrics.snapshots.WithLabelValues("initial").Inc()
-		case registryv1.SnapshotReason_SNAPSHOT_REASON_COMPACTED:
-			s.metrics.snapshots.WithLabelValues("compacted").Inc()
-		}
-		return send(b)
-	})
+	return g.Dec
+}
+
+// countSnapshot counts a snapshot sent on a watch, by reason.
+func (s *server) countSnapshot(reason registryv1.SnapshotReason) {
+	switch reason {
+	case registryv1.SnapshotReason_SNAPSHOT_REASON_INITIAL:
+		s.metrics.snapshots.WithLabelValues("initial").Inc()
+	case registryv1.SnapshotReason_SNAPSHOT_REASON_COMPACTED:
+		s.metrics.snapshots.WithLabelValues("compacted").Inc()
+	}
 }
 
 // watchEnd turns the end of a watch into the stream's status: shutdown is
@@ -250,7 +222,7 @@ func (s *server) ListModels(ctx context.Context, r *registryv1.ListModelsRequest
 	if err := validateModelFilter(r.GetFilter()); err != nil {
 		return nil, toStatus(err)
 	}
-	cards, rev, err := s.store.ListModels(ctx, filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetFilter().GetModelName())
+	cards, rev, err := s.store.ListModels(ctx, r.GetFilter())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -264,35 +236,10 @@ func (s *server) WatchModels(r *registryv1.WatchModelsRequest, stream registryv1
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	name := r.GetFilter().GetModelName()
-	match := func(c *registryv1.ModelCard) bool { return name == "" || c.ModelName == name }
-	err := s.watch(stream.Context(), "models", filterPrefix(modelsPrefix, r.GetFilter().GetNamespace()), r.GetResumeRevision(), func(b *watchBatch) error {
-		out := &registryv1.WatchModelsResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
-		for _, kv := range b.kvs {
-			if c, err := decodeCard(kv.Value); err == nil && match(c) {
-				out.Cards = append(out.Cards, c)
-			}
-		}
-		for _, ev := range b.events {
-			e := &registryv1.ModelEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT}
-			val := ev.Kv.Value
-			if ev.Type == clientv3.EventTypeDelete {
-				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
-				if ev.PrevKv == nil {
-					continue
-				}
-				val = ev.PrevKv.Value
-			}
-			c, err := decodeCard(val)
-			if err != nil || !match(c) {
-				continue
-			}
-			e.Card = c
-			out.Events = append(out.Events, e)
-		}
-		if b.kind == registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_EVENTS && len(out.Events) == 0 {
-			out.Kind = registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_PROGRESS
-		}
+	done := s.watchStarted("models")
+	defer done()
+	err := s.store.WatchModels(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchModelsResponse) error {
+		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})
 	return s.watchEnd(stream.Context(), err)
@@ -403,22 +350,10 @@ func (s *server) WatchKeys(r *registryv1.WatchKeysRequest, stream registryv1.Reg
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	if err := s.store.checkBucket(stream.Context(), r.Bucket); err != nil {
-		return toStatus(err)
-	}
-	err := s.watch(stream.Context(), "keys", bucketKey(r.Bucket, r.Prefix), r.GetResumeRevision(), func(b *watchBatch) error {
-		out := &registryv1.WatchKeysResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
-		for _, kv := range b.kvs {
-			out.Kvs = append(out.Kvs, toKV(r.Bucket, kv))
-		}
-		for _, ev := range b.events {
-			e := &registryv1.KeyEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT, Kv: toKV(r.Bucket, ev.Kv)}
-			if ev.Type == clientv3.EventTypeDelete {
-				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
-				e.Kv = &registryv1.KeyValue{Key: e.Kv.Key}
-			}
-			out.Events = append(out.Events, e)
-		}
+	done := s.watchStarted("keys")
+	defer done()
+	err := s.store.WatchKeys(stream.Context(), r.Bucket, r.Prefix, r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchKeysResponse) error {
+		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})
 	return s.watchEnd(stream.Context(), err)

@@ -55,8 +55,8 @@ func etcdErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// GrantLease grants a lease of the given TTL.
-func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (uint64, time.Duration, error) {
+// GrantLease grants a lease of the given TTL. etcd leases need no pod.
+func (s *Store) GrantLease(ctx context.Context, ttl time.Duration, _ *registryv1.KubernetesPod) (uint64, time.Duration, error) {
 	resp, err := s.cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return 0, 0, etcdErr("grant lease", err)
@@ -66,10 +66,10 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (uint64, time
 
 // Register stores an instance under its seed key, tied to lease (granted here
 // when lease is 0). It is create-if-not-exists: a duplicate is ErrExists.
-func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64) (*registryv1.RegisterResponse, error) {
+func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, _ *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
 	granted := false
 	if lease == 0 {
-		id, t, err := s.GrantLease(ctx, ttl)
+		id, t, err := s.GrantLease(ctx, ttl, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -129,9 +129,9 @@ func (s *Store) Deregister(ctx context.Context, lease uint64) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// ListInstances returns the instances under prefix.
-func (s *Store) ListInstances(ctx context.Context, prefix string) ([]*registryv1.Instance, int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+// ListInstances returns the instances that match f.
+func (s *Store) ListInstances(ctx context.Context, f *registryv1.InstanceFilter) ([]*registryv1.Instance, int64, error) {
+	resp, err := s.cli.Get(ctx, instancePrefix(f), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, 0, etcdErr("list instances", err)
 	}
@@ -160,10 +160,10 @@ func (s *Store) RegisterModel(ctx context.Context, c *registryv1.ModelCard, leas
 	return resp.Header.Revision, nil
 }
 
-// ListModels returns the model cards under prefix named modelName (any name
-// when empty).
-func (s *Store) ListModels(ctx context.Context, prefix, modelName string) ([]*registryv1.ModelCard, int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+// ListModels returns the model cards that match f.
+func (s *Store) ListModels(ctx context.Context, f *registryv1.ModelFilter) ([]*registryv1.ModelCard, int64, error) {
+	modelName := f.GetModelName()
+	resp, err := s.cli.Get(ctx, filterPrefix(modelsPrefix, f.GetNamespace()), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, 0, etcdErr("list models", err)
 	}

@@ -104,6 +104,9 @@ func validateRegister(r *registryv1.RegisterRequest) (time.Duration, error) {
 	if err := validateInstance(r.GetInstance()); err != nil {
 		return 0, err
 	}
+	if err := validatePod(r.GetPod()); err != nil {
+		return 0, err
+	}
 	return ttlOf(r.GetTtlSeconds())
 }
 
@@ -240,4 +243,29 @@ func lockWait(ms int64) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: timeout_ms %d is outside 1..300000", ErrInvalid, ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+var (
+	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dnsLabelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	podUIDRE       = regexp.MustCompile(`^[0-9A-Za-z-]{1,128}$`)
+)
+
+// validatePod checks a worker's pod reference when one is given: a pod name
+// (DNS subdomain), a namespace (DNS label) and a UID, all three or none.
+func validatePod(p *registryv1.KubernetesPod) error {
+	if p == nil {
+		return nil
+	}
+	switch {
+	case p.Name == "" || p.Namespace == "" || p.Uid == "":
+		return fmt.Errorf("%w: pod needs name, namespace and uid (POD_NAME, POD_NAMESPACE, POD_UID), got %q, %q, %q", ErrInvalid, p.Name, p.Namespace, p.Uid)
+	case len(p.Name) > 253 || !dnsSubdomainRE.MatchString(p.Name):
+		return fmt.Errorf("%w: pod name %q is not a Kubernetes object name", ErrInvalid, p.Name)
+	case len(p.Namespace) > 63 || !dnsLabelRE.MatchString(p.Namespace):
+		return fmt.Errorf("%w: pod namespace %q is not a Kubernetes namespace name", ErrInvalid, p.Namespace)
+	case !podUIDRE.MatchString(p.Uid):
+		return fmt.Errorf("%w: pod uid %q is not a Kubernetes UID", ErrInvalid, p.Uid)
+	}
+	return nil
 }

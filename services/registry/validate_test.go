@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
 func TestTTLLimits(t *testing.T) {
@@ -95,5 +97,35 @@ func TestFilterPrefix(t *testing.T) {
 		if got := filterPrefix(servicesPrefix, tt.names...); got != tt.want {
 			t.Errorf("filterPrefix(%v) = %q, want %q", tt.names, got, tt.want)
 		}
+	}
+}
+
+func TestValidatePod(t *testing.T) {
+	const uid = "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10"
+	tests := []struct {
+		name string
+		pod  *registryv1.KubernetesPod
+		ok   bool
+	}{
+		{"none", nil, true},
+		{"complete", &registryv1.KubernetesPod{Name: "vllm-worker-7d9c-x2x4z", Namespace: "dynamo", Uid: uid}, true},
+		{"dotted name", &registryv1.KubernetesPod{Name: "worker.0", Namespace: "dynamo", Uid: uid}, true},
+		{"missing uid", &registryv1.KubernetesPod{Name: "w", Namespace: "dynamo"}, false},
+		{"missing namespace", &registryv1.KubernetesPod{Name: "w", Uid: uid}, false},
+		{"upper-case name", &registryv1.KubernetesPod{Name: "Worker", Namespace: "dynamo", Uid: uid}, false},
+		{"dotted namespace", &registryv1.KubernetesPod{Name: "w", Namespace: "a.b", Uid: uid}, false},
+		{"long namespace", &registryv1.KubernetesPod{Name: "w", Namespace: strings.Repeat("a", 64), Uid: uid}, false},
+		{"slash in uid", &registryv1.KubernetesPod{Name: "w", Namespace: "dynamo", Uid: "a/b"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validatePod(tt.pod)
+			if (err == nil) != tt.ok {
+				t.Fatalf("validatePod(%v) = %v, want ok=%v", tt.pod, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v is not ErrInvalid", err)
+			}
+		})
 	}
 }

@@ -120,3 +120,104 @@ func (s *Store) pump(wch clientv3.WatchChan, rev *int64, send func(*watchBatch) 
 	}
 	return false, nil
 }
+
+func instancePrefix(f *registryv1.InstanceFilter) string {
+	return filterPrefix(servicesPrefix, f.GetNamespace(), f.GetComponent(), f.GetEndpoint())
+}
+
+// instanceEvent types one etcd event of the instance prefix. A DELETE only
+// has the key, which holds every name and the id.
+func instanceEvent(ev *clientv3.Event) (*registryv1.InstanceEvent, bool) {
+	out := &registryv1.InstanceEvent{Revision: ev.Kv.ModRevision}
+	if ev.Type == clientv3.EventTypeDelete {
+		ns, comp, ep, id, err := parseEndpointKey(servicesPrefix, string(ev.Kv.Key))
+		if err != nil {
+			return nil, false
+		}
+		out.Type = registryv1.EventType_EVENT_TYPE_DELETE
+		out.Instance = &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, InstanceId: id}
+		return out, true
+	}
+	in, err := decodeInstance(ev.Kv.Value)
+	if err != nil {
+		return nil, false
+	}
+	out.Type = registryv1.EventType_EVENT_TYPE_PUT
+	out.Instance = in
+	return out, true
+}
+
+// WatchInstances streams the instances that match f.
+func (s *Store) WatchInstances(ctx context.Context, f *registryv1.InstanceFilter, resume int64, stop <-chan struct{}, send func(*registryv1.WatchInstancesResponse) error) error {
+	return s.Watch(ctx, instancePrefix(f), resume, stop, func(b *watchBatch) error {
+		out := &registryv1.WatchInstancesResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			if in, err := decodeInstance(kv.Value); err == nil {
+				out.Instances = append(out.Instances, in)
+			}
+		}
+		for _, ev := range b.events {
+			if e, ok := instanceEvent(ev); ok {
+				out.Events = append(out.Events, e)
+			}
+		}
+		return send(out)
+	})
+}
+
+// WatchModels streams the model cards that match f.
+func (s *Store) WatchModels(ctx context.Context, f *registryv1.ModelFilter, resume int64, stop <-chan struct{}, send func(*registryv1.WatchModelsResponse) error) error {
+	name := f.GetModelName()
+	match := func(c *registryv1.ModelCard) bool { return name == "" || c.ModelName == name }
+	return s.Watch(ctx, filterPrefix(modelsPrefix, f.GetNamespace()), resume, stop, func(b *watchBatch) error {
+		out := &registryv1.WatchModelsResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			if c, err := decodeCard(kv.Value); err == nil && match(c) {
+				out.Cards = append(out.Cards, c)
+			}
+		}
+		for _, ev := range b.events {
+			e := &registryv1.ModelEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT}
+			val := ev.Kv.Value
+			if ev.Type == clientv3.EventTypeDelete {
+				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
+				if ev.PrevKv == nil {
+					continue
+				}
+				val = ev.PrevKv.Value
+			}
+			c, err := decodeCard(val)
+			if err != nil || !match(c) {
+				continue
+			}
+			e.Card = c
+			out.Events = append(out.Events, e)
+		}
+		if b.kind == registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_EVENTS && len(out.Events) == 0 {
+			out.Kind = registryv1.WatchResponseKind_WATCH_RESPONSE_KIND_PROGRESS
+		}
+		return send(out)
+	})
+}
+
+// WatchKeys streams a bucket's keys under prefix.
+func (s *Store) WatchKeys(ctx context.Context, bucket, prefix string, resume int64, stop <-chan struct{}, send func(*registryv1.WatchKeysResponse) error) error {
+	if err := s.checkBucket(ctx, bucket); err != nil {
+		return err
+	}
+	return s.Watch(ctx, bucketKey(bucket, prefix), resume, stop, func(b *watchBatch) error {
+		out := &registryv1.WatchKeysResponse{Kind: b.kind, SnapshotReason: b.reason, Revision: b.revision}
+		for _, kv := range b.kvs {
+			out.Kvs = append(out.Kvs, toKV(bucket, kv))
+		}
+		for _, ev := range b.events {
+			e := &registryv1.KeyEvent{Revision: ev.Kv.ModRevision, Type: registryv1.EventType_EVENT_TYPE_PUT, Kv: toKV(bucket, ev.Kv)}
+			if ev.Type == clientv3.EventTypeDelete {
+				e.Type = registryv1.EventType_EVENT_TYPE_DELETE
+				e.Kv = &registryv1.KeyValue{Key: e.Kv.Key}
+			}
+			out.Events = append(out.Events, e)
+		}
+		return send(out)
+	})
+}

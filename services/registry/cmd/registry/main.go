@@ -1,4 +1,5 @@
-// Command registry runs Switchyard's service discovery over etcd.
+// Command registry runs Switchyard's service discovery over etcd or the
+// Kubernetes API (DYN_DISCOVERY_BACKEND).
 package main
 
 import (

@@ -446,18 +446,88 @@ func (x *InstanceFilter) GetEndpoint() string {
 	return ""
 }
 
+// KubernetesPod names the pod a worker runs in. The kubernetes discovery
+// backend needs it: the worker's registrations live in a custom resource owned
+// by that pod, and the instance id derives from its UID. The etcd backend
+// ignores it. The operator injects the values as POD_NAME, POD_NAMESPACE and
+// POD_UID.
+type KubernetesPod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pod name (POD_NAME).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Pod namespace (POD_NAMESPACE).
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Pod UID (POD_UID).
+	Uid           string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KubernetesPod) Reset() {
+	*x = KubernetesPod{}
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KubernetesPod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KubernetesPod) ProtoMessage() {}
+
+func (x *KubernetesPod) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KubernetesPod.ProtoReflect.Descriptor instead.
+func (*KubernetesPod) Descriptor() ([]byte, []int) {
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *KubernetesPod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KubernetesPod) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *KubernetesPod) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 // GrantLeaseRequest grants a lease.
 type GrantLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lease TTL in seconds (1..300); 0 means 10.
-	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The worker's pod; required by the kubernetes backend, ignored by etcd.
+	Pod           *KubernetesPod `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrantLeaseRequest) Reset() {
 	*x = GrantLeaseRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +539,7 @@ func (x *GrantLeaseRequest) String() string {
 func (*GrantLeaseRequest) ProtoMessage() {}
 
 func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +552,7 @@ func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GrantLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GrantLeaseRequest) GetTtlSeconds() int64 {
@@ -490,6 +560,13 @@ func (x *GrantLeaseRequest) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *GrantLeaseRequest) GetPod() *KubernetesPod {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
 }
 
 // GrantLeaseResponse carries the new lease.
@@ -505,7 +582,7 @@ type GrantLeaseResponse struct {
 
 func (x *GrantLeaseResponse) Reset() {
 	*x = GrantLeaseResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +594,7 @@ func (x *GrantLeaseResponse) String() string {
 func (*GrantLeaseResponse) ProtoMessage() {}
 
 func (x *GrantLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +607,7 @@ func (x *GrantLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GrantLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GrantLeaseResponse) GetLeaseId() uint64 {
@@ -556,14 +633,17 @@ type RegisterRequest struct {
 	TtlSeconds int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// An existing lease to tie the instance to, instead of granting a new one.
 	// Several endpoints of one worker share one lease and so one instance id.
-	LeaseId       uint64 `protobuf:"varint,3,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseId uint64 `protobuf:"varint,3,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The worker's pod; the kubernetes backend requires it when lease_id is 0.
+	// Ignored by the etcd backend.
+	Pod           *KubernetesPod `protobuf:"bytes,4,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +655,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +668,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterRequest) GetInstance() *Instance {
@@ -612,6 +692,13 @@ func (x *RegisterRequest) GetLeaseId() uint64 {
 	return 0
 }
 
+func (x *RegisterRequest) GetPod() *KubernetesPod {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
 // RegisterResponse carries the new instance's id.
 type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -627,7 +714,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +726,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +739,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterResponse) GetInstanceId() uint64 {
@@ -687,7 +774,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +786,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +799,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() uint64 {
@@ -737,7 +824,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +836,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +849,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KeepAliveResponse) GetLeaseId() uint64 {
@@ -797,7 +884,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +896,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +909,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeregisterRequest) GetLeaseId() uint64 {
@@ -843,7 +930,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +942,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +955,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeregisterResponse) GetRevision() int64 {
@@ -889,7 +976,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +988,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1001,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListInstancesRequest) GetFilter() *InstanceFilter {
@@ -937,7 +1024,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1036,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1049,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -993,7 +1080,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1092,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1105,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchInstancesRequest) GetFilter() *InstanceFilter {
@@ -1050,7 +1137,7 @@ type InstanceEvent struct {
 
 func (x *InstanceEvent) Reset() {
 	*x = InstanceEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1149,7 @@ func (x *InstanceEvent) String() string {
 func (*InstanceEvent) ProtoMessage() {}
 
 func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1162,7 @@ func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceEvent.ProtoReflect.Descriptor instead.
 func (*InstanceEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InstanceEvent) GetType() EventType {
@@ -1118,7 +1205,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1217,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1230,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchInstancesResponse) GetKind() WatchResponseKind {
@@ -1199,7 +1286,7 @@ type TokenizerArtifact struct {
 
 func (x *TokenizerArtifact) Reset() {
 	*x = TokenizerArtifact{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1298,7 @@ func (x *TokenizerArtifact) String() string {
 func (*TokenizerArtifact) ProtoMessage() {}
 
 func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1311,7 @@ func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizerArtifact.ProtoReflect.Descriptor instead.
 func (*TokenizerArtifact) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenizerArtifact) GetName() string {
@@ -1282,7 +1369,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1381,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1394,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModelCard) GetNamespace() string {
@@ -1386,7 +1473,7 @@ type ModelFilter struct {
 
 func (x *ModelFilter) Reset() {
 	*x = ModelFilter{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1485,7 @@ func (x *ModelFilter) String() string {
 func (*ModelFilter) ProtoMessage() {}
 
 func (x *ModelFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1498,7 @@ func (x *ModelFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilter.ProtoReflect.Descriptor instead.
 func (*ModelFilter) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModelFilter) GetNamespace() string {
@@ -1441,7 +1528,7 @@ type RegisterModelRequest struct {
 
 func (x *RegisterModelRequest) Reset() {
 	*x = RegisterModelRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1540,7 @@ func (x *RegisterModelRequest) String() string {
 func (*RegisterModelRequest) ProtoMessage() {}
 
 func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1553,7 @@ func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelRequest.ProtoReflect.Descriptor instead.
 func (*RegisterModelRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterModelRequest) GetCard() *ModelCard {
@@ -1494,7 +1581,7 @@ type RegisterModelResponse struct {
 
 func (x *RegisterModelResponse) Reset() {
 	*x = RegisterModelResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1593,7 @@ func (x *RegisterModelResponse) String() string {
 func (*RegisterModelResponse) ProtoMessage() {}
 
 func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1606,7 @@ func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelResponse.ProtoReflect.Descriptor instead.
 func (*RegisterModelResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterModelResponse) GetRevision() int64 {
@@ -1540,7 +1627,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1639,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1652,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListModelsRequest) GetFilter() *ModelFilter {
@@ -1588,7 +1675,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1687,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1700,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListModelsResponse) GetCards() []*ModelCard {
@@ -1643,7 +1730,7 @@ type WatchModelsRequest struct {
 
 func (x *WatchModelsRequest) Reset() {
 	*x = WatchModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1742,7 @@ func (x *WatchModelsRequest) String() string {
 func (*WatchModelsRequest) ProtoMessage() {}
 
 func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1755,7 @@ func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsRequest.ProtoReflect.Descriptor instead.
 func (*WatchModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchModelsRequest) GetFilter() *ModelFilter {
@@ -1700,7 +1787,7 @@ type ModelEvent struct {
 
 func (x *ModelEvent) Reset() {
 	*x = ModelEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1799,7 @@ func (x *ModelEvent) String() string {
 func (*ModelEvent) ProtoMessage() {}
 
 func (x *ModelEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1812,7 @@ func (x *ModelEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelEvent.ProtoReflect.Descriptor instead.
 func (*ModelEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelEvent) GetType() EventType {
@@ -1768,7 +1855,7 @@ type WatchModelsResponse struct {
 
 func (x *WatchModelsResponse) Reset() {
 	*x = WatchModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1867,7 @@ func (x *WatchModelsResponse) String() string {
 func (*WatchModelsResponse) ProtoMessage() {}
 
 func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1880,7 @@ func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsResponse.ProtoReflect.Descriptor instead.
 func (*WatchModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchModelsResponse) GetKind() WatchResponseKind {
@@ -1850,7 +1937,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1949,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1962,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -1924,7 +2011,7 @@ type CreateBucketRequest struct {
 
 func (x *CreateBucketRequest) Reset() {
 	*x = CreateBucketRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2023,7 @@ func (x *CreateBucketRequest) String() string {
 func (*CreateBucketRequest) ProtoMessage() {}
 
 func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2036,7 @@ func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*CreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateBucketRequest) GetBucket() string {
@@ -1970,7 +2057,7 @@ type CreateBucketResponse struct {
 
 func (x *CreateBucketResponse) Reset() {
 	*x = CreateBucketResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2069,7 @@ func (x *CreateBucketResponse) String() string {
 func (*CreateBucketResponse) ProtoMessage() {}
 
 func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2082,7 @@ func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*CreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateBucketResponse) GetCreated() bool {
@@ -2018,7 +2105,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2117,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2130,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetKeyRequest) GetBucket() string {
@@ -2071,7 +2158,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2170,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2183,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetKeyResponse) GetKv() *KeyValue {
@@ -2126,7 +2213,7 @@ type PutKeyRequest struct {
 
 func (x *PutKeyRequest) Reset() {
 	*x = PutKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2225,7 @@ func (x *PutKeyRequest) String() string {
 func (*PutKeyRequest) ProtoMessage() {}
 
 func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2238,7 @@ func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyRequest.ProtoReflect.Descriptor instead.
 func (*PutKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutKeyRequest) GetBucket() string {
@@ -2200,7 +2287,7 @@ type PutKeyResponse struct {
 
 func (x *PutKeyResponse) Reset() {
 	*x = PutKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2299,7 @@ func (x *PutKeyResponse) String() string {
 func (*PutKeyResponse) ProtoMessage() {}
 
 func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2312,7 @@ func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyResponse.ProtoReflect.Descriptor instead.
 func (*PutKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PutKeyResponse) GetRevision() int64 {
@@ -2252,7 +2339,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2351,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2364,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateKeyRequest) GetBucket() string {
@@ -2319,7 +2406,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2418,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2431,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateKeyResponse) GetRevision() int64 {
@@ -2367,7 +2454,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2466,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2479,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteKeyRequest) GetBucket() string {
@@ -2422,7 +2509,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2521,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2534,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteKeyResponse) GetDeleted() bool {
@@ -2477,7 +2564,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2576,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2589,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysRequest) GetBucket() string {
@@ -2532,7 +2619,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2631,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2644,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListKeysResponse) GetKvs() []*KeyValue {
@@ -2589,7 +2676,7 @@ type WatchKeysRequest struct {
 
 func (x *WatchKeysRequest) Reset() {
 	*x = WatchKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2688,7 @@ func (x *WatchKeysRequest) String() string {
 func (*WatchKeysRequest) ProtoMessage() {}
 
 func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2701,7 @@ func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*WatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchKeysRequest) GetBucket() string {
@@ -2653,7 +2740,7 @@ type KeyEvent struct {
 
 func (x *KeyEvent) Reset() {
 	*x = KeyEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2752,7 @@ func (x *KeyEvent) String() string {
 func (*KeyEvent) ProtoMessage() {}
 
 func (x *KeyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2765,7 @@ func (x *KeyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyEvent.ProtoReflect.Descriptor instead.
 func (*KeyEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeyEvent) GetType() EventType {
@@ -2721,7 +2808,7 @@ type WatchKeysResponse struct {
 
 func (x *WatchKeysResponse) Reset() {
 	*x = WatchKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2820,7 @@ func (x *WatchKeysResponse) String() string {
 func (*WatchKeysResponse) ProtoMessage() {}
 
 func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2833,7 @@ func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysResponse.ProtoReflect.Descriptor instead.
 func (*WatchKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchKeysResponse) GetKind() WatchResponseKind {
@@ -2797,7 +2884,7 @@ type AcquireWriteLockRequest struct {
 
 func (x *AcquireWriteLockRequest) Reset() {
 	*x = AcquireWriteLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2896,7 @@ func (x *AcquireWriteLockRequest) String() string {
 func (*AcquireWriteLockRequest) ProtoMessage() {}
 
 func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2909,7 @@ func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcquireWriteLockRequest) GetName() string {
@@ -2852,7 +2939,7 @@ type AcquireWriteLockResponse struct {
 
 func (x *AcquireWriteLockResponse) Reset() {
 	*x = AcquireWriteLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2951,7 @@ func (x *AcquireWriteLockResponse) String() string {
 func (*AcquireWriteLockResponse) ProtoMessage() {}
 
 func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2964,7 @@ func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcquireWriteLockResponse) GetAcquired() bool {
@@ -2910,7 +2997,7 @@ type AcquireReadLockRequest struct {
 
 func (x *AcquireReadLockRequest) Reset() {
 	*x = AcquireReadLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3009,7 @@ func (x *AcquireReadLockRequest) String() string {
 func (*AcquireReadLockRequest) ProtoMessage() {}
 
 func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3022,7 @@ func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireReadLockRequest) GetName() string {
@@ -2970,7 +3057,7 @@ type AcquireReadLockResponse struct {
 
 func (x *AcquireReadLockResponse) Reset() {
 	*x = AcquireReadLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3069,7 @@ func (x *AcquireReadLockResponse) String() string {
 func (*AcquireReadLockResponse) ProtoMessage() {}
 
 func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3082,7 @@ func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcquireReadLockResponse) GetToken() string {
@@ -3016,7 +3103,7 @@ type ReleaseLockRequest struct {
 
 func (x *ReleaseLockRequest) Reset() {
 	*x = ReleaseLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3115,7 @@ func (x *ReleaseLockRequest) String() string {
 func (*ReleaseLockRequest) ProtoMessage() {}
 
 func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3128,7 @@ func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseLockRequest) GetToken() string {
@@ -3062,7 +3149,7 @@ type ReleaseLockResponse struct {
 
 func (x *ReleaseLockResponse) Reset() {
 	*x = ReleaseLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3161,7 @@ func (x *ReleaseLockResponse) String() string {
 func (*ReleaseLockResponse) ProtoMessage() {}
 
 func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3174,7 @@ func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseLockResponse) GetReleased() bool {
@@ -3121,19 +3208,25 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x0eInstanceFilter\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"4\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"S\n" +
+	"\rKubernetesPod\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"m\n" +
 	"\x11GrantLeaseRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
-	"ttlSeconds\"P\n" +
+	"ttlSeconds\x127\n" +
+	"\x03pod\x18\x02 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"P\n" +
 	"\x12GrantLeaseResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
-	"ttlSeconds\"\x8b\x01\n" +
+	"ttlSeconds\"\xc4\x01\n" +
 	"\x0fRegisterRequest\x12<\n" +
 	"\binstance\x18\x01 \x01(\v2 .switchyard.registry.v1.InstanceR\binstance\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\x12\x19\n" +
-	"\blease_id\x18\x03 \x01(\x04R\aleaseId\"p\n" +
+	"\blease_id\x18\x03 \x01(\x04R\aleaseId\x127\n" +
+	"\x03pod\x18\x04 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"p\n" +
 	"\x10RegisterResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x1f\n" +
@@ -3344,7 +3437,7 @@ func file_switchyard_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(WatchResponseKind)(0),           // 0: switchyard.registry.v1.WatchResponseKind
 	(SnapshotReason)(0),              // 1: switchyard.registry.v1.SnapshotReason
@@ -3352,130 +3445,133 @@ var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(*Transport)(nil),                // 3: switchyard.registry.v1.Transport
 	(*Instance)(nil),                 // 4: switchyard.registry.v1.Instance
 	(*InstanceFilter)(nil),           // 5: switchyard.registry.v1.InstanceFilter
-	(*GrantLeaseRequest)(nil),        // 6: switchyard.registry.v1.GrantLeaseRequest
-	(*GrantLeaseResponse)(nil),       // 7: switchyard.registry.v1.GrantLeaseResponse
-	(*RegisterRequest)(nil),          // 8: switchyard.registry.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 9: switchyard.registry.v1.RegisterResponse
-	(*KeepAliveRequest)(nil),         // 10: switchyard.registry.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),        // 11: switchyard.registry.v1.KeepAliveResponse
-	(*DeregisterRequest)(nil),        // 12: switchyard.registry.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 13: switchyard.registry.v1.DeregisterResponse
-	(*ListInstancesRequest)(nil),     // 14: switchyard.registry.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),    // 15: switchyard.registry.v1.ListInstancesResponse
-	(*WatchInstancesRequest)(nil),    // 16: switchyard.registry.v1.WatchInstancesRequest
-	(*InstanceEvent)(nil),            // 17: switchyard.registry.v1.InstanceEvent
-	(*WatchInstancesResponse)(nil),   // 18: switchyard.registry.v1.WatchInstancesResponse
-	(*TokenizerArtifact)(nil),        // 19: switchyard.registry.v1.TokenizerArtifact
-	(*ModelCard)(nil),                // 20: switchyard.registry.v1.ModelCard
-	(*ModelFilter)(nil),              // 21: switchyard.registry.v1.ModelFilter
-	(*RegisterModelRequest)(nil),     // 22: switchyard.registry.v1.RegisterModelRequest
-	(*RegisterModelResponse)(nil),    // 23: switchyard.registry.v1.RegisterModelResponse
-	(*ListModelsRequest)(nil),        // 24: switchyard.registry.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 25: switchyard.registry.v1.ListModelsResponse
-	(*WatchModelsRequest)(nil),       // 26: switchyard.registry.v1.WatchModelsRequest
-	(*ModelEvent)(nil),               // 27: switchyard.registry.v1.ModelEvent
-	(*WatchModelsResponse)(nil),      // 28: switchyard.registry.v1.WatchModelsResponse
-	(*KeyValue)(nil),                 // 29: switchyard.registry.v1.KeyValue
-	(*CreateBucketRequest)(nil),      // 30: switchyard.registry.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),     // 31: switchyard.registry.v1.CreateBucketResponse
-	(*GetKeyRequest)(nil),            // 32: switchyard.registry.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),           // 33: switchyard.registry.v1.GetKeyResponse
-	(*PutKeyRequest)(nil),            // 34: switchyard.registry.v1.PutKeyRequest
-	(*PutKeyResponse)(nil),           // 35: switchyard.registry.v1.PutKeyResponse
-	(*CreateKeyRequest)(nil),         // 36: switchyard.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 37: switchyard.registry.v1.CreateKeyResponse
-	(*DeleteKeyRequest)(nil),         // 38: switchyard.registry.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),        // 39: switchyard.registry.v1.DeleteKeyResponse
-	(*ListKeysRequest)(nil),          // 40: switchyard.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 41: switchyard.registry.v1.ListKeysResponse
-	(*WatchKeysRequest)(nil),         // 42: switchyard.registry.v1.WatchKeysRequest
-	(*KeyEvent)(nil),                 // 43: switchyard.registry.v1.KeyEvent
-	(*WatchKeysResponse)(nil),        // 44: switchyard.registry.v1.WatchKeysResponse
-	(*AcquireWriteLockRequest)(nil),  // 45: switchyard.registry.v1.AcquireWriteLockRequest
-	(*AcquireWriteLockResponse)(nil), // 46: switchyard.registry.v1.AcquireWriteLockResponse
-	(*AcquireReadLockRequest)(nil),   // 47: switchyard.registry.v1.AcquireReadLockRequest
-	(*AcquireReadLockResponse)(nil),  // 48: switchyard.registry.v1.AcquireReadLockResponse
-	(*ReleaseLockRequest)(nil),       // 49: switchyard.registry.v1.ReleaseLockRequest
-	(*ReleaseLockResponse)(nil),      // 50: switchyard.registry.v1.ReleaseLockResponse
-	nil,                              // 51: switchyard.registry.v1.Instance.MetadataEntry
-	nil,                              // 52: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*KubernetesPod)(nil),            // 6: switchyard.registry.v1.KubernetesPod
+	(*GrantLeaseRequest)(nil),        // 7: switchyard.registry.v1.GrantLeaseRequest
+	(*GrantLeaseResponse)(nil),       // 8: switchyard.registry.v1.GrantLeaseResponse
+	(*RegisterRequest)(nil),          // 9: switchyard.registry.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 10: switchyard.registry.v1.RegisterResponse
+	(*KeepAliveRequest)(nil),         // 11: switchyard.registry.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),        // 12: switchyard.registry.v1.KeepAliveResponse
+	(*DeregisterRequest)(nil),        // 13: switchyard.registry.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),       // 14: switchyard.registry.v1.DeregisterResponse
+	(*ListInstancesRequest)(nil),     // 15: switchyard.registry.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),    // 16: switchyard.registry.v1.ListInstancesResponse
+	(*WatchInstancesRequest)(nil),    // 17: switchyard.registry.v1.WatchInstancesRequest
+	(*InstanceEvent)(nil),            // 18: switchyard.registry.v1.InstanceEvent
+	(*WatchInstancesResponse)(nil),   // 19: switchyard.registry.v1.WatchInstancesResponse
+	(*TokenizerArtifact)(nil),        // 20: switchyard.registry.v1.TokenizerArtifact
+	(*ModelCard)(nil),                // 21: switchyard.registry.v1.ModelCard
+	(*ModelFilter)(nil),              // 22: switchyard.registry.v1.ModelFilter
+	(*RegisterModelRequest)(nil),     // 23: switchyard.registry.v1.RegisterModelRequest
+	(*RegisterModelResponse)(nil),    // 24: switchyard.registry.v1.RegisterModelResponse
+	(*ListModelsRequest)(nil),        // 25: switchyard.registry.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 26: switchyard.registry.v1.ListModelsResponse
+	(*WatchModelsRequest)(nil),       // 27: switchyard.registry.v1.WatchModelsRequest
+	(*ModelEvent)(nil),               // 28: switchyard.registry.v1.ModelEvent
+	(*WatchModelsResponse)(nil),      // 29: switchyard.registry.v1.WatchModelsResponse
+	(*KeyValue)(nil),                 // 30: switchyard.registry.v1.KeyValue
+	(*CreateBucketRequest)(nil),      // 31: switchyard.registry.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),     // 32: switchyard.registry.v1.CreateBucketResponse
+	(*GetKeyRequest)(nil),            // 33: switchyard.registry.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),           // 34: switchyard.registry.v1.GetKeyResponse
+	(*PutKeyRequest)(nil),            // 35: switchyard.registry.v1.PutKeyRequest
+	(*PutKeyResponse)(nil),           // 36: switchyard.registry.v1.PutKeyResponse
+	(*CreateKeyRequest)(nil),         // 37: switchyard.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 38: switchyard.registry.v1.CreateKeyResponse
+	(*DeleteKeyRequest)(nil),         // 39: switchyard.registry.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),        // 40: switchyard.registry.v1.DeleteKeyResponse
+	(*ListKeysRequest)(nil),          // 41: switchyard.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 42: switchyard.registry.v1.ListKeysResponse
+	(*WatchKeysRequest)(nil),         // 43: switchyard.registry.v1.WatchKeysRequest
+	(*KeyEvent)(nil),                 // 44: switchyard.registry.v1.KeyEvent
+	(*WatchKeysResponse)(nil),        // 45: switchyard.registry.v1.WatchKeysResponse
+	(*AcquireWriteLockRequest)(nil),  // 46: switchyard.registry.v1.AcquireWriteLockRequest
+	(*AcquireWriteLockResponse)(nil), // 47: switchyard.registry.v1.AcquireWriteLockResponse
+	(*AcquireReadLockRequest)(nil),   // 48: switchyard.registry.v1.AcquireReadLockRequest
+	(*AcquireReadLockResponse)(nil),  // 49: switchyard.registry.v1.AcquireReadLockResponse
+	(*ReleaseLockRequest)(nil),       // 50: switchyard.registry.v1.ReleaseLockRequest
+	(*ReleaseLockResponse)(nil),      // 51: switchyard.registry.v1.ReleaseLockResponse
+	nil,                              // 52: switchyard.registry.v1.Instance.MetadataEntry
+	nil,                              // 53: switchyard.registry.v1.ModelCard.MetadataEntry
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
 	3,  // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.registry.v1.Transport
-	51, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
-	4,  // 2: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
-	5,  // 3: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	4,  // 4: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	5,  // 5: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	2,  // 6: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
-	4,  // 7: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
-	0,  // 8: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 9: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	4,  // 10: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	17, // 11: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
-	19, // 12: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	52, // 13: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
-	20, // 14: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	21, // 15: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	20, // 16: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	21, // 17: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	2,  // 18: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	20, // 19: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
-	0,  // 20: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 21: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	20, // 22: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	27, // 23: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	29, // 24: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	29, // 25: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	2,  // 26: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	29, // 27: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
-	0,  // 28: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 29: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	29, // 30: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	43, // 31: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	6,  // 32: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
-	8,  // 33: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	10, // 34: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	12, // 35: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	14, // 36: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	16, // 37: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	22, // 38: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	24, // 39: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	26, // 40: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	30, // 41: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	32, // 42: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	34, // 43: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	36, // 44: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	38, // 45: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	40, // 46: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	42, // 47: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	45, // 48: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	47, // 49: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	49, // 50: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	7,  // 51: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
-	9,  // 52: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	11, // 53: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	13, // 54: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	15, // 55: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	18, // 56: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	23, // 57: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	25, // 58: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	28, // 59: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	31, // 60: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	33, // 61: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	35, // 62: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	37, // 63: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	39, // 64: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	41, // 65: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	44, // 66: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	46, // 67: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	48, // 68: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	50, // 69: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
-	51, // [51:70] is the sub-list for method output_type
-	32, // [32:51] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	52, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
+	6,  // 2: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	4,  // 3: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
+	6,  // 4: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	5,  // 5: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	4,  // 6: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	5,  // 7: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	2,  // 8: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
+	4,  // 9: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
+	0,  // 10: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 11: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	4,  // 12: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	18, // 13: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
+	20, // 14: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
+	53, // 15: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	21, // 16: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	22, // 17: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	21, // 18: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	22, // 19: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	2,  // 20: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
+	21, // 21: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	0,  // 22: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 23: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	21, // 24: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	28, // 25: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	30, // 26: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	30, // 27: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	2,  // 28: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
+	30, // 29: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	0,  // 30: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 31: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	30, // 32: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	44, // 33: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	7,  // 34: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	9,  // 35: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	11, // 36: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	13, // 37: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	15, // 38: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	17, // 39: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	23, // 40: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	25, // 41: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	27, // 42: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	31, // 43: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	33, // 44: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	35, // 45: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	37, // 46: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	39, // 47: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	41, // 48: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	43, // 49: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	46, // 50: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	48, // 51: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	50, // 52: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	8,  // 53: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	10, // 54: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	12, // 55: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	14, // 56: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	16, // 57: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	19, // 58: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	24, // 59: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	26, // 60: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	29, // 61: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	32, // 62: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	34, // 63: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	36, // 64: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	38, // 65: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	40, // 66: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	42, // 67: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	45, // 68: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	47, // 69: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	49, // 70: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	51, // 71: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	53, // [53:72] is the sub-list for method output_type
+	34, // [34:53] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_registry_v1_registry_proto_init() }
@@ -3488,14 +3584,14 @@ func file_switchyard_registry_v1_registry_proto_init() {
 		(*Transport_Http)(nil),
 		(*Transport_Nats)(nil),
 	}
-	file_switchyard_registry_v1_registry_proto_msgTypes[31].OneofWrappers = []any{}
+	file_switchyard_registry_v1_registry_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_registry_v1_registry_proto_rawDesc), len(file_switchyard_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

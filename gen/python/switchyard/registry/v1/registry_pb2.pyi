@@ -121,10 +121,12 @@ class GetKeyResponse(_message.Message):
     def __init__(self, kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
 
 class GrantLeaseRequest(_message.Message):
-    __slots__ = ["ttl_seconds"]
+    __slots__ = ["pod", "ttl_seconds"]
+    POD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    pod: KubernetesPod
     ttl_seconds: int
-    def __init__(self, ttl_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, ttl_seconds: _Optional[int] = ..., pod: _Optional[_Union[KubernetesPod, _Mapping]] = ...) -> None: ...
 
 class GrantLeaseResponse(_message.Message):
     __slots__ = ["lease_id", "ttl_seconds"]
@@ -216,6 +218,16 @@ class KeyValue(_message.Message):
     mod_revision: int
     value: bytes
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., lease_id: _Optional[int] = ...) -> None: ...
+
+class KubernetesPod(_message.Message):
+    __slots__ = ["name", "namespace", "uid"]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    uid: str
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
     __slots__ = ["filter"]
@@ -343,14 +355,16 @@ class RegisterModelResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ["instance", "lease_id", "ttl_seconds"]
+    __slots__ = ["instance", "lease_id", "pod", "ttl_seconds"]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     instance: Instance
     lease_id: int
+    pod: KubernetesPod
     ttl_seconds: int
-    def __init__(self, instance: _Optional[_Union[Instance, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., lease_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance: _Optional[_Union[Instance, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., lease_id: _Optional[int] = ..., pod: _Optional[_Union[KubernetesPod, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ["instance_id", "revision", "ttl_seconds"]

@@ -1,0 +1,321 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+)
+
+// The DynamoWorkerMetadata custom resource (deploy/kubernetes/crd.yaml): one
+// per worker pod, named after the pod, owned by it.
+const (
+	kubeGroup    = "switchyard.dev"
+	kubeVersion  = "v1alpha1"
+	kubeKind     = "DynamoWorkerMetadata"
+	kubeResource = "dynamoworkermetadatas"
+
+	// kubeFieldManager owns a resource's base fields; each endpoint and model
+	// entry has a field manager of its own (entryManager), so that concurrent
+	// registrations of one worker merge instead of overwriting each other.
+	kubeFieldManager = "switchyard-registry"
+
+	// labelManagedBy marks the resources the registry writes and watches.
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	// labelInstanceID holds the instance id in hex, to find a lease's resource.
+	labelInstanceID = "switchyard.dev/instance-id"
+)
+
+// WorkerMetadataGVR is the DynamoWorkerMetadata resource.
+var WorkerMetadataGVR = schema.GroupVersionResource{Group: kubeGroup, Version: kubeVersion, Resource: kubeResource}
+
+// workerSpec is a DynamoWorkerMetadata's spec.
+type workerSpec struct {
+	PodName    string          `json:"podName,omitempty"`
+	PodUID     string          `json:"podUID,omitempty"`
+	InstanceID string          `json:"instanceID,omitempty"` // hex, as in etcd keys
+	TTLSeconds int64           `json:"ttlSeconds,omitempty"`
+	Endpoints  []endpointEntry `json:"endpoints,omitempty"`
+	Models     []modelEntry    `json:"models,omitempty"`
+}
+
+// endpointEntry is one registered endpoint; namespace, component and
+// endpoint are its list-map keys.
+type endpointEntry struct {
+	Namespace string            `json:"namespace"`
+	Component string            `json:"component"`
+	Endpoint  string            `json:"endpoint"`
+	Transport transportEntry    `json:"transport"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// transportEntry has the seed's JSON shape: exactly one of tcp, http, nats.
+type transportEntry struct {
+	TCP  string `json:"tcp,omitempty"`
+	HTTP string `json:"http,omitempty"`
+	NATS string `json:"nats,omitempty"`
+}
+
+// modelEntry is one model card; namespace, component and endpoint are its
+// list-map keys, as the etcd key of a card holds them.
+type modelEntry struct {
+	Namespace     string              `json:"namespace"`
+	Component     string              `json:"component"`
+	Endpoint      string              `json:"endpoint"`
+	ModelName     string              `json:"modelName"`
+	BlockSize     uint32              `json:"blockSize,omitempty"`
+	ContextLength uint32              `json:"contextLength,omitempty"`
+	Tokenizer     []tokenizerArtifact `json:"tokenizer,omitempty"`
+	Metadata      map[string]string   `json:"metadata,omitempty"`
+}
+
+type tokenizerArtifact struct {
+	Name      string `json:"name"`
+	SHA256    string `json:"sha256"`
+	Size      int64  `json:"size"`
+	ObjectKey string `json:"objectKey,omitempty"`
+}
+
+// kubeInstanceID derives a pod's instance id from its UID: stable for the
+// pod's life, new for a new pod, 63 bits (a valid lease id) and never 0.
+func kubeInstanceID(podUID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(podUID))
+	id := h.Sum64() & (1<<63 - 1)
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+func idLabel(id uint64) string { return strconv.FormatUint(id, 16) }
+
+func toEndpointEntry(in *registryv1.Instance) endpointEntry {
+	e := endpointEntry{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, Metadata: in.Metadata}
+	switch t := in.GetTransport().GetKind().(type) {
+	case *registryv1.Transport_Tcp:
+		e.Transport.TCP = t.Tcp
+	case *registryv1.Transport_Http:
+		e.Transport.HTTP = t.Http
+	case *registryv1.Transport_Nats:
+		e.Transport.NATS = t.Nats
+	}
+	return e
+}
+
+func (e endpointEntry) instance(id uint64) *registryv1.Instance {
+	in := &registryv1.Instance{Namespace: e.Namespace, Component: e.Component, Endpoint: e.Endpoint, InstanceId: id, Metadata: e.Metadata}
+	switch {
+	case e.Transport.TCP != "":
+		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: e.Transport.TCP}}
+	case e.Transport.HTTP != "":
+		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: e.Transport.HTTP}}
+	case e.Transport.NATS != "":
+		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: e.Transport.NATS}}
+	}
+	return in
+}
+
+func toModelEntry(c *registryv1.ModelCard) modelEntry {
+	m := modelEntry{Namespace: c.Namespace, Component: c.Component, Endpoint: c.Endpoint, ModelName: c.ModelName,
+		BlockSize: c.BlockSize, ContextLength: c.ContextLength, Metadata: c.Metadata}
+	for _, t := range c.Tokenizer {
+		m.Tokenizer = append(m.Tokenizer, tokenizerArtifact{Name: t.Name, SHA256: t.Sha256, Size: t.Size, ObjectKey: t.ObjectKey})
+	}
+	return m
+}
+
+func (m modelEntry) card(id uint64) *registryv1.ModelCard {
+	c := &registryv1.ModelCard{Namespace: m.Namespace, Component: m.Component, Endpoint: m.Endpoint, InstanceId: id,
+		ModelName: m.ModelName, BlockSize: m.BlockSize, ContextLength: m.ContextLength, Metadata: m.Metadata}
+	for _, t := range m.Tokenizer {
+		c.Tokenizer = append(c.Tokenizer, &registryv1.TokenizerArtifact{Name: t.Name, Sha256: t.SHA256, Size: t.Size, ObjectKey: t.ObjectKey})
+	}
+	return c
+}
+
+// specOf decodes a DynamoWorkerMetadata's spec.
+func specOf(u *unstructured.Unstructured) (workerSpec, error) {
+	var spec workerSpec
+	raw, ok := u.Object["spec"]
+	if !ok {
+		return spec, fmt.Errorf("%s/%s has no spec", u.GetNamespace(), u.GetName())
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return spec, err
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("%s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return spec, nil
+}
+
+// readyPods collects the pods that some EndpointSlice lists as ready: by UID
+// when the slice names it, else by namespace/name. An endpoint whose ready
+// condition is unset counts as ready, as the EndpointSlice API says.
+type readyPods struct {
+	uids  map[string]bool
+	names map[string]bool
+}
+
+func readyPodsOf(slices []*discoveryv1.EndpointSlice) readyPods {
+	r := readyPods{uids: map[string]bool{}, names: map[string]bool{}}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
+				continue
+			}
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			if ep.TargetRef.UID != "" {
+				r.uids[string(ep.TargetRef.UID)] = true
+				continue
+			}
+			ns := ep.TargetRef.Namespace
+			if ns == "" {
+				ns = s.Namespace
+			}
+			r.names[ns+"/"+ep.TargetRef.Name] = true
+		}
+	}
+	return r
+}
+
+func (r readyPods) has(namespace, name, uid string) bool {
+	return r.uids[uid] || r.names[namespace+"/"+name]
+}
+
+// joinState is the registry's view on Kubernetes: the instances and model
+// cards of ready pods, by their etcd-layout keys.
+type joinState struct {
+	instances map[string]*registryv1.Instance
+	models    map[string]*registryv1.ModelCard
+}
+
+// join computes the view from the worker resources and the ready pods. A
+// resource being deleted, or whose entries break the registry's rules
+// (written by hand, or by another version), contributes nothing invalid.
+func join(crs []*unstructured.Unstructured, ready readyPods) joinState {
+	st := joinState{instances: map[string]*registryv1.Instance{}, models: map[string]*registryv1.ModelCard{}}
+	for _, u := range crs {
+		if u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		spec, err := specOf(u)
+		if err != nil || spec.PodUID == "" || !ready.has(u.GetNamespace(), spec.PodName, spec.PodUID) {
+			continue
+		}
+		id := kubeInstanceID(spec.PodUID)
+		for _, e := range spec.Endpoints {
+			in := e.instance(id)
+			if validateInstance(in) != nil {
+				continue
+			}
+			st.instances[instanceKey(in.Namespace, in.Component, in.Endpoint, id)] = in
+		}
+		for _, m := range spec.Models {
+			c := m.card(id)
+			if validateCard(c) != nil {
+				continue
+			}
+			st.models[modelKey(c.Namespace, c.Component, c.Endpoint, id)] = c
+		}
+	}
+	return st
+}
+
+// diffInstances lists the events that turn old into cur, in key order. An
+// instance whose transport changed is a DELETE then a PUT, so that clients
+// drop what they held for the old address (Dynamo's issue #12566: clients
+// kept a restarted worker's old port).
+func diffInstances(old, cur map[string]*registryv1.Instance, rev int64) []*registryv1.InstanceEvent {
+	var out []*registryv1.InstanceEvent
+	del := func(in *registryv1.Instance) {
+		out = append(out, &registryv1.InstanceEvent{Type: registryv1.EventType_EVENT_TYPE_DELETE, Revision: rev,
+			Instance: &registryv1.Instance{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, InstanceId: in.InstanceId}})
+	}
+	for _, k := range unionKeys(old, cur) {
+		o, n := old[k], cur[k]
+		switch {
+		case n == nil:
+			del(o)
+		case o == nil:
+			out = append(out, &registryv1.InstanceEvent{Type: registryv1.EventType_EVENT_TYPE_PUT, Revision: rev, Instance: n})
+		case proto.Equal(o, n):
+		default:
+			if !proto.Equal(o.Transport, n.Transport) {
+				del(o)
+			}
+			out = append(out, &registryv1.InstanceEvent{Type: registryv1.EventType_EVENT_TYPE_PUT, Revision: rev, Instance: n})
+		}
+	}
+	return out
+}
+
+// diffModels lists the events that turn old into cur, in key order. A
+// DELETE carries the whole card, as the etcd backend's does.
+func diffModels(old, cur map[string]*registryv1.ModelCard, rev int64) []*registryv1.ModelEvent {
+	var out []*registryv1.ModelEvent
+	for _, k := range unionKeys(old, cur) {
+		o, n := old[k], cur[k]
+		switch {
+		case n == nil:
+			out = append(out, &registryv1.ModelEvent{Type: registryv1.EventType_EVENT_TYPE_DELETE, Revision: rev, Card: o})
+		case o == nil || !proto.Equal(o, n):
+			out = append(out, &registryv1.ModelEvent{Type: registryv1.EventType_EVENT_TYPE_PUT, Revision: rev, Card: n})
+		}
+	}
+	return out
+}
+
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func sortedValues[V any](m map[string]V, keep func(V) bool) []V {
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if keep(v) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	out := make([]V, len(keys))
+	for i, k := range keys {
+		out[i] = m[k]
+	}
+	return out
+}
+
+// matchInstance reports whether in passes f (validated: set fields are a
+// prefix of namespace, component, endpoint).
+func matchInstance(f *registryv1.InstanceFilter, in *registryv1.Instance) bool {
+	return (f.GetNamespace() == "" || f.GetNamespace() == in.Namespace) &&
+		(f.GetComponent() == "" || f.GetComponent() == in.Component) &&
+		(f.GetEndpoint() == "" || f.GetEndpoint() == in.Endpoint)
+}
+
+func matchModel(f *registryv1.ModelFilter, c *registryv1.ModelCard) bool {
+	return (f.GetNamespace() == "" || f.GetNamespace() == c.Namespace) &&
+		(f.GetModelName() == "" || f.GetModelName() == c.ModelName)
+}
