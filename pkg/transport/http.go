@@ -391,6 +391,7 @@ type httpClient struct {
 	tr1     *http.Transport
 	hc1     *http.Client
 	http1   sync.Map      // host:port -> struct{}
+	h2ok    sync.Map      // host:port -> struct{}: answered over h2c once
 	streams chan struct{} // semaphore: DYN_HTTP2_MAX_CONCURRENT_STREAMS
 	closed  atomic.Bool
 
@@ -522,14 +523,23 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 		hc = c.hc1
 	}
 	resp, err := hc.Do(req)
-	if err != nil && hc == c.hc && notHTTP2(err) {
+	if err == nil && hc == c.hc {
+		c.h2ok.Store(req.URL.Host, struct{}{})
+	}
+	if _, known := c.h2ok.Load(req.URL.Host); err != nil && hc == c.hc && !known && notHTTP2(err) {
 		// The server read our h2c preface as a bad HTTP/1 request and
 		// answered in HTTP/1: nothing reached a handler, so the call is sent
 		// again over HTTP/1.1, and so are later calls to this server.
 		c.http1.Store(req.URL.Host, struct{}{})
 		c.log.Info("http request plane server speaks HTTP/1.1 only; using HTTP/1.1 for it", "host", req.URL.Host)
+		h2err := err
 		if req, err = newReq(); err == nil {
 			resp, err = c.hc1.Do(req)
+		}
+		if err != nil {
+			// Not an HTTP/1.1 server either: report the h2c failure.
+			c.http1.Delete(req.URL.Host)
+			err = h2err
 		}
 	}
 	if err != nil {
@@ -546,12 +556,18 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	return s, nil
 }
 
-// notHTTP2 reports whether an h2c attempt failed because the server answered
-// in HTTP/1 (its status line read as an oversized or malformed frame).
+// notHTTP2 reports whether a first h2c attempt at a server may have failed
+// because the server speaks only HTTP/1: anything but a failure to connect
+// (its status line read as an oversized frame, the connection closed or reset
+// after it answered our preface in HTTP/1, the h2 connection never
+// established). It is only consulted for servers that never answered over
+// h2c, and a wrong guess costs one failed HTTP/1.1 attempt.
 func notHTTP2(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "frame too large") || strings.Contains(msg, "malformed HTTP") ||
-		strings.Contains(msg, "PROTOCOL_ERROR") || strings.Contains(msg, "server sent GOAWAY and closed the connection; LastStreamID=0")
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // Close implements [Client].
