@@ -43,8 +43,9 @@ test: ## Unit and integration tests (race detector on, long soak/fault tests in 
 	$(GO) test -race -short -timeout 15m $(TESTFLAGS) ./...
 
 .PHONY: test-long
-test-long: ## Every test at full length, including multi-minute soak and fault tests.
-	$(GO) test -race -timeout 60m $(TESTFLAGS) ./...
+test-long: ## Every test at full length, including the soak and fault tests and the Kubernetes envtest suites.
+	assets=$$(hack/envtest-binaries.sh) && \
+	KUBEBUILDER_ASSETS=$$assets SWITCHYARD_REQUIRE_ENVTEST=1 $(GO) test -race -timeout 60m $(TESTFLAGS) ./...
 
 .PHONY: bench
 bench: build ## Benchmark functions, then each benchmark command's table.
