@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zeebo/xxh3"
 )
 
@@ -69,9 +71,8 @@ func malformed(format string, args ...any) error {
 // ...] or ["AllBlocksCleared", ...]. Trailing fields it does not know are
 // ignored, and so are events with an unknown tag. It is a pure function.
 func DecodeBatch(payload []byte) (Batch, error) {
-	dec := msgpack.NewDecoder(bytes.NewReader(payload))
-	dec.UseLooseInterfaceDecoding(true)
-	v, err := dec.DecodeInterface()
+	r := bytes.NewReader(payload)
+	v, err := decodeValue(msgpack.NewDecoder(r), r, 0)
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
@@ -111,6 +112,75 @@ func DecodeBatch(payload []byte) (Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+// maxDepth bounds the nesting of a payload.
+const maxDepth = 16
+
+// mapValue stands for a msgpack map, which no field of the format is.
+type mapValue struct{}
+
+// decodeValue decodes one msgpack value, arrays as []any and integers as
+// int64 or uint64. Unlike DecodeInterface it never trusts a length header
+// beyond the bytes left, so a hostile payload cannot make it allocate much.
+func decodeValue(dec *msgpack.Decoder, r *bytes.Reader, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errors.New("nested too deep")
+	}
+	code, err := dec.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
+		n, err := dec.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 || n > r.Len() {
+			return nil, fmt.Errorf("array of %d elements in %d bytes", n, r.Len())
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = decodeValue(dec, r, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
+		n, err := dec.DecodeMapLen()
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 || 2*n > r.Len() {
+			return nil, fmt.Errorf("map of %d entries in %d bytes", n, r.Len())
+		}
+		for range 2 * n {
+			if _, err := decodeValue(dec, r, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return mapValue{}, nil
+	case msgpcode.IsString(code) || msgpcode.IsBin(code):
+		n, err := dec.DecodeBytesLen()
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 || n > r.Len() {
+			return nil, fmt.Errorf("string of %d bytes in %d bytes", n, r.Len())
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		if msgpcode.IsString(code) {
+			return string(b), nil
+		}
+		return b, nil
+	case msgpcode.IsExt(code):
+		return nil, errors.New("msgpack extension types are not part of the format")
+	}
+	return dec.DecodeInterfaceLoose()
 }
 
 func decodeEvent(raw any) (Event, bool, error) {
