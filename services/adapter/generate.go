@@ -118,8 +118,8 @@ func generate(client *http.Client, engineURL, model string) worker.Handler {
 	}
 }
 
-// relay translates the engine's SSE stream. A response is held back until
-// the next chunk so that the last one carries finish_reason and usage.
+// relay translates the engine's SSE stream, each chunk sent as it arrives
+// except the one with the finish reason, held until the usage that follows.
 func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*workerv1.GenerateResponse) error) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -161,13 +161,21 @@ func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*
 			r.FinishReason = finishReason(*ch.FinishReason)
 		}
 		if pending != nil {
-			// Only the last response carries a finish reason.
+			// More output after a finish reason: only the last response
+			// carries one.
 			pending.FinishReason = workerv1.FinishReason_FINISH_REASON_UNSPECIFIED
 			if err := send(pending); err != nil {
 				return err
 			}
+			pending = nil
 		}
-		pending = r
+		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			pending = r
+			continue
+		}
+		if err := send(r); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if ctx.Err() != nil {
@@ -179,13 +187,10 @@ func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*
 		return ctx.Err()
 	}
 	if pending == nil {
-		pending = &workerv1.GenerateResponse{}
-	}
-	if pending.FinishReason == workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
 		if !done {
 			return errors.New("engine: stream ended without a finish reason")
 		}
-		pending.FinishReason = workerv1.FinishReason_FINISH_REASON_STOP
+		pending = &workerv1.GenerateResponse{FinishReason: workerv1.FinishReason_FINISH_REASON_STOP}
 	}
 	if usage == nil {
 		usage = &workerv1.Usage{PromptTokens: promptTokens, CompletionTokens: completion}
