@@ -201,7 +201,9 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	actx, acancel := context.WithCancel(ctx)
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)
-	go func() { done <- adapter.Run(actx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w }) }()
+	go func() {
+		done <- adapter.Run(actx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+	}()
 	defer func() {
 		acancel()
 		if err := <-done; err != nil {

@@ -59,10 +59,10 @@ func TestDecodeBatch(t *testing.T) {
 				Parent: math.MaxUint64, HasParent: true, TokenIDs: u32s(4, 0), BlockSize: 4}}}},
 		{name: "lora and cpu medium",
 			payload: []any{0.0, []any{[]any{"BlockStored", []any{3}, nil, toks(4, 0), 4, 9, "CPU"}}},
-			want: Batch{Events: []Event{{Kind: BlockStored, BlockHashes: []uint64{3}, TokenIDs: u32s(4, 0), BlockSize: 4, HasLoRA: true, Medium: "CPU"}}}},
+			want:    Batch{Events: []Event{{Kind: BlockStored, BlockHashes: []uint64{3}, TokenIDs: u32s(4, 0), BlockSize: 4, HasLoRA: true, Medium: "CPU"}}}},
 		{name: "removed and cleared, unknown event ignored",
 			payload: []any{0.0, []any{[]any{"BlockRemoved", []any{int64(-2), 5}, nil, "more"}, []any{"SomethingNew", 1}, []any{"AllBlocksCleared"}}, nil},
-			want: Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []uint64{math.MaxUint64 - 1, 5}}, {Kind: AllBlocksCleared}}}},
+			want:    Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []uint64{math.MaxUint64 - 1, 5}}, {Kind: AllBlocksCleared}}}},
 		{name: "byte-string hashes", payload: []any{0.0, []any{[]any{"BlockRemoved", []any{[]byte{1, 2}}}}},
 			want: Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []uint64{hashOfMust([]byte{1, 2})}}}}},
 		{name: "not an array", payload: nil, wantErr: "not an array"},
@@ -170,6 +170,9 @@ func TestTranslator(t *testing.T) {
 	}
 	// A removal resolves to the Switchyard hash; cleared forgets everything.
 	b := tr.Translate(Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []uint64{13, 13}}, {Kind: AllBlocksCleared}, {Kind: BlockRemoved, BlockHashes: []uint64{12}}}})
+	if r := tr.Translate(Batch{DPRank: 2, HasDPRank: true, Events: []Event{{Kind: AllBlocksCleared}}}); r.DpRank != 2 || r.FirstEventId != 1 {
+		t.Fatalf("rank 2 batch %v", r)
+	}
 	if b.FirstEventId != 3 || len(b.Events) != 2 || !reflect.DeepEqual(b.Events[0].GetRemoved().SequenceHashes, []uint64{want[3].Sequence}) || b.Events[1].GetCleared() == nil {
 		t.Fatalf("batch %v", b)
 	}

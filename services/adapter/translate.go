@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"log/slog"
+	"math"
 	"sync/atomic"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -51,7 +52,8 @@ type Translator struct {
 	gen     uint64
 	lastSeq uint64
 	seenSeq bool
-	nextID  uint64
+	// nextID is the next event id of each data-parallel rank.
+	nextID map[uint32]uint64
 }
 
 // NewTranslator translates events of blocks of blockSize tokens, remembering
@@ -60,7 +62,7 @@ func NewTranslator(blockSize, limit int, log *slog.Logger, stats *Stats) *Transl
 	if limit < 1 {
 		limit = 1
 	}
-	return &Translator{blockSize: blockSize, limit: limit, log: log, stats: stats, blocks: make(map[uint64]mapped), nextID: 1}
+	return &Translator{blockSize: blockSize, limit: limit, log: log, stats: stats, blocks: make(map[uint64]mapped), nextID: make(map[uint32]uint64)}
 }
 
 // Sequence notes an engine message's sequence number, counting and logging
@@ -77,8 +79,9 @@ func (t *Translator) Sequence(seq uint64) {
 	t.lastSeq, t.seenSeq = seq, true
 }
 
-// Translate turns a decoded batch into Switchyard events with consecutive
-// ids; it returns nil when nothing is left to publish.
+// Translate turns a decoded batch into Switchyard events with ids
+// consecutive per data-parallel rank, from 1; it returns nil when nothing is
+// left to publish.
 func (t *Translator) Translate(b Batch) *workerv1.KvEventBatch {
 	var out []*workerv1.KvCacheEvent
 	for _, e := range b.Events {
@@ -89,11 +92,16 @@ func (t *Translator) Translate(b Batch) *workerv1.KvEventBatch {
 	if len(out) == 0 {
 		return nil
 	}
-	batch := &workerv1.KvEventBatch{FirstEventId: t.nextID, Events: out}
-	if b.HasDPRank && b.DPRank > 0 {
-		batch.DpRank = uint32(b.DPRank)
+	var rank uint32
+	if b.HasDPRank && b.DPRank > 0 && b.DPRank <= math.MaxUint32 {
+		rank = uint32(b.DPRank)
 	}
-	t.nextID += uint64(len(out))
+	first := t.nextID[rank]
+	if first == 0 {
+		first = 1
+	}
+	batch := &workerv1.KvEventBatch{DpRank: rank, FirstEventId: first, Events: out}
+	t.nextID[rank] = first + uint64(len(out))
 	t.stats.Published.Add(uint64(len(out)))
 	return batch
 }
