@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
@@ -30,6 +31,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/adapter"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
@@ -170,7 +172,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // a router, the stand-in engine and the adapter in front of it: the engine's
 // KV events reach the router's index as Switchyard blocks (removals
 // resolved, a wrong block size reported and not published, a sequence gap
-// counted), and generate streams through the adapter and cancels the
+// counted), load is scraped from its metrics, and generate streams through the adapter and cancels the
 // engine's request when the caller goes away.
 func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
@@ -332,6 +334,27 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	if fmt.Sprint(tokens) != "[1000 1001 1002 1003]" || text != "t0 t1 t2 t3 " || last.FinishReason != workerv1.FinishReason_FINISH_REASON_LENGTH ||
 		last.Usage.GetPromptTokens() != 64 || last.Usage.GetCompletionTokens() != 4 || last.Usage.GetCachedPromptTokens() != 16 {
 		t.Fatalf("tokens %v, text %q, last %v", tokens, text, last)
+	}
+
+	// Load is scraped from the engine's metrics and published.
+	sub, err := eventbustest.Client(t, busAddr).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "dynamo",
+		FilterSubject: "dynamo.backend." + worker.LoadName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("no load with the engine's numbers: %v", err)
+		}
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.InstanceId == w.InstanceID() && m.WaitingRequests == 1 && m.KvBlocksUsed == 500 && m.KvBlocksTotal == 1000 {
+			break
+		}
 	}
 
 	// The caller going away cancels the engine's request.
