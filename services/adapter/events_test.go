@@ -173,6 +173,12 @@ func TestTranslator(t *testing.T) {
 	if r := tr.Translate(Batch{DPRank: 2, HasDPRank: true, Events: []Event{{Kind: AllBlocksCleared}}}); r.DpRank != 2 || r.FirstEventId != 1 {
 		t.Fatalf("rank 2 batch %v", r)
 	}
+	// The sequence going back is an engine restart: the blocks are gone.
+	tr.Sequence(1)
+	if r := tr.Translate(Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []uint64{11}}}}); r.FirstEventId != 5 || len(r.Events) != 1 ||
+		r.Events[0].GetCleared() == nil || stats.Restarts.Load() != 1 || len(tr.blocks) != 0 {
+		t.Fatalf("after a restart %v", r)
+	}
 	if b.FirstEventId != 3 || len(b.Events) != 2 || !reflect.DeepEqual(b.Events[0].GetRemoved().SequenceHashes, []uint64{want[3].Sequence}) || b.Events[1].GetCleared() == nil {
 		t.Fatalf("batch %v", b)
 	}

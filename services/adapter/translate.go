@@ -23,6 +23,8 @@ type Stats struct {
 	Skipped atomic.Uint64
 	// UnknownRemovals are removed engine hashes the adapter never stored.
 	UnknownRemovals atomic.Uint64
+	// Restarts are sequence numbers going back: the engine restarted.
+	Restarts atomic.Uint64
 	// Published events.
 	Published atomic.Uint64
 }
@@ -52,6 +54,8 @@ type Translator struct {
 	gen     uint64
 	lastSeq uint64
 	seenSeq bool
+	// restarted asks for a cleared event before the next ones.
+	restarted bool
 	// nextID is the next event id of each data-parallel rank.
 	nextID map[uint32]uint64
 }
@@ -66,9 +70,17 @@ func NewTranslator(blockSize, limit int, log *slog.Logger, stats *Stats) *Transl
 }
 
 // Sequence notes an engine message's sequence number, counting and logging
-// a gap when numbers were skipped.
+// a gap when numbers were skipped. A number that goes back means the engine
+// restarted with an empty cache: the blocks are forgotten and the next batch
+// starts with a cleared event.
 func (t *Translator) Sequence(seq uint64) {
-	if t.seenSeq && seq != t.lastSeq+1 {
+	if t.seenSeq && seq <= t.lastSeq {
+		t.stats.Restarts.Add(1)
+		t.log.Warn("the engine's KV event sequence went back: engine restarted, its cache is cleared", "last", t.lastSeq, "got", seq)
+		clear(t.blocks)
+		t.order = t.order[:0]
+		t.restarted = true
+	} else if t.seenSeq && seq != t.lastSeq+1 {
 		t.stats.Gaps.Add(1)
 		if seq > t.lastSeq {
 			t.stats.LostMessages.Add(seq - t.lastSeq - 1)
@@ -84,6 +96,10 @@ func (t *Translator) Sequence(seq uint64) {
 // left to publish.
 func (t *Translator) Translate(b Batch) *workerv1.KvEventBatch {
 	var out []*workerv1.KvCacheEvent
+	if t.restarted {
+		t.restarted = false
+		out = append(out, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}})
+	}
 	for _, e := range b.Events {
 		if ev := t.event(e); ev != nil {
 			out = append(out, ev)
