@@ -1,0 +1,249 @@
+// Package adapter is a Switchyard worker that fronts an existing
+// OpenAI-compatible engine (vLLM, SGLang): it registers the engine's model
+// like any worker, serves generate by streaming the engine's completions
+// endpoint with the prompt as token ids, and feeds the engine's real KV cache
+// events (its ZeroMQ publisher, msgpack-encoded as vLLM does) to the router,
+// with the block hashes recomputed as Switchyard's (pkg/kvhash). It also
+// scrapes the engine's Prometheus metrics for load.
+package adapter
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"golang.org/x/sync/errgroup"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+)
+
+// Config is the adapter's configuration.
+type Config struct {
+	Namespace, Component, Endpoint string
+	// EngineURL is the engine's OpenAI base URL, such as
+	// http://127.0.0.1:8001/v1.
+	EngineURL string
+	// MetricsURL is the engine's Prometheus endpoint; empty is EngineURL's
+	// host with /metrics, "off" disables load.
+	MetricsURL string
+	// KVEventsEndpoint is the engine's ZeroMQ publisher, such as
+	// tcp://127.0.0.1:5557, and KVEventsTopic its topic.
+	KVEventsEndpoint, KVEventsTopic string
+	ModelName                       string
+	// BlockSize must equal the engine's.
+	BlockSize     int
+	ContextLength int
+	// TokenizerDir holds the model's tokenizer files for the model card.
+	TokenizerDir string
+	// MaxTrackedBlocks bounds the engine hash to Switchyard hash map.
+	MaxTrackedBlocks           int
+	RegistryAddr, EventbusAddr string
+	ClientTLS                  tlsconfig.Config
+	LeaseTTL, DrainTimeout     time.Duration
+	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
+	Transport transport.Config
+	// Stats, when set, receives the KV event counters (tests, embedding).
+	Stats *Stats
+}
+
+// EnvVars maps flags to their environment variables.
+var EnvVars = map[string]string{
+	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
+	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+}
+
+// RegisterFlags adds the adapter's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
+	fs.StringVar(&c.Component, "component", "backend", "registry component")
+	fs.StringVar(&c.Endpoint, "endpoint", worker.GenerateEndpoint, "registry endpoint")
+	fs.StringVar(&c.EngineURL, "engine-url", "http://127.0.0.1:8001/v1", "the engine's OpenAI base URL")
+	fs.StringVar(&c.MetricsURL, "engine-metrics-url", "", `the engine's Prometheus endpoint (empty: /metrics on --engine-url's host; "off": no load)`)
+	fs.StringVar(&c.KVEventsEndpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZeroMQ KV event publisher")
+	fs.StringVar(&c.KVEventsTopic, "kv-events-topic", "kv-events", "topic of the engine's KV events")
+	fs.StringVar(&c.ModelName, "model-name", "", "model name served (as the engine serves it)")
+	fs.IntVar(&c.BlockSize, "block-size", 16, "KV block size in tokens; must equal the engine's")
+	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
+	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with the model's tokenizer.json(.gz) and tokenizer_config.json")
+	fs.IntVar(&c.MaxTrackedBlocks, "max-tracked-blocks", 1<<20, "engine block hashes remembered to resolve removals and parents")
+	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
+	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
+	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
+	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+}
+
+// Validate checks the configuration and reads the request plane settings.
+func (c *Config) Validate() error {
+	if c.ModelName == "" || c.TokenizerDir == "" {
+		return errors.New("--model-name and --tokenizer-dir are required")
+	}
+	if c.BlockSize < 1 || c.ContextLength < 1 || c.MaxTrackedBlocks < 1 {
+		return errors.New("--block-size, --context-length and --max-tracked-blocks must be positive")
+	}
+	u, err := url.Parse(c.EngineURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--engine-url %q is not an http(s) URL", c.EngineURL)
+	}
+	if c.MetricsURL == "" {
+		c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
+	}
+	if c.KVEventsEndpoint != "" && !strings.Contains(c.KVEventsEndpoint, "://") {
+		return fmt.Errorf("--kv-events-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsEndpoint)
+	}
+	tc, err := transport.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	c.Transport = tc
+	return c.ClientTLS.Validate()
+}
+
+func (c *Config) tokenizerFiles() ([]string, error) {
+	var out []string
+	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"} {
+		p := filepath.Join(c.TokenizerDir, name)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--tokenizer-dir %s has no tokenizer.json", c.TokenizerDir)
+	}
+	return out, nil
+}
+
+// Run serves as a worker in front of the engine until ctx ends, then
+// deregisters and drains. ready, when set, is called once the worker is
+// registered.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
+	files, err := cfg.tokenizerFiles()
+	if err != nil {
+		return err
+	}
+	creds, err := cfg.ClientTLS.ClientCredentials()
+	if err != nil {
+		return err
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = &Stats{}
+	}
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	wcfg := worker.Config{
+		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
+		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Creds: creds, Transport: cfg.Transport,
+		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
+		Metadata: map[string]string{"engine_url": cfg.EngineURL},
+	}
+	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
+		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
+	g, gctx := errgroup.WithContext(ctx)
+	// The side loops stop once the worker has drained.
+	sideCtx, stopSide := context.WithCancel(context.Background())
+	defer stopSide()
+	started := make(chan *worker.Worker, 1)
+	g.Go(func() error {
+		defer stopSide()
+		return worker.Run(gctx, wcfg, generate(client, cfg.EngineURL, cfg.ModelName), func(w *worker.Worker) {
+			started <- w
+			if ready != nil {
+				ready(w)
+			}
+		})
+	})
+	g.Go(func() error {
+		var w *worker.Worker
+		select {
+		case w = <-started:
+		case <-sideCtx.Done():
+			return nil
+		}
+		if cfg.MetricsURL != "off" {
+			var load atomic.Pointer[workerv1.LoadMetrics]
+			load.Store(&workerv1.LoadMetrics{})
+			w.SetLoad(func() *workerv1.LoadMetrics { return load.Load() })
+			g.Go(func() error {
+				scrapeLoad(sideCtx, client, cfg.MetricsURL, time.Second, &load, log)
+				return nil
+			})
+		}
+		if cfg.KVEventsEndpoint == "" {
+			return nil
+		}
+		return subscribe(sideCtx, cfg, log, w.PublishKVEvents)
+	})
+	return g.Wait()
+}
+
+// subscribe reads the engine's KV events until ctx ends, publishing each
+// message's translation in order.
+func subscribe(ctx context.Context, cfg Config, log *slog.Logger, publish func(*workerv1.KvEventBatch)) error {
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+	defer sub.Close()
+	if err := sub.Dial(cfg.KVEventsEndpoint); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("kv events: %w", err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, cfg.KVEventsTopic); err != nil {
+		return fmt.Errorf("kv events: subscribe: %w", err)
+	}
+	log.Info("subscribed to the engine's KV events", "endpoint", cfg.KVEventsEndpoint, "topic", cfg.KVEventsTopic)
+	tr := NewTranslator(cfg.BlockSize, cfg.MaxTrackedBlocks, log, cfg.Stats)
+	for {
+		msg, err := sub.Recv()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			log.Warn("kv events: receive failed", "err", err.Error())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if b := HandleMessage(tr, cfg.Stats, log, msg.Frames); b != nil {
+			publish(b)
+		}
+	}
+}
+
+// HandleMessage decodes one multipart message [topic, sequence, payload] and
+// translates it; it returns nil when there is nothing to publish.
+func HandleMessage(tr *Translator, stats *Stats, log *slog.Logger, frames [][]byte) *workerv1.KvEventBatch {
+	if len(frames) != 3 || len(frames[1]) != 8 {
+		stats.Malformed.Add(1)
+		log.Warn("kv events: message is not [topic, 8-byte sequence, payload]", "frames", len(frames))
+		return nil
+	}
+	tr.Sequence(binary.BigEndian.Uint64(frames[1]))
+	b, err := DecodeBatch(frames[2])
+	if err != nil {
+		stats.Malformed.Add(1)
+		log.Error("kv events: payload does not decode", "err", err.Error())
+		return nil
+	}
+	stats.Messages.Add(1)
+	return tr.Translate(b)
+}

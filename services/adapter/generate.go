@@ -1,0 +1,200 @@
+package adapter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+)
+
+// completionRequest is the engine's OpenAI completions request, with the
+// prompt as token ids and vLLM's sampling extensions.
+type completionRequest struct {
+	Model             string         `json:"model"`
+	Prompt            []uint32       `json:"prompt"`
+	MaxTokens         uint32         `json:"max_tokens,omitempty"`
+	Stream            bool           `json:"stream"`
+	StreamOptions     map[string]any `json:"stream_options,omitempty"`
+	ReturnTokenIDs    bool           `json:"return_token_ids"`
+	Temperature       float32        `json:"temperature"`
+	TopP              float32        `json:"top_p,omitempty"`
+	TopK              int32          `json:"top_k,omitempty"`
+	MinP              float32        `json:"min_p,omitempty"`
+	Seed              *uint64        `json:"seed,omitempty"`
+	FrequencyPenalty  float32        `json:"frequency_penalty,omitempty"`
+	PresencePenalty   float32        `json:"presence_penalty,omitempty"`
+	RepetitionPenalty float32        `json:"repetition_penalty,omitempty"`
+	StopTokenIDs      []uint32       `json:"stop_token_ids,omitempty"`
+	IgnoreEOS         bool           `json:"ignore_eos,omitempty"`
+	MinTokens         uint32         `json:"min_tokens,omitempty"`
+	Stop              []string       `json:"stop,omitempty"`
+}
+
+// completionChunk is one SSE chunk of the engine's stream. The contract:
+// choices[0].token_ids carries the new tokens when the engine returns them
+// (vLLM with "return_token_ids"); without them only the text is forwarded.
+type completionChunk struct {
+	Choices []struct {
+		Text         string   `json:"text"`
+		TokenIDs     []uint32 `json:"token_ids"`
+		FinishReason *string  `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        uint32 `json:"prompt_tokens"`
+		CompletionTokens    uint32 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens uint32 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func finishReason(s string) workerv1.FinishReason {
+	switch s {
+	case "length":
+		return workerv1.FinishReason_FINISH_REASON_LENGTH
+	case "abort", "cancelled":
+		return workerv1.FinishReason_FINISH_REASON_CANCELLED
+	case "error":
+		return workerv1.FinishReason_FINISH_REASON_ERROR
+	}
+	return workerv1.FinishReason_FINISH_REASON_STOP
+}
+
+// generate serves generate requests from the engine's streaming completions
+// endpoint; the engine request is cancelled when the caller goes away.
+func generate(client *http.Client, engineURL, model string) worker.Handler {
+	url := strings.TrimSuffix(engineURL, "/") + "/completions"
+	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
+		if len(req.TokenIds) == 0 {
+			return &transport.HandlerError{Code: "invalid_argument", Message: "empty prompt"}
+		}
+		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
+			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true}
+		if s := req.Sampling; s != nil {
+			cr.Temperature, cr.TopP, cr.MinP, cr.Seed = s.Temperature, s.TopP, s.MinP, s.Seed
+			cr.FrequencyPenalty, cr.PresencePenalty, cr.RepetitionPenalty = s.FrequencyPenalty, s.PresencePenalty, s.RepetitionPenalty
+			if s.TopK > 0 {
+				cr.TopK = s.TopK
+			}
+		}
+		if s := req.Stop; s != nil {
+			cr.StopTokenIDs, cr.IgnoreEOS, cr.MinTokens, cr.Stop = s.StopTokenIds, s.IgnoreEos, s.MinTokens, s.StopStrings
+		}
+		body, err := json.Marshal(cr)
+		if err != nil {
+			return err
+		}
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Accept", "text/event-stream")
+		if req.RequestId != "" {
+			hreq.Header.Set("X-Request-Id", req.RequestId)
+		}
+		resp, err := client.Do(hreq)
+		if err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			if resp.StatusCode == http.StatusBadRequest {
+				return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("engine: %s", bytes.TrimSpace(msg))}
+			}
+			return fmt.Errorf("engine: %s: %s", resp.Status, bytes.TrimSpace(msg))
+		}
+		return relay(ctx, resp.Body, uint32(len(req.TokenIds)), send)
+	}
+}
+
+// relay translates the engine's SSE stream, each chunk sent as it arrives
+// except the one with the finish reason, held until the usage that follows.
+func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*workerv1.GenerateResponse) error) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var pending *workerv1.GenerateResponse
+	var completion uint32
+	var usage *workerv1.Usage
+	done := false
+	for !done && sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data:")) {
+			continue
+		}
+		data := bytes.TrimSpace(line[len("data:"):])
+		if string(data) == "[DONE]" {
+			done = true
+			break
+		}
+		var c completionChunk
+		if err := json.Unmarshal(data, &c); err != nil {
+			return fmt.Errorf("engine: bad stream chunk: %w", err)
+		}
+		if c.Usage != nil {
+			usage = &workerv1.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
+			if d := c.Usage.PromptTokensDetails; d != nil {
+				usage.CachedPromptTokens = d.CachedTokens
+			}
+		}
+		if len(c.Choices) == 0 {
+			continue
+		}
+		ch := c.Choices[0]
+		r := &workerv1.GenerateResponse{TokenIds: ch.TokenIDs}
+		if ch.Text != "" || len(ch.TokenIDs) == 0 {
+			text := ch.Text
+			r.Text = &text
+		}
+		completion += uint32(len(ch.TokenIDs))
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			r.FinishReason = finishReason(*ch.FinishReason)
+		}
+		if pending != nil {
+			// More output after a finish reason: only the last response
+			// carries one.
+			pending.FinishReason = workerv1.FinishReason_FINISH_REASON_UNSPECIFIED
+			if err := send(pending); err != nil {
+				return err
+			}
+			pending = nil
+		}
+		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			pending = r
+			continue
+		}
+		if err := send(r); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("engine stream: %w", err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if pending == nil {
+		if !done {
+			return errors.New("engine: stream ended without a finish reason")
+		}
+		pending = &workerv1.GenerateResponse{FinishReason: workerv1.FinishReason_FINISH_REASON_STOP}
+	}
+	if usage == nil {
+		usage = &workerv1.Usage{PromptTokens: promptTokens, CompletionTokens: completion}
+	}
+	pending.Usage = usage
+	return send(pending)
+}
