@@ -213,4 +213,12 @@ other_metric 7
 	if m := ParseLoad(strings.NewReader("vllm:gpu_cache_usage_perc 0.5\n")); m.KvBlocksTotal != usageScale || m.KvBlocksUsed != usageScale/2 {
 		t.Fatalf("load %v", m)
 	}
+	sglang := ParseLoad(strings.NewReader(`# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m"} 0.28
+sglang:num_queue_reqs{model_name="m"} 4.0
+sglang:num_running_reqs{model_name="m"} 6.0
+`))
+	if sglang.WaitingRequests != 4 || sglang.RunningRequests != 6 || sglang.KvBlocksUsed != 280 || sglang.KvBlocksTotal != usageScale {
+		t.Fatalf("SGLang load %v", sglang)
+	}
 }

@@ -21,10 +21,12 @@ import (
 // of GPU blocks: usage is then reported in thousandths.
 const usageScale = 1000
 
-// ParseLoad reads vLLM's Prometheus text: vllm:num_requests_waiting,
+// ParseLoad reads an engine's Prometheus text. vLLM: vllm:num_requests_waiting,
 // vllm:num_requests_running, vllm:kv_cache_usage_perc (or the older
 // vllm:gpu_cache_usage_perc) and num_gpu_blocks from vllm:cache_config_info.
-// Series of several label sets (data-parallel ranks) are summed.
+// SGLang (--enable-metrics): sglang:num_queue_reqs, sglang:num_running_reqs
+// and sglang:token_usage. Series of several label sets (data-parallel ranks)
+// are summed; usage fractions are averaged.
 func ParseLoad(r io.Reader) *workerv1.LoadMetrics {
 	var waiting, running, usage float64
 	var usageN int
@@ -56,11 +58,11 @@ func ParseLoad(r io.Reader) *workerv1.LoadMetrics {
 			continue
 		}
 		switch name {
-		case "vllm:num_requests_waiting":
+		case "vllm:num_requests_waiting", "sglang:num_queue_reqs":
 			waiting += v
-		case "vllm:num_requests_running":
+		case "vllm:num_requests_running", "sglang:num_running_reqs":
 			running += v
-		case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
+		case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage":
 			usage += v
 			usageN++
 		case "vllm:cache_config_info":
