@@ -43,7 +43,11 @@ type Config struct {
 	// KVEventsEndpoint is the engine's ZeroMQ publisher, such as
 	// tcp://127.0.0.1:5557, and KVEventsTopic its topic.
 	KVEventsEndpoint, KVEventsTopic string
-	ModelName                       string
+	// KVEventsReplayEndpoint is the engine's replay socket (vLLM's
+	// replay_endpoint), asked for the messages a sequence gap lost; empty:
+	// gaps are only counted.
+	KVEventsReplayEndpoint string
+	ModelName              string
 	// BlockSize must equal the engine's.
 	BlockSize     int
 	ContextLength int
@@ -75,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsURL, "engine-metrics-url", "", `the engine's Prometheus endpoint (empty: /metrics on --engine-url's host; "off": no load)`)
 	fs.StringVar(&c.KVEventsEndpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZeroMQ KV event publisher")
 	fs.StringVar(&c.KVEventsTopic, "kv-events-topic", "kv-events", "topic of the engine's KV events")
+	fs.StringVar(&c.KVEventsReplayEndpoint, "kv-events-replay-endpoint", "", "the engine's ZeroMQ replay socket, asked for messages a gap lost (empty: gaps are only counted)")
 	fs.StringVar(&c.ModelName, "model-name", "", "model name served (as the engine serves it)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "KV block size in tokens; must equal the engine's")
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
@@ -103,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MetricsURL == "" {
 		c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
+	}
+	if c.KVEventsReplayEndpoint != "" && !strings.Contains(c.KVEventsReplayEndpoint, "://") {
+		return fmt.Errorf("--kv-events-replay-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsReplayEndpoint)
 	}
 	if c.KVEventsEndpoint != "" && !strings.Contains(c.KVEventsEndpoint, "://") {
 		return fmt.Errorf("--kv-events-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsEndpoint)
@@ -209,6 +217,11 @@ func subscribe(ctx context.Context, cfg Config, log *slog.Logger, publish func(*
 	}
 	log.Info("subscribed to the engine's KV events", "endpoint", cfg.KVEventsEndpoint, "topic", cfg.KVEventsTopic)
 	tr := NewTranslator(cfg.BlockSize, cfg.MaxTrackedBlocks, log, cfg.Stats)
+	var rp *replayer
+	if cfg.KVEventsReplayEndpoint != "" {
+		rp = newReplayer(cfg.KVEventsReplayEndpoint, log)
+		defer rp.close()
+	}
 	for {
 		msg, err := sub.Recv()
 		if ctx.Err() != nil {
@@ -223,9 +236,38 @@ func subscribe(ctx context.Context, cfg Config, log *slog.Logger, publish func(*
 			}
 			continue
 		}
+		if rp != nil {
+			fillGap(ctx, rp, tr, cfg.Stats, log, msg.Frames, publish)
+		}
 		if b := HandleMessage(tr, cfg.Stats, log, msg.Frames); b != nil {
 			publish(b)
 		}
+	}
+}
+
+// fillGap asks the replay socket for the messages between the last one seen
+// and this one, and handles them first, in order. A failed replay leaves the
+// gap to be counted as before.
+func fillGap(ctx context.Context, rp *replayer, tr *Translator, stats *Stats, log *slog.Logger, frames [][]byte, publish func(*workerv1.KvEventBatch)) {
+	if len(frames) != 3 || len(frames[1]) != 8 {
+		return
+	}
+	next, seen := tr.Next()
+	seq := binary.BigEndian.Uint64(frames[1])
+	if !seen || seq <= next {
+		return
+	}
+	msgs, err := rp.fetch(ctx, next, seq-1)
+	if err != nil {
+		log.Warn("kv events: replay failed; the gap stays", "from", next, "to", seq-1, "err", err.Error())
+	}
+	var seqBytes [8]byte
+	for _, m := range msgs {
+		binary.BigEndian.PutUint64(seqBytes[:], m.seq)
+		if b := HandleMessage(tr, stats, log, [][]byte{frames[0], seqBytes[:], m.payload}); b != nil {
+			publish(b)
+		}
+		stats.Replayed.Add(1)
 	}
 }
 

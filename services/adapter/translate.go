@@ -27,6 +27,8 @@ type Stats struct {
 	Restarts atomic.Uint64
 	// Published events.
 	Published atomic.Uint64
+	// Replayed messages recovered from the engine's replay socket after a gap.
+	Replayed atomic.Uint64
 }
 
 type mapped struct {
@@ -68,6 +70,10 @@ func NewTranslator(blockSize, limit int, log *slog.Logger, stats *Stats) *Transl
 	}
 	return &Translator{blockSize: blockSize, limit: limit, log: log, stats: stats, blocks: make(map[uint64]mapped), nextID: make(map[uint32]uint64)}
 }
+
+// Next is the sequence number the translator expects next, and whether it
+// has seen any.
+func (t *Translator) Next() (uint64, bool) { return t.lastSeq + 1, t.seenSeq }
 
 // Sequence notes an engine message's sequence number, counting and logging
 // a gap when numbers were skipped. A number that goes back means the engine
