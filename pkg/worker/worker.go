@@ -394,3 +394,20 @@ func Run(ctx context.Context, cfg Config, h Handler, ready func(*Worker)) error 
 	defer cancel()
 	return errors.Join(lost, w.Shutdown(sctx))
 }
+
+// TokenizerFiles lists the tokenizer files a model directory holds
+// (tokenizer.json or tokenizer.json.gz, and tokenizer_config.json), for
+// Model.TokenizerFiles. A directory without tokenizer.json is an error.
+func TokenizerFiles(dir string) ([]string, error) {
+	var out []string
+	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 || filepath.Base(out[0]) == "tokenizer_config.json" {
+		return nil, fmt.Errorf("worker: tokenizer directory %s has no tokenizer.json", dir)
+	}
+	return out, nil
+}

@@ -16,8 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -123,19 +121,7 @@ func (c *Config) Validate() error {
 	return c.ClientTLS.Validate()
 }
 
-func (c *Config) tokenizerFiles() ([]string, error) {
-	var out []string
-	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"} {
-		p := filepath.Join(c.TokenizerDir, name)
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("--tokenizer-dir %s has no tokenizer.json", c.TokenizerDir)
-	}
-	return out, nil
-}
+func (c *Config) tokenizerFiles() ([]string, error) { return worker.TokenizerFiles(c.TokenizerDir) }
 
 // Run serves as a worker in front of the engine until ctx ends, then
 // deregisters and drains. ready, when set, is called once the worker is

@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -106,17 +105,7 @@ func (c *Config) tokenizerFiles(tmp string) ([]string, error) {
 	if c.TokenizerDir == "" {
 		return qwen3.WriteTo(tmp)
 	}
-	var out []string
-	for _, name := range []string{"tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"} {
-		p := filepath.Join(c.TokenizerDir, name)
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("--tokenizer-dir %s has no tokenizer.json", c.TokenizerDir)
-	}
-	return out, nil
+	return worker.TokenizerFiles(c.TokenizerDir)
 }
 
 // Run serves as a worker until ctx ends, then deregisters and drains.

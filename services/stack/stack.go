@@ -239,7 +239,7 @@ func grpcHealthy(addr string) func(context.Context) error {
 	}
 }
 
-// registered waits until n generate instances are registered.
+// registered is ready once n workers have published their model cards.
 func registered(addr string, n int) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
