@@ -58,6 +58,9 @@ func LocalHash(tokens []uint32) uint64 {
 	if len(tokens) == 0 {
 		return xxh3.HashSeed(nil, Seed)
 	}
+	if len(tokens) >= longMin && len(tokens) <= longMax {
+		return localHashLong(tokens)
+	}
 	if nativeLittleEndian {
 		// The in-memory layout of []uint32 already is the wire layout, so
 		// hash it in place instead of copying it.
@@ -94,11 +97,20 @@ func SequenceHash(parent, local uint64) uint64 {
 	// to the reference implementation.
 	lo := parent ^ seqLo
 	hi := local ^ seqHi
-	h, l := bits.Mul64(lo, hi)
-	acc := 16 + bits.ReverseBytes64(lo) + hi + (h ^ l)
-	acc ^= acc >> 37
-	acc *= 0x165667919e3779f9
-	return acc ^ acc>>32
+	return avalanche(16 + bits.ReverseBytes64(lo) + hi + mulFold64(lo, hi))
+}
+
+// mulFold64 is XXH3's 128-bit multiply folded to 64 bits.
+func mulFold64(a, b uint64) uint64 {
+	h, l := bits.Mul64(a, b)
+	return h ^ l
+}
+
+// avalanche is XXH3's final mix.
+func avalanche(h uint64) uint64 {
+	h ^= h >> 37
+	h *= 0x165667919e3779f9
+	return h ^ h>>32
 }
 
 // The XXH3 secret words the 16-byte path mixes in, with the seed applied.

@@ -262,3 +262,40 @@ func TestSequenceHashMatchesTheLibrary(t *testing.T) {
 		}
 	})
 }
+
+func TestLongMatchesTheLibrary(t *testing.T) {
+	// Every length around and inside the precomputed-secret path, including
+	// its bounds and the lengths on either side of them.
+	for n := longMin - 2; n <= longMax+2; n++ {
+		tokens := make([]uint32, n)
+		for i := range tokens {
+			tokens[i] = uint32(i*2654435761) ^ uint32(n)
+		}
+		if got, want := LocalHash(tokens), localHashPortable(tokens); got != want {
+			t.Fatalf("LocalHash of %d tokens = %x, want %x", n, got, want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		tokens := rapid.SliceOfN(rapid.Uint32(), longMin, longMax).Draw(t, "tokens")
+		if got, want := localHashLong(tokens), localHashPortable(tokens); got != want {
+			t.Fatalf("localHashLong of %d tokens = %x, want %x", len(tokens), got, want)
+		}
+	})
+}
+
+func TestAccumulateMatchesGeneric(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tokens := rapid.SliceOfN(rapid.Uint32(), longMin, longMax).Draw(t, "tokens")
+		n := len(tokens)
+		var start [8]uint64
+		for i := range start {
+			start[i] = rapid.Uint64().Draw(t, "acc")
+		}
+		a, g := start, start
+		accumulate(&a, &tokens[0], (4*n-1)/64, &tokens[n-16])
+		accumulateGeneric(&g, &tokens[0], (4*n-1)/64, &tokens[n-16])
+		if a != g {
+			t.Fatalf("accumulate of %d tokens = %x, generic = %x", n, a, g)
+		}
+	})
+}
