@@ -28,6 +28,7 @@ type tcpServer struct {
 	closed bool
 
 	wg       sync.WaitGroup // accept loop, connection readers, handlers
+	workers  workerPool     // goroutines for connection readers and handlers
 	draining atomic.Bool
 	inflight inflight
 }
@@ -100,10 +101,10 @@ func (s *tcpServer) acceptLoop() {
 		s.conns[sc] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go func() {
+		s.workers.run(func() {
 			defer s.wg.Done()
 			sc.readLoop(bufio.NewReaderSize(nc, 64<<10))
-		}()
+		})
 	}
 }
 
@@ -133,6 +134,7 @@ func (s *tcpServer) Close() error {
 	if s.closed {
 		s.mu.Unlock()
 		s.wg.Wait()
+		s.workers.close()
 		return nil
 	}
 	s.closed = true
@@ -152,6 +154,7 @@ func (s *tcpServer) Close() error {
 		sc.cancel()
 	}
 	s.wg.Wait()
+	s.workers.close()
 	return nil
 }
 
@@ -190,9 +193,9 @@ func (st *tcpServerStream) Send(p []byte) error {
 }
 
 // readLoop reads the connection's frames. When a request arrives it hands
-// the reader to a fresh goroutine and runs the handler itself: the handler
-// starts without waiting for a goroutine to be scheduled, and the spawn is
-// off the request's critical path.
+// the reader to another goroutine of the pool and runs the handler itself:
+// the handler starts without waiting for a goroutine to be scheduled, and the
+// hand-off is off the request's critical path.
 func (sc *tcpServerConn) readLoop(r *bufio.Reader) {
 	var hdr [frameHeaderSize]byte
 	maxIn := maxFramePayload(sc.srv.cfg.MaxMessageSize)
@@ -209,10 +212,10 @@ func (sc *tcpServerConn) readLoop(r *bufio.Reader) {
 		case frameRequest:
 			if run := sc.startStream(h.stream, p); run != nil {
 				sc.srv.wg.Add(1)
-				go func() {
+				sc.srv.workers.run(func() {
 					defer sc.srv.wg.Done()
 					sc.readLoop(r)
-				}()
+				})
 				run()
 				return
 			}
