@@ -257,7 +257,9 @@ func (w *window) add(n int64) {
 // Writers append frames to a pending buffer; one flusher goroutine writes
 // the whole buffer in one syscall whenever it is non-empty, so every frame
 // queued while the previous write was in the kernel goes out together (the
-// buffer is flushed when the queue drains, never held back by a timer). The
+// buffer is flushed when the queue drains, never held back by a timer). A
+// request is the exception: its caller writes it itself when no write is in
+// progress, since it has nothing else to do until the answer comes. The
 // buffer is bounded: writers block while it holds more than maxPending
 // bytes, which is the connection-level back-pressure.
 type connWriter struct {
@@ -288,6 +290,17 @@ func newConnWriter(c net.Conn, maxPending int) *connWriter {
 // writeFrame queues one frame: a header, then body, then payload (either
 // may be nil). It returns the connection's error once it has failed.
 func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) error {
+	return w.queue(stream, typ, body, payload, false)
+}
+
+// writeFrameNow is writeFrame for a frame whose sender waits for an answer
+// (a request): if no write is in progress it writes the frame and anything
+// queued at once, sparing the hand-off to the flusher.
+func (w *connWriter) writeFrameNow(stream uint32, typ byte, body, payload []byte) error {
+	return w.queue(stream, typ, body, payload, true)
+}
+
+func (w *connWriter) queue(stream uint32, typ byte, body, payload []byte, now bool) error {
 	w.mu.Lock()
 	for len(w.buf) > w.maxPending && w.err == nil {
 		w.notFull.Wait()
@@ -301,11 +314,40 @@ func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) e
 	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: typ, length: uint32(len(body) + len(payload))})
 	w.buf = append(w.buf, body...)
 	w.buf = append(w.buf, payload...)
-	w.mu.Unlock()
-	if wasEmpty {
+	switch {
+	case w.busy:
+		// The write in progress hands what is queued to the flusher.
+	case now:
+		w.writeLocked()
+	case wasEmpty:
 		w.notEmpty.Signal()
 	}
+	w.mu.Unlock()
 	return nil
+}
+
+// writeLocked writes the pending buffer; w.mu is held on entry and exit and
+// released during the write.
+func (w *connWriter) writeLocked() {
+	b := w.buf
+	w.buf = w.spare[:0]
+	w.busy = true
+	w.mu.Unlock()
+	_, err := w.conn.Write(b)
+	w.mu.Lock()
+	w.busy = false
+	if cap(b) <= 1<<20 {
+		w.spare = b[:0]
+	} else {
+		w.spare = make([]byte, 0, 64<<10)
+	}
+	if err != nil && w.err == nil {
+		w.err = fmt.Errorf("%w: %v", ErrDisconnected, err)
+	}
+	if len(w.buf) > 0 {
+		w.notEmpty.Signal()
+	}
+	w.notFull.Broadcast()
 }
 
 func (w *connWriter) flushLoop() {
@@ -313,28 +355,13 @@ func (w *connWriter) flushLoop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
-		for len(w.buf) == 0 && w.err == nil {
+		for (len(w.buf) == 0 || w.busy) && w.err == nil {
 			w.notEmpty.Wait()
 		}
 		if w.err != nil {
 			return
 		}
-		b := w.buf
-		w.buf = w.spare[:0]
-		w.busy = true
-		w.mu.Unlock()
-		_, err := w.conn.Write(b)
-		w.mu.Lock()
-		w.busy = false
-		if cap(b) <= 1<<20 {
-			w.spare = b[:0]
-		} else {
-			w.spare = make([]byte, 0, 64<<10)
-		}
-		if err != nil && w.err == nil {
-			w.err = fmt.Errorf("%w: %v", ErrDisconnected, err)
-		}
-		w.notFull.Broadcast()
+		w.writeLocked()
 	}
 }
 
