@@ -41,16 +41,15 @@ type muxStream struct {
 	window int
 
 	// The queue of delivered frames grows as needed up to window+2 (data
-	// frames plus the end or error frame), so a short call allocates little.
-	qmu   sync.Mutex
-	q     []inFrame
-	head  int
-	ready chan struct{} // signalled after each delivery
-
-	// broken is closed by breakWith; brokenErr is set before.
-	broken    chan struct{}
+	// frames plus the end or error frame); it starts in qbuf, so a short
+	// call allocates none. broken is set by breakWith, with brokenErr.
+	qmu       sync.Mutex
+	q         []inFrame
+	qbuf      [2]inFrame
+	head      int
+	broken    bool
 	brokenErr error
-	breakOnce sync.Once
+	ready     chan struct{} // signalled after each delivery and on a break
 
 	// lastSeen is the UnixNano of the last frame delivered (nats watchdog).
 	lastSeen atomic.Int64
@@ -67,20 +66,24 @@ type muxStream struct {
 }
 
 func newMuxStream(ctx context.Context, link streamLink, window int, timeout time.Duration) *muxStream {
-	return &muxStream{
+	s := &muxStream{
 		link:     link,
 		ctx:      ctx,
 		ready:    make(chan struct{}, 1),
 		window:   window,
-		broken:   make(chan struct{}),
 		deadline: time.Now().Add(timeout),
 		timeout:  timeout,
 	}
+	s.q = s.qbuf[:0]
+	return s
 }
 
 // watchContext cancels the remote handler when the call's context ends,
 // without a goroutine per stream.
 func (s *muxStream) watchContext() {
+	if s.ctx.Done() == nil {
+		return // the context never ends
+	}
 	s.stopCtx = context.AfterFunc(s.ctx, func() {
 		if !s.closed.Load() {
 			s.link.sendCancel(s)
@@ -100,36 +103,57 @@ func (s *muxStream) deliver(f inFrame) bool {
 	}
 	s.q = append(s.q, f)
 	s.qmu.Unlock()
+	s.signal()
+	return true
+}
+
+// signal wakes Recv if it waits.
+func (s *muxStream) signal() {
 	select {
 	case s.ready <- struct{}{}:
 	default:
 	}
-	return true
 }
 
-// pop takes the oldest delivered frame.
-func (s *muxStream) pop() (inFrame, bool) {
+// pop takes the oldest delivered frame. With none, it reports the error the
+// stream broke with, if it did: frames that arrived before a break still
+// count.
+func (s *muxStream) pop() (f inFrame, ok bool, broken error) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	if s.head == len(s.q) {
-		return inFrame{}, false
+		if s.broken {
+			return inFrame{}, false, s.brokenErr
+		}
+		return inFrame{}, false, nil
 	}
-	f := s.q[s.head]
+	f = s.q[s.head]
 	s.q[s.head] = inFrame{}
 	s.head++
 	if s.head == len(s.q) {
 		s.q, s.head = s.q[:0], 0
 	}
-	return f, true
+	return f, true, nil
 }
 
 // breakWith fails the stream with err unless frames already queued finish it.
 func (s *muxStream) breakWith(err error) {
-	s.breakOnce.Do(func() {
-		s.brokenErr = err
-		close(s.broken)
-	})
+	s.qmu.Lock()
+	if s.broken {
+		s.qmu.Unlock()
+		return
+	}
+	s.broken, s.brokenErr = true, err
+	s.qmu.Unlock()
+	s.signal()
 }
+
+// timers recycles the first-response timers of streams.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // Recv implements [Stream].
 func (s *muxStream) Recv() ([]byte, error) {
@@ -138,26 +162,28 @@ func (s *muxStream) Recv() ([]byte, error) {
 	}
 	var timeout <-chan time.Time
 	for {
-		if f, ok := s.pop(); ok {
+		f, ok, broken := s.pop()
+		if ok {
 			return s.handle(f)
 		}
+		if broken != nil {
+			return nil, s.finish(broken, false)
+		}
 		if timeout == nil && !s.gotFirst.Load() {
-			t := time.NewTimer(time.Until(s.deadline))
-			defer t.Stop()
+			t := timers.Get().(*time.Timer)
+			t.Reset(time.Until(s.deadline))
+			defer func() {
+				t.Stop() // since Go 1.23 a stopped timer's channel holds no stale tick
+				timers.Put(t)
+			}()
 			timeout = t.C
 		}
 		select {
 		case <-s.ready:
 		case <-s.ctx.Done():
 			return nil, s.finish(s.ctx.Err(), true)
-		case <-s.broken:
-			// Frames that arrived before the break still count.
-			if f, ok := s.pop(); ok {
-				return s.handle(f)
-			}
-			return nil, s.finish(s.brokenErr, false)
 		case <-timeout:
-			if f, ok := s.pop(); ok {
+			if f, ok, _ := s.pop(); ok {
 				return s.handle(f)
 			}
 			return nil, s.finish(fmt.Errorf("%w: no response within %v", ErrTimeout, s.timeout), true)
@@ -290,17 +316,34 @@ func newConnWriter(c net.Conn, maxPending int) *connWriter {
 // writeFrame queues one frame: a header, then body, then payload (either
 // may be nil). It returns the connection's error once it has failed.
 func (w *connWriter) writeFrame(stream uint32, typ byte, body, payload []byte) error {
-	return w.queue(stream, typ, body, payload, false)
+	if err := w.lock(); err != nil {
+		return err
+	}
+	wasEmpty := len(w.buf) == 0
+	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: typ, length: uint32(len(body) + len(payload))})
+	w.buf = append(w.buf, body...)
+	w.buf = append(w.buf, payload...)
+	w.unlock(wasEmpty, false)
+	return nil
 }
 
-// writeFrameNow is writeFrame for a frame whose sender waits for an answer
-// (a request): if no write is in progress it writes the frame and anything
-// queued at once, sparing the hand-off to the flusher.
-func (w *connWriter) writeFrameNow(stream uint32, typ byte, body, payload []byte) error {
-	return w.queue(stream, typ, body, payload, true)
+// writeRequest queues a request frame, encoding its body straight into the
+// buffer. Its caller has nothing else to do until the answer comes, so if no
+// write is in progress it writes the frame (and anything queued) itself,
+// sparing the hand-off to the flusher.
+func (w *connWriter) writeRequest(stream uint32, endpoint string, headers Headers, payload []byte) error {
+	if err := w.lock(); err != nil {
+		return err
+	}
+	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: frameRequest, length: uint32(requestBodySize(endpoint, headers, payload))})
+	w.buf = appendRequestBody(w.buf, endpoint, headers, payload)
+	w.unlock(false, true)
+	return nil
 }
 
-func (w *connWriter) queue(stream uint32, typ byte, body, payload []byte, now bool) error {
+// lock takes w.mu once the buffer has room, or returns the connection's
+// error (unlocked) once it has failed.
+func (w *connWriter) lock() error {
 	w.mu.Lock()
 	for len(w.buf) > w.maxPending && w.err == nil {
 		w.notFull.Wait()
@@ -310,20 +353,21 @@ func (w *connWriter) queue(stream uint32, typ byte, body, payload []byte, now bo
 		w.mu.Unlock()
 		return err
 	}
-	wasEmpty := len(w.buf) == 0
-	w.buf = appendFrameHeader(w.buf, frameHeader{stream: stream, typ: typ, length: uint32(len(body) + len(payload))})
-	w.buf = append(w.buf, body...)
-	w.buf = append(w.buf, payload...)
+	return nil
+}
+
+// unlock releases w.mu after frames were appended: it writes them now if
+// asked to and no write is in progress, or wakes the flusher if the buffer
+// was empty before (a write in progress wakes it when it returns).
+func (w *connWriter) unlock(wasEmpty, now bool) {
 	switch {
 	case w.busy:
-		// The write in progress hands what is queued to the flusher.
 	case now:
 		w.writeLocked()
 	case wasEmpty:
 		w.notEmpty.Signal()
 	}
 	w.mu.Unlock()
-	return nil
 }
 
 // writeLocked writes the pending buffer; w.mu is held on entry and exit and

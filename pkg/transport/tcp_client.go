@@ -83,9 +83,7 @@ func (c *tcpClient) Call(ctx context.Context, addr Address, endpoint string, hea
 			return nil, err
 		}
 	}
-	body := make([]byte, 0, requestBodySize(endpoint, headers, nil))
-	body = appendRequestBody(body, endpoint, headers, nil)
-	if err := cc.w.writeFrameNow(s.id, frameRequest, body, payload); err != nil {
+	if err := cc.w.writeRequest(s.id, endpoint, headers, payload); err != nil {
 		cc.release(s)
 		return nil, err
 	}

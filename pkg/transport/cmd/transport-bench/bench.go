@@ -45,26 +45,46 @@ type result struct {
 	fps1, fps64    float64
 }
 
-func latency(ctx context.Context, s system, req []byte, want, iters int) (p50, p99 time.Duration, err error) {
-	for range min(iters/10+1, 200) { // warm up pools and connections
-		if _, err := s.stream(ctx, req); err != nil {
-			return 0, 0, err
+// rounds is how many slices each latency row is cut into. The systems take
+// turns slice by slice, so that the shared machine's drift (other tenants,
+// frequency changes) lands on every column alike instead of on whichever
+// system happened to run during a slow second.
+const rounds = 20
+
+// latencies measures one latency row for every system: iters calls each,
+// interleaved in rounds, after a warm-up. It returns p50 and p99 per system.
+func latencies(ctx context.Context, systems []system, req []byte, want, iters int) (p50, p99 []time.Duration, err error) {
+	samples := make([][]time.Duration, len(systems))
+	for i, s := range systems {
+		for range min(iters/10+1, 200) { // warm up pools and connections
+			if _, err := s.stream(ctx, req); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", s.name(), err)
+			}
+		}
+		samples[i] = make([]time.Duration, 0, iters)
+	}
+	per := max(iters/rounds, 1)
+	for r := 0; r*per < iters; r++ {
+		for i, s := range systems {
+			for range min(per, iters-r*per) {
+				t0 := time.Now()
+				n, err := s.stream(ctx, req)
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s: %w", s.name(), err)
+				}
+				if n != want {
+					return nil, nil, fmt.Errorf("%s: got %d responses, want %d", s.name(), n, want)
+				}
+				samples[i] = append(samples[i], time.Since(t0))
+			}
 		}
 	}
-	d := make([]time.Duration, 0, iters)
-	for range iters {
-		t0 := time.Now()
-		n, err := s.stream(ctx, req)
-		if err != nil {
-			return 0, 0, err
-		}
-		if n != want {
-			return 0, 0, fmt.Errorf("%s: got %d responses, want %d", s.name(), n, want)
-		}
-		d = append(d, time.Since(t0))
+	for _, d := range samples {
+		slices.Sort(d)
+		p50 = append(p50, d[len(d)/2])
+		p99 = append(p99, d[len(d)*99/100])
 	}
-	slices.Sort(d)
-	return d[len(d)/2], d[len(d)*99/100], nil
+	return p50, p99, nil
 }
 
 func throughput(ctx context.Context, s system, conc, frames int, dur time.Duration) (float64, error) {
@@ -93,22 +113,34 @@ func throughput(ctx context.Context, s system, conc, frames int, dur time.Durati
 	return float64(total.Load()) / time.Since(t0).Seconds(), firstErr
 }
 
-func measure(ctx context.Context, s system, iters int, dur time.Duration, frames int) (result, error) {
-	var r result
-	var err error
-	if r.p50one, r.p99one, err = latency(ctx, s, request(1024, 1, 1024), 1, iters); err != nil {
-		return r, fmt.Errorf("%s 1->1: %w", s.name(), err)
+// measure fills every system's result: the latency rows interleaved across
+// systems, then the throughput rows one system at a time (concurrent load
+// from two systems at once would measure neither).
+func measure(ctx context.Context, systems []system, iters int, dur time.Duration, frames int) ([]result, error) {
+	results := make([]result, len(systems))
+	p50, p99, err := latencies(ctx, systems, request(1024, 1, 1024), 1, iters)
+	if err != nil {
+		return nil, fmt.Errorf("1->1: %w", err)
 	}
-	if r.p50hun, r.p99hun, err = latency(ctx, s, request(1024, 100, 64), 100, max(iters/2, 1)); err != nil {
-		return r, fmt.Errorf("%s 1->100: %w", s.name(), err)
+	for i := range results {
+		results[i].p50one, results[i].p99one = p50[i], p99[i]
 	}
-	if r.fps1, err = throughput(ctx, s, 1, frames, dur); err != nil {
-		return r, fmt.Errorf("%s frames c=1: %w", s.name(), err)
+	if p50, p99, err = latencies(ctx, systems, request(1024, 100, 64), 100, max(iters/2, 1)); err != nil {
+		return nil, fmt.Errorf("1->100: %w", err)
 	}
-	if r.fps64, err = throughput(ctx, s, 64, frames, dur); err != nil {
-		return r, fmt.Errorf("%s frames c=64: %w", s.name(), err)
+	for i := range results {
+		results[i].p50hun, results[i].p99hun = p50[i], p99[i]
 	}
-	return r, nil
+	for i, s := range systems {
+		r := &results[i]
+		if r.fps1, err = throughput(ctx, s, 1, frames, dur); err != nil {
+			return nil, fmt.Errorf("%s frames c=1: %w", s.name(), err)
+		}
+		if r.fps64, err = throughput(ctx, s, 64, frames, dur); err != nil {
+			return nil, fmt.Errorf("%s frames c=64: %w", s.name(), err)
+		}
+	}
+	return results, nil
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
@@ -118,19 +150,21 @@ func fps(f float64) string { return fmt.Sprintf("%.0f", f) }
 func run(ctx context.Context, out io.Writer, iters int, dur time.Duration, frames int) error {
 	builders := []func() (system, error){startFloor, startTCP, startHTTP, startNATS, startGRPC}
 	var systems []system
-	var results []result
+	defer func() {
+		for _, s := range systems {
+			s.close()
+		}
+	}()
 	for _, b := range builders {
 		s, err := b()
 		if err != nil {
 			return err
 		}
-		r, err := measure(ctx, s, iters, dur, frames)
-		s.close()
-		if err != nil {
-			return err
-		}
 		systems = append(systems, s)
-		results = append(results, r)
+	}
+	results, err := measure(ctx, systems, iters, dur, frames)
+	if err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\t")
@@ -172,6 +206,7 @@ func run(ctx context.Context, out io.Writer, iters int, dur time.Duration, frame
 		tcp.p99hun < grpc.p99hun && tcp.fps1 > grpc.fps1 && tcp.fps64 > grpc.fps64
 	fmt.Fprintf(out, "\ntargets: tcp p50 1->1 = %.2fx floor (want <= 1.5x); tcp ahead of grpc on every row: %v; tcp frames/s at c=64 = %.0f (want >= 500000)\n",
 		float64(tcp.p50one)/float64(floor.p50one), ahead, tcp.fps64)
-	fmt.Fprintf(out, "settings: %d calls per latency row, %v per frames/s row, %d x 64 B responses per call in frames/s rows\n", iters, dur, frames)
+	fmt.Fprintf(out, "settings: %d calls per latency row (1->100: %d), interleaved across systems in %d rounds; %v per frames/s row, %d x 64 B responses per call in frames/s rows\n",
+		iters, max(iters/2, 1), rounds, dur, frames)
 	return nil
 }
