@@ -251,9 +251,15 @@ type window struct {
 }
 
 func newWindow(n int) *window {
-	w := &window{sig: make(chan struct{}, 1)}
-	w.n.Store(int64(n))
+	w := &window{}
+	w.init(n)
 	return w
+}
+
+// init readies a zero window with n credits.
+func (w *window) init(n int) {
+	w.sig = make(chan struct{}, 1)
+	w.n.Store(int64(n))
 }
 
 // acquire takes one credit, blocking until the client grants one or ctx

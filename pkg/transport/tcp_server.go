@@ -80,19 +80,15 @@ func (s *tcpServer) acceptLoop() {
 		if err != nil {
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
 		sc := &tcpServerConn{
 			srv:     s,
 			conn:    nc,
 			w:       newConnWriter(nc, 4<<20),
-			ctx:     ctx,
-			cancel:  cancel,
 			streams: make(map[uint32]*tcpServerStream),
 		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			cancel()
 			sc.w.fail(ErrClosed)
 			nc.Close()
 			<-sc.w.done
@@ -151,7 +147,7 @@ func (s *tcpServer) Close() error {
 		sc.conn.Close()
 	}
 	for sc := range conns {
-		sc.cancel()
+		sc.cancelAll()
 	}
 	s.wg.Wait()
 	s.workers.close()
@@ -160,14 +156,17 @@ func (s *tcpServer) Close() error {
 
 // tcpServerConn is one accepted connection.
 type tcpServerConn struct {
-	srv    *tcpServer
-	conn   net.Conn
-	w      *connWriter
-	ctx    context.Context
-	cancel context.CancelFunc
+	srv  *tcpServer
+	conn net.Conn
+	w    *connWriter
 
+	// streams holds the running handlers' streams. Their contexts are not
+	// children of a connection context (registering a child with a parent
+	// costs a lock and a map entry per request); cancelAll ends them
+	// instead, and gone refuses streams after it.
 	mu      sync.Mutex
 	streams map[uint32]*tcpServerStream
+	gone    bool
 }
 
 // tcpServerStream is the server side of one stream; it is the handler's
@@ -177,8 +176,10 @@ type tcpServerStream struct {
 	id     uint32
 	ctx    context.Context
 	cancel context.CancelFunc
-	win    *window
+	win    window
 	max    int
+	h      Handler
+	req    *Request
 }
 
 // Send implements [ResponseWriter].
@@ -242,8 +243,19 @@ func (sc *tcpServerConn) shutdown() {
 	sc.srv.mu.Unlock()
 	sc.w.fail(fmt.Errorf("%w: connection closed", ErrDisconnected))
 	sc.conn.Close()
-	sc.cancel()
+	sc.cancelAll()
 	<-sc.w.done
+}
+
+// cancelAll ends the context of every handler on the connection, and of any
+// started later.
+func (sc *tcpServerConn) cancelAll() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.gone = true
+	for _, st := range sc.streams {
+		st.cancel()
+	}
 }
 
 func (sc *tcpServerConn) stream(id uint32) *tcpServerStream {
@@ -279,33 +291,41 @@ func (sc *tcpServerConn) startStream(id uint32, body []byte) func() {
 		sc.sendError(id, drainingError())
 		return nil
 	}
-	ctx, cancel := context.WithCancel(sc.ctx)
-	st := &tcpServerStream{sc: sc, id: id, ctx: ctx, cancel: cancel, win: newWindow(srv.cfg.ChannelBuffer), max: srv.cfg.MaxMessageSize}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &tcpServerStream{sc: sc, id: id, ctx: ctx, cancel: cancel, max: srv.cfg.MaxMessageSize, h: h, req: req}
+	st.win.init(srv.cfg.ChannelBuffer)
 	sc.mu.Lock()
+	if sc.gone {
+		cancel()
+	}
 	if old := sc.streams[id]; old != nil {
 		old.cancel()
 	}
 	sc.streams[id] = st
 	sc.mu.Unlock()
-	return func() {
-		defer srv.inflight.done()
-		err := runHandler(ctx, h, req, st)
-		// End the stream before any bookkeeping, so the end frame usually
-		// joins the last response in the flusher's next write.
-		if ctx.Err() == nil { // else the client cancelled or the connection is gone
-			if err != nil {
-				sc.sendError(id, toHandlerError(err))
-			} else {
-				_ = sc.w.writeFrame(id, frameEnd, nil, nil)
-			}
+	return st.run
+}
+
+// run runs the stream's handler and ends the stream.
+func (st *tcpServerStream) run() {
+	sc := st.sc
+	defer sc.srv.inflight.done()
+	err := runHandler(st.ctx, st.h, st.req, st)
+	// End the stream before any bookkeeping, so the end frame usually
+	// joins the last response in the flusher's next write.
+	if st.ctx.Err() == nil { // else the client cancelled or the connection is gone
+		if err != nil {
+			sc.sendError(st.id, toHandlerError(err))
+		} else {
+			_ = sc.w.writeFrame(st.id, frameEnd, nil, nil)
 		}
-		sc.mu.Lock()
-		if sc.streams[id] == st {
-			delete(sc.streams, id)
-		}
-		sc.mu.Unlock()
-		cancel()
 	}
+	sc.mu.Lock()
+	if sc.streams[st.id] == st {
+		delete(sc.streams, st.id)
+	}
+	sc.mu.Unlock()
+	st.cancel()
 }
 
 // runHandler calls h, turning a panic into an error for the client.
