@@ -9,11 +9,10 @@ import (
 
 func TestWorkerPool(t *testing.T) {
 	tests := []struct {
-		name      string
-		waves     int // sequential waves of concurrent tasks
-		perWave   int
-		wantIdle  int // idle goroutines after the last wave
-		closeLate bool
+		name     string
+		waves    int // sequential waves of concurrent tasks
+		perWave  int
+		wantIdle int // idle goroutines after the last wave
 	}{
 		{name: "one task reuses one goroutine", waves: 5, perWave: 1, wantIdle: 1},
 		{name: "concurrent tasks park for reuse", waves: 3, perWave: 8, wantIdle: 8},
