@@ -41,10 +41,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) countPublished(ns string, duplicate bool) {
+// countPublished counts n acknowledged events of namespace ns.
+func (m *metrics) countPublished(ns string, duplicate bool, n int) {
+	if n == 0 {
+		return
+	}
 	d := "false"
 	if duplicate {
 		d = "true"
 	}
-	m.published.WithLabelValues(ns, d).Inc()
+	m.published.WithLabelValues(ns, d).Add(float64(n))
+}
+
+// countBatch counts a batch's acknowledged events, nss[i] being the
+// namespace of acks[i], with one counter update per run of equal labels.
+func (m *metrics) countBatch(nss []string, acks []pubAck) {
+	start := 0
+	for i := 1; i <= len(acks); i++ {
+		if i < len(acks) && nss[i] == nss[start] && acks[i].dup == acks[start].dup {
+			continue
+		}
+		m.countPublished(nss[start], acks[start].dup, i-start)
+		start = i
+	}
 }

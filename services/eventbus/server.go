@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -66,14 +65,15 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.metrics.countPublished(ns, ack.Duplicate)
-	return &eventbusv1.PublishResponse{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	s.metrics.countPublished(ns, ack.dup, 1)
+	return &eventbusv1.PublishResponse{Stream: StreamName(ns), Sequence: ack.seq, Duplicate: ack.dup}, nil
 }
 
 // pendingBatch is a batch whose publishes have started.
 type pendingBatch struct {
-	id      uint64
-	futures []futureOrErr
+	id    uint64
+	nss   []string // namespace of each event
+	batch *pubBatch
 }
 
 // PublishStream implements EventBusService. A receiving goroutine validates
@@ -100,17 +100,17 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 			if !ok {
 				return toStatus(<-recvErr)
 			}
-			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(p.futures))}
-			for i, f := range p.futures {
-				if f.err != nil {
-					return toStatus(f.err)
-				}
-				ack, err := s.bus.waitAck(ctx, f.f)
-				if err != nil {
-					return toStatus(err)
-				}
-				resp.Acks[i] = &eventbusv1.PublishAck{Sequence: ack.Sequence, Duplicate: ack.Duplicate}
-				s.metrics.countPublished(namespaceOf(f.f.Msg().Subject), ack.Duplicate)
+			acks, err := s.bus.waitBatch(ctx, p.batch)
+			if err != nil {
+				return toStatus(err)
+			}
+			s.metrics.countBatch(p.nss, acks)
+			// One allocation for the acknowledgements of the batch.
+			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(acks))}
+			vals := make([]eventbusv1.PublishAck, len(acks))
+			for i, a := range acks {
+				vals[i].Sequence, vals[i].Duplicate = a.seq, a.dup
+				resp.Acks[i] = &vals[i]
 			}
 			if err := stream.Send(resp); err != nil {
 				return err
@@ -138,10 +138,11 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 			}
 			nss[i] = ns
 		}
-		p := pendingBatch{id: req.GetBatchId(), futures: make([]futureOrErr, len(nss))}
-		for i, ev := range req.GetEvents() {
-			p.futures[i].f, p.futures[i].err = s.bus.publishAsync(ctx, nss[i], ev)
+		b, err := s.bus.publishBatch(ctx, nss, req.GetEvents())
+		if err != nil {
+			return err
 		}
+		p := pendingBatch{id: req.GetBatchId(), nss: nss, batch: b}
 		select {
 		case queue <- p:
 		case <-ctx.Done():
@@ -285,12 +286,6 @@ func (s *server) DeleteObject(ctx context.Context, req *eventbusv1.DeleteObjectR
 		return nil, toStatus(err)
 	}
 	return &eventbusv1.DeleteObjectResponse{}, nil
-}
-
-// futureOrErr is one started publish of a batch, or why it did not start.
-type futureOrErr struct {
-	f   jetstream.PubAckFuture
-	err error
 }
 
 // chunkReader reads the data of a PutObject stream, one chunk message at a

@@ -30,6 +30,7 @@ const (
 type bus struct {
 	nc     *nats.Conn          // publishing, stream management
 	js     jetstream.JetStream // on nc
+	pub    *publisher          // on nc
 	subNC  *nats.Conn          // consumers and their acks
 	subJS  jetstream.JetStream // on subNC
 	log    *slog.Logger
@@ -41,15 +42,28 @@ type bus struct {
 }
 
 func newBus(nc, subNC *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	pub, err := newPublisher(nc, maxPendingAcks, pubAckTimeout)
+	if err != nil {
+		return nil, err
+	}
+	// Acknowledgements of what went out before a reconnection may never
+	// come: fail those batches now rather than at their deadline.
+	reconnected := nc.Opts.ReconnectedCB
+	nc.SetReconnectHandler(func(nc *nats.Conn) {
+		if reconnected != nil {
+			reconnected(nc)
+		}
+		pub.failAll(fmt.Errorf("%w: the NATS connection was lost before JetStream acknowledged the events; publish them again (their msg ids keep them from being stored twice)", ErrUnavailable))
+	})
 	subJS, err := jetstream.New(subNC)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &bus{nc: nc, js: js, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge}, nil
+	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge}, nil
 }
 
 // StreamName is the JetStream stream that holds a namespace's events.
@@ -99,77 +113,58 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	return nil
 }
 
-func eventMsg(ev *eventbusv1.Event) *nats.Msg {
-	m := nats.NewMsg(ev.GetSubject())
-	m.Data = ev.GetPayload()
-	for k, v := range ev.GetHeaders() {
-		m.Header.Set(k, v)
-	}
-	return m
-}
-
-func msgOpts(ev *eventbusv1.Event) []jetstream.PublishOpt {
-	if id := ev.GetMsgId(); id != "" {
-		return []jetstream.PublishOpt{jetstream.WithMsgID(id)}
-	}
-	return nil
-}
-
-// stallWait makes an asynchronous publish past the pending limit wait for
-// acknowledgements to make room (the stream's back-pressure) rather than fail
-// after the default 200ms.
-var stallWait = jetstream.WithStallWait(10 * time.Second)
-
 // publish stores one validated event of namespace ns.
-func (b *bus) publish(ctx context.Context, ns string, ev *eventbusv1.Event) (*jetstream.PubAck, error) {
+func (b *bus) publish(ctx context.Context, ns string, ev *eventbusv1.Event) (pubAck, error) {
 	for attempt := 0; ; attempt++ {
-		if err := b.ensureStream(ctx, ns); err != nil {
-			return nil, err
+		var acks []pubAck
+		pb, err := b.publishBatch(ctx, []string{ns}, []*eventbusv1.Event{ev})
+		if err == nil {
+			acks, err = b.waitBatch(ctx, pb)
 		}
-		ack, err := b.js.PublishMsg(ctx, eventMsg(ev), msgOpts(ev)...)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) && attempt == 0 {
 			// The stream went away (a NATS server without its old store):
-			// create it again once.
-			b.streams.Delete(ns)
+			// waitBatch forgot it, so the next attempt creates it again.
 			continue
 		}
 		if err != nil {
-			return nil, natsErr("publish on "+ev.GetSubject(), err)
+			return pubAck{}, err
 		}
-		return ack, nil
+		return acks[0], nil
 	}
 }
 
-// publishAsync starts storing one validated event; the future completes with
-// its acknowledgement.
-func (b *bus) publishAsync(ctx context.Context, ns string, ev *eventbusv1.Event) (jetstream.PubAckFuture, error) {
-	if err := b.ensureStream(ctx, ns); err != nil {
+// publishBatch starts storing validated events, nss[i] being the namespace
+// of events[i]; waitBatch waits for the outcome.
+func (b *bus) publishBatch(ctx context.Context, nss []string, events []*eventbusv1.Event) (*pubBatch, error) {
+	for i, ns := range nss {
+		if i > 0 && ns == nss[i-1] {
+			continue
+		}
+		if err := b.ensureStream(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	return b.pub.publish(ctx, events)
+}
+
+// waitBatch waits for a batch started by publishBatch and returns one
+// acknowledgement per event, or the first error.
+func (b *bus) waitBatch(ctx context.Context, pb *pubBatch) ([]pubAck, error) {
+	acks, err := b.pub.await(ctx, pb)
+	if err != nil {
 		return nil, err
 	}
-	opts := []jetstream.PublishOpt{stallWait}
-	if id := ev.GetMsgId(); id != "" {
-		opts = append(make([]jetstream.PublishOpt, 0, 2), stallWait, jetstream.WithMsgID(id))
-	}
-	f, err := b.js.PublishMsgAsync(eventMsg(ev), opts...)
-	if err != nil {
-		return nil, natsErr("publish on "+ev.GetSubject(), err)
-	}
-	return f, nil
-}
-
-// waitAck waits for one asynchronous publish.
-func (b *bus) waitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			b.streams.Delete(namespaceOf(f.Msg().Subject))
+	for i, a := range acks {
+		if a.err == nil {
+			continue
 		}
-		return nil, natsErr("publish on "+f.Msg().Subject, err)
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		subject := pb.events[i].GetSubject()
+		if errors.Is(a.err, jetstream.ErrNoStreamResponse) {
+			b.streams.Delete(namespaceOf(subject))
+		}
+		return nil, natsErr("publish on "+subject, a.err)
 	}
+	return acks, nil
 }
 
 // consumerConfig is the JetStream consumer for a validated subscription.

@@ -66,12 +66,14 @@ func checkSubject(subject string, minTokens int, wildcards bool) error {
 	if !utf8.ValidString(subject) {
 		return invalidf("subject %q is not valid UTF-8", subject)
 	}
-	tokens := strings.Split(subject, ".")
-	for i, tok := range tokens {
+	n := 0
+	for rest, more := subject, true; more; n++ {
+		var tok string
+		tok, rest, more = strings.Cut(rest, ".")
 		if tok == "" {
-			return invalidf("subject %q has an empty token at position %d", subject, i+1)
+			return invalidf("subject %q has an empty token at position %d", subject, n+1)
 		}
-		if strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		if blankOrControl(tok) {
 			return invalidf("subject %q contains whitespace or a control character", subject)
 		}
 		if strings.ContainsAny(tok, "*>") {
@@ -81,15 +83,29 @@ func checkSubject(subject string, minTokens int, wildcards bool) error {
 			if tok != "*" && tok != ">" {
 				return invalidf("subject %q: wildcards must be whole tokens", subject)
 			}
-			if tok == ">" && i != len(tokens)-1 {
+			if tok == ">" && more {
 				return invalidf("subject %q: > must be the last token", subject)
 			}
 		}
 	}
-	if len(tokens) < minTokens {
-		return invalidf("subject %q has %d tokens; want {namespace}.{component}.{event_name}", subject, len(tokens))
+	if n < minTokens {
+		return invalidf("subject %q has %d tokens; want {namespace}.{component}.{event_name}", subject, n)
 	}
 	return nil
+}
+
+// blankOrControl reports whether s holds whitespace or a control character.
+func blankOrControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return strings.IndexFunc(s[i:], func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0
+		}
+		if c <= ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // namespaceOf is the first token of a subject.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -60,8 +61,8 @@ func FuzzCheckSubject(f *testing.F) {
 			t.Fatalf("accepted %q with %d tokens", subject, len(tokens))
 		}
 		for i, tok := range tokens {
-			if tok == "" || strings.IndexFunc(tok, unicode.IsSpace) >= 0 {
-				t.Fatalf("accepted %q with an empty or blank token", subject)
+			if tok == "" || strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+				t.Fatalf("accepted %q with an empty or blank token, or a control character", subject)
 			}
 			if !wildcards && strings.ContainsAny(tok, "*>") {
 				t.Fatalf("accepted wildcard subject %q for publish", subject)
@@ -93,8 +94,13 @@ func FuzzValidateEvent(f *testing.F) {
 		if strings.HasPrefix(strings.ToLower(hk), "nats-") || strings.ContainsAny(hk, ": \r\n") || strings.ContainsAny(hv, "\r\n") {
 			t.Fatalf("accepted header %q: %q", hk, hv)
 		}
-		// The message builds without panicking.
-		_ = eventMsg(ev)
+		// The NATS message's headers are no larger than validation counted.
+		m := &nats.Msg{Header: nats.Header{}}
+		var id [1]string
+		fillMsg(m, ev, "", &id)
+		if h := m.Size() - len(subject) - len(payload); h > headerBytes(ev) {
+			t.Fatalf("NATS encodes %d bytes of headers; validation counted %d", h, headerBytes(ev))
+		}
 	})
 }
 

@@ -1,0 +1,397 @@
+package eventbus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// Limits of the publisher: how many events may wait for their
+// acknowledgement at once (publishing beyond waits for room, which is the
+// stream's back-pressure), and how long one may wait.
+const (
+	maxPendingAcks = 8192
+	pubAckTimeout  = 10 * time.Second
+)
+
+// publisher publishes batches of events to JetStream and matches their
+// acknowledgements, with the work per batch rather than per event that
+// jetstream.PublishMsgAsync does: every event goes out with a reply subject
+// naming its batch and its place in it, and one wildcard subscription takes
+// all the acknowledgements.
+type publisher struct {
+	nc     *nats.Conn
+	prefix string // of every reply subject: an inbox of nc, then "."
+	sub    *nats.Subscription
+	room   *semaphore.Weighted // events that may be pending
+	limit  int64               // room's size
+	wait   time.Duration       // for a batch's acknowledgements
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*pubBatch
+}
+
+// pubBatch is a published batch waiting for its acknowledgements. Its fields
+// are written before done closes and read after.
+type pubBatch struct {
+	id       uint64
+	events   []*eventbusv1.Event
+	acks     []pubAck
+	left     int // acknowledgements still to come; under publisher.mu
+	weight   int64
+	deadline time.Time
+	err      error // the whole batch failed
+	done     chan struct{}
+}
+
+// pubAck is JetStream's answer for one event.
+type pubAck struct {
+	seq uint64
+	dup bool
+	err error
+	got bool
+}
+
+// newPublisher subscribes to the acknowledgements of publishes on nc. At
+// most maxPending events wait for theirs at once, each for at most timeout.
+func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publisher, error) {
+	p := &publisher{
+		nc: nc, prefix: nc.NewRespInbox() + ".", room: semaphore.NewWeighted(maxPending), limit: maxPending, wait: timeout,
+		pending: map[uint64]*pubBatch{},
+	}
+	sub, err := nc.Subscribe(p.prefix+"*.*", p.handleAck)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to publish acknowledgements: %w", err)
+	}
+	// Acknowledgements come at the rate events go out: never drop them.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to publish acknowledgements: %w", err)
+	}
+	p.sub = sub
+	return p, nil
+}
+
+// publish starts publishing a batch of validated events, waiting while the
+// events pending would pass the limit (a batch larger than the limit waits
+// until no other is pending). await gives the outcome.
+func (p *publisher) publish(ctx context.Context, events []*eventbusv1.Event) (*pubBatch, error) {
+	b := &pubBatch{
+		events:   events,
+		acks:     make([]pubAck, len(events)),
+		left:     len(events),
+		weight:   min(int64(len(events)), p.limit),
+		deadline: time.Now().Add(p.wait),
+		done:     make(chan struct{}),
+	}
+	if err := p.room.Acquire(ctx, b.weight); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.nextID++
+	b.id = p.nextID
+	p.pending[b.id] = b
+	p.mu.Unlock()
+	if len(events) == 0 {
+		p.settle(b, nil)
+		return b, nil
+	}
+
+	// The reply subjects of the batch share one string.
+	base := p.prefix + strconv.FormatUint(b.id, 36) + "."
+	replies := make([]byte, 0, len(events)*(len(base)+4))
+	for i := range events {
+		replies = append(strconv.AppendUint(append(replies, base...), uint64(i), 36), ' ')
+	}
+	all := string(replies)
+
+	// nc copies a message into its buffer before PublishMsg returns, so one
+	// message and header map serve the whole batch.
+	m := &nats.Msg{Header: nats.Header{}}
+	var id [1]string
+	for _, ev := range events {
+		var reply string
+		reply, all, _ = strings.Cut(all, " ")
+		fillMsg(m, ev, reply, &id)
+		if err := p.nc.PublishMsg(m); err != nil {
+			p.settle(b, natsErr("publish on "+ev.GetSubject(), err))
+			return b, nil
+		}
+	}
+	return b, nil
+}
+
+// fillMsg makes m (with a non-nil header map) the NATS message of ev, the
+// msg id's header value held in id.
+func fillMsg(m *nats.Msg, ev *eventbusv1.Event, reply string, id *[1]string) {
+	m.Subject, m.Reply, m.Data = ev.GetSubject(), reply, ev.GetPayload()
+	clear(m.Header)
+	if id[0] = ev.GetMsgId(); id[0] != "" {
+		m.Header[jetstream.MsgIDHeader] = id[:]
+	}
+	for k, v := range ev.GetHeaders() {
+		m.Header.Set(k, v)
+	}
+}
+
+// await waits for a batch's acknowledgements, until ctx ends or the batch's
+// deadline passes, and returns them; each may hold JetStream's refusal of
+// its event.
+func (p *publisher) await(ctx context.Context, b *pubBatch) ([]pubAck, error) {
+	t := time.NewTimer(time.Until(b.deadline))
+	defer t.Stop()
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		p.settle(b, ctx.Err())
+	case <-t.C:
+		p.settle(b, fmt.Errorf("%w: JetStream did not acknowledge the batch within %s", ErrUnavailable, p.wait))
+	}
+	<-b.done
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b.acks, nil
+}
+
+// settle ends a batch that is still pending with err; it does nothing to a
+// batch that has ended.
+func (p *publisher) settle(b *pubBatch, err error) {
+	p.mu.Lock()
+	if p.pending[b.id] != b {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.pending, b.id)
+	p.mu.Unlock()
+	b.err = err
+	p.finish(b)
+}
+
+// failAll ends every pending batch with err: after a reconnection, the
+// acknowledgements of what was sent before may never come. Their events may
+// still have been stored; a retry with the same msg ids stores them once.
+func (p *publisher) failAll(err error) {
+	p.mu.Lock()
+	batches := p.pending
+	p.pending = map[uint64]*pubBatch{}
+	p.mu.Unlock()
+	for _, b := range batches {
+		b.err = err
+		p.finish(b)
+	}
+}
+
+// finish releases an ended batch's room and wakes its waiter.
+func (p *publisher) finish(b *pubBatch) {
+	p.room.Release(b.weight)
+	close(b.done)
+}
+
+// handleAck takes one acknowledgement, on the subscription's goroutine.
+func (p *publisher) handleAck(m *nats.Msg) {
+	id, i, ok := parseReply(strings.TrimPrefix(m.Subject, p.prefix))
+	if !ok {
+		return
+	}
+	seq, dup, err := decodeAck(m)
+	p.mu.Lock()
+	b := p.pending[id]
+	if b == nil || i >= uint64(len(b.acks)) || b.acks[i].got {
+		// A batch that ended (its waiter gave up), or a repeated answer.
+		p.mu.Unlock()
+		return
+	}
+	b.acks[i] = pubAck{seq: seq, dup: dup, err: err, got: true}
+	b.left--
+	last := b.left == 0
+	if last {
+		delete(p.pending, id)
+	}
+	p.mu.Unlock()
+	if last {
+		p.finish(b)
+	}
+}
+
+// parseReply reads the batch id and the event's index from the part of a
+// reply subject after the prefix.
+func parseReply(s string) (id, i uint64, ok bool) {
+	a, b, found := strings.Cut(s, ".")
+	if !found {
+		return 0, 0, false
+	}
+	id, err := strconv.ParseUint(a, 36, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	i, err = strconv.ParseUint(b, 36, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return id, i, true
+}
+
+// decodeAck reads JetStream's answer to one publish.
+func decodeAck(m *nats.Msg) (seq uint64, dup bool, err error) {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		// No responders: no stream captures the subject (any more).
+		return 0, false, jetstream.ErrNoStreamResponse
+	}
+	if seq, dup, ok := scanPubAck(m.Data); ok {
+		return seq, dup, nil
+	}
+	var r struct {
+		Stream    string              `json:"stream"`
+		Seq       uint64              `json:"seq"`
+		Duplicate bool                `json:"duplicate"`
+		Error     *jetstream.APIError `json:"error"`
+	}
+	switch {
+	case json.Unmarshal(m.Data, &r) != nil:
+		return 0, false, jetstream.ErrInvalidJSAck
+	case r.Error != nil:
+		return 0, false, r.Error
+	case r.Stream == "":
+		return 0, false, jetstream.ErrInvalidJSAck
+	}
+	return r.Seq, r.Duplicate, nil
+}
+
+// scanPubAck reads the common acknowledgement, a flat JSON object such as
+// {"stream":"EVENTS_ns","seq":12,"duplicate":true}, without allocating. It
+// gives up (ok false) on anything else: an error, escapes, nested values,
+// fractions, malformed JSON; decodeAck then uses encoding/json.
+func scanPubAck(data []byte) (seq uint64, dup, ok bool) {
+	if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+		return 0, false, false
+	}
+	var gotStream, gotSeq bool
+	for s := data[1 : len(data)-1]; len(s) > 0; {
+		key, rest, ok := scanString(s)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return 0, false, false
+		}
+		rest = rest[1:]
+		// A value is a string, or a literal running to the next comma.
+		var str, lit []byte
+		isStr := len(rest) > 0 && rest[0] == '"'
+		if isStr {
+			if str, rest, ok = scanString(rest); !ok {
+				return 0, false, false
+			}
+		} else {
+			end := bytes.IndexByte(rest, ',')
+			if end < 0 {
+				end = len(rest)
+			}
+			lit, rest = rest[:end], rest[end:]
+		}
+		if len(rest) > 0 {
+			if rest[0] != ',' || len(rest) == 1 {
+				return 0, false, false
+			}
+			rest = rest[1:]
+		}
+		s = rest
+		switch {
+		case string(key) == "stream":
+			if !isStr || len(str) == 0 || gotStream {
+				return 0, false, false
+			}
+			gotStream = true
+		case string(key) == "seq":
+			n, ok := scanUint(lit)
+			if !ok || gotSeq {
+				return 0, false, false
+			}
+			seq, gotSeq = n, true
+		case string(key) == "duplicate":
+			switch {
+			case string(lit) == "true":
+				dup = true
+			case string(lit) == "false":
+				dup = false
+			default:
+				return 0, false, false
+			}
+		case foldsTo(key, "stream", "seq", "duplicate", "error"):
+			// An error, or a key that encoding/json would match without
+			// regard to case.
+			return 0, false, false
+		default:
+			// Other fields (domain, and whatever later servers add) are
+			// skipped when they are plain strings, integers or literals.
+			if _, isUint := scanUint(lit); !isStr && !isUint && string(lit) != "true" && string(lit) != "false" && string(lit) != "null" {
+				return 0, false, false
+			}
+		}
+	}
+	if !gotStream || !gotSeq {
+		return 0, false, false
+	}
+	return seq, dup, true
+}
+
+// foldsTo reports whether key equals one of names, ignoring case.
+func foldsTo(key []byte, names ...string) bool {
+	for _, n := range names {
+		if bytes.EqualFold(key, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanString reads a JSON string without escapes at the start of s and
+// returns its contents and what follows.
+func scanString(s []byte) (str, rest []byte, ok bool) {
+	if len(s) < 2 || s[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return s[1:i], s[i+1:], true
+		case c == '\\' || c < ' ' || c >= 0x80:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// scanUint reads a JSON non-negative integer that fits in a uint64.
+func scanUint(s []byte) (uint64, bool) {
+	if len(s) == 0 || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// errNoStream reports whether err says that no stream took the event.
+func errNoStream(err error) bool { return errors.Is(err, jetstream.ErrNoStreamResponse) }

@@ -1,0 +1,341 @@
+package eventbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+)
+
+// connectEmbedded starts a nats-server with JetStream and connects to it;
+// the test's cleanup stops both.
+func connectEmbedded(t *testing.T) *nats.Conn {
+	t.Helper()
+	ns, err := StartEmbeddedNATS(t.TempDir(), -1, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func testPublisher(t *testing.T, nc *nats.Conn, maxPending int64, timeout time.Duration) *publisher {
+	t.Helper()
+	p, err := newPublisher(nc, maxPending, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.sub.Unsubscribe() })
+	return p
+}
+
+func events(subject string, ids ...string) []*eventbusv1.Event {
+	evs := make([]*eventbusv1.Event, len(ids))
+	for i, id := range ids {
+		evs[i] = &eventbusv1.Event{Subject: subject, Payload: []byte("event " + strconv.Itoa(i)), MsgId: id, Headers: map[string]string{"trace": id}}
+	}
+	return evs
+}
+
+func TestPublisherMatchesAcknowledgements(t *testing.T) {
+	nc := connectEmbedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []jetstream.StreamConfig{
+		{Name: StreamName("ns"), Subjects: []string{"ns.>"}},
+		{Name: StreamName("small"), Subjects: []string{"small.>"}, MaxMsgSize: 64},
+	} {
+		if _, err := js.CreateStream(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := testPublisher(t, nc, 64, 10*time.Second)
+
+	tests := []struct {
+		name     string
+		events   []*eventbusv1.Event
+		seqs     []uint64
+		dups     []bool
+		eventErr error // every event's
+		batchErr error
+	}{
+		{name: "empty batch"},
+		{name: "in order", events: events("ns.a.b", "1", "2", "3", ""), seqs: []uint64{1, 2, 3, 4}, dups: []bool{false, false, false, false}},
+		{name: "repeated msg ids", events: events("ns.a.b", "2", "5", "5"), seqs: []uint64{2, 5, 5}, dups: []bool{true, false, true}},
+		{name: "no stream", events: events("other.a.b", "x"), eventErr: jetstream.ErrNoStreamResponse},
+		{name: "refused by the stream", events: []*eventbusv1.Event{{Subject: "small.a.b", Payload: make([]byte, 100)}}, eventErr: jetstream.ErrStreamMessageExceedsMaximum},
+		{name: "over max_payload", events: []*eventbusv1.Event{{Subject: "ns.a.b", Payload: make([]byte, nc.MaxPayload()+1)}}, batchErr: ErrInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := p.publish(ctx, tc.events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks, err := p.await(ctx, b)
+			if tc.batchErr != nil {
+				if !errors.Is(err, tc.batchErr) {
+					t.Fatalf("await: %v; want %v", err, tc.batchErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("await: %v", err)
+			}
+			if len(acks) != len(tc.events) {
+				t.Fatalf("%d acks for %d events", len(acks), len(tc.events))
+			}
+			for i, a := range acks {
+				if tc.eventErr != nil {
+					if !errors.Is(a.err, tc.eventErr) {
+						t.Errorf("event %d: %v; want %v", i, a.err, tc.eventErr)
+					}
+					continue
+				}
+				if a.err != nil || a.seq != tc.seqs[i] || a.dup != tc.dups[i] {
+					t.Errorf("event %d: seq %d dup %v err %v; want seq %d dup %v", i, a.seq, a.dup, a.err, tc.seqs[i], tc.dups[i])
+				}
+			}
+		})
+	}
+
+	// The events were stored with their headers.
+	st, err := js.Stream(ctx, StreamName("ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != "1" || msg.Header.Get("trace") != "1" || string(msg.Data) != "event 0" {
+		t.Errorf("stored message: headers %v, data %q", msg.Header, msg.Data)
+	}
+}
+
+// TestPublisherLimits covers what happens when acknowledgements do not come:
+// a subject with a plain subscriber is delivered but never answered.
+func TestPublisherLimits(t *testing.T) {
+	nc := connectEmbedded(t)
+	quiet, err := nc.SubscribeSync("quiet.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 50*time.Millisecond) }
+
+	t.Run("deadline", func(t *testing.T) {
+		p := testPublisher(t, nc, 4, 50*time.Millisecond)
+		b, err := p.publish(ctx, events("quiet.a.b", "1", "2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.await(ctx, b); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "did not acknowledge") {
+			t.Fatalf("await: %v; want unavailable, not acknowledged", err)
+		}
+		// The room is back: a batch of the whole limit goes out at once.
+		sctx, cancel := short()
+		defer cancel()
+		if _, err := p.publish(sctx, events("quiet.a.b", "1", "2", "3", "4")); err != nil {
+			t.Fatalf("publish after the deadline: %v", err)
+		}
+	})
+
+	t.Run("room", func(t *testing.T) {
+		p := testPublisher(t, nc, 2, time.Minute)
+		first, err := p.publish(ctx, events("quiet.a.b", "1", "2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := short()
+		defer cancel()
+		if _, err := p.publish(sctx, events("quiet.a.b", "3")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish past the limit: %v; want it to wait until its context ends", err)
+		}
+		p.failAll(errors.New("reconnected"))
+		if _, err := p.await(ctx, first); err == nil || err.Error() != "reconnected" {
+			t.Fatalf("await after failAll: %v", err)
+		}
+		// A batch larger than the limit goes out once nothing is pending.
+		big, err := p.publish(ctx, events("quiet.a.b", "4", "5", "6"))
+		if err != nil {
+			t.Fatalf("publish after failAll: %v", err)
+		}
+		wctx, cancel := short()
+		defer cancel()
+		if _, err := p.await(wctx, big); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("await with an ending context: %v", err)
+		}
+		if _, err := p.publish(wctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish with an ended context: %v", err)
+		}
+		// Giving up on a batch released its room.
+		if b, err := p.publish(ctx, events("quiet.a.b", "7", "8")); err != nil {
+			t.Fatalf("publish after giving up: %v", err)
+		} else {
+			p.settle(b, nil)
+		}
+	})
+
+	// Every answer arrived on the quiet subscriber, none on the floor.
+	if n, _, _ := quiet.Pending(); n == 0 {
+		t.Error("the quiet subscriber received nothing")
+	}
+}
+
+func TestScanPubAck(t *testing.T) {
+	tests := []struct {
+		in  string
+		seq uint64
+		dup bool
+		ok  bool
+	}{
+		{`{"stream":"EVENTS_ns","seq":12}`, 12, false, true},
+		{`{"stream":"EVENTS_ns","seq":12,"duplicate":true}`, 12, true, true},
+		{`{"stream":"EVENTS_ns","domain":"hub","seq":0,"duplicate":false}`, 0, false, true},
+		{`{"stream":"EVENTS_ns","seq":18446744073709551615,"later":null,"n":3,"f":false}`, 18446744073709551615, false, true},
+		{`{"stream":"EVENTS_ns","seq":18446744073709551616}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":012}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":-1}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1.5}`, 0, false, false},
+		{`{"stream":"","seq":1}`, 0, false, false},
+		{`{"seq":1}`, 0, false, false},
+		{`{"stream":"EVENTS_ns"}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1,"seq":2}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1,"SEQ":2}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1,"duplicate":"yes"}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1,"x":{"a":1}}`, 0, false, false},
+		{`{"stream":"EVENTS_\"ns","seq":1}`, 0, false, false},
+		{`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"EVENTS_ns","seq":0}`, 0, false, false},
+		{`{"stream": "EVENTS_ns", "seq": 1}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1,}`, 0, false, false},
+		{`{"stream":"EVENTS_ns","seq":1`, 0, false, false},
+		{``, 0, false, false},
+		{`{}`, 0, false, false},
+	}
+	for _, tc := range tests {
+		seq, dup, ok := scanPubAck([]byte(tc.in))
+		if seq != tc.seq || dup != tc.dup || ok != tc.ok {
+			t.Errorf("scanPubAck(%s) = %d, %v, %v; want %d, %v, %v", tc.in, seq, dup, ok, tc.seq, tc.dup, tc.ok)
+		}
+	}
+}
+
+// FuzzScanPubAck checks the hand-written scanner against encoding/json:
+// whatever it accepts, encoding/json reads the same way.
+func FuzzScanPubAck(f *testing.F) {
+	for _, s := range []string{
+		`{"stream":"EVENTS_ns","seq":12,"duplicate":true}`,
+		`{"stream":"EVENTS_ns","domain":"hub","seq":3}`,
+		`{"error":{"code":400,"err_code":10054,"description":"bad"},"stream":"s","seq":0}`,
+		`{"stream":"s","seq":1,"Duplicate":true}`,
+		`{"stream":"s","seq":99999999999999999999}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		seq, dup, ok := scanPubAck(data)
+		if !ok {
+			return
+		}
+		var r struct {
+			Stream    string              `json:"stream"`
+			Seq       uint64              `json:"seq"`
+			Duplicate bool                `json:"duplicate"`
+			Error     *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatalf("scanPubAck accepted %q, which encoding/json refuses: %v", data, err)
+		}
+		if r.Stream == "" || r.Error != nil || r.Seq != seq || r.Duplicate != dup {
+			t.Fatalf("scanPubAck(%q) = %d, %v; encoding/json reads %+v", data, seq, dup, r)
+		}
+	})
+}
+
+func TestDecodeAck(t *testing.T) {
+	status := func(code string) *nats.Msg { return &nats.Msg{Header: nats.Header{"Status": []string{code}}} }
+	tests := []struct {
+		name string
+		msg  *nats.Msg
+		seq  uint64
+		dup  bool
+		err  error
+	}{
+		{"acknowledgement", &nats.Msg{Data: []byte(`{"stream":"EVENTS_ns","seq":7}`)}, 7, false, nil},
+		{"with spaces", &nats.Msg{Data: []byte(`{ "stream": "EVENTS_ns", "seq": 7, "duplicate": true }`)}, 7, true, nil},
+		{"no responders", status("503"), 0, false, jetstream.ErrNoStreamResponse},
+		{"refusal", &nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"},"stream":"EVENTS_ns","seq":0}`)}, 0, false, jetstream.ErrStreamMessageExceedsMaximum},
+		{"not json", &nats.Msg{Data: []byte("+OK")}, 0, false, jetstream.ErrInvalidJSAck},
+		{"no stream", &nats.Msg{Data: []byte(`{"seq":7}`)}, 0, false, jetstream.ErrInvalidJSAck},
+		{"other status", status("408"), 0, false, jetstream.ErrInvalidJSAck},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			seq, dup, err := decodeAck(tc.msg)
+			if seq != tc.seq || dup != tc.dup || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Errorf("decodeAck = %d, %v, %v; want %d, %v, %v", seq, dup, err, tc.seq, tc.dup, tc.err)
+			}
+		})
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	tests := []struct {
+		in    string
+		id, i uint64
+		ok    bool
+	}{
+		{"1.0", 1, 0, true},
+		{"zz.a", 36*35 + 35, 10, true},
+		{"1", 0, 0, false},
+		{"1.", 0, 0, false},
+		{".1", 0, 0, false},
+		{"1.2.3", 0, 0, false},
+		{"-1.2", 0, 0, false},
+		{"1.*", 0, 0, false},
+	}
+	for _, tc := range tests {
+		id, i, ok := parseReply(tc.in)
+		if id != tc.id || i != tc.i || ok != tc.ok {
+			t.Errorf("parseReply(%q) = %d, %d, %v; want %d, %d, %v", tc.in, id, i, ok, tc.id, tc.i, tc.ok)
+		}
+	}
+}
+
+// FuzzParseReply reads arbitrary reply subjects without failing, and reads
+// back every subject the publisher makes.
+func FuzzParseReply(f *testing.F) {
+	f.Add("1.0", uint64(1), uint64(0))
+	f.Add("zz.a.b", uint64(1<<63), uint64(499))
+	f.Fuzz(func(t *testing.T, s string, id, i uint64) {
+		parseReply(s)
+		subject := strconv.FormatUint(id, 36) + "." + strconv.FormatUint(i, 36)
+		if gid, gi, ok := parseReply(subject); !ok || gid != id || gi != i {
+			t.Fatalf("parseReply(%q) = %d, %d, %v; want %d, %d", subject, gid, gi, ok, id, i)
+		}
+	})
+}
