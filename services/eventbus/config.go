@@ -46,6 +46,28 @@ type Config struct {
 	EmbeddedNATSPort int
 	// StreamMaxAge is how long a namespace's stream keeps its events.
 	StreamMaxAge time.Duration
+	// DeliverLinger is how long a subscription's batch may wait for events
+	// that JetStream reports pending, so that a burst or a replay goes out in
+	// large responses; an event with nothing pending after it goes out at
+	// once. Zero means DefaultDeliverLinger; a negative value never waits.
+	DeliverLinger time.Duration
+}
+
+// DefaultDeliverLinger is the default Config.DeliverLinger.
+const DefaultDeliverLinger = 500 * time.Microsecond
+
+// maxDeliverLinger bounds Config.DeliverLinger.
+const maxDeliverLinger = time.Second
+
+// deliverLinger is the linger to use.
+func (c Config) deliverLinger() time.Duration {
+	switch {
+	case c.DeliverLinger == 0:
+		return DefaultDeliverLinger
+	case c.DeliverLinger < 0:
+		return 0
+	}
+	return c.DeliverLinger
 }
 
 // RegisterFlags adds the eventbus flags with their defaults.
@@ -59,6 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", ".data/eventbus", "directory of the embedded nats-server's JetStream store")
 	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
+	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
 }
 
 // Validate reports the first invalid setting.
@@ -68,6 +91,9 @@ func (c Config) Validate() error {
 	}
 	if c.StreamMaxAge <= 0 {
 		return fmt.Errorf("--stream-max-age %s: must be positive", c.StreamMaxAge)
+	}
+	if c.DeliverLinger > maxDeliverLinger {
+		return fmt.Errorf("--deliver-linger %s: must be at most %s (negative: never wait)", c.DeliverLinger, maxDeliverLinger)
 	}
 	if c.NATSServer == "" {
 		if c.DataDir == "" {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,9 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -798,6 +801,8 @@ func TestConfigValidate(t *testing.T) {
 		{"user without password", func(c *eventbus.Config) { c.NATSUser = "u" }, "NATS_PASSWORD"},
 		{"credentials for embedded", func(c *eventbus.Config) { c.NATSServer = ""; c.DataDir = "d"; c.NATSToken = "t" }, "external server only"},
 		{"zero max age", func(c *eventbus.Config) { c.StreamMaxAge = 0 }, "--stream-max-age"},
+		{"no linger", func(c *eventbus.Config) { c.DeliverLinger = -1 }, ""},
+		{"linger too long", func(c *eventbus.Config) { c.DeliverLinger = 2 * time.Second }, "--deliver-linger"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -880,11 +885,11 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	want := struct {
 		GRPCAddr, MetricsAddr, NATSServer, NATSToken, DataDir string
-		StreamMaxAge                                          time.Duration
-	}{":7002", ":9102", "nats://nats.example:4222", "from-flag", "/var/lib/eventbus", time.Hour}
+		StreamMaxAge, DeliverLinger                           time.Duration
+	}{":7002", ":9102", "nats://nats.example:4222", "from-flag", "/var/lib/eventbus", time.Hour, eventbus.DefaultDeliverLinger}
 	got := want
-	got.GRPCAddr, got.MetricsAddr, got.NATSServer, got.NATSToken, got.DataDir, got.StreamMaxAge =
-		cfg.Server.GRPCAddr, cfg.Server.MetricsAddr, cfg.NATSServer, cfg.NATSToken, cfg.DataDir, cfg.StreamMaxAge
+	got.GRPCAddr, got.MetricsAddr, got.NATSServer, got.NATSToken, got.DataDir, got.StreamMaxAge, got.DeliverLinger =
+		cfg.Server.GRPCAddr, cfg.Server.MetricsAddr, cfg.NATSServer, cfg.NATSToken, cfg.DataDir, cfg.StreamMaxAge, cfg.DeliverLinger
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
@@ -929,6 +934,60 @@ func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
 		if len(ev.GetPayload()) != 1000<<10 || ev.GetPayload()[0] != byte(i) {
 			t.Fatalf("event %d: %d bytes starting with %d", i, len(ev.GetPayload()), ev.GetPayload()[0])
 		}
+	}
+}
+
+// TestReplayIsDeliveredInFullBatches checks that a subscription waits for
+// the events JetStream reports pending instead of answering with whatever
+// arrived first: a replay of 1000 events comes in full responses of 256
+// (the eventbus's batch limit) and one for the rest.
+func TestReplayIsDeliveredInFullBatches(t *testing.T) {
+	ctx := testCtx(t)
+	ns := eventbustest.StartNATS(t)
+	cfg := eventbustest.Config(ns.ClientURL())
+	cfg.DeliverLinger = time.Second // the largest: only a full batch or the last event ends one
+	svc := eventbustest.StartEventbus(t, cfg)
+	c := eventbustest.Client(t, svc.Addr().String())
+	const n = 1000
+	evs := make([]*eventbusv1.Event, n)
+	for i := range evs {
+		evs[i] = &eventbusv1.Event{Subject: "replay.comp.ev", Payload: []byte(strconv.Itoa(i))}
+	}
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	defer p.Close()
+	if _, err := p.PublishBatch(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := eventbusv1.NewEventBusServiceClient(conn).Subscribe(sctx, &eventbusv1.SubscribeRequest{
+		Namespace: "replay", AutoAck: true, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for got := 0; got < n; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d events: %v", got, err)
+		}
+		for i, ev := range resp.GetEvents() {
+			if string(ev.GetPayload()) != strconv.Itoa(got+i) || ev.GetStreamSequence() != uint64(got+i+1) {
+				t.Fatalf("event %d: payload %q, sequence %d", got+i, ev.GetPayload(), ev.GetStreamSequence())
+			}
+		}
+		got += len(resp.GetEvents())
+		sizes = append(sizes, len(resp.GetEvents()))
+	}
+	if want := []int{256, 256, 256, 232}; !slices.Equal(sizes, want) {
+		t.Errorf("responses of %v events; want %v", sizes, want)
 	}
 }
 

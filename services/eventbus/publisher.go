@@ -374,13 +374,15 @@ func scanString(s []byte) (str, rest []byte, ok bool) {
 	return nil, nil, false
 }
 
-// scanUint reads a JSON non-negative integer that fits in a uint64.
-func scanUint(s []byte) (uint64, bool) {
+// scanUint reads a decimal non-negative integer that fits in a uint64,
+// without leading zeros (as JSON writes it).
+func scanUint[T string | []byte](s T) (uint64, bool) {
 	if len(s) == 0 || len(s) > 1 && s[0] == '0' {
 		return 0, false
 	}
 	var n uint64
-	for _, c := range s {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if c < '0' || c > '9' {
 			return 0, false
 		}

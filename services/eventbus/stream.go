@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -35,13 +36,14 @@ type bus struct {
 	subJS  jetstream.JetStream // on subNC
 	log    *slog.Logger
 	maxAge time.Duration
+	linger time.Duration // Config.DeliverLinger
 
 	// streams caches the namespaces whose stream this process has created or
 	// updated, so that only the first publish pays for it.
 	streams sync.Map
 }
 
-func newBus(nc, subNC *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus, error) {
+func newBus(nc, subNC *nats.Conn, maxAge, linger time.Duration, log *slog.Logger) (*bus, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -63,7 +65,7 @@ func newBus(nc, subNC *nats.Conn, maxAge time.Duration, log *slog.Logger) (*bus,
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge}, nil
+	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge, linger: linger}, nil
 }
 
 // StreamName is the JetStream stream that holds a namespace's events.
@@ -314,7 +316,9 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		return err
 	}
 	batch := make([]jetstream.Msg, 0, deliverBatch)
-	evs := make([]*eventbusv1.DeliveredEvent, 0, deliverBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	var carry jetstream.Msg // taken from msgs, too big for the last batch
 	for {
 		if carry == nil {
@@ -332,24 +336,37 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		batch = append(batch[:0], carry)
 		size := len(carry.Data())
 		carry = nil
-	more:
+		// Gather what is waiting. When nothing is, send at once unless
+		// JetStream said that more events are on their way (a replay, a
+		// burst): then wait for them a little, so that a burst goes out in
+		// few large responses rather than many of one or two events each.
+		deadline := time.Now().Add(b.linger)
+	gather:
 		for len(batch) < deliverBatch {
+			var m jetstream.Msg
 			select {
-			case m := <-msgs:
-				if size += len(m.Data()); size > deliverBytes {
-					carry = m
-					break more
-				}
-				batch = append(batch, m)
+			case m = <-msgs:
 			default:
-				break more
+				md, ok := parseAckSubject(batch[len(batch)-1].Reply())
+				wait := time.Until(deadline)
+				if !ok || md.pending == 0 || wait <= 0 {
+					break gather
+				}
+				linger.Reset(wait)
+				select {
+				case m = <-msgs:
+					linger.Stop()
+				case <-linger.C:
+					break gather
+				}
 			}
+			if size += len(m.Data()); size > deliverBytes {
+				carry = m
+				break
+			}
+			batch = append(batch, m)
 		}
-		evs = evs[:0]
-		for _, m := range batch {
-			evs = append(evs, delivered(m, s.autoAck))
-		}
-		if err := send(name, evs); err != nil {
+		if err := send(name, deliveredBatch(batch, s.autoAck)); err != nil {
 			for _, m := range batch {
 				handBack(m)
 			}
@@ -361,32 +378,83 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 	}
 }
 
-// delivered converts a JetStream message.
-func delivered(m jetstream.Msg, autoAck bool) *eventbusv1.DeliveredEvent {
-	ev := &eventbusv1.DeliveredEvent{Subject: m.Subject(), Payload: m.Data()}
-	for k, vs := range m.Headers() {
-		if k == jetstream.MsgIDHeader {
-			ev.MsgId = vs[0]
-			continue
+// deliveredBatch converts JetStream messages, allocating the events and
+// their times once for the batch.
+func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.DeliveredEvent {
+	evs := make([]*eventbusv1.DeliveredEvent, len(batch))
+	vals := make([]eventbusv1.DeliveredEvent, len(batch))
+	times := make([]timestamppb.Timestamp, len(batch))
+	for i, m := range batch {
+		ev := &vals[i]
+		ev.Subject, ev.Payload = m.Subject(), m.Data()
+		for k, vs := range m.Headers() {
+			if k == jetstream.MsgIDHeader {
+				ev.MsgId = vs[0]
+				continue
+			}
+			if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
+				continue
+			}
+			if ev.Headers == nil {
+				ev.Headers = map[string]string{}
+			}
+			ev.Headers[k] = vs[0]
 		}
-		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
-			continue
+		if md, ok := parseAckSubject(m.Reply()); ok {
+			ev.StreamSequence, ev.ConsumerSequence, ev.NumDelivered = md.streamSeq, md.consumerSeq, md.delivered
+			t := &times[i]
+			t.Seconds, t.Nanos = md.timestamp/1e9, int32(md.timestamp%1e9)
+			ev.Time = t
 		}
-		if ev.Headers == nil {
-			ev.Headers = map[string]string{}
+		if !autoAck {
+			ev.AckToken = m.Reply()
 		}
-		ev.Headers[k] = vs[0]
+		evs[i] = ev
 	}
-	if md, err := m.Metadata(); err == nil {
-		ev.StreamSequence = md.Sequence.Stream
-		ev.ConsumerSequence = md.Sequence.Consumer
-		ev.NumDelivered = md.NumDelivered
-		ev.Time = timestamppb.New(md.Timestamp)
+	return evs
+}
+
+// ackMeta is what the ack subject of a JetStream message tells about it.
+type ackMeta struct {
+	delivered, streamSeq, consumerSeq uint64
+	timestamp                         int64 // Unix nanoseconds
+	pending                           uint64
+}
+
+// parseAckSubject reads an ack subject without allocating. The old form is
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>; the
+// new one adds <domain>.<account hash> after $JS.ACK and may end with more
+// tokens.
+func parseAckSubject(reply string) (ackMeta, bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return ackMeta{}, false
 	}
-	if !autoAck {
-		ev.AckToken = m.Reply()
+	var tokens [12]string
+	n := 0
+	for more := true; more && n < len(tokens); n++ {
+		tokens[n], rest, more = strings.Cut(rest, ".")
 	}
-	return ev
+	// n counts the tokens after $JS.ACK: 7 (old form), or 9 and more.
+	var nums []string
+	switch {
+	case n == 7:
+		nums = tokens[2:7]
+	case n >= 9:
+		nums = tokens[4:9]
+	default:
+		return ackMeta{}, false
+	}
+	var v [5]uint64
+	for i, tok := range nums {
+		if v[i], ok = scanUint(tok); !ok {
+			return ackMeta{}, false
+		}
+	}
+	if v[3] > math.MaxInt64 {
+		return ackMeta{}, false
+	}
+	return ackMeta{delivered: v[0], streamSeq: v[1], consumerSeq: v[2], timestamp: int64(v[3]), pending: v[4]}, true
 }
 
 // ack acknowledges (or with nak, hands back) validated ack tokens and waits
