@@ -178,6 +178,11 @@ func consumerConfig(s subscription) jetstream.ConsumerConfig {
 		AckWait:       s.ackWait,
 		MaxAckPending: s.maxAckPending,
 	}
+	if s.filter == s.namespace+".>" {
+		// The whole stream: without a filter, JetStream skips matching every
+		// event's subject.
+		cfg.FilterSubject = ""
+	}
 	if s.autoAck {
 		cfg.AckPolicy = jetstream.AckNonePolicy
 		cfg.AckWait = 0
