@@ -29,9 +29,17 @@ const (
 
 // publisher publishes batches of events to JetStream and matches their
 // acknowledgements, with the work per batch rather than per event that
-// jetstream.PublishMsgAsync does: every event goes out with a reply subject
-// naming its batch and its place in it, and one wildcard subscription takes
-// all the acknowledgements.
+// jetstream.PublishMsgAsync does.
+//
+// The events of a batch that go to one single-replica stream share a reply
+// subject: such a stream answers the messages a connection publishes in the
+// order it received them, so the n-th answer on that subject is the n-th
+// event's. (The server caches subject lookups, and a fresh reply subject per
+// event costs a cache miss and a cache insert on the stream's goroutine.)
+// Only refusals can overtake earlier answers (an overloaded stream's 429, no
+// responders), and a refusal fails the whole batch. A replicated stream
+// answers a duplicate msg id before the earlier events are committed, so
+// there every event has its own reply subject.
 type publisher struct {
 	nc     *nats.Conn
 	prefix string // of every reply subject: an inbox of nc, then "."
@@ -41,21 +49,31 @@ type publisher struct {
 	wait   time.Duration       // for a batch's acknowledgements
 
 	mu      sync.Mutex
-	nextID  uint64
-	pending map[uint64]*pubBatch
+	nextKey uint64
+	pending map[uint64]*ackGroup // by reply subject key
 }
 
 // pubBatch is a published batch waiting for its acknowledgements. Its fields
 // are written before done closes and read after.
 type pubBatch struct {
-	id       uint64
 	events   []*eventbusv1.Event
 	acks     []pubAck
-	left     int // acknowledgements still to come; under publisher.mu
+	groups   []*ackGroup
+	left     int  // acknowledgements still to come; under publisher.mu
+	ended    bool // under publisher.mu
 	weight   int64
 	deadline time.Time
 	err      error // the whole batch failed
 	done     chan struct{}
+}
+
+// ackGroup is the events of a batch that share a reply subject (those of one
+// namespace, in the order they were published), or a single event.
+type ackGroup struct {
+	batch  *pubBatch
+	key    uint64
+	events []int // indexes in the batch
+	next   int   // answers received; under publisher.mu
 }
 
 // pubAck is JetStream's answer for one event.
@@ -63,7 +81,6 @@ type pubAck struct {
 	seq uint64
 	dup bool
 	err error
-	got bool
 }
 
 // newPublisher subscribes to the acknowledgements of publishes on nc. At
@@ -71,9 +88,9 @@ type pubAck struct {
 func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publisher, error) {
 	p := &publisher{
 		nc: nc, prefix: nc.NewRespInbox() + ".", room: semaphore.NewWeighted(maxPending), limit: maxPending, wait: timeout,
-		pending: map[uint64]*pubBatch{},
+		pending: map[uint64]*ackGroup{},
 	}
-	sub, err := nc.Subscribe(p.prefix+"*.*", p.handleAck)
+	sub, err := nc.Subscribe(p.prefix+"*", p.handleAck)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to publish acknowledgements: %w", err)
 	}
@@ -86,10 +103,12 @@ func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publ
 	return p, nil
 }
 
-// publish starts publishing a batch of validated events, waiting while the
-// events pending would pass the limit (a batch larger than the limit waits
-// until no other is pending). await gives the outcome.
-func (p *publisher) publish(ctx context.Context, events []*eventbusv1.Event) (*pubBatch, error) {
+// publish starts publishing a batch of validated events, nss[i] being the
+// namespace of events[i]; ordered tells whether a namespace's answers come
+// in order (a single-replica stream). It waits while the events pending
+// would pass the limit (a batch larger than the limit waits until no other
+// is pending). await gives the outcome.
+func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbusv1.Event, ordered func(ns string) bool) (*pubBatch, error) {
 	b := &pubBatch{
 		events:   events,
 		acks:     make([]pubAck, len(events)),
@@ -101,32 +120,50 @@ func (p *publisher) publish(ctx context.Context, events []*eventbusv1.Event) (*p
 	if err := p.room.Acquire(ctx, b.weight); err != nil {
 		return nil, err
 	}
+	// Group the events by namespace (a batch usually has one), or one per
+	// group where answers may come out of order.
+	replies := make([]string, len(events))
+	group := map[string]*ackGroup{} // nil: not ordered
+	for _, ns := range nss {
+		if _, seen := group[ns]; !seen {
+			group[ns] = nil
+			if ordered(ns) {
+				group[ns] = &ackGroup{batch: b}
+			}
+		}
+	}
 	p.mu.Lock()
-	p.nextID++
-	b.id = p.nextID
-	p.pending[b.id] = b
+	for i, ns := range nss {
+		g := group[ns]
+		if g == nil {
+			g = &ackGroup{batch: b}
+		}
+		if g.key == 0 {
+			p.nextKey++
+			g.key = p.nextKey
+			b.groups = append(b.groups, g)
+			p.pending[g.key] = g
+		}
+		g.events = append(g.events, i)
+	}
 	p.mu.Unlock()
 	if len(events) == 0 {
 		p.settle(b, nil)
 		return b, nil
 	}
-
-	// The reply subjects of the batch share one string.
-	base := p.prefix + strconv.FormatUint(b.id, 36) + "."
-	replies := make([]byte, 0, len(events)*(len(base)+4))
-	for i := range events {
-		replies = append(strconv.AppendUint(append(replies, base...), uint64(i), 36), ' ')
+	for _, g := range b.groups {
+		reply := p.prefix + strconv.FormatUint(g.key, 36)
+		for _, i := range g.events {
+			replies[i] = reply
+		}
 	}
-	all := string(replies)
 
 	// nc copies a message into its buffer before PublishMsg returns, so one
 	// message and header map serve the whole batch.
 	m := &nats.Msg{Header: nats.Header{}}
 	var id [1]string
-	for _, ev := range events {
-		var reply string
-		reply, all, _ = strings.Cut(all, " ")
-		fillMsg(m, ev, reply, &id)
+	for i, ev := range events {
+		fillMsg(m, ev, replies[i], &id)
 		if err := p.nc.PublishMsg(m); err != nil {
 			p.settle(b, natsErr("publish on "+ev.GetSubject(), err))
 			return b, nil
@@ -172,14 +209,23 @@ func (p *publisher) await(ctx context.Context, b *pubBatch) ([]pubAck, error) {
 // batch that has ended.
 func (p *publisher) settle(b *pubBatch, err error) {
 	p.mu.Lock()
-	if p.pending[b.id] != b {
+	if b.ended {
 		p.mu.Unlock()
 		return
 	}
-	delete(p.pending, b.id)
+	p.endLocked(b)
 	p.mu.Unlock()
 	b.err = err
 	p.finish(b)
+}
+
+// endLocked marks a batch ended and forgets its reply subjects; the caller
+// then finishes it.
+func (p *publisher) endLocked(b *pubBatch) {
+	b.ended = true
+	for _, g := range b.groups {
+		delete(p.pending, g.key)
+	}
 }
 
 // failAll ends every pending batch with err: after a reconnection, the
@@ -187,8 +233,13 @@ func (p *publisher) settle(b *pubBatch, err error) {
 // still have been stored; a retry with the same msg ids stores them once.
 func (p *publisher) failAll(err error) {
 	p.mu.Lock()
-	batches := p.pending
-	p.pending = map[uint64]*pubBatch{}
+	var batches []*pubBatch
+	for _, g := range p.pending {
+		if !g.batch.ended {
+			p.endLocked(g.batch)
+			batches = append(batches, g.batch)
+		}
+	}
 	p.mu.Unlock()
 	for _, b := range batches {
 		b.err = err
@@ -202,48 +253,32 @@ func (p *publisher) finish(b *pubBatch) {
 	close(b.done)
 }
 
-// handleAck takes one acknowledgement, on the subscription's goroutine.
+// handleAck takes one answer, on the subscription's goroutine.
 func (p *publisher) handleAck(m *nats.Msg) {
-	id, i, ok := parseReply(strings.TrimPrefix(m.Subject, p.prefix))
-	if !ok {
+	key, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, p.prefix), 36, 64)
+	if err != nil {
 		return
 	}
-	seq, dup, err := decodeAck(m)
+	seq, dup, aerr := decodeAck(m)
 	p.mu.Lock()
-	b := p.pending[id]
-	if b == nil || i >= uint64(len(b.acks)) || b.acks[i].got {
-		// A batch that ended (its waiter gave up), or a repeated answer.
+	g := p.pending[key]
+	if g == nil || g.next >= len(g.events) {
+		// A batch that ended (its waiter gave up), or an answer too many.
 		p.mu.Unlock()
 		return
 	}
-	b.acks[i] = pubAck{seq: seq, dup: dup, err: err, got: true}
+	b := g.batch
+	b.acks[g.events[g.next]] = pubAck{seq: seq, dup: dup, err: aerr}
+	g.next++
 	b.left--
 	last := b.left == 0
 	if last {
-		delete(p.pending, id)
+		p.endLocked(b)
 	}
 	p.mu.Unlock()
 	if last {
 		p.finish(b)
 	}
-}
-
-// parseReply reads the batch id and the event's index from the part of a
-// reply subject after the prefix.
-func parseReply(s string) (id, i uint64, ok bool) {
-	a, b, found := strings.Cut(s, ".")
-	if !found {
-		return 0, 0, false
-	}
-	id, err := strconv.ParseUint(a, 36, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	i, err = strconv.ParseUint(b, 36, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	return id, i, true
 }
 
 // decodeAck reads JetStream's answer to one publish.

@@ -54,6 +54,21 @@ func events(subject string, ids ...string) []*eventbusv1.Event {
 	return evs
 }
 
+func namespaces(evs []*eventbusv1.Event) []string {
+	nss := make([]string, len(evs))
+	for i, ev := range evs {
+		nss[i] = namespaceOf(ev.GetSubject())
+	}
+	return nss
+}
+
+func publishTo(ctx context.Context, p *publisher, evs []*eventbusv1.Event) (*pubBatch, error) {
+	return p.publish(ctx, namespaces(evs), evs, ordered)
+}
+
+// ordered is every namespace but "unordered".
+func ordered(ns string) bool { return ns != "unordered" }
+
 func TestPublisherMatchesAcknowledgements(t *testing.T) {
 	nc := connectEmbedded(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -65,6 +80,8 @@ func TestPublisherMatchesAcknowledgements(t *testing.T) {
 	for _, st := range []jetstream.StreamConfig{
 		{Name: StreamName("ns"), Subjects: []string{"ns.>"}},
 		{Name: StreamName("small"), Subjects: []string{"small.>"}, MaxMsgSize: 64},
+		{Name: StreamName("mix"), Subjects: []string{"mix.>"}},
+		{Name: StreamName("unordered"), Subjects: []string{"unordered.>"}},
 	} {
 		if _, err := js.CreateStream(ctx, st); err != nil {
 			t.Fatal(err)
@@ -83,13 +100,25 @@ func TestPublisherMatchesAcknowledgements(t *testing.T) {
 		{name: "empty batch"},
 		{name: "in order", events: events("ns.a.b", "1", "2", "3", ""), seqs: []uint64{1, 2, 3, 4}, dups: []bool{false, false, false, false}},
 		{name: "repeated msg ids", events: events("ns.a.b", "2", "5", "5"), seqs: []uint64{2, 5, 5}, dups: []bool{true, false, true}},
+		{
+			name:   "namespaces interleaved",
+			events: append(append(events("mix.a.b", "m1", "m2"), events("ns.a.b", "6")...), events("mix.a.b", "m3")...),
+			seqs:   []uint64{1, 2, 6, 3},
+			dups:   []bool{false, false, false, false},
+		},
+		{
+			name:   "a reply subject per event",
+			events: append(events("unordered.a.b", "u1", "u2"), append(events("mix.a.b", "m4"), events("unordered.a.b", "u1")...)...),
+			seqs:   []uint64{1, 2, 4, 1},
+			dups:   []bool{false, false, false, true},
+		},
 		{name: "no stream", events: events("other.a.b", "x"), eventErr: jetstream.ErrNoStreamResponse},
 		{name: "refused by the stream", events: []*eventbusv1.Event{{Subject: "small.a.b", Payload: make([]byte, 100)}}, eventErr: jetstream.ErrStreamMessageExceedsMaximum},
 		{name: "over max_payload", events: []*eventbusv1.Event{{Subject: "ns.a.b", Payload: make([]byte, nc.MaxPayload()+1)}}, batchErr: ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := p.publish(ctx, tc.events)
+			b, err := p.publish(ctx, namespaces(tc.events), tc.events, ordered)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +178,7 @@ func TestPublisherLimits(t *testing.T) {
 
 	t.Run("deadline", func(t *testing.T) {
 		p := testPublisher(t, nc, 4, 50*time.Millisecond)
-		b, err := p.publish(ctx, events("quiet.a.b", "1", "2"))
+		b, err := publishTo(ctx, p, events("quiet.a.b", "1", "2"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,20 +188,20 @@ func TestPublisherLimits(t *testing.T) {
 		// The room is back: a batch of the whole limit goes out at once.
 		sctx, cancel := short()
 		defer cancel()
-		if _, err := p.publish(sctx, events("quiet.a.b", "1", "2", "3", "4")); err != nil {
+		if _, err := publishTo(sctx, p, events("quiet.a.b", "1", "2", "3", "4")); err != nil {
 			t.Fatalf("publish after the deadline: %v", err)
 		}
 	})
 
 	t.Run("room", func(t *testing.T) {
 		p := testPublisher(t, nc, 2, time.Minute)
-		first, err := p.publish(ctx, events("quiet.a.b", "1", "2"))
+		first, err := publishTo(ctx, p, events("quiet.a.b", "1", "2"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		sctx, cancel := short()
 		defer cancel()
-		if _, err := p.publish(sctx, events("quiet.a.b", "3")); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := publishTo(sctx, p, events("quiet.a.b", "3")); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("publish past the limit: %v; want it to wait until its context ends", err)
 		}
 		p.failAll(errors.New("reconnected"))
@@ -180,7 +209,7 @@ func TestPublisherLimits(t *testing.T) {
 			t.Fatalf("await after failAll: %v", err)
 		}
 		// A batch larger than the limit goes out once nothing is pending.
-		big, err := p.publish(ctx, events("quiet.a.b", "4", "5", "6"))
+		big, err := publishTo(ctx, p, events("quiet.a.b", "4", "5", "6"))
 		if err != nil {
 			t.Fatalf("publish after failAll: %v", err)
 		}
@@ -189,11 +218,11 @@ func TestPublisherLimits(t *testing.T) {
 		if _, err := p.await(wctx, big); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("await with an ending context: %v", err)
 		}
-		if _, err := p.publish(wctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := p.publish(wctx, nil, nil, ordered); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("publish with an ended context: %v", err)
 		}
 		// Giving up on a batch released its room.
-		if b, err := p.publish(ctx, events("quiet.a.b", "7", "8")); err != nil {
+		if b, err := publishTo(ctx, p, events("quiet.a.b", "7", "8")); err != nil {
 			t.Fatalf("publish after giving up: %v", err)
 		} else {
 			p.settle(b, nil)
@@ -301,41 +330,4 @@ func TestDecodeAck(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestParseReply(t *testing.T) {
-	tests := []struct {
-		in    string
-		id, i uint64
-		ok    bool
-	}{
-		{"1.0", 1, 0, true},
-		{"zz.a", 36*35 + 35, 10, true},
-		{"1", 0, 0, false},
-		{"1.", 0, 0, false},
-		{".1", 0, 0, false},
-		{"1.2.3", 0, 0, false},
-		{"-1.2", 0, 0, false},
-		{"1.*", 0, 0, false},
-	}
-	for _, tc := range tests {
-		id, i, ok := parseReply(tc.in)
-		if id != tc.id || i != tc.i || ok != tc.ok {
-			t.Errorf("parseReply(%q) = %d, %d, %v; want %d, %d, %v", tc.in, id, i, ok, tc.id, tc.i, tc.ok)
-		}
-	}
-}
-
-// FuzzParseReply reads arbitrary reply subjects without failing, and reads
-// back every subject the publisher makes.
-func FuzzParseReply(f *testing.F) {
-	f.Add("1.0", uint64(1), uint64(0))
-	f.Add("zz.a.b", uint64(1<<63), uint64(499))
-	f.Fuzz(func(t *testing.T, s string, id, i uint64) {
-		parseReply(s)
-		subject := strconv.FormatUint(id, 36) + "." + strconv.FormatUint(i, 36)
-		if gid, gi, ok := parseReply(subject); !ok || gid != id || gi != i {
-			t.Fatalf("parseReply(%q) = %d, %d, %v; want %d, %d", subject, gid, gi, ok, id, i)
-		}
-	})
 }

@@ -39,7 +39,8 @@ type bus struct {
 	linger time.Duration // Config.DeliverLinger
 
 	// streams caches the namespaces whose stream this process has created or
-	// updated, so that only the first publish pays for it.
+	// updated, so that only the first publish pays for it; the value says
+	// whether the stream has a single replica.
 	streams sync.Map
 }
 
@@ -98,7 +99,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	if _, ok := b.streams.Load(ns); ok {
 		return nil
 	}
-	_, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName(ns),
 		Description: "Switchyard events of namespace " + ns,
 		Subjects:    []string{ns + ".>"},
@@ -110,7 +111,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	if err != nil {
 		return natsErr("create stream "+StreamName(ns), err)
 	}
-	b.streams.Store(ns, struct{}{})
+	b.streams.Store(ns, st.CachedInfo().Config.Replicas <= 1)
 	b.log.Info("stream ready", "stream", StreamName(ns), "subjects", ns+".>", "max_age", b.maxAge.String())
 	return nil
 }
@@ -146,7 +147,15 @@ func (b *bus) publishBatch(ctx context.Context, nss []string, events []*eventbus
 			return nil, err
 		}
 	}
-	return b.pub.publish(ctx, events)
+	return b.pub.publish(ctx, nss, events, b.singleReplica)
+}
+
+// singleReplica reports whether this process found the namespace's stream
+// with a single replica (see publisher).
+func (b *bus) singleReplica(ns string) bool {
+	v, _ := b.streams.Load(ns)
+	r, _ := v.(bool)
+	return r
 }
 
 // waitBatch waits for a batch started by publishBatch and returns one
