@@ -744,6 +744,47 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestExistingStreamKeepsOperatorSettings checks that the eventbus brings an
+// existing stream to its own subjects, max age and dedup window and leaves
+// everything else an operator set alone.
+func TestExistingStreamKeepsOperatorSettings(t *testing.T) {
+	ctx := testCtx(t)
+	ns := eventbustest.StartNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: eventbus.StreamName("ops"), Subjects: []string{"ops.comp.>"}, Description: "kept by ops",
+		MaxMsgs: 1000, MaxAge: 5 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	svc := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	c := eventbustest.Client(t, svc.Addr().String())
+	if _, err := c.Publish(ctx, "ops.other.ev", wrapperspb.String("outside the old subjects")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, eventbus.StreamName("ops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	got := fmt.Sprintf("subjects %v, max age %s, duplicates %s, description %q, max msgs %d",
+		cfg.Subjects, cfg.MaxAge, cfg.Duplicates, cfg.Description, cfg.MaxMsgs)
+	if want := `subjects [ops.>], max age 1h0m0s, duplicates 2m0s, description "kept by ops", max msgs 1000`; got != want {
+		t.Errorf("stream config: %s; want %s", got, want)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("stream holds %d events; want 1", n)
+	}
+}
+
 func TestEmbeddedNATS(t *testing.T) {
 	var cfg eventbus.Config
 	cfg.Server = eventbustest.Config("").Server

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,25 +95,46 @@ func natsErr(op string, err error) error {
 	}
 }
 
-// ensureStream creates or updates a namespace's stream once per process.
+// dedupWindow is how long JetStream remembers a msg id.
+const dedupWindow = 2 * time.Minute
+
+// ensureStream creates a namespace's stream, or brings an existing one's
+// subjects, max age and dedup window to this eventbus's settings, once per
+// process. Whatever else an operator set on an existing stream (replicas,
+// placement, limits) stays as it is.
 func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	if _, ok := b.streams.Load(ns); ok {
 		return nil
 	}
-	st, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamName(ns),
-		Description: "Switchyard events of namespace " + ns,
-		Subjects:    []string{ns + ".>"},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      b.maxAge,
-		Duplicates:  2 * time.Minute,
-	})
-	if err != nil {
-		return natsErr("create stream "+StreamName(ns), err)
+	name := StreamName(ns)
+	st, err := b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: "Switchyard events of namespace " + ns,
+			Subjects:    []string{ns + ".>"},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      b.maxAge,
+			Duplicates:  dedupWindow,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another eventbus created it first.
+			st, err = b.js.Stream(ctx, name)
+		}
 	}
-	b.streams.Store(ns, st.CachedInfo().Config.Replicas <= 1)
-	b.log.Info("stream ready", "stream", StreamName(ns), "subjects", ns+".>", "max_age", b.maxAge.String())
+	if err != nil {
+		return natsErr("create stream "+name, err)
+	}
+	if cfg := st.CachedInfo().Config; !slices.Contains(cfg.Subjects, ns+".>") || cfg.MaxAge != b.maxAge || cfg.Duplicates != dedupWindow {
+		cfg.Subjects, cfg.MaxAge, cfg.Duplicates = []string{ns + ".>"}, b.maxAge, dedupWindow
+		if st, err = b.js.UpdateStream(ctx, cfg); err != nil {
+			return natsErr("update stream "+name, err)
+		}
+	}
+	cfg := st.CachedInfo().Config
+	b.streams.Store(ns, cfg.Replicas <= 1)
+	b.log.Info("stream ready", "stream", name, "subjects", strings.Join(cfg.Subjects, ","), "max_age", cfg.MaxAge.String(), "replicas", cfg.Replicas)
 	return nil
 }
 
