@@ -261,45 +261,109 @@ func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int, de
 // Latency publishes samples events one at a time, each after the previous
 // one was delivered, and returns the publish -> deliver latencies, sorted.
 func (e *Env) Latency(ctx context.Context, p Path, samples int) ([]time.Duration, error) {
-	ns := e.namespace(p)
-	subject := ns + ".bench.event"
-	arrived := make(chan time.Duration, 1)
-	sub, err := e.subscribe(ctx, p, ns, func(b []byte) {
-		arrived <- time.Duration(time.Now().UnixNano() - int64(binary.LittleEndian.Uint64(b)))
+	lat, err := e.Latencies(ctx, []Path{p}, samples, 1)
+	return lat[p], err
+}
+
+// Latencies measures the latency of several paths as Latency does, in rounds
+// that take turns between the paths, so that the drift of a shared machine
+// weighs on every path alike. It returns each path's samples, sorted.
+func (e *Env) Latencies(ctx context.Context, paths []Path, samples, rounds int) (map[Path][]time.Duration, error) {
+	probes := make([]*latencyProbe, len(paths))
+	defer func() {
+		for _, pr := range probes {
+			if pr != nil {
+				pr.close()
+			}
+		}
+	}()
+	for i, p := range paths {
+		pr, err := e.newProbe(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		probes[i] = pr
+	}
+	out := map[Path][]time.Duration{}
+	for r := 0; r < rounds; r++ {
+		n := samples / rounds
+		if r == rounds-1 {
+			n = samples - r*(samples/rounds)
+		}
+		for i, pr := range probes {
+			var err error
+			if out[paths[i]], err = pr.sample(ctx, n, out[paths[i]]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, lat := range out {
+		slices.Sort(lat)
+	}
+	return out, nil
+}
+
+// latencyProbe publishes one event at a time on a path and times its
+// delivery.
+type latencyProbe struct {
+	e       *Env
+	path    Path
+	ns      string
+	sub     subscriber
+	pub     *eventbusclient.Publisher // ViaEventbus only
+	arrived chan time.Duration
+	sent    int
+}
+
+func (e *Env) newProbe(ctx context.Context, p Path) (*latencyProbe, error) {
+	pr := &latencyProbe{e: e, path: p, ns: e.namespace(p), arrived: make(chan time.Duration, 1)}
+	sub, err := e.subscribe(ctx, p, pr.ns, func(b []byte) {
+		pr.arrived <- time.Duration(time.Now().UnixNano() - int64(binary.LittleEndian.Uint64(b)))
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer sub.stop()
-	var pub *eventbusclient.Publisher
+	pr.sub = sub
 	if p == ViaEventbus {
 		// A publisher keeps its stream open, as a real event source does.
-		pub = e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 1})
-		defer pub.Close()
+		pr.pub = e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 1})
 	}
-	out := make([]time.Duration, 0, samples)
-	for i := 0; i < samples; i++ {
+	return pr, nil
+}
+
+// sample times n more events and appends their latencies to out.
+func (pr *latencyProbe) sample(ctx context.Context, n int, out []time.Duration) ([]time.Duration, error) {
+	subject := pr.ns + ".bench.event"
+	for range n {
 		payload := stamp()
-		id := fmt.Sprintf("%s-%d", ns, i)
-		if p == ViaEventbus {
-			_, err = pub.PublishBatch(ctx, []*eventbusv1.Event{{Subject: subject, Payload: payload, MsgId: id}})
+		id := fmt.Sprintf("%s-%d", pr.ns, pr.sent)
+		pr.sent++
+		var err error
+		if pr.path == ViaEventbus {
+			_, err = pr.pub.PublishBatch(ctx, []*eventbusv1.Event{{Subject: subject, Payload: payload, MsgId: id}})
 		} else {
 			m := nats.NewMsg(subject)
 			m.Data = payload
-			_, err = e.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+			_, err = pr.e.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		}
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		select {
-		case d := <-arrived:
+		case d := <-pr.arrived:
 			out = append(out, d)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return out, ctx.Err()
 		}
 	}
-	slices.Sort(out)
 	return out, nil
+}
+
+func (pr *latencyProbe) close() {
+	if pr.pub != nil {
+		pr.pub.Close()
+	}
+	pr.sub.stop()
 }
 
 // Percentile is the q-th quantile (0-1) of sorted durations.

@@ -17,6 +17,9 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusbench"
 )
 
+// latencyRounds is how many turns the latency paths take.
+const latencyRounds = 20
+
 func main() {
 	events := flag.Int("events", 100_000, "events per throughput run")
 	batch := flag.Int("batch", 500, "events per published batch")
@@ -47,7 +50,7 @@ func run(events, batch, inFlight, samples int) error {
 		ratios = append(ratios, fmt.Sprintf("%s %.2fx", link, ratio))
 	}
 	w.Flush()
-	fmt.Printf("latency: one event at a time, publish -> deliver, %d samples; p50 eventbus / direct: %s\n", samples, strings.Join(ratios, ", "))
+	fmt.Printf("latency: one event at a time, publish -> deliver, %d samples per path in %d alternating rounds; p50 eventbus / direct: %s\n", samples, latencyRounds, strings.Join(ratios, ", "))
 	return nil
 }
 
@@ -66,9 +69,15 @@ func table(w io.Writer, link string, embedded bool, events, batch, inFlight, sam
 	defer env.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	p50s := map[eventbusbench.Path]time.Duration{}
+	paths := []eventbusbench.Path{eventbusbench.ViaEventbus, eventbusbench.DirectNATS}
+	type row struct {
+		path  eventbusbench.Path
+		dedup bool
+		rate  float64
+	}
+	var rows []row
 	for _, dedup := range []bool{true, false} {
-		for _, p := range []eventbusbench.Path{eventbusbench.ViaEventbus, eventbusbench.DirectNATS} {
+		for _, p := range paths {
 			// A short warm-up, so that each run starts with warm connections.
 			if _, err := env.Throughput(ctx, p, min(events, 10*batch), batch, inFlight, dedup); err != nil {
 				return 0, err
@@ -77,22 +86,28 @@ func table(w io.Writer, link string, embedded bool, events, batch, inFlight, sam
 			if err != nil {
 				return 0, err
 			}
-			p50, p99 := "-", "-"
-			if dedup {
-				lat, err := env.Latency(ctx, p, samples)
-				if err != nil {
-					return 0, err
-				}
-				p50s[p] = eventbusbench.Percentile(lat, 0.5)
-				p50 = p50s[p].Round(time.Microsecond).String()
-				p99 = eventbusbench.Percentile(lat, 0.99).Round(time.Microsecond).String()
-			}
-			l := link
-			if p == eventbusbench.DirectNATS {
-				l = "-"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%v\t%d\t%d\t%d\t%.0f\t%s\t%s\t\n", p, l, dedup, events, eventbusbench.EventSize, batch, rate, p50, p99)
+			rows = append(rows, row{p, dedup, rate})
 		}
+	}
+	// Latency in rounds that alternate between the paths, so that the drift
+	// of a shared machine weighs on both alike.
+	lats, err := env.Latencies(ctx, paths, samples, latencyRounds)
+	if err != nil {
+		return 0, err
+	}
+	p50s := map[eventbusbench.Path]time.Duration{}
+	for _, r := range rows {
+		p50, p99 := "-", "-"
+		if lat := lats[r.path]; r.dedup {
+			p50s[r.path] = eventbusbench.Percentile(lat, 0.5)
+			p50 = p50s[r.path].Round(time.Microsecond).String()
+			p99 = eventbusbench.Percentile(lat, 0.99).Round(time.Microsecond).String()
+		}
+		l := link
+		if r.path == eventbusbench.DirectNATS {
+			l = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%v\t%d\t%d\t%d\t%.0f\t%s\t%s\t\n", r.path, l, r.dedup, events, eventbusbench.EventSize, batch, r.rate, p50, p99)
 	}
 	return float64(p50s[eventbusbench.ViaEventbus]) / float64(p50s[eventbusbench.DirectNATS]), nil
 }
