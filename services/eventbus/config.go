@@ -46,11 +46,26 @@ type Config struct {
 	EmbeddedNATSPort int
 	// StreamMaxAge is how long a namespace's stream keeps its events.
 	StreamMaxAge time.Duration
+	// DedupWindow is how long a stream remembers msg ids: a publish retried
+	// within it is stored once. JetStream keeps every id of the window in
+	// memory. Zero means DefaultDedupWindow.
+	DedupWindow time.Duration
 	// DeliverLinger is how long a subscription's batch may wait for events
 	// that JetStream reports pending, so that a burst or a replay goes out in
 	// large responses; an event with nothing pending after it goes out at
 	// once. Zero means DefaultDeliverLinger; a negative value never waits.
 	DeliverLinger time.Duration
+}
+
+// DefaultDedupWindow is the default Config.DedupWindow.
+const DefaultDedupWindow = 2 * time.Minute
+
+// dedupWindow is the window to use.
+func (c Config) dedupWindow() time.Duration {
+	if c.DedupWindow == 0 {
+		return DefaultDedupWindow
+	}
+	return c.DedupWindow
 }
 
 // DefaultDeliverLinger is the default Config.DeliverLinger.
@@ -81,6 +96,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", ".data/eventbus", "directory of the embedded nats-server's JetStream store")
 	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
+	fs.DurationVar(&c.DedupWindow, "dedup-window", DefaultDedupWindow, "how long a stream remembers msg ids, so that a retried publish is stored once (kept in memory)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
 }
 
@@ -91,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.StreamMaxAge <= 0 {
 		return fmt.Errorf("--stream-max-age %s: must be positive", c.StreamMaxAge)
+	}
+	if c.DedupWindow < 0 || c.dedupWindow() > c.StreamMaxAge {
+		return fmt.Errorf("--dedup-window %s: must be positive and at most --stream-max-age (%s)", c.DedupWindow, c.StreamMaxAge)
 	}
 	if c.DeliverLinger > maxDeliverLinger {
 		return fmt.Errorf("--deliver-linger %s: must be at most %s (negative: never wait)", c.DeliverLinger, maxDeliverLinger)

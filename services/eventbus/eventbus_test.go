@@ -765,7 +765,9 @@ func TestExistingStreamKeepsOperatorSettings(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	svc := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	cfg := eventbustest.Config(ns.ClientURL())
+	cfg.DedupWindow = 30 * time.Second
+	svc := eventbustest.StartEventbus(t, cfg)
 	c := eventbustest.Client(t, svc.Addr().String())
 	if _, err := c.Publish(ctx, "ops.other.ev", wrapperspb.String("outside the old subjects")); err != nil {
 		t.Fatal(err)
@@ -774,10 +776,10 @@ func TestExistingStreamKeepsOperatorSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := st.CachedInfo().Config
+	sc := st.CachedInfo().Config
 	got := fmt.Sprintf("subjects %v, max age %s, duplicates %s, description %q, max msgs %d",
-		cfg.Subjects, cfg.MaxAge, cfg.Duplicates, cfg.Description, cfg.MaxMsgs)
-	if want := `subjects [ops.>], max age 1h0m0s, duplicates 2m0s, description "kept by ops", max msgs 1000`; got != want {
+		sc.Subjects, sc.MaxAge, sc.Duplicates, sc.Description, sc.MaxMsgs)
+	if want := `subjects [ops.>], max age 1h0m0s, duplicates 30s, description "kept by ops", max msgs 1000`; got != want {
 		t.Errorf("stream config: %s; want %s", got, want)
 	}
 	if n := st.CachedInfo().State.Msgs; n != 1 {
@@ -844,6 +846,9 @@ func TestConfigValidate(t *testing.T) {
 		{"zero max age", func(c *eventbus.Config) { c.StreamMaxAge = 0 }, "--stream-max-age"},
 		{"no linger", func(c *eventbus.Config) { c.DeliverLinger = -1 }, ""},
 		{"linger too long", func(c *eventbus.Config) { c.DeliverLinger = 2 * time.Second }, "--deliver-linger"},
+		{"dedup window", func(c *eventbus.Config) { c.DedupWindow = 10 * time.Second }, ""},
+		{"negative dedup window", func(c *eventbus.Config) { c.DedupWindow = -time.Second }, "--dedup-window"},
+		{"dedup window past max age", func(c *eventbus.Config) { c.StreamMaxAge = time.Minute }, "--dedup-window"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -926,11 +931,11 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	want := struct {
 		GRPCAddr, MetricsAddr, NATSServer, NATSToken, DataDir string
-		StreamMaxAge, DeliverLinger                           time.Duration
-	}{":7002", ":9102", "nats://nats.example:4222", "from-flag", "/var/lib/eventbus", time.Hour, eventbus.DefaultDeliverLinger}
+		StreamMaxAge, DedupWindow, DeliverLinger              time.Duration
+	}{":7002", ":9102", "nats://nats.example:4222", "from-flag", "/var/lib/eventbus", time.Hour, eventbus.DefaultDedupWindow, eventbus.DefaultDeliverLinger}
 	got := want
-	got.GRPCAddr, got.MetricsAddr, got.NATSServer, got.NATSToken, got.DataDir, got.StreamMaxAge, got.DeliverLinger =
-		cfg.Server.GRPCAddr, cfg.Server.MetricsAddr, cfg.NATSServer, cfg.NATSToken, cfg.DataDir, cfg.StreamMaxAge, cfg.DeliverLinger
+	got.GRPCAddr, got.MetricsAddr, got.NATSServer, got.NATSToken, got.DataDir = cfg.Server.GRPCAddr, cfg.Server.MetricsAddr, cfg.NATSServer, cfg.NATSToken, cfg.DataDir
+	got.StreamMaxAge, got.DedupWindow, got.DeliverLinger = cfg.StreamMaxAge, cfg.DedupWindow, cfg.DeliverLinger
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}

@@ -89,7 +89,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	}
 	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload(),
 		"stream_max_age", cfg.StreamMaxAge.String(), "grpc_addr", cfg.Server.GRPCAddr, "metrics_addr", cfg.Server.MetricsAddr)
-	b, err := newBus(nc, s.subNC, cfg.StreamMaxAge, cfg.deliverLinger(), log)
+	b, err := newBus(nc, s.subNC, cfg, log)
 	if err != nil {
 		s.closeNATS()
 		return nil, err

@@ -36,7 +36,8 @@ type bus struct {
 	subNC  *nats.Conn          // consumers and their acks
 	subJS  jetstream.JetStream // on subNC
 	log    *slog.Logger
-	maxAge time.Duration
+	maxAge time.Duration // Config.StreamMaxAge
+	dedup  time.Duration // Config.DedupWindow
 	linger time.Duration // Config.DeliverLinger
 
 	// streams caches the namespaces whose stream this process has created or
@@ -45,7 +46,7 @@ type bus struct {
 	streams sync.Map
 }
 
-func newBus(nc, subNC *nats.Conn, maxAge, linger time.Duration, log *slog.Logger) (*bus, error) {
+func newBus(nc, subNC *nats.Conn, cfg Config, log *slog.Logger) (*bus, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -67,7 +68,9 @@ func newBus(nc, subNC *nats.Conn, maxAge, linger time.Duration, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log, maxAge: maxAge, linger: linger}, nil
+	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log,
+		maxAge: cfg.StreamMaxAge, dedup: cfg.dedupWindow(), linger: cfg.deliverLinger(),
+	}, nil
 }
 
 // StreamName is the JetStream stream that holds a namespace's events.
@@ -95,9 +98,6 @@ func natsErr(op string, err error) error {
 	}
 }
 
-// dedupWindow is how long JetStream remembers a msg id.
-const dedupWindow = 2 * time.Minute
-
 // ensureStream creates a namespace's stream, or brings an existing one's
 // subjects, max age and dedup window to this eventbus's settings, once per
 // process. Whatever else an operator set on an existing stream (replicas,
@@ -116,7 +116,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      b.maxAge,
-			Duplicates:  dedupWindow,
+			Duplicates:  b.dedup,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Another eventbus created it first.
@@ -126,8 +126,8 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	if err != nil {
 		return natsErr("create stream "+name, err)
 	}
-	if cfg := st.CachedInfo().Config; !slices.Contains(cfg.Subjects, ns+".>") || cfg.MaxAge != b.maxAge || cfg.Duplicates != dedupWindow {
-		cfg.Subjects, cfg.MaxAge, cfg.Duplicates = []string{ns + ".>"}, b.maxAge, dedupWindow
+	if cfg := st.CachedInfo().Config; !slices.Contains(cfg.Subjects, ns+".>") || cfg.MaxAge != b.maxAge || cfg.Duplicates != b.dedup {
+		cfg.Subjects, cfg.MaxAge, cfg.Duplicates = []string{ns + ".>"}, b.maxAge, b.dedup
 		if st, err = b.js.UpdateStream(ctx, cfg); err != nil {
 			return natsErr("update stream "+name, err)
 		}
