@@ -423,19 +423,11 @@ func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.Delivered
 	for i, m := range batch {
 		ev := &vals[i]
 		ev.Subject, ev.Payload = m.Subject(), m.Data()
-		for k, vs := range m.Headers() {
-			if k == jetstream.MsgIDHeader {
-				ev.MsgId = vs[0]
-				continue
-			}
-			if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
-				continue
-			}
-			if ev.Headers == nil {
-				ev.Headers = map[string]string{}
-			}
-			ev.Headers[k] = vs[0]
+		hdr := m.Headers()
+		if id := hdr[jetstream.MsgIDHeader]; len(id) > 0 {
+			ev.MsgId = id[0]
 		}
+		ev.Headers = userHeaders(hdr)
 		if md, ok := parseAckSubject(m.Reply()); ok {
 			ev.StreamSequence, ev.ConsumerSequence, ev.NumDelivered = md.streamSeq, md.consumerSeq, md.delivered
 			t := &times[i]
@@ -448,6 +440,25 @@ func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.Delivered
 		evs[i] = ev
 	}
 	return evs
+}
+
+// userHeaders is an event's headers without the ones NATS reserves; nil when
+// there are none (the common case: the msg id alone).
+func userHeaders(hdr nats.Header) map[string]string {
+	if _, id := hdr[jetstream.MsgIDHeader]; len(hdr) == 0 || len(hdr) == 1 && id {
+		return nil
+	}
+	var out map[string]string
+	for k, vs := range hdr {
+		if strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = vs[0]
+	}
+	return out
 }
 
 // ackMeta is what the ack subject of a JetStream message tells about it.

@@ -2,7 +2,10 @@ package eventbus
 
 import (
 	"fmt"
+	"maps"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 func TestParseAckSubject(t *testing.T) {
@@ -54,4 +57,25 @@ func FuzzParseAckSubject(f *testing.F) {
 			t.Fatalf("parseAckSubject(%q) = %+v, %v; want %+v", subject, got, ok, want)
 		}
 	})
+}
+
+func TestUserHeaders(t *testing.T) {
+	tests := []struct {
+		name string
+		hdr  nats.Header
+		want map[string]string
+	}{
+		{"none", nil, nil},
+		{"msg id alone", nats.Header{"Nats-Msg-Id": {"a"}}, nil},
+		{"reserved alone", nats.Header{"Nats-Expected-Stream": {"s"}}, nil},
+		{"user headers", nats.Header{"Nats-Msg-Id": {"a"}, "trace": {"t1", "t2"}, "Tenant": {"x"}}, map[string]string{"trace": "t1", "Tenant": "x"}},
+		{"empty values", nats.Header{"k": {}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := userHeaders(tc.hdr); !maps.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Errorf("userHeaders(%v) = %v; want %v", tc.hdr, got, tc.want)
+			}
+		})
+	}
 }
