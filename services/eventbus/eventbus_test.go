@@ -581,18 +581,26 @@ func TestObjectStore(t *testing.T) {
 	}
 }
 
-// corruptObject flips one byte of an object's first chunk directly in NATS.
-func corruptObject(ctx context.Context, t *testing.T, url, bucket, name string) {
+// directJetStream connects to NATS at url past the eventbus; the test's
+// cleanup closes the connection.
+func directJetStream(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// corruptObject flips one byte of an object's first chunk directly in NATS.
+func corruptObject(ctx context.Context, t *testing.T, url, bucket, name string) {
+	t.Helper()
+	js := directJetStream(t, url)
 	obs, err := js.ObjectStore(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -750,15 +758,7 @@ func TestBadInput(t *testing.T) {
 func TestExistingStreamKeepsOperatorSettings(t *testing.T) {
 	ctx := testCtx(t)
 	ns := eventbustest.StartNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := directJetStream(t, ns.ClientURL())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: eventbus.StreamName("ops"), Subjects: []string{"ops.comp.>"}, Description: "kept by ops",
 		MaxMsgs: 1000, MaxAge: 5 * time.Minute,
