@@ -110,18 +110,18 @@ func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publ
 // is pending). await gives the outcome.
 func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbusv1.Event, ordered func(ns string) bool) (*pubBatch, error) {
 	b := &pubBatch{
-		events:   events,
-		acks:     make([]pubAck, len(events)),
-		left:     len(events),
-		weight:   min(int64(len(events)), p.limit),
-		deadline: time.Now().Add(p.wait),
-		done:     make(chan struct{}),
+		events: events,
+		acks:   make([]pubAck, len(events)),
+		left:   len(events),
+		weight: min(int64(len(events)), p.limit),
+		done:   make(chan struct{}),
 	}
 	if err := p.room.Acquire(ctx, b.weight); err != nil {
 		return nil, err
 	}
-	// Group the events by namespace (a batch usually has one), or one per
-	// group where answers may come out of order.
+	b.deadline = time.Now().Add(p.wait)
+	// Group the events by namespace (a batch usually has one), with a group
+	// per event where answers may come out of order.
 	replies := make([]string, len(events))
 	group := map[string]*ackGroup{} // nil: not ordered
 	for _, ns := range nss {

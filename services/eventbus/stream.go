@@ -394,6 +394,10 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 					linger.Stop()
 				case <-linger.C:
 					break gather
+				case <-ctx.Done():
+					break gather // the send fails, or the next round returns
+				case <-stopping:
+					break gather
 				}
 			}
 			if size += len(m.Data()); size > deliverBytes {
