@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
 // ConsumerHeader is the response header in which Subscribe names its
@@ -26,31 +26,16 @@ type server struct {
 	stopping <-chan struct{}
 }
 
-// toStatus maps a domain error to its gRPC status, once for every RPC.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrDataLoss):
-		code = codes.DataLoss
-	case errors.Is(err, ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	}
-	return status.Error(code, err.Error())
+// statusCodes maps the domain errors to gRPC codes.
+var statusCodes = []grpcserver.Code{
+	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrNotFound, Code: codes.NotFound},
+	{Err: ErrDataLoss, Code: codes.DataLoss},
+	{Err: ErrUnavailable, Code: codes.Unavailable},
 }
+
+// toStatus maps a domain error to its gRPC status, once for every RPC.
+func toStatus(err error) error { return grpcserver.ToStatus(err, statusCodes) }
 
 // maxPayload is the connected NATS server's max_payload.
 func (s *server) maxPayload() int64 { return s.bus.nc.MaxPayload() }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
 // server implements registryv1.RegistryServiceServer over a Backend.
@@ -22,38 +23,19 @@ type server struct {
 	stopping <-chan struct{}
 }
 
-// toStatus maps domain errors to gRPC status codes, once, for every RPC.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, ErrConflict):
-		code = codes.FailedPrecondition
-	case errors.Is(err, ErrTimeout):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, ErrUnimplemented):
-		code = codes.Unimplemented
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	default:
-		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
-			code = st.Code()
-		}
-	}
-	return status.Error(code, err.Error())
+// statusCodes maps the domain errors to gRPC codes.
+var statusCodes = []grpcserver.Code{
+	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrNotFound, Code: codes.NotFound},
+	{Err: ErrExists, Code: codes.AlreadyExists},
+	{Err: ErrConflict, Code: codes.FailedPrecondition},
+	{Err: ErrTimeout, Code: codes.DeadlineExceeded},
+	{Err: ErrUnavailable, Code: codes.Unavailable},
+	{Err: ErrUnimplemented, Code: codes.Unimplemented},
 }
+
+// toStatus maps domain errors to gRPC status codes, once, for every RPC.
+func toStatus(err error) error { return grpcserver.ToStatus(err, statusCodes) }
 
 var errShuttingDown = status.Error(codes.Unavailable, "registry is shutting down; reconnect to another replica")
 

@@ -2,12 +2,12 @@ package router
 
 import (
 	"context"
-	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
 // server implements routerv1.RouterServiceServer over a Core.
@@ -16,23 +16,16 @@ type server struct {
 	core *Core
 }
 
-// toStatus maps domain errors to gRPC codes, once, for every RPC.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrUnknownTarget):
-		// The contract: an unknown model is a bad request.
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrNoWorker):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
+// statusCodes maps the domain errors to gRPC codes. An unknown model is a
+// bad request: the contract.
+var statusCodes = []grpcserver.Code{
+	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrUnknownTarget, Code: codes.InvalidArgument},
+	{Err: ErrNoWorker, Code: codes.Unavailable},
 }
+
+// toStatus maps domain errors to gRPC codes, once, for every RPC.
+func toStatus(err error) error { return grpcserver.ToStatus(err, statusCodes) }
 
 func (s *server) Route(_ context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
 	resp, err := s.core.Route(r)
