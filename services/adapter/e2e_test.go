@@ -19,14 +19,11 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -34,7 +31,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
-	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // TestMain checks for leaks, except two known library ones: nats.go's, and
@@ -219,24 +216,8 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		t.Fatalf("adapter stopped: %v", err)
 	}
 
-	rctx, rcancel := context.WithCancel(ctx)
-	svc, err := router.Start(rctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rcancel()
-		if err := svc.Wait(); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	rpc := routerv1.NewRouterServiceClient(cc)
+	rpc, stop := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
+	defer stop()
 	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: modelName}}
 	overlap := func(prompt []uint32) (uint32, bool) {
 		q, err := rpc.QueryOverlaps(ctx, &routerv1.QueryOverlapsRequest{Target: target, TokenIds: prompt})

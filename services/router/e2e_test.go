@@ -10,19 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // startMocker runs a mocker worker until the test ends.
@@ -89,24 +87,8 @@ func TestKVEventsFlowFromWorkersToTheRouter(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rctx, rcancel := context.WithCancel(ctx)
-	svc, err := router.Start(rctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rcancel()
-		if err := svc.Wait(); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	rpc := routerv1.NewRouterServiceClient(cc)
+	rpc, stop := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
+	defer stop()
 	tc, err := transport.NewClient(transport.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -182,26 +164,9 @@ func TestRestartRecoversFromSnapshot(t *testing.T) {
 	startMocker(t, reg.Addr, busAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: busAddr, SnapshotInterval: 100 * time.Millisecond}
-	startRouter := func(cfg router.Config) (routerv1.RouterServiceClient, func()) {
-		rctx, rcancel := context.WithCancel(ctx)
-		svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return routerv1.NewRouterServiceClient(cc), func() {
-			cc.Close()
-			rcancel()
-			if err := svc.Wait(); err != nil {
-				t.Errorf("router: %v", err)
-			}
-		}
-	}
+	cfg := routertest.Config(reg.Addr, busAddr)
+	cfg.SnapshotInterval = 100 * time.Millisecond
+	startRouter := func(cfg router.Config) (routerv1.RouterServiceClient, func()) { return routertest.Start(t, ctx, cfg) }
 	a, stopA := startRouter(cfg)
 	tc, err := transport.NewClient(transport.DefaultConfig())
 	if err != nil {

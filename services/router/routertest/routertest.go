@@ -1,0 +1,58 @@
+// Package routertest starts routers, as their own gRPC services, for the
+// tests of the router and of the services around it.
+package routertest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/router"
+)
+
+// Config is a KV-routing router on 127.0.0.1:0 that reads the registry and
+// the eventbus at the given addresses.
+func Config(registryAddr, eventbusAddr string) router.Config {
+	return router.Config{
+		Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
+		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: registryAddr, EventbusAddr: eventbusAddr,
+	}
+}
+
+// Start starts a router with cfg until ctx ends or stop is called, and dials
+// it. stop closes the connection, stops the router and fails t if the router
+// stopped with an error; t's cleanup calls it too, and a second call does
+// nothing.
+func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv1.RouterServiceClient, stop func()) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start router: %v", err)
+	}
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		cancel()
+		_ = svc.Wait()
+		t.Fatalf("dial router: %v", err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cc.Close()
+			cancel()
+			if err := svc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return routerv1.NewRouterServiceClient(cc), stop
+}
