@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
@@ -60,7 +62,12 @@ func TestSoakThroughFaults(t *testing.T) {
 	var readers sync.WaitGroup
 	rctx, stopReading := context.WithCancel(ctx)
 	for range 2 {
-		sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "soak", DurableName: "group", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL})
+		// Events delivered as NATS went down are only redelivered after
+		// the ack wait: keep it short.
+		sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{
+			Namespace: "soak", DurableName: "group", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL,
+			AckWait: durationpb.New(time.Second),
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
