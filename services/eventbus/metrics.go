@@ -43,9 +43,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // countPublished counts n acknowledged events of namespace ns.
 func (m *metrics) countPublished(ns string, duplicate bool, n int) {
-	if n == 0 {
-		return
-	}
 	d := "false"
 	if duplicate {
 		d = "true"
