@@ -51,6 +51,9 @@ test-long: ## Every test at full length, including the soak and fault tests and 
 bench: build ## Benchmark functions, then each benchmark command's table.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms ./... | grep -E '^(Benchmark|ok|FAIL|PASS)' || true
 	@for b in $(BIN)/*-bench; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
+	@# The replay sweeps the shipped trace above; then the two generated ones.
+	@for t in low-reuse sessions; do echo "== $(BIN)/router-replay-bench --trace $$t"; \
+	  $(BIN)/router-replay-bench --trace $$t --out $(BIN)/router-replay-$$t || exit 1; done
 
 .PHONY: run
 run: build ## Run the whole stack on this machine: registry, eventbus, router, two mockers, frontend on :8000.

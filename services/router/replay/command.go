@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,21 +19,25 @@ import (
 // CommandConfig is the replay command's flags.
 type CommandConfig struct {
 	Config
-	TracePath string
-	Modes     string
-	OutDir    string
-	Parallel  int
+	// Traces is a comma list of built-in trace names or trace files.
+	Traces     string
+	Modes      string
+	RateScales string
+	SLO        time.Duration
+	OutDir     string
+	Parallel   int
 }
 
 // RegisterFlags adds the command's flags.
 func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine = engine.DefaultConfig()
-	fs.StringVar(&c.TracePath, "trace", "", "Mooncake JSON-lines trace (.jsonl or .jsonl.gz); empty: the shipped synthetic trace")
+	fs.StringVar(&c.Traces, "trace", "mooncake", "comma list of traces: built-in ("+builtinNames()+") or Mooncake JSON-lines files (.jsonl, .jsonl.gz)")
 	fs.IntVar(&c.Workers, "workers", 8, "simulated engines")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "kv-blocks", 131072, "KV blocks per engine")
 	fs.IntVar(&c.Engine.BlockSize, "block-size", 16, "tokens per KV block")
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
-	fs.Float64Var(&c.RateScale, "rate-scale", 6, "request rate multiplier (trace timestamps are divided by it)")
+	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
+	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")
 	fs.IntVar(&c.TraceBlockSize, "trace-block-size", 512, "tokens per trace hash id")
 	// The router's own default weight is 1.0; on this trace (long prompts,
 	// short answers) prefill dominates, and weight 32 both hits the cache
@@ -44,56 +49,86 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ApproxMaxEntries, "router-max-tree-size", 1<<20, "approximate mode maximum (block, worker) entries")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.StringVar(&c.Modes, "modes", strings.Join(Modes, ","), "comma-separated modes to run")
-	fs.StringVar(&c.OutDir, "out", "bin", "directory for router-replay.csv and router-replay.png (empty: none)")
-	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "modes simulated at once")
+	fs.StringVar(&c.OutDir, "out", "bin", "directory for router-replay.csv and router-replay.png (one subdirectory per trace when several; empty: none)")
+	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 }
 
-// Command runs the replay and writes the table to out, plus CSV and PNG
-// files under OutDir.
+// ParseRates parses a comma list of positive rate scales.
+func ParseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || v > 1e6 {
+			return nil, fmt.Errorf("replay: --rate-scales %q: %q is not a positive number", s, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func loadNamed(name string, traceBlock int) ([]Request, string, error) {
+	if _, ok := BuiltinTraces[name]; ok {
+		t, err := BuiltinTrace(name)
+		return t, name, err
+	}
+	t, err := LoadTrace(name, traceBlock)
+	base := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(name), ".gz"), ".jsonl")
+	return t, base, err
+}
+
+// Command runs the sweep for every trace and writes each table to out,
+// plus CSV and PNG files under OutDir.
 func Command(c CommandConfig, out io.Writer) error {
-	var trace []Request
-	var err error
-	if c.TracePath == "" {
-		trace, err = SyntheticTrace()
-	} else {
-		trace, err = LoadTrace(c.TracePath, c.TraceBlockSize)
-	}
-	if err != nil {
-		return err
-	}
 	modes := strings.Split(c.Modes, ",")
 	for _, m := range modes {
 		if !slices.Contains(Modes, m) {
 			return fmt.Errorf("replay: unknown mode %q: valid modes are %s", m, strings.Join(Modes, ", "))
 		}
 	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	bound := ReuseBound(trace, c.Config)
-	results, err := RunAll(trace, c.Config, modes, c.Parallel)
+	rates, err := ParseRates(c.RateScales)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "router replay: %d requests, %d workers x %d KV blocks of %d tokens, rate x%g, overlap weight %g, temperature %g\n",
-		len(trace), c.Workers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, c.RateScale, c.OverlapWeight, c.Temperature)
-	if err := WriteTable(out, results, bound); err != nil {
+	if c.SLO <= 0 {
+		return errors.New("replay: --slo-ttft-p90 must be positive")
+	}
+	c.RateScale = rates[0]
+	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.OutDir == "" {
-		return nil
+	names := strings.Split(c.Traces, ",")
+	for _, name := range names {
+		trace, label, err := loadNamed(strings.TrimSpace(name), c.TraceBlockSize)
+		if err != nil {
+			return err
+		}
+		results, err := RunAll(trace, c.Config, modes, rates, c.Parallel)
+		if err != nil {
+			return fmt.Errorf("trace %s: %w", label, err)
+		}
+		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, Results: results}
+		if err := WriteTable(out, r); err != nil {
+			return err
+		}
+		if c.OutDir == "" {
+			continue
+		}
+		dir := c.OutDir
+		if len(names) > 1 {
+			dir = filepath.Join(dir, "router-replay-"+label)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		csvPath, pngPath := filepath.Join(dir, "router-replay.csv"), filepath.Join(dir, "router-replay.png")
+		if err := writeFile(csvPath, func(w io.Writer) error { return WriteCSV(w, r) }); err != nil {
+			return err
+		}
+		if err := writeFile(pngPath, func(w io.Writer) error { return WritePNG(w, r) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s and %s\n\n", csvPath, pngPath)
 	}
-	if err := os.MkdirAll(c.OutDir, 0o755); err != nil {
-		return err
-	}
-	csvPath, pngPath := filepath.Join(c.OutDir, "router-replay.csv"), filepath.Join(c.OutDir, "router-replay.png")
-	if err := writeFile(csvPath, func(w io.Writer) error { return WriteCSV(w, results, bound) }); err != nil {
-		return err
-	}
-	if err := writeFile(pngPath, func(w io.Writer) error { return WritePNG(w, results, bound) }); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote %s and %s\n", csvPath, pngPath)
 	return nil
 }
 

@@ -101,11 +101,11 @@ var Presets = map[string]GenConfig{
 	// sessions: many small applications sharing system prompts, used in
 	// multi-turn chats.
 	"sessions": {
-		Requests: 4000, Rate: 4, BlockSize: 512, Groups: 160, GroupSkew: 0.8, Unshared: 0.05,
+		Requests: 4000, Rate: 10, BlockSize: 512, Groups: 160, GroupSkew: 0.8, Unshared: 0.05,
 		System:   Dist{Median: 3000, Sigma: 0.5, Min: 256, Max: 16384},
 		User:     Dist{Median: 350, Sigma: 1.0, Min: 8, Max: 16384},
 		TailProb: 0.02, TailMin: 6000, TailAlpha: 1.5,
-		Output: Dist{Median: 250, Sigma: 0.8, Min: 4, Max: 2048},
+		Output: Dist{Median: 200, Sigma: 0.8, Min: 4, Max: 2048},
 		Turns:  4, Think: 25 * time.Second, MaxInput: 64000, Seed: 2,
 	},
 }

@@ -99,7 +99,7 @@ func TestModesOnTheShippedTrace(t *testing.T) {
 	}
 	trace = trace[:n]
 	cfg := smallConfig()
-	results, err := RunAll(trace, cfg, Modes, 2)
+	results, err := RunAll(trace, cfg, Modes, []float64{cfg.RateScale}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,21 +110,23 @@ func TestModesOnTheShippedTrace(t *testing.T) {
 		}
 		byMode[r.Mode] = r
 	}
-	bound := ReuseBound(trace, cfg)
+	bounds := ComputeBounds(trace, cfg)
+	bound := bounds.Reuse
 	for _, kv := range []string{"kv", "kv-approx", "kv-3-replicas"} {
 		if byMode[kv].HitRate <= byMode["round-robin"].HitRate || byMode[kv].HitRate > bound {
 			t.Errorf("%s hit rate %.3f, round-robin %.3f, bound %.3f: want round-robin < %s <= bound",
 				kv, byMode[kv].HitRate, byMode["round-robin"].HitRate, bound, kv)
 		}
 	}
+	rep := &Report{Trace: "mooncake", Requests: n, Config: cfg, Bounds: bounds, SLO: 2 * time.Second, Results: results}
 	var table, csv, img bytes.Buffer
-	if err := WriteTable(&table, results, bound); err != nil {
+	if err := WriteTable(&table, rep); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteCSV(&csv, results, bound); err != nil {
+	if err := WriteCSV(&csv, rep); err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePNG(&img, results, bound); err != nil {
+	if err := WritePNG(&img, rep); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Count(csv.String(), "\n"); got != len(Modes)+1 {

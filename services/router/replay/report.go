@@ -3,120 +3,226 @@ package replay
 import (
 	"encoding/csv"
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
+
+// Report is one trace's sweep: the results of every mode at every rate
+// scale, with the trace's bounds and what the run was.
+type Report struct {
+	// Trace names the trace.
+	Trace string
+	// Requests is the trace's length.
+	Requests int
+	Config   Config
+	Bounds   Bounds
+	// SLO is the TTFT p90 a rate scale must meet to count as goodput.
+	SLO time.Duration
+	// Results are ordered by mode, then rate scale.
+	Results []Result
+}
+
+// Modes lists the report's modes in order.
+func (r *Report) Modes() []string {
+	var out []string
+	for _, x := range r.Results {
+		if !slices.Contains(out, x.Mode) {
+			out = append(out, x.Mode)
+		}
+	}
+	return out
+}
+
+// Goodput is the highest rate scale at which mode kept TTFT p90 within
+// the SLO (with every request served), or 0 if none did.
+func (r *Report) Goodput(mode string) float64 {
+	best := 0.0
+	for _, x := range r.Results {
+		if x.Mode == mode && x.Rejected == 0 && x.TTFT[1] <= r.SLO {
+			best = max(best, x.RateScale)
+		}
+	}
+	return best
+}
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
 }
 
-// WriteTable prints the results as an aligned table.
-func WriteTable(w io.Writer, results []Result, bound float64) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\thit rate\t% of bound\tTTFT p50 ms\tp90\tp99\tE2E p50 ms\tp99\tthroughput tok/s\tspread\tdone\trejected\twall s\t")
-	for _, r := range results {
-		pct := 0.0
-		if bound > 0 {
-			pct = 100 * r.HitRate / bound
-		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.2f\t%d\t%d\t%.1f\t\n",
-			r.Mode, r.HitRate, pct, ms(r.TTFT[0]), ms(r.TTFT[1]), ms(r.TTFT[2]), ms(r.E2E[0]), ms(r.E2E[2]),
-			r.Throughput, r.Spread, r.Completed, r.Rejected, r.Wall.Seconds())
+func pct(x, of float64) float64 {
+	if of <= 0 {
+		return 0
 	}
-	fmt.Fprintf(tw, "reuse bound\t%.3f\t100.0\t\t\t\t\t\t\t\t\t\t\t\n", bound)
-	return tw.Flush()
+	return 100 * x / of
 }
 
-// WriteCSV writes the results as CSV with a header row.
-func WriteCSV(w io.Writer, results []Result, bound float64) error {
+// WriteTable prints the sweep as an aligned table, then goodput per mode.
+func WriteTable(w io.Writer, r *Report) error {
+	c := r.Config
+	fmt.Fprintf(w, "router replay of %s: %d requests, %d workers x %d KV blocks of %d tokens, overlap weight %g, temperature %g\n",
+		r.Trace, r.Requests, c.Workers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, c.OverlapWeight, c.Temperature)
+	fmt.Fprintf(w, "bounds: reuse (infinite cache) %.3f, pooled (one LRU of %d blocks) %.3f; cached-floor TTFT p50/p90/p99 %s/%s/%s ms\n",
+		r.Bounds.Reuse, c.Workers*c.Engine.NumGPUBlocks, r.Bounds.Pooled,
+		ms(r.Bounds.FloorTTFT[0]), ms(r.Bounds.FloorTTFT[1]), ms(r.Bounds.FloorTTFT[2]))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\trate\thit rate\t% reuse\t% pooled\tTTFT mean ms\tp50\tp90\tp99\tE2E p50 ms\tp99\ttok/s\tspread\tdone\trejected\twall s\t")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%s\tx%g\t%.3f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.2f\t%d\t%d\t%.1f\t\n",
+			x.Mode, x.RateScale, x.HitRate, pct(x.HitRate, r.Bounds.Reuse), pct(x.HitRate, r.Bounds.Pooled),
+			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
+			x.Throughput, x.Spread, x.Completed, x.Rejected, x.Wall.Seconds())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "goodput (highest rate scale with TTFT p90 <= %s):", r.SLO)
+	for _, m := range r.Modes() {
+		fmt.Fprintf(w, " %s x%g;", m, r.Goodput(m))
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// CSVHeader is router-replay.csv's header. The first thirteen columns are
+// a contract (checks outside the project read them); more may follow.
+var CSVHeader = []string{"mode", "rate_scale", "workers", "kv_blocks", "hit_rate", "reuse_bound", "pooled_bound",
+	"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
+	"trace", "overlap_weight", "e2e_p90_ms", "throughput_tok_s", "spread", "completed", "rejected", "makespan_s",
+	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale"}
+
+// WriteCSV writes one row per (mode, rate scale) under CSVHeader.
+func WriteCSV(w io.Writer, r *Report) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"mode", "hit_rate", "reuse_bound", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms",
-		"throughput_tok_s", "spread", "completed", "rejected", "makespan_s"})
-	for _, r := range results {
-		_ = cw.Write([]string{r.Mode, strconv.FormatFloat(r.HitRate, 'f', 4, 64), strconv.FormatFloat(bound, 'f', 4, 64),
-			ms(r.TTFT[0]), ms(r.TTFT[1]), ms(r.TTFT[2]), ms(r.E2E[0]), ms(r.E2E[1]), ms(r.E2E[2]),
-			strconv.FormatFloat(r.Throughput, 'f', 1, 64), strconv.FormatFloat(r.Spread, 'f', 3, 64),
-			strconv.Itoa(r.Completed), strconv.Itoa(r.Rejected), strconv.FormatFloat(r.Makespan.Seconds(), 'f', 1, 64)})
+	_ = cw.Write(CSVHeader)
+	f := func(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
+	c := r.Config
+	for _, x := range r.Results {
+		_ = cw.Write([]string{x.Mode, f(x.RateScale, -1), strconv.Itoa(c.Workers), strconv.Itoa(c.Engine.NumGPUBlocks),
+			f(x.HitRate, 4), f(r.Bounds.Reuse, 4), f(r.Bounds.Pooled, 4),
+			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
+			r.Trace, f(c.OverlapWeight, -1), ms(x.E2E[1]), f(x.Throughput, 1), f(x.Spread, 3),
+			strconv.Itoa(x.Completed), strconv.Itoa(x.Rejected), f(x.Makespan.Seconds(), 1),
+			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1)})
 	}
 	cw.Flush()
 	return cw.Error()
 }
 
-var (
-	white  = color.RGBA{255, 255, 255, 255}
-	black  = color.RGBA{20, 20, 20, 255}
-	grey   = color.RGBA{200, 200, 200, 255}
-	blue   = color.RGBA{55, 110, 190, 255}
-	orange = color.RGBA{230, 130, 40, 255}
-	red    = color.RGBA{200, 40, 40, 255}
-)
-
-// WritePNG draws two bar charts side by side: TTFT p90 per mode, and the
-// prefix hit rate per mode against the reuse bound.
-func WritePNG(w io.Writer, results []Result, bound float64) error {
-	const width, height, panel = 1200, 520, 600
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	draw.Draw(img, img.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
-	maxTTFT := 0.0
-	for _, r := range results {
-		maxTTFT = max(maxTTFT, float64(r.TTFT[1])/float64(time.Millisecond))
+// WritePNG draws two charts side by side under a caption naming the trace,
+// cluster and weight: the hit rate of each mode against rate scale, with
+// both bounds as dashed lines, and TTFT p90 against rate scale (log
+// scale), with the SLO.
+func WritePNG(w io.Writer, r *Report) error {
+	const width, height = 16 * vg.Inch, 7 * vg.Inch
+	modes := r.Modes()
+	hit := plot.New()
+	hit.Title.Text = "prefix hit rate vs both bounds"
+	hit.X.Label.Text = "request rate scale"
+	hit.Y.Label.Text = "hit rate (fraction of prompt blocks)"
+	hit.Y.Min, hit.Y.Max = 0, 1
+	ttft := plot.New()
+	ttft.Title.Text = fmt.Sprintf("TTFT p90 (SLO %s)", r.SLO)
+	ttft.X.Label.Text = "request rate scale"
+	ttft.Y.Label.Text = "TTFT p90 (ms, log scale)"
+	ttft.Y.Scale = plot.LogScale{}
+	ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range r.Results {
+		lo, hi = min(lo, x.RateScale), max(hi, x.RateScale)
 	}
-	bars(img, 0, panel, "TTFT p90 (ms)", results, maxTTFT, -1, blue, func(r Result) float64 {
-		return float64(r.TTFT[1]) / float64(time.Millisecond)
-	})
-	bars(img, panel, panel, "prefix hit rate (red line: reuse bound)", results, math.Max(bound, 1e-9)*1.1, bound, orange, func(r Result) float64 {
-		return r.HitRate
-	})
-	return png.Encode(w, img)
-}
-
-func bars(img *image.RGBA, x0, width int, title string, results []Result, top, line float64, c color.RGBA, value func(Result) float64) {
-	const plotTop, plotBottom = 50, 400
-	label(img, x0+20, 30, title, black)
-	left, right := x0+60, x0+width-20
-	fill(img, left, plotBottom, right, plotBottom+1, black)
-	fill(img, left, plotTop, left+1, plotBottom, black)
-	if top <= 0 {
-		top = 1
+	hitLegend, ttftLegend := plot.NewLegend(), plot.NewLegend()
+	for i, m := range modes {
+		var hp, tp plotter.XYs
+		for _, x := range r.Results {
+			if x.Mode == m {
+				hp = append(hp, plotter.XY{X: x.RateScale, Y: x.HitRate})
+				tp = append(tp, plotter.XY{X: x.RateScale, Y: max(float64(x.TTFT[1])/float64(time.Millisecond), 1)})
+			}
+		}
+		for _, p := range []struct {
+			pl  *plot.Plot
+			leg *plot.Legend
+			pts plotter.XYs
+		}{{hit, &hitLegend, hp}, {ttft, &ttftLegend, tp}} {
+			l, s, err := plotter.NewLinePoints(p.pts)
+			if err != nil {
+				return err
+			}
+			l.Color, s.Color, s.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+			l.Width = vg.Points(1.5)
+			l.Dashes = plotutil.Dashes(i / 7) // colours repeat after seven modes
+			p.pl.Add(l, s)
+			p.leg.Add(m, l, s)
+		}
 	}
-	for i := 0; i <= 4; i++ {
-		y := plotBottom - (plotBottom-plotTop)*i/4
-		fill(img, left+1, y, right, y+1, grey)
-		label(img, x0+5, y+4, strconv.FormatFloat(top*float64(i)/4, 'g', 3, 64), black)
+	hline := func(p *plot.Plot, leg *plot.Legend, y float64, c color.Color, name string) error {
+		l, err := plotter.NewLine(plotter.XYs{{X: lo, Y: y}, {X: hi, Y: y}})
+		if err != nil {
+			return err
+		}
+		l.Color, l.Dashes, l.Width = c, []vg.Length{vg.Points(6), vg.Points(4)}, vg.Points(1.5)
+		p.Add(l)
+		leg.Add(name, l)
+		return nil
 	}
-	n := max(len(results), 1)
-	slot := (right - left) / n
-	for i, r := range results {
-		v := value(r)
-		h := int(float64(plotBottom-plotTop) * math.Min(v/top, 1))
-		bx := left + i*slot + slot/5
-		fill(img, bx, plotBottom-h, bx+slot*3/5, plotBottom, c)
-		label(img, bx, plotBottom-h-4, strconv.FormatFloat(v, 'g', 3, 64), black)
-		label(img, left+i*slot+2, plotBottom+20+(i%2)*16, r.Mode, black)
+	red := color.RGBA{R: 200, A: 255}
+	for _, e := range []error{
+		hline(hit, &hitLegend, r.Bounds.Reuse, color.Black, fmt.Sprintf("reuse bound %.3f", r.Bounds.Reuse)),
+		hline(hit, &hitLegend, r.Bounds.Pooled, red, fmt.Sprintf("pooled bound %.3f", r.Bounds.Pooled)),
+		hline(ttft, &ttftLegend, float64(r.SLO)/float64(time.Millisecond), red, "SLO "+r.SLO.String()),
+		hline(ttft, &ttftLegend, max(float64(r.Bounds.FloorTTFT[1])/float64(time.Millisecond), 1), color.Black,
+			"cached floor p90 "+ms(r.Bounds.FloorTTFT[1])+" ms"),
+	} {
+		if e != nil {
+			return e
+		}
 	}
-	if line >= 0 {
-		y := plotBottom - int(float64(plotBottom-plotTop)*math.Min(line/top, 1))
-		fill(img, left+1, y, right, y+2, red)
+	var ticks plot.ConstantTicks
+	for _, x := range r.Results {
+		if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == x.RateScale }) {
+			ticks = append(ticks, plot.Tick{Value: x.RateScale, Label: "x" + strconv.FormatFloat(x.RateScale, 'g', -1, 64)})
+		}
 	}
-}
-
-func fill(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	draw.Draw(img, image.Rect(x0, y0, x1, y1), &image.Uniform{c}, image.Point{}, draw.Src)
-}
-
-func label(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	d := font.Drawer{Dst: img, Src: &image.Uniform{c}, Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
+	for _, p := range []*plot.Plot{hit, ttft} {
+		p.Add(plotter.NewGrid())
+		p.X.Min, p.X.Max = lo-0.05*(hi-lo+1), hi+0.05*(hi-lo+1)
+		p.X.Tick.Marker = ticks
+	}
+	c := vgimg.New(width, height)
+	dc := draw.New(c)
+	// The caption takes the top strip; below it each chart has its legend
+	// in a column of its own to the right, so no line hides under a label.
+	caption := fmt.Sprintf("%s: %d requests, %d workers x %d KV blocks of %d tokens, overlap weight %g, temperature %g",
+		r.Trace, r.Requests, r.Config.Workers, r.Config.Engine.NumGPUBlocks, r.Config.Engine.BlockSize, r.Config.OverlapWeight, r.Config.Temperature)
+	sty := hit.Title.TextStyle
+	sty.Font.Size = vg.Points(14)
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+	dc.FillText(sty, vg.Point{X: width / 2, Y: height - vg.Points(8)}, caption)
+	const legendW = 2.6 * vg.Inch
+	half := width / 2
+	for i, p := range []struct {
+		pl  *plot.Plot
+		leg *plot.Legend
+	}{{hit, &hitLegend}, {ttft, &ttftLegend}} {
+		x0 := vg.Length(i) * half
+		area := draw.Crop(dc, x0+vg.Points(8), x0+half-width, vg.Points(6), -vg.Points(34))
+		p.pl.Draw(draw.Crop(area, 0, -legendW, 0, 0))
+		p.leg.Top, p.leg.Left = true, true
+		p.leg.XOffs, p.leg.YOffs = vg.Points(10), -vg.Points(30)
+		p.leg.Draw(draw.Crop(area, area.Max.X-area.Min.X-legendW, 0, 0, 0))
+	}
+	_, err := vgimg.PngCanvas{Canvas: c}.WriteTo(w)
+	return err
 }

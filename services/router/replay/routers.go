@@ -12,7 +12,7 @@ import (
 )
 
 // Modes are the routing modes a replay compares, in table order.
-var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-3-replicas-nosync"}
+var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync"}
 
 // policy is a router as the simulation sees it.
 type policy interface {
@@ -39,9 +39,13 @@ func newPolicy(mode string, cfg Config, rng *rand.Rand) (policy, error) {
 		return newKV(cfg, rng, false), nil
 	case "kv-approx":
 		return newKV(cfg, rng, true), nil
-	case "kv-3-replicas", "kv-3-replicas-nosync":
-		r := &replicas{sync: mode == "kv-3-replicas", owner: map[string]int{}}
-		for range 3 {
+	case "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync":
+		r := &replicas{sync: mode != "kv-3-replicas-nosync", owner: map[string]int{}}
+		n := 3
+		if mode == "kv-8-replicas" {
+			n = 8
+		}
+		for range n {
 			r.routers = append(r.routers, newKV(cfg, rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), false))
 		}
 		return r, nil

@@ -53,6 +53,8 @@ func (c Config) Validate() error {
 // Result is what one mode measured.
 type Result struct {
 	Mode string
+	// RateScale is the request rate multiplier it ran at.
+	RateScale float64
 	// Completed and Rejected count requests.
 	Completed, Rejected int
 	// HitRate is the fraction of prompt blocks found in the engines' prefix
@@ -60,6 +62,8 @@ type Result struct {
 	HitRate float64
 	// TTFT and E2E are latency percentiles (p50, p90, p99).
 	TTFT, E2E [3]time.Duration
+	// TTFTMean is the mean time to first token.
+	TTFTMean time.Duration
 	// Throughput is generated tokens per second of simulated time.
 	Throughput float64
 	// Spread is the busiest worker's prefill tokens over the mean.
@@ -130,7 +134,7 @@ func Run(trace []Request, cfg Config, mode string) (Result, error) {
 		now       time.Duration
 		reqs      = map[string]*inflight{}
 		ttft, e2e []time.Duration
-		res       = Result{Mode: mode}
+		res       = Result{Mode: mode, RateScale: cfg.RateScale}
 		tokens    []uint32
 		blocks    []kvhash.Block
 		first     = time.Duration(-1)
@@ -211,6 +215,7 @@ func Run(trace []Request, cfg Config, mode string) (Result, error) {
 	if queried > 0 {
 		res.HitRate = float64(hit) / float64(queried)
 	}
+	res.TTFTMean = mean(ttft)
 	res.TTFT = percentiles(ttft)
 	res.E2E = percentiles(e2e)
 	if first >= 0 && last > first {
@@ -231,6 +236,17 @@ func percentiles(d []time.Duration) [3]time.Duration {
 	return [3]time.Duration{at(0.50), at(0.90), at(0.99)}
 }
 
+func mean(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return sum / time.Duration(len(d))
+}
+
 func spread(v []float64) float64 {
 	sum, hi := 0.0, 0.0
 	for _, x := range v {
@@ -243,53 +259,31 @@ func spread(v []float64) float64 {
 	return hi / (sum / float64(len(v)))
 }
 
-// ReuseBound is the hit rate an infinitely large single cache would reach:
-// the fraction of prompt blocks (at the engines' block size) that appeared
-// in an earlier request.
-func ReuseBound(trace []Request, cfg Config) float64 {
-	seen := map[uint64]struct{}{}
-	var tokens []uint32
-	var blocks []kvhash.Block
-	hits, total := 0, 0
-	for _, r := range trace {
-		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
-		blocks = kvhash.Hashes(tokens, cfg.Engine.BlockSize, blocks[:0])
-		for _, b := range blocks {
-			if _, ok := seen[b.Sequence]; ok {
-				hits++
-			}
-		}
-		for _, b := range blocks {
-			seen[b.Sequence] = struct{}{}
-		}
-		total += len(blocks)
-	}
-	if total == 0 {
-		return 0
-	}
-	return float64(hits) / float64(total)
-}
-
-// RunAll replays every mode, parallel goroutines bounded by parallel.
-func RunAll(trace []Request, cfg Config, modes []string, parallel int) ([]Result, error) {
-	results := make([]Result, len(modes))
-	errs := make([]error, len(modes))
+// RunAll replays every mode at every rate scale (cfg.RateScale is
+// ignored), at most parallel simulations at once. Results are ordered by
+// mode, then rate scale, as given.
+func RunAll(trace []Request, cfg Config, modes []string, rates []float64, parallel int) ([]Result, error) {
+	n := len(modes) * len(rates)
+	results := make([]Result, n)
+	errs := make([]error, n)
 	sem := make(chan struct{}, max(parallel, 1))
-	done := make(chan int)
-	for i, m := range modes {
+	done := make(chan struct{})
+	for i := range n {
 		go func() {
 			sem <- struct{}{}
-			results[i], errs[i] = Run(trace, cfg, m)
+			c := cfg
+			c.RateScale = rates[i%len(rates)]
+			results[i], errs[i] = Run(trace, c, modes[i/len(rates)])
 			<-sem
-			done <- i
+			done <- struct{}{}
 		}()
 	}
-	for range modes {
+	for range n {
 		<-done
 	}
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("mode %s: %w", modes[i], err)
+			return nil, fmt.Errorf("mode %s at rate x%g: %w", modes[i/len(rates)], rates[i%len(rates)], err)
 		}
 	}
 	return results, nil
