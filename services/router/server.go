@@ -63,3 +63,8 @@ func (s *server) Free(_ context.Context, r *routerv1.FreeRequest) (*routerv1.Fre
 func (s *server) GetStats(context.Context, *routerv1.GetStatsRequest) (*routerv1.GetStatsResponse, error) {
 	return s.core.Stats(), nil
 }
+
+func (s *server) ExplainRoute(_ context.Context, r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteResponse, error) {
+	resp, err := s.core.Explain(r)
+	return resp, toStatus(err)
+}

@@ -307,6 +307,8 @@ type query struct {
 	weight, temperature *float64
 	exclude             []uint64
 	direct              uint64
+	// dryRun decides without taking a round-robin turn (ExplainRoute).
+	dryRun bool
 }
 
 func validateQuery(q query) error {
@@ -344,6 +346,9 @@ type decision struct {
 	scored  []scheduler.Candidate
 	hashes  []uint64
 	overlap int
+	// blockSize and params are what the decision used.
+	blockSize int
+	params    scheduler.Params
 }
 
 // evaluate scores every candidate for a query and picks one per the mode.
@@ -375,7 +380,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 			overlaps[o.Worker.Instance] = o.Blocks
 		}
 	}
-	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands))}
+	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands)), blockSize: bs}
 	now := c.now()
 	c.mu.Lock()
 	for i, cd := range cands {
@@ -405,7 +410,9 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	case ModeRoundRobin:
 		k := endpointKey{cands[0].in.Namespace, cands[0].in.Component, cands[0].in.Endpoint}
 		chosen = c.rr[k] % len(cands)
-		c.rr[k]++
+		if !q.dryRun {
+			c.rr[k]++
+		}
 	case ModeRandom:
 		chosen = c.rng.IntN(len(cands))
 	case ModeLeastLoaded:
@@ -426,6 +433,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		}
 	}
 	d.chosen = chosen
+	d.params = params
 	d.overlap = d.scored[chosen].Overlap
 	return d, nil
 }

@@ -865,6 +865,280 @@ func (x *QueryOverlapsResponse) GetCandidates() []*Candidate {
 	return nil
 }
 
+// ExplainRouteRequest is a Route request that is decided but not recorded.
+type ExplainRouteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the request is for.
+	Target *Target `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// The prompt's token ids; hashed into blocks of the model's block size.
+	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// Precomputed sequence hashes of the prompt's full blocks, instead of
+	// token_ids.
+	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// Overrides the router's overlap weight (>= 0).
+	OverlapWeight *float64 `protobuf:"fixed64,4,opt,name=overlap_weight,json=overlapWeight,proto3,oneof" json:"overlap_weight,omitempty"`
+	// Overrides the router's temperature (>= 0).
+	Temperature *float64 `protobuf:"fixed64,5,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// Instances not to choose.
+	ExcludeInstanceIds []uint64 `protobuf:"varint,6,rep,packed,name=exclude_instance_ids,json=excludeInstanceIds,proto3" json:"exclude_instance_ids,omitempty"`
+	// In direct mode, the instance to use.
+	InstanceId    uint64 `protobuf:"varint,7,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRouteRequest) Reset() {
+	*x = ExplainRouteRequest{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRouteRequest) ProtoMessage() {}
+
+func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ExplainRouteRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *ExplainRouteRequest) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *ExplainRouteRequest) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *ExplainRouteRequest) GetOverlapWeight() float64 {
+	if x != nil && x.OverlapWeight != nil {
+		return *x.OverlapWeight
+	}
+	return 0
+}
+
+func (x *ExplainRouteRequest) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *ExplainRouteRequest) GetExcludeInstanceIds() []uint64 {
+	if x != nil {
+		return x.ExcludeInstanceIds
+	}
+	return nil
+}
+
+func (x *ExplainRouteRequest) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+// ExplainedCandidate is one worker as ExplainRoute saw it.
+type ExplainedCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its cached overlap, load and cost.
+	Candidate *Candidate `protobuf:"bytes,1,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// Where it serves.
+	Transport *Transport `protobuf:"bytes,2,opt,name=transport,proto3" json:"transport,omitempty"`
+	// The endpoint it serves.
+	Endpoint      *Endpoint `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainedCandidate) Reset() {
+	*x = ExplainedCandidate{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainedCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainedCandidate) ProtoMessage() {}
+
+func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
+func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExplainedCandidate) GetCandidate() *Candidate {
+	if x != nil {
+		return x.Candidate
+	}
+	return nil
+}
+
+func (x *ExplainedCandidate) GetTransport() *Transport {
+	if x != nil {
+		return x.Transport
+	}
+	return nil
+}
+
+func (x *ExplainedCandidate) GetEndpoint() *Endpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
+// ExplainRouteResponse is the decision Route would make, with its reasons.
+type ExplainRouteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The routing mode.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The block size the prompt was hashed with.
+	BlockSize uint32 `protobuf:"varint,2,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// The request's full blocks.
+	RequestBlocks uint32 `protobuf:"varint,3,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
+	// Every candidate, in instance id order.
+	Candidates []*ExplainedCandidate `protobuf:"bytes,4,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The instance Route would choose.
+	InstanceId uint64 `protobuf:"varint,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Why that one, in words for a person (not to be parsed).
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The overlap weight and temperature the decision used.
+	OverlapWeight float64 `protobuf:"fixed64,7,opt,name=overlap_weight,json=overlapWeight,proto3" json:"overlap_weight,omitempty"`
+	// The temperature the decision used.
+	Temperature   float64 `protobuf:"fixed64,8,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRouteResponse) Reset() {
+	*x = ExplainRouteResponse{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRouteResponse) ProtoMessage() {}
+
+func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
+func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExplainRouteResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ExplainRouteResponse) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetRequestBlocks() uint32 {
+	if x != nil {
+		return x.RequestBlocks
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetCandidates() []*ExplainedCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *ExplainRouteResponse) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExplainRouteResponse) GetOverlapWeight() float64 {
+	if x != nil {
+		return x.OverlapWeight
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetTemperature() float64 {
+	if x != nil {
+		return x.Temperature
+	}
+	return 0
+}
+
 // GetStatsRequest asks for the router's state.
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -874,7 +1148,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1160,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1173,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -923,7 +1197,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1209,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1222,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1019,7 +1293,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1305,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1318,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1124,7 +1398,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1410,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1423,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1237,7 +1511,7 @@ type ReplicaRouted struct {
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1523,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1536,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1318,7 +1592,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1604,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1617,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -1384,7 +1658,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1670,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1683,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -1506,7 +1780,35 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2\x1f.switchyard.router.v1.CandidateR\n" +
-	"candidates\"\x11\n" +
+	"candidates\"\xd4\x02\n" +
+	"\x13ExplainRouteRequest\x124\n" +
+	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
+	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
+	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12*\n" +
+	"\x0eoverlap_weight\x18\x04 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n" +
+	"\vtemperature\x18\x05 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x120\n" +
+	"\x14exclude_instance_ids\x18\x06 \x03(\x04R\x12excludeInstanceIds\x12\x1f\n" +
+	"\vinstance_id\x18\a \x01(\x04R\n" +
+	"instanceIdB\x11\n" +
+	"\x0f_overlap_weightB\x0e\n" +
+	"\f_temperature\"\xce\x01\n" +
+	"\x12ExplainedCandidate\x12=\n" +
+	"\tcandidate\x18\x01 \x01(\v2\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n" +
+	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.router.v1.TransportR\ttransport\x12:\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xbc\x02\n" +
+	"\x14ExplainRouteResponse\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x02 \x01(\rR\tblockSize\x12%\n" +
+	"\x0erequest_blocks\x18\x03 \x01(\rR\rrequestBlocks\x12H\n" +
+	"\n" +
+	"candidates\x18\x04 \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\n" +
+	"candidates\x12\x1f\n" +
+	"\vinstance_id\x18\x05 \x01(\x04R\n" +
+	"instanceId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n" +
+	"\x0eoverlap_weight\x18\a \x01(\x01R\roverlapWeight\x12 \n" +
+	"\vtemperature\x18\b \x01(\x01R\vtemperature\"\x11\n" +
 	"\x0fGetStatsRequest\"\xd4\x01\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
@@ -1553,13 +1855,14 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\"\n" +
 	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\x12!\n" +
-	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xf1\x03\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xd8\x04\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
 	"\x04Free\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12h\n" +
 	"\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n" +
-	"\bGetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponseB\xe4\x01\n" +
+	"\bGetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12e\n" +
+	"\fExplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseB\xe4\x01\n" +
 	"\x18com.switchyard.router.v1B\vRouterProtoP\x01ZIgithub.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1;routerv1\xa2\x02\x03SRX\xaa\x02\x14Switchyard.Router.V1\xca\x02\x14Switchyard\\Router\\V1\xe2\x02 Switchyard\\Router\\V1\\GPBMetadata\xea\x02\x16Switchyard::Router::V1b\x06proto3"
 
 var (
@@ -1574,7 +1877,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -1588,15 +1891,18 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*FreeResponse)(nil),                // 9: switchyard.router.v1.FreeResponse
 	(*QueryOverlapsRequest)(nil),        // 10: switchyard.router.v1.QueryOverlapsRequest
 	(*QueryOverlapsResponse)(nil),       // 11: switchyard.router.v1.QueryOverlapsResponse
-	(*GetStatsRequest)(nil),             // 12: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 13: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 14: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 15: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 16: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 17: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 18: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 19: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
+	(*ExplainRouteRequest)(nil),         // 12: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 13: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 14: switchyard.router.v1.ExplainRouteResponse
+	(*GetStatsRequest)(nil),             // 15: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 16: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 17: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 18: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 19: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 20: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 21: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 22: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
@@ -1606,27 +1912,34 @@ var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
 	4,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
-	13, // 7: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	20, // 8: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	16, // 9: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	19, // 10: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	18, // 11: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	20, // 12: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 13: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 14: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 15: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 16: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	12, // 17: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	5,  // 18: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 20: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 21: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	14, // 22: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	0,  // 7: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
+	4,  // 8: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
+	3,  // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.router.v1.Transport
+	1,  // 10: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
+	13, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	16, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	23, // 13: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	19, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	22, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	21, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	23, // 17: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 18: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	6,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	8,  // 20: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	10, // 21: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	15, // 22: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	12, // 23: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	5,  // 24: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	7,  // 25: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	9,  // 26: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	11, // 27: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	17, // 28: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	14, // 29: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -1644,7 +1957,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Transport_Http)(nil),
 		(*Transport_Nats)(nil),
 	}
-	file_switchyard_router_v1_router_proto_msgTypes[15].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[12].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[18].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -1655,7 +1969,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	RouterService_Free_FullMethodName                = "/switchyard.router.v1.RouterService/Free"
 	RouterService_QueryOverlaps_FullMethodName       = "/switchyard.router.v1.RouterService/QueryOverlaps"
 	RouterService_GetStats_FullMethodName            = "/switchyard.router.v1.RouterService/GetStats"
+	RouterService_ExplainRoute_FullMethodName        = "/switchyard.router.v1.RouterService/ExplainRoute"
 )
 
 // RouterServiceClient is the client API for RouterService service.
@@ -51,6 +52,11 @@ type RouterServiceClient interface {
 	QueryOverlaps(ctx context.Context, in *QueryOverlapsRequest, opts ...grpc.CallOption) (*QueryOverlapsResponse, error)
 	// GetStats reports the index and load state.
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
+	// ExplainRoute decides for a request as Route would, records nothing (no
+	// load, no predicted blocks, no round-robin turn) and says why: every
+	// candidate's cached blocks, load and cost, the pick and the reason. It
+	// answers `switchyard route`, and fails as Route does.
+	ExplainRoute(ctx context.Context, in *ExplainRouteRequest, opts ...grpc.CallOption) (*ExplainRouteResponse, error)
 }
 
 type routerServiceClient struct {
@@ -111,6 +117,16 @@ func (c *routerServiceClient) GetStats(ctx context.Context, in *GetStatsRequest,
 	return out, nil
 }
 
+func (c *routerServiceClient) ExplainRoute(ctx context.Context, in *ExplainRouteRequest, opts ...grpc.CallOption) (*ExplainRouteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainRouteResponse)
+	err := c.cc.Invoke(ctx, RouterService_ExplainRoute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RouterServiceServer is the server API for RouterService service.
 // All implementations must embed UnimplementedRouterServiceServer
 // for forward compatibility.
@@ -136,6 +152,11 @@ type RouterServiceServer interface {
 	QueryOverlaps(context.Context, *QueryOverlapsRequest) (*QueryOverlapsResponse, error)
 	// GetStats reports the index and load state.
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
+	// ExplainRoute decides for a request as Route would, records nothing (no
+	// load, no predicted blocks, no round-robin turn) and says why: every
+	// candidate's cached blocks, load and cost, the pick and the reason. It
+	// answers `switchyard route`, and fails as Route does.
+	ExplainRoute(context.Context, *ExplainRouteRequest) (*ExplainRouteResponse, error)
 	mustEmbedUnimplementedRouterServiceServer()
 }
 
@@ -160,6 +181,9 @@ func (UnimplementedRouterServiceServer) QueryOverlaps(context.Context, *QueryOve
 }
 func (UnimplementedRouterServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
+}
+func (UnimplementedRouterServiceServer) ExplainRoute(context.Context, *ExplainRouteRequest) (*ExplainRouteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainRoute not implemented")
 }
 func (UnimplementedRouterServiceServer) mustEmbedUnimplementedRouterServiceServer() {}
 func (UnimplementedRouterServiceServer) testEmbeddedByValue()                       {}
@@ -272,6 +296,24 @@ func _RouterService_GetStats_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RouterService_ExplainRoute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRouteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RouterServiceServer).ExplainRoute(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RouterService_ExplainRoute_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RouterServiceServer).ExplainRoute(ctx, req.(*ExplainRouteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RouterService_ServiceDesc is the grpc.ServiceDesc for RouterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -298,6 +340,10 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStats",
 			Handler:    _RouterService_GetStats_Handler,
+		},
+		{
+			MethodName: "ExplainRoute",
+			Handler:    _RouterService_ExplainRoute_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

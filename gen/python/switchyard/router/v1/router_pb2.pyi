@@ -32,6 +32,54 @@ class Endpoint(_message.Message):
     namespace: str
     def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
+class ExplainRouteRequest(_message.Message):
+    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "target", "temperature", "token_ids"]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
+    instance_id: int
+    overlap_weight: float
+    target: Target
+    temperature: float
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ...) -> None: ...
+
+class ExplainRouteResponse(_message.Message):
+    __slots__ = ["block_size", "candidates", "instance_id", "mode", "overlap_weight", "reason", "request_blocks", "temperature"]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    block_size: int
+    candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
+    instance_id: int
+    mode: str
+    overlap_weight: float
+    reason: str
+    request_blocks: int
+    temperature: float
+    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
+
+class ExplainedCandidate(_message.Message):
+    __slots__ = ["candidate", "endpoint", "transport"]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    candidate: Candidate
+    endpoint: Endpoint
+    transport: Transport
+    def __init__(self, candidate: _Optional[_Union[Candidate, _Mapping]] = ..., transport: _Optional[_Union[Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+
 class FreeRequest(_message.Message):
     __slots__ = ["request_id"]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

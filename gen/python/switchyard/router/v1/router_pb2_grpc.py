@@ -43,6 +43,11 @@ class RouterServiceStub(object):
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsResponse.FromString,
                 )
+        self.ExplainRoute = channel.unary_unary(
+                '/switchyard.router.v1.RouterService/ExplainRoute',
+                request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.SerializeToString,
+                response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.FromString,
+                )
 
 
 class RouterServiceServicer(object):
@@ -93,6 +98,16 @@ class RouterServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainRoute(self, request, context):
+        """ExplainRoute decides for a request as Route would, records nothing (no
+        load, no predicted blocks, no round-robin turn) and says why: every
+        candidate's cached blocks, load and cost, the pick and the reason. It
+        answers `switchyard route`, and fails as Route does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -120,6 +135,11 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsRequest.FromString,
                     response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'ExplainRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainRoute,
+                    request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.FromString,
+                    response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -217,5 +237,22 @@ class RouterService(object):
         return grpc.experimental.unary_unary(request, target, '/switchyard.router.v1.RouterService/GetStats',
             switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsRequest.SerializeToString,
             switchyard_dot_router_dot_v1_dot_router__pb2.GetStatsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExplainRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchyard.router.v1.RouterService/ExplainRoute',
+            switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.SerializeToString,
+            switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
