@@ -49,6 +49,20 @@ type Config struct {
 	// ShutdownTimeout bounds GracefulStop; in-flight calls still running
 	// after it are cut off by Stop.
 	ShutdownTimeout time.Duration
+	// AuthTokenFile lists the bearer tokens the server accepts, one
+	// "role token-or-sha256" per line; empty means no tokens (mutual TLS,
+	// when configured, is then the only check).
+	AuthTokenFile string
+	// RequireAuth refuses to start without tokens or mutual TLS.
+	RequireAuth bool
+	// Reflection registers the gRPC reflection service (for grpcurl); with
+	// tokens it needs one of any role.
+	Reflection bool
+	// Policy is the service's table of the roles allowed per RPC, set by the
+	// service before New; it applies when AuthTokenFile is set.
+	Policy Policy
+	// Limits bound what one client may hold open or send.
+	Limits Limits
 }
 
 // RegisterFlags adds the shared server flags with the service's defaults.
@@ -57,6 +71,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, grpcAddr, metricsAddr string) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", metricsAddr, "HTTP listen address for /metrics (empty: off)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "time to report NOT_SERVING before stopping on shutdown")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful stop before in-flight calls are cut")
+	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "file of accepted bearer tokens, one \"role token-or-sha256:<hex>\" per line (roles: worker, router, frontend, admin)")
+	fs.BoolVar(&c.RequireAuth, "require-auth", false, "refuse to start without --auth-token-file or mutual TLS")
+	fs.BoolVar(&c.Reflection, "reflection", false, "serve gRPC reflection (grpcurl); with tokens, any role may use it")
+	c.Limits.RegisterFlags(fs)
 	c.TLS.RegisterFlags(fs)
 }
 
@@ -67,6 +85,14 @@ func (c Config) Validate() error {
 	}
 	if c.DrainDelay < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("--drain-delay and --shutdown-timeout must not be negative")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if c.AuthTokenFile != "" {
+		if _, err := loadTokens(c.AuthTokenFile); err != nil {
+			return err
+		}
 	}
 	return c.TLS.Validate()
 }
@@ -79,6 +105,8 @@ type Server struct {
 	health   *health.Server
 	metrics  *grpcprom.ServerMetrics
 	registry *prometheus.Registry
+
+	watches *watchSlots
 
 	lis, metricsLis net.Listener
 	stopping        chan struct{}
@@ -98,6 +126,21 @@ func New(cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, erro
 	} else {
 		log.Info("gRPC server is plaintext; pass --tls-cert and --tls-key (and --tls-ca for mutual TLS) to encrypt")
 	}
+	tokens, err := loadTokens(cfg.AuthTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkExposure(cfg, tokens.Len(), log); err != nil {
+		return nil, err
+	}
+	cfg.MetricsAddr = metricsListenAddr(cfg.MetricsAddr, cfg.GRPCAddr)
+	unary := []grpc.UnaryServerInterceptor{}
+	stream := []grpc.StreamServerInterceptor{}
+	if tokens.Len() > 0 {
+		a := &authorizer{tokens: tokens, policy: cfg.Policy}
+		unary, stream = append(unary, a.unary), append(stream, a.stream)
+		log.Info("gRPC server requires bearer tokens", "tokens", tokens.Len())
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -113,19 +156,18 @@ func New(cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, erro
 	})
 	all := append([]grpc.ServerOption{
 		grpc.Creds(creds),
-		grpc.ChainUnaryInterceptor(
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{
 			metrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(logger, logOpts...),
-			recovery.UnaryServerInterceptor(recoverOpt),
-		),
-		grpc.ChainStreamInterceptor(
+		}, unary...), recovery.UnaryServerInterceptor(recoverOpt))...),
+		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{
 			metrics.StreamServerInterceptor(),
 			logging.StreamServerInterceptor(logger, logOpts...),
-			recovery.StreamServerInterceptor(recoverOpt),
-		),
+		}, stream...), recovery.StreamServerInterceptor(recoverOpt))...),
 		// Clients ping idle connections to notice dead peers quickly; allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}, opts...)
+	}, cfg.Limits.serverOptions()...)
+	all = append(all, opts...)
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
@@ -134,9 +176,12 @@ func New(cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, erro
 		metrics:  metrics,
 		registry: reg,
 		stopping: make(chan struct{}),
+		watches:  &watchSlots{max: cfg.Limits.MaxWatchesPerClient, open: map[string]int{}},
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	if cfg.Reflection {
+		reflection.Register(s.grpc)
+	}
 	return s, nil
 }
 
@@ -155,6 +200,13 @@ func callLevel(code codes.Code) logging.Level {
 	default:
 		return logging.LevelError
 	}
+}
+
+// WatchSlot takes one of the calling client's --max-watches-per-client
+// slots for a long-lived stream (a watch or a subscription); the stream calls
+// release when it ends. Over the limit it returns a ResourceExhausted status.
+func (s *Server) WatchSlot(ctx context.Context) (release func(), err error) {
+	return s.watches.acquire(ctx)
 }
 
 // GRPC is the underlying server, for registering services.

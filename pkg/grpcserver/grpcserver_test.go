@@ -59,7 +59,7 @@ func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *gr
 }
 
 func TestHealthReflectionMetrics(t *testing.T) {
-	s := start(t, Config{MetricsAddr: "127.0.0.1:0"})
+	s := start(t, Config{MetricsAddr: "127.0.0.1:0", Reflection: true})
 	cc := dial(t, s.Addr().String(), insecure.NewCredentials())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

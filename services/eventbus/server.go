@@ -24,6 +24,9 @@ type server struct {
 	objects  *objects
 	metrics  *metrics
 	stopping <-chan struct{}
+	// watchSlot bounds each client's open subscriptions
+	// (grpcserver.WatchSlot).
+	watchSlot func(context.Context) (func(), error)
 }
 
 // statusCodes maps the domain errors to gRPC codes.
@@ -146,6 +149,13 @@ func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.E
 		// The header tells the client that its consumer exists, before any
 		// event arrives.
 		return stream.SendHeader(metadata.Pairs(ConsumerHeader, consumer))
+	}
+	if s.watchSlot != nil {
+		release, err := s.watchSlot(stream.Context())
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	s.metrics.subscriptions.Inc()
 	defer s.metrics.subscriptions.Dec()

@@ -94,6 +94,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		s.closeNATS()
 		return nil, err
 	}
+	cfg.Server.Policy = Policy
 	// Room for one event at the largest max_payload NATS allows (64 MiB),
 	// with its envelope.
 	gs, err := grpcserver.New(cfg.Server, log, grpc.MaxRecvMsgSize(MaxMessageSize))
@@ -103,7 +104,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	}
 	s.grpc = gs
 	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{
-		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(),
+		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot,
 	})
 	if err := gs.Listen(); err != nil {
 		s.closeNATS()

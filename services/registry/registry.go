@@ -110,13 +110,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 // serve builds the gRPC server over s.store and serves until ctx ends;
 // where and whereVal say which backend state it fronts, for the log.
 func (s *Service) serve(ctx context.Context, cfg Config, where string, whereVal any) error {
+	cfg.Server.Policy = Policy
 	srv, err := grpcserver.New(cfg.Server, s.log)
 	if err != nil {
 		s.closeBackend()
 		return err
 	}
 	s.server = srv
-	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping()})
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping(), watchSlot: srv.WatchSlot})
 	if err := srv.Listen(); err != nil {
 		s.closeBackend()
 		return err

@@ -21,6 +21,8 @@ type server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	stopping <-chan struct{}
+	// watchSlot bounds each client's open watches (grpcserver.WatchSlot).
+	watchSlot func(context.Context) (func(), error)
 }
 
 // statusCodes maps the domain errors to gRPC codes.
@@ -145,21 +147,32 @@ func (s *server) WatchInstances(r *registryv1.WatchInstancesRequest, stream regi
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	done := s.watchStarted("instances")
+	done, err := s.watchStarted(stream.Context(), "instances")
+	if err != nil {
+		return err
+	}
 	defer done()
-	err := s.store.WatchInstances(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchInstancesResponse) error {
+	err = s.store.WatchInstances(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchInstancesResponse) error {
 		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})
 	return s.watchEnd(stream.Context(), err)
 }
 
-// watchStarted counts an open watch in the metrics until the returned func
-// runs.
-func (s *server) watchStarted(kind string) func() {
+// watchStarted takes one of the client's watch slots (ResourceExhausted over
+// --max-watches-per-client) and counts the open watch in the metrics until
+// the returned func runs.
+func (s *server) watchStarted(ctx context.Context, kind string) (func(), error) {
+	release := func() {}
+	if s.watchSlot != nil {
+		var err error
+		if release, err = s.watchSlot(ctx); err != nil {
+			return nil, err
+		}
+	}
 	g := s.metrics.watches.WithLabelValues(kind)
 	g.Inc()
-	return g.Dec
+	return func() { g.Dec(); release() }, nil
 }
 
 // countSnapshot counts a snapshot sent on a watch, by reason.
@@ -218,9 +231,12 @@ func (s *server) WatchModels(r *registryv1.WatchModelsRequest, stream registryv1
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	done := s.watchStarted("models")
+	done, err := s.watchStarted(stream.Context(), "models")
+	if err != nil {
+		return err
+	}
 	defer done()
-	err := s.store.WatchModels(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchModelsResponse) error {
+	err = s.store.WatchModels(stream.Context(), r.GetFilter(), r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchModelsResponse) error {
 		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})
@@ -332,9 +348,12 @@ func (s *server) WatchKeys(r *registryv1.WatchKeysRequest, stream registryv1.Reg
 	if r.GetResumeRevision() < 0 {
 		return toStatus(errInvalidf("resume_revision %d is negative", r.GetResumeRevision()))
 	}
-	done := s.watchStarted("keys")
+	done, err := s.watchStarted(stream.Context(), "keys")
+	if err != nil {
+		return err
+	}
 	defer done()
-	err := s.store.WatchKeys(stream.Context(), r.Bucket, r.Prefix, r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchKeysResponse) error {
+	err = s.store.WatchKeys(stream.Context(), r.Bucket, r.Prefix, r.GetResumeRevision(), s.stopping, func(out *registryv1.WatchKeysResponse) error {
 		s.countSnapshot(out.SnapshotReason)
 		return stream.Send(out)
 	})

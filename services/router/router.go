@@ -45,6 +45,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	core := NewCore(cfg.coreConfig())
+	cfg.Server.Policy = Policy
 	srv, err := grpcserver.New(cfg.Server, log)
 	if err != nil {
 		reg.Close()
