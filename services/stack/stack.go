@@ -13,12 +13,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +42,40 @@ type Config struct {
 	// Extra arguments per component, e.g. to switch the router mode.
 	RouterMode string
 	Speedup    float64
+	// Host is the address every component listens on: 127.0.0.1 keeps the
+	// whole stack to this machine (its services run without credentials).
+	Host string
+	// Ports are the components' listen ports; zero fields take the
+	// defaults of DefaultPorts.
+	Ports Ports
+}
+
+// Ports are where the stack's components listen, on Config.Host.
+type Ports struct {
+	Registry, Eventbus, Router                      int
+	RegistryMetrics, EventbusMetrics, RouterMetrics int
+	EtcdClient, EtcdPeer, NATS                      int
+}
+
+// DefaultPorts are the ports of `make run`, those the docs name.
+var DefaultPorts = Ports{
+	Registry: 7001, Eventbus: 7002, Router: 7003,
+	RegistryMetrics: 9101, EventbusMetrics: 9102, RouterMetrics: 9103,
+	EtcdClient: 2379, EtcdPeer: 2380, NATS: 4222,
+}
+
+func (p Ports) withDefaults() Ports {
+	d := DefaultPorts
+	for _, f := range []struct{ v, def *int }{
+		{&p.Registry, &d.Registry}, {&p.Eventbus, &d.Eventbus}, {&p.Router, &d.Router},
+		{&p.RegistryMetrics, &d.RegistryMetrics}, {&p.EventbusMetrics, &d.EventbusMetrics}, {&p.RouterMetrics, &d.RouterMetrics},
+		{&p.EtcdClient, &d.EtcdClient}, {&p.EtcdPeer, &d.EtcdPeer}, {&p.NATS, &d.NATS},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return p
 }
 
 // RegisterFlags adds the stack's flags.
@@ -54,6 +88,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Speedup, "speedup-ratio", 1, "mocker speed-up ratio")
 	fs.DurationVar(&c.Wait, "start-timeout", 60*time.Second, "bound on each component's start")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 15*time.Second, "bound on each component's stop before SIGKILL")
+	fs.StringVar(&c.Host, "host", "127.0.0.1", "address every component listens on; the stack runs without credentials, so keep it on loopback")
 }
 
 // Validate checks the configuration.
@@ -61,12 +96,70 @@ func (c Config) Validate() error {
 	if c.Mockers < 1 || c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return errors.New("--mockers must be positive and --http-port a port number")
 	}
+	if c.Host == "" {
+		return errors.New("--host must not be empty")
+	}
 	for _, b := range []string{"registry", "eventbus", "router", "mocker"} {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("missing binary %s in --bin-dir %s (run make build): %w", b, c.BinDir, err)
 		}
 	}
 	return nil
+}
+
+// component is one process of the stack: its binary, arguments and
+// environment, and how to tell that it is ready.
+type component struct {
+	name, bin string
+	args, env []string
+	what      string // printed once ready
+	ready     func(context.Context) error
+}
+
+// plan lists the stack's components in start order. Every listener is on
+// c.Host: gRPC, metrics, the embedded etcd and NATS, the workers' request
+// plane and the frontend.
+func (c Config) plan() []component {
+	p := c.Ports.withDefaults()
+	hp := func(port int) string { return net.JoinHostPort(c.Host, strconv.Itoa(port)) }
+	reg, bus, rt := hp(p.Registry), hp(p.Eventbus), hp(p.Router)
+	env := []string{
+		"SWITCHYARD_REGISTRY_ADDR=" + reg, "SWITCHYARD_EVENTBUS_ADDR=" + bus, "SWITCHYARD_ROUTER_ADDR=" + rt,
+		"DYN_TCP_RPC_HOST=" + c.Host, "DYN_HTTP_RPC_HOST=" + c.Host,
+	}
+	server := func(addr string, metricsPort int) []string {
+		return []string{"--grpc-addr", addr, "--metrics-addr", hp(metricsPort), "--reflection"}
+	}
+	etcdURL := "http://" + hp(p.EtcdClient)
+	comps := []component{
+		{name: "registry", args: append(server(reg, p.RegistryMetrics), "--data-dir", filepath.Join(c.DataDir, "registry"),
+			"--embedded-etcd-client-url", etcdURL, "--embedded-etcd-peer-url", "http://"+hp(p.EtcdPeer)),
+			what: "gRPC " + reg + ", embedded etcd " + etcdURL, ready: grpcHealthy(reg)},
+		{name: "eventbus", args: append(server(bus, p.EventbusMetrics), "--data-dir", filepath.Join(c.DataDir, "eventbus"),
+			"--embedded-nats-port", strconv.Itoa(p.NATS)),
+			what: "gRPC " + bus + ", embedded NATS nats://" + hp(p.NATS), ready: grpcHealthy(bus)},
+		{name: "router", args: append(server(rt, p.RouterMetrics), "--router-mode", c.RouterMode,
+			"--registry-addr", reg, "--eventbus-addr", bus),
+			what: "gRPC " + rt + ", mode " + c.RouterMode, ready: grpcHealthy(rt)},
+	}
+	for i := 1; i <= c.Mockers; i++ {
+		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
+			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus},
+			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
+	}
+	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {
+		api := hp(c.HTTPPort)
+		comps = append(comps, component{name: "frontend",
+			args: []string{"--http-addr", api, "--router-mode", c.RouterMode, "--registry-addr", reg, "--eventbus-addr", bus, "--router-addr", rt},
+			what: "OpenAI API http://" + api + "/v1", ready: httpOK("http://" + api + "/health")})
+	}
+	for i := range comps {
+		if comps[i].bin == "" {
+			comps[i].bin = comps[i].name
+		}
+		comps[i].env = env
+	}
+	return comps
 }
 
 // proc is one running component.
@@ -86,18 +179,13 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 	defer func() {
 		stopAll(procs, c.StopTimeout, out)
 	}()
-	env := []string{"SWITCHYARD_REGISTRY_ADDR=localhost:7001", "SWITCHYARD_EVENTBUS_ADDR=localhost:7002", "SWITCHYARD_ROUTER_ADDR=localhost:7003"}
-	start := func(name string, args ...string) (*proc, error) {
-		f, err := os.Create(filepath.Join(logs, name+".log"))
+	start := func(comp component) (*proc, error) {
+		f, err := os.Create(filepath.Join(logs, comp.name+".log"))
 		if err != nil {
 			return nil, err
 		}
-		bin := filepath.Join(c.BinDir, name)
-		if strings.HasPrefix(name, "mocker-") {
-			bin = filepath.Join(c.BinDir, "mocker")
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(append(os.Environ(), env...), "DYN_TCP_RPC_HOST=127.0.0.1")
+		cmd := exec.Command(filepath.Join(c.BinDir, comp.bin), comp.args...)
+		cmd.Env = append(os.Environ(), comp.env...)
 		cmd.Stdout, cmd.Stderr = f, f
 		// Own process group: the terminal's Ctrl-C reaches only the stack,
 		// which stops the components in order; Pdeathsig ends them if the
@@ -105,9 +193,9 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 		if err := cmd.Start(); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("start %s: %w", name, err)
+			return nil, fmt.Errorf("start %s: %w", comp.name, err)
 		}
-		p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
+		p := &proc{name: comp.name, cmd: cmd, done: make(chan error, 1)}
 		go func() { p.done <- cmd.Wait(); f.Close() }()
 		procs = append(procs, p)
 		return p, nil
@@ -133,47 +221,24 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 			}
 		}
 	}
-	fmt.Fprintf(out, "Starting Switchyard (logs in %s)\n", logs)
-
-	p, err := start("registry", "--data-dir", filepath.Join(c.DataDir, "registry"))
-	if err != nil {
-		return err
-	}
-	if err := ready(p, "gRPC localhost:7001, embedded etcd http://127.0.0.1:2379", grpcHealthy("localhost:7001")); err != nil {
-		return err
-	}
-	if p, err = start("eventbus", "--data-dir", filepath.Join(c.DataDir, "eventbus")); err != nil {
-		return err
-	}
-	if err := ready(p, "gRPC localhost:7002, embedded NATS nats://127.0.0.1:4222", grpcHealthy("localhost:7002")); err != nil {
-		return err
-	}
-	if p, err = start("router", "--router-mode", c.RouterMode); err != nil {
-		return err
-	}
-	if err := ready(p, "gRPC localhost:7003, mode "+c.RouterMode, grpcHealthy("localhost:7003")); err != nil {
-		return err
-	}
-	for i := 1; i <= c.Mockers; i++ {
-		name := "mocker-" + strconv.Itoa(i)
-		if p, err = start(name, "--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64)); err != nil {
+	fmt.Fprintf(out, "Starting Switchyard on %s (logs in %s)\n", c.Host, logs)
+	plan := c.plan()
+	frontend := false
+	for _, comp := range plan {
+		p, err := start(comp)
+		if err != nil {
 			return err
 		}
-		if err := ready(p, "worker registered (Qwen/Qwen3-0.6B)", registered("localhost:7001", i)); err != nil {
+		if err := ready(p, comp.what, comp.ready); err != nil {
 			return err
 		}
+		frontend = frontend || comp.name == "frontend"
 	}
-	port := strconv.Itoa(c.HTTPPort)
-	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err != nil {
+	if !frontend {
 		return c.serve(ctx, procs, out, "no frontend binary in "+c.BinDir+": the stack runs without the OpenAI API")
 	}
-	if p, err = start("frontend", "--http-port", port, "--router-mode", c.RouterMode); err != nil {
-		return err
-	}
-	if err := ready(p, "OpenAI API http://localhost:"+port+"/v1", httpOK("http://localhost:"+port+"/health")); err != nil {
-		return err
-	}
-	return c.serve(ctx, procs, out, fmt.Sprintf("Switchyard is up. Try:\n\n  curl http://localhost:%s/v1/chat/completions -H \"Content-Type: application/json\" -d '{\"model\": \"Qwen/Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'", port))
+	api := "http://" + net.JoinHostPort(c.Host, strconv.Itoa(c.HTTPPort))
+	return c.serve(ctx, procs, out, fmt.Sprintf("Switchyard is up. Try:\n\n  curl %s/v1/chat/completions -H \"Content-Type: application/json\" -d '{\"model\": \"Qwen/Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'", api))
 }
 
 // serve prints the banner and waits for Ctrl-C or a component's death.
