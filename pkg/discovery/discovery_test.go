@@ -234,8 +234,12 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 	}
 }
 
-func TestSessionLosesLeaseWhenRegistryIsGone(t *testing.T) {
-	_, reg := registrytest.Start(t)
+// TestSessionOutlivesItsRegistry: a registry that is gone past the lease's
+// deadline does not end the session (the lease may have outlived the outage);
+// the answer of the registry once it is back does. Here etcd stayed up, so the
+// lease expired, and the session reports it lost.
+func TestSessionOutlivesItsRegistry(t *testing.T) {
+	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
 	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 1 * time.Second})
@@ -244,13 +248,55 @@ func TestSessionLosesLeaseWhenRegistryIsGone(t *testing.T) {
 	}
 	defer s.Close(ctx)
 	reg.Stop()
+	eventually(t, "the session to notice the deadline passed", s.Expired)
+	time.Sleep(2 * time.Second) // a few more retries past the deadline
+	select {
+	case <-s.Done():
+		t.Fatalf("session ended while the registry was unreachable: %v", s.Err())
+	default:
+	}
+	registrytest.StartRegistryAt(t, etcd.Endpoints, reg.Addr)
 	select {
 	case <-s.Done():
 	case <-ctx.Done():
-		t.Fatal("Done never closed with no registry left")
+		t.Fatal("Done never closed once the registry said the lease is gone")
 	}
 	if !errors.Is(s.Err(), discovery.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", s.Err())
+	}
+}
+
+// TestSessionKeepsLeaseThroughLongEtcdOutage: etcd down for longer than the
+// TTL, then back on its data: etcd extends its leases when it restarts, and
+// the session, still trying, finds its lease alive with the same id.
+func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
+	etcd, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 1 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	in, err := s.Register(ctx, instance("generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd.Stop()
+	eventually(t, "the session to notice the deadline passed", s.Expired)
+	etcd.Start()
+	eventually(t, "the keep-alive to reach the lease again", func() bool { return !s.Expired() })
+	select {
+	case <-s.Done():
+		t.Fatalf("session lost its lease: %v", s.Err())
+	default:
+	}
+	resp, err := c.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Instances) != 1 || resp.Instances[0].InstanceId != in.InstanceId {
+		t.Fatalf("instances after the outage = %v, want instance %x", resp.Instances, in.InstanceId)
 	}
 }
 

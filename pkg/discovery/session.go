@@ -7,23 +7,29 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // ErrLeaseLost means the session's lease ended without Close: the registry
-// could not be reached before the lease's deadline, or the lease was revoked.
-// Everything registered on it is gone.
+// answered that it no longer has it (it expired while the session could not
+// reach the registry, or it was revoked). Everything registered on it is
+// gone; a worker registers again on a new session.
 var ErrLeaseLost = errors.New("discovery: lease lost")
 
-// Backoff bounds for reaching the registry again after a failure.
+// Backoff bounds for reaching the registry again after a failure, and the
+// bounds of how long one keep-alive waits for its answer.
 const (
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 5 * time.Second
+	minAttempt = 500 * time.Millisecond
+	maxAttempt = 5 * time.Second
 )
 
 // SessionOptions tune NewSession.
@@ -52,9 +58,11 @@ func PodFromEnv() *registryv1.KubernetesPod {
 // Session is a lease kept alive on the registry: instances, model cards,
 // keys and locks registered through it live as long as it does. It refreshes
 // the lease at half of the remaining TTL, and after a failure retries with
-// exponential backoff (50 ms to 5 s) until the lease's deadline, through any
-// registry replica the Client reaches. Done is closed when the lease is
-// truly lost; Close revokes it.
+// jittered exponential backoff (50 ms to 5 s), through any registry replica
+// the Client reaches, for as long as the session runs: past the lease's
+// deadline too, since only the registry knows whether the lease outlived an
+// outage. Expired reports that time without an answer; Done is closed when
+// the registry says the lease is truly lost; Close revokes it.
 type Session struct {
 	c     *Client
 	id    uint64
@@ -66,6 +74,9 @@ type Session struct {
 	mu    sync.Mutex
 	err   error
 	close sync.Once
+	// expired is set while the lease's deadline has passed without an
+	// answer from the registry.
+	expired atomic.Bool
 }
 
 // NewSession grants a lease and starts keeping it alive.
@@ -103,6 +114,12 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done is closed when the lease is lost or the session is closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Expired reports whether the lease's deadline passed without the registry
+// confirming a refresh: the lease, and what is registered on it, may be gone
+// (Done closes once the registry says so) or may have outlived the outage
+// (Expired turns false again at the next answer).
+func (s *Session) Expired() bool { return s.expired.Load() }
 
 // Err is ErrLeaseLost (wrapped with the cause) after the lease was lost, nil
 // otherwise.
@@ -165,12 +182,17 @@ func (s *Session) finish(err error) {
 	close(s.done)
 }
 
-// keepAlive runs until stop or the lease is lost. deadline is when the lease
-// expires unless refreshed.
+// keepAlive runs until stop or the registry says the lease is gone.
+// deadline is when the lease expires unless refreshed. A registry (or etcd)
+// that cannot be reached is never a reason to give up: the lease may well
+// outlive the outage (etcd extends every lease when it comes back), and only
+// the registry can tell that it did not. So the loop retries with jittered
+// backoff for as long as the session runs, and only a "not found" answer ends
+// it with ErrLeaseLost.
 func (s *Session) keepAlive(deadline time.Time) {
 	defer close(s.exit)
 	next := time.Now().Add(s.ttl / 2)
-	backoff := minBackoff
+	bo := backoff.New(backoff.Policy{Min: minBackoff, Max: maxBackoff})
 	var ka *keepAliveStream
 	defer func() {
 		if ka != nil {
@@ -188,34 +210,43 @@ func (s *Session) keepAlive(deadline time.Time) {
 		if ka == nil {
 			ka = openKeepAlive(s.c)
 		}
-		attempt := min(time.Until(deadline), 5*time.Second)
+		// Before the deadline, leave time to try another replica; after it,
+		// give a slow registry a fair chance to answer.
+		attempt := maxAttempt
+		if left := time.Until(deadline); left > 0 {
+			attempt = max(min(left, maxAttempt), minAttempt)
+		}
 		ttl, found, err := ka.refresh(s.id, attempt, s.stop)
 		now := time.Now()
 		switch {
 		case errors.Is(err, errStopped):
 			return
-		case err == nil && !found:
+		case (err == nil && !found) || status.Code(err) == codes.NotFound:
 			s.log.Error("lease revoked or expired on the registry")
 			s.finish(fmt.Errorf("%w: the registry no longer has lease %x", ErrLeaseLost, s.id))
 			return
 		case err == nil:
 			deadline = now.Add(ttl)
 			next = now.Add(ttl / 2)
-			if backoff != minBackoff {
+			if s.expired.Swap(false) {
+				s.log.Warn("lease keep-alive reached the registry after the lease's deadline; the registry still had the lease")
+			} else if bo.Failed() {
 				s.log.Info("lease keep-alive recovered")
 			}
-			backoff = minBackoff
+			bo.Reset()
 		default:
 			ka.close()
 			ka = nil
-			if !now.Before(deadline) {
-				s.log.Error("lease deadline passed without reaching the registry", "err", err.Error())
-				s.finish(fmt.Errorf("%w: no keep-alive reached the registry before the deadline: %v", ErrLeaseLost, err))
-				return
+			wait := bo.Next()
+			if left := time.Until(deadline); left > 0 {
+				wait = min(wait, left)
+				s.log.Warn("lease keep-alive failed; retrying", "err", err.Error(), "backoff", wait.String(), "deadline_in", left.String())
+			} else if !s.expired.Swap(true) {
+				s.log.Error("lease deadline passed without reaching the registry; still trying (the lease may outlive the outage)", "err", err.Error())
+			} else {
+				s.log.Debug("lease keep-alive failed past the deadline; retrying", "err", err.Error(), "backoff", wait.String())
 			}
-			s.log.Warn("lease keep-alive failed; retrying", "err", err.Error(), "backoff", backoff.String(), "deadline_in", time.Until(deadline).String())
-			next = now.Add(min(backoff, time.Until(deadline)))
-			backoff = min(backoff*2, maxBackoff)
+			next = now.Add(wait)
 		}
 		timer.Reset(time.Until(next))
 	}

@@ -7,13 +7,13 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // Change is one difference a watcher applied to its map.
@@ -184,7 +184,7 @@ func (w *Watcher[T]) Close() {
 
 func (w *Watcher[T]) run(ctx context.Context) {
 	defer close(w.exited)
-	backoff := minBackoff
+	bo := backoff.New(backoff.Policy{Min: minBackoff, Max: maxBackoff})
 	for {
 		recv, err := w.open(ctx, w.Revision())
 		if err == nil {
@@ -195,7 +195,7 @@ func (w *Watcher[T]) run(ctx context.Context) {
 					break
 				}
 				w.apply(b)
-				backoff = minBackoff
+				bo.Reset()
 			}
 		}
 		if ctx.Err() != nil {
@@ -205,15 +205,11 @@ func (w *Watcher[T]) run(ctx context.Context) {
 			w.log.Error("registry refused the watch; not retrying", "err", err.Error())
 			return
 		}
-		w.log.Warn("registry watch broken; resuming", "err", err.Error(), "revision", w.Revision(), "backoff", backoff.String())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		wait := bo.Next()
+		w.log.Warn("registry watch broken; resuming", "err", err.Error(), "revision", w.Revision(), "backoff", wait.String())
+		if backoff.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

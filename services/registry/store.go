@@ -79,7 +79,9 @@ func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.
 		if err != nil {
 			return nil, etcdErr("register", err)
 		}
-		if resp.TTL <= 0 {
+		// -1 is a lease etcd does not have; 0 is one in its last second,
+		// still there.
+		if resp.TTL < 0 {
 			return nil, fmt.Errorf("register: %w: lease %x not found (expired or revoked)", ErrNotFound, lease)
 		}
 		ttl = time.Duration(resp.GrantedTTL) * time.Second

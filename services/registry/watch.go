@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // watchBatch is one message of a prefix watch, before it is typed.
@@ -53,7 +54,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, resume int64, stop <-c
 			return err
 		}
 	}
-	backoff := 50 * time.Millisecond
+	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second})
 	for {
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
@@ -69,19 +70,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, resume int64, stop <-c
 			if err := snapshot(registryv1.SnapshotReason_SNAPSHOT_REASON_COMPACTED); err != nil {
 				return err
 			}
-			backoff = 50 * time.Millisecond
+			bo.Reset()
 			continue
 		}
 		// The etcd watch ended on its own (no leader, etcd restarting): reopen
 		// from the last revision sent, after a short pause.
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := bo.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

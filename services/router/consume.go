@@ -10,6 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
@@ -101,7 +102,7 @@ func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbus
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		backoff := 100 * time.Millisecond
+		bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second})
 		for c.ctx.Err() == nil {
 			sub, err := c.bus.Subscribe(c.ctx, req)
 			if err == nil {
@@ -112,20 +113,18 @@ func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbus
 						break
 					}
 					apply(ev)
-					backoff = 100 * time.Millisecond
+					bo.Reset()
 				}
 				_ = sub.Close()
 			}
 			if c.ctx.Err() != nil || errors.Is(err, context.Canceled) {
 				return
 			}
-			c.log.Warn("eventbus subscription failed; retrying", "filter", filter, "err", err.Error(), "backoff", backoff.String())
-			select {
-			case <-c.ctx.Done():
+			wait := bo.Next()
+			c.log.Warn("eventbus subscription failed; retrying", "filter", filter, "err", err.Error(), "backoff", wait.String())
+			if backoff.Sleep(c.ctx, wait) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 5*time.Second)
 		}
 	}()
 }

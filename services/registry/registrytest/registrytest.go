@@ -85,8 +85,15 @@ type Registry struct {
 // cleanup.
 func StartRegistry(t testing.TB, endpoints []string) *Registry {
 	t.Helper()
+	return StartRegistryAt(t, endpoints, "127.0.0.1:0")
+}
+
+// StartRegistryAt is StartRegistry listening on addr, such as the address a
+// stopped registry had, so that clients dialled to it find it again.
+func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
+	t.Helper()
 	cfg := registry.Config{
-		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Server:          grpcserver.Config{GRPCAddr: addr, ShutdownTimeout: 2 * time.Second},
 		Backend:         registry.BackendKVStore,
 		EtcdDialTimeout: 5 * time.Second,
 	}
@@ -96,10 +103,20 @@ func StartRegistry(t testing.TB, endpoints []string) *Registry {
 		}
 		cfg.EtcdEndpoints += ep
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
+	var svc *registry.Service
+	var cancel context.CancelFunc
+	var err error
+	for range 50 { // a stopped registry's port may take a moment to free
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		svc, err = registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			break
+		}
 		cancel()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatalf("start registry: %v", err)
 	}
 	r := &Registry{Service: svc, cancel: cancel, Addr: svc.Addr().String()}
