@@ -4,6 +4,12 @@
 // by sha256), serves generate on the request plane, publishes KV cache events
 // in order and in batches, publishes load every second, and on shutdown
 // deregisters first, then lets in-flight requests finish within a bound.
+//
+// A worker never stops because the control plane is away: while the registry
+// or etcd cannot be reached it keeps serving and keeps its keep-alive going,
+// and when the registry answers that the lease is gone it registers again (a
+// new lease and instance id, the same endpoint, address and model card) and
+// restarts its KV events with a cleared event.
 package worker
 
 import (
@@ -15,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -23,6 +30,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
@@ -85,13 +93,21 @@ type Handler func(ctx context.Context, req *workerv1.GenerateRequest, send func(
 
 // Worker is a running worker.
 type Worker struct {
-	cfg      Config
-	log      *slog.Logger
-	reg      *discovery.Client
+	cfg    Config
+	log    *slog.Logger
+	reg    *discovery.Client
+	bus    *eventbusclient.Client
+	server transport.Server
+
+	// mu guards sess, which re-registration replaces; instance is the
+	// registration made on it.
+	mu       sync.Mutex
 	sess     *discovery.Session
-	bus      *eventbusclient.Client
-	server   transport.Server
-	instance *registryv1.Instance
+	instance atomic.Pointer[registryv1.Instance]
+	// registrations counts successful registrations, the first included.
+	registrations atomic.Uint64
+	stopMaint     chan struct{}
+	maintDone     chan struct{}
 
 	kv       chan *workerv1.KvEventBatch
 	kvDone   chan struct{}
@@ -126,7 +142,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		return nil, errors.New("worker: the model needs a name and a block size")
 	}
 	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}),
-		stopLoad: make(chan struct{}), loadDone: make(chan struct{})}
+		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -164,29 +180,105 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	}
 	w.reg = reg
 	undo = append(undo, func() { _ = reg.Close() })
-	sess, err := discovery.NewSession(ctx, reg, discovery.SessionOptions{TTL: cfg.LeaseTTL, Logger: w.log})
-	if err != nil {
-		return nil, fmt.Errorf("worker: registry session: %w", err)
-	}
-	w.sess = sess
-	undo = append(undo, func() { _ = sess.Close(context.Background()) })
 	addr := srv.Address(cfg.Endpoint)
-	in, err := sess.Register(ctx, &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Transport: registryTransport(addr), Metadata: cfg.Metadata})
-	if err != nil {
-		return nil, fmt.Errorf("worker: register: %w", err)
-	}
-	w.instance = in
+	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		Transport: registryTransport(addr), Metadata: cfg.Metadata}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts}
-	if err := sess.RegisterModel(ctx, card); err != nil {
-		return nil, fmt.Errorf("worker: register model card: %w", err)
+	sess, in, err := w.register(ctx, want, card)
+	if err != nil {
+		return nil, err
 	}
+	w.sess = sess
+	w.instance.Store(in)
+	w.registrations.Add(1)
 	go w.publishKV()
 	go w.publishLoad()
+	go w.maintain(want, card)
 	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
 		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", addr.String(), "model", cfg.Model.Name)
 	return w, nil
+}
+
+// register opens a session and registers the instance and its model card on
+// it; on failure it revokes what it granted.
+func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *registryv1.ModelCard) (*discovery.Session, *registryv1.Instance, error) {
+	sess, err := discovery.NewSession(ctx, w.reg, discovery.SessionOptions{TTL: w.cfg.LeaseTTL, Logger: w.log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("worker: registry session: %w", err)
+	}
+	in, err := sess.Register(ctx, proto.Clone(want).(*registryv1.Instance))
+	if err == nil {
+		err = sess.RegisterModel(ctx, proto.Clone(card).(*registryv1.ModelCard))
+		if err != nil {
+			err = fmt.Errorf("worker: register model card: %w", err)
+		}
+	} else {
+		err = fmt.Errorf("worker: register: %w", err)
+	}
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = sess.Close(cctx)
+		cancel()
+		return nil, nil, err
+	}
+	return sess, in, nil
+}
+
+// maintain waits for the session's lease to be lost and registers again,
+// retrying with jittered backoff until it succeeds or the worker shuts down.
+// A registry that is merely unreachable never gets here: the session keeps
+// trying, and the lease often outlives the outage.
+func (w *Worker) maintain(want *registryv1.Instance, card *registryv1.ModelCard) {
+	defer close(w.maintDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-w.stopMaint:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		w.mu.Lock()
+		sess := w.sess
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.Done():
+		}
+		old := w.InstanceID()
+		w.log.Error("registration lost; registering again", "instance", fmt.Sprintf("%x", old), "err", fmt.Sprint(sess.Err()))
+		bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second})
+		for {
+			actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+			next, in, err := w.register(actx, want, card)
+			acancel()
+			if err == nil {
+				w.mu.Lock()
+				w.sess = next
+				w.mu.Unlock()
+				w.instance.Store(in)
+				w.registrations.Add(1)
+				// Routers know nothing of the new instance's cache; say so
+				// before any other event of it.
+				w.PublishKVEvents(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}}}})
+				w.log.Info("worker registered again", "instance", fmt.Sprintf("%x", in.InstanceId), "previous_instance", fmt.Sprintf("%x", old))
+				_ = sess.Close(context.Background()) // already lost: nothing to revoke
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			wait := bo.Next()
+			w.log.Warn("registering again failed; retrying", "err", err.Error(), "backoff", wait.String())
+			if backoff.Sleep(ctx, wait) != nil {
+				return
+			}
+		}
+	}
 }
 
 func registryTransport(a transport.Address) *registryv1.Transport {
@@ -228,14 +320,25 @@ func objectName(model, file string) string {
 	return r.Replace(model) + "/" + file
 }
 
-// InstanceID is the registered instance id (the lease id).
-func (w *Worker) InstanceID() uint64 { return w.instance.GetInstanceId() }
+// InstanceID is the registered instance id (the lease id). It changes when
+// the worker registers again after its lease was lost.
+func (w *Worker) InstanceID() uint64 { return w.instance.Load().GetInstanceId() }
 
-// Instance is the registered instance.
-func (w *Worker) Instance() *registryv1.Instance { return w.instance }
+// Instance is the current registration.
+func (w *Worker) Instance() *registryv1.Instance { return w.instance.Load() }
 
-// Done is closed when the registration's lease is lost.
-func (w *Worker) Done() <-chan struct{} { return w.sess.Done() }
+// Registrations counts the worker's registrations: 1 after Start, one more
+// each time it registered again after losing its lease.
+func (w *Worker) Registrations() uint64 { return w.registrations.Load() }
+
+// Session is the registry session of the current registration; its Expired
+// and Done report a keep-alive that cannot reach the registry and a lost lease
+// (after which the worker registers again on a new session).
+func (w *Worker) Session() *discovery.Session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sess
+}
 
 // PublishKVEvents queues a batch of KV events for publishing, in order. It
 // blocks when thousands of batches wait (back-pressure on the engine).
@@ -354,7 +457,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	var errs []error
 	w.closed.Do(func() {
 		w.log.Info("worker shutting down: deregistering, then draining", "drain_timeout", w.cfg.DrainTimeout.String())
-		if err := w.sess.Close(ctx); err != nil {
+		close(w.stopMaint)
+		<-w.maintDone
+		if err := w.Session().Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("deregister: %w", err))
 		}
 		dctx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
@@ -373,9 +478,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Run starts a worker and serves until ctx ends (SIGTERM in a main) or the
-// lease is lost, then shuts down. A lost lease is an error; a clean stop is
-// nil.
+// Run starts a worker and serves until ctx ends (SIGTERM in a main), then
+// shuts down. A lost lease does not end it: the worker registers again.
 func Run(ctx context.Context, cfg Config, h Handler, ready func(*Worker)) error {
 	w, err := Start(ctx, cfg, h)
 	if err != nil {
@@ -384,15 +488,10 @@ func Run(ctx context.Context, cfg Config, h Handler, ready func(*Worker)) error 
 	if ready != nil {
 		ready(w)
 	}
-	var lost error
-	select {
-	case <-ctx.Done():
-	case <-w.Done():
-		lost = fmt.Errorf("worker: %w", w.sess.Err())
-	}
+	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout+10*time.Second)
 	defer cancel()
-	return errors.Join(lost, w.Shutdown(sctx))
+	return w.Shutdown(sctx)
 }
 
 // TokenizerFiles lists the tokenizer files a model directory holds

@@ -32,13 +32,15 @@ func TestMain(m *testing.M) {
 type env struct {
 	regAddr, busAddr string
 	bus              *eventbusclient.Client
+	etcd             *registrytest.Etcd
+	reg              *registrytest.Registry
 }
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	_, reg := registrytest.Start(t)
+	etcd, reg := registrytest.Start(t)
 	_, svc := eventbustest.Start(t)
-	return env{regAddr: reg.Addr, busAddr: svc.Addr().String(), bus: eventbustest.Client(t, svc.Addr().String())}
+	return env{regAddr: reg.Addr, busAddr: svc.Addr().String(), bus: eventbustest.Client(t, svc.Addr().String()), etcd: etcd, reg: reg}
 }
 
 func (e env) config(t *testing.T) worker.Config {
@@ -221,21 +223,96 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	}
 }
 
-func TestLeaseLossIsReported(t *testing.T) {
+// TestLostLeaseRegistersAgain: the lease is revoked behind the worker's
+// back (as when it expired during an outage). The worker does not exit: it
+// registers again with a new instance id, the same address and model card,
+// and starts its KV events with a cleared event under the new id.
+func TestLostLeaseRegistersAgain(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)
-	go func() { done <- worker.Run(ctx, e.config(t), echo(0, nil), func(w *worker.Worker) { ready <- w }) }()
+	go func() { done <- worker.Run(runCtx, e.config(t), echo(0, nil), func(w *worker.Worker) { ready <- w }) }()
 	w := <-ready
-	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
-	defer dc.Close()
-	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: w.InstanceID()}); err != nil {
+	first := w.Instance()
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + worker.KVEventsName,
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, AutoAck: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := <-done
-	if !errors.Is(err, discovery.ErrLeaseLost) {
-		t.Fatalf("Run after the lease was revoked = %v, want ErrLeaseLost", err)
+	defer sub.Close()
+	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	defer dc.Close()
+	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: first.InstanceId}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatalf("no KV event after the lease loss: %v", err)
+	}
+	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+	if err != nil || len(b.Events) != 1 || b.Events[0].GetCleared() == nil {
+		t.Fatalf("first KV batch after registering again = %v, %v; want one cleared event", b, err)
+	}
+	if b.InstanceId == first.InstanceId || b.InstanceId != w.InstanceID() || w.Registrations() != 2 {
+		t.Fatalf("cleared event of instance %x; worker now %x after %d registrations, was %x", b.InstanceId, w.InstanceID(), w.Registrations(), first.InstanceId)
+	}
+	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
+	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != w.InstanceID() ||
+		list.Instances[0].Transport.GetTcp() != first.Transport.GetTcp() {
+		t.Fatalf("ListInstances = %v, %v; want the new id at %s", list, err, first.Transport.GetTcp())
+	}
+	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != w.InstanceID() || cards.Cards[0].ModelName != "m" {
+		t.Fatalf("ListModels = %v, %v", cards, err)
+	}
+	if out, err := call(ctx, t, addrOf(list.Instances[0]), &workerv1.GenerateRequest{RequestId: "r", TokenIds: []uint32{1}}); err != nil || len(out) != 2 {
+		t.Fatalf("generate after registering again = %v, %v", out, err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v after a lost lease", err)
+	default:
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after SIGTERM = %v", err)
+	}
+}
+
+// TestWorkerOutlivesRegistryOutage: the only registry is gone for longer
+// than the lease TTL while etcd stays up, so the lease expires. The worker
+// keeps serving all along and registers again once the registry is back.
+func TestWorkerOutlivesRegistryOutage(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := e.config(t)
+	cfg.LeaseTTL = time.Second
+	w, err := worker.Start(ctx, cfg, echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Shutdown(context.Background())
+	first := w.Instance()
+	e.reg.Stop()
+	for !w.Session().Expired() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // past the TTL twice: etcd has dropped the lease
+	if out, err := call(ctx, t, addrOf(first), &workerv1.GenerateRequest{RequestId: "during", TokenIds: []uint32{1}}); err != nil || len(out) != 2 {
+		t.Fatalf("generate during the outage = %v, %v", out, err)
+	}
+	registrytest.StartRegistryAt(t, e.etcd.Endpoints, e.regAddr)
+	for w.Registrations() < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the worker never registered again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w.InstanceID() == first.InstanceId {
+		t.Fatalf("registered again under the expired lease %x", first.InstanceId)
 	}
 }
