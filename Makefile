@@ -20,11 +20,13 @@ build: ## Build every binary (services and benchmark commands) into bin/.
 	$(GO) build -o $(BIN)/ $$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...)
 
 .PHONY: generate
-generate: ## Regenerate gen/ from proto/ (Go through buf; Python through protoc).
+generate: ## Regenerate gen/ from proto/ (Go through buf; Python through protoc; TypeScript through npm's protoc-gen-es).
 	$(BUF) generate
 	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || \
 	  { echo "generate: Python stubs need protoc and grpc_python_plugin (apt-get install protobuf-compiler protobuf-compiler-grpc)"; exit 1; }
 	$(BUF) generate --template buf.gen.python.yaml
+	@test -x tools/ts/node_modules/.bin/protoc-gen-es || npm ci --prefix tools/ts --silent --no-audit --no-fund
+	$(BUF) generate --template buf.gen.ts.yaml
 
 .PHONY: check-generate
 check-generate: generate ## Regenerate and fail if gen/ differs from what is committed.
