@@ -1,0 +1,593 @@
+// Package conformance is the suite every Switchyard worker passes, whatever
+// its language: the same table of rows (register, duplicate refused,
+// keep-alive, model card, KV events the router indexes, generate with
+// cancellation, SIGTERM drain), run against a worker process through the
+// generated stubs and real services in this process (embedded etcd behind a
+// registry, embedded NATS behind an eventbus, a KV router).
+//
+// A worker takes part by a [Worker]: how to start it with given [Settings].
+// Its generate endpoint must answer a GenerateRequest with exactly
+// max_tokens responses of one token each, the last with finish reason LENGTH
+// and usage, one token every few milliseconds (so a cancellation lands
+// mid-stream), and it must publish LoadMetrics with running_requests on
+// {namespace}.{component}.load_metrics. The rows check nothing else of what
+// it generates. See examples/WORKERS.md for the whole contract.
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
+)
+
+// Settings are what the suite asks of a worker process.
+type Settings struct {
+	Namespace, Component, Endpoint string
+	ModelName                      string
+	BlockSize, ContextLength       int
+	RegistryAddr, EventbusAddr     string
+	LeaseTTL                       time.Duration
+	// TokenizerDir holds tokenizer.json(.gz) and tokenizer_config.json, for
+	// a worker that uploads its tokenizer.
+	TokenizerDir string
+	// DrainTimeout bounds the drain at SIGTERM.
+	DrainTimeout time.Duration
+}
+
+// Worker describes one worker implementation.
+type Worker struct {
+	// Name labels the rows, such as "node".
+	Name string
+	// Require skips (or, with CI=true, fails) the test when the worker's
+	// toolchain is missing.
+	Require func(t testing.TB)
+	// Command is the process of one worker with s; the suite sets its
+	// output and starts it. Its request plane settings come from the DYN_*
+	// variables the suite adds to the environment.
+	Command func(t testing.TB, s Settings) *exec.Cmd
+	// Plane is the request plane the suite asks for (DYN_REQUEST_PLANE).
+	Plane transport.Plane
+	// UploadsTokenizer says the worker puts TokenizerDir's files on its
+	// model card; the model card row then fetches and checks them.
+	UploadsTokenizer bool
+}
+
+// Rows are the suite's rows, in the order they run.
+var Rows = []string{"register", "duplicate refused", "model card", "generate", "KV events indexed by the router",
+	"generate with cancellation", "keep-alive", "SIGTERM drain"}
+
+// TokenizerDir is the Qwen3 tokenizer of pkg/tokenizer/qwen3, from a test in
+// any package of the repository.
+func TokenizerDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ; dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "pkg", "tokenizer", "qwen3")
+		}
+	}
+	t.Fatal("no go.mod above the working directory")
+	return ""
+}
+
+// Run runs every row against one process of w, and logs which rows passed.
+func Run(t *testing.T, w Worker) {
+	if w.Require != nil {
+		w.Require(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busClient := eventbustest.Client(t, bus.Addr().String())
+	router, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, bus.Addr().String()))
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+
+	s := Settings{Namespace: "conf", Component: "backend", Endpoint: "generate", ModelName: "conformance/" + w.Name,
+		BlockSize: 4, ContextLength: 4096, RegistryAddr: reg.Addr, EventbusAddr: bus.Addr().String(),
+		LeaseTTL: 2 * time.Second, TokenizerDir: TokenizerDir(t), DrainTimeout: 20 * time.Second}
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+	load, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: s.Namespace,
+		FilterSubject: s.Namespace + "." + s.Component + ".load_metrics", AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer load.Close()
+
+	cmd := w.Command(t, s)
+	cmd.Env = append(cmd.Env, "DYN_REQUEST_PLANE="+string(w.Plane), "DYN_TCP_RPC_HOST=127.0.0.1", "DYN_TCP_RPC_PORT=0",
+		"DYN_HTTP_RPC_HOST=127.0.0.1", "DYN_HTTP_RPC_PORT=0")
+	p := StartProcess(t, cmd)
+
+	tc := transport.DefaultConfig()
+	tc.Plane = w.Plane
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	results := map[string]bool{}
+	var in *registryv1.Instance
+	var addr transport.Address
+	var registered time.Time
+	row := func(name string, f func(t *testing.T)) {
+		results[name] = t.Run(name, func(t *testing.T) {
+			if in == nil && name != "register" {
+				t.Skip("the worker did not register")
+			}
+			f(t)
+		})
+	}
+	defer func() {
+		var lines []string
+		for _, r := range Rows {
+			mark := "FAIL"
+			if ok, ran := results[r]; ran && ok {
+				mark = "pass"
+			} else if !ran {
+				mark = "not run"
+			}
+			lines = append(lines, fmt.Sprintf("  %-32s %s", r, mark))
+		}
+		t.Logf("conformance of the %s worker:\n%s", w.Name, strings.Join(lines, "\n"))
+	}()
+
+	row("register", func(t *testing.T) {
+		got := WaitInstances(ctx, t, watch, 1, p.Logs)[0]
+		registered = time.Now()
+		if got.Component != s.Component || got.Endpoint != s.Endpoint || got.InstanceId == 0 {
+			t.Fatalf("registered instance = %v; want %s/%s/%s", got, s.Namespace, s.Component, s.Endpoint)
+		}
+		a, ok := addressOf(got.Transport)
+		if !ok {
+			t.Fatalf("instance transport %v names no address", got.Transport)
+		}
+		if a.Kind != w.Plane {
+			t.Fatalf("instance serves %s; the suite asked for %s", a.Kind, w.Plane)
+		}
+		in, addr = got, a
+		// The model card goes in after the instance; wait for it.
+		for {
+			cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+			if err == nil && len(cards.Cards) > 0 {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no model card: %v", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+
+	row("duplicate refused", func(t *testing.T) {
+		// Registration is create-if-not-exists: the same instance again on
+		// the worker's own lease is AlreadyExists, and the worker's record
+		// stays as it was.
+		dup := proto.Clone(in).(*registryv1.Instance)
+		dup.Metadata = map[string]string{"overwritten": "yes"}
+		_, err := dc.RPC().Register(ctx, &registryv1.RegisterRequest{Instance: dup, LeaseId: in.InstanceId})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("Register of the same instance = %v; want AlreadyExists", err)
+		}
+		list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
+		if err != nil || len(list.Instances) != 1 || list.Instances[0].Metadata["overwritten"] != "" {
+			t.Fatalf("instances after the duplicate = %v, %v; want the worker's own, unchanged", list, err)
+		}
+	})
+
+	row("model card", func(t *testing.T) {
+		cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+		if err != nil || len(cards.Cards) != 1 {
+			t.Fatalf("ListModels = %v, %v; want one card", cards, err)
+		}
+		c := cards.Cards[0]
+		if c.ModelName != s.ModelName || c.BlockSize != uint32(s.BlockSize) || c.ContextLength != uint32(s.ContextLength) ||
+			c.InstanceId != in.InstanceId || c.Component != s.Component || c.Endpoint != s.Endpoint {
+			t.Errorf("model card = %v; want %s, block size %d, context %d, instance %x", c, s.ModelName, s.BlockSize, s.ContextLength, in.InstanceId)
+		}
+		if !w.UploadsTokenizer {
+			if len(c.Tokenizer) != 0 {
+				t.Errorf("model card lists tokenizer files %v, but the worker is said not to upload any", c.Tokenizer)
+			}
+			return
+		}
+		checkTokenizer(ctx, t, busClient, s.TokenizerDir, c.Tokenizer)
+	})
+
+	prompt := make([]uint32, 3*s.BlockSize+1) // three full blocks and a partial one
+	for i := range prompt {
+		prompt[i] = uint32(1000 + i*7)
+	}
+
+	row("generate", func(t *testing.T) {
+		got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-1", TokenIds: prompt, MaxTokens: 5})
+		if err != nil {
+			t.Fatalf("generate: %v (after %d responses)", err, len(got))
+		}
+		if len(got) != 5 {
+			t.Fatalf("generate of 5 tokens gave %d responses", len(got))
+		}
+		for i, r := range got {
+			if len(r.TokenIds) != 1 {
+				t.Errorf("response %d has %d tokens; want 1", i, len(r.TokenIds))
+			}
+		}
+		last := got[4]
+		if last.FinishReason != workerv1.FinishReason_FINISH_REASON_LENGTH || last.Usage.GetPromptTokens() != uint32(len(prompt)) ||
+			last.Usage.GetCompletionTokens() != 5 {
+			t.Errorf("last response = %v; want finish LENGTH and usage of %d prompt and 5 completion tokens", last, len(prompt))
+		}
+	})
+
+	row("KV events indexed by the router", func(t *testing.T) {
+		// The generate above cached the prompt's full blocks; the worker's
+		// events must carry the hashes the router computes from the same
+		// tokens, so the router sees the whole prefix cached on it.
+		want := uint32(len(kvhash.Hashes(prompt, s.BlockSize, nil)))
+		target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: s.ModelName}}
+		var last *routerv1.QueryOverlapsResponse
+		for {
+			resp, err := router.QueryOverlaps(ctx, &routerv1.QueryOverlapsRequest{Target: target, TokenIds: prompt})
+			if err == nil {
+				last = resp
+				for _, c := range resp.Candidates {
+					if c.InstanceId == in.InstanceId && c.OverlapBlocks == want {
+						return
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the router never saw %d blocks cached on %x: last answer %v, %v", want, in.InstanceId, last, err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+
+	row("generate with cancellation", func(t *testing.T) {
+		cctx, ccancel := context.WithCancel(ctx)
+		defer ccancel()
+		payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "conf-cancel", TokenIds: prompt, MaxTokens: 3000})
+		st, err := client.Call(cctx, addr, s.Endpoint, transport.Headers{transport.HeaderRequestID: "conf-cancel"}, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := st.Recv(); err != nil {
+				t.Fatalf("Recv: %v", err)
+			}
+		}
+		// The request runs now; the worker must say so in its load, then
+		// stop generating once the caller goes away, which its load shows.
+		waitLoad(ctx, t, load, in.InstanceId, time.Time{}, func(m *workerv1.LoadMetrics) bool { return m.RunningRequests >= 1 })
+		ccancel()
+		st.Close()
+		cancelled := time.Now()
+		waitLoad(ctx, t, load, in.InstanceId, cancelled, func(m *workerv1.LoadMetrics) bool { return m.RunningRequests == 0 })
+	})
+
+	row("keep-alive", func(t *testing.T) {
+		// The lease outlives two TTLs only through KeepAlive.
+		time.Sleep(time.Until(registered.Add(2*s.LeaseTTL + s.LeaseTTL/2)))
+		list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
+		if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != in.InstanceId {
+			t.Fatalf("instances 2.5 TTLs after registering = %v, %v; want the worker's %x", list, err, in.InstanceId)
+		}
+	})
+
+	row("SIGTERM drain", func(t *testing.T) {
+		// A request in flight at SIGTERM runs to its end; the instance is
+		// deregistered at once, not a TTL later; the exit code is 0.
+		const n = 60
+		payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "conf-drain", TokenIds: prompt, MaxTokens: n})
+		st, err := client.Call(ctx, addr, s.Endpoint, nil, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		inflight := make(chan error, 1)
+		go func() {
+			defer st.Close()
+			for got := 1; ; got++ {
+				_, err := st.Recv()
+				switch {
+				case errors.Is(err, io.EOF) && got == n:
+					inflight <- nil
+					return
+				case errors.Is(err, io.EOF):
+					inflight <- fmt.Errorf("stream ended after %d responses; want %d", got, n)
+					return
+				case err != nil:
+					inflight <- fmt.Errorf("after %d responses: %w", got, err)
+					return
+				}
+			}
+		}()
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		// Deregistration comes before the drain: the watch sees the
+		// instance go while the request still runs.
+		WaitInstances(ctx, t, watch, 0, p.Logs)
+		if code := p.Wait(t); code != 0 {
+			t.Errorf("exit code %d after SIGTERM; want 0", code)
+		}
+		if err := <-inflight; err != nil {
+			t.Errorf("request in flight at SIGTERM: %v", err)
+		}
+		cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+		if err != nil || len(cards.Cards) != 0 {
+			t.Errorf("ListModels after SIGTERM = %v, %v; want none", cards, err)
+		}
+	})
+}
+
+// addressOf is the request plane address of a registered transport.
+func addressOf(tr *registryv1.Transport) (transport.Address, bool) {
+	switch k := tr.GetKind().(type) {
+	case *registryv1.Transport_Tcp:
+		return transport.Address{Kind: transport.PlaneTCP, Addr: k.Tcp}, k.Tcp != ""
+	case *registryv1.Transport_Http:
+		return transport.Address{Kind: transport.PlaneHTTP, Addr: k.Http}, k.Http != ""
+	case *registryv1.Transport_Nats:
+		return transport.Address{Kind: transport.PlaneNATS, Addr: k.Nats}, k.Nats != ""
+	}
+	return transport.Address{}, false
+}
+
+// checkTokenizer fetches every tokenizer artifact of a card from the object
+// store and compares it with the file the worker was given.
+func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbusclient.Client, dir string, arts []*registryv1.TokenizerArtifact) {
+	t.Helper()
+	var names []string
+	for _, a := range arts {
+		names = append(names, a.Name)
+		want, err := os.ReadFile(filepath.Join(dir, a.Name))
+		if err != nil {
+			t.Errorf("artifact %s: %v", a.Name, err)
+			continue
+		}
+		sum := sha256.Sum256(want)
+		bucket, name, _ := strings.Cut(a.ObjectKey, "/")
+		var got bytes.Buffer
+		info, err := bus.GetObject(ctx, bucket, name, &got)
+		if err != nil {
+			t.Errorf("GetObject %s: %v", a.ObjectKey, err)
+			continue
+		}
+		if !bytes.Equal(got.Bytes(), want) || a.Sha256 != hex.EncodeToString(sum[:]) || a.Size != int64(len(want)) || info.Sha256 != a.Sha256 {
+			t.Errorf("artifact %v: the object store holds %d bytes (sha256 %s); the file has %d bytes, sha256 %x", a, got.Len(), info.Sha256, len(want), sum)
+		}
+	}
+	sort.Strings(names)
+	if len(names) != 2 || !strings.HasPrefix(names[0], "tokenizer.json") || names[1] != "tokenizer_config.json" {
+		t.Errorf("tokenizer artifacts %v; want tokenizer.json(.gz) and tokenizer_config.json", names)
+	}
+}
+
+// waitLoad waits for a LoadMetrics of instance, stamped after since, that ok accepts.
+func waitLoad(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, instance uint64, since time.Time, ok func(*workerv1.LoadMetrics) bool) {
+	t.Helper()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for load metrics: %v", err)
+		}
+		m := &workerv1.LoadMetrics{}
+		if err := proto.Unmarshal(ev.Payload, m); err != nil {
+			t.Fatalf("load metrics: %v", err)
+		}
+		if m.InstanceId == instance && m.Timestamp.AsTime().After(since) && ok(m) {
+			return
+		}
+	}
+}
+
+// Generate calls a worker through the request plane's Go client and returns
+// every response.
+func Generate(ctx context.Context, c transport.Client, addr transport.Address, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.Call(ctx, addr, "generate", transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var out []*workerv1.GenerateResponse
+	for {
+		b, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		r := &workerv1.GenerateResponse{}
+		if err := proto.Unmarshal(b, r); err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+}
+
+// WaitInstances waits until the watcher holds n instances.
+func WaitInstances(ctx context.Context, t testing.TB, w *discovery.Watcher[*registryv1.Instance], n int, logs *LogBuffer) []*registryv1.Instance {
+	t.Helper()
+	for {
+		if items := w.Items(); len(items) == n {
+			return items
+		}
+		select {
+		case <-w.Changed():
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d instances, have %v; the worker logged:\n%s", n, w.Items(), logs.String())
+		}
+	}
+}
+
+// LogBuffer collects a worker's output (JSON lines) and lets a test wait
+// for a line.
+type LogBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
+}
+
+// NewLogBuffer returns an empty buffer.
+func NewLogBuffer() *LogBuffer { return &LogBuffer{changed: make(chan struct{}, 1)} }
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Lines returns the JSON lines whose msg is msg and whose attributes
+// include attrs.
+func (b *LogBuffer) Lines(msg string, attrs map[string]any) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line["msg"] != msg {
+			continue
+		}
+		match := true
+		for k, v := range attrs {
+			if line[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// WaitFor waits for a log line whose msg is msg and whose attributes
+// include attrs, and returns it.
+func (b *LogBuffer) WaitFor(ctx context.Context, t testing.TB, msg string, attrs map[string]any) map[string]any {
+	t.Helper()
+	for {
+		if lines := b.Lines(msg, attrs); len(lines) > 0 {
+			return lines[0]
+		}
+		select {
+		case <-b.changed:
+		case <-ctx.Done():
+			t.Fatalf("no log line %q with %v; the worker logged:\n%s", msg, attrs, b.String())
+		}
+	}
+}
+
+// Process is a running worker process.
+type Process struct {
+	Cmd  *exec.Cmd
+	Logs *LogBuffer
+	done chan struct{} // closed once the process has exited and been waited for
+}
+
+// StartProcess starts cmd with its output into Logs; t's cleanup kills it if
+// it still runs and prints its logs if t failed.
+func StartProcess(t testing.TB, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p := &Process{Cmd: cmd, Logs: NewLogBuffer(), done: make(chan struct{})}
+	cmd.Stdout = p.Logs
+	cmd.Stderr = p.Logs
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	} else {
+		cmd.Env = append(os.Environ(), cmd.Env...)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s logged:\n%s", filepath.Base(cmd.Path), p.Logs.String())
+		}
+	})
+	return p
+}
+
+// Wait waits for the process to exit and returns its exit code.
+func (p *Process) Wait(t testing.TB) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not exit; it logged:\n%s", p.Logs.String())
+	}
+	return p.Cmd.ProcessState.ExitCode()
+}
+
+// Done is closed once the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
