@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // usageScale is kv_blocks_total when the engine does not report its number
@@ -83,8 +84,13 @@ func ParseLoad(r io.Reader) *workerv1.LoadMetrics {
 	if total == 0 {
 		total = usageScale
 	}
+	// The engine's metrics give no step times to fit a model to, so the
+	// adapter publishes the documented default (vLLM on an H100), which the
+	// router would assume anyway; what matters most to the router is the
+	// ratio of prefill to decode time, which holds across GPUs roughly.
 	return &workerv1.LoadMetrics{WaitingRequests: uint32(waiting), RunningRequests: uint32(running),
-		KvBlocksTotal: total, KvBlocksUsed: uint64(math.Round(usage * float64(total))), Timestamp: timestamppb.Now()}
+		KvBlocksTotal: total, KvBlocksUsed: uint64(math.Round(usage * float64(total))), Timestamp: timestamppb.Now(),
+		TimingModel: timingmodel.Default().Proto()}
 }
 
 // scrapeLoad stores the engine's load every interval until ctx ends.

@@ -137,6 +137,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	}
 	var w atomic.Pointer[worker.Worker]
 	var load atomic.Pointer[workerv1.LoadMetrics]
+	// The mocker publishes the model it simulates by, so that routers
+	// predict its times exactly.
+	timing := cfg.Engine.Timing()
 	runner := realtime.New(e, realtime.Options{
 		OnEvents: func(events []engine.Event) {
 			wk := w.Load()
@@ -152,7 +155,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		},
 		OnMetrics: func(m engine.Metrics, at time.Time) {
 			if wk := w.Load(); wk != nil {
-				load.Store(m.Proto(wk.InstanceID(), 0, at))
+				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
 			}
 		},
 	})

@@ -181,6 +181,17 @@ type Metrics struct {
 	Waiting int
 	// Running counts the admitted requests.
 	Running int
+	// Requests lists every request, running first, then waiting, in order.
+	Requests []RequestLoad
+}
+
+// RequestLoad is one request's share of the load.
+type RequestLoad struct {
+	ID string
+	// PrefillTokens counts the prompt tokens it still has to prefill.
+	PrefillTokens int
+	// DecodeBlocks counts the blocks it holds while decoding.
+	DecodeBlocks int
 }
 
 // Stats are the engine's cumulative counters.
@@ -398,12 +409,18 @@ func (e *Engine) Metrics() Metrics {
 		Waiting:       len(e.waiting),
 		Running:       len(e.running),
 	}
+	m.Requests = make([]RequestLoad, 0, len(e.running)+len(e.waiting))
 	for _, r := range e.running {
 		if r.decoding() {
 			m.ActiveDecodeBlocks += len(r.blocks)
+			m.Requests = append(m.Requests, RequestLoad{ID: r.id, DecodeBlocks: len(r.blocks)})
 		} else {
 			m.ActivePrefillTokens += len(r.tokens) - r.computed
+			m.Requests = append(m.Requests, RequestLoad{ID: r.id, PrefillTokens: len(r.tokens) - r.computed})
 		}
+	}
+	for _, r := range e.waiting {
+		m.Requests = append(m.Requests, RequestLoad{ID: r.id, PrefillTokens: len(r.tokens) - r.computed})
 	}
 	return m
 }

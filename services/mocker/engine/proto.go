@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // RequestFromProto converts a worker protocol request. A max_tokens of 0
@@ -69,9 +70,15 @@ func (r FinishReason) Proto() workerv1.FinishReason {
 
 // Proto returns the metrics as the worker protocol's load report of the
 // given worker instance and data-parallel rank, taken at the given time (the
-// caller's clock, real or simulated).
-func (m Metrics) Proto(instanceID uint64, dpRank uint32, at time.Time) *workerv1.LoadMetrics {
+// caller's clock, real or simulated), with the engine's timing model.
+func (m Metrics) Proto(instanceID uint64, dpRank uint32, at time.Time, timing timingmodel.Model) *workerv1.LoadMetrics {
+	reqs := make([]*workerv1.RequestLoad, len(m.Requests))
+	for i, r := range m.Requests {
+		reqs[i] = &workerv1.RequestLoad{RequestId: r.ID, PrefillTokens: uint32(r.PrefillTokens), DecodeBlocks: uint32(r.DecodeBlocks)}
+	}
 	return &workerv1.LoadMetrics{
+		TimingModel:         timing.Proto(),
+		Requests:            reqs,
 		InstanceId:          instanceID,
 		DpRank:              dpRank,
 		ActiveDecodeBlocks:  uint64(m.ActiveDecodeBlocks),

@@ -109,10 +109,14 @@ func TestOutputAndMetricsProto(t *testing.T) {
 		}
 	}
 	at := time.Unix(1700000000, 5)
-	m := Metrics{ActiveDecodeBlocks: 1, ActivePrefillTokens: 2, KVBlocksUsed: 3, KVBlocksTotal: 4, CachedBlocks: 9, Waiting: 5, Running: 6}
+	m := Metrics{ActiveDecodeBlocks: 1, ActivePrefillTokens: 2, KVBlocksUsed: 3, KVBlocksTotal: 4, CachedBlocks: 9, Waiting: 5, Running: 6,
+		Requests: []RequestLoad{{ID: "a", DecodeBlocks: 1}, {ID: "b", PrefillTokens: 2}}}
+	timing := DefaultConfig().Timing()
 	wantM := &workerv1.LoadMetrics{InstanceId: 7, DpRank: 1, ActiveDecodeBlocks: 1, ActivePrefillTokens: 2,
-		KvBlocksUsed: 3, KvBlocksTotal: 4, WaitingRequests: 5, RunningRequests: 6, Timestamp: timestamppb.New(at)}
-	if diff := cmp.Diff(wantM, m.Proto(7, 1, at), protocmp.Transform()); diff != "" {
+		KvBlocksUsed: 3, KvBlocksTotal: 4, WaitingRequests: 5, RunningRequests: 6, Timestamp: timestamppb.New(at),
+		TimingModel: timing.Proto(),
+		Requests:    []*workerv1.RequestLoad{{RequestId: "a", DecodeBlocks: 1}, {RequestId: "b", PrefillTokens: 2}}}
+	if diff := cmp.Diff(wantM, m.Proto(7, 1, at, timing), protocmp.Transform()); diff != "" {
 		t.Errorf("Metrics.Proto (-want +got):\n%s", diff)
 	}
 }

@@ -973,7 +973,18 @@ type LoadMetrics struct {
 	// Requests admitted and running.
 	RunningRequests uint32 `protobuf:"varint,8,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	// When the metrics were taken (worker clock; virtual time in simulations).
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Timestamp *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// How long this worker's engine takes, for the router's predicted time to
+	// first token; unset, the router assumes TimingModel's documented default
+	// (vLLM on an H100, as fitted by Dynamo's mocker).
+	TimingModel *TimingModel `protobuf:"bytes,10,opt,name=timing_model,json=timingModel,proto3" json:"timing_model,omitempty"`
+	// Every request on the worker, waiting or running. A router merges the
+	// report with its own record request by request: a request it has freed
+	// is ignored (its blocks never outlive it), one it routed keeps the
+	// router's record, and only the others (sent by another router or
+	// directly) add to the load. Empty: the aggregate fields above are all
+	// the router has.
+	Requests      []*RequestLoad `protobuf:"bytes,11,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1071,6 +1082,205 @@ func (x *LoadMetrics) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LoadMetrics) GetTimingModel() *TimingModel {
+	if x != nil {
+		return x.TimingModel
+	}
+	return nil
+}
+
+func (x *LoadMetrics) GetRequests() []*RequestLoad {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// RequestLoad is one request on a worker as the worker sees it.
+type RequestLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's id (the generate request's request_id).
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Prompt tokens still to be prefilled; 0 once it decodes.
+	PrefillTokens uint32 `protobuf:"varint,2,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"`
+	// KV blocks it holds while it decodes; 0 before.
+	DecodeBlocks  uint32 `protobuf:"varint,3,opt,name=decode_blocks,json=decodeBlocks,proto3" json:"decode_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestLoad) Reset() {
+	*x = RequestLoad{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestLoad) ProtoMessage() {}
+
+func (x *RequestLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
+func (*RequestLoad) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RequestLoad) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RequestLoad) GetPrefillTokens() uint32 {
+	if x != nil {
+		return x.PrefillTokens
+	}
+	return 0
+}
+
+func (x *RequestLoad) GetDecodeBlocks() uint32 {
+	if x != nil {
+		return x.DecodeBlocks
+	}
+	return 0
+}
+
+// TimingModel is how long a worker's engine takes to compute, in
+// milliseconds: the model the router predicts time to first token with.
+// An engine step computes up to max_batched_tokens tokens: prompt chunks of
+// requests in prefill plus one token per decoding request. A step costs
+// prefill(t) for its t new prompt tokens, plus decode(u) when it has
+// decoding requests, u being the fraction of KV blocks in use:
+//
+//	prefill(t) = prefill_ms_quadratic*t^2 + prefill_ms_per_token*t + prefill_ms_per_batch  (t > 0)
+//	decode(u)  = max(decode_ms_min, decode_ms_quadratic*u^2 + decode_ms_linear*u + decode_ms_base)
+//
+// The default (all fields zero means unset) is Dynamo's mocker fit of vLLM
+// on an H100: 4.209989e-7, 1.518344e-2, 16.50142; -25.74, 54.01, 5.74, 1;
+// 8192 tokens per step.
+type TimingModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Coefficient of t^2 of a step's prefill time.
+	PrefillMsQuadratic float64 `protobuf:"fixed64,1,opt,name=prefill_ms_quadratic,json=prefillMsQuadratic,proto3" json:"prefill_ms_quadratic,omitempty"`
+	// Coefficient of t of a step's prefill time.
+	PrefillMsPerToken float64 `protobuf:"fixed64,2,opt,name=prefill_ms_per_token,json=prefillMsPerToken,proto3" json:"prefill_ms_per_token,omitempty"`
+	// Constant part of the prefill time of a step with prompt tokens.
+	PrefillMsPerBatch float64 `protobuf:"fixed64,3,opt,name=prefill_ms_per_batch,json=prefillMsPerBatch,proto3" json:"prefill_ms_per_batch,omitempty"`
+	// Coefficient of u^2 of a decode step's time.
+	DecodeMsQuadratic float64 `protobuf:"fixed64,4,opt,name=decode_ms_quadratic,json=decodeMsQuadratic,proto3" json:"decode_ms_quadratic,omitempty"`
+	// Coefficient of u of a decode step's time.
+	DecodeMsLinear float64 `protobuf:"fixed64,5,opt,name=decode_ms_linear,json=decodeMsLinear,proto3" json:"decode_ms_linear,omitempty"`
+	// Constant part of a decode step's time.
+	DecodeMsBase float64 `protobuf:"fixed64,6,opt,name=decode_ms_base,json=decodeMsBase,proto3" json:"decode_ms_base,omitempty"`
+	// Least time of a decode step.
+	DecodeMsMin float64 `protobuf:"fixed64,7,opt,name=decode_ms_min,json=decodeMsMin,proto3" json:"decode_ms_min,omitempty"`
+	// Most tokens one step computes (vLLM's max_num_batched_tokens).
+	MaxBatchedTokens uint32 `protobuf:"varint,8,opt,name=max_batched_tokens,json=maxBatchedTokens,proto3" json:"max_batched_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TimingModel) Reset() {
+	*x = TimingModel{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimingModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimingModel) ProtoMessage() {}
+
+func (x *TimingModel) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
+func (*TimingModel) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TimingModel) GetPrefillMsQuadratic() float64 {
+	if x != nil {
+		return x.PrefillMsQuadratic
+	}
+	return 0
+}
+
+func (x *TimingModel) GetPrefillMsPerToken() float64 {
+	if x != nil {
+		return x.PrefillMsPerToken
+	}
+	return 0
+}
+
+func (x *TimingModel) GetPrefillMsPerBatch() float64 {
+	if x != nil {
+		return x.PrefillMsPerBatch
+	}
+	return 0
+}
+
+func (x *TimingModel) GetDecodeMsQuadratic() float64 {
+	if x != nil {
+		return x.DecodeMsQuadratic
+	}
+	return 0
+}
+
+func (x *TimingModel) GetDecodeMsLinear() float64 {
+	if x != nil {
+		return x.DecodeMsLinear
+	}
+	return 0
+}
+
+func (x *TimingModel) GetDecodeMsBase() float64 {
+	if x != nil {
+		return x.DecodeMsBase
+	}
+	return 0
+}
+
+func (x *TimingModel) GetDecodeMsMin() float64 {
+	if x != nil {
+		return x.DecodeMsMin
+	}
+	return 0
+}
+
+func (x *TimingModel) GetMaxBatchedTokens() uint32 {
+	if x != nil {
+		return x.MaxBatchedTokens
+	}
+	return 0
+}
+
 var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
@@ -1140,7 +1350,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12$\n" +
 	"\x0efirst_event_id\x18\x03 \x01(\x04R\ffirstEventId\x12:\n" +
-	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\x8b\x03\n" +
+	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\x90\x04\n" +
 	"\vLoadMetrics\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -1151,7 +1361,24 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x0fkv_blocks_total\x18\x06 \x01(\x04R\rkvBlocksTotal\x12)\n" +
 	"\x10waiting_requests\x18\a \x01(\rR\x0fwaitingRequests\x12)\n" +
 	"\x10running_requests\x18\b \x01(\rR\x0frunningRequests\x128\n" +
-	"\ttimestamp\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp*\x95\x01\n" +
+	"\ttimestamp\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12D\n" +
+	"\ftiming_model\x18\n" +
+	" \x01(\v2!.switchyard.worker.v1.TimingModelR\vtimingModel\x12=\n" +
+	"\brequests\x18\v \x03(\v2!.switchyard.worker.v1.RequestLoadR\brequests\"x\n" +
+	"\vRequestLoad\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
+	"\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n" +
+	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\xf3\x02\n" +
+	"\vTimingModel\x120\n" +
+	"\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n" +
+	"\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n" +
+	"\x14prefill_ms_per_batch\x18\x03 \x01(\x01R\x11prefillMsPerBatch\x12.\n" +
+	"\x13decode_ms_quadratic\x18\x04 \x01(\x01R\x11decodeMsQuadratic\x12(\n" +
+	"\x10decode_ms_linear\x18\x05 \x01(\x01R\x0edecodeMsLinear\x12$\n" +
+	"\x0edecode_ms_base\x18\x06 \x01(\x01R\fdecodeMsBase\x12\"\n" +
+	"\rdecode_ms_min\x18\a \x01(\x01R\vdecodeMsMin\x12,\n" +
+	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens*\x95\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
@@ -1175,7 +1402,7 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: switchyard.worker.v1.FinishReason
 	(*SamplingParameters)(nil),    // 1: switchyard.worker.v1.SamplingParameters
@@ -1191,7 +1418,9 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*KvCacheEventEnvelope)(nil),  // 11: switchyard.worker.v1.KvCacheEventEnvelope
 	(*KvEventBatch)(nil),          // 12: switchyard.worker.v1.KvEventBatch
 	(*LoadMetrics)(nil),           // 13: switchyard.worker.v1.LoadMetrics
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*RequestLoad)(nil),           // 14: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),           // 15: switchyard.worker.v1.TimingModel
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
@@ -1204,14 +1433,16 @@ var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	9,  // 7: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
 	10, // 8: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
 	10, // 9: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	14, // 10: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	3,  // 11: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	5,  // 12: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	16, // 10: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	15, // 11: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	14, // 12: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	3,  // 13: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	5,  // 14: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -1233,7 +1464,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -103,15 +103,17 @@ class KvEventBatch(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., first_event_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[KvCacheEvent, _Mapping]]] = ...) -> None: ...
 
 class LoadMetrics(_message.Message):
-    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "running_requests", "timestamp", "waiting_requests"]
+    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "requests", "running_requests", "timestamp", "timing_model", "waiting_requests"]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    TIMING_MODEL_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     active_decode_blocks: int
     active_prefill_tokens: int
@@ -119,10 +121,22 @@ class LoadMetrics(_message.Message):
     instance_id: int
     kv_blocks_total: int
     kv_blocks_used: int
+    requests: _containers.RepeatedCompositeFieldContainer[RequestLoad]
     running_requests: int
     timestamp: _timestamp_pb2.Timestamp
+    timing_model: TimingModel
     waiting_requests: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ...) -> None: ...
+
+class RequestLoad(_message.Message):
+    __slots__ = ["decode_blocks", "prefill_tokens", "request_id"]
+    DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    decode_blocks: int
+    prefill_tokens: int
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., prefill_tokens: _Optional[int] = ..., decode_blocks: _Optional[int] = ...) -> None: ...
 
 class SamplingParameters(_message.Message):
     __slots__ = ["frequency_penalty", "min_p", "presence_penalty", "repetition_penalty", "seed", "temperature", "top_k", "top_p"]
@@ -155,6 +169,26 @@ class StopConditions(_message.Message):
     stop_strings: _containers.RepeatedScalarFieldContainer[str]
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., min_tokens: _Optional[int] = ..., stop_strings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TimingModel(_message.Message):
+    __slots__ = ["decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "max_batched_tokens", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
+    DECODE_MS_BASE_FIELD_NUMBER: _ClassVar[int]
+    DECODE_MS_LINEAR_FIELD_NUMBER: _ClassVar[int]
+    DECODE_MS_MIN_FIELD_NUMBER: _ClassVar[int]
+    DECODE_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
+    decode_ms_base: float
+    decode_ms_linear: float
+    decode_ms_min: float
+    decode_ms_quadratic: float
+    max_batched_tokens: int
+    prefill_ms_per_batch: float
+    prefill_ms_per_token: float
+    prefill_ms_quadratic: float
+    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ["cached_prompt_tokens", "completion_tokens", "prompt_tokens"]

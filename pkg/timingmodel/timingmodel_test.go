@@ -1,0 +1,56 @@
+package timingmodel
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+)
+
+func TestProtoRoundTrip(t *testing.T) {
+	m := Default().Scaled(4)
+	if got := FromProto(m.Proto()); got != m {
+		t.Fatalf("round trip: %+v, want %+v", got, m)
+	}
+	for name, p := range map[string]*workerv1.TimingModel{
+		"nil": nil, "zero": {}, "nan": {PrefillMsPerToken: math.NaN(), MaxBatchedTokens: 1},
+		"negative": {PrefillMsPerToken: -1, PrefillMsPerBatch: 2, MaxBatchedTokens: 1}, "no budget": {PrefillMsPerToken: 1},
+	} {
+		if got := FromProto(p); got != Default() {
+			t.Errorf("%s: FromProto = %+v, want the default", name, got)
+		}
+	}
+	if d := cmp.Diff(Default().Proto(), FromProto(nil).Proto(), protocmp.Transform()); d != "" {
+		t.Fatal(d)
+	}
+}
+
+func TestTTFT(t *testing.T) {
+	m := Default()
+	tests := []struct {
+		name                    string
+		queued, fresh, decoding int
+		usage                   float64
+		want                    float64
+	}{
+		{"nothing to do", 0, 0, 0, 0, 0},
+		{"one chunk", 0, 1000, 0, 0, m.PrefillMs(1000)},
+		{"queue ahead", 8192, 1000, 0, 0, m.PrefillMs(8192) + m.PrefillMs(1000)},
+		{"two chunks exactly", 0, 16384, 0, 0, 2 * m.PrefillMs(8192)},
+		{"decoders share the steps", 0, 8000, 192, 0.5, m.PrefillMs(8000) + m.DecodeMs(0.5)},
+		{"decoders split the chunk", 0, 8100, 192, 0.5, m.PrefillMs(8000) + m.PrefillMs(100) + 2*m.DecodeMs(0.5)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := m.TTFTMs(tt.queued, tt.fresh, tt.decoding, tt.usage, 1); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("TTFTMs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if a, b := m.TTFTMs(0, 5000, 3, 0.2, 2), 2*m.PrefillMs(5000)+m.DecodeMs(0.2); math.Abs(a-b) > 1e-9 {
+		t.Fatalf("weight 2: %v, want %v", a, b)
+	}
+}
