@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/worker/v1/worker.proto.
  */
 export const file_switchyard_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIsMBChJTYW1wbGluZ1BhcmFtZXRlcnMSEwoLdGVtcGVyYXR1cmUYASABKAISDQoFdG9wX3AYAiABKAISDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISEQoEc2VlZBgFIAEoBEgAiAEBEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAYgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GAggASgCQgcKBV9zZWVkImYKDlN0b3BDb25kaXRpb25zEhYKDnN0b3BfdG9rZW5faWRzGAEgAygNEhIKCmlnbm9yZV9lb3MYAiABKAgSEgoKbWluX3Rva2VucxgDIAEoDRIUCgxzdG9wX3N0cmluZ3MYBCADKAkiywEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoDRI6CghzYW1wbGluZxgDIAEoCzIoLnN3aXRjaHlhcmQud29ya2VyLnYxLlNhbXBsaW5nUGFyYW1ldGVycxISCgptYXhfdG9rZW5zGAQgASgNEjIKBHN0b3AYBSABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5TdG9wQ29uZGl0aW9ucxINCgVtb2RlbBgGIAEoCSJXCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgNEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgNEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAMgASgNIr8BChBHZW5lcmF0ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoDRIRCgR0ZXh0GAIgASgJSACIAQESOQoNZmluaXNoX3JlYXNvbhgDIAEoDjIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgEIAEoCzIbLnN3aXRjaHlhcmQud29ya2VyLnYxLlVzYWdlEhUKDWVycm9yX21lc3NhZ2UYBSABKAlCBwoFX3RleHQiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigQEKFEt2Q2FjaGVFdmVudEVudmVsb3BlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSMQoFZXZlbnQYBCABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCKEAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKpUBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQAxIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAQybAoNV29ya2VyU2VydmljZRJbCghHZW5lcmF0ZRIlLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVxdWVzdBomLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIsMBChJTYW1wbGluZ1BhcmFtZXRlcnMSEwoLdGVtcGVyYXR1cmUYASABKAISDQoFdG9wX3AYAiABKAISDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISEQoEc2VlZBgFIAEoBEgAiAEBEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAYgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GAggASgCQgcKBV9zZWVkImYKDlN0b3BDb25kaXRpb25zEhYKDnN0b3BfdG9rZW5faWRzGAEgAygNEhIKCmlnbm9yZV9lb3MYAiABKAgSEgoKbWluX3Rva2VucxgDIAEoDRIUCgxzdG9wX3N0cmluZ3MYBCADKAkiywEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoDRI6CghzYW1wbGluZxgDIAEoCzIoLnN3aXRjaHlhcmQud29ya2VyLnYxLlNhbXBsaW5nUGFyYW1ldGVycxISCgptYXhfdG9rZW5zGAQgASgNEjIKBHN0b3AYBSABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5TdG9wQ29uZGl0aW9ucxINCgVtb2RlbBgGIAEoCSJXCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgNEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgNEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAMgASgNIr8BChBHZW5lcmF0ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoDRIRCgR0ZXh0GAIgASgJSACIAQESOQoNZmluaXNoX3JlYXNvbhgDIAEoDjIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgEIAEoCzIbLnN3aXRjaHlhcmQud29ya2VyLnYxLlVzYWdlEhUKDWVycm9yX21lc3NhZ2UYBSABKAlCBwoFX3RleHQiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigQEKFEt2Q2FjaGVFdmVudEVudmVsb3BlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSMQoFZXZlbnQYBCABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDJsCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * SamplingParameters choose how the next token is drawn.
@@ -563,6 +563,27 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
    * @generated from field: google.protobuf.Timestamp timestamp = 9;
    */
   timestamp?: Timestamp | undefined;
+
+  /**
+   * How long this worker's engine takes, for the router's predicted time to
+   * first token; unset, the router assumes TimingModel's documented default
+   * (vLLM on an H100, as fitted by Dynamo's mocker).
+   *
+   * @generated from field: switchyard.worker.v1.TimingModel timing_model = 10;
+   */
+  timingModel?: TimingModel | undefined;
+
+  /**
+   * Every request on the worker, waiting or running. A router merges the
+   * report with its own record request by request: a request it has freed
+   * is ignored (its blocks never outlive it), one it routed keeps the
+   * router's record, and only the others (sent by another router or
+   * directly) add to the load. Empty: the aggregate fields above are all
+   * the router has.
+   *
+   * @generated from field: repeated switchyard.worker.v1.RequestLoad requests = 11;
+   */
+  requests: RequestLoad[];
 };
 
 /**
@@ -571,6 +592,123 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
  */
 export const LoadMetricsSchema: GenMessage<LoadMetrics> = /*@__PURE__*/
   messageDesc(file_switchyard_worker_v1_worker, 12);
+
+/**
+ * RequestLoad is one request on a worker as the worker sees it.
+ *
+ * @generated from message switchyard.worker.v1.RequestLoad
+ */
+export type RequestLoad = Message<"switchyard.worker.v1.RequestLoad"> & {
+  /**
+   * The request's id (the generate request's request_id).
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * Prompt tokens still to be prefilled; 0 once it decodes.
+   *
+   * @generated from field: uint32 prefill_tokens = 2;
+   */
+  prefillTokens: number;
+
+  /**
+   * KV blocks it holds while it decodes; 0 before.
+   *
+   * @generated from field: uint32 decode_blocks = 3;
+   */
+  decodeBlocks: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.RequestLoad.
+ * Use `create(RequestLoadSchema)` to create a new message.
+ */
+export const RequestLoadSchema: GenMessage<RequestLoad> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 13);
+
+/**
+ * TimingModel is how long a worker's engine takes to compute, in
+ * milliseconds: the model the router predicts time to first token with.
+ * An engine step computes up to max_batched_tokens tokens: prompt chunks of
+ * requests in prefill plus one token per decoding request. A step costs
+ * prefill(t) for its t new prompt tokens, plus decode(u) when it has
+ * decoding requests, u being the fraction of KV blocks in use:
+ *
+ * 	prefill(t) = prefill_ms_quadratic*t^2 + prefill_ms_per_token*t + prefill_ms_per_batch  (t > 0)
+ * 	decode(u)  = max(decode_ms_min, decode_ms_quadratic*u^2 + decode_ms_linear*u + decode_ms_base)
+ *
+ * The default (all fields zero means unset) is Dynamo's mocker fit of vLLM
+ * on an H100: 4.209989e-7, 1.518344e-2, 16.50142; -25.74, 54.01, 5.74, 1;
+ * 8192 tokens per step.
+ *
+ * @generated from message switchyard.worker.v1.TimingModel
+ */
+export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
+  /**
+   * Coefficient of t^2 of a step's prefill time.
+   *
+   * @generated from field: double prefill_ms_quadratic = 1;
+   */
+  prefillMsQuadratic: number;
+
+  /**
+   * Coefficient of t of a step's prefill time.
+   *
+   * @generated from field: double prefill_ms_per_token = 2;
+   */
+  prefillMsPerToken: number;
+
+  /**
+   * Constant part of the prefill time of a step with prompt tokens.
+   *
+   * @generated from field: double prefill_ms_per_batch = 3;
+   */
+  prefillMsPerBatch: number;
+
+  /**
+   * Coefficient of u^2 of a decode step's time.
+   *
+   * @generated from field: double decode_ms_quadratic = 4;
+   */
+  decodeMsQuadratic: number;
+
+  /**
+   * Coefficient of u of a decode step's time.
+   *
+   * @generated from field: double decode_ms_linear = 5;
+   */
+  decodeMsLinear: number;
+
+  /**
+   * Constant part of a decode step's time.
+   *
+   * @generated from field: double decode_ms_base = 6;
+   */
+  decodeMsBase: number;
+
+  /**
+   * Least time of a decode step.
+   *
+   * @generated from field: double decode_ms_min = 7;
+   */
+  decodeMsMin: number;
+
+  /**
+   * Most tokens one step computes (vLLM's max_num_batched_tokens).
+   *
+   * @generated from field: uint32 max_batched_tokens = 8;
+   */
+  maxBatchedTokens: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.TimingModel.
+ * Use `create(TimingModelSchema)` to create a new message.
+ */
+export const TimingModelSchema: GenMessage<TimingModel> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 14);
 
 /**
  * FinishReason says why a generation ended.
