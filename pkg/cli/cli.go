@@ -44,15 +44,19 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	fs.SetOutput(stderr)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	cfg.RegisterFlags(fs)
+	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL"}
+	for k, v := range opts.Env {
+		env[k] = v
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of %s (each flag is also read from the environment variable named):\n", opts.Name)
+		flagenv.PrintDefaults(fs, opts.EnvPrefix, env)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
-	}
-	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL"}
-	for k, v := range opts.Env {
-		env[k] = v
 	}
 	if err := flagenv.Set(fs, opts.EnvPrefix, env); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", opts.Name, err)

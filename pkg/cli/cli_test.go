@@ -43,7 +43,8 @@ func TestMain_ExitCodes(t *testing.T) {
 		{name: "invalid config", args: []string{"--mode=c"}, want: 2, wantOut: "valid values are a, b"},
 		{name: "named variable", env: map[string]string{"MODE": "z"}, want: 2, wantOut: `invalid MODE "z"`},
 		{name: "bad log level", args: []string{"--log-level=loud"}, want: 2, wantOut: "invalid --log-level"},
-		{name: "help", args: []string{"-h"}, want: 0},
+		{name: "help names the variables", args: []string{"-h"}, want: 0, wantOut: "(default 7) [$T_PORT]"},
+		{name: "help names the documented variable", args: []string{"-h"}, want: 0, wantOut: "[$MODE]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,3 +51,41 @@ func setFrom(fs *flag.FlagSet, prefix string, named map[string]string, lookup fu
 func EnvName(prefix, flagName string) string {
 	return prefix + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
 }
+
+// PrintDefaults writes the usage of every flag of fs to fs.Output(), as
+// flag.PrintDefaults does, each followed by the environment variable that
+// sets it (the one Set reads), so that --help names them all.
+func PrintDefaults(fs *flag.FlagSet, prefix string, named map[string]string) {
+	w := fs.Output()
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		switch {
+		case isZeroDefault(f):
+		case fmt.Sprintf("%T", f.Value) == "*flag.stringValue": // quoted, as flag does
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		default:
+			fmt.Fprintf(w, " (default %v)", f.DefValue)
+		}
+		env, ok := named[f.Name]
+		if !ok && prefix != "" {
+			env, ok = EnvName(prefix, f.Name), true
+		}
+		if ok {
+			fmt.Fprintf(w, " [$%s]", env)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+func isZeroDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "0", "false", "0s":
+		return true
+	}
+	return false
+}

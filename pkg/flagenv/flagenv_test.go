@@ -54,3 +54,22 @@ func TestEnvName(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 }
+
+func TestPrintDefaultsNamesTheVariables(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("grpc-addr", ":7001", "gRPC listen `address`")
+	fs.Duration("delay", 0, "a delay")
+	fs.Bool("quiet", false, "say less")
+	var out strings.Builder
+	fs.SetOutput(&out)
+	PrintDefaults(fs, "SY_", map[string]string{"delay": "MY_DELAY"})
+	for _, want := range []string{
+		"-grpc-addr address\n    \tgRPC listen address (default \":7001\") [$SY_GRPC_ADDR]\n",
+		"-delay duration\n    \ta delay [$MY_DELAY]\n",
+		"-quiet\n    \tsay less [$SY_QUIET]\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package cli
+
+// RequestBody is requestBody, for the external tests.
+var RequestBody = requestBody

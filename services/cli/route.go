@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/services/frontend"
+)
+
+func routeFlags(fs *flag.FlagSet) func(context.Context, Config, io.Writer) error {
+	model := fs.String("model", "", "model name, as in /v1/models")
+	prompt := fs.String("prompt", "", "prompt text, tokenized as /v1/completions would")
+	messages := fs.String("messages", "", "JSON file of chat messages ([{\"role\":..,\"content\":..}] or a whole chat request), rendered as /v1/chat/completions would")
+	return func(ctx context.Context, c Config, out io.Writer) error {
+		if *model == "" || (*prompt == "") == (*messages == "") {
+			return errors.New("give --model and one of --prompt or --messages")
+		}
+		body, chat, err := requestBody(*model, *prompt, *messages)
+		if err != nil {
+			return err
+		}
+		ex, n, err := explain(ctx, c, *model, body, chat)
+		if err != nil {
+			return err
+		}
+		if c.Output == "json" {
+			b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(ex)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(out, "%s\n", b)
+			return err
+		}
+		printExplanation(out, *model, n, ex)
+		return nil
+	}
+}
+
+// requestBody builds the OpenAI request body the frontend would get.
+func requestBody(model, prompt, messagesFile string) ([]byte, bool, error) {
+	if prompt != "" {
+		b, err := json.Marshal(map[string]any{"model": model, "prompt": prompt})
+		return b, false, err
+	}
+	raw, err := os.ReadFile(messagesFile)
+	if err != nil {
+		return nil, false, err
+	}
+	var msgs []json.RawMessage
+	if json.Unmarshal(raw, &msgs) != nil {
+		// A whole chat request: keep its other fields (tools, template kwargs).
+		var req map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &req); err != nil || req["messages"] == nil {
+			return nil, false, fmt.Errorf("%s: want a JSON array of messages or an object with \"messages\"", messagesFile)
+		}
+		req["model"], _ = json.Marshal(model)
+		b, err := json.Marshal(req)
+		return b, true, err
+	}
+	b, err := json.Marshal(map[string]any{"model": model, "messages": msgs})
+	return b, true, err
+}
+
+// explain tokenizes body with the model's own tokenizer and template and
+// asks the router why it would pick a worker. It returns the explanation and
+// the prompt's token count.
+func explain(ctx context.Context, c Config, model string, body []byte, chat bool) (*routerv1.ExplainRouteResponse, int, error) {
+	reg, err := c.registry()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer reg.Close()
+	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	cards, err := reg.RPC().ListModels(cctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{}})
+	if err != nil {
+		return nil, 0, fmt.Errorf("registry %s: %w", c.RegistryAddr, err)
+	}
+	var card *registryv1.ModelCard
+	for _, cd := range cards.GetCards() {
+		if cd.ModelName == model {
+			card = cd
+			break
+		}
+	}
+	if card == nil {
+		return nil, 0, fmt.Errorf("no worker registered model %q", model)
+	}
+	bus, err := c.eventbus()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer bus.Close()
+	// Fetching and parsing a tokenizer takes longer than a call; the
+	// frontend allows it a minute too.
+	tctx, tcancel := context.WithTimeout(ctx, max(c.Timeout, time.Minute))
+	defer tcancel()
+	ids, err := frontend.PromptTokens(tctx, bus, card, body, chat)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tokenize: %w", err)
+	}
+	var lastErr error
+	for _, addr := range splitAddrs(c.RouterAddr) {
+		cc, err := c.dial(addr)
+		if err != nil {
+			return nil, 0, err
+		}
+		rctx, rcancel := context.WithTimeout(ctx, c.Timeout)
+		ex, err := routerv1.NewRouterServiceClient(cc).ExplainRoute(rctx, &routerv1.ExplainRouteRequest{
+			Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, TokenIds: ids})
+		rcancel()
+		cc.Close()
+		if err == nil {
+			return ex, len(ids), nil
+		}
+		lastErr = fmt.Errorf("router %s: %w", addr, err)
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no --router-addr")
+	}
+	return nil, 0, lastErr
+}
+
+func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.ExplainRouteResponse) {
+	fmt.Fprintf(out, "model %s: %d prompt tokens, %d full blocks of %d tokens\n", model, tokens, ex.RequestBlocks, ex.BlockSize)
+	fmt.Fprintf(out, "router mode %s, overlap weight %g, temperature %g\n\n", ex.Mode, ex.OverlapWeight, ex.Temperature)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  INSTANCE\tADDRESS\tCACHED BLOCKS\tPREFILL BLOCKS\tDECODE BLOCKS\tCOST\tPICK\n")
+	for _, cd := range ex.Candidates {
+		k := cd.Candidate
+		pick := ""
+		if k.InstanceId == ex.InstanceId {
+			pick = "<-"
+		}
+		_, addr := transportOf(transportToRegistry(cd.Transport))
+		fmt.Fprintf(tw, "  %x\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", k.InstanceId, addr, k.OverlapBlocks, ex.RequestBlocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+}
+
+// transportToRegistry converts the router's copy of a transport for
+// transportOf.
+func transportToRegistry(t *routerv1.Transport) *registryv1.Transport {
+	switch k := t.GetKind().(type) {
+	case *routerv1.Transport_Tcp:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: k.Tcp}}
+	case *routerv1.Transport_Http:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: k.Http}}
+	case *routerv1.Transport_Nats:
+		return &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: k.Nats}}
+	}
+	return nil
+}

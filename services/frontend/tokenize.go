@@ -1,0 +1,43 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+)
+
+// PromptTokens returns the prompt token ids the frontend would route for an
+// OpenAI request body: with chat, a /v1/chat/completions body (its messages
+// rendered by the model's chat template), else a /v1/completions body. The
+// tokenizer and template come from the eventbus object store as card
+// references them, as the frontend loads them. `switchyard route` uses it so
+// that what it explains is what the frontend would ask the router.
+func PromptTokens(ctx context.Context, bus *eventbusclient.Client, card *registryv1.ModelCard, body []byte, chat bool) ([]uint32, error) {
+	a, err := newAssetCache(bus).get(ctx, ctx, card)
+	if err != nil {
+		return nil, err
+	}
+	if chat {
+		req, p, err := decodeChat(body)
+		if err != nil {
+			return nil, err
+		}
+		if p.model != card.GetModelName() {
+			return nil, fmt.Errorf("%w: the body names model %q, the card %q", ErrInvalidRequest, p.model, card.GetModelName())
+		}
+		return a.chatPrompt(req)
+	}
+	_, p, text, ids, err := decodeCompletion(body)
+	if err != nil {
+		return nil, err
+	}
+	if p.model != card.GetModelName() {
+		return nil, fmt.Errorf("%w: the body names model %q, the card %q", ErrInvalidRequest, p.model, card.GetModelName())
+	}
+	if ids == nil {
+		ids = a.encode(text)
+	}
+	return ids, nil
+}
