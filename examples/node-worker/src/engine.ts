@@ -48,9 +48,16 @@ export class EchoEngine {
    * event ids start at 1 again.
    */
   reset(instanceId: bigint): void {
+    const again = this.instanceId !== 0n;
     this.instanceId = instanceId;
     this.cache.clear();
     this.nextEventId = 1n;
+    if (again) {
+      // As pkg/worker does: the new instance's first event says its cache
+      // is empty, before any other event of it.
+      this.publish(create(KvEventBatchSchema, { instanceId, dpRank: 0, firstEventId: 1n, events: [create(KvCacheEventSchema, { event: { case: "cleared", value: {} } })] }));
+      this.nextEventId = 2n;
+    }
   }
 
   load(): LoadMetrics {
@@ -139,7 +146,10 @@ export class EchoEngine {
           resp.usage = create(UsageSchema, { promptTokens: prompt.length, completionTokens: i + 1, cachedPromptTokens: cached });
         }
         await call.send(toBinary(GenerateResponseSchema, resp));
-        if (resp.finishReason !== FinishReason.UNSPECIFIED) return;
+        if (resp.finishReason !== FinishReason.UNSPECIFIED) {
+          log.info("generate done", { request_id: requestId, instance: this.instanceId.toString(16), tokens: i + 1, cached_tokens: cached });
+          return;
+        }
       }
     } catch (err) {
       if (err instanceof Cancelled) log.info("generate cancelled", { request_id: requestId, tokens: i });
