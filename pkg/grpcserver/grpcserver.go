@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	GRPCAddr string
 	// MetricsAddr serves /metrics over HTTP; empty disables it.
 	MetricsAddr string
+	// DebugAddr serves /debug/pprof over HTTP, on loopback unless it names
+	// a host; empty (the default) disables it.
+	DebugAddr string
 	// TLS is the server's TLS identity; empty means plaintext.
 	TLS tlsconfig.Config
 	// DrainDelay is how long the server reports NOT_SERVING while still
@@ -69,6 +73,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet, grpcAddr, metricsAddr string) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", grpcAddr, "gRPC listen address")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", metricsAddr, "HTTP listen address for /metrics (empty: off)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "time to report NOT_SERVING before stopping on shutdown")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful stop before in-flight calls are cut")
 	fs.StringVar(&c.AuthTokenFile, "auth-token-file", "", "file of accepted bearer tokens, one \"role token-or-sha256:<hex>\" per line (roles: worker, router, frontend, admin)")
@@ -82,6 +87,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, grpcAddr, metricsAddr string) {
 func (c Config) Validate() error {
 	if c.GRPCAddr == "" {
 		return errors.New("--grpc-addr must not be empty")
+	}
+	if c.DebugAddr != "" {
+		if _, err := obs.LoopbackAddr(c.DebugAddr); err != nil {
+			return fmt.Errorf("--debug-addr: %w", err)
+		}
 	}
 	if c.DrainDelay < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("--drain-delay and --shutdown-timeout must not be negative")
@@ -108,7 +118,7 @@ type Server struct {
 
 	watches *watchSlots
 
-	lis, metricsLis net.Listener
+	lis, metricsLis, debugLis net.Listener
 	stopping        chan struct{}
 	stopOnce        sync.Once
 }
@@ -243,6 +253,19 @@ func (s *Server) Listen() error {
 		}
 		s.metricsLis = mlis
 	}
+	if s.cfg.DebugAddr != "" {
+		addr, err := obs.LoopbackAddr(s.cfg.DebugAddr)
+		if err == nil {
+			s.debugLis, err = net.Listen("tcp", addr)
+		}
+		if err != nil {
+			lis.Close()
+			if s.metricsLis != nil {
+				s.metricsLis.Close()
+			}
+			return fmt.Errorf("listen on --debug-addr %s: %w", s.cfg.DebugAddr, err)
+		}
+	}
 	s.lis = lis
 	return nil
 }
@@ -253,6 +276,14 @@ func (s *Server) Addr() net.Addr {
 		return nil
 	}
 	return s.lis.Addr()
+}
+
+// DebugAddr is the bound pprof address; nil when --debug-addr is off.
+func (s *Server) DebugAddr() net.Addr {
+	if s.debugLis == nil {
+		return nil
+	}
+	return s.debugLis.Addr()
 }
 
 // MetricsAddr is the bound metrics address; nil when metrics are off.
@@ -288,26 +319,33 @@ func (s *Server) Serve(ctx context.Context, beforeStop func()) error {
 		}
 		return nil
 	})
-	var metricsSrv *http.Server
-	if s.metricsLis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		s.log.Info("metrics listening", "addr", s.metricsLis.Addr().String(), "path", "/metrics")
+	var side []*http.Server
+	serveHTTP := func(what string, lis net.Listener, h http.Handler) {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		side = append(side, srv)
+		s.log.Info(what+" listening", "addr", lis.Addr().String())
 		g.Go(func() error {
-			if err := metricsSrv.Serve(s.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("metrics serve: %w", err)
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("%s serve: %w", what, err)
 			}
 			return nil
 		})
 	}
+	if s.metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+		serveHTTP("metrics", s.metricsLis, mux)
+	}
+	if s.debugLis != nil {
+		serveHTTP("debug (pprof)", s.debugLis, obs.DebugHandler())
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		s.shutdown(beforeStop)
-		if metricsSrv != nil {
+		for _, srv := range side {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = metricsSrv.Shutdown(sctx)
+			_ = srv.Shutdown(sctx)
+			cancel()
 		}
 		return nil
 	})

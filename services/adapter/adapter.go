@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -60,6 +61,11 @@ type Config struct {
 	Transport transport.Config
 	// Stats, when set, receives the KV event counters (tests, embedding).
 	Stats *Stats
+	// MetricsAddr serves /metrics (the adapter's KV event counters and the
+	// engine load it scrapes); empty: off.
+	MetricsAddr string
+	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
+	DebugAddr string
 }
 
 // EnvVars maps flags to their environment variables.
@@ -86,6 +92,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
@@ -149,6 +157,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	}
 	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
+	var load atomic.Pointer[workerv1.LoadMetrics]
+	load.Store(&workerv1.LoadMetrics{})
+	if err := serveMetrics(ctx, cfg, &load, log); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	// The side loops stop once the worker has drained.
 	sideCtx, stopSide := context.WithCancel(context.Background())
@@ -171,8 +184,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 			return nil
 		}
 		if cfg.MetricsURL != "off" {
-			var load atomic.Pointer[workerv1.LoadMetrics]
-			load.Store(&workerv1.LoadMetrics{})
 			w.SetLoad(func() *workerv1.LoadMetrics { return load.Load() })
 			g.Go(func() error {
 				scrapeLoad(sideCtx, client, cfg.MetricsURL, time.Second, &load, log)

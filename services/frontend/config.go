@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/router"
@@ -47,6 +48,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ClientTLS secures calls to the registry, router and eventbus.
 	ClientTLS tlsconfig.Config
+	// DebugAddr is --debug-addr: pprof, on loopback unless a host is given.
+	DebugAddr string
 	// Transport is the request plane. When its Plane is empty, Validate
 	// reads it from DYN_REQUEST_PLANE and friends.
 	Transport transport.Config
@@ -78,6 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "answer 429 when every worker of a model has this many requests in flight (0: no limit)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")

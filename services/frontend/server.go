@@ -64,6 +64,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
@@ -156,6 +157,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, err
 	}
 	undo = append(undo, s.routing.close)
+	if _, err = obs.StartDebug(ctx, cfg.DebugAddr, log); err != nil {
+		return nil, err
+	}
 	if s.ln, err = net.Listen("tcp", cfg.listenAddr()); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.listenAddr(), err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
@@ -43,6 +45,13 @@ type Config struct {
 	RegistryAddr, EventbusAddr string
 	ClientTLS                  tlsconfig.Config
 	LeaseTTL, DrainTimeout     time.Duration
+	// MetricsAddr serves /metrics (the switchyard_engine_* metrics); empty: off.
+	MetricsAddr string
+	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
+	DebugAddr string
+	// OnMetricsAddr, when set, learns the bound --metrics-addr (tests that
+	// listen on port 0).
+	OnMetricsAddr func(net.Addr)
 	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
 	Transport transport.Config
 }
@@ -73,6 +82,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
@@ -159,6 +170,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 			}
 		},
 	})
+	if err := serveMetrics(ctx, cfg, runner, &load, log); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	g.Go(func() error { return runner.Run(engineCtx) })

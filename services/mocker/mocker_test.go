@@ -6,6 +6,9 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +38,12 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	var cfg mocker.Config
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--no-delay", "--registry-addr", reg.Addr, "--eventbus-addr", bus.Addr().String(), "--namespace", "mock"}); err != nil {
+	if err := fs.Parse([]string{"--no-delay", "--registry-addr", reg.Addr, "--eventbus-addr", bus.Addr().String(), "--namespace", "mock",
+		"--metrics-addr", "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
+	metricsAddr := make(chan net.Addr, 1)
+	cfg.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a }
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -99,6 +105,19 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	st.Close()
 	if len(tokens) != 5 || finish != workerv1.FinishReason_FINISH_REASON_LENGTH {
 		t.Fatalf("got %d tokens, finish %v; want 5 and LENGTH", len(tokens), finish)
+	}
+	// --metrics-addr: the engine's counters after that one request.
+	resp, err := http.Get("http://" + (<-metricsAddr).String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"switchyard_engine_generated_tokens_total 5\n", "switchyard_engine_prompt_tokens_total 40\n",
+		"switchyard_engine_prefix_cache_queried_blocks_total 2\n", "switchyard_engine_kv_blocks_total ", "switchyard_engine_running_requests "} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 
 	client := eventbustest.Client(t, bus.Addr().String())

@@ -98,6 +98,13 @@ func (r *Runner) deliver(out engine.Output) {
 	}
 }
 
+// Stats returns the engine's cumulative counters; safe while Run runs.
+func (r *Runner) Stats() engine.Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng.Stats()
+}
+
 // Run steps the engine until ctx is done, waiting after each step for its
 // simulated duration and, when the engine is idle, for a submission. On
 // return every request still running has been cancelled (its stream ends

@@ -1,0 +1,47 @@
+package mocker
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
+)
+
+// serveMetrics starts --metrics-addr and --debug-addr when set. The engine
+// metrics are read at each scrape: the load from the latest step's report,
+// the counters from the engine.
+func serveMetrics(ctx context.Context, cfg Config, r *realtime.Runner, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) error {
+	if _, err := obs.StartDebug(ctx, cfg.DebugAddr, log); err != nil {
+		return err
+	}
+	if cfg.MetricsAddr == "" {
+		return nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		obs.NewEngineCollector(func() obs.EngineSnapshot { return snapshot(r, load.Load(), cfg.Engine.NumGPUBlocks) }))
+	srv, err := obs.StartHTTP(ctx, cfg.MetricsAddr, obs.MetricsHandler(reg), log, "metrics")
+	if err != nil {
+		return err
+	}
+	if cfg.OnMetricsAddr != nil {
+		cfg.OnMetricsAddr(srv.Addr())
+	}
+	return nil
+}
+
+func snapshot(r *realtime.Runner, m *workerv1.LoadMetrics, blocks int) obs.EngineSnapshot {
+	st := r.Stats()
+	s := obs.EngineSnapshot{KVBlocksTotal: blocks, PrefixQueriedBlocks: st.PrefixQueriedBlocks, PrefixHitBlocks: st.PrefixHitBlocks,
+		Preemptions: st.Preemptions, PromptTokens: st.PrefillTokens, GeneratedTokens: st.GeneratedTokens}
+	if m != nil {
+		s.Running, s.Waiting, s.KVBlocksUsed = int(m.RunningRequests), int(m.WaitingRequests), int(m.KvBlocksUsed)
+	}
+	return s
+}
