@@ -119,8 +119,8 @@ type Server struct {
 	watches *watchSlots
 
 	lis, metricsLis, debugLis net.Listener
-	stopping        chan struct{}
-	stopOnce        sync.Once
+	stopping                  chan struct{}
+	stopOnce                  sync.Once
 }
 
 // New builds a server. Services register on GRPC() before Listen. The
