@@ -25,6 +25,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -601,7 +603,7 @@ func TestPythonWorkerExitsWhenLeaseIsLost(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, reg := registrytest.Start(t)
+	etcd, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
 	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
 	if err != nil {
@@ -613,9 +615,12 @@ func TestPythonWorkerExitsWhenLeaseIsLost(t *testing.T) {
 	w := startWorker(t, reg.Addr, bus.Addr().String())
 	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
 	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", in.InstanceId)})
-	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); err != nil {
-		t.Fatal(err)
+	// Only the worker holds its lease token, so someone else's Deregister
+	// is refused; the lease is revoked in etcd itself, as an operator would.
+	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Deregister of the worker's lease without its token: %v, want PermissionDenied", err)
 	}
+	etcd.RevokeLease(ctx, in.InstanceId)
 	if code := w.wait(t); code != 1 {
 		t.Fatalf("worker.py exited with %d after losing its lease; want 1. It logged:\n%s", code, w.logs.String())
 	}

@@ -49,7 +49,10 @@ NAMED_ENV = {
     "http_port": "DYN_HTTP_RPC_PORT",
     "http_root_path": "DYN_HTTP_RPC_ROOT_PATH",
     "max_message_size": "DYN_TCP_MAX_MESSAGE_SIZE",
+    "auth_token": "SWITCHYARD_AUTH_TOKEN",
 }
+# The gRPC metadata key of a lease's secret token (pkg/authtoken.LeaseTokenKey).
+LEASE_TOKEN_KEY = "switchyard-lease-token"
 TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
@@ -87,6 +90,7 @@ def parse_config(argv):
     p.add_argument("--load-interval", type=float, default=1.0, help="seconds between load metrics publications")
     p.add_argument("--registry-addr", default="localhost:7001", help="registry address, host:port")
     p.add_argument("--eventbus-addr", default="localhost:7002", help="eventbus address, host:port")
+    p.add_argument("--auth-token", default="", help="bearer token sent to the registry and eventbus (SWITCHYARD_AUTH_TOKEN)")
     p.add_argument("--lease-ttl", type=int, default=10, help="registry lease TTL in seconds (1..300)")
     p.add_argument("--drain-timeout", type=float, default=30, help="seconds in-flight requests may take at shutdown")
     p.add_argument("--http-host", default="", help="address to bind and advertise (DYN_HTTP_RPC_HOST; "
@@ -140,13 +144,52 @@ class LeaseLost(Exception):
     pass
 
 
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+              grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call, as Go's
+    authtoken.Bearer does. grpc's call credentials need a secure channel;
+    an interceptor also works on a plaintext loopback one."""
+
+    def __init__(self, token):
+        self.header = ("authorization", "Bearer " + token)
+
+    def _details(self, d):
+        md = list(d.metadata or ()) + [self.header]
+        return d._replace(metadata=md) if hasattr(d, "_replace") else _CallDetails(d, md)
+
+    def intercept_unary_unary(self, cont, d, req):
+        return cont(self._details(d), req)
+
+    def intercept_unary_stream(self, cont, d, req):
+        return cont(self._details(d), req)
+
+    def intercept_stream_unary(self, cont, d, it):
+        return cont(self._details(d), it)
+
+    def intercept_stream_stream(self, cont, d, it):
+        return cont(self._details(d), it)
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                             "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):
+    def __new__(cls, d, md):
+        return super().__new__(cls, d.method, d.timeout, md, d.credentials,
+                               getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+
+def with_bearer(channel, token):
+    """The channel, sending token on every call when there is one."""
+    return grpc.intercept_channel(channel, _Bearer(token)) if token else channel
+
+
 class _KeepAliveStream:
     """One KeepAlive bidi stream and the thread that reads its answers."""
 
-    def __init__(self, stub):
+    def __init__(self, stub, metadata):
         self.requests = queue.Queue()
         self.answers = queue.Queue()
-        self.responses = stub.KeepAlive(iter(self.requests.get, None))
+        self.responses = stub.KeepAlive(iter(self.requests.get, None), metadata=metadata)
         self.reader = threading.Thread(target=self._read, name="keepalive-read", daemon=True)
         self.reader.start()
 
@@ -186,6 +229,8 @@ class Lease:
         resp = stub.GrantLease(registry_pb2.GrantLeaseRequest(ttl_seconds=ttl), timeout=10)
         self.id = resp.lease_id
         self.ttl = resp.ttl_seconds
+        # Every call on the lease proves ownership with its secret token.
+        self.metadata = ((LEASE_TOKEN_KEY, resp.lease_token),)
         self.lost = None  # the reason, once lost
         self._stop = threading.Event()
         self.done = threading.Event()  # set when lost or closed
@@ -200,7 +245,7 @@ class Lease:
         try:
             while not self._stop.wait(max(nxt - time.monotonic(), 0)):
                 if stream is None:
-                    stream = _KeepAliveStream(self.stub)
+                    stream = _KeepAliveStream(self.stub, self.metadata)
                 now = time.monotonic()
                 try:
                     ttl, found = stream.refresh(self.id, min(deadline - now, 5))
@@ -235,7 +280,8 @@ class Lease:
         self._thread.join()
         if self.lost is None:
             try:
-                self.stub.Deregister(registry_pb2.DeregisterRequest(lease_id=self.id), timeout=10)
+                self.stub.Deregister(registry_pb2.DeregisterRequest(lease_id=self.id), timeout=10,
+                                    metadata=self.metadata)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.NOT_FOUND:
                     raise
@@ -429,14 +475,14 @@ def main(argv):
     handler.setFormatter(JSONFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     cfg = parse_config(argv)
-    info("config", **{k: v for k, v in vars(cfg).items()})
+    info("config", **{k: ("<set>" if k == "auth_token" and v else v) for k, v in vars(cfg).items()})
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
-    reg_channel = grpc.insecure_channel(cfg.registry_addr)
-    bus_channel = grpc.insecure_channel(cfg.eventbus_addr)
+    reg_channel = with_bearer(grpc.insecure_channel(cfg.registry_addr), cfg.auth_token)
+    bus_channel = with_bearer(grpc.insecure_channel(cfg.eventbus_addr), cfg.auth_token)
     registry = registry_pb2_grpc.RegistryServiceStub(reg_channel)
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
     subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
@@ -456,11 +502,13 @@ def main(argv):
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=registry_pb2.Transport(http=server.base_url),
                                          metadata={"worker": "python-example"})
-        registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10)
+        registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10,
+                          metadata=lease.metadata)
         card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                       instance_id=lease.id, model_name=cfg.model_name, block_size=cfg.block_size,
                                       context_length=cfg.context_length)
-        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=card, lease_id=lease.id), timeout=10)
+        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=card, lease_id=lease.id), timeout=10,
+                               metadata=lease.metadata)
         info("worker registered", instance="%x" % lease.id,
              endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
              transport="http:" + server.base_url, model=cfg.model_name)

@@ -12,8 +12,10 @@ package authtoken
 
 import (
 	"bufio"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -183,4 +185,39 @@ func Load(path string) (*Set, error) {
 		return nil, fmt.Errorf("token file %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// LeaseTokenKey is the gRPC metadata key of a registry lease's secret token,
+// which KeepAlive, Register, Deregister and RegisterModel on that lease need.
+const LeaseTokenKey = "switchyard-lease-token"
+
+// NewLeaseToken returns a fresh random lease token (256 bits, URL-safe
+// base64 without padding).
+func NewLeaseToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("lease token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// DigestHex is the hex SHA-256 of a token, the form the registry stores.
+func DigestHex(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// MatchDigestHex reports whether any of tokens has the hex SHA-256 digest,
+// comparing every candidate in constant time.
+func MatchDigestHex(digest string, tokens []string) bool {
+	want, err := hex.DecodeString(digest)
+	if err != nil || len(want) != sha256.Size {
+		return false
+	}
+	ok := 0
+	for _, t := range tokens {
+		sum := sha256.Sum256([]byte(t))
+		ok |= subtle.ConstantTimeCompare(sum[:], want)
+	}
+	return ok == 1
 }

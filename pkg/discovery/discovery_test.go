@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -212,7 +214,7 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 }
 
 func TestSessionReportsLeaseLoss(t *testing.T) {
-	_, reg := registrytest.Start(t)
+	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
 	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
@@ -220,10 +222,12 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	// Someone else revokes the lease (an operator, a fencing controller).
-	if _, err := c.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.ID()}); err != nil {
-		t.Fatal(err)
+	// Someone else revokes the lease (an operator, a fencing controller):
+	// not through the registry, which only lets the lease's holder end it.
+	if _, err := c.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.ID()}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Deregister without the session's lease token: %v, want PermissionDenied", err)
 	}
+	etcd.RevokeLease(ctx, s.ID())
 	select {
 	case <-s.Done():
 	case <-ctx.Done():

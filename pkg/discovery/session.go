@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
@@ -66,6 +68,7 @@ func PodFromEnv() *registryv1.KubernetesPod {
 type Session struct {
 	c     *Client
 	id    uint64
+	token string // the lease's secret, sent on every call that uses the lease
 	ttl   time.Duration
 	log   *slog.Logger
 	stop  chan struct{}
@@ -94,16 +97,22 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Session{
-		c:    c,
-		id:   resp.LeaseId,
-		ttl:  time.Duration(resp.TtlSeconds) * time.Second,
-		log:  log.With("lease", fmt.Sprintf("%x", resp.LeaseId)),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-		exit: make(chan struct{}),
+		c:     c,
+		id:    resp.LeaseId,
+		token: resp.LeaseToken,
+		ttl:   time.Duration(resp.TtlSeconds) * time.Second,
+		log:   log.With("lease", fmt.Sprintf("%x", resp.LeaseId)),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		exit:  make(chan struct{}),
 	}
 	go s.keepAlive(time.Now().Add(s.ttl))
 	return s, nil
+}
+
+// withLease adds the lease token to an outgoing call's metadata.
+func withLease(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, authtoken.LeaseTokenKey, token)
 }
 
 // ID is the lease id, which is the instance id of everything registered here.
@@ -132,7 +141,7 @@ func (s *Session) Err() error {
 // Register registers an instance on the session's lease and returns it with
 // its instance id set. A duplicate is codes.AlreadyExists.
 func (s *Session) Register(ctx context.Context, in *registryv1.Instance) (*registryv1.Instance, error) {
-	resp, err := s.c.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: in, LeaseId: s.id})
+	resp, err := s.c.rpc.Register(withLease(ctx, s.token), &registryv1.RegisterRequest{Instance: in, LeaseId: s.id})
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +152,7 @@ func (s *Session) Register(ctx context.Context, in *registryv1.Instance) (*regis
 
 // RegisterModel publishes a model card on the session's lease.
 func (s *Session) RegisterModel(ctx context.Context, card *registryv1.ModelCard) error {
-	_, err := s.c.rpc.RegisterModel(ctx, &registryv1.RegisterModelRequest{Card: card, LeaseId: s.id})
+	_, err := s.c.rpc.RegisterModel(withLease(ctx, s.token), &registryv1.RegisterModelRequest{Card: card, LeaseId: s.id})
 	return err
 }
 
@@ -161,7 +170,7 @@ func (s *Session) Close(ctx context.Context) error {
 			}
 		default:
 		}
-		_, err = s.c.rpc.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.id})
+		_, err = s.c.rpc.Deregister(withLease(ctx, s.token), &registryv1.DeregisterRequest{LeaseId: s.id})
 		if status.Code(err) == codes.NotFound {
 			err = nil
 		}
@@ -208,7 +217,7 @@ func (s *Session) keepAlive(deadline time.Time) {
 		case <-timer.C:
 		}
 		if ka == nil {
-			ka = openKeepAlive(s.c)
+			ka = openKeepAlive(s.c, s.token)
 		}
 		// Before the deadline, leave time to try another replica; after it,
 		// give a slow registry a fair chance to answer.
@@ -263,8 +272,8 @@ type keepAliveStream struct {
 	err    error
 }
 
-func openKeepAlive(c *Client) *keepAliveStream {
-	ctx, cancel := context.WithCancel(context.Background())
+func openKeepAlive(c *Client, token string) *keepAliveStream {
+	ctx, cancel := context.WithCancel(withLease(context.Background(), token))
 	k := &keepAliveStream{cancel: cancel, resps: make(chan *registryv1.KeepAliveResponse, 1), errc: make(chan error, 1)}
 	stream, err := c.rpc.KeepAlive(ctx)
 	if err != nil {

@@ -19,11 +19,18 @@ import (
 // snapshot marked SNAPSHOT_REASON_COMPACTED.
 type Backend interface {
 	// GrantLease grants a lease of ttl for the worker in pod (nil outside
-	// Kubernetes) and returns its id and granted TTL.
-	GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod) (uint64, time.Duration, error)
+	// Kubernetes) and returns its id and granted TTL. tokenDigest (the hex
+	// SHA-256 of the lease's secret token) is stored with the lease, in the
+	// same write or undone with it, never the token itself.
+	GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod, tokenDigest string) (uint64, time.Duration, error)
 	// Register stores an instance tied to lease (a new lease of ttl for pod
-	// when 0). A duplicate is ErrExists; an unknown lease is ErrNotFound.
-	Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error)
+	// when 0, which gets tokenDigest as GrantLease's). A duplicate is
+	// ErrExists; an unknown lease is ErrNotFound.
+	Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod, tokenDigest string) (*registryv1.RegisterResponse, error)
+	// LeaseTokenDigest returns the token digest stored with a lease: ""
+	// for a live lease without one (granted before lease tokens existed),
+	// ErrNotFound when the lease is gone.
+	LeaseTokenDigest(ctx context.Context, lease uint64) (string, error)
 	// KeepAlive refreshes a lease once; found is false when it is gone.
 	KeepAlive(ctx context.Context, lease uint64) (ttl time.Duration, found bool, err error)
 	// Deregister ends a lease and everything tied to it; an unknown lease is

@@ -33,6 +33,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
 
 // envtestSelector is the EndpointSlice selector the registry under test
@@ -122,7 +123,7 @@ func startKubeRegistry(t *testing.T, cfg Config) (string, registryv1.RegistrySer
 		}
 	})
 	addr := svc.Addr().String()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, leasekeep.New().DialOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

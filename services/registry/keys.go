@@ -19,7 +19,13 @@ const (
 	bucketsPrefix  = "/buckets/"
 	kvPrefix       = "/kv/"
 	locksPrefix    = "/locks/"
+	// leaseTokensPrefix holds, per lease, the SHA-256 of its secret token,
+	// tied to the lease: the registry's own key, beside the seed layout.
+	leaseTokensPrefix = "/registry/lease-tokens/"
 )
+
+// leaseTokenKey is where the digest of a lease's token lives.
+func leaseTokenKey(lease uint64) string { return leaseTokensPrefix + strconv.FormatUint(lease, 16) }
 
 // instanceKey is the etcd key of one instance.
 func instanceKey(namespace, component, endpoint string, id uint64) string {

@@ -263,14 +263,42 @@ func (k *KubeBackend) resource() dynamic.ResourceInterface {
 // (a restarted container) or an earlier pod of that name left, and applies
 // the pod's DynamoWorkerMetadata with an owner reference to the pod. The
 // lease id is the pod's instance id.
-func (k *KubeBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod) (uint64, time.Duration, error) {
-	return k.claim(ctx, "grant lease", ttl, pod, true)
+func (k *KubeBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod, tokenDigest string) (uint64, time.Duration, error) {
+	return k.claim(ctx, "grant lease", ttl, pod, true, tokenDigest)
+}
+
+// annotationLeaseToken holds the hex SHA-256 of the lease's token on the
+// pod's resource. Each claim of the pod's resource (a GrantLease, or a
+// Register without lease) issues a new token, and the earlier ones stop
+// working: a pod has one lease.
+const annotationLeaseToken = kubeGroup + "/lease-token-sha256"
+
+// LeaseTokenDigest reads the digest from the lease's resource, found by
+// the informer's cache but read from the API: a new claim replaces the
+// digest, and the cache may not have seen it yet. Lease checks are rare (a
+// KeepAlive stream checks once), so the extra read is cheap.
+func (k *KubeBackend) LeaseTokenDigest(ctx context.Context, lease uint64) (string, error) {
+	u, err := k.lookup(ctx, lease)
+	if err != nil {
+		return "", err
+	}
+	cur, err := k.resource().Get(ctx, u.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("%w: lease %x: its %s is gone", ErrNotFound, lease, kubeKind)
+	}
+	if err != nil {
+		return "", kubeErr("read lease token", err)
+	}
+	if cur.GetLabels()[labelInstanceID] != idLabel(lease) || cur.GetDeletionTimestamp() != nil {
+		return "", fmt.Errorf("%w: lease %x ended", ErrNotFound, lease)
+	}
+	return cur.GetAnnotations()[annotationLeaseToken], nil
 }
 
 // claim makes sure the pod's resource exists and is the pod's. fresh drops
 // the entries of an existing resource of the same pod; otherwise only a
 // resource left by an earlier pod of the same name is replaced.
-func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, pod *registryv1.KubernetesPod, fresh bool) (uint64, time.Duration, error) {
+func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, pod *registryv1.KubernetesPod, fresh bool, tokenDigest string) (uint64, time.Duration, error) {
 	if pod == nil {
 		return 0, 0, fmt.Errorf("%w: the kubernetes discovery backend needs the worker's pod: set POD_NAME, POD_NAMESPACE and POD_UID (or the request's pod field)", ErrInvalid)
 	}
@@ -305,6 +333,7 @@ func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, p
 	obj := k.applyObject(pod.Name, "")
 	obj.SetLabels(map[string]string{labelManagedBy: kubeFieldManager, labelInstanceID: idLabel(id)})
 	obj.SetOwnerReferences([]metav1.OwnerReference{podRef(p)})
+	obj.SetAnnotations(map[string]string{annotationLeaseToken: tokenDigest})
 	obj.Object["spec"] = map[string]any{
 		"podName":    p.Name,
 		"podUID":     string(p.UID),
@@ -406,7 +435,7 @@ func (k *KubeBackend) applyEntry(ctx context.Context, op string, lease uint64, m
 // pod's resource (made if missing) beside its other endpoints and replaces
 // an earlier registration of the same endpoint by this pod, since on
 // Kubernetes a new lease of a pod is the same instance.
-func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
+func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod, tokenDigest string) (*registryv1.RegisterResponse, error) {
 	exists := func(s workerSpec) error {
 		for _, e := range s.Endpoints {
 			if e.Namespace == in.Namespace && e.Component == in.Component && e.Endpoint == in.Endpoint {
@@ -416,7 +445,7 @@ func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl
 		return nil
 	}
 	if lease == 0 {
-		id, granted, err := k.claim(ctx, "register", ttl, pod, false)
+		id, granted, err := k.claim(ctx, "register", ttl, pod, false, tokenDigest)
 		if err != nil {
 			return nil, err
 		}

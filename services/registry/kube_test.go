@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,8 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
 
 const kubeTestNS = "dynamo"
@@ -66,6 +69,24 @@ func newFakeKube(t *testing.T, objs ...runtime.Object) *fakeKube {
 // serveBackend serves b over gRPC on a loopback port until the test ends.
 func serveBackend(t *testing.T, b Backend) registryv1.RegistryServiceClient {
 	t.Helper()
+	return dialBackend(t, serveBackendAddr(t, b), leasekeep.New().DialOptions()...)
+}
+
+// dialBackend dials a served backend with opts (none: a raw client that
+// sends no lease token by itself).
+func dialBackend(t *testing.T, addr string, opts ...grpc.DialOption) registryv1.RegistryServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return registryv1.NewRegistryServiceClient(cc)
+}
+
+// serveBackendAddr serves b's registry API until the test ends.
+func serveBackendAddr(t *testing.T, b Backend) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +104,7 @@ func serveBackend(t *testing.T, b Backend) registryv1.RegistryServiceClient {
 		gs.Stop()
 		<-served
 	})
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return registryv1.NewRegistryServiceClient(cc)
+	return lis.Addr().String()
 }
 
 func testPod(name, uid string) *corev1.Pod {
@@ -450,8 +466,11 @@ func TestKubeWatchResume(t *testing.T) {
 func TestKubeLeaseFollowsTheResource(t *testing.T) {
 	const uid = "uid-lease"
 	f := newFakeKube(t, testPod("worker-0", uid))
-	ctx := kubeCtx(t)
-	f.createResource(t, workerResource("worker-0", uid))
+	const token = "the-worker's-token"
+	ctx := metadata.AppendToOutgoingContext(kubeCtx(t), authtoken.LeaseTokenKey, token)
+	res := workerResource("worker-0", uid)
+	res.SetAnnotations(map[string]string{annotationLeaseToken: authtoken.DigestHex(token)})
+	f.createResource(t, res)
 	id := kubeInstanceID(uid)
 
 	ka, err := f.rpc.KeepAlive(ctx)

@@ -20,6 +20,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,7 +41,7 @@ func newEnv(t *testing.T) *env {
 
 func dialRPC(t *testing.T, addr string) registryv1.RegistryServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, leasekeep.New().DialOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

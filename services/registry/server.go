@@ -21,6 +21,8 @@ type server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	stopping <-chan struct{}
+	// keepAliveStreams bounds the KeepAlive streams per lease.
+	keepAliveStreams leaseStreams
 	// watchSlot bounds each client's open watches (grpcserver.WatchSlot).
 	watchSlot func(context.Context) (func(), error)
 }
@@ -49,11 +51,15 @@ func (s *server) GrantLease(ctx context.Context, r *registryv1.GrantLeaseRequest
 	if err := validatePod(r.GetPod()); err != nil {
 		return nil, toStatus(err)
 	}
-	id, granted, err := s.store.GrantLease(ctx, ttl, r.GetPod())
+	token, digest, err := newLeaseToken()
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &registryv1.GrantLeaseResponse{LeaseId: id, TtlSeconds: int64(granted / time.Second)}, nil
+	id, granted, err := s.store.GrantLease(ctx, ttl, r.GetPod(), digest)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &registryv1.GrantLeaseResponse{LeaseId: id, TtlSeconds: int64(granted / time.Second), LeaseToken: token}, nil
 }
 
 func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*registryv1.RegisterResponse, error) {
@@ -61,17 +67,31 @@ func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	var token, digest string
 	if r.LeaseId != 0 {
 		if err := validLease("lease_id", r.LeaseId); err != nil {
 			return nil, toStatus(err)
 		}
+		if err := s.checkLease(ctx, r.LeaseId); err != nil {
+			return nil, toStatus(err)
+		}
+	} else if token, digest, err = newLeaseToken(); err != nil {
+		return nil, toStatus(err)
 	}
-	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId, r.GetPod())
-	return resp, toStatus(err)
+	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId, r.GetPod(), digest)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp.LeaseToken = token
+	return resp, nil
 }
 
 func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) error {
 	ctx := stream.Context()
+	// The leases this stream proved it holds: the token of a lease never
+	// changes on etcd, so it is checked once per stream, not per refresh.
+	owned := map[uint64]bool{}
+	defer s.keepAliveStreams.done(owned)
 	reqs := make(chan *registryv1.KeepAliveRequest)
 	errc := make(chan error, 1)
 	go func() {
@@ -101,6 +121,27 @@ func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) er
 			if err := validLease("lease_id", r.GetLeaseId()); err != nil {
 				return toStatus(err)
 			}
+			if !owned[r.LeaseId] {
+				err := s.checkLease(ctx, r.LeaseId)
+				if errors.Is(err, ErrNotFound) {
+					s.metrics.keepAlives.WithLabelValues("not_found").Inc()
+					if err := stream.Send(&registryv1.KeepAliveResponse{LeaseId: r.LeaseId}); err != nil {
+						return err
+					}
+					continue
+				}
+				if err != nil {
+					s.metrics.keepAlives.WithLabelValues("denied").Inc()
+					return err
+				}
+				if len(owned) >= maxLeasesPerKeepAlive {
+					return status.Errorf(codes.ResourceExhausted, "one KeepAlive stream refreshes at most %d leases", maxLeasesPerKeepAlive)
+				}
+				if !s.keepAliveStreams.add(r.LeaseId) {
+					return status.Errorf(codes.ResourceExhausted, "lease %x has %d KeepAlive streams open already", r.LeaseId, maxStreamsPerLease)
+				}
+				owned[r.LeaseId] = true
+			}
 			ttl, found, err := s.store.KeepAlive(ctx, r.LeaseId)
 			if err != nil {
 				s.metrics.keepAlives.WithLabelValues("error").Inc()
@@ -120,6 +161,9 @@ func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) er
 
 func (s *server) Deregister(ctx context.Context, r *registryv1.DeregisterRequest) (*registryv1.DeregisterResponse, error) {
 	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.checkLease(ctx, r.LeaseId); err != nil {
 		return nil, toStatus(err)
 	}
 	rev, err := s.store.Deregister(ctx, r.LeaseId)
@@ -204,6 +248,9 @@ func (s *server) RegisterModel(ctx context.Context, r *registryv1.RegisterModelR
 		return nil, toStatus(err)
 	}
 	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.checkLease(ctx, r.LeaseId); err != nil {
 		return nil, toStatus(err)
 	}
 	rev, err := s.store.RegisterModel(ctx, r.Card, r.LeaseId)

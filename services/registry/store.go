@@ -55,8 +55,22 @@ func etcdErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// GrantLease grants a lease of the given TTL. etcd leases need no pod.
-func (s *Store) GrantLease(ctx context.Context, ttl time.Duration, _ *registryv1.KubernetesPod) (uint64, time.Duration, error) {
+// GrantLease grants a lease of the given TTL and stores the digest of its
+// token under the registry's own key, tied to the lease. etcd leases need no
+// pod.
+func (s *Store) GrantLease(ctx context.Context, ttl time.Duration, _ *registryv1.KubernetesPod, tokenDigest string) (uint64, time.Duration, error) {
+	id, granted, err := s.grant(ctx, ttl)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := s.cli.Put(ctx, leaseTokenKey(id), tokenDigest, clientv3.WithLease(clientv3.LeaseID(id))); err != nil {
+		s.revokeQuietly(id)
+		return 0, 0, etcdErr("grant lease: store token digest", err)
+	}
+	return id, granted, nil
+}
+
+func (s *Store) grant(ctx context.Context, ttl time.Duration) (uint64, time.Duration, error) {
 	resp, err := s.cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return 0, 0, etcdErr("grant lease", err)
@@ -64,12 +78,31 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration, _ *registryv1
 	return uint64(resp.ID), time.Duration(resp.TTL) * time.Second, nil
 }
 
+// LeaseTokenDigest reads the digest stored with a lease.
+func (s *Store) LeaseTokenDigest(ctx context.Context, lease uint64) (string, error) {
+	resp, err := s.cli.Get(ctx, leaseTokenKey(lease))
+	if err != nil {
+		return "", etcdErr("read lease token", err)
+	}
+	if len(resp.Kvs) > 0 {
+		return string(resp.Kvs[0].Value), nil
+	}
+	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil {
+		return "", etcdErr("read lease token", err)
+	}
+	if ttl.TTL <= 0 {
+		return "", fmt.Errorf("%w: lease %x not found (expired or revoked)", ErrNotFound, lease)
+	}
+	return "", nil
+}
+
 // Register stores an instance under its seed key, tied to lease (granted here
 // when lease is 0). It is create-if-not-exists: a duplicate is ErrExists.
-func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, _ *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
+func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, _ *registryv1.KubernetesPod, tokenDigest string) (*registryv1.RegisterResponse, error) {
 	granted := false
 	if lease == 0 {
-		id, t, err := s.GrantLease(ctx, ttl, nil)
+		id, t, err := s.grant(ctx, ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -92,9 +125,13 @@ func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.
 	if err != nil {
 		return nil, err
 	}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))}
+	if granted {
+		ops = append(ops, clientv3.OpPut(leaseTokenKey(lease), tokenDigest, clientv3.WithLease(clientv3.LeaseID(lease))))
+	}
 	txn, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		if granted {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/registry"
 )
@@ -53,6 +56,21 @@ func (e *Etcd) Start() {
 		e.t.Fatalf("start embedded etcd: %v", err)
 	}
 	e.Endpoints = e.etcd.Endpoints()
+}
+
+// RevokeLease revokes a lease in etcd itself, as an operator fencing a
+// worker would: the registry's API lets only the lease's holder (or an admin
+// token) end it.
+func (e *Etcd) RevokeLease(ctx context.Context, id uint64) {
+	e.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil {
+		e.t.Fatalf("revoke lease %x: %v", id, err)
+	}
 }
 
 // Stop stops etcd; Start brings it back with its data.

@@ -575,7 +575,11 @@ type GrantLeaseResponse struct {
 	// The lease id, which is the instance id of what is registered on it.
 	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// The lease TTL in seconds.
-	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The lease's secret token: send it as the "switchyard-lease-token"
+	// metadata of every KeepAlive, Register, Deregister and RegisterModel on
+	// this lease. It is shown once; the registry stores only its SHA-256.
+	LeaseToken    string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -622,6 +626,13 @@ func (x *GrantLeaseResponse) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *GrantLeaseResponse) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
 }
 
 // RegisterRequest registers one instance.
@@ -707,7 +718,10 @@ type RegisterResponse struct {
 	// The lease TTL in seconds.
 	TtlSeconds int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// The store revision of the write.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The secret token of the lease this registration granted (lease_id was
+	// 0), as GrantLeaseResponse.lease_token; empty when it reused a lease.
+	LeaseToken    string `protobuf:"bytes,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,6 +775,13 @@ func (x *RegisterResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
 }
 
 // KeepAliveRequest refreshes one lease.
@@ -3216,23 +3237,27 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x11GrantLeaseRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
 	"ttlSeconds\x127\n" +
-	"\x03pod\x18\x02 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"P\n" +
+	"\x03pod\x18\x02 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"q\n" +
 	"\x12GrantLeaseResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
-	"ttlSeconds\"\xc4\x01\n" +
+	"ttlSeconds\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\tR\n" +
+	"leaseToken\"\xc4\x01\n" +
 	"\x0fRegisterRequest\x12<\n" +
 	"\binstance\x18\x01 \x01(\v2 .switchyard.registry.v1.InstanceR\binstance\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\x12\x19\n" +
 	"\blease_id\x18\x03 \x01(\x04R\aleaseId\x127\n" +
-	"\x03pod\x18\x04 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"p\n" +
+	"\x03pod\x18\x04 \x01(\v2%.switchyard.registry.v1.KubernetesPodR\x03pod\"\x91\x01\n" +
 	"\x10RegisterResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"-\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\tR\n" +
+	"leaseToken\"-\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"e\n" +
 	"\x11KeepAliveResponse\x12\x19\n" +

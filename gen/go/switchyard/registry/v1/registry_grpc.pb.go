@@ -49,6 +49,18 @@ const (
 // alive; routers and frontends list and watch them. It also offers a small
 // key-value store over named buckets and distributed read/write locks, all tied
 // to leases so that a crashed holder's state goes away with its lease.
+//
+// Lease ownership: GrantLease (and Register when it grants a lease) returns a
+// secret lease_token. KeepAlive, Register on an existing lease, Deregister and
+// RegisterModel must send it in the gRPC metadata key "switchyard-lease-token"
+// (several values allowed, for a KeepAlive stream that refreshes several
+// leases); without the lease's token they fail with PermissionDenied, so that
+// knowing an instance id (ListInstances shows them all) is not enough to end
+// or extend someone else's lease. The registry keeps only the token's SHA-256.
+//
+// Authentication: with --auth-token-file the registry also needs
+// "authorization: Bearer <token>" on every call but the health service, and
+// checks the token's role against the RPC (see deploy/SECURITY.md).
 type RegistryServiceClient interface {
 	// GrantLease grants a lease that instances, model cards, keys and locks can
 	// be tied to. Its id becomes the instance id of everything registered on it.
@@ -339,6 +351,18 @@ func (c *registryServiceClient) ReleaseLock(ctx context.Context, in *ReleaseLock
 // alive; routers and frontends list and watch them. It also offers a small
 // key-value store over named buckets and distributed read/write locks, all tied
 // to leases so that a crashed holder's state goes away with its lease.
+//
+// Lease ownership: GrantLease (and Register when it grants a lease) returns a
+// secret lease_token. KeepAlive, Register on an existing lease, Deregister and
+// RegisterModel must send it in the gRPC metadata key "switchyard-lease-token"
+// (several values allowed, for a KeepAlive stream that refreshes several
+// leases); without the lease's token they fail with PermissionDenied, so that
+// knowing an instance id (ListInstances shows them all) is not enough to end
+// or extend someone else's lease. The registry keeps only the token's SHA-256.
+//
+// Authentication: with --auth-token-file the registry also needs
+// "authorization: Bearer <token>" on every call but the health service, and
+// checks the token's role against the RPC (see deploy/SECURITY.md).
 type RegistryServiceServer interface {
 	// GrantLease grants a lease that instances, model cards, keys and locks can
 	// be tied to. Its id becomes the instance id of everything registered on it.

@@ -129,12 +129,14 @@ class GrantLeaseRequest(_message.Message):
     def __init__(self, ttl_seconds: _Optional[int] = ..., pod: _Optional[_Union[KubernetesPod, _Mapping]] = ...) -> None: ...
 
 class GrantLeaseResponse(_message.Message):
-    __slots__ = ["lease_id", "ttl_seconds"]
+    __slots__ = ["lease_id", "lease_token", "ttl_seconds"]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     lease_id: int
+    lease_token: str
     ttl_seconds: int
-    def __init__(self, lease_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, lease_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class Instance(_message.Message):
     __slots__ = ["component", "endpoint", "instance_id", "metadata", "namespace", "transport"]
@@ -367,14 +369,16 @@ class RegisterRequest(_message.Message):
     def __init__(self, instance: _Optional[_Union[Instance, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., lease_id: _Optional[int] = ..., pod: _Optional[_Union[KubernetesPod, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ["instance_id", "revision", "ttl_seconds"]
+    __slots__ = ["instance_id", "lease_token", "revision", "ttl_seconds"]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
+    lease_token: str
     revision: int
     ttl_seconds: int
-    def __init__(self, instance_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., revision: _Optional[int] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class ReleaseLockRequest(_message.Message):
     __slots__ = ["token"]

@@ -11,6 +11,18 @@ class RegistryServiceStub(object):
     alive; routers and frontends list and watch them. It also offers a small
     key-value store over named buckets and distributed read/write locks, all tied
     to leases so that a crashed holder's state goes away with its lease.
+
+    Lease ownership: GrantLease (and Register when it grants a lease) returns a
+    secret lease_token. KeepAlive, Register on an existing lease, Deregister and
+    RegisterModel must send it in the gRPC metadata key "switchyard-lease-token"
+    (several values allowed, for a KeepAlive stream that refreshes several
+    leases); without the lease's token they fail with PermissionDenied, so that
+    knowing an instance id (ListInstances shows them all) is not enough to end
+    or extend someone else's lease. The registry keeps only the token's SHA-256.
+
+    Authentication: with --auth-token-file the registry also needs
+    "authorization: Bearer <token>" on every call but the health service, and
+    checks the token's role against the RPC (see deploy/SECURITY.md).
     """
 
     def __init__(self, channel):
@@ -122,6 +134,18 @@ class RegistryServiceServicer(object):
     alive; routers and frontends list and watch them. It also offers a small
     key-value store over named buckets and distributed read/write locks, all tied
     to leases so that a crashed holder's state goes away with its lease.
+
+    Lease ownership: GrantLease (and Register when it grants a lease) returns a
+    secret lease_token. KeepAlive, Register on an existing lease, Deregister and
+    RegisterModel must send it in the gRPC metadata key "switchyard-lease-token"
+    (several values allowed, for a KeepAlive stream that refreshes several
+    leases); without the lease's token they fail with PermissionDenied, so that
+    knowing an instance id (ListInstances shows them all) is not enough to end
+    or extend someone else's lease. The registry keeps only the token's SHA-256.
+
+    Authentication: with --auth-token-file the registry also needs
+    "authorization: Bearer <token>" on every call but the health service, and
+    checks the token's role against the RPC (see deploy/SECURITY.md).
     """
 
     def GrantLease(self, request, context):
@@ -380,6 +404,18 @@ class RegistryService(object):
     alive; routers and frontends list and watch them. It also offers a small
     key-value store over named buckets and distributed read/write locks, all tied
     to leases so that a crashed holder's state goes away with its lease.
+
+    Lease ownership: GrantLease (and Register when it grants a lease) returns a
+    secret lease_token. KeepAlive, Register on an existing lease, Deregister and
+    RegisterModel must send it in the gRPC metadata key "switchyard-lease-token"
+    (several values allowed, for a KeepAlive stream that refreshes several
+    leases); without the lease's token they fail with PermissionDenied, so that
+    knowing an instance id (ListInstances shows them all) is not enough to end
+    or extend someone else's lease. The registry keeps only the token's SHA-256.
+
+    Authentication: with --auth-token-file the registry also needs
+    "authorization: Bearer <token>" on every call but the health service, and
+    checks the token's role against the RPC (see deploy/SECURITY.md).
     """
 
     @staticmethod

@@ -1,0 +1,281 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+)
+
+// etcdBackend serves a Store on an embedded etcd and returns the registry's
+// address and the etcd client, for reading what the store wrote.
+func etcdBackend(t *testing.T) (string, *clientv3.Client) {
+	t.Helper()
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	st := NewStore(cli)
+	t.Cleanup(st.Close)
+	return serveBackendAddr(t, st), cli
+}
+
+func withLeaseToken(ctx context.Context, tokens ...string) context.Context {
+	for _, tok := range tokens {
+		ctx = metadata.AppendToOutgoingContext(ctx, authtoken.LeaseTokenKey, tok)
+	}
+	return ctx
+}
+
+// keepAliveOnce opens a KeepAlive stream with tokens and refreshes lease once.
+func keepAliveOnce(ctx context.Context, rpc registryv1.RegistryServiceClient, lease uint64, tokens ...string) (*registryv1.KeepAliveResponse, error) {
+	ctx, cancel := context.WithCancel(withLeaseToken(ctx, tokens...))
+	defer cancel()
+	st, err := rpc.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(&registryv1.KeepAliveRequest{LeaseId: lease}); err != nil {
+		return nil, err
+	}
+	return st.Recv()
+}
+
+// TestLeaseOwnership: on both backends, only the holder of a lease's token
+// may keep it alive, register on it, publish a model card on it or end it;
+// anyone else, with no token or their own, is PermissionDenied and changes
+// nothing.
+func TestLeaseOwnership(t *testing.T) {
+	backends := []struct {
+		name string
+		// start serves a backend and returns its address, two pods for the
+		// two workers' grants, and a dump of everything the backend stores.
+		start func(t *testing.T) (addr string, a, b *registryv1.KubernetesPod, snapshot func() string)
+	}{
+		{name: "etcd", start: func(t *testing.T) (string, *registryv1.KubernetesPod, *registryv1.KubernetesPod, func() string) {
+			addr, cli := etcdBackend(t)
+			return addr, nil, nil, func() string {
+				resp, err := cli.Get(context.Background(), "\x00", clientv3.WithFromKey())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b strings.Builder
+				for _, kv := range resp.Kvs {
+					fmt.Fprintf(&b, "%s=%s lease %x mod %d; ", kv.Key, kv.Value, kv.Lease, kv.ModRevision)
+				}
+				return b.String()
+			}
+		}},
+		{name: "kubernetes", start: func(t *testing.T) (string, *registryv1.KubernetesPod, *registryv1.KubernetesPod, func() string) {
+			f := newFakeKube(t, testPod("worker-a", "uid-a"), testPod("worker-b", "uid-b"))
+			emulateApply(t, f)
+			addr := serveBackendAddr(t, f.backend)
+			return addr, &registryv1.KubernetesPod{Name: "worker-a", Namespace: kubeTestNS, Uid: "uid-a"},
+				&registryv1.KubernetesPod{Name: "worker-b", Namespace: kubeTestNS, Uid: "uid-b"},
+				func() string {
+					list, err := f.dyn.Resource(WorkerMetadataGVR).Namespace(kubeTestNS).List(context.Background(), metav1.ListOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var b strings.Builder
+					for _, u := range list.Items {
+						j, _ := u.MarshalJSON()
+						b.Write(j)
+					}
+					return b.String()
+				}
+		}},
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			addr, podA, podB, snapshot := be.start(t)
+			inClear := func(token string) bool { return strings.Contains(snapshot(), token) }
+			rpc := dialBackend(t, addr) // sends no lease token by itself
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			a, err := rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 60, Pod: podA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 60, Pod: podB})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.LeaseToken == "" || b.LeaseToken == "" || a.LeaseToken == b.LeaseToken {
+				t.Fatalf("lease tokens %q and %q: want two different secrets", a.LeaseToken, b.LeaseToken)
+			}
+			in := &registryv1.Instance{Namespace: "ns", Component: "backend", Endpoint: "generate", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:9000"}}}
+			if _, err := rpc.Register(withLeaseToken(ctx, a.LeaseToken), &registryv1.RegisterRequest{Instance: in, LeaseId: a.LeaseId}); err != nil {
+				t.Fatalf("the owner's Register: %v", err)
+			}
+			card := &registryv1.ModelCard{Namespace: "ns", Component: "backend", Endpoint: "generate", ModelName: "m", BlockSize: 16}
+			if _, err := rpc.RegisterModel(withLeaseToken(ctx, a.LeaseToken), &registryv1.RegisterModelRequest{Card: card, LeaseId: a.LeaseId}); err != nil {
+				t.Fatalf("the owner's RegisterModel: %v", err)
+			}
+
+			before := snapshot()
+			other := &registryv1.Instance{Namespace: "ns", Component: "backend", Endpoint: "other", Transport: in.Transport}
+			strangers := []struct {
+				name   string
+				tokens []string
+			}{
+				{name: "no token"},
+				{name: "another lease's token", tokens: []string{b.LeaseToken}},
+				{name: "a guessed token", tokens: []string{"guess"}},
+				{name: "the stored digest as token", tokens: []string{authtoken.DigestHex(a.LeaseToken)}},
+			}
+			for _, st := range strangers {
+				t.Run(st.name, func(t *testing.T) {
+					sctx := withLeaseToken(ctx, st.tokens...)
+					calls := map[string]func() error{
+						"Deregister": func() error {
+							_, err := rpc.Deregister(sctx, &registryv1.DeregisterRequest{LeaseId: a.LeaseId})
+							return err
+						},
+						"Register": func() error {
+							_, err := rpc.Register(sctx, &registryv1.RegisterRequest{Instance: other, LeaseId: a.LeaseId})
+							return err
+						},
+						"RegisterModel": func() error {
+							c := &registryv1.ModelCard{Namespace: "ns", Component: "backend", Endpoint: "generate", ModelName: "junk", BlockSize: 1}
+							_, err := rpc.RegisterModel(sctx, &registryv1.RegisterModelRequest{Card: c, LeaseId: a.LeaseId})
+							return err
+						},
+						"KeepAlive": func() error {
+							_, err := keepAliveOnce(ctx, rpc, a.LeaseId, st.tokens...)
+							return err
+						},
+					}
+					for name, call := range calls {
+						if err := call(); status.Code(err) != codes.PermissionDenied {
+							t.Errorf("%s on someone else's lease: %v, want PermissionDenied", name, err)
+						}
+					}
+				})
+			}
+			// Nothing changed: the store holds what the owner wrote, byte
+			// for byte.
+			if after := snapshot(); after != before {
+				t.Fatalf("the strangers changed the store:\nbefore %s\nafter  %s", before, after)
+			}
+			for _, tok := range []string{a.LeaseToken, b.LeaseToken} {
+				if inClear(tok) {
+					t.Fatal("a lease token is stored in clear")
+				}
+			}
+
+			// The owner, on a stream that also carries another lease's token,
+			// keeps its lease alive and ends it; afterwards its keep-alive says
+			// the lease is gone rather than refusing.
+			if r, err := keepAliveOnce(ctx, rpc, a.LeaseId, b.LeaseToken, a.LeaseToken); err != nil || !r.Found {
+				t.Fatalf("the owner's KeepAlive: %v %v", r, err)
+			}
+			if _, err := rpc.Deregister(withLeaseToken(ctx, a.LeaseToken), &registryv1.DeregisterRequest{LeaseId: a.LeaseId}); err != nil {
+				t.Fatalf("the owner's Deregister: %v", err)
+			}
+			if be.name == "etcd" {
+				if r, err := keepAliveOnce(ctx, rpc, a.LeaseId, a.LeaseToken); err != nil || r.Found {
+					t.Fatalf("KeepAlive of the ended lease: %v %v, want found = false", r, err)
+				}
+			}
+
+			// A registration without a lease grants one and returns its token.
+			r, err := rpc.Register(ctx, &registryv1.RegisterRequest{Instance: other, TtlSeconds: 60, Pod: podB})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LeaseToken == "" {
+				t.Fatal("Register without a lease returned no lease token")
+			}
+			if _, err := rpc.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: r.InstanceId}); status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("Deregister without the new token: %v", err)
+			}
+			if _, err := rpc.Deregister(withLeaseToken(ctx, r.LeaseToken), &registryv1.DeregisterRequest{LeaseId: r.InstanceId}); err != nil {
+				t.Fatalf("Deregister with the token Register returned: %v", err)
+			}
+		})
+	}
+}
+
+// emulateApply makes the fake dynamic client answer server-side apply
+// patches, which its tracker does not: an absent object is created from the
+// patch, a present one gets the patch deep-merged (lists gain the items
+// they lack). It is enough for one worker's claim and entries.
+func emulateApply(t *testing.T, f *fakeKube) {
+	t.Helper()
+	tracker := f.dyn.Tracker()
+	f.dyn.PrependReactor("patch", kubeResource, func(action k8stesting.Action) (bool, runtime.Object, error) {
+		pa, ok := action.(k8stesting.PatchAction)
+		if !ok || pa.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		var patch map[string]any
+		if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil {
+			return true, nil, err
+		}
+		gvr, ns, name := pa.GetResource(), pa.GetNamespace(), pa.GetName()
+		cur, err := tracker.Get(gvr, ns, name)
+		if apierrors.IsNotFound(err) {
+			u := &unstructured.Unstructured{Object: patch}
+			u.SetResourceVersion("")
+			return true, u, tracker.Create(gvr, u, ns)
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		u := cur.(*unstructured.Unstructured).DeepCopy()
+		if meta, ok := patch["metadata"].(map[string]any); ok {
+			for k, v := range meta {
+				if k == "annotations" || k == "labels" {
+					u.Object["metadata"].(map[string]any)[k] = v
+				}
+			}
+		}
+		delete(patch, "metadata")
+		mergeInto(u.Object, patch)
+		return true, u, tracker.Update(gvr, u, ns)
+	})
+}
+
+func mergeInto(dst, src map[string]any) {
+	for k, v := range src {
+		switch sv := v.(type) {
+		case map[string]any:
+			dm, ok := dst[k].(map[string]any)
+			if !ok {
+				dm = map[string]any{}
+				dst[k] = dm
+			}
+			mergeInto(dm, sv)
+		case []any:
+			dl, _ := dst[k].([]any)
+			dst[k] = append(dl, sv...)
+		default:
+			dst[k] = v
+		}
+	}
+}
