@@ -68,8 +68,8 @@ class Stream {
   private readonly responses: AsyncIterator<KeepAliveResponse>;
   private readonly ac = new AbortController();
 
-  constructor(client: Client<typeof RegistryService>) {
-    this.responses = client.keepAlive(this.requests, { signal: this.ac.signal })[Symbol.asyncIterator]();
+  constructor(client: Client<typeof RegistryService>, headers: Record<string, string>) {
+    this.responses = client.keepAlive(this.requests, { signal: this.ac.signal, headers })[Symbol.asyncIterator]();
   }
 
   /** refresh sends one keep-alive and waits at most timeoutMs for its answer. */
@@ -105,12 +105,18 @@ export class Lease {
   private stopped = false;
   private wake: (() => void) | undefined;
   private loop: Promise<void>;
+  /** headers carry the lease token; pass them on Register, RegisterModel and Deregister. */
+  readonly headers: Record<string, string>;
 
   constructor(
     private readonly client: Client<typeof RegistryService>,
     readonly id: bigint,
     readonly ttlSeconds: number,
+    token: string,
   ) {
+    // Every call on the lease proves ownership with its secret token, in
+    // the metadata key pkg/authtoken.LeaseTokenKey names.
+    this.headers = { "switchyard-lease-token": token };
     this.lost = new Promise((resolve) => (this.resolveLost = resolve));
     this.loop = this.keepAlive();
   }
@@ -135,7 +141,7 @@ export class Lease {
       for (;;) {
         await this.sleep(next - Date.now());
         if (this.stopped) return;
-        stream ??= new Stream(this.client);
+        stream ??= new Stream(this.client, this.headers);
         let r: KeepAliveResponse;
         try {
           r = await stream.refresh(this.id, Math.max(Math.min(deadline - Date.now(), 5000), MIN_BACKOFF_MS));

@@ -15,7 +15,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import {
   EventBusService,
@@ -53,6 +53,7 @@ const NAMED_ENV: Record<string, string> = {
   "http-port": "DYN_HTTP_RPC_PORT",
   "http-root-path": "DYN_HTTP_RPC_ROOT_PATH",
   "max-message-size": "DYN_TCP_MAX_MESSAGE_SIZE",
+  "auth-token": "SWITCHYARD_AUTH_TOKEN",
 };
 
 const FLAGS = {
@@ -68,6 +69,7 @@ const FLAGS = {
   "registry-addr": { default: "localhost:7001", help: "registry address, host:port" },
   "eventbus-addr": { default: "localhost:7002", help: "eventbus address, host:port" },
   "lease-ttl": { default: "10", help: "registry lease TTL in seconds (1..300)" },
+  "auth-token": { default: "", help: "bearer token sent to the registry and eventbus (SWITCHYARD_AUTH_TOKEN)" },
   "drain-timeout": { default: "30", help: "seconds in-flight requests may take at shutdown" },
   "tokenizer-dir": {
     default: path.resolve(HERE, "../../../pkg/tokenizer/qwen3"),
@@ -93,6 +95,7 @@ export interface Config {
   registryAddr: string;
   eventbusAddr: string;
   leaseTtl: number;
+  authToken: string;
   drainTimeoutMs: number;
   tokenizerDir: string;
   httpHost: string;
@@ -147,6 +150,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     registryAddr: str("registry-addr"),
     eventbusAddr: str("eventbus-addr"),
     leaseTtl: num("lease-ttl", (n) => int(n) && n >= 1 && n <= 300, "1..300 seconds"),
+    authToken: str("auth-token").trim(),
     drainTimeoutMs: num("drain-timeout", (n) => n >= 0, "seconds, 0 or more") * 1000,
     tokenizerDir: str("tokenizer-dir"),
     httpHost: str("http-host") || detectHost(),
@@ -265,7 +269,7 @@ async function main(): Promise<number> {
     process.stderr.write(`node-worker: ${(err as Error).message}\n`);
     return 2;
   }
-  log.info("config", { ...cfg });
+  log.info("config", { ...cfg, authToken: cfg.authToken ? "<set>" : "" });
 
   let stopping = false;
   let wakeStop: () => void = () => {};
@@ -277,8 +281,14 @@ async function main(): Promise<number> {
     });
   }
 
-  const registry = createClient(RegistryService, createGrpcTransport({ baseUrl: `http://${cfg.registryAddr}` }));
-  const bus = createClient(EventBusService, createGrpcTransport({ baseUrl: `http://${cfg.eventbusAddr}` }));
+  // The bearer token, when set, goes on every call (as Go's authtoken.Bearer).
+  const bearer: Interceptor = (next) => async (req) => {
+    req.header.set("authorization", `Bearer ${cfg.authToken}`);
+    return next(req);
+  };
+  const interceptors = cfg.authToken ? [bearer] : [];
+  const registry = createClient(RegistryService, createGrpcTransport({ baseUrl: `http://${cfg.registryAddr}`, interceptors }));
+  const bus = createClient(EventBusService, createGrpcTransport({ baseUrl: `http://${cfg.eventbusAddr}`, interceptors }));
   const base = `${cfg.namespace}.${cfg.component}`;
   const publisher = new KvPublisher(bus, `${base}.${KV_EVENTS_NAME}`);
   const engine = new EchoEngine(cfg, await Hasher.create(), (b) => publisher.publish(b));
@@ -302,7 +312,7 @@ async function main(): Promise<number> {
     // its KV events never carry an id the router does not know.
     const register = async (): Promise<Lease> => {
       const granted = await registry.grantLease({ ttlSeconds: BigInt(cfg.leaseTtl) }, { timeoutMs: 10_000 });
-      const l = new Lease(registry, granted.leaseId, Number(granted.ttlSeconds));
+      const l = new Lease(registry, granted.leaseId, Number(granted.ttlSeconds), granted.leaseToken);
       try {
         engine.reset(l.id);
         const instance = create(InstanceSchema, {
@@ -312,7 +322,7 @@ async function main(): Promise<number> {
           transport: { kind: { case: "http", value: server.baseUrl } },
           metadata: { worker: "node-example" },
         });
-        await registry.register({ instance, leaseId: l.id }, { timeoutMs: 10_000 });
+        await registry.register({ instance, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
         const card = create(ModelCardSchema, {
           namespace: cfg.namespace,
           component: cfg.component,
@@ -323,10 +333,10 @@ async function main(): Promise<number> {
           contextLength: cfg.contextLength,
           tokenizer: artifacts,
         });
-        await registry.registerModel({ card, leaseId: l.id }, { timeoutMs: 10_000 });
+        await registry.registerModel({ card, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
       } catch (err) {
         await l.close();
-        await registry.deregister({ leaseId: l.id }, { timeoutMs: 5000 }).catch(() => {});
+        await registry.deregister({ leaseId: l.id }, { timeoutMs: 5000, headers: l.headers }).catch(() => {});
         throw err;
       }
       log.info("worker registered", {
@@ -363,7 +373,7 @@ async function main(): Promise<number> {
     if (lease) {
       await lease.close();
       try {
-        await registry.deregister({ leaseId: lease.id }, { timeoutMs: 10_000 });
+        await registry.deregister({ leaseId: lease.id }, { timeoutMs: 10_000, headers: lease.headers });
       } catch (err) {
         const ce = ConnectError.from(err);
         if (ce.code !== Code.NotFound) {
