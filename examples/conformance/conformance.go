@@ -1,5 +1,5 @@
 // Package conformance is the suite every Switchyard worker passes, whatever
-// its language: the same table of rows (register, duplicate refused,
+// its language: the same table of rows (register, lease owned,
 // keep-alive, model card, KV events the router indexes, generate with
 // cancellation, SIGTERM drain), run against a worker process through the
 // generated stubs and real services in this process (embedded etcd behind a
@@ -84,7 +84,7 @@ type Worker struct {
 }
 
 // Rows are the suite's rows, in the order they run.
-var Rows = []string{"register", "duplicate refused", "model card", "generate", "KV events indexed by the router",
+var Rows = []string{"register", "lease owned", "model card", "generate", "KV events indexed by the router",
 	"generate with cancellation", "keep-alive", "SIGTERM drain"}
 
 // TokenizerDir is the Qwen3 tokenizer of pkg/tokenizer/qwen3, from a test in
@@ -200,19 +200,23 @@ func Run(t *testing.T, w Worker) {
 		}
 	})
 
-	row("duplicate refused", func(t *testing.T) {
-		// Registration is create-if-not-exists: the same instance again on
-		// the worker's own lease is AlreadyExists, and the worker's record
-		// stays as it was.
+	row("lease owned", func(t *testing.T) {
+		// Only the worker holds its lease's token: someone else registering
+		// on its lease, or ending it, is PermissionDenied, and the worker's
+		// record stays as it was. (A duplicate on the worker's own lease is
+		// AlreadyExists; the registry's tests cover it.)
 		dup := proto.Clone(in).(*registryv1.Instance)
 		dup.Metadata = map[string]string{"overwritten": "yes"}
 		_, err := dc.RPC().Register(ctx, &registryv1.RegisterRequest{Instance: dup, LeaseId: in.InstanceId})
-		if status.Code(err) != codes.AlreadyExists {
-			t.Fatalf("Register of the same instance = %v; want AlreadyExists", err)
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("Register on the worker's lease without its token = %v; want PermissionDenied", err)
+		}
+		if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("Deregister of the worker's lease without its token = %v; want PermissionDenied", err)
 		}
 		list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
 		if err != nil || len(list.Instances) != 1 || list.Instances[0].Metadata["overwritten"] != "" {
-			t.Fatalf("instances after the duplicate = %v, %v; want the worker's own, unchanged", list, err)
+			t.Fatalf("instances after the stranger's calls = %v, %v; want the worker's own, unchanged", list, err)
 		}
 	})
 
