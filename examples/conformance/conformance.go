@@ -1,5 +1,5 @@
 // Package conformance is the suite every Switchyard worker passes, whatever
-// its language: the same table of rows (register, lease owned,
+// its language: the same table of rows (register, duplicate refused,
 // keep-alive, model card, KV events the router indexes, generate with
 // cancellation, SIGTERM drain), run against a worker process through the
 // generated stubs and real services in this process (embedded etcd behind a
@@ -81,11 +81,14 @@ type Worker struct {
 	// UploadsTokenizer says the worker puts TokenizerDir's files on its
 	// model card; the model card row then fetches and checks them.
 	UploadsTokenizer bool
+	// Unsupported names rows the worker does not implement yet, with why;
+	// they are skipped and reported as such.
+	Unsupported map[string]string
 }
 
 // Rows are the suite's rows, in the order they run.
-var Rows = []string{"register", "lease owned", "model card", "generate", "KV events indexed by the router",
-	"generate with cancellation", "keep-alive", "SIGTERM drain"}
+var Rows = []string{"register", "duplicate refused", "model card", "generate", "KV events indexed by the router",
+	"generate with cancellation", "keep-alive", "registers again after losing its lease", "SIGTERM drain"}
 
 // TokenizerDir is the Qwen3 tokenizer of pkg/tokenizer/qwen3, from a test in
 // any package of the repository.
@@ -111,7 +114,7 @@ func Run(t *testing.T, w Worker) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, reg := registrytest.Start(t)
+	etcd, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
 	busClient := eventbustest.Client(t, bus.Addr().String())
 	router, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, bus.Addr().String()))
@@ -155,6 +158,9 @@ func Run(t *testing.T, w Worker) {
 			if in == nil && name != "register" {
 				t.Skip("the worker did not register")
 			}
+			if why, ok := w.Unsupported[name]; ok {
+				t.Skip("unsupported: " + why)
+			}
 			f(t)
 		})
 	}
@@ -162,12 +168,14 @@ func Run(t *testing.T, w Worker) {
 		var lines []string
 		for _, r := range Rows {
 			mark := "FAIL"
-			if ok, ran := results[r]; ran && ok {
+			if why, ok := w.Unsupported[r]; ok {
+				mark = "unsupported (" + why + ")"
+			} else if ok, ran := results[r]; ran && ok {
 				mark = "pass"
 			} else if !ran {
 				mark = "not run"
 			}
-			lines = append(lines, fmt.Sprintf("  %-32s %s", r, mark))
+			lines = append(lines, fmt.Sprintf("  %-40s %s", r, mark))
 		}
 		t.Logf("conformance of the %s worker:\n%s", w.Name, strings.Join(lines, "\n"))
 	}()
@@ -200,7 +208,7 @@ func Run(t *testing.T, w Worker) {
 		}
 	})
 
-	row("lease owned", func(t *testing.T) {
+	row("duplicate refused", func(t *testing.T) {
 		// Only the worker holds its lease's token: someone else registering
 		// on its lease, or ending it, is PermissionDenied, and the worker's
 		// record stays as it was. (A duplicate on the worker's own lease is
@@ -318,6 +326,50 @@ func Run(t *testing.T, w Worker) {
 		if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != in.InstanceId {
 			t.Fatalf("instances 2.5 TTLs after registering = %v, %v; want the worker's %x", list, err, in.InstanceId)
 		}
+	})
+
+	row("registers again after losing its lease", func(t *testing.T) {
+		// The lease is revoked behind the worker's back, as an etcd that
+		// expired it would: the worker must register again under a new
+		// lease (a new instance id, the same address and model) and keep
+		// serving, not exit.
+		etcd.RevokeLease(ctx, in.InstanceId)
+		var next *registryv1.Instance
+		for next == nil {
+			for _, it := range watch.Items() {
+				if it.InstanceId != in.InstanceId {
+					next = it
+				}
+			}
+			if next != nil {
+				break
+			}
+			select {
+			case <-watch.Changed():
+			case <-p.Done():
+				t.Fatalf("the worker exited after losing its lease; it logged:\n%s", p.Logs.String())
+			case <-ctx.Done():
+				t.Fatalf("no new registration; the worker logged:\n%s", p.Logs.String())
+			}
+		}
+		if a, _ := addressOf(next.Transport); a != addr {
+			t.Errorf("new instance serves %v; want the same %v", a, addr)
+		}
+		for {
+			cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+			if err == nil && len(cards.Cards) == 1 && cards.Cards[0].InstanceId == next.InstanceId && cards.Cards[0].ModelName == s.ModelName {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("model cards = %v, %v; want one of %s on the new instance %x", cards, err, s.ModelName, next.InstanceId)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-again", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
+			t.Fatalf("generate after registering again = %d responses, %v; want 2", len(got), err)
+		}
+		in = next
 	})
 
 	row("SIGTERM drain", func(t *testing.T) {
