@@ -14,10 +14,12 @@
 //       Route, then Free: which instance the router picks for these tokens.
 //
 // --registry-addr and --router-addr (host:port) say where the services are;
-// SWITCHYARD_REGISTRY_ADDR and SWITCHYARD_ROUTER_ADDR too.
+// SWITCHYARD_REGISTRY_ADDR and SWITCHYARD_ROUTER_ADDR too. --auth-token (or
+// SWITCHYARD_AUTH_TOKEN) is sent as a bearer token on every call, for
+// services run with --auth-token-file.
 import { parseArgs } from "node:util";
 import { type DescMessage, type MessageShape, toJsonString } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import {
   ListInstancesResponseSchema,
@@ -43,10 +45,15 @@ const { values, positionals } = parseArgs({
     model: { type: "string", default: "" },
     tokens: { type: "string", default: "" },
     "request-id": { type: "string", default: "" },
+    "auth-token": { type: "string", default: process.env.SWITCHYARD_AUTH_TOKEN ?? "" },
   },
 });
 
-const grpc = (addr: string) => createGrpcTransport({ baseUrl: `http://${addr}` });
+const bearer: Interceptor = (next) => async (req) => {
+  req.header.set("authorization", `Bearer ${values["auth-token"]}`);
+  return next(req);
+};
+const grpc = (addr: string) => createGrpcTransport({ baseUrl: `http://${addr}`, interceptors: values["auth-token"] ? [bearer] : [] });
 const registry = createClient(RegistryService, grpc(values["registry-addr"]!));
 const filter = { namespace: values.namespace };
 
