@@ -121,6 +121,9 @@ type Server struct {
 	lis, metricsLis, debugLis net.Listener
 	stopping                  chan struct{}
 	stopOnce                  sync.Once
+
+	probe         func(context.Context) error
+	probeInterval time.Duration
 }
 
 // New builds a server. Services register on GRPC() before Listen. The
@@ -234,6 +237,53 @@ func (s *Server) SetServing(service string, serving bool) {
 	s.health.SetServingStatus(service, st)
 }
 
+// SetHealthProbe makes health tell the truth about what the server fronts:
+// from Serve until shutdown, probe runs every interval (bounded by the
+// interval, at least a second), and while it fails every service reports
+// NOT_SERVING, so that load balancers and clients prefer a replica whose
+// backend answers. Call it before Serve.
+func (s *Server) SetHealthProbe(interval time.Duration, probe func(context.Context) error) {
+	s.probe, s.probeInterval = probe, interval
+}
+
+// runProbe is the loop of SetHealthProbe; it returns when ctx ends.
+func (s *Server) runProbe(ctx context.Context) {
+	serving := true
+	t := time.NewTicker(s.probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stopping:
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(s.probeInterval, time.Second))
+		err := s.probe(pctx)
+		cancel()
+		if ok := err == nil; ok != serving {
+			serving = ok
+			select {
+			case <-s.stopping:
+				return // shutdown owns the status now
+			default:
+			}
+			if ok {
+				s.log.Info("health probe passes again: SERVING")
+			} else {
+				s.log.Warn("health probe fails: NOT_SERVING", "err", err.Error())
+			}
+			s.SetServing("", ok)
+			for name := range s.grpc.GetServiceInfo() {
+				if name != healthpb.Health_ServiceDesc.ServiceName {
+					s.SetServing(name, ok)
+				}
+			}
+		}
+	}
+}
+
 // Stopping is closed when shutdown begins. Long-lived streams select on it
 // and end with Unavailable so that clients reconnect to another replica
 // instead of holding GracefulStop open.
@@ -338,6 +388,12 @@ func (s *Server) Serve(ctx context.Context, beforeStop func()) error {
 	}
 	if s.debugLis != nil {
 		serveHTTP("debug (pprof)", s.debugLis, obs.DebugHandler())
+	}
+	if s.probe != nil {
+		g.Go(func() error {
+			s.runProbe(gctx)
+			return nil
+		})
 	}
 	g.Go(func() error {
 		<-gctx.Done()

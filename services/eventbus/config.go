@@ -55,7 +55,28 @@ type Config struct {
 	// large responses; an event with nothing pending after it goes out at
 	// once. Zero means DefaultDeliverLinger; a negative value never waits.
 	DeliverLinger time.Duration
+	// NATSMaxReconnects is how many times the NATS connection tries to
+	// reconnect before giving up; -1 (the flag's default) is forever. Zero
+	// with NATSReconnectWait and NATSReconnectBuffer zero too (a Config
+	// built in code) is forever as well.
+	NATSMaxReconnects int
+	// NATSReconnectWait is the pause between reconnect attempts to one
+	// server (nats.go adds its own jitter).
+	NATSReconnectWait time.Duration
+	// NATSReconnectBuffer is how many bytes of publishes the connection
+	// holds while it reconnects; a publish past it fails at once with an
+	// error naming the buffer instead of waiting.
+	NATSReconnectBuffer int
+	// StreamReplicas is the replica count of a namespace stream the eventbus
+	// creates: 1 on a single server, 3 on a NATS cluster.
+	StreamReplicas int
 }
+
+// Defaults of the NATS reconnection settings.
+const (
+	DefaultNATSReconnectWait   = 250 * time.Millisecond
+	DefaultNATSReconnectBuffer = 16 << 20
+)
 
 // DefaultDedupWindow is the default Config.DedupWindow.
 const DefaultDedupWindow = 2 * time.Minute
@@ -97,6 +118,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
 	fs.DurationVar(&c.DedupWindow, "dedup-window", DefaultDedupWindow, "how long a stream remembers msg ids, so that a retried publish is stored once (kept in memory)")
+	fs.IntVar(&c.NATSMaxReconnects, "nats-max-reconnects", -1, "how many times to try reconnecting to NATS before giving up (-1: forever)")
+	fs.DurationVar(&c.NATSReconnectWait, "nats-reconnect-wait", DefaultNATSReconnectWait, "pause between reconnect attempts to a NATS server")
+	fs.IntVar(&c.NATSReconnectBuffer, "nats-reconnect-buffer", DefaultNATSReconnectBuffer, "bytes of publishes held while NATS reconnects; past it a publish fails at once")
+	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
 }
 
@@ -110,6 +135,18 @@ func (c Config) Validate() error {
 	}
 	if c.DedupWindow < 0 || c.dedupWindow() > c.StreamMaxAge {
 		return fmt.Errorf("--dedup-window %s: must be positive and at most --stream-max-age (%s)", c.DedupWindow, c.StreamMaxAge)
+	}
+	if c.NATSMaxReconnects < -1 {
+		return fmt.Errorf("--nats-max-reconnects %d: valid values are -1 (forever) and 0 or more", c.NATSMaxReconnects)
+	}
+	if c.NATSReconnectWait < 0 {
+		return fmt.Errorf("--nats-reconnect-wait %s: must not be negative", c.NATSReconnectWait)
+	}
+	if c.NATSReconnectBuffer < 0 {
+		return fmt.Errorf("--nats-reconnect-buffer %d: must not be negative (0 is the default, %d bytes)", c.NATSReconnectBuffer, DefaultNATSReconnectBuffer)
+	}
+	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
+		return fmt.Errorf("--stream-replicas %d: valid values are 1 to 5", c.StreamReplicas)
 	}
 	if c.DeliverLinger > maxDeliverLinger {
 		return fmt.Errorf("--deliver-linger %s: must be at most %s (negative: never wait)", c.DeliverLinger, maxDeliverLinger)

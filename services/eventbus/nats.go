@@ -89,11 +89,22 @@ func embeddedStoreDir(dataDir string) string { return filepath.Join(dataDir, "na
 // forever and buffering publishes while disconnected. With embedded set, it
 // connects to that server in process, without a socket.
 func connectNATS(cfg Config, url string, embedded *natsserver.Server, log *slog.Logger) (*nats.Conn, error) {
+	maxReconnects, wait, buf := cfg.NATSMaxReconnects, cfg.NATSReconnectWait, cfg.NATSReconnectBuffer
+	if maxReconnects == 0 && wait == 0 && buf == 0 {
+		maxReconnects = -1 // a Config built in code, not from flags
+	}
+	if wait == 0 {
+		wait = DefaultNATSReconnectWait
+	}
+	if buf == 0 {
+		buf = DefaultNATSReconnectBuffer
+	}
 	opts := []nats.Option{
 		nats.Name("switchyard-eventbus"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectBufSize(16 << 20),
+		nats.MaxReconnects(maxReconnects),
+		nats.ReconnectWait(wait),
+		nats.ReconnectBufSize(buf),
+		nats.ReconnectJitter(wait/2, wait/2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close
 				log.Warn("NATS disconnected; reconnecting", "err", err.Error())

@@ -165,6 +165,10 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 	for i, ev := range events {
 		fillMsg(m, ev, replies[i], &id)
 		if err := p.nc.PublishMsg(m); err != nil {
+			if errors.Is(err, nats.ErrReconnectBufExceeded) {
+				err = fmt.Errorf("NATS is reconnecting and its reconnect buffer (--nats-reconnect-buffer, %d bytes) is full; publish again once it is back: %w",
+					p.nc.Opts.ReconnectBufSize, err)
+			}
 			p.settle(b, natsErr("publish on "+ev.GetSubject(), err))
 			return b, nil
 		}

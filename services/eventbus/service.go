@@ -24,9 +24,11 @@ package eventbus
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -103,6 +105,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s.grpc = gs
+	gs.SetHealthProbe(time.Second, func(context.Context) error {
+		for _, c := range []*nats.Conn{nc, s.subNC} {
+			if st := c.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("NATS connection is %s", st)
+			}
+		}
+		return nil
+	})
 	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{
 		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot,
 	})

@@ -39,6 +39,8 @@ type bus struct {
 	maxAge time.Duration // Config.StreamMaxAge
 	dedup  time.Duration // Config.DedupWindow
 	linger time.Duration // Config.DeliverLinger
+	// replicas is the replica count of the streams the eventbus creates.
+	replicas int
 
 	// streams caches the namespaces whose stream this process has created or
 	// updated, so that only the first publish pays for it; the value says
@@ -69,7 +71,7 @@ func newBus(nc, subNC *nats.Conn, cfg Config, log *slog.Logger) (*bus, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log,
-		maxAge: cfg.StreamMaxAge, dedup: cfg.dedupWindow(), linger: cfg.deliverLinger(),
+		maxAge: cfg.StreamMaxAge, dedup: cfg.dedupWindow(), linger: cfg.deliverLinger(), replicas: max(cfg.StreamReplicas, 1),
 	}, nil
 }
 
@@ -117,6 +119,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      b.maxAge,
 			Duplicates:  b.dedup,
+			Replicas:    b.replicas,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Another eventbus created it first.

@@ -32,6 +32,10 @@ type Config struct {
 	EtcdTLS tlsconfig.Config
 	// EtcdDialTimeout bounds the first connection to etcd.
 	EtcdDialTimeout time.Duration
+	// StoreTimeout bounds every call the registry makes to its backend, so
+	// a caller gets Unavailable within it when etcd does not answer; 0 is
+	// DefaultStoreTimeout.
+	StoreTimeout time.Duration
 	// DataDir holds the embedded etcd's data.
 	DataDir string
 	// EmbeddedClientURL and EmbeddedPeerURL are where an embedded etcd listens.
@@ -66,6 +70,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "discovery-backend", BackendKVStore, "discovery backend: kv_store (etcd) or kubernetes")
 	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", "", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", 5*time.Second, "bound on connecting to etcd at start")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", DefaultStoreTimeout, "bound on each call to etcd (or the Kubernetes API): past it the caller gets Unavailable")
 	fs.StringVar(&c.DataDir, "data-dir", "switchyard-registry.data", "directory of the embedded etcd's data")
 	fs.StringVar(&c.EmbeddedClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
@@ -112,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.EtcdDialTimeout <= 0 {
 		return errors.New("--etcd-dial-timeout must be positive")
+	}
+	if c.StoreTimeout < 0 {
+		return errors.New("--store-timeout must not be negative")
 	}
 	return c.EtcdTLS.Validate()
 }

@@ -3,6 +3,9 @@ package registry
 import (
 	"encoding/json"
 	"errors"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -52,6 +55,35 @@ func FuzzValidateRegister(f *testing.F) {
 		}
 		if k, a := transportOf(back.Transport); k != kind || a != addr {
 			t.Fatalf("transport round trip: got %s=%q want %s=%q", k, a, kind, addr)
+		}
+	})
+}
+
+// FuzzTransportAddress: an accepted address is one the request plane
+// clients can use: a tcp one splits into a host and a numeric port, an http
+// one parses as a URL or host:port, a nats one has no space or wildcard.
+func FuzzTransportAddress(f *testing.F) {
+	for _, a := range []string{"10.0.0.1:9999", "[::1]:1", "http://h:8888/v1/rpc", "https://h", "a.b.c", "not a host:port \x00", "h:65536", "a.*"} {
+		f.Add(a)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		if validTCPAddr(addr) == nil {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil || host == "" || strings.ContainsAny(host, " \x00/") {
+				t.Fatalf("tcp %q accepted: host %q port %q %v", addr, host, port, err)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				t.Fatalf("tcp %q accepted with port %q", addr, port)
+			}
+		}
+		if validHTTPAddr(addr) == nil && strings.Contains(addr, "://") {
+			u, err := url.Parse(addr)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+				t.Fatalf("http %q accepted: %v %v", addr, u, err)
+			}
+		}
+		if validNATSSubject(addr) == nil && (addr == "" || strings.ContainsAny(addr, " \t\r\n*>") || strings.Contains(addr, "..")) {
+			t.Fatalf("nats %q accepted", addr)
 		}
 	})
 }

@@ -31,6 +31,12 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
+// healthKey is read by the health probe every healthInterval.
+const (
+	healthKey      = "/switchyard/health"
+	healthInterval = time.Second
+)
+
 // Service is a running registry.
 type Service struct {
 	log    *slog.Logger
@@ -38,8 +44,11 @@ type Service struct {
 	cli    *clientv3.Client
 	store  Backend
 	server *grpcserver.Server
-	done   chan struct{}
-	err    error
+	// probe checks the backend for the health service; nil reports
+	// SERVING for as long as the process serves.
+	probe func(context.Context) error
+	done  chan struct{}
+	err   error
 }
 
 // Start connects to etcd (starting an embedded one when no endpoints are
@@ -104,6 +113,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		log.Warn("etcd is not answering yet; serving anyway and retrying per request", "endpoints", endpoints, "err", err.Error())
 	}
 	s.store = NewStore(cli)
+	s.probe = func(ctx context.Context) error {
+		// A linearizable read needs an etcd leader and a quorum: exactly
+		// what every write of the registry needs.
+		_, err := cli.Get(ctx, healthKey, clientv3.WithCountOnly())
+		return err
+	}
 	return s, s.serve(ctx, cfg, "etcd", endpoints)
 }
 
@@ -117,7 +132,10 @@ func (s *Service) serve(ctx context.Context, cfg Config, where string, whereVal 
 		return err
 	}
 	s.server = srv
-	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: s.store, log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping(), watchSlot: srv.WatchSlot})
+	if s.probe != nil {
+		srv.SetHealthProbe(healthInterval, s.probe)
+	}
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: withDeadline(s.store, cfg.StoreTimeout), log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping(), watchSlot: srv.WatchSlot})
 	if err := srv.Listen(); err != nil {
 		s.closeBackend()
 		return err

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -192,6 +193,12 @@ func TestInvalidArguments(t *testing.T) {
 			_, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: with(func(i *registryv1.Instance) { i.Namespace = "-ns" })})
 			return err
 		}, "does not match"},
+		{"undialable tcp address", func() error {
+			_, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: with(func(i *registryv1.Instance) {
+				i.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "not a host:port \x00"}}
+			})})
+			return err
+		}, "instance.transport.tcp"},
 		{"no transport", func() error {
 			_, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: with(func(i *registryv1.Instance) { i.Transport = nil })})
 			return err
@@ -717,4 +724,44 @@ func TestMetadataIsStoredBesideTheSeedFields(t *testing.T) {
 	if string(got.Kvs[0].Value) != want {
 		t.Fatalf("value\n got %s\nwant %s", got.Kvs[0].Value, want)
 	}
+}
+
+// TestHealthAndDeadlinesWithoutEtcd: with etcd stopped, health says
+// NOT_SERVING, and a call whose client set no deadline gets Unavailable
+// within the store timeout instead of hanging; with etcd back, SERVING.
+func TestHealthAndDeadlinesWithoutEtcd(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	cc, err := grpc.NewClient(e.reg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: registryv1.RegistryService_ServiceDesc.ServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status
+	}
+	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for check() != want {
+			if ctx.Err() != nil {
+				t.Fatalf("health never became %v", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+	e.etcd.Stop()
+	waitFor(healthpb.HealthCheckResponse_NOT_SERVING)
+	// No client deadline: the registry's own bounds the call.
+	_, err = e.rpc.ListInstances(context.Background(), &registryv1.ListInstancesRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("ListInstances without etcd = %v, want Unavailable", err)
+	}
+	e.etcd.Start()
+	waitFor(healthpb.HealthCheckResponse_SERVING)
 }

@@ -82,6 +82,18 @@ func validTransport(t *registryv1.Transport) error {
 	if len(addr) > MaxAddress || !utf8.ValidString(addr) {
 		return fmt.Errorf("%w: transport %s address is not valid UTF-8 of at most %d bytes", ErrInvalid, kind, MaxAddress)
 	}
+	var err error
+	switch kind {
+	case "tcp":
+		err = validTCPAddr(addr)
+	case "http":
+		err = validHTTPAddr(addr)
+	case "nats":
+		err = validNATSSubject(addr)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: instance.transport.%s %q: %v", ErrInvalid, kind, addr, err)
+	}
 	return nil
 }
 

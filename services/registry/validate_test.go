@@ -129,3 +129,61 @@ func TestValidatePod(t *testing.T) {
 		})
 	}
 }
+
+func TestTransportAddresses(t *testing.T) {
+	tests := []struct {
+		kind, addr string
+		ok         bool
+	}{
+		{"tcp", "10.0.0.1:9999", true},
+		{"tcp", "worker-0.backend.svc.cluster.local:7000", true},
+		{"tcp", "[::1]:7000", true},
+		{"tcp", "not a host:port \x00", false},
+		{"tcp", "10.0.0.1", false},
+		{"tcp", ":7000", false},
+		{"tcp", "h:0", false},
+		{"tcp", "h:65536", false},
+		{"tcp", "h:07000", false},
+		{"tcp", "h:x", false},
+		{"tcp", "-h:1", false},
+		{"tcp", "h\x00:1", false},
+		{"http", "http://10.0.0.1:8888/v1/rpc", true},
+		{"http", "https://worker-0:8443", true},
+		{"http", "http://worker-0/v1/rpc", true},
+		{"http", "10.0.0.1:8888", true},
+		{"http", "ftp://10.0.0.1:8888", false},
+		{"http", "http://:8888/v1/rpc", false},
+		{"http", "http://h:/v1/rpc", false},
+		{"http", "http://u:p@h:1/", false},
+		{"http", "http://h:1/?q=1", false},
+		{"http", "http://h h:1/", false},
+		{"nats", "dynamo.backend.generate-3a7c", true},
+		{"nats", "_INBOX.x", true},
+		{"nats", "a..b", false},
+		{"nats", ".a", false},
+		{"nats", "a.*", false},
+		{"nats", "a.>", false},
+		{"nats", "a b", false},
+		{"nats", "a\tb", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind+" "+tt.addr, func(t *testing.T) {
+			tr := &registryv1.Transport{}
+			switch tt.kind {
+			case "tcp":
+				tr.Kind = &registryv1.Transport_Tcp{Tcp: tt.addr}
+			case "http":
+				tr.Kind = &registryv1.Transport_Http{Http: tt.addr}
+			case "nats":
+				tr.Kind = &registryv1.Transport_Nats{Nats: tt.addr}
+			}
+			err := validTransport(tr)
+			if (err == nil) != tt.ok {
+				t.Fatalf("validTransport(%s %q) = %v, want ok=%v", tt.kind, tt.addr, err, tt.ok)
+			}
+			if err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "instance.transport."+tt.kind)) {
+				t.Fatalf("error %q is not ErrInvalid naming instance.transport.%s", err, tt.kind)
+			}
+		})
+	}
+}

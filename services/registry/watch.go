@@ -42,7 +42,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, resume int64, stop <-c
 
 	rev := resume
 	snapshot := func(reason registryv1.SnapshotReason) error {
-		resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		sctx, cancel := context.WithTimeout(ctx, DefaultStoreTimeout)
+		resp, err := s.cli.Get(sctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		cancel()
 		if err != nil {
 			return etcdErr("watch snapshot", err)
 		}
