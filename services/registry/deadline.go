@@ -32,16 +32,22 @@ func (d *deadlineBackend) bound(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(ctx, d.timeout)
 }
 
-func (d *deadlineBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod) (uint64, time.Duration, error) {
+func (d *deadlineBackend) GrantLease(ctx context.Context, ttl time.Duration, pod *registryv1.KubernetesPod, tokenDigest string) (uint64, time.Duration, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return d.Backend.GrantLease(ctx, ttl, pod)
+	return d.Backend.GrantLease(ctx, ttl, pod, tokenDigest)
 }
 
-func (d *deadlineBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod) (*registryv1.RegisterResponse, error) {
+func (d *deadlineBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod, tokenDigest string) (*registryv1.RegisterResponse, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return d.Backend.Register(ctx, in, ttl, lease, pod)
+	return d.Backend.Register(ctx, in, ttl, lease, pod, tokenDigest)
+}
+
+func (d *deadlineBackend) LeaseTokenDigest(ctx context.Context, lease uint64) (string, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return d.Backend.LeaseTokenDigest(ctx, lease)
 }
 
 func (d *deadlineBackend) KeepAlive(ctx context.Context, lease uint64) (time.Duration, bool, error) {
