@@ -80,10 +80,14 @@ func startWorker(t *testing.T, node, regAddr, busAddr string, o workerOpts) *con
 }
 
 // TestNodeUnitTests runs the Node side's own tests (XXH3 block hashes against
-// pkg/kvhash's golden values) and type-checks the worker and gen/ts with tsc.
+// pkg/kvhash's golden values, the http plane's framing) and type-checks the worker and gen/ts with tsc.
 func TestNodeUnitTests(t *testing.T) {
 	node := requireNode(t)
-	if out, err := exec.Command(node, "--import", "tsx", "--test", "src/kvhash.test.ts").CombinedOutput(); err != nil {
+	tests, err := filepath.Glob(filepath.Join("src", "*.test.ts"))
+	if err != nil || len(tests) == 0 {
+		t.Fatalf("no src/*.test.ts: %v", err)
+	}
+	if out, err := exec.Command(node, append([]string{"--import", "tsx", "--test"}, tests...)...).CombinedOutput(); err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
 	if testing.Short() {
