@@ -48,6 +48,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ClientTLS secures calls to the registry, router and eventbus.
 	ClientTLS tlsconfig.Config
+	// NoStatusPage turns off GET /status and /status.json.
+	NoStatusPage bool
 	// DebugAddr is --debug-addr: pprof, on loopback unless a host is given.
 	DebugAddr string
 	// Transport is the request plane. When its Plane is empty, Validate
@@ -82,6 +84,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
+	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")

@@ -32,6 +32,8 @@ type outcome struct {
 	completion   uint32
 	cachedPrompt uint32
 	migrations   int
+	// instance is the worker of the last attempt.
+	instance uint64
 }
 
 // migratable reports whether a failed attempt may be retried on another
@@ -65,6 +67,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) 
 			return out, err
 		}
 		s.metrics.routed(d.instanceID)
+		out.instance = d.instanceID
 		s.load.add(d.instanceID, 1)
 		fin, err := s.attempt(ctx, id, d, j, tokens, &out, emit)
 		s.load.add(d.instanceID, -1)

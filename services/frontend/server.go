@@ -103,6 +103,7 @@ type Service struct {
 	assets    *assetCache
 	routing   *routing
 	load      *load
+	recent    *recent
 	client    transport.Client
 	reg       *discovery.Client
 	bus       *eventbusclient.Client
@@ -130,7 +131,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), load: newLoad(),
+	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), load: newLoad(), recent: newRecent(),
 		created: time.Now().Unix(), done: make(chan struct{})}
 	var undo []func()
 	defer func() {
@@ -259,6 +260,10 @@ func (s *Service) handler() http.Handler {
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
 	})
+	if !s.cfg.NoStatusPage {
+		mux.HandleFunc("GET /status", s.handleStatusPage)
+		mux.HandleFunc("GET /status.json", s.handleStatusJSON)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{Registry: s.metrics.registry}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no route for %s %s", errNotFound, r.Method, r.URL.Path))
@@ -275,6 +280,9 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	model  string
+	// gen is what a generation request did, for the access log and the
+	// status page; nil for other requests.
+	gen *generation
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -298,8 +306,10 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w}
+		start := time.Now()
 		defer func() {
 			s.metrics.requests.WithLabelValues(endpoint, rec.model, strconv.Itoa(rec.status)).Inc()
+			s.accessLog(r, rec, endpoint, start)
 		}()
 		if !s.authorized(r) {
 			writeError(rec, ErrUnauthorized)
@@ -450,7 +460,9 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 		return nil
 	}
 	j := &job{id: sk.requestID(), model: p.model, prompt: prompt, p: p}
+	emit = w.trackGeneration(j.id, len(prompt), start, emit)
 	out, err := s.generate(r.Context(), j, emit)
+	w.gen.done(out, err)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.log.Warn("request failed", "request_id", j.id, "model", p.model, "err", err.Error())
