@@ -39,10 +39,20 @@ type Options struct {
 // Main parses args into cfg, builds the logger, runs run until SIGINT or
 // SIGTERM, and returns the process exit code: 0 on a clean stop, 2 on bad
 // configuration, 1 on a failure.
+//
+// --version prints the build information (to stderr) and exits 0. A first
+// argument "healthcheck" ([HealthCheckCommand]) reads the same flags and
+// environment, probes the running service they describe instead of running
+// one, and exits 0 when it is healthy, 1 when not.
 func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ctx context.Context, log *slog.Logger) error) int {
+	check := len(args) > 0 && args[0] == HealthCheckCommand
+	if check {
+		args = args[1:]
+	}
 	fs := flag.NewFlagSet(opts.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	cfg.RegisterFlags(fs)
 	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL"}
 	for k, v := range opts.Env {
@@ -50,6 +60,7 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of %s (each flag is also read from the environment variable named):\n", opts.Name)
+		fmt.Fprintf(stderr, "  %s %s [flags]  probes the running service instead (exit 0: healthy)\n", opts.Name, HealthCheckCommand)
 		flagenv.PrintDefaults(fs, opts.EnvPrefix, env)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -57,6 +68,10 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		printVersion(opts.Name, stderr)
+		return 0
 	}
 	if err := flagenv.Set(fs, opts.EnvPrefix, env); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", opts.Name, err)
@@ -70,6 +85,13 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", opts.Name, err)
 		return 2
+	}
+	if check {
+		if err := healthCheck(context.Background(), fs); err != nil {
+			fmt.Fprintf(stderr, "%s: unhealthy: %v\n", opts.Name, err)
+			return 1
+		}
+		return 0
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", opts.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
