@@ -3,6 +3,8 @@
 
 GO        ?= go
 BUF       := $(GO) tool -modfile=tools/go.mod buf
+HELM      := $(GO) tool -modfile=tools/go.mod helm
+CHART     := deploy/helm/switchyard
 BIN       := bin
 SERVICES  := $(notdir $(wildcard services/*))
 PYTHON    ?= /usr/bin/python3
@@ -34,11 +36,13 @@ check-generate: generate ## Regenerate and fail if gen/ differs from what is com
 	@git diff --exit-code --stat -- gen || { echo "check-generate: gen/ is stale; run 'make generate' and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt, go vet and buf lint.
+lint: ## gofmt, go vet, buf lint and helm lint (the chart with its defaults and each ci/ values file).
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BUF) lint
+	$(HELM) lint --strict $(CHART)
+	@for f in $(CHART)/ci/*-values.yaml; do echo "helm lint --values $$f"; $(HELM) lint --strict --quiet $(CHART) --values $$f || exit 1; done
 
 .PHONY: test
 test: ## Unit and integration tests (race detector on, long soak/fault tests in their short form).
@@ -48,6 +52,10 @@ test: ## Unit and integration tests (race detector on, long soak/fault tests in 
 test-long: ## Every test at full length, including the soak and fault tests and the Kubernetes envtest suites.
 	assets=$$(hack/envtest-binaries.sh) && \
 	KUBEBUILDER_ASSETS=$$assets SWITCHYARD_REQUIRE_ENVTEST=1 $(GO) test -race -timeout 60m $(TESTFLAGS) ./...
+
+.PHONY: images
+images: ## One OCI image per service without a Docker engine: bin/images/<service>.tar, for docker load -i.
+	$(GO) run ./hack/images -out $(BIN)/images
 
 .PHONY: bench
 bench: build ## Benchmark functions, then each benchmark command's table.
