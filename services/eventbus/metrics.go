@@ -1,6 +1,10 @@
 package eventbus
 
 import (
+	"context"
+	"strings"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,6 +16,7 @@ type metrics struct {
 	acks          *prometheus.CounterVec
 	subscriptions prometheus.Gauge
 	objectBytes   *prometheus.CounterVec
+	redelivered   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,8 +31,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"namespace"}),
 		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_eventbus_acks_total",
-			Help: "Acknowledgements passed to JetStream, by kind (ack or nak).",
-		}, []string{"kind"}),
+			Help: "Acknowledgements passed to JetStream, by namespace and kind (ack or nak).",
+		}, []string{"namespace", "kind"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_redelivered_events_total",
+			Help: "Events sent to subscribers again (not acknowledged in time, or nak'ed), by namespace.",
+		}, []string{"namespace"}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_eventbus_subscriptions",
 			Help: "Subscriptions being served.",
@@ -37,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Object store bytes, by direction (put or get).",
 		}, []string{"direction"}),
 	}
-	reg.MustRegister(m.published, m.delivered, m.acks, m.subscriptions, m.objectBytes)
+	reg.MustRegister(m.published, m.delivered, m.acks, m.subscriptions, m.objectBytes, m.redelivered)
 	return m
 }
 
@@ -61,4 +70,76 @@ func (m *metrics) countBatch(nss []string, acks []pubAck) {
 		m.countPublished(nss[start], acks[start].dup, i-start)
 		start = i
 	}
+}
+
+// countAcks counts acknowledgements by the namespace of the stream their
+// token names ($JS.ACK.<stream>.… or, with a domain,
+// $JS.ACK.<domain>.<account hash>.<stream>.…), one update per run of equal
+// namespaces.
+func (m *metrics) countAcks(kind string, tokens []string) {
+	start := 0
+	for i := 1; i <= len(tokens); i++ {
+		if i < len(tokens) && ackNamespace(tokens[i]) == ackNamespace(tokens[start]) {
+			continue
+		}
+		m.acks.WithLabelValues(ackNamespace(tokens[start]), kind).Add(float64(i - start))
+		start = i
+	}
+}
+
+// ackNamespace is the namespace of a checked ack token's stream, or "" when
+// the stream is not an eventbus one.
+func ackNamespace(token string) string {
+	parts := strings.Split(token, ".")
+	stream := ""
+	switch {
+	case len(parts) == 9:
+		stream = parts[2]
+	case len(parts) >= 12:
+		stream = parts[4]
+	}
+	ns, _ := strings.CutPrefix(stream, "EVENTS_")
+	if ns == stream {
+		return ""
+	}
+	return ns
+}
+
+// lagCollector reports, at each scrape, how far the consumers of each
+// namespace's stream are behind: the most events any consumer has still to
+// be delivered, and the events delivered and not yet acknowledged.
+type lagCollector struct {
+	b                *bus
+	pending, unacked *prometheus.Desc
+}
+
+func newLagCollector(b *bus) *lagCollector {
+	return &lagCollector{b: b,
+		pending: prometheus.NewDesc("switchyard_eventbus_consumer_lag_events",
+			"Events stored and not yet delivered to the furthest-behind consumer of the namespace's stream.", []string{"namespace"}, nil),
+		unacked: prometheus.NewDesc("switchyard_eventbus_consumer_ack_pending_events",
+			"Events delivered to the namespace's consumers and not yet acknowledged.", []string{"namespace"}, nil),
+	}
+}
+
+func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.pending; ch <- c.unacked }
+
+func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c.b.streams.Range(func(k, _ any) bool {
+		ns := k.(string)
+		st, err := c.b.js.Stream(ctx, StreamName(ns))
+		if err != nil {
+			return ctx.Err() == nil
+		}
+		var lag, unacked uint64
+		for info := range st.ListConsumers(ctx).Info() {
+			lag = max(lag, info.NumPending)
+			unacked += uint64(info.NumAckPending)
+		}
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(lag), ns)
+		ch <- prometheus.MustNewConstMetric(c.unacked, prometheus.GaugeValue, float64(unacked), ns)
+		return true
+	})
 }

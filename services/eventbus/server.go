@@ -160,11 +160,17 @@ func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.E
 	s.metrics.subscriptions.Inc()
 	defer s.metrics.subscriptions.Dec()
 	delivered := s.metrics.delivered.WithLabelValues(sub.namespace)
+	redelivered := s.metrics.redelivered.WithLabelValues(sub.namespace)
 	err = s.bus.subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
 		if err := stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs}); err != nil {
 			return err
 		}
 		delivered.Add(float64(len(evs)))
+		for _, ev := range evs {
+			if ev.NumDelivered > 1 {
+				redelivered.Inc()
+			}
+		}
 		return nil
 	})
 	return toStatus(err)
@@ -187,7 +193,7 @@ func (s *server) Ack(ctx context.Context, req *eventbusv1.AckRequest) (*eventbus
 	if req.GetNak() {
 		kind = "nak"
 	}
-	s.metrics.acks.WithLabelValues(kind).Add(float64(len(req.GetAckTokens())))
+	s.metrics.countAcks(kind, req.GetAckTokens())
 	return &eventbusv1.AckResponse{}, nil
 }
 

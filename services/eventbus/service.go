@@ -113,6 +113,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		return nil
 	})
+	gs.Registry().MustRegister(newLagCollector(b))
 	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{
 		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot,
 	})

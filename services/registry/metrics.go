@@ -7,6 +7,9 @@ type metrics struct {
 	watches    *prometheus.GaugeVec
 	snapshots  *prometheus.CounterVec
 	keepAlives *prometheus.CounterVec
+	// backendErrors and leasesLost are counted by instrumentedBackend.
+	backendErrors *prometheus.CounterVec
+	leasesLost    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -24,6 +27,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Lease refreshes, by result (ok, not_found, error).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.watches, m.snapshots, m.keepAlives)
+	m.backendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "registry", Name: "backend_errors_total",
+		Help: "Failed backend (etcd or Kubernetes) calls, by operation and kind (timeout, unavailable, other).",
+	}, []string{"op", "kind"})
+	m.leasesLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "registry", Name: "leases_lost_total",
+		Help: "Keep-alives for a lease that was already gone (expired or revoked): its worker must register again.",
+	})
+	reg.MustRegister(m.watches, m.snapshots, m.keepAlives, m.backendErrors, m.leasesLost)
 	return m
 }

@@ -135,7 +135,10 @@ func (s *Service) serve(ctx context.Context, cfg Config, where string, whereVal 
 	if s.probe != nil {
 		srv.SetHealthProbe(healthInterval, s.probe)
 	}
-	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: withDeadline(s.store, cfg.StoreTimeout), log: s.log, metrics: newMetrics(srv.Registry()), stopping: srv.Stopping(), watchSlot: srv.WatchSlot})
+	m := newMetrics(srv.Registry())
+	store := instrument(withDeadline(s.store, cfg.StoreTimeout), m)
+	srv.Registry().MustRegister(newInstancesCollector(store))
+	registryv1.RegisterRegistryServiceServer(srv.GRPC(), &server{store: store, log: s.log, metrics: m, stopping: srv.Stopping(), watchSlot: srv.WatchSlot})
 	if err := srv.Listen(); err != nil {
 		s.closeBackend()
 		return err
