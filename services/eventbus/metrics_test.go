@@ -43,7 +43,9 @@ func TestCountBatch(t *testing.T) {
 
 func TestCountAcksByNamespace(t *testing.T) {
 	tok := func(stream string) string { return "$JS.ACK." + stream + ".c.1.5.5.1700000000000000000.0" }
-	domain := func(stream string) string { return "$JS.ACK.hub.ACCHASH." + stream + ".c.1.5.5.1700000000000000000.0.tok" }
+	domain := func(stream string) string {
+		return "$JS.ACK.hub.ACCHASH." + stream + ".c.1.5.5.1700000000000000000.0.tok"
+	}
 	m := newMetrics(prometheus.NewRegistry())
 	m.countAcks("ack", []string{tok("EVENTS_a"), tok("EVENTS_a"), domain("EVENTS_b"), tok("EVENTS_a"), tok("OTHER")})
 	for labels, want := range map[[2]string]float64{{"a", "ack"}: 3, {"b", "ack"}: 1, {"", "ack"}: 1} {
