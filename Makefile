@@ -9,6 +9,7 @@ BIN       := bin
 SERVICES  := $(notdir $(wildcard services/*))
 PYTHON    ?= /usr/bin/python3
 TESTFLAGS ?=
+TS_EXAMPLES := examples/node-worker examples/node-client
 
 .DEFAULT_GOAL := help
 
@@ -36,13 +37,16 @@ check-generate: generate ## Regenerate and fail if gen/ differs from what is com
 	@git diff --exit-code --stat -- gen || { echo "check-generate: gen/ is stale; run 'make generate' and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt, go vet, buf lint and helm lint (the chart with its defaults and each ci/ values file).
+lint: ## gofmt, go vet, buf lint, helm lint (the chart with its defaults and each ci/ values file), tsc of the TypeScript examples.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BUF) lint
 	$(HELM) lint --strict $(CHART)
 	@for f in $(CHART)/ci/*-values.yaml; do echo "helm lint --values $$f"; $(HELM) lint --strict --quiet $(CHART) --values $$f || exit 1; done
+	@for d in $(TS_EXAMPLES); do \
+	  if [ -x $$d/node_modules/.bin/tsc ]; then echo "tsc $$d"; (cd $$d && node_modules/.bin/tsc --noEmit -p .) || exit 1; \
+	  else echo "lint: skipping tsc in $$d (run npm ci there)"; fi; done
 
 .PHONY: test
 test: ## Unit and integration tests (race detector on, long soak/fault tests in their short form).
