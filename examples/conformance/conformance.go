@@ -43,9 +43,9 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -196,7 +196,7 @@ func Run(t *testing.T, w Worker) {
 		in, addr = got, a
 		// The model card goes in after the instance; wait for it.
 		for {
-			cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+			cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
 			if err == nil && len(cards.Cards) > 0 {
 				return
 			}
@@ -215,21 +215,21 @@ func Run(t *testing.T, w Worker) {
 		// AlreadyExists; the registry's tests cover it.)
 		dup := proto.Clone(in).(*registryv1.Instance)
 		dup.Metadata = map[string]string{"overwritten": "yes"}
-		_, err := dc.RPC().Register(ctx, &registryv1.RegisterRequest{Instance: dup, LeaseId: in.InstanceId})
+		_, err := dc.Raw().Register(ctx, &registryv1.RegisterRequest{Instance: dup, LeaseId: in.InstanceId})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("Register on the worker's lease without its token = %v; want PermissionDenied", err)
 		}
-		if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
+		if _, err := dc.Raw().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("Deregister of the worker's lease without its token = %v; want PermissionDenied", err)
 		}
-		list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
+		list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
 		if err != nil || len(list.Instances) != 1 || list.Instances[0].Metadata["overwritten"] != "" {
 			t.Fatalf("instances after the stranger's calls = %v, %v; want the worker's own, unchanged", list, err)
 		}
 	})
 
 	row("model card", func(t *testing.T) {
-		cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+		cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
 		if err != nil || len(cards.Cards) != 1 {
 			t.Fatalf("ListModels = %v, %v; want one card", cards, err)
 		}
@@ -322,7 +322,7 @@ func Run(t *testing.T, w Worker) {
 	row("keep-alive", func(t *testing.T) {
 		// The lease outlives two TTLs only through KeepAlive.
 		time.Sleep(time.Until(registered.Add(2*s.LeaseTTL + s.LeaseTTL/2)))
-		list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
+		list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: s.Namespace}})
 		if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != in.InstanceId {
 			t.Fatalf("instances 2.5 TTLs after registering = %v, %v; want the worker's %x", list, err, in.InstanceId)
 		}
@@ -356,7 +356,7 @@ func Run(t *testing.T, w Worker) {
 			t.Errorf("new instance serves %v; want the same %v", a, addr)
 		}
 		for {
-			cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+			cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
 			if err == nil && len(cards.Cards) == 1 && cards.Cards[0].InstanceId == next.InstanceId && cards.Cards[0].ModelName == s.ModelName {
 				break
 			}
@@ -414,7 +414,7 @@ func Run(t *testing.T, w Worker) {
 		if err := <-inflight; err != nil {
 			t.Errorf("request in flight at SIGTERM: %v", err)
 		}
-		cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+		cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
 		if err != nil || len(cards.Cards) != 0 {
 			t.Errorf("ListModels after SIGTERM = %v, %v; want none", cards, err)
 		}
@@ -436,7 +436,7 @@ func addressOf(tr *registryv1.Transport) (transport.Address, bool) {
 
 // checkTokenizer fetches every tokenizer artifact of a card from the object
 // store and compares it with the file the worker was given.
-func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbusclient.Client, dir string, arts []*registryv1.TokenizerArtifact) {
+func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbus.Client, dir string, arts []*registryv1.TokenizerArtifact) {
 	t.Helper()
 	var names []string
 	for _, a := range arts {
@@ -465,7 +465,7 @@ func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbusclient.Clien
 }
 
 // waitLoad waits for a LoadMetrics of instance, stamped after since, that ok accepts.
-func waitLoad(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, instance uint64, since time.Time, ok func(*workerv1.LoadMetrics) bool) {
+func waitLoad(ctx context.Context, t *testing.T, sub *eventbus.Subscription, instance uint64, since time.Time, ok func(*workerv1.LoadMetrics) bool) {
 	t.Helper()
 	for {
 		ev, err := sub.Next(ctx)

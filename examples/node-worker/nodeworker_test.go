@@ -347,10 +347,10 @@ func TestNodeWorkerProtocol(t *testing.T) {
 		if next.Transport.GetHttp() != base {
 			t.Errorf("new instance serves %q; want the same %q", next.Transport.GetHttp(), base)
 		}
-		cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: ns}})
+		cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: ns}})
 		for err == nil && (len(cards.Cards) != 1 || cards.Cards[0].InstanceId != next.InstanceId) && ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
-			cards, err = dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: ns}})
+			cards, err = dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: ns}})
 		}
 		if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != next.InstanceId {
 			t.Fatalf("model cards = %v, %v; want one of instance %x", cards, err, next.InstanceId)

@@ -288,7 +288,7 @@ func TestPythonWorker(t *testing.T) {
 	}
 	// The model card follows the instance; the worker logs once both are in.
 	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", in.InstanceId)})
-	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +546,7 @@ func TestPythonWorker(t *testing.T) {
 
 	// The lease outlives its TTL only through KeepAlive.
 	time.Sleep(time.Until(registered.Add(2 * leaseTTL)))
-	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
 	if err != nil || len(list.Instances) != 1 {
 		t.Fatalf("ListInstances two TTLs after registering = %v, %v; want the worker still there", list, err)
 	}
@@ -583,11 +583,11 @@ func TestPythonWorker(t *testing.T) {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0. It logged:\n%s", code, w.logs.String())
 	}
 	// It deregistered before exiting, so it is gone now, not a TTL later.
-	list, err = dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	list, err = dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
 	if err != nil || len(list.Instances) != 0 {
 		t.Errorf("ListInstances after SIGTERM = %v, %v; want none", list, err)
 	}
-	cards, err = dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	cards, err = dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
 	if err != nil || len(cards.Cards) != 0 {
 		t.Errorf("ListModels after SIGTERM = %v, %v; want none", cards, err)
 	}
@@ -617,7 +617,7 @@ func TestPythonWorkerExitsWhenLeaseIsLost(t *testing.T) {
 	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", in.InstanceId)})
 	// Only the worker holds its lease token, so someone else's Deregister
 	// is refused; the lease is revoked in etcd itself, as an operator would.
-	if _, err := dc.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
+	if _, err := dc.Raw().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Deregister of the worker's lease without its token: %v, want PermissionDenied", err)
 	}
 	etcd.RevokeLease(ctx, in.InstanceId)

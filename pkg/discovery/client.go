@@ -5,21 +5,13 @@
 package discovery
 
 import (
-	"errors"
-	"fmt"
-	"strings"
-	"sync/atomic"
-	"time"
+	"log/slog"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 )
 
 // Client is a connection to one or more registry replicas. Calls go to one
@@ -27,60 +19,46 @@ import (
 type Client struct {
 	cc  *grpc.ClientConn
 	rpc registryv1.RegistryServiceClient
+	log *slog.Logger
 }
 
-// Options tune Dial.
+// Options tune Dial; they have the same names in every Switchyard client
+// (see pkg/grpcclient).
 type Options struct {
-	// Creds secure the connection; nil means plaintext.
-	Creds credentials.TransportCredentials
+	// Credentials secure the connection; nil means plaintext.
+	Credentials credentials.TransportCredentials
+	// Log receives the client's notices; nil discards them.
+	Log *slog.Logger
 	// DialOptions are added to the connection's.
 	DialOptions []grpc.DialOption
+
+	// Creds is Credentials under its old name, used when Credentials is nil.
+	//
+	// Deprecated: use Credentials, the name every Switchyard client uses.
+	Creds credentials.TransportCredentials
 }
 
-var schemeSeq atomic.Uint64
-
-// Dial connects to registry replicas at addrs (host:port each, or one
-// comma-separated string). It does not wait for a connection.
+// Dial connects to registry replicas at addrs (host:port each, or
+// comma-separated lists of them), through pkg/grpcclient. It does not wait
+// for a connection.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	var list []resolver.Address
-	for _, a := range addrs {
-		for _, p := range strings.Split(a, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				list = append(list, resolver.Address{Addr: p})
-			}
-		}
+	if opts.Credentials == nil {
+		opts.Credentials = opts.Creds
 	}
-	if len(list) == 0 {
-		return nil, errors.New("discovery: no registry address")
-	}
-	creds := opts.Creds
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	// A manual resolver with every replica and pick_first: gRPC tries them in
-	// order and moves on when the connected one goes away.
-	r := manual.NewBuilderWithScheme(fmt.Sprintf("switchyard-registry-%d", schemeSeq.Add(1)))
-	r.InitialState(resolver.State{Addresses: list})
-	dopts := append([]grpc.DialOption{
-		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true}),
-		// Redial a restarted replica within a second or two: a session's
-		// lease deadline is only seconds away.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: 2 * time.Second,
-		}),
-	}, opts.DialOptions...)
-	cc, err := grpc.NewClient(r.Scheme()+":///registry", dopts...)
+	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions}
+	cc, err := grpcclient.Dial("registry", addrs, gopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
-		return nil, fmt.Errorf("discovery: dial registry: %w", err)
+		return nil, err
 	}
-	return &Client{cc: cc, rpc: registryv1.NewRegistryServiceClient(cc)}, nil
+	return &Client{cc: cc, rpc: registryv1.NewRegistryServiceClient(cc), log: gopts.Logger()}, nil
 }
 
-// RPC is the raw generated client, for calls this package does not wrap.
+// Raw is the generated client, for calls this package does not wrap.
+func (c *Client) Raw() registryv1.RegistryServiceClient { return c.rpc }
+
+// RPC is Raw under its old name.
+//
+// Deprecated: use Raw, the name every Switchyard client uses.
 func (c *Client) RPC() registryv1.RegistryServiceClient { return c.rpc }
 
 // Close closes the connection.

@@ -224,7 +224,7 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 	defer s.Close(ctx)
 	// Someone else revokes the lease (an operator, a fencing controller):
 	// not through the registry, which only lets the lease's holder end it.
-	if _, err := c.RPC().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.ID()}); status.Code(err) != codes.PermissionDenied {
+	if _, err := c.Raw().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: s.ID()}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Deregister without the session's lease token: %v, want PermissionDenied", err)
 	}
 	etcd.RevokeLease(ctx, s.ID())
@@ -295,7 +295,7 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 		t.Fatalf("session lost its lease: %v", s.Err())
 	default:
 	}
-	resp, err := c.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
+	resp, err := c.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
 	if err != nil {
 		t.Fatal(err)
 	}

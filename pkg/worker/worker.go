@@ -32,8 +32,8 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // Event names under the subject base {namespace}.{component}.
@@ -71,8 +71,8 @@ type Config struct {
 	Model                          Model
 	// RegistryAddr and EventbusAddr are comma lists of replicas.
 	RegistryAddr, EventbusAddr string
-	// Creds secure the registry and eventbus connections; nil is plaintext.
-	Creds credentials.TransportCredentials
+	// Credentials secure the registry and eventbus connections; nil is plaintext.
+	Credentials credentials.TransportCredentials
 	// Transport is the request plane (see transport.ConfigFromEnv).
 	Transport transport.Config
 	// LeaseTTL of the registration; 0 is the registry's default (10 s).
@@ -96,7 +96,7 @@ type Worker struct {
 	cfg    Config
 	log    *slog.Logger
 	reg    *discovery.Client
-	bus    *eventbusclient.Client
+	bus    *eventbus.Client
 	server transport.Server
 
 	// mu guards sess, which re-registration replaces; instance is the
@@ -163,7 +163,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w.server = srv
 	undo = append(undo, func() { _ = srv.Close() })
 
-	bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: cfg.Creds, Log: w.log})
+	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: cfg.Credentials, Log: w.log})
 	if err != nil {
 		return nil, fmt.Errorf("worker: eventbus: %w", err)
 	}
@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		return nil, err
 	}
 
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Creds: cfg.Creds})
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: cfg.Credentials, Log: w.log})
 	if err != nil {
 		return nil, fmt.Errorf("worker: registry: %w", err)
 	}
@@ -303,7 +303,7 @@ func (w *Worker) uploadTokenizer(ctx context.Context) ([]*registryv1.TokenizerAr
 		name := filepath.Base(path)
 		// The object name is content-addressed after upload; upload under a
 		// per-file name first, keyed by the basename.
-		info, err := w.bus.PutObject(ctx, TokenizerBucket, objectName(w.cfg.Model.Name, name), f, eventbusclient.PutObjectOptions{})
+		info, err := w.bus.PutObject(ctx, TokenizerBucket, objectName(w.cfg.Model.Name, name), f, eventbus.PutObjectOptions{})
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("worker: upload %s: %w", name, err)
@@ -367,7 +367,7 @@ func (w *Worker) subject(name string) string {
 // publishKV publishes queued batches in order, several per eventbus call.
 func (w *Worker) publishKV() {
 	defer close(w.kvDone)
-	pub := w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{})
+	pub := w.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
 	defer pub.Close()
 	subject := w.subject(KVEventsName)
 	for b := range w.kv {
@@ -387,7 +387,7 @@ func (w *Worker) publishKV() {
 		events := make([]*eventbusv1.Event, 0, len(batch))
 		for _, kb := range batch {
 			id := fmt.Sprintf("kv-%x-%d-%d", kb.InstanceId, kb.DpRank, kb.FirstEventId)
-			ev, err := eventbusclient.NewEvent(subject, kb, eventbusclient.WithMsgID(id))
+			ev, err := eventbus.NewEvent(subject, kb, eventbus.WithMsgID(id))
 			if err != nil {
 				w.log.Error("cannot encode KV events", "err", err.Error())
 				continue

@@ -15,9 +15,9 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 
 type env struct {
 	regAddr, busAddr string
-	bus              *eventbusclient.Client
+	bus              *eventbus.Client
 	etcd             *registrytest.Etcd
 	reg              *registrytest.Registry
 }
@@ -122,11 +122,11 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
 	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != w.InstanceID() {
 		t.Fatalf("ListInstances = %v, %v", list, err)
 	}
-	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
 	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].ModelName != "m" || cards.Cards[0].BlockSize != 4 {
 		t.Fatalf("ListModels = %v, %v", cards, err)
 	}
@@ -154,13 +154,13 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 		}
 		switch ev.GetSubject() {
 		case "test.backend." + worker.KVEventsName:
-			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
 			if err != nil || b.InstanceId != w.InstanceID() || b.Events[0].GetStored().Blocks[0].SequenceHash != 42 {
 				t.Fatalf("KV batch = %v, %v", b, err)
 			}
 			gotKV = true
 		case "test.backend." + worker.LoadName:
-			m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+			m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
 			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 {
 				t.Fatalf("load = %v, %v", m, err)
 			}
@@ -217,7 +217,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	}
 	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
 	defer dc.Close()
-	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{})
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{})
 	if err != nil || len(list.Instances) != 0 {
 		t.Fatalf("after shutdown the registry still lists %v (%v)", list.GetInstances(), err)
 	}
@@ -252,19 +252,19 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no KV event after the lease loss: %v", err)
 	}
-	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
 	if err != nil || len(b.Events) != 1 || b.Events[0].GetCleared() == nil {
 		t.Fatalf("first KV batch after registering again = %v, %v; want one cleared event", b, err)
 	}
 	if b.InstanceId == first.InstanceId || b.InstanceId != w.InstanceID() || w.Registrations() != 2 {
 		t.Fatalf("cleared event of instance %x; worker now %x after %d registrations, was %x", b.InstanceId, w.InstanceID(), w.Registrations(), first.InstanceId)
 	}
-	list, err := dc.RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
 	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != w.InstanceID() ||
 		list.Instances[0].Transport.GetTcp() != first.Transport.GetTcp() {
 		t.Fatalf("ListInstances = %v, %v; want the new id at %s", list, err, first.Transport.GetTcp())
 	}
-	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
 	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != w.InstanceID() || cards.Cards[0].ModelName != "m" {
 		t.Fatalf("ListModels = %v, %v", cards, err)
 	}

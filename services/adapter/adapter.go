@@ -151,7 +151,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
-		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Creds: creds, Transport: cfg.Transport,
+		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Transport: cfg.Transport,
 		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
 		Metadata: map[string]string{"engine_url": cfg.EngineURL},
 	}

@@ -24,11 +24,11 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/adapter"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -329,7 +329,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no load with the engine's numbers: %v", err)
 		}
-		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			t.Fatal(err)
 		}

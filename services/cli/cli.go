@@ -31,9 +31,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/flagenv"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // EnvPrefix is the generic environment prefix of the CLI's flags.
@@ -96,16 +96,16 @@ func (c Config) registry() (*discovery.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return discovery.Dial([]string{c.RegistryAddr}, discovery.Options{Creds: creds})
+	return discovery.Dial([]string{c.RegistryAddr}, discovery.Options{Credentials: creds})
 }
 
 // eventbus dials the eventbus.
-func (c Config) eventbus() (*eventbusclient.Client, error) {
+func (c Config) eventbus() (*eventbus.Client, error) {
 	creds, err := c.creds()
 	if err != nil {
 		return nil, err
 	}
-	return eventbusclient.Dial(splitAddrs(c.EventbusAddr), eventbusclient.Options{Credentials: creds})
+	return eventbus.Dial(splitAddrs(c.EventbusAddr), eventbus.Options{Credentials: creds})
 }
 
 // dial connects to one address of a service without waiting.

@@ -83,7 +83,7 @@ func explain(ctx context.Context, c Config, model string, body []byte, chat bool
 	defer reg.Close()
 	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	cards, err := reg.RPC().ListModels(cctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{}})
+	cards, err := reg.Raw().ListModels(cctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{}})
 	if err != nil {
 		return nil, 0, fmt.Errorf("registry %s: %w", c.RegistryAddr, err)
 	}

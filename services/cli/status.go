@@ -109,11 +109,11 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 	defer reg.Close()
 	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	ins, err := reg.RPC().ListInstances(cctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{}})
+	ins, err := reg.Raw().ListInstances(cctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{}})
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", c.RegistryAddr, err)
 	}
-	cards, err := reg.RPC().ListModels(cctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{}})
+	cards, err := reg.Raw().ListModels(cctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{}})
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", c.RegistryAddr, err)
 	}

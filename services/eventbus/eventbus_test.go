@@ -31,9 +31,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/flagenv"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -49,11 +49,11 @@ func testCtx(t *testing.T) context.Context {
 
 // publishN publishes values from..to-1 as UInt64Value events on subject,
 // with msg ids "<subject>-<value>", and returns their stream sequences.
-func publishN(ctx context.Context, t *testing.T, c *eventbusclient.Client, subject string, from, to int) []uint64 {
+func publishN(ctx context.Context, t *testing.T, c *busclient.Client, subject string, from, to int) []uint64 {
 	t.Helper()
 	var seqs []uint64
 	for i := from; i < to; i++ {
-		resp, err := c.Publish(ctx, subject, wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("%s-%d", subject, i)))
+		resp, err := c.Publish(ctx, subject, wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("%s-%d", subject, i)))
 		if err != nil {
 			t.Fatalf("publish %d: %v", i, err)
 		}
@@ -63,9 +63,9 @@ func publishN(ctx context.Context, t *testing.T, c *eventbusclient.Client, subje
 }
 
 // next reads n events, decoding their values; with ack it acknowledges each.
-func next(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, n int, ack bool) ([]uint64, []*eventbusv1.DeliveredEvent) {
+func next(ctx context.Context, t *testing.T, sub *busclient.Subscription, n int, ack bool) ([]uint64, []*eventbusv1.DeliveredEvent) {
 	t.Helper()
-	typed := eventbusclient.NewTyped[wrapperspb.UInt64Value](sub)
+	typed := busclient.NewTyped[wrapperspb.UInt64Value](sub)
 	var vals []uint64
 	var evs []*eventbusv1.DeliveredEvent
 	for range n {
@@ -108,13 +108,13 @@ func TestPublishSubscribeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second half through the pipelined batch publisher.
-	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
+	p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
 	defer p.Close()
-	var batches []*eventbusclient.Batch
+	var batches []*busclient.Batch
 	for i := 50; i < 100; i += 10 {
 		var evs []*eventbusv1.Event
 		for j := i; j < i+10; j++ {
-			ev, err := eventbusclient.NewEvent("vllm-agg.backend.kv_cache_update", wrapperspb.UInt64(uint64(j)))
+			ev, err := busclient.NewEvent("vllm-agg.backend.kv_cache_update", wrapperspb.UInt64(uint64(j)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +273,7 @@ func TestConsumerGroupSplitsEvents(t *testing.T) {
 	c := eventbustest.Client(t, svc.Addr().String())
 	const n = 300
 	req := &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "group", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, MaxAckPending: 4}
-	var subs []*eventbusclient.Subscription
+	var subs []*busclient.Subscription
 	for range 2 {
 		sub, err := c.Subscribe(ctx, req)
 		if err != nil {
@@ -300,7 +300,7 @@ func TestConsumerGroupSplitsEvents(t *testing.T) {
 					t.Errorf("ack: %v", err)
 					return
 				}
-				v, err := eventbusclient.Decode[wrapperspb.UInt64Value](ev)
+				v, err := busclient.Decode[wrapperspb.UInt64Value](ev)
 				if err != nil {
 					t.Errorf("decode: %v", err)
 					return
@@ -357,13 +357,13 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	eventbustest.StopNATS(ns)
 	// Publishes while NATS is down are retried until it is back: unary ones
 	// by the client, pipelined batches by the publisher.
-	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	pub := c.NewPublisher(ctx, busclient.PublisherOptions{})
 	defer pub.Close()
-	var batches []*eventbusclient.Batch
+	var batches []*busclient.Batch
 	for i := 100; i < 150; i += 10 {
 		var evs []*eventbusv1.Event
 		for j := i; j < i+10; j++ {
-			ev, err := eventbusclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
+			ev, err := busclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +389,7 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 20; i < 30; i++ {
-			resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+			resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
 			if err != nil {
 				t.Errorf("publish %d across the restart: %v", i, err)
 				return
@@ -405,7 +405,7 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	// Retrying every publish is deduplicated: same sequences, nothing stored
 	// twice.
 	for i := 0; i < 30; i++ {
-		resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+		resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,16 +466,16 @@ func TestFailoverToAnotherEventbus(t *testing.T) {
 	// Unary publishes and pipelined batches both cross the failover; the
 	// publisher resends the batches it has no answer for, and their message
 	// ids keep them from being stored twice.
-	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 8})
+	pub := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 8})
 	defer pub.Close()
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		var pending []*eventbusclient.Batch
+		var pending []*busclient.Batch
 		for i := 0; i < n/2; i += batch {
 			var evs []*eventbusv1.Event
 			for j := i; j < i+batch; j++ {
-				ev, err := eventbusclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
+				ev, err := busclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
 				if err != nil {
 					t.Error(err)
 					return
@@ -534,7 +534,7 @@ func TestObjectStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(blob)
-	info, err := c.PutObject(ctx, "snapshots", "model/weights.bin", bytes.NewReader(blob), eventbusclient.PutObjectOptions{
+	info, err := c.PutObject(ctx, "snapshots", "model/weights.bin", bytes.NewReader(blob), busclient.PutObjectOptions{
 		Description: "test blob", Metadata: map[string]string{"kind": "test"}, SHA256: hex.EncodeToString(sum[:]),
 	})
 	if err != nil {
@@ -559,7 +559,7 @@ func TestObjectStore(t *testing.T) {
 	}
 
 	// A put whose data does not match the sha256 it announces is refused.
-	_, err = c.PutObject(ctx, "snapshots", "liar", strings.NewReader("data"), eventbusclient.PutObjectOptions{SHA256: strings.Repeat("0", 64)})
+	_, err = c.PutObject(ctx, "snapshots", "liar", strings.NewReader("data"), busclient.PutObjectOptions{SHA256: strings.Repeat("0", 64)})
 	if status.Code(err) != codes.DataLoss {
 		t.Errorf("put with a wrong sha256: %v; want DataLoss", err)
 	}
@@ -956,9 +956,9 @@ func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
 	// Ten events near max_payload: far over gRPC's default 4 MiB message
 	// limit together, so the eventbus must split its answers.
 	const n = 10
-	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	p := c.NewPublisher(ctx, busclient.PublisherOptions{})
 	defer p.Close()
-	var bts []*eventbusclient.Batch
+	var bts []*busclient.Batch
 	for i := range n {
 		payload := bytes.Repeat([]byte{byte(i)}, 1000<<10)
 		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "big.comp.blob", Payload: payload}})
@@ -999,7 +999,7 @@ func TestReplayIsDeliveredInFullBatches(t *testing.T) {
 	for i := range evs {
 		evs[i] = &eventbusv1.Event{Subject: "replay.comp.ev", Payload: []byte(strconv.Itoa(i))}
 	}
-	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	p := c.NewPublisher(ctx, busclient.PublisherOptions{})
 	defer p.Close()
 	if _, err := p.PublishBatch(ctx, evs); err != nil {
 		t.Fatal(err)
@@ -1093,10 +1093,10 @@ func TestConcurrentPublishersGetTheirOwnSequences(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
+			p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
 			defer p.Close()
 			var sent [][]*eventbusv1.Event
-			var pending []*eventbusclient.Batch
+			var pending []*busclient.Batch
 			for b := range batches {
 				evs := batchOf(g, b)
 				bt, err := p.Send(ctx, evs)
@@ -1180,14 +1180,14 @@ func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
-	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
+	p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
 	defer p.Close()
 	batches := [][]*eventbusv1.Event{
 		{{Subject: "ns.comp.ev", Payload: []byte("1")}},
 		{{Subject: "ns.comp.ev", Payload: []byte("2")}, {Subject: "ns.comp.*", Payload: []byte("bad")}},
 		{{Subject: "ns.comp.ev", Payload: []byte("3")}},
 	}
-	var sent []*eventbusclient.Batch
+	var sent []*busclient.Batch
 	for _, evs := range batches {
 		bt, err := p.Send(ctx, evs)
 		if err != nil {
@@ -1217,7 +1217,7 @@ func TestPublisherStopsWithItsContext(t *testing.T) {
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	pctx, cancel := context.WithCancel(ctx)
-	p := c.NewPublisher(pctx, eventbusclient.PublisherOptions{})
+	p := c.NewPublisher(pctx, busclient.PublisherOptions{})
 	defer p.Close()
 	if _, err := p.PublishBatch(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}}); err != nil {
 		t.Fatal(err)
@@ -1226,13 +1226,13 @@ func TestPublisherStopsWithItsContext(t *testing.T) {
 	// Once the publisher has noticed, sends fail instead of hanging.
 	for {
 		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}})
-		if errors.Is(err, eventbusclient.ErrPublisherClosed) {
+		if errors.Is(err, busclient.ErrPublisherClosed) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bt.Wait(ctx); err != nil && !errors.Is(err, eventbusclient.ErrPublisherClosed) {
+		if _, err := bt.Wait(ctx); err != nil && !errors.Is(err, busclient.ErrPublisherClosed) {
 			t.Fatalf("batch sent while stopping: %v", err)
 		}
 	}

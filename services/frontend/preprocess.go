@@ -12,8 +12,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // assetLoadTimeout bounds fetching and parsing one model's tokenizer files.
@@ -138,7 +138,7 @@ type assets struct {
 // content (the sha256 of the tokenizer files), for every model that shares
 // them. A failed load is not cached, so the next request retries it.
 type assetCache struct {
-	bus     *eventbusclient.Client
+	bus     *eventbus.Client
 	mu      sync.Mutex
 	entries map[string]*assetEntry
 }
@@ -149,7 +149,7 @@ type assetEntry struct {
 	err  error
 }
 
-func newAssetCache(bus *eventbusclient.Client) *assetCache {
+func newAssetCache(bus *eventbus.Client) *assetCache {
 	return &assetCache{bus: bus, entries: map[string]*assetEntry{}}
 }
 

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/router"
@@ -43,7 +43,7 @@ type decision struct {
 // switchyard_frontend_router_fallback_total). In the other modes, and in kv
 // mode with --no-kv-events, an in-process router.Core decides.
 type routing struct {
-	conns   []*grpc.ClientConn // empty without the router service
+	client  *routerclient.Client // nil without the router service
 	remotes []routerv1.RouterServiceClient
 	local   *router.Core
 	metrics *metrics
@@ -57,29 +57,27 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics,
 	r := &routing{metrics: m, log: log}
 	if cfg.usesRouterService() {
 		cc.Mode, cc.Approximate = router.ModeRoundRobin, false
-		for _, addr := range splitAddrs(cfg.RouterAddr) {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-			if err != nil {
-				r.close()
-				return nil, fmt.Errorf("router client %s: %w", addr, err)
-			}
-			r.conns = append(r.conns, conn)
-			r.remotes = append(r.remotes, routerv1.NewRouterServiceClient(conn))
+		// One connection to every replica: it fails over between them, and
+		// prefill completion and free go to the replica it is connected to.
+		client, err := routerclient.Dial(splitAddrs(cfg.RouterAddr), routerclient.Options{Credentials: creds, Log: log})
+		if err != nil {
+			return nil, fmt.Errorf("router client: %w", err)
 		}
+		r.client, r.remotes = client, []routerv1.RouterServiceClient{client}
 	}
 	r.local = router.NewCore(cc)
 	return r, nil
 }
 
 func (r *routing) close() {
-	for _, c := range r.conns {
-		_ = c.Close()
+	if r.client != nil {
+		_ = r.client.Close()
 	}
 }
 
-// route chooses a worker for one attempt of a request. Router replicas are
-// asked in order; a replica that cannot answer passes the request to the
-// next, and the last to the in-process fallback.
+// route chooses a worker for one attempt of a request. The router client
+// fails over between replicas; when none answers, the in-process fallback
+// decides.
 func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64) (decision, error) {
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
 		TokenIds: tokens, ExcludeInstanceIds: exclude}

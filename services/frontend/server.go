@@ -64,9 +64,9 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // Domain errors; writeError maps them to HTTP statuses and OpenAI error
@@ -106,7 +106,7 @@ type Service struct {
 	recent    *recent
 	client    transport.Client
 	reg       *discovery.Client
-	bus       *eventbusclient.Client
+	bus       *eventbus.Client
 	instances *discovery.Watcher[*registryv1.Instance]
 	models    *discovery.Watcher[*registryv1.ModelCard]
 	ln        net.Listener
@@ -145,11 +145,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, fmt.Errorf("request plane: %w", err)
 	}
 	undo = append(undo, func() { _ = s.client.Close() })
-	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Creds: creds}); err != nil {
+	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds}); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	undo = append(undo, func() { _ = s.reg.Close() })
-	if s.bus, err = eventbusclient.Dial(splitAddrs(cfg.EventbusAddr), eventbusclient.Options{Credentials: creds, Log: log}); err != nil {
+	if s.bus, err = eventbus.Dial(splitAddrs(cfg.EventbusAddr), eventbus.Options{Credentials: creds, Log: log}); err != nil {
 		return nil, fmt.Errorf("eventbus: %w", err)
 	}
 	undo = append(undo, func() { _ = s.bus.Close() })

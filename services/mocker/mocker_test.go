@@ -17,9 +17,9 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -131,7 +131,7 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}

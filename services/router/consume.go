@@ -11,15 +11,15 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // consumer follows the eventbus for every namespace that has workers: KV
 // events (replayed from the start of the stream, so a fresh router rebuilds
 // its index from what the stream retains) and load reports (new ones only).
 type consumer struct {
-	bus    *eventbusclient.Client
+	bus    *eventbus.Client
 	core   *Core
 	log    *slog.Logger
 	events bool
@@ -36,7 +36,7 @@ type consumer struct {
 	wg    sync.WaitGroup
 }
 
-func newConsumer(bus *eventbusclient.Client, core *Core, log *slog.Logger, events bool) *consumer {
+func newConsumer(bus *eventbus.Client, core *Core, log *slog.Logger, events bool) *consumer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
 		start: map[string]uint64{}, seq: map[string]uint64{}}
@@ -56,7 +56,7 @@ func (c *consumer) follow(ns string) {
 			req.DeliverPolicy, req.StartSequence = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, s+1
 		}
 		c.runReq(req, func(ev *eventbusv1.DeliveredEvent) {
-			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
 			} else {
@@ -68,7 +68,7 @@ func (c *consumer) follow(ns string) {
 		})
 	}
 	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
-		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
+		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			c.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", err.Error())
 			return

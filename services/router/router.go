@@ -16,8 +16,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
 )
 
 // Service is a running router.
@@ -25,7 +25,7 @@ type Service struct {
 	core   *Core
 	server *grpcserver.Server
 	reg    *discovery.Client
-	bus    *eventbusclient.Client
+	bus    *eventbus.Client
 	done   chan struct{}
 	err    error
 }
@@ -40,7 +40,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Creds: creds})
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: creds})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, errors.New("--router-replica-sync needs --eventbus-addr")
 	}
 	if cfg.EventbusAddr != "" {
-		bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Log: log})
+		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log})
 		if err != nil {
 			reg.Close()
 			return nil, err

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -66,7 +66,7 @@ func (c *Core) DropDeparted() {
 }
 
 // loadSnapshot fetches the latest snapshot; a missing one is a cold start.
-func loadSnapshot(ctx context.Context, bus *eventbusclient.Client) (*routerv1.IndexSnapshot, error) {
+func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer
 	if _, err := bus.GetObject(ctx, SnapshotBucket, SnapshotObject, &buf); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -82,7 +82,7 @@ func loadSnapshot(ctx context.Context, bus *eventbusclient.Client) (*routerv1.In
 }
 
 // snapshotLoop stores a snapshot every interval while the index changes.
-func snapshotLoop(ctx context.Context, bus *eventbusclient.Client, core *Core, cons *consumer, interval time.Duration, log *slog.Logger) {
+func snapshotLoop(ctx context.Context, bus *eventbus.Client, core *Core, cons *consumer, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var last map[string]uint64
@@ -102,7 +102,7 @@ func snapshotLoop(ctx context.Context, bus *eventbusclient.Client, core *Core, c
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err = bus.PutObject(pctx, SnapshotBucket, SnapshotObject, bytes.NewReader(data), eventbusclient.PutObjectOptions{Description: "router KV index snapshot"})
+		_, err = bus.PutObject(pctx, SnapshotBucket, SnapshotObject, bytes.NewReader(data), eventbus.PutObjectOptions{Description: "router KV index snapshot"})
 		cancel()
 		if err != nil {
 			log.Warn("snapshot not stored", "err", err.Error())

@@ -10,7 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -55,7 +55,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 // syncer publishes this replica's decisions and applies the others'.
 type syncer struct {
 	id   string
-	bus  *eventbusclient.Client
+	bus  *eventbus.Client
 	core *Core
 	log  *slog.Logger
 
@@ -65,7 +65,7 @@ type syncer struct {
 	done chan struct{}
 }
 
-func newSyncer(id string, bus *eventbusclient.Client, core *Core, log *slog.Logger) *syncer {
+func newSyncer(id string, bus *eventbus.Client, core *Core, log *slog.Logger) *syncer {
 	if id == "" {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
@@ -78,7 +78,7 @@ func newSyncer(id string, bus *eventbusclient.Client, core *Core, log *slog.Logg
 
 func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	ev.ReplicaId = s.id
-	e, err := eventbusclient.NewEvent(ns+".router."+ReplicaSyncName, ev)
+	e, err := eventbus.NewEvent(ns+".router."+ReplicaSyncName, ev)
 	if err != nil {
 		s.log.Error("cannot encode a replica event", "err", err.Error())
 		return
@@ -120,7 +120,7 @@ func (s *syncer) Freed(id string) {
 // publish sends queued events in order, in batches.
 func (s *syncer) publish() {
 	defer close(s.done)
-	pub := s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{NoMsgIDs: true})
+	pub := s.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{NoMsgIDs: true})
 	defer pub.Close()
 	for e := range s.out {
 		batch := []*eventbusv1.Event{e}
@@ -146,7 +146,7 @@ func (s *syncer) publish() {
 
 // apply is the consumer's handler for other replicas' events.
 func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
-	re, err := eventbusclient.Decode[routerv1.ReplicaEvent](ev)
+	re, err := eventbus.Decode[routerv1.ReplicaEvent](ev)
 	if err != nil {
 		s.log.Warn("undecodable replica event", "err", err.Error())
 		return

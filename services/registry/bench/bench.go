@@ -140,7 +140,7 @@ func waitReady(ctx context.Context, c *discovery.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := c.RPC().ListInstances(cctx, &registryv1.ListInstancesRequest{})
+		_, err := c.Raw().ListInstances(cctx, &registryv1.ListInstancesRequest{})
 		cancel()
 		if err == nil {
 			return nil
@@ -236,7 +236,7 @@ func registrations(ctx context.Context, c *discovery.Client, n, conc int) (float
 				if i > int64(n) {
 					return nil
 				}
-				if _, err := c.RPC().Register(gctx, &registryv1.RegisterRequest{Instance: instance("reg"), TtlSeconds: 60}); err != nil {
+				if _, err := c.Raw().Register(gctx, &registryv1.RegisterRequest{Instance: instance("reg"), TtlSeconds: 60}); err != nil {
 					return err
 				}
 			}
@@ -267,7 +267,7 @@ func watchLatency(ctx context.Context, c *discovery.Client, endpoints []string, 
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.RPC().WatchInstances(wctx, &registryv1.WatchInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "lat"}})
+	stream, err := c.Raw().WatchInstances(wctx, &registryv1.WatchInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "lat"}})
 	if err != nil {
 		return nil, err
 	}

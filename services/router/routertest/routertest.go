@@ -8,11 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/services/router"
 )
 
@@ -37,7 +35,7 @@ func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv
 		cancel()
 		t.Fatalf("start router: %v", err)
 	}
-	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := routerclient.Dial([]string{svc.Addr().String()}, routerclient.Options{})
 	if err != nil {
 		cancel()
 		_ = svc.Wait()
@@ -54,5 +52,5 @@ func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv
 		})
 	}
 	t.Cleanup(stop)
-	return routerv1.NewRouterServiceClient(cc), stop
+	return cc, stop
 }

@@ -1,33 +1,27 @@
-// Package eventbusclient is the Go client of Switchyard's eventbus
+// Package eventbus is the Go client of Switchyard's eventbus
 // (switchyard.eventbus.v1.EventBusService). It dials several eventbus
 // addresses and fails over between them, retries publishes (made idempotent by
 // a message id it generates when the caller gives none), pipelines batched
 // publishes, resumes subscriptions after an eventbus or NATS restart, and
 // checks object data against its sha256. Payloads are protobuf messages:
 // proto.Message in, Decode out.
-package eventbusclient
+package eventbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 )
 
 // Options tunes a Client. The zero value is plaintext with default backoff.
@@ -54,48 +48,22 @@ type Client struct {
 	max  time.Duration
 }
 
-// maxMessageSize matches eventbus.MaxMessageSize: one event at NATS's
-// largest max_payload with its envelope. (This package does not import the
-// server's, which would pull nats-server into every client.)
+// maxMessageSize matches services/eventbus.MaxMessageSize: one event at
+// NATS's largest max_payload with its envelope. (This package does not import
+// the server's, which would pull nats-server into every client.)
 const maxMessageSize = 65 << 20
 
-var schemeSeq atomic.Uint64
-
-// Dial connects to the eventbus replicas at addrs (host:port). It does not
-// wait for a connection: calls wait until one is ready or their context ends.
+// Dial connects to the eventbus replicas at addrs (host:port each, or
+// comma-separated lists of them), through pkg/grpcclient. It does not wait
+// for a connection: calls wait until one is ready or their context ends.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	if len(addrs) == 0 {
-		return nil, errors.New("eventbusclient: no eventbus address")
-	}
-	state := resolver.State{}
-	for _, a := range addrs {
-		if strings.TrimSpace(a) == "" {
-			return nil, fmt.Errorf("eventbusclient: empty address in %q", addrs)
-		}
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: strings.TrimSpace(a)})
-	}
-	// A resolver of our own per client: pick_first then tries the addresses
-	// in order, which is the failover.
-	r := manual.NewBuilderWithScheme(fmt.Sprintf("eventbus%d", schemeSeq.Add(1)))
-	r.InitialState(state)
-	creds := opts.Credentials
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	dopts := append([]grpc.DialOption{
-		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
-	}, opts.DialOptions...)
-	conn, err := grpc.NewClient(r.Scheme()+":///eventbus", dopts...)
+	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions}
+	conn, err := grpcclient.Dial("eventbus", addrs, gopts,
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))
 	if err != nil {
-		return nil, fmt.Errorf("eventbusclient: %w", err)
+		return nil, err
 	}
-	c := &Client{conn: conn, raw: eventbusv1.NewEventBusServiceClient(conn), log: opts.Log, min: opts.MinBackoff, max: opts.MaxBackoff}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
+	c := &Client{conn: conn, raw: eventbusv1.NewEventBusServiceClient(conn), log: gopts.Logger(), min: opts.MinBackoff, max: opts.MaxBackoff}
 	if c.min <= 0 {
 		c.min = 50 * time.Millisecond
 	}
@@ -163,7 +131,7 @@ func WithHeaders(h map[string]string) PublishOption {
 func NewEvent(subject string, msg proto.Message, opts ...PublishOption) (*eventbusv1.Event, error) {
 	payload, err := proto.Marshal(msg)
 	if err != nil {
-		return nil, fmt.Errorf("eventbusclient: marshal %T: %w", msg, err)
+		return nil, fmt.Errorf("eventbus: marshal %T: %w", msg, err)
 	}
 	ev := &eventbusv1.Event{Subject: subject, Payload: payload, MsgId: nuid.Next()}
 	for _, o := range opts {
@@ -206,7 +174,7 @@ func Decode[T any, P interface {
 }](ev *eventbusv1.DeliveredEvent) (P, error) {
 	var m P = new(T)
 	if err := proto.Unmarshal(ev.GetPayload(), m); err != nil {
-		return nil, fmt.Errorf("eventbusclient: decode event %d on %s as %T: %w", ev.GetStreamSequence(), ev.GetSubject(), m, err)
+		return nil, fmt.Errorf("eventbus: decode event %d on %s as %T: %w", ev.GetStreamSequence(), ev.GetSubject(), m, err)
 	}
 	return m, nil
 }
@@ -226,7 +194,7 @@ func (c *Client) ackOrNak(ctx context.Context, nak bool, evs []*eventbusv1.Deliv
 	req := &eventbusv1.AckRequest{Nak: nak, AckTokens: make([]string, 0, len(evs))}
 	for _, ev := range evs {
 		if ev.GetAckToken() == "" {
-			return fmt.Errorf("eventbusclient: event %d has no ack token (auto_ack subscription?)", ev.GetStreamSequence())
+			return fmt.Errorf("eventbus: event %d has no ack token (auto_ack subscription?)", ev.GetStreamSequence())
 		}
 		req.AckTokens = append(req.AckTokens, ev.GetAckToken())
 	}

@@ -1,4 +1,4 @@
-package eventbusclient
+package eventbus
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, name string, r io.Reader
 			break
 		}
 		if rerr != nil {
-			return nil, fmt.Errorf("eventbusclient: read object %q: %w", name, rerr)
+			return nil, fmt.Errorf("eventbus: read object %q: %w", name, rerr)
 		}
 	}
 	resp, err := stream.CloseAndRecv()
@@ -66,7 +66,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, name string, r io.Reader
 		return nil, err
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); resp.GetInfo().GetSha256() != sum {
-		return nil, status.Errorf(codes.DataLoss, "eventbusclient: object %q stored with sha256 %s, sent data has %s", name, resp.GetInfo().GetSha256(), sum)
+		return nil, status.Errorf(codes.DataLoss, "eventbus: object %q stored with sha256 %s, sent data has %s", name, resp.GetInfo().GetSha256(), sum)
 	}
 	return resp.GetInfo(), nil
 }
@@ -87,7 +87,7 @@ func (c *Client) GetObject(ctx context.Context, bucket, name string, w io.Writer
 	}
 	info := first.GetInfo()
 	if info == nil {
-		return nil, status.Errorf(codes.Internal, "eventbusclient: GetObject %q: first message carries no info", name)
+		return nil, status.Errorf(codes.Internal, "eventbus: GetObject %q: first message carries no info", name)
 	}
 	h := sha256.New()
 	var size uint64
@@ -102,11 +102,11 @@ func (c *Client) GetObject(ctx context.Context, bucket, name string, w io.Writer
 		h.Write(resp.GetChunk())
 		size += uint64(len(resp.GetChunk()))
 		if _, err := w.Write(resp.GetChunk()); err != nil {
-			return info, fmt.Errorf("eventbusclient: write object %q: %w", name, err)
+			return info, fmt.Errorf("eventbus: write object %q: %w", name, err)
 		}
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != info.GetSha256() || size != info.GetSize() {
-		return info, status.Errorf(codes.DataLoss, "eventbusclient: object %q: received %d bytes with sha256 %s, want %d bytes with %s", name, size, sum, info.GetSize(), info.GetSha256())
+		return info, status.Errorf(codes.DataLoss, "eventbus: object %q: received %d bytes with sha256 %s, want %d bytes with %s", name, size, sum, info.GetSize(), info.GetSha256())
 	}
 	return info, nil
 }

@@ -1,4 +1,4 @@
-package eventbusclient
+package eventbus
 
 import (
 	"context"
@@ -68,7 +68,7 @@ type Publisher struct {
 }
 
 // ErrPublisherClosed fails batches still pending when a Publisher closes.
-var ErrPublisherClosed = errors.New("eventbusclient: publisher closed")
+var ErrPublisherClosed = errors.New("eventbus: publisher closed")
 
 // NewPublisher starts a publisher. Close stops it, and so does the end of
 // ctx.
@@ -218,14 +218,14 @@ func (p *Publisher) session(ctx context.Context) (acked bool, err error) {
 		p.mu.Lock()
 		if len(p.inflight) == 0 || p.inflight[0].id != resp.GetBatchId() {
 			p.mu.Unlock()
-			return acked, status.Errorf(codes.Internal, "eventbusclient: answer for batch %d out of order", resp.GetBatchId())
+			return acked, status.Errorf(codes.Internal, "eventbus: answer for batch %d out of order", resp.GetBatchId())
 		}
 		b := p.inflight[0]
 		p.inflight = p.inflight[1:]
 		p.mu.Unlock()
 		acked = true
 		if len(resp.GetAcks()) != len(b.events) {
-			b.err = fmt.Errorf("eventbusclient: batch %d: %d acks for %d events", b.id, len(resp.GetAcks()), len(b.events))
+			b.err = fmt.Errorf("eventbus: batch %d: %d acks for %d events", b.id, len(resp.GetAcks()), len(b.events))
 		}
 		b.acks = resp.GetAcks()
 		p.complete(b)

@@ -1,4 +1,4 @@
-package eventbusclient
+package eventbus
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // ErrClosed is returned by Next after Close.
-var ErrClosed = errors.New("eventbusclient: subscription closed")
+var ErrClosed = errors.New("eventbus: subscription closed")
 
 // Subscription is a subscription that survives eventbus and NATS restarts: a
 // durable one resumes from its consumer's position, an ephemeral one from the
@@ -88,7 +88,7 @@ func accepted(stream eventbusv1.EventBusService_SubscribeClient) error {
 		if _, err := stream.Recv(); err != nil {
 			return err
 		}
-		return status.Error(codes.Internal, "eventbusclient: Subscribe answered without naming its consumer")
+		return status.Error(codes.Internal, "eventbus: Subscribe answered without naming its consumer")
 	}
 	return nil
 }
