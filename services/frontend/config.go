@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Config is the frontend's configuration.
@@ -52,6 +52,10 @@ type Config struct {
 	NoStatusPage bool
 	// DebugAddr is --debug-addr: pprof, on loopback unless a host is given.
 	DebugAddr string
+	// Core tunes the in-process router (the --router-mode other than kv,
+	// --no-kv-events, and the fallback when the router service is away); its
+	// Mode and Approximate follow RouterMode and NoKVEvents.
+	Core core.Config
 	// Transport is the request plane. When its Plane is empty, Validate
 	// reads it from DYN_REQUEST_PLANE and friends.
 	Transport transport.Config
@@ -67,13 +71,13 @@ var EnvVars = map[string]string{
 	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
 }
 
-var frontendModes = []router.Mode{router.ModeKV, router.ModeRoundRobin, router.ModeRandom, router.ModeLeastLoaded}
+var frontendModes = []core.Mode{core.ModeKV, core.ModeRoundRobin, core.ModeRandom, core.ModeLeastLoaded}
 
 // RegisterFlags adds the frontend's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTPPort, "http-port", 8000, "port of the OpenAI-compatible HTTP API")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "", "host:port of the HTTP API; overrides --http-port when set")
-	fs.StringVar(&c.RouterMode, "router-mode", string(router.ModeKV), "routing mode: kv (router service), round-robin, random, least-loaded (in process)")
+	fs.StringVar(&c.RouterMode, "router-mode", string(core.ModeKV), "routing mode: kv (router service), round-robin, random, least-loaded (in process)")
 	fs.BoolVar(&c.NoKVEvents, "no-kv-events", false, "kv mode: route in process on caches predicted from this frontend's decisions, without the router service")
 	fs.IntVar(&c.MigrationLimit, "migration-limit", 3, "times a request may move to another worker when its worker fails mid-stream")
 	fs.StringVar(&c.Namespace, "namespace", "", "serve only models and workers of this namespace (empty: all)")
@@ -89,12 +93,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry, router and eventbus")
+	c.Core = core.DefaultConfig()
+	c.Core.RegisterFlags(fs)
 }
 
 // Validate checks the configuration, reads the API keys and, unless set,
 // the request plane settings from the environment.
 func (c *Config) Validate() error {
 	if _, err := c.mode(); err != nil {
+		return err
+	}
+	if err := c.Core.Validate(); err != nil {
 		return err
 	}
 	switch {
@@ -137,23 +146,14 @@ func (c *Config) Validate() error {
 }
 
 // mode parses --router-mode; direct mode is the router's, not the frontend's.
-func (c *Config) mode() (router.Mode, error) {
-	for _, m := range frontendModes {
-		if strings.EqualFold(c.RouterMode, string(m)) {
-			return m, nil
-		}
-	}
-	names := make([]string, len(frontendModes))
-	for i, m := range frontendModes {
-		names[i] = string(m)
-	}
-	return "", fmt.Errorf("invalid --router-mode %q: valid values are %s", c.RouterMode, strings.Join(names, ", "))
+func (c *Config) mode() (core.Mode, error) {
+	return core.ParseModeOf(c.RouterMode, frontendModes)
 }
 
 // usesRouterService reports whether requests are routed by the router service.
 func (c *Config) usesRouterService() bool {
 	m, _ := c.mode()
-	return m == router.ModeKV && !c.NoKVEvents
+	return m == core.ModeKV && !c.NoKVEvents
 }
 
 // listenAddr is where the HTTP API binds.

@@ -16,7 +16,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 const (
@@ -41,22 +41,22 @@ type decision struct {
 // the service cannot be reached, falls back to round-robin over the
 // frontend's own view of the registry (counted in
 // switchyard_frontend_router_fallback_total). In the other modes, and in kv
-// mode with --no-kv-events, an in-process router.Core decides.
+// mode with --no-kv-events, an in-process core.Core decides.
 type routing struct {
 	client  *routerclient.Client // nil without the router service
 	remotes []routerv1.RouterServiceClient
-	local   *router.Core
+	local   *core.Core
 	metrics *metrics
 	log     *slog.Logger
 }
 
 func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics, log *slog.Logger) (*routing, error) {
 	mode, _ := cfg.mode()
-	cc := router.CoreConfig{Mode: mode, Approximate: cfg.NoKVEvents, OverlapWeight: 1, TTL: 120 * time.Second,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8}
+	cc := cfg.Core
+	cc.Mode, cc.Approximate = mode, cfg.NoKVEvents
 	r := &routing{metrics: m, log: log}
 	if cfg.usesRouterService() {
-		cc.Mode, cc.Approximate = router.ModeRoundRobin, false
+		cc.Mode, cc.Approximate = core.ModeRoundRobin, false
 		// One connection to every replica: it fails over between them, and
 		// prefill completion and free go to the replica it is connected to.
 		client, err := routerclient.Dial(splitAddrs(cfg.RouterAddr), routerclient.Options{Credentials: creds, Log: log})
@@ -65,7 +65,7 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics,
 		}
 		r.client, r.remotes = client, []routerv1.RouterServiceClient{client}
 	}
-	r.local = router.NewCore(cc)
+	r.local = core.New(cc)
 	return r, nil
 }
 
@@ -93,11 +93,11 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		}
 		switch st := status.Convert(err); {
 		case st.Code() == codes.NotFound,
-			st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), router.ErrUnknownTarget.Error()):
+			st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), core.ErrUnknownTarget.Error()):
 			return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
 		case st.Code() == codes.InvalidArgument:
 			return decision{}, fmt.Errorf("%w: router: %s", ErrInvalidRequest, st.Message())
-		case st.Code() == codes.Unavailable && strings.Contains(st.Message(), router.ErrNoWorker.Error()):
+		case st.Code() == codes.Unavailable && strings.Contains(st.Message(), core.ErrNoWorker.Error()):
 			return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
 		}
 		r.log.Warn("router service unavailable", "request_id", id, "err", err.Error())
@@ -107,9 +107,9 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	}
 	resp, err := r.local.Route(req)
 	switch {
-	case errors.Is(err, router.ErrUnknownTarget):
+	case errors.Is(err, core.ErrUnknownTarget):
 		return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
-	case errors.Is(err, router.ErrNoWorker):
+	case errors.Is(err, core.ErrNoWorker):
 		return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
 	case err != nil:
 		return decision{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)

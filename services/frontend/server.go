@@ -19,7 +19,7 @@
 // view and counted in switchyard_frontend_router_fallback_total. With
 // round-robin, random or least-loaded, and with kv plus --no-kv-events
 // (approximate: caches predicted from this frontend's own decisions), an
-// in-process router.Core decides and the router service is not used.
+// in-process core.Core (services/router/core) decides and the router service is not used.
 //
 // Migration: a worker that cannot be reached, breaks the stream, is draining
 // or never answers is excluded and the request is routed again with the

@@ -28,6 +28,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 const (
@@ -94,8 +95,8 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	// The router follows the workers' KV events on the eventbus itself when
 	// the test asks for KV routing.
-	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
-		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}
+	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+		RegistryAddr: reg.Addr}
 	if o.bridgeKV {
 		rcfg.EventbusAddr = bus.Addr().String()
 	}

@@ -3,41 +3,13 @@ package router
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
-
-// Mode is a routing mode.
-type Mode string
-
-// The routing modes.
-const (
-	ModeKV          Mode = "kv"
-	ModeRoundRobin  Mode = "round-robin"
-	ModeRandom      Mode = "random"
-	ModeLeastLoaded Mode = "least-loaded"
-	ModeDirect      Mode = "direct"
-)
-
-var modes = []Mode{ModeKV, ModeRoundRobin, ModeRandom, ModeLeastLoaded, ModeDirect}
-
-// ParseMode parses --router-mode.
-func ParseMode(s string) (Mode, error) {
-	for _, m := range modes {
-		if strings.EqualFold(s, string(m)) {
-			return m, nil
-		}
-	}
-	names := make([]string, len(modes))
-	for i, m := range modes {
-		names[i] = string(m)
-	}
-	return "", fmt.Errorf("invalid --router-mode %q: valid values are %s", s, strings.Join(names, ", "))
-}
 
 // Config is the router's configuration.
 type Config struct {
@@ -45,15 +17,12 @@ type Config struct {
 	// Mode is --router-mode.
 	Mode string
 	// NoKVEvents selects approximate mode: caches predicted from decisions.
-	NoKVEvents       bool
-	OverlapWeight    float64
-	Temperature      float64
-	TTLSecs          float64
-	MaxTreeSize      int
-	PruneTargetRatio float64
+	NoKVEvents bool
+	// Core tunes the decisions; its Mode and Approximate follow Mode and
+	// NoKVEvents. Start from core.DefaultConfig() (RegisterFlags does).
+	Core             core.Config
 	ReplicaSync      bool
 	ReplicaID        string
-	RequestTTL       time.Duration
 	SnapshotInterval time.Duration
 	// RegistryAddr is a comma list of registry replicas.
 	RegistryAddr string
@@ -72,15 +41,11 @@ var EnvVars = map[string]string{
 // RegisterFlags adds the router's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Server.RegisterFlags(fs, ":7003", ":9103")
-	fs.StringVar(&c.Mode, "router-mode", string(ModeKV), "routing mode: kv, round-robin, random, least-loaded, direct")
+	fs.StringVar(&c.Mode, "router-mode", string(core.ModeKV), "routing mode: kv, round-robin, random, least-loaded, direct")
 	fs.BoolVar(&c.NoKVEvents, "no-kv-events", false, "approximate mode: predict caches from routing decisions, consume no KV events")
-	fs.Float64Var(&c.OverlapWeight, "kv-overlap-score-weight", 1.0, "weight of prefill blocks against decode blocks in the cost")
-	fs.Float64Var(&c.Temperature, "router-temperature", 0, "0 picks the cheapest worker; higher samples by softmax over costs")
-	fs.Float64Var(&c.TTLSecs, "router-ttl-secs", 120, "approximate mode: seconds a predicted block lives")
-	fs.IntVar(&c.MaxTreeSize, "router-max-tree-size", 1<<20, "approximate mode: (block, worker) entries before pruning")
-	fs.Float64Var(&c.PruneTargetRatio, "router-prune-target-ratio", 0.8, "approximate mode: fraction of the max size pruning keeps")
+	c.Core = core.DefaultConfig()
+	c.Core.RegisterFlags(fs)
 	fs.BoolVar(&c.ReplicaSync, "router-replica-sync", false, "share decisions and load with other router replicas over the eventbus")
-	fs.DurationVar(&c.RequestTTL, "router-request-ttl", 30*time.Minute, "forget routed requests never freed after this long (their frontend or router replica died); 0: never")
 	fs.StringVar(&c.ReplicaID, "router-replica-id", "", "this replica's id for --router-replica-sync (empty: random)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
@@ -95,22 +60,10 @@ func (c Config) Validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err
 	}
-	if _, err := ParseMode(c.Mode); err != nil {
+	if err := c.coreConfig().Validate(); err != nil {
 		return err
 	}
 	switch {
-	case c.OverlapWeight < 0:
-		return fmt.Errorf("--kv-overlap-score-weight %v must not be negative", c.OverlapWeight)
-	case c.Temperature < 0:
-		return fmt.Errorf("--router-temperature %v must not be negative", c.Temperature)
-	case c.TTLSecs <= 0:
-		return fmt.Errorf("--router-ttl-secs %v must be positive", c.TTLSecs)
-	case c.MaxTreeSize < 1:
-		return fmt.Errorf("--router-max-tree-size %d must be positive", c.MaxTreeSize)
-	case c.PruneTargetRatio <= 0 || c.PruneTargetRatio > 1:
-		return fmt.Errorf("--router-prune-target-ratio %v must be in (0, 1]", c.PruneTargetRatio)
-	case c.RequestTTL < 0:
-		return errors.New("--router-request-ttl must not be negative")
 	case c.SnapshotInterval < 0:
 		return errors.New("--snapshot-interval must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
@@ -119,12 +72,14 @@ func (c Config) Validate() error {
 	return c.ClientTLS.Validate()
 }
 
-// coreConfig derives the Core's configuration.
-func (c Config) coreConfig() CoreConfig {
-	m, _ := ParseMode(c.Mode)
-	return CoreConfig{
-		Mode: m, Approximate: c.NoKVEvents, OverlapWeight: c.OverlapWeight, Temperature: c.Temperature,
-		TTL: time.Duration(c.TTLSecs * float64(time.Second)), MaxTreeSize: c.MaxTreeSize, PruneTargetRatio: c.PruneTargetRatio,
-		RequestTTL: c.RequestTTL,
+// coreConfig derives the Core's configuration: Core with the mode flags.
+// An unparsable Mode is left for core.Config.Validate to name.
+func (c Config) coreConfig() core.Config {
+	cc := c.Core
+	cc.Mode = core.Mode(c.Mode)
+	if m, err := core.ParseMode(c.Mode); err == nil {
+		cc.Mode = m
 	}
+	cc.Approximate = c.NoKVEvents
+	return cc
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // consumer follows the eventbus for every namespace that has workers: KV
@@ -20,7 +21,7 @@ import (
 // its index from what the stream retains) and load reports (new ones only).
 type consumer struct {
 	bus    *eventbus.Client
-	core   *Core
+	core   *core.Core
 	log    *slog.Logger
 	events bool
 	sync   *syncer // nil without --router-replica-sync
@@ -36,9 +37,9 @@ type consumer struct {
 	wg    sync.WaitGroup
 }
 
-func newConsumer(bus *eventbus.Client, core *Core, log *slog.Logger, events bool) *consumer {
+func newConsumer(bus *eventbus.Client, dc *core.Core, log *slog.Logger, events bool) *consumer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &consumer{bus: bus, core: core, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
+	return &consumer{bus: bus, core: dc, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
 		start: map[string]uint64{}, seq: map[string]uint64{}}
 }
 

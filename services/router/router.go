@@ -18,11 +18,12 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Service is a running router.
 type Service struct {
-	core   *Core
+	core   *core.Core
 	server *grpcserver.Server
 	reg    *discovery.Client
 	bus    *eventbus.Client
@@ -44,20 +45,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	core := NewCore(cfg.coreConfig())
+	dc := core.New(cfg.coreConfig())
 	cfg.Server.Policy = Policy
 	srv, err := grpcserver.New(cfg.Server, log)
 	if err != nil {
 		reg.Close()
 		return nil, err
 	}
-	routerv1.RegisterRouterServiceServer(srv.GRPC(), &server{core: core})
+	routerv1.RegisterRouterServiceServer(srv.GRPC(), &server{core: dc})
 	if err := srv.Listen(); err != nil {
 		reg.Close()
 		return nil, err
 	}
-	s := &Service{core: core, server: srv, reg: reg, done: make(chan struct{})}
-	onInstances := core.OnInstances
+	s := &Service{core: dc, server: srv, reg: reg, done: make(chan struct{})}
+	onInstances := dc.OnInstances
 	var cons *consumer
 	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
 		reg.Close()
@@ -70,10 +71,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			return nil, err
 		}
 		s.bus = bus
-		cons = newConsumer(bus, core, log, core.mode == ModeKV && !cfg.NoKVEvents)
+		cons = newConsumer(bus, dc, log, dc.Mode() == core.ModeKV && !cfg.NoKVEvents)
 		if cfg.ReplicaSync {
-			cons.sync = newSyncer(cfg.ReplicaID, bus, core, log)
-			core.SetObserver(cons.sync)
+			cons.sync = newSyncer(cfg.ReplicaID, bus, dc, log)
+			dc.SetObserver(cons.sync)
 		}
 		if cons.events {
 			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -83,14 +84,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			case err != nil:
 				log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
 			case snap != nil:
-				core.Restore(snap)
+				dc.Restore(snap)
 				maps.Copy(cons.start, snap.StreamSequences)
 				maps.Copy(cons.seq, snap.StreamSequences)
 				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
 			}
 		}
 		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
-			core.OnInstances(changes)
+			dc.OnInstances(changes)
 			for _, ch := range changes {
 				if !ch.Deleted {
 					cons.follow(ch.Item.Namespace)
@@ -101,16 +102,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		log.Warn("no --eventbus-addr: no KV events and no load reports; only the router's own decisions inform it")
 	}
 	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
-	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: core.OnModels, Logger: log})
-	log.Info("router starting", "mode", core.modeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
-		"overlap_weight", cfg.OverlapWeight, "temperature", cfg.Temperature)
+	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
+	log.Info("router starting", "mode", dc.ModeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
+		"overlap_weight", cfg.Core.OverlapWeight, "temperature", cfg.Core.Temperature)
 	go func() {
 		defer close(s.done)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
 			log.Warn("registry has not answered yet; routing will find no workers until it does")
 		} else {
-			core.DropDeparted()
+			dc.DropDeparted()
 		}
 		cancel()
 		var snapDone chan struct{}
@@ -118,7 +119,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			snapDone = make(chan struct{})
 			go func() {
 				defer close(snapDone)
-				snapshotLoop(ctx, s.bus, core, cons, cfg.SnapshotInterval, log)
+				snapshotLoop(ctx, s.bus, dc, cons, cfg.SnapshotInterval, log)
 			}()
 		}
 		s.err = srv.Serve(ctx, nil)
@@ -154,7 +155,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (s *Service) Addr() net.Addr { return s.server.Addr() }
 
 // Core is the router's state, for tests and in-process embedding.
-func (s *Service) Core() *Core { return s.core }
+func (s *Service) Core() *core.Core { return s.core }
 
 // Wait blocks until the service has stopped.
 func (s *Service) Wait() error {

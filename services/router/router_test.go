@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
@@ -37,8 +38,8 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 	defer cancel()
 
 	rctx, rcancel := context.WithCancel(ctx)
-	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr}
+	cfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+		RegistryAddr: reg.Addr}
 	svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -8,20 +8,21 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // server implements routerv1.RouterServiceServer over a Core.
 type server struct {
 	routerv1.UnimplementedRouterServiceServer
-	core *Core
+	core *core.Core
 }
 
 // statusCodes maps the domain errors to gRPC codes. An unknown model is a
 // bad request: the contract.
 var statusCodes = []grpcserver.Code{
-	{Err: ErrInvalid, Code: codes.InvalidArgument},
-	{Err: ErrUnknownTarget, Code: codes.InvalidArgument},
-	{Err: ErrNoWorker, Code: codes.Unavailable},
+	{Err: core.ErrInvalid, Code: codes.InvalidArgument},
+	{Err: core.ErrUnknownTarget, Code: codes.InvalidArgument},
+	{Err: core.ErrNoWorker, Code: codes.Unavailable},
 }
 
 // toStatus maps domain errors to gRPC codes, once, for every RPC.
@@ -38,8 +39,8 @@ func (s *server) QueryOverlaps(_ context.Context, r *routerv1.QueryOverlapsReque
 }
 
 func validID(id string) error {
-	if id == "" || len(id) > maxRequestID {
-		return status.Errorf(codes.InvalidArgument, "request_id must be 1..%d bytes", maxRequestID)
+	if id == "" || len(id) > core.MaxRequestIDLen {
+		return status.Errorf(codes.InvalidArgument, "request_id must be 1..%d bytes", core.MaxRequestIDLen)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -18,45 +19,11 @@ import (
 // {namespace}.router.
 const ReplicaSyncName = "replica_sync"
 
-// Observer hears about the decisions a Core makes itself (not those it
-// applies from other replicas).
-type Observer interface {
-	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64)
-	PrefillDone(id string)
-	Freed(id string)
-}
-
-// ApplyReplica applies another replica's change: its load (and, in
-// approximate mode, its predicted blocks) becomes part of this replica's
-// view, so that N replicas route as one.
-// at is when the change happened (predictions age from then).
-func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
-	switch k := ev.GetKind().(type) {
-	case *routerv1.ReplicaEvent_Routed:
-		r := k.Routed
-		w := index.WorkerID{Instance: r.InstanceId, DPRank: r.DpRank}
-		c.mu.Lock()
-		_, live := c.refs[r.InstanceId]
-		c.mu.Unlock()
-		if !live || r.RequestId == "" {
-			return
-		}
-		c.load.Add(r.RequestId, w, int(r.PrefillBlocks), r.BlockHashes)
-		if c.approx != nil {
-			c.approx.Predict(w, r.BlockHashes, at)
-		}
-	case *routerv1.ReplicaEvent_PrefillComplete:
-		c.load.PrefillDone(k.PrefillComplete)
-	case *routerv1.ReplicaEvent_Freed:
-		c.load.Free(k.Freed)
-	}
-}
-
 // syncer publishes this replica's decisions and applies the others'.
 type syncer struct {
 	id   string
 	bus  *eventbus.Client
-	core *Core
+	core *core.Core
 	log  *slog.Logger
 
 	mu   sync.Mutex
@@ -65,13 +32,13 @@ type syncer struct {
 	done chan struct{}
 }
 
-func newSyncer(id string, bus *eventbus.Client, core *Core, log *slog.Logger) *syncer {
+func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger) *syncer {
 	if id == "" {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
 	}
-	s := &syncer{id: id, bus: bus, core: core, log: log, nsOf: map[string]string{}, out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
+	s := &syncer{id: id, bus: bus, core: dc, log: log, nsOf: map[string]string{}, out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
 	go s.publish()
 	return s
 }

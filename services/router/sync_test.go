@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // TestReplicasRouteAsOne runs three approximate-mode routers with replica
@@ -54,7 +55,7 @@ func TestReplicasRouteAsOne(t *testing.T) {
 	for i := range 3 {
 		rctx, rcancel := context.WithCancel(ctx)
 		svc, err := router.Start(rctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", NoKVEvents: true,
-			OverlapWeight: 1, TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr,
+			Core: core.DefaultConfig(), RegistryAddr: reg.Addr,
 			EventbusAddr: bus.Addr().String(), ReplicaSync: true, ReplicaID: fmt.Sprintf("r%d", i)}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)

@@ -38,6 +38,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Prompt is the user message of every measured request.
@@ -103,8 +104,8 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 		return nil, err
 	}
 	waits = append(waits, bus.Wait)
-	rt, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
-		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr().String()}, log)
+	rt, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+		RegistryAddr: reg.Addr().String()}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -12,14 +12,15 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Config is a KV-routing router on 127.0.0.1:0 that reads the registry and
 // the eventbus at the given addresses.
 func Config(registryAddr, eventbusAddr string) router.Config {
 	return router.Config{
-		Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1, TTLSecs: 120,
-		MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: registryAddr, EventbusAddr: eventbusAddr,
+		Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+		RegistryAddr: registryAddr, EventbusAddr: eventbusAddr,
 	}
 }
 

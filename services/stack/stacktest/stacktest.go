@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Model is the model the mockers serve.
@@ -75,8 +76,8 @@ func Start(t testing.TB, o Options) *Stack {
 	ns, bus := eventbustest.Start(t)
 	s := &Stack{RegistryAddr: reg.Addr, EventbusAddr: bus.Addr().String(), NATS: ns, Eventbus: bus}
 
-	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", OverlapWeight: 1,
-		TTLSecs: 120, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8, RegistryAddr: reg.Addr, EventbusAddr: s.EventbusAddr}
+	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+		RegistryAddr: reg.Addr, EventbusAddr: s.EventbusAddr}
 	if o.RouterMetrics {
 		rcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}

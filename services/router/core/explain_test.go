@@ -1,4 +1,4 @@
-package router
+package core
 
 import (
 	"errors"
@@ -14,16 +14,16 @@ import (
 func TestExplainDecidesLikeRouteAndRecordsNothing(t *testing.T) {
 	tests := []struct {
 		name       string
-		cfg        CoreConfig
+		cfg        Config
 		wantReason string
 		// deterministic: no tie to break at random, so every explanation and
 		// the Route after them pick the same worker.
 		deterministic bool
 	}{
-		{name: "kv", cfg: CoreConfig{Mode: ModeKV}, wantReason: "kv: lowest cost", deterministic: true},
-		{name: "approximate", cfg: CoreConfig{Mode: ModeKV, Approximate: true, TTL: 1e12, MaxTreeSize: 1 << 10, PruneTargetRatio: .8}, wantReason: "approximate"},
-		{name: "round-robin", cfg: CoreConfig{Mode: ModeRoundRobin}, wantReason: "round-robin", deterministic: true},
-		{name: "least-loaded", cfg: CoreConfig{Mode: ModeLeastLoaded}, wantReason: "least-loaded"},
+		{name: "kv", cfg: Config{Mode: ModeKV}, wantReason: "kv: lowest cost", deterministic: true},
+		{name: "approximate", cfg: Config{Mode: ModeKV, Approximate: true, TTL: 1e12, MaxTreeSize: 1 << 10, PruneTargetRatio: .8}, wantReason: "approximate"},
+		{name: "round-robin", cfg: Config{Mode: ModeRoundRobin}, wantReason: "round-robin", deterministic: true},
+		{name: "least-loaded", cfg: Config{Mode: ModeLeastLoaded}, wantReason: "least-loaded"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestExplainDecidesLikeRouteAndRecordsNothing(t *testing.T) {
 }
 
 func TestExplainReasons(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 2)
+	c := cluster(t, Config{Mode: ModeKV}, 2)
 	// Nothing cached: both cost the same.
 	ex, err := c.Explain(&routerv1.ExplainRouteRequest{Target: modelTarget(), TokenIds: tokens(16, 5)})
 	if err != nil {
@@ -107,7 +107,7 @@ func TestExplainReasons(t *testing.T) {
 }
 
 func TestExplainErrorsAreRoutes(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 1)
+	c := cluster(t, Config{Mode: ModeKV}, 1)
 	for name, tt := range map[string]struct {
 		req  *routerv1.ExplainRouteRequest
 		want error

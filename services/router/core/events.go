@@ -1,4 +1,4 @@
-package router
+package core
 
 import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"

@@ -1,4 +1,4 @@
-package router
+package core
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 		return nil, err
 	}
 	out := &routerv1.ExplainRouteResponse{
-		Mode:          c.modeName(),
+		Mode:          c.ModeName(),
 		BlockSize:     uint32(d.blockSize),
 		RequestBlocks: uint32(len(d.hashes)),
 		InstanceId:    d.cands[d.chosen].in.InstanceId,

@@ -1,4 +1,10 @@
-package router
+// Package core is the router's decision core, without transport: the worker
+// set (fed from registry watches), the KV index (from events, or predicted
+// from its own decisions), the load of routed requests and the scheduler
+// that picks a worker. The router service serves it over gRPC, the
+// frontend embeds one as its in-process router, and the tests drive it
+// directly. DefaultConfig is the one set of defaults they all start from.
+package core
 
 import (
 	"errors"
@@ -20,12 +26,12 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
-// Domain errors; server.go maps them to gRPC codes.
+// Domain errors; the router's server.go maps them to gRPC codes and
+// reasons.
 var (
 	// ErrInvalid is a request that breaks a rule; the message says which.
 	ErrInvalid = errors.New("invalid argument")
-	// ErrUnknownTarget is a model or endpoint nobody registered; gRPC
-	// callers see InvalidArgument with this text.
+	// ErrUnknownTarget is a model or endpoint nobody registered.
 	ErrUnknownTarget = errors.New("unknown target")
 	// ErrNoWorker is a known target with no live (or no eligible) worker.
 	ErrNoWorker = errors.New("no live worker")
@@ -33,8 +39,8 @@ var (
 
 // Limits on requests.
 const (
-	maxRequestID = 256
-	maxTokens    = 1 << 22
+	MaxRequestIDLen = 256
+	maxTokens       = 1 << 22
 )
 
 // endpointKey names an endpoint.
@@ -80,8 +86,8 @@ const reportTTL = 5 * time.Second
 
 type eventStats struct{ applied, duplicate, gap uint64 }
 
-// CoreConfig configures a Core.
-type CoreConfig struct {
+// Config configures a Core; start from DefaultConfig.
+type Config struct {
 	Mode Mode
 	// Approximate predicts caches from decisions instead of KV events.
 	Approximate bool
@@ -98,8 +104,8 @@ type CoreConfig struct {
 	RequestTTL time.Duration
 }
 
-// NewCore returns an empty core.
-func NewCore(cfg CoreConfig) *Core {
+// New returns an empty core.
+func New(cfg Config) *Core {
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
@@ -440,8 +446,8 @@ func (c *Core) evaluate(q query) (*decision, error) {
 
 // Route chooses a worker and records the decision.
 func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
-	if r.GetRequestId() == "" || len(r.GetRequestId()) > maxRequestID {
-		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, maxRequestID)
+	if r.GetRequestId() == "" || len(r.GetRequestId()) > MaxRequestIDLen {
+		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, MaxRequestIDLen)
 	}
 	if c.mode == ModeDirect && r.GetInstanceId() == 0 {
 		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
@@ -545,7 +551,7 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	restored := c.restoredAt
 	c.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	out := &routerv1.GetStatsResponse{Mode: c.modeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
+	out := &routerv1.GetStatsResponse{Mode: c.ModeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
 		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored}
 	for _, id := range ids {
 		w := index.WorkerID{Instance: id}
@@ -556,7 +562,15 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	return out
 }
 
-func (c *Core) modeName() string {
+// Mode is the routing mode the core was configured with.
+func (c *Core) Mode() Mode { return c.mode }
+
+// Approximate reports whether caches are predicted from decisions instead
+// of KV events.
+func (c *Core) Approximate() bool { return c.approximate }
+
+// ModeName names the mode for logs and GetStats.
+func (c *Core) ModeName() string {
 	if c.mode == ModeKV && c.approximate {
 		return "kv (approximate, no KV events)"
 	}

@@ -1,4 +1,4 @@
-package router
+package core
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 const model = "Qwen/Qwen3-0.6B"
 
 // cluster registers n workers serving model on dynamo/backend/generate.
-func cluster(t *testing.T, cfg CoreConfig, n int) *Core {
+func cluster(t *testing.T, cfg Config, n int) *Core {
 	t.Helper()
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
@@ -25,7 +25,7 @@ func cluster(t *testing.T, cfg CoreConfig, n int) *Core {
 	if cfg.OverlapWeight == 0 {
 		cfg.OverlapWeight = 1
 	}
-	c := NewCore(cfg)
+	c := New(cfg)
 	var ins []discovery.Change[*registryv1.Instance]
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for i := 1; i <= n; i++ {
@@ -62,7 +62,7 @@ func stored(c *Core, instance uint64, firstID uint64, toks []uint32) {
 }
 
 func TestKVRoutesToTheCachedWorker(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 3)
+	c := cluster(t, Config{Mode: ModeKV}, 3)
 	prompt := tokens(64, 1)
 	stored(c, 2, 1, prompt[:48])
 	resp, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt})
@@ -97,7 +97,7 @@ func TestKVRoutesToTheCachedWorker(t *testing.T) {
 }
 
 func TestWorkerThatLeavesLosesBlocksAndLoad(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 2)
+	c := cluster(t, Config{Mode: ModeKV}, 2)
 	prompt := tokens(32, 3)
 	stored(c, 1, 1, prompt)
 	if _, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt}); err != nil {
@@ -115,7 +115,7 @@ func TestWorkerThatLeavesLosesBlocksAndLoad(t *testing.T) {
 
 func TestModes(t *testing.T) {
 	t.Run("round-robin cycles", func(t *testing.T) {
-		c := cluster(t, CoreConfig{Mode: ModeRoundRobin}, 3)
+		c := cluster(t, Config{Mode: ModeRoundRobin}, 3)
 		var got []uint64
 		for i := range 6 {
 			r, err := c.Route(&routerv1.RouteRequest{RequestId: string(rune('a' + i)), Target: modelTarget(), TokenIds: tokens(8, 1)})
@@ -132,7 +132,7 @@ func TestModes(t *testing.T) {
 		}
 	})
 	t.Run("least-loaded spreads", func(t *testing.T) {
-		c := cluster(t, CoreConfig{Mode: ModeLeastLoaded}, 2)
+		c := cluster(t, Config{Mode: ModeLeastLoaded}, 2)
 		a, _ := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(64, 1)})
 		b, _ := c.Route(&routerv1.RouteRequest{RequestId: "b", Target: modelTarget(), TokenIds: tokens(64, 1)})
 		if a.InstanceId == b.InstanceId {
@@ -140,7 +140,7 @@ func TestModes(t *testing.T) {
 		}
 	})
 	t.Run("direct obeys", func(t *testing.T) {
-		c := cluster(t, CoreConfig{Mode: ModeDirect}, 3)
+		c := cluster(t, Config{Mode: ModeDirect}, 3)
 		r, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(8, 1), InstanceId: 3})
 		if err != nil || r.InstanceId != 3 {
 			t.Fatalf("direct = %v, %v", r, err)
@@ -150,7 +150,7 @@ func TestModes(t *testing.T) {
 		}
 	})
 	t.Run("approximate predicts from decisions", func(t *testing.T) {
-		c := cluster(t, CoreConfig{Mode: ModeKV, Approximate: true, TTL: time.Minute, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8}, 4)
+		c := cluster(t, Config{Mode: ModeKV, Approximate: true, TTL: time.Minute, MaxTreeSize: 1 << 20, PruneTargetRatio: 0.8}, 4)
 		prompt := tokens(64, 5)
 		first, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt})
 		if err != nil {
@@ -170,7 +170,7 @@ func TestModes(t *testing.T) {
 		}
 	})
 	t.Run("exclusion for migration", func(t *testing.T) {
-		c := cluster(t, CoreConfig{Mode: ModeKV}, 2)
+		c := cluster(t, Config{Mode: ModeKV}, 2)
 		prompt := tokens(32, 7)
 		stored(c, 1, 1, prompt)
 		r, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt, ExcludeInstanceIds: []uint64{1}})
@@ -184,7 +184,7 @@ func TestModes(t *testing.T) {
 }
 
 func TestDuplicateAndLateEventsDoNotCorrupt(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 1)
+	c := cluster(t, Config{Mode: ModeKV}, 1)
 	prompt := tokens(16, 2)
 	stored(c, 1, 1, prompt)
 	stored(c, 1, 1, prompt) // redelivered
@@ -199,7 +199,7 @@ func TestDuplicateAndLateEventsDoNotCorrupt(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	c := cluster(t, CoreConfig{Mode: ModeKV}, 1)
+	c := cluster(t, Config{Mode: ModeKV}, 1)
 	neg, nan := -1.0, math.NaN()
 	tests := []struct {
 		name string
@@ -228,7 +228,7 @@ func TestBadRequests(t *testing.T) {
 func FuzzRoute(f *testing.F) {
 	f.Add("req", "Qwen/Qwen3-0.6B", []byte{1, 2, 3, 4, 5, 6, 7, 8}, 1.0, 0.0)
 	f.Add("", "", []byte{}, -1.0, math.Inf(1))
-	c := NewCore(CoreConfig{Mode: ModeKV, OverlapWeight: 1, Seed: 1})
+	c := New(Config{Mode: ModeKV, OverlapWeight: 1, Seed: 1})
 	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1}}})
 	c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 2}}})
 	f.Fuzz(func(t *testing.T, id, model string, raw []byte, weight, temp float64) {
