@@ -58,8 +58,12 @@ func startAPIServer(t *testing.T) *rest.Config {
 		BinaryAssetsDirectory: assets,
 	}
 	// A machine whose only interface is loopback has no default route for
-	// the API server to advertise.
-	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
+	// the API server to advertise ("no default routes found"); the endpoint
+	// reconciler of the kubernetes Service refuses a loopback address, and
+	// nothing here needs that Service's endpoints.
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("advertise-address", "127.0.0.1").
+		Set("endpoint-reconciler-type", "none")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
@@ -283,4 +287,27 @@ func normalize(v any) any {
 		return float64(n)
 	}
 	return v
+}
+
+func TestContains(t *testing.T) {
+	tests := []struct {
+		name      string
+		got, want any
+		ok        bool
+	}{
+		{"server defaults ignored", map[string]any{"a": int64(1), "b": "x"}, map[string]any{"a": float64(1)}, true},
+		{"null in the manifest", map[string]any{}, map[string]any{"env": nil}, true},
+		{"missing field", map[string]any{"a": 1}, map[string]any{"b": 1}, false},
+		{"changed value", map[string]any{"a": "x"}, map[string]any{"a": "y"}, false},
+		{"list shorter", []any{"a"}, []any{"a", "b"}, false},
+		{"list element", []any{map[string]any{"n": "a", "v": "1"}}, []any{map[string]any{"n": "a", "v": "2"}}, false},
+		{"nested subset", map[string]any{"s": map[string]any{"x": []any{map[string]any{"p": int64(80), "q": true}}}}, map[string]any{"s": map[string]any{"x": []any{map[string]any{"p": int64(80)}}}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if path, ok := contains(tt.got, tt.want); ok != tt.ok {
+				t.Fatalf("contains = %v at %q, want %v", ok, path, tt.ok)
+			}
+		})
+	}
 }

@@ -74,6 +74,13 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}
+	// A machine whose only interface is loopback has no default route for
+	// the API server to advertise ("no default routes found"); the endpoint
+	// reconciler of the kubernetes Service refuses a loopback address, and
+	// nothing here needs that Service's endpoints.
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("advertise-address", "127.0.0.1").
+		Set("endpoint-reconciler-type", "none")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
