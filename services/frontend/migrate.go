@@ -58,11 +58,12 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) 
 		if attempt > 0 {
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)
 		}
-		d, err := s.routing.route(ctx, id, j.model, tokens, exclude)
+		d, err := s.routing.route(ctx, id, j.model, tokens, s.fence.exclude(exclude))
 		if err != nil {
-			// The failed worker's model card may already be gone with it.
-			if attempt > 0 && (errors.Is(err, ErrNoInstance) || errors.Is(err, ErrUnknownModel)) {
-				return out, fmt.Errorf("%w: no other worker to continue on after %d migration(s)", ErrWorkerFailed, attempt)
+			// Every worker left is fenced or failed this request (and the
+			// failed worker's model card may already be gone with it).
+			if (attempt > 0 && errors.Is(err, ErrUnknownModel)) || (errors.Is(err, ErrNoInstance) && (attempt > 0 || s.fence.any())) {
+				return out, fmt.Errorf("%w: no reachable worker for model %s", ErrNoInstance, j.model)
 			}
 			return out, err
 		}
@@ -73,8 +74,13 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) 
 		s.load.add(d.instanceID, -1)
 		s.routing.free(d, id)
 		if err == nil {
+			s.fence.alive(d.instanceID)
 			out.finish = fin
 			return out, nil
+		}
+		if unreachable(err) && ctx.Err() == nil {
+			wait := s.fence.fail(d.instanceID)
+			s.log.Warn("worker unreachable; fenced out of routing", "instance", fmt.Sprintf("%x", d.instanceID), "retry_in", wait.String(), "err", err.Error())
 		}
 		if !migratable(err) || ctx.Err() != nil {
 			return out, err

@@ -100,6 +100,7 @@ type Service struct {
 	log       *slog.Logger
 	metrics   *metrics
 	catalog   *catalog
+	fence     *fence
 	assets    *assetCache
 	routing   *routing
 	load      *load
@@ -131,7 +132,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), load: newLoad(), recent: newRecent(),
+	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), fence: newFence(), load: newLoad(), recent: newRecent(),
 		created: time.Now().Unix(), done: make(chan struct{})}
 	var undo []func()
 	defer func() {
@@ -170,6 +171,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		discovery.WatchOptions[*registryv1.Instance]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.Instance]) {
 			s.catalog.onInstances(ch)
 			s.routing.local.OnInstances(ch)
+			for _, c := range ch {
+				if !c.Deleted {
+					s.fence.alive(c.Item.GetInstanceId())
+				}
+			}
 		}})
 	s.models = discovery.WatchModels(s.reg, &registryv1.ModelFilter{Namespace: cfg.Namespace},
 		discovery.WatchOptions[*registryv1.ModelCard]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.ModelCard]) {
