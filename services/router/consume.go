@@ -25,6 +25,8 @@ type consumer struct {
 	log    *slog.Logger
 	events bool
 	sync   *syncer // nil without --router-replica-sync
+	// metrics observe each delivery's lag; nil-safe.
+	metrics *routerMetrics
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -114,6 +116,7 @@ func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbus
 						break
 					}
 					apply(ev)
+					c.metrics.delivered(ev)
 					bo.Reset()
 				}
 				_ = sub.Close()

@@ -52,7 +52,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		reg.Close()
 		return nil, err
 	}
-	routerv1.RegisterRouterServiceServer(srv.GRPC(), &server{core: dc})
+	metrics := newRouterMetrics(srv.Registry(), dc)
+	routerv1.RegisterRouterServiceServer(srv.GRPC(), meter(&server{core: dc}, metrics, modeLabel(dc)))
 	if err := srv.Listen(); err != nil {
 		reg.Close()
 		return nil, err
@@ -72,6 +73,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		s.bus = bus
 		cons = newConsumer(bus, dc, log, dc.Mode() == core.ModeKV && !cfg.NoKVEvents)
+		cons.metrics = metrics
 		if cfg.ReplicaSync {
 			cons.sync = newSyncer(cfg.ReplicaID, bus, dc, log)
 			dc.SetObserver(cons.sync)
@@ -85,6 +87,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 				log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
 			case snap != nil:
 				dc.Restore(snap)
+				metrics.snapshotted(snap.TakenAt.AsTime())
 				maps.Copy(cons.start, snap.StreamSequences)
 				maps.Copy(cons.seq, snap.StreamSequences)
 				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)

@@ -68,6 +68,7 @@ func snapshotLoop(ctx context.Context, bus *eventbus.Client, c *core.Core, cons 
 			continue
 		}
 		last = seqs
+		cons.metrics.snapshotted(time.Now())
 		log.Debug("index snapshot stored", "bytes", len(data), "sequences", seqs)
 	}
 }

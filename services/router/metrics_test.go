@@ -1,0 +1,111 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/services/router/core"
+)
+
+// metricsCluster is a core with two workers of model (block size 4); worker
+// 2 holds the first 12 blocks of prompt, told twice (the second a
+// duplicate).
+func metricsCluster(t *testing.T, prompt []uint32) *core.Core {
+	t.Helper()
+	cfg := core.DefaultConfig()
+	cfg.Seed = 1
+	c := core.New(cfg)
+	for i := uint64(1); i <= 2; i++ {
+		c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+			InstanceId: i, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}}})
+		c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+			InstanceId: i, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
+	}
+	ev := &workerv1.KvBlocksStored{}
+	for _, b := range kvhash.Hashes(prompt[:48], 4, nil) {
+		ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: b.Sequence, LocalHash: b.Local})
+	}
+	for range 2 {
+		c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+	}
+	return c
+}
+
+func modelTarget() *routerv1.Target {
+	return &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}
+}
+
+func TestRouterMetricsDecorateTheCore(t *testing.T) {
+	prompt := make([]uint32, 64)
+	for i := range prompt {
+		prompt[i] = uint32(i)*7 + 1
+	}
+	c := metricsCluster(t, prompt)
+	reg := prometheus.NewRegistry()
+	m := newRouterMetrics(reg, c)
+	srv := meter(&server{core: c}, m, modeLabel(c))
+	if _, err := srv.Route(context.Background(), &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Route(context.Background(), &routerv1.RouteRequest{RequestId: "b", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "nope"}}, TokenIds: prompt}); err == nil {
+		t.Fatal("routing an unknown model succeeded")
+	}
+	want := `
+# HELP switchyard_router_decisions_total Routing decisions, by mode and model.
+# TYPE switchyard_router_decisions_total counter
+switchyard_router_decisions_total{mode="kv",model="Qwen/Qwen3-0.6B"} 1
+# HELP switchyard_router_kv_events_applied_total KV events applied to the index.
+# TYPE switchyard_router_kv_events_applied_total counter
+switchyard_router_kv_events_applied_total 1
+# HELP switchyard_router_kv_events_duplicate_total KV events dropped as duplicates or late (an id already applied).
+# TYPE switchyard_router_kv_events_duplicate_total counter
+switchyard_router_kv_events_duplicate_total 1
+# HELP switchyard_router_worker_active_requests Requests routed to the worker and not yet freed.
+# TYPE switchyard_router_worker_active_requests gauge
+switchyard_router_worker_active_requests{instance="1"} 0
+switchyard_router_worker_active_requests{instance="2"} 1
+# HELP switchyard_router_worker_indexed_blocks Blocks the index says the worker caches.
+# TYPE switchyard_router_worker_indexed_blocks gauge
+switchyard_router_worker_indexed_blocks{instance="1"} 0
+switchyard_router_worker_indexed_blocks{instance="2"} 12
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "switchyard_router_decisions_total", "switchyard_router_kv_events_applied_total",
+		"switchyard_router_kv_events_duplicate_total", "switchyard_router_worker_active_requests", "switchyard_router_worker_indexed_blocks"); err != nil {
+		t.Fatal(err)
+	}
+	// 12 of 16 blocks cached on the chosen worker: one observation in the
+	// 0.8 bucket's range.
+	if got := testutil.CollectAndCount(m.cachedShare); got != 1 {
+		t.Fatalf("%d cached-share series", got)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP switchyard_router_cached_share Share of each routed request's full blocks the chosen worker caches (0..1).
+# TYPE switchyard_router_cached_share histogram
+switchyard_router_cached_share_bucket{mode="kv",le="0"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.1"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.2"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.3"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.4"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.5"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.6"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.7"} 0
+switchyard_router_cached_share_bucket{mode="kv",le="0.8"} 1
+switchyard_router_cached_share_bucket{mode="kv",le="0.9"} 1
+switchyard_router_cached_share_bucket{mode="kv",le="0.95"} 1
+switchyard_router_cached_share_bucket{mode="kv",le="1"} 1
+switchyard_router_cached_share_bucket{mode="kv",le="+Inf"} 1
+switchyard_router_cached_share_sum{mode="kv"} 0.75
+switchyard_router_cached_share_count{mode="kv"} 1
+`), "switchyard_router_cached_share"); err != nil {
+		t.Fatal(err)
+	}
+}
