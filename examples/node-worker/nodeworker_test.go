@@ -382,6 +382,35 @@ func TestNodeWorkerProtocol(t *testing.T) {
 		}
 	})
 
+	parent := t // the restarted registry must outlive the subtest
+	t.Run("keeps serving while the registry is away, registers again once it is back", func(t *testing.T) {
+		cur := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]
+		regAddr := reg.Addr
+		reg.Stop()
+		// Past the lease's deadline the worker goes on asking, and serving.
+		w.Logs.WaitFor(ctx, t, "lease deadline passed without reaching the registry; still trying", map[string]any{"lease": fmt.Sprintf("%x", cur.InstanceId)})
+		if got, err := conformance.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "away", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
+			t.Fatalf("generate with the registry away = %d responses, %v; want 2", len(got), err)
+		}
+		// No keep-alive reached etcd, so it drops the lease; the registry
+		// comes back on its address and says so to the worker.
+		etcd.RevokeLease(ctx, cur.InstanceId)
+		registrytest.StartRegistryAt(parent, etcd.Endpoints, regAddr)
+		for {
+			items := watch.Items()
+			if len(items) == 1 && items[0].InstanceId != cur.InstanceId {
+				break
+			}
+			select {
+			case <-watch.Changed():
+			case <-w.Done():
+				t.Fatalf("the worker exited; it logged:\n%s", w.Logs.String())
+			case <-ctx.Done():
+				t.Fatalf("no new registration after the registry came back; the worker logged:\n%s", w.Logs.String())
+			}
+		}
+	})
+
 	// SIGTERM still ends it cleanly after a re-registration.
 	if err := w.Cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
 // A registry lease kept alive on a KeepAlive bidi stream, as the Go SDK's
 // pkg/discovery.Session does: a refresh at half the TTL the registry
 // granted; after a failure, retries with jittered exponential backoff (50 ms
-// to 5 s) until the lease's deadline. The lease is truly lost when the
-// registry answers found=false (revoked, expired) or when no refresh reached
-// it before the deadline: etcd has dropped it then, with everything on it.
+// to 5 s), past the lease's deadline too. The lease is truly lost only when
+// the registry answers found=false (revoked, or expired while no refresh
+// reached it): etcd has dropped it then, with everything on it.
 import { type Client } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import {
@@ -137,6 +137,7 @@ export class Lease {
     let next = Date.now() + ttlMs / 2;
     let backoff = MIN_BACKOFF_MS;
     let stream: Stream | undefined;
+    let pastDeadline = false;
     try {
       for (;;) {
         await this.sleep(next - Date.now());
@@ -144,16 +145,18 @@ export class Lease {
         stream ??= new Stream(this.client, this.headers);
         let r: KeepAliveResponse;
         try {
-          r = await stream.refresh(this.id, Math.max(Math.min(deadline - Date.now(), 5000), MIN_BACKOFF_MS));
+          r = await stream.refresh(this.id, Math.max(Math.min(deadline - Date.now(), 5000), 1000));
         } catch (err) {
           stream.close();
           stream = undefined;
           if (this.stopped) return;
           const now = Date.now();
-          if (now >= deadline) {
-            return this.lose(`no keep-alive reached the registry before the deadline: ${(err as Error).message}`);
-          }
-          const wait = Math.min(jittered(backoff), deadline - now);
+          // Past the deadline etcd has most likely dropped the lease, but
+          // only the registry can say so: keep asking (the worker keeps
+          // serving meanwhile), and register again once it answers found=false.
+          const wait = now < deadline ? Math.min(jittered(backoff), deadline - now) : jittered(backoff);
+          if (now >= deadline && !pastDeadline) log.error("lease deadline passed without reaching the registry; still trying", { lease: this.id.toString(16), err: (err as Error).message });
+          pastDeadline ||= now >= deadline;
           log.warn("lease keep-alive failed; retrying", { err: (err as Error).message, backoff_ms: Math.round(wait), deadline_in_ms: deadline - now });
           next = now + wait;
           backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
@@ -165,6 +168,7 @@ export class Lease {
         deadline = now + ttl;
         next = now + ttl / 2;
         backoff = MIN_BACKOFF_MS;
+        pastDeadline = false;
       }
     } finally {
       stream?.close();

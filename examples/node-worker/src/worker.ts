@@ -45,6 +45,8 @@ export const LOAD_NAME = "load_metrics";
 export const TOKENIZER_BUCKET = "tokenizers";
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"];
 const TRANSIENT = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
+// Errors no retry of a registration step can change: the worker's settings or credentials are wrong.
+const FINAL = new Set([Code.InvalidArgument, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented, Code.FailedPrecondition]);
 
 const ENV_PREFIX = "SWITCHYARD_NODEWORKER_";
 // Flags whose variables keep the names Switchyard's Go side uses.
@@ -390,13 +392,17 @@ async function main(): Promise<number> {
   return code;
 }
 
-/** retry runs f until it succeeds, with jittered exponential backoff on errors, or returns undefined once stop says so. */
+/** retry runs f until it succeeds, with jittered exponential backoff on errors but FINAL ones, or returns undefined once stop says so. */
 async function retry<T>(f: () => Promise<T>, stop: () => boolean, what: string): Promise<T | undefined> {
   for (let backoff = MIN_BACKOFF_MS; !stop(); backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
     try {
       return await f();
     } catch (err) {
-      if (!(err instanceof ConnectError) || !TRANSIENT.has(err.code)) throw err;
+      // Everything but a refusal that a retry cannot change is retried: a
+      // worker keeps trying while the control plane is away or restarting
+      // (which can surface as Unavailable, Internal for a refused HTTP/2
+      // stream, DeadlineExceeded, ...).
+      if (!(err instanceof ConnectError) || FINAL.has(err.code)) throw err;
       const ce = err;
       log.warn(`${what} failed; retrying`, { err: ce.message, code: Code[ce.code] });
       await sleep(jittered(backoff));
