@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 )
 
@@ -93,24 +94,25 @@ func retryable(err error) bool {
 	return false
 }
 
+// backoff is a retry loop's jittered backoff between the client's bounds.
+func (c *Client) backoff() *backoff.Backoff {
+	return backoff.New(backoff.Policy{Min: c.min, Max: c.max})
+}
+
 // retry calls f until it succeeds, fails for good or ctx ends, backing off
 // between attempts.
 func (c *Client) retry(ctx context.Context, op string, f func() error) error {
-	wait := c.min
+	bo := c.backoff()
 	for {
 		err := f()
 		if err == nil || !retryable(err) {
 			return err
 		}
+		wait := bo.Next()
 		c.log.Debug("eventbus call failed; retrying", "op", op, "err", err.Error(), "in", wait.String())
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, wait) != nil {
 			return fmt.Errorf("%s: %w (last error: %w)", op, ctx.Err(), err)
-		case <-t.C:
 		}
-		wait = min(2*wait, c.max)
 	}
 }
 

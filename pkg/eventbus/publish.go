@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // Batch is a batch of events handed to a Publisher.
@@ -159,14 +160,14 @@ func (p *Publisher) run(ctx context.Context) {
 		p.mu.Unlock()
 		p.failAll(ErrPublisherClosed)
 	}()
-	wait := p.c.min
+	bo := p.c.backoff()
 	for ctx.Err() == nil {
 		acked, err := p.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if acked {
-			wait = p.c.min
+			bo.Reset()
 		}
 		if !retryable(err) {
 			// The server refused a batch for good. It answers every batch
@@ -176,10 +177,9 @@ func (p *Publisher) run(ctx context.Context) {
 			continue
 		}
 		p.c.log.Info("publish stream interrupted; resending unacknowledged batches", "err", err.Error())
-		if !sleep(ctx, wait) {
+		if backoff.Sleep(ctx, bo.Next()) != nil {
 			return
 		}
-		wait = min(2*wait, p.c.max)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // ErrClosed is returned by Next after Close.
@@ -39,8 +40,8 @@ type Subscription struct {
 	streamCancel context.CancelFunc
 	buf          []*eventbusv1.DeliveredEvent // received, not yet returned
 	lastSeq      uint64
-	wait         time.Duration // backoff before the next reopening
-	err          error         // final error, once there is one
+	bo           *backoff.Backoff // the wait before the next reopening
+	err          error            // final error, once there is one
 
 	mu       sync.Mutex
 	consumer string
@@ -51,7 +52,7 @@ type Subscription struct {
 // subscription lasts until Close or until ctx ends.
 func (c *Client) Subscribe(ctx context.Context, req *eventbusv1.SubscribeRequest) (*Subscription, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Subscription{c: c, ctx: sctx, cancel: cancel, req: proto.CloneOf(req), wait: c.min}
+	s := &Subscription{c: c, ctx: sctx, cancel: cancel, req: proto.CloneOf(req), bo: c.backoff()}
 	if err := c.retry(sctx, "subscribe", func() error { return s.open(sctx) }); err != nil {
 		cancel()
 		return nil, err
@@ -130,7 +131,7 @@ func (s *Subscription) Next(ctx context.Context) (*eventbusv1.DeliveredEvent, er
 		resp, err := s.stream.Recv()
 		stop()
 		if err == nil {
-			s.wait = s.c.min
+			s.bo.Reset()
 			s.mu.Lock()
 			s.consumer = resp.GetConsumer()
 			s.mu.Unlock()
@@ -168,10 +169,9 @@ func (s *Subscription) reopen(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	if !sleep(both, s.wait) {
+	if backoff.Sleep(both, s.bo.Next()) != nil {
 		return s.endErr(ctx)
 	}
-	s.wait = min(2*s.wait, s.c.max)
 	if err := s.c.retry(both, "resubscribe", func() error { return s.open(both) }); err != nil {
 		if both.Err() != nil {
 			return s.endErr(ctx)
@@ -192,17 +192,6 @@ func (s *Subscription) endErr(ctx context.Context) error {
 func (s *Subscription) fail(err error) error {
 	s.err = err
 	return err
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Consumer is the name of the subscription's consumer, once an event arrived.
