@@ -157,6 +157,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // Addr is the bound gRPC address.
 func (s *Service) Addr() net.Addr { return s.server.Addr() }
 
+// MetricsAddr is the bound /metrics address; nil when --metrics-addr is off.
+func (s *Service) MetricsAddr() net.Addr { return s.server.MetricsAddr() }
+
 // Core is the router's state, for tests and in-process embedding.
 func (s *Service) Core() *core.Core { return s.core }
 

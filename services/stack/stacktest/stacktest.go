@@ -9,7 +9,10 @@ import (
 	"encoding/json"
 	"flag"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
+	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -40,8 +44,9 @@ type Options struct {
 	FrontendArgs, MockerArgs []string
 	// NoFrontend skips the frontend.
 	NoFrontend bool
-	// RouterMetrics serves the router's /metrics on 127.0.0.1:0.
-	RouterMetrics bool
+	// Metrics serves every component's /metrics on 127.0.0.1:0; their URLs
+	// are in Stack.MetricsURLs.
+	Metrics bool
 	// Log receives every component's log; nil discards it.
 	Log *slog.Logger
 }
@@ -56,6 +61,9 @@ type Stack struct {
 	Router      *router.Service
 	Frontend    *frontend.Service
 	Mockers     []*worker.Worker
+	// MetricsURLs are the /metrics URLs by component (mockers as mocker-N),
+	// with Options.Metrics.
+	MetricsURLs map[string]string
 }
 
 // Start starts a stack and waits until the router and frontend see every
@@ -72,13 +80,23 @@ func Start(t testing.TB, o Options) *Stack {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	_, reg := registrytest.Start(t)
-	ns, bus := eventbustest.Start(t)
-	s := &Stack{RegistryAddr: reg.Addr, EventbusAddr: bus.Addr().String(), NATS: ns, Eventbus: bus}
+	etcd := registrytest.StartEtcd(t)
+	regAddr := startRegistry(t, etcd.Endpoints, o.Metrics)
+	ns := eventbustest.StartNATS(t)
+	bcfg := eventbustest.Config(ns.ClientURL())
+	if o.Metrics {
+		bcfg.Server.MetricsAddr = "127.0.0.1:0"
+	}
+	bus := eventbustest.StartEventbus(t, bcfg)
+	s := &Stack{RegistryAddr: regAddr.grpc, EventbusAddr: bus.Addr().String(), NATS: ns, Eventbus: bus, MetricsURLs: map[string]string{}}
+	if o.Metrics {
+		s.MetricsURLs["registry"] = "http://" + regAddr.metrics + "/metrics"
+		s.MetricsURLs["eventbus"] = "http://" + bus.MetricsAddr().String() + "/metrics"
+	}
 
 	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: reg.Addr, EventbusAddr: s.EventbusAddr}
-	if o.RouterMetrics {
+		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr}
+	if o.Metrics {
 		rcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
@@ -88,6 +106,9 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	s.Router, s.RouterAddr = rsvc, rsvc.Addr().String()
+	if o.Metrics {
+		s.MetricsURLs["router"] = "http://" + rsvc.MetricsAddr().String() + "/metrics"
+	}
 	t.Cleanup(func() {
 		rcancel()
 		if err := rsvc.Wait(); err != nil {
@@ -95,14 +116,14 @@ func Start(t testing.TB, o Options) *Stack {
 		}
 	})
 
-	for range o.Mockers {
-		s.Mockers = append(s.Mockers, s.startMocker(t, o, log))
+	for i := range o.Mockers {
+		s.Mockers = append(s.Mockers, s.startMocker(t, o, log, i+1))
 	}
 	if !o.NoFrontend {
 		var cfg frontend.Config
 		fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 		cfg.RegisterFlags(fs)
-		args := append([]string{"--http-addr", "127.0.0.1:0", "--registry-addr", reg.Addr, "--eventbus-addr", s.EventbusAddr,
+		args := append([]string{"--http-addr", "127.0.0.1:0", "--registry-addr", s.RegistryAddr, "--eventbus-addr", s.EventbusAddr,
 			"--router-addr", s.RouterAddr, "--shutdown-timeout", "5s"}, o.FrontendArgs...)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
@@ -115,6 +136,9 @@ func Start(t testing.TB, o Options) *Stack {
 			t.Fatal(err)
 		}
 		s.Frontend, s.FrontendURL = fe, "http://"+fe.Addr().String()
+		if o.Metrics {
+			s.MetricsURLs["frontend"] = s.FrontendURL + "/metrics"
+		}
 		t.Cleanup(func() {
 			fcancel()
 			if err := fe.Wait(); err != nil {
@@ -133,7 +157,7 @@ func plane() transport.Config {
 	return c
 }
 
-func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger) *worker.Worker {
+func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger, n int) *worker.Worker {
 	t.Helper()
 	var cfg mocker.Config
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
@@ -148,6 +172,11 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger) *worker.W
 	}
 	cfg.Transport = plane()
 	cfg.DrainTimeout = time.Nanosecond
+	metricsAddr := make(chan net.Addr, 1)
+	if o.Metrics {
+		cfg.MetricsAddr = "127.0.0.1:0"
+		cfg.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan *worker.Worker, 1)
@@ -162,6 +191,9 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger) *worker.W
 	})
 	select {
 	case w := <-ready:
+		if o.Metrics {
+			s.MetricsURLs["mocker-"+strconv.Itoa(n)] = "http://" + (<-metricsAddr).String() + "/metrics"
+		}
 		return w
 	case err := <-done:
 		done <- err
@@ -197,4 +229,37 @@ func (s *Stack) frontendSees(n int) bool {
 		Instances int `json:"instances"`
 	}
 	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.Instances == n
+}
+
+type registryAddrs struct{ grpc, metrics string }
+
+// startRegistry runs a registry on etcd endpoints, with /metrics when asked.
+func startRegistry(t testing.TB, endpoints []string, metrics bool) registryAddrs {
+	t.Helper()
+	cfg := registry.Config{
+		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend:         registry.BackendKVStore,
+		EtcdDialTimeout: 5 * time.Second,
+		EtcdEndpoints:   strings.Join(endpoints, ","),
+	}
+	if metrics {
+		cfg.Server.MetricsAddr = "127.0.0.1:0"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start registry: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("registry: %v", err)
+		}
+	})
+	a := registryAddrs{grpc: svc.Addr().String()}
+	if metrics {
+		a.metrics = svc.MetricsAddr().String()
+	}
+	return a
 }
