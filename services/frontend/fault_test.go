@@ -105,3 +105,85 @@ func TestUnreachableWorkerIsFenced(t *testing.T) {
 		})
 	}
 }
+
+// tally counts a client loop's requests.
+type tally struct{ tried, ok int }
+
+func (t tally) String() string { return fmt.Sprintf("%d/%d", t.ok, t.tried) }
+
+// TestEtcdOutage stops etcd under a live fleet (two mockers, the router
+// service, the frontend) while a client loop sends chats, then brings it
+// back on its data. No worker exits; requests keep succeeding during the
+// outage, since serving them needs no etcd; afterwards every worker is
+// registered (etcd extends its leases when it restarts, so with the same
+// instance id) and every request succeeds. With -short: 3 s and 6 s, past a
+// 2 s lease TTL; make test-long: 3, 15, 45 and 120 s with the default TTL.
+func TestEtcdOutage(t *testing.T) {
+	outages, ttl := []time.Duration{3 * time.Second, 15 * time.Second, 45 * time.Second, 120 * time.Second}, 10*time.Second
+	if testing.Short() {
+		outages, ttl = []time.Duration{3 * time.Second, 6 * time.Second}, 2*time.Second
+	}
+	ctx := testCtx(t)
+	s := startStack(t, stackOpts{mode: "kv", migrationLimit: 2, leaseTTL: ttl})
+	workers := []*mockerHandle{s.addMocker(0), s.addMocker(0)}
+	s.waitInstances(2)
+	ids := func() []uint64 { return []uint64{workers[0].w.InstanceID(), workers[1].w.InstanceID()} }
+	loop := func(stop <-chan struct{}, n int) tally {
+		var tl tally
+		for i := 0; n == 0 || i < n; i++ {
+			select {
+			case <-stop:
+				return tl
+			default:
+			}
+			tl.tried++
+			if _, err := s.client.Chat.Completions.New(ctx, chatParams(fmt.Sprintf("outage question %d", i), 2)); err == nil {
+				tl.ok++
+			} else if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+		}
+		return tl
+	}
+	if tl := loop(nil, 2); tl.ok != 2 { // loads the tokenizer
+		t.Fatalf("before any outage: %v requests succeeded", tl)
+	}
+	for _, d := range outages {
+		before := ids()
+		s.etcd.Stop()
+		stop := make(chan struct{})
+		got := make(chan tally, 1)
+		go func() { got <- loop(stop, 0) }()
+		time.Sleep(d) // the outage itself
+		close(stop)
+		during := <-got
+		s.etcd.Start()
+		// Registered again within two TTLs of etcd's return: every worker's
+		// keep-alive answered, the frontend sees both.
+		deadline := time.Now().Add(2*ttl + 5*time.Second)
+		for workers[0].w.Session().Expired() || workers[1].w.Session().Expired() || s.health().Instances != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v outage: workers not registered within two TTLs of etcd's return (frontend sees %d)", d, s.health().Instances)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		after := loop(nil, 20)
+		lost := 0
+		for _, w := range workers {
+			select {
+			case err := <-w.done:
+				lost++
+				w.done <- err // for kill at cleanup
+				t.Errorf("%v outage: a worker exited: %v", d, err)
+			default:
+			}
+		}
+		t.Logf("FAULT etcd down %v: during %v ok, after %v ok, workers lost %d, instance ids %x -> %x", d, during, after, lost, before, ids())
+		if after.ok != after.tried {
+			t.Errorf("%v outage: after recovery %v requests succeeded, want all", d, after)
+		}
+		if during.ok != during.tried {
+			t.Errorf("%v outage: during it %v requests succeeded, want all (they need no etcd)", d, during)
+		}
+	}
+}

@@ -45,6 +45,8 @@ type stackOpts struct {
 	maxInflight    int
 	apiKey         string
 	contextLength  int
+	// leaseTTL of the mockers; 0 is the mocker's default (10 s).
+	leaseTTL time.Duration
 	// bridgeKV makes the router service follow the workers' KV events on
 	// the eventbus.
 	bridgeKV bool
@@ -55,6 +57,7 @@ type stackOpts struct {
 type stack struct {
 	t       testing.TB
 	opts    stackOpts
+	etcd    *registrytest.Etcd
 	regAddr string
 	nats    *natsserver.Server
 	bus     *eventbus.Service
@@ -88,9 +91,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if o.contextLength == 0 {
 		o.contextLength = 4096
 	}
-	_, reg := registrytest.Start(t)
+	etcd, reg := registrytest.Start(t)
 	ns, bus := eventbustest.Start(t)
-	s := &stack{t: t, opts: o, regAddr: reg.Addr, nats: ns, bus: bus}
+	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, bus: bus}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	// The router follows the workers' KV events on the eventbus itself when
@@ -180,6 +183,9 @@ func (s *stack) addMocker(speedup float64) *mockerHandle {
 	if err := fs.Parse([]string{"--namespace", testNamespace, "--registry-addr", s.regAddr, "--eventbus-addr", s.bus.Addr().String(),
 		"--context-length", strconv.Itoa(s.opts.contextLength), "--speedup-ratio", strconv.FormatFloat(speedup, 'f', -1, 64)}); err != nil {
 		t.Fatal(err)
+	}
+	if s.opts.leaseTTL > 0 {
+		cfg.LeaseTTL = s.opts.leaseTTL
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
