@@ -70,8 +70,19 @@ bench: build ## Benchmark functions, then each benchmark command's table.
 	  $(BIN)/router-replay-bench --trace $$t --out $(BIN)/router-replay-$$t || exit 1; done
 
 .PHONY: run
-run: build ## Run the whole stack on this machine: registry, eventbus, router, two mockers, frontend on :8000.
-	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data
+# make run builds only the binaries the stack starts (and the CLI), not the
+# benchmarks: PORT, MOCKERS and ROUTER_MODE choose the frontend port, the
+# number of mocker workers and the routing mode.
+PORT        ?= 8000
+MOCKERS     ?= 2
+ROUTER_MODE ?= kv
+RUN_CMDS    := services/registry/cmd/registry services/eventbus/cmd/eventbus services/router/cmd/router \
+               services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard
+
+run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin): registry, eventbus, router, mockers, frontend.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./,$(RUN_CMDS))
+	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE)
 
 .PHONY: clean
 clean: ## Remove binaries and local run data.

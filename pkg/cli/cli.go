@@ -52,9 +52,10 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	fs := flag.NewFlagSet(opts.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	format := fs.String("log-format", "", "log format: text or json (empty: text on a terminal, json otherwise)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	cfg.RegisterFlags(fs)
-	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL"}
+	env := map[string]string{"log-level": "SWITCHYARD_LOG_LEVEL", "log-format": "SWITCHYARD_LOG_FORMAT"}
 	for k, v := range opts.Env {
 		env[k] = v
 	}
@@ -82,6 +83,16 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 		fmt.Fprintf(stderr, "%s: invalid --log-level %q: valid values are debug, info, warn, error\n", opts.Name, *level)
 		return 2
 	}
+	if *format == "" {
+		*format = "json"
+		if isTerminal(stderr) {
+			*format = "text"
+		}
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(stderr, "%s: invalid --log-format %q: valid values are text, json\n", opts.Name, *format)
+		return 2
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", opts.Name, err)
 		return 2
@@ -93,7 +104,11 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 		}
 		return 0
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", opts.Name)
+	var handler slog.Handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})
+	if *format == "text" {
+		handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})
+	}
+	log := slog.New(handler).With("service", opts.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log); err != nil {
@@ -101,4 +116,14 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 		return 1
 	}
 	return 0
+}
+
+// isTerminal reports whether w is a character device (a person's terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

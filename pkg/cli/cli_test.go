@@ -43,6 +43,10 @@ func TestMain_ExitCodes(t *testing.T) {
 		{name: "invalid config", args: []string{"--mode=c"}, want: 2, wantOut: "valid values are a, b"},
 		{name: "named variable", env: map[string]string{"MODE": "z"}, want: 2, wantOut: `invalid MODE "z"`},
 		{name: "bad log level", args: []string{"--log-level=loud"}, want: 2, wantOut: "invalid --log-level"},
+		{name: "bad log format", args: []string{"--log-format=xml"}, want: 2, wantOut: "invalid --log-format"},
+		{name: "text log format", args: []string{"--log-format=text"}, runErr: errors.New("boom"), want: 1, wantOut: `level=ERROR msg="exiting on error"`},
+		{name: "json log off a terminal", runErr: errors.New("boom"), want: 1, wantOut: `"msg":"exiting on error"`},
+		{name: "log format from the environment", env: map[string]string{"SWITCHYARD_LOG_FORMAT": "text"}, runErr: errors.New("boom"), want: 1, wantOut: "level=ERROR"},
 		{name: "help names the variables", args: []string{"-h"}, want: 0, wantOut: "(default 7) [$T_PORT]"},
 		{name: "help names the documented variable", args: []string{"-h"}, want: 0, wantOut: "[$MODE]"},
 	}

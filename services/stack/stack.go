@@ -55,13 +55,16 @@ type Ports struct {
 	Registry, Eventbus, Router                      int
 	RegistryMetrics, EventbusMetrics, RouterMetrics int
 	EtcdClient, EtcdPeer, NATS                      int
+	// MockerMetrics is the base of the mockers' /metrics ports: mocker-i
+	// serves on MockerMetrics+i.
+	MockerMetrics int
 }
 
 // DefaultPorts are the ports of `make run`, those the docs name.
 var DefaultPorts = Ports{
 	Registry: 7001, Eventbus: 7002, Router: 7003,
 	RegistryMetrics: 9101, EventbusMetrics: 9102, RouterMetrics: 9103,
-	EtcdClient: 2379, EtcdPeer: 2380, NATS: 4222,
+	EtcdClient: 2379, EtcdPeer: 2380, NATS: 4222, MockerMetrics: 9110,
 }
 
 func (p Ports) withDefaults() Ports {
@@ -69,7 +72,7 @@ func (p Ports) withDefaults() Ports {
 	for _, f := range []struct{ v, def *int }{
 		{&p.Registry, &d.Registry}, {&p.Eventbus, &d.Eventbus}, {&p.Router, &d.Router},
 		{&p.RegistryMetrics, &d.RegistryMetrics}, {&p.EventbusMetrics, &d.EventbusMetrics}, {&p.RouterMetrics, &d.RouterMetrics},
-		{&p.EtcdClient, &d.EtcdClient}, {&p.EtcdPeer, &d.EtcdPeer}, {&p.NATS, &d.NATS},
+		{&p.EtcdClient, &d.EtcdClient}, {&p.EtcdPeer, &d.EtcdPeer}, {&p.NATS, &d.NATS}, {&p.MockerMetrics, &d.MockerMetrics},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -144,7 +147,8 @@ func (c Config) plan() []component {
 	}
 	for i := 1; i <= c.Mockers; i++ {
 		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
-			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus},
+			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
+				"--metrics-addr", hp(p.MockerMetrics + i)},
 			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {
@@ -211,7 +215,8 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 			select {
 			case err := <-p.done:
 				p.done <- err
-				return fmt.Errorf("%s exited during start (%v); see %s", p.name, err, filepath.Join(logs, p.name+".log"))
+				log := filepath.Join(logs, p.name+".log")
+				return fmt.Errorf("%s exited during start (%v): %s\nsee %s", p.name, err, LogCause(log), log)
 			case <-wctx.Done():
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -258,7 +263,8 @@ func (c Config) serve(ctx context.Context, procs []*proc, out io.Writer, banner 
 		fmt.Fprintln(out, "\nStopping Switchyard")
 		return nil
 	case p := <-died:
-		return fmt.Errorf("%s exited; see %s", p.name, filepath.Join(logs, p.name+".log"))
+		log := filepath.Join(logs, p.name+".log")
+		return fmt.Errorf("%s exited: %s\nsee %s", p.name, LogCause(log), log)
 	}
 }
 
