@@ -18,7 +18,13 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// A stopped member of an embedded etcd cluster leaves its peers' HTTP
+// connections to it (rafthttp's transports, and its own server side) to
+// close on their own time: goroutines of etcd's net/http, not of ours.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"))
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -1,0 +1,122 @@
+package registrytest
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Cluster is an etcd cluster of embedded members on loopback, each of which
+// a test can stop and restart on its data (a crash, a partitioned member).
+type Cluster struct {
+	t       testing.TB
+	initial string
+	members []*member
+	// Endpoints are the members' client URLs.
+	Endpoints []string
+}
+
+type member struct {
+	name, dir, client, peer string
+	etcd                    *embed.Etcd
+	started                 bool
+}
+
+// StartEtcdCluster starts an n-member etcd cluster and stops it at cleanup.
+func StartEtcdCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t}
+	var initial []string
+	for i := range n {
+		m := &member{name: fmt.Sprintf("m%d", i), dir: t.TempDir(),
+			client: "http://127.0.0.1:" + strconv.Itoa(freePort(t)), peer: "http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+		c.members = append(c.members, m)
+		c.Endpoints = append(c.Endpoints, m.client)
+		initial = append(initial, m.name+"="+m.peer)
+	}
+	c.initial = strings.Join(initial, ",")
+	errs := make(chan error, n)
+	for i := range c.members {
+		go func() { errs <- c.start(i) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("start etcd member: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		for i := range c.members {
+			c.Stop(i)
+		}
+	})
+	return c
+}
+
+func (c *Cluster) start(i int) error {
+	m := c.members[i]
+	cu, _ := url.Parse(m.client)
+	pu, _ := url.Parse(m.peer)
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = m.name, m.dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster, cfg.InitialClusterToken = c.initial, "switchyard-test"
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	if m.started {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	cfg.TickMs, cfg.ElectionMs, cfg.UnsafeNoFsync = 10, 100, true
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	var err error
+	for range 50 { // a stopped member's ports may take a moment to free
+		m.etcd, err = embed.StartEtcd(cfg)
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case <-m.etcd.Server.ReadyNotify():
+	case err := <-m.etcd.Err():
+		return err
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("etcd member %s not ready within 60s", m.name)
+	}
+	m.started = true
+	return nil
+}
+
+// Leader is the index of the member that leads, or -1 while none does.
+func (c *Cluster) Leader() int {
+	for i, m := range c.members {
+		if m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Stop stops member i (as a crash would; its data stays for Start).
+func (c *Cluster) Stop(i int) {
+	if m := c.members[i]; m.etcd != nil {
+		m.etcd.Close()
+		m.etcd = nil
+	}
+}
+
+// Start restarts a stopped member i on its data.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	if err := c.start(i); err != nil {
+		c.t.Fatalf("restart etcd member %d: %v", i, err)
+	}
+}
