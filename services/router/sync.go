@@ -61,8 +61,7 @@ func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []u
 	s.mu.Lock()
 	s.nsOf[id] = ns
 	s.mu.Unlock()
-	s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
-		RequestId: id, InstanceId: w.Instance, DpRank: w.DPRank, PrefillBlocks: uint32(prefill), BlockHashes: hashes}}})
+	s.send(ns, core.RoutedEvent(id, w, prefill, hashes))
 }
 
 func (s *syncer) PrefillDone(id string) {
@@ -70,7 +69,7 @@ func (s *syncer) PrefillDone(id string) {
 	ns, ok := s.nsOf[id]
 	s.mu.Unlock()
 	if ok {
-		s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_PrefillComplete{PrefillComplete: id}})
+		s.send(ns, core.PrefillDoneEvent(id))
 	}
 }
 
@@ -80,7 +79,7 @@ func (s *syncer) Freed(id string) {
 	delete(s.nsOf, id)
 	s.mu.Unlock()
 	if ok {
-		s.send(ns, &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Freed{Freed: id}})
+		s.send(ns, core.FreedEvent(id))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
@@ -58,8 +59,11 @@ type Core struct {
 
 	idx    *index.Index
 	approx *index.Approx
-	load   *scheduler.Load
-	now    func() time.Time
+	// pending predicts, in kv mode with events, the blocks of requests
+	// routed but not yet confirmed by their worker's events.
+	pending *index.Pending
+	load    *scheduler.Load
+	now     func() time.Time
 
 	mu         sync.Mutex
 	rng        *rand.Rand
@@ -68,21 +72,12 @@ type Core struct {
 	models     map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
 	rr         map[endpointKey]int
 	stats      eventStats
-	reported   map[uint64]reportedLoad // instance -> its last load report
+	timing     map[uint64]timingmodel.Model // instance -> its published timing model
 	observer   Observer
 	requestTTL time.Duration
 	// restoredAt is the time of the snapshot the index started from.
 	restoredAt *timestamppb.Timestamp
 }
-
-// reportedLoad is a worker's own account of its load.
-type reportedLoad struct {
-	decodeBlocks, prefillTokens uint64
-	at                          time.Time
-}
-
-// reportTTL is how long a load report corrects the router's own view.
-const reportTTL = 5 * time.Second
 
 type eventStats struct{ applied, duplicate, gap uint64 }
 
@@ -102,7 +97,17 @@ type Config struct {
 	// RequestTTL forgets routed requests never freed after this long (a
 	// frontend or replica died); 0 keeps them.
 	RequestTTL time.Duration
+	// PendingTTL is how long, at most, the blocks of a routed request
+	// count as predicted on its worker before its KV events confirm them;
+	// 0 is DefaultPendingTTL.
+	PendingTTL time.Duration
+	// Clock, when set, replaces the wall clock (a simulation's virtual
+	// time).
+	Clock func() time.Time
 }
+
+// DefaultPendingTTL outlasts any prefill that is not stuck.
+const DefaultPendingTTL = 2 * time.Minute
 
 // New returns an empty core.
 func New(cfg Config) *Core {
@@ -115,21 +120,29 @@ func New(cfg Config) *Core {
 		approximate: cfg.Approximate,
 		weight:      cfg.OverlapWeight,
 		temperature: cfg.Temperature,
-		load:        scheduler.NewLoad(),
 		now:         time.Now,
 		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		endpoints:   map[endpointKey]map[uint64]*registryv1.Instance{},
 		refs:        map[uint64]int{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
-		reported:    map[uint64]reportedLoad{},
+		timing:      map[uint64]timingmodel.Model{},
 		requestTTL:  cfg.RequestTTL,
 	}
+	if cfg.Clock != nil {
+		c.now = cfg.Clock
+	}
+	c.load = scheduler.NewLoadClock(c.now)
 	if cfg.Approximate {
 		c.approx = index.NewApprox(index.ApproxConfig{TTL: cfg.TTL, MaxEntries: cfg.MaxTreeSize, PruneTargetRatio: cfg.PruneTargetRatio})
 		c.idx = c.approx.Index()
 	} else {
 		c.idx = index.New()
+		ttl := cfg.PendingTTL
+		if ttl <= 0 {
+			ttl = DefaultPendingTTL
+		}
+		c.pending = index.NewPending(ttl)
 	}
 	return c
 }
@@ -176,7 +189,7 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 	if len(gone) > 0 {
 		c.mu.Lock()
 		for _, id := range gone {
-			delete(c.reported, id)
+			delete(c.timing, id)
 		}
 		c.mu.Unlock()
 	}
@@ -191,6 +204,7 @@ func (c *Core) removeInstance(id uint64) {
 		}
 	} else {
 		c.idx.RemoveInstance(id)
+		c.pending.RemoveWorker(id)
 	}
 	c.load.RemoveWorker(index.WorkerID{Instance: id})
 }
@@ -352,6 +366,9 @@ type decision struct {
 	scored  []scheduler.Candidate
 	hashes  []uint64
 	overlap int
+	// indexed is each candidate's overlap the index confirms (the rest of
+	// its Overlap is predicted).
+	indexed []int
 	// blockSize and params are what the decision used.
 	blockSize int
 	params    scheduler.Params
@@ -374,11 +391,15 @@ func (c *Core) evaluate(q query) (*decision, error) {
 			hashes[i] = b.Sequence
 		}
 	}
+	now := c.now()
 	if c.approx != nil {
-		c.approx.Expire(c.now())
+		c.approx.Expire(now)
+	}
+	if c.pending != nil {
+		c.pending.Expire(now)
 	}
 	if c.requestTTL > 0 {
-		c.load.Expire(c.now().Add(-c.requestTTL))
+		c.load.Expire(now.Add(-c.requestTTL))
 	}
 	overlaps := map[uint64]int{}
 	for _, o := range c.idx.Overlaps(hashes) {
@@ -386,21 +407,29 @@ func (c *Core) evaluate(q query) (*decision, error) {
 			overlaps[o.Worker.Instance] = o.Blocks
 		}
 	}
-	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands)), blockSize: bs}
-	now := c.now()
+	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands)), indexed: make([]int, len(cands)), blockSize: bs}
+	predicted := c.pending != nil && !c.pending.Empty()
 	c.mu.Lock()
 	for i, cd := range cands {
 		w := index.WorkerID{Instance: cd.in.InstanceId}
-		p, dec, _ := c.load.Of(w)
-		// A fresh report from the worker corrects the router's view upward:
-		// it includes requests other routers (or clients) sent there.
-		if r, ok := c.reported[w.Instance]; ok && now.Sub(r.at) < reportTTL {
-			p = max(p, int(r.prefillTokens)/bs)
-			dec = max(dec, int(r.decodeBlocks))
+		ov := overlaps[w.Instance]
+		d.indexed[i] = ov
+		if predicted {
+			ov = c.pending.Extend(w, hashes, ov)
 		}
-		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: overlaps[w.Instance], PrefillBlocks: p, DecodeBlocks: dec}
+		sc := scheduler.Candidate{Worker: w, Overlap: ov, Timing: timingmodel.Default()}
+		if t, ok := c.timing[w.Instance]; ok {
+			sc.Timing = t
+		}
+		c.load.Fill(&sc, bs)
+		d.scored[i] = sc
 	}
 	c.mu.Unlock()
+	tokens := len(q.tokens)
+	if tokens == 0 {
+		tokens = len(hashes) * bs
+	}
+	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs}
 	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
 	if q.weight != nil {
 		params.OverlapWeight = *q.weight
@@ -411,7 +440,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Scores are reported in every mode; only kv mode chooses by them.
-	chosen, _ := scheduler.Select(d.scored, len(hashes), params, c.rng)
+	chosen, _ := scheduler.Select(d.scored, req, params, c.rng)
 	switch c.mode {
 	case ModeRoundRobin:
 		k := endpointKey{cands[0].in.Namespace, cands[0].in.Component, cands[0].in.Endpoint}
@@ -422,11 +451,13 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	case ModeRandom:
 		chosen = c.rng.IntN(len(cands))
 	case ModeLeastLoaded:
+		// The same predicted time, blind to caches.
 		ll := make([]scheduler.Candidate, len(d.scored))
 		for i, s := range d.scored {
-			ll[i] = scheduler.Candidate{Worker: s.Worker, PrefillBlocks: s.PrefillBlocks, DecodeBlocks: s.DecodeBlocks}
+			ll[i] = s
+			ll[i].Overlap = 0
 		}
-		chosen, _ = scheduler.Select(ll, 0, scheduler.Params{OverlapWeight: 1}, c.rng)
+		chosen, _ = scheduler.Select(ll, req, scheduler.Params{OverlapWeight: 1}, c.rng)
 	case ModeDirect:
 		chosen = -1
 		for i, cd := range cands {
@@ -462,6 +493,11 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	if c.approx != nil {
 		c.approx.Predict(w, d.hashes, c.now())
 	}
+	if c.pending != nil && c.mode == ModeKV {
+		// What the index does not confirm yet is predicted there until
+		// the worker's events store it.
+		c.pending.Add(r.RequestId, w, d.hashes[d.indexed[d.chosen]:], c.now())
+	}
 	in := d.cands[d.chosen].in
 	if c.observer != nil {
 		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
@@ -485,17 +521,41 @@ func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryO
 	return &routerv1.QueryOverlapsResponse{RequestBlocks: uint32(len(d.hashes)), Candidates: candidatesOf(d.scored)}, nil
 }
 
-// ReportLoad records a worker's own load report.
+// ReportLoad merges a worker's own load report with the router's record,
+// request by request (see scheduler.Load.Report), and keeps its timing
+// model.
 func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 	if m.GetInstanceId() == 0 || m.GetDpRank() != 0 {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, live := c.refs[m.InstanceId]; !live {
+		c.mu.Unlock()
 		return
 	}
-	c.reported[m.InstanceId] = reportedLoad{decodeBlocks: m.ActiveDecodeBlocks, prefillTokens: m.ActivePrefillTokens, at: c.now()}
+	c.timing[m.InstanceId] = timingmodel.FromProto(m.GetTimingModel())
+	bs := c.blockSizeLocked(m.InstanceId)
+	c.mu.Unlock()
+	var reqs []scheduler.ReportedRequest
+	if len(m.GetRequests()) > 0 || m.GetRunningRequests()+m.GetWaitingRequests() == 0 {
+		reqs = make([]scheduler.ReportedRequest, len(m.GetRequests()))
+		for i, r := range m.GetRequests() {
+			reqs[i] = scheduler.ReportedRequest{ID: r.GetRequestId(), PrefillTokens: int(r.GetPrefillTokens()), DecodeBlocks: int(r.GetDecodeBlocks())}
+		}
+	}
+	c.load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
+}
+
+// blockSizeLocked is an instance's block size from its model cards.
+func (c *Core) blockSizeLocked(id uint64) int {
+	for _, eps := range c.models {
+		for _, ids := range eps {
+			if bs := ids[id]; bs > 0 {
+				return int(bs)
+			}
+		}
+	}
+	return kvhash.DefaultBlockSize
 }
 
 // PrefillDone moves a routed request's load from prefill to decode.
@@ -506,9 +566,12 @@ func (c *Core) PrefillDone(id string) {
 	}
 }
 
-// Free releases a routed request's load.
+// Free releases a routed request's load and its predicted blocks.
 func (c *Core) Free(id string) {
 	c.load.Free(id)
+	if c.pending != nil {
+		c.pending.Release(id)
+	}
 	if c.observer != nil {
 		c.observer.Freed(id)
 	}

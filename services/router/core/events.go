@@ -35,6 +35,9 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 				hashes[i] = b.GetSequenceHash()
 			}
 			tx.Store(hashes)
+			if c.pending != nil {
+				c.pending.Confirm(w, hashes)
+			}
 		case *workerv1.KvCacheEvent_Removed:
 			tx.Remove(k.Removed.GetSequenceHashes())
 		case *workerv1.KvCacheEvent_Cleared:

@@ -34,9 +34,43 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if c.approx != nil {
 			c.approx.Predict(w, r.BlockHashes, at)
 		}
+		if c.pending != nil && c.mode == ModeKV {
+			// Predicted where the sender routed it, beyond what this
+			// replica's index confirms there.
+			from := 0
+			if o := c.idx.Overlaps(r.BlockHashes); len(o) > 0 {
+				for _, x := range o {
+					if x.Worker == w {
+						from = x.Blocks
+					}
+				}
+			}
+			c.pending.Add(r.RequestId, w, r.BlockHashes[from:], at)
+		}
 	case *routerv1.ReplicaEvent_PrefillComplete:
 		c.load.PrefillDone(k.PrefillComplete)
 	case *routerv1.ReplicaEvent_Freed:
 		c.load.Free(k.Freed)
+		if c.pending != nil {
+			c.pending.Release(k.Freed)
+		}
 	}
+}
+
+// RoutedEvent is the replica sync message of a routing decision: the
+// request's worker, its prefill blocks and its block hashes (which the
+// other replicas count as load and, in kv mode, as predicted blocks).
+func RoutedEvent(id string, w index.WorkerID, prefill int, hashes []uint64) *routerv1.ReplicaEvent {
+	return &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
+		RequestId: id, InstanceId: w.Instance, DpRank: w.DPRank, PrefillBlocks: uint32(prefill), BlockHashes: hashes}}}
+}
+
+// PrefillDoneEvent is the replica sync message of a request's first token.
+func PrefillDoneEvent(id string) *routerv1.ReplicaEvent {
+	return &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_PrefillComplete{PrefillComplete: id}}
+}
+
+// FreedEvent is the replica sync message of a request's end.
+func FreedEvent(id string) *routerv1.ReplicaEvent {
+	return &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Freed{Freed: id}}
 }

@@ -39,14 +39,16 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
 	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")
 	fs.IntVar(&c.TraceBlockSize, "trace-block-size", 512, "tokens per trace hash id")
-	// The router's own default weight is 1.0; on this trace (long prompts,
-	// short answers) prefill dominates, and weight 32 both hits the cache
-	// more and lowers TTFT. Pass --kv-overlap-score-weight 1 to see the
-	// router's defaults.
-	fs.Float64Var(&c.OverlapWeight, "kv-overlap-score-weight", 32, "router overlap weight (the router service defaults to 1)")
+	// The router's defaults, as the service, the frontend's in-process
+	// router and make run have them: no trace gets its own.
+	fs.Float64Var(&c.OverlapWeight, "kv-overlap-score-weight", 1, "router overlap weight: multiplies the predicted prefill time (1: the workers' timing models as published)")
 	fs.Float64Var(&c.Temperature, "router-temperature", 0, "router temperature")
 	fs.DurationVar(&c.ApproxTTL, "router-ttl", 120*time.Second, "approximate mode prediction TTL")
 	fs.IntVar(&c.ApproxMaxEntries, "router-max-tree-size", 1<<20, "approximate mode maximum (block, worker) entries")
+	fs.DurationVar(&c.RequestTTL, "router-request-ttl", 30*time.Minute, "routers forget requests never freed after this long")
+	fs.DurationVar(&c.EventDelay, "kv-event-delay", 5*time.Millisecond, "virtual time KV events and load reports take to reach the routers")
+	fs.DurationVar(&c.SyncDelay, "replica-sync-delay", 5*time.Millisecond, "virtual time replica sync messages take between routers")
+	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "how often each engine reports its load (the workers' interval)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.StringVar(&c.Modes, "modes", strings.Join(Modes, ","), "comma-separated modes to run")
 	fs.StringVar(&c.OutDir, "out", "bin", "directory for router-replay.csv and router-replay.png (one subdirectory per trace when several; empty: none)")

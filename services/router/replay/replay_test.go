@@ -78,7 +78,8 @@ func smallConfig() Config {
 	ec := engine.DefaultConfig()
 	ec.NumGPUBlocks = 16384
 	return Config{Workers: 4, Engine: ec, TraceBlockSize: 512, RateScale: 6, OverlapWeight: 1,
-		ApproxTTL: 2 * time.Minute, ApproxMaxEntries: 1 << 20, Seed: 1}
+		ApproxTTL: 2 * time.Minute, ApproxMaxEntries: 1 << 20, Seed: 1,
+		EventDelay: 5 * time.Millisecond, SyncDelay: 5 * time.Millisecond, LoadInterval: time.Second, RequestTTL: 30 * time.Minute}
 }
 
 // TestModesOnTheShippedTrace replays the start of the shipped trace in

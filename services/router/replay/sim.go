@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
-// Config sizes the simulated cluster and the router.
+// Config sizes the simulated cluster and the core.
 type Config struct {
 	// Workers is the number of simulated engines.
 	Workers int
@@ -31,6 +34,13 @@ type Config struct {
 	ApproxMaxEntries int
 	// Seed makes random choices repeatable.
 	Seed uint64
+	// EventDelay is how long KV events and load reports take to reach the
+	// routers; SyncDelay, replica sync messages (virtual time).
+	EventDelay, SyncDelay time.Duration
+	// LoadInterval is how often each engine reports its load.
+	LoadInterval time.Duration
+	// RequestTTL is the routers' --router-request-ttl.
+	RequestTTL time.Duration
 }
 
 // Validate checks the configuration.
@@ -46,6 +56,10 @@ func (c Config) Validate() error {
 		return errors.New("replay: the engines' speed-up must be positive (virtual time needs durations)")
 	case c.OverlapWeight < 0 || c.Temperature < 0:
 		return errors.New("replay: overlap weight and temperature must not be negative")
+	case c.EventDelay < 0 || c.SyncDelay < 0 || c.RequestTTL < 0:
+		return errors.New("replay: delays and the request TTL must not be negative")
+	case c.LoadInterval <= 0:
+		return errors.New("replay: the load report interval must be positive")
 	}
 	return c.Engine.Validate()
 }
@@ -77,32 +91,90 @@ type Result struct {
 	Wall time.Duration
 }
 
-type simWorker struct {
-	i       int
-	e       *engine.Engine
-	busy    bool
-	doneAt  time.Duration
-	res     engine.StepResult
-	prefill int
+// Modes are the routing modes a replay compares, in table order: the
+// router's modes, approximate kv, and kv behind several replicas that
+// share their decisions over (simulated) replica sync, or do not.
+var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync"}
+
+// modeSetup is how a mode's routers are built.
+type modeSetup struct {
+	mode        core.Mode
+	approximate bool
+	replicas    int
+	sync        bool
 }
 
-// busyHeap orders busy workers by step completion, then index.
-type busyHeap []*simWorker
-
-func (h busyHeap) Len() int { return len(h) }
-func (h busyHeap) Less(i, j int) bool {
-	if h[i].doneAt != h[j].doneAt {
-		return h[i].doneAt < h[j].doneAt
+func setupOf(mode string) (modeSetup, error) {
+	switch mode {
+	case "round-robin", "random", "least-loaded", "kv":
+		return modeSetup{mode: core.Mode(mode), replicas: 1}, nil
+	case "kv-approx":
+		return modeSetup{mode: core.ModeKV, approximate: true, replicas: 1}, nil
+	case "kv-3-replicas":
+		return modeSetup{mode: core.ModeKV, replicas: 3, sync: true}, nil
+	case "kv-8-replicas":
+		return modeSetup{mode: core.ModeKV, replicas: 8, sync: true}, nil
+	case "kv-3-replicas-nosync":
+		return modeSetup{mode: core.ModeKV, replicas: 3}, nil
 	}
-	return h[i].i < h[j].i
+	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
-func (h busyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *busyHeap) Push(x any)   { *h = append(*h, x.(*simWorker)) }
-func (h *busyHeap) Pop() any {
+
+// The simulated cluster's names, as the routers see them in the registry.
+const (
+	simNamespace = "replay"
+	simModel     = "replay-model"
+)
+
+// timed is something that happens at a virtual time; seq orders equal
+// times by scheduling order, so runs are deterministic.
+type timed struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type timeline []timed
+
+func (h timeline) Len() int { return len(h) }
+func (h timeline) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timeline) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timeline) Push(x any)   { *h = append(*h, x.(timed)) }
+func (h *timeline) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// sim is one replay: engines, the routers of one mode, and virtual time.
+type sim struct {
+	cfg     Config
+	now     time.Duration
+	seq     uint64
+	events  timeline
+	cores   []*core.Core
+	engines []*simEngine
+	next    int            // the replica that takes the next request
+	owner   map[string]int // request id -> the replica that routed it
+	reqs    map[string]*inflight
+	left    int // requests neither finished nor rejected
+	res     Result
+	ttft    []time.Duration
+	e2e     []time.Duration
+	last    time.Duration
+}
+
+type simEngine struct {
+	id      uint64
+	e       *engine.Engine
+	busy    bool
+	prefill int
 }
 
 type inflight struct {
@@ -110,121 +182,217 @@ type inflight struct {
 	first   bool
 }
 
-// Run replays trace in one mode.
+// at schedules fn d after now.
+func (s *sim) at(d time.Duration, fn func()) { s.atTime(s.now+d, fn) }
+
+func (s *sim) atTime(t time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.events, timed{at: t, seq: s.seq, fn: fn})
+}
+
+func (s *sim) clock() time.Time { return time.Unix(0, 0).Add(s.now) }
+
+// observer hands one replica's decisions to the others as the service's
+// replica sync messages, after the sync delay.
+type observer struct {
+	s    *sim
+	from int
+}
+
+func (o observer) send(ev *routerv1.ReplicaEvent) {
+	at := o.s.clock()
+	o.s.at(o.s.cfg.SyncDelay, func() {
+		for i, c := range o.s.cores {
+			if i != o.from {
+				c.ApplyReplica(ev, at)
+			}
+		}
+	})
+}
+
+func (o observer) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64) {
+	o.send(core.RoutedEvent(id, w, prefill, hashes))
+}
+func (o observer) PrefillDone(id string) { o.send(core.PrefillDoneEvent(id)) }
+func (o observer) Freed(id string)       { o.send(core.FreedEvent(id)) }
+
+// Run replays trace in one mode: each request is routed by the router's
+// own Core (a replica in turn when there are several), KV events and load
+// reports reach every router after the configured delays, and replicas
+// exchange the service's sync messages.
 func Run(trace []Request, cfg Config, mode string) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	start := time.Now()
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	pol, err := newPolicy(mode, cfg, rng)
+	setup, err := setupOf(mode)
 	if err != nil {
 		return Result{}, err
 	}
-	workers := make([]*simWorker, cfg.Workers)
-	for i := range workers {
+	start := time.Now()
+	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}}
+	var ins []discovery.Change[*registryv1.Instance]
+	var cards []discovery.Change[*registryv1.ModelCard]
+	for i := range cfg.Workers {
 		e, err := engine.New(cfg.Engine)
 		if err != nil {
 			return Result{}, err
 		}
-		workers[i] = &simWorker{i: i, e: e}
+		id := uint64(i + 1)
+		s.engines = append(s.engines, &simEngine{id: id, e: e})
+		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
+			InstanceId: id, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
+		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
+			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
 	}
-	var (
-		busy      busyHeap
-		now       time.Duration
-		reqs      = map[string]*inflight{}
-		ttft, e2e []time.Duration
-		res       = Result{Mode: mode, RateScale: cfg.RateScale}
-		tokens    []uint32
-		blocks    []kvhash.Block
-		first     = time.Duration(-1)
-		last      time.Duration
-	)
-	startStep := func(w *simWorker) {
-		w.res = w.e.Step()
-		w.busy = true
-		w.doneAt = now + w.res.Duration
-		heap.Push(&busy, w)
-	}
-	next := 0
-	for next < len(trace) || busy.Len() > 0 {
-		arrival := time.Duration(math.MaxInt64)
-		if next < len(trace) {
-			arrival = time.Duration(float64(trace[next].Arrival) / cfg.RateScale)
+	for i := range setup.replicas {
+		cc := core.DefaultConfig()
+		cc.Mode, cc.Approximate = setup.mode, setup.approximate
+		cc.OverlapWeight, cc.Temperature = cfg.OverlapWeight, cfg.Temperature
+		cc.TTL, cc.MaxTreeSize, cc.RequestTTL = cfg.ApproxTTL, cfg.ApproxMaxEntries, cfg.RequestTTL
+		cc.Seed, cc.Clock = cfg.Seed*1000+uint64(i)+1, s.clock
+		c := core.New(cc)
+		c.OnInstances(ins)
+		c.OnModels(cards)
+		if setup.sync {
+			c.SetObserver(observer{s: s, from: i})
 		}
-		if busy.Len() == 0 || arrival <= busy[0].doneAt {
-			now = arrival
-			if first < 0 {
-				first = now
-			}
-			r := trace[next]
-			id := strconv.Itoa(next)
-			next++
+		s.cores = append(s.cores, c)
+	}
+	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: simModel}}
+	var tokens []uint32
+	first := time.Duration(-1)
+	for n, r := range trace {
+		at := time.Duration(float64(r.Arrival) / cfg.RateScale)
+		if first < 0 {
+			first = at
+		}
+		s.atTime(at, func() {
+			id := strconv.Itoa(n)
 			tokens = Tokens(r, cfg.TraceBlockSize, tokens)
-			blocks = kvhash.Hashes(tokens, cfg.Engine.BlockSize, blocks[:0])
-			wi := pol.route(id, blocks, now)
-			w := workers[wi]
-			if err := w.e.Add(engine.Request{ID: id, Prompt: tokens, MaxTokens: r.OutputLength, Seed: uint64(next)}); err != nil {
-				res.Rejected++
-				res.LastReject = err.Error()
-				pol.free(id)
-				continue
+			me := s.next
+			s.next = (s.next + 1) % len(s.cores)
+			resp, err := s.cores[me].Route(&routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens})
+			if err != nil {
+				s.reject(err)
+				return
 			}
-			w.prefill += len(tokens)
-			reqs[id] = &inflight{arrival: now}
+			w := s.engines[resp.InstanceId-1]
+			// The engine keeps the prompt while the request runs.
+			prompt := slices.Clone(tokens)
+			if err := w.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
+				s.cores[me].Free(id)
+				s.reject(err)
+				return
+			}
+			s.owner[id] = me
+			w.prefill += len(prompt)
+			s.reqs[id] = &inflight{arrival: s.now}
 			if !w.busy {
-				startStep(w)
+				s.step(w)
 			}
-			continue
-		}
-		w := heap.Pop(&busy).(*simWorker)
-		now = w.doneAt
-		w.busy = false
-		for _, o := range w.res.Outputs {
-			in := reqs[o.RequestID]
-			if in == nil {
-				continue
-			}
-			if !in.first && len(o.Tokens) > 0 {
-				in.first = true
-				ttft = append(ttft, now-in.arrival)
-				pol.prefillDone(o.RequestID)
-			}
-			if o.Finish != engine.FinishNone {
-				e2e = append(e2e, now-in.arrival)
-				pol.free(o.RequestID)
-				delete(reqs, o.RequestID)
-				res.Completed++
-				last = now
-			}
-		}
-		pol.events(w.i, w.res.Events)
-		if !w.e.Idle() {
-			startStep(w)
-		}
+		})
+	}
+	s.atTime(max(first, 0), s.reportLoad)
+	for s.events.Len() > 0 {
+		ev := heap.Pop(&s.events).(timed)
+		s.now = ev.at
+		ev.fn()
 	}
 	var hit, queried, generated uint64
-	prefill := make([]float64, len(workers))
-	for i, w := range workers {
+	prefill := make([]float64, len(s.engines))
+	for i, w := range s.engines {
 		st := w.e.Stats()
 		hit += st.PrefixHitBlocks
 		queried += st.PrefixQueriedBlocks
 		generated += st.GeneratedTokens
 		prefill[i] = float64(w.prefill)
 	}
+	res := s.res
 	if queried > 0 {
 		res.HitRate = float64(hit) / float64(queried)
 	}
-	res.TTFTMean = mean(ttft)
-	res.TTFT = percentiles(ttft)
-	res.E2E = percentiles(e2e)
-	if first >= 0 && last > first {
-		res.Makespan = last - first
+	res.TTFTMean = mean(s.ttft)
+	res.TTFT = percentiles(s.ttft)
+	res.E2E = percentiles(s.e2e)
+	if first >= 0 && s.last > first {
+		res.Makespan = s.last - first
 		res.Throughput = float64(generated) / res.Makespan.Seconds()
 	}
 	res.Spread = spread(prefill)
 	res.Wall = time.Since(start)
 	return res, nil
+}
+
+func (s *sim) reject(err error) {
+	s.res.Rejected++
+	s.res.LastReject = err.Error()
+	s.left--
+}
+
+// step runs one engine step and schedules its end.
+func (s *sim) step(w *simEngine) {
+	res := w.e.Step()
+	w.busy = true
+	s.at(res.Duration, func() { s.stepped(w, res) })
+}
+
+// stepped is the end of a step: first tokens and finished requests are
+// reported by the replica that routed them, KV events go out to every
+// router after the event delay, and the engine goes on if it has work.
+func (s *sim) stepped(w *simEngine, res engine.StepResult) {
+	w.busy = false
+	for _, o := range res.Outputs {
+		in := s.reqs[o.RequestID]
+		if in == nil {
+			continue
+		}
+		owner := s.cores[s.owner[o.RequestID]]
+		if !in.first && len(o.Tokens) > 0 {
+			in.first = true
+			s.ttft = append(s.ttft, s.now-in.arrival)
+			owner.PrefillDone(o.RequestID)
+		}
+		if o.Finish != engine.FinishNone {
+			s.e2e = append(s.e2e, s.now-in.arrival)
+			owner.Free(o.RequestID)
+			delete(s.reqs, o.RequestID)
+			delete(s.owner, o.RequestID)
+			s.res.Completed++
+			s.left--
+			s.last = s.now
+		}
+	}
+	if len(res.Events) > 0 {
+		b, err := engine.BatchProto(w.id, 0, res.Events)
+		if err == nil {
+			s.at(s.cfg.EventDelay, func() {
+				for _, c := range s.cores {
+					c.ApplyEvents(b)
+				}
+			})
+		}
+	}
+	if !w.e.Idle() {
+		s.step(w)
+	}
+}
+
+// reportLoad publishes every engine's load to every router, as workers do
+// every LoadInterval, while requests remain.
+func (s *sim) reportLoad() {
+	if s.left <= 0 {
+		return
+	}
+	at := s.clock()
+	for _, w := range s.engines {
+		m := w.e.Metrics().Proto(w.id, 0, at, s.cfg.Engine.Timing())
+		s.at(s.cfg.EventDelay, func() {
+			for _, c := range s.cores {
+				c.ReportLoad(m)
+			}
+		})
+	}
+	s.at(s.cfg.LoadInterval, s.reportLoad)
 }
 
 func percentiles(d []time.Duration) [3]time.Duration {

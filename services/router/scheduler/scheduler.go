@@ -1,13 +1,19 @@
-// Package scheduler chooses a worker for a request from each candidate's
-// cached prefix and current load. The cost of a worker is the prefill it
-// would do, weighted, plus the decode it is already doing:
+// Package scheduler chooses a worker for a request by the time to first
+// token it would predictably get there, from each worker's published timing
+// model (see pkg/timingmodel), its cached prefix of the request and its
+// current load:
 //
-//	cost(w) = weight * (blocks of this request not cached on w + w's pending prefill blocks)
-//	        + w's decode blocks (distinct blocks of its decoding requests)
+//	cost(w) = weight * prefill time of (w's queued prompt tokens + this request's tokens not cached on w)
+//	        + the decode steps w's running requests add to those prefill steps
 //
-// Temperature 0 takes the cheapest worker, breaking ties at random;
-// temperature t > 0 samples with probability proportional to
-// exp(-normalised cost / t), so load spreads while cache affinity still pulls.
+// The prefill is computed in steps of the worker's token budget less one
+// token per decoding request, each step paying the model's prefill time of
+// its chunk and, while requests decode, one decode step at the worker's KV
+// usage. weight is --kv-overlap-score-weight: 1 is the model as published.
+// Temperature 0 takes the cheapest worker, breaking ties by the longer
+// cached prefix, then at random; temperature t > 0 samples with probability
+// proportional to exp(-normalised cost / t), so load spreads while cache
+// affinity still pulls.
 package scheduler
 
 import (
@@ -17,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -26,41 +33,83 @@ var ErrNoCandidates = errors.New("scheduler: no candidate workers")
 // Candidate is one worker that could serve a request.
 type Candidate struct {
 	Worker index.WorkerID
-	// Overlap is how many leading blocks of the request the worker caches.
+	// Overlap is how many leading blocks of the request the worker caches
+	// (or is predicted to, once requests routed there are computed).
 	Overlap int
-	// PrefillBlocks and DecodeBlocks are the worker's current load.
+	// PrefillBlocks and DecodeBlocks are the worker's load in blocks, as
+	// the router counts it (reported to callers; the cost uses the rest).
 	PrefillBlocks, DecodeBlocks int
-	// Cost is filled in by Select.
+	// QueuedTokens are the prompt tokens queued for prefill on the worker.
+	QueuedTokens int
+	// Decoding counts its requests past their prefill.
+	Decoding int
+	// Usage is the fraction of its KV blocks in use (0..1).
+	Usage float64
+	// Timing is the worker's published timing model.
+	Timing timingmodel.Model
+	// Cost is filled in by Select: the predicted time to first token in
+	// milliseconds, with the prefill part weighted.
 	Cost float64
+}
+
+// Request is the request being routed.
+type Request struct {
+	// Blocks and Tokens are its full blocks and its prompt's tokens (when
+	// only block hashes are known, Blocks times BlockSize).
+	Blocks, Tokens int
+	// BlockSize is tokens per block.
+	BlockSize int
+}
+
+// NewTokens is how many prompt tokens a worker caching overlap blocks
+// must compute: the rest of the prompt, and at least the last block (an
+// engine computes it even when cached, for the first token's logits).
+func (r Request) NewTokens(overlap int) int {
+	n := r.Tokens - overlap*r.BlockSize
+	if n < 1 {
+		n = min(r.BlockSize, r.Tokens)
+	}
+	return max(n, 0)
 }
 
 // Params weigh a decision.
 type Params struct {
-	// OverlapWeight multiplies prefill blocks; 1 values a prefill block like
-	// a decode block, more favours cache hits, less favours spreading load.
+	// OverlapWeight multiplies the prefill time in the cost; 1 is the
+	// workers' timing models as published, more favours cache hits, less
+	// favours spreading decode load.
 	OverlapWeight float64
 	// Temperature 0 is deterministic argmin; larger samples more widely.
 	Temperature float64
 }
 
-// Select fills each candidate's cost for a request of requestBlocks blocks and
-// returns the index of the chosen one. rng breaks ties and samples.
-func Select(cands []Candidate, requestBlocks int, p Params, rng *rand.Rand) (int, error) {
+// Cost fills c.Cost for req and returns it.
+func Cost(c *Candidate, req Request, p Params) float64 {
+	c.Cost = c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+	return c.Cost
+}
+
+// Select fills each candidate's cost for req and returns the index of the
+// chosen one. rng breaks ties and samples.
+func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, error) {
 	if len(cands) == 0 {
 		return -1, ErrNoCandidates
 	}
 	best := math.Inf(1)
 	for i := range cands {
-		c := &cands[i]
-		prefill := max(requestBlocks-c.Overlap, 0) + c.PrefillBlocks
-		c.Cost = p.OverlapWeight*float64(prefill) + float64(c.DecodeBlocks)
-		best = min(best, c.Cost)
+		best = min(best, Cost(&cands[i], req, p))
 	}
 	if p.Temperature <= 0 {
-		ties := 0
-		chosen := -1
+		// The cheapest; among equals the longest cached prefix (it keeps
+		// the cache where it is), then uniform.
+		ties, chosen, overlap := 0, -1, -1
 		for i, c := range cands {
-			if c.Cost == best {
+			if c.Cost > best {
+				continue
+			}
+			switch {
+			case c.Overlap > overlap:
+				ties, chosen, overlap = 1, i, c.Overlap
+			case c.Overlap == overlap:
 				ties++
 				if rng.IntN(ties) == 0 { // reservoir: uniform among ties
 					chosen = i
@@ -100,14 +149,34 @@ func Select(cands []Candidate, requestBlocks int, p Params, rng *rand.Rand) (int
 // A worker's decode blocks are the distinct blocks of its decoding requests,
 // counted once however many requests share them (a shared system prompt
 // occupies the cache once), which is what its KV memory holds.
+//
+// Workers' load reports are merged with this record request by request
+// (Report): a reported request the router routed keeps the router's record,
+// one it has freed is ignored, and only the others (sent by another router
+// or directly) add to the worker's load, for as long as the report is fresh.
+// So a finished request's blocks never outlive it, however late a report.
 type Load struct {
 	mu       sync.Mutex
+	now      func() time.Time
 	workers  map[index.WorkerID]*workerLoad
 	requests map[string]*request
 	// order lists requests by when they were added, for Expire.
 	order []added
 	head  int
+	// freed remembers requests freed in the last FreedMemory, so that a
+	// report still listing them does not bring them back.
+	freed     map[string]time.Time
+	freedList []freedAt
+	freedHead int
 }
+
+// FreedMemory is how long a freed request id is remembered; a load report
+// older than this would bring it back, and reports are published every
+// second.
+const FreedMemory = time.Minute
+
+// ReportTTL is how long a load report's foreign requests count.
+const ReportTTL = 5 * time.Second
 
 type added struct {
 	id string
@@ -115,9 +184,32 @@ type added struct {
 	at time.Time
 }
 
+type freedAt struct {
+	id string
+	at time.Time
+}
+
 type workerLoad struct {
-	prefillBlocks, requests int
-	blocks                  map[uint64]int32 // active block -> requests holding it
+	prefillBlocks, requests, decoding int
+	blocks                            map[uint64]int32 // active block -> requests holding it
+	report                            Reported
+	reportAt                          time.Time
+}
+
+// Reported is what a worker's load report adds to the router's record:
+// the load of requests the router does not know, and the cache size.
+type Reported struct {
+	// PrefillTokens, DecodeBlocks and Decoding are the foreign requests'.
+	PrefillTokens, DecodeBlocks, Decoding int
+	// TotalBlocks is the worker's KV capacity; 0 if unknown.
+	TotalBlocks int
+}
+
+// ReportedRequest is one request in a worker's load report.
+type ReportedRequest struct {
+	ID            string
+	PrefillTokens int
+	DecodeBlocks  int
 }
 
 type request struct {
@@ -127,9 +219,13 @@ type request struct {
 	prefilled     bool
 }
 
-// NewLoad returns an empty tracker.
-func NewLoad() *Load {
-	return &Load{workers: map[index.WorkerID]*workerLoad{}, requests: map[string]*request{}}
+// NewLoad returns an empty tracker on the wall clock.
+func NewLoad() *Load { return NewLoadClock(time.Now) }
+
+// NewLoadClock returns an empty tracker on the given clock (a simulation's
+// virtual one).
+func NewLoadClock(now func() time.Time) *Load {
+	return &Load{now: now, workers: map[index.WorkerID]*workerLoad{}, requests: map[string]*request{}, freed: map[string]time.Time{}}
 }
 
 // Add records a request routed to w: it will prefill prefillBlocks blocks
@@ -140,12 +236,21 @@ func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.freeLocked(id)
+	delete(l.freed, id)
 	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: append([]uint64(nil), blocks...)}
 	l.requests[id] = r
-	l.order = append(l.order, added{id: id, r: r, at: time.Now()})
+	l.order = append(l.order, added{id: id, r: r, at: l.now()})
 	wl := l.workerLocked(w)
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
+}
+
+// Knows says whether id is a request in flight that the tracker records.
+func (l *Load) Knows(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.requests[id]
+	return ok
 }
 
 // PrefillDone records that a request finished its prefill. Unknown ids and
@@ -160,16 +265,34 @@ func (l *Load) PrefillDone(id string) {
 	r.prefilled = true
 	wl := l.workerLocked(r.worker)
 	wl.prefillBlocks -= r.prefillBlocks
+	wl.decoding++
 	for _, h := range r.blocks {
 		wl.blocks[h]++
 	}
 }
 
-// Free forgets a request (finished or cancelled). Unknown ids are ignored.
+// Free forgets a request (finished or cancelled) and remembers that it
+// did. Unknown ids are remembered too: a replica may free a request whose
+// routing this one has not heard of yet.
 func (l *Load) Free(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.freeLocked(id)
+	now := l.now()
+	l.freed[id] = now
+	l.freedList = append(l.freedList, freedAt{id: id, at: now})
+	for l.freedHead < len(l.freedList) && now.Sub(l.freedList[l.freedHead].at) > FreedMemory {
+		f := l.freedList[l.freedHead]
+		l.freedList[l.freedHead] = freedAt{}
+		l.freedHead++
+		if at, ok := l.freed[f.id]; ok && at.Equal(f.at) {
+			delete(l.freed, f.id)
+		}
+	}
+	if l.freedHead > 1024 && l.freedHead > len(l.freedList)/2 {
+		l.freedList = append(l.freedList[:0], l.freedList[l.freedHead:]...)
+		l.freedHead = 0
+	}
 }
 
 func (l *Load) freeLocked(id string) {
@@ -184,6 +307,7 @@ func (l *Load) freeLocked(id string) {
 		wl.prefillBlocks -= r.prefillBlocks
 		return
 	}
+	wl.decoding--
 	for _, h := range r.blocks {
 		if n := wl.blocks[h] - 1; n > 0 {
 			wl.blocks[h] = n
@@ -191,6 +315,36 @@ func (l *Load) freeLocked(id string) {
 			delete(wl.blocks, h)
 		}
 	}
+}
+
+// Report merges a worker's load report: reqs lists every request on it
+// (nil with aggregate-only reports, when prefillTokens is its prompt
+// tokens still to prefill in all), totalBlocks its KV capacity.
+func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, totalBlocks, blockSize int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wl := l.workerLocked(w)
+	rep := Reported{TotalBlocks: totalBlocks}
+	if reqs == nil {
+		// Without ids nothing tells our requests from others but their
+		// sum; decode blocks may be a finished request's, so only prompt
+		// tokens beyond our own count.
+		rep.PrefillTokens = max(0, prefillTokens-wl.prefillBlocks*blockSize)
+	}
+	for _, r := range reqs {
+		if _, ours := l.requests[r.ID]; ours {
+			continue
+		}
+		if _, freed := l.freed[r.ID]; freed {
+			continue
+		}
+		rep.PrefillTokens += r.PrefillTokens
+		rep.DecodeBlocks += r.DecodeBlocks
+		if r.PrefillTokens == 0 {
+			rep.Decoding++
+		}
+	}
+	wl.report, wl.reportAt = rep, l.now()
 }
 
 func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
@@ -237,7 +391,7 @@ func (l *Load) RemoveWorker(w index.WorkerID) {
 }
 
 // Of returns a worker's pending prefill blocks, distinct decode blocks and
-// requests in flight.
+// requests in flight, as the router recorded them.
 func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -245,4 +399,30 @@ func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) 
 		return wl.prefillBlocks, len(wl.blocks), wl.requests
 	}
 	return 0, 0, 0
+}
+
+// Fill sets c's load from the router's record plus a fresh report's
+// foreign requests: queued prompt tokens (blockSize tokens per recorded
+// prefill block), decoding requests and KV usage.
+func (l *Load) Fill(c *Candidate, blockSize int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wl, ok := l.workers[c.Worker]
+	if !ok {
+		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
+		return
+	}
+	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
+	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
+	used := len(wl.blocks)
+	if !wl.reportAt.IsZero() && l.now().Sub(wl.reportAt) < ReportTTL {
+		r := wl.report
+		c.QueuedTokens += r.PrefillTokens
+		c.Decoding += r.Decoding
+		used += r.DecodeBlocks
+	}
+	c.Usage = 0
+	if t := wl.report.TotalBlocks; t > 0 {
+		c.Usage = min(float64(used)/float64(t), 1)
+	}
 }

@@ -6,59 +6,79 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 func w(i uint64) index.WorkerID { return index.WorkerID{Instance: i} }
 
+// linear is a timing model with round numbers: a prompt token costs 1 ms,
+// a decode step 10 ms, and a step holds 1000 tokens.
+var linear = timingmodel.Model{PrefillPerToken: 1, DecodeBase: 10, MaxBatchedTokens: 1000}
+
+// req is 10 blocks of 10 tokens.
+var req = Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+
 func TestSelectCosts(t *testing.T) {
 	tests := []struct {
-		name   string
-		cands  []Candidate
-		blocks int
-		p      Params
-		want   index.WorkerID
-		costs  []float64
+		name  string
+		cands []Candidate
+		p     Params
+		want  index.WorkerID
+		costs []float64
 	}{
 		{
-			name:   "cache hit wins at equal load",
-			cands:  []Candidate{{Worker: w(1), Overlap: 0}, {Worker: w(2), Overlap: 8}},
-			blocks: 10, p: Params{OverlapWeight: 1},
-			want: w(2), costs: []float64{10, 2},
+			name:  "cache hit wins at equal load",
+			cands: []Candidate{{Worker: w(1)}, {Worker: w(2), Overlap: 8}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(2), costs: []float64{100, 20},
 		},
 		{
-			name:   "load outweighs a small hit",
-			cands:  []Candidate{{Worker: w(1), Overlap: 2, DecodeBlocks: 100}, {Worker: w(2)}},
-			blocks: 10, p: Params{OverlapWeight: 1},
-			want: w(2), costs: []float64{108, 10},
+			name:  "a decode batch costs its steps, not its blocks",
+			cands: []Candidate{{Worker: w(1), Overlap: 2, Decoding: 5, DecodeBlocks: 5000}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(1), costs: []float64{90, 100},
 		},
 		{
-			name:   "higher weight favours the hit",
-			cands:  []Candidate{{Worker: w(1), Overlap: 8, DecodeBlocks: 30}, {Worker: w(2)}},
-			blocks: 10, p: Params{OverlapWeight: 5},
-			want: w(1), costs: []float64{40, 50},
+			name:  "a queue outweighs a hit",
+			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 500}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(2), costs: []float64{520, 100},
 		},
 		{
-			name:   "pending prefill counts",
-			cands:  []Candidate{{Worker: w(1), Overlap: 10, PrefillBlocks: 50}, {Worker: w(2), Overlap: 5}},
-			blocks: 10, p: Params{OverlapWeight: 1},
-			want: w(2), costs: []float64{50, 5},
+			name:  "a low weight favours spreading decode",
+			cands: []Candidate{{Worker: w(1), Overlap: 8, Decoding: 1}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 0.1},
+			want:  w(2), costs: []float64{12, 10},
 		},
 		{
-			name:   "overlap beyond the request is capped",
-			cands:  []Candidate{{Worker: w(1), Overlap: 20}},
-			blocks: 10, p: Params{OverlapWeight: 1},
-			want: w(1), costs: []float64{0},
+			name:  "a fully cached prompt still computes its last block",
+			cands: []Candidate{{Worker: w(1), Overlap: 20}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(1), costs: []float64{10},
+		},
+		{
+			name:  "equal costs: the longer prefix stays",
+			cands: []Candidate{{Worker: w(1), Timing: timingmodel.Model{MaxBatchedTokens: 1}}, {Worker: w(2), Overlap: 5, Timing: timingmodel.Model{MaxBatchedTokens: 1}}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(2), costs: []float64{0, 0},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			i, err := Select(tt.cands, tt.blocks, tt.p, rand.New(rand.NewPCG(1, 2)))
-			if err != nil {
-				t.Fatal(err)
+			for i := range tt.cands {
+				if tt.cands[i].Timing == (timingmodel.Model{}) {
+					tt.cands[i].Timing = linear
+				}
 			}
-			if tt.cands[i].Worker != tt.want {
-				t.Fatalf("chose %v, want %v", tt.cands[i].Worker, tt.want)
+			for seed := range uint64(8) {
+				i, err := Select(tt.cands, req, tt.p, rand.New(rand.NewPCG(seed, 2)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.cands[i].Worker != tt.want {
+					t.Fatalf("chose %v, want %v", tt.cands[i].Worker, tt.want)
+				}
 			}
 			for j, c := range tt.cands {
 				if c.Cost != tt.costs[j] {
@@ -73,8 +93,8 @@ func TestSelectTiesAreRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	counts := map[index.WorkerID]int{}
 	for range 3000 {
-		cands := []Candidate{{Worker: w(1)}, {Worker: w(2)}, {Worker: w(3)}, {Worker: w(4), DecodeBlocks: 1}}
-		i, _ := Select(cands, 4, Params{OverlapWeight: 1}, rng)
+		cands := []Candidate{{Worker: w(1), Timing: linear}, {Worker: w(2), Timing: linear}, {Worker: w(3), Timing: linear}, {Worker: w(4), Decoding: 1, Timing: linear}}
+		i, _ := Select(cands, req, Params{OverlapWeight: 1}, rng)
 		counts[cands[i].Worker]++
 	}
 	if counts[w(4)] != 0 {
@@ -91,8 +111,8 @@ func TestSelectTemperature(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	counts := [2]int{}
 	for range 4000 {
-		cands := []Candidate{{Worker: w(1), Overlap: 8}, {Worker: w(2)}}
-		i, _ := Select(cands, 10, Params{OverlapWeight: 1, Temperature: 0.5}, rng)
+		cands := []Candidate{{Worker: w(1), Overlap: 8, Timing: linear}, {Worker: w(2), Timing: linear}}
+		i, _ := Select(cands, req, Params{OverlapWeight: 1, Temperature: 0.5}, rng)
 		counts[i]++
 	}
 	// exp(0) : exp(-1/0.5): the cheap worker about 88% of the time.
@@ -102,7 +122,7 @@ func TestSelectTemperature(t *testing.T) {
 }
 
 func TestSelectNoCandidates(t *testing.T) {
-	if _, err := Select(nil, 1, Params{}, rand.New(rand.NewPCG(1, 1))); !errors.Is(err, ErrNoCandidates) {
+	if _, err := Select(nil, req, Params{}, rand.New(rand.NewPCG(1, 1))); !errors.Is(err, ErrNoCandidates) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -154,5 +174,44 @@ func TestLoadExpire(t *testing.T) {
 	}
 	if _, _, r := l.Of(w(2)); r != 1 {
 		t.Fatalf("worker 2 keeps %d requests, want the retried one", r)
+	}
+}
+
+// TestLoadReportMerge checks that a worker's report adds only what the
+// router does not know: its own requests keep the router's record, freed
+// ones are ignored however late the report, and others count while the
+// report is fresh.
+func TestLoadReportMerge(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := NewLoadClock(func() time.Time { return now })
+	l.Add("mine", w(1), 3, []uint64{1, 2, 3})
+	l.PrefillDone("mine")
+	l.Add("done", w(1), 3, []uint64{1, 2, 4})
+	l.PrefillDone("done")
+	l.Free("done")
+	// The report was taken before "done" finished.
+	l.Report(w(1), []ReportedRequest{
+		{ID: "mine", DecodeBlocks: 3}, {ID: "done", DecodeBlocks: 3},
+		{ID: "other", PrefillTokens: 500}, {ID: "other-decoding", DecodeBlocks: 7},
+	}, 0, 100, 16)
+	c := Candidate{Worker: w(1)}
+	l.Fill(&c, 16)
+	want := Candidate{Worker: w(1), DecodeBlocks: 3, QueuedTokens: 500, Decoding: 2, Usage: 0.1}
+	if c != want {
+		t.Fatalf("filled %+v, want %+v", c, want)
+	}
+	now = now.Add(ReportTTL)
+	l.Fill(&c, 16)
+	want = Candidate{Worker: w(1), DecodeBlocks: 3, Decoding: 1, Usage: 0.03}
+	if c != want {
+		t.Fatalf("after the report went stale: %+v, want %+v", c, want)
+	}
+	// Aggregate-only reports count only prompt tokens beyond the router's.
+	l.Add("queued", w(2), 2, []uint64{9})
+	l.Report(w(2), nil, 100, 0, 16)
+	c = Candidate{Worker: w(2)}
+	l.Fill(&c, 16)
+	if c.QueuedTokens != 100 || c.Decoding != 0 {
+		t.Fatalf("aggregate report: %+v, want 100 queued tokens (32 ours + 68 others)", c)
 	}
 }

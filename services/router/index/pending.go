@@ -1,0 +1,190 @@
+package index
+
+import (
+	"sync"
+	"time"
+)
+
+// Pending holds the blocks of requests routed to a worker that its KV
+// events have not confirmed yet: a router that knew only confirmed blocks
+// would spread a burst of requests sharing a new prefix over every worker
+// while the first of them is still in prefill. A request's blocks count as
+// predicted on its worker until the worker's events store them (Confirm),
+// the request ends (Release), or a TTL passes (Expire). It is safe for
+// concurrent use.
+type Pending struct {
+	mu     sync.Mutex
+	ttl    time.Duration
+	blocks map[uint64][]pendingRef
+	reqs   map[string]*pendingReq
+	order  []pendingAdded
+	head   int
+}
+
+type pendingRef struct {
+	w    WorkerID
+	refs int32
+}
+
+type pendingReq struct {
+	w      WorkerID
+	hashes []uint64
+}
+
+type pendingAdded struct {
+	id string
+	r  *pendingReq
+	at time.Time
+}
+
+// NewPending returns an empty set whose predictions live at most ttl.
+func NewPending(ttl time.Duration) *Pending {
+	return &Pending{ttl: ttl, blocks: map[uint64][]pendingRef{}, reqs: map[string]*pendingReq{}}
+}
+
+// Add predicts hashes on w for request id, routed at now; an id already
+// present is replaced (a retry moved it). Add keeps its own copy.
+func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releaseLocked(id)
+	if len(hashes) == 0 {
+		return
+	}
+	r := &pendingReq{w: w, hashes: append([]uint64(nil), hashes...)}
+	p.reqs[id] = r
+	p.order = append(p.order, pendingAdded{id: id, r: r, at: now})
+	for _, h := range r.hashes {
+		refs := p.blocks[h]
+		found := false
+		for i := range refs {
+			if refs[i].w == w {
+				refs[i].refs++
+				found = true
+				break
+			}
+		}
+		if !found {
+			p.blocks[h] = append(refs, pendingRef{w: w, refs: 1})
+		}
+	}
+}
+
+// Release forgets a request's predictions: it ended, and whatever of its
+// blocks the worker stored its events have said (or will say). Unknown
+// ids are ignored.
+func (p *Pending) Release(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releaseLocked(id)
+}
+
+func (p *Pending) releaseLocked(id string) {
+	r, ok := p.reqs[id]
+	if !ok {
+		return
+	}
+	delete(p.reqs, id)
+	for _, h := range r.hashes {
+		p.dropLocked(h, r.w, false)
+	}
+}
+
+// dropLocked takes one reference of w off h, or all of them.
+func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
+	refs := p.blocks[h]
+	for i := range refs {
+		if refs[i].w != w {
+			continue
+		}
+		if refs[i].refs--; all || refs[i].refs <= 0 {
+			refs[i] = refs[len(refs)-1]
+			refs = refs[:len(refs)-1]
+		}
+		break
+	}
+	if len(refs) == 0 {
+		delete(p.blocks, h)
+	} else {
+		p.blocks[h] = refs
+	}
+}
+
+// Confirm drops the predictions of blocks w's events say it stored: the
+// index knows them now.
+func (p *Pending) Confirm(w WorkerID, hashes []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.blocks) == 0 {
+		return
+	}
+	for _, h := range hashes {
+		p.dropLocked(h, w, true)
+	}
+}
+
+// Expire forgets requests added before now minus the TTL.
+func (p *Pending) Expire(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cutoff := now.Add(-p.ttl)
+	for p.head < len(p.order) && p.order[p.head].at.Before(cutoff) {
+		a := p.order[p.head]
+		p.order[p.head] = pendingAdded{}
+		p.head++
+		if p.reqs[a.id] == a.r {
+			p.releaseLocked(a.id)
+		}
+	}
+	if p.head > 1024 && p.head > len(p.order)/2 {
+		p.order = append(p.order[:0], p.order[p.head:]...)
+		p.head = 0
+	}
+}
+
+// RemoveWorker forgets every prediction on the instance (it left).
+func (p *Pending) RemoveWorker(instance uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, r := range p.reqs {
+		if r.w.Instance == instance {
+			p.releaseLocked(id)
+		}
+	}
+}
+
+// Extend returns how far w's cached prefix of hashes reaches when the
+// blocks predicted there count too: from the first from blocks (what the
+// index says w holds), on while the next block is predicted on w.
+func (p *Pending) Extend(w WorkerID, hashes []uint64, from int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := from
+	for n < len(hashes) && p.holdsLocked(w, hashes[n]) {
+		n++
+	}
+	return n
+}
+
+// Empty says whether nothing is predicted (a cheap check before Extend).
+func (p *Pending) Empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.blocks) == 0
+}
+
+func (p *Pending) holdsLocked(w WorkerID, h uint64) bool {
+	for _, r := range p.blocks[h] {
+		if r.w == w {
+			return true
+		}
+	}
+	return false
+}
+
+// Len is the number of requests with predictions.
+func (p *Pending) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.reqs)
+}
