@@ -566,14 +566,25 @@ func (c *Core) PrefillDone(id string) {
 	}
 }
 
-// Free releases a routed request's load and its predicted blocks.
+// Free releases a routed request's load; its predicted blocks go at once
+// if it never finished its prefill, or once its worker's events confirm
+// them (or a grace period passes) if it did.
 func (c *Core) Free(id string) {
-	c.load.Free(id)
-	if c.pending != nil {
-		c.pending.Release(id)
-	}
+	c.free(id)
 	if c.observer != nil {
 		c.observer.Freed(id)
+	}
+}
+
+func (c *Core) free(id string) {
+	prefilled := c.load.Free(id)
+	if c.pending == nil {
+		return
+	}
+	if prefilled {
+		c.pending.Done(id, c.now())
+	} else {
+		c.pending.Release(id)
 	}
 }
 

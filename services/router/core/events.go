@@ -40,8 +40,14 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 			}
 		case *workerv1.KvCacheEvent_Removed:
 			tx.Remove(k.Removed.GetSequenceHashes())
+			if c.pending != nil {
+				c.pending.Confirm(w, k.Removed.GetSequenceHashes())
+			}
 		case *workerv1.KvCacheEvent_Cleared:
 			tx.Clear()
+			if c.pending != nil {
+				c.pending.RemoveWorker(w.Instance)
+			}
 		}
 	})
 	c.mu.Lock()

@@ -50,10 +50,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 	case *routerv1.ReplicaEvent_PrefillComplete:
 		c.load.PrefillDone(k.PrefillComplete)
 	case *routerv1.ReplicaEvent_Freed:
-		c.load.Free(k.Freed)
-		if c.pending != nil {
-			c.pending.Release(k.Freed)
-		}
+		c.free(k.Freed)
 	}
 }
 

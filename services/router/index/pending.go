@@ -19,7 +19,15 @@ type Pending struct {
 	reqs   map[string]*pendingReq
 	order  []pendingAdded
 	head   int
+	// done lists requests that ended after computing their blocks, whose
+	// predictions stay a grace period for their KV events to arrive.
+	done     []pendingAdded
+	doneHead int
 }
+
+// Grace is how long the predictions of a request that ended after its
+// prefill outlive it, for the KV events storing its blocks to arrive.
+const Grace = 2 * time.Second
 
 type pendingRef struct {
 	w    WorkerID
@@ -70,9 +78,8 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 	}
 }
 
-// Release forgets a request's predictions: it ended, and whatever of its
-// blocks the worker stored its events have said (or will say). Unknown
-// ids are ignored.
+// Release forgets a request's predictions: it ended before computing its
+// blocks (cancelled, or rejected). Unknown ids are ignored.
 func (p *Pending) Release(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -110,8 +117,19 @@ func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
 	}
 }
 
-// Confirm drops the predictions of blocks w's events say it stored: the
-// index knows them now.
+// Done says a request ended after its prefill: its blocks are in the
+// worker's cache, and its events are on their way, so its predictions stay
+// until they arrive, or Grace after now.
+func (p *Pending) Done(id string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.reqs[id]; ok {
+		p.done = append(p.done, pendingAdded{id: id, r: r, at: now.Add(Grace)})
+	}
+}
+
+// Confirm drops the predictions of blocks w's events say it stored (the
+// index knows them now) or removed (they are gone).
 func (p *Pending) Confirm(w WorkerID, hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -139,6 +157,18 @@ func (p *Pending) Expire(now time.Time) {
 	if p.head > 1024 && p.head > len(p.order)/2 {
 		p.order = append(p.order[:0], p.order[p.head:]...)
 		p.head = 0
+	}
+	for p.doneHead < len(p.done) && p.done[p.doneHead].at.Before(now) {
+		a := p.done[p.doneHead]
+		p.done[p.doneHead] = pendingAdded{}
+		p.doneHead++
+		if p.reqs[a.id] == a.r {
+			p.releaseLocked(a.id)
+		}
+	}
+	if p.doneHead > 1024 && p.doneHead > len(p.done)/2 {
+		p.done = append(p.done[:0], p.done[p.doneHead:]...)
+		p.doneHead = 0
 	}
 }
 

@@ -29,6 +29,8 @@ func TestPending(t *testing.T) {
 			p.Add("b", w2, req, t0.Add(time.Minute))
 			p.Expire(t0.Add(61 * time.Second))
 		}, [2]int{0, 4}},
+		{"done, within the grace", func(p *Pending) { p.Add("a", w1, req, t0); p.Done("a", t0); p.Expire(t0.Add(Grace / 2)) }, [2]int{4, 0}},
+		{"done, past the grace", func(p *Pending) { p.Add("a", w1, req, t0); p.Done("a", t0); p.Expire(t0.Add(Grace + 1)) }, [2]int{0, 0}},
 		{"worker left", func(p *Pending) { p.Add("a", w1, req, t0); p.Add("b", w2, req, t0); p.RemoveWorker(1) }, [2]int{0, 4}},
 	}
 	for _, tt := range tests {

@@ -272,11 +272,15 @@ func (l *Load) PrefillDone(id string) {
 }
 
 // Free forgets a request (finished or cancelled) and remembers that it
-// did. Unknown ids are remembered too: a replica may free a request whose
-// routing this one has not heard of yet.
-func (l *Load) Free(id string) {
+// did; it says whether the request had finished its prefill. Unknown ids
+// are remembered too: a replica may free a request whose routing this one
+// has not heard of yet.
+func (l *Load) Free(id string) (prefilled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r, ok := l.requests[id]; ok {
+		prefilled = r.prefilled
+	}
 	l.freeLocked(id)
 	now := l.now()
 	l.freed[id] = now
@@ -293,6 +297,7 @@ func (l *Load) Free(id string) {
 		l.freedList = append(l.freedList[:0], l.freedList[l.freedHead:]...)
 		l.freedHead = 0
 	}
+	return prefilled
 }
 
 func (l *Load) freeLocked(id string) {
