@@ -1,13 +1,16 @@
 package core
 
 import (
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // TestStaleLoadReport checks that a worker's load report still listing a
@@ -70,42 +73,64 @@ func TestStaleLoadReport(t *testing.T) {
 }
 
 // TestRoutedPrefixCountsUntilConfirmed checks that the blocks of a request
-// routed to a worker count as cached there before its KV events arrive,
-// until they do, or the request is freed without them.
+// routed to a worker count as cached there before its KV events arrive:
+// until they do, until the request is freed without having computed them,
+// or, freed after its prefill, a grace period later.
 func TestRoutedPrefixCountsUntilConfirmed(t *testing.T) {
-	c := cluster(t, Config{Mode: ModeKV}, 4)
+	now := time.Unix(1000, 0)
+	c := cluster(t, Config{Mode: ModeKV, Clock: func() time.Time { return now }}, 4)
 	prefix := tokens(2000, 5)
 	ask := func(salt uint32) []uint32 { return append(append([]uint32(nil), prefix...), tokens(20, salt)...) }
+	overlaps := func() map[uint64]uint32 {
+		t.Helper()
+		q, err := c.QueryOverlaps(&routerv1.QueryOverlapsRequest{Target: modelTarget(), TokenIds: ask(9)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint64]uint32{}
+		for _, cd := range q.Candidates {
+			if cd.OverlapBlocks > 0 {
+				out[cd.InstanceId] = cd.OverlapBlocks
+			}
+		}
+		return out
+	}
 	first, err := c.Route(&routerv1.RouteRequest{RequestId: "r0", Target: modelTarget(), TokenIds: ask(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := first.InstanceId
 	c.PrefillDone("r0")
 	// No events yet: the prefix is predicted on the first worker.
-	q, err := c.QueryOverlaps(&routerv1.QueryOverlapsRequest{Target: modelTarget(), TokenIds: ask(1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cd := range q.Candidates {
-		want := uint32(0)
-		if cd.InstanceId == first.InstanceId {
-			want = 500
-		}
-		if cd.OverlapBlocks != want {
-			t.Fatalf("worker %d overlap %d, want %d", cd.InstanceId, cd.OverlapBlocks, want)
-		}
+	if got := overlaps(); !maps.Equal(got, map[uint64]uint32{w: 500}) {
+		t.Fatalf("overlaps %v, want 500 predicted blocks on %d", got, w)
 	}
 	next, err := c.Route(&routerv1.RouteRequest{RequestId: "r1", Target: modelTarget(), TokenIds: ask(1)})
-	if err != nil || next.InstanceId != first.InstanceId {
-		t.Fatalf("second request went to %d (err %v), want the first's worker %d", next.GetInstanceId(), err, first.InstanceId)
+	if err != nil || next.InstanceId != w {
+		t.Fatalf("second request went to %d (err %v), want the first's worker %d", next.GetInstanceId(), err, w)
 	}
-	// Freed without its blocks ever confirmed: the prediction goes.
-	c.Free("r0")
+	// r1 is freed before its prefill (its prediction goes), r0 after (its
+	// stays, for its events to come).
 	c.Free("r1")
-	q, _ = c.QueryOverlaps(&routerv1.QueryOverlapsRequest{Target: modelTarget(), TokenIds: ask(2)})
-	for _, cd := range q.Candidates {
-		if cd.OverlapBlocks != 0 {
-			t.Fatalf("after the frees worker %d still shows %d predicted blocks", cd.InstanceId, cd.OverlapBlocks)
-		}
+	c.Free("r0")
+	if got := overlaps(); !maps.Equal(got, map[uint64]uint32{w: 500}) {
+		t.Fatalf("right after r0's free: overlaps %v, want 500 predicted blocks on %d", got, w)
+	}
+	// Its events never came: the grace ends.
+	now = now.Add(index.Grace + time.Second)
+	if got := overlaps(); len(got) != 0 {
+		t.Fatalf("past the grace: overlaps %v, want none", got)
+	}
+	// Confirmed by events, a prediction gives way to the index.
+	if _, err := c.Route(&routerv1.RouteRequest{RequestId: "r2", Target: modelTarget(), TokenIds: ask(2)}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := c.pending.Len()
+	stored(c, 1, 1, ask(2))
+	stored(c, 2, 1, ask(2))
+	stored(c, 3, 1, ask(2))
+	stored(c, 4, 1, ask(2))
+	if c2 != 1 || !c.pending.Empty() {
+		t.Fatalf("predicted requests %d before the events (want 1), empty after: %v", c2, c.pending.Empty())
 	}
 }
