@@ -401,30 +401,33 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if c.requestTTL > 0 {
 		c.load.Expire(now.Add(-c.requestTTL))
 	}
-	overlaps := map[uint64]int{}
+	overlaps := make(map[uint64]int, len(cands))
 	for _, o := range c.idx.Overlaps(hashes) {
 		if o.Worker.DPRank == 0 {
 			overlaps[o.Worker.Instance] = o.Blocks
 		}
 	}
 	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands)), indexed: make([]int, len(cands)), blockSize: bs}
-	predicted := c.pending != nil && !c.pending.Empty()
-	c.mu.Lock()
+	reach := make([]int, len(cands))
+	workers := make([]index.WorkerID, len(cands))
 	for i, cd := range cands {
-		w := index.WorkerID{Instance: cd.in.InstanceId}
-		ov := overlaps[w.Instance]
-		d.indexed[i] = ov
-		if predicted {
-			ov = c.pending.Extend(w, hashes, ov)
-		}
-		sc := scheduler.Candidate{Worker: w, Overlap: ov, Timing: timingmodel.Default()}
+		workers[i] = index.WorkerID{Instance: cd.in.InstanceId}
+		d.indexed[i] = overlaps[cd.in.InstanceId]
+		reach[i] = d.indexed[i]
+	}
+	if c.pending != nil {
+		c.pending.ExtendAll(workers, hashes, reach)
+	}
+	c.mu.Lock()
+	for i, w := range workers {
+		sc := scheduler.Candidate{Worker: w, Overlap: reach[i], Timing: timingmodel.Default()}
 		if t, ok := c.timing[w.Instance]; ok {
 			sc.Timing = t
 		}
-		c.load.Fill(&sc, bs)
 		d.scored[i] = sc
 	}
 	c.mu.Unlock()
+	c.load.FillAll(d.scored, bs)
 	tokens := len(q.tokens)
 	if tokens == 0 {
 		tokens = len(hashes) * bs

@@ -196,6 +196,51 @@ func (p *Pending) Extend(w WorkerID, hashes []uint64, from int) int {
 	return n
 }
 
+// ExtendAll is Extend for several workers at once: overlaps[i] is what
+// the index says workers[i] holds, and becomes its predicted reach. Each
+// position's predictions are looked up once however many workers ask.
+func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.blocks) == 0 {
+		return
+	}
+	type memo struct {
+		pos  int
+		refs []pendingRef
+	}
+	var seen [8]memo
+	memos := seen[:0]
+	lookup := func(pos int) []pendingRef {
+		for _, m := range memos {
+			if m.pos == pos {
+				return m.refs
+			}
+		}
+		refs := p.blocks[hashes[pos]]
+		memos = append(memos, memo{pos, refs})
+		return refs
+	}
+	for i, w := range workers {
+		n := overlaps[i]
+		if n >= len(hashes) || !holds(lookup(n), w) {
+			continue
+		}
+		for n++; n < len(hashes) && p.holdsLocked(w, hashes[n]); n++ {
+		}
+		overlaps[i] = n
+	}
+}
+
+func holds(refs []pendingRef, w WorkerID) bool {
+	for _, r := range refs {
+		if r.w == w {
+			return true
+		}
+	}
+	return false
+}
+
 // Empty says whether nothing is predicted (a cheap check before Extend).
 func (p *Pending) Empty() bool {
 	p.mu.Lock()
@@ -203,14 +248,7 @@ func (p *Pending) Empty() bool {
 	return len(p.blocks) == 0
 }
 
-func (p *Pending) holdsLocked(w WorkerID, h uint64) bool {
-	for _, r := range p.blocks[h] {
-		if r.w == w {
-			return true
-		}
-	}
-	return false
-}
+func (p *Pending) holdsLocked(w WorkerID, h uint64) bool { return holds(p.blocks[h], w) }
 
 // Len is the number of requests with predictions.
 func (p *Pending) Len() int {

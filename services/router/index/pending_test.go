@@ -41,6 +41,11 @@ func TestPending(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("Extend = %v, want %v", got, tt.want)
 			}
+			all := []int{0, 0}
+			p.ExtendAll([]WorkerID{w1, w2}, req, all)
+			if [2]int(all) != tt.want {
+				t.Fatalf("ExtendAll = %v, want %v", all, tt.want)
+			}
 		})
 	}
 	// Extend continues from what the index already holds.

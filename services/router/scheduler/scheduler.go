@@ -412,6 +412,20 @@ func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) 
 func (l *Load) Fill(c *Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.fillLocked(c, blockSize, l.now())
+}
+
+// FillAll is Fill for every candidate, under one lock.
+func (l *Load) FillAll(cands []Candidate, blockSize int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for i := range cands {
+		l.fillLocked(&cands[i], blockSize, now)
+	}
+}
+
+func (l *Load) fillLocked(c *Candidate, blockSize int, now time.Time) {
 	wl, ok := l.workers[c.Worker]
 	if !ok {
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
@@ -420,7 +434,7 @@ func (l *Load) Fill(c *Candidate, blockSize int) {
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
 	used := len(wl.blocks)
-	if !wl.reportAt.IsZero() && l.now().Sub(wl.reportAt) < ReportTTL {
+	if !wl.reportAt.IsZero() && now.Sub(wl.reportAt) < ReportTTL {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
 		c.Decoding += r.Decoding

@@ -1,7 +1,8 @@
 // Command router-index-bench measures the router's KV index: event ingest
-// rate on one core, lookup (route) latency percentiles with 100 and 1,000
-// workers over 2 million indexed blocks and 128-block requests, and heap
-// bytes per indexed (block, worker) pair.
+// rate on one core, lookup latency percentiles with 100 and 1,000 workers
+// over 2 million indexed blocks and 128-block requests, the whole route
+// decision (index, predicted blocks, load merge, cost in time) at 100
+// workers, and heap bytes per indexed (block, worker) pair.
 package main
 
 import (
@@ -9,10 +10,18 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
 )
@@ -20,7 +29,17 @@ import (
 func main() {
 	entries := flag.Int("entries", 2_000_000, "indexed (block, worker) pairs")
 	lookups := flag.Int("lookups", 20_000, "lookups timed per worker count")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	runtime.GOMAXPROCS(1)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\tvalue\t")
@@ -56,12 +75,73 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers, %.1fM entries, 128 blocks: p50\t%.1f µs\t\n", workers, float64(wl.Entries)/1e6, us(lat[len(lat)/2]))
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
+		if workers == 100 {
+			p50, p99 := routeLatency(wl, *lookups)
+			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d workers: p50\t%.1f µs\t\n", workers, us(p50))
+			fmt.Fprintf(tw, "route decision, %d workers: p99\t%.1f µs\t\n", workers, us(p99))
+		}
 		t0 := time.Now()
 		wl.Index.RemoveWorker(index.WorkerID{Instance: 1})
 		fmt.Fprintf(tw, "remove one worker (scans the table), %d workers\t%.1f ms\t\n", workers, float64(time.Since(t0))/float64(time.Millisecond))
 		runtime.KeepAlive(wl)
 	}
 	_ = tw.Flush()
+}
+
+// routeLatency times the router's whole decision, Core.Route with block
+// hashes, on a core holding the workload's index (fed through KV events),
+// a load report per worker with 64 requests of other routers, and 256 of
+// its own requests in flight (each freed 256 routes later).
+func routeLatency(wl *indexbench.Workload, n int) (p50, p99 time.Duration) {
+	cfg := core.DefaultConfig()
+	cfg.Seed = 1
+	c := core.New(cfg)
+	dumps := wl.Index.Dump()
+	var ins []discovery.Change[*registryv1.Instance]
+	var cards []discovery.Change[*registryv1.ModelCard]
+	for _, d := range dumps {
+		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
+			InstanceId: d.ID.Instance, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
+		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
+			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
+	}
+	c.OnInstances(ins)
+	c.OnModels(cards)
+	for _, d := range dumps {
+		for i := 0; i < len(d.Hashes); i += 4096 {
+			ev := &workerv1.KvBlocksStored{}
+			for _, h := range d.Hashes[i:min(i+4096, len(d.Hashes))] {
+				ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: h})
+			}
+			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: uint64(i/4096 + 1),
+				Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+		}
+		m := &workerv1.LoadMetrics{InstanceId: d.ID.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+		for j := range 64 {
+			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", d.ID.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
+		}
+		c.ReportLoad(m)
+	}
+	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		id := strconv.Itoa(i)
+		req := &routerv1.RouteRequest{RequestId: id, Target: target, BlockHashes: wl.Requests[i%len(wl.Requests)]}
+		t0 := time.Now()
+		_, err := c.Route(req)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			panic(err)
+		}
+		if i%2 == 0 {
+			c.PrefillDone(id)
+		}
+		if i >= 256 {
+			c.Free(strconv.Itoa(i - 256))
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100]
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
