@@ -63,7 +63,7 @@ func DefaultConfig() Config {
 // current values (normally DefaultConfig()) as defaults. Mode and
 // Approximate come from each service's own --router-mode and --no-kv-events.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Float64Var(&c.OverlapWeight, "kv-overlap-score-weight", c.OverlapWeight, "weight of prefill blocks against decode blocks in the cost")
+	fs.Float64Var(&c.OverlapWeight, "kv-overlap-score-weight", c.OverlapWeight, "multiplies the predicted prefill time in the cost (1: the workers' published timing models as they are)")
 	fs.Float64Var(&c.Temperature, "router-temperature", c.Temperature, "0 picks the cheapest worker; higher samples by softmax over costs")
 	fs.Var((*seconds)(&c.TTL), "router-ttl-secs", "approximate mode: seconds a predicted block lives")
 	fs.IntVar(&c.MaxTreeSize, "router-max-tree-size", c.MaxTreeSize, "approximate mode: (block, worker) entries before pruning")
