@@ -156,9 +156,9 @@ func TestLiveGroupsStayOnTheirWorker(t *testing.T) {
 	send := func(g int) error {
 		mu.Lock()
 		n++
-		id := "r" + strconv.Itoa(n)
+		k := n
 		mu.Unlock()
-		w, _, err := s.play(ctx, id, prompt(g, n), 4)
+		w, _, err := s.play(ctx, "r"+strconv.Itoa(k), prompt(g, k), 4)
 		mu.Lock()
 		where[g] = append(where[g], w)
 		mu.Unlock()
