@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
 
 // EnvVars maps the eventbus flags that have documented environment variables
@@ -20,6 +21,9 @@ var EnvVars = map[string]string{
 	"nats-password": "NATS_PASSWORD",
 	"nats-token":    "NATS_TOKEN",
 	"nats-creds":    "NATS_CREDS",
+	"nats-ca":       "NATS_CA",
+	"nats-cert":     "NATS_CERT",
+	"nats-key":      "NATS_KEY",
 }
 
 // EnvPrefix is the generic environment prefix of the eventbus flags.
@@ -38,6 +42,10 @@ type Config struct {
 	NATSToken string
 	// NATSCreds is a NATS credentials file (JWT and nkey seed).
 	NATSCreds string
+	// NATSTLS is the TLS of the connection to an external NATS: the CA
+	// that verifies it and the client certificate a server with TLS verify
+	// asks for (the nats CLI's NATS_CA, NATS_CERT, NATS_KEY).
+	NATSTLS tlsconfig.Config
 	// DataDir holds the embedded nats-server's JetStream store.
 	DataDir string
 	// EmbeddedNATSPort is the client port of the embedded nats-server on
@@ -114,6 +122,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSPassword, "nats-password", "", "NATS password (env NATS_PASSWORD)")
 	fs.StringVar(&c.NATSToken, "nats-token", "", "NATS authentication token (env NATS_TOKEN)")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.NATSTLS.CAFile, "nats-ca", "", "CA bundle that verifies an external NATS server (env NATS_CA)")
+	fs.StringVar(&c.NATSTLS.CertFile, "nats-cert", "", "client certificate for an external NATS server that verifies clients (env NATS_CERT)")
+	fs.StringVar(&c.NATSTLS.KeyFile, "nats-key", "", "client key for --nats-cert (env NATS_KEY)")
 	fs.StringVar(&c.DataDir, "data-dir", ".data/eventbus", "directory of the embedded nats-server's JetStream store")
 	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
@@ -158,7 +169,7 @@ func (c Config) Validate() error {
 		if c.EmbeddedNATSPort < -1 || c.EmbeddedNATSPort > 65535 {
 			return fmt.Errorf("--embedded-nats-port %d: valid values are -1 (any free port) and 0-65535", c.EmbeddedNATSPort)
 		}
-		if c.NATSUser != "" || c.NATSPassword != "" || c.NATSToken != "" || c.NATSCreds != "" {
+		if c.NATSUser != "" || c.NATSPassword != "" || c.NATSToken != "" || c.NATSCreds != "" || c.NATSTLS.Enabled() {
 			return errors.New("NATS credentials are set but NATS_SERVER (--nats-server) is empty: credentials apply to an external server only")
 		}
 		return nil
@@ -183,6 +194,9 @@ func (c Config) Validate() error {
 	}
 	if (c.NATSUser == "") != (c.NATSPassword == "") {
 		return errors.New("NATS_USER (--nats-user) and NATS_PASSWORD (--nats-password) go together")
+	}
+	if err := c.NATSTLS.Validate(); err != nil {
+		return fmt.Errorf("NATS TLS (--nats-ca, --nats-cert, --nats-key): %w", err)
 	}
 	return nil
 }

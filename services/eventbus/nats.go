@@ -133,6 +133,13 @@ func connectNATS(cfg Config, url string, embedded *natsserver.Server, log *slog.
 	if cfg.NATSUser != "" {
 		opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
 	}
+	if embedded == nil && cfg.NATSTLS.Enabled() {
+		tc, err := cfg.NATSTLS.ClientTLS()
+		if err != nil {
+			return nil, fmt.Errorf("NATS TLS: %w", err)
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", url, err)

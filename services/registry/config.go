@@ -28,8 +28,12 @@ type Config struct {
 	// EtcdEndpoints is a comma list of etcd client URLs (ETCD_ENDPOINTS);
 	// empty starts an embedded single-node etcd under DataDir.
 	EtcdEndpoints string
-	// EtcdTLS secures the connection to an external etcd.
+	// EtcdTLS secures the connection to an external etcd: its CA and, for
+	// an etcd with --client-cert-auth, the registry's client certificate.
 	EtcdTLS tlsconfig.Config
+	// EtcdUser and EtcdPassword authenticate to an etcd with auth enabled
+	// (etcdctl's --user and --password; EtcdUser may be "name:password").
+	EtcdUser, EtcdPassword string
 	// EtcdDialTimeout bounds the first connection to etcd.
 	EtcdDialTimeout time.Duration
 	// StoreTimeout bounds every call the registry makes to its backend, so
@@ -62,6 +66,12 @@ type Config struct {
 var EnvVars = map[string]string{
 	"etcd-endpoints":    "ETCD_ENDPOINTS",
 	"discovery-backend": "DYN_DISCOVERY_BACKEND",
+	// The etcd client settings take etcdctl's variable names.
+	"etcd-cert":     "ETCDCTL_CERT",
+	"etcd-key":      "ETCDCTL_KEY",
+	"etcd-ca":       "ETCDCTL_CACERT",
+	"etcd-user":     "ETCDCTL_USER",
+	"etcd-password": "ETCDCTL_PASSWORD",
 }
 
 // RegisterFlags adds the registry's flags.
@@ -74,9 +84,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "switchyard-registry.data", "directory of the embedded etcd's data")
 	fs.StringVar(&c.EmbeddedClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd")
 	fs.StringVar(&c.EmbeddedPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd")
-	fs.StringVar(&c.EtcdTLS.CertFile, "etcd-cert", "", "client certificate for an external etcd")
-	fs.StringVar(&c.EtcdTLS.KeyFile, "etcd-key", "", "client key for --etcd-cert")
-	fs.StringVar(&c.EtcdTLS.CAFile, "etcd-ca", "", "CA bundle that verifies an external etcd")
+	fs.StringVar(&c.EtcdTLS.CertFile, "etcd-cert", "", "client certificate for an external etcd (env ETCDCTL_CERT)")
+	fs.StringVar(&c.EtcdTLS.KeyFile, "etcd-key", "", "client key for --etcd-cert (env ETCDCTL_KEY)")
+	fs.StringVar(&c.EtcdTLS.CAFile, "etcd-ca", "", "CA bundle that verifies an external etcd (env ETCDCTL_CACERT)")
+	fs.StringVar(&c.EtcdUser, "etcd-user", "", "user name, or name:password, for an etcd with auth enabled (env ETCDCTL_USER)")
+	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "password of --etcd-user (env ETCDCTL_PASSWORD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for the kubernetes backend (development); empty uses the in-cluster config")
 	fs.StringVar(&c.KubeNamespace, "kubernetes-namespace", "", "namespace of the worker pods for the kubernetes backend; empty is the kubeconfig's or, in a cluster, the registry's own")
 	fs.StringVar(&c.KubeEndpointSliceSelector, "kubernetes-endpointslice-selector", "", "label selector of the EndpointSlices whose ready endpoints count (kubernetes backend); empty takes all in the namespace")
@@ -121,5 +133,23 @@ func (c Config) Validate() error {
 	if c.StoreTimeout < 0 {
 		return errors.New("--store-timeout must not be negative")
 	}
-	return c.EtcdTLS.Validate()
+	if _, pass := c.etcdCredentials(); c.EtcdUser == "" && c.EtcdPassword != "" || c.EtcdUser != "" && pass == "" {
+		return errors.New("--etcd-user (ETCDCTL_USER) needs a password: name:password or --etcd-password (ETCDCTL_PASSWORD)")
+	}
+	if len(c.Endpoints()) == 0 && (c.EtcdUser != "" || c.EtcdTLS.Enabled()) {
+		return errors.New("etcd credentials (--etcd-user, --etcd-cert, --etcd-ca) are set but ETCD_ENDPOINTS is empty: they apply to an external etcd only")
+	}
+	if err := c.EtcdTLS.Validate(); err != nil {
+		return fmt.Errorf("etcd TLS (--etcd-cert, --etcd-key, --etcd-ca): %w", err)
+	}
+	return nil
+}
+
+// etcdCredentials splits --etcd-user as etcdctl does: "name:password", or
+// a name with --etcd-password.
+func (c Config) etcdCredentials() (user, password string) {
+	if name, pass, ok := strings.Cut(c.EtcdUser, ":"); ok && c.EtcdPassword == "" {
+		return name, pass
+	}
+	return c.EtcdUser, c.EtcdPassword
 }

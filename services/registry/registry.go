@@ -83,8 +83,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		s.closeEtcd()
 		return nil, err
 	}
+	user, password := cfg.etcdCredentials()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            endpoints,
+		Username:             user,
+		Password:             password,
 		DialTimeout:          cfg.EtcdDialTimeout,
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
