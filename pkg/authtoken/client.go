@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -109,4 +110,14 @@ func FromHeader(v string) (string, bool) {
 	}
 	tok = strings.TrimSpace(tok)
 	return tok, tok != ""
+}
+
+// DialOptions returns the dial option that sends the token on every call,
+// or none without a token, for a connection not made by pkg/grpcclient.
+func (c Client) DialOptions() ([]grpc.DialOption, error) {
+	creds, err := c.Credentials()
+	if err != nil || creds == nil {
+		return nil, err
+	}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(creds)}, nil
 }

@@ -31,6 +31,9 @@ type Options struct {
 	Log *slog.Logger
 	// DialOptions are added to the connection's.
 	DialOptions []grpc.DialOption
+	// Token sends a bearer token on every call; nil sends none (see
+	// grpcclient.Options).
+	Token credentials.PerRPCCredentials
 
 	// Creds is Credentials under its old name, used when Credentials is nil.
 	//
@@ -45,7 +48,7 @@ func Dial(addrs []string, opts Options) (*Client, error) {
 	if opts.Credentials == nil {
 		opts.Credentials = opts.Creds
 	}
-	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions}
+	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token}
 	cc, err := grpcclient.Dial("registry", addrs, gopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, err

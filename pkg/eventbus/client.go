@@ -37,6 +37,9 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// DialOptions are appended to the client's own.
 	DialOptions []grpc.DialOption
+	// Token sends a bearer token on every call; nil sends none (see
+	// grpcclient.Options).
+	Token credentials.PerRPCCredentials
 }
 
 // Client is a connection to one or more eventbus replicas. Calls go to the
@@ -58,7 +61,7 @@ const maxMessageSize = 65 << 20
 // comma-separated lists of them), through pkg/grpcclient. It does not wait
 // for a connection: calls wait until one is ready or their context ends.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions}
+	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token}
 	conn, err := grpcclient.Dial("eventbus", addrs, gopts,
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))
 	if err != nil {

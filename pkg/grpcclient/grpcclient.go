@@ -35,6 +35,10 @@ type Options struct {
 	// DialOptions are appended to the helper's and the client's own, so
 	// they win.
 	DialOptions []grpc.DialOption
+	// Token sends a bearer token on every call (authtoken.Client's
+	// Credentials, from --auth-token, SWITCHYARD_AUTH_TOKEN or
+	// --client-auth-token-file); nil sends none.
+	Token credentials.PerRPCCredentials
 }
 
 // Logger is o.Log, or a logger that discards everything.
@@ -95,6 +99,9 @@ func Dial(service string, addrs []string, opts Options, clientOpts ...grpc.DialO
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
+	}
+	if opts.Token != nil {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(opts.Token))
 	}
 	dopts = append(dopts, clientOpts...)
 	dopts = append(dopts, opts.DialOptions...)

@@ -26,6 +26,9 @@ type Options struct {
 	Log *slog.Logger
 	// DialOptions are added to the connection's.
 	DialOptions []grpc.DialOption
+	// Token sends a bearer token on every call; nil sends none (see
+	// grpcclient.Options).
+	Token credentials.PerRPCCredentials
 }
 
 // Client is a connection to one or more router replicas. It is a
@@ -41,7 +44,7 @@ type Client struct {
 // Dial connects to router replicas at addrs (host:port each, or
 // comma-separated lists of them). It does not wait for a connection.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	cc, err := grpcclient.Dial("router", addrs, grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions})
+	cc, err := grpcclient.Dial("router", addrs, grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token})
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,9 @@ type Config struct {
 	RegistryAddr, EventbusAddr string
 	// Credentials secure the registry and eventbus connections; nil is plaintext.
 	Credentials credentials.TransportCredentials
+	// Token, when set, sends a bearer token (a worker role's) on every call
+	// to the registry and eventbus; see authtoken.Client.
+	Token credentials.PerRPCCredentials
 	// Transport is the request plane (see transport.ConfigFromEnv).
 	Transport transport.Config
 	// LeaseTTL of the registration; 0 is the registry's default (10 s).
@@ -163,7 +166,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w.server = srv
 	undo = append(undo, func() { _ = srv.Close() })
 
-	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: cfg.Credentials, Log: w.log})
+	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
 	if err != nil {
 		return nil, fmt.Errorf("worker: eventbus: %w", err)
 	}
@@ -174,7 +177,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		return nil, err
 	}
 
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: cfg.Credentials, Log: w.log})
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
 	if err != nil {
 		return nil, fmt.Errorf("worker: registry: %w", err)
 	}

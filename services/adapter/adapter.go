@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -56,7 +57,9 @@ type Config struct {
 	MaxTrackedBlocks           int
 	RegistryAddr, EventbusAddr string
 	ClientTLS                  tlsconfig.Config
-	LeaseTTL, DrainTimeout     time.Duration
+	// ClientAuth is the bearer token sent to the services this one calls.
+	ClientAuth             authtoken.Client
+	LeaseTTL, DrainTimeout time.Duration
 	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
 	Transport transport.Config
 	// Stats, when set, receives the KV event counters (tests, embedding).
@@ -70,8 +73,10 @@ type Config struct {
 
 // EnvVars maps flags to their environment variables.
 var EnvVars = map[string]string{
-	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
-	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
+	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+	"auth-token":             authtoken.EnvToken,
+	"client-auth-token-file": authtoken.EnvTokenFile,
 }
 
 // RegisterFlags adds the adapter's flags.
@@ -98,6 +103,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+	c.ClientAuth.RegisterFlags(fs)
 }
 
 // Validate checks the configuration and reads the request plane settings.
@@ -126,6 +132,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	c.Transport = tc
+	if err := c.ClientAuth.Validate(); err != nil {
+		return err
+	}
 	return c.ClientTLS.Validate()
 }
 
@@ -136,6 +145,10 @@ func (c *Config) tokenizerFiles() ([]string, error) { return worker.TokenizerFil
 // registered.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
 	files, err := cfg.tokenizerFiles()
+	if err != nil {
+		return err
+	}
+	auth, err := cfg.ClientAuth.Credentials()
 	if err != nil {
 		return err
 	}
@@ -151,7 +164,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
-		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Transport: cfg.Transport,
+		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
 		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
 		Metadata: map[string]string{"engine_url": cfg.EngineURL},
 	}

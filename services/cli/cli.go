@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/flagenv"
@@ -41,9 +42,11 @@ const EnvPrefix = "SWITCHYARD_CLI_"
 
 // EnvVars maps flags to their documented environment variables.
 var EnvVars = map[string]string{
-	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
-	"router-addr":   "SWITCHYARD_ROUTER_ADDR",
-	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
+	"router-addr":            "SWITCHYARD_ROUTER_ADDR",
+	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+	"auth-token":             authtoken.EnvToken,
+	"client-auth-token-file": authtoken.EnvTokenFile,
 }
 
 // errUsage is a command line that cannot run; Main exits 2 on it.
@@ -54,6 +57,8 @@ type Config struct {
 	RegistryAddr, RouterAddr, EventbusAddr string
 	// TLS secures the calls (client certificate and CA).
 	TLS tlsconfig.Config
+	// Auth is the bearer token sent on every call.
+	Auth authtoken.Client
 	// Timeout bounds each call.
 	Timeout time.Duration
 	// Output is table or json.
@@ -68,6 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLS.CertFile, "client-tls-cert", "", "client certificate (mutual TLS)")
 	fs.StringVar(&c.TLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.TLS.CAFile, "client-tls-ca", "", "CA that verifies the services")
+	c.Auth.RegisterFlags(fs)
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "bound on each call to a service")
 	fs.StringVar(&c.Output, "o", "table", "output: table or json")
 }
@@ -79,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("invalid --timeout %v: it must be positive", c.Timeout)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return err
 	}
 	return c.TLS.Validate()
 }
@@ -96,7 +105,11 @@ func (c Config) registry() (*discovery.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return discovery.Dial([]string{c.RegistryAddr}, discovery.Options{Credentials: creds})
+	auth, err := c.Auth.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	return discovery.Dial([]string{c.RegistryAddr}, discovery.Options{Credentials: creds, Token: auth})
 }
 
 // eventbus dials the eventbus.
@@ -105,7 +118,11 @@ func (c Config) eventbus() (*eventbus.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return eventbus.Dial(splitAddrs(c.EventbusAddr), eventbus.Options{Credentials: creds})
+	auth, err := c.Auth.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	return eventbus.Dial(splitAddrs(c.EventbusAddr), eventbus.Options{Credentials: creds, Token: auth})
 }
 
 // dial connects to one address of a service without waiting.
@@ -114,7 +131,11 @@ func (c Config) dial(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	auth, err := c.Auth.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, append(auth, grpc.WithTransportCredentials(creds))...)
 }
 
 func splitAddrs(s string) []string {

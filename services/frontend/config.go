@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -48,6 +49,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ClientTLS secures calls to the registry, router and eventbus.
 	ClientTLS tlsconfig.Config
+	// ClientAuth is the bearer token sent to the services this one calls.
+	ClientAuth authtoken.Client
 	// NoStatusPage turns off GET /status and /status.json.
 	NoStatusPage bool
 	// DebugAddr is --debug-addr: pprof, on loopback unless a host is given.
@@ -66,9 +69,11 @@ type Config struct {
 
 // EnvVars maps flags to their environment variables.
 var EnvVars = map[string]string{
-	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
-	"router-addr":   "SWITCHYARD_ROUTER_ADDR",
-	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
+	"router-addr":            "SWITCHYARD_ROUTER_ADDR",
+	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+	"auth-token":             authtoken.EnvToken,
+	"client-auth-token-file": authtoken.EnvTokenFile,
 }
 
 var frontendModes = []core.Mode{core.ModeKV, core.ModeRoundRobin, core.ModeRandom, core.ModeLeastLoaded}
@@ -93,6 +98,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry, router and eventbus")
+	c.ClientAuth.RegisterFlags(fs)
 	c.Core = core.DefaultConfig()
 	c.Core.RegisterFlags(fs)
 }
@@ -140,6 +146,9 @@ func (c *Config) Validate() error {
 		c.Transport = tc
 	}
 	if err := c.Transport.Validate(); err != nil {
+		return err
+	}
+	if err := c.ClientAuth.Validate(); err != nil {
 		return err
 	}
 	return c.ClientTLS.Validate()

@@ -50,7 +50,7 @@ type routing struct {
 	log     *slog.Logger
 }
 
-func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics, log *slog.Logger) (*routing, error) {
+func newRouting(cfg *Config, creds credentials.TransportCredentials, auth credentials.PerRPCCredentials, m *metrics, log *slog.Logger) (*routing, error) {
 	mode, _ := cfg.mode()
 	cc := cfg.Core
 	cc.Mode, cc.Approximate = mode, cfg.NoKVEvents
@@ -59,7 +59,7 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, m *metrics,
 		cc.Mode, cc.Approximate = core.ModeRoundRobin, false
 		// One connection to every replica: it fails over between them, and
 		// prefill completion and free go to the replica it is connected to.
-		client, err := routerclient.Dial(splitAddrs(cfg.RouterAddr), routerclient.Options{Credentials: creds, Log: log})
+		client, err := routerclient.Dial(splitAddrs(cfg.RouterAddr), routerclient.Options{Credentials: creds, Log: log, Token: auth})
 		if err != nil {
 			return nil, fmt.Errorf("router client: %w", err)
 		}

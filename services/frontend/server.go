@@ -146,16 +146,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, fmt.Errorf("request plane: %w", err)
 	}
 	undo = append(undo, func() { _ = s.client.Close() })
-	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds}); err != nil {
+	auth, err := cfg.ClientAuth.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds, Token: auth}); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	undo = append(undo, func() { _ = s.reg.Close() })
-	if s.bus, err = eventbus.Dial(splitAddrs(cfg.EventbusAddr), eventbus.Options{Credentials: creds, Log: log}); err != nil {
+	if s.bus, err = eventbus.Dial(splitAddrs(cfg.EventbusAddr), eventbus.Options{Credentials: creds, Log: log, Token: auth}); err != nil {
 		return nil, fmt.Errorf("eventbus: %w", err)
 	}
 	undo = append(undo, func() { _ = s.bus.Close() })
 	s.assets = newAssetCache(s.bus)
-	if s.routing, err = newRouting(&cfg, creds, s.metrics, log); err != nil {
+	if s.routing, err = newRouting(&cfg, creds, auth, s.metrics, log); err != nil {
 		return nil, err
 	}
 	undo = append(undo, s.routing.close)

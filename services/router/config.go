@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -30,12 +31,16 @@ type Config struct {
 	EventbusAddr string
 	// ClientTLS secures calls to the registry and eventbus.
 	ClientTLS tlsconfig.Config
+	// ClientAuth is the bearer token sent to the services this one calls.
+	ClientAuth authtoken.Client
 }
 
 // EnvVars maps flags to their environment variables.
 var EnvVars = map[string]string{
-	"registry-addr": "SWITCHYARD_REGISTRY_ADDR",
-	"eventbus-addr": "SWITCHYARD_EVENTBUS_ADDR",
+	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
+	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+	"auth-token":             authtoken.EnvToken,
+	"client-auth-token-file": authtoken.EnvTokenFile,
 }
 
 // RegisterFlags adds the router's flags.
@@ -53,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+	c.ClientAuth.RegisterFlags(fs)
 }
 
 // Validate checks the configuration.
@@ -68,6 +74,9 @@ func (c Config) Validate() error {
 		return errors.New("--snapshot-interval must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
 		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
+	}
+	if err := c.ClientAuth.Validate(); err != nil {
+		return err
 	}
 	return c.ClientTLS.Validate()
 }

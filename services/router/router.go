@@ -41,7 +41,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: creds})
+	auth, err := cfg.ClientAuth.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: creds, Token: auth})
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +70,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, errors.New("--router-replica-sync needs --eventbus-addr")
 	}
 	if cfg.EventbusAddr != "" {
-		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log})
+		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log, Token: auth})
 		if err != nil {
 			reg.Close()
 			return nil, err

@@ -8,9 +8,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +21,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -49,6 +53,10 @@ type Options struct {
 	Metrics bool
 	// Log receives every component's log; nil discards it.
 	Log *slog.Logger
+	// Auth runs the registry, eventbus and router with a token file
+	// holding one token per role (Stack.Tokens), and every component
+	// sends its role's token.
+	Auth bool
 }
 
 // Stack is a running Switchyard.
@@ -64,6 +72,10 @@ type Stack struct {
 	// MetricsURLs are the /metrics URLs by component (mockers as mocker-N),
 	// with Options.Metrics.
 	MetricsURLs map[string]string
+	// Etcd is the registry's etcd.
+	Etcd *registrytest.Etcd
+	// Tokens are the bearer tokens by role, with Options.Auth.
+	Tokens map[authtoken.Role]string
 }
 
 // Start starts a stack and waits until the router and frontend see every
@@ -80,22 +92,30 @@ func Start(t testing.TB, o Options) *Stack {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var tokens map[authtoken.Role]string
+	var tokenFile string
+	if o.Auth {
+		tokens, tokenFile = writeTokens(t)
+	}
 	etcd := registrytest.StartEtcd(t)
-	regAddr := startRegistry(t, etcd.Endpoints, o.Metrics)
+	regAddr := startRegistry(t, etcd.Endpoints, o.Metrics, tokenFile)
 	ns := eventbustest.StartNATS(t)
 	bcfg := eventbustest.Config(ns.ClientURL())
+	bcfg.Server.AuthTokenFile = tokenFile
 	if o.Metrics {
 		bcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
 	bus := eventbustest.StartEventbus(t, bcfg)
-	s := &Stack{RegistryAddr: regAddr.grpc, EventbusAddr: bus.Addr().String(), NATS: ns, Eventbus: bus, MetricsURLs: map[string]string{}}
+	s := &Stack{RegistryAddr: regAddr.grpc, EventbusAddr: bus.Addr().String(), NATS: ns, Eventbus: bus, MetricsURLs: map[string]string{},
+		Etcd: etcd, Tokens: tokens}
 	if o.Metrics {
 		s.MetricsURLs["registry"] = "http://" + regAddr.metrics + "/metrics"
 		s.MetricsURLs["eventbus"] = "http://" + bus.MetricsAddr().String() + "/metrics"
 	}
 
 	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr}
+		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr, ClientAuth: authtoken.Client{Token: tokens[authtoken.RoleRouter]}}
+	rcfg.Server.AuthTokenFile = tokenFile
 	if o.Metrics {
 		rcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
@@ -124,7 +144,7 @@ func Start(t testing.TB, o Options) *Stack {
 		fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 		cfg.RegisterFlags(fs)
 		args := append([]string{"--http-addr", "127.0.0.1:0", "--registry-addr", s.RegistryAddr, "--eventbus-addr", s.EventbusAddr,
-			"--router-addr", s.RouterAddr, "--shutdown-timeout", "5s"}, o.FrontendArgs...)
+			"--router-addr", s.RouterAddr, "--shutdown-timeout", "5s", "--auth-token", tokens[authtoken.RoleFrontend]}, o.FrontendArgs...)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
@@ -150,6 +170,31 @@ func Start(t testing.TB, o Options) *Stack {
 	return s
 }
 
+// writeTokens makes one random token per role and writes the token file
+// (the router's entry hashed, to use both forms).
+func writeTokens(t testing.TB) (map[authtoken.Role]string, string) {
+	t.Helper()
+	tokens := map[authtoken.Role]string{}
+	var file strings.Builder
+	for _, r := range authtoken.Roles {
+		tok, err := authtoken.NewLeaseToken() // any 256-bit random string will do
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[r] = string(r) + "-" + tok
+		entry := tokens[r]
+		if r == authtoken.RoleRouter {
+			entry = authtoken.Hash(entry)
+		}
+		fmt.Fprintf(&file, "%s %s\n", r, entry)
+	}
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokens, p
+}
+
 func plane() transport.Config {
 	c := transport.DefaultConfig()
 	c.Plane = transport.PlaneTCP
@@ -163,7 +208,7 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger, n int) *w
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	args := append([]string{"--namespace", o.Namespace, "--registry-addr", s.RegistryAddr, "--eventbus-addr", s.EventbusAddr,
-		"--speedup-ratio", "0"}, o.MockerArgs...)
+		"--speedup-ratio", "0", "--auth-token", s.Tokens[authtoken.RoleWorker]}, o.MockerArgs...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +279,7 @@ func (s *Stack) frontendSees(n int) bool {
 type registryAddrs struct{ grpc, metrics string }
 
 // startRegistry runs a registry on etcd endpoints, with /metrics when asked.
-func startRegistry(t testing.TB, endpoints []string, metrics bool) registryAddrs {
+func startRegistry(t testing.TB, endpoints []string, metrics bool, tokenFile string) registryAddrs {
 	t.Helper()
 	cfg := registry.Config{
 		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
@@ -242,6 +287,7 @@ func startRegistry(t testing.TB, endpoints []string, metrics bool) registryAddrs
 		EtcdDialTimeout: 5 * time.Second,
 		EtcdEndpoints:   strings.Join(endpoints, ","),
 	}
+	cfg.Server.AuthTokenFile = tokenFile
 	if metrics {
 		cfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
