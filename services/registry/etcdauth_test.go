@@ -32,6 +32,7 @@ func secureEtcd(t *testing.T, files tlsconfig.TestFiles) string {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.TickMs, cfg.ElectionMs, cfg.UnsafeNoFsync = 10, 100, true
+	cfg.BcryptCost = 4 // bcrypt's minimum: password checks at the default cost take seconds under -race
 	cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = files.ServerCert, files.ServerKey
 	cfg.ClientTLSInfo.TrustedCAFile, cfg.ClientTLSInfo.ClientCertAuth = files.CA, true
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
@@ -57,7 +58,7 @@ func secureEtcd(t *testing.T, files tlsconfig.TestFiles) string {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, step := range []func() error{
 		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
