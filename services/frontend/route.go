@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -91,13 +91,12 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		if ctx.Err() != nil {
 			return decision{}, ctx.Err()
 		}
-		switch st := status.Convert(err); {
-		case st.Code() == codes.NotFound,
-			st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), core.ErrUnknownTarget.Error()):
+		switch {
+		case apierr.Is(err, codes.NotFound, apierr.ReasonUnknownModel):
 			return decision{}, fmt.Errorf("%w: %s", ErrUnknownModel, model)
-		case st.Code() == codes.InvalidArgument:
-			return decision{}, fmt.Errorf("%w: router: %s", ErrInvalidRequest, st.Message())
-		case st.Code() == codes.Unavailable && strings.Contains(st.Message(), core.ErrNoWorker.Error()):
+		case status.Code(err) == codes.InvalidArgument:
+			return decision{}, fmt.Errorf("%w: router: %s", ErrInvalidRequest, status.Convert(err).Message())
+		case apierr.Is(err, codes.FailedPrecondition, apierr.ReasonNoWorker):
 			return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
 		}
 		r.log.Warn("router service unavailable", "request_id", id, "err", err.Error())

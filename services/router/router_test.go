@@ -3,7 +3,6 @@ package router_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -59,8 +59,8 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 	req := &routerv1.RouteRequest{RequestId: "r1", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}, TokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}}
 
 	_, err = rpc.Route(ctx, req, grpc.WaitForReady(true))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "unknown target") {
-		t.Fatalf("Route before any worker = %v, want InvalidArgument (unknown model)", err)
+	if !apierr.Is(err, codes.NotFound, apierr.ReasonUnknownModel) {
+		t.Fatalf("Route before any worker = %v, want NotFound with reason %s", err, apierr.ReasonUnknownModel)
 	}
 
 	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
@@ -104,19 +104,30 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 	if _, err := rpc.Free(ctx, &routerv1.FreeRequest{RequestId: "r1"}); err != nil {
 		t.Fatal(err)
 	}
+	// A known model whose only worker is excluded has no eligible worker.
+	excluded := &routerv1.RouteRequest{RequestId: "r2", Target: req.Target, TokenIds: req.TokenIds, ExcludeInstanceIds: []uint64{sess.ID()}}
+	if _, err := rpc.Route(ctx, excluded); !apierr.Is(err, codes.FailedPrecondition, apierr.ReasonNoWorker) {
+		t.Fatalf("Route with the only worker excluded = %v, want FailedPrecondition with reason %s", err, apierr.ReasonNoWorker)
+	}
 
 	if err := sess.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The worker's instance and its model card leave in either order: the
+	// router answers NO_WORKER in between, and UNKNOWN_MODEL once both are
+	// gone.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		_, err = rpc.Route(ctx, req)
-		if status.Code(err) != codes.OK || time.Now().After(deadline) {
+		if apierr.Is(err, codes.NotFound, apierr.ReasonUnknownModel) {
 			break
 		}
+		if err != nil && !apierr.Is(err, codes.FailedPrecondition, apierr.ReasonNoWorker) {
+			t.Fatalf("Route while the worker leaves = %v, want OK, NO_WORKER or UNKNOWN_MODEL", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Route after the worker left = %v, want NotFound with reason %s", err, apierr.ReasonUnknownModel)
+		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if c := status.Code(err); c != codes.Unavailable && c != codes.InvalidArgument {
-		t.Fatalf("Route after the worker left = %v, want Unavailable or InvalidArgument", err)
 	}
 	if _, err := rpc.Route(ctx, &routerv1.RouteRequest{RequestId: "x", Target: req.Target}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Route without tokens = %v, want InvalidArgument", err)

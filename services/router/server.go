@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -17,12 +18,15 @@ type server struct {
 	core *core.Core
 }
 
-// statusCodes maps the domain errors to gRPC codes. An unknown model is a
-// bad request: the contract.
+// statusCodes maps the domain errors to the codes and reasons router.proto
+// documents on each RPC: an unknown model or endpoint is NotFound, a known
+// target without an eligible worker FailedPrecondition, so that Unavailable
+// only ever means the router itself cannot be reached.
 var statusCodes = []grpcserver.Code{
 	{Err: core.ErrInvalid, Code: codes.InvalidArgument},
-	{Err: core.ErrUnknownTarget, Code: codes.InvalidArgument},
-	{Err: core.ErrNoWorker, Code: codes.Unavailable},
+	{Err: core.ErrUnknownModel, Code: codes.NotFound, Reason: apierr.ReasonUnknownModel},
+	{Err: core.ErrUnknownEndpoint, Code: codes.NotFound, Reason: apierr.ReasonUnknownEndpoint},
+	{Err: core.ErrNoWorker, Code: codes.FailedPrecondition, Reason: apierr.ReasonNoWorker},
 }
 
 // toStatus maps domain errors to gRPC codes, once, for every RPC.

@@ -32,8 +32,13 @@ import (
 var (
 	// ErrInvalid is a request that breaks a rule; the message says which.
 	ErrInvalid = errors.New("invalid argument")
-	// ErrUnknownTarget is a model or endpoint nobody registered.
+	// ErrUnknownTarget is a model or endpoint nobody registered; the error
+	// is ErrUnknownModel or ErrUnknownEndpoint, both of which wrap it.
 	ErrUnknownTarget = errors.New("unknown target")
+	// ErrUnknownModel is a model no live model card names.
+	ErrUnknownModel = fmt.Errorf("%w: unknown model", ErrUnknownTarget)
+	// ErrUnknownEndpoint is an endpoint no instance registered.
+	ErrUnknownEndpoint = fmt.Errorf("%w: unknown endpoint", ErrUnknownTarget)
 	// ErrNoWorker is a known target with no live (or no eligible) worker.
 	ErrNoWorker = errors.New("no live worker")
 )
@@ -298,7 +303,10 @@ func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, in
 		return nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
 	}
 	if !known {
-		return nil, 0, fmt.Errorf("%w: %s", ErrUnknownTarget, targetString(t))
+		if _, ok := t.GetKind().(*routerv1.Target_Model); ok {
+			return nil, 0, fmt.Errorf("%w %q", ErrUnknownModel, t.GetModel())
+		}
+		return nil, 0, fmt.Errorf("%w: %s", ErrUnknownEndpoint, targetString(t))
 	}
 	if len(out) == 0 {
 		return nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))

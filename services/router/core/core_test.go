@@ -212,8 +212,8 @@ func TestBadRequests(t *testing.T) {
 		{"no target", &routerv1.RouteRequest{RequestId: "a", TokenIds: tokens(4, 1)}, ErrInvalid},
 		{"negative weight", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(4, 1), OverlapWeight: &neg}, ErrInvalid},
 		{"NaN temperature", &routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: tokens(4, 1), Temperature: &nan}, ErrInvalid},
-		{"unknown model", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "nope"}}, TokenIds: tokens(4, 1)}, ErrUnknownTarget},
-		{"unknown endpoint", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Endpoint{Endpoint: &routerv1.Endpoint{Namespace: "x", Component: "y", Endpoint: "z"}}}, TokenIds: tokens(4, 1)}, ErrUnknownTarget},
+		{"unknown model", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "nope"}}, TokenIds: tokens(4, 1)}, ErrUnknownModel},
+		{"unknown endpoint", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Endpoint{Endpoint: &routerv1.Endpoint{Namespace: "x", Component: "y", Endpoint: "z"}}}, TokenIds: tokens(4, 1)}, ErrUnknownEndpoint},
 		{"partial endpoint", &routerv1.RouteRequest{RequestId: "a", Target: &routerv1.Target{Kind: &routerv1.Target_Endpoint{Endpoint: &routerv1.Endpoint{Namespace: "x"}}}, TokenIds: tokens(4, 1)}, ErrInvalid},
 	}
 	for _, tt := range tests {

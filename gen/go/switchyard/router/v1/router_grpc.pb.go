@@ -35,27 +35,43 @@ const (
 // caches most of the request's prefix, weighed against its load. It tracks
 // the requests it routed (route, prefill complete, free) to know each
 // worker's load.
+//
+// Errors are a gRPC code plus, where the code alone is ambiguous, a
+// google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+// reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+// code and reason, never on the message. Unavailable means only that the
+// router could not be reached or is stopping: try another replica.
 type RouterServiceClient interface {
-	// Route chooses a worker for a request and records the decision. It
-	// fails with InvalidArgument for a request without tokens or hashes, with
-	// NotFound for an unknown model or endpoint and with Unavailable when no
-	// live worker serves it.
+	// Route chooses a worker for a request and records the decision. Errors:
+	// InvalidArgument for a request that breaks a rule (no tokens or hashes,
+	// both, a bad request_id, a negative weight; the message says which);
+	// NotFound with reason UNKNOWN_MODEL for a model no live model card names,
+	// or UNKNOWN_ENDPOINT for an endpoint no instance registered;
+	// FailedPrecondition with reason NO_WORKER when the target is known but no
+	// live worker is eligible (all gone, all in exclude_instance_ids, or in
+	// direct mode instance_id does not serve it).
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
 	// MarkPrefillComplete records that a routed request produced its first
-	// token: its prefill load moves to decode.
+	// token: its prefill load moves to decode. An unknown request_id is not an
+	// error (the request may have been routed by another replica); an empty or
+	// over-long one is InvalidArgument.
 	MarkPrefillComplete(ctx context.Context, in *MarkPrefillCompleteRequest, opts ...grpc.CallOption) (*MarkPrefillCompleteResponse, error)
 	// Free records that a routed request ended (finished, failed or
-	// cancelled), releasing its load.
+	// cancelled), releasing its load. Errors as MarkPrefillComplete.
 	Free(ctx context.Context, in *FreeRequest, opts ...grpc.CallOption) (*FreeResponse, error)
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
-	// request without routing it or recording anything.
+	// request without routing it or recording anything. It fails as Route
+	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
+	// FailedPrecondition NO_WORKER).
 	QueryOverlaps(ctx context.Context, in *QueryOverlapsRequest, opts ...grpc.CallOption) (*QueryOverlapsResponse, error)
 	// GetStats reports the index and load state.
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 	// ExplainRoute decides for a request as Route would, records nothing (no
 	// load, no predicted blocks, no round-robin turn) and says why: every
 	// candidate's cached blocks, load and cost, the pick and the reason. It
-	// answers `switchyard route`, and fails as Route does.
+	// answers `switchyard route`, and fails as Route does (InvalidArgument;
+	// NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
+	// NO_WORKER).
 	ExplainRoute(ctx context.Context, in *ExplainRouteRequest, opts ...grpc.CallOption) (*ExplainRouteResponse, error)
 }
 
@@ -135,27 +151,43 @@ func (c *routerServiceClient) ExplainRoute(ctx context.Context, in *ExplainRoute
 // caches most of the request's prefix, weighed against its load. It tracks
 // the requests it routed (route, prefill complete, free) to know each
 // worker's load.
+//
+// Errors are a gRPC code plus, where the code alone is ambiguous, a
+// google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+// reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+// code and reason, never on the message. Unavailable means only that the
+// router could not be reached or is stopping: try another replica.
 type RouterServiceServer interface {
-	// Route chooses a worker for a request and records the decision. It
-	// fails with InvalidArgument for a request without tokens or hashes, with
-	// NotFound for an unknown model or endpoint and with Unavailable when no
-	// live worker serves it.
+	// Route chooses a worker for a request and records the decision. Errors:
+	// InvalidArgument for a request that breaks a rule (no tokens or hashes,
+	// both, a bad request_id, a negative weight; the message says which);
+	// NotFound with reason UNKNOWN_MODEL for a model no live model card names,
+	// or UNKNOWN_ENDPOINT for an endpoint no instance registered;
+	// FailedPrecondition with reason NO_WORKER when the target is known but no
+	// live worker is eligible (all gone, all in exclude_instance_ids, or in
+	// direct mode instance_id does not serve it).
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
 	// MarkPrefillComplete records that a routed request produced its first
-	// token: its prefill load moves to decode.
+	// token: its prefill load moves to decode. An unknown request_id is not an
+	// error (the request may have been routed by another replica); an empty or
+	// over-long one is InvalidArgument.
 	MarkPrefillComplete(context.Context, *MarkPrefillCompleteRequest) (*MarkPrefillCompleteResponse, error)
 	// Free records that a routed request ended (finished, failed or
-	// cancelled), releasing its load.
+	// cancelled), releasing its load. Errors as MarkPrefillComplete.
 	Free(context.Context, *FreeRequest) (*FreeResponse, error)
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
-	// request without routing it or recording anything.
+	// request without routing it or recording anything. It fails as Route
+	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
+	// FailedPrecondition NO_WORKER).
 	QueryOverlaps(context.Context, *QueryOverlapsRequest) (*QueryOverlapsResponse, error)
 	// GetStats reports the index and load state.
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	// ExplainRoute decides for a request as Route would, records nothing (no
 	// load, no predicted blocks, no round-robin turn) and says why: every
 	// candidate's cached blocks, load and cost, the pick and the reason. It
-	// answers `switchyard route`, and fails as Route does.
+	// answers `switchyard route`, and fails as Route does (InvalidArgument;
+	// NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
+	// NO_WORKER).
 	ExplainRoute(context.Context, *ExplainRouteRequest) (*ExplainRouteResponse, error)
 	mustEmbedUnimplementedRouterServiceServer()
 }

@@ -10,6 +10,12 @@ class RouterServiceStub(object):
     caches most of the request's prefix, weighed against its load. It tracks
     the requests it routed (route, prefill complete, free) to know each
     worker's load.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+    reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+    code and reason, never on the message. Unavailable means only that the
+    router could not be reached or is stopping: try another replica.
     """
 
     def __init__(self, channel):
@@ -55,13 +61,23 @@ class RouterServiceServicer(object):
     caches most of the request's prefix, weighed against its load. It tracks
     the requests it routed (route, prefill complete, free) to know each
     worker's load.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+    reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+    code and reason, never on the message. Unavailable means only that the
+    router could not be reached or is stopping: try another replica.
     """
 
     def Route(self, request, context):
-        """Route chooses a worker for a request and records the decision. It
-        fails with InvalidArgument for a request without tokens or hashes, with
-        NotFound for an unknown model or endpoint and with Unavailable when no
-        live worker serves it.
+        """Route chooses a worker for a request and records the decision. Errors:
+        InvalidArgument for a request that breaks a rule (no tokens or hashes,
+        both, a bad request_id, a negative weight; the message says which);
+        NotFound with reason UNKNOWN_MODEL for a model no live model card names,
+        or UNKNOWN_ENDPOINT for an endpoint no instance registered;
+        FailedPrecondition with reason NO_WORKER when the target is known but no
+        live worker is eligible (all gone, all in exclude_instance_ids, or in
+        direct mode instance_id does not serve it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -69,7 +85,9 @@ class RouterServiceServicer(object):
 
     def MarkPrefillComplete(self, request, context):
         """MarkPrefillComplete records that a routed request produced its first
-        token: its prefill load moves to decode.
+        token: its prefill load moves to decode. An unknown request_id is not an
+        error (the request may have been routed by another replica); an empty or
+        over-long one is InvalidArgument.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -77,7 +95,7 @@ class RouterServiceServicer(object):
 
     def Free(self, request, context):
         """Free records that a routed request ended (finished, failed or
-        cancelled), releasing its load.
+        cancelled), releasing its load. Errors as MarkPrefillComplete.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -85,7 +103,9 @@ class RouterServiceServicer(object):
 
     def QueryOverlaps(self, request, context):
         """QueryOverlaps reports every candidate's cached overlap and cost for a
-        request without routing it or recording anything.
+        request without routing it or recording anything. It fails as Route
+        does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
+        FailedPrecondition NO_WORKER).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,7 +122,9 @@ class RouterServiceServicer(object):
         """ExplainRoute decides for a request as Route would, records nothing (no
         load, no predicted blocks, no round-robin turn) and says why: every
         candidate's cached blocks, load and cost, the pick and the reason. It
-        answers `switchyard route`, and fails as Route does.
+        answers `switchyard route`, and fails as Route does (InvalidArgument;
+        NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
+        NO_WORKER).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +175,12 @@ class RouterService(object):
     caches most of the request's prefix, weighed against its load. It tracks
     the requests it routed (route, prefill complete, free) to know each
     worker's load.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+    reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+    code and reason, never on the message. Unavailable means only that the
+    router could not be reached or is stopping: try another replica.
     """
 
     @staticmethod

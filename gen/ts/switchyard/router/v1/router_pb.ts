@@ -958,14 +958,24 @@ export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__P
  * the requests it routed (route, prefill complete, free) to know each
  * worker's load.
  *
+ * Errors are a gRPC code plus, where the code alone is ambiguous, a
+ * google.rpc.ErrorInfo detail with domain "switchyard.llm" and one of the
+ * reasons named on each RPC (Go: package pkg/apierr). Clients branch on the
+ * code and reason, never on the message. Unavailable means only that the
+ * router could not be reached or is stopping: try another replica.
+ *
  * @generated from service switchyard.router.v1.RouterService
  */
 export const RouterService: GenService<{
   /**
-   * Route chooses a worker for a request and records the decision. It
-   * fails with InvalidArgument for a request without tokens or hashes, with
-   * NotFound for an unknown model or endpoint and with Unavailable when no
-   * live worker serves it.
+   * Route chooses a worker for a request and records the decision. Errors:
+   * InvalidArgument for a request that breaks a rule (no tokens or hashes,
+   * both, a bad request_id, a negative weight; the message says which);
+   * NotFound with reason UNKNOWN_MODEL for a model no live model card names,
+   * or UNKNOWN_ENDPOINT for an endpoint no instance registered;
+   * FailedPrecondition with reason NO_WORKER when the target is known but no
+   * live worker is eligible (all gone, all in exclude_instance_ids, or in
+   * direct mode instance_id does not serve it).
    *
    * @generated from rpc switchyard.router.v1.RouterService.Route
    */
@@ -976,7 +986,9 @@ export const RouterService: GenService<{
   },
   /**
    * MarkPrefillComplete records that a routed request produced its first
-   * token: its prefill load moves to decode.
+   * token: its prefill load moves to decode. An unknown request_id is not an
+   * error (the request may have been routed by another replica); an empty or
+   * over-long one is InvalidArgument.
    *
    * @generated from rpc switchyard.router.v1.RouterService.MarkPrefillComplete
    */
@@ -987,7 +999,7 @@ export const RouterService: GenService<{
   },
   /**
    * Free records that a routed request ended (finished, failed or
-   * cancelled), releasing its load.
+   * cancelled), releasing its load. Errors as MarkPrefillComplete.
    *
    * @generated from rpc switchyard.router.v1.RouterService.Free
    */
@@ -998,7 +1010,9 @@ export const RouterService: GenService<{
   },
   /**
    * QueryOverlaps reports every candidate's cached overlap and cost for a
-   * request without routing it or recording anything.
+   * request without routing it or recording anything. It fails as Route
+   * does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
+   * FailedPrecondition NO_WORKER).
    *
    * @generated from rpc switchyard.router.v1.RouterService.QueryOverlaps
    */
@@ -1021,7 +1035,9 @@ export const RouterService: GenService<{
    * ExplainRoute decides for a request as Route would, records nothing (no
    * load, no predicted blocks, no round-robin turn) and says why: every
    * candidate's cached blocks, load and cost, the pick and the reason. It
-   * answers `switchyard route`, and fails as Route does.
+   * answers `switchyard route`, and fails as Route does (InvalidArgument;
+   * NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
+   * NO_WORKER).
    *
    * @generated from rpc switchyard.router.v1.RouterService.ExplainRoute
    */
