@@ -40,10 +40,6 @@ const (
 	// ReasonLeaseNotFound: the registry has no such lease (revoked, expired,
 	// or never granted). Code NotFound. A worker registers again.
 	ReasonLeaseNotFound = "LEASE_NOT_FOUND"
-	// ReasonAlreadyRegistered: an instance or model card with this key is
-	// registered already (registration is create-if-not-exists). Code
-	// AlreadyExists.
-	ReasonAlreadyRegistered = "ALREADY_REGISTERED"
 	// ReasonBackendUnavailable: the service is up but its backend (etcd,
 	// Kubernetes, NATS) is not reachable right now. Code Unavailable; retry
 	// with backoff, on this replica or another.
@@ -58,6 +54,10 @@ const (
 	// ReasonChecksumMismatch: object data does not match its sha256. Code
 	// DataLoss.
 	ReasonChecksumMismatch = "CHECKSUM_MISMATCH"
+	// ReasonReconnectBufferFull: the eventbus's NATS connection is
+	// reconnecting and its reconnect buffer is full, so the publish was
+	// refused at once. Code Unavailable; publish again once NATS is back.
+	ReasonReconnectBufferFull = "RECONNECT_BUFFER_FULL"
 )
 
 // New returns a status error with code, message msg and, when reason is not

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 )
 
 // chunkSize is the size of the chunks PutObject sends.
@@ -66,7 +67,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, name string, r io.Reader
 		return nil, err
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); resp.GetInfo().GetSha256() != sum {
-		return nil, status.Errorf(codes.DataLoss, "eventbus: object %q stored with sha256 %s, sent data has %s", name, resp.GetInfo().GetSha256(), sum)
+		return nil, apierr.Errorf(codes.DataLoss, apierr.ReasonChecksumMismatch, "eventbus: object %q stored with sha256 %s, sent data has %s", name, resp.GetInfo().GetSha256(), sum)
 	}
 	return resp.GetInfo(), nil
 }
@@ -106,7 +107,7 @@ func (c *Client) GetObject(ctx context.Context, bucket, name string, w io.Writer
 		}
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != info.GetSha256() || size != info.GetSize() {
-		return info, status.Errorf(codes.DataLoss, "eventbus: object %q: received %d bytes with sha256 %s, want %d bytes with %s", name, size, sum, info.GetSize(), info.GetSha256())
+		return info, apierr.Errorf(codes.DataLoss, apierr.ReasonChecksumMismatch, "eventbus: object %q: received %d bytes with sha256 %s, want %d bytes with %s", name, size, sum, info.GetSize(), info.GetSha256())
 	}
 	return info, nil
 }

@@ -745,7 +745,7 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
 			st, _ := status.FromError(err)
-			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
+			if st.Code() != tc.code || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("got %v; want %s containing %q", err, tc.code, tc.msg)
 			}
 		})

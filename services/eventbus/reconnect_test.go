@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -80,9 +81,9 @@ func TestPublishDuringNATSRestart(t *testing.T) {
 		switch {
 		case err == nil:
 			t.Fatalf("publish %d acknowledged while NATS is down", i)
-		case strings.Contains(status.Convert(err).Message(), "--nats-reconnect-buffer"):
-			if status.Code(err) != codes.Unavailable {
-				t.Fatalf("buffer full = %v, want Unavailable", err)
+		case apierr.Reason(err) == apierr.ReasonReconnectBufferFull:
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "--nats-reconnect-buffer") {
+				t.Fatalf("buffer full = %v, want Unavailable naming --nats-reconnect-buffer", err)
 			}
 			rejected = append(rejected, i)
 		case len(rejected) > 0:

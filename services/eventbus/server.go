@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
@@ -29,12 +30,17 @@ type server struct {
 	watchSlot func(context.Context) (func(), error)
 }
 
-// statusCodes maps the domain errors to gRPC codes.
+// statusCodes maps the domain errors to the gRPC codes and apierr reasons
+// eventbus.proto documents; the specific cases come before the errors they
+// wrap.
 var statusCodes = []grpcserver.Code{
+	{Err: ErrPayloadTooLarge, Code: codes.InvalidArgument, Reason: apierr.ReasonPayloadTooLarge},
 	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrObjectNotFound, Code: codes.NotFound, Reason: apierr.ReasonObjectNotFound},
 	{Err: ErrNotFound, Code: codes.NotFound},
-	{Err: ErrDataLoss, Code: codes.DataLoss},
-	{Err: ErrUnavailable, Code: codes.Unavailable},
+	{Err: ErrDataLoss, Code: codes.DataLoss, Reason: apierr.ReasonChecksumMismatch},
+	{Err: ErrBufferFull, Code: codes.Unavailable, Reason: apierr.ReasonReconnectBufferFull},
+	{Err: ErrUnavailable, Code: codes.Unavailable, Reason: apierr.ReasonBackendUnavailable},
 }
 
 // toStatus maps a domain error to its gRPC status, once for every RPC.

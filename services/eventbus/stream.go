@@ -85,13 +85,17 @@ func natsErr(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
-	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound),
-		errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
+	case errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
+		return fmt.Errorf("%w: %s: %w", ErrObjectNotFound, op, err)
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("%w: %s: %w", ErrNotFound, op, err)
 	case errors.Is(err, jetstream.ErrDigestMismatch):
 		return fmt.Errorf("%w: %s: %w", ErrDataLoss, op, err)
-	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum),
-		errors.Is(err, jetstream.ErrBadRequest):
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		return fmt.Errorf("%w: %s: %w", ErrPayloadTooLarge, op, err)
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		return fmt.Errorf("%w: %s: %w", ErrBufferFull, op, err)
+	case errors.Is(err, jetstream.ErrBadRequest):
 		return fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
 	default:
 		// Timeouts, no responders, disconnections, a restarting server: the

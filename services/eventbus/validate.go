@@ -22,6 +22,18 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrDataLoss is stored data that does not match its sha256.
 	ErrDataLoss = errors.New("data loss")
+
+	// The specific cases clients branch on, each wrapping one of the above;
+	// server.go gives them their apierr reasons.
+
+	// ErrObjectNotFound is an object-store bucket or object that does not
+	// exist.
+	ErrObjectNotFound = fmt.Errorf("%w: object", ErrNotFound)
+	// ErrPayloadTooLarge is an event over the NATS server's max_payload.
+	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalid)
+	// ErrBufferFull is a publish refused at once because NATS is
+	// reconnecting and the reconnect buffer is full.
+	ErrBufferFull = fmt.Errorf("%w: reconnect buffer full", ErrUnavailable)
 )
 
 func invalidf(format string, a ...any) error {
@@ -148,7 +160,7 @@ func validateEvent(ev *eventbusv1.Event, maxPayload int64) (string, error) {
 	}
 	// NATS counts the encoded headers against max_payload too.
 	if n, h := int64(len(ev.GetPayload())), int64(headerBytes(ev)); n+h > maxPayload {
-		return "", invalidf("payload of %d bytes (plus %d bytes of headers) is over the NATS server's max_payload of %d bytes", n, h, maxPayload)
+		return "", fmt.Errorf("%w: %d bytes (plus %d bytes of headers) is over the NATS server's max_payload of %d bytes", ErrPayloadTooLarge, n, h, maxPayload)
 	}
 	return ns, nil
 }

@@ -23,6 +23,11 @@ var (
 	// ErrUnimplemented is an operation the configured backend does not offer
 	// (key-value buckets and locks on the kubernetes backend).
 	ErrUnimplemented = errors.New("not implemented by this backend")
+
+	// ErrLeaseNotFound is a lease that is gone (revoked, expired) or never
+	// was; it wraps ErrNotFound and carries the LEASE_NOT_FOUND reason, so a
+	// worker tells a lost lease from a missing key.
+	ErrLeaseNotFound = fmt.Errorf("%w: lease", ErrNotFound)
 )
 
 func errInvalidf(format string, args ...any) error {

@@ -284,13 +284,13 @@ func (k *KubeBackend) LeaseTokenDigest(ctx context.Context, lease uint64) (strin
 	}
 	cur, err := k.resource().Get(ctx, u.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("%w: lease %x: its %s is gone", ErrNotFound, lease, kubeKind)
+		return "", fmt.Errorf("%w: lease %x: its %s is gone", ErrLeaseNotFound, lease, kubeKind)
 	}
 	if err != nil {
 		return "", kubeErr("read lease token", err)
 	}
 	if cur.GetLabels()[labelInstanceID] != idLabel(lease) || cur.GetDeletionTimestamp() != nil {
-		return "", fmt.Errorf("%w: lease %x ended", ErrNotFound, lease)
+		return "", fmt.Errorf("%w: lease %x ended", ErrLeaseNotFound, lease)
 	}
 	return cur.GetAnnotations()[annotationLeaseToken], nil
 }
@@ -380,7 +380,7 @@ func (k *KubeBackend) lookup(ctx context.Context, lease uint64) (*unstructured.U
 			return &list.Items[i], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: lease %x: no %s for it in namespace %q (the pod is gone or deregistered)", ErrNotFound, lease, kubeKind, k.opts.Namespace)
+	return nil, fmt.Errorf("%w: lease %x: no %s for it in namespace %q (the pod is gone or deregistered)", ErrLeaseNotFound, lease, kubeKind, k.opts.Namespace)
 }
 
 // entryManager is the field manager of one endpoint or model entry.
@@ -405,7 +405,7 @@ func (k *KubeBackend) applyEntry(ctx context.Context, op string, lease uint64, m
 			return kubeErr(op, err)
 		}
 		if cur.GetLabels()[labelInstanceID] != idLabel(lease) {
-			return fmt.Errorf("%s: %w: lease %x ended", op, ErrNotFound, lease)
+			return fmt.Errorf("%s: %w: lease %x ended", op, ErrLeaseNotFound, lease)
 		}
 		spec, err := specOf(cur)
 		if err != nil {

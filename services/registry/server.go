@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
 
@@ -30,11 +31,12 @@ type server struct {
 // statusCodes maps the domain errors to gRPC codes.
 var statusCodes = []grpcserver.Code{
 	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrLeaseNotFound, Code: codes.NotFound, Reason: apierr.ReasonLeaseNotFound},
 	{Err: ErrNotFound, Code: codes.NotFound},
 	{Err: ErrExists, Code: codes.AlreadyExists},
 	{Err: ErrConflict, Code: codes.FailedPrecondition},
 	{Err: ErrTimeout, Code: codes.DeadlineExceeded},
-	{Err: ErrUnavailable, Code: codes.Unavailable},
+	{Err: ErrUnavailable, Code: codes.Unavailable, Reason: apierr.ReasonBackendUnavailable},
 	{Err: ErrUnimplemented, Code: codes.Unimplemented},
 }
 

@@ -43,7 +43,7 @@ func etcdErr(op string, err error) error {
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("%s: %w: lease not found (expired or revoked)", op, ErrNotFound)
+		return fmt.Errorf("%s: %w: lease not found (expired or revoked)", op, ErrLeaseNotFound)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -92,7 +92,7 @@ func (s *Store) LeaseTokenDigest(ctx context.Context, lease uint64) (string, err
 		return "", etcdErr("read lease token", err)
 	}
 	if ttl.TTL <= 0 {
-		return "", fmt.Errorf("%w: lease %x not found (expired or revoked)", ErrNotFound, lease)
+		return "", fmt.Errorf("%w: lease %x not found (expired or revoked)", ErrLeaseNotFound, lease)
 	}
 	return "", nil
 }
@@ -115,7 +115,7 @@ func (s *Store) Register(ctx context.Context, in *registryv1.Instance, ttl time.
 		// -1 is a lease etcd does not have; 0 is one in its last second,
 		// still there.
 		if resp.TTL < 0 {
-			return nil, fmt.Errorf("register: %w: lease %x not found (expired or revoked)", ErrNotFound, lease)
+			return nil, fmt.Errorf("register: %w: lease %x not found (expired or revoked)", ErrLeaseNotFound, lease)
 		}
 		ttl = time.Duration(resp.GrantedTTL) * time.Second
 	}

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -28,7 +28,7 @@ const (
 func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer
 	if _, err := bus.GetObject(ctx, SnapshotBucket, SnapshotObject, &buf); err != nil {
-		if status.Code(err) == codes.NotFound {
+		if apierr.Is(err, codes.NotFound, apierr.ReasonObjectNotFound) {
 			return nil, nil
 		}
 		return nil, err

@@ -44,11 +44,21 @@ const (
 // Events are acknowledged with the Ack RPC, which takes the ack tokens that
 // Subscribe delivers; any eventbus connected to the same NATS can acknowledge
 // them. The service also holds an object store for snapshots and artifacts.
+//
+// Errors are a gRPC code plus, where the code alone is ambiguous, a
+// google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+// (Go: package pkg/apierr); clients branch on those, never on the message.
+// Every RPC may answer Unavailable with reason BACKEND_UNAVAILABLE when NATS
+// cannot be reached right now (retry, here or on another eventbus), and
+// Unavailable without a reason when this eventbus is stopping.
 type EventBusServiceClient interface {
 	// Publish stores one event in its namespace's stream and returns its stream
 	// sequence. A retried publish with the same msg_id (within the stream's
 	// two-minute duplicate window) is not stored twice: it returns the first
-	// sequence with duplicate = true.
+	// sequence with duplicate = true. An event over the NATS server's
+	// max_payload is InvalidArgument with reason PAYLOAD_TOO_LARGE (the message
+	// names the limit); a publish refused because NATS is reconnecting and the
+	// reconnect buffer is full is Unavailable with reason RECONNECT_BUFFER_FULL.
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 	// PublishStream publishes batches of events over one stream: each request
 	// carries a batch and is answered, in order, by one response with the stream
@@ -81,7 +91,8 @@ type EventBusServiceClient interface {
 	PutObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutObjectRequest, PutObjectResponse], error)
 	// GetObject streams an object: the first response carries its info, the
 	// following ones its data. The data is checked against the object's sha256;
-	// a mismatch ends the stream with DATA_LOSS.
+	// a mismatch ends the stream with DATA_LOSS (reason CHECKSUM_MISMATCH). A
+	// missing bucket or object is NOT_FOUND with reason OBJECT_NOT_FOUND.
 	GetObject(ctx context.Context, in *GetObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetObjectResponse], error)
 	// ListObjects lists the objects of a bucket.
 	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
@@ -234,11 +245,21 @@ func (c *eventBusServiceClient) DeleteObject(ctx context.Context, in *DeleteObje
 // Events are acknowledged with the Ack RPC, which takes the ack tokens that
 // Subscribe delivers; any eventbus connected to the same NATS can acknowledge
 // them. The service also holds an object store for snapshots and artifacts.
+//
+// Errors are a gRPC code plus, where the code alone is ambiguous, a
+// google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+// (Go: package pkg/apierr); clients branch on those, never on the message.
+// Every RPC may answer Unavailable with reason BACKEND_UNAVAILABLE when NATS
+// cannot be reached right now (retry, here or on another eventbus), and
+// Unavailable without a reason when this eventbus is stopping.
 type EventBusServiceServer interface {
 	// Publish stores one event in its namespace's stream and returns its stream
 	// sequence. A retried publish with the same msg_id (within the stream's
 	// two-minute duplicate window) is not stored twice: it returns the first
-	// sequence with duplicate = true.
+	// sequence with duplicate = true. An event over the NATS server's
+	// max_payload is InvalidArgument with reason PAYLOAD_TOO_LARGE (the message
+	// names the limit); a publish refused because NATS is reconnecting and the
+	// reconnect buffer is full is Unavailable with reason RECONNECT_BUFFER_FULL.
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	// PublishStream publishes batches of events over one stream: each request
 	// carries a batch and is answered, in order, by one response with the stream
@@ -271,7 +292,8 @@ type EventBusServiceServer interface {
 	PutObject(grpc.ClientStreamingServer[PutObjectRequest, PutObjectResponse]) error
 	// GetObject streams an object: the first response carries its info, the
 	// following ones its data. The data is checked against the object's sha256;
-	// a mismatch ends the stream with DATA_LOSS.
+	// a mismatch ends the stream with DATA_LOSS (reason CHECKSUM_MISMATCH). A
+	// missing bucket or object is NOT_FOUND with reason OBJECT_NOT_FOUND.
 	GetObject(*GetObjectRequest, grpc.ServerStreamingServer[GetObjectResponse]) error
 	// ListObjects lists the objects of a bucket.
 	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)

@@ -15,6 +15,13 @@ class EventBusServiceStub(object):
     Events are acknowledged with the Ack RPC, which takes the ack tokens that
     Subscribe delivers; any eventbus connected to the same NATS can acknowledge
     them. The service also holds an object store for snapshots and artifacts.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+    (Go: package pkg/apierr); clients branch on those, never on the message.
+    Every RPC may answer Unavailable with reason BACKEND_UNAVAILABLE when NATS
+    cannot be reached right now (retry, here or on another eventbus), and
+    Unavailable without a reason when this eventbus is stopping.
     """
 
     def __init__(self, channel):
@@ -85,13 +92,23 @@ class EventBusServiceServicer(object):
     Events are acknowledged with the Ack RPC, which takes the ack tokens that
     Subscribe delivers; any eventbus connected to the same NATS can acknowledge
     them. The service also holds an object store for snapshots and artifacts.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+    (Go: package pkg/apierr); clients branch on those, never on the message.
+    Every RPC may answer Unavailable with reason BACKEND_UNAVAILABLE when NATS
+    cannot be reached right now (retry, here or on another eventbus), and
+    Unavailable without a reason when this eventbus is stopping.
     """
 
     def Publish(self, request, context):
         """Publish stores one event in its namespace's stream and returns its stream
         sequence. A retried publish with the same msg_id (within the stream's
         two-minute duplicate window) is not stored twice: it returns the first
-        sequence with duplicate = true.
+        sequence with duplicate = true. An event over the NATS server's
+        max_payload is InvalidArgument with reason PAYLOAD_TOO_LARGE (the message
+        names the limit); a publish refused because NATS is reconnecting and the
+        reconnect buffer is full is Unavailable with reason RECONNECT_BUFFER_FULL.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,7 +176,8 @@ class EventBusServiceServicer(object):
     def GetObject(self, request, context):
         """GetObject streams an object: the first response carries its info, the
         following ones its data. The data is checked against the object's sha256;
-        a mismatch ends the stream with DATA_LOSS.
+        a mismatch ends the stream with DATA_LOSS (reason CHECKSUM_MISMATCH). A
+        missing bucket or object is NOT_FOUND with reason OBJECT_NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -249,6 +267,13 @@ class EventBusService(object):
     Events are acknowledged with the Ack RPC, which takes the ack tokens that
     Subscribe delivers; any eventbus connected to the same NATS can acknowledge
     them. The service also holds an object store for snapshots and artifacts.
+
+    Errors are a gRPC code plus, where the code alone is ambiguous, a
+    google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+    (Go: package pkg/apierr); clients branch on those, never on the message.
+    Every RPC may answer Unavailable with reason BACKEND_UNAVAILABLE when NATS
+    cannot be reached right now (retry, here or on another eventbus), and
+    Unavailable without a reason when this eventbus is stopping.
     """
 
     @staticmethod

@@ -1748,6 +1748,17 @@ export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
  * "authorization: Bearer <token>" on every call but the health service, and
  * checks the token's role against the RPC (see deploy/SECURITY.md).
  *
+ * Errors are a gRPC code plus, where the code alone is ambiguous, a
+ * google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
+ * (Go: package pkg/apierr); clients branch on those, never on the message.
+ * A lease that is gone (revoked, expired, never granted) is NotFound with
+ * reason LEASE_NOT_FOUND, wherever an RPC names one (KeepAlive, Register,
+ * RegisterModel, Deregister, locks): the worker registers again. A missing
+ * key is NotFound without that reason. A duplicate registration is
+ * AlreadyExists. Unavailable with reason BACKEND_UNAVAILABLE means the
+ * registry is up but etcd (or the Kubernetes API) is not reachable right
+ * now; Unavailable without a reason, that this replica is away or stopping.
+ *
  * @generated from service switchyard.registry.v1.RegistryService
  */
 export const RegistryService: GenService<{
