@@ -140,10 +140,22 @@ func NewServer(cfg Config, opts ...Option) (Server, error) {
 	}
 }
 
-// NewClient returns a client for cfg.Plane. The nats client connects to the
-// NATS server here and returns an error wrapping ErrCannotConnect if it
-// cannot; the tcp and http clients connect lazily on Call.
+// NewClient returns a client that calls every address with the plane the
+// address names ([Address.Kind]), whatever cfg.Plane is: the registry records
+// each instance's plane, and one fleet may mix them. cfg.Plane's client is
+// made here (the nats one connects to the NATS server and returns an error
+// wrapping ErrCannotConnect if it cannot); the others on their first call.
+// The tcp and http clients connect lazily on Call.
 func NewClient(cfg Config, opts ...Option) (Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return newMultiClient(cfg, buildOptions(opts))
+}
+
+// NewPlaneClient returns a client of cfg.Plane alone, which refuses
+// addresses of another plane; NewClient is what applications want.
+func NewPlaneClient(cfg Config, opts ...Option) (Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -173,8 +173,15 @@ func (m *mockerHandle) kill() {
 	})
 }
 
-// addMocker starts a mocker; speedup 0 runs it without delays.
+// addMocker starts a mocker on the stack's plane; speedup 0 runs it without
+// delays.
 func (s *stack) addMocker(speedup float64) *mockerHandle {
+	s.t.Helper()
+	return s.addMockerOn(s.opts.plane, speedup)
+}
+
+// addMockerOn starts a mocker serving the given request plane.
+func (s *stack) addMockerOn(plane transport.Plane, speedup float64) *mockerHandle {
 	t := s.t
 	t.Helper()
 	var cfg mocker.Config
@@ -190,7 +197,7 @@ func (s *stack) addMocker(speedup float64) *mockerHandle {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Transport = planeConfig(s.opts.plane, s.nats.ClientURL())
+	cfg.Transport = planeConfig(plane, s.nats.ClientURL())
 	cfg.DrainTimeout = time.Nanosecond
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &mockerHandle{stop: cancel, done: make(chan error, 1)}
