@@ -351,7 +351,11 @@ func TestHTTPClientFallsBackToHTTP1(t *testing.T) {
 		}
 	}
 	host := strings.TrimPrefix(srv.URL, "http://")
-	if _, ok := c.(*httpClient).http1.Load(host); !ok {
+	hc, err := c.(*multiClient).client(PlaneHTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hc.(*httpClient).http1.Load(host); !ok {
 		t.Fatalf("the client did not remember that %s speaks HTTP/1.1", host)
 	}
 }
