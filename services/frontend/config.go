@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,7 +65,9 @@ type Config struct {
 	Transport transport.Config
 
 	// keys is the set of accepted API keys, filled by Validate.
-	keys map[string]struct{}
+	// keys holds the SHA-256 of each accepted API key (a file may list a
+	// key in clear or as "sha256:<hex>"), filled by Validate.
+	keys map[[32]byte]struct{}
 }
 
 // EnvVars maps flags to their environment variables.
@@ -91,7 +94,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "answer 429 when every worker of a model has this many requests in flight (0: no limit)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
-	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
@@ -174,11 +177,13 @@ func (c *Config) listenAddr() string {
 }
 
 // readKeys collects --api-key and the lines of --api-key-file; blank lines
-// and lines starting with # are skipped. No keys means no authentication.
-func (c *Config) readKeys() (map[string]struct{}, error) {
-	keys := map[string]struct{}{}
+// and lines starting with # are skipped. A line may hold the key's digest,
+// "sha256:" and 64 hex digits (authtoken.Hash), so that the file on disk
+// does not hold the key. No keys means no authentication.
+func (c *Config) readKeys() (map[[32]byte]struct{}, error) {
+	keys := map[[32]byte]struct{}{}
 	if k := strings.TrimSpace(c.APIKey); k != "" {
-		keys[k] = struct{}{}
+		keys[sha256.Sum256([]byte(k))] = struct{}{}
 	}
 	if c.APIKeyFile != "" {
 		f, err := os.Open(c.APIKeyFile)
@@ -192,7 +197,11 @@ func (c *Config) readKeys() (map[string]struct{}, error) {
 			if line == "" || strings.HasPrefix(line, "#") {
 				continue
 			}
-			keys[line] = struct{}{}
+			d, err := authtoken.Digest(line)
+			if err != nil {
+				return nil, fmt.Errorf("--api-key-file %s: a line starting with %s is not a SHA-256 digest (64 hex digits)", c.APIKeyFile, authtoken.HashPrefix)
+			}
+			keys[d] = struct{}{}
 		}
 		if err := sc.Err(); err != nil {
 			return nil, fmt.Errorf("--api-key-file: %w", err)
