@@ -14,8 +14,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/flagenv"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
 )
 
 // Config is a service's configuration as the command line sees it.
@@ -111,6 +113,16 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	log := slog.New(handler).With("service", opts.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdownTracing, err := obs.SetupTracing(ctx, opts.Name, log)
+	if err != nil {
+		log.Error("tracing not started", "err", err.Error())
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	if err := run(ctx, log); err != nil {
 		log.Error("exiting on error", "err", err.Error())
 		return 1

@@ -21,6 +21,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -169,6 +170,9 @@ func New(cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, erro
 	})
 	all := append([]grpc.ServerOption{
 		grpc.Creds(creds),
+		// Spans for every call, with the caller's W3C trace context; a no-op
+		// until obs.SetupTracing installs a provider (OTEL_* variables).
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{
 			metrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(logger, logOpts...),
