@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"go.opentelemetry.io/otel/trace/noop"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 )
 
