@@ -15,6 +15,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,8 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/reasoning"
+	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
@@ -63,6 +66,19 @@ type Model struct {
 	// TokenizerFiles are uploaded to the object store and referenced from
 	// the model card (tokenizer.json, tokenizer_config.json, ...).
 	TokenizerFiles []string
+	// ToolCallParser names how the model writes tool calls (see
+	// pkg/toolcall: hermes, qwen3, none); the frontend parses them with it.
+	ToolCallParser string
+	// ReasoningParser names how the model writes its reasoning (see
+	// pkg/reasoning: qwen3, deepseek_r1, none).
+	ReasoningParser string
+}
+
+// RegisterParserFlags adds --tool-call-parser and --reasoning-parser, the
+// model card's parser names, to a worker command's flags.
+func RegisterParserFlags(fs *flag.FlagSet, toolCall, reasoningParser *string, defToolCall, defReasoning string) {
+	fs.StringVar(toolCall, "tool-call-parser", defToolCall, "how the model writes tool calls, for the frontend to parse: "+strings.Join(toolcall.Names(), ", "))
+	fs.StringVar(reasoningParser, "reasoning-parser", defReasoning, "how the model writes its reasoning, for the frontend to parse: "+strings.Join(reasoning.Names(), ", "))
 }
 
 // Config says where a worker registers and how it serves.
@@ -144,6 +160,12 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	if cfg.Model.Name == "" || cfg.Model.BlockSize == 0 {
 		return nil, errors.New("worker: the model needs a name and a block size")
 	}
+	if err := toolcall.Validate(cfg.Model.ToolCallParser); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if err := reasoning.Validate(cfg.Model.ReasoningParser); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}),
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	var undo []func()
@@ -187,7 +209,8 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Transport: registryTransport(addr), Metadata: cfg.Metadata}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts}
+		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
+		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
 	sess, in, err := w.register(ctx, want, card)
 	if err != nil {
 		return nil, err

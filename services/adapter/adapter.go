@@ -34,6 +34,9 @@ import (
 // Config is the adapter's configuration.
 type Config struct {
 	Namespace, Component, Endpoint string
+	// ToolCallParser and ReasoningParser go on the model card, as the
+	// engine's own --tool-call-parser and --reasoning-parser would.
+	ToolCallParser, ReasoningParser string
 	// EngineURL is the engine's OpenAI base URL, such as
 	// http://127.0.0.1:8001/v1.
 	EngineURL string
@@ -84,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
 	fs.StringVar(&c.Component, "component", "backend", "registry component")
 	fs.StringVar(&c.Endpoint, "endpoint", worker.GenerateEndpoint, "registry endpoint")
+	worker.RegisterParserFlags(fs, &c.ToolCallParser, &c.ReasoningParser, "", "")
 	fs.StringVar(&c.EngineURL, "engine-url", "http://127.0.0.1:8001/v1", "the engine's OpenAI base URL")
 	fs.StringVar(&c.MetricsURL, "engine-metrics-url", "", `the engine's Prometheus endpoint (empty: /metrics on --engine-url's host; "off": no load)`)
 	fs.StringVar(&c.KVEventsEndpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZeroMQ KV event publisher")
@@ -163,7 +167,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	defer client.CloseIdleConnections()
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
+		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
+			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
 		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
 		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
 		Metadata: map[string]string{"engine_url": cfg.EngineURL},

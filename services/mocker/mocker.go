@@ -22,9 +22,11 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
+	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine"
@@ -37,9 +39,12 @@ type Config struct {
 	ModelName                      string
 	ContextLength                  int
 	TokenizerDir                   string
-	Engine                         engine.Config
-	NoDelay                        bool
-	DefaultMaxTokens               int
+	// ToolCallParser and ReasoningParser go on the model card (the
+	// built-in Qwen3 model writes both in the qwen3 form).
+	ToolCallParser, ReasoningParser string
+	Engine                          engine.Config
+	NoDelay                         bool
+	DefaultMaxTokens                int
 	// OutputText is what answers read from (tokenized with the model's
 	// tokenizer); empty generates random ordinary tokens.
 	OutputText                 string
@@ -76,6 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelName, "model-name", qwen3.ModelName, "model name served")
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with tokenizer.json(.gz) and tokenizer_config.json; empty: the built-in Qwen3 tokenizer")
+	worker.RegisterParserFlags(fs, &c.ToolCallParser, &c.ReasoningParser, toolcall.Qwen3, reasoning.Qwen3)
 	fs.IntVar(&c.Engine.BlockSize, "block-size", c.Engine.BlockSize, "KV block size in tokens")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "num-gpu-blocks", c.Engine.NumGPUBlocks, "KV blocks of the simulated GPU")
 	fs.IntVar(&c.Engine.MaxNumSeqs, "max-num-seqs", c.Engine.MaxNumSeqs, "most requests running at once")
@@ -109,6 +115,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ModelName == "" || c.ContextLength < 1 || c.DefaultMaxTokens < 1 {
 		return errors.New("--model-name, a positive --context-length and --default-max-tokens are required")
+	}
+	if err := toolcall.Validate(c.ToolCallParser); err != nil {
+		return fmt.Errorf("--tool-call-parser: %w", err)
+	}
+	if err := reasoning.Validate(c.ReasoningParser); err != nil {
+		return fmt.Errorf("--reasoning-parser: %w", err)
 	}
 	tc, err := transport.ConfigFromEnv()
 	if err != nil {
@@ -193,7 +205,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane))
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Model:        worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files},
+		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
+			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
 		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
 		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
 	}

@@ -148,7 +148,8 @@ func (c Config) plan() []component {
 	for i := 1; i <= c.Mockers; i++ {
 		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
 			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
-				"--metrics-addr", hp(p.MockerMetrics + i)},
+				"--metrics-addr", hp(p.MockerMetrics + i),
+				"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3"},
 			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {

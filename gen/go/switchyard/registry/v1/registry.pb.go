@@ -1383,9 +1383,17 @@ type ModelCard struct {
 	// Tokenizer files.
 	Tokenizer []*TokenizerArtifact `protobuf:"bytes,8,rep,name=tokenizer,proto3" json:"tokenizer,omitempty"`
 	// Free-form metadata, at most 64 KiB in all.
-	Metadata      map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Metadata map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How the model writes tool calls, for the frontend to return them as
+	// OpenAI tool_calls: "hermes" or "qwen3" (a JSON object between
+	// <tool_call> and </tool_call>); empty or "none" returns them as text.
+	ToolCallParser string `protobuf:"bytes,10,opt,name=tool_call_parser,json=toolCallParser,proto3" json:"tool_call_parser,omitempty"`
+	// How the model writes its reasoning, for the frontend to return it as
+	// reasoning_content: "qwen3" or "deepseek_r1" (<think>...</think>); empty or
+	// "none" leaves it in the content.
+	ReasoningParser string `protobuf:"bytes,11,opt,name=reasoning_parser,json=reasoningParser,proto3" json:"reasoning_parser,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -1479,6 +1487,20 @@ func (x *ModelCard) GetMetadata() map[string]string {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *ModelCard) GetToolCallParser() string {
+	if x != nil {
+		return x.ToolCallParser
+	}
+	return ""
+}
+
+func (x *ModelCard) GetReasoningParser() string {
+	if x != nil {
+		return x.ReasoningParser
+	}
+	return ""
 }
 
 // ModelFilter selects model cards. Empty fields match everything.
@@ -3292,7 +3314,7 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x04 \x01(\tR\tobjectKey\"\xbc\x03\n" +
+	"object_key\x18\x04 \x01(\tR\tobjectKey\"\x91\x04\n" +
 	"\tModelCard\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
@@ -3305,7 +3327,10 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"block_size\x18\x06 \x01(\rR\tblockSize\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\rR\rcontextLength\x12G\n" +
 	"\ttokenizer\x18\b \x03(\v2).switchyard.registry.v1.TokenizerArtifactR\ttokenizer\x12K\n" +
-	"\bmetadata\x18\t \x03(\v2/.switchyard.registry.v1.ModelCard.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\t \x03(\v2/.switchyard.registry.v1.ModelCard.MetadataEntryR\bmetadata\x12(\n" +
+	"\x10tool_call_parser\x18\n" +
+	" \x01(\tR\x0etoolCallParser\x12)\n" +
+	"\x10reasoning_parser\x18\v \x01(\tR\x0freasoningParser\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +

@@ -284,7 +284,11 @@ type GenerateRequest struct {
 	// When to stop early.
 	Stop *StopConditions `protobuf:"bytes,5,opt,name=stop,proto3" json:"stop,omitempty"`
 	// The model the request is for, as registered on the model card.
-	Model         string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// When set, every response carries the log probability of each generated
+	// token and of this many most likely alternatives at its position (0 to
+	// 20), as OpenAI's logprobs and top_logprobs.
+	Logprobs      *uint32 `protobuf:"varint,7,opt,name=logprobs,proto3,oneof" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +363,13 @@ func (x *GenerateRequest) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *GenerateRequest) GetLogprobs() uint32 {
+	if x != nil && x.Logprobs != nil {
+		return *x.Logprobs
+	}
+	return 0
 }
 
 // Usage counts the tokens of a request.
@@ -437,7 +448,9 @@ type GenerateResponse struct {
 	// Token counts; set at least on the last response.
 	Usage *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Why the generation failed, with finish_reason FINISH_REASON_ERROR.
-	ErrorMessage  string `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	ErrorMessage string `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// One entry per token of token_ids when the request set logprobs.
+	Logprobs      []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +520,124 @@ func (x *GenerateResponse) GetErrorMessage() string {
 	return ""
 }
 
+func (x *GenerateResponse) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// TokenLogprob is the log probability of one generated token and of the
+// most likely alternatives at its position.
+type TokenLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Natural log of the generated token's probability.
+	Logprob float32 `protobuf:"fixed32,1,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The most likely tokens at this position, most likely first.
+	Top           []*TopLogprob `protobuf:"bytes,2,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTop() []*TopLogprob {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+// TopLogprob is one likely token at a position.
+type TopLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token.
+	TokenId uint32 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// Natural log of its probability.
+	Logprob       float32 `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TopLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 // KvBlock is the identity of one full KV cache block (see pkg/kvhash).
 type KvBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -520,7 +651,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +663,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +676,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KvBlock) GetSequenceHash() uint64 {
@@ -577,7 +708,7 @@ type KvBlocksStored struct {
 
 func (x *KvBlocksStored) Reset() {
 	*x = KvBlocksStored{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +720,7 @@ func (x *KvBlocksStored) String() string {
 func (*KvBlocksStored) ProtoMessage() {}
 
 func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +733,7 @@ func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksStored.ProtoReflect.Descriptor instead.
 func (*KvBlocksStored) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KvBlocksStored) GetParentSequenceHash() uint64 {
@@ -630,7 +761,7 @@ type KvBlocksRemoved struct {
 
 func (x *KvBlocksRemoved) Reset() {
 	*x = KvBlocksRemoved{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +773,7 @@ func (x *KvBlocksRemoved) String() string {
 func (*KvBlocksRemoved) ProtoMessage() {}
 
 func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +786,7 @@ func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlocksRemoved) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KvBlocksRemoved) GetSequenceHashes() []uint64 {
@@ -674,7 +805,7 @@ type KvCacheCleared struct {
 
 func (x *KvCacheCleared) Reset() {
 	*x = KvCacheCleared{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +817,7 @@ func (x *KvCacheCleared) String() string {
 func (*KvCacheCleared) ProtoMessage() {}
 
 func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +830,7 @@ func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheCleared.ProtoReflect.Descriptor instead.
 func (*KvCacheCleared) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 // KvCacheEvent is one change to a worker's KV cache.
@@ -719,7 +850,7 @@ type KvCacheEvent struct {
 
 func (x *KvCacheEvent) Reset() {
 	*x = KvCacheEvent{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +862,7 @@ func (x *KvCacheEvent) String() string {
 func (*KvCacheEvent) ProtoMessage() {}
 
 func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +875,7 @@ func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEvent.ProtoReflect.Descriptor instead.
 func (*KvCacheEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KvCacheEvent) GetEvent() isKvCacheEvent_Event {
@@ -824,7 +955,7 @@ type KvCacheEventEnvelope struct {
 
 func (x *KvCacheEventEnvelope) Reset() {
 	*x = KvCacheEventEnvelope{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +967,7 @@ func (x *KvCacheEventEnvelope) String() string {
 func (*KvCacheEventEnvelope) ProtoMessage() {}
 
 func (x *KvCacheEventEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +980,7 @@ func (x *KvCacheEventEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEventEnvelope.ProtoReflect.Descriptor instead.
 func (*KvCacheEventEnvelope) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KvCacheEventEnvelope) GetInstanceId() uint64 {
@@ -897,7 +1028,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1040,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1053,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvEventBatch) GetInstanceId() uint64 {
@@ -991,7 +1122,7 @@ type LoadMetrics struct {
 
 func (x *LoadMetrics) Reset() {
 	*x = LoadMetrics{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1134,7 @@ func (x *LoadMetrics) String() string {
 func (*LoadMetrics) ProtoMessage() {}
 
 func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1147,7 @@ func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadMetrics.ProtoReflect.Descriptor instead.
 func (*LoadMetrics) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadMetrics) GetInstanceId() uint64 {
@@ -1111,7 +1242,7 @@ type RequestLoad struct {
 
 func (x *RequestLoad) Reset() {
 	*x = RequestLoad{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1254,7 @@ func (x *RequestLoad) String() string {
 func (*RequestLoad) ProtoMessage() {}
 
 func (x *RequestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1267,7 @@ func (x *RequestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
 func (*RequestLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RequestLoad) GetRequestId() string {
@@ -1197,7 +1328,7 @@ type TimingModel struct {
 
 func (x *TimingModel) Reset() {
 	*x = TimingModel{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1340,7 @@ func (x *TimingModel) String() string {
 func (*TimingModel) ProtoMessage() {}
 
 func (x *TimingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1353,7 @@ func (x *TimingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
 func (*TimingModel) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TimingModel) GetPrefillMsQuadratic() float64 {
@@ -1302,7 +1433,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\x82\x02\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xb0\x02\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1311,18 +1442,28 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x04 \x01(\rR\tmaxTokens\x128\n" +
 	"\x04stop\x18\x05 \x01(\v2$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\"\x8b\x01\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n" +
+	"\blogprobs\x18\a \x01(\rH\x00R\blogprobs\x88\x01\x01B\v\n" +
+	"\t_logprobs\"\x8b\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xf2\x01\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xb2\x02\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\".switchyard.worker.v1.FinishReasonR\ffinishReason\x121\n" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n" +
-	"\rerror_message\x18\x05 \x01(\tR\ferrorMessageB\a\n" +
-	"\x05_text\"M\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\x12>\n" +
+	"\blogprobs\x18\x06 \x03(\v2\".switchyard.worker.v1.TokenLogprobR\blogprobsB\a\n" +
+	"\x05_text\"\\\n" +
+	"\fTokenLogprob\x12\x18\n" +
+	"\alogprob\x18\x01 \x01(\x02R\alogprob\x122\n" +
+	"\x03top\x18\x02 \x03(\v2 .switchyard.worker.v1.TopLogprobR\x03top\"A\n" +
+	"\n" +
+	"TopLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\"M\n" +
 	"\aKvBlock\x12#\n" +
 	"\rsequence_hash\x18\x01 \x01(\x04R\fsequenceHash\x12\x1d\n" +
 	"\n" +
@@ -1402,7 +1543,7 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: switchyard.worker.v1.FinishReason
 	(*SamplingParameters)(nil),    // 1: switchyard.worker.v1.SamplingParameters
@@ -1410,39 +1551,43 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*GenerateRequest)(nil),       // 3: switchyard.worker.v1.GenerateRequest
 	(*Usage)(nil),                 // 4: switchyard.worker.v1.Usage
 	(*GenerateResponse)(nil),      // 5: switchyard.worker.v1.GenerateResponse
-	(*KvBlock)(nil),               // 6: switchyard.worker.v1.KvBlock
-	(*KvBlocksStored)(nil),        // 7: switchyard.worker.v1.KvBlocksStored
-	(*KvBlocksRemoved)(nil),       // 8: switchyard.worker.v1.KvBlocksRemoved
-	(*KvCacheCleared)(nil),        // 9: switchyard.worker.v1.KvCacheCleared
-	(*KvCacheEvent)(nil),          // 10: switchyard.worker.v1.KvCacheEvent
-	(*KvCacheEventEnvelope)(nil),  // 11: switchyard.worker.v1.KvCacheEventEnvelope
-	(*KvEventBatch)(nil),          // 12: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),           // 13: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),           // 14: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),           // 15: switchyard.worker.v1.TimingModel
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*TokenLogprob)(nil),          // 6: switchyard.worker.v1.TokenLogprob
+	(*TopLogprob)(nil),            // 7: switchyard.worker.v1.TopLogprob
+	(*KvBlock)(nil),               // 8: switchyard.worker.v1.KvBlock
+	(*KvBlocksStored)(nil),        // 9: switchyard.worker.v1.KvBlocksStored
+	(*KvBlocksRemoved)(nil),       // 10: switchyard.worker.v1.KvBlocksRemoved
+	(*KvCacheCleared)(nil),        // 11: switchyard.worker.v1.KvCacheCleared
+	(*KvCacheEvent)(nil),          // 12: switchyard.worker.v1.KvCacheEvent
+	(*KvCacheEventEnvelope)(nil),  // 13: switchyard.worker.v1.KvCacheEventEnvelope
+	(*KvEventBatch)(nil),          // 14: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),           // 15: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),           // 16: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),           // 17: switchyard.worker.v1.TimingModel
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
 	2,  // 1: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
 	0,  // 2: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
 	4,  // 3: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
-	6,  // 4: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	7,  // 5: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	8,  // 6: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	9,  // 7: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	10, // 8: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
-	10, // 9: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	16, // 10: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	15, // 11: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	14, // 12: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	3,  // 13: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	5,  // 14: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 4: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	7,  // 5: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	8,  // 6: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	9,  // 7: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	10, // 8: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	11, // 9: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	12, // 10: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
+	12, // 11: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	18, // 12: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	17, // 13: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	16, // 14: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	3,  // 15: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	5,  // 16: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -1451,9 +1596,10 @@ func file_switchyard_worker_v1_worker_proto_init() {
 		return
 	}
 	file_switchyard_worker_v1_worker_proto_msgTypes[0].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
 	file_switchyard_worker_v1_worker_proto_msgTypes[4].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
+	file_switchyard_worker_v1_worker_proto_msgTypes[8].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
 		(*KvCacheEvent_Stored)(nil),
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
@@ -1464,7 +1610,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

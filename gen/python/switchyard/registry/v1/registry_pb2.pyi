@@ -276,7 +276,7 @@ class ListModelsResponse(_message.Message):
     def __init__(self, cards: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class ModelCard(_message.Message):
-    __slots__ = ["block_size", "component", "context_length", "endpoint", "instance_id", "metadata", "model_name", "namespace", "tokenizer"]
+    __slots__ = ["block_size", "component", "context_length", "endpoint", "instance_id", "metadata", "model_name", "namespace", "reasoning_parser", "tokenizer", "tool_call_parser"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -292,7 +292,9 @@ class ModelCard(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_PARSER_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_PARSER_FIELD_NUMBER: _ClassVar[int]
     block_size: int
     component: str
     context_length: int
@@ -301,8 +303,10 @@ class ModelCard(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     model_name: str
     namespace: str
+    reasoning_parser: str
     tokenizer: _containers.RepeatedCompositeFieldContainer[TokenizerArtifact]
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    tool_call_parser: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tool_call_parser: _Optional[str] = ..., reasoning_parser: _Optional[str] = ...) -> None: ...
 
 class ModelEvent(_message.Message):
     __slots__ = ["card", "revision", "type"]

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/worker/v1/worker.proto.
  */
 export const file_switchyard_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIsMBChJTYW1wbGluZ1BhcmFtZXRlcnMSEwoLdGVtcGVyYXR1cmUYASABKAISDQoFdG9wX3AYAiABKAISDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISEQoEc2VlZBgFIAEoBEgAiAEBEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAYgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GAggASgCQgcKBV9zZWVkImYKDlN0b3BDb25kaXRpb25zEhYKDnN0b3BfdG9rZW5faWRzGAEgAygNEhIKCmlnbm9yZV9lb3MYAiABKAgSEgoKbWluX3Rva2VucxgDIAEoDRIUCgxzdG9wX3N0cmluZ3MYBCADKAkiywEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoDRI6CghzYW1wbGluZxgDIAEoCzIoLnN3aXRjaHlhcmQud29ya2VyLnYxLlNhbXBsaW5nUGFyYW1ldGVycxISCgptYXhfdG9rZW5zGAQgASgNEjIKBHN0b3AYBSABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5TdG9wQ29uZGl0aW9ucxINCgVtb2RlbBgGIAEoCSJXCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgNEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgNEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAMgASgNIr8BChBHZW5lcmF0ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoDRIRCgR0ZXh0GAIgASgJSACIAQESOQoNZmluaXNoX3JlYXNvbhgDIAEoDjIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgEIAEoCzIbLnN3aXRjaHlhcmQud29ya2VyLnYxLlVzYWdlEhUKDWVycm9yX21lc3NhZ2UYBSABKAlCBwoFX3RleHQiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigQEKFEt2Q2FjaGVFdmVudEVudmVsb3BlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSMQoFZXZlbnQYBCABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDJsCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIsMBChJTYW1wbGluZ1BhcmFtZXRlcnMSEwoLdGVtcGVyYXR1cmUYASABKAISDQoFdG9wX3AYAiABKAISDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISEQoEc2VlZBgFIAEoBEgAiAEBEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAYgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GAggASgCQgcKBV9zZWVkImYKDlN0b3BDb25kaXRpb25zEhYKDnN0b3BfdG9rZW5faWRzGAEgAygNEhIKCmlnbm9yZV9lb3MYAiABKAgSEgoKbWluX3Rva2VucxgDIAEoDRIUCgxzdG9wX3N0cmluZ3MYBCADKAki7wEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoDRI6CghzYW1wbGluZxgDIAEoCzIoLnN3aXRjaHlhcmQud29ya2VyLnYxLlNhbXBsaW5nUGFyYW1ldGVycxISCgptYXhfdG9rZW5zGAQgASgNEjIKBHN0b3AYBSABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5TdG9wQ29uZGl0aW9ucxINCgVtb2RlbBgGIAEoCRIVCghsb2dwcm9icxgHIAEoDUgAiAEBQgsKCV9sb2dwcm9icyJXCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgNEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgNEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAMgASgNIvUBChBHZW5lcmF0ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoDRIRCgR0ZXh0GAIgASgJSACIAQESOQoNZmluaXNoX3JlYXNvbhgDIAEoDjIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgEIAEoCzIbLnN3aXRjaHlhcmQud29ya2VyLnYxLlVzYWdlEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSNAoIbG9ncHJvYnMYBiADKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5Ub2tlbkxvZ3Byb2JCBwoFX3RleHQiTgoMVG9rZW5Mb2dwcm9iEg8KB2xvZ3Byb2IYASABKAISLQoDdG9wGAIgAygLMiAuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9wTG9ncHJvYiIvCgpUb3BMb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEg8KB2xvZ3Byb2IYAiABKAIiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigQEKFEt2Q2FjaGVFdmVudEVudmVsb3BlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSMQoFZXZlbnQYBCABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDJsCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * SamplingParameters choose how the next token is drawn.
@@ -178,6 +178,15 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
    * @generated from field: string model = 6;
    */
   model: string;
+
+  /**
+   * When set, every response carries the log probability of each generated
+   * token and of this many most likely alternatives at its position (0 to
+   * 20), as OpenAI's logprobs and top_logprobs.
+   *
+   * @generated from field: optional uint32 logprobs = 7;
+   */
+  logprobs?: number | undefined;
 };
 
 /**
@@ -262,6 +271,13 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
    * @generated from field: string error_message = 5;
    */
   errorMessage: string;
+
+  /**
+   * One entry per token of token_ids when the request set logprobs.
+   *
+   * @generated from field: repeated switchyard.worker.v1.TokenLogprob logprobs = 6;
+   */
+  logprobs: TokenLogprob[];
 };
 
 /**
@@ -270,6 +286,63 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
   messageDesc(file_switchyard_worker_v1_worker, 4);
+
+/**
+ * TokenLogprob is the log probability of one generated token and of the
+ * most likely alternatives at its position.
+ *
+ * @generated from message switchyard.worker.v1.TokenLogprob
+ */
+export type TokenLogprob = Message<"switchyard.worker.v1.TokenLogprob"> & {
+  /**
+   * Natural log of the generated token's probability.
+   *
+   * @generated from field: float logprob = 1;
+   */
+  logprob: number;
+
+  /**
+   * The most likely tokens at this position, most likely first.
+   *
+   * @generated from field: repeated switchyard.worker.v1.TopLogprob top = 2;
+   */
+  top: TopLogprob[];
+};
+
+/**
+ * Describes the message switchyard.worker.v1.TokenLogprob.
+ * Use `create(TokenLogprobSchema)` to create a new message.
+ */
+export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 5);
+
+/**
+ * TopLogprob is one likely token at a position.
+ *
+ * @generated from message switchyard.worker.v1.TopLogprob
+ */
+export type TopLogprob = Message<"switchyard.worker.v1.TopLogprob"> & {
+  /**
+   * The token.
+   *
+   * @generated from field: uint32 token_id = 1;
+   */
+  tokenId: number;
+
+  /**
+   * Natural log of its probability.
+   *
+   * @generated from field: float logprob = 2;
+   */
+  logprob: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.TopLogprob.
+ * Use `create(TopLogprobSchema)` to create a new message.
+ */
+export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 6);
 
 /**
  * KvBlock is the identity of one full KV cache block (see pkg/kvhash).
@@ -297,7 +370,7 @@ export type KvBlock = Message<"switchyard.worker.v1.KvBlock"> & {
  * Use `create(KvBlockSchema)` to create a new message.
  */
 export const KvBlockSchema: GenMessage<KvBlock> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 5);
+  messageDesc(file_switchyard_worker_v1_worker, 7);
 
 /**
  * KvBlocksStored reports full blocks that entered the cache, in sequence
@@ -327,7 +400,7 @@ export type KvBlocksStored = Message<"switchyard.worker.v1.KvBlocksStored"> & {
  * Use `create(KvBlocksStoredSchema)` to create a new message.
  */
 export const KvBlocksStoredSchema: GenMessage<KvBlocksStored> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 6);
+  messageDesc(file_switchyard_worker_v1_worker, 8);
 
 /**
  * KvBlocksRemoved reports blocks evicted from the cache.
@@ -348,7 +421,7 @@ export type KvBlocksRemoved = Message<"switchyard.worker.v1.KvBlocksRemoved"> & 
  * Use `create(KvBlocksRemovedSchema)` to create a new message.
  */
 export const KvBlocksRemovedSchema: GenMessage<KvBlocksRemoved> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 7);
+  messageDesc(file_switchyard_worker_v1_worker, 9);
 
 /**
  * KvCacheCleared reports that the whole cache was emptied.
@@ -363,7 +436,7 @@ export type KvCacheCleared = Message<"switchyard.worker.v1.KvCacheCleared"> & {
  * Use `create(KvCacheClearedSchema)` to create a new message.
  */
 export const KvCacheClearedSchema: GenMessage<KvCacheCleared> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 8);
+  messageDesc(file_switchyard_worker_v1_worker, 10);
 
 /**
  * KvCacheEvent is one change to a worker's KV cache.
@@ -408,7 +481,7 @@ export type KvCacheEvent = Message<"switchyard.worker.v1.KvCacheEvent"> & {
  * Use `create(KvCacheEventSchema)` to create a new message.
  */
 export const KvCacheEventSchema: GenMessage<KvCacheEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 9);
+  messageDesc(file_switchyard_worker_v1_worker, 11);
 
 /**
  * KvCacheEventEnvelope is one KV cache event with its origin and position.
@@ -451,7 +524,7 @@ export type KvCacheEventEnvelope = Message<"switchyard.worker.v1.KvCacheEventEnv
  * Use `create(KvCacheEventEnvelopeSchema)` to create a new message.
  */
 export const KvCacheEventEnvelopeSchema: GenMessage<KvCacheEventEnvelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 10);
+  messageDesc(file_switchyard_worker_v1_worker, 12);
 
 /**
  * KvEventBatch carries consecutive events of one worker in one message.
@@ -493,7 +566,7 @@ export type KvEventBatch = Message<"switchyard.worker.v1.KvEventBatch"> & {
  * Use `create(KvEventBatchSchema)` to create a new message.
  */
 export const KvEventBatchSchema: GenMessage<KvEventBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 11);
+  messageDesc(file_switchyard_worker_v1_worker, 13);
 
 /**
  * LoadMetrics is a worker's load, published after engine steps for the router.
@@ -591,7 +664,7 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
  * Use `create(LoadMetricsSchema)` to create a new message.
  */
 export const LoadMetricsSchema: GenMessage<LoadMetrics> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 12);
+  messageDesc(file_switchyard_worker_v1_worker, 14);
 
 /**
  * RequestLoad is one request on a worker as the worker sees it.
@@ -626,7 +699,7 @@ export type RequestLoad = Message<"switchyard.worker.v1.RequestLoad"> & {
  * Use `create(RequestLoadSchema)` to create a new message.
  */
 export const RequestLoadSchema: GenMessage<RequestLoad> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 13);
+  messageDesc(file_switchyard_worker_v1_worker, 15);
 
 /**
  * TimingModel is how long a worker's engine takes to compute, in
@@ -708,7 +781,7 @@ export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
  * Use `create(TimingModelSchema)` to create a new message.
  */
 export const TimingModelSchema: GenMessage<TimingModel> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 14);
+  messageDesc(file_switchyard_worker_v1_worker, 16);
 
 /**
  * FinishReason says why a generation ended.
