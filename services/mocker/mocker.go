@@ -152,11 +152,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if err != nil {
 		return err
 	}
+	tok, err := tokenizer.Load(files[0])
+	if err != nil {
+		return fmt.Errorf("load tokenizer: %w", err)
+	}
 	if cfg.OutputText != "" {
-		tok, err := tokenizer.Load(files[0])
-		if err != nil {
-			return fmt.Errorf("load tokenizer for --output-text: %w", err)
-		}
 		cfg.Engine.OutputText = tok.Encode(cfg.OutputText)
 	}
 	e, err := engine.New(cfg.Engine)
@@ -212,7 +212,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	}
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {
 			w.Store(wk)
 			wk.SetLoad(func() *workerv1.LoadMetrics {
 				if m := load.Load(); m != nil {
@@ -229,13 +229,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 }
 
 // generate serves requests from the engine, cancelling the engine's request
-// when the caller goes away.
-func generate(r *realtime.Runner, defaultMaxTokens int) worker.Handler {
+// when the caller goes away. The player scripts how answers start.
+func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handler {
+	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := engine.RequestFromProto(req, defaultMaxTokens)
 		if err != nil {
 			return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
 		}
+		if req.Logprobs != nil && req.GetLogprobs() > 20 {
+			return &transport.HandlerError{Code: "invalid_argument", Message: "logprobs must be at most 20"}
+		}
+		er.Script, er.ScriptEnds = pl.script(er.Prompt)
+		generated := 0
 		stream, err := r.Submit(er)
 		if err != nil {
 			if errors.Is(err, engine.ErrRequestTooLarge) || errors.Is(err, engine.ErrDuplicateRequest) {
@@ -252,7 +258,12 @@ func generate(r *realtime.Runner, defaultMaxTokens int) worker.Handler {
 				_ = r.Cancel(er.ID)
 				return err
 			}
-			if err := send(out.Proto()); err != nil {
+			resp := out.Proto()
+			if req.Logprobs != nil {
+				resp.Logprobs = logprobs(out.Tokens, generated, req.GetLogprobs(), vocab)
+			}
+			generated += len(out.Tokens)
+			if err := send(resp); err != nil {
 				_ = r.Cancel(er.ID)
 				return err
 			}

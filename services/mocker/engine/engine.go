@@ -89,6 +89,12 @@ type Request struct {
 	// MinTokens is the output length (stop token included) below which
 	// stop tokens do not end the request, as vLLM's min_tokens.
 	MinTokens int
+	// Script, when set, are the first tokens generated, in order (what a
+	// model that answers the prompt in a known way would write); the
+	// output goes on as usual after it, or ends with FinishStop there
+	// when ScriptEnds is set. MaxTokens still caps it.
+	Script     []uint32
+	ScriptEnds bool
 }
 
 // FinishReason says why a request ended.
@@ -232,6 +238,9 @@ type request struct {
 	minTokens int
 	stop      []uint32
 	seed      uint64
+	// script and scriptEnds are Request's Script and ScriptEnds.
+	script     []uint32
+	scriptEnds bool
 	// computed counts the tokens whose KV is in the request's blocks.
 	computed int
 	blocks   []int32
@@ -252,6 +261,8 @@ func (r *request) generated() int { return len(r.tokens) - r.promptLen }
 // finish says whether the request ends after generating tok.
 func (r *request) finish(tok uint32) FinishReason {
 	switch {
+	case r.scriptEnds && r.generated() >= len(r.script):
+		return FinishStop
 	case r.generated() >= r.minTokens && slices.Contains(r.stop, tok):
 		return FinishStop
 	case r.generated() >= r.maxTokens:
@@ -323,14 +334,16 @@ func (e *Engine) Add(r Request) error {
 	tokens := make([]uint32, len(r.Prompt), len(r.Prompt)+min(r.MaxTokens, 512))
 	copy(tokens, r.Prompt)
 	q := &request{
-		id:        r.ID,
-		tokens:    tokens,
-		promptLen: len(r.Prompt),
-		maxTokens: r.MaxTokens,
-		minTokens: r.MinTokens,
-		stop:      slices.Clone(r.StopTokenIDs),
-		seed:      tokenSeed(r.Prompt, r.Seed),
-		hasher:    kvhash.NewHasher(bs),
+		id:         r.ID,
+		tokens:     tokens,
+		promptLen:  len(r.Prompt),
+		maxTokens:  r.MaxTokens,
+		minTokens:  r.MinTokens,
+		stop:       slices.Clone(r.StopTokenIDs),
+		script:     r.Script,
+		scriptEnds: r.ScriptEnds && len(r.Script) > 0,
+		seed:       tokenSeed(r.Prompt, r.Seed),
+		hasher:     kvhash.NewHasher(bs),
 	}
 	q.hashes = q.hasher.Append(tokens, make([]kvhash.Block, 0, cap(tokens)/bs))
 	e.requests[r.ID] = q
@@ -486,7 +499,9 @@ func (e *Engine) Step() StepResult {
 			continue
 		}
 		var tok uint32
-		if len(e.cfg.OutputText) > 0 {
+		if g := r.generated(); g < len(r.script) {
+			tok = r.script[g]
+		} else if len(e.cfg.OutputText) > 0 {
 			tok = textToken(r.seed, r.generated(), e.cfg.OutputText)
 		} else {
 			tok = outputToken(r.seed, r.generated(), e.cfg.OutputTokenMin, e.cfg.OutputTokenMax)

@@ -702,3 +702,30 @@ func TestOutputText(t *testing.T) {
 		}
 	}
 }
+
+func TestScript(t *testing.T) {
+	text := []uint32{11, 12, 13, 14, 15}
+	for _, tc := range []struct {
+		name      string
+		r         Request
+		wantHead  []uint32
+		wantLen   int
+		wantFinal FinishReason
+	}{
+		{"script then text", Request{ID: "a", Prompt: []uint32{1, 2, 3}, MaxTokens: 6, Script: []uint32{7, 8}}, []uint32{7, 8}, 6, FinishLength},
+		{"script that ends", Request{ID: "b", Prompt: []uint32{1, 2, 3}, MaxTokens: 6, Script: []uint32{7, 8, 9}, ScriptEnds: true}, []uint32{7, 8, 9}, 3, FinishStop},
+		{"max tokens cuts the script", Request{ID: "c", Prompt: []uint32{1, 2, 3}, MaxTokens: 2, Script: []uint32{7, 8, 9}, ScriptEnds: true}, []uint32{7, 8}, 2, FinishLength},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, func(c *Config) { c.OutputText = text })
+			if err := e.Add(tc.r); err != nil {
+				t.Fatal(err)
+			}
+			d := drain(t, e, 100)
+			got := d.tokens[tc.r.ID]
+			if len(got) != tc.wantLen || !slices.Equal(got[:len(tc.wantHead)], tc.wantHead) || d.last[tc.r.ID].Finish != tc.wantFinal {
+				t.Fatalf("tokens %v finish %v; want %d tokens starting %v, finish %v", got, d.last[tc.r.ID].Finish, tc.wantLen, tc.wantHead, tc.wantFinal)
+			}
+		})
+	}
+}
