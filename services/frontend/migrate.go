@@ -49,7 +49,7 @@ func migratable(err error) bool {
 // a worker fails in a way migratable reports, the request moves to another
 // worker (the failed ones excluded) with the prompt plus the tokens already
 // produced, up to --migration-limit times; the caller sees one stream.
-func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) error) (outcome, error) {
+func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32, lps []*workerv1.TokenLogprob) error) (outcome, error) {
 	var out outcome
 	var exclude []uint64
 	for attempt := 0; ; attempt++ {
@@ -100,9 +100,9 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32) 
 // attempts generated). It appends every generated token to j.generated and
 // counts it in out.
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
-	emit func(ids []uint32) error) (workerv1.FinishReason, error) {
+	emit func(ids []uint32, lps []*workerv1.TokenLogprob) error) (workerv1.FinishReason, error) {
 	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
-		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}}
+		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs}
 	if j.p.maxTokens > 0 {
 		req.MaxTokens = j.p.maxTokens - out.completion
 	}
@@ -149,7 +149,7 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 			}
 			out.completion += uint32(len(resp.TokenIds))
 			j.generated = append(j.generated, resp.TokenIds...)
-			if err := emit(resp.TokenIds); err != nil {
+			if err := emit(resp.TokenIds, resp.Logprobs); err != nil {
 				if errors.Is(err, errStopped) {
 					return workerv1.FinishReason_FINISH_REASON_STOP, nil
 				}

@@ -17,6 +17,10 @@ import (
 // maxStops is OpenAI's limit on stop sequences.
 const maxStops = 4
 
+// maxTopLogprobs is OpenAI's limit on top_logprobs (chat); completions
+// allow up to 5 in logprobs.
+const maxTopLogprobs, maxCompletionLogprobs = 20, 5
+
 // chatRequest is the body of POST /v1/chat/completions. Fields OpenAI
 // defines that the frontend does not use are ignored, as OpenAI clients
 // send many of them.
@@ -24,18 +28,25 @@ type chatRequest struct {
 	Model               string            `json:"model"`
 	Messages            []chatMessage     `json:"messages"`
 	Tools               []json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
 	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
 	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
 	Logprobs            *bool             `json:"logprobs"`
+	TopLogprobs         *int64            `json:"top_logprobs"`
 	commonRequest
+
+	// tools is the validated Tools and ToolChoice.
+	tools toolSpec
 }
 
 // completionRequest is the body of POST /v1/completions.
 type completionRequest struct {
 	Model  string          `json:"model"`
 	Prompt json.RawMessage `json:"prompt"`
-	Echo   bool            `json:"echo"`
-	Suffix *string         `json:"suffix"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
+	Logprobs *int64          `json:"logprobs"`
 	commonRequest
 }
 
@@ -87,6 +98,9 @@ type genParams struct {
 	stopTokenIDs []uint32
 	ignoreEOS    bool
 	minTokens    uint32
+	// logprobs, when set, asks for log probabilities with this many top
+	// alternatives.
+	logprobs *uint32
 }
 
 // paramError is a client error about one request field.
@@ -139,8 +153,23 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 	if len(r.Messages) == 0 {
 		return nil, genParams{}, invalid("messages", "messages must hold at least one message")
 	}
+	if r.tools, err = parseTools(r.Tools, r.ToolChoice, r.ParallelToolCalls); err != nil {
+		return nil, genParams{}, err
+	}
+	if r.TopLogprobs != nil {
+		if *r.TopLogprobs < 0 || *r.TopLogprobs > maxTopLogprobs {
+			return nil, genParams{}, invalid("top_logprobs", "top_logprobs must be between 0 and %d", maxTopLogprobs)
+		}
+		if r.Logprobs == nil || !*r.Logprobs {
+			return nil, genParams{}, invalid("top_logprobs", "top_logprobs needs logprobs true")
+		}
+	}
 	if r.Logprobs != nil && *r.Logprobs {
-		return nil, genParams{}, invalid("logprobs", "logprobs are not supported")
+		top := uint32(0)
+		if r.TopLogprobs != nil {
+			top = uint32(*r.TopLogprobs)
+		}
+		p.logprobs = &top
 	}
 	for i, m := range r.Messages {
 		switch m.Role {
@@ -218,6 +247,13 @@ func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uin
 	}
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, genParams{}, "", nil, invalid("suffix", "suffix is not supported")
+	}
+	if r.Logprobs != nil {
+		if *r.Logprobs < 0 || *r.Logprobs > maxCompletionLogprobs {
+			return nil, genParams{}, "", nil, invalid("logprobs", "logprobs must be between 0 and %d", maxCompletionLogprobs)
+		}
+		top := uint32(*r.Logprobs)
+		p.logprobs = &top
 	}
 	text, ids, err := promptOf(r.Prompt)
 	if err != nil {
@@ -374,62 +410,21 @@ type promptTokensDetails struct {
 	CachedTokens uint32 `json:"cached_tokens"`
 }
 
-type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatChoice struct {
-	Index        int            `json:"index"`
-	Message      chatMessageOut `json:"message"`
-	FinishReason string         `json:"finish_reason"`
-	Logprobs     *struct{}      `json:"logprobs"`
-}
-
-type chatCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usageJSON   `json:"usage"`
-}
-
-type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-type chatChunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        chatDelta `json:"delta"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
-}
-
-type chatChunk struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	Model   string            `json:"model"`
-	Choices []chatChunkChoice `json:"choices"`
-	Usage   *usageJSON        `json:"usage,omitempty"`
-}
-
 type completionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	FinishReason *string             `json:"finish_reason"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
 }
 
 type completion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usageJSON         `json:"usage,omitempty"`
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             *usageJSON         `json:"usage,omitempty"`
 }
 
 type modelJSON struct {
@@ -461,6 +456,9 @@ const workerFinishLength = workerv1.FinishReason_FINISH_REASON_LENGTH
 // sink writes one request's output in its endpoint's shape, streamed or not.
 type sink interface {
 	requestID() string
+	// tokens records generated tokens and their log probabilities (when
+	// asked for), before their text is passed to delta.
+	tokens(ids []uint32, lps []*workerv1.TokenLogprob)
 	// delta sends generated text.
 	delta(text string) error
 	// end finishes the response.
@@ -522,72 +520,6 @@ func (e *sse) fail(err error) {
 	_ = e.done()
 }
 
-// chatSink writes chat completions.
-type chatSink struct {
-	w            http.ResponseWriter
-	sse          sse
-	stream       bool
-	includeUsage bool
-	id, model    string
-	created      int64
-	text         strings.Builder
-}
-
-func (c *chatSink) requestID() string { return c.id }
-
-func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
-	return chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model,
-		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
-}
-
-func (c *chatSink) begin() error {
-	if c.sse.started {
-		return nil
-	}
-	c.sse.w = c.w
-	empty := ""
-	return c.sse.send(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil))
-}
-
-func (c *chatSink) delta(text string) error {
-	if !c.stream {
-		c.text.WriteString(text)
-		return nil
-	}
-	if err := c.begin(); err != nil {
-		return err
-	}
-	return c.sse.send(c.chunk(chatDelta{Content: &text}, nil))
-}
-
-func (c *chatSink) end(finish string, u usageJSON) error {
-	if !c.stream {
-		writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
-			Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: c.text.String()}, FinishReason: finish}},
-			Usage:   &u})
-		return nil
-	}
-	if err := c.begin(); err != nil {
-		return err
-	}
-	if err := c.sse.send(c.chunk(chatDelta{}, &finish)); err != nil {
-		return err
-	}
-	if c.includeUsage {
-		ch := c.chunk(chatDelta{}, nil)
-		ch.Choices, ch.Usage = []chatChunkChoice{}, &u
-		if err := c.sse.send(ch); err != nil {
-			return err
-		}
-	}
-	return c.sse.done()
-}
-
-func (c *chatSink) fail(err error) {
-	c.sse.w = c.w
-	c.sse.fail(err)
-}
-
 // completionSink writes text completions.
 type completionSink struct {
 	w            http.ResponseWriter
@@ -595,15 +527,24 @@ type completionSink struct {
 	stream       bool
 	includeUsage bool
 	id, model    string
+	fingerprint  string
 	created      int64
+	index        int
+	logprobs     *logprobOut // nil without logprobs
 	text         strings.Builder
 }
 
 func (c *completionSink) requestID() string { return c.id }
 
+func (c *completionSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob) { c.logprobs.add(ids, lps) }
+
 func (c *completionSink) chunk(text string, finish *string) completion {
-	return completion{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model,
-		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
+	ch := completion{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,
+		Choices: []completionChoice{{Index: c.index, Text: text, FinishReason: finish}}}
+	if c.logprobs != nil {
+		ch.Choices[0].Logprobs = c.logprobs.takeCompletion()
+	}
+	return ch
 }
 
 func (c *completionSink) delta(text string) error {

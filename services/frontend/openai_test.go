@@ -10,6 +10,8 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 )
 
+const weatherTool = `{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`
+
 func TestDecodeChat(t *testing.T) {
 	tests := []struct {
 		name, body string
@@ -27,6 +29,17 @@ func TestDecodeChat(t *testing.T) {
 		{"five stops", `{"model":"m","stop":["a","b","c","d","e"],"messages":[{"role":"user","content":"hi"}]}`, "stop", false},
 		{"top_p zero", `{"model":"m","top_p":0,"messages":[{"role":"user","content":"hi"}]}`, "top_p", false},
 		{"stream_options without stream", `{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, "stream_options", false},
+		{"tools", `{"model":"m","tools":[` + weatherTool + `],"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"tool_choice required", `{"model":"m","tools":[` + weatherTool + `],"tool_choice":"required","messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"tool_choice named", `{"model":"m","tools":[` + weatherTool + `],"tool_choice":{"type":"function","function":{"name":"get_weather"}},"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"tool_choice unknown function", `{"model":"m","tools":[` + weatherTool + `],"tool_choice":{"type":"function","function":{"name":"nope"}},"messages":[{"role":"user","content":"hi"}]}`, "tool_choice", false},
+		{"tool_choice bad mode", `{"model":"m","tools":[` + weatherTool + `],"tool_choice":"always","messages":[{"role":"user","content":"hi"}]}`, "tool_choice", false},
+		{"tool_choice without tools", `{"model":"m","tool_choice":"required","messages":[{"role":"user","content":"hi"}]}`, "tool_choice", false},
+		{"tool_choice none without tools", `{"model":"m","tool_choice":"none","messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"tool without name", `{"model":"m","tools":[{"type":"function","function":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0]", false},
+		{"logprobs", `{"model":"m","logprobs":true,"top_logprobs":3,"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"top_logprobs without logprobs", `{"model":"m","top_logprobs":3,"messages":[{"role":"user","content":"hi"}]}`, "top_logprobs", false},
+		{"top_logprobs too many", `{"model":"m","logprobs":true,"top_logprobs":21,"messages":[{"role":"user","content":"hi"}]}`, "top_logprobs", false},
 		{"negative max_tokens", `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", false},
 	}
 	for _, tt := range tests {

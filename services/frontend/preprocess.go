@@ -252,7 +252,7 @@ func (a *assets) chatPrompt(r *chatRequest) ([]uint32, error) {
 	if a.tmpl == nil {
 		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
 	}
-	text, err := a.tmpl.Render(chattemplate.Input{Messages: r.messages(), AddGenerationPrompt: true, Tools: r.Tools,
+	text, err := a.tmpl.Render(chattemplate.Input{Messages: r.messages(), AddGenerationPrompt: true, Tools: r.tools.templateTools(),
 		BOSToken: a.cfg.BOSToken, EOSToken: a.cfg.EOSToken, Extra: r.ChatTemplateKwargs})
 	if err != nil {
 		return nil, invalid("messages", "the chat template cannot render these messages: %v", err)

@@ -64,6 +64,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
@@ -380,8 +381,9 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.serve(w, r, &chatSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "chatcmpl-" + newID(),
-		model: p.model, created: time.Now().Unix()}, card, a, prompt, p, "messages")
+	sk := newChatSink(w, p, card, req.tools, "chatcmpl-"+newID(), time.Now().Unix())
+	sk.logprobs = newLogprobOut(a.tok, p)
+	s.serve(w, r, sk, card, a, prompt, p, "messages")
 }
 
 func (s *Service) handleCompletion(w *recorder, r *http.Request) {
@@ -405,7 +407,7 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		ids = a.encode(text)
 	}
 	s.serve(w, r, &completionSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "cmpl-" + newID(),
-		model: p.model, created: time.Now().Unix()}, card, a, ids, p, "prompt")
+		model: p.model, fingerprint: systemFingerprint(card), created: time.Now().Unix(), logprobs: newLogprobOut(a.tok, p)}, card, a, ids, p, "prompt")
 }
 
 // modelAssets finds the model's card and its tokenizer and template.
@@ -447,7 +449,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
-	emit := func(ids []uint32) error {
+	emit := func(ids []uint32, lps []*workerv1.TokenLogprob) error {
 		now := time.Now()
 		if last.IsZero() {
 			s.metrics.ttft.WithLabelValues(p.model).Observe(now.Sub(start).Seconds())
@@ -459,6 +461,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 			}
 		}
 		last = now
+		sk.tokens(ids, lps)
 		delta, stop := text.add(ids)
 		if delta != "" {
 			if err := sk.delta(delta); err != nil {
@@ -560,6 +563,9 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, ErrModelAssets):
 		e.Type, e.Code = "service_unavailable", code("model_assets_unavailable")
 		return http.StatusServiceUnavailable, e
+	case errors.Is(err, ErrToolChoice):
+		e.Type, e.Code = "server_error", code("tool_choice_not_satisfied")
+		return http.StatusInternalServerError, e
 	case errors.Is(err, ErrWorkerFailed):
 		e.Type, e.Code = "server_error", code("worker_failed")
 		return http.StatusBadGateway, e

@@ -341,12 +341,16 @@ func statusOf(err error) int {
 	return 0
 }
 
+// chatParams asks for a chat completion without thinking (Qwen3's
+// enable_thinking false), so that every generated token is content.
 func chatParams(content string, maxTokens int64) openai.ChatCompletionNewParams {
-	return openai.ChatCompletionNewParams{
+	p := openai.ChatCompletionNewParams{
 		Model:     testModel,
 		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
 		MaxTokens: openai.Int(maxTokens),
 	}
+	p.SetExtraFields(map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}})
+	return p
 }
 
 // streamChat runs a streamed chat completion and returns its text, finish

@@ -28,7 +28,7 @@ const (
 	// tools sit in the first system turn, the turn to answer at the end.
 	headTokens = 8192
 	tailTokens = 2048
-	thinkText  = "<think>\nThe user asked something; a short, direct answer will do.\n</think>\n\n"
+	thinkText  = "<think>\nA short answer will do.\n</think>\n\n"
 	toolsOpen  = "<tools>\n"
 	toolsClose = "\n</tools>"
 	assistant  = "<|im_start|>assistant\n"

@@ -1,0 +1,378 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/reasoning"
+	"github.com/switchyard-llm/switchyard/pkg/toolcall"
+)
+
+// ErrToolChoice is a generation that did not call a tool although
+// tool_choice required one (required, or a named function): the answer is an
+// error, never a silent text answer.
+var ErrToolChoice = errors.New("the model's answer does not satisfy tool_choice")
+
+// Tool choice modes.
+const (
+	toolChoiceAuto     = "auto"
+	toolChoiceNone     = "none"
+	toolChoiceRequired = "required"
+	toolChoiceFunction = "function"
+)
+
+// toolSpec is a chat request's validated tools and tool_choice.
+type toolSpec struct {
+	// tools are the definitions as sent, and names their function names.
+	tools []json.RawMessage
+	names []string
+	// choice is a tool choice mode; named is the function of "function".
+	choice string
+	named  string
+	// single keeps only the first call (parallel_tool_calls false).
+	single bool
+}
+
+// parseTools validates tools, tool_choice and parallel_tool_calls.
+func parseTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (toolSpec, error) {
+	ts := toolSpec{tools: tools, choice: toolChoiceAuto, single: parallel != nil && !*parallel}
+	for i, raw := range tools {
+		var t struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Function == nil || t.Function.Name == "" {
+			return toolSpec{}, invalid(fmt.Sprintf("tools[%d]", i), `each tool must be {"type":"function","function":{"name":...}}`)
+		}
+		ts.names = append(ts.names, t.Function.Name)
+	}
+	choice = bytes.TrimSpace(choice)
+	if len(choice) == 0 || bytes.Equal(choice, []byte("null")) {
+		if len(tools) == 0 {
+			ts.choice = toolChoiceNone
+		}
+		return ts, nil
+	}
+	var mode string
+	if json.Unmarshal(choice, &mode) == nil {
+		switch mode {
+		case toolChoiceAuto, toolChoiceNone, toolChoiceRequired:
+			ts.choice = mode
+		default:
+			return toolSpec{}, invalid("tool_choice", "tool_choice must be none, auto, required or a function, got %q", mode)
+		}
+	} else {
+		var named struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(choice, &named) != nil || named.Type != "function" || named.Function.Name == "" {
+			return toolSpec{}, invalid("tool_choice", `tool_choice must be none, auto, required or {"type":"function","function":{"name":...}}`)
+		}
+		ts.choice, ts.named = toolChoiceFunction, named.Function.Name
+	}
+	if ts.choice != toolChoiceNone && len(tools) == 0 {
+		return toolSpec{}, invalid("tool_choice", "tool_choice %s needs tools", ts.choice)
+	}
+	if ts.choice == toolChoiceFunction {
+		found := false
+		for _, n := range ts.names {
+			found = found || n == ts.named
+		}
+		if !found {
+			return toolSpec{}, invalid("tool_choice", "tool_choice names the function %q, which is not among the tools", ts.named)
+		}
+	}
+	return ts, nil
+}
+
+// templateTools are the tools the chat template shows the model: none with
+// tool_choice none (the model cannot call what it is not offered), only the
+// named one for a named function, all of them otherwise.
+func (ts toolSpec) templateTools() []json.RawMessage {
+	switch ts.choice {
+	case toolChoiceNone:
+		return nil
+	case toolChoiceFunction:
+		for i, n := range ts.names {
+			if n == ts.named {
+				return ts.tools[i : i+1]
+			}
+		}
+	}
+	return ts.tools
+}
+
+// check reports whether calls satisfy the tool choice.
+func (ts toolSpec) check(calls []toolCallJSON) error {
+	switch ts.choice {
+	case toolChoiceRequired:
+		if len(calls) == 0 {
+			return fmt.Errorf("%w: tool_choice is required and the model called no tool", ErrToolChoice)
+		}
+	case toolChoiceFunction:
+		if len(calls) == 0 {
+			return fmt.Errorf("%w: tool_choice names %q and the model called no tool", ErrToolChoice, ts.named)
+		}
+		for _, c := range calls {
+			if c.Function.Name != ts.named {
+				return fmt.Errorf("%w: tool_choice names %q and the model called %q", ErrToolChoice, ts.named, c.Function.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// Chat response bodies, in OpenAI's shapes.
+
+type toolCallJSON struct {
+	Index    *int         `json:"index,omitempty"` // streamed deltas only
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function functionJSON `json:"function"`
+}
+
+type functionJSON struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+type chatMessageOut struct {
+	Role             string         `json:"role"`
+	Content          *string        `json:"content"`
+	Refusal          *string        `json:"refusal"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	FinishReason string         `json:"finish_reason"`
+	Logprobs     *chatLogprobs  `json:"logprobs"`
+}
+
+type chatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             *usageJSON   `json:"usage"`
+}
+
+type chatDelta struct {
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	FinishReason *string       `json:"finish_reason"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+}
+
+type chatChunk struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint string            `json:"system_fingerprint"`
+	Choices           []chatChunkChoice `json:"choices"`
+	Usage             *usageJSON        `json:"usage,omitempty"`
+}
+
+// systemFingerprint names the backend configuration of a model: its
+// tokenizer and template content, which is what changes its answers here.
+func systemFingerprint(card *registryv1.ModelCard) string {
+	tok, _ := tokenizerFiles(card)
+	if sha := tok.GetSha256(); len(sha) >= 12 {
+		return "fp_" + sha[:12]
+	}
+	return "fp_switchyard"
+}
+
+// chatSink writes chat completions. Generated text goes through the
+// model's reasoning parser, then (when tools are offered) its tool call
+// parser: reasoning comes out as reasoning_content, calls as tool_calls.
+type chatSink struct {
+	w            http.ResponseWriter
+	sse          sse
+	stream       bool
+	includeUsage bool
+	id, model    string
+	fingerprint  string
+	created      int64
+	index        int
+	reason       *reasoning.Parser
+	tools        *toolcall.Parser // nil: no tool parsing
+	spec         toolSpec
+	logprobs     *logprobOut // nil without logprobs
+
+	content, thought strings.Builder
+	calls            []toolCallJSON
+	began            bool
+}
+
+// newChatSink builds the sink of one chat choice for card's parsers.
+func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard, spec toolSpec, id string, created int64) *chatSink {
+	c := &chatSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: id, model: p.model,
+		fingerprint: systemFingerprint(card), created: created, spec: spec}
+	// The names were validated by the worker; an unknown one (a newer
+	// worker) parses nothing rather than failing requests.
+	if c.reason, _ = reasoning.New(card.GetReasoningParser()); c.reason == nil {
+		c.reason, _ = reasoning.New(reasoning.None)
+	}
+	if spec.choice != toolChoiceNone {
+		if tp, err := toolcall.New(card.GetToolCallParser()); err == nil && card.GetToolCallParser() != "" && card.GetToolCallParser() != toolcall.None {
+			c.tools = tp
+		}
+	}
+	return c
+}
+
+func (c *chatSink) requestID() string { return c.id }
+
+func (c *chatSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob) { c.logprobs.add(ids, lps) }
+
+func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
+	return chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,
+		Choices: []chatChunkChoice{{Index: c.index, Delta: d, FinishReason: finish}}}
+}
+
+func (c *chatSink) send(d chatDelta, finish *string) error {
+	if !c.began {
+		c.began = true
+		c.sse.w = c.w
+		empty := ""
+		if err := c.sse.send(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil)); err != nil {
+			return err
+		}
+	}
+	ch := c.chunk(d, finish)
+	if c.logprobs != nil {
+		ch.Choices[0].Logprobs = c.logprobs.take()
+	}
+	return c.sse.send(ch)
+}
+
+func (c *chatSink) delta(text string) error {
+	r, a := c.reason.Add(text)
+	return c.out(r, a, false)
+}
+
+// out passes reasoning and answer text on, the answer through the tool
+// call parser.
+func (c *chatSink) out(r, a string, final bool) error {
+	if r != "" {
+		if !c.stream {
+			c.thought.WriteString(r)
+		} else if err := c.send(chatDelta{ReasoningContent: &r}, nil); err != nil {
+			return err
+		}
+	}
+	var evs []toolcall.Event
+	if c.tools != nil {
+		evs = c.tools.Add(a)
+		if final {
+			evs = append(evs, c.tools.Flush()...)
+		}
+	} else if a != "" {
+		evs = []toolcall.Event{{Text: a}}
+	}
+	for _, e := range evs {
+		if e.Call != nil {
+			if err := c.call(e.Call); err != nil {
+				return err
+			}
+			continue
+		}
+		if !c.stream {
+			c.content.WriteString(e.Text)
+		} else if err := c.send(chatDelta{Content: &e.Text}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// call returns one tool call: streamed as OpenAI does, its index, id and
+// name first, then its arguments.
+func (c *chatSink) call(tc *toolcall.Call) error {
+	if c.spec.single && len(c.calls) > 0 {
+		return nil
+	}
+	call := toolCallJSON{ID: "call_" + newID()[:24], Type: "function", Function: functionJSON{Name: tc.Name, Arguments: tc.Arguments}}
+	c.calls = append(c.calls, call)
+	if !c.stream {
+		return nil
+	}
+	i := len(c.calls) - 1
+	head := call
+	head.Index, head.Function.Arguments = &i, ""
+	if err := c.send(chatDelta{ToolCalls: []toolCallJSON{head}}, nil); err != nil {
+		return err
+	}
+	return c.send(chatDelta{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: tc.Arguments}}}}, nil)
+}
+
+func (c *chatSink) end(finish string, u usageJSON) error {
+	r, a := c.reason.Flush()
+	if err := c.out(r, a, true); err != nil {
+		return err
+	}
+	if err := c.spec.check(c.calls); err != nil {
+		c.fail(err)
+		return err
+	}
+	if len(c.calls) > 0 && finish == "stop" {
+		finish = "tool_calls"
+	}
+	if !c.stream {
+		msg := chatMessageOut{Role: "assistant", ToolCalls: c.calls}
+		if text := c.content.String(); text != "" || len(c.calls) == 0 {
+			msg.Content = &text
+		}
+		if c.thought.Len() > 0 {
+			t := c.thought.String()
+			msg.ReasoningContent = &t
+		}
+		choice := chatChoice{Index: c.index, Message: msg, FinishReason: finish}
+		if c.logprobs != nil {
+			choice.Logprobs = c.logprobs.take()
+		}
+		writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+			SystemFingerprint: c.fingerprint, Choices: []chatChoice{choice}, Usage: &u})
+		return nil
+	}
+	if err := c.send(chatDelta{}, &finish); err != nil {
+		return err
+	}
+	if c.includeUsage {
+		ch := c.chunk(chatDelta{}, nil)
+		ch.Choices, ch.Usage = []chatChunkChoice{}, &u
+		if err := c.sse.send(ch); err != nil {
+			return err
+		}
+	}
+	return c.sse.done()
+}
+
+func (c *chatSink) fail(err error) {
+	c.sse.w = c.w
+	c.sse.fail(err)
+}

@@ -1,0 +1,110 @@
+package frontend
+
+import (
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+)
+
+// chatLogprobs is a chat choice's logprobs object.
+type chatLogprobs struct {
+	Content []tokenLogprobJSON `json:"content"`
+	Refusal []tokenLogprobJSON `json:"refusal"`
+}
+
+type tokenLogprobJSON struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []topLogprobJSON `json:"top_logprobs"`
+}
+
+type topLogprobJSON struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// completionLogprobs is a text completion choice's (legacy) logprobs object.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// logprobOut collects the log probabilities the worker sent with generated
+// tokens until a response or chunk takes them.
+type logprobOut struct {
+	tok     *tokenizer.Tokenizer
+	top     int
+	pending []tokenLogprobJSON
+	// offset is the text length of the tokens taken so far (text_offset).
+	offset int
+}
+
+func newLogprobOut(tok *tokenizer.Tokenizer, p genParams) *logprobOut {
+	if p.logprobs == nil {
+		return nil
+	}
+	return &logprobOut{tok: tok, top: int(*p.logprobs)}
+}
+
+func (l *logprobOut) piece(id uint32) (string, []int) {
+	s := l.tok.Decode([]uint32{id})
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return s, b
+}
+
+// add records the logprobs of ids; a worker that sent none (or fewer) gets
+// no entries for those tokens rather than made-up ones.
+func (l *logprobOut) add(ids []uint32, lps []*workerv1.TokenLogprob) {
+	if l == nil {
+		return
+	}
+	for i, id := range ids {
+		if i >= len(lps) {
+			return
+		}
+		tokStr, b := l.piece(id)
+		e := tokenLogprobJSON{Token: tokStr, Logprob: lps[i].GetLogprob(), Bytes: b, TopLogprobs: []topLogprobJSON{}}
+		for k, t := range lps[i].GetTop() {
+			if k >= l.top {
+				break
+			}
+			s, tb := l.piece(t.GetTokenId())
+			e.TopLogprobs = append(e.TopLogprobs, topLogprobJSON{Token: s, Logprob: t.GetLogprob(), Bytes: tb})
+		}
+		l.pending = append(l.pending, e)
+	}
+}
+
+// take returns the pending entries as a chat logprobs object.
+func (l *logprobOut) take() *chatLogprobs {
+	out := &chatLogprobs{Content: l.pending}
+	if out.Content == nil {
+		out.Content = []tokenLogprobJSON{}
+	}
+	l.pending = nil
+	return out
+}
+
+// takeCompletion returns the pending entries in the completions shape.
+func (l *logprobOut) takeCompletion() *completionLogprobs {
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	for _, e := range l.pending {
+		out.Tokens = append(out.Tokens, e.Token)
+		out.TokenLogprobs = append(out.TokenLogprobs, e.Logprob)
+		top := map[string]float32{}
+		for _, t := range e.TopLogprobs {
+			top[t.Token] = t.Logprob
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+		out.TextOffset = append(out.TextOffset, l.offset)
+		l.offset += len(e.Token)
+	}
+	l.pending = nil
+	return out
+}
