@@ -42,8 +42,8 @@ type chatRequest struct {
 
 // completionRequest is the body of POST /v1/completions.
 type completionRequest struct {
-	Model  string          `json:"model"`
-	Prompt json.RawMessage `json:"prompt"`
+	Model    string          `json:"model"`
+	Prompt   json.RawMessage `json:"prompt"`
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
 	Logprobs *int64          `json:"logprobs"`
