@@ -642,6 +642,11 @@ func statusError(status int) *HandlerError {
 	return &HandlerError{Code: code, Message: "http status " + strconv.Itoa(status) + " " + http.StatusText(status)}
 }
 
+// Pending implements [Pending]: a frame header is buffered.
+func (s *httpStream) Pending() bool {
+	return s.err == nil && s.r != nil && s.r.Buffered() >= httpFrameHeaderLen
+}
+
 // Recv implements [Stream].
 func (s *httpStream) Recv() ([]byte, error) {
 	if s.err != nil {

@@ -115,6 +115,13 @@ func (s *muxStream) signal() {
 	}
 }
 
+// Pending implements [Pending].
+func (s *muxStream) Pending() bool {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return s.head < len(s.q)
+}
+
 // pop takes the oldest delivered frame. With none, it reports the error the
 // stream broke with, if it did: frames that arrived before a break still
 // count.

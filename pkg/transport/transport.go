@@ -83,6 +83,14 @@ type Client interface {
 	Close() error
 }
 
+// Pending is implemented by the streams of every plane: it reports whether
+// a response has already arrived, so that the next Recv returns without
+// waiting. A caller that relays responses uses it to write a batch of them
+// at once instead of one write (and one syscall) per response.
+type Pending interface {
+	Pending() bool
+}
+
 // Stream is the response side of one call.
 type Stream interface {
 	// Recv returns the next response payload. It returns io.EOF when the

@@ -247,7 +247,10 @@ func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard,
 
 func (c *chatSink) requestID() string { return c.id }
 
-func (c *chatSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob) { c.logprobs.add(ids, lps) }
+func (c *chatSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool) {
+	c.logprobs.add(ids, lps)
+	c.sse.batch = more
+}
 
 func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
 	return chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,

@@ -64,10 +64,16 @@ type Config struct {
 	// reads it from DYN_REQUEST_PLANE and friends.
 	Transport transport.Config
 
+	// CORSOrigins is --cors-origins, a comma list of origins browsers may
+	// call the API from ("*" for any); empty sends no CORS headers.
+	CORSOrigins string
+
 	// keys is the set of accepted API keys, filled by Validate.
 	// keys holds the SHA-256 of each accepted API key (a file may list a
 	// key in clear or as "sha256:<hex>"), filled by Validate.
 	keys map[[32]byte]struct{}
+	// corsOrigins is CORSOrigins as a set, filled by Validate.
+	corsOrigins map[string]bool
 }
 
 // EnvVars maps flags to their environment variables.
@@ -97,6 +103,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
+	fs.StringVar(&c.CORSOrigins, "cors-origins", "", `origins browsers may call the API from, comma-separated ("*": any); empty: no CORS`)
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
@@ -141,6 +148,13 @@ func (c *Config) Validate() error {
 		return err
 	}
 	c.keys = keys
+	c.corsOrigins = nil
+	for _, o := range splitAddrs(c.CORSOrigins) {
+		if c.corsOrigins == nil {
+			c.corsOrigins = map[string]bool{}
+		}
+		c.corsOrigins[strings.TrimSuffix(o, "/")] = true
+	}
 	if c.Transport.Plane == "" {
 		tc, err := transport.ConfigFromEnv()
 		if err != nil {

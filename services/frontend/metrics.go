@@ -18,7 +18,15 @@ type metrics struct {
 	migrations     *prometheus.CounterVec
 	workerRequests *prometheus.CounterVec
 	routerFallback prometheus.Counter
+	promptTokens   *prometheus.CounterVec
+	genTokens      *prometheus.CounterVec
+	cachedTokens   *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
 }
+
+// unknownModel is the model label of requests for a model the registry
+// does not know, so that what clients send cannot grow the label set.
+const unknownModel = "unknown"
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
@@ -49,14 +57,32 @@ func newMetrics() *metrics {
 		}, []string{"model"}),
 		workerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_frontend_worker_requests_total",
-			Help: "Request attempts sent to each worker instance (hex id).",
-		}, []string{"instance"}),
+			Help: "Request attempts sent to each worker instance (hex id). The label is not named instance, which Prometheus renames on scrape.",
+		}, []string{"worker_instance"}),
 		routerFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_frontend_router_fallback_total",
 			Help: "Requests routed in process because the router service could not be reached.",
 		}),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_prompt_tokens_total",
+			Help: "Prompt tokens of finished generation requests, by model.",
+		}, []string{"model"}),
+		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_generation_tokens_total",
+			Help: "Generated tokens (reasoning and tool calls included), by model.",
+		}, []string{"model"}),
+		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_frontend_cached_prompt_tokens_total",
+			Help: "Prompt tokens the worker served from its prefix cache, by model.",
+		}, []string{"model"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_frontend_request_duration_seconds",
+			Help:    "End-to-end time of generation requests, from arrival to the last byte, by model.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"model"}),
 	}
 	reg.MustRegister(m.requests, m.inflight, m.ttft, m.itl, m.migrations, m.workerRequests, m.routerFallback,
+		m.promptTokens, m.genTokens, m.cachedTokens, m.duration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

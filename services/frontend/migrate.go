@@ -44,12 +44,16 @@ func migratable(err error) bool {
 		errors.Is(err, transport.ErrDraining) || errors.Is(err, transport.ErrTimeout)
 }
 
+// emitFunc takes a batch of generated tokens, their log probabilities when
+// asked for, and whether the worker's next response is already queued.
+type emitFunc func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error
+
 // generate runs j on workers, calling emit with each batch of new token ids,
 // until the generation finishes, emit returns errStopped, or ctx ends. When
 // a worker fails in a way migratable reports, the request moves to another
 // worker (the failed ones excluded) with the prompt plus the tokens already
 // produced, up to --migration-limit times; the caller sees one stream.
-func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32, lps []*workerv1.TokenLogprob) error) (outcome, error) {
+func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome, error) {
 	var out outcome
 	var exclude []uint64
 	for attempt := 0; ; attempt++ {
@@ -100,7 +104,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit func(ids []uint32, 
 // attempts generated). It appends every generated token to j.generated and
 // counts it in out.
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
-	emit func(ids []uint32, lps []*workerv1.TokenLogprob) error) (workerv1.FinishReason, error) {
+	emit emitFunc) (workerv1.FinishReason, error) {
 	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
 		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs}
 	if j.p.maxTokens > 0 {
@@ -149,7 +153,10 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 			}
 			out.completion += uint32(len(resp.TokenIds))
 			j.generated = append(j.generated, resp.TokenIds...)
-			if err := emit(resp.TokenIds, resp.Logprobs); err != nil {
+			// more: the next response is already here, so the client's
+			// write can wait for it (one write per batch, not per token).
+			pending, _ := stream.(transport.Pending)
+			if err := emit(resp.TokenIds, resp.Logprobs, pending != nil && pending.Pending()); err != nil {
 				if errors.Is(err, errStopped) {
 					return workerv1.FinishReason_FINISH_REASON_STOP, nil
 				}

@@ -457,8 +457,10 @@ const workerFinishLength = workerv1.FinishReason_FINISH_REASON_LENGTH
 type sink interface {
 	requestID() string
 	// tokens records generated tokens and their log probabilities (when
-	// asked for), before their text is passed to delta.
-	tokens(ids []uint32, lps []*workerv1.TokenLogprob)
+	// asked for), before their text is passed to delta. more says that
+	// further tokens are already waiting: streamed events are then written
+	// without a flush, which the next batch's last event does.
+	tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool)
 	// delta sends generated text.
 	delta(text string) error
 	// end finishes the response.
@@ -473,6 +475,10 @@ type sse struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	started bool
+	// batch holds events in the server's write buffer (it still writes
+	// when full) until an event is sent with batch false.
+	batch bool
+	buf   []byte
 }
 
 func (e *sse) start() {
@@ -494,10 +500,12 @@ func (e *sse) send(v any) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 0, len(b)+8)
-	buf = append(append(append(buf, "data: "...), b...), "\n\n"...)
-	if _, err := e.w.Write(buf); err != nil {
+	e.buf = append(append(append(e.buf[:0], "data: "...), b...), "\n\n"...)
+	if _, err := e.w.Write(e.buf); err != nil {
 		return err
+	}
+	if e.batch {
+		return nil
 	}
 	return e.rc.Flush()
 }
@@ -536,7 +544,10 @@ type completionSink struct {
 
 func (c *completionSink) requestID() string { return c.id }
 
-func (c *completionSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob) { c.logprobs.add(ids, lps) }
+func (c *completionSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool) {
+	c.logprobs.add(ids, lps)
+	c.sse.batch = more
+}
 
 func (c *completionSink) chunk(text string, finish *string) completion {
 	ch := completion{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,

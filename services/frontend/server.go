@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.NoKVEvents,
 		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
 		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
-		"api_keys", len(cfg.keys), "request_plane", cfg.Transport)
+		"api_keys", len(cfg.keys), "request_plane", cfg.Transport, "cors_origins", cfg.CORSOrigins)
 	served := make(chan error, 1)
 	go func() { served <- s.server.Serve(s.ln) }()
 	go s.lifecycle(ctx, served)
@@ -268,6 +268,7 @@ func (s *Service) handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", s.api("chat_completions", s.handleChat))
 	mux.Handle("POST /v1/completions", s.api("completions", s.handleCompletion))
 	mux.Handle("GET /v1/models", s.api("models", s.handleModels))
+	mux.Handle("GET /v1/models/{id...}", s.api("model", s.handleModel))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
@@ -278,13 +279,82 @@ func (s *Service) handler() http.Handler {
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{Registry: s.metrics.registry}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow, ok := routeMethods[strings.TrimSuffix(r.URL.Path, "/")]; ok {
+			w.Header().Set("Allow", allow)
+			writeError(w, fmt.Errorf("%w: %s %s: use %s", errMethod, r.Method, r.URL.Path, allow))
+			return
+		}
 		writeError(w, fmt.Errorf("%w: no route for %s %s", errNotFound, r.Method, r.URL.Path))
 	})
-	return mux
+	return s.cors(mux)
 }
 
-// errNotFound is an unknown path.
-var errNotFound = errors.New("not found")
+// routeMethods are the methods of each path, for 405 answers.
+var routeMethods = map[string]string{
+	"/v1/chat/completions": http.MethodPost,
+	"/v1/completions":      http.MethodPost,
+	"/v1/responses":        http.MethodPost,
+	"/v1/models":           http.MethodGet,
+	"/health":              http.MethodGet,
+	"/live":                http.MethodGet,
+	"/metrics":             http.MethodGet,
+}
+
+// cors answers browsers for the origins of --cors-origins; without it no
+// CORS header is ever sent.
+func (s *Service) cors(next http.Handler) http.Handler {
+	if len(s.cfg.corsOrigins) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && (s.cfg.corsOrigins["*"] || s.cfg.corsOrigins[origin]) {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, OpenAI-Organization, OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-Os, X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Timeout")
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errNotFound is an unknown path, errMethod a known path with the wrong
+// method, and errTooLarge a body over maxBody.
+var (
+	errNotFound = errors.New("not found")
+	errMethod   = errors.New("method not allowed")
+	errTooLarge = errors.New("request body too large")
+)
+
+// requestIDKey is the context key of a request's X-Request-Id.
+type requestIDKey struct{}
+
+// requestIDOf returns the request's X-Request-Id.
+func requestIDOf(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// clientRequestID accepts a client's X-Request-Id when it is short and
+// printable, so that it is safe to echo and to log.
+func clientRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
 
 // recorder remembers the status and model of a response for the request
 // counter.
@@ -317,10 +387,16 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // api wraps an /v1 handler with authentication and the request counter.
 func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := r.Header.Get("X-Request-Id")
+		if !clientRequestID(rid) {
+			rid = newID()
+		}
+		w.Header().Set("X-Request-Id", rid)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
 		rec := &recorder{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
-			s.metrics.requests.WithLabelValues(endpoint, rec.model, strconv.Itoa(rec.status)).Inc()
+			s.metrics.requests.WithLabelValues(endpoint, s.modelLabel(rec.model), strconv.Itoa(rec.status)).Inc()
 			s.accessLog(r, rec, endpoint, start)
 		}()
 		if !s.authorized(r) {
@@ -352,7 +428,7 @@ func readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, invalid("", "the request body exceeds %d bytes", maxBody)
+			return nil, fmt.Errorf("%w: the request body exceeds %d bytes", errTooLarge, maxBody)
 		}
 		return nil, fmt.Errorf("%w: reading the body: %v", ErrInvalidRequest, err)
 	}
@@ -446,10 +522,11 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 	inflight := s.metrics.inflight.WithLabelValues(p.model)
 	inflight.Inc()
 	defer inflight.Dec()
+	defer func() { s.metrics.duration.WithLabelValues(p.model).Observe(time.Since(start).Seconds()) }()
 
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
-	emit := func(ids []uint32, lps []*workerv1.TokenLogprob) error {
+	emit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
 		now := time.Now()
 		if last.IsZero() {
 			s.metrics.ttft.WithLabelValues(p.model).Observe(now.Sub(start).Seconds())
@@ -461,7 +538,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 			}
 		}
 		last = now
-		sk.tokens(ids, lps)
+		sk.tokens(ids, lps, more)
 		delta, stop := text.add(ids)
 		if delta != "" {
 			if err := sk.delta(delta); err != nil {
@@ -479,7 +556,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 	w.gen.done(out, err)
 	if err != nil {
 		if r.Context().Err() == nil {
-			s.log.Warn("request failed", "request_id", j.id, "model", p.model, "err", err.Error())
+			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
 		}
 		sk.fail(err)
 		return
@@ -499,7 +576,36 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 	if out.cachedPrompt > 0 {
 		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: out.cachedPrompt}
 	}
-	_ = sk.end(finish, u)
+	s.metrics.promptTokens.WithLabelValues(p.model).Add(float64(u.PromptTokens))
+	s.metrics.genTokens.WithLabelValues(p.model).Add(float64(u.CompletionTokens))
+	s.metrics.cachedTokens.WithLabelValues(p.model).Add(float64(out.cachedPrompt))
+	if err := sk.end(finish, u); err != nil && r.Context().Err() == nil {
+		s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
+	}
+	if s.log.Enabled(r.Context(), slog.LevelDebug) {
+		s.log.Debug("request done", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model,
+			"prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "finish", finish, "duration", time.Since(start).String())
+	}
+}
+
+// modelLabel is the metrics label of a requested model: the name when the
+// registry knows the model, unknownModel otherwise.
+func (s *Service) modelLabel(model string) string {
+	if model == "" || s.catalog.card(model) != nil {
+		return model
+	}
+	return unknownModel
+}
+
+// handleModel answers GET /v1/models/{id}; model names hold slashes.
+func (s *Service) handleModel(w *recorder, r *http.Request) {
+	id := r.PathValue("id")
+	if s.catalog.card(id) == nil {
+		writeError(w, fmt.Errorf("%w: the model %q does not exist", ErrUnknownModel, id))
+		return
+	}
+	w.model = id
+	writeJSON(w, http.StatusOK, modelJSON{ID: id, Object: "model", Created: s.created, OwnedBy: "switchyard"})
 }
 
 func (s *Service) handleModels(w *recorder, _ *http.Request) {
@@ -554,6 +660,12 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, errNotFound):
 		e.Code = code("not_found")
 		return http.StatusNotFound, e
+	case errors.Is(err, errMethod):
+		e.Code = code("method_not_allowed")
+		return http.StatusMethodNotAllowed, e
+	case errors.Is(err, errTooLarge):
+		e.Code = code("request_too_large")
+		return http.StatusRequestEntityTooLarge, e
 	case errors.Is(err, ErrOverloaded):
 		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
 		return http.StatusTooManyRequests, e

@@ -12,6 +12,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 )
 
 // The live status page: GET /status is a server-rendered page whose few
@@ -273,15 +274,15 @@ type generation struct {
 
 // trackGeneration starts the record of a generation and wraps emit to note
 // its first token.
-func (r *recorder) trackGeneration(id string, prompt int, start time.Time, emit func([]uint32) error) func([]uint32) error {
+func (r *recorder) trackGeneration(id string, prompt int, start time.Time, emit emitFunc) emitFunc {
 	g := &generation{id: id, prompt: uint32(prompt), start: start}
 	r.gen = g
-	return func(ids []uint32) error {
+	return func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
 		if g.first.IsZero() {
 			g.first = time.Now()
 			g.ttft = g.first.Sub(g.start)
 		}
-		return emit(ids)
+		return emit(ids, lps, more)
 	}
 }
 
@@ -292,7 +293,7 @@ func (g *generation) done(out outcome, err error) {
 
 // accessLog writes one line per API request and feeds the status page.
 func (s *Service) accessLog(r *http.Request, rec *recorder, endpoint string, start time.Time) {
-	attrs := []any{"method", r.Method, "path", r.URL.Path, "endpoint", endpoint, "status", rec.status,
+	attrs := []any{"method", r.Method, "path", r.URL.Path, "x_request_id", requestIDOf(r.Context()), "endpoint", endpoint, "status", rec.status,
 		"duration_ms", millis(time.Since(start))}
 	if rec.model != "" {
 		attrs = append(attrs, "model", rec.model)
