@@ -218,6 +218,7 @@ type chatSink struct {
 	fingerprint  string
 	created      int64
 	index        int
+	group        *choiceGroup
 	reason       *reasoning.Parser
 	tools        *toolcall.Parser // nil: no tool parsing
 	spec         toolSpec
@@ -358,16 +359,23 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 		if c.logprobs != nil {
 			choice.Logprobs = c.logprobs.take()
 		}
-		writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
-			SystemFingerprint: c.fingerprint, Choices: []chatChoice{choice}, Usage: &u})
+		if last, all, total := c.group.addChat(choice, u); last {
+			writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+				SystemFingerprint: c.fingerprint, Choices: all, Usage: &total})
+		}
 		return nil
 	}
 	if err := c.send(chatDelta{}, &finish); err != nil {
 		return err
 	}
+	last, total := c.group.end(u)
+	if !last {
+		return nil
+	}
+	defer c.group.close()
 	if c.includeUsage {
 		ch := c.chunk(chatDelta{}, nil)
-		ch.Choices, ch.Usage = []chatChunkChoice{}, &u
+		ch.Choices, ch.Usage = []chatChunkChoice{}, &total
 		if err := c.sse.send(ch); err != nil {
 			return err
 		}
@@ -376,6 +384,10 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 }
 
 func (c *chatSink) fail(err error) {
+	if !c.group.fail() {
+		return
+	}
 	c.sse.w = c.w
 	c.sse.fail(err)
+	c.group.close()
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // TestNodeOpenAIClient proves a second real client: the npm openai package
-// (installed by .ci/run with `npm ci` in testdata/node) streams one chat.
+// (installed by .ci/run with `npm ci` in testdata/node) streams one chat,
+// and runs tool calls (streamed and not) and reasoning (tools.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
 	dir := filepath.Join("testdata", "node")
 	node, err := exec.LookPath("node")
@@ -43,5 +44,12 @@ func TestNodeOpenAIClient(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) < 2 || lines[len(lines)-1] != "finish_reason=length" || strings.TrimSpace(lines[0]) == "" {
 		t.Fatalf("node client output:\n%s", out)
+	}
+	cmd = exec.CommandContext(ctx, node, "tools.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)
+	out, err = cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok reasoning") {
+		t.Fatalf("node tools.mjs: %v\n%s", err, out)
 	}
 }

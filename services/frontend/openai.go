@@ -21,6 +21,9 @@ const maxStops = 4
 // allow up to 5 in logprobs.
 const maxTopLogprobs, maxCompletionLogprobs = 20, 5
 
+// maxChoices bounds n: each choice is a generation of its own.
+const maxChoices = 8
+
 // chatRequest is the body of POST /v1/chat/completions. Fields OpenAI
 // defines that the frontend does not use are ignored, as OpenAI clients
 // send many of them.
@@ -101,6 +104,8 @@ type genParams struct {
 	// logprobs, when set, asks for log probabilities with this many top
 	// alternatives.
 	logprobs *uint32
+	// n is how many choices to generate.
+	n int
 }
 
 // paramError is a client error about one request field.
@@ -308,8 +313,12 @@ func (r *commonRequest) params(model string) (genParams, error) {
 		}
 		p.includeUsage = r.StreamOptions.IncludeUsage
 	}
-	if r.N != nil && *r.N != 1 {
-		return genParams{}, invalid("n", "n must be 1; several choices are not supported")
+	p.n = 1
+	if r.N != nil {
+		if *r.N < 1 || *r.N > maxChoices {
+			return genParams{}, invalid("n", "n must be between 1 and %d, got %d", maxChoices, *r.N)
+		}
+		p.n = int(*r.N)
 	}
 	if r.MaxTokens != nil {
 		if *r.MaxTokens < 1 || *r.MaxTokens > math.MaxUint32 {
@@ -519,7 +528,7 @@ func (e *sse) done() error {
 }
 
 func (e *sse) fail(err error) {
-	if !e.started {
+	if !e.started && !started(e.w) {
 		writeError(e.w, err)
 		return
 	}
@@ -538,6 +547,7 @@ type completionSink struct {
 	fingerprint  string
 	created      int64
 	index        int
+	group        *choiceGroup
 	logprobs     *logprobOut // nil without logprobs
 	text         strings.Builder
 }
@@ -570,17 +580,25 @@ func (c *completionSink) delta(text string) error {
 func (c *completionSink) end(finish string, u usageJSON) error {
 	if !c.stream {
 		out := c.chunk(c.text.String(), &finish)
-		out.Usage = &u
-		writeJSON(c.w, http.StatusOK, out)
+		last, all, total := c.group.addCompletion(out.Choices[0], u)
+		if last {
+			out.Choices, out.Usage = all, &total
+			writeJSON(c.w, http.StatusOK, out)
+		}
 		return nil
 	}
 	c.sse.w = c.w
 	if err := c.sse.send(c.chunk("", &finish)); err != nil {
 		return err
 	}
+	last, total := c.group.end(u)
+	if !last {
+		return nil
+	}
+	defer c.group.close()
 	if c.includeUsage {
 		ch := c.chunk("", nil)
-		ch.Choices, ch.Usage = []completionChoice{}, &u
+		ch.Choices, ch.Usage = []completionChoice{}, &total
 		if err := c.sse.send(ch); err != nil {
 			return err
 		}
@@ -589,6 +607,10 @@ func (c *completionSink) end(finish string, u usageJSON) error {
 }
 
 func (c *completionSink) fail(err error) {
+	if !c.group.fail() {
+		return
+	}
 	c.sse.w = c.w
 	c.sse.fail(err)
+	c.group.close()
 }

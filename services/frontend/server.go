@@ -59,9 +59,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -457,9 +459,15 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sk := newChatSink(w, p, card, req.tools, "chatcmpl-"+newID(), time.Now().Unix())
-	sk.logprobs = newLogprobOut(a.tok, p)
-	s.serve(w, r, sk, card, a, prompt, p, "messages")
+	id, created := "chatcmpl-"+newID(), time.Now().Unix()
+	g := newChoiceGroup(w, p)
+	sks := make([]sink, p.n)
+	for i := range sks {
+		sk := newChatSink(g.writer(), p, card, req.tools, id, created)
+		sk.index, sk.group, sk.logprobs = i, g, newLogprobOut(a.tok, p)
+		sks[i] = sk
+	}
+	s.serve(w, r, sks, card, a, prompt, p, "messages")
 }
 
 func (s *Service) handleCompletion(w *recorder, r *http.Request) {
@@ -482,8 +490,14 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 	if ids == nil {
 		ids = a.encode(text)
 	}
-	s.serve(w, r, &completionSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: "cmpl-" + newID(),
-		model: p.model, fingerprint: systemFingerprint(card), created: time.Now().Unix(), logprobs: newLogprobOut(a.tok, p)}, card, a, ids, p, "prompt")
+	id, created := "cmpl-"+newID(), time.Now().Unix()
+	g := newChoiceGroup(w, p)
+	sks := make([]sink, p.n)
+	for i := range sks {
+		sks[i] = &completionSink{w: g.writer(), stream: p.stream, includeUsage: p.includeUsage, id: id, index: i, group: g,
+			model: p.model, fingerprint: systemFingerprint(card), created: created, logprobs: newLogprobOut(a.tok, p)}
+	}
+	s.serve(w, r, sks, card, a, ids, p, "prompt")
 }
 
 // modelAssets finds the model's card and its tokenizer and template.
@@ -500,8 +514,9 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 }
 
 // serve checks the prompt against the model's limits, generates and writes
-// the result through sk. promptParam names the request field of the prompt.
-func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
+// the result through sks, one sink per choice (n), their generations run at
+// once. promptParam names the request field of the prompt.
+func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
 	start := time.Now()
 	if cl := card.GetContextLength(); cl > 0 {
 		if uint32(len(prompt)) >= cl {
@@ -523,7 +538,43 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 	inflight.Inc()
 	defer inflight.Dec()
 	defer func() { s.metrics.duration.WithLabelValues(p.model).Observe(time.Since(start).Seconds()) }()
+	if len(sks) == 1 {
+		s.choice(r.Context(), r, w, sks[0], sks[0].requestID(), a, prompt, p, start)
+		return
+	}
+	// n choices: n requests of the same prompt (the router sees their
+	// common prefix and may put them on one worker), each with its own
+	// seed so that the answers differ; the first failure cancels the rest.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, sk := range sks {
+		cp := p
+		if i > 0 {
+			cp.sampling = proto.Clone(p.sampling).(*workerv1.SamplingParameters)
+			seed := rand.Uint64()
+			if p.sampling.Seed != nil {
+				seed = *p.sampling.Seed + uint64(i)
+			}
+			cp.sampling.Seed = &seed
+		}
+		var track *recorder
+		if i == 0 {
+			track = w
+		}
+		wg.Go(func() {
+			if !s.choice(ctx, r, track, sk, fmt.Sprintf("%s-%d", sk.requestID(), i), a, prompt, cp, start) {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+}
 
+// choice generates one choice of a request into sk under the worker
+// request id jobID; it reports whether it succeeded. track, when set, records
+// the generation for the access log and status page (the first choice's).
+func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, sk sink, jobID string, a *assets, prompt []uint32, p genParams, start time.Time) bool {
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
 	emit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
@@ -550,22 +601,26 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 		}
 		return nil
 	}
-	j := &job{id: sk.requestID(), model: p.model, prompt: prompt, p: p}
-	emit = w.trackGeneration(j.id, len(prompt), start, emit)
-	out, err := s.generate(r.Context(), j, emit)
-	w.gen.done(out, err)
+	j := &job{id: jobID, model: p.model, prompt: prompt, p: p}
+	if track != nil {
+		emit = track.trackGeneration(j.id, len(prompt), start, emit)
+	}
+	out, err := s.generate(ctx, j, emit)
+	if track != nil {
+		track.gen.done(out, err)
+	}
 	if err != nil {
-		if r.Context().Err() == nil {
+		if ctx.Err() == nil {
 			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
 		}
 		sk.fail(err)
-		return
+		return false
 	}
 	rest, stopped := text.flush()
 	if rest != "" {
 		if err := sk.delta(rest); err != nil {
 			sk.fail(err)
-			return
+			return false
 		}
 	}
 	finish := "stop"
@@ -579,13 +634,17 @@ func (s *Service) serve(w *recorder, r *http.Request, sk sink, card *registryv1.
 	s.metrics.promptTokens.WithLabelValues(p.model).Add(float64(u.PromptTokens))
 	s.metrics.genTokens.WithLabelValues(p.model).Add(float64(u.CompletionTokens))
 	s.metrics.cachedTokens.WithLabelValues(p.model).Add(float64(out.cachedPrompt))
-	if err := sk.end(finish, u); err != nil && r.Context().Err() == nil {
-		s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
+	if err := sk.end(finish, u); err != nil {
+		if r.Context().Err() == nil {
+			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
+		}
+		return false
 	}
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		s.log.Debug("request done", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model,
 			"prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "finish", finish, "duration", time.Since(start).String())
 	}
+	return true
 }
 
 // modelLabel is the metrics label of a requested model: the name when the

@@ -117,6 +117,53 @@ func TestOpenAISurface(t *testing.T) {
 		}
 	})
 
+	t.Run("n choices", func(t *testing.T) {
+		resp, body := s.rawPost("/v1/chat/completions", chat(`,"n":3,"chat_template_kwargs":{"enable_thinking":false}`), nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		o := checkChatCompletion(t, body)
+		choices := o["choices"].([]any)
+		seen := map[string]bool{}
+		for i, c := range choices {
+			c := c.(obj)
+			if c["index"] != float64(i) {
+				t.Fatalf("choice %d has index %v", i, c["index"])
+			}
+			seen[c["message"].(obj)["content"].(string)] = true
+		}
+		u := o["usage"].(obj)
+		if len(choices) != 3 || len(seen) != 3 || u["completion_tokens"] != float64(120) || u["total_tokens"] != u["prompt_tokens"].(float64)+120 {
+			t.Fatalf("n=3: %d choices, %d distinct, usage %v", len(choices), len(seen), u)
+		}
+		resp, body = s.rawPost("/v1/chat/completions", chat(`,"n":3,"stream":true,"stream_options":{"include_usage":true}`), nil)
+		data, _ := sseEvents(t, body)
+		if resp.StatusCode != 200 || data[len(data)-1] != "[DONE]" {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		finished := map[float64]string{}
+		var usage obj
+		for _, d := range data[:len(data)-1] {
+			o := checkChatChunk(t, []byte(d))
+			for _, c := range o["choices"].([]any) {
+				c := c.(obj)
+				if f, ok := c["finish_reason"].(string); ok {
+					finished[c["index"].(float64)] = f
+				}
+			}
+			if u, ok := o["usage"].(obj); ok {
+				usage = u
+			}
+		}
+		if len(finished) != 3 || usage["completion_tokens"] != float64(120) || !strings.HasPrefix(data[len(data)-2], `{"id"`) {
+			t.Fatalf("streamed n=3: finished %v usage %v", finished, usage)
+		}
+		resp, body = s.rawPost("/v1/completions", `{"model":"`+testModel+`","prompt":"Once","max_tokens":4,"n":2}`, nil)
+		if o := checkCompletion(t, body); resp.StatusCode != 200 || len(o["choices"].([]any)) != 2 {
+			t.Fatalf("completions n=2: %d %s", resp.StatusCode, body)
+		}
+	})
+
 	t.Run("x-request-id", func(t *testing.T) {
 		resp, _ := s.rawPost("/v1/chat/completions", chat(""), map[string]string{"X-Request-Id": "trace-42"})
 		if got := resp.Header.Get("X-Request-Id"); got != "trace-42" {

@@ -30,8 +30,12 @@ func main() {
 func run(samples, tokens int, d time.Duration) error {
 	ctx := context.Background()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "plane\tpath\tTTFT p50\tTTFT p99\tITL p50\tITL p99\treq/s (best of conc)\tconc\t\n")
-	type row struct{ ttft50, ttft99, itl50, itl99 time.Duration }
+	fmt.Fprintf(w, "plane\tpath\tTTFT p50\tTTFT p99\tITL p50\tITL p99\treq/s (best of conc)\tconc\tCPU/req @64\t\n")
+	type row struct {
+		ttft50, ttft99, itl50, itl99 time.Duration
+		cpu                          time.Duration
+	}
+	var goals []string
 	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
 		env, err := frontendbench.Start(plane)
 		if err != nil {
@@ -47,11 +51,11 @@ func run(samples, tokens int, d time.Duration) error {
 				env.Close()
 				return fmt.Errorf("%s %s: %w", plane, p.name, err)
 			}
-			r := row{frontendbench.Percentile(ttft, 50), frontendbench.Percentile(ttft, 99), frontendbench.Percentile(itl, 50), frontendbench.Percentile(itl, 99)}
-			rows[p.name] = r
+			r := row{ttft50: frontendbench.Percentile(ttft, 50), ttft99: frontendbench.Percentile(ttft, 99),
+				itl50: frontendbench.Percentile(itl, 50), itl99: frontendbench.Percentile(itl, 99)}
 			best, bestConc := 0.0, 0
 			for _, conc := range []int{16, 64} {
-				rps, err := frontendbench.Throughput(ctx, conc, 16, d, p.fn)
+				rps, cpu, err := frontendbench.CPUPerRequest(ctx, conc, 16, d, p.fn)
 				if err != nil {
 					env.Close()
 					return fmt.Errorf("%s %s throughput: %w", plane, p.name, err)
@@ -59,18 +63,42 @@ func run(samples, tokens int, d time.Duration) error {
 				if rps > best {
 					best, bestConc = rps, conc
 				}
+				if conc == 64 {
+					r.cpu = cpu
+				}
 			}
-			fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%v\t%v\t%.0f\t%d\t\n", plane, p.name, round(r.ttft50), round(r.ttft99), round(r.itl50), round(r.itl99), best, bestConc)
+			rows[p.name] = r
+			fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%v\t%v\t%.0f\t%d\t%v\t\n", plane, p.name, round(r.ttft50), round(r.ttft99), round(r.itl50), round(r.itl99), best, bestConc, round(r.cpu))
 		}
 		env.Close()
 		dr, fr := rows["direct"], rows["frontend"]
-		fmt.Fprintf(w, "%s\tadded\t%v\t%v\t%v\t%v\t\t\t\n", plane, round(fr.ttft50-dr.ttft50), round(fr.ttft99-dr.ttft99), round(fr.itl50-dr.itl50), round(fr.itl99-dr.itl99))
+		fmt.Fprintf(w, "%s\tadded\t%v\t%v\t%v\t%v\t\t\t%v\t\n", plane, round(fr.ttft50-dr.ttft50), round(fr.ttft99-dr.ttft99), round(fr.itl50-dr.itl50), round(fr.itl99-dr.itl99), round(fr.cpu-dr.cpu))
+		if plane == transport.PlaneTCP {
+			goals = append(goals,
+				goal("frontend CPU per streamed request at concurrency 64", fr.cpu-dr.cpu, 250*time.Microsecond),
+				goal("added TTFT p50 (tcp)", fr.ttft50-dr.ttft50, 300*time.Microsecond),
+				goal("added TTFT p99 (tcp)", fr.ttft99-dr.ttft99, 2*time.Millisecond))
+		}
 	}
 	w.Flush()
+	fmt.Println("goals (issue 17):")
+	for _, g := range goals {
+		fmt.Println("  " + g)
+	}
 	fmt.Printf("latency: %d sequential streamed requests of %d tokens per path; throughput: requests of 16 tokens, %v per concurrency level (16, 64)\n",
 		samples, tokens, d)
+	fmt.Println("CPU/req: process CPU (user+system) per completed request at concurrency 64; the stack runs in one process, so added = frontend and router")
 	fmt.Println("direct: the request plane client calling the mocker (--no-delay); frontend: POST /v1/chat/completions stream through the frontend (kv mode, router service)")
 	return nil
+}
+
+// goal prints one goal row: the figure, the bound and whether it is met.
+func goal(name string, got, bound time.Duration) string {
+	verdict := "met"
+	if got > bound {
+		verdict = "NOT met"
+	}
+	return fmt.Sprintf("%-52s %10v  goal <= %v  %s", name, round(got), bound, verdict)
 }
 
 func round(d time.Duration) time.Duration {

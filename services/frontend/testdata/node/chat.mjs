@@ -7,7 +7,7 @@ const client = new OpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: "unuse
 const stream = await client.chat.completions.create({
   model: process.env.MODEL,
   messages: [{ role: "user", content: "Hello from Node!" }],
-  max_tokens: 12,
+  max_tokens: 24,
   stream: true,
 });
 let text = "";
