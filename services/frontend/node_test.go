@@ -14,7 +14,8 @@ import (
 
 // TestNodeOpenAIClient proves a second real client: the npm openai package
 // (installed by .ci/run with `npm ci` in testdata/node) streams one chat,
-// and runs tool calls (streamed and not) and reasoning (tools.mjs).
+// and runs tool calls (streamed and not) and reasoning (tools.mjs); the
+// Vercel AI SDK and LangChain run their tool loops (agents.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
 	dir := filepath.Join("testdata", "node")
 	node, err := exec.LookPath("node")
@@ -45,11 +46,13 @@ func TestNodeOpenAIClient(t *testing.T) {
 	if len(lines) < 2 || lines[len(lines)-1] != "finish_reason=length" || strings.TrimSpace(lines[0]) == "" {
 		t.Fatalf("node client output:\n%s", out)
 	}
-	cmd = exec.CommandContext(ctx, node, "tools.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)
-	out, err = cmd.CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok reasoning") {
-		t.Fatalf("node tools.mjs: %v\n%s", err, out)
+	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream"} {
+		cmd = exec.CommandContext(ctx, node, script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)
+		out, err = cmd.CombinedOutput()
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), last) {
+			t.Fatalf("node %s: %v\n%s", script, err, out)
+		}
 	}
 }
