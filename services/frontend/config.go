@@ -68,7 +68,6 @@ type Config struct {
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
 
-	// keys is the set of accepted API keys, filled by Validate.
 	// keys holds the SHA-256 of each accepted API key (a file may list a
 	// key in clear or as "sha256:<hex>"), filled by Validate.
 	keys map[[32]byte]struct{}
