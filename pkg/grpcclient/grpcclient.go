@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -92,6 +93,9 @@ func Dial(service string, addrs []string, opts Options, clientOpts ...grpc.DialO
 	dopts := []grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(creds),
+		// Client spans and W3C trace context on every call; a no-op until
+		// obs.SetupTracing installs a provider.
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		// Redial a restarted replica within a second or two, not gRPC's
 		// default of up to two minutes: leases and streams wait on it.
