@@ -1,6 +1,7 @@
 package frontend_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -123,7 +124,9 @@ func TestEtcdOutage(t *testing.T) {
 	if testing.Short() {
 		outages, ttl = []time.Duration{3 * time.Second, 6 * time.Second}, 2*time.Second
 	}
-	ctx := testCtx(t)
+	// Longer than testCtx's minute: the long form's outages alone take three.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	s := startStack(t, stackOpts{mode: "kv", migrationLimit: 2, leaseTTL: ttl})
 	workers := []*mockerHandle{s.addMocker(0), s.addMocker(0)}
 	s.waitInstances(2)
