@@ -40,6 +40,10 @@ const (
 	// ReasonLeaseNotFound: the registry has no such lease (revoked, expired,
 	// or never granted). Code NotFound. A worker registers again.
 	ReasonLeaseNotFound = "LEASE_NOT_FOUND"
+	// ReasonLeaseTokenRequired: a call on a lease did not present that
+	// lease's secret token (the one GrantLease returned) in the
+	// switchyard-lease-token metadata. Code PermissionDenied.
+	ReasonLeaseTokenRequired = "LEASE_TOKEN_REQUIRED"
 	// ReasonBackendUnavailable: the service is up but its backend (etcd,
 	// Kubernetes, NATS) is not reachable right now. Code Unavailable; retry
 	// with backoff, on this replica or another.

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 )
@@ -39,7 +39,7 @@ func leaseTokens(ctx context.Context) []string {
 }
 
 func errLeasePermission(lease uint64, why string) error {
-	return status.Errorf(codes.PermissionDenied, "lease %x: %s; send the token GrantLease returned in the %q metadata", lease, why, authtoken.LeaseTokenKey)
+	return apierr.Errorf(codes.PermissionDenied, apierr.ReasonLeaseTokenRequired, "lease %x: %s; send the token GrantLease returned in the %q metadata", lease, why, authtoken.LeaseTokenKey)
 }
 
 // checkLease lets a call on lease through when it presents the lease's

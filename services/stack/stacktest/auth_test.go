@@ -29,6 +29,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -134,7 +135,7 @@ func TestRolesPerRPC(t *testing.T) {
 					err := invoke(ctx, cc, m, nil, bearer(s.Tokens[role]))
 					code := status.Code(err)
 					if slices.Contains(allowed, role) {
-						if code == codes.PermissionDenied && !strings.Contains(status.Convert(err).Message(), "lease") || code == codes.Unauthenticated {
+						if code == codes.PermissionDenied && apierr.Reason(err) != apierr.ReasonLeaseTokenRequired || code == codes.Unauthenticated {
 							t.Errorf("role %s, allowed: %v", role, err)
 						}
 					} else if code != codes.PermissionDenied {
@@ -286,7 +287,7 @@ func TestUnauthenticatedCallsChangeNothing(t *testing.T) {
 	// lease's own token is missing.
 	deregister := r("Deregister")
 	err := invoke(ctx, reg, deregister, &registryv1.DeregisterRequest{LeaseId: lease}, bearer(s.Tokens[authtoken.RoleWorker]))
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "lease") {
+	if !apierr.Is(err, codes.PermissionDenied, apierr.ReasonLeaseTokenRequired) {
 		t.Fatalf("Deregister of another worker's lease with a worker token: %v, want PermissionDenied for the lease", err)
 	}
 	// A worker with its own lease token may (and the admin may fence it).
