@@ -1,13 +1,10 @@
 package frontend
 
 import (
-	"bufio"
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +43,10 @@ type Config struct {
 	MaxInflightPerWorker int
 	// APIKey and APIKeyFile enable bearer-token authentication of /v1/*.
 	APIKey, APIKeyFile string
+	// KeyRequestsPerMinute and KeyTokensPerMinute are each API key's
+	// default limits (a key file line may set its own); 0 is no limit.
+	// Tokens are prompt plus completion tokens.
+	KeyRequestsPerMinute, KeyTokensPerMinute int
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration
 	// ClientTLS secures calls to the registry, router and eventbus.
@@ -68,9 +69,10 @@ type Config struct {
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
 
-	// keys holds the SHA-256 of each accepted API key (a file may list a
-	// key in clear or as "sha256:<hex>"), filled by Validate.
-	keys map[[32]byte]struct{}
+	// keys holds the SHA-256, name and limits of each accepted API key (a
+	// file may list a key in clear or as "sha256:<hex>"), filled by
+	// Validate; nil when no key is configured.
+	keys *keyring
 	// corsOrigins is CORSOrigins as a set, filled by Validate.
 	corsOrigins map[string]bool
 }
@@ -99,7 +101,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "answer 429 when every worker of a model has this many requests in flight (0: no limit)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
-	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>, then optional name=NAME rpm=N tpm=N")
+	fs.IntVar(&c.KeyRequestsPerMinute, "key-requests-per-minute", 0, "requests per minute each API key may make (token bucket; a key file line's rpm= overrides; 0: no limit)")
+	fs.IntVar(&c.KeyTokensPerMinute, "key-tokens-per-minute", 0, "prompt plus completion tokens per minute each API key may use (token bucket; a key file line's tpm= overrides; 0: no limit)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", `origins browsers may call the API from, comma-separated ("*": any); empty: no CORS`)
@@ -126,6 +130,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid --http-port %d: valid values are 0..65535", c.HTTPPort)
 	case c.MigrationLimit < 0:
 		return fmt.Errorf("invalid --migration-limit %d: it must not be negative", c.MigrationLimit)
+	case c.KeyRequestsPerMinute < 0:
+		return fmt.Errorf("invalid --key-requests-per-minute %d: it must not be negative", c.KeyRequestsPerMinute)
+	case c.KeyTokensPerMinute < 0:
+		return fmt.Errorf("invalid --key-tokens-per-minute %d: it must not be negative", c.KeyTokensPerMinute)
 	case c.MaxInflightPerWorker < 0:
 		return fmt.Errorf("invalid --max-inflight-per-worker %d: it must not be negative", c.MaxInflightPerWorker)
 	case c.ShutdownTimeout < 0:
@@ -187,43 +195,6 @@ func (c *Config) listenAddr() string {
 		return c.HTTPAddr
 	}
 	return ":" + strconv.Itoa(c.HTTPPort)
-}
-
-// readKeys collects --api-key and the lines of --api-key-file; blank lines
-// and lines starting with # are skipped. A line may hold the key's digest,
-// "sha256:" and 64 hex digits (authtoken.Hash), so that the file on disk
-// does not hold the key. No keys means no authentication.
-func (c *Config) readKeys() (map[[32]byte]struct{}, error) {
-	keys := map[[32]byte]struct{}{}
-	if k := strings.TrimSpace(c.APIKey); k != "" {
-		keys[sha256.Sum256([]byte(k))] = struct{}{}
-	}
-	if c.APIKeyFile != "" {
-		f, err := os.Open(c.APIKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--api-key-file: %w", err)
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			d, err := authtoken.Digest(line)
-			if err != nil {
-				return nil, fmt.Errorf("--api-key-file %s: a line starting with %s is not a SHA-256 digest (64 hex digits)", c.APIKeyFile, authtoken.HashPrefix)
-			}
-			keys[d] = struct{}{}
-		}
-		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("--api-key-file: %w", err)
-		}
-		if len(keys) == 0 {
-			return nil, fmt.Errorf("--api-key-file %s holds no key", c.APIKeyFile)
-		}
-	}
-	return keys, nil
 }
 
 // splitAddrs splits a comma list of addresses.

@@ -34,7 +34,8 @@
 // the context length with code context_length_exceeded), 401 invalid_api_key
 // (when --api-key or --api-key-file is set, for /v1/* only), 404
 // model_not_found, 429 rate_limit_exceeded (every live worker of the model
-// has --max-inflight-per-worker of this frontend's requests), 503 no_instance
+// has --max-inflight-per-worker of this frontend's requests, or the API key
+// is over its requests or tokens per minute: then with Retry-After), 503 no_instance
 // or model_assets_unavailable, 502 worker_failed. Once a stream has started,
 // an error arrives as one SSE event carrying that object, followed by
 // data: [DONE] (as vLLM does).
@@ -47,8 +48,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,23 +99,25 @@ const maxBody = 32 << 20
 
 // Service is a running frontend.
 type Service struct {
-	cfg       Config
-	log       *slog.Logger
-	metrics   *metrics
-	catalog   *catalog
-	fence     *fence
-	assets    *assetCache
-	routing   *routing
-	load      *load
-	recent    *recent
-	client    transport.Client
-	reg       *discovery.Client
-	bus       *eventbus.Client
-	instances *discovery.Watcher[*registryv1.Instance]
-	models    *discovery.Watcher[*registryv1.ModelCard]
-	ln        net.Listener
-	server    *http.Server
-	created   int64
+	cfg        Config
+	log        *slog.Logger
+	metrics    *metrics
+	keys       *keyring // nil: no API keys
+	keyMetrics *keyMetrics
+	catalog    *catalog
+	fence      *fence
+	assets     *assetCache
+	routing    *routing
+	load       *load
+	recent     *recent
+	client     transport.Client
+	reg        *discovery.Client
+	bus        *eventbus.Client
+	instances  *discovery.Watcher[*registryv1.Instance]
+	models     *discovery.Watcher[*registryv1.ModelCard]
+	ln         net.Listener
+	server     *http.Server
+	created    int64
 	// base is the context of requests and asset loads; it ends when the
 	// shutdown timeout has passed.
 	base       context.Context
@@ -137,7 +138,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), fence: newFence(), load: newLoad(), recent: newRecent(),
-		created: time.Now().Unix(), done: make(chan struct{})}
+		created: time.Now().Unix(), done: make(chan struct{}), keys: cfg.keys, keyMetrics: newKeyMetrics()}
+	s.metrics.registry.MustRegister(s.keyMetrics.requests, s.keyMetrics.tokens, s.keyMetrics.rateLimited)
+	if s.keys != nil {
+		s.keys.start()
+		s.metrics.registry.MustRegister(newKeyCollector(s.keys))
+	}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -198,7 +204,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.NoKVEvents,
 		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
 		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
-		"api_keys", len(cfg.keys), "request_plane", cfg.Transport, "cors_origins", cfg.CORSOrigins)
+		"api_keys", s.keys.len(), "key_requests_per_minute", cfg.KeyRequestsPerMinute, "key_tokens_per_minute", cfg.KeyTokensPerMinute, "request_plane", cfg.Transport, "cors_origins", cfg.CORSOrigins)
 	served := make(chan error, 1)
 	go func() { served <- s.server.Serve(s.ln) }()
 	go s.lifecycle(ctx, served)
@@ -365,6 +371,8 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	model  string
+	// key is the request's API key, for the access log (its name only).
+	key *apiKey
 	// gen is what a generation request did, for the access log and the
 	// status page; nil for other requests.
 	gen *generation
@@ -402,28 +410,17 @@ func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) htt
 			s.metrics.requests.WithLabelValues(endpoint, s.modelLabel(rec.model), strconv.Itoa(rec.status)).Inc()
 			s.accessLog(r, rec, endpoint, start)
 		}()
-		if !s.authorized(r) {
-			writeError(rec, ErrUnauthorized)
+		k, err := s.authenticate(r)
+		rec.key = k
+		if err != nil {
+			writeError(rec, err)
 			return
+		}
+		if k != nil {
+			r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
 		}
 		h(rec, r)
 	})
-}
-
-func (s *Service) authorized(r *http.Request) bool {
-	if len(s.cfg.keys) == 0 {
-		return true
-	}
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return false
-	}
-	d := sha256.Sum256([]byte(strings.TrimSpace(key)))
-	found := 0
-	for k := range s.cfg.keys { // every entry, so that the time taken tells nothing
-		found |= subtle.ConstantTimeCompare(k[:], d[:])
-	}
-	return found == 1
 }
 
 func readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {
@@ -531,6 +528,10 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 			return
 		}
 	}
+	if err := s.admitTokens(r.Context(), len(prompt)*len(sks)); err != nil {
+		writeError(w, err)
+		return
+	}
 	if s.load.saturated(s.catalog.modelInstances(p.model), s.cfg.MaxInflightPerWorker) {
 		writeError(w, fmt.Errorf("%w: %d requests in flight on each; retry later", ErrOverloaded, s.cfg.MaxInflightPerWorker))
 		return
@@ -607,6 +608,7 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 		emit = track.trackGeneration(j.id, len(prompt), start, emit)
 	}
 	out, err := s.generate(ctx, j, emit)
+	s.chargeCompletion(r.Context(), out.completion)
 	if track != nil {
 		track.gen.done(out, err)
 	}
@@ -726,6 +728,9 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, errTooLarge):
 		e.Code = code("request_too_large")
 		return http.StatusRequestEntityTooLarge, e
+	case errors.Is(err, ErrRateLimited):
+		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
+		return http.StatusTooManyRequests, e
 	case errors.Is(err, ErrOverloaded):
 		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
 		return http.StatusTooManyRequests, e
@@ -754,6 +759,13 @@ func errorStatus(err error) (int, errorJSON) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
+	var rl *rateLimitError
+	if errors.As(err, &rl) {
+		// OpenAI's clients (and most HTTP clients) wait this long before
+		// they retry.
+		w.Header().Set("Retry-After", rl.retryAfter())
+		w.Header().Set("Retry-After-Ms", strconv.FormatInt(max(1, rl.wait.Milliseconds()), 10))
+	}
 	code, body := errorStatus(err)
 	writeJSON(w, code, errorBody{Error: body})
 }

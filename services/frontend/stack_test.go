@@ -50,6 +50,10 @@ type stackOpts struct {
 	// bridgeKV makes the router service follow the workers' KV events on
 	// the eventbus.
 	bridgeKV bool
+	// configure, when set, adjusts the frontend's config before it starts.
+	configure func(*frontend.Config)
+	// log, when set, is the frontend's logger.
+	log *slog.Logger
 }
 
 // stack is a whole Switchyard in process: etcd, registry, NATS, eventbus,
@@ -130,8 +134,15 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	cfg.Namespace = testNamespace
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.Transport = planeConfig(o.plane, ns.ClientURL())
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	flog := o.log
+	if flog == nil {
+		flog = slog.New(slog.DiscardHandler)
+	}
 	fctx, fcancel := context.WithCancel(context.Background())
-	fe, err := frontend.Start(fctx, cfg, slog.New(slog.DiscardHandler))
+	fe, err := frontend.Start(fctx, cfg, flog)
 	if err != nil {
 		fcancel()
 		t.Fatal(err)

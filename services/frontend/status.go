@@ -298,6 +298,9 @@ func (s *Service) accessLog(r *http.Request, rec *recorder, endpoint string, sta
 	if rec.model != "" {
 		attrs = append(attrs, "model", rec.model)
 	}
+	if rec.key != nil {
+		attrs = append(attrs, "api_key", rec.key.name) // the key's name, never the key
+	}
 	if g := rec.gen; g != nil {
 		attrs = append(attrs, "request_id", g.id, "worker", fmt.Sprintf("%x", g.instance), "prompt_tokens", g.prompt,
 			"cached_tokens", g.cached, "output_tokens", g.output, "ttft_ms", millis(g.ttft))
