@@ -62,6 +62,11 @@ const (
 	// reconnecting and its reconnect buffer is full, so the publish was
 	// refused at once. Code Unavailable; publish again once NATS is back.
 	ReasonReconnectBufferFull = "RECONNECT_BUFFER_FULL"
+
+	// ReasonKVEventsOutOfRange: a worker's ring of recent KV events no
+	// longer reaches the event id asked for (GetKvEvents, WatchKvEvents).
+	// Code OUT_OF_RANGE; the caller rebuilds from GetKvState.
+	ReasonKVEventsOutOfRange = "KV_EVENTS_OUT_OF_RANGE"
 )
 
 // New returns a status error with code, message msg and, when reason is not

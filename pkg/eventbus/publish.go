@@ -43,6 +43,11 @@ type PublisherOptions struct {
 	// giving them one. JetStream then skips deduplication, which is faster,
 	// but a batch resent after a failover may be stored twice.
 	NoMsgIDs bool
+	// Core publishes on NATS Core instead of the stream (see
+	// eventbus.proto): nothing is stored, an event reaches only the
+	// subscribers connected at the time, and acknowledgements carry
+	// sequence 0. It implies NoMsgIDs.
+	Core bool
 }
 
 // Publisher publishes batches over one PublishStream, pipelined: Send writes
@@ -53,6 +58,7 @@ type PublisherOptions struct {
 type Publisher struct {
 	c      *Client
 	noIDs  bool
+	core   bool
 	slots  chan struct{} // one per batch in flight
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -78,7 +84,7 @@ func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) *Publi
 		opts.MaxInFlight = 16
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Publisher{c: c, noIDs: opts.NoMsgIDs, slots: make(chan struct{}, opts.MaxInFlight), cancel: cancel, done: make(chan struct{})}
+	p := &Publisher{c: c, noIDs: opts.NoMsgIDs || opts.Core, core: opts.Core, slots: make(chan struct{}, opts.MaxInFlight), cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx)
 	return p
 }
@@ -122,7 +128,7 @@ func (p *Publisher) Send(ctx context.Context, events []*eventbusv1.Event) (*Batc
 	if stream != nil {
 		// An error means the stream broke: run sees it too, reconnects and
 		// sends the batch again.
-		_ = stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events})
+		_ = stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events, Core: p.core})
 	}
 	return b, nil
 }
@@ -200,7 +206,7 @@ func (p *Publisher) session(ctx context.Context) (acked bool, err error) {
 	resend := append([]*Batch(nil), p.inflight...)
 	p.mu.Unlock()
 	for _, b := range resend {
-		if err := stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events}); err != nil {
+		if err := stream.Send(&eventbusv1.PublishStreamRequest{BatchId: b.id, Events: b.events, Core: p.core}); err != nil {
 			break // Recv below reports why
 		}
 	}

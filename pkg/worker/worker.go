@@ -10,6 +10,12 @@
 // and when the registry answers that the lease is gone it registers again (a
 // new lease and instance id, the same endpoint, address and model card) and
 // restarts its KV events with a cleared event.
+//
+// Every worker keeps a local indexer (KVIndex): the blocks it holds, from
+// its own events, and a ring of its recent events. It serves them, and
+// generate, as WorkerService over gRPC (address in the instance metadata
+// under "worker_api"), so that routers in the core and direct KV event modes
+// (pkg/kvevents) fill gaps and rebuild without a broker.
 package worker
 
 import (
@@ -18,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +41,8 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -49,6 +58,9 @@ const (
 	TokenizerBucket = "tokenizers"
 	// GenerateEndpoint is the default endpoint name.
 	GenerateEndpoint = "generate"
+	// MetadataWorkerAPI is the instance metadata key of the worker's
+	// WorkerService address (host:port).
+	MetadataWorkerAPI = "worker_api"
 )
 
 // ErrInvalidRequest is what a generate payload that does not decode gets,
@@ -102,6 +114,20 @@ type Config struct {
 	LoadInterval time.Duration
 	// Metadata is added to the registered instance.
 	Metadata map[string]string
+	// KVEventsMode is the KV event plane (--kv-events-mode): jetstream
+	// (the default, also for ""), core (NATS Core subjects), direct (no
+	// publishing: routers watch WorkerService), none (no publishing).
+	KVEventsMode kvevents.Mode
+	// KVEventsRing is how many recent events the local indexer keeps per
+	// dp rank (--kv-events-ring); 0 is DefaultKVEventsRing.
+	KVEventsRing int
+	// API is the WorkerService gRPC server; an empty GRPCAddr listens on
+	// the request plane's host (DYN_TCP_RPC_HOST) on a free port.
+	API grpcserver.Config
+	// DropKVEvent, when set, is asked for each batch about to be published
+	// to the eventbus and drops it when it answers true: a test hook that
+	// loses events on the way (the local indexer still has them).
+	DropKVEvent func(*workerv1.KvEventBatch) bool
 	// Log receives the worker's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -128,12 +154,20 @@ type Worker struct {
 	stopMaint     chan struct{}
 	maintDone     chan struct{}
 
-	kv       chan *workerv1.KvEventBatch
-	kvDone   chan struct{}
+	kv     chan *workerv1.KvEventBatch
+	kvDone chan struct{}
+	// kvMu orders numbering in the local indexer with queueing for
+	// publishing, so that batches are published in event id order.
+	kvMu     sync.Mutex
+	kvClosed bool
+	kvIndex  *KVIndex
+	api      *grpcserver.Server
+	apiDone  chan error
 	loadFn   func() *workerv1.LoadMetrics
 	loadMu   sync.Mutex
 	stopLoad chan struct{}
 	loadDone chan struct{}
+	stopAPI  context.CancelFunc
 	closed   sync.Once
 }
 
@@ -149,6 +183,9 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.KVEventsMode == "" {
+		c.KVEventsMode = kvevents.JetStream
 	}
 }
 
@@ -166,7 +203,10 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	if err := reasoning.Validate(cfg.Model.ReasoningParser); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}),
+	if _, err := kvevents.Parse(string(cfg.KVEventsMode)); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}), kvIndex: NewKVIndex(cfg.KVEventsRing),
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	var undo []func()
 	defer func() {
@@ -187,6 +227,14 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	}
 	w.server = srv
 	undo = append(undo, func() { _ = srv.Close() })
+	if err := w.startAPI(h); err != nil {
+		return nil, err
+	}
+	apiCtx, stopAPI := context.WithCancel(context.Background())
+	w.apiDone = make(chan error, 1)
+	go func() { w.apiDone <- w.api.Serve(apiCtx, nil) }()
+	w.stopAPI = stopAPI
+	undo = append(undo, func() { stopAPI(); <-w.apiDone })
 
 	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
 	if err != nil {
@@ -206,8 +254,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w.reg = reg
 	undo = append(undo, func() { _ = reg.Close() })
 	addr := srv.Address(cfg.Endpoint)
+	md := map[string]string{}
+	maps.Copy(md, cfg.Metadata)
+	md[MetadataWorkerAPI] = w.apiAddr()
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Transport: registryTransport(addr), Metadata: cfg.Metadata}
+		Transport: registryTransport(addr), Metadata: md}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
@@ -222,7 +273,8 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	go w.publishLoad()
 	go w.maintain(want, card)
 	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
-		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", addr.String(), "model", cfg.Model.Name)
+		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", addr.String(), "model", cfg.Model.Name,
+		"worker_api", w.apiAddr(), "kv_events_mode", string(cfg.KVEventsMode), "kv_events_ring", w.kvIndex.ringCap)
 	return w, nil
 }
 
@@ -288,9 +340,16 @@ func (w *Worker) maintain(want *registryv1.Instance, card *registryv1.ModelCard)
 				w.mu.Unlock()
 				w.instance.Store(in)
 				w.registrations.Add(1)
-				// Routers know nothing of the new instance's cache; say so
-				// before any other event of it.
-				w.PublishKVEvents(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}}}})
+				// Routers of the JetStream plane know nothing of the new
+				// instance's cache; say so before any other event of it
+				// (unnumbered, and not in the local indexer: the engine
+				// still holds its blocks). Core and direct routers ask the
+				// new instance for its state instead.
+				if w.cfg.KVEventsMode == kvevents.JetStream {
+					w.kvMu.Lock()
+					w.queue(&workerv1.KvEventBatch{InstanceId: in.InstanceId, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}}}})
+					w.kvMu.Unlock()
+				}
 				w.log.Info("worker registered again", "instance", fmt.Sprintf("%x", in.InstanceId), "previous_instance", fmt.Sprintf("%x", old))
 				_ = sess.Close(context.Background()) // already lost: nothing to revoke
 				break
@@ -366,13 +425,31 @@ func (w *Worker) Session() *discovery.Session {
 	return w.sess
 }
 
-// PublishKVEvents queues a batch of KV events for publishing, in order. It
-// blocks when thousands of batches wait (back-pressure on the engine).
+// PublishKVEvents applies a batch of KV events to the local indexer (which
+// numbers it when FirstEventId is 0) and, in the jetstream and core modes,
+// queues it for publishing, in order. It blocks when thousands of batches
+// wait (back-pressure on the engine). Calls are serialized.
 func (w *Worker) PublishKVEvents(b *workerv1.KvEventBatch) {
 	if b == nil || len(b.Events) == 0 {
 		return
 	}
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
 	b.InstanceId = w.InstanceID()
+	if w.kvIndex.Apply(b) {
+		w.log.Warn("KV event ids do not follow on; the local ring restarts", "dp_rank", b.DpRank, "first_event_id", b.FirstEventId)
+	}
+	if !w.cfg.KVEventsMode.Published() {
+		return
+	}
+	w.queue(b)
+}
+
+// queue hands a batch to the publisher; kvMu is held.
+func (w *Worker) queue(b *workerv1.KvEventBatch) {
+	if w.kvClosed {
+		return
+	}
 	select {
 	case w.kv <- b:
 	case <-w.kvDone:
@@ -393,7 +470,7 @@ func (w *Worker) subject(name string) string {
 // publishKV publishes queued batches in order, several per eventbus call.
 func (w *Worker) publishKV() {
 	defer close(w.kvDone)
-	pub := w.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
+	pub := w.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{Core: w.cfg.KVEventsMode == kvevents.Core})
 	defer pub.Close()
 	subject := w.subject(KVEventsName)
 	for b := range w.kv {
@@ -412,6 +489,9 @@ func (w *Worker) publishKV() {
 		}
 		events := make([]*eventbusv1.Event, 0, len(batch))
 		for _, kb := range batch {
+			if w.cfg.DropKVEvent != nil && w.cfg.DropKVEvent(kb) {
+				continue
+			}
 			id := fmt.Sprintf("kv-%x-%d-%d", kb.InstanceId, kb.DpRank, kb.FirstEventId)
 			ev, err := eventbus.NewEvent(subject, kb, eventbus.WithMsgID(id))
 			if err != nil {
@@ -419,6 +499,9 @@ func (w *Worker) publishKV() {
 				continue
 			}
 			events = append(events, ev)
+		}
+		if len(events) == 0 {
+			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if _, err := pub.PublishBatch(ctx, events); err != nil {
@@ -496,8 +579,15 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		_ = w.server.Close()
 		close(w.stopLoad)
 		<-w.loadDone
+		w.kvMu.Lock()
 		close(w.kv)
+		w.kvClosed = true
+		w.kvMu.Unlock()
 		<-w.kvDone
+		w.stopAPI()
+		if err := <-w.apiDone; err != nil {
+			errs = append(errs, fmt.Errorf("worker API: %w", err))
+		}
 		_ = w.bus.Close()
 		_ = w.reg.Close()
 	})

@@ -55,6 +55,13 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetCore() {
+		if err := s.bus.publishCore([]*eventbusv1.Event{req.GetEvent()}); err != nil {
+			return nil, toStatus(err)
+		}
+		s.metrics.countPublished(ns, false, 1)
+		return &eventbusv1.PublishResponse{}, nil
+	}
 	ack, err := s.bus.publish(ctx, ns, req.GetEvent())
 	if err != nil {
 		return nil, toStatus(err)
@@ -68,6 +75,8 @@ type pendingBatch struct {
 	id    uint64
 	nss   []string // namespace of each event
 	batch *pubBatch
+	// core batches are already published: their acks are all zero.
+	core bool
 }
 
 // PublishStream implements EventBusService. A receiving goroutine validates
@@ -86,6 +95,7 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 		recvErr <- s.receiveBatches(ctx, stream, queue)
 		close(queue)
 	}()
+	var err error
 	for {
 		select {
 		case <-s.stopping:
@@ -94,8 +104,10 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 			if !ok {
 				return toStatus(<-recvErr)
 			}
-			acks, err := s.bus.waitBatch(ctx, p.batch)
-			if err != nil {
+			var acks []pubAck
+			if p.core {
+				acks = make([]pubAck, len(p.nss))
+			} else if acks, err = s.bus.waitBatch(ctx, p.batch); err != nil {
 				return toStatus(err)
 			}
 			s.metrics.countBatch(p.nss, acks)
@@ -132,11 +144,14 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 			}
 			nss[i] = ns
 		}
-		b, err := s.bus.publishBatch(ctx, nss, req.GetEvents())
-		if err != nil {
+		p := pendingBatch{id: req.GetBatchId(), nss: nss, core: req.GetCore()}
+		if p.core {
+			if err := s.bus.publishCore(req.GetEvents()); err != nil {
+				return err
+			}
+		} else if p.batch, err = s.bus.publishBatch(ctx, nss, req.GetEvents()); err != nil {
 			return err
 		}
-		p := pendingBatch{id: req.GetBatchId(), nss: nss, batch: b}
 		select {
 		case queue <- p:
 		case <-ctx.Done():
@@ -148,6 +163,9 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 // Subscribe implements EventBusService.
 func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.EventBusService_SubscribeServer) error {
 	sub, err := validateSubscribe(req)
+	if err == nil && req.GetCore() {
+		err = validateCoreSubscribe(req)
+	}
 	if err != nil {
 		return toStatus(err)
 	}
@@ -167,7 +185,11 @@ func (s *server) Subscribe(req *eventbusv1.SubscribeRequest, stream eventbusv1.E
 	defer s.metrics.subscriptions.Dec()
 	delivered := s.metrics.delivered.WithLabelValues(sub.namespace)
 	redelivered := s.metrics.redelivered.WithLabelValues(sub.namespace)
-	err = s.bus.subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
+	subscribe := s.bus.subscribe
+	if req.GetCore() {
+		subscribe = s.bus.subscribeCore
+	}
+	err = subscribe(stream.Context(), sub, s.stopping, ready, func(consumer string, evs []*eventbusv1.DeliveredEvent) error {
 		if err := stream.Send(&eventbusv1.SubscribeResponse{Consumer: consumer, Events: evs}); err != nil {
 			return err
 		}

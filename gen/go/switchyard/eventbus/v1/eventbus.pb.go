@@ -165,7 +165,10 @@ func (x *Event) GetHeaders() map[string]string {
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event.
-	Event         *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	Event *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Core publishes on NATS Core (see the service comment): the response
+	// has no stream and sequence 0.
+	Core          bool `protobuf:"varint,2,opt,name=core,proto3" json:"core,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +208,13 @@ func (x *PublishRequest) GetEvent() *Event {
 		return x.Event
 	}
 	return nil
+}
+
+func (x *PublishRequest) GetCore() bool {
+	if x != nil {
+		return x.Core
+	}
+	return false
 }
 
 // PublishResponse acknowledges one stored event.
@@ -278,7 +288,11 @@ type PublishStreamRequest struct {
 	// Batch id, chosen by the client and echoed in the answer.
 	BatchId uint64 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	// Events of the batch, stored in this order.
-	Events        []*Event `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// Core publishes the batch on NATS Core (see the service comment): it is
+	// answered once NATS has the events, with sequence 0 for each; msg ids
+	// are carried but not deduplicated.
+	Core          bool `protobuf:"varint,3,opt,name=core,proto3" json:"core,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +339,13 @@ func (x *PublishStreamRequest) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *PublishStreamRequest) GetCore() bool {
+	if x != nil {
+		return x.Core
+	}
+	return false
 }
 
 // PublishAck is the acknowledgement of one event of a batch.
@@ -468,7 +489,13 @@ type SubscribeRequest struct {
 	MaxAckPending int32 `protobuf:"varint,9,opt,name=max_ack_pending,json=maxAckPending,proto3" json:"max_ack_pending,omitempty"`
 	// Auto ack makes a consumer without acknowledgements: events are never
 	// delivered again and need no Ack.
-	AutoAck       bool `protobuf:"varint,10,opt,name=auto_ack,json=autoAck,proto3" json:"auto_ack,omitempty"`
+	AutoAck bool `protobuf:"varint,10,opt,name=auto_ack,json=autoAck,proto3" json:"auto_ack,omitempty"`
+	// Core subscribes on NATS Core (see the service comment): only events
+	// published with core = true from now on, without stream sequences or
+	// ack tokens. durable_name, bind, deliver_policy, start_sequence,
+	// start_time, ack_wait and max_ack_pending must be unset; auto_ack is
+	// implied.
+	Core          bool `protobuf:"varint,11,opt,name=core,proto3" json:"core,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +596,13 @@ func (x *SubscribeRequest) GetMaxAckPending() int32 {
 func (x *SubscribeRequest) GetAutoAck() bool {
 	if x != nil {
 		return x.AutoAck
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetCore() bool {
+	if x != nil {
+		return x.Core
 	}
 	return false
 }
@@ -1757,23 +1791,25 @@ const file_switchyard_eventbus_v1_eventbus_proto_rawDesc = "" +
 	"\aheaders\x18\x04 \x03(\v2*.switchyard.eventbus.v1.Event.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
 	"\x0ePublishRequest\x123\n" +
-	"\x05event\x18\x01 \x01(\v2\x1d.switchyard.eventbus.v1.EventR\x05event\"c\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.switchyard.eventbus.v1.EventR\x05event\x12\x12\n" +
+	"\x04core\x18\x02 \x01(\bR\x04core\"c\n" +
 	"\x0fPublishResponse\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1c\n" +
-	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"h\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"|\n" +
 	"\x14PublishStreamRequest\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x125\n" +
-	"\x06events\x18\x02 \x03(\v2\x1d.switchyard.eventbus.v1.EventR\x06events\"F\n" +
+	"\x06events\x18\x02 \x03(\v2\x1d.switchyard.eventbus.v1.EventR\x06events\x12\x12\n" +
+	"\x04core\x18\x03 \x01(\bR\x04core\"F\n" +
 	"\n" +
 	"PublishAck\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"j\n" +
 	"\x15PublishStreamResponse\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x126\n" +
-	"\x04acks\x18\x02 \x03(\v2\".switchyard.eventbus.v1.PublishAckR\x04acks\"\xb7\x03\n" +
+	"\x04acks\x18\x02 \x03(\v2\".switchyard.eventbus.v1.PublishAckR\x04acks\"\xcb\x03\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0efilter_subject\x18\x02 \x01(\tR\rfilterSubject\x12!\n" +
@@ -1786,7 +1822,8 @@ const file_switchyard_eventbus_v1_eventbus_proto_rawDesc = "" +
 	"\back_wait\x18\b \x01(\v2\x19.google.protobuf.DurationR\aackWait\x12&\n" +
 	"\x0fmax_ack_pending\x18\t \x01(\x05R\rmaxAckPending\x12\x19\n" +
 	"\bauto_ack\x18\n" +
-	" \x01(\bR\aautoAck\"\xae\x03\n" +
+	" \x01(\bR\aautoAck\x12\x12\n" +
+	"\x04core\x18\v \x01(\bR\x04core\"\xae\x03\n" +
 	"\x0eDeliveredEvent\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12M\n" +

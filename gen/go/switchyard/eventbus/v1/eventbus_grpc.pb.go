@@ -45,6 +45,15 @@ const (
 // Subscribe delivers; any eventbus connected to the same NATS can acknowledge
 // them. The service also holds an object store for snapshots and artifacts.
 //
+// Core events: a publish or subscription with core = true uses NATS Core
+// pub/sub instead of the stream: nothing is stored, nothing is replayed or
+// acknowledged, and an event reaches only the subscribers connected when it
+// is published (at most once). On NATS the subject gets the prefix "_core."
+// ({namespace}.{component}.{event_name} travels as
+// _core.{namespace}.{component}.{event_name}), which no namespace's stream
+// captures. The core KV event plane (router --kv-events-mode core) uses it;
+// its consumers fill gaps from the workers themselves.
+//
 // Errors are a gRPC code plus, where the code alone is ambiguous, a
 // google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason
 // (Go: package pkg/apierr); clients branch on those, never on the message.
@@ -245,6 +254,15 @@ func (c *eventBusServiceClient) DeleteObject(ctx context.Context, in *DeleteObje
 // Events are acknowledged with the Ack RPC, which takes the ack tokens that
 // Subscribe delivers; any eventbus connected to the same NATS can acknowledge
 // them. The service also holds an object store for snapshots and artifacts.
+//
+// Core events: a publish or subscription with core = true uses NATS Core
+// pub/sub instead of the stream: nothing is stored, nothing is replayed or
+// acknowledged, and an event reaches only the subscribers connected when it
+// is published (at most once). On NATS the subject gets the prefix "_core."
+// ({namespace}.{component}.{event_name} travels as
+// _core.{namespace}.{component}.{event_name}), which no namespace's stream
+// captures. The core KV event plane (router --kv-events-mode core) uses it;
+// its consumers fill gaps from the workers themselves.
 //
 // Errors are a gRPC code plus, where the code alone is ambiguous, a
 // google.rpc.ErrorInfo detail with domain "switchyard.llm" and a reason

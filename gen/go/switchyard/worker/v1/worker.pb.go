@@ -83,6 +83,341 @@ func (FinishReason) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
 }
 
+// GetKvEventsRequest asks for the recent events of one dp rank.
+type GetKvEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Data-parallel rank; 0 without data parallelism.
+	DpRank uint32 `protobuf:"varint,1,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// The first event id wanted (event ids start at 1).
+	FromEventId uint64 `protobuf:"varint,2,opt,name=from_event_id,json=fromEventId,proto3" json:"from_event_id,omitempty"`
+	// The most events to return; 0 is the server's limit (65536). A caller
+	// that gets fewer than it needs asks again from the next id.
+	MaxEvents     uint32 `protobuf:"varint,3,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKvEventsRequest) Reset() {
+	*x = GetKvEventsRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKvEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKvEventsRequest) ProtoMessage() {}
+
+func (x *GetKvEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKvEventsRequest.ProtoReflect.Descriptor instead.
+func (*GetKvEventsRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetKvEventsRequest) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *GetKvEventsRequest) GetFromEventId() uint64 {
+	if x != nil {
+		return x.FromEventId
+	}
+	return 0
+}
+
+func (x *GetKvEventsRequest) GetMaxEvents() uint32 {
+	if x != nil {
+		return x.MaxEvents
+	}
+	return 0
+}
+
+// GetKvEventsResponse is a run of consecutive events.
+type GetKvEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events from from_event_id (batch.first_event_id) on; empty when
+	// there are none yet.
+	Batch *KvEventBatch `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	// The newest event id of the rank when the call was answered.
+	LastEventId   uint64 `protobuf:"varint,2,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKvEventsResponse) Reset() {
+	*x = GetKvEventsResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKvEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKvEventsResponse) ProtoMessage() {}
+
+func (x *GetKvEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKvEventsResponse.ProtoReflect.Descriptor instead.
+func (*GetKvEventsResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetKvEventsResponse) GetBatch() *KvEventBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *GetKvEventsResponse) GetLastEventId() uint64 {
+	if x != nil {
+		return x.LastEventId
+	}
+	return 0
+}
+
+// GetKvStateRequest asks for every block the worker holds.
+type GetKvStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKvStateRequest) Reset() {
+	*x = GetKvStateRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKvStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKvStateRequest) ProtoMessage() {}
+
+func (x *GetKvStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKvStateRequest.ProtoReflect.Descriptor instead.
+func (*GetKvStateRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+// GetKvStateResponse is a part of one dp rank's state. A rank's state may
+// span several messages (all with the same dp_rank and event_id); a rank
+// with no blocks sends one message with none.
+type GetKvStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker instance (its registry lease id).
+	InstanceId uint64 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Data-parallel rank; 0 without data parallelism.
+	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// The state is current to this event id: it includes that event and
+	// every one before it. 0: the rank has had no event.
+	EventId uint64 `protobuf:"varint,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Sequence hashes of blocks held (a part of them).
+	SequenceHashes []uint64 `protobuf:"varint,4,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`
+	// Set on the last message of the rank.
+	Last          bool `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKvStateResponse) Reset() {
+	*x = GetKvStateResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKvStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKvStateResponse) ProtoMessage() {}
+
+func (x *GetKvStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKvStateResponse.ProtoReflect.Descriptor instead.
+func (*GetKvStateResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetKvStateResponse) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *GetKvStateResponse) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *GetKvStateResponse) GetEventId() uint64 {
+	if x != nil {
+		return x.EventId
+	}
+	return 0
+}
+
+func (x *GetKvStateResponse) GetSequenceHashes() []uint64 {
+	if x != nil {
+		return x.SequenceHashes
+	}
+	return nil
+}
+
+func (x *GetKvStateResponse) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+// WatchKvEventsRequest starts a watch.
+type WatchKvEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first event id wanted per dp rank; ranks not named start at 1.
+	FromEventIds  map[uint32]uint64 `protobuf:"bytes,1,rep,name=from_event_ids,json=fromEventIds,proto3" json:"from_event_ids,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchKvEventsRequest) Reset() {
+	*x = WatchKvEventsRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchKvEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchKvEventsRequest) ProtoMessage() {}
+
+func (x *WatchKvEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchKvEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchKvEventsRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchKvEventsRequest) GetFromEventIds() map[uint32]uint64 {
+	if x != nil {
+		return x.FromEventIds
+	}
+	return nil
+}
+
+// WatchKvEventsResponse is one or more consecutive events of one rank.
+type WatchKvEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events; batch.instance_id is the worker's current instance.
+	Batch         *KvEventBatch `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchKvEventsResponse) Reset() {
+	*x = WatchKvEventsResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchKvEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchKvEventsResponse) ProtoMessage() {}
+
+func (x *WatchKvEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchKvEventsResponse.ProtoReflect.Descriptor instead.
+func (*WatchKvEventsResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchKvEventsResponse) GetBatch() *KvEventBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
 // SamplingParameters choose how the next token is drawn.
 type SamplingParameters struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -110,7 +445,7 @@ type SamplingParameters struct {
 
 func (x *SamplingParameters) Reset() {
 	*x = SamplingParameters{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +457,7 @@ func (x *SamplingParameters) String() string {
 func (*SamplingParameters) ProtoMessage() {}
 
 func (x *SamplingParameters) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +470,7 @@ func (x *SamplingParameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParameters.ProtoReflect.Descriptor instead.
 func (*SamplingParameters) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SamplingParameters) GetTemperature() float32 {
@@ -214,7 +549,7 @@ type StopConditions struct {
 
 func (x *StopConditions) Reset() {
 	*x = StopConditions{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +561,7 @@ func (x *StopConditions) String() string {
 func (*StopConditions) ProtoMessage() {}
 
 func (x *StopConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,7 +574,7 @@ func (x *StopConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopConditions.ProtoReflect.Descriptor instead.
 func (*StopConditions) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StopConditions) GetStopTokenIds() []uint32 {
@@ -295,7 +630,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +642,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +655,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GenerateRequest) GetRequestId() string {
@@ -387,7 +722,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +734,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +747,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -457,7 +792,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +804,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +817,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GenerateResponse) GetTokenIds() []uint32 {
@@ -541,7 +876,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +888,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +901,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TokenLogprob) GetLogprob() float32 {
@@ -596,7 +931,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +943,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +956,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -651,7 +986,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +998,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1011,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvBlock) GetSequenceHash() uint64 {
@@ -708,7 +1043,7 @@ type KvBlocksStored struct {
 
 func (x *KvBlocksStored) Reset() {
 	*x = KvBlocksStored{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +1055,7 @@ func (x *KvBlocksStored) String() string {
 func (*KvBlocksStored) ProtoMessage() {}
 
 func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +1068,7 @@ func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksStored.ProtoReflect.Descriptor instead.
 func (*KvBlocksStored) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KvBlocksStored) GetParentSequenceHash() uint64 {
@@ -761,7 +1096,7 @@ type KvBlocksRemoved struct {
 
 func (x *KvBlocksRemoved) Reset() {
 	*x = KvBlocksRemoved{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1108,7 @@ func (x *KvBlocksRemoved) String() string {
 func (*KvBlocksRemoved) ProtoMessage() {}
 
 func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1121,7 @@ func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlocksRemoved) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KvBlocksRemoved) GetSequenceHashes() []uint64 {
@@ -805,7 +1140,7 @@ type KvCacheCleared struct {
 
 func (x *KvCacheCleared) Reset() {
 	*x = KvCacheCleared{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1152,7 @@ func (x *KvCacheCleared) String() string {
 func (*KvCacheCleared) ProtoMessage() {}
 
 func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1165,7 @@ func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheCleared.ProtoReflect.Descriptor instead.
 func (*KvCacheCleared) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 // KvCacheEvent is one change to a worker's KV cache.
@@ -850,7 +1185,7 @@ type KvCacheEvent struct {
 
 func (x *KvCacheEvent) Reset() {
 	*x = KvCacheEvent{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1197,7 @@ func (x *KvCacheEvent) String() string {
 func (*KvCacheEvent) ProtoMessage() {}
 
 func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1210,7 @@ func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEvent.ProtoReflect.Descriptor instead.
 func (*KvCacheEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KvCacheEvent) GetEvent() isKvCacheEvent_Event {
@@ -955,7 +1290,7 @@ type KvCacheEventEnvelope struct {
 
 func (x *KvCacheEventEnvelope) Reset() {
 	*x = KvCacheEventEnvelope{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1302,7 @@ func (x *KvCacheEventEnvelope) String() string {
 func (*KvCacheEventEnvelope) ProtoMessage() {}
 
 func (x *KvCacheEventEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1315,7 @@ func (x *KvCacheEventEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEventEnvelope.ProtoReflect.Descriptor instead.
 func (*KvCacheEventEnvelope) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KvCacheEventEnvelope) GetInstanceId() uint64 {
@@ -1028,7 +1363,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1375,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1388,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KvEventBatch) GetInstanceId() uint64 {
@@ -1122,7 +1457,7 @@ type LoadMetrics struct {
 
 func (x *LoadMetrics) Reset() {
 	*x = LoadMetrics{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1469,7 @@ func (x *LoadMetrics) String() string {
 func (*LoadMetrics) ProtoMessage() {}
 
 func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1482,7 @@ func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadMetrics.ProtoReflect.Descriptor instead.
 func (*LoadMetrics) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LoadMetrics) GetInstanceId() uint64 {
@@ -1242,7 +1577,7 @@ type RequestLoad struct {
 
 func (x *RequestLoad) Reset() {
 	*x = RequestLoad{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1589,7 @@ func (x *RequestLoad) String() string {
 func (*RequestLoad) ProtoMessage() {}
 
 func (x *RequestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1602,7 @@ func (x *RequestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
 func (*RequestLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestLoad) GetRequestId() string {
@@ -1328,7 +1663,7 @@ type TimingModel struct {
 
 func (x *TimingModel) Reset() {
 	*x = TimingModel{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1675,7 @@ func (x *TimingModel) String() string {
 func (*TimingModel) ProtoMessage() {}
 
 func (x *TimingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1688,7 @@ func (x *TimingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
 func (*TimingModel) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TimingModel) GetPrefillMsQuadratic() float64 {
@@ -1416,7 +1751,30 @@ var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x02\n" +
+	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"\x12GetKvEventsRequest\x12\x17\n" +
+	"\adp_rank\x18\x01 \x01(\rR\x06dpRank\x12\"\n" +
+	"\rfrom_event_id\x18\x02 \x01(\x04R\vfromEventId\x12\x1d\n" +
+	"\n" +
+	"max_events\x18\x03 \x01(\rR\tmaxEvents\"s\n" +
+	"\x13GetKvEventsResponse\x128\n" +
+	"\x05batch\x18\x01 \x01(\v2\".switchyard.worker.v1.KvEventBatchR\x05batch\x12\"\n" +
+	"\rlast_event_id\x18\x02 \x01(\x04R\vlastEventId\"\x13\n" +
+	"\x11GetKvStateRequest\"\xa6\x01\n" +
+	"\x12GetKvStateResponse\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x17\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\x04R\aeventId\x12'\n" +
+	"\x0fsequence_hashes\x18\x04 \x03(\x04R\x0esequenceHashes\x12\x12\n" +
+	"\x04last\x18\x05 \x01(\bR\x04last\"\xbb\x01\n" +
+	"\x14WatchKvEventsRequest\x12b\n" +
+	"\x0efrom_event_ids\x18\x01 \x03(\v2<.switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntryR\ffromEventIds\x1a?\n" +
+	"\x11FromEventIdsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Q\n" +
+	"\x15WatchKvEventsResponse\x128\n" +
+	"\x05batch\x18\x01 \x01(\v2\".switchyard.worker.v1.KvEventBatchR\x05batch\"\x9e\x02\n" +
 	"\x12SamplingParameters\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -1525,9 +1883,13 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x03\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x042l\n" +
+	"\x13FINISH_REASON_ERROR\x10\x042\x9f\x03\n" +
 	"\rWorkerService\x12[\n" +
-	"\bGenerate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01B\xe4\x01\n" +
+	"\bGenerate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12b\n" +
+	"\vGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12a\n" +
+	"\n" +
+	"GetKvState\x12'.switchyard.worker.v1.GetKvStateRequest\x1a(.switchyard.worker.v1.GetKvStateResponse0\x01\x12j\n" +
+	"\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01B\xe4\x01\n" +
 	"\x18com.switchyard.worker.v1B\vWorkerProtoP\x01ZIgithub.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1;workerv1\xa2\x02\x03SWX\xaa\x02\x14Switchyard.Worker.V1\xca\x02\x14Switchyard\\Worker\\V1\xe2\x02 Switchyard\\Worker\\V1\\GPBMetadata\xea\x02\x16Switchyard::Worker::V1b\x06proto3"
 
 var (
@@ -1543,51 +1905,67 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: switchyard.worker.v1.FinishReason
-	(*SamplingParameters)(nil),    // 1: switchyard.worker.v1.SamplingParameters
-	(*StopConditions)(nil),        // 2: switchyard.worker.v1.StopConditions
-	(*GenerateRequest)(nil),       // 3: switchyard.worker.v1.GenerateRequest
-	(*Usage)(nil),                 // 4: switchyard.worker.v1.Usage
-	(*GenerateResponse)(nil),      // 5: switchyard.worker.v1.GenerateResponse
-	(*TokenLogprob)(nil),          // 6: switchyard.worker.v1.TokenLogprob
-	(*TopLogprob)(nil),            // 7: switchyard.worker.v1.TopLogprob
-	(*KvBlock)(nil),               // 8: switchyard.worker.v1.KvBlock
-	(*KvBlocksStored)(nil),        // 9: switchyard.worker.v1.KvBlocksStored
-	(*KvBlocksRemoved)(nil),       // 10: switchyard.worker.v1.KvBlocksRemoved
-	(*KvCacheCleared)(nil),        // 11: switchyard.worker.v1.KvCacheCleared
-	(*KvCacheEvent)(nil),          // 12: switchyard.worker.v1.KvCacheEvent
-	(*KvCacheEventEnvelope)(nil),  // 13: switchyard.worker.v1.KvCacheEventEnvelope
-	(*KvEventBatch)(nil),          // 14: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),           // 15: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),           // 16: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),           // 17: switchyard.worker.v1.TimingModel
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*GetKvEventsRequest)(nil),    // 1: switchyard.worker.v1.GetKvEventsRequest
+	(*GetKvEventsResponse)(nil),   // 2: switchyard.worker.v1.GetKvEventsResponse
+	(*GetKvStateRequest)(nil),     // 3: switchyard.worker.v1.GetKvStateRequest
+	(*GetKvStateResponse)(nil),    // 4: switchyard.worker.v1.GetKvStateResponse
+	(*WatchKvEventsRequest)(nil),  // 5: switchyard.worker.v1.WatchKvEventsRequest
+	(*WatchKvEventsResponse)(nil), // 6: switchyard.worker.v1.WatchKvEventsResponse
+	(*SamplingParameters)(nil),    // 7: switchyard.worker.v1.SamplingParameters
+	(*StopConditions)(nil),        // 8: switchyard.worker.v1.StopConditions
+	(*GenerateRequest)(nil),       // 9: switchyard.worker.v1.GenerateRequest
+	(*Usage)(nil),                 // 10: switchyard.worker.v1.Usage
+	(*GenerateResponse)(nil),      // 11: switchyard.worker.v1.GenerateResponse
+	(*TokenLogprob)(nil),          // 12: switchyard.worker.v1.TokenLogprob
+	(*TopLogprob)(nil),            // 13: switchyard.worker.v1.TopLogprob
+	(*KvBlock)(nil),               // 14: switchyard.worker.v1.KvBlock
+	(*KvBlocksStored)(nil),        // 15: switchyard.worker.v1.KvBlocksStored
+	(*KvBlocksRemoved)(nil),       // 16: switchyard.worker.v1.KvBlocksRemoved
+	(*KvCacheCleared)(nil),        // 17: switchyard.worker.v1.KvCacheCleared
+	(*KvCacheEvent)(nil),          // 18: switchyard.worker.v1.KvCacheEvent
+	(*KvCacheEventEnvelope)(nil),  // 19: switchyard.worker.v1.KvCacheEventEnvelope
+	(*KvEventBatch)(nil),          // 20: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),           // 21: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),           // 22: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),           // 23: switchyard.worker.v1.TimingModel
+	nil,                           // 24: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	1,  // 0: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
-	2,  // 1: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
-	0,  // 2: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
-	4,  // 3: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
-	6,  // 4: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
-	7,  // 5: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
-	8,  // 6: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	9,  // 7: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	10, // 8: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	11, // 9: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	12, // 10: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
-	12, // 11: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	18, // 12: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	17, // 13: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	16, // 14: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	3,  // 15: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	5,  // 16: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	20, // 0: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	24, // 1: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	20, // 2: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	7,  // 3: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
+	8,  // 4: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
+	0,  // 5: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
+	10, // 6: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
+	12, // 7: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	13, // 8: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	14, // 9: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	15, // 10: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	16, // 11: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	17, // 12: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	18, // 13: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
+	18, // 14: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	25, // 15: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	23, // 16: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	22, // 17: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	9,  // 18: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	1,  // 19: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	3,  // 20: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	5,  // 21: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	11, // 22: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	2,  // 23: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	4,  // 24: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	6,  // 25: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -1595,11 +1973,11 @@ func file_switchyard_worker_v1_worker_proto_init() {
 	if File_switchyard_worker_v1_worker_proto != nil {
 		return
 	}
-	file_switchyard_worker_v1_worker_proto_msgTypes[0].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[4].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
 	file_switchyard_worker_v1_worker_proto_msgTypes[8].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
+	file_switchyard_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[14].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{
 		(*KvCacheEvent_Stored)(nil),
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
@@ -1610,7 +1988,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

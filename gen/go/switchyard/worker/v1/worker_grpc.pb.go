@@ -19,22 +19,50 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkerService_Generate_FullMethodName = "/switchyard.worker.v1.WorkerService/Generate"
+	WorkerService_Generate_FullMethodName      = "/switchyard.worker.v1.WorkerService/Generate"
+	WorkerService_GetKvEvents_FullMethodName   = "/switchyard.worker.v1.WorkerService/GetKvEvents"
+	WorkerService_GetKvState_FullMethodName    = "/switchyard.worker.v1.WorkerService/GetKvState"
+	WorkerService_WatchKvEvents_FullMethodName = "/switchyard.worker.v1.WorkerService/WatchKvEvents"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// WorkerService is the generate API of an inference worker. Switchyard carries
+// WorkerService is the API of an inference worker. Switchyard carries
 // GenerateRequest and GenerateResponse as payloads on its own request plane
-// (tcp, http2 or nats), not over this gRPC service; the service is declared so
-// that workers in any language get typed stubs and the API is documented in
-// one place.
+// (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+// service. The KV calls are the worker's local indexer: every worker keeps
+// the set of KV blocks it holds (from its own events) and a bounded ring of
+// its recent events, so that a router can fill a gap in a worker's event ids
+// or rebuild its view of the worker without any broker.
+//
+// Where: a worker registers the host:port of its WorkerService in its
+// registry instance's metadata under the key "worker_api" (pkg/wire
+// MetadataWorkerAPI), beside its request plane address.
+//
+// Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+// an event id the ring no longer reaches is OUT_OF_RANGE with reason
+// KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
 type WorkerServiceClient interface {
 	// Generate runs one request and streams its output: one or more responses
 	// carrying new tokens, the last of which carries a finish reason and usage.
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GenerateResponse], error)
+	// GetKvEvents returns the worker's events of one dp rank from
+	// from_event_id on, as one batch without gaps. from_event_id past the
+	// newest event returns an empty batch; one below the oldest event the ring
+	// still holds is OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE.
+	GetKvEvents(ctx context.Context, in *GetKvEventsRequest, opts ...grpc.CallOption) (*GetKvEventsResponse, error)
+	// GetKvState streams every block the worker holds, per dp rank, with the
+	// event id the state is current to: the state equals the result of
+	// applying every event up to and including that id.
+	GetKvState(ctx context.Context, in *GetKvStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetKvStateResponse], error)
+	// WatchKvEvents streams the worker's events as they happen, per dp rank
+	// from the ids asked (id 1 for ranks not named), first from the ring,
+	// then live. A start the ring no longer reaches ends the stream with
+	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
+	// behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+	WatchKvEvents(ctx context.Context, in *WatchKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKvEventsResponse], error)
 }
 
 type workerServiceClient struct {
@@ -64,19 +92,92 @@ func (c *workerServiceClient) Generate(ctx context.Context, in *GenerateRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_GenerateClient = grpc.ServerStreamingClient[GenerateResponse]
 
+func (c *workerServiceClient) GetKvEvents(ctx context.Context, in *GetKvEventsRequest, opts ...grpc.CallOption) (*GetKvEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetKvEventsResponse)
+	err := c.cc.Invoke(ctx, WorkerService_GetKvEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) GetKvState(ctx context.Context, in *GetKvStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetKvStateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkerService_ServiceDesc.Streams[1], WorkerService_GetKvState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetKvStateRequest, GetKvStateResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_GetKvStateClient = grpc.ServerStreamingClient[GetKvStateResponse]
+
+func (c *workerServiceClient) WatchKvEvents(ctx context.Context, in *WatchKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKvEventsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkerService_ServiceDesc.Streams[2], WorkerService_WatchKvEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchKvEventsRequest, WatchKvEventsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_WatchKvEventsClient = grpc.ServerStreamingClient[WatchKvEventsResponse]
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
 //
-// WorkerService is the generate API of an inference worker. Switchyard carries
+// WorkerService is the API of an inference worker. Switchyard carries
 // GenerateRequest and GenerateResponse as payloads on its own request plane
-// (tcp, http2 or nats), not over this gRPC service; the service is declared so
-// that workers in any language get typed stubs and the API is documented in
-// one place.
+// (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+// service. The KV calls are the worker's local indexer: every worker keeps
+// the set of KV blocks it holds (from its own events) and a bounded ring of
+// its recent events, so that a router can fill a gap in a worker's event ids
+// or rebuild its view of the worker without any broker.
+//
+// Where: a worker registers the host:port of its WorkerService in its
+// registry instance's metadata under the key "worker_api" (pkg/wire
+// MetadataWorkerAPI), beside its request plane address.
+//
+// Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+// an event id the ring no longer reaches is OUT_OF_RANGE with reason
+// KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
 type WorkerServiceServer interface {
 	// Generate runs one request and streams its output: one or more responses
 	// carrying new tokens, the last of which carries a finish reason and usage.
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error
+	// GetKvEvents returns the worker's events of one dp rank from
+	// from_event_id on, as one batch without gaps. from_event_id past the
+	// newest event returns an empty batch; one below the oldest event the ring
+	// still holds is OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE.
+	GetKvEvents(context.Context, *GetKvEventsRequest) (*GetKvEventsResponse, error)
+	// GetKvState streams every block the worker holds, per dp rank, with the
+	// event id the state is current to: the state equals the result of
+	// applying every event up to and including that id.
+	GetKvState(*GetKvStateRequest, grpc.ServerStreamingServer[GetKvStateResponse]) error
+	// WatchKvEvents streams the worker's events as they happen, per dp rank
+	// from the ids asked (id 1 for ranks not named), first from the ring,
+	// then live. A start the ring no longer reaches ends the stream with
+	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
+	// behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+	WatchKvEvents(*WatchKvEventsRequest, grpc.ServerStreamingServer[WatchKvEventsResponse]) error
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -89,6 +190,15 @@ type UnimplementedWorkerServiceServer struct{}
 
 func (UnimplementedWorkerServiceServer) Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Generate not implemented")
+}
+func (UnimplementedWorkerServiceServer) GetKvEvents(context.Context, *GetKvEventsRequest) (*GetKvEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKvEvents not implemented")
+}
+func (UnimplementedWorkerServiceServer) GetKvState(*GetKvStateRequest, grpc.ServerStreamingServer[GetKvStateResponse]) error {
+	return status.Error(codes.Unimplemented, "method GetKvState not implemented")
+}
+func (UnimplementedWorkerServiceServer) WatchKvEvents(*WatchKvEventsRequest, grpc.ServerStreamingServer[WatchKvEventsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchKvEvents not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -122,17 +232,72 @@ func _WorkerService_Generate_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_GenerateServer = grpc.ServerStreamingServer[GenerateResponse]
 
+func _WorkerService_GetKvEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKvEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).GetKvEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_GetKvEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).GetKvEvents(ctx, req.(*GetKvEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerService_GetKvState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetKvStateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkerServiceServer).GetKvState(m, &grpc.GenericServerStream[GetKvStateRequest, GetKvStateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_GetKvStateServer = grpc.ServerStreamingServer[GetKvStateResponse]
+
+func _WorkerService_WatchKvEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchKvEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkerServiceServer).WatchKvEvents(m, &grpc.GenericServerStream[WatchKvEventsRequest, WatchKvEventsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_WatchKvEventsServer = grpc.ServerStreamingServer[WatchKvEventsResponse]
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var WorkerService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "switchyard.worker.v1.WorkerService",
 	HandlerType: (*WorkerServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GetKvEvents",
+			Handler:    _WorkerService_GetKvEvents_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Generate",
 			Handler:       _WorkerService_Generate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetKvState",
+			Handler:       _WorkerService_GetKvState_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchKvEvents",
+			Handler:       _WorkerService_WatchKvEvents_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -189,10 +189,12 @@ class PublishAck(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., duplicate: bool = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ["event"]
+    __slots__ = ["core", "event"]
+    CORE_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    core: bool
     event: Event
-    def __init__(self, event: _Optional[_Union[Event, _Mapping]] = ...) -> None: ...
+    def __init__(self, event: _Optional[_Union[Event, _Mapping]] = ..., core: bool = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ["duplicate", "sequence", "stream"]
@@ -205,12 +207,14 @@ class PublishResponse(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., sequence: _Optional[int] = ..., duplicate: bool = ...) -> None: ...
 
 class PublishStreamRequest(_message.Message):
-    __slots__ = ["batch_id", "events"]
+    __slots__ = ["batch_id", "core", "events"]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CORE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
+    core: bool
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., core: bool = ...) -> None: ...
 
 class PublishStreamResponse(_message.Message):
     __slots__ = ["acks", "batch_id"]
@@ -256,10 +260,11 @@ class PutObjectResponse(_message.Message):
     def __init__(self, info: _Optional[_Union[ObjectInfo, _Mapping]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ["ack_wait", "auto_ack", "bind", "deliver_policy", "durable_name", "filter_subject", "max_ack_pending", "namespace", "start_sequence", "start_time"]
+    __slots__ = ["ack_wait", "auto_ack", "bind", "core", "deliver_policy", "durable_name", "filter_subject", "max_ack_pending", "namespace", "start_sequence", "start_time"]
     ACK_WAIT_FIELD_NUMBER: _ClassVar[int]
     AUTO_ACK_FIELD_NUMBER: _ClassVar[int]
     BIND_FIELD_NUMBER: _ClassVar[int]
+    CORE_FIELD_NUMBER: _ClassVar[int]
     DELIVER_POLICY_FIELD_NUMBER: _ClassVar[int]
     DURABLE_NAME_FIELD_NUMBER: _ClassVar[int]
     FILTER_SUBJECT_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +275,7 @@ class SubscribeRequest(_message.Message):
     ack_wait: _duration_pb2.Duration
     auto_ack: bool
     bind: bool
+    core: bool
     deliver_policy: DeliverPolicy
     durable_name: str
     filter_subject: str
@@ -277,7 +283,7 @@ class SubscribeRequest(_message.Message):
     namespace: str
     start_sequence: int
     start_time: _timestamp_pb2.Timestamp
-    def __init__(self, namespace: _Optional[str] = ..., filter_subject: _Optional[str] = ..., durable_name: _Optional[str] = ..., bind: bool = ..., deliver_policy: _Optional[_Union[DeliverPolicy, str]] = ..., start_sequence: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ack_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_ack_pending: _Optional[int] = ..., auto_ack: bool = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., filter_subject: _Optional[str] = ..., durable_name: _Optional[str] = ..., bind: bool = ..., deliver_policy: _Optional[_Union[DeliverPolicy, str]] = ..., start_sequence: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ack_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_ack_pending: _Optional[int] = ..., auto_ack: bool = ..., core: bool = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ["consumer", "events"]

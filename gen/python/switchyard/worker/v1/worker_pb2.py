@@ -14,49 +14,65 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x02\n\x12SamplingParameters\x12 \n\x0btemperature\x18\x01 \x01(\x02R\x0btemperature\x12\x13\n\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n\x05top_k\x18\x03 \x01(\x05R\x04topK\x12\x13\n\x05min_p\x18\x04 \x01(\x02R\x04minP\x12\x17\n\x04seed\x18\x05 \x01(\x04H\x00R\x04seed\x88\x01\x01\x12+\n\x11\x66requency_penalty\x18\x06 \x01(\x02R\x10\x66requencyPenalty\x12)\n\x10presence_penalty\x18\x07 \x01(\x02R\x0fpresencePenalty\x12-\n\x12repetition_penalty\x18\x08 \x01(\x02R\x11repetitionPenaltyB\x07\n\x05_seed\"\x97\x01\n\x0eStopConditions\x12$\n\x0estop_token_ids\x18\x01 \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x02 \x01(\x08R\tignoreEos\x12\x1d\n\nmin_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n\x0cstop_strings\x18\x04 \x03(\tR\x0bstopStrings\"\xb0\x02\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12\x44\n\x08sampling\x18\x03 \x01(\x0b\x32(.switchyard.worker.v1.SamplingParametersR\x08sampling\x12\x1d\n\nmax_tokens\x18\x04 \x01(\rR\tmaxTokens\x12\x38\n\x04stop\x18\x05 \x01(\x0b\x32$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n\x08logprobs\x18\x07 \x01(\rH\x00R\x08logprobs\x88\x01\x01\x42\x0b\n\t_logprobs\"\x8b\x01\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12\x30\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\rR\x12\x63\x61\x63hedPromptTokens\"\xb2\x02\n\x10GenerateResponse\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x17\n\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n\rfinish_reason\x18\x03 \x01(\x0e\x32\".switchyard.worker.v1.FinishReasonR\x0c\x66inishReason\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\x12>\n\x08logprobs\x18\x06 \x03(\x0b\x32\".switchyard.worker.v1.TokenLogprobR\x08logprobsB\x07\n\x05_text\"\\\n\x0cTokenLogprob\x12\x18\n\x07logprob\x18\x01 \x01(\x02R\x07logprob\x12\x32\n\x03top\x18\x02 \x03(\x0b\x32 .switchyard.worker.v1.TopLogprobR\x03top\"A\n\nTopLogprob\x12\x19\n\x08token_id\x18\x01 \x01(\rR\x07tokenId\x12\x18\n\x07logprob\x18\x02 \x01(\x02R\x07logprob\"M\n\x07KvBlock\x12#\n\rsequence_hash\x18\x01 \x01(\x04R\x0csequenceHash\x12\x1d\n\nlocal_hash\x18\x02 \x01(\x04R\tlocalHash\"\x97\x01\n\x0eKvBlocksStored\x12\x35\n\x14parent_sequence_hash\x18\x01 \x01(\x04H\x00R\x12parentSequenceHash\x88\x01\x01\x12\x35\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1d.switchyard.worker.v1.KvBlockR\x06\x62locksB\x17\n\x15_parent_sequence_hash\":\n\x0fKvBlocksRemoved\x12\'\n\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\"\x10\n\x0eKvCacheCleared\"\xdc\x01\n\x0cKvCacheEvent\x12>\n\x06stored\x18\x01 \x01(\x0b\x32$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12\x41\n\x07removed\x18\x02 \x01(\x0b\x32%.switchyard.worker.v1.KvBlocksRemovedH\x00R\x07removed\x12@\n\x07\x63leared\x18\x03 \x01(\x0b\x32$.switchyard.worker.v1.KvCacheClearedH\x00R\x07\x63learedB\x07\n\x05\x65vent\"\xa5\x01\n\x14KvCacheEventEnvelope\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x19\n\x08\x65vent_id\x18\x03 \x01(\x04R\x07\x65ventId\x12\x38\n\x05\x65vent\x18\x04 \x01(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x05\x65vent\"\xaa\x01\n\x0cKvEventBatch\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12$\n\x0e\x66irst_event_id\x18\x03 \x01(\x04R\x0c\x66irstEventId\x12:\n\x06\x65vents\x18\x04 \x03(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x06\x65vents\"\x90\x04\n\x0bLoadMetrics\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x30\n\x14\x61\x63tive_decode_blocks\x18\x03 \x01(\x04R\x12\x61\x63tiveDecodeBlocks\x12\x32\n\x15\x61\x63tive_prefill_tokens\x18\x04 \x01(\x04R\x13\x61\x63tivePrefillTokens\x12$\n\x0ekv_blocks_used\x18\x05 \x01(\x04R\x0ckvBlocksUsed\x12&\n\x0fkv_blocks_total\x18\x06 \x01(\x04R\rkvBlocksTotal\x12)\n\x10waiting_requests\x18\x07 \x01(\rR\x0fwaitingRequests\x12)\n\x10running_requests\x18\x08 \x01(\rR\x0frunningRequests\x12\x38\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12\x44\n\x0ctiming_model\x18\n \x01(\x0b\x32!.switchyard.worker.v1.TimingModelR\x0btimingModel\x12=\n\x08requests\x18\x0b \x03(\x0b\x32!.switchyard.worker.v1.RequestLoadR\x08requests\"x\n\x0bRequestLoad\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12%\n\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n\rdecode_blocks\x18\x03 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf3\x02\n\x0bTimingModel\x12\x30\n\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n\x14prefill_ms_per_batch\x18\x03 \x01(\x01R\x11prefillMsPerBatch\x12.\n\x13\x64\x65\x63ode_ms_quadratic\x18\x04 \x01(\x01R\x11\x64\x65\x63odeMsQuadratic\x12(\n\x10\x64\x65\x63ode_ms_linear\x18\x05 \x01(\x01R\x0e\x64\x65\x63odeMsLinear\x12$\n\x0e\x64\x65\x63ode_ms_base\x18\x06 \x01(\x01R\x0c\x64\x65\x63odeMsBase\x12\"\n\rdecode_ms_min\x18\x07 \x01(\x01R\x0b\x64\x65\x63odeMsMin\x12,\n\x12max_batched_tokens\x18\x08 \x01(\rR\x10maxBatchedTokens*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04\x32l\n\rWorkerService\x12[\n\x08Generate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n\x12GetKvEventsRequest\x12\x17\n\x07\x64p_rank\x18\x01 \x01(\rR\x06\x64pRank\x12\"\n\rfrom_event_id\x18\x02 \x01(\x04R\x0b\x66romEventId\x12\x1d\n\nmax_events\x18\x03 \x01(\rR\tmaxEvents\"s\n\x13GetKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\x12\"\n\rlast_event_id\x18\x02 \x01(\x04R\x0blastEventId\"\x13\n\x11GetKvStateRequest\"\xa6\x01\n\x12GetKvStateResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x19\n\x08\x65vent_id\x18\x03 \x01(\x04R\x07\x65ventId\x12\'\n\x0fsequence_hashes\x18\x04 \x03(\x04R\x0esequenceHashes\x12\x12\n\x04last\x18\x05 \x01(\x08R\x04last\"\xbb\x01\n\x14WatchKvEventsRequest\x12\x62\n\x0e\x66rom_event_ids\x18\x01 \x03(\x0b\x32<.switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntryR\x0c\x66romEventIds\x1a?\n\x11\x46romEventIdsEntry\x12\x10\n\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"Q\n\x15WatchKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\"\x9e\x02\n\x12SamplingParameters\x12 \n\x0btemperature\x18\x01 \x01(\x02R\x0btemperature\x12\x13\n\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n\x05top_k\x18\x03 \x01(\x05R\x04topK\x12\x13\n\x05min_p\x18\x04 \x01(\x02R\x04minP\x12\x17\n\x04seed\x18\x05 \x01(\x04H\x00R\x04seed\x88\x01\x01\x12+\n\x11\x66requency_penalty\x18\x06 \x01(\x02R\x10\x66requencyPenalty\x12)\n\x10presence_penalty\x18\x07 \x01(\x02R\x0fpresencePenalty\x12-\n\x12repetition_penalty\x18\x08 \x01(\x02R\x11repetitionPenaltyB\x07\n\x05_seed\"\x97\x01\n\x0eStopConditions\x12$\n\x0estop_token_ids\x18\x01 \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x02 \x01(\x08R\tignoreEos\x12\x1d\n\nmin_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n\x0cstop_strings\x18\x04 \x03(\tR\x0bstopStrings\"\xb0\x02\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12\x44\n\x08sampling\x18\x03 \x01(\x0b\x32(.switchyard.worker.v1.SamplingParametersR\x08sampling\x12\x1d\n\nmax_tokens\x18\x04 \x01(\rR\tmaxTokens\x12\x38\n\x04stop\x18\x05 \x01(\x0b\x32$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n\x08logprobs\x18\x07 \x01(\rH\x00R\x08logprobs\x88\x01\x01\x42\x0b\n\t_logprobs\"\x8b\x01\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12\x30\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\rR\x12\x63\x61\x63hedPromptTokens\"\xb2\x02\n\x10GenerateResponse\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x17\n\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n\rfinish_reason\x18\x03 \x01(\x0e\x32\".switchyard.worker.v1.FinishReasonR\x0c\x66inishReason\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\x12>\n\x08logprobs\x18\x06 \x03(\x0b\x32\".switchyard.worker.v1.TokenLogprobR\x08logprobsB\x07\n\x05_text\"\\\n\x0cTokenLogprob\x12\x18\n\x07logprob\x18\x01 \x01(\x02R\x07logprob\x12\x32\n\x03top\x18\x02 \x03(\x0b\x32 .switchyard.worker.v1.TopLogprobR\x03top\"A\n\nTopLogprob\x12\x19\n\x08token_id\x18\x01 \x01(\rR\x07tokenId\x12\x18\n\x07logprob\x18\x02 \x01(\x02R\x07logprob\"M\n\x07KvBlock\x12#\n\rsequence_hash\x18\x01 \x01(\x04R\x0csequenceHash\x12\x1d\n\nlocal_hash\x18\x02 \x01(\x04R\tlocalHash\"\x97\x01\n\x0eKvBlocksStored\x12\x35\n\x14parent_sequence_hash\x18\x01 \x01(\x04H\x00R\x12parentSequenceHash\x88\x01\x01\x12\x35\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1d.switchyard.worker.v1.KvBlockR\x06\x62locksB\x17\n\x15_parent_sequence_hash\":\n\x0fKvBlocksRemoved\x12\'\n\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\"\x10\n\x0eKvCacheCleared\"\xdc\x01\n\x0cKvCacheEvent\x12>\n\x06stored\x18\x01 \x01(\x0b\x32$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12\x41\n\x07removed\x18\x02 \x01(\x0b\x32%.switchyard.worker.v1.KvBlocksRemovedH\x00R\x07removed\x12@\n\x07\x63leared\x18\x03 \x01(\x0b\x32$.switchyard.worker.v1.KvCacheClearedH\x00R\x07\x63learedB\x07\n\x05\x65vent\"\xa5\x01\n\x14KvCacheEventEnvelope\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x19\n\x08\x65vent_id\x18\x03 \x01(\x04R\x07\x65ventId\x12\x38\n\x05\x65vent\x18\x04 \x01(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x05\x65vent\"\xaa\x01\n\x0cKvEventBatch\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12$\n\x0e\x66irst_event_id\x18\x03 \x01(\x04R\x0c\x66irstEventId\x12:\n\x06\x65vents\x18\x04 \x03(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x06\x65vents\"\x90\x04\n\x0bLoadMetrics\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x30\n\x14\x61\x63tive_decode_blocks\x18\x03 \x01(\x04R\x12\x61\x63tiveDecodeBlocks\x12\x32\n\x15\x61\x63tive_prefill_tokens\x18\x04 \x01(\x04R\x13\x61\x63tivePrefillTokens\x12$\n\x0ekv_blocks_used\x18\x05 \x01(\x04R\x0ckvBlocksUsed\x12&\n\x0fkv_blocks_total\x18\x06 \x01(\x04R\rkvBlocksTotal\x12)\n\x10waiting_requests\x18\x07 \x01(\rR\x0fwaitingRequests\x12)\n\x10running_requests\x18\x08 \x01(\rR\x0frunningRequests\x12\x38\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12\x44\n\x0ctiming_model\x18\n \x01(\x0b\x32!.switchyard.worker.v1.TimingModelR\x0btimingModel\x12=\n\x08requests\x18\x0b \x03(\x0b\x32!.switchyard.worker.v1.RequestLoadR\x08requests\"x\n\x0bRequestLoad\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12%\n\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n\rdecode_blocks\x18\x03 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf3\x02\n\x0bTimingModel\x12\x30\n\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n\x14prefill_ms_per_batch\x18\x03 \x01(\x01R\x11prefillMsPerBatch\x12.\n\x13\x64\x65\x63ode_ms_quadratic\x18\x04 \x01(\x01R\x11\x64\x65\x63odeMsQuadratic\x12(\n\x10\x64\x65\x63ode_ms_linear\x18\x05 \x01(\x01R\x0e\x64\x65\x63odeMsLinear\x12$\n\x0e\x64\x65\x63ode_ms_base\x18\x06 \x01(\x01R\x0c\x64\x65\x63odeMsBase\x12\"\n\rdecode_ms_min\x18\x07 \x01(\x01R\x0b\x64\x65\x63odeMsMin\x12,\n\x12max_batched_tokens\x18\x08 \x01(\rR\x10maxBatchedTokens*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04\x32\x9f\x03\n\rWorkerService\x12[\n\x08Generate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12\x62\n\x0bGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12\x61\n\nGetKvState\x12\'.switchyard.worker.v1.GetKvStateRequest\x1a(.switchyard.worker.v1.GetKvStateResponse0\x01\x12j\n\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.worker.v1.worker_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _FINISHREASON._serialized_start=3357
-  _FINISHREASON._serialized_end=3506
-  _SAMPLINGPARAMETERS._serialized_start=93
-  _SAMPLINGPARAMETERS._serialized_end=379
-  _STOPCONDITIONS._serialized_start=382
-  _STOPCONDITIONS._serialized_end=533
-  _GENERATEREQUEST._serialized_start=536
-  _GENERATEREQUEST._serialized_end=840
-  _USAGE._serialized_start=843
-  _USAGE._serialized_end=982
-  _GENERATERESPONSE._serialized_start=985
-  _GENERATERESPONSE._serialized_end=1291
-  _TOKENLOGPROB._serialized_start=1293
-  _TOKENLOGPROB._serialized_end=1385
-  _TOPLOGPROB._serialized_start=1387
-  _TOPLOGPROB._serialized_end=1452
-  _KVBLOCK._serialized_start=1454
-  _KVBLOCK._serialized_end=1531
-  _KVBLOCKSSTORED._serialized_start=1534
-  _KVBLOCKSSTORED._serialized_end=1685
-  _KVBLOCKSREMOVED._serialized_start=1687
-  _KVBLOCKSREMOVED._serialized_end=1745
-  _KVCACHECLEARED._serialized_start=1747
-  _KVCACHECLEARED._serialized_end=1763
-  _KVCACHEEVENT._serialized_start=1766
-  _KVCACHEEVENT._serialized_end=1986
-  _KVCACHEEVENTENVELOPE._serialized_start=1989
-  _KVCACHEEVENTENVELOPE._serialized_end=2154
-  _KVEVENTBATCH._serialized_start=2157
-  _KVEVENTBATCH._serialized_end=2327
-  _LOADMETRICS._serialized_start=2330
-  _LOADMETRICS._serialized_end=2858
-  _REQUESTLOAD._serialized_start=2860
-  _REQUESTLOAD._serialized_end=2980
-  _TIMINGMODEL._serialized_start=2983
-  _TIMINGMODEL._serialized_end=3354
-  _WORKERSERVICE._serialized_start=3508
-  _WORKERSERVICE._serialized_end=3616
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._options = None
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_options = b'8\001'
+  _FINISHREASON._serialized_start=4051
+  _FINISHREASON._serialized_end=4200
+  _GETKVEVENTSREQUEST._serialized_start=92
+  _GETKVEVENTSREQUEST._serialized_end=204
+  _GETKVEVENTSRESPONSE._serialized_start=206
+  _GETKVEVENTSRESPONSE._serialized_end=321
+  _GETKVSTATEREQUEST._serialized_start=323
+  _GETKVSTATEREQUEST._serialized_end=342
+  _GETKVSTATERESPONSE._serialized_start=345
+  _GETKVSTATERESPONSE._serialized_end=511
+  _WATCHKVEVENTSREQUEST._serialized_start=514
+  _WATCHKVEVENTSREQUEST._serialized_end=701
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_start=638
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_end=701
+  _WATCHKVEVENTSRESPONSE._serialized_start=703
+  _WATCHKVEVENTSRESPONSE._serialized_end=784
+  _SAMPLINGPARAMETERS._serialized_start=787
+  _SAMPLINGPARAMETERS._serialized_end=1073
+  _STOPCONDITIONS._serialized_start=1076
+  _STOPCONDITIONS._serialized_end=1227
+  _GENERATEREQUEST._serialized_start=1230
+  _GENERATEREQUEST._serialized_end=1534
+  _USAGE._serialized_start=1537
+  _USAGE._serialized_end=1676
+  _GENERATERESPONSE._serialized_start=1679
+  _GENERATERESPONSE._serialized_end=1985
+  _TOKENLOGPROB._serialized_start=1987
+  _TOKENLOGPROB._serialized_end=2079
+  _TOPLOGPROB._serialized_start=2081
+  _TOPLOGPROB._serialized_end=2146
+  _KVBLOCK._serialized_start=2148
+  _KVBLOCK._serialized_end=2225
+  _KVBLOCKSSTORED._serialized_start=2228
+  _KVBLOCKSSTORED._serialized_end=2379
+  _KVBLOCKSREMOVED._serialized_start=2381
+  _KVBLOCKSREMOVED._serialized_end=2439
+  _KVCACHECLEARED._serialized_start=2441
+  _KVCACHECLEARED._serialized_end=2457
+  _KVCACHEEVENT._serialized_start=2460
+  _KVCACHEEVENT._serialized_end=2680
+  _KVCACHEEVENTENVELOPE._serialized_start=2683
+  _KVCACHEEVENTENVELOPE._serialized_end=2848
+  _KVEVENTBATCH._serialized_start=2851
+  _KVEVENTBATCH._serialized_end=3021
+  _LOADMETRICS._serialized_start=3024
+  _LOADMETRICS._serialized_end=3552
+  _REQUESTLOAD._serialized_start=3554
+  _REQUESTLOAD._serialized_end=3674
+  _TIMINGMODEL._serialized_start=3677
+  _TIMINGMODEL._serialized_end=4048
+  _WORKERSERVICE._serialized_start=4203
+  _WORKERSERVICE._serialized_end=4618
 # @@protoc_insertion_point(module_scope)

@@ -46,6 +46,42 @@ class GenerateResponse(_message.Message):
     usage: Usage
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
+class GetKvEventsRequest(_message.Message):
+    __slots__ = ["dp_rank", "from_event_id", "max_events"]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    FROM_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    dp_rank: int
+    from_event_id: int
+    max_events: int
+    def __init__(self, dp_rank: _Optional[int] = ..., from_event_id: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+
+class GetKvEventsResponse(_message.Message):
+    __slots__ = ["batch", "last_event_id"]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    batch: KvEventBatch
+    last_event_id: int
+    def __init__(self, batch: _Optional[_Union[KvEventBatch, _Mapping]] = ..., last_event_id: _Optional[int] = ...) -> None: ...
+
+class GetKvStateRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class GetKvStateResponse(_message.Message):
+    __slots__ = ["dp_rank", "event_id", "instance_id", "last", "sequence_hashes"]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HASHES_FIELD_NUMBER: _ClassVar[int]
+    dp_rank: int
+    event_id: int
+    instance_id: int
+    last: bool
+    sequence_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., sequence_hashes: _Optional[_Iterable[int]] = ..., last: bool = ...) -> None: ...
+
 class KvBlock(_message.Message):
     __slots__ = ["local_hash", "sequence_hash"]
     LOCAL_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -219,6 +255,25 @@ class Usage(_message.Message):
     completion_tokens: int
     prompt_tokens: int
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class WatchKvEventsRequest(_message.Message):
+    __slots__ = ["from_event_ids"]
+    class FromEventIdsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    FROM_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    from_event_ids: _containers.ScalarMap[int, int]
+    def __init__(self, from_event_ids: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class WatchKvEventsResponse(_message.Message):
+    __slots__ = ["batch"]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    batch: KvEventBatch
+    def __init__(self, batch: _Optional[_Union[KvEventBatch, _Mapping]] = ...) -> None: ...
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -6,11 +6,21 @@ from switchyard.worker.v1 import worker_pb2 as switchyard_dot_worker_dot_v1_dot_
 
 
 class WorkerServiceStub(object):
-    """WorkerService is the generate API of an inference worker. Switchyard carries
+    """WorkerService is the API of an inference worker. Switchyard carries
     GenerateRequest and GenerateResponse as payloads on its own request plane
-    (tcp, http2 or nats), not over this gRPC service; the service is declared so
-    that workers in any language get typed stubs and the API is documented in
-    one place.
+    (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+    service. The KV calls are the worker's local indexer: every worker keeps
+    the set of KV blocks it holds (from its own events) and a bounded ring of
+    its recent events, so that a router can fill a gap in a worker's event ids
+    or rebuild its view of the worker without any broker.
+
+    Where: a worker registers the host:port of its WorkerService in its
+    registry instance's metadata under the key "worker_api" (pkg/wire
+    MetadataWorkerAPI), beside its request plane address.
+
+    Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+    an event id the ring no longer reaches is OUT_OF_RANGE with reason
+    KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
     """
 
     def __init__(self, channel):
@@ -24,19 +34,74 @@ class WorkerServiceStub(object):
                 request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateResponse.FromString,
                 )
+        self.GetKvEvents = channel.unary_unary(
+                '/switchyard.worker.v1.WorkerService/GetKvEvents',
+                request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsRequest.SerializeToString,
+                response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsResponse.FromString,
+                )
+        self.GetKvState = channel.unary_stream(
+                '/switchyard.worker.v1.WorkerService/GetKvState',
+                request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateRequest.SerializeToString,
+                response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateResponse.FromString,
+                )
+        self.WatchKvEvents = channel.unary_stream(
+                '/switchyard.worker.v1.WorkerService/WatchKvEvents',
+                request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.SerializeToString,
+                response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.FromString,
+                )
 
 
 class WorkerServiceServicer(object):
-    """WorkerService is the generate API of an inference worker. Switchyard carries
+    """WorkerService is the API of an inference worker. Switchyard carries
     GenerateRequest and GenerateResponse as payloads on its own request plane
-    (tcp, http2 or nats), not over this gRPC service; the service is declared so
-    that workers in any language get typed stubs and the API is documented in
-    one place.
+    (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+    service. The KV calls are the worker's local indexer: every worker keeps
+    the set of KV blocks it holds (from its own events) and a bounded ring of
+    its recent events, so that a router can fill a gap in a worker's event ids
+    or rebuild its view of the worker without any broker.
+
+    Where: a worker registers the host:port of its WorkerService in its
+    registry instance's metadata under the key "worker_api" (pkg/wire
+    MetadataWorkerAPI), beside its request plane address.
+
+    Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+    an event id the ring no longer reaches is OUT_OF_RANGE with reason
+    KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
     """
 
     def Generate(self, request, context):
         """Generate runs one request and streams its output: one or more responses
         carrying new tokens, the last of which carries a finish reason and usage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetKvEvents(self, request, context):
+        """GetKvEvents returns the worker's events of one dp rank from
+        from_event_id on, as one batch without gaps. from_event_id past the
+        newest event returns an empty batch; one below the oldest event the ring
+        still holds is OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetKvState(self, request, context):
+        """GetKvState streams every block the worker holds, per dp rank, with the
+        event id the state is current to: the state equals the result of
+        applying every event up to and including that id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchKvEvents(self, request, context):
+        """WatchKvEvents streams the worker's events as they happen, per dp rank
+        from the ids asked (id 1 for ranks not named), first from the ring,
+        then live. A start the ring no longer reaches ends the stream with
+        OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
+        behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -50,6 +115,21 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateRequest.FromString,
                     response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateResponse.SerializeToString,
             ),
+            'GetKvEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetKvEvents,
+                    request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsRequest.FromString,
+                    response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsResponse.SerializeToString,
+            ),
+            'GetKvState': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetKvState,
+                    request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateRequest.FromString,
+                    response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateResponse.SerializeToString,
+            ),
+            'WatchKvEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchKvEvents,
+                    request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.FromString,
+                    response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'switchyard.worker.v1.WorkerService', rpc_method_handlers)
@@ -58,11 +138,21 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService(object):
-    """WorkerService is the generate API of an inference worker. Switchyard carries
+    """WorkerService is the API of an inference worker. Switchyard carries
     GenerateRequest and GenerateResponse as payloads on its own request plane
-    (tcp, http2 or nats), not over this gRPC service; the service is declared so
-    that workers in any language get typed stubs and the API is documented in
-    one place.
+    (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+    service. The KV calls are the worker's local indexer: every worker keeps
+    the set of KV blocks it holds (from its own events) and a bounded ring of
+    its recent events, so that a router can fill a gap in a worker's event ids
+    or rebuild its view of the worker without any broker.
+
+    Where: a worker registers the host:port of its WorkerService in its
+    registry instance's metadata under the key "worker_api" (pkg/wire
+    MetadataWorkerAPI), beside its request plane address.
+
+    Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+    an event id the ring no longer reaches is OUT_OF_RANGE with reason
+    KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
     """
 
     @staticmethod
@@ -79,5 +169,56 @@ class WorkerService(object):
         return grpc.experimental.unary_stream(request, target, '/switchyard.worker.v1.WorkerService/Generate',
             switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateRequest.SerializeToString,
             switchyard_dot_worker_dot_v1_dot_worker__pb2.GenerateResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetKvEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchyard.worker.v1.WorkerService/GetKvEvents',
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsRequest.SerializeToString,
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetKvState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/switchyard.worker.v1.WorkerService/GetKvState',
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateRequest.SerializeToString,
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.GetKvStateResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchKvEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/switchyard.worker.v1.WorkerService/WatchKvEvents',
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.SerializeToString,
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -12,7 +12,181 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/worker/v1/worker.proto.
  */
 export const file_switchyard_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIsMBChJTYW1wbGluZ1BhcmFtZXRlcnMSEwoLdGVtcGVyYXR1cmUYASABKAISDQoFdG9wX3AYAiABKAISDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISEQoEc2VlZBgFIAEoBEgAiAEBEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAYgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GAggASgCQgcKBV9zZWVkImYKDlN0b3BDb25kaXRpb25zEhYKDnN0b3BfdG9rZW5faWRzGAEgAygNEhIKCmlnbm9yZV9lb3MYAiABKAgSEgoKbWluX3Rva2VucxgDIAEoDRIUCgxzdG9wX3N0cmluZ3MYBCADKAki7wEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoDRI6CghzYW1wbGluZxgDIAEoCzIoLnN3aXRjaHlhcmQud29ya2VyLnYxLlNhbXBsaW5nUGFyYW1ldGVycxISCgptYXhfdG9rZW5zGAQgASgNEjIKBHN0b3AYBSABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5TdG9wQ29uZGl0aW9ucxINCgVtb2RlbBgGIAEoCRIVCghsb2dwcm9icxgHIAEoDUgAiAEBQgsKCV9sb2dwcm9icyJXCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgNEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgNEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAMgASgNIvUBChBHZW5lcmF0ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoDRIRCgR0ZXh0GAIgASgJSACIAQESOQoNZmluaXNoX3JlYXNvbhgDIAEoDjIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgEIAEoCzIbLnN3aXRjaHlhcmQud29ya2VyLnYxLlVzYWdlEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSNAoIbG9ncHJvYnMYBiADKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5Ub2tlbkxvZ3Byb2JCBwoFX3RleHQiTgoMVG9rZW5Mb2dwcm9iEg8KB2xvZ3Byb2IYASABKAISLQoDdG9wGAIgAygLMiAuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9wTG9ncHJvYiIvCgpUb3BMb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEg8KB2xvZ3Byb2IYAiABKAIiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigQEKFEt2Q2FjaGVFdmVudEVudmVsb3BlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSMQoFZXZlbnQYBCABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDJsCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIlAKEkdldEt2RXZlbnRzUmVxdWVzdBIPCgdkcF9yYW5rGAEgASgNEhUKDWZyb21fZXZlbnRfaWQYAiABKAQSEgoKbWF4X2V2ZW50cxgDIAEoDSJfChNHZXRLdkV2ZW50c1Jlc3BvbnNlEjEKBWJhdGNoGAEgASgLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZFdmVudEJhdGNoEhUKDWxhc3RfZXZlbnRfaWQYAiABKAQiEwoRR2V0S3ZTdGF0ZVJlcXVlc3QicwoSR2V0S3ZTdGF0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSFwoPc2VxdWVuY2VfaGFzaGVzGAQgAygEEgwKBGxhc3QYBSABKAgioQEKFFdhdGNoS3ZFdmVudHNSZXF1ZXN0ElQKDmZyb21fZXZlbnRfaWRzGAEgAygLMjwuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QuRnJvbUV2ZW50SWRzRW50cnkaMwoRRnJvbUV2ZW50SWRzRW50cnkSCwoDa2V5GAEgASgNEg0KBXZhbHVlGAIgASgEOgI4ASJKChVXYXRjaEt2RXZlbnRzUmVzcG9uc2USMQoFYmF0Y2gYASABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkV2ZW50QmF0Y2giwwEKElNhbXBsaW5nUGFyYW1ldGVycxITCgt0ZW1wZXJhdHVyZRgBIAEoAhINCgV0b3BfcBgCIAEoAhINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIRCgRzZWVkGAUgASgESACIAQESGQoRZnJlcXVlbmN5X3BlbmFsdHkYBiABKAISGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIaChJyZXBldGl0aW9uX3BlbmFsdHkYCCABKAJCBwoFX3NlZWQiZgoOU3RvcENvbmRpdGlvbnMSFgoOc3RvcF90b2tlbl9pZHMYASADKA0SEgoKaWdub3JlX2VvcxgCIAEoCBISCgptaW5fdG9rZW5zGAMgASgNEhQKDHN0b3Bfc3RyaW5ncxgEIAMoCSLvAQoPR2VuZXJhdGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSEQoJdG9rZW5faWRzGAIgAygNEjoKCHNhbXBsaW5nGAMgASgLMiguc3dpdGNoeWFyZC53b3JrZXIudjEuU2FtcGxpbmdQYXJhbWV0ZXJzEhIKCm1heF90b2tlbnMYBCABKA0SMgoEc3RvcBgFIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLlN0b3BDb25kaXRpb25zEg0KBW1vZGVsGAYgASgJEhUKCGxvZ3Byb2JzGAcgASgNSACIAQFCCwoJX2xvZ3Byb2JzIlcKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYAyABKA0i9QEKEEdlbmVyYXRlUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygNEhEKBHRleHQYAiABKAlIAIgBARI5Cg1maW5pc2hfcmVhc29uGAMgASgOMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAQgASgLMhsuc3dpdGNoeWFyZC53b3JrZXIudjEuVXNhZ2USFQoNZXJyb3JfbWVzc2FnZRgFIAEoCRI0Cghsb2dwcm9icxgGIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLlRva2VuTG9ncHJvYkIHCgVfdGV4dCJOCgxUb2tlbkxvZ3Byb2ISDwoHbG9ncHJvYhgBIAEoAhItCgN0b3AYAiADKAsyIC5zd2l0Y2h5YXJkLndvcmtlci52MS5Ub3BMb2dwcm9iIi8KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKA0SDwoHbG9ncHJvYhgCIAEoAiI0CgdLdkJsb2NrEhUKDXNlcXVlbmNlX2hhc2gYASABKAQSEgoKbG9jYWxfaGFzaBgCIAEoBCJ7Cg5LdkJsb2Nrc1N0b3JlZBIhChRwYXJlbnRfc2VxdWVuY2VfaGFzaBgBIAEoBEgAiAEBEi0KBmJsb2NrcxgCIAMoCzIdLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2QmxvY2tCFwoVX3BhcmVudF9zZXF1ZW5jZV9oYXNoIioKD0t2QmxvY2tzUmVtb3ZlZBIXCg9zZXF1ZW5jZV9oYXNoZXMYASADKAQiEAoOS3ZDYWNoZUNsZWFyZWQiwgEKDEt2Q2FjaGVFdmVudBI2CgZzdG9yZWQYASABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2Nrc1N0b3JlZEgAEjgKB3JlbW92ZWQYAiABKAsyJS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2Nrc1JlbW92ZWRIABI3CgdjbGVhcmVkGAMgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZDYWNoZUNsZWFyZWRIAEIHCgVldmVudCKBAQoUS3ZDYWNoZUV2ZW50RW52ZWxvcGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIQCghldmVudF9pZBgDIAEoBBIxCgVldmVudBgEIAEoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCKAAQoMS3ZFdmVudEJhdGNoEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOZmlyc3RfZXZlbnRfaWQYAyABKAQSMgoGZXZlbnRzGAQgAygLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZDYWNoZUV2ZW50IvICCgtMb2FkTWV0cmljcxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhwKFGFjdGl2ZV9kZWNvZGVfYmxvY2tzGAMgASgEEh0KFWFjdGl2ZV9wcmVmaWxsX3Rva2VucxgEIAEoBBIWCg5rdl9ibG9ja3NfdXNlZBgFIAEoBBIXCg9rdl9ibG9ja3NfdG90YWwYBiABKAQSGAoQd2FpdGluZ19yZXF1ZXN0cxgHIAEoDRIYChBydW5uaW5nX3JlcXVlc3RzGAggASgNEi0KCXRpbWVzdGFtcBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoMdGltaW5nX21vZGVsGAogASgLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuVGltaW5nTW9kZWwSMwoIcmVxdWVzdHMYCyADKAsyIS5zd2l0Y2h5YXJkLndvcmtlci52MS5SZXF1ZXN0TG9hZCJQCgtSZXF1ZXN0TG9hZBISCgpyZXF1ZXN0X2lkGAEgASgJEhYKDnByZWZpbGxfdG9rZW5zGAIgASgNEhUKDWRlY29kZV9ibG9ja3MYAyABKA0i6QEKC1RpbWluZ01vZGVsEhwKFHByZWZpbGxfbXNfcXVhZHJhdGljGAEgASgBEhwKFHByZWZpbGxfbXNfcGVyX3Rva2VuGAIgASgBEhwKFHByZWZpbGxfbXNfcGVyX2JhdGNoGAMgASgBEhsKE2RlY29kZV9tc19xdWFkcmF0aWMYBCABKAESGAoQZGVjb2RlX21zX2xpbmVhchgFIAEoARIWCg5kZWNvZGVfbXNfYmFzZRgGIAEoARIVCg1kZWNvZGVfbXNfbWluGAcgASgBEhoKEm1heF9iYXRjaGVkX3Rva2VucxgIIAEoDSqVAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAEMp8DCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABEmIKC0dldEt2RXZlbnRzEiguc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZFdmVudHNSZXF1ZXN0Gikuc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZFdmVudHNSZXNwb25zZRJhCgpHZXRLdlN0YXRlEicuc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZTdGF0ZVJlcXVlc3QaKC5zd2l0Y2h5YXJkLndvcmtlci52MS5HZXRLdlN0YXRlUmVzcG9uc2UwARJqCg1XYXRjaEt2RXZlbnRzEiouc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QaKy5zd2l0Y2h5YXJkLndvcmtlci52MS5XYXRjaEt2RXZlbnRzUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+
+/**
+ * GetKvEventsRequest asks for the recent events of one dp rank.
+ *
+ * @generated from message switchyard.worker.v1.GetKvEventsRequest
+ */
+export type GetKvEventsRequest = Message<"switchyard.worker.v1.GetKvEventsRequest"> & {
+  /**
+   * Data-parallel rank; 0 without data parallelism.
+   *
+   * @generated from field: uint32 dp_rank = 1;
+   */
+  dpRank: number;
+
+  /**
+   * The first event id wanted (event ids start at 1).
+   *
+   * @generated from field: uint64 from_event_id = 2;
+   */
+  fromEventId: bigint;
+
+  /**
+   * The most events to return; 0 is the server's limit (65536). A caller
+   * that gets fewer than it needs asks again from the next id.
+   *
+   * @generated from field: uint32 max_events = 3;
+   */
+  maxEvents: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.GetKvEventsRequest.
+ * Use `create(GetKvEventsRequestSchema)` to create a new message.
+ */
+export const GetKvEventsRequestSchema: GenMessage<GetKvEventsRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 0);
+
+/**
+ * GetKvEventsResponse is a run of consecutive events.
+ *
+ * @generated from message switchyard.worker.v1.GetKvEventsResponse
+ */
+export type GetKvEventsResponse = Message<"switchyard.worker.v1.GetKvEventsResponse"> & {
+  /**
+   * The events from from_event_id (batch.first_event_id) on; empty when
+   * there are none yet.
+   *
+   * @generated from field: switchyard.worker.v1.KvEventBatch batch = 1;
+   */
+  batch?: KvEventBatch | undefined;
+
+  /**
+   * The newest event id of the rank when the call was answered.
+   *
+   * @generated from field: uint64 last_event_id = 2;
+   */
+  lastEventId: bigint;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.GetKvEventsResponse.
+ * Use `create(GetKvEventsResponseSchema)` to create a new message.
+ */
+export const GetKvEventsResponseSchema: GenMessage<GetKvEventsResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 1);
+
+/**
+ * GetKvStateRequest asks for every block the worker holds.
+ *
+ * @generated from message switchyard.worker.v1.GetKvStateRequest
+ */
+export type GetKvStateRequest = Message<"switchyard.worker.v1.GetKvStateRequest"> & {
+};
+
+/**
+ * Describes the message switchyard.worker.v1.GetKvStateRequest.
+ * Use `create(GetKvStateRequestSchema)` to create a new message.
+ */
+export const GetKvStateRequestSchema: GenMessage<GetKvStateRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 2);
+
+/**
+ * GetKvStateResponse is a part of one dp rank's state. A rank's state may
+ * span several messages (all with the same dp_rank and event_id); a rank
+ * with no blocks sends one message with none.
+ *
+ * @generated from message switchyard.worker.v1.GetKvStateResponse
+ */
+export type GetKvStateResponse = Message<"switchyard.worker.v1.GetKvStateResponse"> & {
+  /**
+   * The worker instance (its registry lease id).
+   *
+   * @generated from field: uint64 instance_id = 1;
+   */
+  instanceId: bigint;
+
+  /**
+   * Data-parallel rank; 0 without data parallelism.
+   *
+   * @generated from field: uint32 dp_rank = 2;
+   */
+  dpRank: number;
+
+  /**
+   * The state is current to this event id: it includes that event and
+   * every one before it. 0: the rank has had no event.
+   *
+   * @generated from field: uint64 event_id = 3;
+   */
+  eventId: bigint;
+
+  /**
+   * Sequence hashes of blocks held (a part of them).
+   *
+   * @generated from field: repeated uint64 sequence_hashes = 4;
+   */
+  sequenceHashes: bigint[];
+
+  /**
+   * Set on the last message of the rank.
+   *
+   * @generated from field: bool last = 5;
+   */
+  last: boolean;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.GetKvStateResponse.
+ * Use `create(GetKvStateResponseSchema)` to create a new message.
+ */
+export const GetKvStateResponseSchema: GenMessage<GetKvStateResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 3);
+
+/**
+ * WatchKvEventsRequest starts a watch.
+ *
+ * @generated from message switchyard.worker.v1.WatchKvEventsRequest
+ */
+export type WatchKvEventsRequest = Message<"switchyard.worker.v1.WatchKvEventsRequest"> & {
+  /**
+   * The first event id wanted per dp rank; ranks not named start at 1.
+   *
+   * @generated from field: map<uint32, uint64> from_event_ids = 1;
+   */
+  fromEventIds: { [key: number]: bigint };
+};
+
+/**
+ * Describes the message switchyard.worker.v1.WatchKvEventsRequest.
+ * Use `create(WatchKvEventsRequestSchema)` to create a new message.
+ */
+export const WatchKvEventsRequestSchema: GenMessage<WatchKvEventsRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 4);
+
+/**
+ * WatchKvEventsResponse is one or more consecutive events of one rank.
+ *
+ * @generated from message switchyard.worker.v1.WatchKvEventsResponse
+ */
+export type WatchKvEventsResponse = Message<"switchyard.worker.v1.WatchKvEventsResponse"> & {
+  /**
+   * The events; batch.instance_id is the worker's current instance.
+   *
+   * @generated from field: switchyard.worker.v1.KvEventBatch batch = 1;
+   */
+  batch?: KvEventBatch | undefined;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.WatchKvEventsResponse.
+ * Use `create(WatchKvEventsResponseSchema)` to create a new message.
+ */
+export const WatchKvEventsResponseSchema: GenMessage<WatchKvEventsResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 5);
 
 /**
  * SamplingParameters choose how the next token is drawn.
@@ -84,7 +258,7 @@ export type SamplingParameters = Message<"switchyard.worker.v1.SamplingParameter
  * Use `create(SamplingParametersSchema)` to create a new message.
  */
 export const SamplingParametersSchema: GenMessage<SamplingParameters> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 0);
+  messageDesc(file_switchyard_worker_v1_worker, 6);
 
 /**
  * StopConditions say when generation ends before max_tokens.
@@ -129,7 +303,7 @@ export type StopConditions = Message<"switchyard.worker.v1.StopConditions"> & {
  * Use `create(StopConditionsSchema)` to create a new message.
  */
 export const StopConditionsSchema: GenMessage<StopConditions> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 1);
+  messageDesc(file_switchyard_worker_v1_worker, 7);
 
 /**
  * GenerateRequest asks a worker to continue a token sequence.
@@ -194,7 +368,7 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 2);
+  messageDesc(file_switchyard_worker_v1_worker, 8);
 
 /**
  * Usage counts the tokens of a request.
@@ -229,7 +403,7 @@ export type Usage = Message<"switchyard.worker.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 3);
+  messageDesc(file_switchyard_worker_v1_worker, 9);
 
 /**
  * GenerateResponse is one message of a generation's output stream.
@@ -285,7 +459,7 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 4);
+  messageDesc(file_switchyard_worker_v1_worker, 10);
 
 /**
  * TokenLogprob is the log probability of one generated token and of the
@@ -314,7 +488,7 @@ export type TokenLogprob = Message<"switchyard.worker.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 5);
+  messageDesc(file_switchyard_worker_v1_worker, 11);
 
 /**
  * TopLogprob is one likely token at a position.
@@ -342,7 +516,7 @@ export type TopLogprob = Message<"switchyard.worker.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 6);
+  messageDesc(file_switchyard_worker_v1_worker, 12);
 
 /**
  * KvBlock is the identity of one full KV cache block (see pkg/kvhash).
@@ -370,7 +544,7 @@ export type KvBlock = Message<"switchyard.worker.v1.KvBlock"> & {
  * Use `create(KvBlockSchema)` to create a new message.
  */
 export const KvBlockSchema: GenMessage<KvBlock> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 7);
+  messageDesc(file_switchyard_worker_v1_worker, 13);
 
 /**
  * KvBlocksStored reports full blocks that entered the cache, in sequence
@@ -400,7 +574,7 @@ export type KvBlocksStored = Message<"switchyard.worker.v1.KvBlocksStored"> & {
  * Use `create(KvBlocksStoredSchema)` to create a new message.
  */
 export const KvBlocksStoredSchema: GenMessage<KvBlocksStored> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 8);
+  messageDesc(file_switchyard_worker_v1_worker, 14);
 
 /**
  * KvBlocksRemoved reports blocks evicted from the cache.
@@ -421,7 +595,7 @@ export type KvBlocksRemoved = Message<"switchyard.worker.v1.KvBlocksRemoved"> & 
  * Use `create(KvBlocksRemovedSchema)` to create a new message.
  */
 export const KvBlocksRemovedSchema: GenMessage<KvBlocksRemoved> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 9);
+  messageDesc(file_switchyard_worker_v1_worker, 15);
 
 /**
  * KvCacheCleared reports that the whole cache was emptied.
@@ -436,7 +610,7 @@ export type KvCacheCleared = Message<"switchyard.worker.v1.KvCacheCleared"> & {
  * Use `create(KvCacheClearedSchema)` to create a new message.
  */
 export const KvCacheClearedSchema: GenMessage<KvCacheCleared> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 10);
+  messageDesc(file_switchyard_worker_v1_worker, 16);
 
 /**
  * KvCacheEvent is one change to a worker's KV cache.
@@ -481,7 +655,7 @@ export type KvCacheEvent = Message<"switchyard.worker.v1.KvCacheEvent"> & {
  * Use `create(KvCacheEventSchema)` to create a new message.
  */
 export const KvCacheEventSchema: GenMessage<KvCacheEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 11);
+  messageDesc(file_switchyard_worker_v1_worker, 17);
 
 /**
  * KvCacheEventEnvelope is one KV cache event with its origin and position.
@@ -524,7 +698,7 @@ export type KvCacheEventEnvelope = Message<"switchyard.worker.v1.KvCacheEventEnv
  * Use `create(KvCacheEventEnvelopeSchema)` to create a new message.
  */
 export const KvCacheEventEnvelopeSchema: GenMessage<KvCacheEventEnvelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 12);
+  messageDesc(file_switchyard_worker_v1_worker, 18);
 
 /**
  * KvEventBatch carries consecutive events of one worker in one message.
@@ -566,7 +740,7 @@ export type KvEventBatch = Message<"switchyard.worker.v1.KvEventBatch"> & {
  * Use `create(KvEventBatchSchema)` to create a new message.
  */
 export const KvEventBatchSchema: GenMessage<KvEventBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 13);
+  messageDesc(file_switchyard_worker_v1_worker, 19);
 
 /**
  * LoadMetrics is a worker's load, published after engine steps for the router.
@@ -664,7 +838,7 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
  * Use `create(LoadMetricsSchema)` to create a new message.
  */
 export const LoadMetricsSchema: GenMessage<LoadMetrics> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 14);
+  messageDesc(file_switchyard_worker_v1_worker, 20);
 
 /**
  * RequestLoad is one request on a worker as the worker sees it.
@@ -699,7 +873,7 @@ export type RequestLoad = Message<"switchyard.worker.v1.RequestLoad"> & {
  * Use `create(RequestLoadSchema)` to create a new message.
  */
 export const RequestLoadSchema: GenMessage<RequestLoad> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 15);
+  messageDesc(file_switchyard_worker_v1_worker, 21);
 
 /**
  * TimingModel is how long a worker's engine takes to compute, in
@@ -781,7 +955,7 @@ export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
  * Use `create(TimingModelSchema)` to create a new message.
  */
 export const TimingModelSchema: GenMessage<TimingModel> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 16);
+  messageDesc(file_switchyard_worker_v1_worker, 22);
 
 /**
  * FinishReason says why a generation ended.
@@ -832,11 +1006,21 @@ export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
   enumDesc(file_switchyard_worker_v1_worker, 0);
 
 /**
- * WorkerService is the generate API of an inference worker. Switchyard carries
+ * WorkerService is the API of an inference worker. Switchyard carries
  * GenerateRequest and GenerateResponse as payloads on its own request plane
- * (tcp, http2 or nats), not over this gRPC service; the service is declared so
- * that workers in any language get typed stubs and the API is documented in
- * one place.
+ * (tcp, http2 or nats); a Go SDK worker also answers Generate over this gRPC
+ * service. The KV calls are the worker's local indexer: every worker keeps
+ * the set of KV blocks it holds (from its own events) and a bounded ring of
+ * its recent events, so that a router can fill a gap in a worker's event ids
+ * or rebuild its view of the worker without any broker.
+ *
+ * Where: a worker registers the host:port of its WorkerService in its
+ * registry instance's metadata under the key "worker_api" (pkg/wire
+ * MetadataWorkerAPI), beside its request plane address.
+ *
+ * Errors carry a google.rpc.ErrorInfo detail with domain "switchyard.llm":
+ * an event id the ring no longer reaches is OUT_OF_RANGE with reason
+ * KV_EVENTS_OUT_OF_RANGE (the caller rebuilds from GetKvState).
  *
  * @generated from service switchyard.worker.v1.WorkerService
  */
@@ -851,6 +1035,45 @@ export const WorkerService: GenService<{
     methodKind: "server_streaming";
     input: typeof GenerateRequestSchema;
     output: typeof GenerateResponseSchema;
+  },
+  /**
+   * GetKvEvents returns the worker's events of one dp rank from
+   * from_event_id on, as one batch without gaps. from_event_id past the
+   * newest event returns an empty batch; one below the oldest event the ring
+   * still holds is OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE.
+   *
+   * @generated from rpc switchyard.worker.v1.WorkerService.GetKvEvents
+   */
+  getKvEvents: {
+    methodKind: "unary";
+    input: typeof GetKvEventsRequestSchema;
+    output: typeof GetKvEventsResponseSchema;
+  },
+  /**
+   * GetKvState streams every block the worker holds, per dp rank, with the
+   * event id the state is current to: the state equals the result of
+   * applying every event up to and including that id.
+   *
+   * @generated from rpc switchyard.worker.v1.WorkerService.GetKvState
+   */
+  getKvState: {
+    methodKind: "server_streaming";
+    input: typeof GetKvStateRequestSchema;
+    output: typeof GetKvStateResponseSchema;
+  },
+  /**
+   * WatchKvEvents streams the worker's events as they happen, per dp rank
+   * from the ids asked (id 1 for ranks not named), first from the ring,
+   * then live. A start the ring no longer reaches ends the stream with
+   * OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
+   * behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+   *
+   * @generated from rpc switchyard.worker.v1.WorkerService.WatchKvEvents
+   */
+  watchKvEvents: {
+    methodKind: "server_streaming";
+    input: typeof WatchKvEventsRequestSchema;
+    output: typeof WatchKvEventsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchyard_worker_v1_worker, 0);

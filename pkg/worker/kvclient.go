@@ -1,0 +1,50 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"google.golang.org/grpc"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
+)
+
+// DialAPI connects to a worker's WorkerService at addr (its instance's
+// MetadataWorkerAPI), without waiting for the connection.
+func DialAPI(addr string, opts grpcclient.Options) (*grpc.ClientConn, workerv1.WorkerServiceClient, error) {
+	cc, err := grpcclient.Dial("worker", []string{addr}, opts,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cc, workerv1.NewWorkerServiceClient(cc), nil
+}
+
+// ReadKVState reads a worker's whole GetKvState: every rank's blocks with
+// the event id they are current to, and the instance that answered.
+func ReadKVState(ctx context.Context, c workerv1.WorkerServiceClient) (instance uint64, ranks []RankState, err error) {
+	st, err := c.GetKvState(ctx, &workerv1.GetKvStateRequest{})
+	if err != nil {
+		return 0, nil, err
+	}
+	at := map[uint32]int{}
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return instance, ranks, nil
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		instance = r.GetInstanceId()
+		i, ok := at[r.GetDpRank()]
+		if !ok {
+			i = len(ranks)
+			at[r.GetDpRank()] = i
+			ranks = append(ranks, RankState{DPRank: r.GetDpRank(), EventID: r.GetEventId()})
+		}
+		ranks[i].Hashes = append(ranks[i].Hashes, r.GetSequenceHashes()...)
+	}
+}
