@@ -57,6 +57,9 @@ type Options struct {
 	// holding one token per role (Stack.Tokens), and every component
 	// sends its role's token.
 	Auth bool
+	// Limits, when set, replace the defaults of the registry's, eventbus's
+	// and router's gRPC servers (grpcserver.DefaultLimits).
+	Limits *grpcserver.Limits
 }
 
 // Stack is a running Switchyard.
@@ -98,10 +101,15 @@ func Start(t testing.TB, o Options) *Stack {
 		tokens, tokenFile = writeTokens(t)
 	}
 	etcd := registrytest.StartEtcd(t)
-	regAddr := startRegistry(t, etcd.Endpoints, o.Metrics, tokenFile)
+	limits := grpcserver.DefaultLimits
+	if o.Limits != nil {
+		limits = *o.Limits
+	}
+	regAddr := startRegistry(t, etcd.Endpoints, o.Metrics, tokenFile, limits)
 	ns := eventbustest.StartNATS(t)
 	bcfg := eventbustest.Config(ns.ClientURL())
 	bcfg.Server.AuthTokenFile = tokenFile
+	bcfg.Server.Limits = limits
 	if o.Metrics {
 		bcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
@@ -116,6 +124,7 @@ func Start(t testing.TB, o Options) *Stack {
 	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
 		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr, ClientAuth: authtoken.Client{Token: tokens[authtoken.RoleRouter]}}
 	rcfg.Server.AuthTokenFile = tokenFile
+	rcfg.Server.Limits = limits
 	if o.Metrics {
 		rcfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
@@ -279,7 +288,7 @@ func (s *Stack) frontendSees(n int) bool {
 type registryAddrs struct{ grpc, metrics string }
 
 // startRegistry runs a registry on etcd endpoints, with /metrics when asked.
-func startRegistry(t testing.TB, endpoints []string, metrics bool, tokenFile string) registryAddrs {
+func startRegistry(t testing.TB, endpoints []string, metrics bool, tokenFile string, limits grpcserver.Limits) registryAddrs {
 	t.Helper()
 	cfg := registry.Config{
 		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
@@ -288,6 +297,7 @@ func startRegistry(t testing.TB, endpoints []string, metrics bool, tokenFile str
 		EtcdEndpoints:   strings.Join(endpoints, ","),
 	}
 	cfg.Server.AuthTokenFile = tokenFile
+	cfg.Server.Limits = limits
 	if metrics {
 		cfg.Server.MetricsAddr = "127.0.0.1:0"
 	}
