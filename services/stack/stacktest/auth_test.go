@@ -71,7 +71,7 @@ func methods(d grpc.ServiceDesc) []method {
 	return out
 }
 
-func dialRaw(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+func dialRaw(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
