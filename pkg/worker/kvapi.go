@@ -9,11 +9,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
 // stateChunk is how many hashes one GetKvState message carries (512 KiB).
@@ -45,7 +47,32 @@ type api struct {
 
 // Generate implements WorkerService: the same handler as the request plane.
 func (a *api) Generate(req *workerv1.GenerateRequest, stream grpc.ServerStreamingServer[workerv1.GenerateResponse]) error {
-	return a.h(stream.Context(), req, stream.Send)
+	return handlerStatus(a.h(stream.Context(), req, stream.Send))
+}
+
+// handlerCodes are the gRPC codes of the request-plane handler error codes
+// (transport.HandlerError.Code), so that a bad request over WorkerService is
+// InvalidArgument, as it is over the request plane, not Unknown.
+var handlerCodes = map[string]codes.Code{
+	"invalid_argument":         codes.InvalidArgument,
+	"internal":                 codes.Internal,
+	transport.CodeTooLarge:     codes.ResourceExhausted,
+	transport.CodeDraining:     codes.Unavailable,
+	transport.CodeTimeout:      codes.DeadlineExceeded,
+	transport.CodeDisconnected: codes.Unavailable,
+}
+
+// handlerStatus turns a handler's error into a status.
+func handlerStatus(err error) error {
+	var he *transport.HandlerError
+	if err == nil || !errors.As(err, &he) {
+		return err
+	}
+	c, ok := handlerCodes[he.Code]
+	if !ok {
+		c = codes.Unknown
+	}
+	return status.Error(c, he.Message)
 }
 
 // GetKvEvents implements WorkerService.

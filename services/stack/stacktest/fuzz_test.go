@@ -21,6 +21,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
@@ -102,7 +103,7 @@ func callRaw(ctx context.Context, cc *grpc.ClientConn, m method, msg []byte, opt
 }
 
 // FuzzRPC sends arbitrary bytes as the request message of every RPC of the
-// registry, eventbus and router over a real gRPC connection, with the admin
+// registry, eventbus, router and a worker's WorkerService over a real gRPC connection, with the admin
 // token so that the bytes reach the handlers: each call must end with a
 // status that is not Unknown, nor Internal unless gRPC could not decode the
 // bytes as the request type (a recovered panic is Internal),
@@ -121,7 +122,9 @@ func FuzzRPC(f *testing.F) {
 		input protoreflect.MessageType
 	}
 	var targets []target
-	for _, svc := range services(s) {
+	// The three services and a worker's own gRPC API (WorkerService).
+	all := append(services(s), service{addr: s.Mockers[0].APIAddr(), desc: workerv1.WorkerService_ServiceDesc})
+	for _, svc := range all {
 		cc := dialRaw(f, svc.addr)
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc.desc.ServiceName))
 		if err != nil {
