@@ -11,6 +11,10 @@ type addedToken struct {
 	lstrip     bool
 	rstrip     bool
 	singleWord bool
+	// resumable says an encoding may resume at a match of this token (see
+	// Resumes): its match does not depend on the character before it, and
+	// its content is valid UTF-8, so no rune decoded around it reads past it.
+	resumable bool
 }
 
 // addedSet finds added tokens in text with leftmost-longest semantics (as
@@ -20,6 +24,7 @@ type addedSet struct {
 	tokens []addedToken
 	nodes  []trieNode
 	first  [256]bool // bytes that start some token
+	maxLen int       // the longest token's length in bytes
 }
 
 type trieNode struct {
@@ -29,6 +34,9 @@ type trieNode struct {
 
 func newAddedSet(tokens []addedToken) *addedSet {
 	s := &addedSet{tokens: tokens, nodes: []trieNode{{token: -1}}}
+	for i := range tokens {
+		tokens[i].resumable = !tokens[i].singleWord && utf8.ValidString(tokens[i].content)
+	}
 	for i, tok := range tokens {
 		n := int32(0)
 		for j := 0; j < len(tok.content); j++ {
@@ -48,6 +56,7 @@ func newAddedSet(tokens []addedToken) *addedSet {
 			s.nodes[n].token = int32(i)
 		}
 		s.first[tok.content[0]] = true
+		s.maxLen = max(s.maxLen, len(tok.content))
 	}
 	return s
 }
@@ -95,13 +104,14 @@ func isWordRune(r rune) bool {
 		unicode.IsMark(r) || unicode.Is(unicode.Pc, r) || r == 0x200C || r == 0x200D
 }
 
-// split calls fn for the consecutive segments of text: plain text
-// (isToken false, never empty) and added tokens (isToken true, with id).
-// Whitespace swallowed by lstrip/rstrip belongs to no segment.
-func (s *addedSet) split(text string, fn func(seg string, id uint32, isToken bool)) {
+// split calls fn for the consecutive segments of text: plain text (tok
+// nil, never empty) and added tokens (tok set, at the byte offset where its
+// content matched). Whitespace swallowed by lstrip/rstrip belongs to no
+// segment.
+func (s *addedSet) split(text string, fn func(seg string, at int, tok *addedToken)) {
 	if s.empty() {
 		if text != "" {
-			fn(text, 0, false)
+			fn(text, 0, nil)
 		}
 		return
 	}
@@ -141,13 +151,13 @@ func (s *addedSet) split(text string, fn func(seg string, id uint32, isToken boo
 			}
 		}
 		if start > pos {
-			fn(text[pos:start], 0, false)
+			fn(text[pos:start], pos, nil)
 		}
-		fn(tok.content, tok.id, true)
+		fn(tok.content, i, tok)
 		pos = end
 		i = end - 1
 	}
 	if pos < len(text) {
-		fn(text[pos:], 0, false)
+		fn(text[pos:], pos, nil)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 // syntheticJSON builds a small tokenizer.json: the 256 byte-level symbols,
 // the given merges (as "a b" strings), added tokens and components.
-func syntheticJSON(t *testing.T, merges []string, added []map[string]any, normalizer, preTokenizer string) string {
+func syntheticJSON(t testing.TB, merges []string, added []map[string]any, normalizer, preTokenizer string) string {
 	t.Helper()
 	vocab := map[string]int{}
 	for b := range 256 {
@@ -34,7 +34,7 @@ func syntheticJSON(t *testing.T, merges []string, added []map[string]any, normal
 		`,"decoder":{"type":"ByteLevel"},"model":` + string(mj) + `}`
 }
 
-func loadSynthetic(t *testing.T, js string) *Tokenizer {
+func loadSynthetic(t testing.TB, js string) *Tokenizer {
 	t.Helper()
 	tok, err := LoadReader(strings.NewReader(js))
 	if err != nil {

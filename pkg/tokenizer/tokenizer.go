@@ -241,9 +241,9 @@ func (t *Tokenizer) Encode(text string) []uint32 {
 func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	t.added.split(text, func(seg string, id uint32, isToken bool) {
-		if isToken {
-			dst = append(dst, id)
+	t.added.split(text, func(seg string, _ int, tok *addedToken) {
+		if tok != nil {
+			dst = append(dst, tok.id)
 			return
 		}
 		dst = t.encodeText(dst, seg, sc)
@@ -260,9 +260,9 @@ func (t *Tokenizer) encodeText(dst []uint32, text string, sc *scratch) []uint32 
 	if t.addedNorm.empty() {
 		return t.encodePieces(dst, text, sc)
 	}
-	t.addedNorm.split(text, func(seg string, id uint32, isToken bool) {
-		if isToken {
-			dst = append(dst, id)
+	t.addedNorm.split(text, func(seg string, _ int, tok *addedToken) {
+		if tok != nil {
+			dst = append(dst, tok.id)
 			return
 		}
 		dst = t.encodePieces(dst, seg, sc)
