@@ -65,6 +65,10 @@ type Config struct {
 	// reads it from DYN_REQUEST_PLANE and friends.
 	Transport transport.Config
 
+	// ChatPrefixCacheBytes is --chat-prefix-cache-bytes, the memory budget
+	// of the chat prefix cache (promptcache.go); 0 turns it off.
+	ChatPrefixCacheBytes int64
+
 	// CORSOrigins is --cors-origins, a comma list of origins browsers may
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
@@ -107,6 +111,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", `origins browsers may call the API from, comma-separated ("*": any); empty: no CORS`)
+	fs.Int64Var(&c.ChatPrefixCacheBytes, "chat-prefix-cache-bytes", 256<<20, "memory budget of the chat prefix cache, which lets the next turn of a conversation reuse the tokens of the last (0: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry, router and eventbus (mutual TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
@@ -136,6 +141,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid --key-tokens-per-minute %d: it must not be negative", c.KeyTokensPerMinute)
 	case c.MaxInflightPerWorker < 0:
 		return fmt.Errorf("invalid --max-inflight-per-worker %d: it must not be negative", c.MaxInflightPerWorker)
+	case c.ChatPrefixCacheBytes < 0:
+		return fmt.Errorf("invalid --chat-prefix-cache-bytes %d: it must not be negative", c.ChatPrefixCacheBytes)
 	case c.ShutdownTimeout < 0:
 		return errors.New("--shutdown-timeout must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":

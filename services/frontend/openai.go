@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
@@ -87,6 +88,11 @@ type chatMessage struct {
 	ToolCallID       string                  `json:"tool_call_id"`
 	ToolCalls        []chattemplate.ToolCall `json:"tool_calls"`
 	ReasoningContent *string                 `json:"reasoning_content"`
+
+	// text is Content flattened, set by decodeChat (content is decoded
+	// once: a long chat's messages are most of its body).
+	text    string
+	hasText bool
 }
 
 // genParams is a validated request, independent of its endpoint.
@@ -182,9 +188,11 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 		default:
 			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].role", i), "invalid role %q: valid roles are system, developer, user, assistant, tool", m.Role)
 		}
-		if _, err := messageText(m.Content); err != nil {
+		text, err := messageText(m.Content)
+		if err != nil {
 			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
 		}
+		r.Messages[i].text, r.Messages[i].hasText = text, true
 	}
 	return &r, p, nil
 }
@@ -193,7 +201,10 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 func (r *chatRequest) messages() []chattemplate.Message {
 	out := make([]chattemplate.Message, len(r.Messages))
 	for i, m := range r.Messages {
-		text, _ := messageText(m.Content)
+		text := m.text
+		if !m.hasText {
+			text, _ = messageText(m.Content)
+		}
 		role := m.Role
 		if role == "developer" {
 			role = "system"
@@ -205,7 +216,8 @@ func (r *chatRequest) messages() []chattemplate.Message {
 }
 
 // messageText flattens a message's content: a string, null, or an array of
-// {"type":"text","text":...} parts.
+// {"type":"text","text":...} parts. raw is a value of a JSON document that
+// was decoded, so it is valid JSON.
 func messageText(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -213,6 +225,12 @@ func messageText(raw json.RawMessage) (string, error) {
 	}
 	var s string
 	if raw[0] == '"' {
+		// Most content has no escapes: then the text is the bytes between
+		// the quotes, as raw is valid JSON (invalid UTF-8, which json
+		// replaces, takes the slow path).
+		if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+			return string(raw[1 : len(raw)-1]), nil
+		}
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", errors.New("content must be a string or an array of text parts")
 		}

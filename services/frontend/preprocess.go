@@ -127,20 +127,27 @@ func (c *catalog) liveModelInstances() int {
 // assets are what preprocessing needs of one model: its tokenizer and its
 // chat template.
 type assets struct {
-	tok    *tokenizer.Tokenizer
-	cfg    *tokenizer.Config
-	tmpl   *chattemplate.Template // nil when the model has none
-	bosID  uint32
-	hasBOS bool
+	// id tells the assets apart in the chat prefix cache's keys.
+	id uint64
+	// prompts is the chat prefix cache; nil disables it.
+	prompts *promptCache
+	tok     *tokenizer.Tokenizer
+	cfg     *tokenizer.Config
+	tmpl    *chattemplate.Template // nil when the model has none
+	bosID   uint32
+	hasBOS  bool
 }
 
 // assetCache loads model assets from the eventbus object store once per
 // content (the sha256 of the tokenizer files), for every model that shares
 // them. A failed load is not cached, so the next request retries it.
 type assetCache struct {
-	bus     *eventbus.Client
+	bus *eventbus.Client
+	// prompts is the chat prefix cache of the loaded assets (nil: none).
+	prompts *promptCache
 	mu      sync.Mutex
 	entries map[string]*assetEntry
+	loaded  uint64
 }
 
 type assetEntry struct {
@@ -180,12 +187,17 @@ func (c *assetCache) get(ctx, load context.Context, card *registryv1.ModelCard) 
 	if !ok {
 		e = &assetEntry{done: make(chan struct{})}
 		c.entries[key] = e
+		c.loaded++
 	}
+	id := c.loaded
 	c.mu.Unlock()
 	if !ok {
 		lctx, cancel := context.WithTimeout(load, assetLoadTimeout)
 		e.a, e.err = c.load(lctx, tokArt, cfgArt)
 		cancel()
+		if e.err == nil {
+			e.a.id, e.a.prompts = id, c.prompts
+		}
 		if e.err != nil {
 			c.mu.Lock()
 			delete(c.entries, key)
@@ -247,17 +259,22 @@ func (c *assetCache) load(ctx context.Context, tokArt, cfgArt *registryv1.Tokeni
 	return a, nil
 }
 
-// chatPrompt renders the chat template and tokenizes the result.
+// chatPrompt renders the chat template and tokenizes the result, through
+// the chat prefix cache when there is one. The ids must not be modified.
 func (a *assets) chatPrompt(r *chatRequest) ([]uint32, error) {
 	if a.tmpl == nil {
 		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
 	}
-	text, err := a.tmpl.Render(chattemplate.Input{Messages: r.messages(), AddGenerationPrompt: true, Tools: r.tools.templateTools(),
+	msgs, tools := r.messages(), r.tools.templateTools()
+	text, err := a.tmpl.Render(chattemplate.Input{Messages: msgs, AddGenerationPrompt: true, Tools: tools,
 		BOSToken: a.cfg.BOSToken, EOSToken: a.cfg.EOSToken, Extra: r.ChatTemplateKwargs})
 	if err != nil {
 		return nil, invalid("messages", "the chat template cannot render these messages: %v", err)
 	}
-	return a.encode(text), nil
+	if a.prompts == nil {
+		return a.encode(text), nil
+	}
+	return a.prompts.encode(a, a.prompts.keys(a, msgs, tools, r.ChatTemplateKwargs), text), nil
 }
 
 // encode tokenizes text, adding the BOS token when the model wants it and
@@ -268,6 +285,16 @@ func (a *assets) encode(text string) []uint32 {
 		ids = append(ids, a.bosID)
 	}
 	return a.tok.AppendEncode(ids, text)
+}
+
+// encodeMarks is encode that also returns the tokenizer's marks, for the
+// chat prefix cache.
+func (a *assets) encodeMarks(text string) ([]uint32, []tokenizer.Mark) {
+	var ids []uint32
+	if a.hasBOS && !strings.HasPrefix(text, a.cfg.BOSToken) {
+		ids = append(ids, a.bosID)
+	}
+	return a.tok.AppendEncodeMarks(ids, nil, text)
 }
 
 // textOut turns generated token ids into text deltas, holding back the tail

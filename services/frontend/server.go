@@ -169,6 +169,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	undo = append(undo, func() { _ = s.bus.Close() })
 	s.assets = newAssetCache(s.bus)
+	if cfg.ChatPrefixCacheBytes > 0 {
+		s.assets.prompts = newPromptCache(cfg.ChatPrefixCacheBytes, s.metrics.registry)
+	}
 	if s.routing, err = newRouting(&cfg, creds, auth, s.metrics, log); err != nil {
 		return nil, err
 	}
@@ -204,7 +207,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.NoKVEvents,
 		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
 		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
-		"api_keys", s.keys.len(), "key_requests_per_minute", cfg.KeyRequestsPerMinute, "key_tokens_per_minute", cfg.KeyTokensPerMinute, "request_plane", cfg.Transport, "cors_origins", cfg.CORSOrigins)
+		"api_keys", s.keys.len(), "key_requests_per_minute", cfg.KeyRequestsPerMinute, "key_tokens_per_minute", cfg.KeyTokensPerMinute, "request_plane", cfg.Transport,
+		"cors_origins", cfg.CORSOrigins, "chat_prefix_cache_bytes", cfg.ChatPrefixCacheBytes)
 	served := make(chan error, 1)
 	go func() { served <- s.server.Serve(s.ln) }()
 	go s.lifecycle(ctx, served)
