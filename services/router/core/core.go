@@ -7,10 +7,12 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -52,6 +54,20 @@ const (
 // endpointKey names an endpoint.
 type endpointKey struct{ ns, comp, ep string }
 
+// targetKey names a target: a model, or an endpoint.
+type targetKey struct {
+	model string
+	ep    endpointKey
+}
+
+// targetCands are a target's live workers, sorted by instance id, and
+// their block size, as of registry generation gen. Shared: never modified.
+type targetCands struct {
+	gen   uint64
+	cands []candidate
+	bs    int
+}
+
 // Core is the router's state and decisions, without transport: the worker
 // set (from registry watches), the KV index (from events, or predicted),
 // the load of routed requests and the scheduler. It is safe for concurrent
@@ -80,6 +96,14 @@ type Core struct {
 	timing     map[uint64]timingmodel.Model // instance -> its published timing model
 	observer   Observer
 	requestTTL time.Duration
+	// arrivals measures the request rate, whose requests wait behind a
+	// decision's work (see scheduler's cost).
+	arrivals arrivals
+	// targets caches each target's sorted candidates, valid while gen,
+	// which every registry change bumps, is what it was built at: a
+	// decision neither walks the registry maps nor sorts.
+	targets map[targetKey]*targetCands
+	gen     uint64
 	// restoredAt is the time of the snapshot the index started from.
 	restoredAt *timestamppb.Timestamp
 }
@@ -133,6 +157,7 @@ func New(cfg Config) *Core {
 		rr:          map[endpointKey]int{},
 		timing:      map[uint64]timingmodel.Model{},
 		requestTTL:  cfg.RequestTTL,
+		targets:     map[targetKey]*targetCands{},
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
@@ -159,6 +184,7 @@ func (c *Core) Index() *index.Index { return c.idx }
 // endpoint left loses its blocks and load at once.
 func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 	c.mu.Lock()
+	c.registryChangedLocked()
 	var gone []uint64
 	for _, ch := range changes {
 		in := ch.Item
@@ -218,6 +244,7 @@ func (c *Core) removeInstance(id uint64) {
 func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.registryChangedLocked()
 	for _, ch := range changes {
 		card := ch.Item
 		k := endpointKey{card.Namespace, card.Component, card.Endpoint}
@@ -245,52 +272,81 @@ func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
 	}
 }
 
+// registryChangedLocked invalidates the cached candidates.
+func (c *Core) registryChangedLocked() {
+	c.gen++
+	clear(c.targets)
+}
+
 // candidate is a worker that may serve a request.
 type candidate struct {
 	in *registryv1.Instance
 	bs uint32
 }
 
-// candidates resolves a target to its live workers and their block size.
+// candidates resolves a target to its live workers, sorted by instance
+// id, and their block size. The slice is shared: callers must not modify it.
 func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	excluded := func(id uint64) bool {
-		for _, x := range exclude {
-			if x == id {
-				return true
-			}
-		}
-		return false
+	var key targetKey
+	switch k := t.GetKind().(type) {
+	case *routerv1.Target_Endpoint:
+		key.ep = endpointKey{k.Endpoint.GetNamespace(), k.Endpoint.GetComponent(), k.Endpoint.GetEndpoint()}
+	case *routerv1.Target_Model:
+		key.model = k.Model
+	default:
+		return nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
 	}
+	tc, ok := c.targets[key]
+	if !ok || tc.gen != c.gen {
+		var err error
+		if tc, err = c.resolveLocked(t, key); err != nil {
+			return nil, 0, err
+		}
+		c.targets[key] = tc
+	}
+	if len(exclude) == 0 {
+		return tc.cands, tc.bs, nil
+	}
+	out := make([]candidate, 0, len(tc.cands))
+	for _, cd := range tc.cands {
+		if !slices.Contains(exclude, cd.in.InstanceId) {
+			out = append(out, cd)
+		}
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
+	}
+	return out, tc.bs, nil
+}
+
+// resolveLocked walks the registry state for a target's candidates.
+func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, error) {
 	var out []candidate
 	blockSize := 0
 	known := false
-	switch k := t.GetKind().(type) {
-	case *routerv1.Target_Endpoint:
-		ek := endpointKey{k.Endpoint.GetNamespace(), k.Endpoint.GetComponent(), k.Endpoint.GetEndpoint()}
-		set, ok := c.endpoints[ek]
+	if key.model == "" {
+		set, ok := c.endpoints[key.ep]
 		known = ok
-		for id, in := range set {
-			if !excluded(id) {
-				out = append(out, candidate{in: in})
-			}
+		for _, in := range set {
+			out = append(out, candidate{in: in})
 		}
 		// The block size comes from any model card of this endpoint.
 		for _, eps := range c.models {
-			for id, bs := range eps[ek] {
+			for id, bs := range eps[key.ep] {
 				if _, live := set[id]; live && bs > 0 {
 					blockSize = int(bs)
 				}
 			}
 		}
-	case *routerv1.Target_Model:
-		eps, ok := c.models[k.Model]
+	} else {
+		eps, ok := c.models[key.model]
 		known = ok
 		for ek, ids := range eps {
 			for id, bs := range ids {
 				in, live := c.endpoints[ek][id]
-				if !live || excluded(id) {
+				if !live {
 					continue
 				}
 				out = append(out, candidate{in: in, bs: bs})
@@ -299,24 +355,23 @@ func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, in
 				}
 			}
 		}
-	default:
-		return nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
 	}
 	if !known {
-		if _, ok := t.GetKind().(*routerv1.Target_Model); ok {
-			return nil, 0, fmt.Errorf("%w %q", ErrUnknownModel, t.GetModel())
+		if key.model != "" {
+			return nil, fmt.Errorf("%w %q", ErrUnknownModel, key.model)
 		}
-		return nil, 0, fmt.Errorf("%w: %s", ErrUnknownEndpoint, targetString(t))
+		return nil, fmt.Errorf("%w: %s", ErrUnknownEndpoint, targetString(t))
 	}
 	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
+		return nil, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
 	}
-	// Stable order, so round-robin and tie-breaks do not depend on map order.
-	sort.Slice(out, func(i, j int) bool { return out[i].in.InstanceId < out[j].in.InstanceId })
+	// Stable order, so round-robin and tie-breaks do not depend on map
+	// order, and so that a worker's position can be found by its id.
+	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
 	}
-	return out, blockSize, nil
+	return &targetCands{gen: c.gen, cands: out, bs: blockSize}, nil
 }
 
 func targetString(t *routerv1.Target) string {
@@ -359,9 +414,12 @@ func validateQuery(q query) error {
 	case len(q.tokens) > maxTokens || len(q.hashes) > maxTokens:
 		return fmt.Errorf("%w: the request has more than %d tokens or hashes", ErrInvalid, maxTokens)
 	}
-	for name, v := range map[string]*float64{"overlap_weight": q.weight, "temperature": q.temperature} {
-		if v != nil && (*v < 0 || math.IsNaN(*v) || math.IsInf(*v, 0)) {
-			return fmt.Errorf("%w: %s %v must be a finite number >= 0", ErrInvalid, name, *v)
+	for _, p := range [...]struct {
+		name string
+		v    *float64
+	}{{"overlap_weight", q.weight}, {"temperature", q.temperature}} {
+		if p.v != nil && (*p.v < 0 || math.IsNaN(*p.v) || math.IsInf(*p.v, 0)) {
+			return fmt.Errorf("%w: %s %v must be a finite number >= 0", ErrInvalid, p.name, *p.v)
 		}
 	}
 	return nil
@@ -380,6 +438,20 @@ type decision struct {
 	// blockSize and params are what the decision used.
 	blockSize int
 	params    scheduler.Params
+	// Buffers kept with the decision when it goes back to decisionPool.
+	ints     []int
+	workers  []index.WorkerID
+	overlaps []index.Overlap
+}
+
+// decisionPool reuses decisions and their buffers: a decision over a
+// hundred workers is kilobytes, and every Route makes one.
+var decisionPool = sync.Pool{New: func() any { return new(decision) }}
+
+// release returns d to decisionPool; nothing of it may be used after.
+func (d *decision) release() {
+	d.cands, d.hashes = nil, nil
+	decisionPool.Put(d)
 }
 
 // evaluate scores every candidate for a query and picks one per the mode.
@@ -409,20 +481,32 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if c.requestTTL > 0 {
 		c.load.Expire(now.Add(-c.requestTTL))
 	}
-	overlaps := make(map[uint64]int, len(cands))
-	for _, o := range c.idx.Overlaps(hashes) {
-		if o.Worker.DPRank == 0 {
-			overlaps[o.Worker.Instance] = o.Blocks
-		}
-	}
-	d := &decision{cands: cands, hashes: hashes, scored: make([]scheduler.Candidate, len(cands)), indexed: make([]int, len(cands)), blockSize: bs}
-	reach := make([]int, len(cands))
-	workers := make([]index.WorkerID, len(cands))
+	n := len(cands)
+	d := decisionPool.Get().(*decision)
+	d.cands, d.hashes, d.blockSize = cands, hashes, bs
+	d.scored = slices.Grow(d.scored[:0], n)[:n]
+	d.ints = slices.Grow(d.ints[:0], 2*n)[:2*n]
+	clear(d.ints)
+	d.indexed = d.ints[:n:n]
+	reach := d.ints[n:]
+	d.workers = slices.Grow(d.workers[:0], n)[:n]
+	workers := d.workers
 	for i, cd := range cands {
 		workers[i] = index.WorkerID{Instance: cd.in.InstanceId}
-		d.indexed[i] = overlaps[cd.in.InstanceId]
-		reach[i] = d.indexed[i]
 	}
+	// Candidates are sorted by instance id: each overlap finds its
+	// worker(s) by binary search, with no map per decision.
+	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
+	for _, o := range d.overlaps {
+		if o.Worker.DPRank != 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(cands, o.Worker.Instance, func(cd candidate, id uint64) int { return cmp.Compare(cd.in.InstanceId, id) })
+		for ; i < n && cands[i].in.InstanceId == o.Worker.Instance; i++ {
+			d.indexed[i] = o.Blocks
+		}
+	}
+	copy(reach, d.indexed)
 	if c.pending != nil {
 		c.pending.ExtendAll(workers, hashes, reach)
 	}
@@ -434,13 +518,15 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		}
 		d.scored[i] = sc
 	}
+	// Each worker is expected its share of the requests to come.
+	rate := c.arrivals.perMs(now) / float64(len(cands))
 	c.mu.Unlock()
 	c.load.FillAll(d.scored, bs)
 	tokens := len(q.tokens)
 	if tokens == 0 {
 		tokens = len(hashes) * bs
 	}
-	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs}
+	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs, Rate: rate}
 	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
 	if q.weight != nil {
 		params.OverlapWeight = *q.weight
@@ -499,7 +585,11 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	if err != nil {
 		return nil, err
 	}
+	defer d.release()
 	w := d.scored[d.chosen].Worker
+	c.mu.Lock()
+	c.arrivals.add(c.now())
+	c.mu.Unlock()
 	c.load.Add(r.RequestId, w, len(d.hashes)-d.overlap, d.hashes)
 	if c.approx != nil {
 		c.approx.Predict(w, d.hashes, c.now())
@@ -529,6 +619,7 @@ func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryO
 	if err != nil {
 		return nil, err
 	}
+	defer d.release()
 	return &routerv1.QueryOverlapsResponse{RequestBlocks: uint32(len(d.hashes)), Candidates: candidatesOf(d.scored)}, nil
 }
 
@@ -604,10 +695,15 @@ func (c *Core) free(id string) {
 func (c *Core) SetObserver(o Observer) { c.observer = o }
 
 func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
+	// One allocation for all the messages, not one each: a response lists
+	// every worker, and this is the route decision's hot path.
+	msgs := make([]routerv1.Candidate, len(s))
 	out := make([]*routerv1.Candidate, len(s))
 	for i, c := range s {
-		out[i] = &routerv1.Candidate{InstanceId: c.Worker.Instance, DpRank: c.Worker.DPRank, OverlapBlocks: uint32(c.Overlap),
-			Cost: c.Cost, PrefillBlocks: uint32(c.PrefillBlocks), DecodeBlocks: uint32(c.DecodeBlocks)}
+		m := &msgs[i]
+		m.InstanceId, m.DpRank, m.OverlapBlocks = c.Worker.Instance, c.Worker.DPRank, uint32(c.Overlap)
+		m.Cost, m.PrefillBlocks, m.DecodeBlocks = c.Cost, uint32(c.PrefillBlocks), uint32(c.DecodeBlocks)
+		out[i] = m
 	}
 	return out
 }

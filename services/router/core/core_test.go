@@ -250,3 +250,37 @@ func FuzzRoute(f *testing.F) {
 		c.Free(id)
 	})
 }
+
+// Candidates are cached per target; every registry change must show in
+// the next decision.
+func TestRegistryChangesReachTheNextDecision(t *testing.T) {
+	c := cluster(t, DefaultConfig(), 2)
+	route := func(id string, exclude ...uint64) (uint64, error) {
+		r, err := c.Route(&routerv1.RouteRequest{RequestId: id, Target: modelTarget(), TokenIds: tokens(16, 1), ExcludeInstanceIds: exclude})
+		if err != nil {
+			return 0, err
+		}
+		return r.InstanceId, nil
+	}
+	if _, err := route("a"); err != nil {
+		t.Fatal(err)
+	}
+	in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 3,
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}
+	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: in}})
+	if _, err := route("b", 1, 2); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("a worker without a model card served the model: %v", err)
+	}
+	c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		InstanceId: 3, ModelName: model, BlockSize: 4}}})
+	if got, err := route("c", 1, 2); err != nil || got != 3 {
+		t.Fatalf("the new worker: got %x, %v", got, err)
+	}
+	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: in, Deleted: true}})
+	if _, err := route("d", 1, 2); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("a worker that left still serves: %v", err)
+	}
+	if got, err := route("e"); err != nil || got == 3 {
+		t.Fatalf("got %x, %v", got, err)
+	}
+}

@@ -20,6 +20,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	if err != nil {
 		return nil, err
 	}
+	defer d.release()
 	out := &routerv1.ExplainRouteResponse{
 		Mode:          c.ModeName(),
 		BlockSize:     uint32(d.blockSize),

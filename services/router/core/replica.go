@@ -26,6 +26,9 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		w := index.WorkerID{Instance: r.InstanceId, DPRank: r.DpRank}
 		c.mu.Lock()
 		_, live := c.refs[r.InstanceId]
+		if live {
+			c.arrivals.add(at)
+		}
 		c.mu.Unlock()
 		if !live || r.RequestId == "" {
 			return

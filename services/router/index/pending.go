@@ -62,6 +62,10 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 	r := &pendingReq{w: w, hashes: append([]uint64(nil), hashes...)}
 	p.reqs[id] = r
 	p.order = append(p.order, pendingAdded{id: id, r: r, at: now})
+	// Blocks nobody predicts yet (most of a request's new ones) get their
+	// one-entry lists from one allocation; a capacity of 1 each makes a
+	// later append copy rather than write into a neighbour's.
+	var chunk []pendingRef
 	for _, h := range r.hashes {
 		refs := p.blocks[h]
 		found := false
@@ -72,8 +76,17 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 				break
 			}
 		}
-		if !found {
+		switch {
+		case found:
+		case len(refs) > 0:
 			p.blocks[h] = append(refs, pendingRef{w: w, refs: 1})
+		default:
+			if len(chunk) == 0 {
+				chunk = make([]pendingRef, len(r.hashes))
+			}
+			chunk[0] = pendingRef{w: w, refs: 1}
+			p.blocks[h] = chunk[:1:1]
+			chunk = chunk[1:]
 		}
 	}
 }

@@ -3,13 +3,28 @@
 // model (see pkg/timingmodel), its cached prefix of the request and its
 // current load:
 //
-//	cost(w) = weight * prefill time of (w's queued prompt tokens + this request's tokens not cached on w)
-//	        + the decode steps w's running requests add to those prefill steps
+//	ahead(w) = weight * prefill time of w's queued prompt tokens
+//	         + the decode steps w's running requests add to those prefill steps
+//	ttft(w)  = the same with this request's tokens not cached on w added
+//	work(w)  = ttft(w) - ahead(w): the time w spends on this request before its first token
+//	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2)
 //
 // The prefill is computed in steps of the worker's token budget less one
 // token per decoding request, each step paying the model's prefill time of
 // its chunk and, while requests decode, one decode step at the worker's KV
 // usage. weight is --kv-overlap-score-weight: 1 is the model as published.
+//
+// The last term is what the choice costs the requests that come after it:
+// rate is the requests per millisecond expected at each worker (the
+// router's recent arrival rate over its workers), and every one that
+// reaches w before w has done this request's work waits for the rest of
+// it, work(w) for those that arrive while w drains what is ahead, less
+// for those that arrive during. A worker without the cached prefix costs
+// the cluster its recomputation, and that time is paid by whoever queues
+// behind it: at low load (rate near 0) the cost is the request's own TTFT,
+// and the busier the cluster the more a cache hit is worth, which is what
+// lets the router keep prefixes where they are when queues grow instead of
+// trading them for a few milliseconds of its own wait.
 // Temperature 0 takes the cheapest worker, breaking ties by the longer
 // cached prefix, then at random; temperature t > 0 samples with probability
 // proportional to exp(-normalised cost / t), so load spreads while cache
@@ -59,6 +74,10 @@ type Request struct {
 	Blocks, Tokens int
 	// BlockSize is tokens per block.
 	BlockSize int
+	// Rate is how many requests per millisecond are expected to reach
+	// each worker; they wait behind this request's work (see the package
+	// doc). 0 costs the request's own time to first token only.
+	Rate float64
 }
 
 // NewTokens is how many prompt tokens a worker caching overlap blocks
@@ -84,7 +103,13 @@ type Params struct {
 
 // Cost fills c.Cost for req and returns it.
 func Cost(c *Candidate, req Request, p Params) float64 {
-	c.Cost = c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+	ttft := c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+	c.Cost = ttft
+	if req.Rate > 0 {
+		ahead := c.Timing.TTFTMs(c.QueuedTokens, 0, c.Decoding, c.Usage, p.OverlapWeight)
+		work := max(ttft-ahead, 0)
+		c.Cost += req.Rate * work * (ahead + work/2)
+	}
 	return c.Cost
 }
 

@@ -24,6 +24,8 @@ func TestSelectCosts(t *testing.T) {
 		name  string
 		cands []Candidate
 		p     Params
+		// rate is the requests per ms expected at each worker.
+		rate  float64
 		want  index.WorkerID
 		costs []float64
 	}{
@@ -58,6 +60,27 @@ func TestSelectCosts(t *testing.T) {
 			want:  w(1), costs: []float64{10},
 		},
 		{
+			name:  "idle cluster: a short queue outweighs a hit, for the request's own TTFT",
+			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 100}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(2), costs: []float64{120, 100},
+		},
+		{
+			// 1/64 request per ms: w1 does 20 ms of work behind 100,
+			// 20*(100+10)/64 for those who come after; w2 recomputes the
+			// prefix, 100 ms of work they wait for, 100*(0+50)/64.
+			name:  "busy cluster: recomputing a cached prefix costs those who queue behind it",
+			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 100}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1}, rate: 1.0 / 64,
+			want: w(1), costs: []float64{154.375, 178.125},
+		},
+		{
+			name:  "busy cluster, no cache anywhere: the shorter queue",
+			cands: []Candidate{{Worker: w(1), QueuedTokens: 100}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1}, rate: 1.0 / 64,
+			want: w(2), costs: []float64{200 + 100*150/64.0, 100 + 100*50/64.0},
+		},
+		{
 			name:  "equal costs: the longer prefix stays",
 			cands: []Candidate{{Worker: w(1), Timing: timingmodel.Model{MaxBatchedTokens: 1}}, {Worker: w(2), Overlap: 5, Timing: timingmodel.Model{MaxBatchedTokens: 1}}},
 			p:     Params{OverlapWeight: 1},
@@ -71,8 +94,10 @@ func TestSelectCosts(t *testing.T) {
 					tt.cands[i].Timing = linear
 				}
 			}
+			r := req
+			r.Rate = tt.rate
 			for seed := range uint64(8) {
-				i, err := Select(tt.cands, req, tt.p, rand.New(rand.NewPCG(seed, 2)))
+				i, err := Select(tt.cands, r, tt.p, rand.New(rand.NewPCG(seed, 2)))
 				if err != nil {
 					t.Fatal(err)
 				}

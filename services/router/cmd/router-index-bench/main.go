@@ -16,12 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
-	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
 )
@@ -76,9 +71,13 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
 		if workers == 100 {
-			p50, p99 := routeLatency(wl, *lookups)
-			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d workers: p50\t%.1f µs\t\n", workers, us(p50))
-			fmt.Fprintf(tw, "route decision, %d workers: p99\t%.1f µs\t\n", workers, us(p99))
+			wall, cpu, cpuOK := routeLatency(wl, *lookups)
+			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d workers: p50\t%.1f µs\t\n", workers, us(wall[0]))
+			fmt.Fprintf(tw, "route decision, %d workers: p99\t%.1f µs\t\n", workers, us(wall[1]))
+			if cpuOK {
+				fmt.Fprintf(tw, "route decision, %d workers, CPU time of its thread: p50\t%.1f µs\t\n", workers, us(cpu[0]))
+				fmt.Fprintf(tw, "route decision, %d workers, CPU time of its thread: p99\t%.1f µs\t\n", workers, us(cpu[1]))
+			}
 		}
 		t0 := time.Now()
 		wl.Index.RemoveWorker(index.WorkerID{Instance: 1})
@@ -91,45 +90,25 @@ func main() {
 // routeLatency times the router's whole decision, Core.Route with block
 // hashes, on a core holding the workload's index (fed through KV events),
 // a load report per worker with 64 requests of other routers, and 256 of
-// its own requests in flight (each freed 256 routes later).
-func routeLatency(wl *indexbench.Workload, n int) (p50, p99 time.Duration) {
-	cfg := core.DefaultConfig()
-	cfg.Seed = 1
-	c := core.New(cfg)
-	dumps := wl.Index.Dump()
-	var ins []discovery.Change[*registryv1.Instance]
-	var cards []discovery.Change[*registryv1.ModelCard]
-	for _, d := range dumps {
-		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
-		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
-	}
-	c.OnInstances(ins)
-	c.OnModels(cards)
-	for _, d := range dumps {
-		for i := 0; i < len(d.Hashes); i += 4096 {
-			ev := &workerv1.KvBlocksStored{}
-			for _, h := range d.Hashes[i:min(i+4096, len(d.Hashes))] {
-				ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: h})
-			}
-			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: uint64(i/4096 + 1),
-				Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
-		}
-		m := &workerv1.LoadMetrics{InstanceId: d.ID.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
-		for j := range 64 {
-			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", d.ID.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
-		}
-		c.ReportLoad(m)
-	}
-	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
+// its own requests in flight (each freed 256 routes later). It returns
+// wall-clock percentiles and, where the OS measures it, those of the
+// thread's CPU time per decision.
+func routeLatency(wl *indexbench.Workload, n int) (wall, cpu [2]time.Duration, cpuOK bool) {
+	c, target := indexbench.RouteCore(wl)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	lat := make([]time.Duration, n)
+	cpus := make([]time.Duration, n)
+	cpuOK = true
 	for i := range lat {
 		id := strconv.Itoa(i)
 		req := &routerv1.RouteRequest{RequestId: id, Target: target, BlockHashes: wl.Requests[i%len(wl.Requests)]}
+		c0, ok0 := threadCPU()
 		t0 := time.Now()
 		_, err := c.Route(req)
 		lat[i] = time.Since(t0)
+		c1, ok1 := threadCPU()
+		cpus[i], cpuOK = c1-c0, cpuOK && ok0 && ok1
 		if err != nil {
 			panic(err)
 		}
@@ -141,7 +120,8 @@ func routeLatency(wl *indexbench.Workload, n int) (p50, p99 time.Duration) {
 		}
 	}
 	slices.Sort(lat)
-	return lat[len(lat)/2], lat[len(lat)*99/100]
+	slices.Sort(cpus)
+	return [2]time.Duration{lat[len(lat)/2], lat[len(lat)*99/100]}, [2]time.Duration{cpus[len(cpus)/2], cpus[len(cpus)*99/100]}, cpuOK
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

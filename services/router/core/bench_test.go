@@ -1,0 +1,31 @@
+package core_test
+
+import (
+	"strconv"
+	"testing"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
+)
+
+// BenchmarkRoute times Core.Route at 100 workers with its allocations, in
+// the state router-index-bench times it in (on a smaller index: the
+// allocations do not depend on its size), 256 requests in flight.
+func BenchmarkRoute(b *testing.B) {
+	wl := indexbench.Build(100, 200_000, 128, 1024, 7)
+	c, target := indexbench.RouteCore(wl)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		id := strconv.Itoa(i)
+		if _, err := c.Route(&routerv1.RouteRequest{RequestId: id, Target: target, BlockHashes: wl.Requests[i%len(wl.Requests)]}); err != nil {
+			b.Fatal(err)
+		}
+		if i%2 == 0 {
+			c.PrefillDone(id)
+		}
+		if i >= 256 {
+			c.Free(strconv.Itoa(i - 256))
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package indexbench
+
+import (
+	"fmt"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/core"
+)
+
+// RouteCore returns a router core at its defaults holding the workload's
+// index, fed through KV events as the service gets it, and a load report
+// per worker listing 64 requests of other routers (half of them in
+// prefill), plus the target to route to: the state the whole route
+// decision is timed in.
+func RouteCore(wl *Workload) (*core.Core, *routerv1.Target) {
+	cfg := core.DefaultConfig()
+	cfg.Seed = 1
+	c := core.New(cfg)
+	dumps := wl.Index.Dump()
+	var ins []discovery.Change[*registryv1.Instance]
+	var cards []discovery.Change[*registryv1.ModelCard]
+	for _, d := range dumps {
+		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
+			InstanceId: d.ID.Instance, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
+		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
+			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
+	}
+	c.OnInstances(ins)
+	c.OnModels(cards)
+	for _, d := range dumps {
+		for i := 0; i < len(d.Hashes); i += 4096 {
+			ev := &workerv1.KvBlocksStored{}
+			for _, h := range d.Hashes[i:min(i+4096, len(d.Hashes))] {
+				ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: h})
+			}
+			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: uint64(i/4096 + 1),
+				Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+		}
+		m := &workerv1.LoadMetrics{InstanceId: d.ID.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+		for j := range 64 {
+			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", d.ID.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
+		}
+		c.ReportLoad(m)
+	}
+	return c, &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
+}
