@@ -112,6 +112,8 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	if _, ok := b.streams.Load(ns); ok {
 		return nil
 	}
+	ctx, cancel := apiContext(ctx)
+	defer cancel()
 	name := StreamName(ns)
 	st, err := b.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -247,18 +249,35 @@ func consumerConfig(s subscription) jetstream.ConsumerConfig {
 	return cfg
 }
 
+// apiTimeout bounds one JetStream API exchange (stream and consumer info,
+// create, update), like nats.go's own default for a context without a
+// deadline. The contexts here are those of long-lived gRPC streams, and on a
+// cluster whose stream leader just died an API request is not answered until
+// a new leader is elected, or at all if it was lost meanwhile: without a
+// bound of its own the call waits as long as the caller's stream lives (seen:
+// a publish stream hung for its client's whole deadline after the leader was
+// killed), instead of failing Unavailable so that the client retries.
+const apiTimeout = 5 * time.Second
+
+// apiContext is ctx bounded by apiTimeout.
+func apiContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, apiTimeout)
+}
+
 // consumer finds or creates the consumer of a validated subscription.
 func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer, error) {
 	stream := StreamName(s.namespace)
+	if err := b.ensureStreamFor(ctx, s); err != nil {
+		return nil, err
+	}
+	ctx, cancel := apiContext(ctx)
+	defer cancel()
 	if s.bind {
 		c, err := b.subJS.Consumer(ctx, stream, s.durable)
 		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("%w: durable %q does not exist in namespace %q", ErrNotFound, s.durable, s.namespace)
 		}
 		return c, natsErr("get consumer", err)
-	}
-	if err := b.ensureStream(ctx, s.namespace); err != nil {
-		return nil, err
 	}
 	if s.durable != "" {
 		c, err := b.subJS.Consumer(ctx, stream, s.durable)
@@ -281,6 +300,15 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 		return nil, natsErr("create consumer", err)
 	}
 	return c, nil
+}
+
+// ensureStreamFor ensures the stream of a subscription that does not bind to
+// an existing durable.
+func (b *bus) ensureStreamFor(ctx context.Context, s subscription) error {
+	if s.bind {
+		return nil
+	}
+	return b.ensureStream(ctx, s.namespace)
 }
 
 // subscribe delivers a validated subscription's events through send until
