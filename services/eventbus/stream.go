@@ -43,8 +43,8 @@ type bus struct {
 	replicas int
 
 	// streams caches the namespaces whose stream this process has created or
-	// updated, so that only the first publish pays for it; the value says
-	// whether the stream has a single replica.
+	// updated, so that only the first publish pays for it; the value is the
+	// stream's replica count (an int).
 	streams sync.Map
 }
 
@@ -142,7 +142,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 		}
 	}
 	cfg := st.CachedInfo().Config
-	b.streams.Store(ns, cfg.Replicas <= 1)
+	b.streams.Store(ns, max(cfg.Replicas, 1))
 	b.log.Info("stream ready", "stream", name, "subjects", strings.Join(cfg.Subjects, ","), "max_age", cfg.MaxAge.String(), "replicas", cfg.Replicas)
 	return nil
 }
@@ -183,9 +183,13 @@ func (b *bus) publishBatch(ctx context.Context, nss []string, events []*eventbus
 
 // singleReplica reports whether this process found the namespace's stream
 // with a single replica (see publisher).
-func (b *bus) singleReplica(ns string) bool {
+func (b *bus) singleReplica(ns string) bool { return b.streamReplicas(ns) == 1 }
+
+// streamReplicas is the replica count this process found the namespace's
+// stream with, 0 when it has not ensured the stream.
+func (b *bus) streamReplicas(ns string) int {
 	v, _ := b.streams.Load(ns)
-	r, _ := v.(bool)
+	r, _ := v.(int)
 	return r
 }
 
@@ -209,14 +213,24 @@ func (b *bus) waitBatch(ctx context.Context, pb *pubBatch) ([]pubAck, error) {
 	return acks, nil
 }
 
-// consumerConfig is the JetStream consumer for a validated subscription.
-func consumerConfig(s subscription) jetstream.ConsumerConfig {
+// consumerConfig is the JetStream consumer for a validated subscription of
+// a stream with the given replica count.
+//
+// The consumer has the stream's replicas, ephemeral ones too: JetStream
+// gives an ephemeral consumer a single replica unless told otherwise, placed
+// on one member, and when that member dies the consumer is gone with it
+// while the stream lives on (seen on a 3-node cluster: the router's
+// subscription stalled, no error, for as long as the member was down).
+func consumerConfig(s subscription, replicas int) jetstream.ConsumerConfig {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       s.durable,
 		FilterSubject: s.filter,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.ackWait,
 		MaxAckPending: s.maxAckPending,
+	}
+	if replicas > 1 {
+		cfg.Replicas = replicas
 	}
 	if s.filter == s.namespace+".>" {
 		// The whole stream: without a filter, JetStream skips matching every
@@ -248,6 +262,13 @@ func consumerConfig(s subscription) jetstream.ConsumerConfig {
 	}
 	return cfg
 }
+
+// pullExpiry is how long one pull request of a subscription's consumer
+// waits; JetStream sends idle heartbeats at half of it, and nats.go reports a
+// missed heartbeat after two intervals, so a consumer that died with its
+// server is noticed within about this long (nats.go's default of 30s left a
+// subscription silent for that long).
+const pullExpiry = 10 * time.Second
 
 // apiTimeout bounds one JetStream API exchange (stream and consumer info,
 // create, update), like nats.go's own default for a context without a
@@ -291,7 +312,7 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 			return nil, natsErr("get consumer", err)
 		}
 	}
-	c, err := b.subJS.CreateConsumer(ctx, stream, consumerConfig(s))
+	c, err := b.subJS.CreateConsumer(ctx, stream, consumerConfig(s, b.streamReplicas(s.namespace)))
 	if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse) {
 		// Another member of the group created it first.
 		c, err = b.subJS.Consumer(ctx, stream, s.durable)
@@ -351,9 +372,15 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		case <-done:
 			handBack(m)
 		}
-	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// A missed heartbeat ends the subscription too: the consumer may be
+		// gone with a dead member (or its leader may be), and nats.go would
+		// pull from it again and again without a word. The client
+		// resubscribes (from its last sequence), which finds or recreates
+		// the consumer wherever the cluster now has it.
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBadRequest) {
+			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBadRequest) ||
+			errors.Is(err, jetstream.ErrNoHeartbeat) {
 			select {
 			case fatal <- err:
 			default:

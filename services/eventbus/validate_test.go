@@ -130,7 +130,7 @@ func FuzzValidateSubscribe(f *testing.F) {
 		if s.bind && s.durable == "" {
 			t.Fatalf("accepted bind without a durable: %v", req)
 		}
-		cfg := consumerConfig(s)
+		cfg := consumerConfig(s, 1)
 		// The whole namespace goes without a filter; anything narrower keeps it.
 		wantFilter := s.filter
 		if s.filter == ns+".>" {

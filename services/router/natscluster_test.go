@@ -1,0 +1,156 @@
+package router_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
+)
+
+// TestRouterThroughNATSStreamLeaderKill runs the KV event plane on a 3-node
+// JetStream cluster: a worker (the Go SDK) publishes KV events without pause
+// through an eventbus with --stream-replicas=3 to a router, and the member
+// leading the namespace's stream is killed (SIGKILL) mid-flow, then started
+// again. Counted at both ends: every event the worker published is applied
+// by the router exactly once, with no gap, and a router started afterwards
+// from an empty index, replaying the stream, ends with the same index. The
+// long form (make test-long) kills the leader three times.
+func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
+	kills := 1
+	if !testing.Short() {
+		kills = 3
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills)*time.Minute+2*time.Minute)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	cl := eventbustest.StartNATSCluster(t, 3)
+	busCfg := eventbustest.Config(cl.URLs())
+	busCfg.StreamReplicas = 3
+	bus := eventbustest.StartEventbus(t, busCfg)
+	busAddr := bus.Addr().String()
+
+	const namespace = "natscluster"
+	tc := transport.DefaultConfig()
+	tc.TCP.Host = "127.0.0.1"
+	w, err := worker.Start(ctx, worker.Config{
+		Namespace: namespace, Component: "backend", Model: worker.Model{Name: "m", BlockSize: 4, ContextLength: 1024},
+		RegistryAddr: reg.Addr, EventbusAddr: busAddr, Transport: tc, LeaseTTL: 5 * time.Second, DrainTimeout: time.Second,
+	}, func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Shutdown(context.Background())
+	rpc, stopRouter := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
+	defer stopRouter()
+	stats := func(rpc routerv1.RouterServiceClient) *routerv1.GetStatsResponse {
+		t.Helper()
+		st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
+		if err != nil {
+			t.Fatalf("router stats: %v", err)
+		}
+		return st
+	}
+
+	// The worker publishes one event per block, each block the child of the
+	// one before: N events leave N blocks in the index.
+	var (
+		published atomic.Uint64
+		stop      = make(chan struct{})
+		wg        sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for id := uint64(1); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			stored := &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: 1<<40 + id, LocalHash: id}}}
+			if id > 1 {
+				parent := 1<<40 + id - 1
+				stored.ParentSequenceHash = &parent
+			}
+			w.PublishKVEvents(&workerv1.KvEventBatch{FirstEventId: id, Events: []*workerv1.KvCacheEvent{
+				{Event: &workerv1.KvCacheEvent_Stored{Stored: stored}},
+			}})
+			published.Store(id)
+			time.Sleep(time.Millisecond) // a steady flow, not a flood
+		}
+	}()
+	stopPublishing := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopPublishing()
+	// waitApplied waits until the router has applied more events than it had,
+	// within a bound that covers a stream leader election (about 10s) and the
+	// eventbus's 10s acknowledgement timeout of publishes lost in it.
+	waitApplied := func(more uint64) {
+		t.Helper()
+		want := stats(rpc).EventsApplied + more
+		for deadline := time.Now().Add(45 * time.Second); stats(rpc).EventsApplied < want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("router applied %d events, waited for %d (published %d)", stats(rpc).EventsApplied, want, published.Load())
+			}
+		}
+	}
+
+	for k := range kills {
+		waitApplied(200)
+		leader := cl.StreamLeader(namespace, 30*time.Second)
+		atKill := published.Load()
+		killed := time.Now()
+		cl.Kill(leader)
+		waitApplied(200) // the flow resumed end to end
+		t.Logf("kill %d: stream leader %s killed with %d events published; 200 more applied after %s",
+			k+1, cl.Name(leader), atKill, time.Since(killed).Round(time.Millisecond))
+		cl.Start(leader)
+		cl.WaitHealthy(time.Minute)
+	}
+	stopPublishing()
+
+	n := published.Load()
+	var st *routerv1.GetStatsResponse
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if st = stats(rpc); st.EventsApplied >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the faults the router applied %d of %d published events (%d lost): %v", st.EventsApplied, n, n-st.EventsApplied, st)
+		}
+	}
+	t.Logf("%d stream leader kill(s): %d KV events published, %d applied, %d duplicates dropped, %d gaps, %d index entries",
+		kills, n, st.EventsApplied, st.EventsDuplicate, st.EventsGap, st.IndexedEntries)
+	if st.EventsApplied != n || st.EventsGap != 0 || st.IndexedEntries != n {
+		t.Fatalf("published %d events; router applied %d with %d gaps and %d index entries, want %d, 0 and %d",
+			n, st.EventsApplied, st.EventsGap, st.IndexedEntries, n, n)
+	}
+
+	// A router that starts now replays the stream from the start.
+	fresh, stopFresh := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
+	defer stopFresh()
+	var replayed *routerv1.GetStatsResponse
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if replayed = stats(fresh); replayed.EventsApplied >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a fresh router replayed %d of %d events", replayed.EventsApplied, n)
+		}
+	}
+	if replayed.IndexedEntries != st.IndexedEntries || replayed.IndexedBlocks != st.IndexedBlocks || replayed.EventsGap != 0 {
+		t.Fatalf("replayed index %d entries / %d blocks (%d gaps), live one %d / %d",
+			replayed.IndexedEntries, replayed.IndexedBlocks, replayed.EventsGap, st.IndexedEntries, st.IndexedBlocks)
+	}
+}
