@@ -44,7 +44,9 @@ func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
 	w, err := worker.Start(ctx, worker.Config{
 		Namespace: namespace, Component: "backend", Model: worker.Model{Name: "m", BlockSize: 4, ContextLength: 1024},
 		RegistryAddr: reg.Addr, EventbusAddr: busAddr, Transport: tc, LeaseTTL: 5 * time.Second, DrainTimeout: time.Second,
-	}, func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error { return nil })
+	}, func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error {
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
