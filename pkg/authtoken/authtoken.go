@@ -1,6 +1,6 @@
 // Package authtoken holds Switchyard's bearer tokens: the token file a
-// server reads (--auth-token-file, one "role token-or-sha256" per line), the
-// roles a token grants, and the per-RPC credentials a client sends (from
+// server reads (--auth-token-file, one "role token-or-sha256
+// [namespace=NS,...]" per line), the roles and namespaces a token grants, and the per-RPC credentials a client sends (from
 // --auth-token, SWITCHYARD_AUTH_TOKEN or --client-auth-token-file).
 //
 // A token in a file may be written in clear or as "sha256:" followed by the
@@ -118,9 +118,18 @@ func (m *Matcher[T]) Match(secret string) []T {
 	return out
 }
 
+// Grant is what one line of a token file grants: a role, and the namespaces
+// it is limited to (none: every namespace).
+type Grant struct {
+	Role Role
+	// Namespaces, when not empty, are the only namespaces in which the
+	// token may register instances and models and publish events.
+	Namespaces []string
+}
+
 // Set is a parsed token file: the tokens a server accepts and their roles.
 type Set struct {
-	m Matcher[Role]
+	m Matcher[Grant]
 }
 
 // Len is the number of tokens.
@@ -134,14 +143,61 @@ func (s *Set) Len() int {
 // Roles returns the roles of a presented token (a token may appear on
 // several lines with different roles); none means the token is unknown.
 func (s *Set) Roles(token string) []Role {
+	var out []Role
+	for _, g := range s.Grants(token) {
+		out = append(out, g.Role)
+	}
+	return out
+}
+
+// Grants returns the grants of a presented token, one per line it is on;
+// none means the token is unknown.
+func (s *Set) Grants(token string) []Grant {
 	if s == nil {
 		return nil
 	}
 	return s.m.Match(token)
 }
 
-// Parse reads a token file: one "role token-or-sha256" per line, blank lines
-// and lines starting with # skipped. Errors name the line, never the token.
+// namespacePrefix starts the optional third field of a token file line.
+const namespacePrefix = "namespace="
+
+// validNamespace is the registry's name rule (^[a-z0-9][a-z0-9_-]*$).
+func validNamespace(ns string) bool {
+	if ns == "" {
+		return false
+	}
+	for i, c := range ns {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// parseNamespaces reads "namespace=a,b".
+func parseNamespaces(field string) ([]string, error) {
+	list, ok := strings.CutPrefix(field, namespacePrefix)
+	if !ok {
+		return nil, fmt.Errorf("the third field must be %sNS[,NS...]", namespacePrefix)
+	}
+	var out []string
+	for _, ns := range strings.Split(list, ",") {
+		if !validNamespace(ns) {
+			return nil, fmt.Errorf("invalid namespace %q: names match ^[a-z0-9][a-z0-9_-]*$", ns)
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// Parse reads a token file: one "role token-or-sha256 [namespace=NS,...]"
+// per line, blank lines and lines starting with # skipped. The optional
+// third field limits the token's registrations and publishes to those
+// namespaces (workers of one team cannot register or publish in
+// another's); admin is never limited. Errors name the line, never the
+// token.
 func Parse(r io.Reader) (*Set, error) {
 	s := &Set{}
 	sc := bufio.NewScanner(r)
@@ -151,8 +207,8 @@ func Parse(r io.Reader) (*Set, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("line %d: want \"role token\" (two fields), got %d fields", n, len(fields))
+		if len(fields) != 2 && len(fields) != 3 {
+			return nil, fmt.Errorf("line %d: want \"role token [namespace=NS,...]\" (two or three fields), got %d fields", n, len(fields))
 		}
 		role, err := ParseRole(fields[0])
 		if err != nil {
@@ -162,7 +218,16 @@ func Parse(r io.Reader) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: the token is not valid: write it in clear or as %s and 64 hex digits", n, HashPrefix)
 		}
-		s.m.Add(d, role)
+		g := Grant{Role: role}
+		if len(fields) == 3 {
+			if role == RoleAdmin {
+				return nil, fmt.Errorf("line %d: an admin token is not limited to namespaces; use another role", n)
+			}
+			if g.Namespaces, err = parseNamespaces(fields[2]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+		}
+		s.m.Add(d, g)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

@@ -24,7 +24,10 @@ func TestParse(t *testing.T) {
 		},
 		{name: "unknown role", file: "root t\n", wantErr: "line 1: unknown role"},
 		{name: "one field", file: "worker\n", wantErr: "line 1: want"},
-		{name: "three fields", file: "\nworker a b\n", wantErr: "line 2: want"},
+		{name: "third field not namespace=", file: "\nworker a b\n", wantErr: "line 2: the third field must be namespace="},
+		{name: "four fields", file: "worker a namespace=x y\n", wantErr: "line 1: want"},
+		{name: "bad namespace", file: "worker a namespace=ok,Bad\n", wantErr: "line 1: invalid namespace \"Bad\""},
+		{name: "admin scoped", file: "admin a namespace=x\n", wantErr: "line 1: an admin token is not limited"},
 		{name: "bad digest", file: "worker sha256:abc\n", wantErr: "line 1: the token is not valid"},
 		{name: "empty", file: "# nothing\n", wantErr: "no token"},
 	}
@@ -46,6 +49,23 @@ func TestParse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseNamespaces: the optional third field limits a line's grant to
+// namespaces; other lines of the same token keep their own.
+func TestParseNamespaces(t *testing.T) {
+	s, err := Parse(strings.NewReader("worker w1 namespace=team-a,team_b\nworker w2\nrouter w1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Grants("w1")
+	if len(got) != 2 || got[0].Role != RoleWorker || strings.Join(got[0].Namespaces, ",") != "team-a,team_b" ||
+		got[1].Role != RoleRouter || got[1].Namespaces != nil {
+		t.Fatalf("grants of w1 = %+v", got)
+	}
+	if got := s.Grants("w2"); len(got) != 1 || got[0].Namespaces != nil {
+		t.Fatalf("grants of w2 = %+v", got)
 	}
 }
 

@@ -41,8 +41,25 @@ type callerKey struct{}
 type Caller struct {
 	// Roles are the roles of the caller's token.
 	Roles []authtoken.Role
+	// Namespaces, when not nil, are the only namespaces the call may
+	// register or publish in: the token's grants that let the call through
+	// were all limited to namespaces (token file "namespace=").
+	Namespaces []string
 	// key identifies the token for per-client limits without holding it.
 	key string
+}
+
+// CheckNamespace returns PermissionDenied when the caller's token is limited
+// to namespaces and ns is not one of them; nil for callers that are not
+// limited and on servers without tokens. Services call it before any change
+// in a namespace (registering an instance or a model, publishing).
+func CheckNamespace(ctx context.Context, ns string) error {
+	c, ok := CallerFrom(ctx)
+	if !ok || c.Namespaces == nil || slices.Contains(c.Namespaces, ns) {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "this token may register and publish only in namespace(s) %s, not %q",
+		strings.Join(c.Namespaces, ", "), ns)
 }
 
 // CallerFrom returns the caller of an authenticated call; ok is false when
@@ -80,18 +97,35 @@ func (a *authorizer) authorize(ctx context.Context, method string) (context.Cont
 	if !ok {
 		return nil, errBadToken
 	}
-	roles := a.tokens.Roles(tok)
-	if len(roles) == 0 {
+	grants := a.tokens.Grants(tok)
+	if len(grants) == 0 {
 		return nil, errBadToken
 	}
+	roles := a.tokens.Roles(tok)
 	allowed := a.policy.Roles(method)
 	if strings.HasPrefix(method, reflectionPrefix) {
 		allowed = authtoken.Roles // any authenticated caller may read the schema
 	}
-	for _, r := range roles {
-		if slices.Contains(allowed, r) {
-			return context.WithValue(ctx, callerKey{}, Caller{Roles: roles, key: "token:" + authtoken.Hash(tok)}), nil
+	// The call's namespaces are those of the grants that allow it; one
+	// grant without a limit (admin never has one) lifts the limit.
+	var through bool
+	var namespaces []string
+	unlimited := false
+	for _, g := range grants {
+		if !slices.Contains(allowed, g.Role) {
+			continue
 		}
+		through = true
+		if g.Namespaces == nil {
+			unlimited = true
+		}
+		namespaces = append(namespaces, g.Namespaces...)
+	}
+	if through {
+		if unlimited {
+			namespaces = nil
+		}
+		return context.WithValue(ctx, callerKey{}, Caller{Roles: roles, Namespaces: namespaces, key: "token:" + authtoken.Hash(tok)}), nil
 	}
 	return nil, status.Errorf(codes.PermissionDenied, "%s may be called by %s; this token's roles are %s", method, roleList(allowed), roleList(roles))
 }

@@ -55,6 +55,9 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := grpcserver.CheckNamespace(ctx, ns); err != nil {
+		return nil, err
+	}
 	if req.GetCore() {
 		if err := s.bus.publishCore([]*eventbusv1.Event{req.GetEvent()}); err != nil {
 			return nil, toStatus(err)
@@ -139,6 +142,9 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 		nss := make([]string, len(req.GetEvents()))
 		for i, ev := range req.GetEvents() {
 			ns, err := validateEvent(ev, s.maxPayload())
+			if err == nil {
+				err = grpcserver.CheckNamespace(ctx, ns)
+			}
 			if err != nil {
 				return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
 			}

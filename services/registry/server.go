@@ -69,6 +69,9 @@ func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := grpcserver.CheckNamespace(ctx, r.Instance.GetNamespace()); err != nil {
+		return nil, err
+	}
 	var token, digest string
 	if r.LeaseId != 0 {
 		if err := validLease("lease_id", r.LeaseId); err != nil {
@@ -248,6 +251,9 @@ func (s *server) watchEnd(ctx context.Context, err error) error {
 func (s *server) RegisterModel(ctx context.Context, r *registryv1.RegisterModelRequest) (*registryv1.RegisterModelResponse, error) {
 	if err := validateCard(r.GetCard()); err != nil {
 		return nil, toStatus(err)
+	}
+	if err := grpcserver.CheckNamespace(ctx, r.Card.GetNamespace()); err != nil {
+		return nil, err
 	}
 	if err := validLease("lease_id", r.GetLeaseId()); err != nil {
 		return nil, toStatus(err)

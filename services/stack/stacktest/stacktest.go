@@ -57,6 +57,9 @@ type Options struct {
 	// holding one token per role (Stack.Tokens), and every component
 	// sends its role's token.
 	Auth bool
+	// ExtraTokens are more token file lines ("role token [namespace=NS]"),
+	// with Auth.
+	ExtraTokens string
 	// Limits, when set, replace the defaults of the registry's, eventbus's
 	// and router's gRPC servers (grpcserver.DefaultLimits).
 	Limits *grpcserver.Limits
@@ -98,7 +101,7 @@ func Start(t testing.TB, o Options) *Stack {
 	var tokens map[authtoken.Role]string
 	var tokenFile string
 	if o.Auth {
-		tokens, tokenFile = writeTokens(t)
+		tokens, tokenFile = writeTokens(t, o.ExtraTokens)
 	}
 	etcd := registrytest.StartEtcd(t)
 	limits := grpcserver.DefaultLimits
@@ -181,7 +184,7 @@ func Start(t testing.TB, o Options) *Stack {
 
 // writeTokens makes one random token per role and writes the token file
 // (the router's entry hashed, to use both forms).
-func writeTokens(t testing.TB) (map[authtoken.Role]string, string) {
+func writeTokens(t testing.TB, extra string) (map[authtoken.Role]string, string) {
 	t.Helper()
 	tokens := map[authtoken.Role]string{}
 	var file strings.Builder
@@ -197,6 +200,7 @@ func writeTokens(t testing.TB) (map[authtoken.Role]string, string) {
 		}
 		fmt.Fprintf(&file, "%s %s\n", r, entry)
 	}
+	file.WriteString(extra)
 	p := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(p, []byte(file.String()), 0o600); err != nil {
 		t.Fatal(err)
