@@ -25,9 +25,8 @@ const maxTopLogprobs, maxCompletionLogprobs = 20, 5
 // maxChoices bounds n: each choice is a generation of its own.
 const maxChoices = 8
 
-// chatRequest is the body of POST /v1/chat/completions. Fields OpenAI
-// defines that the frontend does not use are ignored, as OpenAI clients
-// send many of them.
+// chatRequest is the body of POST /v1/chat/completions. Fields it does
+// not hold are refused by name unless they ask for nothing (fields.go).
 type chatRequest struct {
 	Model               string            `json:"model"`
 	Messages            []chatMessage     `json:"messages"`
@@ -154,6 +153,9 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, genParams{}, err
 	}
+	if err := chatPolicy.check(body); err != nil {
+		return nil, genParams{}, err
+	}
 	if r.MaxCompletionTokens != nil {
 		r.MaxTokens = r.MaxCompletionTokens
 	}
@@ -259,6 +261,9 @@ func messageText(raw json.RawMessage) (string, error) {
 func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uint32, error) {
 	var r completionRequest
 	if err := decodeJSON(body, &r); err != nil {
+		return nil, genParams{}, "", nil, err
+	}
+	if err := completionPolicy.check(body); err != nil {
 		return nil, genParams{}, "", nil, err
 	}
 	p, err := r.commonRequest.params(r.Model)

@@ -42,6 +42,9 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 	if err := decodeJSON(body, &r); err != nil {
 		return nil, nil, genParams{}, err
 	}
+	if err := responsesPolicy.check(body); err != nil {
+		return nil, nil, genParams{}, err
+	}
 	switch {
 	case len(r.Tools) > 0:
 		return nil, nil, genParams{}, invalid("tools", "tools are not supported on /v1/responses; use /v1/chat/completions")
