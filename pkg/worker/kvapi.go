@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
@@ -203,4 +205,38 @@ func (w *Worker) APIAddr() string { return w.apiAddr() }
 // changes an event once applied).
 func cloneBatch(b *workerv1.KvEventBatch) *workerv1.KvEventBatch {
 	return &workerv1.KvEventBatch{InstanceId: b.InstanceId, DpRank: b.DpRank, FirstEventId: b.FirstEventId, Events: b.Events}
+}
+
+// KVFlags are a worker command's KV event flags: --kv-events-mode,
+// --kv-events-ring and --worker-api-addr.
+type KVFlags struct {
+	Mode    string
+	Ring    int
+	APIAddr string
+}
+
+// RegisterFlags adds the flags.
+func (f *KVFlags) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&f.Mode, "kv-events-mode", string(kvevents.JetStream), "where KV events go: jetstream (the eventbus stream), core (NATS Core subjects through the eventbus), "+
+		"direct (nowhere: routers watch this worker's WorkerService), none")
+	fs.IntVar(&f.Ring, "kv-events-ring", DefaultKVEventsRing, "recent KV events kept per dp rank for routers to fill gaps from (about a minute of a busy engine)")
+	fs.StringVar(&f.APIAddr, "worker-api-addr", "", "WorkerService gRPC listen address (empty: the request plane's host, a free port)")
+}
+
+// Validate checks the flags.
+func (f KVFlags) Validate() error {
+	if _, err := kvevents.Parse(f.Mode); err != nil {
+		return err
+	}
+	if f.Ring < 0 {
+		return fmt.Errorf("--kv-events-ring %d must not be negative (0: the default, %d)", f.Ring, DefaultKVEventsRing)
+	}
+	return nil
+}
+
+// Apply sets the flags into a worker configuration.
+func (f KVFlags) Apply(c *Config) {
+	c.KVEventsMode, _ = kvevents.Parse(f.Mode)
+	c.KVEventsRing = f.Ring
+	c.API.GRPCAddr = f.APIAddr
 }

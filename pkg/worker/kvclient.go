@@ -24,8 +24,8 @@ func DialAPI(addr string, opts grpcclient.Options) (*grpc.ClientConn, workerv1.W
 
 // ReadKVState reads a worker's whole GetKvState: every rank's blocks with
 // the event id they are current to, and the instance that answered.
-func ReadKVState(ctx context.Context, c workerv1.WorkerServiceClient) (instance uint64, ranks []RankState, err error) {
-	st, err := c.GetKvState(ctx, &workerv1.GetKvStateRequest{})
+func ReadKVState(ctx context.Context, c workerv1.WorkerServiceClient, opts ...grpc.CallOption) (instance uint64, ranks []RankState, err error) {
+	st, err := c.GetKvState(ctx, &workerv1.GetKvStateRequest{}, opts...)
 	if err != nil {
 		return 0, nil, err
 	}

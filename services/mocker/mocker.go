@@ -62,6 +62,10 @@ type Config struct {
 	OnMetricsAddr func(net.Addr)
 	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
 	Transport transport.Config
+	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr.
+	KV worker.KVFlags
+	// DropKVEvent is worker.Config.DropKVEvent (a test hook).
+	DropKVEvent func(*workerv1.KvEventBatch) bool
 }
 
 // EnvVars maps flags to their environment variables.
@@ -100,6 +104,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
 	c.ClientAuth.RegisterFlags(fs)
+	c.KV.RegisterFlags(fs)
 }
 
 // Validate checks the configuration and reads the request plane settings.
@@ -118,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if err := toolcall.Validate(c.ToolCallParser); err != nil {
 		return fmt.Errorf("--tool-call-parser: %w", err)
+	}
+	if err := c.KV.Validate(); err != nil {
+		return err
 	}
 	if err := reasoning.Validate(c.ReasoningParser); err != nil {
 		return fmt.Errorf("--reasoning-parser: %w", err)
@@ -202,14 +210,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	g.Go(func() error { return runner.Run(engineCtx) })
 	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks,
-		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane))
+		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
 			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
 		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
-		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
+		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log, DropKVEvent: cfg.DropKVEvent,
 	}
+	cfg.KV.Apply(&wcfg)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
 		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {

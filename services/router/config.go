@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -17,8 +18,15 @@ type Config struct {
 	Server grpcserver.Config
 	// Mode is --router-mode.
 	Mode string
-	// NoKVEvents selects approximate mode: caches predicted from decisions.
+	// NoKVEvents selects approximate mode: caches predicted from decisions
+	// (--no-kv-events, --no-router-kv-events, or --kv-events-mode none).
 	NoKVEvents bool
+	// KVEventsMode is --kv-events-mode (see pkg/kvevents): where KV events
+	// come from in kv mode.
+	KVEventsMode string
+	// ResyncInterval is how often, in core mode, each quiet worker is
+	// asked for events past the last one applied (a lost tail).
+	ResyncInterval time.Duration
 	// Core tunes the decisions; its Mode and Approximate follow Mode and
 	// NoKVEvents. Start from core.DefaultConfig() (RegisterFlags does).
 	Core             core.Config
@@ -48,6 +56,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Server.RegisterFlags(fs, ":7003", ":9103")
 	fs.StringVar(&c.Mode, "router-mode", string(core.ModeKV), "routing mode: kv, round-robin, random, least-loaded, direct")
 	fs.BoolVar(&c.NoKVEvents, "no-kv-events", false, "approximate mode: predict caches from routing decisions, consume no KV events")
+	kvevents.RegisterAlias(fs, &c.NoKVEvents)
+	fs.StringVar(&c.KVEventsMode, "kv-events-mode", string(kvevents.JetStream), kvevents.Usage)
+	fs.DurationVar(&c.ResyncInterval, "kv-events-resync-interval", DefaultResyncInterval, "core mode: how often a quiet worker is asked for events past the last one applied")
 	c.Core = core.DefaultConfig()
 	c.Core.RegisterFlags(fs)
 	fs.BoolVar(&c.ReplicaSync, "router-replica-sync", false, "share decisions and load with other router replicas over the eventbus")
@@ -69,9 +80,14 @@ func (c Config) Validate() error {
 	if err := c.coreConfig().Validate(); err != nil {
 		return err
 	}
+	if _, err := c.EventsMode(); err != nil {
+		return err
+	}
 	switch {
 	case c.SnapshotInterval < 0:
 		return errors.New("--snapshot-interval must not be negative")
+	case c.ResyncInterval < 0:
+		return errors.New("--kv-events-resync-interval must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
 		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
 	}
@@ -89,6 +105,12 @@ func (c Config) coreConfig() core.Config {
 	if m, err := core.ParseMode(c.Mode); err == nil {
 		cc.Mode = m
 	}
-	cc.Approximate = c.NoKVEvents
+	m, _ := c.EventsMode()
+	cc.Approximate = m == kvevents.None
 	return cc
+}
+
+// EventsMode is the effective KV event mode: none with --no-kv-events.
+func (c Config) EventsMode() (kvevents.Mode, error) {
+	return kvevents.Flags{Mode: c.KVEventsMode, NoEvents: c.NoKVEvents}.Resolve()
 }

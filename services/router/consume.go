@@ -24,6 +24,9 @@ type consumer struct {
 	core   *core.Core
 	log    *slog.Logger
 	events bool
+	// core, when set, follows KV events on NATS Core subjects and hands
+	// them to the follower (core mode), which fills the gaps.
+	coreKV *follower
 	sync   *syncer // nil without --router-replica-sync
 	// metrics observe each delivery's lag; nil-safe.
 	metrics *routerMetrics
@@ -70,6 +73,16 @@ func (c *consumer) follow(ns string) {
 			c.mu.Unlock()
 		})
 	}
+	if c.coreKV != nil {
+		c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: ns + ".*." + worker.KVEventsName, Core: true}, func(ev *eventbusv1.DeliveredEvent) {
+			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			if err != nil {
+				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
+				return
+			}
+			c.coreKV.deliver(b)
+		})
+	}
 	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
 		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
@@ -84,7 +97,7 @@ func (c *consumer) follow(ns string) {
 		// the requests still in flight.
 		c.run(ns, ns+".router."+ReplicaSyncName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
 	}
-	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "replica_sync", c.sync != nil)
+	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "core_kv_events", c.coreKV != nil, "replica_sync", c.sync != nil)
 }
 
 // run subscribes (ephemeral, auto-ack) and applies events until close. The

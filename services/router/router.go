@@ -17,7 +17,9 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -63,7 +65,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	s := &Service{core: dc, server: srv, reg: reg, done: make(chan struct{})}
+	evMode, _ := cfg.EventsMode() // checked by Validate
+	if dc.Mode() != core.ModeKV {
+		evMode = kvevents.None
+	}
 	onInstances := dc.OnInstances
+	var follow *follower
+	if evMode == kvevents.Core || evMode == kvevents.Direct {
+		follow = newFollower(evMode, dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log}, cfg.ResyncInterval)
+		onInstances = follow.onInstances
+	}
 	var cons *consumer
 	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
 		reg.Close()
@@ -76,8 +87,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			return nil, err
 		}
 		s.bus = bus
-		cons = newConsumer(bus, dc, log, dc.Mode() == core.ModeKV && !cfg.NoKVEvents)
+		cons = newConsumer(bus, dc, log, evMode == kvevents.JetStream)
 		cons.metrics = metrics
+		if evMode == kvevents.Core {
+			cons.coreKV = follow
+		}
 		if cfg.ReplicaSync {
 			cons.sync = newSyncer(cfg.ReplicaID, bus, dc, log)
 			dc.SetObserver(cons.sync)
@@ -97,20 +111,23 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
 			}
 		}
+		base := onInstances
 		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
-			dc.OnInstances(changes)
+			base(changes)
 			for _, ch := range changes {
 				if !ch.Deleted {
 					cons.follow(ch.Item.Namespace)
 				}
 			}
 		}
+	} else if evMode == kvevents.Direct {
+		log.Warn("no --eventbus-addr: KV events come straight from the workers (direct), but no load reports")
 	} else {
 		log.Warn("no --eventbus-addr: no KV events and no load reports; only the router's own decisions inform it")
 	}
 	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
 	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
-	log.Info("router starting", "mode", dc.ModeName(), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
+	log.Info("router starting", "mode", dc.ModeName(), "kv_events_mode", string(evMode), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
 		"overlap_weight", cfg.Core.OverlapWeight, "temperature", cfg.Core.Temperature)
 	go func() {
 		defer close(s.done)
@@ -135,6 +152,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		instances.Close()
 		models.Close()
+		if follow != nil {
+			follow.close()
+		}
 		if cons != nil {
 			cons.close()
 			if cons.sync != nil {

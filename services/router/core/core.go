@@ -108,7 +108,7 @@ type Core struct {
 	restoredAt *timestamppb.Timestamp
 }
 
-type eventStats struct{ applied, duplicate, gap uint64 }
+type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
 
 // Config configures a Core; start from DefaultConfig.
 type Config struct {

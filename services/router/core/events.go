@@ -62,3 +62,23 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 		c.stats.gap++
 	}
 }
+
+// ResetWorker replaces a worker's blocks in the index with its own state
+// (GetKvState), current to event id lastEvent: the core and direct event
+// planes' rebuild. Predictions of the worker's caches are dropped too: the
+// state is what it holds. Approximate mode ignores it.
+func (c *Core) ResetWorker(w index.WorkerID, lastEvent uint64, hashes []uint64) {
+	if c.approximate {
+		return
+	}
+	c.idx.Reset(w, lastEvent, hashes)
+	if c.pending != nil {
+		c.pending.Confirm(w, hashes)
+	}
+	c.mu.Lock()
+	c.stats.rebuilds++
+	c.mu.Unlock()
+}
+
+// LastEvent is the last event id the index applied for a worker.
+func (c *Core) LastEvent(w index.WorkerID) uint64 { return c.idx.LastEvent(w) }

@@ -572,3 +572,26 @@ func (x *Index) Restore(dumps []WorkerDump) {
 		w.lastEvent = max(w.lastEvent, d.LastEvent)
 	}
 }
+
+// Reset makes a worker's blocks exactly hashes, current to event lastEvent:
+// a rebuild from the worker's own state (GetKvState), after which events
+// up to lastEvent are duplicates.
+func (x *Index) Reset(id WorkerID, lastEvent uint64, hashes []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, w := x.slotLocked(id, true)
+	tx := Tx{x: x, slot: s, w: w}
+	tx.Clear()
+	tx.Store(hashes)
+	w.lastEvent = lastEvent
+}
+
+// LastEvent is the last event id applied for a worker; 0 when unknown.
+func (x *Index) LastEvent(id WorkerID) uint64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if s, ok := x.slots[id]; ok {
+		return x.workers[s].lastEvent
+	}
+	return 0
+}
