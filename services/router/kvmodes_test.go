@@ -328,4 +328,3 @@ func portOfURL(u string) string {
 	_, port, _ := net.SplitHostPort(u[len("nats://"):])
 	return port
 }
-
