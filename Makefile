@@ -71,18 +71,20 @@ bench: build ## Benchmark functions, then each benchmark command's table.
 
 .PHONY: run
 # make run builds only the binaries the stack starts (and the CLI), not the
-# benchmarks: PORT, MOCKERS and ROUTER_MODE choose the frontend port, the
-# number of mocker workers and the routing mode.
+# benchmarks: PORT, MOCKERS, ROUTER_MODE and KV_EVENTS_MODE choose the
+# frontend port, the number of mocker workers, the routing mode and the KV
+# event plane (jetstream, core, direct, none; see the README's router section).
 PORT        ?= 8000
 MOCKERS     ?= 2
 ROUTER_MODE ?= kv
+KV_EVENTS_MODE ?= jetstream
 RUN_CMDS    := services/registry/cmd/registry services/eventbus/cmd/eventbus services/router/cmd/router \
                services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard
 
-run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin): registry, eventbus, router, mockers, frontend.
+run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct): registry, eventbus, router, mockers, frontend.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./,$(RUN_CMDS))
-	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE)
+	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE) --kv-events-mode $(KV_EVENTS_MODE)
 
 .PHONY: clean
 clean: ## Remove binaries and local run data.

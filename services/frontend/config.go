@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -30,6 +31,10 @@ type Config struct {
 	// index predicted from the frontend's own decisions, without the router
 	// service or KV events.
 	NoKVEvents bool
+	// KVEventsMode is --kv-events-mode (pkg/kvevents): none is
+	// --no-kv-events; jetstream, core and direct are the router service's
+	// business (the frontend asks it), so they all route through it.
+	KVEventsMode string
 	// MigrationLimit is how many times one request may move to another
 	// worker after its worker failed.
 	MigrationLimit int
@@ -98,6 +103,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "", "host:port of the HTTP API; overrides --http-port when set")
 	fs.StringVar(&c.RouterMode, "router-mode", string(core.ModeKV), "routing mode: kv (router service), round-robin, random, least-loaded (in process)")
 	fs.BoolVar(&c.NoKVEvents, "no-kv-events", false, "kv mode: route in process on caches predicted from this frontend's decisions, without the router service")
+	kvevents.RegisterAlias(fs, &c.NoKVEvents)
+	fs.StringVar(&c.KVEventsMode, "kv-events-mode", string(kvevents.JetStream), kvevents.Usage+"; the frontend routes in process on none, through the router service otherwise")
 	fs.IntVar(&c.MigrationLimit, "migration-limit", 3, "times a request may move to another worker when its worker fails mid-stream")
 	fs.StringVar(&c.Namespace, "namespace", "", "serve only models and workers of this namespace (empty: all)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
@@ -147,6 +154,8 @@ func (c *Config) Validate() error {
 		return errors.New("--shutdown-timeout must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
 		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
+	case c.eventsModeErr() != nil:
+		return c.eventsModeErr()
 	case strings.TrimSpace(c.EventbusAddr) == "":
 		return errors.New("--eventbus-addr (SWITCHYARD_EVENTBUS_ADDR) is required")
 	case c.usesRouterService() && strings.TrimSpace(c.RouterAddr) == "":
@@ -193,7 +202,19 @@ func (c *Config) mode() (core.Mode, error) {
 // usesRouterService reports whether requests are routed by the router service.
 func (c *Config) usesRouterService() bool {
 	m, _ := c.mode()
-	return m == core.ModeKV && !c.NoKVEvents
+	return m == core.ModeKV && !c.approximate()
+}
+
+// approximate reports whether kv mode predicts caches in process: with
+// --no-kv-events, --no-router-kv-events or --kv-events-mode none.
+func (c *Config) approximate() bool {
+	m, err := kvevents.Flags{Mode: c.KVEventsMode, NoEvents: c.NoKVEvents}.Resolve()
+	return err == nil && m == kvevents.None
+}
+
+func (c *Config) eventsModeErr() error {
+	_, err := kvevents.Parse(c.KVEventsMode)
+	return err
 }
 
 // listenAddr is where the HTTP API binds.

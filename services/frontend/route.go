@@ -53,7 +53,7 @@ type routing struct {
 func newRouting(cfg *Config, creds credentials.TransportCredentials, auth credentials.PerRPCCredentials, m *metrics, log *slog.Logger) (*routing, error) {
 	mode, _ := cfg.mode()
 	cc := cfg.Core
-	cc.Mode, cc.Approximate = mode, cfg.NoKVEvents
+	cc.Mode, cc.Approximate = mode, cfg.approximate()
 	r := &routing{metrics: m, log: log}
 	if cfg.usesRouterService() {
 		cc.Mode, cc.Approximate = core.ModeRoundRobin, false

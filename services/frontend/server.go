@@ -204,7 +204,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	s.server = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.base }}
 	mode, _ := cfg.mode()
-	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.NoKVEvents,
+	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.approximate(), "kv_events_mode", cfg.KVEventsMode,
 		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
 		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
 		"api_keys", s.keys.len(), "key_requests_per_minute", cfg.KeyRequestsPerMinute, "key_tokens_per_minute", cfg.KeyTokensPerMinute, "request_plane", cfg.Transport,

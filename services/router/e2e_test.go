@@ -24,12 +24,12 @@ import (
 )
 
 // startMocker runs a mocker worker until the test ends.
-func startMocker(t *testing.T, regAddr, busAddr string) *worker.Worker {
+func startMocker(t *testing.T, regAddr, busAddr string, args ...string) *worker.Worker {
 	t.Helper()
 	var cfg mocker.Config
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--no-delay", "--registry-addr", regAddr, "--eventbus-addr", busAddr}); err != nil {
+	if err := fs.Parse(append([]string{"--no-delay", "--registry-addr", regAddr, "--eventbus-addr", busAddr}, args...)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -74,20 +74,31 @@ func generate(ctx context.Context, t *testing.T, c transport.Client, resp *route
 	}
 }
 
-// TestKVEventsFlowFromWorkersToTheRouter runs the real chain: mockers
-// publish KV events through the eventbus, the router consumes them, and a
-// repeated prompt is routed to the worker that cached it, with its overlap.
+// TestKVEventsFlowFromWorkersToTheRouter runs the real chain in each KV
+// event mode: mockers publish KV events (through the eventbus's stream or
+// its NATS Core subjects, or to routers watching them directly), the router
+// consumes them, and a repeated prompt is routed to the worker that cached
+// it, with its overlap. In mode none the router predicts the same from its
+// own decision.
 func TestKVEventsFlowFromWorkersToTheRouter(t *testing.T) {
+	for _, mode := range []string{"jetstream", "core", "direct", "none"} {
+		t.Run(mode, func(t *testing.T) { testKVEventsFlow(t, mode) })
+	}
+}
+
+func testKVEventsFlow(t *testing.T, mode string) {
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	_, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
 	busAddr := bus.Addr().String()
-	startMocker(t, reg.Addr, busAddr)
-	startMocker(t, reg.Addr, busAddr)
+	startMocker(t, reg.Addr, busAddr, "--kv-events-mode", mode)
+	startMocker(t, reg.Addr, busAddr, "--kv-events-mode", mode)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rpc, stop := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
+	rcfg := routertest.Config(reg.Addr, busAddr)
+	rcfg.KVEventsMode = mode
+	rpc, stop := routertest.Start(t, ctx, rcfg)
 	defer stop()
 	tc, err := transport.NewClient(transport.DefaultConfig())
 	if err != nil {
@@ -148,7 +159,7 @@ func TestKVEventsFlowFromWorkersToTheRouter(t *testing.T) {
 		t.Fatalf("second turn went to %x with overlap %d; want %x with >= 15 (%s)", second.InstanceId, second.OverlapBlocks, first.InstanceId, fmt.Sprint(second.Candidates))
 	}
 	st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
-	if err != nil || st.EventsApplied == 0 {
+	if err != nil || (st.EventsApplied == 0) != (mode == "none") {
 		t.Fatalf("stats = %v, %v", st, err)
 	}
 }

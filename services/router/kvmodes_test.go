@@ -50,13 +50,14 @@ type modeStack struct {
 	stopRt  func()
 	tc      transport.Client
 	seq     atomic.Int64
+	started time.Time
 }
 
 func startModeStack(t *testing.T, mode string, workers int, drop bool) *modeStack {
 	t.Helper()
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	_, reg := registrytest.Start(t)
-	s := &modeStack{t: t, mode: mode, regAddr: reg.Addr, natsDir: t.TempDir(), drop: drop, mockers: map[*worker.Worker]func(){}}
+	s := &modeStack{t: t, started: time.Now(), mode: mode, regAddr: reg.Addr, natsDir: t.TempDir(), drop: drop, mockers: map[*worker.Worker]func(){}}
 	ns := eventbustest.StartNATSAt(t, -1, s.natsDir)
 	s.nats, s.natsURL = ns, ns.ClientURL()
 	cfg := eventbustest.Config(s.natsURL)
@@ -69,16 +70,27 @@ func startModeStack(t *testing.T, mode string, workers int, drop bool) *modeStac
 	}
 	t.Cleanup(func() { tc.Close() })
 	s.tc = tc
+	// Mockers start at once: each loads and uploads its tokenizer.
+	var waits []func() *worker.Worker
 	for range workers {
-		s.startMocker()
+		waits = append(waits, s.launchMocker())
 	}
+	for _, wait := range waits {
+		wait()
+	}
+	t.Logf("mockers up at %s", time.Since(s.started).Round(time.Millisecond))
 	s.startRouter()
+	t.Logf("stack up at %s", time.Since(s.started).Round(time.Millisecond))
 	return s
 }
 
 // startMocker starts one mocker with a small cache (so that blocks are
 // evicted too); in drop mode one batch in ten never reaches the eventbus.
-func (s *modeStack) startMocker() *worker.Worker {
+func (s *modeStack) startMocker() *worker.Worker { return s.launchMocker()() }
+
+// launchMocker starts a mocker; the function it returns waits until it is
+// registered.
+func (s *modeStack) launchMocker() func() *worker.Worker {
 	t := s.t
 	t.Helper()
 	var cfg mocker.Config
@@ -112,16 +124,19 @@ func (s *modeStack) startMocker() *worker.Worker {
 		})
 	}
 	t.Cleanup(stop)
-	select {
-	case w := <-ready:
-		s.mu.Lock()
-		s.mockers[w] = stop
-		s.mu.Unlock()
-		return w
-	case err := <-done:
-		t.Fatalf("mocker stopped: %v", err)
+	return func() *worker.Worker {
+		t.Helper()
+		select {
+		case w := <-ready:
+			s.mu.Lock()
+			s.mockers[w] = stop
+			s.mu.Unlock()
+			return w
+		case err := <-done:
+			t.Fatalf("mocker stopped: %v", err)
+		}
+		return nil
 	}
-	return nil
 }
 
 func (s *modeStack) stopMocker(w *worker.Worker) {
@@ -246,6 +261,7 @@ func (s *modeStack) waitEqual(ctx context.Context, what string) {
 	for {
 		want, got = s.truth(ctx), indexOf(s.router.Core())
 		if len(want) > 0 && equalState(want, got) {
+			s.t.Logf("%s: exact (%d workers) at %s", what, len(want), time.Since(s.started).Round(time.Millisecond))
 			return
 		}
 		select {
@@ -307,7 +323,9 @@ func TestKVEventModesStayExact(t *testing.T) {
 			s.waitEqual(ctx, "after a router restart")
 
 			s.stopMocker(s.workers()[0])
+			t.Logf("worker stopped at %s", time.Since(s.started).Round(time.Millisecond))
 			s.startMocker()
+			t.Logf("worker started at %s", time.Since(s.started).Round(time.Millisecond))
 			s.traffic(ctx, n)
 			s.waitEqual(ctx, "after a worker restart")
 

@@ -27,6 +27,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 )
 
 // Config is the stack's configuration.
@@ -41,7 +42,10 @@ type Config struct {
 	StopTimeout time.Duration
 	// Extra arguments per component, e.g. to switch the router mode.
 	RouterMode string
-	Speedup    float64
+	// KVEventsMode is --kv-events-mode of the router, mockers and frontend
+	// (pkg/kvevents; empty: jetstream).
+	KVEventsMode string
+	Speedup      float64
 	// Host is the address every component listens on: 127.0.0.1 keeps the
 	// whole stack to this machine (its services run without credentials).
 	Host string
@@ -88,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTPPort, "http-port", 8000, "frontend HTTP port")
 	fs.IntVar(&c.Mockers, "mockers", 2, "mocker workers to run")
 	fs.StringVar(&c.RouterMode, "router-mode", "kv", "routing mode of the router and frontend")
+	fs.StringVar(&c.KVEventsMode, "kv-events-mode", string(kvevents.JetStream), "KV event plane of the router, mockers and frontend: jetstream, core, direct, none")
 	fs.Float64Var(&c.Speedup, "speedup-ratio", 1, "mocker speed-up ratio")
 	fs.DurationVar(&c.Wait, "start-timeout", 60*time.Second, "bound on each component's start")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 15*time.Second, "bound on each component's stop before SIGKILL")
@@ -101,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.Host == "" {
 		return errors.New("--host must not be empty")
+	}
+	if _, err := kvevents.Parse(c.KVEventsMode); err != nil {
+		return err
 	}
 	for _, b := range []string{"registry", "eventbus", "router", "mocker"} {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
@@ -130,6 +138,10 @@ func (c Config) plan() []component {
 		"SWITCHYARD_REGISTRY_ADDR=" + reg, "SWITCHYARD_EVENTBUS_ADDR=" + bus, "SWITCHYARD_ROUTER_ADDR=" + rt,
 		"DYN_TCP_RPC_HOST=" + c.Host, "DYN_HTTP_RPC_HOST=" + c.Host,
 	}
+	ev := string(kvevents.JetStream)
+	if m, err := kvevents.Parse(c.KVEventsMode); err == nil {
+		ev = string(m)
+	}
 	server := func(addr string, metricsPort int) []string {
 		return []string{"--grpc-addr", addr, "--metrics-addr", hp(metricsPort), "--reflection"}
 	}
@@ -142,20 +154,20 @@ func (c Config) plan() []component {
 			"--embedded-nats-port", strconv.Itoa(p.NATS)),
 			what: "gRPC " + bus + ", embedded NATS nats://" + hp(p.NATS), ready: grpcHealthy(bus)},
 		{name: "router", args: append(server(rt, p.RouterMetrics), "--router-mode", c.RouterMode,
-			"--registry-addr", reg, "--eventbus-addr", bus),
-			what: "gRPC " + rt + ", mode " + c.RouterMode, ready: grpcHealthy(rt)},
+			"--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus),
+			what: "gRPC " + rt + ", mode " + c.RouterMode + ", KV events " + ev, ready: grpcHealthy(rt)},
 	}
 	for i := 1; i <= c.Mockers; i++ {
 		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
 			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
 				"--metrics-addr", hp(p.MockerMetrics + i),
-				"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3"},
+				"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3", "--kv-events-mode", ev},
 			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {
 		api := hp(c.HTTPPort)
 		comps = append(comps, component{name: "frontend",
-			args: []string{"--http-addr", api, "--router-mode", c.RouterMode, "--registry-addr", reg, "--eventbus-addr", bus, "--router-addr", rt},
+			args: []string{"--http-addr", api, "--router-mode", c.RouterMode, "--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus, "--router-addr", rt},
 			what: "OpenAI API http://" + api + "/v1", ready: httpOK("http://" + api + "/health")})
 	}
 	for i := range comps {
