@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -141,6 +142,22 @@ func (c *Config) Validate() error {
 	return c.ClientTLS.Validate()
 }
 
+// builtinTokenizer loads the built-in Qwen3 tokenizer once per process:
+// mockers of one process (the tests') share it, as it is safe for
+// concurrent use, and loading it takes a second (ten under -race).
+var builtinTokenizer = sync.OnceValues(func() (*tokenizer.Tokenizer, error) {
+	tmp, err := os.MkdirTemp("", "mocker-tokenizer-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	files, err := qwen3.WriteTo(tmp)
+	if err != nil {
+		return nil, err
+	}
+	return tokenizer.Load(files[0])
+})
+
 func (c *Config) tokenizerFiles(tmp string) ([]string, error) {
 	if c.TokenizerDir == "" {
 		return qwen3.WriteTo(tmp)
@@ -160,7 +177,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(files[0])
+	loadTokenizer := tokenizer.Load
+	if cfg.TokenizerDir == "" {
+		loadTokenizer = func(string) (*tokenizer.Tokenizer, error) { return builtinTokenizer() }
+	}
+	tok, err := loadTokenizer(files[0])
 	if err != nil {
 		return fmt.Errorf("load tokenizer: %w", err)
 	}

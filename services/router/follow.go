@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,6 +50,25 @@ type follower struct {
 	mu      sync.Mutex
 	workers map[uint64]*tracked
 	closed  bool
+
+	// Counters: events applied from GetKvEvents to fill gaps, and
+	// rebuilds from GetKvState.
+	filled, rebuilds atomic.Uint64
+}
+
+// FollowStats counts the work of the core and direct KV event planes.
+type FollowStats struct {
+	// Filled counts events read from workers' rings to fill gaps.
+	Filled uint64
+	// Rebuilds counts workers' views rebuilt from their state.
+	Rebuilds uint64
+}
+
+func (f *follower) stats() FollowStats {
+	if f == nil {
+		return FollowStats{}
+	}
+	return FollowStats{Filled: f.filled.Load(), Rebuilds: f.rebuilds.Load()}
 }
 
 // tracked is one followed worker.
@@ -218,6 +238,7 @@ func (f *follower) rebuild(ctx context.Context, t *tracked, api workerv1.WorkerS
 		f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes)
 		t.last[r.DPRank] = r.EventID
 	}
+	f.rebuilds.Add(1)
 	return nil
 }
 
@@ -302,6 +323,7 @@ func (f *follower) fill(ctx context.Context, t *tracked, api workerv1.WorkerServ
 			// its ids). Its state is the truth.
 			return status.Errorf(codes.OutOfRange, "rank %d: event %d announced, the worker's last is %d", rank, upTo, resp.GetLastEventId())
 		}
+		f.filled.Add(uint64(len(resp.GetBatch().GetEvents())))
 		f.apply(t, resp.GetBatch())
 	}
 	return nil
@@ -315,6 +337,7 @@ func (f *follower) catchUp(ctx context.Context, t *tracked, api workerv1.WorkerS
 			if err != nil {
 				return err
 			}
+			f.filled.Add(uint64(len(resp.GetBatch().GetEvents())))
 			f.apply(t, resp.GetBatch())
 			if t.last[rank] >= resp.GetLastEventId() {
 				break

@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/protobuf/proto"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -40,7 +42,7 @@ type modeStack struct {
 	busAddr string
 	natsDir string
 	natsURL string
-	nats    interface{ Shutdown() }
+	nats    *natsserver.Server
 	stopBus func()
 	drop    bool
 
@@ -58,8 +60,10 @@ func startModeStack(t *testing.T, mode string, workers int, drop bool) *modeStac
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	_, reg := registrytest.Start(t)
 	s := &modeStack{t: t, started: time.Now(), mode: mode, regAddr: reg.Addr, natsDir: t.TempDir(), drop: drop, mockers: map[*worker.Worker]func(){}}
-	ns := eventbustest.StartNATSAt(t, -1, s.natsDir)
-	s.nats, s.natsURL = ns, ns.ClientURL()
+	s.startNATS(-1)
+	// Registered before the eventbus's cleanup, so it runs after it: the
+	// eventbus stops while its NATS (the current one) is still up.
+	t.Cleanup(func() { eventbustest.StopNATS(s.nats) })
 	cfg := eventbustest.Config(s.natsURL)
 	cfg.NATSMaxReconnects, cfg.NATSReconnectWait = -1, 50*time.Millisecond
 	bus := eventbustest.StartEventbus(t, cfg)
@@ -137,6 +141,14 @@ func (s *modeStack) launchMocker() func() *worker.Worker {
 		}
 		return nil
 	}
+}
+
+func (s *modeStack) startNATS(port int) {
+	ns, err := eventbus.StartEmbeddedNATS(s.natsDir, port, eventbustest.Logger())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.nats, s.natsURL = ns, ns.ClientURL()
 }
 
 func (s *modeStack) stopMocker(w *worker.Worker) {
@@ -330,13 +342,20 @@ func TestKVEventModesStayExact(t *testing.T) {
 			s.waitEqual(ctx, "after a worker restart")
 
 			if mode != "direct" {
-				s.nats.Shutdown()
+				eventbustest.StopNATS(s.nats)
 				s.traffic(ctx, n/2) // events published meanwhile are lost in core mode
 				port, _ := strconv.Atoi(portOfURL(s.natsURL))
-				ns := eventbustest.StartNATSAt(t, port, s.natsDir)
-				s.nats = ns
+				s.startNATS(port)
 				s.traffic(ctx, n/2)
 				s.waitEqual(ctx, "after a NATS restart")
+			}
+			st := s.router.FollowStats()
+			t.Logf("follow stats: %+v", st)
+			switch {
+			case mode == "core" && st.Filled == 0:
+				t.Errorf("core mode with dropped events filled no gap from the workers: %+v", st)
+			case mode != "jetstream" && st.Rebuilds == 0:
+				t.Errorf("%s mode rebuilt nobody from its state: %+v", mode, st)
 			}
 		})
 	}

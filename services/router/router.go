@@ -26,6 +26,7 @@ import (
 // Service is a running router.
 type Service struct {
 	core   *core.Core
+	follow *follower
 	server *grpcserver.Server
 	reg    *discovery.Client
 	bus    *eventbus.Client
@@ -74,6 +75,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if evMode == kvevents.Core || evMode == kvevents.Direct {
 		follow = newFollower(evMode, dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log}, cfg.ResyncInterval)
 		onInstances = follow.onInstances
+		s.follow = follow
 	}
 	var cons *consumer
 	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
@@ -183,6 +185,10 @@ func (s *Service) Addr() net.Addr { return s.server.Addr() }
 
 // MetricsAddr is the bound /metrics address; nil when --metrics-addr is off.
 func (s *Service) MetricsAddr() net.Addr { return s.server.MetricsAddr() }
+
+// FollowStats counts gap fills and rebuilds in the core and direct KV
+// event modes; zero in the others.
+func (s *Service) FollowStats() FollowStats { return s.follow.stats() }
 
 // Core is the router's state, for tests and in-process embedding.
 func (s *Service) Core() *core.Core { return s.core }
