@@ -15,8 +15,8 @@ const DefaultKVEventsRing = 100_000
 
 // maxEventsPerCall bounds the events of one GetKvEvents answer or one
 // WatchKvEvents message (and so the message size: a stored event of a
-// 32-block prefix is about 600 bytes).
-const maxEventsPerCall = 65536
+// 16-block prefix is about 400 bytes, so under gRPC's default 4 MiB).
+const maxEventsPerCall = 8192
 
 // ErrOutOfRange is what asking for events the ring no longer holds gets:
 // the caller rebuilds from the state instead. It maps to OUT_OF_RANGE with

@@ -313,7 +313,7 @@ func (f *follower) consume(ctx context.Context, t *tracked, api workerv1.WorkerS
 func (f *follower) fill(ctx context.Context, t *tracked, api workerv1.WorkerServiceClient, rank uint32, upTo uint64) error {
 	for t.last[rank]+1 < upTo {
 		from := t.last[rank] + 1
-		resp, err := api.GetKvEvents(ctx, &workerv1.GetKvEventsRequest{DpRank: rank, FromEventId: from, MaxEvents: uint32(min(upTo-from, 65536))})
+		resp, err := api.GetKvEvents(ctx, &workerv1.GetKvEventsRequest{DpRank: rank, FromEventId: from, MaxEvents: uint32(min(upTo-from, 8192))})
 		if err != nil {
 			return err
 		}

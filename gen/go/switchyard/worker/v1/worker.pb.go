@@ -90,7 +90,7 @@ type GetKvEventsRequest struct {
 	DpRank uint32 `protobuf:"varint,1,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	// The first event id wanted (event ids start at 1).
 	FromEventId uint64 `protobuf:"varint,2,opt,name=from_event_id,json=fromEventId,proto3" json:"from_event_id,omitempty"`
-	// The most events to return; 0 is the server's limit (65536). A caller
+	// The most events to return; 0 is the server's limit (8192). A caller
 	// that gets fewer than it needs asks again from the next id.
 	MaxEvents     uint32 `protobuf:"varint,3,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -60,8 +60,9 @@ type WorkerServiceClient interface {
 	// WatchKvEvents streams the worker's events as they happen, per dp rank
 	// from the ids asked (id 1 for ranks not named), first from the ring,
 	// then live. A start the ring no longer reaches ends the stream with
-	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
-	// behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE, and so does a watcher that falls
+	// further behind than the ring (the server reads the ring at the
+	// watcher's pace and buffers nothing for it).
 	WatchKvEvents(ctx context.Context, in *WatchKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKvEventsResponse], error)
 }
 
@@ -175,8 +176,9 @@ type WorkerServiceServer interface {
 	// WatchKvEvents streams the worker's events as they happen, per dp rank
 	// from the ids asked (id 1 for ranks not named), first from the ring,
 	// then live. A start the ring no longer reaches ends the stream with
-	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
-	// behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+	// OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE, and so does a watcher that falls
+	// further behind than the ring (the server reads the ring at the
+	// watcher's pace and buffers nothing for it).
 	WatchKvEvents(*WatchKvEventsRequest, grpc.ServerStreamingServer[WatchKvEventsResponse]) error
 	mustEmbedUnimplementedWorkerServiceServer()
 }

@@ -100,8 +100,9 @@ class WorkerServiceServicer(object):
         """WatchKvEvents streams the worker's events as they happen, per dp rank
         from the ids asked (id 1 for ranks not named), first from the ring,
         then live. A start the ring no longer reaches ends the stream with
-        OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
-        behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+        OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE, and so does a watcher that falls
+        further behind than the ring (the server reads the ring at the
+        watcher's pace and buffers nothing for it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

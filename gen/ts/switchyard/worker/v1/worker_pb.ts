@@ -35,7 +35,7 @@ export type GetKvEventsRequest = Message<"switchyard.worker.v1.GetKvEventsReques
   fromEventId: bigint;
 
   /**
-   * The most events to return; 0 is the server's limit (65536). A caller
+   * The most events to return; 0 is the server's limit (8192). A caller
    * that gets fewer than it needs asks again from the next id.
    *
    * @generated from field: uint32 max_events = 3;
@@ -1065,8 +1065,9 @@ export const WorkerService: GenService<{
    * WatchKvEvents streams the worker's events as they happen, per dp rank
    * from the ids asked (id 1 for ranks not named), first from the ring,
    * then live. A start the ring no longer reaches ends the stream with
-   * OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE; a watcher that falls too far
-   * behind is ended with RESOURCE_EXHAUSTED and resumes from its last id.
+   * OUT_OF_RANGE / KV_EVENTS_OUT_OF_RANGE, and so does a watcher that falls
+   * further behind than the ring (the server reads the ring at the
+   * watcher's pace and buffers nothing for it).
    *
    * @generated from rpc switchyard.worker.v1.WorkerService.WatchKvEvents
    */
