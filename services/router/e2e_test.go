@@ -159,7 +159,9 @@ func testKVEventsFlow(t *testing.T, mode string) {
 		t.Fatalf("second turn went to %x with overlap %d; want %x with >= 15 (%s)", second.InstanceId, second.OverlapBlocks, first.InstanceId, fmt.Sprint(second.Candidates))
 	}
 	st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
-	if err != nil || (st.EventsApplied == 0) != (mode == "none") {
+	// In core and direct modes the blocks may have come from the worker's
+	// state (read when the router first saw it) rather than its events.
+	if err != nil || mode == "none" && st.EventsApplied != 0 || mode == "jetstream" && st.EventsApplied == 0 {
 		t.Fatalf("stats = %v, %v", st, err)
 	}
 }
