@@ -38,12 +38,17 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 	for _, r := range trace {
 		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 		blocks = kvhash.Hashes(tokens, bs, blocks[:0])
+		// As the engines count hits, a block can hit only if a token
+		// follows it: the last prompt token is always computed, for the
+		// logits of the first new one, so a prompt of whole blocks never
+		// hits its last block.
+		hittable := (len(tokens) - 1) / bs
 		prefix := 0
-		for prefix < len(blocks) && lru.has(blocks[prefix].Sequence) {
+		for prefix < hittable && lru.has(blocks[prefix].Sequence) {
 			prefix++
 		}
-		for _, b := range blocks {
-			if _, ok := seen[b.Sequence]; ok {
+		for i, b := range blocks {
+			if _, ok := seen[b.Sequence]; ok && i < hittable {
 				reuse++
 			}
 			seen[b.Sequence] = struct{}{}

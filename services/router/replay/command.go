@@ -26,6 +26,10 @@ type CommandConfig struct {
 	SLO        time.Duration
 	OutDir     string
 	Parallel   int
+	// GoodputSteps is how many bisection steps refine each mode's goodput
+	// between the sweep's rate scales; the sweep is extended above its top
+	// while a mode still meets the SLO there, whatever this is.
+	GoodputSteps int
 }
 
 // RegisterFlags adds the command's flags.
@@ -38,6 +42,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
 	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")
+	fs.IntVar(&c.GoodputSteps, "goodput-steps", 1, "bisection steps per mode between the highest rate scale meeting the SLO and the next one missing it (the sweep also goes on above --rate-scales, x1.5 at a time, while a mode meets the SLO at its top)")
 	fs.IntVar(&c.TraceBlockSize, "trace-block-size", 512, "tokens per trace hash id")
 	// The router's defaults, as the service, the frontend's in-process
 	// router and make run have them: no trace gets its own.
@@ -94,6 +99,9 @@ func Command(c CommandConfig, out io.Writer) error {
 	if c.SLO <= 0 {
 		return errors.New("replay: --slo-ttft-p90 must be positive")
 	}
+	if c.GoodputSteps < 0 {
+		return errors.New("replay: --goodput-steps must not be negative")
+	}
 	c.RateScale = rates[0]
 	if err := c.Validate(); err != nil {
 		return err
@@ -105,6 +113,9 @@ func Command(c CommandConfig, out io.Writer) error {
 			return err
 		}
 		results, err := RunAll(trace, c.Config, modes, rates, c.Parallel)
+		if err == nil {
+			results, err = RefineGoodput(trace, c.Config, modes, results, c.SLO, c.GoodputSteps, c.Parallel)
+		}
 		if err != nil {
 			return fmt.Errorf("trace %s: %w", label, err)
 		}

@@ -431,28 +431,11 @@ func spread(v []float64) float64 {
 // ignored), at most parallel simulations at once. Results are ordered by
 // mode, then rate scale, as given.
 func RunAll(trace []Request, cfg Config, modes []string, rates []float64, parallel int) ([]Result, error) {
-	n := len(modes) * len(rates)
-	results := make([]Result, n)
-	errs := make([]error, n)
-	sem := make(chan struct{}, max(parallel, 1))
-	done := make(chan struct{})
-	for i := range n {
-		go func() {
-			sem <- struct{}{}
-			c := cfg
-			c.RateScale = rates[i%len(rates)]
-			results[i], errs[i] = Run(trace, c, modes[i/len(rates)])
-			<-sem
-			done <- struct{}{}
-		}()
-	}
-	for range n {
-		<-done
-	}
-	for i, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("mode %s at rate x%g: %w", modes[i/len(rates)], rates[i%len(rates)], err)
+	jobs := make([]job, 0, len(modes)*len(rates))
+	for _, m := range modes {
+		for _, r := range rates {
+			jobs = append(jobs, job{mode: m, rate: r})
 		}
 	}
-	return results, nil
+	return runJobs(trace, cfg, jobs, parallel)
 }

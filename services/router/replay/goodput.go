@@ -1,0 +1,153 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Goodput refinement: a sweep's fixed rate scales may end below the rate
+// where a mode misses the SLO (its goodput is then unmeasured: the top of
+// the sweep), or bracket it coarsely. RefineGoodput runs each mode at more
+// rate scales until its goodput is measured.
+const (
+	// extendFactor multiplies the top rate while a mode still meets the
+	// SLO there.
+	extendFactor = 1.5
+	// maxExtend bounds those extensions (1.5^8 is about 25 times the top).
+	maxExtend = 8
+	// bracketTolerance stops bisecting once the highest rate that meets
+	// the SLO and the lowest above it that does not are this close.
+	bracketTolerance = 0.05
+)
+
+// job is one simulation: a mode at a rate scale.
+type job struct {
+	mode string
+	rate float64
+}
+
+// nextRate is the rate scale to run mode at next to measure its goodput
+// from its results so far, or 0 when there is none: above the top while
+// the top meets the SLO (unless extended extensions already ran; up is
+// then true), else halfway between the highest rate meeting it and the
+// lowest above that missing it, while bisect > 0 and they are apart.
+func nextRate(results []Result, mode string, slo time.Duration, extended, bisect int) (rate float64, up bool) {
+	pass, fail, top := 0.0, math.Inf(1), 0.0
+	for _, x := range results {
+		if x.Mode != mode {
+			continue
+		}
+		top = max(top, x.RateScale)
+		if x.Rejected == 0 && x.TTFT[1] <= slo {
+			pass = max(pass, x.RateScale)
+		}
+	}
+	if top == 0 {
+		return 0, false
+	}
+	for _, x := range results {
+		if x.Mode == mode && x.RateScale > pass && (x.Rejected > 0 || x.TTFT[1] > slo) {
+			fail = min(fail, x.RateScale)
+		}
+	}
+	switch {
+	case math.IsInf(fail, 1):
+		if extended >= maxExtend {
+			return 0, false
+		}
+		return round3(top * extendFactor), true
+	case pass == 0 || bisect <= 0 || (fail-pass)/pass <= bracketTolerance:
+		return 0, false
+	}
+	mid := round3((pass + fail) / 2)
+	if mid <= pass || mid >= fail {
+		return 0, false
+	}
+	return mid, false
+}
+
+// round3 rounds a rate scale to three significant digits, for readable
+// tables (13.5, not 13.4999).
+func round3(x float64) float64 {
+	if x <= 0 {
+		return x
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x))-2)
+	return math.Round(x/p) * p
+}
+
+// RefineGoodput runs more rate scales per mode until each one's goodput is
+// measured: first above the sweep while the top still meets slo, then
+// bisect rounds of bisection between the highest rate that meets it and
+// the lowest above that misses it. It returns results with the new ones,
+// ordered by mode (as in modes), then rate scale.
+func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result, slo time.Duration, bisect, parallel int) ([]Result, error) {
+	extended := map[string]int{}
+	bisected := map[string]int{}
+	for {
+		var jobs []job
+		for _, m := range modes {
+			r, up := nextRate(results, m, slo, extended[m], bisect-bisected[m])
+			if r == 0 {
+				continue
+			}
+			if up {
+				extended[m]++
+			} else {
+				bisected[m]++
+			}
+			jobs = append(jobs, job{mode: m, rate: r})
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		more, err := runJobs(trace, cfg, jobs, parallel)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, more...)
+	}
+	order := func(m string) int { return slices.Index(modes, m) }
+	slices.SortStableFunc(results, func(a, b Result) int {
+		if d := order(a.Mode) - order(b.Mode); d != 0 {
+			return d
+		}
+		switch {
+		case a.RateScale < b.RateScale:
+			return -1
+		case a.RateScale > b.RateScale:
+			return 1
+		}
+		return 0
+	})
+	return results, nil
+}
+
+// runJobs runs simulations, at most parallel at once, in jobs' order.
+func runJobs(trace []Request, cfg Config, jobs []job, parallel int) ([]Result, error) {
+	results := make([]Result, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, max(parallel, 1))
+	done := make(chan struct{})
+	for i, j := range jobs {
+		go func() {
+			sem <- struct{}{}
+			c := cfg
+			c.RateScale = j.rate
+			results[i], errs[i] = Run(trace, c, j.mode)
+			<-sem
+			done <- struct{}{}
+		}()
+	}
+	for range jobs {
+		<-done
+	}
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("mode %s at rate x%g: %w", jobs[i].mode, jobs[i].rate, err)
+		}
+	}
+	return results, nil
+}
