@@ -472,6 +472,25 @@ func (w *Worker) publishKV() {
 	defer close(w.kvDone)
 	pub := w.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{Core: w.cfg.KVEventsMode == kvevents.Core})
 	defer pub.Close()
+	// Batches are pipelined (the publisher keeps up to 16 in flight, in
+	// order); their acknowledgements are awaited here, apart, so that a
+	// round trip to the eventbus does not hold the next batch back.
+	acks := make(chan *eventbus.Batch, 64)
+	acked := make(chan struct{})
+	go func() {
+		defer close(acked)
+		for b := range acks {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if _, err := b.Wait(ctx); err != nil {
+				w.log.Error("KV events not published", "err", err.Error())
+			}
+			cancel()
+		}
+	}()
+	defer func() {
+		close(acks)
+		<-acked
+	}()
 	subject := w.subject(KVEventsName)
 	for b := range w.kv {
 		batch := []*workerv1.KvEventBatch{b}
@@ -504,10 +523,13 @@ func (w *Worker) publishKV() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if _, err := pub.PublishBatch(ctx, events); err != nil {
-			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
-		}
+		sent, err := pub.Send(ctx, events)
 		cancel()
+		if err != nil {
+			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
+			continue
+		}
+		acks <- sent
 	}
 }
 

@@ -65,6 +65,9 @@ type Config struct {
 	LeaseTTL, DrainTimeout time.Duration
 	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
 	Transport transport.Config
+	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr: where
+	// the bridged events go and how many the local indexer keeps.
+	KV worker.KVFlags
 	// Stats, when set, receives the KV event counters (tests, embedding).
 	Stats *Stats
 	// MetricsAddr serves /metrics (the adapter's KV event counters and the
@@ -108,6 +111,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
 	c.ClientAuth.RegisterFlags(fs)
+	c.KV.RegisterFlags(fs)
 }
 
 // Validate checks the configuration and reads the request plane settings.
@@ -117,6 +121,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BlockSize < 1 || c.ContextLength < 1 || c.MaxTrackedBlocks < 1 {
 		return errors.New("--block-size, --context-length and --max-tracked-blocks must be positive")
+	}
+	if err := c.KV.Validate(); err != nil {
+		return err
 	}
 	u, err := url.Parse(c.EngineURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -173,6 +180,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
 		Metadata: map[string]string{"engine_url": cfg.EngineURL},
 	}
+	cfg.KV.Apply(&wcfg)
 	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
 	var load atomic.Pointer[workerv1.LoadMetrics]
