@@ -175,7 +175,9 @@ func (e *env) runMode(ctx context.Context, o Options, m kvevents.Mode) (Result, 
 			cancel()
 		}
 	}()
-	idle := func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error { return nil }
+	idle := func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error {
+		return nil
+	}
 	for range o.Workers {
 		w, err := worker.Start(ctx, worker.Config{Namespace: ns, Component: "backend", Model: worker.Model{Name: "kvbench", BlockSize: 16, ContextLength: 4096},
 			RegistryAddr: e.regAddr, EventbusAddr: e.busAddr, Transport: tc, KVEventsMode: m, KVEventsRing: o.Batches*o.EventsPerBatch + o.Probes + 16,
