@@ -18,7 +18,8 @@
 // as content, byte for byte: malformed model output is never an error and
 // never lost. Whitespace between a call and the content next to it (the
 // newlines models put around tags) is dropped; content without calls is
-// returned exactly.
+// returned exactly. In streaming mode (StreamArguments, stream.go) a call's
+// name and argument fragments come as they are generated instead.
 package toolcall
 
 import (
@@ -59,13 +60,32 @@ type Call struct {
 	Arguments string
 }
 
-// Event is one piece of parsed output: content text, or one whole call.
+// Event is one piece of parsed output: content text, one whole call, or
+// in streaming mode (StreamArguments) a piece of a call.
 type Event struct {
-	// Text is content, when Call is nil.
+	// Text is content, when Call is nil and Kind is Content.
 	Text string
-	// Call is a tool call.
+	// Call is a whole tool call (Kind Content). In streaming mode, a call
+	// whose header did not have the streamable form comes whole too.
 	Call *Call
+	// Kind tells the streaming pieces apart.
+	Kind Kind
+	// Name is the function of a CallBegin; Arguments the fragment of an
+	// ArgumentsDelta.
+	Name, Arguments string
 }
+
+// Kind is the kind of an Event.
+type Kind int
+
+// Event kinds. Content is text or a whole call; the others come only in
+// streaming mode, in the order CallBegin, ArgumentsDelta..., CallEnd.
+const (
+	Content Kind = iota
+	CallBegin
+	ArgumentsDelta
+	CallEnd
+)
 
 const (
 	openTag  = "<tool_call>"
@@ -85,6 +105,10 @@ type Parser struct {
 	// afterCall drops whitespace that follows a call.
 	afterCall bool
 	calls     int
+
+	// stream is streaming mode; sc the state of the open call in it.
+	stream bool
+	sc     callStream
 }
 
 // New returns a parser of the named format; "" and none pass text through.
@@ -123,6 +147,13 @@ func (p *Parser) scan(out []Event, final bool) []Event {
 	s := p.buf.String()
 	p.buf.Reset()
 	for {
+		if p.inCall && p.stream {
+			var done bool
+			if out, s, done = p.streamCall(out, s, final); !done {
+				return out
+			}
+			continue
+		}
 		if p.inCall {
 			end := strings.Index(s, closeTag)
 			if end < 0 {
@@ -199,7 +230,7 @@ func (p *Parser) content(out []Event, text string, final bool) []Event {
 }
 
 func appendText(out []Event, text string) []Event {
-	if n := len(out); n > 0 && out[n-1].Call == nil {
+	if n := len(out); n > 0 && out[n-1].Call == nil && out[n-1].Kind == Content {
 		out[n-1].Text += text
 		return out
 	}

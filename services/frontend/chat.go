@@ -227,6 +227,9 @@ type chatSink struct {
 	content, thought strings.Builder
 	calls            []toolCallJSON
 	began            bool
+	// skipCall drops the streamed call in progress (parallel_tool_calls
+	// false keeps only the first).
+	skipCall bool
 }
 
 // newChatSink builds the sink of one chat choice for card's parsers.
@@ -241,6 +244,9 @@ func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard,
 	if spec.choice != toolChoiceNone {
 		if tp, err := toolcall.New(card.GetToolCallParser()); err == nil && card.GetToolCallParser() != "" && card.GetToolCallParser() != toolcall.None {
 			c.tools = tp
+			if c.stream {
+				tp.StreamArguments()
+			}
 		}
 	}
 	return c
@@ -299,7 +305,13 @@ func (c *chatSink) out(r, a string, final bool) error {
 		evs = []toolcall.Event{{Text: a}}
 	}
 	for _, e := range evs {
-		if e.Call != nil {
+		switch {
+		case e.Kind != toolcall.Content:
+			if err := c.streamCall(e); err != nil {
+				return err
+			}
+			continue
+		case e.Call != nil:
 			if err := c.call(e.Call); err != nil {
 				return err
 			}
@@ -332,6 +344,32 @@ func (c *chatSink) call(tc *toolcall.Call) error {
 		return err
 	}
 	return c.send(chatDelta{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: tc.Arguments}}}}, nil)
+}
+
+// streamCall streams a call as the parser reads it: a delta with its
+// index, id, type and name, then one with each fragment of its arguments.
+func (c *chatSink) streamCall(e toolcall.Event) error {
+	switch e.Kind {
+	case toolcall.CallBegin:
+		if c.skipCall = c.spec.single && len(c.calls) > 0; c.skipCall {
+			return nil
+		}
+		call := toolCallJSON{ID: "call_" + newID()[:24], Type: "function", Function: functionJSON{Name: e.Name}}
+		c.calls = append(c.calls, call)
+		i := len(c.calls) - 1
+		call.Index = &i
+		return c.send(chatDelta{ToolCalls: []toolCallJSON{call}}, nil)
+	case toolcall.ArgumentsDelta:
+		if c.skipCall {
+			return nil
+		}
+		i := len(c.calls) - 1
+		c.calls[i].Function.Arguments += e.Arguments
+		return c.send(chatDelta{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: e.Arguments}}}}, nil)
+	case toolcall.CallEnd:
+		c.skipCall = false
+	}
+	return nil
 }
 
 func (c *chatSink) end(finish string, u usageJSON) error {
