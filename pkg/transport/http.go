@@ -461,6 +461,7 @@ func newHTTPClient(cfg Config, o options) *httpClient {
 
 // Call implements [Client].
 func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, headers Headers, payload []byte) (Stream, error) {
+	headers = withTrace(ctx, headers)
 	if addr.Kind != PlaneHTTP {
 		return nil, fmt.Errorf("transport: http client cannot call a %q address", addr.Kind)
 	}

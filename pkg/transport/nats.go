@@ -472,6 +472,7 @@ func newNATSClient(cfg Config, o options) (*natsClient, error) {
 // fails at once with ErrTooLarge; a subject nobody serves fails Recv with
 // ErrCannotConnect (no responders).
 func (c *natsClient) Call(ctx context.Context, addr Address, endpoint string, headers Headers, payload []byte) (Stream, error) {
+	headers = withTrace(ctx, headers)
 	if addr.Kind != PlaneNATS {
 		return nil, fmt.Errorf("transport: nats client cannot call a %q address", addr.Kind)
 	}

@@ -51,6 +51,7 @@ func maxFramePayload(maxMessage int) int { return maxMessage + maxHeaderBytes + 
 
 // Call implements [Client].
 func (c *tcpClient) Call(ctx context.Context, addr Address, endpoint string, headers Headers, payload []byte) (Stream, error) {
+	headers = withTrace(ctx, headers)
 	if addr.Kind != PlaneTCP {
 		return nil, fmt.Errorf("transport: tcp client cannot call a %q address", addr.Kind)
 	}

@@ -335,7 +335,7 @@ func runHandler(ctx context.Context, h Handler, req *Request, w ResponseWriter) 
 			err = &HandlerError{Code: "internal", Message: fmt.Sprintf("handler panic: %v\n%s", r, debug.Stack())}
 		}
 	}()
-	return h(ctx, req, w)
+	return h(traceContext(ctx, req), req, w)
 }
 
 func drainingError() *HandlerError {
