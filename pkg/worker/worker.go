@@ -32,6 +32,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
@@ -569,17 +573,37 @@ func (w *Worker) handler(h Handler) transport.Handler {
 		if gr.RequestId == "" {
 			gr.RequestId = req.Headers[transport.HeaderRequestID]
 		}
+		// The worker's span of the request, a child of the caller's (the
+		// request plane carried its trace context); the engine's spans
+		// (queue, prefill) nest in it.
+		ctx, span := tracer.Start(ctx, "worker.generate", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("switchyard.request_id", gr.RequestId),
+				attribute.Int("switchyard.prompt_tokens", len(gr.TokenIds)),
+				attribute.String("switchyard.instance_id", fmt.Sprintf("%x", w.InstanceID()))))
+		defer span.End()
 		var buf []byte
-		return h(ctx, gr, func(resp *workerv1.GenerateResponse) error {
+		sent := 0
+		err := h(ctx, gr, func(resp *workerv1.GenerateResponse) error {
 			var err error
 			buf, err = proto.MarshalOptions{}.MarshalAppend(buf[:0], resp)
 			if err != nil {
 				return err
 			}
+			sent += len(resp.GetTokenIds())
 			return rw.Send(buf)
 		})
+		span.SetAttributes(attribute.Int("switchyard.output_tokens", sent))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return err
 	}
 }
+
+// tracer makes the worker's spans; a no-op until the process installs a
+// tracer provider (obs.SetupTracing).
+var tracer = otel.Tracer("github.com/switchyard-llm/switchyard/pkg/worker")
 
 // Shutdown deregisters (routers stop sending at once), lets in-flight
 // requests finish within DrainTimeout (or ctx), flushes the KV events and

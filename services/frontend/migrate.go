@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -62,7 +63,12 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		if attempt > 0 {
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)
 		}
-		d, err := s.routing.route(ctx, id, j.model, tokens, s.fence.exclude(exclude))
+		rctx, span := startSpan(ctx, "frontend.route", attribute.Int("switchyard.attempt", attempt))
+		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(exclude))
+		if err == nil {
+			span.SetAttributes(attribute.String("switchyard.instance_id", fmt.Sprintf("%x", d.instanceID)))
+		}
+		endSpan(span, err)
 		if err != nil {
 			// Every worker left is fenced or failed this request (and the
 			// failed worker's model card may already be gone with it).
@@ -74,7 +80,10 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		s.metrics.routed(d.instanceID)
 		out.instance = d.instanceID
 		s.load.add(d.instanceID, 1)
-		fin, err := s.attempt(ctx, id, d, j, tokens, &out, emit)
+		gctx, span := startSpan(ctx, "frontend.generate", attribute.Int("switchyard.attempt", attempt),
+			attribute.String("switchyard.request_id", id), attribute.String("switchyard.instance_id", fmt.Sprintf("%x", d.instanceID)))
+		fin, err := s.attempt(gctx, id, d, j, tokens, &out, emit)
+		endSpan(span, err)
 		s.load.add(d.instanceID, -1)
 		s.routing.free(d, id)
 		if err == nil {

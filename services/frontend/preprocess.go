@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
@@ -261,20 +263,30 @@ func (c *assetCache) load(ctx context.Context, tokArt, cfgArt *registryv1.Tokeni
 
 // chatPrompt renders the chat template and tokenizes the result, through
 // the chat prefix cache when there is one. The ids must not be modified.
-func (a *assets) chatPrompt(r *chatRequest) ([]uint32, error) {
+func (a *assets) chatPrompt(ctx context.Context, r *chatRequest) ([]uint32, error) {
 	if a.tmpl == nil {
 		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
 	}
+	_, span := startSpan(ctx, "frontend.template")
 	msgs, tools := r.messages(), r.tools.templateTools()
 	text, err := a.tmpl.Render(chattemplate.Input{Messages: msgs, AddGenerationPrompt: true, Tools: tools,
 		BOSToken: a.cfg.BOSToken, EOSToken: a.cfg.EOSToken, Extra: r.ChatTemplateKwargs})
 	if err != nil {
-		return nil, invalid("messages", "the chat template cannot render these messages: %v", err)
+		err = invalid("messages", "the chat template cannot render these messages: %v", err)
+		endSpan(span, err)
+		return nil, err
 	}
+	span.End()
+	_, span = startSpan(ctx, "frontend.tokenize")
+	defer span.End()
+	var ids []uint32
 	if a.prompts == nil {
-		return a.encode(text), nil
+		ids = a.encode(text)
+	} else {
+		ids = a.prompts.encode(a, a.prompts.keys(a, msgs, tools, r.ChatTemplateKwargs), text)
 	}
-	return a.prompts.encode(a, a.prompts.keys(a, msgs, tools, r.ChatTemplateKwargs), text), nil
+	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
+	return ids, nil
 }
 
 // encode tokenizes text, adding the BOS token when the model wants it and

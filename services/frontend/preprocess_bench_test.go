@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -44,7 +45,7 @@ func benchmark11thTurn(b *testing.B, budget int64, decode bool) {
 		conv++
 		turns, next := longChat(conv)
 		// The 10th turn: the chat up to its last question.
-		if _, err := a.chatPrompt(chatBody(b, turns[:len(turns)-1], nil)); err != nil {
+		if _, err := a.chatPrompt(context.Background(), chatBody(b, turns[:len(turns)-1], nil)); err != nil {
 			b.Fatal(err)
 		}
 		body := chatJSON(b, append(turns, next))
@@ -60,7 +61,7 @@ func benchmark11thTurn(b *testing.B, budget int64, decode bool) {
 		if decode {
 			req = mustDecodeChat(b, body)
 		}
-		ids, err := a.chatPrompt(req)
+		ids, err := a.chatPrompt(context.Background(), req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -137,11 +138,11 @@ func TestChatPrefixCacheExact(t *testing.T) {
 					}
 					for range 1 + r.IntN(2) { // sometimes the same turn twice (a retry)
 						req := chatBody(t, msgs, extra)
-						got, err := a.chatPrompt(req)
+						got, err := a.chatPrompt(context.Background(), req)
 						if err != nil {
 							t.Fatal(err)
 						}
-						want, err := plain.chatPrompt(req)
+						want, err := plain.chatPrompt(context.Background(), req)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -186,7 +187,7 @@ func TestChatPrefixCacheMemory(t *testing.T) {
 		msgs := []map[string]any{{"role": "system", "content": "You are " + name + "."}}
 		for i := range turns {
 			msgs = append(msgs, map[string]any{"role": "user", "content": fmt.Sprintf("question %d %s", i, strings.Repeat("words ", 50))})
-			if _, err := a.chatPrompt(chatBody(t, msgs, nil)); err != nil {
+			if _, err := a.chatPrompt(context.Background(), chatBody(t, msgs, nil)); err != nil {
 				t.Fatal(err)
 			}
 			msgs = append(msgs, map[string]any{"role": "assistant", "content": fmt.Sprintf("answer %d", i)})
@@ -215,7 +216,7 @@ func TestChatPrefixCacheMemory(t *testing.T) {
 	}
 	// An entry larger than the whole budget is not cached.
 	a.prompts.budget = 100
-	if _, err := a.chatPrompt(chatBody(t, []map[string]any{{"role": "user", "content": "hi"}}, nil)); err != nil {
+	if _, err := a.chatPrompt(context.Background(), chatBody(t, []map[string]any{{"role": "user", "content": "hi"}}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := a.prompts.stats(); n != 1 {

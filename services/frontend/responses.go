@@ -453,7 +453,9 @@ func (s *Service) handleResponses(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	_, span := startSpan(r.Context(), "frontend.parse")
 	req, cr, p, err := decodeResponses(body)
+	endSpan(span, err)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -464,7 +466,7 @@ func (s *Service) handleResponses(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	prompt, err := a.chatPrompt(cr)
+	prompt, err := a.chatPrompt(r.Context(), cr)
 	if err != nil {
 		writeError(w, err)
 		return

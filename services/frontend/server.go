@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -407,12 +408,15 @@ func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) htt
 			rid = newID()
 		}
 		w.Header().Set("X-Request-Id", rid)
-		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+		ctx, span := startRequestSpan(r, endpoint)
+		span.SetAttributes(attribute.String("switchyard.x_request_id", rid))
+		r = r.WithContext(context.WithValue(ctx, requestIDKey{}, rid))
 		rec := &recorder{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
 			s.metrics.requests.WithLabelValues(endpoint, s.modelLabel(rec.model), strconv.Itoa(rec.status)).Inc()
 			s.accessLog(r, rec, endpoint, start)
+			endRequestSpan(span, rec)
 		}()
 		k, err := s.authenticate(r)
 		rec.key = k
@@ -445,7 +449,9 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	_, span := startSpan(r.Context(), "frontend.parse")
 	req, p, err := decodeChat(body)
+	endSpan(span, err)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -456,7 +462,7 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	prompt, err := a.chatPrompt(req)
+	prompt, err := a.chatPrompt(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -478,7 +484,9 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	_, span := startSpan(r.Context(), "frontend.parse")
 	_, p, text, ids, err := decodeCompletion(body)
+	endSpan(span, err)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -490,7 +498,10 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		return
 	}
 	if ids == nil {
+		_, span := startSpan(r.Context(), "frontend.tokenize")
 		ids = a.encode(text)
+		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
+		span.End()
 	}
 	id, created := "cmpl-"+newID(), time.Now().Unix()
 	g := newChoiceGroup(w, p)
@@ -587,6 +598,7 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 		now := time.Now()
 		if last.IsZero() {
 			s.metrics.ttft.WithLabelValues(p.model).Observe(now.Sub(start).Seconds())
+			firstTokenSpan(ctx, start, now)
 		} else {
 			per := now.Sub(last).Seconds() / float64(len(ids))
 			itl := s.metrics.itl.WithLabelValues(p.model)

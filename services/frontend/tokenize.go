@@ -27,7 +27,7 @@ func PromptTokens(ctx context.Context, bus *eventbus.Client, card *registryv1.Mo
 		if p.model != card.GetModelName() {
 			return nil, fmt.Errorf("%w: the body names model %q, the card %q", ErrInvalidRequest, p.model, card.GetModelName())
 		}
-		return a.chatPrompt(req)
+		return a.chatPrompt(ctx, req)
 	}
 	_, p, text, ids, err := decodeCompletion(body)
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -272,6 +275,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 		}
 		er.Script, er.ScriptEnds = pl.script(er.Prompt)
 		generated := 0
+		submitted := time.Now()
 		stream, err := r.Submit(er)
 		if err != nil {
 			if errors.Is(err, engine.ErrRequestTooLarge) || errors.Is(err, engine.ErrDuplicateRequest) {
@@ -279,6 +283,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 			}
 			return err
 		}
+		first := true
 		for {
 			out, err := stream.Recv(ctx)
 			if errors.Is(err, io.EOF) {
@@ -287,6 +292,10 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 			if err != nil {
 				_ = r.Cancel(er.ID)
 				return err
+			}
+			if first {
+				first = false
+				engineSpans(ctx, submitted, stream.AdmittedAt(), time.Now(), out.Usage)
 			}
 			resp := out.Proto()
 			if req.Logprobs != nil {
@@ -299,6 +308,28 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 			}
 		}
 	}
+}
+
+// tracer makes the engine's spans; a no-op until the process installs a
+// tracer provider.
+var tracer = otel.Tracer("github.com/switchyard-llm/switchyard/services/mocker")
+
+// engineSpans records, once a request's first output is out, the two phases
+// before it as children of the worker's span: engine.queue (submitted until
+// the engine admitted it) and engine.prefill (admitted until the first
+// token), with the prompt's cached share.
+func engineSpans(ctx context.Context, submitted, admitted, firstToken time.Time, u engine.Usage) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return
+	}
+	if admitted.IsZero() || admitted.Before(submitted) {
+		admitted = submitted
+	}
+	_, q := tracer.Start(ctx, "engine.queue", trace.WithTimestamp(submitted))
+	q.End(trace.WithTimestamp(admitted))
+	_, p := tracer.Start(ctx, "engine.prefill", trace.WithTimestamp(admitted), trace.WithAttributes(
+		attribute.Int("switchyard.prompt_tokens", u.PromptTokens), attribute.Int("switchyard.cached_prompt_tokens", u.CachedPromptTokens)))
+	p.End(trace.WithTimestamp(firstToken))
 }
 
 // defaultOutputText is what a mocker answers with: readable, and long enough

@@ -167,6 +167,10 @@ type StepResult struct {
 	DecodeTokens int
 	// Preempted is the number of requests preempted back to waiting.
 	Preempted int
+	// Admitted are the requests admitted for the first time in the step
+	// (their wait in the queue ended; readmissions after a preemption are
+	// not listed), in admission order.
+	Admitted []string
 }
 
 // Metrics is the engine's load, as published to the router.
@@ -471,9 +475,13 @@ func (e *Engine) Step() StepResult {
 	// Then waiting requests, FIFO, unless this step had to preempt.
 	for res.Preempted == 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
 		r := e.waiting[0]
+		first := !r.admittedOnce
 		n, ok := e.admit(r, budget)
 		if !ok {
 			break
+		}
+		if first {
+			res.Admitted = append(res.Admitted, r.id)
 		}
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, r)

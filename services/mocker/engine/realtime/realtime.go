@@ -127,6 +127,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		start := time.Now()
 		res := r.eng.Step()
+		for _, id := range res.Admitted {
+			if s, ok := r.streams[id]; ok {
+				s.admit(start)
+			}
+		}
 		for _, out := range res.Outputs {
 			r.deliver(out)
 		}
@@ -173,6 +178,27 @@ type Stream struct {
 	queue  []engine.Output
 	done   bool
 	notify chan struct{}
+	// admitted is when the engine first admitted the request (the start
+	// of the step that did); zero while it waits.
+	admitted time.Time
+}
+
+// admit records the request's first admission.
+func (s *Stream) admit(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.admitted.IsZero() {
+		s.admitted = at
+	}
+}
+
+// AdmittedAt is when the engine first admitted the request from its queue
+// (zero while it waits): known by the time its first output arrives, which
+// is how the mocker times its engine-queue and prefill spans.
+func (s *Stream) AdmittedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admitted
 }
 
 func newStream() *Stream { return &Stream{notify: make(chan struct{}, 1)} }
