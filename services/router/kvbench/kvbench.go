@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -59,6 +60,12 @@ type Result struct {
 	// BlockEventsPerSec is stored blocks per second from the first publish
 	// until the router has applied every one.
 	BlockEventsPerSec float64
+	// CPUPerMBlocks is the CPU time the whole process (workers, eventbus,
+	// NATS and router: everything of the plane) spent per million blocks
+	// in the throughput phase: a figure a busy machine does not skew, and
+	// 1/CPUPerMBlocks million block events per second is what one
+	// dedicated core would carry.
+	CPUPerMBlocks time.Duration
 	// P50 and P99 are publish-to-indexed latencies of single events.
 	P50, P99 time.Duration
 	// Blocks the router held when it was restarted, and the time from the
@@ -207,7 +214,7 @@ func (e *env) runMode(ctx context.Context, o Options, m kvevents.Mode) (Result, 
 	}
 
 	// Throughput: every worker publishes its batches as fast as it can.
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	var wg sync.WaitGroup
 	for _, g := range gens {
 		wg.Add(1)
@@ -222,7 +229,9 @@ func (e *env) runMode(ctx context.Context, o Options, m kvevents.Mode) (Result, 
 	if err := waitApplied(ctx, r.svc.Core(), gens); err != nil {
 		return res, fmt.Errorf("throughput: %w", err)
 	}
-	res.BlockEventsPerSec = float64(o.Workers*o.Batches*o.EventsPerBatch*o.BlocksPerEvent) / time.Since(start).Seconds()
+	blocks := float64(o.Workers * o.Batches * o.EventsPerBatch * o.BlocksPerEvent)
+	res.BlockEventsPerSec = blocks / time.Since(start).Seconds()
+	res.CPUPerMBlocks = time.Duration(float64(cpuTime()-cpu0) * 1e6 / blocks)
 
 	// Latency: one event at a time, round robin over the workers, timed
 	// from the publish call until the router's index has applied it.
@@ -347,3 +356,12 @@ func equal(a, b map[uint64][2]uint64) bool {
 
 // spin yields while a probe waits: the router's goroutines need the CPU.
 func spin() { runtime.Gosched() }
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
