@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
@@ -421,17 +422,14 @@ func Run(t *testing.T, w Worker) {
 	})
 }
 
-// addressOf is the request plane address of a registered transport.
-func addressOf(tr *registryv1.Transport) (transport.Address, bool) {
-	switch k := tr.GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		return transport.Address{Kind: transport.PlaneTCP, Addr: k.Tcp}, k.Tcp != ""
-	case *registryv1.Transport_Http:
-		return transport.Address{Kind: transport.PlaneHTTP, Addr: k.Http}, k.Http != ""
-	case *registryv1.Transport_Nats:
-		return transport.Address{Kind: transport.PlaneNATS, Addr: k.Nats}, k.Nats != ""
+// addressOf is the request plane address of a registered transport (its
+// first, for a worker that serves several planes).
+func addressOf(tr *commonv1.Transport) (transport.Address, bool) {
+	addrs := transport.AddressesOf(tr)
+	if len(addrs) == 0 {
+		return transport.Address{}, false
 	}
-	return transport.Address{}, false
+	return addrs[0], true
 }
 
 // checkTokenizer fetches every tokenizer artifact of a card from the object

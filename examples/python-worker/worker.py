@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE.parent.parent / "gen" / "python"))
 import grpc  # noqa: E402
 from google.protobuf.message import DecodeError  # noqa: E402
 
+from switchyard.common.v1 import common_pb2  # noqa: E402
 from switchyard.eventbus.v1 import eventbus_pb2, eventbus_pb2_grpc  # noqa: E402
 from switchyard.registry.v1 import registry_pb2, registry_pb2_grpc  # noqa: E402
 from switchyard.worker.v1 import worker_pb2  # noqa: E402
@@ -500,7 +501,7 @@ def main(argv):
                                      cfg.max_message_size, cfg.http_host)
         server.start()
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
-                                         transport=registry_pb2.Transport(http=server.base_url),
+                                         transport=common_pb2.Transport(http=server.base_url),
                                          metadata={"worker": "python-example"})
         registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10,
                           metadata=lease.metadata)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -44,7 +45,7 @@ func dial(t *testing.T, addrs ...string) *discovery.Client {
 }
 
 func instance(ep string) *registryv1.Instance {
-	return &registryv1.Instance{Namespace: "ns", Component: "worker", Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:9"}}}
+	return &registryv1.Instance{Namespace: "ns", Component: "worker", Endpoint: ep, Transport: &commonv1.Transport{Tcp: "127.0.0.1:9"}}
 }
 
 // recorder collects a watcher's changes.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 )
 
 // Plane names a request plane. Its values are also the keys of an
@@ -71,4 +73,55 @@ func (a *Address) UnmarshalJSON(b []byte) error {
 		*a = Address{Kind: p, Addr: v}
 	}
 	return nil
+}
+
+// AddressesOf lists the addresses t names, one per plane it serves, in the
+// order tcp, http, nats. An instance registers one [commonv1.Transport]
+// holding every plane it serves (DYN_REQUEST_PLANE=tcp,http serves two).
+func AddressesOf(t *commonv1.Transport) []Address {
+	var out []Address
+	if a := t.GetTcp(); a != "" {
+		out = append(out, Address{Kind: PlaneTCP, Addr: a})
+	}
+	if a := t.GetHttp(); a != "" {
+		out = append(out, Address{Kind: PlaneHTTP, Addr: a})
+	}
+	if a := t.GetNats(); a != "" {
+		out = append(out, Address{Kind: PlaneNATS, Addr: a})
+	}
+	return out
+}
+
+// Pick returns the address of t to call: the one of plane prefer when t
+// has it, otherwise the first of [AddressesOf]. It reports false when t has
+// no address at all.
+func Pick(t *commonv1.Transport, prefer Plane) (Address, bool) {
+	addrs := AddressesOf(t)
+	for _, a := range addrs {
+		if a.Kind == prefer {
+			return a, true
+		}
+	}
+	if len(addrs) == 0 {
+		return Address{}, false
+	}
+	return addrs[0], true
+}
+
+// TransportOf is the [commonv1.Transport] naming addrs, as an instance
+// registers it. A later address of a plane replaces an earlier one; an
+// address of an unknown plane is left out.
+func TransportOf(addrs ...Address) *commonv1.Transport {
+	t := &commonv1.Transport{}
+	for _, a := range addrs {
+		switch a.Kind {
+		case PlaneTCP:
+			t.Tcp = a.Addr
+		case PlaneHTTP:
+			t.Http = a.Addr
+		case PlaneNATS:
+			t.Nats = a.Addr
+		}
+	}
+	return t
 }

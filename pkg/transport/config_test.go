@@ -219,3 +219,34 @@ func TestAddressJSON(t *testing.T) {
 		t.Error("Marshal accepted kind zmq")
 	}
 }
+
+func TestTransportAddresses(t *testing.T) {
+	tcp := Address{Kind: PlaneTCP, Addr: "10.0.0.1:9999"}
+	http := Address{Kind: PlaneHTTP, Addr: "http://10.0.0.1:8888/v1/rpc"}
+	nats := Address{Kind: PlaneNATS, Addr: "ns.backend.generate-1f"}
+	for _, tt := range []struct {
+		name   string
+		addrs  []Address
+		prefer Plane
+		want   Address
+		ok     bool
+	}{
+		{"none", nil, PlaneTCP, Address{}, false},
+		{"one, preferred", []Address{tcp}, PlaneTCP, tcp, true},
+		{"one, other plane", []Address{nats}, PlaneHTTP, nats, true},
+		{"two, preferred second", []Address{tcp, http}, PlaneHTTP, http, true},
+		{"two, neither preferred: tcp first", []Address{http, tcp}, PlaneNATS, tcp, true},
+		{"three", []Address{nats, http, tcp}, PlaneNATS, nats, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := TransportOf(tt.addrs...)
+			if got := AddressesOf(tr); len(got) != len(tt.addrs) {
+				t.Errorf("AddressesOf(TransportOf(%v)) = %v", tt.addrs, got)
+			}
+			got, ok := Pick(tr, tt.prefer)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("Pick(%v, %s) = %v, %v; want %v, %v", tr, tt.prefer, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

@@ -50,21 +50,18 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
-// Event names under the subject base {namespace}.{component}.
+// The wire names a worker uses, kept for callers of this package.
+//
+// Deprecated: use the same names in pkg/wire.
 const (
-	// KVEventsName carries KvEventBatch messages.
-	KVEventsName = "kv_cache_update"
-	// LoadName carries LoadMetrics messages.
-	LoadName = "load_metrics"
-	// TokenizerBucket is the object store bucket of tokenizer files.
-	TokenizerBucket = "tokenizers"
-	// GenerateEndpoint is the default endpoint name.
-	GenerateEndpoint = "generate"
-	// MetadataWorkerAPI is the instance metadata key of the worker's
-	// WorkerService address (host:port).
-	MetadataWorkerAPI = "worker_api"
+	KVEventsName      = wire.KVEventsName
+	LoadName          = wire.LoadName
+	TokenizerBucket   = wire.TokenizerBucket
+	GenerateEndpoint  = wire.GenerateEndpoint
+	MetadataWorkerAPI = wire.MetadataWorkerAPI
 )
 
 // ErrInvalidRequest is what a generate payload that does not decode gets,
@@ -177,7 +174,7 @@ type Worker struct {
 
 func (c *Config) defaults() {
 	if c.Endpoint == "" {
-		c.Endpoint = GenerateEndpoint
+		c.Endpoint = wire.GenerateEndpoint
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -262,7 +259,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	maps.Copy(md, cfg.Metadata)
 	md[MetadataWorkerAPI] = w.apiAddr()
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Transport: registryTransport(addr), Metadata: md}
+		Transport: transport.TransportOf(addr), Metadata: md}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
@@ -370,17 +367,6 @@ func (w *Worker) maintain(want *registryv1.Instance, card *registryv1.ModelCard)
 	}
 }
 
-func registryTransport(a transport.Address) *registryv1.Transport {
-	switch a.Kind {
-	case transport.PlaneHTTP:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: a.Addr}}
-	case transport.PlaneNATS:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: a.Addr}}
-	default:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: a.Addr}}
-	}
-}
-
 // uploadTokenizer stores each tokenizer file under its sha256.
 func (w *Worker) uploadTokenizer(ctx context.Context) ([]*registryv1.TokenizerArtifact, error) {
 	var out []*registryv1.TokenizerArtifact
@@ -392,21 +378,15 @@ func (w *Worker) uploadTokenizer(ctx context.Context) ([]*registryv1.TokenizerAr
 		name := filepath.Base(path)
 		// The object name is content-addressed after upload; upload under a
 		// per-file name first, keyed by the basename.
-		info, err := w.bus.PutObject(ctx, TokenizerBucket, objectName(w.cfg.Model.Name, name), f, eventbus.PutObjectOptions{})
+		info, err := w.bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(w.cfg.Model.Name, name), f, eventbus.PutObjectOptions{})
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("worker: upload %s: %w", name, err)
 		}
 		out = append(out, &registryv1.TokenizerArtifact{Name: name, Sha256: info.GetSha256(), Size: int64(info.GetSize()),
-			ObjectKey: TokenizerBucket + "/" + objectName(w.cfg.Model.Name, name)})
+			ObjectKey: wire.TokenizerBucket + "/" + wire.TokenizerObject(w.cfg.Model.Name, name)})
 	}
 	return out, nil
-}
-
-// objectName is where a model's tokenizer file lives in the bucket.
-func objectName(model, file string) string {
-	r := strings.NewReplacer("/", "--", " ", "_")
-	return r.Replace(model) + "/" + file
 }
 
 // InstanceID is the registered instance id (the lease id). It changes when
@@ -467,10 +447,6 @@ func (w *Worker) SetLoad(fn func() *workerv1.LoadMetrics) {
 	w.loadMu.Unlock()
 }
 
-func (w *Worker) subject(name string) string {
-	return w.cfg.Namespace + "." + w.cfg.Component + "." + name
-}
-
 // publishKV publishes queued batches in order, several per eventbus call.
 func (w *Worker) publishKV() {
 	defer close(w.kvDone)
@@ -495,7 +471,7 @@ func (w *Worker) publishKV() {
 		close(acks)
 		<-acked
 	}()
-	subject := w.subject(KVEventsName)
+	subject := wire.KVEventsSubject(w.cfg.Namespace, w.cfg.Component)
 	for b := range w.kv {
 		batch := []*workerv1.KvEventBatch{b}
 	more:
@@ -515,7 +491,7 @@ func (w *Worker) publishKV() {
 			if w.cfg.DropKVEvent != nil && w.cfg.DropKVEvent(kb) {
 				continue
 			}
-			id := fmt.Sprintf("kv-%x-%d-%d", kb.InstanceId, kb.DpRank, kb.FirstEventId)
+			id := wire.KVEventsMsgID(kb.InstanceId, kb.DpRank, kb.FirstEventId)
 			ev, err := eventbus.NewEvent(subject, kb, eventbus.WithMsgID(id))
 			if err != nil {
 				w.log.Error("cannot encode KV events", "err", err.Error())
@@ -556,7 +532,7 @@ func (w *Worker) publishLoad() {
 		m := fn()
 		m.InstanceId = w.InstanceID()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := w.bus.Publish(ctx, w.subject(LoadName), m); err != nil {
+		if _, err := w.bus.Publish(ctx, wire.LoadSubject(w.cfg.Namespace, w.cfg.Component), m); err != nil {
 			w.log.Warn("load not published", "err", err.Error())
 		}
 		cancel()

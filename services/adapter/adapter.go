@@ -28,6 +28,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
@@ -89,7 +90,7 @@ var EnvVars = map[string]string{
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
 	fs.StringVar(&c.Component, "component", "backend", "registry component")
-	fs.StringVar(&c.Endpoint, "endpoint", worker.GenerateEndpoint, "registry endpoint")
+	fs.StringVar(&c.Endpoint, "endpoint", wire.GenerateEndpoint, "registry endpoint")
 	worker.RegisterParserFlags(fs, &c.ToolCallParser, &c.ReasoningParser, "", "")
 	fs.StringVar(&c.EngineURL, "engine-url", "http://127.0.0.1:8001/v1", "the engine's OpenAI base URL")
 	fs.StringVar(&c.MetricsURL, "engine-metrics-url", "", `the engine's Prometheus endpoint (empty: /metrics on --engine-url's host; "off": no load)`)

@@ -27,6 +27,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/adapter"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -283,7 +284,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	call := func(ctx context.Context, maxTokens uint32) transport.Stream {
 		payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: fmt.Sprint("r", maxTokens), TokenIds: prompt, MaxTokens: maxTokens,
 			Model: modelName, Sampling: &workerv1.SamplingParameters{Temperature: 0.5, TopK: 5}})
-		st, err := tc.Call(ctx, addr, worker.GenerateEndpoint, nil, payload)
+		st, err := tc.Call(ctx, addr, wire.GenerateEndpoint, nil, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +320,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 
 	// Load is scraped from the engine's metrics and published.
 	sub, err := eventbustest.Client(t, busAddr).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "dynamo",
-		FilterSubject: "dynamo.backend." + worker.LoadName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+		FilterSubject: "dynamo.backend." + wire.LoadName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 func eventsFlags(fs *flag.FlagSet) func(context.Context, Config, io.Writer) error {
@@ -74,19 +74,15 @@ func events(ctx context.Context, c Config, out io.Writer, ns, subject string, fr
 	}
 }
 
-// replicaSyncName is the event name of router replica sync
-// (router.ReplicaSyncName; the CLI does not link the router).
-const replicaSyncName = "replica_sync"
-
 // decode returns the message an event's subject says it carries, or nil.
 func decode(ev *eventbusv1.DeliveredEvent) proto.Message {
 	var m proto.Message
-	switch name := ev.Subject[strings.LastIndexByte(ev.Subject, '.')+1:]; name {
-	case worker.KVEventsName:
+	switch name := wire.EventName(ev.Subject); name {
+	case wire.KVEventsName:
 		m = &workerv1.KvEventBatch{}
-	case worker.LoadName:
+	case wire.LoadName:
 		m = &workerv1.LoadMetrics{}
-	case replicaSyncName:
+	case wire.ReplicaSyncName:
 		m = &routerv1.ReplicaEvent{}
 	}
 	if m == nil || proto.Unmarshal(ev.Payload, m) != nil {

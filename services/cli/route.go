@@ -143,23 +143,9 @@ func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.Expl
 		if k.InstanceId == ex.InstanceId {
 			pick = "<-"
 		}
-		_, addr := transportOf(transportToRegistry(cd.Transport))
+		_, addr := transportOf(cd.Transport)
 		fmt.Fprintf(tw, "  %x\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", k.InstanceId, addr, k.OverlapBlocks, ex.RequestBlocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
-}
-
-// transportToRegistry converts the router's copy of a transport for
-// transportOf.
-func transportToRegistry(t *routerv1.Transport) *registryv1.Transport {
-	switch k := t.GetKind().(type) {
-	case *routerv1.Transport_Tcp:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: k.Tcp}}
-	case *routerv1.Transport_Http:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: k.Http}}
-	case *routerv1.Transport_Nats:
-		return &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: k.Nats}}
-	}
-	return nil
 }

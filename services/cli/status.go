@@ -13,9 +13,11 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
 // Status is what `switchyard status` shows; -o json prints it as is.
@@ -223,16 +225,18 @@ func routerStatus(ctx context.Context, c Config, addr string) (RouterStatus, *ro
 	return rs, s
 }
 
-func transportOf(t *registryv1.Transport) (kind, addr string) {
-	switch k := t.GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		return "tcp", k.Tcp
-	case *registryv1.Transport_Http:
-		return "http", k.Http
-	case *registryv1.Transport_Nats:
-		return "nats", k.Nats
+// transportOf names the planes of t and their addresses, comma-separated
+// for an instance that serves several ("tcp,http", "host:port,http://...").
+func transportOf(t *commonv1.Transport) (kind, addr string) {
+	addrs := transport.AddressesOf(t)
+	if len(addrs) == 0 {
+		return "-", "-"
 	}
-	return "-", "-"
+	kinds, as := make([]string, len(addrs)), make([]string, len(addrs))
+	for i, a := range addrs {
+		kinds[i], as[i] = string(a.Kind), a.Addr
+	}
+	return strings.Join(kinds, ","), strings.Join(as, ",")
 }
 
 // age prints a duration for a person: 850ms, 12s, 3m4s, 2h5m.

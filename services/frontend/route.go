@@ -15,7 +15,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -48,13 +48,16 @@ type routing struct {
 	local   *core.Core
 	metrics *metrics
 	log     *slog.Logger
+	// plane is the frontend's own request plane: of a worker that serves
+	// several, the address on it is called.
+	plane transport.Plane
 }
 
 func newRouting(cfg *Config, creds credentials.TransportCredentials, auth credentials.PerRPCCredentials, m *metrics, log *slog.Logger) (*routing, error) {
 	mode, _ := cfg.mode()
 	cc := cfg.Core
 	cc.Mode, cc.Approximate = mode, cfg.approximate()
-	r := &routing{metrics: m, log: log}
+	r := &routing{metrics: m, log: log, plane: cfg.Transport.Plane}
 	if cfg.usesRouterService() {
 		cc.Mode, cc.Approximate = core.ModeRoundRobin, false
 		// One connection to every replica: it fails over between them, and
@@ -86,7 +89,7 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		resp, err := remote.Route(rctx, req)
 		cancel()
 		if err == nil {
-			return decisionOf(resp, remote)
+			return decisionOf(resp, remote, r.plane)
 		}
 		if ctx.Err() != nil {
 			return decision{}, ctx.Err()
@@ -113,24 +116,22 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	case err != nil:
 		return decision{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	return decisionOf(resp, nil)
+	return decisionOf(resp, nil, r.plane)
 }
 
-func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClient) (decision, error) {
+// decisionOf is the decision resp names. Of the addresses a worker serves,
+// the one on plane is called when it has one, otherwise its first (the
+// frontend's client speaks every plane).
+func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClient, plane transport.Plane) (decision, error) {
 	d := decision{instanceID: resp.GetInstanceId(), remote: remote, endpoint: resp.GetEndpoint().GetEndpoint()}
 	if d.endpoint == "" {
-		d.endpoint = worker.GenerateEndpoint
+		d.endpoint = wire.GenerateEndpoint
 	}
-	switch k := resp.GetTransport().GetKind().(type) {
-	case *routerv1.Transport_Tcp:
-		d.addr = transport.Address{Kind: transport.PlaneTCP, Addr: k.Tcp}
-	case *routerv1.Transport_Http:
-		d.addr = transport.Address{Kind: transport.PlaneHTTP, Addr: k.Http}
-	case *routerv1.Transport_Nats:
-		d.addr = transport.Address{Kind: transport.PlaneNATS, Addr: k.Nats}
-	default:
+	addr, ok := transport.Pick(resp.GetTransport(), plane)
+	if !ok {
 		return decision{}, fmt.Errorf("%w: instance %x has no request plane address", ErrNoInstance, d.instanceID)
 	}
+	d.addr = addr
 	return d, nil
 }
 

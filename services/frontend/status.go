@@ -7,12 +7,14 @@ import (
 	"html/template"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
-	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
 // The live status page: GET /status is a server-rendered page whose few
@@ -243,16 +245,17 @@ func (s *Service) handleStatusPage(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func transportString(t *registryv1.Transport) string {
-	switch k := t.GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		return "tcp " + k.Tcp
-	case *registryv1.Transport_Http:
-		return "http " + k.Http
-	case *registryv1.Transport_Nats:
-		return "nats " + k.Nats
+// transportString lists the addresses of t, "tcp host:port, http url".
+func transportString(t *commonv1.Transport) string {
+	addrs := transport.AddressesOf(t)
+	if len(addrs) == 0 {
+		return "-"
 	}
-	return "-"
+	parts := make([]string, len(addrs))
+	for i, a := range addrs {
+		parts[i] = string(a.Kind) + " " + a.Addr
+	}
+	return strings.Join(parts, ", ")
 }
 
 // of returns this frontend's requests in flight on instance id.

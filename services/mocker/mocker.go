@@ -32,6 +32,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
@@ -85,7 +86,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Engine = engine.DefaultConfig()
 	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
 	fs.StringVar(&c.Component, "component", "backend", "registry component")
-	fs.StringVar(&c.Endpoint, "endpoint", worker.GenerateEndpoint, "registry endpoint")
+	fs.StringVar(&c.Endpoint, "endpoint", wire.GenerateEndpoint, "registry endpoint")
 	fs.StringVar(&c.ModelName, "model-name", qwen3.ModelName, "model name served")
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with tokenizer.json(.gz) and tokenizer_config.json; empty: the built-in Qwen3 tokenizer")

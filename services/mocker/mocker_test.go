@@ -19,6 +19,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -79,7 +80,7 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 		prompt[i] = uint32(1000 + i)
 	}
 	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "r1", TokenIds: prompt, MaxTokens: 5})
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: w.Instance().Transport.GetTcp()}, worker.GenerateEndpoint, nil, payload)
+	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: w.Instance().Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	}
 
 	client := eventbustest.Client(t, bus.Addr().String())
-	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "mock", FilterSubject: "mock.backend." + worker.KVEventsName,
+	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "mock", FilterSubject: "mock.backend." + wire.KVEventsName,
 		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)

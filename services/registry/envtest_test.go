@@ -30,6 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
@@ -162,7 +163,7 @@ func (e *kubeEnv) slice(t *testing.T, name string, ready bool, lbls map[string]s
 }
 
 func tcpInstanceOf(ep, addr string) *registryv1.Instance {
-	return &registryv1.Instance{Namespace: "vllm-agg", Component: "backend", Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: addr}}}
+	return &registryv1.Instance{Namespace: "vllm-agg", Component: "backend", Endpoint: ep, Transport: &commonv1.Transport{Tcp: addr}}
 }
 
 // TestKubernetesEnvtest runs the kubernetes backend against a real API

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
@@ -124,7 +125,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 			rpc := registryv1.NewRegistryServiceClient(cc)
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 			defer ccancel()
-			in := &registryv1.Instance{Namespace: ns, Component: "c", Endpoint: "e", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}
+			in := &registryv1.Instance{Namespace: ns, Component: "c", Endpoint: "e", Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}
 			_, err = rpc.Register(cctx, &registryv1.RegisterRequest{Instance: in, TtlSeconds: 30})
 			if !tt.ok {
 				if err == nil {

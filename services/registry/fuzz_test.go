@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -26,11 +27,11 @@ func FuzzValidateRegister(f *testing.F) {
 		in := &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Metadata: map[string]string{mk: mv}}
 		switch kind {
 		case "tcp":
-			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: addr}}
+			in.Transport = &commonv1.Transport{Tcp: addr}
 		case "http":
-			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: addr}}
+			in.Transport = &commonv1.Transport{Http: addr}
 		case "nats":
-			in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: addr}}
+			in.Transport = &commonv1.Transport{Nats: addr}
 		}
 		_, err := validateRegister(&registryv1.RegisterRequest{Instance: in, TtlSeconds: ttl})
 		if err != nil {
@@ -53,8 +54,8 @@ func FuzzValidateRegister(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of encoded %s: %v", val, err)
 		}
-		if k, a := transportOf(back.Transport); k != kind || a != addr {
-			t.Fatalf("transport round trip: got %s=%q want %s=%q", k, a, kind, addr)
+		if got := planesOf(back.Transport); len(got) != 1 || got[0] != (planeAddr{kind, addr}) {
+			t.Fatalf("transport round trip: got %v want %s=%q", got, kind, addr)
 		}
 	})
 }
@@ -98,7 +99,7 @@ func FuzzDecodeInstance(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if k, _ := transportOf(in.Transport); k == "" {
+		if len(planesOf(in.Transport)) == 0 {
 			t.Fatalf("decoded %s without a transport", data)
 		}
 	})

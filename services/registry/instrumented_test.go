@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -48,7 +49,7 @@ func TestInstrumentedBackend(t *testing.T) {
 		{Namespace: "a", Component: "backend", Endpoint: "generate"},
 		{Namespace: "b", Component: "prefill", Endpoint: "generate"},
 	} {
-		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}
+		in.Transport = &commonv1.Transport{Tcp: "127.0.0.1:1"}
 		r, err := b.Register(ctx, in, 10*time.Second, 0, nil, "")
 		if err != nil {
 			t.Fatal(err)

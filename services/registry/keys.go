@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -88,8 +89,10 @@ func encodeInstance(in *registryv1.Instance) ([]byte, error) {
 		InstanceID: in.GetInstanceId(),
 		Metadata:   in.GetMetadata(),
 	}
-	kind, addr := transportOf(in.GetTransport())
-	v.Transport = map[string]string{kind: addr}
+	v.Transport = map[string]string{}
+	for _, p := range planesOf(in.GetTransport()) {
+		v.Transport[p.kind] = p.addr
+	}
 	return json.Marshal(v)
 }
 
@@ -100,21 +103,24 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("instance value: %w", err)
 	}
-	if len(v.Transport) != 1 {
-		return nil, fmt.Errorf("instance value: transport must have exactly one of tcp, http, nats; got %d keys", len(v.Transport))
+	if len(v.Transport) == 0 {
+		return nil, fmt.Errorf("instance value: transport must have at least one of tcp, http, nats")
 	}
-	t := &registryv1.Transport{}
+	t := &commonv1.Transport{}
 	for kind, addr := range v.Transport {
 		switch kind {
 		case "tcp":
-			t.Kind = &registryv1.Transport_Tcp{Tcp: addr}
+			t.Tcp = addr
 		case "http":
-			t.Kind = &registryv1.Transport_Http{Http: addr}
+			t.Http = addr
 		case "nats":
-			t.Kind = &registryv1.Transport_Nats{Nats: addr}
+			t.Nats = addr
 		default:
 			return nil, fmt.Errorf("instance value: unknown transport %q", kind)
 		}
+	}
+	if len(planesOf(t)) == 0 {
+		return nil, fmt.Errorf("instance value: transport has no address")
 	}
 	return &registryv1.Instance{
 		Namespace:  v.Namespace,
@@ -126,16 +132,23 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 	}, nil
 }
 
-func transportOf(t *registryv1.Transport) (kind, addr string) {
-	switch k := t.GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		return "tcp", k.Tcp
-	case *registryv1.Transport_Http:
-		return "http", k.Http
-	case *registryv1.Transport_Nats:
-		return "nats", k.Nats
+// planeAddr is one plane's address in a transport.
+type planeAddr struct{ kind, addr string }
+
+// planesOf lists the planes t serves, in the order tcp, http, nats. The
+// kinds are the JSON keys of the seed's transport value.
+func planesOf(t *commonv1.Transport) []planeAddr {
+	var out []planeAddr
+	if t.GetTcp() != "" {
+		out = append(out, planeAddr{"tcp", t.GetTcp()})
 	}
-	return "", ""
+	if t.GetHttp() != "" {
+		out = append(out, planeAddr{"http", t.GetHttp()})
+	}
+	if t.GetNats() != "" {
+		out = append(out, planeAddr{"nats", t.GetNats()})
+	}
+	return out
 }
 
 var (

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
@@ -510,7 +511,7 @@ func TestKubeRejectsBadLeaseRequests(t *testing.T) {
 	const uid = "uid-real"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	ctx := kubeCtx(t)
-	in := &registryv1.Instance{Namespace: "ns", Component: "c", Endpoint: "e", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}
+	in := &registryv1.Instance{Namespace: "ns", Component: "c", Endpoint: "e", Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}
 	tests := []struct {
 		name string
 		call func() error

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -57,7 +58,8 @@ type endpointEntry struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 }
 
-// transportEntry has the seed's JSON shape: exactly one of tcp, http, nats.
+// transportEntry has the seed's JSON shape: one of tcp, http, nats, or
+// several for an instance that serves several planes.
 type transportEntry struct {
 	TCP  string `json:"tcp,omitempty"`
 	HTTP string `json:"http,omitempty"`
@@ -100,26 +102,15 @@ func idLabel(id uint64) string { return strconv.FormatUint(id, 16) }
 
 func toEndpointEntry(in *registryv1.Instance) endpointEntry {
 	e := endpointEntry{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, Metadata: in.Metadata}
-	switch t := in.GetTransport().GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		e.Transport.TCP = t.Tcp
-	case *registryv1.Transport_Http:
-		e.Transport.HTTP = t.Http
-	case *registryv1.Transport_Nats:
-		e.Transport.NATS = t.Nats
-	}
+	t := in.GetTransport()
+	e.Transport = transportEntry{TCP: t.GetTcp(), HTTP: t.GetHttp(), NATS: t.GetNats()}
 	return e
 }
 
 func (e endpointEntry) instance(id uint64) *registryv1.Instance {
 	in := &registryv1.Instance{Namespace: e.Namespace, Component: e.Component, Endpoint: e.Endpoint, InstanceId: id, Metadata: e.Metadata}
-	switch {
-	case e.Transport.TCP != "":
-		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: e.Transport.TCP}}
-	case e.Transport.HTTP != "":
-		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: e.Transport.HTTP}}
-	case e.Transport.NATS != "":
-		in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: e.Transport.NATS}}
+	if e.Transport != (transportEntry{}) {
+		in.Transport = &commonv1.Transport{Tcp: e.Transport.TCP, Http: e.Transport.HTTP, Nats: e.Transport.NATS}
 	}
 	return in
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 )
@@ -128,7 +129,7 @@ func TestLeaseOwnership(t *testing.T) {
 			if a.LeaseToken == "" || b.LeaseToken == "" || a.LeaseToken == b.LeaseToken {
 				t.Fatalf("lease tokens %q and %q: want two different secrets", a.LeaseToken, b.LeaseToken)
 			}
-			in := &registryv1.Instance{Namespace: "ns", Component: "backend", Endpoint: "generate", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:9000"}}}
+			in := &registryv1.Instance{Namespace: "ns", Component: "backend", Endpoint: "generate", Transport: &commonv1.Transport{Tcp: "127.0.0.1:9000"}}
 			if _, err := rpc.Register(withLeaseToken(ctx, a.LeaseToken), &registryv1.RegisterRequest{Instance: in, LeaseId: a.LeaseId}); err != nil {
 				t.Fatalf("the owner's Register: %v", err)
 			}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
@@ -67,7 +68,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func tcpInstance(ns, comp, ep, addr string) *registryv1.Instance {
-	return &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: addr}}}
+	return &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Transport: &commonv1.Transport{Tcp: addr}}
 }
 
 func TestSeedKeyAndJSON(t *testing.T) {
@@ -75,12 +76,12 @@ func TestSeedKeyAndJSON(t *testing.T) {
 	ctx := ctxT(t)
 	tests := []struct {
 		name      string
-		transport *registryv1.Transport
+		transport *commonv1.Transport
 		wantT     string
 	}{
-		{"tcp", &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.7:9345"}}, `{"tcp":"10.0.0.7:9345"}`},
-		{"http", &registryv1.Transport{Kind: &registryv1.Transport_Http{Http: "http://10.0.0.7:8888/v1/rpc"}}, `{"http":"http://10.0.0.7:8888/v1/rpc"}`},
-		{"nats", &registryv1.Transport{Kind: &registryv1.Transport_Nats{Nats: "vllm-agg.backend.generate.1"}}, `{"nats":"vllm-agg.backend.generate.1"}`},
+		{"tcp", &commonv1.Transport{Tcp: "10.0.0.7:9345"}, `{"tcp":"10.0.0.7:9345"}`},
+		{"http", &commonv1.Transport{Http: "http://10.0.0.7:8888/v1/rpc"}, `{"http":"http://10.0.0.7:8888/v1/rpc"}`},
+		{"nats", &commonv1.Transport{Nats: "vllm-agg.backend.generate.1"}, `{"nats":"vllm-agg.backend.generate.1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,7 +129,7 @@ func TestForeignSeedValueIsListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []*registryv1.Instance{{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: uint64(lease.ID), Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}}
+	want := []*registryv1.Instance{{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: uint64(lease.ID), Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}}
 	if d := cmp.Diff(want, resp.Instances, protocmp.Transform()); d != "" {
 		t.Fatalf("ListInstances (-want +got):\n%s", d)
 	}
@@ -145,7 +146,7 @@ func TestDuplicateRegistrationIsAlreadyExists(t *testing.T) {
 	if _, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: in, LeaseId: lease.LeaseId}); err != nil {
 		t.Fatal(err)
 	}
-	in.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:2"}}
+	in.Transport = &commonv1.Transport{Tcp: "127.0.0.1:2"}
 	_, err = e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: in, LeaseId: lease.LeaseId})
 	if status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("second Register = %v, want AlreadyExists", err)
@@ -195,7 +196,7 @@ func TestInvalidArguments(t *testing.T) {
 		}, "does not match"},
 		{"undialable tcp address", func() error {
 			_, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: with(func(i *registryv1.Instance) {
-				i.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "not a host:port \x00"}}
+				i.Transport = &commonv1.Transport{Tcp: "not a host:port \x00"}
 			})})
 			return err
 		}, "instance.transport.tcp"},
@@ -205,7 +206,7 @@ func TestInvalidArguments(t *testing.T) {
 		}, "transport is missing"},
 		{"empty address", func() error {
 			_, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: with(func(i *registryv1.Instance) {
-				i.Transport = &registryv1.Transport{Kind: &registryv1.Transport_Tcp{}}
+				i.Transport = &commonv1.Transport{}
 			})})
 			return err
 		}, "address is empty"},

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -71,28 +72,28 @@ func validMetadata(md map[string]string) error {
 	return nil
 }
 
-func validTransport(t *registryv1.Transport) error {
-	kind, addr := transportOf(t)
-	if kind == "" {
-		return fmt.Errorf("%w: transport is missing: set one of tcp, http, nats", ErrInvalid)
+func validTransport(t *commonv1.Transport) error {
+	planes := planesOf(t)
+	if len(planes) == 0 {
+		return fmt.Errorf("%w: transport is missing or its address is empty: set at least one of tcp, http, nats", ErrInvalid)
 	}
-	if addr == "" {
-		return fmt.Errorf("%w: transport %s address is empty", ErrInvalid, kind)
-	}
-	if len(addr) > MaxAddress || !utf8.ValidString(addr) {
-		return fmt.Errorf("%w: transport %s address is not valid UTF-8 of at most %d bytes", ErrInvalid, kind, MaxAddress)
-	}
-	var err error
-	switch kind {
-	case "tcp":
-		err = validTCPAddr(addr)
-	case "http":
-		err = validHTTPAddr(addr)
-	case "nats":
-		err = validNATSSubject(addr)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: instance.transport.%s %q: %v", ErrInvalid, kind, addr, err)
+	for _, p := range planes {
+		kind, addr := p.kind, p.addr
+		if len(addr) > MaxAddress || !utf8.ValidString(addr) {
+			return fmt.Errorf("%w: transport %s address is not valid UTF-8 of at most %d bytes", ErrInvalid, kind, MaxAddress)
+		}
+		var err error
+		switch kind {
+		case "tcp":
+			err = validTCPAddr(addr)
+		case "http":
+			err = validHTTPAddr(addr)
+		case "nats":
+			err = validNATSSubject(addr)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: instance.transport.%s %q: %v", ErrInvalid, kind, addr, err)
+		}
 	}
 	return nil
 }

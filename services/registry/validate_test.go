@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 )
 
@@ -168,14 +169,14 @@ func TestTransportAddresses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind+" "+tt.addr, func(t *testing.T) {
-			tr := &registryv1.Transport{}
+			tr := &commonv1.Transport{}
 			switch tt.kind {
 			case "tcp":
-				tr.Kind = &registryv1.Transport_Tcp{Tcp: tt.addr}
+				tr.Tcp = tt.addr
 			case "http":
-				tr.Kind = &registryv1.Transport_Http{Http: tt.addr}
+				tr.Http = tt.addr
 			case "nats":
-				tr.Kind = &registryv1.Transport_Nats{Nats: tt.addr}
+				tr.Nats = tt.addr
 			}
 			err := validTransport(tr)
 			if (err == nil) != tt.ok {

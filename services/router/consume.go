@@ -12,7 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
-	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -57,7 +57,7 @@ func (c *consumer) follow(ns string) {
 	}
 	c.seen[ns] = true
 	if c.events {
-		req := &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: ns + ".*." + worker.KVEventsName, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true}
+		req := &eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: wire.KVEventsFilter(ns), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true}
 		if s := c.start[ns]; s > 0 {
 			req.DeliverPolicy, req.StartSequence = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, s+1
 		}
@@ -74,7 +74,7 @@ func (c *consumer) follow(ns string) {
 		})
 	}
 	if c.coreKV != nil {
-		c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: ns + ".*." + worker.KVEventsName, Core: true}, func(ev *eventbusv1.DeliveredEvent) {
+		c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: wire.KVEventsFilter(ns), Core: true}, func(ev *eventbusv1.DeliveredEvent) {
 			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
@@ -83,7 +83,7 @@ func (c *consumer) follow(ns string) {
 			c.coreKV.deliver(b)
 		})
 	}
-	c.run(ns, ns+".*."+worker.LoadName, eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
+	c.run(ns, wire.LoadFilter(ns), eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
 		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			c.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", err.Error())
@@ -95,7 +95,7 @@ func (c *consumer) follow(ns string) {
 		// From the start of the stream: a replica that joins late replays
 		// every decision, and routed/freed pairs cancel out, leaving exactly
 		// the requests still in flight.
-		c.run(ns, ns+".router."+ReplicaSyncName, eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
+		c.run(ns, wire.ReplicaSyncSubject(ns), eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
 	}
 	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "core_kv_events", c.coreKV != nil, "replica_sync", c.sync != nil)
 }

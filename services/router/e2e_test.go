@@ -15,6 +15,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -60,7 +61,7 @@ func startMocker(t *testing.T, regAddr, busAddr string, args ...string) *worker.
 func generate(ctx context.Context, t *testing.T, c transport.Client, resp *routerv1.RouteResponse, id string, prompt []uint32) {
 	t.Helper()
 	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: 4})
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, worker.GenerateEndpoint, nil, payload)
+	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
 	if err != nil {
 		t.Fatal(err)
 	}

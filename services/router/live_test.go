@@ -18,6 +18,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -100,7 +101,7 @@ func (s *liveStack) play(ctx context.Context, id string, prompt []uint32, maxTok
 	}
 	defer func() { _, _ = s.rpc.Free(context.WithoutCancel(ctx), &routerv1.FreeRequest{RequestId: id}) }()
 	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: uint32(maxTokens)})
-	st, err := s.tc.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, worker.GenerateEndpoint, nil, payload)
+	st, err := s.tc.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -74,10 +73,10 @@ func (m *routerMetrics) delivered(ev *eventbusv1.DeliveredEvent) {
 		return
 	}
 	lag := time.Since(ev.GetTime().AsTime()).Seconds()
-	switch name := ev.GetSubject()[strings.LastIndexByte(ev.GetSubject(), '.')+1:]; name {
-	case worker.KVEventsName:
+	switch name := wire.EventName(ev.GetSubject()); name {
+	case wire.KVEventsName:
 		m.eventLag.Observe(max(lag, 0))
-	case ReplicaSyncName:
+	case wire.ReplicaSyncName:
 		m.replicaLag.Observe(max(lag, 0))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -26,7 +27,7 @@ func metricsCluster(t *testing.T, prompt []uint32) *core.Core {
 	c := core.New(cfg)
 	for i := uint64(1); i <= 2; i++ {
 		c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
-			InstanceId: i, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}}})
+			InstanceId: i, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}}})
 		c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: i, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
 	}

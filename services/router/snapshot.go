@@ -14,20 +14,22 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
-// Where snapshots live in the eventbus object store. Every router replica
-// consumes the same events, so any replica's snapshot serves them all.
+// Where snapshots live in the eventbus object store.
+//
+// Deprecated: use wire.SnapshotBucket and wire.SnapshotObject.
 const (
-	SnapshotBucket = "router-snapshots"
-	SnapshotObject = "kv-index"
+	SnapshotBucket = wire.SnapshotBucket
+	SnapshotObject = wire.SnapshotObject
 )
 
 // loadSnapshot fetches the latest snapshot; a missing one is a cold start.
 func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer
-	if _, err := bus.GetObject(ctx, SnapshotBucket, SnapshotObject, &buf); err != nil {
+	if _, err := bus.GetObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, &buf); err != nil {
 		if apierr.Is(err, codes.NotFound, apierr.ReasonObjectNotFound) {
 			return nil, nil
 		}
@@ -61,7 +63,7 @@ func snapshotLoop(ctx context.Context, bus *eventbus.Client, c *core.Core, cons 
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err = bus.PutObject(pctx, SnapshotBucket, SnapshotObject, bytes.NewReader(data), eventbus.PutObjectOptions{Description: "router KV index snapshot"})
+		_, err = bus.PutObject(pctx, wire.SnapshotBucket, wire.SnapshotObject, bytes.NewReader(data), eventbus.PutObjectOptions{Description: "router KV index snapshot"})
 		cancel()
 		if err != nil {
 			log.Warn("snapshot not stored", "err", err.Error())

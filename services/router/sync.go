@@ -11,13 +11,15 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
-// ReplicaSyncName is the event name replicas share decisions on, under
-// {namespace}.router.
-const ReplicaSyncName = "replica_sync"
+// ReplicaSyncName is the event name replicas share decisions on.
+//
+// Deprecated: use wire.ReplicaSyncName.
+const ReplicaSyncName = wire.ReplicaSyncName
 
 // syncer publishes this replica's decisions and applies the others'.
 type syncer struct {
@@ -45,7 +47,7 @@ func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger)
 
 func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	ev.ReplicaId = s.id
-	e, err := eventbus.NewEvent(ns+".router."+ReplicaSyncName, ev)
+	e, err := eventbus.NewEvent(wire.ReplicaSyncSubject(ns), ev)
 	if err != nil {
 		s.log.Error("cannot encode a replica event", "err", err.Error())
 		return
@@ -124,7 +126,7 @@ func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
 		// Remember where the request lives, so that a prefill-complete or
 		// free sent to this replica is shared too.
 		s.mu.Lock()
-		s.nsOf[r.RequestId] = namespaceOf(ev.GetSubject())
+		s.nsOf[r.RequestId] = wire.Namespace(ev.GetSubject())
 		s.mu.Unlock()
 	}
 	if id := re.GetFreed(); id != "" {
@@ -142,13 +144,4 @@ func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
 func (s *syncer) close() {
 	close(s.out)
 	<-s.done
-}
-
-func namespaceOf(subject string) string {
-	for i := 0; i < len(subject); i++ {
-		if subject[i] == '.' {
-			return subject[:i]
-		}
-	}
-	return subject
 }

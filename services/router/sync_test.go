@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
@@ -42,7 +43,7 @@ func TestReplicasRouteAsOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close(context.Background())
-		in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: fmt.Sprintf("127.0.0.1:%d", 9000+i)}}}
+		in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", Transport: &commonv1.Transport{Tcp: fmt.Sprintf("127.0.0.1:%d", 9000+i)}}
 		if _, err := s.Register(ctx, in); err != nil {
 			t.Fatal(err)
 		}

@@ -321,7 +321,7 @@ async function main(): Promise<number> {
           namespace: cfg.namespace,
           component: cfg.component,
           endpoint: cfg.endpoint,
-          transport: { kind: { case: "http", value: server.baseUrl } },
+          transport: { http: server.baseUrl },
           metadata: { worker: "node-example" },
         });
         await registry.register({ instance, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });

@@ -33,6 +33,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/frontend"
@@ -245,7 +246,7 @@ func (e *Env) Direct(ctx context.Context, maxTokens int) (Timing, error) {
 	case transport.PlaneNATS:
 		addr.Addr = e.Worker.Instance().GetTransport().GetNats()
 	}
-	st, err := e.RPC.Call(ctx, addr, worker.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
+	st, err := e.RPC.Call(ctx, addr, wire.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
 	if err != nil {
 		return Timing{}, err
 	}

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
@@ -221,7 +222,7 @@ func selfCPU() time.Duration {
 }
 
 func instance(ep string) *registryv1.Instance {
-	return &registryv1.Instance{Namespace: "bench", Component: "worker", Endpoint: ep, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}
+	return &registryv1.Instance{Namespace: "bench", Component: "worker", Endpoint: ep, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}
 }
 
 // registrations times n Register calls, each granting its own lease.

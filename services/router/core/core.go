@@ -605,7 +605,7 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	}
 	return &routerv1.RouteResponse{
 		InstanceId:    in.InstanceId,
-		Transport:     transportOf(in.Transport),
+		Transport:     in.Transport,
 		OverlapBlocks: uint32(d.overlap),
 		RequestBlocks: uint32(len(d.hashes)),
 		Candidates:    candidatesOf(d.scored),
@@ -706,18 +706,6 @@ func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
 		out[i] = m
 	}
 	return out
-}
-
-func transportOf(t *registryv1.Transport) *routerv1.Transport {
-	switch k := t.GetKind().(type) {
-	case *registryv1.Transport_Tcp:
-		return &routerv1.Transport{Kind: &routerv1.Transport_Tcp{Tcp: k.Tcp}}
-	case *registryv1.Transport_Http:
-		return &routerv1.Transport{Kind: &routerv1.Transport_Http{Http: k.Http}}
-	case *registryv1.Transport_Nats:
-		return &routerv1.Transport{Kind: &routerv1.Transport_Nats{Nats: k.Nats}}
-	}
-	return nil
 }
 
 // Stats reports the router's state.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -30,7 +31,7 @@ func cluster(t *testing.T, cfg Config, n int) *Core {
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for i := 1; i <= n; i++ {
 		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
-			InstanceId: uint64(i), Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}})
+			InstanceId: uint64(i), Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}})
 		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: uint64(i), ModelName: model, BlockSize: 4}})
 	}
@@ -266,7 +267,7 @@ func TestRegistryChangesReachTheNextDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 3,
-		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.1:1"}}}
+		Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}
 	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: in}})
 	if _, err := route("b", 1, 2); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("a worker without a model card served the model: %v", err)

@@ -34,7 +34,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	for i, cd := range d.cands {
 		out.Candidates = append(out.Candidates, &routerv1.ExplainedCandidate{
 			Candidate: scored[i],
-			Transport: transportOf(cd.in.Transport),
+			Transport: cd.in.Transport,
 			Endpoint:  &routerv1.Endpoint{Namespace: cd.in.Namespace, Component: cd.in.Component, Endpoint: cd.in.Endpoint},
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
@@ -240,7 +241,7 @@ func Run(trace []Request, cfg Config, mode string) (Result, error) {
 		id := uint64(i + 1)
 		s.engines = append(s.engines, &simEngine{id: id, e: e})
 		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
-			InstanceId: id, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
+			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
 		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
@@ -214,7 +215,7 @@ func TestUnauthenticatedCallsChangeNothing(t *testing.T) {
 	worker := s.Mockers[0]
 	lease := worker.InstanceID()
 	inst := &registryv1.Instance{Namespace: "attack", Component: "backend", Endpoint: "generate",
-		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "10.0.0.66:1"}}}
+		Transport: &commonv1.Transport{Tcp: "10.0.0.66:1"}}
 	card := &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate", ModelName: "junk", BlockSize: 16}
 	event := &eventbusv1.Event{Subject: "dynamo.backend.kv_cache_update", Payload: []byte("junk")}
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -142,7 +143,7 @@ func FuzzRPC(f *testing.F) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	others := [][]byte{
 		mustMarshal(f, &registryv1.RegisterRequest{Instance: &registryv1.Instance{Namespace: "fuzz", Component: "c", Endpoint: "e",
-			Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}}),
+			Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}}),
 		mustMarshal(f, &routerv1.RouteRequest{RequestId: "fuzz", TokenIds: []uint32{1, 2, 3}}),
 	}
 	for i := range targets {

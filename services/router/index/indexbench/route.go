@@ -3,6 +3,7 @@ package indexbench
 import (
 	"fmt"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -25,7 +26,7 @@ func RouteCore(wl *Workload) (*core.Core, *routerv1.Target) {
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for _, d := range dumps {
 		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}})
+			InstanceId: d.ID.Instance, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
 		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
 			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
 	}

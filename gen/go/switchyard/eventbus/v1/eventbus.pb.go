@@ -97,7 +97,11 @@ type Event struct {
 	// means no deduplication.
 	MsgId string `protobuf:"bytes,3,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
 	// Headers carried with the event. Names must not start with "Nats-", which
-	// NATS reserves.
+	// NATS reserves. Switchyard's publishers set "Switchyard-Type" to the fully
+	// qualified name of the payload's protobuf message (such as
+	// "switchyard.worker.v1.KvEventBatch"; Go: pkg/wire HeaderType), so that a
+	// consumer can check what it decodes. The subjects and message ids of each
+	// event kind are on its message (KvEventBatch, LoadMetrics, ReplicaEvent).
 	Headers       map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

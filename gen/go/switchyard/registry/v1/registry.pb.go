@@ -7,6 +7,7 @@
 package registryv1
 
 import (
+	v1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -185,111 +186,6 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
-// Transport is where an instance serves its request plane endpoint. Exactly
-// one field is set; its JSON form is the seed's {"tcp":"host:port"}.
-type Transport struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The address, by request plane kind.
-	//
-	// Types that are valid to be assigned to Kind:
-	//
-	//	*Transport_Tcp
-	//	*Transport_Http
-	//	*Transport_Nats
-	Kind          isTransport_Kind `protobuf_oneof:"kind"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Transport) Reset() {
-	*x = Transport{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Transport) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Transport) ProtoMessage() {}
-
-func (x *Transport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Transport.ProtoReflect.Descriptor instead.
-func (*Transport) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *Transport) GetKind() isTransport_Kind {
-	if x != nil {
-		return x.Kind
-	}
-	return nil
-}
-
-func (x *Transport) GetTcp() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Tcp); ok {
-			return x.Tcp
-		}
-	}
-	return ""
-}
-
-func (x *Transport) GetHttp() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Http); ok {
-			return x.Http
-		}
-	}
-	return ""
-}
-
-func (x *Transport) GetNats() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Nats); ok {
-			return x.Nats
-		}
-	}
-	return ""
-}
-
-type isTransport_Kind interface {
-	isTransport_Kind()
-}
-
-type Transport_Tcp struct {
-	// TCP request plane address, host:port.
-	Tcp string `protobuf:"bytes,1,opt,name=tcp,proto3,oneof"`
-}
-
-type Transport_Http struct {
-	// HTTP/2 request plane URL.
-	Http string `protobuf:"bytes,2,opt,name=http,proto3,oneof"`
-}
-
-type Transport_Nats struct {
-	// NATS request plane subject.
-	Nats string `protobuf:"bytes,3,opt,name=nats,proto3,oneof"`
-}
-
-func (*Transport_Tcp) isTransport_Kind() {}
-
-func (*Transport_Http) isTransport_Kind() {}
-
-func (*Transport_Nats) isTransport_Kind() {}
-
 // Instance is one registered endpoint of one worker.
 type Instance struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -301,8 +197,8 @@ type Instance struct {
 	Endpoint string `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	// The instance id: the id of the lease the instance is tied to.
 	InstanceId uint64 `protobuf:"varint,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	// Where the endpoint is served.
-	Transport *Transport `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
+	// Where the endpoint is served: one address per plane it serves.
+	Transport *v1.Transport `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
 	// Free-form metadata, at most 64 KiB in all.
 	Metadata      map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
@@ -311,7 +207,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +219,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +232,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Instance) GetNamespace() string {
@@ -367,7 +263,7 @@ func (x *Instance) GetInstanceId() uint64 {
 	return 0
 }
 
-func (x *Instance) GetTransport() *Transport {
+func (x *Instance) GetTransport() *v1.Transport {
 	if x != nil {
 		return x.Transport
 	}
@@ -397,7 +293,7 @@ type InstanceFilter struct {
 
 func (x *InstanceFilter) Reset() {
 	*x = InstanceFilter{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +305,7 @@ func (x *InstanceFilter) String() string {
 func (*InstanceFilter) ProtoMessage() {}
 
 func (x *InstanceFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +318,7 @@ func (x *InstanceFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceFilter.ProtoReflect.Descriptor instead.
 func (*InstanceFilter) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *InstanceFilter) GetNamespace() string {
@@ -465,7 +361,7 @@ type KubernetesPod struct {
 
 func (x *KubernetesPod) Reset() {
 	*x = KubernetesPod{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +373,7 @@ func (x *KubernetesPod) String() string {
 func (*KubernetesPod) ProtoMessage() {}
 
 func (x *KubernetesPod) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +386,7 @@ func (x *KubernetesPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesPod.ProtoReflect.Descriptor instead.
 func (*KubernetesPod) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *KubernetesPod) GetName() string {
@@ -527,7 +423,7 @@ type GrantLeaseRequest struct {
 
 func (x *GrantLeaseRequest) Reset() {
 	*x = GrantLeaseRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +435,7 @@ func (x *GrantLeaseRequest) String() string {
 func (*GrantLeaseRequest) ProtoMessage() {}
 
 func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +448,7 @@ func (x *GrantLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GrantLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GrantLeaseRequest) GetTtlSeconds() int64 {
@@ -586,7 +482,7 @@ type GrantLeaseResponse struct {
 
 func (x *GrantLeaseResponse) Reset() {
 	*x = GrantLeaseResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +494,7 @@ func (x *GrantLeaseResponse) String() string {
 func (*GrantLeaseResponse) ProtoMessage() {}
 
 func (x *GrantLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +507,7 @@ func (x *GrantLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GrantLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GrantLeaseResponse) GetLeaseId() uint64 {
@@ -654,7 +550,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +562,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +575,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterRequest) GetInstance() *Instance {
@@ -728,7 +624,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +636,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +649,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterResponse) GetInstanceId() uint64 {
@@ -795,7 +691,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +703,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +716,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() uint64 {
@@ -845,7 +741,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +753,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +766,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeepAliveResponse) GetLeaseId() uint64 {
@@ -905,7 +801,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +813,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +826,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeregisterRequest) GetLeaseId() uint64 {
@@ -951,7 +847,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +859,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +872,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeregisterResponse) GetRevision() int64 {
@@ -997,7 +893,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +905,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +918,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListInstancesRequest) GetFilter() *InstanceFilter {
@@ -1045,7 +941,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +953,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +966,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -1101,7 +997,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1009,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1022,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchInstancesRequest) GetFilter() *InstanceFilter {
@@ -1158,7 +1054,7 @@ type InstanceEvent struct {
 
 func (x *InstanceEvent) Reset() {
 	*x = InstanceEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1066,7 @@ func (x *InstanceEvent) String() string {
 func (*InstanceEvent) ProtoMessage() {}
 
 func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1079,7 @@ func (x *InstanceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceEvent.ProtoReflect.Descriptor instead.
 func (*InstanceEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstanceEvent) GetType() EventType {
@@ -1226,7 +1122,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1134,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1147,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchInstancesResponse) GetKind() WatchResponseKind {
@@ -1291,6 +1187,13 @@ func (x *WatchInstancesResponse) GetRevision() int64 {
 
 // TokenizerArtifact is one tokenizer file of a model, stored in the eventbus
 // object store and referenced by content hash.
+//
+// Wire convention (Go: pkg/wire TokenizerBucket, TokenizerObject): a worker
+// uploads each file to bucket "tokenizers" under the object name
+// {model}/{file}, where {model} is the model name with "/" written "--" and
+// " " written "_" ("Qwen--Qwen3-0.6B/tokenizer.json"), and sets object_key to
+// "tokenizers/" + that name. The frontend fetches the files by object_key and
+// checks sha256 before it loads them.
 type TokenizerArtifact struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// File name, such as tokenizer.json.
@@ -1299,7 +1202,8 @@ type TokenizerArtifact struct {
 	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// Size in bytes.
 	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	// Object store key.
+	// Object store key: {bucket}/{object name}, such as
+	// tokenizers/Qwen--Qwen3-0.6B/tokenizer.json.
 	ObjectKey     string `protobuf:"bytes,4,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1307,7 +1211,7 @@ type TokenizerArtifact struct {
 
 func (x *TokenizerArtifact) Reset() {
 	*x = TokenizerArtifact{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1223,7 @@ func (x *TokenizerArtifact) String() string {
 func (*TokenizerArtifact) ProtoMessage() {}
 
 func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1236,7 @@ func (x *TokenizerArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizerArtifact.ProtoReflect.Descriptor instead.
 func (*TokenizerArtifact) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenizerArtifact) GetName() string {
@@ -1398,7 +1302,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1314,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1327,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModelCard) GetNamespace() string {
@@ -1516,7 +1420,7 @@ type ModelFilter struct {
 
 func (x *ModelFilter) Reset() {
 	*x = ModelFilter{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1432,7 @@ func (x *ModelFilter) String() string {
 func (*ModelFilter) ProtoMessage() {}
 
 func (x *ModelFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1445,7 @@ func (x *ModelFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilter.ProtoReflect.Descriptor instead.
 func (*ModelFilter) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModelFilter) GetNamespace() string {
@@ -1571,7 +1475,7 @@ type RegisterModelRequest struct {
 
 func (x *RegisterModelRequest) Reset() {
 	*x = RegisterModelRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1487,7 @@ func (x *RegisterModelRequest) String() string {
 func (*RegisterModelRequest) ProtoMessage() {}
 
 func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1500,7 @@ func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelRequest.ProtoReflect.Descriptor instead.
 func (*RegisterModelRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterModelRequest) GetCard() *ModelCard {
@@ -1624,7 +1528,7 @@ type RegisterModelResponse struct {
 
 func (x *RegisterModelResponse) Reset() {
 	*x = RegisterModelResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1540,7 @@ func (x *RegisterModelResponse) String() string {
 func (*RegisterModelResponse) ProtoMessage() {}
 
 func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1553,7 @@ func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelResponse.ProtoReflect.Descriptor instead.
 func (*RegisterModelResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterModelResponse) GetRevision() int64 {
@@ -1670,7 +1574,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1586,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1599,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListModelsRequest) GetFilter() *ModelFilter {
@@ -1718,7 +1622,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1634,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1647,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListModelsResponse) GetCards() []*ModelCard {
@@ -1773,7 +1677,7 @@ type WatchModelsRequest struct {
 
 func (x *WatchModelsRequest) Reset() {
 	*x = WatchModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1689,7 @@ func (x *WatchModelsRequest) String() string {
 func (*WatchModelsRequest) ProtoMessage() {}
 
 func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1702,7 @@ func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsRequest.ProtoReflect.Descriptor instead.
 func (*WatchModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchModelsRequest) GetFilter() *ModelFilter {
@@ -1830,7 +1734,7 @@ type ModelEvent struct {
 
 func (x *ModelEvent) Reset() {
 	*x = ModelEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1746,7 @@ func (x *ModelEvent) String() string {
 func (*ModelEvent) ProtoMessage() {}
 
 func (x *ModelEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1759,7 @@ func (x *ModelEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelEvent.ProtoReflect.Descriptor instead.
 func (*ModelEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelEvent) GetType() EventType {
@@ -1898,7 +1802,7 @@ type WatchModelsResponse struct {
 
 func (x *WatchModelsResponse) Reset() {
 	*x = WatchModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1814,7 @@ func (x *WatchModelsResponse) String() string {
 func (*WatchModelsResponse) ProtoMessage() {}
 
 func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1827,7 @@ func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsResponse.ProtoReflect.Descriptor instead.
 func (*WatchModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchModelsResponse) GetKind() WatchResponseKind {
@@ -1980,7 +1884,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +1896,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +1909,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -2054,7 +1958,7 @@ type CreateBucketRequest struct {
 
 func (x *CreateBucketRequest) Reset() {
 	*x = CreateBucketRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +1970,7 @@ func (x *CreateBucketRequest) String() string {
 func (*CreateBucketRequest) ProtoMessage() {}
 
 func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +1983,7 @@ func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*CreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateBucketRequest) GetBucket() string {
@@ -2100,7 +2004,7 @@ type CreateBucketResponse struct {
 
 func (x *CreateBucketResponse) Reset() {
 	*x = CreateBucketResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2016,7 @@ func (x *CreateBucketResponse) String() string {
 func (*CreateBucketResponse) ProtoMessage() {}
 
 func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2029,7 @@ func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*CreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateBucketResponse) GetCreated() bool {
@@ -2148,7 +2052,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2064,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2077,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetKeyRequest) GetBucket() string {
@@ -2201,7 +2105,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2117,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2130,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetKeyResponse) GetKv() *KeyValue {
@@ -2256,7 +2160,7 @@ type PutKeyRequest struct {
 
 func (x *PutKeyRequest) Reset() {
 	*x = PutKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2172,7 @@ func (x *PutKeyRequest) String() string {
 func (*PutKeyRequest) ProtoMessage() {}
 
 func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2185,7 @@ func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyRequest.ProtoReflect.Descriptor instead.
 func (*PutKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutKeyRequest) GetBucket() string {
@@ -2330,7 +2234,7 @@ type PutKeyResponse struct {
 
 func (x *PutKeyResponse) Reset() {
 	*x = PutKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2246,7 @@ func (x *PutKeyResponse) String() string {
 func (*PutKeyResponse) ProtoMessage() {}
 
 func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2259,7 @@ func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyResponse.ProtoReflect.Descriptor instead.
 func (*PutKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutKeyResponse) GetRevision() int64 {
@@ -2382,7 +2286,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2298,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2311,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateKeyRequest) GetBucket() string {
@@ -2449,7 +2353,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2365,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2378,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateKeyResponse) GetRevision() int64 {
@@ -2497,7 +2401,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2413,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2426,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteKeyRequest) GetBucket() string {
@@ -2552,7 +2456,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2468,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2481,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteKeyResponse) GetDeleted() bool {
@@ -2607,7 +2511,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2523,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2536,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListKeysRequest) GetBucket() string {
@@ -2662,7 +2566,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2578,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2591,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysResponse) GetKvs() []*KeyValue {
@@ -2719,7 +2623,7 @@ type WatchKeysRequest struct {
 
 func (x *WatchKeysRequest) Reset() {
 	*x = WatchKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2635,7 @@ func (x *WatchKeysRequest) String() string {
 func (*WatchKeysRequest) ProtoMessage() {}
 
 func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2648,7 @@ func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*WatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchKeysRequest) GetBucket() string {
@@ -2783,7 +2687,7 @@ type KeyEvent struct {
 
 func (x *KeyEvent) Reset() {
 	*x = KeyEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2699,7 @@ func (x *KeyEvent) String() string {
 func (*KeyEvent) ProtoMessage() {}
 
 func (x *KeyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2712,7 @@ func (x *KeyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyEvent.ProtoReflect.Descriptor instead.
 func (*KeyEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KeyEvent) GetType() EventType {
@@ -2851,7 +2755,7 @@ type WatchKeysResponse struct {
 
 func (x *WatchKeysResponse) Reset() {
 	*x = WatchKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2767,7 @@ func (x *WatchKeysResponse) String() string {
 func (*WatchKeysResponse) ProtoMessage() {}
 
 func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +2780,7 @@ func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysResponse.ProtoReflect.Descriptor instead.
 func (*WatchKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchKeysResponse) GetKind() WatchResponseKind {
@@ -2927,7 +2831,7 @@ type AcquireWriteLockRequest struct {
 
 func (x *AcquireWriteLockRequest) Reset() {
 	*x = AcquireWriteLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +2843,7 @@ func (x *AcquireWriteLockRequest) String() string {
 func (*AcquireWriteLockRequest) ProtoMessage() {}
 
 func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +2856,7 @@ func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AcquireWriteLockRequest) GetName() string {
@@ -2982,7 +2886,7 @@ type AcquireWriteLockResponse struct {
 
 func (x *AcquireWriteLockResponse) Reset() {
 	*x = AcquireWriteLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +2898,7 @@ func (x *AcquireWriteLockResponse) String() string {
 func (*AcquireWriteLockResponse) ProtoMessage() {}
 
 func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +2911,7 @@ func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcquireWriteLockResponse) GetAcquired() bool {
@@ -3040,7 +2944,7 @@ type AcquireReadLockRequest struct {
 
 func (x *AcquireReadLockRequest) Reset() {
 	*x = AcquireReadLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +2956,7 @@ func (x *AcquireReadLockRequest) String() string {
 func (*AcquireReadLockRequest) ProtoMessage() {}
 
 func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +2969,7 @@ func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcquireReadLockRequest) GetName() string {
@@ -3100,7 +3004,7 @@ type AcquireReadLockResponse struct {
 
 func (x *AcquireReadLockResponse) Reset() {
 	*x = AcquireReadLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3016,7 @@ func (x *AcquireReadLockResponse) String() string {
 func (*AcquireReadLockResponse) ProtoMessage() {}
 
 func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3029,7 @@ func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireReadLockResponse) GetToken() string {
@@ -3146,7 +3050,7 @@ type ReleaseLockRequest struct {
 
 func (x *ReleaseLockRequest) Reset() {
 	*x = ReleaseLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3062,7 @@ func (x *ReleaseLockRequest) String() string {
 func (*ReleaseLockRequest) ProtoMessage() {}
 
 func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3075,7 @@ func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseLockRequest) GetToken() string {
@@ -3192,7 +3096,7 @@ type ReleaseLockResponse struct {
 
 func (x *ReleaseLockResponse) Reset() {
 	*x = ReleaseLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3108,7 @@ func (x *ReleaseLockResponse) String() string {
 func (*ReleaseLockResponse) ProtoMessage() {}
 
 func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3121,7 @@ func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseLockResponse) GetReleased() bool {
@@ -3231,19 +3135,14 @@ var File_switchyard_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"%switchyard/registry/v1/registry.proto\x12\x16switchyard.registry.v1\"S\n" +
-	"\tTransport\x12\x12\n" +
-	"\x03tcp\x18\x01 \x01(\tH\x00R\x03tcp\x12\x14\n" +
-	"\x04http\x18\x02 \x01(\tH\x00R\x04http\x12\x14\n" +
-	"\x04nats\x18\x03 \x01(\tH\x00R\x04natsB\x06\n" +
-	"\x04kind\"\xcd\x02\n" +
+	"%switchyard/registry/v1/registry.proto\x12\x16switchyard.registry.v1\x1a!switchyard/common/v1/common.proto\"\xcb\x02\n" +
 	"\bInstance\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
 	"\bendpoint\x18\x03 \x01(\tR\bendpoint\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\x04R\n" +
-	"instanceId\x12?\n" +
-	"\ttransport\x18\x05 \x01(\v2!.switchyard.registry.v1.TransportR\ttransport\x12J\n" +
+	"instanceId\x12=\n" +
+	"\ttransport\x18\x05 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12J\n" +
 	"\bmetadata\x18\x06 \x03(\v2..switchyard.registry.v1.Instance.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -3487,136 +3386,136 @@ func file_switchyard_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(WatchResponseKind)(0),           // 0: switchyard.registry.v1.WatchResponseKind
 	(SnapshotReason)(0),              // 1: switchyard.registry.v1.SnapshotReason
 	(EventType)(0),                   // 2: switchyard.registry.v1.EventType
-	(*Transport)(nil),                // 3: switchyard.registry.v1.Transport
-	(*Instance)(nil),                 // 4: switchyard.registry.v1.Instance
-	(*InstanceFilter)(nil),           // 5: switchyard.registry.v1.InstanceFilter
-	(*KubernetesPod)(nil),            // 6: switchyard.registry.v1.KubernetesPod
-	(*GrantLeaseRequest)(nil),        // 7: switchyard.registry.v1.GrantLeaseRequest
-	(*GrantLeaseResponse)(nil),       // 8: switchyard.registry.v1.GrantLeaseResponse
-	(*RegisterRequest)(nil),          // 9: switchyard.registry.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 10: switchyard.registry.v1.RegisterResponse
-	(*KeepAliveRequest)(nil),         // 11: switchyard.registry.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),        // 12: switchyard.registry.v1.KeepAliveResponse
-	(*DeregisterRequest)(nil),        // 13: switchyard.registry.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 14: switchyard.registry.v1.DeregisterResponse
-	(*ListInstancesRequest)(nil),     // 15: switchyard.registry.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),    // 16: switchyard.registry.v1.ListInstancesResponse
-	(*WatchInstancesRequest)(nil),    // 17: switchyard.registry.v1.WatchInstancesRequest
-	(*InstanceEvent)(nil),            // 18: switchyard.registry.v1.InstanceEvent
-	(*WatchInstancesResponse)(nil),   // 19: switchyard.registry.v1.WatchInstancesResponse
-	(*TokenizerArtifact)(nil),        // 20: switchyard.registry.v1.TokenizerArtifact
-	(*ModelCard)(nil),                // 21: switchyard.registry.v1.ModelCard
-	(*ModelFilter)(nil),              // 22: switchyard.registry.v1.ModelFilter
-	(*RegisterModelRequest)(nil),     // 23: switchyard.registry.v1.RegisterModelRequest
-	(*RegisterModelResponse)(nil),    // 24: switchyard.registry.v1.RegisterModelResponse
-	(*ListModelsRequest)(nil),        // 25: switchyard.registry.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 26: switchyard.registry.v1.ListModelsResponse
-	(*WatchModelsRequest)(nil),       // 27: switchyard.registry.v1.WatchModelsRequest
-	(*ModelEvent)(nil),               // 28: switchyard.registry.v1.ModelEvent
-	(*WatchModelsResponse)(nil),      // 29: switchyard.registry.v1.WatchModelsResponse
-	(*KeyValue)(nil),                 // 30: switchyard.registry.v1.KeyValue
-	(*CreateBucketRequest)(nil),      // 31: switchyard.registry.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),     // 32: switchyard.registry.v1.CreateBucketResponse
-	(*GetKeyRequest)(nil),            // 33: switchyard.registry.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),           // 34: switchyard.registry.v1.GetKeyResponse
-	(*PutKeyRequest)(nil),            // 35: switchyard.registry.v1.PutKeyRequest
-	(*PutKeyResponse)(nil),           // 36: switchyard.registry.v1.PutKeyResponse
-	(*CreateKeyRequest)(nil),         // 37: switchyard.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 38: switchyard.registry.v1.CreateKeyResponse
-	(*DeleteKeyRequest)(nil),         // 39: switchyard.registry.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),        // 40: switchyard.registry.v1.DeleteKeyResponse
-	(*ListKeysRequest)(nil),          // 41: switchyard.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 42: switchyard.registry.v1.ListKeysResponse
-	(*WatchKeysRequest)(nil),         // 43: switchyard.registry.v1.WatchKeysRequest
-	(*KeyEvent)(nil),                 // 44: switchyard.registry.v1.KeyEvent
-	(*WatchKeysResponse)(nil),        // 45: switchyard.registry.v1.WatchKeysResponse
-	(*AcquireWriteLockRequest)(nil),  // 46: switchyard.registry.v1.AcquireWriteLockRequest
-	(*AcquireWriteLockResponse)(nil), // 47: switchyard.registry.v1.AcquireWriteLockResponse
-	(*AcquireReadLockRequest)(nil),   // 48: switchyard.registry.v1.AcquireReadLockRequest
-	(*AcquireReadLockResponse)(nil),  // 49: switchyard.registry.v1.AcquireReadLockResponse
-	(*ReleaseLockRequest)(nil),       // 50: switchyard.registry.v1.ReleaseLockRequest
-	(*ReleaseLockResponse)(nil),      // 51: switchyard.registry.v1.ReleaseLockResponse
-	nil,                              // 52: switchyard.registry.v1.Instance.MetadataEntry
-	nil,                              // 53: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*Instance)(nil),                 // 3: switchyard.registry.v1.Instance
+	(*InstanceFilter)(nil),           // 4: switchyard.registry.v1.InstanceFilter
+	(*KubernetesPod)(nil),            // 5: switchyard.registry.v1.KubernetesPod
+	(*GrantLeaseRequest)(nil),        // 6: switchyard.registry.v1.GrantLeaseRequest
+	(*GrantLeaseResponse)(nil),       // 7: switchyard.registry.v1.GrantLeaseResponse
+	(*RegisterRequest)(nil),          // 8: switchyard.registry.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 9: switchyard.registry.v1.RegisterResponse
+	(*KeepAliveRequest)(nil),         // 10: switchyard.registry.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),        // 11: switchyard.registry.v1.KeepAliveResponse
+	(*DeregisterRequest)(nil),        // 12: switchyard.registry.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),       // 13: switchyard.registry.v1.DeregisterResponse
+	(*ListInstancesRequest)(nil),     // 14: switchyard.registry.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),    // 15: switchyard.registry.v1.ListInstancesResponse
+	(*WatchInstancesRequest)(nil),    // 16: switchyard.registry.v1.WatchInstancesRequest
+	(*InstanceEvent)(nil),            // 17: switchyard.registry.v1.InstanceEvent
+	(*WatchInstancesResponse)(nil),   // 18: switchyard.registry.v1.WatchInstancesResponse
+	(*TokenizerArtifact)(nil),        // 19: switchyard.registry.v1.TokenizerArtifact
+	(*ModelCard)(nil),                // 20: switchyard.registry.v1.ModelCard
+	(*ModelFilter)(nil),              // 21: switchyard.registry.v1.ModelFilter
+	(*RegisterModelRequest)(nil),     // 22: switchyard.registry.v1.RegisterModelRequest
+	(*RegisterModelResponse)(nil),    // 23: switchyard.registry.v1.RegisterModelResponse
+	(*ListModelsRequest)(nil),        // 24: switchyard.registry.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 25: switchyard.registry.v1.ListModelsResponse
+	(*WatchModelsRequest)(nil),       // 26: switchyard.registry.v1.WatchModelsRequest
+	(*ModelEvent)(nil),               // 27: switchyard.registry.v1.ModelEvent
+	(*WatchModelsResponse)(nil),      // 28: switchyard.registry.v1.WatchModelsResponse
+	(*KeyValue)(nil),                 // 29: switchyard.registry.v1.KeyValue
+	(*CreateBucketRequest)(nil),      // 30: switchyard.registry.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),     // 31: switchyard.registry.v1.CreateBucketResponse
+	(*GetKeyRequest)(nil),            // 32: switchyard.registry.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),           // 33: switchyard.registry.v1.GetKeyResponse
+	(*PutKeyRequest)(nil),            // 34: switchyard.registry.v1.PutKeyRequest
+	(*PutKeyResponse)(nil),           // 35: switchyard.registry.v1.PutKeyResponse
+	(*CreateKeyRequest)(nil),         // 36: switchyard.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 37: switchyard.registry.v1.CreateKeyResponse
+	(*DeleteKeyRequest)(nil),         // 38: switchyard.registry.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),        // 39: switchyard.registry.v1.DeleteKeyResponse
+	(*ListKeysRequest)(nil),          // 40: switchyard.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 41: switchyard.registry.v1.ListKeysResponse
+	(*WatchKeysRequest)(nil),         // 42: switchyard.registry.v1.WatchKeysRequest
+	(*KeyEvent)(nil),                 // 43: switchyard.registry.v1.KeyEvent
+	(*WatchKeysResponse)(nil),        // 44: switchyard.registry.v1.WatchKeysResponse
+	(*AcquireWriteLockRequest)(nil),  // 45: switchyard.registry.v1.AcquireWriteLockRequest
+	(*AcquireWriteLockResponse)(nil), // 46: switchyard.registry.v1.AcquireWriteLockResponse
+	(*AcquireReadLockRequest)(nil),   // 47: switchyard.registry.v1.AcquireReadLockRequest
+	(*AcquireReadLockResponse)(nil),  // 48: switchyard.registry.v1.AcquireReadLockResponse
+	(*ReleaseLockRequest)(nil),       // 49: switchyard.registry.v1.ReleaseLockRequest
+	(*ReleaseLockResponse)(nil),      // 50: switchyard.registry.v1.ReleaseLockResponse
+	nil,                              // 51: switchyard.registry.v1.Instance.MetadataEntry
+	nil,                              // 52: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*v1.Transport)(nil),             // 53: switchyard.common.v1.Transport
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
-	3,  // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.registry.v1.Transport
-	52, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
-	6,  // 2: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	4,  // 3: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
-	6,  // 4: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	5,  // 5: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	4,  // 6: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	5,  // 7: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	53, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
+	51, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
+	5,  // 2: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	3,  // 3: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
+	5,  // 4: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	4,  // 5: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	3,  // 6: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	4,  // 7: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
 	2,  // 8: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
-	4,  // 9: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
+	3,  // 9: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
 	0,  // 10: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 11: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	4,  // 12: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	18, // 13: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
-	20, // 14: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	53, // 15: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
-	21, // 16: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	22, // 17: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	21, // 18: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	22, // 19: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	3,  // 12: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	17, // 13: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
+	19, // 14: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
+	52, // 15: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	20, // 16: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	21, // 17: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	20, // 18: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	21, // 19: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
 	2,  // 20: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	21, // 21: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	20, // 21: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
 	0,  // 22: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 23: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	21, // 24: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	28, // 25: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	30, // 26: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	30, // 27: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	20, // 24: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	27, // 25: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	29, // 26: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	29, // 27: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
 	2,  // 28: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	30, // 29: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	29, // 29: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
 	0,  // 30: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 31: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	30, // 32: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	44, // 33: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	7,  // 34: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
-	9,  // 35: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	11, // 36: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	13, // 37: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	15, // 38: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	17, // 39: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	23, // 40: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	25, // 41: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	27, // 42: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	31, // 43: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	33, // 44: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	35, // 45: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	37, // 46: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	39, // 47: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	41, // 48: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	43, // 49: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	46, // 50: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	48, // 51: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	50, // 52: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	8,  // 53: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
-	10, // 54: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	12, // 55: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	14, // 56: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	16, // 57: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	19, // 58: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	24, // 59: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	26, // 60: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	29, // 61: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	32, // 62: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	34, // 63: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	36, // 64: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	38, // 65: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	40, // 66: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	42, // 67: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	45, // 68: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	47, // 69: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	49, // 70: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	51, // 71: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	29, // 32: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	43, // 33: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	6,  // 34: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	8,  // 35: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	10, // 36: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	12, // 37: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	14, // 38: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	16, // 39: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	22, // 40: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	24, // 41: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	26, // 42: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	30, // 43: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	32, // 44: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	34, // 45: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	36, // 46: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	38, // 47: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	40, // 48: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	42, // 49: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	45, // 50: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	47, // 51: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	49, // 52: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	7,  // 53: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	9,  // 54: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	11, // 55: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	13, // 56: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	15, // 57: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	18, // 58: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	23, // 59: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	25, // 60: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	28, // 61: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	31, // 62: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	33, // 63: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	35, // 64: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	37, // 65: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	39, // 66: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	41, // 67: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	44, // 68: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	46, // 69: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	48, // 70: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	50, // 71: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
 	53, // [53:72] is the sub-list for method output_type
 	34, // [34:53] is the sub-list for method input_type
 	34, // [34:34] is the sub-list for extension type_name
@@ -3629,19 +3528,14 @@ func file_switchyard_registry_v1_registry_proto_init() {
 	if File_switchyard_registry_v1_registry_proto != nil {
 		return
 	}
-	file_switchyard_registry_v1_registry_proto_msgTypes[0].OneofWrappers = []any{
-		(*Transport_Tcp)(nil),
-		(*Transport_Http)(nil),
-		(*Transport_Nats)(nil),
-	}
-	file_switchyard_registry_v1_registry_proto_msgTypes[32].OneofWrappers = []any{}
+	file_switchyard_registry_v1_registry_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_registry_v1_registry_proto_rawDesc), len(file_switchyard_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   51,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -7,6 +7,7 @@
 package routerv1
 
 import (
+	v1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -285,110 +286,6 @@ func (x *RouteRequest) GetInstanceId() uint64 {
 	return 0
 }
 
-// Transport is where a worker serves its endpoint, as the registry stores it.
-type Transport struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The address, by request plane kind.
-	//
-	// Types that are valid to be assigned to Kind:
-	//
-	//	*Transport_Tcp
-	//	*Transport_Http
-	//	*Transport_Nats
-	Kind          isTransport_Kind `protobuf_oneof:"kind"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Transport) Reset() {
-	*x = Transport{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Transport) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Transport) ProtoMessage() {}
-
-func (x *Transport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Transport.ProtoReflect.Descriptor instead.
-func (*Transport) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *Transport) GetKind() isTransport_Kind {
-	if x != nil {
-		return x.Kind
-	}
-	return nil
-}
-
-func (x *Transport) GetTcp() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Tcp); ok {
-			return x.Tcp
-		}
-	}
-	return ""
-}
-
-func (x *Transport) GetHttp() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Http); ok {
-			return x.Http
-		}
-	}
-	return ""
-}
-
-func (x *Transport) GetNats() string {
-	if x != nil {
-		if x, ok := x.Kind.(*Transport_Nats); ok {
-			return x.Nats
-		}
-	}
-	return ""
-}
-
-type isTransport_Kind interface {
-	isTransport_Kind()
-}
-
-type Transport_Tcp struct {
-	// TCP request plane address, host:port.
-	Tcp string `protobuf:"bytes,1,opt,name=tcp,proto3,oneof"`
-}
-
-type Transport_Http struct {
-	// HTTP/2 request plane URL.
-	Http string `protobuf:"bytes,2,opt,name=http,proto3,oneof"`
-}
-
-type Transport_Nats struct {
-	// NATS request plane subject.
-	Nats string `protobuf:"bytes,3,opt,name=nats,proto3,oneof"`
-}
-
-func (*Transport_Tcp) isTransport_Kind() {}
-
-func (*Transport_Http) isTransport_Kind() {}
-
-func (*Transport_Nats) isTransport_Kind() {}
-
 // Candidate is one worker considered for a request.
 type Candidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -410,7 +307,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +319,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +332,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Candidate) GetInstanceId() uint64 {
@@ -488,7 +385,7 @@ type RouteResponse struct {
 	// The chosen data-parallel rank.
 	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	// Where to send the request.
-	Transport *Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
+	Transport *v1.Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
 	// The chosen worker's cached overlap in blocks.
 	OverlapBlocks uint32 `protobuf:"varint,4,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
 	// The request's full blocks.
@@ -503,7 +400,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +412,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +425,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RouteResponse) GetInstanceId() uint64 {
@@ -545,7 +442,7 @@ func (x *RouteResponse) GetDpRank() uint32 {
 	return 0
 }
 
-func (x *RouteResponse) GetTransport() *Transport {
+func (x *RouteResponse) GetTransport() *v1.Transport {
 	if x != nil {
 		return x.Transport
 	}
@@ -591,7 +488,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +500,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +513,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -635,7 +532,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +544,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +557,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
 }
 
 // FreeRequest names a routed request.
@@ -674,7 +571,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +583,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +596,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -718,7 +615,7 @@ type FreeResponse struct {
 
 func (x *FreeResponse) Reset() {
 	*x = FreeResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +627,7 @@ func (x *FreeResponse) String() string {
 func (*FreeResponse) ProtoMessage() {}
 
 func (x *FreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +640,7 @@ func (x *FreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeResponse.ProtoReflect.Descriptor instead.
 func (*FreeResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 // QueryOverlapsRequest is a Route request that is only looked at.
@@ -761,7 +658,7 @@ type QueryOverlapsRequest struct {
 
 func (x *QueryOverlapsRequest) Reset() {
 	*x = QueryOverlapsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +670,7 @@ func (x *QueryOverlapsRequest) String() string {
 func (*QueryOverlapsRequest) ProtoMessage() {}
 
 func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +683,7 @@ func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsRequest.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueryOverlapsRequest) GetTarget() *Target {
@@ -823,7 +720,7 @@ type QueryOverlapsResponse struct {
 
 func (x *QueryOverlapsResponse) Reset() {
 	*x = QueryOverlapsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +732,7 @@ func (x *QueryOverlapsResponse) String() string {
 func (*QueryOverlapsResponse) ProtoMessage() {}
 
 func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +745,7 @@ func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsResponse.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueryOverlapsResponse) GetRequestBlocks() uint32 {
@@ -889,7 +786,7 @@ type ExplainRouteRequest struct {
 
 func (x *ExplainRouteRequest) Reset() {
 	*x = ExplainRouteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +798,7 @@ func (x *ExplainRouteRequest) String() string {
 func (*ExplainRouteRequest) ProtoMessage() {}
 
 func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +811,7 @@ func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExplainRouteRequest) GetTarget() *Target {
@@ -972,7 +869,7 @@ type ExplainedCandidate struct {
 	// Its cached overlap, load and cost.
 	Candidate *Candidate `protobuf:"bytes,1,opt,name=candidate,proto3" json:"candidate,omitempty"`
 	// Where it serves.
-	Transport *Transport `protobuf:"bytes,2,opt,name=transport,proto3" json:"transport,omitempty"`
+	Transport *v1.Transport `protobuf:"bytes,2,opt,name=transport,proto3" json:"transport,omitempty"`
 	// The endpoint it serves.
 	Endpoint      *Endpoint `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -981,7 +878,7 @@ type ExplainedCandidate struct {
 
 func (x *ExplainedCandidate) Reset() {
 	*x = ExplainedCandidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +890,7 @@ func (x *ExplainedCandidate) String() string {
 func (*ExplainedCandidate) ProtoMessage() {}
 
 func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +903,7 @@ func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
 func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExplainedCandidate) GetCandidate() *Candidate {
@@ -1016,7 +913,7 @@ func (x *ExplainedCandidate) GetCandidate() *Candidate {
 	return nil
 }
 
-func (x *ExplainedCandidate) GetTransport() *Transport {
+func (x *ExplainedCandidate) GetTransport() *v1.Transport {
 	if x != nil {
 		return x.Transport
 	}
@@ -1055,7 +952,7 @@ type ExplainRouteResponse struct {
 
 func (x *ExplainRouteResponse) Reset() {
 	*x = ExplainRouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +964,7 @@ func (x *ExplainRouteResponse) String() string {
 func (*ExplainRouteResponse) ProtoMessage() {}
 
 func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +977,7 @@ func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
 func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExplainRouteResponse) GetMode() string {
@@ -1148,7 +1045,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1057,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1070,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1197,7 +1094,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1106,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1119,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1293,7 +1190,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1202,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1215,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1380,6 +1277,12 @@ func (x *GetStatsResponse) GetRestoredSnapshotTime() *timestamppb.Timestamp {
 // ReplicaEvent is what router replicas share over the eventbus (with
 // --router-replica-sync) so that each one knows the load, and in
 // approximate mode the predicted blocks, of every replica's decisions.
+//
+// Wire convention (Go: pkg/wire ReplicaSyncSubject): published on the
+// eventbus subject {namespace}.router.replica_sync, where {namespace} is that
+// of the routed endpoint, with the header Switchyard-Type:
+// switchyard.router.v1.ReplicaEvent, without a message id (replicas publish
+// without JetStream deduplication, for speed).
 type ReplicaEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The replica that made the change; replicas ignore their own.
@@ -1398,7 +1301,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1313,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1326,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1511,7 +1414,7 @@ type ReplicaRouted struct {
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1426,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1439,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1578,6 +1481,11 @@ func (x *ReplicaRouted) GetBlockHashes() []uint64 {
 // store: every worker's blocks plus, per namespace, the KV event stream
 // sequence the snapshot covers. A restarted router loads it and replays the
 // streams from the next sequence instead of starting cold.
+//
+// Wire convention (Go: pkg/wire SnapshotBucket, SnapshotObject): the latest
+// snapshot is the object "kv-index" in bucket "router-snapshots", the
+// message's binary protobuf encoding. Every replica consumes the same events,
+// so any replica's snapshot serves them all.
 type IndexSnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace -> last KV event stream sequence applied.
@@ -1592,7 +1500,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1512,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1525,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -1658,7 +1566,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1578,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1591,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -1718,7 +1626,7 @@ var File_switchyard_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n" +
+	"!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"f\n" +
 	"\x06Target\x12<\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x1e.switchyard.router.v1.EndpointH\x00R\bendpoint\x12\x16\n" +
 	"\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n" +
@@ -1739,12 +1647,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vinstance_id\x18\b \x01(\x04R\n" +
 	"instanceIdB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
-	"\f_temperature\"S\n" +
-	"\tTransport\x12\x12\n" +
-	"\x03tcp\x18\x01 \x01(\tH\x00R\x03tcp\x12\x14\n" +
-	"\x04http\x18\x02 \x01(\tH\x00R\x04http\x12\x14\n" +
-	"\x04nats\x18\x03 \x01(\tH\x00R\x04natsB\x06\n" +
-	"\x04kind\"\xcc\x01\n" +
+	"\f_temperature\"\xcc\x01\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -1757,7 +1660,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12=\n" +
-	"\ttransport\x18\x03 \x01(\v2\x1f.switchyard.router.v1.TransportR\ttransport\x12%\n" +
+	"\ttransport\x18\x03 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12%\n" +
 	"\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12%\n" +
 	"\x0erequest_blocks\x18\x05 \x01(\rR\rrequestBlocks\x12?\n" +
 	"\n" +
@@ -1794,7 +1697,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\f_temperature\"\xce\x01\n" +
 	"\x12ExplainedCandidate\x12=\n" +
 	"\tcandidate\x18\x01 \x01(\v2\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n" +
-	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.router.v1.TransportR\ttransport\x12:\n" +
+	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n" +
 	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xbc\x02\n" +
 	"\x14ExplainRouteResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
@@ -1877,64 +1780,64 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
 	(*RouteRequest)(nil),                // 2: switchyard.router.v1.RouteRequest
-	(*Transport)(nil),                   // 3: switchyard.router.v1.Transport
-	(*Candidate)(nil),                   // 4: switchyard.router.v1.Candidate
-	(*RouteResponse)(nil),               // 5: switchyard.router.v1.RouteResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 6: switchyard.router.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 7: switchyard.router.v1.MarkPrefillCompleteResponse
-	(*FreeRequest)(nil),                 // 8: switchyard.router.v1.FreeRequest
-	(*FreeResponse)(nil),                // 9: switchyard.router.v1.FreeResponse
-	(*QueryOverlapsRequest)(nil),        // 10: switchyard.router.v1.QueryOverlapsRequest
-	(*QueryOverlapsResponse)(nil),       // 11: switchyard.router.v1.QueryOverlapsResponse
-	(*ExplainRouteRequest)(nil),         // 12: switchyard.router.v1.ExplainRouteRequest
-	(*ExplainedCandidate)(nil),          // 13: switchyard.router.v1.ExplainedCandidate
-	(*ExplainRouteResponse)(nil),        // 14: switchyard.router.v1.ExplainRouteResponse
-	(*GetStatsRequest)(nil),             // 15: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 16: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 17: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 18: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 19: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 20: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 21: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 22: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*Candidate)(nil),                   // 3: switchyard.router.v1.Candidate
+	(*RouteResponse)(nil),               // 4: switchyard.router.v1.RouteResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 5: switchyard.router.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 6: switchyard.router.v1.MarkPrefillCompleteResponse
+	(*FreeRequest)(nil),                 // 7: switchyard.router.v1.FreeRequest
+	(*FreeResponse)(nil),                // 8: switchyard.router.v1.FreeResponse
+	(*QueryOverlapsRequest)(nil),        // 9: switchyard.router.v1.QueryOverlapsRequest
+	(*QueryOverlapsResponse)(nil),       // 10: switchyard.router.v1.QueryOverlapsResponse
+	(*ExplainRouteRequest)(nil),         // 11: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 12: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 13: switchyard.router.v1.ExplainRouteResponse
+	(*GetStatsRequest)(nil),             // 14: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 15: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 16: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 17: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 18: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 19: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 20: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 21: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*v1.Transport)(nil),                // 22: switchyard.common.v1.Transport
 	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.router.v1.Transport
-	4,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	22, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
-	4,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	3,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	0,  // 7: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
-	4,  // 8: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	3,  // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.router.v1.Transport
+	3,  // 8: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
+	22, // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
 	1,  // 10: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
-	13, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	16, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	12, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	15, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
 	23, // 13: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	19, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	22, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	21, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	18, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	21, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	20, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
 	23, // 17: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
 	2,  // 18: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 20: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 21: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	15, // 22: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	12, // 23: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	5,  // 24: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 25: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 26: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 27: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	17, // 28: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	14, // 29: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	5,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	7,  // 20: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	9,  // 21: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	14, // 22: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	11, // 23: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	4,  // 24: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	6,  // 25: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	8,  // 26: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	10, // 27: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	16, // 28: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	13, // 29: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
 	24, // [24:30] is the sub-list for method output_type
 	18, // [18:24] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
@@ -1952,13 +1855,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Target_Model)(nil),
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[3].OneofWrappers = []any{
-		(*Transport_Tcp)(nil),
-		(*Transport_Http)(nil),
-		(*Transport_Nats)(nil),
-	}
-	file_switchyard_router_v1_router_proto_msgTypes[12].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[18].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[11].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[17].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -1969,7 +1867,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -973,7 +973,17 @@ func (x *TopLogprob) GetLogprob() float32 {
 	return 0
 }
 
-// KvBlock is the identity of one full KV cache block (see pkg/kvhash).
+// KvBlock is the identity of one full KV cache block.
+//
+// Block hash spec (Go: pkg/kvhash; every worker, the router and the frontend
+// must compute the same values). A token sequence is cut into blocks of
+// block_size tokens (the model card's); a partial last block is never hashed.
+// A block's local hash is XXH3-64, seed 1337, of its token ids each encoded as
+// a little-endian uint32 (4 * block_size bytes). Its sequence hash names the
+// whole prefix that ends with it: for the first block it equals the local
+// hash; for every later block it is XXH3-64, seed 1337, of 16 bytes: the
+// parent block's sequence hash then this block's local hash, each a
+// little-endian uint64. Local hashes are Dynamo's canonical block hashes.
 type KvBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hash of the prefix ending with this block.
@@ -1347,6 +1357,14 @@ func (x *KvCacheEventEnvelope) GetEvent() *KvCacheEvent {
 }
 
 // KvEventBatch carries consecutive events of one worker in one message.
+//
+// Wire convention (Go: pkg/wire). A worker of {component} in {namespace}
+// publishes its batches on the eventbus subject
+// {namespace}.{component}.kv_cache_update, in event id order, with message id
+// kv-{instance_id as lower-case hex}-{dp_rank}-{first_event_id} so that a
+// batch republished after a failover is stored once, and with the header
+// Switchyard-Type: switchyard.worker.v1.KvEventBatch. The router consumes
+// {namespace}.*.kv_cache_update.
 type KvEventBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The worker instance (its registry lease id).
@@ -1420,6 +1438,11 @@ func (x *KvEventBatch) GetEvents() []*KvCacheEvent {
 }
 
 // LoadMetrics is a worker's load, published after engine steps for the router.
+//
+// Wire convention (Go: pkg/wire): published on the eventbus subject
+// {namespace}.{component}.load_metrics with the header Switchyard-Type:
+// switchyard.worker.v1.LoadMetrics; the router consumes
+// {namespace}.*.load_metrics from new events on (old load is no use).
 type LoadMetrics struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The worker instance (its registry lease id).

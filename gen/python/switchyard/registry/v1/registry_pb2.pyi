@@ -1,3 +1,4 @@
+from switchyard.common.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -158,8 +159,8 @@ class Instance(_message.Message):
     instance_id: int
     metadata: _containers.ScalarMap[str, str]
     namespace: str
-    transport: Transport
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., transport: _Optional[_Union[Transport, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    transport: _common_pb2.Transport
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class InstanceEvent(_message.Message):
     __slots__ = ["instance", "revision", "type"]
@@ -407,16 +408,6 @@ class TokenizerArtifact(_message.Message):
     sha256: str
     size: int
     def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ..., object_key: _Optional[str] = ...) -> None: ...
-
-class Transport(_message.Message):
-    __slots__ = ["http", "nats", "tcp"]
-    HTTP_FIELD_NUMBER: _ClassVar[int]
-    NATS_FIELD_NUMBER: _ClassVar[int]
-    TCP_FIELD_NUMBER: _ClassVar[int]
-    http: str
-    nats: str
-    tcp: str
-    def __init__(self, tcp: _Optional[str] = ..., http: _Optional[str] = ..., nats: _Optional[str] = ...) -> None: ...
 
 class WatchInstancesRequest(_message.Message):
     __slots__ = ["filter", "resume_revision"]

@@ -12,9 +12,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from switchyard.common.v1 import common_pb2 as switchyard_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n\x06Target\x12<\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointH\x00R\x08\x65ndpoint\x12\x16\n\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n\x04kind\"b\n\x08\x45ndpoint\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n\x08\x65ndpoint\x18\x03 \x01(\tR\x08\x65ndpoint\"\xec\x02\n\x0cRouteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\x06target\x18\x02 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x03 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x05 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x06 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x07 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x08 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"S\n\tTransport\x12\x12\n\x03tcp\x18\x01 \x01(\tH\x00R\x03tcp\x12\x14\n\x04http\x18\x02 \x01(\tH\x00R\x04http\x12\x14\n\x04nats\x18\x03 \x01(\tH\x00R\x04natsB\x06\n\x04kind\"\xcc\x01\n\tCandidate\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12%\n\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n\x04\x63ost\x18\x04 \x01(\x01R\x04\x63ost\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xd3\x02\n\rRouteResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12=\n\ttransport\x18\x03 \x01(\x0b\x32\x1f.switchyard.router.v1.TransportR\ttransport\x12%\n\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12%\n\x0erequest_blocks\x18\x05 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x06 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\x12:\n\x08\x65ndpoint\x18\x07 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\";\n\x1aMarkPrefillCompleteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x1d\n\x1bMarkPrefillCompleteResponse\",\n\x0b\x46reeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x0e\n\x0c\x46reeResponse\"\x8c\x01\n\x14QueryOverlapsRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\"\x7f\n\x15QueryOverlapsResponse\x12%\n\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\"\xd4\x02\n\x13\x45xplainRouteRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x04 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x05 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x06 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x07 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xce\x01\n\x12\x45xplainedCandidate\x12=\n\tcandidate\x18\x01 \x01(\x0b\x32\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n\ttransport\x18\x02 \x01(\x0b\x32\x1f.switchyard.router.v1.TransportR\ttransport\x12:\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\"\xbc\x02\n\x14\x45xplainRouteResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n\nblock_size\x18\x02 \x01(\rR\tblockSize\x12%\n\x0erequest_blocks\x18\x03 \x01(\rR\rrequestBlocks\x12H\n\ncandidates\x18\x04 \x03(\x0b\x32(.switchyard.router.v1.ExplainedCandidateR\ncandidates\x12\x1f\n\x0binstance_id\x18\x05 \x01(\x04R\ninstanceId\x12\x16\n\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n\x0eoverlap_weight\x18\x07 \x01(\x01R\roverlapWeight\x12 \n\x0btemperature\x18\x08 \x01(\x01R\x0btemperature\"\x11\n\x0fGetStatsRequest\"\xd4\x01\n\x0bWorkerStats\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12#\n\rcached_blocks\x18\x03 \x01(\x04R\x0c\x63\x61\x63hedBlocks\x12\x1a\n\x08requests\x18\x04 \x01(\rR\x08requests\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf6\x02\n\x10GetStatsResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12\'\n\x0findexed_entries\x18\x03 \x01(\x04R\x0eindexedEntries\x12;\n\x07workers\x18\x04 \x03(\x0b\x32!.switchyard.router.v1.WorkerStatsR\x07workers\x12%\n\x0e\x65vents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n\x10\x65vents_duplicate\x18\x06 \x01(\x04R\x0f\x65ventsDuplicate\x12\x1d\n\nevents_gap\x18\x07 \x01(\x04R\teventsGap\x12P\n\x16restored_snapshot_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n\x0cReplicaEvent\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12=\n\x06routed\x18\x02 \x01(\x0b\x32#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n\x05\x66reed\x18\x04 \x01(\tH\x00R\x05\x66reedB\x06\n\x04kind\"\xb2\x01\n\rReplicaRouted\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n\x0binstance_id\x18\x02 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x03 \x01(\rR\x06\x64pRank\x12%\n\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n\x0c\x62lock_hashes\x18\x05 \x03(\x04R\x0b\x62lockHashes\"\xb4\x02\n\rIndexSnapshot\x12\x63\n\x10stream_sequences\x18\x01 \x03(\x0b\x32\x38.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12\x43\n\x07workers\x18\x02 \x03(\x0b\x32).switchyard.router.v1.IndexSnapshotWorkerR\x07workers\x12\x35\n\x08taken_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07takenAt\x1a\x42\n\x14StreamSequencesEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"\x96\x01\n\x13IndexSnapshotWorker\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\"\n\rlast_event_id\x18\x03 \x01(\x04R\x0blastEventId\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x06R\x0b\x62lockHashes2\xd8\x04\n\rRouterService\x12P\n\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n\x13MarkPrefillComplete\x12\x30.switchyard.router.v1.MarkPrefillCompleteRequest\x1a\x31.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n\x04\x46ree\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12h\n\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n\x08GetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12\x65\n\x0c\x45xplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"f\n\x06Target\x12<\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointH\x00R\x08\x65ndpoint\x12\x16\n\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n\x04kind\"b\n\x08\x45ndpoint\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n\x08\x65ndpoint\x18\x03 \x01(\tR\x08\x65ndpoint\"\xec\x02\n\x0cRouteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\x06target\x18\x02 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x03 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x05 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x06 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x07 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x08 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xcc\x01\n\tCandidate\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12%\n\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n\x04\x63ost\x18\x04 \x01(\x01R\x04\x63ost\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xd3\x02\n\rRouteResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12=\n\ttransport\x18\x03 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12%\n\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12%\n\x0erequest_blocks\x18\x05 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x06 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\x12:\n\x08\x65ndpoint\x18\x07 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\";\n\x1aMarkPrefillCompleteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x1d\n\x1bMarkPrefillCompleteResponse\",\n\x0b\x46reeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x0e\n\x0c\x46reeResponse\"\x8c\x01\n\x14QueryOverlapsRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\"\x7f\n\x15QueryOverlapsResponse\x12%\n\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\"\xd4\x02\n\x13\x45xplainRouteRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x04 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x05 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x06 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x07 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xce\x01\n\x12\x45xplainedCandidate\x12=\n\tcandidate\x18\x01 \x01(\x0b\x32\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n\ttransport\x18\x02 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\"\xbc\x02\n\x14\x45xplainRouteResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n\nblock_size\x18\x02 \x01(\rR\tblockSize\x12%\n\x0erequest_blocks\x18\x03 \x01(\rR\rrequestBlocks\x12H\n\ncandidates\x18\x04 \x03(\x0b\x32(.switchyard.router.v1.ExplainedCandidateR\ncandidates\x12\x1f\n\x0binstance_id\x18\x05 \x01(\x04R\ninstanceId\x12\x16\n\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n\x0eoverlap_weight\x18\x07 \x01(\x01R\roverlapWeight\x12 \n\x0btemperature\x18\x08 \x01(\x01R\x0btemperature\"\x11\n\x0fGetStatsRequest\"\xd4\x01\n\x0bWorkerStats\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12#\n\rcached_blocks\x18\x03 \x01(\x04R\x0c\x63\x61\x63hedBlocks\x12\x1a\n\x08requests\x18\x04 \x01(\rR\x08requests\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf6\x02\n\x10GetStatsResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12\'\n\x0findexed_entries\x18\x03 \x01(\x04R\x0eindexedEntries\x12;\n\x07workers\x18\x04 \x03(\x0b\x32!.switchyard.router.v1.WorkerStatsR\x07workers\x12%\n\x0e\x65vents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n\x10\x65vents_duplicate\x18\x06 \x01(\x04R\x0f\x65ventsDuplicate\x12\x1d\n\nevents_gap\x18\x07 \x01(\x04R\teventsGap\x12P\n\x16restored_snapshot_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n\x0cReplicaEvent\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12=\n\x06routed\x18\x02 \x01(\x0b\x32#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n\x05\x66reed\x18\x04 \x01(\tH\x00R\x05\x66reedB\x06\n\x04kind\"\xb2\x01\n\rReplicaRouted\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n\x0binstance_id\x18\x02 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x03 \x01(\rR\x06\x64pRank\x12%\n\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n\x0c\x62lock_hashes\x18\x05 \x03(\x04R\x0b\x62lockHashes\"\xb4\x02\n\rIndexSnapshot\x12\x63\n\x10stream_sequences\x18\x01 \x03(\x0b\x32\x38.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12\x43\n\x07workers\x18\x02 \x03(\x0b\x32).switchyard.router.v1.IndexSnapshotWorkerR\x07workers\x12\x35\n\x08taken_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07takenAt\x1a\x42\n\x14StreamSequencesEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"\x96\x01\n\x13IndexSnapshotWorker\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\"\n\rlast_event_id\x18\x03 \x01(\x04R\x0blastEventId\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x06R\x0b\x62lockHashes2\xd8\x04\n\rRouterService\x12P\n\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n\x13MarkPrefillComplete\x12\x30.switchyard.router.v1.MarkPrefillCompleteRequest\x1a\x31.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n\x04\x46ree\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12h\n\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n\x08GetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12\x65\n\x0c\x45xplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.router.v1.router_pb2', globals())
@@ -23,52 +24,50 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._options = None
   _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_options = b'8\001'
-  _TARGET._serialized_start=92
-  _TARGET._serialized_end=194
-  _ENDPOINT._serialized_start=196
-  _ENDPOINT._serialized_end=294
-  _ROUTEREQUEST._serialized_start=297
-  _ROUTEREQUEST._serialized_end=661
-  _TRANSPORT._serialized_start=663
-  _TRANSPORT._serialized_end=746
-  _CANDIDATE._serialized_start=749
-  _CANDIDATE._serialized_end=953
-  _ROUTERESPONSE._serialized_start=956
-  _ROUTERESPONSE._serialized_end=1295
-  _MARKPREFILLCOMPLETEREQUEST._serialized_start=1297
-  _MARKPREFILLCOMPLETEREQUEST._serialized_end=1356
-  _MARKPREFILLCOMPLETERESPONSE._serialized_start=1358
-  _MARKPREFILLCOMPLETERESPONSE._serialized_end=1387
-  _FREEREQUEST._serialized_start=1389
-  _FREEREQUEST._serialized_end=1433
-  _FREERESPONSE._serialized_start=1435
-  _FREERESPONSE._serialized_end=1449
-  _QUERYOVERLAPSREQUEST._serialized_start=1452
-  _QUERYOVERLAPSREQUEST._serialized_end=1592
-  _QUERYOVERLAPSRESPONSE._serialized_start=1594
-  _QUERYOVERLAPSRESPONSE._serialized_end=1721
-  _EXPLAINROUTEREQUEST._serialized_start=1724
-  _EXPLAINROUTEREQUEST._serialized_end=2064
-  _EXPLAINEDCANDIDATE._serialized_start=2067
-  _EXPLAINEDCANDIDATE._serialized_end=2273
-  _EXPLAINROUTERESPONSE._serialized_start=2276
-  _EXPLAINROUTERESPONSE._serialized_end=2592
-  _GETSTATSREQUEST._serialized_start=2594
-  _GETSTATSREQUEST._serialized_end=2611
-  _WORKERSTATS._serialized_start=2614
-  _WORKERSTATS._serialized_end=2826
-  _GETSTATSRESPONSE._serialized_start=2829
-  _GETSTATSRESPONSE._serialized_end=3203
-  _REPLICAEVENT._serialized_start=3206
-  _REPLICAEVENT._serialized_end=3391
-  _REPLICAROUTED._serialized_start=3394
-  _REPLICAROUTED._serialized_end=3572
-  _INDEXSNAPSHOT._serialized_start=3575
-  _INDEXSNAPSHOT._serialized_end=3883
-  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_start=3817
-  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_end=3883
-  _INDEXSNAPSHOTWORKER._serialized_start=3886
-  _INDEXSNAPSHOTWORKER._serialized_end=4036
-  _ROUTERSERVICE._serialized_start=4039
-  _ROUTERSERVICE._serialized_end=4639
+  _TARGET._serialized_start=127
+  _TARGET._serialized_end=229
+  _ENDPOINT._serialized_start=231
+  _ENDPOINT._serialized_end=329
+  _ROUTEREQUEST._serialized_start=332
+  _ROUTEREQUEST._serialized_end=696
+  _CANDIDATE._serialized_start=699
+  _CANDIDATE._serialized_end=903
+  _ROUTERESPONSE._serialized_start=906
+  _ROUTERESPONSE._serialized_end=1245
+  _MARKPREFILLCOMPLETEREQUEST._serialized_start=1247
+  _MARKPREFILLCOMPLETEREQUEST._serialized_end=1306
+  _MARKPREFILLCOMPLETERESPONSE._serialized_start=1308
+  _MARKPREFILLCOMPLETERESPONSE._serialized_end=1337
+  _FREEREQUEST._serialized_start=1339
+  _FREEREQUEST._serialized_end=1383
+  _FREERESPONSE._serialized_start=1385
+  _FREERESPONSE._serialized_end=1399
+  _QUERYOVERLAPSREQUEST._serialized_start=1402
+  _QUERYOVERLAPSREQUEST._serialized_end=1542
+  _QUERYOVERLAPSRESPONSE._serialized_start=1544
+  _QUERYOVERLAPSRESPONSE._serialized_end=1671
+  _EXPLAINROUTEREQUEST._serialized_start=1674
+  _EXPLAINROUTEREQUEST._serialized_end=2014
+  _EXPLAINEDCANDIDATE._serialized_start=2017
+  _EXPLAINEDCANDIDATE._serialized_end=2223
+  _EXPLAINROUTERESPONSE._serialized_start=2226
+  _EXPLAINROUTERESPONSE._serialized_end=2542
+  _GETSTATSREQUEST._serialized_start=2544
+  _GETSTATSREQUEST._serialized_end=2561
+  _WORKERSTATS._serialized_start=2564
+  _WORKERSTATS._serialized_end=2776
+  _GETSTATSRESPONSE._serialized_start=2779
+  _GETSTATSRESPONSE._serialized_end=3153
+  _REPLICAEVENT._serialized_start=3156
+  _REPLICAEVENT._serialized_end=3341
+  _REPLICAROUTED._serialized_start=3344
+  _REPLICAROUTED._serialized_end=3522
+  _INDEXSNAPSHOT._serialized_start=3525
+  _INDEXSNAPSHOT._serialized_end=3833
+  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_start=3767
+  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_end=3833
+  _INDEXSNAPSHOTWORKER._serialized_start=3836
+  _INDEXSNAPSHOTWORKER._serialized_end=3986
+  _ROUTERSERVICE._serialized_start=3989
+  _ROUTERSERVICE._serialized_end=4589
 # @@protoc_insertion_point(module_scope)

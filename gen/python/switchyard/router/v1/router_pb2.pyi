@@ -1,4 +1,5 @@
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from switchyard.common.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -77,8 +78,8 @@ class ExplainedCandidate(_message.Message):
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     candidate: Candidate
     endpoint: Endpoint
-    transport: Transport
-    def __init__(self, candidate: _Optional[_Union[Candidate, _Mapping]] = ..., transport: _Optional[_Union[Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+    transport: _common_pb2.Transport
+    def __init__(self, candidate: _Optional[_Union[Candidate, _Mapping]] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
 
 class FreeRequest(_message.Message):
     __slots__ = ["request_id"]
@@ -232,8 +233,8 @@ class RouteResponse(_message.Message):
     instance_id: int
     overlap_blocks: int
     request_blocks: int
-    transport: Transport
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+    transport: _common_pb2.Transport
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ["endpoint", "model"]
@@ -242,16 +243,6 @@ class Target(_message.Message):
     endpoint: Endpoint
     model: str
     def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
-
-class Transport(_message.Message):
-    __slots__ = ["http", "nats", "tcp"]
-    HTTP_FIELD_NUMBER: _ClassVar[int]
-    NATS_FIELD_NUMBER: _ClassVar[int]
-    TCP_FIELD_NUMBER: _ClassVar[int]
-    http: str
-    nats: str
-    tcp: str
-    def __init__(self, tcp: _Optional[str] = ..., http: _Optional[str] = ..., nats: _Optional[str] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
     __slots__ = ["cached_blocks", "decode_blocks", "dp_rank", "instance_id", "prefill_blocks", "requests"]

@@ -45,7 +45,11 @@ export type Event = Message<"switchyard.eventbus.v1.Event"> & {
 
   /**
    * Headers carried with the event. Names must not start with "Nats-", which
-   * NATS reserves.
+   * NATS reserves. Switchyard's publishers set "Switchyard-Type" to the fully
+   * qualified name of the payload's protobuf message (such as
+   * "switchyard.worker.v1.KvEventBatch"; Go: pkg/wire HeaderType), so that a
+   * consumer can check what it decodes. The subjects and message ids of each
+   * event kind are on its message (KvEventBatch, LoadMetrics, ReplicaEvent).
    *
    * @generated from field: map<string, string> headers = 4;
    */

@@ -4,59 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Transport } from "../../common/v1/common_pb.js";
+import { file_switchyard_common_v1_common } from "../../common/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file switchyard/registry/v1/registry.proto.
  */
 export const file_switchyard_registry_v1_registry: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL3JlZ2lzdHJ5L3YxL3JlZ2lzdHJ5LnByb3RvEhZzd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxIkIKCVRyYW5zcG9ydBINCgN0Y3AYASABKAlIABIOCgRodHRwGAIgASgJSAASDgoEbmF0cxgDIAEoCUgAQgYKBGtpbmQigAIKCEluc3RhbmNlEhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkSEwoLaW5zdGFuY2VfaWQYBCABKAQSNAoJdHJhbnNwb3J0GAUgASgLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5UcmFuc3BvcnQSQAoIbWV0YWRhdGEYBiADKAsyLi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlLk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKDkluc3RhbmNlRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkiPQoNS3ViZXJuZXRlc1BvZBIMCgRuYW1lGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRILCgN1aWQYAyABKAkiXAoRR3JhbnRMZWFzZVJlcXVlc3QSEwoLdHRsX3NlY29uZHMYASABKAMSMgoDcG9kGAIgASgLMiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LdWJlcm5ldGVzUG9kIlAKEkdyYW50TGVhc2VSZXNwb25zZRIQCghsZWFzZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSKgAQoPUmVnaXN0ZXJSZXF1ZXN0EjIKCGluc3RhbmNlGAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghsZWFzZV9pZBgDIAEoBBIyCgNwb2QYBCABKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkt1YmVybmV0ZXNQb2QiYwoQUmVnaXN0ZXJSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghyZXZpc2lvbhgDIAEoAxITCgtsZWFzZV90b2tlbhgEIAEoCSIkChBLZWVwQWxpdmVSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIkkKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgEEg0KBWZvdW5kGAIgASgIEhMKC3R0bF9zZWNvbmRzGAMgASgDIiUKEURlcmVnaXN0ZXJSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIiYKEkRlcmVnaXN0ZXJSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJOChRMaXN0SW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyIl4KFUxpc3RJbnN0YW5jZXNSZXNwb25zZRIzCglpbnN0YW5jZXMYASADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAIgASgDImgKFVdhdGNoSW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyEhcKD3Jlc3VtZV9yZXZpc2lvbhgCIAEoAyKGAQoNSW5zdGFuY2VFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSMgoIaW5zdGFuY2UYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAMgASgDIpACChZXYXRjaEluc3RhbmNlc1Jlc3BvbnNlEjcKBGtpbmQYASABKA4yKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoUmVzcG9uc2VLaW5kEj8KD3NuYXBzaG90X3JlYXNvbhgCIAEoDjImLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuU25hcHNob3RSZWFzb24SMwoJaW5zdGFuY2VzGAMgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRI1CgZldmVudHMYBCADKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRXZlbnQSEAoIcmV2aXNpb24YBSABKAMiUwoRVG9rZW5pemVyQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgpvYmplY3Rfa2V5GAQgASgJIv4CCglNb2RlbENhcmQSEQoJbmFtZXNwYWNlGAEgASgJEhEKCWNvbXBvbmVudBgCIAEoCRIQCghlbmRwb2ludBgDIAEoCRITCgtpbnN0YW5jZV9pZBgEIAEoBBISCgptb2RlbF9uYW1lGAUgASgJEhIKCmJsb2NrX3NpemUYBiABKA0SFgoOY29udGV4dF9sZW5ndGgYByABKA0SPAoJdG9rZW5pemVyGAggAygLMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Ub2tlbml6ZXJBcnRpZmFjdBJBCghtZXRhZGF0YRgJIAMoCzIvLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxDYXJkLk1ldGFkYXRhRW50cnkSGAoQdG9vbF9jYWxsX3BhcnNlchgKIAEoCRIYChByZWFzb25pbmdfcGFyc2VyGAsgASgJGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI0CgtNb2RlbEZpbHRlchIRCgluYW1lc3BhY2UYASABKAkSEgoKbW9kZWxfbmFtZRgCIAEoCSJZChRSZWdpc3Rlck1vZGVsUmVxdWVzdBIvCgRjYXJkGAEgASgLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSEAoIbGVhc2VfaWQYAiABKAQiKQoVUmVnaXN0ZXJNb2RlbFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIkgKEUxpc3RNb2RlbHNSZXF1ZXN0EjMKBmZpbHRlchgBIAEoCzIjLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxGaWx0ZXIiWAoSTGlzdE1vZGVsc1Jlc3BvbnNlEjAKBWNhcmRzGAEgAygLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSEAoIcmV2aXNpb24YAiABKAMiYgoSV2F0Y2hNb2RlbHNSZXF1ZXN0EjMKBmZpbHRlchgBIAEoCzIjLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxGaWx0ZXISFwoPcmVzdW1lX3JldmlzaW9uGAIgASgDIoABCgpNb2RlbEV2ZW50Ei8KBHR5cGUYASABKA4yIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkV2ZW50VHlwZRIvCgRjYXJkGAIgASgLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSEAoIcmV2aXNpb24YAyABKAMihwIKE1dhdGNoTW9kZWxzUmVzcG9uc2USNwoEa2luZBgBIAEoDjIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hSZXNwb25zZUtpbmQSPwoPc25hcHNob3RfcmVhc29uGAIgASgOMiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5TbmFwc2hvdFJlYXNvbhIwCgVjYXJkcxgDIAMoCzIhLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxDYXJkEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxFdmVudBIQCghyZXZpc2lvbhgFIAEoAyJnCghLZXlWYWx1ZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSFwoPY3JlYXRlX3JldmlzaW9uGAMgASgDEhQKDG1vZF9yZXZpc2lvbhgEIAEoAxIQCghsZWFzZV9pZBgFIAEoBCIlChNDcmVhdGVCdWNrZXRSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCSInChRDcmVhdGVCdWNrZXRSZXNwb25zZRIPCgdjcmVhdGVkGAEgASgIIiwKDUdldEtleVJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgsKA2tleRgCIAEoCSI+Cg5HZXRLZXlSZXNwb25zZRIsCgJrdhgBIAEoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUigwEKDVB1dEtleVJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIQCghsZWFzZV9pZBgEIAEoBBIeChFleHBlY3RlZF9yZXZpc2lvbhgFIAEoA0gAiAEBQhQKEl9leHBlY3RlZF9yZXZpc2lvbiIiCg5QdXRLZXlSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJQChBDcmVhdGVLZXlSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRILCgNrZXkYAiABKAkSDQoFdmFsdWUYAyABKAwSEAoIbGVhc2VfaWQYBCABKAQiJQoRQ3JlYXRlS2V5UmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiLwoQRGVsZXRlS2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJIjYKEURlbGV0ZUtleVJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgSEAoIcmV2aXNpb24YAiABKAMiMQoPTGlzdEtleXNSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRIOCgZwcmVmaXgYAiABKAkiUwoQTGlzdEtleXNSZXNwb25zZRItCgNrdnMYASADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktleVZhbHVlEhAKCHJldmlzaW9uGAIgASgDIksKEFdhdGNoS2V5c1JlcXVlc3QSDgoGYnVja2V0GAEgASgJEg4KBnByZWZpeBgCIAEoCRIXCg9yZXN1bWVfcmV2aXNpb24YAyABKAMiewoIS2V5RXZlbnQSLwoEdHlwZRgBIAEoDjIhLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRXZlbnRUeXBlEiwKAmt2GAIgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlWYWx1ZRIQCghyZXZpc2lvbhgDIAEoAyKAAgoRV2F0Y2hLZXlzUmVzcG9uc2USNwoEa2luZBgBIAEoDjIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hSZXNwb25zZUtpbmQSPwoPc25hcHNob3RfcmVhc29uGAIgASgOMiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5TbmFwc2hvdFJlYXNvbhItCgNrdnMYAyADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktleVZhbHVlEjAKBmV2ZW50cxgEIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5RXZlbnQSEAoIcmV2aXNpb24YBSABKAMiOQoXQWNxdWlyZVdyaXRlTG9ja1JlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoBCI7ChhBY3F1aXJlV3JpdGVMb2NrUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSDQoFdG9rZW4YAiABKAkiTAoWQWNxdWlyZVJlYWRMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEEhIKCnRpbWVvdXRfbXMYAyABKAMiKAoXQWNxdWlyZVJlYWRMb2NrUmVzcG9uc2USDQoFdG9rZW4YASABKAkiIwoSUmVsZWFzZUxvY2tSZXF1ZXN0Eg0KBXRva2VuGAEgASgJIicKE1JlbGVhc2VMb2NrUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgqnAEKEVdhdGNoUmVzcG9uc2VLaW5kEiMKH1dBVENIX1JFU1BPTlNFX0tJTkRfVU5TUEVDSUZJRUQQABIgChxXQVRDSF9SRVNQT05TRV9LSU5EX1NOQVBTSE9UEAESHgoaV0FUQ0hfUkVTUE9OU0VfS0lORF9FVkVOVFMQAhIgChxXQVRDSF9SRVNQT05TRV9LSU5EX1BST0dSRVNTEAMqbQoOU25hcHNob3RSZWFzb24SHwobU05BUFNIT1RfUkVBU09OX1VOU1BFQ0lGSUVEEAASGwoXU05BUFNIT1RfUkVBU09OX0lOSVRJQUwQARIdChlTTkFQU0hPVF9SRUFTT05fQ09NUEFDVEVEEAIqUgoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABISCg5FVkVOVF9UWVBFX1BVVBABEhUKEUVWRU5UX1RZUEVfREVMRVRFEAIytQ8KD1JlZ2lzdHJ5U2VydmljZRJjCgpHcmFudExlYXNlEikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HcmFudExlYXNlUmVxdWVzdBoqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuR3JhbnRMZWFzZVJlc3BvbnNlEl0KCFJlZ2lzdGVyEicuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3RlclJlcXVlc3QaKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlZ2lzdGVyUmVzcG9uc2USZAoJS2VlcEFsaXZlEiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESYwoKRGVyZWdpc3RlchIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRGVyZWdpc3RlclJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkRlcmVnaXN0ZXJSZXNwb25zZRJsCg1MaXN0SW5zdGFuY2VzEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0SW5zdGFuY2VzUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEluc3RhbmNlc1Jlc3BvbnNlEnEKDldhdGNoSW5zdGFuY2VzEi0uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaEluc3RhbmNlc1JlcXVlc3QaLi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoSW5zdGFuY2VzUmVzcG9uc2UwARJsCg1SZWdpc3Rlck1vZGVsEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3Rlck1vZGVsUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVnaXN0ZXJNb2RlbFJlc3BvbnNlEmMKCkxpc3RNb2RlbHMSKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Giouc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0TW9kZWxzUmVzcG9uc2USaAoLV2F0Y2hNb2RlbHMSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoTW9kZWxzUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hNb2RlbHNSZXNwb25zZTABEmkKDENyZWF0ZUJ1Y2tldBIrLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVxdWVzdBosLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVzcG9uc2USVwoGR2V0S2V5EiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXNwb25zZRJXCgZQdXRLZXkSJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlcXVlc3QaJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlc3BvbnNlEmAKCUNyZWF0ZUtleRIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVzcG9uc2USYAoJRGVsZXRlS2V5Eiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXNwb25zZRJdCghMaXN0S2V5cxInLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEtleXNSZXF1ZXN0Giguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0S2V5c1Jlc3BvbnNlEmIKCVdhdGNoS2V5cxIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVzcG9uc2UwARJ1ChBBY3F1aXJlV3JpdGVMb2NrEi8uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBowLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVdyaXRlTG9ja1Jlc3BvbnNlEnIKD0FjcXVpcmVSZWFkTG9jaxIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVxdWVzdBovLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVzcG9uc2USZgoLUmVsZWFzZUxvY2sSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlbGVhc2VMb2NrUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVsZWFzZUxvY2tSZXNwb25zZWIGcHJvdG8z");
-
-/**
- * Transport is where an instance serves its request plane endpoint. Exactly
- * one field is set; its JSON form is the seed's {"tcp":"host:port"}.
- *
- * @generated from message switchyard.registry.v1.Transport
- */
-export type Transport = Message<"switchyard.registry.v1.Transport"> & {
-  /**
-   * The address, by request plane kind.
-   *
-   * @generated from oneof switchyard.registry.v1.Transport.kind
-   */
-  kind: {
-    /**
-     * TCP request plane address, host:port.
-     *
-     * @generated from field: string tcp = 1;
-     */
-    value: string;
-    case: "tcp";
-  } | {
-    /**
-     * HTTP/2 request plane URL.
-     *
-     * @generated from field: string http = 2;
-     */
-    value: string;
-    case: "http";
-  } | {
-    /**
-     * NATS request plane subject.
-     *
-     * @generated from field: string nats = 3;
-     */
-    value: string;
-    case: "nats";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Describes the message switchyard.registry.v1.Transport.
- * Use `create(TransportSchema)` to create a new message.
- */
-export const TransportSchema: GenMessage<Transport> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 0);
+  fileDesc("CiVzd2l0Y2h5YXJkL3JlZ2lzdHJ5L3YxL3JlZ2lzdHJ5LnByb3RvEhZzd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxIv4BCghJbnN0YW5jZRIRCgluYW1lc3BhY2UYASABKAkSEQoJY29tcG9uZW50GAIgASgJEhAKCGVuZHBvaW50GAMgASgJEhMKC2luc3RhbmNlX2lkGAQgASgEEjIKCXRyYW5zcG9ydBgFIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBJACghtZXRhZGF0YRgGIAMoCzIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2UuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiSAoOSW5zdGFuY2VGaWx0ZXISEQoJbmFtZXNwYWNlGAEgASgJEhEKCWNvbXBvbmVudBgCIAEoCRIQCghlbmRwb2ludBgDIAEoCSI9Cg1LdWJlcm5ldGVzUG9kEgwKBG5hbWUYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEgsKA3VpZBgDIAEoCSJcChFHcmFudExlYXNlUmVxdWVzdBITCgt0dGxfc2Vjb25kcxgBIAEoAxIyCgNwb2QYAiABKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkt1YmVybmV0ZXNQb2QiUAoSR3JhbnRMZWFzZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgEEhMKC3R0bF9zZWNvbmRzGAIgASgDEhMKC2xlYXNlX3Rva2VuGAMgASgJIqABCg9SZWdpc3RlclJlcXVlc3QSMgoIaW5zdGFuY2UYASABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhMKC3R0bF9zZWNvbmRzGAIgASgDEhAKCGxlYXNlX2lkGAMgASgEEjIKA3BvZBgEIAEoCzIlLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS3ViZXJuZXRlc1BvZCJjChBSZWdpc3RlclJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEhMKC3R0bF9zZWNvbmRzGAIgASgDEhAKCHJldmlzaW9uGAMgASgDEhMKC2xlYXNlX3Rva2VuGAQgASgJIiQKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAQiSQoRS2VlcEFsaXZlUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAQSDQoFZm91bmQYAiABKAgSEwoLdHRsX3NlY29uZHMYAyABKAMiJQoRRGVyZWdpc3RlclJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAQiJgoSRGVyZWdpc3RlclJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIk4KFExpc3RJbnN0YW5jZXNSZXF1ZXN0EjYKBmZpbHRlchgBIAEoCzImLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2VGaWx0ZXIiXgoVTGlzdEluc3RhbmNlc1Jlc3BvbnNlEjMKCWluc3RhbmNlcxgBIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2USEAoIcmV2aXNpb24YAiABKAMiaAoVV2F0Y2hJbnN0YW5jZXNSZXF1ZXN0EjYKBmZpbHRlchgBIAEoCzImLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2VGaWx0ZXISFwoPcmVzdW1lX3JldmlzaW9uGAIgASgDIoYBCg1JbnN0YW5jZUV2ZW50Ei8KBHR5cGUYASABKA4yIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkV2ZW50VHlwZRIyCghpbnN0YW5jZRgCIAEoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2USEAoIcmV2aXNpb24YAyABKAMikAIKFldhdGNoSW5zdGFuY2VzUmVzcG9uc2USNwoEa2luZBgBIAEoDjIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hSZXNwb25zZUtpbmQSPwoPc25hcHNob3RfcmVhc29uGAIgASgOMiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5TbmFwc2hvdFJlYXNvbhIzCglpbnN0YW5jZXMYAyADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEjUKBmV2ZW50cxgEIAMoCzIlLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2VFdmVudBIQCghyZXZpc2lvbhgFIAEoAyJTChFUb2tlbml6ZXJBcnRpZmFjdBIMCgRuYW1lGAEgASgJEg4KBnNoYTI1NhgCIAEoCRIMCgRzaXplGAMgASgDEhIKCm9iamVjdF9rZXkYBCABKAki/gIKCU1vZGVsQ2FyZBIRCgluYW1lc3BhY2UYASABKAkSEQoJY29tcG9uZW50GAIgASgJEhAKCGVuZHBvaW50GAMgASgJEhMKC2luc3RhbmNlX2lkGAQgASgEEhIKCm1vZGVsX25hbWUYBSABKAkSEgoKYmxvY2tfc2l6ZRgGIAEoDRIWCg5jb250ZXh0X2xlbmd0aBgHIAEoDRI8Cgl0b2tlbml6ZXIYCCADKAsyKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlRva2VuaXplckFydGlmYWN0EkEKCG1ldGFkYXRhGAkgAygLMi8uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQuTWV0YWRhdGFFbnRyeRIYChB0b29sX2NhbGxfcGFyc2VyGAogASgJEhgKEHJlYXNvbmluZ19wYXJzZXIYCyABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjQKC01vZGVsRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRISCgptb2RlbF9uYW1lGAIgASgJIlkKFFJlZ2lzdGVyTW9kZWxSZXF1ZXN0Ei8KBGNhcmQYASABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghsZWFzZV9pZBgCIAEoBCIpChVSZWdpc3Rlck1vZGVsUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiSAoRTGlzdE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlciJYChJMaXN0TW9kZWxzUmVzcG9uc2USMAoFY2FyZHMYASADKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgCIAEoAyJiChJXYXRjaE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlchIXCg9yZXN1bWVfcmV2aXNpb24YAiABKAMigAEKCk1vZGVsRXZlbnQSLwoEdHlwZRgBIAEoDjIhLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRXZlbnRUeXBlEi8KBGNhcmQYAiABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgDIAEoAyKHAgoTV2F0Y2hNb2RlbHNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEjAKBWNhcmRzGAMgAygLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSMgoGZXZlbnRzGAQgAygLMiIuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEV2ZW50EhAKCHJldmlzaW9uGAUgASgDImcKCEtleVZhbHVlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBIXCg9jcmVhdGVfcmV2aXNpb24YAyABKAMSFAoMbW9kX3JldmlzaW9uGAQgASgDEhAKCGxlYXNlX2lkGAUgASgEIiUKE0NyZWF0ZUJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIicKFENyZWF0ZUJ1Y2tldFJlc3BvbnNlEg8KB2NyZWF0ZWQYASABKAgiLAoNR2V0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJIj4KDkdldEtleVJlc3BvbnNlEiwKAmt2GAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlWYWx1ZSKDAQoNUHV0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJEg0KBXZhbHVlGAMgASgMEhAKCGxlYXNlX2lkGAQgASgEEh4KEWV4cGVjdGVkX3JldmlzaW9uGAUgASgDSACIAQFCFAoSX2V4cGVjdGVkX3JldmlzaW9uIiIKDlB1dEtleVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIlAKEENyZWF0ZUtleVJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIQCghsZWFzZV9pZBgEIAEoBCIlChFDcmVhdGVLZXlSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyIvChBEZWxldGVLZXlSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRILCgNrZXkYAiABKAkiNgoRRGVsZXRlS2V5UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCBIQCghyZXZpc2lvbhgCIAEoAyIxCg9MaXN0S2V5c1JlcXVlc3QSDgoGYnVja2V0GAEgASgJEg4KBnByZWZpeBgCIAEoCSJTChBMaXN0S2V5c1Jlc3BvbnNlEi0KA2t2cxgBIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSEAoIcmV2aXNpb24YAiABKAMiSwoQV2F0Y2hLZXlzUmVxdWVzdBIOCgZidWNrZXQYASABKAkSDgoGcHJlZml4GAIgASgJEhcKD3Jlc3VtZV9yZXZpc2lvbhgDIAEoAyJ7CghLZXlFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSLAoCa3YYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktleVZhbHVlEhAKCHJldmlzaW9uGAMgASgDIoACChFXYXRjaEtleXNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEi0KA2t2cxgDIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSMAoGZXZlbnRzGAQgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlFdmVudBIQCghyZXZpc2lvbhgFIAEoAyI5ChdBY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEIjsKGEFjcXVpcmVXcml0ZUxvY2tSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBINCgV0b2tlbhgCIAEoCSJMChZBY3F1aXJlUmVhZExvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAQSEgoKdGltZW91dF9tcxgDIAEoAyIoChdBY3F1aXJlUmVhZExvY2tSZXNwb25zZRINCgV0b2tlbhgBIAEoCSIjChJSZWxlYXNlTG9ja1JlcXVlc3QSDQoFdG9rZW4YASABKAkiJwoTUmVsZWFzZUxvY2tSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCqcAQoRV2F0Y2hSZXNwb25zZUtpbmQSIwofV0FUQ0hfUkVTUE9OU0VfS0lORF9VTlNQRUNJRklFRBAAEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfU05BUFNIT1QQARIeChpXQVRDSF9SRVNQT05TRV9LSU5EX0VWRU5UUxACEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfUFJPR1JFU1MQAyptCg5TbmFwc2hvdFJlYXNvbhIfChtTTkFQU0hPVF9SRUFTT05fVU5TUEVDSUZJRUQQABIbChdTTkFQU0hPVF9SRUFTT05fSU5JVElBTBABEh0KGVNOQVBTSE9UX1JFQVNPTl9DT01QQUNURUQQAipSCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhIKDkVWRU5UX1RZUEVfUFVUEAESFQoRRVZFTlRfVFlQRV9ERUxFVEUQAjK1DwoPUmVnaXN0cnlTZXJ2aWNlEmMKCkdyYW50TGVhc2USKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkdyYW50TGVhc2VSZXF1ZXN0Giouc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HcmFudExlYXNlUmVzcG9uc2USXQoIUmVnaXN0ZXISJy5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlZ2lzdGVyUmVxdWVzdBooLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVnaXN0ZXJSZXNwb25zZRJkCglLZWVwQWxpdmUSKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktlZXBBbGl2ZVJlcXVlc3QaKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJjCgpEZXJlZ2lzdGVyEikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZXJlZ2lzdGVyUmVxdWVzdBoqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRGVyZWdpc3RlclJlc3BvbnNlEmwKDUxpc3RJbnN0YW5jZXMSLC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RJbnN0YW5jZXNSZXF1ZXN0Gi0uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0SW5zdGFuY2VzUmVzcG9uc2UScQoOV2F0Y2hJbnN0YW5jZXMSLS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoSW5zdGFuY2VzUmVxdWVzdBouLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hJbnN0YW5jZXNSZXNwb25zZTABEmwKDVJlZ2lzdGVyTW9kZWwSLC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlZ2lzdGVyTW9kZWxSZXF1ZXN0Gi0uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3Rlck1vZGVsUmVzcG9uc2USYwoKTGlzdE1vZGVscxIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdE1vZGVsc1JlcXVlc3QaKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RNb2RlbHNSZXNwb25zZRJoCgtXYXRjaE1vZGVscxIqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hNb2RlbHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaE1vZGVsc1Jlc3BvbnNlMAESaQoMQ3JlYXRlQnVja2V0Eisuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5DcmVhdGVCdWNrZXRSZXF1ZXN0Giwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5DcmVhdGVCdWNrZXRSZXNwb25zZRJXCgZHZXRLZXkSJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkdldEtleVJlcXVlc3QaJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkdldEtleVJlc3BvbnNlElcKBlB1dEtleRIlLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUHV0S2V5UmVxdWVzdBomLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUHV0S2V5UmVzcG9uc2USYAoJQ3JlYXRlS2V5Eiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5DcmVhdGVLZXlSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5DcmVhdGVLZXlSZXNwb25zZRJgCglEZWxldGVLZXkSKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkRlbGV0ZUtleVJlcXVlc3QaKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkRlbGV0ZUtleVJlc3BvbnNlEl0KCExpc3RLZXlzEicuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0S2V5c1JlcXVlc3QaKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RLZXlzUmVzcG9uc2USYgoJV2F0Y2hLZXlzEiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaEtleXNSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaEtleXNSZXNwb25zZTABEnUKEEFjcXVpcmVXcml0ZUxvY2sSLy5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkFjcXVpcmVXcml0ZUxvY2tSZXF1ZXN0GjAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlV3JpdGVMb2NrUmVzcG9uc2UScgoPQWNxdWlyZVJlYWRMb2NrEi4uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlUmVhZExvY2tSZXF1ZXN0Gi8uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlUmVhZExvY2tSZXNwb25zZRJmCgtSZWxlYXNlTG9jaxIqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVsZWFzZUxvY2tSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWxlYXNlTG9ja1Jlc3BvbnNlYgZwcm90bzM", [file_switchyard_common_v1_common]);
 
 /**
  * Instance is one registered endpoint of one worker.
@@ -93,9 +49,9 @@ export type Instance = Message<"switchyard.registry.v1.Instance"> & {
   instanceId: bigint;
 
   /**
-   * Where the endpoint is served.
+   * Where the endpoint is served: one address per plane it serves.
    *
-   * @generated from field: switchyard.registry.v1.Transport transport = 5;
+   * @generated from field: switchyard.common.v1.Transport transport = 5;
    */
   transport?: Transport | undefined;
 
@@ -112,7 +68,7 @@ export type Instance = Message<"switchyard.registry.v1.Instance"> & {
  * Use `create(InstanceSchema)` to create a new message.
  */
 export const InstanceSchema: GenMessage<Instance> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 1);
+  messageDesc(file_switchyard_registry_v1_registry, 0);
 
 /**
  * InstanceFilter selects instances. Empty fields match everything; a field may
@@ -148,7 +104,7 @@ export type InstanceFilter = Message<"switchyard.registry.v1.InstanceFilter"> & 
  * Use `create(InstanceFilterSchema)` to create a new message.
  */
 export const InstanceFilterSchema: GenMessage<InstanceFilter> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 2);
+  messageDesc(file_switchyard_registry_v1_registry, 1);
 
 /**
  * KubernetesPod names the pod a worker runs in. The kubernetes discovery
@@ -187,7 +143,7 @@ export type KubernetesPod = Message<"switchyard.registry.v1.KubernetesPod"> & {
  * Use `create(KubernetesPodSchema)` to create a new message.
  */
 export const KubernetesPodSchema: GenMessage<KubernetesPod> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 3);
+  messageDesc(file_switchyard_registry_v1_registry, 2);
 
 /**
  * GrantLeaseRequest grants a lease.
@@ -215,7 +171,7 @@ export type GrantLeaseRequest = Message<"switchyard.registry.v1.GrantLeaseReques
  * Use `create(GrantLeaseRequestSchema)` to create a new message.
  */
 export const GrantLeaseRequestSchema: GenMessage<GrantLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 4);
+  messageDesc(file_switchyard_registry_v1_registry, 3);
 
 /**
  * GrantLeaseResponse carries the new lease.
@@ -252,7 +208,7 @@ export type GrantLeaseResponse = Message<"switchyard.registry.v1.GrantLeaseRespo
  * Use `create(GrantLeaseResponseSchema)` to create a new message.
  */
 export const GrantLeaseResponseSchema: GenMessage<GrantLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 5);
+  messageDesc(file_switchyard_registry_v1_registry, 4);
 
 /**
  * RegisterRequest registers one instance.
@@ -296,7 +252,7 @@ export type RegisterRequest = Message<"switchyard.registry.v1.RegisterRequest"> 
  * Use `create(RegisterRequestSchema)` to create a new message.
  */
 export const RegisterRequestSchema: GenMessage<RegisterRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 6);
+  messageDesc(file_switchyard_registry_v1_registry, 5);
 
 /**
  * RegisterResponse carries the new instance's id.
@@ -339,7 +295,7 @@ export type RegisterResponse = Message<"switchyard.registry.v1.RegisterResponse"
  * Use `create(RegisterResponseSchema)` to create a new message.
  */
 export const RegisterResponseSchema: GenMessage<RegisterResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 7);
+  messageDesc(file_switchyard_registry_v1_registry, 6);
 
 /**
  * KeepAliveRequest refreshes one lease.
@@ -360,7 +316,7 @@ export type KeepAliveRequest = Message<"switchyard.registry.v1.KeepAliveRequest"
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
 export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 8);
+  messageDesc(file_switchyard_registry_v1_registry, 7);
 
 /**
  * KeepAliveResponse answers one KeepAliveRequest.
@@ -395,7 +351,7 @@ export type KeepAliveResponse = Message<"switchyard.registry.v1.KeepAliveRespons
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
 export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 9);
+  messageDesc(file_switchyard_registry_v1_registry, 8);
 
 /**
  * DeregisterRequest revokes a lease.
@@ -416,7 +372,7 @@ export type DeregisterRequest = Message<"switchyard.registry.v1.DeregisterReques
  * Use `create(DeregisterRequestSchema)` to create a new message.
  */
 export const DeregisterRequestSchema: GenMessage<DeregisterRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 10);
+  messageDesc(file_switchyard_registry_v1_registry, 9);
 
 /**
  * DeregisterResponse answers DeregisterRequest.
@@ -437,7 +393,7 @@ export type DeregisterResponse = Message<"switchyard.registry.v1.DeregisterRespo
  * Use `create(DeregisterResponseSchema)` to create a new message.
  */
 export const DeregisterResponseSchema: GenMessage<DeregisterResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 11);
+  messageDesc(file_switchyard_registry_v1_registry, 10);
 
 /**
  * ListInstancesRequest lists instances.
@@ -458,7 +414,7 @@ export type ListInstancesRequest = Message<"switchyard.registry.v1.ListInstances
  * Use `create(ListInstancesRequestSchema)` to create a new message.
  */
 export const ListInstancesRequestSchema: GenMessage<ListInstancesRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 12);
+  messageDesc(file_switchyard_registry_v1_registry, 11);
 
 /**
  * ListInstancesResponse carries the matching instances.
@@ -486,7 +442,7 @@ export type ListInstancesResponse = Message<"switchyard.registry.v1.ListInstance
  * Use `create(ListInstancesResponseSchema)` to create a new message.
  */
 export const ListInstancesResponseSchema: GenMessage<ListInstancesResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 13);
+  messageDesc(file_switchyard_registry_v1_registry, 12);
 
 /**
  * WatchInstancesRequest starts an instance watch.
@@ -515,7 +471,7 @@ export type WatchInstancesRequest = Message<"switchyard.registry.v1.WatchInstanc
  * Use `create(WatchInstancesRequestSchema)` to create a new message.
  */
 export const WatchInstancesRequestSchema: GenMessage<WatchInstancesRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 14);
+  messageDesc(file_switchyard_registry_v1_registry, 13);
 
 /**
  * InstanceEvent is one change to an instance.
@@ -550,7 +506,7 @@ export type InstanceEvent = Message<"switchyard.registry.v1.InstanceEvent"> & {
  * Use `create(InstanceEventSchema)` to create a new message.
  */
 export const InstanceEventSchema: GenMessage<InstanceEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 15);
+  messageDesc(file_switchyard_registry_v1_registry, 14);
 
 /**
  * WatchInstancesResponse is one message of an instance watch.
@@ -599,11 +555,18 @@ export type WatchInstancesResponse = Message<"switchyard.registry.v1.WatchInstan
  * Use `create(WatchInstancesResponseSchema)` to create a new message.
  */
 export const WatchInstancesResponseSchema: GenMessage<WatchInstancesResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 16);
+  messageDesc(file_switchyard_registry_v1_registry, 15);
 
 /**
  * TokenizerArtifact is one tokenizer file of a model, stored in the eventbus
  * object store and referenced by content hash.
+ *
+ * Wire convention (Go: pkg/wire TokenizerBucket, TokenizerObject): a worker
+ * uploads each file to bucket "tokenizers" under the object name
+ * {model}/{file}, where {model} is the model name with "/" written "--" and
+ * " " written "_" ("Qwen--Qwen3-0.6B/tokenizer.json"), and sets object_key to
+ * "tokenizers/" + that name. The frontend fetches the files by object_key and
+ * checks sha256 before it loads them.
  *
  * @generated from message switchyard.registry.v1.TokenizerArtifact
  */
@@ -630,7 +593,8 @@ export type TokenizerArtifact = Message<"switchyard.registry.v1.TokenizerArtifac
   size: bigint;
 
   /**
-   * Object store key.
+   * Object store key: {bucket}/{object name}, such as
+   * tokenizers/Qwen--Qwen3-0.6B/tokenizer.json.
    *
    * @generated from field: string object_key = 4;
    */
@@ -642,7 +606,7 @@ export type TokenizerArtifact = Message<"switchyard.registry.v1.TokenizerArtifac
  * Use `create(TokenizerArtifactSchema)` to create a new message.
  */
 export const TokenizerArtifactSchema: GenMessage<TokenizerArtifact> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 17);
+  messageDesc(file_switchyard_registry_v1_registry, 16);
 
 /**
  * ModelCard describes the model an instance serves.
@@ -737,7 +701,7 @@ export type ModelCard = Message<"switchyard.registry.v1.ModelCard"> & {
  * Use `create(ModelCardSchema)` to create a new message.
  */
 export const ModelCardSchema: GenMessage<ModelCard> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 18);
+  messageDesc(file_switchyard_registry_v1_registry, 17);
 
 /**
  * ModelFilter selects model cards. Empty fields match everything.
@@ -765,7 +729,7 @@ export type ModelFilter = Message<"switchyard.registry.v1.ModelFilter"> & {
  * Use `create(ModelFilterSchema)` to create a new message.
  */
 export const ModelFilterSchema: GenMessage<ModelFilter> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 19);
+  messageDesc(file_switchyard_registry_v1_registry, 18);
 
 /**
  * RegisterModelRequest registers a model card.
@@ -793,7 +757,7 @@ export type RegisterModelRequest = Message<"switchyard.registry.v1.RegisterModel
  * Use `create(RegisterModelRequestSchema)` to create a new message.
  */
 export const RegisterModelRequestSchema: GenMessage<RegisterModelRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 20);
+  messageDesc(file_switchyard_registry_v1_registry, 19);
 
 /**
  * RegisterModelResponse answers RegisterModelRequest.
@@ -814,7 +778,7 @@ export type RegisterModelResponse = Message<"switchyard.registry.v1.RegisterMode
  * Use `create(RegisterModelResponseSchema)` to create a new message.
  */
 export const RegisterModelResponseSchema: GenMessage<RegisterModelResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 21);
+  messageDesc(file_switchyard_registry_v1_registry, 20);
 
 /**
  * ListModelsRequest lists model cards.
@@ -835,7 +799,7 @@ export type ListModelsRequest = Message<"switchyard.registry.v1.ListModelsReques
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 22);
+  messageDesc(file_switchyard_registry_v1_registry, 21);
 
 /**
  * ListModelsResponse carries the matching model cards.
@@ -863,7 +827,7 @@ export type ListModelsResponse = Message<"switchyard.registry.v1.ListModelsRespo
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 23);
+  messageDesc(file_switchyard_registry_v1_registry, 22);
 
 /**
  * WatchModelsRequest starts a model card watch.
@@ -891,7 +855,7 @@ export type WatchModelsRequest = Message<"switchyard.registry.v1.WatchModelsRequ
  * Use `create(WatchModelsRequestSchema)` to create a new message.
  */
 export const WatchModelsRequestSchema: GenMessage<WatchModelsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 24);
+  messageDesc(file_switchyard_registry_v1_registry, 23);
 
 /**
  * ModelEvent is one change to a model card.
@@ -926,7 +890,7 @@ export type ModelEvent = Message<"switchyard.registry.v1.ModelEvent"> & {
  * Use `create(ModelEventSchema)` to create a new message.
  */
 export const ModelEventSchema: GenMessage<ModelEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 25);
+  messageDesc(file_switchyard_registry_v1_registry, 24);
 
 /**
  * WatchModelsResponse is one message of a model card watch.
@@ -975,7 +939,7 @@ export type WatchModelsResponse = Message<"switchyard.registry.v1.WatchModelsRes
  * Use `create(WatchModelsResponseSchema)` to create a new message.
  */
 export const WatchModelsResponseSchema: GenMessage<WatchModelsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 26);
+  messageDesc(file_switchyard_registry_v1_registry, 25);
 
 /**
  * KeyValue is one entry of a bucket.
@@ -1024,7 +988,7 @@ export type KeyValue = Message<"switchyard.registry.v1.KeyValue"> & {
  * Use `create(KeyValueSchema)` to create a new message.
  */
 export const KeyValueSchema: GenMessage<KeyValue> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 27);
+  messageDesc(file_switchyard_registry_v1_registry, 26);
 
 /**
  * CreateBucketRequest declares a bucket.
@@ -1045,7 +1009,7 @@ export type CreateBucketRequest = Message<"switchyard.registry.v1.CreateBucketRe
  * Use `create(CreateBucketRequestSchema)` to create a new message.
  */
 export const CreateBucketRequestSchema: GenMessage<CreateBucketRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 28);
+  messageDesc(file_switchyard_registry_v1_registry, 27);
 
 /**
  * CreateBucketResponse answers CreateBucketRequest.
@@ -1066,7 +1030,7 @@ export type CreateBucketResponse = Message<"switchyard.registry.v1.CreateBucketR
  * Use `create(CreateBucketResponseSchema)` to create a new message.
  */
 export const CreateBucketResponseSchema: GenMessage<CreateBucketResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 29);
+  messageDesc(file_switchyard_registry_v1_registry, 28);
 
 /**
  * GetKeyRequest reads one key.
@@ -1094,7 +1058,7 @@ export type GetKeyRequest = Message<"switchyard.registry.v1.GetKeyRequest"> & {
  * Use `create(GetKeyRequestSchema)` to create a new message.
  */
 export const GetKeyRequestSchema: GenMessage<GetKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 30);
+  messageDesc(file_switchyard_registry_v1_registry, 29);
 
 /**
  * GetKeyResponse carries the entry.
@@ -1115,7 +1079,7 @@ export type GetKeyResponse = Message<"switchyard.registry.v1.GetKeyResponse"> & 
  * Use `create(GetKeyResponseSchema)` to create a new message.
  */
 export const GetKeyResponseSchema: GenMessage<GetKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 31);
+  messageDesc(file_switchyard_registry_v1_registry, 30);
 
 /**
  * PutKeyRequest writes one key.
@@ -1165,7 +1129,7 @@ export type PutKeyRequest = Message<"switchyard.registry.v1.PutKeyRequest"> & {
  * Use `create(PutKeyRequestSchema)` to create a new message.
  */
 export const PutKeyRequestSchema: GenMessage<PutKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 32);
+  messageDesc(file_switchyard_registry_v1_registry, 31);
 
 /**
  * PutKeyResponse answers PutKeyRequest.
@@ -1186,7 +1150,7 @@ export type PutKeyResponse = Message<"switchyard.registry.v1.PutKeyResponse"> & 
  * Use `create(PutKeyResponseSchema)` to create a new message.
  */
 export const PutKeyResponseSchema: GenMessage<PutKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 33);
+  messageDesc(file_switchyard_registry_v1_registry, 32);
 
 /**
  * CreateKeyRequest writes one key only if it is absent.
@@ -1228,7 +1192,7 @@ export type CreateKeyRequest = Message<"switchyard.registry.v1.CreateKeyRequest"
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 34);
+  messageDesc(file_switchyard_registry_v1_registry, 33);
 
 /**
  * CreateKeyResponse answers CreateKeyRequest.
@@ -1249,7 +1213,7 @@ export type CreateKeyResponse = Message<"switchyard.registry.v1.CreateKeyRespons
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 35);
+  messageDesc(file_switchyard_registry_v1_registry, 34);
 
 /**
  * DeleteKeyRequest deletes one key.
@@ -1277,7 +1241,7 @@ export type DeleteKeyRequest = Message<"switchyard.registry.v1.DeleteKeyRequest"
  * Use `create(DeleteKeyRequestSchema)` to create a new message.
  */
 export const DeleteKeyRequestSchema: GenMessage<DeleteKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 36);
+  messageDesc(file_switchyard_registry_v1_registry, 35);
 
 /**
  * DeleteKeyResponse answers DeleteKeyRequest.
@@ -1305,7 +1269,7 @@ export type DeleteKeyResponse = Message<"switchyard.registry.v1.DeleteKeyRespons
  * Use `create(DeleteKeyResponseSchema)` to create a new message.
  */
 export const DeleteKeyResponseSchema: GenMessage<DeleteKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 37);
+  messageDesc(file_switchyard_registry_v1_registry, 36);
 
 /**
  * ListKeysRequest lists a bucket's keys.
@@ -1333,7 +1297,7 @@ export type ListKeysRequest = Message<"switchyard.registry.v1.ListKeysRequest"> 
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 38);
+  messageDesc(file_switchyard_registry_v1_registry, 37);
 
 /**
  * ListKeysResponse carries the entries.
@@ -1361,7 +1325,7 @@ export type ListKeysResponse = Message<"switchyard.registry.v1.ListKeysResponse"
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 39);
+  messageDesc(file_switchyard_registry_v1_registry, 38);
 
 /**
  * WatchKeysRequest starts a bucket watch.
@@ -1396,7 +1360,7 @@ export type WatchKeysRequest = Message<"switchyard.registry.v1.WatchKeysRequest"
  * Use `create(WatchKeysRequestSchema)` to create a new message.
  */
 export const WatchKeysRequestSchema: GenMessage<WatchKeysRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 40);
+  messageDesc(file_switchyard_registry_v1_registry, 39);
 
 /**
  * KeyEvent is one change to a key.
@@ -1431,7 +1395,7 @@ export type KeyEvent = Message<"switchyard.registry.v1.KeyEvent"> & {
  * Use `create(KeyEventSchema)` to create a new message.
  */
 export const KeyEventSchema: GenMessage<KeyEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 41);
+  messageDesc(file_switchyard_registry_v1_registry, 40);
 
 /**
  * WatchKeysResponse is one message of a bucket watch.
@@ -1480,7 +1444,7 @@ export type WatchKeysResponse = Message<"switchyard.registry.v1.WatchKeysRespons
  * Use `create(WatchKeysResponseSchema)` to create a new message.
  */
 export const WatchKeysResponseSchema: GenMessage<WatchKeysResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 42);
+  messageDesc(file_switchyard_registry_v1_registry, 41);
 
 /**
  * AcquireWriteLockRequest asks for an exclusive lock.
@@ -1508,7 +1472,7 @@ export type AcquireWriteLockRequest = Message<"switchyard.registry.v1.AcquireWri
  * Use `create(AcquireWriteLockRequestSchema)` to create a new message.
  */
 export const AcquireWriteLockRequestSchema: GenMessage<AcquireWriteLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 43);
+  messageDesc(file_switchyard_registry_v1_registry, 42);
 
 /**
  * AcquireWriteLockResponse answers AcquireWriteLockRequest.
@@ -1536,7 +1500,7 @@ export type AcquireWriteLockResponse = Message<"switchyard.registry.v1.AcquireWr
  * Use `create(AcquireWriteLockResponseSchema)` to create a new message.
  */
 export const AcquireWriteLockResponseSchema: GenMessage<AcquireWriteLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 44);
+  messageDesc(file_switchyard_registry_v1_registry, 43);
 
 /**
  * AcquireReadLockRequest asks for a shared lock.
@@ -1572,7 +1536,7 @@ export type AcquireReadLockRequest = Message<"switchyard.registry.v1.AcquireRead
  * Use `create(AcquireReadLockRequestSchema)` to create a new message.
  */
 export const AcquireReadLockRequestSchema: GenMessage<AcquireReadLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 45);
+  messageDesc(file_switchyard_registry_v1_registry, 44);
 
 /**
  * AcquireReadLockResponse answers AcquireReadLockRequest.
@@ -1593,7 +1557,7 @@ export type AcquireReadLockResponse = Message<"switchyard.registry.v1.AcquireRea
  * Use `create(AcquireReadLockResponseSchema)` to create a new message.
  */
 export const AcquireReadLockResponseSchema: GenMessage<AcquireReadLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 46);
+  messageDesc(file_switchyard_registry_v1_registry, 45);
 
 /**
  * ReleaseLockRequest releases a lock.
@@ -1614,7 +1578,7 @@ export type ReleaseLockRequest = Message<"switchyard.registry.v1.ReleaseLockRequ
  * Use `create(ReleaseLockRequestSchema)` to create a new message.
  */
 export const ReleaseLockRequestSchema: GenMessage<ReleaseLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 47);
+  messageDesc(file_switchyard_registry_v1_registry, 46);
 
 /**
  * ReleaseLockResponse answers ReleaseLockRequest.
@@ -1635,7 +1599,7 @@ export type ReleaseLockResponse = Message<"switchyard.registry.v1.ReleaseLockRes
  * Use `create(ReleaseLockResponseSchema)` to create a new message.
  */
 export const ReleaseLockResponseSchema: GenMessage<ReleaseLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 48);
+  messageDesc(file_switchyard_registry_v1_registry, 47);
 
 /**
  * WatchResponseKind says what a watch response carries.

@@ -6,13 +6,15 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Transport } from "../../common/v1/common_pb.js";
+import { file_switchyard_common_v1_common } from "../../common/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIkIKCVRyYW5zcG9ydBINCgN0Y3AYASABKAlIABIOCgRodHRwGAIgASgJSAASDgoEbmF0cxgDIAEoCUgAQgYKBGtpbmQihgEKCUNhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDm92ZXJsYXBfYmxvY2tzGAMgASgNEgwKBGNvc3QYBCABKAESFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDSKAAgoNUm91dGVSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEjIKCXRyYW5zcG9ydBgDIAEoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLlRyYW5zcG9ydBIWCg5vdmVybGFwX2Jsb2NrcxgEIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgFIAEoDRIzCgpjYW5kaWRhdGVzGAYgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjAKCGVuZHBvaW50GAcgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQiMAoaTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIdChtNYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2UiIQoLRnJlZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIOCgxGcmVlUmVzcG9uc2UibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi4AEKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoASIRCg9HZXRTdGF0c1JlcXVlc3QiiwEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIocCChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKDFJlcGxpY2FFdmVudBISCgpyZXBsaWNhX2lkGAEgASgJEjUKBnJvdXRlZBgCIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcGxpY2FSb3V0ZWRIABIaChBwcmVmaWxsX2NvbXBsZXRlGAMgASgJSAASDwoFZnJlZWQYBCABKAlIAEIGCgRraW5kIncKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBCKFAgoNSW5kZXhTbmFwc2hvdBJSChBzdHJlYW1fc2VxdWVuY2VzGAEgAygLMjguc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdC5TdHJlYW1TZXF1ZW5jZXNFbnRyeRI6Cgd3b3JrZXJzGAIgAygLMikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdFdvcmtlchIsCgh0YWtlbl9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaNgoUU3RyZWFtU2VxdWVuY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJoChNJbmRleFNuYXBzaG90V29ya2VyEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNbGFzdF9ldmVudF9pZBgDIAEoBBIUCgxibG9ja19oYXNoZXMYBCADKAYy2AQKDVJvdXRlclNlcnZpY2USUAoFUm91dGUSIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlcXVlc3QaIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEnoKE01hcmtQcmVmaWxsQ29tcGxldGUSMC5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBoxLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZRJNCgRGcmVlEiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVzcG9uc2USaAoNUXVlcnlPdmVybGFwcxIqLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1Jlc3BvbnNlElkKCEdldFN0YXRzEiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXNwb25zZRJlCgxFeHBsYWluUm91dGUSKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXF1ZXN0Giouc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIoYBCglDYW5kaWRhdGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5vdmVybGFwX2Jsb2NrcxgDIAEoDRIMCgRjb3N0GAQgASgBEhYKDnByZWZpbGxfYmxvY2tzGAUgASgNEhUKDWRlY29kZV9ibG9ja3MYBiABKA0igAIKDVJvdXRlUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSFgoOb3ZlcmxhcF9ibG9ja3MYBCABKA0SFgoOcmVxdWVzdF9ibG9ja3MYBSABKA0SMwoKY2FuZGlkYXRlcxgGIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZRIwCghlbmRwb2ludBgHIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIm0KFFF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEImQKFVF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRIWCg5yZXF1ZXN0X2Jsb2NrcxgBIAEoDRIzCgpjYW5kaWRhdGVzGAIgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlIvkBChNFeHBsYWluUm91dGVSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAQgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBSABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgGIAMoBBITCgtpbnN0YW5jZV9pZBgHIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIq4BChJFeHBsYWluZWRDYW5kaWRhdGUSMgoJY2FuZGlkYXRlGAEgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjIKCXRyYW5zcG9ydBgCIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgDIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IuABChRFeHBsYWluUm91dGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEhIKCmJsb2NrX3NpemUYAiABKA0SFgoOcmVxdWVzdF9ibG9ja3MYAyABKA0SPAoKY2FuZGlkYXRlcxgEIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgFIAEoBBIOCgZyZWFzb24YBiABKAkSFgoOb3ZlcmxhcF93ZWlnaHQYByABKAESEwoLdGVtcGVyYXR1cmUYCCABKAEiEQoPR2V0U3RhdHNSZXF1ZXN0IosBCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDSKHAgoQR2V0U3RhdHNSZXNwb25zZRIMCgRtb2RlGAEgASgJEhYKDmluZGV4ZWRfYmxvY2tzGAIgASgEEhcKD2luZGV4ZWRfZW50cmllcxgDIAEoBBIyCgd3b3JrZXJzGAQgAygLMiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuV29ya2VyU3RhdHMSFgoOZXZlbnRzX2FwcGxpZWQYBSABKAQSGAoQZXZlbnRzX2R1cGxpY2F0ZRgGIAEoBBISCgpldmVudHNfZ2FwGAcgASgEEjoKFnJlc3RvcmVkX3NuYXBzaG90X3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo4BCgxSZXBsaWNhRXZlbnQSEgoKcmVwbGljYV9pZBgBIAEoCRI1CgZyb3V0ZWQYAiABKAsyIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBsaWNhUm91dGVkSAASGgoQcHJlZmlsbF9jb21wbGV0ZRgDIAEoCUgAEg8KBWZyZWVkGAQgASgJSABCBgoEa2luZCJ3Cg1SZXBsaWNhUm91dGVkEhIKCnJlcXVlc3RfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAQSDwoHZHBfcmFuaxgDIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgEIAEoDRIUCgxibG9ja19oYXNoZXMYBSADKAQihQIKDUluZGV4U25hcHNob3QSUgoQc3RyZWFtX3NlcXVlbmNlcxgBIAMoCzI4LnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3QuU3RyZWFtU2VxdWVuY2VzRW50cnkSOgoHd29ya2VycxgCIAMoCzIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3RXb3JrZXISLAoIdGFrZW5fYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiaAoTSW5kZXhTbmFwc2hvdFdvcmtlchITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWxhc3RfZXZlbnRfaWQYAyABKAQSFAoMYmxvY2tfaGFzaGVzGAQgAygGMtgECg1Sb3V0ZXJTZXJ2aWNlElAKBVJvdXRlEiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0GiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRJ6ChNNYXJrUHJlZmlsbENvbXBsZXRlEjAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QaMS5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2USTQoERnJlZRIhLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlc3BvbnNlEmgKDVF1ZXJ5T3ZlcmxhcHMSKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVxdWVzdBorLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRJZCghHZXRTdGF0cxIlLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVxdWVzdBomLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVzcG9uc2USZQoMRXhwbGFpblJvdXRlEikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVxdWVzdBoqLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -160,51 +162,6 @@ export const RouteRequestSchema: GenMessage<RouteRequest> = /*@__PURE__*/
   messageDesc(file_switchyard_router_v1_router, 2);
 
 /**
- * Transport is where a worker serves its endpoint, as the registry stores it.
- *
- * @generated from message switchyard.router.v1.Transport
- */
-export type Transport = Message<"switchyard.router.v1.Transport"> & {
-  /**
-   * The address, by request plane kind.
-   *
-   * @generated from oneof switchyard.router.v1.Transport.kind
-   */
-  kind: {
-    /**
-     * TCP request plane address, host:port.
-     *
-     * @generated from field: string tcp = 1;
-     */
-    value: string;
-    case: "tcp";
-  } | {
-    /**
-     * HTTP/2 request plane URL.
-     *
-     * @generated from field: string http = 2;
-     */
-    value: string;
-    case: "http";
-  } | {
-    /**
-     * NATS request plane subject.
-     *
-     * @generated from field: string nats = 3;
-     */
-    value: string;
-    case: "nats";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Describes the message switchyard.router.v1.Transport.
- * Use `create(TransportSchema)` to create a new message.
- */
-export const TransportSchema: GenMessage<Transport> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 3);
-
-/**
  * Candidate is one worker considered for a request.
  *
  * @generated from message switchyard.router.v1.Candidate
@@ -258,7 +215,7 @@ export type Candidate = Message<"switchyard.router.v1.Candidate"> & {
  * Use `create(CandidateSchema)` to create a new message.
  */
 export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 4);
+  messageDesc(file_switchyard_router_v1_router, 3);
 
 /**
  * RouteResponse is the decision.
@@ -283,7 +240,7 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
   /**
    * Where to send the request.
    *
-   * @generated from field: switchyard.router.v1.Transport transport = 3;
+   * @generated from field: switchyard.common.v1.Transport transport = 3;
    */
   transport?: Transport | undefined;
 
@@ -321,7 +278,7 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
  * Use `create(RouteResponseSchema)` to create a new message.
  */
 export const RouteResponseSchema: GenMessage<RouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 5);
+  messageDesc(file_switchyard_router_v1_router, 4);
 
 /**
  * MarkPrefillCompleteRequest names a routed request.
@@ -342,7 +299,7 @@ export type MarkPrefillCompleteRequest = Message<"switchyard.router.v1.MarkPrefi
  * Use `create(MarkPrefillCompleteRequestSchema)` to create a new message.
  */
 export const MarkPrefillCompleteRequestSchema: GenMessage<MarkPrefillCompleteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 6);
+  messageDesc(file_switchyard_router_v1_router, 5);
 
 /**
  * MarkPrefillCompleteResponse answers MarkPrefillCompleteRequest.
@@ -357,7 +314,7 @@ export type MarkPrefillCompleteResponse = Message<"switchyard.router.v1.MarkPref
  * Use `create(MarkPrefillCompleteResponseSchema)` to create a new message.
  */
 export const MarkPrefillCompleteResponseSchema: GenMessage<MarkPrefillCompleteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 7);
+  messageDesc(file_switchyard_router_v1_router, 6);
 
 /**
  * FreeRequest names a routed request.
@@ -378,7 +335,7 @@ export type FreeRequest = Message<"switchyard.router.v1.FreeRequest"> & {
  * Use `create(FreeRequestSchema)` to create a new message.
  */
 export const FreeRequestSchema: GenMessage<FreeRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 8);
+  messageDesc(file_switchyard_router_v1_router, 7);
 
 /**
  * FreeResponse answers FreeRequest.
@@ -393,7 +350,7 @@ export type FreeResponse = Message<"switchyard.router.v1.FreeResponse"> & {
  * Use `create(FreeResponseSchema)` to create a new message.
  */
 export const FreeResponseSchema: GenMessage<FreeResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 9);
+  messageDesc(file_switchyard_router_v1_router, 8);
 
 /**
  * QueryOverlapsRequest is a Route request that is only looked at.
@@ -428,7 +385,7 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
  * Use `create(QueryOverlapsRequestSchema)` to create a new message.
  */
 export const QueryOverlapsRequestSchema: GenMessage<QueryOverlapsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 10);
+  messageDesc(file_switchyard_router_v1_router, 9);
 
 /**
  * QueryOverlapsResponse reports the candidates.
@@ -456,7 +413,7 @@ export type QueryOverlapsResponse = Message<"switchyard.router.v1.QueryOverlapsR
  * Use `create(QueryOverlapsResponseSchema)` to create a new message.
  */
 export const QueryOverlapsResponseSchema: GenMessage<QueryOverlapsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 11);
+  messageDesc(file_switchyard_router_v1_router, 10);
 
 /**
  * ExplainRouteRequest is a Route request that is decided but not recorded.
@@ -520,7 +477,7 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
  * Use `create(ExplainRouteRequestSchema)` to create a new message.
  */
 export const ExplainRouteRequestSchema: GenMessage<ExplainRouteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 12);
+  messageDesc(file_switchyard_router_v1_router, 11);
 
 /**
  * ExplainedCandidate is one worker as ExplainRoute saw it.
@@ -538,7 +495,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
   /**
    * Where it serves.
    *
-   * @generated from field: switchyard.router.v1.Transport transport = 2;
+   * @generated from field: switchyard.common.v1.Transport transport = 2;
    */
   transport?: Transport | undefined;
 
@@ -555,7 +512,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
  * Use `create(ExplainedCandidateSchema)` to create a new message.
  */
 export const ExplainedCandidateSchema: GenMessage<ExplainedCandidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 13);
+  messageDesc(file_switchyard_router_v1_router, 12);
 
 /**
  * ExplainRouteResponse is the decision Route would make, with its reasons.
@@ -625,7 +582,7 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
  * Use `create(ExplainRouteResponseSchema)` to create a new message.
  */
 export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 14);
+  messageDesc(file_switchyard_router_v1_router, 13);
 
 /**
  * GetStatsRequest asks for the router's state.
@@ -640,7 +597,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 15);
+  messageDesc(file_switchyard_router_v1_router, 14);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -696,7 +653,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 16);
+  messageDesc(file_switchyard_router_v1_router, 15);
 
 /**
  * GetStatsResponse is the router's state.
@@ -767,12 +724,18 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 17);
+  messageDesc(file_switchyard_router_v1_router, 16);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
  * --router-replica-sync) so that each one knows the load, and in
  * approximate mode the predicted blocks, of every replica's decisions.
+ *
+ * Wire convention (Go: pkg/wire ReplicaSyncSubject): published on the
+ * eventbus subject {namespace}.router.replica_sync, where {namespace} is that
+ * of the routed endpoint, with the header Switchyard-Type:
+ * switchyard.router.v1.ReplicaEvent, without a message id (replicas publish
+ * without JetStream deduplication, for speed).
  *
  * @generated from message switchyard.router.v1.ReplicaEvent
  */
@@ -821,7 +784,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 18);
+  messageDesc(file_switchyard_router_v1_router, 17);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -870,13 +833,18 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 19);
+  messageDesc(file_switchyard_router_v1_router, 18);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
  * store: every worker's blocks plus, per namespace, the KV event stream
  * sequence the snapshot covers. A restarted router loads it and replays the
  * streams from the next sequence instead of starting cold.
+ *
+ * Wire convention (Go: pkg/wire SnapshotBucket, SnapshotObject): the latest
+ * snapshot is the object "kv-index" in bucket "router-snapshots", the
+ * message's binary protobuf encoding. Every replica consumes the same events,
+ * so any replica's snapshot serves them all.
  *
  * @generated from message switchyard.router.v1.IndexSnapshot
  */
@@ -908,7 +876,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -950,7 +918,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 21);
+  messageDesc(file_switchyard_router_v1_router, 20);
 
 /**
  * RouterService picks the worker for each request: the one that already

@@ -519,7 +519,17 @@ export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
   messageDesc(file_switchyard_worker_v1_worker, 12);
 
 /**
- * KvBlock is the identity of one full KV cache block (see pkg/kvhash).
+ * KvBlock is the identity of one full KV cache block.
+ *
+ * Block hash spec (Go: pkg/kvhash; every worker, the router and the frontend
+ * must compute the same values). A token sequence is cut into blocks of
+ * block_size tokens (the model card's); a partial last block is never hashed.
+ * A block's local hash is XXH3-64, seed 1337, of its token ids each encoded as
+ * a little-endian uint32 (4 * block_size bytes). Its sequence hash names the
+ * whole prefix that ends with it: for the first block it equals the local
+ * hash; for every later block it is XXH3-64, seed 1337, of 16 bytes: the
+ * parent block's sequence hash then this block's local hash, each a
+ * little-endian uint64. Local hashes are Dynamo's canonical block hashes.
  *
  * @generated from message switchyard.worker.v1.KvBlock
  */
@@ -703,6 +713,14 @@ export const KvCacheEventEnvelopeSchema: GenMessage<KvCacheEventEnvelope> = /*@_
 /**
  * KvEventBatch carries consecutive events of one worker in one message.
  *
+ * Wire convention (Go: pkg/wire). A worker of {component} in {namespace}
+ * publishes its batches on the eventbus subject
+ * {namespace}.{component}.kv_cache_update, in event id order, with message id
+ * kv-{instance_id as lower-case hex}-{dp_rank}-{first_event_id} so that a
+ * batch republished after a failover is stored once, and with the header
+ * Switchyard-Type: switchyard.worker.v1.KvEventBatch. The router consumes
+ * {namespace}.*.kv_cache_update.
+ *
  * @generated from message switchyard.worker.v1.KvEventBatch
  */
 export type KvEventBatch = Message<"switchyard.worker.v1.KvEventBatch"> & {
@@ -744,6 +762,11 @@ export const KvEventBatchSchema: GenMessage<KvEventBatch> = /*@__PURE__*/
 
 /**
  * LoadMetrics is a worker's load, published after engine steps for the router.
+ *
+ * Wire convention (Go: pkg/wire): published on the eventbus subject
+ * {namespace}.{component}.load_metrics with the header Switchyard-Type:
+ * switchyard.worker.v1.LoadMetrics; the router consumes
+ * {namespace}.*.load_metrics from new events on (old load is no use).
  *
  * @generated from message switchyard.worker.v1.LoadMetrics
  */
