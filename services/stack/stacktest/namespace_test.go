@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
@@ -26,7 +27,7 @@ func TestNamespaceScopedTokens(t *testing.T) {
 	bus := eventbusv1.NewEventBusServiceClient(dialRaw(t, s.EventbusAddr))
 	instance := func(ns string) *registryv1.Instance {
 		return &registryv1.Instance{Namespace: ns, Component: "backend", Endpoint: "generate",
-			Transport: &registryv1.Transport{Kind: &registryv1.Transport_Tcp{Tcp: "127.0.0.1:1"}}}
+			Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}
 	}
 	event := func(ns string) *eventbusv1.Event {
 		return &eventbusv1.Event{Subject: ns + ".backend.kv_cache_update", Payload: []byte("x")}
