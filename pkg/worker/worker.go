@@ -162,6 +162,10 @@ type Worker struct {
 	kvMu     sync.Mutex
 	kvClosed bool
 	kvIndex  *KVIndex
+	// kvQueued, kvPublished and kvLost count KV events (not batches)
+	// queued for publishing, acknowledged by the eventbus, and given up on.
+	kvQueued, kvPublished, kvLost atomic.Uint64
+
 	api      *grpcserver.Server
 	apiDone  chan error
 	loadFn   func() *workerv1.LoadMetrics
@@ -400,6 +404,16 @@ func (w *Worker) Instance() *registryv1.Instance { return w.instance.Load() }
 // each time it registered again after losing its lease.
 func (w *Worker) Registrations() uint64 { return w.registrations.Load() }
 
+// KVEventCounts returns how many KV events (events, not batches) the worker
+// queued for publishing, how many of them the eventbus has acknowledged, and
+// how many it gave up on: not acknowledged within a minute of retrying
+// through eventbus and NATS failovers, or not encodable. The rest are still
+// on their way; those a Config.DropKVEvent hook dropped count as published.
+// A fault test compares published with what a router applied.
+func (w *Worker) KVEventCounts() (queued, published, lost uint64) {
+	return w.kvQueued.Load(), w.kvPublished.Load(), w.kvLost.Load()
+}
+
 // Session is the registry session of the current registration; its Expired
 // and Done report a keep-alive that cannot reach the registry and a lost lease
 // (after which the worker registers again on a new session).
@@ -436,6 +450,7 @@ func (w *Worker) queue(b *workerv1.KvEventBatch) {
 	}
 	select {
 	case w.kv <- b:
+		w.kvQueued.Add(uint64(len(b.Events)))
 	case <-w.kvDone:
 	}
 }
@@ -455,14 +470,21 @@ func (w *Worker) publishKV() {
 	// Batches are pipelined (the publisher keeps up to 16 in flight, in
 	// order); their acknowledgements are awaited here, apart, so that a
 	// round trip to the eventbus does not hold the next batch back.
-	acks := make(chan *eventbus.Batch, 64)
+	type sentBatch struct {
+		b *eventbus.Batch
+		n uint64 // KV events in it
+	}
+	acks := make(chan sentBatch, 64)
 	acked := make(chan struct{})
 	go func() {
 		defer close(acked)
-		for b := range acks {
+		for sb := range acks {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if _, err := b.Wait(ctx); err != nil {
+			if _, err := sb.b.Wait(ctx); err != nil {
+				w.kvLost.Add(sb.n)
 				w.log.Error("KV events not published", "err", err.Error())
+			} else {
+				w.kvPublished.Add(sb.n)
 			}
 			cancel()
 		}
@@ -487,17 +509,21 @@ func (w *Worker) publishKV() {
 			}
 		}
 		events := make([]*eventbusv1.Event, 0, len(batch))
+		var n uint64 // KV events in events
 		for _, kb := range batch {
 			if w.cfg.DropKVEvent != nil && w.cfg.DropKVEvent(kb) {
+				w.kvPublished.Add(uint64(len(kb.Events)))
 				continue
 			}
 			id := wire.KVEventsMsgID(kb.InstanceId, kb.DpRank, kb.FirstEventId)
 			ev, err := eventbus.NewEvent(subject, kb, eventbus.WithMsgID(id))
 			if err != nil {
+				w.kvLost.Add(uint64(len(kb.Events)))
 				w.log.Error("cannot encode KV events", "err", err.Error())
 				continue
 			}
 			events = append(events, ev)
+			n += uint64(len(kb.Events))
 		}
 		if len(events) == 0 {
 			continue
@@ -506,10 +532,11 @@ func (w *Worker) publishKV() {
 		sent, err := pub.Send(ctx, events)
 		cancel()
 		if err != nil {
+			w.kvLost.Add(n)
 			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
 			continue
 		}
-		acks <- sent
+		acks <- sentBatch{sent, n}
 	}
 }
 

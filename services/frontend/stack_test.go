@@ -64,10 +64,12 @@ type stack struct {
 	etcd    *registrytest.Etcd
 	regAddr string
 	nats    *natsserver.Server
-	bus     *eventbus.Service
-	router  *router.Service
-	fe      *frontend.Service
-	url     string
+	// natsStore is the nats-server's store dir, to restart it on.
+	natsStore string
+	bus       *eventbus.Service
+	router    *router.Service
+	fe        *frontend.Service
+	url       string
 	// stopRouter stops the router service; it is idempotent.
 	stopRouter func()
 	http       *http.Client
@@ -96,8 +98,10 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		o.contextLength = 4096
 	}
 	etcd, reg := registrytest.Start(t)
-	ns, bus := eventbustest.Start(t)
-	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, bus: bus}
+	natsStore := t.TempDir()
+	ns := eventbustest.StartNATSAt(t, -1, natsStore)
+	bus := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, natsStore: natsStore, bus: bus}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	// The router follows the workers' KV events on the eventbus itself when
