@@ -33,8 +33,10 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -365,8 +367,11 @@ func TestNodeWorkerProtocol(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := &workerv1.KvEventBatch{}
-			if err := proto.Unmarshal(ev.Payload, b); err != nil {
+			if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.KvEventBatch"; got != want {
+				t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
+			}
+			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if b.InstanceId == next.InstanceId {

@@ -34,8 +34,10 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -376,11 +378,14 @@ func TestPythonWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("kv-%x-0-1", in.InstanceId); ev.MsgId != want {
+		if want := wire.KVEventsMsgID(in.InstanceId, 0, 1); ev.MsgId != want {
 			t.Errorf("msg id = %q; want %q", ev.MsgId, want)
 		}
-		batch := &workerv1.KvEventBatch{}
-		if err := proto.Unmarshal(ev.Payload, batch); err != nil {
+		if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.KvEventBatch"; got != want {
+			t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
+		}
+		batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var blocks []*workerv1.KvBlock
@@ -425,8 +430,11 @@ func TestPythonWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &workerv1.LoadMetrics{}
-		if err := proto.Unmarshal(ev.Payload, m); err != nil {
+		if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.LoadMetrics"; got != want {
+			t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
+		}
+		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if m.InstanceId != in.InstanceId || m.KvBlocksTotal != 8192 || m.KvBlocksUsed != 3 || m.Timestamp == nil {

@@ -41,8 +41,9 @@ import requestplane  # noqa: E402
 
 log = logging.getLogger("pyworker")
 
-KV_EVENTS_NAME = "kv_cache_update"  # as pkg/worker.KVEventsName
-LOAD_NAME = "load_metrics"  # as pkg/worker.LoadName
+KV_EVENTS_NAME = "kv_cache_update"  # as pkg/wire.KVEventsName
+LOAD_NAME = "load_metrics"  # as pkg/wire.LoadName
+TYPE_HEADER = "Switchyard-Type"  # as pkg/wire.HeaderType: the payload's full proto name
 ENV_PREFIX = "SWITCHYARD_PYWORKER_"
 # Flags whose variables keep the names Switchyard's Go side uses.
 NAMED_ENV = {
@@ -293,7 +294,7 @@ class KvPublisher:
     """Publishes KvEventBatch messages in order, one eventbus Publish each, on
     {namespace}.{component}.kv_cache_update with the msg id
     kv-{instance hex}-{dp rank}-{first event id} (as pkg/worker does), so a
-    retried publish is stored once."""
+    retried publish is stored once, and the Switchyard-Type header."""
 
     def __init__(self, stub, subject):
         self.stub = stub
@@ -312,7 +313,8 @@ class KvPublisher:
             if batch is None:
                 return
             msg_id = "kv-%x-%d-%d" % (batch.instance_id, batch.dp_rank, batch.first_event_id)
-            event = eventbus_pb2.Event(subject=self.subject, payload=batch.SerializeToString(), msg_id=msg_id)
+            event = eventbus_pb2.Event(subject=self.subject, payload=batch.SerializeToString(), msg_id=msg_id,
+                                       headers={TYPE_HEADER: batch.DESCRIPTOR.full_name})
             backoff = 0.05
             while True:
                 try:
@@ -348,8 +350,9 @@ class LoadPublisher:
 
     def _run(self):
         while not self._stop.wait(self.interval):
-            event = eventbus_pb2.Event(subject=self.subject, payload=self.engine.load().SerializeToString(),
-                                       msg_id=uuid.uuid4().hex)
+            load = self.engine.load()
+            event = eventbus_pb2.Event(subject=self.subject, payload=load.SerializeToString(),
+                                       msg_id=uuid.uuid4().hex, headers={TYPE_HEADER: load.DESCRIPTOR.full_name})
             try:
                 self.stub.Publish(eventbus_pb2.PublishRequest(event=event), timeout=2)
             except grpc.RpcError as e:

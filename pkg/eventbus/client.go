@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -23,6 +24,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Options tunes a Client. The zero value is plaintext with default backoff.
@@ -132,7 +134,9 @@ func WithHeaders(h map[string]string) PublishOption {
 }
 
 // NewEvent builds an event from a protobuf message, with a fresh message id
-// unless an option sets one.
+// unless an option sets one, and with the header wire.HeaderType naming the
+// message's type (added to the headers an option sets, never replacing one
+// the caller set).
 func NewEvent(subject string, msg proto.Message, opts ...PublishOption) (*eventbusv1.Event, error) {
 	payload, err := proto.Marshal(msg)
 	if err != nil {
@@ -141,6 +145,12 @@ func NewEvent(subject string, msg proto.Message, opts ...PublishOption) (*eventb
 	ev := &eventbusv1.Event{Subject: subject, Payload: payload, MsgId: nuid.Next()}
 	for _, o := range opts {
 		o(ev)
+	}
+	if _, ok := ev.Headers[wire.HeaderType]; !ok {
+		h := make(map[string]string, len(ev.Headers)+1)
+		maps.Copy(h, ev.Headers)
+		h[wire.HeaderType] = wire.TypeName(msg)
+		ev.Headers = h
 	}
 	return ev, nil
 }
@@ -178,6 +188,9 @@ func Decode[T any, P interface {
 	proto.Message
 }](ev *eventbusv1.DeliveredEvent) (P, error) {
 	var m P = new(T)
+	if err := wire.CheckType(ev.GetHeaders(), m); err != nil {
+		return nil, fmt.Errorf("eventbus: event %d on %s: %w", ev.GetStreamSequence(), ev.GetSubject(), err)
+	}
 	if err := proto.Unmarshal(ev.GetPayload(), m); err != nil {
 		return nil, fmt.Errorf("eventbus: decode event %d on %s as %T: %w", ev.GetStreamSequence(), ev.GetSubject(), m, err)
 	}

@@ -12,6 +12,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -125,13 +126,18 @@ func TypeHeaders(msg proto.Message) map[string]string {
 	return map[string]string{HeaderType: TypeName(msg)}
 }
 
-// CheckType reports whether headers name msg's type or name none (events
-// from publishers that predate the header). A header naming another type is
-// an error: the payload is not what the subject promises.
+// ErrWrongType is what CheckType returns for an event whose HeaderType
+// names another message type than the one expected.
+var ErrWrongType = errors.New("wire: event payload is not of the expected type")
+
+// CheckType returns nil when headers name msg's type or name none (events
+// from publishers that predate the header), and an error wrapping
+// ErrWrongType when they name another: the payload is not what the subject
+// promises, and decoding it would yield garbage rather than fail.
 func CheckType(headers map[string]string, msg proto.Message) error {
 	got, ok := headers[HeaderType]
 	if !ok || got == TypeName(msg) {
 		return nil
 	}
-	return fmt.Errorf("wire: event carries %s, want %s", got, TypeName(msg))
+	return fmt.Errorf("%w: it carries %q, want %q", ErrWrongType, got, TypeName(msg))
 }

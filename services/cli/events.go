@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
@@ -74,9 +76,22 @@ func events(ctx context.Context, c Config, out io.Writer, ns, subject string, fr
 	}
 }
 
-// decode returns the message an event's subject says it carries, or nil.
+// decode returns the message an event carries, or nil: the type its
+// Switchyard-Type header names, or for events without one the type its
+// subject's event name implies.
 func decode(ev *eventbusv1.DeliveredEvent) proto.Message {
 	var m proto.Message
+	if name, ok := ev.Headers[wire.HeaderType]; ok {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+		if err != nil {
+			return nil
+		}
+		m = mt.New().Interface()
+		if proto.Unmarshal(ev.Payload, m) != nil {
+			return nil
+		}
+		return m
+	}
 	switch name := wire.EventName(ev.Subject); name {
 	case wire.KVEventsName:
 		m = &workerv1.KvEventBatch{}

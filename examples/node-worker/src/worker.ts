@@ -43,6 +43,8 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const KV_EVENTS_NAME = "kv_cache_update";
 export const LOAD_NAME = "load_metrics";
 export const TOKENIZER_BUCKET = "tokenizers";
+/** TYPE_HEADER names an event's payload type (its fully qualified proto name), as pkg/wire.HeaderType. */
+export const TYPE_HEADER = "Switchyard-Type";
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"];
 const TRANSIENT = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
 // Errors no retry of a registration step can change: the worker's settings or credentials are wrong.
@@ -215,7 +217,7 @@ async function uploadTokenizer(bus: Client<typeof EventBusService>, cfg: Config)
  * KvPublisher publishes KvEventBatch messages in order, one eventbus Publish
  * each, on {namespace}.{component}.kv_cache_update with the msg id
  * kv-{instance hex}-{dp rank}-{first event id} (as pkg/worker does), so that
- * a retried publish is stored once.
+ * a retried publish is stored once, and the Switchyard-Type header.
  */
 class KvPublisher {
   private queue: KvEventBatch[] = [];
@@ -235,7 +237,12 @@ class KvPublisher {
   private async run(): Promise<void> {
     for (let b = this.queue.shift(); b; b = this.queue.shift()) {
       const msgId = `kv-${b.instanceId.toString(16)}-${b.dpRank}-${b.firstEventId}`;
-      const event = create(EventSchema, { subject: this.subject, payload: toBinary(KvEventBatchSchema, b), msgId });
+      const event = create(EventSchema, {
+        subject: this.subject,
+        payload: toBinary(KvEventBatchSchema, b),
+        msgId,
+        headers: { [TYPE_HEADER]: KvEventBatchSchema.typeName },
+      });
       for (let backoff = MIN_BACKOFF_MS; ; backoff = Math.min(backoff * 2, 2000)) {
         try {
           await this.bus.publish({ event }, { timeoutMs: 10_000 });
@@ -353,7 +360,12 @@ async function main(): Promise<number> {
     lease = await retry(register, () => stopping, "registration");
     loadTimer = setInterval(() => {
       const m = engine.load();
-      const event = create(EventSchema, { subject: `${base}.${LOAD_NAME}`, payload: toBinary(LoadMetricsSchema, m), msgId: crypto.randomUUID() });
+      const event = create(EventSchema, {
+        subject: `${base}.${LOAD_NAME}`,
+        payload: toBinary(LoadMetricsSchema, m),
+        msgId: crypto.randomUUID(),
+        headers: { [TYPE_HEADER]: LoadMetricsSchema.typeName },
+      });
       bus.publish({ event }, { timeoutMs: 2000 }).catch((err) => log.warn("load not published", { err: ConnectError.from(err).message }));
     }, cfg.loadIntervalMs);
     // A worker never exits because the registry is away: when its lease is
