@@ -13,6 +13,7 @@ python3-xxhash); see README.md.
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import logging
 import os
@@ -34,9 +35,10 @@ from google.protobuf.message import DecodeError  # noqa: E402
 from switchyard.common.v1 import common_pb2  # noqa: E402
 from switchyard.eventbus.v1 import eventbus_pb2, eventbus_pb2_grpc  # noqa: E402
 from switchyard.registry.v1 import registry_pb2, registry_pb2_grpc  # noqa: E402
-from switchyard.worker.v1 import worker_pb2  # noqa: E402
+from switchyard.worker.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
 
 import kvhash  # noqa: E402
+import kvlocal  # noqa: E402
 import requestplane  # noqa: E402
 
 log = logging.getLogger("pyworker")
@@ -99,6 +101,13 @@ def parse_config(argv):
                                                    "default: a non-loopback IPv4 of the machine, else 127.0.0.1)")
     p.add_argument("--http-port", type=int, default=8888, help="port (DYN_HTTP_RPC_PORT; 0 picks one)")
     p.add_argument("--http-root-path", default="/v1/rpc", help="path prefix of endpoints (DYN_HTTP_RPC_ROOT_PATH)")
+    p.add_argument("--kv-events-mode", default="jetstream", choices=["jetstream", "core", "direct", "none"],
+                   help="where KV events go: jetstream (the eventbus stream), core (NATS Core subjects through the "
+                        "eventbus), direct (nowhere: routers watch this worker's WorkerService), none")
+    p.add_argument("--kv-events-ring", type=int, default=100000,
+                   help="recent KV events kept for routers to fill gaps from")
+    p.add_argument("--worker-api-addr", default="",
+                   help="WorkerService gRPC listen address (default: --http-host, a free port)")
     p.add_argument("--max-message-size", type=int, default=32 << 20,
                    help="largest request payload in bytes (DYN_TCP_MAX_MESSAGE_SIZE)")
     given = {a.split("=", 1)[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
@@ -296,9 +305,10 @@ class KvPublisher:
     kv-{instance hex}-{dp rank}-{first event id} (as pkg/worker does), so a
     retried publish is stored once, and the Switchyard-Type header."""
 
-    def __init__(self, stub, subject):
+    def __init__(self, stub, subject, core=False):
         self.stub = stub
         self.subject = subject
+        self.core = core
         self.queue = queue.Queue()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-publish", daemon=True)
@@ -318,7 +328,7 @@ class KvPublisher:
             backoff = 0.05
             while True:
                 try:
-                    self.stub.Publish(eventbus_pb2.PublishRequest(event=event), timeout=10)
+                    self.stub.Publish(eventbus_pb2.PublishRequest(event=event, core=self.core), timeout=10)
                     break
                 except grpc.RpcError as e:
                     if e.code() not in TRANSIENT or self._closing.is_set():
@@ -333,6 +343,20 @@ class KvPublisher:
         self._thread.join(timeout)
         self._closing.set()
         self._thread.join()
+
+
+class KvSink:
+    """Applies each batch to the local indexer, then publishes it in the
+    jetstream and core modes (direct and none publish nothing)."""
+
+    def __init__(self, index, publisher):
+        self.index = index
+        self.publisher = publisher
+
+    def publish(self, batch):
+        self.index.apply(batch)
+        if self.publisher is not None:
+            self.publisher.publish(batch)
 
 
 class LoadPublisher:
@@ -490,22 +514,33 @@ def main(argv):
     registry = registry_pb2_grpc.RegistryServiceStub(reg_channel)
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
     subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
-    publisher = KvPublisher(eventbus, subject)
-    lease = server = load = None
+    publisher = KvPublisher(eventbus, subject, core=cfg.kv_events_mode == "core")
+    index = kvlocal.KvIndex(cfg.kv_events_ring)
+    sink = KvSink(index, publisher if cfg.kv_events_mode in ("jetstream", "core") else None)
+    api_stopping = threading.Event()
+    lease = server = load = api = None
     code = 0
     try:
         # The lease comes first so that KV events carry the instance id from
         # the first request on; the server next, since its URL is registered.
         grpc.channel_ready_future(reg_channel).result(timeout=30)
         lease = Lease(registry, cfg.lease_ttl)
-        engine = EchoEngine(cfg, lease.id, publisher)
+        engine = EchoEngine(cfg, lease.id, sink)
+        api = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(kvlocal.Servicer(index, lease.id, api_stopping), api)
+        api_port = api.add_insecure_port(cfg.worker_api_addr or "%s:0" % cfg.http_host)
+        api_host = cfg.worker_api_addr.rsplit(":", 1)[0] if cfg.worker_api_addr else cfg.http_host
+        if api_host in ("", "0.0.0.0", "[::]"):
+            api_host = cfg.http_host
+        api_addr = "%s:%d" % (api_host, api_port)
+        api.start()
         load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine, cfg.load_interval)
         server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
                                      cfg.max_message_size, cfg.http_host)
         server.start()
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=common_pb2.Transport(http=server.base_url),
-                                         metadata={"worker": "python-example"})
+                                         metadata={"worker": "python-example", "worker_api": api_addr})
         registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10,
                           metadata=lease.metadata)
         card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
@@ -515,7 +550,8 @@ def main(argv):
                                metadata=lease.metadata)
         info("worker registered", instance="%x" % lease.id,
              endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
-             transport="http:" + server.base_url, model=cfg.model_name)
+             transport="http:" + server.base_url, model=cfg.model_name, worker_api=api_addr,
+             kv_events_mode=cfg.kv_events_mode)
         while not stop.wait(0.2) and not lease.done.is_set():
             pass
         if lease.lost is not None:
@@ -537,6 +573,9 @@ def main(argv):
             server.close()
         if load is not None:
             load.close()
+        if api is not None:
+            api_stopping.set()
+            api.stop(grace=1).wait()
         publisher.close(timeout=10)
         reg_channel.close()
         bus_channel.close()
