@@ -23,7 +23,9 @@ const (
 	// routeTimeout bounds one Route call to the router service; past it the
 	// frontend routes in process.
 	routeTimeout = 2 * time.Second
-	// reportTimeout bounds MarkPrefillComplete and Free.
+	// reportTimeout bounds MarkPrefillComplete and Free (unary, with a
+	// router that lacks Report) and waiting for the Report stream's answer
+	// at close.
 	reportTimeout = time.Second
 )
 
@@ -32,8 +34,9 @@ type decision struct {
 	instanceID uint64
 	addr       transport.Address
 	endpoint   string
-	// remote is the router replica that made the decision, so that prefill
-	// completion and free are reported to it; nil when decided in process.
+	// remote is the router client that made the decision, so that prefill
+	// completion and free are reported through it (on its Report stream);
+	// nil when decided in process.
 	remote routerv1.RouterServiceClient
 }
 
@@ -45,6 +48,9 @@ type decision struct {
 type routing struct {
 	client  *routerclient.Client // nil without the router service
 	remotes []routerv1.RouterServiceClient
+	// reports carries prefill completions and frees to the router service
+	// (report.go); nil without it.
+	reports *reporter
 	local   *core.Core
 	metrics *metrics
 	log     *slog.Logger
@@ -67,12 +73,16 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, auth creden
 			return nil, fmt.Errorf("router client: %w", err)
 		}
 		r.client, r.remotes = client, []routerv1.RouterServiceClient{client}
+		r.reports = newReporter(client, log)
 	}
 	r.local = core.New(cc)
 	return r, nil
 }
 
 func (r *routing) close() {
+	if r.reports != nil {
+		r.reports.close()
+	}
 	if r.client != nil {
 		_ = r.client.Close()
 	}
@@ -141,11 +151,7 @@ func (r *routing) prefillDone(d decision, id string) {
 		r.local.PrefillDone(id)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
-	defer cancel()
-	if _, err := d.remote.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: id}); err != nil {
-		r.log.Debug("MarkPrefillComplete failed", "request_id", id, "err", err.Error())
-	}
+	r.reports.add(id, false)
 }
 
 // free reports a request's end to whoever routed it.
@@ -154,9 +160,5 @@ func (r *routing) free(d decision, id string) {
 		r.local.Free(id)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
-	defer cancel()
-	if _, err := d.remote.Free(ctx, &routerv1.FreeRequest{RequestId: id}); err != nil {
-		r.log.Debug("Free failed", "request_id", id, "err", err.Error())
-	}
+	r.reports.add(id, true)
 }

@@ -643,6 +643,108 @@ func (*FreeResponse) Descriptor() ([]byte, []int) {
 	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
+// ReportRequest is one batch of progress reports of routed requests.
+type ReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request ids given to Route whose first token came (MarkPrefillComplete).
+	PrefillComplete []string `protobuf:"bytes,1,rep,name=prefill_complete,json=prefillComplete,proto3" json:"prefill_complete,omitempty"`
+	// Request ids given to Route that ended (Free), applied after
+	// prefill_complete.
+	Free          []string `protobuf:"bytes,2,rep,name=free,proto3" json:"free,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReportRequest) GetPrefillComplete() []string {
+	if x != nil {
+		return x.PrefillComplete
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetFree() []string {
+	if x != nil {
+		return x.Free
+	}
+	return nil
+}
+
+// ReportResponse answers a Report stream when the client closes it.
+type ReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number of batches applied.
+	Batches       uint64 `protobuf:"varint,1,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReportResponse) GetBatches() uint64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
 // QueryOverlapsRequest is a Route request that is only looked at.
 type QueryOverlapsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -658,7 +760,7 @@ type QueryOverlapsRequest struct {
 
 func (x *QueryOverlapsRequest) Reset() {
 	*x = QueryOverlapsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +772,7 @@ func (x *QueryOverlapsRequest) String() string {
 func (*QueryOverlapsRequest) ProtoMessage() {}
 
 func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +785,7 @@ func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsRequest.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryOverlapsRequest) GetTarget() *Target {
@@ -720,7 +822,7 @@ type QueryOverlapsResponse struct {
 
 func (x *QueryOverlapsResponse) Reset() {
 	*x = QueryOverlapsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +834,7 @@ func (x *QueryOverlapsResponse) String() string {
 func (*QueryOverlapsResponse) ProtoMessage() {}
 
 func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +847,7 @@ func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsResponse.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueryOverlapsResponse) GetRequestBlocks() uint32 {
@@ -786,7 +888,7 @@ type ExplainRouteRequest struct {
 
 func (x *ExplainRouteRequest) Reset() {
 	*x = ExplainRouteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +900,7 @@ func (x *ExplainRouteRequest) String() string {
 func (*ExplainRouteRequest) ProtoMessage() {}
 
 func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +913,7 @@ func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExplainRouteRequest) GetTarget() *Target {
@@ -878,7 +980,7 @@ type ExplainedCandidate struct {
 
 func (x *ExplainedCandidate) Reset() {
 	*x = ExplainedCandidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +992,7 @@ func (x *ExplainedCandidate) String() string {
 func (*ExplainedCandidate) ProtoMessage() {}
 
 func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1005,7 @@ func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
 func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExplainedCandidate) GetCandidate() *Candidate {
@@ -952,7 +1054,7 @@ type ExplainRouteResponse struct {
 
 func (x *ExplainRouteResponse) Reset() {
 	*x = ExplainRouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1066,7 @@ func (x *ExplainRouteResponse) String() string {
 func (*ExplainRouteResponse) ProtoMessage() {}
 
 func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1079,7 @@ func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
 func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExplainRouteResponse) GetMode() string {
@@ -1045,7 +1147,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1159,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1172,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1094,7 +1196,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1208,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1221,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1190,7 +1292,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1304,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1317,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1301,7 +1403,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1415,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1428,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1414,7 +1516,7 @@ type ReplicaRouted struct {
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1528,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1541,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1500,7 +1602,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1614,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1627,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -1566,7 +1668,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1680,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1693,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -1674,7 +1776,12 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vFreeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\x0e\n" +
-	"\fFreeResponse\"\x8c\x01\n" +
+	"\fFreeResponse\"N\n" +
+	"\rReportRequest\x12)\n" +
+	"\x10prefill_complete\x18\x01 \x03(\tR\x0fprefillComplete\x12\x12\n" +
+	"\x04free\x18\x02 \x03(\tR\x04free\"*\n" +
+	"\x0eReportResponse\x12\x18\n" +
+	"\abatches\x18\x01 \x01(\x04R\abatches\"\x8c\x01\n" +
 	"\x14QueryOverlapsRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
@@ -1758,11 +1865,12 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\"\n" +
 	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\x12!\n" +
-	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xd8\x04\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xaf\x05\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
-	"\x04Free\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12h\n" +
+	"\x04Free\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12U\n" +
+	"\x06Report\x12#.switchyard.router.v1.ReportRequest\x1a$.switchyard.router.v1.ReportResponse(\x01\x12h\n" +
 	"\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n" +
 	"\bGetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12e\n" +
 	"\fExplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseB\xe4\x01\n" +
@@ -1780,7 +1888,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -1791,55 +1899,59 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*MarkPrefillCompleteResponse)(nil), // 6: switchyard.router.v1.MarkPrefillCompleteResponse
 	(*FreeRequest)(nil),                 // 7: switchyard.router.v1.FreeRequest
 	(*FreeResponse)(nil),                // 8: switchyard.router.v1.FreeResponse
-	(*QueryOverlapsRequest)(nil),        // 9: switchyard.router.v1.QueryOverlapsRequest
-	(*QueryOverlapsResponse)(nil),       // 10: switchyard.router.v1.QueryOverlapsResponse
-	(*ExplainRouteRequest)(nil),         // 11: switchyard.router.v1.ExplainRouteRequest
-	(*ExplainedCandidate)(nil),          // 12: switchyard.router.v1.ExplainedCandidate
-	(*ExplainRouteResponse)(nil),        // 13: switchyard.router.v1.ExplainRouteResponse
-	(*GetStatsRequest)(nil),             // 14: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 15: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 16: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 17: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 18: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 19: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 20: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 21: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*v1.Transport)(nil),                // 22: switchyard.common.v1.Transport
-	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
+	(*ReportRequest)(nil),               // 9: switchyard.router.v1.ReportRequest
+	(*ReportResponse)(nil),              // 10: switchyard.router.v1.ReportResponse
+	(*QueryOverlapsRequest)(nil),        // 11: switchyard.router.v1.QueryOverlapsRequest
+	(*QueryOverlapsResponse)(nil),       // 12: switchyard.router.v1.QueryOverlapsResponse
+	(*ExplainRouteRequest)(nil),         // 13: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 14: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 15: switchyard.router.v1.ExplainRouteResponse
+	(*GetStatsRequest)(nil),             // 16: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 17: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 18: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 19: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 20: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 21: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 22: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 23: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*v1.Transport)(nil),                // 24: switchyard.common.v1.Transport
+	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	22, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	24, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
 	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
 	3,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	0,  // 7: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
 	3,  // 8: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	22, // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
+	24, // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
 	1,  // 10: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
-	12, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	15, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	23, // 13: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	18, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	21, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	20, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	23, // 17: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	14, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	17, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	25, // 13: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	20, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	23, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	22, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	25, // 17: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
 	2,  // 18: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
 	5,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
 	7,  // 20: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	9,  // 21: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	14, // 22: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	11, // 23: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	4,  // 24: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	6,  // 25: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	8,  // 26: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	10, // 27: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	16, // 28: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	13, // 29: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
+	9,  // 21: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	11, // 22: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	16, // 23: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	13, // 24: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	4,  // 25: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	6,  // 26: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	8,  // 27: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	10, // 28: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	12, // 29: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	18, // 30: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	15, // 31: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -1855,8 +1967,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Target_Model)(nil),
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[11].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[17].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[13].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[19].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -1867,7 +1979,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	RouterService_Route_FullMethodName               = "/switchyard.router.v1.RouterService/Route"
 	RouterService_MarkPrefillComplete_FullMethodName = "/switchyard.router.v1.RouterService/MarkPrefillComplete"
 	RouterService_Free_FullMethodName                = "/switchyard.router.v1.RouterService/Free"
+	RouterService_Report_FullMethodName              = "/switchyard.router.v1.RouterService/Report"
 	RouterService_QueryOverlaps_FullMethodName       = "/switchyard.router.v1.RouterService/QueryOverlaps"
 	RouterService_GetStats_FullMethodName            = "/switchyard.router.v1.RouterService/GetStats"
 	RouterService_ExplainRoute_FullMethodName        = "/switchyard.router.v1.RouterService/ExplainRoute"
@@ -59,6 +60,15 @@ type RouterServiceClient interface {
 	// Free records that a routed request ended (finished, failed or
 	// cancelled), releasing its load. Errors as MarkPrefillComplete.
 	Free(ctx context.Context, in *FreeRequest, opts ...grpc.CallOption) (*FreeResponse, error)
+	// Report carries MarkPrefillComplete and Free for many requests on one
+	// stream per client, in batches and without an answer per request, so
+	// that a routed request costs one round trip (its Route) instead of three.
+	// Each batch is applied in order, its prefill completions before its
+	// frees; the effect on the router's state is that of the unary calls.
+	// Unknown request ids are skipped as the unary calls skip them; an empty
+	// or over-long id ends the stream with InvalidArgument. The stream is
+	// answered once, when the client closes it.
+	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ReportRequest, ReportResponse], error)
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
 	// request without routing it or recording anything. It fails as Route
 	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
@@ -112,6 +122,19 @@ func (c *routerServiceClient) Free(ctx context.Context, in *FreeRequest, opts ..
 	}
 	return out, nil
 }
+
+func (c *routerServiceClient) Report(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ReportRequest, ReportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RouterService_ServiceDesc.Streams[0], RouterService_Report_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReportRequest, ReportResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_ReportClient = grpc.ClientStreamingClient[ReportRequest, ReportResponse]
 
 func (c *routerServiceClient) QueryOverlaps(ctx context.Context, in *QueryOverlapsRequest, opts ...grpc.CallOption) (*QueryOverlapsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -175,6 +198,15 @@ type RouterServiceServer interface {
 	// Free records that a routed request ended (finished, failed or
 	// cancelled), releasing its load. Errors as MarkPrefillComplete.
 	Free(context.Context, *FreeRequest) (*FreeResponse, error)
+	// Report carries MarkPrefillComplete and Free for many requests on one
+	// stream per client, in batches and without an answer per request, so
+	// that a routed request costs one round trip (its Route) instead of three.
+	// Each batch is applied in order, its prefill completions before its
+	// frees; the effect on the router's state is that of the unary calls.
+	// Unknown request ids are skipped as the unary calls skip them; an empty
+	// or over-long id ends the stream with InvalidArgument. The stream is
+	// answered once, when the client closes it.
+	Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
 	// request without routing it or recording anything. It fails as Route
 	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
@@ -207,6 +239,9 @@ func (UnimplementedRouterServiceServer) MarkPrefillComplete(context.Context, *Ma
 }
 func (UnimplementedRouterServiceServer) Free(context.Context, *FreeRequest) (*FreeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Free not implemented")
+}
+func (UnimplementedRouterServiceServer) Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedRouterServiceServer) QueryOverlaps(context.Context, *QueryOverlapsRequest) (*QueryOverlapsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryOverlaps not implemented")
@@ -291,6 +326,13 @@ func _RouterService_Free_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _RouterService_Report_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RouterServiceServer).Report(&grpc.GenericServerStream[ReportRequest, ReportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_ReportServer = grpc.ClientStreamingServer[ReportRequest, ReportResponse]
 
 func _RouterService_QueryOverlaps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueryOverlapsRequest)
@@ -378,6 +420,12 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RouterService_ExplainRoute_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Report",
+			Handler:       _RouterService_Report_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "switchyard/router/v1/router.proto",
 }

@@ -198,6 +198,20 @@ class ReplicaRouted(_message.Message):
     request_id: str
     def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ReportRequest(_message.Message):
+    __slots__ = ["free", "prefill_complete"]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    free: _containers.RepeatedScalarFieldContainer[str]
+    prefill_complete: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prefill_complete: _Optional[_Iterable[str]] = ..., free: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReportResponse(_message.Message):
+    __slots__ = ["batches"]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: int
+    def __init__(self, batches: _Optional[int] = ...) -> None: ...
+
 class RouteRequest(_message.Message):
     __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]

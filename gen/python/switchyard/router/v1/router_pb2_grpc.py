@@ -39,6 +39,11 @@ class RouterServiceStub(object):
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.FreeRequest.SerializeToString,
                 response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.FreeResponse.FromString,
                 )
+        self.Report = channel.stream_unary(
+                '/switchyard.router.v1.RouterService/Report',
+                request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.SerializeToString,
+                response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.FromString,
+                )
         self.QueryOverlaps = channel.unary_unary(
                 '/switchyard.router.v1.RouterService/QueryOverlaps',
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.QueryOverlapsRequest.SerializeToString,
@@ -101,6 +106,20 @@ class RouterServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Report(self, request_iterator, context):
+        """Report carries MarkPrefillComplete and Free for many requests on one
+        stream per client, in batches and without an answer per request, so
+        that a routed request costs one round trip (its Route) instead of three.
+        Each batch is applied in order, its prefill completions before its
+        frees; the effect on the router's state is that of the unary calls.
+        Unknown request ids are skipped as the unary calls skip them; an empty
+        or over-long id ends the stream with InvalidArgument. The stream is
+        answered once, when the client closes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def QueryOverlaps(self, request, context):
         """QueryOverlaps reports every candidate's cached overlap and cost for a
         request without routing it or recording anything. It fails as Route
@@ -147,6 +166,11 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.Free,
                     request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.FreeRequest.FromString,
                     response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.FreeResponse.SerializeToString,
+            ),
+            'Report': grpc.stream_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.FromString,
+                    response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.SerializeToString,
             ),
             'QueryOverlaps': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryOverlaps,
@@ -231,6 +255,23 @@ class RouterService(object):
         return grpc.experimental.unary_unary(request, target, '/switchyard.router.v1.RouterService/Free',
             switchyard_dot_router_dot_v1_dot_router__pb2.FreeRequest.SerializeToString,
             switchyard_dot_router_dot_v1_dot_router__pb2.FreeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Report(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/switchyard.router.v1.RouterService/Report',
+            switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.SerializeToString,
+            switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

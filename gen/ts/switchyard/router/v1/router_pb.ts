@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIoYBCglDYW5kaWRhdGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5vdmVybGFwX2Jsb2NrcxgDIAEoDRIMCgRjb3N0GAQgASgBEhYKDnByZWZpbGxfYmxvY2tzGAUgASgNEhUKDWRlY29kZV9ibG9ja3MYBiABKA0igAIKDVJvdXRlUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSFgoOb3ZlcmxhcF9ibG9ja3MYBCABKA0SFgoOcmVxdWVzdF9ibG9ja3MYBSABKA0SMwoKY2FuZGlkYXRlcxgGIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZRIwCghlbmRwb2ludBgHIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIm0KFFF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEImQKFVF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRIWCg5yZXF1ZXN0X2Jsb2NrcxgBIAEoDRIzCgpjYW5kaWRhdGVzGAIgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlIvkBChNFeHBsYWluUm91dGVSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAQgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBSABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgGIAMoBBITCgtpbnN0YW5jZV9pZBgHIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIq4BChJFeHBsYWluZWRDYW5kaWRhdGUSMgoJY2FuZGlkYXRlGAEgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjIKCXRyYW5zcG9ydBgCIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgDIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IuABChRFeHBsYWluUm91dGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEhIKCmJsb2NrX3NpemUYAiABKA0SFgoOcmVxdWVzdF9ibG9ja3MYAyABKA0SPAoKY2FuZGlkYXRlcxgEIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgFIAEoBBIOCgZyZWFzb24YBiABKAkSFgoOb3ZlcmxhcF93ZWlnaHQYByABKAESEwoLdGVtcGVyYXR1cmUYCCABKAEiEQoPR2V0U3RhdHNSZXF1ZXN0IosBCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDSKHAgoQR2V0U3RhdHNSZXNwb25zZRIMCgRtb2RlGAEgASgJEhYKDmluZGV4ZWRfYmxvY2tzGAIgASgEEhcKD2luZGV4ZWRfZW50cmllcxgDIAEoBBIyCgd3b3JrZXJzGAQgAygLMiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuV29ya2VyU3RhdHMSFgoOZXZlbnRzX2FwcGxpZWQYBSABKAQSGAoQZXZlbnRzX2R1cGxpY2F0ZRgGIAEoBBISCgpldmVudHNfZ2FwGAcgASgEEjoKFnJlc3RvcmVkX3NuYXBzaG90X3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo4BCgxSZXBsaWNhRXZlbnQSEgoKcmVwbGljYV9pZBgBIAEoCRI1CgZyb3V0ZWQYAiABKAsyIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBsaWNhUm91dGVkSAASGgoQcHJlZmlsbF9jb21wbGV0ZRgDIAEoCUgAEg8KBWZyZWVkGAQgASgJSABCBgoEa2luZCJ3Cg1SZXBsaWNhUm91dGVkEhIKCnJlcXVlc3RfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAQSDwoHZHBfcmFuaxgDIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgEIAEoDRIUCgxibG9ja19oYXNoZXMYBSADKAQihQIKDUluZGV4U25hcHNob3QSUgoQc3RyZWFtX3NlcXVlbmNlcxgBIAMoCzI4LnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3QuU3RyZWFtU2VxdWVuY2VzRW50cnkSOgoHd29ya2VycxgCIAMoCzIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3RXb3JrZXISLAoIdGFrZW5fYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiaAoTSW5kZXhTbmFwc2hvdFdvcmtlchITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWxhc3RfZXZlbnRfaWQYAyABKAQSFAoMYmxvY2tfaGFzaGVzGAQgAygGMtgECg1Sb3V0ZXJTZXJ2aWNlElAKBVJvdXRlEiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0GiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRJ6ChNNYXJrUHJlZmlsbENvbXBsZXRlEjAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QaMS5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2USTQoERnJlZRIhLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlc3BvbnNlEmgKDVF1ZXJ5T3ZlcmxhcHMSKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVxdWVzdBorLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRJZCghHZXRTdGF0cxIlLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVxdWVzdBomLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVzcG9uc2USZQoMRXhwbGFpblJvdXRlEikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVxdWVzdBoqLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIoYBCglDYW5kaWRhdGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5vdmVybGFwX2Jsb2NrcxgDIAEoDRIMCgRjb3N0GAQgASgBEhYKDnByZWZpbGxfYmxvY2tzGAUgASgNEhUKDWRlY29kZV9ibG9ja3MYBiABKA0igAIKDVJvdXRlUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSFgoOb3ZlcmxhcF9ibG9ja3MYBCABKA0SFgoOcmVxdWVzdF9ibG9ja3MYBSABKA0SMwoKY2FuZGlkYXRlcxgGIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZRIwCghlbmRwb2ludBgHIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIjcKDVJlcG9ydFJlcXVlc3QSGAoQcHJlZmlsbF9jb21wbGV0ZRgBIAMoCRIMCgRmcmVlGAIgAygJIiEKDlJlcG9ydFJlc3BvbnNlEg8KB2JhdGNoZXMYASABKAQibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi4AEKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoASIRCg9HZXRTdGF0c1JlcXVlc3QiiwEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIocCChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKDFJlcGxpY2FFdmVudBISCgpyZXBsaWNhX2lkGAEgASgJEjUKBnJvdXRlZBgCIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcGxpY2FSb3V0ZWRIABIaChBwcmVmaWxsX2NvbXBsZXRlGAMgASgJSAASDwoFZnJlZWQYBCABKAlIAEIGCgRraW5kIncKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBCKFAgoNSW5kZXhTbmFwc2hvdBJSChBzdHJlYW1fc2VxdWVuY2VzGAEgAygLMjguc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdC5TdHJlYW1TZXF1ZW5jZXNFbnRyeRI6Cgd3b3JrZXJzGAIgAygLMikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdFdvcmtlchIsCgh0YWtlbl9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaNgoUU3RyZWFtU2VxdWVuY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJoChNJbmRleFNuYXBzaG90V29ya2VyEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNbGFzdF9ldmVudF9pZBgDIAEoBBIUCgxibG9ja19oYXNoZXMYBCADKAYyrwUKDVJvdXRlclNlcnZpY2USUAoFUm91dGUSIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlcXVlc3QaIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEnoKE01hcmtQcmVmaWxsQ29tcGxldGUSMC5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBoxLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZRJNCgRGcmVlEiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVzcG9uc2USVQoGUmVwb3J0EiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVxdWVzdBokLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcG9ydFJlc3BvbnNlKAESaAoNUXVlcnlPdmVybGFwcxIqLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1Jlc3BvbnNlElkKCEdldFN0YXRzEiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXNwb25zZRJlCgxFeHBsYWluUm91dGUSKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXF1ZXN0Giouc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -353,6 +353,56 @@ export const FreeResponseSchema: GenMessage<FreeResponse> = /*@__PURE__*/
   messageDesc(file_switchyard_router_v1_router, 8);
 
 /**
+ * ReportRequest is one batch of progress reports of routed requests.
+ *
+ * @generated from message switchyard.router.v1.ReportRequest
+ */
+export type ReportRequest = Message<"switchyard.router.v1.ReportRequest"> & {
+  /**
+   * Request ids given to Route whose first token came (MarkPrefillComplete).
+   *
+   * @generated from field: repeated string prefill_complete = 1;
+   */
+  prefillComplete: string[];
+
+  /**
+   * Request ids given to Route that ended (Free), applied after
+   * prefill_complete.
+   *
+   * @generated from field: repeated string free = 2;
+   */
+  free: string[];
+};
+
+/**
+ * Describes the message switchyard.router.v1.ReportRequest.
+ * Use `create(ReportRequestSchema)` to create a new message.
+ */
+export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 9);
+
+/**
+ * ReportResponse answers a Report stream when the client closes it.
+ *
+ * @generated from message switchyard.router.v1.ReportResponse
+ */
+export type ReportResponse = Message<"switchyard.router.v1.ReportResponse"> & {
+  /**
+   * The number of batches applied.
+   *
+   * @generated from field: uint64 batches = 1;
+   */
+  batches: bigint;
+};
+
+/**
+ * Describes the message switchyard.router.v1.ReportResponse.
+ * Use `create(ReportResponseSchema)` to create a new message.
+ */
+export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 10);
+
+/**
  * QueryOverlapsRequest is a Route request that is only looked at.
  *
  * @generated from message switchyard.router.v1.QueryOverlapsRequest
@@ -385,7 +435,7 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
  * Use `create(QueryOverlapsRequestSchema)` to create a new message.
  */
 export const QueryOverlapsRequestSchema: GenMessage<QueryOverlapsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 9);
+  messageDesc(file_switchyard_router_v1_router, 11);
 
 /**
  * QueryOverlapsResponse reports the candidates.
@@ -413,7 +463,7 @@ export type QueryOverlapsResponse = Message<"switchyard.router.v1.QueryOverlapsR
  * Use `create(QueryOverlapsResponseSchema)` to create a new message.
  */
 export const QueryOverlapsResponseSchema: GenMessage<QueryOverlapsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 10);
+  messageDesc(file_switchyard_router_v1_router, 12);
 
 /**
  * ExplainRouteRequest is a Route request that is decided but not recorded.
@@ -477,7 +527,7 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
  * Use `create(ExplainRouteRequestSchema)` to create a new message.
  */
 export const ExplainRouteRequestSchema: GenMessage<ExplainRouteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 11);
+  messageDesc(file_switchyard_router_v1_router, 13);
 
 /**
  * ExplainedCandidate is one worker as ExplainRoute saw it.
@@ -512,7 +562,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
  * Use `create(ExplainedCandidateSchema)` to create a new message.
  */
 export const ExplainedCandidateSchema: GenMessage<ExplainedCandidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 12);
+  messageDesc(file_switchyard_router_v1_router, 14);
 
 /**
  * ExplainRouteResponse is the decision Route would make, with its reasons.
@@ -582,7 +632,7 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
  * Use `create(ExplainRouteResponseSchema)` to create a new message.
  */
 export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 13);
+  messageDesc(file_switchyard_router_v1_router, 15);
 
 /**
  * GetStatsRequest asks for the router's state.
@@ -597,7 +647,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 14);
+  messageDesc(file_switchyard_router_v1_router, 16);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -653,7 +703,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 15);
+  messageDesc(file_switchyard_router_v1_router, 17);
 
 /**
  * GetStatsResponse is the router's state.
@@ -724,7 +774,7 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 16);
+  messageDesc(file_switchyard_router_v1_router, 18);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
@@ -784,7 +834,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 17);
+  messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -833,7 +883,7 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 18);
+  messageDesc(file_switchyard_router_v1_router, 20);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
@@ -876,7 +926,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 19);
+  messageDesc(file_switchyard_router_v1_router, 21);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -918,7 +968,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 22);
 
 /**
  * RouterService picks the worker for each request: the one that already
@@ -975,6 +1025,23 @@ export const RouterService: GenService<{
     methodKind: "unary";
     input: typeof FreeRequestSchema;
     output: typeof FreeResponseSchema;
+  },
+  /**
+   * Report carries MarkPrefillComplete and Free for many requests on one
+   * stream per client, in batches and without an answer per request, so
+   * that a routed request costs one round trip (its Route) instead of three.
+   * Each batch is applied in order, its prefill completions before its
+   * frees; the effect on the router's state is that of the unary calls.
+   * Unknown request ids are skipped as the unary calls skip them; an empty
+   * or over-long id ends the stream with InvalidArgument. The stream is
+   * answered once, when the client closes it.
+   *
+   * @generated from rpc switchyard.router.v1.RouterService.Report
+   */
+  report: {
+    methodKind: "client_streaming";
+    input: typeof ReportRequestSchema;
+    output: typeof ReportResponseSchema;
   },
   /**
    * QueryOverlaps reports every candidate's cached overlap and cost for a
