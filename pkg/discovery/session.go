@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
@@ -230,7 +231,7 @@ func (s *Session) keepAlive(deadline time.Time) {
 		switch {
 		case errors.Is(err, errStopped):
 			return
-		case (err == nil && !found) || status.Code(err) == codes.NotFound:
+		case (err == nil && !found) || apierr.Is(err, codes.NotFound, apierr.ReasonLeaseNotFound):
 			s.log.Error("lease revoked or expired on the registry")
 			s.finish(fmt.Errorf("%w: the registry no longer has lease %x", ErrLeaseLost, s.id))
 			return

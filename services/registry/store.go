@@ -42,17 +42,33 @@ func etcdErr(op string, err error) error {
 		return nil
 	}
 	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+	case errors.Is(err, rpctypes.ErrLeaseNotFound), rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCLeaseNotFound):
+		// The client usually hands the first form, a raw stream error the
+		// second.
 		return fmt.Errorf("%s: %w: lease not found (expired or revoked)", op, ErrLeaseNotFound)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
 	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+	if st, ok := status.FromError(err); ok && unavailableCode(st.Code()) {
+		return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
+	}
+	// The etcd client turns the server's own errors into rpctypes.EtcdError,
+	// which is no gRPC status: "no leader", "request timed out", "leader
+	// changed" and the like, all of a cluster that cannot serve right now
+	// (a lost quorum, an election). They are Unavailable with their code.
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) && unavailableCode(ee.Code()) {
 		return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unavailableCode reports whether an etcd answer's code means that etcd
+// cannot serve right now (retry), as opposed to a refusal of the request.
+func unavailableCode(c codes.Code) bool {
+	return c == codes.Unavailable || c == codes.DeadlineExceeded
 }
 
 // GrantLease grants a lease of the given TTL and stores the digest of its
