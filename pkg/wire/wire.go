@@ -58,6 +58,16 @@ const GenerateEndpoint = "generate"
 // WorkerService address (host:port, gRPC): its KV events and state.
 const MetadataWorkerAPI = "worker_api"
 
+// CorePrefix is put before an event's subject on NATS when it travels on
+// NATS Core instead of the stream (eventbus core = true, the core KV event
+// plane): {namespace}.{component}.kv_cache_update goes out as
+// _core.{namespace}.{component}.kv_cache_update, which no namespace's stream
+// captures (names cannot start with "_").
+const CorePrefix = "_core."
+
+// CoreSubject is subject as it travels on NATS Core.
+func CoreSubject(subject string) string { return CorePrefix + subject }
+
 // HeaderType is the event header that names the payload's protobuf message
 // type by its fully qualified name, such as "switchyard.worker.v1.KvEventBatch".
 const HeaderType = "Switchyard-Type"

@@ -18,6 +18,7 @@ func TestNames(t *testing.T) {
 		{"kv filter", KVEventsFilter("dynamo"), "dynamo.*.kv_cache_update"},
 		{"load filter", LoadFilter("dynamo"), "dynamo.*.load_metrics"},
 		{"msg id", KVEventsMsgID(0x1f2e, 1, 42), "kv-1f2e-1-42"},
+		{"core subject", CoreSubject(KVEventsSubject("vllm-agg", "backend")), "_core.vllm-agg.backend.kv_cache_update"},
 		{"tokenizer object", TokenizerObject("Qwen/Qwen3-0.6B", "tokenizer.json"), "Qwen--Qwen3-0.6B/tokenizer.json"},
 		{"tokenizer object with space", TokenizerObject("my model/x", "vocab.txt"), "my_model--x/vocab.txt"},
 		{"event name", EventName("a.b.kv_cache_update"), "kv_cache_update"},

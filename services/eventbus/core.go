@@ -11,12 +11,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // CorePrefix is put before an event's subject when it travels on NATS Core
-// (PublishRequest.core, SubscribeRequest.core): no namespace's stream
-// captures it, since names cannot start with "_".
-const CorePrefix = "_core."
+// (PublishRequest.core, SubscribeRequest.core); see wire.CorePrefix.
+const CorePrefix = wire.CorePrefix
 
 // coreBuffer bounds the events a core subscription holds for a slow
 // subscriber; past it NATS drops events (at most once), which core
@@ -30,7 +30,7 @@ func (b *bus) publishCore(events []*eventbusv1.Event) error {
 	var id [1]string
 	for _, ev := range events {
 		fillMsg(m, ev, "", &id)
-		m.Subject = CorePrefix + ev.GetSubject()
+		m.Subject = wire.CoreSubject(ev.GetSubject())
 		if err := b.nc.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrReconnectBufExceeded) {
 				err = fmt.Errorf("NATS is reconnecting and its reconnect buffer (--nats-reconnect-buffer, %d bytes) is full: %w", b.nc.Opts.ReconnectBufSize, err)
@@ -45,7 +45,7 @@ func (b *bus) publishCore(events []*eventbusv1.Event) error {
 // subscription through send until ctx ends, stopping closes or send fails.
 func (b *bus) subscribeCore(ctx context.Context, s subscription, stopping <-chan struct{}, ready func(consumer string) error, send func(consumer string, evs []*eventbusv1.DeliveredEvent) error) error {
 	ch := make(chan *nats.Msg, coreBuffer)
-	sub, err := b.subNC.ChanSubscribe(CorePrefix+s.filter, ch)
+	sub, err := b.subNC.ChanSubscribe(wire.CoreSubject(s.filter), ch)
 	if err != nil {
 		return natsErr("core subscribe", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
@@ -109,7 +110,7 @@ func (f *follower) onInstances(changes []discovery.Change[*registryv1.Instance])
 }
 
 func (f *follower) start(in *registryv1.Instance) {
-	addr := in.GetMetadata()[worker.MetadataWorkerAPI]
+	addr := in.GetMetadata()[wire.MetadataWorkerAPI]
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
