@@ -150,7 +150,7 @@ func startWorker(t *testing.T, regAddr, busAddr string, extra ...string) *pyWork
 		"--namespace", namespace, "--component", component, "--endpoint", "generate",
 		"--model-name", "test/echo", "--block-size", fmt.Sprint(blockSize), "--context-length", "1024",
 		"--registry-addr", regAddr, "--eventbus-addr", busAddr,
-		"--lease-ttl", fmt.Sprint(int(leaseTTL/time.Second)), "--drain-timeout", "10", "--token-delay", "0.005", "--load-interval", "0.2"}, extra...)...)
+		"--lease-ttl", fmt.Sprint(int(leaseTTL / time.Second)), "--drain-timeout", "10", "--token-delay", "0.005", "--load-interval", "0.2"}, extra...)...)
 	// The request plane's settings come from the variables the Go side uses.
 	cmd.Env = append(os.Environ(), "DYN_REQUEST_PLANE=http", "DYN_HTTP_RPC_HOST=127.0.0.1", "DYN_HTTP_RPC_PORT=0")
 	w := &pyWorker{cmd: cmd, logs: newLogBuffer(), done: make(chan struct{})}
