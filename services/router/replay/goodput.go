@@ -74,8 +74,10 @@ func round3(x float64) float64 {
 	if x <= 0 {
 		return x
 	}
-	p := math.Pow(10, math.Floor(math.Log10(x))-2)
-	return math.Round(x/p) * p
+	// Scaled by a power of ten and divided back, so that the result is
+	// the float nearest the decimal (16.9, not 16.900000000000002).
+	q := math.Pow(10, 2-math.Floor(math.Log10(x)))
+	return math.Round(x*q) / q
 }
 
 // RefineGoodput runs more rate scales per mode until each one's goodput is

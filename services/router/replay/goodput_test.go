@@ -46,7 +46,7 @@ func TestNextRate(t *testing.T) {
 }
 
 func TestRound3(t *testing.T) {
-	for in, want := range map[float64]float64{18: 18, 27: 27, 40.5: 40.5, 13.499999: 13.5, 7.5: 7.5, 0.1234: 0.123, 121.5: 122} {
+	for in, want := range map[float64]float64{18: 18, 27: 27, 40.5: 40.5, 13.499999: 13.5, 7.5: 7.5, 0.1234: 0.123, 121.5: 122, 16.875: 16.9, 1234: 1230} {
 		if got := round3(in); got != want {
 			t.Errorf("round3(%v) = %v, want %v", in, got, want)
 		}
