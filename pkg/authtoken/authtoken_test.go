@@ -96,8 +96,12 @@ func TestClient(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.c.Validate(); (err != nil) != tt.invalid {
-				t.Fatalf("Validate = %v, invalid %v", err, tt.invalid)
+			err := tt.c.Complete()
+			if err == nil {
+				err = tt.c.Validate()
+			}
+			if (err != nil) != tt.invalid {
+				t.Fatalf("Complete+Validate = %v, invalid %v", err, tt.invalid)
 			}
 			if tt.invalid {
 				return

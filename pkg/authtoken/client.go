@@ -45,15 +45,21 @@ var EnvVars = map[string]string{
 	"client-auth-token-file": EnvTokenFile,
 }
 
-// Validate checks that at most one source is given and the file is usable.
-func (c Client) Validate() error {
-	if c.Token != "" && c.TokenFile != "" {
-		return errors.New("--auth-token and --client-auth-token-file are exclusive")
-	}
-	if c.TokenFile != "" {
+// Complete reads --client-auth-token-file once, so that a missing or empty
+// file is a configuration error at start rather than at the first call.
+func (c Client) Complete() error {
+	if c.TokenFile != "" && c.Token == "" {
 		if _, err := c.Resolve(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Validate checks that at most one source is given; it reads nothing.
+func (c Client) Validate() error {
+	if c.Token != "" && c.TokenFile != "" {
+		return errors.New("--auth-token and --client-auth-token-file are exclusive")
 	}
 	return nil
 }

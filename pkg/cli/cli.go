@@ -1,5 +1,5 @@
 // Package cli is the shared body of every Switchyard main: flags filled from
-// the environment, validation, a JSON slog logger, a signal context, and an
+// the environment, Complete then Validate, a JSON slog logger, a signal context, and an
 // exit code. It keeps each cmd/<svc>/main.go to a few lines.
 package cli
 
@@ -24,7 +24,12 @@ import (
 type Config interface {
 	// RegisterFlags adds the service's flags, with their defaults.
 	RegisterFlags(fs *flag.FlagSet)
-	// Validate reports the first invalid setting.
+	// Complete reads what the settings name (files, the environment) and
+	// fills the defaults that derive from other settings. It is the only
+	// step that does I/O, and calling it twice changes nothing.
+	Complete() error
+	// Validate reports the first invalid setting. It reads nothing and
+	// changes nothing; Main calls it after Complete.
 	Validate() error
 }
 
@@ -93,6 +98,10 @@ func Main(opts Options, cfg Config, args []string, stderr io.Writer, run func(ct
 	}
 	if *format != "text" && *format != "json" {
 		fmt.Fprintf(stderr, "%s: invalid --log-format %q: valid values are text, json\n", opts.Name, *format)
+		return 2
+	}
+	if err := cfg.Complete(); err != nil {
+		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", opts.Name, err)
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 )
@@ -13,11 +14,22 @@ import (
 type testConfig struct {
 	Port  int
 	Level string
+	File  string
 }
 
 func (c *testConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Port, "port", 7, "")
 	fs.StringVar(&c.Level, "mode", "a", "")
+	fs.StringVar(&c.File, "file", "", "")
+}
+
+// Complete reads --file, as services read their token and key files.
+func (c *testConfig) Complete() error {
+	if c.File == "" {
+		return nil
+	}
+	_, err := os.ReadFile(c.File)
+	return err
 }
 
 func (c *testConfig) Validate() error {
@@ -41,6 +53,7 @@ func TestMain_ExitCodes(t *testing.T) {
 		{name: "bad flag", args: []string{"--port=x"}, want: 2, wantOut: "invalid value"},
 		{name: "bad env names the variable", env: map[string]string{"T_PORT": "seven"}, want: 2, wantOut: `invalid value "seven" for T_PORT`},
 		{name: "invalid config", args: []string{"--mode=c"}, want: 2, wantOut: "valid values are a, b"},
+		{name: "unreadable file", args: []string{"--file=/nonexistent/f"}, want: 2, wantOut: "invalid configuration: open /nonexistent/f"},
 		{name: "named variable", env: map[string]string{"MODE": "z"}, want: 2, wantOut: `invalid MODE "z"`},
 		{name: "bad log level", args: []string{"--log-level=loud"}, want: 2, wantOut: "invalid --log-level"},
 		{name: "bad log format", args: []string{"--log-format=xml"}, want: 2, wantOut: "invalid --log-format"},

@@ -37,6 +37,7 @@ func (c *grpcConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.String("grpc-addr", ":7001", "")
 	c.tls.RegisterFlags(fs)
 }
+func (c *grpcConfig) Complete() error { return nil }
 func (c *grpcConfig) Validate() error { return nil }
 
 type httpConfig struct{}
@@ -45,11 +46,13 @@ func (httpConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int("http-port", 8000, "")
 	fs.String("http-addr", "", "")
 }
+func (httpConfig) Complete() error { return nil }
 func (httpConfig) Validate() error { return nil }
 
 type workerConfig struct{}
 
 func (workerConfig) RegisterFlags(*flag.FlagSet) {}
+func (workerConfig) Complete() error             { return nil }
 func (workerConfig) Validate() error             { return nil }
 
 // runCheck runs `t healthcheck args...` through Main and returns the exit

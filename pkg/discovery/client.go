@@ -34,20 +34,12 @@ type Options struct {
 	// Token sends a bearer token on every call; nil sends none (see
 	// grpcclient.Options).
 	Token credentials.PerRPCCredentials
-
-	// Creds is Credentials under its old name, used when Credentials is nil.
-	//
-	// Deprecated: use Credentials, the name every Switchyard client uses.
-	Creds credentials.TransportCredentials
 }
 
 // Dial connects to registry replicas at addrs (host:port each, or
 // comma-separated lists of them), through pkg/grpcclient. It does not wait
 // for a connection.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	if opts.Credentials == nil {
-		opts.Credentials = opts.Creds
-	}
 	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token}
 	cc, err := grpcclient.Dial("registry", addrs, gopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
@@ -58,11 +50,6 @@ func Dial(addrs []string, opts Options) (*Client, error) {
 
 // Raw is the generated client, for calls this package does not wrap.
 func (c *Client) Raw() registryv1.RegistryServiceClient { return c.rpc }
-
-// RPC is Raw under its old name.
-//
-// Deprecated: use Raw, the name every Switchyard client uses.
-func (c *Client) RPC() registryv1.RegistryServiceClient { return c.rpc }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.cc.Close() }

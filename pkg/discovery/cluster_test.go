@@ -82,7 +82,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 		}
 		return true
 	})
-	resp, err := dial(t, r1.Addr).RPC().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
+	resp, err := dial(t, r1.Addr).Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, grpcAddr, metricsAddr string) {
 	c.TLS.RegisterFlags(fs)
 }
 
-// Validate checks the shared server settings.
+// Validate checks the shared server settings; it reads nothing (see
+// Complete).
 func (c Config) Validate() error {
 	if c.GRPCAddr == "" {
 		return errors.New("--grpc-addr must not be empty")
@@ -100,12 +101,19 @@ func (c Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
+	return c.TLS.Validate()
+}
+
+// Complete reads the files the settings name: the token file is parsed
+// and the TLS files must be there, so that a bad one is a configuration
+// error before anything binds. New reads them again.
+func (c Config) Complete() error {
 	if c.AuthTokenFile != "" {
 		if _, err := loadTokens(c.AuthTokenFile); err != nil {
 			return err
 		}
 	}
-	return c.TLS.Validate()
+	return c.TLS.Complete()
 }
 
 // Server is a gRPC server with its health service, metrics and shutdown.
@@ -322,6 +330,25 @@ func (s *Server) Listen() error {
 	}
 	s.lis = lis
 	return nil
+}
+
+// Close releases what Listen bound and stops the server at once: the
+// cleanup of a service whose startup fails between Listen and Serve. It may
+// be called without Listen and more than once. A serving server stops
+// through Serve's context instead.
+func (s *Server) Close() error {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	s.grpc.Stop()
+	var errs []error
+	for _, l := range []net.Listener{s.lis, s.metricsLis, s.debugLis} {
+		if l == nil {
+			continue
+		}
+		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Addr is the bound gRPC address; nil before Listen.

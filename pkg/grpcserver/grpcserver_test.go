@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -142,20 +143,61 @@ func TestMutualTLS(t *testing.T) {
 
 func TestTLSValidate(t *testing.T) {
 	tests := []struct {
-		name string
-		cfg  tlsconfig.Config
-		want string
+		name   string
+		cfg    tlsconfig.Config
+		tokens string
+		want   string
 	}{
 		{name: "cert without key", cfg: tlsconfig.Config{CertFile: "x"}, want: "--tls-cert and --tls-key must be given together"},
 		{name: "missing file", cfg: tlsconfig.Config{CAFile: "/nonexistent/ca.pem"}, want: "--tls-ca"},
+		{name: "missing token file", cfg: tlsconfig.Config{}, tokens: "/nonexistent/tokens", want: "/nonexistent/tokens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Config{GRPCAddr: ":1", TLS: tt.cfg}.Validate()
+			c := Config{GRPCAddr: ":1", TLS: tt.cfg, AuthTokenFile: tt.tokens}
+			err := c.Validate()
+			if err == nil {
+				err = c.Complete()
+			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Validate = %v, want it to mention %q", err, tt.want)
+				t.Fatalf("Validate+Complete = %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestValidateReadsNothing: Validate passes on settings whose files do not
+// exist; reading them is Complete's job.
+func TestValidateReadsNothing(t *testing.T) {
+	c := Config{GRPCAddr: ":1", AuthTokenFile: "/nonexistent/tokens", TLS: tlsconfig.Config{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k", CAFile: "/nonexistent/ca"}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate = %v, want nil: it must not read files", err)
+	}
+}
+
+// TestCloseReleasesPorts: a server whose service fails to start after
+// Listen gives its gRPC, metrics and debug ports back on Close.
+func TestCloseReleasesPorts(t *testing.T) {
+	s, err := New(Config{GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{s.Addr().String(), s.MetricsAddr().String(), s.DebugAddr().String()}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Fatalf("%s still bound after Close: %v", a, err)
+		}
+		l.Close()
 	}
 }
 

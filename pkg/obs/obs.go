@@ -90,6 +90,17 @@ func StartHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 // Addr is the bound address.
 func (s *HTTPServer) Addr() net.Addr { return s.ln.Addr() }
 
+// Close stops the server at once and releases its port, for a startup
+// that fails after StartHTTP; nil (StartDebug without an address) is a
+// no-op.
+func (s *HTTPServer) Close() error {
+	if s == nil {
+		return nil
+	}
+	_ = s.srv.Close()
+	return s.Wait()
+}
+
 // Wait blocks until the server has stopped and returns why, unless its
 // context stopped it.
 func (s *HTTPServer) Wait() error {

@@ -40,18 +40,24 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Enabled reports whether any TLS setting is present.
 func (c Config) Enabled() bool { return c.CertFile != "" || c.KeyFile != "" || c.CAFile != "" }
 
-// Validate checks that the settings fit together and the files are readable.
+// Complete checks that the files named are there (the one step that reads
+// the file system); the credentials load them at start.
+func (c Config) Complete() error {
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", c.CertFile}, {"--tls-key", c.KeyFile}, {"--tls-ca", c.CAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	return nil
+}
+
+// Validate checks that the settings fit together; it reads nothing.
 func (c Config) Validate() error {
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return errors.New("--tls-cert and --tls-key must be given together")
-	}
-	for flagName, path := range map[string]string{"--tls-cert": c.CertFile, "--tls-key": c.KeyFile, "--tls-ca": c.CAFile} {
-		if path == "" {
-			continue
-		}
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("%s: %w", flagName, err)
-		}
 	}
 	return nil
 }

@@ -64,7 +64,8 @@ type Config struct {
 	// ClientAuth is the bearer token sent to the services this one calls.
 	ClientAuth             authtoken.Client
 	LeaseTTL, DrainTimeout time.Duration
-	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
+	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
+	// when its Plane is empty.
 	Transport transport.Config
 	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr: where
 	// the bridged events go and how many the local indexer keeps.
@@ -115,8 +116,34 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.KV.RegisterFlags(fs)
 }
 
-// Validate checks the configuration and reads the request plane settings.
-func (c *Config) Validate() error {
+// Complete fills --engine-metrics-url from --engine-url when it is empty,
+// reads the request plane from DYN_REQUEST_PLANE and friends unless
+// Transport is set, and reads the token and TLS files. Run calls it, then
+// Validate.
+func (c *Config) Complete() error {
+	if c.MetricsURL == "" {
+		if u, err := url.Parse(c.EngineURL); err == nil && u.Host != "" {
+			c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
+		}
+	}
+	if c.Transport.Plane == "" {
+		tc, err := transport.ConfigFromEnv()
+		if err != nil {
+			return err
+		}
+		c.Transport = tc
+	}
+	if err := c.ClientAuth.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientTLS.Complete(); err != nil {
+		return fmt.Errorf("client TLS: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the configuration; it reads nothing and changes nothing.
+func (c Config) Validate() error {
 	if c.ModelName == "" || c.TokenizerDir == "" {
 		return errors.New("--model-name and --tokenizer-dir are required")
 	}
@@ -126,12 +153,13 @@ func (c *Config) Validate() error {
 	if err := c.KV.Validate(); err != nil {
 		return err
 	}
-	u, err := url.Parse(c.EngineURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err := checkHTTPURL(c.EngineURL); err != nil {
 		return fmt.Errorf("--engine-url %q is not an http(s) URL", c.EngineURL)
 	}
-	if c.MetricsURL == "" {
-		c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
+	if c.MetricsURL != "off" {
+		if err := checkHTTPURL(c.MetricsURL); err != nil {
+			return fmt.Errorf(`--engine-metrics-url %q is not an http(s) URL nor "off"`, c.MetricsURL)
+		}
 	}
 	if c.KVEventsReplayEndpoint != "" && !strings.Contains(c.KVEventsReplayEndpoint, "://") {
 		return fmt.Errorf("--kv-events-replay-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsReplayEndpoint)
@@ -139,15 +167,25 @@ func (c *Config) Validate() error {
 	if c.KVEventsEndpoint != "" && !strings.Contains(c.KVEventsEndpoint, "://") {
 		return fmt.Errorf("--kv-events-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsEndpoint)
 	}
-	tc, err := transport.ConfigFromEnv()
-	if err != nil {
+	if err := c.Transport.Validate(); err != nil {
 		return err
 	}
-	c.Transport = tc
 	if err := c.ClientAuth.Validate(); err != nil {
 		return err
 	}
 	return c.ClientTLS.Validate()
+}
+
+// checkHTTPURL accepts an absolute http or https URL with a host.
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("not an http(s) URL")
+	}
+	return nil
 }
 
 func (c *Config) tokenizerFiles() ([]string, error) { return worker.TokenizerFiles(c.TokenizerDir) }
@@ -156,6 +194,12 @@ func (c *Config) tokenizerFiles() ([]string, error) { return worker.TokenizerFil
 // deregisters and drains. ready, when set, is called once the worker is
 // registered.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
+	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	files, err := cfg.tokenizerFiles()
 	if err != nil {
 		return err
@@ -186,9 +230,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
 	var load atomic.Pointer[workerv1.LoadMetrics]
 	load.Store(&workerv1.LoadMetrics{})
-	if err := serveMetrics(ctx, cfg, &load, log); err != nil {
+	stopMetrics, err := serveMetrics(ctx, cfg, &load, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 	g, gctx := errgroup.WithContext(ctx)
 	// The side loops stop once the worker has drained.
 	sideCtx, stopSide := context.WithCancel(context.Background())

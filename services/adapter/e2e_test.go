@@ -191,9 +191,6 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		"--drain-timeout", "5s"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	stats := &adapter.Stats{}
 	cfg.Stats = stats
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -82,8 +82,12 @@ func TestConfigErrors(t *testing.T) {
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			if err := cfg.Validate(); err == nil {
-				t.Fatal("Validate accepted it")
+			err := cfg.Complete()
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err == nil {
+				t.Fatal("Complete and Validate accepted it")
 			}
 		})
 	}
@@ -93,7 +97,10 @@ func TestConfigErrors(t *testing.T) {
 	if err := fs.Parse([]string{"--model-name", "m", "--tokenizer-dir", "/x", "--engine-url", "http://engine:8001/v1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Validate(); err != nil || cfg.MetricsURL != "http://engine:8001/metrics" {
-		t.Fatalf("Validate: %v, metrics %q", err, cfg.MetricsURL)
+	if err := cfg.Complete(); err != nil || cfg.MetricsURL != "http://engine:8001/metrics" {
+		t.Fatalf("Complete: %v, metrics %q", err, cfg.MetricsURL)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
 	}
 }

@@ -78,7 +78,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Output, "o", "table", "output: table or json")
 }
 
-// Validate checks the shared flags.
+// Complete reads the token and TLS files the flags name.
+func (c *Config) Complete() error {
+	if err := c.Auth.Complete(); err != nil {
+		return err
+	}
+	return c.TLS.Complete()
+}
+
+// Validate checks the shared flags; it reads nothing.
 func (c Config) Validate() error {
 	if c.Output != "table" && c.Output != "json" {
 		return fmt.Errorf("invalid -o %q: valid values are table, json", c.Output)
@@ -213,6 +221,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if err := flagenv.Set(fs, EnvPrefix, EnvVars); err != nil {
+		fmt.Fprintf(stderr, "switchyard %s: %v\n", args[0], err)
+		return errUsage
+	}
+	if err := cfg.Complete(); err != nil {
 		fmt.Fprintf(stderr, "switchyard %s: %v\n", args[0], err)
 		return errUsage
 	}

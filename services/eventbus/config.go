@@ -136,7 +136,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
 }
 
-// Validate reports the first invalid setting.
+// Complete reads the files the settings name (the server's token and TLS
+// files, the NATS client's TLS files). Start calls it, then Validate.
+func (c *Config) Complete() error {
+	if err := c.Server.Complete(); err != nil {
+		return err
+	}
+	if err := c.NATSTLS.Complete(); err != nil {
+		return fmt.Errorf("NATS TLS (--nats-ca, --nats-cert, --nats-key): %w", err)
+	}
+	return nil
+}
+
+// Validate reports the first invalid setting; it reads nothing and changes
+// nothing.
 func (c Config) Validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err

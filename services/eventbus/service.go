@@ -63,6 +63,9 @@ type Service struct {
 // the background. It returns once the service is listening. The service stops
 // when ctx ends or Stop is called; Wait returns its error.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ type Config struct {
 	// --no-kv-events, and the fallback when the router service is away); its
 	// Mode and Approximate follow RouterMode and NoKVEvents.
 	Core core.Config
-	// Transport is the request plane. When its Plane is empty, Validate
+	// Transport is the request plane. When its Plane is empty, Complete
 	// reads it from DYN_REQUEST_PLANE and friends.
 	Transport transport.Config
 
@@ -80,9 +80,9 @@ type Config struct {
 
 	// keys holds the SHA-256, name and limits of each accepted API key (a
 	// file may list a key in clear or as "sha256:<hex>"), filled by
-	// Validate; nil when no key is configured.
+	// Complete; nil when no key is configured.
 	keys *keyring
-	// corsOrigins is CORSOrigins as a set, filled by Validate.
+	// corsOrigins is CORSOrigins as a set, filled by Complete.
 	corsOrigins map[string]bool
 }
 
@@ -128,9 +128,41 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Core.RegisterFlags(fs)
 }
 
-// Validate checks the configuration, reads the API keys and, unless set,
-// the request plane settings from the environment.
-func (c *Config) Validate() error {
+// Complete reads what the settings name: the request plane from
+// DYN_REQUEST_PLANE and friends unless Transport is set, the API keys
+// (--api-key and --api-key-file), and the token and TLS files. It fills the
+// derived sets the server uses. Start calls it, then Validate.
+func (c *Config) Complete() error {
+	if c.Transport.Plane == "" {
+		tc, err := transport.ConfigFromEnv()
+		if err != nil {
+			return err
+		}
+		c.Transport = tc
+	}
+	c.corsOrigins = nil
+	for _, o := range splitAddrs(c.CORSOrigins) {
+		if c.corsOrigins == nil {
+			c.corsOrigins = map[string]bool{}
+		}
+		c.corsOrigins[strings.TrimSuffix(o, "/")] = true
+	}
+	keys, err := c.readKeys()
+	if err != nil {
+		return err
+	}
+	c.keys = keys
+	if err := c.ClientAuth.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientTLS.Complete(); err != nil {
+		return fmt.Errorf("client TLS: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the configuration; it reads nothing and changes nothing.
+func (c Config) Validate() error {
 	if _, err := c.mode(); err != nil {
 		return err
 	}
@@ -152,38 +184,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid --chat-prefix-cache-bytes %d: it must not be negative", c.ChatPrefixCacheBytes)
 	case c.ShutdownTimeout < 0:
 		return errors.New("--shutdown-timeout must not be negative")
-	case strings.TrimSpace(c.RegistryAddr) == "":
+	case len(splitAddrs(c.RegistryAddr)) == 0:
 		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
 	case c.eventsModeErr() != nil:
 		return c.eventsModeErr()
-	case strings.TrimSpace(c.EventbusAddr) == "":
+	case len(splitAddrs(c.EventbusAddr)) == 0:
 		return errors.New("--eventbus-addr (SWITCHYARD_EVENTBUS_ADDR) is required")
-	case c.usesRouterService() && strings.TrimSpace(c.RouterAddr) == "":
+	case c.usesRouterService() && len(splitAddrs(c.RouterAddr)) == 0:
 		return errors.New("--router-addr (SWITCHYARD_ROUTER_ADDR) is required in kv mode")
 	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return fmt.Errorf("invalid --http-addr %q: %v", c.HTTPAddr, err)
 		}
-	}
-	keys, err := c.readKeys()
-	if err != nil {
-		return err
-	}
-	c.keys = keys
-	c.corsOrigins = nil
-	for _, o := range splitAddrs(c.CORSOrigins) {
-		if c.corsOrigins == nil {
-			c.corsOrigins = map[string]bool{}
-		}
-		c.corsOrigins[strings.TrimSuffix(o, "/")] = true
-	}
-	if c.Transport.Plane == "" {
-		tc, err := transport.ConfigFromEnv()
-		if err != nil {
-			return err
-		}
-		c.Transport = tc
 	}
 	if err := c.Transport.Validate(); err != nil {
 		return err
@@ -195,30 +208,30 @@ func (c *Config) Validate() error {
 }
 
 // mode parses --router-mode; direct mode is the router's, not the frontend's.
-func (c *Config) mode() (core.Mode, error) {
+func (c Config) mode() (core.Mode, error) {
 	return core.ParseModeOf(c.RouterMode, frontendModes)
 }
 
 // usesRouterService reports whether requests are routed by the router service.
-func (c *Config) usesRouterService() bool {
+func (c Config) usesRouterService() bool {
 	m, _ := c.mode()
 	return m == core.ModeKV && !c.approximate()
 }
 
 // approximate reports whether kv mode predicts caches in process: with
 // --no-kv-events, --no-router-kv-events or --kv-events-mode none.
-func (c *Config) approximate() bool {
+func (c Config) approximate() bool {
 	m, err := kvevents.Flags{Mode: c.KVEventsMode, NoEvents: c.NoKVEvents}.Resolve()
 	return err == nil && m == kvevents.None
 }
 
-func (c *Config) eventsModeErr() error {
+func (c Config) eventsModeErr() error {
 	_, err := kvevents.Parse(c.KVEventsMode)
 	return err
 }
 
 // listenAddr is where the HTTP API binds.
-func (c *Config) listenAddr() string {
+func (c Config) listenAddr() string {
 	if c.HTTPAddr != "" {
 		return c.HTTPAddr
 	}

@@ -43,7 +43,7 @@ func (s *stack) ghost(m *mockerHandle) uint64 {
 	if _, err := sess.Register(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	cards, err := dc.RPC().ListModels(ctx, &registryv1.ListModelsRequest{})
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/undo"
 )
 
 // Domain errors; writeError maps them to HTTP statuses and OpenAI error
@@ -131,6 +132,9 @@ type Service struct {
 // watches and serves the HTTP API until ctx ends. It returns once the HTTP
 // address is bound.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -145,18 +149,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		s.keys.start()
 		s.metrics.registry.MustRegister(newKeyCollector(s.keys))
 	}
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+	var u undo.Stack
+	defer u.OnError(&err)
 	if s.client, err = transport.NewClient(cfg.Transport, transport.WithLogger(log)); err != nil {
 		return nil, fmt.Errorf("request plane: %w", err)
 	}
-	undo = append(undo, func() { _ = s.client.Close() })
+	u.Push(func() { _ = s.client.Close() })
 	auth, err := cfg.ClientAuth.Credentials()
 	if err != nil {
 		return nil, err
@@ -164,11 +162,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds, Token: auth}); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	undo = append(undo, func() { _ = s.reg.Close() })
+	u.Push(func() { _ = s.reg.Close() })
 	if s.bus, err = eventbus.Dial(splitAddrs(cfg.EventbusAddr), eventbus.Options{Credentials: creds, Log: log, Token: auth}); err != nil {
 		return nil, fmt.Errorf("eventbus: %w", err)
 	}
-	undo = append(undo, func() { _ = s.bus.Close() })
+	u.Push(func() { _ = s.bus.Close() })
 	s.assets = newAssetCache(s.bus)
 	if cfg.ChatPrefixCacheBytes > 0 {
 		s.assets.prompts = newPromptCache(cfg.ChatPrefixCacheBytes, s.metrics.registry)
@@ -176,14 +174,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if s.routing, err = newRouting(&cfg, creds, auth, s.metrics, log); err != nil {
 		return nil, err
 	}
-	undo = append(undo, s.routing.close)
-	if _, err = obs.StartDebug(ctx, cfg.DebugAddr, log); err != nil {
+	u.Push(s.routing.close)
+	debug, err := obs.StartDebug(ctx, cfg.DebugAddr, log)
+	if err != nil {
 		return nil, err
 	}
+	u.Push(func() { _ = debug.Close() })
 	if s.ln, err = net.Listen("tcp", cfg.listenAddr()); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.listenAddr(), err)
 	}
-	undo = append(undo, func() { _ = s.ln.Close() })
+	u.Push(func() { _ = s.ln.Close() })
 
 	s.instances = discovery.WatchInstances(s.reg, &registryv1.InstanceFilter{Namespace: cfg.Namespace},
 		discovery.WatchOptions[*registryv1.Instance]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.Instance]) {

@@ -209,9 +209,6 @@ func (s *stack) addMockerOn(plane transport.Plane, speedup float64) *mockerHandl
 	if s.opts.leaseTTL > 0 {
 		cfg.LeaseTTL = s.opts.leaseTTL
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	cfg.Transport = planeConfig(plane, s.nats.ClientURL())
 	cfg.DrainTimeout = time.Nanosecond
 	ctx, cancel := context.WithCancel(context.Background())

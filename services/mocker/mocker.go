@@ -65,7 +65,8 @@ type Config struct {
 	// OnMetricsAddr, when set, learns the bound --metrics-addr (tests that
 	// listen on port 0).
 	OnMetricsAddr func(net.Addr)
-	// Transport is read from DYN_REQUEST_PLANE and friends by Validate.
+	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
+	// when its Plane is empty.
 	Transport transport.Config
 	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr.
 	KV worker.KVFlags
@@ -112,13 +113,37 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.KV.RegisterFlags(fs)
 }
 
-// Validate checks the configuration and reads the request plane settings.
-func (c *Config) Validate() error {
+// Complete fills what other settings imply (--no-delay is speed-up 0),
+// reads the request plane from DYN_REQUEST_PLANE and friends unless
+// Transport is set, and reads the token and TLS files. Run calls it, then
+// Validate.
+func (c *Config) Complete() error {
 	if c.NoDelay {
 		c.Engine.SpeedupRatio = 0
 	}
+	if c.Transport.Plane == "" {
+		tc, err := transport.ConfigFromEnv()
+		if err != nil {
+			return err
+		}
+		c.Transport = tc
+	}
+	if err := c.ClientAuth.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientTLS.Complete(); err != nil {
+		return fmt.Errorf("client TLS: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the configuration; it reads nothing and changes nothing.
+func (c Config) Validate() error {
 	if c.Engine.SpeedupRatio < 0 {
 		return fmt.Errorf("--speedup-ratio %v must not be negative", c.Engine.SpeedupRatio)
+	}
+	if c.NoDelay && c.Engine.SpeedupRatio != 0 {
+		return errors.New("--no-delay runs as fast as possible: it excludes a --speedup-ratio (Complete not called?)")
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return err
@@ -135,11 +160,9 @@ func (c *Config) Validate() error {
 	if err := reasoning.Validate(c.ReasoningParser); err != nil {
 		return fmt.Errorf("--reasoning-parser: %w", err)
 	}
-	tc, err := transport.ConfigFromEnv()
-	if err != nil {
+	if err := c.Transport.Validate(); err != nil {
 		return err
 	}
-	c.Transport = tc
 	if err := c.ClientAuth.Validate(); err != nil {
 		return err
 	}
@@ -172,6 +195,12 @@ func (c *Config) tokenizerFiles(tmp string) ([]string, error) {
 // Run serves as a worker until ctx ends, then deregisters and drains.
 // ready, when set, is called once the worker is registered.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.Worker)) error {
+	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	tmp, err := os.MkdirTemp("", "mocker-tokenizer-")
 	if err != nil {
 		return err
@@ -228,9 +257,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 			}
 		},
 	})
-	if err := serveMetrics(ctx, cfg, runner, &load, log); err != nil {
+	stopMetrics, err := serveMetrics(ctx, cfg, runner, &load, log)
+	if err != nil {
 		return err
 	}
+	defer stopMetrics()
 	g, gctx := errgroup.WithContext(ctx)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	g.Go(func() error { return runner.Run(engineCtx) })

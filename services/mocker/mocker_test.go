@@ -46,9 +46,6 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	metricsAddr := make(chan net.Addr, 1)
 	cfg.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a }
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
@@ -163,8 +160,12 @@ func TestConfigErrors(t *testing.T) {
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			if err := cfg.Validate(); err == nil {
-				t.Fatal("Validate accepted it")
+			err := cfg.Complete()
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err == nil {
+				t.Fatal("Complete and Validate accepted it")
 			}
 		})
 	}

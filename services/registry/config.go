@@ -106,7 +106,20 @@ func (c Config) Endpoints() []string {
 	return eps
 }
 
-// Validate checks the configuration before anything starts.
+// Complete reads the files the settings name (the server's token and TLS
+// files, the etcd client's TLS files). Start calls it, then Validate.
+func (c *Config) Complete() error {
+	if err := c.Server.Complete(); err != nil {
+		return err
+	}
+	if err := c.EtcdTLS.Complete(); err != nil {
+		return fmt.Errorf("etcd TLS (--etcd-cert, --etcd-key, --etcd-ca): %w", err)
+	}
+	return nil
+}
+
+// Validate checks the configuration before anything starts; it reads
+// nothing and changes nothing.
 func (c Config) Validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err

@@ -55,6 +55,9 @@ type Service struct {
 // given), binds the gRPC and metrics addresses and serves until ctx ends. It
 // returns once the addresses are bound; Wait returns when the service stops.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

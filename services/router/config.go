@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"time"
 
@@ -72,7 +73,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.ClientAuth.RegisterFlags(fs)
 }
 
-// Validate checks the configuration.
+// Complete reads the files the settings name (the server's token and TLS
+// files, the client's token and TLS files). Start calls it, then Validate.
+func (c *Config) Complete() error {
+	if err := c.Server.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientAuth.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientTLS.Complete(); err != nil {
+		return fmt.Errorf("client TLS: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the configuration; it reads nothing and changes nothing.
 func (c Config) Validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err
@@ -90,6 +106,9 @@ func (c Config) Validate() error {
 		return errors.New("--kv-events-resync-interval must not be negative")
 	case strings.TrimSpace(c.RegistryAddr) == "":
 		return errors.New("--registry-addr (SWITCHYARD_REGISTRY_ADDR) is required")
+	case c.ReplicaSync && strings.TrimSpace(c.EventbusAddr) == "":
+		// Replicas share their decisions and load over the eventbus.
+		return errors.New("--router-replica-sync needs --eventbus-addr (SWITCHYARD_EVENTBUS_ADDR)")
 	}
 	if err := c.ClientAuth.Validate(); err != nil {
 		return err

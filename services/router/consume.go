@@ -146,6 +146,15 @@ func (c *consumer) runReq(req *eventbusv1.SubscribeRequest, apply func(*eventbus
 	}()
 }
 
+// closeAll stops the subscriptions and then the replica syncer, which the
+// subscriptions feed.
+func (c *consumer) closeAll() {
+	c.close()
+	if c.sync != nil {
+		c.sync.close()
+	}
+}
+
 func (c *consumer) close() {
 	c.mu.Lock()
 	c.cancel()

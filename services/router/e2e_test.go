@@ -33,9 +33,6 @@ func startMocker(t *testing.T, regAddr, busAddr string, args ...string) *worker.
 	if err := fs.Parse(append([]string{"--no-delay", "--registry-addr", regAddr, "--eventbus-addr", busAddr}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *worker.Worker, 1)
 	done := make(chan error, 1)

@@ -49,9 +49,6 @@ func startLive(t *testing.T, ctx context.Context, n int, mockerArgs ...string) *
 		if err := fs.Parse(append([]string{"--registry-addr", reg.Addr, "--eventbus-addr", busAddr}, mockerArgs...)); err != nil {
 			t.Fatal(err)
 		}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
 		cfg.DrainTimeout = time.Nanosecond
 		mctx, cancel := context.WithCancel(context.Background())
 		ready := make(chan *worker.Worker, 1)

@@ -7,7 +7,6 @@ package router
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"maps"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/pkg/undo"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -35,11 +35,18 @@ type Service struct {
 }
 
 // Start connects to the registry, starts its watches and serves gRPC until
-// ctx ends. It returns once the gRPC address is bound.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+// ctx ends. It returns once the gRPC address is bound. It calls
+// cfg.Complete and cfg.Validate first; an error after that releases
+// everything it had acquired (the port among them).
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var u undo.Stack
+	defer u.OnError(&err)
 	creds, err := cfg.ClientTLS.ClientCredentials()
 	if err != nil {
 		return nil, err
@@ -52,67 +59,37 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
+	u.Push(func() { _ = reg.Close() })
 	dc := core.New(cfg.coreConfig())
 	cfg.Server.Policy = Policy
 	srv, err := grpcserver.New(cfg.Server, log)
 	if err != nil {
-		reg.Close()
 		return nil, err
 	}
+	u.Push(func() { _ = srv.Close() })
 	metrics := newRouterMetrics(srv.Registry(), dc)
 	routerv1.RegisterRouterServiceServer(srv.GRPC(), meter(&server{core: dc}, metrics, modeLabel(dc)))
-	if err := srv.Listen(); err != nil {
-		reg.Close()
-		return nil, err
-	}
 	s := &Service{core: dc, server: srv, reg: reg, done: make(chan struct{})}
 	evMode, _ := cfg.EventsMode() // checked by Validate
 	if dc.Mode() != core.ModeKV {
 		evMode = kvevents.None
 	}
 	onInstances := dc.OnInstances
-	var follow *follower
 	if evMode == kvevents.Core || evMode == kvevents.Direct {
-		follow = newFollower(evMode, dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log}, cfg.ResyncInterval)
-		onInstances = follow.onInstances
-		s.follow = follow
+		s.follow = newFollower(evMode, dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log}, cfg.ResyncInterval)
+		u.Push(s.follow.close)
+		onInstances = s.follow.onInstances
 	}
 	var cons *consumer
-	if cfg.ReplicaSync && cfg.EventbusAddr == "" {
-		reg.Close()
-		return nil, errors.New("--router-replica-sync needs --eventbus-addr")
-	}
 	if cfg.EventbusAddr != "" {
 		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log, Token: auth})
 		if err != nil {
-			reg.Close()
 			return nil, err
 		}
+		u.Push(func() { _ = bus.Close() })
 		s.bus = bus
-		cons = newConsumer(bus, dc, log, evMode == kvevents.JetStream)
-		cons.metrics = metrics
-		if evMode == kvevents.Core {
-			cons.coreKV = follow
-		}
-		if cfg.ReplicaSync {
-			cons.sync = newSyncer(cfg.ReplicaID, bus, dc, log)
-			dc.SetObserver(cons.sync)
-		}
-		if cons.events {
-			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			snap, err := loadSnapshot(lctx, bus)
-			cancel()
-			switch {
-			case err != nil:
-				log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
-			case snap != nil:
-				dc.Restore(snap)
-				metrics.snapshotted(snap.TakenAt.AsTime())
-				maps.Copy(cons.start, snap.StreamSequences)
-				maps.Copy(cons.seq, snap.StreamSequences)
-				log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
-			}
-		}
+		cons = s.consume(ctx, cfg, evMode, metrics, log)
+		u.Push(cons.closeAll)
 		base := onInstances
 		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
 			base(changes)
@@ -127,48 +104,87 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	} else {
 		log.Warn("no --eventbus-addr: no KV events and no load reports; only the router's own decisions inform it")
 	}
+	// Bind last: nothing after it can fail, so no error path holds the port.
+	if err := srv.Listen(); err != nil {
+		return nil, err
+	}
 	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
 	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
 	log.Info("router starting", "mode", dc.ModeName(), "kv_events_mode", string(evMode), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
 		"overlap_weight", cfg.Core.OverlapWeight, "temperature", cfg.Core.Temperature)
-	go func() {
-		defer close(s.done)
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
-			log.Warn("registry has not answered yet; routing will find no workers until it does")
-		} else {
-			dc.DropDeparted()
-		}
-		cancel()
-		var snapDone chan struct{}
-		if cons != nil && cons.events && cfg.SnapshotInterval > 0 {
-			snapDone = make(chan struct{})
-			go func() {
-				defer close(snapDone)
-				snapshotLoop(ctx, s.bus, dc, cons, cfg.SnapshotInterval, log)
-			}()
-		}
-		s.err = srv.Serve(ctx, nil)
-		if snapDone != nil {
-			<-snapDone
-		}
-		instances.Close()
-		models.Close()
-		if follow != nil {
-			follow.close()
-		}
-		if cons != nil {
-			cons.close()
-			if cons.sync != nil {
-				cons.sync.close()
-			}
-		}
-		if s.bus != nil {
-			s.bus.Close()
-		}
-		reg.Close()
-	}()
+	go s.serve(ctx, cfg, cons, instances, models, log)
 	return s, nil
+}
+
+// consume builds the eventbus consumer (KV events in jetstream mode, load
+// reports and, with --router-replica-sync, the replicas' decisions) and
+// restores the index from the latest snapshot when it consumes KV events.
+func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode, metrics *routerMetrics, log *slog.Logger) *consumer {
+	dc := s.core
+	cons := newConsumer(s.bus, dc, log, evMode == kvevents.JetStream)
+	cons.metrics = metrics
+	if evMode == kvevents.Core {
+		cons.coreKV = s.follow
+	}
+	if cfg.ReplicaSync {
+		cons.sync = newSyncer(cfg.ReplicaID, s.bus, dc, log)
+		dc.SetObserver(cons.sync)
+	}
+	if !cons.events {
+		return cons
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	snap, err := loadSnapshot(lctx, s.bus)
+	cancel()
+	switch {
+	case err != nil:
+		log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
+	case snap != nil:
+		dc.Restore(snap)
+		metrics.snapshotted(snap.TakenAt.AsTime())
+		maps.Copy(cons.start, snap.StreamSequences)
+		maps.Copy(cons.seq, snap.StreamSequences)
+		log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
+	}
+	return cons
+}
+
+// serve runs the router until ctx ends: it waits for the registry's first
+// answer, snapshots the index periodically, serves gRPC, and then closes
+// the watches, the followers, the consumer and the clients.
+func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, instances *discovery.Watcher[*registryv1.Instance], models *discovery.Watcher[*registryv1.ModelCard], log *slog.Logger) {
+	defer close(s.done)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
+		log.Warn("registry has not answered yet; routing will find no workers until it does")
+	} else {
+		s.core.DropDeparted()
+	}
+	cancel()
+	var snapDone chan struct{}
+	if cons != nil && cons.events && cfg.SnapshotInterval > 0 {
+		snapDone = make(chan struct{})
+		go func() {
+			defer close(snapDone)
+			snapshotLoop(ctx, s.bus, s.core, cons, cfg.SnapshotInterval, log)
+		}()
+	}
+	s.err = s.server.Serve(ctx, nil)
+	if snapDone != nil {
+		<-snapDone
+	}
+	instances.Close()
+	models.Close()
+	if s.follow != nil {
+		s.follow.close()
+	}
+	if cons != nil {
+		cons.closeAll()
+	}
+	if s.bus != nil {
+		_ = s.bus.Close()
+	}
+	_ = s.reg.Close()
 }
 
 // Run starts the router and blocks until ctx ends and it has stopped.

@@ -225,9 +225,6 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger, n int) *w
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	cfg.Transport = plane()
 	cfg.DrainTimeout = time.Nanosecond
 	metricsAddr := make(chan net.Addr, 1)
