@@ -288,7 +288,11 @@ func checkContainer(t *testing.T, name string, c corev1.Container) {
 	if err := flagenv.Set(fset, svc.prefix, named); err != nil {
 		t.Fatalf("%s: the chart's environment does not parse: %v", name, err)
 	}
-	if err := cfg.Validate(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Complete reads the files the chart mounts from Secrets; absent here.
+	if err := cfg.Complete(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s: the chart's configuration does not complete: %v", name, err)
+	}
+	if err := cfg.Validate(); err != nil {
 		t.Fatalf("%s: the chart's configuration does not validate: %v", name, err)
 	}
 }
