@@ -1,7 +1,6 @@
 package adapter
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -48,6 +47,14 @@ type completionChunk struct {
 		TokenIDs     []uint32 `json:"token_ids"`
 		FinishReason *string  `json:"finish_reason"`
 	} `json:"choices"`
+	// Error is the engine's error chunk mid-stream: vLLM and SGLang send
+	// {"error": {"message", "type", "param", "code"}} (older releases of
+	// both add "object": "error" inside), then data: [DONE].
+	Error *engineError `json:"error"`
+	// Object is "error" when the chunk is the error object itself
+	// ({"object": "error", "message", ...}, vLLM's ErrorResponse of old).
+	Object string `json:"object"`
+	engineError
 	Usage *struct {
 		PromptTokens        uint32 `json:"prompt_tokens"`
 		CompletionTokens    uint32 `json:"completion_tokens"`
@@ -55,6 +62,48 @@ type completionChunk struct {
 			CachedTokens uint32 `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
+}
+
+// engineError is an OpenAI-shaped error object as the engines write it;
+// their code is the HTTP status as a number, OpenAI's a string.
+type engineError struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+}
+
+// err is the engine's error as the caller gets it: a request the engine
+// refused (HTTP 400 or 422, BadRequestError) is invalid_argument, anything
+// else an engine_error, with the engine's type and message.
+func (e *engineError) err() error {
+	msg := e.Message
+	if msg == "" {
+		msg = "(no message)"
+	}
+	if e.Type != "" {
+		msg = e.Type + ": " + msg
+	}
+	code := "engine_error"
+	switch strings.Trim(string(e.Code), `"`) {
+	case "400", "422":
+		code = "invalid_argument"
+	default:
+		if e.Type == "BadRequestError" || e.Type == "invalid_request_error" {
+			code = "invalid_argument"
+		}
+	}
+	return &transport.HandlerError{Code: code, Message: "engine: " + msg}
+}
+
+// chunkError is the engine's error a stream chunk carries, or nil.
+func (c *completionChunk) chunkError() *engineError {
+	switch {
+	case c.Error != nil:
+		return c.Error
+	case c.Object == "error":
+		return &c.engineError
+	}
+	return nil
 }
 
 func finishReason(s string) workerv1.FinishReason {
@@ -120,26 +169,47 @@ func generate(client *http.Client, engineURL, model string) worker.Handler {
 
 // relay translates the engine's SSE stream, each chunk sent as it arrives
 // except the one with the finish reason, held until the usage that follows.
+// An error chunk (or an event of type error) ends the relay with the
+// engine's error, whatever follows it: the caller must not take a failed
+// generation for a finished one.
 func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*workerv1.GenerateResponse) error) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sse := newSSEReader(body)
 	var pending *workerv1.GenerateResponse
 	var completion uint32
 	var usage *workerv1.Usage
 	done := false
-	for !done && sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data:")) {
-			continue
-		}
-		data := bytes.TrimSpace(line[len("data:"):])
-		if string(data) == "[DONE]" {
-			done = true
+	for !done {
+		ev, err := sse.Next()
+		if errors.Is(err, io.EOF) {
 			break
 		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("engine stream: %w", err)
+		}
+		data := strings.TrimSpace(ev.Data)
+		switch {
+		case ev.Type == "error":
+			e := &engineError{Message: data}
+			var c completionChunk
+			if json.Unmarshal([]byte(data), &c) == nil && c.chunkError() != nil {
+				e = c.chunkError()
+			}
+			return e.err()
+		case ev.Type != "message":
+			continue // an event type the completions stream does not define
+		case data == "[DONE]":
+			done = true
+			continue
+		}
 		var c completionChunk
-		if err := json.Unmarshal(data, &c); err != nil {
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return fmt.Errorf("engine: bad stream chunk: %w", err)
+		}
+		if e := c.chunkError(); e != nil {
+			return e.err()
 		}
 		if c.Usage != nil {
 			usage = &workerv1.Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
@@ -176,12 +246,6 @@ func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*
 		if err := send(r); err != nil {
 			return err
 		}
-	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("engine stream: %w", err)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
