@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,5 +360,45 @@ func TestPodFromEnv(t *testing.T) {
 				t.Fatalf("PodFromEnv() mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReadyAfterOnChange: WaitReady returns only once OnChange has taken
+// the first snapshot, so that a caller acting on readiness (the router
+// drops restored workers the registry does not list) sees the instances
+// OnChange recorded. It once returned before, and a restarted router
+// dropped the worker its snapshot had just restored.
+func TestReadyAfterOnChange(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if _, err := s.Register(ctx, instance("generate")); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var seen atomic.Int32
+	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{
+		OnChange: func(cs []discovery.Change[*registryv1.Instance]) {
+			if seen.Load() == 0 {
+				close(entered)
+				<-release
+			}
+			seen.Add(int32(len(cs)))
+		}})
+	defer w.Close()
+	go func() {
+		<-entered
+		close(release)
+	}()
+	if err := w.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := seen.Load(); n != 1 {
+		t.Fatalf("ready with %d instances seen by OnChange, want the registered one", n)
 	}
 }

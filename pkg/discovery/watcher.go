@@ -136,7 +136,8 @@ func newWatcher[T proto.Message](open func(context.Context, int64) (recvFunc[T],
 	return w
 }
 
-// Ready is closed once the first snapshot is applied.
+// Ready is closed once the first snapshot is applied and OnChange has
+// returned from it.
 func (w *Watcher[T]) Ready() <-chan struct{} { return w.ready }
 
 // Changed receives a value (coalesced) after each applied batch that changed
@@ -166,7 +167,8 @@ func (w *Watcher[T]) Items() []T {
 	return out
 }
 
-// WaitReady waits for the first snapshot or ctx.
+// WaitReady waits for the first snapshot, until OnChange has returned from
+// it, or for ctx.
 func (w *Watcher[T]) WaitReady(ctx context.Context) error {
 	select {
 	case <-w.ready:
@@ -251,9 +253,6 @@ func (w *Watcher[T]) apply(b *batch[T]) {
 		w.rev = b.revision
 	}
 	w.mu.Unlock()
-	if b.snapshot {
-		w.once.Do(func() { close(w.ready) })
-	}
 	if len(changes) > 0 {
 		if w.onChg != nil {
 			w.onChg(changes)
@@ -262,6 +261,12 @@ func (w *Watcher[T]) apply(b *batch[T]) {
 		case w.notify <- struct{}{}:
 		default:
 		}
+	}
+	// Ready only once OnChange has the snapshot: a caller that acts on
+	// WaitReady (the router drops restored workers the registry does not
+	// list) must see the state OnChange built, not the state before it.
+	if b.snapshot {
+		w.once.Do(func() { close(w.ready) })
 	}
 }
 

@@ -123,10 +123,7 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 		"--eventbus-addr", bus.Addr().String()}); err != nil {
 		return nil, err
 	}
-	if err := mcfg.Validate(); err != nil {
-		return nil, err
-	}
-	mcfg.Transport = tc
+	mcfg.Transport = tc // mocker.Run completes and validates the rest
 	ready := make(chan *worker.Worker, 1)
 	mdone := make(chan error, 1)
 	go func() { mdone <- mocker.Run(ctx, mcfg, log, func(w *worker.Worker) { ready <- w }) }()
