@@ -142,9 +142,6 @@ func (c Config) Validate() error {
 	if c.Engine.SpeedupRatio < 0 {
 		return fmt.Errorf("--speedup-ratio %v must not be negative", c.Engine.SpeedupRatio)
 	}
-	if c.NoDelay && c.Engine.SpeedupRatio != 0 {
-		return errors.New("--no-delay runs as fast as possible: it excludes a --speedup-ratio (Complete not called?)")
-	}
 	if err := c.Engine.Validate(); err != nil {
 		return err
 	}
