@@ -433,6 +433,3 @@ func scanUint[T string | []byte](s T) (uint64, bool) {
 	}
 	return n, true
 }
-
-// errNoStream reports whether err says that no stream took the event.
-func errNoStream(err error) bool { return errors.Is(err, jetstream.ErrNoStreamResponse) }
