@@ -45,6 +45,7 @@ var EnvVars = map[string]string{
 	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
 	"router-addr":            "SWITCHYARD_ROUTER_ADDR",
 	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+	"frontend-addr":          "SWITCHYARD_FRONTEND_ADDR",
 	"auth-token":             authtoken.EnvToken,
 	"client-auth-token-file": authtoken.EnvTokenFile,
 }
@@ -55,6 +56,9 @@ var errUsage = errors.New("usage")
 // Config is what every subcommand shares: where the services are.
 type Config struct {
 	RegistryAddr, RouterAddr, EventbusAddr string
+	// FrontendAddr lists the frontends (host:port or http URL) whose
+	// /status.json tells which workers they have fenced; empty asks none.
+	FrontendAddr string
 	// TLS secures the calls (client certificate and CA).
 	TLS tlsconfig.Config
 	// Auth is the bearer token sent on every call.
@@ -70,6 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.RouterAddr, "router-addr", "localhost:7003", "router address(es), comma-separated; status asks each")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
+	fs.StringVar(&c.FrontendAddr, "frontend-addr", "localhost:8000", "frontend HTTP address(es) or URLs, comma-separated; status asks each which workers it has fenced (empty: none)")
 	fs.StringVar(&c.TLS.CertFile, "client-tls-cert", "", "client certificate (mutual TLS)")
 	fs.StringVar(&c.TLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.TLS.CAFile, "client-tls-ca", "", "CA that verifies the services")

@@ -18,7 +18,8 @@ import (
 
 func run(t *testing.T, ctx context.Context, s *stacktest.Stack, args ...string) (string, error) {
 	t.Helper()
-	args = append(args, "--registry-addr", s.RegistryAddr, "--router-addr", s.RouterAddr, "--eventbus-addr", s.EventbusAddr)
+	args = append(args, "--registry-addr", s.RegistryAddr, "--router-addr", s.RouterAddr, "--eventbus-addr", s.EventbusAddr,
+		"--frontend-addr", s.FrontendURL)
 	var out, errOut bytes.Buffer
 	err := cli.Run(ctx, args, &out, &errOut)
 	if errOut.Len() > 0 {
@@ -89,11 +90,20 @@ func TestCLIAgainstALiveStack(t *testing.T) {
 			t.Fatalf("status = %+v", st)
 		}
 		var indexed uint64
+		withEvents := 0
 		for _, in := range st.Instances {
 			if in.State != "live" || in.Transport != "tcp" || in.Address == "" {
 				t.Errorf("instance %+v", in)
 			}
 			indexed += in.IndexedBlocks
+			if in.LastEventAge != "" {
+				withEvents++
+			}
+		}
+		// The worker that served the request published KV events; the
+		// router says how long ago the last one came.
+		if withEvents == 0 {
+			t.Errorf("no instance has a last KV event age: %+v", st.Instances)
 		}
 		if indexed == 0 || st.Streams[0].Messages == 0 || st.Routers[0].EventsApplied == 0 {
 			t.Errorf("no cache state in %+v", st)

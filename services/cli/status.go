@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -47,9 +48,15 @@ type InstanceStatus struct {
 	Endpoint  string `json:"endpoint"`
 	Transport string `json:"transport"`
 	Address   string `json:"address"`
-	// State is live for a registered instance the router knows, registered
-	// when no router reports it.
-	State         string `json:"state"`
+	// State is fenced when a frontend keeps the instance out of routing
+	// because it cannot reach it, else live for a registered instance the
+	// router knows, registered when no router reports it.
+	State string `json:"state"`
+	// FencedBy are the frontends that have it fenced.
+	FencedBy []string `json:"fenced_by,omitempty"`
+	// LastEventAge is the age of the router's last KV event of the
+	// instance; empty when it has none.
+	LastEventAge  string `json:"last_event_age,omitempty"`
 	Models        string `json:"models,omitempty"`
 	Requests      uint32 `json:"requests"`
 	PrefillBlocks uint32 `json:"prefill_blocks"`
@@ -155,6 +162,17 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 			byID[w.InstanceId] = w
 		}
 	}
+	fencedBy := map[string][]string{}
+	for _, addr := range splitAddrs(c.FrontendAddr) {
+		fenced, err := frontendFenced(ctx, c, addr)
+		if err != nil {
+			st.Problems = append(st.Problems, "frontend "+addr+": "+err.Error())
+			continue
+		}
+		for _, id := range fenced {
+			fencedBy[id] = append(fencedBy[id], addr)
+		}
+	}
 	namespaces := map[string]bool{}
 	for _, in := range ins.GetInstances() {
 		kind, addr := transportOf(in.Transport)
@@ -163,6 +181,12 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 		if w, ok := byID[in.InstanceId]; ok {
 			is.State = "live"
 			is.Requests, is.PrefillBlocks, is.DecodeBlocks, is.IndexedBlocks = w.Requests, w.PrefillBlocks, w.DecodeBlocks, w.CachedBlocks
+			if t := w.GetLastEventTime(); t != nil {
+				is.LastEventAge = age(time.Since(t.AsTime()))
+			}
+		}
+		if by := fencedBy[is.ID]; len(by) > 0 {
+			is.State, is.FencedBy = "fenced", by
 		}
 		st.Instances = append(st.Instances, is)
 		namespaces[in.Namespace] = true
@@ -194,6 +218,45 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 		st.Streams = append(st.Streams, ss)
 	}
 	return st, nil
+}
+
+// frontendFenced asks a frontend's /status.json which instances it has
+// fenced out of routing.
+func frontendFenced(ctx context.Context, c Config, addr string) ([]string, error) {
+	url := strings.TrimSuffix(addr, "/")
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, url+"/status.json", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /status.json: %s (a frontend with --no-status-page cannot say what it fenced)", resp.Status)
+	}
+	var rep struct {
+		Workers []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"workers"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("GET /status.json: %w", err)
+	}
+	var out []string
+	for _, w := range rep.Workers {
+		if w.State == "fenced" {
+			out = append(out, w.ID)
+		}
+	}
+	return out, nil
 }
 
 func routerStatus(ctx context.Context, c Config, addr string) (RouterStatus, *routerv1.GetStatsResponse) {
@@ -298,10 +361,10 @@ func (st *Status) Print(out io.Writer) {
 }
 
 func printInstances(tw io.Writer, ins []InstanceStatus) {
-	fmt.Fprintf(tw, "  ID\tENDPOINT\tTRANSPORT\tSTATE\tMODELS\tREQUESTS\tPREFILL BLOCKS\tDECODE BLOCKS\tINDEXED BLOCKS\n")
+	fmt.Fprintf(tw, "  ID\tENDPOINT\tTRANSPORT\tSTATE\tMODELS\tREQUESTS\tPREFILL BLOCKS\tDECODE BLOCKS\tINDEXED BLOCKS\tLAST EVENT\n")
 	for _, in := range ins {
-		fmt.Fprintf(tw, "  %s\t%s/%s/%s\t%s %s\t%s\t%s\t%d\t%d\t%d\t%d\n", in.ID, in.Namespace, in.Component, in.Endpoint, in.Transport, in.Address,
-			in.State, dash(in.Models), in.Requests, in.PrefillBlocks, in.DecodeBlocks, in.IndexedBlocks)
+		fmt.Fprintf(tw, "  %s\t%s/%s/%s\t%s %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.ID, in.Namespace, in.Component, in.Endpoint, in.Transport, in.Address,
+			in.State, dash(in.Models), in.Requests, in.PrefillBlocks, in.DecodeBlocks, in.IndexedBlocks, dash(agoOrEmpty(in.LastEventAge)))
 	}
 	if len(ins) == 0 {
 		fmt.Fprintf(tw, "  (none registered)\n")

@@ -2,6 +2,7 @@ package frontend_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +18,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/services/frontend"
 )
 
 // ghost registers, on a lease the test keeps alive, a copy of mocker m's
@@ -101,6 +104,7 @@ func TestUnreachableWorkerIsFenced(t *testing.T) {
 				t.Fatalf("the unreachable worker got %v of %d attempts in %v, want 1 to %v", tried, requests, elapsed, bound)
 			}
 			t.Logf("%s: %d requests, all answered; %v attempt(s) on the unreachable worker in %v", mode, requests, tried, elapsed.Round(time.Millisecond))
+			s.checkFenced(ctx, dead, live.w.InstanceID())
 
 			live.kill()
 			s.waitInstances(1)
@@ -428,4 +432,59 @@ func TestMockerKill9(t *testing.T) {
 	if probes > bound || probes >= after/2 {
 		t.Errorf("the dead worker got %v of %d requests after the kill in %v, want at most %v", probes, after, elapsed, bound)
 	}
+// checkFenced: the fenced worker shows as fenced, the live one as live, in
+// the frontend's metrics, its /status.json and `switchyard status` (which
+// asks the frontend).
+func (s *stack) checkFenced(ctx context.Context, dead, live uint64) {
+	t := s.t
+	t.Helper()
+	if n := s.metric("switchyard_frontend_fenced_total", ""); n < 1 {
+		t.Errorf("switchyard_frontend_fenced_total = %v, want at least 1", n)
+	}
+	if n := s.metric("switchyard_frontend_fenced_instances", ""); n != 1 {
+		t.Errorf("switchyard_frontend_fenced_instances = %v, want 1", n)
+	}
+	resp, err := s.http.Get(s.url + "/status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep frontend.StatusReport
+	err = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, w := range rep.Workers {
+		states[w.ID] = w.State
+	}
+	if got := states[fmt.Sprintf("%x", dead)]; got != "fenced" {
+		t.Errorf("status.json: the unreachable worker is %q, want fenced (%+v)", got, rep.Workers)
+	}
+	if got := states[fmt.Sprintf("%x", live)]; got != "live" {
+		t.Errorf("status.json: the live worker is %q, want live", got)
+	}
+	st, err := cli.Gather(ctx, cli.Config{RegistryAddr: s.regAddr, RouterAddr: s.router.Addr().String(), EventbusAddr: s.bus.Addr().String(),
+		FrontendAddr: s.url, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range st.Instances {
+		want := "live"
+		if in.ID == fmt.Sprintf("%x", dead) {
+			want = "fenced"
+			if len(in.FencedBy) != 1 || in.FencedBy[0] != s.url {
+				t.Errorf("switchyard status: fenced by %v, want [%s]", in.FencedBy, s.url)
+			}
+		}
+		if in.State != want {
+			t.Errorf("switchyard status: instance %s is %q, want %q (%+v)", in.ID, in.State, want, in)
+		}
+	}
+	if len(st.Problems) != 0 {
+		t.Errorf("switchyard status problems: %v", st.Problems)
+	}
+	var out strings.Builder
+	st.Print(&out)
+	t.Logf("switchyard status with a fenced worker:\n%s", out.String())
 }

@@ -95,3 +95,21 @@ func (f *fence) exclude(also []uint64) []uint64 {
 	}
 	return out
 }
+
+// fencedNow returns each fenced instance (out of routing, or on probation:
+// its backoff passed and the next request may try it) with how long until
+// it may be tried again (0 on probation). An instance stays listed until a
+// request to it succeeds or the registry announces it anew.
+func (f *fence) fencedNow() map[uint64]time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.count == 0 {
+		return nil
+	}
+	now := f.now()
+	out := make(map[uint64]time.Duration, len(f.out))
+	for id, e := range f.out {
+		out[id] = max(0, e.until.Sub(now))
+	}
+	return out
+}

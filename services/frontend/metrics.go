@@ -18,6 +18,7 @@ type metrics struct {
 	migrations     *prometheus.CounterVec
 	workerRequests *prometheus.CounterVec
 	routerFallback prometheus.Counter
+	fenced         prometheus.Counter
 	promptTokens   *prometheus.CounterVec
 	genTokens      *prometheus.CounterVec
 	cachedTokens   *prometheus.CounterVec
@@ -63,6 +64,10 @@ func newMetrics() *metrics {
 			Name: "switchyard_frontend_router_fallback_total",
 			Help: "Requests routed in process because the router service could not be reached.",
 		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_frontend_fenced_total",
+			Help: "Times a worker the frontend could not reach was fenced out of routing (switchyard_frontend_fenced_instances: how many are out now).",
+		}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_frontend_prompt_tokens_total",
 			Help: "Prompt tokens of finished generation requests, by model.",
@@ -81,7 +86,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"model"}),
 	}
-	reg.MustRegister(m.requests, m.inflight, m.ttft, m.itl, m.migrations, m.workerRequests, m.routerFallback,
+	reg.MustRegister(m.requests, m.inflight, m.ttft, m.itl, m.migrations, m.workerRequests, m.routerFallback, m.fenced,
 		m.promptTokens, m.genTokens, m.cachedTokens, m.duration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -93,6 +93,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		}
 		if unreachable(err) && ctx.Err() == nil {
 			wait := s.fence.fail(d.instanceID)
+			s.metrics.fenced.Inc()
 			s.log.Warn("worker unreachable; fenced out of routing", "instance", fmt.Sprintf("%x", d.instanceID), "retry_in", wait.String(), "err", err.Error())
 		}
 		if !migratable(err) || ctx.Err() != nil {

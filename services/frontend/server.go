@@ -61,6 +61,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
@@ -144,7 +145,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	s := &Service{cfg: cfg, log: log, metrics: newMetrics(), catalog: newCatalog(), fence: newFence(), load: newLoad(), recent: newRecent(),
 		created: time.Now().Unix(), done: make(chan struct{}), keys: cfg.keys, keyMetrics: newKeyMetrics()}
-	s.metrics.registry.MustRegister(s.keyMetrics.requests, s.keyMetrics.tokens, s.keyMetrics.rateLimited)
+	s.metrics.registry.MustRegister(s.keyMetrics.requests, s.keyMetrics.tokens, s.keyMetrics.rateLimited,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "switchyard_frontend_fenced_instances",
+			Help: "Worker instances this frontend has fenced: unreachable, out of routing until a backoff passes, then on probation until a request to them succeeds."},
+			func() float64 { return float64(len(s.fence.fencedNow())) }))
 	if s.keys != nil {
 		s.keys.start()
 		s.metrics.registry.MustRegister(newKeyCollector(s.keys))

@@ -33,7 +33,9 @@ const (
 //go:embed status.html
 var statusHTML string
 
-var statusPage = template.Must(template.New("status").Parse(statusHTML))
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"seconds": func(ms float64) float64 { return ms / 1000 },
+}).Parse(statusHTML))
 
 // bucket is ten seconds of finished requests.
 type bucket struct {
@@ -123,6 +125,15 @@ type StatusWorker struct {
 	InFlight  int      `json:"in_flight"`
 	Routed    int      `json:"routed_in_window"`
 	HasRouter bool     `json:"has_router_view"`
+	// State is live, or fenced while this frontend keeps the worker out of
+	// routing because it could not reach it (until a request to it succeeds
+	// or the registry announces it anew); FencedForMillis is how long until
+	// a request may try it again (0: the next one may).
+	State           string  `json:"state"`
+	FencedForMillis float64 `json:"fenced_for_ms,omitempty"`
+	// LastEventAgeMillis is the age of the router's last KV event of the
+	// worker; absent when the router has none (or no router view).
+	LastEventAgeMillis *float64 `json:"last_event_age_ms,omitempty"`
 	// The router's view: its requests, queued blocks and indexed blocks.
 	Requests      uint32 `json:"requests"`
 	PrefillBlocks uint32 `json:"prefill_blocks"`
@@ -201,13 +212,22 @@ func (s *Service) statusReport(ctx context.Context) StatusReport {
 		rep.CachedShare = float64(cached) / float64(prompt)
 	}
 
+	fenced := s.fence.fencedNow()
 	for _, in := range s.instances.Items() {
 		w := StatusWorker{ID: fmt.Sprintf("%x", in.InstanceId), Endpoint: in.Namespace + "/" + in.Component + "/" + in.Endpoint,
 			Models: modelsOf[in.InstanceId], InFlight: s.load.of(in.InstanceId), Routed: routed[in.InstanceId]}
 		w.Address = transportString(in.GetTransport())
+		w.State = "live"
+		if d, ok := fenced[in.InstanceId]; ok {
+			w.State, w.FencedForMillis = "fenced", millis(d)
+		}
 		if st, ok := byID[in.InstanceId]; ok {
 			w.HasRouter = true
 			w.Requests, w.PrefillBlocks, w.DecodeBlocks, w.CachedBlocks = st.Requests, st.PrefillBlocks, st.DecodeBlocks, st.CachedBlocks
+			if t := st.GetLastEventTime(); t != nil {
+				a := millis(max(0, rep.Time.Sub(t.AsTime())))
+				w.LastEventAgeMillis = &a
+			}
 		}
 		rep.Workers = append(rep.Workers, w)
 	}

@@ -115,11 +115,12 @@ var (
 	descDuplicate   = prometheus.NewDesc("switchyard_router_kv_events_duplicate_total", "KV events dropped as duplicates or late (an id already applied).", nil, nil)
 	descGap         = prometheus.NewDesc("switchyard_router_kv_events_gaps_total", "KV events applied after missing ones (a gap in a worker's event ids).", nil, nil)
 	descSnapshotAge = prometheus.NewDesc("switchyard_router_snapshot_age_seconds", "Seconds since the index was last stored to or restored from the object store.", nil, nil)
+	descWorkerAge   = prometheus.NewDesc("switchyard_router_worker_last_event_age_seconds", "Seconds since the router last received a KV event of the worker (absent before the first).", workerLabels, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerReqs, descWorkerPre, descWorkerDec, descWorkerIdx, descBlocks, descEntries,
-		descApplied, descDuplicate, descGap, descSnapshotAge} {
+		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge} {
 		ch <- d
 	}
 }
@@ -138,6 +139,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descWorkerPre, float64(w.PrefillBlocks), id)
 		gauge(descWorkerDec, float64(w.DecodeBlocks), id)
 		gauge(descWorkerIdx, float64(w.CachedBlocks), id)
+		if t := w.GetLastEventTime(); t != nil {
+			gauge(descWorkerAge, time.Since(t.AsTime()).Seconds(), id)
+		}
 	}
 	gauge(descBlocks, float64(st.IndexedBlocks))
 	gauge(descEntries, float64(st.IndexedEntries))

@@ -106,6 +106,9 @@ type Core struct {
 	gen     uint64
 	// restoredAt is the time of the snapshot the index started from.
 	restoredAt *timestamppb.Timestamp
+	// lastEvent is when each instance's last KV event (or state rebuild)
+	// reached the core, for GetStats' per-worker event age.
+	lastEvent map[uint64]time.Time
 }
 
 type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
@@ -153,6 +156,7 @@ func New(cfg Config) *Core {
 		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		endpoints:   map[endpointKey]map[uint64]*registryv1.Instance{},
 		refs:        map[uint64]int{},
+		lastEvent:   map[uint64]time.Time{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
 		timing:      map[uint64]timingmodel.Model{},
@@ -199,6 +203,7 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 				c.refs[in.InstanceId]--
 				if c.refs[in.InstanceId] <= 0 {
 					delete(c.refs, in.InstanceId)
+					delete(c.lastEvent, in.InstanceId)
 					gone = append(gone, in.InstanceId)
 				}
 			}
@@ -718,6 +723,10 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	}
 	ev := c.stats
 	restored := c.restoredAt
+	last := make(map[uint64]time.Time, len(c.lastEvent))
+	for id, t := range c.lastEvent {
+		last[id] = t
+	}
 	c.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	out := &routerv1.GetStatsResponse{Mode: c.ModeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
@@ -725,8 +734,12 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	for _, id := range ids {
 		w := index.WorkerID{Instance: id}
 		p, d, n := c.load.Of(w)
-		out.Workers = append(out.Workers, &routerv1.WorkerStats{InstanceId: id, CachedBlocks: uint64(c.idx.Blocks(w)),
-			Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)})
+		ws := &routerv1.WorkerStats{InstanceId: id, CachedBlocks: uint64(c.idx.Blocks(w)),
+			Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)}
+		if t, ok := last[id]; ok {
+			ws.LastEventTime = timestamppb.New(t)
+		}
+		out.Workers = append(out.Workers, ws)
 	}
 	return out
 }

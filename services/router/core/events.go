@@ -52,6 +52,7 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sawEventLocked(w.Instance)
 	switch res {
 	case index.Applied:
 		c.stats.applied++
@@ -77,8 +78,17 @@ func (c *Core) ResetWorker(w index.WorkerID, lastEvent uint64, hashes []uint64) 
 	}
 	c.mu.Lock()
 	c.stats.rebuilds++
+	c.sawEventLocked(w.Instance)
 	c.mu.Unlock()
 }
 
 // LastEvent is the last event id the index applied for a worker.
 func (c *Core) LastEvent(w index.WorkerID) uint64 { return c.idx.LastEvent(w) }
+
+// sawEventLocked records that an event (or the state) of instance id
+// arrived now, for instances the registry lists; c.mu is held.
+func (c *Core) sawEventLocked(id uint64) {
+	if _, ok := c.refs[id]; ok {
+		c.lastEvent[id] = c.now()
+	}
+}

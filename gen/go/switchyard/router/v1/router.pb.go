@@ -1189,7 +1189,12 @@ type WorkerStats struct {
 	// Blocks it still has to prefill.
 	PrefillBlocks uint32 `protobuf:"varint,5,opt,name=prefill_blocks,json=prefillBlocks,proto3" json:"prefill_blocks,omitempty"`
 	// Blocks of its requests in decode.
-	DecodeBlocks  uint32 `protobuf:"varint,6,opt,name=decode_blocks,json=decodeBlocks,proto3" json:"decode_blocks,omitempty"`
+	DecodeBlocks uint32 `protobuf:"varint,6,opt,name=decode_blocks,json=decodeBlocks,proto3" json:"decode_blocks,omitempty"`
+	// When this router last received a KV event of the worker (or rebuilt
+	// its blocks from the worker's state); unset before the first. Its age
+	// tells a worker whose events stopped from one that is idle only
+	// together with its load.
+	LastEventTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_event_time,json=lastEventTime,proto3" json:"last_event_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,6 +1269,13 @@ func (x *WorkerStats) GetDecodeBlocks() uint32 {
 		return x.DecodeBlocks
 	}
 	return 0
+}
+
+func (x *WorkerStats) GetLastEventTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastEventTime
+	}
+	return nil
 }
 
 // GetStatsResponse is the router's state.
@@ -1819,7 +1831,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n" +
 	"\x0eoverlap_weight\x18\a \x01(\x01R\roverlapWeight\x12 \n" +
 	"\vtemperature\x18\b \x01(\x01R\vtemperature\"\x11\n" +
-	"\x0fGetStatsRequest\"\xd4\x01\n" +
+	"\x0fGetStatsRequest\"\x98\x02\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -1827,7 +1839,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\rcached_blocks\x18\x03 \x01(\x04R\fcachedBlocks\x12\x1a\n" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xf6\x02\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\x12B\n" +
+	"\x0flast_event_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastEventTime\"\xf6\x02\n" +
 	"\x10GetStatsResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12'\n" +
@@ -1930,31 +1943,32 @@ var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	24, // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
 	1,  // 10: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
 	14, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	17, // 12: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	25, // 13: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	20, // 14: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	23, // 15: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	22, // 16: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	25, // 17: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 18: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	5,  // 19: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	7,  // 20: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	9,  // 21: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
-	11, // 22: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	16, // 23: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	13, // 24: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	4,  // 25: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	6,  // 26: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	8,  // 27: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	10, // 28: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
-	12, // 29: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	18, // 30: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	15, // 31: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	25, // 12: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
+	17, // 13: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	25, // 14: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	20, // 15: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	23, // 16: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	22, // 17: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	25, // 18: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 19: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	5,  // 20: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	7,  // 21: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	9,  // 22: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	11, // 23: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	16, // 24: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	13, // 25: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	4,  // 26: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	6,  // 27: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	8,  // 28: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	10, // 29: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	12, // 30: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	18, // 31: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	15, // 32: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }

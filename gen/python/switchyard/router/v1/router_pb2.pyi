@@ -259,17 +259,19 @@ class Target(_message.Message):
     def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ["cached_blocks", "decode_blocks", "dp_rank", "instance_id", "prefill_blocks", "requests"]
+    __slots__ = ["cached_blocks", "decode_blocks", "dp_rank", "instance_id", "last_event_time", "prefill_blocks", "requests"]
     CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
     PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     cached_blocks: int
     decode_blocks: int
     dp_rank: int
     instance_id: int
+    last_event_time: _timestamp_pb2.Timestamp
     prefill_blocks: int
     requests: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., requests: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., requests: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ..., last_event_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
