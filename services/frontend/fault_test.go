@@ -17,8 +17,8 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 )
 
@@ -432,6 +432,8 @@ func TestMockerKill9(t *testing.T) {
 	if probes > bound || probes >= after/2 {
 		t.Errorf("the dead worker got %v of %d requests after the kill in %v, want at most %v", probes, after, elapsed, bound)
 	}
+}
+
 // checkFenced: the fenced worker shows as fenced, the live one as live, in
 // the frontend's metrics, its /status.json and `switchyard status` (which
 // asks the frontend).
