@@ -37,10 +37,11 @@ check-generate: generate ## Regenerate and fail if gen/ differs from what is com
 	@git diff --exit-code --stat -- gen || { echo "check-generate: gen/ is stale; run 'make generate' and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt, go vet, buf lint, helm lint (the chart with its defaults and each ci/ values file), tsc of the TypeScript examples.
+lint: ## gofmt, go vet, staticcheck, buf lint, helm lint (the chart with its defaults and each ci/ values file), tsc of the TypeScript examples.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	$(BUF) lint
 	$(HELM) lint --strict $(CHART)
 	@for f in $(CHART)/ci/*-values.yaml; do echo "helm lint --values $$f"; $(HELM) lint --strict --quiet $(CHART) --values $$f || exit 1; done

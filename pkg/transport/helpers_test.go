@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,7 +91,6 @@ type testHandlers struct {
 	ctxEnded chan error    // "block" reports its context's end
 	release  chan struct{} // "slow" waits for it
 	sendErr  chan error    // "oversize" reports what Send returned
-	once     sync.Once
 }
 
 func newTestHandlers() *testHandlers {

@@ -201,12 +201,6 @@ func (w *Worker) KVIndex() *KVIndex { return w.kvIndex }
 // registered in its instance metadata.
 func (w *Worker) APIAddr() string { return w.apiAddr() }
 
-// cloneBatch copies a batch's envelope (its events are shared; nobody
-// changes an event once applied).
-func cloneBatch(b *workerv1.KvEventBatch) *workerv1.KvEventBatch {
-	return &workerv1.KvEventBatch{InstanceId: b.InstanceId, DpRank: b.DpRank, FirstEventId: b.FirstEventId, Events: b.Events}
-}
-
 // KVFlags are a worker command's KV event flags: --kv-events-mode,
 // --kv-events-ring and --worker-api-addr.
 type KVFlags struct {

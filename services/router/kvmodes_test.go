@@ -43,7 +43,6 @@ type modeStack struct {
 	natsDir string
 	natsURL string
 	nats    *natsserver.Server
-	stopBus func()
 	drop    bool
 
 	mu      sync.Mutex
@@ -187,11 +186,6 @@ func (s *modeStack) startRouter() {
 		})
 	}
 	s.t.Cleanup(s.stopRt)
-}
-
-func (s *modeStack) restartRouter() {
-	s.stopRt()
-	s.startRouter()
 }
 
 // traffic sends n requests of fresh 128-token prompts (some sharing a
