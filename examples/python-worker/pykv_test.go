@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -47,7 +48,7 @@ func TestPythonWorkerLocalIndexer(t *testing.T) {
 			defer watch.Close()
 			w := startWorker(t, reg.Addr, bus.Addr().String(), "--kv-events-mode", mode, "--kv-events-ring", "8", "--kv-blocks", "12")
 			in := waitInstances(ctx, t, watch, 1, w.logs)[0]
-			addr := in.GetMetadata()[worker.MetadataWorkerAPI]
+			addr := in.GetMetadata()[wire.MetadataWorkerAPI]
 			if addr == "" {
 				t.Fatalf("instance %v registers no worker_api", in)
 			}

@@ -22,6 +22,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -206,7 +207,7 @@ func (s *modeStack) traffic(ctx context.Context, n int) {
 				copy(prompt, []uint32{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26})
 			}
 			payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: fmt.Sprint("r", s.seq.Add(1)), TokenIds: prompt, MaxTokens: 2})
-			st, err := s.tc.Call(ctx, addr, worker.GenerateEndpoint, nil, payload)
+			st, err := s.tc.Call(ctx, addr, wire.GenerateEndpoint, nil, payload)
 			if err != nil {
 				t.Fatal(err)
 			}
