@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -220,14 +221,15 @@ func TestRestartRecoversFromSnapshot(t *testing.T) {
 		_, _ = a.Free(ctx, &routerv1.FreeRequest{RequestId: id})
 		waitOverlap(a, prompt, 8)
 		if i == 0 {
-			time.Sleep(300 * time.Millisecond) // let a snapshot cover the first prompt only
+			// A snapshot with the first prompt's blocks is stored: the
+			// restarted router restores it and replays the rest.
+			waitSnapshot(ctx, t, bus.Addr().String(), 8)
 		}
 	}
 	live, err := a.GetStats(ctx, &routerv1.GetStatsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
 	stopA()
 
 	cfg.SnapshotInterval = 0
@@ -246,4 +248,31 @@ func TestRestartRecoversFromSnapshot(t *testing.T) {
 	if st.RestoredSnapshotTime == nil {
 		t.Fatalf("the restarted router did not restore a snapshot: %v", st)
 	}
+}
+
+// waitSnapshot waits until the stored index snapshot holds at least blocks
+// block hashes: the event that a snapshot was taken, instead of a sleep
+// that races the snapshot ticker.
+func waitSnapshot(ctx context.Context, t *testing.T, busAddr string, blocks int) {
+	t.Helper()
+	bc := eventbustest.Client(t, busAddr)
+	held := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var buf bytes.Buffer
+		if _, err := bc.GetObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, &buf); err != nil {
+			continue
+		}
+		snap := &routerv1.IndexSnapshot{}
+		if err := proto.Unmarshal(buf.Bytes(), snap); err != nil {
+			t.Fatalf("stored snapshot does not decode: %v", err)
+		}
+		held = 0
+		for _, w := range snap.Workers {
+			held += len(w.BlockHashes)
+		}
+		if held >= blocks {
+			return
+		}
+	}
+	t.Fatalf("no snapshot with %d blocks stored (the last held %d)", blocks, held)
 }
