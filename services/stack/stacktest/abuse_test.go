@@ -22,6 +22,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -354,8 +355,9 @@ func TestMessageSizes(t *testing.T) {
 		{"eventbus Publish over max_payload", func() error {
 			_, err := bus.Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: "dynamo.backend.kv_cache_update",
 				Payload: make([]byte, natsserver.MAX_PAYLOAD_SIZE+1)}}, admin)
-			if err != nil && !strings.Contains(status.Convert(err).Message(), "max_payload") {
-				return errors.New("the error does not name max_payload: " + err.Error())
+			// The reason clients branch on, and a message that names the limit for people.
+			if err != nil && (!apierr.Is(err, codes.InvalidArgument, apierr.ReasonPayloadTooLarge) || !strings.Contains(err.Error(), "max_payload")) {
+				return errors.New("the error is not PAYLOAD_TOO_LARGE naming max_payload: " + err.Error())
 			}
 			return err
 		}, codes.InvalidArgument},
