@@ -123,10 +123,13 @@ func TestNodeWorkerBesideMockers(t *testing.T) {
 			"--context-length", "4096", "--speedup-ratio", "0"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.Complete(); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Transport = plane(transport.PlaneHTTP)
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
 		cfg.DrainTimeout = 5 * time.Second
 		mctx, mcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
