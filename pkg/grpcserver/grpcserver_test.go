@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig/tlsconfigtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -105,7 +106,7 @@ func TestHealthReflectionMetrics(t *testing.T) {
 }
 
 func TestMutualTLS(t *testing.T) {
-	files, err := tlsconfig.WriteTestFiles(t.TempDir())
+	files, err := tlsconfigtest.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

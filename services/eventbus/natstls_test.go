@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig/tlsconfigtest"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -18,7 +19,7 @@ import (
 // verifies client certificates: it connects with --nats-ca and a client
 // certificate, and is refused without the certificate or without TLS.
 func TestNATSTLS(t *testing.T) {
-	files, err := tlsconfig.WriteTestFiles(t.TempDir())
+	files, err := tlsconfigtest.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

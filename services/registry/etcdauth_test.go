@@ -18,12 +18,13 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig/tlsconfigtest"
 )
 
 // secureEtcd starts an embedded etcd that serves https only, requires a
 // client certificate signed by files.CA (--client-cert-auth) and has
 // authentication on, with user "registry" (password "s3cret") as root.
-func secureEtcd(t *testing.T, files tlsconfig.TestFiles) string {
+func secureEtcd(t *testing.T, files tlsconfigtest.Files) string {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = "secure", t.TempDir()
@@ -81,7 +82,7 @@ func secureEtcd(t *testing.T, files tlsconfig.TestFiles) string {
 // user it registers and lists; without the certificate, or with a wrong
 // password, its calls fail.
 func TestEtcdTLSAndAuth(t *testing.T) {
-	files, err := tlsconfig.WriteTestFiles(t.TempDir())
+	files, err := tlsconfigtest.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package tlsconfig
+// Package tlsconfigtest writes throwaway certificates for tests of TLS
+// and mutual TLS: a CA, a server certificate for localhost and 127.0.0.1,
+// and a client certificate. It is kept out of package tlsconfig so that no
+// service binary links test key generation.
+package tlsconfigtest
 
 import (
 	"crypto/ecdsa"
@@ -12,31 +16,33 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
 
-// TestFiles are PEM files made by WriteTestFiles: a CA, a server certificate
+// Files are PEM files made by Write: a CA, a server certificate
 // for localhost and 127.0.0.1, and a client certificate, all signed by the CA.
-type TestFiles struct {
+type Files struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
 
 // Server returns the server side of a mutual TLS setup.
-func (f TestFiles) Server() Config {
-	return Config{CertFile: f.ServerCert, KeyFile: f.ServerKey, CAFile: f.CA}
+func (f Files) Server() tlsconfig.Config {
+	return tlsconfig.Config{CertFile: f.ServerCert, KeyFile: f.ServerKey, CAFile: f.CA}
 }
 
 // Client returns the client side of a mutual TLS setup.
-func (f TestFiles) Client() Config {
-	return Config{CertFile: f.ClientCert, KeyFile: f.ClientKey, CAFile: f.CA}
+func (f Files) Client() tlsconfig.Config {
+	return tlsconfig.Config{CertFile: f.ClientCert, KeyFile: f.ClientKey, CAFile: f.CA}
 }
 
-// WriteTestFiles writes a fresh CA and certificates into dir, for tests and
+// Write writes a fresh CA and certificates into dir, for tests and
 // for trying TLS on a laptop. The keys are short-lived and never for
 // production.
-func WriteTestFiles(dir string) (TestFiles, error) {
+func Write(dir string) (Files, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
@@ -50,13 +56,13 @@ func WriteTestFiles(dir string) (TestFiles, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
 	caCert, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
-	f := TestFiles{
+	f := Files{
 		CA:         filepath.Join(dir, "ca.pem"),
 		ServerCert: filepath.Join(dir, "server.pem"),
 		ServerKey:  filepath.Join(dir, "server-key.pem"),
@@ -64,7 +70,7 @@ func WriteTestFiles(dir string) (TestFiles, error) {
 		ClientKey:  filepath.Join(dir, "client-key.pem"),
 	}
 	if err := writePEM(f.CA, "CERTIFICATE", caDER); err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
 	leaf := func(serial int64, usage x509.ExtKeyUsage, certPath, keyPath string) error {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -95,10 +101,10 @@ func WriteTestFiles(dir string) (TestFiles, error) {
 		return writePEM(keyPath, "EC PRIVATE KEY", keyDER)
 	}
 	if err := leaf(2, x509.ExtKeyUsageServerAuth, f.ServerCert, f.ServerKey); err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
 	if err := leaf(3, x509.ExtKeyUsageClientAuth, f.ClientCert, f.ClientKey); err != nil {
-		return TestFiles{}, err
+		return Files{}, err
 	}
 	return f, nil
 }
