@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,8 +15,15 @@ import (
 // Config selects the request plane and holds every plane's settings. Start
 // from [DefaultConfig] or [ConfigFromEnv]; the zero value is not usable.
 type Config struct {
-	// Plane is the request plane in use (DYN_REQUEST_PLANE).
+	// Plane is the request plane in use (DYN_REQUEST_PLANE, or its first
+	// element when it is a list): what a server serves and what a client
+	// prefers when a worker serves several.
 	Plane Plane
+	// Planes, when set, lists every plane a server serves, Plane first
+	// (DYN_REQUEST_PLANE=tcp,http serves both and registers both
+	// addresses). Empty means Plane alone. Clients ignore it: they speak
+	// every plane.
+	Planes []Plane
 	// TCP holds the tcp plane's settings; its message size and timeouts
 	// also bound the http and nats planes, which have no variables of
 	// their own for them.
@@ -193,11 +201,15 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
 	p := envParser{lookup: lookup}
 	if v, ok := p.get("DYN_REQUEST_PLANE"); ok {
-		pl, err := ParsePlane(v)
+		planes, err := ParsePlanes(v)
 		if err != nil {
-			p.fail("DYN_REQUEST_PLANE", v, validPlanes)
+			p.fail("DYN_REQUEST_PLANE", v, validPlanes+", or a comma-separated list of them without repeats")
+		} else {
+			c.Plane = planes[0]
+			if len(planes) > 1 {
+				c.Planes = planes
+			}
 		}
-		c.Plane = pl
 	}
 	p.host("DYN_TCP_RPC_HOST", &c.TCP.Host)
 	p.port("DYN_TCP_RPC_PORT", &c.TCP.Port)
@@ -246,10 +258,48 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	return c, nil
 }
 
+// ParsePlanes parses a comma-separated list of plane names
+// case-insensitively: "tcp", "tcp,http". A name may appear once.
+func ParsePlanes(s string) ([]Plane, error) {
+	var out []Plane
+	for _, part := range strings.Split(s, ",") {
+		p, err := ParsePlane(part)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, p) {
+			return nil, fmt.Errorf("transport: request plane %q listed twice in %q", p, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ServedPlanes is every plane a server of c serves: Planes, or Plane alone.
+func (c Config) ServedPlanes() []Plane {
+	if len(c.Planes) == 0 {
+		return []Plane{c.Plane}
+	}
+	return c.Planes
+}
+
 // Validate reports the first setting that no plane could run with.
 func (c Config) Validate() error {
 	if _, err := ParsePlane(string(c.Plane)); err != nil {
 		return err
+	}
+	if len(c.Planes) > 0 {
+		var names []string
+		for _, p := range c.Planes {
+			names = append(names, string(p))
+		}
+		planes, err := ParsePlanes(strings.Join(names, ","))
+		if err != nil {
+			return err
+		}
+		if planes[0] != c.Plane {
+			return fmt.Errorf("transport: Planes %v must start with Plane %q", c.Planes, c.Plane)
+		}
 	}
 	switch {
 	case c.TCP.MaxMessageSize <= 0:
@@ -371,6 +421,7 @@ func (p *envParser) seconds(name string, dst *time.Duration) {
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("plane", string(c.Plane)),
+		slog.Any("planes", c.ServedPlanes()),
 		slog.Group("tcp",
 			slog.String("host", c.TCP.Host), slog.Int("port", c.TCP.Port),
 			slog.Int("max_message_size", c.TCP.MaxMessageSize),

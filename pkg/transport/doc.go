@@ -14,6 +14,12 @@
 //     reply inbox with sequence numbers, cancellation and credit on a control
 //     subject.
 //
+// DYN_REQUEST_PLANE may list several planes (tcp,http): the server then
+// serves every endpoint on each and reports all their addresses
+// ([Server.Addresses]), which a worker registers as one
+// switchyard.common.v1.Transport. A client from [NewClient] speaks every
+// plane and calls each address with the plane it names.
+//
 // In every plane the responses come back on the connection or stream that
 // carried the request; a worker never dials back to its caller.
 //

@@ -126,6 +126,9 @@ func (s *httpServer) Start(ctx context.Context) error {
 // Address implements [Server].
 func (s *httpServer) Address(string) Address { return Address{Kind: PlaneHTTP, Addr: s.base} }
 
+// Addresses implements [Server].
+func (s *httpServer) Addresses(ep string) []Address { return []Address{s.Address(ep)} }
+
 // Drain implements [Server].
 func (s *httpServer) Drain(ctx context.Context) error {
 	s.draining.Store(true)

@@ -176,6 +176,9 @@ func (s *natsServer) Start(context.Context) error {
 	return nil
 }
 
+// Addresses implements [Server].
+func (s *natsServer) Addresses(endpoint string) []Address { return []Address{s.Address(endpoint)} }
+
 // Address implements [Server].
 func (s *natsServer) Address(endpoint string) Address {
 	if subj, ok := s.subjects[endpoint]; ok {

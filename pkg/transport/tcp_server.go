@@ -74,6 +74,9 @@ func advertiseAddr(a net.Addr) string {
 // Address implements [Server].
 func (s *tcpServer) Address(string) Address { return Address{Kind: PlaneTCP, Addr: s.advertise} }
 
+// Addresses implements [Server].
+func (s *tcpServer) Addresses(ep string) []Address { return []Address{s.Address(ep)} }
+
 func (s *tcpServer) acceptLoop() {
 	for {
 		nc, err := s.ln.Accept()

@@ -53,9 +53,13 @@ type Server interface {
 	// Start begins serving: it binds the listener or subscribes. It
 	// returns ErrCannotConnect (nats) when the NATS server is unreachable.
 	Start(ctx context.Context) error
-	// Address returns where endpoint is served, for the registry. It is
-	// valid after Start.
+	// Address returns where endpoint is served, for the registry (on the
+	// first plane, for a server of several). It is valid after Start.
 	Address(endpoint string) Address
+	// Addresses returns where endpoint is served on every plane the server
+	// serves, the first being Address's; register them all
+	// ([TransportOf]). It is valid after Start.
+	Addresses(endpoint string) []Address
 	// Drain stops taking new requests (they fail with ErrDraining, which
 	// a client may retry elsewhere), waits for in-flight requests until ctx
 	// ends, then closes the server. If ctx ends first the remaining
@@ -131,20 +135,34 @@ func buildOptions(opts []Option) options {
 	return o
 }
 
-// NewServer returns a server for cfg.Plane. It does not bind or connect
+// NewServer returns a server for cfg.Plane, or for every plane of
+// cfg.Planes (the same handlers on each). It does not bind or connect
 // until Start.
 func NewServer(cfg Config, opts ...Option) (Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	o := buildOptions(opts)
+	if planes := cfg.ServedPlanes(); len(planes) > 1 {
+		ms := &multiServer{}
+		for _, p := range planes {
+			pc := cfg
+			pc.Plane, pc.Planes = p, nil
+			ms.servers = append(ms.servers, newPlaneServer(pc, o))
+		}
+		return ms, nil
+	}
+	return newPlaneServer(cfg, o), nil
+}
+
+func newPlaneServer(cfg Config, o options) Server {
 	switch cfg.Plane {
 	case PlaneHTTP:
-		return newHTTPServer(cfg, o), nil
+		return newHTTPServer(cfg, o)
 	case PlaneNATS:
-		return newNATSServer(cfg, o), nil
+		return newNATSServer(cfg, o)
 	default:
-		return newTCPServer(cfg, o), nil
+		return newTCPServer(cfg, o)
 	}
 }
 

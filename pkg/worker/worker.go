@@ -258,12 +258,14 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	}
 	w.reg = reg
 	undo = append(undo, func() { _ = reg.Close() })
-	addr := srv.Address(cfg.Endpoint)
+	// Every plane the worker serves is registered (DYN_REQUEST_PLANE=tcp,http
+	// serves two); each client calls the one it prefers.
+	addrs := srv.Addresses(cfg.Endpoint)
 	md := map[string]string{}
 	maps.Copy(md, cfg.Metadata)
 	md[MetadataWorkerAPI] = w.apiAddr()
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Transport: transport.TransportOf(addr), Metadata: md}
+		Transport: transport.TransportOf(addrs...), Metadata: md}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
@@ -278,7 +280,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	go w.publishLoad()
 	go w.maintain(want, card)
 	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
-		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", addr.String(), "model", cfg.Model.Name,
+		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", fmt.Sprint(addrs), "model", cfg.Model.Name,
 		"worker_api", w.apiAddr(), "kv_events_mode", string(cfg.KVEventsMode), "kv_events_ring", w.kvIndex.ringCap)
 	return w, nil
 }

@@ -10,7 +10,8 @@ import (
 // TestMixedFleet: one frontend serves workers on the tcp, http and nats
 // planes at once, each dialled with the plane it registered, whatever the
 // frontend's own DYN_REQUEST_PLANE. Every chat is answered. (-short runs
-// the frontend on one plane; the full form on each.)
+// the frontend on one plane; the full form on each.) A fourth worker serves
+// tcp and http at once and registers both addresses.
 func TestMixedFleet(t *testing.T) {
 	planes := []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS}
 	owns := planes
@@ -24,7 +25,13 @@ func TestMixedFleet(t *testing.T) {
 			for _, p := range planes {
 				s.addMockerOn(p, 0)
 			}
-			s.waitInstances(len(planes))
+			// And one worker on two planes (DYN_REQUEST_PLANE=tcp,http),
+			// which registers both addresses.
+			both := s.addMockerOnPlanes([]transport.Plane{transport.PlaneTCP, transport.PlaneHTTP}, 0)
+			if got := transport.AddressesOf(both.w.Instance().GetTransport()); len(got) != 2 || got[0].Kind != transport.PlaneTCP || got[1].Kind != transport.PlaneHTTP {
+				t.Fatalf("a tcp,http worker registered %v; want its tcp and http addresses", got)
+			}
+			s.waitInstances(len(planes) + 1)
 			const chats = 50
 			var wg sync.WaitGroup
 			errs := make(chan error, chats)

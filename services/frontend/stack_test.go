@@ -197,6 +197,13 @@ func (s *stack) addMocker(speedup float64) *mockerHandle {
 
 // addMockerOn starts a mocker serving the given request plane.
 func (s *stack) addMockerOn(plane transport.Plane, speedup float64) *mockerHandle {
+	s.t.Helper()
+	return s.addMockerOnPlanes([]transport.Plane{plane}, speedup)
+}
+
+// addMockerOnPlanes starts a mocker that serves every plane of planes, as
+// DYN_REQUEST_PLANE=tcp,http does, and registers each address.
+func (s *stack) addMockerOnPlanes(planes []transport.Plane, speedup float64) *mockerHandle {
 	t := s.t
 	t.Helper()
 	var cfg mocker.Config
@@ -209,7 +216,10 @@ func (s *stack) addMockerOn(plane transport.Plane, speedup float64) *mockerHandl
 	if s.opts.leaseTTL > 0 {
 		cfg.LeaseTTL = s.opts.leaseTTL
 	}
-	cfg.Transport = planeConfig(plane, s.nats.ClientURL())
+	cfg.Transport = planeConfig(planes[0], s.nats.ClientURL())
+	if len(planes) > 1 {
+		cfg.Transport.Planes = planes
+	}
 	cfg.DrainTimeout = time.Nanosecond
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &mockerHandle{stop: cancel, done: make(chan error, 1)}
