@@ -585,11 +585,6 @@ func TestEventProto(t *testing.T) {
 			if diff := cmp.Diff(tt.want, tt.ev.Proto(), protocmp.Transform()); diff != "" {
 				t.Errorf("Proto (-want +got):\n%s", diff)
 			}
-			env := tt.ev.Envelope(42, 1)
-			wantEnv := &workerv1.KvCacheEventEnvelope{InstanceId: 42, DpRank: 1, EventId: tt.ev.ID, Event: tt.want}
-			if diff := cmp.Diff(wantEnv, env, protocmp.Transform()); diff != "" {
-				t.Errorf("Envelope (-want +got):\n%s", diff)
-			}
 		})
 	}
 }

@@ -77,17 +77,6 @@ func (e Event) Proto() *workerv1.KvCacheEvent {
 	}
 }
 
-// Envelope returns the event as a worker protocol envelope from the given
-// worker instance and data-parallel rank.
-func (e Event) Envelope(instanceID uint64, dpRank uint32) *workerv1.KvCacheEventEnvelope {
-	return &workerv1.KvCacheEventEnvelope{
-		InstanceId: instanceID,
-		DpRank:     dpRank,
-		EventId:    e.ID,
-		Event:      e.Proto(),
-	}
-}
-
 // ErrEventGap is returned by BatchProto for events whose ids do not follow
 // each other.
 var ErrEventGap = errors.New("event ids are not consecutive")

@@ -1282,80 +1282,6 @@ func (*KvCacheEvent_Removed) isKvCacheEvent_Event() {}
 
 func (*KvCacheEvent_Cleared) isKvCacheEvent_Event() {}
 
-// KvCacheEventEnvelope is one KV cache event with its origin and position.
-type KvCacheEventEnvelope struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The worker instance (its registry lease id).
-	InstanceId uint64 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	// Data-parallel rank within the worker; 0 without data parallelism.
-	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	// Per worker (and dp rank) monotonic event id, starting at 1 and without
-	// gaps, so a consumer can detect lost events.
-	EventId uint64 `protobuf:"varint,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	// The event.
-	Event         *KvCacheEvent `protobuf:"bytes,4,opt,name=event,proto3" json:"event,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *KvCacheEventEnvelope) Reset() {
-	*x = KvCacheEventEnvelope{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *KvCacheEventEnvelope) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*KvCacheEventEnvelope) ProtoMessage() {}
-
-func (x *KvCacheEventEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use KvCacheEventEnvelope.ProtoReflect.Descriptor instead.
-func (*KvCacheEventEnvelope) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *KvCacheEventEnvelope) GetInstanceId() uint64 {
-	if x != nil {
-		return x.InstanceId
-	}
-	return 0
-}
-
-func (x *KvCacheEventEnvelope) GetDpRank() uint32 {
-	if x != nil {
-		return x.DpRank
-	}
-	return 0
-}
-
-func (x *KvCacheEventEnvelope) GetEventId() uint64 {
-	if x != nil {
-		return x.EventId
-	}
-	return 0
-}
-
-func (x *KvCacheEventEnvelope) GetEvent() *KvCacheEvent {
-	if x != nil {
-		return x.Event
-	}
-	return nil
-}
-
 // KvEventBatch carries consecutive events of one worker in one message.
 //
 // Wire convention (Go: pkg/wire). A worker of {component} in {namespace}
@@ -1381,7 +1307,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1319,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1332,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KvEventBatch) GetInstanceId() uint64 {
@@ -1480,7 +1406,7 @@ type LoadMetrics struct {
 
 func (x *LoadMetrics) Reset() {
 	*x = LoadMetrics{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1418,7 @@ func (x *LoadMetrics) String() string {
 func (*LoadMetrics) ProtoMessage() {}
 
 func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1431,7 @@ func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadMetrics.ProtoReflect.Descriptor instead.
 func (*LoadMetrics) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LoadMetrics) GetInstanceId() uint64 {
@@ -1600,7 +1526,7 @@ type RequestLoad struct {
 
 func (x *RequestLoad) Reset() {
 	*x = RequestLoad{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1538,7 @@ func (x *RequestLoad) String() string {
 func (*RequestLoad) ProtoMessage() {}
 
 func (x *RequestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1551,7 @@ func (x *RequestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
 func (*RequestLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestLoad) GetRequestId() string {
@@ -1686,7 +1612,7 @@ type TimingModel struct {
 
 func (x *TimingModel) Reset() {
 	*x = TimingModel{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1624,7 @@ func (x *TimingModel) String() string {
 func (*TimingModel) ProtoMessage() {}
 
 func (x *TimingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1637,7 @@ func (x *TimingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
 func (*TimingModel) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TimingModel) GetPrefillMsQuadratic() float64 {
@@ -1860,13 +1786,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x06stored\x18\x01 \x01(\v2$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12A\n" +
 	"\aremoved\x18\x02 \x01(\v2%.switchyard.worker.v1.KvBlocksRemovedH\x00R\aremoved\x12@\n" +
 	"\acleared\x18\x03 \x01(\v2$.switchyard.worker.v1.KvCacheClearedH\x00R\aclearedB\a\n" +
-	"\x05event\"\xa5\x01\n" +
-	"\x14KvCacheEventEnvelope\x12\x1f\n" +
-	"\vinstance_id\x18\x01 \x01(\x04R\n" +
-	"instanceId\x12\x17\n" +
-	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x19\n" +
-	"\bevent_id\x18\x03 \x01(\x04R\aeventId\x128\n" +
-	"\x05event\x18\x04 \x01(\v2\".switchyard.worker.v1.KvCacheEventR\x05event\"\xaa\x01\n" +
+	"\x05event\"\xaa\x01\n" +
 	"\fKvEventBatch\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -1928,7 +1848,7 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: switchyard.worker.v1.FinishReason
 	(*GetKvEventsRequest)(nil),    // 1: switchyard.worker.v1.GetKvEventsRequest
@@ -1949,18 +1869,17 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*KvBlocksRemoved)(nil),       // 16: switchyard.worker.v1.KvBlocksRemoved
 	(*KvCacheCleared)(nil),        // 17: switchyard.worker.v1.KvCacheCleared
 	(*KvCacheEvent)(nil),          // 18: switchyard.worker.v1.KvCacheEvent
-	(*KvCacheEventEnvelope)(nil),  // 19: switchyard.worker.v1.KvCacheEventEnvelope
-	(*KvEventBatch)(nil),          // 20: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),           // 21: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),           // 22: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),           // 23: switchyard.worker.v1.TimingModel
-	nil,                           // 24: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*KvEventBatch)(nil),          // 19: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),           // 20: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),           // 21: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),           // 22: switchyard.worker.v1.TimingModel
+	nil,                           // 23: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	20, // 0: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	24, // 1: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	20, // 2: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	19, // 0: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	23, // 1: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	19, // 2: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
 	7,  // 3: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
 	8,  // 4: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
 	0,  // 5: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
@@ -1971,24 +1890,23 @@ var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	15, // 10: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
 	16, // 11: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
 	17, // 12: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	18, // 13: switchyard.worker.v1.KvCacheEventEnvelope.event:type_name -> switchyard.worker.v1.KvCacheEvent
-	18, // 14: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	25, // 15: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	23, // 16: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	22, // 17: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	9,  // 18: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	1,  // 19: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	3,  // 20: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	5,  // 21: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	11, // 22: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	2,  // 23: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	4,  // 24: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	6,  // 25: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 13: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	24, // 14: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	22, // 15: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	21, // 16: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	9,  // 17: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	1,  // 18: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	3,  // 19: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	5,  // 20: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	11, // 21: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	2,  // 22: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	4,  // 23: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	6,  // 24: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -2011,7 +1929,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

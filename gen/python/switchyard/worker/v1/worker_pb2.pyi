@@ -118,18 +118,6 @@ class KvCacheEvent(_message.Message):
     stored: KvBlocksStored
     def __init__(self, stored: _Optional[_Union[KvBlocksStored, _Mapping]] = ..., removed: _Optional[_Union[KvBlocksRemoved, _Mapping]] = ..., cleared: _Optional[_Union[KvCacheCleared, _Mapping]] = ...) -> None: ...
 
-class KvCacheEventEnvelope(_message.Message):
-    __slots__ = ["dp_rank", "event", "event_id", "instance_id"]
-    DP_RANK_FIELD_NUMBER: _ClassVar[int]
-    EVENT_FIELD_NUMBER: _ClassVar[int]
-    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
-    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
-    dp_rank: int
-    event: KvCacheEvent
-    event_id: int
-    instance_id: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., event: _Optional[_Union[KvCacheEvent, _Mapping]] = ...) -> None: ...
-
 class KvEventBatch(_message.Message):
     __slots__ = ["dp_rank", "events", "first_event_id", "instance_id"]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
