@@ -605,9 +605,90 @@ func TestPythonWorker(t *testing.T) {
 	}
 }
 
-// TestPythonWorkerExitsWhenLeaseIsLost revokes the worker's lease behind its
-// back: its next keep-alive learns so and it exits non-zero.
-func TestPythonWorkerExitsWhenLeaseIsLost(t *testing.T) {
+// TestPythonWorkerRegistersAgainWhenLeaseIsLost revokes the worker's lease
+// behind its back: its next keep-alive learns so, and it registers again on
+// a new lease (a new instance id) at the same address with the same model
+// card, announces a cleared KV cache for the new instance, and keeps serving,
+// as pkg/worker does.
+func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busClient := eventbustest.Client(t, bus.Addr().String())
+	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+	w := startWorker(t, reg.Addr, bus.Addr().String())
+	first := waitInstances(ctx, t, watch, 1, w.logs)[0]
+	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", first.InstanceId)})
+	// Only the worker holds its lease token, so someone else's Deregister
+	// is refused; the lease is revoked in etcd itself, as an operator would.
+	if _, err := dc.Raw().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: first.InstanceId}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Deregister of the worker's lease without its token: %v, want PermissionDenied", err)
+	}
+	etcd.RevokeLease(ctx, first.InstanceId)
+	w.logs.waitFor(ctx, t, "lease lost", map[string]any{"lease": fmt.Sprintf("%x", first.InstanceId)})
+	w.logs.waitFor(ctx, t, "worker registered again", map[string]any{"previous_instance": fmt.Sprintf("%x", first.InstanceId)})
+
+	// The first KV event of the new instance says its cache is unknown.
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.InstanceId == first.InstanceId || len(batch.Events) != 1 || batch.Events[0].GetCleared() == nil {
+		t.Fatalf("first KV event after the lease was lost = %v; want one cleared event of a new instance (was %x)", batch, first.InstanceId)
+	}
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != batch.InstanceId ||
+		list.Instances[0].Transport.GetHttp() != first.Transport.GetHttp() {
+		t.Fatalf("ListInstances = %v, %v; want instance %x at %s", list, err, batch.InstanceId, first.Transport.GetHttp())
+	}
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
+	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != batch.InstanceId || cards.Cards[0].ModelName != "test/echo" {
+		t.Fatalf("ListModels = %v, %v; want the test/echo card of instance %x", cards, err, batch.InstanceId)
+	}
+	tc := transport.DefaultConfig()
+	tc.Plane = transport.PlaneHTTP
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: list.Instances[0].Transport.GetHttp()}
+	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "again", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
+		t.Fatalf("generate after registering again = %v, %v", got, err)
+	}
+	select {
+	case <-w.done:
+		t.Fatalf("worker.py exited after losing its lease: %v", w.err)
+	default:
+	}
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
+}
+
+// TestPythonWorkerOutlivesRegistryOutage stops the only registry for longer
+// than the lease TTL: the worker keeps serving and keeps trying (it does not
+// exit), and once the registry is back and says the lease is gone it
+// registers again under a new instance id.
+func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -618,21 +699,40 @@ func TestPythonWorkerExitsWhenLeaseIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
-	defer watch.Close()
 	w := startWorker(t, reg.Addr, bus.Addr().String())
-	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
-	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", in.InstanceId)})
-	// Only the worker holds its lease token, so someone else's Deregister
-	// is refused; the lease is revoked in etcd itself, as an operator would.
-	if _, err := dc.Raw().Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: in.InstanceId}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("Deregister of the worker's lease without its token: %v, want PermissionDenied", err)
+	w.logs.waitFor(ctx, t, "worker registered", nil)
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	if err != nil || len(list.Instances) != 1 {
+		t.Fatalf("ListInstances = %v, %v; want the worker", list, err)
 	}
-	etcd.RevokeLease(ctx, in.InstanceId)
-	if code := w.wait(t); code != 1 {
-		t.Fatalf("worker.py exited with %d after losing its lease; want 1. It logged:\n%s", code, w.logs.String())
+	first := list.Instances[0]
+	reg.Stop()
+	w.logs.waitFor(ctx, t, "lease deadline passed without reaching the registry; still trying (the lease may outlive the outage)",
+		map[string]any{"lease": fmt.Sprintf("%x", first.InstanceId)})
+	tc := transport.DefaultConfig()
+	tc.Plane = transport.PlaneHTTP
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	w.logs.waitFor(ctx, t, "lease lost", map[string]any{"lease": fmt.Sprintf("%x", in.InstanceId)})
+	defer client.Close()
+	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: first.Transport.GetHttp()}
+	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "during", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
+		t.Fatalf("generate during the outage = %v, %v", got, err)
+	}
+	// etcd drops the lease about now on its own; revoking it makes that
+	// certain instead of racing etcd's expiry.
+	etcd.RevokeLease(ctx, first.InstanceId)
+	registrytest.StartRegistryAt(t, etcd.Endpoints, reg.Addr)
+	w.logs.waitFor(ctx, t, "worker registered again", map[string]any{"previous_instance": fmt.Sprintf("%x", first.InstanceId)})
+	list, err = dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId == first.InstanceId ||
+		list.Instances[0].Transport.GetHttp() != first.Transport.GetHttp() {
+		t.Fatalf("ListInstances after the outage = %v, %v; want a new instance id at %s", list, err, first.Transport.GetHttp())
+	}
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
 }
 
 // TestPythonUnitTests runs the Python side's own tests (XXH3 block hashes

@@ -85,3 +85,57 @@ class FramingTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LeaseErrorTest(unittest.TestCase):
+    """worker.py's reading of a lease error's google.rpc.ErrorInfo reason and
+    its full-jitter backoff."""
+
+    @staticmethod
+    def _status(details):
+        import grpc
+        from google.protobuf import any_pb2
+
+        def ld(num, b):  # a length-delimited field, lengths < 128
+            return bytes([num << 3 | 2, len(b)]) + b
+
+        body = ld(2, b"lease gone")
+        for type_url, info in details:
+            body += ld(3, any_pb2.Any(type_url=type_url, value=info).SerializeToString())
+
+        class Err(grpc.RpcError):
+            def code(self):
+                return grpc.StatusCode.NOT_FOUND
+
+            def trailing_metadata(self):
+                return (("grpc-status-details-bin", body),)
+        return Err()
+
+    def test_error_reason(self):
+        import worker
+        info = bytes([1 << 3 | 2, 15]) + b"LEASE_NOT_FOUND" + bytes([2 << 3 | 2, 10]) + b"switchyard"
+        cases = [
+            ("error info", [("type.googleapis.com/google.rpc.ErrorInfo", info)], "LEASE_NOT_FOUND", True),
+            ("other detail first", [("type.googleapis.com/google.rpc.RetryInfo", b"\x0a\x00"),
+                                    ("type.googleapis.com/google.rpc.ErrorInfo", info)], "LEASE_NOT_FOUND", True),
+            ("no details", [], "", False),
+            ("truncated", [("type.googleapis.com/google.rpc.ErrorInfo", info[:5])], "", False),
+        ]
+        for name, details, reason, gone in cases:
+            with self.subTest(name):
+                err = self._status(details)
+                self.assertEqual(worker.error_reason(err), reason)
+                self.assertEqual(worker.lease_gone(err), gone)
+
+    def test_plain_rpc_error_is_not_lease_gone(self):
+        import grpc
+        import worker
+        self.assertFalse(worker.lease_gone(grpc.RpcError("keep-alive stream ended")))
+        self.assertEqual(worker.error_reason(grpc.RpcError("x")), "")
+
+    def test_full_jitter_bounds(self):
+        import worker
+        for attempt, cap in [(0, 0.05), (1, 0.1), (3, 0.4), (10, 5.0), (1000, 5.0)]:
+            for _ in range(50):
+                w = worker.full_jitter(attempt)
+                self.assertTrue(0 <= w <= cap, (attempt, w))

@@ -5,7 +5,10 @@ It serves `generate` on the HTTP request plane (deterministic tokens that echo
 the prompt), registers with the registry on a lease it keeps alive, publishes
 a model card, and publishes KV cache events for the prompt blocks it "caches".
 SIGTERM or SIGINT deregisters at once, lets in-flight requests finish within
---drain-timeout and exits 0; a lost lease exits 1.
+--drain-timeout and exits 0. An unreachable registry never stops it: the
+keep-alive retries with jittered backoff, and when the registry says the lease
+is gone it registers again on a new lease (a new instance id), as pkg/worker
+does.
 
 Run it with Debian's /usr/bin/python3 (python3-grpcio, python3-protobuf,
 python3-xxhash); see README.md.
@@ -19,6 +22,7 @@ import logging
 import os
 import pathlib
 import queue
+import random
 import signal
 import socket
 import sys
@@ -151,8 +155,80 @@ def detect_host():
         s.close()
 
 
-class LeaseLost(Exception):
-    pass
+LEASE_NOT_FOUND = "LEASE_NOT_FOUND"  # as pkg/apierr.ReasonLeaseNotFound
+MIN_BACKOFF, MAX_BACKOFF = 0.05, 5.0  # as pkg/discovery's session
+
+
+def full_jitter(attempt, base=MIN_BACKOFF, cap=MAX_BACKOFF):
+    """The wait before retry number attempt (0 first): uniform in
+    [0, min(cap, base * 2**attempt)], so that many workers that lost the same
+    registry do not come back in step."""
+    return random.uniform(0, min(cap, base * (2 ** min(attempt, 30))))
+
+
+def _varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, i
+
+
+def _fields(b):
+    """(field number, value) of a protobuf message's varint and
+    length-delimited fields; others are skipped."""
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, typ = key >> 3, key & 7
+        if typ == 0:
+            v, i = _varint(b, i)
+        elif typ == 2:
+            n, i = _varint(b, i)
+            if i + n > len(b):
+                raise IndexError("truncated field")
+            v, i = b[i:i + n], i + n
+        elif typ == 1:
+            v, i = None, i + 8
+        elif typ == 5:
+            v, i = None, i + 4
+        else:
+            return
+        yield num, v
+
+
+def error_reason(err):
+    """The ErrorInfo reason of a gRPC error (from its google.rpc.Status in
+    grpc-status-details-bin, decoded by hand: Debian has no grpcio-status),
+    or "" when it has none."""
+    try:
+        md = err.trailing_metadata() or ()
+    except Exception:  # not a call error
+        return ""
+    for k, v in md:
+        if k != "grpc-status-details-bin":
+            continue
+        try:
+            for num, anyv in _fields(v):
+                if num != 3:  # Status.details
+                    continue
+                f = dict(_fields(anyv))
+                if bytes(f.get(1, b"")).endswith(b"google.rpc.ErrorInfo"):
+                    reason = dict(_fields(f.get(2, b""))).get(1, b"")
+                    return bytes(reason).decode("utf-8", "replace")
+        except (IndexError, TypeError):
+            return ""
+    return ""
+
+
+def lease_gone(err):
+    """Whether err says the registry no longer has the lease."""
+    code = getattr(err, "code", None)
+    return (isinstance(err, grpc.RpcError) and callable(code) and code() == grpc.StatusCode.NOT_FOUND
+            and error_reason(err) == LEASE_NOT_FOUND)
 
 
 class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
@@ -249,33 +325,49 @@ class Lease:
         self._thread.start()
 
     def _keep_alive(self):
+        """Runs until closed or the registry says the lease is gone. An
+        unreachable registry is never a reason to give up (the lease may
+        outlive the outage, and only the registry can tell), so failures are
+        retried with full-jitter backoff for as long as the worker runs."""
         deadline = time.monotonic() + self.ttl
         nxt = time.monotonic() + self.ttl / 2
-        backoff = 0.05
+        failures = 0
+        expired = False
         stream = None
         try:
             while not self._stop.wait(max(nxt - time.monotonic(), 0)):
                 if stream is None:
                     stream = _KeepAliveStream(self.stub, self.metadata)
-                now = time.monotonic()
+                left = deadline - time.monotonic()
                 try:
-                    ttl, found = stream.refresh(self.id, min(deadline - now, 5))
+                    ttl, found = stream.refresh(self.id, min(max(left, 1), 5))
                 except (grpc.RpcError, TimeoutError) as e:
                     stream.close()
                     stream = None
-                    now = time.monotonic()
-                    if now >= deadline:
-                        self._lose("no keep-alive reached the registry before the deadline: %s" % e)
+                    if lease_gone(e):
+                        self._lose("the registry no longer has lease %x" % self.id)
                         return
-                    log.warning("lease keep-alive failed; retrying", extra={"attrs": {"err": str(e)}})
-                    nxt = now + min(backoff, deadline - now)
-                    backoff = min(backoff * 2, 5)
+                    now = time.monotonic()
+                    wait = full_jitter(failures)
+                    failures += 1
+                    left = deadline - now
+                    if left > 0:
+                        wait = min(wait, left)
+                        log.warning("lease keep-alive failed; retrying", extra={"attrs": {
+                            "err": str(e), "backoff": round(wait, 3), "deadline_in": round(left, 3)}})
+                    elif not expired:
+                        expired = True
+                        error("lease deadline passed without reaching the registry; still trying "
+                              "(the lease may outlive the outage)", lease="%x" % self.id, err=str(e))
+                    nxt = now + wait
                     continue
                 if not found:
                     self._lose("the registry no longer has lease %x" % self.id)
                     return
+                if failures:
+                    info("lease keep-alive recovered", lease="%x" % self.id)
                 now = time.monotonic()
-                deadline, nxt, backoff = now + ttl, now + ttl / 2, 0.05
+                deadline, nxt, failures, expired = now + ttl, now + ttl / 2, 0, False
         finally:
             if stream is not None:
                 stream.close()
@@ -498,6 +590,44 @@ class EchoEngine:
                 self.running.pop(key, None)
 
 
+def register(registry, cfg, instance, card):
+    """Grants a lease and registers instance and card on it (the lease id is
+    the instance id); on failure it revokes the lease and raises."""
+    lease = Lease(registry, cfg.lease_ttl)
+    try:
+        inst = registry_pb2.Instance()
+        inst.CopyFrom(instance)
+        registry.Register(registry_pb2.RegisterRequest(instance=inst, lease_id=lease.id), timeout=10,
+                          metadata=lease.metadata)
+        c = registry_pb2.ModelCard()
+        c.CopyFrom(card)
+        c.instance_id = lease.id
+        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=c, lease_id=lease.id), timeout=10,
+                               metadata=lease.metadata)
+    except BaseException:
+        try:
+            lease.close()
+        except grpc.RpcError:
+            pass
+        raise
+    return lease
+
+
+def register_again(registry, cfg, instance, card, stop):
+    """Registers on a new lease after the old one was lost, retrying with
+    full-jitter backoff (100 ms to 5 s) until it succeeds; None once stop is set."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return register(registry, cfg, instance, card)
+        except grpc.RpcError as e:
+            wait = full_jitter(attempt, 0.1)
+            attempt += 1
+            log.warning("registering again failed; retrying", extra={"attrs": {"err": str(e), "backoff": round(wait, 3)}})
+            stop.wait(wait)
+    return None
+
+
 def main(argv):
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
@@ -527,7 +657,8 @@ def main(argv):
         lease = Lease(registry, cfg.lease_ttl)
         engine = EchoEngine(cfg, lease.id, sink)
         api = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
-        worker_pb2_grpc.add_WorkerServiceServicer_to_server(kvlocal.Servicer(index, lease.id, api_stopping), api)
+        servicer = kvlocal.Servicer(index, lease.id, api_stopping)
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, api)
         api_port = api.add_insecure_port(cfg.worker_api_addr or "%s:0" % cfg.http_host)
         api_host = cfg.worker_api_addr.rsplit(":", 1)[0] if cfg.worker_api_addr else cfg.http_host
         if api_host in ("", "0.0.0.0", "[::]"):
@@ -541,21 +672,44 @@ def main(argv):
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=common_pb2.Transport(http=server.base_url),
                                          metadata={"worker": "python-example", "worker_api": api_addr})
+        card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
+                                      model_name=cfg.model_name, block_size=cfg.block_size,
+                                      context_length=cfg.context_length)
+        first = registry_pb2.ModelCard()
+        first.CopyFrom(card)
+        first.instance_id = lease.id
         registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10,
                           metadata=lease.metadata)
-        card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
-                                      instance_id=lease.id, model_name=cfg.model_name, block_size=cfg.block_size,
-                                      context_length=cfg.context_length)
-        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=card, lease_id=lease.id), timeout=10,
+        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=first, lease_id=lease.id), timeout=10,
                                metadata=lease.metadata)
         info("worker registered", instance="%x" % lease.id,
              endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
              transport="http:" + server.base_url, model=cfg.model_name, worker_api=api_addr,
              kv_events_mode=cfg.kv_events_mode)
-        while not stop.wait(0.2) and not lease.done.is_set():
-            pass
-        if lease.lost is not None:
-            code = 1
+        while not stop.wait(0.2):
+            if not lease.done.is_set():
+                continue
+            # The registry no longer has the lease (revoked, or expired while
+            # it was away): register again on a new lease, same endpoint and
+            # card. The engine keeps serving all along.
+            old = lease
+            error("registration lost; registering again", instance="%x" % old.id, err=str(old.lost))
+            old.close()
+            lease = register_again(registry, cfg, instance, card, stop)
+            if lease is None:
+                break
+            with engine.lock:
+                engine.instance_id = lease.id
+                servicer.instance_id = lease.id
+                # Routers of the JetStream plane know nothing of the new
+                # instance's cache: say so before any other event of it
+                # (unnumbered, and not in the local index: the engine still
+                # holds its blocks). Core and direct routers ask the new
+                # instance for its state instead.
+                if cfg.kv_events_mode == "jetstream":
+                    publisher.publish(worker_pb2.KvEventBatch(instance_id=lease.id, dp_rank=0, events=[
+                        worker_pb2.KvCacheEvent(cleared=worker_pb2.KvCacheCleared())]))
+            info("worker registered again", instance="%x" % lease.id, previous_instance="%x" % old.id)
     except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as e:
         error("worker failed to start", err=str(e) or type(e).__name__)
         code = 1
