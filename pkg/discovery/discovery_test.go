@@ -98,6 +98,32 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitProgress waits, woken by each of the session's keep-alive outcomes,
+// until cond holds for its progress, and returns that progress. The session
+// ending, or ctx, fails the test first.
+func waitProgress(ctx context.Context, t *testing.T, s *discovery.Session, what string, cond func(discovery.KeepAliveProgress) bool) discovery.KeepAliveProgress {
+	t.Helper()
+	for {
+		p, changed := s.Progress()
+		if cond(p) {
+			return p
+		}
+		select {
+		case <-changed:
+		case <-s.Done():
+			t.Fatalf("session ended waiting for %s (keep-alive progress %+v): %v", what, p, s.Err())
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s (keep-alive progress %+v)", what, p)
+		}
+	}
+}
+
+// answered returns a condition for waitProgress: n more keep-alives answered
+// than in from.
+func answered(from discovery.KeepAliveProgress, n uint64) func(discovery.KeepAliveProgress) bool {
+	return func(p discovery.KeepAliveProgress) bool { return p.Answered >= from.Answered+n }
+}
+
 func TestSessionRegisterWatchClose(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
@@ -136,6 +162,41 @@ func TestSessionRegisterWatchClose(t *testing.T) {
 	if s.Err() != nil {
 		t.Fatalf("Err after a clean Close = %v, want nil", s.Err())
 	}
+	// The keep-alive has ended: Progress's channel stays closed, so a
+	// waiter cannot hang on a closed session.
+	if _, changed := s.Progress(); !isClosed(changed) {
+		t.Fatal("Progress's channel open after Close")
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestSessionProgressCountsRefreshes: every refresh the registry answers is
+// counted and wakes Progress's channel, and the channel handed out before it
+// is the one closed.
+func TestSessionProgressCountsRefreshes(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	ctx := ctxT(t)
+	s, err := discovery.NewSession(ctx, dial(t, reg.Addr), discovery.SessionOptions{TTL: 1 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	from, changed := s.Progress()
+	if from != (discovery.KeepAliveProgress{}) {
+		t.Fatalf("progress of a new session = %+v, want zero", from)
+	}
+	waitProgress(ctx, t, s, "two keep-alives answered", answered(from, 2))
+	if !isClosed(changed) {
+		t.Fatal("the channel returned before the refreshes was not closed")
+	}
 }
 
 func TestSessionMovesToAnotherRegistry(t *testing.T) {
@@ -160,8 +221,11 @@ func TestSessionMovesToAnotherRegistry(t *testing.T) {
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
 	r1.Stop() // kill the replica the session keeps alive through
-	// Three TTLs: without failover the lease would have expired twice over.
-	time.Sleep(6 * time.Second)
+	// From here on only r2 can answer (bar one answer r1 sent as it
+	// stopped). Three answers, half a TTL apart, renew the lease past the
+	// deadline it had on r1: without failover it would have expired.
+	from, _ := s.Progress()
+	waitProgress(ctx, t, s, "three keep-alives answered through r2", answered(from, 3))
 	if _, d := rec.counts(key); d != 0 {
 		t.Fatalf("watcher saw %d DELETEs of the instance; the session did not fail over", d)
 	}
@@ -193,8 +257,11 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 	key := discovery.InstanceKey(in)
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
+	from, _ := s.Progress()
 	etcd.Stop()
-	time.Sleep(3 * time.Second)
+	// Keep etcd down until a keep-alive has failed on it, so that the outage
+	// really falls on a refresh of the lease.
+	down := waitProgress(ctx, t, s, "a keep-alive to fail while etcd is down", func(p discovery.KeepAliveProgress) bool { return p.Failed > from.Failed })
 	etcd.Start()
 
 	// After the restart the same instance is still there, under the same
@@ -208,7 +275,9 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 		p, _ := rec.counts(discovery.InstanceKey(later))
 		return p == 1
 	})
-	time.Sleep(6 * time.Second) // past another half TTL: keep-alives flow again
+	// Keep-alives flow again: an answer after the outage means etcd still
+	// had the lease, with the instance on it, after its restart.
+	waitProgress(ctx, t, s, "a keep-alive answered after the etcd restart", answered(down, 1))
 	select {
 	case <-s.Done():
 		t.Fatalf("session lost its lease: %v", s.Err())
@@ -262,7 +331,8 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 	defer s.Close(ctx)
 	reg.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
-	time.Sleep(2 * time.Second) // a few more retries past the deadline
+	from, _ := s.Progress()
+	waitProgress(ctx, t, s, "three more failed keep-alives past the deadline", func(p discovery.KeepAliveProgress) bool { return p.Failed >= from.Failed+3 })
 	select {
 	case <-s.Done():
 		t.Fatalf("session ended while the registry was unreachable: %v", s.Err())

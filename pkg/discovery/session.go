@@ -64,8 +64,9 @@ func PodFromEnv() *registryv1.KubernetesPod {
 // jittered exponential backoff (50 ms to 5 s), through any registry replica
 // the Client reaches, for as long as the session runs: past the lease's
 // deadline too, since only the registry knows whether the lease outlived an
-// outage. Expired reports that time without an answer; Done is closed when
-// the registry says the lease is truly lost; Close revokes it.
+// outage. Expired reports that time without an answer; Progress counts the
+// answered and failed refreshes; Done is closed when the registry says the
+// lease is truly lost; Close revokes it.
 type Session struct {
 	c     *Client
 	id    uint64
@@ -81,6 +82,45 @@ type Session struct {
 	// expired is set while the lease's deadline has passed without an
 	// answer from the registry.
 	expired atomic.Bool
+	// progress and progressed are guarded by mu: progressed is closed, and
+	// replaced, at every keep-alive outcome, and closed for good when the
+	// keep-alive ends.
+	progress   KeepAliveProgress
+	progressed chan struct{}
+}
+
+// KeepAliveProgress counts a session's keep-alive attempts.
+type KeepAliveProgress struct {
+	// Answered counts refreshes the registry confirmed: each proves the
+	// lease was alive, with everything registered on it, when it answered.
+	Answered uint64
+	// Failed counts attempts without an answer: no registry replica could be
+	// reached, or none answered in time.
+	Failed uint64
+}
+
+// Progress returns the session's keep-alive counts so far and a channel that
+// is closed at the next attempt's outcome, or once the keep-alive has ended
+// (after Close or a lost lease; select on Done too). It lets a caller wait
+// for the lease to be renewed, or for an attempt to fail, instead of sleeping
+// for a guessed number of TTLs.
+func (s *Session) Progress() (KeepAliveProgress, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress, s.progressed
+}
+
+// record counts one keep-alive outcome and wakes Progress's waiters.
+func (s *Session) record(answered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if answered {
+		s.progress.Answered++
+	} else {
+		s.progress.Failed++
+	}
+	close(s.progressed)
+	s.progressed = make(chan struct{})
 }
 
 // NewSession grants a lease and starts keeping it alive.
@@ -106,6 +146,8 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		exit:  make(chan struct{}),
+
+		progressed: make(chan struct{}),
 	}
 	go s.keepAlive(time.Now().Add(s.ttl))
 	return s, nil
@@ -201,6 +243,11 @@ func (s *Session) finish(err error) {
 // it with ErrLeaseLost.
 func (s *Session) keepAlive(deadline time.Time) {
 	defer close(s.exit)
+	defer func() {
+		s.mu.Lock()
+		close(s.progressed) // never replaced again: Progress's waiters wake for good
+		s.mu.Unlock()
+	}()
 	next := time.Now().Add(s.ttl / 2)
 	bo := backoff.New(backoff.Policy{Min: minBackoff, Max: maxBackoff})
 	var ka *keepAliveStream
@@ -244,6 +291,7 @@ func (s *Session) keepAlive(deadline time.Time) {
 				s.log.Info("lease keep-alive recovered")
 			}
 			bo.Reset()
+			s.record(true) // after Expired is cleared: a waiter sees both
 		default:
 			ka.close()
 			ka = nil
@@ -257,6 +305,7 @@ func (s *Session) keepAlive(deadline time.Time) {
 				s.log.Debug("lease keep-alive failed past the deadline; retrying", "err", err.Error(), "backoff", wait.String())
 			}
 			next = now.Add(wait)
+			s.record(false)
 		}
 		timer.Reset(time.Until(next))
 	}
