@@ -139,3 +139,26 @@ class LeaseErrorTest(unittest.TestCase):
             for _ in range(50):
                 w = worker.full_jitter(attempt)
                 self.assertTrue(0 <= w <= cap, (attempt, w))
+
+
+class TokenizerTest(unittest.TestCase):
+    def test_tokenizer_object(self):
+        import worker
+        # pkg/wire.TokenizerObject's examples (wire_test.go).
+        for model, name, want in [("Qwen/Qwen3-0.6B", "tokenizer.json", "Qwen--Qwen3-0.6B/tokenizer.json"),
+                                  ("my model/x", "vocab.txt", "my_model--x/vocab.txt"),
+                                  ("plain", "tokenizer.json.gz", "plain/tokenizer.json.gz")]:
+            self.assertEqual(worker.tokenizer_object(model, name), want)
+
+    def test_tokenizer_files(self):
+        import os
+        import tempfile
+        import worker
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "tokenizer_config.json"), "w").close()
+            with self.assertRaises(ValueError):
+                worker.tokenizer_files(d)
+            open(os.path.join(d, "tokenizer.json.gz"), "w").close()
+            open(os.path.join(d, "other.txt"), "w").close()
+            self.assertEqual([os.path.basename(p) for p in worker.tokenizer_files(d)],
+                             ["tokenizer.json.gz", "tokenizer_config.json"])

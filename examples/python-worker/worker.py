@@ -49,6 +49,8 @@ log = logging.getLogger("pyworker")
 
 KV_EVENTS_NAME = "kv_cache_update"  # as pkg/wire.KVEventsName
 LOAD_NAME = "load_metrics"  # as pkg/wire.LoadName
+TOKENIZER_BUCKET = "tokenizers"  # as pkg/wire.TokenizerBucket
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json")  # as pkg/worker.TokenizerFiles
 TYPE_HEADER = "Switchyard-Type"  # as pkg/wire.HeaderType: the payload's full proto name
 ENV_PREFIX = "SWITCHYARD_PYWORKER_"
 # Flags whose variables keep the names Switchyard's Go side uses.
@@ -91,6 +93,10 @@ def parse_config(argv):
     p.add_argument("--component", default="backend", help="registry component")
     p.add_argument("--endpoint", default="generate", help="registry endpoint")
     p.add_argument("--model-name", default="switchyard/python-echo", help="model name on the model card")
+    p.add_argument("--tokenizer-dir", default="",
+                   help="directory with tokenizer.json (or tokenizer.json.gz) and tokenizer_config.json, uploaded to "
+                        "the object store and referenced from the model card so the frontend can tokenize for this "
+                        "model; empty: no tokenizer (the frontend then serves only pre-tokenized requests)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
     p.add_argument("--context-length", type=int, default=40960, help="context length on the model card")
     p.add_argument("--kv-blocks", type=int, default=8192, help="KV blocks the simulated cache holds before evicting")
@@ -140,6 +146,45 @@ def parse_config(argv):
     if not cfg.http_host:
         cfg.http_host = detect_host()
     return cfg
+
+
+def tokenizer_files(directory):
+    """The tokenizer files directory holds, as pkg/worker.TokenizerFiles:
+    tokenizer.json or tokenizer.json.gz, and tokenizer_config.json."""
+    out = [os.path.join(directory, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(directory, n))]
+    if not out or os.path.basename(out[0]) == "tokenizer_config.json":
+        raise ValueError("tokenizer directory %s has no tokenizer.json" % directory)
+    return out
+
+
+def tokenizer_object(model, name):
+    """The object name of a tokenizer file, as pkg/wire.TokenizerObject:
+    "Qwen/Qwen3-0.6B" and "tokenizer.json" give "Qwen--Qwen3-0.6B/tokenizer.json"."""
+    return model.replace("/", "--").replace(" ", "_") + "/" + name
+
+
+def upload_tokenizer(eventbus, model, paths, chunk=256 << 10):
+    """Uploads each file to the tokenizers bucket with PutObject (a header,
+    then chunks) and returns the TokenizerArtifacts the model card lists,
+    as pkg/worker does."""
+    out = []
+    for path in paths:
+        name = os.path.basename(path)
+        obj = tokenizer_object(model, name)
+        with open(path, "rb") as f:
+            data = f.read()
+
+        def parts():
+            yield eventbus_pb2.PutObjectRequest(header=eventbus_pb2.PutObjectHeader(bucket=TOKENIZER_BUCKET, name=obj))
+            for i in range(0, len(data), chunk):
+                yield eventbus_pb2.PutObjectRequest(chunk=data[i:i + chunk])
+
+        resp = eventbus.PutObject(parts(), timeout=30)
+        out.append(registry_pb2.TokenizerArtifact(name=name, sha256=resp.info.sha256, size=resp.info.size,
+                                                  object_key=TOKENIZER_BUCKET + "/" + obj))
+        info("tokenizer file uploaded", object=TOKENIZER_BUCKET + "/" + obj, size=resp.info.size,
+             sha256=resp.info.sha256)
+    return out
 
 
 def detect_host():
@@ -654,6 +699,9 @@ def main(argv):
         # The lease comes first so that KV events carry the instance id from
         # the first request on; the server next, since its URL is registered.
         grpc.channel_ready_future(reg_channel).result(timeout=30)
+        artifacts = []
+        if cfg.tokenizer_dir:
+            artifacts = upload_tokenizer(eventbus, cfg.model_name, tokenizer_files(cfg.tokenizer_dir))
         lease = Lease(registry, cfg.lease_ttl)
         engine = EchoEngine(cfg, lease.id, sink)
         api = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
@@ -674,7 +722,7 @@ def main(argv):
                                          metadata={"worker": "python-example", "worker_api": api_addr})
         card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                       model_name=cfg.model_name, block_size=cfg.block_size,
-                                      context_length=cfg.context_length)
+                                      context_length=cfg.context_length, tokenizer=artifacts)
         first = registry_pb2.ModelCard()
         first.CopyFrom(card)
         first.instance_id = lease.id
@@ -710,7 +758,7 @@ def main(argv):
                     publisher.publish(worker_pb2.KvEventBatch(instance_id=lease.id, dp_rank=0, events=[
                         worker_pb2.KvCacheEvent(cleared=worker_pb2.KvCacheCleared())]))
             info("worker registered again", instance="%x" % lease.id, previous_instance="%x" % old.id)
-    except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as e:
+    except (grpc.RpcError, grpc.FutureTimeoutError, OSError, ValueError) as e:
         error("worker failed to start", err=str(e) or type(e).__name__)
         code = 1
     finally:
