@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 const python = "/usr/bin/python3"
 
 // debianPackages are what worker.py imports beyond the standard library.
-const debianPackages = "python3-grpcio python3-protobuf python3-xxhash"
+const debianPackages = "python3-grpcio python3-protobuf python3-xxhash python3-h2"
 
 const (
 	namespace = "pytest"
@@ -67,12 +67,12 @@ const (
 // packages and fails it in CI, where they must be installed.
 func requirePython(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command(python, "-c", "import grpc, google.protobuf, xxhash").CombinedOutput()
+	out, err := exec.Command(python, "-c", "import grpc, google.protobuf, xxhash, h2").CombinedOutput()
 	if err == nil {
 		return
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	msg := fmt.Sprintf("the Python worker needs the Debian packages %s (apt-get install %[1]s): %s cannot import grpc, google.protobuf and xxhash: %v: %s",
+	msg := fmt.Sprintf("the Python worker needs the Debian packages %s (apt-get install %[1]s): %s cannot import grpc, google.protobuf, xxhash and h2: %v: %s",
 		debianPackages, python, err, lines[len(lines)-1])
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
@@ -736,7 +736,7 @@ func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
 }
 
 // TestPythonUnitTests runs the Python side's own tests (XXH3 block hashes
-// against pkg/kvhash's golden values, HPACK against RFC 7541's examples).
+// against pkg/kvhash's golden values, framing, lease errors, tokenizer names).
 func TestPythonUnitTests(t *testing.T) {
 	requirePython(t)
 	out, err := exec.Command(python, "-m", "unittest", "-v", "test_worker.py").CombinedOutput()

@@ -18,8 +18,8 @@ body is one error frame.
 
 http.server speaks HTTP/1.1; Switchyard's Go client speaks HTTP/2 cleartext
 with prior knowledge (h2c), so a connection that opens with the HTTP/2
-preface is handed to H2Connection (RFC 9113, server side, no push), and both
-protocols share one port as they do in the Go server.
+preface is handed to H2Connection (RFC 9113, server side, no push, on
+python3-h2), and both protocols share one port as they do in the Go server.
 """
 
 import http.server
@@ -29,7 +29,12 @@ import socket
 import struct
 import threading
 
-import hpack
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
 
 FRAME_DATA = 2
 FRAME_END = 3
@@ -339,120 +344,111 @@ class _HTTP1Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
 
-# HTTP/2 frame types, flags, settings and error codes (RFC 9113).
-_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = range(10)
-_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-_SETTINGS_HEADER_TABLE_SIZE, _SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x3
-_SETTINGS_INITIAL_WINDOW_SIZE, _SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
-_NO_ERROR, _PROTOCOL_ERROR, _FLOW_CONTROL_ERROR, _REFUSED_STREAM, _CANCEL, _COMPRESSION_ERROR = 0x0, 0x1, 0x3, 0x7, 0x8, 0x9
 _RECV_WINDOW = 1 << 20  # what we let a client send per stream before we read it
 _MAX_STREAMS = 1000
-
-
-class _H2Error(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class _H2Stream:
-    def __init__(self, sid, send_window):
+    def __init__(self, sid):
         self.id = sid
         self.headers = None
         self.body = bytearray()
-        self.send_window = send_window
         self.call = None
         self.closed = False  # reset by the client, or finished by us
 
 
 class H2Connection:
-    """The server side of one HTTP/2 cleartext connection.
+    """The server side of one HTTP/2 cleartext connection, on python3-h2's
+    state machine (framing, HPACK, settings, pings and flow-control
+    accounting are h2's).
 
-    The thread that calls serve reads frames; each call runs on its own
-    thread and writes its frames under the connection's lock, waiting for
-    flow-control window when the client has none to give.
+    The thread that calls serve reads from the socket and feeds h2; each call
+    runs on its own thread and sends under the connection's lock, waiting
+    for flow-control window when the client has none to give.
     """
 
     def __init__(self, plane, sock, rfile):
         self.plane = plane
         self.sock = sock
         self.rfile = rfile
-        self.decoder = hpack.Decoder()
-        self.cond = threading.Condition()  # guards everything below and socket writes
+        self.conn = h2.connection.H2Connection(config=h2.config.H2Configuration(
+            client_side=False, header_encoding="utf-8"))
+        self.cond = threading.Condition()  # guards self.conn, the streams and socket writes
         self.streams = {}
-        self.conn_window = 65535
-        self.initial_window = 65535
-        self.max_frame = 16384
-        self.last_stream = 0
         self.gone = False
 
-    # -- writing -----------------------------------------------------------
-
-    def _write(self, typ, flags, sid, payload=b""):
-        """Writes one frame; the caller holds cond."""
-        if self.gone:
-            raise Disconnected("connection closed")
-        self.sock.sendall(struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", typ, flags, sid) + payload)
+    def _flush(self):
+        """Writes what h2 has queued; the caller holds cond."""
+        data = self.conn.data_to_send()
+        if data:
+            if self.gone:
+                raise Disconnected("connection closed")
+            self.sock.sendall(data)
 
     def _send_data(self, st, data, end_stream):
         """Sends data on a stream within the flow-control windows."""
         with self.cond:
             while True:
-                while data:
-                    if self.gone or st.closed:
-                        raise Disconnected("stream closed")
-                    n = min(len(data), self.max_frame, self.conn_window, st.send_window)
+                if self.gone or st.closed:
+                    raise Disconnected("stream closed")
+                try:
+                    if not data:
+                        if end_stream:
+                            self.conn.end_stream(st.id)
+                            self._flush()
+                        return
+                    n = min(len(data), self.conn.local_flow_control_window(st.id), self.conn.max_outbound_frame_size)
                     if n <= 0:
                         self.cond.wait()
                         continue
-                    self.conn_window -= n
-                    st.send_window -= n
-                    self._write(_DATA, _END_STREAM if end_stream and n == len(data) else 0, st.id, data[:n])
-                    data = data[n:]
-                    if end_stream and not data:
-                        return
-                if end_stream:
-                    if self.gone or st.closed:
-                        raise Disconnected("stream closed")
-                    self._write(_DATA, _END_STREAM, st.id)
-                return
+                    last = end_stream and n == len(data)
+                    self.conn.send_data(st.id, data[:n], end_stream=last)
+                    self._flush()
+                except h2.exceptions.StreamClosedError:
+                    raise Disconnected("stream closed") from None
+                data = data[n:]
+                if last:
+                    return
 
     def _send_headers(self, st, status, end_stream=False):
-        block = hpack.encode([(":status", str(status)), ("content-type", CONTENT_TYPE)])
         with self.cond:
-            self._write(_HEADERS, _END_HEADERS | (_END_STREAM if end_stream else 0), st.id, block)
-
-    # -- reading -----------------------------------------------------------
-
-    def _read_frame(self):
-        head = self.rfile.read(9)
-        if len(head) < 9:
-            return None
-        length = int.from_bytes(head[:3], "big")
-        typ, flags, sid = struct.unpack(">BBI", head[3:])
-        if length > 16384:  # we never raise SETTINGS_MAX_FRAME_SIZE
-            raise _H2Error(_PROTOCOL_ERROR, "frame of %d bytes" % length)
-        payload = self.rfile.read(length)
-        if len(payload) < length:
-            return None
-        return typ, flags, sid & 0x7FFFFFFF, payload
+            if self.gone or st.closed:
+                raise Disconnected("stream closed")
+            try:
+                self.conn.send_headers(st.id, [(":status", str(status)), ("content-type", CONTENT_TYPE)],
+                                       end_stream=end_stream)
+            except h2.exceptions.StreamClosedError:
+                raise Disconnected("stream closed") from None
+            self._flush()
 
     def serve(self):
         try:
             with self.cond:
-                settings = struct.pack(">HIHI", _SETTINGS_MAX_CONCURRENT_STREAMS, _MAX_STREAMS,
-                                       _SETTINGS_INITIAL_WINDOW_SIZE, _RECV_WINDOW)
-                self._write(_SETTINGS, 0, 0, settings)
-                self._write(_WINDOW_UPDATE, 0, 0, struct.pack(">I", _RECV_WINDOW))
-            self._loop()
-        except _H2Error as e:
-            log.debug("h2: closing connection: %s", e)
-            try:
+                self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+                    h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: _MAX_STREAMS,
+                    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _RECV_WINDOW})
+                self.conn.initiate_connection()
+                self.conn.increment_flow_control_window(_RECV_WINDOW)
+                # The preface was read by the HTTP/1.1 handler; h2 wants it.
+                self._handle(self.conn.receive_data(_PREFACE))
+                self._flush()
+            while True:
+                data = self.rfile.read1(65536)
+                if not data:
+                    return
                 with self.cond:
-                    self._write(_GOAWAY, 0, 0, struct.pack(">II", self.last_stream, e.code) + str(e).encode())
-            except (OSError, Disconnected):
-                pass
-        except (OSError, ValueError):
+                    try:
+                        events = self.conn.receive_data(data)
+                    except h2.exceptions.ProtocolError as e:
+                        log.debug("h2: closing connection: %s", e)
+                        self._flush()  # h2 queued a GOAWAY
+                        return
+                    done = self._handle(events)
+                    self._flush()
+                if done:
+                    return
+        except (OSError, ValueError, Disconnected):
             pass
         finally:
             with self.cond:
@@ -462,127 +458,30 @@ class H2Connection:
                         st.call.cancelled.set()
                 self.cond.notify_all()
 
-    def _loop(self):
-        pending = None  # the stream whose header block continues
-        block = b""
-        while True:
-            frame = self._read_frame()
-            if frame is None:
-                return
-            typ, flags, sid, payload = frame
-            if pending is not None and typ != _CONTINUATION:
-                raise _H2Error(_PROTOCOL_ERROR, "expected CONTINUATION")
-            if typ == _HEADERS:
-                if sid == 0 or sid % 2 == 0:
-                    raise _H2Error(_PROTOCOL_ERROR, "HEADERS on stream %d" % sid)
-                payload = self._strip_padding(flags, payload)
-                if flags & _PRIORITY_FLAG:
-                    payload = payload[5:]
-                st = self.streams.get(sid)
-                if st is None:
-                    if sid <= self.last_stream:
-                        raise _H2Error(_PROTOCOL_ERROR, "stream %d reused" % sid)
-                    self.last_stream = sid
-                    with self.cond:
-                        st = self.streams[sid] = _H2Stream(sid, self.initial_window)
-                st.end_after_headers = bool(flags & _END_STREAM)
-                if flags & _END_HEADERS:
-                    self._headers_done(st, payload)
-                else:
-                    pending, block = st, payload
-            elif typ == _CONTINUATION:
-                if pending is None or sid != pending.id:
-                    raise _H2Error(_PROTOCOL_ERROR, "unexpected CONTINUATION")
-                block += payload
-                if flags & _END_HEADERS:
-                    st, pending = pending, None
-                    self._headers_done(st, block)
-            elif typ == _DATA:
-                self._on_data(flags, sid, payload)
-            elif typ == _SETTINGS:
-                self._on_settings(flags, payload)
-            elif typ == _WINDOW_UPDATE:
-                if len(payload) != 4:
-                    raise _H2Error(_PROTOCOL_ERROR, "WINDOW_UPDATE of %d bytes" % len(payload))
-                inc = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
-                with self.cond:
-                    if sid == 0:
-                        self.conn_window += inc
-                    elif sid in self.streams:
-                        self.streams[sid].send_window += inc
-                    self.cond.notify_all()
-            elif typ == _PING:
-                if not flags & _ACK:
-                    with self.cond:
-                        self._write(_PING, _ACK, 0, payload)
-            elif typ == _RST_STREAM:
-                self._close_stream(sid, cancel=True)
-            elif typ == _GOAWAY:
-                return
-            elif typ == _PUSH_PROMISE:
-                raise _H2Error(_PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-            # PRIORITY and unknown frame types are ignored.
-
-    @staticmethod
-    def _strip_padding(flags, payload):
-        if not flags & _PADDED:
-            return payload
-        if not payload or payload[0] >= len(payload):
-            raise _H2Error(_PROTOCOL_ERROR, "bad padding")
-        return payload[1:len(payload) - payload[0]]
-
-    def _headers_done(self, st, block):
-        try:
-            fields = self.decoder.decode(block)
-        except hpack.HPACKError as e:
-            raise _H2Error(_COMPRESSION_ERROR, str(e)) from e
-        if st.headers is not None:
-            # Trailers: they can only end the request.
-            if st.end_after_headers:
-                self._request_done(st)
-            return
-        st.headers = fields
-        if st.end_after_headers:
-            self._request_done(st)
-
-    def _on_data(self, flags, sid, payload):
-        st = self.streams.get(sid)
-        size = len(payload)
-        payload = self._strip_padding(flags, payload)
-        with self.cond:
-            if size:
+    def _handle(self, events):
+        """Acts on h2's events; the caller holds cond. True when the client
+        has ended the connection."""
+        for ev in events:
+            if isinstance(ev, h2.events.RequestReceived):
+                st = self.streams[ev.stream_id] = _H2Stream(ev.stream_id)
+                st.headers = [(k.lower(), v) for k, v in ev.headers]
+            elif isinstance(ev, h2.events.DataReceived):
                 # Give the window back at once: the body is bounded by max_size.
-                self._write(_WINDOW_UPDATE, 0, 0, struct.pack(">I", size))
-                if st is not None and not flags & _END_STREAM:
-                    self._write(_WINDOW_UPDATE, 0, sid, struct.pack(">I", size))
-        if st is None or st.call is not None:
-            return  # a stream we already answered or reset
-        if len(st.body) + len(payload) <= self.plane.max_size + 1:
-            st.body += payload
-        if flags & _END_STREAM:
-            self._request_done(st)
-
-    def _on_settings(self, flags, payload):
-        if flags & _ACK:
-            return
-        if len(payload) % 6:
-            raise _H2Error(_PROTOCOL_ERROR, "SETTINGS of %d bytes" % len(payload))
-        with self.cond:
-            for i in range(0, len(payload), 6):
-                key, value = struct.unpack(">HI", payload[i:i + 6])
-                if key == _SETTINGS_INITIAL_WINDOW_SIZE:
-                    if value > 0x7FFFFFFF:
-                        raise _H2Error(_FLOW_CONTROL_ERROR, "initial window %d" % value)
-                    for st in self.streams.values():
-                        st.send_window += value - self.initial_window
-                    self.initial_window = value
-                elif key == _SETTINGS_MAX_FRAME_SIZE:
-                    if not 16384 <= value <= (1 << 24) - 1:
-                        raise _H2Error(_PROTOCOL_ERROR, "max frame size %d" % value)
-                    self.max_frame = value
-                # HEADER_TABLE_SIZE bounds a dynamic table our encoder never uses.
-            self._write(_SETTINGS, _ACK, 0)
-            self.cond.notify_all()
+                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                st = self.streams.get(ev.stream_id)
+                if st is not None and st.call is None and len(st.body) + len(ev.data) <= self.plane.max_size + 1:
+                    st.body += ev.data
+            elif isinstance(ev, h2.events.StreamEnded):
+                st = self.streams.get(ev.stream_id)
+                if st is not None and st.call is None and st.headers is not None:
+                    self._request_done(st)
+            elif isinstance(ev, h2.events.StreamReset):
+                self._close_stream(ev.stream_id, cancel=True)
+            elif isinstance(ev, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+                self.cond.notify_all()
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                return True
+        return False
 
     def _close_stream(self, sid, cancel):
         with self.cond:
@@ -643,7 +542,8 @@ class H2Connection:
         if call.cancelled.is_set() and not st.closed:
             try:
                 with self.cond:
-                    self._write(_RST_STREAM, 0, st.id, struct.pack(">I", _CANCEL))
-            except (OSError, Disconnected):
+                    self.conn.reset_stream(st.id, error_code=h2.errors.ErrorCodes.CANCEL)
+                    self._flush()
+            except (OSError, Disconnected, h2.exceptions.StreamClosedError):
                 pass
         self._close_stream(st.id, cancel=False)

@@ -4,7 +4,6 @@
 import struct
 import unittest
 
-import hpack
 import kvhash
 import requestplane
 
@@ -41,38 +40,6 @@ class KvHashTest(unittest.TestCase):
     def test_invalid_block_size(self):
         with self.assertRaises(ValueError):
             kvhash.hashes([1, 2], 0)
-
-
-class HPACKTest(unittest.TestCase):
-    def test_rfc7541_c4_requests_with_huffman(self):
-        # RFC 7541 C.4: three requests on one connection, sharing the dynamic table.
-        d = hpack.Decoder()
-        self.assertEqual(d.decode(bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")),
-                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
-        self.assertEqual(d.decode(bytes.fromhex("828684be5886a8eb10649cbf")),
-                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"),
-                          ("cache-control", "no-cache")])
-        self.assertEqual(d.decode(bytes.fromhex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf")),
-                         [(":method", "GET"), (":scheme", "https"), (":path", "/index.html"),
-                          (":authority", "www.example.com"), ("custom-key", "custom-value")])
-
-    def test_rfc7541_c3_requests_without_huffman(self):
-        d = hpack.Decoder()
-        d.decode(bytes.fromhex("828684410f7777772e6578616d706c652e636f6d"))
-        self.assertEqual(d.decode(bytes.fromhex("828684be58086e6f2d6361636865")),
-                         [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"),
-                          ("cache-control", "no-cache")])
-
-    def test_encode_round_trip(self):
-        fields = [(":status", "200"), (":status", "503"), ("content-type", "application/x-switchyard-frames"),
-                  ("x-custom", "v" * 200)]
-        self.assertEqual(hpack.Decoder().decode(hpack.encode(fields)), fields)
-
-    def test_malformed(self):
-        for block in (b"\x80", b"\xff\xff\xff\xff\xff\xff\xff", b"\x40\x85\xff", bytes([0xbe])):
-            with self.subTest(block=block.hex()):
-                with self.assertRaises(hpack.HPACKError):
-                    hpack.Decoder().decode(block)
 
 
 class FramingTest(unittest.TestCase):

@@ -11,7 +11,7 @@ is gone it registers again on a new lease (a new instance id), as pkg/worker
 does.
 
 Run it with Debian's /usr/bin/python3 (python3-grpcio, python3-protobuf,
-python3-xxhash); see README.md.
+python3-xxhash, python3-h2); see README.md.
 """
 
 import argparse
