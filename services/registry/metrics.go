@@ -24,8 +24,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		keepAlives: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "registry", Name: "keepalives_total",
-			Help: "Lease refreshes, by result (ok, not_found, error).",
+			Help: "Lease refreshes, by result (ok, not_found, denied, error).",
 		}, []string{"result"}),
+	}
+	// Every result is a series from the start, at zero: a rate over it
+	// works before the first refresh (and the dashboard's panel has data).
+	for _, r := range []string{"ok", "not_found", "denied", "error"} {
+		m.keepAlives.WithLabelValues(r)
 	}
 	m.backendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "switchyard", Subsystem: "registry", Name: "backend_errors_total",
