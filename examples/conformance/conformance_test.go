@@ -61,13 +61,12 @@ func TestGoSDK(t *testing.T) {
 func TestPythonWorker(t *testing.T) {
 	const python = "/usr/bin/python3"
 	conformance.Run(t, conformance.Worker{Name: "python", Plane: transport.PlaneHTTP,
-		Unsupported: map[string]string{"registers again after losing its lease": "worker.py exits 1 when its lease is lost"},
 		Require: func(t testing.TB) {
-			out, err := exec.Command(python, "-c", "import grpc, google.protobuf, xxhash").CombinedOutput()
+			out, err := exec.Command(python, "-c", "import grpc, google.protobuf, xxhash, h2").CombinedOutput()
 			if err != nil {
 				err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 			}
-			need(t, "the Python worker needs python3-grpcio python3-protobuf python3-xxhash", err)
+			need(t, "the Python worker needs python3-grpcio python3-protobuf python3-xxhash python3-h2", err)
 		},
 		Command: func(t testing.TB, s conformance.Settings) *exec.Cmd {
 			cmd := exec.Command(python, "worker.py", "--namespace", s.Namespace, "--component", s.Component, "--endpoint", s.Endpoint,
