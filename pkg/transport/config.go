@@ -196,6 +196,21 @@ func ConfigFromEnv() (Config, error) {
 	return ConfigFromLookup(os.LookupEnv)
 }
 
+// Complete fills an unset configuration (no Plane) from the environment,
+// as [ConfigFromEnv] reads it; a configuration with a Plane is kept as it
+// is. Service configs call it from their own Complete.
+func (c *Config) Complete() error {
+	if c.Plane != "" {
+		return nil
+	}
+	tc, err := ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	*c = tc
+	return nil
+}
+
 // ConfigFromLookup is [ConfigFromEnv] with the environment supplied by lookup.
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()

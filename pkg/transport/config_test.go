@@ -250,3 +250,23 @@ func TestTransportAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigComplete: an unset configuration comes from the environment, a
+// set one is kept, and a bad variable is an error.
+func TestConfigComplete(t *testing.T) {
+	t.Setenv("DYN_REQUEST_PLANE", "http")
+	var unset Config
+	if err := unset.Complete(); err != nil || unset.Plane != PlaneHTTP {
+		t.Fatalf("unset config completed to plane %q, %v; want http from DYN_REQUEST_PLANE", unset.Plane, err)
+	}
+	set := DefaultConfig()
+	set.Plane = PlaneNATS
+	if err := set.Complete(); err != nil || set.Plane != PlaneNATS {
+		t.Fatalf("set config completed to plane %q, %v; want nats kept", set.Plane, err)
+	}
+	t.Setenv("DYN_REQUEST_PLANE", "carrier-pigeon")
+	var bad Config
+	if err := bad.Complete(); err == nil {
+		t.Fatal("an unknown DYN_REQUEST_PLANE completed without an error")
+	}
+}

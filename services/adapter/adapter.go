@@ -126,12 +126,8 @@ func (c *Config) Complete() error {
 			c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
 		}
 	}
-	if c.Transport.Plane == "" {
-		tc, err := transport.ConfigFromEnv()
-		if err != nil {
-			return err
-		}
-		c.Transport = tc
+	if err := c.Transport.Complete(); err != nil {
+		return err
 	}
 	if err := c.ClientAuth.Complete(); err != nil {
 		return err

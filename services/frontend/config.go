@@ -133,12 +133,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // (--api-key and --api-key-file), and the token and TLS files. It fills the
 // derived sets the server uses. Start calls it, then Validate.
 func (c *Config) Complete() error {
-	if c.Transport.Plane == "" {
-		tc, err := transport.ConfigFromEnv()
-		if err != nil {
-			return err
-		}
-		c.Transport = tc
+	if err := c.Transport.Complete(); err != nil {
+		return err
 	}
 	c.corsOrigins = nil
 	for _, o := range splitAddrs(c.CORSOrigins) {

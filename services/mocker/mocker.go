@@ -121,12 +121,8 @@ func (c *Config) Complete() error {
 	if c.NoDelay {
 		c.Engine.SpeedupRatio = 0
 	}
-	if c.Transport.Plane == "" {
-		tc, err := transport.ConfigFromEnv()
-		if err != nil {
-			return err
-		}
-		c.Transport = tc
+	if err := c.Transport.Complete(); err != nil {
+		return err
 	}
 	if err := c.ClientAuth.Complete(); err != nil {
 		return err
