@@ -13,6 +13,9 @@
 // token per decoding request, each step paying the model's prefill time of
 // its chunk and, while requests decode, one decode step at the worker's KV
 // usage. weight is --kv-overlap-score-weight: 1 is the model as published.
+// The queued prompt tokens are the router's requests not yet at their first
+// token, less what the first of them (the engine prefills in routing order)
+// has had time to compute since it became the first (see headProgress).
 //
 // The last term is what the choice costs the requests that come after it:
 // rate is the requests per millisecond expected at each worker (the
@@ -219,6 +222,27 @@ type workerLoad struct {
 	blocks                            map[uint64]int32 // active block -> requests holding it
 	report                            Reported
 	reportAt                          time.Time
+	// queue lists the requests waiting for their first token, in the
+	// order they were routed: the order the engine prefills them in.
+	// headSince is when the first of them became the head, the one
+	// being computed.
+	queue     []*request
+	headSince time.Time
+}
+
+// dequeue takes r out of the prefill queue; when r was its head, the next
+// one starts now.
+func (wl *workerLoad) dequeue(r *request, now time.Time) {
+	for i, q := range wl.queue {
+		if q != r {
+			continue
+		}
+		wl.queue = append(wl.queue[:i], wl.queue[i+1:]...)
+		if i == 0 {
+			wl.headSince = now
+		}
+		return
+	}
 }
 
 // Reported is what a worker's load report adds to the router's record:
@@ -268,6 +292,10 @@ func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint
 	wl := l.workerLocked(w)
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
+	if len(wl.queue) == 0 {
+		wl.headSince = l.now()
+	}
+	wl.queue = append(wl.queue, r)
 }
 
 // Knows says whether id is a request in flight that the tracker records.
@@ -289,6 +317,7 @@ func (l *Load) PrefillDone(id string) {
 	}
 	r.prefilled = true
 	wl := l.workerLocked(r.worker)
+	wl.dequeue(r, l.now())
 	wl.prefillBlocks -= r.prefillBlocks
 	wl.decoding++
 	for _, h := range r.blocks {
@@ -335,6 +364,7 @@ func (l *Load) freeLocked(id string) {
 	wl.requests--
 	if !r.prefilled {
 		wl.prefillBlocks -= r.prefillBlocks
+		wl.dequeue(r, l.now())
 		return
 	}
 	wl.decoding--
@@ -469,4 +499,33 @@ func (l *Load) fillLocked(c *Candidate, blockSize int, now time.Time) {
 	if t := wl.report.TotalBlocks; t > 0 {
 		c.Usage = min(float64(used)/float64(t), 1)
 	}
+	c.QueuedTokens -= headProgress(wl, c, blockSize, now)
+}
+
+// headProgress estimates how many prompt tokens of the head of w's prefill
+// queue are computed already: it has been computed since headSince, at the
+// pace of w's timing model (steps of its budget less the decoding
+// requests, each with a decode step while requests decode). Without it a
+// long prompt would count whole until its first token, though on average
+// half of it is done, and a worker caching a prefix would look busier than
+// it is. At least a block is left to the head: it is not done until its
+// first token says so.
+func headProgress(wl *workerLoad, c *Candidate, blockSize int, now time.Time) int {
+	if len(wl.queue) == 0 || !c.Timing.Valid() {
+		return 0
+	}
+	left := wl.queue[0].prefillBlocks*blockSize - blockSize
+	elapsed := float64(now.Sub(wl.headSince)) / float64(time.Millisecond)
+	if left <= 0 || elapsed <= 0 {
+		return 0
+	}
+	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
+	step := c.Timing.PrefillMs(float64(chunk))
+	if c.Decoding > 0 {
+		step += c.Timing.DecodeMs(c.Usage)
+	}
+	if step <= 0 {
+		return 0
+	}
+	return min(int(elapsed/step*float64(chunk)), left)
 }

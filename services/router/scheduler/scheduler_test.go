@@ -240,3 +240,63 @@ func TestLoadReportMerge(t *testing.T) {
 		t.Fatalf("aggregate report: %+v, want 100 queued tokens (32 ours + 68 others)", c)
 	}
 }
+
+// TestHeadProgress checks that the head of a worker's prefill queue counts
+// what it has had time to compute since it became the head, at the pace of
+// the worker's timing model, and never all of it before its first token.
+func TestHeadProgress(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at     time.Duration // since t0
+		do     func(l *Load)
+		decode int // decoding requests, for the pace
+		want   int // queued tokens filled in
+	}
+	decoding := func(l *Load) { l.Add("d", w(1), 0, []uint64{7}); l.PrefillDone("d") }
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a long prompt is half done after half its time", []step{
+			{at: 0, want: 3000},
+			{at: 1500 * time.Millisecond, want: 1500},
+		}},
+		{"its last block stays until its first token", []step{
+			{at: time.Hour, want: 10},
+		}},
+		{"only the head progresses; the next starts at the head's first token", []step{
+			{at: 0, do: func(l *Load) { l.Add("b", w(1), 100, nil) }, want: 4000},
+			{at: 500 * time.Millisecond, want: 3500},
+			// a decodes now: b's chunks are 990 tokens per 1000 ms step.
+			{at: 3200 * time.Millisecond, do: func(l *Load) { l.PrefillDone("a") }, decode: 1, want: 1000},
+			{at: 3500 * time.Millisecond, decode: 1, want: 703},
+		}},
+		{"a head freed before its first token hands over at once", []step{
+			{at: 0, do: func(l *Load) { l.Add("b", w(1), 100, nil) }, want: 4000},
+			{at: 200 * time.Millisecond, do: func(l *Load) { l.Free("a") }, want: 1000},
+		}},
+		{"decoding requests slow it: smaller chunks and a decode step each", []step{
+			// 999 tokens per 999+10 ms step.
+			{at: 0, do: decoding, decode: 1, want: 3000},
+			{at: 1009 * time.Millisecond, decode: 1, want: 2001},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := t0
+			l := NewLoadClock(func() time.Time { return now })
+			l.Add("a", w(1), 300, []uint64{1, 2, 3})
+			for i, s := range tt.steps {
+				now = t0.Add(s.at)
+				if s.do != nil {
+					s.do(l)
+				}
+				c := Candidate{Worker: w(1), Timing: linear}
+				l.Fill(&c, 10)
+				if c.QueuedTokens != s.want || c.Decoding != s.decode {
+					t.Fatalf("step %d: %d queued tokens, %d decoding; want %d, %d", i, c.QueuedTokens, c.Decoding, s.want, s.decode)
+				}
+			}
+		})
+	}
+}
