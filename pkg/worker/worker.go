@@ -5,8 +5,9 @@
 // in order and in batches, publishes load every second, and on shutdown
 // deregisters first, then lets in-flight requests finish within a bound.
 //
-// A worker never stops because the control plane is away: while the registry
-// or etcd cannot be reached it keeps serving and keeps its keep-alive going,
+// A worker never stops because the control plane is away: one started before
+// the registry or etcd waits for them and registers when they answer; while
+// the registry or etcd cannot be reached later it keeps serving and keeps its keep-alive going,
 // and when the registry answers that the lease is gone it registers again (a
 // new lease and instance id, the same endpoint, address and model card) and
 // restarts its KV events with a cleared event.
@@ -34,9 +35,11 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -195,8 +198,12 @@ func (c *Config) defaults() {
 }
 
 // Start serves generate on the request plane, uploads the tokenizer files,
-// registers the instance and its model card, and starts publishing. When it
-// fails midway it undoes what it did.
+// registers the instance and its model card, and starts publishing. A
+// control plane that cannot be reached yet (the registry, the eventbus or
+// etcd behind them not up, or restarting) is waited for: Start retries with
+// jittered backoff until it registers or ctx ends, and the request plane and
+// WorkerService serve meanwhile. Give ctx a deadline to fail fast instead.
+// When it fails midway it undoes what it did.
 func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	cfg.defaults()
 	if cfg.Model.Name == "" || cfg.Model.BlockSize == 0 {
@@ -247,8 +254,14 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	}
 	w.bus = bus
 	undo = append(undo, func() { _ = bus.Close() })
-	artifacts, err := w.uploadTokenizer(ctx)
-	if err != nil {
+	// The control plane may not be up yet (a worker started before the
+	// registry, the eventbus or etcd): every step that needs it is retried
+	// until it answers, while the request plane already serves.
+	var artifacts []*registryv1.TokenizerArtifact
+	if err := w.untilReachable(ctx, "tokenizer upload", func(ctx context.Context) (err error) {
+		artifacts, err = w.uploadTokenizer(ctx)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 
@@ -269,8 +282,12 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
-	sess, in, err := w.register(ctx, want, card)
-	if err != nil {
+	var sess *discovery.Session
+	var in *registryv1.Instance
+	if err := w.untilReachable(ctx, "registration", func(ctx context.Context) (err error) {
+		sess, in, err = w.register(ctx, want, card)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	w.sess = sess
@@ -308,6 +325,50 @@ func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *
 		return nil, nil, err
 	}
 	return sess, in, nil
+}
+
+// attemptTimeout bounds one attempt of a step untilReachable retries, so that
+// a registry that accepts connections but does not answer is tried again.
+const attemptTimeout = 10 * time.Second
+
+// untilReachable runs step until it succeeds, retrying with jittered backoff
+// (100 ms to 5 s) for as long as its error may be the control plane being
+// away or not up yet, and ctx lasts. An error no retry can change (see
+// retryable) is returned at once, as is the last error once ctx ends: a main
+// that is told to stop while it waits exits cleanly.
+func (w *Worker) untilReachable(ctx context.Context, what string, step func(context.Context) error) error {
+	bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second})
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := step(actx)
+		cancel()
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := bo.Next()
+		w.log.Warn(what+" failed; retrying", "err", err.Error(), "backoff", wait.String())
+		if backoff.Sleep(ctx, wait) != nil {
+			return err
+		}
+	}
+}
+
+// retryable tells an error of the control plane that a later attempt may not
+// get (it is away, restarting, overloaded, or its etcd is: Unavailable,
+// DeadlineExceeded, ResourceExhausted, Aborted, and the Internal or Unknown
+// of a connection cut mid-call) from one that says the worker's own request
+// or credentials are wrong, and from a local failure (a tokenizer file that
+// cannot be read), which no retry changes.
+func retryable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return errors.Is(err, context.DeadlineExceeded)
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
 }
 
 // maintain waits for the session's lease to be lost and registers again,
@@ -600,7 +661,7 @@ func (w *Worker) handler(h Handler) transport.Handler {
 		span.SetAttributes(attribute.Int("switchyard.output_tokens", sent))
 		if err != nil {
 			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			span.SetStatus(otelcodes.Error, err.Error())
 		}
 		return err
 	}

@@ -3,12 +3,17 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -316,3 +321,152 @@ func TestWorkerOutlivesRegistryOutage(t *testing.T) {
 		t.Fatalf("registered again under the expired lease %x", first.InstanceId)
 	}
 }
+
+// logWatch is a slog handler that counts records by message, so that a test
+// waits for "the worker tried and failed" as an event, not a guessed sleep.
+type logWatch struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	changed chan struct{}
+}
+
+func newLogWatch() *logWatch {
+	return &logWatch{counts: map[string]int{}, changed: make(chan struct{})}
+}
+
+func (l *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logWatch) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logWatch) WithGroup(string) slog.Handler            { return l }
+func (l *logWatch) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts[r.Message]++
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return nil
+}
+
+// wait returns once msg has been logged n times, failing t when ctx ends first.
+func (l *logWatch) wait(ctx context.Context, t *testing.T, msg string, n int) {
+	t.Helper()
+	for {
+		l.mu.Lock()
+		got, ch := l.counts[msg], l.changed
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("%q logged %d times; want %d", msg, got, n)
+		}
+	}
+}
+
+// TestWorkerStartsBeforeTheControlPlane starts a worker while the registry,
+// or the etcd behind it, is not up: Start keeps trying (with backoff) and
+// the request plane serves meanwhile; once the control plane comes up the
+// worker registers, with its model card, and Start returns. An error no
+// retry changes (a name the registry refuses) still fails Start at once.
+func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// failures to wait for before bringing it up: 2 shows a retry; a
+		// registry without etcd answers each attempt only at its store
+		// timeout (5 s), so one is enough there.
+		failures int
+		// down makes the control plane unreachable and returns the
+		// registry address to give the worker and how to bring it up.
+		down func(t *testing.T, e *env) (regAddr string, up func())
+	}{
+		{"registry not started", 2, func(t *testing.T, e *env) (string, func()) {
+			e.reg.Stop()
+			addr := freeAddr(t)
+			return addr, func() { e.reg = registrytest.StartRegistryAt(t, e.etcd.Endpoints, addr) }
+		}},
+		{"etcd down behind the registry", 1, func(t *testing.T, e *env) (string, func()) {
+			e.etcd.Stop()
+			return e.regAddr, e.etcd.Start
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			regAddr, up := tc.down(t, &e)
+			logs := newLogWatch()
+			cfg := e.config(t)
+			cfg.RegistryAddr = regAddr
+			cfg.Transport.TCP.Port = freePort(t) // known before Start returns, to call it meanwhile
+			cfg.Log = slog.New(logs)
+			started := make(chan error, 1)
+			var w *worker.Worker
+			go func() {
+				var err error
+				w, err = worker.Start(ctx, cfg, echo(0, nil))
+				started <- err
+			}()
+			logs.wait(ctx, t, "registration failed; retrying", tc.failures)
+			addr := transport.Address{Kind: transport.PlaneTCP, Addr: fmt.Sprintf("127.0.0.1:%d", cfg.Transport.TCP.Port)}
+			if out, err := call(ctx, t, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: []uint32{1}}); err != nil || len(out) != 2 {
+				t.Fatalf("generate before registering = %v, %v; want it served", out, err)
+			}
+			select {
+			case err := <-started:
+				t.Fatalf("Start returned %v while the control plane was down", err)
+			default:
+			}
+			up()
+			if err := <-started; err != nil {
+				t.Fatalf("Start after the control plane came up = %v", err)
+			}
+			defer w.Shutdown(context.Background())
+			dc, err := discovery.Dial([]string{regAddr}, discovery.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dc.Close()
+			list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "test"}})
+			if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != w.InstanceID() || list.Instances[0].Transport.GetTcp() != addr.Addr {
+				t.Fatalf("ListInstances = %v, %v; want the worker's %x at %s", list, err, w.InstanceID(), addr.Addr)
+			}
+			cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
+			if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != w.InstanceID() {
+				t.Fatalf("ListModels = %v, %v", cards, err)
+			}
+			if w.Registrations() != 1 {
+				t.Fatalf("registrations = %d; want 1", w.Registrations())
+			}
+		})
+	}
+
+	t.Run("refused, not retried", func(t *testing.T) {
+		e := newEnv(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		logs := newLogWatch()
+		cfg := e.config(t)
+		cfg.Namespace = "Not A Name"
+		cfg.Log = slog.New(logs)
+		_, err := worker.Start(ctx, cfg, echo(0, nil))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("Start with a name the registry refuses = %v; want InvalidArgument", err)
+		}
+		if n := logs.counts["registration failed; retrying"]; n != 0 {
+			t.Fatalf("retried %d times an error no retry changes", n)
+		}
+	})
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
