@@ -111,7 +111,15 @@ func (b *logBuffer) String() string {
 // include attrs.
 func (b *logBuffer) waitFor(ctx context.Context, t *testing.T, msg string, attrs map[string]any) {
 	t.Helper()
+	b.waitForN(ctx, t, msg, 1, attrs)
+}
+
+// waitForN waits for n log lines whose msg is msg and whose attributes
+// include attrs (all of them, with no attrs).
+func (b *logBuffer) waitForN(ctx context.Context, t *testing.T, msg string, n int, attrs ...map[string]any) {
+	t.Helper()
 	for {
+		got := 0
 		sc := bufio.NewScanner(strings.NewReader(b.String()))
 		for sc.Scan() {
 			var line map[string]any
@@ -119,19 +127,24 @@ func (b *logBuffer) waitFor(ctx context.Context, t *testing.T, msg string, attrs
 				continue
 			}
 			match := true
-			for k, v := range attrs {
-				if line[k] != v {
-					match = false
+			for _, a := range attrs {
+				for k, v := range a {
+					if line[k] != v {
+						match = false
+					}
 				}
 			}
 			if match {
-				return
+				got++
 			}
+		}
+		if got >= n {
+			return
 		}
 		select {
 		case <-b.changed:
 		case <-ctx.Done():
-			t.Fatalf("no log line %q with %v; the worker logged:\n%s", msg, attrs, b.String())
+			t.Fatalf("%d of %d log lines %q with %v; the worker logged:\n%s", got, n, msg, attrs, b.String())
 		}
 	}
 }

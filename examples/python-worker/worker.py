@@ -5,10 +5,11 @@ It serves `generate` on the HTTP request plane (deterministic tokens that echo
 the prompt), registers with the registry on a lease it keeps alive, publishes
 a model card, and publishes KV cache events for the prompt blocks it "caches".
 SIGTERM or SIGINT deregisters at once, lets in-flight requests finish within
---drain-timeout and exits 0. An unreachable registry never stops it: the
-keep-alive retries with jittered backoff, and when the registry says the lease
-is gone it registers again on a new lease (a new instance id), as pkg/worker
-does.
+--drain-timeout and exits 0. An unreachable registry never stops it: started
+before the registry (or its etcd, or the eventbus) it serves and retries until
+they answer; the keep-alive retries with jittered backoff, and when the
+registry says the lease is gone it registers again on a new lease (a new
+instance id), as pkg/worker does.
 
 Run it with Debian's /usr/bin/python3 (python3-grpcio, python3-protobuf,
 python3-xxhash, python3-h2); see README.md.
@@ -673,6 +674,36 @@ def register_again(registry, cfg, instance, card, stop):
     return None
 
 
+# Codes a later attempt may not get: the control plane is away, restarting or
+# overloaded (or its etcd is), or a connection was cut mid-call. Anything else
+# (a refused name, missing credentials) no retry changes.
+RETRYABLE = TRANSIENT + (grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+# Channel reconnection as pkg/grpcclient's: a registry that comes up (or
+# back) is redialled within a second or two, not gRPC's default of up to two
+# minutes.
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+                   ("grpc.max_reconnect_backoff_ms", 2000))
+
+
+def until_reachable(step, stop, what):
+    """Runs step until it succeeds, retrying with full-jitter backoff (100 ms
+    to 5 s) while its error may be the control plane being away or not up
+    yet, as pkg/worker.Start does; None once stop is set. Other errors raise."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return step()
+        except grpc.RpcError as e:
+            if e.code() not in RETRYABLE:
+                raise
+            wait = full_jitter(attempt, 0.1)
+            attempt += 1
+            log.warning(what + " failed; retrying", extra={"attrs": {
+                "err": str(e.details()), "code": e.code().name, "backoff": round(wait, 3)}})
+            stop.wait(wait)
+    return None
+
+
 def main(argv):
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
@@ -684,8 +715,8 @@ def main(argv):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
-    reg_channel = with_bearer(grpc.insecure_channel(cfg.registry_addr), cfg.auth_token)
-    bus_channel = with_bearer(grpc.insecure_channel(cfg.eventbus_addr), cfg.auth_token)
+    reg_channel = with_bearer(grpc.insecure_channel(cfg.registry_addr, options=CHANNEL_OPTIONS), cfg.auth_token)
+    bus_channel = with_bearer(grpc.insecure_channel(cfg.eventbus_addr, options=CHANNEL_OPTIONS), cfg.auth_token)
     registry = registry_pb2_grpc.RegistryServiceStub(reg_channel)
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
     subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
@@ -696,16 +727,15 @@ def main(argv):
     lease = server = load = api = None
     code = 0
     try:
-        # The lease comes first so that KV events carry the instance id from
-        # the first request on; the server next, since its URL is registered.
-        grpc.channel_ready_future(reg_channel).result(timeout=30)
-        artifacts = []
-        if cfg.tokenizer_dir:
-            artifacts = upload_tokenizer(eventbus, cfg.model_name, tokenizer_files(cfg.tokenizer_dir))
-        lease = Lease(registry, cfg.lease_ttl)
-        engine = EchoEngine(cfg, lease.id, sink)
+        # The servers come first (their addresses are registered), then the
+        # tokenizer upload and the registration, each retried while the
+        # control plane cannot be reached: a worker started before the
+        # registry, its etcd or the eventbus serves meanwhile and registers
+        # once they answer. Until then nobody calls it (callers find it in
+        # the registry), and its instance id is 0.
+        engine = EchoEngine(cfg, 0, sink)
         api = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
-        servicer = kvlocal.Servicer(index, lease.id, api_stopping)
+        servicer = kvlocal.Servicer(index, 0, api_stopping)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, api)
         api_port = api.add_insecure_port(cfg.worker_api_addr or "%s:0" % cfg.http_host)
         api_host = cfg.worker_api_addr.rsplit(":", 1)[0] if cfg.worker_api_addr else cfg.http_host
@@ -713,28 +743,32 @@ def main(argv):
             api_host = cfg.http_host
         api_addr = "%s:%d" % (api_host, api_port)
         api.start()
-        load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine, cfg.load_interval)
         server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
                                      cfg.max_message_size, cfg.http_host)
         server.start()
+        artifacts = []
+        if cfg.tokenizer_dir:
+            paths = tokenizer_files(cfg.tokenizer_dir)
+            artifacts = until_reachable(lambda: upload_tokenizer(eventbus, cfg.model_name, paths), stop, "tokenizer upload")
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=common_pb2.Transport(http=server.base_url),
                                          metadata={"worker": "python-example", "worker_api": api_addr})
-        card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
-                                      model_name=cfg.model_name, block_size=cfg.block_size,
-                                      context_length=cfg.context_length, tokenizer=artifacts)
-        first = registry_pb2.ModelCard()
-        first.CopyFrom(card)
-        first.instance_id = lease.id
-        registry.Register(registry_pb2.RegisterRequest(instance=instance, lease_id=lease.id), timeout=10,
-                          metadata=lease.metadata)
-        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=first, lease_id=lease.id), timeout=10,
-                               metadata=lease.metadata)
-        info("worker registered", instance="%x" % lease.id,
-             endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
-             transport="http:" + server.base_url, model=cfg.model_name, worker_api=api_addr,
-             kv_events_mode=cfg.kv_events_mode)
-        while not stop.wait(0.2):
+        if artifacts is not None:  # None: stopped while waiting for the eventbus
+            card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
+                                          model_name=cfg.model_name, block_size=cfg.block_size,
+                                          context_length=cfg.context_length, tokenizer=artifacts)
+            lease = until_reachable(lambda: register(registry, cfg, instance, card), stop, "registration")
+        if lease is not None:
+            with engine.lock:
+                engine.instance_id = lease.id
+                servicer.instance_id = lease.id
+            load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine,
+                                 cfg.load_interval)
+            info("worker registered", instance="%x" % lease.id,
+                 endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),
+                 transport="http:" + server.base_url, model=cfg.model_name, worker_api=api_addr,
+                 kv_events_mode=cfg.kv_events_mode)
+        while lease is not None and not stop.wait(0.2):
             if not lease.done.is_set():
                 continue
             # The registry no longer has the lease (revoked, or expired while
@@ -758,7 +792,7 @@ def main(argv):
                     publisher.publish(worker_pb2.KvEventBatch(instance_id=lease.id, dp_rank=0, events=[
                         worker_pb2.KvCacheEvent(cleared=worker_pb2.KvCacheCleared())]))
             info("worker registered again", instance="%x" % lease.id, previous_instance="%x" % old.id)
-    except (grpc.RpcError, grpc.FutureTimeoutError, OSError, ValueError) as e:
+    except (grpc.RpcError, OSError, ValueError) as e:
         error("worker failed to start", err=str(e) or type(e).__name__)
         code = 1
     finally:
