@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -645,3 +646,102 @@ func (p *Process) Wait(t testing.TB) int {
 
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
+
+// RunFirstStart starts a process of w before its registry: the registry's
+// address is held by a listener that accepts and drops every connection
+// (etcd and the eventbus are up). The worker must keep trying, not exit:
+// once it has connected twice (a retry), the registry starts on that address
+// and the worker must register, with its model card, and serve generate;
+// SIGTERM then ends it with exit code 0. Workers started by a supervisor
+// before the control plane (a pod whose registry is still being scheduled)
+// depend on this.
+func RunFirstStart(t *testing.T, w Worker) {
+	if w.Require != nil {
+		w.Require(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	etcd := registrytest.StartEtcd(t)
+	_, bus := eventbustest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regAddr := l.Addr().String()
+	dials := make(chan struct{}, 1024)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			select {
+			case dials <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	s := Settings{Namespace: "conf", Component: "backend", Endpoint: "generate", ModelName: "conformance/" + w.Name,
+		BlockSize: 4, ContextLength: 4096, RegistryAddr: regAddr, EventbusAddr: bus.Addr().String(),
+		LeaseTTL: 2 * time.Second, TokenizerDir: TokenizerDir(t), DrainTimeout: 20 * time.Second}
+	cmd := w.Command(t, s)
+	cmd.Env = append(cmd.Env, "DYN_REQUEST_PLANE="+string(w.Plane), "DYN_TCP_RPC_HOST=127.0.0.1", "DYN_TCP_RPC_PORT=0",
+		"DYN_HTTP_RPC_HOST=127.0.0.1", "DYN_HTTP_RPC_PORT=0")
+	p := StartProcess(t, cmd)
+	for range 2 {
+		select {
+		case <-dials:
+		case <-p.Done():
+			l.Close()
+			t.Fatalf("the worker exited while its registry was not up; it logged:\n%s", p.Logs.String())
+		case <-ctx.Done():
+			l.Close()
+			t.Fatalf("the worker did not try its registry twice; it logged:\n%s", p.Logs.String())
+		}
+	}
+	l.Close()
+	<-accepted
+	reg := registrytest.StartRegistryAt(t, etcd.Endpoints, regAddr)
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+	in := WaitInstances(ctx, t, watch, 1, p.Logs)[0]
+	addr, ok := addressOf(in.Transport)
+	if !ok || in.InstanceId == 0 {
+		t.Fatalf("registered instance %v names no address or id", in)
+	}
+	for {
+		cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: s.Namespace}})
+		if err == nil && len(cards.Cards) == 1 && cards.Cards[0].InstanceId == in.InstanceId && cards.Cards[0].ModelName == s.ModelName {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("model cards = %v, %v; want one of %s on instance %x", cards, err, s.ModelName, in.InstanceId)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tc := transport.DefaultConfig()
+	tc.Plane = w.Plane
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-first", TokenIds: []uint32{1, 2, 3, 4, 5}, MaxTokens: 2}); err != nil || len(got) != 2 {
+		t.Fatalf("generate after a late registry = %d responses, %v; want 2", len(got), err)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM; want 0", code)
+	}
+}
