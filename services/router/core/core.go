@@ -86,14 +86,17 @@ type Core struct {
 	load    *scheduler.Load
 	now     func() time.Time
 
-	mu         sync.Mutex
-	rng        *rand.Rand
-	endpoints  map[endpointKey]map[uint64]*registryv1.Instance
-	refs       map[uint64]int                               // instance -> endpoints it serves
-	models     map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
-	rr         map[endpointKey]int
-	stats      eventStats
-	timing     map[uint64]timingmodel.Model // instance -> its published timing model
+	mu        sync.Mutex
+	rng       *rand.Rand
+	endpoints map[endpointKey]map[uint64]*registryv1.Instance
+	refs      map[uint64]int                               // instance -> endpoints it serves
+	models    map[string]map[endpointKey]map[uint64]uint32 // model -> endpoint -> instance -> block size
+	rr        map[endpointKey]int
+	stats     eventStats
+	// timing is each live instance's published timing model (Default
+	// until it publishes one). Entries are updated in place, so cached
+	// candidates point at them and a decision reads no map per worker.
+	timing     map[uint64]*timingmodel.Model
 	observer   Observer
 	requestTTL time.Duration
 	// arrivals measures the request rate, whose requests wait behind a
@@ -159,7 +162,7 @@ func New(cfg Config) *Core {
 		lastEvent:   map[uint64]time.Time{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
-		timing:      map[uint64]timingmodel.Model{},
+		timing:      map[uint64]*timingmodel.Model{},
 		requestTTL:  cfg.RequestTTL,
 		targets:     map[targetKey]*targetCands{},
 	}
@@ -287,6 +290,19 @@ func (c *Core) registryChangedLocked() {
 type candidate struct {
 	in *registryv1.Instance
 	bs uint32
+	// timing is its entry of Core.timing (read under Core.mu).
+	timing *timingmodel.Model
+}
+
+// timingLocked is an instance's timing model entry, made at Default.
+func (c *Core) timingLocked(id uint64) *timingmodel.Model {
+	t, ok := c.timing[id]
+	if !ok {
+		t = new(timingmodel.Model)
+		*t = timingmodel.Default()
+		c.timing[id] = t
+	}
+	return t
 }
 
 // candidates resolves a target to its live workers, sorted by instance
@@ -373,6 +389,9 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	// Stable order, so round-robin and tie-breaks do not depend on map
 	// order, and so that a worker's position can be found by its id.
 	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
+	for i := range out {
+		out[i].timing = c.timingLocked(out[i].in.InstanceId)
+	}
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
 	}
@@ -517,11 +536,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	c.mu.Lock()
 	for i, w := range workers {
-		sc := scheduler.Candidate{Worker: w, Overlap: reach[i], Timing: timingmodel.Default()}
-		if t, ok := c.timing[w.Instance]; ok {
-			sc.Timing = t
-		}
-		d.scored[i] = sc
+		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: reach[i], Timing: *cands[i].timing}
 	}
 	// Each worker is expected its share of the requests to come.
 	rate := c.arrivals.perMs(now) / float64(len(cands))
@@ -640,7 +655,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		c.mu.Unlock()
 		return
 	}
-	c.timing[m.InstanceId] = timingmodel.FromProto(m.GetTimingModel())
+	*c.timingLocked(m.InstanceId) = timingmodel.FromProto(m.GetTimingModel())
 	bs := c.blockSizeLocked(m.InstanceId)
 	c.mu.Unlock()
 	var reqs []scheduler.ReportedRequest

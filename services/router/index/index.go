@@ -72,7 +72,7 @@ type Index struct {
 	free    []uint32
 	// holders maps a sequence hash to its holder: a worker slot, or
 	// listTag|i for lists[i] when several workers hold it.
-	holders   map[uint64]uint32
+	holders   table
 	lists     [][]uint32
 	freeLists []uint32
 	sets      [][]uint64
@@ -82,7 +82,7 @@ type Index struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{slots: map[WorkerID]uint32{}, holders: map[uint64]uint32{}}
+	return &Index{slots: map[WorkerID]uint32{}}
 }
 
 // slotLocked returns the worker's dense slot, creating it when asked.
@@ -154,10 +154,15 @@ func (t Tx) Clear() {
 	if t.w.blocks == 0 {
 		return
 	}
-	for h, cur := range t.x.holders {
+	// Collected first: dropping changes the table under a walk.
+	var mine []uint64
+	t.x.holders.each(func(h uint64, cur uint32) {
 		if t.x.holds(cur, t.slot) {
-			t.x.dropHolderLocked(t.slot, h)
+			mine = append(mine, h)
 		}
+	})
+	for _, h := range mine {
+		t.x.dropHolderLocked(t.slot, h)
 	}
 	t.x.entries -= t.w.blocks
 	t.w.blocks = 0
@@ -220,7 +225,7 @@ func (x *Index) RemoveInstance(instance uint64) {
 }
 
 func (x *Index) addLocked(s uint32, w *worker, h uint64) {
-	cur, ok := x.holders[h]
+	cur, ok := x.holders.get(h)
 	if ok && x.holds(cur, s) {
 		return
 	}
@@ -228,12 +233,12 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64) {
 	x.entries++
 	switch {
 	case !ok:
-		x.holders[h] = s
+		x.holders.set(h, s)
 	case cur&listTag != 0:
 		i := cur &^ listTag
 		l := insertSorted(x.lists[i], s)
 		if len(l) > maxList {
-			x.holders[h] = setTag | x.newSet(l)
+			x.holders.set(h, setTag|x.newSet(l))
 			x.lists[i] = l[:0]
 			x.freeLists = append(x.freeLists, i)
 			return
@@ -247,7 +252,7 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64) {
 		if b < a {
 			a, b = b, a
 		}
-		x.holders[h] = listTag | x.newList(a, b)
+		x.holders.set(h, listTag|x.newList(a, b))
 	}
 }
 
@@ -300,7 +305,7 @@ func (x *Index) newSet(slots []uint32) uint32 {
 }
 
 func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
-	cur, ok := x.holders[h]
+	cur, ok := x.holders.get(h)
 	if !ok || !x.holds(cur, s) {
 		return
 	}
@@ -312,7 +317,7 @@ func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
 // dropHolderLocked removes slot s from h's holders; the caller keeps the
 // worker's own set and the entry count.
 func (x *Index) dropHolderLocked(s uint32, h uint64) {
-	cur, ok := x.holders[h]
+	cur, ok := x.holders.get(h)
 	if !ok {
 		return
 	}
@@ -327,7 +332,7 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 			}
 		}
 		if len(l) == 1 {
-			x.holders[h] = l[0]
+			x.holders.set(h, l[0])
 			x.lists[i] = l[:0]
 			x.freeLists = append(x.freeLists, i)
 			return
@@ -359,14 +364,14 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 			li := x.freeLists[len(x.freeLists)-1]
 			x.freeLists = x.freeLists[:len(x.freeLists)-1]
 			x.lists[li] = l
-			x.holders[h] = listTag | li
+			x.holders.set(h, listTag|li)
 		} else {
 			x.lists = append(x.lists, l)
-			x.holders[h] = listTag | uint32(len(x.lists)-1)
+			x.holders.set(h, listTag|uint32(len(x.lists)-1))
 		}
 	default:
 		if cur == s {
-			delete(x.holders, h)
+			x.holders.del(h)
 		}
 	}
 }
@@ -384,7 +389,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if _, ok := x.holders[hashes[0]]; !ok {
+	if _, ok := x.holders.get(hashes[0]); !ok {
 		return dst
 	}
 	// active is the bitset of slots holding every block so far; at each
@@ -400,8 +405,13 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	for i := range active {
 		active[i] = ^uint64(0)
 	}
-	for depth, h := range hashes {
-		cur, ok := x.holders[h]
+	var vals [batch]uint32
+	var oks [batch]bool
+	for depth := range hashes {
+		if depth%batch == 0 {
+			x.holders.getAll(hashes[depth:], vals[:], oks[:])
+		}
+		cur, ok := vals[depth%batch], oks[depth%batch]
 		clear(next)
 		if ok {
 			x.intersect(next, active, cur)
@@ -486,7 +496,7 @@ func (x *Index) Holds(id WorkerID, h uint64) bool {
 	if w == nil {
 		return false
 	}
-	cur, ok := x.holders[h]
+	cur, ok := x.holders.get(h)
 	return ok && x.holds(cur, s)
 }
 
@@ -504,7 +514,7 @@ type Stats struct {
 func (x *Index) Stats() Stats {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return Stats{Blocks: len(x.holders), Entries: x.entries, Workers: len(x.slots)}
+	return Stats{Blocks: x.holders.len(), Entries: x.entries, Workers: len(x.slots)}
 }
 
 // WorkerDump is one worker's blocks, for snapshots.
@@ -533,11 +543,11 @@ func (x *Index) Dump() []WorkerDump {
 		}
 	}
 	var one [1]uint32
-	for h, cur := range x.holders {
+	x.holders.each(func(h uint64, cur uint32) {
 		for _, s := range x.slotsOf(cur, one[:0]) {
 			bySlot[s].Hashes = append(bySlot[s].Hashes, h)
 		}
-	}
+	})
 	return out
 }
 

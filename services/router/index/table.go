@@ -1,0 +1,207 @@
+package index
+
+// table maps sequence hashes to holder values: the index's one big map,
+// which every lookup probes once per block of the request. A Go map costs
+// two or three dependent cache misses per probe at millions of entries (its
+// directory, a group's control word, then the slot), and a route decision
+// walks a hundred blocks, so the lookup was memory latency: 3x slower at
+// the median than one miss per probe, and its tail grew with whatever else
+// ran on the machine. This is an open-addressing table with linear probing
+// whose slots hold key and value together, so a probe is one cache line;
+// it is cut into shards by the hash's top bits, so that growing rehashes
+// one shard (a few thousand entries at 2M), never the whole table at once
+// under the index's write lock.
+//
+// The zero key marks an empty slot; a hash that is zero is kept aside.
+// It is not safe for concurrent use (the Index's lock guards it).
+type table struct {
+	shards  [tableShards]shard
+	n       int
+	zero    uint32
+	hasZero bool
+}
+
+const (
+	tableShardBits = 10
+	tableShards    = 1 << tableShardBits
+	// A shard doubles past 3/4 full: linear probing's probe sequences stay
+	// short (2.5 slots for a hit on average at 3/4, 8.5 for a miss, in one
+	// or two cache lines of four slots each).
+	minShardSlots = 8
+)
+
+type shard struct {
+	slots []tslot
+	n     int
+	shift uint8 // 64 - log2(len(slots))
+}
+
+type tslot struct {
+	key uint64
+	val uint32
+}
+
+// hashOf spreads a key over 64 bits (Fibonacci hashing): sequence hashes are
+// random already, but the replay's and tests' ids are small integers.
+func hashOf(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
+
+func (t *table) len() int { return t.n }
+
+// get returns key's value.
+func (t *table) get(key uint64) (uint32, bool) {
+	if key == 0 {
+		return t.zero, t.hasZero
+	}
+	h := hashOf(key)
+	s := &t.shards[h>>(64-tableShardBits)]
+	if len(s.slots) == 0 {
+		return 0, false
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (h << tableShardBits) >> s.shift; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.key == key {
+			return e.val, true
+		}
+		if e.key == 0 {
+			return 0, false
+		}
+	}
+}
+
+// set stores key's value.
+func (t *table) set(key uint64, val uint32) {
+	if key == 0 {
+		if !t.hasZero {
+			t.n++
+		}
+		t.zero, t.hasZero = val, true
+		return
+	}
+	h := hashOf(key)
+	s := &t.shards[h>>(64-tableShardBits)]
+	if (s.n+1)*4 > len(s.slots)*3 {
+		s.grow()
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (h << tableShardBits) >> s.shift; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.key == key {
+			e.val = val
+			return
+		}
+		if e.key == 0 {
+			*e = tslot{key: key, val: val}
+			s.n++
+			t.n++
+			return
+		}
+	}
+}
+
+// del removes key, if present. Later entries of its probe run move back
+// into the hole (backward-shift deletion), so no tombstones build up.
+func (t *table) del(key uint64) {
+	if key == 0 {
+		if t.hasZero {
+			t.n--
+		}
+		t.zero, t.hasZero = 0, false
+		return
+	}
+	h := hashOf(key)
+	s := &t.shards[h>>(64-tableShardBits)]
+	if len(s.slots) == 0 {
+		return
+	}
+	mask := uint64(len(s.slots) - 1)
+	i := (h << tableShardBits) >> s.shift
+	for ; s.slots[i].key != key; i = (i + 1) & mask {
+		if s.slots[i].key == 0 {
+			return
+		}
+	}
+	for j := (i + 1) & mask; s.slots[j].key != 0; j = (j + 1) & mask {
+		home := (hashOf(s.slots[j].key) << tableShardBits) >> s.shift
+		// The entry at j stays if its home lies cyclically in (i, j]:
+		// moving it before its home would lose it.
+		if (i <= j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
+			continue
+		}
+		s.slots[i] = s.slots[j]
+		i = j
+	}
+	s.slots[i] = tslot{}
+	s.n--
+	t.n--
+}
+
+// grow doubles a shard and reinserts its entries.
+func (s *shard) grow() {
+	old := s.slots
+	size := max(2*len(old), minShardSlots)
+	s.slots = make([]tslot, size)
+	s.shift = uint8(64 - log2(size))
+	mask := uint64(size - 1)
+	for _, e := range old {
+		if e.key == 0 {
+			continue
+		}
+		i := (hashOf(e.key) << tableShardBits) >> s.shift
+		for s.slots[i].key != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = e
+	}
+}
+
+func log2(n int) int {
+	k := 0
+	for 1<<k < n {
+		k++
+	}
+	return k
+}
+
+// each calls fn for every entry; fn must not change the table.
+func (t *table) each(fn func(key uint64, val uint32)) {
+	if t.hasZero {
+		fn(0, t.zero)
+	}
+	for si := range t.shards {
+		for _, e := range t.shards[si].slots {
+			if e.key != 0 {
+				fn(e.key, e.val)
+			}
+		}
+	}
+}
+
+// batch is how many keys getAll looks up at once.
+const batch = 16
+
+// getAll is get for several keys (at most batch): vals[i], oks[i] are
+// keys[i]'s. It loads every key's first slot before looking at any, so the
+// cache misses of a table far larger than the caches overlap instead of
+// coming one after the other: a lookup walks its request's blocks in
+// order, and each of them is a miss.
+func (t *table) getAll(keys []uint64, vals []uint32, oks []bool) {
+	var first [batch]uint64
+	var at [batch]*tslot
+	for j, key := range keys[:min(len(keys), batch)] {
+		h := hashOf(key)
+		s := &t.shards[h>>(64-tableShardBits)]
+		if len(s.slots) == 0 || key == 0 {
+			continue
+		}
+		e := &s.slots[(h<<tableShardBits)>>s.shift]
+		at[j], first[j] = e, e.key
+	}
+	for j, key := range keys[:min(len(keys), batch)] {
+		if e := at[j]; e != nil && first[j] == key {
+			vals[j], oks[j] = e.val, true
+			continue
+		}
+		vals[j], oks[j] = t.get(key)
+	}
+}

@@ -1,0 +1,113 @@
+package index
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+)
+
+// checkTable compares a table with the map it should equal.
+func checkTable(t *testing.T, tb *table, want map[uint64]uint32) {
+	t.Helper()
+	if tb.len() != len(want) {
+		t.Fatalf("len %d, want %d", tb.len(), len(want))
+	}
+	for k, v := range want {
+		if got, ok := tb.get(k); !ok || got != v {
+			t.Fatalf("get(%d) = %d, %v; want %d", k, got, ok, v)
+		}
+	}
+	n := 0
+	tb.each(func(k uint64, v uint32) {
+		n++
+		if w, ok := want[k]; !ok || w != v {
+			t.Fatalf("each gave %d=%d, want %d (present %v)", k, v, w, ok)
+		}
+	})
+	if n != len(want) {
+		t.Fatalf("each gave %d entries, want %d", n, len(want))
+	}
+}
+
+// applyOps runs a byte string as table operations (set, delete, get) on
+// keys from a small space, so that probe runs collide, wrap and shift.
+func applyOps(t *testing.T, ops []byte, keySpace uint64) {
+	tb := &table{}
+	want := map[uint64]uint32{}
+	for len(ops) >= 5 {
+		op, k, v := ops[0]%4, uint64(binary.LittleEndian.Uint16(ops[1:3]))%keySpace, uint32(binary.LittleEndian.Uint16(ops[3:5]))
+		ops = ops[5:]
+		switch op {
+		case 0, 1:
+			tb.set(k, v)
+			want[k] = v
+		case 2:
+			tb.del(k)
+			delete(want, k)
+		case 3:
+			got, ok := tb.get(k)
+			if w, wok := want[k]; ok != wok || got != w {
+				t.Fatalf("get(%d) = %d, %v; want %d, %v", k, got, ok, w, wok)
+			}
+		}
+	}
+	checkTable(t, tb, want)
+}
+
+func TestTableMatchesMap(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ops      int
+		keySpace uint64
+	}{
+		{"few keys, much churn", 20_000, 50},
+		{"growth past many shards", 200_000, 1 << 16},
+		{"zero key among others", 2_000, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, uint64(tc.ops)))
+			ops := make([]byte, 5*tc.ops)
+			for i := range ops {
+				ops[i] = byte(r.Uint32())
+			}
+			applyOps(t, ops, tc.keySpace)
+		})
+	}
+}
+
+// TestTableShardCollisions puts every key in one shard, so that its probe
+// runs are long and wrap around: deletions must keep every other key
+// reachable.
+func TestTableShardCollisions(t *testing.T) {
+	tb := &table{}
+	want := map[uint64]uint32{}
+	var keys []uint64
+	for k := uint64(1); len(keys) < 3000; k++ {
+		if hashOf(k)>>(64-tableShardBits) == 7 {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys {
+		tb.set(k, uint32(i))
+		want[k] = uint32(i)
+	}
+	checkTable(t, tb, want)
+	for i, k := range keys {
+		if i%3 != 0 {
+			tb.del(k)
+			delete(want, k)
+		}
+	}
+	checkTable(t, tb, want)
+	for _, k := range keys {
+		tb.del(k)
+	}
+	checkTable(t, tb, map[uint64]uint32{})
+}
+
+func FuzzTable(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 5, 0, 2, 1, 0, 0, 0, 3, 1, 0, 0, 0}, uint8(8))
+	f.Fuzz(func(t *testing.T, ops []byte, space uint8) {
+		applyOps(t, ops, uint64(space)+1)
+	})
+}
