@@ -134,7 +134,7 @@ func TestDecisionsUnchanged(t *testing.T) {
 			if i < len(got) {
 				g = got[i]
 			}
-			t.Fatalf("decision %d changed:\n got %.200s\nwant %.200s", i, g, w)
+			t.Fatalf("decision %d changed (if the cost model changed on purpose, rewrite the file: go test ./services/router/core -run TestDecisionsUnchanged -update-decisions, and say so in the commit):\n got %.200s\nwant %.200s", i, g, w)
 		}
 	}
 	if len(got) != len(strings.Split(string(want), "\n")) {
