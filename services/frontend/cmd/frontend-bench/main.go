@@ -89,6 +89,7 @@ func run(samples, tokens int, d time.Duration) error {
 		samples, tokens, d)
 	fmt.Println("CPU/req: process CPU (user+system) per completed request at concurrency 64; the stack runs in one process, so added = frontend and router")
 	fmt.Println("direct: the request plane client calling the mocker (--no-delay); frontend: POST /v1/chat/completions stream through the frontend (kv mode, router service)")
+	fmt.Println("both paths: the same prompt with Qwen3's thinking off (the first token generated is the first a client sees); a few untimed warm-up requests first")
 	return nil
 }
 
