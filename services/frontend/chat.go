@@ -224,6 +224,10 @@ type chatSink struct {
 	spec         toolSpec
 	logprobs     *logprobOut // nil without logprobs
 
+	// prefix is the JSON every streamed chunk of this choice starts with
+	// (chunkjson.go).
+	prefix []byte
+
 	content, thought strings.Builder
 	calls            []toolCallJSON
 	began            bool
@@ -269,9 +273,19 @@ func (c *chatSink) send(d chatDelta, finish *string) error {
 		c.began = true
 		c.sse.w = c.w
 		empty := ""
-		if err := c.sse.send(c.chunk(chatDelta{Role: "assistant", Content: &empty}, nil)); err != nil {
+		// The role chunk goes out in one write with the first delta: a
+		// flush of its own costs a syscall and wakes the client once more
+		// before its first token.
+		batch := c.sse.batch
+		c.sse.batch = true
+		err := c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), chatDelta{Role: "assistant", Content: &empty}, nil))
+		c.sse.batch = batch
+		if err != nil {
 			return err
 		}
+	}
+	if c.logprobs == nil && d.ToolCalls == nil {
+		return c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), d, finish))
 	}
 	ch := c.chunk(d, finish)
 	if c.logprobs != nil {

@@ -527,12 +527,24 @@ func (e *sse) start() {
 }
 
 func (e *sse) send(v any) error {
-	e.start()
+	f := e.frame()
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	e.buf = append(append(append(e.buf[:0], "data: "...), b...), "\n\n"...)
+	return e.sendFrame(append(f, b...))
+}
+
+// frame starts an event: the caller appends its JSON and passes the result
+// to sendFrame.
+func (e *sse) frame() []byte {
+	e.start()
+	return append(e.buf[:0], "data: "...)
+}
+
+// sendFrame writes the event b holds and flushes it unless batched.
+func (e *sse) sendFrame(b []byte) error {
+	e.buf = append(b, "\n\n"...)
 	if _, err := e.w.Write(e.buf); err != nil {
 		return err
 	}

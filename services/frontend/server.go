@@ -598,6 +598,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, sk sink, jobID string, a *assets, prompt []uint32, p genParams, start time.Time) bool {
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
+	var itl prometheus.Observer // looked up once, not per token batch
 	emit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
 		now := time.Now()
 		if last.IsZero() {
@@ -605,7 +606,9 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 			firstTokenSpan(ctx, start, now)
 		} else {
 			per := now.Sub(last).Seconds() / float64(len(ids))
-			itl := s.metrics.itl.WithLabelValues(p.model)
+			if itl == nil {
+				itl = s.metrics.itl.WithLabelValues(p.model)
+			}
 			for range ids {
 				itl.Observe(per)
 			}

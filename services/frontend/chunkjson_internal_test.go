@@ -1,0 +1,68 @@
+package frontend
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// jsonStrings are the cases json.Marshal treats specially.
+var jsonStrings = []string{
+	"", "plain text", `quote " and backslash \`, "<script>&amp;</script>", "line\nfeed\r\ttab", "\b\f\x00\x01\x1f\x7f",
+	"héllo wörld 漢字 🙂", "\xff\xfe invalid", "truncated \xe6\xbc", "line sep \u2028 para sep \u2029", "\u2027\u202a",
+	"\xed\xa0\x80 surrogate", "end\\",
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range jsonStrings {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString(nil, s); string(got) != string(want) {
+			t.Errorf("appendJSONString(%q) = %s, json.Marshal = %s", s, got, want)
+		}
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range jsonStrings {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("x"), s); string(got[1:]) != string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, json.Marshal = %s", s, got[1:], want)
+		}
+	})
+}
+
+// TestAppendTextChunk holds the direct encoding of text chunks to
+// json.Marshal of the same chunk, field by field and byte by byte.
+func TestAppendTextChunk(t *testing.T) {
+	str := func(s string) *string { return &s }
+	deltas := []chatDelta{
+		{Role: "assistant", Content: str("")},
+		{Content: str("Hello")},
+		{Content: str(`<b>"quoted"</b> & more` + "\n\xff")},
+		{ReasoningContent: str("thinking \u2028 aloud")},
+		{ReasoningContent: str("")},
+		{Role: "assistant", Content: str("a"), ReasoningContent: str("b")},
+		{},
+	}
+	finishes := []*string{nil, str("stop"), str("length"), str("tool_calls")}
+	sinks := []*chatSink{
+		{id: "chatcmpl-0123456789abcdef", model: "Qwen/Qwen3-0.6B", fingerprint: "fp_8bb77fbd83e9", created: 1796134553},
+		{id: "chatcmpl-x", model: `odd "model" <name> & \`, fingerprint: "fp_switchyard", created: 0, index: 7},
+		{id: "", model: "m\u2029", fingerprint: "", created: -1, index: 0},
+	}
+	for _, c := range sinks {
+		for _, d := range deltas {
+			for _, fin := range finishes {
+				want, err := json.Marshal(c.chunk(d, fin))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.appendTextChunk([]byte("data: "), d, fin); string(got) != "data: "+string(want) {
+					t.Errorf("appendTextChunk(%+v, %v) =\n%s\njson.Marshal =\n%s", d, fin, got[6:], want)
+				}
+			}
+		}
+	}
+}
