@@ -65,7 +65,10 @@ type targetKey struct {
 type targetCands struct {
 	gen   uint64
 	cands []candidate
-	bs    int
+	// workers are the candidates' ids, in the same order: what a decision
+	// reads per worker without touching each one's registry record.
+	workers []index.WorkerID
+	bs      int
 }
 
 // Core is the router's state and decisions, without transport: the worker
@@ -306,8 +309,9 @@ func (c *Core) timingLocked(id uint64) *timingmodel.Model {
 }
 
 // candidates resolves a target to its live workers, sorted by instance
-// id, and their block size. The slice is shared: callers must not modify it.
-func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, int, error) {
+// id, their ids and their block size. The slices are shared: callers must
+// not modify them.
+func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []index.WorkerID, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var key targetKey
@@ -317,29 +321,31 @@ func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, in
 	case *routerv1.Target_Model:
 		key.model = k.Model
 	default:
-		return nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
+		return nil, nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
 	}
 	tc, ok := c.targets[key]
 	if !ok || tc.gen != c.gen {
 		var err error
 		if tc, err = c.resolveLocked(t, key); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		c.targets[key] = tc
 	}
 	if len(exclude) == 0 {
-		return tc.cands, tc.bs, nil
+		return tc.cands, tc.workers, tc.bs, nil
 	}
 	out := make([]candidate, 0, len(tc.cands))
-	for _, cd := range tc.cands {
+	ids := make([]index.WorkerID, 0, len(tc.cands))
+	for i, cd := range tc.cands {
 		if !slices.Contains(exclude, cd.in.InstanceId) {
 			out = append(out, cd)
+			ids = append(ids, tc.workers[i])
 		}
 	}
 	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
+		return nil, nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
 	}
-	return out, tc.bs, nil
+	return out, ids, tc.bs, nil
 }
 
 // resolveLocked walks the registry state for a target's candidates.
@@ -389,13 +395,15 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	// Stable order, so round-robin and tie-breaks do not depend on map
 	// order, and so that a worker's position can be found by its id.
 	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
+	ids := make([]index.WorkerID, len(out))
 	for i := range out {
 		out[i].timing = c.timingLocked(out[i].in.InstanceId)
+		ids[i] = index.WorkerID{Instance: out[i].in.InstanceId}
 	}
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
 	}
-	return &targetCands{gen: c.gen, cands: out, bs: blockSize}, nil
+	return &targetCands{gen: c.gen, cands: out, workers: ids, bs: blockSize}, nil
 }
 
 func targetString(t *routerv1.Target) string {
@@ -464,7 +472,6 @@ type decision struct {
 	params    scheduler.Params
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints     []int
-	workers  []index.WorkerID
 	overlaps []index.Overlap
 }
 
@@ -483,7 +490,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if err := validateQuery(q); err != nil {
 		return nil, err
 	}
-	cands, bs, err := c.candidates(q.target, q.exclude)
+	cands, workers, bs, err := c.candidates(q.target, q.exclude)
 	if err != nil {
 		return nil, err
 	}
@@ -513,11 +520,6 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	clear(d.ints)
 	d.indexed = d.ints[:n:n]
 	reach := d.ints[n:]
-	d.workers = slices.Grow(d.workers[:0], n)[:n]
-	workers := d.workers
-	for i, cd := range cands {
-		workers[i] = index.WorkerID{Instance: cd.in.InstanceId}
-	}
 	// Candidates are sorted by instance id: each overlap finds its
 	// worker(s) by binary search, with no map per decision.
 	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
@@ -525,8 +527,8 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		if o.Worker.DPRank != 0 {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(cands, o.Worker.Instance, func(cd candidate, id uint64) int { return cmp.Compare(cd.in.InstanceId, id) })
-		for ; i < n && cands[i].in.InstanceId == o.Worker.Instance; i++ {
+		i, _ := slices.BinarySearchFunc(workers, o.Worker.Instance, func(w index.WorkerID, id uint64) int { return cmp.Compare(w.Instance, id) })
+		for ; i < n && workers[i].Instance == o.Worker.Instance; i++ {
 			d.indexed[i] = o.Blocks
 		}
 	}
