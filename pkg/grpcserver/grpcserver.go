@@ -253,14 +253,22 @@ func (s *Server) SetServing(service string, serving bool) {
 // from Serve until shutdown, probe runs every interval (bounded by the
 // interval, at least a second), and while it fails every service reports
 // NOT_SERVING, so that load balancers and clients prefer a replica whose
-// backend answers. Call it before Serve.
+// backend answers. Serve runs it once before the first status too. Call it
+// before Serve.
 func (s *Server) SetHealthProbe(interval time.Duration, probe func(context.Context) error) {
 	s.probe, s.probeInterval = probe, interval
 }
 
-// runProbe is the loop of SetHealthProbe; it returns when ctx ends.
-func (s *Server) runProbe(ctx context.Context) {
-	serving := true
+// probeOnce runs the probe once, bounded by the interval (at least a second).
+func (s *Server) probeOnce(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, max(s.probeInterval, time.Second))
+	defer cancel()
+	return s.probe(pctx)
+}
+
+// runProbe is the loop of SetHealthProbe, from the status serving that Serve
+// set; it returns when ctx ends.
+func (s *Server) runProbe(ctx context.Context, serving bool) {
 	t := time.NewTicker(s.probeInterval)
 	defer t.Stop()
 	for {
@@ -271,9 +279,7 @@ func (s *Server) runProbe(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, max(s.probeInterval, time.Second))
-		err := s.probe(pctx)
-		cancel()
+		err := s.probeOnce(ctx)
 		if ok := err == nil; ok != serving {
 			serving = ok
 			select {
@@ -387,9 +393,20 @@ func (s *Server) Serve(ctx context.Context, beforeStop func()) error {
 		}
 	}
 	s.metrics.InitializeMetrics(s.grpc)
-	s.SetServing("", true)
+	// With a probe, the first status is the probe's (a registry started
+	// while its etcd is down says NOT_SERVING from its first answer, not a
+	// probe interval later). Connections wait in the listen backlog
+	// meanwhile: at most one probe timeout.
+	serving := true
+	if s.probe != nil {
+		if err := s.probeOnce(ctx); err != nil {
+			serving = false
+			s.log.Warn("health probe fails at start: NOT_SERVING", "err", err.Error())
+		}
+	}
+	s.SetServing("", serving)
 	for name := range s.grpc.GetServiceInfo() {
-		s.SetServing(name, true)
+		s.SetServing(name, serving)
 	}
 	s.log.Info("gRPC server listening", "addr", s.lis.Addr().String())
 
@@ -422,7 +439,7 @@ func (s *Server) Serve(ctx context.Context, beforeStop func()) error {
 	}
 	if s.probe != nil {
 		g.Go(func() error {
-			s.runProbe(gctx)
+			s.runProbe(gctx, serving)
 			return nil
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
@@ -765,4 +768,61 @@ func TestHealthAndDeadlinesWithoutEtcd(t *testing.T) {
 	}
 	e.etcd.Start()
 	waitFor(healthpb.HealthCheckResponse_SERVING)
+}
+
+// TestRegistryStartsWithoutEtcd starts a registry while its etcd is down: it
+// comes up (no exit), says NOT_SERVING from its first health answer, fails
+// calls with Unavailable within its store timeout, and once etcd starts it
+// says SERVING and registers.
+func TestRegistryStartsWithoutEtcd(t *testing.T) {
+	etcd := registrytest.StartEtcd(t)
+	etcd.Stop()
+	ctx := ctxT(t)
+	cfg := registry.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Backend: registry.BackendKVStore, EtcdEndpoints: strings.Join(etcd.Endpoints, ","),
+		EtcdDialTimeout: 200 * time.Millisecond, StoreTimeout: time.Second}
+	sctx, stop := context.WithCancel(context.Background())
+	svc, err := registry.Start(sctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		stop()
+		t.Fatalf("registry.Start without etcd = %v; want it to come up", err)
+	}
+	defer func() {
+		stop()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("registry stopped with %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	// The first answer already tells the truth.
+	hc := healthpb.NewHealthClient(cc)
+	req := &healthpb.HealthCheckRequest{Service: registryv1.RegistryService_ServiceDesc.ServiceName}
+	if r, err := hc.Check(ctx, req, grpc.WaitForReady(true)); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("first health check without etcd = %v, %v; want NOT_SERVING", r, err)
+	}
+	rpc := registryv1.NewRegistryServiceClient(cc)
+	if _, err := rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("GrantLease without etcd = %v; want Unavailable", err)
+	}
+	etcd.Start()
+	watch, err := hc.Watch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := watch.Recv()
+		if err != nil {
+			t.Fatalf("health watch: %v; want SERVING once etcd is up", err)
+		}
+		if r.Status == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+	}
+	if _, err := rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{}); err != nil {
+		t.Fatalf("GrantLease with etcd up = %v", err)
+	}
 }
