@@ -52,6 +52,10 @@ type Config struct {
 	// default limits (a key file line may set its own); 0 is no limit.
 	// Tokens are prompt plus completion tokens.
 	KeyRequestsPerMinute, KeyTokensPerMinute int
+	// RateLimitClock, when set, is the API keys' buckets' time source
+	// instead of time.Now: a test hook, so that a test of the limits does
+	// not depend on how long its requests take. No flag sets it.
+	RateLimitClock func() time.Time
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration
 	// ClientTLS secures calls to the registry, router and eventbus.

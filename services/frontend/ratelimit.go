@@ -146,6 +146,9 @@ var keyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 // --key-requests-per-minute and --key-tokens-per-minute, 0 no limit).
 func (c *Config) readKeys() (*keyring, error) {
 	ring := &keyring{now: time.Now}
+	if c.RateLimitClock != nil {
+		ring.now = c.RateLimitClock
+	}
 	seen := map[string]bool{}
 	add := func(where string, k *apiKey) error {
 		if seen[k.name] {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/services/frontend"
@@ -35,6 +36,24 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// manualClock is a time source that moves only when told to.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
 // TestPerKeyRateLimits runs the frontend with a key file over HTTP: a key
 // over its requests per minute and a key over its tokens per minute get 429
 // rate_limit_exceeded with Retry-After, an unlimited key never does, and
@@ -50,9 +69,14 @@ func TestPerKeyRateLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
+	// The buckets run on a clock that moves only when the test says: what
+	// the limits admit does not depend on how long a request takes on a
+	// loaded machine.
+	clock := &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := startStack(t, stackOpts{log: slog.New(slog.NewJSONHandler(logs, nil)), configure: func(c *frontend.Config) {
 		c.APIKeyFile = keyFile
 		c.KeyTokensPerMinute = 0
+		c.RateLimitClock = clock.Now
 	}})
 	s.addMocker(0)
 	s.waitInstances(1)
@@ -106,10 +130,15 @@ func TestPerKeyRateLimits(t *testing.T) {
 	t.Run("requests per minute", func(t *testing.T) {
 		ok(chat(alpha, 4))
 		ok(chat(alpha, 4))
-		// Two per minute: the third waits about 30 s for a token.
-		if msg := refused(chat(alpha, 4), 1); !strings.Contains(msg, "2 requests per minute") {
+		// Two per minute: the third waits 30 s for a token.
+		if msg := refused(chat(alpha, 4), 30); !strings.Contains(msg, "2 requests per minute") {
 			t.Fatalf("message %q does not name the limit", msg)
 		}
+		// 29 s later it is still early; at 30 s one more is admitted.
+		clock.Advance(29 * time.Second)
+		refused(chat(alpha, 4), 1)
+		clock.Advance(time.Second)
+		ok(chat(alpha, 4))
 	})
 	t.Run("tokens per minute", func(t *testing.T) {
 		// A full bucket admits the prompt; the 64 completion tokens then
@@ -134,10 +163,10 @@ func TestPerKeyRateLimits(t *testing.T) {
 			name, labels string
 			want         float64
 		}{
-			{"switchyard_frontend_api_key_requests_total", `{key_name="alpha"}`, 3},
+			{"switchyard_frontend_api_key_requests_total", `{key_name="alpha"}`, 5},
 			{"switchyard_frontend_api_key_requests_total", `{key_name="beta"}`, 2},
 			{"switchyard_frontend_api_key_requests_total", `{key_name="key-3"}`, 5},
-			{"switchyard_frontend_rate_limited_total", `{key_name="alpha",limit="requests"}`, 1},
+			{"switchyard_frontend_rate_limited_total", `{key_name="alpha",limit="requests"}`, 2},
 			{"switchyard_frontend_rate_limited_total", `{key_name="beta",limit="tokens"}`, 1},
 			{"switchyard_frontend_api_key_tokens_total", `{key_name="beta",kind="completion"}`, 64},
 			{"switchyard_frontend_api_key_tokens_total", `{key_name="key-3",kind="completion"}`, 20},
