@@ -40,6 +40,9 @@ type consumer struct {
 	start map[string]uint64
 	seq   map[string]uint64
 	wg    sync.WaitGroup
+
+	// departed filters the KV events of workers the registry says are gone.
+	departed *departed
 }
 
 func newConsumer(bus *eventbus.Client, dc *core.Core, log *slog.Logger, events bool) *consumer {
@@ -66,7 +69,7 @@ func (c *consumer) follow(ns string) {
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
 			} else {
-				c.core.ApplyEvents(b)
+				c.applyKV(ns, b)
 			}
 			c.mu.Lock()
 			c.seq[ns] = max(c.seq[ns], ev.GetStreamSequence())
@@ -98,6 +101,27 @@ func (c *consumer) follow(ns string) {
 		c.run(ns, wire.ReplicaSyncSubject(ns), eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
 	}
 	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "core_kv_events", c.coreKV != nil, "replica_sync", c.sync != nil)
+}
+
+// applyKV applies a KV event batch of namespace ns from the stream, through
+// the departed-worker filter when there is one.
+func (c *consumer) applyKV(ns string, b *workerv1.KvEventBatch) {
+	if c.departed == nil {
+		c.core.ApplyEvents(b)
+		return
+	}
+	c.departed.apply(ns, b)
+}
+
+// filterDeparted makes the consumer drop the KV events of workers the
+// registry does not list (see departed), asking it through listed.
+func (c *consumer) filterDeparted(listed func(context.Context, string, uint64) (bool, error)) {
+	c.departed = newDeparted(c.core, c.log, listed)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.departed.run(c.ctx)
+	}()
 }
 
 // run subscribes (ephemeral, auto-ack) and applies events until close. The

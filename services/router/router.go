@@ -133,6 +133,18 @@ func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode,
 	if !cons.events {
 		return cons
 	}
+	cons.filterDeparted(func(ctx context.Context, ns string, id uint64) (bool, error) {
+		resp, err := s.reg.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: ns}})
+		if err != nil {
+			return false, err
+		}
+		for _, in := range resp.GetInstances() {
+			if in.GetInstanceId() == id {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	snap, err := loadSnapshot(lctx, s.bus)
 	cancel()

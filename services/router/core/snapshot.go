@@ -46,3 +46,24 @@ func (c *Core) DropDeparted() {
 		c.removeInstance(id)
 	}
 }
+
+// Listed reports whether the registry lists instance id, as far as the
+// router's watch has told it.
+func (c *Core) Listed(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, live := c.refs[id]
+	return live
+}
+
+// DropUnlisted forgets instance id's blocks and load unless the registry's
+// watch lists it, and reports whether it did: for KV events of a worker
+// the registry says is gone (a stream replayed after a restart, a worker's
+// last batch after its deregistration).
+func (c *Core) DropUnlisted(id uint64) bool {
+	if c.Listed(id) {
+		return false
+	}
+	c.removeInstance(id)
+	return true
+}
