@@ -288,8 +288,9 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 }
 
 // TestWorkerOutlivesRegistryOutage: the only registry is gone for longer
-// than the lease TTL while etcd stays up, so the lease expires. The worker
-// keeps serving all along and registers again once the registry is back.
+// than the lease TTL while etcd stays up, so the lease expires (the test
+// revokes it in etcd then, to be sure). The worker keeps serving all along
+// and registers again once the registry is back.
 func TestWorkerOutlivesRegistryOutage(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -303,10 +304,22 @@ func TestWorkerOutlivesRegistryOutage(t *testing.T) {
 	defer w.Shutdown(context.Background())
 	first := w.Instance()
 	e.reg.Stop()
-	for !w.Session().Expired() {
-		time.Sleep(20 * time.Millisecond)
+	// Wait for the session to pass its lease's deadline without an answer,
+	// on its keep-alive outcomes (bounded by ctx), not a guessed sleep.
+	for sess := w.Session(); ; {
+		_, next := sess.Progress()
+		if sess.Expired() {
+			break
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			t.Fatal("the session never passed its lease's deadline")
+		}
 	}
-	time.Sleep(2 * time.Second) // past the TTL twice: etcd has dropped the lease
+	// etcd drops the lease about now on its own (TTL 1 s); revoking it
+	// makes that certain instead of racing etcd's expiry, which a sleep did.
+	e.etcd.RevokeLease(ctx, first.InstanceId)
 	if out, err := call(ctx, t, addrOf(first), &workerv1.GenerateRequest{RequestId: "during", TokenIds: []uint32{1}}); err != nil || len(out) != 2 {
 		t.Fatalf("generate during the outage = %v, %v", out, err)
 	}
