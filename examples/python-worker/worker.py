@@ -54,6 +54,19 @@ TOKENIZER_BUCKET = "tokenizers"  # as pkg/wire.TokenizerBucket
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json")  # as pkg/worker.TokenizerFiles
 TYPE_HEADER = "Switchyard-Type"  # as pkg/wire.HeaderType: the payload's full proto name
 ENV_PREFIX = "SWITCHYARD_PYWORKER_"
+
+
+def subject(namespace, component, name):
+    """An event subject, {namespace}.{component}.{name}, as pkg/wire.Subject."""
+    return "%s.%s.%s" % (namespace, component, name)
+
+
+def kv_events_msg_id(instance_id, dp_rank, first_event_id):
+    """A KV event batch's msg id, kv-{instance hex}-{dp rank}-{first event id},
+    as pkg/wire.KVEventsMsgID: a batch published again is stored once."""
+    return "kv-%x-%d-%d" % (instance_id, dp_rank, first_event_id)
+
+
 # Flags whose variables keep the names Switchyard's Go side uses.
 NAMED_ENV = {
     "http_host": "DYN_HTTP_RPC_HOST",
@@ -460,7 +473,7 @@ class KvPublisher:
             batch = self.queue.get()
             if batch is None:
                 return
-            msg_id = "kv-%x-%d-%d" % (batch.instance_id, batch.dp_rank, batch.first_event_id)
+            msg_id = kv_events_msg_id(batch.instance_id, batch.dp_rank, batch.first_event_id)
             event = eventbus_pb2.Event(subject=self.subject, payload=batch.SerializeToString(), msg_id=msg_id,
                                        headers={TYPE_HEADER: batch.DESCRIPTOR.full_name})
             backoff = 0.05
@@ -719,8 +732,8 @@ def main(argv):
     bus_channel = with_bearer(grpc.insecure_channel(cfg.eventbus_addr, options=CHANNEL_OPTIONS), cfg.auth_token)
     registry = registry_pb2_grpc.RegistryServiceStub(reg_channel)
     eventbus = eventbus_pb2_grpc.EventBusServiceStub(bus_channel)
-    subject = "%s.%s.%s" % (cfg.namespace, cfg.component, KV_EVENTS_NAME)
-    publisher = KvPublisher(eventbus, subject, core=cfg.kv_events_mode == "core")
+    publisher = KvPublisher(eventbus, subject(cfg.namespace, cfg.component, KV_EVENTS_NAME),
+                            core=cfg.kv_events_mode == "core")
     index = kvlocal.KvIndex(cfg.kv_events_ring)
     sink = KvSink(index, publisher if cfg.kv_events_mode in ("jetstream", "core") else None)
     api_stopping = threading.Event()
@@ -762,7 +775,7 @@ def main(argv):
             with engine.lock:
                 engine.instance_id = lease.id
                 servicer.instance_id = lease.id
-            load = LoadPublisher(eventbus, "%s.%s.%s" % (cfg.namespace, cfg.component, LOAD_NAME), engine,
+            load = LoadPublisher(eventbus, subject(cfg.namespace, cfg.component, LOAD_NAME), engine,
                                  cfg.load_interval)
             info("worker registered", instance="%x" % lease.id,
                  endpoint="%s/%s/%s" % (cfg.namespace, cfg.component, cfg.endpoint),

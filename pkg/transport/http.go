@@ -36,8 +36,16 @@ import (
 // and falls back to HTTP/1.1 for a server that answers the h2c preface in
 // HTTP/1, so any language's standard library can also serve it.
 const (
-	httpHeaderPrefix   = "Dyn-Hdr-"
-	httpContentType    = "application/x-switchyard-frames"
+	// HTTPHeaderPrefix is put before a request header's key on the http
+	// plane (HTTP headers are case-insensitive), except HeaderTraceParent,
+	// HeaderTraceState and HeaderRequestID, which keep their own names.
+	HTTPHeaderPrefix = "Dyn-Hdr-"
+	// HTTPContentType is the Content-Type of an http plane response body
+	// of frames.
+	HTTPContentType = "application/x-switchyard-frames"
+
+	httpHeaderPrefix   = HTTPHeaderPrefix
+	httpContentType    = HTTPContentType
 	httpFrameHeaderLen = 5
 )
 

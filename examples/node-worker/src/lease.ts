@@ -14,6 +14,8 @@ import {
 } from "../../../gen/ts/switchyard/registry/v1/registry_pb.js";
 import { log } from "./log.js";
 
+/** LEASE_TOKEN_KEY is the gRPC metadata key of a lease's secret token, as pkg/authtoken.LeaseTokenKey. */
+export const LEASE_TOKEN_KEY = "switchyard-lease-token";
 export const MIN_BACKOFF_MS = 50;
 export const MAX_BACKOFF_MS = 5000;
 
@@ -116,7 +118,7 @@ export class Lease {
   ) {
     // Every call on the lease proves ownership with its secret token, in
     // the metadata key pkg/authtoken.LeaseTokenKey names.
-    this.headers = { "switchyard-lease-token": token };
+    this.headers = { [LEASE_TOKEN_KEY]: token };
     this.lost = new Promise((resolve) => (this.resolveLost = resolve));
     this.loop = this.keepAlive();
   }

@@ -27,7 +27,8 @@ import * as net from "node:net";
 
 export const CONTENT_TYPE = "application/x-switchyard-frames";
 export const HEADER_PREFIX = "dyn-hdr-";
-const STANDARD_HEADERS = new Set(["traceparent", "tracestate", "x-request-id"]);
+/** STANDARD_HEADERS keep their own names on the http plane, as pkg/transport.HeaderTraceParent, HeaderTraceState and HeaderRequestID. */
+export const STANDARD_HEADERS = new Set(["traceparent", "tracestate", "x-request-id"]);
 
 export const FRAME_DATA = 2;
 export const FRAME_END = 3;

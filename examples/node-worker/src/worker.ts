@@ -45,6 +45,14 @@ export const LOAD_NAME = "load_metrics";
 export const TOKENIZER_BUCKET = "tokenizers";
 /** TYPE_HEADER names an event's payload type (its fully qualified proto name), as pkg/wire.HeaderType. */
 export const TYPE_HEADER = "Switchyard-Type";
+/** subject is an event subject, {namespace}.{component}.{name}, as pkg/wire.Subject. */
+export function subject(namespace: string, component: string, name: string): string {
+  return `${namespace}.${component}.${name}`;
+}
+/** kvEventsMsgId is a KV event batch's msg id, as pkg/wire.KVEventsMsgID: a batch published again is stored once. */
+export function kvEventsMsgId(instanceId: bigint, dpRank: number, firstEventId: bigint): string {
+  return `kv-${instanceId.toString(16)}-${dpRank}-${firstEventId}`;
+}
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"];
 const TRANSIENT = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
 // Errors no retry of a registration step can change: the worker's settings or credentials are wrong.
@@ -236,7 +244,7 @@ class KvPublisher {
 
   private async run(): Promise<void> {
     for (let b = this.queue.shift(); b; b = this.queue.shift()) {
-      const msgId = `kv-${b.instanceId.toString(16)}-${b.dpRank}-${b.firstEventId}`;
+      const msgId = kvEventsMsgId(b.instanceId, b.dpRank, b.firstEventId);
       const event = create(EventSchema, {
         subject: this.subject,
         payload: toBinary(KvEventBatchSchema, b),
@@ -298,8 +306,7 @@ async function main(): Promise<number> {
   const interceptors = cfg.authToken ? [bearer] : [];
   const registry = createClient(RegistryService, createGrpcTransport({ baseUrl: `http://${cfg.registryAddr}`, interceptors }));
   const bus = createClient(EventBusService, createGrpcTransport({ baseUrl: `http://${cfg.eventbusAddr}`, interceptors }));
-  const base = `${cfg.namespace}.${cfg.component}`;
-  const publisher = new KvPublisher(bus, `${base}.${KV_EVENTS_NAME}`);
+  const publisher = new KvPublisher(bus, subject(cfg.namespace, cfg.component, KV_EVENTS_NAME));
   const engine = new EchoEngine(cfg, await Hasher.create(), (b) => publisher.publish(b));
   const server = new Server({
     host: cfg.httpHost,
@@ -361,7 +368,7 @@ async function main(): Promise<number> {
     loadTimer = setInterval(() => {
       const m = engine.load();
       const event = create(EventSchema, {
-        subject: `${base}.${LOAD_NAME}`,
+        subject: subject(cfg.namespace, cfg.component, LOAD_NAME),
         payload: toBinary(LoadMetricsSchema, m),
         msgId: crypto.randomUUID(),
         headers: { [TYPE_HEADER]: LoadMetricsSchema.typeName },
