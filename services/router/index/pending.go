@@ -108,6 +108,8 @@ func (p *Pending) releaseLocked(id string) {
 	for _, h := range r.hashes {
 		p.dropLocked(h, r.w, false)
 	}
+	// Its entry in order stays until the TTL; its hashes need not.
+	r.hashes = nil
 }
 
 // dropLocked takes one reference of w off h, or all of them.

@@ -365,16 +365,19 @@ func (l *Load) freeLocked(id string) {
 	if !r.prefilled {
 		wl.prefillBlocks -= r.prefillBlocks
 		wl.dequeue(r, l.now())
-		return
-	}
-	wl.decoding--
-	for _, h := range r.blocks {
-		if n := wl.blocks[h] - 1; n > 0 {
-			wl.blocks[h] = n
-		} else {
-			delete(wl.blocks, h)
+	} else {
+		wl.decoding--
+		for _, h := range r.blocks {
+			if n := wl.blocks[h] - 1; n > 0 {
+				wl.blocks[h] = n
+			} else {
+				delete(wl.blocks, h)
+			}
 		}
 	}
+	// Its entry in order outlives it until the request TTL (half an hour
+	// by default); the block list, a request's bulk, need not.
+	r.blocks = nil
 }
 
 // Report merges a worker's load report: reqs lists every request on it
