@@ -13,12 +13,17 @@ import (
 // the request ends (Release), or a TTL passes (Expire). It is safe for
 // concurrent use.
 type Pending struct {
-	mu     sync.Mutex
-	ttl    time.Duration
-	blocks map[uint64][]pendingRef
-	reqs   map[string]*pendingReq
-	order  []pendingAdded
-	head   int
+	mu  sync.Mutex
+	ttl time.Duration
+	// one holds the blocks predicted on one worker (nearly all of them),
+	// multi those predicted on several. one has no pointers, so the
+	// collector does not scan it: a router predicting a few hundred
+	// thousand blocks would otherwise have it marked on every cycle.
+	one   map[uint64]pendingRef
+	multi map[uint64][]pendingRef
+	reqs  map[string]*pendingReq
+	order []pendingAdded
+	head  int
 	// done lists requests that ended after computing their blocks, whose
 	// predictions stay a grace period for their KV events to arrive.
 	done     []pendingAdded
@@ -47,7 +52,7 @@ type pendingAdded struct {
 
 // NewPending returns an empty set whose predictions live at most ttl.
 func NewPending(ttl time.Duration) *Pending {
-	return &Pending{ttl: ttl, blocks: map[uint64][]pendingRef{}, reqs: map[string]*pendingReq{}}
+	return &Pending{ttl: ttl, one: map[uint64]pendingRef{}, multi: map[uint64][]pendingRef{}, reqs: map[string]*pendingReq{}}
 }
 
 // Add predicts hashes on w for request id, routed at now; an id already
@@ -62,33 +67,35 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 	r := &pendingReq{w: w, hashes: append([]uint64(nil), hashes...)}
 	p.reqs[id] = r
 	p.order = append(p.order, pendingAdded{id: id, r: r, at: now})
-	// Blocks nobody predicts yet (most of a request's new ones) get their
-	// one-entry lists from one allocation; a capacity of 1 each makes a
-	// later append copy rather than write into a neighbour's.
-	var chunk []pendingRef
 	for _, h := range r.hashes {
-		refs := p.blocks[h]
-		found := false
-		for i := range refs {
-			if refs[i].w == w {
-				refs[i].refs++
-				found = true
-				break
-			}
+		p.addRefLocked(h, w)
+	}
+}
+
+// addRefLocked adds a reference of w to h's predictions.
+func (p *Pending) addRefLocked(h uint64, w WorkerID) {
+	if o, ok := p.one[h]; ok {
+		if o.w == w {
+			o.refs++
+			p.one[h] = o
+			return
 		}
-		switch {
-		case found:
-		case len(refs) > 0:
-			p.blocks[h] = append(refs, pendingRef{w: w, refs: 1})
-		default:
-			if len(chunk) == 0 {
-				chunk = make([]pendingRef, len(r.hashes))
-			}
-			chunk[0] = pendingRef{w: w, refs: 1}
-			p.blocks[h] = chunk[:1:1]
-			chunk = chunk[1:]
+		delete(p.one, h)
+		p.multi[h] = []pendingRef{o, {w: w, refs: 1}}
+		return
+	}
+	refs, ok := p.multi[h]
+	if !ok {
+		p.one[h] = pendingRef{w: w, refs: 1}
+		return
+	}
+	for i := range refs {
+		if refs[i].w == w {
+			refs[i].refs++
+			return
 		}
 	}
+	p.multi[h] = append(refs, pendingRef{w: w, refs: 1})
 }
 
 // Release forgets a request's predictions: it ended before computing its
@@ -114,7 +121,21 @@ func (p *Pending) releaseLocked(id string) {
 
 // dropLocked takes one reference of w off h, or all of them.
 func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
-	refs := p.blocks[h]
+	if o, ok := p.one[h]; ok {
+		if o.w != w {
+			return
+		}
+		if o.refs--; all || o.refs <= 0 {
+			delete(p.one, h)
+		} else {
+			p.one[h] = o
+		}
+		return
+	}
+	refs, ok := p.multi[h]
+	if !ok {
+		return
+	}
 	for i := range refs {
 		if refs[i].w != w {
 			continue
@@ -125,12 +146,19 @@ func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
 		}
 		break
 	}
-	if len(refs) == 0 {
-		delete(p.blocks, h)
-	} else {
-		p.blocks[h] = refs
+	switch len(refs) {
+	case 0:
+		delete(p.multi, h)
+	case 1:
+		delete(p.multi, h)
+		p.one[h] = refs[0]
+	default:
+		p.multi[h] = refs
 	}
 }
+
+// emptyLocked says whether nothing is predicted.
+func (p *Pending) emptyLocked() bool { return len(p.one) == 0 && len(p.multi) == 0 }
 
 // Done says a request ended after its prefill: its blocks are in the
 // worker's cache, and its events are on their way, so its predictions stay
@@ -148,7 +176,7 @@ func (p *Pending) Done(id string, now time.Time) {
 func (p *Pending) Confirm(w WorkerID, hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.blocks) == 0 {
+	if p.emptyLocked() {
 		return
 	}
 	for _, h := range hashes {
@@ -217,28 +245,39 @@ func (p *Pending) Extend(w WorkerID, hashes []uint64, from int) int {
 func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.blocks) == 0 {
+	if p.emptyLocked() {
 		return
 	}
 	type memo struct {
-		pos  int
-		refs []pendingRef
+		pos   int
+		one   pendingRef
+		isOne bool
+		refs  []pendingRef
 	}
 	var seen [8]memo
 	memos := seen[:0]
-	lookup := func(pos int) []pendingRef {
-		for _, m := range memos {
-			if m.pos == pos {
-				return m.refs
+	lookup := func(pos int) *memo {
+		for i := range memos {
+			if memos[i].pos == pos {
+				return &memos[i]
 			}
 		}
-		refs := p.blocks[hashes[pos]]
-		memos = append(memos, memo{pos, refs})
-		return refs
+		m := memo{pos: pos}
+		if m.one, m.isOne = p.one[hashes[pos]]; !m.isOne {
+			m.refs = p.multi[hashes[pos]]
+		}
+		if len(memos) < cap(memos) {
+			memos = append(memos, m)
+			return &memos[len(memos)-1]
+		}
+		return &m
 	}
 	for i, w := range workers {
 		n := overlaps[i]
-		if n >= len(hashes) || !holds(lookup(n), w) {
+		if n >= len(hashes) {
+			continue
+		}
+		if m := lookup(n); !(m.isOne && m.one.w == w) && !holds(m.refs, w) {
 			continue
 		}
 		for n++; n < len(hashes) && p.holdsLocked(w, hashes[n]); n++ {
@@ -260,10 +299,15 @@ func holds(refs []pendingRef, w WorkerID) bool {
 func (p *Pending) Empty() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.blocks) == 0
+	return p.emptyLocked()
 }
 
-func (p *Pending) holdsLocked(w WorkerID, h uint64) bool { return holds(p.blocks[h], w) }
+func (p *Pending) holdsLocked(w WorkerID, h uint64) bool {
+	if o, ok := p.one[h]; ok {
+		return o.w == w
+	}
+	return holds(p.multi[h], w)
+}
 
 // Len is the number of requests with predictions.
 func (p *Pending) Len() int {

@@ -1,6 +1,8 @@
 package index
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -60,5 +62,63 @@ func TestPending(t *testing.T) {
 	p.Release("a")
 	if !p.Empty() || p.Len() != 0 {
 		t.Fatal("released everything, yet predictions remain")
+	}
+}
+
+// TestPendingMatchesOld runs random operations on a few blocks and
+// workers, so that blocks are predicted on several workers and back on
+// one, against the implementation before one/multi (pending_old_test.go):
+// every prediction must be the same.
+func TestPendingMatchesOld(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	p, old := NewPending(time.Minute), newOldPending(time.Minute)
+	ws := []WorkerID{{Instance: 1}, {Instance: 2}, {Instance: 3}}
+	hashes := func() []uint64 {
+		start := uint64(r.IntN(6))
+		h := make([]uint64, 1+r.IntN(5))
+		for i := range h {
+			h[i] = start + uint64(i)
+		}
+		return h
+	}
+	now := time.Unix(1000, 0)
+	for step := range 20_000 {
+		now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
+		id := fmt.Sprint("r", r.IntN(12))
+		switch r.IntN(7) {
+		case 0, 1:
+			w, h := ws[r.IntN(3)], hashes()
+			p.Add(id, w, h, now)
+			old.Add(id, w, h, now)
+		case 2:
+			p.Release(id)
+			old.Release(id)
+		case 3:
+			w, h := ws[r.IntN(3)], hashes()
+			p.Confirm(w, h)
+			old.Confirm(w, h)
+		case 4:
+			p.Done(id, now)
+			old.Done(id, now)
+		case 5:
+			p.Expire(now)
+			old.Expire(now)
+		case 6:
+			in := uint64(r.IntN(3) + 1)
+			p.RemoveWorker(in)
+			old.RemoveWorker(in)
+		}
+		req := hashes()
+		got, want := make([]int, 3), make([]int, 3)
+		p.ExtendAll(ws, req, got)
+		old.ExtendAll(ws, req, want)
+		for i := range ws {
+			if got[i] != want[i] || p.Extend(ws[i], req, 0) != old.Extend(ws[i], req, 0) {
+				t.Fatalf("step %d: worker %d reaches %d, before %d", step, i, got[i], want[i])
+			}
+		}
+		if p.Len() != old.Len() || p.Empty() != old.Empty() {
+			t.Fatalf("step %d: %d requests (empty %v), before %d (%v)", step, p.Len(), p.Empty(), old.Len(), old.Empty())
+		}
 	}
 }
