@@ -30,6 +30,9 @@ type consumer struct {
 	sync   *syncer // nil without --router-replica-sync
 	// metrics observe each delivery's lag; nil-safe.
 	metrics *routerMetrics
+	// gaps fills gaps in the KV events of the stream from the workers
+	// (jetstream mode); nil: gaps are counted only.
+	gaps *gapFiller
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -106,6 +109,9 @@ func (c *consumer) follow(ns string) {
 // applyKV applies a KV event batch of namespace ns from the stream, through
 // the departed-worker filter when there is one.
 func (c *consumer) applyKV(ns string, b *workerv1.KvEventBatch) {
+	if c.gaps != nil {
+		c.gaps.before(c.ctx, b)
+	}
 	if c.departed == nil {
 		c.core.ApplyEvents(b)
 		return

@@ -57,12 +57,18 @@ type follower struct {
 	filled, rebuilds atomic.Uint64
 }
 
-// FollowStats counts the work of the core and direct KV event planes.
+// FollowStats counts the work of filling gaps in KV events from the
+// workers: the core and direct KV event planes, and in jetstream mode the
+// gaps in what the stream delivers (gapFiller).
 type FollowStats struct {
 	// Filled counts events read from workers' rings to fill gaps.
 	Filled uint64
 	// Rebuilds counts workers' views rebuilt from their state.
 	Rebuilds uint64
+	// Unfilled counts events missing from the stream (jetstream mode) that
+	// could not be filled: the worker was unreachable or registered no
+	// worker API. The index went on past them.
+	Unfilled uint64
 }
 
 func (f *follower) stats() FollowStats {

@@ -2,14 +2,18 @@ package router_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -25,14 +29,10 @@ import (
 // from an empty index, replaying the stream, ends with the same index. The
 // long form (make test-long) kills the leader three times.
 func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
-	if testing.Short() {
-		// On a clean-clone CI run the router once applied 4,611 of 4,612
-		// published events (one gap) after a leader kill: a real loss, not
-		// understood yet (issue 15), so this runs in make test-long only
-		// until it is fixed, where it fails when it happens.
-		t.Skip("lost one event in 1 of about 8 runs; make test-long runs it")
-	}
 	kills := 3
+	if testing.Short() {
+		kills = 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills)*time.Minute+2*time.Minute)
 	defer cancel()
 	_, reg := registrytest.Start(t)
@@ -55,8 +55,7 @@ func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Shutdown(context.Background())
-	rpc, stopRouter := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
-	defer stopRouter()
+	svc, rpc := startRouterService(t, ctx, routertest.Config(reg.Addr, busAddr))
 	stats := func(rpc routerv1.RouterServiceClient) *routerv1.GetStatsResponse {
 		t.Helper()
 		st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
@@ -133,30 +132,90 @@ func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			t.Logf("the stream: %s", describeKVStream(ctx, t, busAddr, namespace, n))
 			t.Fatalf("after the faults the router applied %d of %d published events (%d lost): %v", st.EventsApplied, n, n-st.EventsApplied, st)
 		}
 	}
-	t.Logf("%d stream leader kill(s): %d KV events published, %d applied, %d duplicates dropped, %d gaps, %d index entries",
-		kills, n, st.EventsApplied, st.EventsDuplicate, st.EventsGap, st.IndexedEntries)
+	fs := svc.FollowStats()
+	t.Logf("%d stream leader kill(s): %d KV events published, %d applied, %d duplicates dropped, %d gaps; %d filled from the worker's ring, %d rebuilds; %d index entries",
+		kills, n, st.EventsApplied, st.EventsDuplicate, st.EventsGap, fs.Filled, fs.Rebuilds, st.IndexedEntries)
 	if st.EventsApplied != n || st.EventsGap != 0 || st.IndexedEntries != n {
+		t.Logf("the stream: %s", describeKVStream(ctx, t, busAddr, namespace, n))
 		t.Fatalf("published %d events; router applied %d with %d gaps and %d index entries, want %d, 0 and %d",
 			n, st.EventsApplied, st.EventsGap, st.IndexedEntries, n, n)
 	}
 
 	// A router that starts now replays the stream from the start.
-	fresh, stopFresh := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
-	defer stopFresh()
+	fresh, freshRPC := startRouterService(t, ctx, routertest.Config(reg.Addr, busAddr))
 	var replayed *routerv1.GetStatsResponse
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if replayed = stats(fresh); replayed.EventsApplied >= n {
+		if replayed = stats(freshRPC); replayed.EventsApplied >= n {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a fresh router replayed %d of %d events", replayed.EventsApplied, n)
 		}
 	}
+	t.Logf("a fresh router replayed the stream: %d applied, %d duplicates, %d filled from the worker's ring", replayed.EventsApplied, replayed.EventsDuplicate, fresh.FollowStats().Filled)
 	if replayed.IndexedEntries != st.IndexedEntries || replayed.IndexedBlocks != st.IndexedBlocks || replayed.EventsGap != 0 {
 		t.Fatalf("replayed index %d entries / %d blocks (%d gaps), live one %d / %d",
 			replayed.IndexedEntries, replayed.IndexedBlocks, replayed.EventsGap, st.IndexedEntries, st.IndexedBlocks)
 	}
+}
+
+// describeKVStream reads a namespace's whole stream and says where its KV
+// event ids 1..n are: missing, stored twice, or stored after a later id
+// (out of order), so that a failure tells a publish-side loss or reordering
+// from one in the router's consumer.
+func describeKVStream(ctx context.Context, t *testing.T, busAddr, namespace string, n uint64) string {
+	t.Helper()
+	bus := eventbustest.Client(t, busAddr)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sub, err := bus.Subscribe(sctx, &eventbusv1.SubscribeRequest{Namespace: namespace, FilterSubject: wire.KVEventsFilter(namespace),
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		return "not read: " + err.Error()
+	}
+	defer sub.Close()
+	seqOf := map[uint64][]uint64{} // event id -> stream sequences
+	var order []uint64             // event ids in stream order
+	for seen := 0; seen < int(n); {
+		ev, err := sub.Next(sctx)
+		if err != nil {
+			break
+		}
+		b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		if err != nil {
+			continue
+		}
+		for i := range b.GetEvents() {
+			id := b.GetFirstEventId() + uint64(i)
+			if len(seqOf[id]) == 0 {
+				seen++
+			}
+			seqOf[id] = append(seqOf[id], ev.GetStreamSequence())
+			order = append(order, id)
+		}
+	}
+	var missing, twice, late []string
+	for id := uint64(1); id <= n; id++ {
+		switch len(seqOf[id]) {
+		case 0:
+			missing = append(missing, fmt.Sprint(id))
+		case 1:
+		default:
+			twice = append(twice, fmt.Sprint(id, seqOf[id]))
+		}
+	}
+	var high uint64
+	for _, id := range order {
+		if id < high {
+			late = append(late, fmt.Sprintf("%d at seq %v after %d", id, seqOf[id], high))
+		}
+		high = max(high, id)
+	}
+	clip := func(s []string) []string { return s[:min(len(s), 20)] }
+	return fmt.Sprintf("%d entries; missing %d %v; stored twice %d %v; out of order %d %v",
+		len(order), len(missing), clip(missing), len(twice), clip(twice), len(late), clip(late))
 }

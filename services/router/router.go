@@ -27,6 +27,7 @@ import (
 type Service struct {
 	core   *core.Core
 	follow *follower
+	gaps   *gapFiller // jetstream mode
 	server *grpcserver.Server
 	reg    *discovery.Client
 	bus    *eventbus.Client
@@ -80,6 +81,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		u.Push(s.follow.close)
 		onInstances = s.follow.onInstances
 	}
+	if evMode == kvevents.JetStream && cfg.EventbusAddr != "" {
+		s.gaps = newGapFiller(dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log})
+		u.Push(s.gaps.close)
+		base := onInstances
+		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
+			s.gaps.onInstances(changes)
+			base(changes)
+		}
+	}
 	var cons *consumer
 	if cfg.EventbusAddr != "" {
 		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log, Token: auth})
@@ -123,6 +133,7 @@ func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode,
 	dc := s.core
 	cons := newConsumer(s.bus, dc, log, evMode == kvevents.JetStream)
 	cons.metrics = metrics
+	cons.gaps = s.gaps
 	if evMode == kvevents.Core {
 		cons.coreKV = s.follow
 	}
@@ -193,6 +204,9 @@ func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, instanc
 	if cons != nil {
 		cons.closeAll()
 	}
+	if s.gaps != nil {
+		s.gaps.close()
+	}
 	if s.bus != nil {
 		_ = s.bus.Close()
 	}
@@ -214,9 +228,14 @@ func (s *Service) Addr() net.Addr { return s.server.Addr() }
 // MetricsAddr is the bound /metrics address; nil when --metrics-addr is off.
 func (s *Service) MetricsAddr() net.Addr { return s.server.MetricsAddr() }
 
-// FollowStats counts gap fills and rebuilds in the core and direct KV
-// event modes; zero in the others.
-func (s *Service) FollowStats() FollowStats { return s.follow.stats() }
+// FollowStats counts gap fills and rebuilds from the workers: in the core
+// and direct KV event modes, and of gaps in the stream in jetstream mode.
+func (s *Service) FollowStats() FollowStats {
+	if s.gaps != nil {
+		return s.gaps.stats()
+	}
+	return s.follow.stats()
+}
 
 // Core is the router's state, for tests and in-process embedding.
 func (s *Service) Core() *core.Core { return s.core }
