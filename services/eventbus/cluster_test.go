@@ -88,8 +88,8 @@ func TestNATSClusterStreamLeaderKilled(t *testing.T) {
 		defer mu.Unlock()
 		return len(acked)
 	}
-	// Within 30s: a new stream leader is elected within about 10s, and a
-	// publish sent meanwhile is answered by the eventbus's 10s ack timeout.
+	// Within 30s: a new stream leader is elected within about 10s, and the
+	// eventbus publishes what is unanswered again every second (resendAfter).
 	waitAcked := func(more int) {
 		t.Helper()
 		want := ackedNow() + more

@@ -27,6 +27,23 @@ const (
 	pubAckTimeout  = 10 * time.Second
 )
 
+// resendAfter is how long an event of a replicated stream waits for its
+// acknowledgement before it is published again, with the same msg id and
+// reply subject, and again at this interval until pubAckTimeout. When a
+// stream leader dies, the events in flight to it are lost and nothing
+// answers them; the stream answers "no responders" while it has no leader.
+// Waiting out pubAckTimeout instead cost every leader kill about 10 s of
+// publishing (elections take a few seconds). JetStream's deduplication keeps
+// a resent event from being stored twice: an event already stored is
+// answered as a duplicate with its sequence, one still being stored ("msg
+// id in process", error 10158) is answered when it is stored. Events
+// without a msg id are never resent.
+const resendAfter = time.Second
+
+// errCodeMsgIDInProcess is JetStream's answer to an event whose msg id is
+// being stored from an earlier publish (JSStreamDuplicateMessageConflict).
+const errCodeMsgIDInProcess = 10158
+
 // publisher publishes batches of events to JetStream and matches their
 // acknowledgements, with the work per batch rather than per event that
 // jetstream.PublishMsgAsync does.
@@ -47,6 +64,7 @@ type publisher struct {
 	room   *semaphore.Weighted // events that may be pending
 	limit  int64               // room's size
 	wait   time.Duration       // for a batch's acknowledgements
+	resend time.Duration       // resendAfter; 0: never
 
 	mu      sync.Mutex
 	nextKey uint64
@@ -65,15 +83,20 @@ type pubBatch struct {
 	deadline time.Time
 	err      error // the whole batch failed
 	done     chan struct{}
+	// resendable tells that some events may be published again (see
+	// resendAfter); noStream that one was answered "no responders".
+	// Under publisher.mu.
+	resendable, noStream bool
 }
 
 // ackGroup is the events of a batch that share a reply subject (those of one
 // namespace, in the order they were published), or a single event.
 type ackGroup struct {
-	batch  *pubBatch
-	key    uint64
-	events []int // indexes in the batch
-	next   int   // answers received; under publisher.mu
+	batch   *pubBatch
+	key     uint64
+	events  []int // indexes in the batch
+	next    int   // answers received; under publisher.mu
+	ordered bool  // the events of one single-replica stream
 }
 
 // pubAck is JetStream's answer for one event.
@@ -88,7 +111,7 @@ type pubAck struct {
 func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publisher, error) {
 	p := &publisher{
 		nc: nc, prefix: nc.NewRespInbox() + ".", room: semaphore.NewWeighted(maxPending), limit: maxPending, wait: timeout,
-		pending: map[uint64]*ackGroup{},
+		pending: map[uint64]*ackGroup{}, resend: resendAfter,
 	}
 	sub, err := nc.Subscribe(p.prefix+"*", p.handleAck)
 	if err != nil {
@@ -128,7 +151,7 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 		if _, seen := group[ns]; !seen {
 			group[ns] = nil
 			if ordered(ns) {
-				group[ns] = &ackGroup{batch: b}
+				group[ns] = &ackGroup{batch: b, ordered: true}
 			}
 		}
 	}
@@ -137,6 +160,7 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 		g := group[ns]
 		if g == nil {
 			g = &ackGroup{batch: b}
+			b.resendable = b.resendable || events[i].GetMsgId() != ""
 		}
 		if g.key == 0 {
 			p.nextKey++
@@ -192,21 +216,80 @@ func fillMsg(m *nats.Msg, ev *eventbusv1.Event, reply string, id *[1]string) {
 // await waits for a batch's acknowledgements, until ctx ends or the batch's
 // deadline passes, and returns them; each may hold JetStream's refusal of
 // its event.
+//
+// Meanwhile it publishes again, every resendAfter, the events of replicated
+// streams that have a msg id and no answer yet (see resendAfter).
 func (p *publisher) await(ctx context.Context, b *pubBatch) ([]pubAck, error) {
 	t := time.NewTimer(time.Until(b.deadline))
 	defer t.Stop()
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		p.settle(b, ctx.Err())
-	case <-t.C:
-		p.settle(b, fmt.Errorf("%w: JetStream did not acknowledge the batch within %s", ErrUnavailable, p.wait))
+	var tick <-chan time.Time
+	p.mu.Lock()
+	resendable := b.resendable && p.resend > 0
+	p.mu.Unlock()
+	if resendable {
+		tk := time.NewTicker(p.resend)
+		defer tk.Stop()
+		tick = tk.C
 	}
-	<-b.done
+wait:
+	for {
+		select {
+		case <-b.done:
+			break wait
+		case <-ctx.Done():
+			p.settle(b, ctx.Err())
+		case <-t.C:
+			p.mu.Lock()
+			noStream := b.noStream
+			p.mu.Unlock()
+			err := fmt.Errorf("%w: JetStream did not acknowledge the batch within %s", ErrUnavailable, p.wait)
+			if noStream {
+				// Answered "no responders" throughout: the stream may be gone
+				// (waitBatch forgets it, so that it is created again).
+				err = fmt.Errorf("%w: JetStream did not acknowledge the batch within %s: %w", ErrUnavailable, p.wait, jetstream.ErrNoStreamResponse)
+			}
+			p.settle(b, err)
+		case <-tick:
+			p.resendUnanswered(b)
+		}
+	}
 	if b.err != nil {
 		return nil, b.err
 	}
 	return b.acks, nil
+}
+
+// resendUnanswered publishes again the events of b that are alone in their
+// group (a replicated stream's), have a msg id and no answer yet, with the
+// same reply subject: the first answer counts, later ones are ignored.
+func (p *publisher) resendUnanswered(b *pubBatch) {
+	type resend struct {
+		ev    *eventbusv1.Event
+		reply string
+	}
+	var out []resend
+	p.mu.Lock()
+	if !b.ended {
+		for _, g := range b.groups {
+			if g.ordered || g.next > 0 || len(g.events) != 1 {
+				continue
+			}
+			if ev := b.events[g.events[0]]; ev.GetMsgId() != "" {
+				out = append(out, resend{ev, p.prefix + strconv.FormatUint(g.key, 36)})
+			}
+		}
+	}
+	p.mu.Unlock()
+	m := &nats.Msg{Header: nats.Header{}}
+	var id [1]string
+	for _, r := range out {
+		fillMsg(m, r.ev, r.reply, &id)
+		if err := p.nc.PublishMsg(m); err != nil {
+			// Reconnecting, with a full buffer: the next tick tries again,
+			// the deadline gives up.
+			return
+		}
+	}
 }
 
 // settle ends a batch that is still pending with err; it does nothing to a
@@ -272,6 +355,21 @@ func (p *publisher) handleAck(m *nats.Msg) {
 		return
 	}
 	b := g.batch
+	if !g.ordered && b.resendable {
+		// A replicated stream's event that may be resent: "no responders"
+		// (no leader right now) and "msg id in process" (an earlier copy is
+		// being stored and will be answered) are not its outcome.
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.Is(aerr, jetstream.ErrNoStreamResponse) && b.events[g.events[g.next]].GetMsgId() != "":
+			b.noStream = true
+			p.mu.Unlock()
+			return
+		case errors.As(aerr, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess:
+			p.mu.Unlock()
+			return
+		}
+	}
 	b.acks[g.events[g.next]] = pubAck{seq: seq, dup: dup, err: aerr}
 	g.next++
 	b.left--

@@ -331,3 +331,69 @@ func TestDecodeAck(t *testing.T) {
 		})
 	}
 }
+
+// TestPublisherResendsUnansweredEvents publishes events of a replicated
+// stream's kind (each with its own reply subject) while no stream captures
+// their subject, as on a cluster whose stream leader just died: NATS answers
+// "no responders". The publisher publishes them again every resendAfter, so
+// they are stored as soon as a stream is there (a new leader), once each,
+// well before the batch's acknowledgement timeout. Events without a msg id
+// are not resent: that batch fails at its timeout.
+func TestPublisherResendsUnansweredEvents(t *testing.T) {
+	nc := connectEmbedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPublisher(t, nc, 1024, 30*time.Second)
+	p.resend = 50 * time.Millisecond
+	withIDs := events("unordered.a.b", "r1", "r2", "r3")
+	b, err := publishTo(ctx, p, withIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noIDs := events("unordered.a.b", "", "")
+	nb, err := publishTo(ctx, p, noIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let a few resends be answered "no responders", then the stream comes.
+	time.Sleep(3 * p.resend)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "UNORDERED", Subjects: []string{"unordered.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	acks, err := p.await(ctx, b)
+	if err != nil {
+		t.Fatalf("batch with msg ids: %v", err)
+	}
+	t.Logf("stored %s after the stream appeared", time.Since(start).Round(time.Millisecond))
+	for i, a := range acks {
+		if a.err != nil || a.seq == 0 {
+			t.Errorf("event %d: %+v", i, a)
+		}
+	}
+	st, err := js.Stream(ctx, "UNORDERED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(withIDs)) {
+		t.Errorf("stream holds %d events, want %d (each resent event once)", info.State.Msgs, len(withIDs))
+	}
+	// The batch without msg ids kept its "no responders": not resent.
+	nacks, err := p.await(ctx, nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range nacks {
+		if !errors.Is(a.err, jetstream.ErrNoStreamResponse) {
+			t.Errorf("event %d without a msg id: %+v, want no responders", i, a)
+		}
+	}
+}

@@ -46,6 +46,11 @@ type bus struct {
 	// updated, so that only the first publish pays for it; the value is the
 	// stream's replica count (an int).
 	streams sync.Map
+
+	// subLost is closed (and replaced) each time subNC is re-established:
+	// what JetStream had sent on the lost connection never arrived.
+	subMu   sync.Mutex
+	subLost chan struct{}
 }
 
 func newBus(nc, subNC *nats.Conn, cfg Config, log *slog.Logger) (*bus, error) {
@@ -70,10 +75,34 @@ func newBus(nc, subNC *nats.Conn, cfg Config, log *slog.Logger) (*bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log,
+	b := &bus{nc: nc, js: js, pub: pub, subNC: subNC, subJS: subJS, log: log,
 		maxAge: cfg.StreamMaxAge, dedup: cfg.dedupWindow(), linger: cfg.deliverLinger(), replicas: max(cfg.StreamReplicas, 1),
-	}, nil
+		subLost: make(chan struct{}),
+	}
+	subReconnected := subNC.Opts.ReconnectedCB
+	subNC.SetReconnectHandler(func(nc *nats.Conn) {
+		if subReconnected != nil {
+			subReconnected(nc)
+		}
+		b.subMu.Lock()
+		close(b.subLost)
+		b.subLost = make(chan struct{})
+		b.subMu.Unlock()
+	})
+	return b, nil
 }
+
+// subConnLost is closed once the consuming connection has been lost and
+// re-established after this call.
+func (b *bus) subConnLost() <-chan struct{} {
+	b.subMu.Lock()
+	defer b.subMu.Unlock()
+	return b.subLost
+}
+
+// errDeliveriesLost ends an ephemeral auto-ack subscription whose consumer
+// delivered events that never reached this process.
+var errDeliveriesLost = errors.New("events the consumer delivered did not arrive")
 
 // StreamName is the JetStream stream that holds a namespace's events.
 func StreamName(namespace string) string { return "EVENTS_" + namespace }
@@ -115,7 +144,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 	ctx, cancel := apiContext(ctx)
 	defer cancel()
 	name := StreamName(ns)
-	st, err := b.js.Stream(ctx, name)
+	st, err := b.lookupStream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        name,
@@ -129,7 +158,7 @@ func (b *bus) ensureStream(ctx context.Context, ns string) error {
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Another eventbus created it first.
-			st, err = b.js.Stream(ctx, name)
+			st, err = b.lookupStream(ctx, name)
 		}
 	}
 	if err != nil {
@@ -198,6 +227,11 @@ func (b *bus) streamReplicas(ns string) int {
 func (b *bus) waitBatch(ctx context.Context, pb *pubBatch) ([]pubAck, error) {
 	acks, err := b.pub.await(ctx, pb)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			for _, ev := range pb.events {
+				b.streams.Delete(namespaceOf(ev.GetSubject()))
+			}
+		}
 		return nil, err
 	}
 	for i, a := range acks {
@@ -280,6 +314,29 @@ const pullExpiry = 10 * time.Second
 // killed), instead of failing Unavailable so that the client retries.
 const apiTimeout = 5 * time.Second
 
+// lookupAttempt bounds one stream info request of lookupStream.
+const lookupAttempt = time.Second
+
+// lookupStream gets a stream's info, asking again every lookupAttempt while
+// nothing answers, until ctx ends. A replicated stream without a leader
+// does not answer, and a request sent then is never answered, even once a
+// leader is elected a moment later: one attempt for the whole apiTimeout
+// cost up to 5 s after every election (seen twice in a row after a leader
+// kill, 10 s of publishing).
+func (b *bus) lookupStream(ctx context.Context, name string) (jetstream.Stream, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, lookupAttempt)
+		st, err := b.js.Stream(actx, name)
+		cancel()
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return st, err
+		}
+	}
+}
+
 // apiContext is ctx bounded by apiTimeout.
 func apiContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, apiTimeout)
@@ -337,7 +394,24 @@ func (b *bus) ensureStreamFor(ctx context.Context, s subscription) error {
 // called once the consumer receives. Events taken from NATS but not sent are
 // handed back (NAK) so that they are delivered again at once rather than
 // after ack wait.
+//
+// An auto-ack consumer (AckNone) never delivers an event twice, so an event
+// JetStream sent toward this process that never arrived is gone for it:
+// lost with the NATS server the consuming connection was on (SIGKILLed, with
+// the consumer's messages in its buffers), or dropped by nats.go as a slow
+// consumer. nats.go then reconnects and pulls again from the same consumer,
+// which carries on after what was lost (seen on a 3-node cluster: the router
+// missed one KV event of 4,664 after the member the eventbus was connected
+// to was killed). Two signs show it: the connection was re-established, and
+// the consumer sequence, which counts every delivery, jumps. An ephemeral
+// auto-ack subscription then ends with UNAVAILABLE, and the client
+// subscribes again after the last event it received (a new consumer
+// delivers the lost ones); a durable one cannot go back and logs the loss.
 func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan struct{}, ready func(consumer string) error, send func(consumer string, evs []*eventbusv1.DeliveredEvent) error) (err error) {
+	var connLost <-chan struct{} // nil: not watched
+	if s.autoAck && s.durable == "" {
+		connLost = b.subConnLost()
+	}
 	cons, err := b.consumer(ctx, s)
 	if err != nil {
 		return err
@@ -360,7 +434,33 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 			_ = m.Nak()
 		}
 	}
+	var (
+		lastDelivery uint64 // the highest consumer sequence received (auto-ack)
+		skipped      bool   // a jump was seen: nothing more is handed on
+	)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if s.autoAck {
+			// Only this callback (nats.go's delivery goroutine) reads and
+			// writes lastDelivery and skipped.
+			if skipped {
+				return
+			}
+			if md, ok := parseAckSubject(m.Reply()); ok {
+				if lastDelivery != 0 && md.consumerSeq > lastDelivery+1 {
+					lost := fmt.Errorf("%w: deliveries %d..%d of consumer %s", errDeliveriesLost, lastDelivery+1, md.consumerSeq-1, name)
+					if s.durable == "" {
+						skipped = true
+						select {
+						case fatal <- lost:
+						default:
+						}
+						return
+					}
+					b.log.Warn("a durable auto-ack consumer delivered events that did not arrive; they are lost to it", "err", lost.Error())
+				}
+				lastDelivery = max(lastDelivery, md.consumerSeq)
+			}
+		}
 		select {
 		case <-done:
 			handBack(m)
@@ -426,8 +526,15 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 			case <-stopping:
 				return fmt.Errorf("%w: eventbus is shutting down; resubscribe to another", ErrUnavailable)
 			case err := <-fatal:
+				if errors.Is(err, errDeliveriesLost) {
+					b.log.Info("ending an auto-ack subscription that lost events in flight; the client resubscribes after the last one it received", "err", err.Error())
+					return fmt.Errorf("%w: %w; subscribe again after the last event received", ErrUnavailable, err)
+				}
 				b.streams.Delete(s.namespace)
 				return natsErr("consumer "+name, err)
+			case <-connLost:
+				b.log.Info("ending an auto-ack subscription: its NATS connection was re-established, and events in flight on it may be lost", "consumer", name)
+				return fmt.Errorf("%w: the eventbus's NATS connection was re-established and events in flight on it may be lost; subscribe again after the last event received", ErrUnavailable)
 			case carry = <-msgs:
 			}
 		}
