@@ -2,11 +2,13 @@ package eventbus
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +68,11 @@ type publisher struct {
 	wait   time.Duration       // for a batch's acknowledgements
 	resend time.Duration       // resendAfter; 0: never
 
-	mu      sync.Mutex
-	nextKey uint64
-	pending map[uint64]*ackGroup // by reply subject key
+	mu         sync.Mutex
+	nextKey    uint64
+	nextBatch  uint64
+	pending    map[uint64]*ackGroup // by reply subject key
+	lastResend time.Time
 }
 
 // pubBatch is a published batch waiting for its acknowledgements. Its fields
@@ -87,6 +91,8 @@ type pubBatch struct {
 	// resendAfter); noStream that one was answered "no responders".
 	// Under publisher.mu.
 	resendable, noStream bool
+	seq                  uint64    // publishing order; under publisher.mu
+	sent                 time.Time // when it was published
 }
 
 // ackGroup is the events of a batch that share a reply subject (those of one
@@ -142,7 +148,8 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 	if err := p.room.Acquire(ctx, b.weight); err != nil {
 		return nil, err
 	}
-	b.deadline = time.Now().Add(p.wait)
+	b.sent = time.Now()
+	b.deadline = b.sent.Add(p.wait)
 	// Group the events by namespace (a batch usually has one), with a group
 	// per event where answers may come out of order.
 	replies := make([]string, len(events))
@@ -156,6 +163,8 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 		}
 	}
 	p.mu.Lock()
+	p.nextBatch++
+	b.seq = p.nextBatch
 	for i, ns := range nss {
 		g := group[ns]
 		if g == nil {
@@ -250,7 +259,7 @@ wait:
 			}
 			p.settle(b, err)
 		case <-tick:
-			p.resendUnanswered(b)
+			p.resendUnanswered()
 		}
 	}
 	if b.err != nil {
@@ -259,27 +268,45 @@ wait:
 	return b.acks, nil
 }
 
-// resendUnanswered publishes again the events of b that are alone in their
-// group (a replicated stream's), have a msg id and no answer yet, with the
-// same reply subject: the first answer counts, later ones are ignored.
-func (p *publisher) resendUnanswered(b *pubBatch) {
+// resendUnanswered publishes again, in the order they were first
+// published, the events pending for at least resendAfter that are alone in
+// their group (a replicated stream's), have a msg id and no answer yet, with
+// the same reply subject: the first answer counts, later ones are ignored.
+// Every pending batch is resent, not only the one being awaited: a batch
+// resent later than the next ones, once a new leader is there, would be
+// stored after them (its events out of order in the stream). Any awaiting
+// handler's tick does it, at most once per half resendAfter.
+func (p *publisher) resendUnanswered() {
 	type resend struct {
 		ev    *eventbusv1.Event
 		reply string
+		batch uint64
+		index int
 	}
 	var out []resend
+	now := time.Now()
 	p.mu.Lock()
-	if !b.ended {
-		for _, g := range b.groups {
-			if g.ordered || g.next > 0 || len(g.events) != 1 {
-				continue
-			}
-			if ev := b.events[g.events[0]]; ev.GetMsgId() != "" {
-				out = append(out, resend{ev, p.prefix + strconv.FormatUint(g.key, 36)})
-			}
+	if now.Sub(p.lastResend) < p.resend/2 {
+		p.mu.Unlock()
+		return
+	}
+	p.lastResend = now
+	for key, g := range p.pending {
+		b := g.batch
+		if b.ended || !b.resendable || g.ordered || g.next > 0 || len(g.events) != 1 || now.Sub(b.sent) < p.resend {
+			continue
+		}
+		if ev := b.events[g.events[0]]; ev.GetMsgId() != "" {
+			out = append(out, resend{ev, p.prefix + strconv.FormatUint(key, 36), b.seq, g.events[0]})
 		}
 	}
 	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b resend) int {
+		if c := cmp.Compare(a.batch, b.batch); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.index, b.index)
+	})
 	m := &nats.Msg{Header: nats.Header{}}
 	var id [1]string
 	for _, r := range out {

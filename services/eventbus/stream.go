@@ -298,11 +298,16 @@ func consumerConfig(s subscription, replicas int) jetstream.ConsumerConfig {
 }
 
 // pullExpiry is how long one pull request of a subscription's consumer
-// waits; JetStream sends idle heartbeats at half of it, and nats.go reports a
-// missed heartbeat after two intervals, so a consumer that died with its
-// server is noticed within about this long (nats.go's default of 30s left a
-// subscription silent for that long).
-const pullExpiry = 10 * time.Second
+// waits, and pullHeartbeat how often JetStream sends an idle heartbeat
+// meanwhile; nats.go reports a missed heartbeat after two intervals, so a
+// consumer that died with its server (or whose leader did) is noticed within
+// about 4 s. (nats.go's defaults, 30 s and half of it, left a subscription
+// silent for 30 s; a heartbeat at half of pullExpiry for 10 s, and the
+// router's events stalled that long after every stream leader kill.)
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = 2 * time.Second
+)
 
 // apiTimeout bounds one JetStream API exchange (stream and consumer info,
 // create, update), like nats.go's own default for a context without a
@@ -472,7 +477,7 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 		case <-done:
 			handBack(m)
 		}
-	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(8*deliverBatch), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// A missed heartbeat ends the subscription too: the consumer may be
 		// gone with a dead member (or its leader may be), and nats.go would
 		// pull from it again and again without a word. The client
