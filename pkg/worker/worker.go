@@ -128,6 +128,18 @@ type Config struct {
 	// API is the WorkerService gRPC server; an empty GRPCAddr listens on
 	// the request plane's host (DYN_TCP_RPC_HOST) on a free port.
 	API grpcserver.Config
+	// KVPublishBuffer is how many KV event batches may wait to be
+	// published (jetstream and core modes) while the eventbus or NATS is
+	// away or slower than the engine; 0 is DefaultKVPublishBuffer. The
+	// worker never gives a batch up because it waits: it is published once
+	// the eventbus is back, however long that takes. A batch that finds the
+	// buffer full is not published (it stays in the local indexer, whose
+	// ring and state the worker serves), and PublishKVEvents does not block
+	// the engine: a router sees the gap in the event ids at the next event
+	// it receives and fills it from the ring (GetKvEvents), or rebuilds the
+	// worker's blocks from its state (GetKvState) when the ring no longer
+	// holds them. See KVEventsDropped.
+	KVPublishBuffer int
 	// DropKVEvent, when set, is asked for each batch about to be published
 	// to the eventbus and drops it when it answers true: a test hook that
 	// loses events on the way (the local indexer still has them).
@@ -135,6 +147,17 @@ type Config struct {
 	// Log receives the worker's logs; nil discards them.
 	Log *slog.Logger
 }
+
+// DefaultKVPublishBuffer is the default Config.KVPublishBuffer: 4,096
+// batches, besides the 16 eventbus batches in flight (of up to 256 KV
+// batches each). A busy engine emits about 1,500 KV events a second, one
+// batch each at most, so the buffer covers about 3 s of an eventbus outage
+// at that rate; the ring (DefaultKVEventsRing) covers the rest for routers.
+const DefaultKVPublishBuffer = 4096
+
+// kvFlushTimeout bounds how long Shutdown waits for queued KV events to be
+// published; what is left is not published (the instance deregisters).
+const kvFlushTimeout = 5 * time.Second
 
 // Handler serves one generate request, sending responses in order until it
 // returns. Its context ends when the caller goes away.
@@ -164,10 +187,21 @@ type Worker struct {
 	// publishing, so that batches are published in event id order.
 	kvMu     sync.Mutex
 	kvClosed bool
-	kvIndex  *KVIndex
-	// kvQueued, kvPublished and kvLost count KV events (not batches)
-	// queued for publishing, acknowledged by the eventbus, and given up on.
-	kvQueued, kvPublished, kvLost atomic.Uint64
+	// kvBacklog is, per dp rank, the first event id waiting in the ring
+	// because the buffer was full (see backfill); under kvMu. kvWake
+	// tells the publisher that a backlog began.
+	kvBacklog map[uint32]uint64
+	kvWake    chan struct{}
+	kvIndex   *KVIndex
+	// kvCtx ends the publisher's waits at shutdown, after kvFlushTimeout.
+	kvCtx    context.Context
+	kvCancel context.CancelFunc
+	// kvQueued, kvPublished, kvLost and kvDropped count KV events (not
+	// batches) queued for publishing (from the ring too), acknowledged by
+	// the eventbus, failed for good (refused, not encodable, or still
+	// unpublished at shutdown), and left in the ring because the buffer
+	// was full.
+	kvQueued, kvPublished, kvLost, kvDropped atomic.Uint64
 
 	api      *grpcserver.Server
 	apiDone  chan error
@@ -195,6 +229,9 @@ func (c *Config) defaults() {
 	if c.KVEventsMode == "" {
 		c.KVEventsMode = kvevents.JetStream
 	}
+	if c.KVPublishBuffer <= 0 {
+		c.KVPublishBuffer = DefaultKVPublishBuffer
+	}
 }
 
 // Start serves generate on the request plane, uploads the tokenizer files,
@@ -218,9 +255,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	if _, err := kvevents.Parse(string(cfg.KVEventsMode)); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, 4096), kvDone: make(chan struct{}), kvIndex: NewKVIndex(cfg.KVEventsRing),
+	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, cfg.KVPublishBuffer), kvDone: make(chan struct{}), kvIndex: NewKVIndex(cfg.KVEventsRing),
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
-	var undo []func()
+	w.kvCtx, w.kvCancel = context.WithCancel(context.Background())
+	w.kvBacklog, w.kvWake = map[uint32]uint64{}, make(chan struct{}, 1)
+	undo := []func(){w.kvCancel}
 	defer func() {
 		if err != nil {
 			for i := len(undo) - 1; i >= 0; i-- {
@@ -469,13 +508,21 @@ func (w *Worker) Registrations() uint64 { return w.registrations.Load() }
 
 // KVEventCounts returns how many KV events (events, not batches) the worker
 // queued for publishing, how many of them the eventbus has acknowledged, and
-// how many it gave up on: not acknowledged within a minute of retrying
-// through eventbus and NATS failovers, or not encodable. The rest are still
-// on their way; those a Config.DropKVEvent hook dropped count as published.
-// A fault test compares published with what a router applied.
+// how many failed for good: refused by the eventbus (too large), not
+// encodable, or still unpublished when the worker shut down. The rest are
+// still on their way: the worker retries through eventbus and NATS outages
+// for as long as it runs. Those a Config.DropKVEvent hook dropped count as
+// published. A fault test compares published with what a router applied.
 func (w *Worker) KVEventCounts() (queued, published, lost uint64) {
 	return w.kvQueued.Load(), w.kvPublished.Load(), w.kvLost.Load()
 }
+
+// KVEventsDropped is how many KV events found the publish buffer
+// (Config.KVPublishBuffer) full and waited in the local ring instead; they
+// are published from it once the buffer drains (and count in queued then),
+// unless the ring no longer holds them, when routers rebuild from the
+// worker's state.
+func (w *Worker) KVEventsDropped() uint64 { return w.kvDropped.Load() }
 
 // Session is the registry session of the current registration; its Expired
 // and Done report a keep-alive that cannot reach the registry and a lost lease
@@ -488,8 +535,10 @@ func (w *Worker) Session() *discovery.Session {
 
 // PublishKVEvents applies a batch of KV events to the local indexer (which
 // numbers it when FirstEventId is 0) and, in the jetstream and core modes,
-// queues it for publishing, in order. It blocks when thousands of batches
-// wait (back-pressure on the engine). Calls are serialized.
+// queues it for publishing, in order. It does not block on the eventbus:
+// when Config.KVPublishBuffer batches already wait, the batch is not
+// published and routers fill the gap from the local indexer. Calls are
+// serialized.
 func (w *Worker) PublishKVEvents(b *workerv1.KvEventBatch) {
 	if b == nil || len(b.Events) == 0 {
 		return
@@ -511,11 +560,71 @@ func (w *Worker) queue(b *workerv1.KvEventBatch) {
 	if w.kvClosed {
 		return
 	}
+	if len(w.kvBacklog) > 0 {
+		// Events wait in the ring: this one joins them, so that a rank's
+		// events are published in id order.
+		w.deferToRing(b)
+		return
+	}
 	select {
 	case w.kv <- b:
 		w.kvQueued.Add(uint64(len(b.Events)))
 	case <-w.kvDone:
+	default:
+		w.log.Warn("KV event publish buffer full (the eventbus is away or slow): events wait in the local ring and are published from it once the buffer drains",
+			"buffer_batches", cap(w.kv), "first_event_id", b.FirstEventId, "dp_rank", b.DpRank)
+		w.deferToRing(b)
+		select {
+		case w.kvWake <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// deferToRing leaves a batch in the local ring, to be published from it by
+// backfill; kvMu is held.
+func (w *Worker) deferToRing(b *workerv1.KvEventBatch) {
+	w.kvDropped.Add(uint64(len(b.Events)))
+	if _, ok := w.kvBacklog[b.DpRank]; !ok {
+		w.kvBacklog[b.DpRank] = b.FirstEventId
+	}
+}
+
+// backfill publishes the events that found the buffer full from the local
+// ring, in id order per rank, until it has caught up with the ring's newest
+// event; from then on events are queued again. A rank whose ring no longer
+// holds the first event waiting (a long outage of a busy engine) is left
+// with the gap: a router that sees it fills what the ring still has, or
+// rebuilds the worker's blocks from its state. It runs on the publishing
+// goroutine and returns batches to publish, at most max events each call.
+func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	var out []*workerv1.KvEventBatch
+	for rank, from := range w.kvBacklog {
+		b, last, err := w.kvIndex.Events(rank, from, max)
+		if err != nil {
+			w.log.Warn("KV events waiting to be published are no longer in the local ring; routers rebuild this worker's blocks from its state",
+				"dp_rank", rank, "from_event_id", from, "err", err.Error())
+			delete(w.kvBacklog, rank)
+			continue
+		}
+		next := from + uint64(len(b.Events))
+		if next > last {
+			delete(w.kvBacklog, rank) // caught up: new events are queued
+		} else {
+			w.kvBacklog[rank] = next
+		}
+		if len(b.Events) > 0 {
+			b.InstanceId = w.InstanceID()
+			w.kvQueued.Add(uint64(len(b.Events)))
+			out = append(out, b)
+		}
+		if len(w.kvBacklog) == 0 {
+			w.log.Info("KV events waiting in the local ring caught up; queueing again", "dp_rank", rank, "last_event_id", last)
+		}
+	}
+	return out
 }
 
 // SetLoad sets the function whose result is published every LoadInterval.
@@ -542,14 +651,15 @@ func (w *Worker) publishKV() {
 	go func() {
 		defer close(acked)
 		for sb := range acks {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if _, err := sb.b.Wait(ctx); err != nil {
+			// No deadline: the publisher sends the batch again through
+			// every eventbus and NATS outage; only a refusal for good or
+			// the shutdown (kvCtx) ends the wait without it.
+			if _, err := sb.b.Wait(w.kvCtx); err != nil {
 				w.kvLost.Add(sb.n)
 				w.log.Error("KV events not published", "err", err.Error())
 			} else {
 				w.kvPublished.Add(sb.n)
 			}
-			cancel()
 		}
 	}()
 	defer func() {
@@ -557,8 +667,23 @@ func (w *Worker) publishKV() {
 		<-acked
 	}()
 	subject := wire.KVEventsSubject(w.cfg.Namespace, w.cfg.Component)
-	for b := range w.kv {
-		batch := []*workerv1.KvEventBatch{b}
+	for {
+		var batch []*workerv1.KvEventBatch
+		if len(w.kv) == 0 {
+			// The buffer drained: publish what waits in the ring first.
+			batch = w.backfill(256)
+		}
+		if len(batch) == 0 {
+			select {
+			case b, ok := <-w.kv:
+				if !ok {
+					return
+				}
+				batch = append(batch, b)
+			case <-w.kvWake:
+				continue
+			}
+		}
 	more:
 		for len(batch) < 256 {
 			select {
@@ -591,9 +716,9 @@ func (w *Worker) publishKV() {
 		if len(events) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		sent, err := pub.Send(ctx, events)
-		cancel()
+		// Send waits while 16 batches are unacknowledged: the buffer
+		// (w.kv) fills meanwhile, and beyond it events wait in the ring.
+		sent, err := pub.Send(w.kvCtx, events)
 		if err != nil {
 			w.kvLost.Add(n)
 			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
@@ -695,6 +820,12 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		close(w.kv)
 		w.kvClosed = true
 		w.kvMu.Unlock()
+		select {
+		case <-w.kvDone:
+		case <-time.After(kvFlushTimeout):
+		case <-ctx.Done():
+		}
+		w.kvCancel() // what is left is not published
 		<-w.kvDone
 		w.stopAPI()
 		if err := <-w.apiDone; err != nil {
