@@ -73,6 +73,9 @@ type publisher struct {
 	nextBatch  uint64
 	pending    map[uint64]*ackGroup // by reply subject key
 	lastResend time.Time
+	// order holds the resendable batches in publishing order, ended ones
+	// dropped from its head lazily: its head is the oldest pending one.
+	order []*pubBatch
 }
 
 // pubBatch is a published batch waiting for its acknowledgements. Its fields
@@ -163,6 +166,14 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 		}
 	}
 	p.mu.Lock()
+	// An event published after an earlier one that has waited for its
+	// answer for a while (lost with a dead stream leader, perhaps) would be
+	// stored before it once a new leader is there: publish the earlier ones
+	// again first, so that the stream keeps the publishing order.
+	resendFirst := false
+	if oldest := p.oldestPendingLocked(); !oldest.IsZero() && b.sent.Sub(oldest) >= resendBefore {
+		resendFirst = true
+	}
 	p.nextBatch++
 	b.seq = p.nextBatch
 	for i, ns := range nss {
@@ -179,10 +190,16 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 		}
 		g.events = append(g.events, i)
 	}
+	if b.resendable {
+		p.order = append(p.order, b)
+	}
 	p.mu.Unlock()
 	if len(events) == 0 {
 		p.settle(b, nil)
 		return b, nil
+	}
+	if resendFirst {
+		p.resendPending(b.seq, true)
 	}
 	for _, g := range b.groups {
 		reply := p.prefix + strconv.FormatUint(g.key, 36)
@@ -259,7 +276,7 @@ wait:
 			}
 			p.settle(b, err)
 		case <-tick:
-			p.resendUnanswered()
+			p.resendPending(0, false)
 		}
 	}
 	if b.err != nil {
@@ -268,15 +285,34 @@ wait:
 	return b.acks, nil
 }
 
-// resendUnanswered publishes again, in the order they were first
-// published, the events pending for at least resendAfter that are alone in
-// their group (a replicated stream's), have a msg id and no answer yet, with
-// the same reply subject: the first answer counts, later ones are ignored.
-// Every pending batch is resent, not only the one being awaited: a batch
-// resent later than the next ones, once a new leader is there, would be
-// stored after them (its events out of order in the stream). Any awaiting
-// handler's tick does it, at most once per half resendAfter.
-func (p *publisher) resendUnanswered() {
+// resendBefore is how long the oldest pending event of a replicated stream
+// may have waited for its answer before a new batch is published without
+// publishing it again first (see publish).
+const resendBefore = 250 * time.Millisecond
+
+// oldestPendingLocked is when the oldest pending resendable batch was
+// published; zero when there is none. p.mu is held.
+func (p *publisher) oldestPendingLocked() time.Time {
+	for len(p.order) > 0 && p.order[0].ended {
+		p.order[0] = nil
+		p.order = p.order[1:]
+	}
+	if len(p.order) == 0 {
+		return time.Time{}
+	}
+	return p.order[0].sent
+}
+
+// resendPending publishes again, in the order they were first published,
+// the events pending for at least resendAfter (with before, those of the
+// batches published before batch seq before, however recent) that are alone
+// in their group (a replicated stream's), have a msg id and no answer yet,
+// with the same reply subject: the first answer counts, later ones are
+// ignored. Every pending batch is resent, not only the one being awaited: a
+// batch resent later than the next ones, once a new leader is there, would
+// be stored after them (its events out of order in the stream). An awaiting
+// handler's tick does it at most once per half resendAfter.
+func (p *publisher) resendPending(before uint64, force bool) {
 	type resend struct {
 		ev    *eventbusv1.Event
 		reply string
@@ -286,14 +322,19 @@ func (p *publisher) resendUnanswered() {
 	var out []resend
 	now := time.Now()
 	p.mu.Lock()
-	if now.Sub(p.lastResend) < p.resend/2 {
-		p.mu.Unlock()
-		return
+	if !force {
+		if now.Sub(p.lastResend) < p.resend/2 {
+			p.mu.Unlock()
+			return
+		}
+		p.lastResend = now
 	}
-	p.lastResend = now
 	for key, g := range p.pending {
 		b := g.batch
-		if b.ended || !b.resendable || g.ordered || g.next > 0 || len(g.events) != 1 || now.Sub(b.sent) < p.resend {
+		if b.ended || !b.resendable || g.ordered || g.next > 0 || len(g.events) != 1 {
+			continue
+		}
+		if force && b.seq >= before || !force && now.Sub(b.sent) < p.resend {
 			continue
 		}
 		if ev := b.events[g.events[0]]; ev.GetMsgId() != "" {

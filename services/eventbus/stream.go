@@ -535,7 +535,12 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 					b.log.Info("ending an auto-ack subscription that lost events in flight; the client resubscribes after the last one it received", "err", err.Error())
 					return fmt.Errorf("%w: %w; subscribe again after the last event received", ErrUnavailable, err)
 				}
-				b.streams.Delete(s.namespace)
+				if errors.Is(err, jetstream.ErrStreamNotFound) {
+					// Not a missed heartbeat: the publishers' next batch
+					// would wait for the stream (and a batch published late
+					// is stored after earlier ones lost meanwhile).
+					b.streams.Delete(s.namespace)
+				}
 				return natsErr("consumer "+name, err)
 			case <-connLost:
 				b.log.Info("ending an auto-ack subscription: its NATS connection was re-established, and events in flight on it may be lost", "consumer", name)
