@@ -99,8 +99,9 @@ func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
 	})
 	defer stopPublishing()
 	// waitApplied waits until the router has applied more events than it had,
-	// within a bound that covers a stream leader election (about 10s) and the
-	// eventbus's 10s acknowledgement timeout of publishes lost in it.
+	// within a bound that covers a stream leader election (about 10s), the
+	// resubscription of the router's consumers and the eventbus's resending
+	// of publishes lost in it.
 	waitApplied := func(more uint64) {
 		t.Helper()
 		want := stats(rpc).EventsApplied + more
@@ -137,6 +138,9 @@ func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
 		}
 	}
 	fs := svc.FollowStats()
+	queued, acked, failed := w.KVEventCounts()
+	t.Logf("the worker: %d events queued, %d acknowledged, %d failed, %d waited in its ring; the stream: %s",
+		queued, acked, failed, w.KVEventsDropped(), describeKVStream(ctx, t, busAddr, namespace, n))
 	t.Logf("%d stream leader kill(s): %d KV events published, %d applied, %d duplicates dropped, %d gaps; %d filled from the worker's ring, %d rebuilds; %d index entries",
 		kills, n, st.EventsApplied, st.EventsDuplicate, st.EventsGap, fs.Filled, fs.Rebuilds, st.IndexedEntries)
 	if st.EventsApplied != n || st.EventsGap != 0 || st.IndexedEntries != n {
