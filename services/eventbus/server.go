@@ -98,6 +98,18 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 		recvErr <- s.receiveBatches(ctx, stream, queue)
 		close(queue)
 	}()
+	defer func() {
+		// Batches published and not answered when the stream ends: no one
+		// waits for them any more; settling frees their room and stops
+		// their resending. The receiver closes queue once the stream ends.
+		go func() {
+			for p := range queue {
+				if p.batch != nil {
+					s.bus.pub.settle(p.batch, context.Canceled)
+				}
+			}
+		}()
+	}()
 	var err error
 	for {
 		select {
@@ -161,6 +173,9 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 		select {
 		case queue <- p:
 		case <-ctx.Done():
+			if p.batch != nil {
+				s.bus.pub.settle(p.batch, ctx.Err())
+			}
 			return ctx.Err()
 		}
 	}
