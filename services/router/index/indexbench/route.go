@@ -2,6 +2,7 @@ package indexbench
 
 import (
 	"fmt"
+	"time"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -18,8 +19,14 @@ import (
 // prefill), plus the target to route to: the state the whole route
 // decision is timed in.
 func RouteCore(wl *Workload) (*core.Core, *routerv1.Target) {
+	return RouteCoreClock(wl, nil)
+}
+
+// RouteCoreClock is RouteCore on the given clock (nil: the wall clock).
+func RouteCoreClock(wl *Workload, clock func() time.Time) (*core.Core, *routerv1.Target) {
 	cfg := core.DefaultConfig()
 	cfg.Seed = 1
+	cfg.Clock = clock
 	c := core.New(cfg)
 	dumps := wl.Index.Dump()
 	var ins []discovery.Change[*registryv1.Instance]
@@ -41,11 +48,20 @@ func RouteCore(wl *Workload) (*core.Core, *routerv1.Target) {
 			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: uint64(i/4096 + 1),
 				Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
 		}
-		m := &workerv1.LoadMetrics{InstanceId: d.ID.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+	}
+	ReportLoads(c, wl)
+	return c, &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
+}
+
+// ReportLoads sends every worker's load report: 64 requests of other
+// routers, half of them in prefill. Workers publish one a second, and a
+// router trusts a report for scheduler.ReportTTL.
+func ReportLoads(c *core.Core, wl *Workload) {
+	for _, id := range wl.Index.Workers() {
+		m := &workerv1.LoadMetrics{InstanceId: id.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
 		for j := range 64 {
-			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", d.ID.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
+			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", id.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
 		}
 		c.ReportLoad(m)
 	}
-	return c, &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
 }
