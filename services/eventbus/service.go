@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -47,10 +48,12 @@ const MaxMessageSize = 65 << 20
 type Service struct {
 	log     *slog.Logger
 	grpc    *grpcserver.Server
-	nc      *nats.Conn         // publishing
-	subNC   *nats.Conn         // consuming
 	ns      *natsserver.Server // embedded nats-server; nil with NATS_SERVER
 	natsURL string
+
+	mu    sync.Mutex
+	nc    *nats.Conn // publishing; nil until NATS is reached
+	subNC *nats.Conn // consuming
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -60,14 +63,29 @@ type Service struct {
 
 // Start connects to NATS (starting the embedded nats-server when
 // cfg.NATSServer is empty), binds the gRPC and metrics addresses and serves in
-// the background. It returns once the service is listening. The service stops
-// when ctx ends or Stop is called; Wait returns its error.
+// the background. It returns once the service is listening. When an external
+// NATS is not reachable yet, the service serves anyway: NOT_SERVING on health,
+// Unavailable on every call, while it retries in the background (startup.go);
+// only errors no retry fixes fail Start. The service stops when ctx ends or
+// Stop is called; Wait returns its error.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err := cfg.Complete(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.NATSServer != "" && cfg.NATSTLS.Enabled() {
+		// TLS files that do not load fail now, not after NATS answers.
+		if _, err := cfg.NATSTLS.ClientTLS(); err != nil {
+			return nil, fmt.Errorf("NATS TLS: %w", err)
+		}
+	}
+	if cfg.NATSServer != "" && cfg.NATSCreds != "" {
+		// nats.go reads it only once a server answers.
+		if _, err := os.ReadFile(cfg.NATSCreds); err != nil {
+			return nil, fmt.Errorf("NATS credentials file (--nats-creds): %w", err)
+		}
 	}
 	s := &Service{log: log, done: make(chan struct{})}
 	url := cfg.NATSServer
@@ -82,52 +100,72 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			"url", url, "store_dir", embeddedStoreDir(cfg.DataDir))
 	}
 	s.natsURL = url
-	nc, err := connectNATS(cfg, url, s.ns, log)
-	if err != nil {
+	ctx, s.cancel = context.WithCancel(ctx)
+	b, connErr := s.connectOnce(ctx, cfg)
+	if connErr != nil && (s.ns != nil || !retryableConnect(connErr)) {
+		s.cancel()
 		s.closeNATS()
-		return nil, err
-	}
-	s.nc = nc
-	if s.subNC, err = connectNATS(cfg, url, s.ns, log); err != nil {
-		s.closeNATS()
-		return nil, err
-	}
-	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload(),
-		"stream_max_age", cfg.StreamMaxAge.String(), "grpc_addr", cfg.Server.GRPCAddr, "metrics_addr", cfg.Server.MetricsAddr)
-	b, err := newBus(nc, s.subNC, cfg, log)
-	if err != nil {
-		s.closeNATS()
-		return nil, err
+		return nil, connErr
 	}
 	cfg.Server.Policy = Policy
+	g := &gate{}
 	// Room for one event at the largest max_payload NATS allows (64 MiB),
 	// with its envelope.
-	gs, err := grpcserver.New(cfg.Server, log, grpc.MaxRecvMsgSize(MaxMessageSize))
+	gs, err := grpcserver.New(cfg.Server, log, grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))
 	if err != nil {
+		s.cancel()
 		s.closeNATS()
 		return nil, err
 	}
 	s.grpc = gs
 	gs.SetHealthProbe(time.Second, func(context.Context) error {
-		for _, c := range []*nats.Conn{nc, s.subNC} {
+		if !g.ready.Load() {
+			return errNotConnected
+		}
+		for _, c := range s.conns() {
 			if st := c.Status(); st != nats.CONNECTED {
 				return fmt.Errorf("NATS connection is %s", st)
 			}
 		}
 		return nil
 	})
-	gs.Registry().MustRegister(newLagCollector(b))
-	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), &server{
-		bus: b, objects: &objects{js: b.js}, metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot,
-	})
+	srv := &server{metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot}
+	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), srv)
+	// ready opens the gate; the atomic store orders the fields' writes
+	// before every call that passes it.
+	ready := func(b *bus) {
+		srv.bus, srv.objects = b, &objects{js: b.js}
+		gs.Registry().MustRegister(newLagCollector(b))
+		g.ready.Store(true)
+		logConnected(log, cfg, b.nc)
+	}
 	if err := gs.Listen(); err != nil {
+		s.cancel()
 		s.closeNATS()
 		return nil, err
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
+	setupDone := make(chan struct{})
+	var setupErr error
+	if connErr == nil {
+		ready(b)
+		close(setupDone)
+	} else {
+		go func() {
+			defer close(setupDone)
+			if setupErr = s.connectLoop(ctx, cfg, connErr, ready); setupErr != nil {
+				log.Error("cannot connect to NATS, and retrying will not help", "url", url, "err", setupErr.Error())
+				s.cancel()
+			}
+		}()
+	}
 	go func() {
 		defer close(s.done)
 		s.err = gs.Serve(ctx, nil)
+		<-setupDone
+		if setupErr != nil {
+			s.err = setupErr
+		}
 		s.closeNATS()
 	}()
 	return s, nil
@@ -165,13 +203,21 @@ func (s *Service) Wait() error {
 	return s.err
 }
 
+// conns is the NATS connections once made: none before.
+func (s *Service) conns() []*nats.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nc == nil {
+		return nil
+	}
+	return []*nats.Conn{s.nc, s.subNC}
+}
+
 // closeNATS drains the NATS connection and shuts the embedded server down.
 func (s *Service) closeNATS() {
 	s.stopOnce.Do(func() {
-		for _, nc := range []*nats.Conn{s.nc, s.subNC} {
-			if nc != nil {
-				nc.Close()
-			}
+		for _, nc := range s.conns() {
+			nc.Close()
 		}
 		if s.ns != nil {
 			s.ns.Shutdown()
