@@ -48,6 +48,8 @@ type decision struct {
 type routing struct {
 	client  *routerclient.Client // nil without the router service
 	remotes []routerv1.RouterServiceClient
+	// streams[i] routes on RouteStreams of remotes[i] (routestream.go).
+	streams []*routeStreams
 	// reports carries prefill completions and frees to the router service
 	// (report.go); nil without it.
 	reports *reporter
@@ -73,6 +75,7 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, auth creden
 			return nil, fmt.Errorf("router client: %w", err)
 		}
 		r.client, r.remotes = client, []routerv1.RouterServiceClient{client}
+		r.streams = []*routeStreams{newRouteStreams(client)}
 		r.reports = newReporter(client, log)
 	}
 	r.local = core.New(cc)
@@ -80,6 +83,9 @@ func newRouting(cfg *Config, creds credentials.TransportCredentials, auth creden
 }
 
 func (r *routing) close() {
+	for _, s := range r.streams {
+		s.close()
+	}
 	if r.reports != nil {
 		r.reports.close()
 	}
@@ -94,9 +100,9 @@ func (r *routing) close() {
 func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64) (decision, error) {
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
 		TokenIds: tokens, ExcludeInstanceIds: exclude}
-	for _, remote := range r.remotes {
+	for i, remote := range r.remotes {
 		rctx, cancel := context.WithTimeout(ctx, routeTimeout)
-		resp, err := remote.Route(rctx, req)
+		resp, err := r.streams[i].route(rctx, req)
 		cancel()
 		if err == nil {
 			return decisionOf(resp, remote, r.plane)

@@ -13,8 +13,9 @@
 // produced, up to --migration-limit times, so the client sees one stream.
 //
 // Routing: with --router-mode kv the router service decides (Route with the
-// model, the prompt's token ids and the request id; MarkPrefillComplete at
-// the first token; Free at the end). If no router replica answers, the
+// model, the prompt's token ids and the request id, sent on a reused
+// RouteStream; MarkPrefillComplete at the first token and Free at the end,
+// in batches on one Report stream). If no router replica answers, the
 // request is routed round-robin in process over the frontend's own registry
 // view and counted in switchyard_frontend_router_fallback_total. With
 // round-robin, random or least-loaded, and with kv plus --no-kv-events

@@ -15,7 +15,8 @@ import (
 // Tracing: every /v1 request is one trace (or joins the caller's, from a
 // W3C traceparent header): a server span for the request, and in it
 // frontend.parse, frontend.template, frontend.tokenize, then per attempt
-// frontend.route (the router service's Route joins through otelgrpc) and
+// frontend.route (the router service's Route joins through otelgrpc: a
+// traced request is routed with a unary Route call, not on a RouteStream) and
 // frontend.generate (the worker's spans join through the request plane's
 // headers), and frontend.first_token from the request's arrival to its first
 // token. With tracing off (no OTEL_EXPORTER_OTLP_ENDPOINT) the global

@@ -14,6 +14,7 @@ var Policy = grpcserver.Policy{
 	routerv1.RouterService_MarkPrefillComplete_FullMethodName: frontend,
 	routerv1.RouterService_Free_FullMethodName:                frontend,
 	routerv1.RouterService_Report_FullMethodName:              frontend,
+	routerv1.RouterService_RouteStream_FullMethodName:         frontend,
 	routerv1.RouterService_QueryOverlaps_FullMethodName:       frontend,
 	routerv1.RouterService_GetStats_FullMethodName:            {authtoken.RoleFrontend, authtoken.RoleRouter},
 	// ExplainRoute records nothing; it shows the router's view of the

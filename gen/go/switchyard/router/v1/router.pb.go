@@ -745,6 +745,173 @@ func (x *ReportResponse) GetBatches() uint64 {
 	return 0
 }
 
+// RouteStreamRequest is one Route request on a RouteStream.
+type RouteStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request, as Route takes it.
+	Route         *RouteRequest `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteStreamRequest) Reset() {
+	*x = RouteStreamRequest{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteStreamRequest) ProtoMessage() {}
+
+func (x *RouteStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteStreamRequest.ProtoReflect.Descriptor instead.
+func (*RouteStreamRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RouteStreamRequest) GetRoute() *RouteRequest {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+// RouteStreamResponse answers one RouteStreamRequest.
+type RouteStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision, as Route answers it; unset when error is set.
+	Route *RouteResponse `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	// Route's error for this request; unset when it was routed.
+	Error         *RouteError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteStreamResponse) Reset() {
+	*x = RouteStreamResponse{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteStreamResponse) ProtoMessage() {}
+
+func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteStreamResponse.ProtoReflect.Descriptor instead.
+func (*RouteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RouteStreamResponse) GetRoute() *RouteResponse {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+func (x *RouteStreamResponse) GetError() *RouteError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// RouteError is an error Route would return, carried in a RouteStream
+// answer: the stream goes on.
+type RouteError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC status code (google.rpc.Code) Route would return.
+	Code uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The status message.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The google.rpc.ErrorInfo reason Route would attach (domain
+	// switchyard.llm), or empty.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteError) Reset() {
+	*x = RouteError{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteError) ProtoMessage() {}
+
+func (x *RouteError) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
+func (*RouteError) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RouteError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RouteError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RouteError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // QueryOverlapsRequest is a Route request that is only looked at.
 type QueryOverlapsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -760,7 +927,7 @@ type QueryOverlapsRequest struct {
 
 func (x *QueryOverlapsRequest) Reset() {
 	*x = QueryOverlapsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +939,7 @@ func (x *QueryOverlapsRequest) String() string {
 func (*QueryOverlapsRequest) ProtoMessage() {}
 
 func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +952,7 @@ func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsRequest.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueryOverlapsRequest) GetTarget() *Target {
@@ -822,7 +989,7 @@ type QueryOverlapsResponse struct {
 
 func (x *QueryOverlapsResponse) Reset() {
 	*x = QueryOverlapsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1001,7 @@ func (x *QueryOverlapsResponse) String() string {
 func (*QueryOverlapsResponse) ProtoMessage() {}
 
 func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1014,7 @@ func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsResponse.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueryOverlapsResponse) GetRequestBlocks() uint32 {
@@ -888,7 +1055,7 @@ type ExplainRouteRequest struct {
 
 func (x *ExplainRouteRequest) Reset() {
 	*x = ExplainRouteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1067,7 @@ func (x *ExplainRouteRequest) String() string {
 func (*ExplainRouteRequest) ProtoMessage() {}
 
 func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1080,7 @@ func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExplainRouteRequest) GetTarget() *Target {
@@ -980,7 +1147,7 @@ type ExplainedCandidate struct {
 
 func (x *ExplainedCandidate) Reset() {
 	*x = ExplainedCandidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1159,7 @@ func (x *ExplainedCandidate) String() string {
 func (*ExplainedCandidate) ProtoMessage() {}
 
 func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1172,7 @@ func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
 func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExplainedCandidate) GetCandidate() *Candidate {
@@ -1054,7 +1221,7 @@ type ExplainRouteResponse struct {
 
 func (x *ExplainRouteResponse) Reset() {
 	*x = ExplainRouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1233,7 @@ func (x *ExplainRouteResponse) String() string {
 func (*ExplainRouteResponse) ProtoMessage() {}
 
 func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1246,7 @@ func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
 func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainRouteResponse) GetMode() string {
@@ -1147,7 +1314,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1326,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1339,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1201,7 +1368,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1380,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1393,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1304,7 +1471,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1483,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1496,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1415,7 +1582,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1594,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1607,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1528,7 +1695,7 @@ type ReplicaRouted struct {
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1707,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1720,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1614,7 +1781,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1793,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1806,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -1680,7 +1847,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1859,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1872,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -1793,7 +1960,17 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x10prefill_complete\x18\x01 \x03(\tR\x0fprefillComplete\x12\x12\n" +
 	"\x04free\x18\x02 \x03(\tR\x04free\"*\n" +
 	"\x0eReportResponse\x12\x18\n" +
-	"\abatches\x18\x01 \x01(\x04R\abatches\"\x8c\x01\n" +
+	"\abatches\x18\x01 \x01(\x04R\abatches\"N\n" +
+	"\x12RouteStreamRequest\x128\n" +
+	"\x05route\x18\x01 \x01(\v2\".switchyard.router.v1.RouteRequestR\x05route\"\x88\x01\n" +
+	"\x13RouteStreamResponse\x129\n" +
+	"\x05route\x18\x01 \x01(\v2#.switchyard.router.v1.RouteResponseR\x05route\x126\n" +
+	"\x05error\x18\x02 \x01(\v2 .switchyard.router.v1.RouteErrorR\x05error\"R\n" +
+	"\n" +
+	"RouteError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x8c\x01\n" +
 	"\x14QueryOverlapsRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
@@ -1878,12 +2055,13 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\"\n" +
 	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\x12!\n" +
-	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\xaf\x05\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\x97\x06\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
 	"\x04Free\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12U\n" +
-	"\x06Report\x12#.switchyard.router.v1.ReportRequest\x1a$.switchyard.router.v1.ReportResponse(\x01\x12h\n" +
+	"\x06Report\x12#.switchyard.router.v1.ReportRequest\x1a$.switchyard.router.v1.ReportResponse(\x01\x12f\n" +
+	"\vRouteStream\x12(.switchyard.router.v1.RouteStreamRequest\x1a).switchyard.router.v1.RouteStreamResponse(\x010\x01\x12h\n" +
 	"\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n" +
 	"\bGetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12e\n" +
 	"\fExplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseB\xe4\x01\n" +
@@ -1901,7 +2079,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -1914,61 +2092,69 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*FreeResponse)(nil),                // 8: switchyard.router.v1.FreeResponse
 	(*ReportRequest)(nil),               // 9: switchyard.router.v1.ReportRequest
 	(*ReportResponse)(nil),              // 10: switchyard.router.v1.ReportResponse
-	(*QueryOverlapsRequest)(nil),        // 11: switchyard.router.v1.QueryOverlapsRequest
-	(*QueryOverlapsResponse)(nil),       // 12: switchyard.router.v1.QueryOverlapsResponse
-	(*ExplainRouteRequest)(nil),         // 13: switchyard.router.v1.ExplainRouteRequest
-	(*ExplainedCandidate)(nil),          // 14: switchyard.router.v1.ExplainedCandidate
-	(*ExplainRouteResponse)(nil),        // 15: switchyard.router.v1.ExplainRouteResponse
-	(*GetStatsRequest)(nil),             // 16: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 17: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 18: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 19: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 20: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 21: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 22: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 23: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*v1.Transport)(nil),                // 24: switchyard.common.v1.Transport
-	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
+	(*RouteStreamRequest)(nil),          // 11: switchyard.router.v1.RouteStreamRequest
+	(*RouteStreamResponse)(nil),         // 12: switchyard.router.v1.RouteStreamResponse
+	(*RouteError)(nil),                  // 13: switchyard.router.v1.RouteError
+	(*QueryOverlapsRequest)(nil),        // 14: switchyard.router.v1.QueryOverlapsRequest
+	(*QueryOverlapsResponse)(nil),       // 15: switchyard.router.v1.QueryOverlapsResponse
+	(*ExplainRouteRequest)(nil),         // 16: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 17: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 18: switchyard.router.v1.ExplainRouteResponse
+	(*GetStatsRequest)(nil),             // 19: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 20: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 21: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 22: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 23: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 24: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 25: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 26: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*v1.Transport)(nil),                // 27: switchyard.common.v1.Transport
+	(*timestamppb.Timestamp)(nil),       // 28: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	24, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	27, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
 	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
-	0,  // 5: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 6: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
-	0,  // 7: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 8: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	24, // 9: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
-	1,  // 10: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
-	14, // 11: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	25, // 12: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
-	17, // 13: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	25, // 14: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	20, // 15: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	23, // 16: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	22, // 17: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	25, // 18: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 19: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	5,  // 20: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	7,  // 21: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	9,  // 22: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
-	11, // 23: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	16, // 24: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	13, // 25: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	4,  // 26: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	6,  // 27: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	8,  // 28: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	10, // 29: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
-	12, // 30: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	18, // 31: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	15, // 32: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 5: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
+	4,  // 6: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
+	13, // 7: switchyard.router.v1.RouteStreamResponse.error:type_name -> switchyard.router.v1.RouteError
+	0,  // 8: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 9: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	0,  // 10: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 11: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
+	27, // 12: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
+	1,  // 13: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
+	17, // 14: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	28, // 15: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
+	20, // 16: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	28, // 17: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	23, // 18: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	26, // 19: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	25, // 20: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	28, // 21: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 22: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	5,  // 23: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	7,  // 24: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	9,  // 25: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	11, // 26: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
+	14, // 27: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	19, // 28: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	16, // 29: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	4,  // 30: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	6,  // 31: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	8,  // 32: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	10, // 33: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	12, // 34: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
+	15, // 35: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	21, // 36: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	18, // 37: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -1981,8 +2167,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Target_Model)(nil),
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[13].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[19].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[16].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[22].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -1993,7 +2179,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	RouterService_MarkPrefillComplete_FullMethodName = "/switchyard.router.v1.RouterService/MarkPrefillComplete"
 	RouterService_Free_FullMethodName                = "/switchyard.router.v1.RouterService/Free"
 	RouterService_Report_FullMethodName              = "/switchyard.router.v1.RouterService/Report"
+	RouterService_RouteStream_FullMethodName         = "/switchyard.router.v1.RouterService/RouteStream"
 	RouterService_QueryOverlaps_FullMethodName       = "/switchyard.router.v1.RouterService/QueryOverlaps"
 	RouterService_GetStats_FullMethodName            = "/switchyard.router.v1.RouterService/GetStats"
 	RouterService_ExplainRoute_FullMethodName        = "/switchyard.router.v1.RouterService/ExplainRoute"
@@ -69,6 +70,15 @@ type RouterServiceClient interface {
 	// or over-long id ends the stream with InvalidArgument. The stream is
 	// answered once, when the client closes it.
 	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ReportRequest, ReportResponse], error)
+	// RouteStream is Route for a client that routes many requests: every
+	// RouteStreamRequest on the stream is decided and recorded exactly as
+	// Route would, and answered by one RouteStreamResponse, in order, holding
+	// the decision or Route's error (its code, message and reason). A
+	// decision then costs no call setup of its own (headers, a stream, the
+	// interceptors): a frontend keeps a stream per request in flight and
+	// reuses it. The stream itself fails only as every call may (Unavailable,
+	// Unauthenticated, PermissionDenied, Canceled).
+	RouteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RouteStreamRequest, RouteStreamResponse], error)
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
 	// request without routing it or recording anything. It fails as Route
 	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
@@ -135,6 +145,19 @@ func (c *routerServiceClient) Report(ctx context.Context, opts ...grpc.CallOptio
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RouterService_ReportClient = grpc.ClientStreamingClient[ReportRequest, ReportResponse]
+
+func (c *routerServiceClient) RouteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RouteStreamRequest, RouteStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RouterService_ServiceDesc.Streams[1], RouterService_RouteStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RouteStreamRequest, RouteStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_RouteStreamClient = grpc.BidiStreamingClient[RouteStreamRequest, RouteStreamResponse]
 
 func (c *routerServiceClient) QueryOverlaps(ctx context.Context, in *QueryOverlapsRequest, opts ...grpc.CallOption) (*QueryOverlapsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -207,6 +230,15 @@ type RouterServiceServer interface {
 	// or over-long id ends the stream with InvalidArgument. The stream is
 	// answered once, when the client closes it.
 	Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error
+	// RouteStream is Route for a client that routes many requests: every
+	// RouteStreamRequest on the stream is decided and recorded exactly as
+	// Route would, and answered by one RouteStreamResponse, in order, holding
+	// the decision or Route's error (its code, message and reason). A
+	// decision then costs no call setup of its own (headers, a stream, the
+	// interceptors): a frontend keeps a stream per request in flight and
+	// reuses it. The stream itself fails only as every call may (Unavailable,
+	// Unauthenticated, PermissionDenied, Canceled).
+	RouteStream(grpc.BidiStreamingServer[RouteStreamRequest, RouteStreamResponse]) error
 	// QueryOverlaps reports every candidate's cached overlap and cost for a
 	// request without routing it or recording anything. It fails as Route
 	// does (InvalidArgument; NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT;
@@ -242,6 +274,9 @@ func (UnimplementedRouterServiceServer) Free(context.Context, *FreeRequest) (*Fr
 }
 func (UnimplementedRouterServiceServer) Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error {
 	return status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedRouterServiceServer) RouteStream(grpc.BidiStreamingServer[RouteStreamRequest, RouteStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method RouteStream not implemented")
 }
 func (UnimplementedRouterServiceServer) QueryOverlaps(context.Context, *QueryOverlapsRequest) (*QueryOverlapsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryOverlaps not implemented")
@@ -334,6 +369,13 @@ func _RouterService_Report_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RouterService_ReportServer = grpc.ClientStreamingServer[ReportRequest, ReportResponse]
 
+func _RouterService_RouteStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RouterServiceServer).RouteStream(&grpc.GenericServerStream[RouteStreamRequest, RouteStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_RouteStreamServer = grpc.BidiStreamingServer[RouteStreamRequest, RouteStreamResponse]
+
 func _RouterService_QueryOverlaps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueryOverlapsRequest)
 	if err := dec(in); err != nil {
@@ -424,6 +466,12 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Report",
 			Handler:       _RouterService_Report_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "RouteStream",
+			Handler:       _RouterService_RouteStream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

@@ -212,6 +212,16 @@ class ReportResponse(_message.Message):
     batches: int
     def __init__(self, batches: _Optional[int] = ...) -> None: ...
 
+class RouteError(_message.Message):
+    __slots__ = ["code", "message", "reason"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class RouteRequest(_message.Message):
     __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +259,20 @@ class RouteResponse(_message.Message):
     request_blocks: int
     transport: _common_pb2.Transport
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+
+class RouteStreamRequest(_message.Message):
+    __slots__ = ["route"]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    route: RouteRequest
+    def __init__(self, route: _Optional[_Union[RouteRequest, _Mapping]] = ...) -> None: ...
+
+class RouteStreamResponse(_message.Message):
+    __slots__ = ["error", "route"]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    error: RouteError
+    route: RouteResponse
+    def __init__(self, route: _Optional[_Union[RouteResponse, _Mapping]] = ..., error: _Optional[_Union[RouteError, _Mapping]] = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ["endpoint", "model"]

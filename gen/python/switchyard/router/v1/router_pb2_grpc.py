@@ -44,6 +44,11 @@ class RouterServiceStub(object):
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.SerializeToString,
                 response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.FromString,
                 )
+        self.RouteStream = channel.stream_stream(
+                '/switchyard.router.v1.RouterService/RouteStream',
+                request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamRequest.SerializeToString,
+                response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamResponse.FromString,
+                )
         self.QueryOverlaps = channel.unary_unary(
                 '/switchyard.router.v1.RouterService/QueryOverlaps',
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.QueryOverlapsRequest.SerializeToString,
@@ -120,6 +125,20 @@ class RouterServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RouteStream(self, request_iterator, context):
+        """RouteStream is Route for a client that routes many requests: every
+        RouteStreamRequest on the stream is decided and recorded exactly as
+        Route would, and answered by one RouteStreamResponse, in order, holding
+        the decision or Route's error (its code, message and reason). A
+        decision then costs no call setup of its own (headers, a stream, the
+        interceptors): a frontend keeps a stream per request in flight and
+        reuses it. The stream itself fails only as every call may (Unavailable,
+        Unauthenticated, PermissionDenied, Canceled).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def QueryOverlaps(self, request, context):
         """QueryOverlaps reports every candidate's cached overlap and cost for a
         request without routing it or recording anything. It fails as Route
@@ -171,6 +190,11 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.FromString,
                     response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.SerializeToString,
+            ),
+            'RouteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RouteStream,
+                    request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamRequest.FromString,
+                    response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamResponse.SerializeToString,
             ),
             'QueryOverlaps': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryOverlaps,
@@ -272,6 +296,23 @@ class RouterService(object):
         return grpc.experimental.stream_unary(request_iterator, target, '/switchyard.router.v1.RouterService/Report',
             switchyard_dot_router_dot_v1_dot_router__pb2.ReportRequest.SerializeToString,
             switchyard_dot_router_dot_v1_dot_router__pb2.ReportResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RouteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/switchyard.router.v1.RouterService/RouteStream',
+            switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamRequest.SerializeToString,
+            switchyard_dot_router_dot_v1_dot_router__pb2.RouteStreamResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

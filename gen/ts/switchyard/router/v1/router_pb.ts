@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIoYBCglDYW5kaWRhdGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5vdmVybGFwX2Jsb2NrcxgDIAEoDRIMCgRjb3N0GAQgASgBEhYKDnByZWZpbGxfYmxvY2tzGAUgASgNEhUKDWRlY29kZV9ibG9ja3MYBiABKA0igAIKDVJvdXRlUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSFgoOb3ZlcmxhcF9ibG9ja3MYBCABKA0SFgoOcmVxdWVzdF9ibG9ja3MYBSABKA0SMwoKY2FuZGlkYXRlcxgGIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZRIwCghlbmRwb2ludBgHIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIjcKDVJlcG9ydFJlcXVlc3QSGAoQcHJlZmlsbF9jb21wbGV0ZRgBIAMoCRIMCgRmcmVlGAIgAygJIiEKDlJlcG9ydFJlc3BvbnNlEg8KB2JhdGNoZXMYASABKAQibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi4AEKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoASIRCg9HZXRTdGF0c1JlcXVlc3QiwAEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNEjMKD2xhc3RfZXZlbnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwIKEEdldFN0YXRzUmVzcG9uc2USDAoEbW9kZRgBIAEoCRIWCg5pbmRleGVkX2Jsb2NrcxgCIAEoBBIXCg9pbmRleGVkX2VudHJpZXMYAyABKAQSMgoHd29ya2VycxgEIAMoCzIhLnN3aXRjaHlhcmQucm91dGVyLnYxLldvcmtlclN0YXRzEhYKDmV2ZW50c19hcHBsaWVkGAUgASgEEhgKEGV2ZW50c19kdXBsaWNhdGUYBiABKAQSEgoKZXZlbnRzX2dhcBgHIAEoBBI6ChZyZXN0b3JlZF9zbmFwc2hvdF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAQoMUmVwbGljYUV2ZW50EhIKCnJlcGxpY2FfaWQYASABKAkSNQoGcm91dGVkGAIgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwbGljYVJvdXRlZEgAEhoKEHByZWZpbGxfY29tcGxldGUYAyABKAlIABIPCgVmcmVlZBgEIAEoCUgAQgYKBGtpbmQidwoNUmVwbGljYVJvdXRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgEEg8KB2RwX3JhbmsYAyABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBCABKA0SFAoMYmxvY2tfaGFzaGVzGAUgAygEIoUCCg1JbmRleFNuYXBzaG90ElIKEHN0cmVhbV9zZXF1ZW5jZXMYASADKAsyOC5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90LlN0cmVhbVNlcXVlbmNlc0VudHJ5EjoKB3dvcmtlcnMYAiADKAsyKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90V29ya2VyEiwKCHRha2VuX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBImgKE0luZGV4U25hcHNob3RXb3JrZXISEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIVCg1sYXN0X2V2ZW50X2lkGAMgASgEEhQKDGJsb2NrX2hhc2hlcxgEIAMoBjKvBQoNUm91dGVyU2VydmljZRJQCgVSb3V0ZRIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdBojLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVzcG9uc2USegoTTWFya1ByZWZpbGxDb21wbGV0ZRIwLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0GjEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlEk0KBEZyZWUSIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVxdWVzdBoiLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXNwb25zZRJVCgZSZXBvcnQSIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXF1ZXN0GiQuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVzcG9uc2UoARJoCg1RdWVyeU92ZXJsYXBzEiouc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1JlcXVlc3QaKy5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVzcG9uc2USWQoIR2V0U3RhdHMSJS5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1JlcXVlc3QaJi5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1Jlc3BvbnNlEmUKDEV4cGxhaW5Sb3V0ZRIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkihgIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIoYBCglDYW5kaWRhdGUSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5vdmVybGFwX2Jsb2NrcxgDIAEoDRIMCgRjb3N0GAQgASgBEhYKDnByZWZpbGxfYmxvY2tzGAUgASgNEhUKDWRlY29kZV9ibG9ja3MYBiABKA0igAIKDVJvdXRlUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSFgoOb3ZlcmxhcF9ibG9ja3MYBCABKA0SFgoOcmVxdWVzdF9ibG9ja3MYBSABKA0SMwoKY2FuZGlkYXRlcxgGIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZRIwCghlbmRwb2ludBgHIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIjcKDVJlcG9ydFJlcXVlc3QSGAoQcHJlZmlsbF9jb21wbGV0ZRgBIAMoCRIMCgRmcmVlGAIgAygJIiEKDlJlcG9ydFJlc3BvbnNlEg8KB2JhdGNoZXMYASABKAQiRwoSUm91dGVTdHJlYW1SZXF1ZXN0EjEKBXJvdXRlGAEgASgLMiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0InoKE1JvdXRlU3RyZWFtUmVzcG9uc2USMgoFcm91dGUYASABKAsyIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEi8KBWVycm9yGAIgASgLMiAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVFcnJvciI7CgpSb3V0ZUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi4AEKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoASIRCg9HZXRTdGF0c1JlcXVlc3QiwAEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNEjMKD2xhc3RfZXZlbnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwIKEEdldFN0YXRzUmVzcG9uc2USDAoEbW9kZRgBIAEoCRIWCg5pbmRleGVkX2Jsb2NrcxgCIAEoBBIXCg9pbmRleGVkX2VudHJpZXMYAyABKAQSMgoHd29ya2VycxgEIAMoCzIhLnN3aXRjaHlhcmQucm91dGVyLnYxLldvcmtlclN0YXRzEhYKDmV2ZW50c19hcHBsaWVkGAUgASgEEhgKEGV2ZW50c19kdXBsaWNhdGUYBiABKAQSEgoKZXZlbnRzX2dhcBgHIAEoBBI6ChZyZXN0b3JlZF9zbmFwc2hvdF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAQoMUmVwbGljYUV2ZW50EhIKCnJlcGxpY2FfaWQYASABKAkSNQoGcm91dGVkGAIgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwbGljYVJvdXRlZEgAEhoKEHByZWZpbGxfY29tcGxldGUYAyABKAlIABIPCgVmcmVlZBgEIAEoCUgAQgYKBGtpbmQidwoNUmVwbGljYVJvdXRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgEEg8KB2RwX3JhbmsYAyABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBCABKA0SFAoMYmxvY2tfaGFzaGVzGAUgAygEIoUCCg1JbmRleFNuYXBzaG90ElIKEHN0cmVhbV9zZXF1ZW5jZXMYASADKAsyOC5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90LlN0cmVhbVNlcXVlbmNlc0VudHJ5EjoKB3dvcmtlcnMYAiADKAsyKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90V29ya2VyEiwKCHRha2VuX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBImgKE0luZGV4U25hcHNob3RXb3JrZXISEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIVCg1sYXN0X2V2ZW50X2lkGAMgASgEEhQKDGJsb2NrX2hhc2hlcxgEIAMoBjKXBgoNUm91dGVyU2VydmljZRJQCgVSb3V0ZRIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdBojLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVzcG9uc2USegoTTWFya1ByZWZpbGxDb21wbGV0ZRIwLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0GjEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlEk0KBEZyZWUSIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVxdWVzdBoiLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXNwb25zZRJVCgZSZXBvcnQSIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXF1ZXN0GiQuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVzcG9uc2UoARJmCgtSb3V0ZVN0cmVhbRIoLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVxdWVzdBopLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVzcG9uc2UoATABEmgKDVF1ZXJ5T3ZlcmxhcHMSKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVxdWVzdBorLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRJZCghHZXRTdGF0cxIlLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVxdWVzdBomLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVzcG9uc2USZQoMRXhwbGFpblJvdXRlEikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVxdWVzdBoqLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -403,6 +403,92 @@ export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
   messageDesc(file_switchyard_router_v1_router, 10);
 
 /**
+ * RouteStreamRequest is one Route request on a RouteStream.
+ *
+ * @generated from message switchyard.router.v1.RouteStreamRequest
+ */
+export type RouteStreamRequest = Message<"switchyard.router.v1.RouteStreamRequest"> & {
+  /**
+   * The request, as Route takes it.
+   *
+   * @generated from field: switchyard.router.v1.RouteRequest route = 1;
+   */
+  route?: RouteRequest | undefined;
+};
+
+/**
+ * Describes the message switchyard.router.v1.RouteStreamRequest.
+ * Use `create(RouteStreamRequestSchema)` to create a new message.
+ */
+export const RouteStreamRequestSchema: GenMessage<RouteStreamRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 11);
+
+/**
+ * RouteStreamResponse answers one RouteStreamRequest.
+ *
+ * @generated from message switchyard.router.v1.RouteStreamResponse
+ */
+export type RouteStreamResponse = Message<"switchyard.router.v1.RouteStreamResponse"> & {
+  /**
+   * The decision, as Route answers it; unset when error is set.
+   *
+   * @generated from field: switchyard.router.v1.RouteResponse route = 1;
+   */
+  route?: RouteResponse | undefined;
+
+  /**
+   * Route's error for this request; unset when it was routed.
+   *
+   * @generated from field: switchyard.router.v1.RouteError error = 2;
+   */
+  error?: RouteError | undefined;
+};
+
+/**
+ * Describes the message switchyard.router.v1.RouteStreamResponse.
+ * Use `create(RouteStreamResponseSchema)` to create a new message.
+ */
+export const RouteStreamResponseSchema: GenMessage<RouteStreamResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 12);
+
+/**
+ * RouteError is an error Route would return, carried in a RouteStream
+ * answer: the stream goes on.
+ *
+ * @generated from message switchyard.router.v1.RouteError
+ */
+export type RouteError = Message<"switchyard.router.v1.RouteError"> & {
+  /**
+   * The gRPC status code (google.rpc.Code) Route would return.
+   *
+   * @generated from field: uint32 code = 1;
+   */
+  code: number;
+
+  /**
+   * The status message.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * The google.rpc.ErrorInfo reason Route would attach (domain
+   * switchyard.llm), or empty.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message switchyard.router.v1.RouteError.
+ * Use `create(RouteErrorSchema)` to create a new message.
+ */
+export const RouteErrorSchema: GenMessage<RouteError> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 13);
+
+/**
  * QueryOverlapsRequest is a Route request that is only looked at.
  *
  * @generated from message switchyard.router.v1.QueryOverlapsRequest
@@ -435,7 +521,7 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
  * Use `create(QueryOverlapsRequestSchema)` to create a new message.
  */
 export const QueryOverlapsRequestSchema: GenMessage<QueryOverlapsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 11);
+  messageDesc(file_switchyard_router_v1_router, 14);
 
 /**
  * QueryOverlapsResponse reports the candidates.
@@ -463,7 +549,7 @@ export type QueryOverlapsResponse = Message<"switchyard.router.v1.QueryOverlapsR
  * Use `create(QueryOverlapsResponseSchema)` to create a new message.
  */
 export const QueryOverlapsResponseSchema: GenMessage<QueryOverlapsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 12);
+  messageDesc(file_switchyard_router_v1_router, 15);
 
 /**
  * ExplainRouteRequest is a Route request that is decided but not recorded.
@@ -527,7 +613,7 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
  * Use `create(ExplainRouteRequestSchema)` to create a new message.
  */
 export const ExplainRouteRequestSchema: GenMessage<ExplainRouteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 13);
+  messageDesc(file_switchyard_router_v1_router, 16);
 
 /**
  * ExplainedCandidate is one worker as ExplainRoute saw it.
@@ -562,7 +648,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
  * Use `create(ExplainedCandidateSchema)` to create a new message.
  */
 export const ExplainedCandidateSchema: GenMessage<ExplainedCandidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 14);
+  messageDesc(file_switchyard_router_v1_router, 17);
 
 /**
  * ExplainRouteResponse is the decision Route would make, with its reasons.
@@ -632,7 +718,7 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
  * Use `create(ExplainRouteResponseSchema)` to create a new message.
  */
 export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 15);
+  messageDesc(file_switchyard_router_v1_router, 18);
 
 /**
  * GetStatsRequest asks for the router's state.
@@ -647,7 +733,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 16);
+  messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -713,7 +799,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 17);
+  messageDesc(file_switchyard_router_v1_router, 20);
 
 /**
  * GetStatsResponse is the router's state.
@@ -784,7 +870,7 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 18);
+  messageDesc(file_switchyard_router_v1_router, 21);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
@@ -844,7 +930,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 19);
+  messageDesc(file_switchyard_router_v1_router, 22);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -893,7 +979,7 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 23);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
@@ -936,7 +1022,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 21);
+  messageDesc(file_switchyard_router_v1_router, 24);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -978,7 +1064,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 22);
+  messageDesc(file_switchyard_router_v1_router, 25);
 
 /**
  * RouterService picks the worker for each request: the one that already
@@ -1052,6 +1138,23 @@ export const RouterService: GenService<{
     methodKind: "client_streaming";
     input: typeof ReportRequestSchema;
     output: typeof ReportResponseSchema;
+  },
+  /**
+   * RouteStream is Route for a client that routes many requests: every
+   * RouteStreamRequest on the stream is decided and recorded exactly as
+   * Route would, and answered by one RouteStreamResponse, in order, holding
+   * the decision or Route's error (its code, message and reason). A
+   * decision then costs no call setup of its own (headers, a stream, the
+   * interceptors): a frontend keeps a stream per request in flight and
+   * reuses it. The stream itself fails only as every call may (Unavailable,
+   * Unauthenticated, PermissionDenied, Canceled).
+   *
+   * @generated from rpc switchyard.router.v1.RouterService.RouteStream
+   */
+  routeStream: {
+    methodKind: "bidi_streaming";
+    input: typeof RouteStreamRequestSchema;
+    output: typeof RouteStreamResponseSchema;
   },
   /**
    * QueryOverlaps reports every candidate's cached overlap and cost for a
