@@ -70,7 +70,9 @@ func testNATSOutage(t *testing.T, ring int, outage time.Duration, rebuild bool) 
 	w, err := worker.Start(ctx, worker.Config{
 		Namespace: "outage", Component: "backend", Model: worker.Model{Name: "m", BlockSize: 4, ContextLength: 1024},
 		RegistryAddr: reg.Addr, EventbusAddr: busAddr, Transport: tc, DrainTimeout: time.Second, KVPublishBuffer: buffer, KVEventsRing: ring,
-	}, func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error { return nil })
+	}, func(context.Context, *workerv1.GenerateRequest, func(*workerv1.GenerateResponse) error) error {
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func testNATSOutage(t *testing.T, ring int, outage time.Duration, rebuild bool) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns = eventbustest.StartNATSAt(t, port, natsDir)
+	eventbustest.StartNATSAt(t, port, natsDir) // stopped by its cleanup
 	back := time.Now()
 	publish(after)
 
