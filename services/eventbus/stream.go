@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -374,7 +375,27 @@ func (b *bus) consumer(ctx context.Context, s subscription) (jetstream.Consumer,
 			return nil, natsErr("get consumer", err)
 		}
 	}
-	c, err := b.subJS.CreateConsumer(ctx, stream, consumerConfig(s, b.streamReplicas(s.namespace)))
+	cfg := consumerConfig(s, b.streamReplicas(s.namespace))
+	var c jetstream.Consumer
+	var err error
+	if s.durable == "" {
+		// Named here, so that asking again is idempotent: on a cluster that
+		// is electing a leader the request may never be answered, and one
+		// attempt for the whole apiTimeout cost up to 5 s after an election
+		// (as lookupStream); a second request with the same name and
+		// configuration gets the consumer the first one created.
+		cfg.Name = nuid.Next()
+		for {
+			actx, cancel := context.WithTimeout(ctx, lookupAttempt)
+			c, err = b.subJS.CreateConsumer(actx, stream, cfg)
+			cancel()
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				break
+			}
+		}
+	} else {
+		c, err = b.subJS.CreateConsumer(ctx, stream, cfg)
+	}
 	if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse) {
 		// Another member of the group created it first.
 		c, err = b.subJS.Consumer(ctx, stream, s.durable)
@@ -424,11 +445,16 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 	name := cons.CachedInfo().Name
 	if s.durable == "" {
 		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if derr := b.subJS.DeleteConsumer(dctx, StreamName(s.namespace), name); derr != nil {
-				b.log.Debug("ephemeral consumer not deleted; it expires on its own", "consumer", name, "err", derr.Error())
-			}
+			// Apart, bounded: on a cluster without a leader the request
+			// waits its whole timeout, and the client would wait for it
+			// before subscribing again.
+			go func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				if derr := b.subJS.DeleteConsumer(dctx, StreamName(s.namespace), name); derr != nil {
+					b.log.Debug("ephemeral consumer not deleted; it expires on its own", "consumer", name, "err", derr.Error())
+				}
+			}()
 		}()
 	}
 	msgs := make(chan jetstream.Msg, deliverBatch)
