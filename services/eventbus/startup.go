@@ -2,8 +2,6 @@ package eventbus
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,33 +119,22 @@ func (s *Service) connectLoop(ctx context.Context, cfg Config, first error, read
 	}
 }
 
-// retryableConnect tells a NATS that is not there yet (refused, timed out,
-// a name not resolving yet, a JetStream not ready) from a configuration no
-// retry fixes (a TLS handshake the server or this client refuses, a wrong
-// password or token, a credentials file that does not load).
+// retryableConnect tells a NATS that is not there yet from a configuration
+// no retry fixes. Retried: no server took the connection (refused: nats.go's
+// ErrNoServers), a dial that failed or timed out, a name that does not
+// resolve yet, a server that did not answer in time, a JetStream not ready.
+// Everything after a connection was made fails: a TLS handshake either side
+// refuses (with TLS 1.3 the server's refusal of a client certificate may
+// come as an alert, a reset or an EOF after the handshake), a wrong password
+// or token, a credentials file that does not load.
 func retryableConnect(err error) bool {
 	var (
-		opErr     *net.OpError
-		verifyErr *tls.CertificateVerificationError
-		recordErr tls.RecordHeaderError
-		authErr   x509.UnknownAuthorityError
-		hostErr   x509.HostnameError
-		invErr    x509.CertificateInvalidError
+		opErr  *net.OpError
+		dnsErr *net.DNSError
 	)
-	switch {
-	case errors.As(err, &verifyErr), errors.As(err, &recordErr), errors.As(err, &authErr),
-		errors.As(err, &hostErr), errors.As(err, &invErr),
-		errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
-		errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
-		errors.Is(err, nats.ErrNkeysNotSupported):
-		return false
-	case errors.As(err, &opErr) && opErr.Op == "remote error":
-		return false // a TLS alert from the server: it refused our certificate
-	}
-	var netErr net.Error
-	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.As(err, &netErr) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, errJetStreamNotReady)
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errJetStreamNotReady) ||
+		errors.As(err, &dnsErr) || errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
 // errJetStreamNotReady is a server that answers without JetStream: not
