@@ -191,8 +191,12 @@ type Worker struct {
 	// because the buffer was full (see backfill); under kvMu. kvWake
 	// tells the publisher that a backlog began.
 	kvBacklog map[uint32]uint64
-	kvWake    chan struct{}
-	kvIndex   *KVIndex
+	// kvUnnumbered holds unnumbered batches (a re-registration's cleared
+	// event: not in the ring) that found the buffer full or a backlog;
+	// they are published before the backlog. Under kvMu.
+	kvUnnumbered []*workerv1.KvEventBatch
+	kvWake       chan struct{}
+	kvIndex      *KVIndex
 	// kvCtx ends the publisher's waits at shutdown, after kvFlushTimeout.
 	kvCtx    context.Context
 	kvCancel context.CancelFunc
@@ -560,7 +564,7 @@ func (w *Worker) queue(b *workerv1.KvEventBatch) {
 	if w.kvClosed {
 		return
 	}
-	if len(w.kvBacklog) > 0 {
+	if len(w.kvBacklog) > 0 || len(w.kvUnnumbered) > 0 {
 		// Events wait in the ring: this one joins them, so that a rank's
 		// events are published in id order.
 		w.deferToRing(b)
@@ -585,6 +589,10 @@ func (w *Worker) queue(b *workerv1.KvEventBatch) {
 // backfill; kvMu is held.
 func (w *Worker) deferToRing(b *workerv1.KvEventBatch) {
 	w.kvDropped.Add(uint64(len(b.Events)))
+	if b.FirstEventId == 0 {
+		w.kvUnnumbered = append(w.kvUnnumbered, b)
+		return
+	}
 	if _, ok := w.kvBacklog[b.DpRank]; !ok {
 		w.kvBacklog[b.DpRank] = b.FirstEventId
 	}
@@ -600,7 +608,11 @@ func (w *Worker) deferToRing(b *workerv1.KvEventBatch) {
 func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
 	w.kvMu.Lock()
 	defer w.kvMu.Unlock()
-	var out []*workerv1.KvEventBatch
+	out := w.kvUnnumbered
+	for _, b := range out {
+		w.kvQueued.Add(uint64(len(b.Events)))
+	}
+	w.kvUnnumbered = nil
 	for rank, from := range w.kvBacklog {
 		b, last, err := w.kvIndex.Events(rank, from, max)
 		if err != nil {
