@@ -269,29 +269,44 @@ func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
 }
 
 func (c *chatSink) send(d chatDelta, finish *string) error {
-	if !c.began {
-		c.began = true
-		c.sse.w = c.w
-		empty := ""
-		// The role chunk goes out in one write with the first delta: a
-		// flush of its own costs a syscall and wakes the client once more
-		// before its first token.
-		batch := c.sse.batch
-		c.sse.batch = true
-		err := c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), chatDelta{Role: "assistant", Content: &empty}, nil))
-		c.sse.batch = batch
-		if err != nil {
-			return err
-		}
-	}
-	if c.logprobs == nil && d.ToolCalls == nil {
-		return c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), d, finish))
+	if err := c.begin(); err != nil {
+		return err
 	}
 	ch := c.chunk(d, finish)
 	if c.logprobs != nil {
 		ch.Choices[0].Logprobs = c.logprobs.take()
 	}
 	return c.sse.send(ch)
+}
+
+// sendText streams a chunk of text only (chunkjson.go encodes it without
+// reflection or allocation); with log probabilities it takes send's way.
+func (c *chatSink) sendText(d textDelta) error {
+	if c.logprobs != nil {
+		cd, finish := d.chatDelta()
+		return c.send(cd, finish)
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	return c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), d))
+}
+
+// begin sends the role chunk before the first delta.
+func (c *chatSink) begin() error {
+	if c.began {
+		return nil
+	}
+	c.began = true
+	c.sse.w = c.w
+	// The role chunk goes out in one write with the first delta: a flush
+	// of its own costs a syscall and wakes the client once more before its
+	// first token.
+	batch := c.sse.batch
+	c.sse.batch = true
+	err := c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), textDelta{role: "assistant", field: fieldContent}))
+	c.sse.batch = batch
+	return err
 }
 
 func (c *chatSink) delta(text string) error {
@@ -305,18 +320,23 @@ func (c *chatSink) out(r, a string, final bool) error {
 	if r != "" {
 		if !c.stream {
 			c.thought.WriteString(r)
-		} else if err := c.send(chatDelta{ReasoningContent: &r}, nil); err != nil {
+		} else if err := c.sendText(textDelta{field: fieldReasoning, text: r}); err != nil {
 			return err
 		}
 	}
-	var evs []toolcall.Event
-	if c.tools != nil {
-		evs = c.tools.Add(a)
-		if final {
-			evs = append(evs, c.tools.Flush()...)
+	if c.tools == nil {
+		if a == "" {
+			return nil
 		}
-	} else if a != "" {
-		evs = []toolcall.Event{{Text: a}}
+		if !c.stream {
+			c.content.WriteString(a)
+			return nil
+		}
+		return c.sendText(textDelta{field: fieldContent, text: a})
+	}
+	evs := c.tools.Add(a)
+	if final {
+		evs = append(evs, c.tools.Flush()...)
 	}
 	for _, e := range evs {
 		switch {
@@ -333,7 +353,7 @@ func (c *chatSink) out(r, a string, final bool) error {
 		}
 		if !c.stream {
 			c.content.WriteString(e.Text)
-		} else if err := c.send(chatDelta{Content: &e.Text}, nil); err != nil {
+		} else if err := c.sendText(textDelta{field: fieldContent, text: e.Text}); err != nil {
 			return err
 		}
 	}
@@ -417,7 +437,7 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 		}
 		return nil
 	}
-	if err := c.send(chatDelta{}, &finish); err != nil {
+	if err := c.sendText(textDelta{finish: finish}); err != nil {
 		return err
 	}
 	last, total := c.group.end(u)

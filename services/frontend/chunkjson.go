@@ -12,9 +12,39 @@ import (
 // json.Marshal writes them (chunkjson_test.go holds it to that); tool call
 // and log probability chunks still go through json.Marshal.
 
-// appendTextChunk appends the JSON of c.chunk(d, finish), which must carry
-// no tool calls and no log probabilities.
-func (c *chatSink) appendTextChunk(b []byte, d chatDelta, finish *string) []byte {
+// textDelta is a text-only chunk: its delta's role and one text field
+// (content or reasoning_content, or none), and its finish reason ("" is
+// null). It holds no pointers, so building one allocates nothing.
+type textDelta struct {
+	role   string
+	field  string // fieldContent, fieldReasoning or ""
+	text   string
+	finish string
+}
+
+const (
+	fieldContent   = "content"
+	fieldReasoning = "reasoning_content"
+)
+
+// chatDelta is d as the chunk types have it.
+func (d textDelta) chatDelta() (chatDelta, *string) {
+	cd := chatDelta{Role: d.role}
+	switch d.field {
+	case fieldContent:
+		cd.Content = &d.text
+	case fieldReasoning:
+		cd.ReasoningContent = &d.text
+	}
+	if d.finish == "" {
+		return cd, nil
+	}
+	return cd, &d.finish
+}
+
+// appendTextChunk appends the JSON of the chunk d is, as json.Marshal
+// writes c.chunk(d.chatDelta()).
+func (c *chatSink) appendTextChunk(b []byte, d textDelta) []byte {
 	if c.prefix == nil {
 		// What every chunk of this choice starts with.
 		p := []byte(`{"id":`)
@@ -30,29 +60,21 @@ func (c *chatSink) appendTextChunk(b []byte, d chatDelta, finish *string) []byte
 		c.prefix = append(p, `,"delta":{`...)
 	}
 	b = append(b, c.prefix...)
-	sep := false
-	field := func(b []byte, name, v string) []byte {
-		if sep {
+	if d.role != "" {
+		b = appendJSONString(append(b, `"role":`...), d.role)
+		if d.field != "" {
 			b = append(b, ',')
 		}
-		sep = true
-		b = append(append(append(b, '"'), name...), `":`...)
-		return appendJSONString(b, v)
 	}
-	if d.Role != "" {
-		b = field(b, "role", d.Role)
-	}
-	if d.Content != nil {
-		b = field(b, "content", *d.Content)
-	}
-	if d.ReasoningContent != nil {
-		b = field(b, "reasoning_content", *d.ReasoningContent)
+	if d.field != "" {
+		b = append(append(append(b, '"'), d.field...), `":`...)
+		b = appendJSONString(b, d.text)
 	}
 	b = append(b, `},"finish_reason":`...)
-	if finish == nil {
+	if d.finish == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, *finish)
+		b = appendJSONString(b, d.finish)
 	}
 	return append(b, `,"logprobs":null}]}`...)
 }

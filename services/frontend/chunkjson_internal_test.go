@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -36,17 +37,16 @@ func FuzzAppendJSONString(f *testing.F) {
 // TestAppendTextChunk holds the direct encoding of text chunks to
 // json.Marshal of the same chunk, field by field and byte by byte.
 func TestAppendTextChunk(t *testing.T) {
-	str := func(s string) *string { return &s }
-	deltas := []chatDelta{
-		{Role: "assistant", Content: str("")},
-		{Content: str("Hello")},
-		{Content: str(`<b>"quoted"</b> & more` + "\n\xff")},
-		{ReasoningContent: str("thinking \u2028 aloud")},
-		{ReasoningContent: str("")},
-		{Role: "assistant", Content: str("a"), ReasoningContent: str("b")},
+	deltas := []textDelta{
+		{role: "assistant", field: fieldContent},
+		{field: fieldContent, text: "Hello"},
+		{field: fieldContent, text: `<b>"quoted"</b> & more` + "\n\xff"},
+		{field: fieldReasoning, text: "thinking \u2028 aloud"},
+		{field: fieldReasoning},
+		{role: "assistant"},
 		{},
 	}
-	finishes := []*string{nil, str("stop"), str("length"), str("tool_calls")}
+	finishes := []string{"", "stop", "length", "tool_calls"}
 	sinks := []*chatSink{
 		{id: "chatcmpl-0123456789abcdef", model: "Qwen/Qwen3-0.6B", fingerprint: "fp_8bb77fbd83e9", created: 1796134553},
 		{id: "chatcmpl-x", model: `odd "model" <name> & \`, fingerprint: "fp_switchyard", created: 0, index: 7},
@@ -55,14 +55,26 @@ func TestAppendTextChunk(t *testing.T) {
 	for _, c := range sinks {
 		for _, d := range deltas {
 			for _, fin := range finishes {
-				want, err := json.Marshal(c.chunk(d, fin))
+				d.finish = fin
+				want, err := json.Marshal(c.chunk(d.chatDelta()))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := c.appendTextChunk([]byte("data: "), d, fin); string(got) != "data: "+string(want) {
-					t.Errorf("appendTextChunk(%+v, %v) =\n%s\njson.Marshal =\n%s", d, fin, got[6:], want)
+				if got := c.appendTextChunk([]byte("data: "), d); string(got) != "data: "+string(want) {
+					t.Errorf("appendTextChunk(%+v) =\n%s\njson.Marshal =\n%s", d, got[6:], want)
 				}
 			}
 		}
+	}
+}
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := newID()
+		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" || seen[id] {
+			t.Fatalf("newID() = %q: want 32 new lower-case hex digits", id)
+		}
+		seen[id] = true
 	}
 }

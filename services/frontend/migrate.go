@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
@@ -65,8 +66,8 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		}
 		rctx, span := startSpan(ctx, "frontend.route", attribute.Int("switchyard.attempt", attempt))
 		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(exclude))
-		if err == nil {
-			span.SetAttributes(attribute.String("switchyard.instance_id", fmt.Sprintf("%x", d.instanceID)))
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
 		}
 		endSpan(span, err)
 		if err != nil {
@@ -80,8 +81,10 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		s.metrics.routed(d.instanceID)
 		out.instance = d.instanceID
 		s.load.add(d.instanceID, 1)
-		gctx, span := startSpan(ctx, "frontend.generate", attribute.Int("switchyard.attempt", attempt),
-			attribute.String("switchyard.request_id", id), attribute.String("switchyard.instance_id", fmt.Sprintf("%x", d.instanceID)))
+		gctx, span := startSpan(ctx, "frontend.generate", attribute.Int("switchyard.attempt", attempt), attribute.String("switchyard.request_id", id))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
+		}
 		fin, err := s.attempt(gctx, id, d, j, tokens, &out, emit)
 		endSpan(span, err)
 		s.load.add(d.instanceID, -1)

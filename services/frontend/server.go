@@ -794,7 +794,14 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, errorBody{Error: body})
 }
 
-// newID returns a random request id suffix.
+// newID returns a random request id suffix: 32 hex digits.
 func newID() string {
-	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	var b [32]byte
+	for i, v := range [2]uint64{rand.Uint64(), rand.Uint64()} {
+		for j := 15; j >= 0; j-- {
+			b[i*16+j] = hexDigits[v&0xf]
+			v >>= 4
+		}
+	}
+	return string(b[:])
 }
