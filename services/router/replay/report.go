@@ -91,16 +91,45 @@ func WriteTable(w io.Writer, r *Report) error {
 	for _, m := range r.Modes() {
 		fmt.Fprintf(w, " %s x%g;", m, r.Goodput(m))
 	}
-	_, err := fmt.Fprintln(w)
-	return err
+	fmt.Fprintln(w)
+	return writeCapacity(w, r)
 }
+
+// writeCapacity prints the capacity bound, what it is made of, and each
+// mode's goodput as a share of it.
+func writeCapacity(w io.Writer, r *Report) error {
+	c := r.Bounds.Capacity
+	if math.IsInf(c.Rate, 1) {
+		_, err := fmt.Fprintln(w, "capacity bound: none (the trace's requests all arrive at once, or it has no work)")
+		return err
+	}
+	fmt.Fprintf(w, "capacity bound: x%s (no router can sustain more): at x1 each engine is %.1f%% busy at best: prefill of the %d prompt tokens an infinite cache misses at %.4f ms/token (%d-token steps) = %.1f s, decode of %d tokens in steps of %d at %.2f ms = %.1f s, over %d engines x %.1f s of arrivals\n",
+		fmtRate(c.Rate), 100*c.Busy(1), c.UncachedTokens, c.PrefillMsPerToken, c.PrefillChunk, c.PrefillWork.Seconds(),
+		c.DecodeTokens, c.DecodeBatch, c.DecodeMsPerStep, c.DecodeWork.Seconds(), c.Workers, c.Span.Seconds())
+	fmt.Fprint(w, "goodput as a share of the capacity bound:")
+	for _, m := range r.Modes() {
+		fmt.Fprintf(w, " %s x%g = %.0f%%;", m, r.Goodput(m), 100*c.Busy(r.Goodput(m)))
+	}
+	fmt.Fprintln(w)
+	if rr := r.Goodput("round-robin"); rr > 0 {
+		verdict := "within it"
+		if 2*rr > c.Rate {
+			verdict = "above it: kv >= 2x round-robin is out of reach for any router on this trace"
+		}
+		fmt.Fprintf(w, "2x round-robin's goodput: x%g, %s\n", 2*rr, verdict)
+	}
+	return nil
+}
+
+// fmtRate prints a rate scale to three significant digits.
+func fmtRate(x float64) string { return strconv.FormatFloat(round3(x), 'g', -1, 64) }
 
 // CSVHeader is router-replay.csv's header. The first thirteen columns are
 // a contract (checks outside the project read them); more may follow.
 var CSVHeader = []string{"mode", "rate_scale", "workers", "kv_blocks", "hit_rate", "reuse_bound", "pooled_bound",
 	"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 	"trace", "overlap_weight", "e2e_p90_ms", "throughput_tok_s", "spread", "completed", "rejected", "makespan_s",
-	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale"}
+	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale"}
 
 // WriteCSV writes one row per (mode, rate scale) under CSVHeader.
 func WriteCSV(w io.Writer, r *Report) error {
@@ -114,7 +143,7 @@ func WriteCSV(w io.Writer, r *Report) error {
 			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
 			r.Trace, f(c.OverlapWeight, -1), ms(x.E2E[1]), f(x.Throughput, 1), f(x.Spread, 3),
 			strconv.Itoa(x.Completed), strconv.Itoa(x.Rejected), f(x.Makespan.Seconds(), 1),
-			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1)})
+			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -206,6 +235,9 @@ func WritePNG(w io.Writer, r *Report) error {
 	// in a column of its own to the right, so no line hides under a label.
 	caption := fmt.Sprintf("%s: %d requests, %d workers x %d KV blocks of %d tokens, overlap weight %g, temperature %g",
 		r.Trace, r.Requests, r.Config.Workers, r.Config.Engine.NumGPUBlocks, r.Config.Engine.BlockSize, r.Config.OverlapWeight, r.Config.Temperature)
+	if cr := r.Bounds.Capacity.Rate; !math.IsInf(cr, 1) {
+		caption += ", capacity bound x" + fmtRate(cr)
+	}
 	sty := hit.Title.TextStyle
 	sty.Font.Size = vg.Points(14)
 	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop

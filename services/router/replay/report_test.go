@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/csv"
 	"image/png"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +115,22 @@ func TestReportSweep(t *testing.T) {
 	if len(rows) != 1+len(modes)*len(rates) || rows[1][0] != "round-robin" || rows[1][1] != "2" || rows[4][0] != "kv" || rows[4][1] != "12" {
 		t.Fatalf("CSV rows %v", rows[1:])
 	}
+	last := len(CSVHeader) - 1
+	if rows[0][last] != "capacity_bound_rate_scale" {
+		t.Fatalf("CSV header ends %s", rows[0][last])
+	}
+	for _, row := range rows[1:] {
+		if got, err := strconv.ParseFloat(row[last], 64); err != nil || got != round4(rep.Bounds.Capacity.Rate) {
+			t.Fatalf("capacity_bound_rate_scale %q, want %v", row[last], rep.Bounds.Capacity.Rate)
+		}
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := "capacity bound: x" + fmtRate(rep.Bounds.Capacity.Rate) + " "; !strings.Contains(table.String(), want) {
+		t.Fatalf("table lacks %q:\n%s", want, table.String())
+	}
 	if err := WritePNG(&img, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -120,3 +138,5 @@ func TestReportSweep(t *testing.T) {
 		t.Fatalf("chart is not a PNG: %v", err)
 	}
 }
+
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
