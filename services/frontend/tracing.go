@@ -54,10 +54,20 @@ func endRequestSpan(span trace.Span, rec *recorder) {
 	span.End()
 }
 
-// startSpan starts a span of one step of a request.
+// startSpan starts a span of one step of a request. A step of a request
+// whose own span does not record (tracing off, or its trace not sampled)
+// would not record either under the standard samplers (parent-based, the
+// default, or a ratio of the trace id, which the step shares), so it gets
+// the no-op span and costs nothing.
 func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noopSpan
+	}
 	return tracer.Start(ctx, name, trace.WithAttributes(attrs...))
 }
+
+// noopSpan records nothing.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // endSpan ends a step's span, marking it failed when err is set.
 func endSpan(span trace.Span, err error) {
