@@ -73,15 +73,17 @@ func Duration(ms float64) time.Duration {
 // Valid says whether the model can predict: finite coefficients, a
 // positive step budget, and times that are positive for work.
 func (m Model) Valid() bool {
-	for _, f := range []float64{m.PrefillQuadratic, m.PrefillPerToken, m.PrefillPerBatch,
-		m.DecodeQuadratic, m.DecodeLinear, m.DecodeBase, m.DecodeMin} {
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return false
-		}
+	// Unrolled, without a slice: the router asks this per worker and
+	// decision.
+	if !finite(m.PrefillQuadratic) || !finite(m.PrefillPerToken) || !finite(m.PrefillPerBatch) ||
+		!finite(m.DecodeQuadratic) || !finite(m.DecodeLinear) || !finite(m.DecodeBase) || !finite(m.DecodeMin) {
+		return false
 	}
 	return m.MaxBatchedTokens > 0 && m.PrefillQuadratic >= 0 && m.PrefillPerToken >= 0 && m.PrefillPerBatch >= 0 &&
 		m.PrefillMs(1) > 0 && m.DecodeMin >= 0
 }
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // Proto returns the model as published.
 func (m Model) Proto() *workerv1.TimingModel {
@@ -118,17 +120,40 @@ func FromProto(p *workerv1.TimingModel) Model {
 // while requests decode, a decode step. weight multiplies the prefill part
 // (1: the model as published).
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
-	x := queuedTokens + newTokens
+	chunk := max(m.MaxBatchedTokens-decoding, 1)
+	decodeMs := 0.0
+	if decoding > 0 {
+		decodeMs = m.DecodeMs(usage)
+	}
+	return m.ttft(queuedTokens+newTokens, chunk, m.PrefillMs(float64(chunk)), decodeMs, decoding > 0, weight)
+}
+
+// TTFTPairMs is TTFTMs of newTokens and TTFTMs of none (the time of what
+// is queued ahead), computed together: they share the steps' costs, and
+// the router predicts both for every worker at every decision.
+func (m *Model) TTFTPairMs(queuedTokens, newTokens, decoding int, usage, weight float64) (ttft, ahead float64) {
+	chunk := max(m.MaxBatchedTokens-decoding, 1)
+	fullMs := m.PrefillMs(float64(chunk))
+	decodeMs := 0.0
+	if decoding > 0 {
+		decodeMs = m.DecodeMs(usage)
+	}
+	return m.ttft(queuedTokens+newTokens, chunk, fullMs, decodeMs, decoding > 0, weight),
+		m.ttft(queuedTokens, chunk, fullMs, decodeMs, decoding > 0, weight)
+}
+
+// ttft is TTFTMs of x prompt tokens in steps of chunk tokens, a full one's
+// prefill taking fullMs, each step adding decodeMs when decoding.
+func (m *Model) ttft(x, chunk int, fullMs, decodeMs float64, decoding bool, weight float64) float64 {
 	if x <= 0 {
 		return 0
 	}
-	chunk := max(m.MaxBatchedTokens-decoding, 1)
 	full := (x - 1) / chunk // steps of a whole chunk before the last
 	last := x - full*chunk
-	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	prefill := float64(full)*fullMs + m.PrefillMs(float64(last))
 	cost := weight * prefill
-	if decoding > 0 {
-		cost += float64(full+1) * m.DecodeMs(usage)
+	if decoding {
+		cost += float64(full+1) * decodeMs
 	}
 	return cost
 }

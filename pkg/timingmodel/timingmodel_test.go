@@ -2,6 +2,7 @@ package timingmodel
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -52,5 +53,42 @@ func TestTTFT(t *testing.T) {
 	}
 	if a, b := m.TTFTMs(0, 5000, 3, 0.2, 2), 2*m.PrefillMs(5000)+m.DecodeMs(0.2); math.Abs(a-b) > 1e-9 {
 		t.Fatalf("weight 2: %v, want %v", a, b)
+	}
+}
+
+// ttftBefore is TTFTMs as it was before TTFTPairMs shared its step costs: the
+// router's decisions must not move by a bit.
+func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
+	x := queuedTokens + newTokens
+	if x <= 0 {
+		return 0
+	}
+	chunk := max(m.MaxBatchedTokens-decoding, 1)
+	full := (x - 1) / chunk
+	last := x - full*chunk
+	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	cost := weight * prefill
+	if decoding > 0 {
+		cost += float64(full+1) * m.DecodeMs(usage)
+	}
+	return cost
+}
+
+func TestTTFTPairMatchesBefore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	models := []Model{Default(), Default().Scaled(3.7), {PrefillPerToken: 0.01, PrefillPerBatch: 2, DecodeBase: 4, MaxBatchedTokens: 512}}
+	for i := range 20_000 {
+		m := models[i%len(models)]
+		queued, fresh, decoding := rng.IntN(40_000)-100, rng.IntN(20_000), rng.IntN(m.MaxBatchedTokens+300)
+		usage, weight := rng.Float64()*1.2-0.1, rng.Float64()*3
+		want := ttftBefore(m, queued, fresh, decoding, usage, weight)
+		if got := m.TTFTMs(queued, fresh, decoding, usage, weight); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("TTFTMs(%d, %d, decoding %d, usage %v, weight %v) = %v, want %v", queued, fresh, decoding, usage, weight, got, want)
+		}
+		wantAhead := ttftBefore(m, queued, 0, decoding, usage, weight)
+		ttft, ahead := m.TTFTPairMs(queued, fresh, decoding, usage, weight)
+		if math.Float64bits(ttft) != math.Float64bits(want) || math.Float64bits(ahead) != math.Float64bits(wantAhead) {
+			t.Fatalf("TTFTPairMs(%d, %d, decoding %d, usage %v, weight %v) = %v, %v, want %v, %v", queued, fresh, decoding, usage, weight, ttft, ahead, want, wantAhead)
+		}
 	}
 }

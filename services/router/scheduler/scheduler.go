@@ -106,12 +106,13 @@ type Params struct {
 
 // Cost fills c.Cost for req and returns it.
 func Cost(c *Candidate, req Request, p Params) float64 {
-	ttft := c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
-	c.Cost = ttft
 	if req.Rate > 0 {
-		ahead := c.Timing.TTFTMs(c.QueuedTokens, 0, c.Decoding, c.Usage, p.OverlapWeight)
+		// Both predictions share the worker's step costs: computed once.
+		ttft, ahead := c.Timing.TTFTPairMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
 		work := max(ttft-ahead, 0)
-		c.Cost += req.Rate * work * (ahead + work/2)
+		c.Cost = ttft + req.Rate*work*(ahead+work/2)
+	} else {
+		c.Cost = c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
 	}
 	return c.Cost
 }
@@ -196,6 +197,19 @@ type Load struct {
 	freed     map[string]time.Time
 	freedList []freedAt
 	freedHead int
+	// gen counts the workers map's changes (a record made or dropped);
+	// fill is valid while it stays.
+	gen  uint64
+	fill fillCache
+}
+
+// fillCache holds, by position, the records of the candidate list FillAll
+// filled last: a router fills the same list of workers decision after
+// decision, and a map lookup per worker was a large part of that.
+type fillCache struct {
+	gen     uint64
+	workers []index.WorkerID
+	loads   []*workerLoad // nil: the worker has no record
 }
 
 // FreedMemory is how long a freed request id is remembered; a load report
@@ -415,6 +429,7 @@ func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 	if !ok {
 		wl = &workerLoad{blocks: map[uint64]int32{}}
 		l.workers[w] = wl
+		l.gen++
 	}
 	return wl
 }
@@ -446,6 +461,7 @@ func (l *Load) RemoveWorker(w index.WorkerID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.workers, w)
+	l.gen++
 	for id, r := range l.requests {
 		if r.worker == w {
 			delete(l.requests, id)
@@ -470,7 +486,7 @@ func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) 
 func (l *Load) Fill(c *Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.fillLocked(c, blockSize, l.now())
+	l.fillLocked(c, l.workers[c.Worker], blockSize, l.now())
 }
 
 // FillAll is Fill for every candidate, under one lock.
@@ -478,14 +494,40 @@ func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	loads := l.loadsLocked(cands)
 	for i := range cands {
-		l.fillLocked(&cands[i], blockSize, now)
+		l.fillLocked(&cands[i], loads[i], blockSize, now)
 	}
 }
 
-func (l *Load) fillLocked(c *Candidate, blockSize int, now time.Time) {
-	wl, ok := l.workers[c.Worker]
-	if !ok {
+// loadsLocked returns each candidate's record (nil if none), by position:
+// the cached ones when the workers are the last call's.
+func (l *Load) loadsLocked(cands []Candidate) []*workerLoad {
+	fc := &l.fill
+	if fc.gen == l.gen && len(fc.workers) == len(cands) {
+		same := true
+		for i := range cands {
+			if cands[i].Worker != fc.workers[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return fc.loads
+		}
+	}
+	fc.gen = l.gen
+	fc.workers, fc.loads = fc.workers[:0], fc.loads[:0]
+	for i := range cands {
+		fc.workers = append(fc.workers, cands[i].Worker)
+		fc.loads = append(fc.loads, l.workers[cands[i].Worker])
+	}
+	return fc.loads
+}
+
+// fillLocked fills c from wl, c.Worker's record (nil if none).
+func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
+	if wl == nil {
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
 		return
 	}
@@ -514,12 +556,12 @@ func (l *Load) fillLocked(c *Candidate, blockSize int, now time.Time) {
 // it is. At least a block is left to the head: it is not done until its
 // first token says so.
 func headProgress(wl *workerLoad, c *Candidate, blockSize int, now time.Time) int {
-	if len(wl.queue) == 0 || !c.Timing.Valid() {
+	if len(wl.queue) == 0 {
 		return 0
 	}
 	left := wl.queue[0].prefillBlocks*blockSize - blockSize
 	elapsed := float64(now.Sub(wl.headSince)) / float64(time.Millisecond)
-	if left <= 0 || elapsed <= 0 {
+	if left <= 0 || elapsed <= 0 || !c.Timing.Valid() {
 		return 0
 	}
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)

@@ -300,3 +300,46 @@ func TestHeadProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestFillAllMatchesFill checks FillAll's records by position against Fill
+// (a map lookup each) while workers get records, lose them and come back,
+// and candidate lists change, as FillAll's cache must follow all of that.
+func TestFillAllMatchesFill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	now := time.Unix(1000, 0)
+	l := NewLoadClock(func() time.Time { return now })
+	lists := [][]index.WorkerID{{w(1), w(2), w(3), w(4)}, {w(1), w(2), w(3), w(4)}, {w(2), w(3), w(5)}, {w(4), w(3), w(2), w(1)}}
+	next := 0
+	for i := range 2_000 {
+		now = now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		wk := w(uint64(1 + rng.IntN(5)))
+		switch rng.IntN(6) {
+		case 0, 1:
+			l.Add(string(rune('a'+next%26))+string(rune('a'+next/26%26)), wk, 1+rng.IntN(40), []uint64{uint64(rng.IntN(8))})
+			next++
+		case 2:
+			l.PrefillDone(string(rune('a'+rng.IntN(26))) + string(rune('a'+rng.IntN(26))))
+		case 3:
+			l.Free(string(rune('a'+rng.IntN(26))) + string(rune('a'+rng.IntN(26))))
+		case 4:
+			l.Report(wk, []ReportedRequest{{ID: "foreign", PrefillTokens: rng.IntN(100), DecodeBlocks: rng.IntN(9)}}, 0, 100, 10)
+		case 5:
+			if rng.IntN(4) == 0 {
+				l.RemoveWorker(wk)
+			}
+		}
+		ids := lists[rng.IntN(len(lists))]
+		got := make([]Candidate, len(ids))
+		for j, id := range ids {
+			got[j] = Candidate{Worker: id, Overlap: j, Timing: linear}
+		}
+		l.FillAll(got, 10)
+		for j, id := range ids {
+			want := Candidate{Worker: id, Overlap: j, Timing: linear}
+			l.Fill(&want, 10)
+			if got[j] != want {
+				t.Fatalf("step %d, candidate %d: FillAll %+v, Fill %+v", i, j, got[j], want)
+			}
+		}
+	}
+}
