@@ -527,7 +527,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		if o.Worker.DPRank != 0 {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(workers, o.Worker.Instance, func(w index.WorkerID, id uint64) int { return cmp.Compare(w.Instance, id) })
+		i := searchWorkers(workers, o.Worker.Instance)
 		for ; i < n && workers[i].Instance == o.Worker.Instance; i++ {
 			d.indexed[i] = o.Blocks
 		}
@@ -592,6 +592,22 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	d.params = params
 	d.overlap = d.scored[chosen].Overlap
 	return d, nil
+}
+
+// searchWorkers is the first position in workers (sorted by instance) of
+// an instance at or after id: slices.BinarySearchFunc without its
+// comparison calls, as a decision searches once per worker.
+func searchWorkers(workers []index.WorkerID, id uint64) int {
+	lo, hi := 0, len(workers)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if workers[m].Instance < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // Route chooses a worker and records the decision.
