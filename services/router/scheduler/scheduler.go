@@ -534,7 +534,9 @@ func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now time.
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
 	used := len(wl.blocks)
-	if !wl.reportAt.IsZero() && now.Sub(wl.reportAt) < ReportTTL {
+	// reportAt after now-ReportTTL is now.Sub(reportAt) < ReportTTL,
+	// without Sub's check of its result on wall-clock times.
+	if !wl.reportAt.IsZero() && wl.reportAt.After(now.Add(-ReportTTL)) {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
 		c.Decoding += r.Decoding

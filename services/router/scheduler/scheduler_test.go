@@ -225,7 +225,11 @@ func TestLoadReportMerge(t *testing.T) {
 	if c != want {
 		t.Fatalf("filled %+v, want %+v", c, want)
 	}
-	now = now.Add(ReportTTL)
+	now = now.Add(ReportTTL - time.Nanosecond)
+	if l.Fill(&c, 16); c != want {
+		t.Fatalf("a nanosecond before the report goes stale: %+v, want %+v", c, want)
+	}
+	now = now.Add(time.Nanosecond)
 	l.Fill(&c, 16)
 	want = Candidate{Worker: w(1), DecodeBlocks: 3, Decoding: 1, Usage: 0.03}
 	if c != want {
