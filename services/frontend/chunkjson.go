@@ -47,7 +47,8 @@ func (d textDelta) chatDelta() (chatDelta, *string) {
 func (c *chatSink) appendTextChunk(b []byte, d textDelta) []byte {
 	if c.prefix == nil {
 		// What every chunk of this choice starts with.
-		p := []byte(`{"id":`)
+		p := make([]byte, 0, 96+len(c.id)+len(c.model)+len(c.fingerprint)) // the fixed parts fit in 96
+		p = append(p, `{"id":`...)
 		p = appendJSONString(p, c.id)
 		p = append(p, `,"object":"chat.completion.chunk","created":`...)
 		p = strconv.AppendInt(p, c.created, 10)

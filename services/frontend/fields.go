@@ -123,17 +123,17 @@ var responsesPolicy = fieldPolicy{
 // check refuses the first field of body (a JSON object that decoded) that
 // the policy does not accept, in the order of the body.
 func (p fieldPolicy) check(body []byte) error {
-	err := topLevelFields(body, func(name string, raw []byte) error {
-		if p.supported[name] {
+	err := topLevelFields(body, func(key, raw []byte) error {
+		if p.supported[string(key)] { // string(key) in a map index does not allocate
 			return nil
 		}
-		if r, ok := p.onlyDefault[name]; ok {
+		if r, ok := p.onlyDefault[string(key)]; ok {
 			if bytes.Equal(raw, []byte("null")) || r.isDefault(raw) {
 				return nil
 			}
-			return invalid(name, "%s", r.msg)
+			return invalid(string(key), "%s", r.msg)
 		}
-		return invalid(name, "unrecognized request field %q; the supported fields are %s", name, p.names())
+		return invalid(string(key), "unrecognized request field %q; the supported fields are %s", key, p.names())
 	})
 	if errors.Is(err, errBadJSON) {
 		return invalid("", "malformed JSON body")
@@ -155,8 +155,8 @@ var errBadJSON = errors.New("malformed JSON")
 // topLevelFields calls fn with the name and raw value of each member of the
 // JSON object body, in order. body must be valid JSON (it has been decoded):
 // the scan only skips values, jumping over strings with IndexByte, so a long
-// chat costs little.
-func topLevelFields(body []byte, fn func(name string, raw []byte) error) error {
+// chat costs little. An unescaped name is a view of body, not a copy.
+func topLevelFields(body []byte, fn func(name, raw []byte) error) error {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return errBadJSON
@@ -178,11 +178,15 @@ func topLevelFields(body []byte, fn func(name string, raw []byte) error) error {
 			return err
 		}
 		key := body[i:end]
-		var name string
+		var name []byte
 		if bytes.IndexByte(key, '\\') < 0 && utf8.Valid(key) {
-			name = string(key[1 : len(key)-1])
-		} else if err := json.Unmarshal(key, &name); err != nil {
-			return errBadJSON
+			name = key[1 : len(key)-1] // a view of body: no copy per field
+		} else {
+			var s string
+			if err := json.Unmarshal(key, &s); err != nil {
+				return errBadJSON
+			}
+			name = []byte(s)
 		}
 		i = skipSpace(body, end)
 		if i >= len(body) || body[i] != ':' {

@@ -86,8 +86,8 @@ func FuzzTopLevelFields(f *testing.F) {
 			return
 		}
 		got := map[string]json.RawMessage{}
-		err := topLevelFields(body, func(name string, raw []byte) error {
-			got[name] = raw
+		err := topLevelFields(body, func(name, raw []byte) error {
+			got[string(name)] = raw
 			return nil
 		})
 		if err != nil {

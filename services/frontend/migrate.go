@@ -165,6 +165,11 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 				s.routing.prefillDone(d, id)
 			}
 			out.completion += uint32(len(resp.TokenIds))
+			if j.generated == nil && j.p.maxTokens > 0 {
+				// Sized once for the whole generation (bounded: max_tokens
+				// may be far more than a stream produces).
+				j.generated = make([]uint32, 0, min(j.p.maxTokens, 1024))
+			}
 			j.generated = append(j.generated, resp.TokenIds...)
 			// more: the next response is already here, so the client's
 			// write can wait for it (one write per batch, not per token).

@@ -539,6 +539,11 @@ func (e *sse) send(v any) error {
 // to sendFrame.
 func (e *sse) frame() []byte {
 	e.start()
+	if e.buf == nil {
+		// One allocation of a typical chunk's size rather than a few
+		// growing ones on the first event.
+		e.buf = make([]byte, 0, 512)
+	}
 	return append(e.buf[:0], "data: "...)
 }
 
