@@ -200,7 +200,7 @@ func TestLiveGroupsStayOnTheirWorker(t *testing.T) {
 }
 
 // TestReplayAgreesWithLive plays a ~200-request generated trace through a
-// real router and 4 mockers, in real time sped up 4 times, and replays it
+// real router and 4 mockers, in real time sped up 2 times, and replays it
 // in the replay's virtual time: the prefix hit rates agree within 5 points.
 func TestReplayAgreesWithLive(t *testing.T) {
 	g := replay.Presets["sessions"]
@@ -211,7 +211,7 @@ func TestReplayAgreesWithLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const speedup, workers = 4.0, 4
+	const speedup, workers = 2.0, 4
 	// Replayed: the mocker's engine at its defaults, sped up alike.
 	cfg := replay.Config{Workers: workers, Engine: engine.DefaultConfig(), TraceBlockSize: g.BlockSize, RateScale: speedup,
 		OverlapWeight: 1, ApproxTTL: 2 * time.Minute, ApproxMaxEntries: 1 << 20, Seed: 1,
