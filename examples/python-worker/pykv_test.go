@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // TestPythonWorkerLocalIndexer runs worker.py in each broker-free-capable
@@ -61,6 +62,9 @@ func TestPythonWorkerLocalIndexer(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { rcancel(); _ = rt.Wait() }()
+			if err := routertest.WaitReady(rctx, rt); err != nil {
+				t.Fatal(err)
+			}
 
 			tc, err := transport.NewClient(transport.DefaultConfig())
 			if err != nil {

@@ -35,6 +35,9 @@ func TestDialSkipsADeadReplica(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	if err := routertest.WaitReady(rctx, svc); err != nil {
+		t.Fatal(err)
+	}
 	c, err := routerclient.Dial([]string{"127.0.0.1:1," + svc.Addr().String()}, routerclient.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 const (
@@ -113,6 +114,10 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	}
 	rsvc, err := router.Start(ctx, rcfg, slog.New(slog.DiscardHandler))
 	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := routertest.WaitReady(ctx, rsvc); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

@@ -149,6 +149,9 @@ func startRouterService(t *testing.T, ctx context.Context, cfg router.Config) (*
 			t.Errorf("router: %v", err)
 		}
 	})
+	if err := routertest.WaitReady(rctx, svc); err != nil {
+		t.Fatal(err)
+	}
 	cc, err := routerclient.Dial([]string{svc.Addr().String()}, routerclient.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -176,6 +176,10 @@ func (s *modeStack) startRouter() {
 		cancel()
 		s.t.Fatal(err)
 	}
+	if err := routertest.WaitReady(ctx, svc); err != nil {
+		cancel()
+		s.t.Fatal(err)
+	}
 	var once sync.Once
 	s.router = svc
 	s.stopRt = func() {

@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // TestReportStream: batches of prefill completions and frees on one Report
@@ -40,6 +41,9 @@ func TestReportStream(t *testing.T) {
 			t.Errorf("router: %v", err)
 		}
 	}()
+	if err := routertest.WaitReady(rctx, svc); err != nil {
+		t.Fatal(err)
+	}
 	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

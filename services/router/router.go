@@ -8,7 +8,6 @@ package router
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"net"
 	"time"
 
@@ -31,6 +30,7 @@ type Service struct {
 	server *grpcserver.Server
 	reg    *discovery.Client
 	bus    *eventbus.Client
+	start  startup // what the router waits for before it serves (startup.go)
 	done   chan struct{}
 	err    error
 }
@@ -63,14 +63,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	u.Push(func() { _ = reg.Close() })
 	dc := core.New(cfg.coreConfig())
 	cfg.Server.Policy = Policy
+	s := &Service{core: dc, reg: reg, done: make(chan struct{})}
+	s.start.readyCh = make(chan struct{})
 	srv, err := grpcserver.New(cfg.Server, log)
 	if err != nil {
 		return nil, err
 	}
 	u.Push(func() { _ = srv.Close() })
+	s.server = srv
+	srv.SetHealthProbe(time.Second, s.start.probe)
 	metrics := newRouterMetrics(srv.Registry(), dc)
-	routerv1.RegisterRouterServiceServer(srv.GRPC(), meter(&server{core: dc}, metrics, modeLabel(dc)))
-	s := &Service{core: dc, server: srv, reg: reg, done: make(chan struct{})}
+	routerv1.RegisterRouterServiceServer(srv.GRPC(), &gated{RouterServiceServer: meter(&server{core: dc}, metrics, modeLabel(dc)), start: &s.start})
 	evMode, _ := cfg.EventsMode() // checked by Validate
 	if dc.Mode() != core.ModeKV {
 		evMode = kvevents.None
@@ -105,7 +108,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 			base(changes)
 			for _, ch := range changes {
 				if !ch.Deleted {
-					cons.follow(ch.Item.Namespace)
+					s.start.follow(ch.Item.Namespace, cons.follow)
 				}
 			}
 		}
@@ -122,13 +125,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
 	log.Info("router starting", "mode", dc.ModeName(), "kv_events_mode", string(evMode), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
 		"overlap_weight", cfg.Core.OverlapWeight, "temperature", cfg.Core.Temperature)
-	go s.serve(ctx, cfg, cons, instances, models, log)
+	go s.serve(ctx, cfg, cons, metrics, instances, models, log)
 	return s, nil
 }
 
 // consume builds the eventbus consumer (KV events in jetstream mode, load
-// reports and, with --router-replica-sync, the replicas' decisions) and
-// restores the index from the latest snapshot when it consumes KV events.
+// reports and, with --router-replica-sync, the replicas' decisions). The
+// index snapshot is loaded in the background (startup.go).
 func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode, metrics *routerMetrics, log *slog.Logger) *consumer {
 	dc := s.core
 	cons := newConsumer(s.bus, dc, log, evMode == kvevents.JetStream)
@@ -156,34 +159,19 @@ func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode,
 		}
 		return false, nil
 	})
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	snap, err := loadSnapshot(lctx, s.bus)
-	cancel()
-	switch {
-	case err != nil:
-		log.Warn("index snapshot not loaded; starting cold", "err", err.Error())
-	case snap != nil:
-		dc.Restore(snap)
-		metrics.snapshotted(snap.TakenAt.AsTime())
-		maps.Copy(cons.start, snap.StreamSequences)
-		maps.Copy(cons.seq, snap.StreamSequences)
-		log.Info("index restored from snapshot", "taken_at", snap.TakenAt.AsTime(), "workers", len(snap.Workers), "sequences", snap.StreamSequences)
-	}
 	return cons
 }
 
-// serve runs the router until ctx ends: it waits for the registry's first
-// answer, snapshots the index periodically, serves gRPC, and then closes
-// the watches, the followers, the consumer and the clients.
-func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, instances *discovery.Watcher[*registryv1.Instance], models *discovery.Watcher[*registryv1.ModelCard], log *slog.Logger) {
+// serve runs the router until ctx ends: it serves gRPC at once, becomes
+// ready in the background (startup.go), snapshots the index periodically,
+// and then closes the watches, the followers, the consumer and the clients.
+func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, metrics *routerMetrics, instances *discovery.Watcher[*registryv1.Instance], models *discovery.Watcher[*registryv1.ModelCard], log *slog.Logger) {
 	defer close(s.done)
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if instances.WaitReady(wctx) != nil || models.WaitReady(wctx) != nil {
-		log.Warn("registry has not answered yet; routing will find no workers until it does")
-	} else {
-		s.core.DropDeparted()
-	}
-	cancel()
+	readyDone := make(chan struct{})
+	go func() {
+		defer close(readyDone)
+		s.becomeReady(ctx, cons, metrics, instances, models, log)
+	}()
 	var snapDone chan struct{}
 	if cons != nil && cons.events && cfg.SnapshotInterval > 0 {
 		snapDone = make(chan struct{})
@@ -193,6 +181,7 @@ func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, instanc
 		}()
 	}
 	s.err = s.server.Serve(ctx, nil)
+	<-readyDone
 	if snapDone != nil {
 		<-snapDone
 	}
@@ -236,6 +225,11 @@ func (s *Service) FollowStats() FollowStats {
 	}
 	return s.follow.stats()
 }
+
+// Ready is closed once the router has what it needs to route (the
+// registry's first answer and, in jetstream mode, its index snapshot) and
+// answers Route and health SERVING; it stays open if the router stops first.
+func (s *Service) Ready() <-chan struct{} { return s.start.readyCh }
 
 // Core is the router's state, for tests and in-process embedding.
 func (s *Service) Core() *core.Core { return s.core }

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
@@ -51,6 +52,9 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 			t.Errorf("router: %v", err)
 		}
 	}()
+	if err := routertest.WaitReady(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
 	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

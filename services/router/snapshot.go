@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -30,14 +30,15 @@ const (
 func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer
 	if _, err := bus.GetObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, &buf); err != nil {
-		if apierr.Is(err, codes.NotFound, apierr.ReasonObjectNotFound) {
+		// No bucket yet, or no object in it: no router stored one.
+		if status.Code(err) == codes.NotFound {
 			return nil, nil
 		}
 		return nil, err
 	}
 	s := &routerv1.IndexSnapshot{}
 	if err := proto.Unmarshal(buf.Bytes(), s); err != nil {
-		return nil, fmt.Errorf("router: snapshot does not decode: %w", err)
+		return nil, fmt.Errorf("%w: %w", errSnapshotCorrupt, err)
 	}
 	return s, nil
 }

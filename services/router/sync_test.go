@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // TestReplicasRouteAsOne runs three approximate-mode routers with replica
@@ -67,6 +68,9 @@ func TestReplicasRouteAsOne(t *testing.T) {
 				t.Errorf("router %d: %v", i, err)
 			}
 		}()
+		if err := routertest.WaitReady(rctx, svc); err != nil {
+			t.Fatal(err)
+		}
 		cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)

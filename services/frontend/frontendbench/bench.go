@@ -117,6 +117,11 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 		return nil, err
 	}
 	waits = append(waits, rt.Wait)
+	select { // it routes once the registry has answered
+	case <-rt.Ready():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 
 	tc := transport.DefaultConfig()
 	tc.Plane, tc.TCP.Host, tc.HTTP.Host, tc.HTTP.Port, tc.NATS.URL = plane, "127.0.0.1", "127.0.0.1", 0, bus.NATSURL()

@@ -166,6 +166,13 @@ func (e *env) startRouter(m kvevents.Mode) (*rt, error) {
 		cancel()
 		return nil, err
 	}
+	select { // it routes once the registry has answered and its snapshot is loaded
+	case <-svc.Ready():
+	case <-ctx.Done():
+		cancel()
+		_ = svc.Wait()
+		return nil, ctx.Err()
+	}
 	return &rt{svc: svc, stop: func() { cancel(); _ = svc.Wait() }}, nil
 }
 

@@ -4,6 +4,7 @@ package routertest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -24,8 +25,23 @@ func Config(registryAddr, eventbusAddr string) router.Config {
 	}
 }
 
+// WaitReady waits until svc routes (its registry has answered and, in
+// jetstream mode, its index snapshot is loaded), ctx ends, or it stops.
+func WaitReady(ctx context.Context, svc *router.Service) error {
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Wait() }()
+	select {
+	case <-svc.Ready():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-stopped:
+		return fmt.Errorf("router stopped before it was ready: %v", err)
+	}
+}
+
 // Start starts a router with cfg until ctx ends or stop is called, and dials
-// it. stop closes the connection, stops the router and fails t if the router
+// it once it is ready. stop closes the connection, stops the router and fails t if the router
 // stopped with an error; t's cleanup calls it too, and a second call does
 // nothing.
 func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv1.RouterServiceClient, stop func()) {
@@ -35,6 +51,11 @@ func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv
 	if err != nil {
 		cancel()
 		t.Fatalf("start router: %v", err)
+	}
+	if err := WaitReady(ctx, svc); err != nil {
+		cancel()
+		_ = svc.Wait()
+		t.Fatalf("router not ready: %v", err)
 	}
 	cc, err := routerclient.Dial([]string{svc.Addr().String()}, routerclient.Options{})
 	if err != nil {

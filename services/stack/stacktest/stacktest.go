@@ -33,6 +33,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // Model is the model the mockers serve.
@@ -134,6 +135,10 @@ func Start(t testing.TB, o Options) *Stack {
 	rctx, rcancel := context.WithCancel(context.Background())
 	rsvc, err := router.Start(rctx, rcfg, log.With("service", "router"))
 	if err != nil {
+		rcancel()
+		t.Fatal(err)
+	}
+	if err := routertest.WaitReady(rctx, rsvc); err != nil {
 		rcancel()
 		t.Fatal(err)
 	}
