@@ -185,6 +185,11 @@ func (s *Service) becomeReady(ctx context.Context, cons *consumer, metrics *rout
 	// down.
 	s.core.DropDeparted()
 	s.start.ready.Store(true)
+	// SERVING now rather than at the next probe tick, so that whoever saw
+	// Ready finds health saying so (after shutdown began, the health
+	// server ignores it).
+	s.server.SetServing("", true)
+	s.server.SetServing(routerv1.RouterService_ServiceDesc.ServiceName, true)
 	close(s.start.readyCh)
-	log.Info("router ready: registry answered and index loaded; SERVING within a health probe interval")
+	log.Info("router ready: registry answered and index loaded; SERVING")
 }
