@@ -3,6 +3,8 @@ package index
 import (
 	"sync"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/services/router/internal/fifo"
 )
 
 // Pending holds the blocks of requests routed to a worker that its KV
@@ -22,12 +24,13 @@ type Pending struct {
 	one   map[uint64]pendingRef
 	multi map[uint64][]pendingRef
 	reqs  map[string]*pendingReq
-	order []pendingAdded
-	head  int
+	// order lists requests as they were added, for the TTL. It is a
+	// chunked queue: a slice compacted now and then would copy minutes of
+	// entries in one decision.
+	order fifo.Queue[pendingAdded]
 	// done lists requests that ended after computing their blocks, whose
 	// predictions stay a grace period for their KV events to arrive.
-	done     []pendingAdded
-	doneHead int
+	done fifo.Queue[pendingAdded]
 }
 
 // Grace is how long the predictions of a request that ended after its
@@ -66,7 +69,7 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 	}
 	r := &pendingReq{w: w, hashes: append([]uint64(nil), hashes...)}
 	p.reqs[id] = r
-	p.order = append(p.order, pendingAdded{id: id, r: r, at: now})
+	p.order.Push(pendingAdded{id: id, r: r, at: now})
 	for _, h := range r.hashes {
 		p.addRefLocked(h, w)
 	}
@@ -167,7 +170,7 @@ func (p *Pending) Done(id string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r, ok := p.reqs[id]; ok {
-		p.done = append(p.done, pendingAdded{id: id, r: r, at: now.Add(Grace)})
+		p.done.Push(pendingAdded{id: id, r: r, at: now.Add(Grace)})
 	}
 }
 
@@ -189,29 +192,15 @@ func (p *Pending) Expire(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cutoff := now.Add(-p.ttl)
-	for p.head < len(p.order) && p.order[p.head].at.Before(cutoff) {
-		a := p.order[p.head]
-		p.order[p.head] = pendingAdded{}
-		p.head++
-		if p.reqs[a.id] == a.r {
+	for p.order.Len() > 0 && p.order.Front().at.Before(cutoff) {
+		if a := p.order.Pop(); p.reqs[a.id] == a.r {
 			p.releaseLocked(a.id)
 		}
 	}
-	if p.head > 1024 && p.head > len(p.order)/2 {
-		p.order = append(p.order[:0], p.order[p.head:]...)
-		p.head = 0
-	}
-	for p.doneHead < len(p.done) && p.done[p.doneHead].at.Before(now) {
-		a := p.done[p.doneHead]
-		p.done[p.doneHead] = pendingAdded{}
-		p.doneHead++
-		if p.reqs[a.id] == a.r {
+	for p.done.Len() > 0 && p.done.Front().at.Before(now) {
+		if a := p.done.Pop(); p.reqs[a.id] == a.r {
 			p.releaseLocked(a.id)
 		}
-	}
-	if p.doneHead > 1024 && p.doneHead > len(p.done)/2 {
-		p.done = append(p.done[:0], p.done[p.doneHead:]...)
-		p.doneHead = 0
 	}
 }
 

@@ -43,6 +43,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
+	"github.com/switchyard-llm/switchyard/services/router/internal/fifo"
 )
 
 // ErrNoCandidates is returned by Select when no worker can serve.
@@ -189,14 +190,14 @@ type Load struct {
 	now      func() time.Time
 	workers  map[index.WorkerID]*workerLoad
 	requests map[string]*request
-	// order lists requests by when they were added, for Expire.
-	order []added
-	head  int
+	// order lists requests by when they were added, for Expire. It is a
+	// chunked queue: a slice compacted now and then would copy up to the
+	// request TTL's worth of entries (half an hour) in one decision.
+	order fifo.Queue[added]
 	// freed remembers requests freed in the last FreedMemory, so that a
 	// report still listing them does not bring them back.
 	freed     map[string]time.Time
-	freedList []freedAt
-	freedHead int
+	freedList fifo.Queue[freedAt]
 	// gen counts the workers map's changes (a record made or dropped);
 	// fill is valid while it stays.
 	gen  uint64
@@ -302,7 +303,7 @@ func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint
 	delete(l.freed, id)
 	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: append([]uint64(nil), blocks...)}
 	l.requests[id] = r
-	l.order = append(l.order, added{id: id, r: r, at: l.now()})
+	l.order.Push(added{id: id, r: r, at: l.now()})
 	wl := l.workerLocked(w)
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
@@ -352,18 +353,12 @@ func (l *Load) Free(id string) (prefilled bool) {
 	l.freeLocked(id)
 	now := l.now()
 	l.freed[id] = now
-	l.freedList = append(l.freedList, freedAt{id: id, at: now})
-	for l.freedHead < len(l.freedList) && now.Sub(l.freedList[l.freedHead].at) > FreedMemory {
-		f := l.freedList[l.freedHead]
-		l.freedList[l.freedHead] = freedAt{}
-		l.freedHead++
+	l.freedList.Push(freedAt{id: id, at: now})
+	for l.freedList.Len() > 0 && now.Sub(l.freedList.Front().at) > FreedMemory {
+		f := l.freedList.Pop()
 		if at, ok := l.freed[f.id]; ok && at.Equal(f.at) {
 			delete(l.freed, f.id)
 		}
-	}
-	if l.freedHead > 1024 && l.freedHead > len(l.freedList)/2 {
-		l.freedList = append(l.freedList[:0], l.freedList[l.freedHead:]...)
-		l.freedHead = 0
 	}
 	return prefilled
 }
@@ -440,18 +435,11 @@ func (l *Load) Expire(cutoff time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for l.head < len(l.order) && l.order[l.head].at.Before(cutoff) {
-		a := l.order[l.head]
-		l.order[l.head] = added{}
-		l.head++
-		if l.requests[a.id] == a.r { // not freed, nor replaced by a retry
+	for l.order.Len() > 0 && l.order.Front().at.Before(cutoff) {
+		if a := l.order.Pop(); l.requests[a.id] == a.r { // not freed, nor replaced by a retry
 			l.freeLocked(a.id)
 			n++
 		}
-	}
-	if l.head > 1024 && l.head > len(l.order)/2 {
-		l.order = append(l.order[:0], l.order[l.head:]...)
-		l.head = 0
 	}
 	return n
 }
