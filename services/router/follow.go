@@ -338,6 +338,24 @@ func (f *follower) fill(ctx context.Context, t *tracked, api workerv1.WorkerServ
 
 // catchUp applies whatever each known rank has past the last id applied.
 func (f *follower) catchUp(ctx context.Context, t *tracked, api workerv1.WorkerServiceClient) error {
+	if len(t.last) == 0 {
+		// The state read when following began listed no rank (a worker
+		// with no events yet): the ranks are only known from its state,
+		// so read it again. Asking by the ranks known would ask nothing,
+		// and a first batch the bus lost would never be caught up.
+		_, ranks, err := worker.ReadKVState(ctx, api)
+		if err != nil {
+			return err
+		}
+		for _, r := range ranks {
+			f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes)
+			t.last[r.DPRank] = r.EventID
+		}
+		if len(ranks) > 0 {
+			f.rebuilds.Add(1)
+		}
+		return nil
+	}
 	for rank := range t.last {
 		for {
 			resp, err := api.GetKvEvents(ctx, &workerv1.GetKvEventsRequest{DpRank: rank, FromEventId: t.last[rank] + 1})

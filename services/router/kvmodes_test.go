@@ -44,7 +44,7 @@ type modeStack struct {
 	natsDir string
 	natsURL string
 	nats    *natsserver.Server
-	drop    bool
+	drop    func() func(*workerv1.KvEventBatch) bool // each mocker's DropKVEvent, or nil
 
 	mu      sync.Mutex
 	mockers map[*worker.Worker]func()
@@ -56,6 +56,20 @@ type modeStack struct {
 }
 
 func startModeStack(t *testing.T, mode string, workers int, drop bool) *modeStack {
+	t.Helper()
+	var everyTenth func() func(*workerv1.KvEventBatch) bool
+	if drop {
+		everyTenth = func() func(*workerv1.KvEventBatch) bool {
+			var n atomic.Uint64
+			return func(*workerv1.KvEventBatch) bool { return n.Add(1)%10 == 0 }
+		}
+	}
+	return startModeStackDropping(t, mode, workers, everyTenth)
+}
+
+// startModeStackDropping is startModeStack with each mocker's own
+// DropKVEvent hook, made by drop (nil: none).
+func startModeStackDropping(t *testing.T, mode string, workers int, drop func() func(*workerv1.KvEventBatch) bool) *modeStack {
 	t.Helper()
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	_, reg := registrytest.Start(t)
@@ -105,9 +119,8 @@ func (s *modeStack) launchMocker() func() *worker.Worker {
 		t.Fatal(err)
 	}
 	cfg.DrainTimeout = time.Nanosecond // mocker.Run completes and validates the rest
-	if s.drop {
-		var n atomic.Uint64
-		cfg.DropKVEvent = func(*workerv1.KvEventBatch) bool { return n.Add(1)%10 == 0 }
+	if s.drop != nil {
+		cfg.DropKVEvent = s.drop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *worker.Worker, 1)
@@ -355,6 +368,23 @@ func TestKVEventModesStayExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCoreModeLearnsAWorkerWhoseBatchesTheBusLost: in core mode a worker
+// whose state had no events when the router began following it, and whose
+// every batch is lost on its way to the eventbus, is still learned by the
+// router's periodic catch-up. Before, the catch-up asked only the ranks the
+// first state read had listed, which were none, so such a worker's blocks
+// were never learned (seen on CI as "the router never learned worker X's
+// blocks" when a first batch was lost).
+func TestCoreModeLearnsAWorkerWhoseBatchesTheBusLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := startModeStackDropping(t, "core", 1, func() func(*workerv1.KvEventBatch) bool {
+		return func(*workerv1.KvEventBatch) bool { return true }
+	})
+	s.traffic(ctx, 2)
+	s.waitEqual(ctx, "with every batch lost on the bus")
 }
 
 func portOfURL(u string) string {
