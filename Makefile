@@ -70,6 +70,15 @@ bench: build ## Benchmark functions, then each benchmark command's table.
 	@for t in low-reuse sessions; do echo "== $(BIN)/router-replay-bench --trace $$t"; \
 	  $(BIN)/router-replay-bench --trace $$t --out $(BIN)/router-replay-$$t || exit 1; done
 
+.PHONY: bench-goals
+# GOAL_TRACES: comma list of built-in trace names or Mooncake JSON-lines
+# files (.jsonl, .jsonl.gz), for example held-out traces from router-trace-gen.
+GOAL_TRACES ?= mooncake,low-reuse,sessions
+bench-goals: ## Issue 14's goal table (hit rates vs the pooled bound, goodput vs round-robin and the capacity bound, TTFT vs the floor, replicas) for GOAL_TRACES, with a verdict per goal; also bin/router-replay-goals.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./services/router/cmd/router-replay-bench
+	$(BIN)/router-replay-bench --goals --trace $(GOAL_TRACES) --goodput-steps 2 --out $(BIN)/router-replay-goals
+
 .PHONY: run
 # make run builds only the binaries the stack starts (and the CLI), not the
 # benchmarks: PORT, MOCKERS, ROUTER_MODE and KV_EVENTS_MODE choose the

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,6 +31,12 @@ type CommandConfig struct {
 	// between the sweep's rate scales; the sweep is extended above its top
 	// while a mode still meets the SLO there, whatever this is.
 	GoodputSteps int
+	// Goals runs the goal table instead of --modes: round-robin and kv
+	// over the sweep, the other goal modes at GoalsRate, and prints one
+	// table of issue 14's goals for all traces after their sweeps.
+	Goals bool
+	// GoalsRate is the default rate scale the goals are judged at.
+	GoalsRate float64
 }
 
 // RegisterFlags adds the command's flags.
@@ -58,6 +65,8 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Modes, "modes", strings.Join(Modes, ","), "comma-separated modes to run")
 	fs.StringVar(&c.OutDir, "out", "bin", "directory for router-replay.csv and router-replay.png (one subdirectory per trace when several; empty: none)")
 	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	fs.BoolVar(&c.Goals, "goals", false, "print the goal table for all traces (modes "+strings.Join(GoalModes, ",")+"; --modes is ignored): kv and kv-approx hit rate against the pooled bound, goodput kv/round-robin and the capacity bound, kv TTFT p90 over the cached floor, 3 and 8 replicas against one router, each with a verdict; also written to router-replay-goals.md under --out")
+	fs.Float64Var(&c.GoalsRate, "goals-rate", 6, "the default rate scale the goals are judged at (--goals)")
 }
 
 // ParseRates parses a comma list of positive rate scales.
@@ -87,6 +96,12 @@ func loadNamed(name string, traceBlock int) ([]Request, string, error) {
 // plus CSV and PNG files under OutDir.
 func Command(c CommandConfig, out io.Writer) error {
 	modes := strings.Split(c.Modes, ",")
+	if c.Goals {
+		modes = GoalModes
+		if !(c.GoalsRate > 0) || math.IsInf(c.GoalsRate, 0) {
+			return errors.New("replay: --goals-rate must be positive")
+		}
+	}
 	for _, m := range modes {
 		if !slices.Contains(Modes, m) {
 			return fmt.Errorf("replay: unknown mode %q: valid modes are %s", m, strings.Join(Modes, ", "))
@@ -107,14 +122,20 @@ func Command(c CommandConfig, out io.Writer) error {
 		return err
 	}
 	names := strings.Split(c.Traces, ",")
+	var goals []GoalRow
 	for _, name := range names {
 		trace, label, err := loadNamed(strings.TrimSpace(name), c.TraceBlockSize)
 		if err != nil {
 			return err
 		}
-		results, err := RunAll(trace, c.Config, modes, rates, c.Parallel)
-		if err == nil {
-			results, err = RefineGoodput(trace, c.Config, modes, results, c.SLO, c.GoodputSteps, c.Parallel)
+		var results []Result
+		if c.Goals {
+			results, err = RunGoals(trace, c.Config, rates, c.GoalsRate, c.SLO, c.GoodputSteps, c.Parallel)
+		} else {
+			results, err = RunAll(trace, c.Config, modes, rates, c.Parallel)
+			if err == nil {
+				results, err = RefineGoodput(trace, c.Config, modes, results, c.SLO, c.GoodputSteps, c.Parallel)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("trace %s: %w", label, err)
@@ -122,6 +143,10 @@ func Command(c CommandConfig, out io.Writer) error {
 		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, Results: results}
 		if err := WriteTable(out, r); err != nil {
 			return err
+		}
+		if c.Goals {
+			goals = append(goals, Goals(r, c.GoalsRate))
+			fmt.Fprintln(out)
 		}
 		if c.OutDir == "" {
 			continue
@@ -142,7 +167,21 @@ func Command(c CommandConfig, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "wrote %s and %s\n\n", csvPath, pngPath)
 	}
-	return nil
+	if !c.Goals {
+		return nil
+	}
+	if err := WriteGoals(out, goals, c.GoalsRate, c.SLO); err != nil || c.OutDir == "" {
+		return err
+	}
+	if err := os.MkdirAll(c.OutDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(c.OutDir, "router-replay-goals.md")
+	if err := writeFile(path, func(w io.Writer) error { return WriteGoals(w, goals, c.GoalsRate, c.SLO) }); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "wrote %s\n", path)
+	return err
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

@@ -3,8 +3,11 @@ package replay
 import (
 	"bytes"
 	"encoding/csv"
+	"flag"
 	"image/png"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,3 +143,127 @@ func TestReportSweep(t *testing.T) {
 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// TestGoals checks the goal rows' verdicts and the table on a report
+// made by hand: figures on both sides of each goal's line.
+func TestGoals(t *testing.T) {
+	res := func(mode string, rate, hit float64, p90 time.Duration) Result {
+		return Result{Mode: mode, RateScale: rate, HitRate: hit, TTFT: [3]time.Duration{0, p90, 0}}
+	}
+	const ms = time.Millisecond
+	report := func(approx, rep8 float64, kvP90 time.Duration) *Report {
+		return &Report{Trace: "t", SLO: 2 * time.Second,
+			Bounds: Bounds{Pooled: 0.5, FloorTTFT: [3]time.Duration{0, 100 * ms, 0}, Capacity: Capacity{Rate: 20}},
+			Results: []Result{
+				res("round-robin", 4, 0.2, time.Second), res("round-robin", 6, 0.2, 3*time.Second),
+				res("kv", 6, 0.46, kvP90), res("kv", 9, 0.46, time.Second), res("kv", 12, 0.46, 5*time.Second),
+				res("kv-approx", 6, approx, 100*ms),
+				res("kv-3-replicas", 6, 0.455, kvP90*105/100), res("kv-8-replicas", 6, rep8, kvP90*105/100),
+			}}
+	}
+	// kv 92% of pooled, approx 86%, goodput 9 / 4, TTFT 140 / 100,
+	// replicas -1 point and +5%.
+	g := Goals(report(0.43, 0.455, 140*ms), 6)
+	if !g.HitOK() || !g.ApproxOK() || !g.GoodputOK() || !g.TTFTOK() || !g.ReplicasOK() {
+		t.Fatalf("all goals should pass: %+v", g)
+	}
+	if g.RR != 4 || g.RRFail != 6 || g.KV != 9 || g.KVFail != 12 || math.Abs(g.Rep3Points+1) > 1e-9 || math.Abs(g.Rep3TTFT-0.05) > 1e-9 {
+		t.Fatalf("row %+v", g)
+	}
+	// approx 84%, 8 replicas 3 points below, TTFT 160 / 100.
+	bad := Goals(report(0.42, 0.445, 160*ms), 6)
+	if !bad.HitOK() || bad.ApproxOK() || !bad.GoodputOK() || bad.TTFTOK() || bad.ReplicasOK() {
+		t.Fatalf("approx, ttft and replicas should fail: %+v", bad)
+	}
+	// Without the replica runs their goal fails and the table says why.
+	r := report(0.43, 0.455, 140*ms)
+	r.Results = r.Results[:6]
+	missing := Goals(r, 6)
+	if missing.ReplicasOK() || !slices.Equal(missing.Missing, []string{"kv-3-replicas", "kv-8-replicas"}) {
+		t.Fatalf("missing replicas: %+v", missing)
+	}
+	// Twice round-robin above the capacity bound: out of reach.
+	r = report(0.43, 0.455, 140*ms)
+	r.Bounds.Capacity.Rate = 7
+	r.Results[0].RateScale, r.Results[1].RateScale = 4.5, 5 // rr x4.5, kv x9: 2x is 9 > 7
+	far := Goals(r, 6)
+	if !far.GoodputOK() || !far.GoodputUnreachable() {
+		t.Fatalf("goodput 9 vs 2 x 4.5 at capacity 7: %+v", far)
+	}
+	var out strings.Builder
+	if err := WriteGoals(&out, []GoalRow{g, bad, missing}, 6, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | ok | 140.0 / 100.0 | 1.40x | ok | -1.0, +5.0% | -1.0, +5.0% | ok |",
+		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-3.0, +5.0% | FAIL |",
+		"goals met on 3 traces: hit 3, approx 2, goodput 3, ttft 2, replicas 1",
+		"t: no result at x6 for kv-3-replicas, kv-8-replicas",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("goal table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestCommandGoals runs --goals on a small trace file: round-robin and kv
+// over the sweep and refined, the other goal modes at the default rate
+// only, and one goal table at the end, also written under --out.
+func TestCommandGoals(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "small.jsonl")
+	var buf bytes.Buffer
+	if err := WriteTrace(&buf, trace[:120]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var c CommandConfig
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--goals", "--trace", path, "--rate-scales", "2,4", "--goals-rate", "4", "--goodput-steps", "0",
+		"--slo-ttft-p90", "1h", "--workers", "4", "--kv-blocks", "16384", "--parallel", "2", "--out", filepath.Join(dir, "out")}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Command(c, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| small | ") || !strings.Contains(out.String(), "goals met on 1 traces") {
+		t.Fatalf("no goal table:\n%s", out.String())
+	}
+	f, err := os.Open(filepath.Join(dir, "out", "router-replay.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With an hour's SLO both goodput modes go on above the sweep's top
+	// (x4, then x6 and up); the others ran at x4 only.
+	ran := map[string][]string{}
+	for _, row := range rows[1:] {
+		ran[row[0]] = append(ran[row[0]], row[1])
+	}
+	for _, m := range []string{"round-robin", "kv"} {
+		if r := ran[m]; len(r) < 3 || r[0] != "2" || r[1] != "4" || r[2] != "6" {
+			t.Errorf("%s ran at %v, want 2, 4, 6 and up", m, r)
+		}
+	}
+	for _, m := range []string{"kv-approx", "kv-3-replicas", "kv-8-replicas"} {
+		if r := ran[m]; !slices.Equal(r, []string{"4"}) {
+			t.Errorf("%s ran at %v, want 4 only", m, r)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "out", "router-replay-goals.md"))
+	if err != nil || !strings.Contains(string(md), "| small | ") {
+		t.Fatalf("router-replay-goals.md: %v\n%s", err, md)
+	}
+}
