@@ -33,12 +33,22 @@ type Bounds struct {
 // ComputeBounds computes a trace's bounds for a cluster.
 func ComputeBounds(trace []Request, cfg Config) Bounds {
 	bs := cfg.Engine.BlockSize
-	seen := map[uint64]struct{}{}
-	lru := newLRU(cfg.Workers * cfg.Engine.NumGPUBlocks)
+	// How many requests' prompts hold each full block (capped at 2): a
+	// block in one prompt only is private to that request (Capacity).
+	holders := map[uint64]uint8{}
 	var tokens []uint32
 	var blocks []kvhash.Block
+	for _, r := range trace {
+		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
+		blocks = kvhash.Hashes(tokens, bs, blocks[:0])
+		for _, b := range blocks {
+			holders[b.Sequence] = min(holders[b.Sequence]+1, 2)
+		}
+	}
+	seen := map[uint64]struct{}{}
+	lru := newLRU(cfg.Workers * cfg.Engine.NumGPUBlocks)
 	reuse, pooled, total := 0, 0, 0
-	var uncachedAll, decodeAll int64
+	var work traceWork
 	var first, last time.Duration
 	floors := make([]time.Duration, 0, len(trace))
 	for _, r := range trace {
@@ -62,11 +72,16 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 			}
 			seenPrefix++
 		}
-		uncachedAll += int64(len(tokens) - seenPrefix*bs)
+		work.Uncached += int64(len(tokens) - seenPrefix*bs)
 		// The first output token comes with the last prefill step; each
 		// further one takes a decode step (the replay's requests have no
 		// stop tokens).
-		decodeAll += int64(max(r.OutputLength-1, 0))
+		work.Decode += int64(max(r.OutputLength-1, 0))
+		shared := 0
+		for shared < len(blocks) && holders[blocks[shared].Sequence] > 1 {
+			shared++
+		}
+		work.HeldBlockSteps += privateBlockSteps(len(tokens), r.OutputLength, bs, len(blocks)-shared)
 		if len(floors) == 0 {
 			first, last = r.Arrival, r.Arrival
 		}
@@ -93,7 +108,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 		floors = append(floors, prefillTime(uncached, cfg.Engine))
 	}
 	b := Bounds{FloorTTFT: percentiles(floors),
-		Capacity: capacityBound(cfg.Engine.Timing(), cfg.Engine.MaxNumSeqs, cfg.Workers, uncachedAll, decodeAll, last-first)}
+		Capacity: capacityBound(cfg.Engine.Timing(), cfg.Engine.MaxNumSeqs, cfg.Workers, cfg.Engine.NumGPUBlocks, work, last-first)}
 	if total > 0 {
 		b.Reuse = float64(reuse) / float64(total)
 		b.Pooled = float64(pooled) / float64(total)
@@ -118,44 +133,90 @@ func prefillTime(n int, ec engine.Config) time.Duration {
 // allows (the model the mocker runs by and the router reads), keeps every
 // engine at most fully busy. Above it no router can keep up: work arrives
 // faster than the cluster can do it, and queues grow for as long as the
-// trace lasts. It is optimistic for the router in every assumption, so
-// that it is an upper bound whatever the router does:
-//   - only the prompt tokens an infinite cache could not have served
-//     are computed (the reuse bound's misses, at least the pooled
-//     bound's: no eviction, so no router's placement can hit more), and
-//     no request is ever preempted and recomputed;
-//   - every prefill step computes the chunk size with the cheapest time
-//     per token (PrefillMs(t)/t is least at sqrt(per-batch/quadratic)
-//     tokens, within the step budget), as if decode tokens took none of
-//     the budget;
-//   - every decode step carries a full batch (min(max_num_seqs, token
-//     budget) requests) at the KV usage where a step is cheapest (the
-//     model's minimum over usage 0..1, however few blocks that is);
-//   - the work is balanced perfectly over the workers and spread
-//     evenly over the trace's arrival span (no burst is harder than the
-//     average).
+// trace lasts.
+//
+// The work W is a lower bound on the engine time of every run that serves
+// the whole trace, whatever the routing. A step computes p new prompt
+// tokens and has d decoding requests, each of which makes one token; it
+// takes Prefill(p) (when p > 0) plus Decode(u) (when d > 0), u being the
+// fraction of the engine's N KV blocks held by its running requests
+// (distinct blocks: a block shared by several counts once). Then:
+//
+//  1. Prefill. Prefill(p) >= c p, c being the least Prefill(t)/t over
+//     1 <= t <= budget (PrefillMsPerToken). Summed over the steps of all
+//     engines, p adds up to at least the prompt tokens an infinite cache
+//     misses (UncachedTokens: a block an earlier request held may hit,
+//     nothing else can; a recomputed token only adds to p).
+//  2. Decode. Decode(u) >= a + b u on 0..1 with a, b >= 0: the chord of a
+//     concave quadratic, the tangent at 0 of a convex one (the max with
+//     DecodeMin only raises the left side), or b = 0 and a the model's
+//     least step at any usage. With d <= B = min(max_num_seqs, budget),
+//     a >= (a/B) d; and N u >= the sum, over the step's decoding requests
+//     r, of a set of blocks private(r) that r holds, if these sets are
+//     disjoint. So each decoding request's token costs at least a/B plus
+//     b/N per block of private(r), and summing over tokens instead of
+//     steps, the decode time of a run is at least
+//     a/B x DecodeTokens + b/N x HeldBlockSteps (DecodeWork), where
+//     HeldBlockSteps adds |private(r)| over each request's decode steps.
+//     That sum does not depend on the rate or on how requests batch.
+//  3. private(r). A request with prompt length P has F = P/bs full prompt
+//     blocks; while it makes its (k+1)th token (k = 1 .. output-1) it holds
+//     ceil((P+k)/bs) blocks. Its unique blocks are the full prompt blocks
+//     no other request's prompt has (they are a suffix of its F: the block
+//     hash chains its prefix), U of them. private(r) is those U blocks
+//     and, when U >= 1, its blocks past the F full ones (the partial prompt
+//     tail and its answer, ceil((P+k)/bs) - F). Disjointness: another
+//     request can hold one of r's unique blocks only by a prefix match on
+//     its hash, which its prompt would then have; it can hold one of r's
+//     later blocks (allocated by r) only by matching r's whole chain up to
+//     it, so r's last full block would not be unique. Both sets of r count
+//     for no other request.
 //
 // Per engine, the work offered per second at rate scale s is then
-// s x (PrefillWork + DecodeWork) / (Workers x Span), and Rate is the s
-// at which that is 1. A finite trace can still meet a TTFT SLO somewhat
-// above Rate, by leaving a backlog of (s/Rate - 1) x Span/s per engine
-// at its last arrival; on a trace long against the SLO that is no room.
+// s x W / (Workers x Span), and Rate is the s at which that is 1: the
+// best case of perfect balance, work spread evenly over the arrival span,
+// and no request rejected. Rate bounds the rate a cluster can sustain; a
+// finite trace can still meet a TTFT SLO somewhat above it, because work
+// can run on after the last arrival: the decode of the last requests, and
+// a backlog of (s/Rate - 1) x Span/s per engine, that no first token waits
+// for. (kv on the shipped low-reuse trace meets 2 s at x11.3 against a
+// bound of x11.2; its engines were busy 1274 s there against W = 887 s, so
+// 45% of a span's time after the last arrival.)
+//
+// One case is outside the argument: a request preempted after its first
+// token recomputes, and the step that ends the recompute makes its next
+// token as a prefill, so if that step has no decoding request at all its
+// token pays no decode term. Each such token can lower the time below W by
+// at most a/B + b x |private(r)|/N (about 14 ms with the default model for
+// a request holding half an engine's blocks, against the minutes of engine
+// time a trace takes); it needs a preemption (the engine's free and
+// evictable blocks ran short) and then a step whose every scheduled
+// request is in prefill, so it is rare.
 type Capacity struct {
 	// UncachedTokens are the prompt tokens an infinite cache misses (at
 	// least one per request: its last prompt token gives the first
 	// output token's logits); DecodeTokens, the output tokens after each
 	// request's first.
 	UncachedTokens, DecodeTokens int64
+	// HeldBlockSteps adds up, over every request's decode steps, the KV
+	// blocks private to it that it holds (see above).
+	HeldBlockSteps int64
+	// KVBlocks is the blocks of each engine (N above).
+	KVBlocks int
 	// PrefillChunk is the step size with the cheapest prefill per token,
 	// PrefillMsPerToken that cost.
 	PrefillChunk      int
 	PrefillMsPerToken float64
-	// DecodeBatch requests share each decode step of DecodeMsPerStep.
-	DecodeBatch     int
-	DecodeMsPerStep float64
+	// DecodeBatch requests share each decode step, which costs at least
+	// DecodeMsPerStep plus DecodeMsPerUsage per unit of KV usage (the
+	// fraction of the engine's blocks in use).
+	DecodeBatch                       int
+	DecodeMsPerStep, DecodeMsPerUsage float64
 	// PrefillWork and DecodeWork are the engine time, summed over all
-	// engines, those tokens take at these costs.
-	PrefillWork, DecodeWork time.Duration
+	// engines, those tokens take at these costs; HeldWork is the part of
+	// DecodeWork that the blocks held cost (DecodeMsPerUsage x
+	// HeldBlockSteps / KVBlocks).
+	PrefillWork, DecodeWork, HeldWork time.Duration
 	// Workers share the work; Span is the time from the trace's first
 	// arrival to its last (at rate scale 1).
 	Workers int
@@ -175,15 +236,31 @@ func (c Capacity) Busy(rate float64) float64 {
 	return rate / c.Rate
 }
 
-// capacityBound computes Capacity for a cluster of workers engines that
-// run m, with at most maxSeqs requests in a step.
-func capacityBound(m timingmodel.Model, maxSeqs, workers int, uncached, decode int64, span time.Duration) Capacity {
-	c := Capacity{UncachedTokens: uncached, DecodeTokens: decode, Workers: workers, Span: span,
-		DecodeBatch: max(min(maxSeqs, m.MaxBatchedTokens), 1)}
+// traceWork is what a trace asks of the engines, for the capacity bound.
+type traceWork struct {
+	// Uncached prompt tokens, decode tokens, and held private block-steps
+	// (Capacity's UncachedTokens, DecodeTokens and HeldBlockSteps).
+	Uncached, Decode, HeldBlockSteps int64
+}
+
+// capacityBound computes Capacity for a cluster of workers engines of
+// kvBlocks blocks that run m, with at most maxSeqs requests in a step.
+func capacityBound(m timingmodel.Model, maxSeqs, workers, kvBlocks int, w traceWork, span time.Duration) Capacity {
+	c := Capacity{UncachedTokens: w.Uncached, DecodeTokens: w.Decode, HeldBlockSteps: w.HeldBlockSteps, KVBlocks: kvBlocks,
+		Workers: workers, Span: span, DecodeBatch: max(min(maxSeqs, m.MaxBatchedTokens), 1)}
 	c.PrefillChunk, c.PrefillMsPerToken = cheapestPrefill(m)
+	c.PrefillWork = timingmodel.Duration(float64(w.Uncached) * c.PrefillMsPerToken)
+	// Two valid lower bounds on the decode time: the cheapest step for
+	// every token, or the line a + b u; the larger one holds.
+	steps := float64(w.Decode) / float64(c.DecodeBatch)
 	c.DecodeMsPerStep = cheapestDecode(m)
-	c.PrefillWork = timingmodel.Duration(float64(uncached) * c.PrefillMsPerToken)
-	c.DecodeWork = timingmodel.Duration(float64(decode) / float64(c.DecodeBatch) * c.DecodeMsPerStep)
+	c.DecodeWork = timingmodel.Duration(steps * c.DecodeMsPerStep)
+	if a, b := decodeLine(m); b > 0 && kvBlocks > 0 {
+		held := timingmodel.Duration(b * float64(w.HeldBlockSteps) / float64(kvBlocks))
+		if d := timingmodel.Duration(steps*a) + held; d > c.DecodeWork {
+			c.DecodeMsPerStep, c.DecodeMsPerUsage, c.DecodeWork, c.HeldWork = a, b, d, held
+		}
+	}
 	work := c.PrefillWork + c.DecodeWork
 	if work <= 0 || span <= 0 {
 		c.Rate = math.Inf(1)
@@ -191,6 +268,45 @@ func capacityBound(m timingmodel.Model, maxSeqs, workers int, uncached, decode i
 	}
 	c.Rate = float64(workers) * float64(span) / float64(work)
 	return c
+}
+
+// decodeLine is a line a + b u at or below the model's decode step time on
+// usage 0..1, with a, b >= 0, or b = 0 when there is none with b > 0 this
+// way. Decode(u) = max(DecodeMin, q(u)) >= q(u) with q quadratic: a
+// concave q lies above its chord from u = 0 to 1, a convex one above its
+// tangent at 0.
+func decodeLine(m timingmodel.Model) (a, b float64) {
+	q := func(u float64) float64 { return m.DecodeQuadratic*u*u + m.DecodeLinear*u + m.DecodeBase }
+	a, b = q(0), q(1)-q(0)
+	if m.DecodeQuadratic > 0 {
+		b = m.DecodeLinear
+	}
+	if a < 0 || !(b > 0) {
+		return 0, 0
+	}
+	return a, b
+}
+
+// privateBlockSteps adds up the blocks private to a request (Capacity,
+// point 3) over its decode steps: prompt tokens, output tokens, tokens
+// per block, and its unique full prompt blocks. While it makes its
+// (k+1)th token it holds ceil((prompt+k)/bs) blocks, prompt/bs of them
+// full prompt blocks.
+func privateBlockSteps(prompt, output, bs, unique int) int64 {
+	steps := int64(max(output-1, 0))
+	if steps == 0 || unique <= 0 {
+		return 0
+	}
+	full := int64(prompt / bs)
+	later := ceilSum(int64(prompt)+steps, int64(bs)) - ceilSum(int64(prompt), int64(bs)) - full*steps
+	return int64(unique)*steps + later
+}
+
+// ceilSum is the sum of ceil(m/bs) for m = 1..n: bs values of m round up
+// to each i = 1..n/bs, and the n%bs left to n/bs + 1.
+func ceilSum(n, bs int64) int64 {
+	q, r := n/bs, n%bs
+	return bs*q*(q+1)/2 + r*(q+1)
 }
 
 // cheapestPrefill is the step size in 1..MaxBatchedTokens with the least

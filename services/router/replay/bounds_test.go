@@ -2,10 +2,12 @@ package replay
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 )
 
 // TestCapacityBound checks the compute bound against numbers worked out by
@@ -54,7 +56,7 @@ func TestCapacityBound(t *testing.T) {
 	near := func(a, b float64) bool { return a == b || math.Abs(a-b) <= 1e-9*math.Abs(b) }
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := capacityBound(tt.m, 8, 2, tt.uncached, tt.decode, tt.span)
+			c := capacityBound(tt.m, 8, 2, 1000, traceWork{Uncached: tt.uncached, Decode: tt.decode}, tt.span)
 			if c.PrefillChunk != tt.chunk || c.DecodeBatch != tt.batch || !near(c.PrefillMsPerToken, tt.prefillMs) ||
 				!near(c.DecodeMsPerStep, tt.stepMs) || !near(c.Rate, tt.rate) {
 				t.Fatalf("chunk %d, batch %d, %v ms/token, %v ms/step, rate %v; want %d, %d, %v, %v, %v",
@@ -97,5 +99,175 @@ func TestComputeBoundsCapacity(t *testing.T) {
 	}
 	if math.Abs(c.Rate-2134.1296) > 1e-3 {
 		t.Fatalf("capacity bound x%v, want x2134.1296", c.Rate)
+	}
+}
+
+// TestCapacityBoundHeldBlocks checks the decode line a + b u by hand: the
+// held block-steps cost b/N each, on top of a/B per decode token, when
+// that beats the cheapest step for every token.
+func TestCapacityBoundHeldBlocks(t *testing.T) {
+	// Concave: -10u^2 + 20u + 4 lies above its chord 4 + 10u.
+	concave := timingmodel.Model{PrefillPerToken: 1, DecodeQuadratic: -10, DecodeLinear: 20, DecodeBase: 4, DecodeMin: 1, MaxBatchedTokens: 1000}
+	// Convex: 10u^2 + 6u + 2 lies above its tangent at 0, 2 + 6u.
+	convex := concave
+	convex.DecodeQuadratic, convex.DecodeLinear, convex.DecodeBase = 10, 6, 2
+	// Decreasing: 5 - 2u; no line with b > 0, so the cheapest step, 3 ms.
+	falling := concave
+	falling.DecodeQuadratic, falling.DecodeLinear, falling.DecodeBase = 0, -2, 5
+	tests := []struct {
+		name           string
+		m              timingmodel.Model
+		held           int64
+		a, b           float64
+		decode, heldMs float64 // ms
+	}{
+		// 800 tokens / 8 a step = 100 steps x 4 ms; 50,000 block-steps
+		// / 1000 blocks x 10 ms = 500 ms.
+		{name: "concave: the chord", m: concave, held: 50000, a: 4, b: 10, decode: 400 + 500, heldMs: 500},
+		{name: "convex: the tangent at 0", m: convex, held: 50000, a: 2, b: 6, decode: 200 + 300, heldMs: 300},
+		// 100 x 2 + 10 x 6 = 260 ms is above 100 x the cheapest 2 ms.
+		{name: "few blocks held still count", m: convex, held: 10000, a: 2, b: 6, decode: 200 + 60, heldMs: 60},
+		{name: "falling: the cheapest step", m: falling, held: 50000, a: 3, decode: 300},
+		{name: "no block held", m: concave, a: 4, decode: 400},
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6 }
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := capacityBound(tt.m, 8, 2, 1000, traceWork{Uncached: 1000, Decode: 800, HeldBlockSteps: tt.held}, 17*time.Second)
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			if !near(c.DecodeMsPerStep, tt.a) || !near(c.DecodeMsPerUsage, tt.b) || !near(ms(c.DecodeWork), tt.decode) || !near(ms(c.HeldWork), tt.heldMs) {
+				t.Fatalf("a %v, b %v, decode %v, held %v; want %v, %v, %v ms, %v ms", c.DecodeMsPerStep, c.DecodeMsPerUsage, c.DecodeWork, c.HeldWork,
+					tt.a, tt.b, tt.decode, tt.heldMs)
+			}
+			// 1000 prompt tokens at 1 ms (linear: the whole budget a step).
+			if want := 34000 / (1000 + tt.decode); !near(c.Rate, want) {
+				t.Fatalf("rate %v, want %v", c.Rate, want)
+			}
+		})
+	}
+}
+
+func TestPrivateBlockSteps(t *testing.T) {
+	tests := []struct {
+		prompt, output, bs, unique int
+		want                       int64
+	}{
+		// 1024 tokens = 64 full blocks, 32 unique; 256 decode steps hold
+		// 64 + ceil(k/16) blocks: 32 x 256 + (16 x 16 x 17 / 2) = 10368.
+		{1024, 257, 16, 32, 32*256 + 2176},
+		// 600 tokens: 37 full blocks and a tail of 8; two decode steps
+		// hold ceil(601/16) = ceil(602/16) = 38 blocks, 1 past the full.
+		{600, 3, 16, 37, 37*2 + 2},
+		// The answer's blocks count only with a unique prompt block.
+		{1024, 257, 16, 0, 0},
+		// One output token: no decode step.
+		{1024, 1, 16, 64, 0},
+		{16, 5, 16, 1, 1*4 + 4},
+	}
+	for _, tt := range tests {
+		if got := privateBlockSteps(tt.prompt, tt.output, tt.bs, tt.unique); got != tt.want {
+			t.Errorf("privateBlockSteps(%d, %d, %d, %d) = %d, want %d", tt.prompt, tt.output, tt.bs, tt.unique, got, tt.want)
+		}
+	}
+	for n := int64(0); n < 100; n++ {
+		var sum int64
+		for m := int64(1); m <= n; m++ {
+			sum += (m + 6) / 7
+		}
+		if got := ceilSum(n, 7); got != sum {
+			t.Fatalf("ceilSum(%d, 7) = %d, want %d", n, got, sum)
+		}
+	}
+}
+
+// TestComputeBoundsHeldBlocks checks the held block-steps ComputeBounds
+// finds: a block in two prompts is nobody's own.
+func TestComputeBoundsHeldBlocks(t *testing.T) {
+	cfg := smallConfig()
+	trace := []Request{
+		// Its second 32 blocks are its own: 32 x 256 + 2176.
+		{Arrival: 0, InputLength: 1024, OutputLength: 257, HashIDs: []uint64{1, 2}},
+		// Shares id 1 with the first: 32 of its own, 10 steps, 1 past.
+		{Arrival: time.Second, InputLength: 1024, OutputLength: 11, HashIDs: []uint64{1, 3}},
+		// 37 full blocks of its own and a tail: 37 x 2 + 2.
+		{Arrival: 2 * time.Second, InputLength: 600, OutputLength: 3, HashIDs: []uint64{4, 5}},
+	}
+	c := ComputeBounds(trace, cfg).Capacity
+	if want := int64(10368 + 330 + 76); c.HeldBlockSteps != want || c.DecodeTokens != 268 || c.KVBlocks != 16384 {
+		t.Fatalf("held %d, decode %d, blocks %d; want %d, 268, 16384", c.HeldBlockSteps, c.DecodeTokens, c.KVBlocks, want)
+	}
+	// 268 / 256 x 5.74 + 28.27 x 10774 / 16384 ms.
+	want := 268.0/256*5.74 + 28.27*10774/16384
+	if got := float64(c.DecodeWork) / float64(time.Millisecond); math.Abs(got-want) > 1e-5 || math.Abs(c.DecodeMsPerUsage-28.27) > 1e-9 {
+		t.Fatalf("decode work %v ms at %v ms per usage, want %v ms at 28.27", got, c.DecodeMsPerUsage, want)
+	}
+}
+
+// TestCapacityWorkIsBelowEngineTime runs generated traces through real
+// engines, all requests at once (large batches) and one at a time, and
+// checks that the engines' summed step time is at least the bound's work.
+func TestCapacityWorkIsBelowEngineTime(t *testing.T) {
+	for _, preset := range []string{"low-reuse", "sessions"} {
+		g := Presets[preset]
+		g.Requests, g.Seed = 60, 7
+		trace, err := Generate(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			name    string
+			workers int
+			blocks  int
+			atOnce  bool
+		}{
+			{"at once on two engines", 2, 1 << 16, true},
+			{"one at a time on one engine", 1, 1 << 16, false},
+			{"at once on one small engine", 1, 12000, true},
+		} {
+			t.Run(preset+"/"+tt.name, func(t *testing.T) {
+				cfg := smallConfig()
+				cfg.Workers, cfg.Engine.NumGPUBlocks = tt.workers, tt.blocks
+				c := ComputeBounds(trace, cfg).Capacity
+				engines := make([]*engine.Engine, tt.workers)
+				for i := range engines {
+					if engines[i], err = engine.New(cfg.Engine); err != nil {
+						t.Fatal(err)
+					}
+				}
+				drain := func() {
+					for _, e := range engines {
+						for i := 0; !e.Idle(); i++ {
+							if i > 1e6 {
+								t.Fatal("engine never went idle")
+							}
+							e.Step()
+						}
+					}
+				}
+				var tokens []uint32
+				for n, r := range trace {
+					tokens = Tokens(r, cfg.TraceBlockSize, tokens)
+					req := engine.Request{ID: strconv.Itoa(n), Prompt: append([]uint32(nil), tokens...), MaxTokens: r.OutputLength, Seed: uint64(n + 1)}
+					if err := engines[n%len(engines)].Add(req); err != nil {
+						t.Fatal(err)
+					}
+					if !tt.atOnce {
+						drain()
+					}
+				}
+				drain()
+				var busy time.Duration
+				var preempted uint64
+				for _, e := range engines {
+					busy += e.Stats().Elapsed
+					preempted += e.Stats().Preemptions
+				}
+				if w := c.PrefillWork + c.DecodeWork; busy < w || c.HeldWork <= 0 {
+					t.Fatalf("engines busy %v, below the bound's work %v (held %v; %d preemptions)", busy, w, c.HeldWork, preempted)
+				}
+				t.Logf("busy %v, bound %v (prefill %v, decode %v of which held %v), %d preemptions", busy, c.PrefillWork+c.DecodeWork,
+					c.PrefillWork, c.DecodeWork, c.HeldWork, preempted)
+			})
+		}
 	}
 }

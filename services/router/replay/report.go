@@ -103,9 +103,14 @@ func writeCapacity(w io.Writer, r *Report) error {
 		_, err := fmt.Fprintln(w, "capacity bound: none (the trace's requests all arrive at once, or it has no work)")
 		return err
 	}
-	fmt.Fprintf(w, "capacity bound: x%s (no router can sustain more): at x1 each engine is %.1f%% busy at best: prefill of the %d prompt tokens an infinite cache misses at %.4f ms/token (%d-token steps) = %.1f s, decode of %d tokens in steps of %d at %.2f ms = %.1f s, over %d engines x %.1f s of arrivals\n",
+	held := ""
+	if c.HeldWork > 0 {
+		held = fmt.Sprintf(" + %.2f ms per unit of KV usage x %d block-steps held privately while decoding / %d blocks = %.1f s",
+			c.DecodeMsPerUsage, c.HeldBlockSteps, c.KVBlocks, c.HeldWork.Seconds())
+	}
+	fmt.Fprintf(w, "capacity bound: x%s (no router can sustain more): at x1 each engine is %.1f%% busy at best: prefill of the %d prompt tokens an infinite cache misses at %.4f ms/token (%d-token steps) = %.1f s, decode of %d tokens in steps of %d at %.2f ms%s, %.1f s in all, over %d engines x %.1f s of arrivals\n",
 		fmtRate(c.Rate), 100*c.Busy(1), c.UncachedTokens, c.PrefillMsPerToken, c.PrefillChunk, c.PrefillWork.Seconds(),
-		c.DecodeTokens, c.DecodeBatch, c.DecodeMsPerStep, c.DecodeWork.Seconds(), c.Workers, c.Span.Seconds())
+		c.DecodeTokens, c.DecodeBatch, c.DecodeMsPerStep, held, c.DecodeWork.Seconds(), c.Workers, c.Span.Seconds())
 	fmt.Fprint(w, "goodput as a share of the capacity bound:")
 	for _, m := range r.Modes() {
 		fmt.Fprintf(w, " %s x%g = %.0f%%;", m, r.Goodput(m), 100*c.Busy(r.Goodput(m)))
