@@ -10,6 +10,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -39,7 +40,7 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 		{"registry not started", "registration failed; retrying", 2, false,
 			func(t *testing.T, etcd *registrytest.Etcd, reg *registrytest.Registry, busAddr string) (string, string, func()) {
 				reg.Stop()
-				addr := freeAddr(t)
+				addr := testport.Reserve(t).Addr() // refused until the service starts there
 				return addr, busAddr, func() { registrytest.StartRegistryAt(t, etcd.Endpoints, addr) }
 			}},
 		{"etcd down behind the registry", "registration failed; retrying", 1, false,
@@ -49,7 +50,7 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			}},
 		{"eventbus not started", "tokenizer upload failed; retrying", 2, true,
 			func(t *testing.T, etcd *registrytest.Etcd, reg *registrytest.Registry, _ string) (string, string, func()) {
-				addr := freeAddr(t)
+				addr := testport.Reserve(t).Addr() // refused until the service starts there
 				return reg.Addr, addr, func() {
 					cfg := eventbustest.Config(eventbustest.StartNATS(t).ClientURL())
 					cfg.Server.GRPCAddr = addr
@@ -121,5 +122,3 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
-
-func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }

@@ -41,6 +41,12 @@ import (
 type Config struct {
 	// GRPCAddr is the gRPC listen address.
 	GRPCAddr string
+	// Listener, when set, is served instead of binding GRPCAddr (which
+	// should then name its address). No flag sets it: tests hand one over
+	// so that a service they stop and start again keeps its port, which
+	// another process could take while it is released. The server closes
+	// it when it stops.
+	Listener net.Listener
 	// MetricsAddr serves /metrics over HTTP; empty disables it.
 	MetricsAddr string
 	// DebugAddr serves /debug/pprof over HTTP, on loopback unless it names
@@ -309,9 +315,12 @@ func (s *Server) Stopping() <-chan struct{} { return s.stopping }
 
 // Listen binds the gRPC and metrics addresses. After it, Addr is known.
 func (s *Server) Listen() error {
-	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("listen on --grpc-addr %s: %w", s.cfg.GRPCAddr, err)
+	lis := s.cfg.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("listen on --grpc-addr %s: %w", s.cfg.GRPCAddr, err)
+		}
 	}
 	if s.cfg.MetricsAddr != "" {
 		mlis, err := net.Listen("tcp", s.cfg.MetricsAddr)

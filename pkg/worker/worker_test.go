@@ -21,6 +21,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -395,7 +396,7 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 	}{
 		{"registry not started", 2, func(t *testing.T, e *env) (string, func()) {
 			e.reg.Stop()
-			addr := freeAddr(t)
+			addr := testport.Reserve(t).Addr() // refused until the registry starts there
 			return addr, func() { e.reg = registrytest.StartRegistryAt(t, e.etcd.Endpoints, addr) }
 		}},
 		{"etcd down behind the registry", 1, func(t *testing.T, e *env) (string, func()) {
@@ -481,5 +482,3 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
-
-func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }

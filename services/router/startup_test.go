@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -26,19 +26,12 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
-// reserveAddr is a loopback address nothing listens on: a port taken from
-// the OS, then released.
+// reserveAddr is a loopback address that refuses connections until a
+// registry or eventbus is started on it (testport holds it for the test, so
+// no other test process takes it meanwhile).
 func reserveAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	return testport.Reserve(t).Addr()
 }
 
 // TestRouterStartsBeforeRegistryAndEventbus starts a KV router (jetstream

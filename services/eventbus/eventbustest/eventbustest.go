@@ -14,6 +14,7 @@ import (
 
 	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 )
 
@@ -67,6 +68,10 @@ func Config(natsURL string) eventbus.Config {
 // StartEventbus starts an eventbus with cfg and stops it in t.Cleanup.
 func StartEventbus(t testing.TB, cfg eventbus.Config) *eventbus.Service {
 	t.Helper()
+	// An address testport reserved stays the test's: serve on it.
+	if p, ok := testport.Held(cfg.Server.GRPCAddr); ok {
+		cfg.Server.Listener = p.Listener()
+	}
 	svc, err := eventbus.Start(context.Background(), cfg, Logger())
 	if err != nil {
 		t.Fatalf("start eventbus: %v", err)

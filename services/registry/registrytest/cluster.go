@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // Cluster is an etcd cluster of embedded members on loopback, each of which
@@ -26,6 +28,7 @@ type member struct {
 	name, dir, client, peer string
 	etcd                    *embed.Etcd
 	started                 bool
+	held                    []*testport.Port // the ports while stopped (see testport.Port)
 }
 
 // StartEtcdCluster starts an n-member etcd cluster and stops it at cleanup.
@@ -51,8 +54,9 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 		}
 	}
 	t.Cleanup(func() {
-		for i := range c.members {
+		for i, m := range c.members {
 			c.Stop(i)
+			m.release()
 		}
 	})
 	return c
@@ -60,6 +64,7 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 
 func (c *Cluster) start(i int) error {
 	m := c.members[i]
+	m.release()
 	cu, _ := url.Parse(m.client)
 	pu, _ := url.Parse(m.peer)
 	cfg := embed.NewConfig()
@@ -105,12 +110,27 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// Stop stops member i (as a crash would; its data stays for Start).
+// Stop stops member i (as a crash would; its data stays for Start). Its
+// ports stay held meanwhile, so that no other test process takes them.
 func (c *Cluster) Stop(i int) {
-	if m := c.members[i]; m.etcd != nil {
-		m.etcd.Close()
-		m.etcd = nil
+	m := c.members[i]
+	if m.etcd == nil {
+		return
 	}
+	m.etcd.Close()
+	m.etcd = nil
+	for _, u := range []string{m.client, m.peer} {
+		if p, err := testport.Hold(strings.TrimPrefix(u, "http://")); err == nil {
+			m.held = append(m.held, p)
+		}
+	}
+}
+
+func (m *member) release() {
+	for _, p := range m.held {
+		p.Release()
+	}
+	m.held = nil
 }
 
 // Start restarts a stopped member i on its data.

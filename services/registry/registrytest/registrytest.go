@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/registry"
 )
 
@@ -29,6 +31,8 @@ type Etcd struct {
 	etcd       *registry.EmbeddedEtcd
 	Endpoints  []string
 	ClientPort int
+	// held keep the client and peer ports while etcd is stopped.
+	held []*testport.Port
 }
 
 // StartEtcd starts an embedded etcd for the test and stops it at cleanup.
@@ -39,13 +43,17 @@ func StartEtcd(t testing.TB) *Etcd {
 	e.clientURL = "http://127.0.0.1:" + strconv.Itoa(e.ClientPort)
 	e.peerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
 	e.Start()
-	t.Cleanup(e.Stop)
+	t.Cleanup(e.cleanup)
 	return e
 }
 
 // Start starts (or restarts) etcd on the same directory and ports.
 func (e *Etcd) Start() {
 	e.t.Helper()
+	for _, p := range e.held {
+		p.Release()
+	}
+	e.held = nil
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
 		e.etcd, err = registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: e.dir, ClientURL: e.clientURL, PeerURL: e.peerURL, Fast: true})
@@ -76,12 +84,29 @@ func (e *Etcd) RevokeLease(ctx context.Context, id uint64) {
 	}
 }
 
-// Stop stops etcd; Start brings it back with its data.
+// Stop stops etcd; Start brings it back with its data. Meanwhile its ports
+// stay held (connections to them are reset, as by a closed port), so that
+// no other test process takes them (see testport.Port).
 func (e *Etcd) Stop() {
-	if e.etcd != nil {
-		e.etcd.Close()
-		e.etcd = nil
+	if e.etcd == nil {
+		return
 	}
+	e.etcd.Close()
+	e.etcd = nil
+	for _, u := range []string{e.clientURL, e.peerURL} {
+		if p, err := testport.Hold(strings.TrimPrefix(u, "http://")); err == nil {
+			e.held = append(e.held, p)
+		}
+	}
+}
+
+// cleanup stops etcd for good at the end of the test.
+func (e *Etcd) cleanup() {
+	e.Stop()
+	for _, p := range e.held {
+		p.Release()
+	}
+	e.held = nil
 }
 
 func freePort(t testing.TB) int {
@@ -110,9 +135,15 @@ func StartRegistry(t testing.TB, endpoints []string) *Registry {
 }
 
 // StartRegistryAt is StartRegistry listening on addr, such as the address a
-// stopped registry had, so that clients dialled to it find it again.
+// stopped registry had, so that clients dialled to it find it again. A
+// registry this package started holds its address for the rest of the test
+// (see testport.Port), so a registry started again on it takes it over.
 func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
 	t.Helper()
+	port, held := testport.Held(addr)
+	if !held && strings.HasSuffix(addr, ":0") {
+		port = testport.Reserve(t)
+	}
 	cfg := registry.Config{
 		Server:          grpcserver.Config{GRPCAddr: addr, ShutdownTimeout: 2 * time.Second},
 		Backend:         registry.BackendKVStore,
@@ -130,6 +161,9 @@ func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
 	for range 50 { // a stopped registry's port may take a moment to free
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(context.Background())
+		if port != nil {
+			cfg.Server.GRPCAddr, cfg.Server.Listener = port.Addr(), port.Listener()
+		}
 		svc, err = registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
 		if err == nil {
 			break
