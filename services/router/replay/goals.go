@@ -201,8 +201,9 @@ func fmtBracket(pass, fail float64) string {
 // capacity bound is marked "FAIL (>cap)": no router could meet it there.
 func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Duration) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g points (of pooled) and %.0f%% TTFT p90\n\n",
+	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g points (of pooled) and %.0f%% TTFT p90\n",
 		defaultRate, slo, 100*goalHitPooled, 100*goalApproxPooled, goalGoodputRatio, goalTTFTFloor, goalReplicaPoints, 100*goalReplicaTTFT)
+	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; FAIL (>cap): 2x rr's goodput is above the capacity bound, the rate no router can sustain (a finite trace can pass a little above it: work runs on after the last arrival)\n\n")
 	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep pts, TTFT | 8 rep pts, TTFT | replicas |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [5]int
