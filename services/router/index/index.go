@@ -72,7 +72,7 @@ type Index struct {
 	free    []uint32
 	// holders maps a sequence hash to its holder: a worker slot, or
 	// listTag|i for lists[i] when several workers hold it.
-	holders   table
+	holders   table[uint32]
 	lists     [][]uint32
 	freeLists []uint32
 	sets      [][]uint64

@@ -17,13 +17,25 @@ import (
 type Pending struct {
 	mu  sync.Mutex
 	ttl time.Duration
-	// one holds the blocks predicted on one worker (nearly all of them),
-	// multi those predicted on several. one has no pointers, so the
-	// collector does not scan it: a router predicting a few hundred
-	// thousand blocks would otherwise have it marked on every cycle.
-	one   map[uint64]pendingRef
-	multi map[uint64][]pendingRef
-	reqs  map[string]*pendingReq
+	// preds maps a block to the worker it is predicted on (nearly all
+	// blocks have one) with its count of requests, or, tagged multiTag, to
+	// lists[i] when several workers have it. It is the index's table: one
+	// probe is one cache line, and a route decision makes one or two per
+	// block of its request (predict, expire, extend), where a Go map took
+	// several and hashed its key first. No pointers: the collector does not
+	// scan it.
+	preds     table[pendingRef]
+	lists     [][]pendingRef
+	freeLists []uint32
+	// nums numbers the workers with predicted requests densely, so that a
+	// reference is 8 bytes; workers[n] is number n's worker and count[n]
+	// its requests. A number is reused once its worker has none left
+	// (then no reference names it: each comes from one of its requests).
+	nums     map[WorkerID]uint32
+	workers  []WorkerID
+	count    []int32
+	freeNums []uint32
+	reqs     map[string]*pendingReq
 	// order lists requests as they were added, for the TTL. It is a
 	// chunked queue: a slice compacted now and then would copy minutes of
 	// entries in one decision.
@@ -37,13 +49,19 @@ type Pending struct {
 // prefill outlive it, for the KV events storing its blocks to arrive.
 const Grace = 2 * time.Second
 
+// multiTag marks a pendingRef whose w indexes Pending.lists.
+const multiTag = 1 << 31
+
+// pendingRef is a worker number (or multiTag|list) and how many requests
+// predict the block there.
 type pendingRef struct {
-	w    WorkerID
+	w    uint32
 	refs int32
 }
 
 type pendingReq struct {
 	w      WorkerID
+	num    uint32
 	hashes []uint64
 }
 
@@ -55,7 +73,7 @@ type pendingAdded struct {
 
 // NewPending returns an empty set whose predictions live at most ttl.
 func NewPending(ttl time.Duration) *Pending {
-	return &Pending{ttl: ttl, one: map[uint64]pendingRef{}, multi: map[uint64][]pendingRef{}, reqs: map[string]*pendingReq{}}
+	return &Pending{ttl: ttl, nums: map[WorkerID]uint32{}, reqs: map[string]*pendingReq{}}
 }
 
 // Add predicts hashes on w for request id, routed at now; an id already
@@ -67,38 +85,62 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 	if len(hashes) == 0 {
 		return
 	}
-	r := &pendingReq{w: w, hashes: append([]uint64(nil), hashes...)}
+	n, ok := p.nums[w]
+	if !ok {
+		if k := len(p.freeNums); k > 0 {
+			n = p.freeNums[k-1]
+			p.freeNums = p.freeNums[:k-1]
+			p.workers[n] = w
+		} else {
+			n = uint32(len(p.workers))
+			p.workers = append(p.workers, w)
+			p.count = append(p.count, 0)
+		}
+		p.nums[w] = n
+	}
+	p.count[n]++
+	r := &pendingReq{w: w, num: n, hashes: append([]uint64(nil), hashes...)}
 	p.reqs[id] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
 	for _, h := range r.hashes {
-		p.addRefLocked(h, w)
+		p.addRefLocked(h, n)
 	}
 }
 
-// addRefLocked adds a reference of w to h's predictions.
-func (p *Pending) addRefLocked(h uint64, w WorkerID) {
-	if o, ok := p.one[h]; ok {
-		if o.w == w {
-			o.refs++
-			p.one[h] = o
-			return
+// addRefLocked adds a reference of worker number n to h's predictions.
+func (p *Pending) addRefLocked(h uint64, n uint32) {
+	v := p.preds.ref(h)
+	switch {
+	case v == nil:
+		p.preds.set(h, pendingRef{w: n, refs: 1})
+	case v.w == n:
+		v.refs++
+	case v.w&multiTag == 0:
+		li := p.newListLocked(*v, pendingRef{w: n, refs: 1})
+		*v = pendingRef{w: multiTag | li}
+	default:
+		li := v.w &^ multiTag
+		refs := p.lists[li]
+		for i := range refs {
+			if refs[i].w == n {
+				refs[i].refs++
+				return
+			}
 		}
-		delete(p.one, h)
-		p.multi[h] = []pendingRef{o, {w: w, refs: 1}}
-		return
+		p.lists[li] = append(refs, pendingRef{w: n, refs: 1})
 	}
-	refs, ok := p.multi[h]
-	if !ok {
-		p.one[h] = pendingRef{w: w, refs: 1}
-		return
+}
+
+// newListLocked stores a list of two references and returns its index.
+func (p *Pending) newListLocked(a, b pendingRef) uint32 {
+	if k := len(p.freeLists); k > 0 {
+		li := p.freeLists[k-1]
+		p.freeLists = p.freeLists[:k-1]
+		p.lists[li] = append(p.lists[li][:0], a, b)
+		return li
 	}
-	for i := range refs {
-		if refs[i].w == w {
-			refs[i].refs++
-			return
-		}
-	}
-	p.multi[h] = append(refs, pendingRef{w: w, refs: 1})
+	p.lists = append(p.lists, []pendingRef{a, b})
+	return uint32(len(p.lists) - 1)
 }
 
 // Release forgets a request's predictions: it ended before computing its
@@ -116,31 +158,36 @@ func (p *Pending) releaseLocked(id string) {
 	}
 	delete(p.reqs, id)
 	for _, h := range r.hashes {
-		p.dropLocked(h, r.w, false)
+		p.dropLocked(h, r.num, false)
 	}
 	// Its entry in order stays until the TTL; its hashes need not.
 	r.hashes = nil
+	if p.count[r.num]--; p.count[r.num] == 0 {
+		// Its worker has no request left, so no reference to its number.
+		delete(p.nums, r.w)
+		p.freeNums = append(p.freeNums, r.num)
+	}
 }
 
-// dropLocked takes one reference of w off h, or all of them.
-func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
-	if o, ok := p.one[h]; ok {
-		if o.w != w {
+// dropLocked takes one reference of worker number n off h, or all of them.
+func (p *Pending) dropLocked(h uint64, n uint32, all bool) {
+	v := p.preds.ref(h)
+	switch {
+	case v == nil:
+		return
+	case v.w&multiTag == 0:
+		if v.w != n {
 			return
 		}
-		if o.refs--; all || o.refs <= 0 {
-			delete(p.one, h)
-		} else {
-			p.one[h] = o
+		if v.refs--; all || v.refs <= 0 {
+			p.preds.del(h)
 		}
 		return
 	}
-	refs, ok := p.multi[h]
-	if !ok {
-		return
-	}
+	li := v.w &^ multiTag
+	refs := p.lists[li]
 	for i := range refs {
-		if refs[i].w != w {
+		if refs[i].w != n {
 			continue
 		}
 		if refs[i].refs--; all || refs[i].refs <= 0 {
@@ -151,17 +198,19 @@ func (p *Pending) dropLocked(h uint64, w WorkerID, all bool) {
 	}
 	switch len(refs) {
 	case 0:
-		delete(p.multi, h)
+		p.preds.del(h)
 	case 1:
-		delete(p.multi, h)
-		p.one[h] = refs[0]
+		*v = refs[0]
 	default:
-		p.multi[h] = refs
+		p.lists[li] = refs
+		return
 	}
+	p.lists[li] = refs[:0]
+	p.freeLists = append(p.freeLists, li)
 }
 
 // emptyLocked says whether nothing is predicted.
-func (p *Pending) emptyLocked() bool { return len(p.one) == 0 && len(p.multi) == 0 }
+func (p *Pending) emptyLocked() bool { return p.preds.len() == 0 }
 
 // Done says a request ended after its prefill: its blocks are in the
 // worker's cache, and its events are on their way, so its predictions stay
@@ -182,8 +231,12 @@ func (p *Pending) Confirm(w WorkerID, hashes []uint64) {
 	if p.emptyLocked() {
 		return
 	}
+	n, ok := p.nums[w]
+	if !ok {
+		return // nothing is predicted on w
+	}
 	for _, h := range hashes {
-		p.dropLocked(h, w, true)
+		p.dropLocked(h, n, true)
 	}
 }
 
@@ -229,55 +282,102 @@ func (p *Pending) Extend(w WorkerID, hashes []uint64, from int) int {
 }
 
 // ExtendAll is Extend for several workers at once: overlaps[i] is what
-// the index says workers[i] holds, and becomes its predicted reach. Each
-// position's predictions are looked up once however many workers ask.
+// the index says workers[i] holds, and becomes its predicted reach. Its
+// work is bounded by the request, not by the workers: each position's
+// predictions are looked up once however many workers ask at it or extend
+// through it (a long prompt predicted on many workers would otherwise
+// cost workers times blocks lookups).
 func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.emptyLocked() {
 		return
 	}
+	// Most workers stop where the index does, at one of a few positions:
+	// each is looked up once.
 	type memo struct {
-		pos   int
-		one   pendingRef
-		isOne bool
-		refs  []pendingRef
+		pos int
+		v   pendingRef
+		ok  bool
 	}
 	var seen [8]memo
 	memos := seen[:0]
-	lookup := func(pos int) *memo {
-		for i := range memos {
-			if memos[i].pos == pos {
-				return &memos[i]
-			}
-		}
-		m := memo{pos: pos}
-		if m.one, m.isOne = p.one[hashes[pos]]; !m.isOne {
-			m.refs = p.multi[hashes[pos]]
-		}
-		if len(memos) < cap(memos) {
-			memos = append(memos, m)
-			return &memos[len(memos)-1]
-		}
-		return &m
-	}
+	// ext is a worker predicted where the index stops, to extend from
+	// next on.
+	type ext struct{ i, next int }
+	var extBuf, actBuf [16]ext
+	exts := extBuf[:0]
 	for i, w := range workers {
 		n := overlaps[i]
 		if n >= len(hashes) {
 			continue
 		}
-		if m := lookup(n); !(m.isOne && m.one.w == w) && !holds(m.refs, w) {
+		m, found := memo{}, false
+		for _, x := range memos {
+			if x.pos == n {
+				m, found = x, true
+				break
+			}
+		}
+		if !found {
+			m.pos = n
+			m.v, m.ok = p.preds.get(hashes[n])
+			if len(memos) < cap(memos) {
+				memos = append(memos, m)
+			}
+		}
+		if m.ok && p.onLocked(m.v, w) {
+			exts = append(exts, ext{i: i, next: n + 1})
+		}
+	}
+	if len(exts) == 0 {
+		return
+	}
+	// Sweep the positions in order with the workers still extending.
+	for a := 1; a < len(exts); a++ {
+		for b := a; b > 0 && exts[b].next < exts[b-1].next; b-- {
+			exts[b], exts[b-1] = exts[b-1], exts[b]
+		}
+	}
+	act, j := actBuf[:0], 0
+	for pos := exts[0].next; ; pos++ {
+		for j < len(exts) && exts[j].next == pos {
+			act = append(act, exts[j])
+			j++
+		}
+		if len(act) == 0 {
+			if j == len(exts) {
+				return
+			}
+			pos = exts[j].next - 1 // nobody extends in between
 			continue
 		}
-		for n++; n < len(hashes) && p.holdsLocked(w, hashes[n]); n++ {
+		if pos >= len(hashes) {
+			for _, e := range act {
+				overlaps[e.i] = len(hashes)
+			}
+			return
 		}
-		overlaps[i] = n
+		v, ok := p.preds.get(hashes[pos])
+		keep := act[:0]
+		for _, e := range act {
+			if ok && p.onLocked(v, workers[e.i]) {
+				keep = append(keep, e)
+			} else {
+				overlaps[e.i] = pos
+			}
+		}
+		act = keep
 	}
 }
 
-func holds(refs []pendingRef, w WorkerID) bool {
-	for _, r := range refs {
-		if r.w == w {
+// onLocked says whether a block's predictions v include w.
+func (p *Pending) onLocked(v pendingRef, w WorkerID) bool {
+	if v.w&multiTag == 0 {
+		return p.workers[v.w] == w
+	}
+	for _, r := range p.lists[v.w&^multiTag] {
+		if p.workers[r.w] == w {
 			return true
 		}
 	}
@@ -292,10 +392,8 @@ func (p *Pending) Empty() bool {
 }
 
 func (p *Pending) holdsLocked(w WorkerID, h uint64) bool {
-	if o, ok := p.one[h]; ok {
-		return o.w == w
-	}
-	return holds(p.multi[h], w)
+	v, ok := p.preds.get(h)
+	return ok && p.onLocked(v, w)
 }
 
 // Len is the number of requests with predictions.

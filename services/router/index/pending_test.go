@@ -3,6 +3,7 @@ package index
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -67,15 +68,40 @@ func TestPending(t *testing.T) {
 
 // TestPendingMatchesOld runs random operations on a few blocks and
 // workers, so that blocks are predicted on several workers and back on
-// one, against the implementation before one/multi (pending_old_test.go):
-// every prediction must be the same.
+// one, and workers lose every request and come back (their numbers are
+// reused), against the implementation before the prediction table
+// (pending_old_test.go): every prediction must be the same. ExtendAll is
+// asked from random start positions, for candidate lists with a worker
+// listed twice, with workers that have nothing predicted, and for more
+// workers than its buffers hold.
 func TestPendingMatchesOld(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		name            string
+		workers, blocks int
+		reqLen          int
+	}{
+		{"few workers, few blocks", 3, 6, 5},
+		{"many workers, long requests", 40, 60, 48},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkPendingMatchesOld(t, tc.workers, tc.blocks, tc.reqLen)
+		})
+	}
+}
+
+func checkPendingMatchesOld(t *testing.T, workers, blocks, reqLen int) {
+	r := rand.New(rand.NewPCG(3, uint64(workers)))
 	p, old := NewPending(time.Minute), newOldPending(time.Minute)
-	ws := []WorkerID{{Instance: 1}, {Instance: 2}, {Instance: 3}}
+	var ws []WorkerID
+	for i := range workers {
+		ws = append(ws, WorkerID{Instance: uint64(i/2 + 1), DPRank: uint32(i % 2)})
+	}
+	// The candidates: every worker, one twice, one with nothing ever
+	// predicted.
+	cands := append(append([]WorkerID(nil), ws...), ws[0], WorkerID{Instance: 999})
 	hashes := func() []uint64 {
-		start := uint64(r.IntN(6))
-		h := make([]uint64, 1+r.IntN(5))
+		start := uint64(r.IntN(blocks))
+		h := make([]uint64, 1+r.IntN(reqLen))
 		for i := range h {
 			h[i] = start + uint64(i)
 		}
@@ -84,17 +110,17 @@ func TestPendingMatchesOld(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for step := range 20_000 {
 		now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
-		id := fmt.Sprint("r", r.IntN(12))
+		id := fmt.Sprint("r", r.IntN(4*workers))
 		switch r.IntN(7) {
 		case 0, 1:
-			w, h := ws[r.IntN(3)], hashes()
+			w, h := ws[r.IntN(len(ws))], hashes()
 			p.Add(id, w, h, now)
 			old.Add(id, w, h, now)
 		case 2:
 			p.Release(id)
 			old.Release(id)
 		case 3:
-			w, h := ws[r.IntN(3)], hashes()
+			w, h := ws[r.IntN(len(ws))], hashes()
 			p.Confirm(w, h)
 			old.Confirm(w, h)
 		case 4:
@@ -104,17 +130,24 @@ func TestPendingMatchesOld(t *testing.T) {
 			p.Expire(now)
 			old.Expire(now)
 		case 6:
-			in := uint64(r.IntN(3) + 1)
+			in := ws[r.IntN(len(ws))].Instance
 			p.RemoveWorker(in)
 			old.RemoveWorker(in)
 		}
 		req := hashes()
-		got, want := make([]int, 3), make([]int, 3)
-		p.ExtendAll(ws, req, got)
-		old.ExtendAll(ws, req, want)
-		for i := range ws {
-			if got[i] != want[i] || p.Extend(ws[i], req, 0) != old.Extend(ws[i], req, 0) {
-				t.Fatalf("step %d: worker %d reaches %d, before %d", step, i, got[i], want[i])
+		got, want := make([]int, len(cands)), make([]int, len(cands))
+		for i := range got {
+			if r.IntN(2) == 0 {
+				got[i] = r.IntN(len(req) + 1)
+				want[i] = got[i]
+			}
+		}
+		from := slices.Clone(got)
+		p.ExtendAll(cands, req, got)
+		old.ExtendAll(cands, req, want)
+		for i, w := range cands {
+			if got[i] != want[i] || p.Extend(w, req, from[i]) != old.Extend(w, req, from[i]) {
+				t.Fatalf("step %d: worker %d from %d reaches %d, before %d", step, i, from[i], got[i], want[i])
 			}
 		}
 		if p.Len() != old.Len() || p.Empty() != old.Empty() {

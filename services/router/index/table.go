@@ -13,11 +13,13 @@ package index
 // under the index's write lock.
 //
 // The zero key marks an empty slot; a hash that is zero is kept aside.
-// It is not safe for concurrent use (the Index's lock guards it).
-type table struct {
-	shards  [tableShards]shard
+// V is the value kept with each key: the index keeps a holder (uint32),
+// Pending a worker and a reference count; a slot of either is 16 bytes.
+// It is not safe for concurrent use (its owner's lock guards it).
+type table[V any] struct {
+	shards  [tableShards]shard[V]
 	n       int
-	zero    uint32
+	zero    V
 	hasZero bool
 }
 
@@ -30,47 +32,60 @@ const (
 	minShardSlots = 8
 )
 
-type shard struct {
-	slots []tslot
+type shard[V any] struct {
+	slots []tslot[V]
 	n     int
 	shift uint8 // 64 - log2(len(slots))
 }
 
-type tslot struct {
+type tslot[V any] struct {
 	key uint64
-	val uint32
+	val V
 }
 
 // hashOf spreads a key over 64 bits (Fibonacci hashing): sequence hashes are
 // random already, but the replay's and tests' ids are small integers.
 func hashOf(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
 
-func (t *table) len() int { return t.n }
+func (t *table[V]) len() int { return t.n }
 
 // get returns key's value.
-func (t *table) get(key uint64) (uint32, bool) {
+func (t *table[V]) get(key uint64) (V, bool) {
+	if p := t.ref(key); p != nil {
+		return *p, true
+	}
+	var zero V
+	return zero, false
+}
+
+// ref returns a pointer to key's value, to read or change in place, or
+// nil if key is absent. It is valid until the next set or del.
+func (t *table[V]) ref(key uint64) *V {
 	if key == 0 {
-		return t.zero, t.hasZero
+		if !t.hasZero {
+			return nil
+		}
+		return &t.zero
 	}
 	h := hashOf(key)
 	s := &t.shards[h>>(64-tableShardBits)]
 	if len(s.slots) == 0 {
-		return 0, false
+		return nil
 	}
 	mask := uint64(len(s.slots) - 1)
 	for i := (h << tableShardBits) >> s.shift; ; i = (i + 1) & mask {
 		e := &s.slots[i]
 		if e.key == key {
-			return e.val, true
+			return &e.val
 		}
 		if e.key == 0 {
-			return 0, false
+			return nil
 		}
 	}
 }
 
 // set stores key's value.
-func (t *table) set(key uint64, val uint32) {
+func (t *table[V]) set(key uint64, val V) {
 	if key == 0 {
 		if !t.hasZero {
 			t.n++
@@ -91,7 +106,7 @@ func (t *table) set(key uint64, val uint32) {
 			return
 		}
 		if e.key == 0 {
-			*e = tslot{key: key, val: val}
+			*e = tslot[V]{key: key, val: val}
 			s.n++
 			t.n++
 			return
@@ -101,12 +116,13 @@ func (t *table) set(key uint64, val uint32) {
 
 // del removes key, if present. Later entries of its probe run move back
 // into the hole (backward-shift deletion), so no tombstones build up.
-func (t *table) del(key uint64) {
+func (t *table[V]) del(key uint64) {
 	if key == 0 {
 		if t.hasZero {
 			t.n--
 		}
-		t.zero, t.hasZero = 0, false
+		var zero V
+		t.zero, t.hasZero = zero, false
 		return
 	}
 	h := hashOf(key)
@@ -131,16 +147,16 @@ func (t *table) del(key uint64) {
 		s.slots[i] = s.slots[j]
 		i = j
 	}
-	s.slots[i] = tslot{}
+	s.slots[i] = tslot[V]{}
 	s.n--
 	t.n--
 }
 
 // grow doubles a shard and reinserts its entries.
-func (s *shard) grow() {
+func (s *shard[V]) grow() {
 	old := s.slots
 	size := max(2*len(old), minShardSlots)
-	s.slots = make([]tslot, size)
+	s.slots = make([]tslot[V], size)
 	s.shift = uint8(64 - log2(size))
 	mask := uint64(size - 1)
 	for _, e := range old {
@@ -164,7 +180,7 @@ func log2(n int) int {
 }
 
 // each calls fn for every entry; fn must not change the table.
-func (t *table) each(fn func(key uint64, val uint32)) {
+func (t *table[V]) each(fn func(key uint64, val V)) {
 	if t.hasZero {
 		fn(0, t.zero)
 	}
@@ -185,9 +201,9 @@ const batch = 16
 // cache misses of a table far larger than the caches overlap instead of
 // coming one after the other: a lookup walks its request's blocks in
 // order, and each of them is a miss.
-func (t *table) getAll(keys []uint64, vals []uint32, oks []bool) {
+func (t *table[V]) getAll(keys []uint64, vals []V, oks []bool) {
 	var first [batch]uint64
-	var at [batch]*tslot
+	var at [batch]*tslot[V]
 	for j, key := range keys[:min(len(keys), batch)] {
 		h := hashOf(key)
 		s := &t.shards[h>>(64-tableShardBits)]

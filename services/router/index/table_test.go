@@ -4,10 +4,11 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // checkTable compares a table with the map it should equal.
-func checkTable(t *testing.T, tb *table, want map[uint64]uint32) {
+func checkTable(t *testing.T, tb *table[uint32], want map[uint64]uint32) {
 	t.Helper()
 	if tb.len() != len(want) {
 		t.Fatalf("len %d, want %d", tb.len(), len(want))
@@ -32,7 +33,7 @@ func checkTable(t *testing.T, tb *table, want map[uint64]uint32) {
 // applyOps runs a byte string as table operations (set, delete, get) on
 // keys from a small space, so that probe runs collide, wrap and shift.
 func applyOps(t *testing.T, ops []byte, keySpace uint64) {
-	tb := &table{}
+	tb := &table[uint32]{}
 	want := map[uint64]uint32{}
 	for len(ops) >= 5 {
 		op, k, v := ops[0]%4, uint64(binary.LittleEndian.Uint16(ops[1:3]))%keySpace, uint32(binary.LittleEndian.Uint16(ops[3:5]))
@@ -79,7 +80,7 @@ func TestTableMatchesMap(t *testing.T) {
 // runs are long and wrap around: deletions must keep every other key
 // reachable.
 func TestTableShardCollisions(t *testing.T) {
-	tb := &table{}
+	tb := &table[uint32]{}
 	want := map[uint64]uint32{}
 	var keys []uint64
 	for k := uint64(1); len(keys) < 3000; k++ {
@@ -110,4 +111,32 @@ func FuzzTable(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte, space uint8) {
 		applyOps(t, ops, uint64(space)+1)
 	})
+}
+
+// TestTableRef checks that ref changes a value in place, with values of
+// Pending's type, and that a slot of either kind stays 16 bytes (one cache
+// line holds four).
+func TestTableRef(t *testing.T) {
+	tb := &table[pendingRef]{}
+	for k := uint64(0); k < 5000; k++ {
+		tb.set(k, pendingRef{w: uint32(k), refs: 1})
+	}
+	for k := uint64(0); k < 5000; k += 2 {
+		tb.ref(k).refs += 10
+	}
+	if tb.ref(5000) != nil {
+		t.Fatal("ref of an absent key is not nil")
+	}
+	for k := uint64(0); k < 5000; k++ {
+		want := pendingRef{w: uint32(k), refs: 1}
+		if k%2 == 0 {
+			want.refs = 11
+		}
+		if got, ok := tb.get(k); !ok || got != want {
+			t.Fatalf("get(%d) = %+v, %v; want %+v", k, got, ok, want)
+		}
+	}
+	if a, b := unsafe.Sizeof(tslot[uint32]{}), unsafe.Sizeof(tslot[pendingRef]{}); a != 16 || b != 16 {
+		t.Fatalf("slots of %d and %d bytes, want 16", a, b)
+	}
 }
