@@ -88,8 +88,10 @@ type GoalRow struct {
 	// cached floor's p90.
 	TTFTP90, Floor time.Duration
 	// Rep3Points and Rep8Points are the replicas' hit rate minus one
-	// router's, in points of the pooled bound (100 x difference / pooled);
-	// Rep3TTFT and Rep8TTFT their TTFT p90 over one router's, minus 1.
+	// router's, in hit-rate points (100 x the difference of the hit
+	// rates, as the goal says; points of the pooled bound are that over
+	// Pooled); Rep3TTFT and Rep8TTFT their TTFT p90 over one router's,
+	// minus 1.
 	Rep3Points, Rep8Points, Rep3TTFT, Rep8TTFT float64
 	// Missing names modes the report had no result for at the default
 	// rate; their goals fail.
@@ -123,7 +125,7 @@ func (g GoalRow) TTFTRatio() float64 {
 func (g GoalRow) TTFTOK() bool { return g.TTFTRatio() <= goalTTFTFloor && !g.missing("kv") }
 
 // ReplicasOK says 3 and 8 synced routers are within 2 points of hit rate
-// (of the pooled bound) and 10% of TTFT p90 of one router.
+// and 10% of TTFT p90 of one router.
 func (g GoalRow) ReplicasOK() bool {
 	within := func(points, ttft float64) bool {
 		return math.Abs(points) <= goalReplicaPoints && math.Abs(ttft) <= goalReplicaTTFT
@@ -163,8 +165,8 @@ func Goals(r *Report, defaultRate float64) GoalRow {
 		}
 		return float64(x)/float64(kv.TTFT[1]) - 1
 	}
-	g.Rep3Points, g.Rep3TTFT = 100*(ofPooled(at["kv-3-replicas"].HitRate)-g.KVPooled), rel(at["kv-3-replicas"].TTFT[1])
-	g.Rep8Points, g.Rep8TTFT = 100*(ofPooled(at["kv-8-replicas"].HitRate)-g.KVPooled), rel(at["kv-8-replicas"].TTFT[1])
+	g.Rep3Points, g.Rep3TTFT = 100*(at["kv-3-replicas"].HitRate-kv.HitRate), rel(at["kv-3-replicas"].TTFT[1])
+	g.Rep8Points, g.Rep8TTFT = 100*(at["kv-8-replicas"].HitRate-kv.HitRate), rel(at["kv-8-replicas"].TTFT[1])
 	return g
 }
 
@@ -201,10 +203,10 @@ func fmtBracket(pass, fail float64) string {
 // capacity bound is marked "FAIL (>cap)": no router could meet it there.
 func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Duration) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g points (of pooled) and %.0f%% TTFT p90\n",
+	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g hit-rate points and %.0f%% TTFT p90\n",
 		defaultRate, slo, 100*goalHitPooled, 100*goalApproxPooled, goalGoodputRatio, goalTTFTFloor, goalReplicaPoints, 100*goalReplicaTTFT)
 	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; FAIL (>cap): 2x rr's goodput is above the capacity bound, the rate no router can sustain (a finite trace can pass a little above it: work runs on after the last arrival)\n\n")
-	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep pts, TTFT | 8 rep pts, TTFT | replicas |\n")
+	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [5]int
 	for _, g := range rows {
@@ -222,11 +224,17 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 				met[i]++
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s / %s | %.2fx | %s | %+.1f, %+.1f%% | %+.1f, %+.1f%% | %s |\n",
+		ofPooled := func(points float64) float64 {
+			if g.Pooled <= 0 {
+				return 0
+			}
+			return points / g.Pooled
+		}
+		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s / %s | %.2fx | %s | %+.1f (%+.1f), %+.1f%% | %+.1f (%+.1f), %+.1f%% | %s |\n",
 			g.Trace, g.Pooled, 100*g.KVPooled, verdict(oks[0]), 100*g.ApproxPooled, verdict(oks[1]),
 			fmtBracket(g.RR, g.RRFail), fmtBracket(g.KV, g.KVFail), ratio, fmtRate(g.Capacity), gv,
 			ms(g.TTFTP90), ms(g.Floor), g.TTFTRatio(), verdict(oks[3]),
-			g.Rep3Points, 100*g.Rep3TTFT, g.Rep8Points, 100*g.Rep8TTFT, verdict(oks[4]))
+			g.Rep3Points, ofPooled(g.Rep3Points), 100*g.Rep3TTFT, g.Rep8Points, ofPooled(g.Rep8Points), 100*g.Rep8TTFT, verdict(oks[4]))
 	}
 	fmt.Fprintf(&b, "\ngoals met on %d traces: hit %d, approx %d, goodput %d, ttft %d, replicas %d\n",
 		len(rows), met[0], met[1], met[2], met[3], met[4])

@@ -162,16 +162,16 @@ func TestGoals(t *testing.T) {
 			}}
 	}
 	// kv 92% of pooled, approx 86%, goodput 9 / 4, TTFT 140 / 100,
-	// replicas -1 point and +5%.
+	// replicas -0.5 hit-rate points (-1 of pooled) and +5%.
 	g := Goals(report(0.43, 0.455, 140*ms), 6)
 	if !g.HitOK() || !g.ApproxOK() || !g.GoodputOK() || !g.TTFTOK() || !g.ReplicasOK() {
 		t.Fatalf("all goals should pass: %+v", g)
 	}
-	if g.RR != 4 || g.RRFail != 6 || g.KV != 9 || g.KVFail != 12 || math.Abs(g.Rep3Points+1) > 1e-9 || math.Abs(g.Rep3TTFT-0.05) > 1e-9 {
+	if g.RR != 4 || g.RRFail != 6 || g.KV != 9 || g.KVFail != 12 || math.Abs(g.Rep3Points+0.5) > 1e-9 || math.Abs(g.Rep3TTFT-0.05) > 1e-9 {
 		t.Fatalf("row %+v", g)
 	}
-	// approx 84%, 8 replicas 3 points below, TTFT 160 / 100.
-	bad := Goals(report(0.42, 0.445, 160*ms), 6)
+	// approx 84%, 8 replicas 2.5 points below, TTFT 160 / 100.
+	bad := Goals(report(0.42, 0.435, 160*ms), 6)
 	if !bad.HitOK() || bad.ApproxOK() || !bad.GoodputOK() || bad.TTFTOK() || bad.ReplicasOK() {
 		t.Fatalf("approx, ttft and replicas should fail: %+v", bad)
 	}
@@ -195,8 +195,8 @@ func TestGoals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | ok | 140.0 / 100.0 | 1.40x | ok | -1.0, +5.0% | -1.0, +5.0% | ok |",
-		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-3.0, +5.0% | FAIL |",
+		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | ok | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
+		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-2.5 (-5.0), +5.0% | FAIL |",
 		"goals met on 3 traces: hit 3, approx 2, goodput 3, ttft 2, replicas 1",
 		"t: no result at x6 for kv-3-replicas, kv-8-replicas",
 	} {
