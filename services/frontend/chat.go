@@ -437,10 +437,15 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 		}
 		return nil
 	}
+	last, total := c.group.end(u)
+	if last {
+		// What follows ends the response: it goes out with the response's
+		// end when the handler returns (sse.last).
+		c.sse.batch = true
+	}
 	if err := c.sendText(textDelta{finish: finish}); err != nil {
 		return err
 	}
-	last, total := c.group.end(u)
 	if !last {
 		return nil
 	}
@@ -452,7 +457,7 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 			return err
 		}
 	}
-	return c.sse.done()
+	return c.sse.last()
 }
 
 func (c *chatSink) fail(err error) {

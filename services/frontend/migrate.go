@@ -59,7 +59,12 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 	var out outcome
 	var exclude []uint64
 	for attempt := 0; ; attempt++ {
-		tokens := append(append(make([]uint32, 0, len(j.prompt)+len(j.generated)), j.prompt...), j.generated...)
+		// The first attempt sends the prompt as it is (nothing modifies
+		// it); a migrated one the prompt plus what was generated.
+		tokens := j.prompt
+		if len(j.generated) > 0 {
+			tokens = append(append(make([]uint32, 0, len(j.prompt)+len(j.generated)), j.prompt...), j.generated...)
+		}
 		id := j.id
 		if attempt > 0 {
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)

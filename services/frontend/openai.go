@@ -560,11 +560,21 @@ func (e *sse) sendFrame(b []byte) error {
 }
 
 func (e *sse) done() error {
-	e.start()
-	if _, err := io.WriteString(e.w, "data: [DONE]\n\n"); err != nil {
+	if err := e.last(); err != nil {
 		return err
 	}
 	return e.rc.Flush()
+}
+
+// last writes data: [DONE] as a response's last event, without a flush: the
+// handler returns right after it, and net/http then flushes what is
+// buffered together with the chunked body's end, in one write (a flush
+// here would cost a write of its own, and a wake-up of the client, for the
+// five bytes of that end).
+func (e *sse) last() error {
+	e.start()
+	_, err := io.WriteString(e.w, "data: [DONE]\n\n")
+	return err
 }
 
 func (e *sse) fail(err error) {
@@ -628,10 +638,15 @@ func (c *completionSink) end(finish string, u usageJSON) error {
 		return nil
 	}
 	c.sse.w = c.w
+	last, total := c.group.end(u)
+	if last {
+		// What follows ends the response: it goes out with the response's
+		// end when the handler returns (sse.last).
+		c.sse.batch = true
+	}
 	if err := c.sse.send(c.chunk("", &finish)); err != nil {
 		return err
 	}
-	last, total := c.group.end(u)
 	if !last {
 		return nil
 	}
@@ -643,7 +658,7 @@ func (c *completionSink) end(finish string, u usageJSON) error {
 			return err
 		}
 	}
-	return c.sse.done()
+	return c.sse.last()
 }
 
 func (c *completionSink) fail(err error) {

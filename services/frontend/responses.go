@@ -408,7 +408,9 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 	if err := rs.openMessage(); err != nil {
 		return err
 	}
-	rs.sse.batch = false
+	// The last events end the response: they go out with the response's
+	// end when the handler returns, in one write (sse.last).
+	rs.sse.batch = true
 	text := rs.text.String()
 	for _, ev := range []struct {
 		typ    string
