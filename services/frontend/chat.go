@@ -43,16 +43,24 @@ type toolSpec struct {
 func parseTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (toolSpec, error) {
 	ts := toolSpec{tools: tools, choice: toolChoiceAuto, single: parallel != nil && !*parallel}
 	for i, raw := range tools {
-		var t struct {
-			Type     string `json:"type"`
-			Function *struct {
-				Name string `json:"name"`
-			} `json:"function"`
+		typ, name, hasFunction, ok := toolFunctionName(raw)
+		if !ok {
+			var t struct {
+				Type     string `json:"type"`
+				Function *struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(raw, &t); err != nil {
+				typ, hasFunction = "", false
+			} else if typ, hasFunction = t.Type, t.Function != nil; hasFunction {
+				name = t.Function.Name
+			}
 		}
-		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Function == nil || t.Function.Name == "" {
+		if typ != "function" || !hasFunction || name == "" {
 			return toolSpec{}, invalid(fmt.Sprintf("tools[%d]", i), `each tool must be {"type":"function","function":{"name":...}}`)
 		}
-		ts.names = append(ts.names, t.Function.Name)
+		ts.names = append(ts.names, name)
 	}
 	choice = bytes.TrimSpace(choice)
 	if len(choice) == 0 || bytes.Equal(choice, []byte("null")) {

@@ -72,6 +72,10 @@ type commonRequest struct {
 	StopTokenIDs      []uint32        `json:"stop_token_ids"`
 	IgnoreEOS         bool            `json:"ignore_eos"`
 	MinTokens         *int64          `json:"min_tokens"`
+
+	// opt holds the optional fields' values when the fast decoder
+	// (decode.go) decoded the request.
+	opt optStore
 }
 
 type streamOptions struct {
@@ -150,8 +154,11 @@ func decodeJSON(body []byte, v any) error {
 // decodeChat decodes and validates a chat completion request.
 func decodeChat(body []byte) (*chatRequest, genParams, error) {
 	var r chatRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, genParams{}, err
+	if !decodeChatFast(body, &r) {
+		r = chatRequest{}
+		if err := decodeJSON(body, &r); err != nil {
+			return nil, genParams{}, err
+		}
 	}
 	if err := chatPolicy.check(body); err != nil {
 		return nil, genParams{}, err
@@ -260,8 +267,11 @@ func messageText(raw json.RawMessage) (string, error) {
 // one array of token ids; it returns the text or the token ids.
 func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uint32, error) {
 	var r completionRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, genParams{}, "", nil, err
+	if !decodeCompletionFast(body, &r) {
+		r = completionRequest{}
+		if err := decodeJSON(body, &r); err != nil {
+			return nil, genParams{}, "", nil, err
+		}
 	}
 	if err := completionPolicy.check(body); err != nil {
 		return nil, genParams{}, "", nil, err
@@ -294,6 +304,11 @@ func promptOf(raw json.RawMessage) (string, []uint32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, invalid("prompt", "prompt is required")
+	}
+	if raw[0] == '[' {
+		if ids, ok := fastTokenIDs(raw); ok && len(ids) > 0 {
+			return "", ids, nil
+		}
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -407,12 +422,14 @@ func stopStrings(raw json.RawMessage) ([]string, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
-	var list []string
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		list = []string{one}
-	} else if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalid("stop", "stop must be a string or an array of strings")
+	list, ok := fastStrings(raw)
+	if !ok {
+		var one string
+		if json.Unmarshal(raw, &one) == nil {
+			list = []string{one}
+		} else if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, invalid("stop", "stop must be a string or an array of strings")
+		}
 	}
 	if len(list) > maxStops {
 		return nil, invalid("stop", "stop may hold at most %d sequences, got %d", maxStops, len(list))
