@@ -3,6 +3,7 @@ package frontend
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -151,5 +152,26 @@ func TestFastDecodeTakesClientBodies(t *testing.T) {
 	var c completionRequest
 	if !decodeCompletionFast(benchCompletionBody, &c) || c.MaxTokens == nil || *c.MaxTokens != 32 || string(c.Stop) != `["\n\n"]` {
 		t.Fatalf("completion body decoded as %+v", c)
+	}
+}
+
+// TestFastDecodeDepth: past maxFastDepth levels of nesting a body goes to
+// encoding/json (which has its own limit and error).
+func TestFastDecodeDepth(t *testing.T) {
+	nested := func(depth int) []byte {
+		// The body's object is one level, the member's arrays the rest.
+		return []byte(`{"model":"m","metadata":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`)
+	}
+	for _, tt := range []struct {
+		depth int
+		fast  bool
+	}{{maxFastDepth, true}, {maxFastDepth + 1, false}} {
+		var r chatRequest
+		if got := decodeChatFast(nested(tt.depth), &r); got != tt.fast {
+			t.Errorf("depth %d: taken %v, want %v", tt.depth, got, tt.fast)
+		}
+		if _, _, err := decodeChat(nested(tt.depth)); err == nil || !strings.Contains(err.Error(), "messages") {
+			t.Errorf("depth %d: decodeChat error %v, want the missing messages", tt.depth, err)
+		}
 	}
 }
