@@ -161,6 +161,18 @@ func (x *KVIndex) Events(rank uint32, from uint64, max int) (*workerv1.KvEventBa
 	return out, s.last, nil
 }
 
+// held counts the events of rank from id from on, 0 when the ring no
+// longer holds from (Events would answer ErrOutOfRange).
+func (x *KVIndex) held(rank uint32, from uint64) uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.ranks[rank]
+	if s == nil || from > s.last || from < s.last-uint64(s.n)+1 {
+		return 0
+	}
+	return s.last - from + 1
+}
+
 func (s *rankState) lastOrZero() uint64 {
 	if s == nil {
 		return 0

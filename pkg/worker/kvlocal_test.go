@@ -92,6 +92,11 @@ func TestKVIndexRing(t *testing.T) {
 		if last != 10 {
 			t.Fatalf("Events(%d): last %d; want 10", tc.from, last)
 		}
+		// held (KVEventsWaiting's count of a backlog) agrees with what
+		// Events can still serve from there.
+		if want := uint64(len(tc.wantIDs)); tc.max == 0 && x.held(0, tc.from) != want {
+			t.Errorf("held(%d) = %d; want %d", tc.from, x.held(0, tc.from), want)
+		}
 		if err != nil {
 			continue
 		}

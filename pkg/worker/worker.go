@@ -521,6 +521,29 @@ func (w *Worker) KVEventCounts() (queued, published, lost uint64) {
 	return w.kvQueued.Load(), w.kvPublished.Load(), w.kvLost.Load()
 }
 
+// KVEventsWaiting is how many KV events are still to be published: queued
+// and not yet acknowledged (nor failed), or waiting in the local ring for
+// the publish buffer to drain. Events of a ring that overran while they
+// waited do not count: they are not published (backfill skips to the new
+// events), and routers fill the gap or rebuild from the worker's state. Zero once publishing has caught
+// up; queued then stays put until the engine's next event, which a fault test
+// needs before it compares queued with published (a router may have its
+// index complete, from a rebuild, before the ring's backlog is published).
+func (w *Worker) KVEventsWaiting() uint64 {
+	// published and lost first: queued, read after them, is at least their sum.
+	done := w.kvPublished.Load() + w.kvLost.Load()
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	waiting := w.kvQueued.Load() - done
+	for _, b := range w.kvUnnumbered {
+		waiting += uint64(len(b.Events))
+	}
+	for rank, from := range w.kvBacklog {
+		waiting += w.kvIndex.held(rank, from)
+	}
+	return waiting
+}
+
 // KVEventsDropped is how many KV events found the publish buffer
 // (Config.KVPublishBuffer) full and waited in the local ring instead; they
 // are published from it once the buffer drains (and count in queued then),
