@@ -68,8 +68,11 @@ type worker struct {
 type Index struct {
 	mu      sync.RWMutex
 	workers []*worker // dense slot -> worker; nil when free
-	slots   map[WorkerID]uint32
-	free    []uint32
+	// ids is each slot's worker id, in one array: what a lookup reports
+	// for up to every worker, without a pointer to follow per worker.
+	ids   []WorkerID
+	slots map[WorkerID]uint32
+	free  []uint32
 	// holders maps a sequence hash to its holder: a worker slot, or
 	// listTag|i for lists[i] when several workers hold it.
 	holders   table[uint32]
@@ -98,10 +101,11 @@ func (x *Index) slotLocked(id WorkerID, create bool) (uint32, *worker) {
 	if n := len(x.free); n > 0 {
 		s = x.free[n-1]
 		x.free = x.free[:n-1]
-		x.workers[s] = w
+		x.workers[s], x.ids[s] = w, id
 	} else {
 		s = uint32(len(x.workers))
 		x.workers = append(x.workers, w)
+		x.ids = append(x.ids, id)
 	}
 	x.slots[id] = s
 	return s, w
@@ -210,7 +214,7 @@ func (x *Index) RemoveWorker(id WorkerID) {
 		return
 	}
 	Tx{x: x, slot: s, w: w}.Clear()
-	x.workers[s] = nil
+	x.workers[s], x.ids[s] = nil, WorkerID{}
 	delete(x.slots, id)
 	x.free = append(x.free, s)
 }
@@ -376,6 +380,10 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 	}
 }
 
+// firstBatch is the size of a lookup's first batch of blocks (see
+// AppendOverlaps).
+const firstBatch = 16
+
 // Overlaps returns, for every worker holding at least the first block, how
 // many leading blocks of hashes it holds. Workers holding none are absent.
 func (x *Index) Overlaps(hashes []uint64) []Overlap {
@@ -405,13 +413,21 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	for i := range active {
 		active[i] = ^uint64(0)
 	}
+	// Blocks are looked up in batches whose misses overlap; a batch is
+	// one round trip to memory, whatever its size up to what the core
+	// keeps in flight. They double from firstBatch, so that a request
+	// matched for d blocks takes about log2(d/firstBatch) round trips
+	// and looks up at most twice the blocks it needed (or firstBatch).
 	var vals [batch]uint32
 	var oks [batch]bool
+	from, to, size := 0, 0, firstBatch
 	for depth := range hashes {
-		if depth%batch == 0 {
-			x.holders.getAll(hashes[depth:], vals[:], oks[:])
+		if depth == to {
+			from, to = depth, min(depth+size, len(hashes))
+			x.holders.getAll(hashes[from:to], vals[:], oks[:])
+			size = min(2*size, batch)
 		}
-		cur, ok := vals[depth%batch], oks[depth%batch]
+		cur, ok := vals[depth-from], oks[depth-from]
 		clear(next)
 		if ok {
 			x.intersect(next, active, cur)
@@ -422,7 +438,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 			if depth > 0 {
 				for gone != 0 {
 					s := wi*64 + bits.TrailingZeros64(gone)
-					dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: depth})
+					dst = append(dst, Overlap{Worker: x.ids[s], Blocks: depth})
 					gone &= gone - 1
 				}
 			}
@@ -438,7 +454,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	for wi, word := range active {
 		for word != 0 {
 			s := wi*64 + bits.TrailingZeros64(word)
-			dst = append(dst, Overlap{Worker: x.workers[s].id, Blocks: len(hashes)})
+			dst = append(dst, Overlap{Worker: x.ids[s], Blocks: len(hashes)})
 			word &= word - 1
 		}
 	}

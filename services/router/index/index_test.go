@@ -122,6 +122,59 @@ func checkAgainstModel(instances uint64, maxSteps int) func(*rapid.T) {
 	}
 }
 
+// TestOverlapsLongRequests checks lookups deeper than the first batches
+// of blocks (see AppendOverlaps): workers hold prefixes of a long request
+// ending on each side of every batch boundary, some with a hole, with
+// enough workers that holders are bitsets.
+func TestOverlapsLongRequests(t *testing.T) {
+	const n = 400
+	req := make([]uint64, n)
+	for i := range req {
+		req[i] = uint64(i)*7919 + 1
+	}
+	for _, tc := range []struct {
+		name    string
+		depths  []int // each worker holds req[:depth]
+		hole    int   // and, when > 0, not req[hole] (worker 0 only)
+		workers int   // extra workers holding only req[:1]
+	}{
+		{"batch edges", []int{15, 16, 17, 47, 48, 49, 111, 112, 113, 175, 176, 177, 239, 240, 241}, 0, 0},
+		{"the whole request", []int{n, n - 1, 1}, 0, 0},
+		{"a hole deep down", []int{n, 300}, 200, 0},
+		{"bitset holders", []int{n, 100, 64, 63}, 0, 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := New()
+			m := model{}
+			hold := func(w WorkerID, hs []uint64) {
+				x.Store(w, hs)
+				if m[w] == nil {
+					m[w] = map[uint64]bool{}
+				}
+				for _, h := range hs {
+					m[w][h] = true
+				}
+			}
+			for i, d := range tc.depths {
+				hold(WorkerID{Instance: uint64(i + 1)}, req[:d])
+			}
+			for i := range tc.workers {
+				hold(WorkerID{Instance: uint64(1000 + i)}, req[:1])
+			}
+			if tc.hole > 0 {
+				w := WorkerID{Instance: 1}
+				x.Remove(w, req[tc.hole:tc.hole+1])
+				delete(m[w], req[tc.hole])
+			}
+			for _, q := range [][]uint64{req, req[:17], req[:49], req[:113]} {
+				if d := cmp.Diff(sorted(m.overlaps(q)), sorted(x.Overlaps(q))); d != "" {
+					t.Fatalf("Overlaps of %d blocks (-want +got):\n%s", len(q), d)
+				}
+			}
+		})
+	}
+}
+
 func TestEventOrdering(t *testing.T) {
 	w := WorkerID{Instance: 7}
 	tests := []struct {

@@ -193,8 +193,8 @@ func (t *table[V]) each(fn func(key uint64, val V)) {
 	}
 }
 
-// batch is how many keys getAll looks up at once.
-const batch = 16
+// batch is how many keys getAll looks up at once, at most.
+const batch = 64
 
 // getAll is get for several keys (at most batch): vals[i], oks[i] are
 // keys[i]'s. It loads every key's first slot before looking at any, so the
