@@ -1,6 +1,9 @@
 package index
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -227,6 +230,122 @@ func TestRemovalOrderDoesNotCorrupt(t *testing.T) {
 	x.Remove(WorkerID{Instance: 99}, []uint64{1})
 	if st := x.Stats(); st.Workers != 1 {
 		t.Fatalf("removing from an unknown worker created it: %+v", st)
+	}
+}
+
+// TestDumpDuringEvents applies numbered events between Dump's steps (it
+// walks the table a few shards at a time) and checks that the dump,
+// restored and replayed from each worker's dumped last event id, as a
+// restarted router replays its stream, equals the index: whatever the walk
+// caught of an event, its replay leaves the block as the event did. It
+// also checks that a worker that joins during the walk is left to the
+// replay and one that leaves keeps only blocks it held.
+func TestDumpDuringEvents(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 9))
+			x := New()
+			type event struct {
+				w      WorkerID
+				id     uint64
+				op     int // 0 store, 1 remove, 2 clear
+				hashes []uint64
+			}
+			var log []event
+			next := map[WorkerID]uint64{}
+			apply := func(w WorkerID) {
+				next[w]++
+				ev := event{w: w, id: next[w], op: r.IntN(7) / 3}
+				for range 1 + r.IntN(30) {
+					h := uint64(r.IntN(5000))
+					if w.Instance == 8 {
+						h += 5000 // blocks nobody else has
+					}
+					ev.hashes = append(ev.hashes, h)
+				}
+				log = append(log, ev)
+				x.Apply(w, ev.id, func(tx Tx) {
+					switch ev.op {
+					case 0:
+						tx.Store(ev.hashes)
+					case 1:
+						tx.Remove(ev.hashes)
+					default:
+						tx.Clear()
+					}
+				})
+			}
+			workers := []WorkerID{{Instance: 1}, {Instance: 2}, {Instance: 3, DPRank: 1}}
+			live := workers
+			for range 2000 {
+				apply(live[r.IntN(len(live))])
+			}
+			steps := 0
+			dumpHook = func() {
+				steps++
+				for range r.IntN(4) {
+					apply(live[r.IntN(len(live))])
+				}
+				switch steps {
+				case 10:
+					live = append(workers[:3:3], WorkerID{Instance: 7}) // joins during the walk
+					apply(live[3])
+				case 50:
+					x.RemoveWorker(workers[2]) // leaves during the walk
+					live = []WorkerID{workers[0], workers[1], live[3]}
+				case 60:
+					// Joins in the slot the one that left had.
+					live = append(live, WorkerID{Instance: 8})
+					for range 20 {
+						apply(live[3])
+					}
+				}
+			}
+			dumps := x.Dump()
+			dumpHook = nil
+			y := New()
+			y.Restore(dumps)
+			var gone []uint64
+			for _, d := range dumps {
+				if d.ID.Instance == 7 || d.ID.Instance == 8 {
+					t.Fatalf("%v, which joined during the walk, was dumped", d.ID)
+				}
+				if d.ID == workers[2] {
+					gone = d.Hashes
+				}
+			}
+			y.RemoveWorker(workers[2])
+			for _, ev := range log {
+				if ev.w == workers[2] {
+					continue
+				}
+				y.Apply(ev.w, ev.id, func(tx Tx) {
+					switch ev.op {
+					case 0:
+						tx.Store(ev.hashes)
+					case 1:
+						tx.Remove(ev.hashes)
+					default:
+						tx.Clear()
+					}
+				})
+			}
+			if got, want := y.Stats(), x.Stats(); got != want {
+				t.Fatalf("replayed dump: %+v, index: %+v", got, want)
+			}
+			for h := range uint64(10000) {
+				for _, w := range append(workers[:2:2], WorkerID{Instance: 7}, WorkerID{Instance: 8}) {
+					if y.Holds(w, h) != x.Holds(w, h) {
+						t.Fatalf("block %d on %v: replayed dump holds %v, index %v", h, w, y.Holds(w, h), x.Holds(w, h))
+					}
+				}
+			}
+			for _, h := range gone {
+				if !slices.ContainsFunc(log, func(ev event) bool { return ev.w == workers[2] && ev.op == 0 && slices.Contains(ev.hashes, h) }) {
+					t.Fatalf("the worker that left was dumped with block %d it never stored", h)
+				}
+			}
+		})
 	}
 }
 
