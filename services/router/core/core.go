@@ -105,6 +105,9 @@ type Core struct {
 	// arrivals measures the request rate, whose requests wait behind a
 	// decision's work (see scheduler's cost).
 	arrivals arrivals
+	// unheard is what it knows of its peer replicas' decisions not heard
+	// yet (see spreadLocked).
+	unheard unheard
 	// targets caches each target's sorted candidates, valid while gen,
 	// which every registry change bumps, is what it was built at: a
 	// decision neither walks the registry maps nor sorts.
@@ -473,6 +476,7 @@ type decision struct {
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints     []int
 	overlaps []index.Overlap
+	near     []int
 }
 
 // decisionPool reuses decisions and their buffers: a decision over a
@@ -560,7 +564,13 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	defer c.mu.Unlock()
 	// Scores are reported in every mode; only kv mode chooses by them.
 	chosen, _ := scheduler.Select(d.scored, req, params, c.rng)
+	d.params = params
 	switch c.mode {
+	case ModeKV:
+		if params.Temperature <= 0 && !q.dryRun {
+			// Peer replicas' decisions not heard yet (see replica.go).
+			chosen = c.spreadLocked(d, chosen, now)
+		}
 	case ModeRoundRobin:
 		k := endpointKey{cands[0].in.Namespace, cands[0].in.Component, cands[0].in.Endpoint}
 		chosen = c.rr[k] % len(cands)
@@ -589,7 +599,6 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		}
 	}
 	d.chosen = chosen
-	d.params = params
 	d.overlap = d.scored[chosen].Overlap
 	return d, nil
 }
