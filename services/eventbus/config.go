@@ -64,9 +64,11 @@ type Config struct {
 	// once. Zero means DefaultDeliverLinger; a negative value never waits.
 	DeliverLinger time.Duration
 	// NATSMaxReconnects is how many times the NATS connection tries to
-	// reconnect before giving up; -1 (the flag's default) is forever. Zero
-	// with NATSReconnectWait and NATSReconnectBuffer zero too (a Config
-	// built in code) is forever as well.
+	// reconnect before giving up, and how many times the first connection
+	// is retried when NATS is not there at startup (0: Start fails at once;
+	// past the last retry Wait returns the error); -1 (the flag's default)
+	// is forever. Zero with NATSReconnectWait and NATSReconnectBuffer zero
+	// too (a Config built in code) is forever as well.
 	NATSMaxReconnects int
 	// NATSReconnectWait is the pause between reconnect attempts to one
 	// server (nats.go adds its own jitter).
@@ -78,6 +80,15 @@ type Config struct {
 	// StreamReplicas is the replica count of a namespace stream the eventbus
 	// creates: 1 on a single server, 3 on a NATS cluster.
 	StreamReplicas int
+}
+
+// maxReconnects is NATSMaxReconnects with a Config built in code (all three
+// reconnection settings zero) read as forever.
+func (c Config) maxReconnects() int {
+	if c.NATSMaxReconnects == 0 && c.NATSReconnectWait == 0 && c.NATSReconnectBuffer == 0 {
+		return -1
+	}
+	return c.NATSMaxReconnects
 }
 
 // Defaults of the NATS reconnection settings.
@@ -129,7 +140,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EmbeddedNATSPort, "embedded-nats-port", 4222, "client port of the embedded nats-server on 127.0.0.1 (-1: any free port)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", time.Hour, "how long a namespace's stream keeps its events")
 	fs.DurationVar(&c.DedupWindow, "dedup-window", DefaultDedupWindow, "how long a stream remembers msg ids, so that a retried publish is stored once (kept in memory)")
-	fs.IntVar(&c.NATSMaxReconnects, "nats-max-reconnects", -1, "how many times to try reconnecting to NATS before giving up (-1: forever)")
+	fs.IntVar(&c.NATSMaxReconnects, "nats-max-reconnects", -1, "how many times to try reconnecting to NATS before giving up, at startup too (-1: forever; 0: exit when NATS is not there)")
 	fs.DurationVar(&c.NATSReconnectWait, "nats-reconnect-wait", DefaultNATSReconnectWait, "pause between reconnect attempts to a NATS server")
 	fs.IntVar(&c.NATSReconnectBuffer, "nats-reconnect-buffer", DefaultNATSReconnectBuffer, "bytes of publishes held while NATS reconnects; past it a publish fails at once")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")

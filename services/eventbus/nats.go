@@ -89,10 +89,7 @@ func embeddedStoreDir(dataDir string) string { return filepath.Join(dataDir, "na
 // forever and buffering publishes while disconnected. With embedded set, it
 // connects to that server in process, without a socket.
 func connectNATS(cfg Config, url string, embedded *natsserver.Server, log *slog.Logger) (*nats.Conn, error) {
-	maxReconnects, wait, buf := cfg.NATSMaxReconnects, cfg.NATSReconnectWait, cfg.NATSReconnectBuffer
-	if maxReconnects == 0 && wait == 0 && buf == 0 {
-		maxReconnects = -1 // a Config built in code, not from flags
-	}
+	maxReconnects, wait, buf := cfg.maxReconnects(), cfg.NATSReconnectWait, cfg.NATSReconnectBuffer
 	if wait == 0 {
 		wait = DefaultNATSReconnectWait
 	}

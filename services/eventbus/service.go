@@ -102,7 +102,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	s.natsURL = url
 	ctx, s.cancel = context.WithCancel(ctx)
 	b, connErr := s.connectOnce(ctx, cfg)
-	if connErr != nil && (s.ns != nil || !retryableConnect(connErr)) {
+	if connErr != nil && (s.ns != nil || !retryableConnect(connErr) || cfg.maxReconnects() == 0) {
+		if s.ns == nil && retryableConnect(connErr) {
+			connErr = fmt.Errorf("%w (--nats-max-reconnects 0: not retried)", connErr)
+		}
 		s.cancel()
 		s.closeNATS()
 		return nil, connErr
@@ -154,7 +157,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		go func() {
 			defer close(setupDone)
 			if setupErr = s.connectLoop(ctx, cfg, connErr, ready); setupErr != nil {
-				log.Error("cannot connect to NATS, and retrying will not help", "url", url, "err", setupErr.Error())
+				log.Error("cannot connect to NATS; giving up", "url", url, "err", setupErr.Error())
 				s.cancel()
 			}
 		}()

@@ -23,7 +23,9 @@ import (
 // and keeps trying with jittered backoff until NATS answers, then runs its
 // setup (connections, publisher, JetStream check) and serves. Only what no
 // retry fixes fails Start: flags, TLS files, credentials, a refused TLS
-// handshake or authorization.
+// handshake or authorization. --nats-max-reconnects bounds the retries as
+// it bounds reconnections: 0 fails Start at once, N gives up after N
+// retries (Wait returns why), -1 (the default) never does.
 
 // connectBackoff paces the first-connection attempts; each attempt is
 // bounded by nats.go's dial timeout and setupTimeout.
@@ -94,11 +96,17 @@ func (s *Service) connectOnce(ctx context.Context, cfg Config) (*bus, error) {
 }
 
 // connectLoop retries connectOnce until it succeeds (then ready runs), ctx
-// ends (nil) or an attempt fails in a way no retry fixes (that error).
+// ends (nil), an attempt fails in a way no retry fixes (that error) or
+// --nats-max-reconnects retries have failed (ErrUnavailable with the last
+// error): the flag bounds the first connection as it bounds reconnections.
 func (s *Service) connectLoop(ctx context.Context, cfg Config, first error, ready func(*bus)) error {
 	bo := backoff.New(connectBackoff)
 	err := first
+	limit := cfg.maxReconnects()
 	for attempt := 1; ; attempt++ {
+		if limit >= 0 && attempt > limit {
+			return fmt.Errorf("%w: NATS %s not reachable after %d retries (--nats-max-reconnects %d): %w", ErrUnavailable, s.natsURL, limit, limit, err)
+		}
 		d := bo.Next()
 		s.log.Warn("NATS is not reachable yet; serving NOT_SERVING and retrying",
 			"url", s.natsURL, "attempt", attempt, "retry_in", d.String(), "err", err.Error())

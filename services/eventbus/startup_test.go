@@ -2,14 +2,18 @@ package eventbus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -180,4 +184,72 @@ func TestEventbusGivesUpOnConfigLater(t *testing.T) {
 		svc.Stop()
 		t.Fatal("eventbus still retrying a NATS that refuses its token")
 	}
+}
+
+// TestNATSMaxReconnectsBoundsStartup: --nats-max-reconnects means the same
+// at startup as after a disconnection. With 0 an eventbus whose NATS is not
+// there fails Start at once; with N it serves NOT_SERVING, retries the first
+// connection N times and then stops, Wait saying why; -1 is the forever of
+// TestEventbusStartsBeforeNATS.
+func TestNATSMaxReconnectsBoundsStartup(t *testing.T) {
+	for _, retries := range []int{0, 2} {
+		t.Run(fmt.Sprintf("max %d", retries), func(t *testing.T) {
+			cfg := eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", reservePort(t)))
+			cfg.NATSMaxReconnects, cfg.NATSReconnectWait = retries, 50*time.Millisecond
+			logs := &retryLog{}
+			svc, err := eventbus.Start(context.Background(), cfg, slog.New(logs))
+			if retries == 0 {
+				if err == nil {
+					svc.Stop()
+					t.Fatal("Start succeeded without NATS and with --nats-max-reconnects 0")
+				}
+				if !errors.Is(err, nats.ErrNoServers) || !strings.Contains(err.Error(), "--nats-max-reconnects 0") {
+					t.Fatalf("Start = %v; want no servers, naming --nats-max-reconnects 0", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("start with NATS down: %v", err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- svc.Wait() }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, eventbus.ErrUnavailable) || !errors.Is(err, nats.ErrNoServers) ||
+					!strings.Contains(err.Error(), fmt.Sprintf("after %d retries", retries)) {
+					t.Fatalf("eventbus stopped with %v; want Unavailable after %d retries", err, retries)
+				}
+			case <-time.After(guard):
+				svc.Stop()
+				t.Fatalf("eventbus still retrying after %d retries", retries)
+			}
+			if got := logs.count(); got != retries {
+				t.Errorf("%d retries logged; want %d", got, retries)
+			}
+		})
+	}
+}
+
+// retryLog counts the eventbus's "retrying" warnings.
+type retryLog struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *retryLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *retryLog) WithGroup(string) slog.Handler            { return l }
+func (l *retryLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "NATS is not reachable yet") {
+		l.mu.Lock()
+		l.n++
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+func (l *retryLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }
