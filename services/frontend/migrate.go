@@ -142,7 +142,7 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 	defer stream.Close()
 	first := true
 	finish := workerv1.FinishReason_FINISH_REASON_UNSPECIFIED
-	var resp workerv1.GenerateResponse
+	var resp genResponse
 	for {
 		b, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -154,40 +154,40 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 		if err != nil {
 			return 0, err
 		}
-		resp.Reset()
-		if err := proto.Unmarshal(b, &resp); err != nil {
+		if err := resp.decode(b); err != nil {
 			return 0, fmt.Errorf("%w: undecodable response from instance %x: %v", ErrWorkerFailed, d.instanceID, err)
 		}
-		if resp.FinishReason == workerv1.FinishReason_FINISH_REASON_ERROR {
-			return 0, fmt.Errorf("%w: instance %x: %s", ErrWorkerFailed, d.instanceID, resp.ErrorMessage)
+		if resp.finish == workerv1.FinishReason_FINISH_REASON_ERROR {
+			return 0, fmt.Errorf("%w: instance %x: %s", ErrWorkerFailed, d.instanceID, resp.errMsg)
 		}
-		if u := resp.GetUsage(); u != nil && out.migrations == 0 {
-			out.cachedPrompt = u.GetCachedPromptTokens()
+		if resp.hasUsage && out.migrations == 0 {
+			out.cachedPrompt = resp.cached
 		}
-		if len(resp.TokenIds) > 0 {
+		if len(resp.tokenIDs) > 0 {
 			if first {
 				first = false
 				s.routing.prefillDone(d, id)
 			}
-			out.completion += uint32(len(resp.TokenIds))
+			out.completion += uint32(len(resp.tokenIDs))
 			if j.generated == nil && j.p.maxTokens > 0 {
 				// Sized once for the whole generation (bounded: max_tokens
 				// may be far more than a stream produces).
 				j.generated = make([]uint32, 0, min(j.p.maxTokens, 1024))
 			}
-			j.generated = append(j.generated, resp.TokenIds...)
+			j.generated = append(j.generated, resp.tokenIDs...)
 			// more: the next response is already here, so the client's
 			// write can wait for it (one write per batch, not per token).
+			// The ids are valid until the next decode: emit keeps none.
 			pending, _ := stream.(transport.Pending)
-			if err := emit(resp.TokenIds, resp.Logprobs, pending != nil && pending.Pending()); err != nil {
+			if err := emit(resp.tokenIDs, resp.logprobs, pending != nil && pending.Pending()); err != nil {
 				if errors.Is(err, errStopped) {
 					return workerv1.FinishReason_FINISH_REASON_STOP, nil
 				}
 				return 0, err
 			}
 		}
-		if resp.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			finish = resp.FinishReason
+		if resp.finish != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			finish = resp.finish
 		}
 	}
 }
