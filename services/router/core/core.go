@@ -477,6 +477,7 @@ type decision struct {
 	ints     []int
 	overlaps []index.Overlap
 	near     []int
+	costs    []float64
 }
 
 // decisionPool reuses decisions and their buffers: a decision over a

@@ -2,11 +2,11 @@ package core
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/services/router/index"
-	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // Observer hears about the decisions a Core makes itself (not those it
@@ -121,76 +121,114 @@ func (u *unheard) expected(now time.Time) float64 {
 }
 
 // spreadLocked revisits an argmin decision (temperature 0) in view of the
-// peers' decisions not heard yet. They went, in expectation, m = rate x
-// delay requests of a peer request's mean prefill each, to the cheapest
-// workers: filled like water from the lowest cost up, each adding its
-// prefill time to the cost of the worker it lands on. After that filling
-// every worker it reached costs the same (the water level), so the
-// choice among them is indifferent in expectation, and the one that does
-// not herd is to take each with the share of the water it holds, as the
-// peers (running the same rule) do. A worker cheaper than the next by
+// peers' decisions not heard yet. They made, in expectation, m = rate x
+// delay of them, from the state this replica sees. Their requests' own
+// prefixes are anywhere, so what herds is the load-driven part: a mean peer
+// request caching nothing goes to the workers where it costs least. Poured
+// like water from the lowest such cost up (each adding its own time on the
+// worker it takes), m of them reach a few workers. If this request's
+// choice is not among them (its cached prefix is elsewhere), nothing
+// herds there and it stands. If it is, the same water poured onto this
+// request's own costs of the reached workers levels those it reaches: they
+// cost the same in expectation, so the choice among them is indifferent,
+// and the one that does not herd takes each with its share of the water,
+// as a peer running the same rule does. A worker cheaper than the next by
 // more than the water stays the only choice: near-ties spread, clear
 // winners do not. Without peers, or with every peer decision heard at
-// once, m is 0 and the decision is Select's: one router decides as
-// before. d.near is the buffer of the workers reached.
+// once, m is 0 and the decision is Select's: one router decides as before.
+// d.near and d.costs are the decision's buffers.
 func (c *Core) spreadLocked(d *decision, chosen int, now time.Time) int {
 	m := c.unheard.expected(now)
 	if m <= 0 || chosen < 0 {
 		return chosen
 	}
-	best := d.scored[chosen]
-	// The prefill time of a mean peer request, on the cheapest worker:
-	// what one of them adds to the cost of the worker it took.
 	tokens := int(c.unheard.prefillBlocks*float64(d.blockSize) + 0.5)
-	if tokens <= 0 || !best.Timing.Valid() {
+	if tokens <= 0 {
 		return chosen
 	}
-	water := m * best.Timing.TTFTMs(0, tokens, best.Decoding, best.Usage, d.params.OverlapWeight)
+	// Where the peers' unheard requests went: a mean peer request's cost
+	// on each worker, caching nothing (a peer's own prefixes are
+	// anywhere, its load-driven choices are where the load is lowest).
+	n, weight := len(d.scored), d.params.OverlapWeight
+	d.costs = slices.Grow(d.costs[:0], 2*n)[:2*n]
+	mine, cold := d.costs[:n], d.costs[n:]
+	coldBest := 0
+	for i := range d.scored {
+		s := &d.scored[i]
+		mine[i] = s.Cost
+		cold[i] = s.Timing.TTFTMs(s.QueuedTokens, tokens, s.Decoding, s.Usage, weight)
+		if cold[i] < cold[coldBest] {
+			coldBest = i
+		}
+	}
+	// What one of them adds to the cost of the worker it took: its own
+	// time there.
+	cb := &d.scored[coldBest]
+	water := m * cb.Timing.TTFTMs(0, tokens, cb.Decoding, cb.Usage, weight)
 	if !(water > 0) || math.IsInf(water, 0) {
 		return chosen
 	}
-	top := best.Cost + water
-	d.near = d.near[:0]
-	for i := range d.scored {
-		if d.scored[i].Cost < top {
-			d.near = append(d.near, i)
-		}
-	}
-	if len(d.near) < 2 {
+	d.near = nearest(d.near[:0], cold, nil, cold[coldBest]+water)
+	k, _ := waterLevel(cold, d.near, water)
+	reached := d.near[:k]
+	if !slices.Contains(reached, chosen) {
+		// This request's choice is not where the others went (its
+		// cached prefix is elsewhere): nothing herds there.
 		return chosen
 	}
-	// Cheapest first (insertion sort: near-ties are few, and this keeps
-	// the decision free of allocation).
-	for i := 1; i < len(d.near); i++ {
-		for j := i; j > 0 && d.scored[d.near[j]].Cost < d.scored[d.near[j-1]].Cost; j-- {
-			d.near[j], d.near[j-1] = d.near[j-1], d.near[j]
-		}
-	}
-	k, level := waterLevel(d.scored, d.near, water)
+	// Among the workers they reached, those near this request's best.
+	d.near = nearest(d.near[:0], mine, reached, mine[chosen]+water)
+	k, level := waterLevel(mine, d.near, water)
 	if k < 2 {
 		return chosen
 	}
 	r := c.rng.Float64() * water
 	for _, i := range d.near[:k] {
-		if r -= level - d.scored[i].Cost; r < 0 {
+		if r -= level - mine[i]; r < 0 {
 			return i
 		}
 	}
 	return d.near[k-1]
 }
 
+// nearest appends to out the candidates (of among, or all when nil) that
+// cost less than top, cheapest first. It sorts by insertion: near-ties
+// are few, and this keeps the decision free of allocation. among may
+// alias out's array: it is read before out's entries are written.
+func nearest(out []int, cost []float64, among []int, top float64) []int {
+	if among == nil {
+		for i, x := range cost {
+			if x < top {
+				out = append(out, i)
+			}
+		}
+	} else {
+		for _, i := range among {
+			if cost[i] < top {
+				out = append(out, i)
+			}
+		}
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && cost[out[j]] < cost[out[j-1]]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
 // waterLevel pours water onto the costs of the candidates near lists
 // (cheapest first): the k cheapest hold it, each up to the level, which
 // stays at or below the next one's cost. Each holds level - its cost, and
 // those shares sum to water.
-func waterLevel(scored []scheduler.Candidate, near []int, water float64) (k int, level float64) {
+func waterLevel(cost []float64, near []int, water float64) (k int, level float64) {
 	sum := 0.0
 	for k < len(near) {
-		cost := scored[near[k]].Cost
-		if k > 0 && cost >= level {
+		x := cost[near[k]]
+		if k > 0 && x >= level {
 			break
 		}
-		sum += cost
+		sum += x
 		k++
 		level = (water + sum) / float64(k)
 	}

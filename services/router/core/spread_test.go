@@ -10,7 +10,6 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
-	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // replicaNet delivers replica sync messages between cores a fixed delay
@@ -208,18 +207,17 @@ func TestWaterLevel(t *testing.T) {
 		{[]float64{10, 11, 14, 15}, 10, 3, 15},             // (10 + 35) / 3
 		{[]float64{10, 11, 14, 15}, 20, 4, (20 + 50) / 4.}, // all reached
 	} {
-		scored := make([]scheduler.Candidate, len(tc.costs))
 		near := make([]int, len(tc.costs))
-		for i, c := range tc.costs {
-			scored[i].Cost, near[i] = c, i
+		for i := range tc.costs {
+			near[i] = i
 		}
-		k, level := waterLevel(scored, near, tc.water)
+		k, level := waterLevel(tc.costs, near, tc.water)
 		if k != tc.wantK || math.Abs(level-tc.wantLevel) > 1e-9 {
 			t.Errorf("waterLevel(%v, %v) = %d, %v; want %d, %v", tc.costs, tc.water, k, level, tc.wantK, tc.wantLevel)
 		}
 		held := 0.0
 		for _, i := range near[:k] {
-			held += level - scored[i].Cost
+			held += level - tc.costs[i]
 		}
 		if math.Abs(held-tc.water) > 1e-9 && tc.wantK == k {
 			t.Errorf("waterLevel(%v, %v): the shares hold %v, want all the water", tc.costs, tc.water, held)
