@@ -545,8 +545,9 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	for i, w := range workers {
 		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: reach[i], Timing: *cands[i].timing}
 	}
-	// Each worker is expected its share of the requests to come.
-	rate := c.arrivals.perMs(now) / float64(len(cands))
+	// Each worker is expected its share of the requests to come, and the
+	// busier the workers the more of them a decision's work delays.
+	rate := c.arrivals.waitRate(now, len(cands))
 	c.mu.Unlock()
 	c.load.FillAll(d.scored, bs)
 	tokens := len(q.tokens)
@@ -636,7 +637,7 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	defer d.release()
 	w := d.scored[d.chosen].Worker
 	c.mu.Lock()
-	c.arrivals.add(c.now())
+	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize))
 	c.mu.Unlock()
 	c.load.Add(r.RequestId, w, len(d.hashes)-d.overlap, d.hashes)
 	if c.approx != nil {

@@ -1,24 +1,40 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+)
 
 // rateWindow is how many recent arrivals the request rate is measured
 // over: enough to average out a Poisson process's noise (about 1/sqrt(64),
 // 12%), few enough to follow a change of load within seconds.
 const rateWindow = 64
 
+// maxBusy caps the measured prefill share of the workers' time: a window
+// of rateWindow arrivals resolves no finer than one arrival's share, and
+// at or above 1 (more prefill arriving than the workers can compute) the
+// queues grow without bound and the wait a decision adds reaches every
+// later request; the cap keeps that finite.
+const maxBusy = 1 - 1.0/rateWindow
+
 // arrivals measures the recent request rate from the times of the last
 // rateWindow requests routed, by this router or (through replica sync) by
-// its peers. The zero value is ready; it is not safe for concurrent use.
+// its peers, and how busy their prefill keeps the workers. The zero value
+// is ready; it is not safe for concurrent use.
 type arrivals struct {
-	at   [rateWindow]time.Time
+	at [rateWindow]time.Time
+	// work is each arrival's prefill time in ms on the worker it went
+	// to, alone, as that worker's timing model predicts it.
+	work [rateWindow]float64
 	n    int // how many of at are set
 	next int // where the next arrival goes
 }
 
-// add records an arrival.
-func (a *arrivals) add(t time.Time) {
+// add records an arrival whose prefill takes workMs.
+func (a *arrivals) add(t time.Time, workMs float64) {
 	a.at[a.next] = t
+	a.work[a.next] = workMs
 	a.next = (a.next + 1) % rateWindow
 	a.n = min(a.n+1, rateWindow)
 }
@@ -31,10 +47,49 @@ func (a *arrivals) perMs(now time.Time) float64 {
 	if a.n < 2 {
 		return 0
 	}
+	return float64(a.n) / a.spanMs(now)
+}
+
+// spanMs is the time since the window's oldest arrival, at least a
+// millisecond: arrivals in one instant (or a peer's clock slightly ahead)
+// span nothing, and count over a millisecond, not forever.
+func (a *arrivals) spanMs(now time.Time) float64 {
 	oldest := a.at[(a.next-a.n+rateWindow)%rateWindow]
-	span := now.Sub(oldest)
-	// Arrivals in one instant (or a peer's clock slightly ahead) span
-	// nothing: count them over a millisecond, not forever.
-	span = max(span, time.Millisecond)
-	return float64(a.n) / (float64(span) / float64(time.Millisecond))
+	span := max(now.Sub(oldest), time.Millisecond)
+	return float64(span) / float64(time.Millisecond)
+}
+
+// busy is the share of workers' time the prefill of the window's
+// arrivals takes (their work over the window's span, per worker), in
+// [0, maxBusy]; 0 with fewer than two arrivals.
+func (a *arrivals) busy(now time.Time, workers int) float64 {
+	if a.n < 2 || workers < 1 {
+		return 0
+	}
+	sum := 0.0
+	for i := range a.n {
+		sum += a.work[(a.next-1-i+rateWindow)%rateWindow]
+	}
+	return min(max(sum/(a.spanMs(now)*float64(workers)), 0), maxBusy)
+}
+
+// waitRate is the rate (per ms) of the later requests that a decision's
+// work on one of workers makes wait (scheduler.Request.Rate): each
+// worker's share of the arrival rate, over 1 - busy. At a utilisation u
+// a queue takes 1/(1-u) times its own work to drain, since more work keeps
+// coming while it does (a busy period's length), so the work a decision
+// adds delays that many times more of the requests after it than arrive
+// during the work itself.
+func (a *arrivals) waitRate(now time.Time, workers int) float64 {
+	if workers < 1 {
+		return 0
+	}
+	return a.perMs(now) / float64(workers) / (1 - a.busy(now, workers))
+}
+
+// prefillMs is the prefill time of prefillBlocks blocks (at least one: an
+// engine computes a fully cached prompt's last block) alone on a worker
+// with timing model m: the work an arrival brings.
+func prefillMs(m *timingmodel.Model, prefillBlocks, blockSize int) float64 {
+	return m.TTFTMs(0, max(prefillBlocks, 1)*blockSize, 0, 0, 1)
 }

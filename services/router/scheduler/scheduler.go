@@ -22,7 +22,12 @@
 // router's recent arrival rate over its workers), and every one that
 // reaches w before w has done this request's work waits for the rest of
 // it, work(w) for those that arrive while w drains what is ahead, less
-// for those that arrive during. A worker without the cached prefix costs
+// for those that arrive during. While the workers are busy a share u of
+// their time with prefill, more work arrives as a queue drains, and the
+// queue takes 1/(1-u) times its own work to empty (a busy period): the
+// wait the decision adds then reaches that many times more later
+// requests, so the router divides the rate by 1-u (u measured over the
+// same recent arrivals, capped below 1). A worker without the cached prefix costs
 // the cluster its recomputation, and that time is paid by whoever queues
 // behind it: at low load (rate near 0) the cost is the request's own TTFT,
 // and the busier the cluster the more a cache hit is worth, which is what
@@ -79,8 +84,9 @@ type Request struct {
 	// BlockSize is tokens per block.
 	BlockSize int
 	// Rate is how many requests per millisecond are expected to reach
-	// each worker; they wait behind this request's work (see the package
-	// doc). 0 costs the request's own time to first token only.
+	// each worker and wait behind this request's work: the arrival rate
+	// per worker, over 1 - the workers' prefill utilisation (see the
+	// package doc). 0 costs the request's own time to first token only.
 	Rate float64
 }
 
