@@ -473,12 +473,20 @@ type decision struct {
 	// blockSize and params are what the decision used.
 	blockSize int
 	params    scheduler.Params
+	// ownHashes says hashes are the decision's own (made from the
+	// request's tokens), not the request's.
+	ownHashes bool
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints     []int
 	overlaps []index.Overlap
 	near     []int
 	costs    []float64
+	blocks   []kvhash.Block
 }
+
+// maxPooledBlocks is the largest block buffer a pooled decision keeps: a
+// rare huge prompt should not pin its buffer.
+const maxPooledBlocks = 8192
 
 // decisionPool reuses decisions and their buffers: a decision over a
 // hundred workers is kilobytes, and every Route makes one.
@@ -487,6 +495,9 @@ var decisionPool = sync.Pool{New: func() any { return new(decision) }}
 // release returns d to decisionPool; nothing of it may be used after.
 func (d *decision) release() {
 	d.cands, d.hashes = nil, nil
+	if cap(d.blocks) > maxPooledBlocks {
+		d.blocks = nil
+	}
 	decisionPool.Put(d)
 }
 
@@ -499,11 +510,15 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if err != nil {
 		return nil, err
 	}
+	d := decisionPool.Get().(*decision)
 	hashes := q.hashes
+	d.ownHashes = false
 	if len(q.tokens) > 0 {
-		blocks := kvhash.Hashes(q.tokens, bs, nil)
-		hashes = make([]uint64, len(blocks))
-		for i, b := range blocks {
+		// The blocks go in the decision's buffer: only their sequence
+		// hashes, which the decision hands on, are allocated.
+		d.blocks = kvhash.Hashes(q.tokens, bs, d.blocks[:0])
+		hashes, d.ownHashes = make([]uint64, len(d.blocks)), true
+		for i, b := range d.blocks {
 			hashes[i] = b.Sequence
 		}
 	}
@@ -518,7 +533,6 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		c.load.Expire(now.Add(-c.requestTTL))
 	}
 	n := len(cands)
-	d := decisionPool.Get().(*decision)
 	d.cands, d.hashes, d.blockSize = cands, hashes, bs
 	d.scored = slices.Grow(d.scored[:0], n)[:n]
 	d.ints = slices.Grow(d.ints[:0], 2*n)[:2*n]
@@ -639,14 +653,21 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	c.mu.Lock()
 	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize))
 	c.mu.Unlock()
-	c.load.Add(r.RequestId, w, len(d.hashes)-d.overlap, d.hashes)
+	// One copy of the request's hashes, which the load record and the
+	// predictions share (neither changes them); hashes made from token
+	// ids are the decision's own already.
+	hashes := d.hashes
+	if !d.ownHashes {
+		hashes = slices.Clone(hashes)
+	}
+	c.load.AddShared(r.RequestId, w, len(hashes)-d.overlap, hashes)
 	if c.approx != nil {
-		c.approx.Predict(w, d.hashes, c.now())
+		c.approx.Predict(w, hashes, c.now())
 	}
 	if c.pending != nil && c.mode == ModeKV {
 		// What the index does not confirm yet is predicted there until
 		// the worker's events store it.
-		c.pending.Add(r.RequestId, w, d.hashes[d.indexed[d.chosen]:], c.now())
+		c.pending.AddShared(r.RequestId, w, hashes[d.indexed[d.chosen]:], c.now())
 	}
 	in := d.cands[d.chosen].in
 	if c.observer != nil {

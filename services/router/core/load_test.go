@@ -1,7 +1,9 @@
 package core
 
 import (
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -132,5 +135,57 @@ func TestRoutedPrefixCountsUntilConfirmed(t *testing.T) {
 	stored(c, 4, 1, ask(2))
 	if c2 != 1 || !c.pending.Empty() {
 		t.Fatalf("predicted requests %d before the events (want 1), empty after: %v", c2, c.pending.Empty())
+	}
+}
+
+// TestRouteKeepsItsOwnHashes checks that what Route records (the load
+// record and the predictions share one copy of the request's hashes) does
+// not change when the caller reuses its request's slice afterwards, for
+// requests by block hashes and by token ids.
+func TestRouteKeepsItsOwnHashes(t *testing.T) {
+	for _, byTokens := range []bool{false, true} {
+		t.Run(fmt.Sprint("by tokens ", byTokens), func(t *testing.T) {
+			c := cluster(t, Config{Mode: ModeKV}, 4)
+			toks := tokens(640, 3)
+			blocks := kvhash.Hashes(toks, 4, nil) // the block size of cluster's model card
+			hashes := make([]uint64, len(blocks))
+			for i, b := range blocks {
+				hashes[i] = b.Sequence
+			}
+			req := &routerv1.RouteRequest{RequestId: "r", Target: modelTarget(), BlockHashes: slices.Clone(hashes)}
+			if byTokens {
+				req.BlockHashes, req.TokenIds = nil, slices.Clone(toks)
+			}
+			resp, err := c.Route(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The caller reuses its buffers.
+			for i := range req.BlockHashes {
+				req.BlockHashes[i] = 0
+			}
+			for i := range req.TokenIds {
+				req.TokenIds[i] = 0
+			}
+			c.PrefillDone("r")
+			q, err := c.QueryOverlaps(&routerv1.QueryOverlapsRequest{Target: modelTarget(), BlockHashes: hashes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cd := range q.Candidates {
+				want := uint32(0)
+				if cd.InstanceId == resp.InstanceId {
+					want = uint32(len(hashes))
+				}
+				if cd.OverlapBlocks != want {
+					t.Fatalf("worker %d: %d blocks predicted, want %d", cd.InstanceId, cd.OverlapBlocks, want)
+				}
+			}
+			for _, ws := range c.Stats().Workers {
+				if ws.InstanceId == resp.InstanceId && ws.DecodeBlocks != uint32(len(hashes)) {
+					t.Fatalf("worker %d decodes %d blocks, want %d", ws.InstanceId, ws.DecodeBlocks, len(hashes))
+				}
+			}
+		})
 	}
 }

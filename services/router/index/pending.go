@@ -79,6 +79,12 @@ func NewPending(ttl time.Duration) *Pending {
 // Add predicts hashes on w for request id, routed at now; an id already
 // present is replaced (a retry moved it). Add keeps its own copy.
 func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
+	p.AddShared(id, w, append([]uint64(nil), hashes...), now)
+}
+
+// AddShared is Add keeping hashes itself, not a copy: the caller must not
+// change them afterwards.
+func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.releaseLocked(id)
@@ -99,7 +105,7 @@ func (p *Pending) Add(id string, w WorkerID, hashes []uint64, now time.Time) {
 		p.nums[w] = n
 	}
 	p.count[n]++
-	r := &pendingReq{w: w, num: n, hashes: append([]uint64(nil), hashes...)}
+	r := &pendingReq{w: w, num: n, hashes: hashes}
 	p.reqs[id] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
 	for _, h := range r.hashes {

@@ -303,11 +303,18 @@ func NewLoadClock(now func() time.Time) *Load {
 // id already present is replaced (a retry moved it). Add keeps its own copy
 // of blocks.
 func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) {
+	l.AddShared(id, w, prefillBlocks, append([]uint64(nil), blocks...))
+}
+
+// AddShared is Add keeping blocks itself, not a copy: the caller must not
+// change them afterwards (Core hands the load record and its predictions
+// one copy of a request's hashes).
+func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.freeLocked(id)
 	delete(l.freed, id)
-	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: append([]uint64(nil), blocks...)}
+	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: blocks}
 	l.requests[id] = r
 	l.order.Push(added{id: id, r: r, at: l.now()})
 	wl := l.workerLocked(w)
