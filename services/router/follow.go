@@ -237,15 +237,26 @@ func (f *follower) run(ctx context.Context, t *tracked) {
 
 // rebuild reads the worker's state and makes the index exactly that.
 func (f *follower) rebuild(ctx context.Context, t *tracked, api workerv1.WorkerServiceClient) error {
-	_, ranks, err := worker.ReadKVState(ctx, api, grpc.WaitForReady(true))
+	return f.resetFromState(ctx, t, api, true, grpc.WaitForReady(true))
+}
+
+// resetFromState makes the index the worker's state as GetKvState reads it
+// now. It counts as a rebuild when always is set or when the state lists a
+// rank: the periodic catch-up of a worker with no events yet reads its state
+// every second, and an idle worker must not count a rebuild each time. The
+// count comes first, so that whoever sees the index rebuilt sees it counted.
+func (f *follower) resetFromState(ctx context.Context, t *tracked, api workerv1.WorkerServiceClient, always bool, opts ...grpc.CallOption) error {
+	_, ranks, err := worker.ReadKVState(ctx, api, opts...)
 	if err != nil {
 		return err
+	}
+	if always || len(ranks) > 0 {
+		f.rebuilds.Add(1)
 	}
 	for _, r := range ranks {
 		f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes)
 		t.last[r.DPRank] = r.EventID
 	}
-	f.rebuilds.Add(1)
 	return nil
 }
 
@@ -343,18 +354,7 @@ func (f *follower) catchUp(ctx context.Context, t *tracked, api workerv1.WorkerS
 		// with no events yet): the ranks are only known from its state,
 		// so read it again. Asking by the ranks known would ask nothing,
 		// and a first batch the bus lost would never be caught up.
-		_, ranks, err := worker.ReadKVState(ctx, api)
-		if err != nil {
-			return err
-		}
-		for _, r := range ranks {
-			f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes)
-			t.last[r.DPRank] = r.EventID
-		}
-		if len(ranks) > 0 {
-			f.rebuilds.Add(1)
-		}
-		return nil
+		return f.resetFromState(ctx, t, api, false)
 	}
 	for rank := range t.last {
 		for {
