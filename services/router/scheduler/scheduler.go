@@ -487,7 +487,8 @@ func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) 
 func (l *Load) Fill(c *Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.fillLocked(c, l.workers[c.Worker], blockSize, l.now())
+	now := l.now()
+	l.fillLocked(c, l.workers[c.Worker], blockSize, now, now.Add(-ReportTTL))
 }
 
 // FillAll is Fill for every candidate, under one lock.
@@ -495,9 +496,12 @@ func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	// Reports since fresh count: one time for every worker (Time.Add is
+	// not free, and this runs per worker and decision).
+	fresh := now.Add(-ReportTTL)
 	loads := l.loadsLocked(cands)
 	for i := range cands {
-		l.fillLocked(&cands[i], loads[i], blockSize, now)
+		l.fillLocked(&cands[i], loads[i], blockSize, now, fresh)
 	}
 }
 
@@ -526,8 +530,9 @@ func (l *Load) loadsLocked(cands []Candidate) []*workerLoad {
 	return fc.loads
 }
 
-// fillLocked fills c from wl, c.Worker's record (nil if none).
-func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
+// fillLocked fills c from wl, c.Worker's record (nil if none), at now;
+// fresh is now less ReportTTL.
+func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fresh time.Time) {
 	if wl == nil {
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
 		return
@@ -537,7 +542,7 @@ func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now time.
 	used := len(wl.blocks)
 	// reportAt after now-ReportTTL is now.Sub(reportAt) < ReportTTL,
 	// without Sub's check of its result on wall-clock times.
-	if !wl.reportAt.IsZero() && wl.reportAt.After(now.Add(-ReportTTL)) {
+	if !wl.reportAt.IsZero() && wl.reportAt.After(fresh) {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
 		c.Decoding += r.Decoding
