@@ -85,7 +85,7 @@ func FreedEvent(id string) *routerv1.ReplicaEvent {
 // same state this replica sees, so in the sync delay they send their
 // requests where it would send its own: to the cheapest worker. A replica
 // that took that worker too would pile onto it (herding), where one router
-// would have sent the next request elsewhere. See spread. The zero value
+// would have sent the next request elsewhere. See spreadLocked. The zero value
 // is ready; it is guarded by Core.mu.
 type unheard struct {
 	// routes are the send times of the peers' recent routing decisions.
