@@ -1,7 +1,7 @@
 package frontend
 
 import (
-	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +23,73 @@ type metrics struct {
 	genTokens      *prometheus.CounterVec
 	cachedTokens   *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
+
+	// A label lookup hashes the values and takes the vector's lock; the
+	// handles of each model and worker are looked up once and kept here.
+	mu      sync.RWMutex
+	models  map[string]*modelMetrics
+	workers map[uint64]prometheus.Counter
+}
+
+// modelMetrics are the per-model handles a generation updates. The
+// series that only some requests reach (time to first token, inter-token
+// latency, token counts) are made where they were made before, at their
+// first use, so /metrics shows the same series.
+type modelMetrics struct {
+	inflight                              prometheus.Gauge
+	duration                              prometheus.Observer
+	ttft, itl                             lazyObserver
+	promptTokens, genTokens, cachedTokens lazyCounter
+}
+
+type lazyObserver struct {
+	once  sync.Once
+	vec   *prometheus.HistogramVec
+	model string
+	o     prometheus.Observer
+}
+
+func (l *lazyObserver) get() prometheus.Observer {
+	l.once.Do(func() { l.o = l.vec.WithLabelValues(l.model) })
+	return l.o
+}
+
+type lazyCounter struct {
+	once  sync.Once
+	vec   *prometheus.CounterVec
+	model string
+	c     prometheus.Counter
+}
+
+func (l *lazyCounter) get() prometheus.Counter {
+	l.once.Do(func() { l.c = l.vec.WithLabelValues(l.model) })
+	return l.c
+}
+
+// model returns the handles of a model the registry knows (the caller
+// checked: only those reach a generation, so the map stays bounded). It
+// makes the model's inflight and duration series, as every generation did.
+func (m *metrics) model(name string) *modelMetrics {
+	m.mu.RLock()
+	mm := m.models[name]
+	m.mu.RUnlock()
+	if mm != nil {
+		return mm
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mm := m.models[name]; mm != nil {
+		return mm
+	}
+	mm = &modelMetrics{inflight: m.inflight.WithLabelValues(name), duration: m.duration.WithLabelValues(name),
+		ttft: lazyObserver{vec: m.ttft, model: name}, itl: lazyObserver{vec: m.itl, model: name},
+		promptTokens: lazyCounter{vec: m.promptTokens, model: name}, genTokens: lazyCounter{vec: m.genTokens, model: name},
+		cachedTokens: lazyCounter{vec: m.cachedTokens, model: name}}
+	if m.models == nil {
+		m.models = map[string]*modelMetrics{}
+	}
+	m.models[name] = mm
+	return mm
 }
 
 // unknownModel is the model label of requests for a model the registry
@@ -93,7 +160,19 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) routed(instance uint64) {
-	m.workerRequests.WithLabelValues(fmt.Sprintf("%x", instance)).Inc()
+	m.mu.RLock()
+	c := m.workers[instance]
+	m.mu.RUnlock()
+	if c == nil {
+		c = m.workerRequests.WithLabelValues(strconv.FormatUint(instance, 16))
+		m.mu.Lock()
+		if m.workers == nil {
+			m.workers = map[uint64]prometheus.Counter{}
+		}
+		m.workers[instance] = c
+		m.mu.Unlock()
+	}
+	c.Inc()
 }
 
 // load counts this frontend's requests in flight per worker instance, for

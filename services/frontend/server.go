@@ -556,10 +556,11 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 		writeError(w, fmt.Errorf("%w: %d requests in flight on each; retry later", ErrOverloaded, s.cfg.MaxInflightPerWorker))
 		return
 	}
-	inflight := s.metrics.inflight.WithLabelValues(p.model)
+	mm := s.metrics.model(p.model)
+	inflight := mm.inflight
 	inflight.Inc()
 	defer inflight.Dec()
-	defer func() { s.metrics.duration.WithLabelValues(p.model).Observe(time.Since(start).Seconds()) }()
+	defer func() { mm.duration.Observe(time.Since(start).Seconds()) }()
 	if len(sks) == 1 {
 		s.choice(r.Context(), r, w, sks[0], sks[0].requestID(), a, prompt, p, start)
 		return
@@ -599,19 +600,16 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, sk sink, jobID string, a *assets, prompt []uint32, p genParams, start time.Time) bool {
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
-	var itl prometheus.Observer // looked up once, not per token batch
+	mm := s.metrics.model(p.model)
 	emit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
 		now := time.Now()
 		if last.IsZero() {
-			s.metrics.ttft.WithLabelValues(p.model).Observe(now.Sub(start).Seconds())
+			mm.ttft.get().Observe(now.Sub(start).Seconds())
 			firstTokenSpan(ctx, start, now)
 		} else {
 			per := now.Sub(last).Seconds() / float64(len(ids))
-			if itl == nil {
-				itl = s.metrics.itl.WithLabelValues(p.model)
-			}
 			for range ids {
-				itl.Observe(per)
+				mm.itl.get().Observe(per)
 			}
 		}
 		last = now
@@ -658,9 +656,9 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 	if out.cachedPrompt > 0 {
 		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: out.cachedPrompt}
 	}
-	s.metrics.promptTokens.WithLabelValues(p.model).Add(float64(u.PromptTokens))
-	s.metrics.genTokens.WithLabelValues(p.model).Add(float64(u.CompletionTokens))
-	s.metrics.cachedTokens.WithLabelValues(p.model).Add(float64(out.cachedPrompt))
+	mm.promptTokens.get().Add(float64(u.PromptTokens))
+	mm.genTokens.get().Add(float64(u.CompletionTokens))
+	mm.cachedTokens.get().Add(float64(out.cachedPrompt))
 	if err := sk.end(finish, u); err != nil {
 		if r.Context().Err() == nil {
 			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
