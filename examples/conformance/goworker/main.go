@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,7 +66,7 @@ func run(cfg worker.Config, blockSize, contextLength int, tokenizerDir string, t
 	}
 	e := &echo{blockSize: blockSize, delay: tokenDelay, cached: map[uint64]bool{}}
 	return worker.Run(ctx, cfg, e.generate, func(w *worker.Worker) {
-		e.w = w
+		e.w.Store(w)
 		w.SetLoad(e.load)
 	})
 }
@@ -75,7 +76,11 @@ func run(cfg worker.Config, blockSize, contextLength int, tokenizerDir string, t
 type echo struct {
 	blockSize int
 	delay     time.Duration
-	w         *worker.Worker
+	// w is set once Start has returned. The request plane serves before
+	// that (while the registry is not up, and between the registration and
+	// Start's return): a request then caches nothing, since its KV events
+	// could not be published.
+	w atomic.Pointer[worker.Worker]
 
 	mu      sync.Mutex
 	cached  map[uint64]bool
@@ -86,12 +91,16 @@ type echo struct {
 func (e *echo) load() *workerv1.LoadMetrics {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return &workerv1.LoadMetrics{InstanceId: e.w.InstanceID(), RunningRequests: uint32(e.running),
+	return &workerv1.LoadMetrics{InstanceId: e.w.Load().InstanceID(), RunningRequests: uint32(e.running),
 		KvBlocksUsed: uint64(len(e.cached)), KvBlocksTotal: 1 << 20, Timestamp: timestamppb.Now()}
 }
 
 // prefill reports the prompt's new blocks as one stored event.
 func (e *echo) prefill(prompt []uint32) uint32 {
+	w := e.w.Load()
+	if w == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var stored *workerv1.KvBlocksStored
@@ -113,7 +122,7 @@ func (e *echo) prefill(prompt []uint32) uint32 {
 	}
 	if stored != nil {
 		e.nextID++
-		e.w.PublishKVEvents(&workerv1.KvEventBatch{InstanceId: e.w.InstanceID(), FirstEventId: e.nextID,
+		w.PublishKVEvents(&workerv1.KvEventBatch{InstanceId: w.InstanceID(), FirstEventId: e.nextID,
 			Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: stored}}}})
 	}
 	return cached
