@@ -31,7 +31,13 @@ type choiceGroup struct {
 }
 
 func newChoiceGroup(w http.ResponseWriter, p genParams) *choiceGroup {
-	return &choiceGroup{n: max(p.n, 1), w: w, rc: http.NewResponseController(w)}
+	g := &choiceGroup{n: max(p.n, 1), w: w}
+	if g.n > 1 {
+		// Only choiceWriter flushes through the group; with one choice the
+		// sink writes to w itself.
+		g.rc = http.NewResponseController(w)
+	}
+	return g
 }
 
 // writer is what one choice's sink writes to.
