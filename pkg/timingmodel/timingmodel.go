@@ -39,10 +39,16 @@ func Default() Model {
 
 // PrefillMs is the prefill time of a step with t new prompt tokens, in ms.
 func (m Model) PrefillMs(t float64) float64 {
+	return prefillMs(m.PrefillQuadratic, m.PrefillPerToken, m.PrefillPerBatch, t)
+}
+
+// prefillMs is PrefillMs of the coefficients: Steps computes with the
+// same expression, so its predictions are the model's to the bit.
+func prefillMs(quadratic, perToken, perBatch, t float64) float64 {
 	if t <= 0 {
 		return 0
 	}
-	return m.PrefillQuadratic*t*t + m.PrefillPerToken*t + m.PrefillPerBatch
+	return quadratic*t*t + perToken*t + perBatch
 }
 
 // DecodeMs is the decode time of a step at KV usage u (clamped to 0..1),
@@ -120,40 +126,76 @@ func FromProto(p *workerv1.TimingModel) Model {
 // while requests decode, a decode step. weight multiplies the prefill part
 // (1: the model as published).
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
-	chunk := max(m.MaxBatchedTokens-decoding, 1)
-	decodeMs := 0.0
-	if decoding > 0 {
-		decodeMs = m.DecodeMs(usage)
-	}
-	return m.ttft(queuedTokens+newTokens, chunk, m.PrefillMs(float64(chunk)), decodeMs, decoding > 0, weight)
+	s := m.Steps(decoding, usage)
+	return s.TTFTMs(queuedTokens, newTokens, weight)
 }
 
 // TTFTPairMs is TTFTMs of newTokens and TTFTMs of none (the time of what
 // is queued ahead), computed together: they share the steps' costs, and
 // the router predicts both for every worker at every decision.
 func (m *Model) TTFTPairMs(queuedTokens, newTokens, decoding int, usage, weight float64) (ttft, ahead float64) {
-	chunk := max(m.MaxBatchedTokens-decoding, 1)
-	fullMs := m.PrefillMs(float64(chunk))
-	decodeMs := 0.0
-	if decoding > 0 {
-		decodeMs = m.DecodeMs(usage)
-	}
-	return m.ttft(queuedTokens+newTokens, chunk, fullMs, decodeMs, decoding > 0, weight),
-		m.ttft(queuedTokens, chunk, fullMs, decodeMs, decoding > 0, weight)
+	s := m.Steps(decoding, usage)
+	return s.TTFTPairMs(queuedTokens, newTokens, weight)
 }
 
-// ttft is TTFTMs of x prompt tokens in steps of chunk tokens, a full one's
-// prefill taking fullMs, each step adding decodeMs when decoding.
-func (m *Model) ttft(x, chunk int, fullMs, decodeMs float64, decoding bool, weight float64) float64 {
+// Steps are an engine's step costs at a load: what every prediction at
+// that load computes first. A router predicts for each worker at every
+// decision, and a worker's load (its decoding requests, its KV usage) and
+// model change far less often than that, so it keeps them: a prediction
+// from Steps is TTFTMs's, to the bit. The zero value predicts nothing;
+// make one with Model.Steps.
+type Steps struct {
+	// The model's prefill coefficients, so that Steps predicts alone.
+	quadratic, perToken, perBatch float64
+	// chunk is the prompt tokens a step computes beside its decoding
+	// requests; fullMs a whole chunk's prefill time; decodeMs the decode
+	// step each step adds while requests decode.
+	chunk            int
+	fullMs, decodeMs float64
+	decoding         bool
+}
+
+// Steps returns m's step costs with decoding requests decoding at KV
+// usage usage.
+func (m *Model) Steps(decoding int, usage float64) Steps {
+	s := Steps{quadratic: m.PrefillQuadratic, perToken: m.PrefillPerToken, perBatch: m.PrefillPerBatch,
+		chunk: max(m.MaxBatchedTokens-decoding, 1), decoding: decoding > 0}
+	s.fullMs = m.PrefillMs(float64(s.chunk))
+	if s.decoding {
+		s.decodeMs = m.DecodeMs(usage)
+	}
+	return s
+}
+
+// TTFTMs is Model.TTFTMs at these steps' load.
+func (s *Steps) TTFTMs(queuedTokens, newTokens int, weight float64) float64 {
+	return s.ttft(queuedTokens+newTokens, weight)
+}
+
+// TTFTPairMs is Model.TTFTPairMs at these steps' load.
+func (s *Steps) TTFTPairMs(queuedTokens, newTokens int, weight float64) (ttft, ahead float64) {
+	return s.ttft(queuedTokens+newTokens, weight), s.ttft(queuedTokens, weight)
+}
+
+// ttft is TTFTMs of x prompt tokens.
+func (s *Steps) ttft(x int, weight float64) float64 {
 	if x <= 0 {
 		return 0
 	}
-	full := (x - 1) / chunk // steps of a whole chunk before the last
-	last := x - full*chunk
-	prefill := float64(full)*fullMs + m.PrefillMs(float64(last))
+	var full int // steps of a whole chunk before the last
+	if n, c := uint64(x-1), uint64(s.chunk); n <= math.MaxUint32 && c <= math.MaxUint32 {
+		// The same quotient (x > 0, chunk > 0) in 32 bits, in a
+		// fraction of the time: a 64-bit division takes up to 100
+		// cycles, and a router predicts twice per worker and decision.
+		full = int(uint32(n) / uint32(c))
+	} else {
+		full = (x - 1) / s.chunk
+	}
+	last := x - full*s.chunk
+	prefill := float64(full)*s.fullMs + prefillMs(s.quadratic, s.perToken, s.perBatch, float64(last))
 	cost := weight * prefill
-	if decoding {
-		cost += float64(full+1) * decodeMs
+	if s.decoding {
+		cost += float64(full+1) * s.decodeMs
 	}
 	return cost
 }

@@ -77,9 +77,16 @@ func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight fl
 func TestTTFTPairMatchesBefore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	models := []Model{Default(), Default().Scaled(3.7), {PrefillPerToken: 0.01, PrefillPerBatch: 2, DecodeBase: 4, MaxBatchedTokens: 512}}
+	huge := Model{PrefillPerToken: 1e-9, PrefillPerBatch: 1, DecodeBase: 4, MaxBatchedTokens: 1 << 33}
+	models = append(models, huge)
 	for i := range 20_000 {
 		m := models[i%len(models)]
 		queued, fresh, decoding := rng.IntN(40_000)-100, rng.IntN(20_000), rng.IntN(m.MaxBatchedTokens+300)
+		if i%10 == 0 {
+			// Token counts past 32 bits (the division is 32-bit below).
+			queued, fresh = rng.IntN(1<<34)-(1<<31), rng.IntN(1<<33)
+			decoding = rng.IntN(min(m.MaxBatchedTokens+300, 1<<33))
+		}
 		usage, weight := rng.Float64()*1.2-0.1, rng.Float64()*3
 		want := ttftBefore(m, queued, fresh, decoding, usage, weight)
 		if got := m.TTFTMs(queued, fresh, decoding, usage, weight); math.Float64bits(got) != math.Float64bits(want) {

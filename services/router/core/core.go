@@ -557,7 +557,10 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	c.mu.Lock()
 	for i, w := range workers {
-		d.scored[i] = scheduler.Candidate{Worker: w, Overlap: reach[i], Timing: *cands[i].timing}
+		// FillAll sets the rest (a whole struct literal per worker cost
+		// more than the decision's cost model).
+		s := &d.scored[i]
+		s.Worker, s.Overlap, s.Timing = w, reach[i], *cands[i].timing
 	}
 	// Each worker is expected its share of the requests to come, and the
 	// busier the workers the more of them a decision's work delays.
@@ -769,8 +772,8 @@ func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
 	// every worker, and this is the route decision's hot path.
 	msgs := make([]routerv1.Candidate, len(s))
 	out := make([]*routerv1.Candidate, len(s))
-	for i, c := range s {
-		m := &msgs[i]
+	for i := range s {
+		c, m := &s[i], &msgs[i]
 		m.InstanceId, m.DpRank, m.OverlapBlocks = c.Worker.Instance, c.Worker.DPRank, uint32(c.Overlap)
 		m.Cost, m.PrefillBlocks, m.DecodeBlocks = c.Cost, uint32(c.PrefillBlocks), uint32(c.DecodeBlocks)
 		out[i] = m

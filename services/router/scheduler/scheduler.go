@@ -15,7 +15,7 @@
 // usage. weight is --kv-overlap-score-weight: 1 is the model as published.
 // The queued prompt tokens are the router's requests not yet at their first
 // token, less what the first of them (the engine prefills in routing order)
-// has had time to compute since it became the first (see headProgress).
+// has had time to compute since it became the first (see headStepsOf).
 //
 // The last term is what the choice costs the requests that come after it:
 // rate is the requests per millisecond expected at each worker (the
@@ -43,6 +43,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,6 +75,12 @@ type Candidate struct {
 	// Cost is filled in by Select: the predicted time to first token in
 	// milliseconds, with the prefill part weighted.
 	Cost float64
+	// steps are Timing's step costs at Decoding and Usage, when prepared:
+	// FillAll keeps them per worker while its load and model stay, so a
+	// decision does not recompute them for every worker. A candidate made
+	// or changed otherwise (prepared false) computes them in Cost.
+	steps    timingmodel.Steps
+	prepared bool
 }
 
 // Request is the request being routed.
@@ -113,13 +120,18 @@ type Params struct {
 
 // Cost fills c.Cost for req and returns it.
 func Cost(c *Candidate, req Request, p Params) float64 {
+	s := &c.steps
+	if !c.prepared {
+		st := c.Timing.Steps(c.Decoding, c.Usage)
+		s = &st
+	}
 	if req.Rate > 0 {
-		// Both predictions share the worker's step costs: computed once.
-		ttft, ahead := c.Timing.TTFTPairMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+		// Both predictions share the worker's step costs.
+		ttft, ahead := s.TTFTPairMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
 		work := max(ttft-ahead, 0)
 		c.Cost = ttft + req.Rate*work*(ahead+work/2)
 	} else {
-		c.Cost = c.Timing.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+		c.Cost = s.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
 	}
 	return c.Cost
 }
@@ -138,7 +150,8 @@ func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, erro
 		// The cheapest; among equals the longest cached prefix (it keeps
 		// the cache where it is), then uniform.
 		ties, chosen, overlap := 0, -1, -1
-		for i, c := range cands {
+		for i := range cands {
+			c := &cands[i] // not a copy of each candidate
 			if c.Cost > best {
 				continue
 			}
@@ -217,6 +230,27 @@ type fillCache struct {
 	gen     uint64
 	workers []index.WorkerID
 	loads   []*workerLoad // nil: the worker has no record
+	// memos are what filling each position computed last; see fillMemo.
+	memos []fillMemo
+}
+
+// fillMemo is what filling a candidate from its worker's record computed,
+// kept while everything it was computed from stays: the record (its ver),
+// whether the worker's report was fresh, the block size and the timing
+// model. Only the head's progress depends on the time of the decision;
+// the rest changes when a request is routed to, started on or freed from
+// the worker, or it reports, a few workers per decision. The cost's step
+// costs (Candidate.steps) are computed here too, once per change.
+type fillMemo struct {
+	ver                   uint64
+	bs                    int
+	ok, hasLoad, fresh    bool
+	timing                timingmodel.Model
+	prefill, decodeBlocks int
+	queued, decoding      int // before the head's progress
+	usage                 float64
+	head                  headSteps
+	steps                 timingmodel.Steps
 }
 
 // FreedMemory is how long a freed request id is remembered; a load report
@@ -239,6 +273,9 @@ type freedAt struct {
 }
 
 type workerLoad struct {
+	// ver changes with the record: every change goes through
+	// workerLocked, which bumps it (see fillMemo).
+	ver                               uint64
 	prefillBlocks, requests, decoding int
 	blocks                            map[uint64]int32 // active block -> requests holding it
 	report                            Reported
@@ -432,6 +469,8 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 	wl.report, wl.reportAt = rep, l.now()
 }
 
+// workerLocked is w's record, made if it has none, for a change: it bumps
+// the record's ver, so call it for every change and only for one.
 func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 	wl, ok := l.workers[w]
 	if !ok {
@@ -439,6 +478,7 @@ func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 		l.workers[w] = wl
 		l.gen++
 	}
+	wl.ver++
 	return wl
 }
 
@@ -491,7 +531,9 @@ func (l *Load) Fill(c *Candidate, blockSize int) {
 	l.fillLocked(c, l.workers[c.Worker], blockSize, now, now.Add(-ReportTTL))
 }
 
-// FillAll is Fill for every candidate, under one lock.
+// FillAll is Fill for every candidate, under one lock. It also prepares
+// each candidate's step costs for Cost. It sets every field but Worker,
+// Overlap and Timing, which are its input.
 func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -499,15 +541,46 @@ func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	// Reports since fresh count: one time for every worker (Time.Add is
 	// not free, and this runs per worker and decision).
 	fresh := now.Add(-ReportTTL)
-	loads := l.loadsLocked(cands)
+	loads, memos := l.loadsLocked(cands)
 	for i := range cands {
-		l.fillLocked(&cands[i], loads[i], blockSize, now, fresh)
+		c, wl, m := &cands[i], loads[i], &memos[i]
+		isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
+		var ver uint64
+		if wl != nil {
+			ver = wl.ver
+		}
+		if !m.ok || m.hasLoad != (wl != nil) || m.ver != ver || m.fresh != isFresh ||
+			m.bs != blockSize || !sameModel(&m.timing, &c.Timing) {
+			m.head = fillStatic(c, wl, blockSize, isFresh)
+			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, m.timing = true, wl != nil, ver, isFresh, blockSize, c.Timing
+			m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage = c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage
+			m.steps = c.Timing.Steps(c.Decoding, c.Usage)
+		}
+		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
+		c.steps, c.prepared, c.Cost = m.steps, true, 0
+		if wl != nil {
+			c.QueuedTokens -= m.head.progress(wl.headSince, now)
+		}
 	}
 }
 
-// loadsLocked returns each candidate's record (nil if none), by position:
-// the cached ones when the workers are the last call's.
-func (l *Load) loadsLocked(cands []Candidate) []*workerLoad {
+// sameModel says whether a and b are the same model to the bit (== would
+// take -0 for 0 and NaN for unequal to itself).
+func sameModel(a, b *timingmodel.Model) bool {
+	// One branch: the models are the same at nearly every decision.
+	return math.Float64bits(a.PrefillQuadratic)^math.Float64bits(b.PrefillQuadratic)|
+		math.Float64bits(a.PrefillPerToken)^math.Float64bits(b.PrefillPerToken)|
+		math.Float64bits(a.PrefillPerBatch)^math.Float64bits(b.PrefillPerBatch)|
+		math.Float64bits(a.DecodeQuadratic)^math.Float64bits(b.DecodeQuadratic)|
+		math.Float64bits(a.DecodeLinear)^math.Float64bits(b.DecodeLinear)|
+		math.Float64bits(a.DecodeBase)^math.Float64bits(b.DecodeBase)|
+		math.Float64bits(a.DecodeMin)^math.Float64bits(b.DecodeMin)|
+		uint64(a.MaxBatchedTokens^b.MaxBatchedTokens) == 0
+}
+
+// loadsLocked returns each candidate's record (nil if none) and fill memo,
+// by position: the cached ones when the workers are the last call's.
+func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo) {
 	fc := &l.fill
 	if fc.gen == l.gen && len(fc.workers) == len(cands) {
 		same := true
@@ -518,7 +591,7 @@ func (l *Load) loadsLocked(cands []Candidate) []*workerLoad {
 			}
 		}
 		if same {
-			return fc.loads
+			return fc.loads, fc.memos
 		}
 	}
 	fc.gen = l.gen
@@ -527,22 +600,33 @@ func (l *Load) loadsLocked(cands []Candidate) []*workerLoad {
 		fc.workers = append(fc.workers, cands[i].Worker)
 		fc.loads = append(fc.loads, l.workers[cands[i].Worker])
 	}
-	return fc.loads
+	fc.memos = slices.Grow(fc.memos[:0], len(cands))[:len(cands)]
+	clear(fc.memos)
+	return fc.loads, fc.memos
 }
 
 // fillLocked fills c from wl, c.Worker's record (nil if none), at now;
 // fresh is now less ReportTTL.
 func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fresh time.Time) {
+	isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
+	h := fillStatic(c, wl, blockSize, isFresh)
+	if wl != nil {
+		c.QueuedTokens -= h.progress(wl.headSince, now)
+	}
+}
+
+// fillStatic fills c from wl, c.Worker's record (nil if none), as far as
+// it does not depend on the time: all but the head's progress, which it
+// returns the steps of. fresh says wl's report is fresh.
+func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSteps {
 	if wl == nil {
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
-		return
+		return headSteps{}
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
 	used := len(wl.blocks)
-	// reportAt after now-ReportTTL is now.Sub(reportAt) < ReportTTL,
-	// without Sub's check of its result on wall-clock times.
-	if !wl.reportAt.IsZero() && wl.reportAt.After(fresh) {
+	if fresh {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
 		c.Decoding += r.Decoding
@@ -552,25 +636,33 @@ func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fres
 	if t := wl.report.TotalBlocks; t > 0 {
 		c.Usage = min(float64(used)/float64(t), 1)
 	}
-	c.QueuedTokens -= headProgress(wl, c, blockSize, now)
+	return headStepsOf(wl, c, blockSize)
 }
 
-// headProgress estimates how many prompt tokens of the head of w's prefill
-// queue are computed already: it has been computed since headSince, at the
-// pace of w's timing model (steps of its budget less the decoding
-// requests, each with a decode step while requests decode). Without it a
+// headSteps are how the head of a worker's prefill queue progresses (see
+// headStepsOf): step ms for every chunk tokens, up to left tokens. The
+// zero value progresses by none.
+type headSteps struct {
+	left, chunk int
+	step        float64
+}
+
+// headStepsOf is how the head of w's prefill queue progresses, from which
+// progress estimates how many of its prompt tokens are computed already:
+// it has been computed since headSince, at the pace of w's timing model
+// (steps of its budget less the decoding requests, each with a decode
+// step while requests decode). Without it a
 // long prompt would count whole until its first token, though on average
 // half of it is done, and a worker caching a prefix would look busier than
 // it is. At least a block is left to the head: it is not done until its
-// first token says so.
-func headProgress(wl *workerLoad, c *Candidate, blockSize int, now time.Time) int {
+// first token says so. Only progress depends on the time.
+func headStepsOf(wl *workerLoad, c *Candidate, blockSize int) headSteps {
 	if len(wl.queue) == 0 {
-		return 0
+		return headSteps{}
 	}
 	left := wl.queue[0].prefillBlocks*blockSize - blockSize
-	elapsed := float64(now.Sub(wl.headSince)) / float64(time.Millisecond)
-	if left <= 0 || elapsed <= 0 || !c.Timing.Valid() {
-		return 0
+	if left <= 0 || !c.Timing.Valid() {
+		return headSteps{}
 	}
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
 	step := c.Timing.PrefillMs(float64(chunk))
@@ -578,7 +670,19 @@ func headProgress(wl *workerLoad, c *Candidate, blockSize int, now time.Time) in
 		step += c.Timing.DecodeMs(c.Usage)
 	}
 	if step <= 0 {
+		return headSteps{}
+	}
+	return headSteps{left: left, chunk: chunk, step: step}
+}
+
+// progress is the head's computed tokens at now, computed since since.
+func (h headSteps) progress(since, now time.Time) int {
+	if h.left <= 0 {
 		return 0
 	}
-	return min(int(elapsed/step*float64(chunk)), left)
+	elapsed := float64(now.Sub(since)) / float64(time.Millisecond)
+	if elapsed <= 0 {
+		return 0
+	}
+	return min(int(elapsed/h.step*float64(h.chunk)), h.left)
 }

@@ -341,6 +341,12 @@ func TestFillAllMatchesFill(t *testing.T) {
 		for j, id := range ids {
 			want := Candidate{Worker: id, Overlap: j, Timing: linear}
 			l.Fill(&want, 10)
+			// FillAll also prepares the step costs (Fill leaves them to
+			// Cost): those of the load it filled.
+			if g := got[j]; !g.prepared || g.steps != g.Timing.Steps(g.Decoding, g.Usage) {
+				t.Fatalf("step %d, candidate %d: FillAll prepared %v, steps %+v, want those of %+v", i, j, g.prepared, g.steps, g)
+			}
+			got[j].steps, got[j].prepared = timingmodel.Steps{}, false
 			if got[j] != want {
 				t.Fatalf("step %d, candidate %d: FillAll %+v, Fill %+v", i, j, got[j], want)
 			}

@@ -1,0 +1,240 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+// fillBefore is fillLocked as it was before FillAll kept a memo per worker
+// and Cost its step costs: filled from the record at every decision.
+func fillBefore(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
+	if wl == nil {
+		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
+		return
+	}
+	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
+	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
+	used := len(wl.blocks)
+	if !wl.reportAt.IsZero() && wl.reportAt.After(now.Add(-ReportTTL)) {
+		r := wl.report
+		c.QueuedTokens += r.PrefillTokens
+		c.Decoding += r.Decoding
+		used += r.DecodeBlocks
+	}
+	c.Usage = 0
+	if t := wl.report.TotalBlocks; t > 0 {
+		c.Usage = min(float64(used)/float64(t), 1)
+	}
+	c.QueuedTokens -= headProgressBefore(wl, c, blockSize, now)
+}
+
+func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Time) int {
+	if len(wl.queue) == 0 {
+		return 0
+	}
+	left := wl.queue[0].prefillBlocks*blockSize - blockSize
+	elapsed := float64(now.Sub(wl.headSince)) / float64(time.Millisecond)
+	if left <= 0 || elapsed <= 0 || !c.Timing.Valid() {
+		return 0
+	}
+	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
+	step := c.Timing.PrefillMs(float64(chunk))
+	if c.Decoding > 0 {
+		step += c.Timing.DecodeMs(c.Usage)
+	}
+	if step <= 0 {
+		return 0
+	}
+	return min(int(elapsed/step*float64(chunk)), left)
+}
+
+// ttftBefore is the model's TTFTMs as written before Steps.
+func ttftBefore(m timingmodel.Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
+	x := queuedTokens + newTokens
+	if x <= 0 {
+		return 0
+	}
+	chunk := max(m.MaxBatchedTokens-decoding, 1)
+	full := (x - 1) / chunk
+	last := x - full*chunk
+	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	cost := weight * prefill
+	if decoding > 0 {
+		cost += float64(full+1) * m.DecodeMs(usage)
+	}
+	return cost
+}
+
+func costBefore(c *Candidate, req Request, p Params) float64 {
+	if req.Rate > 0 {
+		ttft := ttftBefore(c.Timing, c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+		ahead := ttftBefore(c.Timing, c.QueuedTokens, 0, c.Decoding, c.Usage, p.OverlapWeight)
+		work := max(ttft-ahead, 0)
+		c.Cost = ttft + req.Rate*work*(ahead+work/2)
+	} else {
+		c.Cost = ttftBefore(c.Timing, c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+	}
+	return c.Cost
+}
+
+// selectBefore is Select with costBefore.
+func selectBefore(cands []Candidate, req Request, p Params, rng *rand.Rand) int {
+	best := math.Inf(1)
+	for i := range cands {
+		best = min(best, costBefore(&cands[i], req, p))
+	}
+	if p.Temperature <= 0 {
+		ties, chosen, overlap := 0, -1, -1
+		for i, c := range cands {
+			if c.Cost > best {
+				continue
+			}
+			switch {
+			case c.Overlap > overlap:
+				ties, chosen, overlap = 1, i, c.Overlap
+			case c.Overlap == overlap:
+				ties++
+				if rng.IntN(ties) == 0 {
+					chosen = i
+				}
+			}
+		}
+		return chosen
+	}
+	worst := best
+	for _, c := range cands {
+		worst = max(worst, c.Cost)
+	}
+	span := worst - best
+	if span == 0 {
+		return rng.IntN(len(cands))
+	}
+	weights := make([]float64, len(cands))
+	total := 0.0
+	for i, c := range cands {
+		weights[i] = math.Exp(-(c.Cost - best) / span / p.Temperature)
+		total += weights[i]
+	}
+	r := rng.Float64() * total
+	for i, w := range weights {
+		if r < w {
+			return i
+		}
+		r -= w
+	}
+	return len(cands) - 1
+}
+
+// TestDecisionsMatchBefore drives a Load through random routes, prefill
+// completions, frees, expiries, reports (fresh and stale), departures, timing
+// models that change (and are invalid, or differ from another in the sign
+// of a zero only), block sizes and candidate lists, and checks at every
+// decision that FillAll and Select, with their memos and prepared step
+// costs, fill and cost every candidate exactly (to the bit) as the code
+// before them did, and choose the same worker from the same random state,
+// at temperature 0 and above, with and without a rate.
+func TestDecisionsMatchBefore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	now := time.Unix(1000, 0)
+	l := NewLoadClock(func() time.Time { return now })
+	models := []timingmodel.Model{timingmodel.Default(), timingmodel.Default().Scaled(3), linear,
+		{PrefillPerToken: 0.01, PrefillPerBatch: 2, DecodeBase: 4, MaxBatchedTokens: 64},
+		{PrefillPerToken: math.Copysign(0, -1), PrefillPerBatch: 2, DecodeMin: math.Copysign(0, -1), MaxBatchedTokens: 64},
+		{PrefillPerToken: 0, PrefillPerBatch: 2, MaxBatchedTokens: 64},
+		{PrefillPerToken: math.NaN(), MaxBatchedTokens: 8}, {}}
+	timing := map[uint64]timingmodel.Model{}
+	lists := [][]index.WorkerID{{w(1), w(2), w(3), w(4), w(5), w(6)}, {w(1), w(2), w(3), w(4), w(5), w(6)}, {w(2), w(3), w(7)}, {w(6), w(5), w(4), w(3), w(2), w(1)}}
+	var ids []string
+	decisions := 0
+	for step := range 20_000 {
+		now = now.Add(time.Duration(rng.IntN(4_000)) * time.Microsecond)
+		wk := w(uint64(1 + rng.IntN(7)))
+		switch rng.IntN(12) {
+		case 0, 1, 2:
+			id := fmt.Sprint("r", step)
+			blocks := make([]uint64, rng.IntN(12))
+			for i := range blocks {
+				blocks[i] = uint64(rng.IntN(30))
+			}
+			l.Add(id, wk, rng.IntN(60), blocks)
+			ids = append(ids, id)
+		case 3, 4:
+			if len(ids) > 0 {
+				l.PrefillDone(ids[rng.IntN(len(ids))])
+			}
+		case 5:
+			if len(ids) > 0 {
+				l.Free(ids[rng.IntN(len(ids))])
+			}
+		case 6:
+			var reqs []ReportedRequest
+			for range rng.IntN(4) {
+				reqs = append(reqs, ReportedRequest{ID: fmt.Sprint("foreign", rng.IntN(5)), PrefillTokens: rng.IntN(3) * rng.IntN(500), DecodeBlocks: rng.IntN(50)})
+			}
+			if rng.IntN(5) == 0 {
+				reqs = nil // an aggregate-only report
+			}
+			l.Report(wk, reqs, rng.IntN(900), rng.IntN(3)*200, 16)
+		case 7:
+			timing[wk.Instance] = models[rng.IntN(len(models))]
+		case 8:
+			if rng.IntN(8) == 0 {
+				l.RemoveWorker(wk)
+			}
+		case 9:
+			if rng.IntN(4) == 0 {
+				l.Expire(now.Add(-time.Duration(rng.IntN(3_000)) * time.Millisecond))
+			}
+		case 10:
+			now = now.Add(time.Duration(rng.IntN(3)) * ReportTTL / 2) // reports go stale
+		}
+		list := lists[rng.IntN(len(lists))]
+		bs := []int{16, 16, 16, 4}[rng.IntN(4)]
+		got := make([]Candidate, len(list))
+		want := make([]Candidate, len(list))
+		for j, id := range list {
+			m, ok := timing[id.Instance]
+			if !ok {
+				m = timingmodel.Default()
+			}
+			got[j] = Candidate{Worker: id, Overlap: rng.IntN(8), Timing: m}
+			want[j] = got[j]
+			fillBefore(&want[j], l.workers[id], bs, now)
+		}
+		l.FillAll(got, bs)
+		req := Request{Blocks: 10, Tokens: 10*bs - rng.IntN(bs), BlockSize: bs}
+		if rng.IntN(3) > 0 {
+			req.Rate = rng.Float64() * 0.1
+		}
+		p := Params{OverlapWeight: []float64{1, 0.5, 2, 0}[rng.IntN(4)], Temperature: []float64{0, 0, 0.3}[rng.IntN(3)]}
+		seed := rng.Uint64()
+		chosen, err := Select(got, req, p, rand.New(rand.NewPCG(seed, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantChosen := selectBefore(want, req, p, rand.New(rand.NewPCG(seed, 1)))
+		for j := range got {
+			g := got[j]
+			g.steps, g.prepared = timingmodel.Steps{}, false
+			if g.Worker != want[j].Worker || g.Overlap != want[j].Overlap || g.PrefillBlocks != want[j].PrefillBlocks ||
+				g.DecodeBlocks != want[j].DecodeBlocks || g.QueuedTokens != want[j].QueuedTokens || g.Decoding != want[j].Decoding ||
+				math.Float64bits(g.Usage) != math.Float64bits(want[j].Usage) || !sameModel(&g.Timing, &want[j].Timing) ||
+				math.Float64bits(g.Cost) != math.Float64bits(want[j].Cost) && !(math.IsNaN(g.Cost) && math.IsNaN(want[j].Cost)) {
+				t.Fatalf("step %d, candidate %d:\n got %+v\nwant %+v", step, j, g, want[j])
+			}
+		}
+		if chosen != wantChosen {
+			t.Fatalf("step %d: chose %d, before %d", step, chosen, wantChosen)
+		}
+		decisions++
+	}
+	if decisions == 0 {
+		t.Fatal("no decisions")
+	}
+}
