@@ -565,13 +565,17 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	// Each worker is expected its share of the requests to come, and the
 	// busier the workers the more of them a decision's work delays.
 	rate := c.arrivals.waitRate(now, len(cands))
+	// The recent arrivals that share the prefix the best-cached workers
+	// hold: the requests a second copy of it could take (see scheduler).
+	shared := c.arrivals.shared(now, hashes, reach)
 	c.mu.Unlock()
 	c.load.FillAll(d.scored, bs)
 	tokens := len(q.tokens)
 	if tokens == 0 {
 		tokens = len(hashes) * bs
 	}
-	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs, Rate: rate}
+	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs, Rate: rate,
+		Shared: shared}
 	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
 	if q.weight != nil {
 		params.OverlapWeight = *q.weight
@@ -653,16 +657,16 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	}
 	defer d.release()
 	w := d.scored[d.chosen].Worker
-	c.mu.Lock()
-	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize))
-	c.mu.Unlock()
-	// One copy of the request's hashes, which the load record and the
-	// predictions share (neither changes them); hashes made from token
-	// ids are the decision's own already.
+	// One copy of the request's hashes, which the load record, the
+	// predictions and the arrivals share (none changes them); hashes made
+	// from token ids are the decision's own already.
 	hashes := d.hashes
 	if !d.ownHashes {
 		hashes = slices.Clone(hashes)
 	}
+	c.mu.Lock()
+	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize), hashes)
+	c.mu.Unlock()
 	c.load.AddShared(r.RequestId, w, len(hashes)-d.overlap, hashes)
 	if c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())

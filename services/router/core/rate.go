@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // rateWindow is how many recent arrivals the request rate is measured
@@ -27,14 +28,18 @@ type arrivals struct {
 	// work is each arrival's prefill time in ms on the worker it went
 	// to, alone, as that worker's timing model predicts it.
 	work [rateWindow]float64
-	n    int // how many of at are set
-	next int // where the next arrival goes
+	// hashes are each arrival's block hashes (shared, never changed):
+	// which of the recent arrivals share a request's prefix (sharers).
+	hashes [rateWindow][]uint64
+	n      int // how many of at are set
+	next   int // where the next arrival goes
 }
 
 // add records an arrival whose prefill takes workMs.
-func (a *arrivals) add(t time.Time, workMs float64) {
+func (a *arrivals) add(t time.Time, workMs float64, hashes []uint64) {
 	a.at[a.next] = t
 	a.work[a.next] = workMs
+	a.hashes[a.next] = hashes
 	a.next = (a.next + 1) % rateWindow
 	a.n = min(a.n+1, rateWindow)
 }
@@ -85,6 +90,63 @@ func (a *arrivals) waitRate(now time.Time, workers int) float64 {
 		return 0
 	}
 	return a.perMs(now) / float64(workers) / (1 - a.busy(now, workers))
+}
+
+// sharers counts the window's arrivals whose prompts begin with the first
+// shared blocks of hashes, and sums their prefill time (ms): the requests
+// that follow a prefix to the workers caching it. Sequence hashes chain,
+// so one comparison at the last shared block compares the whole prefix.
+func (a *arrivals) sharers(hashes []uint64, shared int) (n int, workMs float64) {
+	if shared < 1 || shared > len(hashes) {
+		return 0, 0
+	}
+	key := hashes[shared-1]
+	for i := range a.n {
+		j := (a.next - 1 - i + rateWindow) % rateWindow
+		if h := a.hashes[j]; len(h) >= shared && h[shared-1] == key {
+			n++
+			workMs += a.work[j]
+		}
+	}
+	return n, workMs
+}
+
+// shared measures the sharers of the prefix that the workers caching the
+// most of hashes hold (reach: each worker's cached blocks), as the
+// scheduler's Shared: their rate, and the share of a home's time their
+// prefill takes, at least the workers' mean (busy), with the homes there
+// are and with one more.
+func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int) scheduler.Shared {
+	blocks, homes := 0, 0
+	for _, r := range reach {
+		switch {
+		case r > blocks:
+			blocks, homes = r, 1
+		case r == blocks:
+			homes++
+		}
+	}
+	if a.n < rateWindow {
+		// A few arrivals in a few ms are a burst, not a rate: a copy is
+		// for a prefix that stays in demand, measured over a full window.
+		return scheduler.Shared{}
+	}
+	n, workMs := a.sharers(hashes, blocks)
+	// The first of them may be the one that brought the prefix: it is
+	// the repeats that measure how often requests come back to it (one
+	// long document seen once is not a hot prefix).
+	if n < 2 || homes == len(reach) {
+		return scheduler.Shared{}
+	}
+	span := a.spanMs(now)
+	u := a.busy(now, len(reach))
+	load := workMs / span
+	return scheduler.Shared{
+		Blocks:   blocks,
+		Rate:     float64(n-1) / span,
+		HomeBusy: min(max(u, load/float64(homes)), maxBusy),
+		SeedBusy: min(max(u, load/float64(homes+1)), maxBusy),
+	}
 }
 
 // prefillMs is the prefill time of prefillBlocks blocks (at least one: an

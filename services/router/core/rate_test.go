@@ -2,10 +2,12 @@ package core
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 func TestArrivalRate(t *testing.T) {
@@ -27,7 +29,7 @@ func TestArrivalRate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var a arrivals
 			for _, x := range tt.arrivals {
-				a.add(ms(x), 0)
+				a.add(ms(x), 0, nil)
 			}
 			if got := a.perMs(ms(tt.now)); got != tt.want {
 				t.Fatalf("rate %v per ms, want %v", got, tt.want)
@@ -37,11 +39,11 @@ func TestArrivalRate(t *testing.T) {
 	t.Run("only the last window counts", func(t *testing.T) {
 		var a arrivals
 		for i := range 10 * rateWindow {
-			a.add(ms(i), 0) // 1 per ms, then the last window at 1 per 10 ms
+			a.add(ms(i), 0, nil) // 1 per ms, then the last window at 1 per 10 ms
 		}
 		base := 10 * rateWindow
 		for i := range rateWindow {
-			a.add(ms(base+10*i), 0)
+			a.add(ms(base+10*i), 0, nil)
 		}
 		oldest := base
 		now := base + 10*rateWindow
@@ -88,7 +90,7 @@ func TestWaitRate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var a arrivals
 			for _, x := range tt.arrivals {
-				a.add(ms(x.at), x.work)
+				a.add(ms(x.at), x.work, nil)
 			}
 			now := ms(tt.now)
 			if got := a.busy(now, tt.workers); math.Abs(got-tt.busy) > 1e-12 {
@@ -103,10 +105,10 @@ func TestWaitRate(t *testing.T) {
 	t.Run("only the last window's work counts", func(t *testing.T) {
 		var a arrivals
 		for i := range rateWindow {
-			a.add(ms(i), 1000) // a window of heavy work, then one of none
+			a.add(ms(i), 1000, nil) // a window of heavy work, then one of none
 		}
 		for i := range rateWindow {
-			a.add(ms(rateWindow+i), 0)
+			a.add(ms(rateWindow+i), 0, nil)
 		}
 		if got := a.busy(ms(2*rateWindow), 2); got != 0 {
 			t.Fatalf("busy %v after a window of idle arrivals, want 0", got)
@@ -114,8 +116,8 @@ func TestWaitRate(t *testing.T) {
 	})
 	t.Run("no workers", func(t *testing.T) {
 		var a arrivals
-		a.add(ms(0), 10)
-		a.add(ms(1), 10)
+		a.add(ms(0), 10, nil)
+		a.add(ms(1), 10, nil)
 		if got := a.waitRate(ms(2), 0); got != 0 {
 			t.Fatalf("wait rate %v with no workers, want 0", got)
 		}
@@ -145,5 +147,93 @@ func TestPrefillMs(t *testing.T) {
 				t.Fatalf("prefill %v ms, one step of %d tokens %v ms: steps of the budget expected %v", got, tt.wantTokens, one, tt.wantMoreSteps)
 			}
 		})
+	}
+}
+
+// TestShared checks which recent arrivals share the prefix a request's
+// best-cached workers hold, and what the scheduler is told of them.
+func TestShared(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// Sequence hashes chain: a prompt is its prefix's hashes and more.
+	group := []uint64{11, 12, 13}
+	prompt := func(tail ...uint64) []uint64 { return append(slices.Clone(group), tail...) }
+	other := []uint64{21, 22, 23, 24}
+	// A full window of arrivals 10 ms apart on 4 workers, each 20 ms of
+	// prefill: the last 10 are 5 of the group's prefix (one a shorter
+	// prompt that still holds it) and 5 of another's.
+	var a arrivals
+	for i := range rateWindow - 10 {
+		a.add(ms(10*i), 20, []uint64{uint64(1000 + i)})
+	}
+	for i := range 10 {
+		h := other
+		switch {
+		case i%2 == 0 && i < 8:
+			h = prompt(uint64(100 + i))
+		case i == 9:
+			h = group
+		}
+		a.add(ms(10*(rateWindow-10+i)), 20, h)
+	}
+	now := ms(10 * rateWindow)
+	u := a.busy(now, 4) // 20 ms every 10 ms on 4 workers: 0.5
+	tests := []struct {
+		name   string
+		hashes []uint64
+		reach  []int
+		want   scheduler.Shared
+	}{
+		{name: "no worker caches any of it", hashes: prompt(999), reach: []int{0, 0, 0, 0}},
+		{name: "every worker caches it: no copy to make", hashes: prompt(999), reach: []int{3, 3, 3, 3}},
+		// 5 sharers, the first of which may have brought the prefix: 4
+		// over the window's 640 ms. Their 100 ms of work over 640 ms is
+		// 0.156 on its one home, less on two: below the mean's 0.5.
+		{name: "one home", hashes: prompt(999), reach: []int{3, 0, 1, 0},
+			want: scheduler.Shared{Blocks: 3, Rate: 4.0 / 640, HomeBusy: u, SeedBusy: u}},
+		{name: "two homes", hashes: prompt(999), reach: []int{3, 3, 0, 0},
+			want: scheduler.Shared{Blocks: 3, Rate: 4.0 / 640, HomeBusy: u, SeedBusy: u}},
+		// Only the 5 arrivals of the other prefix hold all 4 blocks.
+		{name: "a deeper prefix has its own sharers", hashes: other, reach: []int{0, 4, 0, 0},
+			want: scheduler.Shared{Blocks: 4, Rate: 4.0 / 640, HomeBusy: u, SeedBusy: u}},
+		{name: "a prefix seen once is not shared", hashes: []uint64{11, 12, 13, 100, 7}, reach: []int{0, 4, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := a.shared(now, tt.hashes, tt.reach)
+			checkShared(t, got, tt.want)
+		})
+	}
+	t.Run("requests of one prefix take most of the work", func(t *testing.T) {
+		// Every other arrival of a full window, 10 ms apart on 8
+		// workers: 0.25 of their time, but the prefix's 32 x 20 ms
+		// over 640 ms is 0.5 of each of its two homes' and 1/3 with
+		// three.
+		var b arrivals
+		for i := range rateWindow {
+			h := []uint64{uint64(5000 + i)}
+			if i%2 == 0 {
+				h = prompt(uint64(i))
+			}
+			b.add(ms(10*i), 20, h)
+		}
+		now := ms(10 * rateWindow)
+		got := b.shared(now, prompt(999), []int{3, 3, 0, 0, 0, 0, 0, 0})
+		checkShared(t, got, scheduler.Shared{Blocks: 3, Rate: 31.0 / 640, HomeBusy: 0.5, SeedBusy: 1.0 / 3})
+	})
+	t.Run("a window not yet full measures no rate", func(t *testing.T) {
+		var b arrivals
+		for i := range rateWindow - 1 {
+			b.add(ms(i), 20, prompt(uint64(i)))
+		}
+		checkShared(t, b.shared(ms(rateWindow), prompt(999), []int{3, 0}), scheduler.Shared{})
+	})
+}
+
+func checkShared(t *testing.T, got, want scheduler.Shared) {
+	t.Helper()
+	if got.Blocks != want.Blocks || math.Abs(got.Rate-want.Rate) > 1e-12 ||
+		math.Abs(got.HomeBusy-want.HomeBusy) > 1e-12 || math.Abs(got.SeedBusy-want.SeedBusy) > 1e-12 {
+		t.Fatalf("shared %+v, want %+v", got, want)
 	}
 }

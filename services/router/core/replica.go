@@ -30,7 +30,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		c.mu.Lock()
 		_, live := c.refs[r.InstanceId]
 		if live {
-			c.arrivals.add(at, prefillMs(c.timingLocked(r.InstanceId), int(r.PrefillBlocks), c.blockSizeLocked(r.InstanceId)))
+			c.arrivals.add(at, prefillMs(c.timingLocked(r.InstanceId), int(r.PrefillBlocks), c.blockSizeLocked(r.InstanceId)), r.BlockHashes)
 			c.unheard.heardRoute(at, c.now(), int(r.PrefillBlocks))
 		}
 		c.mu.Unlock()
@@ -100,7 +100,7 @@ type unheard struct {
 
 // heardRoute records a peer's decision made at at, heard at now.
 func (u *unheard) heardRoute(at, now time.Time, prefillBlocks int) {
-	u.routes.add(at, 0) // only their rate counts here
+	u.routes.add(at, 0, nil) // only their rate counts here
 	// A peer's clock ahead of this one's reads as no delay.
 	d := max(float64(now.Sub(at))/float64(time.Millisecond), 0)
 	// A mean over the decisions heard so far, then a moving one: the

@@ -7,7 +7,7 @@
 //	         + the decode steps w's running requests add to those prefill steps
 //	ttft(w)  = the same with this request's tokens not cached on w added
 //	work(w)  = ttft(w) - ahead(w): the time w spends on this request before its first token
-//	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2)
+//	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2) - seed(w)
 //
 // The prefill is computed in steps of the worker's token budget less one
 // token per decoding request, each step paying the model's prefill time of
@@ -33,6 +33,21 @@
 // and the busier the cluster the more a cache hit is worth, which is what
 // lets the router keep prefixes where they are when queues grow instead of
 // trading them for a few milliseconds of its own wait.
+//
+// That cost is the request's own, and it keeps every request with its
+// cache, however many share it: a hot prefix cached on one worker queues
+// all of them there while other workers idle, and none pays once to copy
+// it. So a worker without the prefix that the request's best-cached
+// workers (its homes) hold is credited with what a copy there saves the
+// requests that share it (see seed): those that began with the same prefix
+// among the router's recent arrivals, less the first (it may have brought
+// the prefix), come at their measured rate, and each arriving while the
+// homes' shortest queue is longer than the new copy's (this request's work
+// included) saves the difference. The queues drain as fast as the share
+// of the workers' time those requests' prefill leaves free (their
+// measured work, over the homes, and one more). Only the homes' current
+// busy period counts, so the credit is 0 at low load, and a lower bound on
+// the copy's worth.
 // Temperature 0 takes the cheapest worker, breaking ties by the longer
 // cached prefix, then at random; temperature t > 0 samples with probability
 // proportional to exp(-normalised cost / t), so load spreads while cache
@@ -81,6 +96,9 @@ type Candidate struct {
 	// or changed otherwise (prepared false) computes them in Cost.
 	steps    timingmodel.Steps
 	prepared bool
+	// ahead and work are Cost's parts: the time of what is queued ahead
+	// and of this request's own prefill there (filled when Rate > 0).
+	ahead, work float64
 }
 
 // Request is the request being routed.
@@ -95,6 +113,26 @@ type Request struct {
 	// per worker, over 1 - the workers' prefill utilisation (see the
 	// package doc). 0 costs the request's own time to first token only.
 	Rate float64
+	// Shared describes the prefix the best-cached workers hold and the
+	// recent requests that shared it (see Shared); zero: none.
+	Shared Shared
+}
+
+// Shared is a request's prefix cached on the workers that hold the most of
+// it (its homes), and the recent arrivals that began with that prefix: the
+// requests that follow it wherever it is cached. A worker without it that
+// takes this request gets a copy, and while the homes' queues are longer
+// than the new copy's, the requests that share it wait there less.
+type Shared struct {
+	// Blocks is how many leading blocks the homes cache.
+	Blocks int
+	// Rate is how many requests per ms begin with those blocks.
+	Rate float64
+	// HomeBusy is the share of a home's time prefill takes while the
+	// homes are what those requests have (at least their own share of the
+	// homes' work), SeedBusy the same for a worker that becomes one more
+	// home; both in [0, 1).
+	HomeBusy, SeedBusy float64
 }
 
 // NewTokens is how many prompt tokens a worker caching overlap blocks
@@ -129,6 +167,7 @@ func Cost(c *Candidate, req Request, p Params) float64 {
 		// Both predictions share the worker's step costs.
 		ttft, ahead := s.TTFTPairMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
 		work := max(ttft-ahead, 0)
+		c.ahead, c.work = ahead, work
 		c.Cost = ttft + req.Rate*work*(ahead+work/2)
 	} else {
 		c.Cost = s.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
@@ -145,6 +184,12 @@ func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, erro
 	best := math.Inf(1)
 	for i := range cands {
 		best = min(best, Cost(&cands[i], req, p))
+	}
+	if req.Rate > 0 && req.Shared.Rate > 0 && seed(cands, req.Shared) {
+		best = math.Inf(1)
+		for _, c := range cands {
+			best = min(best, c.Cost)
+		}
 	}
 	if p.Temperature <= 0 {
 		// The cheapest; among equals the longest cached prefix (it keeps
@@ -191,6 +236,74 @@ func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, erro
 		r -= w
 	}
 	return len(cands) - 1, nil
+}
+
+// seed credits each worker without the shared prefix with the wait a copy
+// of it there saves the requests that share it, and says whether it did.
+// Those requests go to the homes, whose shortest queue (backlog, in ms of
+// work) drains at 1 - HomeBusy per ms as more work arrives; with a copy on
+// worker c, they can wait instead for c's queue, this request's work
+// included, which drains at 1 - SeedBusy. Each one arriving at t saves the
+// difference while it is positive, and they arrive at Rate: the credit is
+// Rate times the integral of the saving over the home's busy period. It
+// counts that one busy period only, and no request after it: a lower bound
+// on the copy's worth. At low load the homes have no queue and it is 0.
+func seed(cands []Candidate, sh Shared) bool {
+	homes, backlog := 0, math.Inf(1)
+	for i := range cands {
+		if cands[i].Overlap >= sh.Blocks {
+			homes++
+			backlog = min(backlog, cands[i].ahead)
+		}
+	}
+	if homes == 0 || homes == len(cands) || !(backlog > 0) {
+		return false
+	}
+	drainHome, drainSeed := 1-sh.HomeBusy, 1-sh.SeedBusy
+	if !(drainHome > 0) || !(drainSeed > 0) {
+		return false
+	}
+	for i := range cands {
+		if c := &cands[i]; c.Overlap < sh.Blocks {
+			c.Cost -= sh.Rate * WaitSaved(backlog, drainHome, c.ahead+c.work, drainSeed)
+		}
+	}
+	return true
+}
+
+// WaitSaved is the integral over t >= 0 of how much less a request
+// arriving at t waits for the shorter of two queues than for the first
+// alone: the first holds home ms of work and drains at drainHome per ms,
+// the second seeded ms draining at drainSeed, neither taking the arrivals
+// into account (the drain rates do).
+func WaitSaved(home, drainHome, seeded, drainSeed float64) float64 {
+	if !(home > 0) || !(drainHome > 0) || !(drainSeed > 0) {
+		return 0
+	}
+	seeded = max(seeded, 0)
+	homeEnd, seedEnd := home/drainHome, seeded/drainSeed
+	// While both queues last, the saving is home - seeded + (drainSeed -
+	// drainHome) t; after the second is empty, the first's backlog.
+	saved := positiveIntegral(home-seeded, drainSeed-drainHome, min(homeEnd, seedEnd))
+	if homeEnd > seedEnd {
+		left := home - drainHome*seedEnd
+		saved += left * left / (2 * drainHome)
+	}
+	return saved
+}
+
+// positiveIntegral is the integral of max(0, a + b x) for x in [0, t].
+func positiveIntegral(a, b, t float64) float64 {
+	end := a + b*t
+	switch {
+	case a >= 0 && end >= 0:
+		return (a + end) / 2 * t
+	case a >= 0: // falls through zero: b < 0
+		return a * a / (2 * -b)
+	case end > 0: // rises through zero: b > 0
+		return end * end / (2 * b)
+	}
+	return 0
 }
 
 // Load tracks the requests the router has sent to each worker: added on

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -351,5 +352,88 @@ func TestFillAllMatchesFill(t *testing.T) {
 				t.Fatalf("step %d, candidate %d: FillAll %+v, Fill %+v", i, j, got[j], want)
 			}
 		}
+	}
+}
+
+func TestWaitSaved(t *testing.T) {
+	tests := []struct {
+		name                                 string
+		home, drainHome, seeded, drainSeeded float64
+		want                                 float64
+	}{
+		{name: "no queue at home saves nothing", home: 0, drainHome: 1, seeded: 0, drainSeeded: 1, want: 0},
+		{name: "an empty copy saves the home's whole backlog", home: 100, drainHome: 1, seeded: 0, drainSeeded: 1, want: 100 * 100 / 2},
+		// (100² - 40²)/2: the copy's backlog is shorter all along.
+		{name: "equal drains: the difference of the squares", home: 100, drainHome: 1, seeded: 40, drainSeeded: 1, want: 4200},
+		{name: "a copy behind a longer queue saves nothing", home: 100, drainHome: 1, seeded: 150, drainSeeded: 1, want: 0},
+		// The home drains at 0.5 and is empty at 200; the copy at 1 from
+		// 120 is shorter from 40 on: the integral of 0.5t-20 over
+		// [40, 120] and of 100-0.5t over [120, 200], 1600 each.
+		{name: "a busier home is overtaken", home: 100, drainHome: 0.5, seeded: 120, drainSeeded: 1, want: 3200},
+		// 50 - 0.75t until it is 0 at 66.7: 50*66.7/2.
+		{name: "a busier copy falls behind", home: 100, drainHome: 1, seeded: 50, drainSeeded: 0.25, want: 5000.0 / 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := WaitSaved(tt.home, tt.drainHome, tt.seeded, tt.drainSeeded); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("WaitSaved = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSelectSeedsAHotPrefix: a worker without the request's cached prefix
+// is credited with what a copy there saves the requests that share it,
+// while the prefix's one home has a queue and they come often enough.
+func TestSelectSeedsAHotPrefix(t *testing.T) {
+	// w1 caches 8 of the 10 blocks behind 150 ms of queue: 170 ms to the
+	// first token and 20 ms of work, 20*(150+10)/16 for those behind it;
+	// w2 recomputes all 100 tokens, 100*50/16 for those behind it.
+	home := Candidate{Worker: w(1), Overlap: 8, QueuedTokens: 150, Timing: linear}
+	cold := Candidate{Worker: w(2), Timing: linear}
+	const rate = 1.0 / 16
+	homeCost, coldCost := 170+20*160*rate, 100+100*50*rate
+	// The home's 150 ms drain at 0.5 (empty at 300), the copy's 100 at
+	// 0.75 (empty at 133.3): 50 + 0.25t saved until 133.3, then the
+	// home's 83.3 left, 83.3²/(2*0.5).
+	saved := (50+50+0.25*400.0/3)/2*400/3 + (250.0/3)*(250.0/3)
+	tests := []struct {
+		name    string
+		shared  Shared
+		queued  int
+		want    index.WorkerID
+		credits bool
+	}{
+		{name: "no sharers: the request stays with its cache", want: w(1)},
+		{name: "few sharers: the copy is not worth its recomputation", shared: Shared{Blocks: 8, Rate: 0.001, HomeBusy: 0.5, SeedBusy: 0.25}, want: w(1), credits: true},
+		{name: "many sharers: a second home", shared: Shared{Blocks: 8, Rate: 0.01, HomeBusy: 0.5, SeedBusy: 0.25}, want: w(2), credits: true},
+		{name: "no queue at the home: nothing to save", shared: Shared{Blocks: 8, Rate: 0.01, HomeBusy: 0.5, SeedBusy: 0.25}, queued: -1, want: w(1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := home
+			wantHome := homeCost
+			if tt.queued < 0 {
+				h.QueuedTokens = 0
+				wantHome = 20 + 20*10*rate
+			}
+			cands := []Candidate{h, cold}
+			r := req
+			r.Rate, r.Shared = rate, tt.shared
+			i, err := Select(cands, r, Params{OverlapWeight: 1}, rand.New(rand.NewPCG(1, 2)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cands[i].Worker != tt.want {
+				t.Fatalf("chose %v, want %v (costs %v, %v)", cands[i].Worker, tt.want, cands[0].Cost, cands[1].Cost)
+			}
+			wantCold := coldCost
+			if tt.credits {
+				wantCold -= tt.shared.Rate * saved
+			}
+			if math.Abs(cands[0].Cost-wantHome) > 1e-9 || math.Abs(cands[1].Cost-wantCold) > 1e-9 {
+				t.Fatalf("costs %v, %v; want %v, %v", cands[0].Cost, cands[1].Cost, wantHome, wantCold)
+			}
+		})
 	}
 }
