@@ -28,6 +28,9 @@ type Bounds struct {
 	FloorTTFT [3]time.Duration
 	// Capacity is the compute bound on any router's sustainable rate.
 	Capacity Capacity
+	// requests are the trace's arrivals and the prefill each must do
+	// itself, for Horizon.
+	requests []horizonRequest
 }
 
 // ComputeBounds computes a trace's bounds for a cluster.
@@ -51,6 +54,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 	var work traceWork
 	var first, last time.Duration
 	floors := make([]time.Duration, 0, len(trace))
+	reqs := make([]horizonRequest, 0, len(trace))
 	for _, r := range trace {
 		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 		blocks = kvhash.Hashes(tokens, bs, blocks[:0])
@@ -72,7 +76,9 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 			}
 			seenPrefix++
 		}
-		work.Uncached += int64(len(tokens) - seenPrefix*bs)
+		own := len(tokens) - seenPrefix*bs
+		work.Uncached += int64(own)
+		reqs = append(reqs, horizonRequest{arrival: r.Arrival, work: float64(own)})
 		// The first output token comes with the last prefill step; each
 		// further one takes a decode step (the replay's requests have no
 		// stop tokens).
@@ -109,6 +115,11 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 	}
 	b := Bounds{FloorTTFT: percentiles(floors),
 		Capacity: capacityBound(cfg.Engine.Timing(), cfg.Engine.MaxNumSeqs, cfg.Workers, cfg.Engine.NumGPUBlocks, work, last-first)}
+	// Tokens to the least time they take (Horizon).
+	for i := range reqs {
+		reqs[i].work *= b.Capacity.PrefillMsPerToken
+	}
+	b.requests = reqs
 	if total > 0 {
 		b.Reuse = float64(reuse) / float64(total)
 		b.Pooled = float64(pooled) / float64(total)

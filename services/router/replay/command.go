@@ -141,6 +141,7 @@ func Command(c CommandConfig, out io.Writer) error {
 			return fmt.Errorf("trace %s: %w", label, err)
 		}
 		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, Results: results}
+		r.HorizonBound()
 		if err := WriteTable(out, r); err != nil {
 			return err
 		}

@@ -82,8 +82,9 @@ type GoalRow struct {
 	// KVFail the lowest rate scale above each that missed it (+Inf: none
 	// ran), so the true goodput lies in [RR, RRFail).
 	RR, RRFail, KV, KVFail float64
-	// Capacity is the capacity bound's rate scale.
-	Capacity float64
+	// Capacity is the capacity bound's rate scale (sustained), Horizon the
+	// finite-horizon bound's (this trace, its end included).
+	Capacity, Horizon float64
 	// TTFTP90 and Floor are kv's TTFT p90 at the default rate and the
 	// cached floor's p90.
 	TTFTP90, Floor time.Duration
@@ -110,8 +111,15 @@ func (g GoalRow) ApproxOK() bool {
 func (g GoalRow) GoodputOK() bool { return g.RR > 0 && g.KV >= goalGoodputRatio*g.RR }
 
 // GoodputUnreachable says twice round-robin's goodput is above the
-// capacity bound: no router could meet the goodput goal on this trace.
-func (g GoalRow) GoodputUnreachable() bool { return goalGoodputRatio*g.RR > g.Capacity }
+// finite-horizon bound: no router could meet the goodput goal on this
+// trace. RR is the highest rate round-robin met, at most its true goodput,
+// so the verdict holds for the true one too.
+func (g GoalRow) GoodputUnreachable() bool { return goalGoodputRatio*g.RR > g.Horizon }
+
+// GoodputUnsustainable says twice round-robin's goodput is above the
+// capacity bound: no router could sustain it, though a finite trace may
+// still pass there (GoodputUnreachable is the proof for this trace).
+func (g GoalRow) GoodputUnsustainable() bool { return goalGoodputRatio*g.RR > g.Capacity }
 
 // TTFTRatio is kv's TTFT p90 over the floor's.
 func (g GoalRow) TTFTRatio() float64 {
@@ -138,7 +146,8 @@ func (g GoalRow) missing(mode string) bool { return slices.Contains(g.Missing, m
 
 // Goals computes a report's goal row at the default rate scale.
 func Goals(r *Report, defaultRate float64) GoalRow {
-	g := GoalRow{Trace: r.Trace, Pooled: r.Bounds.Pooled, Capacity: r.Bounds.Capacity.Rate, Floor: r.Bounds.FloorTTFT[1]}
+	g := GoalRow{Trace: r.Trace, Pooled: r.Bounds.Pooled, Capacity: r.Bounds.Capacity.Rate, Horizon: r.HorizonBound().Rate,
+		Floor: r.Bounds.FloorTTFT[1]}
 	at := map[string]Result{}
 	for _, m := range GoalModes {
 		i := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == defaultRate })
@@ -189,6 +198,14 @@ func verdict(ok bool) string {
 	return "FAIL"
 }
 
+// fmtHorizon prints a bound's rate scale, "none" when nothing binds.
+func fmtHorizon(x float64) string {
+	if math.IsInf(x, 1) {
+		return "none"
+	}
+	return "x" + fmtRate(x)
+}
+
 func fmtBracket(pass, fail float64) string {
 	s := "x" + fmtRate(pass)
 	if !math.IsInf(fail, 1) {
@@ -200,14 +217,16 @@ func fmtBracket(pass, fail float64) string {
 // WriteGoals prints the goal table as markdown: one row per trace with the
 // figures and a verdict after each goal's, then how many traces meet each
 // goal. A goodput failure where twice round-robin's goodput is above the
-// capacity bound is marked "FAIL (>cap)": no router could meet it there.
+// finite-horizon bound is marked "FAIL (>bound)": no router could meet it
+// there; one above the capacity bound only, "FAIL (>cap)": no router could
+// sustain that rate, but this finite trace might pass it.
 func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g hit-rate points and %.0f%% TTFT p90\n",
 		defaultRate, slo, 100*goalHitPooled, 100*goalApproxPooled, goalGoodputRatio, goalTTFTFloor, goalReplicaPoints, 100*goalReplicaTTFT)
-	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; FAIL (>cap): 2x rr's goodput is above the capacity bound, the rate no router can sustain (a finite trace can pass a little above it: work runs on after the last arrival)\n\n")
-	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; capacity: the rate no router can sustain (a finite trace can pass above it: work runs on after the last arrival); horizon: the rate above which no router meets the SLO on this trace, its end included; FAIL (>bound): 2x rr's goodput is above the horizon, out of reach for any router; FAIL (>cap): above the capacity only, not proven out of reach\n\n")
+	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | horizon | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [5]int
 	for _, g := range rows {
 		ratio := "-"
@@ -215,7 +234,11 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 			ratio = fmt.Sprintf("%.2fx", g.KV/g.RR)
 		}
 		gv := verdict(g.GoodputOK())
-		if !g.GoodputOK() && g.GoodputUnreachable() {
+		switch {
+		case g.GoodputOK():
+		case g.GoodputUnreachable():
+			gv = "FAIL (>bound)"
+		case g.GoodputUnsustainable():
 			gv = "FAIL (>cap)"
 		}
 		oks := []bool{g.HitOK(), g.ApproxOK(), g.GoodputOK(), g.TTFTOK(), g.ReplicasOK()}
@@ -230,9 +253,9 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 			}
 			return points / g.Pooled
 		}
-		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s / %s | %.2fx | %s | %+.1f (%+.1f), %+.1f%% | %+.1f (%+.1f), %+.1f%% | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s | %s / %s | %.2fx | %s | %+.1f (%+.1f), %+.1f%% | %+.1f (%+.1f), %+.1f%% | %s |\n",
 			g.Trace, g.Pooled, 100*g.KVPooled, verdict(oks[0]), 100*g.ApproxPooled, verdict(oks[1]),
-			fmtBracket(g.RR, g.RRFail), fmtBracket(g.KV, g.KVFail), ratio, fmtRate(g.Capacity), gv,
+			fmtBracket(g.RR, g.RRFail), fmtBracket(g.KV, g.KVFail), ratio, fmtRate(g.Capacity), fmtHorizon(g.Horizon), gv,
 			ms(g.TTFTP90), ms(g.Floor), g.TTFTRatio(), verdict(oks[3]),
 			g.Rep3Points, ofPooled(g.Rep3Points), 100*g.Rep3TTFT, g.Rep8Points, ofPooled(g.Rep8Points), 100*g.Rep8TTFT, verdict(oks[4]))
 	}

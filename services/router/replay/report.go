@@ -32,6 +32,18 @@ type Report struct {
 	SLO time.Duration
 	// Results are ordered by mode, then rate scale.
 	Results []Result
+	// Horizon is the finite-horizon bound at SLO (nil: computed from
+	// Bounds when first needed, by HorizonBound).
+	Horizon *Horizon
+}
+
+// HorizonBound is the report's finite-horizon bound at its SLO.
+func (r *Report) HorizonBound() Horizon {
+	if r.Horizon == nil {
+		h := r.Bounds.Horizon(r.SLO)
+		r.Horizon = &h
+	}
+	return *r.Horizon
 }
 
 // Modes lists the report's modes in order.
@@ -116,10 +128,21 @@ func writeCapacity(w io.Writer, r *Report) error {
 		fmt.Fprintf(w, " %s x%g = %.0f%%;", m, r.Goodput(m), 100*c.Busy(r.Goodput(m)))
 	}
 	fmt.Fprintln(w)
+	h := r.HorizonBound()
+	switch {
+	case math.IsInf(h.Rate, 1):
+		fmt.Fprintf(w, "finite-horizon bound at TTFT p90 <= %s: none (no window of requests binds)\n", h.SLO)
+	default:
+		fmt.Fprintf(w, "finite-horizon bound at TTFT p90 <= %s: x%s (no router meets the SLO above it on this trace, its end included): %d of %d requests may miss, %d miss at any rate (their own prefill alone is longer); binding window: %d requests whose %.1f s of prefill must fit on %d engines (one of them only until the first free miss) in their %.1f s of arrivals / rate scale + the SLO; prefill only (decode may be deferred), the largest misses free\n",
+			h.SLO, fmtRate(h.Rate), h.MayMiss, r.Requests, h.Forced, h.Requests, h.Work.Seconds(), c.Workers, h.Span.Seconds())
+	}
 	if rr := r.Goodput("round-robin"); rr > 0 {
-		verdict := "within it"
-		if 2*rr > c.Rate {
-			verdict = "above it: kv >= 2x round-robin is out of reach for any router on this trace"
+		verdict := "within both bounds"
+		switch {
+		case 2*rr > h.Rate:
+			verdict = "above the finite-horizon bound: kv >= 2x round-robin is out of reach for any router on this trace"
+		case 2*rr > c.Rate:
+			verdict = "above the capacity bound (no router sustains it) but within the finite-horizon bound: not proven out of reach on this finite trace"
 		}
 		fmt.Fprintf(w, "2x round-robin's goodput: x%g, %s\n", 2*rr, verdict)
 	}

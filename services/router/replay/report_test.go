@@ -182,22 +182,41 @@ func TestGoals(t *testing.T) {
 	if missing.ReplicasOK() || !slices.Equal(missing.Missing, []string{"kv-3-replicas", "kv-8-replicas"}) {
 		t.Fatalf("missing replicas: %+v", missing)
 	}
-	// Twice round-robin above the capacity bound: out of reach.
+	// Twice round-robin above the capacity bound: not sustainable; above
+	// the finite-horizon bound too: out of reach.
 	r = report(0.43, 0.455, 140*ms)
 	r.Bounds.Capacity.Rate = 7
+	r.Horizon = &Horizon{Rate: 12}
 	r.Results[0].RateScale, r.Results[1].RateScale = 4.5, 5 // rr x4.5, kv x9: 2x is 9 > 7
 	far := Goals(r, 6)
-	if !far.GoodputOK() || !far.GoodputUnreachable() {
-		t.Fatalf("goodput 9 vs 2 x 4.5 at capacity 7: %+v", far)
+	if !far.GoodputOK() || !far.GoodputUnsustainable() || far.GoodputUnreachable() {
+		t.Fatalf("goodput 9 vs 2 x 4.5 at capacity 7, horizon 12: %+v", far)
+	}
+	r.Horizon = &Horizon{Rate: 8.5}
+	if far = Goals(r, 6); !far.GoodputUnreachable() {
+		t.Fatalf("goodput 9 vs 2 x 4.5 at horizon 8.5: %+v", far)
+	}
+	// kv below 2x rr: the verdict says which bound 2x rr is above.
+	r.Results[3].RateScale = 8 // kv x8
+	r.Horizon = &Horizon{Rate: 12}
+	cap := Goals(r, 6)
+	r2 := report(0.43, 0.455, 140*ms)
+	r2.Bounds.Capacity.Rate = 7
+	r2.Horizon = &Horizon{Rate: 8.5}
+	r2.Results[0].RateScale, r2.Results[1].RateScale, r2.Results[3].RateScale = 4.5, 5, 8
+	unreachable := Goals(r2, 6)
+	if cap.GoodputOK() || unreachable.GoodputOK() {
+		t.Fatalf("kv x8 vs 2 x 4.5 passed: %+v, %+v", cap, unreachable)
 	}
 	var out strings.Builder
-	if err := WriteGoals(&out, []GoalRow{g, bad, missing}, 6, 2*time.Second); err != nil {
+	if err := WriteGoals(&out, []GoalRow{g, bad, missing, cap, unreachable}, 6, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | ok | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
+		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | none | ok | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
+		"| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x12 | FAIL (>cap) |", "| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x8.5 | FAIL (>bound) |",
 		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-2.5 (-5.0), +5.0% | FAIL |",
-		"goals met on 3 traces: hit 3, approx 2, goodput 3, ttft 2, replicas 1",
+		"goals met on 5 traces: hit 5, approx 4, goodput 3, ttft 4, replicas 3",
 		"t: no result at x6 for kv-3-replicas, kv-8-replicas",
 	} {
 		if !strings.Contains(out.String(), want) {
