@@ -56,11 +56,16 @@ const (
 )
 
 // worker is one cache's bookkeeping. Its blocks are not kept here: the
-// holders table answers membership, which halves the memory per entry;
-// forgetting a whole worker scans the table instead, which only happens
-// when a worker leaves or clears its cache.
+// holders table answers membership, which halves the memory per entry.
+// Forgetting them all (the worker leaves or clears its cache) retires its
+// slot instead: lookups skip the slot at once, and the table's entries
+// naming it are reclaimed a shard at a time (see reclaimStepLocked), as
+// a scan of the whole table under the write lock stalled every route
+// decision for tens of milliseconds at 2M entries. A worker that clears
+// its cache carries on in a new slot.
 type worker struct {
 	id        WorkerID
+	slot      uint32
 	blocks    int
 	lastEvent uint64
 }
@@ -82,6 +87,22 @@ type Index struct {
 	sets      [][]uint64
 	freeSets  []uint32
 	entries   int // (block, worker) pairs
+	// dead is the bitset of retired slots whose entries are not all
+	// reclaimed yet: lookups leave them out, and they are not reused.
+	dead []uint64
+	// reclaim is the pass reclaiming them, if one runs.
+	reclaim reclaimPass
+}
+
+// reclaimPass reclaims the entries of the slots retired when it started
+// (mask): it cleans shard after shard, one per write (see
+// reclaimStepLocked), and frees the slots when it has cleaned them all.
+// Slots retired meanwhile wait for the next pass.
+type reclaimPass struct {
+	active bool
+	mask   []uint64
+	shard  int // next shard to clean; -1: the zero key first
+	keys   []uint64
 }
 
 // New returns an empty index.
@@ -98,18 +119,149 @@ func (x *Index) slotLocked(id WorkerID, create bool) (uint32, *worker) {
 		return 0, nil
 	}
 	w := &worker{id: id}
+	x.placeLocked(w)
+	return w.slot, w
+}
+
+// placeLocked gives w a free slot (a reclaimed one, or a new one).
+func (x *Index) placeLocked(w *worker) {
 	var s uint32
 	if n := len(x.free); n > 0 {
 		s = x.free[n-1]
 		x.free = x.free[:n-1]
-		x.workers[s], x.ids[s] = w, id
+		x.workers[s], x.ids[s] = w, w.id
 	} else {
 		s = uint32(len(x.workers))
 		x.workers = append(x.workers, w)
-		x.ids = append(x.ids, id)
+		x.ids = append(x.ids, w.id)
 	}
-	x.slots[id] = s
-	return s, w
+	w.slot = s
+	x.slots[w.id] = s
+}
+
+// retireLocked takes w out of its slot with every block it held, in O(1):
+// the slot is dead until its entries are reclaimed. w has no slot after.
+func (x *Index) retireLocked(w *worker) {
+	s := w.slot
+	x.workers[s], x.ids[s] = nil, WorkerID{}
+	delete(x.slots, w.id)
+	x.entries -= w.blocks
+	w.blocks = 0
+	x.dead = setBit(x.dead, s)
+	if x.holders.len() <= reclaimAtOnce {
+		// A small table is reclaimed at once: as cheap as a few steps.
+		for x.reclaimStepLocked() {
+		}
+	}
+}
+
+// reclaimAtOnce is the table size (distinct hashes) up to which retired
+// slots are reclaimed at once rather than a shard per write: about a
+// shard's worth of a 2M-entry table's work per step. A variable for tests.
+var reclaimAtOnce = 1 << 14
+
+// unlock ends a write: it reclaims a step of retired slots' entries first,
+// while there are some.
+func (x *Index) unlock() {
+	if x.reclaim.active || len(x.dead) > 0 {
+		x.reclaimStepLocked()
+	}
+	x.mu.Unlock()
+}
+
+// reclaimShards is how many of the table's shards a step cleans: about
+// 2,000 entries at 2M, microseconds. A variable for tests.
+var reclaimShards = 1
+
+// reclaimStepLocked cleans reclaimShards shards of the table of the current pass's
+// slots (starting a pass if slots wait and none runs), and frees those
+// slots once every shard is clean. It reports whether work remains.
+func (x *Index) reclaimStepLocked() bool {
+	r := &x.reclaim
+	if !r.active {
+		if !anyBit(x.dead) {
+			x.dead = x.dead[:0]
+			return false
+		}
+		r.active, r.shard = true, -1
+		r.mask = append(r.mask[:0], x.dead...)
+	}
+	r.keys = r.keys[:0]
+	collect := func(h uint64, cur uint32) {
+		if x.holdsAny(cur, r.mask) {
+			r.keys = append(r.keys, h)
+		}
+	}
+	end := min(r.shard+reclaimShards, tableShards)
+	for ; r.shard < end; r.shard++ {
+		if r.shard < 0 {
+			if x.holders.hasZero {
+				collect(0, x.holders.zero)
+			}
+			continue
+		}
+		for _, e := range x.holders.shards[r.shard].slots {
+			if e.key != 0 {
+				collect(e.key, e.val)
+			}
+		}
+	}
+	// Dropped after the walk: dropping moves a shard's entries.
+	var slots []uint32
+	for _, h := range r.keys {
+		cur, _ := x.holders.get(h)
+		slots = x.slotsOf(cur, slots[:0]) // a copy: dropping changes lists in place
+		for _, s := range slots {
+			if int(s/64) < len(r.mask) && r.mask[s/64]&(1<<(s%64)) != 0 {
+				x.dropHolderLocked(s, h)
+			}
+		}
+	}
+	if r.shard < tableShards {
+		return true
+	}
+	// Every entry is clean: the pass's slots are free.
+	for wi, word := range r.mask {
+		x.dead[wi] &^= word
+		for word != 0 {
+			x.free = append(x.free, uint32(wi*64+bits.TrailingZeros64(word)))
+			word &= word - 1
+		}
+	}
+	r.active = false
+	return anyBit(x.dead)
+}
+
+func anyBit(b []uint64) bool {
+	for _, w := range b {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsAny reports whether a holder value includes a slot of mask.
+func (x *Index) holdsAny(cur uint32, mask []uint64) bool {
+	switch {
+	case cur&listTag != 0:
+		for _, s := range x.lists[cur&^listTag] {
+			if int(s/64) < len(mask) && mask[s/64]&(1<<(s%64)) != 0 {
+				return true
+			}
+		}
+		return false
+	case cur&setTag != 0:
+		b := x.sets[cur&^setTag]
+		for wi := range min(len(b), len(mask)) {
+			if b[wi]&mask[wi] != 0 {
+				return true
+			}
+		}
+		return false
+	default:
+		return int(cur/64) < len(mask) && mask[cur/64]&(1<<(cur%64)) != 0
+	}
 }
 
 // Apply runs one event of a worker, in the order of its event ids: an id at
@@ -117,8 +269,8 @@ func (x *Index) slotLocked(id WorkerID, create bool) (uint32, *worker) {
 // means "unnumbered" and is always applied.
 func (x *Index) Apply(id WorkerID, eventID uint64, fn func(tx Tx)) EventResult {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	s, w := x.slotLocked(id, true)
+	defer x.unlock()
+	_, w := x.slotLocked(id, true)
 	res := Applied
 	if eventID != 0 {
 		switch {
@@ -129,48 +281,38 @@ func (x *Index) Apply(id WorkerID, eventID uint64, fn func(tx Tx)) EventResult {
 		}
 		w.lastEvent = eventID
 	}
-	fn(Tx{x: x, slot: s, w: w})
+	fn(Tx{x: x, w: w})
 	return res
 }
 
 // Tx is the view of one worker inside Apply.
 type Tx struct {
-	x    *Index
-	slot uint32
-	w    *worker
+	x *Index
+	w *worker
 }
 
 // Store records that the worker holds these blocks.
 func (t Tx) Store(hashes []uint64) {
 	for _, h := range hashes {
-		t.x.addLocked(t.slot, t.w, h)
+		t.x.addLocked(t.w.slot, t.w, h)
 	}
 }
 
 // Remove records that the worker no longer holds these blocks.
 func (t Tx) Remove(hashes []uint64) {
 	for _, h := range hashes {
-		t.x.removeLocked(t.slot, t.w, h)
+		t.x.removeLocked(t.w.slot, t.w, h)
 	}
 }
 
-// Clear drops every block of the worker.
+// Clear drops every block of the worker, in O(1): its slot retires (see
+// worker) and it goes on in a new one.
 func (t Tx) Clear() {
 	if t.w.blocks == 0 {
 		return
 	}
-	// Collected first: dropping changes the table under a walk.
-	var mine []uint64
-	t.x.holders.each(func(h uint64, cur uint32) {
-		if t.x.holds(cur, t.slot) {
-			mine = append(mine, h)
-		}
-	})
-	for _, h := range mine {
-		t.x.dropHolderLocked(t.slot, h)
-	}
-	t.x.entries -= t.w.blocks
-	t.w.blocks = 0
+	t.x.retireLocked(t.w)
+	t.x.placeLocked(t.w)
 }
 
 // holds reports whether a holder value includes slot s.
@@ -197,27 +339,31 @@ func (x *Index) Store(id WorkerID, hashes []uint64) {
 // left unknown.
 func (x *Index) Remove(id WorkerID, hashes []uint64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	s, w := x.slotLocked(id, false)
+	defer x.unlock()
+	_, w := x.slotLocked(id, false)
 	if w == nil {
 		return
 	}
-	Tx{x: x, slot: s, w: w}.Remove(hashes)
+	Tx{x: x, w: w}.Remove(hashes)
 }
 
 // RemoveWorker forgets a worker and every block it held: it left the
 // registry, so its cache is gone.
 func (x *Index) RemoveWorker(id WorkerID) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	s, w := x.slotLocked(id, false)
+	defer x.unlock()
+	_, w := x.slotLocked(id, false)
 	if w == nil {
 		return
 	}
-	Tx{x: x, slot: s, w: w}.Clear()
-	x.workers[s], x.ids[s] = nil, WorkerID{}
+	if w.blocks > 0 {
+		x.retireLocked(w) // in O(1); see worker
+		return
+	}
+	// No entry names the slot: free at once.
+	x.workers[w.slot], x.ids[w.slot] = nil, WorkerID{}
 	delete(x.slots, id)
-	x.free = append(x.free, s)
+	x.free = append(x.free, w.slot)
 }
 
 // RemoveInstance forgets every data-parallel rank of an instance.
@@ -413,6 +559,9 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	}
 	for i := range active {
 		active[i] = ^uint64(0)
+		if i < len(x.dead) {
+			active[i] = ^x.dead[i] // retired slots hold nothing
+		}
 	}
 	// Blocks are looked up in batches whose misses overlap; a batch is
 	// one round trip to memory, whatever its size up to what the core
@@ -519,7 +668,9 @@ func (x *Index) Holds(id WorkerID, h uint64) bool {
 
 // Stats describes the index's size.
 type Stats struct {
-	// Blocks is the number of distinct sequence hashes held by anyone.
+	// Blocks is the number of distinct sequence hashes held by anyone. In
+	// a large index it also counts, until they are reclaimed (see worker),
+	// hashes that only a worker that has left or cleared its cache held.
 	Blocks int
 	// Entries is the number of (block, worker) pairs.
 	Entries int
@@ -630,7 +781,7 @@ func (x *Index) slotsOf(cur uint32, dst []uint32) []uint32 {
 // events the dump already covers changes nothing.
 func (x *Index) Restore(dumps []WorkerDump) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	for _, d := range dumps {
 		s, w := x.slotLocked(d.ID, true)
 		for _, h := range d.Hashes {
@@ -645,9 +796,9 @@ func (x *Index) Restore(dumps []WorkerDump) {
 // up to lastEvent are duplicates.
 func (x *Index) Reset(id WorkerID, lastEvent uint64, hashes []uint64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	s, w := x.slotLocked(id, true)
-	tx := Tx{x: x, slot: s, w: w}
+	defer x.unlock()
+	_, w := x.slotLocked(id, true)
+	tx := Tx{x: x, w: w}
 	tx.Clear()
 	tx.Store(hashes)
 	w.lastEvent = lastEvent
