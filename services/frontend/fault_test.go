@@ -70,6 +70,7 @@ func (s *stack) ghost(m *mockerHandle) uint64 {
 // request. With the live worker gone too, the answer is a 503 saying that no
 // worker is reachable.
 func TestUnreachableWorkerIsFenced(t *testing.T) {
+	t.Parallel()
 	modes := []string{"kv"} // through the router service
 	if !testing.Short() {
 		modes = append(modes, "round-robin") // in process
@@ -118,9 +119,18 @@ func TestUnreachableWorkerIsFenced(t *testing.T) {
 }
 
 // tally counts a client loop's requests.
-type tally struct{ tried, ok int }
+// tally counts a client loop's requests; first is the first failure's error.
+type tally struct {
+	tried, ok int
+	first     error
+}
 
-func (t tally) String() string { return fmt.Sprintf("%d/%d", t.ok, t.tried) }
+func (t tally) String() string {
+	if t.first != nil {
+		return fmt.Sprintf("%d/%d (first failure: %v)", t.ok, t.tried, t.first)
+	}
+	return fmt.Sprintf("%d/%d", t.ok, t.tried)
+}
 
 // eventTally counts KV events at both ends: what the workers queued, what
 // the eventbus acknowledged and what they gave up on, and what the router
@@ -187,9 +197,13 @@ func (s *stack) clientLoop(ctx context.Context, t *testing.T, stop <-chan struct
 		default:
 		}
 		tl.tried++
-		if _, err := s.client.Chat.Completions.New(ctx, chatParams(fmt.Sprintf("%s question %d", what, i), 2)); err == nil {
+		_, err := s.client.Chat.Completions.New(ctx, chatParams(fmt.Sprintf("%s question %d", what, i), 2))
+		if err == nil {
 			tl.ok++
-		} else if ctx.Err() != nil {
+		} else if tl.first == nil {
+			tl.first = err
+		}
+		if err != nil && ctx.Err() != nil {
 			t.Error(ctx.Err())
 			return tl
 		}
@@ -206,6 +220,11 @@ func (s *stack) clientLoop(ctx context.Context, t *testing.T, stop <-chan struct
 // workers' KV events meanwhile (they need no etcd): every event the workers
 // published is applied. With -short: 3 s and 6 s, past a 2 s lease TTL; make
 // test-long: 3, 15, 45 and 120 s with the default TTL.
+//
+// Not parallel: run beside the package's other stacks (make test, load
+// 5-9), both workers' leases were lost at the outage's start in 2 of 3 runs
+// (cards gone, 404 during it, new instance ids after); alone it passes.
+// Not understood yet (see the testtime note).
 func TestEtcdOutage(t *testing.T) {
 	outages, ttl := []time.Duration{3 * time.Second, 15 * time.Second, 45 * time.Second, 120 * time.Second}, 10*time.Second
 	if testing.Short() {
@@ -265,6 +284,7 @@ func TestEtcdOutage(t *testing.T) {
 // router, none lost, and no worker exited. With -short: 3 s; make test-long:
 // 3 s and 20 s.
 func TestNATSRestart(t *testing.T) {
+	t.Parallel()
 	outages := []time.Duration{3 * time.Second, 20 * time.Second}
 	if testing.Short() {
 		outages = outages[:1]
@@ -324,6 +344,7 @@ func buildMocker(t *testing.T) string {
 // first failed attempt per fence period (no 502 loop). Counted: streams
 // started, on the victim, migrated, failed.
 func TestMockerKill9(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := startStack(t, stackOpts{mode: "kv", migrationLimit: 2})
@@ -377,6 +398,10 @@ func TestMockerKill9(t *testing.T) {
 		if round == 5 {
 			t.Fatal("5 rounds of streams and none went to the mocker process")
 		}
+		// The warm-up (or an earlier round) may have gone to the victim:
+		// count this round's requests only, or the kill could come before
+		// any stream of the round was on it.
+		base := victimRequests()
 		out := make(chan result, streams)
 		for i := range streams {
 			go func() {
@@ -386,7 +411,7 @@ func TestMockerKill9(t *testing.T) {
 		}
 		// Wait until the streams are routed; kill while they generate.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if onVictim = victimRequests(); onVictim > 0 {
+			if onVictim = victimRequests() - base; onVictim > 0 {
 				break
 			}
 		}

@@ -32,6 +32,7 @@ func testCtx(t *testing.T) context.Context {
 // request plane: the models list, and chat and completions, streamed and
 // not.
 func TestRequestPlanes(t *testing.T) {
+	t.Parallel()
 	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
 		t.Run(string(plane), func(t *testing.T) {
 			ctx := testCtx(t)
@@ -116,6 +117,7 @@ func TestRequestPlanes(t *testing.T) {
 // second turn of a chat goes to the worker that served the first (its cache
 // holds the prefix); round-robin alternates.
 func TestRouterModes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		opts       stackOpts
@@ -171,6 +173,7 @@ func TestRouterModes(t *testing.T) {
 // the stream completes on the other worker; with limit 0 it ends with an
 // error event.
 func TestMigration(t *testing.T) {
+	t.Parallel()
 	for _, limit := range []int{3, 0} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			ctx := testCtx(t)
@@ -230,6 +233,7 @@ func TestMigration(t *testing.T) {
 
 // TestErrors checks OpenAI-shaped errors and their statuses.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	s := startStack(t, stackOpts{mode: "round-robin", contextLength: 64})
 	s.addMocker(0)
@@ -274,6 +278,7 @@ func TestErrors(t *testing.T) {
 // TestAuthAndSaturation checks API keys (401) and the per-worker in-flight
 // limit (429), and that a client going away frees its worker.
 func TestAuthAndSaturation(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	s := startStack(t, stackOpts{mode: "round-robin", apiKey: "sekrit", maxInflight: 1})
 	s.addMocker(1)
@@ -313,6 +318,7 @@ func TestAuthAndSaturation(t *testing.T) {
 
 // TestConcurrentStreams runs many streams at once over two workers.
 func TestConcurrentStreams(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	n := 200
 	if testing.Short() {
@@ -347,6 +353,7 @@ func TestConcurrentStreams(t *testing.T) {
 // TestRouterFallback stops the router service: kv-mode requests still
 // succeed, routed in process, and each is counted as a fallback.
 func TestRouterFallback(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	s := startStack(t, stackOpts{mode: "kv"})
 	s.addMocker(0)

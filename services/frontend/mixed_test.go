@@ -13,6 +13,7 @@ import (
 // the frontend on one plane; the full form on each.) A fourth worker serves
 // tcp and http at once and registers both addresses.
 func TestMixedFleet(t *testing.T) {
+	t.Parallel()
 	planes := []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS}
 	owns := planes
 	if testing.Short() {

@@ -17,6 +17,7 @@ import (
 // and runs tool calls (streamed and not) and reasoning (tools.mjs); the
 // Vercel AI SDK and LangChain run their tool loops (agents.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("testdata", "node")
 	node, err := exec.LookPath("node")
 	missing := err != nil

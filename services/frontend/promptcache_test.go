@@ -111,6 +111,7 @@ var cacheTool = map[string]any{"type": "function", "function": map[string]any{"n
 // the cached path's ids equal a full render and encode, with a cache that
 // never evicts and with one that evicts all the time.
 func TestChatPrefixCacheExact(t *testing.T) {
+	t.Parallel()
 	tok := qwenTokenizer(t)
 	plain := qwenAssets(t, tok, 0)
 	for _, budget := range []int64{64 << 20, 24 << 10} {
@@ -181,6 +182,7 @@ func TestChatPrefixCacheExact(t *testing.T) {
 // entry (each turn supersedes the last), a second conversation adds one,
 // and the byte budget evicts the least recently used.
 func TestChatPrefixCacheMemory(t *testing.T) {
+	t.Parallel()
 	tok := qwenTokenizer(t)
 	a := qwenAssets(t, tok, 64<<20)
 	conversation := func(name string, turns int) {

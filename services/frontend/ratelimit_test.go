@@ -60,6 +60,7 @@ func (c *manualClock) Advance(d time.Duration) {
 // /metrics counts each key's requests, tokens and refusals by the key's name
 // while neither /metrics nor the log ever holds a key.
 func TestPerKeyRateLimits(t *testing.T) {
+	t.Parallel()
 	const alpha, beta, gamma = "sk-alpha-0123456789abcdef", "sk-beta-0123456789abcdef", "sk-gamma-0123456789abcdef"
 	keyFile := filepath.Join(t.TempDir(), "keys")
 	// beta is stored hashed; its tokens per minute are fewer than one

@@ -15,6 +15,7 @@ import (
 // not streamed, or cancelled by the client) the router's books hold none of
 // them: its state is what the unary calls left.
 func TestRouterReports(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOpts{plane: transport.PlaneTCP})
 	s.addMocker(0)
 	s.waitInstances(1)

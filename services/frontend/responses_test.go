@@ -14,6 +14,7 @@ import (
 // input, streamed with the API's event types and not, reasoning as its own
 // output item, and refused fields named.
 func TestResponsesAPI(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	s := startStack(t, stackOpts{plane: transport.PlaneTCP})
 	s.addMocker(0)

@@ -31,6 +31,7 @@ import (
 // the same statuses (code and reason), a request whose context has ended
 // does not wait, and close ends every stream (goleak checks).
 func TestRouteStreams(t *testing.T) {
+	t.Parallel()
 	_, reg := registrytest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -53,6 +53,7 @@ func browse(t *testing.T, bin, url string, extra ...string) string {
 }
 
 func TestStatusPageInABrowser(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	s := stacktest.Start(t, stacktest.Options{})
 	for i := range 3 {
@@ -117,6 +118,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 }
 
 func TestStatusPageOff(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Mockers: 1, FrontendArgs: []string{"--no-status-page"}})
 	for _, path := range []string{"/status", "/status.json"} {
 		resp, err := http.Get(s.FrontendURL + path)

@@ -15,6 +15,7 @@ const toolsJSON = `[{"type":"function","function":{"name":"get_weather","paramet
 // not, with tools, reasoning and logprobs, and the HTTP conventions: request
 // ids, 413, 405, GET /v1/models/{id}, and the metrics' bounded labels.
 func TestOpenAISurface(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOpts{plane: transport.PlaneTCP})
 	s.addMocker(0)
 	s.waitInstances(1)
@@ -134,7 +135,7 @@ func TestOpenAISurface(t *testing.T) {
 		}
 		u := o["usage"].(obj)
 		if len(choices) != 3 || len(seen) != 3 || u["completion_tokens"] != float64(120) || u["total_tokens"] != u["prompt_tokens"].(float64)+120 {
-			t.Fatalf("n=3: %d choices, %d distinct, usage %v", len(choices), len(seen), u)
+			t.Fatalf("n=3: %d choices, %d distinct (%v), usage %v", len(choices), len(seen), seen, u)
 		}
 		resp, body = s.rawPost("/v1/chat/completions", chat(`,"n":3,"stream":true,"stream_options":{"include_usage":true}`), nil)
 		data, _ := sseEvents(t, body)

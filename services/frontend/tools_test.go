@@ -50,6 +50,7 @@ func reasoningOf(t testing.TB, raw string) string {
 // <tool_call> form, and the frontend returns it as tool_calls, whole and
 // streamed; the tool's result sent back gets a text answer.
 func TestToolCalls(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	s := startStack(t, stackOpts{plane: transport.PlaneTCP})
 	s.addMocker(0)
