@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -30,6 +31,10 @@ const (
 	goalReplicaTTFT   = 0.10
 )
 
+// settleRounds bounds the extra rounds (one run of round-robin and one of
+// kv each) SettleGoodputRatio may take to decide the goodput goal.
+const settleRounds = 3
+
 // GoalModes are the modes the goal table runs: round-robin and kv over the
 // whole sweep (for goodput), the others at the default rate only.
 var GoalModes = []string{"round-robin", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas"}
@@ -39,8 +44,9 @@ var goodputModes = []string{"round-robin", "kv"}
 
 // RunGoals runs what the goal table needs on one trace: round-robin and kv
 // at every rate scale in rates (and defaultRate), refined to their goodput
-// as RefineGoodput does, and kv-approx, kv-3-replicas and kv-8-replicas at
-// defaultRate. The report's results are in GoalModes order, then rate.
+// as RefineGoodput does and then, when bisect > 0, until their brackets
+// decide the goodput goal (SettleGoodputRatio, at most settleRounds more
+// rounds), and kv-approx, kv-3-replicas and kv-8-replicas at defaultRate. The report's results are in GoalModes order, then rate.
 func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64, slo time.Duration, bisect, parallel int) ([]Result, error) {
 	if !slices.Contains(rates, defaultRate) {
 		rates = append(slices.Clone(rates), defaultRate)
@@ -62,11 +68,17 @@ func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64,
 		// Only the goodput modes are refined (the others ran at one rate).
 		results, err = RefineGoodput(trace, cfg, goodputModes, results, slo, bisect, parallel)
 	}
+	if err == nil && bisect > 0 {
+		results, err = SettleGoodputRatio(trace, cfg, results, slo, goalGoodputRatio, settleRounds, parallel)
+	}
 	if err != nil {
 		return nil, err
 	}
 	slices.SortStableFunc(results, func(a, b Result) int {
-		return slices.Index(GoalModes, a.Mode) - slices.Index(GoalModes, b.Mode)
+		if d := slices.Index(GoalModes, a.Mode) - slices.Index(GoalModes, b.Mode); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.RateScale, b.RateScale)
 	})
 	return results, nil
 }
@@ -109,6 +121,15 @@ func (g GoalRow) ApproxOK() bool {
 
 // GoodputOK says kv's measured goodput is at least twice round-robin's.
 func (g GoalRow) GoodputOK() bool { return g.RR > 0 && g.KV >= goalGoodputRatio*g.RR }
+
+// GoodputSettled says the goodput brackets decide GoodputOK: it holds for
+// any goodputs within them (kv's at least twice round-robin's highest
+// bracket end, or twice round-robin's at least kv's), or twice
+// round-robin's is above the finite-horizon bound, which kv's cannot
+// pass; so it does not depend on where the swept rates fell.
+func (g GoalRow) GoodputSettled() bool {
+	return ratioSettled(g.RR, g.RRFail, g.KV, g.KVFail, goalGoodputRatio) || g.GoodputUnreachable()
+}
 
 // GoodputUnreachable says twice round-robin's goodput is above the
 // finite-horizon bound: no router could meet the goodput goal on this
@@ -224,7 +245,7 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 	var b strings.Builder
 	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g hit-rate points and %.0f%% TTFT p90\n",
 		defaultRate, slo, 100*goalHitPooled, 100*goalApproxPooled, goalGoodputRatio, goalTTFTFloor, goalReplicaPoints, 100*goalReplicaTTFT)
-	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; capacity: the rate no router can sustain (a finite trace can pass above it: work runs on after the last arrival); horizon: the rate above which no router meets the SLO on this trace, its end included; FAIL (>bound): 2x rr's goodput is above the horizon, out of reach for any router; FAIL (>cap): above the capacity only, not proven out of reach\n\n")
+	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; capacity: the rate no router can sustain (a finite trace can pass above it: work runs on after the last arrival); horizon: the rate above which no router meets the SLO on this trace, its end included; FAIL (>bound): 2x rr's goodput is above the horizon, out of reach for any router; FAIL (>cap): above the capacity only, not proven out of reach; ?: the goodput brackets do not decide the verdict (it could change with the rates swept)\n\n")
 	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | horizon | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [5]int
@@ -240,6 +261,9 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 			gv = "FAIL (>bound)"
 		case g.GoodputUnsustainable():
 			gv = "FAIL (>cap)"
+		}
+		if !g.GoodputSettled() {
+			gv += " ?"
 		}
 		oks := []bool{g.HitOK(), g.ApproxOK(), g.GoodputOK(), g.TTFTOK(), g.ReplicasOK()}
 		for i, ok := range oks {

@@ -153,3 +153,63 @@ func runJobs(trace []Request, cfg Config, jobs []job, parallel int) ([]Result, e
 	}
 	return results, nil
 }
+
+// bracket is mode's goodput in results (the highest rate scale meeting slo
+// with every request served) and the lowest rate above it that missed
+// (+Inf when none ran): the true goodput is in between.
+func bracket(results []Result, mode string, slo time.Duration) (pass, fail float64) {
+	fail = math.Inf(1)
+	for _, x := range results {
+		if x.Mode == mode && x.Rejected == 0 && x.TTFT[1] <= slo {
+			pass = max(pass, x.RateScale)
+		}
+	}
+	for _, x := range results {
+		if x.Mode == mode && x.RateScale > pass && (x.Rejected > 0 || x.TTFT[1] > slo) {
+			fail = min(fail, x.RateScale)
+		}
+	}
+	return pass, fail
+}
+
+// ratioSettled says whether kv's goodput bracket [kv, kvFail) and
+// round-robin's [rr, rrFail) decide kv >= ratio x rr for any goodputs in
+// them: kv >= ratio x rrFail (it holds) or ratio x rr >= kvFail (it does
+// not). No round-robin goodput at all decides it too (the goal fails).
+func ratioSettled(rr, rrFail, kv, kvFail, ratio float64) bool {
+	return rr == 0 || kv >= ratio*rrFail || ratio*rr >= kvFail
+}
+
+// SettleGoodputRatio runs round-robin and kv at the middles of their
+// goodput brackets, at most rounds times, until the brackets decide
+// whether kv's goodput is at least ratio times round-robin's (see
+// ratioSettled): with the sweep's brackets alone (about 10% wide after
+// two bisections) a verdict near the line can depend on where the rates
+// fell. Both modes run at the same SLO and refine the same way.
+func SettleGoodputRatio(trace []Request, cfg Config, results []Result, slo time.Duration, ratio float64, rounds, parallel int) ([]Result, error) {
+	for range rounds {
+		rr, rrFail := bracket(results, "round-robin", slo)
+		kv, kvFail := bracket(results, "kv", slo)
+		if ratioSettled(rr, rrFail, kv, kvFail, ratio) {
+			break
+		}
+		var jobs []job
+		for _, m := range []struct {
+			mode       string
+			pass, fail float64
+		}{{"round-robin", rr, rrFail}, {"kv", kv, kvFail}} {
+			if mid := round3((m.pass + m.fail) / 2); m.pass > 0 && mid > m.pass && mid < m.fail {
+				jobs = append(jobs, job{mode: m.mode, rate: mid})
+			}
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		more, err := runJobs(trace, cfg, jobs, parallel)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, more...)
+	}
+	return results, nil
+}

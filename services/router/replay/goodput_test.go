@@ -52,3 +52,41 @@ func TestRound3(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleGoodputRatio starts from brackets that do not decide kv >= 2x
+// round-robin (rr in [2, 4), kv in [4, 8); the misses at 4 and 8 are
+// made up, the rest are real runs of 60 requests) and checks that it runs
+// both modes at their brackets' middles first, at most two runs a round,
+// and stops only once the brackets decide it or the rounds are spent.
+func TestSettleGoodputRatio(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:60]
+	const slo = 300 * time.Millisecond
+	res := func(mode string, rate float64, p90 time.Duration) Result {
+		return Result{Mode: mode, RateScale: rate, TTFT: [3]time.Duration{0, p90, 0}}
+	}
+	start := []Result{res("round-robin", 2, time.Millisecond), res("round-robin", 4, time.Hour),
+		res("kv", 4, time.Millisecond), res("kv", 8, time.Hour)}
+	for _, rounds := range []int{0, 1, 3} {
+		got, err := SettleGoodputRatio(trace, smallConfig(), start, slo, 2, rounds, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more := got[len(start):]
+		if len(more) > 2*rounds || (rounds > 0 && len(more) < 2) {
+			t.Fatalf("%d rounds ran %d", rounds, len(more))
+		}
+		if rounds > 0 && (more[0].Mode != "round-robin" || more[0].RateScale != 3 || more[1].Mode != "kv" || more[1].RateScale != 6) {
+			t.Fatalf("first round ran %s x%g and %s x%g, want round-robin x3 and kv x6", more[0].Mode, more[0].RateScale, more[1].Mode, more[1].RateScale)
+		}
+		rr, rrFail := bracket(got, "round-robin", slo)
+		kv, kvFail := bracket(got, "kv", slo)
+		if len(more) < 2*rounds && !ratioSettled(rr, rrFail, kv, kvFail, 2) {
+			t.Fatalf("stopped after %d runs unsettled: rr [%g, %g), kv [%g, %g)", len(more), rr, rrFail, kv, kvFail)
+		}
+		t.Logf("%d rounds: %d runs, rr [%g, %g), kv [%g, %g)", rounds, len(more), rr, rrFail, kv, kvFail)
+	}
+}

@@ -161,13 +161,14 @@ func TestGoals(t *testing.T) {
 				res("kv-3-replicas", 6, 0.455, kvP90*105/100), res("kv-8-replicas", 6, rep8, kvP90*105/100),
 			}}
 	}
-	// kv 92% of pooled, approx 86%, goodput 9 / 4, TTFT 140 / 100,
+	// kv 92% of pooled, approx 86%, goodput 9 / 4 (not settled: round-robin
+	// could be up to 6, and 9 < 2 x 6), TTFT 140 / 100,
 	// replicas -0.5 hit-rate points (-1 of pooled) and +5%.
 	g := Goals(report(0.43, 0.455, 140*ms), 6)
 	if !g.HitOK() || !g.ApproxOK() || !g.GoodputOK() || !g.TTFTOK() || !g.ReplicasOK() {
 		t.Fatalf("all goals should pass: %+v", g)
 	}
-	if g.RR != 4 || g.RRFail != 6 || g.KV != 9 || g.KVFail != 12 || math.Abs(g.Rep3Points+0.5) > 1e-9 || math.Abs(g.Rep3TTFT-0.05) > 1e-9 {
+	if g.RR != 4 || g.RRFail != 6 || g.GoodputSettled() || g.KV != 9 || g.KVFail != 12 || math.Abs(g.Rep3Points+0.5) > 1e-9 || math.Abs(g.Rep3TTFT-0.05) > 1e-9 {
 		t.Fatalf("row %+v", g)
 	}
 	// approx 84%, 8 replicas 2.5 points below, TTFT 160 / 100.
@@ -205,16 +206,36 @@ func TestGoals(t *testing.T) {
 	r2.Horizon = &Horizon{Rate: 8.5}
 	r2.Results[0].RateScale, r2.Results[1].RateScale, r2.Results[3].RateScale = 4.5, 5, 8
 	unreachable := Goals(r2, 6)
-	if cap.GoodputOK() || unreachable.GoodputOK() {
+	// Round-robin in [4.5, 5), kv in [8, 12): not settled by the brackets,
+	// but 2 x 4.5 is above the horizon 8.5, which kv cannot pass.
+	if cap.GoodputOK() || unreachable.GoodputOK() || cap.GoodputSettled() || !unreachable.GoodputSettled() {
 		t.Fatalf("kv x8 vs 2 x 4.5 passed: %+v, %+v", cap, unreachable)
+	}
+	// The brackets settle it either way: kv at least twice round-robin's
+	// bracket end, or twice round-robin's at least kv's.
+	inf := math.Inf(1)
+	for _, tt := range []struct {
+		row     GoalRow
+		settled bool
+	}{
+		{GoalRow{RR: 4, RRFail: 4.5, KV: 9, KVFail: 12, Horizon: inf}, true},
+		{GoalRow{RR: 4, RRFail: 4.6, KV: 9, KVFail: 12, Horizon: inf}, false},
+		{GoalRow{RR: 4, RRFail: 4.5, KV: 7, KVFail: 8, Horizon: inf}, true},
+		{GoalRow{RR: 4, RRFail: 4.5, KV: 7, KVFail: 8.5, Horizon: inf}, false},
+		{GoalRow{RR: 4, RRFail: 4.5, KV: 7, KVFail: 8.5, Horizon: 7.9}, true},
+		{GoalRow{KV: 7, KVFail: 8.5, Horizon: inf}, true}, // no round-robin goodput
+	} {
+		if got := tt.row.GoodputSettled(); got != tt.settled {
+			t.Errorf("%+v settled %v, want %v", tt.row, got, tt.settled)
+		}
 	}
 	var out strings.Builder
 	if err := WriteGoals(&out, []GoalRow{g, bad, missing, cap, unreachable}, 6, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | none | ok | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
-		"| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x12 | FAIL (>cap) |", "| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x8.5 | FAIL (>bound) |",
+		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | none | ok ? | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
+		"| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x12 | FAIL (>cap) ? |", "| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x8.5 | FAIL (>bound) |",
 		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-2.5 (-5.0), +5.0% | FAIL |",
 		"goals met on 5 traces: hit 5, approx 4, goodput 3, ttft 4, replicas 3",
 		"t: no result at x6 for kv-3-replicas, kv-8-replicas",
