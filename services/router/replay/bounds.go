@@ -1,7 +1,9 @@
 package replay
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
@@ -55,7 +57,16 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 	var first, last time.Duration
 	floors := make([]time.Duration, 0, len(trace))
 	reqs := make([]horizonRequest, 0, len(trace))
-	for _, r := range trace {
+	// In arrival order, as the engines see the requests (the replay
+	// routes requests that arrive together in trace order): "earlier"
+	// below is earlier in it.
+	order := make([]int, len(trace))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(trace[a].Arrival, trace[b].Arrival) })
+	for _, i := range order {
+		r := trace[i]
 		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 		blocks = kvhash.Hashes(tokens, bs, blocks[:0])
 		// As the engines count hits, a block can hit only if a token

@@ -100,6 +100,23 @@ func TestComputeBoundsCapacity(t *testing.T) {
 	if math.Abs(c.Rate-2134.1296) > 1e-3 {
 		t.Fatalf("capacity bound x%v, want x2134.1296", c.Rate)
 	}
+	// Out of order, a trace has the same bounds: "earlier" is earlier in
+	// arrival. A long prompt at 0 s and a request at 10 s that repeats its
+	// first 512 tokens: 1536 + 16 tokens to compute. Slice order would
+	// count 512 + 1024.
+	ordered := []Request{
+		{Arrival: 0, InputLength: 1536, OutputLength: 3, HashIDs: []uint64{1, 2, 3}},
+		{Arrival: 10 * time.Second, InputLength: 512, OutputLength: 3, HashIDs: []uint64{1}},
+	}
+	shuffled := []Request{ordered[1], ordered[0]}
+	b, sb := ComputeBounds(ordered, cfg), ComputeBounds(shuffled, cfg)
+	if b.Capacity.UncachedTokens != 1536+16 {
+		t.Fatalf("uncached %d, want 1552", b.Capacity.UncachedTokens)
+	}
+	if sb.Capacity != b.Capacity || sb.Pooled != b.Pooled || sb.Reuse != b.Reuse || sb.FloorTTFT != b.FloorTTFT ||
+		sb.Horizon(time.Second) != b.Horizon(time.Second) {
+		t.Fatalf("out of order: %+v, in order %+v", sb, b)
+	}
 }
 
 // TestCapacityBoundHeldBlocks checks the decode line a + b u by hand: the
