@@ -91,6 +91,20 @@ func (m Model) Valid() bool {
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
+// Same says whether m and o are the same model to the bit (== takes -0
+// for 0, and NaN for unequal to itself).
+func (m *Model) Same(o *Model) bool {
+	// One branch: callers compare models that are nearly always the same.
+	return math.Float64bits(m.PrefillQuadratic)^math.Float64bits(o.PrefillQuadratic)|
+		math.Float64bits(m.PrefillPerToken)^math.Float64bits(o.PrefillPerToken)|
+		math.Float64bits(m.PrefillPerBatch)^math.Float64bits(o.PrefillPerBatch)|
+		math.Float64bits(m.DecodeQuadratic)^math.Float64bits(o.DecodeQuadratic)|
+		math.Float64bits(m.DecodeLinear)^math.Float64bits(o.DecodeLinear)|
+		math.Float64bits(m.DecodeBase)^math.Float64bits(o.DecodeBase)|
+		math.Float64bits(m.DecodeMin)^math.Float64bits(o.DecodeMin)|
+		uint64(m.MaxBatchedTokens^o.MaxBatchedTokens) == 0
+}
+
 // Proto returns the model as published.
 func (m Model) Proto() *workerv1.TimingModel {
 	return &workerv1.TimingModel{

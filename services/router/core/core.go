@@ -99,7 +99,10 @@ type Core struct {
 	// timing is each live instance's published timing model (Default
 	// until it publishes one). Entries are updated in place, so cached
 	// candidates point at them and a decision reads no map per worker.
-	timing     map[uint64]*timingmodel.Model
+	timing map[uint64]*timingmodel.Model
+	// timingVer changes whenever an entry of timing does (a model made or
+	// changed): the scheduler's fill memo then need not compare models.
+	timingVer  uint64
 	observer   Observer
 	requestTTL time.Duration
 	// arrivals measures the request rate, whose requests wait behind a
@@ -307,6 +310,7 @@ func (c *Core) timingLocked(id uint64) *timingmodel.Model {
 		t = new(timingmodel.Model)
 		*t = timingmodel.Default()
 		c.timing[id] = t
+		c.timingVer++
 	}
 	return t
 }
@@ -562,6 +566,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		s := &d.scored[i]
 		s.Worker, s.Overlap, s.Timing = w, reach[i], *cands[i].timing
 	}
+	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the
 	// busier the workers the more of them a decision's work delays.
 	rate := c.arrivals.waitRate(now, len(cands))
@@ -569,7 +574,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	// hold: the requests a second copy of it could take (see scheduler).
 	shared := c.arrivals.shared(now, hashes, reach)
 	c.mu.Unlock()
-	c.load.FillAll(d.scored, bs)
+	c.load.FillAllVersion(d.scored, bs, timingVer)
 	tokens := len(q.tokens)
 	if tokens == 0 {
 		tokens = len(hashes) * bs
@@ -712,7 +717,10 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		c.mu.Unlock()
 		return
 	}
-	*c.timingLocked(m.InstanceId) = timingmodel.FromProto(m.GetTimingModel())
+	if t, pub := c.timingLocked(m.InstanceId), timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
+		*t = pub
+		c.timingVer++
+	}
 	bs := c.blockSizeLocked(m.InstanceId)
 	c.mu.Unlock()
 	var reqs []scheduler.ReportedRequest

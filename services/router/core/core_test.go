@@ -12,6 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -283,5 +284,41 @@ func TestRegistryChangesReachTheNextDecision(t *testing.T) {
 	}
 	if got, err := route("e"); err != nil || got == 3 {
 		t.Fatalf("got %x, %v", got, err)
+	}
+}
+
+// TestTimingVersion checks that the version of the timing models, which
+// spares the scheduler's fill memo comparing every worker's model at every
+// decision, changes whenever a model does: one published that differs, or
+// one made for a worker. A report of the same model leaves it.
+func TestTimingVersion(t *testing.T) {
+	c := cluster(t, Config{Mode: ModeKV}, 2)
+	if _, err := c.QueryOverlaps(&routerv1.QueryOverlapsRequest{Target: modelTarget(), TokenIds: tokens(16, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	slow := timingmodel.Default().Scaled(0.1)
+	for i, step := range []struct {
+		m       *workerv1.TimingModel
+		changes bool
+	}{
+		{timingmodel.Default().Proto(), false}, // what the worker had
+		{slow.Proto(), true},
+		{slow.Proto(), false},
+		{nil, true},                      // back to Default
+		{&workerv1.TimingModel{}, false}, // invalid: Default again
+	} {
+		c.mu.Lock()
+		before := c.timingVer
+		c.mu.Unlock()
+		c.ReportLoad(&workerv1.LoadMetrics{InstanceId: 1, TimingModel: step.m})
+		c.mu.Lock()
+		after, got := c.timingVer, *c.timing[1]
+		c.mu.Unlock()
+		if (after != before) != step.changes {
+			t.Fatalf("step %d: version %d -> %d, want a change: %v", i, before, after, step.changes)
+		}
+		if want := timingmodel.FromProto(step.m); !got.Same(&want) {
+			t.Fatalf("step %d: model %+v, want %+v", i, got, want)
+		}
 	}
 }

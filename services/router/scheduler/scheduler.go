@@ -355,15 +355,19 @@ type fillCache struct {
 // the worker, or it reports, a few workers per decision. The cost's step
 // costs (Candidate.steps) are computed here too, once per change.
 type fillMemo struct {
-	ver                   uint64
-	bs                    int
-	ok, hasLoad, fresh    bool
-	timing                timingmodel.Model
+	// What it was computed from, read at every decision first.
+	ver, timingVer           uint64
+	bs                       int
+	ok, hasLoad, fresh, tver bool
+	// What it computed.
 	prefill, decodeBlocks int
 	queued, decoding      int // before the head's progress
 	usage                 float64
 	head                  headSteps
 	steps                 timingmodel.Steps
+	// timing is the model it was computed with, compared only when the
+	// caller does not number its models (see FillAllVersion).
+	timing timingmodel.Model
 }
 
 // FreedMemory is how long a freed request id is remembered; a load report
@@ -648,6 +652,17 @@ func (l *Load) Fill(c *Candidate, blockSize int) {
 // each candidate's step costs for Cost. It sets every field but Worker,
 // Overlap and Timing, which are its input.
 func (l *Load) FillAll(cands []Candidate, blockSize int) {
+	l.fillAll(cands, blockSize, 0, false)
+}
+
+// FillAllVersion is FillAll for a caller that numbers its timing models:
+// timingVer changes whenever any candidate's Timing does. It spares FillAll
+// comparing every candidate's model with the one it filled it with last.
+func (l *Load) FillAllVersion(cands []Candidate, blockSize int, timingVer uint64) {
+	l.fillAll(cands, blockSize, timingVer, true)
+}
+
+func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versioned bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -662,10 +677,15 @@ func (l *Load) FillAll(cands []Candidate, blockSize int) {
 		if wl != nil {
 			ver = wl.ver
 		}
-		if !m.ok || m.hasLoad != (wl != nil) || m.ver != ver || m.fresh != isFresh ||
-			m.bs != blockSize || !sameModel(&m.timing, &c.Timing) {
+		sameTiming := versioned && m.tver && m.timingVer == timingVer
+		if !sameTiming && m.ok && m.timing.Same(&c.Timing) {
+			sameTiming = true
+			m.timingVer, m.tver = timingVer, versioned
+		}
+		if !m.ok || m.hasLoad != (wl != nil) || m.ver != ver || m.fresh != isFresh || m.bs != blockSize || !sameTiming {
 			m.head = fillStatic(c, wl, blockSize, isFresh)
 			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, m.timing = true, wl != nil, ver, isFresh, blockSize, c.Timing
+			m.timingVer, m.tver = timingVer, versioned
 			m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage = c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage
 			m.steps = c.Timing.Steps(c.Decoding, c.Usage)
 		}
@@ -675,20 +695,6 @@ func (l *Load) FillAll(cands []Candidate, blockSize int) {
 			c.QueuedTokens -= m.head.progress(wl.headSince, now)
 		}
 	}
-}
-
-// sameModel says whether a and b are the same model to the bit (== would
-// take -0 for 0 and NaN for unequal to itself).
-func sameModel(a, b *timingmodel.Model) bool {
-	// One branch: the models are the same at nearly every decision.
-	return math.Float64bits(a.PrefillQuadratic)^math.Float64bits(b.PrefillQuadratic)|
-		math.Float64bits(a.PrefillPerToken)^math.Float64bits(b.PrefillPerToken)|
-		math.Float64bits(a.PrefillPerBatch)^math.Float64bits(b.PrefillPerBatch)|
-		math.Float64bits(a.DecodeQuadratic)^math.Float64bits(b.DecodeQuadratic)|
-		math.Float64bits(a.DecodeLinear)^math.Float64bits(b.DecodeLinear)|
-		math.Float64bits(a.DecodeBase)^math.Float64bits(b.DecodeBase)|
-		math.Float64bits(a.DecodeMin)^math.Float64bits(b.DecodeMin)|
-		uint64(a.MaxBatchedTokens^b.MaxBatchedTokens) == 0
 }
 
 // loadsLocked returns each candidate's record (nil if none) and fill memo,
