@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
@@ -34,7 +36,9 @@ func ChainFloor(trace []Request, cfg Config) [3]time.Duration {
 	return percentiles(chainFloors(trace, cfg))
 }
 
-// chainFloors is ChainFloor per request, in trace order.
+// chainFloors is ChainFloor per request, in trace order. It walks the
+// trace in arrival order (stable, as ComputeBounds does): the one pass
+// needs every earlier arrival's blocks before a request's.
 func chainFloors(trace []Request, cfg Config) []time.Duration {
 	bs := cfg.Engine.BlockSize
 	_, perTokenMs := cheapestPrefill(cfg.Engine.Timing())
@@ -42,8 +46,14 @@ func chainFloors(trace []Request, cfg Config) []time.Duration {
 	exists := map[uint64]time.Duration{} // block -> the earliest it can exist
 	var tokens []uint32
 	var blocks []kvhash.Block
-	lbs := make([]time.Duration, 0, len(trace))
-	for _, r := range trace {
+	lbs := make([]time.Duration, len(trace))
+	order := make([]int, len(trace))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(trace[a].Arrival, trace[b].Arrival) })
+	for _, n := range order {
+		r := trace[n]
 		at := time.Duration(float64(r.Arrival) / cfg.RateScale)
 		tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 		blocks = kvhash.Hashes(tokens, bs, blocks[:0])
@@ -67,7 +77,7 @@ func chainFloors(trace []Request, cfg Config) []time.Duration {
 			best = min(best, start-at+prefillTime(len(tokens)-i*bs, cfg.Engine))
 			startLess = min(startLess, start-time.Duration(i)*perBlock)
 		}
-		lbs = append(lbs, best)
+		lbs[n] = best
 		for p := known; p < len(blocks); p++ {
 			e := startLess + time.Duration(p+1)*perBlock
 			if old, ok := exists[blocks[p].Sequence]; !ok || e < old {

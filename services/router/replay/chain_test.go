@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -48,6 +49,15 @@ func TestChainFloor(t *testing.T) {
 				if got[i] != tt.want[i] {
 					t.Fatalf("request %d: %v, want %v (all %v)", i, got[i], tt.want[i], got)
 				}
+			}
+			// Out of order in the slice, the same bound per request:
+			// earlier is earlier in arrival.
+			rev := slices.Clone(tt.trace)
+			slices.Reverse(rev)
+			back := chainFloors(rev, cfg)
+			slices.Reverse(back)
+			if !slices.Equal(back, got) {
+				t.Fatalf("reversed trace: %v, want %v", back, got)
 			}
 		})
 	}
