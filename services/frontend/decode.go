@@ -147,6 +147,49 @@ func (l *lexer) elem(first bool) (more, ok bool) {
 	return false, false
 }
 
+// object reads an object member by member. member is called with each
+// name, the lexer at its value; it reads the value and reports whether it
+// knew the name and whether the value was taken. A name it does not know is
+// skipped with its value, unless it folds to one of names (encoding/json
+// matches names without regard to case: that one is left to it).
+func (l *lexer) object(names []string, member func(name []byte) (known, ok bool)) bool {
+	if !l.open('{') {
+		return false
+	}
+	for first := true; ; first = false {
+		name, done, ok := l.key(first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		known, ok := member(name)
+		if !ok {
+			return false
+		}
+		if !known {
+			if folds(name, names) {
+				return false
+			}
+			if _, ok := l.value(); !ok {
+				return false
+			}
+		}
+	}
+}
+
+// str1 reads a string member's value into v as the first member with
+// bit in s; anything else (a second one, another kind of value, a null:
+// encoding/json decodes that as nothing) is not taken.
+func (l *lexer) str1(s *seen, bit uint, v *string) (ok bool) {
+	if !s.first(bit) || l.peek() != '"' {
+		return false
+	}
+	*v, ok = l.str()
+	return ok
+}
+
 // stringRaw reads a string token, quotes included; escaped says it holds
 // a backslash escape.
 func (l *lexer) stringRaw() (raw []byte, escaped, ok bool) {
@@ -565,33 +608,18 @@ func (l *lexer) streamOptions(c *commonRequest) bool {
 	if l.null() {
 		return true
 	}
-	if !l.open('{') {
-		return false
-	}
 	c.StreamOptions = &streamOptions{}
 	var s seen
-	for first := true; ; first = false {
-		name, done, ok := l.key(first)
-		switch {
-		case !ok:
-			return false
-		case done:
-			return true
-		case string(name) == "include_usage":
-			if !s.first(0) {
-				return false
-			}
-			if c.StreamOptions.IncludeUsage, ok = l.boolean(); !ok {
-				return false
-			}
-		case folds(name, []string{"include_usage"}):
-			return false
-		default:
-			if _, ok := l.value(); !ok {
-				return false
-			}
+	return l.object(streamOptionsNames, func(name []byte) (known, ok bool) {
+		if string(name) != "include_usage" {
+			return false, true
 		}
-	}
+		if !s.first(0) {
+			return true, false
+		}
+		c.StreamOptions.IncludeUsage, ok = l.boolean()
+		return true, ok
+	})
 }
 
 func (l *lexer) stopTokenIDs(c *commonRequest) bool {
@@ -623,25 +651,11 @@ func (l *lexer) stopTokenIDs(c *commonRequest) bool {
 // would, or reports false (see the top of this file).
 func decodeChatFast(body []byte, r *chatRequest) bool {
 	l := lexer{b: body}
-	if !l.open('{') {
-		return false
-	}
 	o := &r.opt
 	var s seen
-	for first := true; ; first = false {
-		name, done, ok := l.key(first)
-		if !ok {
-			return false
-		}
-		if done {
-			return l.end()
-		}
-		known, ok := l.common(name, &r.commonRequest, o, &s)
-		if !ok {
-			return false
-		}
-		if known {
-			continue
+	return l.object(chatNames, func(name []byte) (known, ok bool) {
+		if known, ok := l.common(name, &r.commonRequest, o, &s); known || !ok {
+			return known, ok
 		}
 		var bit uint
 		switch string(name) {
@@ -665,16 +679,10 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 			bit = 24
 		default:
 			// A member json.Unmarshal ignores (the field policy judges it).
-			if folds(name, chatNames) {
-				return false
-			}
-			if _, ok := l.value(); !ok {
-				return false
-			}
-			continue
+			return false, true
 		}
 		if !s.first(bit) {
-			return false
+			return true, false
 		}
 		switch bit {
 		case 17:
@@ -687,7 +695,7 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 			ok = l.templateKwargs(r)
 		default:
 			if l.null() {
-				continue
+				return true, true
 			}
 			switch bit {
 			case 16:
@@ -712,10 +720,8 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 				}
 			}
 		}
-		if !ok {
-			return false
-		}
-	}
+		return true, ok
+	}) && l.end()
 }
 
 func (l *lexer) messages(r *chatRequest) bool {
@@ -741,18 +747,8 @@ func (l *lexer) messages(r *chatRequest) bool {
 // message decodes one message; null (which json decodes as nothing) is
 // left to encoding/json.
 func (l *lexer) message(m *chatMessage) bool {
-	if !l.open('{') {
-		return false
-	}
 	var s seen
-	for first := true; ; first = false {
-		name, done, ok := l.key(first)
-		if !ok {
-			return false
-		}
-		if done {
-			return true
-		}
+	return l.object(messageNames, func(name []byte) (known, ok bool) {
 		var bit uint
 		switch string(name) {
 		case "role":
@@ -768,16 +764,10 @@ func (l *lexer) message(m *chatMessage) bool {
 		case "reasoning_content":
 			bit = 5
 		default:
-			if folds(name, messageNames) {
-				return false
-			}
-			if _, ok := l.value(); !ok {
-				return false
-			}
-			continue
+			return false, true
 		}
 		if !s.first(bit) {
-			return false
+			return true, false
 		}
 		switch bit {
 		case 1:
@@ -791,7 +781,7 @@ func (l *lexer) message(m *chatMessage) bool {
 			})
 		default:
 			if l.null() {
-				continue
+				return true, true
 			}
 			var v string
 			if bit == 0 {
@@ -811,10 +801,8 @@ func (l *lexer) message(m *chatMessage) bool {
 				*m.ReasoningContent = v
 			}
 		}
-		if !ok {
-			return false
-		}
-	}
+		return true, ok
+	})
 }
 
 // try decodes the value that comes next with fast; when fast reports false,
@@ -830,8 +818,11 @@ func (l *lexer) try(fast func() bool, slow func(raw []byte) bool) bool {
 }
 
 var (
-	toolCallNames     = []string{"id", "type", "function"}
-	functionCallNames = []string{"name", "arguments"}
+	toolCallNames      = []string{"id", "type", "function"}
+	functionCallNames  = []string{"name", "arguments"}
+	toolNames          = []string{"type", "function"}
+	toolFunctionNames  = []string{"name"}
+	streamOptionsNames = []string{"include_usage"}
 )
 
 // toolCalls decodes a message's tool_calls: an array of
@@ -847,79 +838,39 @@ func (l *lexer) toolCalls(m *chatMessage) bool {
 			return ok
 		}
 		var tc chattemplate.ToolCall
-		if !l.open('{') {
-			return false
-		}
 		var s seen
-		for first := true; ; first = false {
-			name, done, ok := l.key(first)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
+		if !l.object(toolCallNames, func(name []byte) (known, ok bool) {
 			switch string(name) {
 			case "id":
-				ok = s.first(0) && l.peek() == '"'
-				if ok {
-					tc.ID, ok = l.str()
-				}
+				return true, l.str1(&s, 0, &tc.ID)
 			case "type":
-				ok = s.first(1) && l.peek() == '"'
-				if ok {
-					tc.Type, ok = l.str()
-				}
+				return true, l.str1(&s, 1, &tc.Type)
 			case "function":
-				ok = s.first(2) && l.functionCall(&tc.Function)
-			default:
-				if folds(name, toolCallNames) {
-					return false
-				}
-				_, ok = l.value()
+				return true, s.first(2) && l.functionCall(&tc.Function)
 			}
-			if !ok {
-				return false
-			}
+			return false, true
+		}) {
+			return false
 		}
 		m.ToolCalls = append(m.ToolCalls, tc)
 	}
 }
 
 func (l *lexer) functionCall(f *chattemplate.FunctionCall) bool {
-	if !l.open('{') {
-		return false
-	}
 	var s seen
-	for first := true; ; first = false {
-		name, done, ok := l.key(first)
-		if !ok {
-			return false
-		}
-		if done {
-			return true
-		}
+	return l.object(functionCallNames, func(name []byte) (known, ok bool) {
 		switch string(name) {
 		case "name":
-			ok = s.first(0) && l.peek() == '"'
-			if ok {
-				f.Name, ok = l.str()
-			}
+			return true, l.str1(&s, 0, &f.Name)
 		case "arguments":
-			ok = s.first(1)
-			if ok {
-				f.Arguments, ok = l.raw()
+			if !s.first(1) {
+				return true, false
 			}
-		default:
-			if folds(name, functionCallNames) {
-				return false
-			}
-			_, ok = l.value()
+			f.Arguments, ok = l.raw()
+			return true, ok
 		}
-		if !ok {
-			return false
-		}
-	}
+		return false, true
+	})
 }
 
 // toolFunctionName reads the type and function name of a tool definition
@@ -927,55 +878,26 @@ func (l *lexer) functionCall(f *chattemplate.FunctionCall) bool {
 // does not take (parseTools then uses encoding/json).
 func toolFunctionName(raw []byte) (typ, name string, hasFunction, ok bool) {
 	l := lexer{b: raw}
-	if !l.open('{') {
-		return "", "", false, false
-	}
-	var s seen
-	for first := true; ; first = false {
-		key, done, ok := l.key(first)
-		if !ok {
-			return "", "", false, false
-		}
-		if done {
-			return typ, name, hasFunction, l.end()
-		}
+	var s, fs seen
+	ok = l.object(toolNames, func(key []byte) (known, ok bool) {
 		switch string(key) {
 		case "type":
-			ok = s.first(0) && l.peek() == '"'
-			if ok {
-				typ, ok = l.str()
-			}
+			return true, l.str1(&s, 0, &typ)
 		case "function":
-			ok = s.first(1) && l.open('{')
 			hasFunction = true
-			var fs seen
-			for first := true; ok; first = false {
-				var k []byte
-				if k, done, ok = l.key(first); !ok || done {
-					break
+			return true, s.first(1) && l.object(toolFunctionNames, func(key []byte) (known, ok bool) {
+				if string(key) != "name" {
+					return false, true
 				}
-				switch {
-				case string(k) == "name":
-					ok = fs.first(0) && l.peek() == '"'
-					if ok {
-						name, ok = l.str()
-					}
-				case folds(k, []string{"name"}):
-					ok = false
-				default:
-					_, ok = l.value()
-				}
-			}
-		default:
-			if folds(key, []string{"type", "function"}) {
-				return "", "", false, false
-			}
-			_, ok = l.value()
+				return true, l.str1(&fs, 0, &name)
+			})
 		}
-		if !ok {
-			return "", "", false, false
-		}
+		return false, true
+	}) && l.end()
+	if !ok {
+		return "", "", false, false
 	}
+	return typ, name, hasFunction, true
 }
 
 // role reads a message's role: a known one is its constant, not a copy.
@@ -1031,25 +953,11 @@ func (l *lexer) templateKwargs(r *chatRequest) bool {
 // decodeCompletionFast is decodeChatFast for a completion body.
 func decodeCompletionFast(body []byte, r *completionRequest) bool {
 	l := lexer{b: body}
-	if !l.open('{') {
-		return false
-	}
 	o := &r.opt
 	var s seen
-	for first := true; ; first = false {
-		name, done, ok := l.key(first)
-		if !ok {
-			return false
-		}
-		if done {
-			return l.end()
-		}
-		known, ok := l.common(name, &r.commonRequest, o, &s)
-		if !ok {
-			return false
-		}
-		if known {
-			continue
+	return l.object(completionNames, func(name []byte) (known, ok bool) {
+		if known, ok := l.common(name, &r.commonRequest, o, &s); known || !ok {
+			return known, ok
 		}
 		var bit uint
 		switch string(name) {
@@ -1064,25 +972,17 @@ func decodeCompletionFast(body []byte, r *completionRequest) bool {
 		case "logprobs":
 			bit = 20
 		default:
-			if folds(name, completionNames) {
-				return false
-			}
-			if _, ok := l.value(); !ok {
-				return false
-			}
-			continue
+			return false, true
 		}
 		if !s.first(bit) {
-			return false
+			return true, false
 		}
 		if bit == 17 {
-			if r.Prompt, ok = l.raw(); !ok {
-				return false
-			}
-			continue
+			r.Prompt, ok = l.raw()
+			return true, ok
 		}
 		if l.null() {
-			continue
+			return true, true
 		}
 		switch bit {
 		case 16:
@@ -1099,10 +999,8 @@ func decodeCompletionFast(body []byte, r *completionRequest) bool {
 				r.Logprobs = o.int(v)
 			}
 		}
-		if !ok {
-			return false
-		}
-	}
+		return true, ok
+	}) && l.end()
 }
 
 // fastStrings reads a string or an array of strings (a stop value) as
