@@ -38,32 +38,24 @@ type metrics struct {
 type modelMetrics struct {
 	inflight                              prometheus.Gauge
 	duration                              prometheus.Observer
-	ttft, itl                             lazyObserver
-	promptTokens, genTokens, cachedTokens lazyCounter
+	ttft, itl                             lazy[prometheus.Observer]
+	promptTokens, genTokens, cachedTokens lazy[prometheus.Counter]
 }
 
-type lazyObserver struct {
+// labeled is a metric vector: a CounterVec, a HistogramVec.
+type labeled[T any] interface{ WithLabelValues(...string) T }
+
+// lazy is one model's series of vec, made at its first get.
+type lazy[T any] struct {
 	once  sync.Once
-	vec   *prometheus.HistogramVec
+	vec   labeled[T]
 	model string
-	o     prometheus.Observer
+	v     T
 }
 
-func (l *lazyObserver) get() prometheus.Observer {
-	l.once.Do(func() { l.o = l.vec.WithLabelValues(l.model) })
-	return l.o
-}
-
-type lazyCounter struct {
-	once  sync.Once
-	vec   *prometheus.CounterVec
-	model string
-	c     prometheus.Counter
-}
-
-func (l *lazyCounter) get() prometheus.Counter {
-	l.once.Do(func() { l.c = l.vec.WithLabelValues(l.model) })
-	return l.c
+func (l *lazy[T]) get() T {
+	l.once.Do(func() { l.v = l.vec.WithLabelValues(l.model) })
+	return l.v
 }
 
 // model returns the handles of a model the registry knows (the caller
@@ -82,9 +74,9 @@ func (m *metrics) model(name string) *modelMetrics {
 		return mm
 	}
 	mm = &modelMetrics{inflight: m.inflight.WithLabelValues(name), duration: m.duration.WithLabelValues(name),
-		ttft: lazyObserver{vec: m.ttft, model: name}, itl: lazyObserver{vec: m.itl, model: name},
-		promptTokens: lazyCounter{vec: m.promptTokens, model: name}, genTokens: lazyCounter{vec: m.genTokens, model: name},
-		cachedTokens: lazyCounter{vec: m.cachedTokens, model: name}}
+		ttft: lazy[prometheus.Observer]{vec: m.ttft, model: name}, itl: lazy[prometheus.Observer]{vec: m.itl, model: name},
+		promptTokens: lazy[prometheus.Counter]{vec: m.promptTokens, model: name}, genTokens: lazy[prometheus.Counter]{vec: m.genTokens, model: name},
+		cachedTokens: lazy[prometheus.Counter]{vec: m.cachedTokens, model: name}}
 	if m.models == nil {
 		m.models = map[string]*modelMetrics{}
 	}

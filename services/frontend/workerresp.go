@@ -73,16 +73,13 @@ func (r *genResponse) decodeFast(b []byte) bool {
 			if n < 0 {
 				return false
 			}
-			b = b[n:]
-			for len(packed) > 0 {
-				v, n := protowire.ConsumeVarint(packed)
-				if n < 0 {
-					return false
-				}
-				ids = append(ids, uint32(v))
-				packed = packed[n:]
+			var ok bool
+			if ids, ok = appendVarints(ids, packed); !ok {
+				return false
 			}
+			b = b[n:]
 		case num == respTokenIDs && typ == protowire.VarintType:
+			// One id unpacked: a parser takes both forms, even mixed.
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return false
@@ -126,6 +123,20 @@ func (r *genResponse) decodeFast(b []byte) bool {
 	}
 	r.tokenIDs = ids
 	return true
+}
+
+// appendVarints appends the packed varints of b to ids as token ids; ok is
+// false when b ends inside one.
+func appendVarints(ids []uint32, b []byte) (_ []uint32, ok bool) {
+	for len(b) > 0 {
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return ids, false
+		}
+		ids = append(ids, uint32(v))
+		b = b[n:]
+	}
+	return ids, true
 }
 
 // usage reads a Usage message's cached_prompt_tokens; several usage fields
