@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -19,10 +18,8 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
-	"github.com/switchyard-llm/switchyard/services/router"
-	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // TestRouteStreams routes on RouteStreams against a real router: requests
@@ -35,24 +32,7 @@ func TestRouteStreams(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rctx, rcancel := context.WithCancel(ctx)
-	svc, err := router.Start(rctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: reg.Addr}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rcancel()
-		if err := svc.Wait(); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	cc, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	rpc := routerv1.NewRouterServiceClient(cc)
+	rpc, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, ""))
 	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -28,7 +27,6 @@ import (
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
-	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
@@ -104,34 +102,14 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	bus := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
 	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, natsStore: natsStore, bus: bus}
 
-	ctx, cancel := context.WithCancel(context.Background())
 	// The router follows the workers' KV events on the eventbus itself when
 	// the test asks for KV routing.
-	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: reg.Addr}
+	rcfg := routertest.Config(reg.Addr, "")
 	if o.bridgeKV {
 		rcfg.EventbusAddr = bus.Addr().String()
 	}
-	rsvc, err := router.Start(ctx, rcfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if err := routertest.WaitReady(ctx, rsvc); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	s.router = rsvc
-	var once sync.Once
-	s.stopRouter = func() {
-		once.Do(func() {
-			cancel()
-			if err := rsvc.Wait(); err != nil {
-				t.Errorf("router: %v", err)
-			}
-		})
-	}
-	t.Cleanup(s.stopRouter)
+	s.router, s.stopRouter = routertest.StartService(t, context.Background(), rcfg)
+	rsvc := s.router
 
 	var cfg frontend.Config
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)

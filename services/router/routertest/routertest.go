@@ -40,11 +40,11 @@ func WaitReady(ctx context.Context, svc *router.Service) error {
 	}
 }
 
-// Start starts a router with cfg until ctx ends or stop is called, and dials
-// it once it is ready. stop closes the connection, stops the router and fails t if the router
+// StartService starts a router with cfg until ctx ends or stop is called,
+// and waits until it is ready. stop stops the router and fails t if it
 // stopped with an error; t's cleanup calls it too, and a second call does
 // nothing.
-func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv1.RouterServiceClient, stop func()) {
+func StartService(t testing.TB, ctx context.Context, cfg router.Config) (svc *router.Service, stop func()) {
 	t.Helper()
 	rctx, cancel := context.WithCancel(ctx)
 	svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
@@ -57,20 +57,34 @@ func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv
 		_ = svc.Wait()
 		t.Fatalf("router not ready: %v", err)
 	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := svc.Wait(); err != nil {
+				t.Errorf("router: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return svc, stop
+}
+
+// Start is StartService, and dials the router once it is ready; stop also
+// closes the connection.
+func Start(t testing.TB, ctx context.Context, cfg router.Config) (client routerv1.RouterServiceClient, stop func()) {
+	t.Helper()
+	svc, stopService := StartService(t, ctx, cfg)
 	cc, err := routerclient.Dial([]string{svc.Addr().String()}, routerclient.Options{})
 	if err != nil {
-		cancel()
-		_ = svc.Wait()
+		stopService()
 		t.Fatalf("dial router: %v", err)
 	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cc.Close()
-			cancel()
-			if err := svc.Wait(); err != nil {
-				t.Errorf("router: %v", err)
-			}
+			stopService()
 		})
 	}
 	t.Cleanup(stop)
