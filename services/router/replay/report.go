@@ -157,10 +157,12 @@ func fmtRate(x float64) string { return strconv.FormatFloat(round3(x), 'g', -1, 
 var CSVHeader = []string{"mode", "rate_scale", "workers", "kv_blocks", "hit_rate", "reuse_bound", "pooled_bound",
 	"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 	"trace", "overlap_weight", "e2e_p90_ms", "throughput_tok_s", "spread", "completed", "rejected", "makespan_s",
-	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale"}
+	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale", "horizon_bound_rate_scale"}
 
-// WriteCSV writes one row per (mode, rate scale) under CSVHeader.
+// WriteCSV writes one row per (mode, rate scale) under CSVHeader. An
+// unbounded horizon is written as +Inf.
 func WriteCSV(w io.Writer, r *Report) error {
+	horizon := r.HorizonBound().Rate
 	cw := csv.NewWriter(w)
 	_ = cw.Write(CSVHeader)
 	f := func(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
@@ -171,7 +173,7 @@ func WriteCSV(w io.Writer, r *Report) error {
 			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
 			r.Trace, f(c.OverlapWeight, -1), ms(x.E2E[1]), f(x.Throughput, 1), f(x.Spread, 3),
 			strconv.Itoa(x.Completed), strconv.Itoa(x.Rejected), f(x.Makespan.Seconds(), 1),
-			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4)})
+			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4), f(horizon, 4)})
 	}
 	cw.Flush()
 	return cw.Error()

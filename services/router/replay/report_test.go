@@ -119,12 +119,16 @@ func TestReportSweep(t *testing.T) {
 		t.Fatalf("CSV rows %v", rows[1:])
 	}
 	last := len(CSVHeader) - 1
-	if rows[0][last] != "capacity_bound_rate_scale" {
-		t.Fatalf("CSV header ends %s", rows[0][last])
+	if rows[0][last-1] != "capacity_bound_rate_scale" || rows[0][last] != "horizon_bound_rate_scale" {
+		t.Fatalf("CSV header ends %v", rows[0][last-1:])
 	}
+	horizon := rep.HorizonBound().Rate
 	for _, row := range rows[1:] {
-		if got, err := strconv.ParseFloat(row[last], 64); err != nil || got != round4(rep.Bounds.Capacity.Rate) {
-			t.Fatalf("capacity_bound_rate_scale %q, want %v", row[last], rep.Bounds.Capacity.Rate)
+		if got, err := strconv.ParseFloat(row[last-1], 64); err != nil || got != round4(rep.Bounds.Capacity.Rate) {
+			t.Fatalf("capacity_bound_rate_scale %q, want %v", row[last-1], rep.Bounds.Capacity.Rate)
+		}
+		if got, err := strconv.ParseFloat(row[last], 64); err != nil || !(got == round4(horizon) || math.IsInf(horizon, 1) && math.IsInf(got, 1)) {
+			t.Fatalf("horizon_bound_rate_scale %q, want %v", row[last], horizon)
 		}
 	}
 	var table bytes.Buffer
