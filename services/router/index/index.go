@@ -577,10 +577,10 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 			x.holders.getAll(hashes[from:to], vals[:], oks[:])
 			size = min(2*size, batch)
 		}
-		cur, ok := vals[depth-from], oks[depth-from]
-		clear(next)
-		if ok {
-			x.intersect(next, active, cur)
+		if oks[depth-from] {
+			x.intersect(next, active, vals[depth-from])
+		} else {
+			clearWords(next)
 		}
 		live := false
 		for wi := range active {
@@ -611,10 +611,11 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	return dst
 }
 
-// intersect writes active ∩ holders(cur) into next (which is zero).
+// intersect writes active ∩ holders(cur) into next.
 func (x *Index) intersect(next, active []uint64, cur uint32) {
 	switch {
 	case cur&listTag != 0:
+		clearWords(next)
 		for _, s := range x.lists[cur&^listTag] {
 			if active[s/64]&(1<<(s%64)) != 0 {
 				next[s/64] |= 1 << (s % 64)
@@ -622,13 +623,26 @@ func (x *Index) intersect(next, active []uint64, cur uint32) {
 		}
 	case cur&setTag != 0:
 		b := x.sets[cur&^setTag]
-		for wi := range min(len(b), len(next)) {
-			next[wi] = active[wi] & b[wi]
+		for wi := range next {
+			next[wi] = 0
+			if wi < len(b) {
+				next[wi] = active[wi] & b[wi]
+			}
 		}
 	default:
+		clearWords(next)
 		if active[cur/64]&(1<<(cur%64)) != 0 {
 			next[cur/64] |= 1 << (cur % 64)
 		}
+	}
+}
+
+// clearWords zeroes a lookup's bitset: a word or two at a hundred
+// workers, where clear's call to memclr cost more than the stores, once
+// per block of every lookup.
+func clearWords(b []uint64) {
+	for i := 0; i < len(b); i++ {
+		b[i] = 0
 	}
 }
 
