@@ -6,7 +6,10 @@ package eventbustest
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,22 +40,77 @@ func StartNATS(t testing.TB) *natsserver.Server {
 // StartNATSAt starts a nats-server with JetStream on port (-1: a free one)
 // storing under storeDir; restarting on the same port and store dir brings
 // back the same streams. It is shut down in t.Cleanup unless the test did it
-// first (StopNATS).
+// first (StopNATS). While StopNATS has it stopped, its port stays held (see
+// testport.Port) until a StartNATSAt on it or the test's end: nats-server
+// takes no listener, so the port is given back the moment before it
+// binds, and meanwhile no other test process can take it.
 func StartNATSAt(t testing.TB, port int, storeDir string) *natsserver.Server {
 	t.Helper()
+	if port > 0 {
+		stopped.release(port)
+	}
 	ns, err := eventbus.StartEmbeddedNATS(storeDir, port, Logger())
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}
-	t.Cleanup(func() { StopNATS(ns) })
+	port = ns.Addr().(*net.TCPAddr).Port
+	stopped.started(ns, port)
+	t.Cleanup(func() {
+		StopNATS(ns)
+		stopped.release(port)
+	})
 	return ns
 }
 
 // StopNATS shuts a nats-server down and waits until it has. Stopping one
-// that is already stopped does nothing.
+// that is already stopped does nothing. The port of one StartNATSAt started
+// stays held until it starts again there.
 func StopNATS(ns *natsserver.Server) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
+	stopped.hold(ns)
+}
+
+// stopped holds the ports of the nats-servers StartNATSAt started and
+// StopNATS stopped.
+var stopped = &natsPorts{running: map[*natsserver.Server]int{}, held: map[int]*testport.Port{}}
+
+type natsPorts struct {
+	mu      sync.Mutex
+	running map[*natsserver.Server]int
+	held    map[int]*testport.Port
+}
+
+func (n *natsPorts) started(ns *natsserver.Server, port int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.running[ns] = port
+}
+
+// hold binds a stopped server's port, if StartNATSAt started it; a port it
+// cannot bind (not to happen: the server has closed its listener) is left
+// free, as before ports were held.
+func (n *natsPorts) hold(ns *natsserver.Server) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	port, ok := n.running[ns]
+	if !ok {
+		return
+	}
+	delete(n.running, ns)
+	if p, err := testport.Hold(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+		n.held[port] = p
+	}
+}
+
+func (n *natsPorts) release(port int) {
+	n.mu.Lock()
+	p := n.held[port]
+	delete(n.held, port)
+	n.mu.Unlock()
+	if p != nil {
+		p.Release()
+	}
 }
 
 // Config is an eventbus configuration for tests: gRPC on 127.0.0.1:0, no

@@ -1,0 +1,53 @@
+package eventbustest_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestStoppedNATSKeepsItsPort: while a test has its nats-server stopped,
+// nobody else can bind its port (other test processes bind 127.0.0.1:0 all
+// the time), a connected client reconnects once it is back on that port and
+// store, and a server stopped for good gives its port back at the test's
+// end (goleak: no holder left).
+func TestStoppedNATSKeepsItsPort(t *testing.T) {
+	store := t.TempDir()
+	ns := eventbustest.StartNATSAt(t, -1, store)
+	addr := ns.Addr().String()
+	port := ns.Addr().(*net.TCPAddr).Port
+	reconnected := make(chan struct{}, 1)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	for range 2 { // a second stop and start on the same port holds it again
+		eventbustest.StopNATS(ns)
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			t.Fatalf("another listener could bind the stopped nats-server's address %s", addr)
+		}
+		eventbustest.StopNATS(ns)          // stopping it again does nothing
+		time.Sleep(100 * time.Millisecond) // the client meets the held port
+		ns = eventbustest.StartNATSAt(t, port, store)
+		select {
+		case <-reconnected:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the client did not reconnect to the nats-server started again on %s", addr)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatalf("flush after reconnecting: %v", err)
+		}
+	}
+	eventbustest.StopNATS(ns) // held until the cleanup, which releases it
+}
