@@ -142,6 +142,7 @@ func Command(c CommandConfig, out io.Writer) error {
 		}
 		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, Results: results}
 		r.HorizonBound()
+		r.SetChainFloors(trace)
 		if err := WriteTable(out, r); err != nil {
 			return err
 		}

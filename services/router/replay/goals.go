@@ -19,7 +19,8 @@ import (
 //   - goodput: kv's goodput (the highest rate scale whose TTFT p90 meets
 //     the SLO) is at least twice round-robin's;
 //   - ttft: kv's TTFT p90 at the default rate is at most 1.5 times the
-//     cached floor's p90;
+//     cached floor's p90 (out of reach for every router when the chain
+//     floor's p90 at that rate is above that);
 //   - replicas: 3 and 8 synced routers are within 2 points of hit rate
 //     and 10% of TTFT p90 of one router at the default rate.
 const (
@@ -100,6 +101,9 @@ type GoalRow struct {
 	// TTFTP90 and Floor are kv's TTFT p90 at the default rate and the
 	// cached floor's p90.
 	TTFTP90, Floor time.Duration
+	// Chain is the chain floor's p90 at the default rate (ChainFloor; 0:
+	// the report has none): no router's TTFT p90 there is below it.
+	Chain time.Duration
 	// Rep3Points and Rep8Points are the replicas' hit rate minus one
 	// router's, in hit-rate points (100 x the difference of the hit
 	// rates, as the goal says; points of the pooled bound are that over
@@ -153,6 +157,14 @@ func (g GoalRow) TTFTRatio() float64 {
 // TTFTOK says kv's TTFT p90 is at most 1.5 times the floor's.
 func (g GoalRow) TTFTOK() bool { return g.TTFTRatio() <= goalTTFTFloor && !g.missing("kv") }
 
+// TTFTUnreachable says the chain floor's p90 is above 1.5 times the
+// cached floor's: every router's TTFT p90 is at least the chain floor's
+// (each request's TTFT is at least its own chain floor), so no router
+// could meet the TTFT goal on this trace at the default rate.
+func (g GoalRow) TTFTUnreachable() bool {
+	return g.Chain > 0 && float64(g.Chain) > goalTTFTFloor*float64(g.Floor)
+}
+
 // ReplicasOK says 3 and 8 synced routers are within 2 points of hit rate
 // and 10% of TTFT p90 of one router.
 func (g GoalRow) ReplicasOK() bool {
@@ -168,7 +180,7 @@ func (g GoalRow) missing(mode string) bool { return slices.Contains(g.Missing, m
 // Goals computes a report's goal row at the default rate scale.
 func Goals(r *Report, defaultRate float64) GoalRow {
 	g := GoalRow{Trace: r.Trace, Pooled: r.Bounds.Pooled, Capacity: r.Bounds.Capacity.Rate, Horizon: r.HorizonBound().Rate,
-		Floor: r.Bounds.FloorTTFT[1]}
+		Floor: r.Bounds.FloorTTFT[1], Chain: r.ChainFloors[defaultRate][1]}
 	at := map[string]Result{}
 	for _, m := range GoalModes {
 		i := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == defaultRate })
@@ -240,14 +252,19 @@ func fmtBracket(pass, fail float64) string {
 // goal. A goodput failure where twice round-robin's goodput is above the
 // finite-horizon bound is marked "FAIL (>bound)": no router could meet it
 // there; one above the capacity bound only, "FAIL (>cap)": no router could
-// sustain that rate, but this finite trace might pass it.
+// sustain that rate, but this finite trace might pass it. A TTFT failure
+// where the chain floor's p90 is above 1.5 times the cached floor's is
+// marked "FAIL (>chain)": no router could meet it; the traces where that
+// holds are listed after the counts.
 func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "goals at the default rate x%g (SLO TTFT p90 <= %s): kv >= %.0f%% of pooled, approx >= %.0f%%, kv goodput >= %gx rr, kv TTFT p90 <= %gx floor, 3/8 replicas within %g hit-rate points and %.0f%% TTFT p90\n",
 		defaultRate, slo, 100*goalHitPooled, 100*goalApproxPooled, goalGoodputRatio, goalTTFTFloor, goalReplicaPoints, 100*goalReplicaTTFT)
-	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; capacity: the rate no router can sustain (a finite trace can pass above it: work runs on after the last arrival); horizon: the rate above which no router meets the SLO on this trace, its end included; FAIL (>bound): 2x rr's goodput is above the horizon, out of reach for any router; FAIL (>cap): above the capacity only, not proven out of reach; ?: the goodput brackets do not decide the verdict (it could change with the rates swept)\n\n")
-	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | horizon | goodput | TTFT p90 / floor ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("goodput (<xF): F is the lowest rate above that missed the SLO; capacity: the rate no router can sustain (a finite trace can pass above it: work runs on after the last arrival); horizon: the rate above which no router meets the SLO on this trace, its end included; FAIL (>bound): 2x rr's goodput is above the horizon, out of reach for any router; FAIL (>cap): above the capacity only, not proven out of reach; ?: the goodput brackets do not decide the verdict (it could change with the rates swept)\n")
+	fmt.Fprintf(&b, "chain p90: the chain floor's TTFT p90 at x%g, below which no router's is (a block is reusable only once some request has computed it, so a request cannot reuse the prompt of one still in prefill; any number of idle engines, infinite caches); FAIL (>chain): it is above %gx the cached floor's p90, out of reach for any router; -: not computed\n\n",
+		defaultRate, goalTTFTFloor)
+	b.WriteString("| trace | pooled | kv % pooled | hit | approx % pooled | approx | goodput rr | goodput kv | kv/rr | capacity | horizon | goodput | TTFT p90 / floor ms | chain p90 ms | ratio | ttft | 3 rep hit pts (of pooled), TTFT | 8 rep hit pts (of pooled), TTFT | replicas |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [5]int
 	for _, g := range rows {
 		ratio := "-"
@@ -265,6 +282,14 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 		if !g.GoodputSettled() {
 			gv += " ?"
 		}
+		tv := verdict(g.TTFTOK())
+		if !g.TTFTOK() && g.TTFTUnreachable() {
+			tv = "FAIL (>chain)"
+		}
+		chain := "-"
+		if g.Chain > 0 {
+			chain = ms(g.Chain)
+		}
 		oks := []bool{g.HitOK(), g.ApproxOK(), g.GoodputOK(), g.TTFTOK(), g.ReplicasOK()}
 		for i, ok := range oks {
 			if ok {
@@ -277,14 +302,23 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 			}
 			return points / g.Pooled
 		}
-		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s | %s / %s | %.2fx | %s | %+.1f (%+.1f), %+.1f%% | %+.1f (%+.1f), %+.1f%% | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %s | %.1f | %s | %s | %s | %s | x%s | %s | %s | %s / %s | %s | %.2fx | %s | %+.1f (%+.1f), %+.1f%% | %+.1f (%+.1f), %+.1f%% | %s |\n",
 			g.Trace, g.Pooled, 100*g.KVPooled, verdict(oks[0]), 100*g.ApproxPooled, verdict(oks[1]),
 			fmtBracket(g.RR, g.RRFail), fmtBracket(g.KV, g.KVFail), ratio, fmtRate(g.Capacity), fmtHorizon(g.Horizon), gv,
-			ms(g.TTFTP90), ms(g.Floor), g.TTFTRatio(), verdict(oks[3]),
+			ms(g.TTFTP90), ms(g.Floor), chain, g.TTFTRatio(), tv,
 			g.Rep3Points, ofPooled(g.Rep3Points), 100*g.Rep3TTFT, g.Rep8Points, ofPooled(g.Rep8Points), 100*g.Rep8TTFT, verdict(oks[4]))
 	}
 	fmt.Fprintf(&b, "\ngoals met on %d traces: hit %d, approx %d, goodput %d, ttft %d, replicas %d\n",
 		len(rows), met[0], met[1], met[2], met[3], met[4])
+	var chained []string
+	for _, g := range rows {
+		if !g.TTFTOK() && g.TTFTUnreachable() {
+			chained = append(chained, g.Trace)
+		}
+	}
+	if len(chained) > 0 {
+		fmt.Fprintf(&b, "ttft out of reach for any router (FAIL (>chain)) on %d traces: %s\n", len(chained), strings.Join(chained, ", "))
+	}
 	for _, g := range rows {
 		if len(g.Missing) > 0 {
 			fmt.Fprintf(&b, "%s: no result at x%g for %s\n", g.Trace, defaultRate, strings.Join(g.Missing, ", "))

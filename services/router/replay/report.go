@@ -35,6 +35,27 @@ type Report struct {
 	// Horizon is the finite-horizon bound at SLO (nil: computed from
 	// Bounds when first needed, by HorizonBound).
 	Horizon *Horizon
+	// ChainFloors are ChainFloor's p50, p90 and p99 at each rate scale of
+	// Results (nil: not computed; SetChainFloors fills it). Unlike the
+	// cached floor it depends on the rate: arrivals closer together leave
+	// less time to compute a shared prefix before the next one needs it.
+	ChainFloors map[float64][3]time.Duration
+}
+
+// SetChainFloors computes the chain floor at every rate scale in Results,
+// with the report's Config otherwise (the same engine timing the cached
+// floor uses; the chain floor counts neither workers nor cache size, as
+// it bounds any number of engines with infinite caches).
+func (r *Report) SetChainFloors(trace []Request) {
+	r.ChainFloors = map[float64][3]time.Duration{}
+	for _, x := range r.Results {
+		if _, ok := r.ChainFloors[x.RateScale]; ok {
+			continue
+		}
+		cfg := r.Config
+		cfg.RateScale = x.RateScale
+		r.ChainFloors[x.RateScale] = ChainFloor(trace, cfg)
+	}
 }
 
 // HorizonBound is the report's finite-horizon bound at its SLO.
@@ -157,15 +178,23 @@ func fmtRate(x float64) string { return strconv.FormatFloat(round3(x), 'g', -1, 
 var CSVHeader = []string{"mode", "rate_scale", "workers", "kv_blocks", "hit_rate", "reuse_bound", "pooled_bound",
 	"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 	"trace", "overlap_weight", "e2e_p90_ms", "throughput_tok_s", "spread", "completed", "rejected", "makespan_s",
-	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale", "horizon_bound_rate_scale"}
+	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale", "horizon_bound_rate_scale",
+	"chain_floor_ttft_p90_ms"}
 
 // WriteCSV writes one row per (mode, rate scale) under CSVHeader. An
-// unbounded horizon is written as +Inf.
+// unbounded horizon is written as +Inf; the chain floor's p90 is the row's
+// rate scale's, NaN when ChainFloors lacks it.
 func WriteCSV(w io.Writer, r *Report) error {
 	horizon := r.HorizonBound().Rate
 	cw := csv.NewWriter(w)
 	_ = cw.Write(CSVHeader)
 	f := func(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
+	chainP90 := func(rate float64) string {
+		if c, ok := r.ChainFloors[rate]; ok {
+			return ms(c[1])
+		}
+		return "NaN"
+	}
 	c := r.Config
 	for _, x := range r.Results {
 		_ = cw.Write([]string{x.Mode, f(x.RateScale, -1), strconv.Itoa(c.Workers), strconv.Itoa(c.Engine.NumGPUBlocks),
@@ -173,7 +202,8 @@ func WriteCSV(w io.Writer, r *Report) error {
 			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
 			r.Trace, f(c.OverlapWeight, -1), ms(x.E2E[1]), f(x.Throughput, 1), f(x.Spread, 3),
 			strconv.Itoa(x.Completed), strconv.Itoa(x.Rejected), f(x.Makespan.Seconds(), 1),
-			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4), f(horizon, 4)})
+			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4), f(horizon, 4),
+			chainP90(x.RateScale)})
 	}
 	cw.Flush()
 	return cw.Error()

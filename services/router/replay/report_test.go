@@ -103,6 +103,7 @@ func TestReportSweep(t *testing.T) {
 	if g := rep.Goodput("kv"); g != 0 {
 		t.Errorf("kv goodput x%g with a nanosecond SLO, want 0", g)
 	}
+	rep.SetChainFloors(trace)
 	var buf, img bytes.Buffer
 	if err := WriteCSV(&buf, rep); err != nil {
 		t.Fatal(err)
@@ -118,12 +119,19 @@ func TestReportSweep(t *testing.T) {
 	if len(rows) != 1+len(modes)*len(rates) || rows[1][0] != "round-robin" || rows[1][1] != "2" || rows[4][0] != "kv" || rows[4][1] != "12" {
 		t.Fatalf("CSV rows %v", rows[1:])
 	}
-	last := len(CSVHeader) - 1
-	if rows[0][last-1] != "capacity_bound_rate_scale" || rows[0][last] != "horizon_bound_rate_scale" {
+	last := len(CSVHeader) - 2
+	if rows[0][last-1] != "capacity_bound_rate_scale" || rows[0][last] != "horizon_bound_rate_scale" || rows[0][last+1] != "chain_floor_ttft_p90_ms" {
 		t.Fatalf("CSV header ends %v", rows[0][last-1:])
 	}
 	horizon := rep.HorizonBound().Rate
 	for _, row := range rows[1:] {
+		// The chain floor at the row's own rate scale.
+		rate, _ := strconv.ParseFloat(row[1], 64)
+		c := cfg
+		c.RateScale = rate
+		if want := ms(ChainFloor(trace, c)[1]); row[last+1] != want {
+			t.Fatalf("chain_floor_ttft_p90_ms %q at x%g, want %s", row[last+1], rate, want)
+		}
 		if got, err := strconv.ParseFloat(row[last-1], 64); err != nil || got != round4(rep.Bounds.Capacity.Rate) {
 			t.Fatalf("capacity_bound_rate_scale %q, want %v", row[last-1], rep.Bounds.Capacity.Rate)
 		}
@@ -233,15 +241,55 @@ func TestGoals(t *testing.T) {
 			t.Errorf("%+v settled %v, want %v", tt.row, got, tt.settled)
 		}
 	}
+	// The chain floor decides the TTFT verdict only when its p90 is above
+	// 1.5 x the cached floor's (100 ms here): kv's TTFT p90 cannot be
+	// below it then. Set at another rate scale only, it is not the
+	// default rate's.
+	chainRows := map[string]GoalRow{}
+	for _, tt := range []struct {
+		name        string
+		chain       map[float64][3]time.Duration
+		kvP90       time.Duration
+		unreachable bool
+		verdict     string
+	}{
+		{"none computed", nil, 160 * ms, false, "| 160.0 / 100.0 | - | 1.60x | FAIL |"},
+		{"other rate only", map[float64][3]time.Duration{9: {0, 300 * ms, 0}}, 160 * ms, false, "| 160.0 / 100.0 | - | 1.60x | FAIL |"},
+		{"below 1.5x, kv meets the goal", map[float64][3]time.Duration{6: {0, 120 * ms, 0}}, 140 * ms, false, "| 140.0 / 100.0 | 120.0 | 1.40x | ok |"},
+		{"below 1.5x, kv misses it", map[float64][3]time.Duration{6: {0, 149 * ms, 0}}, 160 * ms, false, "| 160.0 / 100.0 | 149.0 | 1.60x | FAIL |"},
+		{"at 1.5x", map[float64][3]time.Duration{6: {0, 150 * ms, 0}}, 160 * ms, false, "| 160.0 / 100.0 | 150.0 | 1.60x | FAIL |"},
+		{"above 1.5x", map[float64][3]time.Duration{6: {0, 329 * ms, 0}}, 340 * ms, true, "| 340.0 / 100.0 | 329.0 | 3.40x | FAIL (>chain) |"},
+	} {
+		r := report(0.43, 0.455, tt.kvP90)
+		r.Trace = tt.name
+		r.ChainFloors = tt.chain
+		row := Goals(r, 6)
+		if row.TTFTUnreachable() != tt.unreachable || row.TTFTUnreachable() && row.TTFTOK() {
+			t.Errorf("%s: TTFT unreachable %v (ok %v), want %v: %+v", tt.name, row.TTFTUnreachable(), row.TTFTOK(), tt.unreachable, row)
+		}
+		var one strings.Builder
+		if err := WriteGoals(&one, []GoalRow{row}, 6, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(one.String(), tt.verdict) {
+			t.Errorf("%s: goal table lacks %q:\n%s", tt.name, tt.verdict, one.String())
+		}
+		if listed := strings.Contains(one.String(), "ttft out of reach for any router (FAIL (>chain)) on 1 traces: "+tt.name+"\n"); listed != tt.unreachable {
+			t.Errorf("%s: listed out of reach %v, want %v:\n%s", tt.name, listed, tt.unreachable, one.String())
+		}
+		chainRows[tt.name] = row
+	}
 	var out strings.Builder
-	if err := WriteGoals(&out, []GoalRow{g, bad, missing, cap, unreachable}, 6, 2*time.Second); err != nil {
+	if err := WriteGoals(&out, []GoalRow{g, bad, missing, cap, unreachable, chainRows["above 1.5x"], chainRows["below 1.5x, kv misses it"]}, 6, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | none | ok ? | 140.0 / 100.0 | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
+		"| t | 0.500 | 92.0 | ok | 86.0 | ok | x4 (<x6) | x9 (<x12) | 2.25x | x20 | none | ok ? | 140.0 / 100.0 | - | 1.40x | ok | -0.5 (-1.0), +5.0% | -0.5 (-1.0), +5.0% | ok |",
 		"| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x12 | FAIL (>cap) ? |", "| x4.5 (<x5) | x8 (<x12) | 1.78x | x7 | x8.5 | FAIL (>bound) |",
 		"| 84.0 | FAIL |", "| 1.60x | FAIL |", "-2.5 (-5.0), +5.0% | FAIL |",
-		"goals met on 5 traces: hit 5, approx 4, goodput 3, ttft 4, replicas 3",
+		"goals met on 7 traces: hit 7, approx 6, goodput 5, ttft 4, replicas 5",
+		"ttft out of reach for any router (FAIL (>chain)) on 1 traces: above 1.5x\n",
+		"FAIL (>chain): it is above 1.5x the cached floor's p90",
 		"t: no result at x6 for kv-3-replicas, kv-8-replicas",
 	} {
 		if !strings.Contains(out.String(), want) {
