@@ -17,6 +17,7 @@ import (
 // lease, and every instance keeps its id. -short: 6 sessions and a 2 s TTL;
 // make test-long: 20 sessions.
 func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
+	t.Parallel()
 	n, ttl := 20, 2*time.Second
 	if testing.Short() {
 		n = 6

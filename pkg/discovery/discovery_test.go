@@ -125,6 +125,7 @@ func answered(from discovery.KeepAliveProgress, n uint64) func(discovery.KeepAli
 }
 
 func TestSessionRegisterWatchClose(t *testing.T) {
+	t.Parallel()
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
@@ -182,6 +183,7 @@ func isClosed(c <-chan struct{}) bool {
 // counted and wakes Progress's channel, and the channel handed out before it
 // is the one closed.
 func TestSessionProgressCountsRefreshes(t *testing.T) {
+	t.Parallel()
 	_, reg := registrytest.Start(t)
 	ctx := ctxT(t)
 	s, err := discovery.NewSession(ctx, dial(t, reg.Addr), discovery.SessionOptions{TTL: 1 * time.Second})
@@ -200,6 +202,7 @@ func TestSessionProgressCountsRefreshes(t *testing.T) {
 }
 
 func TestSessionMovesToAnotherRegistry(t *testing.T) {
+	t.Parallel()
 	etcd := registrytest.StartEtcd(t)
 	r1 := registrytest.StartRegistry(t, etcd.Endpoints)
 	r2 := registrytest.StartRegistry(t, etcd.Endpoints)
@@ -240,6 +243,7 @@ func TestSessionMovesToAnotherRegistry(t *testing.T) {
 }
 
 func TestSessionSurvivesEtcdRestart(t *testing.T) {
+	t.Parallel()
 	etcd, reg := registrytest.Start(t)
 	ctx := ctxT(t)
 	rec := newRecorder()
@@ -292,6 +296,7 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 }
 
 func TestSessionReportsLeaseLoss(t *testing.T) {
+	t.Parallel()
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
@@ -321,6 +326,7 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 // the answer of the registry once it is back does. Here etcd stayed up, so the
 // lease expired, and the session reports it lost.
 func TestSessionOutlivesItsRegistry(t *testing.T) {
+	t.Parallel()
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
@@ -353,6 +359,7 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 // TTL, then back on its data: etcd extends its leases when it restarts, and
 // the session, still trying, finds its lease alive with the same id.
 func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
+	t.Parallel()
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
@@ -384,6 +391,7 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 }
 
 func TestModelWatcher(t *testing.T) {
+	t.Parallel()
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
@@ -439,6 +447,7 @@ func TestPodFromEnv(t *testing.T) {
 // OnChange recorded. It once returned before, and a restarted router
 // dropped the worker its snapshot had just restored.
 func TestReadyAfterOnChange(t *testing.T) {
+	t.Parallel()
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)

@@ -29,6 +29,7 @@ import (
 // from an empty index, replaying the stream, ends with the same index. The
 // long form (make test-long) kills the leader three times.
 func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
+	t.Parallel()
 	kills := 3
 	if testing.Short() {
 		kills = 1

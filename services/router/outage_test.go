@@ -26,6 +26,7 @@ import (
 // the gap at the next event and rebuilds the worker's blocks from its state.
 // Either way the router's index ends with every block, no gap applied past.
 func TestKVEventsSurviveANATSOutageLongerThanTheBuffer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		ring    int
