@@ -14,6 +14,7 @@ import (
 )
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())

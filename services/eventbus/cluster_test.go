@@ -25,6 +25,7 @@ import (
 // resumes on the new leader. The long form (make test-long) kills the leader
 // three times, with more publishers.
 func TestNATSClusterStreamLeaderKilled(t *testing.T) {
+	t.Parallel()
 	kills, publishers := 1, 2
 	if !testing.Short() {
 		kills, publishers = 3, 4

@@ -19,6 +19,7 @@ import (
 // subscriber gets every event in order, a stream subscriber gets none of
 // them (nothing is stored), and core subscriptions refuse stream options.
 func TestCoreEvents(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, svc := eventbustest.Start(t)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	store := t.TempDir()
 	ns := eventbustest.StartNATSAt(t, -1, store)
@@ -117,6 +118,7 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 }
 
 func TestFailoverToAnotherEventbus(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	ns := eventbustest.StartNATS(t)
 	a := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))

@@ -25,6 +25,7 @@ import (
 // the subscription, and the client subscribes again after the last event
 // it received.
 func TestAutoAckSubscriptionRecoversLostDeliveries(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	ns, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())

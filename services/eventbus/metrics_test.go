@@ -8,6 +8,7 @@ import (
 )
 
 func TestCountBatch(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		nss  []string
@@ -42,6 +43,7 @@ func TestCountBatch(t *testing.T) {
 }
 
 func TestCountAcksByNamespace(t *testing.T) {
+	t.Parallel()
 	tok := func(stream string) string { return "$JS.ACK." + stream + ".c.1.5.5.1700000000000000000.0" }
 	domain := func(stream string) string {
 		return "$JS.ACK.hub.ACCHASH." + stream + ".c.1.5.5.1700000000000000000.0.tok"

@@ -19,6 +19,7 @@ import (
 // verifies client certificates: it connects with --nats-ca and a client
 // certificate, and is refused without the certificate or without TLS.
 func TestNATSTLS(t *testing.T) {
+	t.Parallel()
 	files, err := tlsconfigtest.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 )
 
 func TestObjectStore(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	ns, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())

@@ -70,6 +70,7 @@ func publishTo(ctx context.Context, p *publisher, evs []*eventbusv1.Event) (*pub
 func ordered(ns string) bool { return ns != "unordered" }
 
 func TestPublisherMatchesAcknowledgements(t *testing.T) {
+	t.Parallel()
 	nc := connectEmbedded(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -166,6 +167,7 @@ func TestPublisherMatchesAcknowledgements(t *testing.T) {
 // TestPublisherLimits covers what happens when acknowledgements do not come:
 // a subject with a plain subscriber is delivered but never answered.
 func TestPublisherLimits(t *testing.T) {
+	t.Parallel()
 	nc := connectEmbedded(t)
 	quiet, err := nc.SubscribeSync("quiet.>")
 	if err != nil {
@@ -236,6 +238,7 @@ func TestPublisherLimits(t *testing.T) {
 }
 
 func TestScanPubAck(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in  string
 		seq uint64
@@ -306,6 +309,7 @@ func FuzzScanPubAck(f *testing.F) {
 }
 
 func TestDecodeAck(t *testing.T) {
+	t.Parallel()
 	status := func(code string) *nats.Msg { return &nats.Msg{Header: nats.Header{"Status": []string{code}}} }
 	tests := []struct {
 		name string
@@ -340,6 +344,7 @@ func TestDecodeAck(t *testing.T) {
 // well before the batch's acknowledgement timeout. Events without a msg id
 // are not resent: that batch fails at its timeout.
 func TestPublisherResendsUnansweredEvents(t *testing.T) {
+	t.Parallel()
 	nc := connectEmbedded(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 // acknowledgement names the sequence its own event was stored at, and that a
 // resent batch is answered with the same sequences, as duplicates.
 func TestConcurrentPublishersGetTheirOwnSequences(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -126,6 +127,7 @@ func namespaceOf(subject string) string {
 }
 
 func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -162,6 +164,7 @@ func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
 }
 
 func TestPublisherStopsWithItsContext(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())

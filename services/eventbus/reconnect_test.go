@@ -29,6 +29,7 @@ import (
 // the stream exactly once and none of the second kind is: nothing was
 // silently dropped or stored twice.
 func TestPublishDuringNATSRestart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	store := t.TempDir()

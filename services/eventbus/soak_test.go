@@ -23,6 +23,7 @@ import (
 // once and every event reached the group. With -short it runs a few seconds
 // and two faults; make test-long runs it for a minute.
 func TestSoakThroughFaults(t *testing.T) {
+	t.Parallel()
 	duration, every := time.Minute, 2*time.Second
 	if testing.Short() {
 		duration, every = 2500*time.Millisecond, time.Second

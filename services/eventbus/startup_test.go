@@ -46,6 +46,7 @@ func reservePort(t *testing.T) int {
 // there: it serves, says NOT_SERVING and Unavailable, and once NATS starts
 // on that port it becomes SERVING and publishes and delivers.
 func TestEventbusStartsBeforeNATS(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	port := reservePort(t)
 	svc := eventbustest.StartEventbus(t, eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", port)))
@@ -111,6 +112,7 @@ func TestEventbusStartsBeforeNATS(t *testing.T) {
 // TestEventbusFailsFastOnConfig: what no retry fixes fails Start at once,
 // with an error that says what is wrong, even while NATS is down.
 func TestEventbusFailsFastOnConfig(t *testing.T) {
+	t.Parallel()
 	// A nats-server that wants a token.
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: t.TempDir(), NoSigs: true, Authorization: "right-token"})
@@ -159,6 +161,7 @@ func TestEventbusFailsFastOnConfig(t *testing.T) {
 // NATS and then finds a NATS that refuses its credentials stops with that
 // error instead of retrying forever.
 func TestEventbusGivesUpOnConfigLater(t *testing.T) {
+	t.Parallel()
 	port := reservePort(t)
 	cfg := eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", port))
 	cfg.NATSToken = "wrong-token"
@@ -192,6 +195,7 @@ func TestEventbusGivesUpOnConfigLater(t *testing.T) {
 // connection N times and then stops, Wait saying why; -1 is the forever of
 // TestEventbusStartsBeforeNATS.
 func TestNATSMaxReconnectsBoundsStartup(t *testing.T) {
+	t.Parallel()
 	for _, retries := range []int{0, 2} {
 		t.Run(fmt.Sprintf("max %d", retries), func(t *testing.T) {
 			cfg := eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", reservePort(t)))

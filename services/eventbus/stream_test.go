@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseAckSubject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		subject string
@@ -60,6 +61,7 @@ func FuzzParseAckSubject(f *testing.F) {
 }
 
 func TestUserHeaders(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		hdr  nats.Header

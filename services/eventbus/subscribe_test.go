@@ -25,6 +25,7 @@ import (
 )
 
 func TestPublishSubscribeInOrder(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -88,6 +89,7 @@ func TestPublishSubscribeInOrder(t *testing.T) {
 }
 
 func TestReplay(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -132,6 +134,7 @@ func TestReplay(t *testing.T) {
 }
 
 func TestDurableResumesWhereItLeftOff(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -165,6 +168,7 @@ func TestDurableResumesWhereItLeftOff(t *testing.T) {
 }
 
 func TestUnacknowledgedEventsAreRedelivered(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -200,6 +204,7 @@ func TestUnacknowledgedEventsAreRedelivered(t *testing.T) {
 }
 
 func TestConsumerGroupSplitsEvents(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -271,6 +276,7 @@ func TestConsumerGroupSplitsEvents(t *testing.T) {
 }
 
 func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
@@ -314,6 +320,7 @@ func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
 // arrived first: a replay of 1000 events comes in full responses of 256
 // (the eventbus's batch limit) and one for the rest.
 func TestReplayIsDeliveredInFullBatches(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	ns := eventbustest.StartNATS(t)
 	cfg := eventbustest.Config(ns.ClientURL())
@@ -364,6 +371,7 @@ func TestReplayIsDeliveredInFullBatches(t *testing.T) {
 }
 
 func TestClientSubscribeReportsFinalErrors(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())

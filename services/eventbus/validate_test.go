@@ -13,6 +13,7 @@ import (
 )
 
 func TestCheckSubject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		subject   string
 		wildcards bool
