@@ -82,6 +82,7 @@ func secureEtcd(t *testing.T, files tlsconfigtest.Files) string {
 // user it registers and lists; without the certificate, or with a wrong
 // password, its calls fail.
 func TestEtcdTLSAndAuth(t *testing.T) {
+	t.Parallel()
 	files, err := tlsconfigtest.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // Unavailable/BACKEND_UNAVAILABLE, so a worker retries; a lease etcd no
 // longer has is NotFound/LEASE_NOT_FOUND, so it registers again.
 func TestEtcdErrorsTellRetryFromReRegister(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		err    error

@@ -19,6 +19,7 @@ import (
 // decorator: live instances by namespace and component, a keep-alive of a
 // revoked lease counted as lost, and calls failing once etcd is gone.
 func TestInstrumentedBackend(t *testing.T) {
+	t.Parallel()
 	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
 	if err != nil {
 		t.Fatal(err)

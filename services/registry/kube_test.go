@@ -269,6 +269,7 @@ var cmpSorted = cmp.Transformer("sorted", func(in []string) []string {
 })
 
 func TestKubeInstanceID(t *testing.T) {
+	t.Parallel()
 	uids := []string{"", "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10", "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a11", strings.Repeat("f", 36)}
 	seen := map[uint64]string{}
 	for _, uid := range uids {
@@ -290,6 +291,7 @@ func TestKubeInstanceID(t *testing.T) {
 }
 
 func TestKubeJoinAndDiff(t *testing.T) {
+	t.Parallel()
 	const uidA, uidB = "uid-a", "uid-b"
 	idA := kubeInstanceID(uidA)
 	keyA := instanceKey("vllm-agg", "backend", "generate", idA)
@@ -341,6 +343,7 @@ func TestKubeJoinAndDiff(t *testing.T) {
 }
 
 func TestKubeFeedResume(t *testing.T) {
+	t.Parallel()
 	f := newKubeFeed()
 	st := func(addrs ...string) joinState {
 		s := joinState{instances: map[string]*registryv1.Instance{}, models: map[string]*registryv1.ModelCard{}}
@@ -383,6 +386,7 @@ func TestKubeFeedResume(t *testing.T) {
 }
 
 func TestKubeWatchFollowsResourcesAndReadiness(t *testing.T) {
+	t.Parallel()
 	const uid = "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	ctx := kubeCtx(t)
@@ -431,6 +435,7 @@ func TestKubeWatchFollowsResourcesAndReadiness(t *testing.T) {
 }
 
 func TestKubeWatchResume(t *testing.T) {
+	t.Parallel()
 	const uid = "uid-resume"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	applySlice(t, f.kube, endpointSlice("backend", true, nil, map[string]string{"worker-0": uid}))
@@ -465,6 +470,7 @@ func TestKubeWatchResume(t *testing.T) {
 }
 
 func TestKubeLeaseFollowsTheResource(t *testing.T) {
+	t.Parallel()
 	const uid = "uid-lease"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	const token = "the-worker's-token"
@@ -508,6 +514,7 @@ func TestKubeLeaseFollowsTheResource(t *testing.T) {
 }
 
 func TestKubeRejectsBadLeaseRequests(t *testing.T) {
+	t.Parallel()
 	const uid = "uid-real"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	ctx := kubeCtx(t)
@@ -558,6 +565,7 @@ func TestKubeRejectsBadLeaseRequests(t *testing.T) {
 }
 
 func TestKubeBucketsAndLocksAreUnimplemented(t *testing.T) {
+	t.Parallel()
 	f := newFakeKube(t)
 	ctx := kubeCtx(t)
 	tests := []struct {
@@ -617,6 +625,7 @@ func TestKubeBucketsAndLocksAreUnimplemented(t *testing.T) {
 }
 
 func TestKubeModelCardsFollowReadiness(t *testing.T) {
+	t.Parallel()
 	const uid = "uid-model"
 	f := newFakeKube(t, testPod("worker-0", uid))
 	ctx := kubeCtx(t)

@@ -70,6 +70,7 @@ func keepAliveOnce(ctx context.Context, rpc registryv1.RegistryServiceClient, le
 // anyone else, with no token or their own, is PermissionDenied and changes
 // nothing.
 func TestLeaseOwnership(t *testing.T) {
+	t.Parallel()
 	backends := []struct {
 		name string
 		// start serves a backend and returns its address, two pods for the

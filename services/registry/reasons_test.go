@@ -19,6 +19,7 @@ import (
 // stopped every call is Unavailable with reason BACKEND_UNAVAILABLE (retry,
 // the lease may well be alive), never NotFound.
 func TestReasonsTellRetryFromReRegister(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	want := func(what string, err error, code codes.Code, reason string) {

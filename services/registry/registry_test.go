@@ -75,6 +75,7 @@ func tcpInstance(ns, comp, ep, addr string) *registryv1.Instance {
 }
 
 func TestSeedKeyAndJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	tests := []struct {
@@ -116,6 +117,7 @@ func TestSeedKeyAndJSON(t *testing.T) {
 }
 
 func TestForeignSeedValueIsListed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	// A value written by another implementation of the seed layout (Dynamo).
@@ -139,6 +141,7 @@ func TestForeignSeedValueIsListed(t *testing.T) {
 }
 
 func TestDuplicateRegistrationIsAlreadyExists(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	lease, err := e.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 30})
@@ -170,6 +173,7 @@ func TestDuplicateRegistrationIsAlreadyExists(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	big := map[string]string{"blob": strings.Repeat("x", 64<<10)}
@@ -313,6 +317,7 @@ func watchRecv(t *testing.T, s registryv1.RegistryService_WatchInstancesClient) 
 }
 
 func TestExpiredLeaseDeletesAndWatcherSeesIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	w, err := e.rpc.WatchInstances(ctx, &registryv1.WatchInstancesRequest{})
@@ -343,6 +348,7 @@ func TestExpiredLeaseDeletesAndWatcherSeesIt(t *testing.T) {
 }
 
 func TestDeregisterDeletesAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	reg, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstance("ns", "c", "e", "127.0.0.1:1"), TtlSeconds: 300})
@@ -368,6 +374,7 @@ func TestDeregisterDeletesAtOnce(t *testing.T) {
 }
 
 func TestWatchResumesWithoutLossOrDuplicates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	lease, err := e.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 60})
@@ -420,6 +427,7 @@ func TestWatchResumesWithoutLossOrDuplicates(t *testing.T) {
 }
 
 func TestCompactedRevisionYieldsFreshSnapshot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	first, err := e.rpc.Register(ctx, &registryv1.RegisterRequest{Instance: tcpInstance("ns", "c", "a", "127.0.0.1:1"), TtlSeconds: 60})
@@ -457,6 +465,7 @@ func TestCompactedRevisionYieldsFreshSnapshot(t *testing.T) {
 }
 
 func TestModelCards(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	lease, err := e.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 60})
@@ -508,6 +517,7 @@ func TestModelCards(t *testing.T) {
 }
 
 func TestBuckets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	created, err := e.rpc.CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: "routers"})
@@ -585,6 +595,7 @@ func TestBuckets(t *testing.T) {
 }
 
 func TestKeyTiedToLeaseGoesWithIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	if _, err := e.rpc.CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: "b"}); err != nil {
@@ -609,6 +620,7 @@ func TestKeyTiedToLeaseGoesWithIt(t *testing.T) {
 }
 
 func TestLocks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	grant := func(ttl int64) uint64 {
@@ -691,6 +703,7 @@ func TestLocks(t *testing.T) {
 }
 
 func TestShutdownEndsWatchesWithUnavailable(t *testing.T) {
+	t.Parallel()
 	e, r := registrytest.Start(t)
 	_ = e
 	rpc := dialRPC(t, r.Addr)
@@ -712,6 +725,7 @@ func TestShutdownEndsWatchesWithUnavailable(t *testing.T) {
 }
 
 func TestMetadataIsStoredBesideTheSeedFields(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	in := tcpInstance("a", "b", "c", "h:1")
@@ -734,6 +748,7 @@ func TestMetadataIsStoredBesideTheSeedFields(t *testing.T) {
 // NOT_SERVING, and a call whose client set no deadline gets Unavailable
 // within the store timeout instead of hanging; with etcd back, SERVING.
 func TestHealthAndDeadlinesWithoutEtcd(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t)
 	cc, err := grpc.NewClient(e.reg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -775,6 +790,7 @@ func TestHealthAndDeadlinesWithoutEtcd(t *testing.T) {
 // calls with Unavailable within its store timeout, and once etcd starts it
 // says SERVING and registers.
 func TestRegistryStartsWithoutEtcd(t *testing.T) {
+	t.Parallel()
 	etcd := registrytest.StartEtcd(t)
 	etcd.Stop()
 	ctx := ctxT(t)

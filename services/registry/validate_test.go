@@ -11,6 +11,7 @@ import (
 )
 
 func TestTTLLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   int64
 		want time.Duration
@@ -31,6 +32,7 @@ func TestTTLLimits(t *testing.T) {
 }
 
 func TestMetadataLimit(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		md   map[string]string
@@ -52,6 +54,7 @@ func TestMetadataLimit(t *testing.T) {
 }
 
 func TestNameLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		v  string
 		ok bool
@@ -67,6 +70,7 @@ func TestNameLimits(t *testing.T) {
 }
 
 func TestKeyAndValueLimits(t *testing.T) {
+	t.Parallel()
 	if err := validKey(strings.Repeat("k", MaxKeyLen)); err != nil {
 		t.Errorf("key at the limit: %v", err)
 	}
@@ -85,6 +89,7 @@ func TestKeyAndValueLimits(t *testing.T) {
 }
 
 func TestFilterPrefix(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		names []string
 		want  string
@@ -102,6 +107,7 @@ func TestFilterPrefix(t *testing.T) {
 }
 
 func TestValidatePod(t *testing.T) {
+	t.Parallel()
 	const uid = "6f1b3c1e-0d1c-4f6a-9a57-2b0e8f9d1a10"
 	tests := []struct {
 		name string
@@ -132,6 +138,7 @@ func TestValidatePod(t *testing.T) {
 }
 
 func TestTransportAddresses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		kind, addr string
 		ok         bool
