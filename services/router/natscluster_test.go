@@ -28,8 +28,13 @@ import (
 // by the router exactly once, with no gap, and a router started afterwards
 // from an empty index, replaying the stream, ends with the same index. The
 // long form (make test-long) kills the leader three times.
+//
+// Not parallel: beside TestKVEventsSurviveANATSOutageLongerThanTheBuffer in
+// make test (load 4-5) the stream once stored the worker's first 11 events
+// after its 12th to 16th, before any kill, and the router took them for
+// duplicates (11 lost). Serial, it passed every run seen; the reordering is
+// not explained yet (see the testtime note).
 func TestRouterThroughNATSStreamLeaderKill(t *testing.T) {
-	t.Parallel()
 	kills := 3
 	if testing.Short() {
 		kills = 1
