@@ -22,6 +22,7 @@ import (
 // is not up: it must not exit, it serves generate meanwhile, keeps retrying,
 // and registers (with its model card) once the control plane comes up.
 func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	for _, tc := range []struct {
 		name string

@@ -34,6 +34,7 @@ import (
 // tokenizes an OpenAI chat for it and answers through it over the HTTP
 // request plane.
 func TestPythonWorkerBehindFrontend(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

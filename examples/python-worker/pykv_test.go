@@ -33,6 +33,7 @@ import (
 // ring), and after requests that store and evict blocks the router's index
 // equals the worker's GetKvState exactly.
 func TestPythonWorkerLocalIndexer(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	for _, mode := range []string{"direct", "core"} {
 		t.Run(mode, func(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 // the plane it registered, so all 50 concurrent chats are answered, and
 // round-robin gives the Python worker its quarter.
 func TestPythonWorkerInAMixedFleet(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -274,6 +274,7 @@ func seq(from, to uint32) []uint32 {
 }
 
 func TestPythonWorker(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -624,6 +625,7 @@ func TestPythonWorker(t *testing.T) {
 // card, announces a cleared KV cache for the new instance, and keeps serving,
 // as pkg/worker does.
 func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -702,6 +704,7 @@ func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
 // exit), and once the registry is back and says the lease is gone it
 // registers again under a new instance id.
 func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -751,6 +754,7 @@ func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
 // TestPythonUnitTests runs the Python side's own tests (XXH3 block hashes
 // against pkg/kvhash's golden values, framing, lease errors, tokenizer names).
 func TestPythonUnitTests(t *testing.T) {
+	t.Parallel()
 	requirePython(t)
 	out, err := exec.Command(python, "-m", "unittest", "-v", "test_worker.py").CombinedOutput()
 	if err != nil {
