@@ -53,6 +53,11 @@ func (g *choiceGroup) writer() http.ResponseWriter {
 func (g *choiceGroup) end(u usageJSON) (bool, usageJSON) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.endLocked(u)
+}
+
+// endLocked is end with g.mu held.
+func (g *choiceGroup) endLocked(u usageJSON) (bool, usageJSON) {
 	g.ended++
 	if g.ended == 1 {
 		g.usage = u
@@ -66,9 +71,12 @@ func (g *choiceGroup) end(u usageJSON) (bool, usageJSON) {
 // addChat adds a finished chat choice; it reports whether it was the last,
 // and then returns every choice in index order.
 func (g *choiceGroup) addChat(c chatChoice, u usageJSON) (bool, []chatChoice, usageJSON) {
-	last, total := g.end(u)
+	// One hold for both: the choice that ends last must find every
+	// other choice added (a second hold let it answer without one that
+	// had ended but not yet been added, and sort under its encoding).
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	last, total := g.endLocked(u)
 	g.chat = append(g.chat, c)
 	slices.SortFunc(g.chat, func(a, b chatChoice) int { return a.Index - b.Index })
 	return last, g.chat, total
@@ -76,9 +84,10 @@ func (g *choiceGroup) addChat(c chatChoice, u usageJSON) (bool, []chatChoice, us
 
 // addCompletion is addChat for text completions.
 func (g *choiceGroup) addCompletion(c completionChoice, u usageJSON) (bool, []completionChoice, usageJSON) {
-	last, total := g.end(u)
+	// One hold for both, as in addChat.
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	last, total := g.endLocked(u)
 	g.comp = append(g.comp, c)
 	slices.SortFunc(g.comp, func(a, b completionChoice) int { return a.Index - b.Index })
 	return last, g.comp, total
