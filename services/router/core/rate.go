@@ -126,16 +126,17 @@ func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int) scheduler
 			homes++
 		}
 	}
-	if a.n < rateWindow {
+	if a.n < rateWindow || homes == len(reach) {
 		// A few arrivals in a few ms are a burst, not a rate: a copy is
 		// for a prefix that stays in demand, measured over a full window.
+		// And where every worker holds the prefix there is none to seed.
 		return scheduler.Shared{}
 	}
 	n, workMs := a.sharers(hashes, blocks)
 	// The first of them may be the one that brought the prefix: it is
 	// the repeats that measure how often requests come back to it (one
 	// long document seen once is not a hot prefix).
-	if n < 2 || homes == len(reach) {
+	if n < 2 {
 		return scheduler.Shared{}
 	}
 	span := a.spanMs(now)
