@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -235,5 +236,85 @@ func checkShared(t *testing.T, got, want scheduler.Shared) {
 	if got.Blocks != want.Blocks || math.Abs(got.Rate-want.Rate) > 1e-12 ||
 		math.Abs(got.HomeBusy-want.HomeBusy) > 1e-12 || math.Abs(got.SeedBusy-want.SeedBusy) > 1e-12 {
 		t.Fatalf("shared %+v, want %+v", got, want)
+	}
+}
+
+// sharersScan is sharers without fingerprints: every arrival's hash at the
+// block compared (the definition).
+func sharersScan(a *arrivals, hashes []uint64, shared int) (n int, workMs float64) {
+	if shared < 1 || shared > len(hashes) {
+		return 0, 0
+	}
+	key := hashes[shared-1]
+	for i := range a.n {
+		j := (a.next - 1 - i + rateWindow) % rateWindow
+		if h := a.hashes[j]; len(h) >= shared && h[shared-1] == key {
+			n++
+			workMs += a.work[j]
+		}
+	}
+	return n, workMs
+}
+
+// TestSharersMatchScan checks that the fingerprints never change which
+// arrivals share a prefix, nor the order their work is summed in: random
+// arrivals of hand-made hashes that do not chain (a few values, so that
+// arrivals agree at one block and not at the one before), values whose
+// fingerprints collide, lengths around fp's 8-block words and past
+// fpMaxBlocks.
+func TestSharersMatchScan(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	// Pairs of different hashes with one fingerprint.
+	var twins []uint64
+	seen := map[byte]uint64{}
+	for v := uint64(1); len(twins) < 16; v++ {
+		if u, ok := seen[fingerprint(v)]; ok {
+			twins = append(twins, u, v)
+			delete(seen, fingerprint(v))
+			continue
+		}
+		seen[fingerprint(v)] = v
+	}
+	value := func() uint64 {
+		if r.IntN(2) == 0 {
+			return twins[r.IntN(len(twins))]
+		}
+		return uint64(r.IntN(4))
+	}
+	length := func() int {
+		switch r.IntN(20) {
+		case 0:
+			return fpMaxBlocks - 2 + r.IntN(5)
+		case 1:
+			return 0
+		}
+		return 1 + r.IntN(24)
+	}
+	long := make([]uint64, fpMaxBlocks+3)
+	for i := range long {
+		long[i] = value()
+	}
+	prompt := func(n int) []uint64 {
+		h := slices.Clone(long[:n])
+		for i := range min(n, 30) {
+			h[i] = value()
+		}
+		for k := 0; k < 3 && n > 0; k++ {
+			h[n-1-r.IntN(min(n, 40))] = value()
+		}
+		return h
+	}
+	var a arrivals
+	for step := range 3000 {
+		a.add(time.Unix(0, int64(step)), float64(r.IntN(1000))/7, prompt(length()))
+		q := prompt(length())
+		for range 4 {
+			shared := r.IntN(len(q) + 2)
+			gn, gw := a.sharers(q, shared)
+			wn, ww := sharersScan(&a, q, shared)
+			if gn != wn || math.Float64bits(gw) != math.Float64bits(ww) {
+				t.Fatalf("step %d, %d blocks shared of %d: sharers %d, %v; the scan %d, %v", step, shared, len(q), gn, gw, wn, ww)
+			}
+		}
 	}
 }
