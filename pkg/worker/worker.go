@@ -702,6 +702,7 @@ func (w *Worker) publishKV() {
 		<-acked
 	}()
 	subject := wire.KVEventsSubject(w.cfg.Namespace, w.cfg.Component)
+	leads := kvLeads{}
 	for {
 		var batch []*workerv1.KvEventBatch
 		if len(w.kv) == 0 {
@@ -733,6 +734,25 @@ func (w *Worker) publishKV() {
 		}
 		events := make([]*eventbusv1.Event, 0, len(batch))
 		var n uint64 // KV events in events
+		// send publishes events (pipelined) and starts over; it returns
+		// the eventbus batch, nil when there was nothing to send or it
+		// failed.
+		send := func() *eventbus.Batch {
+			if len(events) == 0 {
+				return nil
+			}
+			// Send waits while 16 batches are unacknowledged: the buffer
+			// (w.kv) fills meanwhile, and beyond it events wait in the ring.
+			sent, err := pub.Send(w.kvCtx, events)
+			if err != nil {
+				w.kvLost.Add(n)
+				w.log.Error("KV events not published", "events", len(events), "err", err.Error())
+			} else {
+				acks <- sentBatch{sent, n}
+			}
+			events, n = make([]*eventbusv1.Event, 0, len(batch)), 0
+			return sent
+		}
 		for _, kb := range batch {
 			if w.cfg.DropKVEvent != nil && w.cfg.DropKVEvent(kb) {
 				w.kvPublished.Add(uint64(len(kb.Events)))
@@ -745,21 +765,64 @@ func (w *Worker) publishKV() {
 				w.log.Error("cannot encode KV events", "err", err.Error())
 				continue
 			}
+			lead := leads.first(kb)
+			if lead {
+				send() // what came before it, of other ranks or instances
+			}
 			events = append(events, ev)
 			n += uint64(len(kb.Events))
+			if lead {
+				// Nothing more is sent until the stream has this batch, so
+				// that nothing of its rank can be stored before it.
+				if sent := send(); sent != nil {
+					_, _ = sent.Wait(w.kvCtx) // the acknowledging goroutine counts it
+				}
+			}
 		}
-		if len(events) == 0 {
-			continue
-		}
-		// Send waits while 16 batches are unacknowledged: the buffer
-		// (w.kv) fills meanwhile, and beyond it events wait in the ring.
-		sent, err := pub.Send(w.kvCtx, events)
-		if err != nil {
-			w.kvLost.Add(n)
-			w.log.Error("KV events not published", "events", len(events), "err", err.Error())
-			continue
-		}
-		acks <- sentBatch{sent, n}
+		send()
+	}
+}
+
+// kvLeads tells the batches that must be in the stream before any later
+// batch of their worker (instance and dp rank) is sent: the first one of
+// each, and the first numbered one (after a re-registration's unnumbered
+// cleared event).
+//
+// The eventbus pipelines a worker's batches to JetStream, and while a
+// replicated stream starts, or changes leader, an event can be lost in
+// flight (or answered "no responders") while a later one is stored; the lost
+// one is stored when the eventbus publishes it again, after the later one
+// (seen while a 3-node cluster started slowly: a worker's first 11 events
+// stored after its 12th to 16th). A router fills such a gap from the
+// worker's ring when it sees the later event, but only past an event of the
+// worker it has seen: the first event it sees of a worker is where that
+// worker starts for it, and what comes later with lower ids is taken for
+// duplicates. So the first event must be stored first; after it, a
+// reordering is a gap that routers fill.
+type kvLeads map[kvWorker]uint8
+
+// kvWorker is a worker's instance and dp rank: whose event ids run on.
+type kvWorker struct {
+	instance uint64
+	rank     uint32
+}
+
+// first reports whether b leads its worker (see kvLeads) and records it.
+func (l kvLeads) first(b *workerv1.KvEventBatch) bool {
+	const seen, numbered = 1, 2
+	k := kvWorker{b.InstanceId, b.DpRank}
+	st := l[k]
+	switch {
+	case st&numbered != 0:
+		return false
+	case b.FirstEventId != 0:
+		l[k] = st | seen | numbered
+		return true
+	case st&seen != 0:
+		return false
+	default:
+		l[k] = seen
+		return true
 	}
 }
 
