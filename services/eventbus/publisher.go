@@ -67,6 +67,8 @@ type publisher struct {
 	limit  int64               // room's size
 	wait   time.Duration       // for a batch's acknowledgements
 	resend time.Duration       // resendAfter; 0: never
+	// resendBefore is the constant resendBefore (a field for tests).
+	resendBefore time.Duration
 
 	mu         sync.Mutex
 	nextKey    uint64
@@ -76,6 +78,10 @@ type publisher struct {
 	// order holds the resendable batches in publishing order, ended ones
 	// dropped from its head lazily: its head is the oldest pending one.
 	order []*pubBatch
+	// refused counts the pending batches an event of which was answered
+	// "no responders" (noStream): not stored, and to be published again
+	// before any later batch (see publish).
+	refused int
 }
 
 // pubBatch is a published batch waiting for its acknowledgements. Its fields
@@ -120,7 +126,7 @@ type pubAck struct {
 func newPublisher(nc *nats.Conn, maxPending int64, timeout time.Duration) (*publisher, error) {
 	p := &publisher{
 		nc: nc, prefix: nc.NewRespInbox() + ".", room: semaphore.NewWeighted(maxPending), limit: maxPending, wait: timeout,
-		pending: map[uint64]*ackGroup{}, resend: resendAfter,
+		pending: map[uint64]*ackGroup{}, resend: resendAfter, resendBefore: resendBefore,
 	}
 	sub, err := nc.Subscribe(p.prefix+"*", p.handleAck)
 	if err != nil {
@@ -167,11 +173,14 @@ func (p *publisher) publish(ctx context.Context, nss []string, events []*eventbu
 	}
 	p.mu.Lock()
 	// An event published after an earlier one that has waited for its
-	// answer for a while (lost with a dead stream leader, perhaps) would be
-	// stored before it once a new leader is there: publish the earlier ones
-	// again first, so that the stream keeps the publishing order.
-	resendFirst := false
-	if oldest := p.oldestPendingLocked(); !oldest.IsZero() && b.sent.Sub(oldest) >= resendBefore {
+	// answer for a while (lost with a dead stream leader, perhaps), or that
+	// was answered "no responders" (not stored: the stream had no leader,
+	// or its leader's interest had not reached this server yet, as right
+	// after a replicated stream is created), would be stored before it once
+	// the stream takes events: publish the earlier ones again first, so
+	// that the stream keeps the publishing order.
+	resendFirst := p.refused > 0
+	if oldest := p.oldestPendingLocked(); !oldest.IsZero() && b.sent.Sub(oldest) >= p.resendBefore {
 		resendFirst = true
 	}
 	p.nextBatch++
@@ -378,6 +387,9 @@ func (p *publisher) settle(b *pubBatch, err error) {
 // then finishes it.
 func (p *publisher) endLocked(b *pubBatch) {
 	b.ended = true
+	if b.noStream {
+		p.refused--
+	}
 	for _, g := range b.groups {
 		delete(p.pending, g.key)
 	}
@@ -430,7 +442,10 @@ func (p *publisher) handleAck(m *nats.Msg) {
 		var apiErr *jetstream.APIError
 		switch {
 		case errors.Is(aerr, jetstream.ErrNoStreamResponse) && b.events[g.events[g.next]].GetMsgId() != "":
-			b.noStream = true
+			if !b.noStream {
+				b.noStream = true
+				p.refused++
+			}
 			p.mu.Unlock()
 			return
 		case errors.As(aerr, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess:

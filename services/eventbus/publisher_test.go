@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -400,5 +401,77 @@ func TestPublisherResendsUnansweredEvents(t *testing.T) {
 		if !errors.Is(a.err, jetstream.ErrNoStreamResponse) {
 			t.Errorf("event %d without a msg id: %+v, want no responders", i, a)
 		}
+	}
+}
+
+// TestPublisherResendsRefusedEventsFirst publishes a batch of a replicated
+// stream's kind while no stream captures its subject (answered "no
+// responders", as right after a replicated stream is created, before its
+// leader's interest reached this server, or while it has no leader), then,
+// once the stream is there, a later batch, well within resendAfter and
+// resendBefore. The refused events must be published again before the later
+// batch, so that the stream holds them first; otherwise the later batch is
+// stored first and they follow when resent (a consumer that applies events
+// in order takes them for duplicates).
+func TestPublisherResendsRefusedEventsFirst(t *testing.T) {
+	t.Parallel()
+	nc := connectEmbedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPublisher(t, nc, 1024, 30*time.Second)
+	// The age rule may not put them back in order; resend ticks run only
+	// in await, which starts after the later batch is published.
+	p.resend, p.resendBefore = 100*time.Millisecond, time.Minute
+	first, err := publishTo(ctx, p, events("unordered.a.b", "e1", "e2", "e3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the first batch was answered "no responders" (handleAck
+	// counts the batch once).
+	for refused := false; !refused; {
+		p.mu.Lock()
+		refused = p.refused == 1
+		p.mu.Unlock()
+		if !refused {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the first batch was never answered no responders")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "UNORDERED", Subjects: []string{"unordered.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	later, err := publishTo(ctx, p, events("unordered.a.b", "e4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lacks, err := p.await(ctx, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	facks, err := p.await(ctx, first)
+	if err != nil {
+		t.Fatalf("the refused batch was not stored once the stream was there: %v", err)
+	}
+	var seqs []uint64
+	for _, a := range append(facks, lacks...) {
+		if a.err != nil {
+			t.Fatalf("acks %+v %+v", facks, lacks)
+		}
+		seqs = append(seqs, a.seq)
+	}
+	if !slices.IsSorted(seqs) {
+		t.Fatalf("stream sequences of e1..e4 %v: the later batch was stored before the refused one", seqs)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refused != 0 {
+		t.Errorf("%d refused batches still counted after every batch ended", p.refused)
 	}
 }
