@@ -9,6 +9,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // RouteStream decides every request of a client's stream as Route does and
@@ -27,6 +28,9 @@ func (s *meteredServer) RouteStream(stream routerv1.RouterService_RouteStreamSer
 func serveRouteStream(stream routerv1.RouterService_RouteStreamServer,
 	route func(context.Context, *routerv1.RouteRequest) (*routerv1.RouteResponse, error)) error {
 	ctx := stream.Context()
+	// One answer message for the stream: Send has marshalled it when it
+	// returns.
+	var out routerv1.RouteStreamResponse
 	for {
 		r, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -35,7 +39,7 @@ func serveRouteStream(stream routerv1.RouterService_RouteStreamServer,
 		if err != nil {
 			return err
 		}
-		var out routerv1.RouteStreamResponse
+		out = routerv1.RouteStreamResponse{}
 		resp, err := route(ctx, r.GetRoute())
 		if err != nil {
 			// Route's error (already a status with its reason) travels in
@@ -45,7 +49,12 @@ func serveRouteStream(stream routerv1.RouterService_RouteStreamServer,
 		} else {
 			out.Route = resp
 		}
-		if err := stream.Send(&out); err != nil {
+		err = stream.Send(&out)
+		// Sent (or not, the stream broken): the decision's response is
+		// garbage now, and the next decision fills it again.
+		out.Route = nil
+		core.Recycle(resp)
+		if err != nil {
 			return err
 		}
 	}

@@ -685,14 +685,44 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	if c.observer != nil {
 		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
 	}
-	return &routerv1.RouteResponse{
+	resp, _ := responsePool.Get().(*routerv1.RouteResponse)
+	if resp == nil {
+		resp = new(routerv1.RouteResponse)
+	}
+	ep := resp.Endpoint
+	if ep == nil {
+		ep = new(routerv1.Endpoint)
+	}
+	*ep = routerv1.Endpoint{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint}
+	*resp = routerv1.RouteResponse{
 		InstanceId:    in.InstanceId,
 		Transport:     in.Transport,
 		OverlapBlocks: uint32(d.overlap),
 		RequestBlocks: uint32(len(d.hashes)),
-		Candidates:    candidatesOf(d.scored),
-		Endpoint:      &routerv1.Endpoint{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint},
-	}, nil
+		Candidates:    appendCandidates(resp.Candidates[:0], d.scored),
+		Endpoint:      ep,
+	}
+	return resp, nil
+}
+
+// responsePool holds the responses given back by Recycle.
+var responsePool sync.Pool
+
+// Recycle gives back a response Route returned, for a later Route to fill
+// again: a response lists every worker (about 9 KB at 100 workers), and
+// one allocated per decision is garbage the collector must chase, whose
+// cycles show in the decisions' p99. The caller, and whatever it handed
+// resp to, must not use resp, its candidates or its endpoint after, and
+// must recycle it once. Its transport is the instance's, kept as it is.
+// Serving a RouteStream recycles each response once it is sent (gRPC has
+// marshalled it then); a unary Route's response is left to the collector,
+// as gRPC marshals it after the handler returns.
+func Recycle(resp *routerv1.RouteResponse) {
+	if resp == nil {
+		return
+	}
+	resp.Transport = nil
+	responsePool.Put(resp)
 }
 
 // QueryOverlaps scores candidates without routing.
@@ -779,18 +809,32 @@ func (c *Core) free(id string) {
 // before serving.
 func (c *Core) SetObserver(o Observer) { c.observer = o }
 
-func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate {
-	// One allocation for all the messages, not one each: a response lists
-	// every worker, and this is the route decision's hot path.
-	msgs := make([]routerv1.Candidate, len(s))
-	out := make([]*routerv1.Candidate, len(s))
-	for i := range s {
-		c, m := &s[i], &msgs[i]
-		m.InstanceId, m.DpRank, m.OverlapBlocks = c.Worker.Instance, c.Worker.DPRank, uint32(c.Overlap)
-		m.Cost, m.PrefillBlocks, m.DecodeBlocks = c.Cost, uint32(c.PrefillBlocks), uint32(c.DecodeBlocks)
-		out[i] = m
+func candidatesOf(s []scheduler.Candidate) []*routerv1.Candidate { return appendCandidates(nil, s) }
+
+// appendCandidates sets dst to the candidates' messages. It fills again
+// the messages that dst's array points to up to its capacity (a recycled
+// response's), and allocates the rest together, not one each: a response
+// lists every worker, and this is the route decision's hot path.
+func appendCandidates(dst []*routerv1.Candidate, s []scheduler.Candidate) []*routerv1.Candidate {
+	dst = dst[:min(cap(dst), len(s))]
+	keep := 0
+	for keep < len(dst) && dst[keep] != nil {
+		keep++
 	}
-	return out
+	dst = dst[:keep]
+	if keep < len(s) {
+		msgs := make([]routerv1.Candidate, len(s)-keep)
+		dst = slices.Grow(dst, len(msgs))
+		for i := range msgs {
+			dst = append(dst, &msgs[i])
+		}
+	}
+	for i := range s {
+		c := &s[i]
+		*dst[i] = routerv1.Candidate{InstanceId: c.Worker.Instance, DpRank: c.Worker.DPRank, OverlapBlocks: uint32(c.Overlap),
+			Cost: c.Cost, PrefillBlocks: uint32(c.PrefillBlocks), DecodeBlocks: uint32(c.DecodeBlocks)}
+	}
+	return dst
 }
 
 // Stats reports the router's state.

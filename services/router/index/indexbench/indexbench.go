@@ -6,6 +6,7 @@ package indexbench
 import (
 	"math/rand/v2"
 
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -14,6 +15,10 @@ type Workload struct {
 	Index    *index.Index
 	Requests [][]uint64
 	Entries  int
+	// loads are the workers' load reports ReportLoads sends, made once:
+	// a benchmark's own garbage would add collector cycles to the
+	// router's.
+	loads []*workerv1.LoadMetrics
 }
 
 func mix(x uint64) uint64 {

@@ -56,12 +56,19 @@ func RouteCoreClock(wl *Workload, clock func() time.Time) (*core.Core, *routerv1
 // ReportLoads sends every worker's load report: 64 requests of other
 // routers, half of them in prefill. Workers publish one a second, and a
 // router trusts a report for scheduler.ReportTTL.
+// The reports are made once per workload (the router copies what it
+// keeps of them).
 func ReportLoads(c *core.Core, wl *Workload) {
-	for _, id := range wl.Index.Workers() {
-		m := &workerv1.LoadMetrics{InstanceId: id.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
-		for j := range 64 {
-			m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", id.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
+	if wl.loads == nil {
+		for _, id := range wl.Index.Workers() {
+			m := &workerv1.LoadMetrics{InstanceId: id.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+			for j := range 64 {
+				m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", id.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
+			}
+			wl.loads = append(wl.loads, m)
 		}
+	}
+	for _, m := range wl.loads {
 		c.ReportLoad(m)
 	}
 }
