@@ -32,8 +32,11 @@ var statusCodes = []grpcserver.Code{
 // toStatus maps domain errors to gRPC codes, once, for every RPC.
 func toStatus(err error) error { return grpcserver.ToStatus(err, statusCodes) }
 
+// Route decides a request gRPC decoded for this call (unary, or one
+// message of a RouteStream): nothing else holds its hashes, so the core
+// keeps them without a copy.
 func (s *server) Route(_ context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
-	resp, err := s.core.Route(r)
+	resp, err := s.core.RouteOwned(r)
 	return resp, toStatus(err)
 }
 

@@ -647,8 +647,22 @@ func searchWorkers(workers []index.WorkerID, id uint64) int {
 	return lo
 }
 
-// Route chooses a worker and records the decision.
+// Route chooses a worker and records the decision. The core keeps a copy
+// of the request's block hashes.
 func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	return c.route(r, false)
+}
+
+// RouteOwned is Route for a request whose block hashes the core may keep
+// as they are, without a copy: nothing changes them after the call, as
+// with a request gRPC decoded for this call alone (the service's
+// handlers). The copy is a kilobyte per 128 blocks, garbage for the
+// collector once the request is freed.
+func (c *Core) RouteOwned(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	return c.route(r, true)
+}
+
+func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteResponse, error) {
 	if r.GetRequestId() == "" || len(r.GetRequestId()) > MaxRequestIDLen {
 		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, MaxRequestIDLen)
 	}
@@ -664,9 +678,10 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 	w := d.scored[d.chosen].Worker
 	// One copy of the request's hashes, which the load record, the
 	// predictions and the arrivals share (none changes them); hashes made
-	// from token ids are the decision's own already.
+	// from token ids are the decision's own already, and an owned
+	// request's are given to the core.
 	hashes := d.hashes
-	if !d.ownHashes {
+	if !d.ownHashes && !owned {
 		hashes = slices.Clone(hashes)
 	}
 	c.mu.Lock()
@@ -755,13 +770,27 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 	c.mu.Unlock()
 	var reqs []scheduler.ReportedRequest
 	if len(m.GetRequests()) > 0 || m.GetRunningRequests()+m.GetWaitingRequests() == 0 {
-		reqs = make([]scheduler.ReportedRequest, len(m.GetRequests()))
+		// A buffer of reportPool (Report keeps none of it): every worker
+		// reports every second, each request of it in the list.
+		buf, _ := reportPool.Get().(*[]scheduler.ReportedRequest)
+		if buf == nil {
+			buf = new([]scheduler.ReportedRequest)
+		}
+		defer reportPool.Put(buf)
+		reqs = slices.Grow((*buf)[:0], len(m.GetRequests()))[:len(m.GetRequests())]
 		for i, r := range m.GetRequests() {
 			reqs[i] = scheduler.ReportedRequest{ID: r.GetRequestId(), PrefillTokens: int(r.GetPrefillTokens()), DecodeBlocks: int(r.GetDecodeBlocks())}
 		}
+		if reqs == nil {
+			reqs = []scheduler.ReportedRequest{} // a list (empty), not none
+		}
+		*buf = reqs
 	}
 	c.load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
 }
+
+// reportPool holds ReportLoad's buffers of reported requests.
+var reportPool sync.Pool
 
 // blockSizeLocked is an instance's block size from its model cards.
 func (c *Core) blockSizeLocked(id uint64) int {

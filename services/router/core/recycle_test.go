@@ -9,10 +9,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 )
 
 // TestRecycledResponses routes the same requests on two equal cores, one
-// recycling every other response once it has compared it: each response
+// by RouteOwned and recycling every other response once it has compared
+// it, the other by Route: each response
 // filled again (with more, fewer or as many candidates as it had, as
 // exclusions change the candidates) equals the fresh one, and a response
 // kept (not recycled) is never changed by later decisions.
@@ -32,7 +34,14 @@ func TestRecycledResponses(t *testing.T) {
 				req.ExcludeInstanceIds = append(req.ExcludeInstanceIds, uint64(w+1))
 			}
 		}
-		got, err := recycled.Route(req)
+		if i%3 == 0 {
+			// Hashes, which RouteOwned keeps as they are and Route copies.
+			for _, b := range kvhash.Hashes(req.TokenIds, 4, nil) {
+				req.BlockHashes = append(req.BlockHashes, b.Sequence)
+			}
+			req.TokenIds = nil
+		}
+		got, err := recycled.RouteOwned(req)
 		if err != nil {
 			t.Fatal(err)
 		}
