@@ -215,13 +215,7 @@ func Goals(r *Report, defaultRate float64) GoalRow {
 // GoodputBracket is mode's goodput and the lowest rate scale above it that
 // missed the SLO (+Inf when none ran): the true goodput is in between.
 func (r *Report) GoodputBracket(mode string) (pass, fail float64) {
-	pass, fail = r.Goodput(mode), math.Inf(1)
-	for _, x := range r.Results {
-		if x.Mode == mode && x.RateScale > pass && (x.Rejected > 0 || x.TTFT[1] > r.SLO) {
-			fail = min(fail, x.RateScale)
-		}
-	}
-	return pass, fail
+	return bracket(r.Results, mode, r.SLO)
 }
 
 func verdict(ok bool) string {

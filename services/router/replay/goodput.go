@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -34,24 +35,16 @@ type job struct {
 // then true), else halfway between the highest rate meeting it and the
 // lowest above that missing it, while bisect > 0 and they are apart.
 func nextRate(results []Result, mode string, slo time.Duration, extended, bisect int) (rate float64, up bool) {
-	pass, fail, top := 0.0, math.Inf(1), 0.0
+	top := 0.0
 	for _, x := range results {
-		if x.Mode != mode {
-			continue
-		}
-		top = max(top, x.RateScale)
-		if x.Rejected == 0 && x.TTFT[1] <= slo {
-			pass = max(pass, x.RateScale)
+		if x.Mode == mode {
+			top = max(top, x.RateScale)
 		}
 	}
 	if top == 0 {
 		return 0, false
 	}
-	for _, x := range results {
-		if x.Mode == mode && x.RateScale > pass && (x.Rejected > 0 || x.TTFT[1] > slo) {
-			fail = min(fail, x.RateScale)
-		}
-	}
+	pass, fail := bracket(results, mode, slo)
 	switch {
 	case math.IsInf(fail, 1):
 		if extended >= maxExtend {
@@ -88,7 +81,7 @@ func round3(x float64) float64 {
 func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result, slo time.Duration, bisect, parallel int) ([]Result, error) {
 	extended := map[string]int{}
 	bisected := map[string]int{}
-	for {
+	results, err := runRounds(trace, cfg, results, parallel, func(results []Result) []job {
 		var jobs []job
 		for _, m := range modes {
 			r, up := nextRate(results, m, slo, extended[m], bisect-bisected[m])
@@ -102,8 +95,30 @@ func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result
 			}
 			jobs = append(jobs, job{mode: m, rate: r})
 		}
+		return jobs
+	})
+	if err != nil {
+		return nil, err
+	}
+	order := func(m string) int { return slices.Index(modes, m) }
+	slices.SortStableFunc(results, func(a, b Result) int {
+		if d := order(a.Mode) - order(b.Mode); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.RateScale, b.RateScale)
+	})
+	return results, nil
+}
+
+// runRounds runs rounds of simulations, each round the jobs next asks
+// for given the results so far, until it asks for none, and returns the
+// results with every round's appended. RefineGoodput and
+// SettleGoodputRatio differ only in what they ask for.
+func runRounds(trace []Request, cfg Config, results []Result, parallel int, next func([]Result) []job) ([]Result, error) {
+	for {
+		jobs := next(results)
 		if len(jobs) == 0 {
-			break
+			return results, nil
 		}
 		more, err := runJobs(trace, cfg, jobs, parallel)
 		if err != nil {
@@ -111,20 +126,6 @@ func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result
 		}
 		results = append(results, more...)
 	}
-	order := func(m string) int { return slices.Index(modes, m) }
-	slices.SortStableFunc(results, func(a, b Result) int {
-		if d := order(a.Mode) - order(b.Mode); d != 0 {
-			return d
-		}
-		switch {
-		case a.RateScale < b.RateScale:
-			return -1
-		case a.RateScale > b.RateScale:
-			return 1
-		}
-		return 0
-	})
-	return results, nil
 }
 
 // runJobs runs simulations, at most parallel at once, in jobs' order.
@@ -187,11 +188,16 @@ func ratioSettled(rr, rrFail, kv, kvFail, ratio float64) bool {
 // two bisections) a verdict near the line can depend on where the rates
 // fell. Both modes run at the same SLO and refine the same way.
 func SettleGoodputRatio(trace []Request, cfg Config, results []Result, slo time.Duration, ratio float64, rounds, parallel int) ([]Result, error) {
-	for range rounds {
+	round := 0
+	return runRounds(trace, cfg, results, parallel, func(results []Result) []job {
+		if round >= rounds {
+			return nil
+		}
+		round++
 		rr, rrFail := bracket(results, "round-robin", slo)
 		kv, kvFail := bracket(results, "kv", slo)
 		if ratioSettled(rr, rrFail, kv, kvFail, ratio) {
-			break
+			return nil
 		}
 		var jobs []job
 		for _, m := range []struct {
@@ -202,14 +208,6 @@ func SettleGoodputRatio(trace []Request, cfg Config, results []Result, slo time.
 				jobs = append(jobs, job{mode: m.mode, rate: mid})
 			}
 		}
-		if len(jobs) == 0 {
-			break
-		}
-		more, err := runJobs(trace, cfg, jobs, parallel)
-		if err != nil {
-			return nil, err
-		}
-		results = append(results, more...)
-	}
-	return results, nil
+		return jobs
+	})
 }

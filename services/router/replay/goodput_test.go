@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -88,5 +89,73 @@ func TestSettleGoodputRatio(t *testing.T) {
 			t.Fatalf("stopped after %d runs unsettled: rr [%g, %g), kv [%g, %g)", len(more), rr, rrFail, kv, kvFail)
 		}
 		t.Logf("%d rounds: %d runs, rr [%g, %g), kv [%g, %g)", rounds, len(more), rr, rrFail, kv, kvFail)
+	}
+}
+
+// TestRefineGoodput refines real runs of 60 requests from one or two
+// swept rates: it extends above a top that meets the SLO, bisects a
+// bracket at most bisect times per mode, and stops with nothing left to
+// run; the results come back by mode, then rate.
+func TestRefineGoodput(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:60]
+	const slo = 300 * time.Millisecond
+	cfg := smallConfig()
+	tests := []struct {
+		name   string
+		rates  []float64
+		bisect int
+	}{
+		{name: "one low rate, no bisection", rates: []float64{1}, bisect: 0},
+		{name: "two rates, two bisections", rates: []float64{1, 64}, bisect: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start, err := RunAll(trace, cfg, []string{"kv", "round-robin"}, tt.rates, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := RefineGoodput(trace, cfg, []string{"round-robin", "kv"}, start, slo, tt.bisect, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(got); i++ {
+				a, b := got[i-1], got[i]
+				if a.Mode == "kv" && b.Mode == "round-robin" || a.Mode == b.Mode && a.RateScale > b.RateScale {
+					t.Fatalf("results out of order at %d: %s x%g before %s x%g", i, a.Mode, a.RateScale, b.Mode, b.RateScale)
+				}
+			}
+			for _, m := range []string{"round-robin", "kv"} {
+				var rates []float64
+				for _, x := range got {
+					if x.Mode == m {
+						rates = append(rates, x.RateScale)
+					}
+				}
+				pass, fail := bracket(got, m, slo)
+				extra := len(rates) - len(tt.rates)
+				if tt.bisect == 0 {
+					// Extensions only: x1.5 at a time from the top, until a
+					// miss or maxExtend of them.
+					for k := len(tt.rates); k < len(rates); k++ {
+						if want := round3(rates[k-1] * extendFactor); rates[k] != want {
+							t.Fatalf("%s ran %v: x%g after x%g, want x%g", m, rates, rates[k], rates[k-1], want)
+						}
+					}
+					if math.IsInf(fail, 1) && extra != maxExtend {
+						t.Fatalf("%s stopped after %d extensions with no miss", m, extra)
+					}
+				} else if extra > tt.bisect || (extra < tt.bisect && (fail-pass)/pass > bracketTolerance) {
+					t.Fatalf("%s: %d bisections of %d, bracket [%g, %g)", m, extra, tt.bisect, pass, fail)
+				}
+				if r, _ := nextRate(got, m, slo, maxExtend, 0); r != 0 {
+					t.Fatalf("%s: still something to run at x%g", m, r)
+				}
+				t.Logf("%s: ran %v, goodput [%g, %g)", m, rates, pass, fail)
+			}
+		})
 	}
 }

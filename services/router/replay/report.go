@@ -81,13 +81,8 @@ func (r *Report) Modes() []string {
 // Goodput is the highest rate scale at which mode kept TTFT p90 within
 // the SLO (with every request served), or 0 if none did.
 func (r *Report) Goodput(mode string) float64 {
-	best := 0.0
-	for _, x := range r.Results {
-		if x.Mode == mode && x.Rejected == 0 && x.TTFT[1] <= r.SLO {
-			best = max(best, x.RateScale)
-		}
-	}
-	return best
+	pass, _ := bracket(r.Results, mode, r.SLO)
+	return pass
 }
 
 func ms(d time.Duration) string {
