@@ -345,6 +345,13 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 			exts[b], exts[b-1] = exts[b-1], exts[b]
 		}
 	}
+	// The positions swept are looked up in batches whose cache misses
+	// overlap (table.getAll), doubling from firstBatch as AppendOverlaps
+	// does: one by one, a prediction that runs to the request's end was
+	// a round trip to memory per block.
+	var vals [batch]pendingRef
+	var oks [batch]bool
+	from, to, size := 0, 0, firstBatch
 	act, j := actBuf[:0], 0
 	for pos := exts[0].next; ; pos++ {
 		for j < len(exts) && exts[j].next == pos {
@@ -364,7 +371,12 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 			}
 			return
 		}
-		v, ok := p.preds.get(hashes[pos])
+		if pos >= to {
+			from, to = pos, min(pos+size, len(hashes))
+			p.preds.getAll(hashes[from:to], vals[:], oks[:])
+			size = min(2*size, batch)
+		}
+		v, ok := vals[pos-from], oks[pos-from]
 		keep := act[:0]
 		for _, e := range act {
 			if ok && p.onLocked(v, workers[e.i]) {
