@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -257,5 +258,88 @@ func checkFirstTokensInOrder(t *testing.T, run engineRun) {
 					run.arrival[b]+run.ttft[b], a, run.arrival[a]+run.ttft[a])
 			}
 		}
+	}
+}
+
+// TestDecodeDeferral checks on real engines the two rules Horizon's doc
+// gives for why decode cannot be placed inside a window, with preemptions
+// (small caches) and without: a running request still in prefill is
+// always the last one admitted, so a step skips no decoding request
+// unless it preempts; and at no time are more than max_num_seqs requests
+// of an engine past their first token and unfinished, preempted ones
+// included (they are readmitted first, FIFO).
+func TestDecodeDeferral(t *testing.T) {
+	g := Presets["low-reuse"]
+	g.Requests, g.Seed = 150, 5
+	trace, err := Generate(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []int{1500, 16384} {
+		t.Run("kv"+strconv.Itoa(kv), func(t *testing.T) {
+			ec := engine.DefaultConfig()
+			ec.NumGPUBlocks, ec.MaxNumSeqs, ec.MaxNumBatchedTokens = kv, 8, 2048
+			e, err := engine.New(ec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tokens []uint32
+			first := map[string]bool{} // past the first token, unfinished
+			added, preempting, decodes, most := 0, 0, 0, 0
+			for k := 0; added < len(trace) || !e.Idle(); k++ {
+				if k > 1e6 {
+					t.Fatal("the engine never went idle")
+				}
+				// A request every few steps: queues build up.
+				if added < len(trace) && k%5 == 0 {
+					tokens = Tokens(trace[added], 512, tokens)
+					// One too large for the small cache is left out.
+					if err := e.Add(engine.Request{ID: strconv.Itoa(added), Prompt: slices.Clone(tokens), MaxTokens: trace[added].OutputLength}); err != nil && !errors.Is(err, engine.ErrRequestTooLarge) {
+						t.Fatal(err)
+					}
+					added++
+				}
+				m := e.Metrics()
+				var decoding []string
+				for i, r := range m.Requests[:m.Running] {
+					switch {
+					case r.PrefillTokens == 0:
+						decoding = append(decoding, r.ID)
+					case i != m.Running-1:
+						t.Fatalf("step %d: running request %s (%d of %d) is in prefill", k, r.ID, i+1, m.Running)
+					}
+				}
+				res := e.Step()
+				out := map[string]engine.FinishReason{}
+				for _, o := range res.Outputs {
+					out[o.RequestID] = o.Finish
+					first[o.RequestID] = true
+					if o.Finish != engine.FinishNone {
+						delete(first, o.RequestID)
+					}
+				}
+				most = max(most, len(first))
+				if len(first) > ec.MaxNumSeqs {
+					t.Fatalf("step %d: %d requests past their first token and unfinished, max_num_seqs %d", k, len(first), ec.MaxNumSeqs)
+				}
+				if res.Preempted > 0 {
+					preempting++
+					continue
+				}
+				for _, id := range decoding {
+					if _, ok := out[id]; !ok {
+						t.Fatalf("step %d (no preemption): decoding request %s made no token", k, id)
+					}
+					decodes++
+				}
+			}
+			if kv == 1500 && preempting == 0 {
+				t.Fatal("the small cache never preempted: the case is not exercised")
+			}
+			if kv == 16384 && most < ec.MaxNumSeqs {
+				t.Fatalf("at most %d requests decoding at once: max_num_seqs %d never binds", most, ec.MaxNumSeqs)
+			}
+			t.Logf("%d decode tokens checked, %d steps preempted, %d decoding at once at most", decodes, preempting, most)
+		})
 	}
 }
