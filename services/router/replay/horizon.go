@@ -103,8 +103,7 @@ import (
 // that sends the largest tenth of the prompts to one engine gives up that
 // engine and meets p90 with the others. So Horizon is above Capacity on
 // decode-heavy traces and on heavy-tailed ones; it is the bound a goodput
-// verdict can
-// rest on.
+// verdict can rest on.
 type Horizon struct {
 	// SLO is the TTFT the quantile must meet; Quantile is it (0.9).
 	SLO      time.Duration
