@@ -108,6 +108,7 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 	r := &pendingReq{w: w, num: n, hashes: hashes}
 	p.reqs[id] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
+	p.preds.touch(r.hashes)
 	for _, h := range r.hashes {
 		p.addRefLocked(h, n)
 	}
@@ -163,6 +164,7 @@ func (p *Pending) releaseLocked(id string) {
 		return
 	}
 	delete(p.reqs, id)
+	p.preds.touch(r.hashes)
 	for _, h := range r.hashes {
 		p.dropLocked(h, r.num, false)
 	}
