@@ -37,6 +37,9 @@ type CommandConfig struct {
 	Goals bool
 	// GoalsRate is the default rate scale the goals are judged at.
 	GoalsRate float64
+	// RequestsCSV also writes router-replay-requests.csv under OutDir:
+	// every run replayed again, one row per request (see RecordRuns).
+	RequestsCSV bool
 }
 
 // RegisterFlags adds the command's flags.
@@ -67,6 +70,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.BoolVar(&c.Goals, "goals", false, "print the goal table for all traces (modes "+strings.Join(GoalModes, ",")+"; --modes is ignored): kv and kv-approx hit rate against the pooled bound, goodput kv/round-robin and the capacity bound, kv TTFT p90 over the cached floor, 3 and 8 replicas against one router, each with a verdict; also written to router-replay-goals.md under --out")
 	fs.Float64Var(&c.GoalsRate, "goals-rate", 6, "the default rate scale the goals are judged at (--goals)")
+	fs.BoolVar(&c.RequestsCSV, "requests-csv", false, "also write router-replay-requests.csv under --out: every run of the table replayed again (deterministic: the same run), one row per completed request: where it went, the router's and the engine's cached prefix, what the engine had queued and in flight at its arrival, its wait for admission, TTFT and E2E")
 }
 
 // ParseRates parses a comma list of positive rate scales.
@@ -117,6 +121,9 @@ func Command(c CommandConfig, out io.Writer) error {
 	if c.GoodputSteps < 0 {
 		return errors.New("replay: --goodput-steps must not be negative")
 	}
+	if c.RequestsCSV && c.OutDir == "" {
+		return errors.New("replay: --requests-csv writes under --out, which is empty")
+	}
 	c.RateScale = rates[0]
 	if err := c.Validate(); err != nil {
 		return err
@@ -166,6 +173,17 @@ func Command(c CommandConfig, out io.Writer) error {
 		}
 		if err := writeFile(pngPath, func(w io.Writer) error { return WritePNG(w, r) }); err != nil {
 			return err
+		}
+		if c.RequestsCSV {
+			runs, err := RecordRuns(trace, c.Config, results, c.Parallel)
+			if err != nil {
+				return fmt.Errorf("trace %s: %w", label, err)
+			}
+			reqPath := filepath.Join(dir, "router-replay-requests.csv")
+			if err := writeFile(reqPath, func(w io.Writer) error { return WriteRequestsCSV(w, runs) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "wrote %s\n", reqPath)
 		}
 		fmt.Fprintf(out, "wrote %s and %s\n\n", csvPath, pngPath)
 	}

@@ -161,6 +161,10 @@ type sim struct {
 	events  timeline
 	cores   []*core.Core
 	engines []*simEngine
+	// records are the requests' records (RunRecorded), nil when not
+	// recording.
+	records []RequestRecord
+	record  bool
 	next    int            // the replica that takes the next request
 	owner   map[string]int // request id -> the replica that routed it
 	reqs    map[string]*inflight
@@ -176,11 +180,46 @@ type simEngine struct {
 	e       *engine.Engine
 	busy    bool
 	prefill int
+	// stepEnd is when the step in flight ends (while busy).
+	stepEnd time.Duration
 }
 
 type inflight struct {
 	arrival time.Duration
 	first   bool
+	// rec is the request's record while recording, else nil.
+	rec *RequestRecord
+}
+
+// RequestRecord is what a recorded replay (RunRecorded) saw of one
+// completed request: where the router sent it and why it waited there.
+// The engine's state is read when the request arrives, before it is added.
+type RequestRecord struct {
+	// Request is its position in the trace; Arrival its virtual arrival.
+	Request int
+	Arrival time.Duration
+	// Worker is the engine it was routed to (instance id, from 1).
+	Worker uint64
+	// PromptTokens is its prompt's length.
+	PromptTokens int
+	// Overlap is the router's cached (or predicted) prefix of it on the
+	// chosen worker, BestOverlap the longest on any worker, in blocks;
+	// Cost the chosen worker's cost.
+	Overlap, BestOverlap int
+	Cost                 float64
+	// Cached is the prefix the engine's cache held at its admission, in
+	// blocks (the router's overlap may count blocks not computed yet).
+	Cached int
+	// QueuedTokens is the prompt tokens the engine still had to prefill
+	// for other requests and Decoding its requests past their prefill,
+	// both as of the end of the step in flight (an engine step takes its
+	// effect when it starts; its time passes after), and StepLeft how long
+	// that step had left (0: the engine was idle).
+	QueuedTokens, Decoding int
+	StepLeft               time.Duration
+	// Wait is from arrival to its first admission; TTFT and E2E to its
+	// first and last token.
+	Wait, TTFT, E2E time.Duration
 }
 
 // at schedules fn d after now.
@@ -222,21 +261,33 @@ func (o observer) Freed(id string)       { o.send(core.FreedEvent(id)) }
 // reports reach every router after the configured delays, and replicas
 // exchange the service's sync messages.
 func Run(trace []Request, cfg Config, mode string) (Result, error) {
+	res, _, err := run(trace, cfg, mode, false)
+	return res, err
+}
+
+// RunRecorded is Run, also returning a record of every completed request,
+// in trace order. Recording reads the engines' state and changes nothing:
+// the result is Run's.
+func RunRecorded(trace []Request, cfg Config, mode string) (Result, []RequestRecord, error) {
+	return run(trace, cfg, mode, true)
+}
+
+func run(trace []Request, cfg Config, mode string, record bool) (Result, []RequestRecord, error) {
 	if err := cfg.Validate(); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	setup, err := setupOf(mode)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	start := time.Now()
-	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}}
+	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}, record: record}
 	var ins []discovery.Change[*registryv1.Instance]
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for i := range cfg.Workers {
 		e, err := engine.New(cfg.Engine)
 		if err != nil {
-			return Result{}, err
+			return Result{}, nil, err
 		}
 		id := uint64(i + 1)
 		s.engines = append(s.engines, &simEngine{id: id, e: e})
@@ -288,6 +339,9 @@ func Run(trace []Request, cfg Config, mode string) (Result, error) {
 			s.owner[id] = me
 			w.prefill += len(prompt)
 			s.reqs[id] = &inflight{arrival: s.now}
+			if s.record {
+				s.reqs[id].rec = s.recordArrival(n, w, resp, len(prompt))
+			}
 			if !w.busy {
 				s.step(w)
 			}
@@ -321,7 +375,35 @@ func Run(trace []Request, cfg Config, mode string) (Result, error) {
 	}
 	res.Spread = spread(prefill)
 	res.Wall = time.Since(start)
-	return res, nil
+	slices.SortFunc(s.records, func(a, b RequestRecord) int { return a.Request - b.Request })
+	return res, s.records, nil
+}
+
+// recordArrival starts request n's record: the router's choice and the
+// state of the engine it chose, before the request is added to it.
+func (s *sim) recordArrival(n int, w *simEngine, resp *routerv1.RouteResponse, prompt int) *RequestRecord {
+	rec := &RequestRecord{Request: n, Arrival: s.now, Worker: w.id, PromptTokens: prompt, Overlap: int(resp.GetOverlapBlocks())}
+	for _, c := range resp.GetCandidates() {
+		rec.BestOverlap = max(rec.BestOverlap, int(c.GetOverlapBlocks()))
+		if c.GetInstanceId() == w.id {
+			rec.Cost = c.GetCost()
+		}
+	}
+	id := strconv.Itoa(n)
+	for _, r := range w.e.Metrics().Requests {
+		if r.ID == id {
+			continue
+		}
+		rec.QueuedTokens += r.PrefillTokens
+		if r.DecodeBlocks > 0 {
+			rec.Decoding++
+		}
+	}
+	if w.busy {
+		rec.StepLeft = w.stepEnd - s.now
+	}
+	rec.Wait = -1
+	return rec
 }
 
 func (s *sim) reject(err error) {
@@ -333,7 +415,14 @@ func (s *sim) reject(err error) {
 // step runs one engine step and schedules its end.
 func (s *sim) step(w *simEngine) {
 	res := w.e.Step()
-	w.busy = true
+	w.busy, w.stepEnd = true, s.now+res.Duration
+	if s.record {
+		for _, id := range res.Admitted {
+			if in := s.reqs[id]; in != nil && in.rec != nil {
+				in.rec.Wait = s.now - in.arrival
+			}
+		}
+	}
 	s.at(res.Duration, func() { s.stepped(w, res) })
 }
 
@@ -351,10 +440,18 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 		if !in.first && len(o.Tokens) > 0 {
 			in.first = true
 			s.ttft = append(s.ttft, s.now-in.arrival)
+			if in.rec != nil {
+				in.rec.TTFT = s.now - in.arrival
+				in.rec.Cached = o.Usage.CachedPromptTokens / s.cfg.Engine.BlockSize
+			}
 			owner.PrefillDone(o.RequestID)
 		}
 		if o.Finish != engine.FinishNone {
 			s.e2e = append(s.e2e, s.now-in.arrival)
+			if in.rec != nil {
+				in.rec.E2E = s.now - in.arrival
+				s.records = append(s.records, *in.rec)
+			}
 			owner.Free(o.RequestID)
 			delete(s.reqs, o.RequestID)
 			delete(s.owner, o.RequestID)

@@ -1,0 +1,202 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/csv"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+)
+
+// TestRecordingChangesNothing checks that a recorded replay is the replay:
+// the same result to the field, and one record per completed request whose
+// times are the result's.
+func TestRecordingChangesNothing(t *testing.T) {
+	trace, err := SyntheticTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:120]
+	cfg := smallConfig()
+	for _, mode := range []string{"kv", "kv-3-replicas", "round-robin"} {
+		t.Run(mode, func(t *testing.T) {
+			plain, err := Run(trace, cfg, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, recs, err := RunRecorded(trace, cfg, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain.Wall, rec.Wall = 0, 0
+			if plain != rec {
+				t.Fatalf("recording changed the run:\n%+v\n%+v", plain, rec)
+			}
+			if len(recs) != rec.Completed {
+				t.Fatalf("%d records of %d completed requests", len(recs), rec.Completed)
+			}
+			var ttft, e2e []time.Duration
+			for i, r := range recs {
+				if i > 0 && recs[i-1].Request >= r.Request {
+					t.Fatalf("records out of trace order at %d: %d after %d", i, r.Request, recs[i-1].Request)
+				}
+				bs := cfg.Engine.BlockSize
+				if r.Wait < 0 || r.Wait > r.TTFT || r.TTFT > r.E2E || r.Worker < 1 || r.Worker > uint64(cfg.Workers) ||
+					r.Overlap > r.BestOverlap || r.Cached > r.PromptTokens/bs || r.StepLeft < 0 || r.QueuedTokens < 0 {
+					t.Fatalf("record %+v is inconsistent", r)
+				}
+				if want := time.Duration(float64(trace[r.Request].Arrival) / cfg.RateScale); r.Arrival != want {
+					t.Fatalf("request %d arrived at %v, the trace says %v", r.Request, r.Arrival, want)
+				}
+				ttft, e2e = append(ttft, r.TTFT), append(e2e, r.E2E)
+			}
+			if got := percentiles(ttft); got != rec.TTFT {
+				t.Errorf("records' TTFT percentiles %v, result's %v", got, rec.TTFT)
+			}
+			if got := percentiles(e2e); got != rec.E2E {
+				t.Errorf("records' E2E percentiles %v, result's %v", got, rec.E2E)
+			}
+		})
+	}
+}
+
+// TestRequestRecordSeesTheStepInFlight replays two requests on one engine:
+// a 2048-token prompt at 0, and at 10 ms a 600-token one sharing its first
+// 512 tokens, while the first one's only prefill step is in flight. The
+// second waits out that step (it cannot join it), and then finds the shared
+// blocks in the engine's cache, which the router predicted.
+func TestRequestRecordSeesTheStepInFlight(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Workers, cfg.RateScale = 1, 1
+	trace := []Request{
+		{Arrival: 0, InputLength: 2048, OutputLength: 4, HashIDs: []uint64{1, 2, 3, 4}},
+		{Arrival: 10 * time.Millisecond, InputLength: 600, OutputLength: 4, HashIDs: []uint64{1, 9}},
+	}
+	_, recs, err := RunRecorded(trace, cfg, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	a, b := recs[0], recs[1]
+	step := engine.PrefillTime(2048, cfg.Engine.SpeedupRatio)
+	shared := 512 / cfg.Engine.BlockSize
+	if a.Wait != 0 || a.StepLeft != 0 || a.QueuedTokens != 0 || a.Decoding != 0 || a.TTFT != step || a.Overlap != 0 || a.Cached != 0 {
+		t.Errorf("first request: %+v; want admitted at once on an idle engine, TTFT %v, nothing cached", a, step)
+	}
+	if b.StepLeft != step-10*time.Millisecond || b.Wait != b.StepLeft {
+		t.Errorf("second request: step left %v, wait %v; want both %v", b.StepLeft, b.Wait, step-10*time.Millisecond)
+	}
+	// The first request's step has computed its prompt and its first
+	// token when it starts: after it, it decodes and nothing is queued.
+	if b.QueuedTokens != 0 || b.Decoding != 1 {
+		t.Errorf("second request: %d queued tokens, %d decoding; want 0 and 1", b.QueuedTokens, b.Decoding)
+	}
+	if b.Overlap != shared || b.BestOverlap != shared || b.Cached != shared {
+		t.Errorf("second request: router overlap %d (best %d), engine cached %d; want %d each", b.Overlap, b.BestOverlap, b.Cached, shared)
+	}
+	if b.TTFT <= b.Wait {
+		t.Errorf("second request: TTFT %v not after its wait %v", b.TTFT, b.Wait)
+	}
+}
+
+func TestWriteRequestsCSV(t *testing.T) {
+	runs := []RecordedRun{
+		{Mode: "kv", RateScale: 6, Requests: []RequestRecord{
+			{Request: 3, Arrival: 1500 * time.Microsecond, Worker: 2, PromptTokens: 700, Overlap: 32, BestOverlap: 40, Cached: 30,
+				QueuedTokens: 100, Decoding: 5, StepLeft: 2 * time.Millisecond, Cost: 12.25, Wait: 3 * time.Millisecond,
+				TTFT: 20 * time.Millisecond, E2E: time.Second},
+		}},
+		{Mode: "round-robin", RateScale: 1.5},
+	}
+	var buf bytes.Buffer
+	if err := WriteRequestsCSV(&buf, runs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{RequestsCSVHeader,
+		{"kv", "6", "3", "1.500", "2", "700", "32", "40", "30", "100", "5", "2.000", "12.250", "3.000", "20.000", "1000.000"}}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %v", len(rows), len(want), rows)
+	}
+	for i := range want {
+		if len(rows[i]) != len(want[i]) {
+			t.Fatalf("row %d: %v, want %v", i, rows[i], want[i])
+		}
+		for j := range want[i] {
+			if rows[i][j] != want[i][j] {
+				t.Errorf("row %d column %s: %q, want %q", i, RequestsCSVHeader[j], rows[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+// TestCommandRequestsCSV runs the command with --requests-csv: every run of
+// the table is there again, request by request, and without --out the
+// flag is refused.
+func TestCommandRequestsCSV(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	dir := t.TempDir()
+	path := filepath.Join(dir, "small.jsonl")
+	var buf bytes.Buffer
+	if err := WriteTrace(&buf, trace[:n]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) CommandConfig {
+		var c CommandConfig
+		fs := flag.NewFlagSet("", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(append([]string{"--requests-csv", "--trace", path, "--modes", "kv,round-robin", "--rate-scales", "2,4",
+			"--goodput-steps", "0", "--slo-ttft-p90", "1ns", "--workers", "4", "--kv-blocks", "16384", "--parallel", "2"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	out := filepath.Join(dir, "out")
+	if err := Command(parse("--out", out), new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) [][]string {
+		f, err := os.Open(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		rows, err := csv.NewReader(f).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	table, reqs := read("router-replay.csv"), read("router-replay-requests.csv")
+	perRun := map[string]int{}
+	for _, row := range reqs[1:] {
+		perRun[row[0]+" x"+row[1]]++
+	}
+	if len(perRun) != len(table)-1 {
+		t.Errorf("requests of %d runs, the table has %d: %v", len(perRun), len(table)-1, perRun)
+	}
+	for _, row := range table[1:] {
+		if got := perRun[row[0]+" x"+row[1]]; got != n {
+			t.Errorf("%s at x%s: %d requests recorded, want %d", row[0], row[1], got, n)
+		}
+	}
+	if err := Command(parse("--out", ""), new(bytes.Buffer)); err == nil {
+		t.Error("--requests-csv without --out: no error")
+	}
+}
