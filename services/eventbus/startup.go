@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -130,7 +131,10 @@ func (s *Service) connectLoop(ctx context.Context, cfg Config, first error, read
 // retryableConnect tells a NATS that is not there yet from a configuration
 // no retry fixes. Retried: no server took the connection (refused: nats.go's
 // ErrNoServers), a dial that failed or timed out, a name that does not
-// resolve yet, a server that did not answer in time, a JetStream not ready.
+// resolve yet, a server that did not answer in time (nats.go's ErrTimeout,
+// or the i/o timeout of a connection accepted and never answered: a NATS
+// still starting behind its port, a load balancer with no backend yet), a
+// JetStream not ready.
 // Everything after a connection was made fails: a TLS handshake either side
 // refuses (with TLS 1.3 the server's refusal of a client certificate may
 // come as an alert, a reset or an EOF after the handshake), a wrong password
@@ -140,7 +144,7 @@ func retryableConnect(err error) bool {
 		opErr  *net.OpError
 		dnsErr *net.DNSError
 	)
-	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errJetStreamNotReady) ||
 		errors.As(err, &dnsErr) || errors.As(err, &opErr) && opErr.Op == "dial"
 }

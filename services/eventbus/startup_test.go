@@ -48,7 +48,7 @@ func reservePort(t *testing.T) int {
 func TestEventbusStartsBeforeNATS(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	port := reservePort(t)
+	port := eventbustest.ReserveNATSPort(t)
 	svc := eventbustest.StartEventbus(t, eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", port)))
 
 	conn, err := grpc.NewClient(svc.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -5,6 +5,7 @@ package eventbustest
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -72,13 +73,99 @@ func StopNATS(ns *natsserver.Server) {
 }
 
 // stopped holds the ports of the nats-servers StartNATSAt started and
-// StopNATS stopped.
-var stopped = &natsPorts{running: map[*natsserver.Server]int{}, held: map[int]*testport.Port{}}
+// StopNATS stopped, and those ReserveNATSPort holds for one to come.
+var stopped = &natsPorts{running: map[*natsserver.Server]int{}, held: map[int]releaser{}}
 
 type natsPorts struct {
 	mu      sync.Mutex
 	running map[*natsserver.Server]int
-	held    map[int]*testport.Port
+	held    map[int]releaser
+}
+
+// releaser is a held port: Release gives it back.
+type releaser interface{ Release() }
+
+// ReserveNATSPort holds a free loopback port for a nats-server that the test
+// starts later there with StartNATSAt, which takes it over, so that no other
+// test process binds it meanwhile. Until then the port takes connections and
+// says nothing, as a NATS server that does not answer yet: a client's
+// connect times out, which the eventbus retries at startup. (A reset, as
+// testport gives, may reach nats.go after its dial, as a reset of the
+// handshake, and the eventbus takes that for a TLS refusal: not retried.)
+// Connections it took stay silent until their clients give up, also after
+// the server has the port; the test's cleanup closes what is left.
+func ReserveNATSPort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &silentPort{ln: ln, conns: map[net.Conn]struct{}{}, accepted: make(chan struct{})}
+	go p.accept()
+	port := ln.Addr().(*net.TCPAddr).Port
+	stopped.mu.Lock()
+	stopped.held[port] = p
+	stopped.mu.Unlock()
+	t.Cleanup(func() {
+		stopped.release(port)
+		p.closeAll()
+	})
+	return port
+}
+
+// silentPort is ReserveNATSPort's holder.
+type silentPort struct {
+	ln       net.Listener
+	accepted chan struct{} // closed when the accept loop ends
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func (p *silentPort) accept() {
+	defer close(p.accepted)
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			_, _ = io.Copy(io.Discard, c) // until the client closes it
+			c.Close()
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+		}()
+	}
+}
+
+// Release unbinds the port; the connections it took stay open.
+func (p *silentPort) Release() {
+	p.ln.Close()
+	<-p.accepted
+}
+
+// closeAll releases the port and closes every connection it took.
+func (p *silentPort) closeAll() {
+	p.Release()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }
 
 func (n *natsPorts) started(ns *natsserver.Server, port int) {

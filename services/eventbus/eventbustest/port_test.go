@@ -1,7 +1,10 @@
 package eventbustest_test
 
 import (
+	"errors"
 	"net"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,4 +53,30 @@ func TestStoppedNATSKeepsItsPort(t *testing.T) {
 		}
 	}
 	eventbustest.StopNATS(ns) // held until the cleanup, which releases it
+}
+
+// TestReservedNATSPortIsHeld: a port ReserveNATSPort holds for a nats-server
+// to come cannot be bound by anyone else, a client's connection to it is
+// not answered (a timeout, retried by the eventbus at startup, where a reset
+// may be taken for a TLS refusal), and StartNATSAt takes it over.
+func TestReservedNATSPortIsHeld(t *testing.T) {
+	port := eventbustest.ReserveNATSPort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("another listener could bind the reserved address %s", addr)
+	}
+	_, err := nats.Connect("nats://"+addr, nats.Timeout(200*time.Millisecond))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("connect to the reserved port: %v, want an i/o timeout", err)
+	}
+	ns := eventbustest.StartNATSAt(t, port, t.TempDir())
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatalf("connect to the nats-server started on the reserved port: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }
