@@ -357,7 +357,11 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 
 // TestSessionKeepsLeaseThroughLongEtcdOutage: etcd down for longer than the
 // TTL, then back on its data: etcd extends its leases when it restarts, and
-// the session, still trying, finds its lease alive with the same id.
+// the session, still trying, finds its lease alive with the same id. etcd
+// gives the lease only its TTL (1 s) from its return, so the session must
+// try within that; the registry answers "etcd unavailable" at once (it knows
+// the lease's token without etcd), and the outage lasts a dozen failed
+// attempts, past which an unbounded backoff waits up to 5 s between them.
 func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	t.Parallel()
 	etcd, reg := registrytest.Start(t)
@@ -374,6 +378,8 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	}
 	etcd.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
+	before, _ := s.Progress()
+	waitProgress(ctx, t, s, "a dozen failed keep-alives", func(p discovery.KeepAliveProgress) bool { return p.Failed >= before.Failed+12 })
 	etcd.Start()
 	eventually(t, "the keep-alive to reach the lease again", func() bool { return !s.Expired() })
 	select {

@@ -295,7 +295,14 @@ func (s *Session) keepAlive(deadline time.Time) {
 		default:
 			ka.close()
 			ka = nil
-			wait := bo.Next()
+			// Never more than a quarter of the TTL between attempts, past
+			// the deadline too: etcd, back from an outage, gives every
+			// lease its TTL again from its return, and a keep-alive must
+			// reach it within that. The backoff alone grows to 5 s while
+			// the registry answers "etcd unavailable" at once, and a 1 or
+			// 2 s lease was lost that way after every outage. A registry
+			// that answers is not loaded by this: the answer is cheap.
+			wait := min(bo.Next(), max(s.ttl/4, minBackoff))
 			if left := time.Until(deadline); left > 0 {
 				wait = min(wait, left)
 				s.log.Warn("lease keep-alive failed; retrying", "err", err.Error(), "backoff", wait.String(), "deadline_in", left.String())
