@@ -52,12 +52,18 @@ func (s *server) checkLease(ctx context.Context, lease uint64) error {
 	if c, ok := grpcserver.CallerFrom(ctx); ok && slices.Contains(c.Roles, authtoken.RoleAdmin) {
 		return nil
 	}
-	digest, err := s.store.LeaseTokenDigest(ctx, lease)
-	if errors.Is(err, ErrNotFound) {
-		return err
-	}
-	if err != nil {
-		return toStatus(fmt.Errorf("check lease token: %w", err))
+	digest, ok := s.digests.get(lease)
+	if !ok {
+		var err error
+		digest, err = s.store.LeaseTokenDigest(ctx, lease)
+		if errors.Is(err, ErrNotFound) {
+			s.digests.drop(lease)
+			return err
+		}
+		if err != nil {
+			return toStatus(fmt.Errorf("check lease token: %w", err))
+		}
+		s.digests.put(lease, digest)
 	}
 	tokens := leaseTokens(ctx)
 	switch {
@@ -108,4 +114,52 @@ func (l *leaseStreams) done(leases map[uint64]bool) {
 			delete(l.open, lease)
 		}
 	}
+}
+
+// maxCachedDigests bounds leaseDigests: past it the cache starts over (a
+// replica serving that many leases reads a digest from the store again per
+// lease).
+const maxCachedDigests = 1 << 16
+
+// leaseDigests holds the token digests of the leases this replica granted
+// or checked. A lease's token never changes, so once known its digest needs
+// no store read: a KeepAlive stream that a worker opens again (after an
+// attempt that timed out on a loaded machine) is checked at once, and the
+// refresh costs one etcd round trip instead of two, which is what fits in
+// half a short TTL. (Seen: beside other tests, each stream's token read took
+// about a second, the worker's first refresh of a 2 s lease timed out at its
+// deadline, and etcd expired the lease.) A cached digest grants nothing the
+// store would not: a call on a lease that is gone still fails or answers not
+// found there, and then the entry goes.
+type leaseDigests struct {
+	mu sync.Mutex
+	m  map[uint64]string
+}
+
+func (c *leaseDigests) get(lease uint64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[lease]
+	return d, ok
+}
+
+// put caches a lease's digest; "" (a lease granted before tokens) is not
+// cached.
+func (c *leaseDigests) put(lease uint64, digest string) {
+	if digest == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedDigests {
+		c.m = map[uint64]string{}
+	}
+	c.m[lease] = digest
+}
+
+// drop forgets a lease that ended.
+func (c *leaseDigests) drop(lease uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, lease)
 }

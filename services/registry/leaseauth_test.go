@@ -3,8 +3,10 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,5 +281,91 @@ func mergeInto(dst, src map[string]any) {
 		default:
 			dst[k] = v
 		}
+	}
+}
+
+// countingBackend counts the token reads a server makes of its Backend.
+type countingBackend struct {
+	Backend
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countingBackend) LeaseTokenDigest(ctx context.Context, lease uint64) (string, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.Backend.LeaseTokenDigest(ctx, lease)
+}
+
+func (c *countingBackend) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
+// TestLeaseTokenCheckedWithoutStoreRead: the replica that granted a lease,
+// or checked its token once, checks it again without reading the store, so
+// that a worker's refresh on a KeepAlive stream it opens again (after an
+// attempt that timed out) costs one etcd round trip, not two. Beside other
+// tests each such token read took about a second, and the first refresh of a
+// 2 s lease (sent after 1 s) timed out at the lease's deadline: etcd expired
+// the lease of every worker (TestEtcdOutage, model cards gone). A wrong
+// token is still refused, and a lease that ended is read (and found gone)
+// again.
+func TestLeaseTokenCheckedWithoutStoreRead(t *testing.T) {
+	t.Parallel()
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	st := NewStore(cli)
+	t.Cleanup(st.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	granting, other := &countingBackend{Backend: st}, &countingBackend{Backend: st}
+	a, b := &server{store: granting}, &server{store: other} // two replicas
+	resp, err := a.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := resp.GetLeaseId()
+	asCaller := func(tokens ...string) context.Context {
+		return metadata.NewIncomingContext(ctx, metadata.Pairs(authtoken.LeaseTokenKey, strings.Join(tokens, "")))
+	}
+	for _, tc := range []struct {
+		name      string
+		s         *server
+		c         *countingBackend
+		token     string
+		wantCode  codes.Code
+		wantReads int
+	}{
+		{"granting replica", a, granting, resp.GetLeaseToken(), codes.OK, 0},
+		{"granting replica, again", a, granting, resp.GetLeaseToken(), codes.OK, 0},
+		{"granting replica, wrong token", a, granting, "wrong", codes.PermissionDenied, 0},
+		{"other replica, first check", b, other, resp.GetLeaseToken(), codes.OK, 1},
+		{"other replica, again", b, other, resp.GetLeaseToken(), codes.OK, 1},
+		{"other replica, wrong token", b, other, "wrong", codes.PermissionDenied, 1},
+	} {
+		err := tc.s.checkLease(asCaller(tc.token), lease)
+		if status.Code(err) != tc.wantCode {
+			t.Errorf("%s: checkLease = %v, want %v", tc.name, err, tc.wantCode)
+		}
+		if got := tc.c.count(); got != tc.wantReads {
+			t.Errorf("%s: %d token reads of the store so far, want %d", tc.name, got, tc.wantReads)
+		}
+	}
+	if _, err := a.Deregister(asCaller(resp.GetLeaseToken()), &registryv1.DeregisterRequest{LeaseId: lease}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkLease(asCaller(resp.GetLeaseToken()), lease); !errors.Is(err, ErrNotFound) || granting.count() != 1 {
+		t.Errorf("after the lease ended: checkLease = %v with %d store reads, want not found from one read", err, granting.count())
 	}
 }

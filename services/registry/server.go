@@ -24,6 +24,8 @@ type server struct {
 	stopping <-chan struct{}
 	// keepAliveStreams bounds the KeepAlive streams per lease.
 	keepAliveStreams leaseStreams
+	// digests caches lease token digests (see checkLease).
+	digests leaseDigests
 	// watchSlot bounds each client's open watches (grpcserver.WatchSlot).
 	watchSlot func(context.Context) (func(), error)
 }
@@ -61,6 +63,7 @@ func (s *server) GrantLease(ctx context.Context, r *registryv1.GrantLeaseRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.digests.put(id, digest)
 	return &registryv1.GrantLeaseResponse{LeaseId: id, TtlSeconds: int64(granted / time.Second), LeaseToken: token}, nil
 }
 
@@ -86,6 +89,9 @@ func (s *server) Register(ctx context.Context, r *registryv1.RegisterRequest) (*
 	resp, err := s.store.Register(ctx, r.Instance, ttl, r.LeaseId, r.GetPod(), digest)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if r.LeaseId == 0 {
+		s.digests.put(resp.InstanceId, digest)
 	}
 	resp.LeaseToken = token
 	return resp, nil
@@ -155,6 +161,7 @@ func (s *server) KeepAlive(stream registryv1.RegistryService_KeepAliveServer) er
 			if found {
 				s.metrics.keepAlives.WithLabelValues("ok").Inc()
 			} else {
+				s.digests.drop(r.LeaseId)
 				s.metrics.keepAlives.WithLabelValues("not_found").Inc()
 			}
 			if err := stream.Send(&registryv1.KeepAliveResponse{LeaseId: r.LeaseId, Found: found, TtlSeconds: int64(ttl / time.Second)}); err != nil {
@@ -175,6 +182,7 @@ func (s *server) Deregister(ctx context.Context, r *registryv1.DeregisterRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.digests.drop(r.LeaseId)
 	return &registryv1.DeregisterResponse{Revision: rev}, nil
 }
 
