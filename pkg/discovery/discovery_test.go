@@ -396,6 +396,77 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	}
 }
 
+// TestSessionKeepsLeaseThroughGracefulEtcdStop stops etcd right after a
+// session registered, before its first refresh. etcd stops gracefully: while
+// a watch is open it takes its request timeout (about 5 s) to stop, serving
+// the streams it has and expiring leases, and refusing new streams and
+// connections. A 2 s lease lives only if its refresh goes over what the
+// registry already has open: its keep-alive stream to etcd, opened when it
+// started, and the token check without an etcd read. Opened on the first
+// refresh (or a token read first), the refresh could not reach etcd, etcd
+// expired the lease, the watcher saw the DELETE and, once etcd was back, the
+// lease was gone (seen in the frontend's TestEtcdOutage beside other tests:
+// model cards gone during the whole outage).
+func TestSessionKeepsLeaseThroughGracefulEtcdStop(t *testing.T) {
+	t.Parallel()
+	etcd, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	var (
+		mu      sync.Mutex
+		deletes int
+	)
+	// The registry watches etcd for it: etcd's stop waits for that stream.
+	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{
+		OnChange: func(chs []discovery.Change[*registryv1.Instance]) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ch := range chs {
+				if ch.Deleted {
+					deletes++
+				}
+			}
+		},
+	})
+	defer w.Close()
+	if err := w.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	in, err := s.Register(ctx, instance("generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watcher to see the instance", func() bool { return len(w.Items()) == 1 })
+	etcd.Stop() // returns once etcd has stopped: the lease's first refresh falls in it
+	etcd.Start()
+	eventually(t, "the keep-alive to reach the lease again", func() bool {
+		select {
+		case <-s.Done():
+			t.Fatalf("session lost its lease: %v", s.Err())
+		default:
+		}
+		p, _ := s.Progress()
+		return !s.Expired() && p.Answered > 0
+	})
+	resp, err := c.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "ns"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Instances) != 1 || resp.Instances[0].InstanceId != in.InstanceId {
+		t.Fatalf("instances after etcd's stop = %v, want instance %x", resp.Instances, in.InstanceId)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if deletes != 0 {
+		t.Fatalf("the watcher saw %d DELETEs: etcd expired the lease while it stopped", deletes)
+	}
+}
+
 func TestModelWatcher(t *testing.T) {
 	t.Parallel()
 	_, reg := registrytest.Start(t)

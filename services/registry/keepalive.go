@@ -19,6 +19,10 @@ import (
 // next refresh opens a new one.
 type keepaliver struct {
 	cli *clientv3.Client
+	// ctx is the parent of every stream; close cancels it, also a stream
+	// being opened.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	mu      sync.Mutex
 	stream  pb.Lease_LeaseKeepAliveClient
@@ -35,8 +39,43 @@ type kaResult struct {
 
 var errKeepaliverClosed = errors.New("keep-alive: registry is closing")
 
+// newKeepaliver opens the shared stream at once, in the background, so
+// that it is there before the first refresh: an etcd that stops gracefully
+// (for up to its request timeout while watches are open) goes on serving the
+// streams it has, and expiring leases, while it refuses new streams and
+// connections. Opened only on the first refresh, the stream came too late
+// there: a test stopped etcd within a second of two workers' registrations,
+// before their first refresh of a 2 s lease; etcd took seconds to stop,
+// expired both leases and sent their DELETEs to the watchers (model cards
+// gone during the whole outage). After a broken stream the next refresh
+// opens a new one.
 func newKeepaliver(cli *clientv3.Client) *keepaliver {
-	return &keepaliver{cli: cli, waiters: map[int64][]chan kaResult{}}
+	ctx, stop := context.WithCancel(context.Background())
+	k := &keepaliver{cli: cli, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if !k.closed && k.stream == nil {
+			_ = k.openLocked() // etcd away: the first refresh tries again
+		}
+	}()
+	return k
+}
+
+// openLocked opens the shared stream; k.mu is held.
+func (k *keepaliver) openLocked() error {
+	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.ctx))
+	st, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(sctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	k.stream, k.cancel = st, cancel
+	k.wg.Add(1)
+	go k.recv(st)
+	return nil
 }
 
 // once refreshes a lease. found is false when etcd no longer has it.
@@ -49,16 +88,10 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		return 0, false, errKeepaliverClosed
 	}
 	if k.stream == nil {
-		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-		st, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(sctx)
-		if err != nil {
-			cancel()
+		if err := k.openLocked(); err != nil {
 			k.mu.Unlock()
 			return 0, false, etcdErr("keep alive", err)
 		}
-		k.stream, k.cancel = st, cancel
-		k.wg.Add(1)
-		go k.recv(st)
 	}
 	k.waiters[id] = append(k.waiters[id], ch)
 	// Send is not safe for concurrent use; the mutex serialises it.
@@ -125,6 +158,7 @@ func (k *keepaliver) failLocked(st pb.Lease_LeaseKeepAliveClient, err error) {
 }
 
 func (k *keepaliver) close() {
+	k.stop() // also a stream being opened in the background
 	k.mu.Lock()
 	k.closed = true
 	if k.stream != nil {
