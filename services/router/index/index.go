@@ -544,9 +544,10 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if _, ok := x.holders.get(hashes[0]); !ok {
-		return dst
-	}
+	// A request whose first block nobody holds ends at depth 0, in the
+	// first batch (a probe of that block alone first was a round trip to
+	// memory before the batch's).
+	//
 	// active is the bitset of slots holding every block so far; at each
 	// block, the slots that fall out are reported with the depth reached.
 	words := (len(x.workers) + 63) / 64
