@@ -216,11 +216,18 @@ func (t *table[V]) getAll(keys []uint64, vals []V, oks []bool) {
 		at[j], first[j] = e, e.key
 	}
 	for j, key := range keys[:min(len(keys), batch)] {
-		if e := at[j]; e != nil && first[j] == key {
+		switch e := at[j]; {
+		case e != nil && first[j] == key:
 			vals[j], oks[j] = e.val, true
-			continue
+		case e != nil && first[j] == 0:
+			// Linear probing keeps a key in the run that starts at its
+			// home slot: an empty home means it is absent (most of a
+			// request's new blocks).
+			var zero V
+			vals[j], oks[j] = zero, false
+		default:
+			vals[j], oks[j] = t.get(key)
 		}
-		vals[j], oks[j] = t.get(key)
 	}
 }
 
