@@ -36,12 +36,25 @@ type Etcd struct {
 }
 
 // StartEtcd starts an embedded etcd for the test and stops it at cleanup.
+// Its two ports are held (testport) from the moment they are chosen until
+// etcd binds them, as across a Stop: a port closed and bound later was once
+// taken by another test process in between ("bind: address already in use").
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
 	e := &Etcd{t: t, dir: t.TempDir()}
-	e.ClientPort = freePort(t)
+	var ports [2]int
+	for i := range ports {
+		p, err := testport.Hold("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.held = append(e.held, p)
+		_, port, _ := net.SplitHostPort(p.Addr())
+		ports[i], _ = strconv.Atoi(port)
+	}
+	e.ClientPort = ports[0]
 	e.clientURL = "http://127.0.0.1:" + strconv.Itoa(e.ClientPort)
-	e.peerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	e.peerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	e.Start()
 	t.Cleanup(e.cleanup)
 	return e
