@@ -31,6 +31,14 @@ import (
 // address and the etcd client, for reading what the store wrote.
 func etcdBackend(t *testing.T) (string, *clientv3.Client) {
 	t.Helper()
+	st, cli := etcdStore(t)
+	return serveBackendAddr(t, st), cli
+}
+
+// etcdStore is a Store on an embedded etcd, with the etcd client it uses;
+// both end with the test.
+func etcdStore(t *testing.T) (*Store, *clientv3.Client) {
+	t.Helper()
 	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +51,7 @@ func etcdBackend(t *testing.T) (string, *clientv3.Client) {
 	t.Cleanup(func() { cli.Close() })
 	st := NewStore(cli)
 	t.Cleanup(st.Close)
-	return serveBackendAddr(t, st), cli
+	return st, cli
 }
 
 func withLeaseToken(ctx context.Context, tokens ...string) context.Context {
@@ -315,18 +323,7 @@ func (c *countingBackend) count() int {
 // again.
 func TestLeaseTokenCheckedWithoutStoreRead(t *testing.T) {
 	t.Parallel()
-	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	st := NewStore(cli)
-	t.Cleanup(st.Close)
+	st, _ := etcdStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	granting, other := &countingBackend{Backend: st}, &countingBackend{Backend: st}
