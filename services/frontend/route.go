@@ -132,7 +132,14 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	case err != nil:
 		return decision{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	return decisionOf(resp, nil, r.plane)
+	// The decision keeps copies of what it needs (ids, strings, the
+	// address), so the response goes back to the core's pool: it lists
+	// every worker, and one left per request is garbage the collector
+	// chases. The request's token ids are hashed by the core, which keeps
+	// the hashes it made, so Route (not RouteOwned) costs no copy here.
+	d, err := decisionOf(resp, nil, r.plane)
+	core.Recycle(resp)
+	return d, err
 }
 
 // decisionOf is the decision resp names. Of the addresses a worker serves,
