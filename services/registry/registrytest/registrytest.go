@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,7 +178,7 @@ func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
 		if port != nil {
 			cfg.Server.GRPCAddr, cfg.Server.Listener = port.Addr(), port.Listener()
 		}
-		svc, err = registry.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+		svc, err = registry.Start(ctx, cfg, Logger())
 		if err == nil {
 			break
 		}
@@ -205,4 +206,13 @@ func Start(t testing.TB) (*Etcd, *Registry) {
 	t.Helper()
 	e := StartEtcd(t)
 	return e, StartRegistry(t, e.Endpoints)
+}
+
+// Logger is the logger the helpers give the registry: discarded unless
+// SWITCHYARD_TEST_LOG is set, then text on stderr (as eventbustest.Logger).
+func Logger() *slog.Logger {
+	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("service", "registry")
+	}
+	return slog.New(slog.DiscardHandler)
 }

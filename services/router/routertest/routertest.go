@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 
@@ -23,6 +24,15 @@ func Config(registryAddr, eventbusAddr string) router.Config {
 		Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
 		RegistryAddr: registryAddr, EventbusAddr: eventbusAddr,
 	}
+}
+
+// Logger is the logger Start gives the router: discarded unless
+// SWITCHYARD_TEST_LOG is set, then text on stderr (as eventbustest.Logger).
+func Logger() *slog.Logger {
+	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("service", "router")
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 // WaitReady waits until svc routes (its registry has answered and, in
@@ -47,7 +57,7 @@ func WaitReady(ctx context.Context, svc *router.Service) error {
 func StartService(t testing.TB, ctx context.Context, cfg router.Config) (svc *router.Service, stop func()) {
 	t.Helper()
 	rctx, cancel := context.WithCancel(ctx)
-	svc, err := router.Start(rctx, cfg, slog.New(slog.DiscardHandler))
+	svc, err := router.Start(rctx, cfg, Logger())
 	if err != nil {
 		cancel()
 		t.Fatalf("start router: %v", err)
