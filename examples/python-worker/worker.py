@@ -649,15 +649,31 @@ class EchoEngine:
                 self.running.pop(key, None)
 
 
-def register(registry, cfg, instance, card):
+def register(registry, cfg, instance, card, adopt, first):
     """Grants a lease and registers instance and card on it (the lease id is
-    the instance id); on failure it revokes the lease and raises."""
+    the instance id); on failure it revokes the lease and raises.
+
+    adopt(lease_id) makes the engine's KV events carry the new instance id:
+    on the first registration before the instance is registered (nobody can
+    call the worker before, so no event goes out under an id routers do not
+    list, and a request that comes as soon as the instance or its model card
+    shows carries the right one); on a registration again once the instance
+    is registered and before its card is (requests still running go on
+    storing blocks: their events must not name an instance the registry does
+    not list yet, or routers drop it as departed). Adopting only after the
+    card was registered left a window in which a request routed to the new
+    instance published its blocks under instance 0 (or the lost one): seen
+    in CI as a router that never saw the worker's first blocks."""
     lease = Lease(registry, cfg.lease_ttl)
     try:
+        if first:
+            adopt(lease.id)
         inst = registry_pb2.Instance()
         inst.CopyFrom(instance)
         registry.Register(registry_pb2.RegisterRequest(instance=inst, lease_id=lease.id), timeout=10,
                           metadata=lease.metadata)
+        if not first:
+            adopt(lease.id)
         c = registry_pb2.ModelCard()
         c.CopyFrom(card)
         c.instance_id = lease.id
@@ -672,13 +688,13 @@ def register(registry, cfg, instance, card):
     return lease
 
 
-def register_again(registry, cfg, instance, card, stop):
+def register_again(registry, cfg, instance, card, adopt, stop):
     """Registers on a new lease after the old one was lost, retrying with
     full-jitter backoff (100 ms to 5 s) until it succeeds; None once stop is set."""
     attempt = 0
     while not stop.is_set():
         try:
-            return register(registry, cfg, instance, card)
+            return register(registry, cfg, instance, card, adopt, first=False)
         except grpc.RpcError as e:
             wait = full_jitter(attempt, 0.1)
             attempt += 1
@@ -750,6 +766,25 @@ def main(argv):
         api = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16))
         servicer = kvlocal.Servicer(index, 0, api_stopping)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, api)
+        def adopt(lease_id):
+            """The engine's events and the WorkerService name instance lease_id from now on."""
+            with engine.lock:
+                engine.instance_id = lease_id
+                servicer.instance_id = lease_id
+
+        def adopt_again(lease_id):
+            """adopt, after a lost lease: routers of the JetStream plane know
+            nothing of the new instance's cache, so an event says so before
+            any other of it (unnumbered, and not in the local index: the
+            engine still holds its blocks). Core and direct routers ask the
+            new instance for its state instead."""
+            with engine.lock:
+                engine.instance_id = lease_id
+                servicer.instance_id = lease_id
+                if cfg.kv_events_mode == "jetstream":
+                    publisher.publish(worker_pb2.KvEventBatch(instance_id=lease_id, dp_rank=0, events=[
+                        worker_pb2.KvCacheEvent(cleared=worker_pb2.KvCacheCleared())]))
+
         api_port = api.add_insecure_port(cfg.worker_api_addr or "%s:0" % cfg.http_host)
         api_host = cfg.worker_api_addr.rsplit(":", 1)[0] if cfg.worker_api_addr else cfg.http_host
         if api_host in ("", "0.0.0.0", "[::]"):
@@ -770,11 +805,9 @@ def main(argv):
             card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                           model_name=cfg.model_name, block_size=cfg.block_size,
                                           context_length=cfg.context_length, tokenizer=artifacts)
-            lease = until_reachable(lambda: register(registry, cfg, instance, card), stop, "registration")
+            lease = until_reachable(lambda: register(registry, cfg, instance, card, adopt, first=True), stop,
+                                    "registration")
         if lease is not None:
-            with engine.lock:
-                engine.instance_id = lease.id
-                servicer.instance_id = lease.id
             load = LoadPublisher(eventbus, subject(cfg.namespace, cfg.component, LOAD_NAME), engine,
                                  cfg.load_interval)
             info("worker registered", instance="%x" % lease.id,
@@ -790,20 +823,9 @@ def main(argv):
             old = lease
             error("registration lost; registering again", instance="%x" % old.id, err=str(old.lost))
             old.close()
-            lease = register_again(registry, cfg, instance, card, stop)
+            lease = register_again(registry, cfg, instance, card, adopt_again, stop)
             if lease is None:
                 break
-            with engine.lock:
-                engine.instance_id = lease.id
-                servicer.instance_id = lease.id
-                # Routers of the JetStream plane know nothing of the new
-                # instance's cache: say so before any other event of it
-                # (unnumbered, and not in the local index: the engine still
-                # holds its blocks). Core and direct routers ask the new
-                # instance for its state instead.
-                if cfg.kv_events_mode == "jetstream":
-                    publisher.publish(worker_pb2.KvEventBatch(instance_id=lease.id, dp_rank=0, events=[
-                        worker_pb2.KvCacheEvent(cleared=worker_pb2.KvCacheCleared())]))
             info("worker registered again", instance="%x" % lease.id, previous_instance="%x" % old.id)
     except (grpc.RpcError, OSError, ValueError) as e:
         error("worker failed to start", err=str(e) or type(e).__name__)

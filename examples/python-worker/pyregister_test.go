@@ -1,0 +1,195 @@
+package pyworker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+)
+
+// TestPythonWorkerKVEventsNameItsInstanceOnceListed holds the registry's
+// answer to the worker's RegisterModel (the card is stored and shows; the
+// worker has not heard yet), as a worker whose main thread is slow to run
+// after its registration calls would see it. A request sent then, as soon as
+// the card shows, must publish its blocks under the registered instance id.
+// worker.py took the lease id as its instance id only once both calls had
+// answered, and published them under instance 0: a router never saw the
+// blocks on the instance (examples/conformance TestPythonWorker failed so in
+// CI, under load).
+func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
+	t.Parallel()
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	busClient := eventbustest.Client(t, bus.Addr().String())
+	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+
+	release := make(chan struct{})
+	held := make(chan struct{})
+	hold := sync.OnceFunc(func() { close(held); <-release })
+	proxy := startGRPCProxy(t, reg.Addr, func(method string) {
+		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
+			hold()
+		}
+	})
+	w := startWorker(t, proxy, bus.Addr().String())
+	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
+	select {
+	case <-held: // the card is stored; the worker waits for the answer
+	case <-ctx.Done():
+		t.Fatalf("the worker's RegisterModel never answered by the registry; it logged:\n%s", w.logs.String())
+	}
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: namespace}})
+	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != in.InstanceId {
+		t.Fatalf("ListModels while the answer is held = %v, %v; want the card of %x", cards, err, in.InstanceId)
+	}
+
+	tc := transport.DefaultConfig()
+	tc.Plane = transport.PlaneHTTP
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
+	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+		t.Fatalf("generate while the worker waits for its card's answer = %v, %v", got, err)
+	}
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.InstanceId != in.InstanceId || len(batch.Events) != 1 || len(batch.Events[0].GetStored().GetBlocks()) != 2 {
+		t.Fatalf("first KV batch = %v; want 2 blocks stored by instance %x", batch, in.InstanceId)
+	}
+	close(release)
+	w.logs.waitFor(ctx, t, "worker registered", nil)
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
+}
+
+// startGRPCProxy serves every gRPC method on 127.0.0.1:0 by forwarding it,
+// headers, messages and status, to backend; answered(method) runs before
+// each answer from backend goes back, and may hold it. It returns the
+// proxy's address; it stops in t's cleanup.
+func startGRPCProxy(t *testing.T, backend string, answered func(method string)) string {
+	t.Helper()
+	cc, err := grpc.NewClient(backend, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(ss)
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		out := metadata.MD{}
+		for k, v := range md {
+			if !strings.HasPrefix(k, ":") && k != "content-type" && k != "user-agent" && k != "te" {
+				out[k] = v
+			}
+		}
+		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ss.Context(), out))
+		defer cancel()
+		cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				f := &rawFrame{}
+				if err := ss.RecvMsg(f); err != nil {
+					if errors.Is(err, io.EOF) {
+						_ = cs.CloseSend()
+					} else {
+						cancel()
+					}
+					return
+				}
+				if cs.SendMsg(f) != nil {
+					return
+				}
+			}
+		}()
+		if h, err := cs.Header(); err == nil {
+			_ = ss.SendHeader(h)
+		}
+		for {
+			f := &rawFrame{}
+			if err := cs.RecvMsg(f); err != nil {
+				ss.SetTrailer(cs.Trailer())
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+			answered(method)
+			if err := ss.SendMsg(f); err != nil {
+				return err
+			}
+		}
+	}))
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		_ = cc.Close()
+	})
+	return l.Addr().String()
+}
+
+// rawFrame is one gRPC message as the proxy forwards it, undecoded.
+type rawFrame struct{ b []byte }
+
+// rawCodec passes rawFrames through as they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(*rawFrame).b)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	v.(*rawFrame).b = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
