@@ -31,6 +31,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -126,9 +128,24 @@ func Run(t *testing.T, w Worker) {
 	}
 	defer dc.Close()
 
+	// The worker reaches the registry through a proxy, which can hold its
+	// registration on a new lease (see the row "registers again after
+	// losing its lease").
+	var holdRegister atomic.Pointer[heldCall]
+	proxy := StartGRPCProxy(t, reg.Addr, ProxyHooks{Request: func(method string, msg []byte) {
+		if h := holdRegister.Load(); h != nil && method == registryv1.RegistryService_Register_FullMethodName {
+			h.hold(msg)
+		}
+	}})
 	s := Settings{Namespace: "conf", Component: "backend", Endpoint: "generate", ModelName: "conformance/" + w.Name,
-		BlockSize: 4, ContextLength: 4096, RegistryAddr: reg.Addr, EventbusAddr: bus.Addr().String(),
+		BlockSize: 4, ContextLength: 4096, RegistryAddr: proxy, EventbusAddr: bus.Addr().String(),
 		LeaseTTL: 2 * time.Second, TokenizerDir: TokenizerDir(t), DrainTimeout: 20 * time.Second}
+	kv, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: s.Namespace,
+		FilterSubject: wire.KVEventsSubject(s.Namespace, s.Component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
 	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	load, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: s.Namespace,
@@ -335,7 +352,49 @@ func Run(t *testing.T, w Worker) {
 		// expired it would: the worker must register again under a new
 		// lease (a new instance id, the same address and model) and keep
 		// serving, not exit.
+		//
+		// Its registration on the new lease is held at the proxy. A request
+		// meanwhile (the worker serves throughout) must not publish KV
+		// events under the new instance id: a router that gets an event of
+		// an instance its registry does not list asks the registry, and
+		// when the registry says no it drops that instance's events for
+		// good, taking it for a departed worker's.
+		held := &heldCall{lease: make(chan uint64, 1), release: make(chan struct{})}
+		holdRegister.Store(held)
+		unhold := func() {
+			holdRegister.Store(nil)
+			held.free()
+		}
+		defer unhold()
 		etcd.RevokeLease(ctx, in.InstanceId)
+		var pending uint64
+		select {
+		case pending = <-held.lease:
+		case <-p.Done():
+			t.Fatalf("the worker exited after losing its lease; it logged:\n%s", p.Logs.String())
+		case <-ctx.Done():
+			t.Fatalf("the worker did not register again; it logged:\n%s", p.Logs.String())
+		}
+		meanwhile := make([]uint32, 2*s.BlockSize) // two full blocks no request stored before
+		for i := range meanwhile {
+			meanwhile[i] = uint32(50000 + i*3)
+		}
+		if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-meanwhile", TokenIds: meanwhile, MaxTokens: 1}); err != nil || len(got) != 1 {
+			t.Fatalf("generate while the worker registers again = %d responses, %v; want 1", len(got), err)
+		}
+		first := kvhash.Hashes(meanwhile, s.BlockSize, nil)[0].Sequence
+		for stored := false; !stored; {
+			b := nextKV(ctx, t, kv)
+			if b.InstanceId == pending {
+				t.Fatalf("KV batch %v of instance %x before its registration answered", b, pending)
+			}
+			for _, ev := range b.Events {
+				if bl := ev.GetStored().GetBlocks(); len(bl) > 0 && bl[0].SequenceHash == first {
+					stored = true
+				}
+			}
+		}
+		unhold()
 		var next *registryv1.Instance
 		for next == nil {
 			for _, it := range watch.Items() {
@@ -370,6 +429,18 @@ func Run(t *testing.T, w Worker) {
 		}
 		if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-again", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
 			t.Fatalf("generate after registering again = %d responses, %v; want 2", len(got), err)
+		}
+		// The new instance's first KV event says that routers know nothing
+		// of its cache.
+		for {
+			b := nextKV(ctx, t, kv)
+			if b.InstanceId != next.InstanceId {
+				continue
+			}
+			if len(b.Events) == 0 || b.Events[0].GetCleared() == nil {
+				t.Errorf("first KV batch of the new instance %x = %v; want it to start with a cleared event", next.InstanceId, b)
+			}
+			break
 		}
 		in = next
 	})
@@ -421,6 +492,42 @@ func Run(t *testing.T, w Worker) {
 			t.Errorf("ListModels after SIGTERM = %v, %v; want none", cards, err)
 		}
 	})
+}
+
+// heldCall holds a registration at the proxy: the first call with it
+// reports the lease id it registers on and waits for free.
+type heldCall struct {
+	lease   chan uint64
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldCall) hold(msg []byte) {
+	req := &registryv1.RegisterRequest{}
+	if proto.Unmarshal(msg, req) != nil {
+		return
+	}
+	select {
+	case h.lease <- req.LeaseId:
+	default:
+	}
+	<-h.release
+}
+
+func (h *heldCall) free() { h.once.Do(func() { close(h.release) }) }
+
+// nextKV is the next KV event batch of the subscription.
+func nextKV(ctx context.Context, t *testing.T, sub *eventbus.Subscription) *workerv1.KvEventBatch {
+	t.Helper()
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatalf("waiting for KV events: %v", err)
+	}
+	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	if err != nil {
+		t.Fatalf("KV event batch: %v", err)
+	}
+	return b
 }
 
 // addressOf is the request plane address of a registered transport (its

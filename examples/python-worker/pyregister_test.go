@@ -2,19 +2,11 @@ package pyworker_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
-
+	"github.com/switchyard-llm/switchyard/examples/conformance"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -60,11 +52,11 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	release := make(chan struct{})
 	held := make(chan struct{})
 	hold := sync.OnceFunc(func() { close(held); <-release })
-	proxy := startGRPCProxy(t, reg.Addr, func(method string) {
+	proxy := conformance.StartGRPCProxy(t, reg.Addr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
 		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
 			hold()
 		}
-	})
+	}})
 	w := startWorker(t, proxy, bus.Addr().String())
 	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
 	select {
@@ -105,91 +97,3 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
 	}
 }
-
-// startGRPCProxy serves every gRPC method on 127.0.0.1:0 by forwarding it,
-// headers, messages and status, to backend; answered(method) runs before
-// each answer from backend goes back, and may hold it. It returns the
-// proxy's address; it stops in t's cleanup.
-func startGRPCProxy(t *testing.T, backend string, answered func(method string)) string {
-	t.Helper()
-	cc, err := grpc.NewClient(backend, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
-		method, _ := grpc.MethodFromServerStream(ss)
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		out := metadata.MD{}
-		for k, v := range md {
-			if !strings.HasPrefix(k, ":") && k != "content-type" && k != "user-agent" && k != "te" {
-				out[k] = v
-			}
-		}
-		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ss.Context(), out))
-		defer cancel()
-		cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
-		if err != nil {
-			return err
-		}
-		go func() {
-			for {
-				f := &rawFrame{}
-				if err := ss.RecvMsg(f); err != nil {
-					if errors.Is(err, io.EOF) {
-						_ = cs.CloseSend()
-					} else {
-						cancel()
-					}
-					return
-				}
-				if cs.SendMsg(f) != nil {
-					return
-				}
-			}
-		}()
-		if h, err := cs.Header(); err == nil {
-			_ = ss.SendHeader(h)
-		}
-		for {
-			f := &rawFrame{}
-			if err := cs.RecvMsg(f); err != nil {
-				ss.SetTrailer(cs.Trailer())
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				return err
-			}
-			answered(method)
-			if err := ss.SendMsg(f); err != nil {
-				return err
-			}
-		}
-	}))
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		_ = cc.Close()
-	})
-	return l.Addr().String()
-}
-
-// rawFrame is one gRPC message as the proxy forwards it, undecoded.
-type rawFrame struct{ b []byte }
-
-// rawCodec passes rawFrames through as they are.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(*rawFrame).b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	v.(*rawFrame).b = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }

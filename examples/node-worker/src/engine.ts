@@ -42,22 +42,23 @@ export class EchoEngine {
     private readonly publish: (b: KvEventBatch) => void,
   ) {}
 
+  /** adopt makes the engine's KV events and load name instanceId (its first registration). */
+  adopt(instanceId: bigint): void {
+    this.instanceId = instanceId;
+  }
+
   /**
    * reset starts over as a new instance (after a re-registration): the
    * router dropped every block of the old one, so the cache starts empty and
    * event ids start at 1 again.
    */
   reset(instanceId: bigint): void {
-    const again = this.instanceId !== 0n;
     this.instanceId = instanceId;
     this.cache.clear();
-    this.nextEventId = 1n;
-    if (again) {
-      // As pkg/worker does: the new instance's first event says its cache
-      // is empty, before any other event of it.
-      this.publish(create(KvEventBatchSchema, { instanceId, dpRank: 0, firstEventId: 1n, events: [create(KvCacheEventSchema, { event: { case: "cleared", value: {} } })] }));
-      this.nextEventId = 2n;
-    }
+    // As pkg/worker does: the new instance's first event says its cache is
+    // empty, before any other event of it.
+    this.publish(create(KvEventBatchSchema, { instanceId, dpRank: 0, firstEventId: 1n, events: [create(KvCacheEventSchema, { event: { case: "cleared", value: {} } })] }));
+    this.nextEventId = 2n;
   }
 
   load(): LoadMetrics {

@@ -324,13 +324,20 @@ async function main(): Promise<number> {
     const artifacts = (await retry(() => uploadTokenizer(bus, cfg), () => stopping, "tokenizer upload")) ?? [];
     await server.start();
     // register grants a lease and puts the instance and its model card on
-    // it. The engine starts over under the new instance id first, so that
-    // its KV events never carry an id the router does not know.
+    // it. The engine's KV events name the new instance from before it is
+    // registered the first time (nobody calls the worker before it shows,
+    // and a request that comes as soon as it shows must publish under its
+    // id), and from its registration on a new lease, before the card, after
+    // a lost lease: requests still running publish meanwhile, and an event
+    // of an instance the registry does not list yet makes a router ask the
+    // registry, hear no, and drop that instance's events for good as a
+    // departed worker's.
+    let registered = false;
     const register = async (): Promise<Lease> => {
       const granted = await registry.grantLease({ ttlSeconds: BigInt(cfg.leaseTtl) }, { timeoutMs: 10_000 });
       const l = new Lease(registry, granted.leaseId, Number(granted.ttlSeconds), granted.leaseToken);
       try {
-        engine.reset(l.id);
+        if (!registered) engine.adopt(l.id);
         const instance = create(InstanceSchema, {
           namespace: cfg.namespace,
           component: cfg.component,
@@ -339,6 +346,7 @@ async function main(): Promise<number> {
           metadata: { worker: "node-example" },
         });
         await registry.register({ instance, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
+        if (registered) engine.reset(l.id);
         const card = create(ModelCardSchema, {
           namespace: cfg.namespace,
           component: cfg.component,
@@ -350,6 +358,7 @@ async function main(): Promise<number> {
           tokenizer: artifacts,
         });
         await registry.registerModel({ card, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
+        registered = true;
       } catch (err) {
         await l.close();
         await registry.deregister({ leaseId: l.id }, { timeoutMs: 5000, headers: l.headers }).catch(() => {});
