@@ -162,20 +162,17 @@ func TestEventbusFailsFastOnConfig(t *testing.T) {
 // error instead of retrying forever.
 func TestEventbusGivesUpOnConfigLater(t *testing.T) {
 	t.Parallel()
-	port := reservePort(t)
+	// The port is held until NATS takes it (a port closed and bound later
+	// can become another test process's meanwhile).
+	port := eventbustest.ReserveNATSPort(t)
 	cfg := eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", port))
 	cfg.NATSToken = "wrong-token"
 	svc, err := eventbus.Start(context.Background(), cfg, eventbustest.Logger())
 	if err != nil {
 		t.Fatalf("start with NATS down: %v", err)
 	}
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true,
+	eventbustest.StartNATSWithOptions(t, &natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true,
 		StoreDir: t.TempDir(), NoSigs: true, Authorization: "right-token"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { eventbustest.StopNATS(ns) })
 	done := make(chan error, 1)
 	go func() { done <- svc.Wait() }()
 	select {

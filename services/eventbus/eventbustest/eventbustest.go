@@ -63,6 +63,34 @@ func StartNATSAt(t testing.TB, port int, storeDir string) *natsserver.Server {
 	return ns
 }
 
+// StartNATSWithOptions starts a nats-server with a test's own options (an
+// authorization the eventbus must meet, say) on opts.Port, taking it over
+// from ReserveNATSPort as StartNATSAt does, and waits until it takes
+// connections. It is shut down in t.Cleanup unless the test did it first.
+func StartNATSWithOptions(t testing.TB, opts *natsserver.Options) *natsserver.Server {
+	t.Helper()
+	if opts.Port > 0 {
+		stopped.release(opts.Port)
+	}
+	ns, err := natsserver.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		t.Fatalf("nats-server on port %d not ready after 30s", opts.Port)
+	}
+	port := ns.Addr().(*net.TCPAddr).Port
+	stopped.started(ns, port)
+	t.Cleanup(func() {
+		StopNATS(ns)
+		stopped.release(port)
+	})
+	return ns
+}
+
 // StopNATS shuts a nats-server down and waits until it has. Stopping one
 // that is already stopped does nothing. The port of one StartNATSAt started
 // stays held until it starts again there.

@@ -3,7 +3,6 @@ package registrytest
 import (
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +36,23 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{t: t}
 	var initial []string
 	for i := range n {
-		m := &member{name: fmt.Sprintf("m%d", i), dir: t.TempDir(),
-			client: "http://127.0.0.1:" + strconv.Itoa(freePort(t)), peer: "http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+		// The ports are held from the moment they are chosen until the
+		// member binds them (start releases them first), as across a Stop:
+		// closed at once and bound later, another test process can take
+		// one in between (see StartEtcd).
+		m := &member{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
+		for _, u := range []*string{&m.client, &m.peer} {
+			p, err := testport.Hold("127.0.0.1:0")
+			if err != nil {
+				m.release()
+				for _, o := range c.members {
+					o.release()
+				}
+				t.Fatal(err)
+			}
+			m.held = append(m.held, p)
+			*u = "http://" + p.Addr()
+		}
 		c.members = append(c.members, m)
 		c.Endpoints = append(c.Endpoints, m.client)
 		initial = append(initial, m.name+"="+m.peer)

@@ -123,16 +123,6 @@ func (e *Etcd) cleanup() {
 	e.held = nil
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Registry is a registry service running in the test process.
 type Registry struct {
 	*registry.Service
