@@ -37,6 +37,18 @@ func connectEmbedded(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// embeddedJetStream is connectEmbedded with a JetStream client on the
+// connection, for the tests that make their streams themselves.
+func embeddedJetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc := connectEmbedded(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 func testPublisher(t *testing.T, nc *nats.Conn, maxPending int64, timeout time.Duration) *publisher {
 	t.Helper()
 	p, err := newPublisher(nc, maxPending, timeout)
@@ -72,13 +84,9 @@ func ordered(ns string) bool { return ns != "unordered" }
 
 func TestPublisherMatchesAcknowledgements(t *testing.T) {
 	t.Parallel()
-	nc := connectEmbedded(t)
+	nc, js := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, st := range []jetstream.StreamConfig{
 		{Name: StreamName("ns"), Subjects: []string{"ns.>"}},
 		{Name: StreamName("small"), Subjects: []string{"small.>"}, MaxMsgSize: 64},
@@ -346,13 +354,9 @@ func TestDecodeAck(t *testing.T) {
 // are not resent: that batch fails at its timeout.
 func TestPublisherResendsUnansweredEvents(t *testing.T) {
 	t.Parallel()
-	nc := connectEmbedded(t)
+	nc, js := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := testPublisher(t, nc, 1024, 30*time.Second)
 	p.resend = 50 * time.Millisecond
 	withIDs := events("unordered.a.b", "r1", "r2", "r3")
@@ -415,13 +419,9 @@ func TestPublisherResendsUnansweredEvents(t *testing.T) {
 // in order takes them for duplicates).
 func TestPublisherResendsRefusedEventsFirst(t *testing.T) {
 	t.Parallel()
-	nc := connectEmbedded(t)
+	nc, js := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := testPublisher(t, nc, 1024, 30*time.Second)
 	// The age rule may not put them back in order; resend ticks run only
 	// in await, which starts after the later batch is published.
