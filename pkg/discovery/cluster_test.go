@@ -39,15 +39,9 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 		if i%2 == 1 {
 			addrs[0], addrs[1] = addrs[1], addrs[0]
 		}
-		s, err := discovery.NewSession(ctx, dial(t, addrs...), discovery.SessionOptions{TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openSession(ctx, t, dial(t, addrs...), ttl)
 		t.Cleanup(func() { _ = s.Close(ctx) })
-		in, err := s.Register(ctx, instance(fmt.Sprintf("w%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := register(ctx, t, s, fmt.Sprintf("w%d", i))
 		workers = append(workers, worker{s, discovery.InstanceKey(in)})
 	}
 	eventually(t, "the watcher to see every instance", func() bool { return len(w.Items()) == n })

@@ -49,6 +49,28 @@ func instance(ep string) *registryv1.Instance {
 	return &registryv1.Instance{Namespace: "ns", Component: "worker", Endpoint: ep, Transport: &commonv1.Transport{Tcp: "127.0.0.1:9"}}
 }
 
+// openSession opens a session of the given TTL (0: the default) on c. The
+// tests close it themselves (some check what Close says, and it goes before
+// their cleanups, while what they started is still there).
+func openSession(ctx context.Context, t *testing.T, c *discovery.Client, ttl time.Duration) *discovery.Session {
+	t.Helper()
+	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// register registers instance(ep) on s.
+func register(ctx context.Context, t *testing.T, s *discovery.Session, ep string) *registryv1.Instance {
+	t.Helper()
+	in, err := s.Register(ctx, instance(ep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
 // recorder collects a watcher's changes.
 type recorder struct {
 	mu      sync.Mutex
@@ -132,14 +154,8 @@ func TestSessionRegisterWatchClose(t *testing.T) {
 	rec := newRecorder()
 	w := watch(t, c, rec)
 
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := s.Register(ctx, instance("generate"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 5*time.Second)
+	in := register(ctx, t, s, "generate")
 	if in.InstanceId != s.ID() {
 		t.Fatalf("instance id %x, want the lease id %x", in.InstanceId, s.ID())
 	}
@@ -186,10 +202,7 @@ func TestSessionProgressCountsRefreshes(t *testing.T) {
 	t.Parallel()
 	_, reg := registrytest.Start(t)
 	ctx := ctxT(t)
-	s, err := discovery.NewSession(ctx, dial(t, reg.Addr), discovery.SessionOptions{TTL: 1 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, dial(t, reg.Addr), 1*time.Second)
 	defer s.Close(ctx)
 	from, changed := s.Progress()
 	if from != (discovery.KeepAliveProgress{}) {
@@ -211,15 +224,9 @@ func TestSessionMovesToAnotherRegistry(t *testing.T) {
 	rec := newRecorder()
 	w := watch(t, dial(t, r2.Addr), rec)
 	c := dial(t, r1.Addr, r2.Addr) // pick-first: the session starts on r1
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 2*time.Second)
 	defer s.Close(ctx)
-	in, err := s.Register(ctx, instance("generate"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := register(ctx, t, s, "generate")
 	key := discovery.InstanceKey(in)
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
@@ -249,15 +256,9 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 	rec := newRecorder()
 	w := watch(t, dial(t, reg.Addr), rec)
 	c := dial(t, reg.Addr)
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 10*time.Second)
 	defer s.Close(ctx)
-	in, err := s.Register(ctx, instance("generate"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := register(ctx, t, s, "generate")
 	key := discovery.InstanceKey(in)
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
@@ -300,10 +301,7 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 2*time.Second)
 	defer s.Close(ctx)
 	// Someone else revokes the lease (an operator, a fencing controller):
 	// not through the registry, which only lets the lease's holder end it.
@@ -330,10 +328,7 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 1 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 1*time.Second)
 	defer s.Close(ctx)
 	reg.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
@@ -367,15 +362,9 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 1 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 1*time.Second)
 	defer s.Close(ctx)
-	in, err := s.Register(ctx, instance("generate"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := register(ctx, t, s, "generate")
 	etcd.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
 	before, _ := s.Progress()
@@ -432,15 +421,9 @@ func TestSessionKeepsLeaseThroughGracefulEtcdStop(t *testing.T) {
 	if err := w.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 2*time.Second)
 	defer s.Close(ctx)
-	in, err := s.Register(ctx, instance("generate"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := register(ctx, t, s, "generate")
 	eventually(t, "the watcher to see the instance", func() bool { return len(w.Items()) == 1 })
 	etcd.Stop() // returns once etcd has stopped: the lease's first refresh falls in it
 	etcd.Start()
@@ -477,10 +460,7 @@ func TestModelWatcher(t *testing.T) {
 	if err := w.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 0)
 	card := &registryv1.ModelCard{Namespace: "ns", Component: "worker", Endpoint: "generate", ModelName: "Qwen/Qwen3-0.6B", BlockSize: 16}
 	if err := s.RegisterModel(ctx, card); err != nil {
 		t.Fatal(err)
@@ -528,14 +508,9 @@ func TestReadyAfterOnChange(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSession(ctx, t, c, 0)
 	defer s.Close(ctx)
-	if _, err := s.Register(ctx, instance("generate")); err != nil {
-		t.Fatal(err)
-	}
+	register(ctx, t, s, "generate")
 	entered, release := make(chan struct{}), make(chan struct{})
 	var seen atomic.Int32
 	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{
