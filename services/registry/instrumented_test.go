@@ -8,8 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -20,23 +18,7 @@ import (
 // revoked lease counted as lost, and calls failing once etcd is gone.
 func TestInstrumentedBackend(t *testing.T) {
 	t.Parallel()
-	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			e.Close()
-		}
-	})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	st := NewStore(cli)
-	t.Cleanup(st.Close)
+	st, _, stopEtcd := etcdStoreStop(t)
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 	b := instrument(withDeadline(st, 500*time.Millisecond), m)
@@ -82,8 +64,7 @@ switchyard_registry_live_instances{component="prefill",namespace="b"} 1
 	if n := testutil.CollectAndCount(m.backendErrors); n != 0 {
 		t.Fatalf("%d backend error series after caller mistakes only", n)
 	}
-	e.Close()
-	closed = true
+	stopEtcd()
 	if _, _, err := b.ListInstances(ctx, &registryv1.InstanceFilter{}); err == nil {
 		t.Fatal("ListInstances without etcd succeeded")
 	}

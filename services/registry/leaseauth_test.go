@@ -39,11 +39,21 @@ func etcdBackend(t *testing.T) (string, *clientv3.Client) {
 // both end with the test.
 func etcdStore(t *testing.T) (*Store, *clientv3.Client) {
 	t.Helper()
+	st, cli, _ := etcdStoreStop(t)
+	return st, cli
+}
+
+// etcdStoreStop is etcdStore with a stop of its etcd, for a test that takes
+// etcd away before its end; the test's cleanup stops it only if the test did
+// not.
+func etcdStoreStop(t *testing.T) (*Store, *clientv3.Client, func()) {
+	t.Helper()
 	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	stop := sync.OnceFunc(e.Close)
+	t.Cleanup(stop)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +61,7 @@ func etcdStore(t *testing.T) (*Store, *clientv3.Client) {
 	t.Cleanup(func() { cli.Close() })
 	st := NewStore(cli)
 	t.Cleanup(st.Close)
-	return st, cli
+	return st, cli, stop
 }
 
 func withLeaseToken(ctx context.Context, tokens ...string) context.Context {
