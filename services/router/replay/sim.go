@@ -328,6 +328,11 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 				s.reject(err)
 				return
 			}
+			// Nothing keeps resp past this arrival (the record copies
+			// what it reads), so it goes back to the core's pool, as a
+			// RouteStream's responses do: a replay routes every request
+			// of the trace, each response listing every worker.
+			defer core.Recycle(resp)
 			w := s.engines[resp.InstanceId-1]
 			// The engine keeps the prompt while the request runs.
 			prompt := slices.Clone(tokens)
