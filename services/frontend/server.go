@@ -750,10 +750,9 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, errTooLarge):
 		e.Code = code("request_too_large")
 		return http.StatusRequestEntityTooLarge, e
-	case errors.Is(err, ErrRateLimited):
-		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
-		return http.StatusTooManyRequests, e
-	case errors.Is(err, ErrOverloaded):
+	case errors.Is(err, ErrRateLimited), errors.Is(err, ErrOverloaded):
+		// A key over its limits and a model whose workers are all saturated
+		// both mean: retry later.
 		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
 		return http.StatusTooManyRequests, e
 	case errors.Is(err, ErrNoInstance):
