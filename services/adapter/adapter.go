@@ -25,9 +25,6 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
-	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
-	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
@@ -58,25 +55,14 @@ type Config struct {
 	// TokenizerDir holds the model's tokenizer files for the model card.
 	TokenizerDir string
 	// MaxTrackedBlocks bounds the engine hash to Switchyard hash map.
-	MaxTrackedBlocks           int
-	RegistryAddr, EventbusAddr string
-	ClientTLS                  tlsconfig.Config
-	// ClientAuth is the bearer token sent to the services this one calls.
-	ClientAuth             authtoken.Client
-	LeaseTTL, DrainTimeout time.Duration
-	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
-	// when its Plane is empty.
-	Transport transport.Config
-	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr: where
-	// the bridged events go and how many the local indexer keeps.
-	KV worker.KVFlags
+	MaxTrackedBlocks int
+	// ProcessConfig: the registry and eventbus, lease, drain, request
+	// plane, KV event flags (where the bridged events go and how many the
+	// local indexer keeps), and MetricsAddr (the adapter's KV event
+	// counters and the engine load it scrapes) and DebugAddr.
+	worker.ProcessConfig
 	// Stats, when set, receives the KV event counters (tests, embedding).
 	Stats *Stats
-	// MetricsAddr serves /metrics (the adapter's KV event counters and the
-	// engine load it scrapes); empty: off.
-	MetricsAddr string
-	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
-	DebugAddr string
 }
 
 // EnvVars maps flags to their environment variables.
@@ -103,17 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with the model's tokenizer.json(.gz) and tokenizer_config.json")
 	fs.IntVar(&c.MaxTrackedBlocks, "max-tracked-blocks", 1<<20, "engine block hashes remembered to resolve removals and parents")
-	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
-	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
-	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
-	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
-	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
-	c.ClientAuth.RegisterFlags(fs)
-	c.KV.RegisterFlags(fs)
+	c.ProcessConfig.RegisterFlags(fs)
 }
 
 // Complete fills --engine-metrics-url from --engine-url when it is empty,
@@ -126,16 +102,7 @@ func (c *Config) Complete() error {
 			c.MetricsURL = u.Scheme + "://" + u.Host + "/metrics"
 		}
 	}
-	if err := c.Transport.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientAuth.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientTLS.Complete(); err != nil {
-		return fmt.Errorf("client TLS: %w", err)
-	}
-	return nil
+	return c.ProcessConfig.Complete()
 }
 
 // Validate checks the configuration; it reads nothing and changes nothing.
@@ -145,9 +112,6 @@ func (c Config) Validate() error {
 	}
 	if c.BlockSize < 1 || c.ContextLength < 1 || c.MaxTrackedBlocks < 1 {
 		return errors.New("--block-size, --context-length and --max-tracked-blocks must be positive")
-	}
-	if err := c.KV.Validate(); err != nil {
-		return err
 	}
 	if err := checkHTTPURL(c.EngineURL); err != nil {
 		return fmt.Errorf("--engine-url %q is not an http(s) URL", c.EngineURL)
@@ -163,13 +127,7 @@ func (c Config) Validate() error {
 	if c.KVEventsEndpoint != "" && !strings.Contains(c.KVEventsEndpoint, "://") {
 		return fmt.Errorf("--kv-events-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsEndpoint)
 	}
-	if err := c.Transport.Validate(); err != nil {
-		return err
-	}
-	if err := c.ClientAuth.Validate(); err != nil {
-		return err
-	}
-	return c.ClientTLS.Validate()
+	return c.ProcessConfig.Validate()
 }
 
 // checkHTTPURL accepts an absolute http or https URL with a host.
@@ -200,14 +158,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if err != nil {
 		return err
 	}
-	auth, err := cfg.ClientAuth.Credentials()
-	if err != nil {
-		return err
-	}
-	creds, err := cfg.ClientTLS.ClientCredentials()
-	if err != nil {
-		return err
-	}
 	if cfg.Stats == nil {
 		cfg.Stats = &Stats{}
 	}
@@ -217,11 +167,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
 			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
-		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
-		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log,
-		Metadata: map[string]string{"engine_url": cfg.EngineURL},
+		Log: log, Metadata: map[string]string{"engine_url": cfg.EngineURL},
 	}
-	cfg.KV.Apply(&wcfg)
+	if err := cfg.ProcessConfig.Apply(&wcfg); err != nil {
+		return err
+	}
 	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
 	var load atomic.Pointer[workerv1.LoadMetrics]

@@ -25,9 +25,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
-	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
-	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
@@ -52,24 +50,14 @@ type Config struct {
 	DefaultMaxTokens                int
 	// OutputText is what answers read from (tokenized with the model's
 	// tokenizer); empty generates random ordinary tokens.
-	OutputText                 string
-	RegistryAddr, EventbusAddr string
-	ClientTLS                  tlsconfig.Config
-	// ClientAuth is the bearer token sent to the services this one calls.
-	ClientAuth             authtoken.Client
-	LeaseTTL, DrainTimeout time.Duration
-	// MetricsAddr serves /metrics (the switchyard_engine_* metrics); empty: off.
-	MetricsAddr string
-	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
-	DebugAddr string
+	OutputText string
+	// ProcessConfig: the registry and eventbus, lease, drain, request
+	// plane, KV event flags, and MetricsAddr (the switchyard_engine_*
+	// metrics) and DebugAddr.
+	worker.ProcessConfig
 	// OnMetricsAddr, when set, learns the bound --metrics-addr (tests that
 	// listen on port 0).
 	OnMetricsAddr func(net.Addr)
-	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
-	// when its Plane is empty.
-	Transport transport.Config
-	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr.
-	KV worker.KVFlags
 	// DropKVEvent is worker.Config.DropKVEvent (a test hook).
 	DropKVEvent func(*workerv1.KvEventBatch) bool
 }
@@ -100,17 +88,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoDelay, "no-delay", false, "run as fast as possible (same as --speedup-ratio 0)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no max_tokens")
 	fs.StringVar(&c.OutputText, "output-text", defaultOutputText, "text answers are read from, at a position each prompt picks (empty: random tokens)")
-	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
-	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
-	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
-	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
-	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
-	c.ClientAuth.RegisterFlags(fs)
-	c.KV.RegisterFlags(fs)
+	c.ProcessConfig.RegisterFlags(fs)
 }
 
 // Complete fills what other settings imply (--no-delay is speed-up 0),
@@ -121,16 +99,7 @@ func (c *Config) Complete() error {
 	if c.NoDelay {
 		c.Engine.SpeedupRatio = 0
 	}
-	if err := c.Transport.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientAuth.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientTLS.Complete(); err != nil {
-		return fmt.Errorf("client TLS: %w", err)
-	}
-	return nil
+	return c.ProcessConfig.Complete()
 }
 
 // Validate checks the configuration; it reads nothing and changes nothing.
@@ -147,19 +116,10 @@ func (c Config) Validate() error {
 	if err := toolcall.Validate(c.ToolCallParser); err != nil {
 		return fmt.Errorf("--tool-call-parser: %w", err)
 	}
-	if err := c.KV.Validate(); err != nil {
-		return err
-	}
 	if err := reasoning.Validate(c.ReasoningParser); err != nil {
 		return fmt.Errorf("--reasoning-parser: %w", err)
 	}
-	if err := c.Transport.Validate(); err != nil {
-		return err
-	}
-	if err := c.ClientAuth.Validate(); err != nil {
-		return err
-	}
-	return c.ClientTLS.Validate()
+	return c.ProcessConfig.Validate()
 }
 
 // builtinTokenizer loads the built-in Qwen3 tokenizer once per process:
@@ -218,12 +178,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if err != nil {
 		return err
 	}
-	auth, err := cfg.ClientAuth.Credentials()
-	if err != nil {
-		return err
+	wcfg := worker.Config{
+		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
+		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
+			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
+		Log: log, DropKVEvent: cfg.DropKVEvent,
 	}
-	creds, err := cfg.ClientTLS.ClientCredentials()
-	if err != nil {
+	// Apply loads the token and TLS files: before anything starts.
+	if err := cfg.ProcessConfig.Apply(&wcfg); err != nil {
 		return err
 	}
 	var w atomic.Pointer[worker.Worker]
@@ -260,14 +222,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	g.Go(func() error { return runner.Run(engineCtx) })
 	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks,
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
-	wcfg := worker.Config{
-		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
-			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
-		RegistryAddr: cfg.RegistryAddr, EventbusAddr: cfg.EventbusAddr, Credentials: creds, Token: auth, Transport: cfg.Transport,
-		LeaseTTL: cfg.LeaseTTL, DrainTimeout: cfg.DrainTimeout, Log: log, DropKVEvent: cfg.DropKVEvent,
-	}
-	cfg.KV.Apply(&wcfg)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
 		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {

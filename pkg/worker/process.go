@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/obs"
+	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+)
+
+// ProcessConfig is what every worker command (the mocker, the engine
+// adapter) configures alike: how it reaches the registry and eventbus, its
+// lease and drain, its request plane, its /metrics and /debug/pprof
+// addresses and its KV event flags. A command's Config embeds it, so that
+// its fields read as the command's own.
+type ProcessConfig struct {
+	RegistryAddr, EventbusAddr string
+	ClientTLS                  tlsconfig.Config
+	// ClientAuth is the bearer token sent to the services this one calls.
+	ClientAuth             authtoken.Client
+	LeaseTTL, DrainTimeout time.Duration
+	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
+	// when its Plane is empty.
+	Transport transport.Config
+	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr.
+	KV KVFlags
+	// MetricsAddr serves /metrics; empty: off.
+	MetricsAddr string
+	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
+	DebugAddr string
+}
+
+// RegisterFlags adds --registry-addr, --eventbus-addr, --lease-ttl,
+// --metrics-addr, --debug-addr, --drain-timeout, the --client-tls-* and
+// client token flags, and the KV event flags.
+func (c *ProcessConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
+	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "registry lease TTL")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
+	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
+	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+	c.ClientAuth.RegisterFlags(fs)
+	c.KV.RegisterFlags(fs)
+}
+
+// Complete reads the request plane from DYN_REQUEST_PLANE and friends
+// unless Transport is set, and the token and TLS files.
+func (c *ProcessConfig) Complete() error {
+	if err := c.Transport.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientAuth.Complete(); err != nil {
+		return err
+	}
+	if err := c.ClientTLS.Complete(); err != nil {
+		return fmt.Errorf("client TLS: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the KV event flags, the request plane, the token and the
+// TLS settings; it reads nothing and changes nothing.
+func (c ProcessConfig) Validate() error {
+	if err := c.KV.Validate(); err != nil {
+		return err
+	}
+	if err := c.Transport.Validate(); err != nil {
+		return err
+	}
+	if err := c.ClientAuth.Validate(); err != nil {
+		return err
+	}
+	return c.ClientTLS.Validate()
+}
+
+// Apply sets w's registry, eventbus, credentials, token, request plane,
+// lease TTL, drain timeout and KV event settings; it loads the token and
+// the TLS files.
+func (c ProcessConfig) Apply(w *Config) error {
+	auth, err := c.ClientAuth.Credentials()
+	if err != nil {
+		return err
+	}
+	creds, err := c.ClientTLS.ClientCredentials()
+	if err != nil {
+		return err
+	}
+	w.RegistryAddr, w.EventbusAddr, w.Credentials, w.Token = c.RegistryAddr, c.EventbusAddr, creds, auth
+	w.Transport, w.LeaseTTL, w.DrainTimeout = c.Transport, c.LeaseTTL, c.DrainTimeout
+	c.KV.Apply(w)
+	return nil
+}
