@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -94,8 +96,13 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		}
 	}
 	k.waiters[id] = append(k.waiters[id], ch)
-	// Send is not safe for concurrent use; the mutex serialises it.
-	if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+	// Send is not safe for concurrent use; the mutex serialises it. io.EOF
+	// says only that the stream has ended: why (etcd stopping: Unavailable)
+	// is Recv's to tell, and recv fails the waiters, this one too, with it.
+	// Failed with io.EOF itself, the refresh was answered Internal instead
+	// of Unavailable (TestReasonsTellRetryFromReRegister, under load: a
+	// refresh right after etcd stopped, before recv had seen the end).
+	if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
 		k.failLocked(k.stream, err)
 	}
 	k.mu.Unlock()
@@ -122,6 +129,11 @@ func (k *keepaliver) recv(st pb.Lease_LeaseKeepAliveClient) {
 		resp, err := st.Recv()
 		k.mu.Lock()
 		if err != nil {
+			if errors.Is(err, io.EOF) {
+				// Ended without a status: etcd closed it (no client of
+				// the registry ends it).
+				err = fmt.Errorf("%w: etcd ended the keep-alive stream", ErrUnavailable)
+			}
 			k.failLocked(st, err)
 			k.mu.Unlock()
 			return
