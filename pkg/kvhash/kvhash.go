@@ -230,6 +230,13 @@ func (h *Hasher) Pending() int { return len(h.pending) }
 // is none yet. It is the parent hash of the next block.
 func (h *Hasher) Last() (uint64, bool) { return h.parent, h.blocks > 0 }
 
+// Clone returns a Hasher in the same state that goes on independently.
+func (h *Hasher) Clone() *Hasher {
+	c := *h
+	c.pending = append(make([]uint32, 0, h.blockSize), h.pending...)
+	return &c
+}
+
 // Reset empties the Hasher so that it starts a new sequence.
 func (h *Hasher) Reset() {
 	h.pending = h.pending[:0]
