@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,118 @@ func TestRunPlanRejectsBadPlans(t *testing.T) {
 	} {
 		if _, err := RunPlan(trace, cfg, tt.plan); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("plan %v: err %v, want %q", tt.plan, err, tt.want)
+		}
+	}
+}
+
+// TestRolloutLooksAhead: a long cold prompt arrives at the engine that
+// caches a short request's prefix just before that request. Placed there
+// (as the base plan has it) it makes the short one wait past the
+// threshold; a rollout that sees the short one coming sends the long one
+// to the idle engine. One that looks no further than each request keeps
+// the long one there, and then sends the short one away from its cache.
+func TestRolloutLooksAhead(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Workers, cfg.RateScale = 2, 1
+	ms := time.Millisecond
+	cold := make([]uint64, 16)
+	for i := range cold {
+		cold[i] = uint64(10 + i)
+	}
+	trace := []Request{
+		{Arrival: 0, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
+		{Arrival: 100 * ms, InputLength: 8192, OutputLength: 1, HashIDs: cold},
+		{Arrival: 110 * ms, InputLength: 1536, OutputLength: 1, HashIDs: []uint64{1, 2, 3}},
+	}
+	base := []int{0, 0, 0}
+	for _, tt := range []struct {
+		window time.Duration
+		want   []int
+	}{
+		{time.Second, []int{0, 1, 0}},
+		{0, []int{0, 0, 1}},
+	} {
+		t.Run(tt.window.String(), func(t *testing.T) {
+			r, err := Rollout(trace, cfg, base, tt.window, 100*ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(r.Plan, tt.want) {
+				t.Fatalf("plan %v, want %v", r.Plan, tt.want)
+			}
+			if r.Changed != 1 {
+				t.Errorf("changed %d, want 1", r.Changed)
+			}
+			p, err := RunPlan(trace, cfg, r.Plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.TTFT, r.TTFT) {
+				t.Fatalf("rollout's TTFTs %v, its plan's replay %v", r.TTFT, p.TTFT)
+			}
+			if short := engine.PrefillTime(512, 1); tt.want[1] == 1 && r.TTFT[2] != short {
+				t.Errorf("short request's TTFT %v, want its 512 new tokens' prefill %v", r.TTFT[2], short)
+			}
+		})
+	}
+}
+
+// TestRolloutPlanIsItsReplay runs a rollout from kv's plan on the start of
+// the sessions trace: the TTFTs it built the plan with are the plan's
+// replay, request by request, and a second run gives the same plan.
+func TestRolloutPlanIsItsReplay(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:80]
+	cfg := smallConfig()
+	_, recs, err := RunRecorded(trace, cfg, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := make([]int, len(trace))
+	for _, r := range recs {
+		base[r.Request] = int(r.Worker) - 1
+	}
+	b := ComputeBounds(trace, cfg)
+	threshold := b.FloorTTFT[1] * 3 / 2
+	r, err := Rollout(trace, cfg, base, 500*time.Millisecond, threshold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := RunPlan(trace, cfg, r.Plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.TTFT, r.TTFT) {
+		t.Fatal("the rollout's TTFTs are not its plan's replay")
+	}
+	again, err := Rollout(trace, cfg, base, 500*time.Millisecond, threshold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again.Plan, r.Plan) {
+		t.Fatal("two rollouts from one base differ")
+	}
+	t.Logf("%d of %d placed elsewhere than kv", r.Changed, len(trace))
+}
+
+func TestRolloutRejectsBadInput(t *testing.T) {
+	trace := []Request{{InputLength: 1, OutputLength: 1, HashIDs: []uint64{1}}}
+	cfg := smallConfig()
+	for _, tt := range []struct {
+		plan              []int
+		window, threshold time.Duration
+		want              string
+	}{
+		{nil, 0, time.Second, "plan of 0 requests"},
+		{[]int{cfg.Workers}, 0, time.Second, "on engine 4 of 4"},
+		{[]int{0}, -1, time.Second, "window must not be negative"},
+		{[]int{0}, 0, 0, "threshold must be positive"},
+	} {
+		if _, err := Rollout(trace, cfg, tt.plan, tt.window, tt.threshold); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("plan %v window %v threshold %v: err %v, want %q", tt.plan, tt.window, tt.threshold, err, tt.want)
 		}
 	}
 }
