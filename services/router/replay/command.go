@@ -40,6 +40,11 @@ type CommandConfig struct {
 	// RequestsCSV also writes router-replay-requests.csv under OutDir:
 	// every run replayed again, one row per request (see RecordRuns).
 	RequestsCSV bool
+	// PlacementRounds, when positive, runs that many rounds of the offline
+	// placement search (SearchPlacement) per trace at GoalsRate, looking
+	// PlacementWindow ahead.
+	PlacementRounds int
+	PlacementWindow time.Duration
 }
 
 // RegisterFlags adds the command's flags.
@@ -70,6 +75,8 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.BoolVar(&c.Goals, "goals", false, "print the goal table for all traces (modes "+strings.Join(GoalModes, ",")+"; --modes is ignored): kv and kv-approx hit rate against the pooled bound, goodput kv/round-robin and the capacity bound, kv TTFT p90 over the cached floor, 3 and 8 replicas against one router, each with a verdict; also written to router-replay-goals.md under --out")
 	fs.Float64Var(&c.GoalsRate, "goals-rate", 6, "the default rate scale the goals are judged at (--goals)")
+	fs.IntVar(&c.PlacementRounds, "placement-search", 0, "after each trace's table, this many rounds of an offline placement search at --goals-rate (0: none): starting from kv's placement, each request goes where it adds the fewest requests over the TTFT goal's threshold over the next --placement-window of arrivals, on the true engines; it knows the trace's future, so it says what placement alone can reach, not what a router can")
+	fs.DurationVar(&c.PlacementWindow, "placement-window", time.Second, "how far ahead (virtual time) the placement search looks")
 	fs.BoolVar(&c.RequestsCSV, "requests-csv", false, "also write router-replay-requests.csv under --out: every run of the table replayed again (deterministic: the same run), one row per completed request: where it went, the router's and the engine's cached prefix, what the engine had queued and in flight at its arrival, its wait for admission, TTFT and E2E")
 }
 
@@ -121,6 +128,12 @@ func Command(c CommandConfig, out io.Writer) error {
 	if c.GoodputSteps < 0 {
 		return errors.New("replay: --goodput-steps must not be negative")
 	}
+	if c.PlacementRounds < 0 || c.PlacementWindow < 0 {
+		return errors.New("replay: --placement-search and --placement-window must not be negative")
+	}
+	if c.PlacementRounds > 0 && (!(c.GoalsRate > 0) || math.IsInf(c.GoalsRate, 0)) {
+		return errors.New("replay: --goals-rate must be positive")
+	}
 	if c.RequestsCSV && c.OutDir == "" {
 		return errors.New("replay: --requests-csv writes under --out, which is empty")
 	}
@@ -152,6 +165,17 @@ func Command(c CommandConfig, out io.Writer) error {
 		r.SetChainFloors(trace)
 		if err := WriteTable(out, r); err != nil {
 			return err
+		}
+		if c.PlacementRounds > 0 {
+			pc := c.Config
+			pc.RateScale = c.GoalsRate
+			rounds, err := SearchPlacement(trace, pc, r.Bounds.FloorTTFT[1], c.PlacementRounds, c.PlacementWindow)
+			if err != nil {
+				return fmt.Errorf("trace %s: %w", label, err)
+			}
+			if err := WritePlacementSearch(out, label, len(trace), c.GoalsRate, r.Bounds.FloorTTFT[1], r.Bounds.Pooled, c.PlacementWindow, rounds); err != nil {
+				return err
+			}
 		}
 		if c.Goals {
 			goals = append(goals, Goals(r, c.GoalsRate))
