@@ -18,10 +18,10 @@ func TestSearchPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trace = trace[:80]
+	trace = trace[:60]
 	cfg := smallConfig()
 	floor := ComputeBounds(trace, cfg).FloorTTFT[1]
-	rounds, err := SearchPlacement(trace, cfg, floor, 2, 500*time.Millisecond)
+	rounds, err := SearchPlacement(trace, cfg, floor, 2, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSearchPlacement(t *testing.T) {
 	if err := WritePlacementSearch(&buf, "t", len(trace), cfg.RateScale, floor, 0.5, time.Second, rounds); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"placement search of t at x6", "at most 8 of 80", "kv's placement: TTFT p90", "round 2 ("} {
+	for _, want := range []string{"placement search of t at x6", "at most 6 of 60", "kv's placement: TTFT p90", "round 2 ("} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, buf.String())
 		}
@@ -83,7 +83,7 @@ func TestCommandPlacementSearch(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "small.jsonl")
 	var buf bytes.Buffer
-	if err := WriteTrace(&buf, trace[:40]); err != nil {
+	if err := WriteTrace(&buf, trace[:30]); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
