@@ -37,6 +37,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ServerName, "tls-server-name", "", "server name clients verify, when it differs from the dialled host")
 }
 
+// RegisterClientFlags adds --client-tls-cert, --client-tls-key and
+// --client-tls-ca: the certificate a process presents to the services it
+// calls (peers, as "the registry and eventbus") and the CA it verifies them
+// with; a server's own identity is on the --tls-* flags.
+func (c *Config) RegisterClientFlags(fs *flag.FlagSet, peers string) {
+	fs.StringVar(&c.CertFile, "client-tls-cert", "", "client certificate for "+peers+" (mutual TLS)")
+	fs.StringVar(&c.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
+	fs.StringVar(&c.CAFile, "client-tls-ca", "", "CA that verifies "+peers)
+}
+
 // Enabled reports whether any TLS setting is present.
 func (c Config) Enabled() bool { return c.CertFile != "" || c.KeyFile != "" || c.CAFile != "" }
 

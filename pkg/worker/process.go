@@ -43,9 +43,7 @@ func (c *ProcessConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
-	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
-	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
-	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+	c.ClientTLS.RegisterClientFlags(fs, "the registry and eventbus")
 	c.ClientAuth.RegisterFlags(fs)
 	c.KV.RegisterFlags(fs)
 }

@@ -67,9 +67,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated; empty: no KV events, load reports or replica sync")
-	fs.StringVar(&c.ClientTLS.CertFile, "client-tls-cert", "", "client certificate for the registry and eventbus (mutual TLS)")
-	fs.StringVar(&c.ClientTLS.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
-	fs.StringVar(&c.ClientTLS.CAFile, "client-tls-ca", "", "CA that verifies the registry and eventbus")
+	c.ClientTLS.RegisterClientFlags(fs, "the registry and eventbus")
 	c.ClientAuth.RegisterFlags(fs)
 }
 
