@@ -12,6 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -93,6 +94,68 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	}
 	close(release)
 	w.logs.waitFor(ctx, t, "worker registered", nil)
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
+}
+
+// TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp starts the worker
+// with its eventbus not up yet (the address held, refusing connections): it
+// registers and serves, a request's KV events cannot be published, and the
+// worker says so while it retries (it used to retry without a word); once
+// the eventbus is up on that address the events reach the stream.
+func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
+	t.Parallel()
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	busPort := testport.Reserve(t)
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+	w := startWorker(t, reg.Addr, busPort.Addr())
+	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
+
+	tc := transport.DefaultConfig()
+	tc.Plane = transport.PlaneHTTP
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
+	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+		t.Fatalf("generate with the eventbus away = %v, %v", got, err)
+	}
+	w.logs.waitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})
+
+	ns := eventbustest.StartNATS(t)
+	cfg := eventbustest.Config(ns.ClientURL())
+	cfg.Server.GRPCAddr = busPort.Addr()
+	eventbustest.StartEventbus(t, cfg)
+	busClient := eventbustest.Client(t, busPort.Addr())
+	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.InstanceId != in.InstanceId || batch.FirstEventId != 1 || len(batch.Events[0].GetStored().GetBlocks()) != 2 {
+		t.Fatalf("first KV batch once the eventbus is up = %v; want event 1 of instance %x, 2 blocks stored", batch, in.InstanceId)
+	}
 	if code := w.stop(t); code != 0 {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
 	}

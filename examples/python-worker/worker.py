@@ -477,6 +477,7 @@ class KvPublisher:
             event = eventbus_pb2.Event(subject=self.subject, payload=batch.SerializeToString(), msg_id=msg_id,
                                        headers={TYPE_HEADER: batch.DESCRIPTOR.full_name})
             backoff = 0.05
+            attempt = 0
             while True:
                 try:
                     self.stub.Publish(eventbus_pb2.PublishRequest(event=event, core=self.core), timeout=10)
@@ -485,6 +486,13 @@ class KvPublisher:
                     if e.code() not in TRANSIENT or self._closing.is_set():
                         error("KV events not published", events=len(batch.events), err=str(e.details()))
                         break
+                    attempt += 1
+                    if attempt == 1 or attempt % 10 == 0:
+                        # Retried for as long as it takes, but not silently:
+                        # a worker whose events never reach the stream says so.
+                        log.warning("KV events publish failed; retrying", extra={"attrs": {
+                            "events": len(batch.events), "first_event_id": batch.first_event_id,
+                            "attempt": attempt, "code": e.code().name, "err": str(e.details())}})
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 2)
 
