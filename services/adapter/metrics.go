@@ -6,11 +6,9 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/pkg/undo"
 )
 
 // statsCollector exports Stats, read at each scrape.
@@ -58,27 +56,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 // serveMetrics starts --metrics-addr and --debug-addr when set: the KV event
 // counters and the engine's load as last scraped (switchyard_engine_*).
 func serveMetrics(ctx context.Context, cfg Config, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
-	var u undo.Stack
-	defer u.OnError(&err)
-	debug, err := obs.StartDebug(ctx, cfg.DebugAddr, log)
-	if err != nil {
-		return nil, err
-	}
-	u.Push(func() { _ = debug.Close() })
-	if cfg.MetricsAddr == "" {
-		return u.Unwind, nil
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	stop, _, err = obs.ServeMetrics(ctx, cfg.MetricsAddr, cfg.DebugAddr, log,
 		newStatsCollector(cfg.Stats), obs.NewEngineCollector(func() obs.EngineSnapshot {
 			m := load.Load()
 			return obs.EngineSnapshot{Running: int(m.GetRunningRequests()), Waiting: int(m.GetWaitingRequests()),
 				KVBlocksUsed: int(m.GetKvBlocksUsed()), KVBlocksTotal: int(m.GetKvBlocksTotal())}
 		}))
-	srv, err := obs.StartHTTP(ctx, cfg.MetricsAddr, obs.MetricsHandler(reg), log, "metrics")
-	if err != nil {
-		return nil, err
-	}
-	u.Push(func() { _ = srv.Close() })
-	return u.Unwind, nil
+	return stop, err
 }

@@ -5,12 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/pkg/undo"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
 )
 
@@ -18,28 +14,15 @@ import (
 // metrics are read at each scrape: the load from the latest step's report,
 // the counters from the engine.
 func serveMetrics(ctx context.Context, cfg Config, r *realtime.Runner, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
-	var u undo.Stack
-	defer u.OnError(&err)
-	debug, err := obs.StartDebug(ctx, cfg.DebugAddr, log)
-	if err != nil {
-		return nil, err
-	}
-	u.Push(func() { _ = debug.Close() })
-	if cfg.MetricsAddr == "" {
-		return u.Unwind, nil
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	stop, addr, err := obs.ServeMetrics(ctx, cfg.MetricsAddr, cfg.DebugAddr, log,
 		obs.NewEngineCollector(func() obs.EngineSnapshot { return snapshot(r, load.Load(), cfg.Engine.NumGPUBlocks) }))
-	srv, err := obs.StartHTTP(ctx, cfg.MetricsAddr, obs.MetricsHandler(reg), log, "metrics")
 	if err != nil {
 		return nil, err
 	}
-	u.Push(func() { _ = srv.Close() })
-	if cfg.OnMetricsAddr != nil {
-		cfg.OnMetricsAddr(srv.Addr())
+	if addr != nil && cfg.OnMetricsAddr != nil {
+		cfg.OnMetricsAddr(addr)
 	}
-	return u.Unwind, nil
+	return stop, nil
 }
 
 func snapshot(r *realtime.Runner, m *workerv1.LoadMetrics, blocks int) obs.EngineSnapshot {
