@@ -17,9 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,12 +33,11 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
-	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
 )
 
 // Prompt is the user message of every measured request. Both paths turn
@@ -79,44 +76,18 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 		}
 	}()
 	log := slog.New(slog.DiscardHandler)
-	dir, err := os.MkdirTemp("", "frontend-bench-")
+	cp, err := controlplane.Start("frontend-bench-", log)
 	if err != nil {
 		return nil, err
 	}
-	env.stops = append(env.stops, func() { os.RemoveAll(dir) })
-	etcd, err := registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: dir + "/etcd", ClientURL: "http://127.0.0.1:0",
-		PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		return nil, err
-	}
-	env.stops = append(env.stops, etcd.Close)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var waits []func() error
-	env.stops = append(env.stops, func() {
-		cancel()
-		for i := len(waits) - 1; i >= 0; i-- {
-			_ = waits[i]()
-		}
-	})
-	reg, err := registry.Start(ctx, registry.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-		Backend: registry.BackendKVStore, EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdDialTimeout: 5 * time.Second}, log)
-	if err != nil {
-		return nil, err
-	}
-	waits = append(waits, reg.Wait)
-	bus, err := eventbus.Start(ctx, eventbus.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-		DataDir: dir + "/nats", EmbeddedNATSPort: -1, StreamMaxAge: time.Hour}, log)
-	if err != nil {
-		return nil, err
-	}
-	waits = append(waits, bus.Wait)
+	env.stops = append(env.stops, cp.Close)
+	ctx := cp.Context()
 	rt, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: reg.Addr().String()}, log)
+		RegistryAddr: cp.RegistryAddr()}, log)
 	if err != nil {
 		return nil, err
 	}
-	waits = append(waits, rt.Wait)
+	cp.OnClose(rt.Wait)
 	select { // it routes once the registry has answered
 	case <-rt.Ready():
 	case <-ctx.Done():
@@ -124,20 +95,20 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 	}
 
 	tc := transport.DefaultConfig()
-	tc.Plane, tc.TCP.Host, tc.HTTP.Host, tc.HTTP.Port, tc.NATS.URL = plane, "127.0.0.1", "127.0.0.1", 0, bus.NATSURL()
+	tc.Plane, tc.TCP.Host, tc.HTTP.Host, tc.HTTP.Port, tc.NATS.URL = plane, "127.0.0.1", "127.0.0.1", 0, cp.Eventbus.NATSURL()
 
 	var mcfg mocker.Config
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	mcfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--no-delay", "--namespace", "bench", "--registry-addr", reg.Addr().String(),
-		"--eventbus-addr", bus.Addr().String()}); err != nil {
+	if err := fs.Parse([]string{"--no-delay", "--namespace", "bench", "--registry-addr", cp.RegistryAddr(),
+		"--eventbus-addr", cp.EventbusAddr()}); err != nil {
 		return nil, err
 	}
 	mcfg.Transport = tc // mocker.Run completes and validates the rest
 	ready := make(chan *worker.Worker, 1)
 	mdone := make(chan error, 1)
 	go func() { mdone <- mocker.Run(ctx, mcfg, log, func(w *worker.Worker) { ready <- w }) }()
-	waits = append(waits, func() error { return <-mdone })
+	cp.OnClose(func() error { return <-mdone })
 	select {
 	case env.Worker = <-ready:
 	case err := <-mdone:
@@ -149,12 +120,12 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 	fs = flag.NewFlagSet("frontend", flag.ContinueOnError)
 	fcfg.RegisterFlags(fs)
 	fcfg.HTTPAddr, fcfg.Namespace, fcfg.Transport = "127.0.0.1:0", "bench", tc
-	fcfg.RegistryAddr, fcfg.EventbusAddr, fcfg.RouterAddr = reg.Addr().String(), bus.Addr().String(), rt.Addr().String()
+	fcfg.RegistryAddr, fcfg.EventbusAddr, fcfg.RouterAddr = cp.RegistryAddr(), cp.EventbusAddr(), rt.Addr().String()
 	fe, err := frontend.Start(ctx, fcfg, log)
 	if err != nil {
 		return nil, err
 	}
-	waits = append(waits, fe.Wait)
+	cp.OnClose(fe.Wait)
 	env.URL = "http://" + fe.Addr().String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
 	env.HTTP = &http.Client{Transport: tr}

@@ -11,10 +11,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,11 +22,10 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/eventbus"
-	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
+	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
 )
 
 // Options size a run.
@@ -83,54 +80,16 @@ type env struct {
 	log              *slog.Logger
 }
 
-func startEnv(o Options) (_ *env, err error) {
+func startEnv(o Options) (*env, error) {
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dir, err := os.MkdirTemp("", "kv-events-bench-")
+	cp, err := controlplane.Start("kv-events-bench-", log)
 	if err != nil {
 		return nil, err
 	}
-	var stops []func()
-	e := &env{log: log, stop: func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}}
-	stops = append(stops, func() { os.RemoveAll(dir) })
-	defer func() {
-		if err != nil {
-			e.stop()
-		}
-	}()
-	etcd, err := registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: dir + "/etcd", ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		return nil, err
-	}
-	stops = append(stops, etcd.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	var waits []func() error
-	stops = append(stops, func() {
-		cancel()
-		for i := len(waits) - 1; i >= 0; i-- {
-			_ = waits[i]()
-		}
-	})
-	reg, err := registry.Start(ctx, registry.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-		Backend: registry.BackendKVStore, EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdDialTimeout: 5 * time.Second}, log)
-	if err != nil {
-		return nil, err
-	}
-	waits = append(waits, reg.Wait)
-	bus, err := eventbus.Start(ctx, eventbus.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-		DataDir: dir + "/nats", EmbeddedNATSPort: -1, StreamMaxAge: time.Hour}, log)
-	if err != nil {
-		return nil, err
-	}
-	waits = append(waits, bus.Wait)
-	e.regAddr, e.busAddr = reg.Addr().String(), bus.Addr().String()
-	return e, nil
+	return &env{regAddr: cp.RegistryAddr(), busAddr: cp.EventbusAddr(), stop: cp.Close, log: log}, nil
 }
 
 // Run measures every mode of o.
