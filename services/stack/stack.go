@@ -308,16 +308,10 @@ func stopAll(procs []*proc, timeout time.Duration, out io.Writer) {
 	}
 }
 
+// grpcHealthy is ready once the service at addr answers SERVING.
 func grpcHealthy(addr string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		r, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
+	return probe(addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil {
 			return err
 		}
@@ -325,11 +319,26 @@ func grpcHealthy(addr string) func(context.Context) error {
 			return errors.New(r.Status.String())
 		}
 		return nil
-	}
+	})
 }
 
 // registered is ready once n workers have published their model cards.
 func registered(addr string, n int) func(context.Context) error {
+	return probe(addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+		r, err := registryv1.NewRegistryServiceClient(cc).ListModels(ctx, &registryv1.ListModelsRequest{})
+		if err != nil {
+			return err
+		}
+		if len(r.Cards) < n {
+			return fmt.Errorf("%d of %d workers", len(r.Cards), n)
+		}
+		return nil
+	})
+}
+
+// probe is a readiness check that asks the service at addr once, on a
+// connection of its own, within a second.
+func probe(addr string, ask func(context.Context, *grpc.ClientConn) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -338,14 +347,7 @@ func registered(addr string, n int) func(context.Context) error {
 		defer cc.Close()
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		r, err := registryv1.NewRegistryServiceClient(cc).ListModels(cctx, &registryv1.ListModelsRequest{})
-		if err != nil {
-			return err
-		}
-		if len(r.Cards) < n {
-			return fmt.Errorf("%d of %d workers", len(r.Cards), n)
-		}
-		return nil
+		return ask(cctx, cc)
 	}
 }
 
