@@ -2,8 +2,7 @@ package pyworker_test
 
 import (
 	"context"
-	"fmt"
-	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,8 +64,7 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			etcd, reg := registrytest.Start(t)
 			_, bus := eventbustest.Start(t)
 			regAddr, busAddr, up := tc.down(t, etcd, reg, bus.Addr().String())
-			port := freePort(t)
-			extra := []string{"--http-port", fmt.Sprint(port)}
+			var extra []string
 			if tc.tokenizer {
 				dir := t.TempDir()
 				if _, err := qwen3.WriteTo(dir); err != nil {
@@ -81,7 +79,12 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer client.Close()
-			addr := transport.Address{Kind: transport.PlaneHTTP, Addr: fmt.Sprintf("http://127.0.0.1:%d/v1/rpc", port)}
+			// The worker binds port 0 and says where it serves: a port
+			// chosen here and bound by it later could be another test
+			// process's by then.
+			w.logs.waitFor(ctx, t, "request plane serving", nil)
+			serving, _ := w.logs.first("request plane serving")["transport"].(string)
+			addr := transport.Address{Kind: transport.PlaneHTTP, Addr: strings.TrimPrefix(serving, "http:")}
 			if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
 				t.Fatalf("generate before registering = %v, %v; want it served", got, err)
 			}
@@ -112,14 +115,4 @@ func httpConfig() transport.Config {
 	tc := transport.DefaultConfig()
 	tc.Plane = transport.PlaneHTTP
 	return tc
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -114,6 +114,18 @@ func (b *logBuffer) waitFor(ctx context.Context, t *testing.T, msg string, attrs
 	b.waitForN(ctx, t, msg, 1, attrs)
 }
 
+// first is the first log line whose msg is msg, nil if none.
+func (b *logBuffer) first(msg string) map[string]any {
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == msg {
+			return line
+		}
+	}
+	return nil
+}
+
 // waitForN waits for n log lines whose msg is msg and whose attributes
 // include attrs (all of them, with no attrs).
 func (b *logBuffer) waitForN(ctx context.Context, t *testing.T, msg string, n int, attrs ...map[string]any) {

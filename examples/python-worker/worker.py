@@ -802,6 +802,9 @@ def main(argv):
         server = requestplane.Server(cfg.http_host, cfg.http_port, cfg.http_root_path, {cfg.endpoint: engine.generate},
                                      cfg.max_message_size, cfg.http_host)
         server.start()
+        # Serving from now on, registered or not (a caller that knows the
+        # address, a test of a worker started before its registry).
+        info("request plane serving", transport="http:" + server.base_url, worker_api=api_addr)
         artifacts = []
         if cfg.tokenizer_dir:
             paths = tokenizer_files(cfg.tokenizer_dir)
