@@ -33,6 +33,18 @@ type ProcessConfig struct {
 	DebugAddr string
 }
 
+// ProcessEnvVars maps the flags of ProcessConfig that have documented
+// environment variables to them (the rest take the command's prefix); a
+// new map on each call, for the command to add its own to.
+func ProcessEnvVars() map[string]string {
+	return map[string]string{
+		"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
+		"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
+		"auth-token":             authtoken.EnvToken,
+		"client-auth-token-file": authtoken.EnvTokenFile,
+	}
+}
+
 // RegisterFlags adds --registry-addr, --eventbus-addr, --lease-ttl,
 // --metrics-addr, --debug-addr, --drain-timeout, the --client-tls-* and
 // client token flags, and the KV event flags.

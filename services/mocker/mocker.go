@@ -24,7 +24,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
@@ -63,12 +62,7 @@ type Config struct {
 }
 
 // EnvVars maps flags to their environment variables.
-var EnvVars = map[string]string{
-	"registry-addr":          "SWITCHYARD_REGISTRY_ADDR",
-	"eventbus-addr":          "SWITCHYARD_EVENTBUS_ADDR",
-	"auth-token":             authtoken.EnvToken,
-	"client-auth-token-file": authtoken.EnvTokenFile,
-}
+var EnvVars = worker.ProcessEnvVars()
 
 // RegisterFlags adds the mocker's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
