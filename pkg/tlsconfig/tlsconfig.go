@@ -27,6 +27,9 @@ type Config struct {
 	CAFile string
 	// ServerName overrides the name a client checks in the server certificate.
 	ServerName string
+	// flags is how Complete and Validate name the files' flags: "--tls"
+	// when empty, "--client-tls" once RegisterClientFlags filled them.
+	flags string
 }
 
 // RegisterFlags adds --tls-cert, --tls-key, --tls-ca and --tls-server-name.
@@ -42,6 +45,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // calls (peers, as "the registry and eventbus") and the CA it verifies them
 // with; a server's own identity is on the --tls-* flags.
 func (c *Config) RegisterClientFlags(fs *flag.FlagSet, peers string) {
+	c.flags = "--client-tls"
 	fs.StringVar(&c.CertFile, "client-tls-cert", "", "client certificate for "+peers+" (mutual TLS)")
 	fs.StringVar(&c.KeyFile, "client-tls-key", "", "client key for --client-tls-cert")
 	fs.StringVar(&c.CAFile, "client-tls-ca", "", "CA that verifies "+peers)
@@ -53,7 +57,8 @@ func (c Config) Enabled() bool { return c.CertFile != "" || c.KeyFile != "" || c
 // Complete checks that the files named are there (the one step that reads
 // the file system); the credentials load them at start.
 func (c Config) Complete() error {
-	for _, f := range []struct{ flag, path string }{{"--tls-cert", c.CertFile}, {"--tls-key", c.KeyFile}, {"--tls-ca", c.CAFile}} {
+	p := c.flagPrefix()
+	for _, f := range []struct{ flag, path string }{{p + "-cert", c.CertFile}, {p + "-key", c.KeyFile}, {p + "-ca", c.CAFile}} {
 		if f.path == "" {
 			continue
 		}
@@ -67,9 +72,17 @@ func (c Config) Complete() error {
 // Validate checks that the settings fit together; it reads nothing.
 func (c Config) Validate() error {
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("--tls-cert and --tls-key must be given together")
+		p := c.flagPrefix()
+		return fmt.Errorf("%s-cert and %s-key must be given together", p, p)
 	}
 	return nil
+}
+
+func (c Config) flagPrefix() string {
+	if c.flags == "" {
+		return "--tls"
+	}
+	return c.flags
 }
 
 // ServerTLS returns the server's tls.Config, or nil for plaintext.

@@ -47,7 +47,7 @@ func TestProcessConfig(t *testing.T) {
 		want string
 	}{
 		{"kv events mode", func(c *worker.ProcessConfig) { c.KV.Mode = "carrier-pigeon" }, "carrier-pigeon"},
-		{"client TLS key without its certificate", func(c *worker.ProcessConfig) { c.ClientTLS.KeyFile = "k.pem" }, "--tls-cert"},
+		{"client TLS key without its certificate", func(c *worker.ProcessConfig) { c.ClientTLS.KeyFile = "k.pem" }, "--client-tls-cert and --client-tls-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := c

@@ -54,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 		{"core tuning", func(c *Config) { c.Core.Temperature = -1 }, "--router-temperature"},
 		{"request plane", func(c *Config) { c.Transport.Plane = "pigeon" }, "pigeon"},
 		{"token and token file", func(c *Config) { c.ClientAuth = authtoken.Client{Token: "t", TokenFile: "f"} }, "exclusive"},
-		{"client cert without key", func(c *Config) { c.ClientTLS.CertFile = "c.pem" }, "--tls-key"},
+		{"client cert without key", func(c *Config) { c.ClientTLS.CertFile = "c.pem" }, "--client-tls-cert and --client-tls-key"},
 		// Validate reads nothing: files that are not there are Complete's.
 		{"files are not read", func(c *Config) {
 			c.APIKeyFile, c.ClientAuth.TokenFile = "/nonexistent/keys", "/nonexistent/token"
@@ -126,7 +126,7 @@ func TestConfigComplete(t *testing.T) {
 		"key file without keys": {mod: func(c *Config) { c.APIKeyFile = empty }, want: "holds no key"},
 		"bad digest":            {mod: func(c *Config) { c.APIKeyFile = writeFile(t, dir, "sha256:zz\n") }, want: "SHA-256"},
 		"missing token file":    {mod: func(c *Config) { c.ClientAuth.TokenFile = filepath.Join(dir, "nope") }, want: "--client-auth-token-file"},
-		"missing CA":            {mod: func(c *Config) { c.ClientTLS.CAFile = filepath.Join(dir, "nope") }, want: "--tls-ca"},
+		"missing CA":            {mod: func(c *Config) { c.ClientTLS.CAFile = filepath.Join(dir, "nope") }, want: "--client-tls-ca"},
 		"bad plane variable":    {mod: func(c *Config) { c.Transport = transport.Config{} }, env: "pigeon", want: "DYN_REQUEST_PLANE"},
 	} {
 		t.Run(name, func(t *testing.T) {

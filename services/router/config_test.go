@@ -42,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		{"core tuning", func(c *router.Config) { c.Core.PruneTargetRatio = 2 }, "--router-prune-target-ratio"},
 		{"no grpc addr", func(c *router.Config) { c.Server.GRPCAddr = "" }, "--grpc-addr"},
 		{"token and token file", func(c *router.Config) { c.ClientAuth.Token, c.ClientAuth.TokenFile = "t", "f" }, "exclusive"},
-		{"client key without cert", func(c *router.Config) { c.ClientTLS.KeyFile = "k.pem" }, "--tls-cert"},
+		{"client key without cert", func(c *router.Config) { c.ClientTLS.KeyFile = "k.pem" }, "--client-tls-cert and --client-tls-key"},
 		// Validate reads nothing: files that are not there are Complete's.
 		{"files are not read", func(c *router.Config) {
 			c.Server.AuthTokenFile, c.ClientAuth.TokenFile, c.ClientTLS.CAFile = "/nonexistent/tokens", "/nonexistent/token", "/nonexistent/ca"
