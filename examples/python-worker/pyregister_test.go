@@ -160,3 +160,66 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
 	}
 }
+
+// TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack stops the worker's
+// eventbus after it registered (its address held, refusing connections): a
+// request's KV events wait, retried, and reach the stream once the eventbus
+// is back on that address (the Node worker dropped them: its publish was cut
+// as Canceled, which it did not retry).
+func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
+	t.Parallel()
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	busPort := testport.Reserve(t)
+	cfg := eventbustest.Config(eventbustest.StartNATS(t).ClientURL())
+	cfg.Server.GRPCAddr = busPort.Addr()
+	bus := eventbustest.StartEventbus(t, cfg)
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	defer watch.Close()
+	w := startWorker(t, reg.Addr, busPort.Addr())
+	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
+	if err := bus.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	tc := transport.DefaultConfig()
+	tc.Plane = transport.PlaneHTTP
+	client, err := transport.NewClient(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
+	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+		t.Fatalf("generate with the eventbus stopped = %v, %v", got, err)
+	}
+	w.logs.waitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})
+	eventbustest.StartEventbus(t, cfg)
+	sub, err := eventbustest.Client(t, busPort.Addr()).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.InstanceId != in.InstanceId || batch.FirstEventId != 1 || len(batch.Events[0].GetStored().GetBlocks()) != 2 {
+		t.Fatalf("first KV batch once the eventbus is back = %v; want event 1 of instance %x, 2 blocks stored", batch, in.InstanceId)
+	}
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
+}

@@ -54,8 +54,8 @@ export function kvEventsMsgId(instanceId: bigint, dpRank: number, firstEventId: 
   return `kv-${instanceId.toString(16)}-${dpRank}-${firstEventId}`;
 }
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer.json.gz", "tokenizer_config.json"];
-const TRANSIENT = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
-// Errors no retry of a registration step can change: the worker's settings or credentials are wrong.
+// Errors no retry of a registration step or a KV publish can change: the worker's settings or credentials are wrong
+// (or a batch is over the eventbus's limit).
 const FINAL = new Set([Code.InvalidArgument, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented, Code.FailedPrecondition]);
 
 const ENV_PREFIX = "SWITCHYARD_NODEWORKER_";
@@ -251,15 +251,25 @@ class KvPublisher {
         msgId,
         headers: { [TYPE_HEADER]: KvEventBatchSchema.typeName },
       });
-      for (let backoff = MIN_BACKOFF_MS; ; backoff = Math.min(backoff * 2, 2000)) {
+      for (let backoff = MIN_BACKOFF_MS, attempt = 1; ; backoff = Math.min(backoff * 2, 2000), attempt++) {
         try {
           await this.bus.publish({ event }, { timeoutMs: 10_000 });
           break;
         } catch (err) {
           const ce = ConnectError.from(err);
-          if (!TRANSIENT.has(ce.code) || this.closing) {
+          // Anything else is retried (the msg id keeps a batch stored once):
+          // an eventbus that stops or restarts cuts the call, which reaches
+          // here as Canceled ("http/2 stream closed with error code CANCEL")
+          // or Aborted (a reset connection), not only as Unavailable; those
+          // batches were dropped for good.
+          if (FINAL.has(ce.code) || this.closing) {
             log.error("KV events not published", { events: b.events.length, err: ce.message });
             break;
+          }
+          // Retried for as long as it takes, but not silently: a worker
+          // whose events never reach the stream says so.
+          if (attempt === 1 || attempt % 10 === 0) {
+            log.warn("KV events publish failed; retrying", { events: b.events.length, first_event_id: Number(b.firstEventId), attempt, err: ce.message });
           }
           await sleep(jittered(backoff));
         }
