@@ -3,10 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -339,13 +337,15 @@ func TestWorkerOutlivesRegistryOutage(t *testing.T) {
 // logWatch is a slog handler that counts records by message, so that a test
 // waits for "the worker tried and failed" as an event, not a guessed sleep.
 type logWatch struct {
-	mu      sync.Mutex
-	counts  map[string]int
+	mu     sync.Mutex
+	counts map[string]int
+	// addrs is the "addr" attribute of each message's last record.
+	addrs   map[string]string
 	changed chan struct{}
 }
 
 func newLogWatch() *logWatch {
-	return &logWatch{counts: map[string]int{}, changed: make(chan struct{})}
+	return &logWatch{counts: map[string]int{}, addrs: map[string]string{}, changed: make(chan struct{})}
 }
 
 func (l *logWatch) Enabled(context.Context, slog.Level) bool { return true }
@@ -355,6 +355,12 @@ func (l *logWatch) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.counts[r.Message]++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "addr" {
+			l.addrs[r.Message] = a.Value.String()
+		}
+		return true
+	})
 	close(l.changed)
 	l.changed = make(chan struct{})
 	return nil
@@ -412,7 +418,6 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			logs := newLogWatch()
 			cfg := e.config(t)
 			cfg.RegistryAddr = regAddr
-			cfg.Transport.TCP.Port = freePort(t) // known before Start returns, to call it meanwhile
 			cfg.Log = slog.New(logs)
 			started := make(chan error, 1)
 			var w *worker.Worker
@@ -422,7 +427,12 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 				started <- err
 			}()
 			logs.wait(ctx, t, "registration failed; retrying", tc.failures)
-			addr := transport.Address{Kind: transport.PlaneTCP, Addr: fmt.Sprintf("127.0.0.1:%d", cfg.Transport.TCP.Port)}
+			// The request plane's address before Start returns, from its log
+			// (port 0: until it registers, only the log says which port).
+			logs.wait(ctx, t, "transport: tcp request plane listening", 1)
+			logs.mu.Lock()
+			addr := transport.Address{Kind: transport.PlaneTCP, Addr: logs.addrs["transport: tcp request plane listening"]}
+			logs.mu.Unlock()
 			if out, err := call(ctx, t, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: []uint32{1}}); err != nil || len(out) != 2 {
 				t.Fatalf("generate before registering = %v, %v; want it served", out, err)
 			}
@@ -471,14 +481,4 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			t.Fatalf("retried %d times an error no retry changes", n)
 		}
 	})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
