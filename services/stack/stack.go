@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -244,8 +245,11 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 			}
 		}
 	}
-	fmt.Fprintf(out, "Starting Switchyard on %s (logs in %s)\n", c.Host, logs)
 	plan := c.plan()
+	if err := c.portsFree(plan); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Starting Switchyard on %s (logs in %s)\n", c.Host, logs)
 	frontend := false
 	for _, comp := range plan {
 		p, err := start(comp)
@@ -262,6 +266,46 @@ func Run(ctx context.Context, c Config, out io.Writer) (err error) {
 	}
 	api := "http://" + net.JoinHostPort(c.Host, strconv.Itoa(c.HTTPPort))
 	return c.serve(ctx, procs, out, fmt.Sprintf("Switchyard is up. Try:\n\n  curl %s/v1/chat/completions -H \"Content-Type: application/json\" -d '{\"model\": \"Qwen/Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'", api))
+}
+
+// portsFree tries every address the plan's components will listen on and
+// names each one another process holds. Without it a second `make run` beside
+// a first one probes the first stack's services, calls its own ready, and then
+// fails a component later with an error that hides the cause.
+func (c Config) portsFree(plan []component) error {
+	var busy []error
+	for _, comp := range plan {
+		for i := 0; i+1 < len(comp.args); i++ {
+			addr, ok := listenAddr(c.Host, comp.args[i], comp.args[i+1])
+			if !ok {
+				continue
+			}
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				busy = append(busy, fmt.Errorf("%s %s %s: %w", comp.name, comp.args[i], addr, err))
+				continue
+			}
+			l.Close()
+		}
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("the stack's ports are in use (is another Switchyard running? stop it first):\n%w", errors.Join(busy...))
+	}
+	return nil
+}
+
+// listenAddr is the address a component on host listens on when given flag
+// with value v, and false for flags that are not listen addresses.
+func listenAddr(host, flag, v string) (string, bool) {
+	switch flag {
+	case "--grpc-addr", "--metrics-addr", "--http-addr":
+		return v, true
+	case "--embedded-etcd-client-url", "--embedded-etcd-peer-url":
+		return strings.TrimPrefix(v, "http://"), true
+	case "--embedded-nats-port":
+		return net.JoinHostPort(host, v), true
+	}
+	return "", false
 }
 
 // serve prints the banner and waits for Ctrl-C or a component's death.

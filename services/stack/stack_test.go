@@ -224,3 +224,50 @@ func decodeAddr(t *testing.T, s string) string {
 	}
 	return net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
 }
+
+// TestRunRefusesPortsInUse holds one of the stack's listen ports, as a first
+// `make run` does, and starts a second stack on it: Run must fail before it
+// starts any component and name the component, the flag and the address.
+func TestRunRefusesPortsInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(c *Config, port int)
+		want string // component and flag named in the error
+	}{
+		{"registry gRPC", func(c *Config, p int) { c.Ports.Registry = p }, "registry --grpc-addr"},
+		{"router metrics", func(c *Config, p int) { c.Ports.RouterMetrics = p }, "router --metrics-addr"},
+		{"embedded etcd peer", func(c *Config, p int) { c.Ports.EtcdPeer = p }, "registry --embedded-etcd-peer-url"},
+		{"embedded NATS", func(c *Config, p int) { c.Ports.NATS = p }, "eventbus --embedded-nats-port"},
+		{"second mocker's metrics", func(c *Config, p int) { c.Ports.MockerMetrics = p - 2 }, "mocker-2 --metrics-addr"},
+		{"frontend HTTP", func(c *Config, p int) { c.HTTPPort = p }, "frontend --http-addr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			port := l.Addr().(*net.TCPAddr).Port
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "frontend"), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c := Config{BinDir: dir, DataDir: dir, HTTPPort: 8000, Mockers: 2, RouterMode: "kv", KVEventsMode: "jetstream",
+				Host: "127.0.0.1", Wait: time.Second, StopTimeout: time.Second}
+			tc.set(&c, port)
+			err = Run(context.Background(), c, io.Discard)
+			if err == nil {
+				t.Fatal("Run started a stack on a port another process holds")
+			}
+			if want := tc.want + " " + l.Addr().String(); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+			if !strings.Contains(err.Error(), "another Switchyard running") {
+				t.Errorf("error %q does not say what to do", err)
+			}
+			if logs, _ := os.ReadDir(filepath.Join(dir, "logs")); len(logs) > 0 {
+				t.Errorf("Run started components before it checked the ports: %d logs", len(logs))
+			}
+		})
+	}
+}
