@@ -11,9 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -41,12 +39,8 @@ func TestPythonWorkerLocalIndexer(t *testing.T) {
 			defer cancel()
 			_, reg := registrytest.Start(t)
 			_, bus := eventbustest.Start(t)
-			dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			dc, watch := watchInstances(t, reg.Addr)
 			defer dc.Close()
-			watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 			defer watch.Close()
 			w := startWorker(t, reg.Addr, bus.Addr().String(), "--kv-events-mode", mode, "--kv-events-ring", "8", "--kv-blocks", "12")
 			in := waitInstances(ctx, t, watch, 1, w.logs)[0]

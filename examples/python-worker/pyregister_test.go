@@ -7,14 +7,11 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
-	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -35,19 +32,10 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	defer cancel()
 	_, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	busClient := eventbustest.Client(t, bus.Addr().String())
-	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
-		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeKV(ctx, t, bus.Addr().String())
 	defer sub.Close()
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr)
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 
 	release := make(chan struct{})
@@ -111,12 +99,8 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
 	defer cancel()
 	_, reg := registrytest.Start(t)
 	busPort := testport.Reserve(t)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr)
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, reg.Addr, busPort.Addr())
 	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
@@ -138,12 +122,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
 	cfg := eventbustest.Config(ns.ClientURL())
 	cfg.Server.GRPCAddr = busPort.Addr()
 	eventbustest.StartEventbus(t, cfg)
-	busClient := eventbustest.Client(t, busPort.Addr())
-	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
-		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeKV(ctx, t, busPort.Addr())
 	defer sub.Close()
 	ev, err := sub.Next(ctx)
 	if err != nil {
@@ -176,12 +155,8 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	cfg := eventbustest.Config(eventbustest.StartNATS(t).ClientURL())
 	cfg.Server.GRPCAddr = busPort.Addr()
 	bus := eventbustest.StartEventbus(t, cfg)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr)
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, reg.Addr, busPort.Addr())
 	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
@@ -202,11 +177,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	}
 	w.logs.waitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})
 	eventbustest.StartEventbus(t, cfg)
-	sub, err := eventbustest.Client(t, busPort.Addr()).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
-		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeKV(ctx, t, busPort.Addr())
 	defer sub.Close()
 	ev, err := sub.Next(ctx)
 	if err != nil {

@@ -221,6 +221,29 @@ func (w *pyWorker) wait(t *testing.T) int {
 	return w.cmd.ProcessState.ExitCode()
 }
 
+// subscribeKV subscribes, through the eventbus at addr, to every KV event
+// batch of the test's component from the start of the stream.
+func subscribeKV(ctx context.Context, t *testing.T, addr string) *eventbus.Subscription {
+	t.Helper()
+	sub, err := eventbustest.Client(t, addr).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
+		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// watchInstances dials the registry at addr and watches the instances of the
+// test's namespace; the caller closes both.
+func watchInstances(t *testing.T, addr string) (*discovery.Client, *discovery.Watcher[*registryv1.Instance]) {
+	t.Helper()
+	dc, err := discovery.Dial([]string{addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc, discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+}
+
 // waitInstances waits until the watcher holds n instances.
 func waitInstances(ctx context.Context, t *testing.T, w *discovery.Watcher[*registryv1.Instance], n int, logs *logBuffer) []*registryv1.Instance {
 	t.Helper()
@@ -299,12 +322,8 @@ func TestPythonWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr)
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 
 	w := startWorker(t, reg.Addr, bus.Addr().String())
@@ -643,19 +662,10 @@ func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
 	defer cancel()
 	etcd, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	busClient := eventbustest.Client(t, bus.Addr().String())
-	sub, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
-		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeKV(ctx, t, bus.Addr().String())
 	defer sub.Close()
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr)
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, reg.Addr, bus.Addr().String())
 	first := waitInstances(ctx, t, watch, 1, w.logs)[0]
