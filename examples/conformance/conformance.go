@@ -48,6 +48,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -770,11 +771,14 @@ func RunFirstStart(t *testing.T, w Worker) {
 	defer cancel()
 	etcd := registrytest.StartEtcd(t)
 	_, bus := eventbustest.Start(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The registry's address is held for the test (testport.Shareable), so
+	// that no other process takes it between this counting listener's close
+	// and the registry's start.
+	regAddr := testport.Shareable(t)
+	l, err := net.Listen("tcp", regAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	regAddr := l.Addr().String()
 	dials := make(chan struct{}, 1024)
 	accepted := make(chan struct{})
 	go func() {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
 
@@ -204,16 +205,11 @@ func TestLocalAddr(t *testing.T) {
 	}
 }
 
-// closedAddr is a loopback address nothing listens on (it was just closed).
+// closedAddr is a loopback address that refuses connections, held for the
+// test so that no other process's listener takes it (see testport.Refusing).
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testport.Refusing(t)
 }
 
 // writeServiceCert writes a CA and a certificate for both server and client

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,8 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
+
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 func TestMain(m *testing.M) {
@@ -216,12 +217,9 @@ func deadAddress(tb testing.TB, plane Plane) Address {
 	if plane == PlaneNATS {
 		return Address{Kind: PlaneNATS, Addr: "switchyard.nobody.home"}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	// Held for the test, refusing: a port closed again could become another
+	// test process's listener, which would answer.
+	addr := testport.Refusing(tb)
 	if plane == PlaneHTTP {
 		return Address{Kind: PlaneHTTP, Addr: "http://" + addr + DefaultHTTPRootPath}
 	}

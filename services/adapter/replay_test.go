@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // TestReplayFillsAGap stands in for vLLM's replay socket (a ROUTER answering
@@ -22,13 +21,8 @@ import (
 func TestReplayFillsAGap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	endpoint := "tcp://127.0.0.1:" + strconv.Itoa(port)
+	// Held for the test: zmq4 binds it, no other process can.
+	endpoint := "tcp://" + testport.Shareable(t)
 
 	// The engine's buffered messages 1..4: each stores one 4-token block
 	// chained to the previous one.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,25 +21,11 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
-
-// reservePort returns a loopback port that nothing listens on: taken from
-// the OS, then released.
-func reservePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
 
 // TestEventbusStartsBeforeNATS starts the eventbus while its NATS is not
 // there: it serves, says NOT_SERVING and Unavailable, and once NATS starts
@@ -124,7 +109,7 @@ func TestEventbusFailsFastOnConfig(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	down := fmt.Sprintf("nats://127.0.0.1:%d", reservePort(t))
+	down := "nats://" + testport.Refusing(t)
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 
 	tests := []struct {
@@ -195,7 +180,7 @@ func TestNATSMaxReconnectsBoundsStartup(t *testing.T) {
 	t.Parallel()
 	for _, retries := range []int{0, 2} {
 		t.Run(fmt.Sprintf("max %d", retries), func(t *testing.T) {
-			cfg := eventbustest.Config(fmt.Sprintf("nats://127.0.0.1:%d", reservePort(t)))
+			cfg := eventbustest.Config("nats://" + testport.Refusing(t))
 			cfg.NATSMaxReconnects, cfg.NATSReconnectWait = retries, 50*time.Millisecond
 			logs := &retryLog{}
 			svc, err := eventbus.Start(context.Background(), cfg, slog.New(logs))

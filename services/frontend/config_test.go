@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
@@ -201,12 +202,8 @@ func TestFailedStartReleasesPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debugAddr := free.Addr().String()
-	free.Close()
+	// Held for the test (Start can bind it, no other process can).
+	debugAddr := testport.Shareable(t)
 	c := flagDefaults(t)
 	c.HTTPAddr, c.DebugAddr = taken.Addr().String(), debugAddr
 	c.RegistryAddr, c.EventbusAddr, c.RouterAddr = "127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/router"
 )
 
@@ -86,15 +87,12 @@ func TestConfigComplete(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address nobody listens on right now.
+// freeAddr is a loopback address nobody listens on, held for the test so
+// that Start can bind it but no other process takes it first (see
+// testport.Shareable).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testport.Shareable(t)
 }
 
 // TestFailedStartReleasesPorts: a Start that fails after it has bound the

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // listenFlags are the flags and variables through which a component is told
@@ -86,7 +88,8 @@ func TestStackListeners(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ports := freePorts(t, 10)
+	// Held for the test (testport.ShareablePorts): the children bind them.
+	ports := testport.ShareablePorts(t, 10)
 	c := Config{BinDir: bin, DataDir: t.TempDir(), HTTPPort: ports[9], Mockers: 1, RouterMode: "kv", Speedup: 0,
 		Host: "127.0.0.1", Wait: 60 * time.Second, StopTimeout: 15 * time.Second,
 		Ports: Ports{Registry: ports[0], Eventbus: ports[1], Router: ports[2], RegistryMetrics: ports[3], EventbusMetrics: ports[4],
@@ -128,24 +131,6 @@ func TestStackListeners(t *testing.T) {
 		}
 	}
 	t.Logf("listeners: %v", listeners)
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
 
 // children are the pids whose parent is this process.

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 )
 
@@ -68,7 +69,9 @@ const ClusterName = "switchyard-test"
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{t: t, bin: buildNATSServer(t)}
-	ports := freePorts(t, 3*n)
+	// Held for the test (testport.ShareablePorts): each member binds its
+	// own, and a member killed and started again finds them still free.
+	ports := testport.ShareablePorts(t, 3*n)
 	for i := range n {
 		c.members = append(c.members, &natsMember{
 			name:       fmt.Sprintf("n%d", i+1),
@@ -102,27 +105,6 @@ func buildNATSServer(t testing.TB) string {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports
 }
 
 // Start starts member i (again, on its ports and store) and waits until it
