@@ -315,6 +315,25 @@ func (t Tx) Clear() {
 	t.x.placeLocked(t.w)
 }
 
+// holdsSlot is holds for a lookup's walk: a plain slot first, and a
+// list (at most maxList slots) scanned without a closure.
+func (x *Index) holdsSlot(cur, s uint32) bool {
+	switch {
+	case cur&(listTag|setTag) == 0:
+		return cur == s
+	case cur&listTag != 0:
+		for _, v := range x.lists[cur&^listTag] {
+			if v >= s {
+				return v == s
+			}
+		}
+		return false
+	default:
+		b := x.sets[cur&^setTag]
+		return int(s/64) < len(b) && b[s/64]&(1<<(s%64)) != 0
+	}
+}
+
 // holds reports whether a holder value includes slot s.
 func (x *Index) holds(cur, s uint32) bool {
 	switch {
@@ -583,7 +602,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 		} else {
 			clearWords(next)
 		}
-		live := false
+		live, one := 0, 0
 		for wi := range active {
 			gone := active[wi] &^ next[wi]
 			if depth > 0 {
@@ -593,13 +612,31 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 					gone &= gone - 1
 				}
 			}
-			if next[wi] != 0 {
-				live = true
+			if w := next[wi]; w != 0 {
+				live += bits.OnesCount64(w)
+				one = wi*64 + bits.TrailingZeros64(w)
 			}
 		}
 		active, next = next, active
-		if !live {
+		switch live {
+		case 0:
 			return dst
+		case 1:
+			// One worker left (a conversation past its shared system
+			// prompt, most of a deep match): follow it alone, a compare
+			// per block instead of a bitset's intersection and scan.
+			s := uint32(one)
+			for depth++; depth < len(hashes); depth++ {
+				if depth == to {
+					from, to = depth, min(depth+size, len(hashes))
+					x.holders.getAll(hashes[from:to], vals[:], oks[:])
+					size = min(2*size, batch)
+				}
+				if !oks[depth-from] || !x.holdsSlot(vals[depth-from], s) {
+					break
+				}
+			}
+			return append(dst, Overlap{Worker: x.ids[s], Blocks: depth})
 		}
 	}
 	for wi, word := range active {
