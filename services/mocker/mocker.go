@@ -187,19 +187,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// The mocker publishes the model it simulates by, so that routers
 	// predict its times exactly.
 	timing := cfg.Engine.Timing()
+	sink := &kvSink{log: log}
 	runner := realtime.New(e, realtime.Options{
-		OnEvents: func(events []engine.Event) {
-			wk := w.Load()
-			if wk == nil {
-				return
-			}
-			b, err := engine.BatchProto(wk.InstanceID(), 0, events)
-			if err != nil {
-				log.Error("KV events out of order", "err", err.Error())
-				return
-			}
-			wk.PublishKVEvents(b)
-		},
+		OnEvents: sink.publish,
 		OnMetrics: func(m engine.Metrics, at time.Time) {
 			if wk := w.Load(); wk != nil {
 				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
@@ -218,8 +208,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), sink.admit), func(wk *worker.Worker) {
 			w.Store(wk)
+			sink.registered(wk)
 			wk.SetLoad(func() *workerv1.LoadMetrics {
 				if m := load.Load(); m != nil {
 					return m
@@ -235,8 +226,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 }
 
 // generate serves requests from the engine, cancelling the engine's request
-// when the caller goes away. The player scripts how answers start.
-func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handler {
+// when the caller goes away. The player scripts how answers start; admit
+// may refuse a request before it reaches the engine.
+func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, admit func() error) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := engine.RequestFromProto(req, defaultMaxTokens)
@@ -245,6 +237,9 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 		}
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
 			return &transport.HandlerError{Code: "invalid_argument", Message: "logprobs must be at most 20"}
+		}
+		if err := admit(); err != nil {
+			return err
 		}
 		er.Script, er.ScriptEnds = pl.script(er.Prompt)
 		generated := 0

@@ -9,15 +9,20 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/examples/conformance"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -36,71 +41,17 @@ func TestMain(m *testing.M) {
 func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	var cfg mocker.Config
-	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--no-delay", "--registry-addr", reg.Addr, "--eventbus-addr", bus.Addr().String(), "--namespace", "mock",
-		"--metrics-addr", "127.0.0.1:0"}); err != nil {
-		t.Fatal(err)
-	}
 	metricsAddr := make(chan net.Addr, 1)
-	cfg.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a }
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	ready := make(chan *worker.Worker, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- mocker.Run(runCtx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
-	}()
-	var w *worker.Worker
-	select {
-	case w = <-ready:
-	case err := <-done:
-		t.Fatalf("mocker stopped: %v", err)
-	}
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("mocker Run: %v", err)
-		}
-	}()
+	m := runMocker(t, func(c *mocker.Config) { c.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a } },
+		"--registry-addr", reg.Addr, "--eventbus-addr", bus.Addr().String(), "--metrics-addr", "127.0.0.1:0")
+	w := m.registered(t)
 
-	c, err := transport.NewClient(transport.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	prompt := make([]uint32, 40)
-	for i := range prompt {
-		prompt[i] = uint32(1000 + i)
-	}
-	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "r1", TokenIds: prompt, MaxTokens: 5})
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: w.Instance().Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tokens []uint32
-	var finish workerv1.FinishReason
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, r.TokenIds...)
-		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			finish = r.FinishReason
-		}
-	}
-	st.Close()
+	c := tcpClient(t)
+	prompt := seq(1000, 40)
+	tokens, finish := generate(ctx, t, c, w.Instance(), &workerv1.GenerateRequest{RequestId: "r1", TokenIds: prompt, MaxTokens: 5})
 	if len(tokens) != 5 || finish != workerv1.FinishReason_FINISH_REASON_LENGTH {
 		t.Fatalf("got %d tokens, finish %v; want 5 and LENGTH", len(tokens), finish)
 	}
@@ -118,7 +69,118 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 		}
 	}
 
-	client := eventbustest.Client(t, bus.Addr().String())
+	b := firstKVBatch(ctx, t, bus.Addr().String())
+	// 40 prompt tokens fill two 16-token blocks.
+	if b.InstanceId != w.InstanceID() || b.FirstEventId != 1 || len(b.Events[0].GetStored().GetBlocks()) != 2 {
+		t.Fatalf("first KV batch = %v", b)
+	}
+}
+
+// runningMocker is a mocker that runs until its test ends.
+type runningMocker struct {
+	ready chan *worker.Worker // its worker, once registered
+	done  chan error          // what Run returned
+}
+
+// runMocker runs a mocker of namespace mock without delays, with the flags
+// args and then edit's changes; it stops in t's cleanup, and Run must end
+// without an error.
+func runMocker(t *testing.T, edit func(*mocker.Config), args ...string) *runningMocker {
+	t.Helper()
+	var cfg mocker.Config
+	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(append([]string{"--no-delay", "--namespace", "mock"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	m := &runningMocker{ready: make(chan *worker.Worker, 1), done: make(chan error, 1)}
+	go func() {
+		m.done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { m.ready <- w })
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-m.done; err != nil {
+			t.Errorf("mocker Run: %v", err)
+		}
+	})
+	return m
+}
+
+// registered waits for the mocker's worker.
+func (m *runningMocker) registered(t *testing.T) *worker.Worker {
+	t.Helper()
+	select {
+	case w := <-m.ready:
+		return w
+	case err := <-m.done:
+		m.done <- err // for the cleanup
+		t.Fatalf("mocker stopped: %v", err)
+		return nil
+	}
+}
+
+// tcpClient is a request plane client for the test.
+func tcpClient(t *testing.T) transport.Client {
+	t.Helper()
+	c, err := transport.NewClient(transport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// seq is n token ids from from on.
+func seq(from uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = from + uint32(i)
+	}
+	return out
+}
+
+// generate sends req to the instance's TCP address and reads the answer to
+// its end: the tokens and the finish reason.
+func generate(ctx context.Context, t *testing.T, c transport.Client, in *registryv1.Instance, req *workerv1.GenerateRequest) ([]uint32, workerv1.FinishReason) {
+	t.Helper()
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: in.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var tokens []uint32
+	var finish workerv1.FinishReason
+	for {
+		b, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return tokens, finish
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &workerv1.GenerateResponse{}
+		if err := proto.Unmarshal(b, r); err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, r.TokenIds...)
+		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			finish = r.FinishReason
+		}
+	}
+}
+
+// firstKVBatch is the first KV event batch on namespace mock's stream.
+func firstKVBatch(ctx context.Context, t *testing.T, busAddr string) *workerv1.KvEventBatch {
+	t.Helper()
+	client := eventbustest.Client(t, busAddr)
 	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "mock", FilterSubject: "mock.backend." + wire.KVEventsName,
 		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
@@ -133,9 +195,72 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 40 prompt tokens fill two 16-token blocks.
-	if b.InstanceId != w.InstanceID() || b.FirstEventId != 1 || len(b.Events[0].GetStored().GetBlocks()) != 2 {
-		t.Fatalf("first KV batch = %v", b)
+	return b
+}
+
+// TestMockerPublishesKVEventsOfRequestsBeforeStartReturns holds the
+// registry's answer to the mocker's RegisterModel: the card is stored and
+// shows, and worker.Start has not returned, so the mocker has no *Worker
+// yet. A request sent then, as a frontend that sees the card sends it, is
+// served, and its blocks must be the first KV events on the stream, under
+// the registered instance id, once the answer is let through. The mocker
+// dropped them (it published only through a *Worker), so the first batch
+// on the stream was the next request's, with event id 2.
+func TestMockerPublishesKVEventsOfRequestsBeforeStartReturns(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	release := make(chan struct{})
+	held := make(chan struct{})
+	hold := sync.OnceFunc(func() { close(held); <-release })
+	unhold := sync.OnceFunc(func() { close(release) })
+	defer unhold()
+	proxy := conformance.StartGRPCProxy(t, reg.Addr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
+		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
+			hold()
+		}
+	}})
+	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := runMocker(t, nil, "--registry-addr", proxy, "--eventbus-addr", bus.Addr().String())
+	select {
+	case <-held: // the card is stored; Start waits for the answer
+	case err := <-m.done:
+		m.done <- err // for the cleanup
+		t.Fatalf("mocker stopped: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the mocker's RegisterModel was never answered by the registry")
+	}
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: "mock"}})
+	if err != nil || len(list.Instances) != 1 {
+		t.Fatalf("ListInstances while the answer is held = %v, %v; want the mocker", list, err)
+	}
+	in := list.Instances[0]
+
+	c := tcpClient(t)
+	prompt := seq(1000, 40)
+	// Five tokens take five engine steps: the prefill step's events (the
+	// two stored blocks) have been handed over before the last token is out.
+	if tokens, _ := generate(ctx, t, c, in, &workerv1.GenerateRequest{RequestId: "early", TokenIds: prompt, MaxTokens: 5}); len(tokens) != 5 {
+		t.Fatalf("generate before Start returned: %d tokens, want 5", len(tokens))
+	}
+	unhold()
+	w := m.registered(t)
+	if w.InstanceID() != in.InstanceId {
+		t.Fatalf("the mocker registered %x; the registry listed %x", w.InstanceID(), in.InstanceId)
+	}
+	other := seq(5000, 40)
+	generate(ctx, t, c, in, &workerv1.GenerateRequest{RequestId: "late", TokenIds: other, MaxTokens: 5})
+	b := firstKVBatch(ctx, t, bus.Addr().String())
+	blocks := b.Events[0].GetStored().GetBlocks()
+	want := kvhash.Hashes(prompt, 16, nil)
+	if b.InstanceId != in.InstanceId || b.FirstEventId != 1 || len(blocks) != 2 || blocks[1].GetSequenceHash() != want[1].Sequence {
+		t.Fatalf("first KV batch = %v; want the early request's 2 blocks (%x, %x) as event 1 of instance %x", b, want[0].Sequence, want[1].Sequence, in.InstanceId)
 	}
 }
 
