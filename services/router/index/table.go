@@ -206,14 +206,16 @@ const batch = 64
 func (t *table[V]) getAll(keys []uint64, vals []V, oks []bool) {
 	var first [batch]uint64
 	var at [batch]*tslot[V]
+	var home [batch]uint64
 	for j, key := range keys[:min(len(keys), batch)] {
 		h := hashOf(key)
 		s := &t.shards[h>>(64-tableShardBits)]
 		if len(s.slots) == 0 || key == 0 {
 			continue
 		}
-		e := &s.slots[(h<<tableShardBits)>>s.shift]
-		at[j], first[j] = e, e.key
+		i := (h << tableShardBits) >> s.shift
+		e := &s.slots[i]
+		at[j], first[j], home[j] = e, e.key, i
 	}
 	for j, key := range keys[:min(len(keys), batch)] {
 		switch e := at[j]; {
@@ -225,8 +227,28 @@ func (t *table[V]) getAll(keys []uint64, vals []V, oks []bool) {
 			// request's new blocks).
 			var zero V
 			vals[j], oks[j] = zero, false
+		case e != nil:
+			// The probe goes on past the home slot it loaded.
+			vals[j], oks[j] = t.probeAfter(key, home[j])
 		default:
 			vals[j], oks[j] = t.get(key)
+		}
+	}
+}
+
+// probeAfter is get for a key (not zero) whose home slot, at i in its
+// shard, holds another key: it probes on from the slot after.
+func (t *table[V]) probeAfter(key, i uint64) (V, bool) {
+	s := &t.shards[hashOf(key)>>(64-tableShardBits)]
+	mask := uint64(len(s.slots) - 1)
+	for i = (i + 1) & mask; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.key == key {
+			return e.val, true
+		}
+		if e.key == 0 {
+			var zero V
+			return zero, false
 		}
 	}
 }

@@ -28,6 +28,30 @@ func checkTable(t *testing.T, tb *table[uint32], want map[uint64]uint32) {
 	if n != len(want) {
 		t.Fatalf("each gave %d entries, want %d", n, len(want))
 	}
+	checkGetAll(t, tb, want)
+}
+
+// checkGetAll compares getAll with get, in batches of every size up to
+// batch, over the table's keys, keys next to them (absent, mostly) and the
+// zero key.
+func checkGetAll(t *testing.T, tb *table[uint32], want map[uint64]uint32) {
+	t.Helper()
+	keys := []uint64{0}
+	for k := range want {
+		keys = append(keys, k, k+1, k^1<<40)
+	}
+	var vals [batch]uint32
+	var oks [batch]bool
+	for size := 1; len(keys) > 0; size = size%batch + 1 {
+		b := keys[:min(size, len(keys))]
+		keys = keys[len(b):]
+		tb.getAll(b, vals[:], oks[:])
+		for j, k := range b {
+			if v, ok := tb.get(k); vals[j] != v || oks[j] != ok {
+				t.Fatalf("getAll: key %d = %d, %v; get says %d, %v", k, vals[j], oks[j], v, ok)
+			}
+		}
+	}
 }
 
 // applyOps runs a byte string as table operations (set, delete, get) on
