@@ -315,28 +315,41 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 	type ext struct{ i, next int }
 	var extBuf, actBuf [16]ext
 	exts := extBuf[:0]
-	for i, w := range workers {
+	// m is the last position's, and one the worker its prediction names
+	// when it names one (nearly always): workers next to each other
+	// mostly stop at the same position (most at 0, no cached prefix), and
+	// the loop over every worker then compares an id.
+	m := memo{pos: -1}
+	var one WorkerID
+	single := false
+	for i := range workers {
 		n := overlaps[i]
-		if n >= len(hashes) {
+		if n != m.pos {
+			if n >= len(hashes) {
+				continue
+			}
+			found := false
+			for _, x := range memos {
+				if x.pos == n {
+					m, found = x, true
+					break
+				}
+			}
+			if !found {
+				m.pos = n
+				m.v, m.ok = p.preds.get(hashes[n])
+				if len(memos) < cap(memos) {
+					memos = append(memos, m)
+				}
+			}
+			if single = m.v.w&multiTag == 0; m.ok && single {
+				one = p.workers[m.v.w]
+			}
+		}
+		if !m.ok || single && workers[i] != one || !single && !p.onLocked(m.v, workers[i]) {
 			continue
 		}
-		m, found := memo{}, false
-		for _, x := range memos {
-			if x.pos == n {
-				m, found = x, true
-				break
-			}
-		}
-		if !found {
-			m.pos = n
-			m.v, m.ok = p.preds.get(hashes[n])
-			if len(memos) < cap(memos) {
-				memos = append(memos, m)
-			}
-		}
-		if m.ok && p.onLocked(m.v, w) {
-			exts = append(exts, ext{i: i, next: n + 1})
-		}
+		exts = append(exts, ext{i: i, next: n + 1})
 	}
 	if len(exts) == 0 {
 		return
