@@ -546,15 +546,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	// Candidates are sorted by instance id: each overlap finds its
 	// worker(s) by binary search, with no map per decision.
 	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
-	for _, o := range d.overlaps {
-		if o.Worker.DPRank != 0 {
-			continue
-		}
-		i := searchWorkers(workers, o.Worker.Instance)
-		for ; i < n && workers[i].Instance == o.Worker.Instance; i++ {
-			d.indexed[i] = o.Blocks
-		}
-	}
+	setIndexed(d.indexed, workers, d.overlaps)
 	copy(reach, d.indexed)
 	if c.pending != nil {
 		c.pending.ExtendAll(workers, hashes, reach)
@@ -629,6 +621,32 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	d.chosen = chosen
 	d.overlap = d.scored[chosen].Overlap
 	return d, nil
+}
+
+// setIndexed sets indexed[i] to the index's overlap of workers[i] (sorted
+// by instance; rank 0, the router's), for every worker in overlaps; the
+// others keep theirs. The overlaps come in the index's slot order, which is
+// mostly the instances' (slots are given as workers appear): each is looked
+// for first where the last one's run ended, and by binary search when it is
+// not there.
+func setIndexed(indexed []int, workers []index.WorkerID, overlaps []index.Overlap) {
+	n, next := len(workers), 0
+	for _, o := range overlaps {
+		if o.Worker.DPRank != 0 {
+			continue
+		}
+		id := o.Worker.Instance
+		i := next
+		// next ends the run of another instance, so a match there is
+		// the first of id's.
+		if i >= n || workers[i].Instance != id {
+			i = searchWorkers(workers, id)
+		}
+		for ; i < n && workers[i].Instance == id; i++ {
+			indexed[i] = o.Blocks
+		}
+		next = i
+	}
 }
 
 // searchWorkers is the first position in workers (sorted by instance) of
