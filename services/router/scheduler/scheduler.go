@@ -669,6 +669,7 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 	// Reports since fresh count: one time for every worker (Time.Add is
 	// not free, and this runs per worker and decision).
 	fresh := now.Add(-ReportTTL)
+	clk := clockAt(now)
 	loads, memos := l.loadsLocked(cands)
 	for i := range cands {
 		c, wl, m := &cands[i], loads[i], &memos[i]
@@ -691,8 +692,8 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 		}
 		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
 		c.steps, c.prepared, c.Cost = m.steps, true, 0
-		if wl != nil {
-			c.QueuedTokens -= m.head.progress(wl.headSince, now)
+		if wl != nil && m.head.left > 0 {
+			c.QueuedTokens -= m.head.progressSince(clk.sub(wl.headSince))
 		}
 	}
 }
@@ -796,12 +797,59 @@ func headStepsOf(wl *workerLoad, c *Candidate, blockSize int) headSteps {
 
 // progress is the head's computed tokens at now, computed since since.
 func (h headSteps) progress(since, now time.Time) int {
+	return h.progressSince(now.Sub(since))
+}
+
+// progressSince is progress after d.
+func (h headSteps) progressSince(d time.Duration) int {
 	if h.left <= 0 {
 		return 0
 	}
-	elapsed := float64(now.Sub(since)) / float64(time.Millisecond)
+	elapsed := float64(d) / float64(time.Millisecond)
 	if elapsed <= 0 {
 		return 0
 	}
 	return min(int(elapsed/h.step*float64(h.chunk)), h.left)
 }
+
+// clock is a decision's time, to subtract every worker's head start from:
+// now.Sub(u), to the nanosecond, without Sub's overflow check (an Add and
+// an Equal) once per worker and decision, which a time without a
+// monotonic reading (a simulation's virtual clock) takes every time.
+type clock struct {
+	now time.Time
+	// mono says now has a monotonic reading (Sub then uses it when u has
+	// one too) or is out of clockSpan: clock leaves the subtraction to Sub.
+	mono bool
+	sec  int64
+	nsec int
+}
+
+func clockAt(now time.Time) clock {
+	c := clock{now: now, mono: now != now.Round(0), sec: now.Unix(), nsec: now.Nanosecond()}
+	if c.sec <= -clockSpan || c.sec >= clockSpan {
+		c.mono = true // out of sub's range: Sub for every worker
+	}
+	return c
+}
+
+// clockSpan bounds the seconds clock.sub subtracts itself: far inside
+// int64, and a difference of them in nanoseconds too (Sub would saturate
+// past that).
+const clockSpan = 1 << 32
+
+// sub is c.now.Sub(u).
+func (c *clock) sub(u time.Time) time.Duration {
+	// Without now's monotonic reading, Sub subtracts the wall times,
+	// seconds and nanoseconds, as this does while nothing can overflow
+	// (c.sec is in range, or c.mono is set: see clockAt).
+	if us := u.Unix(); !c.mono && us > -clockSpan && us < clockSpan {
+		return time.Duration(c.sec-us)*time.Second + time.Duration(c.nsec-u.Nanosecond())
+	}
+	return c.subSlow(u)
+}
+
+// subSlow is sub by Sub, out of line so that sub inlines.
+//
+//go:noinline
+func (c *clock) subSlow(u time.Time) time.Duration { return c.now.Sub(u) }
