@@ -2,12 +2,11 @@ package worker
 
 import (
 	"flag"
-	"fmt"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
@@ -18,9 +17,9 @@ import (
 // its fields read as the command's own.
 type ProcessConfig struct {
 	RegistryAddr, EventbusAddr string
-	ClientTLS                  tlsconfig.Config
-	// ClientAuth is the bearer token sent to the services this one calls.
-	ClientAuth             authtoken.Client
+	// Security secures calls to the registry and eventbus: ClientTLS and
+	// ClientAuth (the token sent).
+	grpcclient.Security
 	LeaseTTL, DrainTimeout time.Duration
 	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
 	// when its Plane is empty.
@@ -55,8 +54,7 @@ func (c *ProcessConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HTTP listen address for /metrics (empty: off)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
-	c.ClientTLS.RegisterClientFlags(fs, "the registry and eventbus")
-	c.ClientAuth.RegisterFlags(fs)
+	c.Security.RegisterFlags(fs, "the registry and eventbus")
 	c.KV.RegisterFlags(fs)
 }
 
@@ -66,13 +64,7 @@ func (c *ProcessConfig) Complete() error {
 	if err := c.Transport.Complete(); err != nil {
 		return err
 	}
-	if err := c.ClientAuth.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientTLS.Complete(); err != nil {
-		return fmt.Errorf("client TLS: %w", err)
-	}
-	return nil
+	return c.Security.Complete()
 }
 
 // Validate checks the KV event flags, the request plane, the token and the
@@ -84,21 +76,14 @@ func (c ProcessConfig) Validate() error {
 	if err := c.Transport.Validate(); err != nil {
 		return err
 	}
-	if err := c.ClientAuth.Validate(); err != nil {
-		return err
-	}
-	return c.ClientTLS.Validate()
+	return c.Security.Validate()
 }
 
 // Apply sets w's registry, eventbus, credentials, token, request plane,
 // lease TTL, drain timeout and KV event settings; it loads the token and
 // the TLS files.
 func (c ProcessConfig) Apply(w *Config) error {
-	auth, err := c.ClientAuth.Credentials()
-	if err != nil {
-		return err
-	}
-	creds, err := c.ClientTLS.ClientCredentials()
+	creds, auth, err := c.Credentials()
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -58,10 +58,9 @@ type Config struct {
 	RateLimitClock func() time.Time
 	// ShutdownTimeout bounds how long open requests may finish at shutdown.
 	ShutdownTimeout time.Duration
-	// ClientTLS secures calls to the registry, router and eventbus.
-	ClientTLS tlsconfig.Config
-	// ClientAuth is the bearer token sent to the services this one calls.
-	ClientAuth authtoken.Client
+	// Security secures calls to the registry, router and eventbus:
+	// ClientTLS and ClientAuth (the token sent).
+	grpcclient.Security
 	// NoStatusPage turns off GET /status and /status.json.
 	NoStatusPage bool
 	// DebugAddr is --debug-addr: pprof, on loopback unless a host is given.
@@ -124,8 +123,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", `origins browsers may call the API from, comma-separated ("*": any); empty: no CORS`)
 	fs.Int64Var(&c.ChatPrefixCacheBytes, "chat-prefix-cache-bytes", 256<<20, "memory budget of the chat prefix cache, which lets the next turn of a conversation reuse the tokens of the last (0: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
-	c.ClientTLS.RegisterClientFlags(fs, "the registry, router and eventbus")
-	c.ClientAuth.RegisterFlags(fs)
+	c.Security.RegisterFlags(fs, "the registry, router and eventbus")
 	c.Core = core.DefaultConfig()
 	c.Core.RegisterFlags(fs)
 }
@@ -150,13 +148,7 @@ func (c *Config) Complete() error {
 		return err
 	}
 	c.keys = keys
-	if err := c.ClientAuth.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientTLS.Complete(); err != nil {
-		return fmt.Errorf("client TLS: %w", err)
-	}
-	return nil
+	return c.Security.Complete()
 }
 
 // Validate checks the configuration; it reads nothing and changes nothing.
@@ -199,10 +191,7 @@ func (c Config) Validate() error {
 	if err := c.Transport.Validate(); err != nil {
 		return err
 	}
-	if err := c.ClientAuth.Validate(); err != nil {
-		return err
-	}
-	return c.ClientTLS.Validate()
+	return c.Security.Validate()
 }
 
 // mode parses --router-mode; direct mode is the router's, not the frontend's.

@@ -140,7 +140,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	creds, err := cfg.ClientTLS.ClientCredentials()
+	creds, auth, err := cfg.Credentials()
 	if err != nil {
 		return nil, err
 	}
@@ -160,10 +160,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, fmt.Errorf("request plane: %w", err)
 	}
 	u.Push(func() { _ = s.client.Close() })
-	auth, err := cfg.ClientAuth.Credentials()
-	if err != nil {
-		return nil, err
-	}
 	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds, Token: auth}); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}

@@ -3,14 +3,13 @@ package router
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
-	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -38,10 +37,9 @@ type Config struct {
 	RegistryAddr string
 	// EventbusAddr is a comma list of eventbus replicas.
 	EventbusAddr string
-	// ClientTLS secures calls to the registry and eventbus.
-	ClientTLS tlsconfig.Config
-	// ClientAuth is the bearer token sent to the services this one calls.
-	ClientAuth authtoken.Client
+	// Security secures calls to the registry and eventbus: ClientTLS and
+	// ClientAuth (the token sent).
+	grpcclient.Security
 }
 
 // EnvVars maps flags to their environment variables.
@@ -67,8 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated; empty: no KV events, load reports or replica sync")
-	c.ClientTLS.RegisterClientFlags(fs, "the registry and eventbus")
-	c.ClientAuth.RegisterFlags(fs)
+	c.Security.RegisterFlags(fs, "the registry and eventbus")
 }
 
 // Complete reads the files the settings name (the server's token and TLS
@@ -77,13 +74,7 @@ func (c *Config) Complete() error {
 	if err := c.Server.Complete(); err != nil {
 		return err
 	}
-	if err := c.ClientAuth.Complete(); err != nil {
-		return err
-	}
-	if err := c.ClientTLS.Complete(); err != nil {
-		return fmt.Errorf("client TLS: %w", err)
-	}
-	return nil
+	return c.Security.Complete()
 }
 
 // Validate checks the configuration; it reads nothing and changes nothing.
@@ -108,10 +99,7 @@ func (c Config) Validate() error {
 		// Replicas share their decisions and load over the eventbus.
 		return errors.New("--router-replica-sync needs --eventbus-addr (SWITCHYARD_EVENTBUS_ADDR)")
 	}
-	if err := c.ClientAuth.Validate(); err != nil {
-		return err
-	}
-	return c.ClientTLS.Validate()
+	return c.Security.Validate()
 }
 
 // coreConfig derives the Core's configuration: Core with the mode flags.

@@ -48,11 +48,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	var u undo.Stack
 	defer u.OnError(&err)
-	creds, err := cfg.ClientTLS.ClientCredentials()
-	if err != nil {
-		return nil, err
-	}
-	auth, err := cfg.ClientAuth.Credentials()
+	creds, auth, err := cfg.Credentials()
 	if err != nil {
 		return nil, err
 	}

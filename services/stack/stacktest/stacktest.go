@@ -22,6 +22,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -126,7 +127,7 @@ func Start(t testing.TB, o Options) *Stack {
 	}
 
 	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr, ClientAuth: authtoken.Client{Token: tokens[authtoken.RoleRouter]}}
+		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr, Security: grpcclient.Security{ClientAuth: authtoken.Client{Token: tokens[authtoken.RoleRouter]}}}
 	rcfg.Server.AuthTokenFile = tokenFile
 	rcfg.Server.Limits = limits
 	if o.Metrics {
