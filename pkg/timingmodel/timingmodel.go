@@ -188,7 +188,19 @@ func (s *Steps) TTFTMs(queuedTokens, newTokens int, weight float64) float64 {
 
 // TTFTPairMs is Model.TTFTPairMs at these steps' load.
 func (s *Steps) TTFTPairMs(queuedTokens, newTokens int, weight float64) (ttft, ahead float64) {
-	return s.ttft(queuedTokens+newTokens, weight), s.ttft(queuedTokens, weight)
+	q, x := queuedTokens, queuedTokens+newTokens
+	if q <= 0 || newTokens < 0 || s.chunk <= 0 || uint64(x-1) > math.MaxUint32 || uint64(s.chunk) > math.MaxUint32 {
+		return s.ttft(x, weight), s.ttft(q, weight)
+	}
+	// One division for both, mostly: x-1 is q-1 plus newTokens, so its
+	// whole chunks are q-1's and those that q-1's remainder and
+	// newTokens fill together (none while they stay under a chunk).
+	fullQ := int(uint32(q-1) / uint32(s.chunk))
+	fullX := fullQ
+	if q-1-fullQ*s.chunk+newTokens >= s.chunk {
+		fullX = int(uint32(x-1) / uint32(s.chunk))
+	}
+	return s.cost(x, fullX, weight), s.cost(q, fullQ, weight)
 }
 
 // ttft is TTFTMs of x prompt tokens.
@@ -205,6 +217,12 @@ func (s *Steps) ttft(x int, weight float64) float64 {
 	} else {
 		full = (x - 1) / s.chunk
 	}
+	return s.cost(x, full, weight)
+}
+
+// cost is ttft of x > 0 prompt tokens, full = (x-1)/chunk of them whole
+// chunks before the last.
+func (s *Steps) cost(x, full int, weight float64) float64 {
 	last := x - full*s.chunk
 	prefill := float64(full)*s.fullMs + prefillMs(s.quadratic, s.perToken, s.perBatch, float64(last))
 	cost := weight * prefill

@@ -87,6 +87,13 @@ func TestTTFTPairMatchesBefore(t *testing.T) {
 			queued, fresh = rng.IntN(1<<34)-(1<<31), rng.IntN(1<<33)
 			decoding = rng.IntN(min(m.MaxBatchedTokens+300, 1<<33))
 		}
+		if i%7 == 3 {
+			// Around a chunk's edges: the pair shares the queue's division
+			// while queued's remainder and fresh stay under a chunk.
+			chunk := max(m.MaxBatchedTokens-decoding, 1)
+			queued = chunk*rng.IntN(4) + rng.IntN(3) - 1
+			fresh = max(chunk*rng.IntN(3)+rng.IntN(5)-2-queued%chunk, 0)
+		}
 		usage, weight := rng.Float64()*1.2-0.1, rng.Float64()*3
 		want := ttftBefore(m, queued, fresh, decoding, usage, weight)
 		if got := m.TTFTMs(queued, fresh, decoding, usage, weight); math.Float64bits(got) != math.Float64bits(want) {

@@ -157,7 +157,11 @@ type Params struct {
 }
 
 // Cost fills c.Cost for req and returns it.
-func Cost(c *Candidate, req Request, p Params) float64 {
+func Cost(c *Candidate, req Request, p Params) float64 { return cost(c, &req, &p) }
+
+// cost is Cost with the request and parameters by reference: Select calls
+// it for every worker, and a Request is a dozen words to copy.
+func cost(c *Candidate, req *Request, p *Params) float64 {
 	s := &c.steps
 	if !c.prepared {
 		st := c.Timing.Steps(c.Decoding, c.Usage)
@@ -183,7 +187,7 @@ func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, erro
 	}
 	best := math.Inf(1)
 	for i := range cands {
-		best = min(best, Cost(&cands[i], req, p))
+		best = min(best, cost(&cands[i], &req, &p))
 	}
 	if req.Rate > 0 && req.Shared.Rate > 0 && seed(cands, req.Shared) {
 		best = math.Inf(1)
