@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"flag"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -145,6 +146,27 @@ func TestReportSweep(t *testing.T) {
 	}
 	if want := "capacity bound: x" + fmtRate(rep.Bounds.Capacity.Rate) + " "; !strings.Contains(table.String(), want) {
 		t.Fatalf("table lacks %q:\n%s", want, table.String())
+	}
+	// Every row ends with its TTFT p90 over the cached floor's p90.
+	for _, x := range results {
+		ratio := float64(x.TTFT[1]) / float64(rep.Bounds.FloorTTFT[1])
+		want := fmt.Sprintf(" x%g ", x.RateScale)
+		found := false
+		for _, line := range strings.Split(table.String(), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[0] == x.Mode && strings.Contains(" "+f[1]+" ", want) {
+				found = true
+				if got, wantRatio := f[len(f)-1], strconv.FormatFloat(ratio, 'f', 3, 64)+"x"; got != wantRatio {
+					t.Errorf("%s x%g: p90/floor %s, want %s", x.Mode, x.RateScale, got, wantRatio)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("table has no row for %s x%g:\n%s", x.Mode, x.RateScale, table.String())
+		}
+	}
+	if got := floorRatio(time.Second, 0); got != "-" {
+		t.Errorf("floorRatio without a floor = %q, want -", got)
 	}
 	if err := WritePNG(&img, rep); err != nil {
 		t.Fatal(err)
