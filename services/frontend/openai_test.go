@@ -184,3 +184,30 @@ func FuzzDecodeCompletion(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeResponses does the same for /v1/responses requests: an
+// accepted one is a chat request with a model and at least one message,
+// with max_output_tokens at least 1 when given.
+func FuzzDecodeResponses(f *testing.F) {
+	f.Add([]byte(`{"model":"m","input":"hi","instructions":"be brief","max_output_tokens":5,"stream":true}`))
+	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"message","role":"assistant","content":"b"}]}`))
+	f.Add([]byte(`{"model":"m","input":"x","text":{"format":{"type":"json_schema"}}}`))
+	f.Add([]byte(`{"model":"m","input":[],"tools":[{}]}`))
+	f.Add([]byte(`{"input":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, cr, p, err := decodeResponses(body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("error %v is not an invalid request", err)
+			}
+			return
+		}
+		if p.model == "" || len(cr.Messages) == 0 || (r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1) {
+			t.Fatalf("accepted an invalid request: %+v", p)
+		}
+		if s := p.sampling; s.Temperature < 0 || s.Temperature > 2 || s.TopP <= 0 || s.TopP > 1 {
+			t.Fatalf("accepted sampling out of range: %+v", s)
+		}
+		_ = cr.messages()
+	})
+}

@@ -1,0 +1,101 @@
+package core
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+)
+
+// ingest decodes msg as the kind of message kind selects and gives it to c
+// as the router does: a KV event batch (from the eventbus or a worker's
+// ring), a worker's load report (with its timing model), another replica's
+// event, or an index snapshot (from the object store). A message that does
+// not decode is dropped, as the router drops it.
+func ingest(c *Core, kind byte, msg []byte, at time.Time) {
+	switch kind % 4 {
+	case 0:
+		b := &workerv1.KvEventBatch{}
+		if proto.Unmarshal(msg, b) == nil {
+			c.ApplyEvents(b)
+		}
+	case 1:
+		m := &workerv1.LoadMetrics{}
+		if proto.Unmarshal(msg, m) == nil {
+			c.ReportLoad(m)
+		}
+	case 2:
+		ev := &routerv1.ReplicaEvent{}
+		if proto.Unmarshal(msg, ev) == nil {
+			c.ApplyReplica(ev, at)
+		}
+	case 3:
+		s := &routerv1.IndexSnapshot{}
+		if proto.Unmarshal(msg, s) == nil {
+			c.Restore(s)
+		}
+	}
+}
+
+// FuzzIngest feeds a core of three workers two messages of what reaches a
+// router from outside (see ingest), in KV and approximate mode, then routes
+// a request and frees it: nothing may panic, a decision names a listed
+// worker, its candidates' costs are numbers, and the request's load goes
+// when it is freed.
+func FuzzIngest(f *testing.F) {
+	toks := tokens(32, 1)
+	blocks := kvhash.Hashes(toks, 4, nil)
+	stored := &workerv1.KvCacheEvent_Stored{Stored: &workerv1.KvBlocksStored{}}
+	for _, b := range blocks[:4] {
+		stored.Stored.Blocks = append(stored.Stored.Blocks, &workerv1.KvBlock{SequenceHash: b.Sequence, LocalHash: b.Local})
+	}
+	batch, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: stored}}})
+	removed, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 2, Events: []*workerv1.KvCacheEvent{
+		{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{blocks[3].Sequence, 7}}}}}})
+	tm := timingmodel.Default().Scaled(2).Proto()
+	load, _ := proto.Marshal(&workerv1.LoadMetrics{InstanceId: 1, RunningRequests: 1, KvBlocksTotal: 100, ActivePrefillTokens: 64, TimingModel: tm,
+		Requests: []*workerv1.RequestLoad{{RequestId: "x", PrefillTokens: 64, DecodeBlocks: 3}}})
+	routed, _ := proto.Marshal(&routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
+		RequestId: "y", InstanceId: 3, PrefillBlocks: 8, BlockHashes: []uint64{blocks[0].Sequence}}}})
+	snap, _ := proto.Marshal(&routerv1.IndexSnapshot{StreamSequences: map[string]uint64{"s": 9}, Workers: []*routerv1.IndexSnapshotWorker{
+		{InstanceId: 1, LastEventId: 5, BlockHashes: []uint64{blocks[0].Sequence, blocks[1].Sequence}}, {InstanceId: 99, BlockHashes: []uint64{1}}}})
+	for _, s := range []struct {
+		k1   byte
+		m1   []byte
+		k2   byte
+		m2   []byte
+		mode bool
+	}{{0, batch, 0, removed, false}, {1, load, 2, routed, false}, {3, snap, 0, batch, false}, {2, routed, 1, load, true}, {0, nil, 3, nil, false}} {
+		f.Add(s.k1, s.m1, s.k2, s.m2, s.mode)
+	}
+	at := time.Unix(1_700_000_000, 0)
+	f.Fuzz(func(t *testing.T, k1 byte, m1 []byte, k2 byte, m2 []byte, approximate bool) {
+		c := cluster(t, Config{Mode: ModeKV, Approximate: approximate}, 3)
+		ingest(c, k1, m1, at)
+		ingest(c, k2, m2, at)
+		resp, err := c.Route(&routerv1.RouteRequest{RequestId: "fuzz", Target: modelTarget(), TokenIds: toks})
+		if err != nil {
+			if !errors.Is(err, ErrNoWorker) {
+				t.Fatalf("Route = %v", err)
+			}
+			return
+		}
+		if resp.InstanceId < 1 || resp.InstanceId > 3 {
+			t.Fatalf("routed to %d, not a listed worker", resp.InstanceId)
+		}
+		for _, cand := range resp.Candidates {
+			if math.IsNaN(cand.Cost) {
+				t.Fatalf("candidate %d costs NaN", cand.InstanceId)
+			}
+		}
+		c.Free("fuzz")
+		_ = c.Stats()
+	})
+}
