@@ -1,6 +1,7 @@
 package eventbus
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode"
@@ -171,4 +172,47 @@ func FuzzCheckObjectName(f *testing.F) {
 			t.Fatalf("accepted object name %q", name)
 		}
 	})
+}
+
+// TestValidatorLimits: each size limit of the publish validators takes a
+// value of exactly the limit and refuses one byte more, with ErrInvalid:
+// the subject (maxSubjectLen), a name (maxNameLen), the msg id (maxNameLen),
+// the headers (maxHeaderBytes, names and values together) and the payload
+// (the server's max_payload).
+func TestValidatorLimits(t *testing.T) {
+	t.Parallel()
+	// The server's max_payload, above the headers' own limit, so that the
+	// headers meet theirs first.
+	const maxPayload = 64 << 10
+	// A subject of n bytes: "ns.c." and then a last token.
+	subject := func(n int) string { return "ns.c." + strings.Repeat("e", n-len("ns.c.")) }
+	event := func(edit func(*eventbusv1.Event)) error {
+		ev := &eventbusv1.Event{Subject: "ns.c.e"}
+		edit(ev)
+		_, err := validateEvent(ev, maxPayload)
+		return err
+	}
+	tests := []struct {
+		name  string
+		check func(n int) error
+		limit int
+	}{
+		{"subject", func(n int) error { return checkSubject(subject(n), 3, false) }, maxSubjectLen},
+		{"name", func(n int) error { return checkName("namespace", strings.Repeat("n", n)) }, maxNameLen},
+		{"msg id", func(n int) error { return event(func(ev *eventbusv1.Event) { ev.MsgId = strings.Repeat("m", n) }) }, maxNameLen},
+		{"headers", func(n int) error {
+			return event(func(ev *eventbusv1.Event) { ev.Headers = map[string]string{"k": strings.Repeat("v", n-1)} })
+		}, maxHeaderBytes},
+		{"payload", func(n int) error { return event(func(ev *eventbusv1.Event) { ev.Payload = make([]byte, n) }) }, maxPayload},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.check(tc.limit); err != nil {
+				t.Fatalf("at the limit %d: %v", tc.limit, err)
+			}
+			if err := tc.check(tc.limit + 1); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("one over the limit %d: %v; want ErrInvalid", tc.limit, err)
+			}
+		})
+	}
 }

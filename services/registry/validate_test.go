@@ -195,3 +195,42 @@ func TestTransportAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestValidatorLimits: each size limit of the validators takes a value of
+// exactly the limit and refuses one byte (or one element) more, with
+// ErrInvalid.
+func TestValidatorLimits(t *testing.T) {
+	t.Parallel()
+	card := func(name string, artifacts int) *registryv1.ModelCard {
+		c := &registryv1.ModelCard{Namespace: "ns", Component: "c", Endpoint: "e", ModelName: name, BlockSize: 16}
+		for i := range artifacts {
+			c.Tokenizer = append(c.Tokenizer, &registryv1.TokenizerArtifact{Name: "f" + strings.Repeat("x", i), Sha256: strings.Repeat("ab", 32)})
+		}
+		return c
+	}
+	tests := []struct {
+		name  string
+		check func(n int) error
+		limit int
+	}{
+		{"name (maxNameLen)", func(n int) error { return validName("namespace", strings.Repeat("a", n)) }, maxNameLen},
+		{"nats address (MaxAddress)", func(n int) error {
+			return validTransport(&commonv1.Transport{Nats: strings.Repeat("a", n)})
+		}, MaxAddress},
+		{"card model name (MaxModelName)", func(n int) error { return validateCard(card(strings.Repeat("m", n), 1)) }, MaxModelName},
+		{"filter model name (MaxModelName)", func(n int) error {
+			return validateModelFilter(&registryv1.ModelFilter{ModelName: strings.Repeat("m", n)})
+		}, MaxModelName},
+		{"tokenizer artifacts (MaxArtifacts)", func(n int) error { return validateCard(card("m", n)) }, MaxArtifacts},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.check(tc.limit); err != nil {
+				t.Fatalf("at the limit %d: %v", tc.limit, err)
+			}
+			if err := tc.check(tc.limit + 1); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("one over the limit %d: %v; want ErrInvalid", tc.limit, err)
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ func TestParseTraceErrors(t *testing.T) {
 		{"too few hash ids", `{"timestamp":0,"input_length":1025,"output_length":1,"hash_ids":[1,2]}`, "fewer than input_length 1025"},
 		{"empty", "\n\n", "no requests"},
 		{"second line bad", "{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n[]", "line 2"},
+		{"line over maxLine", `{"timestamp":0,"input_length":1,"output_length":1,"hash_ids":[1],"pad":"` + strings.Repeat("a", maxLine) + `"}`, "too long"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
