@@ -91,3 +91,28 @@ func FuzzHTTPRequestParsing(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAddressJSON: an address in JSON is a one-key object of a known plane.
+// UnmarshalJSON refuses every other shape, never panics, and an address it
+// reads marshals and reads back to itself.
+func FuzzAddressJSON(f *testing.F) {
+	f.Add([]byte(`{"tcp":"127.0.0.1:1"}`))
+	f.Add([]byte(`{"http":"http://h:1/v1/rpc","tcp":"x"}`))
+	f.Add([]byte(`{"NATS":"s"}`))
+	f.Add([]byte(`{"nats":""}`))
+	f.Add([]byte(`["tcp"]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var a Address
+		if err := a.UnmarshalJSON(data); err != nil {
+			return
+		}
+		out, err := a.MarshalJSON()
+		if err != nil {
+			t.Fatalf("address %v read from %q does not marshal: %v", a, data, err)
+		}
+		var back Address
+		if err := back.UnmarshalJSON(out); err != nil || back != a {
+			t.Fatalf("address %v marshals to %s, which reads back as %v, %v", a, out, back, err)
+		}
+	})
+}

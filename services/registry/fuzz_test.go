@@ -237,3 +237,34 @@ func FuzzKubeSpec(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCard: a model card value is proto JSON read back from etcd.
+// decodeCard must refuse what does not parse, never panic, and a card it
+// reads encodes and decodes to itself.
+func FuzzDecodeCard(f *testing.F) {
+	good, err := encodeCard(&registryv1.ModelCard{Namespace: "ns", Component: "c", Endpoint: "e", InstanceId: 7, ModelName: "Qwen/Qwen3-0.6B",
+		BlockSize: 16, ContextLength: 4096, Tokenizer: []*registryv1.TokenizerArtifact{{Name: "tokenizer.json", Sha256: strings.Repeat("ab", 32), Size: 11, ObjectKey: "k"}},
+		Metadata: map[string]string{"a": "b"}, ToolCallParser: "hermes"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"model_name":"m","block_size":"16","instance_id":"18446744073709551615","unknown":[1,{"x":null}]}`))
+	f.Add([]byte(`{"tokenizer":[{"size":-1}]}`))
+	f.Add([]byte(`{"block_size":1e40}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := decodeCard(data)
+		if err != nil {
+			return
+		}
+		again, err := encodeCard(c)
+		if err != nil {
+			t.Fatalf("decoded card %v does not encode: %v", c, err)
+		}
+		back, err := decodeCard(again)
+		if err != nil || !proto.Equal(back, c) {
+			t.Fatalf("card %v encodes to %s, which decodes to %v, %v", c, again, back, err)
+		}
+	})
+}
