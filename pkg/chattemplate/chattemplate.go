@@ -113,6 +113,12 @@ func Parse(source string) (tmpl *Template, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
+	// The same template with its macro calls counted (see MaxMacroCalls);
+	// should the rewriting not compile, which no template seen does, the
+	// template is kept as it is.
+	if guarded, err := jinja.Compile(guardMacros(source)); err == nil {
+		t = guarded
+	}
 	return &Template{tmpl: t}, nil
 }
 
@@ -131,6 +137,7 @@ func (t *Template) Render(in Input) (out string, err error) {
 			out, err = "", fmt.Errorf("%w: %v", ErrRender, r)
 		}
 	}()
+	vars[guardName] = macroGuard()
 	s, err := t.tmpl.RenderValues(vars)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRender, err)

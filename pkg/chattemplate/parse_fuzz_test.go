@@ -12,10 +12,8 @@ import (
 
 // FuzzParseRender: a chat template comes from a worker's
 // tokenizer_config.json, so Parse and Render must refuse what they cannot
-// handle with ErrTemplate, ErrRender or ErrInput, never panic. (A template
-// that recurses without end, a macro calling itself, is still a fatal
-// stack overflow in the engine, which has no depth limit: see
-// /work/notes/robust4.md. The seeds hold none.)
+// handle with ErrTemplate, ErrRender or ErrInput, never panic nor overflow
+// the stack (a macro that calls itself without end: see MaxMacroCalls).
 func FuzzParseRender(f *testing.F) {
 	raw, err := os.ReadFile(filepath.Join(qwen3Dir, "tokenizer_config.json"))
 	if err != nil {
@@ -32,6 +30,7 @@ func FuzzParseRender(f *testing.F) {
 	f.Add(`{%- set ns = namespace(n=0) -%}{%- for m in messages|reverse -%}{%- set ns.n = ns.n + 1 -%}{{ m['content'][:3] ~ ns.n }}{%- endfor -%}{{ raise_exception('x') if ns.n > 9 }}`)
 	f.Add(`{{ messages | tojson }}{{ tools is defined }}{{ "%s"|format(1) }}{% macro m(x) %}{{ x * 2 }}{% endmacro %}{{ m(3) }}`)
 	f.Add(`{% if %}`)
+	f.Add(`{%- macro a(x) -%}{{ b(x) }}{%- endmacro -%}{%- macro b(x) -%}{{ a(x) }}{%- endmacro -%}{{ a(1) }}`)
 	in := chattemplate.Input{Messages: []chattemplate.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "hi"},
 		{Role: "assistant", Content: "<think>\nr\n</think>\n\nok"}, {Role: "tool", Content: "t"}}, AddGenerationPrompt: true}
 	f.Fuzz(func(t *testing.T, src string) {
