@@ -116,10 +116,9 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 
 // addRefLocked adds a reference of worker number n to h's predictions.
 func (p *Pending) addRefLocked(h uint64, n uint32) {
-	v := p.preds.ref(h)
+	v, added := p.preds.refOrAdd(h, pendingRef{w: n, refs: 1})
 	switch {
-	case v == nil:
-		p.preds.set(h, pendingRef{w: n, refs: 1})
+	case added:
 	case v.w == n:
 		v.refs++
 	case v.w&multiTag == 0:
@@ -179,7 +178,7 @@ func (p *Pending) releaseLocked(id string) {
 
 // dropLocked takes one reference of worker number n off h, or all of them.
 func (p *Pending) dropLocked(h uint64, n uint32, all bool) {
-	v := p.preds.ref(h)
+	v, s, at := p.preds.find(h)
 	switch {
 	case v == nil:
 		return
@@ -188,7 +187,7 @@ func (p *Pending) dropLocked(h uint64, n uint32, all bool) {
 			return
 		}
 		if v.refs--; all || v.refs <= 0 {
-			p.preds.del(h)
+			p.preds.delFound(h, s, at)
 		}
 		return
 	}
@@ -206,7 +205,7 @@ func (p *Pending) dropLocked(h uint64, n uint32, all bool) {
 	}
 	switch len(refs) {
 	case 0:
-		p.preds.del(h)
+		p.preds.delFound(h, s, at)
 	case 1:
 		*v = refs[0]
 	default:

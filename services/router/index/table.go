@@ -116,6 +116,41 @@ func (t *table[V]) set(key uint64, val V) {
 	}
 }
 
+// refOrAdd is ref, storing val first when the key is absent (added
+// reports it): one probe where ref then set took two. It grows a shard
+// only to add, as set does.
+func (t *table[V]) refOrAdd(key uint64, val V) (p *V, added bool) {
+	if key == 0 {
+		if p := t.ref(0); p != nil {
+			return p, false
+		}
+		t.set(0, val)
+		return &t.zero, true
+	}
+	h := hashOf(key)
+	s := &t.shards[h>>(64-tableShardBits)]
+	if len(s.slots) > 0 {
+		mask := uint64(len(s.slots) - 1)
+		for i := (h << tableShardBits) >> s.shift; ; i = (i + 1) & mask {
+			e := &s.slots[i]
+			if e.key == key {
+				return &e.val, false
+			}
+			if e.key == 0 {
+				if (s.n+1)*4 > len(s.slots)*3 {
+					break // full: set grows the shard first
+				}
+				*e = tslot[V]{key: key, val: val}
+				s.n++
+				t.n++
+				return &e.val, true
+			}
+		}
+	}
+	t.set(key, val)
+	return t.ref(key), true
+}
+
 // del removes key, if present. Later entries of its probe run move back
 // into the hole (backward-shift deletion), so no tombstones build up.
 func (t *table[V]) del(key uint64) {
@@ -139,6 +174,46 @@ func (t *table[V]) del(key uint64) {
 			return
 		}
 	}
+	t.delAt(s, i)
+}
+
+// find is ref with where it found the key, for delFound: a caller that
+// reads a value and then drops it probes once. The zero key is found in
+// no shard.
+func (t *table[V]) find(key uint64) (*V, *shard[V], uint64) {
+	if key == 0 {
+		return t.ref(0), nil, 0
+	}
+	h := hashOf(key)
+	s := &t.shards[h>>(64-tableShardBits)]
+	if len(s.slots) == 0 {
+		return nil, s, 0
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (h << tableShardBits) >> s.shift; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.key == key {
+			return &e.val, s, i
+		}
+		if e.key == 0 {
+			return nil, s, 0
+		}
+	}
+}
+
+// delFound removes key, which find found at s, i; nothing may have
+// changed the table since.
+func (t *table[V]) delFound(key uint64, s *shard[V], i uint64) {
+	if s == nil {
+		t.del(key)
+		return
+	}
+	t.delAt(s, i)
+}
+
+// delAt removes the key at slot i of shard s.
+func (t *table[V]) delAt(s *shard[V], i uint64) {
+	mask := uint64(len(s.slots) - 1)
 	for j := (i + 1) & mask; s.slots[j].key != 0; j = (j + 1) & mask {
 		home := (hashOf(s.slots[j].key) << tableShardBits) >> s.shift
 		// The entry at j stays if its home lies cyclically in (i, j]:

@@ -60,7 +60,7 @@ func applyOps(t *testing.T, ops []byte, keySpace uint64) {
 	tb := &table[uint32]{}
 	want := map[uint64]uint32{}
 	for len(ops) >= 5 {
-		op, k, v := ops[0]%4, uint64(binary.LittleEndian.Uint16(ops[1:3]))%keySpace, uint32(binary.LittleEndian.Uint16(ops[3:5]))
+		op, k, v := ops[0]%6, uint64(binary.LittleEndian.Uint16(ops[1:3]))%keySpace, uint32(binary.LittleEndian.Uint16(ops[3:5]))
 		ops = ops[5:]
 		switch op {
 		case 0, 1:
@@ -73,6 +73,26 @@ func applyOps(t *testing.T, ops []byte, keySpace uint64) {
 			got, ok := tb.get(k)
 			if w, wok := want[k]; ok != wok || got != w {
 				t.Fatalf("get(%d) = %d, %v; want %d, %v", k, got, ok, w, wok)
+			}
+		case 4:
+			// refOrAdd adds when absent and gives the value in place
+			// either way (changed through it here).
+			w, present := want[k]
+			p, added := tb.refOrAdd(k, v)
+			if added == present || !added && *p != w || added && *p != v {
+				t.Fatalf("refOrAdd(%d, %d) = %d, %v; had %d, %v", k, v, *p, added, w, present)
+			}
+			*p = v ^ 0x5a5a
+			want[k] = v ^ 0x5a5a
+		case 5:
+			// find, then delFound where it found it.
+			p, sh, i := tb.find(k)
+			if w, wok := want[k]; (p != nil) != wok || wok && *p != w {
+				t.Fatalf("find(%d) = %v; want %d, %v", k, p, w, wok)
+			}
+			if p != nil {
+				tb.delFound(k, sh, i)
+				delete(want, k)
 			}
 		}
 	}
