@@ -164,3 +164,19 @@ func FuzzKVIndex(f *testing.F) {
 		}
 	})
 }
+
+// TestKVIndexEventsPerCallLimit: one GetKvEvents answer holds at most
+// maxEventsPerCall events, whatever max asks (0 is the limit).
+func TestKVIndexEventsPerCallLimit(t *testing.T) {
+	x := NewKVIndex(2 * maxEventsPerCall)
+	for i := range maxEventsPerCall + 10 {
+		x.Apply(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Removed{
+			Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{uint64(i)}}}}}})
+	}
+	for _, tc := range []struct{ max, want int }{{0, maxEventsPerCall}, {maxEventsPerCall + 5, maxEventsPerCall}, {maxEventsPerCall, maxEventsPerCall}, {7, 7}} {
+		b, last, err := x.Events(0, 1, tc.max)
+		if err != nil || last != maxEventsPerCall+10 || len(b.Events) != tc.want {
+			t.Fatalf("Events(max %d) = %d events, last %d, %v; want %d", tc.max, len(b.GetEvents()), last, err, tc.want)
+		}
+	}
+}
