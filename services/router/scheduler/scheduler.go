@@ -349,6 +349,11 @@ type fillCache struct {
 	loads   []*workerLoad // nil: the worker has no record
 	// memos are what filling each position computed last; see fillMemo.
 	memos []fillMemo
+	// timings are the models memos were computed with, apart: read only
+	// when the caller does not number its models (see FillAllVersion),
+	// and a model is as large as the rest of a memo, which a decision
+	// reads for every worker.
+	timings []timingmodel.Model
 }
 
 // fillMemo is what filling a candidate from its worker's record computed,
@@ -369,9 +374,7 @@ type fillMemo struct {
 	usage                 float64
 	head                  headSteps
 	steps                 timingmodel.Steps
-	// timing is the model it was computed with, compared only when the
-	// caller does not number its models (see FillAllVersion).
-	timing timingmodel.Model
+	// The model it was computed with is fillCache.timings'.
 }
 
 // FreedMemory is how long a freed request id is remembered; a load report
@@ -674,7 +677,7 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 	// not free, and this runs per worker and decision).
 	fresh := now.Add(-ReportTTL)
 	clk := clockAt(now)
-	loads, memos := l.loadsLocked(cands)
+	loads, memos, timings := l.loadsLocked(cands)
 	for i := range cands {
 		c, wl, m := &cands[i], loads[i], &memos[i]
 		isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
@@ -683,13 +686,13 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 			ver = wl.ver
 		}
 		sameTiming := versioned && m.tver && m.timingVer == timingVer
-		if !sameTiming && m.ok && m.timing.Same(&c.Timing) {
+		if !sameTiming && m.ok && timings[i].Same(&c.Timing) {
 			sameTiming = true
 			m.timingVer, m.tver = timingVer, versioned
 		}
 		if !m.ok || m.hasLoad != (wl != nil) || m.ver != ver || m.fresh != isFresh || m.bs != blockSize || !sameTiming {
 			m.head = fillStatic(c, wl, blockSize, isFresh)
-			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, m.timing = true, wl != nil, ver, isFresh, blockSize, c.Timing
+			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, timings[i] = true, wl != nil, ver, isFresh, blockSize, c.Timing
 			m.timingVer, m.tver = timingVer, versioned
 			m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage = c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage
 			m.steps = c.Timing.Steps(c.Decoding, c.Usage)
@@ -702,9 +705,10 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 	}
 }
 
-// loadsLocked returns each candidate's record (nil if none) and fill memo,
+// loadsLocked returns each candidate's record (nil if none), fill memo and
+// the model of its memo,
 // by position: the cached ones when the workers are the last call's.
-func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo) {
+func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo, []timingmodel.Model) {
 	fc := &l.fill
 	if fc.gen == l.gen && len(fc.workers) == len(cands) {
 		same := true
@@ -715,7 +719,7 @@ func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo) {
 			}
 		}
 		if same {
-			return fc.loads, fc.memos
+			return fc.loads, fc.memos, fc.timings
 		}
 	}
 	fc.gen = l.gen
@@ -726,7 +730,9 @@ func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo) {
 	}
 	fc.memos = slices.Grow(fc.memos[:0], len(cands))[:len(cands)]
 	clear(fc.memos)
-	return fc.loads, fc.memos
+	fc.timings = slices.Grow(fc.timings[:0], len(cands))[:len(cands)]
+	clear(fc.timings)
+	return fc.loads, fc.memos, fc.timings
 }
 
 // fillLocked fills c from wl, c.Worker's record (nil if none), at now;
