@@ -180,6 +180,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	sideCtx, stopSide := context.WithCancel(context.Background())
 	defer stopSide()
 	started := make(chan *worker.Worker, 1)
+	// The engine's KV events are heard from before the worker registers
+	// (see kvHold).
+	hold := &kvHold{log: log}
+	if cfg.KVEventsEndpoint != "" {
+		g.Go(func() error { return subscribe(sideCtx, cfg, log, hold.add) })
+	}
 	g.Go(func() error {
 		defer stopSide()
 		return worker.Run(gctx, wcfg, generate(client, cfg.EngineURL, cfg.ModelName), func(w *worker.Worker) {
@@ -203,10 +209,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 				return nil
 			})
 		}
-		if cfg.KVEventsEndpoint == "" {
-			return nil
-		}
-		return subscribe(sideCtx, cfg, log, w.PublishKVEvents)
+		hold.ready(w.PublishKVEvents)
+		return nil
 	})
 	return g.Wait()
 }

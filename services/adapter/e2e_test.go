@@ -149,6 +149,41 @@ func (s *standIn) publish(skip uint64, events ...[]any) {
 	}
 }
 
+// runningAdapter is an adapter in front of the stand-in engine.
+type runningAdapter struct {
+	stats *adapter.Stats
+	ready chan *worker.Worker // its worker, once registered
+	done  chan error          // what Run returned
+	stop  func()              // stops it; Run must end without an error
+}
+
+// runAdapter runs an adapter for eng's model (block size 16, the Qwen3
+// tokenizer files), with the flags extra after the others.
+func runAdapter(t *testing.T, eng *standIn, files []string, regAddr, busAddr string, extra ...string) *runningAdapter {
+	t.Helper()
+	var cfg adapter.Config
+	fs := flag.NewFlagSet("adapter", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(append([]string{"--engine-url", eng.http.URL + "/v1", "--kv-events-endpoint", eng.endpoint, "--model-name", modelName,
+		"--block-size", "16", "--tokenizer-dir", filepath.Dir(files[0]), "--registry-addr", regAddr, "--eventbus-addr", busAddr,
+		"--drain-timeout", "5s"}, extra...)); err != nil {
+		t.Fatal(err)
+	}
+	a := &runningAdapter{stats: &adapter.Stats{}, ready: make(chan *worker.Worker, 1), done: make(chan error, 1)}
+	cfg.Stats = a.stats
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		a.done <- adapter.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { a.ready <- w })
+	}()
+	a.stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-a.done; err != nil {
+			t.Errorf("adapter: %v", err)
+		}
+	})
+	return a
+}
+
 func anys[T any](xs []T) []any {
 	out := make([]any, len(xs))
 	for i, x := range xs {
@@ -183,30 +218,11 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var cfg adapter.Config
-	fs := flag.NewFlagSet("adapter", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--engine-url", eng.http.URL + "/v1", "--kv-events-endpoint", eng.endpoint, "--model-name", modelName,
-		"--block-size", "16", "--tokenizer-dir", filepath.Dir(files[0]), "--registry-addr", reg.Addr, "--eventbus-addr", busAddr,
-		"--drain-timeout", "5s"}); err != nil {
-		t.Fatal(err)
-	}
-	stats := &adapter.Stats{}
-	cfg.Stats = stats
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	actx, acancel := context.WithCancel(ctx)
-	ready := make(chan *worker.Worker, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- adapter.Run(actx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
-	}()
-	defer func() {
-		acancel()
-		if err := <-done; err != nil {
-			t.Errorf("adapter: %v", err)
-		}
-	}()
+	a := runAdapter(t, eng, files, reg.Addr, busAddr)
+	defer a.stop()
+	stats, ready, done := a.stats, a.ready, a.done
 	var w *worker.Worker
 	select {
 	case w = <-ready:
