@@ -144,6 +144,12 @@ type Config struct {
 	// to the eventbus and drops it when it answers true: a test hook that
 	// loses events on the way (the local indexer still has them).
 	DropKVEvent func(*workerv1.KvEventBatch) bool
+	// KVPublisher, when set, is how the program publishes KV events from
+	// its first request on, before Start has returned the *Worker: Start
+	// publishes what it held once registered, first and in order, under the
+	// registered instance id (see KVPublisher). While it holds its limit
+	// before the registration, generate requests are refused (draining).
+	KVPublisher *KVPublisher
 	// Log receives the worker's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -259,6 +265,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	if _, err := kvevents.Parse(string(cfg.KVEventsMode)); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if cfg.KVPublisher != nil {
+		if err := cfg.KVPublisher.claim(); err != nil {
+			return nil, err
+		}
+	}
 	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, cfg.KVPublishBuffer), kvDone: make(chan struct{}), kvIndex: NewKVIndex(cfg.KVEventsRing),
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	w.kvCtx, w.kvCancel = context.WithCancel(context.Background())
@@ -337,6 +348,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w.instance.Store(in)
 	w.registrations.Add(1)
 	go w.publishKV()
+	if cfg.KVPublisher != nil {
+		// Before anything else the program publishes: the batches held
+		// since the request plane started serving come first.
+		cfg.KVPublisher.attach(w)
+	}
 	go w.publishLoad()
 	go w.maintain(want, card)
 	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
@@ -861,6 +877,11 @@ func (w *Worker) handler(h Handler) transport.Handler {
 		}
 		if gr.RequestId == "" {
 			gr.RequestId = req.Headers[transport.HeaderRequestID]
+		}
+		if p := w.cfg.KVPublisher; p != nil {
+			if err := p.admit(); err != nil {
+				return err
+			}
 		}
 		// The worker's span of the request, a child of the caller's (the
 		// request plane carried its trace context); the engine's spans
