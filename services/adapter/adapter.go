@@ -180,11 +180,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	sideCtx, stopSide := context.WithCancel(context.Background())
 	defer stopSide()
 	started := make(chan *worker.Worker, 1)
-	// The engine's KV events are heard from before the worker registers
-	// (see kvHold).
-	hold := &kvHold{log: log}
+	// The engine's KV events are heard from before the worker registers:
+	// the request plane serves while worker.Start registers and the model
+	// card shows as soon as the registry stored it, so a frontend sends
+	// requests before Start returns, and the engine publishes their events
+	// then (PUB/SUB keeps nothing for a late subscriber). The SDK's
+	// publisher holds them until the registration and publishes them
+	// first, in order, under the registered instance id (see
+	// worker.KVPublisher; past its limit a batch is dropped and logged).
+	kvPub := worker.NewKVPublisher(0, log)
+	wcfg.KVPublisher = kvPub
 	if cfg.KVEventsEndpoint != "" {
-		g.Go(func() error { return subscribe(sideCtx, cfg, log, hold.add) })
+		g.Go(func() error {
+			return subscribe(sideCtx, cfg, log, func(b *workerv1.KvEventBatch) { _ = kvPub.Publish(b) })
+		})
 	}
 	g.Go(func() error {
 		defer stopSide()
@@ -209,7 +218,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 				return nil
 			})
 		}
-		hold.ready(w.PublishKVEvents)
 		return nil
 	})
 	return g.Wait()

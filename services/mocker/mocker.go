@@ -187,9 +187,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// The mocker publishes the model it simulates by, so that routers
 	// predict its times exactly.
 	timing := cfg.Engine.Timing()
-	sink := &kvSink{log: log}
+	// The engine's KV events go through the SDK's publisher from the first
+	// request on: those of requests served before worker.Start returns are
+	// published at the registration, first and in order, under the
+	// registered instance id (see worker.KVPublisher). Its instance id and
+	// refusals once it is full are the SDK's.
+	kvPub := worker.NewKVPublisher(0, log)
+	wcfg.KVPublisher = kvPub
 	runner := realtime.New(e, realtime.Options{
-		OnEvents: sink.publish,
+		OnEvents: func(events []engine.Event) {
+			b, err := engine.BatchProto(0, 0, events)
+			if err != nil {
+				log.Error("KV events out of order", "err", err.Error())
+				return
+			}
+			_ = kvPub.Publish(b) // a batch past its limit is logged there
+		},
 		OnMetrics: func(m engine.Metrics, at time.Time) {
 			if wk := w.Load(); wk != nil {
 				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
@@ -208,9 +221,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), sink.admit), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {
 			w.Store(wk)
-			sink.registered(wk)
 			wk.SetLoad(func() *workerv1.LoadMetrics {
 				if m := load.Load(); m != nil {
 					return m
@@ -226,9 +238,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 }
 
 // generate serves requests from the engine, cancelling the engine's request
-// when the caller goes away. The player scripts how answers start; admit
-// may refuse a request before it reaches the engine.
-func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, admit func() error) worker.Handler {
+// when the caller goes away. The player scripts how answers start.
+func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := engine.RequestFromProto(req, defaultMaxTokens)
@@ -237,9 +248,6 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, admit func()
 		}
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
 			return &transport.HandlerError{Code: "invalid_argument", Message: "logprobs must be at most 20"}
-		}
-		if err := admit(); err != nil {
-			return err
 		}
 		er.Script, er.ScriptEnds = pl.script(er.Prompt)
 		generated := 0
