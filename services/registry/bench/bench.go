@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +67,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	etcd, err := registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{
-		Dir: filepath.Join(dir, "etcd"), ClientURL: "http://127.0.0.1:" + freePort(), PeerURL: "http://127.0.0.1:" + freePort(), Fast: !cfg.Fsync,
+		// Port 0: etcd binds the ports itself and Endpoints reports them.
+		Dir: filepath.Join(dir, "etcd"), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: !cfg.Fsync,
 	})
 	if err != nil {
 		return err
@@ -128,15 +128,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	return nil
 }
 
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "0"
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 func waitReady(ctx context.Context, c *discovery.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -162,12 +153,16 @@ type runningRegistry struct {
 }
 
 func startRegistry(ctx context.Context, bin string, endpoints []string) (*runningRegistry, error) {
-	addr := "127.0.0.1:" + freePort()
 	if _, err := os.Stat(bin); err == nil {
+		addr, release, err := holdPort()
+		if err != nil {
+			return nil, fmt.Errorf("hold a port for the registry: %w", err)
+		}
 		cmd := exec.CommandContext(ctx, bin, "--grpc-addr", addr, "--metrics-addr", "", "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ETCD_ENDPOINTS="+strings.Join(endpoints, ","))
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
+			release()
 			return nil, err
 		}
 		pid := cmd.Process.Pid
@@ -175,12 +170,13 @@ func startRegistry(ctx context.Context, bin string, endpoints []string) (*runnin
 			addr: addr,
 			kind: "separate process (" + bin + ")",
 			cpu:  func() time.Duration { return procCPU(pid) },
-			stop: func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() },
+			stop: func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait(); release() },
 		}, nil
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// In process the registry binds port 0 and reports its address.
 	svc, err := registry.Start(rctx, registry.Config{
-		Server:  grpcserver.Config{GRPCAddr: addr},
+		Server:  grpcserver.Config{GRPCAddr: "127.0.0.1:0"},
 		Backend: registry.BackendKVStore, EtcdEndpoints: strings.Join(endpoints, ","), EtcdDialTimeout: 5 * time.Second,
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -188,7 +184,7 @@ func startRegistry(ctx context.Context, bin string, endpoints []string) (*runnin
 		return nil, err
 	}
 	return &runningRegistry{
-		addr: addr,
+		addr: svc.Addr().String(),
 		kind: "in process (no registry binary; CPU includes etcd and clients)",
 		cpu:  selfCPU,
 		stop: func() { cancel(); _ = svc.Wait() },
