@@ -17,6 +17,12 @@
 // generate, as WorkerService over gRPC (address in the instance metadata
 // under "worker_api"), so that routers in the core and direct KV event modes
 // (pkg/kvevents) fill gaps and rebuild without a broker.
+//
+// The request plane serves before Start returns (while Start waits for the
+// control plane and registers), so a program publishes its engine's KV
+// events through a KVPublisher set in Config.KVPublisher rather than only
+// through the *Worker: the batches of the requests served meanwhile are
+// held and published first, in order, under the registered instance id.
 package worker
 
 import (
