@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -24,6 +25,26 @@ type ProxyHooks struct {
 	// Answer runs before each answer message of method goes back to the
 	// caller.
 	Answer func(method string, msg []byte)
+}
+
+// HoldAnswer starts a [StartGRPCProxy] proxy to backend that holds the
+// first answer of method (a full method name) until release is called:
+// held is closed once that answer has come back from the backend, so the
+// backend has done the call while its caller still waits. release may be
+// called more than once. The tests that hold a worker's RegisterModel
+// answer use it to serve requests between the card being stored and the
+// worker's start returning.
+func HoldAnswer(t testing.TB, backend, method string) (addr string, held <-chan struct{}, release func()) {
+	t.Helper()
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	hold := sync.OnceFunc(func() { close(heldc); <-releasec })
+	release = sync.OnceFunc(func() { close(releasec) })
+	addr = StartGRPCProxy(t, backend, ProxyHooks{Answer: func(m string, _ []byte) {
+		if m == method {
+			hold()
+		}
+	}})
+	return addr, heldc, release
 }
 
 // StartGRPCProxy serves every gRPC method on 127.0.0.1:0 by forwarding it to

@@ -2,7 +2,6 @@ package pyworker_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,14 +37,7 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	defer dc.Close()
 	defer watch.Close()
 
-	release := make(chan struct{})
-	held := make(chan struct{})
-	hold := sync.OnceFunc(func() { close(held); <-release })
-	proxy := conformance.StartGRPCProxy(t, reg.Addr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
-		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
-			hold()
-		}
-	}})
+	proxy, held, release := conformance.HoldAnswer(t, reg.Addr, registryv1.RegistryService_RegisterModel_FullMethodName)
 	w := startWorker(t, proxy, bus.Addr().String())
 	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
 	select {
@@ -80,7 +72,7 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	if batch.InstanceId != in.InstanceId || len(batch.Events) != 1 || len(batch.Events[0].GetStored().GetBlocks()) != 2 {
 		t.Fatalf("first KV batch = %v; want 2 blocks stored by instance %x", batch, in.InstanceId)
 	}
-	close(release)
+	release()
 	w.logs.waitFor(ctx, t, "worker registered", nil)
 	if code := w.stop(t); code != 0 {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)

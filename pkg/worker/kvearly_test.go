@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,16 +26,8 @@ import (
 // returned), the first batch on the stream is the later request's.
 func TestKVEventsPublishedBeforeStartReturns(t *testing.T) {
 	e := newEnv(t)
-	release := make(chan struct{})
-	held := make(chan struct{})
-	hold := sync.OnceFunc(func() { close(held); <-release })
-	unhold := sync.OnceFunc(func() { close(release) })
+	proxy, held, unhold := conformance.HoldAnswer(t, e.regAddr, registryv1.RegistryService_RegisterModel_FullMethodName)
 	defer unhold()
-	proxy := conformance.StartGRPCProxy(t, e.regAddr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
-		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
-			hold()
-		}
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := e.config(t)

@@ -2,7 +2,6 @@ package adapter_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,15 +34,8 @@ func TestAdapterPublishesKVEventsHeardBeforeStartReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release, held := make(chan struct{}), make(chan struct{})
-	hold := sync.OnceFunc(func() { close(held); <-release })
-	unhold := sync.OnceFunc(func() { close(release) })
+	proxy, held, unhold := conformance.HoldAnswer(t, reg.Addr, registryv1.RegistryService_RegisterModel_FullMethodName)
 	defer unhold()
-	proxy := conformance.StartGRPCProxy(t, reg.Addr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
-		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
-			hold()
-		}
-	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := runAdapter(t, eng, files, proxy, bus.Addr().String(), "--engine-metrics-url", "off")

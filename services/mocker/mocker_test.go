@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -209,16 +208,8 @@ func firstKVBatch(ctx context.Context, t *testing.T, busAddr string) *workerv1.K
 func TestMockerPublishesKVEventsOfRequestsBeforeStartReturns(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	release := make(chan struct{})
-	held := make(chan struct{})
-	hold := sync.OnceFunc(func() { close(held); <-release })
-	unhold := sync.OnceFunc(func() { close(release) })
+	proxy, held, unhold := conformance.HoldAnswer(t, reg.Addr, registryv1.RegistryService_RegisterModel_FullMethodName)
 	defer unhold()
-	proxy := conformance.StartGRPCProxy(t, reg.Addr, conformance.ProxyHooks{Answer: func(method string, _ []byte) {
-		if method == registryv1.RegistryService_RegisterModel_FullMethodName {
-			hold()
-		}
-	}})
 	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
