@@ -112,6 +112,12 @@ func TestStopStrings(t *testing.T) {
 		{"Hello world, this is a test.", []string{"test", "world"}, "Hello ", true},
 		{"Ünïcödé text → arrows", []string{"→"}, "Ünïcödé text ", true},
 		{"no stops at all", nil, "no stops at all", false},
+		{"one. two. three.", []string{"."}, "one", true},
+		{"line one\nline two", []string{"\n"}, "line one", true},
+		{"no newline here", []string{"\n"}, "no newline here", false},
+		{"Ünïcödé → text", []string{"x", "\n"}, "Ünïcödé → te", true},
+		{"Ünïcödé → text", []string{"q"}, "Ünïcödé → text", false},
+		{"a→b", []string{"→", "b"}, "a", true},
 	}
 	for _, tt := range tests {
 		out := newTextOut(tok, tt.stops)
@@ -137,6 +143,60 @@ func TestStopStrings(t *testing.T) {
 			t.Errorf("%q stops %q: got %q stopped %v, want %q %v", tt.text, tt.stops, got.String(), stopped, tt.want, tt.stop)
 		}
 	}
+}
+
+// FuzzStopStrings feeds arbitrary text token by token through the stop
+// holder with arbitrary stop strings: it never panics, never releases part
+// of a stop string, and releases exactly the text before the first stop (or
+// all of it).
+func FuzzStopStrings(f *testing.F) {
+	f.Add("one. two.", ".", "")
+	f.Add("line\nnext", "\n", "x")
+	f.Add("Ünïcödé → text", "→", "é")
+	f.Add("abc", "", "")
+	tok := qwenTokenizer(f)
+	f.Fuzz(func(t *testing.T, text, stop1, stop2 string) {
+		var stops []string
+		for _, s := range []string{stop1, stop2} {
+			if s != "" {
+				stops = append(stops, s)
+			}
+		}
+		out := newTextOut(tok, stops)
+		var got strings.Builder
+		stopped := false
+		for _, id := range tok.Encode(text) {
+			d, stop := out.add([]uint32{id})
+			got.WriteString(d)
+			if stop {
+				stopped = true
+				break
+			}
+		}
+		if !stopped {
+			d, stop := out.flush()
+			got.WriteString(d)
+			stopped = stop
+		}
+		// The reference is the stream decoder's own text with no stops (the
+		// tokenizer need not round-trip arbitrary bytes exactly).
+		ref := tok.NewStreamDecoder(true)
+		var whole strings.Builder
+		for _, id := range tok.Encode(text) {
+			whole.WriteString(ref.Add(id))
+		}
+		whole.WriteString(ref.Flush())
+		full := whole.String()
+		want, wantStop := full, false
+		for _, s := range stops {
+			if i := strings.Index(full, s); i >= 0 && (!wantStop || i < len(want)) {
+				want, wantStop = full[:i], true
+			}
+		}
+		if got.String() != want || stopped != wantStop {
+			t.Fatalf("text %q stops %q: got %q stopped %v, want %q %v", text, stops, got.String(), stopped, want, wantStop)
+		}
+	})
 }
 
 // FuzzDecodeChat checks that no body panics the chat decoder and that an

@@ -425,8 +425,10 @@ func (t *textOut) release(final bool) (string, bool) {
 		}
 		return "", false
 	}
+	// Release all but the last keep bytes, moved back to a rune start. With
+	// keep 0 (every stop one byte long) n is len(held), which is a boundary.
 	n := len(t.held) - keep
-	for n > 0 && !utf8RuneStart(t.held[n]) {
+	for n > 0 && n < len(t.held) && !utf8RuneStart(t.held[n]) {
 		n--
 	}
 	out := t.held[:n]
