@@ -93,9 +93,11 @@ type Result struct {
 }
 
 // Modes are the routing modes a replay compares, in table order: the
-// router's modes, approximate kv, and kv behind several replicas that
-// share their decisions over (simulated) replica sync, or do not.
-var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync"}
+// router's modes, approximate kv, kv behind several replicas that share
+// their decisions over (simulated) replica sync, or do not, and the peers'
+// policies (peers.go).
+var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
+	"dynamo", "llm-d", "sglang"}
 
 // modeSetup is how a mode's routers are built.
 type modeSetup struct {
@@ -103,6 +105,8 @@ type modeSetup struct {
 	approximate bool
 	replicas    int
 	sync        bool
+	// peer names a peer policy (peers.go) that routes instead of the core.
+	peer string
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -117,6 +121,8 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 8, sync: true}, nil
 	case "kv-3-replicas-nosync":
 		return modeSetup{mode: core.ModeKV, replicas: 3}, nil
+	case "dynamo", "llm-d", "sglang":
+		return modeSetup{peer: mode, replicas: 1}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -155,10 +161,13 @@ func (h *timeline) Pop() any {
 
 // sim is one replay: engines, the routers of one mode, and virtual time.
 type sim struct {
-	cfg     Config
-	now     time.Duration
-	seq     uint64
-	events  timeline
+	cfg    Config
+	now    time.Duration
+	seq    uint64
+	events timeline
+	// routers route the requests, one replica in turn: the cores, or a
+	// peer policy.
+	routers []router
 	cores   []*core.Core
 	engines []*simEngine
 	// records are the requests' records (RunRecorded), nil when not
@@ -297,6 +306,10 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
 	}
 	for i := range setup.replicas {
+		if setup.peer != "" {
+			s.routers = append(s.routers, newPeer(setup.peer, cfg.Workers, cfg.Engine.BlockSize, peerSeed(cfg.Seed, setup.peer)))
+			continue
+		}
 		cc := core.DefaultConfig()
 		cc.Mode, cc.Approximate = setup.mode, setup.approximate
 		cc.OverlapWeight, cc.Temperature = cfg.OverlapWeight, cfg.Temperature
@@ -309,6 +322,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			c.SetObserver(observer{s: s, from: i})
 		}
 		s.cores = append(s.cores, c)
+		s.routers = append(s.routers, c)
 	}
 	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: simModel}}
 	var tokens []uint32
@@ -322,8 +336,8 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			id := strconv.Itoa(n)
 			tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 			me := s.next
-			s.next = (s.next + 1) % len(s.cores)
-			resp, err := s.cores[me].Route(&routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens})
+			s.next = (s.next + 1) % len(s.routers)
+			resp, err := s.routers[me].Route(&routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens})
 			if err != nil {
 				s.reject(err)
 				return
@@ -337,7 +351,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			// The engine keeps the prompt while the request runs.
 			prompt := slices.Clone(tokens)
 			if err := w.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
-				s.cores[me].Free(id)
+				s.routers[me].Free(id)
 				s.reject(err)
 				return
 			}
@@ -353,6 +367,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		})
 	}
 	s.atTime(max(first, 0), s.reportLoad)
+	if sc, ok := s.routers[0].(scraper); ok {
+		s.atTime(max(first, 0), func() { s.scrape(sc) })
+	}
 	for s.events.Len() > 0 {
 		ev := heap.Pop(&s.events).(timed)
 		s.now = ev.at
@@ -441,7 +458,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 		if in == nil {
 			continue
 		}
-		owner := s.cores[s.owner[o.RequestID]]
+		owner := s.routers[s.owner[o.RequestID]]
 		if !in.first && len(o.Tokens) > 0 {
 			in.first = true
 			s.ttft = append(s.ttft, s.now-in.arrival)
@@ -469,7 +486,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 		b, err := engine.BatchProto(w.id, 0, res.Events)
 		if err == nil {
 			s.at(s.cfg.EventDelay, func() {
-				for _, c := range s.cores {
+				for _, c := range s.routers {
 					c.ApplyEvents(b)
 				}
 			})
@@ -490,12 +507,24 @@ func (s *sim) reportLoad() {
 	for _, w := range s.engines {
 		m := w.e.Metrics().Proto(w.id, 0, at, s.cfg.Engine.Timing())
 		s.at(s.cfg.EventDelay, func() {
-			for _, c := range s.cores {
+			for _, c := range s.routers {
 				c.ReportLoad(m)
 			}
 		})
 	}
 	s.at(s.cfg.LoadInterval, s.reportLoad)
+}
+
+// scrape hands every engine's metrics, as they are now, to a policy that
+// polls them itself, every interval it asks for, while requests remain.
+func (s *sim) scrape(sc scraper) {
+	if s.left <= 0 {
+		return
+	}
+	for _, w := range s.engines {
+		sc.Scrape(w.id, w.e.Metrics())
+	}
+	s.at(sc.ScrapeInterval(), func() { s.scrape(sc) })
 }
 
 func percentiles(d []time.Duration) [3]time.Duration {

@@ -1,0 +1,297 @@
+package replay
+
+import (
+	"testing"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/router/index"
+)
+
+// The peers' table tests: a handful of decisions each, worked out by hand
+// from the peer's formula (peers.go). Block size 4; a prompt of 16 tokens
+// is 4 full blocks.
+const peerBS = 4
+
+// peerPrompt is a prompt of n tokens, the same for every test (so cached
+// prefixes are prefixes of it).
+func peerPrompt(n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = uint32(i + 1)
+	}
+	return t
+}
+
+func peerHashes(tokens []uint32) []uint64 {
+	var out []uint64
+	for _, b := range kvhash.Hashes(tokens, peerBS, nil) {
+		out = append(out, b.Sequence)
+	}
+	return out
+}
+
+// cache stores the first cached[i] blocks of tokens on worker i+1 (a
+// negative count stores nothing).
+func cache(b *peerBase, tokens []uint32, cached []int) {
+	h := peerHashes(tokens)
+	for i, n := range cached {
+		if n > 0 {
+			b.idx.Store(index.WorkerID{Instance: uint64(i + 1)}, h[:n])
+		}
+	}
+}
+
+func route(t *testing.T, r router, id string, tokens []uint32) *routerv1.RouteResponse {
+	t.Helper()
+	resp, err := r.Route(&routerv1.RouteRequest{RequestId: id, TokenIds: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestDynamoDecisions(t *testing.T) {
+	prompt := peerPrompt(16)
+	h := peerHashes(prompt)
+	other := peerHashes(peerPrompt(40))[4:] // 6 blocks no prompt shares
+	tests := []struct {
+		name    string
+		cached  []int
+		prefill []int      // active prefill tokens
+		active  [][]uint64 // active blocks
+		want    []uint64   // acceptable choices
+		cost    []float64  // the costs, by worker
+	}{
+		// ISL 16 = 4 blocks. w1: 16/4 - 0 + (0 active + 4 new) = 8;
+		// w2: 16/4 - 3 + (0 + 4) = 5.
+		{name: "overlap wins when idle", cached: []int{0, 3}, want: []uint64{2}, cost: []float64{8, 5}},
+		// w2 has 20 prefill tokens queued: (20+16)/4 - 3 + 4 = 10 > w1's 8.
+		{name: "queued prefill outweighs the overlap", cached: []int{0, 3}, prefill: []int{0, 20}, want: []uint64{1}, cost: []float64{8, 10}},
+		// w2 holds all 4 blocks (prefill 0) but 6 other blocks are active
+		// there: 0 + 6 + 4 = 10 > w1's 8.
+		{name: "active blocks outweigh a full hit", cached: []int{0, 4}, active: [][]uint64{nil, other}, want: []uint64{1}, cost: []float64{8, 10}},
+		// The prompt's 4 blocks are active on w2 (a request with the same
+		// prompt decodes there): 0 + 4 active + 0 new = 4 < w1's 8.
+		{name: "shared active blocks count once", cached: []int{0, 4}, active: [][]uint64{nil, h}, want: []uint64{2}, cost: []float64{8, 4}},
+		// Credit clamps at zero: w2 caches all 4 blocks and has 4 prefill
+		// tokens queued: max(0, (4+16)/4 - 4) = 1, + 4 new = 5; w1: 8.
+		{name: "queued tokens behind a full hit", cached: []int{0, 4}, prefill: []int{0, 4}, want: []uint64{2}, cost: []float64{8, 5}},
+		// Nothing cached, nothing active: 8 and 8, a tie: either.
+		{name: "ties at random", cached: []int{0, 0}, want: []uint64{1, 2}, cost: []float64{8, 8}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDynamo(newPeerBase(2, peerBS, 7))
+			cache(d.peerBase, prompt, tt.cached)
+			copy(d.prefill, tt.prefill)
+			for i, a := range tt.active {
+				for _, x := range a {
+					d.blocks[i][x]++
+				}
+			}
+			resp := route(t, d, "r", prompt)
+			if !containsID(tt.want, resp.InstanceId) {
+				t.Errorf("chose %d, want one of %v", resp.InstanceId, tt.want)
+			}
+			for i, c := range resp.Candidates {
+				if c.Cost != tt.cost[i] {
+					t.Errorf("worker %d cost %v, want %v", i+1, c.Cost, tt.cost[i])
+				}
+			}
+		})
+	}
+}
+
+func containsID(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDynamoTracksActiveSequences follows one request through Dynamo's
+// record: routed, it adds its uncached tokens and its blocks; its first
+// token removes the tokens; its end frees the blocks.
+func TestDynamoTracksActiveSequences(t *testing.T) {
+	prompt := peerPrompt(16)
+	d := newDynamo(newPeerBase(2, peerBS, 7))
+	cache(d.peerBase, prompt, []int{0, 3})
+	resp := route(t, d, "a", prompt) // w2 (cost 5 against 8, as above)
+	if resp.InstanceId != 2 {
+		t.Fatalf("chose %d, want 2", resp.InstanceId)
+	}
+	// 16 tokens - 3 cached blocks x 4 = 4 tokens to prefill; 4 blocks.
+	if d.prefill[1] != 4 || len(d.blocks[1]) != 4 || d.active[1] != 1 {
+		t.Fatalf("after route: prefill %d, blocks %d, active %d; want 4, 4, 1", d.prefill[1], len(d.blocks[1]), d.active[1])
+	}
+	// A second identical request: w1 8; w2 (4+16)/4 - 3 = 2, + 4 active + 0
+	// new = 6: w2 again, sharing the blocks.
+	if resp := route(t, d, "b", prompt); resp.InstanceId != 2 || resp.Candidates[1].Cost != 6 {
+		t.Fatalf("second request: chose %d at cost %v, want 2 at 6", resp.InstanceId, resp.Candidates[1].Cost)
+	}
+	if len(d.blocks[1]) != 4 || d.prefill[1] != 8 {
+		t.Fatalf("shared blocks: %d blocks, %d prefill tokens; want 4, 8", len(d.blocks[1]), d.prefill[1])
+	}
+	d.PrefillDone("a")
+	if d.prefill[1] != 4 {
+		t.Fatalf("after a's first token: prefill %d, want 4", d.prefill[1])
+	}
+	d.Free("a")
+	if len(d.blocks[1]) != 4 || d.active[1] != 1 {
+		t.Fatalf("after a's end: %d blocks, %d active; want 4 (b holds them), 1", len(d.blocks[1]), d.active[1])
+	}
+	d.Free("b") // never had its first token: its tokens go too
+	if len(d.blocks[1]) != 0 || d.active[1] != 0 || d.prefill[1] != 0 {
+		t.Fatalf("after b's end: %d blocks, %d active, %d prefill; want 0, 0, 0", len(d.blocks[1]), d.active[1], d.prefill[1])
+	}
+}
+
+func TestLLMDDecisions(t *testing.T) {
+	prompt := peerPrompt(16)
+	tests := []struct {
+		name    string
+		cached  []int
+		waiting []int
+		usage   []float64 // KV blocks used of 100
+		want    []uint64
+		score   []float64
+	}{
+		// Prefix min-max over the pods holding the first block (w1 4, w2
+		// 2): w1 1, w2 0, w3 0 (holds none). Queues equal: 1 each. Usage 0.
+		// w1 3x1 + 2x1 + 2x1 = 7; w2 and w3 0 + 2 + 2 = 4.
+		{name: "longest prefix", cached: []int{4, 2, 0}, want: []uint64{1}, score: []float64{7, 4, 4}},
+		// w1 waits 4, others 0: queue w1 (4-4)/4 = 0, others 1. Usage w1
+		// 0.5, others 0.1: w1 3 + 0 + 2x0.5 = 4; w2, w3 0 + 2 + 2x0.9 = 3.8.
+		{name: "prefix outweighs a queue", cached: []int{4, 2, 0}, waiting: []int{4, 0, 0}, usage: []float64{50, 10, 10}, want: []uint64{1}, score: []float64{4, 3.8, 3.8}},
+		// As above with w1 at 75% usage: w1 3 + 0 + 0.5 = 3.5 < 3.8; w2 and
+		// w3 tie: either.
+		{name: "queue and usage outweigh the prefix", cached: []int{4, 2, 0}, waiting: []int{4, 0, 0}, usage: []float64{75, 10, 10}, want: []uint64{2, 3}, score: []float64{3.5, 3.8, 3.8}},
+		// One pod holds only the first block: min = max, so its prefix
+		// score is 1, the same as a full hit: w3 3 + 2 + 2 = 7.
+		{name: "one block is a full score alone", cached: []int{0, 0, 1}, want: []uint64{3}, score: []float64{4, 4, 7}},
+		// Two pods hold the same 2 blocks: both 1; w1 and w2 7, w3 4.
+		{name: "equal prefixes tie", cached: []int{2, 2, 0}, want: []uint64{1, 2}, score: []float64{7, 7, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLLMD(newPeerBase(3, peerBS, 7))
+			cache(l.peerBase, prompt, tt.cached)
+			for i := range 3 {
+				m := engine.Metrics{KVBlocksTotal: 100}
+				if tt.waiting != nil {
+					m.Waiting = tt.waiting[i]
+				}
+				if tt.usage != nil {
+					m.KVBlocksUsed = int(tt.usage[i])
+				}
+				l.Scrape(uint64(i+1), m)
+			}
+			resp := route(t, l, "r", prompt)
+			if !containsID(tt.want, resp.InstanceId) {
+				t.Errorf("chose %d, want one of %v", resp.InstanceId, tt.want)
+			}
+			for i, c := range resp.Candidates {
+				if d := c.Cost - tt.score[i]; d > 1e-9 || d < -1e-9 {
+					t.Errorf("worker %d score %v, want %v", i+1, c.Cost, tt.score[i])
+				}
+			}
+		})
+	}
+}
+
+func TestSGLangDecisions(t *testing.T) {
+	tests := []struct {
+		name   string
+		tokens int // prompt length (block size 4)
+		cached []int
+		load   []int
+		want   uint64
+	}{
+		// Balanced; w2 matches 2 of 4 blocks = 0.5 > 0.3: w2.
+		{name: "match above the threshold", tokens: 16, cached: []int{0, 2, 0}, want: 2},
+		// w2 matches 1 of 4 = 0.25 <= 0.3: the least loaded, w3 (1).
+		{name: "match below the threshold", tokens: 16, cached: []int{0, 1, 0}, load: []int{3, 2, 1}, want: 3},
+		// 3 of 10 blocks = 0.3, not above: the least loaded, w1 (0).
+		{name: "match at the threshold", tokens: 40, cached: []int{0, 3, 0}, load: []int{0, 1, 1}, want: 1},
+		// Loads 100, 30, 50: 100 - 30 = 70 > 64 and 100 > 1.5 x 30 = 45:
+		// imbalanced, the least loaded w2, though w1 holds the whole prompt.
+		{name: "imbalanced takes the shortest queue", tokens: 16, cached: []int{4, 0, 0}, load: []int{100, 30, 50}, want: 2},
+		// Loads 200, 135, 150: 65 > 64 but 200 <= 1.5 x 135 = 202.5:
+		// balanced, so the full match w1.
+		{name: "relative threshold not passed", tokens: 16, cached: []int{4, 0, 0}, load: []int{200, 135, 150}, want: 1},
+		// Loads 64, 0, 0: 64 is not above 64: balanced; nothing cached:
+		// the least loaded, the first of the equals, w2.
+		{name: "absolute threshold not passed", tokens: 16, load: []int{64, 0, 0}, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSGLang(newPeerBase(3, peerBS, 7))
+			prompt := peerPrompt(tt.tokens)
+			cache(s.peerBase, prompt, tt.cached)
+			copy(s.load, tt.load)
+			if resp := route(t, s, "r", prompt); resp.InstanceId != tt.want {
+				t.Errorf("chose %d, want %d", resp.InstanceId, tt.want)
+			}
+		})
+	}
+}
+
+// TestSGLangCountsInFlight: a request counts on its worker from its
+// routing to its end.
+func TestSGLangCountsInFlight(t *testing.T) {
+	s := newSGLang(newPeerBase(2, peerBS, 7))
+	prompt := peerPrompt(16)
+	// Nothing cached: least loaded, first among equals: w1, then w2.
+	for i, want := range []uint64{1, 2, 1} {
+		if resp := route(t, s, string(rune('a'+i)), prompt); resp.InstanceId != want {
+			t.Fatalf("request %d chose %d, want %d", i, resp.InstanceId, want)
+		}
+	}
+	s.Free("a")
+	s.Free("c")
+	if s.load[0] != 0 || s.load[1] != 1 {
+		t.Fatalf("loads %v after two ends, want [0 1]", s.load)
+	}
+}
+
+// TestPeersOnTheShippedTrace replays the start of the shipped trace with
+// each peer: every request completes, each peer's choices follow the KV
+// events (its hit rate above round-robin's) and runs repeat exactly.
+func TestPeersOnTheShippedTrace(t *testing.T) {
+	trace, err := SyntheticTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:150]
+	cfg := smallConfig()
+	rr, err := Run(trace, cfg, "round-robin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range peerModes {
+		t.Run(mode, func(t *testing.T) {
+			a, err := Run(trace, cfg, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Completed != len(trace) || a.Rejected != 0 {
+				t.Errorf("%d completed, %d rejected; want all %d", a.Completed, a.Rejected, len(trace))
+			}
+			if a.HitRate <= rr.HitRate {
+				t.Errorf("hit rate %.3f, round-robin %.3f: want above", a.HitRate, rr.HitRate)
+			}
+			b, err := Run(trace, cfg, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Wall, b.Wall = 0, 0
+			if a != b {
+				t.Errorf("two runs differ:\n%+v\n%+v", a, b)
+			}
+		})
+	}
+}
