@@ -24,6 +24,137 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Role is the part of a request an instance serves. A model whose instances
+// include both prefill and decode ones is served disaggregated: a prefill
+// instance computes the prompt's KV cache and hands it to a decode instance,
+// which generates. Its JSON form in the registry's etcd value is the
+// lower-case name without the prefix ("agg", "prefill", "decode"), under
+// "role"; a value without it is agg.
+type Role int32
+
+const (
+	// Not set: the instance is aggregated (ROLE_AGG), as every instance
+	// registered before roles existed.
+	Role_ROLE_UNSPECIFIED Role = 0
+	// Aggregated: the instance serves whole requests, prefill and decode.
+	Role_ROLE_AGG Role = 1
+	// Prefill: the instance computes prompts and hands their KV cache over.
+	Role_ROLE_PREFILL Role = 2
+	// Decode: the instance takes a handed-over KV cache and generates; it also
+	// serves whole requests (a prefill computed locally).
+	Role_ROLE_DECODE Role = 3
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_AGG",
+		2: "ROLE_PREFILL",
+		3: "ROLE_DECODE",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED": 0,
+		"ROLE_AGG":         1,
+		"ROLE_PREFILL":     2,
+		"ROLE_DECODE":      3,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_common_v1_common_proto_enumTypes[0].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_switchyard_common_v1_common_proto_enumTypes[0]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_common_v1_common_proto_rawDescGZIP(), []int{0}
+}
+
+// KvTransferKind is how the KV cache of a disaggregated request moves from
+// the prefill instance to the decode instance. Its JSON form in the
+// registry's etcd value is the lower-case name without the prefix.
+type KvTransferKind int32
+
+const (
+	// Not set: the instance does not hand KV over (an aggregated instance).
+	KvTransferKind_KV_TRANSFER_KIND_UNSPECIFIED KvTransferKind = 0
+	// NVIDIA NIXL (vLLM's NixlConnector): the decode engine reads the blocks
+	// from the prefill engine named by its engine id.
+	KvTransferKind_KV_TRANSFER_KIND_NIXL KvTransferKind = 1
+	// Mooncake's transfer engine.
+	KvTransferKind_KV_TRANSFER_KIND_MOONCAKE KvTransferKind = 2
+	// SGLang's bootstrap server: both legs name the same bootstrap host, port
+	// and room, and the engines meet there.
+	KvTransferKind_KV_TRANSFER_KIND_BOOTSTRAP KvTransferKind = 3
+	// The mocker's simulated transfer: the decode worker takes the held blocks
+	// from the prefill worker's WorkerService (PullKvHandoff) and waits the
+	// time they would take to arrive.
+	KvTransferKind_KV_TRANSFER_KIND_MOCK KvTransferKind = 4
+)
+
+// Enum value maps for KvTransferKind.
+var (
+	KvTransferKind_name = map[int32]string{
+		0: "KV_TRANSFER_KIND_UNSPECIFIED",
+		1: "KV_TRANSFER_KIND_NIXL",
+		2: "KV_TRANSFER_KIND_MOONCAKE",
+		3: "KV_TRANSFER_KIND_BOOTSTRAP",
+		4: "KV_TRANSFER_KIND_MOCK",
+	}
+	KvTransferKind_value = map[string]int32{
+		"KV_TRANSFER_KIND_UNSPECIFIED": 0,
+		"KV_TRANSFER_KIND_NIXL":        1,
+		"KV_TRANSFER_KIND_MOONCAKE":    2,
+		"KV_TRANSFER_KIND_BOOTSTRAP":   3,
+		"KV_TRANSFER_KIND_MOCK":        4,
+	}
+)
+
+func (x KvTransferKind) Enum() *KvTransferKind {
+	p := new(KvTransferKind)
+	*p = x
+	return p
+}
+
+func (x KvTransferKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvTransferKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_common_v1_common_proto_enumTypes[1].Descriptor()
+}
+
+func (KvTransferKind) Type() protoreflect.EnumType {
+	return &file_switchyard_common_v1_common_proto_enumTypes[1]
+}
+
+func (x KvTransferKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvTransferKind.Descriptor instead.
+func (KvTransferKind) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_common_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
 // Transport is where an instance serves its request plane endpoint: one
 // address per plane it serves, at least one set. The registry stores it, the
 // router returns it with each decision and a caller dials the address of a
@@ -99,6 +230,84 @@ func (x *Transport) GetNats() string {
 	return ""
 }
 
+// KvTransfer is what a partner instance needs to reach this instance's KV
+// cache in a disaggregated pair. The registry stores it beside the role
+// under "kv_transfer", as {"kind":"nixl","engine_id":"...",
+// "address":"host:port","data_parallel_size":1}, each field omitted when
+// empty.
+type KvTransfer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the KV cache moves.
+	Kind KvTransferKind `protobuf:"varint,1,opt,name=kind,proto3,enum=switchyard.common.v1.KvTransferKind" json:"kind,omitempty"`
+	// The engine's id in its transfer system (vLLM's engine_id for NIXL).
+	EngineId string `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// The bootstrap or transfer address, host:port (SGLang's bootstrap
+	// server; the mocker's WorkerService).
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// The engine's data-parallel size; 0 means 1.
+	DataParallelSize uint32 `protobuf:"varint,4,opt,name=data_parallel_size,json=dataParallelSize,proto3" json:"data_parallel_size,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *KvTransfer) Reset() {
+	*x = KvTransfer{}
+	mi := &file_switchyard_common_v1_common_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvTransfer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvTransfer) ProtoMessage() {}
+
+func (x *KvTransfer) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_common_v1_common_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvTransfer.ProtoReflect.Descriptor instead.
+func (*KvTransfer) Descriptor() ([]byte, []int) {
+	return file_switchyard_common_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KvTransfer) GetKind() KvTransferKind {
+	if x != nil {
+		return x.Kind
+	}
+	return KvTransferKind_KV_TRANSFER_KIND_UNSPECIFIED
+}
+
+func (x *KvTransfer) GetEngineId() string {
+	if x != nil {
+		return x.EngineId
+	}
+	return ""
+}
+
+func (x *KvTransfer) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *KvTransfer) GetDataParallelSize() uint32 {
+	if x != nil {
+		return x.DataParallelSize
+	}
+	return 0
+}
+
 var File_switchyard_common_v1_common_proto protoreflect.FileDescriptor
 
 const file_switchyard_common_v1_common_proto_rawDesc = "" +
@@ -107,7 +316,24 @@ const file_switchyard_common_v1_common_proto_rawDesc = "" +
 	"\tTransport\x12\x10\n" +
 	"\x03tcp\x18\x01 \x01(\tR\x03tcp\x12\x12\n" +
 	"\x04http\x18\x02 \x01(\tR\x04http\x12\x12\n" +
-	"\x04nats\x18\x03 \x01(\tR\x04natsB\xe4\x01\n" +
+	"\x04nats\x18\x03 \x01(\tR\x04nats\"\xab\x01\n" +
+	"\n" +
+	"KvTransfer\x128\n" +
+	"\x04kind\x18\x01 \x01(\x0e2$.switchyard.common.v1.KvTransferKindR\x04kind\x12\x1b\n" +
+	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12,\n" +
+	"\x12data_parallel_size\x18\x04 \x01(\rR\x10dataParallelSize*M\n" +
+	"\x04Role\x12\x14\n" +
+	"\x10ROLE_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bROLE_AGG\x10\x01\x12\x10\n" +
+	"\fROLE_PREFILL\x10\x02\x12\x0f\n" +
+	"\vROLE_DECODE\x10\x03*\xa7\x01\n" +
+	"\x0eKvTransferKind\x12 \n" +
+	"\x1cKV_TRANSFER_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15KV_TRANSFER_KIND_NIXL\x10\x01\x12\x1d\n" +
+	"\x19KV_TRANSFER_KIND_MOONCAKE\x10\x02\x12\x1e\n" +
+	"\x1aKV_TRANSFER_KIND_BOOTSTRAP\x10\x03\x12\x19\n" +
+	"\x15KV_TRANSFER_KIND_MOCK\x10\x04B\xe4\x01\n" +
 	"\x18com.switchyard.common.v1B\vCommonProtoP\x01ZIgithub.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1;commonv1\xa2\x02\x03SCX\xaa\x02\x14Switchyard.Common.V1\xca\x02\x14Switchyard\\Common\\V1\xe2\x02 Switchyard\\Common\\V1\\GPBMetadata\xea\x02\x16Switchyard::Common::V1b\x06proto3"
 
 var (
@@ -122,16 +348,21 @@ func file_switchyard_common_v1_common_proto_rawDescGZIP() []byte {
 	return file_switchyard_common_v1_common_proto_rawDescData
 }
 
-var file_switchyard_common_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_switchyard_common_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_switchyard_common_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_switchyard_common_v1_common_proto_goTypes = []any{
-	(*Transport)(nil), // 0: switchyard.common.v1.Transport
+	(Role)(0),           // 0: switchyard.common.v1.Role
+	(KvTransferKind)(0), // 1: switchyard.common.v1.KvTransferKind
+	(*Transport)(nil),   // 2: switchyard.common.v1.Transport
+	(*KvTransfer)(nil),  // 3: switchyard.common.v1.KvTransfer
 }
 var file_switchyard_common_v1_common_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	1, // 0: switchyard.common.v1.KvTransfer.kind:type_name -> switchyard.common.v1.KvTransferKind
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_common_v1_common_proto_init() }
@@ -144,13 +375,14 @@ func file_switchyard_common_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_common_v1_common_proto_rawDesc), len(file_switchyard_common_v1_common_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   1,
+			NumEnums:      2,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_switchyard_common_v1_common_proto_goTypes,
 		DependencyIndexes: file_switchyard_common_v1_common_proto_depIdxs,
+		EnumInfos:         file_switchyard_common_v1_common_proto_enumTypes,
 		MessageInfos:      file_switchyard_common_v1_common_proto_msgTypes,
 	}.Build()
 	File_switchyard_common_v1_common_proto = out.File

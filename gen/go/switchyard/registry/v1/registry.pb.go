@@ -200,7 +200,13 @@ type Instance struct {
 	// Where the endpoint is served: one address per plane it serves.
 	Transport *v1.Transport `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
 	// Free-form metadata, at most 64 KiB in all.
-	Metadata      map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The part of a request the instance serves; unset is agg. On the
+	// Kubernetes backend the pod label switchyard.dev/role sets it.
+	Role v1.Role `protobuf:"varint,7,opt,name=role,proto3,enum=switchyard.common.v1.Role" json:"role,omitempty"`
+	// How a partner reaches this instance's KV cache; set on prefill and
+	// decode instances.
+	KvTransfer    *v1.KvTransfer `protobuf:"bytes,8,opt,name=kv_transfer,json=kvTransfer,proto3" json:"kv_transfer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +279,20 @@ func (x *Instance) GetTransport() *v1.Transport {
 func (x *Instance) GetMetadata() map[string]string {
 	if x != nil {
 		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Instance) GetRole() v1.Role {
+	if x != nil {
+		return x.Role
+	}
+	return v1.Role(0)
+}
+
+func (x *Instance) GetKvTransfer() *v1.KvTransfer {
+	if x != nil {
+		return x.KvTransfer
 	}
 	return nil
 }
@@ -3135,7 +3155,7 @@ var File_switchyard_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"%switchyard/registry/v1/registry.proto\x12\x16switchyard.registry.v1\x1a!switchyard/common/v1/common.proto\"\xcb\x02\n" +
+	"%switchyard/registry/v1/registry.proto\x12\x16switchyard.registry.v1\x1a!switchyard/common/v1/common.proto\"\xbe\x03\n" +
 	"\bInstance\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
@@ -3143,7 +3163,10 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\vinstance_id\x18\x04 \x01(\x04R\n" +
 	"instanceId\x12=\n" +
 	"\ttransport\x18\x05 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12J\n" +
-	"\bmetadata\x18\x06 \x03(\v2..switchyard.registry.v1.Instance.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\x06 \x03(\v2..switchyard.registry.v1.Instance.MetadataEntryR\bmetadata\x12.\n" +
+	"\x04role\x18\a \x01(\x0e2\x1a.switchyard.common.v1.RoleR\x04role\x12A\n" +
+	"\vkv_transfer\x18\b \x01(\v2 .switchyard.common.v1.KvTransferR\n" +
+	"kvTransfer\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
@@ -3442,85 +3465,89 @@ var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	nil,                              // 51: switchyard.registry.v1.Instance.MetadataEntry
 	nil,                              // 52: switchyard.registry.v1.ModelCard.MetadataEntry
 	(*v1.Transport)(nil),             // 53: switchyard.common.v1.Transport
+	(v1.Role)(0),                     // 54: switchyard.common.v1.Role
+	(*v1.KvTransfer)(nil),            // 55: switchyard.common.v1.KvTransfer
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
 	53, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
 	51, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
-	5,  // 2: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	3,  // 3: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
-	5,  // 4: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	4,  // 5: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	3,  // 6: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	4,  // 7: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	2,  // 8: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
-	3,  // 9: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
-	0,  // 10: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 11: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	3,  // 12: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	17, // 13: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
-	19, // 14: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	52, // 15: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
-	20, // 16: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	21, // 17: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	20, // 18: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	21, // 19: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	2,  // 20: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	20, // 21: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
-	0,  // 22: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 23: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	20, // 24: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	27, // 25: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	29, // 26: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	29, // 27: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	2,  // 28: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	29, // 29: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
-	0,  // 30: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 31: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	29, // 32: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	43, // 33: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	6,  // 34: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
-	8,  // 35: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	10, // 36: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	12, // 37: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	14, // 38: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	16, // 39: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	22, // 40: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	24, // 41: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	26, // 42: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	30, // 43: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	32, // 44: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	34, // 45: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	36, // 46: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	38, // 47: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	40, // 48: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	42, // 49: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	45, // 50: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	47, // 51: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	49, // 52: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	7,  // 53: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
-	9,  // 54: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	11, // 55: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	13, // 56: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	15, // 57: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	18, // 58: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	23, // 59: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	25, // 60: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	28, // 61: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	31, // 62: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	33, // 63: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	35, // 64: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	37, // 65: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	39, // 66: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	41, // 67: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	44, // 68: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	46, // 69: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	48, // 70: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	50, // 71: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
-	53, // [53:72] is the sub-list for method output_type
-	34, // [34:53] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	54, // 2: switchyard.registry.v1.Instance.role:type_name -> switchyard.common.v1.Role
+	55, // 3: switchyard.registry.v1.Instance.kv_transfer:type_name -> switchyard.common.v1.KvTransfer
+	5,  // 4: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	3,  // 5: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
+	5,  // 6: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	4,  // 7: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	3,  // 8: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	4,  // 9: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	2,  // 10: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
+	3,  // 11: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
+	0,  // 12: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 13: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	3,  // 14: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	17, // 15: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
+	19, // 16: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
+	52, // 17: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	20, // 18: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	21, // 19: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	20, // 20: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	21, // 21: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	2,  // 22: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
+	20, // 23: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	0,  // 24: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 25: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	20, // 26: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	27, // 27: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	29, // 28: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	29, // 29: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	2,  // 30: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
+	29, // 31: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	0,  // 32: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 33: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	29, // 34: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	43, // 35: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	6,  // 36: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	8,  // 37: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	10, // 38: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	12, // 39: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	14, // 40: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	16, // 41: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	22, // 42: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	24, // 43: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	26, // 44: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	30, // 45: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	32, // 46: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	34, // 47: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	36, // 48: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	38, // 49: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	40, // 50: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	42, // 51: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	45, // 52: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	47, // 53: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	49, // 54: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	7,  // 55: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	9,  // 56: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	11, // 57: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	13, // 58: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	15, // 59: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	18, // 60: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	23, // 61: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	25, // 62: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	28, // 63: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	31, // 64: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	33, // 65: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	35, // 66: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	37, // 67: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	39, // 68: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	41, // 69: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	44, // 70: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	46, // 71: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	48, // 72: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	50, // 73: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	55, // [55:74] is the sub-list for method output_type
+	36, // [36:55] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_registry_v1_registry_proto_init() }

@@ -7,6 +7,7 @@
 package workerv1
 
 import (
+	v1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +22,70 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// DisaggregationLeg says which part of a disaggregated request a generate
+// request is.
+type DisaggregationLeg int32
+
+const (
+	// The whole request: prefill and decode on one worker (aggregated, or a
+	// prefill computed locally on a decode worker).
+	DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED DisaggregationLeg = 0
+	// The prefill leg, sent to a prefill worker: it computes the prompt, holds
+	// its KV blocks for the decode leg, and ends with one response that
+	// carries the handoff, the usage of the prompt and finish_reason
+	// FINISH_REASON_STOP, and no token_ids. The blocks are freed when the
+	// decode worker pulls them, when the handoff is released, when the leg is
+	// cancelled before it ends, or when the worker's hold time (the handoff's
+	// hold_ms) passes, whichever comes first.
+	DisaggregationLeg_DISAGGREGATION_LEG_PREFILL DisaggregationLeg = 1
+	// The decode leg, sent to a decode worker with the same prompt and the
+	// prefill leg's handoff: the worker takes the KV the handoff names, then
+	// generates the whole output (from the handoff's first token when it
+	// carries one) as a whole request would.
+	DisaggregationLeg_DISAGGREGATION_LEG_DECODE DisaggregationLeg = 2
+)
+
+// Enum value maps for DisaggregationLeg.
+var (
+	DisaggregationLeg_name = map[int32]string{
+		0: "DISAGGREGATION_LEG_UNSPECIFIED",
+		1: "DISAGGREGATION_LEG_PREFILL",
+		2: "DISAGGREGATION_LEG_DECODE",
+	}
+	DisaggregationLeg_value = map[string]int32{
+		"DISAGGREGATION_LEG_UNSPECIFIED": 0,
+		"DISAGGREGATION_LEG_PREFILL":     1,
+		"DISAGGREGATION_LEG_DECODE":      2,
+	}
+)
+
+func (x DisaggregationLeg) Enum() *DisaggregationLeg {
+	p := new(DisaggregationLeg)
+	*p = x
+	return p
+}
+
+func (x DisaggregationLeg) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DisaggregationLeg) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_worker_v1_worker_proto_enumTypes[0].Descriptor()
+}
+
+func (DisaggregationLeg) Type() protoreflect.EnumType {
+	return &file_switchyard_worker_v1_worker_proto_enumTypes[0]
+}
+
+func (x DisaggregationLeg) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DisaggregationLeg.Descriptor instead.
+func (DisaggregationLeg) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
+}
 
 // FinishReason says why a generation ended.
 type FinishReason int32
@@ -67,11 +132,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchyard_worker_v1_worker_proto_enumTypes[0].Descriptor()
+	return file_switchyard_worker_v1_worker_proto_enumTypes[1].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_switchyard_worker_v1_worker_proto_enumTypes[0]
+	return &file_switchyard_worker_v1_worker_proto_enumTypes[1]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -80,7 +145,356 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+}
+
+// PullKvHandoffRequest takes a held handoff.
+type PullKvHandoffRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handoff's id, from the mock payload (MockKvHandoff.handoff_id).
+	HandoffId string `protobuf:"bytes,1,opt,name=handoff_id,json=handoffId,proto3" json:"handoff_id,omitempty"`
+	// The decode worker that takes the blocks (its instance id), for logs.
+	DecodeInstanceId uint64 `protobuf:"varint,2,opt,name=decode_instance_id,json=decodeInstanceId,proto3" json:"decode_instance_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PullKvHandoffRequest) Reset() {
+	*x = PullKvHandoffRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullKvHandoffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullKvHandoffRequest) ProtoMessage() {}
+
+func (x *PullKvHandoffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullKvHandoffRequest.ProtoReflect.Descriptor instead.
+func (*PullKvHandoffRequest) Descriptor() ([]byte, []int) {
 	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PullKvHandoffRequest) GetHandoffId() string {
+	if x != nil {
+		return x.HandoffId
+	}
+	return ""
+}
+
+func (x *PullKvHandoffRequest) GetDecodeInstanceId() uint64 {
+	if x != nil {
+		return x.DecodeInstanceId
+	}
+	return 0
+}
+
+// PullKvHandoffResponse says what was taken.
+type PullKvHandoffResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// KV blocks the prefill worker held for the handoff, the prompt's partial
+	// last block included; the prefill worker no longer holds them.
+	Blocks        uint32 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullKvHandoffResponse) Reset() {
+	*x = PullKvHandoffResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullKvHandoffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullKvHandoffResponse) ProtoMessage() {}
+
+func (x *PullKvHandoffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullKvHandoffResponse.ProtoReflect.Descriptor instead.
+func (*PullKvHandoffResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PullKvHandoffResponse) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+// ReleaseKvHandoffRequest frees a held handoff.
+type ReleaseKvHandoffRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handoff's id, from the mock payload (MockKvHandoff.handoff_id).
+	HandoffId     string `protobuf:"bytes,1,opt,name=handoff_id,json=handoffId,proto3" json:"handoff_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseKvHandoffRequest) Reset() {
+	*x = ReleaseKvHandoffRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseKvHandoffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseKvHandoffRequest) ProtoMessage() {}
+
+func (x *ReleaseKvHandoffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseKvHandoffRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseKvHandoffRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReleaseKvHandoffRequest) GetHandoffId() string {
+	if x != nil {
+		return x.HandoffId
+	}
+	return ""
+}
+
+// ReleaseKvHandoffResponse says whether anything was freed.
+type ReleaseKvHandoffResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the handoff was held and is now freed; false when it was
+	// already pulled, released or expired, or never existed.
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseKvHandoffResponse) Reset() {
+	*x = ReleaseKvHandoffResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseKvHandoffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseKvHandoffResponse) ProtoMessage() {}
+
+func (x *ReleaseKvHandoffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseKvHandoffResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseKvHandoffResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReleaseKvHandoffResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+// KvHandoff is what a prefill leg returns and the decode leg needs: opaque
+// bytes only the two workers interpret, relayed as they are. A frontend
+// reads only kind (to check the decode worker speaks it), hold_ms (its
+// deadline to start the decode leg) and prefill_instance_id.
+type KvHandoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the KV moves; the decode worker refuses a kind it does not speak.
+	Kind v1.KvTransferKind `protobuf:"varint,1,opt,name=kind,proto3,enum=switchyard.common.v1.KvTransferKind" json:"kind,omitempty"`
+	// The transfer's own parameters, opaque to everyone but the two workers
+	// (vLLM's kv_transfer_params as JSON, SGLang's bootstrap room, the
+	// mocker's MockKvHandoff); at most 64 KiB.
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The prefill worker instance that holds the KV (its registry lease id).
+	PrefillInstanceId uint64 `protobuf:"varint,3,opt,name=prefill_instance_id,json=prefillInstanceId,proto3" json:"prefill_instance_id,omitempty"`
+	// The first generated token, when the prefill engine samples one.
+	FirstTokenId *uint32 `protobuf:"varint,4,opt,name=first_token_id,json=firstTokenId,proto3,oneof" json:"first_token_id,omitempty"`
+	// How long after its response the prefill worker holds the KV, in
+	// milliseconds (its --handoff-timeout); 0: unknown.
+	HoldMs        uint32 `protobuf:"varint,5,opt,name=hold_ms,json=holdMs,proto3" json:"hold_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvHandoff) Reset() {
+	*x = KvHandoff{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvHandoff) ProtoMessage() {}
+
+func (x *KvHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvHandoff.ProtoReflect.Descriptor instead.
+func (*KvHandoff) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KvHandoff) GetKind() v1.KvTransferKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.KvTransferKind(0)
+}
+
+func (x *KvHandoff) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *KvHandoff) GetPrefillInstanceId() uint64 {
+	if x != nil {
+		return x.PrefillInstanceId
+	}
+	return 0
+}
+
+func (x *KvHandoff) GetFirstTokenId() uint32 {
+	if x != nil && x.FirstTokenId != nil {
+		return *x.FirstTokenId
+	}
+	return 0
+}
+
+func (x *KvHandoff) GetHoldMs() uint32 {
+	if x != nil {
+		return x.HoldMs
+	}
+	return 0
+}
+
+// MockKvHandoff is the payload of a KV_TRANSFER_KIND_MOCK handoff (the
+// mocker's simulated transfer), serialized as protobuf into
+// KvHandoff.payload.
+type MockKvHandoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id the prefill worker holds the blocks under.
+	HandoffId string `protobuf:"bytes,1,opt,name=handoff_id,json=handoffId,proto3" json:"handoff_id,omitempty"`
+	// The prefill worker's WorkerService (host:port) to pull from.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// KV blocks held, the prompt's partial last block included.
+	Blocks        uint32 `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MockKvHandoff) Reset() {
+	*x = MockKvHandoff{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MockKvHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MockKvHandoff) ProtoMessage() {}
+
+func (x *MockKvHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MockKvHandoff.ProtoReflect.Descriptor instead.
+func (*MockKvHandoff) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MockKvHandoff) GetHandoffId() string {
+	if x != nil {
+		return x.HandoffId
+	}
+	return ""
+}
+
+func (x *MockKvHandoff) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *MockKvHandoff) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
 }
 
 // GetKvEventsRequest asks for the recent events of one dp rank.
@@ -99,7 +513,7 @@ type GetKvEventsRequest struct {
 
 func (x *GetKvEventsRequest) Reset() {
 	*x = GetKvEventsRequest{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +525,7 @@ func (x *GetKvEventsRequest) String() string {
 func (*GetKvEventsRequest) ProtoMessage() {}
 
 func (x *GetKvEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[0]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +538,7 @@ func (x *GetKvEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvEventsRequest.ProtoReflect.Descriptor instead.
 func (*GetKvEventsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{0}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetKvEventsRequest) GetDpRank() uint32 {
@@ -162,7 +576,7 @@ type GetKvEventsResponse struct {
 
 func (x *GetKvEventsResponse) Reset() {
 	*x = GetKvEventsResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +588,7 @@ func (x *GetKvEventsResponse) String() string {
 func (*GetKvEventsResponse) ProtoMessage() {}
 
 func (x *GetKvEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +601,7 @@ func (x *GetKvEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvEventsResponse.ProtoReflect.Descriptor instead.
 func (*GetKvEventsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetKvEventsResponse) GetBatch() *KvEventBatch {
@@ -213,7 +627,7 @@ type GetKvStateRequest struct {
 
 func (x *GetKvStateRequest) Reset() {
 	*x = GetKvStateRequest{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +639,7 @@ func (x *GetKvStateRequest) String() string {
 func (*GetKvStateRequest) ProtoMessage() {}
 
 func (x *GetKvStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +652,7 @@ func (x *GetKvStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvStateRequest.ProtoReflect.Descriptor instead.
 func (*GetKvStateRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 // GetKvStateResponse is a part of one dp rank's state. A rank's state may
@@ -263,7 +677,7 @@ type GetKvStateResponse struct {
 
 func (x *GetKvStateResponse) Reset() {
 	*x = GetKvStateResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +689,7 @@ func (x *GetKvStateResponse) String() string {
 func (*GetKvStateResponse) ProtoMessage() {}
 
 func (x *GetKvStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +702,7 @@ func (x *GetKvStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvStateResponse.ProtoReflect.Descriptor instead.
 func (*GetKvStateResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetKvStateResponse) GetInstanceId() uint64 {
@@ -337,7 +751,7 @@ type WatchKvEventsRequest struct {
 
 func (x *WatchKvEventsRequest) Reset() {
 	*x = WatchKvEventsRequest{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +763,7 @@ func (x *WatchKvEventsRequest) String() string {
 func (*WatchKvEventsRequest) ProtoMessage() {}
 
 func (x *WatchKvEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +776,7 @@ func (x *WatchKvEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKvEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchKvEventsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchKvEventsRequest) GetFromEventIds() map[uint32]uint64 {
@@ -383,7 +797,7 @@ type WatchKvEventsResponse struct {
 
 func (x *WatchKvEventsResponse) Reset() {
 	*x = WatchKvEventsResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +809,7 @@ func (x *WatchKvEventsResponse) String() string {
 func (*WatchKvEventsResponse) ProtoMessage() {}
 
 func (x *WatchKvEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +822,7 @@ func (x *WatchKvEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKvEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchKvEventsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchKvEventsResponse) GetBatch() *KvEventBatch {
@@ -445,7 +859,7 @@ type SamplingParameters struct {
 
 func (x *SamplingParameters) Reset() {
 	*x = SamplingParameters{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +871,7 @@ func (x *SamplingParameters) String() string {
 func (*SamplingParameters) ProtoMessage() {}
 
 func (x *SamplingParameters) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +884,7 @@ func (x *SamplingParameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParameters.ProtoReflect.Descriptor instead.
 func (*SamplingParameters) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SamplingParameters) GetTemperature() float32 {
@@ -549,7 +963,7 @@ type StopConditions struct {
 
 func (x *StopConditions) Reset() {
 	*x = StopConditions{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +975,7 @@ func (x *StopConditions) String() string {
 func (*StopConditions) ProtoMessage() {}
 
 func (x *StopConditions) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +988,7 @@ func (x *StopConditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopConditions.ProtoReflect.Descriptor instead.
 func (*StopConditions) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StopConditions) GetStopTokenIds() []uint32 {
@@ -623,14 +1037,18 @@ type GenerateRequest struct {
 	// When set, every response carries the log probability of each generated
 	// token and of this many most likely alternatives at its position (0 to
 	// 20), as OpenAI's logprobs and top_logprobs.
-	Logprobs      *uint32 `protobuf:"varint,7,opt,name=logprobs,proto3,oneof" json:"logprobs,omitempty"`
+	Logprobs *uint32 `protobuf:"varint,7,opt,name=logprobs,proto3,oneof" json:"logprobs,omitempty"`
+	// Which leg of a disaggregated request this is; unset: the whole request.
+	Leg DisaggregationLeg `protobuf:"varint,8,opt,name=leg,proto3,enum=switchyard.worker.v1.DisaggregationLeg" json:"leg,omitempty"`
+	// The prefill leg's handoff, relayed as it was; set on a decode leg only.
+	Handoff       *KvHandoff `protobuf:"bytes,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +1060,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +1073,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GenerateRequest) GetRequestId() string {
@@ -707,6 +1125,20 @@ func (x *GenerateRequest) GetLogprobs() uint32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetLeg() DisaggregationLeg {
+	if x != nil {
+		return x.Leg
+	}
+	return DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED
+}
+
+func (x *GenerateRequest) GetHandoff() *KvHandoff {
+	if x != nil {
+		return x.Handoff
+	}
+	return nil
+}
+
 // Usage counts the tokens of a request.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -722,7 +1154,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1166,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1179,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -785,14 +1217,16 @@ type GenerateResponse struct {
 	// Why the generation failed, with finish_reason FINISH_REASON_ERROR.
 	ErrorMessage string `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// One entry per token of token_ids when the request set logprobs.
-	Logprobs      []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The KV handoff, on the last response of a prefill leg only.
+	Handoff       *KvHandoff `protobuf:"bytes,7,opt,name=handoff,proto3" json:"handoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1238,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1251,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerateResponse) GetTokenIds() []uint32 {
@@ -862,6 +1296,13 @@ func (x *GenerateResponse) GetLogprobs() []*TokenLogprob {
 	return nil
 }
 
+func (x *GenerateResponse) GetHandoff() *KvHandoff {
+	if x != nil {
+		return x.Handoff
+	}
+	return nil
+}
+
 // TokenLogprob is the log probability of one generated token and of the
 // most likely alternatives at its position.
 type TokenLogprob struct {
@@ -876,7 +1317,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1329,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1342,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenLogprob) GetLogprob() float32 {
@@ -931,7 +1372,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1384,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1397,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -996,7 +1437,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1449,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1462,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KvBlock) GetSequenceHash() uint64 {
@@ -1053,7 +1494,7 @@ type KvBlocksStored struct {
 
 func (x *KvBlocksStored) Reset() {
 	*x = KvBlocksStored{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1506,7 @@ func (x *KvBlocksStored) String() string {
 func (*KvBlocksStored) ProtoMessage() {}
 
 func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1519,7 @@ func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksStored.ProtoReflect.Descriptor instead.
 func (*KvBlocksStored) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KvBlocksStored) GetParentSequenceHash() uint64 {
@@ -1106,7 +1547,7 @@ type KvBlocksRemoved struct {
 
 func (x *KvBlocksRemoved) Reset() {
 	*x = KvBlocksRemoved{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1559,7 @@ func (x *KvBlocksRemoved) String() string {
 func (*KvBlocksRemoved) ProtoMessage() {}
 
 func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1572,7 @@ func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlocksRemoved) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KvBlocksRemoved) GetSequenceHashes() []uint64 {
@@ -1150,7 +1591,7 @@ type KvCacheCleared struct {
 
 func (x *KvCacheCleared) Reset() {
 	*x = KvCacheCleared{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1603,7 @@ func (x *KvCacheCleared) String() string {
 func (*KvCacheCleared) ProtoMessage() {}
 
 func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1616,7 @@ func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheCleared.ProtoReflect.Descriptor instead.
 func (*KvCacheCleared) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 // KvCacheEvent is one change to a worker's KV cache.
@@ -1195,7 +1636,7 @@ type KvCacheEvent struct {
 
 func (x *KvCacheEvent) Reset() {
 	*x = KvCacheEvent{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1648,7 @@ func (x *KvCacheEvent) String() string {
 func (*KvCacheEvent) ProtoMessage() {}
 
 func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1661,7 @@ func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEvent.ProtoReflect.Descriptor instead.
 func (*KvCacheEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KvCacheEvent) GetEvent() isKvCacheEvent_Event {
@@ -1307,7 +1748,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1760,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1773,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KvEventBatch) GetInstanceId() uint64 {
@@ -1406,7 +1847,7 @@ type LoadMetrics struct {
 
 func (x *LoadMetrics) Reset() {
 	*x = LoadMetrics{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1859,7 @@ func (x *LoadMetrics) String() string {
 func (*LoadMetrics) ProtoMessage() {}
 
 func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1872,7 @@ func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadMetrics.ProtoReflect.Descriptor instead.
 func (*LoadMetrics) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LoadMetrics) GetInstanceId() uint64 {
@@ -1526,7 +1967,7 @@ type RequestLoad struct {
 
 func (x *RequestLoad) Reset() {
 	*x = RequestLoad{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1979,7 @@ func (x *RequestLoad) String() string {
 func (*RequestLoad) ProtoMessage() {}
 
 func (x *RequestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1992,7 @@ func (x *RequestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
 func (*RequestLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RequestLoad) GetRequestId() string {
@@ -1612,7 +2053,7 @@ type TimingModel struct {
 
 func (x *TimingModel) Reset() {
 	*x = TimingModel{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +2065,7 @@ func (x *TimingModel) String() string {
 func (*TimingModel) ProtoMessage() {}
 
 func (x *TimingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +2078,7 @@ func (x *TimingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
 func (*TimingModel) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TimingModel) GetPrefillMsQuadratic() float64 {
@@ -1700,7 +2141,30 @@ var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"c\n" +
+	"\x14PullKvHandoffRequest\x12\x1d\n" +
+	"\n" +
+	"handoff_id\x18\x01 \x01(\tR\thandoffId\x12,\n" +
+	"\x12decode_instance_id\x18\x02 \x01(\x04R\x10decodeInstanceId\"/\n" +
+	"\x15PullKvHandoffResponse\x12\x16\n" +
+	"\x06blocks\x18\x01 \x01(\rR\x06blocks\"8\n" +
+	"\x17ReleaseKvHandoffRequest\x12\x1d\n" +
+	"\n" +
+	"handoff_id\x18\x01 \x01(\tR\thandoffId\"6\n" +
+	"\x18ReleaseKvHandoffResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xe6\x01\n" +
+	"\tKvHandoff\x128\n" +
+	"\x04kind\x18\x01 \x01(\x0e2$.switchyard.common.v1.KvTransferKindR\x04kind\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12.\n" +
+	"\x13prefill_instance_id\x18\x03 \x01(\x04R\x11prefillInstanceId\x12)\n" +
+	"\x0efirst_token_id\x18\x04 \x01(\rH\x00R\ffirstTokenId\x88\x01\x01\x12\x17\n" +
+	"\ahold_ms\x18\x05 \x01(\rR\x06holdMsB\x11\n" +
+	"\x0f_first_token_id\"`\n" +
+	"\rMockKvHandoff\x12\x1d\n" +
+	"\n" +
+	"handoff_id\x18\x01 \x01(\tR\thandoffId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\rR\x06blocks\"p\n" +
 	"\x12GetKvEventsRequest\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\rR\x06dpRank\x12\"\n" +
 	"\rfrom_event_id\x18\x02 \x01(\x04R\vfromEventId\x12\x1d\n" +
@@ -1740,7 +2204,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xb0\x02\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xa6\x03\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1750,19 +2214,22 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\rR\tmaxTokens\x128\n" +
 	"\x04stop\x18\x05 \x01(\v2$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n" +
-	"\blogprobs\x18\a \x01(\rH\x00R\blogprobs\x88\x01\x01B\v\n" +
+	"\blogprobs\x18\a \x01(\rH\x00R\blogprobs\x88\x01\x01\x129\n" +
+	"\x03leg\x18\b \x01(\x0e2'.switchyard.worker.v1.DisaggregationLegR\x03leg\x129\n" +
+	"\ahandoff\x18\t \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoffB\v\n" +
 	"\t_logprobs\"\x8b\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xb2\x02\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xed\x02\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\".switchyard.worker.v1.FinishReasonR\ffinishReason\x121\n" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n" +
 	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\x12>\n" +
-	"\blogprobs\x18\x06 \x03(\v2\".switchyard.worker.v1.TokenLogprobR\blogprobsB\a\n" +
+	"\blogprobs\x18\x06 \x03(\v2\".switchyard.worker.v1.TokenLogprobR\blogprobs\x129\n" +
+	"\ahandoff\x18\a \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoffB\a\n" +
 	"\x05_text\"\\\n" +
 	"\fTokenLogprob\x12\x18\n" +
 	"\alogprob\x18\x01 \x01(\x02R\alogprob\x122\n" +
@@ -1820,19 +2287,25 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x10decode_ms_linear\x18\x05 \x01(\x01R\x0edecodeMsLinear\x12$\n" +
 	"\x0edecode_ms_base\x18\x06 \x01(\x01R\fdecodeMsBase\x12\"\n" +
 	"\rdecode_ms_min\x18\a \x01(\x01R\vdecodeMsMin\x12,\n" +
-	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens*\x95\x01\n" +
+	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens*v\n" +
+	"\x11DisaggregationLeg\x12\"\n" +
+	"\x1eDISAGGREGATION_LEG_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aDISAGGREGATION_LEG_PREFILL\x10\x01\x12\x1d\n" +
+	"\x19DISAGGREGATION_LEG_DECODE\x10\x02*\x95\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x03\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x042\x9f\x03\n" +
+	"\x13FINISH_REASON_ERROR\x10\x042\xfc\x04\n" +
 	"\rWorkerService\x12[\n" +
 	"\bGenerate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12b\n" +
 	"\vGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12a\n" +
 	"\n" +
 	"GetKvState\x12'.switchyard.worker.v1.GetKvStateRequest\x1a(.switchyard.worker.v1.GetKvStateResponse0\x01\x12j\n" +
-	"\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01B\xe4\x01\n" +
+	"\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01\x12h\n" +
+	"\rPullKvHandoff\x12*.switchyard.worker.v1.PullKvHandoffRequest\x1a+.switchyard.worker.v1.PullKvHandoffResponse\x12q\n" +
+	"\x10ReleaseKvHandoff\x12-.switchyard.worker.v1.ReleaseKvHandoffRequest\x1a..switchyard.worker.v1.ReleaseKvHandoffResponseB\xe4\x01\n" +
 	"\x18com.switchyard.worker.v1B\vWorkerProtoP\x01ZIgithub.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1;workerv1\xa2\x02\x03SWX\xaa\x02\x14Switchyard.Worker.V1\xca\x02\x14Switchyard\\Worker\\V1\xe2\x02 Switchyard\\Worker\\V1\\GPBMetadata\xea\x02\x16Switchyard::Worker::V1b\x06proto3"
 
 var (
@@ -1847,66 +2320,82 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_switchyard_worker_v1_worker_proto_rawDescData
 }
 
-var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
-	(FinishReason)(0),             // 0: switchyard.worker.v1.FinishReason
-	(*GetKvEventsRequest)(nil),    // 1: switchyard.worker.v1.GetKvEventsRequest
-	(*GetKvEventsResponse)(nil),   // 2: switchyard.worker.v1.GetKvEventsResponse
-	(*GetKvStateRequest)(nil),     // 3: switchyard.worker.v1.GetKvStateRequest
-	(*GetKvStateResponse)(nil),    // 4: switchyard.worker.v1.GetKvStateResponse
-	(*WatchKvEventsRequest)(nil),  // 5: switchyard.worker.v1.WatchKvEventsRequest
-	(*WatchKvEventsResponse)(nil), // 6: switchyard.worker.v1.WatchKvEventsResponse
-	(*SamplingParameters)(nil),    // 7: switchyard.worker.v1.SamplingParameters
-	(*StopConditions)(nil),        // 8: switchyard.worker.v1.StopConditions
-	(*GenerateRequest)(nil),       // 9: switchyard.worker.v1.GenerateRequest
-	(*Usage)(nil),                 // 10: switchyard.worker.v1.Usage
-	(*GenerateResponse)(nil),      // 11: switchyard.worker.v1.GenerateResponse
-	(*TokenLogprob)(nil),          // 12: switchyard.worker.v1.TokenLogprob
-	(*TopLogprob)(nil),            // 13: switchyard.worker.v1.TopLogprob
-	(*KvBlock)(nil),               // 14: switchyard.worker.v1.KvBlock
-	(*KvBlocksStored)(nil),        // 15: switchyard.worker.v1.KvBlocksStored
-	(*KvBlocksRemoved)(nil),       // 16: switchyard.worker.v1.KvBlocksRemoved
-	(*KvCacheCleared)(nil),        // 17: switchyard.worker.v1.KvCacheCleared
-	(*KvCacheEvent)(nil),          // 18: switchyard.worker.v1.KvCacheEvent
-	(*KvEventBatch)(nil),          // 19: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),           // 20: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),           // 21: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),           // 22: switchyard.worker.v1.TimingModel
-	nil,                           // 23: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(DisaggregationLeg)(0),           // 0: switchyard.worker.v1.DisaggregationLeg
+	(FinishReason)(0),                // 1: switchyard.worker.v1.FinishReason
+	(*PullKvHandoffRequest)(nil),     // 2: switchyard.worker.v1.PullKvHandoffRequest
+	(*PullKvHandoffResponse)(nil),    // 3: switchyard.worker.v1.PullKvHandoffResponse
+	(*ReleaseKvHandoffRequest)(nil),  // 4: switchyard.worker.v1.ReleaseKvHandoffRequest
+	(*ReleaseKvHandoffResponse)(nil), // 5: switchyard.worker.v1.ReleaseKvHandoffResponse
+	(*KvHandoff)(nil),                // 6: switchyard.worker.v1.KvHandoff
+	(*MockKvHandoff)(nil),            // 7: switchyard.worker.v1.MockKvHandoff
+	(*GetKvEventsRequest)(nil),       // 8: switchyard.worker.v1.GetKvEventsRequest
+	(*GetKvEventsResponse)(nil),      // 9: switchyard.worker.v1.GetKvEventsResponse
+	(*GetKvStateRequest)(nil),        // 10: switchyard.worker.v1.GetKvStateRequest
+	(*GetKvStateResponse)(nil),       // 11: switchyard.worker.v1.GetKvStateResponse
+	(*WatchKvEventsRequest)(nil),     // 12: switchyard.worker.v1.WatchKvEventsRequest
+	(*WatchKvEventsResponse)(nil),    // 13: switchyard.worker.v1.WatchKvEventsResponse
+	(*SamplingParameters)(nil),       // 14: switchyard.worker.v1.SamplingParameters
+	(*StopConditions)(nil),           // 15: switchyard.worker.v1.StopConditions
+	(*GenerateRequest)(nil),          // 16: switchyard.worker.v1.GenerateRequest
+	(*Usage)(nil),                    // 17: switchyard.worker.v1.Usage
+	(*GenerateResponse)(nil),         // 18: switchyard.worker.v1.GenerateResponse
+	(*TokenLogprob)(nil),             // 19: switchyard.worker.v1.TokenLogprob
+	(*TopLogprob)(nil),               // 20: switchyard.worker.v1.TopLogprob
+	(*KvBlock)(nil),                  // 21: switchyard.worker.v1.KvBlock
+	(*KvBlocksStored)(nil),           // 22: switchyard.worker.v1.KvBlocksStored
+	(*KvBlocksRemoved)(nil),          // 23: switchyard.worker.v1.KvBlocksRemoved
+	(*KvCacheCleared)(nil),           // 24: switchyard.worker.v1.KvCacheCleared
+	(*KvCacheEvent)(nil),             // 25: switchyard.worker.v1.KvCacheEvent
+	(*KvEventBatch)(nil),             // 26: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),              // 27: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),              // 28: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),              // 29: switchyard.worker.v1.TimingModel
+	nil,                              // 30: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(v1.KvTransferKind)(0),           // 31: switchyard.common.v1.KvTransferKind
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	19, // 0: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	23, // 1: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	19, // 2: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	7,  // 3: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
-	8,  // 4: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
-	0,  // 5: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
-	10, // 6: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
-	12, // 7: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
-	13, // 8: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
-	14, // 9: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	15, // 10: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	16, // 11: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	17, // 12: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	18, // 13: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	24, // 14: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	22, // 15: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	21, // 16: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	9,  // 17: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	1,  // 18: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	3,  // 19: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	5,  // 20: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	11, // 21: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	2,  // 22: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	4,  // 23: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	6,  // 24: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	31, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
+	26, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	30, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	26, // 3: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	14, // 4: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
+	15, // 5: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
+	0,  // 6: switchyard.worker.v1.GenerateRequest.leg:type_name -> switchyard.worker.v1.DisaggregationLeg
+	6,  // 7: switchyard.worker.v1.GenerateRequest.handoff:type_name -> switchyard.worker.v1.KvHandoff
+	1,  // 8: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
+	17, // 9: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
+	19, // 10: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	6,  // 11: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
+	20, // 12: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	21, // 13: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	22, // 14: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	23, // 15: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	24, // 16: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	25, // 17: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	32, // 18: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	29, // 19: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	28, // 20: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	16, // 21: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	8,  // 22: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	10, // 23: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	12, // 24: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	2,  // 25: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
+	4,  // 26: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
+	18, // 27: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	9,  // 28: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	11, // 29: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	13, // 30: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	3,  // 31: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
+	5,  // 32: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -1914,11 +2403,12 @@ func file_switchyard_worker_v1_worker_proto_init() {
 	if File_switchyard_worker_v1_worker_proto != nil {
 		return
 	}
-	file_switchyard_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[8].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[4].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
 	file_switchyard_worker_v1_worker_proto_msgTypes[14].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{
+	file_switchyard_worker_v1_worker_proto_msgTypes[16].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[20].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[23].OneofWrappers = []any{
 		(*KvCacheEvent_Stored)(nil),
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
@@ -1928,8 +2418,8 @@ func file_switchyard_worker_v1_worker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkerService_Generate_FullMethodName      = "/switchyard.worker.v1.WorkerService/Generate"
-	WorkerService_GetKvEvents_FullMethodName   = "/switchyard.worker.v1.WorkerService/GetKvEvents"
-	WorkerService_GetKvState_FullMethodName    = "/switchyard.worker.v1.WorkerService/GetKvState"
-	WorkerService_WatchKvEvents_FullMethodName = "/switchyard.worker.v1.WorkerService/WatchKvEvents"
+	WorkerService_Generate_FullMethodName         = "/switchyard.worker.v1.WorkerService/Generate"
+	WorkerService_GetKvEvents_FullMethodName      = "/switchyard.worker.v1.WorkerService/GetKvEvents"
+	WorkerService_GetKvState_FullMethodName       = "/switchyard.worker.v1.WorkerService/GetKvState"
+	WorkerService_WatchKvEvents_FullMethodName    = "/switchyard.worker.v1.WorkerService/WatchKvEvents"
+	WorkerService_PullKvHandoff_FullMethodName    = "/switchyard.worker.v1.WorkerService/PullKvHandoff"
+	WorkerService_ReleaseKvHandoff_FullMethodName = "/switchyard.worker.v1.WorkerService/ReleaseKvHandoff"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -64,6 +66,17 @@ type WorkerServiceClient interface {
 	// further behind than the ring (the server reads the ring at the
 	// watcher's pace and buffers nothing for it).
 	WatchKvEvents(ctx context.Context, in *WatchKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKvEventsResponse], error)
+	// PullKvHandoff is the decode side of the mock KV transfer: it takes the
+	// blocks a prefill leg of this worker holds for a handoff, which the
+	// worker then frees. A handoff that is unknown, already taken, released
+	// or past its hold is NOT_FOUND with reason KV_HANDOFF_NOT_FOUND. Workers
+	// that hand over no KV answer UNIMPLEMENTED.
+	PullKvHandoff(ctx context.Context, in *PullKvHandoffRequest, opts ...grpc.CallOption) (*PullKvHandoffResponse, error)
+	// ReleaseKvHandoff frees the blocks held for a handoff without taking
+	// them: the request ended before its decode leg pulled them (the client
+	// left, the decode leg failed). Releasing a handoff that is no longer
+	// held is no error (released = false).
+	ReleaseKvHandoff(ctx context.Context, in *ReleaseKvHandoffRequest, opts ...grpc.CallOption) (*ReleaseKvHandoffResponse, error)
 }
 
 type workerServiceClient struct {
@@ -141,6 +154,26 @@ func (c *workerServiceClient) WatchKvEvents(ctx context.Context, in *WatchKvEven
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchKvEventsClient = grpc.ServerStreamingClient[WatchKvEventsResponse]
 
+func (c *workerServiceClient) PullKvHandoff(ctx context.Context, in *PullKvHandoffRequest, opts ...grpc.CallOption) (*PullKvHandoffResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullKvHandoffResponse)
+	err := c.cc.Invoke(ctx, WorkerService_PullKvHandoff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) ReleaseKvHandoff(ctx context.Context, in *ReleaseKvHandoffRequest, opts ...grpc.CallOption) (*ReleaseKvHandoffResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseKvHandoffResponse)
+	err := c.cc.Invoke(ctx, WorkerService_ReleaseKvHandoff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -180,6 +213,17 @@ type WorkerServiceServer interface {
 	// further behind than the ring (the server reads the ring at the
 	// watcher's pace and buffers nothing for it).
 	WatchKvEvents(*WatchKvEventsRequest, grpc.ServerStreamingServer[WatchKvEventsResponse]) error
+	// PullKvHandoff is the decode side of the mock KV transfer: it takes the
+	// blocks a prefill leg of this worker holds for a handoff, which the
+	// worker then frees. A handoff that is unknown, already taken, released
+	// or past its hold is NOT_FOUND with reason KV_HANDOFF_NOT_FOUND. Workers
+	// that hand over no KV answer UNIMPLEMENTED.
+	PullKvHandoff(context.Context, *PullKvHandoffRequest) (*PullKvHandoffResponse, error)
+	// ReleaseKvHandoff frees the blocks held for a handoff without taking
+	// them: the request ended before its decode leg pulled them (the client
+	// left, the decode leg failed). Releasing a handoff that is no longer
+	// held is no error (released = false).
+	ReleaseKvHandoff(context.Context, *ReleaseKvHandoffRequest) (*ReleaseKvHandoffResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -201,6 +245,12 @@ func (UnimplementedWorkerServiceServer) GetKvState(*GetKvStateRequest, grpc.Serv
 }
 func (UnimplementedWorkerServiceServer) WatchKvEvents(*WatchKvEventsRequest, grpc.ServerStreamingServer[WatchKvEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchKvEvents not implemented")
+}
+func (UnimplementedWorkerServiceServer) PullKvHandoff(context.Context, *PullKvHandoffRequest) (*PullKvHandoffResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullKvHandoff not implemented")
+}
+func (UnimplementedWorkerServiceServer) ReleaseKvHandoff(context.Context, *ReleaseKvHandoffRequest) (*ReleaseKvHandoffResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseKvHandoff not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -274,6 +324,42 @@ func _WorkerService_WatchKvEvents_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchKvEventsServer = grpc.ServerStreamingServer[WatchKvEventsResponse]
 
+func _WorkerService_PullKvHandoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullKvHandoffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).PullKvHandoff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_PullKvHandoff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).PullKvHandoff(ctx, req.(*PullKvHandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerService_ReleaseKvHandoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseKvHandoffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).ReleaseKvHandoff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_ReleaseKvHandoff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).ReleaseKvHandoff(ctx, req.(*ReleaseKvHandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -284,6 +370,14 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetKvEvents",
 			Handler:    _WorkerService_GetKvEvents_Handler,
+		},
+		{
+			MethodName: "PullKvHandoff",
+			Handler:    _WorkerService_PullKvHandoff_Handler,
+		},
+		{
+			MethodName: "ReleaseKvHandoff",
+			Handler:    _WorkerService_ReleaseKvHandoff_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

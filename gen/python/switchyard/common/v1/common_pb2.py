@@ -13,13 +13,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/common/v1/common.proto\x12\x14switchyard.common.v1\"E\n\tTransport\x12\x10\n\x03tcp\x18\x01 \x01(\tR\x03tcp\x12\x12\n\x04http\x18\x02 \x01(\tR\x04http\x12\x12\n\x04nats\x18\x03 \x01(\tR\x04natsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/common/v1/common.proto\x12\x14switchyard.common.v1\"E\n\tTransport\x12\x10\n\x03tcp\x18\x01 \x01(\tR\x03tcp\x12\x12\n\x04http\x18\x02 \x01(\tR\x04http\x12\x12\n\x04nats\x18\x03 \x01(\tR\x04nats\"\xab\x01\n\nKvTransfer\x12\x38\n\x04kind\x18\x01 \x01(\x0e\x32$.switchyard.common.v1.KvTransferKindR\x04kind\x12\x1b\n\tengine_id\x18\x02 \x01(\tR\x08\x65ngineId\x12\x18\n\x07\x61\x64\x64ress\x18\x03 \x01(\tR\x07\x61\x64\x64ress\x12,\n\x12\x64\x61ta_parallel_size\x18\x04 \x01(\rR\x10\x64\x61taParallelSize*M\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0c\n\x08ROLE_AGG\x10\x01\x12\x10\n\x0cROLE_PREFILL\x10\x02\x12\x0f\n\x0bROLE_DECODE\x10\x03*\xa7\x01\n\x0eKvTransferKind\x12 \n\x1cKV_TRANSFER_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15KV_TRANSFER_KIND_NIXL\x10\x01\x12\x1d\n\x19KV_TRANSFER_KIND_MOONCAKE\x10\x02\x12\x1e\n\x1aKV_TRANSFER_KIND_BOOTSTRAP\x10\x03\x12\x19\n\x15KV_TRANSFER_KIND_MOCK\x10\x04\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.common.v1.common_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
+  _ROLE._serialized_start=304
+  _ROLE._serialized_end=381
+  _KVTRANSFERKIND._serialized_start=384
+  _KVTRANSFERKIND._serialized_end=551
   _TRANSPORT._serialized_start=59
   _TRANSPORT._serialized_end=128
+  _KVTRANSFER._serialized_start=131
+  _KVTRANSFER._serialized_end=302
 # @@protoc_insertion_point(module_scope)

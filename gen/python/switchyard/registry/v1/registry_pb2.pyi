@@ -140,7 +140,7 @@ class GrantLeaseResponse(_message.Message):
     def __init__(self, lease_id: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., lease_token: _Optional[str] = ...) -> None: ...
 
 class Instance(_message.Message):
-    __slots__ = ["component", "endpoint", "instance_id", "metadata", "namespace", "transport"]
+    __slots__ = ["component", "endpoint", "instance_id", "kv_transfer", "metadata", "namespace", "role", "transport"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,16 +151,20 @@ class Instance(_message.Message):
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     component: str
     endpoint: str
     instance_id: int
+    kv_transfer: _common_pb2.KvTransfer
     metadata: _containers.ScalarMap[str, str]
     namespace: str
+    role: _common_pb2.Role
     transport: _common_pb2.Transport
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., kv_transfer: _Optional[_Union[_common_pb2.KvTransfer, _Mapping]] = ...) -> None: ...
 
 class InstanceEvent(_message.Message):
     __slots__ = ["instance", "revision", "type"]

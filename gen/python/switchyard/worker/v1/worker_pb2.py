@@ -12,9 +12,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from switchyard.common.v1 import common_pb2 as switchyard_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n\x12GetKvEventsRequest\x12\x17\n\x07\x64p_rank\x18\x01 \x01(\rR\x06\x64pRank\x12\"\n\rfrom_event_id\x18\x02 \x01(\x04R\x0b\x66romEventId\x12\x1d\n\nmax_events\x18\x03 \x01(\rR\tmaxEvents\"s\n\x13GetKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\x12\"\n\rlast_event_id\x18\x02 \x01(\x04R\x0blastEventId\"\x13\n\x11GetKvStateRequest\"\xa6\x01\n\x12GetKvStateResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x19\n\x08\x65vent_id\x18\x03 \x01(\x04R\x07\x65ventId\x12\'\n\x0fsequence_hashes\x18\x04 \x03(\x04R\x0esequenceHashes\x12\x12\n\x04last\x18\x05 \x01(\x08R\x04last\"\xbb\x01\n\x14WatchKvEventsRequest\x12\x62\n\x0e\x66rom_event_ids\x18\x01 \x03(\x0b\x32<.switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntryR\x0c\x66romEventIds\x1a?\n\x11\x46romEventIdsEntry\x12\x10\n\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"Q\n\x15WatchKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\"\x9e\x02\n\x12SamplingParameters\x12 \n\x0btemperature\x18\x01 \x01(\x02R\x0btemperature\x12\x13\n\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n\x05top_k\x18\x03 \x01(\x05R\x04topK\x12\x13\n\x05min_p\x18\x04 \x01(\x02R\x04minP\x12\x17\n\x04seed\x18\x05 \x01(\x04H\x00R\x04seed\x88\x01\x01\x12+\n\x11\x66requency_penalty\x18\x06 \x01(\x02R\x10\x66requencyPenalty\x12)\n\x10presence_penalty\x18\x07 \x01(\x02R\x0fpresencePenalty\x12-\n\x12repetition_penalty\x18\x08 \x01(\x02R\x11repetitionPenaltyB\x07\n\x05_seed\"\x97\x01\n\x0eStopConditions\x12$\n\x0estop_token_ids\x18\x01 \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x02 \x01(\x08R\tignoreEos\x12\x1d\n\nmin_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n\x0cstop_strings\x18\x04 \x03(\tR\x0bstopStrings\"\xb0\x02\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12\x44\n\x08sampling\x18\x03 \x01(\x0b\x32(.switchyard.worker.v1.SamplingParametersR\x08sampling\x12\x1d\n\nmax_tokens\x18\x04 \x01(\rR\tmaxTokens\x12\x38\n\x04stop\x18\x05 \x01(\x0b\x32$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n\x08logprobs\x18\x07 \x01(\rH\x00R\x08logprobs\x88\x01\x01\x42\x0b\n\t_logprobs\"\x8b\x01\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12\x30\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\rR\x12\x63\x61\x63hedPromptTokens\"\xb2\x02\n\x10GenerateResponse\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x17\n\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n\rfinish_reason\x18\x03 \x01(\x0e\x32\".switchyard.worker.v1.FinishReasonR\x0c\x66inishReason\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\x12>\n\x08logprobs\x18\x06 \x03(\x0b\x32\".switchyard.worker.v1.TokenLogprobR\x08logprobsB\x07\n\x05_text\"\\\n\x0cTokenLogprob\x12\x18\n\x07logprob\x18\x01 \x01(\x02R\x07logprob\x12\x32\n\x03top\x18\x02 \x03(\x0b\x32 .switchyard.worker.v1.TopLogprobR\x03top\"A\n\nTopLogprob\x12\x19\n\x08token_id\x18\x01 \x01(\rR\x07tokenId\x12\x18\n\x07logprob\x18\x02 \x01(\x02R\x07logprob\"M\n\x07KvBlock\x12#\n\rsequence_hash\x18\x01 \x01(\x04R\x0csequenceHash\x12\x1d\n\nlocal_hash\x18\x02 \x01(\x04R\tlocalHash\"\x97\x01\n\x0eKvBlocksStored\x12\x35\n\x14parent_sequence_hash\x18\x01 \x01(\x04H\x00R\x12parentSequenceHash\x88\x01\x01\x12\x35\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1d.switchyard.worker.v1.KvBlockR\x06\x62locksB\x17\n\x15_parent_sequence_hash\":\n\x0fKvBlocksRemoved\x12\'\n\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\"\x10\n\x0eKvCacheCleared\"\xdc\x01\n\x0cKvCacheEvent\x12>\n\x06stored\x18\x01 \x01(\x0b\x32$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12\x41\n\x07removed\x18\x02 \x01(\x0b\x32%.switchyard.worker.v1.KvBlocksRemovedH\x00R\x07removed\x12@\n\x07\x63leared\x18\x03 \x01(\x0b\x32$.switchyard.worker.v1.KvCacheClearedH\x00R\x07\x63learedB\x07\n\x05\x65vent\"\xaa\x01\n\x0cKvEventBatch\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12$\n\x0e\x66irst_event_id\x18\x03 \x01(\x04R\x0c\x66irstEventId\x12:\n\x06\x65vents\x18\x04 \x03(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x06\x65vents\"\x90\x04\n\x0bLoadMetrics\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x30\n\x14\x61\x63tive_decode_blocks\x18\x03 \x01(\x04R\x12\x61\x63tiveDecodeBlocks\x12\x32\n\x15\x61\x63tive_prefill_tokens\x18\x04 \x01(\x04R\x13\x61\x63tivePrefillTokens\x12$\n\x0ekv_blocks_used\x18\x05 \x01(\x04R\x0ckvBlocksUsed\x12&\n\x0fkv_blocks_total\x18\x06 \x01(\x04R\rkvBlocksTotal\x12)\n\x10waiting_requests\x18\x07 \x01(\rR\x0fwaitingRequests\x12)\n\x10running_requests\x18\x08 \x01(\rR\x0frunningRequests\x12\x38\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12\x44\n\x0ctiming_model\x18\n \x01(\x0b\x32!.switchyard.worker.v1.TimingModelR\x0btimingModel\x12=\n\x08requests\x18\x0b \x03(\x0b\x32!.switchyard.worker.v1.RequestLoadR\x08requests\"x\n\x0bRequestLoad\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12%\n\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n\rdecode_blocks\x18\x03 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf3\x02\n\x0bTimingModel\x12\x30\n\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n\x14prefill_ms_per_batch\x18\x03 \x01(\x01R\x11prefillMsPerBatch\x12.\n\x13\x64\x65\x63ode_ms_quadratic\x18\x04 \x01(\x01R\x11\x64\x65\x63odeMsQuadratic\x12(\n\x10\x64\x65\x63ode_ms_linear\x18\x05 \x01(\x01R\x0e\x64\x65\x63odeMsLinear\x12$\n\x0e\x64\x65\x63ode_ms_base\x18\x06 \x01(\x01R\x0c\x64\x65\x63odeMsBase\x12\"\n\rdecode_ms_min\x18\x07 \x01(\x01R\x0b\x64\x65\x63odeMsMin\x12,\n\x12max_batched_tokens\x18\x08 \x01(\rR\x10maxBatchedTokens*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04\x32\x9f\x03\n\rWorkerService\x12[\n\x08Generate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12\x62\n\x0bGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12\x61\n\nGetKvState\x12\'.switchyard.worker.v1.GetKvStateRequest\x1a(.switchyard.worker.v1.GetKvStateResponse0\x01\x12j\n\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"c\n\x14PullKvHandoffRequest\x12\x1d\n\nhandoff_id\x18\x01 \x01(\tR\thandoffId\x12,\n\x12\x64\x65\x63ode_instance_id\x18\x02 \x01(\x04R\x10\x64\x65\x63odeInstanceId\"/\n\x15PullKvHandoffResponse\x12\x16\n\x06\x62locks\x18\x01 \x01(\rR\x06\x62locks\"8\n\x17ReleaseKvHandoffRequest\x12\x1d\n\nhandoff_id\x18\x01 \x01(\tR\thandoffId\"6\n\x18ReleaseKvHandoffResponse\x12\x1a\n\x08released\x18\x01 \x01(\x08R\x08released\"\xe6\x01\n\tKvHandoff\x12\x38\n\x04kind\x18\x01 \x01(\x0e\x32$.switchyard.common.v1.KvTransferKindR\x04kind\x12\x18\n\x07payload\x18\x02 \x01(\x0cR\x07payload\x12.\n\x13prefill_instance_id\x18\x03 \x01(\x04R\x11prefillInstanceId\x12)\n\x0e\x66irst_token_id\x18\x04 \x01(\rH\x00R\x0c\x66irstTokenId\x88\x01\x01\x12\x17\n\x07hold_ms\x18\x05 \x01(\rR\x06holdMsB\x11\n\x0f_first_token_id\"`\n\rMockKvHandoff\x12\x1d\n\nhandoff_id\x18\x01 \x01(\tR\thandoffId\x12\x18\n\x07\x61\x64\x64ress\x18\x02 \x01(\tR\x07\x61\x64\x64ress\x12\x16\n\x06\x62locks\x18\x03 \x01(\rR\x06\x62locks\"p\n\x12GetKvEventsRequest\x12\x17\n\x07\x64p_rank\x18\x01 \x01(\rR\x06\x64pRank\x12\"\n\rfrom_event_id\x18\x02 \x01(\x04R\x0b\x66romEventId\x12\x1d\n\nmax_events\x18\x03 \x01(\rR\tmaxEvents\"s\n\x13GetKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\x12\"\n\rlast_event_id\x18\x02 \x01(\x04R\x0blastEventId\"\x13\n\x11GetKvStateRequest\"\xa6\x01\n\x12GetKvStateResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x19\n\x08\x65vent_id\x18\x03 \x01(\x04R\x07\x65ventId\x12\'\n\x0fsequence_hashes\x18\x04 \x03(\x04R\x0esequenceHashes\x12\x12\n\x04last\x18\x05 \x01(\x08R\x04last\"\xbb\x01\n\x14WatchKvEventsRequest\x12\x62\n\x0e\x66rom_event_ids\x18\x01 \x03(\x0b\x32<.switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntryR\x0c\x66romEventIds\x1a?\n\x11\x46romEventIdsEntry\x12\x10\n\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"Q\n\x15WatchKvEventsResponse\x12\x38\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\".switchyard.worker.v1.KvEventBatchR\x05\x62\x61tch\"\x9e\x02\n\x12SamplingParameters\x12 \n\x0btemperature\x18\x01 \x01(\x02R\x0btemperature\x12\x13\n\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n\x05top_k\x18\x03 \x01(\x05R\x04topK\x12\x13\n\x05min_p\x18\x04 \x01(\x02R\x04minP\x12\x17\n\x04seed\x18\x05 \x01(\x04H\x00R\x04seed\x88\x01\x01\x12+\n\x11\x66requency_penalty\x18\x06 \x01(\x02R\x10\x66requencyPenalty\x12)\n\x10presence_penalty\x18\x07 \x01(\x02R\x0fpresencePenalty\x12-\n\x12repetition_penalty\x18\x08 \x01(\x02R\x11repetitionPenaltyB\x07\n\x05_seed\"\x97\x01\n\x0eStopConditions\x12$\n\x0estop_token_ids\x18\x01 \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x02 \x01(\x08R\tignoreEos\x12\x1d\n\nmin_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n\x0cstop_strings\x18\x04 \x03(\tR\x0bstopStrings\"\xa6\x03\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12\x44\n\x08sampling\x18\x03 \x01(\x0b\x32(.switchyard.worker.v1.SamplingParametersR\x08sampling\x12\x1d\n\nmax_tokens\x18\x04 \x01(\rR\tmaxTokens\x12\x38\n\x04stop\x18\x05 \x01(\x0b\x32$.switchyard.worker.v1.StopConditionsR\x04stop\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n\x08logprobs\x18\x07 \x01(\rH\x00R\x08logprobs\x88\x01\x01\x12\x39\n\x03leg\x18\x08 \x01(\x0e\x32\'.switchyard.worker.v1.DisaggregationLegR\x03leg\x12\x39\n\x07handoff\x18\t \x01(\x0b\x32\x1f.switchyard.worker.v1.KvHandoffR\x07handoffB\x0b\n\t_logprobs\"\x8b\x01\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12\x30\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\rR\x12\x63\x61\x63hedPromptTokens\"\xed\x02\n\x10GenerateResponse\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x17\n\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n\rfinish_reason\x18\x03 \x01(\x0e\x32\".switchyard.worker.v1.FinishReasonR\x0c\x66inishReason\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\x12>\n\x08logprobs\x18\x06 \x03(\x0b\x32\".switchyard.worker.v1.TokenLogprobR\x08logprobs\x12\x39\n\x07handoff\x18\x07 \x01(\x0b\x32\x1f.switchyard.worker.v1.KvHandoffR\x07handoffB\x07\n\x05_text\"\\\n\x0cTokenLogprob\x12\x18\n\x07logprob\x18\x01 \x01(\x02R\x07logprob\x12\x32\n\x03top\x18\x02 \x03(\x0b\x32 .switchyard.worker.v1.TopLogprobR\x03top\"A\n\nTopLogprob\x12\x19\n\x08token_id\x18\x01 \x01(\rR\x07tokenId\x12\x18\n\x07logprob\x18\x02 \x01(\x02R\x07logprob\"M\n\x07KvBlock\x12#\n\rsequence_hash\x18\x01 \x01(\x04R\x0csequenceHash\x12\x1d\n\nlocal_hash\x18\x02 \x01(\x04R\tlocalHash\"\x97\x01\n\x0eKvBlocksStored\x12\x35\n\x14parent_sequence_hash\x18\x01 \x01(\x04H\x00R\x12parentSequenceHash\x88\x01\x01\x12\x35\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1d.switchyard.worker.v1.KvBlockR\x06\x62locksB\x17\n\x15_parent_sequence_hash\":\n\x0fKvBlocksRemoved\x12\'\n\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\"\x10\n\x0eKvCacheCleared\"\xdc\x01\n\x0cKvCacheEvent\x12>\n\x06stored\x18\x01 \x01(\x0b\x32$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12\x41\n\x07removed\x18\x02 \x01(\x0b\x32%.switchyard.worker.v1.KvBlocksRemovedH\x00R\x07removed\x12@\n\x07\x63leared\x18\x03 \x01(\x0b\x32$.switchyard.worker.v1.KvCacheClearedH\x00R\x07\x63learedB\x07\n\x05\x65vent\"\xaa\x01\n\x0cKvEventBatch\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12$\n\x0e\x66irst_event_id\x18\x03 \x01(\x04R\x0c\x66irstEventId\x12:\n\x06\x65vents\x18\x04 \x03(\x0b\x32\".switchyard.worker.v1.KvCacheEventR\x06\x65vents\"\x90\x04\n\x0bLoadMetrics\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\x30\n\x14\x61\x63tive_decode_blocks\x18\x03 \x01(\x04R\x12\x61\x63tiveDecodeBlocks\x12\x32\n\x15\x61\x63tive_prefill_tokens\x18\x04 \x01(\x04R\x13\x61\x63tivePrefillTokens\x12$\n\x0ekv_blocks_used\x18\x05 \x01(\x04R\x0ckvBlocksUsed\x12&\n\x0fkv_blocks_total\x18\x06 \x01(\x04R\rkvBlocksTotal\x12)\n\x10waiting_requests\x18\x07 \x01(\rR\x0fwaitingRequests\x12)\n\x10running_requests\x18\x08 \x01(\rR\x0frunningRequests\x12\x38\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12\x44\n\x0ctiming_model\x18\n \x01(\x0b\x32!.switchyard.worker.v1.TimingModelR\x0btimingModel\x12=\n\x08requests\x18\x0b \x03(\x0b\x32!.switchyard.worker.v1.RequestLoadR\x08requests\"x\n\x0bRequestLoad\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12%\n\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n\rdecode_blocks\x18\x03 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xf3\x02\n\x0bTimingModel\x12\x30\n\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n\x14prefill_ms_per_batch\x18\x03 \x01(\x01R\x11prefillMsPerBatch\x12.\n\x13\x64\x65\x63ode_ms_quadratic\x18\x04 \x01(\x01R\x11\x64\x65\x63odeMsQuadratic\x12(\n\x10\x64\x65\x63ode_ms_linear\x18\x05 \x01(\x01R\x0e\x64\x65\x63odeMsLinear\x12$\n\x0e\x64\x65\x63ode_ms_base\x18\x06 \x01(\x01R\x0c\x64\x65\x63odeMsBase\x12\"\n\rdecode_ms_min\x18\x07 \x01(\x01R\x0b\x64\x65\x63odeMsMin\x12,\n\x12max_batched_tokens\x18\x08 \x01(\rR\x10maxBatchedTokens*v\n\x11\x44isaggregationLeg\x12\"\n\x1e\x44ISAGGREGATION_LEG_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44ISAGGREGATION_LEG_PREFILL\x10\x01\x12\x1d\n\x19\x44ISAGGREGATION_LEG_DECODE\x10\x02*\x95\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04\x32\xfc\x04\n\rWorkerService\x12[\n\x08Generate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12\x62\n\x0bGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12\x61\n\nGetKvState\x12\'.switchyard.worker.v1.GetKvStateRequest\x1a(.switchyard.worker.v1.GetKvStateResponse0\x01\x12j\n\rWatchKvEvents\x12*.switchyard.worker.v1.WatchKvEventsRequest\x1a+.switchyard.worker.v1.WatchKvEventsResponse0\x01\x12h\n\rPullKvHandoff\x12*.switchyard.worker.v1.PullKvHandoffRequest\x1a+.switchyard.worker.v1.PullKvHandoffResponse\x12q\n\x10ReleaseKvHandoff\x12-.switchyard.worker.v1.ReleaseKvHandoffRequest\x1a..switchyard.worker.v1.ReleaseKvHandoffResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.worker.v1.worker_pb2', globals())
@@ -23,54 +24,68 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._options = None
   _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_options = b'8\001'
-  _FINISHREASON._serialized_start=3883
-  _FINISHREASON._serialized_end=4032
-  _GETKVEVENTSREQUEST._serialized_start=92
-  _GETKVEVENTSREQUEST._serialized_end=204
-  _GETKVEVENTSRESPONSE._serialized_start=206
-  _GETKVEVENTSRESPONSE._serialized_end=321
-  _GETKVSTATEREQUEST._serialized_start=323
-  _GETKVSTATEREQUEST._serialized_end=342
-  _GETKVSTATERESPONSE._serialized_start=345
-  _GETKVSTATERESPONSE._serialized_end=511
-  _WATCHKVEVENTSREQUEST._serialized_start=514
-  _WATCHKVEVENTSREQUEST._serialized_end=701
-  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_start=638
-  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_end=701
-  _WATCHKVEVENTSRESPONSE._serialized_start=703
-  _WATCHKVEVENTSRESPONSE._serialized_end=784
-  _SAMPLINGPARAMETERS._serialized_start=787
-  _SAMPLINGPARAMETERS._serialized_end=1073
-  _STOPCONDITIONS._serialized_start=1076
-  _STOPCONDITIONS._serialized_end=1227
-  _GENERATEREQUEST._serialized_start=1230
-  _GENERATEREQUEST._serialized_end=1534
-  _USAGE._serialized_start=1537
-  _USAGE._serialized_end=1676
-  _GENERATERESPONSE._serialized_start=1679
-  _GENERATERESPONSE._serialized_end=1985
-  _TOKENLOGPROB._serialized_start=1987
-  _TOKENLOGPROB._serialized_end=2079
-  _TOPLOGPROB._serialized_start=2081
-  _TOPLOGPROB._serialized_end=2146
-  _KVBLOCK._serialized_start=2148
-  _KVBLOCK._serialized_end=2225
-  _KVBLOCKSSTORED._serialized_start=2228
-  _KVBLOCKSSTORED._serialized_end=2379
-  _KVBLOCKSREMOVED._serialized_start=2381
-  _KVBLOCKSREMOVED._serialized_end=2439
-  _KVCACHECLEARED._serialized_start=2441
-  _KVCACHECLEARED._serialized_end=2457
-  _KVCACHEEVENT._serialized_start=2460
-  _KVCACHEEVENT._serialized_end=2680
-  _KVEVENTBATCH._serialized_start=2683
-  _KVEVENTBATCH._serialized_end=2853
-  _LOADMETRICS._serialized_start=2856
-  _LOADMETRICS._serialized_end=3384
-  _REQUESTLOAD._serialized_start=3386
-  _REQUESTLOAD._serialized_end=3506
-  _TIMINGMODEL._serialized_start=3509
-  _TIMINGMODEL._serialized_end=3880
-  _WORKERSERVICE._serialized_start=4035
-  _WORKERSERVICE._serialized_end=4450
+  _DISAGGREGATIONLEG._serialized_start=4689
+  _DISAGGREGATIONLEG._serialized_end=4807
+  _FINISHREASON._serialized_start=4810
+  _FINISHREASON._serialized_end=4959
+  _PULLKVHANDOFFREQUEST._serialized_start=127
+  _PULLKVHANDOFFREQUEST._serialized_end=226
+  _PULLKVHANDOFFRESPONSE._serialized_start=228
+  _PULLKVHANDOFFRESPONSE._serialized_end=275
+  _RELEASEKVHANDOFFREQUEST._serialized_start=277
+  _RELEASEKVHANDOFFREQUEST._serialized_end=333
+  _RELEASEKVHANDOFFRESPONSE._serialized_start=335
+  _RELEASEKVHANDOFFRESPONSE._serialized_end=389
+  _KVHANDOFF._serialized_start=392
+  _KVHANDOFF._serialized_end=622
+  _MOCKKVHANDOFF._serialized_start=624
+  _MOCKKVHANDOFF._serialized_end=720
+  _GETKVEVENTSREQUEST._serialized_start=722
+  _GETKVEVENTSREQUEST._serialized_end=834
+  _GETKVEVENTSRESPONSE._serialized_start=836
+  _GETKVEVENTSRESPONSE._serialized_end=951
+  _GETKVSTATEREQUEST._serialized_start=953
+  _GETKVSTATEREQUEST._serialized_end=972
+  _GETKVSTATERESPONSE._serialized_start=975
+  _GETKVSTATERESPONSE._serialized_end=1141
+  _WATCHKVEVENTSREQUEST._serialized_start=1144
+  _WATCHKVEVENTSREQUEST._serialized_end=1331
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_start=1268
+  _WATCHKVEVENTSREQUEST_FROMEVENTIDSENTRY._serialized_end=1331
+  _WATCHKVEVENTSRESPONSE._serialized_start=1333
+  _WATCHKVEVENTSRESPONSE._serialized_end=1414
+  _SAMPLINGPARAMETERS._serialized_start=1417
+  _SAMPLINGPARAMETERS._serialized_end=1703
+  _STOPCONDITIONS._serialized_start=1706
+  _STOPCONDITIONS._serialized_end=1857
+  _GENERATEREQUEST._serialized_start=1860
+  _GENERATEREQUEST._serialized_end=2282
+  _USAGE._serialized_start=2285
+  _USAGE._serialized_end=2424
+  _GENERATERESPONSE._serialized_start=2427
+  _GENERATERESPONSE._serialized_end=2792
+  _TOKENLOGPROB._serialized_start=2794
+  _TOKENLOGPROB._serialized_end=2886
+  _TOPLOGPROB._serialized_start=2888
+  _TOPLOGPROB._serialized_end=2953
+  _KVBLOCK._serialized_start=2955
+  _KVBLOCK._serialized_end=3032
+  _KVBLOCKSSTORED._serialized_start=3035
+  _KVBLOCKSSTORED._serialized_end=3186
+  _KVBLOCKSREMOVED._serialized_start=3188
+  _KVBLOCKSREMOVED._serialized_end=3246
+  _KVCACHECLEARED._serialized_start=3248
+  _KVCACHECLEARED._serialized_end=3264
+  _KVCACHEEVENT._serialized_start=3267
+  _KVCACHEEVENT._serialized_end=3487
+  _KVEVENTBATCH._serialized_start=3490
+  _KVEVENTBATCH._serialized_end=3660
+  _LOADMETRICS._serialized_start=3663
+  _LOADMETRICS._serialized_end=4191
+  _REQUESTLOAD._serialized_start=4193
+  _REQUESTLOAD._serialized_end=4313
+  _TIMINGMODEL._serialized_start=4316
+  _TIMINGMODEL._serialized_end=4687
+  _WORKERSERVICE._serialized_start=4962
+  _WORKERSERVICE._serialized_end=5598
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from switchyard.common.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -6,6 +7,9 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+DISAGGREGATION_LEG_DECODE: DisaggregationLeg
+DISAGGREGATION_LEG_PREFILL: DisaggregationLeg
+DISAGGREGATION_LEG_UNSPECIFIED: DisaggregationLeg
 FINISH_REASON_CANCELLED: FinishReason
 FINISH_REASON_ERROR: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -13,7 +17,9 @@ FINISH_REASON_STOP: FinishReason
 FINISH_REASON_UNSPECIFIED: FinishReason
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["logprobs", "max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    __slots__ = ["handoff", "leg", "logprobs", "max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    LEG_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +27,8 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    handoff: KvHandoff
+    leg: DisaggregationLeg
     logprobs: int
     max_tokens: int
     model: str
@@ -28,23 +36,25 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParameters
     stop: StopConditions
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ["error_message", "finish_reason", "logprobs", "text", "token_ids", "usage"]
+    __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "text", "token_ids", "usage"]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     error_message: str
     finish_reason: FinishReason
+    handoff: KvHandoff
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     usage: Usage
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ...) -> None: ...
 
 class GetKvEventsRequest(_message.Message):
     __slots__ = ["dp_rank", "from_event_id", "max_events"]
@@ -130,6 +140,20 @@ class KvEventBatch(_message.Message):
     instance_id: int
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., first_event_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[KvCacheEvent, _Mapping]]] = ...) -> None: ...
 
+class KvHandoff(_message.Message):
+    __slots__ = ["first_token_id", "hold_ms", "kind", "payload", "prefill_instance_id"]
+    FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLD_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    first_token_id: int
+    hold_ms: int
+    kind: _common_pb2.KvTransferKind
+    payload: bytes
+    prefill_instance_id: int
+    def __init__(self, kind: _Optional[_Union[_common_pb2.KvTransferKind, str]] = ..., payload: _Optional[bytes] = ..., prefill_instance_id: _Optional[int] = ..., first_token_id: _Optional[int] = ..., hold_ms: _Optional[int] = ...) -> None: ...
+
 class LoadMetrics(_message.Message):
     __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "requests", "running_requests", "timestamp", "timing_model", "waiting_requests"]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +179,42 @@ class LoadMetrics(_message.Message):
     timing_model: TimingModel
     waiting_requests: int
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ...) -> None: ...
+
+class MockKvHandoff(_message.Message):
+    __slots__ = ["address", "blocks", "handoff_id"]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_ID_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    blocks: int
+    handoff_id: str
+    def __init__(self, handoff_id: _Optional[str] = ..., address: _Optional[str] = ..., blocks: _Optional[int] = ...) -> None: ...
+
+class PullKvHandoffRequest(_message.Message):
+    __slots__ = ["decode_instance_id", "handoff_id"]
+    DECODE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_ID_FIELD_NUMBER: _ClassVar[int]
+    decode_instance_id: int
+    handoff_id: str
+    def __init__(self, handoff_id: _Optional[str] = ..., decode_instance_id: _Optional[int] = ...) -> None: ...
+
+class PullKvHandoffResponse(_message.Message):
+    __slots__ = ["blocks"]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    blocks: int
+    def __init__(self, blocks: _Optional[int] = ...) -> None: ...
+
+class ReleaseKvHandoffRequest(_message.Message):
+    __slots__ = ["handoff_id"]
+    HANDOFF_ID_FIELD_NUMBER: _ClassVar[int]
+    handoff_id: str
+    def __init__(self, handoff_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseKvHandoffResponse(_message.Message):
+    __slots__ = ["released"]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: bool = ...) -> None: ...
 
 class RequestLoad(_message.Message):
     __slots__ = ["decode_blocks", "prefill_tokens", "request_id"]
@@ -262,6 +322,9 @@ class WatchKvEventsResponse(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     batch: KvEventBatch
     def __init__(self, batch: _Optional[_Union[KvEventBatch, _Mapping]] = ...) -> None: ...
+
+class DisaggregationLeg(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

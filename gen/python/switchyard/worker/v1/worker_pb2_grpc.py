@@ -49,6 +49,16 @@ class WorkerServiceStub(object):
                 request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.SerializeToString,
                 response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.FromString,
                 )
+        self.PullKvHandoff = channel.unary_unary(
+                '/switchyard.worker.v1.WorkerService/PullKvHandoff',
+                request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffRequest.SerializeToString,
+                response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffResponse.FromString,
+                )
+        self.ReleaseKvHandoff = channel.unary_unary(
+                '/switchyard.worker.v1.WorkerService/ReleaseKvHandoff',
+                request_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffRequest.SerializeToString,
+                response_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffResponse.FromString,
+                )
 
 
 class WorkerServiceServicer(object):
@@ -108,6 +118,27 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullKvHandoff(self, request, context):
+        """PullKvHandoff is the decode side of the mock KV transfer: it takes the
+        blocks a prefill leg of this worker holds for a handoff, which the
+        worker then frees. A handoff that is unknown, already taken, released
+        or past its hold is NOT_FOUND with reason KV_HANDOFF_NOT_FOUND. Workers
+        that hand over no KV answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseKvHandoff(self, request, context):
+        """ReleaseKvHandoff frees the blocks held for a handoff without taking
+        them: the request ended before its decode leg pulled them (the client
+        left, the decode leg failed). Releasing a handoff that is no longer
+        held is no error (released = false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +161,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.WatchKvEvents,
                     request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.FromString,
                     response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.SerializeToString,
+            ),
+            'PullKvHandoff': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullKvHandoff,
+                    request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffRequest.FromString,
+                    response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffResponse.SerializeToString,
+            ),
+            'ReleaseKvHandoff': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseKvHandoff,
+                    request_deserializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffRequest.FromString,
+                    response_serializer=switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,5 +262,39 @@ class WorkerService(object):
         return grpc.experimental.unary_stream(request, target, '/switchyard.worker.v1.WorkerService/WatchKvEvents',
             switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsRequest.SerializeToString,
             switchyard_dot_worker_dot_v1_dot_worker__pb2.WatchKvEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PullKvHandoff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchyard.worker.v1.WorkerService/PullKvHandoff',
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffRequest.SerializeToString,
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.PullKvHandoffResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReleaseKvHandoff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchyard.worker.v1.WorkerService/ReleaseKvHandoff',
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffRequest.SerializeToString,
+            switchyard_dot_worker_dot_v1_dot_worker__pb2.ReleaseKvHandoffResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

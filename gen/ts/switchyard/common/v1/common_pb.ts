@@ -5,15 +5,15 @@
 // Package switchyard.common.v1 holds the messages several Switchyard APIs
 // share, so that a value crosses from one service to the next as it is.
 
-import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file switchyard/common/v1/common.proto.
  */
 export const file_switchyard_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFHN3aXRjaHlhcmQuY29tbW9uLnYxIjQKCVRyYW5zcG9ydBILCgN0Y3AYASABKAkSDAoEaHR0cBgCIAEoCRIMCgRuYXRzGAMgASgJYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFHN3aXRjaHlhcmQuY29tbW9uLnYxIjQKCVRyYW5zcG9ydBILCgN0Y3AYASABKAkSDAoEaHR0cBgCIAEoCRIMCgRuYXRzGAMgASgJIoABCgpLdlRyYW5zZmVyEjIKBGtpbmQYASABKA4yJC5zd2l0Y2h5YXJkLmNvbW1vbi52MS5LdlRyYW5zZmVyS2luZBIRCgllbmdpbmVfaWQYAiABKAkSDwoHYWRkcmVzcxgDIAEoCRIaChJkYXRhX3BhcmFsbGVsX3NpemUYBCABKA0qTQoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDAoIUk9MRV9BR0cQARIQCgxST0xFX1BSRUZJTEwQAhIPCgtST0xFX0RFQ09ERRADKqcBCg5LdlRyYW5zZmVyS2luZBIgChxLVl9UUkFOU0ZFUl9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVS1ZfVFJBTlNGRVJfS0lORF9OSVhMEAESHQoZS1ZfVFJBTlNGRVJfS0lORF9NT09OQ0FLRRACEh4KGktWX1RSQU5TRkVSX0tJTkRfQk9PVFNUUkFQEAMSGQoVS1ZfVFJBTlNGRVJfS0lORF9NT0NLEARiBnByb3RvMw");
 
 /**
  * Transport is where an instance serves its request plane endpoint: one
@@ -60,4 +60,153 @@ export type Transport = Message<"switchyard.common.v1.Transport"> & {
  */
 export const TransportSchema: GenMessage<Transport> = /*@__PURE__*/
   messageDesc(file_switchyard_common_v1_common, 0);
+
+/**
+ * KvTransfer is what a partner instance needs to reach this instance's KV
+ * cache in a disaggregated pair. The registry stores it beside the role
+ * under "kv_transfer", as {"kind":"nixl","engine_id":"...",
+ * "address":"host:port","data_parallel_size":1}, each field omitted when
+ * empty.
+ *
+ * @generated from message switchyard.common.v1.KvTransfer
+ */
+export type KvTransfer = Message<"switchyard.common.v1.KvTransfer"> & {
+  /**
+   * How the KV cache moves.
+   *
+   * @generated from field: switchyard.common.v1.KvTransferKind kind = 1;
+   */
+  kind: KvTransferKind;
+
+  /**
+   * The engine's id in its transfer system (vLLM's engine_id for NIXL).
+   *
+   * @generated from field: string engine_id = 2;
+   */
+  engineId: string;
+
+  /**
+   * The bootstrap or transfer address, host:port (SGLang's bootstrap
+   * server; the mocker's WorkerService).
+   *
+   * @generated from field: string address = 3;
+   */
+  address: string;
+
+  /**
+   * The engine's data-parallel size; 0 means 1.
+   *
+   * @generated from field: uint32 data_parallel_size = 4;
+   */
+  dataParallelSize: number;
+};
+
+/**
+ * Describes the message switchyard.common.v1.KvTransfer.
+ * Use `create(KvTransferSchema)` to create a new message.
+ */
+export const KvTransferSchema: GenMessage<KvTransfer> = /*@__PURE__*/
+  messageDesc(file_switchyard_common_v1_common, 1);
+
+/**
+ * Role is the part of a request an instance serves. A model whose instances
+ * include both prefill and decode ones is served disaggregated: a prefill
+ * instance computes the prompt's KV cache and hands it to a decode instance,
+ * which generates. Its JSON form in the registry's etcd value is the
+ * lower-case name without the prefix ("agg", "prefill", "decode"), under
+ * "role"; a value without it is agg.
+ *
+ * @generated from enum switchyard.common.v1.Role
+ */
+export enum Role {
+  /**
+   * Not set: the instance is aggregated (ROLE_AGG), as every instance
+   * registered before roles existed.
+   *
+   * @generated from enum value: ROLE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Aggregated: the instance serves whole requests, prefill and decode.
+   *
+   * @generated from enum value: ROLE_AGG = 1;
+   */
+  AGG = 1,
+
+  /**
+   * Prefill: the instance computes prompts and hands their KV cache over.
+   *
+   * @generated from enum value: ROLE_PREFILL = 2;
+   */
+  PREFILL = 2,
+
+  /**
+   * Decode: the instance takes a handed-over KV cache and generates; it also
+   * serves whole requests (a prefill computed locally).
+   *
+   * @generated from enum value: ROLE_DECODE = 3;
+   */
+  DECODE = 3,
+}
+
+/**
+ * Describes the enum switchyard.common.v1.Role.
+ */
+export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
+  enumDesc(file_switchyard_common_v1_common, 0);
+
+/**
+ * KvTransferKind is how the KV cache of a disaggregated request moves from
+ * the prefill instance to the decode instance. Its JSON form in the
+ * registry's etcd value is the lower-case name without the prefix.
+ *
+ * @generated from enum switchyard.common.v1.KvTransferKind
+ */
+export enum KvTransferKind {
+  /**
+   * Not set: the instance does not hand KV over (an aggregated instance).
+   *
+   * @generated from enum value: KV_TRANSFER_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * NVIDIA NIXL (vLLM's NixlConnector): the decode engine reads the blocks
+   * from the prefill engine named by its engine id.
+   *
+   * @generated from enum value: KV_TRANSFER_KIND_NIXL = 1;
+   */
+  NIXL = 1,
+
+  /**
+   * Mooncake's transfer engine.
+   *
+   * @generated from enum value: KV_TRANSFER_KIND_MOONCAKE = 2;
+   */
+  MOONCAKE = 2,
+
+  /**
+   * SGLang's bootstrap server: both legs name the same bootstrap host, port
+   * and room, and the engines meet there.
+   *
+   * @generated from enum value: KV_TRANSFER_KIND_BOOTSTRAP = 3;
+   */
+  BOOTSTRAP = 3,
+
+  /**
+   * The mocker's simulated transfer: the decode worker takes the held blocks
+   * from the prefill worker's WorkerService (PullKvHandoff) and waits the
+   * time they would take to arrive.
+   *
+   * @generated from enum value: KV_TRANSFER_KIND_MOCK = 4;
+   */
+  MOCK = 4,
+}
+
+/**
+ * Describes the enum switchyard.common.v1.KvTransferKind.
+ */
+export const KvTransferKindSchema: GenEnum<KvTransferKind> = /*@__PURE__*/
+  enumDesc(file_switchyard_common_v1_common, 1);
 

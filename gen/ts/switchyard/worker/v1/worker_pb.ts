@@ -6,13 +6,200 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { KvTransferKind } from "../../common/v1/common_pb.js";
+import { file_switchyard_common_v1_common } from "../../common/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file switchyard/worker/v1/worker.proto.
  */
 export const file_switchyard_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIlAKEkdldEt2RXZlbnRzUmVxdWVzdBIPCgdkcF9yYW5rGAEgASgNEhUKDWZyb21fZXZlbnRfaWQYAiABKAQSEgoKbWF4X2V2ZW50cxgDIAEoDSJfChNHZXRLdkV2ZW50c1Jlc3BvbnNlEjEKBWJhdGNoGAEgASgLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZFdmVudEJhdGNoEhUKDWxhc3RfZXZlbnRfaWQYAiABKAQiEwoRR2V0S3ZTdGF0ZVJlcXVlc3QicwoSR2V0S3ZTdGF0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSFwoPc2VxdWVuY2VfaGFzaGVzGAQgAygEEgwKBGxhc3QYBSABKAgioQEKFFdhdGNoS3ZFdmVudHNSZXF1ZXN0ElQKDmZyb21fZXZlbnRfaWRzGAEgAygLMjwuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QuRnJvbUV2ZW50SWRzRW50cnkaMwoRRnJvbUV2ZW50SWRzRW50cnkSCwoDa2V5GAEgASgNEg0KBXZhbHVlGAIgASgEOgI4ASJKChVXYXRjaEt2RXZlbnRzUmVzcG9uc2USMQoFYmF0Y2gYASABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkV2ZW50QmF0Y2giwwEKElNhbXBsaW5nUGFyYW1ldGVycxITCgt0ZW1wZXJhdHVyZRgBIAEoAhINCgV0b3BfcBgCIAEoAhINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIRCgRzZWVkGAUgASgESACIAQESGQoRZnJlcXVlbmN5X3BlbmFsdHkYBiABKAISGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIaChJyZXBldGl0aW9uX3BlbmFsdHkYCCABKAJCBwoFX3NlZWQiZgoOU3RvcENvbmRpdGlvbnMSFgoOc3RvcF90b2tlbl9pZHMYASADKA0SEgoKaWdub3JlX2VvcxgCIAEoCBISCgptaW5fdG9rZW5zGAMgASgNEhQKDHN0b3Bfc3RyaW5ncxgEIAMoCSLvAQoPR2VuZXJhdGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSEQoJdG9rZW5faWRzGAIgAygNEjoKCHNhbXBsaW5nGAMgASgLMiguc3dpdGNoeWFyZC53b3JrZXIudjEuU2FtcGxpbmdQYXJhbWV0ZXJzEhIKCm1heF90b2tlbnMYBCABKA0SMgoEc3RvcBgFIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLlN0b3BDb25kaXRpb25zEg0KBW1vZGVsGAYgASgJEhUKCGxvZ3Byb2JzGAcgASgNSACIAQFCCwoJX2xvZ3Byb2JzIlcKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYAyABKA0i9QEKEEdlbmVyYXRlUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygNEhEKBHRleHQYAiABKAlIAIgBARI5Cg1maW5pc2hfcmVhc29uGAMgASgOMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAQgASgLMhsuc3dpdGNoeWFyZC53b3JrZXIudjEuVXNhZ2USFQoNZXJyb3JfbWVzc2FnZRgFIAEoCRI0Cghsb2dwcm9icxgGIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLlRva2VuTG9ncHJvYkIHCgVfdGV4dCJOCgxUb2tlbkxvZ3Byb2ISDwoHbG9ncHJvYhgBIAEoAhItCgN0b3AYAiADKAsyIC5zd2l0Y2h5YXJkLndvcmtlci52MS5Ub3BMb2dwcm9iIi8KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKA0SDwoHbG9ncHJvYhgCIAEoAiI0CgdLdkJsb2NrEhUKDXNlcXVlbmNlX2hhc2gYASABKAQSEgoKbG9jYWxfaGFzaBgCIAEoBCJ7Cg5LdkJsb2Nrc1N0b3JlZBIhChRwYXJlbnRfc2VxdWVuY2VfaGFzaBgBIAEoBEgAiAEBEi0KBmJsb2NrcxgCIAMoCzIdLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2QmxvY2tCFwoVX3BhcmVudF9zZXF1ZW5jZV9oYXNoIioKD0t2QmxvY2tzUmVtb3ZlZBIXCg9zZXF1ZW5jZV9oYXNoZXMYASADKAQiEAoOS3ZDYWNoZUNsZWFyZWQiwgEKDEt2Q2FjaGVFdmVudBI2CgZzdG9yZWQYASABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2Nrc1N0b3JlZEgAEjgKB3JlbW92ZWQYAiABKAsyJS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2Nrc1JlbW92ZWRIABI3CgdjbGVhcmVkGAMgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZDYWNoZUNsZWFyZWRIAEIHCgVldmVudCKAAQoMS3ZFdmVudEJhdGNoEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOZmlyc3RfZXZlbnRfaWQYAyABKAQSMgoGZXZlbnRzGAQgAygLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZDYWNoZUV2ZW50IvICCgtMb2FkTWV0cmljcxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhwKFGFjdGl2ZV9kZWNvZGVfYmxvY2tzGAMgASgEEh0KFWFjdGl2ZV9wcmVmaWxsX3Rva2VucxgEIAEoBBIWCg5rdl9ibG9ja3NfdXNlZBgFIAEoBBIXCg9rdl9ibG9ja3NfdG90YWwYBiABKAQSGAoQd2FpdGluZ19yZXF1ZXN0cxgHIAEoDRIYChBydW5uaW5nX3JlcXVlc3RzGAggASgNEi0KCXRpbWVzdGFtcBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoMdGltaW5nX21vZGVsGAogASgLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuVGltaW5nTW9kZWwSMwoIcmVxdWVzdHMYCyADKAsyIS5zd2l0Y2h5YXJkLndvcmtlci52MS5SZXF1ZXN0TG9hZCJQCgtSZXF1ZXN0TG9hZBISCgpyZXF1ZXN0X2lkGAEgASgJEhYKDnByZWZpbGxfdG9rZW5zGAIgASgNEhUKDWRlY29kZV9ibG9ja3MYAyABKA0i6QEKC1RpbWluZ01vZGVsEhwKFHByZWZpbGxfbXNfcXVhZHJhdGljGAEgASgBEhwKFHByZWZpbGxfbXNfcGVyX3Rva2VuGAIgASgBEhwKFHByZWZpbGxfbXNfcGVyX2JhdGNoGAMgASgBEhsKE2RlY29kZV9tc19xdWFkcmF0aWMYBCABKAESGAoQZGVjb2RlX21zX2xpbmVhchgFIAEoARIWCg5kZWNvZGVfbXNfYmFzZRgGIAEoARIVCg1kZWNvZGVfbXNfbWluGAcgASgBEhoKEm1heF9iYXRjaGVkX3Rva2VucxgIIAEoDSqVAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAEMp8DCg1Xb3JrZXJTZXJ2aWNlElsKCEdlbmVyYXRlEiUuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXF1ZXN0GiYuc3dpdGNoeWFyZC53b3JrZXIudjEuR2VuZXJhdGVSZXNwb25zZTABEmIKC0dldEt2RXZlbnRzEiguc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZFdmVudHNSZXF1ZXN0Gikuc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZFdmVudHNSZXNwb25zZRJhCgpHZXRLdlN0YXRlEicuc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZTdGF0ZVJlcXVlc3QaKC5zd2l0Y2h5YXJkLndvcmtlci52MS5HZXRLdlN0YXRlUmVzcG9uc2UwARJqCg1XYXRjaEt2RXZlbnRzEiouc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QaKy5zd2l0Y2h5YXJkLndvcmtlci52MS5XYXRjaEt2RXZlbnRzUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIkYKFFB1bGxLdkhhbmRvZmZSZXF1ZXN0EhIKCmhhbmRvZmZfaWQYASABKAkSGgoSZGVjb2RlX2luc3RhbmNlX2lkGAIgASgEIicKFVB1bGxLdkhhbmRvZmZSZXNwb25zZRIOCgZibG9ja3MYASABKA0iLQoXUmVsZWFzZUt2SGFuZG9mZlJlcXVlc3QSEgoKaGFuZG9mZl9pZBgBIAEoCSIsChhSZWxlYXNlS3ZIYW5kb2ZmUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgirgEKCUt2SGFuZG9mZhIyCgRraW5kGAEgASgOMiQuc3dpdGNoeWFyZC5jb21tb24udjEuS3ZUcmFuc2ZlcktpbmQSDwoHcGF5bG9hZBgCIAEoDBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAMgASgEEhsKDmZpcnN0X3Rva2VuX2lkGAQgASgNSACIAQESDwoHaG9sZF9tcxgFIAEoDUIRCg9fZmlyc3RfdG9rZW5faWQiRAoNTW9ja0t2SGFuZG9mZhISCgpoYW5kb2ZmX2lkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGYmxvY2tzGAMgASgNIlAKEkdldEt2RXZlbnRzUmVxdWVzdBIPCgdkcF9yYW5rGAEgASgNEhUKDWZyb21fZXZlbnRfaWQYAiABKAQSEgoKbWF4X2V2ZW50cxgDIAEoDSJfChNHZXRLdkV2ZW50c1Jlc3BvbnNlEjEKBWJhdGNoGAEgASgLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZFdmVudEJhdGNoEhUKDWxhc3RfZXZlbnRfaWQYAiABKAQiEwoRR2V0S3ZTdGF0ZVJlcXVlc3QicwoSR2V0S3ZTdGF0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSFwoPc2VxdWVuY2VfaGFzaGVzGAQgAygEEgwKBGxhc3QYBSABKAgioQEKFFdhdGNoS3ZFdmVudHNSZXF1ZXN0ElQKDmZyb21fZXZlbnRfaWRzGAEgAygLMjwuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QuRnJvbUV2ZW50SWRzRW50cnkaMwoRRnJvbUV2ZW50SWRzRW50cnkSCwoDa2V5GAEgASgNEg0KBXZhbHVlGAIgASgEOgI4ASJKChVXYXRjaEt2RXZlbnRzUmVzcG9uc2USMQoFYmF0Y2gYASABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkV2ZW50QmF0Y2giwwEKElNhbXBsaW5nUGFyYW1ldGVycxITCgt0ZW1wZXJhdHVyZRgBIAEoAhINCgV0b3BfcBgCIAEoAhINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIRCgRzZWVkGAUgASgESACIAQESGQoRZnJlcXVlbmN5X3BlbmFsdHkYBiABKAISGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIaChJyZXBldGl0aW9uX3BlbmFsdHkYCCABKAJCBwoFX3NlZWQiZgoOU3RvcENvbmRpdGlvbnMSFgoOc3RvcF90b2tlbl9pZHMYASADKA0SEgoKaWdub3JlX2VvcxgCIAEoCBISCgptaW5fdG9rZW5zGAMgASgNEhQKDHN0b3Bfc3RyaW5ncxgEIAMoCSLXAgoPR2VuZXJhdGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSEQoJdG9rZW5faWRzGAIgAygNEjoKCHNhbXBsaW5nGAMgASgLMiguc3dpdGNoeWFyZC53b3JrZXIudjEuU2FtcGxpbmdQYXJhbWV0ZXJzEhIKCm1heF90b2tlbnMYBCABKA0SMgoEc3RvcBgFIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLlN0b3BDb25kaXRpb25zEg0KBW1vZGVsGAYgASgJEhUKCGxvZ3Byb2JzGAcgASgNSACIAQESNAoDbGVnGAggASgOMicuc3dpdGNoeWFyZC53b3JrZXIudjEuRGlzYWdncmVnYXRpb25MZWcSMAoHaGFuZG9mZhgJIAEoCzIfLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2SGFuZG9mZkILCglfbG9ncHJvYnMiVwoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDRIcChRjYWNoZWRfcHJvbXB0X3Rva2VucxgDIAEoDSKnAgoQR2VuZXJhdGVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKA0SEQoEdGV4dBgCIAEoCUgAiAEBEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLndvcmtlci52MS5GaW5pc2hSZWFzb24SKgoFdXNhZ2UYBCABKAsyGy5zd2l0Y2h5YXJkLndvcmtlci52MS5Vc2FnZRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJEjQKCGxvZ3Byb2JzGAYgAygLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9rZW5Mb2dwcm9iEjAKB2hhbmRvZmYYByABKAsyHy5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkhhbmRvZmZCBwoFX3RleHQiTgoMVG9rZW5Mb2dwcm9iEg8KB2xvZ3Byb2IYASABKAISLQoDdG9wGAIgAygLMiAuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9wTG9ncHJvYiIvCgpUb3BMb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEg8KB2xvZ3Byb2IYAiABKAIiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qdgoRRGlzYWdncmVnYXRpb25MZWcSIgoeRElTQUdHUkVHQVRJT05fTEVHX1VOU1BFQ0lGSUVEEAASHgoaRElTQUdHUkVHQVRJT05fTEVHX1BSRUZJTEwQARIdChlESVNBR0dSRUdBVElPTl9MRUdfREVDT0RFEAIqlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDL8BAoNV29ya2VyU2VydmljZRJbCghHZW5lcmF0ZRIlLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVxdWVzdBomLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVzcG9uc2UwARJiCgtHZXRLdkV2ZW50cxIoLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2RXZlbnRzUmVxdWVzdBopLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2RXZlbnRzUmVzcG9uc2USYQoKR2V0S3ZTdGF0ZRInLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2U3RhdGVSZXF1ZXN0Giguc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZTdGF0ZVJlc3BvbnNlMAESagoNV2F0Y2hLdkV2ZW50cxIqLnN3aXRjaHlhcmQud29ya2VyLnYxLldhdGNoS3ZFdmVudHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1Jlc3BvbnNlMAESaAoNUHVsbEt2SGFuZG9mZhIqLnN3aXRjaHlhcmQud29ya2VyLnYxLlB1bGxLdkhhbmRvZmZSZXF1ZXN0Gisuc3dpdGNoeWFyZC53b3JrZXIudjEuUHVsbEt2SGFuZG9mZlJlc3BvbnNlEnEKEFJlbGVhc2VLdkhhbmRvZmYSLS5zd2l0Y2h5YXJkLndvcmtlci52MS5SZWxlYXNlS3ZIYW5kb2ZmUmVxdWVzdBouLnN3aXRjaHlhcmQud29ya2VyLnYxLlJlbGVhc2VLdkhhbmRvZmZSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+
+/**
+ * PullKvHandoffRequest takes a held handoff.
+ *
+ * @generated from message switchyard.worker.v1.PullKvHandoffRequest
+ */
+export type PullKvHandoffRequest = Message<"switchyard.worker.v1.PullKvHandoffRequest"> & {
+  /**
+   * The handoff's id, from the mock payload (MockKvHandoff.handoff_id).
+   *
+   * @generated from field: string handoff_id = 1;
+   */
+  handoffId: string;
+
+  /**
+   * The decode worker that takes the blocks (its instance id), for logs.
+   *
+   * @generated from field: uint64 decode_instance_id = 2;
+   */
+  decodeInstanceId: bigint;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.PullKvHandoffRequest.
+ * Use `create(PullKvHandoffRequestSchema)` to create a new message.
+ */
+export const PullKvHandoffRequestSchema: GenMessage<PullKvHandoffRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 0);
+
+/**
+ * PullKvHandoffResponse says what was taken.
+ *
+ * @generated from message switchyard.worker.v1.PullKvHandoffResponse
+ */
+export type PullKvHandoffResponse = Message<"switchyard.worker.v1.PullKvHandoffResponse"> & {
+  /**
+   * KV blocks the prefill worker held for the handoff, the prompt's partial
+   * last block included; the prefill worker no longer holds them.
+   *
+   * @generated from field: uint32 blocks = 1;
+   */
+  blocks: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.PullKvHandoffResponse.
+ * Use `create(PullKvHandoffResponseSchema)` to create a new message.
+ */
+export const PullKvHandoffResponseSchema: GenMessage<PullKvHandoffResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 1);
+
+/**
+ * ReleaseKvHandoffRequest frees a held handoff.
+ *
+ * @generated from message switchyard.worker.v1.ReleaseKvHandoffRequest
+ */
+export type ReleaseKvHandoffRequest = Message<"switchyard.worker.v1.ReleaseKvHandoffRequest"> & {
+  /**
+   * The handoff's id, from the mock payload (MockKvHandoff.handoff_id).
+   *
+   * @generated from field: string handoff_id = 1;
+   */
+  handoffId: string;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.ReleaseKvHandoffRequest.
+ * Use `create(ReleaseKvHandoffRequestSchema)` to create a new message.
+ */
+export const ReleaseKvHandoffRequestSchema: GenMessage<ReleaseKvHandoffRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 2);
+
+/**
+ * ReleaseKvHandoffResponse says whether anything was freed.
+ *
+ * @generated from message switchyard.worker.v1.ReleaseKvHandoffResponse
+ */
+export type ReleaseKvHandoffResponse = Message<"switchyard.worker.v1.ReleaseKvHandoffResponse"> & {
+  /**
+   * True when the handoff was held and is now freed; false when it was
+   * already pulled, released or expired, or never existed.
+   *
+   * @generated from field: bool released = 1;
+   */
+  released: boolean;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.ReleaseKvHandoffResponse.
+ * Use `create(ReleaseKvHandoffResponseSchema)` to create a new message.
+ */
+export const ReleaseKvHandoffResponseSchema: GenMessage<ReleaseKvHandoffResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 3);
+
+/**
+ * KvHandoff is what a prefill leg returns and the decode leg needs: opaque
+ * bytes only the two workers interpret, relayed as they are. A frontend
+ * reads only kind (to check the decode worker speaks it), hold_ms (its
+ * deadline to start the decode leg) and prefill_instance_id.
+ *
+ * @generated from message switchyard.worker.v1.KvHandoff
+ */
+export type KvHandoff = Message<"switchyard.worker.v1.KvHandoff"> & {
+  /**
+   * How the KV moves; the decode worker refuses a kind it does not speak.
+   *
+   * @generated from field: switchyard.common.v1.KvTransferKind kind = 1;
+   */
+  kind: KvTransferKind;
+
+  /**
+   * The transfer's own parameters, opaque to everyone but the two workers
+   * (vLLM's kv_transfer_params as JSON, SGLang's bootstrap room, the
+   * mocker's MockKvHandoff); at most 64 KiB.
+   *
+   * @generated from field: bytes payload = 2;
+   */
+  payload: Uint8Array;
+
+  /**
+   * The prefill worker instance that holds the KV (its registry lease id).
+   *
+   * @generated from field: uint64 prefill_instance_id = 3;
+   */
+  prefillInstanceId: bigint;
+
+  /**
+   * The first generated token, when the prefill engine samples one.
+   *
+   * @generated from field: optional uint32 first_token_id = 4;
+   */
+  firstTokenId?: number | undefined;
+
+  /**
+   * How long after its response the prefill worker holds the KV, in
+   * milliseconds (its --handoff-timeout); 0: unknown.
+   *
+   * @generated from field: uint32 hold_ms = 5;
+   */
+  holdMs: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.KvHandoff.
+ * Use `create(KvHandoffSchema)` to create a new message.
+ */
+export const KvHandoffSchema: GenMessage<KvHandoff> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 4);
+
+/**
+ * MockKvHandoff is the payload of a KV_TRANSFER_KIND_MOCK handoff (the
+ * mocker's simulated transfer), serialized as protobuf into
+ * KvHandoff.payload.
+ *
+ * @generated from message switchyard.worker.v1.MockKvHandoff
+ */
+export type MockKvHandoff = Message<"switchyard.worker.v1.MockKvHandoff"> & {
+  /**
+   * The id the prefill worker holds the blocks under.
+   *
+   * @generated from field: string handoff_id = 1;
+   */
+  handoffId: string;
+
+  /**
+   * The prefill worker's WorkerService (host:port) to pull from.
+   *
+   * @generated from field: string address = 2;
+   */
+  address: string;
+
+  /**
+   * KV blocks held, the prompt's partial last block included.
+   *
+   * @generated from field: uint32 blocks = 3;
+   */
+  blocks: number;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.MockKvHandoff.
+ * Use `create(MockKvHandoffSchema)` to create a new message.
+ */
+export const MockKvHandoffSchema: GenMessage<MockKvHandoff> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 5);
 
 /**
  * GetKvEventsRequest asks for the recent events of one dp rank.
@@ -48,7 +235,7 @@ export type GetKvEventsRequest = Message<"switchyard.worker.v1.GetKvEventsReques
  * Use `create(GetKvEventsRequestSchema)` to create a new message.
  */
 export const GetKvEventsRequestSchema: GenMessage<GetKvEventsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 0);
+  messageDesc(file_switchyard_worker_v1_worker, 6);
 
 /**
  * GetKvEventsResponse is a run of consecutive events.
@@ -77,7 +264,7 @@ export type GetKvEventsResponse = Message<"switchyard.worker.v1.GetKvEventsRespo
  * Use `create(GetKvEventsResponseSchema)` to create a new message.
  */
 export const GetKvEventsResponseSchema: GenMessage<GetKvEventsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 1);
+  messageDesc(file_switchyard_worker_v1_worker, 7);
 
 /**
  * GetKvStateRequest asks for every block the worker holds.
@@ -92,7 +279,7 @@ export type GetKvStateRequest = Message<"switchyard.worker.v1.GetKvStateRequest"
  * Use `create(GetKvStateRequestSchema)` to create a new message.
  */
 export const GetKvStateRequestSchema: GenMessage<GetKvStateRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 2);
+  messageDesc(file_switchyard_worker_v1_worker, 8);
 
 /**
  * GetKvStateResponse is a part of one dp rank's state. A rank's state may
@@ -144,7 +331,7 @@ export type GetKvStateResponse = Message<"switchyard.worker.v1.GetKvStateRespons
  * Use `create(GetKvStateResponseSchema)` to create a new message.
  */
 export const GetKvStateResponseSchema: GenMessage<GetKvStateResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 3);
+  messageDesc(file_switchyard_worker_v1_worker, 9);
 
 /**
  * WatchKvEventsRequest starts a watch.
@@ -165,7 +352,7 @@ export type WatchKvEventsRequest = Message<"switchyard.worker.v1.WatchKvEventsRe
  * Use `create(WatchKvEventsRequestSchema)` to create a new message.
  */
 export const WatchKvEventsRequestSchema: GenMessage<WatchKvEventsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 4);
+  messageDesc(file_switchyard_worker_v1_worker, 10);
 
 /**
  * WatchKvEventsResponse is one or more consecutive events of one rank.
@@ -186,7 +373,7 @@ export type WatchKvEventsResponse = Message<"switchyard.worker.v1.WatchKvEventsR
  * Use `create(WatchKvEventsResponseSchema)` to create a new message.
  */
 export const WatchKvEventsResponseSchema: GenMessage<WatchKvEventsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 5);
+  messageDesc(file_switchyard_worker_v1_worker, 11);
 
 /**
  * SamplingParameters choose how the next token is drawn.
@@ -258,7 +445,7 @@ export type SamplingParameters = Message<"switchyard.worker.v1.SamplingParameter
  * Use `create(SamplingParametersSchema)` to create a new message.
  */
 export const SamplingParametersSchema: GenMessage<SamplingParameters> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 6);
+  messageDesc(file_switchyard_worker_v1_worker, 12);
 
 /**
  * StopConditions say when generation ends before max_tokens.
@@ -303,7 +490,7 @@ export type StopConditions = Message<"switchyard.worker.v1.StopConditions"> & {
  * Use `create(StopConditionsSchema)` to create a new message.
  */
 export const StopConditionsSchema: GenMessage<StopConditions> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 7);
+  messageDesc(file_switchyard_worker_v1_worker, 13);
 
 /**
  * GenerateRequest asks a worker to continue a token sequence.
@@ -361,6 +548,20 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
    * @generated from field: optional uint32 logprobs = 7;
    */
   logprobs?: number | undefined;
+
+  /**
+   * Which leg of a disaggregated request this is; unset: the whole request.
+   *
+   * @generated from field: switchyard.worker.v1.DisaggregationLeg leg = 8;
+   */
+  leg: DisaggregationLeg;
+
+  /**
+   * The prefill leg's handoff, relayed as it was; set on a decode leg only.
+   *
+   * @generated from field: switchyard.worker.v1.KvHandoff handoff = 9;
+   */
+  handoff?: KvHandoff | undefined;
 };
 
 /**
@@ -368,7 +569,7 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
  * Use `create(GenerateRequestSchema)` to create a new message.
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 8);
+  messageDesc(file_switchyard_worker_v1_worker, 14);
 
 /**
  * Usage counts the tokens of a request.
@@ -403,7 +604,7 @@ export type Usage = Message<"switchyard.worker.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 9);
+  messageDesc(file_switchyard_worker_v1_worker, 15);
 
 /**
  * GenerateResponse is one message of a generation's output stream.
@@ -452,6 +653,13 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
    * @generated from field: repeated switchyard.worker.v1.TokenLogprob logprobs = 6;
    */
   logprobs: TokenLogprob[];
+
+  /**
+   * The KV handoff, on the last response of a prefill leg only.
+   *
+   * @generated from field: switchyard.worker.v1.KvHandoff handoff = 7;
+   */
+  handoff?: KvHandoff | undefined;
 };
 
 /**
@@ -459,7 +667,7 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 10);
+  messageDesc(file_switchyard_worker_v1_worker, 16);
 
 /**
  * TokenLogprob is the log probability of one generated token and of the
@@ -488,7 +696,7 @@ export type TokenLogprob = Message<"switchyard.worker.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 11);
+  messageDesc(file_switchyard_worker_v1_worker, 17);
 
 /**
  * TopLogprob is one likely token at a position.
@@ -516,7 +724,7 @@ export type TopLogprob = Message<"switchyard.worker.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 12);
+  messageDesc(file_switchyard_worker_v1_worker, 18);
 
 /**
  * KvBlock is the identity of one full KV cache block.
@@ -554,7 +762,7 @@ export type KvBlock = Message<"switchyard.worker.v1.KvBlock"> & {
  * Use `create(KvBlockSchema)` to create a new message.
  */
 export const KvBlockSchema: GenMessage<KvBlock> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 13);
+  messageDesc(file_switchyard_worker_v1_worker, 19);
 
 /**
  * KvBlocksStored reports full blocks that entered the cache, in sequence
@@ -584,7 +792,7 @@ export type KvBlocksStored = Message<"switchyard.worker.v1.KvBlocksStored"> & {
  * Use `create(KvBlocksStoredSchema)` to create a new message.
  */
 export const KvBlocksStoredSchema: GenMessage<KvBlocksStored> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 14);
+  messageDesc(file_switchyard_worker_v1_worker, 20);
 
 /**
  * KvBlocksRemoved reports blocks evicted from the cache.
@@ -605,7 +813,7 @@ export type KvBlocksRemoved = Message<"switchyard.worker.v1.KvBlocksRemoved"> & 
  * Use `create(KvBlocksRemovedSchema)` to create a new message.
  */
 export const KvBlocksRemovedSchema: GenMessage<KvBlocksRemoved> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 15);
+  messageDesc(file_switchyard_worker_v1_worker, 21);
 
 /**
  * KvCacheCleared reports that the whole cache was emptied.
@@ -620,7 +828,7 @@ export type KvCacheCleared = Message<"switchyard.worker.v1.KvCacheCleared"> & {
  * Use `create(KvCacheClearedSchema)` to create a new message.
  */
 export const KvCacheClearedSchema: GenMessage<KvCacheCleared> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 16);
+  messageDesc(file_switchyard_worker_v1_worker, 22);
 
 /**
  * KvCacheEvent is one change to a worker's KV cache.
@@ -665,7 +873,7 @@ export type KvCacheEvent = Message<"switchyard.worker.v1.KvCacheEvent"> & {
  * Use `create(KvCacheEventSchema)` to create a new message.
  */
 export const KvCacheEventSchema: GenMessage<KvCacheEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 17);
+  messageDesc(file_switchyard_worker_v1_worker, 23);
 
 /**
  * KvEventBatch carries consecutive events of one worker in one message.
@@ -715,7 +923,7 @@ export type KvEventBatch = Message<"switchyard.worker.v1.KvEventBatch"> & {
  * Use `create(KvEventBatchSchema)` to create a new message.
  */
 export const KvEventBatchSchema: GenMessage<KvEventBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 18);
+  messageDesc(file_switchyard_worker_v1_worker, 24);
 
 /**
  * LoadMetrics is a worker's load, published after engine steps for the router.
@@ -818,7 +1026,7 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
  * Use `create(LoadMetricsSchema)` to create a new message.
  */
 export const LoadMetricsSchema: GenMessage<LoadMetrics> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 19);
+  messageDesc(file_switchyard_worker_v1_worker, 25);
 
 /**
  * RequestLoad is one request on a worker as the worker sees it.
@@ -853,7 +1061,7 @@ export type RequestLoad = Message<"switchyard.worker.v1.RequestLoad"> & {
  * Use `create(RequestLoadSchema)` to create a new message.
  */
 export const RequestLoadSchema: GenMessage<RequestLoad> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 20);
+  messageDesc(file_switchyard_worker_v1_worker, 26);
 
 /**
  * TimingModel is how long a worker's engine takes to compute, in
@@ -935,7 +1143,52 @@ export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
  * Use `create(TimingModelSchema)` to create a new message.
  */
 export const TimingModelSchema: GenMessage<TimingModel> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 21);
+  messageDesc(file_switchyard_worker_v1_worker, 27);
+
+/**
+ * DisaggregationLeg says which part of a disaggregated request a generate
+ * request is.
+ *
+ * @generated from enum switchyard.worker.v1.DisaggregationLeg
+ */
+export enum DisaggregationLeg {
+  /**
+   * The whole request: prefill and decode on one worker (aggregated, or a
+   * prefill computed locally on a decode worker).
+   *
+   * @generated from enum value: DISAGGREGATION_LEG_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The prefill leg, sent to a prefill worker: it computes the prompt, holds
+   * its KV blocks for the decode leg, and ends with one response that
+   * carries the handoff, the usage of the prompt and finish_reason
+   * FINISH_REASON_STOP, and no token_ids. The blocks are freed when the
+   * decode worker pulls them, when the handoff is released, when the leg is
+   * cancelled before it ends, or when the worker's hold time (the handoff's
+   * hold_ms) passes, whichever comes first.
+   *
+   * @generated from enum value: DISAGGREGATION_LEG_PREFILL = 1;
+   */
+  PREFILL = 1,
+
+  /**
+   * The decode leg, sent to a decode worker with the same prompt and the
+   * prefill leg's handoff: the worker takes the KV the handoff names, then
+   * generates the whole output (from the handoff's first token when it
+   * carries one) as a whole request would.
+   *
+   * @generated from enum value: DISAGGREGATION_LEG_DECODE = 2;
+   */
+  DECODE = 2,
+}
+
+/**
+ * Describes the enum switchyard.worker.v1.DisaggregationLeg.
+ */
+export const DisaggregationLegSchema: GenEnum<DisaggregationLeg> = /*@__PURE__*/
+  enumDesc(file_switchyard_worker_v1_worker, 0);
 
 /**
  * FinishReason says why a generation ended.
@@ -983,7 +1236,7 @@ export enum FinishReason {
  * Describes the enum switchyard.worker.v1.FinishReason.
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
-  enumDesc(file_switchyard_worker_v1_worker, 0);
+  enumDesc(file_switchyard_worker_v1_worker, 1);
 
 /**
  * WorkerService is the API of an inference worker. Switchyard carries
@@ -1055,6 +1308,33 @@ export const WorkerService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchKvEventsRequestSchema;
     output: typeof WatchKvEventsResponseSchema;
+  },
+  /**
+   * PullKvHandoff is the decode side of the mock KV transfer: it takes the
+   * blocks a prefill leg of this worker holds for a handoff, which the
+   * worker then frees. A handoff that is unknown, already taken, released
+   * or past its hold is NOT_FOUND with reason KV_HANDOFF_NOT_FOUND. Workers
+   * that hand over no KV answer UNIMPLEMENTED.
+   *
+   * @generated from rpc switchyard.worker.v1.WorkerService.PullKvHandoff
+   */
+  pullKvHandoff: {
+    methodKind: "unary";
+    input: typeof PullKvHandoffRequestSchema;
+    output: typeof PullKvHandoffResponseSchema;
+  },
+  /**
+   * ReleaseKvHandoff frees the blocks held for a handoff without taking
+   * them: the request ended before its decode leg pulled them (the client
+   * left, the decode leg failed). Releasing a handoff that is no longer
+   * held is no error (released = false).
+   *
+   * @generated from rpc switchyard.worker.v1.WorkerService.ReleaseKvHandoff
+   */
+  releaseKvHandoff: {
+    methodKind: "unary";
+    input: typeof ReleaseKvHandoffRequestSchema;
+    output: typeof ReleaseKvHandoffResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchyard_worker_v1_worker, 0);
