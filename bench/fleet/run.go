@@ -1,0 +1,480 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
+)
+
+// Config says what the bench runs.
+type Config struct {
+	// Workers are the fleet sizes, one plane each.
+	Workers []int
+	// Concurrency is how many workers start or stop at once.
+	Concurrency int
+	// KVRate, LoadInterval and LeaseTTL are every worker's (see SimConfig).
+	KVRate       float64
+	LoadInterval time.Duration
+	LeaseTTL     time.Duration
+	// Settle is the wait after the fleet is up, before Window, the steady
+	// state in which CPU, memory and rates are measured.
+	Settle, Window time.Duration
+	// Probes is how many workers are added and removed one at a time for
+	// the latency figures; Routes and TTFTs how many route decisions and
+	// completions are timed.
+	Probes, Routes, TTFTs int
+	// CheckEach sends a request for every worker's signature through the
+	// frontends once the fleet is up, and again after it deregistered:
+	// every worker must be routed to, then away from.
+	CheckEach bool
+	// Out is the directory of the CSV and the parts' logs ("" : a
+	// temporary directory, removed).
+	Out string
+	// EtcdFsync runs etcd with fsync.
+	EtcdFsync bool
+	// Exe is the binary run for every part of the plane ("": this one).
+	Exe string
+}
+
+// RegisterFlags adds the bench's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Workers = []int{100, 1000, 3000}
+	fs.Func("workers", "fleet sizes, comma-separated (default 100,1000,3000)", func(s string) error {
+		c.Workers = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("bad fleet size %q", f)
+			}
+			c.Workers = append(c.Workers, n)
+		}
+		return nil
+	})
+	fs.IntVar(&c.Concurrency, "concurrency", 16, "workers started or stopped at once")
+	fs.Float64Var(&c.KVRate, "kv-rate", 5, "KV event batches per second per worker")
+	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "load report interval per worker (0: none)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "lease TTL of every worker")
+	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
+	fs.DurationVar(&c.Window, "window", 20*time.Second, "steady-state window for CPU, memory and rates")
+	fs.IntVar(&c.Probes, "probes", 5, "workers added and removed one at a time for the latency figures")
+	fs.IntVar(&c.Routes, "routes", 200, "route decisions timed at the router")
+	fs.IntVar(&c.TTFTs, "ttfts", 100, "streamed completions timed through the frontends")
+	fs.BoolVar(&c.CheckEach, "check-each", false, "route a request to every worker through the frontends, and away after it deregistered")
+	fs.StringVar(&c.Out, "out", "", "directory for fleet.csv and the logs of every part (empty: a temporary one, removed)")
+	fs.BoolVar(&c.EtcdFsync, "etcd-fsync", false, "run etcd with fsync (as in production; slower on a shared disk)")
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if len(c.Workers) == 0 || c.Concurrency < 1 || c.KVRate < 0 || c.Window <= 0 || c.Probes < 0 || c.Routes < 0 || c.TTFTs < 0 {
+		return errors.New("fleet-bench: --workers, --concurrency and --window must be positive, the rest not negative")
+	}
+	return nil
+}
+
+// Result is what one fleet size measured.
+type Result struct {
+	N     int
+	Load1 float64 // the machine's 1-minute load average at the window's end
+	// Services is the CPU and memory of each part in the window.
+	Services []Usage
+	// Plane-wide rates and sizes in the window.
+	EtcdRequests, EtcdDBBytes, NATSMsgs float64
+	KVEventsPerSec, LoadsPerSec         float64
+	StartRate                           float64 // workers started per second
+	// Latency samples.
+	Routable, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
+	// Correctness counts.
+	Published, Applied, KVFailed, LoadFailed uint64
+	Lost                                     []string
+}
+
+// Usage is one service's CPU (cores) and resident memory (bytes).
+type Usage struct {
+	Service string
+	Cores   float64
+	RSS     float64
+}
+
+// Run runs every fleet size and prints the tables; it fails when something
+// was lost (see Result.Lost).
+func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]*Result, error) {
+	dir := cfg.Out
+	if dir == "" {
+		d, err := os.MkdirTemp("", "fleet-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	var results []*Result
+	var lost []string
+	for _, n := range cfg.Workers {
+		pdir := filepath.Join(dir, fmt.Sprintf("n%d", n))
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
+			return results, err
+		}
+		r, err := runOne(ctx, cfg, n, pdir, out, log)
+		if r != nil {
+			results = append(results, r)
+			printResult(out, r)
+			lost = append(lost, r.Lost...)
+		}
+		if err != nil {
+			return results, fmt.Errorf("%d workers: %w", n, err)
+		}
+	}
+	printGrowth(out, results)
+	if cfg.Out != "" {
+		if err := writeCSV(filepath.Join(cfg.Out, "fleet.csv"), results); err != nil {
+			return results, err
+		}
+	}
+	if len(lost) > 0 {
+		return results, fmt.Errorf("lost: %s", strings.Join(lost, "; "))
+	}
+	return results, nil
+}
+
+func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, log *slog.Logger) (*Result, error) {
+	const namespace, component = "fleet", "backend"
+	fmt.Fprintf(out, "== %d workers: starting the plane (logs in %s)\n", n, dir)
+	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		plane.Close()
+		removeData(dir)
+	}()
+	artifacts, err := uploadTokenizer(ctx, plane.Eventbus, dir)
+	if err != nil {
+		return nil, err
+	}
+	fleet, err := NewFleet(plane.Registry, plane.Eventbus, SimConfig{Namespace: namespace, Component: component, Model: qwen3.ModelName,
+		Artifacts: artifacts, KVRate: cfg.KVRate, LoadInterval: cfg.LoadInterval, LeaseTTL: cfg.LeaseTTL, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.Close()
+	cc, err := grpc.NewClient(plane.Router, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	c := &client{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, frontends: plane.Frontends, model: qwen3.ModelName,
+		router: routerv1.NewRouterServiceClient(cc)}
+	r := &Result{N: n}
+
+	// Start the fleet.
+	start := time.Now()
+	sims, err := startAll(ctx, fleet, n, cfg.Concurrency, 2)
+	defer func() {
+		if sims != nil {
+			_ = stopAll(context.Background(), sims, cfg.Concurrency)
+		}
+	}()
+	if err != nil {
+		return r, err
+	}
+	r.StartRate = float64(n) / time.Since(start).Seconds()
+	fmt.Fprintf(out, "   %d workers registered in %s\n", n, time.Since(start).Round(time.Millisecond))
+	if _, err := c.waitInstances(ctx, n, 2*time.Minute); err != nil {
+		r.Lost = append(r.Lost, fmt.Sprintf("registrations not seen by every frontend: %v", err))
+		return r, err
+	}
+	if cfg.CheckEach {
+		for i, s := range sims {
+			next := 0
+			if _, err := c.untilRouted(ctx, s, true, &next, 30*time.Second); err != nil {
+				r.Lost = append(r.Lost, fmt.Sprintf("worker %d not routable: %v", i, err))
+			}
+		}
+	}
+
+	// The steady state.
+	sleep(ctx, cfg.Settle)
+	before, err := sample(plane)
+	if err != nil {
+		return r, err
+	}
+	kv0, load0 := fleet.KVEvents.Load(), fleet.LoadSent.Load()
+	sleep(ctx, cfg.Window)
+	after, err := sample(plane)
+	if err != nil {
+		return r, err
+	}
+	secs := after.at.Sub(before.at).Seconds()
+	r.KVEventsPerSec = float64(fleet.KVEvents.Load()-kv0) / secs
+	r.LoadsPerSec = float64(fleet.LoadSent.Load()-load0) / secs
+	r.Services = usage(before, after)
+	r.EtcdRequests = (after.etcdRequests - before.etcdRequests) / secs
+	r.EtcdDBBytes = after.etcdDB
+	r.NATSMsgs = (after.natsMsgs - before.natsMsgs) / secs
+	r.Load1 = loadAverage()
+	if gone := plane.Exited(); len(gone) > 0 {
+		return r, fmt.Errorf("parts of the plane exited: %s", strings.Join(gone, ", "))
+	}
+
+	// Probes: a worker added, its block indexed, then removed.
+	for range cfg.Probes {
+		if err := probe(ctx, c, fleet, n, r); err != nil {
+			r.Lost = append(r.Lost, err.Error())
+			break
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	prompt := func() []uint32 {
+		p := make([]uint32, 4*BlockSize)
+		for i := range p {
+			p[i] = 1000 + rng.Uint32N(100000)
+		}
+		return p
+	}
+	for i := range cfg.Routes {
+		id := fmt.Sprintf("fleet-bench-%d", i)
+		t0 := time.Now()
+		_, err := c.router.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: c.model}}, TokenIds: prompt()})
+		if err != nil {
+			return r, fmt.Errorf("route: %w", err)
+		}
+		r.Route = append(r.Route, time.Since(t0))
+		_, _ = c.router.Free(ctx, &routerv1.FreeRequest{RequestId: id})
+	}
+	for i := range cfg.TTFTs {
+		d, err := c.complete(ctx, i%len(c.frontends), prompt(), true)
+		if err != nil {
+			return r, fmt.Errorf("completion: %w", err)
+		}
+		r.TTFT = append(r.TTFT, d)
+	}
+
+	// Stop the fleet: every frontend must see it go, every KV event must
+	// have been indexed, and each worker routed away from.
+	if err := stopAll(ctx, sims, cfg.Concurrency); err != nil {
+		r.Lost = append(r.Lost, fmt.Sprintf("deregistration: %v", err))
+	}
+	stopped := sims
+	sims = nil
+	if _, err := c.waitInstances(ctx, 0, 2*time.Minute); err != nil {
+		r.Lost = append(r.Lost, fmt.Sprintf("deregistrations not seen by every frontend: %v", err))
+	}
+	if cfg.CheckEach {
+		// With no worker left a request finds none: a worker is unrouted
+		// when its signature is answered 503 (no instance) or by no one.
+		for i, s := range stopped {
+			before := s.Served()
+			_, err := c.complete(ctx, i%len(c.frontends), s.Prompt(1), false)
+			if s.Served() != before || err == nil {
+				r.Lost = append(r.Lost, fmt.Sprintf("worker %d still routed to after it deregistered", i))
+			}
+		}
+	}
+	r.Published, r.KVFailed, r.LoadFailed = fleet.KVEvents.Load(), fleet.KVFailed.Load(), fleet.LoadFailed.Load()
+	if r.KVFailed > 0 {
+		r.Lost = append(r.Lost, fmt.Sprintf("%d KV events not acknowledged by the eventbus", r.KVFailed))
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, err := c.router.GetStats(ctx, &routerv1.GetStatsRequest{})
+		if err == nil {
+			r.Applied = st.EventsApplied
+			if r.Applied >= r.Published {
+				break
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.Lost = append(r.Lost, fmt.Sprintf("%d of %d KV events indexed by the router", r.Applied, r.Published))
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r, nil
+}
+
+// probe adds one worker with signatures and times it becoming routable
+// through every frontend and visible to each, then one new block of it
+// being indexed, then it being removed.
+func probe(ctx context.Context, c *client, fleet *Fleet, n int, r *Result) error {
+	type fan struct {
+		d   time.Duration
+		err error
+	}
+	t0 := time.Now()
+	fanc := make(chan fan, 1)
+	go func() { d, err := c.waitInstances(ctx, n+1, time.Minute); fanc <- fan{d, err} }()
+	s, err := fleet.Start(ctx, Signatures)
+	if err != nil {
+		return fmt.Errorf("probe worker: %w", err)
+	}
+	next := 0
+	registered := time.Now()
+	d, err := c.untilRouted(ctx, s, true, &next, time.Minute)
+	if err != nil {
+		_ = s.Stop(ctx)
+		return err
+	}
+	// From the worker's start (lease, registration, card, first KV batch)
+	// to the slowest frontend routing a request to it.
+	r.Routable = append(r.Routable, registered.Sub(t0)+d)
+	f := <-fanc
+	if f.err != nil {
+		_ = s.Stop(ctx)
+		return f.err
+	}
+	r.FanOutAdd = append(r.FanOutAdd, f.d)
+	d, err = c.indexed(ctx, s, rand.Uint64(), time.Minute)
+	if err != nil {
+		_ = s.Stop(ctx)
+		return err
+	}
+	r.Indexed = append(r.Indexed, d)
+
+	go func() { d, err := c.waitInstances(ctx, n, time.Minute); fanc <- fan{d, err} }()
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(ctx) }()
+	d, err = c.untilRouted(ctx, s, false, &next, time.Minute)
+	serr := <-stopped
+	f = <-fanc
+	if err = errors.Join(err, serr, f.err); err != nil {
+		return err
+	}
+	r.Unrouted = append(r.Unrouted, d)
+	r.FanOutDel = append(r.FanOutDel, f.d)
+	return nil
+}
+
+func startAll(ctx context.Context, f *Fleet, n, conc, signatures int) ([]*Sim, error) {
+	sims := make([]*Sim, n)
+	var next atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				s, err := f.Start(sctx, signatures)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				sims[i] = s
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return slices.DeleteFunc(sims, func(s *Sim) bool { return s == nil }), err
+	}
+	return sims, ctx.Err()
+}
+
+func stopAll(ctx context.Context, sims []*Sim, conc int) error {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(sims) {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				err := sims[i].Stop(sctx)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// uploadTokenizer stores the model's tokenizer files once, as a worker of
+// the SDK stores them, and returns the model card's references to them.
+func uploadTokenizer(ctx context.Context, addr, dir string) ([]*registryv1.TokenizerArtifact, error) {
+	bus, err := eventbus.Dial([]string{addr}, eventbus.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer bus.Close()
+	files, err := qwen3.WriteTo(filepath.Join(dir, "tokenizer"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*registryv1.TokenizerArtifact
+	for _, path := range files {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Base(path)
+		info, err := bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(qwen3.ModelName, name), f, eventbus.PutObjectOptions{})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("upload %s: %w", name, err)
+		}
+		out = append(out, &registryv1.TokenizerArtifact{Name: name, Sha256: info.GetSha256(), Size: int64(info.GetSize()),
+			ObjectKey: wire.TokenizerBucket + "/" + wire.TokenizerObject(qwen3.ModelName, name)})
+	}
+	return out, nil
+}
+
+// removeData removes the data of every part (etcd, NATS, eventbus, the
+// tokenizer) and keeps their logs.
+func removeData(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,412 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
+)
+
+// The simulated workers of the bench do on the control plane what a worker
+// of the Go SDK (pkg/worker) does, the same way: a lease of its own kept
+// alive on a KeepAlive stream of its own (discovery.Session), its instance
+// and model card registered on the lease, KV event batches published in
+// order through an eventbus Publisher of its own (the first one awaited
+// before the next is sent), a load report published every interval with a
+// unary Publish, and generate served on a request plane server of its own
+// with an immediate one-token reply. What they do not do is run an engine,
+// serve WorkerService, or dial their own gRPC connections: the workers of
+// one process share one connection to the registry and one to the eventbus
+// (the SDK dials both per worker, and uploads the tokenizer per worker).
+
+// BlockSize is the KV block size of the simulated model's card.
+const BlockSize = 16
+
+// SimConfig says how the simulated workers behave.
+type SimConfig struct {
+	Namespace, Component string
+	// Model is the model card's name; Artifacts its tokenizer, uploaded once.
+	Model     string
+	Artifacts []*registryv1.TokenizerArtifact
+	// KVRate is KV event batches per second per worker (0: none besides
+	// the first).
+	KVRate float64
+	// LoadInterval is how often a worker publishes its load (0: never).
+	LoadInterval time.Duration
+	// LeaseTTL is each worker's lease TTL (0: the registry's default).
+	LeaseTTL time.Duration
+	// Window is how many rolling blocks a worker keeps before it removes
+	// the oldest, which bounds the index at Window blocks per worker.
+	Window int
+	Log    *slog.Logger
+}
+
+// Fleet is the simulated workers of one process and the clients they share.
+type Fleet struct {
+	cfg SimConfig
+	reg *discovery.Client
+	bus *eventbus.Client
+
+	mu      sync.Mutex
+	workers map[*Sim]struct{}
+	nextKey atomic.Uint64
+
+	stopTick chan struct{}
+	tickDone chan struct{}
+
+	// KVEvents counts KV events acknowledged by the eventbus, KVFailed those
+	// it did not take; LoadSent and LoadFailed the load reports.
+	KVEvents, KVFailed, LoadSent, LoadFailed atomic.Uint64
+}
+
+// NewFleet dials the registry and the eventbus once for every worker it
+// will start, and starts the KV event clock.
+func NewFleet(registryAddr, eventbusAddr string, cfg SimConfig) (*Fleet, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 32
+	}
+	reg, err := discovery.Dial([]string{registryAddr}, discovery.Options{Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	bus, err := eventbus.Dial([]string{eventbusAddr}, eventbus.Options{Log: cfg.Log})
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	f := &Fleet{cfg: cfg, reg: reg, bus: bus, workers: map[*Sim]struct{}{}, stopTick: make(chan struct{}), tickDone: make(chan struct{})}
+	go f.tick()
+	return f, nil
+}
+
+// Close stops the clock and closes the shared connections; Stop every worker
+// first.
+func (f *Fleet) Close() {
+	close(f.stopTick)
+	<-f.tickDone
+	f.reg.Close()
+	f.bus.Close()
+}
+
+// Len is the number of running workers.
+func (f *Fleet) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.workers)
+}
+
+// Sim is one simulated worker.
+type Sim struct {
+	f      *Fleet
+	key    uint64 // tells workers' token sequences apart
+	sess   *discovery.Session
+	inst   *registryv1.Instance
+	srv    transport.Server
+	pub    *eventbus.Publisher
+	acks   chan sentBatch
+	acked  chan struct{}
+	served atomic.Int64
+
+	kvMu      sync.Mutex
+	nextEvent uint64
+	rolling   []uint64
+	rollSeq   uint64
+	stopped   bool
+
+	stopLoad chan struct{}
+	loadDone chan struct{}
+}
+
+type sentBatch struct {
+	b *eventbus.Batch
+	n uint64
+}
+
+// Signatures is how many token sequences of one block each worker stores
+// with its first KV event batch; Prompt(i) is the i-th. A request for a
+// signature is routed to the worker that stores it (a KV hit on one worker
+// only), which is how the bench tells that a worker is routable.
+func (s *Sim) Prompt(i int) []uint32 { return signature(s.key, i) }
+
+// signature is the tokens of worker key's i-th signature sequence: one
+// block of token ids in [1000, 101000), distinct across workers and i.
+func signature(key uint64, i int) []uint32 {
+	out := make([]uint32, BlockSize)
+	for k := range out {
+		out[k] = 1000 + uint32(kvhash.LocalHash([]uint32{uint32(key), uint32(i), uint32(k)})%100000)
+	}
+	return out
+}
+
+// Start starts a worker that stores signatures signature sequences: it
+// serves the request plane, registers its instance and model card on a new
+// lease, publishes its first KV event batch (the signatures) and waits for
+// the eventbus to store it, then publishes KV events and load at the
+// configured rates until Stop.
+func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
+	s := &Sim{f: f, key: f.nextKey.Add(1), stopLoad: make(chan struct{}), loadDone: make(chan struct{})}
+	tc := transport.DefaultConfig()
+	tc.TCP.Host, tc.TCP.Port = "127.0.0.1", 0
+	srv, err := transport.NewServer(tc)
+	if err != nil {
+		return nil, err
+	}
+	srv.Handle(wire.GenerateEndpoint, s.generate)
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	s.srv = srv
+	defer func() {
+		if err != nil {
+			_ = srv.Close()
+		}
+	}()
+	sess, err := discovery.NewSession(ctx, f.reg, discovery.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = sess.Close(cctx)
+			cancel()
+		}
+	}()
+	in, err := sess.Register(ctx, &registryv1.Instance{Namespace: f.cfg.Namespace, Component: f.cfg.Component, Endpoint: wire.GenerateEndpoint,
+		Transport: transport.TransportOf(srv.Addresses(wire.GenerateEndpoint)...)})
+	if err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	if err := sess.RegisterModel(ctx, &registryv1.ModelCard{Namespace: f.cfg.Namespace, Component: f.cfg.Component, Endpoint: wire.GenerateEndpoint,
+		ModelName: f.cfg.Model, BlockSize: BlockSize, ContextLength: 32768, Tokenizer: f.cfg.Artifacts}); err != nil {
+		return nil, fmt.Errorf("register model card: %w", err)
+	}
+	s.sess, s.inst = sess, in
+	s.pub = f.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
+	// The first batch is in the stream before any later one is sent (as
+	// the SDK does): a router takes a worker's first event for its start.
+	first := &workerv1.KvEventBatch{InstanceId: in.InstanceId}
+	for i := range signatures {
+		first.Events = append(first.Events, storedEvent(kvhash.Hashes(signature(s.key, i), BlockSize, nil)[0].Sequence))
+	}
+	if len(first.Events) > 0 {
+		if err := s.publishNow(ctx, first); err != nil {
+			s.pub.Close()
+			return nil, err
+		}
+	}
+	s.acks, s.acked = make(chan sentBatch, 64), make(chan struct{})
+	go s.awaitAcks()
+	go s.publishLoad()
+	f.mu.Lock()
+	f.workers[s] = struct{}{}
+	f.mu.Unlock()
+	return s, nil
+}
+
+func storedEvent(hashes ...uint64) *workerv1.KvCacheEvent {
+	st := &workerv1.KvBlocksStored{}
+	for _, h := range hashes {
+		st.Blocks = append(st.Blocks, &workerv1.KvBlock{SequenceHash: h, LocalHash: h})
+	}
+	return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: st}}
+}
+
+// publishNow numbers b, publishes it and waits for the stream to store it.
+func (s *Sim) publishNow(ctx context.Context, b *workerv1.KvEventBatch) error {
+	s.kvMu.Lock()
+	ev, n, err := s.number(b)
+	s.kvMu.Unlock()
+	if err != nil {
+		return err
+	}
+	sent, err := s.pub.Send(ctx, []*eventbusv1.Event{ev})
+	if err == nil {
+		_, err = sent.Wait(ctx)
+	}
+	if err != nil {
+		s.f.KVFailed.Add(n)
+		return fmt.Errorf("publish KV events: %w", err)
+	}
+	s.f.KVEvents.Add(n)
+	return nil
+}
+
+// number gives b the worker's next event ids and makes its eventbus event;
+// kvMu is held.
+func (s *Sim) number(b *workerv1.KvEventBatch) (*eventbusv1.Event, uint64, error) {
+	b.InstanceId = s.inst.InstanceId
+	b.FirstEventId = s.nextEvent + 1
+	s.nextEvent += uint64(len(b.Events))
+	ev, err := eventbus.NewEvent(wire.KVEventsSubject(s.f.cfg.Namespace, s.f.cfg.Component), b,
+		eventbus.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
+	return ev, uint64(len(b.Events)), err
+}
+
+// PublishStored publishes one batch that stores hash and returns when the
+// eventbus has acknowledged it.
+func (s *Sim) PublishStored(ctx context.Context, hash uint64) error {
+	return s.publishNow(ctx, &workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{storedEvent(hash)}})
+}
+
+// roll publishes the worker's next rolling batch: one new block stored, and
+// the oldest removed once the window is full. It does not wait.
+func (s *Sim) roll() {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.rollSeq++
+	h := kvhash.LocalHash([]uint32{uint32(s.key), uint32(s.key >> 32), uint32(s.rollSeq), uint32(s.rollSeq >> 32), 7})
+	b := &workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{storedEvent(h)}}
+	s.rolling = append(s.rolling, h)
+	if len(s.rolling) > s.f.cfg.Window {
+		b.Events = append(b.Events, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{s.rolling[0]}}}})
+		s.rolling = s.rolling[1:]
+	}
+	ev, n, err := s.number(b)
+	if err != nil {
+		s.f.KVFailed.Add(n)
+		return
+	}
+	sent, err := s.pub.Send(context.Background(), []*eventbusv1.Event{ev})
+	if err != nil {
+		s.f.KVFailed.Add(n)
+		return
+	}
+	s.acks <- sentBatch{sent, n}
+}
+
+func (s *Sim) awaitAcks() {
+	defer close(s.acked)
+	for sb := range s.acks {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := sb.b.Wait(ctx); err != nil {
+			s.f.KVFailed.Add(sb.n)
+		} else {
+			s.f.KVEvents.Add(sb.n)
+		}
+		cancel()
+	}
+}
+
+func (s *Sim) publishLoad() {
+	defer close(s.loadDone)
+	if s.f.cfg.LoadInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(s.f.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopLoad:
+			return
+		case <-t.C:
+		}
+		s.kvMu.Lock()
+		used := uint64(len(s.rolling))
+		s.kvMu.Unlock()
+		m := &workerv1.LoadMetrics{InstanceId: s.inst.InstanceId, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := s.f.bus.Publish(ctx, wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m); err != nil {
+			s.f.LoadFailed.Add(1)
+		} else {
+			s.f.LoadSent.Add(1)
+		}
+		cancel()
+	}
+}
+
+// generate answers at once with one token.
+func (s *Sim) generate(_ context.Context, req *transport.Request, rw transport.ResponseWriter) error {
+	gr := &workerv1.GenerateRequest{}
+	if err := proto.Unmarshal(req.Payload, gr); err != nil {
+		return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+	}
+	s.served.Add(1)
+	out, err := proto.Marshal(&workerv1.GenerateResponse{TokenIds: []uint32{13}, FinishReason: workerv1.FinishReason_FINISH_REASON_LENGTH,
+		Usage: &workerv1.Usage{PromptTokens: uint32(len(gr.TokenIds)), CompletionTokens: 1}})
+	if err != nil {
+		return err
+	}
+	return rw.Send(out)
+}
+
+// Served is how many generate requests the worker answered.
+func (s *Sim) Served() int64 { return s.served.Load() }
+
+// InstanceID is the worker's registered instance id.
+func (s *Sim) InstanceID() uint64 { return s.inst.InstanceId }
+
+// Stop deregisters the worker (its lease revoked: routers and frontends
+// drop it at once), stops its publishing, waits for its KV events to be
+// acknowledged, and closes its request plane.
+func (s *Sim) Stop(ctx context.Context) error {
+	s.f.mu.Lock()
+	delete(s.f.workers, s)
+	s.f.mu.Unlock()
+	err := s.sess.Close(ctx)
+	s.kvMu.Lock()
+	s.stopped = true
+	s.kvMu.Unlock()
+	close(s.stopLoad)
+	<-s.loadDone
+	close(s.acks)
+	<-s.acked
+	_ = s.pub.Close()
+	return errors.Join(err, s.srv.Close())
+}
+
+// tick publishes every worker's rolling KV batches at KVRate, spreading the
+// workers over the period in slots so that the load is even.
+func (f *Fleet) tick() {
+	defer close(f.tickDone)
+	if f.cfg.KVRate <= 0 {
+		<-f.stopTick
+		return
+	}
+	const slots = 20
+	period := time.Duration(float64(time.Second) / f.cfg.KVRate)
+	t := time.NewTicker(period / slots)
+	defer t.Stop()
+	slot := uint64(0)
+	var due []*Sim
+	for {
+		select {
+		case <-f.stopTick:
+			return
+		case <-t.C:
+		}
+		due = due[:0]
+		f.mu.Lock()
+		for s := range f.workers {
+			if s.key%slots == slot {
+				due = append(due, s)
+			}
+		}
+		f.mu.Unlock()
+		for _, s := range due {
+			s.roll()
+		}
+		slot = (slot + 1) % slots
+	}
+}
