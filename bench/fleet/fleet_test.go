@@ -1,0 +1,69 @@
+package fleet_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/switchyard-llm/switchyard/bench/fleet"
+)
+
+// TestMain checks that no test leaves a goroutine behind.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// buildBench builds fleet-bench, whose binary runs every part of the plane:
+// built without the race detector, the seven parts cost what they cost in
+// production rather than several times more, beside the test's own workers.
+func buildBench(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fleet-bench")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/switchyard-llm/switchyard/bench/fleet/cmd/fleet-bench").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build fleet-bench: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestFleetLosesNothing runs the whole control plane (3-member etcd, 3-server
+// NATS JetStream cluster, registry, eventbus, router, two frontends, each
+// its own process) with a fleet of simulated workers publishing KV events
+// and load, and checks only that nothing is lost: every registration is
+// seen by both frontends, every worker is routed to through them and, once
+// deregistered, routed away from; every KV event the eventbus acknowledged
+// is indexed by the router; added and removed probe workers are seen and
+// routed as well. No timing is asserted. The long form runs 100 workers.
+func TestFleetLosesNothing(t *testing.T) {
+	n := 16
+	if !testing.Short() {
+		n = 100
+	}
+	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LeaseTTL: 10 * time.Second,
+		Settle: 0, Window: time.Second, Probes: 2, Routes: 10, TTFTs: 10, CheckEach: true, Exe: buildBench(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rs, err := fleet.Run(ctx, cfg, &out, slog.New(slog.DiscardHandler))
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1", len(rs))
+	}
+	r := rs[0]
+	if len(r.Lost) > 0 || r.Published == 0 || r.Applied < r.Published || r.KVFailed > 0 {
+		t.Fatalf("lost %v; %d KV events published, %d indexed, %d refused", r.Lost, r.Published, r.Applied, r.KVFailed)
+	}
+	if len(r.Routable) != cfg.Probes || len(r.Unrouted) != cfg.Probes || len(r.Indexed) != cfg.Probes {
+		t.Fatalf("probe workers: %d routable, %d unrouted, %d indexed, want %d each", len(r.Routable), len(r.Unrouted), len(r.Indexed), cfg.Probes)
+	}
+	t.Logf("%d workers: %d KV events published and indexed, %d load reports refused", n, r.Published, r.LoadFailed)
+}
