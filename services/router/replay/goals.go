@@ -36,15 +36,17 @@ const (
 // kv each) SettleGoodputRatio may take to decide the goodput goal.
 const settleRounds = 3
 
-// GoalModes are the modes the goal table runs: round-robin and kv over the
-// whole sweep (for goodput), the others at the default rate only.
-var GoalModes = []string{"round-robin", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas"}
+// GoalModes are the modes the goal table runs: round-robin, kv and the
+// peers' policies over the whole sweep (for goodput), the others at the
+// default rate only.
+var GoalModes = []string{"round-robin", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "dynamo", "llm-d", "sglang"}
 
 // goodputModes are swept over every rate scale and refined.
-var goodputModes = []string{"round-robin", "kv"}
+var goodputModes = []string{"round-robin", "kv", "dynamo", "llm-d", "sglang"}
 
-// RunGoals runs what the goal table needs on one trace: round-robin and kv
-// at every rate scale in rates (and defaultRate), refined to their goodput
+// RunGoals runs what the goal table needs on one trace: round-robin, kv and
+// the peers' policies at every rate scale in rates (and defaultRate),
+// refined to their goodput
 // as RefineGoodput does and then, when bisect > 0, until their brackets
 // decide the goodput goal (SettleGoodputRatio, at most settleRounds more
 // rounds), and kv-approx, kv-3-replicas and kv-8-replicas at defaultRate. The report's results are in GoalModes order, then rate.
@@ -113,6 +115,9 @@ type GoalRow struct {
 	// Missing names modes the report had no result for at the default
 	// rate; their goals fail.
 	Missing []string
+	// Peers are kv's, the peers' and round-robin's figures, in
+	// comparedModes order (peergoals.go).
+	Peers []Figures
 }
 
 // HitOK says kv's hit rate is at least 90% of the pooled bound.
@@ -183,6 +188,9 @@ func Goals(r *Report, defaultRate float64) GoalRow {
 		Floor: r.Bounds.FloorTTFT[1], Chain: r.ChainFloors[defaultRate][1]}
 	at := map[string]Result{}
 	for _, m := range GoalModes {
+		if slices.Contains(peerModes, m) {
+			continue // the peer table marks its own (Figures.Ran)
+		}
 		i := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == defaultRate })
 		if i < 0 {
 			g.Missing = append(g.Missing, m)
@@ -209,6 +217,7 @@ func Goals(r *Report, defaultRate float64) GoalRow {
 	}
 	g.Rep3Points, g.Rep3TTFT = 100*(at["kv-3-replicas"].HitRate-kv.HitRate), rel(at["kv-3-replicas"].TTFT[1])
 	g.Rep8Points, g.Rep8TTFT = 100*(at["kv-8-replicas"].HitRate-kv.HitRate), rel(at["kv-8-replicas"].TTFT[1])
+	g.Peers = peerFigures(r, defaultRate)
 	return g
 }
 
@@ -318,6 +327,7 @@ func WriteGoals(w io.Writer, rows []GoalRow, defaultRate float64, slo time.Durat
 			fmt.Fprintf(&b, "%s: no result at x%g for %s\n", g.Trace, defaultRate, strings.Join(g.Missing, ", "))
 		}
 	}
+	writePeerGoals(&b, rows, defaultRate)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

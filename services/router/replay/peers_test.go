@@ -1,7 +1,9 @@
 package replay
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
@@ -293,5 +295,80 @@ func TestPeersOnTheShippedTrace(t *testing.T) {
 				t.Errorf("two runs differ:\n%+v\n%+v", a, b)
 			}
 		})
+	}
+}
+
+// TestPeerGoals checks the peer table's verdicts on reports made by hand.
+func TestPeerGoals(t *testing.T) {
+	const ms = time.Millisecond
+	res := func(mode string, rate, hit float64, p90 time.Duration) Result {
+		return Result{Mode: mode, RateScale: rate, HitRate: hit, TTFT: [3]time.Duration{p90 / 2, p90, 2 * p90}}
+	}
+	// Goodputs (SLO 2 s): kv [kvPass, kvFail), dynamo [dynPass, 12), the
+	// others lower. At x6: kv hit 0.60, TTFT p90 500 ms; dynamo 0.62, 450
+	// ms; llm-d 0.55, 700 ms; sglang 0.50, 800 ms; round-robin 0.2, 1.9 s.
+	report := func(name string, kvPass, kvFail, dynPass float64, chain time.Duration) *Report {
+		return &Report{Trace: name, SLO: 2 * time.Second, ChainFloors: map[float64][3]time.Duration{6: {0, chain, 0}},
+			Results: []Result{
+				res("round-robin", 6, 0.2, 1900*ms), res("round-robin", 9, 0.2, 3*time.Second),
+				res("kv", 6, 0.60, 500*ms), res("kv", kvPass, 0.6, time.Second), res("kv", kvFail, 0.6, 3*time.Second),
+				res("dynamo", 6, 0.62, 450*ms), res("dynamo", dynPass, 0.62, time.Second), res("dynamo", 12, 0.62, 3*time.Second),
+				res("llm-d", 6, 0.55, 700*ms), res("llm-d", 7, 0.55, 3*time.Second),
+				res("sglang", 6, 0.50, 800*ms), res("sglang", 7, 0.50, 3*time.Second),
+			}}
+	}
+	spread := map[string]Spread{"kv": {1, 30 * ms}, "dynamo": {3, 40 * ms}}
+	tests := []struct {
+		name                          string
+		kvPass, kvFail, dynPass       float64
+		chain                         time.Duration
+		hit, ttft, good, settled, x12 bool
+		chainOK, reached              bool
+		row                           string
+	}{
+		// Hit: 60 >= 62 - max(1, 3) = 59. TTFT: 500 > 450 + max(30, 40) =
+		// 490. Goodput 9 >= dynamo's 6 (the best peer): 1.5x. Chain 400
+		// ms: 500 / 400 = 1.25 <= 1.5 (the best, dynamo, 450 / 400 = 1.12).
+		{name: "a", kvPass: 9, kvFail: 12, dynPass: 6, chain: 400 * ms, hit: true, ttft: false, good: true, settled: true, x12: true, chainOK: true, reached: true,
+			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.0, 3.0 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
+		// Goodput: kv [6, 9), dynamo 8: below, but kv's bracket reaches
+		// past 8: not settled; 6 / 8 = 0.75x. Chain 300 ms: kv 1.67x,
+		// dynamo 450 / 300 = 1.5x reaches it: FAIL.
+		{name: "b", kvPass: 6, kvFail: 9, dynPass: 8, chain: 300 * ms, hit: true, good: false, settled: false, chainOK: false, reached: true,
+			row: "| x6 (<x9) / x8 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 0.75x (dynamo) | FAIL ? | FAIL | 300.0 | 1.67x | 1.50x | FAIL |"},
+		// Chain 200 ms: the best, dynamo, is at 2.25x: none reach it.
+		// kv [6, 7), dynamo 8: kv's bracket ends below 8: settled.
+		{name: "c", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: false, settled: true, chainOK: false, reached: false,
+			row: "| FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+	}
+	var rows []GoalRow
+	for _, tt := range tests {
+		g := Goals(report(tt.name, tt.kvPass, tt.kvFail, tt.dynPass, tt.chain), 6)
+		g.SetSpread(spread)
+		if g.PeerHitOK() != tt.hit || g.PeerTTFTOK() != tt.ttft || g.PeerGoodputOK() != tt.good || g.PeerGoodputSettled() != tt.settled ||
+			(g.PeerGoodputRatio() >= goalPeerGoodput) != tt.x12 || g.ChainOK() != tt.chainOK || g.ChainReached() != tt.reached {
+			t.Errorf("%s: hit %v ttft %v goodput %v settled %v ratio %.2f chain %v reached %v", tt.name, g.PeerHitOK(), g.PeerTTFTOK(),
+				g.PeerGoodputOK(), g.PeerGoodputSettled(), g.PeerGoodputRatio(), g.ChainOK(), g.ChainReached())
+		}
+		rows = append(rows, g)
+	}
+	var out strings.Builder
+	if err := WriteGoals(&out, rows, 6, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		if !strings.Contains(out.String(), tt.row) {
+			t.Errorf("peer table lacks %q:\n%s", tt.row, out.String())
+		}
+	}
+	for _, want := range []string{
+		"peer goals met on 3 traces: hit >= best peer 3, ttft p90 <= best peer 0, goodput >= best peer 1, goodput >= 1.2x best peer 1 (goal: at least 2, FAIL)",
+		"kv TTFT p90 <= 1.5x chain floor: 1 of the 2 traces where some policy reaches it",
+		"no policy within 1.5x of the chain floor on 1 traces: c",
+		"| a | 250.0 / 500.0 / 1000.0 | 225.0 / 450.0 / 900.0 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("peer table lacks %q:\n%s", want, out.String())
+		}
 	}
 }

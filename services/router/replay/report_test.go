@@ -320,9 +320,10 @@ func TestGoals(t *testing.T) {
 	}
 }
 
-// TestCommandGoals runs --goals on a small trace file: round-robin and kv
-// over the sweep and refined, the other goal modes at the default rate
-// only, and one goal table at the end, also written under --out.
+// TestCommandGoals runs --goals on a small trace file: round-robin, kv and
+// the peers over the sweep and refined, the other goal modes at the
+// default rate only, and one goal table (with the peer tables) at the end,
+// also written under --out; the seed-spread runs add no CSV rows.
 func TestCommandGoals(t *testing.T) {
 	trace, err := BuiltinTrace("sessions")
 	if err != nil {
@@ -348,7 +349,8 @@ func TestCommandGoals(t *testing.T) {
 	if err := Command(c, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "| small | ") || !strings.Contains(out.String(), "goals met on 1 traces") {
+	if !strings.Contains(out.String(), "| small | ") || !strings.Contains(out.String(), "goals met on 1 traces") ||
+		!strings.Contains(out.String(), "peer goals met on 1 traces") {
 		t.Fatalf("no goal table:\n%s", out.String())
 	}
 	f, err := os.Open(filepath.Join(dir, "out", "router-replay.csv"))
@@ -364,9 +366,12 @@ func TestCommandGoals(t *testing.T) {
 	// (x4, then x6 and up); the others ran at x4 only.
 	ran := map[string][]string{}
 	for _, row := range rows[1:] {
+		if slices.Contains(ran[row[0]], row[1]) {
+			t.Errorf("%s at x%s has two rows", row[0], row[1])
+		}
 		ran[row[0]] = append(ran[row[0]], row[1])
 	}
-	for _, m := range []string{"round-robin", "kv"} {
+	for _, m := range []string{"round-robin", "kv", "dynamo", "llm-d", "sglang"} {
 		if r := ran[m]; len(r) < 3 || r[0] != "2" || r[1] != "4" || r[2] != "6" {
 			t.Errorf("%s ran at %v, want 2, 4, 6 and up", m, r)
 		}

@@ -1,0 +1,369 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The peer goals: kv against the peers' policies (peers.go) on the same
+// trace, in the same run, on every trace of the goal table:
+//   - kv is at least the best peer on hit rate and TTFT p90 at the default
+//     rate, within the run-to-run spread measured in the same run (the
+//     modes again with other seeds, RunSpread), and on goodput (its goodput
+//     bracket at or above the best peer's goodput);
+//   - kv's goodput is at least 1.2 times the best peer's on at least half
+//     of the traces;
+//   - kv's TTFT p90 at the default rate is at most 1.5 times the chain
+//     floor's p90 wherever any policy (a peer, round-robin or kv) reaches
+//     that; where none does it is reported, not judged.
+const (
+	goalPeerGoodput = 1.2
+	goalChainRatio  = 1.5
+)
+
+// PeerModes are the modes kv is compared with in the peer table, after kv:
+// the peers, then round-robin (for scale; not a peer).
+var PeerModes = []string{"dynamo", "llm-d", "sglang", "round-robin"}
+
+// comparedModes are kv and PeerModes, the peer table's columns.
+var comparedModes = append([]string{"kv"}, PeerModes...)
+
+// Figures are one mode's figures on a trace: hit rate and TTFT percentiles
+// at the default rate, and its goodput bracket (Pass, the highest rate
+// scale meeting the SLO, 0 if none; Fail the lowest above it missing it,
+// +Inf if none ran). Ran says the mode had a result at the default rate.
+type Figures struct {
+	Mode       string
+	Ran        bool
+	HitRate    float64
+	TTFT       [3]time.Duration
+	Pass, Fail float64
+	// HitSpread (hit-rate points) and TTFTSpread are the ranges of its hit
+	// rate and TTFT p90 at the default rate over the seeds RunSpread ran
+	// (0 when it ran one).
+	HitSpread  float64
+	TTFTSpread time.Duration
+}
+
+// peerFigures reads each compared mode's figures from a report.
+func peerFigures(r *Report, defaultRate float64) []Figures {
+	out := make([]Figures, len(comparedModes))
+	for i, m := range comparedModes {
+		f := Figures{Mode: m}
+		if j := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == defaultRate }); j >= 0 {
+			f.Ran, f.HitRate, f.TTFT = true, r.Results[j].HitRate, r.Results[j].TTFT
+		}
+		f.Pass, f.Fail = r.GoodputBracket(m)
+		out[i] = f
+	}
+	return out
+}
+
+// Spread is the range of one mode's hit rate (points) and TTFT p90 at one
+// rate over several seeds.
+type Spread struct {
+	HitPoints float64
+	TTFTP90   time.Duration
+}
+
+// RunSpread runs each mode at rate with seeds cfg.Seed+1 .. cfg.Seed+seeds-1
+// and returns, per mode, the range of its hit rate and TTFT p90 over those
+// runs and the one of cfg.Seed in results (the seed moves every random
+// tie-break: the run-to-run spread of the replay). seeds <= 1 runs nothing.
+func RunSpread(trace []Request, cfg Config, results []Result, modes []string, rate float64, seeds, parallel int) (map[string]Spread, error) {
+	out := map[string]Spread{}
+	if seeds <= 1 {
+		return out, nil
+	}
+	byMode := map[string][]Result{}
+	for _, x := range results {
+		if x.RateScale == rate && slices.Contains(modes, x.Mode) {
+			byMode[x.Mode] = append(byMode[x.Mode][:0], x)
+		}
+	}
+	type seeded struct {
+		mode string
+		seed uint64
+	}
+	var runs []seeded
+	for _, m := range modes {
+		for s := 1; s < seeds; s++ {
+			runs = append(runs, seeded{m, cfg.Seed + uint64(s)})
+		}
+	}
+	got := make([]Result, len(runs))
+	errs := make([]error, len(runs))
+	sem := make(chan struct{}, max(parallel, 1))
+	done := make(chan struct{})
+	for i, r := range runs {
+		go func() {
+			sem <- struct{}{}
+			c := cfg
+			c.RateScale, c.Seed = rate, r.seed
+			got[i], errs[i] = Run(trace, c, r.mode)
+			<-sem
+			done <- struct{}{}
+		}()
+	}
+	for range runs {
+		<-done
+	}
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("mode %s at seed %d: %w", runs[i].mode, runs[i].seed, err)
+		}
+		byMode[runs[i].mode] = append(byMode[runs[i].mode], got[i])
+	}
+	for m, rs := range byMode {
+		hlo, hhi := math.Inf(1), math.Inf(-1)
+		tlo, thi := time.Duration(math.MaxInt64), time.Duration(0)
+		for _, x := range rs {
+			hlo, hhi = min(hlo, x.HitRate), max(hhi, x.HitRate)
+			tlo, thi = min(tlo, x.TTFT[1]), max(thi, x.TTFT[1])
+		}
+		out[m] = Spread{HitPoints: 100 * (hhi - hlo), TTFTP90: thi - tlo}
+	}
+	return out, nil
+}
+
+// SetSpread records the spreads RunSpread measured in the row's figures.
+func (g *GoalRow) SetSpread(s map[string]Spread) {
+	for i := range g.Peers {
+		sp := s[g.Peers[i].Mode]
+		g.Peers[i].HitSpread, g.Peers[i].TTFTSpread = sp.HitPoints, sp.TTFTP90
+	}
+}
+
+func (g GoalRow) figures(mode string) Figures {
+	for _, f := range g.Peers {
+		if f.Mode == mode {
+			return f
+		}
+	}
+	return Figures{Mode: mode}
+}
+
+// bestPeer is the peer (not round-robin) best on a figure: by better(a, b),
+// a is better than b. ok is false when no peer ran.
+func (g GoalRow) bestPeer(better func(a, b Figures) bool) (Figures, bool) {
+	var best Figures
+	found := false
+	for _, f := range g.Peers {
+		if f.Mode == "kv" || f.Mode == "round-robin" || !f.Ran {
+			continue
+		}
+		if !found || better(f, best) {
+			best, found = f, true
+		}
+	}
+	return best, found
+}
+
+// BestHit, BestTTFT and BestGoodput are the best peer on each figure.
+func (g GoalRow) BestHit() (Figures, bool) {
+	return g.bestPeer(func(a, b Figures) bool { return a.HitRate > b.HitRate })
+}
+
+func (g GoalRow) BestTTFT() (Figures, bool) {
+	return g.bestPeer(func(a, b Figures) bool { return a.TTFT[1] < b.TTFT[1] })
+}
+
+func (g GoalRow) BestGoodput() (Figures, bool) {
+	return g.bestPeer(func(a, b Figures) bool { return a.Pass > b.Pass })
+}
+
+// PeerHitOK says kv's hit rate is at least the best peer's, less the
+// larger of the two modes' seed spreads.
+func (g GoalRow) PeerHitOK() bool {
+	kv, best, ok := g.figures("kv"), Figures{}, false
+	if best, ok = g.BestHit(); !ok || !kv.Ran {
+		return false
+	}
+	return 100*kv.HitRate >= 100*best.HitRate-max(kv.HitSpread, best.HitSpread)
+}
+
+// PeerTTFTOK says kv's TTFT p90 is at most the best peer's, plus the
+// larger of the two modes' seed spreads.
+func (g GoalRow) PeerTTFTOK() bool {
+	kv, best, ok := g.figures("kv"), Figures{}, false
+	if best, ok = g.BestTTFT(); !ok || !kv.Ran {
+		return false
+	}
+	return kv.TTFT[1] <= best.TTFT[1]+max(kv.TTFTSpread, best.TTFTSpread)
+}
+
+// PeerGoodputOK says kv's goodput is at least the best peer's.
+func (g GoalRow) PeerGoodputOK() bool {
+	kv := g.figures("kv")
+	best, ok := g.BestGoodput()
+	return ok && kv.Pass >= best.Pass
+}
+
+// PeerGoodputSettled says the brackets decide PeerGoodputOK: it holds, or
+// kv's whole bracket is below the best peer's goodput.
+func (g GoalRow) PeerGoodputSettled() bool {
+	kv := g.figures("kv")
+	best, ok := g.BestGoodput()
+	return !ok || kv.Pass >= best.Pass || kv.Fail <= best.Pass
+}
+
+// PeerGoodputRatio is kv's goodput over the best peer's (+Inf when the
+// best peer met the SLO at no rate and kv did; 0 when neither did).
+func (g GoalRow) PeerGoodputRatio() float64 {
+	kv := g.figures("kv")
+	best, ok := g.BestGoodput()
+	switch {
+	case !ok || (best.Pass == 0 && kv.Pass == 0):
+		return 0
+	case best.Pass == 0:
+		return math.Inf(1)
+	}
+	return kv.Pass / best.Pass
+}
+
+// ChainRatio is kv's TTFT p90 over the chain floor's at the default rate
+// (+Inf without a chain floor).
+func (g GoalRow) ChainRatio(mode string) float64 {
+	f := g.figures(mode)
+	if g.Chain <= 0 || !f.Ran {
+		return math.Inf(1)
+	}
+	return float64(f.TTFT[1]) / float64(g.Chain)
+}
+
+// ChainReached says some compared policy's TTFT p90 is within 1.5 times
+// the chain floor's at the default rate.
+func (g GoalRow) ChainReached() bool {
+	for _, m := range comparedModes {
+		if g.ChainRatio(m) <= goalChainRatio {
+			return true
+		}
+	}
+	return false
+}
+
+// ChainOK says kv's TTFT p90 is within 1.5 times the chain floor's.
+func (g GoalRow) ChainOK() bool { return g.ChainRatio("kv") <= goalChainRatio }
+
+// writePeerGoals prints the peer tables after the goal table: one row per
+// trace of each mode's figures with kv's ratio to the best peer and the
+// verdicts, then every mode's TTFT percentiles, then the counts.
+func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
+	if len(rows) == 0 || len(rows[0].Peers) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nkv against the peers' default policies at x%g (%s; round-robin for scale): kv >= the best peer on hit rate and TTFT p90 within the seed spread (spread: the range over the seeds run, kv's and the best peer's, the larger), and on goodput; kv goodput >= %gx the best peer's on at least half the traces; kv TTFT p90 <= %gx the chain floor's p90 where any policy reaches that (none: no policy does; reported, not judged)\n",
+		defaultRate, strings.Join(PeerModes[:3], ", "), goalPeerGoodput, goalChainRatio)
+	head := strings.Join(comparedModes, " / ")
+	fmt.Fprintf(b, "\n| trace | hit %s | kv/best | hit spread pts (kv, best) | hit | TTFT p90 ms %s | kv/best | p90 spread ms (kv, best) | ttft | goodput %s | kv/best | goodput | >= %gx | chain p90 ms | kv p90/chain | best p90/chain | chain |\n",
+		head, head, head, goalPeerGoodput)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var met [4]int
+	judged := 0
+	for _, g := range rows {
+		kv := g.figures("kv")
+		var hits, p90s, goods []string
+		for _, m := range comparedModes {
+			f := g.figures(m)
+			if !f.Ran {
+				hits, p90s = append(hits, "-"), append(p90s, "-")
+			} else {
+				hits, p90s = append(hits, fmt.Sprintf("%.3f", f.HitRate)), append(p90s, ms(f.TTFT[1]))
+			}
+			goods = append(goods, fmtBracket(f.Pass, f.Fail))
+		}
+		bh, _ := g.BestHit()
+		bt, _ := g.BestTTFT()
+		ratio := func(a, b float64) string {
+			if b <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2fx", a/b)
+		}
+		gv := verdict(g.PeerGoodputOK())
+		if !g.PeerGoodputSettled() {
+			gv += " ?"
+		}
+		x12 := g.PeerGoodputRatio() >= goalPeerGoodput
+		oks := []bool{g.PeerHitOK(), g.PeerTTFTOK(), g.PeerGoodputOK(), x12}
+		for i, ok := range oks {
+			if ok {
+				met[i]++
+			}
+		}
+		cv := "none"
+		switch {
+		case g.ChainOK():
+			cv = "ok"
+		case g.ChainReached():
+			cv = "FAIL"
+		}
+		if cv != "none" {
+			judged++
+		}
+		chain, kvChain, bestChain := "-", "-", "-"
+		if g.Chain > 0 {
+			chain = ms(g.Chain)
+			kvChain = fmt.Sprintf("%.2fx", g.ChainRatio("kv"))
+			best := math.Inf(1)
+			for _, m := range comparedModes {
+				best = min(best, g.ChainRatio(m))
+			}
+			bestChain = fmt.Sprintf("%.2fx", best)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s (%s) | %.1f, %.1f | %s | %s | %s (%s) | %s, %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n",
+			g.Trace, strings.Join(hits, " / "), ratio(kv.HitRate, bh.HitRate), bh.Mode, kv.HitSpread, bh.HitSpread, verdict(oks[0]),
+			strings.Join(p90s, " / "), ratio(float64(kv.TTFT[1]), float64(bt.TTFT[1])), bt.Mode, ms(kv.TTFTSpread), ms(bt.TTFTSpread), verdict(oks[1]),
+			strings.Join(goods, " / "), fmtPeerRatio(g.PeerGoodputRatio()), bestGoodputMode(g), gv, verdict(x12),
+			chain, kvChain, bestChain, cv)
+	}
+	fmt.Fprintf(b, "\nTTFT p50 / p90 / p99 ms at x%g\n\n| trace | %s |\n|---|%s\n", defaultRate, strings.Join(comparedModes, " | "), strings.Repeat("---|", len(comparedModes)))
+	for _, g := range rows {
+		cells := []string{g.Trace}
+		for _, m := range comparedModes {
+			f := g.figures(m)
+			if !f.Ran {
+				cells = append(cells, "-")
+				continue
+			}
+			cells = append(cells, ms(f.TTFT[0])+" / "+ms(f.TTFT[1])+" / "+ms(f.TTFT[2]))
+		}
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
+	half := (len(rows) + 1) / 2
+	fmt.Fprintf(b, "\npeer goals met on %d traces: hit >= best peer %d, ttft p90 <= best peer %d, goodput >= best peer %d, goodput >= %gx best peer %d (goal: at least %d, %s)\n",
+		len(rows), met[0], met[1], met[2], goalPeerGoodput, met[3], half, verdict(met[3] >= half))
+	chainMet := 0
+	var none []string
+	for _, g := range rows {
+		if g.ChainOK() {
+			chainMet++
+		} else if !g.ChainReached() {
+			none = append(none, g.Trace)
+		}
+	}
+	fmt.Fprintf(b, "kv TTFT p90 <= %gx chain floor: %d of the %d traces where some policy reaches it\n", goalChainRatio, chainMet, judged)
+	if len(none) > 0 {
+		fmt.Fprintf(b, "no policy within %gx of the chain floor on %d traces: %s\n", goalChainRatio, len(none), strings.Join(none, ", "))
+	}
+}
+
+func bestGoodputMode(g GoalRow) string {
+	if f, ok := g.BestGoodput(); ok {
+		return f.Mode
+	}
+	return "-"
+}
+
+func fmtPeerRatio(x float64) string {
+	switch {
+	case x == 0:
+		return "-"
+	case math.IsInf(x, 1):
+		return "inf"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
