@@ -66,6 +66,10 @@ test-long: ## Every test at full length, including the soak and fault tests and 
 images: ## One OCI image per service without a Docker engine: bin/images/<service>.tar, for docker load -i.
 	$(GO) run ./hack/images -out $(BIN)/images
 
+.PHONY: test-images
+test-images: ## The compose test's stand-ins for the official etcd (with etcdctl) and NATS images, from their Go modules at go.mod's versions: bin/images/etcd.tar, bin/images/nats.tar (switchyard-test/<name>:<version>).
+	$(GO) run ./hack/images -test-images -out $(BIN)/images
+
 .PHONY: bench
 bench: build ## Benchmark functions, then each benchmark command's table.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms ./... | grep -E '^(Benchmark|ok|FAIL|PASS)' || true
