@@ -145,6 +145,9 @@ func runNATS(args []string) int {
 		fmt.Fprintln(os.Stderr, "nats:", err)
 		return 1
 	}
+	// Its notices, warnings and errors (a slow consumer cut off, a lost
+	// route) go to stderr, the part's log.
+	ns.ConfigureLogger()
 	ns.Start()
 	if !ns.ReadyForConnections(time.Minute) {
 		fmt.Fprintln(os.Stderr, "nats: not ready after 1m")

@@ -208,7 +208,7 @@ func figures(r *Result) []figure {
 		name string
 		d    []time.Duration
 	}{
-		{"registration to routable", r.Routable}, {"deregistration to unrouted", r.Unrouted},
+		{"worker start (lease, registration, card, first KV batch)", r.WorkerStart}, {"registration to routable", r.Routable}, {"deregistration to unrouted", r.Unrouted},
 		{"watch fan-out (add) to every frontend", r.FanOutAdd}, {"watch fan-out (delete) to every frontend", r.FanOutDel},
 		{"KV event publish to indexed", r.Indexed}, {"route decision (RPC at the router)", r.Route}, {"TTFT through a frontend", r.TTFT},
 	} {
@@ -222,9 +222,9 @@ func figures(r *Result) []figure {
 
 func printResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n%d workers (load average %.2f at the window's end; %d KV events published, %d indexed)\n", r.N, r.Load1, r.Published, r.Applied)
-	fmt.Fprintf(w, "%-46s %12s  %s\n%s\n", "figure", "value", "unit", strings.Repeat("-", 66))
+	fmt.Fprintf(w, "%-58s %12s  %s\n%s\n", "figure", "value", "unit", strings.Repeat("-", 78))
 	for _, f := range figures(r) {
-		fmt.Fprintf(w, "%-46s %12.3f  %s\n", f.name, f.v, f.unit)
+		fmt.Fprintf(w, "%-58s %12.3f  %s\n", f.name, f.v, f.unit)
 	}
 	for _, l := range r.Lost {
 		fmt.Fprintf(w, "LOST: %s\n", l)
@@ -238,13 +238,13 @@ func printGrowth(w io.Writer, rs []*Result) {
 		return
 	}
 	fmt.Fprintf(w, "\ngrowth with N (exponent k of a fit value = a*N^k over N = %s)\n", sizes(rs))
-	fmt.Fprintf(w, "%-46s %8s  %s\n%s\n", "figure", "k", "values", strings.Repeat("-", 66))
+	fmt.Fprintf(w, "%-58s %8s  %s\n%s\n", "figure", "k", "values", strings.Repeat("-", 78))
 	for _, name := range figureNames(rs) {
 		k, vals, ok := growth(rs, name)
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(w, "%-46s %8.2f  %s\n", name, k, vals)
+		fmt.Fprintf(w, "%-58s %8.2f  %s\n", name, k, vals)
 	}
 }
 

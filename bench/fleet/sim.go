@@ -115,15 +115,21 @@ func (f *Fleet) Len() int {
 
 // Sim is one simulated worker.
 type Sim struct {
-	f      *Fleet
-	key    uint64 // tells workers' token sequences apart
-	sess   *discovery.Session
-	inst   *registryv1.Instance
-	srv    transport.Server
-	pub    *eventbus.Publisher
-	acks   chan sentBatch
-	acked  chan struct{}
-	served atomic.Int64
+	f     *Fleet
+	key   uint64 // tells workers' token sequences apart
+	sess  *discovery.Session
+	inst  *registryv1.Instance
+	srv   transport.Server
+	pub   *eventbus.Publisher
+	acks  chan sentBatch
+	acked chan struct{}
+	// ackCtx bounds the wait for acknowledgements; Stop cancels it when
+	// its own context ends.
+	ackCtx    context.Context
+	ackCancel context.CancelFunc
+	served    atomic.Int64
+	// registering is when the worker asked the registry to register it.
+	registering time.Time
 
 	kvMu      sync.Mutex
 	nextEvent uint64
@@ -190,6 +196,7 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 			cancel()
 		}
 	}()
+	s.registering = time.Now()
 	in, err := sess.Register(ctx, &registryv1.Instance{Namespace: f.cfg.Namespace, Component: f.cfg.Component, Endpoint: wire.GenerateEndpoint,
 		Transport: transport.TransportOf(srv.Addresses(wire.GenerateEndpoint)...)})
 	if err != nil {
@@ -214,6 +221,7 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 		}
 	}
 	s.acks, s.acked = make(chan sentBatch, 64), make(chan struct{})
+	s.ackCtx, s.ackCancel = context.WithCancel(context.Background())
 	go s.awaitAcks()
 	go s.publishLoad()
 	f.mu.Lock()
@@ -299,7 +307,7 @@ func (s *Sim) roll() {
 func (s *Sim) awaitAcks() {
 	defer close(s.acked)
 	for sb := range s.acks {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(s.ackCtx, time.Minute)
 		if _, err := sb.b.Wait(ctx); err != nil {
 			s.f.KVFailed.Add(sb.n)
 		} else {
@@ -365,6 +373,8 @@ func (s *Sim) Stop(ctx context.Context) error {
 	delete(s.f.workers, s)
 	s.f.mu.Unlock()
 	err := s.sess.Close(ctx)
+	stopAcks := context.AfterFunc(ctx, s.ackCancel) // give up waiting once ctx ends
+	defer stopAcks()
 	s.kvMu.Lock()
 	s.stopped = true
 	s.kvMu.Unlock()
@@ -373,6 +383,7 @@ func (s *Sim) Stop(ctx context.Context) error {
 	close(s.acks)
 	<-s.acked
 	_ = s.pub.Close()
+	s.ackCancel()
 	return errors.Join(err, s.srv.Close())
 }
 
