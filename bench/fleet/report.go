@@ -220,12 +220,22 @@ func figures(r *Result) []figure {
 	return out
 }
 
+func msList(d []time.Duration) string {
+	var b strings.Builder
+	for _, x := range d {
+		fmt.Fprintf(&b, " %.0f", float64(x)/float64(time.Millisecond))
+	}
+	return b.String()
+}
+
 func printResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n%d workers (load average %.2f at the window's end; %d KV events published, %d indexed)\n", r.N, r.Load1, r.Published, r.Applied)
 	fmt.Fprintf(w, "%-58s %12s  %s\n%s\n", "figure", "value", "unit", strings.Repeat("-", 78))
 	for _, f := range figures(r) {
 		fmt.Fprintf(w, "%-58s %12.3f  %s\n", f.name, f.v, f.unit)
 	}
+	fmt.Fprintf(w, "registration to routable, each probe (ms):%s\n", msList(r.Routable))
+	fmt.Fprintf(w, "deregistration to unrouted, each probe (ms):%s\n", msList(r.Unrouted))
 	for _, l := range r.Lost {
 		fmt.Fprintf(w, "LOST: %s\n", l)
 	}

@@ -30,9 +30,10 @@ import (
 // before the next is sent), a load report published every interval with a
 // unary Publish, and generate served on a request plane server of its own
 // with an immediate one-token reply. What they do not do is run an engine,
-// serve WorkerService, or dial their own gRPC connections: the workers of
-// one process share one connection to the registry and one to the eventbus
-// (the SDK dials both per worker, and uploads the tokenizer per worker).
+// serve WorkerService, or dial their own gRPC connections: every
+// WorkersPerConn workers of one process share one connection to the
+// registry and one to the eventbus (the SDK dials both per worker, and
+// uploads the tokenizer per worker).
 
 // BlockSize is the KV block size of the simulated model's card.
 const BlockSize = 16
@@ -59,8 +60,15 @@ type SimConfig struct {
 // Fleet is the simulated workers of one process and the clients they share.
 type Fleet struct {
 	cfg SimConfig
-	reg *discovery.Client
-	bus *eventbus.Client
+	// conns are the process's connections to the registry and the
+	// eventbus, one pair per WorkersPerConn workers: a worker holds a
+	// KeepAlive stream on one and a publishing stream on the other for
+	// its whole life, and a server takes at most
+	// grpcserver.DefaultLimits.MaxConcurrentStreams (1,000) streams on one
+	// connection; past that every new call on it waits for a stream to end.
+	registryAddr, eventbusAddr string
+	connMu                     sync.Mutex
+	conns                      []conns
 
 	mu      sync.Mutex
 	workers map[*Sim]struct{}
@@ -83,18 +91,42 @@ func NewFleet(registryAddr, eventbusAddr string, cfg SimConfig) (*Fleet, error) 
 	if cfg.Window <= 0 {
 		cfg.Window = 32
 	}
-	reg, err := discovery.Dial([]string{registryAddr}, discovery.Options{Log: cfg.Log})
-	if err != nil {
+	f := &Fleet{cfg: cfg, registryAddr: registryAddr, eventbusAddr: eventbusAddr, workers: map[*Sim]struct{}{}, stopTick: make(chan struct{}), tickDone: make(chan struct{})}
+	if _, err := f.connsFor(0); err != nil {
 		return nil, err
 	}
-	bus, err := eventbus.Dial([]string{eventbusAddr}, eventbus.Options{Log: cfg.Log})
-	if err != nil {
-		reg.Close()
-		return nil, err
-	}
-	f := &Fleet{cfg: cfg, reg: reg, bus: bus, workers: map[*Sim]struct{}{}, stopTick: make(chan struct{}), tickDone: make(chan struct{})}
 	go f.tick()
 	return f, nil
+}
+
+// WorkersPerConn is how many workers share one connection to the registry
+// and one to the eventbus (see Fleet.conns).
+const WorkersPerConn = 400
+
+type conns struct {
+	reg *discovery.Client
+	bus *eventbus.Client
+}
+
+// connsFor is the connections of the worker numbered key, dialled when it
+// is the first of its share.
+func (f *Fleet) connsFor(key uint64) (conns, error) {
+	f.connMu.Lock()
+	defer f.connMu.Unlock()
+	i := int(key / WorkersPerConn)
+	for len(f.conns) <= i {
+		reg, err := discovery.Dial([]string{f.registryAddr}, discovery.Options{Log: f.cfg.Log})
+		if err != nil {
+			return conns{}, err
+		}
+		bus, err := eventbus.Dial([]string{f.eventbusAddr}, eventbus.Options{Log: f.cfg.Log})
+		if err != nil {
+			reg.Close()
+			return conns{}, err
+		}
+		f.conns = append(f.conns, conns{reg, bus})
+	}
+	return f.conns[i], nil
 }
 
 // Close stops the clock and closes the shared connections; Stop every worker
@@ -102,8 +134,10 @@ func NewFleet(registryAddr, eventbusAddr string, cfg SimConfig) (*Fleet, error) 
 func (f *Fleet) Close() {
 	close(f.stopTick)
 	<-f.tickDone
-	f.reg.Close()
-	f.bus.Close()
+	for _, c := range f.conns {
+		c.reg.Close()
+		c.bus.Close()
+	}
 }
 
 // Len is the number of running workers.
@@ -120,6 +154,7 @@ type Sim struct {
 	sess  *discovery.Session
 	inst  *registryv1.Instance
 	srv   transport.Server
+	bus   *eventbus.Client
 	pub   *eventbus.Publisher
 	acks  chan sentBatch
 	acked chan struct{}
@@ -185,7 +220,12 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 			_ = srv.Close()
 		}
 	}()
-	sess, err := discovery.NewSession(ctx, f.reg, discovery.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
+	cs, err := f.connsFor(s.key)
+	if err != nil {
+		return nil, err
+	}
+	s.bus = cs.bus
+	sess, err := discovery.NewSession(ctx, cs.reg, discovery.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +247,7 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 		return nil, fmt.Errorf("register model card: %w", err)
 	}
 	s.sess, s.inst = sess, in
-	s.pub = f.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
+	s.pub = s.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
 	// The first batch is in the stream before any later one is sent (as
 	// the SDK does): a router takes a worker's first event for its start.
 	first := &workerv1.KvEventBatch{InstanceId: in.InstanceId}
@@ -335,7 +375,7 @@ func (s *Sim) publishLoad() {
 		s.kvMu.Unlock()
 		m := &workerv1.LoadMetrics{InstanceId: s.inst.InstanceId, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := s.f.bus.Publish(ctx, wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m); err != nil {
+		if _, err := s.bus.Publish(ctx, wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m); err != nil {
 			s.f.LoadFailed.Add(1)
 		} else {
 			s.f.LoadSent.Add(1)
