@@ -1041,9 +1041,14 @@ type GenerateRequest struct {
 	// Which leg of a disaggregated request this is; unset: the whole request.
 	Leg DisaggregationLeg `protobuf:"varint,8,opt,name=leg,proto3,enum=switchyard.worker.v1.DisaggregationLeg" json:"leg,omitempty"`
 	// The prefill leg's handoff, relayed as it was; set on a decode leg only.
-	Handoff       *KvHandoff `protobuf:"bytes,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Handoff *KvHandoff `protobuf:"bytes,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	// When set, the output must have this structure (guided decoding:
+	// OpenAI's response_format and the Responses API's text.format). A worker
+	// that cannot constrain its output refuses the request (FINISH_REASON_ERROR
+	// with an error_message saying so) rather than return free text.
+	GuidedDecoding *GuidedDecoding `protobuf:"bytes,10,opt,name=guided_decoding,json=guidedDecoding,proto3" json:"guided_decoding,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -1139,6 +1144,112 @@ func (x *GenerateRequest) GetHandoff() *KvHandoff {
 	return nil
 }
 
+func (x *GenerateRequest) GetGuidedDecoding() *GuidedDecoding {
+	if x != nil {
+		return x.GuidedDecoding
+	}
+	return nil
+}
+
+// GuidedDecoding is the structure a generation's output must have.
+type GuidedDecoding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the output is.
+	//
+	// Types that are valid to be assigned to Format:
+	//
+	//	*GuidedDecoding_JsonObject
+	//	*GuidedDecoding_JsonSchema
+	Format isGuidedDecoding_Format `protobuf_oneof:"format"`
+	// The schema's name as the client gave it (json_schema.name); engines
+	// that log or cache compiled grammars may use it, nothing depends on it.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuidedDecoding) Reset() {
+	*x = GuidedDecoding{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuidedDecoding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuidedDecoding) ProtoMessage() {}
+
+func (x *GuidedDecoding) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuidedDecoding.ProtoReflect.Descriptor instead.
+func (*GuidedDecoding) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GuidedDecoding) GetFormat() isGuidedDecoding_Format {
+	if x != nil {
+		return x.Format
+	}
+	return nil
+}
+
+func (x *GuidedDecoding) GetJsonObject() bool {
+	if x != nil {
+		if x, ok := x.Format.(*GuidedDecoding_JsonObject); ok {
+			return x.JsonObject
+		}
+	}
+	return false
+}
+
+func (x *GuidedDecoding) GetJsonSchema() string {
+	if x != nil {
+		if x, ok := x.Format.(*GuidedDecoding_JsonSchema); ok {
+			return x.JsonSchema
+		}
+	}
+	return ""
+}
+
+func (x *GuidedDecoding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type isGuidedDecoding_Format interface {
+	isGuidedDecoding_Format()
+}
+
+type GuidedDecoding_JsonObject struct {
+	// One JSON object, of any shape (OpenAI's json_object).
+	JsonObject bool `protobuf:"varint,1,opt,name=json_object,json=jsonObject,proto3,oneof"`
+}
+
+type GuidedDecoding_JsonSchema struct {
+	// A JSON value valid against this JSON Schema, as its JSON text
+	// (OpenAI's json_schema with strict; the frontend has checked that it
+	// is a schema it can validate against).
+	JsonSchema string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3,oneof"`
+}
+
+func (*GuidedDecoding_JsonObject) isGuidedDecoding_Format() {}
+
+func (*GuidedDecoding_JsonSchema) isGuidedDecoding_Format() {}
+
 // Usage counts the tokens of a request.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1154,7 +1265,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1277,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1290,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -1226,7 +1337,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1349,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1362,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateResponse) GetTokenIds() []uint32 {
@@ -1317,7 +1428,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1440,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1453,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TokenLogprob) GetLogprob() float32 {
@@ -1372,7 +1483,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1495,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1508,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -1437,7 +1548,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1560,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1573,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KvBlock) GetSequenceHash() uint64 {
@@ -1494,7 +1605,7 @@ type KvBlocksStored struct {
 
 func (x *KvBlocksStored) Reset() {
 	*x = KvBlocksStored{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1617,7 @@ func (x *KvBlocksStored) String() string {
 func (*KvBlocksStored) ProtoMessage() {}
 
 func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1630,7 @@ func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksStored.ProtoReflect.Descriptor instead.
 func (*KvBlocksStored) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KvBlocksStored) GetParentSequenceHash() uint64 {
@@ -1547,7 +1658,7 @@ type KvBlocksRemoved struct {
 
 func (x *KvBlocksRemoved) Reset() {
 	*x = KvBlocksRemoved{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1670,7 @@ func (x *KvBlocksRemoved) String() string {
 func (*KvBlocksRemoved) ProtoMessage() {}
 
 func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1683,7 @@ func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlocksRemoved) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KvBlocksRemoved) GetSequenceHashes() []uint64 {
@@ -1591,7 +1702,7 @@ type KvCacheCleared struct {
 
 func (x *KvCacheCleared) Reset() {
 	*x = KvCacheCleared{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1714,7 @@ func (x *KvCacheCleared) String() string {
 func (*KvCacheCleared) ProtoMessage() {}
 
 func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1727,7 @@ func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheCleared.ProtoReflect.Descriptor instead.
 func (*KvCacheCleared) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 // KvCacheEvent is one change to a worker's KV cache.
@@ -1636,7 +1747,7 @@ type KvCacheEvent struct {
 
 func (x *KvCacheEvent) Reset() {
 	*x = KvCacheEvent{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1759,7 @@ func (x *KvCacheEvent) String() string {
 func (*KvCacheEvent) ProtoMessage() {}
 
 func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1772,7 @@ func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEvent.ProtoReflect.Descriptor instead.
 func (*KvCacheEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KvCacheEvent) GetEvent() isKvCacheEvent_Event {
@@ -1748,7 +1859,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1871,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1884,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KvEventBatch) GetInstanceId() uint64 {
@@ -1847,7 +1958,7 @@ type LoadMetrics struct {
 
 func (x *LoadMetrics) Reset() {
 	*x = LoadMetrics{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1970,7 @@ func (x *LoadMetrics) String() string {
 func (*LoadMetrics) ProtoMessage() {}
 
 func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1983,7 @@ func (x *LoadMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadMetrics.ProtoReflect.Descriptor instead.
 func (*LoadMetrics) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LoadMetrics) GetInstanceId() uint64 {
@@ -1967,7 +2078,7 @@ type RequestLoad struct {
 
 func (x *RequestLoad) Reset() {
 	*x = RequestLoad{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2090,7 @@ func (x *RequestLoad) String() string {
 func (*RequestLoad) ProtoMessage() {}
 
 func (x *RequestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2103,7 @@ func (x *RequestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLoad.ProtoReflect.Descriptor instead.
 func (*RequestLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RequestLoad) GetRequestId() string {
@@ -2053,7 +2164,7 @@ type TimingModel struct {
 
 func (x *TimingModel) Reset() {
 	*x = TimingModel{}
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2176,7 @@ func (x *TimingModel) String() string {
 func (*TimingModel) ProtoMessage() {}
 
 func (x *TimingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2189,7 @@ func (x *TimingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingModel.ProtoReflect.Descriptor instead.
 func (*TimingModel) Descriptor() ([]byte, []int) {
-	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TimingModel) GetPrefillMsQuadratic() float64 {
@@ -2204,7 +2315,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xa6\x03\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xf5\x03\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2216,8 +2327,17 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1f\n" +
 	"\blogprobs\x18\a \x01(\rH\x00R\blogprobs\x88\x01\x01\x129\n" +
 	"\x03leg\x18\b \x01(\x0e2'.switchyard.worker.v1.DisaggregationLegR\x03leg\x129\n" +
-	"\ahandoff\x18\t \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoffB\v\n" +
-	"\t_logprobs\"\x8b\x01\n" +
+	"\ahandoff\x18\t \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoff\x12M\n" +
+	"\x0fguided_decoding\x18\n" +
+	" \x01(\v2$.switchyard.worker.v1.GuidedDecodingR\x0eguidedDecodingB\v\n" +
+	"\t_logprobs\"t\n" +
+	"\x0eGuidedDecoding\x12!\n" +
+	"\vjson_object\x18\x01 \x01(\bH\x00R\n" +
+	"jsonObject\x12!\n" +
+	"\vjson_schema\x18\x02 \x01(\tH\x00R\n" +
+	"jsonSchema\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04nameB\b\n" +
+	"\x06format\"\x8b\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x120\n" +
@@ -2321,7 +2441,7 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(DisaggregationLeg)(0),           // 0: switchyard.worker.v1.DisaggregationLeg
 	(FinishReason)(0),                // 1: switchyard.worker.v1.FinishReason
@@ -2340,62 +2460,64 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*SamplingParameters)(nil),       // 14: switchyard.worker.v1.SamplingParameters
 	(*StopConditions)(nil),           // 15: switchyard.worker.v1.StopConditions
 	(*GenerateRequest)(nil),          // 16: switchyard.worker.v1.GenerateRequest
-	(*Usage)(nil),                    // 17: switchyard.worker.v1.Usage
-	(*GenerateResponse)(nil),         // 18: switchyard.worker.v1.GenerateResponse
-	(*TokenLogprob)(nil),             // 19: switchyard.worker.v1.TokenLogprob
-	(*TopLogprob)(nil),               // 20: switchyard.worker.v1.TopLogprob
-	(*KvBlock)(nil),                  // 21: switchyard.worker.v1.KvBlock
-	(*KvBlocksStored)(nil),           // 22: switchyard.worker.v1.KvBlocksStored
-	(*KvBlocksRemoved)(nil),          // 23: switchyard.worker.v1.KvBlocksRemoved
-	(*KvCacheCleared)(nil),           // 24: switchyard.worker.v1.KvCacheCleared
-	(*KvCacheEvent)(nil),             // 25: switchyard.worker.v1.KvCacheEvent
-	(*KvEventBatch)(nil),             // 26: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),              // 27: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),              // 28: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),              // 29: switchyard.worker.v1.TimingModel
-	nil,                              // 30: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	(v1.KvTransferKind)(0),           // 31: switchyard.common.v1.KvTransferKind
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(*GuidedDecoding)(nil),           // 17: switchyard.worker.v1.GuidedDecoding
+	(*Usage)(nil),                    // 18: switchyard.worker.v1.Usage
+	(*GenerateResponse)(nil),         // 19: switchyard.worker.v1.GenerateResponse
+	(*TokenLogprob)(nil),             // 20: switchyard.worker.v1.TokenLogprob
+	(*TopLogprob)(nil),               // 21: switchyard.worker.v1.TopLogprob
+	(*KvBlock)(nil),                  // 22: switchyard.worker.v1.KvBlock
+	(*KvBlocksStored)(nil),           // 23: switchyard.worker.v1.KvBlocksStored
+	(*KvBlocksRemoved)(nil),          // 24: switchyard.worker.v1.KvBlocksRemoved
+	(*KvCacheCleared)(nil),           // 25: switchyard.worker.v1.KvCacheCleared
+	(*KvCacheEvent)(nil),             // 26: switchyard.worker.v1.KvCacheEvent
+	(*KvEventBatch)(nil),             // 27: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),              // 28: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),              // 29: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),              // 30: switchyard.worker.v1.TimingModel
+	nil,                              // 31: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(v1.KvTransferKind)(0),           // 32: switchyard.common.v1.KvTransferKind
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	31, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
-	26, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	30, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	26, // 3: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	32, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
+	27, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	31, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	27, // 3: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
 	14, // 4: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
 	15, // 5: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
 	0,  // 6: switchyard.worker.v1.GenerateRequest.leg:type_name -> switchyard.worker.v1.DisaggregationLeg
 	6,  // 7: switchyard.worker.v1.GenerateRequest.handoff:type_name -> switchyard.worker.v1.KvHandoff
-	1,  // 8: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
-	17, // 9: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
-	19, // 10: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
-	6,  // 11: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
-	20, // 12: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
-	21, // 13: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	22, // 14: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	23, // 15: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	24, // 16: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	25, // 17: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	32, // 18: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	29, // 19: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	28, // 20: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	16, // 21: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	8,  // 22: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	10, // 23: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	12, // 24: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	2,  // 25: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
-	4,  // 26: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
-	18, // 27: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	9,  // 28: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	11, // 29: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	13, // 30: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	3,  // 31: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
-	5,  // 32: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	17, // 8: switchyard.worker.v1.GenerateRequest.guided_decoding:type_name -> switchyard.worker.v1.GuidedDecoding
+	1,  // 9: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
+	18, // 10: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
+	20, // 11: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	6,  // 12: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
+	21, // 13: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	22, // 14: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	23, // 15: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	24, // 16: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	25, // 17: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	26, // 18: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	33, // 19: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 20: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	29, // 21: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	16, // 22: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	8,  // 23: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	10, // 24: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	12, // 25: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	2,  // 26: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
+	4,  // 27: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
+	19, // 28: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	9,  // 29: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	11, // 30: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	13, // 31: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	3,  // 32: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
+	5,  // 33: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -2406,9 +2528,13 @@ func file_switchyard_worker_v1_worker_proto_init() {
 	file_switchyard_worker_v1_worker_proto_msgTypes[4].OneofWrappers = []any{}
 	file_switchyard_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
 	file_switchyard_worker_v1_worker_proto_msgTypes[14].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[16].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[20].OneofWrappers = []any{}
-	file_switchyard_worker_v1_worker_proto_msgTypes[23].OneofWrappers = []any{
+	file_switchyard_worker_v1_worker_proto_msgTypes[15].OneofWrappers = []any{
+		(*GuidedDecoding_JsonObject)(nil),
+		(*GuidedDecoding_JsonSchema)(nil),
+	}
+	file_switchyard_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[21].OneofWrappers = []any{}
+	file_switchyard_worker_v1_worker_proto_msgTypes[24].OneofWrappers = []any{
 		(*KvCacheEvent_Stored)(nil),
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
@@ -2419,7 +2545,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

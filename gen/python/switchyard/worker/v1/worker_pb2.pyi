@@ -17,7 +17,8 @@ FINISH_REASON_STOP: FinishReason
 FINISH_REASON_UNSPECIFIED: FinishReason
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["handoff", "leg", "logprobs", "max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    __slots__ = ["guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    GUIDED_DECODING_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LEG_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +28,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    guided_decoding: GuidedDecoding
     handoff: KvHandoff
     leg: DisaggregationLeg
     logprobs: int
@@ -36,7 +38,7 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParameters
     stop: StopConditions
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "text", "token_ids", "usage"]
@@ -91,6 +93,16 @@ class GetKvStateResponse(_message.Message):
     last: bool
     sequence_hashes: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., sequence_hashes: _Optional[_Iterable[int]] = ..., last: bool = ...) -> None: ...
+
+class GuidedDecoding(_message.Message):
+    __slots__ = ["json_object", "json_schema", "name"]
+    JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    json_object: bool
+    json_schema: str
+    name: str
+    def __init__(self, json_object: bool = ..., json_schema: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class KvBlock(_message.Message):
     __slots__ = ["local_hash", "sequence_hash"]

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/worker/v1/worker.proto.
  */
 export const file_switchyard_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIkYKFFB1bGxLdkhhbmRvZmZSZXF1ZXN0EhIKCmhhbmRvZmZfaWQYASABKAkSGgoSZGVjb2RlX2luc3RhbmNlX2lkGAIgASgEIicKFVB1bGxLdkhhbmRvZmZSZXNwb25zZRIOCgZibG9ja3MYASABKA0iLQoXUmVsZWFzZUt2SGFuZG9mZlJlcXVlc3QSEgoKaGFuZG9mZl9pZBgBIAEoCSIsChhSZWxlYXNlS3ZIYW5kb2ZmUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgirgEKCUt2SGFuZG9mZhIyCgRraW5kGAEgASgOMiQuc3dpdGNoeWFyZC5jb21tb24udjEuS3ZUcmFuc2ZlcktpbmQSDwoHcGF5bG9hZBgCIAEoDBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAMgASgEEhsKDmZpcnN0X3Rva2VuX2lkGAQgASgNSACIAQESDwoHaG9sZF9tcxgFIAEoDUIRCg9fZmlyc3RfdG9rZW5faWQiRAoNTW9ja0t2SGFuZG9mZhISCgpoYW5kb2ZmX2lkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGYmxvY2tzGAMgASgNIlAKEkdldEt2RXZlbnRzUmVxdWVzdBIPCgdkcF9yYW5rGAEgASgNEhUKDWZyb21fZXZlbnRfaWQYAiABKAQSEgoKbWF4X2V2ZW50cxgDIAEoDSJfChNHZXRLdkV2ZW50c1Jlc3BvbnNlEjEKBWJhdGNoGAEgASgLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZFdmVudEJhdGNoEhUKDWxhc3RfZXZlbnRfaWQYAiABKAQiEwoRR2V0S3ZTdGF0ZVJlcXVlc3QicwoSR2V0S3ZTdGF0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSFwoPc2VxdWVuY2VfaGFzaGVzGAQgAygEEgwKBGxhc3QYBSABKAgioQEKFFdhdGNoS3ZFdmVudHNSZXF1ZXN0ElQKDmZyb21fZXZlbnRfaWRzGAEgAygLMjwuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QuRnJvbUV2ZW50SWRzRW50cnkaMwoRRnJvbUV2ZW50SWRzRW50cnkSCwoDa2V5GAEgASgNEg0KBXZhbHVlGAIgASgEOgI4ASJKChVXYXRjaEt2RXZlbnRzUmVzcG9uc2USMQoFYmF0Y2gYASABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkV2ZW50QmF0Y2giwwEKElNhbXBsaW5nUGFyYW1ldGVycxITCgt0ZW1wZXJhdHVyZRgBIAEoAhINCgV0b3BfcBgCIAEoAhINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIRCgRzZWVkGAUgASgESACIAQESGQoRZnJlcXVlbmN5X3BlbmFsdHkYBiABKAISGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIaChJyZXBldGl0aW9uX3BlbmFsdHkYCCABKAJCBwoFX3NlZWQiZgoOU3RvcENvbmRpdGlvbnMSFgoOc3RvcF90b2tlbl9pZHMYASADKA0SEgoKaWdub3JlX2VvcxgCIAEoCBISCgptaW5fdG9rZW5zGAMgASgNEhQKDHN0b3Bfc3RyaW5ncxgEIAMoCSLXAgoPR2VuZXJhdGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSEQoJdG9rZW5faWRzGAIgAygNEjoKCHNhbXBsaW5nGAMgASgLMiguc3dpdGNoeWFyZC53b3JrZXIudjEuU2FtcGxpbmdQYXJhbWV0ZXJzEhIKCm1heF90b2tlbnMYBCABKA0SMgoEc3RvcBgFIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLlN0b3BDb25kaXRpb25zEg0KBW1vZGVsGAYgASgJEhUKCGxvZ3Byb2JzGAcgASgNSACIAQESNAoDbGVnGAggASgOMicuc3dpdGNoeWFyZC53b3JrZXIudjEuRGlzYWdncmVnYXRpb25MZWcSMAoHaGFuZG9mZhgJIAEoCzIfLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2SGFuZG9mZkILCglfbG9ncHJvYnMiVwoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDRIcChRjYWNoZWRfcHJvbXB0X3Rva2VucxgDIAEoDSKnAgoQR2VuZXJhdGVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKA0SEQoEdGV4dBgCIAEoCUgAiAEBEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLndvcmtlci52MS5GaW5pc2hSZWFzb24SKgoFdXNhZ2UYBCABKAsyGy5zd2l0Y2h5YXJkLndvcmtlci52MS5Vc2FnZRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJEjQKCGxvZ3Byb2JzGAYgAygLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9rZW5Mb2dwcm9iEjAKB2hhbmRvZmYYByABKAsyHy5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkhhbmRvZmZCBwoFX3RleHQiTgoMVG9rZW5Mb2dwcm9iEg8KB2xvZ3Byb2IYASABKAISLQoDdG9wGAIgAygLMiAuc3dpdGNoeWFyZC53b3JrZXIudjEuVG9wTG9ncHJvYiIvCgpUb3BMb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEg8KB2xvZ3Byb2IYAiABKAIiNAoHS3ZCbG9jaxIVCg1zZXF1ZW5jZV9oYXNoGAEgASgEEhIKCmxvY2FsX2hhc2gYAiABKAQiewoOS3ZCbG9ja3NTdG9yZWQSIQoUcGFyZW50X3NlcXVlbmNlX2hhc2gYASABKARIAIgBARItCgZibG9ja3MYAiADKAsyHS5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkJsb2NrQhcKFV9wYXJlbnRfc2VxdWVuY2VfaGFzaCIqCg9LdkJsb2Nrc1JlbW92ZWQSFwoPc2VxdWVuY2VfaGFzaGVzGAEgAygEIhAKDkt2Q2FjaGVDbGVhcmVkIsIBCgxLdkNhY2hlRXZlbnQSNgoGc3RvcmVkGAEgASgLMiQuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NTdG9yZWRIABI4CgdyZW1vdmVkGAIgASgLMiUuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja3NSZW1vdmVkSAASNwoHY2xlYXJlZBgDIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVDbGVhcmVkSABCBwoFZXZlbnQigAEKDEt2RXZlbnRCYXRjaBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDmZpcnN0X2V2ZW50X2lkGAMgASgEEjIKBmV2ZW50cxgEIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2Q2FjaGVFdmVudCLyAgoLTG9hZE1ldHJpY3MSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIcChRhY3RpdmVfZGVjb2RlX2Jsb2NrcxgDIAEoBBIdChVhY3RpdmVfcHJlZmlsbF90b2tlbnMYBCABKAQSFgoOa3ZfYmxvY2tzX3VzZWQYBSABKAQSFwoPa3ZfYmxvY2tzX3RvdGFsGAYgASgEEhgKEHdhaXRpbmdfcmVxdWVzdHMYByABKA0SGAoQcnVubmluZ19yZXF1ZXN0cxgIIAEoDRItCgl0aW1lc3RhbXAYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRpbWluZ19tb2RlbBgKIAEoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlRpbWluZ01vZGVsEjMKCHJlcXVlc3RzGAsgAygLMiEuc3dpdGNoeWFyZC53b3JrZXIudjEuUmVxdWVzdExvYWQiUAoLUmVxdWVzdExvYWQSEgoKcmVxdWVzdF9pZBgBIAEoCRIWCg5wcmVmaWxsX3Rva2VucxgCIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAMgASgNIukBCgtUaW1pbmdNb2RlbBIcChRwcmVmaWxsX21zX3F1YWRyYXRpYxgBIAEoARIcChRwcmVmaWxsX21zX3Blcl90b2tlbhgCIAEoARIcChRwcmVmaWxsX21zX3Blcl9iYXRjaBgDIAEoARIbChNkZWNvZGVfbXNfcXVhZHJhdGljGAQgASgBEhgKEGRlY29kZV9tc19saW5lYXIYBSABKAESFgoOZGVjb2RlX21zX2Jhc2UYBiABKAESFQoNZGVjb2RlX21zX21pbhgHIAEoARIaChJtYXhfYmF0Y2hlZF90b2tlbnMYCCABKA0qdgoRRGlzYWdncmVnYXRpb25MZWcSIgoeRElTQUdHUkVHQVRJT05fTEVHX1VOU1BFQ0lGSUVEEAASHgoaRElTQUdHUkVHQVRJT05fTEVHX1BSRUZJTEwQARIdChlESVNBR0dSRUdBVElPTl9MRUdfREVDT0RFEAIqlQEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBDL8BAoNV29ya2VyU2VydmljZRJbCghHZW5lcmF0ZRIlLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVxdWVzdBomLnN3aXRjaHlhcmQud29ya2VyLnYxLkdlbmVyYXRlUmVzcG9uc2UwARJiCgtHZXRLdkV2ZW50cxIoLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2RXZlbnRzUmVxdWVzdBopLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2RXZlbnRzUmVzcG9uc2USYQoKR2V0S3ZTdGF0ZRInLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2U3RhdGVSZXF1ZXN0Giguc3dpdGNoeWFyZC53b3JrZXIudjEuR2V0S3ZTdGF0ZVJlc3BvbnNlMAESagoNV2F0Y2hLdkV2ZW50cxIqLnN3aXRjaHlhcmQud29ya2VyLnYxLldhdGNoS3ZFdmVudHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1Jlc3BvbnNlMAESaAoNUHVsbEt2SGFuZG9mZhIqLnN3aXRjaHlhcmQud29ya2VyLnYxLlB1bGxLdkhhbmRvZmZSZXF1ZXN0Gisuc3dpdGNoeWFyZC53b3JrZXIudjEuUHVsbEt2SGFuZG9mZlJlc3BvbnNlEnEKEFJlbGVhc2VLdkhhbmRvZmYSLS5zd2l0Y2h5YXJkLndvcmtlci52MS5SZWxlYXNlS3ZIYW5kb2ZmUmVxdWVzdBouLnN3aXRjaHlhcmQud29ya2VyLnYxLlJlbGVhc2VLdkhhbmRvZmZSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3dvcmtlci92MS93b3JrZXIucHJvdG8SFHN3aXRjaHlhcmQud29ya2VyLnYxIkYKFFB1bGxLdkhhbmRvZmZSZXF1ZXN0EhIKCmhhbmRvZmZfaWQYASABKAkSGgoSZGVjb2RlX2luc3RhbmNlX2lkGAIgASgEIicKFVB1bGxLdkhhbmRvZmZSZXNwb25zZRIOCgZibG9ja3MYASABKA0iLQoXUmVsZWFzZUt2SGFuZG9mZlJlcXVlc3QSEgoKaGFuZG9mZl9pZBgBIAEoCSIsChhSZWxlYXNlS3ZIYW5kb2ZmUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgirgEKCUt2SGFuZG9mZhIyCgRraW5kGAEgASgOMiQuc3dpdGNoeWFyZC5jb21tb24udjEuS3ZUcmFuc2ZlcktpbmQSDwoHcGF5bG9hZBgCIAEoDBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAMgASgEEhsKDmZpcnN0X3Rva2VuX2lkGAQgASgNSACIAQESDwoHaG9sZF9tcxgFIAEoDUIRCg9fZmlyc3RfdG9rZW5faWQiRAoNTW9ja0t2SGFuZG9mZhISCgpoYW5kb2ZmX2lkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDgoGYmxvY2tzGAMgASgNIlAKEkdldEt2RXZlbnRzUmVxdWVzdBIPCgdkcF9yYW5rGAEgASgNEhUKDWZyb21fZXZlbnRfaWQYAiABKAQSEgoKbWF4X2V2ZW50cxgDIAEoDSJfChNHZXRLdkV2ZW50c1Jlc3BvbnNlEjEKBWJhdGNoGAEgASgLMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZFdmVudEJhdGNoEhUKDWxhc3RfZXZlbnRfaWQYAiABKAQiEwoRR2V0S3ZTdGF0ZVJlcXVlc3QicwoSR2V0S3ZTdGF0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SEAoIZXZlbnRfaWQYAyABKAQSFwoPc2VxdWVuY2VfaGFzaGVzGAQgAygEEgwKBGxhc3QYBSABKAgioQEKFFdhdGNoS3ZFdmVudHNSZXF1ZXN0ElQKDmZyb21fZXZlbnRfaWRzGAEgAygLMjwuc3dpdGNoeWFyZC53b3JrZXIudjEuV2F0Y2hLdkV2ZW50c1JlcXVlc3QuRnJvbUV2ZW50SWRzRW50cnkaMwoRRnJvbUV2ZW50SWRzRW50cnkSCwoDa2V5GAEgASgNEg0KBXZhbHVlGAIgASgEOgI4ASJKChVXYXRjaEt2RXZlbnRzUmVzcG9uc2USMQoFYmF0Y2gYASABKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkV2ZW50QmF0Y2giwwEKElNhbXBsaW5nUGFyYW1ldGVycxITCgt0ZW1wZXJhdHVyZRgBIAEoAhINCgV0b3BfcBgCIAEoAhINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIRCgRzZWVkGAUgASgESACIAQESGQoRZnJlcXVlbmN5X3BlbmFsdHkYBiABKAISGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIaChJyZXBldGl0aW9uX3BlbmFsdHkYCCABKAJCBwoFX3NlZWQiZgoOU3RvcENvbmRpdGlvbnMSFgoOc3RvcF90b2tlbl9pZHMYASADKA0SEgoKaWdub3JlX2VvcxgCIAEoCBISCgptaW5fdG9rZW5zGAMgASgNEhQKDHN0b3Bfc3RyaW5ncxgEIAMoCSKWAwoPR2VuZXJhdGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSEQoJdG9rZW5faWRzGAIgAygNEjoKCHNhbXBsaW5nGAMgASgLMiguc3dpdGNoeWFyZC53b3JrZXIudjEuU2FtcGxpbmdQYXJhbWV0ZXJzEhIKCm1heF90b2tlbnMYBCABKA0SMgoEc3RvcBgFIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLlN0b3BDb25kaXRpb25zEg0KBW1vZGVsGAYgASgJEhUKCGxvZ3Byb2JzGAcgASgNSACIAQESNAoDbGVnGAggASgOMicuc3dpdGNoeWFyZC53b3JrZXIudjEuRGlzYWdncmVnYXRpb25MZWcSMAoHaGFuZG9mZhgJIAEoCzIfLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2SGFuZG9mZhI9Cg9ndWlkZWRfZGVjb2RpbmcYCiABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5HdWlkZWREZWNvZGluZ0ILCglfbG9ncHJvYnMiVgoOR3VpZGVkRGVjb2RpbmcSFQoLanNvbl9vYmplY3QYASABKAhIABIVCgtqc29uX3NjaGVtYRgCIAEoCUgAEgwKBG5hbWUYAyABKAlCCAoGZm9ybWF0IlcKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYAyABKA0ipwIKEEdlbmVyYXRlUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygNEhEKBHRleHQYAiABKAlIAIgBARI5Cg1maW5pc2hfcmVhc29uGAMgASgOMiIuc3dpdGNoeWFyZC53b3JrZXIudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAQgASgLMhsuc3dpdGNoeWFyZC53b3JrZXIudjEuVXNhZ2USFQoNZXJyb3JfbWVzc2FnZRgFIAEoCRI0Cghsb2dwcm9icxgGIAMoCzIiLnN3aXRjaHlhcmQud29ya2VyLnYxLlRva2VuTG9ncHJvYhIwCgdoYW5kb2ZmGAcgASgLMh8uc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZIYW5kb2ZmQgcKBV90ZXh0Ik4KDFRva2VuTG9ncHJvYhIPCgdsb2dwcm9iGAEgASgCEi0KA3RvcBgCIAMoCzIgLnN3aXRjaHlhcmQud29ya2VyLnYxLlRvcExvZ3Byb2IiLwoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoDRIPCgdsb2dwcm9iGAIgASgCIjQKB0t2QmxvY2sSFQoNc2VxdWVuY2VfaGFzaBgBIAEoBBISCgpsb2NhbF9oYXNoGAIgASgEInsKDkt2QmxvY2tzU3RvcmVkEiEKFHBhcmVudF9zZXF1ZW5jZV9oYXNoGAEgASgESACIAQESLQoGYmxvY2tzGAIgAygLMh0uc3dpdGNoeWFyZC53b3JrZXIudjEuS3ZCbG9ja0IXChVfcGFyZW50X3NlcXVlbmNlX2hhc2giKgoPS3ZCbG9ja3NSZW1vdmVkEhcKD3NlcXVlbmNlX2hhc2hlcxgBIAMoBCIQCg5LdkNhY2hlQ2xlYXJlZCLCAQoMS3ZDYWNoZUV2ZW50EjYKBnN0b3JlZBgBIAEoCzIkLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2QmxvY2tzU3RvcmVkSAASOAoHcmVtb3ZlZBgCIAEoCzIlLnN3aXRjaHlhcmQud29ya2VyLnYxLkt2QmxvY2tzUmVtb3ZlZEgAEjcKB2NsZWFyZWQYAyABKAsyJC5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlQ2xlYXJlZEgAQgcKBWV2ZW50IoABCgxLdkV2ZW50QmF0Y2gSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIWCg5maXJzdF9ldmVudF9pZBgDIAEoBBIyCgZldmVudHMYBCADKAsyIi5zd2l0Y2h5YXJkLndvcmtlci52MS5LdkNhY2hlRXZlbnQi8gIKC0xvYWRNZXRyaWNzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SHAoUYWN0aXZlX2RlY29kZV9ibG9ja3MYAyABKAQSHQoVYWN0aXZlX3ByZWZpbGxfdG9rZW5zGAQgASgEEhYKDmt2X2Jsb2Nrc191c2VkGAUgASgEEhcKD2t2X2Jsb2Nrc190b3RhbBgGIAEoBBIYChB3YWl0aW5nX3JlcXVlc3RzGAcgASgNEhgKEHJ1bm5pbmdfcmVxdWVzdHMYCCABKA0SLQoJdGltZXN0YW1wGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3Cgx0aW1pbmdfbW9kZWwYCiABKAsyIS5zd2l0Y2h5YXJkLndvcmtlci52MS5UaW1pbmdNb2RlbBIzCghyZXF1ZXN0cxgLIAMoCzIhLnN3aXRjaHlhcmQud29ya2VyLnYxLlJlcXVlc3RMb2FkIlAKC1JlcXVlc3RMb2FkEhIKCnJlcXVlc3RfaWQYASABKAkSFgoOcHJlZmlsbF90b2tlbnMYAiABKA0SFQoNZGVjb2RlX2Jsb2NrcxgDIAEoDSLpAQoLVGltaW5nTW9kZWwSHAoUcHJlZmlsbF9tc19xdWFkcmF0aWMYASABKAESHAoUcHJlZmlsbF9tc19wZXJfdG9rZW4YAiABKAESHAoUcHJlZmlsbF9tc19wZXJfYmF0Y2gYAyABKAESGwoTZGVjb2RlX21zX3F1YWRyYXRpYxgEIAEoARIYChBkZWNvZGVfbXNfbGluZWFyGAUgASgBEhYKDmRlY29kZV9tc19iYXNlGAYgASgBEhUKDWRlY29kZV9tc19taW4YByABKAESGgoSbWF4X2JhdGNoZWRfdG9rZW5zGAggASgNKnYKEURpc2FnZ3JlZ2F0aW9uTGVnEiIKHkRJU0FHR1JFR0FUSU9OX0xFR19VTlNQRUNJRklFRBAAEh4KGkRJU0FHR1JFR0FUSU9OX0xFR19QUkVGSUxMEAESHQoZRElTQUdHUkVHQVRJT05fTEVHX0RFQ09ERRACKpUBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQAxIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAQy/AQKDVdvcmtlclNlcnZpY2USWwoIR2VuZXJhdGUSJS5zd2l0Y2h5YXJkLndvcmtlci52MS5HZW5lcmF0ZVJlcXVlc3QaJi5zd2l0Y2h5YXJkLndvcmtlci52MS5HZW5lcmF0ZVJlc3BvbnNlMAESYgoLR2V0S3ZFdmVudHMSKC5zd2l0Y2h5YXJkLndvcmtlci52MS5HZXRLdkV2ZW50c1JlcXVlc3QaKS5zd2l0Y2h5YXJkLndvcmtlci52MS5HZXRLdkV2ZW50c1Jlc3BvbnNlEmEKCkdldEt2U3RhdGUSJy5zd2l0Y2h5YXJkLndvcmtlci52MS5HZXRLdlN0YXRlUmVxdWVzdBooLnN3aXRjaHlhcmQud29ya2VyLnYxLkdldEt2U3RhdGVSZXNwb25zZTABEmoKDVdhdGNoS3ZFdmVudHMSKi5zd2l0Y2h5YXJkLndvcmtlci52MS5XYXRjaEt2RXZlbnRzUmVxdWVzdBorLnN3aXRjaHlhcmQud29ya2VyLnYxLldhdGNoS3ZFdmVudHNSZXNwb25zZTABEmgKDVB1bGxLdkhhbmRvZmYSKi5zd2l0Y2h5YXJkLndvcmtlci52MS5QdWxsS3ZIYW5kb2ZmUmVxdWVzdBorLnN3aXRjaHlhcmQud29ya2VyLnYxLlB1bGxLdkhhbmRvZmZSZXNwb25zZRJxChBSZWxlYXNlS3ZIYW5kb2ZmEi0uc3dpdGNoeWFyZC53b3JrZXIudjEuUmVsZWFzZUt2SGFuZG9mZlJlcXVlc3QaLi5zd2l0Y2h5YXJkLndvcmtlci52MS5SZWxlYXNlS3ZIYW5kb2ZmUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * PullKvHandoffRequest takes a held handoff.
@@ -562,6 +562,16 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
    * @generated from field: switchyard.worker.v1.KvHandoff handoff = 9;
    */
   handoff?: KvHandoff | undefined;
+
+  /**
+   * When set, the output must have this structure (guided decoding:
+   * OpenAI's response_format and the Responses API's text.format). A worker
+   * that cannot constrain its output refuses the request (FINISH_REASON_ERROR
+   * with an error_message saying so) rather than return free text.
+   *
+   * @generated from field: switchyard.worker.v1.GuidedDecoding guided_decoding = 10;
+   */
+  guidedDecoding?: GuidedDecoding | undefined;
 };
 
 /**
@@ -570,6 +580,53 @@ export type GenerateRequest = Message<"switchyard.worker.v1.GenerateRequest"> & 
  */
 export const GenerateRequestSchema: GenMessage<GenerateRequest> = /*@__PURE__*/
   messageDesc(file_switchyard_worker_v1_worker, 14);
+
+/**
+ * GuidedDecoding is the structure a generation's output must have.
+ *
+ * @generated from message switchyard.worker.v1.GuidedDecoding
+ */
+export type GuidedDecoding = Message<"switchyard.worker.v1.GuidedDecoding"> & {
+  /**
+   * What the output is.
+   *
+   * @generated from oneof switchyard.worker.v1.GuidedDecoding.format
+   */
+  format: {
+    /**
+     * One JSON object, of any shape (OpenAI's json_object).
+     *
+     * @generated from field: bool json_object = 1;
+     */
+    value: boolean;
+    case: "jsonObject";
+  } | {
+    /**
+     * A JSON value valid against this JSON Schema, as its JSON text
+     * (OpenAI's json_schema with strict; the frontend has checked that it
+     * is a schema it can validate against).
+     *
+     * @generated from field: string json_schema = 2;
+     */
+    value: string;
+    case: "jsonSchema";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * The schema's name as the client gave it (json_schema.name); engines
+   * that log or cache compiled grammars may use it, nothing depends on it.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message switchyard.worker.v1.GuidedDecoding.
+ * Use `create(GuidedDecodingSchema)` to create a new message.
+ */
+export const GuidedDecodingSchema: GenMessage<GuidedDecoding> = /*@__PURE__*/
+  messageDesc(file_switchyard_worker_v1_worker, 15);
 
 /**
  * Usage counts the tokens of a request.
@@ -604,7 +661,7 @@ export type Usage = Message<"switchyard.worker.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 15);
+  messageDesc(file_switchyard_worker_v1_worker, 16);
 
 /**
  * GenerateResponse is one message of a generation's output stream.
@@ -667,7 +724,7 @@ export type GenerateResponse = Message<"switchyard.worker.v1.GenerateResponse"> 
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 16);
+  messageDesc(file_switchyard_worker_v1_worker, 17);
 
 /**
  * TokenLogprob is the log probability of one generated token and of the
@@ -696,7 +753,7 @@ export type TokenLogprob = Message<"switchyard.worker.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 17);
+  messageDesc(file_switchyard_worker_v1_worker, 18);
 
 /**
  * TopLogprob is one likely token at a position.
@@ -724,7 +781,7 @@ export type TopLogprob = Message<"switchyard.worker.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 18);
+  messageDesc(file_switchyard_worker_v1_worker, 19);
 
 /**
  * KvBlock is the identity of one full KV cache block.
@@ -762,7 +819,7 @@ export type KvBlock = Message<"switchyard.worker.v1.KvBlock"> & {
  * Use `create(KvBlockSchema)` to create a new message.
  */
 export const KvBlockSchema: GenMessage<KvBlock> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 19);
+  messageDesc(file_switchyard_worker_v1_worker, 20);
 
 /**
  * KvBlocksStored reports full blocks that entered the cache, in sequence
@@ -792,7 +849,7 @@ export type KvBlocksStored = Message<"switchyard.worker.v1.KvBlocksStored"> & {
  * Use `create(KvBlocksStoredSchema)` to create a new message.
  */
 export const KvBlocksStoredSchema: GenMessage<KvBlocksStored> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 20);
+  messageDesc(file_switchyard_worker_v1_worker, 21);
 
 /**
  * KvBlocksRemoved reports blocks evicted from the cache.
@@ -813,7 +870,7 @@ export type KvBlocksRemoved = Message<"switchyard.worker.v1.KvBlocksRemoved"> & 
  * Use `create(KvBlocksRemovedSchema)` to create a new message.
  */
 export const KvBlocksRemovedSchema: GenMessage<KvBlocksRemoved> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 21);
+  messageDesc(file_switchyard_worker_v1_worker, 22);
 
 /**
  * KvCacheCleared reports that the whole cache was emptied.
@@ -828,7 +885,7 @@ export type KvCacheCleared = Message<"switchyard.worker.v1.KvCacheCleared"> & {
  * Use `create(KvCacheClearedSchema)` to create a new message.
  */
 export const KvCacheClearedSchema: GenMessage<KvCacheCleared> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 22);
+  messageDesc(file_switchyard_worker_v1_worker, 23);
 
 /**
  * KvCacheEvent is one change to a worker's KV cache.
@@ -873,7 +930,7 @@ export type KvCacheEvent = Message<"switchyard.worker.v1.KvCacheEvent"> & {
  * Use `create(KvCacheEventSchema)` to create a new message.
  */
 export const KvCacheEventSchema: GenMessage<KvCacheEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 23);
+  messageDesc(file_switchyard_worker_v1_worker, 24);
 
 /**
  * KvEventBatch carries consecutive events of one worker in one message.
@@ -923,7 +980,7 @@ export type KvEventBatch = Message<"switchyard.worker.v1.KvEventBatch"> & {
  * Use `create(KvEventBatchSchema)` to create a new message.
  */
 export const KvEventBatchSchema: GenMessage<KvEventBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 24);
+  messageDesc(file_switchyard_worker_v1_worker, 25);
 
 /**
  * LoadMetrics is a worker's load, published after engine steps for the router.
@@ -1026,7 +1083,7 @@ export type LoadMetrics = Message<"switchyard.worker.v1.LoadMetrics"> & {
  * Use `create(LoadMetricsSchema)` to create a new message.
  */
 export const LoadMetricsSchema: GenMessage<LoadMetrics> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 25);
+  messageDesc(file_switchyard_worker_v1_worker, 26);
 
 /**
  * RequestLoad is one request on a worker as the worker sees it.
@@ -1061,7 +1118,7 @@ export type RequestLoad = Message<"switchyard.worker.v1.RequestLoad"> & {
  * Use `create(RequestLoadSchema)` to create a new message.
  */
 export const RequestLoadSchema: GenMessage<RequestLoad> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 26);
+  messageDesc(file_switchyard_worker_v1_worker, 27);
 
 /**
  * TimingModel is how long a worker's engine takes to compute, in
@@ -1143,7 +1200,7 @@ export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
  * Use `create(TimingModelSchema)` to create a new message.
  */
 export const TimingModelSchema: GenMessage<TimingModel> = /*@__PURE__*/
-  messageDesc(file_switchyard_worker_v1_worker, 27);
+  messageDesc(file_switchyard_worker_v1_worker, 28);
 
 /**
  * DisaggregationLeg says which part of a disaggregated request a generate
