@@ -70,6 +70,10 @@ images: ## One OCI image per service without a Docker engine: bin/images/<servic
 test-images: ## The compose test's stand-ins for the official etcd (with etcdctl) and NATS images, from their Go modules at go.mod's versions: bin/images/etcd.tar, bin/images/nats.tar (switchyard-test/<name>:<version>).
 	$(GO) run ./hack/images -test-images -out $(BIN)/images
 
+.PHONY: test-partition
+test-partition: ## The network partition tests at full length (root: namespaces, veth, nftables), with those that fail on known defects.
+	SWITCHYARD_PARTITION_DEFECTS=1 $(GO) test -race -count=1 -timeout 30m -v ./deploy/partition
+
 .PHONY: bench
 bench: build ## Benchmark functions, then each benchmark command's table.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms ./... | grep -E '^(Benchmark|ok|FAIL|PASS)' || true
