@@ -98,8 +98,9 @@ func (r *routing) close() {
 // fails over between replicas; when none answers, the in-process fallback
 // decides.
 func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64) (decision, error) {
+	// The frontend uses only the decision, not the list of every worker.
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
-		TokenIds: tokens, ExcludeInstanceIds: exclude}
+		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true}
 	for i, remote := range r.remotes {
 		rctx, cancel := context.WithTimeout(ctx, routeTimeout)
 		resp, err := r.streams[i].route(rctx, req)

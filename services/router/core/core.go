@@ -727,12 +727,16 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		ep = new(routerv1.Endpoint)
 	}
 	*ep = routerv1.Endpoint{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint}
+	cands := resp.Candidates[:0]
+	if !r.GetOmitCandidates() {
+		cands = appendCandidates(cands, d.scored)
+	}
 	*resp = routerv1.RouteResponse{
 		InstanceId:    in.InstanceId,
 		Transport:     in.Transport,
 		OverlapBlocks: uint32(d.overlap),
 		RequestBlocks: uint32(len(d.hashes)),
-		Candidates:    appendCandidates(resp.Candidates[:0], d.scored),
+		Candidates:    cands,
 		Endpoint:      ep,
 	}
 	return resp, nil

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,6 +96,43 @@ func TestKVRoutesToTheCachedWorker(t *testing.T) {
 	}
 	if st.EventsApplied != 1 || st.IndexedEntries != 12 {
 		t.Fatalf("stats = %v", st)
+	}
+}
+
+// TestOmitCandidatesKeepsTheDecision routes the same requests on two cores
+// in the same state, one asking for the candidates and one not: the
+// decisions are the same, and only the first lists every worker.
+func TestOmitCandidatesKeepsTheDecision(t *testing.T) {
+	for _, mode := range []Mode{ModeKV, ModeRoundRobin, ModeRandom, ModeLeastLoaded} {
+		t.Run(string(mode), func(t *testing.T) {
+			// One virtual clock, still: the decisions depend on time.
+			at := time.Unix(1000, 0)
+			clock := func() time.Time { return at }
+			full, bare := cluster(t, Config{Mode: mode, Clock: clock}, 5), cluster(t, Config{Mode: mode, Clock: clock}, 5)
+			for _, c := range []*Core{full, bare} {
+				stored(c, 3, 1, tokens(64, 1)[:32])
+				stored(c, 4, 1, tokens(64, 2)[:48])
+			}
+			for i := range 20 {
+				req := &routerv1.RouteRequest{RequestId: strconv.Itoa(i), Target: modelTarget(), TokenIds: tokens(64, uint32(i%4))}
+				want, err := full.Route(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.OmitCandidates = true
+				got, err := bare.Route(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.InstanceId != want.InstanceId || got.OverlapBlocks != want.OverlapBlocks || got.RequestBlocks != want.RequestBlocks {
+					t.Fatalf("request %d: without candidates routed to %d (overlap %d of %d), with them to %d (%d of %d)",
+						i, got.InstanceId, got.OverlapBlocks, got.RequestBlocks, want.InstanceId, want.OverlapBlocks, want.RequestBlocks)
+				}
+				if len(got.Candidates) != 0 || len(want.Candidates) != 5 {
+					t.Fatalf("request %d: %d candidates omitted, %d listed; want 0 and 5", i, len(got.Candidates), len(want.Candidates))
+				}
+			}
+		})
 	}
 }
 

@@ -195,9 +195,14 @@ type RouteRequest struct {
 	// Instances not to choose (a migration away from a failed worker).
 	ExcludeInstanceIds []uint64 `protobuf:"varint,7,rep,packed,name=exclude_instance_ids,json=excludeInstanceIds,proto3" json:"exclude_instance_ids,omitempty"`
 	// In direct mode, the instance to use.
-	InstanceId    uint64 `protobuf:"varint,8,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InstanceId uint64 `protobuf:"varint,8,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Leaves RouteResponse.candidates empty. The decision is the same; a
+	// caller that uses only the chosen worker (the frontend) spares the
+	// router listing every worker, and itself decoding the list, at every
+	// decision: about 25 bytes per worker, 250 KB at 10,000 workers.
+	OmitCandidates bool `protobuf:"varint,9,opt,name=omit_candidates,json=omitCandidates,proto3" json:"omit_candidates,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -284,6 +289,13 @@ func (x *RouteRequest) GetInstanceId() uint64 {
 		return x.InstanceId
 	}
 	return 0
+}
+
+func (x *RouteRequest) GetOmitCandidates() bool {
+	if x != nil {
+		return x.OmitCandidates
+	}
+	return false
 }
 
 // Candidate is one worker considered for a request.
@@ -390,7 +402,8 @@ type RouteResponse struct {
 	OverlapBlocks uint32 `protobuf:"varint,4,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
 	// The request's full blocks.
 	RequestBlocks uint32 `protobuf:"varint,5,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
-	// Every candidate, with its overlap and cost.
+	// Every candidate, with its overlap and cost; empty when the request
+	// set omit_candidates.
 	Candidates []*Candidate `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The endpoint the instance serves.
 	Endpoint      *Endpoint `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -1915,7 +1928,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\bEndpoint\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xec\x02\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x95\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -1926,7 +1939,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vtemperature\x18\x06 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x120\n" +
 	"\x14exclude_instance_ids\x18\a \x03(\x04R\x12excludeInstanceIds\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\x04R\n" +
-	"instanceIdB\x11\n" +
+	"instanceId\x12'\n" +
+	"\x0fomit_candidates\x18\t \x01(\bR\x0eomitCandidatesB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xcc\x01\n" +
 	"\tCandidate\x12\x1f\n" +

@@ -15,7 +15,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from switchyard.common.v1 import common_pb2 as switchyard_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"f\n\x06Target\x12<\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointH\x00R\x08\x65ndpoint\x12\x16\n\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n\x04kind\"b\n\x08\x45ndpoint\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n\x08\x65ndpoint\x18\x03 \x01(\tR\x08\x65ndpoint\"\xec\x02\n\x0cRouteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\x06target\x18\x02 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x03 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x05 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x06 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x07 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x08 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xcc\x01\n\tCandidate\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12%\n\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n\x04\x63ost\x18\x04 \x01(\x01R\x04\x63ost\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xd3\x02\n\rRouteResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12=\n\ttransport\x18\x03 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12%\n\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12%\n\x0erequest_blocks\x18\x05 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x06 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\x12:\n\x08\x65ndpoint\x18\x07 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\";\n\x1aMarkPrefillCompleteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x1d\n\x1bMarkPrefillCompleteResponse\",\n\x0b\x46reeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x0e\n\x0c\x46reeResponse\"N\n\rReportRequest\x12)\n\x10prefill_complete\x18\x01 \x03(\tR\x0fprefillComplete\x12\x12\n\x04\x66ree\x18\x02 \x03(\tR\x04\x66ree\"*\n\x0eReportResponse\x12\x18\n\x07\x62\x61tches\x18\x01 \x01(\x04R\x07\x62\x61tches\"N\n\x12RouteStreamRequest\x12\x38\n\x05route\x18\x01 \x01(\x0b\x32\".switchyard.router.v1.RouteRequestR\x05route\"\x88\x01\n\x13RouteStreamResponse\x12\x39\n\x05route\x18\x01 \x01(\x0b\x32#.switchyard.router.v1.RouteResponseR\x05route\x12\x36\n\x05\x65rror\x18\x02 \x01(\x0b\x32 .switchyard.router.v1.RouteErrorR\x05\x65rror\"R\n\nRouteError\x12\x12\n\x04\x63ode\x18\x01 \x01(\rR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"\x8c\x01\n\x14QueryOverlapsRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\"\x7f\n\x15QueryOverlapsResponse\x12%\n\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\"\xd4\x02\n\x13\x45xplainRouteRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x04 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x05 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x06 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x07 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xce\x01\n\x12\x45xplainedCandidate\x12=\n\tcandidate\x18\x01 \x01(\x0b\x32\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n\ttransport\x18\x02 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\"\xbc\x02\n\x14\x45xplainRouteResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n\nblock_size\x18\x02 \x01(\rR\tblockSize\x12%\n\x0erequest_blocks\x18\x03 \x01(\rR\rrequestBlocks\x12H\n\ncandidates\x18\x04 \x03(\x0b\x32(.switchyard.router.v1.ExplainedCandidateR\ncandidates\x12\x1f\n\x0binstance_id\x18\x05 \x01(\x04R\ninstanceId\x12\x16\n\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n\x0eoverlap_weight\x18\x07 \x01(\x01R\roverlapWeight\x12 \n\x0btemperature\x18\x08 \x01(\x01R\x0btemperature\"\x11\n\x0fGetStatsRequest\"\x98\x02\n\x0bWorkerStats\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12#\n\rcached_blocks\x18\x03 \x01(\x04R\x0c\x63\x61\x63hedBlocks\x12\x1a\n\x08requests\x18\x04 \x01(\rR\x08requests\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\x12\x42\n\x0flast_event_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rlastEventTime\"\xf6\x02\n\x10GetStatsResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12\'\n\x0findexed_entries\x18\x03 \x01(\x04R\x0eindexedEntries\x12;\n\x07workers\x18\x04 \x03(\x0b\x32!.switchyard.router.v1.WorkerStatsR\x07workers\x12%\n\x0e\x65vents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n\x10\x65vents_duplicate\x18\x06 \x01(\x04R\x0f\x65ventsDuplicate\x12\x1d\n\nevents_gap\x18\x07 \x01(\x04R\teventsGap\x12P\n\x16restored_snapshot_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n\x0cReplicaEvent\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12=\n\x06routed\x18\x02 \x01(\x0b\x32#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n\x05\x66reed\x18\x04 \x01(\tH\x00R\x05\x66reedB\x06\n\x04kind\"\xb2\x01\n\rReplicaRouted\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n\x0binstance_id\x18\x02 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x03 \x01(\rR\x06\x64pRank\x12%\n\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n\x0c\x62lock_hashes\x18\x05 \x03(\x04R\x0b\x62lockHashes\"\xb4\x02\n\rIndexSnapshot\x12\x63\n\x10stream_sequences\x18\x01 \x03(\x0b\x32\x38.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12\x43\n\x07workers\x18\x02 \x03(\x0b\x32).switchyard.router.v1.IndexSnapshotWorkerR\x07workers\x12\x35\n\x08taken_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07takenAt\x1a\x42\n\x14StreamSequencesEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"\x96\x01\n\x13IndexSnapshotWorker\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\"\n\rlast_event_id\x18\x03 \x01(\x04R\x0blastEventId\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x06R\x0b\x62lockHashes2\x97\x06\n\rRouterService\x12P\n\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n\x13MarkPrefillComplete\x12\x30.switchyard.router.v1.MarkPrefillCompleteRequest\x1a\x31.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n\x04\x46ree\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12U\n\x06Report\x12#.switchyard.router.v1.ReportRequest\x1a$.switchyard.router.v1.ReportResponse(\x01\x12\x66\n\x0bRouteStream\x12(.switchyard.router.v1.RouteStreamRequest\x1a).switchyard.router.v1.RouteStreamResponse(\x01\x30\x01\x12h\n\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n\x08GetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12\x65\n\x0c\x45xplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!switchyard/router/v1/router.proto\x12\x14switchyard.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!switchyard/common/v1/common.proto\"f\n\x06Target\x12<\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointH\x00R\x08\x65ndpoint\x12\x16\n\x05model\x18\x02 \x01(\tH\x00R\x05modelB\x06\n\x04kind\"b\n\x08\x45ndpoint\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n\x08\x65ndpoint\x18\x03 \x01(\tR\x08\x65ndpoint\"\x95\x03\n\x0cRouteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\x06target\x18\x02 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x03 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x05 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x06 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x07 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x08 \x01(\x04R\ninstanceId\x12\'\n\x0fomit_candidates\x18\t \x01(\x08R\x0eomitCandidatesB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xcc\x01\n\tCandidate\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12%\n\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n\x04\x63ost\x18\x04 \x01(\x01R\x04\x63ost\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\"\xd3\x02\n\rRouteResponse\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12=\n\ttransport\x18\x03 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12%\n\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12%\n\x0erequest_blocks\x18\x05 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x06 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\x12:\n\x08\x65ndpoint\x18\x07 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\";\n\x1aMarkPrefillCompleteRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x1d\n\x1bMarkPrefillCompleteResponse\",\n\x0b\x46reeRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\"\x0e\n\x0c\x46reeResponse\"N\n\rReportRequest\x12)\n\x10prefill_complete\x18\x01 \x03(\tR\x0fprefillComplete\x12\x12\n\x04\x66ree\x18\x02 \x03(\tR\x04\x66ree\"*\n\x0eReportResponse\x12\x18\n\x07\x62\x61tches\x18\x01 \x01(\x04R\x07\x62\x61tches\"N\n\x12RouteStreamRequest\x12\x38\n\x05route\x18\x01 \x01(\x0b\x32\".switchyard.router.v1.RouteRequestR\x05route\"\x88\x01\n\x13RouteStreamResponse\x12\x39\n\x05route\x18\x01 \x01(\x0b\x32#.switchyard.router.v1.RouteResponseR\x05route\x12\x36\n\x05\x65rror\x18\x02 \x01(\x0b\x32 .switchyard.router.v1.RouteErrorR\x05\x65rror\"R\n\nRouteError\x12\x12\n\x04\x63ode\x18\x01 \x01(\rR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\"\x8c\x01\n\x14QueryOverlapsRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\"\x7f\n\x15QueryOverlapsResponse\x12%\n\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.switchyard.router.v1.CandidateR\ncandidates\"\xd4\x02\n\x13\x45xplainRouteRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n\ttoken_ids\x18\x02 \x03(\rR\x08tokenIds\x12!\n\x0c\x62lock_hashes\x18\x03 \x03(\x04R\x0b\x62lockHashes\x12*\n\x0eoverlap_weight\x18\x04 \x01(\x01H\x00R\roverlapWeight\x88\x01\x01\x12%\n\x0btemperature\x18\x05 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x12\x30\n\x14\x65xclude_instance_ids\x18\x06 \x03(\x04R\x12\x65xcludeInstanceIds\x12\x1f\n\x0binstance_id\x18\x07 \x01(\x04R\ninstanceIdB\x11\n\x0f_overlap_weightB\x0e\n\x0c_temperature\"\xce\x01\n\x12\x45xplainedCandidate\x12=\n\tcandidate\x18\x01 \x01(\x0b\x32\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n\ttransport\x18\x02 \x01(\x0b\x32\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x1e.switchyard.router.v1.EndpointR\x08\x65ndpoint\"\xbc\x02\n\x14\x45xplainRouteResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n\nblock_size\x18\x02 \x01(\rR\tblockSize\x12%\n\x0erequest_blocks\x18\x03 \x01(\rR\rrequestBlocks\x12H\n\ncandidates\x18\x04 \x03(\x0b\x32(.switchyard.router.v1.ExplainedCandidateR\ncandidates\x12\x1f\n\x0binstance_id\x18\x05 \x01(\x04R\ninstanceId\x12\x16\n\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n\x0eoverlap_weight\x18\x07 \x01(\x01R\roverlapWeight\x12 \n\x0btemperature\x18\x08 \x01(\x01R\x0btemperature\"\x11\n\x0fGetStatsRequest\"\x98\x02\n\x0bWorkerStats\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12#\n\rcached_blocks\x18\x03 \x01(\x04R\x0c\x63\x61\x63hedBlocks\x12\x1a\n\x08requests\x18\x04 \x01(\rR\x08requests\x12%\n\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n\rdecode_blocks\x18\x06 \x01(\rR\x0c\x64\x65\x63odeBlocks\x12\x42\n\x0flast_event_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rlastEventTime\"\xf6\x02\n\x10GetStatsResponse\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12\'\n\x0findexed_entries\x18\x03 \x01(\x04R\x0eindexedEntries\x12;\n\x07workers\x18\x04 \x03(\x0b\x32!.switchyard.router.v1.WorkerStatsR\x07workers\x12%\n\x0e\x65vents_applied\x18\x05 \x01(\x04R\reventsApplied\x12)\n\x10\x65vents_duplicate\x18\x06 \x01(\x04R\x0f\x65ventsDuplicate\x12\x1d\n\nevents_gap\x18\x07 \x01(\x04R\teventsGap\x12P\n\x16restored_snapshot_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n\x0cReplicaEvent\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12=\n\x06routed\x18\x02 \x01(\x0b\x32#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n\x05\x66reed\x18\x04 \x01(\tH\x00R\x05\x66reedB\x06\n\x04kind\"\xb2\x01\n\rReplicaRouted\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n\x0binstance_id\x18\x02 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x03 \x01(\rR\x06\x64pRank\x12%\n\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n\x0c\x62lock_hashes\x18\x05 \x03(\x04R\x0b\x62lockHashes\"\xb4\x02\n\rIndexSnapshot\x12\x63\n\x10stream_sequences\x18\x01 \x03(\x0b\x32\x38.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12\x43\n\x07workers\x18\x02 \x03(\x0b\x32).switchyard.router.v1.IndexSnapshotWorkerR\x07workers\x12\x35\n\x08taken_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07takenAt\x1a\x42\n\x14StreamSequencesEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x04R\x05value:\x02\x38\x01\"\x96\x01\n\x13IndexSnapshotWorker\x12\x1f\n\x0binstance_id\x18\x01 \x01(\x04R\ninstanceId\x12\x17\n\x07\x64p_rank\x18\x02 \x01(\rR\x06\x64pRank\x12\"\n\rlast_event_id\x18\x03 \x01(\x04R\x0blastEventId\x12!\n\x0c\x62lock_hashes\x18\x04 \x03(\x06R\x0b\x62lockHashes2\x97\x06\n\rRouterService\x12P\n\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n\x13MarkPrefillComplete\x12\x30.switchyard.router.v1.MarkPrefillCompleteRequest\x1a\x31.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n\x04\x46ree\x12!.switchyard.router.v1.FreeRequest\x1a\".switchyard.router.v1.FreeResponse\x12U\n\x06Report\x12#.switchyard.router.v1.ReportRequest\x1a$.switchyard.router.v1.ReportResponse(\x01\x12\x66\n\x0bRouteStream\x12(.switchyard.router.v1.RouteStreamRequest\x1a).switchyard.router.v1.RouteStreamResponse(\x01\x30\x01\x12h\n\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n\x08GetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12\x65\n\x0c\x45xplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.router.v1.router_pb2', globals())
@@ -29,55 +29,55 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _ENDPOINT._serialized_start=231
   _ENDPOINT._serialized_end=329
   _ROUTEREQUEST._serialized_start=332
-  _ROUTEREQUEST._serialized_end=696
-  _CANDIDATE._serialized_start=699
-  _CANDIDATE._serialized_end=903
-  _ROUTERESPONSE._serialized_start=906
-  _ROUTERESPONSE._serialized_end=1245
-  _MARKPREFILLCOMPLETEREQUEST._serialized_start=1247
-  _MARKPREFILLCOMPLETEREQUEST._serialized_end=1306
-  _MARKPREFILLCOMPLETERESPONSE._serialized_start=1308
-  _MARKPREFILLCOMPLETERESPONSE._serialized_end=1337
-  _FREEREQUEST._serialized_start=1339
-  _FREEREQUEST._serialized_end=1383
-  _FREERESPONSE._serialized_start=1385
-  _FREERESPONSE._serialized_end=1399
-  _REPORTREQUEST._serialized_start=1401
-  _REPORTREQUEST._serialized_end=1479
-  _REPORTRESPONSE._serialized_start=1481
-  _REPORTRESPONSE._serialized_end=1523
-  _ROUTESTREAMREQUEST._serialized_start=1525
-  _ROUTESTREAMREQUEST._serialized_end=1603
-  _ROUTESTREAMRESPONSE._serialized_start=1606
-  _ROUTESTREAMRESPONSE._serialized_end=1742
-  _ROUTEERROR._serialized_start=1744
-  _ROUTEERROR._serialized_end=1826
-  _QUERYOVERLAPSREQUEST._serialized_start=1829
-  _QUERYOVERLAPSREQUEST._serialized_end=1969
-  _QUERYOVERLAPSRESPONSE._serialized_start=1971
-  _QUERYOVERLAPSRESPONSE._serialized_end=2098
-  _EXPLAINROUTEREQUEST._serialized_start=2101
-  _EXPLAINROUTEREQUEST._serialized_end=2441
-  _EXPLAINEDCANDIDATE._serialized_start=2444
-  _EXPLAINEDCANDIDATE._serialized_end=2650
-  _EXPLAINROUTERESPONSE._serialized_start=2653
-  _EXPLAINROUTERESPONSE._serialized_end=2969
-  _GETSTATSREQUEST._serialized_start=2971
-  _GETSTATSREQUEST._serialized_end=2988
-  _WORKERSTATS._serialized_start=2991
-  _WORKERSTATS._serialized_end=3271
-  _GETSTATSRESPONSE._serialized_start=3274
-  _GETSTATSRESPONSE._serialized_end=3648
-  _REPLICAEVENT._serialized_start=3651
-  _REPLICAEVENT._serialized_end=3836
-  _REPLICAROUTED._serialized_start=3839
-  _REPLICAROUTED._serialized_end=4017
-  _INDEXSNAPSHOT._serialized_start=4020
-  _INDEXSNAPSHOT._serialized_end=4328
-  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_start=4262
-  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_end=4328
-  _INDEXSNAPSHOTWORKER._serialized_start=4331
-  _INDEXSNAPSHOTWORKER._serialized_end=4481
-  _ROUTERSERVICE._serialized_start=4484
-  _ROUTERSERVICE._serialized_end=5275
+  _ROUTEREQUEST._serialized_end=737
+  _CANDIDATE._serialized_start=740
+  _CANDIDATE._serialized_end=944
+  _ROUTERESPONSE._serialized_start=947
+  _ROUTERESPONSE._serialized_end=1286
+  _MARKPREFILLCOMPLETEREQUEST._serialized_start=1288
+  _MARKPREFILLCOMPLETEREQUEST._serialized_end=1347
+  _MARKPREFILLCOMPLETERESPONSE._serialized_start=1349
+  _MARKPREFILLCOMPLETERESPONSE._serialized_end=1378
+  _FREEREQUEST._serialized_start=1380
+  _FREEREQUEST._serialized_end=1424
+  _FREERESPONSE._serialized_start=1426
+  _FREERESPONSE._serialized_end=1440
+  _REPORTREQUEST._serialized_start=1442
+  _REPORTREQUEST._serialized_end=1520
+  _REPORTRESPONSE._serialized_start=1522
+  _REPORTRESPONSE._serialized_end=1564
+  _ROUTESTREAMREQUEST._serialized_start=1566
+  _ROUTESTREAMREQUEST._serialized_end=1644
+  _ROUTESTREAMRESPONSE._serialized_start=1647
+  _ROUTESTREAMRESPONSE._serialized_end=1783
+  _ROUTEERROR._serialized_start=1785
+  _ROUTEERROR._serialized_end=1867
+  _QUERYOVERLAPSREQUEST._serialized_start=1870
+  _QUERYOVERLAPSREQUEST._serialized_end=2010
+  _QUERYOVERLAPSRESPONSE._serialized_start=2012
+  _QUERYOVERLAPSRESPONSE._serialized_end=2139
+  _EXPLAINROUTEREQUEST._serialized_start=2142
+  _EXPLAINROUTEREQUEST._serialized_end=2482
+  _EXPLAINEDCANDIDATE._serialized_start=2485
+  _EXPLAINEDCANDIDATE._serialized_end=2691
+  _EXPLAINROUTERESPONSE._serialized_start=2694
+  _EXPLAINROUTERESPONSE._serialized_end=3010
+  _GETSTATSREQUEST._serialized_start=3012
+  _GETSTATSREQUEST._serialized_end=3029
+  _WORKERSTATS._serialized_start=3032
+  _WORKERSTATS._serialized_end=3312
+  _GETSTATSRESPONSE._serialized_start=3315
+  _GETSTATSRESPONSE._serialized_end=3689
+  _REPLICAEVENT._serialized_start=3692
+  _REPLICAEVENT._serialized_end=3877
+  _REPLICAROUTED._serialized_start=3880
+  _REPLICAROUTED._serialized_end=4058
+  _INDEXSNAPSHOT._serialized_start=4061
+  _INDEXSNAPSHOT._serialized_end=4369
+  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_start=4303
+  _INDEXSNAPSHOT_STREAMSEQUENCESENTRY._serialized_end=4369
+  _INDEXSNAPSHOTWORKER._serialized_start=4372
+  _INDEXSNAPSHOTWORKER._serialized_end=4522
+  _ROUTERSERVICE._serialized_start=4525
+  _ROUTERSERVICE._serialized_end=5316
 # @@protoc_insertion_point(module_scope)

@@ -223,10 +223,11 @@ class RouteError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
+    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "omit_candidates", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OMIT_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -235,12 +236,13 @@ class RouteRequest(_message.Message):
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
     instance_id: int
+    omit_candidates: bool
     overlap_weight: float
     request_id: str
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ...) -> None: ...
 
 class RouteResponse(_message.Message):
     __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "request_blocks", "transport"]
