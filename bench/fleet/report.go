@@ -208,6 +208,7 @@ func figures(r *Result) []figure {
 		name string
 		d    []time.Duration
 	}{
+		{"first request through each frontend (loads the tokenizer)", r.FirstRequest},
 		{"worker start (lease, registration, card, first KV batch)", r.WorkerStart}, {"registration to routable", r.Routable}, {"deregistration to unrouted", r.Unrouted},
 		{"watch fan-out (add) to every frontend", r.FanOutAdd}, {"watch fan-out (delete) to every frontend", r.FanOutDel},
 		{"KV event publish to indexed", r.Indexed}, {"route decision (RPC at the router)", r.Route}, {"TTFT through a frontend", r.TTFT},

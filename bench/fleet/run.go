@@ -105,7 +105,7 @@ type Result struct {
 	KVEventsPerSec, LoadsPerSec         float64
 	StartRate                           float64 // workers started per second
 	// Latency samples.
-	Routable, WorkerStart, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
+	Routable, WorkerStart, FirstRequest, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
 	// Correctness counts.
 	Published, Applied, KVFailed, LoadFailed uint64
 	Lost                                     []string
@@ -242,13 +242,6 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		return r, fmt.Errorf("parts of the plane exited: %s", strings.Join(gone, ", "))
 	}
 
-	// Probes: a worker added, its block indexed, then removed.
-	for range cfg.Probes {
-		if err := probe(ctx, c, fleet, n, r); err != nil {
-			r.Lost = append(r.Lost, err.Error())
-			break
-		}
-	}
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	prompt := func() []uint32 {
 		p := make([]uint32, 4*BlockSize)
@@ -256,6 +249,24 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 			p[i] = 1000 + rng.Uint32N(100000)
 		}
 		return p
+	}
+	// A frontend loads a model's tokenizer and template at its first
+	// request for it (seconds on a loaded machine): that is timed apart,
+	// so that it does not count as the first probe's registration.
+	for i := range c.frontends {
+		d, err := c.complete(ctx, i, prompt(), false)
+		if err != nil {
+			return r, fmt.Errorf("first completion: %w", err)
+		}
+		r.FirstRequest = append(r.FirstRequest, d)
+	}
+
+	// Probes: a worker added, its block indexed, then removed.
+	for range cfg.Probes {
+		if err := probe(ctx, c, fleet, n, r); err != nil {
+			r.Lost = append(r.Lost, err.Error())
+			break
+		}
 	}
 	for i := range cfg.Routes {
 		id := fmt.Sprintf("fleet-bench-%d", i)
