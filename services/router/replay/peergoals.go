@@ -314,7 +314,7 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 			}
 			bestChain = fmt.Sprintf("%.2fx", best)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s (%s) | %.1f, %.1f | %s | %s | %s (%s) | %s, %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %s | %s (%s) | %.2f, %.2f | %s | %s | %s (%s) | %s, %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n",
 			g.Trace, strings.Join(hits, " / "), ratio(kv.HitRate, bh.HitRate), bh.Mode, kv.HitSpread, bh.HitSpread, verdict(oks[0]),
 			strings.Join(p90s, " / "), ratio(float64(kv.TTFT[1]), float64(bt.TTFT[1])), bt.Mode, ms(kv.TTFTSpread), ms(bt.TTFTSpread), verdict(oks[1]),
 			strings.Join(goods, " / "), fmtPeerRatio(g.PeerGoodputRatio()), bestGoodputMode(g), gv, verdict(x12),

@@ -330,7 +330,7 @@ func TestPeerGoals(t *testing.T) {
 		// 490. Goodput 9 >= dynamo's 6 (the best peer): 1.5x. Chain 400
 		// ms: 500 / 400 = 1.25 <= 1.5 (the best, dynamo, 450 / 400 = 1.12).
 		{name: "a", kvPass: 9, kvFail: 12, dynPass: 6, chain: 400 * ms, hit: true, ttft: false, good: true, settled: true, x12: true, chainOK: true, reached: true,
-			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.0, 3.0 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
+			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.00, 3.00 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
 		// Goodput: kv [6, 9), dynamo 8: below, but kv's bracket reaches
 		// past 8: not settled; 6 / 8 = 0.75x. Chain 300 ms: kv 1.67x,
 		// dynamo 450 / 300 = 1.5x reaches it: FAIL.
