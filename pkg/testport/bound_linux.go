@@ -52,6 +52,31 @@ func ShareablePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// Taken reports whether addr is held: a socket that does not share ports
+// (no SO_REUSEADDR, as the kernel's choice of a port for 127.0.0.1:0 does
+// not) cannot bind it. A Shareable port is taken for the whole test, while
+// its server runs and after it stops; a port freed by a server bound on
+// 127.0.0.1:0 is not.
+func Taken(addr string) (bool, error) {
+	a, err := net.ResolveTCPAddr("tcp4", addr)
+	if err != nil {
+		return false, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer syscall.Close(fd)
+	switch err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: a.Port, Addr: [4]byte(a.IP.To4())}); err {
+	case nil:
+		return false, nil
+	case syscall.EADDRINUSE:
+		return true, nil
+	default:
+		return false, err
+	}
+}
+
 func bind(t testing.TB, reuse bool) string {
 	t.Helper()
 	// SOCK_CLOEXEC: a child process must not inherit the hold.

@@ -79,3 +79,42 @@ func TestShareableLetsOneServerListen(t *testing.T) {
 		t.Errorf("ShareablePorts(3) = %v; want 3 distinct ports", got)
 	}
 }
+
+// TestTaken: a Shareable port is taken before, while and after a server
+// listens there; a port a listener on 127.0.0.1:0 had and closed is not.
+func TestTaken(t *testing.T) {
+	taken := func(addr string) bool {
+		t.Helper()
+		ok, err := testport.Taken(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	addr := testport.Shareable(t)
+	if !taken(addr) {
+		t.Fatalf("Shareable %s not taken", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !taken(addr) {
+		t.Fatalf("Shareable %s with a server not taken", addr)
+	}
+	l.Close()
+	if !taken(addr) {
+		t.Fatalf("Shareable %s not taken once its server closed", addr)
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !taken(free.Addr().String()) {
+		t.Fatalf("a listening port is not taken")
+	}
+	free.Close()
+	if taken(free.Addr().String()) {
+		t.Fatalf("a closed 127.0.0.1:0 port %s is taken", free.Addr())
+	}
+}

@@ -44,6 +44,15 @@ func ShareablePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// Taken reports whether addr is held: nothing else can listen there.
+func Taken(addr string) (bool, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return true, nil
+	}
+	return false, l.Close()
+}
+
 func freed(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -11,6 +11,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // TestInstrumentedBackend drives a real Store on embedded etcd through the
@@ -18,7 +19,7 @@ import (
 // revoked lease counted as lost, and calls failing once etcd is gone.
 func TestInstrumentedBackend(t *testing.T) {
 	t.Parallel()
-	st, _, stopEtcd := etcdStoreStop(t)
+	st, cli, stopEtcd := etcdStoreStop(t)
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 	b := instrument(withDeadline(st, 500*time.Millisecond), m)
@@ -65,6 +66,13 @@ switchyard_registry_live_instances{component="prefill",namespace="b"} 1
 		t.Fatalf("%d backend error series after caller mistakes only", n)
 	}
 	stopEtcd()
+	// Its port stays the test's: no etcd another test binds on
+	// 127.0.0.1:0 can take it and answer the client, still dialling.
+	for _, ep := range cli.Endpoints() {
+		if taken, err := testport.Taken(strings.TrimPrefix(ep, "http://")); err != nil || !taken {
+			t.Fatalf("the stopped etcd's port %s is free for another listener (%v)", ep, err)
+		}
+	}
 	if _, _, err := b.ListInstances(ctx, &registryv1.InstanceFilter{}); err == nil {
 		t.Fatal("ListInstances without etcd succeeded")
 	}

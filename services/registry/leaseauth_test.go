@@ -25,6 +25,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // etcdBackend serves a Store on an embedded etcd and returns the registry's
@@ -45,10 +46,12 @@ func etcdStore(t *testing.T) (*Store, *clientv3.Client) {
 
 // etcdStoreStop is etcdStore with a stop of its etcd, for a test that takes
 // etcd away before its end; the test's cleanup stops it only if the test did
-// not.
+// not. Its ports are the test's for its whole life (testport.Shareable): a
+// port freed when etcd stops could become another test's etcd, which the
+// client, still dialling, would reach.
 func etcdStoreStop(t *testing.T) (*Store, *clientv3.Client, func()) {
 	t.Helper()
-	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://" + testport.Shareable(t), PeerURL: "http://" + testport.Shareable(t), Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,39 +38,55 @@ func StartNATS(t testing.TB) *natsserver.Server {
 	return StartNATSAt(t, -1, t.TempDir())
 }
 
-// StartNATSAt starts a nats-server with JetStream on port (-1: a free one)
-// storing under storeDir; restarting on the same port and store dir brings
-// back the same streams. It is shut down in t.Cleanup unless the test did it
-// first (StopNATS). While StopNATS has it stopped, its port stays held (see
-// testport.Port) until a StartNATSAt on it or the test's end: nats-server
-// takes no listener, so the port is given back the moment before it
-// binds, and meanwhile no other test process can take it.
+// StartNATSAt starts a nats-server with JetStream on port (-1: a port of
+// the test's own) storing under storeDir; restarting on the same port and
+// store dir brings back the same streams. It is shut down in t.Cleanup
+// unless the test did it first (StopNATS). A port it chose is the test's
+// for its whole life (testport.Shareable): while the server is stopped, and
+// after, no port another test binds on 127.0.0.1:0 lands on it, so a client
+// reconnecting to this server is refused rather than answered by another
+// test's. A port ReserveNATSPort holds is given back the moment before the
+// server binds it.
 func StartNATSAt(t testing.TB, port int, storeDir string) *natsserver.Server {
 	t.Helper()
 	if port > 0 {
-		stopped.release(port)
+		reserved.release(port)
+	} else {
+		port = shareablePort(t)
 	}
 	ns, err := eventbus.StartEmbeddedNATS(storeDir, port, Logger())
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}
-	port = ns.Addr().(*net.TCPAddr).Port
-	stopped.started(ns, port)
-	t.Cleanup(func() {
-		StopNATS(ns)
-		stopped.release(port)
-	})
+	t.Cleanup(func() { StopNATS(ns) })
 	return ns
+}
+
+// shareablePort is a testport.Shareable port, as a number.
+func shareablePort(t testing.TB) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(testport.Shareable(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 // StartNATSWithOptions starts a nats-server with a test's own options (an
 // authorization the eventbus must meet, say) on opts.Port, taking it over
-// from ReserveNATSPort as StartNATSAt does, and waits until it takes
-// connections. It is shut down in t.Cleanup unless the test did it first.
+// from ReserveNATSPort as StartNATSAt does (-1: a port of the test's own,
+// as there), and waits until it takes connections. It is shut down in
+// t.Cleanup unless the test did it first.
 func StartNATSWithOptions(t testing.TB, opts *natsserver.Options) *natsserver.Server {
 	t.Helper()
 	if opts.Port > 0 {
-		stopped.release(opts.Port)
+		reserved.release(opts.Port)
+	} else if opts.Port == natsserver.RANDOM_PORT {
+		opts.Port = shareablePort(t)
 	}
 	ns, err := natsserver.NewServer(opts)
 	if err != nil {
@@ -82,32 +98,23 @@ func StartNATSWithOptions(t testing.TB, opts *natsserver.Options) *natsserver.Se
 		ns.WaitForShutdown()
 		t.Fatalf("nats-server on port %d not ready after 30s", opts.Port)
 	}
-	port := ns.Addr().(*net.TCPAddr).Port
-	stopped.started(ns, port)
-	t.Cleanup(func() {
-		StopNATS(ns)
-		stopped.release(port)
-	})
+	t.Cleanup(func() { StopNATS(ns) })
 	return ns
 }
 
 // StopNATS shuts a nats-server down and waits until it has. Stopping one
-// that is already stopped does nothing. The port of one StartNATSAt started
-// stays held until it starts again there.
+// that is already stopped does nothing.
 func StopNATS(ns *natsserver.Server) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	stopped.hold(ns)
 }
 
-// stopped holds the ports of the nats-servers StartNATSAt started and
-// StopNATS stopped, and those ReserveNATSPort holds for one to come.
-var stopped = &natsPorts{running: map[*natsserver.Server]int{}, held: map[int]releaser{}}
+// reserved are the ports ReserveNATSPort holds for a nats-server to come.
+var reserved = &natsPorts{held: map[int]releaser{}}
 
 type natsPorts struct {
-	mu      sync.Mutex
-	running map[*natsserver.Server]int
-	held    map[int]releaser
+	mu   sync.Mutex
+	held map[int]releaser
 }
 
 // releaser is a held port: Release gives it back.
@@ -121,21 +128,22 @@ type releaser interface{ Release() }
 // testport gives, may reach nats.go after its dial, as a reset of the
 // handshake, and the eventbus takes that for a TLS refusal: not retried.)
 // Connections it took stay silent until their clients give up, also after
-// the server has the port; the test's cleanup closes what is left.
+// the server has the port; the test's cleanup closes what is left. The port
+// stays the test's after the server stops too (testport.Shareable).
 func ReserveNATSPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", testport.Shareable(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &silentPort{ln: ln, conns: map[net.Conn]struct{}{}, accepted: make(chan struct{})}
 	go p.accept()
 	port := ln.Addr().(*net.TCPAddr).Port
-	stopped.mu.Lock()
-	stopped.held[port] = p
-	stopped.mu.Unlock()
+	reserved.mu.Lock()
+	reserved.held[port] = p
+	reserved.mu.Unlock()
 	t.Cleanup(func() {
-		stopped.release(port)
+		reserved.release(port)
 		p.closeAll()
 	})
 	return port
@@ -196,28 +204,6 @@ func (p *silentPort) closeAll() {
 	p.wg.Wait()
 }
 
-func (n *natsPorts) started(ns *natsserver.Server, port int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.running[ns] = port
-}
-
-// hold binds a stopped server's port, if StartNATSAt started it; a port it
-// cannot bind (not to happen: the server has closed its listener) is left
-// free, as before ports were held.
-func (n *natsPorts) hold(ns *natsserver.Server) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	port, ok := n.running[ns]
-	if !ok {
-		return
-	}
-	delete(n.running, ns)
-	if p, err := testport.Hold(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-		n.held[port] = p
-	}
-}
-
 func (n *natsPorts) release(port int) {
 	n.mu.Lock()
 	p := n.held[port]
@@ -241,9 +227,14 @@ func Config(natsURL string) eventbus.Config {
 // StartEventbus starts an eventbus with cfg and stops it in t.Cleanup.
 func StartEventbus(t testing.TB, cfg eventbus.Config) *eventbus.Service {
 	t.Helper()
-	// An address testport reserved stays the test's: serve on it.
+	// An address testport reserved stays the test's: serve on it. A port of
+	// the kernel's choice is the test's for its whole life too
+	// (testport.Shareable), so that a client still dialling a stopped
+	// eventbus is refused rather than answered by another test's.
 	if p, ok := testport.Held(cfg.Server.GRPCAddr); ok {
 		cfg.Server.Listener = p.Listener()
+	} else if cfg.Server.GRPCAddr == "127.0.0.1:0" && cfg.Server.Listener == nil {
+		cfg.Server.GRPCAddr = testport.Shareable(t)
 	}
 	svc, err := eventbus.Start(context.Background(), cfg, Logger())
 	if err != nil {

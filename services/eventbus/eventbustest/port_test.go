@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -36,9 +37,9 @@ func TestStoppedNATSKeepsItsPort(t *testing.T) {
 
 	for range 2 { // a second stop and start on the same port holds it again
 		eventbustest.StopNATS(ns)
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			t.Fatalf("another listener could bind the stopped nats-server's address %s", addr)
+		// Taken: no port the kernel chooses for another listener lands on it.
+		if taken, err := testport.Taken(addr); err != nil || !taken {
+			t.Fatalf("the stopped nats-server's address %s is free (%v)", addr, err)
 		}
 		eventbustest.StopNATS(ns)          // stopping it again does nothing
 		time.Sleep(100 * time.Millisecond) // the client meets the held port

@@ -27,7 +27,6 @@ type member struct {
 	name, dir, client, peer string
 	etcd                    *embed.Etcd
 	started                 bool
-	held                    []*testport.Port // the ports while stopped (see testport.Port)
 }
 
 // StartEtcdCluster starts an n-member etcd cluster and stops it at cleanup.
@@ -36,23 +35,13 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{t: t}
 	var initial []string
 	for i := range n {
-		// The ports are held from the moment they are chosen until the
-		// member binds them (start releases them first), as across a Stop:
-		// closed at once and bound later, another test process can take
-		// one in between (see StartEtcd).
+		// The ports are the test's for its whole life (testport.Shareable):
+		// the member listens on them while it runs, and no port another test
+		// binds on 127.0.0.1:0 lands on them, before, while it is stopped,
+		// or after.
 		m := &member{name: fmt.Sprintf("m%d", i), dir: t.TempDir()}
-		for _, u := range []*string{&m.client, &m.peer} {
-			p, err := testport.Hold("127.0.0.1:0")
-			if err != nil {
-				m.release()
-				for _, o := range c.members {
-					o.release()
-				}
-				t.Fatal(err)
-			}
-			m.held = append(m.held, p)
-			*u = "http://" + p.Addr()
-		}
+		m.client = "http://" + testport.Shareable(t)
+		m.peer = "http://" + testport.Shareable(t)
 		c.members = append(c.members, m)
 		c.Endpoints = append(c.Endpoints, m.client)
 		initial = append(initial, m.name+"="+m.peer)
@@ -68,9 +57,8 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 		}
 	}
 	t.Cleanup(func() {
-		for i, m := range c.members {
+		for i := range c.members {
 			c.Stop(i)
-			m.release()
 		}
 	})
 	return c
@@ -78,7 +66,6 @@ func StartEtcdCluster(t testing.TB, n int) *Cluster {
 
 func (c *Cluster) start(i int) error {
 	m := c.members[i]
-	m.release()
 	cu, _ := url.Parse(m.client)
 	pu, _ := url.Parse(m.peer)
 	cfg := embed.NewConfig()
@@ -125,7 +112,7 @@ func (c *Cluster) Leader() int {
 }
 
 // Stop stops member i (as a crash would; its data stays for Start). Its
-// ports stay held meanwhile, so that no other test process takes them.
+// ports stay the test's meanwhile (connections are refused).
 func (c *Cluster) Stop(i int) {
 	m := c.members[i]
 	if m.etcd == nil {
@@ -133,18 +120,6 @@ func (c *Cluster) Stop(i int) {
 	}
 	m.etcd.Close()
 	m.etcd = nil
-	for _, u := range []string{m.client, m.peer} {
-		if p, err := testport.Hold(strings.TrimPrefix(u, "http://")); err == nil {
-			m.held = append(m.held, p)
-		}
-	}
-}
-
-func (m *member) release() {
-	for _, p := range m.held {
-		p.Release()
-	}
-	m.held = nil
 }
 
 // Start restarts a stopped member i on its data.

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -57,9 +58,12 @@ func TestStoppedServicesKeepTheirPorts(t *testing.T) {
 	}
 
 	etcd.Stop()
-	if l, err := net.Listen("tcp", etcd.Endpoints[0][len("http://"):]); err == nil {
-		l.Close()
-		t.Fatalf("another listener could bind the stopped etcd's client port %s", etcd.Endpoints[0])
+	// Taken: no port the kernel chooses for another listener lands on it.
+	if taken, err := testport.Taken(etcd.Endpoints[0][len("http://"):]); err != nil || !taken {
+		t.Fatalf("the stopped etcd's client port %s is free (%v)", etcd.Endpoints[0], err)
+	}
+	if _, err := net.Dial("tcp", etcd.Endpoints[0][len("http://"):]); err == nil {
+		t.Fatalf("a connection to the stopped etcd's client port %s was taken", etcd.Endpoints[0])
 	}
 	etcd.Start()
 

@@ -32,42 +32,29 @@ type Etcd struct {
 	etcd       *registry.EmbeddedEtcd
 	Endpoints  []string
 	ClientPort int
-	// held keep the client and peer ports while etcd is stopped.
-	held []*testport.Port
 }
 
 // StartEtcd starts an embedded etcd for the test and stops it at cleanup.
-// Its two ports are held (testport) from the moment they are chosen until
-// etcd binds them, as across a Stop: a port closed and bound later was once
-// taken by another test process in between ("bind: address already in use").
+// Its two ports are the test's for its whole life (testport.Shareable):
+// etcd listens on them while it runs, and while it is stopped and after, no
+// port another test binds on 127.0.0.1:0 lands on them, so a client of this
+// etcd is refused rather than answered by another test's etcd.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
 	e := &Etcd{t: t, dir: t.TempDir()}
-	var ports [2]int
-	for i := range ports {
-		p, err := testport.Hold("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.held = append(e.held, p)
-		_, port, _ := net.SplitHostPort(p.Addr())
-		ports[i], _ = strconv.Atoi(port)
-	}
-	e.ClientPort = ports[0]
-	e.clientURL = "http://127.0.0.1:" + strconv.Itoa(e.ClientPort)
-	e.peerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	client := testport.Shareable(t)
+	_, port, _ := net.SplitHostPort(client)
+	e.ClientPort, _ = strconv.Atoi(port)
+	e.clientURL = "http://" + client
+	e.peerURL = "http://" + testport.Shareable(t)
 	e.Start()
-	t.Cleanup(e.cleanup)
+	t.Cleanup(e.Stop)
 	return e
 }
 
 // Start starts (or restarts) etcd on the same directory and ports.
 func (e *Etcd) Start() {
 	e.t.Helper()
-	for _, p := range e.held {
-		p.Release()
-	}
-	e.held = nil
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
 		e.etcd, err = registry.StartEmbeddedEtcd(registry.EmbeddedEtcdConfig{Dir: e.dir, ClientURL: e.clientURL, PeerURL: e.peerURL, Fast: true})
@@ -99,28 +86,14 @@ func (e *Etcd) RevokeLease(ctx context.Context, id uint64) {
 }
 
 // Stop stops etcd; Start brings it back with its data. Meanwhile its ports
-// stay held (connections to them are reset, as by a closed port), so that
-// no other test process takes them (see testport.Port).
+// stay the test's (connections to them are refused, as by a closed port).
+// It is idempotent.
 func (e *Etcd) Stop() {
 	if e.etcd == nil {
 		return
 	}
 	e.etcd.Close()
 	e.etcd = nil
-	for _, u := range []string{e.clientURL, e.peerURL} {
-		if p, err := testport.Hold(strings.TrimPrefix(u, "http://")); err == nil {
-			e.held = append(e.held, p)
-		}
-	}
-}
-
-// cleanup stops etcd for good at the end of the test.
-func (e *Etcd) cleanup() {
-	e.Stop()
-	for _, p := range e.held {
-		p.Release()
-	}
-	e.held = nil
 }
 
 // Registry is a registry service running in the test process.

@@ -13,6 +13,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -53,9 +54,14 @@ func WaitReady(ctx context.Context, svc *router.Service) error {
 // StartService starts a router with cfg until ctx ends or stop is called,
 // and waits until it is ready. stop stops the router and fails t if it
 // stopped with an error; t's cleanup calls it too, and a second call does
-// nothing.
+// nothing. A gRPC address of 127.0.0.1:0 becomes a port that is the test's
+// for its whole life (testport.Shareable), so that a client still dialling
+// a stopped router is refused rather than answered by another test's.
 func StartService(t testing.TB, ctx context.Context, cfg router.Config) (svc *router.Service, stop func()) {
 	t.Helper()
+	if cfg.Server.GRPCAddr == "127.0.0.1:0" && cfg.Server.Listener == nil {
+		cfg.Server.GRPCAddr = testport.Shareable(t)
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	svc, err := router.Start(rctx, cfg, Logger())
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -126,7 +127,10 @@ func Start(t testing.TB, o Options) *Stack {
 		s.MetricsURLs["eventbus"] = "http://" + bus.MetricsAddr().String() + "/metrics"
 	}
 
-	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
+	// The router's and registry's ports are the test's for its whole life
+	// (testport.Shareable), as the eventbus's: a client of a stopped one is
+	// refused rather than answered by another test's.
+	rcfg := router.Config{Server: grpcserver.Config{GRPCAddr: testport.Shareable(t)}, Mode: "kv", Core: core.DefaultConfig(),
 		RegistryAddr: s.RegistryAddr, EventbusAddr: s.EventbusAddr, Security: grpcclient.Security{ClientAuth: authtoken.Client{Token: tokens[authtoken.RoleRouter]}}}
 	rcfg.Server.AuthTokenFile = tokenFile
 	rcfg.Server.Limits = limits
@@ -214,6 +218,20 @@ func writeTokens(t testing.TB, extra string) (map[authtoken.Role]string, string)
 	return tokens, p
 }
 
+// shareablePort is a testport.Shareable port, as a number.
+func shareablePort(t testing.TB) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(testport.Shareable(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
 func plane() transport.Config {
 	c := transport.DefaultConfig()
 	c.Plane = transport.PlaneTCP
@@ -232,6 +250,10 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger, n int) *w
 		t.Fatal(err)
 	}
 	cfg.Transport = plane()
+	// The request plane's port is the test's for its whole life
+	// (testport.Shareable): once this worker stops, a frontend still
+	// dialling it is refused rather than answered by another test's worker.
+	cfg.Transport.TCP.Port = shareablePort(t)
 	cfg.DrainTimeout = time.Nanosecond
 	metricsAddr := make(chan net.Addr, 1)
 	if o.Metrics {
@@ -298,7 +320,7 @@ type registryAddrs struct{ grpc, metrics string }
 func startRegistry(t testing.TB, endpoints []string, metrics bool, tokenFile string, limits grpcserver.Limits) registryAddrs {
 	t.Helper()
 	cfg := registry.Config{
-		Server:          grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
+		Server:          grpcserver.Config{GRPCAddr: testport.Shareable(t), ShutdownTimeout: 2 * time.Second},
 		Backend:         registry.BackendKVStore,
 		EtcdDialTimeout: 5 * time.Second,
 		EtcdEndpoints:   strings.Join(endpoints, ","),
