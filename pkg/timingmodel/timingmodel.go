@@ -183,30 +183,25 @@ func (m *Model) Steps(decoding int, usage float64) Steps {
 
 // TTFTMs is Model.TTFTMs at these steps' load.
 func (s *Steps) TTFTMs(queuedTokens, newTokens int, weight float64) float64 {
-	return s.ttft(queuedTokens+newTokens, weight)
+	return s.cost(s.Span(queuedTokens+newTokens), weight)
 }
 
 // TTFTPairMs is Model.TTFTPairMs at these steps' load.
 func (s *Steps) TTFTPairMs(queuedTokens, newTokens int, weight float64) (ttft, ahead float64) {
-	q, x := queuedTokens, queuedTokens+newTokens
-	if q <= 0 || newTokens < 0 || s.chunk <= 0 || uint64(x-1) > math.MaxUint32 || uint64(s.chunk) > math.MaxUint32 {
-		return s.ttft(x, weight), s.ttft(q, weight)
-	}
-	// One division for both, mostly: x-1 is q-1 plus newTokens, so its
-	// whole chunks are q-1's and those that q-1's remainder and
-	// newTokens fill together (none while they stay under a chunk).
-	fullQ := int(uint32(q-1) / uint32(s.chunk))
-	fullX := fullQ
-	if q-1-fullQ*s.chunk+newTokens >= s.chunk {
-		fullX = int(uint32(x-1) / uint32(s.chunk))
-	}
-	return s.cost(x, fullX, weight), s.cost(q, fullQ, weight)
+	all, queued := s.SpanPair(queuedTokens, newTokens)
+	return s.cost(all, weight), s.cost(queued, weight)
 }
 
-// ttft is TTFTMs of x prompt tokens.
-func (s *Steps) ttft(x int, weight float64) float64 {
+// Span is a prefill of Tokens prompt tokens as an engine computes it: Full
+// whole chunks (steps) before the last, which is whole or smaller. A span
+// of no tokens (Tokens <= 0) takes no time. PrefillMs and DecodeMs are the
+// two parts of its time, which TTFTMs adds.
+type Span struct{ Tokens, Full int }
+
+// Span is the prefill of x prompt tokens.
+func (s *Steps) Span(x int) Span {
 	if x <= 0 {
-		return 0
+		return Span{Tokens: x}
 	}
 	var full int // steps of a whole chunk before the last
 	if n, c := uint64(x-1), uint64(s.chunk); n <= math.MaxUint32 && c <= math.MaxUint32 {
@@ -217,17 +212,55 @@ func (s *Steps) ttft(x int, weight float64) float64 {
 	} else {
 		full = (x - 1) / s.chunk
 	}
-	return s.cost(x, full, weight)
+	return Span{Tokens: x, Full: full}
 }
 
-// cost is ttft of x > 0 prompt tokens, full = (x-1)/chunk of them whole
-// chunks before the last.
-func (s *Steps) cost(x, full int, weight float64) float64 {
-	last := x - full*s.chunk
-	prefill := float64(full)*s.fullMs + prefillMs(s.quadratic, s.perToken, s.perBatch, float64(last))
-	cost := weight * prefill
-	if s.decoding {
-		cost += float64(full+1) * s.decodeMs
+// SpanPair is Span(queuedTokens+newTokens) and Span(queuedTokens), the
+// prefill up to a request's first token and that of what is queued ahead
+// of it, computed together.
+func (s *Steps) SpanPair(queuedTokens, newTokens int) (all, queued Span) {
+	q, x := queuedTokens, queuedTokens+newTokens
+	if q <= 0 || newTokens < 0 || s.chunk <= 0 || uint64(x-1) > math.MaxUint32 || uint64(s.chunk) > math.MaxUint32 {
+		return s.Span(x), s.Span(q)
+	}
+	// One division for both, mostly: x-1 is q-1 plus newTokens, so its
+	// whole chunks are q-1's and those that q-1's remainder and
+	// newTokens fill together (none while they stay under a chunk).
+	fullQ := int(uint32(q-1) / uint32(s.chunk))
+	fullX := fullQ
+	if q-1-fullQ*s.chunk+newTokens >= s.chunk {
+		fullX = int(uint32(x-1) / uint32(s.chunk))
+	}
+	return Span{Tokens: x, Full: fullX}, Span{Tokens: q, Full: fullQ}
+}
+
+// PrefillMs is the prefill time of sp's steps, times weight; 0 for a span
+// of no tokens.
+func (s *Steps) PrefillMs(sp Span, weight float64) float64 {
+	if sp.Tokens <= 0 {
+		return 0
+	}
+	last := sp.Tokens - sp.Full*s.chunk
+	prefill := float64(sp.Full)*s.fullMs + prefillMs(s.quadratic, s.perToken, s.perBatch, float64(last))
+	return weight * prefill
+}
+
+// DecodeMs is the time the decode steps of the decoding requests add to
+// sp's steps, one per step, and whether there is any: none when nothing
+// decodes or sp has no tokens (a caller adds nothing then, not a zero).
+func (s *Steps) DecodeMs(sp Span) (float64, bool) {
+	if !s.decoding || sp.Tokens <= 0 {
+		return 0, false
+	}
+	return float64(sp.Full+1) * s.decodeMs, true
+}
+
+// cost is the time to first token at the end of sp: its weighted prefill,
+// then its decode steps.
+func (s *Steps) cost(sp Span, weight float64) float64 {
+	cost := s.PrefillMs(sp, weight)
+	if d, ok := s.DecodeMs(sp); ok {
+		cost += d
 	}
 	return cost
 }

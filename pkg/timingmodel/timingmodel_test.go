@@ -106,3 +106,45 @@ func TestTTFTPairMatchesBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestSpan: a prefill of x tokens is (x-1)/chunk whole chunks, then the
+// last; SpanPair is the two spans Span gives; PrefillMs and DecodeMs are
+// its weighted prefill and its decode steps, none for no tokens.
+func TestSpan(t *testing.T) {
+	m := Model{PrefillPerToken: 1, PrefillPerBatch: 3, DecodeBase: 10, MaxBatchedTokens: 102}
+	s := m.Steps(2, 0) // chunks of 100 tokens, a decode step of 10 ms each
+	tests := []struct {
+		x              int
+		full           int
+		prefill, decod float64
+		decodes        bool
+	}{
+		{x: -5}, {x: 0},
+		{x: 1, full: 0, prefill: 4, decod: 10, decodes: true},
+		{x: 100, full: 0, prefill: 103, decod: 10, decodes: true},
+		{x: 101, full: 1, prefill: 103 + 4, decod: 20, decodes: true},
+		{x: 350, full: 3, prefill: 3*103 + 53, decod: 40, decodes: true},
+	}
+	for _, tt := range tests {
+		sp := s.Span(tt.x)
+		if sp.Tokens != tt.x || sp.Full != tt.full {
+			t.Fatalf("Span(%d) = %+v, want %d whole chunks", tt.x, sp, tt.full)
+		}
+		if got := s.PrefillMs(sp, 2); got != 2*tt.prefill {
+			t.Fatalf("PrefillMs(%+v, 2) = %v, want %v", sp, got, 2*tt.prefill)
+		}
+		if d, ok := s.DecodeMs(sp); d != tt.decod || ok != tt.decodes {
+			t.Fatalf("DecodeMs(%+v) = %v, %v, want %v, %v", sp, d, ok, tt.decod, tt.decodes)
+		}
+		for _, q := range []int{-1, 0, 1, 99, 100, 250} {
+			all, ahead := s.SpanPair(q, max(tt.x, 0))
+			if all != s.Span(q+max(tt.x, 0)) || ahead != s.Span(q) {
+				t.Fatalf("SpanPair(%d, %d) = %+v, %+v, want %+v, %+v", q, tt.x, all, ahead, s.Span(q+max(tt.x, 0)), s.Span(q))
+			}
+		}
+	}
+	idle := m.Steps(0, 0)
+	if d, ok := idle.DecodeMs(idle.Span(50)); ok || d != 0 {
+		t.Fatalf("DecodeMs with nothing decoding = %v, %v, want none", d, ok)
+	}
+}

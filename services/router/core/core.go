@@ -76,7 +76,9 @@ type targetCands struct {
 // the load of routed requests and the scheduler. It is safe for concurrent
 // use.
 type Core struct {
-	mode        Mode
+	mode Mode
+	// chooser picks a worker in mode (see modes).
+	chooser     chooser
 	approximate bool
 	weight      float64
 	temperature float64
@@ -161,6 +163,7 @@ func New(cfg Config) *Core {
 	}
 	c := &Core{
 		mode:        cfg.Mode,
+		chooser:     chooserOf(cfg.Mode),
 		approximate: cfg.Approximate,
 		weight:      cfg.OverlapWeight,
 		temperature: cfg.Temperature,
@@ -582,41 +585,13 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Scores are reported in every mode; only kv mode chooses by them.
-	chosen, _ := scheduler.Select(d.scored, req, params, c.rng)
+	// Scores are reported in every mode: scheduler.KV's costs. The mode's
+	// chooser (modes.go) then picks.
+	kv, _ := scheduler.KV.Select(d.scored, req, params, c.rng)
 	d.params = params
-	switch c.mode {
-	case ModeKV:
-		if params.Temperature <= 0 && !q.dryRun {
-			// Peer replicas' decisions not heard yet (see replica.go).
-			chosen = c.spreadLocked(d, chosen, now)
-		}
-	case ModeRoundRobin:
-		k := endpointKey{cands[0].in.Namespace, cands[0].in.Component, cands[0].in.Endpoint}
-		chosen = c.rr[k] % len(cands)
-		if !q.dryRun {
-			c.rr[k]++
-		}
-	case ModeRandom:
-		chosen = c.rng.IntN(len(cands))
-	case ModeLeastLoaded:
-		// The same predicted time, blind to caches.
-		ll := make([]scheduler.Candidate, len(d.scored))
-		for i, s := range d.scored {
-			ll[i] = s
-			ll[i].Overlap = 0
-		}
-		chosen, _ = scheduler.Select(ll, req, scheduler.Params{OverlapWeight: 1}, c.rng)
-	case ModeDirect:
-		chosen = -1
-		for i, cd := range cands {
-			if cd.in.InstanceId == q.direct {
-				chosen = i
-			}
-		}
-		if chosen < 0 {
-			return nil, fmt.Errorf("%w: direct mode: instance %x does not serve %s", ErrNoWorker, q.direct, targetString(q.target))
-		}
+	chosen, err := c.chooser.choose(c, d, q, req, kv, now)
+	if err != nil {
+		return nil, err
 	}
 	d.chosen = chosen
 	d.overlap = d.scored[chosen].Overlap

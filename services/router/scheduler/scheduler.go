@@ -52,12 +52,16 @@
 // cached prefix, then at random; temperature t > 0 samples with probability
 // proportional to exp(-normalised cost / t), so load spreads while cache
 // affinity still pulls.
+//
+// The cost is built of parts: each Term (one file each: Prefill, Decode,
+// QueueWait, Seed) adds its part to every candidate's cost,
+// and a Picker (Argmin, Softmax, Lowest, Random) chooses. A Policy is one
+// composition of them; policy.go lists the compositions (KV is the cost
+// above), and the router's modes name the one they choose with.
 package scheduler
 
 import (
 	"errors"
-	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -154,160 +158,6 @@ type Params struct {
 	OverlapWeight float64
 	// Temperature 0 is deterministic argmin; larger samples more widely.
 	Temperature float64
-}
-
-// Cost fills c.Cost for req and returns it.
-func Cost(c *Candidate, req Request, p Params) float64 { return cost(c, &req, &p) }
-
-// cost is Cost with the request and parameters by reference: Select calls
-// it for every worker, and a Request is a dozen words to copy.
-func cost(c *Candidate, req *Request, p *Params) float64 {
-	s := &c.steps
-	if !c.prepared {
-		st := c.Timing.Steps(c.Decoding, c.Usage)
-		s = &st
-	}
-	if req.Rate > 0 {
-		// Both predictions share the worker's step costs.
-		ttft, ahead := s.TTFTPairMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
-		work := max(ttft-ahead, 0)
-		c.ahead, c.work = ahead, work
-		c.Cost = ttft + req.Rate*work*(ahead+work/2)
-	} else {
-		c.Cost = s.TTFTMs(c.QueuedTokens, req.NewTokens(c.Overlap), p.OverlapWeight)
-	}
-	return c.Cost
-}
-
-// Select fills each candidate's cost for req and returns the index of the
-// chosen one. rng breaks ties and samples.
-func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, error) {
-	if len(cands) == 0 {
-		return -1, ErrNoCandidates
-	}
-	best := math.Inf(1)
-	for i := range cands {
-		best = min(best, cost(&cands[i], &req, &p))
-	}
-	if req.Rate > 0 && req.Shared.Rate > 0 && seed(cands, req.Shared) {
-		best = math.Inf(1)
-		for _, c := range cands {
-			best = min(best, c.Cost)
-		}
-	}
-	if p.Temperature <= 0 {
-		// The cheapest; among equals the longest cached prefix (it keeps
-		// the cache where it is), then uniform.
-		ties, chosen, overlap := 0, -1, -1
-		for i := range cands {
-			c := &cands[i] // not a copy of each candidate
-			if c.Cost > best {
-				continue
-			}
-			switch {
-			case c.Overlap > overlap:
-				ties, chosen, overlap = 1, i, c.Overlap
-			case c.Overlap == overlap:
-				ties++
-				if rng.IntN(ties) == 0 { // reservoir: uniform among ties
-					chosen = i
-				}
-			}
-		}
-		return chosen, nil
-	}
-	// Softmax over costs normalised to [0, 1], so the temperature means the
-	// same whatever the request size.
-	worst := best
-	for _, c := range cands {
-		worst = max(worst, c.Cost)
-	}
-	span := worst - best
-	if span == 0 {
-		return rng.IntN(len(cands)), nil
-	}
-	weights := make([]float64, len(cands))
-	total := 0.0
-	for i, c := range cands {
-		weights[i] = math.Exp(-(c.Cost - best) / span / p.Temperature)
-		total += weights[i]
-	}
-	r := rng.Float64() * total
-	for i, w := range weights {
-		if r < w {
-			return i, nil
-		}
-		r -= w
-	}
-	return len(cands) - 1, nil
-}
-
-// seed credits each worker without the shared prefix with the wait a copy
-// of it there saves the requests that share it, and says whether it did.
-// Those requests go to the homes, whose shortest queue (backlog, in ms of
-// work) drains at 1 - HomeBusy per ms as more work arrives; with a copy on
-// worker c, they can wait instead for c's queue, this request's work
-// included, which drains at 1 - SeedBusy. Each one arriving at t saves the
-// difference while it is positive, and they arrive at Rate: the credit is
-// Rate times the integral of the saving over the home's busy period. It
-// counts that one busy period only, and no request after it: a lower bound
-// on the copy's worth. At low load the homes have no queue and it is 0.
-func seed(cands []Candidate, sh Shared) bool {
-	homes, backlog := 0, math.Inf(1)
-	for i := range cands {
-		if cands[i].Overlap >= sh.Blocks {
-			homes++
-			backlog = min(backlog, cands[i].ahead)
-		}
-	}
-	if homes == 0 || homes == len(cands) || !(backlog > 0) {
-		return false
-	}
-	drainHome, drainSeed := 1-sh.HomeBusy, 1-sh.SeedBusy
-	if !(drainHome > 0) || !(drainSeed > 0) {
-		return false
-	}
-	for i := range cands {
-		if c := &cands[i]; c.Overlap < sh.Blocks {
-			c.Cost -= sh.Rate * WaitSaved(backlog, drainHome, c.ahead+c.work, drainSeed)
-		}
-	}
-	return true
-}
-
-// WaitSaved is the integral over t >= 0 of how much less a request
-// arriving at t waits for the shorter of two queues than for the first
-// alone: the first holds home ms of work and drains at drainHome per ms,
-// the second seeded ms draining at drainSeed, neither taking the arrivals
-// into account (the drain rates do).
-func WaitSaved(home, drainHome, seeded, drainSeed float64) float64 {
-	if !(home > 0) || !(drainHome > 0) || !(drainSeed > 0) {
-		return 0
-	}
-	seeded = max(seeded, 0)
-	homeEnd, seedEnd := home/drainHome, seeded/drainSeed
-	// While both queues last, the saving is home - seeded + (drainSeed -
-	// drainHome) t; after the second is empty, the first's backlog.
-	saved := positiveIntegral(home-seeded, drainSeed-drainHome, min(homeEnd, seedEnd))
-	if homeEnd > seedEnd {
-		left := home - drainHome*seedEnd
-		saved += left * left / (2 * drainHome)
-	}
-	return saved
-}
-
-// positiveIntegral is the integral of max(0, a + b x) for x in [0, t].
-func positiveIntegral(a, b, t float64) float64 {
-	end := a + b*t
-	switch {
-	case a >= 0 && end >= 0:
-		return (a + end) / 2 * t
-	case a >= 0: // falls through zero: b < 0
-		return a * a / (2 * -b)
-	case end > 0: // rises through zero: b > 0
-		return end * end / (2 * b)
-	}
-	return 0
 }
 
 // Load tracks the requests the router has sent to each worker: added on
