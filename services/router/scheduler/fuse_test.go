@@ -17,6 +17,7 @@ func TestComposeMatchesTerms(t *testing.T) {
 	models := []timingmodel.Model{timingmodel.Default(), linear, {PrefillPerToken: 0.5, PrefillPerBatch: 3, DecodeBase: 7, MaxBatchedTokens: 64}}
 	compositions := map[string][]Term{
 		"kv":         {Prefill{}, Decode{}, QueueWait{}, Seed{}},
+		"disagg":     {Prefill{}, Decode{}, KVTransfer{LatencyMs: 1, MsPerBlock: 0.3}, QueueWait{}, Seed{}},
 		"no wait":    {Prefill{}, Decode{}},
 		"after seed": {Seed{}, Prefill{}, Decode{}, QueueWait{}},
 	}

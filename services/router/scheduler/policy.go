@@ -60,6 +60,14 @@ var (
 	LeastLoaded = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{})
 )
 
+// KVDisagg is KV for a decode worker that receives the prompt's KV blocks
+// it does not cache from a prefill worker over link: the transfer is one
+// more part of its time to first token, before the wait it imposes on
+// later requests. No mode uses it yet.
+func KVDisagg(link KVTransfer) Policy {
+	return Compose(Lowest{}, Prefill{}, Decode{}, link, QueueWait{}, Seed{})
+}
+
 // Select fills each candidate's cost for req and returns the index of the
 // chosen one: it is KV.Select.
 func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, error) {

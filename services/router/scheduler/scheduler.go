@@ -54,7 +54,7 @@
 // affinity still pulls.
 //
 // The cost is built of parts: each Term (one file each: Prefill, Decode,
-// QueueWait, Seed) adds its part to every candidate's cost,
+// QueueWait, Seed, KVTransfer) adds its part to every candidate's cost,
 // and a Picker (Argmin, Softmax, Lowest, Random) chooses. A Policy is one
 // composition of them; policy.go lists the compositions (KV is the cost
 // above), and the router's modes name the one they choose with.
