@@ -30,6 +30,10 @@ var APIPolicy = grpcserver.Policy{
 	workerv1.WorkerService_GetKvEvents_FullMethodName:   {authtoken.RoleRouter, authtoken.RoleFrontend},
 	workerv1.WorkerService_GetKvState_FullMethodName:    {authtoken.RoleRouter, authtoken.RoleFrontend},
 	workerv1.WorkerService_WatchKvEvents_FullMethodName: {authtoken.RoleRouter, authtoken.RoleFrontend},
+	// A decode worker pulls a prefill worker's handoff; a frontend (or the
+	// decode worker) releases one whose request ended.
+	workerv1.WorkerService_PullKvHandoff_FullMethodName:    {authtoken.RoleWorker},
+	workerv1.WorkerService_ReleaseKvHandoff_FullMethodName: {authtoken.RoleWorker, authtoken.RoleFrontend},
 }
 
 // apiCodes maps the SDK's errors to gRPC codes and reasons, once.

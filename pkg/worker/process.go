@@ -30,6 +30,8 @@ type ProcessConfig struct {
 	MetricsAddr string
 	// DebugAddr serves /debug/pprof, on loopback unless a host is given.
 	DebugAddr string
+	// Disagg is --disaggregation-mode: the role the worker registers.
+	Disagg DisaggFlags
 }
 
 // ProcessEnvVars maps the flags of ProcessConfig that have documented
@@ -46,7 +48,7 @@ func ProcessEnvVars() map[string]string {
 
 // RegisterFlags adds --registry-addr, --eventbus-addr, --lease-ttl,
 // --metrics-addr, --debug-addr, --drain-timeout, the --client-tls-* and
-// client token flags, and the KV event flags.
+// client token flags, the KV event flags and --disaggregation-mode.
 func (c *ProcessConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
@@ -56,6 +58,7 @@ func (c *ProcessConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "bound on finishing in-flight requests at shutdown")
 	c.Security.RegisterFlags(fs, "the registry and eventbus")
 	c.KV.RegisterFlags(fs)
+	c.Disagg.RegisterFlags(fs)
 }
 
 // Complete reads the request plane from DYN_REQUEST_PLANE and friends
@@ -73,6 +76,9 @@ func (c ProcessConfig) Validate() error {
 	if err := c.KV.Validate(); err != nil {
 		return err
 	}
+	if err := c.Disagg.Validate(); err != nil {
+		return err
+	}
 	if err := c.Transport.Validate(); err != nil {
 		return err
 	}
@@ -80,7 +86,8 @@ func (c ProcessConfig) Validate() error {
 }
 
 // Apply sets w's registry, eventbus, credentials, token, request plane,
-// lease TTL, drain timeout and KV event settings; it loads the token and
+// lease TTL, drain timeout, KV event settings and role (the command sets
+// the KV transfer that goes with a prefill or decode role); it loads the token and
 // the TLS files.
 func (c ProcessConfig) Apply(w *Config) error {
 	creds, auth, err := c.Credentials()
@@ -90,5 +97,6 @@ func (c ProcessConfig) Apply(w *Config) error {
 	w.RegistryAddr, w.EventbusAddr, w.Credentials, w.Token = c.RegistryAddr, c.EventbusAddr, creds, auth
 	w.Transport, w.LeaseTTL, w.DrainTimeout = c.Transport, c.LeaseTTL, c.DrainTimeout
 	c.KV.Apply(w)
+	w.Role = c.Disagg.Role()
 	return nil
 }

@@ -48,6 +48,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -156,6 +157,18 @@ type Config struct {
 	// registered instance id (see KVPublisher). While it holds its limit
 	// before the registration, generate requests are refused (draining).
 	KVPublisher *KVPublisher
+	// Role is the part of requests the worker serves: ROLE_AGG (or unset)
+	// serves whole requests; ROLE_PREFILL the prefill legs of disaggregated
+	// requests, ROLE_DECODE their decode legs (and whole requests). It is
+	// registered with the instance.
+	Role commonv1.Role
+	// KVTransfer is how a partner reaches the worker's KV: required for
+	// prefill and decode workers, refused for aggregated ones. An empty
+	// address registers the worker's WorkerService address.
+	KVTransfer *commonv1.KvTransfer
+	// KVHandoffs, when set, serves WorkerService's PullKvHandoff and
+	// ReleaseKvHandoff (the mock KV transfer); unset, they are Unimplemented.
+	KVHandoffs KVHandoffServer
 	// Log receives the worker's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -271,6 +284,9 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	if _, err := kvevents.Parse(string(cfg.KVEventsMode)); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if err := validateDisaggregation(cfg.Role, cfg.KVTransfer); err != nil {
+		return nil, err
+	}
 	if cfg.KVPublisher != nil {
 		if err := cfg.KVPublisher.claim(); err != nil {
 			return nil, err
@@ -338,7 +354,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	maps.Copy(md, cfg.Metadata)
 	md[MetadataWorkerAPI] = w.apiAddr()
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
-		Transport: transport.TransportOf(addrs...), Metadata: md}
+		Transport: transport.TransportOf(addrs...), Metadata: md, Role: cfg.Role, KvTransfer: w.registeredTransfer()}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
@@ -363,7 +379,8 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	go w.maintain(want, card)
 	w.log.Info("worker registered", "instance", fmt.Sprintf("%x", in.InstanceId), "endpoint",
 		cfg.Namespace+"/"+cfg.Component+"/"+cfg.Endpoint, "transport", fmt.Sprint(addrs), "model", cfg.Model.Name,
-		"worker_api", w.apiAddr(), "kv_events_mode", string(cfg.KVEventsMode), "kv_events_ring", w.kvIndex.ringCap)
+		"worker_api", w.apiAddr(), "kv_events_mode", string(cfg.KVEventsMode), "kv_events_ring", w.kvIndex.ringCap,
+		"role", wire.RoleName(cfg.Role), "kv_transfer", wire.TransferKindName(cfg.KVTransfer.GetKind()))
 	return w, nil
 }
 

@@ -84,6 +84,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with the model's tokenizer.json(.gz) and tokenizer_config.json")
 	fs.IntVar(&c.MaxTrackedBlocks, "max-tracked-blocks", 1<<20, "engine block hashes remembered to resolve removals and parents")
 	c.ProcessConfig.RegisterFlags(fs)
+	c.Disagg.RegisterTransferFlags(fs)
 }
 
 // Complete fills --engine-metrics-url from --engine-url when it is empty,
@@ -166,6 +167,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if err := cfg.ProcessConfig.Apply(&wcfg); err != nil {
 		return err
 	}
+	wcfg.KVTransfer = cfg.Disagg.Transfer()
 	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
 	var load atomic.Pointer[workerv1.LoadMetrics]

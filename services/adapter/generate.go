@@ -126,6 +126,9 @@ func generate(client *http.Client, engineURL, model string) worker.Handler {
 		if len(req.TokenIds) == 0 {
 			return &transport.HandlerError{Code: "invalid_argument", Message: "empty prompt"}
 		}
+		if req.Leg != workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED || req.Handoff != nil {
+			return &transport.HandlerError{Code: "invalid_argument", Message: "the engine adapter serves whole requests only: it does not relay the legs of a disaggregated request to the engine"}
+		}
 		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
 			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true}
 		if s := req.Sampling; s != nil {

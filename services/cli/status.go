@@ -18,7 +18,9 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Status is what `switchyard status` shows; -o json prints it as is.
@@ -37,6 +39,8 @@ type ModelStatus struct {
 	Instances     int    `json:"instances"`
 	BlockSize     uint32 `json:"block_size"`
 	ContextLength uint32 `json:"context_length"`
+	// Pool counts the model's instances by role (agg, prefill, decode).
+	Pool discovery.Pool `json:"pool"`
 }
 
 // InstanceStatus is one registered worker instance, with the router's view
@@ -48,6 +52,8 @@ type InstanceStatus struct {
 	Endpoint  string `json:"endpoint"`
 	Transport string `json:"transport"`
 	Address   string `json:"address"`
+	// Role is agg, prefill or decode.
+	Role string `json:"role"`
 	// State is fenced when a frontend keeps the instance out of routing
 	// because it cannot reach it, else live for a registered instance the
 	// router knows, registered when no router reports it.
@@ -139,7 +145,12 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 		m.Instances++
 		modelsOf[card.InstanceId] = append(modelsOf[card.InstanceId], card.ModelName)
 	}
+	pools := map[string]discovery.Pool{}
+	for _, p := range discovery.Pools(cards.GetCards(), ins.GetInstances()) {
+		pools[p.Model] = p
+	}
 	for _, m := range models {
+		m.Pool = pools[m.Name]
 		st.Models = append(st.Models, *m)
 	}
 	sort.Slice(st.Models, func(i, j int) bool { return st.Models[i].Name < st.Models[j].Name })
@@ -177,7 +188,7 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 	for _, in := range ins.GetInstances() {
 		kind, addr := transportOf(in.Transport)
 		is := InstanceStatus{ID: fmt.Sprintf("%x", in.InstanceId), Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint,
-			Transport: kind, Address: addr, State: "registered", Models: strings.Join(modelsOf[in.InstanceId], ",")}
+			Transport: kind, Address: addr, Role: wire.RoleName(in.Role), State: "registered", Models: strings.Join(modelsOf[in.InstanceId], ",")}
 		if w, ok := byID[in.InstanceId]; ok {
 			is.State = "live"
 			is.Requests, is.PrefillBlocks, is.DecodeBlocks, is.IndexedBlocks = w.Requests, w.PrefillBlocks, w.DecodeBlocks, w.CachedBlocks
@@ -319,9 +330,9 @@ func age(d time.Duration) string {
 func (st *Status) Print(out io.Writer) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "MODELS\n")
-	fmt.Fprintf(tw, "  NAME\tINSTANCES\tBLOCK SIZE\tCONTEXT\n")
+	fmt.Fprintf(tw, "  NAME\tINSTANCES\tPOOLS\tBLOCK SIZE\tCONTEXT\n")
 	for _, m := range st.Models {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\n", m.Name, m.Instances, m.BlockSize, m.ContextLength)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\n", m.Name, m.Instances, m.Pool, m.BlockSize, m.ContextLength)
 	}
 	if len(st.Models) == 0 {
 		fmt.Fprintf(tw, "  (none registered)\n")
@@ -361,10 +372,10 @@ func (st *Status) Print(out io.Writer) {
 }
 
 func printInstances(tw io.Writer, ins []InstanceStatus) {
-	fmt.Fprintf(tw, "  ID\tENDPOINT\tTRANSPORT\tSTATE\tMODELS\tREQUESTS\tPREFILL BLOCKS\tDECODE BLOCKS\tINDEXED BLOCKS\tLAST EVENT\n")
+	fmt.Fprintf(tw, "  ID\tENDPOINT\tTRANSPORT\tROLE\tSTATE\tMODELS\tREQUESTS\tPREFILL BLOCKS\tDECODE BLOCKS\tINDEXED BLOCKS\tLAST EVENT\n")
 	for _, in := range ins {
-		fmt.Fprintf(tw, "  %s\t%s/%s/%s\t%s %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.ID, in.Namespace, in.Component, in.Endpoint, in.Transport, in.Address,
-			in.State, dash(in.Models), in.Requests, in.PrefillBlocks, in.DecodeBlocks, in.IndexedBlocks, dash(agoOrEmpty(in.LastEventAge)))
+		fmt.Fprintf(tw, "  %s\t%s/%s/%s\t%s %s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.ID, in.Namespace, in.Component, in.Endpoint, in.Transport, in.Address,
+			dash(in.Role), in.State, dash(in.Models), in.Requests, in.PrefillBlocks, in.DecodeBlocks, in.IndexedBlocks, dash(agoOrEmpty(in.LastEventAge)))
 	}
 	if len(ins) == 0 {
 		fmt.Fprintf(tw, "  (none registered)\n")

@@ -15,7 +15,9 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // The live status page: GET /status is a server-rendered page whose few
@@ -119,13 +121,15 @@ type StatusPoint struct {
 
 // StatusWorker is one worker instance on the status page.
 type StatusWorker struct {
-	ID        string   `json:"id"`
-	Endpoint  string   `json:"endpoint"`
-	Address   string   `json:"address"`
-	Models    []string `json:"models"`
-	InFlight  int      `json:"in_flight"`
-	Routed    int      `json:"routed_in_window"`
-	HasRouter bool     `json:"has_router_view"`
+	ID       string   `json:"id"`
+	Endpoint string   `json:"endpoint"`
+	Address  string   `json:"address"`
+	Models   []string `json:"models"`
+	// Role is agg, prefill or decode.
+	Role      string `json:"role"`
+	InFlight  int    `json:"in_flight"`
+	Routed    int    `json:"routed_in_window"`
+	HasRouter bool   `json:"has_router_view"`
 	// State is live, or fenced while this frontend keeps the worker out of
 	// routing because it could not reach it (until a request to it succeeds
 	// or the registry announces it anew); FencedForMillis is how long until
@@ -144,11 +148,13 @@ type StatusWorker struct {
 
 // StatusReport is GET /status.json.
 type StatusReport struct {
-	Time       time.Time      `json:"time"`
-	RouterMode string         `json:"router_mode"`
-	RouterView string         `json:"router_view"`
-	Models     []string       `json:"models"`
-	Workers    []StatusWorker `json:"workers"`
+	Time       time.Time `json:"time"`
+	RouterMode string    `json:"router_mode"`
+	RouterView string    `json:"router_view"`
+	Models     []string  `json:"models"`
+	// Pools count each model's workers by role.
+	Pools   []discovery.Pool `json:"pools"`
+	Workers []StatusWorker   `json:"workers"`
 	// IndexedBlocks and the event counters are the router's.
 	IndexedBlocks uint64        `json:"indexed_blocks"`
 	EventsApplied uint64        `json:"events_applied"`
@@ -178,9 +184,11 @@ func (s *Service) statusReport(ctx context.Context) StatusReport {
 		}
 	}
 	modelsOf := map[uint64][]string{}
-	for _, c := range s.models.Items() {
+	cards := s.models.Items()
+	for _, c := range cards {
 		modelsOf[c.InstanceId] = append(modelsOf[c.InstanceId], c.ModelName)
 	}
+	rep.Pools = discovery.Pools(cards, s.instances.Items())
 
 	s.recent.mu.Lock()
 	s.recent.trim()
@@ -216,7 +224,7 @@ func (s *Service) statusReport(ctx context.Context) StatusReport {
 	fenced := s.fence.fencedNow()
 	for _, in := range s.instances.Items() {
 		w := StatusWorker{ID: fmt.Sprintf("%x", in.InstanceId), Endpoint: in.Namespace + "/" + in.Component + "/" + in.Endpoint,
-			Models: modelsOf[in.InstanceId], InFlight: s.load.of(in.InstanceId), Routed: routed[in.InstanceId]}
+			Models: modelsOf[in.InstanceId], Role: wire.RoleName(in.Role), InFlight: s.load.of(in.InstanceId), Routed: routed[in.InstanceId]}
 		w.Address = transportString(in.GetTransport())
 		w.State = "live"
 		if d, ok := fenced[in.InstanceId]; ok {

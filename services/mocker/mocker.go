@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
@@ -181,6 +182,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// Apply loads the token and TLS files: before anything starts.
 	if err := cfg.ProcessConfig.Apply(&wcfg); err != nil {
 		return err
+	}
+	// A prefill or decode mocker hands KV over by the mock transfer, from
+	// its WorkerService (the SDK registers that address).
+	if r := wcfg.Role; r == commonv1.Role_ROLE_PREFILL || r == commonv1.Role_ROLE_DECODE {
+		wcfg.KVTransfer = &commonv1.KvTransfer{Kind: commonv1.KvTransferKind_KV_TRANSFER_KIND_MOCK, DataParallelSize: 1}
 	}
 	var w atomic.Pointer[worker.Worker]
 	var load atomic.Pointer[workerv1.LoadMetrics]

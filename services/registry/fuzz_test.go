@@ -20,11 +20,16 @@ import (
 // storable: keys round-trip, values decode to what was encoded.
 
 func FuzzValidateRegister(f *testing.F) {
-	f.Add("vllm-agg", "backend", "generate", "tcp", "10.0.0.1:9999", int64(10), "k", "v")
-	f.Add("", "B", "a/b", "nats", "", int64(301), "", "")
-	f.Add("a_b-1", "0", "x", "http", "http://h:1/v1/rpc", int64(-1), "\xff", "v")
-	f.Fuzz(func(t *testing.T, ns, comp, ep, kind, addr string, ttl int64, mk, mv string) {
-		in := &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Metadata: map[string]string{mk: mv}}
+	f.Add("vllm-agg", "backend", "generate", "tcp", "10.0.0.1:9999", int64(10), "k", "v", int32(0), int32(-1), "", "", uint32(0))
+	f.Add("", "B", "a/b", "nats", "", int64(301), "", "", int32(5), int32(9), "", "", uint32(0))
+	f.Add("a_b-1", "0", "x", "http", "http://h:1/v1/rpc", int64(-1), "\xff", "v", int32(1), int32(1), "e", "h:1", uint32(1))
+	f.Add("a", "b", "c", "tcp", "h:1", int64(10), "k", "v", int32(2), int32(4), "engine-0", "10.0.0.1:8998", uint32(1024))
+	f.Add("a", "b", "c", "tcp", "h:1", int64(10), "k", "v", int32(3), int32(3), "\xff", "no port", uint32(1025))
+	f.Fuzz(func(t *testing.T, ns, comp, ep, kind, addr string, ttl int64, mk, mv string, role, tkind int32, engine, taddr string, dp uint32) {
+		in := &registryv1.Instance{Namespace: ns, Component: comp, Endpoint: ep, Metadata: map[string]string{mk: mv}, Role: commonv1.Role(role)}
+		if tkind >= 0 {
+			in.KvTransfer = &commonv1.KvTransfer{Kind: commonv1.KvTransferKind(tkind), EngineId: engine, Address: taddr, DataParallelSize: dp}
+		}
 		switch kind {
 		case "tcp":
 			in.Transport = &commonv1.Transport{Tcp: addr}
@@ -56,6 +61,9 @@ func FuzzValidateRegister(f *testing.F) {
 		}
 		if got := planesOf(back.Transport); len(got) != 1 || got[0] != (planeAddr{kind, addr}) {
 			t.Fatalf("transport round trip: got %v want %s=%q", got, kind, addr)
+		}
+		if back.Role != in.Role || !proto.Equal(back.KvTransfer, in.KvTransfer) {
+			t.Fatalf("role or kv_transfer round trip: got %v %v want %v %v", back.Role, back.KvTransfer, in.Role, in.KvTransfer)
 		}
 	})
 }
@@ -93,6 +101,8 @@ func FuzzDecodeInstance(f *testing.F) {
 	f.Add([]byte(`{"namespace":"a","component":"b","endpoint":"c","instance_id":1,"transport":{"tcp":"h:1"}}`))
 	f.Add([]byte(`{"transport":{"tcp":"h:1","nats":"x"}}`))
 	f.Add([]byte(`{"transport":{"udp":"x"}}`))
+	f.Add([]byte(`{"namespace":"a","component":"b","endpoint":"c","instance_id":1,"transport":{"tcp":"h:1"},"role":"prefill","kv_transfer":{"kind":"nixl","engine_id":"e","address":"h:2","data_parallel_size":2}}`))
+	f.Add([]byte(`{"transport":{"tcp":"h:1"},"role":"both","kv_transfer":{"kind":"x"}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := decodeInstance(data)
@@ -101,6 +111,14 @@ func FuzzDecodeInstance(f *testing.F) {
 		}
 		if len(planesOf(in.Transport)) == 0 {
 			t.Fatalf("decoded %s without a transport", data)
+		}
+		val, err := encodeInstance(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeInstance(val)
+		if err != nil || !proto.Equal(back, in) {
+			t.Fatalf("%s decoded to %v, re-encoded as %s, decoded to %v (%v)", data, in, val, back, err)
 		}
 	})
 }
@@ -205,6 +223,8 @@ func FuzzKubeSpec(f *testing.F) {
 	f.Add([]byte(`{"podUID":"u","endpoints":[{"namespace":"A","transport":{}}]}`))
 	f.Add([]byte(`{"podUID":"u","endpoints":[{"namespace":"a","component":"b","endpoint":"c","transport":{"tcp":"h:1","nats":"x"}}]}`))
 	f.Add([]byte(`{"podUID":1,"endpoints":"x"}`))
+	f.Add([]byte(`{"podName":"w","podUID":"u","role":"prefill","endpoints":[{"namespace":"a","component":"b","endpoint":"c","transport":{"tcp":"h:1"},"role":"decode","kvTransfer":{"kind":"mock","address":"h:2","dataParallelSize":2}}]}`))
+	f.Add([]byte(`{"podName":"w","podUID":"u","endpoints":[{"namespace":"a","component":"b","endpoint":"c","transport":{"tcp":"h:1"},"role":"Agg","kvTransfer":{"kind":"rdma"}}]}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var spec any
@@ -223,8 +243,8 @@ func FuzzKubeSpec(f *testing.F) {
 			if err := validateInstance(in); err != nil || in.InstanceId != id {
 				t.Fatalf("published %s: %v (id %x, want %x)", key, err, in.InstanceId, id)
 			}
-			if back := toEndpointEntry(in).instance(id); !proto.Equal(back, in) {
-				t.Fatalf("entry round trip: %v != %v", back, in)
+			if back, err := toEndpointEntry(in).instance(id); err != nil || !proto.Equal(back, in) {
+				t.Fatalf("entry round trip: %v != %v (%v)", back, in, err)
 			}
 		}
 		for key, c := range st.models {

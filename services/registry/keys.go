@@ -10,6 +10,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // The etcd key layout. Instances follow the seed exactly:
@@ -71,7 +72,9 @@ func parseEndpointKey(root, key string) (ns, comp, ep string, id uint64, err err
 }
 
 // instanceValue is the seed's JSON value of an instance key. Field order is
-// the seed's; metadata is Switchyard's addition and only present when set.
+// the seed's; metadata, role and kv_transfer are Switchyard's additions and
+// only present when set, so that readers of the seed's layout still parse
+// the value and a value without a role reads as agg.
 type instanceValue struct {
 	Namespace  string            `json:"namespace"`
 	Component  string            `json:"component"`
@@ -79,6 +82,65 @@ type instanceValue struct {
 	InstanceID uint64            `json:"instance_id"`
 	Transport  map[string]string `json:"transport"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
+	// Role is "agg", "prefill" or "decode" (pkg/wire RoleName).
+	Role       string           `json:"role,omitempty"`
+	KvTransfer *kvTransferValue `json:"kv_transfer,omitempty"`
+}
+
+// kvTransferValue is the JSON form of a KvTransfer, in the etcd value and
+// in the Kubernetes backend's endpoint entries alike.
+type kvTransferValue struct {
+	// Kind is "nixl", "mooncake", "bootstrap" or "mock" (pkg/wire
+	// TransferKindName).
+	Kind             string `json:"kind,omitempty"`
+	EngineID         string `json:"engine_id,omitempty"`
+	Address          string `json:"address,omitempty"`
+	DataParallelSize uint32 `json:"data_parallel_size,omitempty"`
+}
+
+// roleValue is the JSON form of a role: empty for ROLE_UNSPECIFIED (an
+// instance that set none, stored as the seed's layout has it).
+func roleValue(r commonv1.Role) string {
+	if r == commonv1.Role_ROLE_UNSPECIFIED {
+		return ""
+	}
+	return wire.RoleName(r)
+}
+
+// parseRoleValue reads roleValue's form; empty is ROLE_UNSPECIFIED.
+func parseRoleValue(s string) (commonv1.Role, error) {
+	if s == "" {
+		return commonv1.Role_ROLE_UNSPECIFIED, nil
+	}
+	if s != strings.ToLower(s) {
+		return 0, fmt.Errorf("invalid role %q: valid values are %s", s, strings.Join(wire.RoleNames, ", "))
+	}
+	return wire.ParseRole(s)
+}
+
+func toKvTransferValue(t *commonv1.KvTransfer) *kvTransferValue {
+	if t == nil {
+		return nil
+	}
+	return &kvTransferValue{Kind: wire.TransferKindName(t.Kind), EngineID: t.EngineId, Address: t.Address, DataParallelSize: t.DataParallelSize}
+}
+
+func (v *kvTransferValue) proto() (*commonv1.KvTransfer, error) {
+	if v == nil {
+		return nil, nil
+	}
+	t := &commonv1.KvTransfer{EngineId: v.EngineID, Address: v.Address, DataParallelSize: v.DataParallelSize}
+	if v.Kind != "" {
+		if v.Kind != strings.ToLower(v.Kind) {
+			return nil, fmt.Errorf("invalid KV transfer kind %q: valid values are %s", v.Kind, strings.Join(wire.TransferKindNames, ", "))
+		}
+		k, err := wire.ParseTransferKind(v.Kind)
+		if err != nil {
+			return nil, err
+		}
+		t.Kind = k
+	}
+	return t, nil
 }
 
 func encodeInstance(in *registryv1.Instance) ([]byte, error) {
@@ -88,6 +150,8 @@ func encodeInstance(in *registryv1.Instance) ([]byte, error) {
 		Endpoint:   in.GetEndpoint(),
 		InstanceID: in.GetInstanceId(),
 		Metadata:   in.GetMetadata(),
+		Role:       roleValue(in.GetRole()),
+		KvTransfer: toKvTransferValue(in.GetKvTransfer()),
 	}
 	v.Transport = map[string]string{}
 	for _, p := range planesOf(in.GetTransport()) {
@@ -122,6 +186,14 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 	if len(planesOf(t)) == 0 {
 		return nil, fmt.Errorf("instance value: transport has no address")
 	}
+	role, err := parseRoleValue(v.Role)
+	if err != nil {
+		return nil, fmt.Errorf("instance value: %w", err)
+	}
+	kvt, err := v.KvTransfer.proto()
+	if err != nil {
+		return nil, fmt.Errorf("instance value: kv_transfer: %w", err)
+	}
 	return &registryv1.Instance{
 		Namespace:  v.Namespace,
 		Component:  v.Component,
@@ -129,6 +201,8 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 		InstanceId: v.InstanceID,
 		Transport:  t,
 		Metadata:   v.Metadata,
+		Role:       role,
+		KvTransfer: kvt,
 	}, nil
 }
 

@@ -24,7 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // KubeOptions configure a KubeBackend.
@@ -312,6 +314,10 @@ func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, p
 	if string(p.UID) != pod.Uid {
 		return 0, 0, fmt.Errorf("%s: %w: pod %s/%s has uid %s, not %s", op, ErrNotFound, pod.Namespace, pod.Name, p.UID, pod.Uid)
 	}
+	role, err := podRole(p.Labels)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: pod %s/%s: %w", op, pod.Namespace, pod.Name, err)
+	}
 	drop := fresh
 	if !fresh {
 		cur, err := k.resource().Get(ctx, pod.Name, metav1.GetOptions{})
@@ -334,12 +340,16 @@ func (k *KubeBackend) claim(ctx context.Context, op string, ttl time.Duration, p
 	obj.SetLabels(map[string]string{labelManagedBy: kubeFieldManager, labelInstanceID: idLabel(id)})
 	obj.SetOwnerReferences([]metav1.OwnerReference{podRef(p)})
 	obj.SetAnnotations(map[string]string{annotationLeaseToken: tokenDigest})
-	obj.Object["spec"] = map[string]any{
+	spec := map[string]any{
 		"podName":    p.Name,
 		"podUID":     string(p.UID),
 		"instanceID": idLabel(id),
 		"ttlSeconds": int64(ttl / time.Second),
 	}
+	if role != commonv1.Role_ROLE_UNSPECIFIED {
+		spec["role"] = roleValue(role)
+	}
+	obj.Object["spec"] = spec
 	if _, err := k.resource().Apply(ctx, pod.Name, obj, metav1.ApplyOptions{FieldManager: kubeFieldManager, Force: true}); err != nil {
 		return 0, 0, kubeErr(op+": apply "+kubeKind, err)
 	}
@@ -436,7 +446,21 @@ func (k *KubeBackend) applyEntry(ctx context.Context, op string, lease uint64, m
 // an earlier registration of the same endpoint by this pod, since on
 // Kubernetes a new lease of a pod is the same instance.
 func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl time.Duration, lease uint64, pod *registryv1.KubernetesPod, tokenDigest string) (*registryv1.RegisterResponse, error) {
+	// An instance may not register a role other than its pod's label.
+	sameRole := func(s workerSpec) error {
+		label, err := parseRoleValue(s.Role)
+		if err != nil || label == commonv1.Role_ROLE_UNSPECIFIED || in.Role == commonv1.Role_ROLE_UNSPECIFIED {
+			return nil
+		}
+		if wire.EffectiveRole(in.Role) != label {
+			return fmt.Errorf("%w: the instance registers role %s but its pod's label %s is %s", ErrInvalid, wire.RoleName(in.Role), LabelRole, s.Role)
+		}
+		return nil
+	}
 	exists := func(s workerSpec) error {
+		if err := sameRole(s); err != nil {
+			return err
+		}
 		for _, e := range s.Endpoints {
 			if e.Namespace == in.Namespace && e.Component == in.Component && e.Endpoint == in.Endpoint {
 				return fmt.Errorf("%w: %s is already registered", ErrExists, instanceKey(in.Namespace, in.Component, in.Endpoint, lease))
@@ -449,7 +473,7 @@ func (k *KubeBackend) Register(ctx context.Context, in *registryv1.Instance, ttl
 		if err != nil {
 			return nil, err
 		}
-		lease, ttl, exists = id, granted, nil
+		lease, ttl, exists = id, granted, sameRole
 	} else {
 		u, err := k.lookup(ctx, lease)
 		if err != nil {

@@ -348,7 +348,10 @@ func TestKubeFeedResume(t *testing.T) {
 	st := func(addrs ...string) joinState {
 		s := joinState{instances: map[string]*registryv1.Instance{}, models: map[string]*registryv1.ModelCard{}}
 		for i, a := range addrs {
-			in := tcpEntry("generate", a).instance(uint64(i + 1))
+			in, err := tcpEntry("generate", a).instance(uint64(i + 1))
+			if err != nil {
+				t.Fatal(err)
+			}
 			s.instances[instanceKey(in.Namespace, in.Component, in.Endpoint, in.InstanceId)] = in
 		}
 		return s

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -14,6 +15,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // The DynamoWorkerMetadata custom resource (deploy/kubernetes/crd.yaml): one
@@ -33,6 +35,13 @@ const (
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	// labelInstanceID holds the instance id in hex, to find a lease's resource.
 	labelInstanceID = "switchyard.dev/instance-id"
+	// LabelRole is the worker pod label that sets the role of every
+	// instance the pod registers: agg, prefill or decode (pkg/wire
+	// RoleName). The registry reads it when the pod claims its resource
+	// (GrantLease, or Register without a lease) and keeps it in the
+	// resource's spec.role; an instance that registers another role is
+	// refused. Without the label, each instance has the role it registered.
+	LabelRole = "switchyard.dev/role"
 )
 
 // WorkerMetadataGVR is the DynamoWorkerMetadata resource.
@@ -40,12 +49,14 @@ var WorkerMetadataGVR = schema.GroupVersionResource{Group: kubeGroup, Version: k
 
 // workerSpec is a DynamoWorkerMetadata's spec.
 type workerSpec struct {
-	PodName    string          `json:"podName,omitempty"`
-	PodUID     string          `json:"podUID,omitempty"`
-	InstanceID string          `json:"instanceID,omitempty"` // hex, as in etcd keys
-	TTLSeconds int64           `json:"ttlSeconds,omitempty"`
-	Endpoints  []endpointEntry `json:"endpoints,omitempty"`
-	Models     []modelEntry    `json:"models,omitempty"`
+	PodName    string `json:"podName,omitempty"`
+	PodUID     string `json:"podUID,omitempty"`
+	InstanceID string `json:"instanceID,omitempty"` // hex, as in etcd keys
+	TTLSeconds int64  `json:"ttlSeconds,omitempty"`
+	// Role is the pod's LabelRole when the pod had one at its claim.
+	Role      string          `json:"role,omitempty"`
+	Endpoints []endpointEntry `json:"endpoints,omitempty"`
+	Models    []modelEntry    `json:"models,omitempty"`
 }
 
 // endpointEntry is one registered endpoint; namespace, component and
@@ -56,6 +67,17 @@ type endpointEntry struct {
 	Endpoint  string            `json:"endpoint"`
 	Transport transportEntry    `json:"transport"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Role is the role the worker registered ("" for none).
+	Role       string           `json:"role,omitempty"`
+	KvTransfer *kvTransferEntry `json:"kvTransfer,omitempty"`
+}
+
+// kvTransferEntry is a KvTransfer in the resource's camelCase.
+type kvTransferEntry struct {
+	Kind             string `json:"kind,omitempty"`
+	EngineID         string `json:"engineID,omitempty"`
+	Address          string `json:"address,omitempty"`
+	DataParallelSize uint32 `json:"dataParallelSize,omitempty"`
 }
 
 // transportEntry has the seed's JSON shape: one of tcp, http, nats, or
@@ -101,18 +123,49 @@ func kubeInstanceID(podUID string) uint64 {
 func idLabel(id uint64) string { return strconv.FormatUint(id, 16) }
 
 func toEndpointEntry(in *registryv1.Instance) endpointEntry {
-	e := endpointEntry{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, Metadata: in.Metadata}
+	e := endpointEntry{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, Metadata: in.Metadata, Role: roleValue(in.Role)}
 	t := in.GetTransport()
 	e.Transport = transportEntry{TCP: t.GetTcp(), HTTP: t.GetHttp(), NATS: t.GetNats()}
+	if v := toKvTransferValue(in.KvTransfer); v != nil {
+		e.KvTransfer = &kvTransferEntry{Kind: v.Kind, EngineID: v.EngineID, Address: v.Address, DataParallelSize: v.DataParallelSize}
+	}
 	return e
 }
 
-func (e endpointEntry) instance(id uint64) *registryv1.Instance {
+// instance is the entry as the registry serves it; an entry whose role or
+// transfer kind does not parse (written by hand, or by another version) is
+// an error.
+func (e endpointEntry) instance(id uint64) (*registryv1.Instance, error) {
 	in := &registryv1.Instance{Namespace: e.Namespace, Component: e.Component, Endpoint: e.Endpoint, InstanceId: id, Metadata: e.Metadata}
 	if e.Transport != (transportEntry{}) {
 		in.Transport = &commonv1.Transport{Tcp: e.Transport.TCP, Http: e.Transport.HTTP, Nats: e.Transport.NATS}
 	}
-	return in
+	role, err := parseRoleValue(e.Role)
+	if err != nil {
+		return nil, err
+	}
+	in.Role = role
+	if t := e.KvTransfer; t != nil {
+		v := &kvTransferValue{Kind: t.Kind, EngineID: t.EngineID, Address: t.Address, DataParallelSize: t.DataParallelSize}
+		if in.KvTransfer, err = v.proto(); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// podRole reads a pod's LabelRole: ROLE_UNSPECIFIED without the label, an
+// error naming the valid values for a value that is not one.
+func podRole(labels map[string]string) (commonv1.Role, error) {
+	v, ok := labels[LabelRole]
+	if !ok {
+		return commonv1.Role_ROLE_UNSPECIFIED, nil
+	}
+	r, err := parseRoleValue(v)
+	if err != nil || r == commonv1.Role_ROLE_UNSPECIFIED {
+		return 0, fmt.Errorf("%w: pod label %s=%q: valid values are %s", ErrInvalid, LabelRole, v, strings.Join(wire.RoleNames, ", "))
+	}
+	return r, nil
 }
 
 func toModelEntry(c *registryv1.ModelCard) modelEntry {
@@ -207,8 +260,20 @@ func join(crs []*unstructured.Unstructured, ready readyPods) joinState {
 			continue
 		}
 		id := kubeInstanceID(spec.PodUID)
+		podRole, err := parseRoleValue(spec.Role)
+		if err != nil {
+			continue
+		}
 		for _, e := range spec.Endpoints {
-			in := e.instance(id)
+			in, err := e.instance(id)
+			if err != nil {
+				continue
+			}
+			// The pod's label, when it had one, is the role of all its
+			// instances.
+			if podRole != commonv1.Role_ROLE_UNSPECIFIED {
+				in.Role = podRole
+			}
 			if validateInstance(in) != nil {
 				continue
 			}

@@ -3,11 +3,13 @@ package registry
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Limits on what clients may store. Each is enforced before any I/O.
@@ -23,6 +25,14 @@ const (
 	MaxArtifacts    = 64
 	DefaultLockWait = 10 * time.Second
 	MaxLockWait     = 300 * time.Second
+)
+
+// Limits on an instance's KV transfer, enforced with the others.
+const (
+	// MaxEngineID bounds a KV transfer's engine id (vLLM's are UUIDs).
+	MaxEngineID = 256
+	// MaxDataParallelSize bounds a KV transfer's data-parallel size.
+	MaxDataParallelSize = 1024
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
@@ -110,7 +120,44 @@ func validateInstance(in *registryv1.Instance) error {
 	if err := validTransport(in.Transport); err != nil {
 		return err
 	}
+	if err := validDisaggregation(in.Role, in.KvTransfer); err != nil {
+		return err
+	}
 	return validMetadata(in.Metadata)
+}
+
+// validDisaggregation checks an instance's role and KV transfer: known
+// enum values, a transfer only on a prefill or decode instance, an engine
+// id of at most MaxEngineID bytes of UTF-8, an address that is host:port,
+// a data-parallel size of at most MaxDataParallelSize.
+func validDisaggregation(role commonv1.Role, t *commonv1.KvTransfer) error {
+	if _, ok := commonv1.Role_name[int32(role)]; !ok {
+		return fmt.Errorf("%w: role %d is not one of %s", ErrInvalid, int32(role), strings.Join(wire.RoleNames, ", "))
+	}
+	if t == nil {
+		return nil
+	}
+	if r := wire.EffectiveRole(role); r != commonv1.Role_ROLE_PREFILL && r != commonv1.Role_ROLE_DECODE {
+		return fmt.Errorf("%w: kv_transfer is set on a %s instance; only prefill and decode instances hand KV over", ErrInvalid, wire.RoleName(role))
+	}
+	if _, ok := commonv1.KvTransferKind_name[int32(t.Kind)]; !ok {
+		return fmt.Errorf("%w: kv_transfer kind %d is not one of %s", ErrInvalid, int32(t.Kind), strings.Join(wire.TransferKindNames, ", "))
+	}
+	if len(t.EngineId) > MaxEngineID || !utf8.ValidString(t.EngineId) {
+		return fmt.Errorf("%w: kv_transfer engine_id must be valid UTF-8 of at most %d bytes", ErrInvalid, MaxEngineID)
+	}
+	if len(t.Address) > MaxAddress {
+		return fmt.Errorf("%w: kv_transfer address is over %d bytes", ErrInvalid, MaxAddress)
+	}
+	if t.Address != "" {
+		if err := validTCPAddr(t.Address); err != nil {
+			return fmt.Errorf("%w: kv_transfer address: %w", ErrInvalid, err)
+		}
+	}
+	if t.DataParallelSize > MaxDataParallelSize {
+		return fmt.Errorf("%w: kv_transfer data_parallel_size %d is over %d", ErrInvalid, t.DataParallelSize, MaxDataParallelSize)
+	}
+	return nil
 }
 
 func validateRegister(r *registryv1.RegisterRequest) (time.Duration, error) {

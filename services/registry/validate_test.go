@@ -222,6 +222,12 @@ func TestValidatorLimits(t *testing.T) {
 			return validateModelFilter(&registryv1.ModelFilter{ModelName: strings.Repeat("m", n)})
 		}, MaxModelName},
 		{"tokenizer artifacts (MaxArtifacts)", func(n int) error { return validateCard(card("m", n)) }, MaxArtifacts},
+		{"kv transfer engine id (MaxEngineID)", func(n int) error {
+			return validDisaggregation(commonv1.Role_ROLE_PREFILL, &commonv1.KvTransfer{EngineId: strings.Repeat("e", n)})
+		}, MaxEngineID},
+		{"kv transfer data-parallel size (MaxDataParallelSize)", func(n int) error {
+			return validDisaggregation(commonv1.Role_ROLE_DECODE, &commonv1.KvTransfer{DataParallelSize: uint32(n)})
+		}, MaxDataParallelSize},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,6 +49,9 @@ type Options struct {
 	Namespace string
 	// FrontendArgs and MockerArgs are extra command-line flags.
 	FrontendArgs, MockerArgs []string
+	// MockerModes, when set, is the --disaggregation-mode of each mocker
+	// in turn (agg, prefill, decode); mockers past its end are agg.
+	MockerModes []string
 	// NoFrontend skips the frontend.
 	NoFrontend bool
 	// Metrics serves every component's /metrics on 127.0.0.1:0; their URLs
@@ -246,6 +249,9 @@ func (s *Stack) startMocker(t testing.TB, o Options, log *slog.Logger, n int) *w
 	cfg.RegisterFlags(fs)
 	args := append([]string{"--namespace", o.Namespace, "--registry-addr", s.RegistryAddr, "--eventbus-addr", s.EventbusAddr,
 		"--speedup-ratio", "0", "--auth-token", s.Tokens[authtoken.RoleWorker]}, o.MockerArgs...)
+	if n <= len(o.MockerModes) { // n counts from 1
+		args = append(args, "--disaggregation-mode", o.MockerModes[n-1])
+	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
