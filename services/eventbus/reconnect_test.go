@@ -76,7 +76,15 @@ func TestPublishDuringNATSRestart(t *testing.T) {
 		if i > 100 {
 			t.Fatalf("100 publishes of 4 KiB never filled a 32 KiB reconnect buffer (%d unknown)", len(unknown))
 		}
-		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		// Until the buffer is full a publish waits for an acknowledgement that
+		// cannot come, so it gets a short deadline; once it is full the refusal
+		// is immediate, and a generous deadline keeps a loaded machine from
+		// turning a slow refusal into a false failure.
+		wait := 100 * time.Millisecond
+		if len(rejected) > 0 {
+			wait = 10 * time.Second
+		}
+		pctx, pcancel := context.WithTimeout(ctx, wait)
 		_, err := raw.Publish(pctx, &eventbusv1.PublishRequest{Event: event(i)})
 		pcancel()
 		switch {
