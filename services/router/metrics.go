@@ -165,6 +165,13 @@ func meter(s routerv1.RouterServiceServer, m *routerMetrics, mode string) *meter
 }
 
 func (s *meteredServer) Route(ctx context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	// The chosen worker's cost is read from the candidates, so they are built
+	// even when the caller asked to omit them, and dropped before the answer
+	// is sent: the caller still gets no list on the wire.
+	omit := r.GetOmitCandidates()
+	if omit {
+		r.OmitCandidates = false
+	}
 	resp, err := s.RouterServiceServer.Route(ctx, r)
 	if err != nil {
 		return resp, err
@@ -182,6 +189,9 @@ func (s *meteredServer) Route(ctx context.Context, r *routerv1.RouteRequest) (*r
 			s.m.cost.WithLabelValues(s.mode).Observe(c.GetCost())
 			break
 		}
+	}
+	if omit {
+		resp.Candidates = resp.Candidates[:0]
 	}
 	return resp, nil
 }
