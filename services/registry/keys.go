@@ -71,9 +71,9 @@ func parseEndpointKey(root, key string) (ns, comp, ep string, id uint64, err err
 	return parts[0], parts[1], parts[2], id, nil
 }
 
-// instanceValue is the seed's JSON value of an instance key. Field order is
-// the seed's; metadata, role and kv_transfer are Switchyard's additions and
-// only present when set, so that readers of the seed's layout still parse
+// instanceValue is the Dynamo-compatible JSON value of an instance key. Field
+// order is Dynamo's; metadata, role and kv_transfer are Switchyard's additions
+// and only present when set, so that readers of Dynamo's layout still parse
 // the value and a value without a role reads as agg.
 type instanceValue struct {
 	Namespace  string            `json:"namespace"`
@@ -99,7 +99,7 @@ type kvTransferValue struct {
 }
 
 // roleValue is the JSON form of a role: empty for ROLE_UNSPECIFIED (an
-// instance that set none, stored as the seed's layout has it).
+// instance that set none, stored as Dynamo's layout has it).
 func roleValue(r commonv1.Role) string {
 	if r == commonv1.Role_ROLE_UNSPECIFIED {
 		return ""

@@ -14,10 +14,10 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
-// seedInstanceValue is the instance value as a reader of the seed's layout
+// dynamoInstanceValue is the instance value as a reader of Dynamo's layout
 // (Dynamo, or a registry from before roles) parses it: no role, no
 // kv_transfer.
-type seedInstanceValue struct {
+type dynamoInstanceValue struct {
 	Namespace  string            `json:"namespace"`
 	Component  string            `json:"component"`
 	Endpoint   string            `json:"endpoint"`
@@ -27,8 +27,8 @@ type seedInstanceValue struct {
 
 // TestRoleIsStoredBesideTheSeedFields registers instances of each role over
 // gRPC on a real etcd and reads the etcd value: an instance without a role
-// is the seed's value as it was; a role and its KV transfer are added after
-// the seed's fields, a seed reader still parses the value, and the registry
+// is Dynamo's value as it was; a role and its KV transfer are added after
+// Dynamo's fields, a reader of Dynamo's layout still parses the value, and the registry
 // lists the role back.
 func TestRoleIsStoredBesideTheSeedFields(t *testing.T) {
 	t.Parallel()
@@ -64,7 +64,7 @@ func TestRoleIsStoredBesideTheSeedFields(t *testing.T) {
 			if string(got.Kvs[0].Value) != want {
 				t.Fatalf("value\n got %s\nwant %s", got.Kvs[0].Value, want)
 			}
-			var seed seedInstanceValue
+			var seed dynamoInstanceValue
 			if err := json.Unmarshal(got.Kvs[0].Value, &seed); err != nil || seed.InstanceID != resp.InstanceId || seed.Transport["tcp"] != "10.0.0.7:9345" {
 				t.Fatalf("a seed reader parses %s as %+v, %v", got.Kvs[0].Value, seed, err)
 			}
