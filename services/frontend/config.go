@@ -77,6 +77,18 @@ type Config struct {
 	// of the chat prefix cache (promptcache.go); 0 turns it off.
 	ChatPrefixCacheBytes int64
 
+	// HTTPReadTimeout is --http-read-timeout: a request's headers must
+	// arrive within it, and then its body within it again; past either the
+	// connection is closed (the body's with a 408 answer). 0 is no bound.
+	HTTPReadTimeout time.Duration
+	// HTTPIdleTimeout is --http-idle-timeout: a keep-alive connection with
+	// no request for this long is closed. 0 is no bound.
+	HTTPIdleTimeout time.Duration
+	// MaxConnsPerClient is --max-conns-per-client: connections one client
+	// address may hold open at once; past it a new connection is answered
+	// 429 and closed. 0 is no bound.
+	MaxConnsPerClient int
+
 	// CORSOrigins is --cors-origins, a comma list of origins browsers may
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
@@ -122,6 +134,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoStatusPage, "no-status-page", false, "do not serve the live status page GET /status (and /status.json)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", `origins browsers may call the API from, comma-separated ("*": any); empty: no CORS`)
 	fs.Int64Var(&c.ChatPrefixCacheBytes, "chat-prefix-cache-bytes", 256<<20, "memory budget of the chat prefix cache, which lets the next turn of a conversation reuse the tokens of the last (0: off)")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 30*time.Second, "bound on reading a request's headers, and then its body; past it the connection is closed (0: no bound)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 120*time.Second, "close a keep-alive connection idle this long (0: no bound)")
+	fs.IntVar(&c.MaxConnsPerClient, "max-conns-per-client", 1024, "connections one client address may hold open at once; past it new ones are answered 429 and closed (0: no bound)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	c.Security.RegisterFlags(fs, "the registry, router and eventbus")
 	c.Core = core.DefaultConfig()
@@ -172,6 +187,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("invalid --max-inflight-per-worker %d: it must not be negative", c.MaxInflightPerWorker)
 	case c.ChatPrefixCacheBytes < 0:
 		return fmt.Errorf("invalid --chat-prefix-cache-bytes %d: it must not be negative", c.ChatPrefixCacheBytes)
+	case c.HTTPReadTimeout < 0:
+		return fmt.Errorf("invalid --http-read-timeout %s: it must not be negative", c.HTTPReadTimeout)
+	case c.HTTPIdleTimeout < 0:
+		return fmt.Errorf("invalid --http-idle-timeout %s: it must not be negative", c.HTTPIdleTimeout)
+	case c.MaxConnsPerClient < 0:
+		return fmt.Errorf("invalid --max-conns-per-client %d: it must not be negative", c.MaxConnsPerClient)
 	case c.ShutdownTimeout < 0:
 		return errors.New("--shutdown-timeout must not be negative")
 	case len(splitAddrs(c.RegistryAddr)) == 0:

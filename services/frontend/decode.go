@@ -499,7 +499,7 @@ var commonNames = []string{"stream", "stream_options", "max_tokens", "n", "tempe
 	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens"}
 
 var (
-	chatNames       = append([]string{"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "max_completion_tokens", "logprobs", "top_logprobs"}, commonNames...)
+	chatNames       = append([]string{"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "max_completion_tokens", "logprobs", "top_logprobs", "response_format"}, commonNames...)
 	completionNames = append([]string{"model", "prompt", "echo", "suffix", "logprobs"}, commonNames...)
 	messageNames    = []string{"role", "content", "name", "tool_call_id", "tool_calls", "reasoning_content"}
 )
@@ -677,6 +677,8 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 			bit = 23
 		case "top_logprobs":
 			bit = 24
+		case "response_format":
+			bit = 25
 		default:
 			// A member json.Unmarshal ignores (the field policy judges it).
 			return false, true
@@ -691,6 +693,8 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 			ok = l.tools(r)
 		case 19:
 			r.ToolChoice, ok = l.raw()
+		case 25:
+			r.ResponseFormat, ok = l.raw()
 		case 21:
 			ok = l.templateKwargs(r)
 		default:

@@ -70,14 +70,8 @@ func never([]byte) bool { return false }
 
 var chatPolicy = fieldPolicy{
 	supported: fieldSet(append(append([]string{"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-		"max_completion_tokens", "logprobs", "top_logprobs"}, commonFields...), bookkeeping...)...),
+		"max_completion_tokens", "logprobs", "top_logprobs", "response_format"}, commonFields...), bookkeeping...)...),
 	onlyDefault: map[string]defaultRule{
-		"response_format": {func(raw []byte) bool {
-			var f struct {
-				Type string `json:"type"`
-			}
-			return json.Unmarshal(raw, &f) == nil && f.Type == "text"
-		}, `response_format: only {"type": "text"} is supported (JSON mode and JSON schemas need guided decoding, which the workers do not do)`},
 		"logit_bias":         {rawIs(`{}`), "logit_bias is not supported"},
 		"modalities":         {rawIs(`["text"]`), `modalities: only ["text"] is supported`},
 		"audio":              {never, "audio output is not supported"},

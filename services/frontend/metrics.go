@@ -167,6 +167,16 @@ func (m *metrics) routed(instance uint64) {
 	c.Inc()
 }
 
+// forgetWorker drops the request counter series of a worker instance that
+// left, so that a fleet whose workers come and go does not grow /metrics
+// for good. A worker registered again starts a new series.
+func (m *metrics) forgetWorker(instance uint64) {
+	m.mu.Lock()
+	delete(m.workers, instance)
+	m.workerRequests.DeleteLabelValues(strconv.FormatUint(instance, 16))
+	m.mu.Unlock()
+}
+
 // load counts this frontend's requests in flight per worker instance, for
 // --max-inflight-per-worker.
 type load struct {

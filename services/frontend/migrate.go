@@ -85,15 +85,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		}
 		s.metrics.routed(d.instanceID)
 		out.instance = d.instanceID
-		s.load.add(d.instanceID, 1)
-		gctx, span := startSpan(ctx, "frontend.generate", attribute.Int("switchyard.attempt", attempt), attribute.String("switchyard.request_id", id))
-		if span.IsRecording() {
-			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
-		}
-		fin, err := s.attempt(gctx, id, d, j, tokens, &out, emit)
-		endSpan(span, err)
-		s.load.add(d.instanceID, -1)
-		s.routing.free(d, id)
+		fin, err := s.routedAttempt(ctx, attempt, id, d, j, tokens, &out, emit)
 		if err == nil {
 			s.fence.alive(d.instanceID)
 			out.finish = fin
@@ -118,13 +110,46 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 	}
 }
 
+// refused turns a worker's refusal of what the request asks (a handler
+// error invalid_argument or unimplemented, such as a response format it
+// cannot honour) into the client's 400 with the worker's reason; other
+// errors are returned as they are.
+func refused(err error) error {
+	var he *transport.HandlerError
+	if errors.As(err, &he) && (he.Code == "invalid_argument" || he.Code == "unimplemented") {
+		return fmt.Errorf("%w: the worker refused the request: %s", ErrInvalidRequest, he.Message)
+	}
+	return err
+}
+
+// routedAttempt runs one attempt on the worker d names, counted in this
+// frontend's load while it runs. Whatever ends it (an error, a panic, the
+// client gone) the load is given back and the router told the request is
+// over: a request left counted would weigh on every later decision.
+func (s *Service) routedAttempt(ctx context.Context, attempt int, id string, d decision, j *job, tokens []uint32, out *outcome,
+	emit emitFunc) (fin workerv1.FinishReason, err error) {
+	s.load.add(d.instanceID, 1)
+	defer func() {
+		s.load.add(d.instanceID, -1)
+		s.routing.free(d, id)
+	}()
+	gctx, span := startSpan(ctx, "frontend.generate", attribute.Int("switchyard.attempt", attempt), attribute.String("switchyard.request_id", id))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
+	}
+	defer func() { endSpan(span, err) }()
+	s.testPoint(pointRouted)
+	return s.attempt(gctx, id, d, j, tokens, out, emit)
+}
+
 // attempt runs one worker call on tokens (the prompt plus what earlier
 // attempts generated). It appends every generated token to j.generated and
 // counts it in out.
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
 	emit emitFunc) (workerv1.FinishReason, error) {
 	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
-		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs}
+		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs,
+		GuidedDecoding: j.p.guided}
 	if j.p.maxTokens > 0 {
 		req.MaxTokens = j.p.maxTokens - out.completion
 	}
@@ -137,7 +162,7 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 	}
 	stream, err := s.client.Call(ctx, d.addr, d.endpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
 	if err != nil {
-		return 0, err
+		return 0, refused(err)
 	}
 	defer stream.Close()
 	first := true
@@ -152,7 +177,7 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 			return finish, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, refused(err)
 		}
 		if err := resp.decode(b); err != nil {
 			return 0, fmt.Errorf("%w: undecodable response from instance %x: %v", ErrWorkerFailed, d.instanceID, err)

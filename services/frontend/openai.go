@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -37,6 +38,7 @@ type chatRequest struct {
 	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
 	Logprobs            *bool             `json:"logprobs"`
 	TopLogprobs         *int64            `json:"top_logprobs"`
+	ResponseFormat      json.RawMessage   `json:"response_format"`
 	commonRequest
 
 	// tools is the validated Tools and ToolChoice.
@@ -115,6 +117,9 @@ type genParams struct {
 	logprobs *uint32
 	// n is how many choices to generate.
 	n int
+	// guided is the output's required structure (structured.go); nil
+	// for free text.
+	guided *workerv1.GuidedDecoding
 }
 
 // paramError is a client error about one request field.
@@ -144,11 +149,72 @@ func decodeJSON(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return invalid(te.Field, "invalid type for %q: expected %s", te.Field, te.Type.String())
+			field := jsonField(te.Field)
+			return invalid(field, "invalid type for %q: expected %s, got %s", field, jsonTypeName(te.Type), jsonValueName(te.Value))
 		}
 		return invalid("", "malformed JSON body: %v", err)
 	}
 	return nil
+}
+
+// jsonField is the JSON path of a field a type error names, without the
+// Go names of the embedded structs it passed through.
+func jsonField(f string) string {
+	parts := strings.Split(f, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "commonRequest" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+// jsonTypeName names the JSON a Go type takes, for a client that never saw
+// the Go type: an integer (with its range), a number, an array...
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		return fmt.Sprintf("an integer from %d to %d", math.MinInt64, math.MaxInt64)
+	case reflect.Int32:
+		return fmt.Sprintf("an integer from %d to %d", math.MinInt32, math.MaxInt32)
+	case reflect.Int8, reflect.Int16:
+		return "a small integer"
+	case reflect.Uint, reflect.Uint64:
+		return fmt.Sprintf("an integer from 0 to %d", uint64(math.MaxUint64))
+	case reflect.Uint32:
+		return fmt.Sprintf("an integer from 0 to %d", math.MaxUint32)
+	case reflect.Uint8, reflect.Uint16:
+		return "a small non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON value"
+}
+
+// jsonValueName names what a type error found ("number 1e30" is a number
+// out of range or not whole).
+func jsonValueName(v string) string {
+	switch v {
+	case "number", "string":
+		return "a " + v
+	case "array", "object":
+		return "an " + v
+	case "bool":
+		return "a boolean"
+	}
+	return v
 }
 
 // decodeChat decodes and validates a chat completion request.
@@ -168,10 +234,18 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 	}
 	p, err := r.commonRequest.params(r.Model)
 	if err != nil {
+		var pe *paramError
+		if r.MaxCompletionTokens != nil && errors.As(err, &pe) && pe.param == "max_tokens" {
+			// The client named the length max_completion_tokens.
+			pe.param, pe.msg = "max_completion_tokens", strings.Replace(pe.msg, "max_tokens", "max_completion_tokens", 1)
+		}
 		return nil, genParams{}, err
 	}
 	if len(r.Messages) == 0 {
 		return nil, genParams{}, invalid("messages", "messages must hold at least one message")
+	}
+	if p.guided, err = parseFormat(r.ResponseFormat, "response_format", true); err != nil {
+		return nil, genParams{}, err
 	}
 	if r.tools, err = parseTools(r.Tools, r.ToolChoice, r.ParallelToolCalls); err != nil {
 		return nil, genParams{}, err
@@ -360,7 +434,7 @@ func (r *commonRequest) params(model string) (genParams, error) {
 	}
 	if r.MaxTokens != nil {
 		if *r.MaxTokens < 1 || *r.MaxTokens > math.MaxUint32 {
-			return genParams{}, invalid("max_tokens", "max_tokens must be at least 1, got %d", *r.MaxTokens)
+			return genParams{}, invalid("max_tokens", "max_tokens must be between 1 and %d, got %d", uint32(math.MaxUint32), *r.MaxTokens)
 		}
 		p.maxTokens = uint32(*r.MaxTokens)
 	}

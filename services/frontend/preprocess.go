@@ -143,6 +143,18 @@ type assets struct {
 	hasBOS  bool
 }
 
+// inVocab refuses token ids the model's tokenizer does not have (an
+// engine would fail on them, or read past its embeddings), naming param.
+func (a *assets) inVocab(param string, ids []uint32) error {
+	n := a.tok.VocabSize()
+	for i, id := range ids {
+		if int64(id) >= int64(n) {
+			return invalid(param, "%s[%d] is token id %d, outside the model's vocabulary (ids 0 to %d)", param, i, id, n-1)
+		}
+	}
+	return nil
+}
+
 // assetCache loads model assets from the eventbus object store once per
 // content (the sha256 of the tokenizer files), for every model that shares
 // them. A failed load is not cached, so the next request retries it.

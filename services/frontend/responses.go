@@ -28,9 +28,7 @@ type responsesRequest struct {
 	Tools              []any           `json:"tools"`
 	PreviousResponseID *string         `json:"previous_response_id"`
 	Text               *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format"`
+		Format json.RawMessage `json:"format"`
 	} `json:"text"`
 	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
 }
@@ -50,8 +48,6 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 		return nil, nil, genParams{}, invalid("tools", "tools are not supported on /v1/responses; use /v1/chat/completions")
 	case r.PreviousResponseID != nil:
 		return nil, nil, genParams{}, invalid("previous_response_id", "previous_response_id is not supported: responses are not stored; send the conversation as input")
-	case r.Text != nil && r.Text.Format != nil && r.Text.Format.Type != "" && r.Text.Format.Type != "text":
-		return nil, nil, genParams{}, invalid("text.format", "only the text format is supported")
 	}
 	cr := &chatRequest{Model: r.Model, ChatTemplateKwargs: r.ChatTemplateKwargs}
 	cr.Stream, cr.MaxTokens, cr.Temperature, cr.TopP = r.Stream, r.MaxOutputTokens, r.Temperature, r.TopP
@@ -70,6 +66,11 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 	}
 	if cr.tools, err = parseTools(nil, nil, nil); err != nil {
 		return nil, nil, genParams{}, err
+	}
+	if r.Text != nil {
+		if p.guided, err = parseFormat(r.Text.Format, "text.format", false); err != nil {
+			return nil, nil, genParams{}, err
+		}
 	}
 	if r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1 {
 		return nil, nil, genParams{}, invalid("max_output_tokens", "max_output_tokens must be at least 1")
@@ -168,10 +169,10 @@ type responseJSON struct {
 	Metadata           map[string]string `json:"metadata"`
 }
 
+// responseText echoes the request's text.format ({"type":"text"} when it
+// set none).
 type responseText struct {
-	Format struct {
-		Type string `json:"type"`
-	} `json:"format"`
+	Format json.RawMessage `json:"format"`
 }
 
 type incompleteJSON struct {
@@ -276,7 +277,10 @@ func (rs *responsesSink) response(status string, u *responseUsage) responseJSON 
 		Output: []json.RawMessage{}, Usage: u, Instructions: rs.req.Instructions, MaxOutputTokens: rs.req.MaxOutputTokens,
 		ParallelToolCalls: true, Temperature: rs.p.sampling.GetTemperature(), TopP: rs.p.sampling.GetTopP(), ToolChoice: "auto",
 		Tools: []any{}, Truncation: "disabled", Metadata: map[string]string{}}
-	r.Text.Format.Type = "text"
+	r.Text.Format = json.RawMessage(`{"type":"text"}`)
+	if rs.req.Text != nil && rs.p.guided != nil {
+		r.Text.Format = rs.req.Text.Format
+	}
 	return r
 }
 
@@ -450,7 +454,7 @@ func (rs *responsesSink) fail(err error) {
 }
 
 func (s *Service) handleResponses(w *recorder, r *http.Request) {
-	body, err := readBody(r, w)
+	body, err := s.readBody(r, w)
 	if err != nil {
 		writeError(w, err)
 		return

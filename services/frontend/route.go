@@ -106,9 +106,15 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		resp, err := r.streams[i].route(rctx, req)
 		cancel()
 		if err == nil {
-			return decisionOf(resp, remote, r.plane)
+			d, err := decisionOf(resp, remote, r.plane)
+			if err != nil {
+				r.reports.add(id, true)
+			}
+			return d, err
 		}
 		if ctx.Err() != nil {
+			// The router may have decided before the wait ended.
+			r.reports.add(id, true)
 			return decision{}, ctx.Err()
 		}
 		switch {
@@ -119,6 +125,11 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		case apierr.Is(err, codes.FailedPrecondition, apierr.ReasonNoWorker):
 			return decision{}, fmt.Errorf("%w: %s", ErrNoInstance, model)
 		}
+		// A call or stream that broke after its request was sent may have
+		// been decided by the router: it is freed there (an id the router
+		// does not hold is nothing to free) before the request is routed
+		// elsewhere.
+		r.reports.add(id, true)
 		r.log.Warn("router service unavailable", "request_id", id, "err", err.Error())
 	}
 	if len(r.remotes) > 0 {
@@ -140,6 +151,9 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	// the hashes it made, so Route (not RouteOwned) costs no copy here.
 	d, err := decisionOf(resp, nil, r.plane)
 	core.Recycle(resp)
+	if err != nil {
+		r.local.Free(id)
+	}
 	return d, err
 }
 

@@ -57,9 +57,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +98,9 @@ var (
 	// ErrWorkerFailed is a worker failure that migration could not hide
 	// (502).
 	ErrWorkerFailed = errors.New("worker failed")
+	// ErrInternal is a failure of the frontend itself, a recovered panic
+	// (500).
+	ErrInternal = errors.New("internal error")
 )
 
 // maxBody bounds a request body.
@@ -128,6 +133,25 @@ type Service struct {
 	cancelBase context.CancelFunc
 	done       chan struct{}
 	err        error
+	// hook, when set, is called at each point of a request's path that
+	// testPoint names; only this package's tests set it (to inject a
+	// failure there).
+	hook func(point string)
+}
+
+// The points of a request's path where testPoint calls the hook.
+const (
+	pointServe  = "serve"  // the request is decoded, before its prompt is checked
+	pointRouted = "routed" // a worker is chosen and counted, before it is called
+	pointToken  = "token"  // a batch of generated tokens arrived
+	pointEnd    = "end"    // the generation is over, before the response ends
+)
+
+// testPoint calls the test hook, if any, at point.
+func (s *Service) testPoint(point string) {
+	if s.hook != nil {
+		s.hook(point)
+	}
 }
 
 // Start connects to the registry, eventbus and router, starts the registry
@@ -193,6 +217,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 			for _, c := range ch {
 				if !c.Deleted {
 					s.fence.alive(c.Item.GetInstanceId())
+				} else {
+					s.metrics.forgetWorker(c.Item.GetInstanceId())
 				}
 			}
 		}})
@@ -203,16 +229,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		}})
 
 	s.base, s.cancelBase = context.WithCancel(context.Background())
-	s.server = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
+	// The body's read deadline is set by readBody: the server's own
+	// ReadTimeout would also end a long generation's stream (its reads
+	// watch for the client going away).
+	s.server = &http.Server{Handler: s.handler(), ReadHeaderTimeout: cfg.HTTPReadTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 		BaseContext: func(net.Listener) context.Context { return s.base }}
 	mode, _ := cfg.mode()
 	log.Info("frontend starting", "http_addr", s.ln.Addr().String(), "router_mode", string(mode), "no_kv_events", cfg.approximate(), "kv_events_mode", cfg.KVEventsMode,
 		"router_service", cfg.usesRouterService(), "router_addr", cfg.RouterAddr, "registry", cfg.RegistryAddr, "eventbus", cfg.EventbusAddr,
 		"namespace", cfg.Namespace, "migration_limit", cfg.MigrationLimit, "max_inflight_per_worker", cfg.MaxInflightPerWorker,
 		"api_keys", s.keys.len(), "key_requests_per_minute", cfg.KeyRequestsPerMinute, "key_tokens_per_minute", cfg.KeyTokensPerMinute, "request_plane", cfg.Transport,
-		"cors_origins", cfg.CORSOrigins, "chat_prefix_cache_bytes", cfg.ChatPrefixCacheBytes)
+		"cors_origins", cfg.CORSOrigins, "chat_prefix_cache_bytes", cfg.ChatPrefixCacheBytes, "http_read_timeout", cfg.HTTPReadTimeout.String(),
+		"http_idle_timeout", cfg.HTTPIdleTimeout.String(), "max_conns_per_client", cfg.MaxConnsPerClient)
 	served := make(chan error, 1)
-	go func() { served <- s.server.Serve(s.ln) }()
+	go func() { served <- s.server.Serve(limitConns(s.ln, cfg.MaxConnsPerClient)) }()
 	go s.lifecycle(ctx, served)
 	return s, nil
 }
@@ -346,6 +376,12 @@ var (
 	errNotFound = errors.New("not found")
 	errMethod   = errors.New("method not allowed")
 	errTooLarge = errors.New("request body too large")
+	// errReadTimeout is a body that did not arrive within
+	// --http-read-timeout (408).
+	errReadTimeout = errors.New("request body read timed out")
+	// errAnswered marks an error already answered on the connection
+	// (answerAndClose): writeError writes nothing for it.
+	errAnswered = errors.New("answered")
 )
 
 // requestIDKey is the context key of a request's X-Request-Id.
@@ -382,6 +418,25 @@ type recorder struct {
 	// gen is what a generation request did, for the access log and the
 	// status page; nil for other requests.
 	gen *generation
+	// failed is the status of an error that ended the response after its
+	// status line was out (a stream's error event); 0 if none. Choices
+	// set it concurrently.
+	failed atomic.Int32
+}
+
+// fail notes that the response failed with err (the first failure wins).
+func (r *recorder) fail(err error) {
+	code, _ := errorStatus(err)
+	r.failed.CompareAndSwap(0, int32(code))
+}
+
+// counted is the status a request is counted with: the one sent, unless
+// the response failed after it was sent with a success status.
+func (r *recorder) counted() int {
+	if f := int(r.failed.Load()); f != 0 && r.status < 400 {
+		return f
+	}
+	return r.status
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -415,7 +470,10 @@ func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) htt
 		rec := &recorder{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
-			s.metrics.requests.WithLabelValues(endpoint, s.modelLabel(rec.model), strconv.Itoa(rec.status)).Inc()
+			if v := recover(); v != nil {
+				s.recovered(rec, r, endpoint, v)
+			}
+			s.metrics.requests.WithLabelValues(endpoint, s.modelLabel(rec.model), strconv.Itoa(rec.counted())).Inc()
 			s.accessLog(r, rec, endpoint, start)
 			endRequestSpan(span, rec)
 		}()
@@ -432,20 +490,126 @@ func (s *Service) api(endpoint string, h func(w *recorder, r *http.Request)) htt
 	})
 }
 
-func readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {
+// recovered answers a request whose handler panicked with v: an OpenAI
+// error (500 internal_error) when nothing was sent yet, a terminating error
+// event when its stream had started. The request is counted with 500
+// either way. The panic and its stack are logged; the client sees only the
+// request id. A client that went away (http.ErrAbortHandler) is counted
+// and let go.
+func (s *Service) recovered(rec *recorder, r *http.Request, endpoint string, v any) {
+	if v == http.ErrAbortHandler {
+		rec.fail(context.Canceled)
+		return
+	}
+	s.log.Error("request panicked", "x_request_id", requestIDOf(r.Context()), "endpoint", endpoint, "panic", fmt.Sprint(v),
+		"stack", string(debug.Stack()))
+	err := panicError(r.Context())
+	rec.fail(err)
+	switch {
+	case rec.gen != nil && rec.gen.err == nil:
+		rec.gen.err = err
+	case rec.gen == nil && endpoint != "models" && endpoint != "model":
+		// A generation request that failed before it started is still
+		// one on the status page.
+		rec.gen = &generation{err: err}
+	}
+	defer func() {
+		// A response writer that panics in turn gets no answer written.
+		if v := recover(); v != nil {
+			s.log.Error("request panicked while answering its panic", "x_request_id", requestIDOf(r.Context()), "panic", fmt.Sprint(v))
+		}
+	}()
+	switch {
+	case rec.status == 0:
+		writeError(rec, err)
+	case strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream"):
+		_, body := errorStatus(err)
+		if endpoint == "responses" {
+			ev := map[string]any{"type": "error", "code": *body.Code, "message": body.Message, "param": nil}
+			b, _ := json.Marshal(ev)
+			_, _ = fmt.Fprintf(rec, "event: error\ndata: %s\n\n", b)
+		} else {
+			b, _ := json.Marshal(errorBody{Error: body})
+			_, _ = fmt.Fprintf(rec, "data: %s\n\ndata: [DONE]\n\n", b)
+		}
+	}
+}
+
+// writeFailure is how a sink's failure to write the response counts: a
+// tool choice the answer did not satisfy as itself (the sink answered it),
+// anything else as the client gone (its connection no longer takes what is
+// written).
+func writeFailure(err error) error {
+	if errors.Is(err, ErrToolChoice) {
+		return err
+	}
+	return fmt.Errorf("%w: writing the response: %v", context.Canceled, err)
+}
+
+// panicError is the error a request that panicked answers with.
+func panicError(ctx context.Context) error {
+	return fmt.Errorf("%w: the frontend failed serving this request (x_request_id %s)", ErrInternal, requestIDOf(ctx))
+}
+
+// readBody reads a request's body, within --http-read-timeout: a client
+// that sends part of a body and goes quiet is answered 408 and its
+// connection closed, rather than holding it and a goroutine for good.
+func (s *Service) readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if d := s.cfg.HTTPReadTimeout; d > 0 {
+		// Not every writer can (a test's recorder): then the body has no
+		// deadline of its own.
+		if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+			// The deadline is the body's only: the response may stream for
+			// far longer while the server watches the connection.
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
 			return nil, fmt.Errorf("%w: the request body exceeds %d bytes", errTooLarge, maxBody)
+		case errors.As(err, &ne) && ne.Timeout():
+			err := fmt.Errorf("%w: the request body did not arrive within %s", errReadTimeout, s.cfg.HTTPReadTimeout)
+			if answerAndClose(w, rc, err) {
+				return nil, fmt.Errorf("%w: %w", errAnswered, err)
+			}
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: reading the body: %v", ErrInvalidRequest, err)
 	}
 	return b, nil
 }
 
+// answerAndClose answers err on the connection itself and closes it: the
+// server would otherwise wait on the connection for the rest of the body
+// it gave up on. It reports false when the connection cannot be taken
+// over (the caller answers as usual).
+func answerAndClose(w http.ResponseWriter, rc *http.ResponseController, err error) bool {
+	conn, buf, herr := rc.Hijack()
+	if herr != nil {
+		return false
+	}
+	defer conn.Close()
+	code, e := errorStatus(err)
+	body, _ := json.Marshal(errorBody{Error: e})
+	body = append(body, '\n')
+	_ = conn.SetWriteDeadline(time.Now().Add(refuseTimeout))
+	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n",
+		code, http.StatusText(code), w.Header().Get("X-Request-Id"), len(body))
+	_, _ = buf.Write(body)
+	_ = buf.Flush()
+	if rec, ok := w.(*recorder); ok && rec.status == 0 {
+		rec.status = code
+	}
+	return true
+}
+
 func (s *Service) handleChat(w *recorder, r *http.Request) {
-	body, err := readBody(r, w)
+	body, err := s.readBody(r, w)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -480,7 +644,7 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 }
 
 func (s *Service) handleCompletion(w *recorder, r *http.Request) {
-	body, err := readBody(r, w)
+	body, err := s.readBody(r, w)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -498,7 +662,12 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if ids == nil {
+	if ids != nil {
+		if err := a.inVocab("prompt", ids); err != nil {
+			writeError(w, err)
+			return
+		}
+	} else {
 		_, span := startSpan(r.Context(), "frontend.tokenize")
 		ids = a.encode(text)
 		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
@@ -532,6 +701,11 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 // once. promptParam names the request field of the prompt.
 func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
 	start := time.Now()
+	s.testPoint(pointServe)
+	if err := a.inVocab("stop_token_ids", p.stopTokenIDs); err != nil {
+		writeError(w, err)
+		return
+	}
 	if cl := card.GetContextLength(); cl > 0 {
 		if uint32(len(prompt)) >= cl {
 			writeError(w, &paramError{param: promptParam, code: "context_length_exceeded",
@@ -558,7 +732,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 	defer inflight.Dec()
 	defer func() { mm.duration.Observe(time.Since(start).Seconds()) }()
 	if len(sks) == 1 {
-		s.choice(r.Context(), r, w, sks[0], sks[0].requestID(), a, prompt, p, start)
+		s.choice(r.Context(), r, w, true, sks[0], sks[0].requestID(), a, prompt, p, start)
 		return
 	}
 	// n choices: n requests of the same prompt (the router sees their
@@ -567,6 +741,7 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var wg sync.WaitGroup
+	var escaped atomic.Pointer[any]
 	for i, sk := range sks {
 		cp := p
 		if i > 0 {
@@ -577,23 +752,52 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 			}
 			cp.sampling.Seed = &seed
 		}
-		var track *recorder
-		if i == 0 {
-			track = w
-		}
 		wg.Go(func() {
-			if !s.choice(ctx, r, track, sk, fmt.Sprintf("%s-%d", sk.requestID(), i), a, prompt, cp, start) {
+			// choice answers its own failures; a panic that escapes it
+			// (its sink failing in turn) goes to the handler, which
+			// answers it once every choice has stopped.
+			defer func() {
+				if v := recover(); v != nil {
+					escaped.CompareAndSwap(nil, &v)
+					cancel()
+				}
+			}()
+			if !s.choice(ctx, r, w, i == 0, sk, fmt.Sprintf("%s-%d", sk.requestID(), i), a, prompt, cp, start) {
 				cancel()
 			}
 		})
 	}
 	wg.Wait()
+	if v := escaped.Load(); v != nil {
+		panic(*v)
+	}
 }
 
 // choice generates one choice of a request into sk under the worker
-// request id jobID; it reports whether it succeeded. track, when set, records
-// the generation for the access log and status page (the first choice's).
-func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, sk sink, jobID string, a *assets, prompt []uint32, p genParams, start time.Time) bool {
+// request id jobID; it reports whether it succeeded. A failure, a panic
+// included, is answered through sk and noted in rec. With track, rec
+// records the generation for the access log and status page (the first
+// choice's).
+func (s *Service) choice(ctx context.Context, r *http.Request, rec *recorder, track bool, sk sink, jobID string, a *assets, prompt []uint32,
+	p genParams, start time.Time) (ok bool) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		s.log.Error("request panicked", "request_id", jobID, "x_request_id", requestIDOf(r.Context()), "model", p.model,
+			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		err := panicError(r.Context())
+		if track && rec.gen != nil && rec.gen.err == nil {
+			rec.gen.err = err
+		}
+		rec.fail(err)
+		sk.fail(err)
+		ok = false
+	}()
 	text := newTextOut(a.tok, p.stopStrings)
 	var last time.Time
 	mm := s.metrics.model(p.model)
@@ -609,11 +813,12 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 			}
 		}
 		last = now
+		s.testPoint(pointToken)
 		sk.tokens(ids, lps, more)
 		delta, stop := text.add(ids)
 		if delta != "" {
 			if err := sk.delta(delta); err != nil {
-				return err
+				return writeFailure(err)
 			}
 		}
 		if stop {
@@ -622,24 +827,26 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 		return nil
 	}
 	j := &job{id: jobID, model: p.model, prompt: prompt, p: p}
-	if track != nil {
-		emit = track.trackGeneration(j.id, len(prompt), start, emit)
+	if track {
+		emit = rec.trackGeneration(j.id, len(prompt), start, emit)
 	}
 	out, err := s.generate(ctx, j, emit)
 	s.chargeCompletion(r.Context(), out.completion)
-	if track != nil {
-		track.gen.done(out, err)
+	if track {
+		rec.gen.done(out, err)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
 		}
+		rec.fail(err)
 		sk.fail(err)
 		return false
 	}
 	rest, stopped := text.flush()
 	if rest != "" {
 		if err := sk.delta(rest); err != nil {
+			rec.fail(writeFailure(err))
 			sk.fail(err)
 			return false
 		}
@@ -655,7 +862,9 @@ func (s *Service) choice(ctx context.Context, r *http.Request, track *recorder, 
 	mm.promptTokens.get().Add(float64(u.PromptTokens))
 	mm.genTokens.get().Add(float64(u.CompletionTokens))
 	mm.cachedTokens.get().Add(float64(out.cachedPrompt))
+	s.testPoint(pointEnd)
 	if err := sk.end(finish, u); err != nil {
+		rec.fail(writeFailure(err))
 		if r.Context().Err() == nil {
 			s.log.Warn("request failed", "request_id", j.id, "x_request_id", requestIDOf(r.Context()), "model", p.model, "err", err.Error())
 		}
@@ -743,6 +952,9 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, errMethod):
 		e.Code = code("method_not_allowed")
 		return http.StatusMethodNotAllowed, e
+	case errors.Is(err, errReadTimeout):
+		e.Code = code("request_timeout")
+		return http.StatusRequestTimeout, e
 	case errors.Is(err, errTooLarge):
 		e.Code = code("request_too_large")
 		return http.StatusRequestEntityTooLarge, e
@@ -757,6 +969,9 @@ func errorStatus(err error) (int, errorJSON) {
 	case errors.Is(err, ErrModelAssets):
 		e.Type, e.Code = "service_unavailable", code("model_assets_unavailable")
 		return http.StatusServiceUnavailable, e
+	case errors.Is(err, ErrInternal):
+		e.Type, e.Code = "server_error", code("internal_error")
+		return http.StatusInternalServerError, e
 	case errors.Is(err, ErrToolChoice):
 		e.Type, e.Code = "server_error", code("tool_choice_not_satisfied")
 		return http.StatusInternalServerError, e
@@ -776,6 +991,9 @@ func errorStatus(err error) (int, errorJSON) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, errAnswered) {
+		return
+	}
 	var rl *rateLimitError
 	if errors.As(err, &rl) {
 		// OpenAI's clients (and most HTTP clients) wait this long before

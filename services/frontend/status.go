@@ -326,12 +326,12 @@ func (g *generation) done(out outcome, err error) {
 // accessLog writes one line per API request and feeds the status page.
 func (s *Service) accessLog(r *http.Request, rec *recorder, endpoint string, start time.Time) {
 	if g := rec.gen; g != nil {
-		s.recent.finished(g.instance, g.ttft, g.prompt, g.cached, rec.status >= 400 || g.err != nil)
+		s.recent.finished(g.instance, g.ttft, g.prompt, g.cached, rec.counted() >= 400 || g.err != nil)
 	}
 	if !s.log.Enabled(r.Context(), slog.LevelInfo) {
 		return // no line to build
 	}
-	attrs := []any{"method", r.Method, "path", r.URL.Path, "x_request_id", requestIDOf(r.Context()), "endpoint", endpoint, "status", rec.status,
+	attrs := []any{"method", r.Method, "path", r.URL.Path, "x_request_id", requestIDOf(r.Context()), "endpoint", endpoint, "status", rec.counted(),
 		"duration_ms", millis(time.Since(start))}
 	if rec.model != "" {
 		attrs = append(attrs, "model", rec.model)

@@ -48,8 +48,8 @@ func endRequestSpan(span trace.Span, rec *recorder) {
 		span.SetAttributes(attribute.String("switchyard.request_id", g.id), attribute.Int("gen_ai.usage.input_tokens", int(g.prompt)),
 			attribute.Int("gen_ai.usage.output_tokens", int(g.output)), attribute.Int("switchyard.cached_prompt_tokens", int(g.cached)))
 	}
-	if rec.status >= 500 {
-		span.SetStatus(codes.Error, http.StatusText(rec.status))
+	if c := rec.counted(); c >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(c))
 	}
 	span.End()
 }

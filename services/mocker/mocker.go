@@ -255,7 +255,15 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
 			return &transport.HandlerError{Code: "invalid_argument", Message: "logprobs must be at most 20"}
 		}
-		er.Script, er.ScriptEnds = pl.script(er.Prompt)
+		if g := req.GetGuidedDecoding(); g != nil {
+			text, err := guidedAnswer(g)
+			if err != nil {
+				return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+			}
+			er.Script, er.ScriptEnds = pl.structured(er.Prompt, text), true
+		} else {
+			er.Script, er.ScriptEnds = pl.script(er.Prompt)
+		}
 		generated := 0
 		submitted := time.Now()
 		stream, err := r.Submit(er)

@@ -2,11 +2,14 @@ package mocker
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"strings"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/guided"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 )
 
@@ -63,6 +66,40 @@ func (p *player) script(prompt []uint32) ([]uint32, bool) {
 		return out, false
 	}
 	return append(out, p.tok.Encode(call)...), true
+}
+
+// structured returns the tokens of an answer held to a structure: the
+// reasoning a chat turn starts with (as script gives it), then text, after
+// which the answer ends.
+func (p *player) structured(prompt []uint32, text string) []uint32 {
+	tail := p.tok.Decode(prompt[max(0, len(prompt)-tailTokens):])
+	var out []uint32
+	if strings.HasSuffix(tail, assistant) && !strings.HasSuffix(tail, noThinking) {
+		out = append(out, p.think...)
+	}
+	return append(out, p.tok.Encode(text)...)
+}
+
+// guidedAnswer is the text of an answer held to g: {} for any JSON object,
+// the simplest value a JSON schema accepts (guided.Schema.Example) for a
+// schema. A schema the mocker finds no value for is refused, never
+// answered with text that does not match it.
+func guidedAnswer(g *workerv1.GuidedDecoding) (string, error) {
+	switch f := g.GetFormat().(type) {
+	case *workerv1.GuidedDecoding_JsonObject:
+		return "{}", nil
+	case *workerv1.GuidedDecoding_JsonSchema:
+		s, err := guided.Compile([]byte(f.JsonSchema))
+		if err != nil {
+			return "", fmt.Errorf("guided_decoding: %w", err)
+		}
+		ex, err := s.Example()
+		if err != nil {
+			return "", fmt.Errorf("guided_decoding: the mocker cannot produce output for this schema: %w", err)
+		}
+		return string(ex), nil
+	}
+	return "", errors.New("guided_decoding: unknown format; this mocker knows json_object and json_schema")
 }
 
 // firstToolCall writes a Qwen3 tool call of the first tool in the prompt's
