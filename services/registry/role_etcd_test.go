@@ -38,7 +38,7 @@ func TestRoleIsStoredBesideTheSeedFields(t *testing.T) {
 		name string
 		role commonv1.Role
 		kvt  *commonv1.KvTransfer
-		tail string // after the seed's fields; %d is the instance id
+		tail string // after Dynamo's fields; %d is the instance id
 	}{
 		{"none", commonv1.Role_ROLE_UNSPECIFIED, nil, ``},
 		{"agg", commonv1.Role_ROLE_AGG, nil, `,"role":"agg"`},
