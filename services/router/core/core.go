@@ -680,17 +680,19 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	c.mu.Lock()
 	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize), hashes)
 	c.mu.Unlock()
-	c.load.AddShared(r.RequestId, w, len(hashes)-d.overlap, hashes)
-	if c.approx != nil {
+	// A request freed before this decision (its caller gave up waiting
+	// for it) is answered but weighs on nothing.
+	counted := c.load.AddShared(r.RequestId, w, len(hashes)-d.overlap, hashes)
+	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
 	}
-	if c.pending != nil && c.mode == ModeKV {
+	if counted && c.pending != nil && c.mode == ModeKV {
 		// What the index does not confirm yet is predicted there until
 		// the worker's events store it.
 		c.pending.AddShared(r.RequestId, w, hashes[d.indexed[d.chosen]:], c.now())
 	}
 	in := d.cands[d.chosen].in
-	if c.observer != nil {
+	if counted && c.observer != nil {
 		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
 	}
 	resp, _ := responsePool.Get().(*routerv1.RouteResponse)

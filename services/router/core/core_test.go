@@ -360,3 +360,53 @@ func TestTimingVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeBeforeRoute checks that a request freed before it is routed (its
+// Free overtook its Route on another stream, or reached this replica
+// before the routing replica's sync message) is answered but counted
+// nowhere: not as load, not as a predicted prefix, not to the replicas.
+func TestFreeBeforeRoute(t *testing.T) {
+	for _, mode := range []Mode{ModeKV, ModeRoundRobin} {
+		t.Run(string(mode), func(t *testing.T) {
+			c := cluster(t, Config{Mode: mode}, 2)
+			var heard []string
+			c.SetObserver(recordingObserver{&heard})
+			prompt := tokens(32, 5)
+			c.Free("early")
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "early", Target: modelTarget(), TokenIds: prompt})
+			if err != nil || resp.InstanceId == 0 {
+				t.Fatalf("route after free: %v, %v", resp, err)
+			}
+			// Another replica's routing of a request this one freed first.
+			c.Free("synced")
+			c.ApplyReplica(RoutedEvent("synced", index.WorkerID{Instance: 2}, 8, []uint64{1, 2}), time.Now())
+			for _, w := range c.Stats().GetWorkers() {
+				if w.GetRequests() != 0 {
+					t.Fatalf("worker %x counts %d requests, want none", w.GetInstanceId(), w.GetRequests())
+				}
+			}
+			if len(heard) != 0 {
+				t.Fatalf("replicas were told %v", heard)
+			}
+			// A request routed the usual way still counts.
+			if _, err := c.Route(&routerv1.RouteRequest{RequestId: "late", Target: modelTarget(), TokenIds: prompt}); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, w := range c.Stats().GetWorkers() {
+				n += int(w.GetRequests())
+			}
+			if n != 1 || len(heard) != 1 || heard[0] != "routed late" {
+				t.Fatalf("after a normal route: %d requests counted, replicas told %v", n, heard)
+			}
+		})
+	}
+}
+
+type recordingObserver struct{ heard *[]string }
+
+func (o recordingObserver) Routed(id, _ string, _ index.WorkerID, _ int, _ []uint64) {
+	*o.heard = append(*o.heard, "routed "+id)
+}
+func (o recordingObserver) PrefillDone(id string) {}
+func (o recordingObserver) Freed(id string)       {}

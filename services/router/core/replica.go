@@ -37,7 +37,9 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if !live || r.RequestId == "" {
 			return
 		}
-		c.load.Add(r.RequestId, w, int(r.PrefillBlocks), r.BlockHashes)
+		if !c.load.Add(r.RequestId, w, int(r.PrefillBlocks), r.BlockHashes) {
+			return // this replica heard its free first
+		}
 		if c.approx != nil {
 			c.approx.Predict(w, r.BlockHashes, at)
 		}

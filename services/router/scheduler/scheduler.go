@@ -184,6 +184,11 @@ type Load struct {
 	// report still listing them does not bring them back.
 	freed     map[string]time.Time
 	freedList fifo.Queue[freedAt]
+	// unrouted are the ids among freed that were not in flight when freed:
+	// their Free overtook their Route (the two travel on different streams,
+	// or through different replicas), so the Route, when it comes, is not
+	// counted.
+	unrouted map[string]struct{}
 	// gen counts the workers map's changes (a record made or dropped);
 	// fill is valid while it stays.
 	gen  uint64
@@ -306,23 +311,31 @@ func NewLoad() *Load { return NewLoadClock(time.Now) }
 // NewLoadClock returns an empty tracker on the given clock (a simulation's
 // virtual one).
 func NewLoadClock(now func() time.Time) *Load {
-	return &Load{now: now, workers: map[index.WorkerID]*workerLoad{}, requests: map[string]*request{}, freed: map[string]time.Time{}}
+	return &Load{now: now, workers: map[index.WorkerID]*workerLoad{}, requests: map[string]*request{},
+		freed: map[string]time.Time{}, unrouted: map[string]struct{}{}}
 }
 
 // Add records a request routed to w: it will prefill prefillBlocks blocks
 // and holds the blocks with these sequence hashes while it runs. A request
 // id already present is replaced (a retry moved it). Add keeps its own copy
 // of blocks.
-func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) {
-	l.AddShared(id, w, prefillBlocks, append([]uint64(nil), blocks...))
+//
+// A request whose Free came first (in the last FreedMemory, while it was
+// not in flight) is over already: Add records nothing and returns false.
+func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) bool {
+	return l.AddShared(id, w, prefillBlocks, append([]uint64(nil), blocks...))
 }
 
 // AddShared is Add keeping blocks itself, not a copy: the caller must not
 // change them afterwards (Core hands the load record and its predictions
 // one copy of a request's hashes).
-func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) {
+func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, early := l.unrouted[id]; early {
+		delete(l.unrouted, id)
+		return false
+	}
 	l.freeLocked(id)
 	delete(l.freed, id)
 	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: blocks}
@@ -335,6 +348,7 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 		wl.headSince = l.now()
 	}
 	wl.queue = append(wl.queue, r)
+	return true
 }
 
 // Knows says whether id is a request in flight that the tracker records.
@@ -366,15 +380,20 @@ func (l *Load) PrefillDone(id string) {
 
 // Free forgets a request (finished or cancelled) and remembers that it
 // did; it says whether the request had finished its prefill. Unknown ids
-// are remembered too: a replica may free a request whose routing this one
-// has not heard of yet.
+// are remembered too, as freed before they were routed: a replica may free
+// a request whose routing this one has not heard of yet, and a caller that
+// gave up waiting for a decision frees it on another stream, which may
+// overtake the decision; the Add that follows is not counted.
 func (l *Load) Free(id string) (prefilled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r, ok := l.requests[id]; ok {
+	r, ok := l.requests[id]
+	if ok {
 		prefilled = r.prefilled
+		l.freeLocked(id)
+	} else if _, again := l.freed[id]; !again {
+		l.unrouted[id] = struct{}{}
 	}
-	l.freeLocked(id)
 	now := l.now()
 	l.freed[id] = now
 	l.freedList.Push(freedAt{id: id, at: now})
@@ -382,6 +401,7 @@ func (l *Load) Free(id string) (prefilled bool) {
 		f := l.freedList.Pop()
 		if at, ok := l.freed[f.id]; ok && at.Equal(f.at) {
 			delete(l.freed, f.id)
+			delete(l.unrouted, f.id)
 		}
 	}
 	return prefilled

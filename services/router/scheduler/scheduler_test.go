@@ -437,3 +437,49 @@ func TestSelectSeedsAHotPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadFreeBeforeAdd checks that a request whose Free arrives before its
+// routing (the caller gave up waiting for the decision and freed it on
+// another stream, or another replica freed it) is not counted when the
+// routing follows, while an id freed after it ran may be routed again, and
+// the memory of an early free ends after FreedMemory.
+func TestLoadFreeBeforeAdd(t *testing.T) {
+	type step struct {
+		op        string // "add", "free" or "wait" (FreedMemory and a second)
+		wantAdded bool   // for "add": whether it was counted
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		reqs  int // requests on the worker at the end
+	}{
+		{"free then add", []step{{op: "free"}, {"add", false}}, 0},
+		{"freed twice then add", []step{{op: "free"}, {op: "free"}, {"add", false}}, 0},
+		{"the early free is used once", []step{{op: "free"}, {"add", false}, {"add", true}}, 1},
+		{"ran, freed, routed again", []step{{"add", true}, {op: "free"}, {"add", true}}, 1},
+		{"an early free is forgotten", []step{{op: "free"}, {op: "wait"}, {"add", true}}, 1},
+		{"add then free", []step{{"add", true}, {op: "free"}}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			l := NewLoadClock(func() time.Time { return now })
+			for i, s := range tc.steps {
+				switch s.op {
+				case "add":
+					if got := l.Add("r", w(1), 2, []uint64{1, 2}); got != s.wantAdded {
+						t.Fatalf("step %d: Add counted %v, want %v", i, got, s.wantAdded)
+					}
+				case "free":
+					l.Free("r")
+				case "wait":
+					now = now.Add(FreedMemory + time.Second)
+					l.Free("other") // expiry runs on a free
+				}
+			}
+			if _, _, r := l.Of(w(1)); r != tc.reqs {
+				t.Fatalf("worker keeps %d requests, want %d", r, tc.reqs)
+			}
+		})
+	}
+}
