@@ -1951,9 +1951,18 @@ type LoadMetrics struct {
 	// router's record, and only the others (sent by another router or
 	// directly) add to the load. Empty: the aggregate fields above are all
 	// the router has.
-	Requests      []*RequestLoad `protobuf:"bytes,11,rep,name=requests,proto3" json:"requests,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Requests []*RequestLoad `protobuf:"bytes,11,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Generate requests the worker has accepted since it started (the
+	// request plane's count, admitted or not yet). A planner takes the
+	// difference of two reports of one instance over their timestamps as the
+	// arrival rate at that worker; a restarted worker is a new instance.
+	RequestsTotal uint64 `protobuf:"varint,12,opt,name=requests_total,json=requestsTotal,proto3" json:"requests_total,omitempty"`
+	// Prompt tokens of those requests, since the worker started.
+	PromptTokensTotal uint64 `protobuf:"varint,13,opt,name=prompt_tokens_total,json=promptTokensTotal,proto3" json:"prompt_tokens_total,omitempty"`
+	// Output tokens the worker has sent, since it started.
+	OutputTokensTotal uint64 `protobuf:"varint,14,opt,name=output_tokens_total,json=outputTokensTotal,proto3" json:"output_tokens_total,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LoadMetrics) Reset() {
@@ -2061,6 +2070,27 @@ func (x *LoadMetrics) GetRequests() []*RequestLoad {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *LoadMetrics) GetRequestsTotal() uint64 {
+	if x != nil {
+		return x.RequestsTotal
+	}
+	return 0
+}
+
+func (x *LoadMetrics) GetPromptTokensTotal() uint64 {
+	if x != nil {
+		return x.PromptTokensTotal
+	}
+	return 0
+}
+
+func (x *LoadMetrics) GetOutputTokensTotal() uint64 {
+	if x != nil {
+		return x.OutputTokensTotal
+	}
+	return 0
 }
 
 // RequestLoad is one request on a worker as the worker sees it.
@@ -2379,7 +2409,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12$\n" +
 	"\x0efirst_event_id\x18\x03 \x01(\x04R\ffirstEventId\x12:\n" +
-	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\x90\x04\n" +
+	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\x97\x05\n" +
 	"\vLoadMetrics\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2393,7 +2423,10 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\ttimestamp\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12D\n" +
 	"\ftiming_model\x18\n" +
 	" \x01(\v2!.switchyard.worker.v1.TimingModelR\vtimingModel\x12=\n" +
-	"\brequests\x18\v \x03(\v2!.switchyard.worker.v1.RequestLoadR\brequests\"x\n" +
+	"\brequests\x18\v \x03(\v2!.switchyard.worker.v1.RequestLoadR\brequests\x12%\n" +
+	"\x0erequests_total\x18\f \x01(\x04R\rrequestsTotal\x12.\n" +
+	"\x13prompt_tokens_total\x18\r \x01(\x04R\x11promptTokensTotal\x12.\n" +
+	"\x13output_tokens_total\x18\x0e \x01(\x04R\x11outputTokensTotal\"x\n" +
 	"\vRequestLoad\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
