@@ -406,7 +406,15 @@ type RouteResponse struct {
 	// set omit_candidates.
 	Candidates []*Candidate `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The endpoint the instance serves.
-	Endpoint      *Endpoint `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Endpoint *Endpoint `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// The prefill leg of a disaggregated pair: the worker that computes the
+	// prompt's KV before the instance above (then a decode worker) pulls it
+	// and generates. Unset when the request runs whole on the instance
+	// above: a model without prefill and decode pools, or one whose prefill
+	// stays local on the decode worker (predicted faster there, or the
+	// router runs with --disaggregation off). A Free of request_id ends
+	// both legs.
+	Prefill       *PrefillTarget `protobuf:"bytes,8,opt,name=prefill,proto3" json:"prefill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +498,95 @@ func (x *RouteResponse) GetEndpoint() *Endpoint {
 	return nil
 }
 
+func (x *RouteResponse) GetPrefill() *PrefillTarget {
+	if x != nil {
+		return x.Prefill
+	}
+	return nil
+}
+
+// PrefillTarget is the prefill leg of a disaggregated route decision.
+type PrefillTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The prefill instance.
+	InstanceId uint64 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Its data-parallel rank.
+	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// Where to send the prefill leg.
+	Transport *v1.Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
+	// The endpoint the instance serves.
+	Endpoint *Endpoint `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Its cached overlap of the request in blocks.
+	OverlapBlocks uint32 `protobuf:"varint,5,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefillTarget) Reset() {
+	*x = PrefillTarget{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefillTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefillTarget) ProtoMessage() {}
+
+func (x *PrefillTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefillTarget.ProtoReflect.Descriptor instead.
+func (*PrefillTarget) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PrefillTarget) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *PrefillTarget) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *PrefillTarget) GetTransport() *v1.Transport {
+	if x != nil {
+		return x.Transport
+	}
+	return nil
+}
+
+func (x *PrefillTarget) GetEndpoint() *Endpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
+func (x *PrefillTarget) GetOverlapBlocks() uint32 {
+	if x != nil {
+		return x.OverlapBlocks
+	}
+	return 0
+}
+
 // MarkPrefillCompleteRequest names a routed request.
 type MarkPrefillCompleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -501,7 +598,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +610,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +623,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -545,7 +642,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +654,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +667,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 // FreeRequest names a routed request.
@@ -584,7 +681,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +693,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +706,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -628,7 +725,7 @@ type FreeResponse struct {
 
 func (x *FreeResponse) Reset() {
 	*x = FreeResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +737,7 @@ func (x *FreeResponse) String() string {
 func (*FreeResponse) ProtoMessage() {}
 
 func (x *FreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +750,7 @@ func (x *FreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeResponse.ProtoReflect.Descriptor instead.
 func (*FreeResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 // ReportRequest is one batch of progress reports of routed requests.
@@ -670,7 +767,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +779,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +792,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportRequest) GetPrefillComplete() []string {
@@ -723,7 +820,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +832,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +845,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportResponse) GetBatches() uint64 {
@@ -769,7 +866,7 @@ type RouteStreamRequest struct {
 
 func (x *RouteStreamRequest) Reset() {
 	*x = RouteStreamRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +878,7 @@ func (x *RouteStreamRequest) String() string {
 func (*RouteStreamRequest) ProtoMessage() {}
 
 func (x *RouteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +891,7 @@ func (x *RouteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStreamRequest.ProtoReflect.Descriptor instead.
 func (*RouteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RouteStreamRequest) GetRoute() *RouteRequest {
@@ -817,7 +914,7 @@ type RouteStreamResponse struct {
 
 func (x *RouteStreamResponse) Reset() {
 	*x = RouteStreamResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +926,7 @@ func (x *RouteStreamResponse) String() string {
 func (*RouteStreamResponse) ProtoMessage() {}
 
 func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +939,7 @@ func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStreamResponse.ProtoReflect.Descriptor instead.
 func (*RouteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteStreamResponse) GetRoute() *RouteResponse {
@@ -876,7 +973,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +985,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +998,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteError) GetCode() uint32 {
@@ -940,7 +1037,7 @@ type QueryOverlapsRequest struct {
 
 func (x *QueryOverlapsRequest) Reset() {
 	*x = QueryOverlapsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1049,7 @@ func (x *QueryOverlapsRequest) String() string {
 func (*QueryOverlapsRequest) ProtoMessage() {}
 
 func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1062,7 @@ func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsRequest.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueryOverlapsRequest) GetTarget() *Target {
@@ -1002,7 +1099,7 @@ type QueryOverlapsResponse struct {
 
 func (x *QueryOverlapsResponse) Reset() {
 	*x = QueryOverlapsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1111,7 @@ func (x *QueryOverlapsResponse) String() string {
 func (*QueryOverlapsResponse) ProtoMessage() {}
 
 func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1124,7 @@ func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsResponse.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueryOverlapsResponse) GetRequestBlocks() uint32 {
@@ -1068,7 +1165,7 @@ type ExplainRouteRequest struct {
 
 func (x *ExplainRouteRequest) Reset() {
 	*x = ExplainRouteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1177,7 @@ func (x *ExplainRouteRequest) String() string {
 func (*ExplainRouteRequest) ProtoMessage() {}
 
 func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1190,7 @@ func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExplainRouteRequest) GetTarget() *Target {
@@ -1160,7 +1257,7 @@ type ExplainedCandidate struct {
 
 func (x *ExplainedCandidate) Reset() {
 	*x = ExplainedCandidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1269,7 @@ func (x *ExplainedCandidate) String() string {
 func (*ExplainedCandidate) ProtoMessage() {}
 
 func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1282,7 @@ func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
 func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainedCandidate) GetCandidate() *Candidate {
@@ -1227,14 +1324,29 @@ type ExplainRouteResponse struct {
 	// The overlap weight and temperature the decision used.
 	OverlapWeight float64 `protobuf:"fixed64,7,opt,name=overlap_weight,json=overlapWeight,proto3" json:"overlap_weight,omitempty"`
 	// The temperature the decision used.
-	Temperature   float64 `protobuf:"fixed64,8,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Temperature float64 `protobuf:"fixed64,8,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	// For a model with prefill and decode pools, how its prefill runs:
+	// "remote_prefill" (on prefill_instance_id, then the KV moves to
+	// instance_id, a decode worker) or "local_prefill" (whole on
+	// instance_id); empty for a model without those pools.
+	Disaggregation string `protobuf:"bytes,9,opt,name=disaggregation,proto3" json:"disaggregation,omitempty"`
+	// The prefill instance Route would choose; 0 unless disaggregation is
+	// "remote_prefill".
+	PrefillInstanceId uint64 `protobuf:"varint,10,opt,name=prefill_instance_id,json=prefillInstanceId,proto3" json:"prefill_instance_id,omitempty"`
+	// The prefill pool's workers, in instance id order, each with its cost
+	// as the prefill leg (its predicted time to the first token). The
+	// decode and aggregated workers are in candidates, each with its cost
+	// for the leg it would serve: the decode leg (its load and the
+	// transfer of the blocks it lacks) when disaggregation is
+	// "remote_prefill", the whole request otherwise.
+	PrefillCandidates []*ExplainedCandidate `protobuf:"bytes,11,rep,name=prefill_candidates,json=prefillCandidates,proto3" json:"prefill_candidates,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExplainRouteResponse) Reset() {
 	*x = ExplainRouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1358,7 @@ func (x *ExplainRouteResponse) String() string {
 func (*ExplainRouteResponse) ProtoMessage() {}
 
 func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1371,7 @@ func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
 func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExplainRouteResponse) GetMode() string {
@@ -1318,6 +1430,27 @@ func (x *ExplainRouteResponse) GetTemperature() float64 {
 	return 0
 }
 
+func (x *ExplainRouteResponse) GetDisaggregation() string {
+	if x != nil {
+		return x.Disaggregation
+	}
+	return ""
+}
+
+func (x *ExplainRouteResponse) GetPrefillInstanceId() uint64 {
+	if x != nil {
+		return x.PrefillInstanceId
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetPrefillCandidates() []*ExplainedCandidate {
+	if x != nil {
+		return x.PrefillCandidates
+	}
+	return nil
+}
+
 // GetStatsRequest asks for the router's state.
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1327,7 +1460,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1472,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1485,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1381,7 +1514,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1526,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1539,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1484,7 +1617,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1629,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1642,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1595,7 +1728,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1740,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1753,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1701,14 +1834,22 @@ type ReplicaRouted struct {
 	// Blocks the chosen worker has to prefill.
 	PrefillBlocks uint32 `protobuf:"varint,4,opt,name=prefill_blocks,json=prefillBlocks,proto3" json:"prefill_blocks,omitempty"`
 	// The request's block sequence hashes.
-	BlockHashes   []uint64 `protobuf:"varint,5,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BlockHashes []uint64 `protobuf:"varint,5,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// The prefill leg's instance, when the request was routed as a
+	// disaggregated pair (instance_id is then its decode leg); 0 when it
+	// runs whole on instance_id. A freed request frees both legs.
+	PrefillInstanceId uint64 `protobuf:"varint,6,opt,name=prefill_instance_id,json=prefillInstanceId,proto3" json:"prefill_instance_id,omitempty"`
+	// The prefill leg's data-parallel rank.
+	PrefillDpRank uint32 `protobuf:"varint,7,opt,name=prefill_dp_rank,json=prefillDpRank,proto3" json:"prefill_dp_rank,omitempty"`
+	// Blocks the prefill leg's worker has to compute.
+	PrefillLegBlocks uint32 `protobuf:"varint,8,opt,name=prefill_leg_blocks,json=prefillLegBlocks,proto3" json:"prefill_leg_blocks,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1861,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1874,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1771,6 +1912,27 @@ func (x *ReplicaRouted) GetBlockHashes() []uint64 {
 	return nil
 }
 
+func (x *ReplicaRouted) GetPrefillInstanceId() uint64 {
+	if x != nil {
+		return x.PrefillInstanceId
+	}
+	return 0
+}
+
+func (x *ReplicaRouted) GetPrefillDpRank() uint32 {
+	if x != nil {
+		return x.PrefillDpRank
+	}
+	return 0
+}
+
+func (x *ReplicaRouted) GetPrefillLegBlocks() uint32 {
+	if x != nil {
+		return x.PrefillLegBlocks
+	}
+	return 0
+}
+
 // IndexSnapshot is a router's KV index as stored in the eventbus object
 // store: every worker's blocks plus, per namespace, the KV event stream
 // sequence the snapshot covers. A restarted router loads it and replays the
@@ -1794,7 +1956,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1968,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1981,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -1860,7 +2022,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2034,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2047,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -1950,7 +2112,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xd3\x02\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\x92\x03\n" +
 	"\rRouteResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -1961,7 +2123,15 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x06 \x03(\v2\x1f.switchyard.router.v1.CandidateR\n" +
 	"candidates\x12:\n" +
-	"\bendpoint\x18\a \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\";\n" +
+	"\bendpoint\x18\a \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\x12=\n" +
+	"\aprefill\x18\b \x01(\v2#.switchyard.router.v1.PrefillTargetR\aprefill\"\xeb\x01\n" +
+	"\rPrefillTarget\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x17\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12=\n" +
+	"\ttransport\x18\x03 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n" +
+	"\bendpoint\x18\x04 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\x12%\n" +
+	"\x0eoverlap_blocks\x18\x05 \x01(\rR\roverlapBlocks\";\n" +
 	"\x1aMarkPrefillCompleteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\x1d\n" +
@@ -2008,7 +2178,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x12ExplainedCandidate\x12=\n" +
 	"\tcandidate\x18\x01 \x01(\v2\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n" +
 	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xbc\x02\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xed\x03\n" +
 	"\x14ExplainRouteResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -2021,7 +2191,11 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12%\n" +
 	"\x0eoverlap_weight\x18\a \x01(\x01R\roverlapWeight\x12 \n" +
-	"\vtemperature\x18\b \x01(\x01R\vtemperature\"\x11\n" +
+	"\vtemperature\x18\b \x01(\x01R\vtemperature\x12&\n" +
+	"\x0edisaggregation\x18\t \x01(\tR\x0edisaggregation\x12.\n" +
+	"\x13prefill_instance_id\x18\n" +
+	" \x01(\x04R\x11prefillInstanceId\x12W\n" +
+	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\"\x11\n" +
 	"\x0fGetStatsRequest\"\x98\x02\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
@@ -2048,7 +2222,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x06routed\x18\x02 \x01(\v2#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n" +
 	"\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n" +
 	"\x05freed\x18\x04 \x01(\tH\x00R\x05freedB\x06\n" +
-	"\x04kind\"\xb2\x01\n" +
+	"\x04kind\"\xb8\x02\n" +
 	"\rReplicaRouted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -2056,7 +2230,10 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x03 \x01(\rR\x06dpRank\x12%\n" +
 	"\x0eprefill_blocks\x18\x04 \x01(\rR\rprefillBlocks\x12!\n" +
-	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes\"\xb4\x02\n" +
+	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes\x12.\n" +
+	"\x13prefill_instance_id\x18\x06 \x01(\x04R\x11prefillInstanceId\x12&\n" +
+	"\x0fprefill_dp_rank\x18\a \x01(\rR\rprefillDpRank\x12,\n" +
+	"\x12prefill_leg_blocks\x18\b \x01(\rR\x10prefillLegBlocks\"\xb4\x02\n" +
 	"\rIndexSnapshot\x12c\n" +
 	"\x10stream_sequences\x18\x01 \x03(\v28.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12C\n" +
 	"\aworkers\x18\x02 \x03(\v2).switchyard.router.v1.IndexSnapshotWorkerR\aworkers\x125\n" +
@@ -2093,82 +2270,87 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
 	(*RouteRequest)(nil),                // 2: switchyard.router.v1.RouteRequest
 	(*Candidate)(nil),                   // 3: switchyard.router.v1.Candidate
 	(*RouteResponse)(nil),               // 4: switchyard.router.v1.RouteResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 5: switchyard.router.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 6: switchyard.router.v1.MarkPrefillCompleteResponse
-	(*FreeRequest)(nil),                 // 7: switchyard.router.v1.FreeRequest
-	(*FreeResponse)(nil),                // 8: switchyard.router.v1.FreeResponse
-	(*ReportRequest)(nil),               // 9: switchyard.router.v1.ReportRequest
-	(*ReportResponse)(nil),              // 10: switchyard.router.v1.ReportResponse
-	(*RouteStreamRequest)(nil),          // 11: switchyard.router.v1.RouteStreamRequest
-	(*RouteStreamResponse)(nil),         // 12: switchyard.router.v1.RouteStreamResponse
-	(*RouteError)(nil),                  // 13: switchyard.router.v1.RouteError
-	(*QueryOverlapsRequest)(nil),        // 14: switchyard.router.v1.QueryOverlapsRequest
-	(*QueryOverlapsResponse)(nil),       // 15: switchyard.router.v1.QueryOverlapsResponse
-	(*ExplainRouteRequest)(nil),         // 16: switchyard.router.v1.ExplainRouteRequest
-	(*ExplainedCandidate)(nil),          // 17: switchyard.router.v1.ExplainedCandidate
-	(*ExplainRouteResponse)(nil),        // 18: switchyard.router.v1.ExplainRouteResponse
-	(*GetStatsRequest)(nil),             // 19: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 20: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 21: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 22: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 23: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 24: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 25: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 26: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*v1.Transport)(nil),                // 27: switchyard.common.v1.Transport
-	(*timestamppb.Timestamp)(nil),       // 28: google.protobuf.Timestamp
+	(*PrefillTarget)(nil),               // 5: switchyard.router.v1.PrefillTarget
+	(*MarkPrefillCompleteRequest)(nil),  // 6: switchyard.router.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 7: switchyard.router.v1.MarkPrefillCompleteResponse
+	(*FreeRequest)(nil),                 // 8: switchyard.router.v1.FreeRequest
+	(*FreeResponse)(nil),                // 9: switchyard.router.v1.FreeResponse
+	(*ReportRequest)(nil),               // 10: switchyard.router.v1.ReportRequest
+	(*ReportResponse)(nil),              // 11: switchyard.router.v1.ReportResponse
+	(*RouteStreamRequest)(nil),          // 12: switchyard.router.v1.RouteStreamRequest
+	(*RouteStreamResponse)(nil),         // 13: switchyard.router.v1.RouteStreamResponse
+	(*RouteError)(nil),                  // 14: switchyard.router.v1.RouteError
+	(*QueryOverlapsRequest)(nil),        // 15: switchyard.router.v1.QueryOverlapsRequest
+	(*QueryOverlapsResponse)(nil),       // 16: switchyard.router.v1.QueryOverlapsResponse
+	(*ExplainRouteRequest)(nil),         // 17: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 18: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 19: switchyard.router.v1.ExplainRouteResponse
+	(*GetStatsRequest)(nil),             // 20: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 21: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 22: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 23: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 24: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 25: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 26: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 27: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*v1.Transport)(nil),                // 28: switchyard.common.v1.Transport
+	(*timestamppb.Timestamp)(nil),       // 29: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	27, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	28, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
 	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
-	2,  // 5: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
-	4,  // 6: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
-	13, // 7: switchyard.router.v1.RouteStreamResponse.error:type_name -> switchyard.router.v1.RouteError
-	0,  // 8: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 9: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
-	0,  // 10: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 11: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	27, // 12: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
-	1,  // 13: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
-	17, // 14: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	28, // 15: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
-	20, // 16: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	28, // 17: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	23, // 18: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	26, // 19: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	25, // 20: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	28, // 21: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 22: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	5,  // 23: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	7,  // 24: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	9,  // 25: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
-	11, // 26: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
-	14, // 27: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	19, // 28: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	16, // 29: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	4,  // 30: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	6,  // 31: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	8,  // 32: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	10, // 33: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
-	12, // 34: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
-	15, // 35: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	21, // 36: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	18, // 37: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	5,  // 5: switchyard.router.v1.RouteResponse.prefill:type_name -> switchyard.router.v1.PrefillTarget
+	28, // 6: switchyard.router.v1.PrefillTarget.transport:type_name -> switchyard.common.v1.Transport
+	1,  // 7: switchyard.router.v1.PrefillTarget.endpoint:type_name -> switchyard.router.v1.Endpoint
+	2,  // 8: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
+	4,  // 9: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
+	14, // 10: switchyard.router.v1.RouteStreamResponse.error:type_name -> switchyard.router.v1.RouteError
+	0,  // 11: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 12: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	0,  // 13: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 14: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
+	28, // 15: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
+	1,  // 16: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
+	18, // 17: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	18, // 18: switchyard.router.v1.ExplainRouteResponse.prefill_candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	29, // 19: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
+	21, // 20: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	29, // 21: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	24, // 22: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	27, // 23: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	26, // 24: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	29, // 25: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 26: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	6,  // 27: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	8,  // 28: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	10, // 29: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	12, // 30: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
+	15, // 31: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	20, // 32: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	17, // 33: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	4,  // 34: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	7,  // 35: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	9,  // 36: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	11, // 37: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	13, // 38: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
+	16, // 39: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	22, // 40: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	19, // 41: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -2181,8 +2363,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Target_Model)(nil),
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[16].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[22].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[17].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[23].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -2193,7 +2375,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

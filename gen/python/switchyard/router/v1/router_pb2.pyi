@@ -52,24 +52,30 @@ class ExplainRouteRequest(_message.Message):
     def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ...) -> None: ...
 
 class ExplainRouteResponse(_message.Message):
-    __slots__ = ["block_size", "candidates", "instance_id", "mode", "overlap_weight", "reason", "request_blocks", "temperature"]
+    __slots__ = ["block_size", "candidates", "disaggregation", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_instance_id", "reason", "request_blocks", "temperature"]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    DISAGGREGATION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     block_size: int
     candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
+    disaggregation: str
     instance_id: int
     mode: str
     overlap_weight: float
+    prefill_candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
+    prefill_instance_id: int
     reason: str
     request_blocks: int
     temperature: float
-    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
+    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., disaggregation: _Optional[str] = ..., prefill_instance_id: _Optional[int] = ..., prefill_candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ...) -> None: ...
 
 class ExplainedCandidate(_message.Message):
     __slots__ = ["candidate", "endpoint", "transport"]
@@ -154,6 +160,20 @@ class MarkPrefillCompleteResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class PrefillTarget(_message.Message):
+    __slots__ = ["dp_rank", "endpoint", "instance_id", "overlap_blocks", "transport"]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    dp_rank: int
+    endpoint: Endpoint
+    instance_id: int
+    overlap_blocks: int
+    transport: _common_pb2.Transport
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., overlap_blocks: _Optional[int] = ...) -> None: ...
+
 class QueryOverlapsRequest(_message.Message):
     __slots__ = ["block_hashes", "target", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
@@ -185,18 +205,24 @@ class ReplicaEvent(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., routed: _Optional[_Union[ReplicaRouted, _Mapping]] = ..., prefill_complete: _Optional[str] = ..., freed: _Optional[str] = ...) -> None: ...
 
 class ReplicaRouted(_message.Message):
-    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "request_id"]
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "prefill_dp_rank", "prefill_instance_id", "prefill_leg_blocks", "request_id"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_LEG_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     dp_rank: int
     instance_id: int
     prefill_blocks: int
+    prefill_dp_rank: int
+    prefill_instance_id: int
+    prefill_leg_blocks: int
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., prefill_instance_id: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ..., prefill_leg_blocks: _Optional[int] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ["free", "prefill_complete"]
@@ -245,12 +271,13 @@ class RouteRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "request_blocks", "transport"]
+    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "transport"]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
@@ -258,9 +285,10 @@ class RouteResponse(_message.Message):
     endpoint: Endpoint
     instance_id: int
     overlap_blocks: int
+    prefill: PrefillTarget
     request_blocks: int
     transport: _common_pb2.Transport
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., prefill: _Optional[_Union[PrefillTarget, _Mapping]] = ...) -> None: ...
 
 class RouteStreamRequest(_message.Message):
     __slots__ = ["route"]

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkinwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAhCEQoPX292ZXJsYXBfd2VpZ2h0Qg4KDF90ZW1wZXJhdHVyZSKGAQoJQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOb3ZlcmxhcF9ibG9ja3MYAyABKA0SDAoEY29zdBgEIAEoARIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIoACCg1Sb3V0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EhYKDm92ZXJsYXBfYmxvY2tzGAQgASgNEhYKDnJlcXVlc3RfYmxvY2tzGAUgASgNEjMKCmNhbmRpZGF0ZXMYBiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMAoIZW5kcG9pbnQYByABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludCIwChpNYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIh0KG01hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZSIhCgtGcmVlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIg4KDEZyZWVSZXNwb25zZSI3Cg1SZXBvcnRSZXF1ZXN0EhgKEHByZWZpbGxfY29tcGxldGUYASADKAkSDAoEZnJlZRgCIAMoCSIhCg5SZXBvcnRSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgEIkcKElJvdXRlU3RyZWFtUmVxdWVzdBIxCgVyb3V0ZRgBIAEoCzIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdCJ6ChNSb3V0ZVN0cmVhbVJlc3BvbnNlEjIKBXJvdXRlGAEgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRIvCgVlcnJvchgCIAEoCzIgLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlRXJyb3IiOwoKUm91dGVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSDgoGcmVhc29uGAMgASgJIm0KFFF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEImQKFVF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRIWCg5yZXF1ZXN0X2Jsb2NrcxgBIAEoDRIzCgpjYW5kaWRhdGVzGAIgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlIvkBChNFeHBsYWluUm91dGVSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAQgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBSABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgGIAMoBBITCgtpbnN0YW5jZV9pZBgHIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIq4BChJFeHBsYWluZWRDYW5kaWRhdGUSMgoJY2FuZGlkYXRlGAEgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjIKCXRyYW5zcG9ydBgCIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgDIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50IuABChRFeHBsYWluUm91dGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEhIKCmJsb2NrX3NpemUYAiABKA0SFgoOcmVxdWVzdF9ibG9ja3MYAyABKA0SPAoKY2FuZGlkYXRlcxgEIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgFIAEoBBIOCgZyZWFzb24YBiABKAkSFgoOb3ZlcmxhcF93ZWlnaHQYByABKAESEwoLdGVtcGVyYXR1cmUYCCABKAEiEQoPR2V0U3RhdHNSZXF1ZXN0IsABCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDRIzCg9sYXN0X2V2ZW50X3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIocCChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKDFJlcGxpY2FFdmVudBISCgpyZXBsaWNhX2lkGAEgASgJEjUKBnJvdXRlZBgCIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcGxpY2FSb3V0ZWRIABIaChBwcmVmaWxsX2NvbXBsZXRlGAMgASgJSAASDwoFZnJlZWQYBCABKAlIAEIGCgRraW5kIncKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBCKFAgoNSW5kZXhTbmFwc2hvdBJSChBzdHJlYW1fc2VxdWVuY2VzGAEgAygLMjguc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdC5TdHJlYW1TZXF1ZW5jZXNFbnRyeRI6Cgd3b3JrZXJzGAIgAygLMikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdFdvcmtlchIsCgh0YWtlbl9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaNgoUU3RyZWFtU2VxdWVuY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJoChNJbmRleFNuYXBzaG90V29ya2VyEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNbGFzdF9ldmVudF9pZBgDIAEoBBIUCgxibG9ja19oYXNoZXMYBCADKAYylwYKDVJvdXRlclNlcnZpY2USUAoFUm91dGUSIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlcXVlc3QaIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEnoKE01hcmtQcmVmaWxsQ29tcGxldGUSMC5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBoxLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZRJNCgRGcmVlEiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVzcG9uc2USVQoGUmVwb3J0EiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVxdWVzdBokLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcG9ydFJlc3BvbnNlKAESZgoLUm91dGVTdHJlYW0SKC5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVN0cmVhbVJlcXVlc3QaKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVN0cmVhbVJlc3BvbnNlKAEwARJoCg1RdWVyeU92ZXJsYXBzEiouc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1JlcXVlc3QaKy5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVzcG9uc2USWQoIR2V0U3RhdHMSJS5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1JlcXVlc3QaJi5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1Jlc3BvbnNlEmUKDEV4cGxhaW5Sb3V0ZRIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkinwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAhCEQoPX292ZXJsYXBfd2VpZ2h0Qg4KDF90ZW1wZXJhdHVyZSKGAQoJQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOb3ZlcmxhcF9ibG9ja3MYAyABKA0SDAoEY29zdBgEIAEoARIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIrYCCg1Sb3V0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EhYKDm92ZXJsYXBfYmxvY2tzGAQgASgNEhYKDnJlcXVlc3RfYmxvY2tzGAUgASgNEjMKCmNhbmRpZGF0ZXMYBiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMAoIZW5kcG9pbnQYByABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBI0CgdwcmVmaWxsGAggASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUHJlZmlsbFRhcmdldCKzAQoNUHJlZmlsbFRhcmdldBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEjIKCXRyYW5zcG9ydBgDIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgEIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50EhYKDm92ZXJsYXBfYmxvY2tzGAUgASgNIjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIjcKDVJlcG9ydFJlcXVlc3QSGAoQcHJlZmlsbF9jb21wbGV0ZRgBIAMoCRIMCgRmcmVlGAIgAygJIiEKDlJlcG9ydFJlc3BvbnNlEg8KB2JhdGNoZXMYASABKAQiRwoSUm91dGVTdHJlYW1SZXF1ZXN0EjEKBXJvdXRlGAEgASgLMiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0InoKE1JvdXRlU3RyZWFtUmVzcG9uc2USMgoFcm91dGUYASABKAsyIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEi8KBWVycm9yGAIgASgLMiAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVFcnJvciI7CgpSb3V0ZUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi2wIKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoARIWCg5kaXNhZ2dyZWdhdGlvbhgJIAEoCRIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAogASgEEkQKEnByZWZpbGxfY2FuZGlkYXRlcxgLIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZSIRCg9HZXRTdGF0c1JlcXVlc3QiwAEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNEjMKD2xhc3RfZXZlbnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwIKEEdldFN0YXRzUmVzcG9uc2USDAoEbW9kZRgBIAEoCRIWCg5pbmRleGVkX2Jsb2NrcxgCIAEoBBIXCg9pbmRleGVkX2VudHJpZXMYAyABKAQSMgoHd29ya2VycxgEIAMoCzIhLnN3aXRjaHlhcmQucm91dGVyLnYxLldvcmtlclN0YXRzEhYKDmV2ZW50c19hcHBsaWVkGAUgASgEEhgKEGV2ZW50c19kdXBsaWNhdGUYBiABKAQSEgoKZXZlbnRzX2dhcBgHIAEoBBI6ChZyZXN0b3JlZF9zbmFwc2hvdF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAQoMUmVwbGljYUV2ZW50EhIKCnJlcGxpY2FfaWQYASABKAkSNQoGcm91dGVkGAIgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwbGljYVJvdXRlZEgAEhoKEHByZWZpbGxfY29tcGxldGUYAyABKAlIABIPCgVmcmVlZBgEIAEoCUgAQgYKBGtpbmQiyQEKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAYgASgEEhcKD3ByZWZpbGxfZHBfcmFuaxgHIAEoDRIaChJwcmVmaWxsX2xlZ19ibG9ja3MYCCABKA0ihQIKDUluZGV4U25hcHNob3QSUgoQc3RyZWFtX3NlcXVlbmNlcxgBIAMoCzI4LnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3QuU3RyZWFtU2VxdWVuY2VzRW50cnkSOgoHd29ya2VycxgCIAMoCzIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3RXb3JrZXISLAoIdGFrZW5fYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiaAoTSW5kZXhTbmFwc2hvdFdvcmtlchITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWxhc3RfZXZlbnRfaWQYAyABKAQSFAoMYmxvY2tfaGFzaGVzGAQgAygGMpcGCg1Sb3V0ZXJTZXJ2aWNlElAKBVJvdXRlEiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0GiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRJ6ChNNYXJrUHJlZmlsbENvbXBsZXRlEjAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QaMS5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2USTQoERnJlZRIhLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlc3BvbnNlElUKBlJlcG9ydBIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcG9ydFJlcXVlc3QaJC5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXNwb25zZSgBEmYKC1JvdXRlU3RyZWFtEiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVTdHJlYW1SZXF1ZXN0Gikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVTdHJlYW1SZXNwb25zZSgBMAESaAoNUXVlcnlPdmVybGFwcxIqLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1Jlc3BvbnNlElkKCEdldFN0YXRzEiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXNwb25zZRJlCgxFeHBsYWluUm91dGUSKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXF1ZXN0Giouc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -282,6 +282,19 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
    * @generated from field: switchyard.router.v1.Endpoint endpoint = 7;
    */
   endpoint?: Endpoint | undefined;
+
+  /**
+   * The prefill leg of a disaggregated pair: the worker that computes the
+   * prompt's KV before the instance above (then a decode worker) pulls it
+   * and generates. Unset when the request runs whole on the instance
+   * above: a model without prefill and decode pools, or one whose prefill
+   * stays local on the decode worker (predicted faster there, or the
+   * router runs with --disaggregation off). A Free of request_id ends
+   * both legs.
+   *
+   * @generated from field: switchyard.router.v1.PrefillTarget prefill = 8;
+   */
+  prefill?: PrefillTarget | undefined;
 };
 
 /**
@@ -290,6 +303,55 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
  */
 export const RouteResponseSchema: GenMessage<RouteResponse> = /*@__PURE__*/
   messageDesc(file_switchyard_router_v1_router, 4);
+
+/**
+ * PrefillTarget is the prefill leg of a disaggregated route decision.
+ *
+ * @generated from message switchyard.router.v1.PrefillTarget
+ */
+export type PrefillTarget = Message<"switchyard.router.v1.PrefillTarget"> & {
+  /**
+   * The prefill instance.
+   *
+   * @generated from field: uint64 instance_id = 1;
+   */
+  instanceId: bigint;
+
+  /**
+   * Its data-parallel rank.
+   *
+   * @generated from field: uint32 dp_rank = 2;
+   */
+  dpRank: number;
+
+  /**
+   * Where to send the prefill leg.
+   *
+   * @generated from field: switchyard.common.v1.Transport transport = 3;
+   */
+  transport?: Transport | undefined;
+
+  /**
+   * The endpoint the instance serves.
+   *
+   * @generated from field: switchyard.router.v1.Endpoint endpoint = 4;
+   */
+  endpoint?: Endpoint | undefined;
+
+  /**
+   * Its cached overlap of the request in blocks.
+   *
+   * @generated from field: uint32 overlap_blocks = 5;
+   */
+  overlapBlocks: number;
+};
+
+/**
+ * Describes the message switchyard.router.v1.PrefillTarget.
+ * Use `create(PrefillTargetSchema)` to create a new message.
+ */
+export const PrefillTargetSchema: GenMessage<PrefillTarget> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 5);
 
 /**
  * MarkPrefillCompleteRequest names a routed request.
@@ -310,7 +372,7 @@ export type MarkPrefillCompleteRequest = Message<"switchyard.router.v1.MarkPrefi
  * Use `create(MarkPrefillCompleteRequestSchema)` to create a new message.
  */
 export const MarkPrefillCompleteRequestSchema: GenMessage<MarkPrefillCompleteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 5);
+  messageDesc(file_switchyard_router_v1_router, 6);
 
 /**
  * MarkPrefillCompleteResponse answers MarkPrefillCompleteRequest.
@@ -325,7 +387,7 @@ export type MarkPrefillCompleteResponse = Message<"switchyard.router.v1.MarkPref
  * Use `create(MarkPrefillCompleteResponseSchema)` to create a new message.
  */
 export const MarkPrefillCompleteResponseSchema: GenMessage<MarkPrefillCompleteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 6);
+  messageDesc(file_switchyard_router_v1_router, 7);
 
 /**
  * FreeRequest names a routed request.
@@ -346,7 +408,7 @@ export type FreeRequest = Message<"switchyard.router.v1.FreeRequest"> & {
  * Use `create(FreeRequestSchema)` to create a new message.
  */
 export const FreeRequestSchema: GenMessage<FreeRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 7);
+  messageDesc(file_switchyard_router_v1_router, 8);
 
 /**
  * FreeResponse answers FreeRequest.
@@ -361,7 +423,7 @@ export type FreeResponse = Message<"switchyard.router.v1.FreeResponse"> & {
  * Use `create(FreeResponseSchema)` to create a new message.
  */
 export const FreeResponseSchema: GenMessage<FreeResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 8);
+  messageDesc(file_switchyard_router_v1_router, 9);
 
 /**
  * ReportRequest is one batch of progress reports of routed requests.
@@ -390,7 +452,7 @@ export type ReportRequest = Message<"switchyard.router.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 9);
+  messageDesc(file_switchyard_router_v1_router, 10);
 
 /**
  * ReportResponse answers a Report stream when the client closes it.
@@ -411,7 +473,7 @@ export type ReportResponse = Message<"switchyard.router.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 10);
+  messageDesc(file_switchyard_router_v1_router, 11);
 
 /**
  * RouteStreamRequest is one Route request on a RouteStream.
@@ -432,7 +494,7 @@ export type RouteStreamRequest = Message<"switchyard.router.v1.RouteStreamReques
  * Use `create(RouteStreamRequestSchema)` to create a new message.
  */
 export const RouteStreamRequestSchema: GenMessage<RouteStreamRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 11);
+  messageDesc(file_switchyard_router_v1_router, 12);
 
 /**
  * RouteStreamResponse answers one RouteStreamRequest.
@@ -460,7 +522,7 @@ export type RouteStreamResponse = Message<"switchyard.router.v1.RouteStreamRespo
  * Use `create(RouteStreamResponseSchema)` to create a new message.
  */
 export const RouteStreamResponseSchema: GenMessage<RouteStreamResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 12);
+  messageDesc(file_switchyard_router_v1_router, 13);
 
 /**
  * RouteError is an error Route would return, carried in a RouteStream
@@ -497,7 +559,7 @@ export type RouteError = Message<"switchyard.router.v1.RouteError"> & {
  * Use `create(RouteErrorSchema)` to create a new message.
  */
 export const RouteErrorSchema: GenMessage<RouteError> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 13);
+  messageDesc(file_switchyard_router_v1_router, 14);
 
 /**
  * QueryOverlapsRequest is a Route request that is only looked at.
@@ -532,7 +594,7 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
  * Use `create(QueryOverlapsRequestSchema)` to create a new message.
  */
 export const QueryOverlapsRequestSchema: GenMessage<QueryOverlapsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 14);
+  messageDesc(file_switchyard_router_v1_router, 15);
 
 /**
  * QueryOverlapsResponse reports the candidates.
@@ -560,7 +622,7 @@ export type QueryOverlapsResponse = Message<"switchyard.router.v1.QueryOverlapsR
  * Use `create(QueryOverlapsResponseSchema)` to create a new message.
  */
 export const QueryOverlapsResponseSchema: GenMessage<QueryOverlapsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 15);
+  messageDesc(file_switchyard_router_v1_router, 16);
 
 /**
  * ExplainRouteRequest is a Route request that is decided but not recorded.
@@ -624,7 +686,7 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
  * Use `create(ExplainRouteRequestSchema)` to create a new message.
  */
 export const ExplainRouteRequestSchema: GenMessage<ExplainRouteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 16);
+  messageDesc(file_switchyard_router_v1_router, 17);
 
 /**
  * ExplainedCandidate is one worker as ExplainRoute saw it.
@@ -659,7 +721,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
  * Use `create(ExplainedCandidateSchema)` to create a new message.
  */
 export const ExplainedCandidateSchema: GenMessage<ExplainedCandidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 17);
+  messageDesc(file_switchyard_router_v1_router, 18);
 
 /**
  * ExplainRouteResponse is the decision Route would make, with its reasons.
@@ -722,6 +784,36 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
    * @generated from field: double temperature = 8;
    */
   temperature: number;
+
+  /**
+   * For a model with prefill and decode pools, how its prefill runs:
+   * "remote_prefill" (on prefill_instance_id, then the KV moves to
+   * instance_id, a decode worker) or "local_prefill" (whole on
+   * instance_id); empty for a model without those pools.
+   *
+   * @generated from field: string disaggregation = 9;
+   */
+  disaggregation: string;
+
+  /**
+   * The prefill instance Route would choose; 0 unless disaggregation is
+   * "remote_prefill".
+   *
+   * @generated from field: uint64 prefill_instance_id = 10;
+   */
+  prefillInstanceId: bigint;
+
+  /**
+   * The prefill pool's workers, in instance id order, each with its cost
+   * as the prefill leg (its predicted time to the first token). The
+   * decode and aggregated workers are in candidates, each with its cost
+   * for the leg it would serve: the decode leg (its load and the
+   * transfer of the blocks it lacks) when disaggregation is
+   * "remote_prefill", the whole request otherwise.
+   *
+   * @generated from field: repeated switchyard.router.v1.ExplainedCandidate prefill_candidates = 11;
+   */
+  prefillCandidates: ExplainedCandidate[];
 };
 
 /**
@@ -729,7 +821,7 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
  * Use `create(ExplainRouteResponseSchema)` to create a new message.
  */
 export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 18);
+  messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
  * GetStatsRequest asks for the router's state.
@@ -744,7 +836,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 19);
+  messageDesc(file_switchyard_router_v1_router, 20);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -810,7 +902,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 21);
 
 /**
  * GetStatsResponse is the router's state.
@@ -881,7 +973,7 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 21);
+  messageDesc(file_switchyard_router_v1_router, 22);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
@@ -941,7 +1033,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 22);
+  messageDesc(file_switchyard_router_v1_router, 23);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -983,6 +1075,29 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
    * @generated from field: repeated uint64 block_hashes = 5;
    */
   blockHashes: bigint[];
+
+  /**
+   * The prefill leg's instance, when the request was routed as a
+   * disaggregated pair (instance_id is then its decode leg); 0 when it
+   * runs whole on instance_id. A freed request frees both legs.
+   *
+   * @generated from field: uint64 prefill_instance_id = 6;
+   */
+  prefillInstanceId: bigint;
+
+  /**
+   * The prefill leg's data-parallel rank.
+   *
+   * @generated from field: uint32 prefill_dp_rank = 7;
+   */
+  prefillDpRank: number;
+
+  /**
+   * Blocks the prefill leg's worker has to compute.
+   *
+   * @generated from field: uint32 prefill_leg_blocks = 8;
+   */
+  prefillLegBlocks: number;
 };
 
 /**
@@ -990,7 +1105,7 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 23);
+  messageDesc(file_switchyard_router_v1_router, 24);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
@@ -1033,7 +1148,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 24);
+  messageDesc(file_switchyard_router_v1_router, 25);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -1075,7 +1190,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 25);
+  messageDesc(file_switchyard_router_v1_router, 26);
 
 /**
  * RouterService picks the worker for each request: the one that already
