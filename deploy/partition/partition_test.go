@@ -394,17 +394,11 @@ func TestEtcdMemberCutFromQuorum(t *testing.T) {
 
 // TestRegistryCutFromEtcd cuts one registry replica from every etcd member
 // (clients still reach it): it must report NOT_SERVING, and a client given
-// both replicas must keep listing through the other.
-//
-// It fails today: the cut replica says NOT_SERVING about 5 s after the cut,
-// but the workers' lease keep-alives and the discovery client's calls stay
-// on it (Unavailable: backend unavailable), the leases expire in etcd and
-// the other replica's watchers see both live workers deleted. It runs when
-// SWITCHYARD_PARTITION_DEFECTS=1 (make test-partition) until that is fixed.
+// both replicas must keep listing through the other, while the workers'
+// lease keep-alives move there too (no watcher may see a live worker
+// deleted). Clients leave the cut replica because the registry client
+// prefers replicas whose health says SERVING (grpcclient.PreferServing).
 func TestRegistryCutFromEtcd(t *testing.T) {
-	if os.Getenv("SWITCHYARD_PARTITION_DEFECTS") != "1" {
-		t.Skip("fails on a known defect (clients stay on a registry replica cut from etcd); run with SWITCHYARD_PARTITION_DEFECTS=1")
-	}
 	binaries(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -40,7 +40,9 @@ type Options struct {
 // comma-separated lists of them), through pkg/grpcclient. It does not wait
 // for a connection.
 func Dial(addrs []string, opts Options) (*Client, error) {
-	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token}
+	// Registry replicas all front the same store: a call may go to any
+	// that serves, and one cut from the store is left (see PreferServing).
+	gopts := grpcclient.Options{Credentials: opts.Credentials, Log: opts.Log, DialOptions: opts.DialOptions, Token: opts.Token, PreferServing: true}
 	cc, err := grpcclient.Dial("registry", addrs, gopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, err

@@ -4,7 +4,9 @@
 // addresses, each element itself possibly a comma-separated list, and dials
 // them as one connection: a manual resolver holds every address and
 // pick_first tries them in order, moving to the next when the connected one
-// goes away. The options have the same names in every client.
+// goes away (or, with Options.PreferServing, calls are spread over the
+// replicas whose health says they serve). The options have the same names in
+// every client.
 package grpcclient
 
 import (
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking, for PreferServing
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -40,6 +43,15 @@ type Options struct {
 	// Credentials, from --auth-token, SWITCHYARD_AUTH_TOKEN or
 	// --client-auth-token-file); nil sends none.
 	Token credentials.PerRPCCredentials
+	// PreferServing is for a service whose replicas are interchangeable
+	// (the registry: every replica fronts the same store). With two or more
+	// replicas, calls go to those whose health reports SERVING, spread
+	// round-robin, instead of staying on the first one that connects: a
+	// replica that is up but cut from its backend reports NOT_SERVING and
+	// is left until it serves again. Streams already open on it end with
+	// its errors and are opened again elsewhere. With one replica it
+	// changes nothing.
+	PreferServing bool
 }
 
 // Logger is o.Log, or a logger that discards everything.
@@ -106,6 +118,11 @@ func Dial(service string, addrs []string, opts Options, clientOpts ...grpc.DialO
 	}
 	if opts.Token != nil {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(opts.Token))
+	}
+	if opts.PreferServing && len(list) > 1 {
+		// The health of "" is the whole server's (pkg/grpcserver sets
+		// every service NOT_SERVING while its backend probe fails).
+		dopts = append(dopts, grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":""}}`))
 	}
 	dopts = append(dopts, clientOpts...)
 	dopts = append(dopts, opts.DialOptions...)
