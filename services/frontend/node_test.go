@@ -15,7 +15,9 @@ import (
 // TestNodeOpenAIClient proves a second real client: the npm openai package
 // (installed by .ci/run with `npm ci` in testdata/node) streams one chat,
 // and runs tool calls (streamed and not) and reasoning (tools.mjs); the
-// Vercel AI SDK and LangChain run their tool loops (agents.mjs).
+// Vercel AI SDK and LangChain run their tool loops (agents.mjs); and each
+// asks for structured outputs (structured.mjs: generateObject,
+// withStructuredOutput, response_format json_schema).
 func TestNodeOpenAIClient(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join("testdata", "node")
@@ -47,7 +49,8 @@ func TestNodeOpenAIClient(t *testing.T) {
 	if len(lines) < 2 || lines[len(lines)-1] != "finish_reason=length" || strings.TrimSpace(lines[0]) == "" {
 		t.Fatalf("node client output:\n%s", out)
 	}
-	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream"} {
+	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream",
+		"structured.mjs": "ok openai response_format json_schema"} {
 		cmd = exec.CommandContext(ctx, node, script)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)
