@@ -231,6 +231,10 @@ type Worker struct {
 	// unpublished at shutdown), and left in the ring because the buffer
 	// was full.
 	kvQueued, kvPublished, kvLost, kvDropped atomic.Uint64
+	// requests, promptTokens and outputTokens count the generate requests
+	// accepted, their prompt tokens and the output tokens sent, since the
+	// start: the *_total fields of every load report.
+	requests, promptTokens, outputTokens atomic.Uint64
 
 	api      *grpcserver.Server
 	apiDone  chan error
@@ -883,6 +887,7 @@ func (w *Worker) publishLoad() {
 		}
 		m := fn()
 		m.InstanceId = w.InstanceID()
+		m.RequestsTotal, m.PromptTokensTotal, m.OutputTokensTotal = w.requests.Load(), w.promptTokens.Load(), w.outputTokens.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if _, err := w.bus.Publish(ctx, wire.LoadSubject(w.cfg.Namespace, w.cfg.Component), m); err != nil {
 			w.log.Warn("load not published", "err", err.Error())
@@ -906,6 +911,8 @@ func (w *Worker) handler(h Handler) transport.Handler {
 				return err
 			}
 		}
+		w.requests.Add(1)
+		w.promptTokens.Add(uint64(len(gr.TokenIds)))
 		// The worker's span of the request, a child of the caller's (the
 		// request plane carried its trace context); the engine's spans
 		// (queue, prefill) nest in it.
@@ -923,6 +930,7 @@ func (w *Worker) handler(h Handler) transport.Handler {
 				return err
 			}
 			sent += len(resp.GetTokenIds())
+			w.outputTokens.Add(uint64(len(resp.GetTokenIds())))
 			return rw.Send(buf)
 		})
 		span.SetAttributes(attribute.Int("switchyard.output_tokens", sent))

@@ -165,7 +165,10 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 			gotKV = true
 		case "test.backend." + worker.LoadName:
 			m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
-			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 {
+			// The counts since the start: the one request served above,
+			// its 3 prompt tokens and the 3 it echoed.
+			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 ||
+				m.RequestsTotal != 1 || m.PromptTokensTotal != 3 || m.OutputTokensTotal != 3 {
 				t.Fatalf("load = %v, %v", m, err)
 			}
 			gotLoad = true
