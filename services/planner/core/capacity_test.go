@@ -1,0 +1,101 @@
+package core
+
+import (
+	"math"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+)
+
+// simple is a timing model whose steady states work out by hand: a step's
+// prefill costs 10 ms plus 0.1 ms a token, a decode step 20 ms at any KV
+// usage, 1,000 tokens a step.
+var simple = timingmodel.Model{PrefillPerToken: 0.1, PrefillPerBatch: 10, DecodeBase: 20, MaxBatchedTokens: 1000}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b)) }
+
+func TestCapacity(t *testing.T) {
+	obj := Objectives{TTFTMs: 500, ITLMs: 50}
+	for _, tc := range []struct {
+		name           string
+		eng            Engine
+		role           Role
+		prompt, output float64
+		obj            Objectives
+		want, bound    float64
+	}{
+		// Agg, 100+10 tokens. At r req/s a step of T ms prefills 0.1rT
+		// tokens and decodes 0.01rT requests: T = 10 + 0.01rT + 20, so
+		// T = 30/(1-0.01r). ITL 50 ms: r = 40. The TTFT then: 200
+		// prompt tokens a step of 980 free (rho 0.204), the request's
+		// own prompt a 20 ms prefill and a 20 ms decode step: 50 ms.
+		{"agg ITL-bound", Engine{Model: simple}, Agg, 100, 10, obj, 40, 40},
+		// Prefill, 400 tokens, TTFT 100 ms: T = 10 + 0.04rT; own prompt
+		// 50 ms, so rho <= 0.5: 0.4rT = 500, T = 60, r = 1250/60.
+		{"prefill TTFT-bound", Engine{Model: simple}, Prefill, 400, 10, Objectives{TTFTMs: 100, ITLMs: 1}, 1250.0 / 60, 1250.0 / 60},
+		// TTFT 40 ms under the 50 ms of a prompt alone: nothing holds it;
+		// the engine keeps up while rho < 1: 0.4rT < 1000 with
+		// T = 10 + 0.4rT/10, i.e. rT < 2500 at T = 110: r < 2500/110.
+		{"prefill objective unreachable", Engine{Model: simple}, Prefill, 400, 0, Objectives{TTFTMs: 40, ITLMs: 50}, 0, 2500.0 / 110},
+		// Decode, 100 output tokens: every step 20 ms, so ITL holds at
+		// any rate and the step budget binds: 0.1r*20 = 1000, r = 500.
+		{"decode budget-bound", Engine{Model: simple}, Decode, 400, 100, obj, 500, 500},
+		// With 1,000 KV blocks of 10 tokens, a request holds
+		// ceil((400... no: decode takes no prompt) 50/10) = 5 blocks:
+		// 200 requests fill the cache, 0.1r*20 = 200, r = 100.
+		{"decode KV-bound", Engine{Model: simple, KVBlocks: 1000, BlockSize: 10}, Decode, 400, 100, obj, 100, 100},
+		{"no work", Engine{Model: simple}, Agg, 0, 0, obj, 0, 0},
+		{"invalid model", Engine{}, Agg, 100, 10, obj, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, bound := tc.eng.Capacity(tc.role, tc.prompt, tc.output, tc.obj)
+			if !near(got, tc.want) || !near(bound, tc.bound) {
+				t.Fatalf("Capacity = %v (bound %v), want %v (bound %v)", got, bound, tc.want, tc.bound)
+			}
+		})
+	}
+}
+
+func TestSteadyState(t *testing.T) {
+	e := Engine{Model: simple}
+	// At 20 req/s of 100+10: T = 30/0.8 = 37.5 ms, 75 prompt tokens and
+	// 7.5 decoding requests a step; rho = 75/992.5; TTFT = 40/(1-rho).
+	l := e.steadyState(Agg, 20, 100, 10)
+	rho := 75 / 992.5
+	if !l.Feasible || !near(l.StepMs, 37.5) || !near(l.Prefill, 75) || !near(l.Decoding, 7.5) ||
+		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 40/(1-rho)) {
+		t.Fatalf("steady state = %+v", l)
+	}
+	// At 100 req/s the fixed point T = 30/(1-1) does not exist.
+	if l := e.steadyState(Agg, 100, 100, 10); l.Feasible {
+		t.Fatalf("100 req/s = %+v, want infeasible", l)
+	}
+}
+
+func TestNow(t *testing.T) {
+	e := Engine{Model: simple}
+	for _, tc := range []struct {
+		name             string
+		role             Role
+		queued, running  int
+		prompt           float64
+		wantTTFT, wantIT float64
+	}{
+		// An idle engine: the prompt's own prefill, no ITL.
+		{"idle", Agg, 0, 0, 100, 20, 0},
+		// 1,500 queued + 100 new over chunks of 990 (10 decoding): two
+		// steps, one full (10+99) and one of 610 (10+61), plus a decode
+		// step each (40); ITL a 990-token chunk and a decode step.
+		{"busy", Agg, 1500, 10, 100, 109 + 71 + 40, 20 + 109},
+		// Decode pools prefill nothing of their own.
+		{"decode", Decode, 0, 10, 100, 0, 20},
+		{"prefill has no ITL", Prefill, 0, 10, 100, 20 + 20, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ttft, itl := e.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt)
+			if !near(ttft, tc.wantTTFT) || !near(itl, tc.wantIT) {
+				t.Fatalf("Now = %v, %v; want %v, %v", ttft, itl, tc.wantTTFT, tc.wantIT)
+			}
+		})
+	}
+}

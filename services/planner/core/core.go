@@ -1,0 +1,473 @@
+// Package core is the planner's decision: from what a fleet reports (each
+// pool's demand and its workers' load and timing models), how many workers
+// each pool needs to hold the latency objectives, and which workers go
+// when a pool shrinks. It does no I/O and reads no clock: a Planner's
+// decisions are a deterministic function of its configuration and of the
+// observations given to Decide, so that the service, the simulator and
+// the tests run the same decisions.
+//
+// A pool's target comes from three rules, in order:
+//   - throughput: the demand forecast over the next interval (a
+//     Predictor) over what one worker sustains within the objectives,
+//     computed from its published timing model (Engine.Capacity);
+//   - load: the workers' predicted TTFT and ITL now, for a request of the
+//     mean size; when every worker breaks an objective the pool grows by
+//     one at least, and it shrinks only when the remaining workers, taking
+//     the leaving workers' load, would still hold both;
+//   - stability: a pool shrinks only when even (1-Hysteresis) of a
+//     worker's capacity would do for the forecast and for every rate
+//     observed over the cooldown, not within Cooldown intervals of its
+//     last change, not while started workers have yet to register, and
+//     never on stale data; it stays within MinReplicas..MaxReplicas and
+//     all pools within GPUBudget.
+package core
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+)
+
+// Objectives are the latency objectives, in milliseconds.
+type Objectives struct {
+	TTFTMs float64 `json:"ttft_ms"`
+	ITLMs  float64 `json:"itl_ms"`
+}
+
+// Config is a planner's policy.
+type Config struct {
+	Objectives
+	// Interval is the time between decisions.
+	Interval time.Duration
+	// MinReplicas and MaxReplicas bound every pool.
+	MinReplicas, MaxReplicas int
+	// GPUBudget bounds the GPUs of all pools together; 0 is no bound.
+	GPUBudget int
+	// GPUsPerWorker is what one worker of any pool takes; 0 is 1.
+	GPUsPerWorker int
+	// Predictor names the demand predictor (PredictorNames); Window is the
+	// samples it looks at.
+	Predictor string
+	Window    int
+	// Hysteresis is the share of a worker's capacity a pool keeps free
+	// before it shrinks (0..1): shrinking to n needs the demand to fit in
+	// n workers at (1-Hysteresis) of their capacity.
+	Hysteresis float64
+	// Cooldown is the intervals after a pool's change before it may
+	// shrink.
+	Cooldown int
+	// MaxAge is the oldest data a decision uses; a worker whose last load
+	// report is older is not counted, and a pool with none fresh holds.
+	MaxAge time.Duration
+}
+
+// DefaultConfig is the planner's defaults: objectives TTFT 500 ms and
+// ITL 50 ms, a decision every 10 s.
+func DefaultConfig() Config {
+	return Config{
+		Objectives: Objectives{TTFTMs: 500, ITLMs: 50},
+		Interval:   10 * time.Second, MinReplicas: 1, MaxReplicas: 8,
+		Predictor: "window", Window: 3, Hysteresis: 0.2, Cooldown: 3, MaxAge: 30 * time.Second,
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	switch {
+	case !(c.TTFTMs > 0) || !(c.ITLMs > 0) || math.IsInf(c.TTFTMs, 0) || math.IsInf(c.ITLMs, 0):
+		return errors.New("the TTFT and ITL objectives must be positive")
+	case c.Interval <= 0:
+		return errors.New("the adjustment interval must be positive")
+	case c.MinReplicas < 0 || c.MaxReplicas < max(c.MinReplicas, 1):
+		return fmt.Errorf("replicas: need 0 <= min (%d) <= max (%d) and max >= 1", c.MinReplicas, c.MaxReplicas)
+	case c.GPUBudget < 0 || c.GPUsPerWorker < 0:
+		return errors.New("the GPU budget and GPUs per worker must not be negative")
+	case !(c.Hysteresis >= 0 && c.Hysteresis < 1):
+		return fmt.Errorf("hysteresis %v: must be in [0, 1)", c.Hysteresis)
+	case c.Cooldown < 0 || c.Window < 1:
+		return errors.New("the cooldown must not be negative and the window at least 1")
+	case c.MaxAge <= 0:
+		return errors.New("the maximum data age must be positive")
+	}
+	_, err := NewPredictor(c.Predictor, c.Window)
+	return err
+}
+
+// PoolKey names a pool: the workers of one role serving one model.
+type PoolKey struct {
+	Model string `json:"model"`
+	Role  Role   `json:"role"`
+}
+
+func (k PoolKey) String() string { return k.Model + "/" + string(k.Role) }
+
+// Worker is one registered worker of a pool and its last load report.
+type Worker struct {
+	ID uint64
+	Engine
+	// Reported is when its last load report was taken.
+	Reported time.Time
+	// Queued is prompt tokens still to prefill; Running and Waiting its
+	// requests; Usage the share of its KV blocks in use.
+	Queued, Running, Waiting int
+	Usage                    float64
+	// Pinned workers are never chosen to go (they hold a handoff or a
+	// migration).
+	Pinned bool
+}
+
+// PoolObservation is what the planner sees of one pool at a decision.
+type PoolObservation struct {
+	Key PoolKey
+	// Demand is the pool's demand over the interval that ended at At; At
+	// zero means none was measured.
+	Demand Sample
+	// Workers are its registered workers, draining ones excluded.
+	Workers []Worker
+	// Starting is workers started and not registered yet.
+	Starting int
+}
+
+// Inputs are what a pool's decision was made from.
+type Inputs struct {
+	Observed Demand `json:"observed"`
+	Forecast Demand `json:"forecast"`
+	// CapacityRPS is one worker's requests per second within the
+	// objectives for the forecast's request sizes.
+	CapacityRPS float64 `json:"capacity_rps"`
+	// TTFTMs and ITLMs are the fleet's predicted latencies now: the lowest
+	// of its workers' (the load rule acts when every worker breaks one).
+	TTFTMs   float64 `json:"ttft_ms"`
+	ITLMs    float64 `json:"itl_ms"`
+	Workers  int     `json:"workers"`
+	Starting int     `json:"starting"`
+	Fresh    int     `json:"fresh"`
+}
+
+// PoolDecision is one pool's part of a decision.
+type PoolDecision struct {
+	PoolKey
+	// Current counts the pool's registered and starting workers.
+	Current int `json:"current"`
+	// Target is the workers the pool should have.
+	Target int `json:"target"`
+	// Drain names the workers to drain and stop, Current-Target of them
+	// (fewer when only pinned or starting ones are left), least loaded
+	// first.
+	Drain  []uint64 `json:"drain,omitempty"`
+	Reason string   `json:"reason"`
+	Inputs Inputs   `json:"inputs"`
+}
+
+// Decision is what one interval decided, for every pool.
+type Decision struct {
+	// ID increases by one at every decision.
+	ID    uint64         `json:"id"`
+	At    time.Time      `json:"at"`
+	Pools []PoolDecision `json:"pools"`
+}
+
+// Changed says whether any pool's target differs from its count.
+func (d Decision) Changed() bool {
+	for _, p := range d.Pools {
+		if p.Target != p.Current {
+			return true
+		}
+	}
+	return false
+}
+
+// Planner decides; it keeps each pool's history (its predictor and last
+// change). It is not safe for concurrent use.
+type Planner struct {
+	cfg    Config
+	lastID uint64
+	pools  map[PoolKey]*poolState
+}
+
+type poolState struct {
+	predictor  Predictor
+	lastSample time.Time
+	// recent is the observed request rates of the last Cooldown+1
+	// intervals, oldest first: a pool shrinks only when the highest of
+	// them fits too.
+	recent []float64
+	// changedAt is the decision id of the pool's last change, 0 for none.
+	changedAt uint64
+}
+
+// New returns a planner; cfg must be valid. The first decision has id
+// lastID+1 (a restarted planner continues from the last it wrote).
+func New(cfg Config, lastID uint64) (*Planner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.GPUsPerWorker == 0 {
+		cfg.GPUsPerWorker = 1
+	}
+	return &Planner{cfg: cfg, lastID: lastID, pools: map[PoolKey]*poolState{}}, nil
+}
+
+// Decide makes the decision at now from the observations, one per pool.
+// Pools not observed are forgotten.
+func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
+	p.lastID++
+	d := Decision{ID: p.lastID, At: now}
+	seen := map[PoolKey]bool{}
+	obs = slices.Clone(obs)
+	slices.SortFunc(obs, func(a, b PoolObservation) int {
+		return cmp.Or(cmp.Compare(a.Key.Model, b.Key.Model), cmp.Compare(a.Key.Role, b.Key.Role))
+	})
+	for _, o := range obs {
+		if seen[o.Key] {
+			continue
+		}
+		seen[o.Key] = true
+		st := p.pools[o.Key]
+		if st == nil {
+			pr, _ := NewPredictor(p.cfg.Predictor, p.cfg.Window)
+			st = &poolState{predictor: pr}
+			p.pools[o.Key] = st
+		}
+		d.Pools = append(d.Pools, p.decidePool(now, st, o))
+	}
+	for k := range p.pools {
+		if !seen[k] {
+			delete(p.pools, k)
+		}
+	}
+	p.budget(d.Pools)
+	for i := range d.Pools {
+		pd := &d.Pools[i]
+		if pd.Target != pd.Current {
+			p.pools[pd.PoolKey].changedAt = d.ID
+		}
+		pd.Drain = nil
+		if pd.Target < pd.Current {
+			pd.Drain = drainOrder(obsOf(obs, pd.PoolKey), pd.Current-pd.Target, now, p.cfg.MaxAge)
+		}
+	}
+	return d
+}
+
+func obsOf(obs []PoolObservation, k PoolKey) PoolObservation {
+	for _, o := range obs {
+		if o.Key == k {
+			return o
+		}
+	}
+	return PoolObservation{}
+}
+
+func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) PoolDecision {
+	c := p.cfg
+	pd := PoolDecision{PoolKey: o.Key, Current: len(o.Workers) + o.Starting}
+	pd.Inputs.Workers, pd.Inputs.Starting = len(o.Workers), o.Starting
+	hold := func(reason string) PoolDecision {
+		pd.Target = clamp(pd.Current, c.MinReplicas, c.MaxReplicas)
+		pd.Reason = reason
+		if pd.Target != pd.Current {
+			pd.Reason += fmt.Sprintf("; bounded to %d..%d", c.MinReplicas, c.MaxReplicas)
+		}
+		return pd
+	}
+
+	var fresh []Worker
+	for _, w := range o.Workers {
+		if age := now.Sub(w.Reported); age >= 0 && age <= c.MaxAge {
+			fresh = append(fresh, w)
+		}
+	}
+	pd.Inputs.Fresh = len(fresh)
+	demandFresh := !o.Demand.At.IsZero() && now.Sub(o.Demand.At) <= c.MaxAge && o.Demand.valid()
+	if demandFresh && o.Demand.At.After(st.lastSample) {
+		st.predictor.Observe(o.Demand)
+		st.lastSample = o.Demand.At
+		st.recent = append(st.recent, o.Demand.RequestsPerSec)
+		if len(st.recent) > c.Cooldown+1 {
+			st.recent = st.recent[len(st.recent)-c.Cooldown-1:]
+		}
+	}
+	if demandFresh {
+		pd.Inputs.Observed = o.Demand.Demand
+	}
+	if len(o.Workers) > 0 && len(fresh) == 0 {
+		return hold("stale: no worker has reported within " + c.MaxAge.String())
+	}
+	if !demandFresh && len(o.Workers) > 0 {
+		return hold("stale: no demand measured within " + c.MaxAge.String())
+	}
+	f := st.predictor.Forecast(c.Interval)
+	pd.Inputs.Forecast = f
+	prompt, output := f.PromptTokens(), f.OutputTokens()
+
+	// Throughput: the forecast over one worker's capacity, with the
+	// engine of the pool's first fresh worker (workers of a pool run one
+	// engine), or the timing model's default without one.
+	eng := Engine{Model: defaultModel()}
+	if len(fresh) > 0 {
+		eng = fresh[0].Engine
+	}
+	capRPS, bound := eng.Capacity(o.Key.Role, prompt, output, c.Objectives)
+	pd.Inputs.CapacityRPS = capRPS
+	need := func(rps, share float64) int {
+		if !(rps > 0) {
+			return 0
+		}
+		per := capRPS
+		if per == 0 {
+			per = bound
+		}
+		if !(per > 0) {
+			return math.MaxInt32
+		}
+		return int(math.Ceil(rps/(per*share) - 1e-9))
+	}
+	target := need(f.RequestsPerSec, 1)
+	reason := fmt.Sprintf("throughput: %.3g req/s forecast, %.3g req/s per worker within the objectives", f.RequestsPerSec, capRPS)
+	if capRPS == 0 && f.RequestsPerSec > 0 {
+		reason = fmt.Sprintf("throughput: %.3g req/s forecast; no load holds the objectives for requests of %.0f+%.0f tokens, sized to what a worker sustains (%.3g req/s)",
+			f.RequestsPerSec, prompt, output, bound)
+	}
+
+	// Load: the workers' predictions now.
+	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, c.Objectives)
+	pd.Inputs.TTFTMs, pd.Inputs.ITLMs = ttft, itl
+	if up && target <= pd.Current {
+		target = pd.Current + 1
+		reason = fmt.Sprintf("load: every worker predicts TTFT %.0f ms or ITL %.1f ms past the objectives (%.0f, %.0f)", ttft, itl, c.TTFTMs, c.ITLMs)
+	}
+
+	if target < pd.Current {
+		// Shrinking needs the forecast and every rate observed over the
+		// cooldown to fit the smaller pool with the hysteresis kept free:
+		// a forecast that dips on noise alone does not shrink it.
+		high := f.RequestsPerSec
+		for _, r := range st.recent {
+			high = max(high, r)
+		}
+		switch down := need(high, 1-c.Hysteresis); {
+		case o.Starting > 0:
+			target, reason = pd.Current, "hold: started workers have not registered yet"
+		case st.changedAt != 0 && p.lastID-st.changedAt <= uint64(c.Cooldown):
+			target, reason = pd.Current, fmt.Sprintf("hold: within %d intervals of the last change", c.Cooldown)
+		case !downOK:
+			target, reason = pd.Current, "hold: with one worker less the others would break an objective"
+		case down >= pd.Current:
+			target, reason = pd.Current, fmt.Sprintf("hold: demand is within the hysteresis band (%.0f%% of a worker's capacity)", c.Hysteresis*100)
+		default:
+			target = max(down, target)
+			reason += fmt.Sprintf("; down to %d with %.0f%% of capacity kept free", target, c.Hysteresis*100)
+		}
+	}
+	pd.Target = clamp(target, c.MinReplicas, c.MaxReplicas)
+	if pd.Target != target {
+		reason += fmt.Sprintf("; bounded to %d..%d", c.MinReplicas, c.MaxReplicas)
+	}
+	pd.Reason = reason
+	return pd
+}
+
+// loadRule applies the load rule to the fresh workers: up when every one
+// predicts, for a request of prompt tokens, a TTFT or an ITL past the
+// objectives; downOK when, with one worker fewer and its load spread over
+// the others, every one would still hold both. ttft and itl are the
+// lowest of the workers' predictions.
+func loadRule(role Role, fresh []Worker, prompt float64, o Objectives) (up, downOK bool, ttft, itl float64) {
+	if len(fresh) == 0 {
+		return false, true, 0, 0
+	}
+	up, downOK = true, len(fresh) > 1
+	ttft, itl = math.Inf(1), math.Inf(1)
+	n := float64(len(fresh))
+	for _, w := range fresh {
+		t, i := w.Now(role, w.Queued, w.Running, w.Usage, prompt)
+		ttft, itl = min(ttft, t), min(itl, i)
+		if t <= o.TTFTMs && i <= o.ITLMs {
+			up = false
+		}
+		if downOK {
+			scale := n / (n - 1)
+			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt)
+			if t2 > o.TTFTMs || i2 > o.ITLMs {
+				downOK = false
+			}
+		}
+	}
+	return up, downOK, ttft, itl
+}
+
+// budget lowers targets until the pools' GPUs fit the budget: each pool
+// keeps its minimum (or its target, when lower), and the rest goes one worker at a time to the pool furthest from its target
+// (by the share of it missing), ties to the first pool in key order.
+func (p *Planner) budget(pools []PoolDecision) {
+	c := p.cfg
+	if c.GPUBudget == 0 {
+		return
+	}
+	total := 0
+	for _, pd := range pools {
+		total += pd.Target * c.GPUsPerWorker
+	}
+	if total <= c.GPUBudget {
+		return
+	}
+	give := make([]int, len(pools))
+	left := c.GPUBudget
+	for i, pd := range pools {
+		give[i] = min(c.MinReplicas, pd.Target)
+		left -= give[i] * c.GPUsPerWorker
+	}
+	for left >= c.GPUsPerWorker {
+		best, bestShort := -1, 0.0
+		for i, pd := range pools {
+			if give[i] >= pd.Target {
+				continue
+			}
+			short := float64(pd.Target-give[i]) / float64(pd.Target)
+			if best < 0 || short > bestShort {
+				best, bestShort = i, short
+			}
+		}
+		if best < 0 {
+			break
+		}
+		give[best]++
+		left -= c.GPUsPerWorker
+	}
+	for i := range pools {
+		if give[i] < pools[i].Target {
+			pools[i].Reason += fmt.Sprintf("; %d within the GPU budget of %d", give[i], c.GPUBudget)
+			pools[i].Target = give[i]
+		}
+	}
+}
+
+// drainOrder picks n workers to go: fresh, not pinned, the fewest running
+// and waiting requests first, then the least KV in use, then the lowest
+// id. A worker whose report is stale is not chosen: its load is unknown.
+func drainOrder(o PoolObservation, n int, now time.Time, maxAge time.Duration) []uint64 {
+	var cands []Worker
+	for _, w := range o.Workers {
+		if age := now.Sub(w.Reported); !w.Pinned && age >= 0 && age <= maxAge {
+			cands = append(cands, w)
+		}
+	}
+	slices.SortFunc(cands, func(a, b Worker) int {
+		return cmp.Or(cmp.Compare(a.Running+a.Waiting, b.Running+b.Waiting), cmp.Compare(a.Usage, b.Usage), cmp.Compare(a.ID, b.ID))
+	})
+	var ids []uint64
+	for _, w := range cands[:min(n, len(cands))] {
+		ids = append(ids, w.ID)
+	}
+	return ids
+}
+
+func defaultModel() timingmodel.Model { return timingmodel.Default() }
+
+func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }

@@ -1,0 +1,347 @@
+package core
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testConfig is the defaults with the objectives the simple model's hand
+// figures use: at 100+10 tokens a worker holds ITL 50 ms up to 40 req/s.
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Window = 1
+	c.MaxReplicas = 8
+	return c
+}
+
+var pool = PoolKey{Model: "m", Role: Agg}
+
+// fleet is n fresh workers of the simple engine sharing rps requests per
+// second of 100+10 tokens at their steady state.
+func fleet(n int, rps float64, at time.Time) []Worker {
+	e := Engine{Model: simple}
+	var ws []Worker
+	l := e.steadyState(Agg, rps/float64(max(n, 1)), 100, 10)
+	for i := range n {
+		ws = append(ws, Worker{ID: uint64(i + 1), Engine: e, Reported: at,
+			Queued: int(l.Prefill), Running: int(math.Ceil(l.Decoding)), Usage: l.Usage})
+	}
+	return ws
+}
+
+func demand(rps float64, at time.Time) Sample {
+	return Sample{At: at, Demand: Demand{RequestsPerSec: rps, PromptTokensPerSec: 100 * rps, OutputTokensPerSec: 10 * rps}}
+}
+
+func obs(n int, rps float64, at time.Time) PoolObservation {
+	return PoolObservation{Key: pool, Demand: demand(rps, at), Workers: fleet(n, rps, at)}
+}
+
+func TestDecide(t *testing.T) {
+	type step struct {
+		o          PoolObservation
+		target     int
+		reason     string // a part of the reason
+		drainCount int
+	}
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Second) }
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*Config)
+		steps []step
+	}{
+		// 100 req/s over 40 a worker: 3.
+		{"scale up to the throughput", nil, []step{{obs(1, 100, at(1)), 3, "throughput", 0}}},
+		{"bounded by max", nil, []step{{obs(1, 1000, at(1)), 8, "bounded to 1..8", 0}}},
+		{"bounded by min", func(c *Config) { c.MinReplicas = 2 }, []step{{obs(2, 1, at(1)), 2, "bounded to 2..8", 0}}},
+		// 4 workers at 100 req/s: 3 would do at full capacity, but
+		// shrinking needs 100 <= 3*40*0.8 = 96: no. At 5, 4 would do:
+		// 100 <= 4*32.
+		{"hysteresis holds", nil, []step{{obs(4, 100, at(1)), 4, "hysteresis", 0}}},
+		{"hysteresis allows", nil, []step{{obs(5, 100, at(1)), 4, "down to 4", 1}}},
+		// After a change the pool does not shrink for 3 intervals.
+		{"cooldown", nil, []step{
+			{obs(1, 100, at(1)), 3, "throughput", 0},
+			{obs(3, 10, at(2)), 3, "within 3 intervals", 0},
+			{obs(3, 10, at(3)), 3, "within 3 intervals", 0},
+			{obs(3, 10, at(4)), 3, "within 3 intervals", 0},
+			{obs(3, 10, at(5)), 1, "down to 1", 2},
+		}},
+		{"stale worker reports", nil, []step{{PoolObservation{Key: pool, Demand: demand(100, at(10)), Workers: fleet(2, 100, at(1))}, 2, "stale: no worker", 0}}},
+		{"stale demand", nil, []step{{PoolObservation{Key: pool, Demand: demand(100, at(1)), Workers: fleet(2, 100, at(10))}, 2, "stale: no demand", 0}}},
+		{"no demand measured", nil, []step{{PoolObservation{Key: pool, Workers: fleet(2, 100, at(1))}, 2, "stale: no demand", 0}}},
+		// A pool without workers gets its minimum.
+		{"empty pool", nil, []step{{PoolObservation{Key: pool}, 1, "bounded to 1..8", 0}}},
+		{"starting workers hold a shrink", nil, []step{{PoolObservation{Key: pool, Demand: demand(10, at(1)), Workers: fleet(3, 10, at(1)), Starting: 1}, 4, "not registered", 0}}},
+		// Throughput says 1 (a 10 req/s forecast), but every worker has
+		// 20,000 prompt tokens queued: the load rule adds one.
+		{"load rule steps up", nil, []step{{func() PoolObservation {
+			o := obs(1, 10, at(1))
+			o.Workers[0].Queued = 20000
+			return o
+		}(), 2, "load: every worker", 0}}},
+		// Two workers, one with 4,000 queued tokens: without the other
+		// it would queue 8,000 and break the TTFT objective.
+		{"load rule vetoes a shrink", nil, []step{{func() PoolObservation {
+			o := obs(2, 10, at(1))
+			o.Workers[0].Queued = 4000
+			return o
+		}(), 2, "one worker less", 0}}},
+		// A forecast the objectives cannot hold at any load (prompts whose
+		// own prefill takes longer than TTFT) sizes by what a worker
+		// sustains.
+		// The bound: rho < 1 with 0.11rT prompt and decode tokens a
+		// step, T = 30/(1-0.01r): r < 9090.9/120.9 = 75.2, 2 workers.
+		{"objective unreachable", func(c *Config) { c.TTFTMs = 10 }, []step{{obs(1, 100, at(1)), 2, "no load holds the objectives", 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			p, err := New(cfg, 41)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tc.steps {
+				now := s.o.Demand.At
+				for _, w := range s.o.Workers {
+					if w.Reported.After(now) {
+						now = w.Reported
+					}
+				}
+				d := p.Decide(now.Add(time.Second), []PoolObservation{s.o})
+				if d.ID != uint64(42+i) || len(d.Pools) != 1 {
+					t.Fatalf("step %d: decision %d with %d pools, want id %d and 1", i, d.ID, len(d.Pools), 42+i)
+				}
+				pd := d.Pools[0]
+				if pd.Target != s.target || !strings.Contains(pd.Reason, s.reason) || len(pd.Drain) != s.drainCount {
+					t.Fatalf("step %d: target %d (drain %v), reason %q; want %d (%d to drain), reason with %q", i, pd.Target, pd.Drain, pd.Reason, s.target, s.drainCount, s.reason)
+				}
+				if _, err := d.Encode(); err != nil {
+					t.Fatalf("step %d: encode: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestBudget(t *testing.T) {
+	// Pools wanting 5 and 3 workers (200 and 120 req/s) with a budget of
+	// 6: each keeps its minimum 1, and the 4 left go to the one missing
+	// the larger share of its target: A 0.8, A 0.6, then B 0.67 > A 0.4,
+	// then A 0.4 > B 0.33: A 4, B 2.
+	cfg := testConfig()
+	cfg.GPUBudget = 6
+	p, _ := New(cfg, 0)
+	a, b := obs(1, 200, t0), obs(1, 120, t0)
+	a.Key, b.Key = PoolKey{"a", Agg}, PoolKey{"b", Agg}
+	d := p.Decide(t0, []PoolObservation{b, a})
+	got := []int{d.Pools[0].Target, d.Pools[1].Target}
+	if d.Pools[0].Model != "a" || !slices.Equal(got, []int{4, 2}) || !strings.Contains(d.Pools[1].Reason, "GPU budget of 6") {
+		t.Fatalf("targets %v of %v %v, want a 4, b 2", got, d.Pools[0].Reason, d.Pools[1].Reason)
+	}
+	// Two GPUs a worker: 3 workers in all; A 2 (0.8 then 0.6 > 0.67? no:
+	// after A's first, B 0.67 > A 0.6), so A 2, B 1... with mins 1 and 1
+	// using 4 GPUs, 2 left for one worker: A (0.8). A 2, B 1.
+	cfg.GPUsPerWorker = 2
+	p, _ = New(cfg, 0)
+	d = p.Decide(t0, []PoolObservation{a, b})
+	if got := []int{d.Pools[0].Target, d.Pools[1].Target}; !slices.Equal(got, []int{2, 1}) {
+		t.Fatalf("2 GPUs a worker: targets %v, want 2, 1", got)
+	}
+}
+
+func TestDrainOrder(t *testing.T) {
+	ws := []Worker{
+		{ID: 1, Reported: t0, Running: 3},
+		{ID: 2, Reported: t0, Running: 0, Usage: 0.5},
+		{ID: 3, Reported: t0, Running: 0, Usage: 0.1, Pinned: true},
+		{ID: 4, Reported: t0.Add(-time.Hour)},
+		{ID: 5, Reported: t0, Running: 0, Usage: 0.1},
+		{ID: 6, Reported: t0, Waiting: 1},
+	}
+	for _, tc := range []struct {
+		n    int
+		want []uint64
+	}{
+		{1, []uint64{5}}, {2, []uint64{5, 2}}, {3, []uint64{5, 2, 6}}, {10, []uint64{5, 2, 6, 1}}, {0, nil},
+	} {
+		if got := drainOrder(PoolObservation{Workers: ws}, tc.n, t0, time.Minute); !slices.Equal(got, tc.want) {
+			t.Errorf("drain %d = %v, want %v (never pinned 3 nor stale 4)", tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"defaults", func(*Config) {}, true},
+		{"ttft 0", func(c *Config) { c.TTFTMs = 0 }, false},
+		{"itl inf", func(c *Config) { c.ITLMs = math.Inf(1) }, false},
+		{"interval 0", func(c *Config) { c.Interval = 0 }, false},
+		{"min past max", func(c *Config) { c.MinReplicas = 9 }, false},
+		{"min at max", func(c *Config) { c.MinReplicas = 8 }, true},
+		{"max 0", func(c *Config) { c.MinReplicas, c.MaxReplicas = 0, 0 }, false},
+		{"hysteresis 1", func(c *Config) { c.Hysteresis = 1 }, false},
+		{"hysteresis just under 1", func(c *Config) { c.Hysteresis = 0.99 }, true},
+		{"window 0", func(c *Config) { c.Window = 0 }, false},
+		{"unknown predictor", func(c *Config) { c.Predictor = "arima" }, false},
+		{"trend", func(c *Config) { c.Predictor = "trend" }, true},
+		{"negative budget", func(c *Config) { c.GPUBudget = -1 }, false},
+		{"max age 0", func(c *Config) { c.MaxAge = 0 }, false},
+	} {
+		c := testConfig()
+		tc.edit(&c)
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// needed is the workers a demand needs at the simple engine's capacity.
+func needed(rps float64) int { return int(math.Ceil(rps/40 - 1e-9)) }
+
+// run drives a planner through a demand curve, one decision an interval,
+// applying each decision at once: the workers share the demand at their
+// steady state. It returns the pool's size after each decision.
+func run(t *testing.T, cfg Config, curve func(i int) float64, n int) []int {
+	t.Helper()
+	p, err := New(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, sizes := cfg.MinReplicas, make([]int, 0, n)
+	for i := range n {
+		at := t0.Add(time.Duration(i) * cfg.Interval)
+		rps := curve(i)
+		d := p.Decide(at, []PoolObservation{{Key: pool, Demand: demand(rps, at), Workers: fleet(size, rps, at)}})
+		pd := d.Pools[0]
+		if pd.Target < cfg.MinReplicas || pd.Target > cfg.MaxReplicas {
+			t.Fatalf("interval %d: target %d outside %d..%d", i, pd.Target, cfg.MinReplicas, cfg.MaxReplicas)
+		}
+		if pd.Target < size && len(pd.Drain) != size-pd.Target {
+			t.Fatalf("interval %d: %d to drain for %d -> %d", i, len(pd.Drain), size, pd.Target)
+		}
+		size = pd.Target
+		sizes = append(sizes, size)
+	}
+	return sizes
+}
+
+// flaps counts a change followed by one the other way within 3 intervals.
+func flaps(sizes []int) int {
+	n := 0
+	for i := 1; i < len(sizes); i++ {
+		d := sizes[i] - sizes[i-1]
+		for j := i + 1; j < min(i+4, len(sizes)); j++ {
+			if e := sizes[j] - sizes[j-1]; d != 0 && e != 0 && (d > 0) != (e > 0) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestDemandCurves(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	noise := make([]float64, 400)
+	for i := range noise {
+		noise[i] = 1 + 0.2*(rng.Float64()-0.5) // +-10%
+	}
+	for _, pred := range []string{"window", "trend"} {
+		for _, tc := range []struct {
+			name  string
+			curve func(i int) float64
+			n     int
+			check func(t *testing.T, sizes []int, curve func(int) float64)
+		}{
+			{"step up then down", func(i int) float64 {
+				if i >= 20 && i < 60 {
+					return 200
+				}
+				return 20
+			}, 100, func(t *testing.T, sizes []int, curve func(int) float64) {
+				// Up within the window of the step; down after it
+				// within the window, the cooldown and one interval,
+				// to what the demand needs.
+				if sizes[19] != 1 || sizes[20+3] < needed(200) || sizes[59] < needed(200) {
+					t.Errorf("step up: sizes %v", sizes[15:30])
+				}
+				if sizes[60+3+3+1] != needed(20) || sizes[99] != needed(20) {
+					t.Errorf("step down: sizes %v", sizes[55:75])
+				}
+			}},
+			{"ramp", func(i int) float64 { return 10 + 3*float64(i) }, 100, func(t *testing.T, sizes []int, curve func(int) float64) {
+				// Never shrinks on a rising demand; never more than one
+				// worker short of it (a window lags half its length).
+				for i := 1; i < len(sizes); i++ {
+					if sizes[i] < sizes[i-1] {
+						t.Fatalf("shrank on a ramp at %d: %v", i, sizes)
+					}
+					if sizes[i] < min(needed(curve(i)), 8)-1 {
+						t.Fatalf("interval %d: %d workers for %v req/s (%d needed)", i, sizes[i], curve(i), needed(curve(i)))
+					}
+				}
+			}},
+			{"diurnal", func(i int) float64 { return 160 + 140*math.Sin(2*math.Pi*float64(i)/200) }, 400, func(t *testing.T, sizes []int, curve func(int) float64) {
+				short, used, peak := 0, 0, 0
+				for i, s := range sizes {
+					if s < needed(curve(i)) {
+						short++
+					}
+					used += s
+					peak = max(peak, needed(curve(i)))
+				}
+				// Short at most 1 interval in 20 (the lag at the
+				// rises), and well under a fleet sized to the peak.
+				if short > len(sizes)/20 || used > peak*len(sizes)*3/4 {
+					t.Errorf("diurnal: short %d of %d intervals, %d worker-intervals (peak fleet %d)", short, len(sizes), used, peak*len(sizes))
+				}
+				if f := flaps(sizes); f != 0 {
+					t.Errorf("diurnal: %d flaps: %v", f, sizes)
+				}
+			}},
+			{"steady with noise", func(i int) float64 { return 150 * noise[i] }, 400, func(t *testing.T, sizes []int, curve func(int) float64) {
+				if f := flaps(sizes[5:]); f != 0 {
+					t.Errorf("noise: %d flaps: %v", f, sizes)
+				}
+				changes := 0
+				for i := 6; i < len(sizes); i++ {
+					if sizes[i] != sizes[i-1] {
+						changes++
+					}
+				}
+				if changes > 4 {
+					t.Errorf("noise: %d changes after the start: %v", changes, sizes)
+				}
+			}},
+		} {
+			t.Run(pred+"/"+tc.name, func(t *testing.T) {
+				cfg := DefaultConfig()
+				cfg.Predictor = pred
+				sizes := run(t, cfg, tc.curve, tc.n)
+				tc.check(t, sizes, tc.curve)
+			})
+		}
+	}
+}
+
+func TestDecideIsDeterministic(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Predictor = "trend"
+	curve := func(i int) float64 { return 100 + 90*math.Sin(float64(i)/7) }
+	a, b := run(t, cfg, curve, 200), run(t, cfg, curve, 200)
+	if !slices.Equal(a, b) {
+		t.Fatal("two runs of the same observations decided differently")
+	}
+}
