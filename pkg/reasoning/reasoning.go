@@ -73,6 +73,39 @@ type Parser struct {
 	ws string
 	// thought is whether any reasoning text was returned.
 	thought bool
+	// closed is whether a reasoning block ended (</think> was read).
+	closed bool
+}
+
+// Phase is where a parser is in a generation's text.
+type Phase int
+
+// The phases, in the order a text goes through them.
+const (
+	// Undecided: nothing but whitespace, or a prefix of <think>, so far.
+	Undecided Phase = iota
+	// Thinking: inside the reasoning.
+	Thinking
+	// Answered: past the end of the reasoning.
+	Answered
+	// Plain: the text did not open with reasoning; it is all answer.
+	Plain
+)
+
+// Phase says where the parser is, after the text given so far. A caller
+// that counts tokens (reasoning_tokens in usage) attributes a piece of
+// text to the reasoning when the parser was Thinking before or after it,
+// or went from Undecided to Answered over it.
+func (p *Parser) Phase() Phase {
+	switch {
+	case p.st == undecided:
+		return Undecided
+	case p.st == thinking:
+		return Thinking
+	case p.closed:
+		return Answered
+	}
+	return Plain
 }
 
 // New returns a parser of the named format; "" and none pass text through
@@ -132,7 +165,7 @@ func (p *Parser) scan(final bool) (reasoning, answer string) {
 				p.reason(&r, strings.TrimRight(s[:end], " \t\r\n"))
 				p.ws = ""
 				s = s[end+len(closeTag):]
-				p.st = answering
+				p.st, p.closed = answering, true
 				continue
 			}
 			keep := 0

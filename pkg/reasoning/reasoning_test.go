@@ -91,3 +91,32 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// TestPhase feeds texts piece by piece and checks the phase after each.
+func TestPhase(t *testing.T) {
+	for _, tc := range []struct {
+		name, parser string
+		pieces       []string
+		want         []Phase
+	}{
+		{"qwen3 think then answer", Qwen3, []string{"<th", "ink>", "hmm", "</think>", "\n\n", "Hi"},
+			[]Phase{Undecided, Thinking, Thinking, Answered, Answered, Answered}},
+		{"qwen3 all in one piece", Qwen3, []string{"<think>a</think>b"}, []Phase{Answered}},
+		{"qwen3 plain", Qwen3, []string{" ", "Hi", "<think>"}, []Phase{Undecided, Plain, Plain}},
+		{"deepseek starts thinking", DeepSeekR1, []string{"r", "</think>", "a"}, []Phase{Thinking, Answered, Answered}},
+		{"none", None, []string{"<think>x"}, []Phase{Plain}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(tc.parser)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, piece := range tc.pieces {
+				p.Add(piece)
+				if got := p.Phase(); got != tc.want[i] {
+					t.Fatalf("after %q: phase %d, want %d", strings.Join(tc.pieces[:i+1], ""), got, tc.want[i])
+				}
+			}
+		})
+	}
+}

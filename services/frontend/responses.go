@@ -151,7 +151,7 @@ type responseJSON struct {
 	Status             string            `json:"status"`
 	Model              string            `json:"model"`
 	Output             []json.RawMessage `json:"output"`
-	Usage              *responseUsage    `json:"usage"`
+	Usage              *responseUsage    `json:"usage,omitempty"`
 	Error              any               `json:"error"`
 	IncompleteDetails  *incompleteJSON   `json:"incomplete_details"`
 	Instructions       *string           `json:"instructions"`
@@ -183,6 +183,9 @@ type responseUsage struct {
 	InputTokens        int `json:"input_tokens"`
 	InputTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
+		// CacheWriteTokens is 0: the engines report what their prefix
+		// caches served, not what they stored.
+		CacheWriteTokens int `json:"cache_write_tokens"`
 	} `json:"input_tokens_details"`
 	OutputTokens        int `json:"output_tokens"`
 	OutputTokensDetails struct {
@@ -240,6 +243,10 @@ type responsesSink struct {
 	rsDone   bool
 	msgOpen  bool
 	outIndex int
+	// pending counts the tokens whose text has not reached the reasoning
+	// parser yet (a stop sequence may hold it back); reasoningTokens those
+	// that were reasoning (see countReasoning).
+	pending, reasoningTokens int
 }
 
 func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams, card *registryv1.ModelCard) *responsesSink {
@@ -253,8 +260,27 @@ func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams,
 
 func (rs *responsesSink) requestID() string { return rs.id }
 
-func (rs *responsesSink) tokens(_ []uint32, _ []*workerv1.TokenLogprob, more bool) {
+func (rs *responsesSink) tokens(ids []uint32, _ []*workerv1.TokenLogprob, more bool) {
+	rs.pending += len(ids)
 	rs.sse.batch = more
+}
+
+// countReasoning attributes the pending tokens, whose text moved the
+// reasoning parser from phase before to after: to the reasoning when they
+// were in it (the parser was thinking before or after them, or they hold a
+// whole reasoning block), to the answer otherwise; while the parser is
+// undecided they stay pending. A batch of tokens that holds the end of the
+// reasoning and the start of the answer counts as reasoning, so with more
+// than one token per response the count can be high by that batch's answer
+// tokens.
+func (rs *responsesSink) countReasoning(before, after reasoning.Phase) {
+	if after == reasoning.Undecided {
+		return
+	}
+	if before == reasoning.Thinking || after == reasoning.Thinking || (before == reasoning.Undecided && after == reasoning.Answered) {
+		rs.reasoningTokens += rs.pending
+	}
+	rs.pending = 0
 }
 
 // event sends one typed event; every event carries its type and a
@@ -309,7 +335,9 @@ func (rs *responsesSink) begin() error {
 }
 
 func (rs *responsesSink) delta(text string) error {
+	before := rs.reason.Phase()
 	r, a := rs.reason.Add(text)
+	rs.countReasoning(before, rs.reason.Phase())
 	return rs.out(r, a)
 }
 
@@ -379,25 +407,33 @@ func (rs *responsesSink) openMessage() error {
 }
 
 func (rs *responsesSink) end(finish string, u usageJSON) error {
+	before := rs.reason.Phase()
 	r, a := rs.reason.Flush()
+	// What is left is the reasoning's when the text ended inside it.
+	if before == reasoning.Thinking || before == reasoning.Undecided && r != "" {
+		rs.reasoningTokens += rs.pending
+	}
+	rs.pending = 0
 	if err := rs.out(r, a); err != nil {
 		return err
 	}
-	status := "completed"
 	usage := &responseUsage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens), TotalTokens: int(u.TotalTokens)}
 	if u.PromptTokensDetails != nil {
 		usage.InputTokensDetails.CachedTokens = int(u.PromptTokensDetails.CachedTokens)
 	}
-	resp := rs.response(status, usage)
+	usage.OutputTokensDetails.ReasoningTokens = min(rs.reasoningTokens, usage.OutputTokens)
+	resp := rs.response("completed", usage)
+	// A cut-off answer leaves the response and its message incomplete.
+	itemStatus := "completed"
 	if finish == "length" {
-		resp.Status = "incomplete"
+		resp.Status, itemStatus = "incomplete", "incomplete"
 		resp.IncompleteDetails = &incompleteJSON{Reason: "max_output_tokens"}
 	}
 	if rs.thought.Len() > 0 {
 		b, _ := json.Marshal(rs.reasoningItem(""))
 		resp.Output = append(resp.Output, b)
 	}
-	b, _ := json.Marshal(rs.messageItem("completed"))
+	b, _ := json.Marshal(rs.messageItem(itemStatus))
 	resp.Output = append(resp.Output, b)
 	if !rs.stream {
 		writeJSON(rs.w, http.StatusOK, resp)
@@ -423,7 +459,7 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 		{"response.output_text.done", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0, "text": text, "logprobs": []any{}}},
 		{"response.content_part.done", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0,
 			"part": outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}}},
-		{"response.output_item.done", map[string]any{"output_index": rs.outIndex, "item": rs.messageItem("completed")}},
+		{"response.output_item.done", map[string]any{"output_index": rs.outIndex, "item": rs.messageItem(itemStatus)}},
 	} {
 		if err := rs.event(ev.typ, ev.fields); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -32,6 +33,37 @@ func TestResponsesAPI(t *testing.T) {
 		}
 		if len(resp.Output) != 2 || resp.Output[0].Type != "reasoning" || resp.Output[1].Type != "message" {
 			t.Fatalf("output items = %s", resp.RawJSON())
+		}
+		// The mocker thinks for a few tokens, then answers until cut off:
+		// its message is incomplete like the response.
+		if r := resp.Usage.OutputTokensDetails.ReasoningTokens; r <= 0 || r >= resp.Usage.OutputTokens {
+			t.Fatalf("reasoning_tokens %d of %d output tokens", r, resp.Usage.OutputTokens)
+		}
+		if resp.Output[1].Status != "incomplete" {
+			t.Fatalf("message status %q in an incomplete response", resp.Output[1].Status)
+		}
+	})
+
+	t.Run("cut off in the reasoning", func(t *testing.T) {
+		resp, err := s.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(3),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Tell me about trains.")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Usage.OutputTokens != 3 || resp.Usage.OutputTokensDetails.ReasoningTokens != 3 {
+			t.Fatalf("usage %s, want every output token counted as reasoning", resp.Usage.RawJSON())
+		}
+	})
+
+	t.Run("no reasoning", func(t *testing.T) {
+		resp, err := s.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(20),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Tell me about trains.")}},
+			option.WithJSONSet("chat_template_kwargs", map[string]any{"enable_thinking": false}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Usage.OutputTokensDetails.ReasoningTokens != 0 || len(resp.Output) != 1 {
+			t.Fatalf("response %s, want no reasoning", resp.RawJSON())
 		}
 	})
 

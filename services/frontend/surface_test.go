@@ -229,6 +229,11 @@ func TestOpenAISurface(t *testing.T) {
 		if s.metric("switchyard_frontend_requests_total", `model="unknown"`) < 2 {
 			t.Fatal("requests for unknown models are not counted as model=\"unknown\"")
 		}
+		// One request of its own: a worker's series goes with the worker,
+		// so one that re-registered since the earlier requests has none.
+		if code, body := s.post("/v1/chat/completions", `{"model":"`+testModel+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, nil); code != 200 {
+			t.Fatalf("chat: %d %s", code, body)
+		}
 		if s.metric("switchyard_frontend_worker_requests_total", "worker_instance=") == 0 {
 			t.Fatal("no per-worker counter with the worker_instance label")
 		}
