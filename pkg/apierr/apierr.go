@@ -67,6 +67,12 @@ const (
 	// longer reaches the event id asked for (GetKvEvents, WatchKvEvents).
 	// Code OUT_OF_RANGE; the caller rebuilds from GetKvState.
 	ReasonKVEventsOutOfRange = "KV_EVENTS_OUT_OF_RANGE"
+
+	// ReasonKVHandoffNotFound: a worker holds no KV under the handoff id
+	// asked for (PullKvHandoff): never held, already pulled, released or
+	// past its hold. Code NOT_FOUND; the request's prompt must be
+	// prefilled again.
+	ReasonKVHandoffNotFound = "KV_HANDOFF_NOT_FOUND"
 )
 
 // New returns a status error with code, message msg and, when reason is not

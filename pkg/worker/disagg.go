@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -24,6 +26,60 @@ import (
 type KVHandoffServer interface {
 	PullKvHandoff(context.Context, *workerv1.PullKvHandoffRequest) (*workerv1.PullKvHandoffResponse, error)
 	ReleaseKvHandoff(context.Context, *workerv1.ReleaseKvHandoffRequest) (*workerv1.ReleaseKvHandoffResponse, error)
+}
+
+// MaxHandoffPayload is the most bytes a KvHandoff's payload may carry.
+const MaxHandoffPayload = 64 << 10
+
+// MaxHandoffID is the longest handoff id a mock payload may carry, in bytes.
+const MaxHandoffID = 256
+
+// CodeKVHandoffFailed is the handler error code (transport.HandlerError) of
+// a decode leg whose KV could not be taken: the prefill worker no longer
+// holds it (pulled, released or past its hold), is gone, or did not answer
+// within the decode worker's bound. Nothing was generated; the request can
+// be prefilled again (on another prefill worker or locally). Over
+// WorkerService it is Unavailable.
+const CodeKVHandoffFailed = "kv_handoff_failed"
+
+// ErrInvalidHandoff is returned by DecodeMockHandoff for a handoff that is
+// not a valid mock one; the message says why.
+var ErrInvalidHandoff = errors.New("invalid KV handoff")
+
+// DecodeMockHandoff reads and checks the payload of a mock KV handoff (the
+// mocker's transfer): kind KV_TRANSFER_KIND_MOCK, a payload of at most
+// MaxHandoffPayload bytes holding a MockKvHandoff with a handoff id of 1 to
+// MaxHandoffID bytes, a host:port address and at least one block. It fails
+// with ErrInvalidHandoff.
+func DecodeMockHandoff(h *workerv1.KvHandoff) (*workerv1.MockKvHandoff, error) {
+	switch {
+	case h == nil:
+		return nil, fmt.Errorf("%w: no handoff", ErrInvalidHandoff)
+	case h.GetKind() != commonv1.KvTransferKind_KV_TRANSFER_KIND_MOCK:
+		kind := wire.TransferKindName(h.GetKind())
+		if kind == "" {
+			kind = "unset (" + strconv.Itoa(int(h.GetKind())) + ")"
+		}
+		return nil, fmt.Errorf("%w: kind %s, this worker speaks %s", ErrInvalidHandoff,
+			kind, wire.TransferKindName(commonv1.KvTransferKind_KV_TRANSFER_KIND_MOCK))
+	case len(h.GetPayload()) > MaxHandoffPayload:
+		return nil, fmt.Errorf("%w: payload of %d bytes, past %d", ErrInvalidHandoff, len(h.GetPayload()), MaxHandoffPayload)
+	}
+	m := &workerv1.MockKvHandoff{}
+	if err := proto.Unmarshal(h.GetPayload(), m); err != nil {
+		return nil, fmt.Errorf("%w: payload: %v", ErrInvalidHandoff, err)
+	}
+	switch {
+	case m.GetHandoffId() == "" || len(m.GetHandoffId()) > MaxHandoffID:
+		return nil, fmt.Errorf("%w: handoff id of %d bytes, want 1 to %d", ErrInvalidHandoff, len(m.GetHandoffId()), MaxHandoffID)
+	case m.GetBlocks() == 0:
+		return nil, fmt.Errorf("%w: no blocks", ErrInvalidHandoff)
+	}
+	host, port, err := net.SplitHostPort(m.GetAddress())
+	if p, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || p == 0 {
+		return nil, fmt.Errorf("%w: address %q is not host:port", ErrInvalidHandoff, m.GetAddress())
+	}
+	return m, nil
 }
 
 // PullKvHandoff implements WorkerService through Config.KVHandoffs.

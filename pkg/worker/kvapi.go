@@ -66,6 +66,7 @@ var handlerCodes = map[string]codes.Code{
 	transport.CodeDraining:     codes.Unavailable,
 	transport.CodeTimeout:      codes.DeadlineExceeded,
 	transport.CodeDisconnected: codes.Unavailable,
+	CodeKVHandoffFailed:        codes.Unavailable,
 }
 
 // handlerStatus turns a handler's error into a status.

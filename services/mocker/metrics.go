@@ -15,7 +15,8 @@ import (
 // the counters from the engine.
 func serveMetrics(ctx context.Context, cfg Config, r *realtime.Runner, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
 	stop, addr, err := obs.ServeMetrics(ctx, cfg.MetricsAddr, cfg.DebugAddr, log,
-		obs.NewEngineCollector(func() obs.EngineSnapshot { return snapshot(r, load.Load(), cfg.Engine.NumGPUBlocks) }))
+		obs.NewEngineCollector(func() obs.EngineSnapshot { return snapshot(r, load.Load(), cfg.Engine.NumGPUBlocks) }),
+		newHandoffCollector(r))
 	if err != nil {
 		return nil, err
 	}

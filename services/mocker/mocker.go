@@ -25,6 +25,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
@@ -60,6 +61,20 @@ type Config struct {
 	OnMetricsAddr func(net.Addr)
 	// DropKVEvent is worker.Config.DropKVEvent (a test hook).
 	DropKVEvent func(*workerv1.KvEventBatch) bool
+	// HandoffTimeout is how long a prefill leg's KV blocks stay held for
+	// the decode leg after its answer (--handoff-timeout).
+	HandoffTimeout time.Duration
+	// KVTransferGbps is the link a decode leg's KV arrives over, in
+	// gigabits per second (--kv-transfer-gbps); 0 arrives at once.
+	KVTransferGbps float64
+	// KVBytesPerToken is the size of one token's KV (--kv-bytes-per-token).
+	KVBytesPerToken int
+	// KVPullTimeout bounds a decode leg's pull of its KV from the prefill
+	// worker (--kv-pull-timeout).
+	KVPullTimeout time.Duration
+	// OnHandoffEnd, when set, is told how each held handoff ended (a test
+	// hook).
+	OnHandoffEnd func(id string, end realtime.HandoffEnd, blocks int)
 }
 
 // EnvVars maps flags to their environment variables.
@@ -83,6 +98,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoDelay, "no-delay", false, "run as fast as possible (same as --speedup-ratio 0)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no max_tokens")
 	fs.StringVar(&c.OutputText, "output-text", defaultOutputText, "text answers are read from, at a position each prompt picks (empty: random tokens)")
+	fs.DurationVar(&c.HandoffTimeout, "handoff-timeout", 30*time.Second, "how long a prefill leg's KV blocks stay held for its decode leg before they are freed")
+	fs.Float64Var(&c.KVTransferGbps, "kv-transfer-gbps", DefaultKVTransferGbps, "gigabits per second a decode leg's KV arrives at from the prefill worker (divided like every duration by --speedup-ratio; 0: at once)")
+	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", DefaultKVBytesPerToken, "bytes of KV per token, for the transfer time (default: Qwen/Qwen3-0.6B in bf16)")
+	fs.DurationVar(&c.KVPullTimeout, "kv-pull-timeout", 5*time.Second, "bound on a decode leg's call that takes its KV from the prefill worker")
 	c.ProcessConfig.RegisterFlags(fs)
 }
 
@@ -104,6 +123,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return err
+	}
+	if c.HandoffTimeout <= 0 || c.KVPullTimeout <= 0 {
+		return fmt.Errorf("--handoff-timeout %v and --kv-pull-timeout %v must be positive", c.HandoffTimeout, c.KVPullTimeout)
+	}
+	if c.KVTransferGbps < 0 || c.KVTransferGbps != c.KVTransferGbps || c.KVBytesPerToken < 1 {
+		return fmt.Errorf("--kv-transfer-gbps %v must not be negative and --kv-bytes-per-token %d must be positive", c.KVTransferGbps, c.KVBytesPerToken)
 	}
 	if c.ModelName == "" || c.ContextLength < 1 || c.DefaultMaxTokens < 1 {
 		return errors.New("--model-name, a positive --context-length and --default-max-tokens are required")
@@ -214,7 +239,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
 			}
 		},
+		HandoffTimeout: cfg.HandoffTimeout,
+		OnHandoffEnd: func(id string, end realtime.HandoffEnd, blocks int) {
+			if end == realtime.HandoffTimedOut {
+				log.Warn("KV handoff not taken in time: blocks freed", "handoff_id", id, "blocks", blocks, "handoff_timeout", cfg.HandoffTimeout.String())
+			}
+			if cfg.OnHandoffEnd != nil {
+				cfg.OnHandoffEnd(id, end, blocks)
+			}
+		},
 	})
+	wcfg.KVHandoffs = handoffs{runner}
+	pull := newPuller(grpcclient.Options{Credentials: wcfg.Credentials, Token: wcfg.Token, Log: log}, cfg.KVPullTimeout)
+	defer pull.close()
+	l := &legs{cfg: cfg, r: runner, self: w.Load, puller: pull}
 	stopMetrics, err := serveMetrics(ctx, cfg, runner, &load, log)
 	if err != nil {
 		return err
@@ -227,7 +265,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok)), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), l), func(wk *worker.Worker) {
 			w.Store(wk)
 			wk.SetLoad(func() *workerv1.LoadMetrics {
 				if m := load.Load(); m != nil {
@@ -244,8 +282,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 }
 
 // generate serves requests from the engine, cancelling the engine's request
-// when the caller goes away. The player scripts how answers start.
-func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handler {
+// when the caller goes away. The player scripts how answers start; l
+// serves the legs of disaggregated requests.
+func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := engine.RequestFromProto(req, defaultMaxTokens)
@@ -263,6 +302,9 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 			er.Script, er.ScriptEnds = pl.structured(er.Prompt, text), true
 		} else {
 			er.Script, er.ScriptEnds = pl.script(er.Prompt)
+		}
+		if err := l.prepare(ctx, req, &er); err != nil {
+			return err
 		}
 		generated := 0
 		submitted := time.Now()
@@ -286,6 +328,19 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player) worker.Handl
 			if first {
 				first = false
 				engineSpans(ctx, submitted, stream.AdmittedAt(), time.Now(), out.Usage)
+			}
+			if out.Finish == engine.FinishHeld {
+				// A prefill leg's one answer; an undelivered one frees
+				// the blocks it held.
+				resp, err := l.prefillResponse(er.ID, out, l.self())
+				if err == nil {
+					err = send(resp)
+				}
+				if err != nil {
+					_ = r.Cancel(er.ID)
+					return err
+				}
+				continue
 			}
 			resp := out.Proto()
 			if req.Logprobs != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,8 @@ func TestMockerServesAndPublishesKVEvents(t *testing.T) {
 type runningMocker struct {
 	ready chan *worker.Worker // its worker, once registered
 	done  chan error          // what Run returned
+	// stop stops it and returns what Run returned; once, then the same.
+	stop func() error
 }
 
 // runMocker runs a mocker of namespace mock without delays, with the flags
@@ -100,9 +103,17 @@ func runMocker(t *testing.T, edit func(*mocker.Config), args ...string) *running
 	go func() {
 		m.done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { m.ready <- w })
 	}()
+	var once sync.Once
+	var runErr error
+	m.stop = func() error {
+		once.Do(func() {
+			stop()
+			runErr = <-m.done
+		})
+		return runErr
+	}
 	t.Cleanup(func() {
-		stop()
-		if err := <-m.done; err != nil {
+		if err := m.stop(); err != nil {
 			t.Errorf("mocker Run: %v", err)
 		}
 	})
@@ -264,6 +275,12 @@ func TestConfigErrors(t *testing.T) {
 		{"negative speed-up", []string{"--speedup-ratio", "-1"}, nil},
 		{"zero blocks", []string{"--num-gpu-blocks", "0"}, nil},
 		{"bad request plane", nil, map[string]string{"DYN_REQUEST_PLANE": "carrier-pigeon"}},
+		{"zero handoff timeout", []string{"--handoff-timeout", "0s"}, nil},
+		{"negative handoff timeout", []string{"--handoff-timeout", "-1s"}, nil},
+		{"zero pull timeout", []string{"--kv-pull-timeout", "0s"}, nil},
+		{"negative transfer rate", []string{"--kv-transfer-gbps", "-1"}, nil},
+		{"NaN transfer rate", []string{"--kv-transfer-gbps", "NaN"}, nil},
+		{"zero KV bytes per token", []string{"--kv-bytes-per-token", "0"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

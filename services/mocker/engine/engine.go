@@ -95,6 +95,25 @@ type Request struct {
 	// when ScriptEnds is set. MaxTokens still caps it.
 	Script     []uint32
 	ScriptEnds bool
+	// Hold makes the request the prefill leg of a disaggregated request:
+	// the step that computes the last prompt token ends it with one output
+	// carrying the first generated token and FinishHeld, whatever
+	// MaxTokens and stop tokens say, and its blocks stay held (counted in
+	// use, never evicted; its full blocks in the prefix cache, published
+	// as usual) until Release or Cancel frees them.
+	Hold bool
+	// FirstToken, when set, is the first generated token instead of the
+	// one the engine would pick: the token a prefill leg sampled, relayed
+	// with its KV.
+	FirstToken *uint32
+	// Arrived says the prompt's KV was computed elsewhere and received (a
+	// decode leg's transfer): when the request is first considered for
+	// admission the prompt's full blocks the prefix cache lacks are
+	// stored, each as a block that entered the cache (stored events), so
+	// that admission finds the prompt cached but for what a cached prompt
+	// always computes (its last block). Usage counts as cached only the
+	// prefix the engine held before the arrival.
+	Arrived bool
 }
 
 // FinishReason says why a request ended.
@@ -110,6 +129,9 @@ const (
 	FinishStop
 	// FinishCancelled means the request was cancelled (Cancel or Reset).
 	FinishCancelled
+	// FinishHeld ends a prefill leg (Request.Hold): its prompt is computed
+	// and its blocks are held for the decode leg to take (Release).
+	FinishHeld
 )
 
 // String returns the reason's name.
@@ -123,6 +145,8 @@ func (r FinishReason) String() string {
 		return "stop"
 	case FinishCancelled:
 		return "cancelled"
+	case FinishHeld:
+		return "held"
 	default:
 		return "unknown"
 	}
@@ -245,6 +269,14 @@ type request struct {
 	// script and scriptEnds are Request's Script and ScriptEnds.
 	script     []uint32
 	scriptEnds bool
+	// hold and first are Request's Hold and FirstToken.
+	hold  bool
+	first *uint32
+	// arrived is Request.Arrived until the arrived blocks are stored (at
+	// the first admission attempt); localPrefix is then the prefix in
+	// blocks the cache held before, -1 for other requests.
+	arrived     bool
+	localPrefix int
 	// computed counts the tokens whose KV is in the request's blocks.
 	computed int
 	blocks   []int32
@@ -293,9 +325,13 @@ type Engine struct {
 	requests map[string]*request
 	waiting  []*request // FIFO; preempted requests go to the front
 	running  []*request // in admission order
-	nextID   uint64
-	events   []Event
-	stats    Stats
+	// held are the prefill legs whose blocks wait for their decode leg
+	// (Request.Hold), by id; not in requests.
+	held       map[string]*request
+	heldBlocks int
+	nextID     uint64
+	events     []Event
+	stats      Stats
 }
 
 // New returns an empty engine, or an error wrapping ErrInvalidConfig.
@@ -303,7 +339,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, requests: make(map[string]*request), nextID: 1}
+	e := &Engine{cfg: cfg, requests: make(map[string]*request), held: make(map[string]*request), nextID: 1}
 	e.pool = newPool(cfg.NumGPUBlocks, e.evicted)
 	return e, nil
 }
@@ -327,9 +363,16 @@ func (e *Engine) Add(r Request) error {
 	if _, dup := e.requests[r.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateRequest, r.ID)
 	}
+	if _, dup := e.held[r.ID]; dup {
+		return fmt.Errorf("%w: %q (its blocks are held for a handoff)", ErrDuplicateRequest, r.ID)
+	}
 	bs := e.cfg.BlockSize
+	maxTokens := r.MaxTokens
+	if r.Hold {
+		maxTokens = 1 // a prefill leg generates its first token only
+	}
 	// The last generated token's KV is never computed.
-	if need := (len(r.Prompt) + r.MaxTokens - 1 + bs - 1) / bs; need > e.cfg.NumGPUBlocks {
+	if need := (len(r.Prompt) + maxTokens - 1 + bs - 1) / bs; need > e.cfg.NumGPUBlocks {
 		return fmt.Errorf("%w: request %q needs %d blocks, the cache has %d",
 			ErrRequestTooLarge, r.ID, need, e.cfg.NumGPUBlocks)
 	}
@@ -338,27 +381,38 @@ func (e *Engine) Add(r Request) error {
 	tokens := make([]uint32, len(r.Prompt), len(r.Prompt)+min(r.MaxTokens, 512))
 	copy(tokens, r.Prompt)
 	q := &request{
-		id:         r.ID,
-		tokens:     tokens,
-		promptLen:  len(r.Prompt),
-		maxTokens:  r.MaxTokens,
-		minTokens:  r.MinTokens,
-		stop:       slices.Clone(r.StopTokenIDs),
-		script:     r.Script,
-		scriptEnds: r.ScriptEnds && len(r.Script) > 0,
-		seed:       tokenSeed(r.Prompt, r.Seed),
-		hasher:     kvhash.NewHasher(bs),
+		id:          r.ID,
+		tokens:      tokens,
+		promptLen:   len(r.Prompt),
+		maxTokens:   r.MaxTokens,
+		minTokens:   r.MinTokens,
+		stop:        slices.Clone(r.StopTokenIDs),
+		script:      r.Script,
+		scriptEnds:  r.ScriptEnds && len(r.Script) > 0,
+		seed:        tokenSeed(r.Prompt, r.Seed),
+		hasher:      kvhash.NewHasher(bs),
+		hold:        r.Hold,
+		localPrefix: -1,
+	}
+	if r.FirstToken != nil {
+		first := *r.FirstToken
+		q.first = &first
 	}
 	q.hashes = q.hasher.Append(tokens, make([]kvhash.Block, 0, cap(tokens)/bs))
+	q.arrived = r.Arrived
 	e.requests[r.ID] = q
 	e.waiting = append(e.waiting, q)
 	return nil
 }
 
 // Cancel ends a request at once, releasing its blocks (which stay cached
-// until evicted), and returns its final output. It fails with
-// ErrUnknownRequest.
+// until evicted), and returns its final output; a prefill leg whose blocks
+// are held is released. It fails with ErrUnknownRequest.
 func (e *Engine) Cancel(id string) (Output, error) {
+	if r, ok := e.held[id]; ok {
+		e.releaseHeld(r)
+		return Output{RequestID: id, Finish: FinishCancelled, Usage: r.usage()}, nil
+	}
 	r, ok := e.requests[id]
 	if !ok {
 		return Output{}, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
@@ -393,6 +447,8 @@ func (e *Engine) Reset() StepResult {
 	}
 	e.running, e.waiting = nil, nil
 	clear(e.requests)
+	clear(e.held)
+	e.heldBlocks = 0
 	e.pool.clear()
 	e.emit(Event{Kind: EventCleared})
 	res.Events = e.takeEvents()
@@ -507,7 +563,9 @@ func (e *Engine) Step() StepResult {
 			continue
 		}
 		var tok uint32
-		if g := r.generated(); g < len(r.script) {
+		if g := r.generated(); g == 0 && r.first != nil {
+			tok = *r.first
+		} else if g < len(r.script) {
 			tok = r.script[g]
 		} else if len(e.cfg.OutputText) > 0 {
 			tok = textToken(r.seed, r.generated(), e.cfg.OutputText)
@@ -520,7 +578,13 @@ func (e *Engine) Step() StepResult {
 		// A capped view of the token list: later appends cannot show
 		// through it, and the step allocates nothing per token.
 		out := Output{RequestID: r.id, Tokens: r.tokens[len(r.tokens)-1 : len(r.tokens) : len(r.tokens)]}
-		if fin := r.finish(tok); fin != FinishNone {
+		if r.hold {
+			out.Finish = FinishHeld
+			r.running = false
+			delete(e.requests, r.id)
+			e.held[r.id] = r
+			e.heldBlocks += len(r.blocks)
+		} else if fin := r.finish(tok); fin != FinishNone {
 			out.Finish = fin
 			e.releaseBlocks(r)
 			delete(e.requests, r.id)
@@ -600,6 +664,12 @@ func (e *Engine) preempt(r *request) {
 // when the blocks are not available.
 func (e *Engine) admit(r *request, budget int) (int, bool) {
 	bs := e.cfg.BlockSize
+	if r.arrived {
+		r.arrived = false
+		prompt := r.hashes[:r.promptLen/bs]
+		r.localPrefix = e.CachedPrefix(prompt)
+		e.store(prompt)
+	}
 	// At least the last token is computed, for the logits of the next one.
 	maxHit := (len(r.tokens) - 1) / bs
 	hits := 0
@@ -636,6 +706,10 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		// its own blocks again on readmission is not prefix reuse.
 		r.admittedOnce = true
 		r.cachedPrompt = min(hits*bs, r.promptLen)
+		if r.localPrefix >= 0 {
+			// Blocks that arrived were computed, elsewhere.
+			r.cachedPrompt = min(min(hits, r.localPrefix)*bs, r.promptLen)
+		}
 		e.stats.PrefixQueriedBlocks += uint64(r.promptLen / bs)
 		e.stats.PrefixHitBlocks += uint64(min(hits, r.promptLen/bs))
 	}
@@ -663,6 +737,68 @@ func (e *Engine) registerFull(r *request) {
 		ev.Blocks = append(ev.Blocks, id)
 	}
 	r.registered = max(r.registered, full)
+}
+
+// Release frees the blocks a prefill leg holds (Request.Hold) for its
+// handoff and returns how many it held; its full blocks stay cached until
+// evicted. It fails with ErrUnknownRequest for an id whose blocks are not
+// held (never a prefill leg, still computing, or already released).
+func (e *Engine) Release(id string) (int, error) {
+	r, ok := e.held[id]
+	if !ok {
+		return 0, fmt.Errorf("%w: %q holds no blocks", ErrUnknownRequest, id)
+	}
+	n := len(r.blocks)
+	e.releaseHeld(r)
+	return n, nil
+}
+
+// HeldBlocks counts the blocks prefill legs hold for their handoffs.
+func (e *Engine) HeldBlocks() int { return e.heldBlocks }
+
+func (e *Engine) releaseHeld(r *request) {
+	e.heldBlocks -= len(r.blocks)
+	delete(e.held, r.id)
+	e.releaseBlocks(r)
+}
+
+// store puts the full blocks of a sequence the prefix cache lacks into it,
+// as computed elsewhere and received: each enters the cache (a stored
+// event per run) and is then left unheld, evictable like any cached block
+// nobody holds. It stops at the first block no free or evictable block can
+// hold.
+func (e *Engine) store(hashes []kvhash.Block) {
+	var taken []int32
+	run := -1 // the index in e.events of the stored event being extended
+	for i, id := range hashes {
+		if _, ok := e.pool.lookup(id.Sequence); ok {
+			run = -1 // the run breaks at a block already cached
+			continue
+		}
+		n := len(e.events)
+		b, ok := e.pool.alloc()
+		if !ok {
+			break
+		}
+		if len(e.events) != n {
+			run = -1 // an eviction came between: a new run after it
+		}
+		taken = append(taken, b)
+		e.pool.register(b, id)
+		if run < 0 {
+			e.emit(Event{Kind: EventStored})
+			run = len(e.events) - 1
+			if i > 0 {
+				e.events[run].Parent, e.events[run].HasParent = hashes[i-1].Sequence, true
+			}
+		}
+		e.events[run].Blocks = append(e.events[run].Blocks, id)
+	}
+	// Last first, as a request releases its blocks: a tail is evicted
+	// before its head.
+	for i := len(taken) - 1; i >= 0; i-- {
+		e.pool.release(taken[i])
+	}
 }
 
 // releaseBlocks drops a request's hold on its blocks, last block first so

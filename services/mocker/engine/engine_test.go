@@ -599,6 +599,7 @@ func TestStrings(t *testing.T) {
 		{FinishLength.String(), "length"},
 		{FinishCancelled.String(), "cancelled"},
 		{FinishStop.String(), "stop"},
+		{FinishHeld.String(), "held"},
 		{FinishReason(9).String(), "unknown"},
 	}
 	for _, tt := range tests {

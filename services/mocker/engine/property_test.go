@@ -21,6 +21,19 @@ func checkInvariants(t *rapid.T, e *Engine) {
 			refs[b]++
 		}
 	}
+	held := 0
+	for _, r := range e.held {
+		if want := e.blocksFor(r.promptLen); len(r.blocks) != want {
+			t.Fatalf("held request %s holds %d blocks for a %d-token prompt, want %d", r.id, len(r.blocks), r.promptLen, want)
+		}
+		held += len(r.blocks)
+		for _, b := range r.blocks {
+			refs[b]++
+		}
+	}
+	if held != e.HeldBlocks() {
+		t.Fatalf("held requests hold %d blocks, HeldBlocks says %d", held, e.HeldBlocks())
+	}
 	for _, r := range e.waiting {
 		if len(r.blocks) != 0 || r.running {
 			t.Fatalf("waiting request %s holds %d blocks", r.id, len(r.blocks))
@@ -54,7 +67,9 @@ func checkInvariants(t *rapid.T, e *Engine) {
 // streams, cancellations and resets, and checks after every operation that
 // replaying its events gives exactly its cached blocks, that event ids have
 // no gaps, and that every request that was not cancelled generates exactly
-// its MaxTokens tokens.
+// its MaxTokens tokens. Some requests are prefill legs (one token, then
+// their blocks held until released or cancelled) and some decode legs
+// whose prompt's KV arrives.
 func TestPropertyEventsReplayToCache(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := DefaultConfig()
@@ -75,7 +90,7 @@ func TestPropertyEventsReplayToCache(t *testing.T) {
 		want := map[string]int{}
 		got := map[string]int{}
 		finished := map[string]bool{}
-		var ids []string
+		var ids, holding []string
 		step := func() {
 			res := e.Step()
 			next = replay(t, set, next, res.Events)
@@ -83,6 +98,10 @@ func TestPropertyEventsReplayToCache(t *testing.T) {
 				got[o.RequestID] += len(o.Tokens)
 				if o.Finish == FinishLength {
 					finished[o.RequestID] = true
+				}
+				if o.Finish == FinishHeld {
+					finished[o.RequestID] = true
+					holding = append(holding, o.RequestID)
 				}
 			}
 		}
@@ -95,7 +114,15 @@ func TestPropertyEventsReplayToCache(t *testing.T) {
 				suffix := rapid.SliceOfN(rapid.Uint32Range(0, 3), 0, 12).Draw(t, "suffix")
 				p := append(append([]uint32{}, base...), suffix...)
 				n := rapid.IntRange(1, 20).Draw(t, "max_tokens")
-				err := e.Add(Request{ID: id, Prompt: p, MaxTokens: n})
+				r := Request{ID: id, Prompt: p, MaxTokens: n}
+				switch rapid.IntRange(0, 3).Draw(t, "leg") {
+				case 1:
+					r.Hold, n = true, 1
+				case 2:
+					first := uint32(7)
+					r.Arrived, r.FirstToken = true, &first
+				}
+				err := e.Add(r)
 				switch {
 				case err == nil:
 					want[id] = n
@@ -111,6 +138,16 @@ func TestPropertyEventsReplayToCache(t *testing.T) {
 				} else if !errors.Is(err, ErrUnknownRequest) || !finished[id] && want[id] != 0 {
 					t.Fatalf("Cancel(%s): %v", id, err)
 				}
+			case op == 9 && len(holding) > 0:
+				id := rapid.SampledFrom(holding).Draw(t, "release")
+				before := e.HeldBlocks()
+				n, err := e.Release(id)
+				if err == nil && e.HeldBlocks() != before-n {
+					t.Fatalf("Release(%s) freed %d blocks, held went %d -> %d", id, n, before, e.HeldBlocks())
+				}
+				if err != nil && !errors.Is(err, ErrUnknownRequest) {
+					t.Fatalf("Release(%s): %v", id, err)
+				}
 			case op == 8 && rapid.IntRange(0, 9).Draw(t, "reset") == 0:
 				res := e.Reset()
 				for _, o := range res.Outputs {
@@ -125,9 +162,14 @@ func TestPropertyEventsReplayToCache(t *testing.T) {
 				t.Fatalf("replayed events %v != cached blocks %v", set, cached(e))
 			}
 		}
+		// Held blocks wait for their decode legs, which never come here:
+		// what is left waiting may need them.
 		for steps := 0; !e.Idle(); steps++ {
 			if steps > 10000 {
 				t.Fatalf("engine not idle after 10000 steps: %+v", e.Metrics())
+			}
+			for _, id := range holding {
+				_, _ = e.Release(id)
 			}
 			step()
 			checkInvariants(t, e)

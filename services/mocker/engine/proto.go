@@ -59,7 +59,8 @@ func (r FinishReason) Proto() workerv1.FinishReason {
 	switch r {
 	case FinishLength:
 		return workerv1.FinishReason_FINISH_REASON_LENGTH
-	case FinishStop:
+	case FinishStop, FinishHeld:
+		// A prefill leg ends with STOP (its handoff carries the rest).
 		return workerv1.FinishReason_FINISH_REASON_STOP
 	case FinishCancelled:
 		return workerv1.FinishReason_FINISH_REASON_CANCELLED

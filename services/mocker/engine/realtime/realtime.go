@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 )
 
@@ -27,8 +28,59 @@ type Options struct {
 	// has any, in id order.
 	OnEvents func(events []engine.Event)
 	// OnMetrics, when set, receives the engine's load after each step and
-	// the time it was taken.
+	// after each handoff's end, and the time it was taken.
 	OnMetrics func(m engine.Metrics, at time.Time)
+	// HandoffTimeout is how long a prefill leg's blocks (engine.Request's
+	// Hold) stay held after its last output for the decode leg to take
+	// (Take) before they are freed; 0 holds them until taken, released or
+	// cancelled.
+	HandoffTimeout time.Duration
+	// OnHandoffEnd, when set, is told how each held handoff ended and how
+	// many blocks it freed, from the goroutine that ended it, outside the
+	// Runner's lock.
+	OnHandoffEnd func(id string, end HandoffEnd, blocks int)
+}
+
+// HandoffEnd says how the blocks held for a handoff were freed.
+type HandoffEnd int
+
+// The ends of a handoff.
+const (
+	// HandoffPulled: the decode leg took the blocks (Take).
+	HandoffPulled HandoffEnd = iota
+	// HandoffReleased: the request ended before its decode leg (Release).
+	HandoffReleased
+	// HandoffCancelled: the prefill leg was cancelled (Cancel), its
+	// answer undelivered.
+	HandoffCancelled
+	// HandoffTimedOut: nobody took them within Options.HandoffTimeout.
+	HandoffTimedOut
+	numHandoffEnds
+)
+
+// String returns the end's name, as the mocker's metrics label it.
+func (e HandoffEnd) String() string {
+	switch e {
+	case HandoffPulled:
+		return "pulled"
+	case HandoffReleased:
+		return "released"
+	case HandoffCancelled:
+		return "cancelled"
+	case HandoffTimedOut:
+		return "timed_out"
+	default:
+		return "unknown"
+	}
+}
+
+// HandoffStats are the Runner's held handoffs and how past ones ended.
+type HandoffStats struct {
+	// Held counts the handoffs whose blocks are held now; HeldBlocks
+	// counts their blocks.
+	Held, HeldBlocks int
+	// Ended counts the handoffs freed, by how.
+	Ended [numHandoffEnds]uint64
 }
 
 // Runner steps an engine in real time. Create one with New, start Run, then
@@ -41,12 +93,19 @@ type Runner struct {
 	eng     *engine.Engine
 	streams map[string]*Stream
 	closed  bool
+	// holds has a timer per held handoff, which frees it at the timeout
+	// (a stopped one without a timeout); ended counts past handoffs.
+	holds map[string]*time.Timer
+	ended [numHandoffEnds]uint64
+	// dirty says the load changed outside a step (a handoff freed): Run
+	// reports it when idle.
+	dirty bool
 }
 
 // New returns a Runner of e, which it owns from now on: use e only through
 // the Runner.
 func New(e *engine.Engine, opts Options) *Runner {
-	return &Runner{opts: opts, eng: e, streams: make(map[string]*Stream), wake: make(chan struct{}, 1)}
+	return &Runner{opts: opts, eng: e, streams: make(map[string]*Stream), holds: make(map[string]*time.Timer), wake: make(chan struct{}, 1)}
 }
 
 // Submit adds a request and returns the stream of its outputs. It fails
@@ -72,9 +131,14 @@ func (r *Runner) Submit(req engine.Request) (*Stream, error) {
 }
 
 // Cancel ends a request; its stream gets a last output with
-// engine.FinishCancelled. It fails with engine.ErrUnknownRequest for a
-// request that is not running (never submitted, finished or cancelled).
+// engine.FinishCancelled. A prefill leg that already ended (its blocks
+// held for the handoff) is freed as HandoffCancelled. It fails with
+// engine.ErrUnknownRequest for a request that is not running (never
+// submitted, finished, cancelled, or its handoff ended).
 func (r *Runner) Cancel(id string) error {
+	if _, ok := r.endHold(id, HandoffCancelled); ok {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out, err := r.eng.Cancel(id)
@@ -82,7 +146,69 @@ func (r *Runner) Cancel(id string) error {
 		return fmt.Errorf("cancel: %w", err)
 	}
 	r.deliver(out)
+	r.dirty = true // its blocks are freed: the load is reported again
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 	return nil
+}
+
+// Take frees the blocks a prefill leg holds for its handoff, as its decode
+// leg takes them, and returns how many there were; false when none are
+// held under id (never held, or already freed).
+func (r *Runner) Take(id string) (int, bool) { return r.endHold(id, HandoffPulled) }
+
+// Release frees the blocks a prefill leg holds for its handoff without
+// their being taken; false when none are held under id.
+func (r *Runner) Release(id string) (int, bool) { return r.endHold(id, HandoffReleased) }
+
+// HandoffStats returns the held handoffs and how past ones ended.
+func (r *Runner) HandoffStats() HandoffStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return HandoffStats{Held: len(r.holds), HeldBlocks: r.eng.HeldBlocks(), Ended: r.ended}
+}
+
+// hold starts the hold of a prefill leg that just ended. Called with r.mu
+// held.
+func (r *Runner) hold(id string) {
+	if r.opts.HandoffTimeout <= 0 {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		r.holds[id] = t
+		return
+	}
+	r.holds[id] = time.AfterFunc(r.opts.HandoffTimeout, func() { r.endHold(id, HandoffTimedOut) })
+}
+
+// endHold frees a held handoff's blocks and says how many there were;
+// false when id holds none.
+func (r *Runner) endHold(id string, end HandoffEnd) (int, bool) {
+	r.mu.Lock()
+	t, ok := r.holds[id]
+	if !ok {
+		r.mu.Unlock()
+		return 0, false
+	}
+	t.Stop()
+	delete(r.holds, id)
+	n, err := r.eng.Release(id)
+	if err != nil {
+		// The engine and the holds are kept together under r.mu.
+		panic(fmt.Sprintf("realtime: handoff %q held by the runner, not the engine: %v", id, err))
+	}
+	r.ended[end]++
+	r.dirty = true
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	if r.opts.OnHandoffEnd != nil {
+		r.opts.OnHandoffEnd(id, end, n)
+	}
+	return n, true
 }
 
 // deliver hands an output to its stream, dropping the stream when it is the
@@ -96,6 +222,14 @@ func (r *Runner) deliver(out engine.Output) {
 	if out.Finish != engine.FinishNone {
 		delete(r.streams, out.RequestID)
 	}
+}
+
+// CachedPrefix returns how many leading blocks of a sequence the engine's
+// prefix cache holds (engine.Engine.CachedPrefix); safe while Run runs.
+func (r *Runner) CachedPrefix(blocks []kvhash.Block) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng.CachedPrefix(blocks)
 }
 
 // Stats returns the engine's cumulative counters; safe while Run runs.
@@ -117,6 +251,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	for {
 		r.mu.Lock()
 		if r.eng.Idle() {
+			if r.dirty {
+				r.dirty = false
+				m := r.eng.Metrics()
+				r.mu.Unlock()
+				if r.opts.OnMetrics != nil {
+					r.opts.OnMetrics(m, time.Now())
+				}
+				continue
+			}
 			r.mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -134,8 +277,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		for _, out := range res.Outputs {
 			r.deliver(out)
+			if out.Finish == engine.FinishHeld {
+				r.hold(out.RequestID)
+			}
 		}
 		m := r.eng.Metrics()
+		r.dirty = false
 		r.mu.Unlock()
 
 		if len(res.Events) > 0 && r.opts.OnEvents != nil {
@@ -159,11 +306,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// close cancels every running request and refuses new ones.
+// close cancels every running request, stops the handoffs' timers and
+// refuses new requests.
 func (r *Runner) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
+	for id, t := range r.holds {
+		t.Stop()
+		delete(r.holds, id)
+	}
 	for id := range r.streams {
 		if out, err := r.eng.Cancel(id); err == nil {
 			r.deliver(out)

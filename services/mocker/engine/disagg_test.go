@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+)
+
+// TestPrefillLegHoldsItsBlocks: a prefill leg ends with its first token and
+// FinishHeld, its blocks held (in use, not evictable, published as stored)
+// until Release or Cancel frees them; after that its full blocks stay
+// cached, evictable.
+func TestPrefillLegHoldsItsBlocks(t *testing.T) {
+	tests := []struct {
+		name string
+		free func(e *Engine) (int, error)
+	}{
+		{"release", func(e *Engine) (int, error) { return e.Release("p") }},
+		{"cancel", func(e *Engine) (int, error) {
+			out, err := e.Cancel("p")
+			if err == nil && out.Finish != FinishCancelled {
+				t.Errorf("Cancel finish = %v, want cancelled", out.Finish)
+			}
+			return 5, err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, nil) // 4-token blocks, 64 blocks
+			// 18 tokens: four full blocks and a partial one.
+			if err := e.Add(Request{ID: "p", Prompt: prompt(100, 18), MaxTokens: 50, Hold: true}); err != nil {
+				t.Fatal(err)
+			}
+			d := drain(t, e, 10)
+			last := d.last["p"]
+			if last.Finish != FinishHeld || len(d.tokens["p"]) != 1 || last.Usage.PromptTokens != 18 {
+				t.Fatalf("prefill leg output %+v, tokens %v; want one token and FinishHeld", last, d.tokens["p"])
+			}
+			set := map[uint64]bool{}
+			replay(t, set, 1, d.events)
+			if len(set) != 4 {
+				t.Fatalf("prefill leg stored %d blocks, want its 4 full ones", len(set))
+			}
+			if e.HeldBlocks() != 5 || e.Metrics().KVBlocksUsed != 5 || !e.Idle() {
+				t.Fatalf("held %d, in use %d, idle %v; want 5, 5 and idle", e.HeldBlocks(), e.Metrics().KVBlocksUsed, e.Idle())
+			}
+			if err := e.Add(Request{ID: "p", Prompt: prompt(1, 4), MaxTokens: 1}); !errors.Is(err, ErrDuplicateRequest) {
+				t.Fatalf("Add of a held id: %v, want ErrDuplicateRequest", err)
+			}
+			// Pressure: 59 blocks are free; a request needing 64 cannot
+			// evict held blocks.
+			if err := e.Add(Request{ID: "big", Prompt: prompt(5000, 59*4), MaxTokens: 1}); err != nil {
+				t.Fatal(err)
+			}
+			drain(t, e, 200)
+			if e.CachedPrefix(kvhash.Hashes(prompt(100, 18), 4, nil)) != 4 || e.HeldBlocks() != 5 {
+				t.Fatalf("held blocks were evicted: prefix %d, held %d", e.CachedPrefix(kvhash.Hashes(prompt(100, 18), 4, nil)), e.HeldBlocks())
+			}
+			n, err := tt.free(e)
+			if err != nil || n != 5 {
+				t.Fatalf("free: %d, %v; want 5 blocks", n, err)
+			}
+			if e.HeldBlocks() != 0 || e.Metrics().KVBlocksUsed != 0 {
+				t.Fatalf("after the free: held %d, in use %d", e.HeldBlocks(), e.Metrics().KVBlocksUsed)
+			}
+			if _, err := e.Release("p"); !errors.Is(err, ErrUnknownRequest) {
+				t.Fatalf("second Release: %v, want ErrUnknownRequest", err)
+			}
+			if _, err := e.Cancel("p"); !errors.Is(err, ErrUnknownRequest) {
+				t.Fatalf("Cancel after the free: %v, want ErrUnknownRequest", err)
+			}
+			if got := e.CachedPrefix(kvhash.Hashes(prompt(100, 18), 4, nil)); got != 4 {
+				t.Fatalf("after the free %d blocks cached, want 4 (cached until evicted)", got)
+			}
+		})
+	}
+}
+
+// TestPrefillLegCancelledMidPrefill: a prefill leg cancelled before its
+// prompt is computed holds nothing.
+func TestPrefillLegCancelledMidPrefill(t *testing.T) {
+	e := newEngine(t, func(c *Config) { c.MaxNumBatchedTokens = 8 })
+	if err := e.Add(Request{ID: "p", Prompt: prompt(100, 40), MaxTokens: 1, Hold: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.Step(); len(res.Outputs) != 0 {
+		t.Fatalf("a first chunk produced %v", res.Outputs)
+	}
+	if _, err := e.Cancel("p"); err != nil {
+		t.Fatal(err)
+	}
+	if e.HeldBlocks() != 0 || e.Metrics().KVBlocksUsed != 0 || !e.Idle() {
+		t.Fatalf("held %d, in use %d after the cancel", e.HeldBlocks(), e.Metrics().KVBlocksUsed)
+	}
+}
+
+// TestArrivedKV: a decode leg's prompt KV arrives: the blocks the engine
+// lacks are stored (events as any stored block), only the last block is
+// computed, usage counts as cached only what the engine held before, and
+// the first token is the relayed one.
+func TestArrivedKV(t *testing.T) {
+	p := prompt(100, 18) // 4 full blocks and 2 tokens
+	tests := []struct {
+		name string
+		// warm is a prompt served before, whose blocks the engine caches.
+		warm []uint32
+		// stored are the blocks the arrival stores; cached the prompt
+		// tokens usage counts as cached.
+		stored, cached int
+	}{
+		{name: "nothing cached", stored: 4},
+		{name: "a prefix cached", warm: prompt(100, 9), stored: 2, cached: 8},
+		{name: "all cached", warm: prompt(100, 17), stored: 0, cached: 16},
+		{name: "another prompt cached", warm: prompt(900, 12), stored: 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, nil)
+			set := map[uint64]bool{}
+			next := uint64(1)
+			if tt.warm != nil {
+				if err := e.Add(Request{ID: "warm", Prompt: tt.warm, MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+				next = replay(t, set, next, drain(t, e, 10).events)
+			}
+			before := len(set)
+			first := uint32(4242)
+			// Two tokens: the first generated one's KV is computed, which
+			// fills no block.
+			if err := e.Add(Request{ID: "d", Prompt: p, MaxTokens: 2, Arrived: true, FirstToken: &first}); err != nil {
+				t.Fatal(err)
+			}
+			d := drain(t, e, 10)
+			replay(t, set, next, d.events)
+			if got := len(set) - before; got != tt.stored {
+				t.Errorf("stored %d blocks, want %d", got, tt.stored)
+			}
+			// The last block (2 tokens) is computed; the rest arrived.
+			if got := d.steps[0].PrefillTokens; got != 2 {
+				t.Errorf("computed %d prompt tokens, want 2", got)
+			}
+			last := d.last["d"]
+			if last.Usage.CachedPromptTokens != tt.cached || last.Finish != FinishLength {
+				t.Errorf("usage %+v finish %v; want %d cached, length", last.Usage, last.Finish, tt.cached)
+			}
+			if toks := d.tokens["d"]; len(toks) != 2 || toks[0] != first {
+				t.Errorf("tokens %v, want 2 starting with %d", toks, first)
+			}
+		})
+	}
+}
+
+// TestLegsMatchAWholeRequest: a prefill leg on one engine, then a decode
+// leg on another with its KV arrived and its first token relayed, generate
+// what the whole request generates on a third, with the same events on the
+// decode engine as if it had computed the prompt.
+func TestLegsMatchAWholeRequest(t *testing.T) {
+	for _, n := range []int{1, 2, 17} {
+		p := prompt(300, 37)
+		whole := newEngine(t, nil)
+		if err := whole.Add(Request{ID: "r", Prompt: p, MaxTokens: n, Seed: 9}); err != nil {
+			t.Fatal(err)
+		}
+		want := drain(t, whole, 100)
+
+		pre := newEngine(t, nil)
+		if err := pre.Add(Request{ID: "r", Prompt: p, MaxTokens: n, Seed: 9, Hold: true}); err != nil {
+			t.Fatal(err)
+		}
+		held := drain(t, pre, 100)
+		first := held.tokens["r"][0]
+		if _, err := pre.Release("r"); err != nil {
+			t.Fatal(err)
+		}
+
+		dec := newEngine(t, nil)
+		if err := dec.Add(Request{ID: "r", Prompt: p, MaxTokens: n, Seed: 9, Arrived: true, FirstToken: &first}); err != nil {
+			t.Fatal(err)
+		}
+		got := drain(t, dec, 100)
+		if !slices.Equal(got.tokens["r"], want.tokens["r"]) || got.last["r"].Finish != want.last["r"].Finish {
+			t.Errorf("max %d: legs generated %v (%v), whole %v (%v)", n, got.tokens["r"], got.last["r"].Finish, want.tokens["r"], want.last["r"].Finish)
+		}
+		if !cmpSets(cached(dec), cached(whole)) {
+			t.Errorf("max %d: decode engine caches %v, whole %v", n, cached(dec), cached(whole))
+		}
+	}
+}
+
+func cmpSets(a, b map[uint64]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
