@@ -43,16 +43,22 @@ type Load struct {
 // steadyState is the engine's load at rate requests per second of
 // prompt prompt tokens and output output tokens each, in a role.
 //
-// At rate r, a step of T ms computes r*prompt*T/1000 prompt tokens (the
-// prompts arriving meanwhile) and one token of each of the r*output*T/1000
-// requests decoding (Little's law: each decodes for output steps). T is
-// then the model's cost of such a step, a fixed point found by iterating
-// from an empty step: the cost grows with T, so the iteration rises to the
-// least fixed point, or past any bound when the engine cannot keep up.
-// The first token comes after the request's own prompt is computed at
-// that load, inflated by 1/(1-rho) for the wait behind other prompts,
-// rho being the share of the step's room for prompt tokens in use (the
-// M/M/1 wait, a queue of prompts served in chunks).
+// An engine that decodes (agg and decode pools) runs steps back to back:
+// at rate r, a step of T ms decodes one token of each of the r*output*T/1000
+// requests decoding (Little's law: each decodes for output steps) and
+// computes the r*prompt*T/1000 prompt tokens arriving meanwhile. Those come
+// in whole prompts, so only a share f = min(1, r*T/1000) of the steps
+// carries any; such a step costs Prefill(p/f), and the mean step
+// f*Prefill(p/f) + Decode(u). T, the inter-token latency, is a fixed point
+// of that cost; the cost grows with T, so iterating from a bare decode step
+// rises to the least fixed point, or past every bound when the engine
+// cannot keep up. A new request's first token comes after its own prompt
+// at that load (the timing model's TTFT), inflated by 1/(1-rho) for the
+// wait behind other prompts, rho being the share of the steps' room for
+// prompt tokens in use (the M/M/1 wait).
+//
+// An engine that only prefills runs a step when a prompt is there: rho is
+// then its busy share, r times the prefill time of one prompt.
 func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 	switch role {
 	case Prefill:
@@ -60,8 +66,28 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 	case Decode:
 		prompt = 0
 	}
+	m := e.Model
 	l := Load{promptTok: prompt, outputTk: output}
-	budget := float64(e.Model.MaxBatchedTokens)
+	own := func(decoding, usage float64) float64 {
+		return m.TTFTMs(0, int(math.Ceil(prompt)), int(math.Ceil(decoding)), usage, 1)
+	}
+	if output <= 0 {
+		if prompt <= 0 {
+			l.Feasible = true
+			return l
+		}
+		service := own(0, 0)
+		l.PrefillUtilization = rate * service / 1000
+		if l.PrefillUtilization >= 1 {
+			return l
+		}
+		l.Feasible = true
+		l.StepMs = service
+		l.Prefill = rate * prompt * service / 1000
+		l.TTFTMs = service / (1 - l.PrefillUtilization)
+		return l
+	}
+	budget := float64(m.MaxBatchedTokens)
 	blocksPerRequest := 0.0
 	if e.KVBlocks > 0 && e.BlockSize > 0 {
 		// A decoding request holds its prompt and on average half its
@@ -72,20 +98,17 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 		p = rate * prompt * t / 1000
 		n = rate * output * t / 1000
 		u = min(n*blocksPerRequest, 1)
-		// Every step carries prompt tokens and decoding requests while
-		// they arrive, however few: the step's fixed costs count from
-		// the first (and the iteration starts from them, not from 0).
-		m := e.Model
-		if rate*prompt > 0 {
-			step += m.PrefillQuadratic*p*p + m.PrefillPerToken*p + m.PrefillPerBatch
-		}
-		if rate*output > 0 {
-			step += m.DecodeMs(u)
+		step = m.DecodeMs(u)
+		if f := min(rate*t/1000, 1); p > 0 && f > 0 {
+			step += f*m.PrefillPerBatch + m.PrefillPerToken*p + m.PrefillQuadratic*p*p/f
 		}
 		return step, p, n, u
 	}
-	t, converged := 0.0, rate <= 0
-	for i := 0; i < 500 && !converged; i++ {
+	t, converged := m.DecodeMs(0), rate <= 0
+	if rate <= 0 {
+		l.StepMs = t
+	}
+	for i := 0; i < 1000 && !converged; i++ {
 		next, p, n, u := cost(t)
 		if p+n > budget || n*blocksPerRequest > 1 || next > 1e7 {
 			return l
@@ -99,14 +122,12 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 	}
 	l.Feasible = true
 	if prompt > 0 {
-		room := budget - l.Decoding
-		l.PrefillUtilization = l.Prefill / room
+		l.PrefillUtilization = l.Prefill / (budget - l.Decoding)
 		if l.PrefillUtilization >= 1 {
 			l.Feasible = false
 			return l
 		}
-		own := e.Model.TTFTMs(0, int(math.Ceil(prompt)), int(math.Ceil(l.Decoding)), l.Usage, 1)
-		l.TTFTMs = own / (1 - l.PrefillUtilization)
+		l.TTFTMs = own(l.Decoding, l.Usage) / (1 - l.PrefillUtilization)
 	}
 	return l
 }

@@ -25,23 +25,25 @@ func TestCapacity(t *testing.T) {
 		want, bound    float64
 	}{
 		// Agg, 100+10 tokens. At r req/s a step of T ms prefills 0.1rT
-		// tokens and decodes 0.01rT requests: T = 10 + 0.01rT + 20, so
-		// T = 30/(1-0.01r). ITL 50 ms: r = 40. The TTFT then: 200
-		// prompt tokens a step of 980 free (rho 0.204), the request's
-		// own prompt a 20 ms prefill and a 20 ms decode step: 50 ms.
+		// tokens and decodes 0.01rT requests. While rT < 1000 a share
+		// rT/1000 of the steps carries a prompt: T = 0.01rT + 0.01rT +
+		// 20, T = 20/(1-0.02r), up to r = 25 (T = 40); past it every
+		// step does: T = 10 + 0.01rT + 20 = 30/(1-0.01r). ITL 50 ms:
+		// r = 40. The TTFT then: 200 prompt tokens a step of 980 free
+		// (rho 0.204), the request's own prompt a 20 ms prefill and a
+		// 20 ms decode step: 50 ms.
 		{"agg ITL-bound", Engine{Model: simple}, Agg, 100, 10, obj, 40, 40},
-		// Prefill, 400 tokens, TTFT 100 ms: T = 10 + 0.04rT; own prompt
-		// 50 ms, so rho <= 0.5: 0.4rT = 500, T = 60, r = 1250/60.
-		{"prefill TTFT-bound", Engine{Model: simple}, Prefill, 400, 10, Objectives{TTFTMs: 100, ITLMs: 1}, 1250.0 / 60, 1250.0 / 60},
+		// Prefill, 400 tokens, TTFT 100 ms: a prompt takes 50 ms, the
+		// engine is busy 0.05r of the time, TTFT = 50/(1-0.05r): r = 10.
+		{"prefill TTFT-bound", Engine{Model: simple}, Prefill, 400, 10, Objectives{TTFTMs: 100, ITLMs: 1}, 10, 10},
 		// TTFT 40 ms under the 50 ms of a prompt alone: nothing holds it;
-		// the engine keeps up while rho < 1: 0.4rT < 1000 with
-		// T = 10 + 0.4rT/10, i.e. rT < 2500 at T = 110: r < 2500/110.
-		{"prefill objective unreachable", Engine{Model: simple}, Prefill, 400, 0, Objectives{TTFTMs: 40, ITLMs: 50}, 0, 2500.0 / 110},
+		// the engine keeps up while it is not always busy: r < 20.
+		{"prefill objective unreachable", Engine{Model: simple}, Prefill, 400, 0, Objectives{TTFTMs: 40, ITLMs: 50}, 0, 20},
 		// Decode, 100 output tokens: every step 20 ms, so ITL holds at
 		// any rate and the step budget binds: 0.1r*20 = 1000, r = 500.
 		{"decode budget-bound", Engine{Model: simple}, Decode, 400, 100, obj, 500, 500},
-		// With 1,000 KV blocks of 10 tokens, a request holds
-		// ceil((400... no: decode takes no prompt) 50/10) = 5 blocks:
+		// With 1,000 KV blocks of 10 tokens, a request holds (its
+		// prompt is not the decode pool's) ceil(50/10) = 5 blocks:
 		// 200 requests fill the cache, 0.1r*20 = 200, r = 100.
 		{"decode KV-bound", Engine{Model: simple, KVBlocks: 1000, BlockSize: 10}, Decode, 400, 100, obj, 100, 100},
 		{"no work", Engine{Model: simple}, Agg, 0, 0, obj, 0, 0},
@@ -58,11 +60,12 @@ func TestCapacity(t *testing.T) {
 
 func TestSteadyState(t *testing.T) {
 	e := Engine{Model: simple}
-	// At 20 req/s of 100+10: T = 30/0.8 = 37.5 ms, 75 prompt tokens and
-	// 7.5 decoding requests a step; rho = 75/992.5; TTFT = 40/(1-rho).
+	// At 20 req/s of 100+10: T = 20/0.6 = 33.3 ms (2 in 3 steps carry
+	// a prompt), 66.7 prompt tokens and 6.67 decoding requests a step;
+	// rho = 66.7/993.3; TTFT = 40/(1-rho).
 	l := e.steadyState(Agg, 20, 100, 10)
-	rho := 75 / 992.5
-	if !l.Feasible || !near(l.StepMs, 37.5) || !near(l.Prefill, 75) || !near(l.Decoding, 7.5) ||
+	rho := (200.0 / 3) / (1000 - 20.0/3)
+	if !l.Feasible || !near(l.StepMs, 100.0/3) || !near(l.Prefill, 200.0/3) || !near(l.Decoding, 20.0/3) ||
 		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 40/(1-rho)) {
 		t.Fatalf("steady state = %+v", l)
 	}

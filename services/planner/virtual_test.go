@@ -1,0 +1,114 @@
+package planner_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/services/planner"
+	"github.com/switchyard-llm/switchyard/services/planner/core"
+	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
+)
+
+func startPlanner(t *testing.T, st *stacktest.Stack, args ...string) *planner.Service {
+	t.Helper()
+	var cfg planner.Config
+	fs := flag.NewFlagSet("planner", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(append([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "", "--status-addr", "",
+		"--registry-addr", st.RegistryAddr, "--eventbus-addr", st.EventbusAddr}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := planner.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Errorf("planner: %v", err)
+		}
+	})
+	return svc
+}
+
+// until polls cond every 50 ms for at most d.
+func until(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestVirtualConnectorWaitsForTheAcknowledgement runs the planner with the
+// virtual connector over a pool of one worker and a minimum of two, so
+// that every decision asks for one more worker. An external runner (the
+// test) reads the decision from the registry and acknowledges its id: the
+// planner decides nothing new until then, and once the acknowledgement
+// timeout passes without one.
+func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
+	st := stacktest.Start(t, stacktest.Options{Mockers: 1, NoFrontend: true})
+	svc := startPlanner(t, st, "--connector", "virtual", "--min-replicas", "2", "--max-replicas", "4",
+		"--adjustment-interval", "100ms", "--ack-timeout", "2s")
+	dc, err := discovery.Dial([]string{st.RegistryAddr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	ctx := context.Background()
+	stored := func() core.Decision {
+		r, err := dc.Raw().GetKey(ctx, &registryv1.GetKeyRequest{Bucket: planner.Bucket, Key: planner.DecisionKey})
+		if err != nil {
+			return core.Decision{}
+		}
+		d, err := core.DecodeDecision(r.GetKv().GetValue())
+		if err != nil {
+			t.Fatalf("stored decision: %v", err)
+		}
+		return d
+	}
+	waiting := func() string { return svc.Status().Waiting }
+
+	// The first decision wants 2 workers, and waits.
+	var first core.Decision
+	until(t, 20*time.Second, "a first decision", func() bool { first = stored(); return first.ID != 0 })
+	if p := first.Pools; len(p) != 1 || p[0].Current != 1 || p[0].Target != 2 || p[0].Model != stacktest.Model || p[0].Role != core.Agg {
+		t.Fatalf("first decision %+v; want the agg pool of %s from 1 to 2", first, stacktest.Model)
+	}
+	until(t, 10*time.Second, "the planner waiting for the acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(first.ID)) })
+	if d := stored(); d.ID != first.ID {
+		t.Fatalf("decided %d before %d was acknowledged", d.ID, first.ID)
+	}
+
+	// The runner acknowledges: the planner decides again, and waits again.
+	if _, err := dc.Raw().PutKey(ctx, &registryv1.PutKeyRequest{Bucket: planner.Bucket, Key: planner.AckKey, Value: []byte(fmt.Sprint(first.ID))}); err != nil {
+		t.Fatal(err)
+	}
+	var second core.Decision
+	until(t, 10*time.Second, "a decision after the acknowledgement", func() bool { second = stored(); return second.ID > first.ID })
+	if second.ID != first.ID+1 {
+		t.Fatalf("after the acknowledgement of %d came %d", first.ID, second.ID)
+	}
+
+	// Without an acknowledgement, the timeout lets the planner decide.
+	until(t, 20*time.Second, "a decision after the acknowledgement timeout", func() bool { return stored().ID > second.ID })
+
+	// A garbled acknowledgement acknowledges nothing (the timeout still
+	// applies).
+	if _, err := dc.Raw().PutKey(ctx, &registryv1.PutKeyRequest{Bucket: planner.Bucket, Key: planner.AckKey, Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	third := stored()
+	until(t, 10*time.Second, "waiting on a garbled acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(third.ID)) })
+}
