@@ -96,17 +96,25 @@ bench-goals: ## Issue 14's goal table (hit rates vs the pooled bound, goodput vs
 # benchmarks: PORT, MOCKERS, ROUTER_MODE and KV_EVENTS_MODE choose the
 # frontend port, the number of mocker workers, the routing mode and the KV
 # event plane (jetstream, core, direct, none; see the README's router section).
+# PLANNER=1 runs the planner too, which starts and stops mockers between
+# MIN_REPLICAS and MAX_REPLICAS to hold the latency objectives (one mocker
+# to begin with).
 PORT        ?= 8000
-MOCKERS     ?= 2
+PLANNER     ?= 0
+MIN_REPLICAS ?= 1
+MAX_REPLICAS ?= 4
+MOCKERS     ?= $(if $(filter 1,$(PLANNER)),1,2)
 ROUTER_MODE ?= kv
 KV_EVENTS_MODE ?= jetstream
 RUN_CMDS    := services/registry/cmd/registry services/eventbus/cmd/eventbus services/router/cmd/router \
-               services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard
+               services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard \
+               services/planner/cmd/planner
 
-run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct): registry, eventbus, router, mockers, frontend.
+run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct; PLANNER=1 MIN_REPLICAS=1 MAX_REPLICAS=4 adds the planner): registry, eventbus, router, mockers, frontend.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./,$(RUN_CMDS))
-	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE) --kv-events-mode $(KV_EVENTS_MODE)
+	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE) --kv-events-mode $(KV_EVENTS_MODE) \
+	  $(if $(filter 1,$(PLANNER)),--planner --min-replicas $(MIN_REPLICAS) --max-replicas $(MAX_REPLICAS))
 
 .PHONY: clean
 clean: ## Remove binaries and local run data.

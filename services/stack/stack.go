@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,12 +54,19 @@ type Config struct {
 	// Ports are the components' listen ports; zero fields take the
 	// defaults of DefaultPorts.
 	Ports Ports
+	// Planner runs the planner with the local connector: it starts and
+	// stops more mockers, between MinReplicas and MaxReplicas.
+	Planner                  bool
+	MinReplicas, MaxReplicas int
 }
 
 // Ports are where the stack's components listen, on Config.Host.
 type Ports struct {
 	Registry, Eventbus, Router                      int
 	RegistryMetrics, EventbusMetrics, RouterMetrics int
+	// Planner, PlannerMetrics and PlannerStatus are the planner's gRPC
+	// (health), /metrics and /status.json ports.
+	Planner, PlannerMetrics, PlannerStatus int
 	EtcdClient, EtcdPeer, NATS                      int
 	// MockerMetrics is the base of the mockers' /metrics ports: mocker-i
 	// serves on MockerMetrics+i.
@@ -70,6 +78,7 @@ var DefaultPorts = Ports{
 	Registry: 7001, Eventbus: 7002, Router: 7003,
 	RegistryMetrics: 9101, EventbusMetrics: 9102, RouterMetrics: 9103,
 	EtcdClient: 2379, EtcdPeer: 2380, NATS: 4222, MockerMetrics: 9110,
+	Planner: 7004, PlannerMetrics: 9104, PlannerStatus: 9105,
 }
 
 func (p Ports) withDefaults() Ports {
@@ -78,6 +87,7 @@ func (p Ports) withDefaults() Ports {
 		{&p.Registry, &d.Registry}, {&p.Eventbus, &d.Eventbus}, {&p.Router, &d.Router},
 		{&p.RegistryMetrics, &d.RegistryMetrics}, {&p.EventbusMetrics, &d.EventbusMetrics}, {&p.RouterMetrics, &d.RouterMetrics},
 		{&p.EtcdClient, &d.EtcdClient}, {&p.EtcdPeer, &d.EtcdPeer}, {&p.NATS, &d.NATS}, {&p.MockerMetrics, &d.MockerMetrics},
+		{&p.Planner, &d.Planner}, {&p.PlannerMetrics, &d.PlannerMetrics}, {&p.PlannerStatus, &d.PlannerStatus},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -98,11 +108,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Wait, "start-timeout", 60*time.Second, "bound on each component's start")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 15*time.Second, "bound on each component's stop before SIGKILL")
 	fs.StringVar(&c.Host, "host", "127.0.0.1", "address every component listens on; the stack runs without credentials, so keep it on loopback")
+	fs.BoolVar(&c.Planner, "planner", false, "run the planner with the local connector: it starts and stops mockers to hold the latency objectives")
+	fs.IntVar(&c.MinReplicas, "min-replicas", 1, "with --planner: fewest mockers")
+	fs.IntVar(&c.MaxReplicas, "max-replicas", 4, "with --planner: most mockers")
 }
 
 // Complete checks that the binaries the stack starts are in --bin-dir.
 func (c *Config) Complete() error {
-	for _, b := range []string{"registry", "eventbus", "router", "mocker"} {
+	bins := []string{"registry", "eventbus", "router", "mocker"}
+	if c.Planner {
+		bins = append(bins, "planner")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("missing binary %s in --bin-dir %s (run make build): %w", b, c.BinDir, err)
 		}
@@ -120,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := kvevents.Parse(c.KVEventsMode); err != nil {
 		return err
+	}
+	if c.Planner && (c.MinReplicas < 0 || c.MaxReplicas < max(c.MinReplicas, 1)) {
+		return errors.New("--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1")
 	}
 	return nil
 }
@@ -163,11 +183,11 @@ func (c Config) plan() []component {
 			"--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus),
 			what: "gRPC " + rt + ", mode " + c.RouterMode + ", KV events " + ev, ready: grpcHealthy(rt)},
 	}
+	mockerArgs := []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
+		"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3", "--kv-events-mode", ev}
 	for i := 1; i <= c.Mockers; i++ {
 		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
-			args: []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
-				"--metrics-addr", hp(p.MockerMetrics + i),
-				"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3", "--kv-events-mode", ev},
+			args: append(slices.Clone(mockerArgs), "--metrics-addr", hp(p.MockerMetrics+i)),
 			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {
@@ -175,6 +195,20 @@ func (c Config) plan() []component {
 		comps = append(comps, component{name: "frontend",
 			args: []string{"--http-addr", api, "--router-mode", c.RouterMode, "--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus, "--router-addr", rt},
 			what: "OpenAI API http://" + api + "/v1", ready: httpOK("http://" + api + "/health")})
+	}
+	if c.Planner {
+		// The planner's mockers are the stack's, less their /metrics
+		// (each would need a port of its own); it drains them when it
+		// stops, within --worker-stop-timeout.
+		pl := hp(p.Planner)
+		comps = append(comps, component{name: "planner",
+			args: []string{"--grpc-addr", pl, "--metrics-addr", hp(p.PlannerMetrics), "--status-addr", hp(p.PlannerStatus),
+				"--registry-addr", reg, "--eventbus-addr", bus, "--connector", "local",
+				"--worker-command", filepath.Join(c.BinDir, "mocker"), "--worker-args", strings.Join(mockerArgs, " "),
+				"--worker-log-dir", filepath.Join(c.DataDir, "logs"), "--worker-host", c.Host, "--worker-stop-timeout", "10s",
+				"--min-replicas", strconv.Itoa(c.MinReplicas), "--max-replicas", strconv.Itoa(c.MaxReplicas)},
+			what: fmt.Sprintf("gRPC %s, decisions http://%s/status.json, %d..%d mockers", pl, hp(p.PlannerStatus), c.MinReplicas, c.MaxReplicas),
+			ready: grpcHealthy(pl)})
 	}
 	for i := range comps {
 		if comps[i].bin == "" {
@@ -298,7 +332,7 @@ func (c Config) portsFree(plan []component) error {
 // with value v, and false for flags that are not listen addresses.
 func listenAddr(host, flag, v string) (string, bool) {
 	switch flag {
-	case "--grpc-addr", "--metrics-addr", "--http-addr":
+	case "--grpc-addr", "--metrics-addr", "--http-addr", "--status-addr":
 		return v, true
 	case "--embedded-etcd-client-url", "--embedded-etcd-peer-url":
 		return strings.TrimPrefix(v, "http://"), true

@@ -256,3 +256,35 @@ func TestRunRefusesPortsInUse(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanWithPlanner checks the planner's place in the stack: last, on
+// loopback, with the local connector starting the stack's mocker binary
+// with the mockers' arguments, and the replica bounds passed through.
+func TestPlanWithPlanner(t *testing.T) {
+	dir := t.TempDir()
+	c := Config{BinDir: dir, DataDir: dir, HTTPPort: 8000, Mockers: 1, RouterMode: "kv", Host: "127.0.0.1", Planner: true, MinReplicas: 1, MaxReplicas: 3}
+	plan := c.plan()
+	pl := plan[len(plan)-1]
+	if pl.name != "planner" || len(plan) != 5 {
+		t.Fatalf("plan ends with %s (%d components), want the planner after registry, eventbus, router and a mocker", pl.name, len(plan))
+	}
+	args := map[string]string{}
+	for i := 0; i+1 < len(pl.args); i += 2 {
+		args[pl.args[i]] = pl.args[i+1]
+	}
+	for flag, want := range map[string]string{
+		"--grpc-addr": "127.0.0.1:7004", "--metrics-addr": "127.0.0.1:9104", "--status-addr": "127.0.0.1:9105",
+		"--connector": "local", "--worker-command": filepath.Join(dir, "mocker"), "--worker-host": "127.0.0.1",
+		"--min-replicas": "1", "--max-replicas": "3",
+	} {
+		if args[flag] != want {
+			t.Errorf("planner %s %q, want %q", flag, args[flag], want)
+		}
+	}
+	if wa := args["--worker-args"]; !strings.Contains(wa, "--registry-addr 127.0.0.1:7001") || strings.Contains(wa, "--metrics-addr") {
+		t.Errorf("--worker-args %q: want the mockers' arguments without a metrics port", wa)
+	}
+	if err := (Config{Mockers: 1, HTTPPort: 1, Host: "h", Planner: true, MinReplicas: 3, MaxReplicas: 2}).Validate(); err == nil {
+		t.Error("min replicas past max accepted")
+	}
+}

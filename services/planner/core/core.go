@@ -352,6 +352,8 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 			high = max(high, r)
 		}
 		switch down := need(high, 1-c.Hysteresis); {
+		case pd.Current <= c.MinReplicas:
+			target, reason = pd.Current, reason+fmt.Sprintf("; at the minimum of %d", c.MinReplicas)
 		case o.Starting > 0:
 			target, reason = pd.Current, "hold: started workers have not registered yet"
 		case st.changedAt != 0 && p.lastID-st.changedAt <= uint64(c.Cooldown):

@@ -59,7 +59,8 @@ func TestDecide(t *testing.T) {
 		// 100 req/s over 40 a worker: 3.
 		{"scale up to the throughput", nil, []step{{obs(1, 100, at(1)), 3, "throughput", 0}}},
 		{"bounded by max", nil, []step{{obs(1, 1000, at(1)), 8, "bounded to 1..8", 0}}},
-		{"bounded by min", func(c *Config) { c.MinReplicas = 2 }, []step{{obs(2, 1, at(1)), 2, "bounded to 2..8", 0}}},
+		{"bounded by min", func(c *Config) { c.MinReplicas = 2 }, []step{{obs(1, 1, at(1)), 2, "bounded to 2..8", 0}}},
+		{"at the minimum", func(c *Config) { c.MinReplicas = 2 }, []step{{obs(2, 1, at(1)), 2, "at the minimum of 2", 0}}},
 		// 4 workers at 100 req/s: 3 would do at full capacity, but
 		// shrinking needs 100 <= 3*40*0.8 = 96: no. At 5, 4 would do:
 		// 100 <= 4*32.
