@@ -67,7 +67,7 @@ type Ports struct {
 	// Planner, PlannerMetrics and PlannerStatus are the planner's gRPC
 	// (health), /metrics and /status.json ports.
 	Planner, PlannerMetrics, PlannerStatus int
-	EtcdClient, EtcdPeer, NATS                      int
+	EtcdClient, EtcdPeer, NATS             int
 	// MockerMetrics is the base of the mockers' /metrics ports: mocker-i
 	// serves on MockerMetrics+i.
 	MockerMetrics int
@@ -207,7 +207,7 @@ func (c Config) plan() []component {
 				"--worker-command", filepath.Join(c.BinDir, "mocker"), "--worker-args", strings.Join(mockerArgs, " "),
 				"--worker-log-dir", filepath.Join(c.DataDir, "logs"), "--worker-host", c.Host, "--worker-stop-timeout", "10s",
 				"--min-replicas", strconv.Itoa(c.MinReplicas), "--max-replicas", strconv.Itoa(c.MaxReplicas)},
-			what: fmt.Sprintf("gRPC %s, decisions http://%s/status.json, %d..%d mockers", pl, hp(p.PlannerStatus), c.MinReplicas, c.MaxReplicas),
+			what:  fmt.Sprintf("gRPC %s, decisions http://%s/status.json, %d..%d mockers", pl, hp(p.PlannerStatus), c.MinReplicas, c.MaxReplicas),
 			ready: grpcHealthy(pl)})
 	}
 	for i := range comps {
