@@ -29,8 +29,8 @@ type Engine struct {
 
 // Load is an engine's steady state at a request rate: every step
 // computes Prefill new prompt tokens and one token for each of Decoding
-// requests, and takes StepMs; a new request's first token comes TTFTMs
-// after it arrives.
+// requests, and takes StepMs (the inter-token latency); nine in ten new
+// requests have their first token within TTFTMs.
 type Load struct {
 	StepMs, TTFTMs      float64
 	Prefill, Decoding   float64
@@ -53,9 +53,9 @@ type Load struct {
 // of that cost; the cost grows with T, so iterating from a bare decode step
 // rises to the least fixed point, or past every bound when the engine
 // cannot keep up. A new request's first token comes after its own prompt
-// at that load (the timing model's TTFT), inflated by 1/(1-rho) for the
-// wait behind other prompts, rho being the share of the steps' room for
-// prompt tokens in use (the M/M/1 wait).
+// at that load (the timing model's TTFT) and its wait behind other
+// prompts; TTFTMs is the 90th percentile (ttft90), rho being the share of
+// the steps' room for prompt tokens in use.
 //
 // An engine that only prefills runs a step when a prompt is there: rho is
 // then its busy share, r times the prefill time of one prompt.
@@ -84,7 +84,7 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 		l.Feasible = true
 		l.StepMs = service
 		l.Prefill = rate * prompt * service / 1000
-		l.TTFTMs = service / (1 - l.PrefillUtilization)
+		l.TTFTMs = ttft90(service, l.PrefillUtilization)
 		return l
 	}
 	budget := float64(m.MaxBatchedTokens)
@@ -127,9 +127,22 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 			l.Feasible = false
 			return l
 		}
-		l.TTFTMs = own(l.Decoding, l.Usage) / (1 - l.PrefillUtilization)
+		l.TTFTMs = ttft90(own(l.Decoding, l.Usage), l.PrefillUtilization)
 	}
 	return l
+}
+
+// ttft90 is the 90th percentile of the time to first token of requests
+// whose own prefill takes own at utilization rho: own plus the wait's
+// 90th percentile. The wait of a single server queue has, to a close
+// approximation, P(wait > t) = rho*exp(-t/m) with m = own/(1-rho) (the
+// exponential tail of M/G/1), so its 90th percentile is m*ln(10*rho) when
+// rho > 0.1 and 0 otherwise.
+func ttft90(own, rho float64) float64 {
+	if rho <= 0.1 {
+		return own
+	}
+	return own + own/(1-rho)*math.Log(10*rho)
 }
 
 // meets says whether l holds the objectives that apply to the role:

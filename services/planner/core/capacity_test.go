@@ -33,9 +33,11 @@ func TestCapacity(t *testing.T) {
 		// (rho 0.204), the request's own prompt a 20 ms prefill and a
 		// 20 ms decode step: 50 ms.
 		{"agg ITL-bound", Engine{Model: simple}, Agg, 100, 10, obj, 40, 40},
-		// Prefill, 400 tokens, TTFT 100 ms: a prompt takes 50 ms, the
-		// engine is busy 0.05r of the time, TTFT = 50/(1-0.05r): r = 10.
-		{"prefill TTFT-bound", Engine{Model: simple}, Prefill, 400, 10, Objectives{TTFTMs: 100, ITLMs: 1}, 10, 10},
+		// Prefill, 400 tokens, TTFT 100 ms at the 90th percentile: a
+		// prompt takes 50 ms, the engine is busy rho = 0.05r of the time,
+		// TTFT p90 = 50 + 50/(1-rho)*ln(10*rho): 100 ms where
+		// ln(10*rho) = 1-rho, rho = rhoAt100 (solved below), r = 20*rho.
+		{"prefill TTFT-bound", Engine{Model: simple}, Prefill, 400, 10, Objectives{TTFTMs: 100, ITLMs: 1}, 20 * rhoAt100, 20 * rhoAt100},
 		// TTFT 40 ms under the 50 ms of a prompt alone: nothing holds it;
 		// the engine keeps up while it is not always busy: r < 20.
 		{"prefill objective unreachable", Engine{Model: simple}, Prefill, 400, 0, Objectives{TTFTMs: 40, ITLMs: 50}, 0, 20},
@@ -62,16 +64,45 @@ func TestSteadyState(t *testing.T) {
 	e := Engine{Model: simple}
 	// At 20 req/s of 100+10: T = 20/0.6 = 33.3 ms (2 in 3 steps carry
 	// a prompt), 66.7 prompt tokens and 6.67 decoding requests a step;
-	// rho = 66.7/993.3; TTFT = 40/(1-rho).
+	// rho = 66.7/993.3 = 0.067, under 0.1: the 90th percentile waits
+	// nothing, TTFT = the prompt's own 40 ms.
 	l := e.steadyState(Agg, 20, 100, 10)
 	rho := (200.0 / 3) / (1000 - 20.0/3)
 	if !l.Feasible || !near(l.StepMs, 100.0/3) || !near(l.Prefill, 200.0/3) || !near(l.Decoding, 20.0/3) ||
-		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 40/(1-rho)) {
+		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 40) {
 		t.Fatalf("steady state = %+v", l)
 	}
 	// At 100 req/s the fixed point T = 30/(1-1) does not exist.
 	if l := e.steadyState(Agg, 100, 100, 10); l.Feasible {
 		t.Fatalf("100 req/s = %+v, want infeasible", l)
+	}
+}
+
+// rhoAt100 solves ln(10*rho) = 1-rho by bisection (0.1 < rho < 1): the
+// utilization at which a 50 ms prompt's TTFT p90 reaches 100 ms.
+var rhoAt100 = func() float64 {
+	lo, hi := 0.1, 1.0
+	for range 100 {
+		mid := (lo + hi) / 2
+		if math.Log(10*mid) < 1-mid {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}()
+
+func TestTTFT90(t *testing.T) {
+	for _, tc := range []struct{ own, rho, want float64 }{
+		{50, 0, 50}, {50, 0.1, 50},
+		// rho 0.5: the wait's p90 is 100*ln(5).
+		{50, 0.5, 50 + 100*math.Log(5)},
+		{50, rhoAt100, 100},
+	} {
+		if got := ttft90(tc.own, tc.rho); !near(got, tc.want) {
+			t.Errorf("ttft90(%v, %v) = %v, want %v", tc.own, tc.rho, got, tc.want)
+		}
 	}
 }
 

@@ -64,6 +64,11 @@ type Config struct {
 	// MaxAge is the oldest data a decision uses; a worker whose last load
 	// report is older is not counted, and a pool with none fresh holds.
 	MaxAge time.Duration
+	// Lead is how long a started worker takes to serve (start, load,
+	// register). A decision sizes the pool for the demand forecast at
+	// Lead plus half an interval past the last measure: when the workers
+	// it starts serve, through the middle of the interval they serve it.
+	Lead time.Duration
 }
 
 // DefaultConfig is the planner's defaults: objectives TTFT 500 ms and
@@ -93,6 +98,8 @@ func (c Config) Validate() error {
 		return errors.New("the cooldown must not be negative and the window at least 1")
 	case c.MaxAge <= 0:
 		return errors.New("the maximum data age must be positive")
+	case c.Lead < 0:
+		return errors.New("the workers' start-up lead must not be negative")
 	}
 	_, err := NewPredictor(c.Predictor, c.Window)
 	return err
@@ -230,7 +237,7 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 		seen[o.Key] = true
 		st := p.pools[o.Key]
 		if st == nil {
-			pr, _ := NewPredictor(p.cfg.Predictor, p.cfg.Window)
+			pr, _ := NewPredictor(p.cfg.Predictor, p.predictorWindow())
 			st = &poolState{predictor: pr}
 			p.pools[o.Key] = st
 		}
@@ -253,6 +260,18 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 		}
 	}
 	return d
+}
+
+// predictorWindow is the samples the predictor looks at: Window, and for
+// trend at least those of twice its horizon (Lead and half an interval),
+// so that a line read that far ahead is fitted over at least as long.
+func (p *Planner) predictorWindow() int {
+	w := p.cfg.Window
+	if p.cfg.Predictor == "trend" {
+		horizon := p.cfg.Lead + p.cfg.Interval/2
+		w = max(w, int(math.Ceil(2*horizon.Seconds()/p.cfg.Interval.Seconds())))
+	}
+	return w
 }
 
 func obsOf(obs []PoolObservation, k PoolKey) PoolObservation {
@@ -302,7 +321,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if !demandFresh && len(o.Workers) > 0 {
 		return hold("stale: no demand measured within " + c.MaxAge.String())
 	}
-	f := st.predictor.Forecast(c.Interval)
+	f := st.predictor.Forecast(c.Lead + c.Interval/2)
 	pd.Inputs.Forecast = f
 	prompt, output := f.PromptTokens(), f.OutputTokens()
 

@@ -52,9 +52,9 @@ type Predictor interface {
 	// Observe adds the demand of the interval ending at s.At; samples come
 	// in time order (one not later than the last is ignored).
 	Observe(s Sample)
-	// Forecast is the demand expected over the interval after the last
-	// sample, of length interval; the zero Demand before any sample.
-	Forecast(interval time.Duration) Demand
+	// Forecast is the demand expected ahead of the last sample's time;
+	// the zero Demand before any sample.
+	Forecast(ahead time.Duration) Demand
 }
 
 // predictors lists the predictors by their --predictor name.
@@ -63,8 +63,8 @@ var predictors = map[string]func(window int) Predictor{
 	// and smooths noise, and lags a ramp by half the window.
 	"window": func(w int) Predictor { return &windowPredictor{history: history{size: w}} },
 	// trend fits a line to the last window samples by least squares and
-	// reads it one interval ahead: it follows a ramp without lag, and
-	// amplifies noise more than window does.
+	// reads it ahead: it follows a ramp without lag, and amplifies noise
+	// more than window does.
 	"trend": func(w int) Predictor { return &trendPredictor{history: history{size: w}} },
 }
 
@@ -127,10 +127,9 @@ func (p *windowPredictor) Forecast(time.Duration) Demand { return p.mean() }
 
 type trendPredictor struct{ history }
 
-// Forecast reads the least-squares line through the samples at the middle
-// of the next interval (the last sample's time plus half of it), never
-// below zero. With fewer than two samples it is the mean.
-func (p *trendPredictor) Forecast(interval time.Duration) Demand {
+// Forecast reads the least-squares line through the samples ahead of the
+// last one, never below zero. With fewer than two samples it is the mean.
+func (p *trendPredictor) Forecast(ahead time.Duration) Demand {
 	n := len(p.samples)
 	if n < 2 {
 		return p.mean()
@@ -143,7 +142,7 @@ func (p *trendPredictor) Forecast(interval time.Duration) Demand {
 		mx += xs[i]
 	}
 	mx /= float64(n)
-	at := p.samples[n-1].At.Sub(t0).Seconds() + interval.Seconds()/2
+	at := p.samples[n-1].At.Sub(t0).Seconds() + ahead.Seconds()
 	line := func(y func(Sample) float64) float64 {
 		var my, sxy, sxx float64
 		for _, s := range p.samples {

@@ -14,7 +14,7 @@ func TestPredictors(t *testing.T) {
 		name, pred string
 		window     int
 		samples    []Sample
-		want       float64 // requests per second forecast over a 10 s interval
+		want       float64 // requests per second forecast 5 s ahead
 	}{
 		{"window empty", "window", 3, nil, 0},
 		{"window mean of the last 3", "window", 3, []Sample{s(0, 100), s(10, 10), s(20, 20), s(30, 30)}, 20},
@@ -37,7 +37,7 @@ func TestPredictors(t *testing.T) {
 			for _, x := range tc.samples {
 				p.Observe(x)
 			}
-			f := p.Forecast(10 * time.Second)
+			f := p.Forecast(5 * time.Second)
 			if !near(f.RequestsPerSec, tc.want) || !near(f.PromptTokensPerSec, 10*tc.want) || !near(f.OutputTokensPerSec, tc.want) {
 				t.Fatalf("forecast %+v, want %v req/s (x10 prompt, x1 output)", f, tc.want)
 			}

@@ -84,6 +84,9 @@ type GenConfig struct {
 	MaxInput int
 	// Seed makes the trace repeatable.
 	Seed uint64
+	// Profile shapes the arrival rate over time (flat when unset): Rate is
+	// then the mean over the trace.
+	Profile RateProfile
 }
 
 // Presets are named starting points for GenConfig; flags change any knob.
@@ -143,7 +146,7 @@ func (g GenConfig) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return g.Profile.Validate()
 }
 
 // RegisterFlags adds the generator's knobs to fs, bound to g.
@@ -164,6 +167,12 @@ func (g *GenConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&g.Think, "think", g.Think, "mean time from one turn's arrival to the next (exponential)")
 	fs.IntVar(&g.MaxInput, "max-input", g.MaxInput, "longest prompt; a session that would grow past it ends")
 	fs.Uint64Var(&g.Seed, "seed", g.Seed, "random seed")
+	fs.StringVar(&g.Profile.Kind, "rate-profile", g.Profile.Kind, "arrival rate over time: "+strings.Join(RateProfiles, ", ")+" (empty: flat); --rate is the mean")
+	fs.DurationVar(&g.Profile.Period, "profile-period", g.Profile.Period, "diurnal profile: the period (the rate's trough at the start, its peak half a period later)")
+	fs.Float64Var(&g.Profile.Amplitude, "profile-amplitude", g.Profile.Amplitude, "diurnal profile: the rate swings by this share of the mean, in [0, 1)")
+	fs.DurationVar(&g.Profile.BurstEvery, "burst-every", g.Profile.BurstEvery, "bursts profile: mean time between burst starts (Poisson)")
+	fs.DurationVar(&g.Profile.BurstLength, "burst-length", g.Profile.BurstLength, "bursts profile: how long a burst lasts")
+	fs.Float64Var(&g.Profile.BurstFactor, "burst-factor", g.Profile.BurstFactor, "bursts profile: the rate's factor during a burst (>= 1)")
 }
 
 func distFlags(fs *flag.FlagSet, name, what string, d *Dist) {
@@ -336,6 +345,7 @@ func Generate(g GenConfig) ([]Request, error) {
 		}
 		s.next += time.Duration(r.ExpFloat64() * float64(g.Think))
 	}
+	g.Profile.Warp(out, g.Seed)
 	return out, nil
 }
 

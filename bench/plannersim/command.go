@@ -1,0 +1,157 @@
+package plannersim
+
+import (
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/planner/core"
+	"github.com/switchyard-llm/switchyard/services/router/replay"
+)
+
+// CSVName is the file Command writes under --out, one row per policy.
+const CSVName = "planner-sim.csv"
+
+// CSVHeader is its columns.
+var CSVHeader = []string{"policy", "attainment", "engine_seconds", "scale_changes"}
+
+// Command is planner-sim's command line: a trace (--trace, or generated
+// from router-trace-gen's knobs, --rate-profile among them), run with the
+// planner in the loop for each --predictor and with the static pools
+// sized to the trace's peak and mean; it prints the table and writes
+// planner-sim.csv under --out.
+func Command(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("planner-sim", flag.ContinueOnError)
+	preset := fs.String("preset", "sessions", "the generated trace's starting knobs (router-trace-gen's presets)")
+	tracePath := fs.String("trace", "", "a Mooncake JSON-lines trace instead of a generated one")
+	traceBlock := fs.Int("trace-block", 512, "tokens per hash id of --trace")
+	out := fs.String("out", "bin/planner-sim", "directory of "+CSVName)
+	startup := fs.Duration("engine-startup", 60*time.Second, "time a started engine takes to be ready")
+	window := fs.Duration("window", 30*time.Second, "span over which the objectives are judged")
+	preds := fs.String("predictor", "window,trend", "the planner's predictors to run, comma-separated (one policy each)")
+	pc := core.DefaultConfig()
+	fs.Float64Var(&pc.TTFTMs, "ttft-slo", pc.TTFTMs, "time to first token objective, ms")
+	fs.Float64Var(&pc.ITLMs, "itl-slo", pc.ITLMs, "inter-token latency objective, ms")
+	fs.DurationVar(&pc.Interval, "adjustment-interval", pc.Interval, "time between the planner's decisions")
+	fs.IntVar(&pc.MinReplicas, "min-replicas", pc.MinReplicas, "fewest engines")
+	fs.IntVar(&pc.MaxReplicas, "max-replicas", 64, "most engines")
+	var scratch replay.GenConfig
+	scratch.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pc.MaxAge = 3 * pc.Interval
+	pc.Lead = *startup
+	var trace []replay.Request
+	block := *traceBlock
+	if *tracePath != "" {
+		var err error
+		if trace, err = replay.LoadTrace(*tracePath, block); err != nil {
+			return err
+		}
+	} else {
+		g, ok := replay.Presets[*preset]
+		if !ok {
+			return fmt.Errorf("unknown --preset %q", *preset)
+		}
+		bound := flag.NewFlagSet("", flag.ContinueOnError)
+		g.RegisterFlags(bound)
+		var err error
+		fs.Visit(func(f *flag.Flag) {
+			if bound.Lookup(f.Name) != nil && err == nil {
+				err = bound.Set(f.Name, f.Value.String())
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if trace, err = replay.Generate(g); err != nil {
+			return err
+		}
+		block = g.BlockSize
+	}
+	cfg := Config{Engine: engine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc}
+	peak, mean, capRPS := Static(trace, cfg)
+	type run struct {
+		policy string
+		fixed  int
+		pred   string
+	}
+	var runs []run
+	for _, p := range strings.Split(*preds, ",") {
+		runs = append(runs, run{policy: "planner-" + p, pred: p})
+	}
+	runs = append(runs, run{policy: "static-peak", fixed: peak}, run{policy: "static-mean", fixed: mean})
+	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms; static-peak %d engines, static-mean %d; engine start-up %v, interval %v\n",
+		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, *startup, pc.Interval)
+	var results []Result
+	for _, r := range runs {
+		c := cfg
+		if r.pred != "" {
+			c.Planner.Predictor = r.pred
+			if err := c.Planner.Validate(); err != nil {
+				return err
+			}
+		}
+		res, err := Run(trace, c, r.policy, r.fixed)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	PrintTable(stdout, results)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(*out, CSVName))
+	if err != nil {
+		return err
+	}
+	return errors.Join(WriteCSV(f, results), f.Close())
+}
+
+// PrintTable prints one line per policy, with its engine-seconds as a
+// share of the first static-peak run's.
+func PrintTable(w io.Writer, results []Result) {
+	peak := 0.0
+	for _, r := range results {
+		if r.Policy == "static-peak" {
+			peak = r.EngineSeconds
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\tscale changes\tmost engines\trequests\t")
+	for _, r := range results {
+		share := "-"
+		if peak > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*r.EngineSeconds/peak)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.MaxEngines, r.Requests)
+	}
+	tw.Flush()
+}
+
+// WriteCSV writes the results under CSVHeader.
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if err := cw.Write([]string{r.Policy, strconv.FormatFloat(r.Attainment, 'f', 4, 64),
+			strconv.FormatFloat(r.EngineSeconds, 'f', 1, 64), strconv.Itoa(r.ScaleChanges)}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

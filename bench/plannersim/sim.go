@@ -1,0 +1,384 @@
+// Package plannersim runs the planner's decisions against simulated
+// engines, without a fleet: a trace's requests arrive at a pool of the
+// mocker's engines (services/mocker/engine, the replay's engines), routed
+// to the least loaded ready engine; every interval the planner (package
+// services/planner/core) sees what a real one sees (the pool's demand and
+// each engine's load and timing model) and its decisions apply after an
+// engine's start-up time (scale-up) or once a drained engine has finished
+// its requests (scale-down). The same runs with a fixed pool give the
+// static baselines. It reports, per policy, the share of 30 s windows whose
+// requests met both objectives, and the engine-seconds used.
+package plannersim
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/planner/core"
+	"github.com/switchyard-llm/switchyard/services/router/replay"
+)
+
+// Config is a simulation's setup.
+type Config struct {
+	// Engine is every engine's configuration.
+	Engine engine.Config
+	// TraceBlock is the trace's tokens per hash id.
+	TraceBlock int
+	// Startup is how long a started engine takes to be ready.
+	Startup time.Duration
+	// Window is the span over which objectives are judged.
+	Window time.Duration
+	// Planner is the planner's policy (its objectives judge every run).
+	Planner core.Config
+}
+
+// Result is one run's outcome.
+type Result struct {
+	Policy string
+	// Attainment is the share of windows (with requests) whose requests
+	// met both objectives: TTFT p90 and ITL p90 within them.
+	Attainment float64
+	// EngineSeconds is the engines' time from start to stop.
+	EngineSeconds float64
+	// ScaleChanges counts the decisions that changed the pool's size.
+	ScaleChanges int
+	// Windows and Requests are what was judged; MaxEngines the largest
+	// pool.
+	Windows, Requests, MaxEngines int
+}
+
+type event struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type queue []event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type simEngine struct {
+	id       uint64
+	e        *engine.Engine
+	readyAt  time.Duration
+	started  time.Duration
+	stopped  time.Duration // 0 while it runs
+	ready    bool
+	draining bool
+	busy     bool
+	inflight int
+	queued   int // prompt tokens routed and not yet first-token'd
+	gone     bool
+}
+
+type request struct {
+	arrival time.Duration
+	first   time.Duration
+	prompt  int
+	eng     *simEngine
+}
+
+type sim struct {
+	cfg     Config
+	q       queue
+	seq     uint64
+	now     time.Duration
+	engines []*simEngine
+	nextID  uint64
+	reqs    map[string]*request
+	// Interval counts of the pool: arrivals, prompt and output tokens.
+	arrivals, promptTok, outputTok uint64
+	// Per window: TTFTs and ITLs of the requests that arrived in it.
+	ttft, itl map[int][]float64
+	res       Result
+	buf       []uint32
+}
+
+func (s *sim) at(t time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.q, event{at: t, seq: s.seq, fn: fn})
+}
+
+// launch starts an engine, ready after delay.
+func (s *sim) launch(delay time.Duration) *simEngine {
+	e, err := engine.New(s.cfg.Engine)
+	if err != nil {
+		panic(err) // the configuration is validated before the run
+	}
+	s.nextID++
+	w := &simEngine{id: s.nextID, e: e, started: s.now, readyAt: s.now + delay}
+	s.engines = append(s.engines, w)
+	s.at(w.readyAt, func() { w.ready = true })
+	return w
+}
+
+// stop ends an engine's time.
+func (s *sim) stop(w *simEngine) {
+	w.gone, w.stopped = true, s.now
+}
+
+func (s *sim) running() []*simEngine {
+	var out []*simEngine
+	for _, w := range s.engines {
+		if !w.gone {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// route picks the ready, not draining engine with the fewest requests,
+// then the fewest queued prompt tokens, then the oldest.
+func (s *sim) route() *simEngine {
+	var best *simEngine
+	for _, w := range s.engines {
+		if w.gone || !w.ready || w.draining {
+			continue
+		}
+		if best == nil || w.inflight < best.inflight || (w.inflight == best.inflight && w.queued < best.queued) {
+			best = w
+		}
+	}
+	return best
+}
+
+func (s *sim) arrive(i int, r replay.Request) {
+	w := s.route()
+	if w == nil {
+		// No ready engine: the request waits for the first one.
+		s.at(s.now+100*time.Millisecond, func() { s.arrive(i, r) })
+		return
+	}
+	id := strconv.Itoa(i)
+	s.buf = replay.Tokens(r, s.cfg.TraceBlock, s.buf)
+	out := max(r.OutputLength, 1)
+	if err := w.e.Add(engine.Request{ID: id, Prompt: slices.Clone(s.buf), MaxTokens: out}); err != nil {
+		return // too large for the engine: not served, not judged
+	}
+	s.reqs[id] = &request{arrival: r.Arrival, prompt: r.InputLength, eng: w}
+	w.inflight++
+	w.queued += r.InputLength
+	s.arrivals++
+	s.promptTok += uint64(r.InputLength)
+	if !w.busy {
+		s.step(w)
+	}
+}
+
+func (s *sim) step(w *simEngine) {
+	res := w.e.Step()
+	w.busy = true
+	s.at(s.now+res.Duration, func() { s.stepped(w, res) })
+}
+
+func (s *sim) stepped(w *simEngine, res engine.StepResult) {
+	w.busy = false
+	for _, o := range res.Outputs {
+		in := s.reqs[o.RequestID]
+		if in == nil {
+			continue
+		}
+		if len(o.Tokens) > 0 {
+			s.outputTok++
+			if in.first == 0 {
+				in.first = s.now
+				w.queued -= in.prompt
+				win := int(in.arrival / s.cfg.Window)
+				s.ttft[win] = append(s.ttft[win], float64(s.now-in.arrival)/1e6)
+			}
+		}
+		if o.Finish != engine.FinishNone {
+			if n := o.Usage.CompletionTokens; n > 1 && in.first > 0 {
+				win := int(in.arrival / s.cfg.Window)
+				s.itl[win] = append(s.itl[win], float64(s.now-in.first)/1e6/float64(n-1))
+			}
+			w.inflight--
+			delete(s.reqs, o.RequestID)
+			s.res.Requests++
+		}
+	}
+	if !w.e.Idle() {
+		s.step(w)
+		return
+	}
+	if w.draining {
+		s.stop(w)
+	}
+}
+
+// observe is the planner's view of the pool now.
+func (s *sim) observe(prev time.Duration) core.PoolObservation {
+	o := core.PoolObservation{Key: core.PoolKey{Model: "sim", Role: core.Agg}}
+	dt := (s.now - prev).Seconds()
+	o.Demand = core.Sample{At: time.Unix(0, 0).Add(s.now), Demand: core.Demand{
+		RequestsPerSec: float64(s.arrivals) / dt, PromptTokensPerSec: float64(s.promptTok) / dt, OutputTokensPerSec: float64(s.outputTok) / dt}}
+	s.arrivals, s.promptTok, s.outputTok = 0, 0, 0
+	model := s.cfg.Engine.Timing()
+	for _, w := range s.engines {
+		switch {
+		case w.gone || w.draining:
+		case !w.ready:
+			o.Starting++
+		default:
+			m := w.e.Metrics()
+			o.Workers = append(o.Workers, core.Worker{ID: w.id,
+				Engine:   core.Engine{Model: model, KVBlocks: m.KVBlocksTotal, BlockSize: s.cfg.Engine.BlockSize},
+				Reported: time.Unix(0, 0).Add(s.now), Queued: m.ActivePrefillTokens, Running: m.Running, Waiting: m.Waiting,
+				Usage: float64(m.KVBlocksUsed) / float64(max(m.KVBlocksTotal, 1))})
+		}
+	}
+	return o
+}
+
+// apply carries a decision out: engines started (ready after Startup) or
+// drained (no new requests; stopped once idle).
+func (s *sim) apply(pd core.PoolDecision) {
+	if pd.Target == pd.Current {
+		return
+	}
+	s.res.ScaleChanges++
+	for range max(pd.Target-pd.Current, 0) {
+		s.launch(s.cfg.Startup)
+	}
+	for _, id := range pd.Drain {
+		for _, w := range s.engines {
+			if w.id == id && !w.gone {
+				w.draining = true
+				if w.e.Idle() && !w.busy {
+					s.stop(w)
+				}
+			}
+		}
+	}
+}
+
+// Run simulates the trace with the planner in the loop (fixed = 0) or a
+// fixed pool of fixed engines, ready from the start.
+func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, error) {
+	if err := cfg.Engine.Validate(); err != nil {
+		return Result{}, err
+	}
+	s := &sim{cfg: cfg, reqs: map[string]*request{}, ttft: map[int][]float64{}, itl: map[int][]float64{}}
+	s.res.Policy = policy
+	var plan *core.Planner
+	if fixed > 0 {
+		for range fixed {
+			s.launch(0)
+		}
+	} else {
+		var err error
+		if plan, err = core.New(cfg.Planner, 0); err != nil {
+			return Result{}, err
+		}
+		for range max(cfg.Planner.MinReplicas, 1) {
+			s.launch(0)
+		}
+	}
+	for i, r := range trace {
+		s.at(r.Arrival, func() { s.arrive(i, r) })
+	}
+	end := time.Duration(0)
+	if len(trace) > 0 {
+		end = trace[len(trace)-1].Arrival
+	}
+	if plan != nil {
+		var tick func(prev time.Duration)
+		tick = func(prev time.Duration) {
+			d := plan.Decide(time.Unix(0, 0).Add(s.now), []core.PoolObservation{s.observe(prev)})
+			s.apply(d.Pools[0])
+			if s.now < end {
+				now := s.now
+				s.at(s.now+cfg.Planner.Interval, func() { tick(now) })
+			}
+		}
+		s.at(cfg.Planner.Interval, func() { tick(0) })
+	}
+	for s.q.Len() > 0 {
+		ev := heap.Pop(&s.q).(event)
+		s.now = ev.at
+		ev.fn()
+		s.res.MaxEngines = max(s.res.MaxEngines, len(s.running()))
+	}
+	for _, w := range s.engines {
+		if !w.gone {
+			s.stop(w)
+		}
+		s.res.EngineSeconds += (w.stopped - w.started).Seconds()
+	}
+	met := 0
+	for win, ts := range s.ttft {
+		s.res.Windows++
+		if p90(ts) <= cfg.Planner.TTFTMs && p90(s.itl[win]) <= cfg.Planner.ITLMs {
+			met++
+		}
+	}
+	if s.res.Windows > 0 {
+		s.res.Attainment = float64(met) / float64(s.res.Windows)
+	}
+	return s.res, nil
+}
+
+// p90 is the 90th percentile (nearest rank), 0 for none.
+func p90(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[int(math.Ceil(0.9*float64(len(v))))-1]
+}
+
+// Static sizes the fixed pools: the engines the trace's busiest window and
+// its mean need at one engine's capacity within the objectives (for the
+// trace's mean request), at least one.
+func Static(trace []replay.Request, cfg Config) (peak, mean int, capacity float64) {
+	if len(trace) == 0 {
+		return 1, 1, 0
+	}
+	var prompt, output float64
+	counts := map[int]int{}
+	for _, r := range trace {
+		prompt += float64(r.InputLength)
+		output += float64(r.OutputLength)
+		counts[int(r.Arrival/cfg.Window)]++
+	}
+	n := float64(len(trace))
+	model := cfg.Engine.Timing()
+	capacity, bound := core.Engine{Model: model, KVBlocks: cfg.Engine.NumGPUBlocks, BlockSize: cfg.Engine.BlockSize}.
+		Capacity(core.Agg, prompt/n, output/n, cfg.Planner.Objectives)
+	if capacity == 0 {
+		capacity = bound
+	}
+	most := 0
+	for _, c := range counts {
+		most = max(most, c)
+	}
+	span := max(trace[len(trace)-1].Arrival.Seconds(), cfg.Window.Seconds())
+	need := func(rps float64) int { return max(int(math.Ceil(rps/capacity)), 1) }
+	return need(float64(most) / cfg.Window.Seconds()), need(n / span), capacity
+}
+
+// String is a one-line summary.
+func (r Result) String() string {
+	return fmt.Sprintf("%s: attainment %.3f of %d windows, %.0f engine-s, %d changes, at most %d engines, %d requests",
+		r.Policy, r.Attainment, r.Windows, r.EngineSeconds, r.ScaleChanges, r.MaxEngines, r.Requests)
+}
