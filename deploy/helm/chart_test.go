@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
+	"github.com/switchyard-llm/switchyard/services/planner"
 	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/router"
 )
@@ -162,7 +163,8 @@ var services = map[string]service{
 	"router":   {config: func() cli.Config { return new(router.Config) }, prefix: "SWITCHYARD_ROUTER_", named: router.EnvVars},
 	"frontend": {config: func() cli.Config { return new(frontend.Config) }, prefix: "SWITCHYARD_FRONTEND_", named: frontend.EnvVars, reads: transportEnv},
 	// pkg/discovery names the worker's pod from POD_* (kubernetes backend).
-	"mocker": {config: func() cli.Config { return new(mocker.Config) }, prefix: "SWITCHYARD_MOCKER_", named: mocker.EnvVars, reads: append([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID"}, transportEnv...)},
+	"mocker":  {config: func() cli.Config { return new(mocker.Config) }, prefix: "SWITCHYARD_MOCKER_", named: mocker.EnvVars, reads: append([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID"}, transportEnv...)},
+	"planner": {config: func() cli.Config { return new(planner.Config) }, prefix: planner.EnvPrefix, named: planner.EnvVars},
 }
 
 // placeholder stands for a value the kubelet fills in at run time.
@@ -208,7 +210,11 @@ func TestChartArgsParse(t *testing.T) {
 			}
 			slices.Sort(seen)
 			seen = slices.Compact(seen)
-			if want := []string{"eventbus", "frontend", "mocker", "registry", "router"}; !slices.Equal(seen, want) {
+			want := []string{"eventbus", "frontend", "mocker", "registry", "router"}
+			if name == "planner" {
+				want = []string{"eventbus", "frontend", "mocker", "planner", "registry", "router"}
+			}
+			if !slices.Equal(seen, want) {
 				t.Fatalf("deployed services %v, want %v", seen, want)
 			}
 		})

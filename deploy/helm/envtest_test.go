@@ -130,14 +130,48 @@ func TestKubernetesEnvtestChart(t *testing.T) {
 				}
 			}
 			t.Logf("applied %v", kinds)
+			components := 5 // registry, eventbus, router, frontend, worker
+			if name == "planner" {
+				components++
+			}
 			for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget"} {
-				if kinds[kind] != 5 {
-					t.Errorf("%d objects of kind %s, want 5 (registry, eventbus, router, frontend, worker)", kinds[kind], kind)
+				if kinds[kind] != components {
+					t.Errorf("%d objects of kind %s, want %d (registry, eventbus, router, frontend, worker; the planner when enabled)", kinds[kind], kind, components)
 				}
 			}
 			deps, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 			if err != nil || len(deps.Items) != kinds["Deployment"] {
 				t.Errorf("list Deployments: %d, %v; want %d", len(deps.Items), err, kinds["Deployment"])
+			}
+			if name == "planner" {
+				for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding"} {
+					if kinds[kind] != 1 {
+						t.Errorf("%d objects of kind %s with the planner, want 1", kinds[kind], kind)
+					}
+				}
+				// The planner may read and set the worker Deployment's
+				// scale, and nothing more.
+				sa := "system:serviceaccount:" + ns + ":sy-switchyard-planner"
+				for _, tc := range []struct {
+					verb, resource, sub, name string
+					want                      bool
+				}{
+					{"update", "deployments", "scale", "sy-switchyard-worker", true},
+					{"get", "deployments", "scale", "sy-switchyard-worker", true},
+					{"update", "deployments", "scale", "sy-switchyard-router", false},
+					{"update", "deployments", "", "sy-switchyard-worker", false},
+					{"delete", "deployments", "", "sy-switchyard-worker", false},
+				} {
+					r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+						User: sa, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: tc.verb, Group: "apps",
+							Resource: tc.resource, Subresource: tc.sub, Name: tc.name}}}, metav1.CreateOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Status.Allowed != tc.want {
+						t.Errorf("planner may %s %s/%s %s: %v, want %v", tc.verb, tc.resource, tc.sub, tc.name, r.Status.Allowed, tc.want)
+					}
+				}
 			}
 			if name == "kubernetes" {
 				for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding", "CustomResourceDefinition"} {

@@ -50,7 +50,7 @@ import (
 )
 
 // services are the binaries that get an image: services/<name>/cmd/<name>.
-var services = []string{"registry", "eventbus", "router", "frontend", "mocker", "adapter"}
+var services = []string{"registry", "eventbus", "router", "frontend", "mocker", "adapter", "planner"}
 
 const (
 	// binPath is where the binary sits in every image (the Dockerfile's too).

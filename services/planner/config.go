@@ -66,6 +66,9 @@ type Config struct {
 	AdjustmentInterval time.Duration
 	// Predictor is the demand predictor (core.PredictorNames).
 	Predictor string
+	// WorkerStartup is how long a started worker takes to serve: the
+	// forecast looks that far ahead.
+	WorkerStartup time.Duration
 	// Connector carries decisions out: local, kubernetes or virtual.
 	Connector string
 	// AckTimeout is how long the virtual connector waits for a decision's
@@ -73,11 +76,13 @@ type Config struct {
 	AckTimeout time.Duration
 	// Local is the local connector's settings.
 	Local LocalConfig
+	// Kube is the kubernetes connector's settings.
+	Kube KubeConfig
 	grpcclient.Security
 }
 
 // Connectors lists the valid --connector values.
-var Connectors = []string{"local", "virtual"}
+var Connectors = []string{"local", "kubernetes", "virtual"}
 
 // RegisterFlags adds the planner's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -96,10 +101,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AdjustmentInterval, "adjustment-interval", d.Interval, "time between decisions")
 	fs.StringVar(&c.Predictor, "predictor", d.Predictor, "demand predictor: "+strings.Join(core.PredictorNames(), ", ")+
 		" (window: the mean of the last intervals; trend: their least-squares line, read one interval ahead)")
+	fs.DurationVar(&c.WorkerStartup, "worker-startup", 0, "how long a started worker takes to serve (start, load the model, register): the demand is forecast that far ahead")
 	fs.StringVar(&c.Connector, "connector", "virtual", "how decisions are carried out: "+strings.Join(Connectors, ", ")+
 		" (virtual: only written to the registry, for an external runner that acknowledges them)")
 	fs.DurationVar(&c.AckTimeout, "ack-timeout", 5*time.Minute, "virtual connector: how long a decision waits for its acknowledgement before the planner decides again")
 	c.Local.RegisterFlags(fs)
+	c.Kube.RegisterFlags(fs)
 	c.Security.RegisterFlags(fs, "the registry and eventbus")
 }
 
@@ -117,7 +124,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.core().Validate(); err != nil {
-		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor)", err)
+		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor, --worker-startup)", err)
 	}
 	switch {
 	case strings.TrimSpace(c.RegistryAddr) == "":
@@ -136,6 +143,10 @@ func (c Config) Validate() error {
 		if err := c.Local.Validate(); err != nil {
 			return err
 		}
+	case "kubernetes":
+		if err := c.Kube.Validate(); err != nil {
+			return err
+		}
 	case "virtual":
 	default:
 		return fmt.Errorf("invalid --connector %q (SWITCHYARD_PLANNER_CONNECTOR): valid values are %s", c.Connector, strings.Join(Connectors, ", "))
@@ -151,6 +162,7 @@ func (c Config) core() core.Config {
 	cc.MinReplicas, cc.MaxReplicas = c.MinReplicas, c.MaxReplicas
 	cc.GPUBudget, cc.GPUsPerWorker = c.GPUBudget, c.GPUsPerWorker
 	cc.Predictor = c.Predictor
+	cc.Lead = c.WorkerStartup
 	// Data older than three intervals is stale (a worker reports every
 	// second).
 	cc.MaxAge = 3 * c.AdjustmentInterval

@@ -35,12 +35,14 @@ type Connector interface {
 }
 
 // newConnector returns the connector --connector names.
-func newConnector(ctx context.Context, cfg Config, reg *discovery.Client, log *slog.Logger) (Connector, error) {
+func newConnector(cfg Config, reg *discovery.Client, log *slog.Logger) (Connector, error) {
 	switch cfg.Connector {
 	case "local":
 		return newLocal(cfg.Local, log), nil
 	case "virtual":
 		return newVirtual(reg, cfg.AckTimeout, log), nil
+	case "kubernetes":
+		return newKube(cfg.Kube, log)
 	}
 	return nil, fmt.Errorf("unknown connector %q", cfg.Connector)
 }

@@ -93,7 +93,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{nil, ""},
 		{[]string{"--connector", "local"}, ""},
-		{[]string{"--connector", "docker"}, "valid values are local, virtual"},
+		{[]string{"--connector", "docker"}, "valid values are local, kubernetes, virtual"},
 		{[]string{"--ttft-slo", "0"}, "objectives"},
 		{[]string{"--min-replicas", "5", "--max-replicas", "4"}, "replicas"},
 		{[]string{"--min-replicas", "4", "--max-replicas", "4"}, ""},
@@ -102,6 +102,14 @@ func TestConfigValidate(t *testing.T) {
 		{[]string{"--eventbus-addr", ""}, "--eventbus-addr"},
 		{[]string{"--gpus-per-worker", "0"}, "--gpus-per-worker"},
 		{[]string{"--connector", "local", "--worker-command", ""}, "--worker-command"},
+		{[]string{"--connector", "kubernetes"}, "--kubernetes-deployments"},
+		{[]string{"--worker-startup", "-1s"}, "start-up"},
+		{[]string{"--worker-startup", "2m"}, ""},
+		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg=switchyard-worker,decode=dec"}, ""},
+		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "mixed=w"}, "valid roles"},
+		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg=a,agg=b"}, "twice"},
+		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg=Worker_1"}, "not a Deployment name"},
+		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg"}, "role=NAME"},
 	} {
 		var c Config
 		fs := flag.NewFlagSet("planner", flag.ContinueOnError)

@@ -82,7 +82,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
-	conn, err := newConnector(ctx, cfg, reg, log)
+	conn, err := newConnector(cfg, reg, log)
 	if err != nil {
 		return nil, err
 	}
