@@ -3,9 +3,11 @@ package cli_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
 // TestStatusPrintsPoolsAndRoles: the MODELS table shows each model's pools
@@ -45,5 +47,27 @@ func TestStatusPrintsPoolsAndRoles(t *testing.T) {
 		if l := find(c.line); !strings.Contains(l, c.want) {
 			t.Errorf("line %q lacks %q", l, c.want)
 		}
+	}
+}
+
+// TestStatusPrintsThePlannersDecision: with a decision in the registry,
+// status shows each pool's workers, target and the reason.
+func TestStatusPrintsThePlannersDecision(t *testing.T) {
+	st := &cli.Status{Planner: &core.Decision{ID: 42, At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Pools: []core.PoolDecision{{
+		PoolKey: core.PoolKey{Model: "big", Role: core.Decode}, Current: 2, Target: 3, Reason: "throughput: 9 req/s forecast",
+		Inputs: core.Inputs{Forecast: core.Demand{RequestsPerSec: 9}, CapacityRPS: 4},
+	}}}}
+	var b strings.Builder
+	st.Print(&b)
+	out := b.String()
+	for _, want := range []string{"PLANNER (decision 42, 2026-01-02T03:04:05Z)", "REASON", "big", "decode", "9.00", "4.00", "throughput: 9 req/s forecast"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	var none strings.Builder
+	(&cli.Status{}).Print(&none)
+	if strings.Contains(none.String(), "PLANNER") {
+		t.Error("a PLANNER section without a planner")
 	}
 }

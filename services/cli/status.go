@@ -12,7 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -21,6 +23,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
 // Status is what `switchyard status` shows; -o json prints it as is.
@@ -29,6 +32,9 @@ type Status struct {
 	Instances []InstanceStatus `json:"instances"`
 	Routers   []RouterStatus   `json:"routers"`
 	Streams   []StreamStatus   `json:"streams"`
+	// Planner is the planner's last decision (from the registry), when a
+	// planner has written one.
+	Planner *core.Decision `json:"planner,omitempty"`
 	// Problems are the services that did not answer, and why.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -155,6 +161,12 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 	}
 	sort.Slice(st.Models, func(i, j int) bool { return st.Models[i].Name < st.Models[j].Name })
 
+	if d, err := lastDecision(cctx, reg); err != nil {
+		st.Problems = append(st.Problems, "planner decision in the registry: "+err.Error())
+	} else {
+		st.Planner = d
+	}
+
 	// Every router replica; the first that answers supplies the load.
 	var stats *routerv1.GetStatsResponse
 	for _, addr := range splitAddrs(c.RouterAddr) {
@@ -229,6 +241,24 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 		st.Streams = append(st.Streams, ss)
 	}
 	return st, nil
+}
+
+// lastDecision reads the planner's last decision from the registry; nil
+// when no planner has written one (no bucket or no key).
+func lastDecision(ctx context.Context, reg *discovery.Client) (*core.Decision, error) {
+	r, err := reg.Raw().GetKey(ctx, &registryv1.GetKeyRequest{Bucket: core.RegistryBucket, Key: core.RegistryDecisionKey})
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.NotFound, codes.InvalidArgument: // no such key, or no such bucket
+		return nil, nil
+	default:
+		return nil, err
+	}
+	d, err := core.DecodeDecision(r.GetKv().GetValue())
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
 }
 
 // frontendFenced asks a frontend's /status.json which instances it has
@@ -348,6 +378,13 @@ func (st *Status) Print(out io.Writer) {
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Addr, r.Health, dash(r.Mode), r.Workers, r.IndexedBlocks,
 			r.EventsApplied, r.EventsDuplicate, r.EventsGap, restored)
+	}
+	if d := st.Planner; d != nil {
+		fmt.Fprintf(tw, "\nPLANNER (decision %d, %s)\n", d.ID, d.At.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "  MODEL\tROLE\tWORKERS\tTARGET\tFORECAST REQ/S\tWORKER CAPACITY\tREASON\n")
+		for _, p := range d.Pools {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%.2f\t%.2f\t%s\n", p.Model, p.Role, p.Current, p.Target, p.Inputs.Forecast.RequestsPerSec, p.Inputs.CapacityRPS, p.Reason)
+		}
 	}
 	fmt.Fprintf(tw, "\nEVENT STREAMS\n")
 	fmt.Fprintf(tw, "  NAMESPACE\tSTREAM\tEVENTS\tBYTES\tSEQUENCES\tLAST EVENT\tCONSUMERS\n")

@@ -40,10 +40,10 @@ var EnvVars = map[string]string{
 // decisions; AckKey, the id an external runner has carried out (virtual
 // connector), in decimal.
 const (
-	Bucket        = "planner"
-	DecisionKey   = "decision"
+	Bucket        = core.RegistryBucket
+	DecisionKey   = core.RegistryDecisionKey
 	HistoryPrefix = "decisions/"
-	AckKey        = "ack"
+	AckKey        = core.RegistryAckKey
 	HistoryLen    = 20
 )
 

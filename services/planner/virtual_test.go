@@ -11,6 +11,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/services/cli"
 	"github.com/switchyard-llm/switchyard/services/planner"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
@@ -87,6 +88,11 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 		t.Fatalf("first decision %+v; want the agg pool of %s from 1 to 2", first, stacktest.Model)
 	}
 	until(t, 10*time.Second, "the planner waiting for the acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(first.ID)) })
+	// switchyard status shows it.
+	gathered, err := cli.Gather(ctx, cli.Config{RegistryAddr: st.RegistryAddr, EventbusAddr: st.EventbusAddr, Timeout: 5 * time.Second})
+	if err != nil || gathered.Planner == nil || gathered.Planner.ID != first.ID || gathered.Planner.Pools[0].Target != 2 {
+		t.Fatalf("switchyard status: %+v, %v", gathered, err)
+	}
 	if d := stored(); d.ID != first.ID {
 		t.Fatalf("decided %d before %d was acknowledged", d.ID, first.ID)
 	}

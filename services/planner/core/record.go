@@ -10,6 +10,16 @@ import (
 	"strconv"
 )
 
+// Where decisions are kept in the registry: the bucket RegistryBucket,
+// the last decision under RegistryDecisionKey (a record as Encode writes
+// it), and an external runner's acknowledgement under RegistryAckKey (the
+// decimal id of the last decision it carried out).
+const (
+	RegistryBucket      = "planner"
+	RegistryDecisionKey = "decision"
+	RegistryAckKey      = "ack"
+)
+
 // MaxRecordBytes bounds an encoded decision, as stored in the registry's
 // planner bucket: the registry's limit on a value (1 MiB).
 const MaxRecordBytes = 1 << 20
