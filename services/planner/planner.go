@@ -42,7 +42,10 @@ type Service struct {
 
 	mu      sync.Mutex
 	history []core.Decision // newest last, at most HistoryLen
-	waiting string          // why the last interval decided nothing
+	// unrecorded is set when the registry keeps no buckets (its
+	// kubernetes backend): decisions are then not written to it.
+	unrecorded bool
+	waiting    string // why the last interval decided nothing
 
 	done chan struct{}
 	err  error
@@ -75,7 +78,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	u.Push(func() { _ = bus.Close() })
 	lastID, err := lastDecisionID(ctx, reg)
-	if err != nil {
+	unrecorded := errors.Is(err, errNoBuckets)
+	switch {
+	case unrecorded && cfg.Connector == "virtual":
+		return nil, fmt.Errorf("--connector virtual needs the registry's key-value buckets for its decisions and acknowledgements: %w", err)
+	case unrecorded:
+		log.Warn("the registry keeps no key-value buckets (the kubernetes discovery backend): decisions are not written to it; /status.json and /metrics show them")
+	case err != nil:
 		return nil, err
 	}
 	plan, err := core.New(cfg.core(), lastID)
@@ -92,7 +101,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	u.Push(func() { _ = srv.Close() })
 	s := &Service{cfg: cfg, log: log, server: srv, reg: reg, bus: bus, conn: conn, fleet: newFleet(), plan: plan,
-		metrics: newMetrics(srv.Registry()), done: make(chan struct{})}
+		metrics: newMetrics(srv.Registry()), done: make(chan struct{}), unrecorded: unrecorded}
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}
@@ -244,7 +253,9 @@ func (s *Service) step(ctx context.Context, now time.Time) {
 	obs := s.fleet.observe(now, ms, s.conn.Draining, s.conn.Pinned, starting)
 	d := s.plan.Decide(now, obs)
 	s.record(d)
-	if err := s.write(ctx, d); err != nil {
+	if s.unrecorded {
+		// The registry keeps no buckets: nothing to write to.
+	} else if err := s.write(ctx, d); err != nil {
 		s.log.Warn("decision not written to the registry", "id", d.ID, "err", err.Error())
 	}
 	for _, p := range d.Pools {
@@ -307,6 +318,10 @@ func (s *Service) write(ctx context.Context, d core.Decision) error {
 	return err
 }
 
+// errNoBuckets is a registry without key-value buckets (its kubernetes
+// backend answers Unimplemented).
+var errNoBuckets = errors.New("the registry keeps no key-value buckets")
+
 // HistoryKey is the key of decision id in the history.
 func HistoryKey(id uint64) string { return fmt.Sprintf("%s%020d", HistoryPrefix, id) }
 
@@ -315,7 +330,11 @@ func HistoryKey(id uint64) string { return fmt.Sprintf("%s%020d", HistoryPrefix,
 func lastDecisionID(ctx context.Context, reg *discovery.Client) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := reg.Raw().CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: Bucket}); err != nil {
+	_, err := reg.Raw().CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: Bucket})
+	if status.Code(err) == codes.Unimplemented {
+		return 0, fmt.Errorf("%w: %v", errNoBuckets, err)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("create the registry bucket %s: %w", Bucket, err)
 	}
 	r, err := reg.Raw().GetKey(ctx, &registryv1.GetKeyRequest{Bucket: Bucket, Key: DecisionKey})

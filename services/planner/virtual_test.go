@@ -20,8 +20,7 @@ import (
 func startPlanner(t *testing.T, st *stacktest.Stack, args ...string) *planner.Service {
 	t.Helper()
 	var cfg planner.Config
-	fs := flag.NewFlagSet("planner", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
+	fs := flagSet(&cfg)
 	if err := fs.Parse(append([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "", "--status-addr", "",
 		"--registry-addr", st.RegistryAddr, "--eventbus-addr", st.EventbusAddr}, args...)); err != nil {
 		t.Fatal(err)
@@ -39,6 +38,13 @@ func startPlanner(t *testing.T, st *stacktest.Stack, args ...string) *planner.Se
 		}
 	})
 	return svc
+}
+
+// flagSet is the planner's flags, bound to cfg.
+func flagSet(cfg *planner.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("planner", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	return fs
 }
 
 // until polls cond every 50 ms for at most d.
