@@ -135,17 +135,36 @@ func explain(ctx context.Context, c Config, model string, body []byte, chat bool
 func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.ExplainRouteResponse) {
 	fmt.Fprintf(out, "model %s: %d prompt tokens, %d full blocks of %d tokens\n", model, tokens, ex.RequestBlocks, ex.BlockSize)
 	fmt.Fprintf(out, "router mode %s, overlap weight %g, temperature %g\n\n", ex.Mode, ex.OverlapWeight, ex.Temperature)
+	if ex.Disaggregation == "" {
+		printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId)
+		fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+		return
+	}
+	// A model with prefill and decode pools: each leg's candidates, with
+	// the cost of the leg they would serve.
+	fmt.Fprintf(out, "disaggregation: %s\n\ndecode and aggregated workers:\n", ex.Disaggregation)
+	printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId)
+	fmt.Fprintf(out, "\nprefill workers:\n")
+	printCandidates(out, ex.PrefillCandidates, ex.RequestBlocks, ex.PrefillInstanceId)
+	if ex.PrefillInstanceId != 0 {
+		fmt.Fprintf(out, "\npick prefill %x, decode %x: %s\n", ex.PrefillInstanceId, ex.InstanceId, ex.Reason)
+		return
+	}
+	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+}
+
+// printCandidates prints a table of candidates, marking the one picked.
+func printCandidates(out io.Writer, cands []*routerv1.ExplainedCandidate, blocks uint32, picked uint64) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  INSTANCE\tADDRESS\tCACHED BLOCKS\tPREFILL BLOCKS\tDECODE BLOCKS\tCOST\tPICK\n")
-	for _, cd := range ex.Candidates {
+	for _, cd := range cands {
 		k := cd.Candidate
 		pick := ""
-		if k.InstanceId == ex.InstanceId {
+		if k.InstanceId == picked {
 			pick = "<-"
 		}
 		_, addr := transportOf(cd.Transport)
-		fmt.Fprintf(tw, "  %x\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", k.InstanceId, addr, k.OverlapBlocks, ex.RequestBlocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
+		fmt.Fprintf(tw, "  %x\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", k.InstanceId, addr, k.OverlapBlocks, blocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
 	}
 	tw.Flush()
-	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
 }

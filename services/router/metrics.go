@@ -116,11 +116,12 @@ var (
 	descGap         = prometheus.NewDesc("switchyard_router_kv_events_gaps_total", "KV events applied after missing ones (a gap in a worker's event ids).", nil, nil)
 	descSnapshotAge = prometheus.NewDesc("switchyard_router_snapshot_age_seconds", "Seconds since the index was last stored to or restored from the object store.", nil, nil)
 	descWorkerAge   = prometheus.NewDesc("switchyard_router_worker_last_event_age_seconds", "Seconds since the router last received a KV event of the worker (absent before the first).", workerLabels, nil)
+	descDisagg      = prometheus.NewDesc("switchyard_router_disagg_decisions_total", "Requests of models with prefill and decode workers routed, by where their prompt is computed: remote_prefill (a prefill worker, then the KV moves to the decode worker) or local_prefill (the worker that decodes).", []string{"decision"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerReqs, descWorkerPre, descWorkerDec, descWorkerIdx, descBlocks, descEntries,
-		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge} {
+		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge, descDisagg} {
 		ch <- d
 	}
 }
@@ -148,6 +149,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(st.EventsApplied))
 	ch <- prometheus.MustNewConstMetric(descDuplicate, prometheus.CounterValue, float64(st.EventsDuplicate))
 	ch <- prometheus.MustNewConstMetric(descGap, prometheus.CounterValue, float64(st.EventsGap))
+	remote, local := c.core.DisaggDecisions()
+	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(remote), core.DecisionRemotePrefill)
+	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(local), core.DecisionLocalPrefill)
 	if at := c.m.snapshotAt.Load(); at > 0 {
 		gauge(descSnapshotAge, time.Since(time.Unix(0, at)).Seconds())
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,3 +111,55 @@ switchyard_router_cached_share_count{mode="kv"} 1
 		t.Fatal(err)
 	}
 }
+
+// TestDisaggDecisionsCounted routes requests of a model with a prefill and
+// a decode worker under each --disaggregation setting: each decision is
+// counted as remote_prefill or local_prefill, and an aggregated model's
+// as neither.
+func TestDisaggDecisionsCounted(t *testing.T) {
+	prompt := make([]uint32, 64)
+	for i := range prompt {
+		prompt[i] = uint32(i)*7 + 1
+	}
+	for _, tc := range []struct {
+		setting       core.Disaggregation
+		roles         bool
+		remote, local float64
+	}{
+		{core.DisaggAlways, true, 3, 0},
+		{core.DisaggOff, true, 0, 3},
+		{core.DisaggAuto, false, 0, 0},
+	} {
+		t.Run(string(tc.setting), func(t *testing.T) {
+			cfg := core.DefaultConfig()
+			cfg.Seed, cfg.Disaggregation = 1, tc.setting
+			c := core.New(cfg)
+			for i, role := range []commonv1.Role{commonv1.Role_ROLE_PREFILL, commonv1.Role_ROLE_DECODE} {
+				if !tc.roles {
+					role = commonv1.Role_ROLE_UNSPECIFIED
+				}
+				id := uint64(i + 1)
+				c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+					InstanceId: id, Role: role, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}}})
+				c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+					InstanceId: id, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
+			}
+			reg := prometheus.NewRegistry()
+			srv := meter(&server{core: c}, newRouterMetrics(reg, c), modeLabel(c))
+			for _, id := range []string{"a", "b", "c"} {
+				if _, err := srv.Route(context.Background(), &routerv1.RouteRequest{RequestId: id, Target: modelTarget(), TokenIds: prompt}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := "# HELP switchyard_router_disagg_decisions_total Requests of models with prefill and decode workers routed, by where their prompt is computed: remote_prefill (a prefill worker, then the KV moves to the decode worker) or local_prefill (the worker that decodes).\n" +
+				"# TYPE switchyard_router_disagg_decisions_total counter\n" +
+				"switchyard_router_disagg_decisions_total{decision=\"local_prefill\"} " + ftoa(tc.local) + "\n" +
+				"switchyard_router_disagg_decisions_total{decision=\"remote_prefill\"} " + ftoa(tc.remote) + "\n"
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "switchyard_router_disagg_decisions_total"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

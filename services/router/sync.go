@@ -59,11 +59,11 @@ func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	}
 }
 
-func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64) {
+func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg) {
 	s.mu.Lock()
 	s.nsOf[id] = ns
 	s.mu.Unlock()
-	s.send(ns, core.RoutedEvent(id, w, prefill, hashes))
+	s.send(ns, core.PairRoutedEvent(id, w, prefill, hashes, leg))
 }
 
 func (s *syncer) PrefillDone(id string) {

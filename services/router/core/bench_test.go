@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -43,5 +45,60 @@ func BenchmarkRoute(b *testing.B) {
 		if i >= 256 {
 			c.Free(ids[i-256])
 		}
+	}
+}
+
+// BenchmarkDecision times one route decision at 100 workers, a
+// single-target one (an aggregated model) beside a pair (50 prefill and
+// 50 decode workers, the same index, loads and requests), and reports each
+// decision's p50 and p99 (ns) beside the mean. The index has 200,000
+// entries; SWITCHYARD_BENCH_ENTRIES sets another size (2000000: the
+// issue's 100 workers x 2M blocks).
+func BenchmarkDecision(b *testing.B) {
+	entries := 200_000
+	if v, err := strconv.Atoi(os.Getenv("SWITCHYARD_BENCH_ENTRIES")); err == nil && v > 0 {
+		entries = v
+	}
+	wl := indexbench.Build(100, entries, 128, 1024, 7)
+	for _, bc := range []struct {
+		name    string
+		prefill int
+	}{{"single", 0}, {"pair", 50}} {
+		b.Run(bc.name, func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			clock := func() time.Time { return now }
+			c, target := indexbench.RoutePairCoreClock(wl, clock, bc.prefill)
+			ids := make([]string, b.N)
+			for i := range ids {
+				ids[i] = strconv.Itoa(i)
+			}
+			took := make([]time.Duration, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now = now.Add(time.Millisecond)
+				id := ids[i]
+				start := time.Now()
+				resp, err := c.RouteOwned(&routerv1.RouteRequest{RequestId: id, Target: target, BlockHashes: wl.Requests[i%len(wl.Requests)]})
+				took[i] = time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if (bc.prefill > 0) != (resp.Prefill != nil) {
+					b.Fatalf("prefill leg %v in a decision of %d prefill workers", resp.Prefill, bc.prefill)
+				}
+				core.Recycle(resp)
+				if i%2 == 0 {
+					c.PrefillDone(id)
+				}
+				if i >= 256 {
+					c.Free(ids[i-256])
+				}
+			}
+			b.StopTimer()
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+		})
 	}
 }

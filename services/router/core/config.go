@@ -44,6 +44,55 @@ func ParseModeOf(s string, valid []Mode) (Mode, error) {
 	return "", fmt.Errorf("invalid --router-mode %q: valid values are %s", s, strings.Join(names, ", "))
 }
 
+// Disaggregation is --disaggregation: where the prompt of a model with
+// prefill and decode pools is computed.
+type Disaggregation string
+
+// The disaggregation settings.
+const (
+	// DisaggAuto computes it on a prefill worker and moves its KV to the
+	// decode worker when that is predicted to bring the first token
+	// sooner than computing it on the decode (or aggregated) worker, and
+	// locally otherwise. The zero value reads as auto.
+	DisaggAuto Disaggregation = "auto"
+	// DisaggAlways computes it on a prefill worker whenever the model has
+	// prefill and decode workers.
+	DisaggAlways Disaggregation = "always"
+	// DisaggOff computes it on the worker that decodes: the prefill pool
+	// is not used.
+	DisaggOff Disaggregation = "off"
+)
+
+// Disaggregations are the valid --disaggregation values.
+var Disaggregations = []Disaggregation{DisaggAuto, DisaggAlways, DisaggOff}
+
+// ParseDisaggregation parses --disaggregation, case-insensitively.
+func ParseDisaggregation(s string) (Disaggregation, error) {
+	for _, d := range Disaggregations {
+		if strings.EqualFold(s, string(d)) {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("invalid --disaggregation %q: valid values are auto, always, off", s)
+}
+
+// String is the setting's name; the zero value is auto.
+func (d Disaggregation) String() string {
+	if d == "" {
+		return string(DisaggAuto)
+	}
+	return string(d)
+}
+
+// Set parses a flag value.
+func (d *Disaggregation) Set(s string) error {
+	v, err := ParseDisaggregation(s)
+	if err == nil {
+		*d = v
+	}
+	return err
+}
+
 // DefaultConfig is the one set of defaults for every Core: the router
 // service's flags, the frontend's in-process router and the tests start from
 // it.
@@ -56,8 +105,23 @@ func DefaultConfig() Config {
 		MaxTreeSize:      1 << 20,
 		PruneTargetRatio: 0.8,
 		RequestTTL:       30 * time.Minute,
+		Disaggregation:   DisaggAuto,
+		KVTransferGbps:   DefaultKVTransferGbps,
+		KVBytesPerToken:  DefaultKVBytesPerToken,
+		KVTransferRTT:    DefaultKVTransferRTT,
 	}
 }
+
+// The defaults of the KV transfer between a prefill and a decode worker,
+// as the router prices it (the mocker's defaults): a 100 Gb/s link with a
+// millisecond's set-up,
+// moving the bf16 KV cache of a Qwen3-0.6B-sized model (28 layers, 8 KV
+// heads of 128, keys and values: 114,688 bytes per token).
+const (
+	DefaultKVTransferGbps  = 100
+	DefaultKVBytesPerToken = 114688
+	DefaultKVTransferRTT   = time.Millisecond
+)
 
 // RegisterFlags adds the flags that tune a Core's decisions, with c's
 // current values (normally DefaultConfig()) as defaults. Mode and
@@ -69,6 +133,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTreeSize, "router-max-tree-size", c.MaxTreeSize, "approximate mode: (block, worker) entries before pruning")
 	fs.Float64Var(&c.PruneTargetRatio, "router-prune-target-ratio", c.PruneTargetRatio, "approximate mode: fraction of the max size pruning keeps")
 	fs.DurationVar(&c.RequestTTL, "router-request-ttl", c.RequestTTL, "forget routed requests never freed after this long (their frontend or router replica died); 0: never")
+	fs.Var(&c.Disaggregation, "disaggregation", "models with prefill and decode workers: auto (prefill on a prefill worker when predicted faster than on the decode worker), always, off (prefill where it decodes)")
+	fs.Float64Var(&c.KVTransferGbps, "kv-transfer-gbps", c.KVTransferGbps, "disaggregation: the prefill-to-decode KV link's bandwidth in Gb/s, to price moving the blocks a decode worker lacks (0: free)")
+	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", c.KVBytesPerToken, "disaggregation: bytes of KV cache per token, to price its transfer")
+	fs.DurationVar(&c.KVTransferRTT, "kv-transfer-latency", c.KVTransferRTT, "disaggregation: a KV transfer's set-up time, paid once per request")
 }
 
 // Validate checks the configuration; it reads nothing.
@@ -89,6 +157,17 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--router-prune-target-ratio %v must be in (0, 1]", c.PruneTargetRatio)
 	case c.RequestTTL < 0:
 		return errors.New("--router-request-ttl must not be negative")
+	case c.KVTransferGbps < 0 || math.IsNaN(c.KVTransferGbps) || math.IsInf(c.KVTransferGbps, 0):
+		return fmt.Errorf("--kv-transfer-gbps %v must be a finite number >= 0", c.KVTransferGbps)
+	case c.KVBytesPerToken < 0:
+		return fmt.Errorf("--kv-bytes-per-token %d must not be negative", c.KVBytesPerToken)
+	case c.KVTransferRTT < 0:
+		return fmt.Errorf("--kv-transfer-latency %v must not be negative", c.KVTransferRTT)
+	}
+	if c.Disaggregation != "" {
+		if _, err := ParseDisaggregation(string(c.Disaggregation)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -69,6 +70,10 @@ type targetCands struct {
 	// reads per worker without touching each one's registry record.
 	workers []index.WorkerID
 	bs      int
+	// pools groups a disaggregated model's candidates by role (see
+	// pairs.go); nil for any other target, whose candidates are in
+	// instance id order.
+	pools *pools
 }
 
 // Core is the router's state and decisions, without transport: the worker
@@ -123,6 +128,17 @@ type Core struct {
 	// lastEvent is when each instance's last KV event (or state rebuild)
 	// reached the core, for GetStats' per-worker event age.
 	lastEvent map[uint64]time.Time
+	// legs records the prefill legs of disaggregated requests (see
+	// pairs.go); prefill are the live instances of the prefill role,
+	// whose load reports go there.
+	legs    legs
+	prefill map[uint64]bool
+	// disaggregation, transferGbps, bytesPerToken and transferRTT are
+	// Config's.
+	disaggregation Disaggregation
+	transferGbps   float64
+	bytesPerToken  int
+	transferRTT    time.Duration
 }
 
 type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
@@ -150,6 +166,16 @@ type Config struct {
 	// Clock, when set, replaces the wall clock (a simulation's virtual
 	// time).
 	Clock func() time.Time
+	// Disaggregation says where a model with prefill and decode pools
+	// computes its prompts (see pairs.go); the zero value is auto.
+	Disaggregation Disaggregation
+	// KVTransferGbps, KVBytesPerToken and KVTransferRTT price moving a
+	// prompt's KV blocks from a prefill worker to a decode worker: the
+	// set-up once, then each block's bytes at the bandwidth. A zero
+	// bandwidth or size moves them for free.
+	KVTransferGbps  float64
+	KVBytesPerToken int
+	KVTransferRTT   time.Duration
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -177,11 +203,18 @@ func New(cfg Config) *Core {
 		timing:      map[uint64]*timingmodel.Model{},
 		requestTTL:  cfg.RequestTTL,
 		targets:     map[targetKey]*targetCands{},
+		prefill:     map[uint64]bool{},
+
+		disaggregation: cfg.Disaggregation,
+		transferGbps:   cfg.KVTransferGbps,
+		bytesPerToken:  cfg.KVBytesPerToken,
+		transferRTT:    cfg.KVTransferRTT,
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
 	}
 	c.load = scheduler.NewLoadClock(c.now)
+	c.legs.load = scheduler.NewLoadClock(c.now)
 	if cfg.Approximate {
 		c.approx = index.NewApprox(index.ApproxConfig{TTL: cfg.TTL, MaxEntries: cfg.MaxTreeSize, PruneTargetRatio: cfg.PruneTargetRatio})
 		c.idx = c.approx.Index()
@@ -192,6 +225,7 @@ func New(cfg Config) *Core {
 			ttl = DefaultPendingTTL
 		}
 		c.pending = index.NewPending(ttl)
+		c.legs.pending = index.NewPending(ttl)
 	}
 	return c
 }
@@ -219,6 +253,7 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 				if c.refs[in.InstanceId] <= 0 {
 					delete(c.refs, in.InstanceId)
 					delete(c.lastEvent, in.InstanceId)
+					delete(c.prefill, in.InstanceId)
 					gone = append(gone, in.InstanceId)
 				}
 			}
@@ -232,6 +267,9 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 			c.refs[in.InstanceId]++
 		}
 		set[in.InstanceId] = in
+		if in.GetRole() == commonv1.Role_ROLE_PREFILL {
+			c.prefill[in.InstanceId] = true
+		}
 	}
 	c.mu.Unlock()
 	for _, id := range gone {
@@ -256,8 +294,10 @@ func (c *Core) removeInstance(id uint64) {
 	} else {
 		c.idx.RemoveInstance(id)
 		c.pending.RemoveWorker(id)
+		c.legs.pending.RemoveWorker(id)
 	}
 	c.load.RemoveWorker(index.WorkerID{Instance: id})
+	c.legs.load.RemoveWorker(index.WorkerID{Instance: id})
 }
 
 // OnModels applies registry model card changes.
@@ -319,9 +359,10 @@ func (c *Core) timingLocked(id uint64) *timingmodel.Model {
 }
 
 // candidates resolves a target to its live workers, sorted by instance
-// id, their ids and their block size. The slices are shared: callers must
-// not modify them.
-func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []index.WorkerID, int, error) {
+// id (grouped by role first for a disaggregated model: see pools), their
+// ids, their block size and their pools. The slices are shared: callers
+// must not modify them.
+func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []index.WorkerID, int, *pools, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var key targetKey
@@ -331,18 +372,18 @@ func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []
 	case *routerv1.Target_Model:
 		key.model = k.Model
 	default:
-		return nil, nil, 0, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
+		return nil, nil, 0, nil, fmt.Errorf("%w: target is missing: set an endpoint or a model", ErrInvalid)
 	}
 	tc, ok := c.targets[key]
 	if !ok || tc.gen != c.gen {
 		var err error
 		if tc, err = c.resolveLocked(t, key); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
 		}
 		c.targets[key] = tc
 	}
 	if len(exclude) == 0 {
-		return tc.cands, tc.workers, tc.bs, nil
+		return tc.cands, tc.workers, tc.bs, tc.pools, nil
 	}
 	out := make([]candidate, 0, len(tc.cands))
 	ids := make([]index.WorkerID, 0, len(tc.cands))
@@ -353,9 +394,13 @@ func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []
 		}
 	}
 	if len(out) == 0 {
-		return nil, nil, 0, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
+		return nil, nil, 0, nil, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
 	}
-	return out, ids, tc.bs, nil
+	pl := tc.pools
+	if pl != nil {
+		pl = countPools(out)
+	}
+	return out, ids, tc.bs, pl, nil
 }
 
 // resolveLocked walks the registry state for a target's candidates.
@@ -405,6 +450,10 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	// Stable order, so round-robin and tie-breaks do not depend on map
 	// order, and so that a worker's position can be found by its id.
 	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
+	var pl *pools
+	if key.model != "" {
+		pl = poolsOf(out)
+	}
 	ids := make([]index.WorkerID, len(out))
 	for i := range out {
 		out[i].timing = c.timingLocked(out[i].in.InstanceId)
@@ -413,7 +462,7 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
 	}
-	return &targetCands{gen: c.gen, cands: out, workers: ids, bs: blockSize}, nil
+	return &targetCands{gen: c.gen, cands: out, workers: ids, bs: blockSize, pools: pl}, nil
 }
 
 func targetString(t *routerv1.Target) string {
@@ -483,12 +532,24 @@ type decision struct {
 	// ownHashes says hashes are the decision's own (made from the
 	// request's tokens), not the request's.
 	ownHashes bool
+	// For a disaggregated model (see pairs.go): the prefill worker of a
+	// pair (-1: none, chosen runs the request whole), the decision's
+	// name (empty for other models), and the costs it compared.
+	prefill               int
+	disagg                string
+	localCost, remoteCost float64
+	// pools are the candidates' (nil unless disaggregated); priced is
+	// the decode worker of the pair priced against the local choice (-1:
+	// none was, the pair being impossible or not wanted).
+	pools               *pools
+	priced, pairPrefill int
 	// Buffers kept with the decision when it goes back to decisionPool.
-	ints     []int
-	overlaps []index.Overlap
-	near     []int
-	costs    []float64
-	blocks   []kvhash.Block
+	ints      []int
+	overlaps  []index.Overlap
+	near      []int
+	costs     []float64
+	pairCosts []float64
+	blocks    []kvhash.Block
 }
 
 // maxPooledBlocks is the largest block buffer a pooled decision keeps: a
@@ -513,11 +574,12 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if err := validateQuery(q); err != nil {
 		return nil, err
 	}
-	cands, workers, bs, err := c.candidates(q.target, q.exclude)
+	cands, workers, bs, pl, err := c.candidates(q.target, q.exclude)
 	if err != nil {
 		return nil, err
 	}
 	d := decisionPool.Get().(*decision)
+	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
 	hashes := q.hashes
 	d.ownHashes = false
 	if len(q.tokens) > 0 {
@@ -535,9 +597,11 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	if c.pending != nil {
 		c.pending.Expire(now)
+		c.legs.pending.Expire(now)
 	}
 	if c.requestTTL > 0 {
 		c.load.Expire(now.Add(-c.requestTTL))
+		c.legs.load.Expire(now.Add(-c.requestTTL))
 	}
 	n := len(cands)
 	d.cands, d.hashes, d.blockSize = cands, hashes, bs
@@ -549,10 +613,19 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	// Candidates are sorted by instance id: each overlap finds its
 	// worker(s) by binary search, with no map per decision.
 	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
-	setIndexed(d.indexed, workers, d.overlaps)
+	if pl == nil {
+		setIndexed(d.indexed, workers, d.overlaps)
+	} else {
+		// Each pool is sorted by instance id.
+		pl.each(n, func(from, to int) { setIndexed(d.indexed[from:to], workers[from:to], d.overlaps) })
+	}
 	copy(reach, d.indexed)
-	if c.pending != nil {
+	if c.pending != nil && pl == nil {
 		c.pending.ExtendAll(workers, hashes, reach)
+	} else if c.pending != nil {
+		// Prefill legs are predicted apart (see pairs.go).
+		c.pending.ExtendAll(workers[:pl.serve], hashes, reach[:pl.serve])
+		c.legs.pending.ExtendAll(workers[pl.serve:], hashes, reach[pl.serve:])
 	}
 	c.mu.Lock()
 	for i, w := range workers {
@@ -569,7 +642,12 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	// hold: the requests a second copy of it could take (see scheduler).
 	shared := c.arrivals.shared(now, hashes, reach)
 	c.mu.Unlock()
-	c.load.FillAllVersion(d.scored, bs, timingVer)
+	if pl == nil {
+		c.load.FillAllVersion(d.scored, bs, timingVer)
+	} else {
+		c.load.FillAllVersion(d.scored[:pl.serve], bs, timingVer)
+		c.legs.load.FillAllVersion(d.scored[pl.serve:], bs, timingVer)
+	}
 	tokens := len(q.tokens)
 	if tokens == 0 {
 		tokens = len(hashes) * bs
@@ -585,10 +663,18 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	d.params = params
+	if pl != nil {
+		if err := c.choosePair(d, q, req, pl, now); err != nil {
+			d.release()
+			return nil, err
+		}
+		d.overlap = d.scored[d.chosen].Overlap
+		return d, nil
+	}
 	// Scores are reported in every mode: scheduler.KV's costs. The mode's
 	// chooser (modes.go) then picks.
 	kv, _ := scheduler.KV.Select(d.scored, req, params, c.rng)
-	d.params = params
 	chosen, err := c.chooser.choose(c, d, q, req, kv, now)
 	if err != nil {
 		return nil, err
@@ -677,12 +763,23 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	if !d.ownHashes && !owned {
 		hashes = slices.Clone(hashes)
 	}
+	// The worker that computes the prompt: the prefill leg's, or the
+	// worker's own.
+	pw, pblocks := d.chosen, len(d.hashes)-d.overlap
+	if d.prefill >= 0 {
+		pw, pblocks = d.prefill, len(d.hashes)-d.scored[d.prefill].Overlap
+	}
 	c.mu.Lock()
-	c.arrivals.add(c.now(), prefillMs(&d.scored[d.chosen].Timing, len(d.hashes)-d.overlap, d.blockSize), hashes)
+	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, pblocks, d.blockSize), hashes)
 	c.mu.Unlock()
+	// A decode leg computes nothing of the prompt but its handoff.
+	own := len(hashes) - d.overlap
+	if d.prefill >= 0 {
+		own = 0
+	}
 	// A request freed before this decision (its caller gave up waiting
 	// for it) is answered but weighs on nothing.
-	counted := c.load.AddShared(r.RequestId, w, len(hashes)-d.overlap, hashes)
+	counted := c.load.AddShared(r.RequestId, w, own, hashes)
 	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
 	}
@@ -691,9 +788,22 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		// the worker's events store it.
 		c.pending.AddShared(r.RequestId, w, hashes[d.indexed[d.chosen]:], c.now())
 	}
+	var pleg Leg
+	if d.prefill >= 0 {
+		pleg = Leg{Worker: d.scored[d.prefill].Worker, Blocks: pblocks}
+		if counted {
+			c.recordPrefillLeg(r.RequestId, pleg.Worker, pblocks, hashes, d.indexed[d.prefill], c.now())
+		}
+	}
+	switch d.disagg {
+	case DecisionRemotePrefill:
+		c.legs.remote.Add(1)
+	case DecisionLocalPrefill:
+		c.legs.local.Add(1)
+	}
 	in := d.cands[d.chosen].in
 	if counted && c.observer != nil {
-		c.observer.Routed(r.RequestId, in.Namespace, w, len(d.hashes)-d.overlap, d.hashes)
+		c.observer.Routed(r.RequestId, in.Namespace, w, own, d.hashes, pleg)
 	}
 	resp, _ := responsePool.Get().(*routerv1.RouteResponse)
 	if resp == nil {
@@ -716,6 +826,9 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		Candidates:    cands,
 		Endpoint:      ep,
 	}
+	if d.prefill >= 0 {
+		resp.Prefill = prefillTarget(d)
+	}
 	return resp, nil
 }
 
@@ -735,7 +848,7 @@ func Recycle(resp *routerv1.RouteResponse) {
 	if resp == nil {
 		return
 	}
-	resp.Transport = nil
+	resp.Transport, resp.Prefill = nil, nil
 	responsePool.Put(resp)
 }
 
@@ -766,6 +879,11 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		c.timingVer++
 	}
 	bs := c.blockSizeLocked(m.InstanceId)
+	load := c.load
+	if c.prefill[m.InstanceId] {
+		// A prefill worker runs prefill legs, which are recorded apart.
+		load = c.legs.load
+	}
 	c.mu.Unlock()
 	var reqs []scheduler.ReportedRequest
 	if len(m.GetRequests()) > 0 || m.GetRunningRequests()+m.GetWaitingRequests() == 0 {
@@ -785,7 +903,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		}
 		*buf = reqs
 	}
-	c.load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
+	load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
 }
 
 // reportPool holds ReportLoad's buffers of reported requests.
@@ -803,9 +921,10 @@ func (c *Core) blockSizeLocked(id uint64) int {
 	return kvhash.DefaultBlockSize
 }
 
-// PrefillDone moves a routed request's load from prefill to decode.
+// PrefillDone moves a routed request's load from prefill to decode; a
+// disaggregated request's prefill leg ends (its handoff came).
 func (c *Core) PrefillDone(id string) {
-	c.load.PrefillDone(id)
+	c.prefillDone(id)
 	if c.observer != nil {
 		c.observer.PrefillDone(id)
 	}
@@ -821,8 +940,14 @@ func (c *Core) Free(id string) {
 	}
 }
 
+func (c *Core) prefillDone(id string) {
+	c.load.PrefillDone(id)
+	c.endPrefillLeg(id, true)
+}
+
 func (c *Core) free(id string) {
 	prefilled := c.load.Free(id)
+	c.endPrefillLeg(id, false)
 	if c.pending == nil {
 		return
 	}
@@ -897,6 +1022,9 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	for _, id := range ids {
 		w := index.WorkerID{Instance: id}
 		p, d, n := c.load.Of(w)
+		if lp, ld, ln := c.legs.load.Of(w); ln > 0 {
+			p, d, n = p+lp, d+ld, n+ln
+		}
 		ws := &routerv1.WorkerStats{InstanceId: id, CachedBlocks: uint64(c.idx.Blocks(w)),
 			Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)}
 		if t, ok := last[id]; ok {

@@ -36,17 +36,18 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 			}
 			tx.Store(hashes)
 			if c.pending != nil {
-				c.pending.Confirm(w, hashes)
+				c.confirm(w, hashes)
 			}
 		case *workerv1.KvCacheEvent_Removed:
 			tx.Remove(k.Removed.GetSequenceHashes())
 			if c.pending != nil {
-				c.pending.Confirm(w, k.Removed.GetSequenceHashes())
+				c.confirm(w, k.Removed.GetSequenceHashes())
 			}
 		case *workerv1.KvCacheEvent_Cleared:
 			tx.Clear()
 			if c.pending != nil {
 				c.pending.RemoveWorker(w.Instance)
+				c.legs.pending.RemoveWorker(w.Instance)
 			}
 		}
 	})
@@ -74,7 +75,7 @@ func (c *Core) ResetWorker(w index.WorkerID, lastEvent uint64, hashes []uint64) 
 	}
 	c.idx.Reset(w, lastEvent, hashes)
 	if c.pending != nil {
-		c.pending.Confirm(w, hashes)
+		c.confirm(w, hashes)
 	}
 	c.mu.Lock()
 	c.stats.rebuilds++
@@ -91,4 +92,11 @@ func (c *Core) sawEventLocked(id uint64) {
 	if _, ok := c.refs[id]; ok {
 		c.lastEvent[id] = c.now()
 	}
+}
+
+// confirm drops the predictions, of decode and whole requests and of
+// prefill legs, that w's events confirm.
+func (c *Core) confirm(w index.WorkerID, hashes []uint64) {
+	c.pending.Confirm(w, hashes)
+	c.legs.pending.Confirm(w, hashes)
 }

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
@@ -21,24 +23,83 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 		return nil, err
 	}
 	defer d.release()
+	reason := ""
+	if d.pools != nil {
+		// The worker that decodes is chosen among its pool: the reason
+		// compares it with those.
+		cands, scored := d.cands, d.scored
+		d.cands, d.scored = cands[:d.pools.serve], scored[:d.pools.serve]
+		reason = c.reason(d)
+		d.cands, d.scored = cands, scored
+	} else {
+		reason = c.reason(d)
+	}
 	out := &routerv1.ExplainRouteResponse{
 		Mode:          c.ModeName(),
 		BlockSize:     uint32(d.blockSize),
 		RequestBlocks: uint32(len(d.hashes)),
 		InstanceId:    d.cands[d.chosen].in.InstanceId,
-		Reason:        c.reason(d),
+		Reason:        reason,
 		OverlapWeight: d.params.OverlapWeight,
 		Temperature:   d.params.Temperature,
 	}
 	scored := candidatesOf(d.scored)
+	serve := len(d.cands)
+	if d.pools != nil {
+		serve = d.pools.serve
+		out.Disaggregation = d.disagg
+		out.Reason = c.pairReason(d, out.Reason)
+	}
+	if d.prefill >= 0 {
+		out.PrefillInstanceId = d.cands[d.prefill].in.InstanceId
+	}
 	for i, cd := range d.cands {
-		out.Candidates = append(out.Candidates, &routerv1.ExplainedCandidate{
+		e := &routerv1.ExplainedCandidate{
 			Candidate: scored[i],
 			Transport: cd.in.Transport,
 			Endpoint:  &routerv1.Endpoint{Namespace: cd.in.Namespace, Component: cd.in.Component, Endpoint: cd.in.Endpoint},
-		})
+		}
+		if i < serve {
+			out.Candidates = append(out.Candidates, e)
+		} else {
+			out.PrefillCandidates = append(out.PrefillCandidates, e)
+		}
 	}
+	// Each pool is in instance id order; the decode and aggregated workers
+	// together are too.
+	slices.SortFunc(out.Candidates, func(a, b *routerv1.ExplainedCandidate) int {
+		return cmp.Compare(a.Candidate.InstanceId, b.Candidate.InstanceId)
+	})
 	return out, nil
+}
+
+// pairReason says why a disaggregated model's decision d ran its prefill
+// where it did; whole is the reason of the worker chosen to decode.
+func (c *Core) pairReason(d *decision, whole string) string {
+	pl, n := d.pools, len(d.cands)
+	switch {
+	case d.prefill >= 0:
+		p, w := &d.scored[d.prefill], &d.scored[d.chosen]
+		why := fmt.Sprintf("predicted %.4g against %.4g with the prefill on the decode or aggregated worker", d.remoteCost, d.localCost)
+		if c.disaggregation == DisaggAlways {
+			why = "--disaggregation always"
+		}
+		return fmt.Sprintf("remote prefill (%s): prefill on %x at cost %.4g (it caches %d of %d blocks; %d prefill blocks queued), "+
+			"then decode on %x at cost %.4g (its load, the last block, and %d blocks moved to it); among %d prefill and %d decode workers",
+			why, p.Worker.Instance, p.Cost, p.Overlap, len(d.hashes), p.PrefillBlocks,
+			w.Worker.Instance, w.Cost, len(d.hashes)-min(w.Overlap, len(d.hashes)), n-pl.serve, pl.serve-pl.agg)
+	case d.priced >= 0:
+		return fmt.Sprintf("local prefill: predicted %.4g on %x against %.4g for the best pair (prefill on %x, decode on %x); %s",
+			d.localCost, d.cands[d.chosen].in.InstanceId, d.remoteCost, d.cands[d.pairPrefill].in.InstanceId,
+			d.cands[d.priced].in.InstanceId, whole)
+	case c.disaggregation == DisaggOff:
+		return "local prefill: --disaggregation off; " + whole
+	case c.mode == ModeDirect:
+		return "local prefill: direct mode names one worker; " + whole
+	case n == pl.serve:
+		return "local prefill: no live prefill worker; " + whole
+	}
+	return "local prefill: no live decode worker to pair with; " + whole
 }
 
 // reason says in words why d chose its worker.

@@ -12,9 +12,19 @@ import (
 // Observer hears about the decisions a Core makes itself (not those it
 // applies from other replicas).
 type Observer interface {
-	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64)
+	// Routed is a request routed to w, where it prefills prefillBlocks;
+	// for a disaggregated pair w is the decode leg and prefill the
+	// prefill leg (zero otherwise).
+	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64, prefill Leg)
 	PrefillDone(id string)
 	Freed(id string)
+}
+
+// Leg is the prefill leg of a disaggregated request: its worker and the
+// blocks it computes there. The zero Leg is none.
+type Leg struct {
+	Worker index.WorkerID
+	Blocks int
 }
 
 // ApplyReplica applies another replica's change: its load (and, in
@@ -37,8 +47,13 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if !live || r.RequestId == "" {
 			return
 		}
-		if !c.load.Add(r.RequestId, w, int(r.PrefillBlocks), r.BlockHashes) {
+		hashes := slices.Clone(r.BlockHashes)
+		if !c.load.AddShared(r.RequestId, w, int(r.PrefillBlocks), hashes) {
 			return // this replica heard its free first
+		}
+		if r.PrefillInstanceId != 0 {
+			pw := index.WorkerID{Instance: r.PrefillInstanceId, DPRank: r.PrefillDpRank}
+			c.recordPrefillLeg(r.RequestId, pw, int(r.PrefillLegBlocks), hashes, c.indexedOn(pw, hashes), at)
 		}
 		if c.approx != nil {
 			c.approx.Predict(w, r.BlockHashes, at)
@@ -46,29 +61,39 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if c.pending != nil && c.mode == ModeKV {
 			// Predicted where the sender routed it, beyond what this
 			// replica's index confirms there.
-			from := 0
-			if o := c.idx.Overlaps(r.BlockHashes); len(o) > 0 {
-				for _, x := range o {
-					if x.Worker == w {
-						from = x.Blocks
-					}
-				}
-			}
-			c.pending.Add(r.RequestId, w, r.BlockHashes[from:], at)
+			c.pending.AddShared(r.RequestId, w, hashes[c.indexedOn(w, hashes):], at)
 		}
 	case *routerv1.ReplicaEvent_PrefillComplete:
-		c.load.PrefillDone(k.PrefillComplete)
+		c.prefillDone(k.PrefillComplete)
 	case *routerv1.ReplicaEvent_Freed:
 		c.free(k.Freed)
 	}
 }
 
+// indexedOn is how many leading blocks of hashes the index confirms on w.
+func (c *Core) indexedOn(w index.WorkerID, hashes []uint64) int {
+	for _, x := range c.idx.Overlaps(hashes) {
+		if x.Worker == w {
+			return x.Blocks
+		}
+	}
+	return 0
+}
+
 // RoutedEvent is the replica sync message of a routing decision: the
-// request's worker, its prefill blocks and its block hashes (which the
-// other replicas count as load and, in kv mode, as predicted blocks).
+// request's worker, its prefill blocks, its block hashes (which the other
+// replicas count as load and, in kv mode, as predicted blocks) and, for a
+// disaggregated pair, its prefill leg.
 func RoutedEvent(id string, w index.WorkerID, prefill int, hashes []uint64) *routerv1.ReplicaEvent {
+	return PairRoutedEvent(id, w, prefill, hashes, Leg{})
+}
+
+// PairRoutedEvent is RoutedEvent of a decision with a prefill leg (the
+// zero Leg: none): w is then the decode leg's worker.
+func PairRoutedEvent(id string, w index.WorkerID, prefill int, hashes []uint64, leg Leg) *routerv1.ReplicaEvent {
 	return &routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
-		RequestId: id, InstanceId: w.Instance, DpRank: w.DPRank, PrefillBlocks: uint32(prefill), BlockHashes: hashes}}}
+		RequestId: id, InstanceId: w.Instance, DpRank: w.DPRank, PrefillBlocks: uint32(prefill), BlockHashes: hashes,
+		PrefillInstanceId: leg.Worker.Instance, PrefillDpRank: leg.Worker.DPRank, PrefillLegBlocks: uint32(leg.Blocks)}}}
 }
 
 // PrefillDoneEvent is the replica sync message of a request's first token.

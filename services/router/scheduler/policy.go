@@ -68,6 +68,17 @@ func KVDisagg(link KVTransfer) Policy {
 	return Compose(Lowest{}, Prefill{}, Decode{}, link, QueueWait{}, Seed{})
 }
 
+// DecodeLeg is the decode worker's cost in a disaggregated pair whose
+// prompt a prefill worker computes: its time as the holder of every block
+// (Held: its queue, the last block, the decode steps beside them), what
+// that work costs the requests behind it, and the wait for the blocks it
+// does not cache to arrive over link. The prefill worker's own cost is
+// KV's over the prefill pool; the router adds the two to compare the pair
+// with the request run whole on one worker.
+func DecodeLeg(link KVTransfer) Policy {
+	return Compose(Lowest{}, Held{}, QueueWait{}, link)
+}
+
 // Select fills each candidate's cost for req and returns the index of the
 // chosen one: it is KV.Select.
 func Select(cands []Candidate, req Request, p Params, rng *rand.Rand) (int, error) {

@@ -394,6 +394,32 @@ func (l *Load) Free(id string) (prefilled bool) {
 	} else if _, again := l.freed[id]; !again {
 		l.unrouted[id] = struct{}{}
 	}
+	l.rememberLocked(id)
+	return prefilled
+}
+
+// Drop forgets a request in flight as Free does and says whether it was
+// in flight and had finished its prefill. An id not in flight is left
+// alone: nothing is remembered of it, so a later Add of it counts. It
+// ends a part of a request that may end twice or never have begun (the
+// prefill leg of a disaggregated request, at its handoff and again with
+// the request), whose routing is decided by another record.
+func (l *Load) Drop(id string) (found, prefilled bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.requests[id]
+	if !ok {
+		return false, false
+	}
+	prefilled = r.prefilled
+	l.freeLocked(id)
+	l.rememberLocked(id)
+	return true, prefilled
+}
+
+// rememberLocked remembers id as freed now, for FreedMemory, and forgets
+// the ids freed before that.
+func (l *Load) rememberLocked(id string) {
 	now := l.now()
 	l.freed[id] = now
 	l.freedList.Push(freedAt{id: id, at: now})
@@ -404,7 +430,6 @@ func (l *Load) Free(id string) (prefilled bool) {
 			delete(l.unrouted, f.id)
 		}
 	}
-	return prefilled
 }
 
 func (l *Load) freeLocked(id string) {

@@ -24,16 +24,38 @@ func RouteCore(wl *Workload) (*core.Core, *routerv1.Target) {
 
 // RouteCoreClock is RouteCore on the given clock (nil: the wall clock).
 func RouteCoreClock(wl *Workload, clock func() time.Time) (*core.Core, *routerv1.Target) {
+	return routeCore(wl, clock, 0)
+}
+
+// RoutePairCoreClock is RouteCoreClock for a disaggregated model: the
+// first prefill of the workload's workers register the prefill role, the
+// others the decode role, and its decisions are pairs (--disaggregation
+// always), priced as --disaggregation auto prices them.
+func RoutePairCoreClock(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *routerv1.Target) {
+	return routeCore(wl, clock, prefill)
+}
+
+func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *routerv1.Target) {
 	cfg := core.DefaultConfig()
+	if prefill > 0 {
+		cfg.Disaggregation = core.DisaggAlways
+	}
 	cfg.Seed = 1
 	cfg.Clock = clock
 	c := core.New(cfg)
 	dumps := wl.Index.Dump()
 	var ins []discovery.Change[*registryv1.Instance]
 	var cards []discovery.Change[*registryv1.ModelCard]
-	for _, d := range dumps {
+	for i, d := range dumps {
+		role := commonv1.Role_ROLE_UNSPECIFIED
+		if prefill > 0 {
+			role = commonv1.Role_ROLE_DECODE
+			if i < prefill {
+				role = commonv1.Role_ROLE_PREFILL
+			}
+		}
 		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
+			InstanceId: d.ID.Instance, Role: role, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
 		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
 			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
 	}
