@@ -120,7 +120,8 @@ func Command(args []string, stdout io.Writer) error {
 }
 
 // PrintTable prints one line per policy, with its engine-seconds as a
-// share of the first static-peak run's.
+// share of the static-peak run's, and its flaps: changes that reversed one
+// made within the 3 intervals before.
 func PrintTable(w io.Writer, results []Result) {
 	peak := 0.0
 	for _, r := range results {
@@ -129,13 +130,13 @@ func PrintTable(w io.Writer, results []Result) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\tscale changes\tmost engines\trequests\t")
+	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\tscale changes\tflaps\tmost engines\trequests\t")
 	for _, r := range results {
 		share := "-"
 		if peak > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*r.EngineSeconds/peak)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.MaxEngines, r.Requests)
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t%d\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.Flaps, r.MaxEngines, r.Requests)
 	}
 	tw.Flush()
 }

@@ -45,8 +45,10 @@ type Result struct {
 	Attainment float64
 	// EngineSeconds is the engines' time from start to stop.
 	EngineSeconds float64
-	// ScaleChanges counts the decisions that changed the pool's size.
-	ScaleChanges int
+	// ScaleChanges counts the decisions that changed the pool's size;
+	// Flaps those that reversed the direction of a change made within
+	// the 3 intervals before.
+	ScaleChanges, Flaps int
 	// Windows and Requests are what was judged; MaxEngines the largest
 	// pool.
 	Windows, Requests, MaxEngines int
@@ -111,6 +113,9 @@ type sim struct {
 	ttft, itl map[int][]float64
 	res       Result
 	buf       []uint32
+	// lastChange is the time and direction (+1, -1) of the last change.
+	lastChange    time.Duration
+	lastDirection int
 }
 
 func (s *sim) at(t time.Duration, fn func()) {
@@ -256,6 +261,14 @@ func (s *sim) apply(pd core.PoolDecision) {
 		return
 	}
 	s.res.ScaleChanges++
+	dir := 1
+	if pd.Target < pd.Current {
+		dir = -1
+	}
+	if s.lastDirection == -dir && s.now-s.lastChange <= 3*s.cfg.Planner.Interval {
+		s.res.Flaps++
+	}
+	s.lastChange, s.lastDirection = s.now, dir
 	for range max(pd.Target-pd.Current, 0) {
 		s.launch(s.cfg.Startup)
 	}
@@ -379,6 +392,6 @@ func Static(trace []replay.Request, cfg Config) (peak, mean int, capacity float6
 
 // String is a one-line summary.
 func (r Result) String() string {
-	return fmt.Sprintf("%s: attainment %.3f of %d windows, %.0f engine-s, %d changes, at most %d engines, %d requests",
-		r.Policy, r.Attainment, r.Windows, r.EngineSeconds, r.ScaleChanges, r.MaxEngines, r.Requests)
+	return fmt.Sprintf("%s: attainment %.3f of %d windows, %.0f engine-s, %d changes (%d flaps), at most %d engines, %d requests",
+		r.Policy, r.Attainment, r.Windows, r.EngineSeconds, r.ScaleChanges, r.Flaps, r.MaxEngines, r.Requests)
 }

@@ -79,6 +79,9 @@ func TestRunPlannerFollowsAStep(t *testing.T) {
 	if planned.Requests != len(trace) || planned.MaxEngines < 2 || planned.MaxEngines > cfg.Planner.MaxReplicas || planned.ScaleChanges < 2 {
 		t.Fatalf("planner: %v", planned)
 	}
+	if planned.Flaps != 0 {
+		t.Fatalf("the planner flapped %d times on a step", planned.Flaps)
+	}
 	if planned.EngineSeconds >= static.EngineSeconds {
 		t.Fatalf("planner used %.0f engine-s, the peak's static pool %.0f", planned.EngineSeconds, static.EngineSeconds)
 	}
@@ -111,7 +114,7 @@ func TestCommandWritesTheCSV(t *testing.T) {
 	if !slices.Equal(policies, []string{"planner-window", "planner-trend", "static-peak", "static-mean"}) {
 		t.Fatalf("policies %v", policies)
 	}
-	if !strings.Contains(out.String(), "static-peak") || !strings.Contains(out.String(), "attainment") {
+	if !strings.Contains(out.String(), "static-peak") || !strings.Contains(out.String(), "flaps") {
 		t.Fatalf("table:\n%s", out.String())
 	}
 }
