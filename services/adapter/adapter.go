@@ -14,8 +14,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"golang.org/x/sync/errgroup"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -62,6 +65,9 @@ type Config struct {
 	worker.ProcessConfig
 	// Stats, when set, receives the KV event counters (tests, embedding).
 	Stats *Stats
+	// HandoffTimeout bounds a bootstrap prefill leg's engine request once
+	// its handoff is out (--handoff-timeout).
+	HandoffTimeout time.Duration
 }
 
 // EnvVars maps flags to their environment variables.
@@ -83,6 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with the model's tokenizer.json(.gz) and tokenizer_config.json")
 	fs.IntVar(&c.MaxTrackedBlocks, "max-tracked-blocks", 1<<20, "engine block hashes remembered to resolve removals and parents")
+	fs.DurationVar(&c.HandoffTimeout, "handoff-timeout", 30*time.Second, "with --kv-transfer-kind bootstrap, how long a prefill leg's engine request may wait for its decode leg once the handoff is out")
 	c.ProcessConfig.RegisterFlags(fs)
 	c.Disagg.RegisterTransferFlags(fs)
 }
@@ -122,7 +129,35 @@ func (c Config) Validate() error {
 	if c.KVEventsEndpoint != "" && !strings.Contains(c.KVEventsEndpoint, "://") {
 		return fmt.Errorf("--kv-events-endpoint %q is not a ZeroMQ endpoint such as tcp://host:port", c.KVEventsEndpoint)
 	}
-	return c.ProcessConfig.Validate()
+	if err := c.ProcessConfig.Validate(); err != nil {
+		return err
+	}
+	return c.validateDisagg()
+}
+
+// validateDisagg checks that a prefill or decode adapter names a transfer
+// whose protocol it relays, and that a bootstrap prefill adapter names its
+// engine's bootstrap server.
+func (c Config) validateDisagg() error {
+	if c.HandoffTimeout <= 0 {
+		return fmt.Errorf("--handoff-timeout %v must be positive", c.HandoffTimeout)
+	}
+	role := c.Disagg.Role()
+	if role != commonv1.Role_ROLE_PREFILL && role != commonv1.Role_ROLE_DECODE {
+		return nil
+	}
+	k := c.Disagg.Transfer().GetKind()
+	if !isVLLMKind(k) && k != commonv1.KvTransferKind_KV_TRANSFER_KIND_BOOTSTRAP {
+		return fmt.Errorf("--disaggregation-mode %s needs --kv-transfer-kind nixl or mooncake (vLLM's kv_transfer_params) or bootstrap (SGLang's), not %q",
+			c.Disagg.Mode, c.Disagg.TransferKind)
+	}
+	if k == commonv1.KvTransferKind_KV_TRANSFER_KIND_BOOTSTRAP && role == commonv1.Role_ROLE_PREFILL {
+		host, port, err := net.SplitHostPort(c.Disagg.TransferAddr)
+		if p, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || p == 0 {
+			return fmt.Errorf("--kv-transfer-kind bootstrap on a prefill adapter needs --kv-transfer-addr, the engine's bootstrap server as host:port (got %q)", c.Disagg.TransferAddr)
+		}
+	}
+	return nil
 }
 
 // checkHTTPURL accepts an absolute http or https URL with a host.
@@ -197,9 +232,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 			return subscribe(sideCtx, cfg, log, func(b *workerv1.KvEventBatch) { _ = kvPub.Publish(b) })
 		})
 	}
+	var self atomic.Pointer[worker.Worker]
+	l := &legs{client: client, url: completionsURL(cfg.EngineURL), kind: wcfg.KVTransfer.GetKind(), addr: cfg.Disagg.TransferAddr,
+		timeout: cfg.HandoffTimeout, self: self.Load, log: log, pending: map[string]context.CancelFunc{}}
+	defer l.close()
+	wcfg.KVHandoffs = l
 	g.Go(func() error {
 		defer stopSide()
-		return worker.Run(gctx, wcfg, generate(client, cfg.EngineURL, cfg.ModelName), func(w *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(client, cfg.EngineURL, cfg.ModelName, l), func(w *worker.Worker) {
+			self.Store(w)
 			started <- w
 			if ready != nil {
 				ready(w)

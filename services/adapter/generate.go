@@ -36,6 +36,13 @@ type completionRequest struct {
 	IgnoreEOS         bool           `json:"ignore_eos,omitempty"`
 	MinTokens         uint32         `json:"min_tokens,omitempty"`
 	Stop              []string       `json:"stop,omitempty"`
+	// KVTransferParams are vLLM's, on the legs of a disaggregated request.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+	// BootstrapHost, BootstrapPort and BootstrapRoom are SGLang's, on both
+	// legs of a disaggregated request.
+	BootstrapHost string  `json:"bootstrap_host,omitempty"`
+	BootstrapPort int     `json:"bootstrap_port,omitempty"`
+	BootstrapRoom *uint64 `json:"bootstrap_room,omitempty"`
 }
 
 // completionChunk is one SSE chunk of the engine's stream. The contract:
@@ -118,16 +125,22 @@ func finishReason(s string) workerv1.FinishReason {
 	return workerv1.FinishReason_FINISH_REASON_STOP
 }
 
+// completionsURL is the engine's completions endpoint.
+func completionsURL(engineURL string) string {
+	return strings.TrimSuffix(engineURL, "/") + "/completions"
+}
+
 // generate serves generate requests from the engine's streaming completions
-// endpoint; the engine request is cancelled when the caller goes away.
-func generate(client *http.Client, engineURL, model string) worker.Handler {
-	url := strings.TrimSuffix(engineURL, "/") + "/completions"
+// endpoint; the engine request is cancelled when the caller goes away. l
+// relays the legs of disaggregated requests.
+func generate(client *http.Client, engineURL, model string, l *legs) worker.Handler {
+	url := completionsURL(engineURL)
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		if len(req.TokenIds) == 0 {
 			return &transport.HandlerError{Code: "invalid_argument", Message: "empty prompt"}
 		}
-		if req.Leg != workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED || req.Handoff != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "the engine adapter serves whole requests only: it does not relay the legs of a disaggregated request to the engine"}
+		if err := l.checkLeg(req); err != nil {
+			return err
 		}
 		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
 			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true}
@@ -140,6 +153,14 @@ func generate(client *http.Client, engineURL, model string) worker.Handler {
 		}
 		if s := req.Stop; s != nil {
 			cr.StopTokenIDs, cr.IgnoreEOS, cr.MinTokens, cr.Stop = s.StopTokenIds, s.IgnoreEos, s.MinTokens, s.StopStrings
+		}
+		switch req.GetLeg() {
+		case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL:
+			return l.prefill(ctx, req, cr, send)
+		case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE:
+			if err := l.decodeRequest(req, &cr); err != nil {
+				return err
+			}
 		}
 		body, err := json.Marshal(cr)
 		if err != nil {
