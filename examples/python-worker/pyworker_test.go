@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -781,5 +782,38 @@ func TestPythonUnitTests(t *testing.T) {
 	out, err := exec.Command(python, "-m", "unittest", "-v", "test_worker.py").CombinedOutput()
 	if err != nil {
 		t.Fatalf("python unit tests: %v\n%s", err, out)
+	}
+}
+
+// TestPythonWorkerRegistersItsRole: --disaggregation-mode is the role the
+// Python worker registers, agg by default.
+func TestPythonWorkerRegistersItsRole(t *testing.T) {
+	t.Parallel()
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tests := []struct {
+		args []string
+		want commonv1.Role
+	}{
+		{nil, commonv1.Role_ROLE_AGG},
+		{[]string{"--disaggregation-mode", "decode"}, commonv1.Role_ROLE_DECODE},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want.String(), func(t *testing.T) {
+			_, reg := registrytest.Start(t)
+			_, bus := eventbustest.Start(t)
+			dc, watch := watchInstances(t, reg.Addr)
+			defer dc.Close()
+			defer watch.Close()
+			w := startWorker(t, reg.Addr, bus.Addr().String(), tt.args...)
+			in := waitInstances(ctx, t, watch, 1, w.logs)[0]
+			if in.Role != tt.want {
+				t.Fatalf("registered role %v, want %v", in.Role, tt.want)
+			}
+			if code := w.stop(t); code != 0 {
+				t.Fatalf("worker.py exited with %d", code)
+			}
+		})
 	}
 }

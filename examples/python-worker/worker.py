@@ -75,6 +75,9 @@ NAMED_ENV = {
     "max_message_size": "DYN_TCP_MAX_MESSAGE_SIZE",
     "auth_token": "SWITCHYARD_AUTH_TOKEN",
 }
+# The registered role of each --disaggregation-mode (pkg/wire's role names).
+ROLES = {"agg": common_pb2.ROLE_AGG, "prefill": common_pb2.ROLE_PREFILL, "decode": common_pb2.ROLE_DECODE}
+
 # The gRPC metadata key of a lease's secret token (pkg/authtoken.LeaseTokenKey).
 LEASE_TOKEN_KEY = "switchyard-lease-token"
 TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -111,6 +114,8 @@ def parse_config(argv):
                    help="directory with tokenizer.json (or tokenizer.json.gz) and tokenizer_config.json, uploaded to "
                         "the object store and referenced from the model card so the frontend can tokenize for this "
                         "model; empty: no tokenizer (the frontend then serves only pre-tokenized requests)")
+    p.add_argument("--disaggregation-mode", default="agg", choices=sorted(ROLES),
+                   help="the role registered (common.v1.Role); this example serves whole requests, whatever its role")
     p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
     p.add_argument("--context-length", type=int, default=40960, help="context length on the model card")
     p.add_argument("--kv-blocks", type=int, default=8192, help="KV blocks the simulated cache holds before evicting")
@@ -811,7 +816,8 @@ def main(argv):
             artifacts = until_reachable(lambda: upload_tokenizer(eventbus, cfg.model_name, paths), stop, "tokenizer upload")
         instance = registry_pb2.Instance(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                          transport=common_pb2.Transport(http=server.base_url),
-                                         metadata={"worker": "python-example", "worker_api": api_addr})
+                                         metadata={"worker": "python-example", "worker_api": api_addr},
+                                         role=ROLES[cfg.disaggregation_mode])
         if artifacts is not None:  # None: stopped while waiting for the eventbus
             card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                           model_name=cfg.model_name, block_size=cfg.block_size,
