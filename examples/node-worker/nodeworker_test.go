@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -248,6 +249,9 @@ func TestNodeWorkerProtocol(t *testing.T) {
 	w := startWorker(t, node, reg.Addr, bus.Addr().String(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})
 	in := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]
 	base := in.Transport.GetHttp()
+	if in.Role != commonv1.Role_ROLE_AGG {
+		t.Fatalf("registered role %v, want the default agg", in.Role)
+	}
 
 	tc := transport.DefaultConfig()
 	tc.Plane = transport.PlaneHTTP

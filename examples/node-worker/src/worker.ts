@@ -30,6 +30,7 @@ import {
   type TokenizerArtifact,
   TokenizerArtifactSchema,
 } from "../../../gen/ts/switchyard/registry/v1/registry_pb.js";
+import { Role } from "../../../gen/ts/switchyard/common/v1/common_pb.js";
 import { type KvEventBatch, KvEventBatchSchema, LoadMetricsSchema } from "../../../gen/ts/switchyard/worker/v1/worker_pb.js";
 import { EchoEngine } from "./engine.js";
 import { Hasher } from "./kvhash.js";
@@ -38,6 +39,9 @@ import { log } from "./log.js";
 import { Server } from "./requestplane.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
+
+/** ROLES maps --disaggregation-mode to the registered role (pkg/wire's role names). */
+export const ROLES: Record<string, Role> = { agg: Role.AGG, prefill: Role.PREFILL, decode: Role.DECODE };
 
 // Wire conventions shared with pkg/worker (written in the protos).
 export const KV_EVENTS_NAME = "kv_cache_update";
@@ -73,6 +77,7 @@ const FLAGS = {
   component: { default: "backend", help: "registry component" },
   endpoint: { default: "generate", help: "registry endpoint" },
   "model-name": { default: "switchyard/node-echo", help: "model name on the model card" },
+  "disaggregation-mode": { default: "agg", help: "the role registered: agg, prefill or decode (this example serves whole requests, whatever its role)" },
   "block-size": { default: "16", help: "KV block size in tokens" },
   "context-length": { default: "40960", help: "context length on the model card" },
   "kv-blocks": { default: "8192", help: "KV blocks the simulated cache holds before evicting" },
@@ -99,6 +104,8 @@ export interface Config {
   component: string;
   endpoint: string;
   modelName: string;
+  /** role is the registered role (--disaggregation-mode). */
+  role: Role;
   blockSize: number;
   contextLength: number;
   kvBlocks: number;
@@ -154,6 +161,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     component: str("component"),
     endpoint: str("endpoint"),
     modelName: str("model-name"),
+    role: Object.hasOwn(ROLES, str("disaggregation-mode")) ? ROLES[str("disaggregation-mode")] : Role.UNSPECIFIED,
     blockSize: num("block-size", (n) => int(n) && n > 0, "a positive integer"),
     contextLength: num("context-length", (n) => int(n) && n > 0, "a positive integer"),
     kvBlocks: num("kv-blocks", (n) => int(n) && n > 0, "a positive integer"),
@@ -170,6 +178,10 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     httpRootPath: str("http-root-path"),
     maxMessageSize: num("max-message-size", (n) => int(n) && n > 0, "a positive number of bytes"),
   };
+  if (cfg.role === Role.UNSPECIFIED) {
+    const { v, from } = raw("disaggregation-mode");
+    throw new UsageError(`${from}=${JSON.stringify(v)}: want one of ${Object.keys(ROLES).join(", ")}`);
+  }
   const name = /^[a-z0-9][a-z0-9_-]*$/;
   for (const k of ["namespace", "component", "endpoint"] as const) {
     if (!name.test(cfg[k])) throw new UsageError(`--${k}=${JSON.stringify(cfg[k])}: want a name matching ${name.source}`);
@@ -354,6 +366,7 @@ async function main(): Promise<number> {
           endpoint: cfg.endpoint,
           transport: { http: server.baseUrl },
           metadata: { worker: "node-example" },
+          role: cfg.role,
         });
         await registry.register({ instance, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
         if (registered) engine.reset(l.id);
