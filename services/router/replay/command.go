@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // CommandConfig is the replay command's flags.
@@ -25,8 +26,10 @@ type CommandConfig struct {
 	Modes      string
 	RateScales string
 	SLO        time.Duration
-	OutDir     string
-	Parallel   int
+	// SLOITL is the ITL p90 a rate scale must meet too (--slo-itl-p90).
+	SLOITL   msDuration
+	OutDir   string
+	Parallel int
 	// GoodputSteps is how many bisection steps refine each mode's goodput
 	// between the sweep's rate scales; the sweep is extended above its top
 	// while a mode still meets the SLO there, whatever this is.
@@ -60,6 +63,12 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
 	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")
+	c.SLOITL = msDuration(50 * time.Millisecond)
+	fs.Var(&c.SLOITL, "slo-itl-p90", "ITL p90 (every gap between two tokens of a request, all requests pooled) a rate scale must meet too to count towards a mode's goodput: milliseconds, or a duration such as 50ms")
+	fs.IntVar(&c.PrefillWorkers, "prefill-workers", 0, "disagg and disagg-always: engines of --workers in the prefill pool (0: --workers minus --decode-workers, or half of --workers when both are 0)")
+	fs.IntVar(&c.DecodeWorkers, "decode-workers", 0, "disagg and disagg-always: engines of --workers in the decode pool (0: --workers minus --prefill-workers); the two pools add up to --workers")
+	fs.Float64Var(&c.KVTransferGbps, "kv-transfer-gbps", core.DefaultKVTransferGbps, "disagg modes: the prefill-to-decode KV link's bandwidth in Gb/s, for the engines (n blocks take n x block size x --kv-bytes-per-token x 8 / Gb/s) and the router's price of it (0: free)")
+	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", core.DefaultKVBytesPerToken, "disagg modes: bytes of KV cache per token, for the transfer's time and price")
 	fs.IntVar(&c.GoodputSteps, "goodput-steps", 1, "bisection steps per mode between the highest rate scale meeting the SLO and the next one missing it (the sweep also goes on above --rate-scales, x1.5 at a time, while a mode meets the SLO at its top)")
 	fs.IntVar(&c.TraceBlockSize, "trace-block-size", 512, "tokens per trace hash id")
 	// The router's defaults, as the service, the frontend's in-process
@@ -129,6 +138,10 @@ func Command(c CommandConfig, out io.Writer) error {
 	if c.SLO <= 0 {
 		return errors.New("replay: --slo-ttft-p90 must be positive")
 	}
+	if c.SLOITL <= 0 {
+		return errors.New("replay: --slo-itl-p90 must be positive")
+	}
+	slo := Objectives{TTFT: c.SLO, ITL: time.Duration(c.SLOITL)}
 	if c.Goals && c.GoalsSeeds < 1 {
 		return errors.New("replay: --goals-seeds must be at least 1")
 	}
@@ -157,17 +170,17 @@ func Command(c CommandConfig, out io.Writer) error {
 		}
 		var results []Result
 		if c.Goals {
-			results, err = RunGoals(trace, c.Config, rates, c.GoalsRate, c.SLO, c.GoodputSteps, c.Parallel)
+			results, err = RunGoals(trace, c.Config, rates, c.GoalsRate, slo, c.GoodputSteps, c.Parallel)
 		} else {
 			results, err = RunAll(trace, c.Config, modes, rates, c.Parallel)
 			if err == nil {
-				results, err = RefineGoodput(trace, c.Config, modes, results, c.SLO, c.GoodputSteps, c.Parallel)
+				results, err = RefineGoodput(trace, c.Config, modes, results, slo, c.GoodputSteps, c.Parallel)
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("trace %s: %w", label, err)
 		}
-		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, Results: results}
+		r := &Report{Trace: label, Requests: len(trace), Config: c.Config, Bounds: ComputeBounds(trace, c.Config), SLO: c.SLO, SLOITL: slo.ITL, Results: results}
 		r.HorizonBound()
 		r.SetChainFloors(trace)
 		if err := WriteTable(out, r); err != nil {
@@ -239,6 +252,28 @@ func Command(c CommandConfig, out io.Writer) error {
 	}
 	_, err = fmt.Fprintf(out, "wrote %s\n", path)
 	return err
+}
+
+// msDuration is a duration flag that also takes a bare number of
+// milliseconds ("50" is 50ms).
+type msDuration time.Duration
+
+func (d *msDuration) String() string { return time.Duration(*d).String() }
+
+func (d *msDuration) Set(s string) error {
+	if v, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > float64(math.MaxInt64/int64(time.Millisecond)) {
+			return fmt.Errorf("%q is not a number of milliseconds", s)
+		}
+		*d = msDuration(v * float64(time.Millisecond))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither milliseconds nor a duration", s)
+	}
+	*d = msDuration(v)
+	return nil
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

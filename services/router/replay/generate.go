@@ -111,6 +111,17 @@ var Presets = map[string]GenConfig{
 		Output: Dist{Median: 200, Sigma: 0.8, Min: 4, Max: 2048},
 		Turns:  4, Think: 25 * time.Second, MaxInput: 64000, Seed: 2,
 	},
+	// long-context: one-shot requests over long documents (retrieval,
+	// summaries, code review): prompts of 3,000 to 12,000 tokens (a shared
+	// instruction prompt of 512 to 2,048 and a document of 2,500 to
+	// 10,000, capped at 12,000), answers of 300 to 1,000 tokens.
+	"long-context": {
+		Requests: 1500, Rate: 2, BlockSize: 512, Groups: 16, GroupSkew: 0.8, Unshared: 0.2,
+		System: Dist{Median: 1024, Sigma: 0.5, Min: 512, Max: 2048},
+		User:   Dist{Median: 5500, Sigma: 0.45, Min: 2500, Max: 10000},
+		Output: Dist{Median: 550, Sigma: 0.4, Min: 300, Max: 1000},
+		Turns:  1, Think: time.Second, MaxInput: 12000, Seed: 3,
+	},
 }
 
 // Validate checks the knobs.

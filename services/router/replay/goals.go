@@ -50,7 +50,7 @@ var goodputModes = []string{"round-robin", "kv", "dynamo", "llm-d", "sglang"}
 // as RefineGoodput does and then, when bisect > 0, until their brackets
 // decide the goodput goal (SettleGoodputRatio, at most settleRounds more
 // rounds), and kv-approx, kv-3-replicas and kv-8-replicas at defaultRate. The report's results are in GoalModes order, then rate.
-func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64, slo time.Duration, bisect, parallel int) ([]Result, error) {
+func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64, slo Objectives, bisect, parallel int) ([]Result, error) {
 	if !slices.Contains(rates, defaultRate) {
 		rates = append(slices.Clone(rates), defaultRate)
 		slices.Sort(rates)
@@ -224,7 +224,7 @@ func Goals(r *Report, defaultRate float64) GoalRow {
 // GoodputBracket is mode's goodput and the lowest rate scale above it that
 // missed the SLO (+Inf when none ran): the true goodput is in between.
 func (r *Report) GoodputBracket(mode string) (pass, fail float64) {
-	return bracket(r.Results, mode, r.SLO)
+	return bracket(r.Results, mode, r.Objectives())
 }
 
 func verdict(ok bool) string {

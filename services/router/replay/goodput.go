@@ -23,6 +23,27 @@ const (
 	bracketTolerance = 0.05
 )
 
+// Objectives are what a rate scale must meet to count towards a mode's
+// goodput, beside serving every request: TTFT p90 at most TTFT and, when
+// ITL is positive, ITL p90 (over every gap between two tokens of a
+// request, all requests pooled) at most ITL.
+type Objectives struct {
+	TTFT, ITL time.Duration
+}
+
+// met says whether x meets the objectives with every request served.
+func (o Objectives) met(x Result) bool {
+	return x.Rejected == 0 && x.TTFT[1] <= o.TTFT && (o.ITL <= 0 || x.ITL[1] <= o.ITL)
+}
+
+// String names the objectives, as the tables print them.
+func (o Objectives) String() string {
+	if o.ITL <= 0 {
+		return "TTFT p90 <= " + o.TTFT.String()
+	}
+	return "TTFT p90 <= " + o.TTFT.String() + " and ITL p90 <= " + o.ITL.String()
+}
+
 // job is one simulation: a mode at a rate scale.
 type job struct {
 	mode string
@@ -34,7 +55,7 @@ type job struct {
 // the top meets the SLO (unless extended extensions already ran; up is
 // then true), else halfway between the highest rate meeting it and the
 // lowest above that missing it, while bisect > 0 and they are apart.
-func nextRate(results []Result, mode string, slo time.Duration, extended, bisect int) (rate float64, up bool) {
+func nextRate(results []Result, mode string, slo Objectives, extended, bisect int) (rate float64, up bool) {
 	top := 0.0
 	for _, x := range results {
 		if x.Mode == mode {
@@ -78,7 +99,7 @@ func round3(x float64) float64 {
 // bisect rounds of bisection between the highest rate that meets it and
 // the lowest above that misses it. It returns results with the new ones,
 // ordered by mode (as in modes), then rate scale.
-func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result, slo time.Duration, bisect, parallel int) ([]Result, error) {
+func RefineGoodput(trace []Request, cfg Config, modes []string, results []Result, slo Objectives, bisect, parallel int) ([]Result, error) {
 	extended := map[string]int{}
 	bisected := map[string]int{}
 	results, err := runRounds(trace, cfg, results, parallel, func(results []Result) []job {
@@ -158,15 +179,15 @@ func runJobs(trace []Request, cfg Config, jobs []job, parallel int) ([]Result, e
 // bracket is mode's goodput in results (the highest rate scale meeting slo
 // with every request served) and the lowest rate above it that missed
 // (+Inf when none ran): the true goodput is in between.
-func bracket(results []Result, mode string, slo time.Duration) (pass, fail float64) {
+func bracket(results []Result, mode string, slo Objectives) (pass, fail float64) {
 	fail = math.Inf(1)
 	for _, x := range results {
-		if x.Mode == mode && x.Rejected == 0 && x.TTFT[1] <= slo {
+		if x.Mode == mode && slo.met(x) {
 			pass = max(pass, x.RateScale)
 		}
 	}
 	for _, x := range results {
-		if x.Mode == mode && x.RateScale > pass && (x.Rejected > 0 || x.TTFT[1] > slo) {
+		if x.Mode == mode && x.RateScale > pass && !slo.met(x) {
 			fail = min(fail, x.RateScale)
 		}
 	}
@@ -187,7 +208,7 @@ func ratioSettled(rr, rrFail, kv, kvFail, ratio float64) bool {
 // ratioSettled): with the sweep's brackets alone (about 10% wide after
 // two bisections) a verdict near the line can depend on where the rates
 // fell. Both modes run at the same SLO and refine the same way.
-func SettleGoodputRatio(trace []Request, cfg Config, results []Result, slo time.Duration, ratio float64, rounds, parallel int) ([]Result, error) {
+func SettleGoodputRatio(trace []Request, cfg Config, results []Result, slo Objectives, ratio float64, rounds, parallel int) ([]Result, error) {
 	round := 0
 	return runRounds(trace, cfg, results, parallel, func(results []Result) []job {
 		if round >= rounds {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestNextRate(t *testing.T) {
-	const slo = 2 * time.Second
+	slo := Objectives{TTFT: 2 * time.Second}
 	res := func(mode string, rate float64, p90 time.Duration) Result {
 		return Result{Mode: mode, RateScale: rate, TTFT: [3]time.Duration{0, p90, 0}}
 	}
@@ -65,7 +65,7 @@ func TestSettleGoodputRatio(t *testing.T) {
 		t.Fatal(err)
 	}
 	trace = trace[:60]
-	const slo = 300 * time.Millisecond
+	slo := Objectives{TTFT: 300 * time.Millisecond}
 	res := func(mode string, rate float64, p90 time.Duration) Result {
 		return Result{Mode: mode, RateScale: rate, TTFT: [3]time.Duration{0, p90, 0}}
 	}
@@ -102,7 +102,7 @@ func TestRefineGoodput(t *testing.T) {
 		t.Fatal(err)
 	}
 	trace = trace[:60]
-	const slo = 300 * time.Millisecond
+	slo := Objectives{TTFT: 300 * time.Millisecond}
 	cfg := smallConfig()
 	tests := []struct {
 		name   string

@@ -28,8 +28,9 @@ type Report struct {
 	Requests int
 	Config   Config
 	Bounds   Bounds
-	// SLO is the TTFT p90 a rate scale must meet to count as goodput.
-	SLO time.Duration
+	// SLO is the TTFT p90 a rate scale must meet to count as goodput;
+	// SLOITL, when positive, the ITL p90 it must meet too.
+	SLO, SLOITL time.Duration
 	// Results are ordered by mode, then rate scale.
 	Results []Result
 	// Horizon is the finite-horizon bound at SLO (nil: computed from
@@ -78,10 +79,13 @@ func (r *Report) Modes() []string {
 	return out
 }
 
-// Goodput is the highest rate scale at which mode kept TTFT p90 within
-// the SLO (with every request served), or 0 if none did.
+// Objectives are the report's SLO and SLOITL.
+func (r *Report) Objectives() Objectives { return Objectives{TTFT: r.SLO, ITL: r.SLOITL} }
+
+// Goodput is the highest rate scale at which mode met the objectives
+// (with every request served), or 0 if none did.
 func (r *Report) Goodput(mode string) float64 {
-	pass, _ := bracket(r.Results, mode, r.SLO)
+	pass, _ := bracket(r.Results, mode, r.Objectives())
 	return pass
 }
 
@@ -117,17 +121,24 @@ func WriteTable(w io.Writer, r *Report) error {
 	// The last column is the TTFT goal's ratio (--goals judges it at
 	// --goals-rate), for every row: a sweep of one mode says it without
 	// the goal table's other modes.
-	fmt.Fprintln(tw, "mode\trate\thit rate\t% reuse\t% pooled\tTTFT mean ms\tp50\tp90\tp99\tE2E p50 ms\tp99\ttok/s\tspread\tdone\trejected\twall s\tp90/floor\t")
+	// Before it, ITL p90 and the pools (prefill+decode workers, the share
+	// of requests prefilled remotely), "-" for aggregated rows.
+	fmt.Fprintln(tw, "mode\trate\thit rate\t% reuse\t% pooled\tTTFT mean ms\tp50\tp90\tp99\tE2E p50 ms\tp99\ttok/s\tspread\tdone\trejected\twall s\tITL p90 ms\tP+D\tremote\tp90/floor\t")
 	for _, x := range r.Results {
-		fmt.Fprintf(tw, "%s\tx%g\t%.3f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.2f\t%d\t%d\t%.1f\t%s\t\n",
+		pools, remote := "-", "-"
+		if x.PrefillWorkers+x.DecodeWorkers > 0 {
+			pools, remote = fmt.Sprintf("%d+%d", x.PrefillWorkers, x.DecodeWorkers), fmt.Sprintf("%.2f", x.RemotePrefill)
+		}
+		fmt.Fprintf(tw, "%s\tx%g\t%.3f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.2f\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			x.Mode, x.RateScale, x.HitRate, pct(x.HitRate, r.Bounds.Reuse), pct(x.HitRate, r.Bounds.Pooled),
 			ms(x.TTFTMean), ms(x.TTFT[0]), ms(x.TTFT[1]), ms(x.TTFT[2]), ms(x.E2E[0]), ms(x.E2E[2]),
-			x.Throughput, x.Spread, x.Completed, x.Rejected, x.Wall.Seconds(), floorRatio(x.TTFT[1], r.Bounds.FloorTTFT[1]))
+			x.Throughput, x.Spread, x.Completed, x.Rejected, x.Wall.Seconds(),
+			ms(x.ITL[1]), pools, remote, floorRatio(x.TTFT[1], r.Bounds.FloorTTFT[1]))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "goodput (highest rate scale with TTFT p90 <= %s):", r.SLO)
+	fmt.Fprintf(w, "goodput (highest rate scale with %s):", r.Objectives())
 	for _, m := range r.Modes() {
 		fmt.Fprintf(w, " %s x%g;", m, r.Goodput(m))
 	}
@@ -181,12 +192,14 @@ func writeCapacity(w io.Writer, r *Report) error {
 func fmtRate(x float64) string { return strconv.FormatFloat(round3(x), 'g', -1, 64) }
 
 // CSVHeader is router-replay.csv's header. The first thirteen columns are
-// a contract (checks outside the project read them); more may follow.
+// a contract (checks outside the project read them), and so are
+// itl_p90_ms, prefill_workers and decode_workers (0 and 0 on aggregated
+// rows); more may follow, none renamed.
 var CSVHeader = []string{"mode", "rate_scale", "workers", "kv_blocks", "hit_rate", "reuse_bound", "pooled_bound",
 	"ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 	"trace", "overlap_weight", "e2e_p90_ms", "throughput_tok_s", "spread", "completed", "rejected", "makespan_s",
 	"floor_ttft_p90_ms", "slo_ttft_p90_ms", "goodput_rate_scale", "capacity_bound_rate_scale", "horizon_bound_rate_scale",
-	"chain_floor_ttft_p90_ms"}
+	"chain_floor_ttft_p90_ms", "itl_p90_ms", "prefill_workers", "decode_workers", "slo_itl_p90_ms", "remote_prefill_share"}
 
 // WriteCSV writes one row per (mode, rate scale) under CSVHeader. An
 // unbounded horizon is written as +Inf; the chain floor's p90 is the row's
@@ -210,7 +223,8 @@ func WriteCSV(w io.Writer, r *Report) error {
 			r.Trace, f(c.OverlapWeight, -1), ms(x.E2E[1]), f(x.Throughput, 1), f(x.Spread, 3),
 			strconv.Itoa(x.Completed), strconv.Itoa(x.Rejected), f(x.Makespan.Seconds(), 1),
 			ms(r.Bounds.FloorTTFT[1]), ms(r.SLO), f(r.Goodput(x.Mode), -1), f(r.Bounds.Capacity.Rate, 4), f(horizon, 4),
-			chainP90(x.RateScale)})
+			chainP90(x.RateScale), ms(x.ITL[1]), strconv.Itoa(x.PrefillWorkers), strconv.Itoa(x.DecodeWorkers),
+			ms(r.SLOITL), f(x.RemotePrefill, 4)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -120,7 +120,7 @@ func TestReportSweep(t *testing.T) {
 	if len(rows) != 1+len(modes)*len(rates) || rows[1][0] != "round-robin" || rows[1][1] != "2" || rows[4][0] != "kv" || rows[4][1] != "12" {
 		t.Fatalf("CSV rows %v", rows[1:])
 	}
-	last := len(CSVHeader) - 2
+	last := slices.Index(rows[0], "horizon_bound_rate_scale")
 	if rows[0][last-1] != "capacity_bound_rate_scale" || rows[0][last] != "horizon_bound_rate_scale" || rows[0][last+1] != "chain_floor_ttft_p90_ms" {
 		t.Fatalf("CSV header ends %v", rows[0][last-1:])
 	}

@@ -42,6 +42,19 @@ type Config struct {
 	LoadInterval time.Duration
 	// RequestTTL is the routers' --router-request-ttl.
 	RequestTTL time.Duration
+	// PrefillWorkers and DecodeWorkers split the Workers engines into a
+	// prefill and a decode pool in the disaggregated modes (disagg.go):
+	// both 0 splits them in halves (the prefill pool the smaller); one 0
+	// is the rest; both set must add up to Workers. The other modes run
+	// every engine aggregated.
+	PrefillWorkers, DecodeWorkers int
+	// KVTransferGbps and KVBytesPerToken size the prefill-to-decode KV
+	// transfer, for the engines (a transfer of n blocks takes n x block
+	// size x bytes per token x 8 / (Gb/s x 10^9) seconds, as the mocker's
+	// decode worker waits) and for the router, which prices it the same
+	// way; 0 makes it free.
+	KVTransferGbps  float64
+	KVBytesPerToken int
 }
 
 // Validate checks the configuration.
@@ -61,6 +74,15 @@ func (c Config) Validate() error {
 		return errors.New("replay: delays and the request TTL must not be negative")
 	case c.LoadInterval <= 0:
 		return errors.New("replay: the load report interval must be positive")
+	case c.PrefillWorkers < 0 || c.DecodeWorkers < 0:
+		return errors.New("replay: --prefill-workers and --decode-workers must not be negative")
+	case c.PrefillWorkers > 0 && c.DecodeWorkers > 0 && c.PrefillWorkers+c.DecodeWorkers != c.Workers:
+		return fmt.Errorf("replay: --prefill-workers %d + --decode-workers %d must be the %d engines of --workers (the disaggregated modes split the same engines the others run aggregated)",
+			c.PrefillWorkers, c.DecodeWorkers, c.Workers)
+	case c.PrefillWorkers >= c.Workers || c.DecodeWorkers >= c.Workers:
+		return fmt.Errorf("replay: --prefill-workers %d and --decode-workers %d leave no engine to the other pool of --workers %d", c.PrefillWorkers, c.DecodeWorkers, c.Workers)
+	case c.KVTransferGbps < 0 || math.IsNaN(c.KVTransferGbps) || math.IsInf(c.KVTransferGbps, 0) || c.KVBytesPerToken < 0:
+		return errors.New("replay: --kv-transfer-gbps must be a finite number >= 0 and --kv-bytes-per-token must not be negative")
 	}
 	return c.Engine.Validate()
 }
@@ -75,8 +97,10 @@ type Result struct {
 	// HitRate is the fraction of prompt blocks found in the engines' prefix
 	// caches at admission.
 	HitRate float64
-	// TTFT and E2E are latency percentiles (p50, p90, p99).
-	TTFT, E2E [3]time.Duration
+	// TTFT, E2E and ITL are latency percentiles (p50, p90, p99); ITL's
+	// samples are every gap between two consecutive tokens of a request,
+	// all requests pooled (a stall counts once per token it delays).
+	TTFT, E2E, ITL [3]time.Duration
 	// TTFTMean is the mean time to first token.
 	TTFTMean time.Duration
 	// Throughput is generated tokens per second of simulated time.
@@ -90,6 +114,12 @@ type Result struct {
 	Makespan time.Duration
 	// Wall is the real time the simulation took.
 	Wall time.Duration
+	// PrefillWorkers and DecodeWorkers are the pools' sizes in the
+	// disaggregated modes (0 and 0: every engine aggregated).
+	PrefillWorkers, DecodeWorkers int
+	// RemotePrefill is the share of routed requests whose prefill ran on
+	// a prefill worker (the router chose the pair).
+	RemotePrefill float64
 }
 
 // Modes are the routing modes a replay compares, in table order: the
@@ -97,7 +127,7 @@ type Result struct {
 // their decisions over (simulated) replica sync, or do not, and the peers'
 // policies (peers.go).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
-	"dynamo", "llm-d", "sglang"}
+	"dynamo", "llm-d", "sglang", "disagg", "disagg-always"}
 
 // modeSetup is how a mode's routers are built.
 type modeSetup struct {
@@ -107,6 +137,9 @@ type modeSetup struct {
 	sync        bool
 	// peer names a peer policy (peers.go) that routes instead of the core.
 	peer string
+	// disagg, when set, splits the engines into prefill and decode pools
+	// and is the router's --disaggregation (disagg.go).
+	disagg core.Disaggregation
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -123,6 +156,10 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 3}, nil
 	case "dynamo", "llm-d", "sglang":
 		return modeSetup{peer: mode, replicas: 1}, nil
+	case "disagg":
+		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAuto}, nil
+	case "disagg-always":
+		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAlways}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -178,10 +215,14 @@ type sim struct {
 	owner   map[string]int // request id -> the replica that routed it
 	reqs    map[string]*inflight
 	left    int // requests neither finished nor rejected
+	routed  int // requests the router placed
 	res     Result
 	ttft    []time.Duration
 	e2e     []time.Duration
+	itl     []time.Duration
 	last    time.Duration
+	// disagg is the pools' state in the disaggregated modes, else nil.
+	disagg *disaggState
 }
 
 type simEngine struct {
@@ -196,6 +237,13 @@ type simEngine struct {
 type inflight struct {
 	arrival time.Duration
 	first   bool
+	// lastToken is when its last token came (once first).
+	lastToken time.Duration
+	// handedOff says its prefill ran on a prefill worker, which handed
+	// its KV over (disagg.go): the router heard of its prefill's end then.
+	handedOff bool
+	// pair is its decode leg's state until that leg starts, else nil.
+	pair *pairLeg
 	// rec is the request's record while recording, else nil.
 	rec *RequestRecord
 }
@@ -291,6 +339,13 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	start := time.Now()
 	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}, record: record}
+	if setup.disagg != "" {
+		if cfg.Workers < 2 {
+			return Result{}, nil, fmt.Errorf("replay: mode %s needs at least 2 workers, one per pool", mode)
+		}
+		s.disagg = &disaggState{}
+		s.res.PrefillWorkers, s.res.DecodeWorkers = cfg.split()
+	}
 	var ins []discovery.Change[*registryv1.Instance]
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for i := range cfg.Workers {
@@ -301,7 +356,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		id := uint64(i + 1)
 		s.engines = append(s.engines, &simEngine{id: id, e: e})
 		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
-			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
+			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}, Role: s.roleOf(i)}})
 		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
 	}
@@ -315,6 +370,10 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		cc.OverlapWeight, cc.Temperature = cfg.OverlapWeight, cfg.Temperature
 		cc.TTL, cc.MaxTreeSize, cc.RequestTTL = cfg.ApproxTTL, cfg.ApproxMaxEntries, cfg.RequestTTL
 		cc.Seed, cc.Clock = cfg.Seed*1000+uint64(i)+1, s.clock
+		cc.KVTransferGbps, cc.KVBytesPerToken = cfg.KVTransferGbps, cfg.KVBytesPerToken
+		if setup.disagg != "" {
+			cc.Disaggregation = setup.disagg
+		}
 		c := core.New(cc)
 		c.OnInstances(ins)
 		c.OnModels(cards)
@@ -350,6 +409,11 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			w := s.engines[resp.InstanceId-1]
 			// The engine keeps the prompt while the request runs.
 			prompt := slices.Clone(tokens)
+			s.routed++
+			if p := resp.GetPrefill(); p != nil {
+				s.startPair(n, id, me, resp, w, s.engines[p.GetInstanceId()-1], prompt, r.OutputLength)
+				return
+			}
 			if err := w.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
 				s.routers[me].Free(id)
 				s.reject(err)
@@ -385,12 +449,23 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		prefill[i] = float64(w.prefill)
 	}
 	res := s.res
+	if d := s.disagg; d != nil {
+		// The engines' counters would count a decode leg's arrived
+		// blocks as hits and its relayed first token twice: the requests'
+		// own usage says what was reused where the prompt was computed.
+		hit, queried, generated = d.hitBlocks, d.queriedBlocks, generated-d.pairs
+		prefill = prefill[:res.PrefillWorkers] // the prompts' engines
+		if s.routed > 0 {
+			res.RemotePrefill = float64(d.pairs) / float64(s.routed)
+		}
+	}
 	if queried > 0 {
 		res.HitRate = float64(hit) / float64(queried)
 	}
 	res.TTFTMean = mean(s.ttft)
 	res.TTFT = percentiles(s.ttft)
 	res.E2E = percentiles(s.e2e)
+	res.ITL = percentiles(s.itl)
 	if first >= 0 && s.last > first {
 		res.Makespan = s.last - first
 		res.Throughput = float64(generated) / res.Makespan.Seconds()
@@ -437,6 +512,13 @@ func (s *sim) reject(err error) {
 // step runs one engine step and schedules its end.
 func (s *sim) step(w *simEngine) {
 	res := w.e.Step()
+	if res.Duration == 0 && len(res.Outputs) == 0 && len(res.Events) == 0 {
+		// Nothing could run (a prefill worker's blocks all held for
+		// handoffs): the engine waits for a release or an arrival to
+		// step it again, instead of stepping at this instant forever.
+		w.busy = false
+		return
+	}
 	w.busy, w.stepEnd = true, s.now+res.Duration
 	if s.record {
 		for _, id := range res.Admitted {
@@ -459,14 +541,27 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 			continue
 		}
 		owner := s.routers[s.owner[o.RequestID]]
+		if o.Finish == engine.FinishHeld {
+			s.handoff(w, in, o, owner)
+			continue
+		}
+		if in.first && len(o.Tokens) > 0 {
+			s.itl = append(s.itl, s.now-in.lastToken)
+			in.lastToken = s.now
+		}
 		if !in.first && len(o.Tokens) > 0 {
-			in.first = true
+			in.first, in.lastToken = true, s.now
 			s.ttft = append(s.ttft, s.now-in.arrival)
 			if in.rec != nil {
 				in.rec.TTFT = s.now - in.arrival
 				in.rec.Cached = o.Usage.CachedPromptTokens / s.cfg.Engine.BlockSize
 			}
-			owner.PrefillDone(o.RequestID)
+			if s.disagg != nil {
+				s.disagg.firstOutput(in, o, s.cfg.Engine.BlockSize)
+			}
+			if !in.handedOff {
+				owner.PrefillDone(o.RequestID)
+			}
 		}
 		if o.Finish != engine.FinishNone {
 			s.e2e = append(s.e2e, s.now-in.arrival)

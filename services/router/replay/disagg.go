@@ -1,0 +1,149 @@
+package replay
+
+import (
+	"time"
+
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+)
+
+// The disaggregated modes. The engines are split into a prefill pool
+// (instances 1..PrefillWorkers, role prefill) and a decode pool (the rest,
+// role decode), and the router's own core picks, for each request, a pair
+// or one decode worker for the whole request (disagg: --disaggregation
+// auto; disagg-always: always). A pair runs as the mocker's two legs do:
+//
+//   - the prefill engine computes the prompt as a prefill leg
+//     (engine.Request.Hold): its chunks share that engine's steps only
+//     with other prompts, and the step that computes the last one gives
+//     the first token and holds the blocks;
+//   - the router hears of the handoff (PrefillDone, as the frontend's
+//     MarkPrefillComplete), and the blocks the decode engine does not
+//     cache move over the link: blocks x block size x bytes per token x 8
+//     / Gb/s (the mocker's decode worker waits as long);
+//   - then the prefill engine frees its held blocks and the decode engine
+//     takes the request as arrived KV (engine.Request.Arrived, starting
+//     from the relayed first token): it computes only what a cached
+//     prompt always computes (its last block) and decodes.
+//
+// In the aggregated modes a prompt's chunks share engine steps with the
+// decodes running there, and every such step lasts the prefill's time
+// plus the decode's (the engine's timing model): the inter-token gap the
+// decodes see then is what the pools remove. A pair's time to first
+// token ends when the decode engine emits the relayed token, as a client
+// streaming from the decode worker sees it.
+
+// disaggState is a disaggregated run's accounting.
+type disaggState struct {
+	// pairs counts the requests routed as pairs.
+	pairs uint64
+	// hitBlocks and queriedBlocks are the prompts' cached and full
+	// blocks where each prompt was computed (the prefill leg's engine,
+	// or the decode engine of a whole request).
+	hitBlocks, queriedBlocks uint64
+}
+
+// pairLeg is what a pair's decode leg needs once its KV has moved.
+type pairLeg struct {
+	decode *simEngine
+	prompt []uint32
+	output int
+	seed   uint64
+}
+
+// split is the prefill and decode pools' sizes (see Config).
+func (c Config) split() (prefill, decode int) {
+	switch {
+	case c.PrefillWorkers > 0 && c.DecodeWorkers > 0:
+		return c.PrefillWorkers, c.DecodeWorkers
+	case c.PrefillWorkers > 0:
+		return c.PrefillWorkers, c.Workers - c.PrefillWorkers
+	case c.DecodeWorkers > 0:
+		return c.Workers - c.DecodeWorkers, c.DecodeWorkers
+	}
+	return c.Workers / 2, c.Workers - c.Workers/2
+}
+
+// transferTime is how long n blocks take to move from a prefill to a
+// decode engine, as the mocker's decode worker waits for them.
+func (c Config) transferTime(blocks int) time.Duration {
+	if blocks <= 0 || c.KVTransferGbps <= 0 || c.KVBytesPerToken <= 0 {
+		return 0
+	}
+	bits := float64(blocks) * float64(c.Engine.BlockSize) * float64(c.KVBytesPerToken) * 8
+	return time.Duration(bits / (c.KVTransferGbps * 1e9) / c.Engine.SpeedupRatio * float64(time.Second))
+}
+
+// roleOf is the role engine i (from 0) registers.
+func (s *sim) roleOf(i int) commonv1.Role {
+	if s.disagg == nil {
+		return commonv1.Role_ROLE_UNSPECIFIED
+	}
+	if p, _ := s.cfg.split(); i < p {
+		return commonv1.Role_ROLE_PREFILL
+	}
+	return commonv1.Role_ROLE_DECODE
+}
+
+// startPair starts request n's prefill leg on pre, for dec to decode.
+func (s *sim) startPair(n int, id string, me int, resp *routerv1.RouteResponse, dec, pre *simEngine, prompt []uint32, output int) {
+	if err := pre.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: output, Seed: uint64(n + 1), Hold: true}); err != nil {
+		s.routers[me].Free(id)
+		s.reject(err)
+		return
+	}
+	s.owner[id] = me
+	pre.prefill += len(prompt)
+	s.disagg.pairs++
+	in := &inflight{arrival: s.now, pair: &pairLeg{decode: dec, prompt: prompt, output: output, seed: uint64(n + 1)}}
+	s.reqs[id] = in
+	if s.record {
+		in.rec = s.recordArrival(n, dec, resp, len(prompt))
+	}
+	if !pre.busy {
+		s.step(pre)
+	}
+}
+
+// handoff ends a pair's prefill leg on pre: the router hears of it, the
+// blocks the decode engine lacks move, and then the decode leg starts.
+func (s *sim) handoff(pre *simEngine, in *inflight, o engine.Output, owner router) {
+	id, p, bs := o.RequestID, in.pair, s.cfg.Engine.BlockSize
+	owner.PrefillDone(id)
+	in.handedOff = true
+	s.disagg.hitBlocks += uint64(o.Usage.CachedPromptTokens / bs)
+	s.disagg.queriedBlocks += uint64(o.Usage.PromptTokens / bs)
+	blocks := (len(p.prompt) + bs - 1) / bs
+	cached := p.decode.e.CachedPrefix(kvhash.Hashes(p.prompt, bs, nil))
+	first := o.Tokens[0]
+	s.at(s.cfg.transferTime(blocks-cached), func() {
+		_, _ = pre.e.Release(id)
+		if !pre.busy && !pre.e.Idle() {
+			s.step(pre) // the freed blocks may admit what waited for them
+		}
+		in.pair = nil
+		err := p.decode.e.Add(engine.Request{ID: id, Prompt: p.prompt, MaxTokens: p.output, Seed: p.seed, Arrived: true, FirstToken: &first})
+		if err != nil {
+			owner.Free(id)
+			delete(s.reqs, id)
+			delete(s.owner, id)
+			s.reject(err)
+			return
+		}
+		if !p.decode.busy {
+			s.step(p.decode)
+		}
+	})
+}
+
+// firstOutput counts a whole request's prefix reuse at its first token
+// (a pair's was counted at its handoff).
+func (d *disaggState) firstOutput(in *inflight, o engine.Output, bs int) {
+	if in.handedOff {
+		return
+	}
+	d.hitBlocks += uint64(o.Usage.CachedPromptTokens / bs)
+	d.queriedBlocks += uint64(o.Usage.PromptTokens / bs)
+}
