@@ -444,3 +444,58 @@ func subsetOf(sub, super map[string]string) bool {
 	}
 	return true
 }
+
+// TestChartWorkerPools: worker.pools render a prefill and a decode pool,
+// each a Deployment whose pods carry the role label the registry's
+// Kubernetes backend reads (registry.LabelRole) and whose mockers run
+// --disaggregation-mode with the same role, so that the registry, which
+// refuses an instance registering another role than its pod's label, takes
+// them; the aggregated worker has neither.
+func TestChartWorkerPools(t *testing.T) {
+	tests := []struct {
+		name   string
+		values string
+		want   map[string]string // Deployment -> role ("" for none)
+	}{
+		{"default", "", map[string]string{"sy-switchyard-worker": ""}},
+		{"disagg", filepath.Join(chartDir, "ci", "disagg-values.yaml"),
+			map[string]string{"sy-switchyard-worker-prefill": "prefill", "sy-switchyard-worker-decode": "decode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[string]string{}
+			replicas := map[string]int32{}
+			for _, u := range render(t, "sy", tt.values) {
+				if u.GetKind() != "Deployment" {
+					continue
+				}
+				d := typed[appsv1.Deployment](t, u)
+				c := d.Spec.Template.Spec.Containers[0]
+				if imageService(t, c.Image) != "mocker" {
+					continue
+				}
+				label := d.Spec.Template.Labels[registry.LabelRole]
+				var mode string
+				for _, a := range c.Args {
+					if v, ok := strings.CutPrefix(a, "--disaggregation-mode="); ok {
+						mode = v
+					}
+				}
+				if label != mode {
+					t.Errorf("%s: pod label %s=%q, mocker --disaggregation-mode=%q", d.Name, registry.LabelRole, label, mode)
+				}
+				if d.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != strings.TrimPrefix(d.Name, "sy-switchyard-") {
+					t.Errorf("%s selects %v: a pool's pods must be apart from the other pools'", d.Name, d.Spec.Selector.MatchLabels)
+				}
+				got[d.Name] = label
+				replicas[d.Name] = *d.Spec.Replicas
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("worker Deployments and roles (-want +got):\n%s", diff)
+			}
+			if tt.name == "disagg" && (replicas["sy-switchyard-worker-prefill"] != 2 || replicas["sy-switchyard-worker-decode"] != 3) {
+				t.Errorf("pool replicas %v, want prefill 2 and decode 3", replicas)
+			}
+		})
+	}
+}

@@ -18,7 +18,11 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Name of a component's objects: (dict "root" $ "component" "registry"). */}}
+{{/*
+Name of a component's objects: (dict "root" $ "component" "registry").
+A component whose settings are another's (a worker pool's are the worker's)
+names it as "values": (dict "root" $ "component" "worker-prefill" "values" "worker").
+*/}}
 {{- define "switchyard.componentName" -}}
 {{- printf "%s-%s" (include "switchyard.fullname" .root) .component -}}
 {{- end -}}
@@ -58,7 +62,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 
 {{/* Pod spec fields every component shares. */}}
 {{- define "switchyard.podCommon" -}}
-{{- $v := index .root.Values .component -}}
+{{- $v := index .root.Values (default .component .values) -}}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -79,10 +83,13 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* Pod metadata every component shares. */}}
+{{/* Pod metadata every component shares, with .labels added to the pod's. */}}
 {{- define "switchyard.podMeta" -}}
 labels:
   {{- include "switchyard.labels" . | nindent 2 }}
+  {{- with .labels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   {{- with .root.Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -99,7 +106,7 @@ imagePullPolicy: {{ .root.Values.image.pullPolicy }}
 securityContext:
   {{- toYaml .root.Values.securityContext | nindent 2 }}
 resources:
-  {{- toYaml (index .root.Values .component "resources") | nindent 2 }}
+  {{- toYaml (index .root.Values (default .component .values) "resources") | nindent 2 }}
 {{- end -}}
 
 {{/*
@@ -195,7 +202,7 @@ spec:
 
 {{/* A component's PodDisruptionBudget, when enabled. */}}
 {{- define "switchyard.pdb" -}}
-{{- $v := index .root.Values .component -}}
+{{- $v := index .root.Values (default .component .values) -}}
 {{- if $v.pdb.enabled }}
 ---
 apiVersion: policy/v1
