@@ -98,22 +98,28 @@ bench-goals: ## Issue 14's goal table (hit rates vs the pooled bound, goodput vs
 # event plane (jetstream, core, direct, none; see the README's router section).
 # PLANNER=1 runs the planner too, which starts and stops mockers between
 # MIN_REPLICAS and MAX_REPLICAS to hold the latency objectives (one mocker
-# to begin with).
+# to begin with). PREFILL=N DECODE=M runs a disaggregated stack instead: N
+# prefill and M decode mockers (no aggregated ones unless MOCKERS is given),
+# the router pairing them as DISAGGREGATION says (auto, always, off).
 PORT        ?= 8000
 PLANNER     ?= 0
 MIN_REPLICAS ?= 1
 MAX_REPLICAS ?= 4
-MOCKERS     ?= $(if $(filter 1,$(PLANNER)),1,2)
+PREFILL     ?= 0
+DECODE      ?= 0
+DISAGGREGATION ?= auto
+MOCKERS     ?= $(if $(filter 1,$(PLANNER)),1,$(if $(filter-out 0,$(PREFILL) $(DECODE)),0,2))
 ROUTER_MODE ?= kv
 KV_EVENTS_MODE ?= jetstream
 RUN_CMDS    := services/registry/cmd/registry services/eventbus/cmd/eventbus services/router/cmd/router \
                services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard \
                services/planner/cmd/planner
 
-run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct; PLANNER=1 MIN_REPLICAS=1 MAX_REPLICAS=4 adds the planner): registry, eventbus, router, mockers, frontend.
+run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct; PLANNER=1 MIN_REPLICAS=1 MAX_REPLICAS=4 adds the planner; PREFILL=2 DECODE=2 DISAGGREGATION=auto runs it disaggregated): registry, eventbus, router, mockers, frontend.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./,$(RUN_CMDS))
 	$(BIN)/switchyard-stack --bin-dir $(BIN) --data-dir .data --http-port $(PORT) --mockers $(MOCKERS) --router-mode $(ROUTER_MODE) --kv-events-mode $(KV_EVENTS_MODE) \
+	  --prefill-workers $(PREFILL) --decode-workers $(DECODE) --disaggregation $(DISAGGREGATION) \
 	  $(if $(filter 1,$(PLANNER)),--planner --min-replicas $(MIN_REPLICAS) --max-replicas $(MAX_REPLICAS))
 
 .PHONY: clean

@@ -266,6 +266,8 @@ func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard,
 
 func (c *chatSink) requestID() string { return c.id }
 
+func (c *chatSink) header() http.Header { return c.w.Header() }
+
 func (c *chatSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool) {
 	c.logprobs.add(ids, lps)
 	c.sse.batch = more

@@ -89,6 +89,12 @@ type Config struct {
 	// 429 and closed. 0 is no bound.
 	MaxConnsPerClient int
 
+	// HandoffDeadline is --handoff-deadline: a two-leg request's prefill
+	// leg must answer with its KV handoff, and then its decode leg give
+	// its first token, each within it; past it the leg is cancelled and
+	// the request routed again with its prefill elsewhere or local.
+	HandoffDeadline time.Duration
+
 	// CORSOrigins is --cors-origins, a comma list of origins browsers may
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
@@ -137,6 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 30*time.Second, "bound on reading a request's headers, and then its body; past it the connection is closed (0: no bound)")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 120*time.Second, "close a keep-alive connection idle this long (0: no bound)")
 	fs.IntVar(&c.MaxConnsPerClient, "max-conns-per-client", 1024, "connections one client address may hold open at once; past it new ones are answered 429 and closed (0: no bound)")
+	fs.DurationVar(&c.HandoffDeadline, "handoff-deadline", 5*time.Second, "disaggregated requests: bound on the prefill leg's KV handoff and then on the decode leg's first token; past it the request is routed again with its prefill on another worker or local")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on finishing open requests at shutdown")
 	c.Security.RegisterFlags(fs, "the registry, router and eventbus")
 	c.Core = core.DefaultConfig()
@@ -193,6 +200,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("invalid --http-idle-timeout %s: it must not be negative", c.HTTPIdleTimeout)
 	case c.MaxConnsPerClient < 0:
 		return fmt.Errorf("invalid --max-conns-per-client %d: it must not be negative", c.MaxConnsPerClient)
+	case c.HandoffDeadline <= 0:
+		return fmt.Errorf("invalid --handoff-deadline %s: it must be positive", c.HandoffDeadline)
 	case c.ShutdownTimeout < 0:
 		return errors.New("--shutdown-timeout must not be negative")
 	case len(splitAddrs(c.RegistryAddr)) == 0:

@@ -11,4 +11,13 @@ const (
 	PointRouted = pointRouted
 	PointToken  = pointToken
 	PointEnd    = pointEnd
+	// PointPrefill and PointHandoff are a two-leg attempt's: its prefill
+	// leg sent, its handoff arrived.
+	PointPrefill = pointPrefill
+	PointHandoff = pointHandoff
 )
+
+// SetLegHook makes the service call hook at the points of a two-leg
+// attempt (PointPrefill, PointHandoff) with the request's X-Request-Id and
+// its prefill worker's instance. Set it before the first request.
+func (s *Service) SetLegHook(hook func(point, xRequestID string, prefill uint64)) { s.legHook = hook }

@@ -26,6 +26,9 @@ type job struct {
 	p      genParams
 	// generated are the tokens produced so far, over every attempt.
 	generated []uint32
+	// servedBy, when set, is told each attempt's decision before the
+	// attempt runs (to name its workers in the response's headers).
+	servedBy func(decision)
 }
 
 // outcome is how a generation ended.
@@ -34,6 +37,10 @@ type outcome struct {
 	completion   uint32
 	cachedPrompt uint32
 	migrations   int
+	// legCached is the prompt tokens the prefill worker of a two-leg
+	// attempt had cached; usage counts the larger of it and the decode
+	// worker's (what either leg reused).
+	legCached uint32
 	// instance is the worker of the last attempt.
 	instance uint64
 }
@@ -58,6 +65,9 @@ type emitFunc func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error
 func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome, error) {
 	var out outcome
 	var exclude []uint64
+	// pair counts the failed legs of two-leg attempts (disagg.go), which
+	// are routed again without the part that failed rather than migrated.
+	var pair pairFailures
 	for attempt := 0; ; attempt++ {
 		// The first attempt sends the prompt as it is (nothing modifies
 		// it); a migrated one the prompt plus what was generated.
@@ -70,7 +80,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)
 		}
 		rctx, span := startSpan(ctx, "frontend.route", attribute.Int("switchyard.attempt", attempt))
-		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(exclude))
+		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(pair.exclude(s, exclude)))
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
 		}
@@ -85,21 +95,34 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 		}
 		s.metrics.routed(d.instanceID)
 		out.instance = d.instanceID
+		if j.servedBy != nil {
+			j.servedBy(d)
+		}
 		fin, err := s.routedAttempt(ctx, attempt, id, d, j, tokens, &out, emit)
 		if err == nil {
 			s.fence.alive(d.instanceID)
 			out.finish = fin
 			return out, nil
 		}
-		if unreachable(err) && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			return out, err
+		}
+		var le *legError
+		if errors.As(err, &le) {
+			if err := pair.failed(s, j, le); err != nil {
+				return out, err
+			}
+			continue
+		}
+		if unreachable(err) {
 			wait := s.fence.fail(d.instanceID)
 			s.metrics.fenced.Inc()
 			s.log.Warn("worker unreachable; fenced out of routing", "instance", fmt.Sprintf("%x", d.instanceID), "retry_in", wait.String(), "err", err.Error())
 		}
-		if !migratable(err) || ctx.Err() != nil {
+		if !migratable(err) {
 			return out, err
 		}
-		if attempt >= s.cfg.MigrationLimit {
+		if out.migrations >= s.cfg.MigrationLimit {
 			return out, fmt.Errorf("%w: instance %x: %v (migration limit %d reached)", ErrWorkerFailed, d.instanceID, err, s.cfg.MigrationLimit)
 		}
 		s.log.Warn("worker failed mid-request; migrating", "request_id", j.id, "instance", fmt.Sprintf("%x", d.instanceID),
@@ -139,24 +162,41 @@ func (s *Service) routedAttempt(ctx context.Context, attempt int, id string, d d
 	}
 	defer func() { endSpan(span, err) }()
 	s.testPoint(pointRouted)
-	return s.attempt(gctx, id, d, j, tokens, out, emit)
+	out.legCached = 0
+	if d.prefill != nil {
+		return s.pairAttempt(gctx, id, d, j, tokens, out, emit)
+	}
+	return s.attempt(gctx, id, d, j, tokens, out, emit, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED, nil)
+}
+
+// generateRequest is the worker request of one attempt on tokens (the
+// prompt plus what earlier attempts generated), for the leg named (unset:
+// the whole request) with the prefill leg's handoff on a decode leg.
+func (s *Service) generateRequest(id string, j *job, tokens []uint32, out *outcome, leg workerv1.DisaggregationLeg,
+	h *workerv1.KvHandoff) *workerv1.GenerateRequest {
+	var done uint32
+	if out != nil {
+		done = out.completion
+	}
+	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
+		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs,
+		GuidedDecoding: j.p.guided, Leg: leg, Handoff: h}
+	if j.p.maxTokens > 0 {
+		req.MaxTokens = j.p.maxTokens - done
+	}
+	if j.p.minTokens > done {
+		req.Stop.MinTokens = j.p.minTokens - done
+	}
+	return req
 }
 
 // attempt runs one worker call on tokens (the prompt plus what earlier
-// attempts generated). It appends every generated token to j.generated and
+// attempts generated): the whole request, or the decode leg of a pair
+// with its handoff h. It appends every generated token to j.generated and
 // counts it in out.
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
-	emit emitFunc) (workerv1.FinishReason, error) {
-	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
-		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs,
-		GuidedDecoding: j.p.guided}
-	if j.p.maxTokens > 0 {
-		req.MaxTokens = j.p.maxTokens - out.completion
-	}
-	if j.p.minTokens > out.completion {
-		req.Stop.MinTokens = j.p.minTokens - out.completion
-	}
-	payload, err := proto.Marshal(req)
+	emit emitFunc, leg workerv1.DisaggregationLeg, h *workerv1.KvHandoff) (workerv1.FinishReason, error) {
+	payload, err := proto.Marshal(s.generateRequest(id, j, tokens, out, leg, h))
 	if err != nil {
 		return 0, err
 	}
@@ -186,12 +226,14 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 			return 0, fmt.Errorf("%w: instance %x: %s", ErrWorkerFailed, d.instanceID, resp.errMsg)
 		}
 		if resp.hasUsage && out.migrations == 0 {
-			out.cachedPrompt = resp.cached
+			out.cachedPrompt = max(resp.cached, out.legCached)
 		}
 		if len(resp.tokenIDs) > 0 {
 			if first {
 				first = false
-				s.routing.prefillDone(d, id)
+				if !d.prefillReported {
+					s.routing.prefillDone(d, id)
+				}
 			}
 			out.completion += uint32(len(resp.tokenIDs))
 			if j.generated == nil && j.p.maxTokens > 0 {

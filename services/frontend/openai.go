@@ -579,6 +579,8 @@ const workerFinishLength = workerv1.FinishReason_FINISH_REASON_LENGTH
 // sink writes one request's output in its endpoint's shape, streamed or not.
 type sink interface {
 	requestID() string
+	// header is the header of what the sink writes to, before it is out.
+	header() http.Header
 	// tokens records generated tokens and their log probabilities (when
 	// asked for), before their text is passed to delta. more says that
 	// further tokens are already waiting: streamed events are then written
@@ -694,6 +696,8 @@ type completionSink struct {
 }
 
 func (c *completionSink) requestID() string { return c.id }
+
+func (c *completionSink) header() http.Header { return c.w.Header() }
 
 func (c *completionSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool) {
 	c.logprobs.add(ids, lps)

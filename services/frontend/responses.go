@@ -260,6 +260,8 @@ func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams,
 
 func (rs *responsesSink) requestID() string { return rs.id }
 
+func (rs *responsesSink) header() http.Header { return rs.w.Header() }
+
 func (rs *responsesSink) tokens(ids []uint32, _ []*workerv1.TokenLogprob, more bool) {
 	rs.pending += len(ids)
 	rs.sse.batch = more

@@ -38,6 +38,12 @@ type decision struct {
 	// completion and free are reported through it (on its Report stream);
 	// nil when decided in process.
 	remote routerv1.RouterServiceClient
+	// prefill, when set, is the prefill worker of a two-leg attempt
+	// (disagg.go); d's instance is then the decode worker.
+	prefill *prefillTarget
+	// prefillReported: the router was told the prefill is complete (at
+	// the handoff of a two-leg attempt).
+	prefillReported bool
 }
 
 // routing picks workers. In kv mode it asks the router service and, when
@@ -170,6 +176,17 @@ func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClien
 		return decision{}, fmt.Errorf("%w: instance %x has no request plane address", ErrNoInstance, d.instanceID)
 	}
 	d.addr = addr
+	if p := resp.GetPrefill(); p != nil {
+		// A prefill worker without an address on any plane this frontend
+		// speaks cannot be called: the prefill stays local (the router's
+		// record of the leg ends with the request's Free).
+		if paddr, ok := transport.Pick(p.GetTransport(), plane); ok {
+			d.prefill = &prefillTarget{instanceID: p.GetInstanceId(), addr: paddr, endpoint: p.GetEndpoint().GetEndpoint()}
+			if d.prefill.endpoint == "" {
+				d.prefill.endpoint = wire.GenerateEndpoint
+			}
+		}
+	}
 	return d, nil
 }
 

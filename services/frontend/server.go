@@ -73,6 +73,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
@@ -117,6 +118,7 @@ type Service struct {
 	fence      *fence
 	assets     *assetCache
 	routing    *routing
+	disagg     *disagg
 	load       *load
 	recent     *recent
 	client     transport.Client
@@ -137,6 +139,10 @@ type Service struct {
 	// testPoint names; only this package's tests set it (to inject a
 	// failure there).
 	hook func(point string)
+	// legHook, when set, is called at the points of a two-leg attempt
+	// with the request's X-Request-Id and the prefill worker's instance;
+	// only this package's tests set it.
+	legHook func(point, xRequestID string, prefill uint64)
 }
 
 // The points of a request's path where testPoint calls the hook.
@@ -200,6 +206,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, err
 	}
 	u.Push(s.routing.close)
+	s.disagg = newDisagg(grpcclient.Options{Credentials: creds, Token: auth, Log: log}, s.metrics.registry)
+	u.Push(s.disagg.close)
 	debug, err := obs.StartDebug(ctx, cfg.DebugAddr, log)
 	if err != nil {
 		return nil, err
@@ -274,6 +282,7 @@ func (s *Service) lifecycle(ctx context.Context, served chan error) {
 	s.instances.Close()
 	s.models.Close()
 	s.routing.close()
+	s.disagg.close()
 	_ = s.client.Close()
 	_ = s.bus.Close()
 	_ = s.reg.Close()
@@ -827,6 +836,10 @@ func (s *Service) choice(ctx context.Context, r *http.Request, rec *recorder, tr
 		return nil
 	}
 	j := &job{id: jobID, model: p.model, prompt: prompt, p: p}
+	// Each attempt names its workers in the response's headers; those of
+	// the attempt whose output starts the response go out with it.
+	hdr := sk.header()
+	j.servedBy = func(d decision) { setServedBy(hdr, d) }
 	if track {
 		emit = rec.trackGeneration(j.id, len(prompt), start, emit)
 	}

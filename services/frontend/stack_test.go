@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,6 +52,8 @@ type stackOpts struct {
 	bridgeKV bool
 	// configure, when set, adjusts the frontend's config before it starts.
 	configure func(*frontend.Config)
+	// configureRouter, when set, adjusts the router service's config.
+	configureRouter func(*router.Config)
 	// log, when set, is the frontend's logger.
 	log *slog.Logger
 }
@@ -108,6 +111,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if o.bridgeKV {
 		rcfg.EventbusAddr = bus.Addr().String()
 	}
+	if o.configureRouter != nil {
+		o.configureRouter(&rcfg)
+	}
 	s.router, s.stopRouter = routertest.StartService(t, context.Background(), rcfg)
 	rsvc := s.router
 
@@ -155,10 +161,12 @@ func startStack(t testing.TB, o stackOpts) *stack {
 
 // mockerHandle is a running mocker.
 type mockerHandle struct {
-	w    *worker.Worker
-	stop context.CancelFunc
-	done chan error
-	once sync.Once
+	w *worker.Worker
+	// metricsURL is the mocker's /metrics, when it serves one.
+	metricsURL string
+	stop       context.CancelFunc
+	done       chan error
+	once       sync.Once
 }
 
 // kill stops the mocker at once: it deregisters and closes its request
@@ -187,14 +195,26 @@ func (s *stack) addMockerOn(plane transport.Plane, speedup float64) *mockerHandl
 // addMockerOnPlanes starts a mocker that serves every plane of planes, as
 // DYN_REQUEST_PLANE=tcp,http does, and registers each address.
 func (s *stack) addMockerOnPlanes(planes []transport.Plane, speedup float64) *mockerHandle {
+	s.t.Helper()
+	return s.startMocker(planes, speedup, false)
+}
+
+// startMocker starts a mocker serving every plane of planes, with args
+// (mocker flags) added; with metrics it serves /metrics on 127.0.0.1:0.
+func (s *stack) startMocker(planes []transport.Plane, speedup float64, metrics bool, args ...string) *mockerHandle {
 	t := s.t
 	t.Helper()
 	var cfg mocker.Config
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--namespace", testNamespace, "--registry-addr", s.regAddr, "--eventbus-addr", s.bus.Addr().String(),
-		"--context-length", strconv.Itoa(s.opts.contextLength), "--speedup-ratio", strconv.FormatFloat(speedup, 'f', -1, 64)}); err != nil {
+	if err := fs.Parse(append([]string{"--namespace", testNamespace, "--registry-addr", s.regAddr, "--eventbus-addr", s.bus.Addr().String(),
+		"--context-length", strconv.Itoa(s.opts.contextLength), "--speedup-ratio", strconv.FormatFloat(speedup, 'f', -1, 64)}, args...)); err != nil {
 		t.Fatal(err)
+	}
+	metricsAddr := make(chan net.Addr, 1)
+	if metrics {
+		cfg.MetricsAddr = "127.0.0.1:0"
+		cfg.OnMetricsAddr = func(a net.Addr) { metricsAddr <- a }
 	}
 	if s.opts.leaseTTL > 0 {
 		cfg.LeaseTTL = s.opts.leaseTTL
@@ -217,6 +237,9 @@ func (s *stack) addMockerOnPlanes(planes []transport.Plane, speedup float64) *mo
 		t.Fatalf("mocker stopped: %v", err)
 	}
 	t.Cleanup(m.kill)
+	if metrics {
+		m.metricsURL = "http://" + (<-metricsAddr).String() + "/metrics"
+	}
 	return m
 }
 
@@ -276,7 +299,13 @@ func (s *stack) metric(name, match string) float64 {
 // metrics returns the samples of a metric by their label text.
 func (s *stack) metrics(name string) map[string]float64 {
 	s.t.Helper()
-	resp, err := s.http.Get(s.url + "/metrics")
+	return s.metricsAt(s.url+"/metrics", name)
+}
+
+// metricsAt returns the samples of a metric at a /metrics URL.
+func (s *stack) metricsAt(url, name string) map[string]float64 {
+	s.t.Helper()
+	resp, err := s.http.Get(url)
 	if err != nil {
 		s.t.Fatal(err)
 	}

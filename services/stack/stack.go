@@ -30,6 +30,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Config is the stack's configuration.
@@ -37,7 +38,15 @@ type Config struct {
 	BinDir   string
 	DataDir  string
 	HTTPPort int
-	Mockers  int
+	// Mockers are the aggregated mocker workers.
+	Mockers int
+	// PrefillWorkers and DecodeWorkers are mockers of the prefill and
+	// decode roles (--disaggregation-mode): with both, the model is served
+	// disaggregated, the router pairing a prefill worker with a decode
+	// worker (Disaggregation).
+	PrefillWorkers, DecodeWorkers int
+	// Disaggregation is the router's --disaggregation: auto, always, off.
+	Disaggregation string
 	// Wait bounds each component's start.
 	Wait time.Duration
 	// StopTimeout bounds each component's stop before it is killed.
@@ -101,7 +110,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.BinDir, "bin-dir", "bin", "directory of the service binaries")
 	fs.StringVar(&c.DataDir, "data-dir", ".data", "directory for the embedded etcd and NATS data and the logs")
 	fs.IntVar(&c.HTTPPort, "http-port", 8000, "frontend HTTP port")
-	fs.IntVar(&c.Mockers, "mockers", 2, "mocker workers to run")
+	fs.IntVar(&c.Mockers, "mockers", 2, "aggregated mocker workers to run")
+	fs.IntVar(&c.PrefillWorkers, "prefill-workers", 0, "mocker workers with --disaggregation-mode prefill (with --decode-workers: a disaggregated stack)")
+	fs.IntVar(&c.DecodeWorkers, "decode-workers", 0, "mocker workers with --disaggregation-mode decode")
+	fs.StringVar(&c.Disaggregation, "disaggregation", "auto", "the router's --disaggregation with prefill and decode workers: auto, always, off")
 	fs.StringVar(&c.RouterMode, "router-mode", "kv", "routing mode of the router and frontend")
 	fs.StringVar(&c.KVEventsMode, "kv-events-mode", string(kvevents.JetStream), "KV event plane of the router, mockers and frontend: jetstream, core, direct, none")
 	fs.Float64Var(&c.Speedup, "speedup-ratio", 1, "mocker speed-up ratio")
@@ -129,8 +141,18 @@ func (c *Config) Complete() error {
 
 // Validate checks the configuration; it reads nothing.
 func (c Config) Validate() error {
-	if c.Mockers < 1 || c.HTTPPort < 1 || c.HTTPPort > 65535 {
-		return errors.New("--mockers must be positive and --http-port a port number")
+	if c.Mockers < 0 || c.PrefillWorkers < 0 || c.DecodeWorkers < 0 || c.Mockers+c.PrefillWorkers+c.DecodeWorkers < 1 {
+		return errors.New("--mockers, --prefill-workers and --decode-workers must not be negative, and at least one worker must run")
+	}
+	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
+		return errors.New("--http-port must be a port number")
+	}
+	if c.PrefillWorkers > 0 && c.DecodeWorkers+c.Mockers == 0 {
+		// Prefill workers never serve a whole request.
+		return errors.New("--prefill-workers needs --decode-workers (or --mockers): a prefill worker only computes prompts for them")
+	}
+	if _, err := core.ParseDisaggregation(c.disaggregation()); err != nil {
+		return err
 	}
 	if c.Host == "" {
 		return errors.New("--host must not be empty")
@@ -142,6 +164,14 @@ func (c Config) Validate() error {
 		return errors.New("--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1")
 	}
 	return nil
+}
+
+// disaggregation is the router's --disaggregation ("auto" when unset).
+func (c Config) disaggregation() string {
+	if c.Disaggregation == "" {
+		return string(core.DisaggAuto)
+	}
+	return c.Disaggregation
 }
 
 // component is one process of the stack: its binary, arguments and
@@ -180,15 +210,28 @@ func (c Config) plan() []component {
 			"--embedded-nats-port", strconv.Itoa(p.NATS)),
 			what: "gRPC " + bus + ", embedded NATS nats://" + hp(p.NATS), ready: grpcHealthy(bus)},
 		{name: "router", args: append(server(rt, p.RouterMetrics), "--router-mode", c.RouterMode,
-			"--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus),
+			"--kv-events-mode", ev, "--registry-addr", reg, "--eventbus-addr", bus, "--disaggregation", c.disaggregation()),
 			what: "gRPC " + rt + ", mode " + c.RouterMode + ", KV events " + ev, ready: grpcHealthy(rt)},
 	}
 	mockerArgs := []string{"--speedup-ratio", strconv.FormatFloat(c.Speedup, 'g', -1, 64), "--registry-addr", reg, "--eventbus-addr", bus,
 		"--tool-call-parser", "qwen3", "--reasoning-parser", "qwen3", "--kv-events-mode", ev}
-	for i := 1; i <= c.Mockers; i++ {
-		comps = append(comps, component{name: "mocker-" + strconv.Itoa(i), bin: "mocker",
-			args: append(slices.Clone(mockerArgs), "--metrics-addr", hp(p.MockerMetrics+i)),
-			what: "worker registered (Qwen/Qwen3-0.6B)", ready: registered(reg, i)})
+	// Workers in order: aggregated, prefill, decode; worker i serves its
+	// /metrics on MockerMetrics+i and is ready once i model cards are.
+	i := 0
+	for _, pool := range []struct {
+		name, mode string
+		n          int
+	}{{"mocker", "", c.Mockers}, {"prefill", "prefill", c.PrefillWorkers}, {"decode", "decode", c.DecodeWorkers}} {
+		for k := 1; k <= pool.n; k++ {
+			i++
+			args := append(slices.Clone(mockerArgs), "--metrics-addr", hp(p.MockerMetrics+i))
+			what := "worker registered (Qwen/Qwen3-0.6B)"
+			if pool.mode != "" {
+				args = append(args, "--disaggregation-mode", pool.mode)
+				what = pool.mode + " worker registered (Qwen/Qwen3-0.6B)"
+			}
+			comps = append(comps, component{name: pool.name + "-" + strconv.Itoa(k), bin: "mocker", args: args, what: what, ready: registered(reg, i)})
+		}
 	}
 	if _, err := os.Stat(filepath.Join(c.BinDir, "frontend")); err == nil {
 		api := hp(c.HTTPPort)

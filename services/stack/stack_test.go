@@ -288,3 +288,54 @@ func TestPlanWithPlanner(t *testing.T) {
 		t.Error("min replicas past max accepted")
 	}
 }
+
+// TestPlanDisaggregated: --prefill-workers and --decode-workers start
+// mockers of those roles after the aggregated ones, each on a metrics port
+// of its own and ready once it registered, and the router pairs them as
+// --disaggregation says.
+func TestPlanDisaggregated(t *testing.T) {
+	dir := t.TempDir()
+	c := Config{BinDir: dir, DataDir: dir, HTTPPort: 8000, Mockers: 1, PrefillWorkers: 2, DecodeWorkers: 2, RouterMode: "kv", Host: "127.0.0.1",
+		Disaggregation: "always"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, comp := range c.plan() {
+		args := map[string]string{}
+		for i := 0; i+1 < len(comp.args); i++ {
+			args[comp.args[i]] = comp.args[i+1]
+		}
+		switch {
+		case comp.name == "router":
+			if d := args["--disaggregation"]; d != "always" {
+				t.Errorf("router --disaggregation %q, want always", d)
+			}
+		case comp.bin == "mocker":
+			got = append(got, fmt.Sprintf("%s %s %s", comp.name, args["--disaggregation-mode"], args["--metrics-addr"]))
+		}
+	}
+	want := []string{"mocker-1  127.0.0.1:9111", "prefill-1 prefill 127.0.0.1:9112", "prefill-2 prefill 127.0.0.1:9113",
+		"decode-1 decode 127.0.0.1:9114", "decode-2 decode 127.0.0.1:9115"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("workers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, tc := range []struct {
+		name string
+		c    Config
+		ok   bool
+	}{
+		{"aggregated", Config{Mockers: 2}, true},
+		{"disaggregated", Config{PrefillWorkers: 2, DecodeWorkers: 2}, true},
+		{"decode only", Config{DecodeWorkers: 1}, true},
+		{"prefill only", Config{PrefillWorkers: 1}, false},
+		{"no worker", Config{}, false},
+		{"negative", Config{Mockers: 2, DecodeWorkers: -1}, false},
+		{"unknown disaggregation", Config{PrefillWorkers: 1, DecodeWorkers: 1, Disaggregation: "sometimes"}, false},
+	} {
+		tc.c.HTTPPort, tc.c.Host = 8000, "127.0.0.1"
+		if err := tc.c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
