@@ -34,6 +34,15 @@ const (
 	ReplicaSyncName = "replica_sync"
 	// RouterComponent is the component part of the replica sync subject.
 	RouterComponent = "router"
+	// AdmissionName is where frontend replicas share their admission
+	// queues' tenants as switchyard.frontend.v1.AdmissionState, on NATS
+	// Core: {namespace}.frontend.admission.
+	AdmissionName = "admission"
+	// FrontendComponent is the component part of the admission subject.
+	FrontendComponent = "frontend"
+	// DefaultAdmissionNamespace is the namespace of the admission subject
+	// of frontends that serve every namespace (no --namespace).
+	DefaultAdmissionNamespace = "switchyard"
 )
 
 // Object store names.
@@ -90,6 +99,15 @@ func LoadSubject(namespace, component string) string {
 // ReplicaSyncSubject is the subject router replicas share decisions on.
 func ReplicaSyncSubject(namespace string) string {
 	return Subject(namespace, RouterComponent, ReplicaSyncName)
+}
+
+// AdmissionSubject is the subject frontend replicas share their admission
+// state on; an empty namespace is DefaultAdmissionNamespace.
+func AdmissionSubject(namespace string) string {
+	if namespace == "" {
+		namespace = DefaultAdmissionNamespace
+	}
+	return Subject(namespace, FrontendComponent, AdmissionName)
 }
 
 // KVEventsFilter matches the KV events of every component in namespace.

@@ -15,6 +15,8 @@ func TestNames(t *testing.T) {
 		{"kv events", KVEventsSubject("vllm-agg", "backend"), "vllm-agg.backend.kv_cache_update"},
 		{"load", LoadSubject("vllm-agg", "backend"), "vllm-agg.backend.load_metrics"},
 		{"replica sync", ReplicaSyncSubject("dynamo"), "dynamo.router.replica_sync"},
+		{"admission", AdmissionSubject("dynamo"), "dynamo.frontend.admission"},
+		{"admission of every namespace", AdmissionSubject(""), "switchyard.frontend.admission"},
 		{"kv filter", KVEventsFilter("dynamo"), "dynamo.*.kv_cache_update"},
 		{"load filter", LoadFilter("dynamo"), "dynamo.*.load_metrics"},
 		{"msg id", KVEventsMsgID(0x1f2e, 1, 42), "kv-1f2e-1-42"},

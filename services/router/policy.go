@@ -16,7 +16,9 @@ var Policy = grpcserver.Policy{
 	routerv1.RouterService_Report_FullMethodName:              frontend,
 	routerv1.RouterService_RouteStream_FullMethodName:         frontend,
 	routerv1.RouterService_QueryOverlaps_FullMethodName:       frontend,
-	routerv1.RouterService_GetStats_FullMethodName:            {authtoken.RoleFrontend, authtoken.RoleRouter},
+	// Frontends queue requests while the fleet is saturated.
+	routerv1.RouterService_WatchSaturation_FullMethodName: frontend,
+	routerv1.RouterService_GetStats_FullMethodName:        {authtoken.RoleFrontend, authtoken.RoleRouter},
 	// ExplainRoute records nothing; it shows the router's view of the
 	// workers, which frontends may see anyway.
 	routerv1.RouterService_ExplainRoute_FullMethodName: {authtoken.RoleFrontend, authtoken.RoleRouter},

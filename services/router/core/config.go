@@ -109,6 +109,8 @@ func DefaultConfig() Config {
 		KVTransferGbps:   DefaultKVTransferGbps,
 		KVBytesPerToken:  DefaultKVBytesPerToken,
 		KVTransferRTT:    DefaultKVTransferRTT,
+
+		QueueTTFTThreshold: DefaultQueueTTFTThreshold * time.Millisecond,
 	}
 }
 
@@ -137,6 +139,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KVTransferGbps, "kv-transfer-gbps", c.KVTransferGbps, "disaggregation: the prefill-to-decode KV link's bandwidth in Gb/s, to price moving the blocks a decode worker lacks (0: free)")
 	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", c.KVBytesPerToken, "disaggregation: bytes of KV cache per token, to price its transfer")
 	fs.DurationVar(&c.KVTransferRTT, "kv-transfer-latency", c.KVTransferRTT, "disaggregation: a KV transfer's set-up time, paid once per request")
+	fs.DurationVar(&c.QueueTTFTThreshold, "queue-ttft-threshold", c.QueueTTFTThreshold, "the fleet is saturated for a request (frontends queue) when its predicted time to first token is past this on every worker; default the fleet's TTFT objective (the planner's --ttft-slo default); 0: off")
+	fs.IntVar(&c.QueuePrefillBudget, "queue-prefill-budget", c.QueuePrefillBudget, "the fleet is also saturated when every worker has more than this many prompt tokens queued for prefill; 0: off")
 }
 
 // Validate checks the configuration; it reads nothing.
@@ -163,6 +167,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kv-bytes-per-token %d must not be negative", c.KVBytesPerToken)
 	case c.KVTransferRTT < 0:
 		return fmt.Errorf("--kv-transfer-latency %v must not be negative", c.KVTransferRTT)
+	case c.QueueTTFTThreshold < 0:
+		return fmt.Errorf("--queue-ttft-threshold %v must not be negative", c.QueueTTFTThreshold)
+	case c.QueuePrefillBudget < 0:
+		return fmt.Errorf("--queue-prefill-budget %d must not be negative", c.QueuePrefillBudget)
 	}
 	if c.Disaggregation != "" {
 		if _, err := ParseDisaggregation(string(c.Disaggregation)); err != nil {

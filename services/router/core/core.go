@@ -139,6 +139,11 @@ type Core struct {
 	transferGbps   float64
 	bytesPerToken  int
 	transferRTT    time.Duration
+	// saturation are the limits past which a worker is full (see
+	// saturation.go); changed is closed at the next change of the load
+	// record, for watchers of saturation.
+	saturation scheduler.Limits
+	changed    changeSignal
 }
 
 type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
@@ -176,6 +181,13 @@ type Config struct {
 	KVTransferGbps  float64
 	KVBytesPerToken int
 	KVTransferRTT   time.Duration
+	// QueueTTFTThreshold and QueuePrefillBudget say when the fleet is
+	// saturated for a request (RouteResponse.saturated): one more request
+	// would get its first token later than QueueTTFTThreshold on every
+	// worker, or each has more than QueuePrefillBudget prompt tokens to
+	// prefill. Zero turns a limit off.
+	QueueTTFTThreshold time.Duration
+	QueuePrefillBudget int
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -188,6 +200,8 @@ func New(cfg Config) *Core {
 		seed = rand.Uint64()
 	}
 	c := &Core{
+		saturation: scheduler.Limits{TTFTMs: float64(cfg.QueueTTFTThreshold) / float64(time.Millisecond),
+			PrefillTokens: cfg.QueuePrefillBudget},
 		mode:        cfg.Mode,
 		chooser:     chooserOf(cfg.Mode),
 		approximate: cfg.Approximate,
@@ -282,6 +296,7 @@ func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
 		}
 		c.mu.Unlock()
 	}
+	c.notify()
 }
 
 func (c *Core) removeInstance(id uint64) {
@@ -302,6 +317,7 @@ func (c *Core) removeInstance(id uint64) {
 
 // OnModels applies registry model card changes.
 func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
+	defer c.notify()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.registryChangedLocked()
@@ -543,6 +559,9 @@ type decision struct {
 	// none was, the pair being impossible or not wanted).
 	pools               *pools
 	priced, pairPrefill int
+	// saturated says every worker that could compute the prompt is full
+	// (see saturation.go).
+	saturated bool
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints      []int
 	overlaps  []index.Overlap
@@ -670,6 +689,11 @@ func (c *Core) evaluate(q query) (*decision, error) {
 			return nil, err
 		}
 		d.overlap = d.scored[d.chosen].Overlap
+		computes := d.chosen
+		if d.prefill >= 0 {
+			computes = d.prefill
+		}
+		d.saturated = c.saturated(d, req, computes)
 		return d, nil
 	}
 	// Scores are reported in every mode: scheduler.KV's costs. The mode's
@@ -681,6 +705,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	d.chosen = chosen
 	d.overlap = d.scored[chosen].Overlap
+	d.saturated = c.saturated(d, req, chosen)
 	return d, nil
 }
 
@@ -825,10 +850,12 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		RequestBlocks: uint32(len(d.hashes)),
 		Candidates:    cands,
 		Endpoint:      ep,
+		Saturated:     d.saturated,
 	}
 	if d.prefill >= 0 {
 		resp.Prefill = prefillTarget(d)
 	}
+	c.notify()
 	return resp, nil
 }
 
@@ -904,6 +931,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		*buf = reqs
 	}
 	load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
+	c.notify()
 }
 
 // reportPool holds ReportLoad's buffers of reported requests.
@@ -943,11 +971,13 @@ func (c *Core) Free(id string) {
 func (c *Core) prefillDone(id string) {
 	c.load.PrefillDone(id)
 	c.endPrefillLeg(id, true)
+	c.notify()
 }
 
 func (c *Core) free(id string) {
 	prefilled := c.load.Free(id)
 	c.endPrefillLeg(id, false)
+	c.notify()
 	if c.pending == nil {
 		return
 	}

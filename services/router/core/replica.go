@@ -51,6 +51,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if !c.load.AddShared(r.RequestId, w, int(r.PrefillBlocks), hashes) {
 			return // this replica heard its free first
 		}
+		defer c.notify()
 		if r.PrefillInstanceId != 0 {
 			pw := index.WorkerID{Instance: r.PrefillInstanceId, DPRank: r.PrefillDpRank}
 			c.recordPrefillLeg(r.RequestId, pw, int(r.PrefillLegBlocks), hashes, c.indexedOn(pw, hashes), at)

@@ -414,7 +414,16 @@ type RouteResponse struct {
 	// stays local on the decode worker (predicted faster there, or the
 	// router runs with --disaggregation off). A Free of request_id ends
 	// both legs.
-	Prefill       *PrefillTarget `protobuf:"bytes,8,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	Prefill *PrefillTarget `protobuf:"bytes,8,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	// Whether the fleet is saturated for the target, as this decision found
+	// it: one more request like this one would be past the router's
+	// --queue-ttft-threshold of predicted time to first token on every
+	// worker that could compute its prompt, or each of them has more than
+	// its --queue-prefill-budget of prompt tokens to prefill. The request is
+	// routed all the same; a frontend holds the next ones in its queue until
+	// capacity frees (WatchSaturation). Always false when both limits are
+	// off.
+	Saturated     bool `protobuf:"varint,9,opt,name=saturated,proto3" json:"saturated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +512,13 @@ func (x *RouteResponse) GetPrefill() *PrefillTarget {
 		return x.Prefill
 	}
 	return nil
+}
+
+func (x *RouteResponse) GetSaturated() bool {
+	if x != nil {
+		return x.Saturated
+	}
+	return false
 }
 
 // PrefillTarget is the prefill leg of a disaggregated route decision.
@@ -1451,6 +1467,155 @@ func (x *ExplainRouteResponse) GetPrefillCandidates() []*ExplainedCandidate {
 	return nil
 }
 
+// WatchSaturationRequest names the models to watch.
+type WatchSaturationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The models, as in the registry's model cards; empty: every model.
+	Models        []string `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSaturationRequest) Reset() {
+	*x = WatchSaturationRequest{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSaturationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSaturationRequest) ProtoMessage() {}
+
+func (x *WatchSaturationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSaturationRequest.ProtoReflect.Descriptor instead.
+func (*WatchSaturationRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchSaturationRequest) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// WatchSaturationResponse is one change of saturation.
+type WatchSaturationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The models whose state changed (every watched one, in the first
+	// answer), in name order.
+	Models        []*ModelSaturation `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSaturationResponse) Reset() {
+	*x = WatchSaturationResponse{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSaturationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSaturationResponse) ProtoMessage() {}
+
+func (x *WatchSaturationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSaturationResponse.ProtoReflect.Descriptor instead.
+func (*WatchSaturationResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *WatchSaturationResponse) GetModels() []*ModelSaturation {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// ModelSaturation is one model's saturation.
+type ModelSaturation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Whether its fleet is saturated for a request of one block; false for
+	// a model that has no live worker left.
+	Saturated     bool `protobuf:"varint,2,opt,name=saturated,proto3" json:"saturated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelSaturation) Reset() {
+	*x = ModelSaturation{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelSaturation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelSaturation) ProtoMessage() {}
+
+func (x *ModelSaturation) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelSaturation.ProtoReflect.Descriptor instead.
+func (*ModelSaturation) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ModelSaturation) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelSaturation) GetSaturated() bool {
+	if x != nil {
+		return x.Saturated
+	}
+	return false
+}
+
 // GetStatsRequest asks for the router's state.
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1460,7 +1625,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1637,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1650,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1514,7 +1679,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1691,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1704,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1617,7 +1782,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1794,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1807,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1728,7 +1893,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1905,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1918,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -1849,7 +2014,7 @@ type ReplicaRouted struct {
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2026,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2039,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -1956,7 +2121,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2133,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2146,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -2022,7 +2187,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2199,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2212,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -2112,7 +2277,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\x92\x03\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xb0\x03\n" +
 	"\rRouteResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2124,7 +2289,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"candidates\x18\x06 \x03(\v2\x1f.switchyard.router.v1.CandidateR\n" +
 	"candidates\x12:\n" +
 	"\bendpoint\x18\a \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\x12=\n" +
-	"\aprefill\x18\b \x01(\v2#.switchyard.router.v1.PrefillTargetR\aprefill\"\xeb\x01\n" +
+	"\aprefill\x18\b \x01(\v2#.switchyard.router.v1.PrefillTargetR\aprefill\x12\x1c\n" +
+	"\tsaturated\x18\t \x01(\bR\tsaturated\"\xeb\x01\n" +
 	"\rPrefillTarget\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2195,7 +2361,14 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0edisaggregation\x18\t \x01(\tR\x0edisaggregation\x12.\n" +
 	"\x13prefill_instance_id\x18\n" +
 	" \x01(\x04R\x11prefillInstanceId\x12W\n" +
-	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\"\x11\n" +
+	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\"0\n" +
+	"\x16WatchSaturationRequest\x12\x16\n" +
+	"\x06models\x18\x01 \x03(\tR\x06models\"X\n" +
+	"\x17WatchSaturationResponse\x12=\n" +
+	"\x06models\x18\x01 \x03(\v2%.switchyard.router.v1.ModelSaturationR\x06models\"E\n" +
+	"\x0fModelSaturation\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
+	"\tsaturated\x18\x02 \x01(\bR\tsaturated\"\x11\n" +
 	"\x0fGetStatsRequest\"\x98\x02\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
@@ -2246,7 +2419,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\"\n" +
 	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\x12!\n" +
-	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\x97\x06\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes2\x89\a\n" +
 	"\rRouterService\x12P\n" +
 	"\x05Route\x12\".switchyard.router.v1.RouteRequest\x1a#.switchyard.router.v1.RouteResponse\x12z\n" +
 	"\x13MarkPrefillComplete\x120.switchyard.router.v1.MarkPrefillCompleteRequest\x1a1.switchyard.router.v1.MarkPrefillCompleteResponse\x12M\n" +
@@ -2255,7 +2428,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vRouteStream\x12(.switchyard.router.v1.RouteStreamRequest\x1a).switchyard.router.v1.RouteStreamResponse(\x010\x01\x12h\n" +
 	"\rQueryOverlaps\x12*.switchyard.router.v1.QueryOverlapsRequest\x1a+.switchyard.router.v1.QueryOverlapsResponse\x12Y\n" +
 	"\bGetStats\x12%.switchyard.router.v1.GetStatsRequest\x1a&.switchyard.router.v1.GetStatsResponse\x12e\n" +
-	"\fExplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponseB\xe4\x01\n" +
+	"\fExplainRoute\x12).switchyard.router.v1.ExplainRouteRequest\x1a*.switchyard.router.v1.ExplainRouteResponse\x12p\n" +
+	"\x0fWatchSaturation\x12,.switchyard.router.v1.WatchSaturationRequest\x1a-.switchyard.router.v1.WatchSaturationResponse0\x01B\xe4\x01\n" +
 	"\x18com.switchyard.router.v1B\vRouterProtoP\x01ZIgithub.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1;routerv1\xa2\x02\x03SRX\xaa\x02\x14Switchyard.Router.V1\xca\x02\x14Switchyard\\Router\\V1\xe2\x02 Switchyard\\Router\\V1\\GPBMetadata\xea\x02\x16Switchyard::Router::V1b\x06proto3"
 
 var (
@@ -2270,7 +2444,7 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
@@ -2292,25 +2466,28 @@ var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*ExplainRouteRequest)(nil),         // 17: switchyard.router.v1.ExplainRouteRequest
 	(*ExplainedCandidate)(nil),          // 18: switchyard.router.v1.ExplainedCandidate
 	(*ExplainRouteResponse)(nil),        // 19: switchyard.router.v1.ExplainRouteResponse
-	(*GetStatsRequest)(nil),             // 20: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 21: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 22: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 23: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 24: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 25: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 26: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 27: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*v1.Transport)(nil),                // 28: switchyard.common.v1.Transport
-	(*timestamppb.Timestamp)(nil),       // 29: google.protobuf.Timestamp
+	(*WatchSaturationRequest)(nil),      // 20: switchyard.router.v1.WatchSaturationRequest
+	(*WatchSaturationResponse)(nil),     // 21: switchyard.router.v1.WatchSaturationResponse
+	(*ModelSaturation)(nil),             // 22: switchyard.router.v1.ModelSaturation
+	(*GetStatsRequest)(nil),             // 23: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 24: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 25: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 26: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 27: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 28: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 29: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 30: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	(*v1.Transport)(nil),                // 31: switchyard.common.v1.Transport
+	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	28, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	31, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
 	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
 	5,  // 5: switchyard.router.v1.RouteResponse.prefill:type_name -> switchyard.router.v1.PrefillTarget
-	28, // 6: switchyard.router.v1.PrefillTarget.transport:type_name -> switchyard.common.v1.Transport
+	31, // 6: switchyard.router.v1.PrefillTarget.transport:type_name -> switchyard.common.v1.Transport
 	1,  // 7: switchyard.router.v1.PrefillTarget.endpoint:type_name -> switchyard.router.v1.Endpoint
 	2,  // 8: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
 	4,  // 9: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
@@ -2319,38 +2496,41 @@ var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	3,  // 12: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
 	0,  // 13: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
 	3,  // 14: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	28, // 15: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
+	31, // 15: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
 	1,  // 16: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
 	18, // 17: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
 	18, // 18: switchyard.router.v1.ExplainRouteResponse.prefill_candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	29, // 19: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
-	21, // 20: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	29, // 21: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	24, // 22: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	27, // 23: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	26, // 24: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	29, // 25: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 26: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 27: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 28: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 29: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
-	12, // 30: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
-	15, // 31: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	20, // 32: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	17, // 33: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	4,  // 34: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 35: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 36: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 37: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
-	13, // 38: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
-	16, // 39: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	22, // 40: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	19, // 41: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	22, // 19: switchyard.router.v1.WatchSaturationResponse.models:type_name -> switchyard.router.v1.ModelSaturation
+	32, // 20: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
+	24, // 21: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	32, // 22: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	27, // 23: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	30, // 24: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	29, // 25: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	32, // 26: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 27: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	6,  // 28: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	8,  // 29: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	10, // 30: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	12, // 31: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
+	15, // 32: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	23, // 33: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	17, // 34: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	20, // 35: switchyard.router.v1.RouterService.WatchSaturation:input_type -> switchyard.router.v1.WatchSaturationRequest
+	4,  // 36: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	7,  // 37: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	9,  // 38: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	11, // 39: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	13, // 40: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
+	16, // 41: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	25, // 42: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	19, // 43: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	21, // 44: switchyard.router.v1.RouterService.WatchSaturation:output_type -> switchyard.router.v1.WatchSaturationResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -2364,7 +2544,7 @@ func file_switchyard_router_v1_router_proto_init() {
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
 	file_switchyard_router_v1_router_proto_msgTypes[17].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[23].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[26].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -2375,7 +2555,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	RouterService_QueryOverlaps_FullMethodName       = "/switchyard.router.v1.RouterService/QueryOverlaps"
 	RouterService_GetStats_FullMethodName            = "/switchyard.router.v1.RouterService/GetStats"
 	RouterService_ExplainRoute_FullMethodName        = "/switchyard.router.v1.RouterService/ExplainRoute"
+	RouterService_WatchSaturation_FullMethodName     = "/switchyard.router.v1.RouterService/WatchSaturation"
 )
 
 // RouterServiceClient is the client API for RouterService service.
@@ -93,6 +94,16 @@ type RouterServiceClient interface {
 	// NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
 	// NO_WORKER).
 	ExplainRoute(ctx context.Context, in *ExplainRouteRequest, opts ...grpc.CallOption) (*ExplainRouteResponse, error)
+	// WatchSaturation streams whether each model's fleet is saturated (see
+	// RouteResponse.saturated), for a frontend that queues requests while it
+	// is: the first answer holds every watched model the router knows, each
+	// later one the models whose state changed since. The router decides
+	// for a request of one block (the smallest that can be routed), after
+	// every change of its load record (a routed, completed or freed request,
+	// a worker's load report, a worker come or gone), so a frontend learns
+	// that capacity freed without routing a request. It fails only as every
+	// call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).
+	WatchSaturation(ctx context.Context, in *WatchSaturationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSaturationResponse], error)
 }
 
 type routerServiceClient struct {
@@ -189,6 +200,25 @@ func (c *routerServiceClient) ExplainRoute(ctx context.Context, in *ExplainRoute
 	return out, nil
 }
 
+func (c *routerServiceClient) WatchSaturation(ctx context.Context, in *WatchSaturationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSaturationResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RouterService_ServiceDesc.Streams[2], RouterService_WatchSaturation_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchSaturationRequest, WatchSaturationResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_WatchSaturationClient = grpc.ServerStreamingClient[WatchSaturationResponse]
+
 // RouterServiceServer is the server API for RouterService service.
 // All implementations must embed UnimplementedRouterServiceServer
 // for forward compatibility.
@@ -253,6 +283,16 @@ type RouterServiceServer interface {
 	// NotFound UNKNOWN_MODEL or UNKNOWN_ENDPOINT; FailedPrecondition
 	// NO_WORKER).
 	ExplainRoute(context.Context, *ExplainRouteRequest) (*ExplainRouteResponse, error)
+	// WatchSaturation streams whether each model's fleet is saturated (see
+	// RouteResponse.saturated), for a frontend that queues requests while it
+	// is: the first answer holds every watched model the router knows, each
+	// later one the models whose state changed since. The router decides
+	// for a request of one block (the smallest that can be routed), after
+	// every change of its load record (a routed, completed or freed request,
+	// a worker's load report, a worker come or gone), so a frontend learns
+	// that capacity freed without routing a request. It fails only as every
+	// call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).
+	WatchSaturation(*WatchSaturationRequest, grpc.ServerStreamingServer[WatchSaturationResponse]) error
 	mustEmbedUnimplementedRouterServiceServer()
 }
 
@@ -286,6 +326,9 @@ func (UnimplementedRouterServiceServer) GetStats(context.Context, *GetStatsReque
 }
 func (UnimplementedRouterServiceServer) ExplainRoute(context.Context, *ExplainRouteRequest) (*ExplainRouteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainRoute not implemented")
+}
+func (UnimplementedRouterServiceServer) WatchSaturation(*WatchSaturationRequest, grpc.ServerStreamingServer[WatchSaturationResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchSaturation not implemented")
 }
 func (UnimplementedRouterServiceServer) mustEmbedUnimplementedRouterServiceServer() {}
 func (UnimplementedRouterServiceServer) testEmbeddedByValue()                       {}
@@ -430,6 +473,17 @@ func _RouterService_ExplainRoute_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RouterService_WatchSaturation_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchSaturationRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RouterServiceServer).WatchSaturation(m, &grpc.GenericServerStream[WatchSaturationRequest, WatchSaturationResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_WatchSaturationServer = grpc.ServerStreamingServer[WatchSaturationResponse]
+
 // RouterService_ServiceDesc is the grpc.ServiceDesc for RouterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -473,6 +527,11 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _RouterService_RouteStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WatchSaturation",
+			Handler:       _RouterService_WatchSaturation_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "switchyard/router/v1/router.proto",

@@ -160,6 +160,14 @@ class MarkPrefillCompleteResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class ModelSaturation(_message.Message):
+    __slots__ = ["model", "saturated"]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SATURATED_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    saturated: bool
+    def __init__(self, model: _Optional[str] = ..., saturated: bool = ...) -> None: ...
+
 class PrefillTarget(_message.Message):
     __slots__ = ["dp_rank", "endpoint", "instance_id", "overlap_blocks", "transport"]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -271,7 +279,7 @@ class RouteRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "transport"]
+    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "saturated", "transport"]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +287,7 @@ class RouteResponse(_message.Message):
     OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SATURATED_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
     dp_rank: int
@@ -287,8 +296,9 @@ class RouteResponse(_message.Message):
     overlap_blocks: int
     prefill: PrefillTarget
     request_blocks: int
+    saturated: bool
     transport: _common_pb2.Transport
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., prefill: _Optional[_Union[PrefillTarget, _Mapping]] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., prefill: _Optional[_Union[PrefillTarget, _Mapping]] = ..., saturated: bool = ...) -> None: ...
 
 class RouteStreamRequest(_message.Message):
     __slots__ = ["route"]
@@ -311,6 +321,18 @@ class Target(_message.Message):
     endpoint: Endpoint
     model: str
     def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class WatchSaturationRequest(_message.Message):
+    __slots__ = ["models"]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WatchSaturationResponse(_message.Message):
+    __slots__ = ["models"]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelSaturation]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelSaturation, _Mapping]]] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
     __slots__ = ["cached_blocks", "decode_blocks", "dp_rank", "instance_id", "last_event_time", "prefill_blocks", "requests"]

@@ -64,6 +64,11 @@ class RouterServiceStub(object):
                 request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.SerializeToString,
                 response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.FromString,
                 )
+        self.WatchSaturation = channel.unary_stream(
+                '/switchyard.router.v1.RouterService/WatchSaturation',
+                request_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationRequest.SerializeToString,
+                response_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationResponse.FromString,
+                )
 
 
 class RouterServiceServicer(object):
@@ -168,6 +173,21 @@ class RouterServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSaturation(self, request, context):
+        """WatchSaturation streams whether each model's fleet is saturated (see
+        RouteResponse.saturated), for a frontend that queues requests while it
+        is: the first answer holds every watched model the router knows, each
+        later one the models whose state changed since. The router decides
+        for a request of one block (the smallest that can be routed), after
+        every change of its load record (a routed, completed or freed request,
+        a worker's load report, a worker come or gone), so a frontend learns
+        that capacity freed without routing a request. It fails only as every
+        call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -210,6 +230,11 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.ExplainRoute,
                     request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.FromString,
                     response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.SerializeToString,
+            ),
+            'WatchSaturation': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSaturation,
+                    request_deserializer=switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationRequest.FromString,
+                    response_serializer=switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -364,5 +389,22 @@ class RouterService(object):
         return grpc.experimental.unary_unary(request, target, '/switchyard.router.v1.RouterService/ExplainRoute',
             switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteRequest.SerializeToString,
             switchyard_dot_router_dot_v1_dot_router__pb2.ExplainRouteResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchSaturation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/switchyard.router.v1.RouterService/WatchSaturation',
+            switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationRequest.SerializeToString,
+            switchyard_dot_router_dot_v1_dot_router__pb2.WatchSaturationResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

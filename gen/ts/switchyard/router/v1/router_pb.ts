@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkinwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAhCEQoPX292ZXJsYXBfd2VpZ2h0Qg4KDF90ZW1wZXJhdHVyZSKGAQoJQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOb3ZlcmxhcF9ibG9ja3MYAyABKA0SDAoEY29zdBgEIAEoARIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIrYCCg1Sb3V0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EhYKDm92ZXJsYXBfYmxvY2tzGAQgASgNEhYKDnJlcXVlc3RfYmxvY2tzGAUgASgNEjMKCmNhbmRpZGF0ZXMYBiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMAoIZW5kcG9pbnQYByABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBI0CgdwcmVmaWxsGAggASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUHJlZmlsbFRhcmdldCKzAQoNUHJlZmlsbFRhcmdldBITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEjIKCXRyYW5zcG9ydBgDIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgEIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50EhYKDm92ZXJsYXBfYmxvY2tzGAUgASgNIjAKGk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiHQobTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlIiEKC0ZyZWVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiDgoMRnJlZVJlc3BvbnNlIjcKDVJlcG9ydFJlcXVlc3QSGAoQcHJlZmlsbF9jb21wbGV0ZRgBIAMoCRIMCgRmcmVlGAIgAygJIiEKDlJlcG9ydFJlc3BvbnNlEg8KB2JhdGNoZXMYASABKAQiRwoSUm91dGVTdHJlYW1SZXF1ZXN0EjEKBXJvdXRlGAEgASgLMiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0InoKE1JvdXRlU3RyZWFtUmVzcG9uc2USMgoFcm91dGUYASABKAsyIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEi8KBWVycm9yGAIgASgLMiAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVFcnJvciI7CgpSb3V0ZUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkibQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQiZAoVUXVlcnlPdmVybGFwc1Jlc3BvbnNlEhYKDnJlcXVlc3RfYmxvY2tzGAEgASgNEjMKCmNhbmRpZGF0ZXMYAiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUi+QEKE0V4cGxhaW5Sb3V0ZVJlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSGwoOb3ZlcmxhcF93ZWlnaHQYBCABKAFIAIgBARIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgBiAEBEhwKFGV4Y2x1ZGVfaW5zdGFuY2VfaWRzGAYgAygEEhMKC2luc3RhbmNlX2lkGAcgASgEQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQi2wIKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoARIWCg5kaXNhZ2dyZWdhdGlvbhgJIAEoCRIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAogASgEEkQKEnByZWZpbGxfY2FuZGlkYXRlcxgLIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZSIRCg9HZXRTdGF0c1JlcXVlc3QiwAEKC1dvcmtlclN0YXRzEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNY2FjaGVkX2Jsb2NrcxgDIAEoBBIQCghyZXF1ZXN0cxgEIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNEjMKD2xhc3RfZXZlbnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwIKEEdldFN0YXRzUmVzcG9uc2USDAoEbW9kZRgBIAEoCRIWCg5pbmRleGVkX2Jsb2NrcxgCIAEoBBIXCg9pbmRleGVkX2VudHJpZXMYAyABKAQSMgoHd29ya2VycxgEIAMoCzIhLnN3aXRjaHlhcmQucm91dGVyLnYxLldvcmtlclN0YXRzEhYKDmV2ZW50c19hcHBsaWVkGAUgASgEEhgKEGV2ZW50c19kdXBsaWNhdGUYBiABKAQSEgoKZXZlbnRzX2dhcBgHIAEoBBI6ChZyZXN0b3JlZF9zbmFwc2hvdF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAQoMUmVwbGljYUV2ZW50EhIKCnJlcGxpY2FfaWQYASABKAkSNQoGcm91dGVkGAIgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwbGljYVJvdXRlZEgAEhoKEHByZWZpbGxfY29tcGxldGUYAyABKAlIABIPCgVmcmVlZBgEIAEoCUgAQgYKBGtpbmQiyQEKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAYgASgEEhcKD3ByZWZpbGxfZHBfcmFuaxgHIAEoDRIaChJwcmVmaWxsX2xlZ19ibG9ja3MYCCABKA0ihQIKDUluZGV4U25hcHNob3QSUgoQc3RyZWFtX3NlcXVlbmNlcxgBIAMoCzI4LnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3QuU3RyZWFtU2VxdWVuY2VzRW50cnkSOgoHd29ya2VycxgCIAMoCzIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkluZGV4U25hcHNob3RXb3JrZXISLAoIdGFrZW5fYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiaAoTSW5kZXhTbmFwc2hvdFdvcmtlchITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWxhc3RfZXZlbnRfaWQYAyABKAQSFAoMYmxvY2tfaGFzaGVzGAQgAygGMpcGCg1Sb3V0ZXJTZXJ2aWNlElAKBVJvdXRlEiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXF1ZXN0GiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRJ6ChNNYXJrUHJlZmlsbENvbXBsZXRlEjAuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QaMS5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2USTQoERnJlZRIhLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlc3BvbnNlElUKBlJlcG9ydBIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcG9ydFJlcXVlc3QaJC5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXNwb25zZSgBEmYKC1JvdXRlU3RyZWFtEiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVTdHJlYW1SZXF1ZXN0Gikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVTdHJlYW1SZXNwb25zZSgBMAESaAoNUXVlcnlPdmVybGFwcxIqLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0Gisuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1Jlc3BvbnNlElkKCEdldFN0YXRzEiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yb3V0ZXIudjEuR2V0U3RhdHNSZXNwb25zZRJlCgxFeHBsYWluUm91dGUSKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXF1ZXN0Giouc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkinwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAhCEQoPX292ZXJsYXBfd2VpZ2h0Qg4KDF90ZW1wZXJhdHVyZSKGAQoJQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOb3ZlcmxhcF9ibG9ja3MYAyABKA0SDAoEY29zdBgEIAEoARIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIskCCg1Sb3V0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EhYKDm92ZXJsYXBfYmxvY2tzGAQgASgNEhYKDnJlcXVlc3RfYmxvY2tzGAUgASgNEjMKCmNhbmRpZGF0ZXMYBiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMAoIZW5kcG9pbnQYByABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBI0CgdwcmVmaWxsGAggASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUHJlZmlsbFRhcmdldBIRCglzYXR1cmF0ZWQYCSABKAgiswEKDVByZWZpbGxUYXJnZXQSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSMAoIZW5kcG9pbnQYBCABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBIWCg5vdmVybGFwX2Jsb2NrcxgFIAEoDSIwChpNYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIh0KG01hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZSIhCgtGcmVlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIg4KDEZyZWVSZXNwb25zZSI3Cg1SZXBvcnRSZXF1ZXN0EhgKEHByZWZpbGxfY29tcGxldGUYASADKAkSDAoEZnJlZRgCIAMoCSIhCg5SZXBvcnRSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgEIkcKElJvdXRlU3RyZWFtUmVxdWVzdBIxCgVyb3V0ZRgBIAEoCzIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdCJ6ChNSb3V0ZVN0cmVhbVJlc3BvbnNlEjIKBXJvdXRlGAEgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRIvCgVlcnJvchgCIAEoCzIgLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlRXJyb3IiOwoKUm91dGVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSDgoGcmVhc29uGAMgASgJIm0KFFF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEImQKFVF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRIWCg5yZXF1ZXN0X2Jsb2NrcxgBIAEoDRIzCgpjYW5kaWRhdGVzGAIgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlIvkBChNFeHBsYWluUm91dGVSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAQgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBSABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgGIAMoBBITCgtpbnN0YW5jZV9pZBgHIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIq4BChJFeHBsYWluZWRDYW5kaWRhdGUSMgoJY2FuZGlkYXRlGAEgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjIKCXRyYW5zcG9ydBgCIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgDIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50ItsCChRFeHBsYWluUm91dGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEhIKCmJsb2NrX3NpemUYAiABKA0SFgoOcmVxdWVzdF9ibG9ja3MYAyABKA0SPAoKY2FuZGlkYXRlcxgEIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgFIAEoBBIOCgZyZWFzb24YBiABKAkSFgoOb3ZlcmxhcF93ZWlnaHQYByABKAESEwoLdGVtcGVyYXR1cmUYCCABKAESFgoOZGlzYWdncmVnYXRpb24YCSABKAkSGwoTcHJlZmlsbF9pbnN0YW5jZV9pZBgKIAEoBBJEChJwcmVmaWxsX2NhbmRpZGF0ZXMYCyADKAsyKC5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluZWRDYW5kaWRhdGUiKAoWV2F0Y2hTYXR1cmF0aW9uUmVxdWVzdBIOCgZtb2RlbHMYASADKAkiUAoXV2F0Y2hTYXR1cmF0aW9uUmVzcG9uc2USNQoGbW9kZWxzGAEgAygLMiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTW9kZWxTYXR1cmF0aW9uIjMKD01vZGVsU2F0dXJhdGlvbhINCgVtb2RlbBgBIAEoCRIRCglzYXR1cmF0ZWQYAiABKAgiEQoPR2V0U3RhdHNSZXF1ZXN0IsABCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDRIzCg9sYXN0X2V2ZW50X3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIocCChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKDFJlcGxpY2FFdmVudBISCgpyZXBsaWNhX2lkGAEgASgJEjUKBnJvdXRlZBgCIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcGxpY2FSb3V0ZWRIABIaChBwcmVmaWxsX2NvbXBsZXRlGAMgASgJSAASDwoFZnJlZWQYBCABKAlIAEIGCgRraW5kIskBCg1SZXBsaWNhUm91dGVkEhIKCnJlcXVlc3RfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAQSDwoHZHBfcmFuaxgDIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgEIAEoDRIUCgxibG9ja19oYXNoZXMYBSADKAQSGwoTcHJlZmlsbF9pbnN0YW5jZV9pZBgGIAEoBBIXCg9wcmVmaWxsX2RwX3JhbmsYByABKA0SGgoScHJlZmlsbF9sZWdfYmxvY2tzGAggASgNIoUCCg1JbmRleFNuYXBzaG90ElIKEHN0cmVhbV9zZXF1ZW5jZXMYASADKAsyOC5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90LlN0cmVhbVNlcXVlbmNlc0VudHJ5EjoKB3dvcmtlcnMYAiADKAsyKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90V29ya2VyEiwKCHRha2VuX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBImgKE0luZGV4U25hcHNob3RXb3JrZXISEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIVCg1sYXN0X2V2ZW50X2lkGAMgASgEEhQKDGJsb2NrX2hhc2hlcxgEIAMoBjKJBwoNUm91dGVyU2VydmljZRJQCgVSb3V0ZRIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdBojLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVzcG9uc2USegoTTWFya1ByZWZpbGxDb21wbGV0ZRIwLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0GjEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlEk0KBEZyZWUSIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVxdWVzdBoiLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXNwb25zZRJVCgZSZXBvcnQSIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXF1ZXN0GiQuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVzcG9uc2UoARJmCgtSb3V0ZVN0cmVhbRIoLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVxdWVzdBopLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVzcG9uc2UoATABEmgKDVF1ZXJ5T3ZlcmxhcHMSKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVxdWVzdBorLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRJZCghHZXRTdGF0cxIlLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVxdWVzdBomLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVzcG9uc2USZQoMRXhwbGFpblJvdXRlEikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVxdWVzdBoqLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlc3BvbnNlEnAKD1dhdGNoU2F0dXJhdGlvbhIsLnN3aXRjaHlhcmQucm91dGVyLnYxLldhdGNoU2F0dXJhdGlvblJlcXVlc3QaLS5zd2l0Y2h5YXJkLnJvdXRlci52MS5XYXRjaFNhdHVyYXRpb25SZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -295,6 +295,20 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
    * @generated from field: switchyard.router.v1.PrefillTarget prefill = 8;
    */
   prefill?: PrefillTarget | undefined;
+
+  /**
+   * Whether the fleet is saturated for the target, as this decision found
+   * it: one more request like this one would be past the router's
+   * --queue-ttft-threshold of predicted time to first token on every
+   * worker that could compute its prompt, or each of them has more than
+   * its --queue-prefill-budget of prompt tokens to prefill. The request is
+   * routed all the same; a frontend holds the next ones in its queue until
+   * capacity frees (WatchSaturation). Always false when both limits are
+   * off.
+   *
+   * @generated from field: bool saturated = 9;
+   */
+  saturated: boolean;
 };
 
 /**
@@ -824,6 +838,78 @@ export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@_
   messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
+ * WatchSaturationRequest names the models to watch.
+ *
+ * @generated from message switchyard.router.v1.WatchSaturationRequest
+ */
+export type WatchSaturationRequest = Message<"switchyard.router.v1.WatchSaturationRequest"> & {
+  /**
+   * The models, as in the registry's model cards; empty: every model.
+   *
+   * @generated from field: repeated string models = 1;
+   */
+  models: string[];
+};
+
+/**
+ * Describes the message switchyard.router.v1.WatchSaturationRequest.
+ * Use `create(WatchSaturationRequestSchema)` to create a new message.
+ */
+export const WatchSaturationRequestSchema: GenMessage<WatchSaturationRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 20);
+
+/**
+ * WatchSaturationResponse is one change of saturation.
+ *
+ * @generated from message switchyard.router.v1.WatchSaturationResponse
+ */
+export type WatchSaturationResponse = Message<"switchyard.router.v1.WatchSaturationResponse"> & {
+  /**
+   * The models whose state changed (every watched one, in the first
+   * answer), in name order.
+   *
+   * @generated from field: repeated switchyard.router.v1.ModelSaturation models = 1;
+   */
+  models: ModelSaturation[];
+};
+
+/**
+ * Describes the message switchyard.router.v1.WatchSaturationResponse.
+ * Use `create(WatchSaturationResponseSchema)` to create a new message.
+ */
+export const WatchSaturationResponseSchema: GenMessage<WatchSaturationResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 21);
+
+/**
+ * ModelSaturation is one model's saturation.
+ *
+ * @generated from message switchyard.router.v1.ModelSaturation
+ */
+export type ModelSaturation = Message<"switchyard.router.v1.ModelSaturation"> & {
+  /**
+   * The model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Whether its fleet is saturated for a request of one block; false for
+   * a model that has no live worker left.
+   *
+   * @generated from field: bool saturated = 2;
+   */
+  saturated: boolean;
+};
+
+/**
+ * Describes the message switchyard.router.v1.ModelSaturation.
+ * Use `create(ModelSaturationSchema)` to create a new message.
+ */
+export const ModelSaturationSchema: GenMessage<ModelSaturation> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 22);
+
+/**
  * GetStatsRequest asks for the router's state.
  *
  * @generated from message switchyard.router.v1.GetStatsRequest
@@ -836,7 +922,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 23);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -902,7 +988,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 21);
+  messageDesc(file_switchyard_router_v1_router, 24);
 
 /**
  * GetStatsResponse is the router's state.
@@ -973,7 +1059,7 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 22);
+  messageDesc(file_switchyard_router_v1_router, 25);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
@@ -1033,7 +1119,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 23);
+  messageDesc(file_switchyard_router_v1_router, 26);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -1105,7 +1191,7 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 24);
+  messageDesc(file_switchyard_router_v1_router, 27);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
@@ -1148,7 +1234,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 25);
+  messageDesc(file_switchyard_router_v1_router, 28);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -1190,7 +1276,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 26);
+  messageDesc(file_switchyard_router_v1_router, 29);
 
 /**
  * RouterService picks the worker for each request: the one that already
@@ -1319,6 +1405,24 @@ export const RouterService: GenService<{
     methodKind: "unary";
     input: typeof ExplainRouteRequestSchema;
     output: typeof ExplainRouteResponseSchema;
+  },
+  /**
+   * WatchSaturation streams whether each model's fleet is saturated (see
+   * RouteResponse.saturated), for a frontend that queues requests while it
+   * is: the first answer holds every watched model the router knows, each
+   * later one the models whose state changed since. The router decides
+   * for a request of one block (the smallest that can be routed), after
+   * every change of its load record (a routed, completed or freed request,
+   * a worker's load report, a worker come or gone), so a frontend learns
+   * that capacity freed without routing a request. It fails only as every
+   * call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).
+   *
+   * @generated from rpc switchyard.router.v1.RouterService.WatchSaturation
+   */
+  watchSaturation: {
+    methodKind: "server_streaming";
+    input: typeof WatchSaturationRequestSchema;
+    output: typeof WatchSaturationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchyard_router_v1_router, 0);

@@ -1,0 +1,107 @@
+package core
+
+import (
+	"slices"
+	"sync/atomic"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
+)
+
+// DefaultQueueTTFTThreshold is --queue-ttft-threshold's default: the
+// fleet's time to first token objective when nobody sets one, the
+// planner's --ttft-slo default (500 ms). The router has no objective of
+// its own, so an operator who sets the planner's objective sets this one
+// to the same value: a request predicted past the objective on every
+// worker is better held in the frontend's queue, where it can be
+// reordered, than in an engine's, where it cannot.
+const DefaultQueueTTFTThreshold = 500
+
+// limits are the core's saturation limits (see scheduler.Limits).
+func (c *Core) limits() scheduler.Limits { return c.saturation }
+
+// saturated says whether, once d's request is on the worker that
+// computes its prompt (chosen, -1 for none), one more like it saturates
+// its fleet: every candidate is full under the core's limits (for a
+// disaggregated model every pool's: a decode worker computes a prompt
+// that stays local). c.mu need not be held.
+func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
+	l := c.limits()
+	if l.Off() {
+		return false
+	}
+	return l.Saturated(d.scored, req, chosen)
+}
+
+// Saturation says whether a model's fleet is saturated for a request of
+// one block (the smallest that can be routed), from the load record as it
+// is: what WatchSaturation streams. It records nothing. A model without
+// a live worker is not saturated (the frontend answers its requests with
+// no_instance, not a queue).
+func (c *Core) Saturation(model string) bool {
+	if c.limits().Off() {
+		return false
+	}
+	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, nil)
+	if err != nil {
+		return false
+	}
+	scored := make([]scheduler.Candidate, len(cands))
+	c.mu.Lock()
+	for i, w := range workers {
+		scored[i] = scheduler.Candidate{Worker: w, Timing: *cands[i].timing}
+	}
+	ver := c.timingVer
+	c.mu.Unlock()
+	req := scheduler.Request{Blocks: 1, Tokens: bs, BlockSize: bs}
+	d := &decision{scored: scored, pools: pl}
+	if pl == nil {
+		c.load.FillAllVersion(scored, bs, ver)
+	} else {
+		c.load.FillAllVersion(scored[:pl.serve], bs, ver)
+		c.legs.load.FillAllVersion(scored[pl.serve:], bs, ver)
+	}
+	return c.saturated(d, req, -1)
+}
+
+// Models are the models live model cards name, in name order.
+func (c *Core) Models() []string {
+	c.mu.Lock()
+	out := make([]string, 0, len(c.models))
+	for m := range c.models {
+		out = append(out, m)
+	}
+	c.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// Changed returns a channel closed at the next change of the load record
+// or the worker set: a routed, completed or freed request (this core's or
+// a replica's), a load report, a registry change. A watcher of saturation
+// recomputes then, instead of polling.
+func (c *Core) Changed() <-chan struct{} {
+	for {
+		if p := c.changed.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if c.changed.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// notify closes the channel Changed gave, if anyone asked for one: one
+// atomic load on the request path when nobody watches.
+func (c *Core) notify() {
+	if c.changed.Load() == nil {
+		return
+	}
+	if p := c.changed.Swap(nil); p != nil {
+		close(*p)
+	}
+}
+
+// changeSignal is the channel Changed hands out (see notify).
+type changeSignal = atomic.Pointer[chan struct{}]

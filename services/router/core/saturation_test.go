@@ -1,0 +1,95 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+)
+
+// TestSaturation routes 4,000-token prompts to two workers with the default
+// timing model (one step of 4,000 prompt tokens: about 84 ms; of 8,000:
+// about 165 ms; of 12,000: about 264 ms, two steps) and the clock stopped,
+// so that nothing of the queues drains but what is freed. The decision
+// says saturated once one more prompt would be past the limit on both
+// workers, and WatchSaturation's answer (Saturation) agrees, until the
+// requests are freed.
+func TestSaturation(t *testing.T) {
+	stopped := time.Unix(1000, 0)
+	tests := []struct {
+		name   string
+		cfg    Config
+		routes int
+		// want is the saturated field of each decision in turn; after
+		// the last (three prompts on each worker), Saturation, for a
+		// prompt of one block, is want's last.
+		want []bool
+	}{
+		{"off", Config{}, 6, []bool{false, false, false, false, false, false}},
+		// 200 ms: a second 4,000-token prompt on a worker (165 ms) fits,
+		// a third (264 ms) does not; the second of each worker's is
+		// routed when the other one already holds two.
+		{"ttft threshold", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 6, []bool{false, false, false, true, true, true}},
+		// 5,000 tokens: full past one prompt queued on each worker.
+		{"prefill budget", Config{QueuePrefillBudget: 5000}, 6, []bool{false, false, false, true, true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return stopped }
+			c := cluster(t, cfg, 2)
+			var got []bool
+			for i := range tt.routes {
+				resp, err := c.Route(&routerv1.RouteRequest{RequestId: fmt.Sprint("r", i), Target: modelTarget(), TokenIds: tokens(4000, uint32(i+1)*1000)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, resp.Saturated)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("saturated per decision = %v, want %v", got, tt.want)
+			}
+			last := tt.want[len(tt.want)-1]
+			if sat := c.Saturation(model); sat != last {
+				t.Fatalf("Saturation = %v, want %v", sat, last)
+			}
+			changed := c.Changed()
+			for i := range tt.routes {
+				c.Free(fmt.Sprint("r", i))
+			}
+			select {
+			case <-changed:
+			default:
+				t.Fatal("Changed was not closed by a Free")
+			}
+			if c.Saturation(model) {
+				t.Fatal("still saturated once every request is freed")
+			}
+			if c.Saturation("no-such-model") {
+				t.Fatal("an unknown model is saturated")
+			}
+		})
+	}
+}
+
+func TestSaturationLimitsValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"negative threshold", Config{QueueTTFTThreshold: -time.Millisecond}},
+		{"negative budget", Config{QueuePrefillBudget: -1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.QueueTTFTThreshold, cfg.QueuePrefillBudget = tt.cfg.QueueTTFTThreshold, tt.cfg.QueuePrefillBudget
+			if err := cfg.Validate(); err == nil {
+				t.Fatal("Validate accepted it")
+			}
+		})
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,66 @@
+package router
+
+import (
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+)
+
+// maxWatchedModels bounds a WatchSaturationRequest's list of models.
+const maxWatchedModels = 4096
+
+// WatchSaturation streams the watched models' saturation: all of them
+// first, then those that changed, recomputed after every change of the
+// core's load record or worker set. Changes that come while an answer is
+// being sent are folded into the next recomputation, so a slow watcher
+// costs the router one computation per answer, not one per change.
+func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream routerv1.RouterService_WatchSaturationServer) error {
+	if len(r.GetModels()) > maxWatchedModels {
+		return status.Errorf(codes.InvalidArgument, "at most %d models may be watched", maxWatchedModels)
+	}
+	ctx := stream.Context()
+	sent := map[string]bool{}
+	first := true
+	for {
+		// Taken before the computation: a change during it closes this
+		// channel, and the loop computes again.
+		changed := s.core.Changed()
+		models := r.GetModels()
+		if len(models) == 0 {
+			models = s.core.Models()
+		}
+		var out []*routerv1.ModelSaturation
+		for _, m := range models {
+			sat := s.core.Saturation(m)
+			if was, ok := sent[m]; first || !ok || was != sat {
+				sent[m] = sat
+				out = append(out, &routerv1.ModelSaturation{Model: m, Saturated: sat})
+			}
+		}
+		// A model gone from the registry is no longer saturated.
+		for m, was := range sent {
+			if !slices.Contains(models, m) {
+				delete(sent, m)
+				if was {
+					out = append(out, &routerv1.ModelSaturation{Model: m})
+				}
+			}
+		}
+		if first || len(out) > 0 {
+			slices.SortFunc(out, func(a, b *routerv1.ModelSaturation) int { return strings.Compare(a.Model, b.Model) })
+			if err := stream.Send(&routerv1.WatchSaturationResponse{Models: out}); err != nil {
+				return err
+			}
+			first = false
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}

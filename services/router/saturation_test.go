@@ -1,0 +1,118 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
+)
+
+// TestWatchSaturation: a watcher gets every model first, then only the
+// changes: the model becomes saturated as routed requests queue up on its
+// only worker (--queue-prefill-budget 5000, prompts of 4,000 tokens), and
+// stops being saturated when they are freed, without routing anything.
+func TestWatchSaturation(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := routertest.Config(reg.Addr, "")
+	cfg.Core.QueuePrefillBudget = 5000
+	rpc, _ := routertest.Start(t, ctx, cfg)
+	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", Transport: &commonv1.Transport{Tcp: "127.0.0.1:9999"}}
+	if _, err := sess.Register(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.RegisterModel(ctx, &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate", ModelName: "m", BlockSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(salt uint32) []uint32 {
+		out := make([]uint32, 4000)
+		for i := range out {
+			out[i] = uint32(i)*7 + salt
+		}
+		return out
+	}
+	route := func(id string, salt uint32) *routerv1.RouteResponse {
+		t.Helper()
+		for {
+			resp, err := rpc.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "m"}}, TokenIds: prompt(salt)})
+			if err == nil {
+				return resp
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Route: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond) // the router has not seen the worker yet
+		}
+	}
+	if r := route("a", 1); r.Saturated {
+		t.Fatal("the first request saturates")
+	}
+	if _, err := rpc.Free(ctx, &routerv1.FreeRequest{RequestId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := rpc.WatchSaturation(ctx, &routerv1.WatchSaturationRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		resp, err := w.Recv()
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		return fmt.Sprint(resp.Models)
+	}
+	if got, want := next(), fmt.Sprint([]*routerv1.ModelSaturation{{Model: "m"}}); got != want {
+		t.Fatalf("first answer %s, want %s", got, want)
+	}
+	// 4,000 tokens queued: room for a one-block request; 8,000: full.
+	if r := route("b", 2); r.Saturated {
+		t.Fatal("one request queued saturates")
+	}
+	if r := route("c", 3); !r.Saturated {
+		t.Fatal("two requests queued do not saturate")
+	}
+	if got, want := next(), fmt.Sprint([]*routerv1.ModelSaturation{{Model: "m", Saturated: true}}); got != want {
+		t.Fatalf("answer %s, want %s", got, want)
+	}
+	if _, err := rpc.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next(), fmt.Sprint([]*routerv1.ModelSaturation{{Model: "m"}}); got != want {
+		t.Fatalf("answer after a prefill completed %s, want %s", got, want)
+	}
+
+	many := make([]string, 4097)
+	for i := range many {
+		many[i] = fmt.Sprint("m", i)
+	}
+	bad, err := rpc.WatchSaturation(ctx, &routerv1.WatchSaturationRequest{Models: many})
+	if err == nil {
+		_, err = bad.Recv()
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("4097 models: %v, want InvalidArgument", err)
+	}
+}
