@@ -95,14 +95,13 @@ var completionPolicy = fieldPolicy{
 }
 
 var responsesPolicy = fieldPolicy{
-	// tools, previous_response_id and text are refused or checked in
+	// tools, tool_choice, previous_response_id and text are checked in
 	// decodeResponses.
 	supported: fieldSet(append([]string{"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream",
-		"stream_options", "tools", "previous_response_id", "text", "chat_template_kwargs", "parallel_tool_calls", "max_tool_calls"},
+		"stream_options", "tools", "tool_choice", "previous_response_id", "text", "chat_template_kwargs", "parallel_tool_calls", "max_tool_calls"},
 		bookkeeping...)...),
 	onlyDefault: map[string]defaultRule{
 		"store":        {rawIs(`false`), "store: responses are not stored; send store false and the conversation as input"},
-		"tool_choice":  {rawIs(`"none"`, `"auto"`), "tool_choice: tools are not supported on /v1/responses"},
 		"reasoning":    {rawIs(`{}`), "reasoning options are not supported; use chat_template_kwargs where the model's template reads them"},
 		"include":      {rawIs(`[]`), "include is not supported"},
 		"truncation":   {rawIs(`"disabled"`), `truncation: only "disabled" is supported`},

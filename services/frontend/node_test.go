@@ -17,7 +17,8 @@ import (
 // and runs tool calls (streamed and not) and reasoning (tools.mjs); the
 // Vercel AI SDK and LangChain run their tool loops (agents.mjs); and each
 // asks for structured outputs (structured.mjs: generateObject,
-// withStructuredOutput, response_format json_schema).
+// withStructuredOutput, response_format json_schema); and each runs
+// function tools on the Responses API (responses.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join("testdata", "node")
@@ -50,7 +51,7 @@ func TestNodeOpenAIClient(t *testing.T) {
 		t.Fatalf("node client output:\n%s", out)
 	}
 	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream",
-		"structured.mjs": "ok openai response_format json_schema"} {
+		"structured.mjs": "ok openai response_format json_schema", "responses.mjs": "ok langchain responses bindTools"} {
 		cmd = exec.CommandContext(ctx, node, script)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)

@@ -254,6 +254,11 @@ func FuzzDecodeResponses(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":"x","text":{"format":{"type":"json_schema"}}}`))
 	f.Add([]byte(`{"model":"m","input":[],"tools":[{}]}`))
 	f.Add([]byte(`{"input":1}`))
+	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"w"},{"type":"function_call","call_id":"c","name":"f","arguments":"{\"a\":1}"},` +
+		`{"type":"function_call","call_id":"d","name":"g","arguments":""},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"r"}]},` +
+		`{"type":"reasoning","summary":[]}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":{"type":"function","name":"f"},` +
+		`"parallel_tool_calls":false,"max_tool_calls":2}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"item_reference","id":"fc_1"}],"tool_choice":"auto"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, cr, p, err := decodeResponses(body)
 		if err != nil {
@@ -262,7 +267,8 @@ func FuzzDecodeResponses(f *testing.F) {
 			}
 			return
 		}
-		if p.model == "" || len(cr.Messages) == 0 || (r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1) {
+		if p.model == "" || len(cr.Messages) == 0 || (r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1) ||
+			(r.MaxToolCalls != nil && *r.MaxToolCalls < 1) || (cr.tools.choice != toolChoiceNone && len(cr.tools.names) == 0) {
 			t.Fatalf("accepted an invalid request: %+v", p)
 		}
 		if s := p.sampling; s.Temperature < 0 || s.Temperature > 2 || s.TopP <= 0 || s.TopP > 1 {

@@ -194,6 +194,8 @@ func TestBodiesMatchOpenAPI(t *testing.T) {
 		{"responses text.format", "/v1/responses", responses + `,"max_output_tokens":80,"text":{"format":{"type":"json_schema","name":"p","strict":true,"schema":` + person + `}}}`, 200, "Response", false},
 		{"responses stream", "/v1/responses", responses + `,"max_output_tokens":60,"stream":true}`, 200, "ResponseStreamEvent", true},
 		{"responses stream cut off", "/v1/responses", responses + `,"max_output_tokens":12,"stream":true}`, 200, "ResponseStreamEvent", true},
+		{"responses tools", "/v1/responses", `{"model":"` + testModel + `","input":"What is the weather?","max_output_tokens":200,"tools":[` + weatherFunction + `]}`, 200, "Response", false},
+		{"responses tools stream", "/v1/responses", `{"model":"` + testModel + `","input":"What is the weather?","max_output_tokens":200,"stream":true,"tool_choice":"required","tools":[` + weatherFunction + `]}`, 200, "ResponseStreamEvent", true},
 		{"error", "/v1/chat/completions", chat + `,"max_tokens":0}`, 400, "ErrorResponse", false},
 		{"error unknown model", "/v1/responses", `{"model":"nope","input":"hi"}`, 404, "ErrorResponse", false},
 	}

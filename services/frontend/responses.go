@@ -11,6 +11,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
+	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 )
 
 // responsesRequest is the body of POST /v1/responses (OpenAI's Responses
@@ -18,15 +19,18 @@ import (
 // system message. Fields of the API that change what is generated and that
 // the frontend cannot honour are refused by name.
 type responsesRequest struct {
-	Model              string          `json:"model"`
-	Input              json.RawMessage `json:"input"`
-	Instructions       *string         `json:"instructions"`
-	MaxOutputTokens    *int64          `json:"max_output_tokens"`
-	Temperature        *float64        `json:"temperature"`
-	TopP               *float64        `json:"top_p"`
-	Stream             bool            `json:"stream"`
-	Tools              []any           `json:"tools"`
-	PreviousResponseID *string         `json:"previous_response_id"`
+	Model              string            `json:"model"`
+	Input              json.RawMessage   `json:"input"`
+	Instructions       *string           `json:"instructions"`
+	MaxOutputTokens    *int64            `json:"max_output_tokens"`
+	Temperature        *float64          `json:"temperature"`
+	TopP               *float64          `json:"top_p"`
+	Stream             bool              `json:"stream"`
+	Tools              []json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
+	MaxToolCalls       *int64            `json:"max_tool_calls"`
+	PreviousResponseID *string           `json:"previous_response_id"`
 	Text               *struct {
 		Format json.RawMessage `json:"format"`
 	} `json:"text"`
@@ -44,10 +48,10 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 		return nil, nil, genParams{}, err
 	}
 	switch {
-	case len(r.Tools) > 0:
-		return nil, nil, genParams{}, invalid("tools", "tools are not supported on /v1/responses; use /v1/chat/completions")
 	case r.PreviousResponseID != nil:
 		return nil, nil, genParams{}, invalid("previous_response_id", "previous_response_id is not supported: responses are not stored; send the conversation as input")
+	case r.MaxToolCalls != nil && *r.MaxToolCalls < 1:
+		return nil, nil, genParams{}, invalid("max_tool_calls", "max_tool_calls must be at least 1")
 	}
 	cr := &chatRequest{Model: r.Model, ChatTemplateKwargs: r.ChatTemplateKwargs}
 	cr.Stream, cr.MaxTokens, cr.Temperature, cr.TopP = r.Stream, r.MaxOutputTokens, r.Temperature, r.TopP
@@ -64,7 +68,7 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 	if err != nil {
 		return nil, nil, genParams{}, err
 	}
-	if cr.tools, err = parseTools(nil, nil, nil); err != nil {
+	if cr.tools, err = responsesTools(r.Tools, r.ToolChoice, r.ParallelToolCalls); err != nil {
 		return nil, nil, genParams{}, err
 	}
 	if r.Text != nil {
@@ -79,7 +83,10 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 }
 
 // responsesInput reads input: a string (one user message) or a list of
-// message items whose content is a string or input_text / output_text parts.
+// items: messages, whose content is a string or input_text / output_text
+// parts; function calls the model made and their outputs, which become the
+// chat conversation's assistant tool calls and tool messages; reasoning
+// items, which are left out (chat templates drop earlier turns' reasoning).
 func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	var s string
@@ -90,18 +97,33 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 		c, _ := json.Marshal(s)
 		return []chatMessage{{Role: "user", Content: c}}, nil
 	}
-	var items []struct {
-		Type    string          `json:"type"`
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
+	var items []responsesItem
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
-		return nil, invalid("input", "input must be a string or a non-empty list of messages")
+		return nil, invalid("input", "input must be a string or a non-empty list of items")
 	}
 	out := make([]chatMessage, 0, len(items))
 	for i, it := range items {
-		if it.Type != "" && it.Type != "message" {
-			return nil, invalid(fmt.Sprintf("input[%d].type", i), "input item type %q is not supported; only messages are", it.Type)
+		switch it.Type {
+		case "", "message":
+		case "function_call":
+			var err error
+			if out, err = appendCall(out, it, i); err != nil {
+				return nil, err
+			}
+			continue
+		case "function_call_output":
+			m, err := functionOutput(it, i)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+			continue
+		case "reasoning":
+			continue
+		case "item_reference":
+			return nil, invalid(fmt.Sprintf("input[%d].type", i), "item_reference is not supported: responses are not stored, so send the items themselves (with store false, clients such as the Vercel AI SDK do)")
+		default:
+			return nil, invalid(fmt.Sprintf("input[%d].type", i), "input item type %q is not supported; messages, function_call, function_call_output and reasoning are", it.Type)
 		}
 		switch it.Role {
 		case "user", "assistant", "system", "developer":
@@ -114,6 +136,9 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 		}
 		c, _ := json.Marshal(text)
 		out = append(out, chatMessage{Role: it.Role, Content: c})
+	}
+	if len(out) == 0 {
+		return nil, invalid("input", "input must hold at least one message")
 	}
 	return out, nil
 }
@@ -157,10 +182,11 @@ type responseJSON struct {
 	Instructions       *string           `json:"instructions"`
 	MaxOutputTokens    *int64            `json:"max_output_tokens"`
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	MaxToolCalls       *int64            `json:"max_tool_calls"`
 	Temperature        float32           `json:"temperature"`
 	TopP               float32           `json:"top_p"`
-	ToolChoice         string            `json:"tool_choice"`
-	Tools              []any             `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	Tools              []json.RawMessage `json:"tools"`
 	Text               responseText      `json:"text"`
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Reasoning          any               `json:"reasoning"`
@@ -209,6 +235,25 @@ type messageItem struct {
 	Content []outputText `json:"content"`
 }
 
+type functionCallItem struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Status    string `json:"status"`
+}
+
+// echoedTool is a function tool as a response echoes it: every field
+// present, null when the request left it out.
+type echoedTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description *string         `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      *bool           `json:"strict"`
+}
+
 type reasoningText struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
@@ -223,37 +268,77 @@ type reasoningItem struct {
 }
 
 // responsesSink writes a Responses API answer: reasoning (from the model
-// card's reasoning parser) as a reasoning item, the answer as a message
-// item; streamed as the API's typed events.
+// card's reasoning parser) as a reasoning item, then the answer's message
+// and function_call items in the order the model wrote them (calls from
+// the model card's tool call parser when tools are offered); streamed as
+// the API's typed events.
 type responsesSink struct {
-	w        http.ResponseWriter
-	sse      sse
-	stream   bool
-	req      *responsesRequest
-	p        genParams
-	id       string
-	created  int64
-	reason   *reasoning.Parser
-	msgID    string
-	rsID     string
-	seq      int
-	thought  strings.Builder
-	text     strings.Builder
-	rsOpen   bool
-	rsDone   bool
-	msgOpen  bool
+	w       http.ResponseWriter
+	sse     sse
+	stream  bool
+	req     *responsesRequest
+	p       genParams
+	id      string
+	created int64
+	reason  *reasoning.Parser
+	rsID    string
+	seq     int
+	thought strings.Builder
+	rsOpen  bool
+	rsDone  bool
+	// outIndex is the output index of the item being written: the
+	// reasoning item's, then each answer item's in turn.
 	outIndex int
+	// items are the answer's message and function_call items; cur is the
+	// one being written (nil between items).
+	items []*answerItem
+	cur   *answerItem
+	// tools parses calls out of the answer (nil without tools); spec is
+	// what the request allowed, maxCalls the most calls kept (0: all).
+	tools    *toolcall.Parser
+	spec     toolSpec
+	maxCalls int
+	calls    int
+	skipCall bool
+	// space is whitespace of the answer not yet written: with tools, text
+	// that is only whitespace around calls makes no message.
+	space string
 	// pending counts the tokens whose text has not reached the reasoning
 	// parser yet (a stop sequence may hold it back); reasoningTokens those
 	// that were reasoning (see countReasoning).
 	pending, reasoningTokens int
 }
 
-func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams, card *registryv1.ModelCard) *responsesSink {
+// answerItem is one output item of the answer: a message, or a call.
+type answerItem struct {
+	call bool
+	id   string
+	text strings.Builder
+	// callID, name and args are a call's.
+	callID, name, args string
+}
+
+func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams, card *registryv1.ModelCard, spec toolSpec) *responsesSink {
 	rs := &responsesSink{w: w, stream: p.stream, req: req, p: p, id: "resp_" + newID(), created: time.Now().Unix(),
-		msgID: "msg_" + newID(), rsID: "rs_" + newID()}
+		rsID: "rs_" + newID(), spec: spec}
 	if rs.reason, _ = reasoning.New(card.GetReasoningParser()); rs.reason == nil {
 		rs.reason, _ = reasoning.New(reasoning.None)
+	}
+	if spec.single {
+		rs.maxCalls = 1
+	}
+	if req.MaxToolCalls != nil && (rs.maxCalls == 0 || int(*req.MaxToolCalls) < rs.maxCalls) {
+		rs.maxCalls = int(*req.MaxToolCalls)
+	}
+	if name := card.GetToolCallParser(); spec.choice != toolChoiceNone && name != "" && name != toolcall.None {
+		// The names were validated by the worker; an unknown one (a newer
+		// worker) parses nothing rather than failing requests.
+		if tp, err := toolcall.New(name); err == nil {
+			rs.tools = tp
+			if rs.stream {
+				tp.StreamArguments()
+			}
+		}
 	}
 	return rs
 }
@@ -299,12 +384,24 @@ func (rs *responsesSink) event(typ string, fields map[string]any) error {
 	return rs.sse.send(fields)
 }
 
-// response is the response object in its current state.
+// response is the response object in its current state, echoing the
+// request's settings.
 func (rs *responsesSink) response(status string, u *responseUsage) responseJSON {
 	r := responseJSON{ID: rs.id, Object: "response", CreatedAt: rs.created, Status: status, Model: rs.p.model,
 		Output: []json.RawMessage{}, Usage: u, Instructions: rs.req.Instructions, MaxOutputTokens: rs.req.MaxOutputTokens,
-		ParallelToolCalls: true, Temperature: rs.p.sampling.GetTemperature(), TopP: rs.p.sampling.GetTopP(), ToolChoice: "auto",
-		Tools: []any{}, Truncation: "disabled", Metadata: map[string]string{}}
+		ParallelToolCalls: rs.req.ParallelToolCalls == nil || *rs.req.ParallelToolCalls, Temperature: rs.p.sampling.GetTemperature(),
+		TopP: rs.p.sampling.GetTopP(), ToolChoice: json.RawMessage(`"auto"`), Tools: []json.RawMessage{}, MaxToolCalls: rs.req.MaxToolCalls,
+		Truncation: "disabled", Metadata: map[string]string{}}
+	if c := bytes.TrimSpace(rs.req.ToolChoice); len(c) > 0 && !bytes.Equal(c, []byte("null")) {
+		r.ToolChoice = rs.req.ToolChoice
+	}
+	for _, t := range rs.req.Tools {
+		var tool responsesTool
+		_ = json.Unmarshal(t, &tool) // validated by decodeResponses
+		b, _ := json.Marshal(echoedTool{Type: tool.Type, Name: tool.Name, Description: tool.Description,
+			Parameters: tool.Parameters, Strict: tool.Strict})
+		r.Tools = append(r.Tools, b)
+	}
 	r.Text.Format = json.RawMessage(`{"type":"text"}`)
 	if rs.req.Text != nil && rs.p.guided != nil {
 		r.Text.Format = rs.req.Text.Format
@@ -320,9 +417,13 @@ func (rs *responsesSink) reasoningItem(status string) reasoningItem {
 	return it
 }
 
-func (rs *responsesSink) messageItem(status string) messageItem {
-	return messageItem{Type: "message", ID: rs.msgID, Status: status, Role: "assistant",
-		Content: []outputText{{Type: "output_text", Text: rs.text.String(), Annotations: []any{}, Logprobs: []any{}}}}
+// json is the item as the API shows it, with status.
+func (it *answerItem) json(status string) any {
+	if it.call {
+		return functionCallItem{Type: "function_call", ID: it.id, CallID: it.callID, Name: it.name, Arguments: it.args, Status: status}
+	}
+	return messageItem{Type: "message", ID: it.id, Status: status, Role: "assistant",
+		Content: []outputText{{Type: "output_text", Text: it.text.String(), Annotations: []any{}, Logprobs: []any{}}}}
 }
 
 func (rs *responsesSink) begin() error {
@@ -340,44 +441,91 @@ func (rs *responsesSink) delta(text string) error {
 	before := rs.reason.Phase()
 	r, a := rs.reason.Add(text)
 	rs.countReasoning(before, rs.reason.Phase())
-	return rs.out(r, a)
+	return rs.out(r, a, false)
 }
 
-func (rs *responsesSink) out(r, a string) error {
+// out writes reasoning and answer text, the answer through the tool call
+// parser when there is one; final flushes the parser.
+func (rs *responsesSink) out(r, a string, final bool) error {
+	if r != "" {
+		if err := rs.reasoningText(r); err != nil {
+			return err
+		}
+	}
+	if rs.tools == nil {
+		return rs.answerText(a)
+	}
+	evs := rs.tools.Add(a)
+	if final {
+		evs = append(evs, rs.tools.Flush()...)
+	}
+	for _, e := range evs {
+		var err error
+		switch {
+		case e.Kind == toolcall.CallBegin:
+			err = rs.beginCall(e.Name)
+		case e.Kind == toolcall.ArgumentsDelta:
+			err = rs.callArguments(e.Arguments)
+		case e.Kind == toolcall.CallEnd:
+			err = rs.endCall("completed")
+		case e.Call != nil:
+			if err = rs.beginCall(e.Call.Name); err == nil {
+				if err = rs.callArguments(e.Call.Arguments); err == nil {
+					err = rs.endCall("completed")
+				}
+			}
+		default:
+			err = rs.answerText(e.Text)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rs *responsesSink) reasoningText(r string) error {
+	rs.thought.WriteString(r)
 	if !rs.stream {
-		rs.thought.WriteString(r)
-		rs.text.WriteString(a)
 		return nil
 	}
 	if err := rs.begin(); err != nil {
 		return err
 	}
-	if r != "" {
-		if !rs.rsOpen {
-			rs.rsOpen = true
-			if err := rs.event("response.output_item.added", map[string]any{"output_index": rs.outIndex, "item": rs.reasoningItem("in_progress")}); err != nil {
-				return err
-			}
-		}
-		rs.thought.WriteString(r)
-		if err := rs.event("response.reasoning_text.delta", map[string]any{"item_id": rs.rsID, "output_index": rs.outIndex, "content_index": 0, "delta": r}); err != nil {
+	if !rs.rsOpen {
+		rs.rsOpen = true
+		if err := rs.event("response.output_item.added", map[string]any{"output_index": rs.outIndex, "item": rs.reasoningItem("in_progress")}); err != nil {
 			return err
 		}
 	}
+	return rs.event("response.reasoning_text.delta", map[string]any{"item_id": rs.rsID, "output_index": rs.outIndex, "content_index": 0, "delta": r})
+}
+
+// answerText writes text of the answer into the open message, opening one
+// when none is: with tools, only once the text is more than whitespace.
+func (rs *responsesSink) answerText(a string) error {
 	if a == "" {
 		return nil
 	}
-	if err := rs.closeReasoning(); err != nil {
-		return err
+	if rs.cur == nil || rs.cur.call {
+		if rs.tools != nil && strings.TrimSpace(a) == "" {
+			rs.space += a
+			return nil
+		}
+		a, rs.space = rs.space+a, ""
+		if err := rs.openMessage(); err != nil {
+			return err
+		}
 	}
-	if err := rs.openMessage(); err != nil {
-		return err
+	rs.cur.text.WriteString(a)
+	if !rs.stream {
+		return nil
 	}
-	rs.text.WriteString(a)
-	return rs.event("response.output_text.delta", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0,
+	return rs.event("response.output_text.delta", map[string]any{"item_id": rs.cur.id, "output_index": rs.outIndex, "content_index": 0,
 		"delta": a, "logprobs": []any{}})
 }
 
+// closeReasoning ends the reasoning item before the answer's first item.
 func (rs *responsesSink) closeReasoning() error {
 	if !rs.rsOpen || rs.rsDone {
 		return nil
@@ -394,18 +542,117 @@ func (rs *responsesSink) closeReasoning() error {
 	return nil
 }
 
-func (rs *responsesSink) openMessage() error {
-	if rs.msgOpen {
-		return nil
-	}
-	rs.msgOpen = true
-	item := rs.messageItem("in_progress")
-	item.Content = []outputText{}
-	if err := rs.event("response.output_item.added", map[string]any{"output_index": rs.outIndex, "item": item}); err != nil {
+// openItem starts an answer item after closing the one before.
+func (rs *responsesSink) openItem(it *answerItem) error {
+	if err := rs.closeItem("completed"); err != nil {
 		return err
 	}
-	return rs.event("response.content_part.added", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0,
+	rs.items = append(rs.items, it)
+	rs.cur = it
+	if !rs.stream {
+		return nil
+	}
+	if err := rs.begin(); err != nil {
+		return err
+	}
+	if err := rs.closeReasoning(); err != nil {
+		return err
+	}
+	added := it.json("in_progress")
+	if m, ok := added.(messageItem); ok {
+		m.Content = []outputText{}
+		added = m
+	}
+	return rs.event("response.output_item.added", map[string]any{"output_index": rs.outIndex, "item": added})
+}
+
+func (rs *responsesSink) openMessage() error {
+	if err := rs.openItem(&answerItem{id: "msg_" + newID()}); err != nil {
+		return err
+	}
+	if !rs.stream {
+		return nil
+	}
+	return rs.event("response.content_part.added", map[string]any{"item_id": rs.cur.id, "output_index": rs.outIndex, "content_index": 0,
 		"part": outputText{Type: "output_text", Text: "", Annotations: []any{}, Logprobs: []any{}}})
+}
+
+// closeItem ends the open answer item with status.
+func (rs *responsesSink) closeItem(status string) error {
+	it := rs.cur
+	if it == nil {
+		return nil
+	}
+	rs.cur = nil
+	if !rs.stream {
+		return nil
+	}
+	var evs []responseEvent
+	if it.call {
+		evs = []responseEvent{{"response.function_call_arguments.done", map[string]any{"item_id": it.id, "output_index": rs.outIndex,
+			"name": it.name, "arguments": it.args}}}
+	} else {
+		text := it.text.String()
+		evs = []responseEvent{
+			{"response.output_text.done", map[string]any{"item_id": it.id, "output_index": rs.outIndex, "content_index": 0, "text": text, "logprobs": []any{}}},
+			{"response.content_part.done", map[string]any{"item_id": it.id, "output_index": rs.outIndex, "content_index": 0,
+				"part": outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}}},
+		}
+	}
+	evs = append(evs, responseEvent{"response.output_item.done", map[string]any{"output_index": rs.outIndex, "item": it.json(status)}})
+	for _, ev := range evs {
+		if err := rs.event(ev.typ, ev.fields); err != nil {
+			return err
+		}
+	}
+	rs.outIndex++
+	return nil
+}
+
+type responseEvent struct {
+	typ    string
+	fields map[string]any
+}
+
+// beginCall opens a function_call item, unless the request's limit on
+// calls (parallel_tool_calls false, max_tool_calls) was reached: then the
+// call is dropped.
+func (rs *responsesSink) beginCall(name string) error {
+	if rs.skipCall = rs.maxCalls > 0 && rs.calls >= rs.maxCalls; rs.skipCall {
+		return nil
+	}
+	rs.calls++
+	return rs.openItem(&answerItem{call: true, id: "fc_" + newID(), callID: "call_" + newID()[:24], name: name})
+}
+
+func (rs *responsesSink) callArguments(args string) error {
+	if rs.skipCall || rs.cur == nil || !rs.cur.call {
+		return nil
+	}
+	rs.cur.args += args
+	if !rs.stream {
+		return nil
+	}
+	return rs.event("response.function_call_arguments.delta", map[string]any{"item_id": rs.cur.id, "output_index": rs.outIndex, "delta": args})
+}
+
+func (rs *responsesSink) endCall(status string) error {
+	if rs.skipCall {
+		rs.skipCall = false
+		return nil
+	}
+	return rs.closeItem(status)
+}
+
+// madeCalls are the answer's calls, for the tool choice's check.
+func (rs *responsesSink) madeCalls() []toolCallJSON {
+	var calls []toolCallJSON
+	for _, it := range rs.items {
+		if it.call {
+			calls = append(calls, toolCallJSON{Type: "function", Function: functionJSON{Name: it.name, Arguments: it.args}})
+		}
+	}
+	return calls
 }
 
 func (rs *responsesSink) end(finish string, u usageJSON) error {
@@ -416,8 +663,20 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 		rs.reasoningTokens += rs.pending
 	}
 	rs.pending = 0
-	if err := rs.out(r, a); err != nil {
+	if err := rs.out(r, a, true); err != nil {
 		return err
+	}
+	if err := rs.spec.check(rs.madeCalls()); err != nil {
+		rs.fail(err)
+		return err
+	}
+	// An answer with no item (or only whitespace) is one message.
+	if len(rs.items) == 0 {
+		space := rs.space
+		if err := rs.openMessage(); err != nil {
+			return err
+		}
+		rs.cur.text.WriteString(space)
 	}
 	usage := &responseUsage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens), TotalTokens: int(u.TotalTokens)}
 	if u.PromptTokensDetails != nil {
@@ -425,18 +684,29 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 	}
 	usage.OutputTokensDetails.ReasoningTokens = min(rs.reasoningTokens, usage.OutputTokens)
 	resp := rs.response("completed", usage)
-	// A cut-off answer leaves the response and its message incomplete.
-	itemStatus := "completed"
+	// A cut-off answer leaves the response and its last item incomplete.
+	lastStatus := "completed"
 	if finish == "length" {
-		resp.Status, itemStatus = "incomplete", "incomplete"
+		resp.Status = "incomplete"
 		resp.IncompleteDetails = &incompleteJSON{Reason: "max_output_tokens"}
+		// The item being written when the answer was cut is incomplete;
+		// one that had ended (a whole call) is not.
+		if rs.cur != nil {
+			lastStatus = "incomplete"
+		}
 	}
 	if rs.thought.Len() > 0 {
 		b, _ := json.Marshal(rs.reasoningItem(""))
 		resp.Output = append(resp.Output, b)
 	}
-	b, _ := json.Marshal(rs.messageItem(itemStatus))
-	resp.Output = append(resp.Output, b)
+	for i, it := range rs.items {
+		status := "completed"
+		if i == len(rs.items)-1 {
+			status = lastStatus
+		}
+		b, _ := json.Marshal(it.json(status))
+		resp.Output = append(resp.Output, b)
+	}
 	if !rs.stream {
 		writeJSON(rs.w, http.StatusOK, resp)
 		return nil
@@ -444,28 +714,11 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 	if err := rs.begin(); err != nil {
 		return err
 	}
-	if err := rs.closeReasoning(); err != nil {
-		return err
-	}
-	if err := rs.openMessage(); err != nil {
-		return err
-	}
 	// The last events end the response: they go out with the response's
 	// end when the handler returns, in one write (sse.last).
 	rs.sse.batch = true
-	text := rs.text.String()
-	for _, ev := range []struct {
-		typ    string
-		fields map[string]any
-	}{
-		{"response.output_text.done", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0, "text": text, "logprobs": []any{}}},
-		{"response.content_part.done", map[string]any{"item_id": rs.msgID, "output_index": rs.outIndex, "content_index": 0,
-			"part": outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}}},
-		{"response.output_item.done", map[string]any{"output_index": rs.outIndex, "item": rs.messageItem(itemStatus)}},
-	} {
-		if err := rs.event(ev.typ, ev.fields); err != nil {
-			return err
-		}
+	if err := rs.closeItem(lastStatus); err != nil {
+		return err
 	}
 	typ := "response.completed"
 	if resp.Status == "incomplete" {
@@ -515,5 +768,5 @@ func (s *Service) handleResponses(w *recorder, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.serve(w, r, []sink{newResponsesSink(w, req, p, card)}, card, a, prompt, p, "input")
+	s.serve(w, r, []sink{newResponsesSink(w, req, p, card, cr.tools)}, card, a, prompt, p, "input")
 }

@@ -1,6 +1,7 @@
 package frontend_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -106,7 +107,18 @@ func TestResponsesAPI(t *testing.T) {
 	t.Run("refused fields", func(t *testing.T) {
 		for _, tc := range []struct{ body, param string }{
 			{`{"model":"` + testModel + `","input":"hi","previous_response_id":"resp_1"}`, "previous_response_id"},
-			{`{"model":"` + testModel + `","input":"hi","tools":[{"type":"web_search"}]}`, "tools"},
+			{`{"model":"` + testModel + `","input":"hi","tools":[{"type":"web_search"}]}`, "tools[0].type"},
+			{`{"model":"` + testModel + `","input":"hi","tools":[{"type":"function"}]}`, "tools[0]"},
+			{`{"model":"` + testModel + `","input":"hi","tool_choice":"required"}`, "tool_choice"},
+			{`{"model":"` + testModel + `","input":"hi","tools":[` + weatherFunction + `],"tool_choice":{"type":"file_search"}}`, "tool_choice"},
+			{`{"model":"` + testModel + `","input":"hi","tools":[` + weatherFunction + `],"tool_choice":{"type":"function","name":"nope"}}`, "tool_choice"},
+			{`{"model":"` + testModel + `","input":"hi","tools":[` + weatherFunction + `],"max_tool_calls":0}`, "max_tool_calls"},
+			{`{"model":"` + testModel + `","input":[{"type":"item_reference","id":"fc_1"}]}`, "input[0].type"},
+			{`{"model":"` + testModel + `","input":[{"type":"function_call","name":"f","arguments":"{}"}]}`, "input[0].call_id"},
+			{`{"model":"` + testModel + `","input":[{"type":"function_call","call_id":"c","arguments":"{}"}]}`, "input[0].name"},
+			{`{"model":"` + testModel + `","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{"}]}`, "input[0].arguments"},
+			{`{"model":"` + testModel + `","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id"},
+			{`{"model":"` + testModel + `","input":[{"type":"reasoning","summary":[]}]}`, "input"},
 			{`{"model":"` + testModel + `","input":[{"type":"input_image"}]}`, "input[0].type"},
 			{`{"model":"` + testModel + `"}`, "input"},
 		} {
@@ -116,4 +128,142 @@ func TestResponsesAPI(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("tools", func(t *testing.T) {
+		body := `{"model":"` + testModel + `","input":"What is the weather in Paris?","max_output_tokens":200,"tools":[` + weatherFunction + `]}`
+		code, raw := s.post("/v1/responses", body, nil)
+		resp := decodeResponse(t, code, raw)
+		// The mocker calls the first tool, in Qwen3's <tool_call> form with
+		// whitespace around it: one function_call item and no message.
+		calls := resp.items("function_call")
+		if len(calls) != 1 || len(resp.items("message")) != 0 || resp.Status != "completed" {
+			t.Fatalf("output = %s", raw)
+		}
+		c := calls[0]
+		var args map[string]any
+		if c.Name != "get_weather" || !strings.HasPrefix(c.CallID, "call_") || !strings.HasPrefix(c.ID, "fc_") || c.Status != "completed" ||
+			json.Unmarshal([]byte(c.Arguments), &args) != nil || args["city"] != "switchyard" {
+			t.Fatalf("call = %+v", c)
+		}
+		if string(resp.ToolChoice) != `"auto"` || len(resp.Tools) != 1 || !resp.ParallelToolCalls {
+			t.Fatalf("echoed tool settings: %s", raw)
+		}
+		// The call's output sent back as input gets a text answer.
+		items, _ := json.Marshal([]any{
+			map[string]any{"role": "user", "content": "What is the weather in Paris?"},
+			map[string]any{"type": "function_call", "call_id": c.CallID, "name": c.Name, "arguments": c.Arguments},
+			map[string]any{"type": "function_call_output", "call_id": c.CallID, "output": "18 degrees and sunny"},
+		})
+		code, raw = s.post("/v1/responses", `{"model":"`+testModel+`","max_output_tokens":40,"tools":[`+weatherFunction+`],"input":`+string(items)+`}`, nil)
+		resp = decodeResponse(t, code, raw)
+		if len(resp.items("function_call")) != 0 || len(resp.items("message")) != 1 || resp.items("message")[0].Content[0].Text == "" {
+			t.Fatalf("answer to the tool's output = %s", raw)
+		}
+	})
+
+	t.Run("tools streamed", func(t *testing.T) {
+		body := `{"model":"` + testModel + `","input":"What is the weather in Paris?","max_output_tokens":200,"stream":true,"tools":[` + weatherFunction + `]}`
+		resp, raw := s.rawPost("/v1/responses", body, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, raw)
+		}
+		data, _ := sseEvents(t, raw)
+		var args, done string
+		var added, itemDone int
+		var final responseBody
+		for _, d := range data {
+			var ev struct {
+				Type      string          `json:"type"`
+				Delta     string          `json:"delta"`
+				Arguments string          `json:"arguments"`
+				Name      string          `json:"name"`
+				Item      answerOutput    `json:"item"`
+				Response  json.RawMessage `json:"response"`
+			}
+			if err := json.Unmarshal([]byte(d), &ev); err != nil {
+				t.Fatalf("%q: %v", d, err)
+			}
+			switch ev.Type {
+			case "response.output_item.added":
+				if ev.Item.Type == "function_call" {
+					added++
+				}
+			case "response.function_call_arguments.delta":
+				args += ev.Delta
+			case "response.function_call_arguments.done":
+				if ev.Name != "get_weather" {
+					t.Fatalf("arguments.done names %q", ev.Name)
+				}
+				done = ev.Arguments
+			case "response.output_item.done":
+				if ev.Item.Type == "function_call" {
+					itemDone++
+				}
+			case "response.output_text.delta":
+				t.Fatalf("text streamed beside the call: %q", d)
+			case "response.completed":
+				if err := json.Unmarshal(ev.Response, &final); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		calls := final.items("function_call")
+		if added != 1 || itemDone != 1 || args == "" || args != done || len(calls) != 1 || calls[0].Arguments != args {
+			t.Fatalf("added %d done %d, arguments %q / %q, final %+v", added, itemDone, args, done, final.Output)
+		}
+	})
+
+	t.Run("tool_choice none", func(t *testing.T) {
+		body := `{"model":"` + testModel + `","input":"What is the weather in Paris?","max_output_tokens":20,"tool_choice":"none","tools":[` + weatherFunction + `]}`
+		code, raw := s.post("/v1/responses", body, nil)
+		resp := decodeResponse(t, code, raw)
+		if len(resp.items("function_call")) != 0 || len(resp.items("message")) != 1 || string(resp.ToolChoice) != `"none"` {
+			t.Fatalf("output = %s", raw)
+		}
+	})
+}
+
+// weatherFunction is a Responses API function tool.
+const weatherFunction = `{"type":"function","name":"get_weather","description":"The current weather of a city.",` +
+	`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"strict":false}`
+
+// responseBody is what the tests read of a Responses API body.
+type responseBody struct {
+	Status            string            `json:"status"`
+	Output            []answerOutput    `json:"output"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	Tools             []json.RawMessage `json:"tools"`
+	ParallelToolCalls bool              `json:"parallel_tool_calls"`
+}
+
+type answerOutput struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Content   []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+func (r responseBody) items(typ string) []answerOutput {
+	var out []answerOutput
+	for _, it := range r.Output {
+		if it.Type == typ {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func decodeResponse(t *testing.T, code int, body map[string]any) responseBody {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	var r responseBody
+	if code != 200 || json.Unmarshal(raw, &r) != nil {
+		t.Fatalf("status %d: %s", code, raw)
+	}
+	return r
 }
