@@ -48,6 +48,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative migration limit", func(c *Config) { c.MigrationLimit = -1 }, "--migration-limit"},
 		{"negative in-flight bound", func(c *Config) { c.MaxInflightPerWorker = -1 }, "--max-inflight-per-worker"},
 		{"negative shutdown timeout", func(c *Config) { c.ShutdownTimeout = -1 }, "--shutdown-timeout"},
+		{"zero handoff deadline", func(c *Config) { c.HandoffDeadline = 0 }, "--handoff-deadline"},
 		{"no registry", func(c *Config) { c.RegistryAddr = " " }, "--registry-addr"},
 		{"registry list without an address", func(c *Config) { c.RegistryAddr = " , ," }, "--registry-addr"},
 		{"no eventbus", func(c *Config) { c.EventbusAddr = "" }, "--eventbus-addr"},

@@ -129,7 +129,7 @@ func (e *legError) Error() string {
 func (e *legError) Unwrap() error { return e.err }
 
 // errLegDeadline ends a leg that passed --handoff-deadline.
-var errLegDeadline = errors.New("no answer within --handoff-deadline")
+var errLegDeadline = errors.New("the --handoff-deadline passed")
 
 // disagg holds what the two legs need beyond a request: connections to
 // workers' WorkerService (for ReleaseKvHandoff), the releases in flight,
@@ -323,7 +323,7 @@ func (s *Service) pairAttempt(ctx context.Context, id string, d decision, j *job
 	}
 	switch {
 	case late.Load():
-		return 0, &legError{instance: d.instanceID, reason: fallbackHandoffTimeout, err: fmt.Errorf("no token %w (%s)", errLegDeadline, s.cfg.HandoffDeadline)}
+		return 0, &legError{instance: d.instanceID, reason: fallbackHandoffTimeout, err: fmt.Errorf("no token from the decode leg: %w (%s)", errLegDeadline, s.cfg.HandoffDeadline)}
 	case handoffRefused(err):
 		return 0, &legError{instance: d.instanceID, reason: fallbackHandoffRefused, err: err}
 	}
@@ -370,7 +370,7 @@ func (s *Service) prefillLeg(ctx context.Context, id string, d decision, j *job,
 	}
 	reason := fallbackPrefillFailed
 	if errors.Is(context.Cause(pctx), errLegDeadline) {
-		reason, err = fallbackPrefillTimeout, fmt.Errorf("no handoff %w (%s)", errLegDeadline, s.cfg.HandoffDeadline)
+		reason, err = fallbackPrefillTimeout, fmt.Errorf("no handoff from the prefill leg: %w (%s)", errLegDeadline, s.cfg.HandoffDeadline)
 	}
 	return nil, 0, &legError{prefill: true, instance: p.instanceID, reason: reason, err: err}
 }

@@ -28,6 +28,16 @@ import (
 // has not expired yet (or cannot expire, etcd being away). It returns the
 // ghost's instance id.
 func (s *stack) ghost(m *mockerHandle) uint64 {
+	s.t.Helper()
+	id := s.ghostAs(m, nil)
+	m.kill()
+	return id
+}
+
+// ghostAs registers a copy of mocker m's instance and model card, changed
+// by change when set, on a lease the test keeps alive, and returns the
+// copy's instance id; m runs on.
+func (s *stack) ghostAs(m *mockerHandle, change func(*registryv1.Instance)) uint64 {
 	t := s.t
 	t.Helper()
 	ctx := testCtx(t.(*testing.T))
@@ -43,6 +53,9 @@ func (s *stack) ghost(m *mockerHandle) uint64 {
 	t.Cleanup(func() { _ = sess.Close(ctx) })
 	in := proto.Clone(m.w.Instance()).(*registryv1.Instance)
 	in.InstanceId = 0
+	if change != nil {
+		change(in)
+	}
 	if _, err := sess.Register(ctx, in); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +72,6 @@ func (s *stack) ghost(m *mockerHandle) uint64 {
 			}
 		}
 	}
-	m.kill()
 	return sess.ID()
 }
 
