@@ -31,7 +31,11 @@ func longTrace(t *testing.T, n int) []Request {
 // prefill plus the transfer); the pools are the split asked for; the
 // aggregated modes report no pools.
 func TestDisaggModes(t *testing.T) {
-	trace := longTrace(t, 40)
+	n := 40
+	if testing.Short() {
+		n = 20 // make test: the race detector on a shared machine
+	}
+	trace := longTrace(t, n)
 	tests := []struct {
 		name            string
 		mode            string
