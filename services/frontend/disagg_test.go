@@ -250,7 +250,8 @@ func hexID(id uint64) string { return strconv.FormatUint(id, 16) }
 // decode worker and the prefill worker in its headers, the frontend sent
 // one leg to each, the decode worker pulled every handoff and no KV stays
 // held; usage is the whole request's, and the repeated prompt is counted
-// as cached.
+// as cached. With the prefill worker gone, a request runs whole on the
+// decode worker and only it is named.
 func TestDisaggregatedLegs(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -296,5 +297,17 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 	if took, ok := s.waitReleased(10 * time.Second); !ok {
 		t.Errorf("KV still held %v after the requests", took)
+	}
+	s.waitIdle("after the two-leg requests")
+	// Without a prefill worker the decode worker runs requests whole: the
+	// response names it alone.
+	s.kill(prefill.w.InstanceID())
+	s.waitInstances(1)
+	r, err := s.chat(ctx, "", "And without a prefill worker?", maxTokens, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, p := r.header.Get(frontend.HeaderWorker), r.header.Get(frontend.HeaderPrefillWorker); w != hexID(decode.w.InstanceID()) || p != "" || r.completion != maxTokens {
+		t.Errorf("a whole request: worker %q, prefill worker %q, %d tokens; want the decode worker alone, %d tokens", w, p, r.completion, maxTokens)
 	}
 }

@@ -226,6 +226,9 @@ func TestDisaggFaults(t *testing.T) {
 		}
 		close(stop)
 		tl := <-loopDone
+		// Both legs of every request ended in the router's and the
+		// frontend's counts.
+		s.waitIdle(f.name)
 		row.loop, row.loopErrs = tl.tried, tl.tried-tl.ok
 		if tl.first != nil {
 			t.Errorf("%s: the client loop beside it: %v", f.name, tl)
@@ -278,11 +281,12 @@ func blackHole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestSilentPrefillWorker: the only prefill worker accepts the prefill leg
-// and never answers (nor its WorkerService). Every request is answered in
-// full, the prompt computed locally on the decode worker once
-// --handoff-deadline passed: no hang, no error, no prefill header, and the
-// frontend tried to free the handoff the silent worker might hold.
+// TestSilentPrefillWorker: the only prefill workers, two, accept the
+// prefill leg and never answer (nor their WorkerService). Every request is
+// answered in full: its prefill leg tried on one, then the other, each
+// given up after --handoff-deadline, then the prompt computed locally on
+// the decode worker (no hang, no error, no prefill header), and the
+// frontend tried to free the handoffs the silent workers might hold.
 func TestSilentPrefillWorker(t *testing.T) {
 	t.Parallel()
 	// The tokenizer's first load on a loaded machine may take most of
@@ -295,13 +299,18 @@ func TestSilentPrefillWorker(t *testing.T) {
 	if _, err := s.chat(ctx, "", "warm up", 2, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	hole := blackHole(t)
-	silent := s.ghostAs(s.prefill[0], func(in *registryv1.Instance) {
-		in.Transport = &commonv1.Transport{Tcp: hole}
-		in.Metadata[wire.MetadataWorkerAPI] = hole
-	})
+	// Two silent prefill workers: a request tries one, then the other,
+	// then (maxPrefillFailures) computes its prompt locally.
+	var silent []uint64
+	for range 2 {
+		hole := blackHole(t)
+		silent = append(silent, s.ghostAs(s.prefill[0], func(in *registryv1.Instance) {
+			in.Transport = &commonv1.Transport{Tcp: hole}
+			in.Metadata[wire.MetadataWorkerAPI] = hole
+		}))
+	}
 	s.kill(s.prefill[0].w.InstanceID())
-	s.waitInstances(2)
+	s.waitInstances(3)
 	decode := hexID(s.decode[0].w.InstanceID())
 	const requests = 3
 	var slowest time.Duration
@@ -318,12 +327,14 @@ func TestSilentPrefillWorker(t *testing.T) {
 				r.header.Get(frontend.HeaderWorker), r.header.Get(frontend.HeaderPrefillWorker), decode)
 		}
 	}
-	if n := s.metric("switchyard_frontend_disagg_fallbacks_total", `reason="prefill_timeout"`); n != requests {
-		t.Errorf("prefill_timeout fallbacks %v, want %d", n, requests)
+	if n := s.metric("switchyard_frontend_disagg_fallbacks_total", `reason="prefill_timeout"`); n != 2*requests {
+		t.Errorf("prefill_timeout fallbacks %v, want %d", n, 2*requests)
 	}
-	if n := s.metric("switchyard_frontend_worker_requests_total", fmt.Sprintf(`instance="%s"`, hexID(silent))); n != requests {
-		t.Errorf("prefill legs sent to the silent worker: %v, want %d", n, requests)
+	for _, id := range silent {
+		if n := s.metric("switchyard_frontend_worker_requests_total", fmt.Sprintf(`instance="%s"`, hexID(id))); n != requests {
+			t.Errorf("prefill legs sent to silent worker %x: %v, want %d", id, n, requests)
+		}
 	}
-	t.Logf("%d requests with a silent prefill worker and --handoff-deadline %v: all answered, the slowest in %v", requests, deadline,
+	t.Logf("%d requests with two silent prefill workers and --handoff-deadline %v: all answered, the slowest in %v", requests, deadline,
 		slowest.Round(time.Millisecond))
 }
