@@ -30,6 +30,16 @@
 // worker_failed: before any output as a JSON error, during a stream as an
 // error event followed by data: [DONE].
 //
+// Disaggregation: when the router's decision carries a prefill target, the
+// attempt runs in two legs (disagg.go): the prefill leg on the prefill
+// worker, whose answer is the KV handoff, then the decode leg with it on
+// the decode worker; a leg that fails is routed again without what failed
+// (another prefill worker, or a local prefill), within --handoff-deadline
+// per leg, and a handoff not taken is released. Every generated response
+// names its workers: X-Switchyard-Worker (the decode or whole-request
+// worker) and X-Switchyard-Prefill-Worker (when the prompt was computed on
+// a prefill worker), as hex instance ids.
+//
 // Errors have OpenAI's shape {"error":{"message","type","param","code"}}:
 // 400 invalid_request_error (malformed JSON, invalid fields, a prompt over
 // the context length with code context_length_exceeded), 401 invalid_api_key
