@@ -398,8 +398,7 @@ func (rs *responsesSink) response(status string, u *responseUsage) responseJSON 
 	for _, t := range rs.req.Tools {
 		var tool responsesTool
 		_ = json.Unmarshal(t, &tool) // validated by decodeResponses
-		b, _ := json.Marshal(echoedTool{Type: tool.Type, Name: tool.Name, Description: tool.Description,
-			Parameters: tool.Parameters, Strict: tool.Strict})
+		b, _ := json.Marshal(echoedTool(tool))
 		r.Tools = append(r.Tools, b)
 	}
 	r.Text.Format = json.RawMessage(`{"type":"text"}`)
