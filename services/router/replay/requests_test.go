@@ -22,7 +22,7 @@ func TestRecordingChangesNothing(t *testing.T) {
 	}
 	trace = trace[:120]
 	cfg := smallConfig()
-	for _, mode := range []string{"kv", "kv-3-replicas", "round-robin"} {
+	for _, mode := range []string{"kv", "kv-3-replicas", "round-robin", "disagg-always"} {
 		t.Run(mode, func(t *testing.T) {
 			plain, err := Run(trace, cfg, mode)
 			if err != nil {

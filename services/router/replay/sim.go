@@ -522,7 +522,9 @@ func (s *sim) step(w *simEngine) {
 	w.busy, w.stepEnd = true, s.now+res.Duration
 	if s.record {
 		for _, id := range res.Admitted {
-			if in := s.reqs[id]; in != nil && in.rec != nil {
+			// A pair is admitted twice, by its prefill and its decode
+			// engine: its wait is for the first.
+			if in := s.reqs[id]; in != nil && in.rec != nil && in.rec.Wait < 0 {
 				in.rec.Wait = s.now - in.arrival
 			}
 		}
