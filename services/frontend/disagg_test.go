@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -255,7 +256,8 @@ func hexID(id uint64) string { return strconv.FormatUint(id, 16) }
 func TestDisaggregatedLegs(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	s := startPD(t, 1, 1, 0, stackOpts{})
+	var logs syncBuffer
+	s := startPD(t, 1, 1, 0, stackOpts{log: slog.New(slog.NewTextHandler(&logs, nil))})
 	prefill, decode := s.prefill[0], s.decode[0]
 	const requests, maxTokens = 4, 8
 	for i := range requests {
@@ -299,6 +301,16 @@ func TestDisaggregatedLegs(t *testing.T) {
 		t.Errorf("KV still held %v after the requests", took)
 	}
 	s.waitIdle("after the two-leg requests")
+	// The access log names both workers of each two-leg request.
+	named := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, " worker="+hexID(decode.w.InstanceID())) && strings.Contains(line, " prefill_worker="+hexID(prefill.w.InstanceID())) {
+			named++
+		}
+	}
+	if named != requests {
+		t.Errorf("%d access log lines name both workers, want %d", named, requests)
+	}
 	// Without a prefill worker the decode worker runs requests whole: the
 	// response names it alone.
 	s.kill(prefill.w.InstanceID())

@@ -41,8 +41,9 @@ type outcome struct {
 	// attempt had cached; usage counts the larger of it and the decode
 	// worker's (what either leg reused).
 	legCached uint32
-	// instance is the worker of the last attempt.
-	instance uint64
+	// instance is the worker of the last attempt, prefill its prefill
+	// worker when it ran in two legs (0 otherwise).
+	instance, prefill uint64
 }
 
 // migratable reports whether a failed attempt may be retried on another
@@ -94,7 +95,10 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 			return out, err
 		}
 		s.metrics.routed(d.instanceID)
-		out.instance = d.instanceID
+		out.instance, out.prefill = d.instanceID, 0
+		if d.prefill != nil {
+			out.prefill = d.prefill.instanceID
+		}
 		if j.servedBy != nil {
 			j.servedBy(d)
 		}

@@ -296,8 +296,10 @@ func (l *load) of(id uint64) int {
 
 // generation is what one generation request did.
 type generation struct {
-	id                     string
-	instance               uint64
+	id       string
+	instance uint64
+	// prefill is the prefill worker of a two-leg attempt; 0 if none.
+	prefill                uint64
 	prompt, cached, output uint32
 	ttft                   time.Duration
 	start, first           time.Time
@@ -320,7 +322,7 @@ func (r *recorder) trackGeneration(id string, prompt int, start time.Time, emit 
 
 // done notes how the generation ended.
 func (g *generation) done(out outcome, err error) {
-	g.instance, g.cached, g.output, g.err = out.instance, out.cachedPrompt, out.completion, err
+	g.instance, g.prefill, g.cached, g.output, g.err = out.instance, out.prefill, out.cachedPrompt, out.completion, err
 }
 
 // accessLog writes one line per API request and feeds the status page.
@@ -342,6 +344,9 @@ func (s *Service) accessLog(r *http.Request, rec *recorder, endpoint string, sta
 	if g := rec.gen; g != nil {
 		attrs = append(attrs, "request_id", g.id, "worker", fmt.Sprintf("%x", g.instance), "prompt_tokens", g.prompt,
 			"cached_tokens", g.cached, "output_tokens", g.output, "ttft_ms", millis(g.ttft))
+		if g.prefill != 0 {
+			attrs = append(attrs, "prefill_worker", fmt.Sprintf("%x", g.prefill))
+		}
 		if g.err != nil {
 			attrs = append(attrs, "err", g.err.Error())
 		}
