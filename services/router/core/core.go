@@ -144,6 +144,9 @@ type Core struct {
 	// record, for watchers of saturation.
 	saturation scheduler.Limits
 	changed    changeSignal
+	// typical is each model's typical prompt tokens to compute (see
+	// saturation.go), under mu.
+	typical map[string]float64
 }
 
 type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
@@ -210,6 +213,7 @@ func New(cfg Config) *Core {
 		now:         time.Now,
 		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		endpoints:   map[endpointKey]map[uint64]*registryv1.Instance{},
+		typical:     map[string]float64{},
 		refs:        map[uint64]int{},
 		lastEvent:   map[uint64]time.Time{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
@@ -333,6 +337,7 @@ func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
 				}
 				if len(eps) == 0 {
 					delete(c.models, card.ModelName)
+					delete(c.typical, card.ModelName)
 				}
 			}
 			continue
@@ -796,6 +801,9 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	c.mu.Lock()
 	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, pblocks, d.blockSize), hashes)
+	if m, ok := r.Target.GetKind().(*routerv1.Target_Model); ok {
+		c.noteTypicalLocked(m.Model, max(pblocks, 1)*d.blockSize)
+	}
 	c.mu.Unlock()
 	// A decode leg computes nothing of the prompt but its handoff.
 	own := len(hashes) - d.overlap

@@ -33,11 +33,15 @@ func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 	return l.Saturated(d.scored, req, chosen)
 }
 
-// Saturation says whether a model's fleet is saturated for a request of
-// one block (the smallest that can be routed), from the load record as it
-// is: what WatchSaturation streams. It records nothing. A model without
-// a live worker is not saturated (the frontend answers its requests with
-// no_instance, not a queue).
+// Saturation says whether a model's fleet is saturated for a typical
+// request of the model (the prompt tokens its recent decisions had to
+// compute, on average; one block before the first), cached nowhere, from
+// the load record as it is: what WatchSaturation streams. A smaller
+// nominal request (one block) would say there is room while every real
+// request is refused it, and a frontend would let one more in at every
+// such change. It records nothing. A model without a live worker is not
+// saturated (the frontend answers its requests with no_instance, not a
+// queue).
 func (c *Core) Saturation(model string) bool {
 	if c.limits().Off() {
 		return false
@@ -52,8 +56,9 @@ func (c *Core) Saturation(model string) bool {
 		scored[i] = scheduler.Candidate{Worker: w, Timing: *cands[i].timing}
 	}
 	ver := c.timingVer
+	tokens := max(int(c.typical[model]), bs)
 	c.mu.Unlock()
-	req := scheduler.Request{Blocks: 1, Tokens: bs, BlockSize: bs}
+	req := scheduler.Request{Blocks: tokens / bs, Tokens: tokens, BlockSize: bs}
 	d := &decision{scored: scored, pools: pl}
 	if pl == nil {
 		c.load.FillAllVersion(scored, bs, ver)
@@ -62,6 +67,21 @@ func (c *Core) Saturation(model string) bool {
 		c.legs.load.FillAllVersion(scored[pl.serve:], bs, ver)
 	}
 	return c.saturated(d, req, -1)
+}
+
+// typicalWeight is the weight of each decision in a model's typical
+// request: an average over about its last 20 decisions.
+const typicalWeight = 0.05
+
+// noteTypicalLocked counts a decision's prompt tokens to compute in its
+// model's typical request.
+func (c *Core) noteTypicalLocked(model string, tokens int) {
+	t, ok := c.typical[model]
+	if !ok {
+		c.typical[model] = float64(tokens)
+		return
+	}
+	c.typical[model] = t + typicalWeight*(float64(tokens)-t)
 }
 
 // Models are the models live model cards name, in name order.

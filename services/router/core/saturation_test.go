@@ -23,7 +23,7 @@ func TestSaturation(t *testing.T) {
 		routes int
 		// want is the saturated field of each decision in turn; after
 		// the last (three prompts on each worker), Saturation, for a
-		// prompt of one block, is want's last.
+		// typical prompt (4,000 tokens), is want's last.
 		want []bool
 	}{
 		{"off", Config{}, 6, []bool{false, false, false, false, false, false}},

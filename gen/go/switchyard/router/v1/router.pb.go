@@ -1565,8 +1565,8 @@ type ModelSaturation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The model.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// Whether its fleet is saturated for a request of one block; false for
-	// a model that has no live worker left.
+	// Whether its fleet is saturated for a typical request of the model;
+	// false for a model that has no live worker left.
 	Saturated     bool `protobuf:"varint,2,opt,name=saturated,proto3" json:"saturated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

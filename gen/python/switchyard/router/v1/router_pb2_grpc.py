@@ -178,8 +178,9 @@ class RouterServiceServicer(object):
         RouteResponse.saturated), for a frontend that queues requests while it
         is: the first answer holds every watched model the router knows, each
         later one the models whose state changed since. The router decides
-        for a request of one block (the smallest that can be routed), after
-        every change of its load record (a routed, completed or freed request,
+        for a typical request of the model (the prompt tokens its recent
+        decisions had to compute, on average, cached nowhere), after every
+        change of its load record (a routed, completed or freed request,
         a worker's load report, a worker come or gone), so a frontend learns
         that capacity freed without routing a request. It fails only as every
         call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).

@@ -894,8 +894,8 @@ export type ModelSaturation = Message<"switchyard.router.v1.ModelSaturation"> & 
   model: string;
 
   /**
-   * Whether its fleet is saturated for a request of one block; false for
-   * a model that has no live worker left.
+   * Whether its fleet is saturated for a typical request of the model;
+   * false for a model that has no live worker left.
    *
    * @generated from field: bool saturated = 2;
    */
@@ -1411,8 +1411,9 @@ export const RouterService: GenService<{
    * RouteResponse.saturated), for a frontend that queues requests while it
    * is: the first answer holds every watched model the router knows, each
    * later one the models whose state changed since. The router decides
-   * for a request of one block (the smallest that can be routed), after
-   * every change of its load record (a routed, completed or freed request,
+   * for a typical request of the model (the prompt tokens its recent
+   * decisions had to compute, on average, cached nowhere), after every
+   * change of its load record (a routed, completed or freed request,
    * a worker's load report, a worker come or gone), so a frontend learns
    * that capacity freed without routing a request. It fails only as every
    * call may (Unavailable, Unauthenticated, PermissionDenied, Canceled).
