@@ -74,7 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.RouterAddr, "router-addr", "localhost:7003", "router address(es), comma-separated; status asks each")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
-	fs.StringVar(&c.FrontendAddr, "frontend-addr", "localhost:8000", "frontend HTTP address(es) or URLs, comma-separated; status asks each which workers it has fenced (empty: none)")
+	fs.StringVar(&c.FrontendAddr, "frontend-addr", "localhost:8000", "frontend HTTP address(es) or URLs, comma-separated; status asks each which workers it has fenced and what its admission queues hold (empty: none)")
 	c.TLS.RegisterClientFlags(fs, "the services")
 	c.Auth.RegisterFlags(fs)
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "bound on each call to a service")

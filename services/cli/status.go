@@ -35,8 +35,30 @@ type Status struct {
 	// Planner is the planner's last decision (from the registry), when a
 	// planner has written one.
 	Planner *core.Decision `json:"planner,omitempty"`
+	// Queues are the admission queues of the frontends asked (--frontend-addr),
+	// by frontend and model.
+	Queues []QueueStatus `json:"queues,omitempty"`
 	// Problems are the services that did not answer, and why.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// QueueStatus is one frontend's admission queue of one model, as its
+// /status.json tells it.
+type QueueStatus struct {
+	Frontend  string `json:"frontend"`
+	Model     string `json:"model"`
+	Saturated bool   `json:"saturated"`
+	Queued    int    `json:"queued"`
+	Bands     []struct {
+		Priority int32 `json:"priority"`
+		Queued   int   `json:"queued"`
+	} `json:"bands"`
+	TopTenants []struct {
+		Tenant              string `json:"tenant"`
+		InFlight            uint32 `json:"in_flight"`
+		Queued              uint32 `json:"queued"`
+		FleetInFlightTokens uint64 `json:"fleet_in_flight_tokens"`
+	} `json:"top_tenants"`
 }
 
 // ModelStatus is one served model.
@@ -187,7 +209,11 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 	}
 	fencedBy := map[string][]string{}
 	for _, addr := range splitAddrs(c.FrontendAddr) {
-		fenced, err := frontendFenced(ctx, c, addr)
+		fenced, queues, err := frontendFenced(ctx, c, addr)
+		for _, q := range queues {
+			q.Frontend = addr
+			st.Queues = append(st.Queues, q)
+		}
 		if err != nil {
 			st.Problems = append(st.Problems, "frontend "+addr+": "+err.Error())
 			continue
@@ -263,7 +289,7 @@ func lastDecision(ctx context.Context, reg *discovery.Client) (*core.Decision, e
 
 // frontendFenced asks a frontend's /status.json which instances it has
 // fenced out of routing.
-func frontendFenced(ctx context.Context, c Config, addr string) ([]string, error) {
+func frontendFenced(ctx context.Context, c Config, addr string) ([]string, []QueueStatus, error) {
 	url := strings.TrimSuffix(addr, "/")
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
@@ -272,24 +298,25 @@ func frontendFenced(ctx context.Context, c Config, addr string) ([]string, error
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, url+"/status.json", nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /status.json: %s (a frontend with --no-status-page cannot say what it fenced)", resp.Status)
+		return nil, nil, fmt.Errorf("GET /status.json: %s (a frontend with --no-status-page cannot say what it fenced)", resp.Status)
 	}
 	var rep struct {
 		Workers []struct {
 			ID    string `json:"id"`
 			State string `json:"state"`
 		} `json:"workers"`
+		Admission []QueueStatus `json:"admission"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&rep); err != nil {
-		return nil, fmt.Errorf("GET /status.json: %w", err)
+		return nil, nil, fmt.Errorf("GET /status.json: %w", err)
 	}
 	var out []string
 	for _, w := range rep.Workers {
@@ -297,7 +324,7 @@ func frontendFenced(ctx context.Context, c Config, addr string) ([]string, error
 			out = append(out, w.ID)
 		}
 	}
-	return out, nil
+	return out, rep.Admission, nil
 }
 
 func routerStatus(ctx context.Context, c Config, addr string) (RouterStatus, *routerv1.GetStatsResponse) {
@@ -384,6 +411,24 @@ func (st *Status) Print(out io.Writer) {
 		fmt.Fprintf(tw, "  MODEL\tROLE\tWORKERS\tTARGET\tFORECAST REQ/S\tWORKER CAPACITY\tREASON\n")
 		for _, p := range d.Pools {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%.2f\t%.2f\t%s\n", p.Model, p.Role, p.Current, p.Target, p.Inputs.Forecast.RequestsPerSec, p.Inputs.CapacityRPS, p.Reason)
+		}
+	}
+	if len(st.Queues) > 0 {
+		fmt.Fprintf(tw, "\nADMISSION QUEUES\n")
+		fmt.Fprintf(tw, "  FRONTEND\tMODEL\tFLEET\tQUEUED\tBY PRIORITY\tTOP TENANTS (IN FLIGHT/QUEUED HERE, TOKENS IN FLIGHT EVERYWHERE)\n")
+		for _, q := range st.Queues {
+			fleet := "has room"
+			if q.Saturated {
+				fleet = "saturated"
+			}
+			var bands, tenants []string
+			for _, b := range q.Bands {
+				bands = append(bands, fmt.Sprintf("%d: %d", b.Priority, b.Queued))
+			}
+			for _, t := range q.TopTenants {
+				tenants = append(tenants, fmt.Sprintf("%s %d/%d %d", dash(t.Tenant), t.InFlight, t.Queued, t.FleetInFlightTokens))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", q.Frontend, q.Model, fleet, q.Queued, dash(strings.Join(bands, ", ")), dash(strings.Join(tenants, "; ")))
 		}
 	}
 	fmt.Fprintf(tw, "\nEVENT STREAMS\n")

@@ -95,6 +95,9 @@ type Config struct {
 	// the request routed again with its prefill elsewhere or local.
 	HandoffDeadline time.Duration
 
+	// Admission is admission control (admission.go).
+	Admission AdmissionConfig
+
 	// CORSOrigins is --cors-origins, a comma list of origins browsers may
 	// call the API from ("*" for any); empty sends no CORS headers.
 	CORSOrigins string
@@ -133,7 +136,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated")
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "answer 429 when every worker of a model has this many requests in flight (0: no limit)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require Authorization: Bearer with this key on /v1/*")
-	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>, then optional name=NAME rpm=N tpm=N")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", "", "file of accepted API keys, one per line, in clear or as sha256:<64 hex digits>, then optional name=NAME rpm=N tpm=N priority=N")
 	fs.IntVar(&c.KeyRequestsPerMinute, "key-requests-per-minute", 0, "requests per minute each API key may make (token bucket; a key file line's rpm= overrides; 0: no limit)")
 	fs.IntVar(&c.KeyTokensPerMinute, "key-tokens-per-minute", 0, "prompt plus completion tokens per minute each API key may use (token bucket; a key file line's tpm= overrides; 0: no limit)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", obs.DebugFlagUsage)
@@ -148,6 +151,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Security.RegisterFlags(fs, "the registry, router and eventbus")
 	c.Core = core.DefaultConfig()
 	c.Core.RegisterFlags(fs)
+	c.Admission.RegisterFlags(fs)
 }
 
 // Complete reads what the settings name: the request plane from
@@ -179,6 +183,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Core.Validate(); err != nil {
+		return err
+	}
+	if err := c.Admission.Validate(); err != nil {
 		return err
 	}
 	switch {

@@ -124,6 +124,9 @@ type apiKey struct {
 	rpm, tpm int
 	// requests and tokens are their buckets, made by keyring.start.
 	requests, tokens *tokenBucket
+	// priority is its requests' admission band unless they send
+	// x-switchyard-priority (admission.go); 0 by default.
+	priority int32
 }
 
 // keyring is the frontend's API keys, in file order.
@@ -143,7 +146,9 @@ var keyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 // disk does not hold the key, then optional fields name=NAME (the key's name
 // in metrics and the access log; default key-N, N its position among the
 // keys), rpm=N and tpm=N (its requests and tokens per minute; default
-// --key-requests-per-minute and --key-tokens-per-minute, 0 no limit).
+// --key-requests-per-minute and --key-tokens-per-minute, 0 no limit) and
+// priority=N (its requests' admission band when they send no
+// x-switchyard-priority; default 0, negative: sheddable).
 func (c *Config) readKeys() (*keyring, error) {
 	ring := &keyring{now: time.Now}
 	if c.RateLimitClock != nil {
@@ -212,7 +217,7 @@ func (c *Config) parseKeyLine(line string, ordinal int) (*apiKey, error) {
 	for _, f := range fields[1:] {
 		name, val, ok := strings.Cut(f, "=")
 		if !ok {
-			return nil, fmt.Errorf("field %d is not name=value (name=, rpm= or tpm=)", 1+indexOf(fields, f))
+			return nil, fmt.Errorf("field %d is not name=value (name=, rpm=, tpm= or priority=)", 1+indexOf(fields, f))
 		}
 		switch name {
 		case "name":
@@ -233,8 +238,14 @@ func (c *Config) parseKeyLine(line string, ordinal int) (*apiKey, error) {
 			} else {
 				k.tpm = v
 			}
+		case "priority":
+			v, err := parsePriority(val)
+			if err != nil {
+				return nil, fmt.Errorf("invalid priority=%q: want a whole number from %d to %d", val, -maxPriority, maxPriority)
+			}
+			k.priority = v
 		default:
-			return nil, fmt.Errorf("unknown field %q: valid fields are name=, rpm= and tpm=", name)
+			return nil, fmt.Errorf("unknown field %q: valid fields are name=, rpm=, tpm= and priority=", name)
 		}
 	}
 	return k, nil

@@ -65,6 +65,8 @@ type routing struct {
 	// plane is the frontend's own request plane: of a worker that serves
 	// several, the address on it is called.
 	plane transport.Plane
+	// decided, when set, hears each decision's saturation (admission.go).
+	decided func(model string, saturated bool)
 }
 
 func newRouting(cfg *Config, creds credentials.TransportCredentials, auth credentials.PerRPCCredentials, m *metrics, log *slog.Logger) (*routing, error) {
@@ -112,6 +114,9 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		resp, err := r.streams[i].route(rctx, req)
 		cancel()
 		if err == nil {
+			if r.decided != nil {
+				r.decided(model, resp.GetSaturated())
+			}
 			d, err := decisionOf(resp, remote, r.plane)
 			if err != nil {
 				r.reports.add(id, true)
@@ -155,6 +160,9 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	// every worker, and one left per request is garbage the collector
 	// chases. The request's token ids are hashed by the core, which keeps
 	// the hashes it made, so Route (not RouteOwned) costs no copy here.
+	if r.decided != nil {
+		r.decided(model, resp.GetSaturated())
+	}
 	d, err := decisionOf(resp, nil, r.plane)
 	core.Recycle(resp)
 	if err != nil {

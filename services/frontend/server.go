@@ -129,6 +129,7 @@ type Service struct {
 	assets     *assetCache
 	routing    *routing
 	disagg     *disagg
+	admission  *admission
 	load       *load
 	recent     *recent
 	client     transport.Client
@@ -145,6 +146,9 @@ type Service struct {
 	cancelBase context.CancelFunc
 	done       chan struct{}
 	err        error
+	// admissionWait stops admission control's goroutines and waits for
+	// them.
+	admissionWait func()
 	// hook, when set, is called at each point of a request's path that
 	// testPoint names; only this package's tests set it (to inject a
 	// failure there).
@@ -218,6 +222,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	u.Push(s.routing.close)
 	s.disagg = newDisagg(grpcclient.Options{Credentials: creds, Token: auth, Log: log}, s.metrics.registry)
 	u.Push(s.disagg.close)
+	s.startAdmission()
+	u.Push(s.stopAdmission)
 	debug, err := obs.StartDebug(ctx, cfg.DebugAddr, log)
 	if err != nil {
 		return nil, err
@@ -291,6 +297,7 @@ func (s *Service) lifecycle(ctx context.Context, served chan error) {
 	}
 	s.instances.Close()
 	s.models.Close()
+	s.stopAdmission()
 	s.routing.close()
 	s.disagg.close()
 	_ = s.client.Close()
@@ -741,6 +748,12 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 		writeError(w, err)
 		return
 	}
+	tk, err := s.admit(r, p, len(prompt), len(sks))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer tk.done()
 	if s.load.saturated(s.catalog.modelInstances(p.model), s.cfg.MaxInflightPerWorker) {
 		writeError(w, fmt.Errorf("%w: %d requests in flight on each; retry later", ErrOverloaded, s.cfg.MaxInflightPerWorker))
 		return
@@ -986,6 +999,9 @@ func errorStatus(err error) (int, errorJSON) {
 		// both mean: retry later.
 		e.Type, e.Code = "rate_limit_error", code("rate_limit_exceeded")
 		return http.StatusTooManyRequests, e
+	case errors.Is(err, ErrShed):
+		e.Type, e.Code = "service_unavailable", code("overloaded")
+		return http.StatusServiceUnavailable, e
 	case errors.Is(err, ErrNoInstance):
 		e.Type, e.Code = "service_unavailable", code("no_instance")
 		return http.StatusServiceUnavailable, e
@@ -1016,6 +1032,10 @@ func errorStatus(err error) (int, errorJSON) {
 func writeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, errAnswered) {
 		return
+	}
+	var shed *shedError
+	if errors.As(err, &shed) {
+		w.Header().Set("Retry-After", shed.retryAfter())
 	}
 	var rl *rateLimitError
 	if errors.As(err, &rl) {

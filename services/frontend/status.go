@@ -164,6 +164,8 @@ type StatusReport struct {
 	Errors        int     `json:"errors"`
 	TTFTAvgMillis float64 `json:"ttft_avg_ms"`
 	CachedShare   float64 `json:"cached_share"`
+	// Admission is each model's admission queue (admission.go).
+	Admission []StatusQueue `json:"admission"`
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -171,7 +173,8 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // report builds the status page's data.
 func (s *Service) statusReport(ctx context.Context) StatusReport {
 	mode, _ := s.cfg.mode()
-	rep := StatusReport{Time: time.Now().UTC(), RouterMode: string(mode), Models: s.catalog.models(), Workers: []StatusWorker{}, Window: []StatusPoint{}}
+	rep := StatusReport{Time: time.Now().UTC(), RouterMode: string(mode), Models: s.catalog.models(), Workers: []StatusWorker{}, Window: []StatusPoint{},
+		Admission: s.admission.status()}
 	stats, view := s.routerStats(ctx)
 	rep.RouterView = view
 	byID := map[uint64]*routerv1.WorkerStats{}

@@ -20,7 +20,20 @@ func main() {
 	samples := flag.Int("samples", 200, "sequential requests per latency run")
 	tokens := flag.Int("tokens", 32, "tokens generated per request")
 	duration := flag.Duration("duration", 2*time.Second, "length of each throughput run")
+	overload := flag.Bool("overload", false, "measure admission control instead: tenants and bands flooding a slowed fleet, admission off and on")
+	var o overloadOptions
+	flag.IntVar(&o.workers, "overload-workers", 2, "--overload: mockers")
+	flag.Float64Var(&o.speedup, "overload-speedup", 0.05, "--overload: the mockers' --speedup-ratio (below 1: slower than the H100 they model, so that the simulated engines, not this machine's CPU, are what saturates)")
+	flag.DurationVar(&o.threshold, "overload-ttft-threshold", 0, "--overload: the router's --queue-ttft-threshold, this fleet's TTFT objective (0: 1.5x the idle TTFT p50 measured first)")
+	flag.DurationVar(&o.duration, "overload-duration", 20*time.Second, "--overload: how long each flow sends")
 	flag.Parse()
+	if *overload {
+		if err := runOverload(o); err != nil {
+			fmt.Fprintln(os.Stderr, "frontend-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*samples, *tokens, *duration); err != nil {
 		fmt.Fprintln(os.Stderr, "frontend-bench:", err)
 		os.Exit(1)

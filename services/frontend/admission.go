@@ -1,0 +1,847 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Admission control: while the router says a model's fleet is saturated
+// (RouteResponse.saturated, WatchSaturation), requests wait here, in the
+// frontend, instead of in the engines' queues, where nothing can reorder
+// them. In short:
+//
+//   - Bands: a request's priority is x-switchyard-priority (an integer,
+//     higher first; negative is sheddable) or its API key's priority=
+//     (default 0). A higher band is always released first.
+//   - Fairness within a band, across tenants (the API key's name, with
+//     x-switchyard-fairness-id after a slash): least attained service,
+//     the service being a tenant's tokens in flight (prompt plus
+//     max_tokens) over every frontend replica (see admissionpeers.go).
+//     Deficit round robin keeps per-scheduler round state (deficit
+//     counters, a round pointer) that replicas cannot merge; tokens in
+//     flight are state that they can (a sum), that corrects itself as
+//     requests end, and that weighs a tenant by what it holds of the
+//     engines now, whatever its arrival rate: a tenant sending 10x more
+//     holds no more than the others once its queue is ordered by it.
+//   - Release: one queued request per request of the model that ends
+//     here while saturated (capacity given back), and, while the router
+//     says the fleet is not saturated, one at a time, the next once the
+//     last one's route decision says there is still room. A replica with
+//     nothing of the model in flight sends one as a probe, whose decision
+//     says whether there is room. No timers, no polling.
+//   - Limits: --queue-timeout per request, --queue-max-requests and
+//     --queue-max-bytes per band; past them the oldest request of the
+//     lowest band is shed (sheddable bands are the lowest), never one of
+//     a band above the arriving request's. A shed request gets 503 with
+//     Retry-After and an OpenAI-style error.
+//   - Below saturation with an empty queue (the fast path) a request only
+//     counts itself in its tenant's load.
+
+// Headers of admission control.
+const (
+	headerPriority   = "X-Switchyard-Priority"
+	headerFairnessID = "X-Switchyard-Fairness-Id"
+)
+
+// Limits of the headers' values.
+const (
+	maxPriority = 1000
+	// fairnessIDRE is what x-switchyard-fairness-id may be: short and
+	// plain, as it is shared with other replicas and shown on the status
+	// page.
+	maxFairnessIDLen = 64
+)
+
+var fairnessIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$`)
+
+// Shed reasons: the label values of switchyard_frontend_shed_total.
+const (
+	shedQueueFull = "queue_full"
+	shedTimeout   = "timeout"
+)
+
+// ErrShed is a request admission control dropped (503 with Retry-After):
+// the fleet is full.
+var ErrShed = errors.New("the fleet is saturated")
+
+// shedError is a request shed for reason; retry is the Retry-After.
+type shedError struct {
+	reason string
+	band   int32
+	retry  time.Duration
+}
+
+func (e *shedError) Error() string {
+	switch e.reason {
+	case shedTimeout:
+		return fmt.Sprintf("%v: the request waited in the queue (priority %d) past its time limit; retry in %s", ErrShed, e.band, e.retryAfter()+"s")
+	default:
+		return fmt.Sprintf("%v: the queue of priority %d and below is full; retry in %s", ErrShed, e.band, e.retryAfter()+"s")
+	}
+}
+
+func (e *shedError) Unwrap() error { return ErrShed }
+
+// retryAfter is the Retry-After value: whole seconds, at least 1.
+func (e *shedError) retryAfter() string {
+	return strconv.FormatInt(max(1, int64(math.Ceil(e.retry.Seconds()))), 10)
+}
+
+// AdmissionConfig configures admission control.
+type AdmissionConfig struct {
+	// Off turns admission control off (--admission=false): every request
+	// goes to the engines whatever the fleet's saturation.
+	Off bool
+	// QueueTimeout is --queue-timeout: how long a request may wait; zero
+	// is DefaultQueueTimeout.
+	QueueTimeout time.Duration
+	// QueueMaxRequests and QueueMaxBytes bound each band's queue
+	// (--queue-max-requests, --queue-max-bytes); zero is the default.
+	QueueMaxRequests int
+	QueueMaxBytes    int64
+}
+
+// Defaults of AdmissionConfig.
+const (
+	DefaultQueueTimeout     = 30 * time.Second
+	DefaultQueueMaxRequests = 1024
+	DefaultQueueMaxBytes    = 64 << 20
+)
+
+// RegisterFlags adds the admission flags.
+func (c *AdmissionConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.Func("admission", "queue requests in the frontend while the router says the fleet is saturated (default true; false: send every request on)", func(s string) error {
+		on, err := strconv.ParseBool(s)
+		c.Off = !on
+		return err
+	})
+	fs.DurationVar(&c.QueueTimeout, "queue-timeout", DefaultQueueTimeout, "how long a request may wait in the admission queue before it is shed (503)")
+	fs.IntVar(&c.QueueMaxRequests, "queue-max-requests", DefaultQueueMaxRequests, "requests each priority band's queue holds per model; past it the oldest of the lowest band is shed (503)")
+	fs.Int64Var(&c.QueueMaxBytes, "queue-max-bytes", DefaultQueueMaxBytes, "bytes (bodies and prompts) each priority band's queue holds per model; past it the oldest of the lowest band is shed (503)")
+}
+
+// Validate checks the settings.
+func (c AdmissionConfig) Validate() error {
+	switch {
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("--queue-timeout %v must not be negative", c.QueueTimeout)
+	case c.QueueMaxRequests < 0:
+		return fmt.Errorf("--queue-max-requests %d must not be negative", c.QueueMaxRequests)
+	case c.QueueMaxBytes < 0:
+		return fmt.Errorf("--queue-max-bytes %d must not be negative", c.QueueMaxBytes)
+	}
+	return nil
+}
+
+func (c AdmissionConfig) timeout() time.Duration {
+	if c.QueueTimeout == 0 {
+		return DefaultQueueTimeout
+	}
+	return c.QueueTimeout
+}
+
+func (c AdmissionConfig) maxRequests() int {
+	if c.QueueMaxRequests == 0 {
+		return DefaultQueueMaxRequests
+	}
+	return c.QueueMaxRequests
+}
+
+func (c AdmissionConfig) maxBytes() int64 {
+	if c.QueueMaxBytes == 0 {
+		return DefaultQueueMaxBytes
+	}
+	return c.QueueMaxBytes
+}
+
+// parsePriority parses x-switchyard-priority: an integer within
+// ±maxPriority.
+func parsePriority(v string) (int32, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+	if err != nil || n < -maxPriority || n > maxPriority {
+		return 0, fmt.Errorf("%w: %s must be an integer from %d to %d", ErrInvalidRequest, strings.ToLower(headerPriority), -maxPriority, maxPriority)
+	}
+	return int32(n), nil
+}
+
+// admissionOf reads a request's band and tenant: x-switchyard-priority or
+// the key's default, and the key's name with x-switchyard-fairness-id.
+// A key's tenants are its own: a fairness id sorts a key's users among
+// themselves, never outside it.
+func admissionOf(h http.Header, k *apiKey) (prio int32, tenant string, err error) {
+	if k != nil {
+		prio, tenant = k.priority, k.name
+	}
+	// An empty header is no header.
+	if v := h.Values(headerPriority); len(v) > 0 && (len(v) > 1 || v[0] != "") {
+		if len(v) > 1 {
+			return 0, "", fmt.Errorf("%w: one %s header at most", ErrInvalidRequest, strings.ToLower(headerPriority))
+		}
+		if prio, err = parsePriority(v[0]); err != nil {
+			return 0, "", err
+		}
+	}
+	if v := h.Values(headerFairnessID); len(v) > 0 && (len(v) > 1 || v[0] != "") {
+		if len(v) > 1 || !fairnessIDRE.MatchString(v[0]) {
+			return 0, "", fmt.Errorf("%w: %s must be one value of 1 to %d letters, digits, '_', '.', ':', '@' or '-'", ErrInvalidRequest,
+				strings.ToLower(headerFairnessID), maxFairnessIDLen)
+		}
+		if tenant != "" {
+			tenant += "/" + v[0]
+		} else {
+			tenant = v[0]
+		}
+	}
+	return prio, tenant, nil
+}
+
+// admission is the frontend's admission control: a queue per model.
+type admission struct {
+	cfg     AdmissionConfig
+	metrics *admissionMetrics
+	now     func() time.Time
+
+	mu     sync.Mutex
+	models map[string]*modelQueue
+	// peers is what the other frontend replicas last said of their
+	// tenants (admissionpeers.go); nil without them.
+	peers *peerTable
+	// changed wakes the publisher of this replica's state (nil: none).
+	changed chan struct{}
+}
+
+// modelQueue is one model's admission state.
+type modelQueue struct {
+	name string
+	// saturated is the router's last word: a route decision or the watch.
+	saturated bool
+	// probing: a request was released while not saturated, and its
+	// decision has not come back; the next one waits for it.
+	probing bool
+	// credits are releases owed to requests that ended while requests
+	// were queued, not yet spent (a release held back for a tenant
+	// queued at another replica keeps its credit).
+	credits int
+	queued  int
+	bytes   int64
+	// inflight counts the model's requests admitted here and not done.
+	inflight int
+	// bands by priority, highest first.
+	bands []*band
+	// load is each tenant's requests here, over all bands.
+	load map[string]*tenantLoad
+}
+
+// maxCredits bounds the credits a model queue keeps.
+const maxCredits = 64
+
+// tenantLoad is one tenant's requests at this replica for one model.
+type tenantLoad struct {
+	inflightTokens   uint64
+	inflight, queued uint32
+	// prio is the band of its last request; queuedBy its queued requests
+	// by band.
+	prio     int32
+	queuedBy map[int32]uint32
+}
+
+// band is one priority band of a model queue.
+type band struct {
+	prio    int32
+	n       int
+	bytes   int64
+	tenants map[string]*fifo
+}
+
+// fifo is one tenant's waiters in a band, oldest first; settled waiters
+// are skipped and compacted away.
+type fifo struct {
+	ws   []*waiter
+	head int
+	dead int
+}
+
+// waiter is a queued request.
+type waiter struct {
+	mq     *modelQueue
+	b      *band
+	tenant string
+	tokens uint64
+	bytes  int64
+	at     time.Time
+	// done receives nil when the request is released, a *shedError when
+	// it is shed; settled is set (under admission.mu) when either was
+	// sent or the request left.
+	done    chan error
+	settled bool
+}
+
+// ticket is an admitted request: done gives its place back.
+type ticket struct {
+	a      *admission
+	mq     *modelQueue
+	tenant string
+	tokens uint64
+	prio   int32
+	once   sync.Once
+}
+
+func newAdmission(cfg AdmissionConfig, m *admissionMetrics) *admission {
+	return &admission{cfg: cfg, metrics: m, now: time.Now, models: map[string]*modelQueue{}}
+}
+
+// modelLocked is model's queue, made at first use.
+func (a *admission) modelLocked(model string) *modelQueue {
+	mq := a.models[model]
+	if mq == nil {
+		mq = &modelQueue{name: model, load: map[string]*tenantLoad{}}
+		a.models[model] = mq
+	}
+	return mq
+}
+
+func (mq *modelQueue) tenantLocked(tenant string) *tenantLoad {
+	tl := mq.load[tenant]
+	if tl == nil {
+		tl = &tenantLoad{queuedBy: map[int32]uint32{}}
+		mq.load[tenant] = tl
+	}
+	return tl
+}
+
+// bandLocked is the band of prio, made at first use.
+func (mq *modelQueue) bandLocked(prio int32) *band {
+	i, found := slices.BinarySearchFunc(mq.bands, prio, func(b *band, p int32) int { return int(p) - int(b.prio) })
+	if found {
+		return mq.bands[i]
+	}
+	b := &band{prio: prio, tenants: map[string]*fifo{}}
+	mq.bands = slices.Insert(mq.bands, i, b)
+	return b
+}
+
+// admit waits until a request may go to the engines: at once while the
+// model is not saturated and nothing waits before it, otherwise when it is
+// released. It returns a *shedError when the request is shed, ctx's error
+// when the client left while queued. The ticket's done must be called
+// once the request ends.
+func (a *admission) admit(ctx context.Context, model, tenant string, prio int32, tokens uint64, bytes int64) (*ticket, error) {
+	t := &ticket{a: a, tenant: tenant, tokens: tokens, prio: prio}
+	a.mu.Lock()
+	mq := a.modelLocked(model)
+	t.mq = mq
+	tl := mq.tenantLocked(tenant)
+	tl.prio = prio
+	if a.cfg.Off || (!mq.saturated && mq.queued == 0) {
+		a.countInflightLocked(mq, tl, t)
+		a.mu.Unlock()
+		a.touch()
+		return t, nil
+	}
+	w := &waiter{mq: mq, tenant: tenant, tokens: tokens, bytes: bytes, at: a.now(), done: make(chan error, 1)}
+	if err := a.enqueueLocked(mq, w, prio); err != nil {
+		a.forgetLocked(mq, tenant)
+		a.mu.Unlock()
+		a.metrics.shed.WithLabelValues(shedQueueFull).Inc()
+		return nil, err
+	}
+	a.pumpLocked(mq)
+	a.mu.Unlock()
+	a.touch()
+
+	timer := time.NewTimer(a.cfg.timeout())
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-w.done:
+	case <-ctx.Done():
+		if !a.leave(w, nil) {
+			// Released as the client left: it was counted in flight.
+			err = <-w.done
+			if err == nil {
+				t.done()
+			}
+		}
+		return nil, ctx.Err()
+	case <-timer.C:
+		if !a.leave(w, &shedError{reason: shedTimeout, band: prio, retry: a.cfg.timeout()}) {
+			err = <-w.done
+			break
+		}
+		a.metrics.shed.WithLabelValues(shedTimeout).Inc()
+		return nil, &shedError{reason: shedTimeout, band: prio, retry: a.retryAfter()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// retryAfter is what a shed request is told to wait: a second, the time
+// a queued request takes to be released being unknown once it is shed.
+func (a *admission) retryAfter() time.Duration { return time.Second }
+
+// countInflightLocked counts an admitted request of mq in its tenant's
+// load.
+func (a *admission) countInflightLocked(mq *modelQueue, tl *tenantLoad, t *ticket) {
+	mq.inflight++
+	tl.inflight++
+	tl.inflightTokens += t.tokens
+}
+
+// enqueueLocked queues w in band prio, shedding to stay within the
+// limits: a band over its own limits sheds its oldest request; the model's
+// queue over totalFactor times them sheds the oldest of its lowest band
+// (sheddable bands are the lowest), or w itself when that band is above
+// w's.
+func (a *admission) enqueueLocked(mq *modelQueue, w *waiter, prio int32) error {
+	maxN, maxB := a.cfg.maxRequests(), a.cfg.maxBytes()
+	if w.bytes > maxB {
+		return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfter()}
+	}
+	b := mq.bandLocked(prio)
+	for b.n+1 > maxN || b.bytes+w.bytes > maxB {
+		a.shedLocked(a.oldestLocked(b))
+	}
+	for mq.queued+1 > totalFactor*maxN || mq.bytes+w.bytes > totalFactor*maxB {
+		low := mq.lowestLocked()
+		if low.prio > prio {
+			return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfter()}
+		}
+		a.shedLocked(a.oldestLocked(low))
+	}
+	w.b = b
+	f := b.tenants[w.tenant]
+	if f == nil {
+		f = &fifo{}
+		b.tenants[w.tenant] = f
+	}
+	f.ws = append(f.ws, w)
+	b.n++
+	b.bytes += w.bytes
+	mq.queued++
+	mq.bytes += w.bytes
+	tl := mq.tenantLocked(w.tenant)
+	tl.queued++
+	tl.queuedBy[prio]++
+	a.metrics.depth(prio).Inc()
+	return nil
+}
+
+// totalFactor bounds a model's whole queue: totalFactor times a band's
+// limits, so that traffic spread over many bands stays bounded too.
+const totalFactor = 4
+
+// shedLocked sheds a queued request to make room.
+func (a *admission) shedLocked(w *waiter) {
+	a.settleLocked(w, &shedError{reason: shedQueueFull, band: w.b.prio, retry: a.retryAfter()})
+	a.metrics.shed.WithLabelValues(shedQueueFull).Inc()
+}
+
+// lowestLocked is the lowest band holding a request, or nil.
+func (mq *modelQueue) lowestLocked() *band {
+	for i := len(mq.bands) - 1; i >= 0; i-- {
+		if mq.bands[i].n > 0 {
+			return mq.bands[i]
+		}
+	}
+	return nil
+}
+
+// oldestLocked is b's oldest waiter, or nil.
+func (a *admission) oldestLocked(b *band) *waiter {
+	if b == nil {
+		return nil
+	}
+	var old *waiter
+	for _, f := range b.tenants {
+		if w := f.peek(); w != nil && (old == nil || w.at.Before(old.at)) {
+			old = w
+		}
+	}
+	return old
+}
+
+// peek is f's oldest live waiter, dropping settled ones before it.
+func (f *fifo) peek() *waiter {
+	for f.head < len(f.ws) {
+		if w := f.ws[f.head]; !w.settled {
+			return w
+		}
+		f.ws[f.head] = nil
+		f.head++
+		f.dead--
+	}
+	return nil
+}
+
+// compact drops settled waiters once they are half of f.
+func (f *fifo) compact() {
+	if f.dead*2 < len(f.ws)-f.head || f.dead < 8 {
+		return
+	}
+	live := f.ws[:0]
+	for _, w := range f.ws[f.head:] {
+		if !w.settled {
+			live = append(live, w)
+		}
+	}
+	clear(f.ws[len(live):])
+	f.ws, f.head, f.dead = live, 0, 0
+}
+
+// settleLocked takes w out of the queue with result err (nil: released).
+func (a *admission) settleLocked(w *waiter, err error) {
+	w.settled = true
+	b, mq := w.b, w.mq
+	b.n--
+	b.bytes -= w.bytes
+	mq.queued--
+	mq.bytes -= w.bytes
+	tl := mq.tenantLocked(w.tenant)
+	tl.queued--
+	if tl.queuedBy[b.prio]--; tl.queuedBy[b.prio] == 0 {
+		delete(tl.queuedBy, b.prio)
+	}
+	a.metrics.depth(b.prio).Dec()
+	if f := b.tenants[w.tenant]; f != nil {
+		f.dead++
+		f.peek()
+		f.compact()
+		if f.head == len(f.ws) {
+			delete(b.tenants, w.tenant)
+		}
+	}
+	if mq.queued == 0 {
+		mq.credits = 0
+	}
+	a.forgetLocked(mq, w.tenant)
+	w.done <- err
+}
+
+// leave takes w out of the queue unless it was settled already (then it
+// reports false and w.done holds the result); err, when not nil, is sent.
+func (a *admission) leave(w *waiter, err error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.settled {
+		return false
+	}
+	a.settleLocked(w, err)
+	if err == nil {
+		<-w.done // nobody reads it: the client left
+	}
+	a.touchLocked()
+	return true
+}
+
+// pumpLocked releases what the model's state allows: a request per credit,
+// and one at a time while not saturated (see probing).
+func (a *admission) pumpLocked(mq *modelQueue) {
+	for mq.queued > 0 {
+		credit := mq.credits > 0
+		// With nothing of the model in flight here, no request's end
+		// will bring a credit: one request goes as a probe, and its
+		// decision says whether there is room (the router's word may be
+		// of a request unlike the queued ones, or stale).
+		probe := !mq.probing && mq.inflight == 0
+		if !credit && !probe && (mq.saturated || mq.probing) {
+			return
+		}
+		w := a.nextLocked(mq, credit)
+		if w == nil {
+			return // held back for a tenant queued at another replica
+		}
+		if credit {
+			mq.credits--
+		} else {
+			mq.probing = true
+		}
+		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
+		// Counted in flight before it leaves the queue, so that its
+		// tenant is never forgotten between the two.
+		a.countInflightLocked(mq, mq.tenantLocked(w.tenant), &ticket{tokens: w.tokens, prio: w.b.prio})
+		a.settleLocked(w, nil)
+	}
+}
+
+// nextLocked picks the request to release: from the highest band holding
+// one, the head of the tenant with the least tokens in flight over every
+// replica (ties: the oldest head). While saturated (credit), a tenant is
+// held back when another, queued at another replica in this band or
+// above, has less in flight: that replica releases it as capacity frees.
+func (a *admission) nextLocked(mq *modelQueue, credit bool) *waiter {
+	var b *band
+	for _, x := range mq.bands {
+		if x.n > 0 {
+			b = x
+			break
+		}
+	}
+	if b == nil {
+		return nil
+	}
+	var best *waiter
+	var bestLoad uint64
+	for tenant, f := range b.tenants {
+		w := f.peek()
+		if w == nil {
+			continue
+		}
+		load := a.attainedLocked(mq, tenant)
+		if best == nil || load < bestLoad || (load == bestLoad && w.at.Before(best.at)) {
+			best, bestLoad = w, load
+		}
+	}
+	if best != nil && credit && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.localAttained(mq), a.now()) {
+		return nil
+	}
+	return best
+}
+
+// attainedLocked is a tenant's tokens in flight for the model over every
+// replica.
+func (a *admission) attainedLocked(mq *modelQueue, tenant string) uint64 {
+	var n uint64
+	if tl := mq.load[tenant]; tl != nil {
+		n = tl.inflightTokens
+	}
+	if a.peers != nil {
+		n += a.peers.inflightLocked(mq.name, tenant, a.now())
+	}
+	return n
+}
+
+// localAttained is attainedLocked of mq's tenants, for the peers' table
+// to weigh its tenants with this replica's share added.
+func (a *admission) localAttained(mq *modelQueue) func(string) uint64 {
+	return func(tenant string) uint64 {
+		if tl := mq.load[tenant]; tl != nil {
+			return tl.inflightTokens
+		}
+		return 0
+	}
+}
+
+// forgetLocked drops a tenant that has nothing here any more.
+func (a *admission) forgetLocked(mq *modelQueue, tenant string) {
+	if tl := mq.load[tenant]; tl != nil && tl.inflight == 0 && tl.queued == 0 {
+		delete(mq.load, tenant)
+	}
+}
+
+// done gives an admitted request's place back: the model's queue gets a
+// credit for it while requests wait.
+func (t *ticket) done() {
+	t.once.Do(func() {
+		a := t.a
+		a.mu.Lock()
+		mq := t.mq
+		mq.inflight--
+		if tl := mq.load[t.tenant]; tl != nil {
+			tl.inflight--
+			tl.inflightTokens -= t.tokens
+		}
+		a.forgetLocked(mq, t.tenant)
+		if mq.queued > 0 {
+			mq.credits = min(mq.credits+1, maxCredits)
+			a.pumpLocked(mq)
+		}
+		a.touchLocked()
+		a.mu.Unlock()
+	})
+}
+
+// decided records a route decision's saturation for model: while not
+// saturated the queue goes on releasing, one decision at a time.
+func (a *admission) decided(model string, saturated bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mq := a.models[model]
+	if mq == nil {
+		if !saturated {
+			return
+		}
+		mq = a.modelLocked(model)
+	}
+	a.setSaturatedLocked(mq, saturated)
+	mq.probing = false
+	a.pumpLocked(mq)
+}
+
+// setSaturatedLocked records the router's word on mq's fleet.
+func (a *admission) setSaturatedLocked(mq *modelQueue, saturated bool) {
+	if mq.saturated != saturated {
+		v := 0.0
+		if saturated {
+			v = 1
+		}
+		a.metrics.saturated.WithLabelValues(mq.name).Set(v)
+	}
+	mq.saturated = saturated
+}
+
+// watched records the router's saturation of models (WatchSaturation).
+func (a *admission) watched(model string, saturated bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mq := a.models[model]
+	if mq == nil {
+		if !saturated {
+			return
+		}
+		mq = a.modelLocked(model)
+	}
+	a.setSaturatedLocked(mq, saturated)
+	a.pumpLocked(mq)
+}
+
+// repump releases what every model allows (the peers' state changed).
+func (a *admission) repump() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, mq := range a.models {
+		if mq.queued > 0 {
+			a.pumpLocked(mq)
+		}
+	}
+}
+
+// touch wakes the publisher of this replica's state.
+func (a *admission) touch() {
+	if a.changed != nil {
+		select {
+		case a.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *admission) touchLocked() { a.touch() }
+
+// admissionMetrics are admission control's Prometheus metrics.
+type admissionMetrics struct {
+	queueDepth *prometheus.GaugeVec
+	wait       prometheus.Histogram
+	shed       *prometheus.CounterVec
+	saturated  *prometheus.GaugeVec
+	mu         sync.Mutex
+	depths     map[int32]prometheus.Gauge
+}
+
+func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
+	m := &admissionMetrics{
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_frontend_queue_depth",
+			Help: "Requests waiting in the admission queue, by priority band."}, []string{"priority"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "switchyard_frontend_queue_wait_seconds",
+			Help:    "How long released requests waited in the admission queue.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_frontend_shed_total",
+			Help: "Requests admission control shed (503), by reason: queue_full (a band's limits), timeout (--queue-timeout)."}, []string{"reason"}),
+		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_frontend_saturated",
+			Help: "1 while the router says the model's fleet is saturated (this frontend queues its requests), 0 otherwise."}, []string{"model"}),
+		depths: map[int32]prometheus.Gauge{},
+	}
+	reg.MustRegister(m.queueDepth, m.wait, m.shed, m.saturated)
+	for _, r := range []string{shedQueueFull, shedTimeout} {
+		m.shed.WithLabelValues(r)
+	}
+	return m
+}
+
+// depth is the queue depth gauge of a band.
+func (m *admissionMetrics) depth(prio int32) prometheus.Gauge {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := m.depths[prio]
+	if g == nil {
+		g = m.queueDepth.WithLabelValues(strconv.Itoa(int(prio)))
+		m.depths[prio] = g
+	}
+	return g
+}
+
+// StatusQueue is one model's admission queue on the status page.
+type StatusQueue struct {
+	Model string `json:"model"`
+	// Saturated is the router's last word on the model's fleet.
+	Saturated bool `json:"saturated"`
+	Queued    int  `json:"queued"`
+	// Bands are the queued requests by priority band, highest first.
+	Bands []StatusBand `json:"bands"`
+	// TopTenants are the tenants with the most tokens in flight over every
+	// replica, at most statusTenants.
+	TopTenants []StatusTenant `json:"top_tenants"`
+}
+
+// StatusBand is one priority band's queue.
+type StatusBand struct {
+	Priority int32 `json:"priority"`
+	Queued   int   `json:"queued"`
+}
+
+// StatusTenant is one tenant's load.
+type StatusTenant struct {
+	Tenant string `json:"tenant"`
+	// InFlight and Queued are its requests at this replica;
+	// InFlightTokens its tokens in flight here, FleetInFlightTokens over
+	// every replica.
+	InFlight            uint32 `json:"in_flight"`
+	Queued              uint32 `json:"queued"`
+	InFlightTokens      uint64 `json:"in_flight_tokens"`
+	FleetInFlightTokens uint64 `json:"fleet_in_flight_tokens"`
+}
+
+// statusTenants bounds the tenants the status page lists per model.
+const statusTenants = 5
+
+// status is every model queue's state, by model name.
+func (a *admission) status() []StatusQueue {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []StatusQueue{}
+	for _, mq := range a.models {
+		q := StatusQueue{Model: mq.name, Saturated: mq.saturated, Queued: mq.queued, Bands: []StatusBand{}, TopTenants: []StatusTenant{}}
+		for _, b := range mq.bands {
+			if b.n > 0 {
+				q.Bands = append(q.Bands, StatusBand{Priority: b.prio, Queued: b.n})
+			}
+		}
+		for tenant, tl := range mq.load {
+			q.TopTenants = append(q.TopTenants, StatusTenant{Tenant: tenant, InFlight: tl.inflight, Queued: tl.queued,
+				InFlightTokens: tl.inflightTokens, FleetInFlightTokens: a.attainedLocked(mq, tenant)})
+		}
+		slices.SortFunc(q.TopTenants, func(x, y StatusTenant) int {
+			if x.FleetInFlightTokens != y.FleetInFlightTokens {
+				return cmpDesc(x.FleetInFlightTokens, y.FleetInFlightTokens)
+			}
+			return strings.Compare(x.Tenant, y.Tenant)
+		})
+		q.TopTenants = q.TopTenants[:min(len(q.TopTenants), statusTenants)]
+		out = append(out, q)
+	}
+	slices.SortFunc(out, func(x, y StatusQueue) int { return strings.Compare(x.Model, y.Model) })
+	return out
+}
+
+func cmpDesc(x, y uint64) int {
+	switch {
+	case x > y:
+		return -1
+	case x < y:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,247 @@
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	frontendv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
+)
+
+// Frontend replicas share their tenants' load over the eventbus, on NATS
+// Core (nothing persisted: the state is current or worthless), rather than
+// through the router: any number of router replicas may serve them, and a
+// frontend may fall back to routing in process, while every frontend of a
+// namespace shares one eventbus. Each replica publishes its whole state
+// (AdmissionState) at most every peerMinInterval after a change and at
+// least every peerHeartbeat; the others replace what they had of it, and
+// forget a replica not heard from for peerExpiry (it died, or the bus is
+// away: each replica then orders its queue by its own load alone).
+const (
+	peerMinInterval = 100 * time.Millisecond
+	peerHeartbeat   = 2 * time.Second
+	peerExpiry      = 3 * peerHeartbeat
+)
+
+// maxPeerTenants bounds the tenants a replica publishes and keeps of each
+// peer: past it, the ones with the least load are left out.
+const maxPeerTenants = 4096
+
+// peerTable is what the other replicas last said, by replica.
+type peerTable struct {
+	replicas map[string]*peerState
+}
+
+// peerState is one replica's last AdmissionState.
+type peerState struct {
+	at time.Time
+	// inflight is each (model, tenant)'s tokens in flight; queued its
+	// queued requests by band.
+	inflight map[peerKey]uint64
+	queued   map[peerKey]map[int32]uint32
+}
+
+type peerKey struct{ model, tenant string }
+
+func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerState{}} }
+
+// applyLocked replaces a replica's state.
+func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
+	ps := &peerState{at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}}
+	for i, t := range st.GetTenants() {
+		if i >= maxPeerTenants {
+			break
+		}
+		k := peerKey{t.GetModel(), t.GetTenant()}
+		ps.inflight[k] += t.GetInflightTokens()
+		if q := t.GetQueuedRequests(); q > 0 {
+			if ps.queued[k] == nil {
+				ps.queued[k] = map[int32]uint32{}
+			}
+			ps.queued[k][t.GetPriority()] += q
+		}
+	}
+	p.replicas[st.GetReplicaId()] = ps
+}
+
+// liveLocked calls f with every replica heard from within peerExpiry,
+// forgetting the others.
+func (p *peerTable) liveLocked(now time.Time, f func(*peerState)) {
+	for id, ps := range p.replicas {
+		if now.Sub(ps.at) > peerExpiry {
+			delete(p.replicas, id)
+			continue
+		}
+		f(ps)
+	}
+}
+
+// inflightLocked is a tenant's tokens in flight for model at the other
+// replicas.
+func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
+	var n uint64
+	p.liveLocked(now, func(ps *peerState) { n += ps.inflight[peerKey{model, tenant}] })
+	return n
+}
+
+// queuedBelowLocked says whether another replica has a tenant queued for
+// model in band prio or above whose tokens in flight over every replica
+// (local gives this replica's share) are below load: that tenant is owed
+// the capacity before the one of load.
+func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, local func(string) uint64, now time.Time) bool {
+	found := false
+	p.liveLocked(now, func(ps *peerState) {
+		if found {
+			return
+		}
+		for k, bands := range ps.queued {
+			if k.model != model {
+				continue
+			}
+			queued := false
+			for b, n := range bands {
+				if b >= prio && n > 0 {
+					queued = true
+				}
+			}
+			if !queued {
+				continue
+			}
+			var total uint64
+			p.liveLocked(now, func(o *peerState) { total += o.inflight[k] })
+			if total+local(k.tenant) < load {
+				found = true
+				return
+			}
+		}
+	})
+	return found
+}
+
+// stateLocked is this replica's AdmissionState.
+func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
+	st := &frontendv1.AdmissionState{ReplicaId: replica}
+	for _, mq := range a.models {
+		for tenant, tl := range mq.load {
+			if len(st.Tenants) >= maxPeerTenants {
+				return st
+			}
+			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: tl.prio,
+				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight})
+			for b, n := range tl.queuedBy {
+				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n})
+			}
+		}
+	}
+	return st
+}
+
+// admissionPeers publishes this replica's state and applies the others'.
+type admissionPeers struct {
+	a       *admission
+	bus     *eventbus.Client
+	subject string
+	replica string
+	log     *slog.Logger
+}
+
+// newReplicaID is a random replica id.
+func newReplicaID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startPeers shares a's state with the other replicas of namespace until
+// ctx ends; the returned function waits for its goroutines.
+func startPeers(ctx context.Context, a *admission, bus *eventbus.Client, namespace string, log *slog.Logger) (wait func()) {
+	p := &admissionPeers{a: a, bus: bus, subject: wire.AdmissionSubject(namespace), replica: newReplicaID(), log: log}
+	a.mu.Lock()
+	a.peers = newPeerTable()
+	a.changed = make(chan struct{}, 1)
+	a.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { defer func() { done <- struct{}{} }(); p.publish(ctx) }()
+	go func() { defer func() { done <- struct{}{} }(); p.subscribe(ctx, namespace) }()
+	return func() { <-done; <-done }
+}
+
+// publish sends the state after each change, at most every
+// peerMinInterval, and every peerHeartbeat while this replica has any.
+func (p *admissionPeers) publish(ctx context.Context) {
+	heartbeat := time.NewTicker(peerHeartbeat)
+	defer heartbeat.Stop()
+	empty := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.a.changed:
+		case <-heartbeat.C:
+			if empty {
+				continue
+			}
+		}
+		p.a.mu.Lock()
+		st := p.a.stateLocked(p.replica)
+		p.a.mu.Unlock()
+		empty = len(st.Tenants) == 0
+		ev, err := eventbus.NewEvent(p.subject, st)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err = p.bus.Raw().Publish(pctx, &eventbusv1.PublishRequest{Event: ev, Core: true})
+			cancel()
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Debug("admission state not published", "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(peerMinInterval):
+		}
+	}
+}
+
+// subscribe applies the other replicas' states, resubscribing after
+// failures.
+func (p *admissionPeers) subscribe(ctx context.Context, namespace string) {
+	bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second})
+	for ctx.Err() == nil {
+		sub, err := p.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: wire.Namespace(p.subject), FilterSubject: p.subject, Core: true})
+		if err == nil {
+			for {
+				var ev *eventbusv1.DeliveredEvent
+				if ev, err = sub.Next(ctx); err != nil {
+					break
+				}
+				bo.Reset()
+				st, derr := eventbus.Decode[frontendv1.AdmissionState](ev)
+				if derr != nil || st.GetReplicaId() == p.replica || st.GetReplicaId() == "" {
+					continue
+				}
+				p.a.mu.Lock()
+				p.a.peers.applyLocked(st, p.a.now())
+				p.a.mu.Unlock()
+				p.a.repump()
+			}
+			_ = sub.Close()
+		}
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		p.log.Debug("admission peers subscription failed", "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(bo.Next()):
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package frontend
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+)
+
+// replicaPair is two admission queues, as two frontend replicas hold them,
+// sharing their state over a real eventbus.
+func replicaPair(t *testing.T) (one, two *testAdmission) {
+	t.Helper()
+	ns := eventbustest.StartNATS(t)
+	bus := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
+	ctx, cancel := context.WithCancel(context.Background())
+	var waits []func()
+	t.Cleanup(func() {
+		cancel()
+		for _, w := range waits {
+			w()
+		}
+	})
+	mk := func() *testAdmission {
+		c, err := eventbus.Dial([]string{bus.Addr().String()}, eventbus.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		ta := newTestAdmission(t, AdmissionConfig{})
+		waits = append(waits, startPeers(ctx, ta.a, c, "fe", slog.New(slog.DiscardHandler)))
+		return ta
+	}
+	return mk(), mk()
+}
+
+// until waits for cond, which the replicas' exchange makes true.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestAdmissionAcrossReplicas: tenant A floods replica two, which also
+// holds A's requests in flight; tenant B waits at replica one. While the
+// fleet is saturated, replica two does not spend a freed place on A: B,
+// queued elsewhere with less in flight, is owed it, and replica one
+// releases B when the fleet has room. Once B holds as much as A, replica
+// two releases A again. Without the exchange, replica two would give A
+// every place its own requests free: N replicas, N times the share.
+func TestAdmissionAcrossReplicas(t *testing.T) {
+	one, two := replicaPair(t)
+	var aRunning []*ticket
+	for range 3 {
+		aRunning = append(aRunning, two.inflight("A", 100))
+	}
+	// Replica one has a request of its own in flight (without one it
+	// would send B on as a probe).
+	one.inflight("C", 1000)
+	for _, r := range []*testAdmission{one, two} {
+		r.a.decided("m", true)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"A1", "A2", "A3"} {
+		two.queue(ctx, name, "A", 0, 100, 10)
+	}
+	one.queue(ctx, "B1", "B", 0, 100, 10)
+	// Each replica sees the other's tenants.
+	until(t, "replica two to see B queued at one", func() bool {
+		two.a.mu.Lock()
+		defer two.a.mu.Unlock()
+		return two.a.peers.queuedBelowLocked("m", 0, 300, func(string) uint64 { return 0 }, two.a.now())
+	})
+	until(t, "replica one to see A's 300 tokens in flight at two", func() bool {
+		one.a.mu.Lock()
+		defer one.a.mu.Unlock()
+		return one.a.peers.inflightLocked("m", "A", one.a.now()) == 300
+	})
+	// An A request ends at replica two: its place is owed to B.
+	aRunning[0].done()
+	if d := two.depth(); d != 3 {
+		t.Fatalf("replica two released A (depth %d) while B, with nothing in flight, waits at replica one", d)
+	}
+	// The router says the fleet has room: replica one releases B.
+	one.a.watched("m", false)
+	if r := one.next(); r.name != "B1" || r.err != nil {
+		t.Fatalf("replica one released %s %v", r.name, r.err)
+	}
+	one.a.decided("m", true)
+	// B (100 in flight, nothing queued) no longer holds A back: replica
+	// two's kept credit releases A1 once it hears. (C, with more in
+	// flight than A, never held A back.)
+	until(t, "replica two to release A1", func() bool { return two.depth() == 2 })
+	if r := two.next(); r.name != "A1" {
+		t.Fatalf("replica two released %s", r.name)
+	}
+}
+
+// TestPeerExpiry: a replica not heard from for peerExpiry is forgotten.
+func TestPeerExpiry(t *testing.T) {
+	ta := newTestAdmission(t, AdmissionConfig{})
+	now := time.Unix(1000, 0)
+	ta.a.now = func() time.Time { return now }
+	ta.a.peers = newPeerTable()
+	one := &testAdmission{t: t, a: newAdmission(AdmissionConfig{}, newAdmissionMetrics(prometheus.NewRegistry()))}
+	one.a.admit(context.Background(), "m", "A", 0, 50, 1)
+	one.a.mu.Lock()
+	st := one.a.stateLocked("r1")
+	one.a.mu.Unlock()
+	ta.a.mu.Lock()
+	defer ta.a.mu.Unlock()
+	ta.a.peers.applyLocked(st, now)
+	if n := ta.a.peers.inflightLocked("m", "A", now.Add(peerExpiry)); n != 50 {
+		t.Fatalf("in flight %d, want 50", n)
+	}
+	if n := ta.a.peers.inflightLocked("m", "A", now.Add(peerExpiry+time.Millisecond)); n != 0 {
+		t.Fatalf("in flight %d after expiry, want 0", n)
+	}
+}

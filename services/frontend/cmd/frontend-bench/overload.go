@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
+)
+
+// overloadOptions shape frontend-bench --overload.
+type overloadOptions struct {
+	workers   int
+	speedup   float64
+	threshold time.Duration
+	duration  time.Duration
+}
+
+// runOverload measures admission control: the fleet's capacity, then each
+// scenario with admission control off and on, side by side.
+//
+//   - tenants: tenant A floods at 3x the capacity, tenant B sends at 0.2x,
+//     both in band 0, through one frontend;
+//   - bands: a low band (0) floods at 3x beside a high band (10) at 0.1x;
+//   - tenants, 2 frontends: as tenants, A's flood split over two frontend
+//     replicas, B on the first.
+//
+// The idle rows are B and the high band alone at their rates.
+func runOverload(o overloadOptions) error {
+	ctx := context.Background()
+	start := func(frontends int, admission bool) (*frontendbench.OverloadEnv, error) {
+		return frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: frontends,
+			Admission: admission, TTFTThreshold: o.threshold})
+	}
+	// Admission is off while the capacity and the idle figures are
+	// measured (the threshold is not known yet).
+	env, err := start(1, false)
+	if err != nil {
+		return err
+	}
+	capacity := env.Capacity(ctx, 8*o.workers, o.duration)
+	fmt.Printf("fleet: %d mockers at --speedup-ratio %g, prompts of %d words, max_tokens %d: capacity %.1f req/s (closed loop, %d in flight, %v)\n",
+		o.workers, o.speedup, frontendbench.PromptWords, frontendbench.OverloadTokens, capacity, 8*o.workers, o.duration)
+	if capacity <= 0 {
+		env.Close()
+		return fmt.Errorf("no request completed while measuring the capacity")
+	}
+	grace := 3 * o.duration
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\t\n")
+	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, heap uint64) {
+		for i, r := range rs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%v\t%v\t%d\t%d\t%d\t%.0f\t\n", scenario, admission, r.Name, flows[i].Rate,
+				round(frontendbench.P(r.TTFT, 50)), round(frontendbench.P(r.TTFT, 90)), r.Completed, r.Shed, r.Errors+r.RateLimited, float64(heap)/(1<<20))
+		}
+	}
+	b := frontendbench.Flow{Name: "B", Tenant: "B", Rate: 0.2 * capacity, Frontends: []int{0}}
+	high := frontendbench.Flow{Name: "high", Tenant: "H", Priority: 10, Rate: 0.1 * capacity, Frontends: []int{0}}
+	idle := map[string]time.Duration{}
+	var idle50 time.Duration
+	for _, f := range []frontendbench.Flow{b, high} {
+		env.ResetPeak()
+		rs := env.RunFlows(ctx, []frontendbench.Flow{f}, o.duration, grace)
+		row("idle", "-", []frontendbench.Flow{f}, rs, env.PeakHeap())
+		idle[f.Name] = frontendbench.P(rs[0].TTFT, 90)
+		if f.Name == "B" {
+			idle50 = frontendbench.P(rs[0].TTFT, 50)
+		}
+	}
+	env.Close()
+	if o.threshold == 0 {
+		// The fleet's objective, as an operator would set it: half as
+		// long again as an idle request's first token.
+		o.threshold = idle50 * 3 / 2
+	}
+	under := map[string]time.Duration{}
+	for _, frontends := range []int{1, 2} {
+		for _, admission := range []bool{false, true} {
+			env, err := start(frontends, admission)
+			if err != nil {
+				return err
+			}
+			on := map[bool]string{false: "off", true: "on"}[admission]
+			a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 3 * capacity, Frontends: []int{0}}
+			scen := "tenants"
+			if frontends == 2 {
+				a.Frontends, scen = []int{0, 1}, "tenants, 2 frontends"
+			}
+			flows := []frontendbench.Flow{a, b}
+			env.ResetPeak()
+			rs := env.RunFlows(ctx, flows, o.duration, grace)
+			row(scen, on, flows, rs, env.PeakHeap())
+			under[scen+" "+on+" B"] = frontendbench.P(rs[1].TTFT, 90)
+			if frontends == 1 {
+				low := frontendbench.Flow{Name: "low", Tenant: "L", Rate: 3 * capacity, Frontends: []int{0}}
+				flows := []frontendbench.Flow{low, high}
+				env.ResetPeak()
+				rs := env.RunFlows(ctx, flows, o.duration, grace)
+				row("bands", on, flows, rs, env.PeakHeap())
+				under["bands "+on+" high"] = frontendbench.P(rs[1].TTFT, 90)
+			}
+			env.Close()
+		}
+	}
+	w.Flush()
+	fmt.Println("goals (TTFT p90 under the flood within 1.5x of idle):")
+	for _, g := range []struct{ name, key, idle string }{
+		{"tenant B, 1 frontend", "tenants", "B"}, {"high band, 1 frontend", "bands", "high"}, {"tenant B, 2 frontends", "tenants, 2 frontends", "B"},
+	} {
+		for _, on := range []string{"off", "on"} {
+			got, base := under[g.key+" "+on+" "+g.idle], idle[g.idle]
+			verdict := "met"
+			if base == 0 || got > base*3/2 {
+				verdict = "NOT met"
+			}
+			fmt.Printf("  %-24s admission %-3s  p90 %10v vs idle %10v  (%.2fx)  %s\n", g.name, on, round(got), round(base), float64(got)/float64(max(base, 1)), verdict)
+		}
+	}
+	fmt.Printf("flows are open loop (evenly spaced) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", o.duration, grace)
+	fmt.Printf("router --queue-ttft-threshold %v; peak heap is the whole stack's (one process), sampled every 100 ms\n", o.threshold)
+	return nil
+}
