@@ -82,8 +82,8 @@ type targetCands struct {
 // use.
 type Core struct {
 	mode Mode
-	// chooser picks a worker in mode (see modes).
-	chooser     chooser
+	// comp is how mode decides (see modes).
+	comp        composition
 	approximate bool
 	weight      float64
 	temperature float64
@@ -206,7 +206,7 @@ func New(cfg Config) *Core {
 		saturation: scheduler.Limits{TTFTMs: float64(cfg.QueueTTFTThreshold) / float64(time.Millisecond),
 			PrefillTokens: cfg.QueuePrefillBudget},
 		mode:        cfg.Mode,
-		chooser:     chooserOf(cfg.Mode),
+		comp:        compositionOf(cfg.Mode),
 		approximate: cfg.Approximate,
 		weight:      cfg.OverlapWeight,
 		temperature: cfg.Temperature,
@@ -550,6 +550,11 @@ type decision struct {
 	// blockSize and params are what the decision used.
 	blockSize int
 	params    scheduler.Params
+	// q is the request, req the scheduler's view of it and now the
+	// decision's time: what a chooser reads (see modes.go).
+	q   query
+	req scheduler.Request
+	now time.Time
 	// ownHashes says hashes are the decision's own (made from the
 	// request's tokens), not the request's.
 	ownHashes bool
@@ -586,7 +591,7 @@ var decisionPool = sync.Pool{New: func() any { return new(decision) }}
 
 // release returns d to decisionPool; nothing of it may be used after.
 func (d *decision) release() {
-	d.cands, d.hashes = nil, nil
+	d.cands, d.hashes, d.q = nil, nil, query{}
 	if cap(d.blocks) > maxPooledBlocks {
 		d.blocks = nil
 	}
@@ -687,9 +692,9 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d.params = params
+	d.params, d.q, d.req, d.now = params, q, req, now
 	if pl != nil {
-		if err := c.choosePair(d, q, req, pl, now); err != nil {
+		if err := c.choosePair(d, pl); err != nil {
 			d.release()
 			return nil, err
 		}
@@ -701,10 +706,10 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		d.saturated = c.saturated(d, req, computes)
 		return d, nil
 	}
-	// Scores are reported in every mode: scheduler.KV's costs. The mode's
-	// chooser (modes.go) then picks.
-	kv, _ := scheduler.KV.Select(d.scored, req, params, c.rng)
-	chosen, err := c.chooser.choose(c, d, q, req, kv, now)
+	// Scores are reported in every mode: the mode's cost. Its chooser
+	// (modes.go) then picks.
+	best, _ := c.comp.cost.Select(d.scored, req, params, c.rng)
+	chosen, err := c.comp.choose.choose(c, d, best)
 	if err != nil {
 		return nil, err
 	}
@@ -775,7 +780,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	if r.GetRequestId() == "" || len(r.GetRequestId()) > MaxRequestIDLen {
 		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, MaxRequestIDLen)
 	}
-	if c.mode == ModeDirect && r.GetInstanceId() == 0 {
+	if c.comp.named && r.GetInstanceId() == 0 {
 		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
@@ -816,7 +821,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
 	}
-	if counted && c.pending != nil && c.mode == ModeKV {
+	if counted && c.pending != nil && c.comp.predicts {
 		// What the index does not confirm yet is predicted there until
 		// the worker's events store it.
 		c.pending.AddShared(r.RequestId, w, hashes[d.indexed[d.chosen]:], c.now())

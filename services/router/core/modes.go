@@ -2,109 +2,199 @@ package core
 
 import (
 	"fmt"
-	"time"
+	"strings"
 
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
-// modes are the routing modes as compositions, in one place: each names
-// how it picks a worker once every candidate has its cost from
-// scheduler.KV (which every mode reports), the cost terms and pickers of
-// scheduler (whose compositions scheduler.Policy lists) or a picker of
-// its own. A new mode is a line here (and in Modes, if the router's flag
-// offers it).
-var modes = map[Mode]chooser{
+// A routing decision is made of small parts:
+//
+//   - cost terms (scheduler.Term, one file each in services/router/scheduler):
+//     each adds its part of a worker's predicted time to every candidate's
+//     cost, from the request and the worker's state;
+//   - a cost policy (scheduler.Policy, listed in scheduler/policy.go): the
+//     terms a mode sums, in order, and the picker that names the cheapest
+//     (or samples);
+//   - a chooser (below, one type each): takes the policy's choice or makes
+//     its own from the core's state (a round-robin turn, the peer
+//     replicas' decisions, the instance the request names).
+//
+// modes lists every routing mode as such a composition, in one place. A
+// new cost term is a file in scheduler and a line in the composition of
+// policy.go that sums it; a new way to choose is a chooser here and the
+// line of the mode that uses it; a new mode is a line below (and in Modes,
+// if the router's flag offers it).
+var modes = map[Mode]composition{
 	// kv: scheduler.KV's choice (prefill, decode, queue wait, seed; argmin
 	// or softmax), spread at temperature 0 across the replicas' decisions
-	// not heard yet.
-	ModeKV: byCost{spread: true},
+	// not heard yet. Routed prefixes count as predicted on their worker
+	// until its KV events confirm them.
+	ModeKV: {cost: &scheduler.KV, choose: byCost{spread: true}, predicts: true},
 	// least-loaded: scheduler.LeastLoaded over the candidates with their
 	// caches hidden, at weight 1 and temperature 0: the same predicted
 	// time, blind to caches.
-	ModeLeastLoaded: blind{policy: &scheduler.LeastLoaded},
+	ModeLeastLoaded: {cost: &scheduler.KV, choose: blind{policy: &scheduler.LeastLoaded}},
 	// round-robin: the endpoint's next turn.
-	ModeRoundRobin: roundRobin{},
+	ModeRoundRobin: {cost: &scheduler.KV, choose: roundRobin{}},
 	// random: a uniform draw.
-	ModeRandom: pick{scheduler.Random{}},
-	// direct: the instance the request names.
-	ModeDirect: direct{},
+	ModeRandom: {cost: &scheduler.KV, choose: pick{picker: scheduler.Random{}, what: "random: a uniform draw"}},
+	// direct: the instance the request names (which then computes its
+	// prompt too: a disaggregated model is not paired).
+	ModeDirect: {cost: &scheduler.KV, choose: direct{}, named: true},
 }
 
-// chooserOf is mode's chooser; a mode not listed chooses as scheduler.KV
-// does, without the replicas' spread.
-func chooserOf(m Mode) chooser {
-	if ch, ok := modes[m]; ok {
-		return ch
+// composition is how a routing mode decides: cost prices every candidate
+// (every mode reports those costs), then choose picks the worker.
+type composition struct {
+	// cost sums a worker's predicted time for the request; its picker's
+	// choice is given to choose.
+	cost *scheduler.Policy
+	// choose picks the worker.
+	choose chooser
+	// named says the request names its worker (instance_id), which is
+	// then required, and which computes the prompt too.
+	named bool
+	// predicts says the blocks of a routed request count as predicted on
+	// its worker until the worker's KV events confirm them (with events:
+	// approximate mode predicts every decision's blocks in its index).
+	predicts bool
+}
+
+// compositionOf is m's composition; a mode not listed chooses as
+// scheduler.KV does, without the replicas' spread or predictions.
+func compositionOf(m Mode) composition {
+	if comp, ok := modes[m]; ok {
+		return comp
 	}
-	return byCost{}
+	return composition{cost: &scheduler.KV, choose: byCost{}}
 }
 
-// chooser picks the worker of decision d (its candidates' kv costs in
-// d.scored, scheduler.KV's choice kv), under c.mu.
+// chooser picks the worker of decision d, under c.mu, once the mode's cost
+// has priced every candidate (d.scored) and its picker chose best. d holds
+// the request (d.q), the scheduler's view of it (d.req) and the decision's
+// time (d.now). A disaggregated model's decision calls it once per pool,
+// with d's candidates narrowed to that pool.
 type chooser interface {
-	choose(c *Core, d *decision, q query, req scheduler.Request, kv int, now time.Time) (int, error)
+	// choose returns an index of d.scored; an error (ErrNoWorker) when
+	// none fits.
+	choose(c *Core, d *decision, best int) (int, error)
+	// why says in words why d.chosen was chosen (ExplainRoute's reason).
+	why(c *Core, d *decision) string
 }
 
-// byCost takes scheduler.KV's choice; with spread, at temperature 0 and
+// byCost takes the cost policy's choice; with spread, at temperature 0 and
 // when the decision is for real, moved by the peer replicas' decisions
 // not heard yet (see replica.go).
 type byCost struct{ spread bool }
 
-func (b byCost) choose(c *Core, d *decision, q query, _ scheduler.Request, kv int, now time.Time) (int, error) {
-	if b.spread && d.params.Temperature <= 0 && !q.dryRun {
-		return c.spreadLocked(d, kv, now), nil
+func (b byCost) choose(c *Core, d *decision, best int) (int, error) {
+	if b.spread && d.params.Temperature <= 0 && !d.q.dryRun {
+		return c.spreadLocked(d, best, d.now), nil
 	}
-	return kv, nil
+	return best, nil
+}
+
+func (byCost) why(c *Core, d *decision) string {
+	ch := d.scored[d.chosen]
+	prefix := "kv"
+	if c.approximate {
+		prefix = "kv (approximate: caches predicted from past decisions)"
+	}
+	if d.params.Temperature > 0 {
+		best := ch.Cost
+		for _, s := range d.scored {
+			best = min(best, s.Cost)
+		}
+		return fmt.Sprintf("%s: sampled by softmax over costs at temperature %g; cost %.4g against the lowest %.4g; %s",
+			prefix, d.params.Temperature, ch.Cost, best, cachedReason(d))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: lowest cost %.4g; %s, with %d prefill and %d decode blocks queued", prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
+	ties, next := tiesAndRunnerUp(d.scored, d.chosen)
+	switch {
+	case ties > 0:
+		fmt.Fprintf(&b, "; tied with %d other worker(s), broken at random", ties)
+	case next >= 0:
+		fmt.Fprintf(&b, "; next best %x at cost %.4g", d.scored[next].Worker.Instance, d.scored[next].Cost)
+	}
+	return b.String()
 }
 
 // blind chooses with policy over copies of the candidates whose cached
 // prefix is hidden, at overlap weight 1 and temperature 0.
 type blind struct{ policy *scheduler.Policy }
 
-func (b blind) choose(c *Core, d *decision, _ query, req scheduler.Request, _ int, _ time.Time) (int, error) {
+func (b blind) choose(c *Core, d *decision, _ int) (int, error) {
 	ll := make([]scheduler.Candidate, len(d.scored))
 	for i, s := range d.scored {
 		ll[i] = s
 		ll[i].Overlap = 0
 	}
-	chosen, _ := b.policy.Select(ll, req, scheduler.Params{OverlapWeight: 1}, c.rng)
+	chosen, _ := b.policy.Select(ll, d.req, scheduler.Params{OverlapWeight: 1}, c.rng)
 	return chosen, nil
+}
+
+func (blind) why(_ *Core, d *decision) string {
+	ch := d.scored[d.chosen]
+	return fmt.Sprintf("least-loaded: fewest queued blocks (%d prefill + %d decode) among %d workers; %s",
+		ch.PrefillBlocks, ch.DecodeBlocks, len(d.scored), cachedReason(d))
 }
 
 // roundRobin takes the candidates' endpoint's next turn; a dry run
 // (ExplainRoute) does not take it.
 type roundRobin struct{}
 
-func (roundRobin) choose(c *Core, d *decision, q query, _ scheduler.Request, _ int, _ time.Time) (int, error) {
+func (roundRobin) choose(c *Core, d *decision, _ int) (int, error) {
 	in := d.cands[0].in
 	k := endpointKey{in.Namespace, in.Component, in.Endpoint}
 	chosen := c.rr[k] % len(d.cands)
-	if !q.dryRun {
+	if !d.q.dryRun {
 		c.rr[k]++
 	}
 	return chosen, nil
 }
 
-// pick chooses with a scheduler picker.
-type pick struct{ picker scheduler.Picker }
+func (roundRobin) why(_ *Core, d *decision) string {
+	return fmt.Sprintf("round-robin: the endpoint's next turn among %d workers (costs shown for comparison only)", len(d.scored))
+}
 
-func (p pick) choose(c *Core, d *decision, _ query, _ scheduler.Request, _ int, _ time.Time) (int, error) {
+// pick chooses with a scheduler picker, blind to the costs; what names
+// the draw in its reason.
+type pick struct {
+	picker scheduler.Picker
+	what   string
+}
+
+func (p pick) choose(c *Core, d *decision, _ int) (int, error) {
 	return p.picker.Pick(d.scored, d.params, c.rng), nil
+}
+
+func (p pick) why(_ *Core, d *decision) string {
+	return fmt.Sprintf("%s among %d workers (costs shown for comparison only)", p.what, len(d.scored))
 }
 
 // direct takes the instance the request names; ErrNoWorker if it does not
 // serve the target.
 type direct struct{}
 
-func (direct) choose(_ *Core, d *decision, q query, _ scheduler.Request, _ int, _ time.Time) (int, error) {
+func (direct) choose(_ *Core, d *decision, _ int) (int, error) {
 	chosen := -1
 	for i, cd := range d.cands {
-		if cd.in.InstanceId == q.direct {
+		if cd.in.InstanceId == d.q.direct {
 			chosen = i
 		}
 	}
 	if chosen < 0 {
-		return -1, fmt.Errorf("%w: direct mode: instance %x does not serve %s", ErrNoWorker, q.direct, targetString(q.target))
+		return -1, fmt.Errorf("%w: direct mode: instance %x does not serve %s", ErrNoWorker, d.q.direct, targetString(d.q.target))
 	}
 	return chosen, nil
+}
+
+func (direct) why(_ *Core, d *decision) string {
+	return fmt.Sprintf("direct: the request named instance %x; %s", d.scored[d.chosen].Worker.Instance, cachedReason(d))
+}
+
+// cachedReason says how much of d's request its chosen worker caches.
+func cachedReason(d *decision) string {
+	return fmt.Sprintf("it caches %d of the request's %d blocks", d.scored[d.chosen].Overlap, len(d.hashes))
 }

@@ -153,7 +153,7 @@ func (c *Core) decodeLeg(bs int) *scheduler.Policy {
 // d.chosen is the decode (or whole-request) worker, d.prefill the prefill
 // worker or -1. d.scored's costs are left as each worker's for the leg it
 // would serve in the decision made.
-func (c *Core) choosePair(d *decision, q query, req scheduler.Request, pl *pools, now time.Time) error {
+func (c *Core) choosePair(d *decision, pl *pools) error {
 	n := len(d.scored)
 	cands, scored := d.cands, d.scored
 	defer func() { d.cands, d.scored = cands, scored }()
@@ -161,7 +161,7 @@ func (c *Core) choosePair(d *decision, q query, req scheduler.Request, pl *pools
 	// the policy's choice there.
 	within := func(from, to, best int) (int, error) {
 		d.cands, d.scored = cands[from:to], scored[from:to]
-		i, err := c.chooser.choose(c, d, q, req, best, now)
+		i, err := c.comp.choose.choose(c, d, best)
 		d.cands, d.scored = cands, scored
 		return from + i, err
 	}
@@ -169,18 +169,18 @@ func (c *Core) choosePair(d *decision, q query, req scheduler.Request, pl *pools
 		return ErrNoWorker
 	}
 	serve := scored[:pl.serve]
-	best, _ := scheduler.KV.Select(serve, req, d.params, c.rng)
+	best, _ := c.comp.cost.Select(serve, d.req, d.params, c.rng)
 	local, err := within(0, pl.serve, best)
 	if err != nil {
 		return err
 	}
 	d.chosen, d.prefill, d.disagg = local, -1, DecisionLocalPrefill
-	if !pl.paired(n) || c.disaggregation == DisaggOff || c.mode == ModeDirect {
+	if !pl.paired(n) || c.disaggregation == DisaggOff || c.comp.named {
 		return nil
 	}
-	// The prefill leg: KV's cost over the prefill pool.
+	// The prefill leg: the mode's cost over the prefill pool.
 	pre := scored[pl.serve:]
-	best, _ = scheduler.KV.Select(pre, req, d.params, c.rng)
+	best, _ = c.comp.cost.Select(pre, d.req, d.params, c.rng)
 	p, err := within(pl.serve, n, best)
 	if err != nil {
 		return err
@@ -192,7 +192,7 @@ func (c *Core) choosePair(d *decision, q query, req scheduler.Request, pl *pools
 	for i := range dec {
 		d.pairCosts[i] = dec[i].Cost
 	}
-	best, _ = c.decodeLeg(d.blockSize).Select(dec, req, d.params, c.rng)
+	best, _ = c.decodeLeg(d.blockSize).Select(dec, d.req, d.params, c.rng)
 	dd, err := within(pl.agg, pl.serve, best)
 	if err != nil {
 		return err
@@ -221,7 +221,7 @@ func (c *Core) recordPrefillLeg(id string, w index.WorkerID, blocks int, hashes 
 	if c.approx != nil {
 		c.approx.Predict(w, hashes, at)
 	}
-	if c.legs.pending != nil && c.mode == ModeKV {
+	if c.legs.pending != nil && c.comp.predicts {
 		c.legs.pending.AddShared(id, w, hashes[min(from, len(hashes)):], at)
 	}
 }

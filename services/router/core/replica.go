@@ -59,7 +59,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		if c.approx != nil {
 			c.approx.Predict(w, r.BlockHashes, at)
 		}
-		if c.pending != nil && c.mode == ModeKV {
+		if c.pending != nil && c.comp.predicts {
 			// Predicted where the sender routed it, beyond what this
 			// replica's index confirms there.
 			c.pending.AddShared(r.RequestId, w, hashes[c.indexedOn(w, hashes):], at)
