@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -129,7 +130,11 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 	if pod == nil {
 		pod = PodFromEnv()
 	}
-	resp, err := c.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: int64(opts.TTL / time.Second), Pod: pod})
+	// WaitForReady: while no registry replica serves (each reports
+	// NOT_SERVING while its store is unreachable), the grant waits within
+	// ctx for one that does rather than failing at once; nothing is sent
+	// before then, so waiting loses nothing.
+	resp, err := c.rpc.GrantLease(ctx, &registryv1.GrantLeaseRequest{TtlSeconds: int64(opts.TTL / time.Second), Pod: pod}, grpc.WaitForReady(true))
 	if err != nil {
 		return nil, fmt.Errorf("discovery: grant lease: %w", err)
 	}

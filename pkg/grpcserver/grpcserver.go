@@ -259,8 +259,9 @@ func (s *Server) SetServing(service string, serving bool) {
 // from Serve until shutdown, probe runs every interval (bounded by the
 // interval, at least a second), and while it fails every service reports
 // NOT_SERVING, so that load balancers and clients prefer a replica whose
-// backend answers. Serve runs it once before the first status too. Call it
-// before Serve.
+// backend answers. Serve runs it once before the first status too. A serving
+// server turns NOT_SERVING only after probeFailures probes in a row fail, and
+// serves again at the first that passes. Call it before Serve.
 func (s *Server) SetHealthProbe(interval time.Duration, probe func(context.Context) error) {
 	s.probe, s.probeInterval = probe, interval
 }
@@ -272,11 +273,21 @@ func (s *Server) probeOnce(ctx context.Context) error {
 	return s.probe(pctx)
 }
 
+// probeFailures is how many probes in a row must fail before a serving
+// server reports NOT_SERVING. One probe that overran its timeout while the
+// machine was starved of CPU is not an outage, and replicas probing the same
+// backend tend to miss together: flipping on the first miss would take every
+// replica out of clients' health-checked balancers at once, and their calls
+// would fail fast while the backend was answering. A backend that is really
+// gone fails every probe and is reported one interval later.
+const probeFailures = 2
+
 // runProbe is the loop of SetHealthProbe, from the status serving that Serve
 // set; it returns when ctx ends.
 func (s *Server) runProbe(ctx context.Context, serving bool) {
 	t := time.NewTicker(s.probeInterval)
 	defer t.Stop()
+	failed := 0 // probes failed in a row
 	for {
 		select {
 		case <-ctx.Done():
@@ -286,7 +297,12 @@ func (s *Server) runProbe(ctx context.Context, serving bool) {
 		case <-t.C:
 		}
 		err := s.probeOnce(ctx)
-		if ok := err == nil; ok != serving {
+		if err != nil {
+			failed++
+		} else {
+			failed = 0
+		}
+		if ok := failed == 0 || (serving && failed < probeFailures); ok != serving {
 			serving = ok
 			select {
 			case <-s.stopping:

@@ -2,6 +2,7 @@ package grpcserver
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -292,5 +293,78 @@ func TestPanicBecomesInternal(t *testing.T) {
 	err = cc.Invoke(context.Background(), "/test.Panic/Boom", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}, grpc.WaitForReady(true))
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("panicking call = %v, want Internal", err)
+	}
+}
+
+// TestHealthProbeFailureThreshold feeds the health probe one result per
+// call and reads the status a client sees after each: a serving server
+// turns NOT_SERVING only when probeFailures probes in a row fail, and
+// serves again at the first that passes. Each probe call announces itself
+// and then waits for the test to hand it its result, so the next call
+// having begun means the loop applied the previous result.
+func TestHealthProbeFailureThreshold(t *testing.T) {
+	errDown := errors.New("backend down")
+	s, err := New(Config{GRPCAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, results := make(chan struct{}), make(chan error)
+	s.SetHealthProbe(time.Millisecond, func(ctx context.Context) error {
+		select {
+		case calls <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case err := <-results:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	hc := healthpb.NewHealthClient(dial(t, s.Addr().String(), insecure.NewCredentials()))
+	const (
+		up   = healthpb.HealthCheckResponse_SERVING
+		down = healthpb.HealthCheckResponse_NOT_SERVING
+	)
+	steps := []struct {
+		probe error
+		want  healthpb.HealthCheckResponse_ServingStatus
+	}{
+		{nil, up},       // the probe at start
+		{errDown, up},   // one miss is not an outage
+		{nil, up},       // and a pass clears it
+		{errDown, up},   // a first miss again
+		{errDown, down}, // the second in a row takes it out
+		{errDown, down}, // it stays out while the probe fails
+		{nil, up},       // and serves at the first pass
+		{errDown, up},
+	}
+	for i := range len(steps) + 1 {
+		<-calls // the probe after step i-1 began: step i-1 was applied
+		if i > 0 {
+			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev := steps[i-1]; r.Status != prev.want {
+				t.Fatalf("after step %d (probe error %v): health %v, want %v", i-1, prev.probe, r.Status, prev.want)
+			}
+		}
+		if i < len(steps) {
+			results <- steps[i].probe
+		}
 	}
 }
