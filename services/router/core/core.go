@@ -133,12 +133,12 @@ type Core struct {
 	// whose load reports go there.
 	legs    legs
 	prefill map[uint64]bool
-	// disaggregation, transferGbps, bytesPerToken and transferRTT are
-	// Config's.
-	disaggregation Disaggregation
-	transferGbps   float64
-	bytesPerToken  int
-	transferRTT    time.Duration
+	// pairing is Config's Disaggregation (see modes.go); transferGbps,
+	// bytesPerToken and transferRTT are Config's.
+	pairing       pairing
+	transferGbps  float64
+	bytesPerToken int
+	transferRTT   time.Duration
 	// saturation are the limits past which a worker is full (see
 	// saturation.go); changed is closed at the next change of the load
 	// record, for watchers of saturation.
@@ -223,10 +223,10 @@ func New(cfg Config) *Core {
 		targets:     map[targetKey]*targetCands{},
 		prefill:     map[uint64]bool{},
 
-		disaggregation: cfg.Disaggregation,
-		transferGbps:   cfg.KVTransferGbps,
-		bytesPerToken:  cfg.KVBytesPerToken,
-		transferRTT:    cfg.KVTransferRTT,
+		pairing:       pairingOf(cfg.Disaggregation),
+		transferGbps:  cfg.KVTransferGbps,
+		bytesPerToken: cfg.KVBytesPerToken,
+		transferRTT:   cfg.KVTransferRTT,
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock

@@ -80,7 +80,7 @@ func (c *Core) pairReason(d *decision, whole string) string {
 	case d.prefill >= 0:
 		p, w := &d.scored[d.prefill], &d.scored[d.chosen]
 		why := fmt.Sprintf("predicted %.4g against %.4g with the prefill on the decode or aggregated worker", d.remoteCost, d.localCost)
-		if c.disaggregation == DisaggAlways {
+		if c.pairing.always {
 			why = "--disaggregation always"
 		}
 		return fmt.Sprintf("remote prefill (%s): prefill on %x at cost %.4g (it caches %d of %d blocks; %d prefill blocks queued), "+
@@ -91,7 +91,7 @@ func (c *Core) pairReason(d *decision, whole string) string {
 		return fmt.Sprintf("local prefill: predicted %.4g on %x against %.4g for the best pair (prefill on %x, decode on %x); %s",
 			d.localCost, d.cands[d.chosen].in.InstanceId, d.remoteCost, d.cands[d.pairPrefill].in.InstanceId,
 			d.cands[d.priced].in.InstanceId, whole)
-	case c.disaggregation == DisaggOff:
+	case !c.pairing.pairs:
 		return "local prefill: --disaggregation off; " + whole
 	case c.comp.named:
 		return "local prefill: direct mode names one worker; " + whole

@@ -19,11 +19,11 @@ import (
 //     its own from the core's state (a round-robin turn, the peer
 //     replicas' decisions, the instance the request names).
 //
-// modes lists every routing mode as such a composition, in one place. A
-// new cost term is a file in scheduler and a line in the composition of
-// policy.go that sums it; a new way to choose is a chooser here and the
-// line of the mode that uses it; a new mode is a line below (and in Modes,
-// if the router's flag offers it).
+// modes lists every routing mode as such a composition, and pairings every
+// --disaggregation setting, in one place. A new cost term is a file in
+// scheduler and a line in the composition of policy.go that sums it; a new
+// way to choose is a chooser here and the line of the mode that uses it; a
+// new mode is a line below (and in Modes, if the router's flag offers it).
 var modes = map[Mode]composition{
 	// kv: scheduler.KV's choice (prefill, decode, queue wait, seed; argmin
 	// or softmax), spread at temperature 0 across the replicas' decisions
@@ -41,6 +41,34 @@ var modes = map[Mode]composition{
 	// direct: the instance the request names (which then computes its
 	// prompt too: a disaggregated model is not paired).
 	ModeDirect: {cost: &scheduler.KV, choose: direct{}, named: true},
+}
+
+// pairings are the --disaggregation settings, in one place: whether a
+// model with prefill and decode pools may run a request's prefill on a
+// prefill worker, and when it does (see pairs.go). Each leg is chosen in
+// its pool by the mode's composition.
+var pairings = map[Disaggregation]pairing{
+	// auto: the pair when it is predicted cheaper than the request run
+	// whole on one worker.
+	DisaggAuto: {pairs: true},
+	// always: the pair whenever both pools have a live worker.
+	DisaggAlways: {pairs: true, always: true},
+	// off: the whole request on a decode or aggregated worker.
+	DisaggOff: {},
+}
+
+// pairing is a --disaggregation setting: pairs says a request may be split
+// into a prefill and a decode leg, always that it is whenever it can be,
+// without comparing costs.
+type pairing struct{ pairs, always bool }
+
+// pairingOf is d's pairing; the zero value (and any value Validate
+// refuses) reads as auto.
+func pairingOf(d Disaggregation) pairing {
+	if p, ok := pairings[d]; ok {
+		return p
+	}
+	return pairings[DisaggAuto]
 }
 
 // composition is how a routing mode decides: cost prices every candidate

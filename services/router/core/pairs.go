@@ -175,7 +175,7 @@ func (c *Core) choosePair(d *decision, pl *pools) error {
 		return err
 	}
 	d.chosen, d.prefill, d.disagg = local, -1, DecisionLocalPrefill
-	if !pl.paired(n) || c.disaggregation == DisaggOff || c.comp.named {
+	if !pl.paired(n) || !c.pairing.pairs || c.comp.named {
 		return nil
 	}
 	// The prefill leg: the mode's cost over the prefill pool.
@@ -202,7 +202,7 @@ func (c *Core) choosePair(d *decision, pl *pools) error {
 	if local >= pl.agg {
 		d.localCost = d.pairCosts[local-pl.agg]
 	}
-	if c.disaggregation == DisaggAlways || d.remoteCost < d.localCost {
+	if c.pairing.always || d.remoteCost < d.localCost {
 		d.chosen, d.prefill, d.disagg = dd, p, DecisionRemotePrefill
 		return nil
 	}
