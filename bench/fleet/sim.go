@@ -388,7 +388,7 @@ func (s *Sim) publishLoad() {
 func (s *Sim) generate(_ context.Context, req *transport.Request, rw transport.ResponseWriter) error {
 	gr := &workerv1.GenerateRequest{}
 	if err := proto.Unmarshal(req.Payload, gr); err != nil {
-		return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 	}
 	s.served.Add(1)
 	out, err := proto.Marshal(&workerv1.GenerateResponse{TokenIds: []uint32{13}, FinishReason: workerv1.FinishReason_FINISH_REASON_LENGTH,

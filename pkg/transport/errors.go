@@ -52,12 +52,32 @@ const (
 	CodeDisconnected = "disconnected"
 )
 
+// Codes a handler sends with a [HandlerError] for its own failures, which
+// callers branch on. Workers in other languages send the same strings.
+const (
+	// CodeInvalidArgument refuses a request that is malformed or asks what
+	// the worker does not support (an empty prompt, a bad handoff): the
+	// same request fails on any worker, so the frontend answers 400 with
+	// the message instead of retrying elsewhere.
+	CodeInvalidArgument = "invalid_argument"
+	// CodeUnimplemented refuses a request for a feature the worker does not
+	// implement; the frontend treats it as CodeInvalidArgument.
+	CodeUnimplemented = "unimplemented"
+	// CodeInternal is a handler that failed on its own (the tcp server
+	// sends it for a handler that panicked).
+	CodeInternal = "internal"
+	// CodeEngineError is an engine behind the worker that failed the
+	// request (the engine adapter's other errors).
+	CodeEngineError = "engine_error"
+)
+
 // HandlerError is an error that travels from the handler to the client: a
 // machine-readable Code and a human-readable Message. A handler that returns
 // a *HandlerError has its Code and Message delivered as they are; any other
 // non-nil error arrives with Code [CodeUnknown] and the error's text.
 type HandlerError struct {
-	// Code identifies the kind of failure, for example "invalid_argument".
+	// Code identifies the kind of failure, for example
+	// [CodeInvalidArgument].
 	Code string
 	// Message describes the failure for humans.
 	Message string

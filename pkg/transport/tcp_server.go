@@ -335,7 +335,7 @@ func (st *tcpServerStream) run() {
 func runHandler(ctx context.Context, h Handler, req *Request, w ResponseWriter) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &HandlerError{Code: "internal", Message: fmt.Sprintf("handler panic: %v\n%s", r, debug.Stack())}
+			err = &HandlerError{Code: CodeInternal, Message: fmt.Sprintf("handler panic: %v\n%s", r, debug.Stack())}
 		}
 	}()
 	return h(traceContext(ctx, req), req, w)

@@ -60,13 +60,13 @@ func (a *api) Generate(req *workerv1.GenerateRequest, stream grpc.ServerStreamin
 // (transport.HandlerError.Code), so that a bad request over WorkerService is
 // InvalidArgument, as it is over the request plane, not Unknown.
 var handlerCodes = map[string]codes.Code{
-	"invalid_argument":         codes.InvalidArgument,
-	"internal":                 codes.Internal,
-	transport.CodeTooLarge:     codes.ResourceExhausted,
-	transport.CodeDraining:     codes.Unavailable,
-	transport.CodeTimeout:      codes.DeadlineExceeded,
-	transport.CodeDisconnected: codes.Unavailable,
-	CodeKVHandoffFailed:        codes.Unavailable,
+	transport.CodeInvalidArgument: codes.InvalidArgument,
+	transport.CodeInternal:        codes.Internal,
+	transport.CodeTooLarge:        codes.ResourceExhausted,
+	transport.CodeDraining:        codes.Unavailable,
+	transport.CodeTimeout:         codes.DeadlineExceeded,
+	transport.CodeDisconnected:    codes.Unavailable,
+	CodeKVHandoffFailed:           codes.Unavailable,
 }
 
 // handlerStatus turns a handler's error into a status.

@@ -75,7 +75,7 @@ const (
 )
 
 // ErrInvalidRequest is what a generate payload that does not decode gets,
-// as a transport handler error with code "invalid_argument".
+// as a transport handler error with code transport.CodeInvalidArgument.
 var ErrInvalidRequest = errors.New("worker: invalid generate request")
 
 // Model describes the model a worker serves.
@@ -901,7 +901,7 @@ func (w *Worker) handler(h Handler) transport.Handler {
 	return func(ctx context.Context, req *transport.Request, rw transport.ResponseWriter) error {
 		gr := &workerv1.GenerateRequest{}
 		if err := proto.Unmarshal(req.Payload, gr); err != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("%v: %v", ErrInvalidRequest, err)}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: %v", ErrInvalidRequest, err)}
 		}
 		if gr.RequestId == "" {
 			gr.RequestId = req.Headers[transport.HeaderRequestID]

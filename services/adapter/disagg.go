@@ -194,25 +194,25 @@ func (l *legs) checkLeg(req *workerv1.GenerateRequest) error {
 	leg := req.GetLeg()
 	if leg == workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED {
 		if req.Handoff != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "a handoff on a whole request"}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "a handoff on a whole request"}
 		}
 		return nil
 	}
 	if !isVLLMKind(l.kind) && l.kind != commonv1.KvTransferKind_KV_TRANSFER_KIND_BOOTSTRAP {
-		return &transport.HandlerError{Code: "invalid_argument", Message: "this adapter serves whole requests only: start it with --disaggregation-mode prefill or decode and --kv-transfer-kind nixl, mooncake or bootstrap to relay the legs of disaggregated requests"}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "this adapter serves whole requests only: start it with --disaggregation-mode prefill or decode and --kv-transfer-kind nixl, mooncake or bootstrap to relay the legs of disaggregated requests"}
 	}
 	switch leg {
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL:
 		if req.Handoff != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "a handoff on a prefill leg"}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "a handoff on a prefill leg"}
 		}
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE:
 		if k := req.GetHandoff().GetKind(); k != l.kind {
-			return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("%v: a %q handoff, this adapter's engine speaks %q", worker.ErrInvalidHandoff,
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: a %q handoff, this adapter's engine speaks %q", worker.ErrInvalidHandoff,
 				wire.TransferKindName(k), wire.TransferKindName(l.kind))}
 		}
 	default:
-		return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("unknown disaggregation leg %d", leg)}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("unknown disaggregation leg %d", leg)}
 	}
 	return nil
 }
@@ -223,14 +223,14 @@ func (l *legs) decodeRequest(req *workerv1.GenerateRequest, cr *completionReques
 	if isVLLMKind(l.kind) {
 		p, err := decodeVLLMHandoff(payload)
 		if err != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 		}
 		cr.KVTransferParams = p
 		return nil
 	}
 	h, err := decodeBootstrapHandoff(payload)
 	if err != nil {
-		return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 	}
 	cr.BootstrapHost, cr.BootstrapPort, cr.BootstrapRoom = h.Host, h.Port, &h.Room
 	return nil
@@ -295,7 +295,7 @@ func (l *legs) prefillVLLM(ctx context.Context, req *workerv1.GenerateRequest, c
 	}
 	if resp.StatusCode != http.StatusOK {
 		if resp.StatusCode == http.StatusBadRequest {
-			return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("engine: %s", bytes.TrimSpace(body[:min(len(body), 4096)]))}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("engine: %s", bytes.TrimSpace(body[:min(len(body), 4096)]))}
 		}
 		return fmt.Errorf("engine: %s: %s", resp.Status, bytes.TrimSpace(body[:min(len(body), 4096)]))
 	}
@@ -314,10 +314,10 @@ func (l *legs) prefillVLLM(ctx context.Context, req *workerv1.GenerateRequest, c
 	}
 	params := bytes.TrimSpace(cresp.KVTransferParams)
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
-		return &transport.HandlerError{Code: "engine_error", Message: "engine: the prefill answer has no kv_transfer_params: is the engine started with a KV connector (--kv-transfer-config)?"}
+		return &transport.HandlerError{Code: transport.CodeEngineError, Message: "engine: the prefill answer has no kv_transfer_params: is the engine started with a KV connector (--kv-transfer-config)?"}
 	}
 	if _, err := decodeVLLMHandoff(params); err != nil {
-		return &transport.HandlerError{Code: "engine_error", Message: "engine: the prefill answer's " + err.Error()}
+		return &transport.HandlerError{Code: transport.CodeEngineError, Message: "engine: the prefill answer's " + err.Error()}
 	}
 	h := &workerv1.KvHandoff{Kind: l.kind, Payload: params, PrefillInstanceId: w.InstanceID()}
 	u := &workerv1.Usage{PromptTokens: uint32(len(req.TokenIds))}
@@ -357,7 +357,7 @@ func (l *legs) prefillBootstrap(ctx context.Context, req *workerv1.GenerateReque
 	if _, dup := l.pending[req.RequestId]; dup || req.RequestId == "" {
 		l.mu.Unlock()
 		cancel()
-		return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("a prefill leg needs a request id not in flight (%q)", req.RequestId)}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("a prefill leg needs a request id not in flight (%q)", req.RequestId)}
 	}
 	l.pending[req.RequestId] = cancel
 	l.wg.Add(1)

@@ -90,13 +90,13 @@ func (e *engineError) err() error {
 	if e.Type != "" {
 		msg = e.Type + ": " + msg
 	}
-	code := "engine_error"
+	code := transport.CodeEngineError
 	switch strings.Trim(string(e.Code), `"`) {
 	case "400", "422":
-		code = "invalid_argument"
+		code = transport.CodeInvalidArgument
 	default:
 		if e.Type == "BadRequestError" || e.Type == "invalid_request_error" {
-			code = "invalid_argument"
+			code = transport.CodeInvalidArgument
 		}
 	}
 	return &transport.HandlerError{Code: code, Message: "engine: " + msg}
@@ -137,7 +137,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 	url := completionsURL(engineURL)
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		if len(req.TokenIds) == 0 {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "empty prompt"}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "empty prompt"}
 		}
 		if err := l.checkLeg(req); err != nil {
 			return err
@@ -183,7 +183,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		if resp.StatusCode != http.StatusOK {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			if resp.StatusCode == http.StatusBadRequest {
-				return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("engine: %s", bytes.TrimSpace(msg))}
+				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("engine: %s", bytes.TrimSpace(msg))}
 			}
 			return fmt.Errorf("engine: %s: %s", resp.Status, bytes.TrimSpace(msg))
 		}

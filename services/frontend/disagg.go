@@ -339,7 +339,7 @@ func handoffRefused(err error) bool {
 	if !errors.As(err, &he) {
 		return false
 	}
-	return he.Code == worker.CodeKVHandoffFailed || he.Code == "invalid_argument" || he.Code == "unimplemented"
+	return he.Code == worker.CodeKVHandoffFailed || he.Code == transport.CodeInvalidArgument || he.Code == transport.CodeUnimplemented
 }
 
 // prefillLeg sends the prefill leg of tokens to d.prefill and returns its

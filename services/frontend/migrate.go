@@ -143,7 +143,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 // errors are returned as they are.
 func refused(err error) error {
 	var he *transport.HandlerError
-	if errors.As(err, &he) && (he.Code == "invalid_argument" || he.Code == "unimplemented") {
+	if errors.As(err, &he) && (he.Code == transport.CodeInvalidArgument || he.Code == transport.CodeUnimplemented) {
 		return fmt.Errorf("%w: the worker refused the request: %s", ErrInvalidRequest, he.Message)
 	}
 	return err

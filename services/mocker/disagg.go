@@ -187,7 +187,7 @@ func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *e
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE:
 		return l.takeKV(ctx, req, er)
 	}
-	return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("unknown disaggregation leg %d", req.GetLeg())}
+	return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("unknown disaggregation leg %d", req.GetLeg())}
 }
 
 // takeKV pulls a decode leg's KV from the prefill worker, waits for the
@@ -196,11 +196,11 @@ func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *e
 func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *engine.Request) error {
 	m, err := worker.DecodeMockHandoff(req.GetHandoff())
 	if err != nil {
-		return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 	}
 	bs := l.cfg.Engine.BlockSize
 	if promptBlocks := (len(er.Prompt) + bs - 1) / bs; int(m.GetBlocks()) > promptBlocks {
-		return &transport.HandlerError{Code: "invalid_argument", Message: fmt.Sprintf("%v: %d blocks for a prompt of %d tokens (%d blocks)",
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: %d blocks for a prompt of %d tokens (%d blocks)",
 			worker.ErrInvalidHandoff, m.GetBlocks(), len(er.Prompt), promptBlocks)}
 	}
 	var self uint64

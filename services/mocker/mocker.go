@@ -289,15 +289,15 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := engine.RequestFromProto(req, defaultMaxTokens)
 		if err != nil {
-			return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 		}
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "logprobs must be at most 20"}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "logprobs must be at most 20"}
 		}
 		if g := req.GetGuidedDecoding(); g != nil {
 			text, err := guidedAnswer(g)
 			if err != nil {
-				return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 			}
 			er.Script, er.ScriptEnds = pl.structured(er.Prompt, text), true
 		} else {
@@ -311,7 +311,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 		stream, err := r.Submit(er)
 		if err != nil {
 			if errors.Is(err, engine.ErrRequestTooLarge) || errors.Is(err, engine.ErrDuplicateRequest) {
-				return &transport.HandlerError{Code: "invalid_argument", Message: err.Error()}
+				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 			}
 			return err
 		}

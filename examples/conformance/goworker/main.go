@@ -130,7 +130,7 @@ func (e *echo) prefill(prompt []uint32) uint32 {
 
 func (e *echo) generate(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 	if len(req.TokenIds) == 0 {
-		return &transport.HandlerError{Code: "invalid_argument", Message: "empty prompt"}
+		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "empty prompt"}
 	}
 	cached := e.prefill(req.TokenIds)
 	e.mu.Lock()
