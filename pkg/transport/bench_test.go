@@ -10,7 +10,7 @@ import (
 func benchPlane(b *testing.B, plane Plane) (Client, Server) {
 	b.Helper()
 	cfg := testConfig(b, plane)
-	cfg.TCP.MaxMessageSize = DefaultMaxMessageSize
+	cfg.Limits.MaxMessageSize = DefaultMaxMessageSize
 	return testClient(b, cfg), testServer(b, cfg, newTestHandlers())
 }
 

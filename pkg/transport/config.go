@@ -24,14 +24,34 @@ type Config struct {
 	// addresses). Empty means Plane alone. Clients ignore it: they speak
 	// every plane.
 	Planes []Plane
-	// TCP holds the tcp plane's settings; its message size and timeouts
-	// also bound the http and nats planes, which have no variables of
-	// their own for them.
+	// Limits bound every plane's calls and streams.
+	Limits Limits
+	// TCP holds the tcp plane's settings.
 	TCP TCPConfig
 	// HTTP holds the http plane's settings.
 	HTTP HTTPConfig
 	// NATS holds the nats plane's settings.
 	NATS NATSConfig
+}
+
+// Limits are the settings every request plane applies to its calls and
+// streams. Their environment variables keep the names Dynamo gives them,
+// DYN_TCP_*, and mean the same on every plane.
+type Limits struct {
+	// MaxMessageSize bounds every request and response payload, in bytes
+	// (DYN_TCP_MAX_MESSAGE_SIZE; default 32 MiB).
+	MaxMessageSize int
+	// RequestTimeout bounds the wait for a call's first response
+	// (DYN_TCP_REQUEST_TIMEOUT; default 10 s).
+	RequestTimeout time.Duration
+	// ConnectTimeout bounds establishing a connection
+	// (DYN_TCP_CONNECT_TIMEOUT; default 3 s).
+	ConnectTimeout time.Duration
+	// ChannelBuffer is the per-stream response window: the most responses
+	// in flight to a client before the handler's Send blocks
+	// (DYN_TCP_CHANNEL_BUFFER; default 100). The http plane's flow control
+	// is HTTP/2's own.
+	ChannelBuffer int
 }
 
 // TCPConfig holds the tcp plane's settings.
@@ -42,22 +62,9 @@ type TCPConfig struct {
 	Host string
 	// Port is the server's port (DYN_TCP_RPC_PORT; default 0, OS-assigned).
 	Port int
-	// MaxMessageSize bounds every request and response payload, in bytes
-	// (DYN_TCP_MAX_MESSAGE_SIZE; default 32 MiB). All planes apply it.
-	MaxMessageSize int
-	// RequestTimeout bounds the wait for a call's first response
-	// (DYN_TCP_REQUEST_TIMEOUT; default 10 s). All planes apply it.
-	RequestTimeout time.Duration
 	// PoolSize is the most connections the client keeps per server
 	// address (DYN_TCP_POOL_SIZE; default 50).
 	PoolSize int
-	// ConnectTimeout bounds establishing a connection
-	// (DYN_TCP_CONNECT_TIMEOUT; default 3 s). All planes apply it.
-	ConnectTimeout time.Duration
-	// ChannelBuffer is the per-stream response window: the most responses
-	// in flight to a client before the handler's Send blocks
-	// (DYN_TCP_CHANNEL_BUFFER; default 100). The nats plane uses it too.
-	ChannelBuffer int
 }
 
 // HTTPConfig holds the http plane's settings.
@@ -137,14 +144,16 @@ func DefaultConfig() Config {
 	host := DetectHost()
 	return Config{
 		Plane: PlaneTCP,
-		TCP: TCPConfig{
-			Host:           host,
-			Port:           DefaultTCPPort,
+		Limits: Limits{
 			MaxMessageSize: DefaultMaxMessageSize,
 			RequestTimeout: DefaultRequestTimeout,
-			PoolSize:       DefaultPoolSize,
 			ConnectTimeout: DefaultConnectTimeout,
 			ChannelBuffer:  DefaultChannelBuffer,
+		},
+		TCP: TCPConfig{
+			Host:     host,
+			Port:     DefaultTCPPort,
+			PoolSize: DefaultPoolSize,
 		},
 		HTTP: HTTPConfig{
 			Host:                 host,
@@ -228,11 +237,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	p.host("DYN_TCP_RPC_HOST", &c.TCP.Host)
 	p.port("DYN_TCP_RPC_PORT", &c.TCP.Port)
-	p.intRange("DYN_TCP_MAX_MESSAGE_SIZE", &c.TCP.MaxMessageSize, 1, maxMessageSizeUpperBound)
-	p.duration("DYN_TCP_REQUEST_TIMEOUT", &c.TCP.RequestTimeout)
+	p.intRange("DYN_TCP_MAX_MESSAGE_SIZE", &c.Limits.MaxMessageSize, 1, maxMessageSizeUpperBound)
+	p.duration("DYN_TCP_REQUEST_TIMEOUT", &c.Limits.RequestTimeout)
 	p.intRange("DYN_TCP_POOL_SIZE", &c.TCP.PoolSize, 1, 1<<16)
-	p.duration("DYN_TCP_CONNECT_TIMEOUT", &c.TCP.ConnectTimeout)
-	p.intRange("DYN_TCP_CHANNEL_BUFFER", &c.TCP.ChannelBuffer, 1, 1<<20)
+	p.duration("DYN_TCP_CONNECT_TIMEOUT", &c.Limits.ConnectTimeout)
+	p.intRange("DYN_TCP_CHANNEL_BUFFER", &c.Limits.ChannelBuffer, 1, 1<<20)
 
 	if _, set := p.get("DYN_TCP_RPC_HOST"); set {
 		// An explicit TCP host is the better guess for HTTP than detection.
@@ -317,16 +326,16 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.TCP.MaxMessageSize <= 0:
-		return fmt.Errorf("transport: TCP.MaxMessageSize must be positive, got %d", c.TCP.MaxMessageSize)
-	case c.TCP.RequestTimeout <= 0:
-		return fmt.Errorf("transport: TCP.RequestTimeout must be positive, got %v", c.TCP.RequestTimeout)
-	case c.TCP.ConnectTimeout <= 0:
-		return fmt.Errorf("transport: TCP.ConnectTimeout must be positive, got %v", c.TCP.ConnectTimeout)
+	case c.Limits.MaxMessageSize <= 0:
+		return fmt.Errorf("transport: Limits.MaxMessageSize must be positive, got %d", c.Limits.MaxMessageSize)
+	case c.Limits.RequestTimeout <= 0:
+		return fmt.Errorf("transport: Limits.RequestTimeout must be positive, got %v", c.Limits.RequestTimeout)
+	case c.Limits.ConnectTimeout <= 0:
+		return fmt.Errorf("transport: Limits.ConnectTimeout must be positive, got %v", c.Limits.ConnectTimeout)
 	case c.TCP.PoolSize <= 0:
 		return fmt.Errorf("transport: TCP.PoolSize must be positive, got %d", c.TCP.PoolSize)
-	case c.TCP.ChannelBuffer <= 0:
-		return fmt.Errorf("transport: TCP.ChannelBuffer must be positive, got %d", c.TCP.ChannelBuffer)
+	case c.Limits.ChannelBuffer <= 0:
+		return fmt.Errorf("transport: Limits.ChannelBuffer must be positive, got %d", c.Limits.ChannelBuffer)
 	case c.HTTP.MaxConcurrentStreams <= 0:
 		return fmt.Errorf("transport: HTTP.MaxConcurrentStreams must be positive, got %d", c.HTTP.MaxConcurrentStreams)
 	}
@@ -437,13 +446,15 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("plane", string(c.Plane)),
 		slog.Any("planes", c.ServedPlanes()),
+		// The limits are logged with the tcp settings, as the DYN_TCP_*
+		// variables that set them are named.
 		slog.Group("tcp",
 			slog.String("host", c.TCP.Host), slog.Int("port", c.TCP.Port),
-			slog.Int("max_message_size", c.TCP.MaxMessageSize),
-			slog.Duration("request_timeout", c.TCP.RequestTimeout),
+			slog.Int("max_message_size", c.Limits.MaxMessageSize),
+			slog.Duration("request_timeout", c.Limits.RequestTimeout),
 			slog.Int("pool_size", c.TCP.PoolSize),
-			slog.Duration("connect_timeout", c.TCP.ConnectTimeout),
-			slog.Int("channel_buffer", c.TCP.ChannelBuffer)),
+			slog.Duration("connect_timeout", c.Limits.ConnectTimeout),
+			slog.Int("channel_buffer", c.Limits.ChannelBuffer)),
 		slog.Group("http",
 			slog.String("host", c.HTTP.Host), slog.Int("port", c.HTTP.Port),
 			slog.String("root_path", c.HTTP.RootPath),

@@ -50,8 +50,8 @@ func testConfig(tb testing.TB, plane Plane) Config {
 	cfg := DefaultConfig()
 	cfg.Plane = plane
 	cfg.TCP.Host = "127.0.0.1"
-	cfg.TCP.MaxMessageSize = testMaxSize
-	cfg.TCP.RequestTimeout = 10 * time.Second
+	cfg.Limits.MaxMessageSize = testMaxSize
+	cfg.Limits.RequestTimeout = 10 * time.Second
 	cfg.HTTP.Host = "127.0.0.1"
 	cfg.HTTP.Port = 0
 	cfg.NATS.HeartbeatInterval = 500 * time.Millisecond

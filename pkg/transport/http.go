@@ -75,7 +75,7 @@ type httpServer struct {
 
 func newHTTPServer(cfg Config, o options) *httpServer {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &httpServer{cfg: cfg.HTTP, maxSize: cfg.TCP.MaxMessageSize, log: o.log, ctx: ctx, cancel: cancel}
+	s := &httpServer{cfg: cfg.HTTP, maxSize: cfg.Limits.MaxMessageSize, log: o.log, ctx: ctx, cancel: cancel}
 	s.openZero = sync.NewCond(&s.connMu)
 	return s
 }
@@ -392,7 +392,7 @@ func (st *httpServerStream) failErr(err error) error {
 // httpClient is the http plane's [Client].
 type httpClient struct {
 	cfg HTTPConfig
-	tcp TCPConfig
+	lim Limits
 	log *slog.Logger
 	tr  *http.Transport
 	hc  *http.Client
@@ -434,7 +434,7 @@ func newHTTPTransport(cfg Config) *http.Transport {
 	return &http.Transport{
 		Protocols: &protos,
 		// DYN_TCP_CONNECT_TIMEOUT bounds the TCP connect.
-		DialContext: (&net.Dialer{Timeout: cfg.TCP.ConnectTimeout}).DialContext,
+		DialContext: (&net.Dialer{Timeout: cfg.Limits.ConnectTimeout}).DialContext,
 		// DYN_HTTP2_POOL_MAX_IDLE_PER_HOST: idle connections kept per server.
 		MaxIdleConnsPerHost: cfg.HTTP.PoolMaxIdlePerHost,
 		// DYN_HTTP2_POOL_IDLE_TIMEOUT_SECS: close a connection idle this long.
@@ -456,7 +456,7 @@ func newHTTPClient(cfg Config, o options) *httpClient {
 	}
 	return &httpClient{
 		cfg: cfg.HTTP,
-		tcp: cfg.TCP,
+		lim: cfg.Limits,
 		log: o.log,
 		tr:  tr,
 		hc:  &http.Client{Transport: tr},
@@ -479,8 +479,8 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	if len(payload) > c.tcp.MaxMessageSize {
-		return nil, tooLarge("request payload", len(payload), c.tcp.MaxMessageSize)
+	if len(payload) > c.lim.MaxMessageSize {
+		return nil, tooLarge("request payload", len(payload), c.lim.MaxMessageSize)
 	}
 	if err := checkRequestMeta(endpoint, headers); err != nil {
 		return nil, err
@@ -491,9 +491,9 @@ func (c *httpClient) Call(ctx context.Context, addr Address, endpoint string, he
 		return nil, ctx.Err()
 	}
 	callCtx, cancel := context.WithCancelCause(ctx)
-	s := &httpStream{ctx: ctx, callCtx: callCtx, cancel: cancel, release: func() { <-c.streams }, max: c.tcp.MaxMessageSize}
-	s.timer = time.AfterFunc(c.tcp.RequestTimeout, func() {
-		cancel(fmt.Errorf("%w: no response within %v", ErrTimeout, c.tcp.RequestTimeout))
+	s := &httpStream{ctx: ctx, callCtx: callCtx, cancel: cancel, release: func() { <-c.streams }, max: c.lim.MaxMessageSize}
+	s.timer = time.AfterFunc(c.lim.RequestTimeout, func() {
+		cancel(fmt.Errorf("%w: no response within %v", ErrTimeout, c.lim.RequestTimeout))
 	})
 	c.mu.Lock()
 	if c.closed.Load() {

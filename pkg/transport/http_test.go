@@ -98,7 +98,7 @@ func TestHTTPClientSettingsTakeEffect(t *testing.T) {
 	cfg.HTTP.MaxFrameSize = 65536
 	cfg.HTTP.KeepAliveInterval = 50 * time.Millisecond
 	cfg.HTTP.KeepAliveTimeout = 5 * time.Second
-	cfg.TCP.RequestTimeout = 30 * time.Second
+	cfg.Limits.RequestTimeout = 30 * time.Second
 	c := testClient(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	callDone := make(chan struct{})
@@ -303,7 +303,7 @@ func TestRequestTimeout(t *testing.T) {
 				}
 			}()
 			cfg := testConfig(t, plane)
-			cfg.TCP.RequestTimeout = 100 * time.Millisecond
+			cfg.Limits.RequestTimeout = 100 * time.Millisecond
 			c := testClient(t, cfg)
 			addr := Address{Kind: plane, Addr: ln.Addr().String()}
 			if plane == PlaneHTTP {

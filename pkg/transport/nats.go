@@ -46,7 +46,7 @@ const natsHeartbeatMisses = 3
 func natsConnect(cfg Config, name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(cfg.NATS.URL,
 		nats.Name(name),
-		nats.Timeout(cfg.TCP.ConnectTimeout),
+		nats.Timeout(cfg.Limits.ConnectTimeout),
 		nats.RetryOnFailedConnect(false),
 	)
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *natsServer) Start(context.Context) error {
 		s.subs = append(s.subs, sub, ctl)
 	}
 	// Make the subscriptions visible before the address is advertised.
-	if err := nc.FlushTimeout(s.cfg.TCP.ConnectTimeout); err != nil {
+	if err := nc.FlushTimeout(s.cfg.Limits.ConnectTimeout); err != nil {
 		nc.Close()
 		return fmt.Errorf("%w: nats flush: %v", ErrCannotConnect, err)
 	}
@@ -237,8 +237,8 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 		s.reply(m.Reply, 0, frameError, appendErrorBody(nil, herr))
 		return
 	}
-	if len(req.Payload) > s.cfg.TCP.MaxMessageSize {
-		s.reply(m.Reply, 0, frameError, appendErrorBody(nil, &HandlerError{Code: CodeTooLarge, Message: tooLarge("request payload", len(req.Payload), s.cfg.TCP.MaxMessageSize).Error()}))
+	if len(req.Payload) > s.cfg.Limits.MaxMessageSize {
+		s.reply(m.Reply, 0, frameError, appendErrorBody(nil, &HandlerError{Code: CodeTooLarge, Message: tooLarge("request payload", len(req.Payload), s.cfg.Limits.MaxMessageSize).Error()}))
 		return
 	}
 	if s.draining.Load() || !s.inflight.add() {
@@ -247,8 +247,8 @@ func (s *natsServer) onRequest(m *nats.Msg) {
 	}
 	// The payload aliases the message, which nats.go does not reuse.
 	ctx, cancel := context.WithCancel(s.ctx)
-	limit, why := natsLimit(s.nc, s.cfg.TCP.MaxMessageSize, natsMsgHeaderLen)
-	st := &natsServerStream{srv: s, reply: m.Reply, ctx: ctx, cancel: cancel, win: newWindow(s.cfg.TCP.ChannelBuffer), max: limit, why: why}
+	limit, why := natsLimit(s.nc, s.cfg.Limits.MaxMessageSize, natsMsgHeaderLen)
+	st := &natsServerStream{srv: s, reply: m.Reply, ctx: ctx, cancel: cancel, win: newWindow(s.cfg.Limits.ChannelBuffer), max: limit, why: why}
 	st.lastSent.Store(time.Now().UnixNano())
 	s.mu.Lock()
 	if s.closed {
@@ -483,13 +483,13 @@ func (c *natsClient) Call(ctx context.Context, addr Address, endpoint string, he
 		return nil, err
 	}
 	overhead := requestBodySize(endpoint, headers, nil)
-	if limit, why := natsLimit(c.nc, c.cfg.TCP.MaxMessageSize, overhead); len(payload) > limit {
+	if limit, why := natsLimit(c.nc, c.cfg.Limits.MaxMessageSize, overhead); len(payload) > limit {
 		return nil, natsTooLarge("request payload", len(payload), limit, why)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ms := newMuxStream(ctx, c, c.cfg.TCP.ChannelBuffer, c.cfg.TCP.RequestTimeout)
+	ms := newMuxStream(ctx, c, c.cfg.Limits.ChannelBuffer, c.cfg.Limits.RequestTimeout)
 	ms.route = addr.Addr + ".ctl"
 	c.mu.Lock()
 	if c.closed {

@@ -14,7 +14,7 @@ import (
 // sides.
 func TestNATSMaxPayload(t *testing.T) {
 	cfg := testConfig(t, PlaneNATS) // the embedded server allows 4 MiB
-	cfg.TCP.MaxMessageSize = 32 << 20
+	cfg.Limits.MaxMessageSize = 32 << 20
 	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

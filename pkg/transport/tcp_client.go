@@ -21,6 +21,7 @@ const streamsPerConn = 16
 // tcpClient is the tcp plane's [Client].
 type tcpClient struct {
 	cfg    TCPConfig
+	lim    Limits
 	log    *slog.Logger
 	dialer net.Dialer
 
@@ -39,8 +40,9 @@ type tcpPool struct {
 func newTCPClient(cfg Config, o options) *tcpClient {
 	return &tcpClient{
 		cfg:    cfg.TCP,
+		lim:    cfg.Limits,
 		log:    o.log,
-		dialer: net.Dialer{Timeout: cfg.TCP.ConnectTimeout},
+		dialer: net.Dialer{Timeout: cfg.Limits.ConnectTimeout},
 		pools:  make(map[string]*tcpPool),
 	}
 }
@@ -55,8 +57,8 @@ func (c *tcpClient) Call(ctx context.Context, addr Address, endpoint string, hea
 	if addr.Kind != PlaneTCP {
 		return nil, fmt.Errorf("transport: tcp client cannot call a %q address", addr.Kind)
 	}
-	if len(payload) > c.cfg.MaxMessageSize {
-		return nil, tooLarge("request payload", len(payload), c.cfg.MaxMessageSize)
+	if len(payload) > c.lim.MaxMessageSize {
+		return nil, tooLarge("request payload", len(payload), c.lim.MaxMessageSize)
 	}
 	if err := checkRequestMeta(endpoint, headers); err != nil {
 		return nil, err
@@ -76,7 +78,7 @@ func (c *tcpClient) Call(ctx context.Context, addr Address, endpoint string, hea
 		if cc, err = c.conn(ctx, pool, addr.Addr); err != nil {
 			return nil, err
 		}
-		s = newMuxStream(ctx, cc, c.cfg.ChannelBuffer, c.cfg.RequestTimeout)
+		s = newMuxStream(ctx, cc, c.lim.ChannelBuffer, c.lim.RequestTimeout)
 		if err = cc.register(s); err == nil {
 			break
 		}
@@ -149,7 +151,7 @@ func (c *tcpClient) conn(ctx context.Context, p *tcpPool, addr string) (*tcpClie
 		conn:    nc,
 		w:       newConnWriter(nc, 4<<20),
 		streams: make(map[uint32]*muxStream),
-		maxIn:   maxFramePayload(c.cfg.MaxMessageSize),
+		maxIn:   maxFramePayload(c.lim.MaxMessageSize),
 		log:     c.log,
 	}
 	go func() {

@@ -17,6 +17,7 @@ import (
 // tcpServer is the tcp plane's [Server].
 type tcpServer struct {
 	cfg TCPConfig
+	lim Limits
 	log *slog.Logger
 	hs  handlerSet
 
@@ -34,7 +35,7 @@ type tcpServer struct {
 }
 
 func newTCPServer(cfg Config, o options) *tcpServer {
-	return &tcpServer{cfg: cfg.TCP, log: o.log, conns: make(map[*tcpServerConn]struct{})}
+	return &tcpServer{cfg: cfg.TCP, lim: cfg.Limits, log: o.log, conns: make(map[*tcpServerConn]struct{})}
 }
 
 // Handle implements [Server].
@@ -202,7 +203,7 @@ func (st *tcpServerStream) Send(p []byte) error {
 // hand-off is off the request's critical path.
 func (sc *tcpServerConn) readLoop(r *bufio.Reader) {
 	var hdr [frameHeaderSize]byte
-	maxIn := maxFramePayload(sc.srv.cfg.MaxMessageSize)
+	maxIn := maxFramePayload(sc.srv.lim.MaxMessageSize)
 	for {
 		h, p, err := readFrame(r, hdr[:], maxIn)
 		if err != nil {
@@ -281,8 +282,8 @@ func (sc *tcpServerConn) startStream(id uint32, body []byte) func() {
 		sc.sendError(id, &HandlerError{Code: CodeUnknown, Message: err.Error()})
 		return nil
 	}
-	if len(req.Payload) > srv.cfg.MaxMessageSize {
-		sc.sendError(id, &HandlerError{Code: CodeTooLarge, Message: tooLarge("request payload", len(req.Payload), srv.cfg.MaxMessageSize).Error()})
+	if len(req.Payload) > srv.lim.MaxMessageSize {
+		sc.sendError(id, &HandlerError{Code: CodeTooLarge, Message: tooLarge("request payload", len(req.Payload), srv.lim.MaxMessageSize).Error()})
 		return nil
 	}
 	h, herr := srv.hs.get(req.Endpoint)
@@ -295,8 +296,8 @@ func (sc *tcpServerConn) startStream(id uint32, body []byte) func() {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &tcpServerStream{sc: sc, id: id, ctx: ctx, cancel: cancel, max: srv.cfg.MaxMessageSize, h: h, req: req}
-	st.win.init(srv.cfg.ChannelBuffer)
+	st := &tcpServerStream{sc: sc, id: id, ctx: ctx, cancel: cancel, max: srv.lim.MaxMessageSize, h: h, req: req}
+	st.win.init(srv.lim.ChannelBuffer)
 	sc.mu.Lock()
 	if sc.gone {
 		cancel()

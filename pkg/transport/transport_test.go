@@ -323,7 +323,7 @@ func testDrain(t *testing.T, cfg Config) {
 // pause below only gives a broken implementation the chance to overrun; no
 // duration is asserted.
 func testSlowConsumer(t *testing.T, cfg Config) {
-	cfg.TCP.ChannelBuffer = 10
+	cfg.Limits.ChannelBuffer = 10
 	cfg.HTTP.AdaptiveWindow = false // 64 KiB HTTP/2 windows
 	var n atomic.Int64
 	s, err := NewServer(cfg)
@@ -353,13 +353,13 @@ func testSlowConsumer(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	// The consumer now stops reading.
-	for n.Load() < int64(cfg.TCP.ChannelBuffer) && cfg.Plane != PlaneHTTP {
+	for n.Load() < int64(cfg.Limits.ChannelBuffer) && cfg.Plane != PlaneHTTP {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
 	got := n.Load()
-	if cfg.Plane != PlaneHTTP && got > int64(cfg.TCP.ChannelBuffer) {
-		t.Fatalf("handler sent %d responses to a client that read 1 with a window of %d", got, cfg.TCP.ChannelBuffer)
+	if cfg.Plane != PlaneHTTP && got > int64(cfg.Limits.ChannelBuffer) {
+		t.Fatalf("handler sent %d responses to a client that read 1 with a window of %d", got, cfg.Limits.ChannelBuffer)
 	}
 	if got >= 10000 {
 		t.Fatalf("handler sent %d KiB to a client that stopped reading", got)
