@@ -225,6 +225,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// refusals once it is full are the SDK's.
 	kvPub := worker.NewKVPublisher(0, log)
 	wcfg.KVPublisher = kvPub
+	// Until its first step, the engine reports itself idle, with its
+	// timing model: a router that had no model of it would predict with
+	// the default (an H100's, which a slowed mocker is not).
+	idle := e.Metrics()
 	runner := realtime.New(e, realtime.Options{
 		OnEvents: func(events []engine.Event) {
 			b, err := engine.BatchProto(0, 0, events)
@@ -271,7 +275,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 				if m := load.Load(); m != nil {
 					return m
 				}
-				return &workerv1.LoadMetrics{}
+				return idle.Proto(wk.InstanceID(), 0, time.Now(), timing)
 			})
 			if ready != nil {
 				ready(wk)

@@ -276,8 +276,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 		for _, out := range res.Outputs {
-			r.deliver(out)
 			if out.Finish == engine.FinishHeld {
+				// The engine holds the blocks from now: a cancel
+				// while the step computes frees them.
 				r.hold(out.RequestID)
 			}
 		}
@@ -285,23 +286,38 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.dirty = false
 		r.mu.Unlock()
 
+		// The step "computes" until start+Duration; submissions and
+		// cancellations queue up meanwhile, as in a real engine. What it
+		// produced (tokens, KV blocks stored, its load) is out at its
+		// end, as a real engine's is: a request's first token marks the
+		// end of its prefill, which is what routers predict and what
+		// they learn from it. Delivered at the step's start, a token
+		// would come a step early, and a router would take a worker
+		// still computing that step's prefill for free.
+		stopped := false
+		if wait := time.Until(start.Add(res.Duration)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				stopped = true
+			case <-timer.C:
+			}
+		} else {
+			stopped = ctx.Err() != nil
+		}
+		r.mu.Lock()
+		for _, out := range res.Outputs {
+			r.deliver(out)
+		}
+		r.mu.Unlock()
+		if stopped {
+			return nil
+		}
 		if len(res.Events) > 0 && r.opts.OnEvents != nil {
 			r.opts.OnEvents(res.Events)
 		}
 		if r.opts.OnMetrics != nil {
 			r.opts.OnMetrics(m, time.Now())
-		}
-		// The step "computes" until start+Duration; submissions and
-		// cancellations queue up meanwhile, as in a real engine.
-		if wait := time.Until(start.Add(res.Duration)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
-			return nil
 		}
 	}
 }

@@ -202,3 +202,23 @@ func TestRecvContext(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputsAtStepEnd: a step's tokens come out when its simulated time
+// has passed, as a real engine's do: a request's first token ends its
+// prefill, never before (a timer does not fire early, so this holds under
+// any load).
+func TestOutputsAtStepEnd(t *testing.T) {
+	r := start(t, 1, Options{})
+	p := prompt(1, 4000)
+	submitted := time.Now()
+	s, err := r.Submit(engine.Request{ID: "a", Prompt: p, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, step := time.Since(submitted), engine.PrefillTime(len(p), 1); got < step {
+		t.Fatalf("first token %v after the submission, before its prefill step (%v) ended", got, step)
+	}
+}
