@@ -10,7 +10,9 @@ import (
 
 // TestSaturation routes 4,000-token prompts to two workers with the default
 // timing model (one step of 4,000 prompt tokens: about 84 ms; of 8,000:
-// about 165 ms; of 12,000: about 264 ms, two steps) and the clock stopped,
+// about 165 ms; a prompt's first token behind one prompt queued: that
+// one's 84 ms, then its own 84; behind two: the head's 84 ms, then the
+// second's and its own in one step, 165) and the clock stopped,
 // so that nothing of the queues drains but what is freed. The decision
 // says saturated once one more prompt would be past the limit on both
 // workers, and WatchSaturation's answer (Saturation) agrees, until the
@@ -27,8 +29,8 @@ func TestSaturation(t *testing.T) {
 		want []bool
 	}{
 		{"off", Config{}, 6, []bool{false, false, false, false, false, false}},
-		// 200 ms: a second 4,000-token prompt on a worker (165 ms) fits,
-		// a third (264 ms) does not; the second of each worker's is
+		// 200 ms: a second 4,000-token prompt on a worker (168 ms) fits,
+		// a third (249 ms) does not; the second of each worker's is
 		// routed when the other one already holds two.
 		{"ttft threshold", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 6, []bool{false, false, false, true, true, true}},
 		// 5,000 tokens: full past one prompt queued on each worker.

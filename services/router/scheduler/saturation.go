@@ -19,24 +19,40 @@ type Limits struct {
 func (l Limits) Off() bool { return !(l.TTFTMs > 0) && l.PrefillTokens <= 0 }
 
 // Full says whether c is full for req under l: req's predicted time to
-// first token there (the prefill queued ahead, its own tokens c does not
-// cache and the decode steps beside them, unweighted: the model as the
-// worker published it) past l.TTFTMs, or c's queued prefill past
-// l.PrefillTokens. c must have been filled (Load.FillAll).
+// first token there (FirstTokenMs) past l.TTFTMs, or c's queued prefill
+// past l.PrefillTokens. c must have been filled (Load.FillAll).
 func (l Limits) Full(c *Candidate, req Request) bool { return l.full(c, req, 0) }
 
 // full is Full with queued more prompt tokens queued on c.
 func (l Limits) full(c *Candidate, req Request, queued int) bool {
-	queued += c.QueuedTokens
-	if l.PrefillTokens > 0 && queued > l.PrefillTokens {
+	if l.PrefillTokens > 0 && c.QueuedTokens+queued > l.PrefillTokens {
 		return true
 	}
 	if !(l.TTFTMs > 0) {
 		return false
 	}
+	return c.FirstTokenMs(queued, req.NewTokens(c.Overlap)) > l.TTFTMs
+}
+
+// FirstTokenMs predicts, in ms, the time to first token of a request of
+// newTokens uncached prompt tokens arriving at c now, with queued more
+// prompt tokens queued there before it (routed after c was filled),
+// unweighted (the model as the worker published it): the time left of the
+// head's computation (HeadMs), then one span of the rest of the queue and
+// the request's own tokens. An engine does not add a request to a step it
+// has begun: whatever else waits goes in the steps after it, with the
+// request. Counting the head's tokens left as a span of their own would
+// charge them a step's fixed cost (the prefill batch cost, a decode step)
+// already paid, and a span of them with the rest would have the request
+// share the head's step; either way, a worker near its head's first token
+// or one that has just begun it would be predicted wrong by about a
+// step's fixed cost, and a fleet held at the threshold would run that far
+// from it. c must have been filled (Load.FillAll).
+func (c *Candidate) FirstTokenMs(queued, newTokens int) float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
-	return s.TTFTMs(queued, req.NewTokens(c.Overlap), 1) > l.TTFTMs
+	waiting := c.QueuedTokens - c.HeadTokens + queued
+	return c.HeadMs + s.TTFTMs(waiting, newTokens, 1)
 }
 
 // Saturated says whether every candidate is full for one more request like

@@ -85,6 +85,14 @@ type Candidate struct {
 	PrefillBlocks, DecodeBlocks int
 	// QueuedTokens are the prompt tokens queued for prefill on the worker.
 	QueuedTokens int
+	// HeadTokens of QueuedTokens are the head of the worker's prefill
+	// queue, which it is computing now (in the step it began when the
+	// request before it got its first token); HeadMs is the time left of
+	// that computation, at the head's pace. Zero when no head is known to
+	// be in progress. Saturation reads them (FirstTokenMs); the routing
+	// cost does not.
+	HeadTokens int
+	HeadMs     float64
 	// Decoding counts its requests past their prefill.
 	Decoding int
 	// Usage is the fraction of its KV blocks in use (0..1).
@@ -594,8 +602,9 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 		}
 		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
 		c.steps, c.prepared, c.Cost = m.steps, true, 0
+		c.HeadTokens, c.HeadMs = 0, 0
 		if wl != nil && m.head.left > 0 {
-			c.QueuedTokens -= m.head.progressSince(clk.sub(wl.headSince))
+			m.head.fill(c, m.head.progressSince(clk.sub(wl.headSince)), blockSize)
 		}
 	}
 }
@@ -635,8 +644,9 @@ func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo, []timi
 func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fresh time.Time) {
 	isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
 	h := fillStatic(c, wl, blockSize, isFresh)
-	if wl != nil {
-		c.QueuedTokens -= h.progress(wl.headSince, now)
+	c.HeadTokens, c.HeadMs = 0, 0
+	if wl != nil && h.left > 0 {
+		h.fill(c, h.progress(wl.headSince, now), blockSize)
 	}
 }
 
@@ -703,6 +713,15 @@ func headStepsOf(wl *workerLoad, c *Candidate, blockSize int) headSteps {
 // progress is the head's computed tokens at now, computed since since.
 func (h headSteps) progress(since, now time.Time) int {
 	return h.progressSince(now.Sub(since))
+}
+
+// fill sets c's queued tokens less the head's progress, and the head's
+// part of them: its tokens left (with the block it keeps until its first
+// token) and their time at its pace.
+func (h headSteps) fill(c *Candidate, progress, blockSize int) {
+	c.QueuedTokens -= progress
+	c.HeadTokens = h.left - progress + blockSize
+	c.HeadMs = float64(h.left-progress) / float64(h.chunk) * h.step
 }
 
 // progressSince is progress after d.

@@ -1,0 +1,108 @@
+package scheduler
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestFirstToken: a request's predicted first token is the time left of
+// the head's computation, then one span of what waits behind the head and
+// its own prompt. The model costs a prompt token 1 ms and a prefill batch
+// 50 ms (a step of 1000 tokens), so a step's fixed cost shows.
+func TestFirstToken(t *testing.T) {
+	m := linear
+	m.PrefillPerBatch = 50
+	tests := []struct {
+		name   string
+		c      Candidate
+		queued int // routed after the fill
+		newTok int
+		want   float64
+	}{
+		{"idle", Candidate{}, 0, 100, 150},
+		{"its head just begun: all of the head's step, then its own", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}, 0, 100, 350 + 150},
+		{"its head nearly done: its own step", Candidate{QueuedTokens: 10, HeadTokens: 10, HeadMs: 0}, 0, 100, 150},
+		{"waiting behind the head: one step with it", Candidate{QueuedTokens: 500, HeadTokens: 300, HeadMs: 100}, 0, 100, 100 + 350},
+		{"routed after the fill: waiting too", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 100}, 200, 100, 100 + 350},
+		{"no head known (a report's tokens): one span", Candidate{QueuedTokens: 200}, 0, 100, 350},
+		{"more than a step waiting: two", Candidate{QueuedTokens: 1000}, 0, 100, 1050 + 150},
+		{"decoding: a decode step per step", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 100, Decoding: 1}, 0, 100, 100 + 150 + 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.c
+			c.Timing = m
+			if got := c.FirstTokenMs(tt.queued, tt.newTok); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("FirstTokenMs = %v ms, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestHeadInProgress: the load record tells which of a worker's queued
+// tokens are its head's, and how long the head has left, at its pace; a
+// request routed behind it waits.
+func TestHeadInProgress(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	now := t0
+	l := NewLoadClock(func() time.Time { return now })
+	// 3000 tokens: three steps of 1000 (1 s each), its last block kept
+	// until its first token.
+	l.Add("a", w(1), 300, nil)
+	fill := func() Candidate {
+		c := Candidate{Worker: w(1), Timing: linear}
+		l.Fill(&c, 10)
+		return c
+	}
+	now = t0.Add(1500 * time.Millisecond)
+	if c := fill(); c.QueuedTokens != 1500 || c.HeadTokens != 1500 || c.HeadMs != 1490 {
+		t.Fatalf("half way: queued %d, head %d tokens, %v ms left", c.QueuedTokens, c.HeadTokens, c.HeadMs)
+	}
+	l.Add("b", w(1), 100, nil)
+	c := fill()
+	if c.QueuedTokens != 2500 || c.HeadTokens != 1500 {
+		t.Fatalf("behind it: queued %d, head %d", c.QueuedTokens, c.HeadTokens)
+	}
+	// The head's 1490 ms, then b's 1000 tokens and the request's 100 in
+	// one step.
+	if got := c.FirstTokenMs(0, 100); got != 1490+1100 {
+		t.Fatalf("FirstTokenMs = %v", got)
+	}
+	cs := []Candidate{{Worker: w(1), Timing: linear}}
+	l.FillAll(cs, 10)
+	if cs[0].HeadTokens != c.HeadTokens || cs[0].HeadMs != c.HeadMs {
+		t.Fatalf("FillAll: head %d tokens %v ms, Fill: %d %v", cs[0].HeadTokens, cs[0].HeadMs, c.HeadTokens, c.HeadMs)
+	}
+	now = t0.Add(time.Hour)
+	if c := fill(); c.HeadTokens != 10 || c.HeadMs != 0 {
+		t.Fatalf("past its time: head %d tokens, %v ms left", c.HeadTokens, c.HeadMs)
+	}
+	// b's 990 tokens (one block kept) in a step of 990 ms and, a
+	// decoding, a 10 ms decode step.
+	l.PrefillDone("a")
+	if c := fill(); c.HeadTokens != 1000 || c.HeadMs != 1000 {
+		t.Fatalf("b is the head once a's first token is in: %d tokens, %v ms", c.HeadTokens, c.HeadMs)
+	}
+}
+
+// TestFullHead: a threshold between a request's own step and the head's
+// step plus its own: a worker whose head has just begun is full, one whose
+// head is nearly done is not.
+func TestFullHead(t *testing.T) {
+	m := linear
+	m.PrefillPerBatch = 50
+	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+	l := Limits{TTFTMs: 300}
+	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
+	if !l.Full(&begun, req) {
+		t.Fatal("a worker that has just begun its head is not full")
+	}
+	nearly := Candidate{Timing: m, QueuedTokens: 10, HeadTokens: 10, HeadMs: 5}
+	if l.Full(&nearly, req) {
+		t.Fatal("a worker whose head is nearly done is full")
+	}
+	if !l.Saturated([]Candidate{begun, begun}, req, -1) || l.Saturated([]Candidate{begun, nearly}, req, -1) {
+		t.Fatal("Saturated: every candidate full, or not")
+	}
+}
