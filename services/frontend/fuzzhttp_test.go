@@ -82,6 +82,8 @@ func FuzzHTTPHandler(f *testing.F) {
 		{0, true, 7, 8, "", "", `{"response_format":{"type":"text"},"n":2}`},
 		{1, false, 0, 8, "\n", ".", `{"echo":false,"logprobs":2}`},
 		{1, true, 1, 16, ".", ",", `{"prompt":[1,2,3,4]}`},
+		{1, false, 2, 1, "", "", `{"prompt":[[1,2,3,4]],"echo":true,"logprobs":1,"temperature":0}`},
+		{1, true, 2, 3, "\n", "", `{"echo":true,"logprobs":3}`},
 		{1, false, 2, 4, "", "", `{"prompt":["a","b"],"suffix":null,"frequency_penalty":0.5,"presence_penalty":0.1,"repetition_penalty":1.1}`},
 		{1, true, 3, 4, "", "", `{"max_tokens":4294967296}`},
 		{2, false, 0, 8, "", "", ``},

@@ -16,6 +16,9 @@ type tokenLogprobJSON struct {
 	Logprob     float32          `json:"logprob"`
 	Bytes       []int            `json:"bytes"`
 	TopLogprobs []topLogprobJSON `json:"top_logprobs"`
+	// none marks a token without a probability (an echoed prompt's first);
+	// only the completions shape can say so (null).
+	none bool
 }
 
 type topLogprobJSON struct {
@@ -24,10 +27,12 @@ type topLogprobJSON struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// completionLogprobs is a text completion choice's (legacy) logprobs object.
+// completionLogprobs is a text completion choice's (legacy) logprobs
+// object. With echo, the prompt's first token has a null log probability
+// and null top_logprobs (nothing precedes it), as OpenAI and vLLM answer.
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float32            `json:"token_logprobs"`
+	TokenLogprobs []*float32           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -81,6 +86,19 @@ func (l *logprobOut) add(ids []uint32, lps []*workerv1.TokenLogprob) {
 	}
 }
 
+// addPrompt records an echoed prompt's entries before any generated
+// token's: its first token without a probability, then each following
+// token with lps[i-1] (the worker's prompt log probabilities), or, when
+// the worker was not asked for them (lps nil), nothing.
+func (l *logprobOut) addPrompt(ids []uint32, lps []*workerv1.TokenLogprob) {
+	if l == nil || len(ids) == 0 || (lps == nil && len(ids) > 1) {
+		return
+	}
+	s, b := l.piece(ids[0])
+	l.pending = append(l.pending, tokenLogprobJSON{Token: s, Bytes: b, none: true})
+	l.add(ids[1:], lps)
+}
+
 // take returns the pending entries as a chat logprobs object.
 func (l *logprobOut) take() *chatLogprobs {
 	out := &chatLogprobs{Content: l.pending}
@@ -93,15 +111,20 @@ func (l *logprobOut) take() *chatLogprobs {
 
 // takeCompletion returns the pending entries in the completions shape.
 func (l *logprobOut) takeCompletion() *completionLogprobs {
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, e := range l.pending {
 		out.Tokens = append(out.Tokens, e.Token)
-		out.TokenLogprobs = append(out.TokenLogprobs, e.Logprob)
-		top := map[string]float32{}
-		for _, t := range e.TopLogprobs {
-			top[t.Token] = t.Logprob
+		if e.none {
+			out.TokenLogprobs, out.TopLogprobs = append(out.TokenLogprobs, nil), append(out.TopLogprobs, nil)
+		} else {
+			lp := e.Logprob
+			out.TokenLogprobs = append(out.TokenLogprobs, &lp)
+			top := map[string]float32{}
+			for _, t := range e.TopLogprobs {
+				top[t.Token] = t.Logprob
+			}
+			out.TopLogprobs = append(out.TopLogprobs, top)
 		}
-		out.TopLogprobs = append(out.TopLogprobs, top)
 		out.TextOffset = append(out.TextOffset, l.offset)
 		l.offset += len(e.Token)
 	}

@@ -29,6 +29,40 @@ type job struct {
 	// servedBy, when set, is told each attempt's decision before the
 	// attempt runs (to name its workers in the response's headers).
 	servedBy func(decision)
+	// promptLogprobs, when the request asks for the prompt's log
+	// probabilities (p.promptLogprobs), takes them once a worker sent them;
+	// gotPromptLogprobs says it did, so that a migrated attempt does not
+	// ask again.
+	promptLogprobs    func([]*workerv1.TokenLogprob)
+	gotPromptLogprobs bool
+}
+
+// wantsPromptLogprobs reports whether the next attempt must ask for the
+// prompt's log probabilities: the request wants them, no attempt delivered
+// them yet, and the prompt has a token after the first.
+func (j *job) wantsPromptLogprobs() bool {
+	return j.p.promptLogprobs != nil && !j.gotPromptLogprobs && len(j.prompt) > 1
+}
+
+// takePromptLogprobs checks the first response of an attempt that asked
+// for the prompt's log probabilities: a worker that sent none cannot
+// compute them (the client asked for something this worker does not do: a
+// 400 naming echo), one that sent a wrong count failed.
+func (j *job) takePromptLogprobs(instance uint64, lps []*workerv1.TokenLogprob) error {
+	want := len(j.prompt) - 1
+	switch {
+	case len(lps) == 0:
+		return &paramError{param: "echo", code: "unsupported_parameter",
+			msg: fmt.Sprintf("echo with logprobs needs the prompt's log probabilities, and worker %x did not return them", instance)}
+	case len(lps) != want:
+		return fmt.Errorf("%w: instance %x returned %d prompt log probabilities for a prompt of %d tokens (want %d)",
+			ErrWorkerFailed, instance, len(lps), len(j.prompt), want)
+	}
+	j.gotPromptLogprobs = true
+	if j.promptLogprobs != nil {
+		j.promptLogprobs(lps)
+	}
+	return nil
 }
 
 // outcome is how a generation ended.
@@ -185,6 +219,9 @@ func (s *Service) generateRequest(id string, j *job, tokens []uint32, out *outco
 	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
 		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs,
 		GuidedDecoding: j.p.guided, Leg: leg, Handoff: h}
+	if j.wantsPromptLogprobs() {
+		req.PromptLogprobs = j.p.promptLogprobs
+	}
 	if j.p.maxTokens > 0 {
 		req.MaxTokens = j.p.maxTokens - done
 	}
@@ -200,10 +237,12 @@ func (s *Service) generateRequest(id string, j *job, tokens []uint32, out *outco
 // counts it in out.
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
 	emit emitFunc, leg workerv1.DisaggregationLeg, h *workerv1.KvHandoff) (workerv1.FinishReason, error) {
-	payload, err := proto.Marshal(s.generateRequest(id, j, tokens, out, leg, h))
+	req := s.generateRequest(id, j, tokens, out, leg, h)
+	payload, err := proto.Marshal(req)
 	if err != nil {
 		return 0, err
 	}
+	askedPrompt := req.PromptLogprobs != nil
 	stream, err := s.client.Call(ctx, d.addr, d.endpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
 	if err != nil {
 		return 0, refused(err)
@@ -228,6 +267,12 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 		}
 		if resp.finish == workerv1.FinishReason_FINISH_REASON_ERROR {
 			return 0, fmt.Errorf("%w: instance %x: %s", ErrWorkerFailed, d.instanceID, resp.errMsg)
+		}
+		if askedPrompt {
+			askedPrompt = false
+			if err := j.takePromptLogprobs(d.instanceID, resp.promptLogprobs); err != nil {
+				return 0, err
+			}
 		}
 		if resp.hasUsage && out.migrations == 0 {
 			out.cachedPrompt = max(resp.cached, out.legCached)

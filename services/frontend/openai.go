@@ -115,6 +115,11 @@ type genParams struct {
 	// logprobs, when set, asks for log probabilities with this many top
 	// alternatives.
 	logprobs *uint32
+	// echo puts the prompt before the generated text (completions);
+	// promptLogprobs, set with echo and logprobs, asks the worker for the
+	// prompt's log probabilities with this many top alternatives.
+	echo           bool
+	promptLogprobs *uint32
 	// n is how many choices to generate.
 	n int
 	// guided is the output's required structure (structured.go); nil
@@ -354,9 +359,6 @@ func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uin
 	if err != nil {
 		return nil, genParams{}, "", nil, err
 	}
-	if r.Echo {
-		return nil, genParams{}, "", nil, invalid("echo", "echo is not supported")
-	}
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, genParams{}, "", nil, invalid("suffix", "suffix is not supported")
 	}
@@ -366,7 +368,11 @@ func decodeCompletion(body []byte) (*completionRequest, genParams, string, []uin
 		}
 		top := uint32(*r.Logprobs)
 		p.logprobs = &top
+		if r.Echo {
+			p.promptLogprobs = &top
+		}
 	}
+	p.echo = r.Echo
 	text, ids, err := promptOf(r.Prompt)
 	if err != nil {
 		return nil, genParams{}, "", nil, err
@@ -595,6 +601,12 @@ type sink interface {
 	fail(err error)
 }
 
+// promptSink is a sink that takes the prompt's log probabilities (a
+// completion with echo and logprobs).
+type promptSink interface {
+	promptLogprobs(lps []*workerv1.TokenLogprob)
+}
+
 // sse writes server-sent events.
 type sse struct {
 	w       http.ResponseWriter
@@ -693,6 +705,43 @@ type completionSink struct {
 	group        *choiceGroup
 	logprobs     *logprobOut // nil without logprobs
 	text         strings.Builder
+	// echo, when set, is the prompt to put before the generated text (and
+	// its tokens' entries before theirs in logprobs); it goes out with the
+	// first text or at the end, whichever comes first.
+	echo *echoPrompt
+}
+
+// echoPrompt is a completion's prompt as echo returns it.
+type echoPrompt struct {
+	text string
+	ids  []uint32
+	// logprobs are the worker's for ids[1:], when asked for.
+	logprobs []*workerv1.TokenLogprob
+	sent     bool
+}
+
+// promptLogprobs takes the worker's log probabilities of the prompt.
+func (c *completionSink) promptLogprobs(lps []*workerv1.TokenLogprob) {
+	if c.echo != nil {
+		c.echo.logprobs = lps
+	}
+}
+
+// echoed returns text with the prompt before it the first time, after
+// putting the prompt's logprobs entries before the pending ones.
+func (c *completionSink) echoed(text string) string {
+	e := c.echo
+	if e == nil || e.sent {
+		return text
+	}
+	e.sent = true
+	if c.logprobs != nil {
+		generated := c.logprobs.pending
+		c.logprobs.pending = nil
+		c.logprobs.addPrompt(e.ids, e.logprobs)
+		c.logprobs.pending = append(c.logprobs.pending, generated...)
+	}
+	return e.text + text
 }
 
 func (c *completionSink) requestID() string { return c.id }
@@ -714,6 +763,7 @@ func (c *completionSink) chunk(text string, finish *string) completion {
 }
 
 func (c *completionSink) delta(text string) error {
+	text = c.echoed(text)
 	if !c.stream {
 		c.text.WriteString(text)
 		return nil
@@ -723,6 +773,12 @@ func (c *completionSink) delta(text string) error {
 }
 
 func (c *completionSink) end(finish string, u usageJSON) error {
+	if c.echo != nil && !c.echo.sent {
+		// Nothing was generated: the prompt alone.
+		if err := c.delta(""); err != nil {
+			return err
+		}
+	}
 	if !c.stream {
 		out := c.chunk(c.text.String(), &finish)
 		last, all, total := c.group.addCompletion(out.Choices[0], u)

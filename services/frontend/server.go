@@ -699,12 +699,19 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
 		span.End()
 	}
+	if p.echo && text == "" {
+		text = a.tok.Decode(ids)
+	}
 	id, created := "cmpl-"+newID(), time.Now().Unix()
 	g := newChoiceGroup(w, p)
 	sks := make([]sink, p.n)
 	for i := range sks {
-		sks[i] = &completionSink{w: g.writer(), stream: p.stream, includeUsage: p.includeUsage, id: id, index: i, group: g,
+		sk := &completionSink{w: g.writer(), stream: p.stream, includeUsage: p.includeUsage, id: id, index: i, group: g,
 			model: p.model, fingerprint: systemFingerprint(card), created: created, logprobs: newLogprobOut(a.tok, p)}
+		if p.echo {
+			sk.echo = &echoPrompt{text: text, ids: ids}
+		}
+		sks[i] = sk
 	}
 	s.serve(w, r, sks, card, a, ids, p, "prompt")
 }
@@ -859,6 +866,9 @@ func (s *Service) choice(ctx context.Context, r *http.Request, rec *recorder, tr
 		return nil
 	}
 	j := &job{id: jobID, model: p.model, prompt: prompt, p: p}
+	if ps, ok := sk.(promptSink); ok {
+		j.promptLogprobs = ps.promptLogprobs
+	}
 	// Each attempt names its workers in the response's headers; those of
 	// the attempt whose output starts the response go out with it.
 	hdr := sk.header()

@@ -25,7 +25,10 @@ const (
 	respFinishReason = 3
 	respUsage        = 4
 	respErrorMessage = 5
-	usageCached      = 3
+	// respPromptLogprobs, like the generated tokens' logprobs (6), is
+	// decoded by proto.Unmarshal: it comes once per request, when asked.
+	respPromptLogprobs = 8
+	usageCached        = 3
 )
 
 // genResponse is what the frontend reads of a GenerateResponse.
@@ -39,6 +42,9 @@ type genResponse struct {
 	cached   uint32
 	errMsg   string
 	logprobs []*workerv1.TokenLogprob
+	// promptLogprobs are the prompt's, on the first response of a request
+	// that asked for them.
+	promptLogprobs []*workerv1.TokenLogprob
 }
 
 // decode reads b into r, by hand when it can and with proto.Unmarshal
@@ -53,7 +59,7 @@ func (r *genResponse) decode(b []byte) error {
 	}
 	u := m.GetUsage()
 	*r = genResponse{tokenIDs: m.TokenIds, finish: m.FinishReason, hasUsage: u != nil, cached: u.GetCachedPromptTokens(),
-		errMsg: m.ErrorMessage, logprobs: m.Logprobs}
+		errMsg: m.ErrorMessage, logprobs: m.Logprobs, promptLogprobs: m.PromptLogprobs}
 	return nil
 }
 
@@ -109,7 +115,7 @@ func (r *genResponse) decodeFast(b []byte) bool {
 			}
 			r.hasUsage = true
 			b = b[n:]
-		case num >= respTokenIDs && num <= 6:
+		case (num >= respTokenIDs && num <= 6) || num == respPromptLogprobs:
 			// Log probabilities, or a known field of another wire type
 			// (which proto.Unmarshal keeps as unknown): its way.
 			return false

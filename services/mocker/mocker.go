@@ -298,6 +298,15 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "logprobs must be at most 20"}
 		}
+		if req.PromptLogprobs != nil && req.GetPromptLogprobs() > 20 {
+			return &transport.HandlerError{Code: "invalid_argument", Message: "prompt_logprobs must be at most 20"}
+		}
+		// The prompt's log probabilities go out with the first response,
+		// before any generated token's; the first token has none.
+		var promptLogprobs []*workerv1.TokenLogprob
+		if req.PromptLogprobs != nil && len(req.TokenIds) > 1 {
+			promptLogprobs = logprobs(req.TokenIds[1:], 1, req.GetPromptLogprobs(), vocab)
+		}
 		if g := req.GetGuidedDecoding(); g != nil {
 			text, err := guidedAnswer(g)
 			if err != nil {
@@ -347,6 +356,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 				continue
 			}
 			resp := out.Proto()
+			resp.PromptLogprobs, promptLogprobs = promptLogprobs, nil
 			if req.Logprobs != nil {
 				resp.Logprobs = logprobs(out.Tokens, generated, req.GetLogprobs(), vocab)
 			}

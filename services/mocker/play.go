@@ -183,9 +183,10 @@ func exampleOf(raw json.RawMessage, depth int) any {
 	return out
 }
 
-// logprobs makes up log probabilities for generated tokens: the token itself
-// is the most likely at its position, followed by its neighbours in the
-// vocabulary, each less likely; deterministic in the token and position.
+// logprobs makes up log probabilities for tokens at positions from start
+// (generated ones, or the prompt's): the token itself is the most likely at
+// its position, followed by its neighbours in the vocabulary, each less
+// likely; deterministic in the token and position.
 func logprobs(tokens []uint32, start int, top uint32, vocab uint32) []*workerv1.TokenLogprob {
 	out := make([]*workerv1.TokenLogprob, len(tokens))
 	for i, t := range tokens {

@@ -1047,6 +1047,13 @@ type GenerateRequest struct {
 	// that cannot constrain its output refuses the request (FINISH_REASON_ERROR
 	// with an error_message saying so) rather than return free text.
 	GuidedDecoding *GuidedDecoding `protobuf:"bytes,10,opt,name=guided_decoding,json=guidedDecoding,proto3" json:"guided_decoding,omitempty"`
+	// When set, the first response carries the log probability of each prompt
+	// token after the first, and of this many most likely alternatives at its
+	// position (0 to 20): OpenAI completions' echo with logprobs, vLLM's
+	// prompt_logprobs. Only the first attempt of a request asks for them. A
+	// worker that cannot compute them refuses the request (invalid_argument)
+	// rather than leave them out.
+	PromptLogprobs *uint32 `protobuf:"varint,11,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1149,6 +1156,13 @@ func (x *GenerateRequest) GetGuidedDecoding() *GuidedDecoding {
 		return x.GuidedDecoding
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetPromptLogprobs() uint32 {
+	if x != nil && x.PromptLogprobs != nil {
+		return *x.PromptLogprobs
+	}
+	return 0
 }
 
 // GuidedDecoding is the structure a generation's output must have.
@@ -1330,9 +1344,13 @@ type GenerateResponse struct {
 	// One entry per token of token_ids when the request set logprobs.
 	Logprobs []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// The KV handoff, on the last response of a prefill leg only.
-	Handoff       *KvHandoff `protobuf:"bytes,7,opt,name=handoff,proto3" json:"handoff,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Handoff *KvHandoff `protobuf:"bytes,7,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	// On the first response when the request set prompt_logprobs: one entry
+	// per prompt token after the first (nothing precedes the first token, so
+	// it has no probability), in prompt order; top as the request asked.
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,8,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
@@ -1410,6 +1428,13 @@ func (x *GenerateResponse) GetLogprobs() []*TokenLogprob {
 func (x *GenerateResponse) GetHandoff() *KvHandoff {
 	if x != nil {
 		return x.Handoff
+	}
+	return nil
+}
+
+func (x *GenerateResponse) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
 	}
 	return nil
 }
@@ -2345,7 +2370,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xf5\x03\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xb7\x04\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2359,8 +2384,10 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x03leg\x18\b \x01(\x0e2'.switchyard.worker.v1.DisaggregationLegR\x03leg\x129\n" +
 	"\ahandoff\x18\t \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoff\x12M\n" +
 	"\x0fguided_decoding\x18\n" +
-	" \x01(\v2$.switchyard.worker.v1.GuidedDecodingR\x0eguidedDecodingB\v\n" +
-	"\t_logprobs\"t\n" +
+	" \x01(\v2$.switchyard.worker.v1.GuidedDecodingR\x0eguidedDecoding\x12,\n" +
+	"\x0fprompt_logprobs\x18\v \x01(\rH\x01R\x0epromptLogprobs\x88\x01\x01B\v\n" +
+	"\t_logprobsB\x12\n" +
+	"\x10_prompt_logprobs\"t\n" +
 	"\x0eGuidedDecoding\x12!\n" +
 	"\vjson_object\x18\x01 \x01(\bH\x00R\n" +
 	"jsonObject\x12!\n" +
@@ -2371,7 +2398,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xed\x02\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\rR\x12cachedPromptTokens\"\xba\x03\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12G\n" +
@@ -2379,7 +2406,8 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.worker.v1.UsageR\x05usage\x12#\n" +
 	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\x12>\n" +
 	"\blogprobs\x18\x06 \x03(\v2\".switchyard.worker.v1.TokenLogprobR\blogprobs\x129\n" +
-	"\ahandoff\x18\a \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoffB\a\n" +
+	"\ahandoff\x18\a \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoff\x12K\n" +
+	"\x0fprompt_logprobs\x18\b \x03(\v2\".switchyard.worker.v1.TokenLogprobR\x0epromptLogprobsB\a\n" +
 	"\x05_text\"\\\n" +
 	"\fTokenLogprob\x12\x18\n" +
 	"\alogprob\x18\x01 \x01(\x02R\alogprob\x122\n" +
@@ -2525,32 +2553,33 @@ var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	18, // 10: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
 	20, // 11: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
 	6,  // 12: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
-	21, // 13: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
-	22, // 14: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	23, // 15: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	24, // 16: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	25, // 17: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	26, // 18: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	33, // 19: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	30, // 20: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	29, // 21: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	16, // 22: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	8,  // 23: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	10, // 24: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	12, // 25: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	2,  // 26: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
-	4,  // 27: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
-	19, // 28: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	9,  // 29: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	11, // 30: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	13, // 31: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	3,  // 32: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
-	5,  // 33: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	20, // 13: switchyard.worker.v1.GenerateResponse.prompt_logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	21, // 14: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	22, // 15: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	23, // 16: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	24, // 17: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	25, // 18: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	26, // 19: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	33, // 20: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 21: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	29, // 22: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	16, // 23: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	8,  // 24: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	10, // 25: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	12, // 26: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	2,  // 27: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
+	4,  // 28: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
+	19, // 29: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	9,  // 30: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	11, // 31: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	13, // 32: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	3,  // 33: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
+	5,  // 34: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }

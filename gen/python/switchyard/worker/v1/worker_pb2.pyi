@@ -17,13 +17,14 @@ FINISH_REASON_STOP: FinishReason
 FINISH_REASON_UNSPECIFIED: FinishReason
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "request_id", "sampling", "stop", "token_ids"]
+    __slots__ = ["guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "prompt_logprobs", "request_id", "sampling", "stop", "token_ids"]
     GUIDED_DECODING_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LEG_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
@@ -34,18 +35,20 @@ class GenerateRequest(_message.Message):
     logprobs: int
     max_tokens: int
     model: str
+    prompt_logprobs: int
     request_id: str
     sampling: SamplingParameters
     stop: StopConditions
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "text", "token_ids", "usage"]
+    __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "prompt_logprobs", "text", "token_ids", "usage"]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -53,10 +56,11 @@ class GenerateResponse(_message.Message):
     finish_reason: FinishReason
     handoff: KvHandoff
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    prompt_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     usage: Usage
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ...) -> None: ...
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error_message: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class GetKvEventsRequest(_message.Message):
     __slots__ = ["dp_rank", "from_event_id", "max_events"]
