@@ -36,6 +36,11 @@ type completionRequest struct {
 	IgnoreEOS         bool           `json:"ignore_eos,omitempty"`
 	MinTokens         uint32         `json:"min_tokens,omitempty"`
 	Stop              []string       `json:"stop,omitempty"`
+	// Logprobs and PromptLogprobs ask for log probabilities (logprobs.go),
+	// the tokens written as ids (ReturnTokensAsTokenIDs).
+	Logprobs               *uint32 `json:"logprobs,omitempty"`
+	PromptLogprobs         *uint32 `json:"prompt_logprobs,omitempty"`
+	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids,omitempty"`
 	// KVTransferParams are vLLM's, on the legs of a disaggregated request.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	// BootstrapHost, BootstrapPort and BootstrapRoom are SGLang's, on both
@@ -53,6 +58,8 @@ type completionChunk struct {
 		Text         string   `json:"text"`
 		TokenIDs     []uint32 `json:"token_ids"`
 		FinishReason *string  `json:"finish_reason"`
+		// Logprobs are the chunk's tokens' when asked for (logprobs.go).
+		Logprobs *engineLogprobs `json:"logprobs"`
 	} `json:"choices"`
 	// Error is the engine's error chunk mid-stream: vLLM and SGLang send
 	// {"error": {"message", "type", "param", "code"}} (older releases of
@@ -154,6 +161,14 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		if s := req.Stop; s != nil {
 			cr.StopTokenIDs, cr.IgnoreEOS, cr.MinTokens, cr.Stop = s.StopTokenIds, s.IgnoreEos, s.MinTokens, s.StopStrings
 		}
+		cr.Logprobs, cr.PromptLogprobs, cr.ReturnTokensAsTokenIDs = req.Logprobs, req.PromptLogprobs, req.Logprobs != nil
+		whole := req.PromptLogprobs != nil
+		if whole {
+			if req.GetLeg() != workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED {
+				return &transport.HandlerError{Code: "invalid_argument", Message: "prompt log probabilities on a leg of a disaggregated request are not supported"}
+			}
+			cr.Stream, cr.StreamOptions = false, nil
+		}
 		switch req.GetLeg() {
 		case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL:
 			return l.prefill(ctx, req, cr, send)
@@ -175,6 +190,9 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		if req.RequestId != "" {
 			hreq.Header.Set("X-Request-Id", req.RequestId)
 		}
+		if whole {
+			return generateWhole(ctx, client, hreq, req, send)
+		}
 		resp, err := client.Do(hreq)
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)
@@ -187,7 +205,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 			}
 			return fmt.Errorf("engine: %s: %s", resp.Status, bytes.TrimSpace(msg))
 		}
-		return relay(ctx, resp.Body, uint32(len(req.TokenIds)), send)
+		return relay(ctx, resp.Body, uint32(len(req.TokenIds)), req.Logprobs, send)
 	}
 }
 
@@ -196,7 +214,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 // An error chunk (or an event of type error) ends the relay with the
 // engine's error, whatever follows it: the caller must not take a failed
 // generation for a finished one.
-func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*workerv1.GenerateResponse) error) error {
+func relay(ctx context.Context, body io.Reader, promptTokens uint32, logprobs *uint32, send func(*workerv1.GenerateResponse) error) error {
 	sse := newSSEReader(body)
 	var pending *workerv1.GenerateResponse
 	var completion uint32
@@ -246,6 +264,9 @@ func relay(ctx context.Context, body io.Reader, promptTokens uint32, send func(*
 		}
 		ch := c.Choices[0]
 		r := &workerv1.GenerateResponse{TokenIds: ch.TokenIDs}
+		if logprobs != nil {
+			r.Logprobs = generatedLogprobs(ch.Logprobs, len(ch.TokenIDs), *logprobs)
+		}
 		if ch.Text != "" || len(ch.TokenIDs) == 0 {
 			text := ch.Text
 			r.Text = &text

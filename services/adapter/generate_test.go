@@ -12,7 +12,7 @@ import (
 func relayAll(t *testing.T, sse string) ([]*workerv1.GenerateResponse, error) {
 	t.Helper()
 	var out []*workerv1.GenerateResponse
-	err := relay(context.Background(), strings.NewReader(sse), 10, func(r *workerv1.GenerateResponse) error {
+	err := relay(context.Background(), strings.NewReader(sse), 10, nil, func(r *workerv1.GenerateResponse) error {
 		out = append(out, r)
 		return nil
 	})

@@ -209,7 +209,7 @@ func FuzzSSEReader(f *testing.F) {
 			t.Fatalf("byte by byte differs (-whole +bytewise):\n%s", diff)
 		}
 		// relay on the same bytes ends, with or without an error.
-		_ = relay(t.Context(), strings.NewReader(string(in)), 1, func(*workerv1.GenerateResponse) error { return nil })
+		_ = relay(t.Context(), strings.NewReader(string(in)), 1, nil, func(*workerv1.GenerateResponse) error { return nil })
 	})
 }
 

@@ -2,6 +2,7 @@ package frontend_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -81,6 +82,33 @@ func TestRequestPlanes(t *testing.T) {
 				}
 				if len(resp.Choices) != 1 || resp.Choices[0].Text == "" || resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 6 {
 					t.Fatalf("completion = %+v", resp)
+				}
+			})
+			t.Run("completion echo logprobs", func(t *testing.T) {
+				// As an evaluation harness scores a continuation: the
+				// prompt back with every token's log probability.
+				const prompt = "Once upon a time"
+				resp, err := s.client.Completions.New(ctx, openai.CompletionNewParams{Model: testModel,
+					Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}, MaxTokens: openai.Int(1),
+					Echo: openai.Bool(true), Logprobs: openai.Int(1), Temperature: openai.Float(0)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(resp.Choices) != 1 || !strings.HasPrefix(resp.Choices[0].Text, prompt) {
+					t.Fatalf("echo: %+v", resp)
+				}
+				lp := resp.Choices[0].Logprobs
+				n := int(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
+				// openai-go's top_logprobs type has no room for the first
+				// entry's null (the API's, and vLLM's, answer): it leaves
+				// the field empty and keeps the raw JSON, read here.
+				var top []map[string]float64
+				if err := json.Unmarshal([]byte(lp.JSON.TopLogprobs.Raw()), &top); err != nil {
+					t.Fatal(err)
+				}
+				if len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(top) != n || top[0] != nil || len(top[1]) != 1 ||
+					strings.Join(lp.Tokens, "") != resp.Choices[0].Text {
+					t.Fatalf("echo logprobs for %d tokens: %+v", n, lp)
 				}
 			})
 			t.Run("completion stream", func(t *testing.T) {

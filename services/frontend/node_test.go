@@ -18,7 +18,8 @@ import (
 // Vercel AI SDK and LangChain run their tool loops (agents.mjs); and each
 // asks for structured outputs (structured.mjs: generateObject,
 // withStructuredOutput, response_format json_schema); and each runs
-// function tools on the Responses API (responses.mjs).
+// function tools on the Responses API (responses.mjs); the npm openai
+// package also sends completions with echo and logprobs (echo.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join("testdata", "node")
@@ -51,7 +52,8 @@ func TestNodeOpenAIClient(t *testing.T) {
 		t.Fatalf("node client output:\n%s", out)
 	}
 	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream",
-		"structured.mjs": "ok openai response_format json_schema", "responses.mjs": "ok langchain responses bindTools"} {
+		"structured.mjs": "ok openai response_format json_schema", "responses.mjs": "ok langchain responses bindTools",
+		"echo.mjs": "ok echo stream"} {
 		cmd = exec.CommandContext(ctx, node, script)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)
