@@ -165,7 +165,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		whole := req.PromptLogprobs != nil
 		if whole {
 			if req.GetLeg() != workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED {
-				return &transport.HandlerError{Code: "invalid_argument", Message: "prompt log probabilities on a leg of a disaggregated request are not supported"}
+				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "prompt log probabilities on a leg of a disaggregated request are not supported"}
 			}
 			cr.Stream, cr.StreamOptions = false, nil
 		}

@@ -180,7 +180,7 @@ func generateWhole(ctx context.Context, client *http.Client, hreq *http.Request,
 	if resp.StatusCode != http.StatusOK {
 		msg := strings.TrimSpace(string(body[:min(len(body), 4096)]))
 		if resp.StatusCode == http.StatusBadRequest {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "engine: " + msg}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "engine: " + msg}
 		}
 		return fmt.Errorf("engine: %s: %s", resp.Status, msg)
 	}
@@ -220,7 +220,7 @@ func decodeWhole(body []byte, req *workerv1.GenerateRequest) (*workerv1.Generate
 		out.Logprobs = generatedLogprobs(ch.Logprobs, len(ch.TokenIDs), req.GetLogprobs())
 	}
 	if ch.PromptLogprobs == nil {
-		return nil, &transport.HandlerError{Code: "invalid_argument", Message: "engine: the answer has no prompt_logprobs (the engine does not compute them)"}
+		return nil, &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "engine: the answer has no prompt_logprobs (the engine does not compute them)"}
 	}
 	var err error
 	if out.PromptLogprobs, err = promptLogprobs(ch.PromptLogprobs, req.TokenIds, req.GetPromptLogprobs()); err != nil {

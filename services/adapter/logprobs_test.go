@@ -180,13 +180,13 @@ func TestGenerateWithPromptLogprobs(t *testing.T) {
 	omit = true
 	err := h(t.Context(), req, send)
 	var he *transport.HandlerError
-	if !errors.As(err, &he) || he.Code != "invalid_argument" || !strings.Contains(he.Message, "prompt_logprobs") {
+	if !errors.As(err, &he) || he.Code != transport.CodeInvalidArgument || !strings.Contains(he.Message, "prompt_logprobs") {
 		t.Fatalf("an answer without prompt_logprobs: %v", err)
 	}
 	// A leg of a disaggregated request does not carry them.
 	leg := proto.Clone(req).(*workerv1.GenerateRequest)
 	leg.Leg = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL
-	if err := h(t.Context(), leg, send); !errors.As(err, &he) || he.Code != "invalid_argument" {
+	if err := h(t.Context(), leg, send); !errors.As(err, &he) || he.Code != transport.CodeInvalidArgument {
 		t.Fatalf("prompt log probabilities on a leg: %v", err)
 	}
 }

@@ -299,7 +299,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "logprobs must be at most 20"}
 		}
 		if req.PromptLogprobs != nil && req.GetPromptLogprobs() > 20 {
-			return &transport.HandlerError{Code: "invalid_argument", Message: "prompt_logprobs must be at most 20"}
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "prompt_logprobs must be at most 20"}
 		}
 		// The prompt's log probabilities go out with the first response,
 		// before any generated token's; the first token has none.
