@@ -58,10 +58,7 @@ func healthCheck(ctx context.Context, fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	host, port := tc.TCP.Host, tc.TCP.Port
-	if tc.Plane == transport.PlaneHTTP {
-		host, port = tc.HTTP.Host, tc.HTTP.Port
-	}
+	host, port := tc.ListenAddress()
 	if port == 0 {
 		return errors.New("the request plane listens on an OS-assigned port (DYN_TCP_RPC_PORT=0): nothing to probe")
 	}

@@ -20,14 +20,10 @@ const (
 	PlaneNATS Plane = "nats"
 )
 
-// validPlanes lists the planes for error messages.
-const validPlanes = "tcp, http, nats"
-
 // ParsePlane parses a plane name case-insensitively.
 func ParsePlane(s string) (Plane, error) {
-	switch p := Plane(strings.ToLower(strings.TrimSpace(s))); p {
-	case PlaneTCP, PlaneHTTP, PlaneNATS:
-		return p, nil
+	if p, ok := planeOf(Plane(strings.ToLower(strings.TrimSpace(s)))); ok {
+		return p.name, nil
 	}
 	return "", fmt.Errorf("transport: unknown request plane %q (valid: %s)", s, validPlanes)
 }
@@ -76,18 +72,14 @@ func (a *Address) UnmarshalJSON(b []byte) error {
 }
 
 // AddressesOf lists the addresses t names, one per plane it serves, in the
-// order tcp, http, nats. An instance registers one [commonv1.Transport]
+// order of the planes (tcp, http, nats). An instance registers one [commonv1.Transport]
 // holding every plane it serves (DYN_REQUEST_PLANE=tcp,http serves two).
 func AddressesOf(t *commonv1.Transport) []Address {
 	var out []Address
-	if a := t.GetTcp(); a != "" {
-		out = append(out, Address{Kind: PlaneTCP, Addr: a})
-	}
-	if a := t.GetHttp(); a != "" {
-		out = append(out, Address{Kind: PlaneHTTP, Addr: a})
-	}
-	if a := t.GetNats(); a != "" {
-		out = append(out, Address{Kind: PlaneNATS, Addr: a})
+	for _, p := range planeSpecs {
+		if a := p.address(t); a != "" {
+			out = append(out, Address{Kind: p.name, Addr: a})
+		}
 	}
 	return out
 }
@@ -114,13 +106,8 @@ func Pick(t *commonv1.Transport, prefer Plane) (Address, bool) {
 func TransportOf(addrs ...Address) *commonv1.Transport {
 	t := &commonv1.Transport{}
 	for _, a := range addrs {
-		switch a.Kind {
-		case PlaneTCP:
-			t.Tcp = a.Addr
-		case PlaneHTTP:
-			t.Http = a.Addr
-		case PlaneNATS:
-			t.Nats = a.Addr
+		if p, ok := planeOf(a.Kind); ok {
+			p.setAddress(t, a.Addr)
 		}
 	}
 	return t

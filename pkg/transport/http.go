@@ -16,7 +16,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 )
+
+// httpPlane is the http plane: HTTP/2 cleartext (h2c), base URL addresses.
+var httpPlane = planeSpec{
+	name:       PlaneHTTP,
+	address:    (*commonv1.Transport).GetHttp,
+	setAddress: func(t *commonv1.Transport, a string) { t.Http = a },
+	validate:   validHTTPAddr,
+	listen:     func(cfg Config) (string, int) { return cfg.HTTP.Host, cfg.HTTP.Port },
+	newServer:  func(cfg Config, o options) Server { return newHTTPServer(cfg, o) },
+	newClient:  func(cfg Config, o options) (Client, error) { return newHTTPClient(cfg, o), nil },
+}
 
 // The http plane. A call is POST {root}/{endpoint} with the payload as the
 // body and each request header k sent as the HTTP header "Dyn-Hdr-k", except

@@ -41,23 +41,16 @@ func (c *multiClient) client(p Plane) (Client, error) {
 	if cl, ok := c.clients[p]; ok {
 		return cl, nil
 	}
-	var cl Client
-	switch p {
-	case PlaneTCP:
-		cl = newTCPClient(c.cfg, c.o)
-	case PlaneHTTP:
-		cl = newHTTPClient(c.cfg, c.o)
-	case PlaneNATS:
-		// Connecting holds the lock: concurrent first calls to nats
-		// addresses wait for one connection instead of racing to make
-		// several.
-		nc, err := newNATSClient(c.cfg, c.o)
-		if err != nil {
-			return nil, err
-		}
-		cl = nc
-	default:
+	spec, ok := planeOf(p)
+	if !ok {
 		return nil, fmt.Errorf("transport: cannot call an address of kind %q (valid: %s)", p, validPlanes)
+	}
+	// Connecting (nats) holds the lock: concurrent first calls to the
+	// plane's addresses wait for one connection instead of racing to make
+	// several.
+	cl, err := spec.newClient(c.cfg, c.o)
+	if err != nil {
+		return nil, err
 	}
 	c.clients[p] = cl
 	return cl, nil

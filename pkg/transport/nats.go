@@ -14,7 +14,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 )
+
+// natsPlane is the nats plane: requests on a subject per instance
+// endpoint, subject addresses.
+var natsPlane = planeSpec{
+	name:       PlaneNATS,
+	address:    (*commonv1.Transport).GetNats,
+	setAddress: func(t *commonv1.Transport, a string) { t.Nats = a },
+	validate:   validNATSSubject,
+	// A nats server listens on no port of its own: it subscribes at
+	// the NATS server. What it would bind is the tcp setting's.
+	listen:    func(cfg Config) (string, int) { return cfg.TCP.Host, cfg.TCP.Port },
+	newServer: func(cfg Config, o options) Server { return newNATSServer(cfg, o) },
+	newClient: func(cfg Config, o options) (Client, error) { return newNATSClient(cfg, o) },
+}
 
 // The nats plane. A server subscribes to one subject per endpoint and to
 // that subject plus ".ctl" for control. A call publishes a request body (see

@@ -12,7 +12,21 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 )
+
+// tcpPlane is the tcp plane: binary frames over TCP connections, host:port
+// addresses.
+var tcpPlane = planeSpec{
+	name:       PlaneTCP,
+	address:    (*commonv1.Transport).GetTcp,
+	setAddress: func(t *commonv1.Transport, a string) { t.Tcp = a },
+	validate:   validTCPAddr,
+	listen:     func(cfg Config) (string, int) { return cfg.TCP.Host, cfg.TCP.Port },
+	newServer:  func(cfg Config, o options) Server { return newTCPServer(cfg, o) },
+	newClient:  func(cfg Config, o options) (Client, error) { return newTCPClient(cfg, o), nil },
+}
 
 // tcpServer is the tcp plane's [Server].
 type tcpServer struct {

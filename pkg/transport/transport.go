@@ -155,15 +155,18 @@ func NewServer(cfg Config, opts ...Option) (Server, error) {
 	return newPlaneServer(cfg, o), nil
 }
 
+// newPlaneServer is the server of cfg.Plane.
 func newPlaneServer(cfg Config, o options) Server {
-	switch cfg.Plane {
-	case PlaneHTTP:
-		return newHTTPServer(cfg, o)
-	case PlaneNATS:
-		return newNATSServer(cfg, o)
-	default:
-		return newTCPServer(cfg, o)
+	return planeOrTCP(cfg.Plane).newServer(cfg, o)
+}
+
+// planeOrTCP is p's spec; tcp's for a name Validate accepts that is not
+// spelled as a plane's constant (another case).
+func planeOrTCP(p Plane) *planeSpec {
+	if s, ok := planeOf(p); ok {
+		return s
 	}
+	return &tcpPlane
 }
 
 // NewClient returns a client that calls every address with the plane the
@@ -185,13 +188,5 @@ func NewPlaneClient(cfg Config, opts ...Option) (Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := buildOptions(opts)
-	switch cfg.Plane {
-	case PlaneHTTP:
-		return newHTTPClient(cfg, o), nil
-	case PlaneNATS:
-		return newNATSClient(cfg, o)
-	default:
-		return newTCPClient(cfg, o), nil
-	}
+	return planeOrTCP(cfg.Plane).newClient(cfg, buildOptions(opts))
 }

@@ -215,7 +215,7 @@ func TestKubernetesEnvtest(t *testing.T) {
 		if spec.PodUID != w1.Uid || spec.TTLSeconds != 20 || len(spec.Endpoints) != 2 || len(spec.Models) != 1 {
 			t.Fatalf("spec = %+v, want two endpoints and one model of pod %s", spec, w1.Uid)
 		}
-		if spec.Endpoints[0].Transport.TCP != "10.0.0.1:9000" {
+		if spec.Endpoints[0].Transport["tcp"] != "10.0.0.1:9000" {
 			t.Fatalf("the duplicate overwrote the first registration: %+v", spec.Endpoints)
 		}
 	})

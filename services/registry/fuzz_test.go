@@ -3,9 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"errors"
-	"net"
-	"net/url"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +12,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
 // Validators and decoders must never panic, and whatever they accept must be
@@ -30,13 +29,8 @@ func FuzzValidateRegister(f *testing.F) {
 		if tkind >= 0 {
 			in.KvTransfer = &commonv1.KvTransfer{Kind: commonv1.KvTransferKind(tkind), EngineId: engine, Address: taddr, DataParallelSize: dp}
 		}
-		switch kind {
-		case "tcp":
-			in.Transport = &commonv1.Transport{Tcp: addr}
-		case "http":
-			in.Transport = &commonv1.Transport{Http: addr}
-		case "nats":
-			in.Transport = &commonv1.Transport{Nats: addr}
+		if slices.Contains(transport.Planes(), transport.Plane(kind)) {
+			in.Transport = transport.TransportOf(transport.Address{Kind: transport.Plane(kind), Addr: addr})
 		}
 		_, err := validateRegister(&registryv1.RegisterRequest{Instance: in, TtlSeconds: ttl})
 		if err != nil {
@@ -59,40 +53,11 @@ func FuzzValidateRegister(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of encoded %s: %v", val, err)
 		}
-		if got := planesOf(back.Transport); len(got) != 1 || got[0] != (planeAddr{kind, addr}) {
+		if got := transport.AddressesOf(back.Transport); len(got) != 1 || got[0] != (transport.Address{Kind: transport.Plane(kind), Addr: addr}) {
 			t.Fatalf("transport round trip: got %v want %s=%q", got, kind, addr)
 		}
 		if back.Role != in.Role || !proto.Equal(back.KvTransfer, in.KvTransfer) {
 			t.Fatalf("role or kv_transfer round trip: got %v %v want %v %v", back.Role, back.KvTransfer, in.Role, in.KvTransfer)
-		}
-	})
-}
-
-// FuzzTransportAddress: an accepted address is one the request plane
-// clients can use: a tcp one splits into a host and a numeric port, an http
-// one parses as a URL or host:port, a nats one has no space or wildcard.
-func FuzzTransportAddress(f *testing.F) {
-	for _, a := range []string{"10.0.0.1:9999", "[::1]:1", "http://h:8888/v1/rpc", "https://h", "a.b.c", "not a host:port \x00", "h:65536", "a.*"} {
-		f.Add(a)
-	}
-	f.Fuzz(func(t *testing.T, addr string) {
-		if validTCPAddr(addr) == nil {
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil || host == "" || strings.ContainsAny(host, " \x00/") {
-				t.Fatalf("tcp %q accepted: host %q port %q %v", addr, host, port, err)
-			}
-			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-				t.Fatalf("tcp %q accepted with port %q", addr, port)
-			}
-		}
-		if validHTTPAddr(addr) == nil && strings.Contains(addr, "://") {
-			u, err := url.Parse(addr)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-				t.Fatalf("http %q accepted: %v %v", addr, u, err)
-			}
-		}
-		if validNATSSubject(addr) == nil && (addr == "" || strings.ContainsAny(addr, " \t\r\n*>") || strings.Contains(addr, "..")) {
-			t.Fatalf("nats %q accepted", addr)
 		}
 	})
 }
@@ -109,7 +74,7 @@ func FuzzDecodeInstance(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(planesOf(in.Transport)) == 0 {
+		if len(transport.AddressesOf(in.Transport)) == 0 {
 			t.Fatalf("decoded %s without a transport", data)
 		}
 		val, err := encodeInstance(in)

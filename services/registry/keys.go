@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
@@ -154,8 +156,8 @@ func encodeInstance(in *registryv1.Instance) ([]byte, error) {
 		KvTransfer: toKvTransferValue(in.GetKvTransfer()),
 	}
 	v.Transport = map[string]string{}
-	for _, p := range planesOf(in.GetTransport()) {
-		v.Transport[p.kind] = p.addr
+	for _, a := range transport.AddressesOf(in.GetTransport()) {
+		v.Transport[string(a.Kind)] = a.Addr
 	}
 	return json.Marshal(v)
 }
@@ -168,22 +170,17 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 		return nil, fmt.Errorf("instance value: %w", err)
 	}
 	if len(v.Transport) == 0 {
-		return nil, fmt.Errorf("instance value: transport must have at least one of tcp, http, nats")
+		return nil, fmt.Errorf("instance value: transport must have at least one of %s", transport.PlaneNames())
 	}
-	t := &commonv1.Transport{}
+	addrs := make([]transport.Address, 0, len(v.Transport))
 	for kind, addr := range v.Transport {
-		switch kind {
-		case "tcp":
-			t.Tcp = addr
-		case "http":
-			t.Http = addr
-		case "nats":
-			t.Nats = addr
-		default:
+		if !slices.Contains(transport.Planes(), transport.Plane(kind)) {
 			return nil, fmt.Errorf("instance value: unknown transport %q", kind)
 		}
+		addrs = append(addrs, transport.Address{Kind: transport.Plane(kind), Addr: addr})
 	}
-	if len(planesOf(t)) == 0 {
+	t := transport.TransportOf(addrs...)
+	if len(transport.AddressesOf(t)) == 0 {
 		return nil, fmt.Errorf("instance value: transport has no address")
 	}
 	role, err := parseRoleValue(v.Role)
@@ -204,25 +201,6 @@ func decodeInstance(data []byte) (*registryv1.Instance, error) {
 		Role:       role,
 		KvTransfer: kvt,
 	}, nil
-}
-
-// planeAddr is one plane's address in a transport.
-type planeAddr struct{ kind, addr string }
-
-// planesOf lists the planes t serves, in the order tcp, http, nats. The
-// kinds are the JSON keys of the seed's transport value.
-func planesOf(t *commonv1.Transport) []planeAddr {
-	var out []planeAddr
-	if t.GetTcp() != "" {
-		out = append(out, planeAddr{"tcp", t.GetTcp()})
-	}
-	if t.GetHttp() != "" {
-		out = append(out, planeAddr{"http", t.GetHttp()})
-	}
-	if t.GetNats() != "" {
-		out = append(out, planeAddr{"nats", t.GetNats()})
-	}
-	return out
 }
 
 var (

@@ -142,7 +142,7 @@ func workerResource(pod, uid string, eps ...endpointEntry) *unstructured.Unstruc
 }
 
 func tcpEntry(ep, addr string) endpointEntry {
-	return endpointEntry{Namespace: "vllm-agg", Component: "backend", Endpoint: ep, Transport: transportEntry{TCP: addr}}
+	return endpointEntry{Namespace: "vllm-agg", Component: "backend", Endpoint: ep, Transport: transportEntry{"tcp": addr}}
 }
 
 // endpointSlice lists pods (name -> uid) with one ready condition.

@@ -15,6 +15,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
@@ -80,12 +81,31 @@ type kvTransferEntry struct {
 	DataParallelSize uint32 `json:"dataParallelSize,omitempty"`
 }
 
-// transportEntry has the seed's JSON shape: one of tcp, http, nats, or
-// several for an instance that serves several planes.
-type transportEntry struct {
-	TCP  string `json:"tcp,omitempty"`
-	HTTP string `json:"http,omitempty"`
-	NATS string `json:"nats,omitempty"`
+// transportEntry has the seed's JSON shape: a request plane's name (see
+// transport.Planes) to its address, for each plane the instance serves.
+type transportEntry map[string]string
+
+// transportEntryOf is t's entry ({} for none).
+func transportEntryOf(t *commonv1.Transport) transportEntry {
+	e := transportEntry{}
+	for _, a := range transport.AddressesOf(t) {
+		e[string(a.Kind)] = a.Addr
+	}
+	return e
+}
+
+// proto is the entry's transport: nil when it names no address of a known
+// plane.
+func (e transportEntry) proto() *commonv1.Transport {
+	addrs := make([]transport.Address, 0, len(e))
+	for kind, addr := range e {
+		addrs = append(addrs, transport.Address{Kind: transport.Plane(kind), Addr: addr})
+	}
+	t := transport.TransportOf(addrs...)
+	if len(transport.AddressesOf(t)) == 0 {
+		return nil
+	}
+	return t
 }
 
 // modelEntry is one model card; namespace, component and endpoint are its
@@ -124,8 +144,7 @@ func idLabel(id uint64) string { return strconv.FormatUint(id, 16) }
 
 func toEndpointEntry(in *registryv1.Instance) endpointEntry {
 	e := endpointEntry{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint, Metadata: in.Metadata, Role: roleValue(in.Role)}
-	t := in.GetTransport()
-	e.Transport = transportEntry{TCP: t.GetTcp(), HTTP: t.GetHttp(), NATS: t.GetNats()}
+	e.Transport = transportEntryOf(in.GetTransport())
 	if v := toKvTransferValue(in.KvTransfer); v != nil {
 		e.KvTransfer = &kvTransferEntry{Kind: v.Kind, EngineID: v.EngineID, Address: v.Address, DataParallelSize: v.DataParallelSize}
 	}
@@ -137,9 +156,7 @@ func toEndpointEntry(in *registryv1.Instance) endpointEntry {
 // an error.
 func (e endpointEntry) instance(id uint64) (*registryv1.Instance, error) {
 	in := &registryv1.Instance{Namespace: e.Namespace, Component: e.Component, Endpoint: e.Endpoint, InstanceId: id, Metadata: e.Metadata}
-	if e.Transport != (transportEntry{}) {
-		in.Transport = &commonv1.Transport{Tcp: e.Transport.TCP, Http: e.Transport.HTTP, Nats: e.Transport.NATS}
-	}
+	in.Transport = e.Transport.proto()
 	role, err := parseRoleValue(e.Role)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
@@ -83,26 +84,16 @@ func validMetadata(md map[string]string) error {
 }
 
 func validTransport(t *commonv1.Transport) error {
-	planes := planesOf(t)
-	if len(planes) == 0 {
-		return fmt.Errorf("%w: transport is missing or its address is empty: set at least one of tcp, http, nats", ErrInvalid)
+	addrs := transport.AddressesOf(t)
+	if len(addrs) == 0 {
+		return fmt.Errorf("%w: transport is missing or its address is empty: set at least one of %s", ErrInvalid, transport.PlaneNames())
 	}
-	for _, p := range planes {
-		kind, addr := p.kind, p.addr
-		if len(addr) > MaxAddress || !utf8.ValidString(addr) {
-			return fmt.Errorf("%w: transport %s address is not valid UTF-8 of at most %d bytes", ErrInvalid, kind, MaxAddress)
+	for _, a := range addrs {
+		if len(a.Addr) > MaxAddress || !utf8.ValidString(a.Addr) {
+			return fmt.Errorf("%w: transport %s address is not valid UTF-8 of at most %d bytes", ErrInvalid, a.Kind, MaxAddress)
 		}
-		var err error
-		switch kind {
-		case "tcp":
-			err = validTCPAddr(addr)
-		case "http":
-			err = validHTTPAddr(addr)
-		case "nats":
-			err = validNATSSubject(addr)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: instance.transport.%s %q: %v", ErrInvalid, kind, addr, err)
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("%w: instance.transport.%s %q: %v", ErrInvalid, a.Kind, a.Addr, err)
 		}
 	}
 	return nil
@@ -150,7 +141,7 @@ func validDisaggregation(role commonv1.Role, t *commonv1.KvTransfer) error {
 		return fmt.Errorf("%w: kv_transfer address is over %d bytes", ErrInvalid, MaxAddress)
 	}
 	if t.Address != "" {
-		if err := validTCPAddr(t.Address); err != nil {
+		if err := transport.ValidHostPort(t.Address); err != nil {
 			return fmt.Errorf("%w: kv_transfer address: %w", ErrInvalid, err)
 		}
 	}

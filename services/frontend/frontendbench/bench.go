@@ -216,15 +216,8 @@ func (e *Env) Direct(ctx context.Context, maxTokens int) (Timing, error) {
 		return Timing{}, err
 	}
 	start := time.Now()
-	addr := transport.Address{Kind: e.Plane}
-	switch e.Plane {
-	case transport.PlaneTCP:
-		addr.Addr = e.Worker.Instance().GetTransport().GetTcp()
-	case transport.PlaneHTTP:
-		addr.Addr = e.Worker.Instance().GetTransport().GetHttp()
-	case transport.PlaneNATS:
-		addr.Addr = e.Worker.Instance().GetTransport().GetNats()
-	}
+	// The worker serves e.Plane alone: its address there.
+	addr, _ := transport.Pick(e.Worker.Instance().GetTransport(), e.Plane)
 	st, err := e.RPC.Call(ctx, addr, wire.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: id}, payload)
 	if err != nil {
 		return Timing{}, err

@@ -49,7 +49,7 @@ func run(samples, tokens int, d time.Duration) error {
 		cpu                          time.Duration
 	}
 	var goals []string
-	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
+	for _, plane := range transport.Planes() {
 		env, err := frontendbench.Start(plane)
 		if err != nil {
 			return fmt.Errorf("%s: %w", plane, err)

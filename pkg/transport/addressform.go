@@ -1,4 +1,4 @@
-package registry
+package transport
 
 import (
 	"fmt"
@@ -8,11 +8,27 @@ import (
 	"strings"
 )
 
-// Request plane addresses are checked where they enter, at Register: an
-// address that no client could dial would otherwise sit in etcd and be
-// handed to every router and frontend, each of which would fail on it for
-// as long as the lease lives (seen: a "host:port" of "\x00"). The rules are
-// those of the clients in pkg/transport.
+// The address forms of the request planes, which the registry checks where
+// an address enters, at Register: an address that no client could dial
+// would otherwise sit in etcd and be handed to every router and frontend,
+// each of which would fail on it for as long as the lease lives (a
+// "host:port" of "\x00", say). The rules are those of this package's
+// clients.
+
+// Validate checks that a's address has the form of its plane's addresses;
+// an unknown plane is an error too.
+func (a Address) Validate() error {
+	p, ok := planeOf(a.Kind)
+	if !ok {
+		return fmt.Errorf("unknown request plane %q (valid: %s)", a.Kind, validPlanes)
+	}
+	return p.validate(a.Addr)
+}
+
+// ValidHostPort accepts host:port with a non-empty host (a name or an IP,
+// IPv6 in brackets) and a port in 1..65535: a tcp plane address, and any
+// other address dialled over TCP.
+func ValidHostPort(addr string) error { return validTCPAddr(addr) }
 
 // validTCPAddr accepts host:port with a non-empty host (a name or an IP, IPv6
 // in brackets) and a port in 1..65535.
