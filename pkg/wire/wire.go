@@ -63,6 +63,11 @@ const (
 // registers another one.
 const GenerateEndpoint = "generate"
 
+// EmbedEndpoint is the endpoint name a worker serves embeddings on
+// (EmbedRequest, answered by one EmbedResponse), beside its generate
+// endpoint, when its model card lists the embed task.
+const EmbedEndpoint = "embed"
+
 // MetadataWorkerAPI is the instance metadata key of a worker's
 // WorkerService address (host:port, gRPC): its KV events and state.
 const MetadataWorkerAPI = "worker_api"

@@ -169,6 +169,10 @@ type Config struct {
 	// KVHandoffs, when set, serves WorkerService's PullKvHandoff and
 	// ReleaseKvHandoff (the mock KV transfer); unset, they are Unimplemented.
 	KVHandoffs KVHandoffServer
+	// Embed, when set, serves embeddings of the model on the embed endpoint
+	// (wire.EmbedEndpoint) beside generate, and the model card lists both
+	// tasks, so that frontends send it /v1/embeddings requests.
+	Embed EmbedHandler
 	// Log receives the worker's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -187,6 +191,9 @@ const kvFlushTimeout = 5 * time.Second
 // Handler serves one generate request, sending responses in order until it
 // returns. Its context ends when the caller goes away.
 type Handler func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error
+
+// EmbedHandler serves one embed request: one embedding per input, in order.
+type EmbedHandler func(ctx context.Context, req *workerv1.EmbedRequest) (*workerv1.EmbedResponse, error)
 
 // Worker is a running worker.
 type Worker struct {
@@ -314,6 +321,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		return nil, fmt.Errorf("worker: request plane: %w", err)
 	}
 	srv.Handle(cfg.Endpoint, w.handler(h))
+	var tasks []registryv1.ModelTask
+	if cfg.Embed != nil {
+		srv.Handle(wire.EmbedEndpoint, w.embedHandler(cfg.Embed))
+		tasks = []registryv1.ModelTask{registryv1.ModelTask_MODEL_TASK_GENERATE, registryv1.ModelTask_MODEL_TASK_EMBED}
+	}
 	if err := srv.Start(ctx); err != nil {
 		return nil, fmt.Errorf("worker: start request plane: %w", err)
 	}
@@ -361,7 +373,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		Transport: transport.TransportOf(addrs...), Metadata: md, Role: cfg.Role, KvTransfer: w.registeredTransfer()}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
-		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser}
+		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser, Tasks: tasks}
 	var sess *discovery.Session
 	var in *registryv1.Instance
 	if err := w.untilReachable(ctx, "registration", func(ctx context.Context) (err error) {
@@ -939,6 +951,43 @@ func (w *Worker) handler(h Handler) transport.Handler {
 			span.SetStatus(otelcodes.Error, err.Error())
 		}
 		return err
+	}
+}
+
+// embedHandler adapts an EmbedHandler to the request plane: the request
+// decoded, its answer checked (one embedding per input) and sent as one
+// message.
+func (w *Worker) embedHandler(h EmbedHandler) transport.Handler {
+	return func(ctx context.Context, req *transport.Request, rw transport.ResponseWriter) error {
+		er := &workerv1.EmbedRequest{}
+		if err := proto.Unmarshal(req.Payload, er); err != nil {
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: %v", ErrInvalidRequest, err)}
+		}
+		if er.RequestId == "" {
+			er.RequestId = req.Headers[transport.HeaderRequestID]
+		}
+		if len(er.Inputs) == 0 {
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: no inputs", ErrInvalidRequest)}
+		}
+		ctx, span := tracer.Start(ctx, "worker.embed", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("switchyard.request_id", er.RequestId), attribute.Int("switchyard.inputs", len(er.Inputs))))
+		defer span.End()
+		resp, err := h(ctx, er)
+		if err == nil && len(resp.GetEmbeddings()) != len(er.Inputs) {
+			err = fmt.Errorf("worker: %d embeddings for %d inputs", len(resp.GetEmbeddings()), len(er.Inputs))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(otelcodes.Error, err.Error())
+			return err
+		}
+		w.requests.Add(1)
+		w.promptTokens.Add(uint64(resp.GetPromptTokens()))
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		return rw.Send(b)
 	}
 }
 

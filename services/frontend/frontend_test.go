@@ -111,6 +111,16 @@ func TestRequestPlanes(t *testing.T) {
 					t.Fatalf("echo logprobs for %d tokens: %+v", n, lp)
 				}
 			})
+			t.Run("embeddings", func(t *testing.T) {
+				resp, err := s.client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: testModel,
+					Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"The quick brown fox", "jumps over"}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(resp.Data) != 2 || len(resp.Data[0].Embedding) != 1024 || resp.Usage.PromptTokens == 0 || resp.Data[1].Index != 1 {
+					t.Fatalf("embeddings: %d vectors, usage %+v", len(resp.Data), resp.Usage)
+				}
+			})
 			t.Run("completion stream", func(t *testing.T) {
 				st := s.client.Completions.NewStreaming(ctx, openai.CompletionNewParams{Model: testModel,
 					Prompt:        openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},

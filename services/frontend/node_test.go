@@ -18,8 +18,9 @@ import (
 // Vercel AI SDK and LangChain run their tool loops (agents.mjs); and each
 // asks for structured outputs (structured.mjs: generateObject,
 // withStructuredOutput, response_format json_schema); and each runs
-// function tools on the Responses API (responses.mjs); the npm openai
-// package also sends completions with echo and logprobs (echo.mjs).
+// function tools on the Responses API (responses.mjs) and embeds texts
+// (embed.mjs); the npm openai package also sends completions with echo and
+// logprobs (echo.mjs).
 func TestNodeOpenAIClient(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join("testdata", "node")
@@ -53,7 +54,7 @@ func TestNodeOpenAIClient(t *testing.T) {
 	}
 	for script, last := range map[string]string{"tools.mjs": "ok reasoning", "agents.mjs": "ok langchain bindTools stream",
 		"structured.mjs": "ok openai response_format json_schema", "responses.mjs": "ok langchain responses bindTools",
-		"echo.mjs": "ok echo stream"} {
+		"echo.mjs": "ok echo stream", "embed.mjs": "ok langchain embedQuery"} {
 		cmd = exec.CommandContext(ctx, node, script)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.url+"/v1", "MODEL="+testModel)

@@ -198,6 +198,11 @@ func TestBodiesMatchOpenAPI(t *testing.T) {
 		{"responses stream cut off", "/v1/responses", responses + `,"max_output_tokens":12,"stream":true}`, 200, "ResponseStreamEvent", true},
 		{"responses tools", "/v1/responses", `{"model":"` + testModel + `","input":"What is the weather?","max_output_tokens":200,"tools":[` + weatherFunction + `]}`, 200, "Response", false},
 		{"responses tools stream", "/v1/responses", `{"model":"` + testModel + `","input":"What is the weather?","max_output_tokens":200,"stream":true,"tool_choice":"required","tools":[` + weatherFunction + `]}`, 200, "ResponseStreamEvent", true},
+		{"embeddings", "/v1/embeddings", `{"model":"` + testModel + `","input":["Tell me a story.","Once upon a time"]}`, 200, "CreateEmbeddingResponse", false},
+		// encoding_format base64 answers a string where the description
+		// has only the array; the npm client asks for it by default and
+		// decodes it (TestNodeOpenAIClient).
+		{"embeddings dimensions", "/v1/embeddings", `{"model":"` + testModel + `","input":"Once upon a time","encoding_format":"float","dimensions":32}`, 200, "CreateEmbeddingResponse", false},
 		{"error", "/v1/chat/completions", chat + `,"max_tokens":0}`, 400, "ErrorResponse", false},
 		{"error unknown model", "/v1/responses", `{"model":"nope","input":"hi"}`, 404, "ErrorResponse", false},
 	}

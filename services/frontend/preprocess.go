@@ -2,10 +2,12 @@ package frontend
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
@@ -30,10 +33,14 @@ type catalog struct {
 	mu        sync.RWMutex
 	cards     map[string]*registryv1.ModelCard // by cardKey
 	instances map[uint64]int                   // instance id -> live endpoints
+	// transports are the live instances' request plane addresses (the
+	// last registration's), for calls not routed by the router
+	// (embeddings).
+	transports map[uint64]*commonv1.Transport
 }
 
 func newCatalog() *catalog {
-	return &catalog{cards: map[string]*registryv1.ModelCard{}, instances: map[uint64]int{}}
+	return &catalog{cards: map[string]*registryv1.ModelCard{}, instances: map[uint64]int{}, transports: map[uint64]*commonv1.Transport{}}
 }
 
 func cardKey(c *registryv1.ModelCard) string {
@@ -62,9 +69,11 @@ func (c *catalog) onInstances(changes []discovery.Change[*registryv1.Instance]) 
 		if ch.Deleted {
 			if c.instances[id]--; c.instances[id] <= 0 {
 				delete(c.instances, id)
+				delete(c.transports, id)
 			}
 		} else {
 			c.instances[id]++
+			c.transports[id] = ch.Item.GetTransport()
 		}
 	}
 }
@@ -97,6 +106,23 @@ func (c *catalog) modelInstances(model string) []uint64 {
 			out = append(out, card.GetInstanceId())
 		}
 	}
+	return out
+}
+
+// embedders returns the live instances whose card of model lists the
+// embed task, with their request plane addresses, ordered by id.
+func (c *catalog) embedders(model string) []embedTarget {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []embedTarget
+	for _, card := range c.cards {
+		id := card.GetInstanceId()
+		if card.GetModelName() != model || c.instances[id] <= 0 || !slices.Contains(card.GetTasks(), registryv1.ModelTask_MODEL_TASK_EMBED) {
+			continue
+		}
+		out = append(out, embedTarget{instanceID: id, transport: c.transports[id]})
+	}
+	slices.SortFunc(out, func(a, b embedTarget) int { return cmp.Compare(a.instanceID, b.instanceID) })
 	return out
 }
 

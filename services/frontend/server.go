@@ -338,6 +338,7 @@ func (s *Service) handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", s.api("chat_completions", s.handleChat))
 	mux.Handle("POST /v1/completions", s.api("completions", s.handleCompletion))
 	mux.Handle("POST /v1/responses", s.api("responses", s.handleResponses))
+	mux.Handle("POST /v1/embeddings", s.api("embeddings", s.handleEmbeddings))
 	mux.Handle("GET /v1/models", s.api("models", s.handleModels))
 	mux.Handle("GET /v1/models/{id...}", s.api("model", s.handleModel))
 	mux.HandleFunc("GET /health", s.handleHealth)

@@ -75,7 +75,19 @@ type Config struct {
 	// OnHandoffEnd, when set, is told how each held handoff ended (a test
 	// hook).
 	OnHandoffEnd func(id string, end realtime.HandoffEnd, blocks int)
+	// EmbeddingDimensions, when positive, serves embeddings of that many
+	// dimensions beside generation (--embedding-dimensions; embed.go).
+	EmbeddingDimensions int
 }
+
+// DefaultEmbeddingDimensions is --embedding-dimensions' default: 1,024, the
+// size of Qwen3-Embedding-0.6B's vectors, the embedding model of the
+// mocker's default model family.
+const DefaultEmbeddingDimensions = 1024
+
+// maxEmbeddingDimensions bounds --embedding-dimensions (the largest
+// embedding models' vectors are 4,096 wide).
+const maxEmbeddingDimensions = 16384
 
 // EnvVars maps flags to their environment variables.
 var EnvVars = worker.ProcessEnvVars()
@@ -102,6 +114,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KVTransferGbps, "kv-transfer-gbps", DefaultKVTransferGbps, "gigabits per second a decode leg's KV arrives at from the prefill worker (divided like every duration by --speedup-ratio; 0: at once)")
 	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", DefaultKVBytesPerToken, "bytes of KV per token, for the transfer time (default: Qwen/Qwen3-0.6B in bf16)")
 	fs.DurationVar(&c.KVPullTimeout, "kv-pull-timeout", 5*time.Second, "bound on a decode leg's call that takes its KV from the prefill worker")
+	fs.IntVar(&c.EmbeddingDimensions, "embedding-dimensions", DefaultEmbeddingDimensions, "serve /v1/embeddings with vectors of this many dimensions, made up from the tokens (0: generation only)")
 	c.ProcessConfig.RegisterFlags(fs)
 }
 
@@ -129,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVTransferGbps < 0 || c.KVTransferGbps != c.KVTransferGbps || c.KVBytesPerToken < 1 {
 		return fmt.Errorf("--kv-transfer-gbps %v must not be negative and --kv-bytes-per-token %d must be positive", c.KVTransferGbps, c.KVBytesPerToken)
+	}
+	if c.EmbeddingDimensions < 0 || c.EmbeddingDimensions > maxEmbeddingDimensions {
+		return fmt.Errorf("--embedding-dimensions %d must be between 0 and %d", c.EmbeddingDimensions, maxEmbeddingDimensions)
 	}
 	if c.ModelName == "" || c.ContextLength < 1 || c.DefaultMaxTokens < 1 {
 		return errors.New("--model-name, a positive --context-length and --default-max-tokens are required")
@@ -203,6 +219,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
 			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
 		Log: log, DropKVEvent: cfg.DropKVEvent,
+	}
+	if cfg.EmbeddingDimensions > 0 {
+		wcfg.Embed = embedder{dims: cfg.EmbeddingDimensions}.handle
 	}
 	// Apply loads the token and TLS files: before anything starts.
 	if err := cfg.ProcessConfig.Apply(&wcfg); err != nil {

@@ -186,6 +186,59 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
+// ModelTask is one kind of request a worker serves for a model.
+type ModelTask int32
+
+const (
+	// Not a task; never listed.
+	ModelTask_MODEL_TASK_UNSPECIFIED ModelTask = 0
+	// Generation: the generate endpoint (chat, completions, responses).
+	ModelTask_MODEL_TASK_GENERATE ModelTask = 1
+	// Embeddings: the embed endpoint (OpenAI's /v1/embeddings).
+	ModelTask_MODEL_TASK_EMBED ModelTask = 2
+)
+
+// Enum value maps for ModelTask.
+var (
+	ModelTask_name = map[int32]string{
+		0: "MODEL_TASK_UNSPECIFIED",
+		1: "MODEL_TASK_GENERATE",
+		2: "MODEL_TASK_EMBED",
+	}
+	ModelTask_value = map[string]int32{
+		"MODEL_TASK_UNSPECIFIED": 0,
+		"MODEL_TASK_GENERATE":    1,
+		"MODEL_TASK_EMBED":       2,
+	}
+)
+
+func (x ModelTask) Enum() *ModelTask {
+	p := new(ModelTask)
+	*p = x
+	return p
+}
+
+func (x ModelTask) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ModelTask) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_registry_v1_registry_proto_enumTypes[3].Descriptor()
+}
+
+func (ModelTask) Type() protoreflect.EnumType {
+	return &file_switchyard_registry_v1_registry_proto_enumTypes[3]
+}
+
+func (x ModelTask) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ModelTask.Descriptor instead.
+func (ModelTask) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
 // Instance is one registered endpoint of one worker.
 type Instance struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1316,8 +1369,11 @@ type ModelCard struct {
 	// reasoning_content: "qwen3" or "deepseek_r1" (<think>...</think>); empty or
 	// "none" leaves it in the content.
 	ReasoningParser string `protobuf:"bytes,11,opt,name=reasoning_parser,json=reasoningParser,proto3" json:"reasoning_parser,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the worker serves the model for. Empty means generation only (what
+	// a card without the field always meant).
+	Tasks         []ModelTask `protobuf:"varint,12,rep,packed,name=tasks,proto3,enum=switchyard.registry.v1.ModelTask" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -1425,6 +1481,13 @@ func (x *ModelCard) GetReasoningParser() string {
 		return x.ReasoningParser
 	}
 	return ""
+}
+
+func (x *ModelCard) GetTasks() []ModelTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
 }
 
 // ModelFilter selects model cards. Empty fields match everything.
@@ -3236,7 +3299,7 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x04 \x01(\tR\tobjectKey\"\x91\x04\n" +
+	"object_key\x18\x04 \x01(\tR\tobjectKey\"\xca\x04\n" +
 	"\tModelCard\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
@@ -3252,7 +3315,8 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\bmetadata\x18\t \x03(\v2/.switchyard.registry.v1.ModelCard.MetadataEntryR\bmetadata\x12(\n" +
 	"\x10tool_call_parser\x18\n" +
 	" \x01(\tR\x0etoolCallParser\x12)\n" +
-	"\x10reasoning_parser\x18\v \x01(\tR\x0freasoningParser\x1a;\n" +
+	"\x10reasoning_parser\x18\v \x01(\tR\x0freasoningParser\x127\n" +
+	"\x05tasks\x18\f \x03(\x0e2!.switchyard.registry.v1.ModelTaskR\x05tasks\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
@@ -3370,7 +3434,11 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
-	"\x11EVENT_TYPE_DELETE\x10\x022\xb5\x0f\n" +
+	"\x11EVENT_TYPE_DELETE\x10\x02*V\n" +
+	"\tModelTask\x12\x1a\n" +
+	"\x16MODEL_TASK_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13MODEL_TASK_GENERATE\x10\x01\x12\x14\n" +
+	"\x10MODEL_TASK_EMBED\x10\x022\xb5\x0f\n" +
 	"\x0fRegistryService\x12c\n" +
 	"\n" +
 	"GrantLease\x12).switchyard.registry.v1.GrantLeaseRequest\x1a*.switchyard.registry.v1.GrantLeaseResponse\x12]\n" +
@@ -3408,146 +3476,148 @@ func file_switchyard_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_switchyard_registry_v1_registry_proto_rawDescData
 }
 
-var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(WatchResponseKind)(0),           // 0: switchyard.registry.v1.WatchResponseKind
 	(SnapshotReason)(0),              // 1: switchyard.registry.v1.SnapshotReason
 	(EventType)(0),                   // 2: switchyard.registry.v1.EventType
-	(*Instance)(nil),                 // 3: switchyard.registry.v1.Instance
-	(*InstanceFilter)(nil),           // 4: switchyard.registry.v1.InstanceFilter
-	(*KubernetesPod)(nil),            // 5: switchyard.registry.v1.KubernetesPod
-	(*GrantLeaseRequest)(nil),        // 6: switchyard.registry.v1.GrantLeaseRequest
-	(*GrantLeaseResponse)(nil),       // 7: switchyard.registry.v1.GrantLeaseResponse
-	(*RegisterRequest)(nil),          // 8: switchyard.registry.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 9: switchyard.registry.v1.RegisterResponse
-	(*KeepAliveRequest)(nil),         // 10: switchyard.registry.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),        // 11: switchyard.registry.v1.KeepAliveResponse
-	(*DeregisterRequest)(nil),        // 12: switchyard.registry.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 13: switchyard.registry.v1.DeregisterResponse
-	(*ListInstancesRequest)(nil),     // 14: switchyard.registry.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),    // 15: switchyard.registry.v1.ListInstancesResponse
-	(*WatchInstancesRequest)(nil),    // 16: switchyard.registry.v1.WatchInstancesRequest
-	(*InstanceEvent)(nil),            // 17: switchyard.registry.v1.InstanceEvent
-	(*WatchInstancesResponse)(nil),   // 18: switchyard.registry.v1.WatchInstancesResponse
-	(*TokenizerArtifact)(nil),        // 19: switchyard.registry.v1.TokenizerArtifact
-	(*ModelCard)(nil),                // 20: switchyard.registry.v1.ModelCard
-	(*ModelFilter)(nil),              // 21: switchyard.registry.v1.ModelFilter
-	(*RegisterModelRequest)(nil),     // 22: switchyard.registry.v1.RegisterModelRequest
-	(*RegisterModelResponse)(nil),    // 23: switchyard.registry.v1.RegisterModelResponse
-	(*ListModelsRequest)(nil),        // 24: switchyard.registry.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 25: switchyard.registry.v1.ListModelsResponse
-	(*WatchModelsRequest)(nil),       // 26: switchyard.registry.v1.WatchModelsRequest
-	(*ModelEvent)(nil),               // 27: switchyard.registry.v1.ModelEvent
-	(*WatchModelsResponse)(nil),      // 28: switchyard.registry.v1.WatchModelsResponse
-	(*KeyValue)(nil),                 // 29: switchyard.registry.v1.KeyValue
-	(*CreateBucketRequest)(nil),      // 30: switchyard.registry.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),     // 31: switchyard.registry.v1.CreateBucketResponse
-	(*GetKeyRequest)(nil),            // 32: switchyard.registry.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),           // 33: switchyard.registry.v1.GetKeyResponse
-	(*PutKeyRequest)(nil),            // 34: switchyard.registry.v1.PutKeyRequest
-	(*PutKeyResponse)(nil),           // 35: switchyard.registry.v1.PutKeyResponse
-	(*CreateKeyRequest)(nil),         // 36: switchyard.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 37: switchyard.registry.v1.CreateKeyResponse
-	(*DeleteKeyRequest)(nil),         // 38: switchyard.registry.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),        // 39: switchyard.registry.v1.DeleteKeyResponse
-	(*ListKeysRequest)(nil),          // 40: switchyard.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 41: switchyard.registry.v1.ListKeysResponse
-	(*WatchKeysRequest)(nil),         // 42: switchyard.registry.v1.WatchKeysRequest
-	(*KeyEvent)(nil),                 // 43: switchyard.registry.v1.KeyEvent
-	(*WatchKeysResponse)(nil),        // 44: switchyard.registry.v1.WatchKeysResponse
-	(*AcquireWriteLockRequest)(nil),  // 45: switchyard.registry.v1.AcquireWriteLockRequest
-	(*AcquireWriteLockResponse)(nil), // 46: switchyard.registry.v1.AcquireWriteLockResponse
-	(*AcquireReadLockRequest)(nil),   // 47: switchyard.registry.v1.AcquireReadLockRequest
-	(*AcquireReadLockResponse)(nil),  // 48: switchyard.registry.v1.AcquireReadLockResponse
-	(*ReleaseLockRequest)(nil),       // 49: switchyard.registry.v1.ReleaseLockRequest
-	(*ReleaseLockResponse)(nil),      // 50: switchyard.registry.v1.ReleaseLockResponse
-	nil,                              // 51: switchyard.registry.v1.Instance.MetadataEntry
-	nil,                              // 52: switchyard.registry.v1.ModelCard.MetadataEntry
-	(*v1.Transport)(nil),             // 53: switchyard.common.v1.Transport
-	(v1.Role)(0),                     // 54: switchyard.common.v1.Role
-	(*v1.KvTransfer)(nil),            // 55: switchyard.common.v1.KvTransfer
+	(ModelTask)(0),                   // 3: switchyard.registry.v1.ModelTask
+	(*Instance)(nil),                 // 4: switchyard.registry.v1.Instance
+	(*InstanceFilter)(nil),           // 5: switchyard.registry.v1.InstanceFilter
+	(*KubernetesPod)(nil),            // 6: switchyard.registry.v1.KubernetesPod
+	(*GrantLeaseRequest)(nil),        // 7: switchyard.registry.v1.GrantLeaseRequest
+	(*GrantLeaseResponse)(nil),       // 8: switchyard.registry.v1.GrantLeaseResponse
+	(*RegisterRequest)(nil),          // 9: switchyard.registry.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 10: switchyard.registry.v1.RegisterResponse
+	(*KeepAliveRequest)(nil),         // 11: switchyard.registry.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),        // 12: switchyard.registry.v1.KeepAliveResponse
+	(*DeregisterRequest)(nil),        // 13: switchyard.registry.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),       // 14: switchyard.registry.v1.DeregisterResponse
+	(*ListInstancesRequest)(nil),     // 15: switchyard.registry.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),    // 16: switchyard.registry.v1.ListInstancesResponse
+	(*WatchInstancesRequest)(nil),    // 17: switchyard.registry.v1.WatchInstancesRequest
+	(*InstanceEvent)(nil),            // 18: switchyard.registry.v1.InstanceEvent
+	(*WatchInstancesResponse)(nil),   // 19: switchyard.registry.v1.WatchInstancesResponse
+	(*TokenizerArtifact)(nil),        // 20: switchyard.registry.v1.TokenizerArtifact
+	(*ModelCard)(nil),                // 21: switchyard.registry.v1.ModelCard
+	(*ModelFilter)(nil),              // 22: switchyard.registry.v1.ModelFilter
+	(*RegisterModelRequest)(nil),     // 23: switchyard.registry.v1.RegisterModelRequest
+	(*RegisterModelResponse)(nil),    // 24: switchyard.registry.v1.RegisterModelResponse
+	(*ListModelsRequest)(nil),        // 25: switchyard.registry.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 26: switchyard.registry.v1.ListModelsResponse
+	(*WatchModelsRequest)(nil),       // 27: switchyard.registry.v1.WatchModelsRequest
+	(*ModelEvent)(nil),               // 28: switchyard.registry.v1.ModelEvent
+	(*WatchModelsResponse)(nil),      // 29: switchyard.registry.v1.WatchModelsResponse
+	(*KeyValue)(nil),                 // 30: switchyard.registry.v1.KeyValue
+	(*CreateBucketRequest)(nil),      // 31: switchyard.registry.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),     // 32: switchyard.registry.v1.CreateBucketResponse
+	(*GetKeyRequest)(nil),            // 33: switchyard.registry.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),           // 34: switchyard.registry.v1.GetKeyResponse
+	(*PutKeyRequest)(nil),            // 35: switchyard.registry.v1.PutKeyRequest
+	(*PutKeyResponse)(nil),           // 36: switchyard.registry.v1.PutKeyResponse
+	(*CreateKeyRequest)(nil),         // 37: switchyard.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 38: switchyard.registry.v1.CreateKeyResponse
+	(*DeleteKeyRequest)(nil),         // 39: switchyard.registry.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),        // 40: switchyard.registry.v1.DeleteKeyResponse
+	(*ListKeysRequest)(nil),          // 41: switchyard.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 42: switchyard.registry.v1.ListKeysResponse
+	(*WatchKeysRequest)(nil),         // 43: switchyard.registry.v1.WatchKeysRequest
+	(*KeyEvent)(nil),                 // 44: switchyard.registry.v1.KeyEvent
+	(*WatchKeysResponse)(nil),        // 45: switchyard.registry.v1.WatchKeysResponse
+	(*AcquireWriteLockRequest)(nil),  // 46: switchyard.registry.v1.AcquireWriteLockRequest
+	(*AcquireWriteLockResponse)(nil), // 47: switchyard.registry.v1.AcquireWriteLockResponse
+	(*AcquireReadLockRequest)(nil),   // 48: switchyard.registry.v1.AcquireReadLockRequest
+	(*AcquireReadLockResponse)(nil),  // 49: switchyard.registry.v1.AcquireReadLockResponse
+	(*ReleaseLockRequest)(nil),       // 50: switchyard.registry.v1.ReleaseLockRequest
+	(*ReleaseLockResponse)(nil),      // 51: switchyard.registry.v1.ReleaseLockResponse
+	nil,                              // 52: switchyard.registry.v1.Instance.MetadataEntry
+	nil,                              // 53: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*v1.Transport)(nil),             // 54: switchyard.common.v1.Transport
+	(v1.Role)(0),                     // 55: switchyard.common.v1.Role
+	(*v1.KvTransfer)(nil),            // 56: switchyard.common.v1.KvTransfer
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
-	53, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
-	51, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
-	54, // 2: switchyard.registry.v1.Instance.role:type_name -> switchyard.common.v1.Role
-	55, // 3: switchyard.registry.v1.Instance.kv_transfer:type_name -> switchyard.common.v1.KvTransfer
-	5,  // 4: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	3,  // 5: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
-	5,  // 6: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
-	4,  // 7: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
-	3,  // 8: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	4,  // 9: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	54, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
+	52, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
+	55, // 2: switchyard.registry.v1.Instance.role:type_name -> switchyard.common.v1.Role
+	56, // 3: switchyard.registry.v1.Instance.kv_transfer:type_name -> switchyard.common.v1.KvTransfer
+	6,  // 4: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	4,  // 5: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
+	6,  // 6: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
+	5,  // 7: switchyard.registry.v1.ListInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
+	4,  // 8: switchyard.registry.v1.ListInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	5,  // 9: switchyard.registry.v1.WatchInstancesRequest.filter:type_name -> switchyard.registry.v1.InstanceFilter
 	2,  // 10: switchyard.registry.v1.InstanceEvent.type:type_name -> switchyard.registry.v1.EventType
-	3,  // 11: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
+	4,  // 11: switchyard.registry.v1.InstanceEvent.instance:type_name -> switchyard.registry.v1.Instance
 	0,  // 12: switchyard.registry.v1.WatchInstancesResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
 	1,  // 13: switchyard.registry.v1.WatchInstancesResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	3,  // 14: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
-	17, // 15: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
-	19, // 16: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	52, // 17: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
-	20, // 18: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	21, // 19: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	20, // 20: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	21, // 21: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	2,  // 22: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	20, // 23: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
-	0,  // 24: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 25: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	20, // 26: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	27, // 27: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	29, // 28: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	29, // 29: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	2,  // 30: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	29, // 31: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
-	0,  // 32: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 33: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	29, // 34: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	43, // 35: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	6,  // 36: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
-	8,  // 37: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	10, // 38: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	12, // 39: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	14, // 40: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	16, // 41: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	22, // 42: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	24, // 43: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	26, // 44: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	30, // 45: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	32, // 46: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	34, // 47: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	36, // 48: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	38, // 49: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	40, // 50: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	42, // 51: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	45, // 52: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	47, // 53: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	49, // 54: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	7,  // 55: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
-	9,  // 56: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	11, // 57: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	13, // 58: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	15, // 59: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	18, // 60: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	23, // 61: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	25, // 62: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	28, // 63: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	31, // 64: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	33, // 65: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	35, // 66: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	37, // 67: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	39, // 68: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	41, // 69: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	44, // 70: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	46, // 71: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	48, // 72: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	50, // 73: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
-	55, // [55:74] is the sub-list for method output_type
-	36, // [36:55] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	4,  // 14: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
+	18, // 15: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
+	20, // 16: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
+	53, // 17: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	3,  // 18: switchyard.registry.v1.ModelCard.tasks:type_name -> switchyard.registry.v1.ModelTask
+	21, // 19: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	22, // 20: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	21, // 21: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	22, // 22: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	2,  // 23: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
+	21, // 24: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	0,  // 25: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 26: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	21, // 27: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	28, // 28: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	30, // 29: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	30, // 30: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	2,  // 31: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
+	30, // 32: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	0,  // 33: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 34: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	30, // 35: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	44, // 36: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	7,  // 37: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	9,  // 38: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	11, // 39: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	13, // 40: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	15, // 41: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	17, // 42: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	23, // 43: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	25, // 44: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	27, // 45: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	31, // 46: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	33, // 47: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	35, // 48: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	37, // 49: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	39, // 50: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	41, // 51: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	43, // 52: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	46, // 53: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	48, // 54: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	50, // 55: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	8,  // 56: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	10, // 57: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	12, // 58: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	14, // 59: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	16, // 60: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	19, // 61: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	24, // 62: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	26, // 63: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	29, // 64: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	32, // 65: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	34, // 66: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	36, // 67: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	38, // 68: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	40, // 69: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	42, // 70: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	45, // 71: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	47, // 72: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	49, // 73: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	51, // 74: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	56, // [56:75] is the sub-list for method output_type
+	37, // [37:56] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_registry_v1_registry_proto_init() }
@@ -3561,7 +3631,7 @@ func file_switchyard_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_registry_v1_registry_proto_rawDesc), len(file_switchyard_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -2303,6 +2303,229 @@ func (x *TimingModel) GetMaxBatchedTokens() uint32 {
 	return 0
 }
 
+// EmbedRequest asks a worker for the embeddings of one or more inputs, on
+// its embed endpoint (served when its model card lists MODEL_TASK_EMBED).
+type EmbedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id, unique per frontend, for logs.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The model, as registered on the model card.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The inputs, each already tokenized with the model's tokenizer.
+	Inputs []*EmbedInput `protobuf:"bytes,3,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// When set, each embedding has this many dimensions (OpenAI's
+	// dimensions); a worker whose model cannot shorten its embeddings, or
+	// not to this size, refuses the request (invalid_argument).
+	Dimensions    *uint32 `protobuf:"varint,4,opt,name=dimensions,proto3,oneof" json:"dimensions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *EmbedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetInputs() []*EmbedInput {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetDimensions() uint32 {
+	if x != nil && x.Dimensions != nil {
+		return *x.Dimensions
+	}
+	return 0
+}
+
+// EmbedInput is one input to embed.
+type EmbedInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its tokens.
+	TokenIds      []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedInput) Reset() {
+	*x = EmbedInput{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedInput) ProtoMessage() {}
+
+func (x *EmbedInput) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
+func (*EmbedInput) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EmbedInput) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+// EmbedResponse answers EmbedRequest, in one message.
+type EmbedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One embedding per input, in the request's order.
+	Embeddings []*Embedding `protobuf:"bytes,1,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
+	// The tokens embedded, over every input.
+	PromptTokens  uint32 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedResponse) Reset() {
+	*x = EmbedResponse{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedResponse) ProtoMessage() {}
+
+func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
+func (*EmbedResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EmbedResponse) GetEmbeddings() []*Embedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
+func (x *EmbedResponse) GetPromptTokens() uint32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+// Embedding is one input's vector.
+type Embedding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The vector's components.
+	Values        []float32 `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_worker_v1_worker_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Embedding) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
@@ -2468,7 +2691,26 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x10decode_ms_linear\x18\x05 \x01(\x01R\x0edecodeMsLinear\x12$\n" +
 	"\x0edecode_ms_base\x18\x06 \x01(\x01R\fdecodeMsBase\x12\"\n" +
 	"\rdecode_ms_min\x18\a \x01(\x01R\vdecodeMsMin\x12,\n" +
-	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens*v\n" +
+	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens\"\xb1\x01\n" +
+	"\fEmbedRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x128\n" +
+	"\x06inputs\x18\x03 \x03(\v2 .switchyard.worker.v1.EmbedInputR\x06inputs\x12#\n" +
+	"\n" +
+	"dimensions\x18\x04 \x01(\rH\x00R\n" +
+	"dimensions\x88\x01\x01B\r\n" +
+	"\v_dimensions\")\n" +
+	"\n" +
+	"EmbedInput\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\"u\n" +
+	"\rEmbedResponse\x12?\n" +
+	"\n" +
+	"embeddings\x18\x01 \x03(\v2\x1f.switchyard.worker.v1.EmbeddingR\n" +
+	"embeddings\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\rR\fpromptTokens\"#\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values*v\n" +
 	"\x11DisaggregationLeg\x12\"\n" +
 	"\x1eDISAGGREGATION_LEG_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aDISAGGREGATION_LEG_PREFILL\x10\x01\x12\x1d\n" +
@@ -2502,7 +2744,7 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(DisaggregationLeg)(0),           // 0: switchyard.worker.v1.DisaggregationLeg
 	(FinishReason)(0),                // 1: switchyard.worker.v1.FinishReason
@@ -2535,14 +2777,18 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*LoadMetrics)(nil),              // 28: switchyard.worker.v1.LoadMetrics
 	(*RequestLoad)(nil),              // 29: switchyard.worker.v1.RequestLoad
 	(*TimingModel)(nil),              // 30: switchyard.worker.v1.TimingModel
-	nil,                              // 31: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	(v1.KvTransferKind)(0),           // 32: switchyard.common.v1.KvTransferKind
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*EmbedRequest)(nil),             // 31: switchyard.worker.v1.EmbedRequest
+	(*EmbedInput)(nil),               // 32: switchyard.worker.v1.EmbedInput
+	(*EmbedResponse)(nil),            // 33: switchyard.worker.v1.EmbedResponse
+	(*Embedding)(nil),                // 34: switchyard.worker.v1.Embedding
+	nil,                              // 35: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(v1.KvTransferKind)(0),           // 36: switchyard.common.v1.KvTransferKind
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	32, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
+	36, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
 	27, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	31, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	35, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
 	27, // 3: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
 	14, // 4: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
 	15, // 5: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
@@ -2560,26 +2806,28 @@ var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	24, // 17: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
 	25, // 18: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
 	26, // 19: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	33, // 20: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	37, // 20: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
 	30, // 21: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
 	29, // 22: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	16, // 23: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	8,  // 24: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	10, // 25: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	12, // 26: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	2,  // 27: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
-	4,  // 28: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
-	19, // 29: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	9,  // 30: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	11, // 31: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	13, // 32: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	3,  // 33: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
-	5,  // 34: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	32, // 23: switchyard.worker.v1.EmbedRequest.inputs:type_name -> switchyard.worker.v1.EmbedInput
+	34, // 24: switchyard.worker.v1.EmbedResponse.embeddings:type_name -> switchyard.worker.v1.Embedding
+	16, // 25: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	8,  // 26: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	10, // 27: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	12, // 28: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	2,  // 29: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
+	4,  // 30: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
+	19, // 31: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	9,  // 32: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	11, // 33: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	13, // 34: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	3,  // 35: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
+	5,  // 36: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
+	31, // [31:37] is the sub-list for method output_type
+	25, // [25:31] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -2601,13 +2849,14 @@ func file_switchyard_worker_v1_worker_proto_init() {
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
 	}
+	file_switchyard_worker_v1_worker_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,9 @@ DESCRIPTOR: _descriptor.FileDescriptor
 EVENT_TYPE_DELETE: EventType
 EVENT_TYPE_PUT: EventType
 EVENT_TYPE_UNSPECIFIED: EventType
+MODEL_TASK_EMBED: ModelTask
+MODEL_TASK_GENERATE: ModelTask
+MODEL_TASK_UNSPECIFIED: ModelTask
 SNAPSHOT_REASON_COMPACTED: SnapshotReason
 SNAPSHOT_REASON_INITIAL: SnapshotReason
 SNAPSHOT_REASON_UNSPECIFIED: SnapshotReason
@@ -281,7 +284,7 @@ class ListModelsResponse(_message.Message):
     def __init__(self, cards: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class ModelCard(_message.Message):
-    __slots__ = ["block_size", "component", "context_length", "endpoint", "instance_id", "metadata", "model_name", "namespace", "reasoning_parser", "tokenizer", "tool_call_parser"]
+    __slots__ = ["block_size", "component", "context_length", "endpoint", "instance_id", "metadata", "model_name", "namespace", "reasoning_parser", "tasks", "tokenizer", "tool_call_parser"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +301,7 @@ class ModelCard(_message.Message):
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     REASONING_PARSER_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_PARSER_FIELD_NUMBER: _ClassVar[int]
     block_size: int
@@ -309,9 +313,10 @@ class ModelCard(_message.Message):
     model_name: str
     namespace: str
     reasoning_parser: str
+    tasks: _containers.RepeatedScalarFieldContainer[ModelTask]
     tokenizer: _containers.RepeatedCompositeFieldContainer[TokenizerArtifact]
     tool_call_parser: str
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tool_call_parser: _Optional[str] = ..., reasoning_parser: _Optional[str] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tool_call_parser: _Optional[str] = ..., reasoning_parser: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ModelTask, str]]] = ...) -> None: ...
 
 class ModelEvent(_message.Message):
     __slots__ = ["card", "revision", "type"]
@@ -488,4 +493,7 @@ class SnapshotReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ModelTask(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
