@@ -22,8 +22,9 @@ const (
 	ModeDirect      Mode = "direct"
 )
 
-// Modes are the valid routing modes, in the order help texts list them.
-var Modes = []Mode{ModeKV, ModeRoundRobin, ModeRandom, ModeLeastLoaded, ModeDirect}
+// Modes are the valid routing modes, in the order help texts list them:
+// those modes.go lists.
+var Modes = listedModes()
 
 // ParseMode parses --router-mode, case-insensitively.
 func ParseMode(s string) (Mode, error) {

@@ -23,24 +23,40 @@ import (
 // --disaggregation setting, in one place. A new cost term is a file in
 // scheduler and a line in the composition of policy.go that sums it; a new
 // way to choose is a chooser here and the line of the mode that uses it; a
-// new mode is a line below (and in Modes, if the router's flag offers it).
-var modes = map[Mode]composition{
+// new mode is its name (a Mode constant) and a line below, in the order
+// help texts list them (Modes).
+var modes = []listedMode{
 	// kv: scheduler.KV's choice (prefill, decode, queue wait, seed; argmin
 	// or softmax), spread at temperature 0 across the replicas' decisions
 	// not heard yet. Routed prefixes count as predicted on their worker
 	// until its KV events confirm them.
-	ModeKV: {cost: &scheduler.KV, choose: byCost{spread: true}, predicts: true},
+	{ModeKV, composition{cost: &scheduler.KV, choose: byCost{spread: true}, predicts: true}},
+	// round-robin: the endpoint's next turn.
+	{ModeRoundRobin, composition{cost: &scheduler.KV, choose: roundRobin{}}},
+	// random: a uniform draw.
+	{ModeRandom, composition{cost: &scheduler.KV, choose: pick{picker: scheduler.Random{}, what: "random: a uniform draw"}}},
 	// least-loaded: scheduler.LeastLoaded over the candidates with their
 	// caches hidden, at weight 1 and temperature 0: the same predicted
 	// time, blind to caches.
-	ModeLeastLoaded: {cost: &scheduler.KV, choose: blind{policy: &scheduler.LeastLoaded}},
-	// round-robin: the endpoint's next turn.
-	ModeRoundRobin: {cost: &scheduler.KV, choose: roundRobin{}},
-	// random: a uniform draw.
-	ModeRandom: {cost: &scheduler.KV, choose: pick{picker: scheduler.Random{}, what: "random: a uniform draw"}},
+	{ModeLeastLoaded, composition{cost: &scheduler.KV, choose: blind{policy: &scheduler.LeastLoaded}}},
 	// direct: the instance the request names (which then computes its
 	// prompt too: a disaggregated model is not paired).
-	ModeDirect: {cost: &scheduler.KV, choose: direct{}, named: true},
+	{ModeDirect, composition{cost: &scheduler.KV, choose: direct{}, named: true}},
+}
+
+// listedMode is a line of modes.
+type listedMode struct {
+	mode Mode
+	comp composition
+}
+
+// listedModes are the modes of modes, in its order.
+func listedModes() []Mode {
+	out := make([]Mode, len(modes))
+	for i, m := range modes {
+		out[i] = m.mode
+	}
+	return out
 }
 
 // pairings are the --disaggregation settings, in one place: whether a
@@ -91,8 +107,10 @@ type composition struct {
 // compositionOf is m's composition; a mode not listed chooses as
 // scheduler.KV does, without the replicas' spread or predictions.
 func compositionOf(m Mode) composition {
-	if comp, ok := modes[m]; ok {
-		return comp
+	for _, l := range modes {
+		if l.mode == m {
+			return l.comp
+		}
 	}
 	return composition{cost: &scheduler.KV, choose: byCost{}}
 }
