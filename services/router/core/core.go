@@ -578,6 +578,7 @@ type decision struct {
 	near      []int
 	costs     []float64
 	pairCosts []float64
+	hidden    []scheduler.Candidate
 	blocks    []kvhash.Block
 }
 

@@ -171,12 +171,13 @@ func (byCost) why(c *Core, d *decision) string {
 type blind struct{ policy *scheduler.Policy }
 
 func (b blind) choose(c *Core, d *decision, _ int) (int, error) {
-	ll := make([]scheduler.Candidate, len(d.scored))
-	for i, s := range d.scored {
-		ll[i] = s
-		ll[i].Overlap = 0
+	// The copies go in the decision's buffer, kept with it in
+	// decisionPool: none is allocated per decision.
+	d.hidden = append(d.hidden[:0], d.scored...)
+	for i := range d.hidden {
+		d.hidden[i].Overlap = 0
 	}
-	chosen, _ := b.policy.Select(ll, d.req, scheduler.Params{OverlapWeight: 1}, c.rng)
+	chosen, _ := b.policy.Select(d.hidden, d.req, scheduler.Params{OverlapWeight: 1}, c.rng)
 	return chosen, nil
 }
 
