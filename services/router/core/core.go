@@ -599,7 +599,9 @@ func (d *decision) release() {
 	decisionPool.Put(d)
 }
 
-// evaluate scores every candidate for a query and picks one per the mode.
+// evaluate scores every candidate for a query and picks one per the mode:
+// it prepares the decision's state (prepare), then decides over it
+// (decide).
 func (c *Core) evaluate(q query) (*decision, error) {
 	if err := validateQuery(q); err != nil {
 		return nil, err
@@ -610,6 +612,22 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
+	c.prepare(d, q, cands, workers, bs)
+	if err := c.decide(d); err != nil {
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// prepare sets d's state for q over its candidates (cands, their ids
+// workers, block size bs, pools d.pools): the request's block hashes, each
+// candidate's cached prefix (indexed, then predicted) and load, and what
+// the cost terms read of the request (d.req) and of the decision (d.params,
+// d.q, d.now). It expires what has aged first. Nothing is allocated per
+// candidate: the buffers are d's.
+func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.WorkerID, bs int) {
+	pl := d.pools
 	hashes := q.hashes
 	d.ownHashes = false
 	if len(q.tokens) > 0 {
@@ -682,8 +700,6 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if tokens == 0 {
 		tokens = len(hashes) * bs
 	}
-	req := scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs, Rate: rate,
-		Shared: shared}
 	params := scheduler.Params{OverlapWeight: c.weight, Temperature: c.temperature}
 	if q.weight != nil {
 		params.OverlapWeight = *q.weight
@@ -691,33 +707,38 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if q.temperature != nil {
 		params.Temperature = *q.temperature
 	}
+	d.params, d.q, d.now = params, q, now
+	d.req = scheduler.Request{Blocks: len(hashes), Tokens: tokens, BlockSize: bs, Rate: rate, Shared: shared}
+}
+
+// decide prices d's candidates with the mode's cost and chooses with its
+// chooser (modes.go), or chooses a disaggregated model's pair, under c.mu;
+// it says whether the fleet is saturated once the request is placed.
+func (c *Core) decide(d *decision) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d.params, d.q, d.req, d.now = params, q, req, now
-	if pl != nil {
-		if err := c.choosePair(d, pl); err != nil {
-			d.release()
-			return nil, err
+	if d.pools != nil {
+		if err := c.choosePair(d, d.pools); err != nil {
+			return err
 		}
 		d.overlap = d.scored[d.chosen].Overlap
 		computes := d.chosen
 		if d.prefill >= 0 {
 			computes = d.prefill
 		}
-		d.saturated = c.saturated(d, req, computes)
-		return d, nil
+		d.saturated = c.saturated(d, d.req, computes)
+		return nil
 	}
-	// Scores are reported in every mode: the mode's cost. Its chooser
-	// (modes.go) then picks.
-	best, _ := c.comp.cost.Select(d.scored, req, params, c.rng)
+	// Scores are reported in every mode: the mode's cost.
+	best, _ := c.comp.cost.Select(d.scored, d.req, d.params, c.rng)
 	chosen, err := c.comp.choose.choose(c, d, best)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.chosen = chosen
 	d.overlap = d.scored[chosen].Overlap
-	d.saturated = c.saturated(d, req, chosen)
-	return d, nil
+	d.saturated = c.saturated(d, d.req, chosen)
+	return nil
 }
 
 // setIndexed sets indexed[i] to the index's overlap of workers[i] (sorted
