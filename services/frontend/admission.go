@@ -35,17 +35,26 @@ import (
 //     requests end, and that weighs a tenant by what it holds of the
 //     engines now, whatever its arrival rate: a tenant sending 10x more
 //     holds no more than the others once its queue is ordered by it.
-//   - Release: one queued request per request of the model that ends
-//     here while saturated (capacity given back), and, while the router
-//     says the fleet is not saturated, one at a time, the next once the
-//     last one's route decision says there is still room. A replica with
-//     nothing of the model in flight sends one as a probe, whose decision
-//     says whether there is room. No timers, no polling.
+//   - Release: only on the router's word that the fleet has room (the
+//     watch, or a route decision), one request at a time: the next once
+//     the last one's own route decision says there is still room. The
+//     router's record then holds every request released before, so each
+//     release is decided on a picture that includes the last one; what
+//     frees capacity (a prefill done, a request's end) reaches the queue
+//     as the router's word that there is room again. A request that ends
+//     here releases nothing by itself: it says nothing of the prefill
+//     queue that the threshold is about, and a release per end would keep
+//     however many requests were in flight when saturation began, however
+//     far past the threshold that is. A replica with nothing of the model
+//     in flight sends one as a probe, whose decision says whether there
+//     is room (the router's last word may be stale). No timers, no
+//     polling.
 //   - Limits: --queue-timeout per request, --queue-max-requests and
 //     --queue-max-bytes per band; past them the oldest request of the
-//     lowest band is shed (sheddable bands are the lowest), never one of
-//     a band above the arriving request's. A shed request gets 503 with
-//     Retry-After and an OpenAI-style error.
+//     lowest band's tenant queueing the most there is shed (sheddable
+//     bands are the lowest), never one of a band above the arriving
+//     request's. A shed request gets 503 with Retry-After (the queue's
+//     recent release rate, see retryAfter) and an OpenAI-style error.
 //   - Below saturation with an empty queue (the fast path) a request only
 //     counts itself in its tenant's load.
 
@@ -227,15 +236,13 @@ type modelQueue struct {
 	name string
 	// saturated is the router's last word: a route decision or the watch.
 	saturated bool
-	// probing: a request was released while not saturated, and its
-	// decision has not come back; the next one waits for it.
-	probing bool
-	// credits are releases owed to requests that ended while requests
-	// were queued, not yet spent (a release held back for a tenant
-	// queued at another replica keeps its credit).
-	credits int
-	queued  int
-	bytes   int64
+	// probe is the request released last, while its route decision has
+	// not come back (nil: none); the next one waits for it.
+	probe *ticket
+	// released are the times of the last releases, for Retry-After.
+	released releaseTimes
+	queued   int
+	bytes    int64
 	// inflight counts the model's requests admitted here and not done.
 	inflight int
 	// bands by priority, highest first.
@@ -243,9 +250,6 @@ type modelQueue struct {
 	// load is each tenant's requests here, over all bands.
 	load map[string]*tenantLoad
 }
-
-// maxCredits bounds the credits a model queue keeps.
-const maxCredits = 64
 
 // tenantLoad is one tenant's requests at this replica for one model.
 type tenantLoad struct {
@@ -286,6 +290,8 @@ type waiter struct {
 	// sent or the request left.
 	done    chan error
 	settled bool
+	// ticket is the request's, once released.
+	ticket *ticket
 }
 
 // ticket is an admitted request: done gives its place back.
@@ -296,6 +302,23 @@ type ticket struct {
 	tokens uint64
 	prio   int32
 	once   sync.Once
+	// w is its waiter when it was queued (nil: admitted at once); only a
+	// request released from the queue has its decision waited for.
+	w *waiter
+}
+
+// ticketKey is the context key of a request's ticket: its route decisions
+// name it to the queue (decided).
+type ticketKey struct{}
+
+// withTicket is ctx carrying t, so that the route decisions made under it
+// are known to be t's.
+func withTicket(ctx context.Context, t *ticket) context.Context {
+	if t == nil || t.w == nil {
+		// Only a released request's decision is waited for.
+		return ctx
+	}
+	return context.WithValue(ctx, ticketKey{}, t)
 }
 
 func newAdmission(cfg AdmissionConfig, m *admissionMetrics) *admission {
@@ -344,13 +367,16 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 	t.mq = mq
 	tl := mq.tenantLocked(tenant)
 	tl.prio = prio
-	if a.cfg.Off || (!mq.saturated && mq.queued == 0) {
+	// The fast path: the router's last word is room, nothing waits, and
+	// no released request's decision is awaited (it may take the room).
+	if a.cfg.Off || (!mq.saturated && mq.queued == 0 && mq.probe == nil) {
 		a.countInflightLocked(mq, tl, t)
 		a.mu.Unlock()
 		a.touch()
 		return t, nil
 	}
-	w := &waiter{mq: mq, tenant: tenant, tokens: tokens, bytes: bytes, at: a.now(), done: make(chan error, 1)}
+	w := &waiter{mq: mq, tenant: tenant, tokens: tokens, bytes: bytes, at: a.now(), done: make(chan error, 1), ticket: t}
+	t.w = w
 	if err := a.enqueueLocked(mq, w, prio); err != nil {
 		a.forgetLocked(mq, tenant)
 		a.mu.Unlock()
@@ -367,7 +393,7 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 	select {
 	case err = <-w.done:
 	case <-ctx.Done():
-		if !a.leave(w, nil) {
+		if !a.leave(w) {
 			// Released as the client left: it was counted in flight.
 			err = <-w.done
 			if err == nil {
@@ -376,12 +402,13 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 		}
 		return nil, ctx.Err()
 	case <-timer.C:
-		if !a.leave(w, &shedError{reason: shedTimeout, band: prio, retry: a.cfg.timeout()}) {
+		se := &shedError{reason: shedTimeout, band: prio}
+		if !a.leaveShed(w, se) {
 			err = <-w.done
 			break
 		}
 		a.metrics.shed.WithLabelValues(shedTimeout).Inc()
-		return nil, &shedError{reason: shedTimeout, band: prio, retry: a.retryAfter()}
+		return nil, se
 	}
 	if err != nil {
 		return nil, err
@@ -389,9 +416,83 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 	return t, nil
 }
 
-// retryAfter is what a shed request is told to wait: a second, the time
-// a queued request takes to be released being unknown once it is shed.
-func (a *admission) retryAfter() time.Duration { return time.Second }
+// Retry-After: a shed request is told how long the queue takes, at the
+// rate it has been releasing requests lately, to release as many as are
+// queued now in its band and above (what a request of its band arriving
+// now would wait behind), clamped to [minRetryAfter, the queue timeout]:
+// at least a second (the header's unit), at most what a queued request
+// would wait before being shed anyway. A queue that released nothing
+// within the window (the fleet is not moving, or it just saturated) says
+// the most.
+const (
+	minRetryAfter = time.Second
+	// releaseWindow is how far back releases count in the rate.
+	releaseWindow = 30 * time.Second
+	// releaseMemory is how many release times a model keeps: the rate of
+	// the last releaseMemory releases within releaseWindow.
+	releaseMemory = 32
+)
+
+// releaseTimes are a model's last releases from its queue, a ring.
+type releaseTimes struct {
+	at   [releaseMemory]time.Time
+	next int
+	n    int
+}
+
+// add records a release at now.
+func (r *releaseTimes) add(now time.Time) {
+	r.at[r.next] = now
+	r.next = (r.next + 1) % releaseMemory
+	r.n = min(r.n+1, releaseMemory)
+}
+
+// rate is releases per second over those within releaseWindow of now:
+// the intervals between them over the time from the oldest to now (so a
+// queue that stopped releasing slows down), one release alone one
+// interval; 0 without any.
+func (r *releaseTimes) rate(now time.Time) float64 {
+	var count int
+	var oldest time.Time
+	for i := range r.n {
+		at := r.at[(r.next-1-i+releaseMemory)%releaseMemory]
+		if now.Sub(at) > releaseWindow {
+			break
+		}
+		count, oldest = count+1, at
+	}
+	if count == 0 {
+		return 0
+	}
+	// A burst released at one instant is a rate over no time: counted
+	// over a second at least.
+	return float64(max(count-1, 1)) / max(now.Sub(oldest).Seconds(), 1)
+}
+
+// retryAfter is the Retry-After of a shed request: ahead requests queued
+// at its band and above, released at rate per second, clamped to
+// [minRetryAfter, limit]; limit with no rate.
+func retryAfter(ahead int, rate float64, limit time.Duration) time.Duration {
+	limit = max(limit, minRetryAfter)
+	if !(rate > 0) {
+		return limit
+	}
+	d := time.Duration(float64(ahead) / rate * float64(time.Second))
+	return min(max(d, minRetryAfter), limit)
+}
+
+// retryAfterLocked is retryAfter of a request of band prio shed from mq
+// now.
+func (a *admission) retryAfterLocked(mq *modelQueue, prio int32) time.Duration {
+	ahead := 0
+	for _, b := range mq.bands {
+		if b.prio < prio {
+			break
+		}
+		ahead += b.n
+	}
+	return retryAfter(ahead, mq.released.rate(a.now()), a.cfg.timeout())
+}
 
 // countInflightLocked counts an admitted request of mq in its tenant's
 // load.
@@ -402,25 +503,35 @@ func (a *admission) countInflightLocked(mq *modelQueue, tl *tenantLoad, t *ticke
 }
 
 // enqueueLocked queues w in band prio, shedding to stay within the
-// limits: a band over its own limits sheds its oldest request; the model's
-// queue over totalFactor times them sheds the oldest of its lowest band
+// limits: a band over its own limits sheds one of its requests; the
+// model's queue over totalFactor times them sheds one of its lowest band
 // (sheddable bands are the lowest), or w itself when that band is above
-// w's.
+// w's. Within the band, the one shed is the oldest of the tenant queueing
+// the most there (victimLocked): a tenant flooding a band sheds its own
+// requests, not those of the tenants it crowds out.
 func (a *admission) enqueueLocked(mq *modelQueue, w *waiter, prio int32) error {
 	maxN, maxB := a.cfg.maxRequests(), a.cfg.maxBytes()
 	if w.bytes > maxB {
-		return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfter()}
+		return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfterLocked(mq, prio)}
 	}
 	b := mq.bandLocked(prio)
 	for b.n+1 > maxN || b.bytes+w.bytes > maxB {
-		a.shedLocked(a.oldestLocked(b))
+		v := a.victimLocked(mq, b, b, w)
+		if v == nil {
+			return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfterLocked(mq, prio)}
+		}
+		a.shedLocked(v)
 	}
 	for mq.queued+1 > totalFactor*maxN || mq.bytes+w.bytes > totalFactor*maxB {
 		low := mq.lowestLocked()
-		if low.prio > prio {
-			return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfter()}
+		var v *waiter
+		if low.prio <= prio {
+			v = a.victimLocked(mq, low, b, w)
 		}
-		a.shedLocked(a.oldestLocked(low))
+		if v == nil {
+			return &shedError{reason: shedQueueFull, band: prio, retry: a.retryAfterLocked(mq, prio)}
+		}
+		a.shedLocked(v)
 	}
 	w.b = b
 	f := b.tenants[w.tenant]
@@ -446,7 +557,7 @@ const totalFactor = 4
 
 // shedLocked sheds a queued request to make room.
 func (a *admission) shedLocked(w *waiter) {
-	a.settleLocked(w, &shedError{reason: shedQueueFull, band: w.b.prio, retry: a.retryAfter()})
+	a.settleLocked(w, &shedError{reason: shedQueueFull, band: w.b.prio, retry: a.retryAfterLocked(w.mq, w.b.prio)})
 	a.metrics.shed.WithLabelValues(shedQueueFull).Inc()
 }
 
@@ -460,19 +571,45 @@ func (mq *modelQueue) lowestLocked() *band {
 	return nil
 }
 
-// oldestLocked is b's oldest waiter, or nil.
-func (a *admission) oldestLocked(b *band) *waiter {
-	if b == nil {
-		return nil
-	}
-	var old *waiter
-	for _, f := range b.tenants {
-		if w := f.peek(); w != nil && (old == nil || w.at.Before(old.at)) {
-			old = w
+// victimLocked is the request to shed from band b to make room for w,
+// which is not queued yet and goes to band wb: the oldest of the tenant
+// with the most requests queued in b, w counted in its tenant's when b is
+// wb; ties go to the tenant with more tokens in flight over every replica,
+// then to the older head. Nil when that tenant is w's with nothing queued
+// in b: w itself is shed.
+func (a *admission) victimLocked(mq *modelQueue, b, wb *band, w *waiter) *waiter {
+	var victim *waiter
+	var vn int
+	var vload uint64
+	consider := func(tenant string, head *waiter, n int) {
+		if n == 0 {
+			return
+		}
+		load := a.attainedLocked(mq, tenant)
+		better := n > vn
+		if n == vn {
+			// w (no head) is the newest of all.
+			better = load > vload || load == vload && head != nil && (victim == nil || head.at.Before(victim.at))
+		}
+		if better {
+			victim, vn, vload = head, n, load
 		}
 	}
-	return old
+	if _, queued := b.tenants[w.tenant]; !queued && b == wb {
+		consider(w.tenant, nil, 1)
+	}
+	for tenant, f := range b.tenants {
+		n := f.live()
+		if tenant == w.tenant && b == wb {
+			n++
+		}
+		consider(tenant, f.peek(), n)
+	}
+	return victim
 }
+
+// live counts f's waiters not settled.
+func (f *fifo) live() int { return len(f.ws) - f.head - f.dead }
 
 // peek is f's oldest live waiter, dropping settled ones before it.
 func (f *fifo) peek() *waiter {
@@ -516,6 +653,9 @@ func (a *admission) settleLocked(w *waiter, err error) {
 		delete(tl.queuedBy, b.prio)
 	}
 	a.metrics.depth(b.prio).Dec()
+	if err == nil {
+		mq.released.add(a.now())
+	}
 	if f := b.tenants[w.tenant]; f != nil {
 		f.dead++
 		f.peek()
@@ -524,65 +664,78 @@ func (a *admission) settleLocked(w *waiter, err error) {
 			delete(b.tenants, w.tenant)
 		}
 	}
-	if mq.queued == 0 {
-		mq.credits = 0
-	}
 	a.forgetLocked(mq, w.tenant)
 	w.done <- err
 }
 
 // leave takes w out of the queue unless it was settled already (then it
-// reports false and w.done holds the result); err, when not nil, is sent.
-func (a *admission) leave(w *waiter, err error) bool {
+// reports false and w.done holds the result).
+func (a *admission) leave(w *waiter) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w.settled {
 		return false
 	}
-	a.settleLocked(w, err)
-	if err == nil {
-		<-w.done // nobody reads it: the client left
-	}
+	a.settleLocked(w, errLeft)
+	<-w.done // nobody reads it: the client left
 	a.touchLocked()
 	return true
 }
 
-// pumpLocked releases what the model's state allows: a request per credit,
-// and one at a time while not saturated (see probing).
-func (a *admission) pumpLocked(mq *modelQueue) {
-	for mq.queued > 0 {
-		credit := mq.credits > 0
-		// With nothing of the model in flight here, no request's end
-		// will bring a credit: one request goes as a probe, and its
-		// decision says whether there is room (the router's word may be
-		// of a request unlike the queued ones, or stale).
-		probe := !mq.probing && mq.inflight == 0
-		if !credit && !probe && (mq.saturated || mq.probing) {
-			return
-		}
-		w := a.nextLocked(mq, credit)
-		if w == nil {
-			return // held back for a tenant queued at another replica
-		}
-		if credit {
-			mq.credits--
-		} else {
-			mq.probing = true
-		}
-		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
-		// Counted in flight before it leaves the queue, so that its
-		// tenant is never forgotten between the two.
-		a.countInflightLocked(mq, mq.tenantLocked(w.tenant), &ticket{tokens: w.tokens, prio: w.b.prio})
-		a.settleLocked(w, nil)
+// errLeft settles the waiter of a client that left.
+var errLeft = errors.New("the client left the queue")
+
+// leaveShed sheds w, past its time limit, unless it was settled already
+// (then it reports false and w.done holds the result); se gets its
+// Retry-After.
+func (a *admission) leaveShed(w *waiter, se *shedError) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.settled {
+		return false
 	}
+	se.retry = a.retryAfterLocked(w.mq, w.b.prio)
+	a.settleLocked(w, se)
+	a.touchLocked()
+	return true
+}
+
+// pumpLocked releases what the model's state allows: one request while
+// the router says there is room and no released request's decision is
+// awaited; one as a probe when nothing of the model is in flight here.
+func (a *admission) pumpLocked(mq *modelQueue) {
+	if mq.queued == 0 || mq.probe != nil {
+		return
+	}
+	// With nothing of the model in flight here, no decision of this
+	// replica's will say when there is room again: one request goes as a
+	// probe, and its decision says whether there is (the router's word
+	// may be of a request unlike the queued ones, or stale).
+	if mq.saturated && mq.inflight > 0 {
+		return
+	}
+	// The probe goes whatever the other replicas queue: nothing else
+	// tells this replica when there is room, and their state may be
+	// stale.
+	w := a.nextLocked(mq, !mq.saturated)
+	if w == nil {
+		return // held back for a tenant queued at another replica
+	}
+	mq.probe = w.ticket
+	a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
+	// Counted in flight before it leaves the queue, so that its tenant is
+	// never forgotten between the two.
+	a.countInflightLocked(mq, mq.tenantLocked(w.tenant), w.ticket)
+	a.settleLocked(w, nil)
 }
 
 // nextLocked picks the request to release: from the highest band holding
 // one, the head of the tenant with the least tokens in flight over every
-// replica (ties: the oldest head). While saturated (credit), a tenant is
-// held back when another, queued at another replica in this band or
-// above, has less in flight: that replica releases it as capacity frees.
-func (a *admission) nextLocked(mq *modelQueue, credit bool) *waiter {
+// replica (ties: the oldest head). A tenant is held back when another,
+// queued at another replica in this band or above, has less in flight
+// (when holdBack): that replica releases it on the same word of room, and
+// two releases for one room would put one past the threshold.
+func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 	var b *band
 	for _, x := range mq.bands {
 		if x.n > 0 {
@@ -605,7 +758,7 @@ func (a *admission) nextLocked(mq *modelQueue, credit bool) *waiter {
 			best, bestLoad = w, load
 		}
 	}
-	if best != nil && credit && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.localAttained(mq), a.now()) {
+	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.localAttained(mq), a.now()) {
 		return nil
 	}
 	return best
@@ -642,8 +795,10 @@ func (a *admission) forgetLocked(mq *modelQueue, tenant string) {
 	}
 }
 
-// done gives an admitted request's place back: the model's queue gets a
-// credit for it while requests wait.
+// done gives an admitted request's place back. Its end releases nothing
+// by itself (see the release above), unless it was the probe whose
+// decision never came (it failed before it was routed), or it leaves this
+// replica with nothing of the model in flight.
 func (t *ticket) done() {
 	t.once.Do(func() {
 		a := t.a
@@ -655,18 +810,21 @@ func (t *ticket) done() {
 			tl.inflightTokens -= t.tokens
 		}
 		a.forgetLocked(mq, t.tenant)
-		if mq.queued > 0 {
-			mq.credits = min(mq.credits+1, maxCredits)
-			a.pumpLocked(mq)
+		if mq.probe == t {
+			mq.probe = nil
 		}
+		a.pumpLocked(mq)
 		a.touchLocked()
 		a.mu.Unlock()
 	})
 }
 
-// decided records a route decision's saturation for model: while not
-// saturated the queue goes on releasing, one decision at a time.
-func (a *admission) decided(model string, saturated bool) {
+// decided records a route decision's saturation for model; ctx is the
+// request's (withTicket). While not saturated, the queue goes on
+// releasing, one request at a time: the released request's own decision
+// lets the next one go.
+func (a *admission) decided(ctx context.Context, model string, saturated bool) {
+	t, _ := ctx.Value(ticketKey{}).(*ticket)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	mq := a.models[model]
@@ -677,7 +835,9 @@ func (a *admission) decided(model string, saturated bool) {
 		mq = a.modelLocked(model)
 	}
 	a.setSaturatedLocked(mq, saturated)
-	mq.probing = false
+	if t != nil && mq.probe == t {
+		mq.probe = nil
+	}
 	a.pumpLocked(mq)
 }
 

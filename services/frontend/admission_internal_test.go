@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,6 +99,28 @@ func (ta *testAdmission) next() admitted {
 	return admitted{}
 }
 
+// room is the router saying the fleet has room: one request comes out,
+// and its own decision says saturated again. It returns that request.
+func (ta *testAdmission) room() admitted {
+	ta.t.Helper()
+	before := ta.depth()
+	ta.a.watched("m", false)
+	r := ta.next()
+	if r.err != nil {
+		ta.t.Fatalf("%s: %v", r.name, r.err)
+	}
+	ta.decide(r.tk, true)
+	if d := ta.depth(); d != before-1 {
+		ta.t.Fatalf("depth %d after one room, want %d", d, before-1)
+	}
+	return r
+}
+
+// decide is a route decision of tk's request.
+func (ta *testAdmission) decide(tk *ticket, saturated bool) {
+	ta.a.decided(withTicket(context.Background(), tk), "m", saturated)
+}
+
 func (ta *testAdmission) depth() int {
 	ta.a.mu.Lock()
 	defer ta.a.mu.Unlock()
@@ -127,7 +150,7 @@ func TestAdmissionFastPath(t *testing.T) {
 	}
 }
 
-// TestAdmissionOrder: while saturated, each request that ends releases one
+// TestAdmissionOrder: while saturated, each word of room releases one
 // queued request, the highest band first, in arrival order within a band
 // and tenant.
 func TestAdmissionOrder(t *testing.T) {
@@ -136,7 +159,7 @@ func TestAdmissionOrder(t *testing.T) {
 	for range 6 {
 		running = append(running, ta.inflight("x", 10))
 	}
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	ctx := context.Background()
 	for _, q := range []struct {
 		name string
@@ -147,15 +170,9 @@ func TestAdmissionOrder(t *testing.T) {
 	if d := ta.depth(); d != 6 {
 		t.Fatalf("queued %d, want 6", d)
 	}
-	// Only the running requests end: each releases one.
 	var got []string
-	for _, tk := range running {
-		tk.done()
-		r := ta.next()
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		got = append(got, r.name)
+	for range running {
+		got = append(got, ta.room().name)
 	}
 	if g, want := strings.Join(got, " "), "top-1 high-1 high-2 low-1 low-2 shed-1"; g != want {
 		t.Fatalf("released %s, want %s", g, want)
@@ -174,7 +191,7 @@ func TestAdmissionFairness(t *testing.T) {
 	for range 4 {
 		running = append(running, ta.inflight("A", 100))
 	}
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	ctx := context.Background()
 	for i := range 10 {
 		ta.queue(ctx, fmt.Sprint("A", i), "A", 0, 100, 10)
@@ -183,9 +200,8 @@ func TestAdmissionFairness(t *testing.T) {
 		}
 	}
 	var got []string
-	for _, tk := range running {
-		tk.done()
-		got = append(got, ta.next().name)
+	for range running {
+		got = append(got, ta.room().name)
 	}
 	// 4 released: B holds nothing, so B0, then B1 (B: 100 < A: 300),
 	// then A's oldest two.
@@ -199,7 +215,7 @@ func TestAdmissionFairness(t *testing.T) {
 func TestAdmissionTimeout(t *testing.T) {
 	ta := newTestAdmission(t, AdmissionConfig{QueueTimeout: time.Millisecond})
 	ta.inflight("x", 10)
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	ta.queue(context.Background(), "late", "x", 0, 10, 10)
 	r := ta.next()
 	var se *shedError
@@ -218,13 +234,15 @@ func TestAdmissionTimeout(t *testing.T) {
 }
 
 // TestAdmissionShedding: past a band's limits its oldest request is
-// shed; past the model's (4 bands' worth) the oldest of the lowest band,
-// sheddable first, and never a band above the arriving request's.
+// shed, of the tenant queueing the most there; past the model's (4 bands'
+// worth) the oldest of the lowest band, sheddable first, and never a band
+// above the arriving request's.
 func TestAdmissionShedding(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  AdmissionConfig
-		// queued in order: name:priority:bytes
+		// queued in order: name:priority:bytes, tenant x, or
+		// name:priority:bytes:tenant
 		queue []string
 		// shed, in order
 		want []string
@@ -239,20 +257,31 @@ func TestAdmissionShedding(t *testing.T) {
 			[]string{"a:0:1", "b:1:1", "c:2:1", "d:3:1", "e:4:1"}, []string{"a"}},
 		{"never a higher band for a lower one", AdmissionConfig{QueueMaxRequests: 1},
 			[]string{"a:1:1", "b:2:1", "c:3:1", "d:4:1", "e:0:1"}, []string{"e"}},
+		{"the flooding tenant's oldest, not the band's", AdmissionConfig{QueueMaxRequests: 3},
+			[]string{"b:0:1:B", "a1:0:1:A", "a2:0:1:A", "a3:0:1:A", "a4:0:1:A"}, []string{"a1", "a2"}},
+		{"ties: the tenant with more in flight", AdmissionConfig{QueueMaxRequests: 2},
+			[]string{"y:0:1:y", "x:0:1:x", "z:0:1:z"}, []string{"x"}},
+		{"the arrival, when its tenant is the one", AdmissionConfig{QueueMaxRequests: 2},
+			[]string{"p:0:1:p", "q:0:1:q", "x:0:1:x"}, []string{"x"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := newTestAdmission(t, tt.cfg)
 			ta.inflight("x", 10)
-			ta.a.decided("m", true)
+			ta.a.decided(context.Background(), "m", true)
 			for _, q := range tt.queue {
 				var name string
 				var prio int32
 				var bytes int64
-				if _, err := fmt.Sscanf(strings.ReplaceAll(q, ":", " "), "%s %d %d", &name, &prio, &bytes); err != nil {
+				tenant := "x"
+				f := strings.Split(q, ":")
+				if len(f) == 4 {
+					tenant = f[3]
+				}
+				if _, err := fmt.Sscanf(strings.Join(f[:3], " "), "%s %d %d", &name, &prio, &bytes); err != nil {
 					t.Fatal(err)
 				}
-				ta.queue(context.Background(), name, "x", prio, 1, bytes)
+				ta.queue(context.Background(), name, tenant, prio, 1, bytes)
 			}
 			var got []string
 			for range tt.want {
@@ -284,7 +313,7 @@ func TestAdmissionShedding(t *testing.T) {
 func TestAdmissionDisconnect(t *testing.T) {
 	ta := newTestAdmission(t, AdmissionConfig{})
 	running := ta.inflight("x", 10)
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	ctx, cancel := context.WithCancel(context.Background())
 	ta.queue(ctx, "gone", "g", 5, 10, 10)
 	ta.queue(context.Background(), "stays", "s", 0, 10, 10)
@@ -313,24 +342,84 @@ func TestAdmissionDisconnect(t *testing.T) {
 func TestAdmissionReleasesWhenRoomReturns(t *testing.T) {
 	ta := newTestAdmission(t, AdmissionConfig{})
 	ta.inflight("x", 10)
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	for i := range 3 {
 		ta.queue(context.Background(), fmt.Sprint("q", i), "x", 0, 10, 10)
 	}
 	ta.a.watched("m", false)
-	if r := ta.next(); r.name != "q0" {
-		t.Fatalf("got %s", r.name)
+	r0 := ta.next()
+	if r0.name != "q0" {
+		t.Fatalf("got %s", r0.name)
 	}
 	if d := ta.depth(); d != 2 {
 		t.Fatalf("depth %d: released more than one before a decision", d)
 	}
-	ta.a.decided("m", false)
-	if r := ta.next(); r.name != "q1" {
-		t.Fatalf("got %s", r.name)
+	// Another request's decision (one admitted before) is not the
+	// released one's: the next still waits for it.
+	ta.a.decided(context.Background(), "m", false)
+	ta.a.watched("m", false)
+	if d := ta.depth(); d != 2 {
+		t.Fatalf("depth %d: released on a decision not the released request's", d)
 	}
-	ta.a.decided("m", true)
+	ta.decide(r0.tk, false)
+	r1 := ta.next()
+	if r1.name != "q1" {
+		t.Fatalf("got %s", r1.name)
+	}
+	ta.decide(r1.tk, true)
 	if d := ta.depth(); d != 1 {
 		t.Fatalf("depth %d: released while saturated", d)
+	}
+	// Requests ending while saturated release nothing: the router's word
+	// of room does.
+	r0.tk.done()
+	if d := ta.depth(); d != 1 {
+		t.Fatalf("depth %d: a request's end released one while saturated", d)
+	}
+	ta.a.watched("m", false)
+	if r := ta.next(); r.name != "q2" {
+		t.Fatalf("got %s", r.name)
+	}
+}
+
+// TestAdmissionWaitsForTheReleasedDecision: while the decision of the
+// request released last is awaited, an arrival queues even with the queue
+// empty and the router's last word room: that request may take the room.
+// Its decision saying there is room still lets the arrival go.
+func TestAdmissionWaitsForTheReleasedDecision(t *testing.T) {
+	ta := newTestAdmission(t, AdmissionConfig{})
+	ta.inflight("x", 10)
+	ta.a.decided(context.Background(), "m", true)
+	ta.queue(context.Background(), "q0", "x", 0, 10, 10)
+	ta.a.watched("m", false)
+	r0 := ta.next()
+	ta.queue(context.Background(), "q1", "x", 0, 10, 10)
+	if d := ta.depth(); d != 1 {
+		t.Fatalf("depth %d: the arrival went on before the released request's decision", d)
+	}
+	ta.decide(r0.tk, false)
+	if r := ta.next(); r.name != "q1" || r.err != nil {
+		t.Fatalf("got %s %v", r.name, r.err)
+	}
+}
+
+// TestAdmissionProbeEndsUndecided: a released request that ends before
+// its route decision (it failed first) lets the next one go, as its
+// decision would have.
+func TestAdmissionProbeEndsUndecided(t *testing.T) {
+	ta := newTestAdmission(t, AdmissionConfig{})
+	ta.inflight("x", 10)
+	ta.a.decided(context.Background(), "m", true)
+	ta.queue(context.Background(), "q0", "x", 0, 10, 10)
+	ta.queue(context.Background(), "q1", "x", 0, 10, 10)
+	ta.a.watched("m", false)
+	r0 := ta.next()
+	if d := ta.depth(); d != 1 {
+		t.Fatalf("depth %d", d)
+	}
+	r0.tk.done()
+	if r := ta.next(); r.name != "q1" {
+		t.Fatalf("got %s", r.name)
 	}
 }
 
@@ -431,7 +520,7 @@ func BenchmarkAdmissionFastPath(b *testing.B) {
 // for its decision; it never waits with nothing in flight.
 func TestAdmissionProbe(t *testing.T) {
 	ta := newTestAdmission(t, AdmissionConfig{})
-	ta.a.decided("m", true)
+	ta.a.decided(context.Background(), "m", true)
 	ta.queue(context.Background(), "probe", "x", 0, 10, 10)
 	r := ta.next()
 	if r.name != "probe" || r.err != nil {
@@ -441,7 +530,7 @@ func TestAdmissionProbe(t *testing.T) {
 	if d := ta.depth(); d != 1 {
 		t.Fatalf("depth %d: a second request went on before the probe's decision", d)
 	}
-	ta.a.decided("m", true) // the probe's decision: saturated
+	ta.decide(r.tk, true) // the probe's decision: saturated
 	if d := ta.depth(); d != 1 {
 		t.Fatalf("depth %d, want 1 while saturated", d)
 	}
@@ -485,6 +574,223 @@ func TestKeyFilePriority(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("priorities %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRetryAfter: a shed request is told how long the queue takes, at its
+// recent release rate, to release what is queued at its band and above,
+// clamped to [1 s, the queue timeout]; with no release within the window,
+// the queue timeout.
+func TestRetryAfter(t *testing.T) {
+	at := time.Unix(1000, 0)
+	every := func(n int, gap time.Duration) []time.Time {
+		var ts []time.Time
+		for i := range n {
+			ts = append(ts, at.Add(-time.Duration(n-1-i)*gap))
+		}
+		return ts
+	}
+	tests := []struct {
+		name     string
+		releases []time.Time
+		ahead    int
+		timeout  time.Duration
+		want     time.Duration
+	}{
+		{"no release yet", nil, 10, 30 * time.Second, 30 * time.Second},
+		{"2 a second, 10 ahead", every(21, 500*time.Millisecond), 10, 30 * time.Second, 5 * time.Second},
+		{"2 a second, 1 ahead: a second at least", every(21, 500*time.Millisecond), 1, 30 * time.Second, time.Second},
+		{"nothing ahead", every(21, 500*time.Millisecond), 0, 30 * time.Second, time.Second},
+		{"slow: at most the timeout", every(4, 10*time.Second), 100, 30 * time.Second, 30 * time.Second},
+		{"a burst counts over a second", every(10, 0), 18, 30 * time.Second, 2 * time.Second},
+		{"one release, 5 s ago", []time.Time{at.Add(-5 * time.Second)}, 2, 30 * time.Second, 10 * time.Second},
+		{"releases older than the window do not count", []time.Time{at.Add(-2 * releaseWindow)}, 1, 30 * time.Second, 30 * time.Second},
+		{"only the last releases count", every(100, 100*time.Millisecond), 30, time.Minute, 3 * time.Second},
+		{"the stale part of the ring ends the window", append([]time.Time{at.Add(-time.Hour)}, every(4, time.Second)...), 8, time.Minute, 8 * time.Second},
+		{"a timeout under a second is a second", nil, 5, time.Millisecond, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r releaseTimes
+			for _, ts := range tt.releases {
+				r.add(ts)
+			}
+			if got := retryAfter(tt.ahead, r.rate(at), tt.timeout); got != tt.want {
+				t.Fatalf("retry after %v (rate %v/s), want %v", got, r.rate(at), tt.want)
+			}
+		})
+	}
+}
+
+// TestAdmissionRetryAfterHeader: a request shed from a queue that has been
+// releasing is told the estimate, in whole seconds, rounded up.
+func TestAdmissionRetryAfterHeader(t *testing.T) {
+	ta := newTestAdmission(t, AdmissionConfig{QueueMaxRequests: 4})
+	now := time.Unix(1000, 0)
+	ta.a.now = func() time.Time { return now }
+	ta.inflight("x", 10)
+	ta.a.decided(context.Background(), "m", true)
+	// Four released a second apart, the last one now: 1 a second.
+	for i := range 4 {
+		ta.queue(context.Background(), fmt.Sprint("r", i), "x", 0, 10, 10)
+		ta.room()
+		now = now.Add(time.Second)
+	}
+	now = now.Add(-time.Second)
+	for i := range 5 {
+		ta.queue(context.Background(), fmt.Sprint("q", i), "x", 0, 10, 10)
+	}
+	r := ta.next()
+	var se *shedError
+	if !errors.As(r.err, &se) || r.name != "q0" {
+		t.Fatalf("%s: %v, want q0 shed", r.name, r.err)
+	}
+	// Shed as q4 arrives: 4 queued at 1 a second, 4 s.
+	if got := se.retryAfter(); got != "4" {
+		t.Fatalf("Retry-After %s, want 4", got)
+	}
+}
+
+// TestAdmissionLongFlood: a short form of a long 10x flood. Tenant A
+// sends ten requests for each of tenant B's while the router says there
+// is room once per ten arrivals; the queue holds at most its limits (8
+// requests, 800 bytes) whatever arrives, sheds the rest with 503 and a
+// Retry-After, and releases B's requests first. Then the flood outlasts
+// --queue-timeout with no room at all: every queued request is shed by
+// the timeout. Nothing is left of either tenant once their requests end.
+func TestAdmissionLongFlood(t *testing.T) {
+	const limit = 8
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration
+		rooms   bool
+		want    string // the shed reason past the queue's limits
+	}{
+		{"10x flood", time.Hour, true, shedQueueFull},
+		{"past the queue timeout", 5 * time.Millisecond, false, shedTimeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{QueueMaxRequests: limit, QueueMaxBytes: limit * 100, QueueTimeout: tt.timeout})
+			// A's requests are ten times B's: B holds less in flight.
+			running := []*ticket{ta.inflight("A", 100)}
+			ta.a.decided(context.Background(), "m", true)
+			const arrivals = 200
+			released := map[string]int{}
+			shed := map[string]int{}
+			var retries []string
+			take := func(r admitted) {
+				var se *shedError
+				switch {
+				case r.err == nil:
+					released[r.name[:1]]++
+					running = append(running, r.tk)
+				case errors.As(r.err, &se):
+					if code, _ := errorStatus(r.err); code != http.StatusServiceUnavailable {
+						t.Fatalf("%s: status %d", r.name, code)
+					}
+					shed[se.reason]++
+					retries = append(retries, se.retryAfter())
+					if r.name[0] == 'B' && tt.rooms {
+						t.Errorf("%s shed (%s): B's requests go first", r.name, se.reason)
+					}
+				default:
+					t.Fatalf("%s: %v", r.name, r.err)
+				}
+			}
+			for i := range arrivals {
+				name := fmt.Sprint("A", i)
+				if i%10 == 5 {
+					name = fmt.Sprint("B", i)
+				}
+				tokens := uint64(100)
+				if name[0] == 'B' {
+					tokens = 10
+				}
+				ta.queue(context.Background(), name, name[:1], 0, tokens, 100)
+				if tt.rooms && i%10 == 9 {
+					// Room for one: its decision says saturated.
+					ta.a.watched("m", false)
+					for {
+						r := ta.next()
+						take(r)
+						if r.err == nil {
+							ta.decide(r.tk, true)
+							break
+						}
+					}
+				}
+				ta.a.mu.Lock()
+				mq := ta.a.models["m"]
+				depth, bytes := mq.queued, mq.bytes
+				ta.a.mu.Unlock()
+				if depth > limit || bytes > limit*100 {
+					t.Fatalf("after %d arrivals %d requests and %d bytes queued, past the limits", i+1, depth, bytes)
+				}
+			drain:
+				for {
+					select {
+					case r := <-ta.results:
+						take(r)
+					default:
+						break drain
+					}
+				}
+			}
+			// What is queued at the end waits for room or its timeout;
+			// every other request is answered.
+			answered := func() int { return released["A"] + released["B"] + shed[shedQueueFull] + shed[shedTimeout] }
+			for {
+				d := ta.depth()
+				if !tt.rooms && d > 0 || answered()+d < arrivals {
+					take(ta.next())
+					continue
+				}
+				break
+			}
+			n := answered() + ta.depth()
+			if n != arrivals {
+				t.Fatalf("%d requests accounted for, want %d (released %v, shed %v)", n, arrivals, released, shed)
+			}
+			if shed[tt.want] == 0 {
+				t.Fatalf("nothing shed for %s (released %v, shed %v)", tt.want, released, shed)
+			}
+			if tt.rooms {
+				// B's requests go first until B holds as many tokens in
+				// flight as A: all of them but the last few.
+				ta.a.mu.Lock()
+				var queuedB uint32
+				if tl := ta.a.models["m"].load["B"]; tl != nil {
+					queuedB = tl.queued
+				}
+				ta.a.mu.Unlock()
+				if released["B"]+int(queuedB) != arrivals/10 || queuedB > 1 {
+					t.Fatalf("released %v, %d of B queued: every B request should be released or next", released, queuedB)
+				}
+			}
+			for _, ra := range retries {
+				if s, err := strconv.Atoi(ra); err != nil || s < 1 || time.Duration(s)*time.Second > max(tt.timeout, time.Second) {
+					t.Fatalf("Retry-After %q outside [1 s, the queue timeout]", ra)
+				}
+			}
+			for _, v := range []string{shedQueueFull, shedTimeout} {
+				if got := testutil.ToFloat64(ta.m.shed.WithLabelValues(v)); got != float64(shed[v]) {
+					t.Fatalf("shed_total{%s} = %v, want %d", v, got, shed[v])
+				}
+			}
+			ta.stop() // the rest leave
+			ta.wg.Wait()
+			for len(ta.results) > 0 {
+				<-ta.results
+			}
+			for _, tk := range running {
+				tk.done()
+			}
+			ta.a.mu.Lock()
+			defer ta.a.mu.Unlock()
+			if mq := ta.a.models["m"]; mq.queued != 0 || mq.bytes != 0 || len(mq.load) != 0 {
+				t.Fatalf("left: %d queued, %d bytes, %d tenants", mq.queued, mq.bytes, len(mq.load))
 			}
 		})
 	}

@@ -50,12 +50,12 @@ func until(t *testing.T, what string, cond func() bool) {
 }
 
 // TestAdmissionAcrossReplicas: tenant A floods replica two, which also
-// holds A's requests in flight; tenant B waits at replica one. While the
-// fleet is saturated, replica two does not spend a freed place on A: B,
-// queued elsewhere with less in flight, is owed it, and replica one
-// releases B when the fleet has room. Once B holds as much as A, replica
-// two releases A again. Without the exchange, replica two would give A
-// every place its own requests free: N replicas, N times the share.
+// holds A's requests in flight; tenant B waits at replica one. When the
+// router says the fleet has room, both replicas hear it: replica two does
+// not spend it on A, as B, queued elsewhere with less in flight, is owed
+// it, and replica one releases B. Once B holds as much as A, replica two
+// releases A again. Without the exchange, replica two would give A every
+// room it hears of: N replicas, N times the share.
 func TestAdmissionAcrossReplicas(t *testing.T) {
 	one, two := replicaPair(t)
 	var aRunning []*ticket
@@ -66,7 +66,7 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	// would send B on as a probe).
 	one.inflight("C", 1000)
 	for _, r := range []*testAdmission{one, two} {
-		r.a.decided("m", true)
+		r.a.decided(context.Background(), "m", true)
 	}
 	ctx := context.Background()
 	for _, name := range []string{"A1", "A2", "A3"} {
@@ -84,19 +84,22 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 		defer one.a.mu.Unlock()
 		return one.a.peers.inflightLocked("m", "A", one.a.now()) == 300
 	})
-	// An A request ends at replica two: its place is owed to B.
+	// An A request ends at replica two: that releases nothing.
 	aRunning[0].done()
+	// The router says the fleet has room: replica two holds A back for
+	// B, and replica one releases B.
+	two.a.watched("m", false)
 	if d := two.depth(); d != 3 {
 		t.Fatalf("replica two released A (depth %d) while B, with nothing in flight, waits at replica one", d)
 	}
-	// The router says the fleet has room: replica one releases B.
 	one.a.watched("m", false)
-	if r := one.next(); r.name != "B1" || r.err != nil {
+	r := one.next()
+	if r.name != "B1" || r.err != nil {
 		t.Fatalf("replica one released %s %v", r.name, r.err)
 	}
-	one.a.decided("m", true)
+	one.decide(r.tk, true)
 	// B (100 in flight, nothing queued) no longer holds A back: replica
-	// two's kept credit releases A1 once it hears. (C, with more in
+	// two, told of room, releases A1 once it hears. (C, with more in
 	// flight than A, never held A back.)
 	until(t, "replica two to release A1", func() bool { return two.depth() == 2 })
 	if r := two.next(); r.name != "A1" {

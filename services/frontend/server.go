@@ -762,6 +762,8 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 		return
 	}
 	defer tk.done()
+	// The request's route decisions are its ticket's (admission.go).
+	ctx := withTicket(r.Context(), tk)
 	if s.load.saturated(s.catalog.modelInstances(p.model), s.cfg.MaxInflightPerWorker) {
 		writeError(w, fmt.Errorf("%w: %d requests in flight on each; retry later", ErrOverloaded, s.cfg.MaxInflightPerWorker))
 		return
@@ -772,13 +774,13 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 	defer inflight.Dec()
 	defer func() { mm.duration.Observe(time.Since(start).Seconds()) }()
 	if len(sks) == 1 {
-		s.choice(r.Context(), r, w, true, sks[0], sks[0].requestID(), a, prompt, p, start)
+		s.choice(ctx, r, w, true, sks[0], sks[0].requestID(), a, prompt, p, start)
 		return
 	}
 	// n choices: n requests of the same prompt (the router sees their
 	// common prefix and may put them on one worker), each with its own
 	// seed so that the answers differ; the first failure cancels the rest.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	var escaped atomic.Pointer[any]

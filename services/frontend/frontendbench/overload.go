@@ -43,6 +43,8 @@ type OverloadConfig struct {
 	Admission bool
 	// TTFTThreshold is the router's --queue-ttft-threshold.
 	TTFTThreshold time.Duration
+	// QueueTimeout is the frontends' --queue-timeout (0: its default).
+	QueueTimeout time.Duration
 }
 
 // OverloadEnv is a running overload stack.
@@ -114,6 +116,9 @@ func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
 		fcfg.HTTPAddr, fcfg.Namespace, fcfg.Transport = "127.0.0.1:0", "bench", tc
 		fcfg.RegistryAddr, fcfg.EventbusAddr, fcfg.RouterAddr = cp.RegistryAddr(), cp.EventbusAddr(), rt.Addr().String()
 		fcfg.Admission.Off = !cfg.Admission
+		if cfg.QueueTimeout > 0 {
+			fcfg.Admission.QueueTimeout = cfg.QueueTimeout
+		}
 		fcfg.MaxConnsPerClient = 0
 		fe, err := frontend.Start(ctx, fcfg, log)
 		if err != nil {
@@ -132,8 +137,29 @@ func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
 			return nil, err
 		}
 	}
+	// One request through each frontend first: a frontend loads the
+	// model's tokenizer at its first request, and the flows' first
+	// requests would otherwise all wait for it and reach the queue
+	// together, as one burst no steady flow has.
+	for i, u := range env.URLs {
+		if _, kind := env.one(ctx, u, Flow{Name: "warm-up"}, 1<<50+uint64(i)); kind != "ok" {
+			return nil, fmt.Errorf("warm-up request through frontend %d: %s", i, kind)
+		}
+	}
+	// The router learns each worker's timing model from its load reports
+	// (every second): before the first, it predicts with the default
+	// model, an H100's, 1/Speedup times faster than these mockers.
+	select {
+	case <-time.After(loadReportWait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	return env, nil
 }
+
+// loadReportWait is how long a new stack waits for its workers' first
+// load reports: a worker publishes one every second.
+const loadReportWait = 1500 * time.Millisecond
 
 // sampleMemory keeps the process's peak heap in use (the whole stack runs
 // in this process).
@@ -207,6 +233,11 @@ type FlowResult struct {
 	// TTFT of the completed requests.
 	TTFT                         []time.Duration
 	Completed, Shed, RateLimited int
+	// ShedTimeout counts the shed requests that waited past the queue
+	// timeout (the others found the queue full); RetryAfter are the shed
+	// requests' Retry-After, in seconds.
+	ShedTimeout int
+	RetryAfter  []int
 	// Errors are any other answer: another status, a broken stream, no
 	// answer before the run's end.
 	Errors int
@@ -244,7 +275,7 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 				url := e.URLs[f.Frontends[n%len(f.Frontends)]]
 				id := seq.Add(1)
 				wg.Go(func() {
-					ttft, kind := e.one(rctx, url, f, id)
+					ttft, kind, retry := e.answer(rctx, url, f, id)
 					mu.Lock()
 					defer mu.Unlock()
 					r := &results[i]
@@ -252,8 +283,12 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 					case "ok":
 						r.Completed++
 						r.TTFT = append(r.TTFT, ttft)
-					case "shed":
+					case "shed", "shed-timeout":
 						r.Shed++
+						r.RetryAfter = append(r.RetryAfter, retry)
+						if kind == "shed-timeout" {
+							r.ShedTimeout++
+						}
 					case "429":
 						r.RateLimited++
 					default:
@@ -269,6 +304,17 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 
 // one sends one streamed request and says how it ended.
 func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (time.Duration, string) {
+	ttft, kind, _ := e.answer(ctx, url, f, id)
+	if kind == "shed-timeout" {
+		kind = "shed"
+	}
+	return ttft, kind
+}
+
+// answer sends one streamed request and says how it ended: its TTFT, or
+// for a shed request ("shed", "shed-timeout": past the queue timeout) its
+// Retry-After in seconds.
+func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64) (time.Duration, string, int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "request %d of %s:", id, f.Name)
 	r := rand.New(rand.NewPCG(id, 7))
@@ -276,10 +322,17 @@ func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (t
 		b.WriteString(" w")
 		b.WriteString(strconv.Itoa(r.IntN(5000)))
 	}
-	body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, OverloadTokens, b.String())
+	// Thinking off: the answer's first token is text the client sees. With
+	// thinking on, the first token is <think>, which the reasoning parser
+	// consumes, and the first text comes with the second, one engine step
+	// later; under load that step holds the next request's prefill, and
+	// the measure would be of that request's prompt as much as of this
+	// one's wait.
+	body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":%d,"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":%q}]}`,
+		OverloadTokens, b.String())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
-		return 0, "error"
+		return 0, "error", 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Switchyard-Priority", strconv.Itoa(f.Priority))
@@ -287,20 +340,25 @@ func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (t
 	start := time.Now()
 	resp, err := e.HTTP.Do(req)
 	if err != nil {
-		return 0, "error"
+		return 0, "error", 0
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusServiceUnavailable:
-		if resp.Header.Get("Retry-After") != "" {
-			return 0, "shed"
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil {
+			return 0, "error", 0
 		}
-		return 0, "error"
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if strings.Contains(string(b), "time limit") {
+			return 0, "shed-timeout", retry
+		}
+		return 0, "shed", retry
 	case http.StatusTooManyRequests:
-		return 0, "429"
+		return 0, "429", 0
 	default:
-		return 0, "error"
+		return 0, "error", 0
 	}
 	var ttft time.Duration
 	done := false
@@ -319,13 +377,13 @@ func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (t
 			ttft = time.Since(start)
 		}
 		if strings.Contains(line, `"error"`) {
-			return 0, "error"
+			return 0, "error", 0
 		}
 	}
 	if !done || ttft == 0 {
-		return 0, "error"
+		return 0, "error", 0
 	}
-	return ttft, "ok"
+	return ttft, "ok", 0
 }
 
 // Capacity measures the fleet's completed requests per second with conc

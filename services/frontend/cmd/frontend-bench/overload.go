@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
 )
 
@@ -16,6 +18,9 @@ type overloadOptions struct {
 	speedup   float64
 	threshold time.Duration
 	duration  time.Duration
+	// flood is how long the 10x flood sends (0: 3x duration; negative:
+	// none).
+	flood time.Duration
 }
 
 // runOverload measures admission control: the fleet's capacity, then each
@@ -25,7 +30,11 @@ type overloadOptions struct {
 //     both in band 0, through one frontend;
 //   - bands: a low band (0) floods at 3x beside a high band (10) at 0.1x;
 //   - tenants, 2 frontends: as tenants, A's flood split over two frontend
-//     replicas, B on the first.
+//     replicas, B on the first;
+//   - flood 10x: tenant A at 10x the capacity for 3x as long, past the
+//     frontend's --queue-timeout (set to the other flows' duration), B at
+//     0.2x: what is shed (503 with Retry-After, by timeout or a full
+//     queue), and whether the memory stays bounded.
 //
 // The idle rows are B and the high band alone at their rates.
 func runOverload(o overloadOptions) error {
@@ -33,6 +42,9 @@ func runOverload(o overloadOptions) error {
 	start := func(frontends int, admission bool) (*frontendbench.OverloadEnv, error) {
 		return frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: frontends,
 			Admission: admission, TTFTThreshold: o.threshold})
+	}
+	if o.flood == 0 {
+		o.flood = 3 * o.duration
 	}
 	// Admission is off while the capacity and the idle figures are
 	// measured (the threshold is not known yet).
@@ -47,7 +59,9 @@ func runOverload(o overloadOptions) error {
 		env.Close()
 		return fmt.Errorf("no request completed while measuring the capacity")
 	}
-	grace := 3 * o.duration
+	// Long enough for every request queued when the flows stop to be
+	// answered: released, or shed at the frontends' --queue-timeout.
+	grace := max(3*o.duration, frontend.DefaultQueueTimeout+o.duration)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\t\n")
 	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, heap uint64) {
@@ -104,7 +118,36 @@ func runOverload(o overloadOptions) error {
 			env.Close()
 		}
 	}
+	var flood []string
+	if o.flood > 0 {
+		for _, admission := range []bool{false, true} {
+			env, err := frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: 1,
+				Admission: admission, TTFTThreshold: o.threshold, QueueTimeout: o.duration})
+			if err != nil {
+				return err
+			}
+			on := map[bool]string{false: "off", true: "on"}[admission]
+			a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 10 * capacity, Frontends: []int{0}}
+			flows := []frontendbench.Flow{a, b}
+			env.ResetPeak()
+			rs := env.RunFlows(ctx, flows, o.flood, grace)
+			row("flood 10x", on, flows, rs, env.PeakHeap())
+			for _, r := range rs {
+				if r.Shed > 0 {
+					flood = append(flood, fmt.Sprintf("  admission %s, %s: shed %d (%d past --queue-timeout, %d of a full queue), Retry-After %s",
+						on, r.Name, r.Shed, r.ShedTimeout, r.Shed-r.ShedTimeout, spread(r.RetryAfter)))
+				}
+			}
+			env.Close()
+		}
+	}
 	w.Flush()
+	if len(flood) > 0 {
+		fmt.Printf("flood 10x: A at 10x the capacity for %v, frontends' --queue-timeout %v:\n", o.flood, o.duration)
+		for _, l := range flood {
+			fmt.Println(l)
+		}
+	}
 	fmt.Println("goals (TTFT p90 under the flood within 1.5x of idle):")
 	for _, g := range []struct{ name, key, idle string }{
 		{"tenant B, 1 frontend", "tenants", "B"}, {"high band, 1 frontend", "bands", "high"}, {"tenant B, 2 frontends", "tenants, 2 frontends", "B"},
@@ -121,4 +164,15 @@ func runOverload(o overloadOptions) error {
 	fmt.Printf("flows are open loop (evenly spaced) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", o.duration, grace)
 	fmt.Printf("router --queue-ttft-threshold %v; peak heap is the whole stack's (one process), sampled every 100 ms\n", o.threshold)
 	return nil
+}
+
+// spread is the least, median and largest of Retry-After values in
+// seconds.
+func spread(vs []int) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return fmt.Sprintf("%d..%d s (median %d)", s[0], s[len(s)-1], s[len(s)/2])
 }
