@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/eventbus"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -301,5 +302,38 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatal("Complete and Validate accepted it")
 			}
 		})
+	}
+}
+
+// TestIdleMockerPublishesItsTimingModel: a mocker that has served nothing
+// yet reports its timing model with its load, so that a router predicts
+// its times from the first request on. It published an empty report, and
+// a router took a mocker slowed by --speedup-ratio for an H100.
+func TestIdleMockerPublishesItsTimingModel(t *testing.T) {
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	t.Setenv("DYN_TCP_RPC_HOST", "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := eventbustest.Client(t, bus.Addr().String())
+	sub, err := client.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "mock", FilterSubject: wire.LoadSubject("mock", "backend"),
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	m := runMocker(t, nil, "--registry-addr", reg.Addr, "--eventbus-addr", bus.Addr().String(), "--no-delay=false", "--speedup-ratio", "0.5")
+	w := m.registered(t)
+	ev, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := timingmodel.Default().Scaled(0.5)
+	if got := lm.GetTimingModel(); lm.GetInstanceId() != w.InstanceID() || got.GetPrefillMsPerBatch() != want.PrefillPerBatch || got.GetMaxBatchedTokens() == 0 {
+		t.Fatalf("first load report %v, want the timing model of --speedup-ratio 0.5 (%v ms a batch)", lm, want.PrefillPerBatch)
 	}
 }
