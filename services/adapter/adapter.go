@@ -68,6 +68,9 @@ type Config struct {
 	// HandoffTimeout bounds a bootstrap prefill leg's engine request once
 	// its handoff is out (--handoff-timeout).
 	HandoffTimeout time.Duration
+	// Embeddings serves embeddings through the engine's /v1/embeddings
+	// (--embeddings; embed.go): for an engine that runs an embedding model.
+	Embeddings bool
 }
 
 // EnvVars maps flags to their environment variables.
@@ -89,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ContextLength, "context-length", 40960, "context length of the model card")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", "", "directory with the model's tokenizer.json(.gz) and tokenizer_config.json")
 	fs.IntVar(&c.MaxTrackedBlocks, "max-tracked-blocks", 1<<20, "engine block hashes remembered to resolve removals and parents")
+	fs.BoolVar(&c.Embeddings, "embeddings", false, "serve /v1/embeddings through the engine's embeddings endpoint (an engine running an embedding model, such as vLLM with --runner pooling)")
 	fs.DurationVar(&c.HandoffTimeout, "handoff-timeout", 30*time.Second, "with --kv-transfer-kind bootstrap, how long a prefill leg's engine request may wait for its decode leg once the handoff is out")
 	c.ProcessConfig.RegisterFlags(fs)
 	c.Disagg.RegisterTransferFlags(fs)
@@ -237,6 +241,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		timeout: cfg.HandoffTimeout, self: self.Load, log: log, pending: map[string]context.CancelFunc{}}
 	defer l.close()
 	wcfg.KVHandoffs = l
+	if cfg.Embeddings {
+		wcfg.Embed = embed(client, cfg.EngineURL, cfg.ModelName)
+	}
 	g.Go(func() error {
 		defer stopSide()
 		return worker.Run(gctx, wcfg, generate(client, cfg.EngineURL, cfg.ModelName, l), func(w *worker.Worker) {
