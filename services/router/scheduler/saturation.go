@@ -47,12 +47,20 @@ func (l Limits) full(c *Candidate, req Request, queued int) bool {
 // share the head's step; either way, a worker near its head's first token
 // or one that has just begun it would be predicted wrong by about a
 // step's fixed cost, and a fleet held at the threshold would run that far
-// from it. c must have been filled (Load.FillAll).
+// from it. With no head in progress while requests decode, the worker is
+// in a decode step, which the request waits out: half of one, on average.
+// c must have been filled (Load.FillAll).
 func (c *Candidate) FirstTokenMs(queued, newTokens int) float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
 	waiting := c.QueuedTokens - c.HeadTokens + queued
-	return c.HeadMs + s.TTFTMs(waiting, newTokens, 1)
+	ms := c.HeadMs + s.TTFTMs(waiting, newTokens, 1)
+	if c.HeadMs == 0 {
+		if d, ok := s.DecodeMs(timingmodel.Span{Tokens: 1}); ok {
+			ms += d / 2
+		}
+	}
+	return ms
 }
 
 // Saturated says whether every candidate is full for one more request like
