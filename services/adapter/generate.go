@@ -41,6 +41,10 @@ type completionRequest struct {
 	Logprobs               *uint32 `json:"logprobs,omitempty"`
 	PromptLogprobs         *uint32 `json:"prompt_logprobs,omitempty"`
 	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids,omitempty"`
+	// ResponseFormat constrains the output (guided decoding): OpenAI's
+	// field, which vLLM's completions endpoint takes (json_object and
+	// json_schema; responseFormat).
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 	// KVTransferParams are vLLM's, on the legs of a disaggregated request.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	// BootstrapHost, BootstrapPort and BootstrapRoom are SGLang's, on both
@@ -132,6 +136,27 @@ func finishReason(s string) workerv1.FinishReason {
 	return workerv1.FinishReason_FINISH_REASON_STOP
 }
 
+// responseFormat is the engine's response_format for g: {"type":
+// "json_object"}, or {"type": "json_schema", "json_schema": {"name",
+// "schema", "strict": true}} with the schema as the frontend checked it.
+func responseFormat(g *workerv1.GuidedDecoding) (json.RawMessage, error) {
+	switch f := g.GetFormat().(type) {
+	case *workerv1.GuidedDecoding_JsonObject:
+		return json.RawMessage(`{"type":"json_object"}`), nil
+	case *workerv1.GuidedDecoding_JsonSchema:
+		schema := json.RawMessage(f.JsonSchema)
+		if !json.Valid(schema) {
+			return nil, &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "guided decoding: the JSON schema is not JSON"}
+		}
+		name := g.GetName()
+		if name == "" {
+			name = "output"
+		}
+		return json.Marshal(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": name, "schema": schema, "strict": true}})
+	}
+	return nil, &transport.HandlerError{Code: transport.CodeUnimplemented, Message: "guided decoding: a format this adapter does not know"}
+}
+
 // completionsURL is the engine's completions endpoint.
 func completionsURL(engineURL string) string {
 	return strings.TrimSuffix(engineURL, "/") + "/completions"
@@ -162,6 +187,13 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 			cr.StopTokenIDs, cr.IgnoreEOS, cr.MinTokens, cr.Stop = s.StopTokenIds, s.IgnoreEos, s.MinTokens, s.StopStrings
 		}
 		cr.Logprobs, cr.PromptLogprobs, cr.ReturnTokensAsTokenIDs = req.Logprobs, req.PromptLogprobs, req.Logprobs != nil
+		if g := req.GetGuidedDecoding(); g != nil {
+			rf, err := responseFormat(g)
+			if err != nil {
+				return err
+			}
+			cr.ResponseFormat = rf
+		}
 		whole := req.PromptLogprobs != nil
 		if whole {
 			if req.GetLeg() != workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED {

@@ -222,3 +222,60 @@ func FuzzDecodeWhole(f *testing.F) {
 		}
 	})
 }
+
+// TestGuidedDecodingToEngine checks what the engine is asked for a request
+// whose output must have a structure: OpenAI's response_format, json_object
+// as it is, json_schema with the schema as an object, its name (or
+// "output") and strict; a schema that is not JSON is refused.
+func TestGuidedDecodingToEngine(t *testing.T) {
+	var got json.RawMessage
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ResponseFormat json.RawMessage `json:"response_format"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		got = req.ResponseFormat
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("data: {\"choices\":[{\"text\":\"{}\",\"token_ids\":[5],\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	}))
+	defer eng.Close()
+	h := generate(eng.Client(), eng.URL, "m", &legs{})
+	send := func(*workerv1.GenerateResponse) error { return nil }
+	for _, tc := range []struct {
+		name string
+		g    *workerv1.GuidedDecoding
+		want string // "" expects a refusal
+	}{
+		{"none", nil, "null"},
+		{"json_object", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonObject{JsonObject: true}}, `{"type":"json_object"}`},
+		{"json_schema", &workerv1.GuidedDecoding{Name: "person", Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":"object"}`}},
+			`{"json_schema":{"name":"person","schema":{"type":"object"},"strict":true},"type":"json_schema"}`},
+		{"unnamed schema", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":"string"}`}},
+			`{"json_schema":{"name":"output","schema":{"type":"string"},"strict":true},"type":"json_schema"}`},
+		{"schema not JSON", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":`}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			err := h(t.Context(), &workerv1.GenerateRequest{TokenIds: []uint32{1, 2}, MaxTokens: 1, GuidedDecoding: tc.g}, send)
+			if tc.want == "" {
+				var he *transport.HandlerError
+				if !errors.As(err, &he) || he.Code != transport.CodeInvalidArgument {
+					t.Fatalf("err %v, want invalid_argument", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "null" {
+				if got != nil {
+					t.Fatalf("response_format %s, want none", got)
+				}
+				return
+			}
+			if string(got) != tc.want {
+				t.Fatalf("response_format %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
