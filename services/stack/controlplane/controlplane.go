@@ -1,6 +1,7 @@
 // Package controlplane runs Switchyard's control plane in process for the
-// benchmark commands (frontend-bench, kv-events-bench): an embedded etcd
-// with a registry on it and an eventbus with its embedded NATS, under one
+// benchmark commands (frontend-bench, kv-events-bench) and the clients'
+// Example tests, which have no testing.TB: an embedded etcd with a
+// registry on it and an eventbus with its embedded NATS, under one
 // temporary directory, on loopback ports the OS picks. Tests use
 // registrytest and eventbustest instead, which tie all of it to a
 // testing.TB.
