@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -140,6 +141,25 @@ func TestPythonWorkerBehindFrontend(t *testing.T) {
 		}
 		t.Logf("the Python worker answered %q (%d prompt tokens)", out.Choices[0].Message.Content, out.Usage.PromptTokens)
 		break
+	}
+	// What the echo engine cannot honour is refused with its reason, not
+	// answered as free text.
+	for _, tc := range []struct{ path, body, reason string }{
+		{"/v1/chat/completions", `{"model":"` + qwen3.ModelName + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, "guided decoding"},
+		{"/v1/chat/completions", `{"model":"` + qwen3.ModelName + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"logprobs":true}`, "log probabilities"},
+		{"/v1/completions", `{"model":"` + qwen3.ModelName + `","max_tokens":1,"prompt":"hi there","echo":true,"logprobs":1}`, "log probabilities"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), tc.reason) {
+			t.Fatalf("%s %s: status %d %s; want 400 naming %q", tc.path, tc.body, resp.StatusCode, msg, tc.reason)
+		}
 	}
 	if code := w.stop(t); code != 0 {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)

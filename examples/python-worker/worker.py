@@ -625,6 +625,14 @@ class EchoEngine:
         prompt = list(req.token_ids)
         if not prompt:
             raise requestplane.HandlerError("invalid_argument", "worker: invalid generate request: empty prompt")
+        # The echo engine computes no probabilities and cannot constrain its
+        # output: a request that asks for either is refused (the frontend
+        # answers the client's 400 with this reason), never answered as if
+        # it had been honoured.
+        if req.HasField("guided_decoding"):
+            raise requestplane.HandlerError("unimplemented", "worker: this echo engine does no guided decoding (structured outputs)")
+        if req.HasField("logprobs") or req.HasField("prompt_logprobs"):
+            raise requestplane.HandlerError("unimplemented", "worker: this echo engine computes no log probabilities")
         room = self.cfg.context_length - len(prompt)
         if room <= 0:
             raise requestplane.HandlerError("invalid_argument", "worker: prompt of %d tokens leaves no room in a "
