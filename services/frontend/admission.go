@@ -732,9 +732,10 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 // nextLocked picks the request to release: from the highest band holding
 // one, the head of the tenant with the least tokens in flight over every
 // replica (ties: the oldest head). A tenant is held back when another,
-// queued at another replica in this band or above, has less in flight
-// (when holdBack): that replica releases it on the same word of room, and
-// two releases for one room would put one past the threshold.
+// queued at another replica in this band or above, has less in flight, or
+// as much and that replica's turn (queuedBelowLocked), when holdBack: that
+// replica releases it on the same word of room, and two releases for one
+// room would put one past the threshold.
 func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 	var b *band
 	for _, x := range mq.bands {
@@ -758,7 +759,7 @@ func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 			best, bestLoad = w, load
 		}
 	}
-	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.localAttained(mq), a.now()) {
+	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq), a.now()) {
 		return nil
 	}
 	return best
@@ -773,6 +774,20 @@ func (a *admission) attainedLocked(mq *modelQueue, tenant string) uint64 {
 	}
 	if a.peers != nil {
 		n += a.peers.inflightLocked(mq.name, tenant, a.now())
+	}
+	return n
+}
+
+// queuedFromLocked is how many requests tenant queues here in band prio
+// and above.
+func (a *admission) queuedFromLocked(mq *modelQueue, tenant string, prio int32) uint32 {
+	var n uint32
+	if tl := mq.load[tenant]; tl != nil {
+		for b, c := range tl.queuedBy {
+			if b >= prio {
+				n += c
+			}
+		}
 	}
 	return n
 }

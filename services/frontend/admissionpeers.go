@@ -34,13 +34,16 @@ const (
 // peer: past it, the ones with the least load are left out.
 const maxPeerTenants = 4096
 
-// peerTable is what the other replicas last said, by replica.
+// peerTable is what the other replicas last said, by replica; self is
+// this replica's id.
 type peerTable struct {
 	replicas map[string]*peerState
+	self     string
 }
 
 // peerState is one replica's last AdmissionState.
 type peerState struct {
+	id string
 	at time.Time
 	// inflight is each (model, tenant)'s tokens in flight; queued its
 	// queued requests by band.
@@ -54,7 +57,7 @@ func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerSta
 
 // applyLocked replaces a replica's state.
 func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
-	ps := &peerState{at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}}
+	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}}
 	for i, t := range st.GetTenants() {
 		if i >= maxPeerTenants {
 			break
@@ -94,8 +97,13 @@ func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 // queuedBelowLocked says whether another replica has a tenant queued for
 // model in band prio or above whose tokens in flight over every replica
 // (local gives this replica's share) are below load: that tenant is owed
-// the capacity before the one of load.
-func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, local func(string) uint64, now time.Time) bool {
+// the capacity before the one of load. Every replica hears the same word
+// of room, so on a tie (as much in flight: the same tenant queued at both,
+// say) one of them goes: the one queueing more of it in band prio or above
+// (queued is this replica's count), then the one of the lower id. Were
+// both to go, one request would go past the threshold at every room; the
+// longer queue going first keeps both queues moving.
+func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, queued uint32, local func(string) uint64, now time.Time) bool {
 	found := false
 	p.liveLocked(now, func(ps *peerState) {
 		if found {
@@ -105,18 +113,19 @@ func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, loc
 			if k.model != model {
 				continue
 			}
-			queued := false
-			for b, n := range bands {
-				if b >= prio && n > 0 {
-					queued = true
+			var n uint32
+			for b, c := range bands {
+				if b >= prio {
+					n += c
 				}
 			}
-			if !queued {
+			if n == 0 {
 				continue
 			}
 			var total uint64
 			p.liveLocked(now, func(o *peerState) { total += o.inflight[k] })
-			if total+local(k.tenant) < load {
+			total += local(k.tenant)
+			if total < load || total == load && (n > queued || n == queued && ps.id < p.self) {
 				found = true
 				return
 			}
@@ -165,6 +174,7 @@ func startPeers(ctx context.Context, a *admission, bus *eventbus.Client, namespa
 	p := &admissionPeers{a: a, bus: bus, subject: wire.AdmissionSubject(namespace), replica: newReplicaID(), log: log}
 	a.mu.Lock()
 	a.peers = newPeerTable()
+	a.peers.self = p.replica
 	a.changed = make(chan struct{}, 1)
 	a.mu.Unlock()
 	done := make(chan struct{}, 2)

@@ -77,7 +77,7 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	until(t, "replica two to see B queued at one", func() bool {
 		two.a.mu.Lock()
 		defer two.a.mu.Unlock()
-		return two.a.peers.queuedBelowLocked("m", 0, 300, func(string) uint64 { return 0 }, two.a.now())
+		return two.a.peers.queuedBelowLocked("m", 0, 300, 3, func(string) uint64 { return 0 }, two.a.now())
 	})
 	until(t, "replica one to see A's 300 tokens in flight at two", func() bool {
 		one.a.mu.Lock()
@@ -104,6 +104,50 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	until(t, "replica two to release A1", func() bool { return two.depth() == 2 })
 	if r := two.next(); r.name != "A1" {
 		t.Fatalf("replica two released %s", r.name)
+	}
+}
+
+// TestAdmissionReplicasTakeTurns: tenant A queues at both replicas, with
+// as much in flight everywhere (the same tenant): on a word of room that
+// both hear, only the replica queueing more of A releases one; the other
+// holds back, as one release fills the room.
+func TestAdmissionReplicasTakeTurns(t *testing.T) {
+	one, two := replicaPair(t)
+	one.inflight("A", 100)
+	two.inflight("A", 100)
+	for _, r := range []*testAdmission{one, two} {
+		r.a.decided(context.Background(), "m", true)
+	}
+	ctx := context.Background()
+	one.queue(ctx, "one-A1", "A", 0, 100, 10)
+	for _, name := range []string{"two-A1", "two-A2", "two-A3"} {
+		two.queue(ctx, name, "A", 0, 100, 10)
+	}
+	sees := func(r *testAdmission, queued uint32) func() bool {
+		return func() bool {
+			r.a.mu.Lock()
+			defer r.a.mu.Unlock()
+			ok := false
+			r.a.peers.liveLocked(r.a.now(), func(ps *peerState) {
+				ok = ok || ps.queued[peerKey{"m", "A"}][0] == queued && ps.inflight[peerKey{"m", "A"}] == 100
+			})
+			return ok
+		}
+	}
+	until(t, "replica one to see two's 3 queued", sees(one, 3))
+	until(t, "replica two to see one's 1 queued", sees(two, 1))
+	one.a.watched("m", false)
+	if d := one.depth(); d != 1 {
+		t.Fatalf("replica one released (depth %d) though replica two queues more of A", d)
+	}
+	two.a.watched("m", false)
+	r := two.next()
+	if r.name != "two-A1" || r.err != nil {
+		t.Fatalf("replica two released %s %v", r.name, r.err)
+	}
+	two.decide(r.tk, true)
+	if d := one.depth(); d != 1 {
+		t.Fatalf("replica one released (depth %d) on the room replica two took", d)
 	}
 }
 
