@@ -161,6 +161,38 @@ func TestResponsesAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("tools through openai-go", func(t *testing.T) {
+		tools := []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{Name: "get_weather", Strict: openai.Bool(false),
+			Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}}}}
+		question := responses.ResponseInputItemParamOfMessage("What is the weather in Paris?", responses.EasyInputMessageRoleUser)
+		resp, err := s.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(200), Tools: tools,
+			ToolChoice: responses.ResponseNewParamsToolChoiceUnion{OfToolChoiceMode: openai.Opt(responses.ToolChoiceOptionsRequired)},
+			Input:      responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{question}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call *responses.ResponseOutputItemUnion
+		for i, it := range resp.Output {
+			if it.Type == "function_call" {
+				call = &resp.Output[i]
+			}
+		}
+		if call == nil || call.Name != "get_weather" || call.CallID == "" || !json.Valid([]byte(call.Arguments.OfString)) {
+			t.Fatalf("no get_weather call: %s", resp.RawJSON())
+		}
+		out := responses.ResponseInputItemParamOfFunctionCallOutput("18 degrees and sunny")
+		out.OfFunctionCallOutput.CallID = openai.String(call.CallID)
+		answer, err := s.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(40), Tools: tools,
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{question,
+				responses.ResponseInputItemParamOfFunctionCall(call.Arguments.OfString, call.CallID, call.Name), out}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answer.OutputText() == "" {
+			t.Fatalf("answer to the tool's output: %s", answer.RawJSON())
+		}
+	})
+
 	t.Run("tools streamed", func(t *testing.T) {
 		body := `{"model":"` + testModel + `","input":"What is the weather in Paris?","max_output_tokens":200,"stream":true,"tools":[` + weatherFunction + `]}`
 		resp, raw := s.rawPost("/v1/responses", body, nil)
