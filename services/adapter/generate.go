@@ -41,10 +41,13 @@ type completionRequest struct {
 	Logprobs               *uint32 `json:"logprobs,omitempty"`
 	PromptLogprobs         *uint32 `json:"prompt_logprobs,omitempty"`
 	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids,omitempty"`
-	// ResponseFormat constrains the output (guided decoding): OpenAI's
-	// field, which vLLM's completions endpoint takes (json_object and
-	// json_schema; responseFormat).
+	// ResponseFormat and JSONSchema constrain the output (guided
+	// decoding; responseFormat): OpenAI's response_format, which vLLM's
+	// completions endpoint takes (v0.11), and SGLang's json_schema, the
+	// schema as a string (its completions protocol, v0.4). Each engine
+	// ignores the other's field.
 	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+	JSONSchema     string          `json:"json_schema,omitempty"`
 	// KVTransferParams are vLLM's, on the legs of a disaggregated request.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	// BootstrapHost, BootstrapPort and BootstrapRoom are SGLang's, on both
@@ -192,7 +195,10 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 			if err != nil {
 				return err
 			}
-			cr.ResponseFormat = rf
+			cr.ResponseFormat, cr.JSONSchema = rf, `{"type":"object"}`
+			if s := g.GetJsonSchema(); s != "" {
+				cr.JSONSchema = s
+			}
 		}
 		whole := req.PromptLogprobs != nil
 		if whole {

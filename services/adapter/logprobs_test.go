@@ -229,12 +229,14 @@ func FuzzDecodeWhole(f *testing.F) {
 // "output") and strict; a schema that is not JSON is refused.
 func TestGuidedDecodingToEngine(t *testing.T) {
 	var got json.RawMessage
+	var gotSchema string
 	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			ResponseFormat json.RawMessage `json:"response_format"`
+			JSONSchema     string          `json:"json_schema"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		got = req.ResponseFormat
+		got, gotSchema = req.ResponseFormat, req.JSONSchema
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write([]byte("data: {\"choices\":[{\"text\":\"{}\",\"token_ids\":[5],\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
 	}))
@@ -245,17 +247,19 @@ func TestGuidedDecodingToEngine(t *testing.T) {
 		name string
 		g    *workerv1.GuidedDecoding
 		want string // "" expects a refusal
+		// schema is SGLang's json_schema field.
+		schema string
 	}{
-		{"none", nil, "null"},
-		{"json_object", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonObject{JsonObject: true}}, `{"type":"json_object"}`},
+		{"none", nil, "null", ""},
+		{"json_object", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonObject{JsonObject: true}}, `{"type":"json_object"}`, `{"type":"object"}`},
 		{"json_schema", &workerv1.GuidedDecoding{Name: "person", Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":"object"}`}},
-			`{"json_schema":{"name":"person","schema":{"type":"object"},"strict":true},"type":"json_schema"}`},
+			`{"json_schema":{"name":"person","schema":{"type":"object"},"strict":true},"type":"json_schema"}`, `{"type":"object"}`},
 		{"unnamed schema", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":"string"}`}},
-			`{"json_schema":{"name":"output","schema":{"type":"string"},"strict":true},"type":"json_schema"}`},
-		{"schema not JSON", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":`}}, ""},
+			`{"json_schema":{"name":"output","schema":{"type":"string"},"strict":true},"type":"json_schema"}`, `{"type":"string"}`},
+		{"schema not JSON", &workerv1.GuidedDecoding{Format: &workerv1.GuidedDecoding_JsonSchema{JsonSchema: `{"type":`}}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got = nil
+			got, gotSchema = nil, ""
 			err := h(t.Context(), &workerv1.GenerateRequest{TokenIds: []uint32{1, 2}, MaxTokens: 1, GuidedDecoding: tc.g}, send)
 			if tc.want == "" {
 				var he *transport.HandlerError
@@ -273,8 +277,8 @@ func TestGuidedDecodingToEngine(t *testing.T) {
 				}
 				return
 			}
-			if string(got) != tc.want {
-				t.Fatalf("response_format %s, want %s", got, tc.want)
+			if string(got) != tc.want || gotSchema != tc.schema {
+				t.Fatalf("response_format %s, json_schema %q; want %s, %q", got, gotSchema, tc.want, tc.schema)
 			}
 		})
 	}
