@@ -315,6 +315,17 @@ func TestNodeWorkerProtocol(t *testing.T) {
 				b, _ := proto.Marshal(&workerv1.GenerateRequest{TokenIds: make([]uint32, 5000)})
 				return b
 			}(), "invalid_argument"},
+			// What the echo engine cannot do is refused, not ignored.
+			{"guided decoding", "generate", func() []byte {
+				b, _ := proto.Marshal(&workerv1.GenerateRequest{TokenIds: []uint32{1, 2}, GuidedDecoding: &workerv1.GuidedDecoding{
+					Format: &workerv1.GuidedDecoding_JsonObject{JsonObject: true}}})
+				return b
+			}(), transport.CodeUnimplemented},
+			{"prompt log probabilities", "generate", func() []byte {
+				one := uint32(1)
+				b, _ := proto.Marshal(&workerv1.GenerateRequest{TokenIds: []uint32{1, 2}, PromptLogprobs: &one})
+				return b
+			}(), transport.CodeUnimplemented},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

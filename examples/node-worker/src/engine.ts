@@ -124,6 +124,16 @@ export class EchoEngine {
     }
     const prompt = req.tokenIds;
     if (prompt.length === 0) throw new HandlerError("invalid_argument", "worker: invalid generate request: empty prompt");
+    // The echo engine computes no probabilities and cannot constrain its
+    // output: a request that asks for either is refused (the frontend
+    // answers the client's 400 with this reason), never answered as if it
+    // had been honoured.
+    if (req.guidedDecoding !== undefined) {
+      throw new HandlerError("unimplemented", "worker: this echo engine does no guided decoding (structured outputs)");
+    }
+    if (req.logprobs !== undefined || req.promptLogprobs !== undefined) {
+      throw new HandlerError("unimplemented", "worker: this echo engine computes no log probabilities");
+    }
     const room = this.opts.contextLength - prompt.length;
     if (room <= 0) {
       throw new HandlerError("invalid_argument", `worker: prompt of ${prompt.length} tokens leaves no room in a context of ${this.opts.contextLength}`);
