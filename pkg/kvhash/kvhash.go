@@ -12,6 +12,15 @@
 // is full. Local hashes are Dynamo's canonical block hashes (its router's
 // compute_block_hash_for_seq), so blocks reported by engines that Dynamo
 // routes to can be matched by token content here too.
+//
+// A tenant's cache salt (the OpenAI-compatible cache_salt) is mixed into the
+// first block only, as vLLM mixes it into its first block's extra keys: the
+// salted first block's sequence hash is SequenceHash(SaltRoot(salt), local),
+// the salt's root standing as its parent, and later blocks chain from it.
+// Every sequence hash of a salted prompt then differs from the unsalted
+// prompt's and from those under another salt, while local hashes stay the
+// tokens' own. The root's bytes start with a tag, so that a salt can never
+// be mistaken for another input mixed the same way.
 package kvhash
 
 import (
@@ -132,6 +141,24 @@ func sequenceHashReference(parent, local uint64) uint64 {
 // dst with enough capacity makes it allocation-free. It panics if blockSize is
 // not positive (see ValidateBlockSize).
 func Hashes(tokens []uint32, blockSize int, dst []Block) []Block {
+	return SaltedHashes(tokens, blockSize, "", dst)
+}
+
+// saltTag starts the bytes of every salt's root.
+const saltTag = "switchyard.cache_salt:"
+
+// SaltRoot is the parent hash a salted sequence's first block chains
+// from: XXH3-64 with the seed of saltTag followed by the salt's bytes.
+func SaltRoot(salt string) uint64 {
+	var stack [256]byte
+	b := append(stack[:0], saltTag...)
+	return xxh3.HashSeed(append(b, salt...), Seed)
+}
+
+// SaltedHashes is Hashes for a request with a cache salt: the first
+// block's sequence hash chains from SaltRoot(salt). An empty salt is
+// none: the result is Hashes'.
+func SaltedHashes(tokens []uint32, blockSize int, salt string, dst []Block) []Block {
 	if blockSize <= 0 {
 		panic(fmt.Sprintf("kvhash: block size must be positive, got %d", blockSize))
 	}
@@ -141,10 +168,14 @@ func Hashes(tokens []uint32, blockSize int, dst []Block) []Block {
 	}
 	dst = grow(dst, n)
 	var parent uint64
+	chained := salt != ""
+	if chained {
+		parent = SaltRoot(salt)
+	}
 	for i := range n {
 		local := LocalHash(tokens[i*blockSize : (i+1)*blockSize])
 		seq := local
-		if i > 0 {
+		if i > 0 || chained {
 			seq = SequenceHash(parent, local)
 		}
 		dst = append(dst, Block{Local: local, Sequence: seq})
@@ -172,6 +203,10 @@ type Hasher struct {
 	pending   []uint32
 	parent    uint64
 	blocks    int
+	// root is the salt's root, which the first block chains from when
+	// salted (see SaltedHashes).
+	root   uint64
+	salted bool
 }
 
 // NewHasher returns a Hasher for blocks of blockSize tokens. It panics if
@@ -181,6 +216,16 @@ func NewHasher(blockSize int) *Hasher {
 		panic(fmt.Sprintf("kvhash: block size must be positive, got %d", blockSize))
 	}
 	return &Hasher{blockSize: blockSize, pending: make([]uint32, 0, blockSize)}
+}
+
+// NewSaltedHasher is NewHasher for a sequence with a cache salt, whose
+// blocks it names as SaltedHashes does; an empty salt is none.
+func NewSaltedHasher(blockSize int, salt string) *Hasher {
+	h := NewHasher(blockSize)
+	if salt != "" {
+		h.root, h.salted = SaltRoot(salt), true
+	}
+	return h
 }
 
 // BlockSize returns the block size the Hasher was created with.
@@ -212,8 +257,11 @@ func (h *Hasher) Append(tokens []uint32, dst []Block) []Block {
 func (h *Hasher) complete(block []uint32) Block {
 	local := LocalHash(block)
 	seq := local
-	if h.blocks > 0 {
+	switch {
+	case h.blocks > 0:
 		seq = SequenceHash(h.parent, local)
+	case h.salted:
+		seq = SequenceHash(h.root, local)
 	}
 	h.parent = seq
 	h.blocks++
@@ -237,7 +285,8 @@ func (h *Hasher) Clone() *Hasher {
 	return &c
 }
 
-// Reset empties the Hasher so that it starts a new sequence.
+// Reset empties the Hasher so that it starts a new sequence (under the
+// same salt).
 func (h *Hasher) Reset() {
 	h.pending = h.pending[:0]
 	h.parent = 0

@@ -3,8 +3,10 @@ package kvhash
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/zeebo/xxh3"
 	"pgregory.net/rapid"
 )
 
@@ -298,4 +300,73 @@ func TestAccumulateMatchesGeneric(t *testing.T) {
 			t.Fatalf("accumulate of %d tokens = %x, generic = %x", n, a, g)
 		}
 	})
+}
+
+// TestSaltedHashes pins the salt's mixing: the first block chains from the
+// salt's root (the library's XXH3 of the tag and the salt), later blocks
+// chain as before, local hashes stay the tokens' own, an empty salt is
+// none, and no sequence hash is shared between two salts or with none.
+func TestSaltedHashes(t *testing.T) {
+	tokens := make([]uint32, 4*16+5)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7919)
+	}
+	plain := Hashes(tokens, 16, nil)
+	for _, tc := range []struct {
+		name, salt string
+	}{
+		{"empty is none", ""},
+		{"short", "tenant-a"},
+		{"other", "tenant-b"},
+		{"one byte", "x"},
+		{"long", strings.Repeat("salt", 300)},
+		{"utf-8", "sël✓"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SaltedHashes(tokens, 16, tc.salt, nil)
+			if len(got) != len(plain) {
+				t.Fatalf("%d blocks, want %d", len(got), len(plain))
+			}
+			h := NewSaltedHasher(16, tc.salt)
+			inc := h.Append(tokens[:3], nil)
+			inc = h.Append(tokens[3:], inc)
+			if !slices.Equal(inc, got) {
+				t.Fatalf("the salted Hasher gave %v, SaltedHashes %v", inc, got)
+			}
+			if tc.salt == "" {
+				if !slices.Equal(got, plain) {
+					t.Fatalf("an empty salt changed the hashes")
+				}
+				return
+			}
+			root := xxh3.HashSeed([]byte("switchyard.cache_salt:"+tc.salt), Seed)
+			if r := SaltRoot(tc.salt); r != root {
+				t.Fatalf("SaltRoot = %x, want %x", r, root)
+			}
+			if want := sequenceHashReference(root, plain[0].Local); got[0].Sequence != want {
+				t.Fatalf("first block %x, want %x", got[0].Sequence, want)
+			}
+			for i := range got {
+				if got[i].Local != plain[i].Local {
+					t.Errorf("block %d: local hash changed", i)
+				}
+				if got[i].Sequence == plain[i].Sequence {
+					t.Errorf("block %d: the salted sequence hash is the unsalted one", i)
+				}
+				if i > 0 && got[i].Sequence != SequenceHash(got[i-1].Sequence, got[i].Local) {
+					t.Errorf("block %d does not chain from its parent", i)
+				}
+			}
+			other := SaltedHashes(tokens, 16, tc.salt+"'", nil)
+			for i := range got {
+				if got[i].Sequence == other[i].Sequence {
+					t.Errorf("block %d: two salts share a sequence hash", i)
+				}
+			}
+			h.Reset()
+			if again := h.Append(tokens, nil); !slices.Equal(again, got) {
+				t.Fatalf("a reset Hasher forgot its salt")
+			}
+		})
+	}
 }

@@ -48,6 +48,9 @@ type completionRequest struct {
 	// ignores the other's field.
 	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 	JSONSchema     string          `json:"json_schema,omitempty"`
+	// CacheSalt is vLLM's (and SGLang's) cache_salt: the engine mixes it
+	// into the first block's hash, as the router and the frontend do.
+	CacheSalt string `json:"cache_salt,omitempty"`
 	// KVTransferParams are vLLM's, on the legs of a disaggregated request.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	// BootstrapHost, BootstrapPort and BootstrapRoom are SGLang's, on both
@@ -178,7 +181,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 			return err
 		}
 		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
-			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true}
+			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true, CacheSalt: req.GetCacheSalt()}
 		if s := req.Sampling; s != nil {
 			cr.Temperature, cr.TopP, cr.MinP, cr.Seed = s.Temperature, s.TopP, s.MinP, s.Seed
 			cr.FrequencyPenalty, cr.PresencePenalty, cr.RepetitionPenalty = s.FrequencyPenalty, s.PresencePenalty, s.RepetitionPenalty

@@ -16,12 +16,15 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/services/frontend"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 func routeFlags(fs *flag.FlagSet) func(context.Context, Config, io.Writer) error {
 	model := fs.String("model", "", "model name, as in /v1/models")
 	prompt := fs.String("prompt", "", "prompt text, tokenized as /v1/completions would")
 	messages := fs.String("messages", "", "JSON file of chat messages ([{\"role\":..,\"content\":..}] or a whole chat request), rendered as /v1/chat/completions would")
+	session := fs.String("session-id", "", "the conversation's session id (x-session-id): shows its binding to a worker and what the router would do with it")
+	salt := fs.String("cache-salt", "", "the tenant's cache_salt, hashed into the prompt's first block")
 	return func(ctx context.Context, c Config, out io.Writer) error {
 		if *model == "" || (*prompt == "") == (*messages == "") {
 			return errors.New("give --model and one of --prompt or --messages")
@@ -30,7 +33,7 @@ func routeFlags(fs *flag.FlagSet) func(context.Context, Config, io.Writer) error
 		if err != nil {
 			return err
 		}
-		ex, n, err := explain(ctx, c, *model, body, chat)
+		ex, n, err := explain(ctx, c, *model, body, chat, routeKeys{session: *session, salt: *salt})
 		if err != nil {
 			return err
 		}
@@ -72,10 +75,14 @@ func requestBody(model, prompt, messagesFile string) ([]byte, bool, error) {
 	return b, true, err
 }
 
+// routeKeys are the session id and cache salt a request carries beside its
+// prompt.
+type routeKeys struct{ session, salt string }
+
 // explain tokenizes body with the model's own tokenizer and template and
 // asks the router why it would pick a worker. It returns the explanation and
 // the prompt's token count.
-func explain(ctx context.Context, c Config, model string, body []byte, chat bool) (*routerv1.ExplainRouteResponse, int, error) {
+func explain(ctx context.Context, c Config, model string, body []byte, chat bool, keys routeKeys) (*routerv1.ExplainRouteResponse, int, error) {
 	reg, err := c.registry()
 	if err != nil {
 		return nil, 0, err
@@ -118,7 +125,7 @@ func explain(ctx context.Context, c Config, model string, body []byte, chat bool
 		}
 		rctx, rcancel := context.WithTimeout(ctx, c.Timeout)
 		ex, err := routerv1.NewRouterServiceClient(cc).ExplainRoute(rctx, &routerv1.ExplainRouteRequest{
-			Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, TokenIds: ids})
+			Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, TokenIds: ids, SessionId: keys.session, CacheSalt: keys.salt})
 		rcancel()
 		cc.Close()
 		if err == nil {
@@ -134,7 +141,9 @@ func explain(ctx context.Context, c Config, model string, body []byte, chat bool
 
 func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.ExplainRouteResponse) {
 	fmt.Fprintf(out, "model %s: %d prompt tokens, %d full blocks of %d tokens\n", model, tokens, ex.RequestBlocks, ex.BlockSize)
-	fmt.Fprintf(out, "router mode %s, overlap weight %g, temperature %g\n\n", ex.Mode, ex.OverlapWeight, ex.Temperature)
+	fmt.Fprintf(out, "router mode %s, overlap weight %g, temperature %g\n", ex.Mode, ex.OverlapWeight, ex.Temperature)
+	printSession(out, ex.GetSession())
+	fmt.Fprintln(out)
 	if ex.Disaggregation == "" {
 		printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId)
 		fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
@@ -151,6 +160,26 @@ func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.Expl
 		return
 	}
 	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+}
+
+// printSession prints a session's binding as the decision would leave it.
+func printSession(out io.Writer, b *routerv1.SessionBinding) {
+	if b == nil {
+		return
+	}
+	last := "never used"
+	if t := b.GetLastUsed(); t != nil {
+		last = "last used " + t.AsTime().UTC().Format(time.RFC3339)
+	}
+	switch b.Outcome {
+	case core.SessionNew:
+		fmt.Fprintf(out, "session %s: no live binding; this request would bind it to %x (%s affinity)\n", b.SessionId, b.InstanceId, b.Affinity)
+	case core.SessionHit:
+		fmt.Fprintf(out, "session %s: bound to %x (%s affinity, %s); this request stays there\n", b.SessionId, b.InstanceId, b.Affinity, last)
+	default:
+		fmt.Fprintf(out, "session %s: bound to %x (%s affinity, %s); this request would move it to %x (%s)\n",
+			b.SessionId, b.PreviousInstanceId, b.Affinity, last, b.InstanceId, b.Outcome)
+	}
 }
 
 // printCandidates prints a table of candidates, marking the one picked.

@@ -45,6 +45,27 @@ func TestPrintExplanationLegs(t *testing.T) {
 			want: []string{"disaggregation: local_prefill", "prefill workers:", "pick b: local prefill"},
 			not:  []string{"pick prefill"}, picks: 1,
 		},
+		{
+			name: "session hit",
+			ex: &routerv1.ExplainRouteResponse{Mode: "kv", RequestBlocks: 4, InstanceId: 0xb, Reason: "session s bound to b",
+				Candidates: []*routerv1.ExplainedCandidate{cand(0xa, 1), cand(0xb, 2)},
+				Session:    &routerv1.SessionBinding{SessionId: "s", InstanceId: 0xb, PreviousInstanceId: 0xb, Affinity: "soft", Outcome: "hit"}},
+			want: []string{"session s: bound to b (soft affinity, never used); this request stays there", "pick b:"}, picks: 1,
+		},
+		{
+			name: "session moves",
+			ex: &routerv1.ExplainRouteResponse{Mode: "kv", RequestBlocks: 4, InstanceId: 0xa, Reason: "moves",
+				Candidates: []*routerv1.ExplainedCandidate{cand(0xa, 1), cand(0xb, 2)},
+				Session:    &routerv1.SessionBinding{SessionId: "s", InstanceId: 0xa, PreviousInstanceId: 0xb, Affinity: "soft", Outcome: "moved_load"}},
+			want: []string{"session s: bound to b (soft affinity, never used); this request would move it to a (moved_load)"}, picks: 1,
+		},
+		{
+			name: "new session",
+			ex: &routerv1.ExplainRouteResponse{Mode: "kv", RequestBlocks: 4, InstanceId: 0xa, Reason: "new",
+				Candidates: []*routerv1.ExplainedCandidate{cand(0xa, 1), cand(0xb, 2)},
+				Session:    &routerv1.SessionBinding{SessionId: "s", InstanceId: 0xa, Affinity: "hard", Outcome: "new"}},
+			want: []string{"session s: no live binding; this request would bind it to a (hard affinity)"}, picks: 1,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer

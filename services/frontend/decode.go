@@ -496,7 +496,7 @@ func (s *seen) first(bit uint) bool {
 // commonNames are the member names of commonRequest (and of the structs
 // that embed it, which add their own).
 var commonNames = []string{"stream", "stream_options", "max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed",
-	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens"}
+	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens", "cache_salt"}
 
 var (
 	chatNames       = append([]string{"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "max_completion_tokens", "logprobs", "top_logprobs", "response_format"}, commonNames...)
@@ -505,7 +505,7 @@ var (
 )
 
 // common decodes a member of commonRequest; known is false for other
-// names. Bits 0-15 of s are its members'.
+// names. Bits 0-15 and 40 of s are its members'.
 func (l *lexer) common(name []byte, c *commonRequest, o *optStore, s *seen) (known, ok bool) {
 	var bit uint
 	switch string(name) {
@@ -541,6 +541,8 @@ func (l *lexer) common(name []byte, c *commonRequest, o *optStore, s *seen) (kno
 		bit = 14
 	case "min_tokens":
 		bit = 15
+	case "cache_salt":
+		bit = 40
 	default:
 		return false, true
 	}
@@ -548,6 +550,18 @@ func (l *lexer) common(name []byte, c *commonRequest, o *optStore, s *seen) (kno
 		return true, false
 	}
 	switch bit {
+	case 40:
+		if l.null() {
+			return true, true
+		}
+		if l.peek() != '"' {
+			return true, false
+		}
+		var v string
+		if v, ok = l.str(); ok {
+			c.CacheSalt = &v
+		}
+		return true, ok
 	case 1:
 		return true, l.streamOptions(c)
 	case 12:

@@ -53,6 +53,13 @@ var fastDecodeSeeds = []string{
 	`{"model":"m","parallel_tool_calls":false,"logprobs":true,"top_logprobs":3,"max_completion_tokens":7,"seed":-5,"n":2,"top_k":-1,"min_tokens":1}`,
 	`{"model":"m","frequency_penalty":-2,"presence_penalty":2,"repetition_penalty":1.1,"ignore_eos":true,"user":"u","metadata":{"k":"v"},"response_format":{"type":"text"}}`,
 	`{"model":"m","prompt":"once","echo":false,"suffix":"s","logprobs":2}`,
+	`{"model":"m","cache_salt":"tenant-a","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"m","cache_salt":null,"prompt":[1]}`,
+	`{"model":"m","cache_salt":"","cache_salt":"b"}`,
+	`{"model":"m","cache_salt":1}`,
+	`{"model":"m","Cache_Salt":"x"}`,
+	`{"model":"m","cache_salt":"é
+"}`,
 	`{"model":"m","prompt":[1,2,3],"suffix":null,"logprobs":null}`,
 	`{"model":"m","prompt":[[1,2]],"Prompt":"x"}`,
 	`{"model":"m",}`,

@@ -71,7 +71,8 @@ const maxWorkerConns = 256
 // Headers naming who served a response.
 const (
 	// HeaderWorker is the decode (or aggregated) worker instance of the
-	// response, in the registry's hex form.
+	// response, in the registry's hex form, "/rank" appended for a
+	// data-parallel rank other than 0 (see workerName).
 	HeaderWorker = "X-Switchyard-Worker"
 	// HeaderPrefillWorker is the prefill worker instance, set only when
 	// the prompt was computed on one.
@@ -422,7 +423,7 @@ func (s *Service) callPrefill(ctx context.Context, id string, p *prefillTarget, 
 // setServedBy names the workers of an attempt in the response's headers
 // (h is the choice's own header map, written out with its first write).
 func setServedBy(h http.Header, d decision) {
-	h.Set(HeaderWorker, strconv.FormatUint(d.instanceID, 16))
+	h.Set(HeaderWorker, workerName(d.instanceID, d.dpRank))
 	if d.prefill != nil {
 		h.Set(HeaderPrefillWorker, strconv.FormatUint(d.prefill.instanceID, 16))
 	} else {

@@ -48,7 +48,7 @@ var bookkeeping = []string{"user", "metadata", "safety_identifier", "prompt_cach
 // commonFields are the fields commonRequest reads, vLLM's sampling
 // extensions included.
 var commonFields = []string{"model", "stream", "stream_options", "max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed",
-	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens"}
+	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens", "cache_salt"}
 
 // rawIs accepts a value whose compact JSON is one of want.
 func rawIs(want ...string) func([]byte) bool {
@@ -98,7 +98,8 @@ var responsesPolicy = fieldPolicy{
 	// tools, tool_choice, previous_response_id and text are checked in
 	// decodeResponses.
 	supported: fieldSet(append([]string{"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream",
-		"stream_options", "tools", "tool_choice", "previous_response_id", "text", "chat_template_kwargs", "parallel_tool_calls", "max_tool_calls"},
+		"stream_options", "tools", "tool_choice", "previous_response_id", "text", "chat_template_kwargs", "parallel_tool_calls", "max_tool_calls",
+		"cache_salt"},
 		bookkeeping...)...),
 	onlyDefault: map[string]defaultRule{
 		"store":        {rawIs(`false`), "store: responses are not stored; send store false and the conversation as input"},

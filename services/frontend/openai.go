@@ -14,6 +14,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // maxStops is OpenAI's limit on stop sequences.
@@ -74,6 +75,9 @@ type commonRequest struct {
 	StopTokenIDs      []uint32        `json:"stop_token_ids"`
 	IgnoreEOS         bool            `json:"ignore_eos"`
 	MinTokens         *int64          `json:"min_tokens"`
+	// CacheSalt isolates the request's prefix cache (vLLM's cache_salt):
+	// only requests with the same salt share cached blocks.
+	CacheSalt *string `json:"cache_salt"`
 
 	// opt holds the optional fields' values when the fast decoder
 	// (decode.go) decoded the request.
@@ -125,6 +129,13 @@ type genParams struct {
 	// guided is the output's required structure (structured.go); nil
 	// for free text.
 	guided *workerv1.GuidedDecoding
+	// cacheSalt is the tenant's cache salt, empty for none: the router
+	// and the worker hash the prompt's first block with it.
+	cacheSalt string
+	// session is the conversation's session id (the x-session-id or
+	// X-Dynamo-Session-ID header), empty for none: the router keeps its
+	// turns on one worker (sessions.go).
+	session string
 }
 
 // paramError is a client error about one request field.
@@ -430,6 +441,12 @@ func (r *commonRequest) params(model string) (genParams, error) {
 			return genParams{}, invalid("stream_options", "stream_options is only allowed with stream true")
 		}
 		p.includeUsage = r.StreamOptions.IncludeUsage
+	}
+	if r.CacheSalt != nil {
+		if *r.CacheSalt == "" || len(*r.CacheSalt) > core.MaxCacheSaltLen {
+			return genParams{}, invalid("cache_salt", "cache_salt must be a non-empty string of at most %d bytes when given", core.MaxCacheSaltLen)
+		}
+		p.cacheSalt = *r.CacheSalt
 	}
 	p.n = 1
 	if r.N != nil {

@@ -43,6 +43,12 @@ func TestDecodeChat(t *testing.T) {
 		{"top_logprobs without logprobs", `{"model":"m","top_logprobs":3,"messages":[{"role":"user","content":"hi"}]}`, "top_logprobs", false},
 		{"top_logprobs too many", `{"model":"m","logprobs":true,"top_logprobs":21,"messages":[{"role":"user","content":"hi"}]}`, "top_logprobs", false},
 		{"negative max_tokens", `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", false},
+		{"cache_salt", `{"model":"m","cache_salt":"tenant-a","messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"cache_salt null", `{"model":"m","cache_salt":null,"messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"cache_salt empty", `{"model":"m","cache_salt":"","messages":[{"role":"user","content":"hi"}]}`, "cache_salt", false},
+		{"cache_salt too long", `{"model":"m","cache_salt":"` + strings.Repeat("s", 1025) + `","messages":[{"role":"user","content":"hi"}]}`, "cache_salt", false},
+		{"cache_salt at the limit", `{"model":"m","cache_salt":"` + strings.Repeat("s", 1024) + `","messages":[{"role":"user","content":"hi"}]}`, "", true},
+		{"cache_salt number", `{"model":"m","cache_salt":7,"messages":[{"role":"user","content":"hi"}]}`, "cache_salt", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

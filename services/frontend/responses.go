@@ -35,6 +35,7 @@ type responsesRequest struct {
 		Format json.RawMessage `json:"format"`
 	} `json:"text"`
 	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	CacheSalt          *string        `json:"cache_salt"`
 }
 
 // decodeResponses validates a Responses request and turns it into the chat
@@ -55,6 +56,7 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 	}
 	cr := &chatRequest{Model: r.Model, ChatTemplateKwargs: r.ChatTemplateKwargs}
 	cr.Stream, cr.MaxTokens, cr.Temperature, cr.TopP = r.Stream, r.MaxOutputTokens, r.Temperature, r.TopP
+	cr.CacheSalt = r.CacheSalt
 	if r.Instructions != nil && *r.Instructions != "" {
 		c, _ := json.Marshal(*r.Instructions)
 		cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: c})

@@ -32,8 +32,10 @@ const (
 // decision is where one attempt of a request goes.
 type decision struct {
 	instanceID uint64
-	addr       transport.Address
-	endpoint   string
+	// dpRank is the instance's data-parallel rank the router chose.
+	dpRank   uint32
+	addr     transport.Address
+	endpoint string
 	// remote is the router client that made the decision, so that prefill
 	// completion and free are reported through it (on its Report stream);
 	// nil when decided in process.
@@ -103,13 +105,17 @@ func (r *routing) close() {
 	}
 }
 
+// routeKeys are what a request carries beside its tokens that the router
+// keys its decision on: its session id and its cache salt (empty: none).
+type routeKeys struct{ session, salt string }
+
 // route chooses a worker for one attempt of a request. The router client
 // fails over between replicas; when none answers, the in-process fallback
 // decides.
-func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64) (decision, error) {
+func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64, keys routeKeys) (decision, error) {
 	// The frontend uses only the decision, not the list of every worker.
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
-		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true}
+		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true, SessionId: keys.session, CacheSalt: keys.salt}
 	for i, remote := range r.remotes {
 		rctx, cancel := context.WithTimeout(ctx, routeTimeout)
 		resp, err := r.streams[i].route(rctx, req)
@@ -176,7 +182,7 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 // the one on plane is called when it has one, otherwise its first (the
 // frontend's client speaks every plane).
 func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClient, plane transport.Plane) (decision, error) {
-	d := decision{instanceID: resp.GetInstanceId(), remote: remote, endpoint: resp.GetEndpoint().GetEndpoint()}
+	d := decision{instanceID: resp.GetInstanceId(), dpRank: resp.GetDpRank(), remote: remote, endpoint: resp.GetEndpoint().GetEndpoint()}
 	if d.endpoint == "" {
 		d.endpoint = wire.GenerateEndpoint
 	}

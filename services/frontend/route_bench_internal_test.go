@@ -86,7 +86,7 @@ func BenchmarkRouteInProcess(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				now = now.Add(time.Millisecond)
-				d, err := r.route(ctx, ids[i], "bench", toks[i%prompts], nil)
+				d, err := r.route(ctx, ids[i], "bench", toks[i%prompts], nil, routeKeys{})
 				if err != nil {
 					b.Fatal(err)
 				}

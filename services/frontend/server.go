@@ -384,10 +384,10 @@ func (s *Service) cors(next http.Handler) http.Handler {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+			h.Set("Access-Control-Expose-Headers", "X-Request-Id, X-Switchyard-Worker, X-Switchyard-Prefill-Worker")
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, OpenAI-Organization, OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-Os, X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Timeout")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, X-Session-Id, X-Dynamo-Session-Id, X-Switchyard-Priority, X-Switchyard-Fairness-Id, OpenAI-Organization, OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-Os, X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Timeout")
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -736,6 +736,12 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
 	start := time.Now()
 	s.testPoint(pointServe)
+	session, err := sessionOf(r.Header)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p.session = session
 	if err := a.inVocab("stop_token_ids", p.stopTokenIDs); err != nil {
 		writeError(w, err)
 		return

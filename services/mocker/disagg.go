@@ -211,7 +211,7 @@ func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *en
 	if err != nil {
 		return err
 	}
-	cached := l.r.CachedPrefix(kvhash.Hashes(er.Prompt, bs, nil))
+	cached := l.r.CachedPrefix(kvhash.SaltedHashes(er.Prompt, bs, er.Salt, nil))
 	if d := l.cfg.transferTime(n - cached); d > 0 {
 		t := time.NewTimer(d)
 		select {

@@ -61,7 +61,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Core = core.DefaultConfig()
 	c.Core.RegisterFlags(fs)
 	fs.BoolVar(&c.ReplicaSync, "router-replica-sync", false, "share decisions and load with other router replicas over the eventbus")
-	fs.StringVar(&c.ReplicaID, "router-replica-id", "", "this replica's id for --router-replica-sync (empty: random)")
+	fs.StringVar(&c.ReplicaID, "router-replica-id", "", "this replica's id for --router-replica-sync, to which each start adds a random part (empty: random)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", time.Minute, "how often the index is snapshotted to the object store (0: never)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", "localhost:7001", "registry address(es), comma-separated")
 	fs.StringVar(&c.EventbusAddr, "eventbus-addr", "localhost:7002", "eventbus address(es), comma-separated; empty: no KV events, load reports or replica sync")

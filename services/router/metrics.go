@@ -117,11 +117,17 @@ var (
 	descSnapshotAge = prometheus.NewDesc("switchyard_router_snapshot_age_seconds", "Seconds since the index was last stored to or restored from the object store.", nil, nil)
 	descWorkerAge   = prometheus.NewDesc("switchyard_router_worker_last_event_age_seconds", "Seconds since the router last received a KV event of the worker (absent before the first).", workerLabels, nil)
 	descDisagg      = prometheus.NewDesc("switchyard_router_disagg_decisions_total", "Requests of models with prefill and decode workers routed, by where their prompt is computed: remote_prefill (a prefill worker, then the KV moves to the decode worker) or local_prefill (the worker that decodes).", []string{"decision"}, nil)
+	descSessions    = prometheus.NewDesc("switchyard_router_session_bindings", "Live session bindings (x-session-id to worker), this replica's and its peers'.", nil, nil)
+	descSessHits    = prometheus.NewDesc("switchyard_router_session_hits_total", "Requests of a bound session this replica routed to the bound worker.", nil, nil)
+	descSessNew     = prometheus.NewDesc("switchyard_router_session_binds_total", "Requests of a session without a live binding this replica routed, binding it to the worker chosen.", nil, nil)
+	descSessMoves   = prometheus.NewDesc("switchyard_router_session_moves_total", "Requests of a bound session this replica routed elsewhere, moving the binding, by reason: load (soft affinity: the bound worker was full, the other was not) or unavailable (the bound worker was excluded or does not serve the model).", []string{"reason"}, nil)
+	descSessEnds    = prometheus.NewDesc("switchyard_router_session_ends_total", "Session bindings that ended, by reason: expired (idle past --session-ttl), evicted (past --session-max-bindings) or worker_gone (its worker left).", []string{"reason"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerReqs, descWorkerPre, descWorkerDec, descWorkerIdx, descBlocks, descEntries,
-		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge, descDisagg} {
+		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge, descDisagg,
+		descSessions, descSessHits, descSessNew, descSessMoves, descSessEnds} {
 		ch <- d
 	}
 }
@@ -152,6 +158,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	remote, local := c.core.DisaggDecisions()
 	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(remote), core.DecisionRemotePrefill)
 	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(local), core.DecisionLocalPrefill)
+	ss := c.core.Sessions()
+	gauge(descSessions, float64(st.SessionBindings))
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descSessHits, ss.Outcomes[core.SessionHit])
+	counter(descSessNew, ss.Outcomes[core.SessionNew])
+	counter(descSessMoves, ss.Outcomes[core.SessionMovedLoad], "load")
+	counter(descSessMoves, ss.Outcomes[core.SessionMovedUnavailable], "unavailable")
+	for _, r := range []string{core.SessionExpired, core.SessionEvicted, core.SessionWorkerGone} {
+		counter(descSessEnds, ss.Ended[r], r)
+	}
 	if at := c.m.snapshotAt.Load(); at > 0 {
 		gauge(descSnapshotAge, time.Since(time.Unix(0, at)).Seconds())
 	}

@@ -34,11 +34,18 @@ type syncer struct {
 	done chan struct{}
 }
 
+// newSyncer starts a syncer. Its replica id is id (--router-replica-id)
+// followed by a random part of this process's own: a restarted replica
+// then replays its earlier decisions from the stream (the load still in
+// flight, the session bindings) as any peer's, instead of skipping them
+// as its own.
 func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger) *syncer {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
 	if id == "" {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
+	} else {
+		id += "." + hex.EncodeToString(b[:])
 	}
 	s := &syncer{id: id, bus: bus, core: dc, log: log, nsOf: map[string]string{}, out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
 	go s.publish()
@@ -59,11 +66,11 @@ func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	}
 }
 
-func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg) {
+func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session string) {
 	s.mu.Lock()
 	s.nsOf[id] = ns
 	s.mu.Unlock()
-	s.send(ns, core.PairRoutedEvent(id, w, prefill, hashes, leg))
+	s.send(ns, core.SessionRoutedEvent(id, w, prefill, hashes, leg, session))
 }
 
 func (s *syncer) PrefillDone(id string) {

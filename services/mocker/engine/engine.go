@@ -114,7 +114,14 @@ type Request struct {
 	// always computes (its last block). Usage counts as cached only the
 	// prefix the engine held before the arrival.
 	Arrived bool
+	// Salt is the request's cache salt (empty: none): its blocks are
+	// named by kvhash.SaltedHashes, so that it reuses only blocks cached
+	// under the same salt, and publishes its own under salted hashes.
+	Salt string
 }
+
+// MaxSaltLen is the longest cache salt a request may carry.
+const MaxSaltLen = 1024
 
 // FinishReason says why a request ended.
 type FinishReason int
@@ -390,7 +397,7 @@ func (e *Engine) Add(r Request) error {
 		script:      r.Script,
 		scriptEnds:  r.ScriptEnds && len(r.Script) > 0,
 		seed:        tokenSeed(r.Prompt, r.Seed),
-		hasher:      kvhash.NewHasher(bs),
+		hasher:      kvhash.NewSaltedHasher(bs, r.Salt),
 		hold:        r.Hold,
 		localPrefix: -1,
 	}

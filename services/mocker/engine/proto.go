@@ -22,6 +22,7 @@ func RequestFromProto(req *workerv1.GenerateRequest, defaultMaxTokens int) (Requ
 		Prompt:    req.GetTokenIds(),
 		MaxTokens: int(req.GetMaxTokens()),
 		Seed:      req.GetSampling().GetSeed(),
+		Salt:      req.GetCacheSalt(),
 	}
 	if r.MaxTokens == 0 {
 		r.MaxTokens = defaultMaxTokens
@@ -37,6 +38,8 @@ func RequestFromProto(req *workerv1.GenerateRequest, defaultMaxTokens int) (Requ
 		return Request{}, fmt.Errorf("%w: request %q has no token ids", ErrInvalidRequest, r.ID)
 	case r.MaxTokens <= 0:
 		return Request{}, fmt.Errorf("%w: request %q has max tokens %d", ErrInvalidRequest, r.ID, r.MaxTokens)
+	case len(r.Salt) > MaxSaltLen:
+		return Request{}, fmt.Errorf("%w: request %q has a cache salt of %d bytes, more than %d", ErrInvalidRequest, r.ID, len(r.Salt), MaxSaltLen)
 	}
 	return r, nil
 }

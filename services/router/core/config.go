@@ -112,6 +112,10 @@ func DefaultConfig() Config {
 		KVTransferRTT:    DefaultKVTransferRTT,
 
 		QueueTTFTThreshold: DefaultQueueTTFTThreshold * time.Millisecond,
+
+		SessionTTL:      DefaultSessionTTL,
+		SessionAffinity: AffinitySoft,
+		MaxSessions:     DefaultMaxSessions,
 	}
 }
 
@@ -142,6 +146,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.KVTransferRTT, "kv-transfer-latency", c.KVTransferRTT, "disaggregation: a KV transfer's set-up time, paid once per request")
 	fs.DurationVar(&c.QueueTTFTThreshold, "queue-ttft-threshold", c.QueueTTFTThreshold, "the fleet is saturated for a request (frontends queue) when its predicted time to first token is past this on every worker; default the fleet's TTFT objective (the planner's --ttft-slo default); 0: off")
 	fs.IntVar(&c.QueuePrefillBudget, "queue-prefill-budget", c.QueuePrefillBudget, "the fleet is also saturated when every worker has more than this many prompt tokens queued for prefill; 0: off")
+	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "a conversation (x-session-id) idle this long loses its binding to a worker (0: 10m)")
+	fs.Var(&c.SessionAffinity, "session-affinity", "soft (a conversation leaves its worker when that one is full under the --queue-* limits and another is not, and the binding moves) or hard (it stays while its worker lives)")
+	fs.IntVar(&c.MaxSessions, "session-max-bindings", c.MaxSessions, "the most session bindings kept; past it the least recently used goes (0: 100000)")
 }
 
 // Validate checks the configuration; it reads nothing.
@@ -172,6 +179,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--queue-ttft-threshold %v must not be negative", c.QueueTTFTThreshold)
 	case c.QueuePrefillBudget < 0:
 		return fmt.Errorf("--queue-prefill-budget %d must not be negative", c.QueuePrefillBudget)
+	case c.SessionTTL < 0:
+		return fmt.Errorf("--session-ttl %v must not be negative", c.SessionTTL)
+	case c.MaxSessions < 0:
+		return fmt.Errorf("--session-max-bindings %d must not be negative", c.MaxSessions)
+	}
+	if c.SessionAffinity != "" {
+		if _, err := ParseAffinity(string(c.SessionAffinity)); err != nil {
+			return err
+		}
 	}
 	if c.Disaggregation != "" {
 		if _, err := ParseDisaggregation(string(c.Disaggregation)); err != nil {

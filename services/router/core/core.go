@@ -147,6 +147,8 @@ type Core struct {
 	// typical is each model's typical prompt tokens to compute (see
 	// saturation.go), under mu.
 	typical map[string]float64
+	// sessions binds conversations to workers (see sessions.go).
+	sessions *sessions
 }
 
 type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
@@ -191,6 +193,13 @@ type Config struct {
 	// prefill. Zero turns a limit off.
 	QueueTTFTThreshold time.Duration
 	QueuePrefillBudget int
+	// SessionTTL, SessionAffinity and MaxSessions rule the session table
+	// (see sessions.go): a binding idle for SessionTTL ends, soft or hard
+	// affinity, at most MaxSessions bindings (the least recently used
+	// goes). Zero values are DefaultSessionTTL, soft, DefaultMaxSessions.
+	SessionTTL      time.Duration
+	SessionAffinity Affinity
+	MaxSessions     int
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -227,6 +236,7 @@ func New(cfg Config) *Core {
 		transferGbps:  cfg.KVTransferGbps,
 		bytesPerToken: cfg.KVBytesPerToken,
 		transferRTT:   cfg.KVTransferRTT,
+		sessions:      newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.SessionAffinity),
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
@@ -317,6 +327,7 @@ func (c *Core) removeInstance(id uint64) {
 	}
 	c.load.RemoveWorker(index.WorkerID{Instance: id})
 	c.legs.load.RemoveWorker(index.WorkerID{Instance: id})
+	c.sessions.removeInstance(id)
 }
 
 // OnModels applies registry model card changes.
@@ -502,6 +513,8 @@ type query struct {
 	weight, temperature *float64
 	exclude             []uint64
 	direct              uint64
+	// salt is the request's cache salt, hashed into its first block.
+	salt string
 	// dryRun decides without taking a round-robin turn (ExplainRoute).
 	dryRun bool
 }
@@ -525,6 +538,10 @@ func validateQuery(q query) error {
 		return fmt.Errorf("%w: give token_ids or block_hashes, not both", ErrInvalid)
 	case len(q.tokens) > maxTokens || len(q.hashes) > maxTokens:
 		return fmt.Errorf("%w: the request has more than %d tokens or hashes", ErrInvalid, maxTokens)
+	case len(q.salt) > MaxCacheSaltLen:
+		return fmt.Errorf("%w: cache_salt is longer than %d bytes", ErrInvalid, MaxCacheSaltLen)
+	case q.salt != "" && len(q.hashes) > 0:
+		return fmt.Errorf("%w: cache_salt goes with token_ids; block_hashes are taken as they are (hash them with the salt)", ErrInvalid)
 	}
 	for _, p := range [...]struct {
 		name string
@@ -633,7 +650,7 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 	if len(q.tokens) > 0 {
 		// The blocks go in the decision's buffer: only their sequence
 		// hashes, which the decision hands on, are allocated.
-		d.blocks = kvhash.Hashes(q.tokens, bs, d.blocks[:0])
+		d.blocks = kvhash.SaltedHashes(q.tokens, bs, q.salt, d.blocks[:0])
 		hashes, d.ownHashes = make([]uint64, len(d.blocks)), true
 		for i, b := range d.blocks {
 			hashes[i] = b.Sequence
@@ -805,12 +822,18 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	if c.comp.named && r.GetInstanceId() == 0 {
 		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
 	}
+	if r.GetSessionId() != "" {
+		if err := ValidSessionID(r.SessionId); err != nil {
+			return nil, err
+		}
+	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
-		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId})
+		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt})
 	if err != nil {
 		return nil, err
 	}
 	defer d.release()
+	c.applySession(d, r.GetSessionId(), len(r.TokenIds), true)
 	w := d.scored[d.chosen].Worker
 	// One copy of the request's hashes, which the load record, the
 	// predictions and the arrivals share (none changes them); hashes made
@@ -863,7 +886,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	in := d.cands[d.chosen].in
 	if counted && c.observer != nil {
-		c.observer.Routed(r.RequestId, in.Namespace, w, own, d.hashes, pleg)
+		c.observer.Routed(r.RequestId, in.Namespace, w, own, d.hashes, pleg, r.GetSessionId())
 	}
 	resp, _ := responsePool.Get().(*routerv1.RouteResponse)
 	if resp == nil {
@@ -916,7 +939,7 @@ func Recycle(resp *routerv1.RouteResponse) {
 
 // QueryOverlaps scores candidates without routing.
 func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryOverlapsResponse, error) {
-	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes})
+	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes, salt: r.CacheSalt})
 	if err != nil {
 		return nil, err
 	}
@@ -1083,7 +1106,8 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 	st := c.idx.Stats()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	out := &routerv1.GetStatsResponse{Mode: c.ModeName(), IndexedBlocks: uint64(st.Blocks), IndexedEntries: uint64(st.Entries),
-		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored}
+		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored,
+		SessionBindings: uint64(c.sessions.live(c.now()))}
 	for _, id := range ids {
 		w := index.WorkerID{Instance: id}
 		p, d, n := c.load.Of(w)

@@ -405,7 +405,7 @@ func TestFreeBeforeRoute(t *testing.T) {
 
 type recordingObserver struct{ heard *[]string }
 
-func (o recordingObserver) Routed(id, _ string, _ index.WorkerID, _ int, _ []uint64, _ Leg) {
+func (o recordingObserver) Routed(id, _ string, _ index.WorkerID, _ int, _ []uint64, _ Leg, _ string) {
 	*o.heard = append(*o.heard, "routed "+id)
 }
 func (o recordingObserver) PrefillDone(id string) {}

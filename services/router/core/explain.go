@@ -16,8 +16,13 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	if c.comp.named && r.GetInstanceId() == 0 {
 		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
 	}
+	if r.GetSessionId() != "" {
+		if err := ValidSessionID(r.SessionId); err != nil {
+			return nil, err
+		}
+	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes, weight: r.OverlapWeight,
-		temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, dryRun: true})
+		temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, dryRun: true, salt: r.CacheSalt})
 	if err != nil {
 		return nil, err
 	}
@@ -33,6 +38,9 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	} else {
 		reason = c.reason(d)
 	}
+	// The mode's reason is for its own pick, which the session rule may
+	// then override.
+	session := c.applySession(d, r.GetSessionId(), len(r.TokenIds), false)
 	out := &routerv1.ExplainRouteResponse{
 		Mode:          c.ModeName(),
 		BlockSize:     uint32(d.blockSize),
@@ -41,6 +49,10 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 		Reason:        reason,
 		OverlapWeight: d.params.OverlapWeight,
 		Temperature:   d.params.Temperature,
+		Session:       session,
+	}
+	if session != nil {
+		out.Reason = sessionReason(session) + out.Reason
 	}
 	scored := candidatesOf(d.scored)
 	serve := len(d.cands)

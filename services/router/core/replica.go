@@ -15,7 +15,9 @@ type Observer interface {
 	// Routed is a request routed to w, where it prefills prefillBlocks;
 	// for a disaggregated pair w is the decode leg and prefill the
 	// prefill leg (zero otherwise).
-	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64, prefill Leg)
+	// session is the request's session id, empty for none: it is now
+	// bound to w.
+	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64, prefill Leg, session string)
 	PrefillDone(id string)
 	Freed(id string)
 }
@@ -44,6 +46,11 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 			c.unheard.heardRoute(at, c.now(), int(r.PrefillBlocks))
 		}
 		c.mu.Unlock()
+		if live && r.SessionId != "" && ValidSessionID(r.SessionId) == nil {
+			// Bound as of the decision, even when its request is over:
+			// the binding outlives its turns.
+			c.sessions.bind(r.SessionId, w, at)
+		}
 		if !live || r.RequestId == "" {
 			return
 		}
@@ -87,6 +94,14 @@ func (c *Core) indexedOn(w index.WorkerID, hashes []uint64) int {
 // disaggregated pair, its prefill leg.
 func RoutedEvent(id string, w index.WorkerID, prefill int, hashes []uint64) *routerv1.ReplicaEvent {
 	return PairRoutedEvent(id, w, prefill, hashes, Leg{})
+}
+
+// SessionRoutedEvent is RoutedEvent of a decision for a session, which
+// binds the session to w on every replica.
+func SessionRoutedEvent(id string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session string) *routerv1.ReplicaEvent {
+	ev := PairRoutedEvent(id, w, prefill, hashes, leg)
+	ev.GetRouted().SessionId = session
+	return ev
 }
 
 // PairRoutedEvent is RoutedEvent of a decision with a prefill leg (the

@@ -56,8 +56,8 @@ func (o netObserver) send(ev *routerv1.ReplicaEvent) {
 	o.n.deliver()
 }
 
-func (o netObserver) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg) {
-	o.send(PairRoutedEvent(id, w, prefill, hashes, leg))
+func (o netObserver) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session string) {
+	o.send(SessionRoutedEvent(id, w, prefill, hashes, leg, session))
 }
 func (o netObserver) PrefillDone(id string) { o.send(PrefillDoneEvent(id)) }
 func (o netObserver) Freed(id string)       { o.send(FreedEvent(id)) }

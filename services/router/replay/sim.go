@@ -307,8 +307,8 @@ func (o observer) send(ev *routerv1.ReplicaEvent) {
 	})
 }
 
-func (o observer) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg) {
-	o.send(core.PairRoutedEvent(id, w, prefill, hashes, leg))
+func (o observer) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session string) {
+	o.send(core.SessionRoutedEvent(id, w, prefill, hashes, leg, session))
 }
 func (o observer) PrefillDone(id string) { o.send(core.PrefillDoneEvent(id)) }
 func (o observer) Freed(id string)       { o.send(core.FreedEvent(id)) }

@@ -201,8 +201,20 @@ type RouteRequest struct {
 	// router listing every worker, and itself decoding the list, at every
 	// decision: about 25 bytes per worker, 250 KB at 10,000 workers.
 	OmitCandidates bool `protobuf:"varint,9,opt,name=omit_candidates,json=omitCandidates,proto3" json:"omit_candidates,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The conversation the request belongs to (the client's x-session-id
+	// or X-Dynamo-Session-ID header); empty for none. Its first turn binds
+	// it to the worker chosen, and its later turns go there (see
+	// SessionBinding) while the binding lives: it is idle for less than the
+	// router's --session-ttl and its worker is alive. 1..256 bytes of
+	// ASCII letters, digits and -_.:@/+=~; anything else is InvalidArgument.
+	SessionId string `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The tenant's cache salt (the OpenAI-compatible request's cache_salt,
+	// as vLLM takes it); empty for none. It enters the first block's hash
+	// (see the block hash spec on switchyard.worker.v1.KvBlock), so that the request
+	// matches only blocks stored under the same salt. At most 1,024 bytes.
+	CacheSalt     string `protobuf:"bytes,11,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -298,6 +310,20 @@ func (x *RouteRequest) GetOmitCandidates() bool {
 	return false
 }
 
+func (x *RouteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
 // Candidate is one worker considered for a request.
 type Candidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -389,6 +415,113 @@ func (x *Candidate) GetDecodeBlocks() uint32 {
 	return 0
 }
 
+// SessionBinding is a conversation's binding to a worker, as a decision
+// found and left it.
+type SessionBinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The bound instance after the decision.
+	InstanceId uint64 `protobuf:"varint,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Its data-parallel rank.
+	DpRank uint32 `protobuf:"varint,3,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// "soft" (another worker is chosen when the bound one is full under the
+	// router's saturation limits and the other is not, or is gone; the
+	// binding moves) or "hard" (the bound worker while it lives).
+	Affinity string `protobuf:"bytes,4,opt,name=affinity,proto3" json:"affinity,omitempty"`
+	// What the decision did: "new" (no live binding: the chosen worker is
+	// bound), "hit" (the bound worker was chosen), "moved_load" (soft: the
+	// bound worker was full, another was not) or "moved_unavailable" (the
+	// bound worker does not serve the target or was excluded).
+	Outcome string `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The instance bound before the decision; 0 for a new binding.
+	PreviousInstanceId uint64 `protobuf:"varint,6,opt,name=previous_instance_id,json=previousInstanceId,proto3" json:"previous_instance_id,omitempty"`
+	// When the binding was last used before this decision; unset for a new
+	// one. It expires --session-ttl after its last use.
+	LastUsed      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionBinding) Reset() {
+	*x = SessionBinding{}
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionBinding) ProtoMessage() {}
+
+func (x *SessionBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionBinding.ProtoReflect.Descriptor instead.
+func (*SessionBinding) Descriptor() ([]byte, []int) {
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SessionBinding) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionBinding) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *SessionBinding) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *SessionBinding) GetAffinity() string {
+	if x != nil {
+		return x.Affinity
+	}
+	return ""
+}
+
+func (x *SessionBinding) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *SessionBinding) GetPreviousInstanceId() uint64 {
+	if x != nil {
+		return x.PreviousInstanceId
+	}
+	return 0
+}
+
+func (x *SessionBinding) GetLastUsed() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsed
+	}
+	return nil
+}
+
 // RouteResponse is the decision.
 type RouteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -430,7 +563,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +575,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[4]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +588,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RouteResponse) GetInstanceId() uint64 {
@@ -540,7 +673,7 @@ type PrefillTarget struct {
 
 func (x *PrefillTarget) Reset() {
 	*x = PrefillTarget{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +685,7 @@ func (x *PrefillTarget) String() string {
 func (*PrefillTarget) ProtoMessage() {}
 
 func (x *PrefillTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[5]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +698,7 @@ func (x *PrefillTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillTarget.ProtoReflect.Descriptor instead.
 func (*PrefillTarget) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrefillTarget) GetInstanceId() uint64 {
@@ -614,7 +747,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +759,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[6]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +772,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -658,7 +791,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +803,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[7]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +816,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 // FreeRequest names a routed request.
@@ -697,7 +830,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +842,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[8]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +855,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -741,7 +874,7 @@ type FreeResponse struct {
 
 func (x *FreeResponse) Reset() {
 	*x = FreeResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +886,7 @@ func (x *FreeResponse) String() string {
 func (*FreeResponse) ProtoMessage() {}
 
 func (x *FreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[9]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +899,7 @@ func (x *FreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeResponse.ProtoReflect.Descriptor instead.
 func (*FreeResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 // ReportRequest is one batch of progress reports of routed requests.
@@ -783,7 +916,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +928,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[10]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +941,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportRequest) GetPrefillComplete() []string {
@@ -836,7 +969,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +981,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[11]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +994,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportResponse) GetBatches() uint64 {
@@ -882,7 +1015,7 @@ type RouteStreamRequest struct {
 
 func (x *RouteStreamRequest) Reset() {
 	*x = RouteStreamRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1027,7 @@ func (x *RouteStreamRequest) String() string {
 func (*RouteStreamRequest) ProtoMessage() {}
 
 func (x *RouteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[12]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1040,7 @@ func (x *RouteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStreamRequest.ProtoReflect.Descriptor instead.
 func (*RouteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteStreamRequest) GetRoute() *RouteRequest {
@@ -930,7 +1063,7 @@ type RouteStreamResponse struct {
 
 func (x *RouteStreamResponse) Reset() {
 	*x = RouteStreamResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1075,7 @@ func (x *RouteStreamResponse) String() string {
 func (*RouteStreamResponse) ProtoMessage() {}
 
 func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[13]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1088,7 @@ func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStreamResponse.ProtoReflect.Descriptor instead.
 func (*RouteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteStreamResponse) GetRoute() *RouteResponse {
@@ -989,7 +1122,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1134,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[14]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1147,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteError) GetCode() uint32 {
@@ -1046,14 +1179,16 @@ type QueryOverlapsRequest struct {
 	// The prompt's token ids.
 	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Precomputed sequence hashes, instead of token_ids.
-	BlockHashes   []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// The tenant's cache salt, as RouteRequest.cache_salt.
+	CacheSalt     string `protobuf:"bytes,4,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryOverlapsRequest) Reset() {
 	*x = QueryOverlapsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1200,7 @@ func (x *QueryOverlapsRequest) String() string {
 func (*QueryOverlapsRequest) ProtoMessage() {}
 
 func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[15]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1213,7 @@ func (x *QueryOverlapsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsRequest.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueryOverlapsRequest) GetTarget() *Target {
@@ -1102,6 +1237,13 @@ func (x *QueryOverlapsRequest) GetBlockHashes() []uint64 {
 	return nil
 }
 
+func (x *QueryOverlapsRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
 // QueryOverlapsResponse reports the candidates.
 type QueryOverlapsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1115,7 +1257,7 @@ type QueryOverlapsResponse struct {
 
 func (x *QueryOverlapsResponse) Reset() {
 	*x = QueryOverlapsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1269,7 @@ func (x *QueryOverlapsResponse) String() string {
 func (*QueryOverlapsResponse) ProtoMessage() {}
 
 func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[16]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1282,7 @@ func (x *QueryOverlapsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOverlapsResponse.ProtoReflect.Descriptor instead.
 func (*QueryOverlapsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueryOverlapsResponse) GetRequestBlocks() uint32 {
@@ -1174,14 +1316,19 @@ type ExplainRouteRequest struct {
 	// Instances not to choose.
 	ExcludeInstanceIds []uint64 `protobuf:"varint,6,rep,packed,name=exclude_instance_ids,json=excludeInstanceIds,proto3" json:"exclude_instance_ids,omitempty"`
 	// In direct mode, the instance to use.
-	InstanceId    uint64 `protobuf:"varint,7,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	InstanceId uint64 `protobuf:"varint,7,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The conversation's session id, as RouteRequest.session_id; the
+	// answer's session says what its binding would do (nothing is bound).
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The tenant's cache salt, as RouteRequest.cache_salt.
+	CacheSalt     string `protobuf:"bytes,9,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainRouteRequest) Reset() {
 	*x = ExplainRouteRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1340,7 @@ func (x *ExplainRouteRequest) String() string {
 func (*ExplainRouteRequest) ProtoMessage() {}
 
 func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[17]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1353,7 @@ func (x *ExplainRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainRouteRequest) GetTarget() *Target {
@@ -1258,6 +1405,20 @@ func (x *ExplainRouteRequest) GetInstanceId() uint64 {
 	return 0
 }
 
+func (x *ExplainRouteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExplainRouteRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
 // ExplainedCandidate is one worker as ExplainRoute saw it.
 type ExplainedCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1273,7 +1434,7 @@ type ExplainedCandidate struct {
 
 func (x *ExplainedCandidate) Reset() {
 	*x = ExplainedCandidate{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1446,7 @@ func (x *ExplainedCandidate) String() string {
 func (*ExplainedCandidate) ProtoMessage() {}
 
 func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[18]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1459,7 @@ func (x *ExplainedCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainedCandidate.ProtoReflect.Descriptor instead.
 func (*ExplainedCandidate) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExplainedCandidate) GetCandidate() *Candidate {
@@ -1356,13 +1517,16 @@ type ExplainRouteResponse struct {
 	// transfer of the blocks it lacks) when disaggregation is
 	// "remote_prefill", the whole request otherwise.
 	PrefillCandidates []*ExplainedCandidate `protobuf:"bytes,11,rep,name=prefill_candidates,json=prefillCandidates,proto3" json:"prefill_candidates,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The session's binding as Route would leave it; unset without a
+	// session_id.
+	Session       *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainRouteResponse) Reset() {
 	*x = ExplainRouteResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1538,7 @@ func (x *ExplainRouteResponse) String() string {
 func (*ExplainRouteResponse) ProtoMessage() {}
 
 func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[19]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1551,7 @@ func (x *ExplainRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRouteResponse.ProtoReflect.Descriptor instead.
 func (*ExplainRouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExplainRouteResponse) GetMode() string {
@@ -1467,6 +1631,13 @@ func (x *ExplainRouteResponse) GetPrefillCandidates() []*ExplainedCandidate {
 	return nil
 }
 
+func (x *ExplainRouteResponse) GetSession() *SessionBinding {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // WatchSaturationRequest names the models to watch.
 type WatchSaturationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1478,7 +1649,7 @@ type WatchSaturationRequest struct {
 
 func (x *WatchSaturationRequest) Reset() {
 	*x = WatchSaturationRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1661,7 @@ func (x *WatchSaturationRequest) String() string {
 func (*WatchSaturationRequest) ProtoMessage() {}
 
 func (x *WatchSaturationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[20]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1674,7 @@ func (x *WatchSaturationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSaturationRequest.ProtoReflect.Descriptor instead.
 func (*WatchSaturationRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchSaturationRequest) GetModels() []string {
@@ -1525,7 +1696,7 @@ type WatchSaturationResponse struct {
 
 func (x *WatchSaturationResponse) Reset() {
 	*x = WatchSaturationResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1708,7 @@ func (x *WatchSaturationResponse) String() string {
 func (*WatchSaturationResponse) ProtoMessage() {}
 
 func (x *WatchSaturationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[21]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1721,7 @@ func (x *WatchSaturationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSaturationResponse.ProtoReflect.Descriptor instead.
 func (*WatchSaturationResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchSaturationResponse) GetModels() []*ModelSaturation {
@@ -1574,7 +1745,7 @@ type ModelSaturation struct {
 
 func (x *ModelSaturation) Reset() {
 	*x = ModelSaturation{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1757,7 @@ func (x *ModelSaturation) String() string {
 func (*ModelSaturation) ProtoMessage() {}
 
 func (x *ModelSaturation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[22]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1770,7 @@ func (x *ModelSaturation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSaturation.ProtoReflect.Descriptor instead.
 func (*ModelSaturation) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelSaturation) GetModel() string {
@@ -1625,7 +1796,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1808,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[23]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1821,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
 }
 
 // WorkerStats is one worker's state in the router.
@@ -1679,7 +1850,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1862,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[24]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1875,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerStats) GetInstanceId() uint64 {
@@ -1776,13 +1947,15 @@ type GetStatsResponse struct {
 	// When the index was restored from a snapshot at start, the snapshot's
 	// time; unset for a cold start.
 	RestoredSnapshotTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=restored_snapshot_time,json=restoredSnapshotTime,proto3" json:"restored_snapshot_time,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Live session bindings (see RouteRequest.session_id).
+	SessionBindings uint64 `protobuf:"varint,9,opt,name=session_bindings,json=sessionBindings,proto3" json:"session_bindings,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1967,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[25]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1980,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetStatsResponse) GetMode() string {
@@ -1866,6 +2039,13 @@ func (x *GetStatsResponse) GetRestoredSnapshotTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetStatsResponse) GetSessionBindings() uint64 {
+	if x != nil {
+		return x.SessionBindings
+	}
+	return 0
+}
+
 // ReplicaEvent is what router replicas share over the eventbus (with
 // --router-replica-sync) so that each one knows the load, and in
 // approximate mode the predicted blocks, of every replica's decisions.
@@ -1893,7 +2073,7 @@ type ReplicaEvent struct {
 
 func (x *ReplicaEvent) Reset() {
 	*x = ReplicaEvent{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2085,7 @@ func (x *ReplicaEvent) String() string {
 func (*ReplicaEvent) ProtoMessage() {}
 
 func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[26]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2098,7 @@ func (x *ReplicaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEvent.ProtoReflect.Descriptor instead.
 func (*ReplicaEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaEvent) GetReplicaId() string {
@@ -2008,13 +2188,18 @@ type ReplicaRouted struct {
 	PrefillDpRank uint32 `protobuf:"varint,7,opt,name=prefill_dp_rank,json=prefillDpRank,proto3" json:"prefill_dp_rank,omitempty"`
 	// Blocks the prefill leg's worker has to compute.
 	PrefillLegBlocks uint32 `protobuf:"varint,8,opt,name=prefill_leg_blocks,json=prefillLegBlocks,proto3" json:"prefill_leg_blocks,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The request's session id, empty for none: every replica binds the
+	// session to instance_id (and dp_rank) as of the event's time, so that
+	// the conversation's next turn goes there through any replica, and a
+	// restarted replica learns the live bindings by replaying the stream.
+	SessionId     string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaRouted) Reset() {
 	*x = ReplicaRouted{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2211,7 @@ func (x *ReplicaRouted) String() string {
 func (*ReplicaRouted) ProtoMessage() {}
 
 func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[27]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2224,7 @@ func (x *ReplicaRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRouted.ProtoReflect.Descriptor instead.
 func (*ReplicaRouted) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaRouted) GetRequestId() string {
@@ -2098,6 +2283,13 @@ func (x *ReplicaRouted) GetPrefillLegBlocks() uint32 {
 	return 0
 }
 
+func (x *ReplicaRouted) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 // IndexSnapshot is a router's KV index as stored in the eventbus object
 // store: every worker's blocks plus, per namespace, the KV event stream
 // sequence the snapshot covers. A restarted router loads it and replays the
@@ -2121,7 +2313,7 @@ type IndexSnapshot struct {
 
 func (x *IndexSnapshot) Reset() {
 	*x = IndexSnapshot{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2325,7 @@ func (x *IndexSnapshot) String() string {
 func (*IndexSnapshot) ProtoMessage() {}
 
 func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[28]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2338,7 @@ func (x *IndexSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshot.ProtoReflect.Descriptor instead.
 func (*IndexSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IndexSnapshot) GetStreamSequences() map[string]uint64 {
@@ -2187,7 +2379,7 @@ type IndexSnapshotWorker struct {
 
 func (x *IndexSnapshotWorker) Reset() {
 	*x = IndexSnapshotWorker{}
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2391,7 @@ func (x *IndexSnapshotWorker) String() string {
 func (*IndexSnapshotWorker) ProtoMessage() {}
 
 func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_router_v1_router_proto_msgTypes[29]
+	mi := &file_switchyard_router_v1_router_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2404,7 @@ func (x *IndexSnapshotWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSnapshotWorker.ProtoReflect.Descriptor instead.
 func (*IndexSnapshotWorker) Descriptor() ([]byte, []int) {
-	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_router_v1_router_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IndexSnapshotWorker) GetInstanceId() uint64 {
@@ -2255,7 +2447,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\bEndpoint\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x95\x03\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xd3\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -2267,7 +2459,12 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x14exclude_instance_ids\x18\a \x03(\x04R\x12excludeInstanceIds\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\x04R\n" +
 	"instanceId\x12'\n" +
-	"\x0fomit_candidates\x18\t \x01(\bR\x0eomitCandidatesB\x11\n" +
+	"\x0fomit_candidates\x18\t \x01(\bR\x0eomitCandidates\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\v \x01(\tR\tcacheSaltB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xcc\x01\n" +
 	"\tCandidate\x12\x1f\n" +
@@ -2277,7 +2474,17 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\xb0\x03\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\x8a\x02\n" +
+	"\x0eSessionBinding\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\x04R\n" +
+	"instanceId\x12\x17\n" +
+	"\adp_rank\x18\x03 \x01(\rR\x06dpRank\x12\x1a\n" +
+	"\baffinity\x18\x04 \x01(\tR\baffinity\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x120\n" +
+	"\x14previous_instance_id\x18\x06 \x01(\x04R\x12previousInstanceId\x127\n" +
+	"\tlast_used\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"\xb0\x03\n" +
 	"\rRouteResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2320,16 +2527,18 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"RouteError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x8c\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xab\x01\n" +
 	"\x14QueryOverlapsRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
-	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\"\x7f\n" +
+	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\"\x7f\n" +
 	"\x15QueryOverlapsResponse\x12%\n" +
 	"\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2\x1f.switchyard.router.v1.CandidateR\n" +
-	"candidates\"\xd4\x02\n" +
+	"candidates\"\x92\x03\n" +
 	"\x13ExplainRouteRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
@@ -2338,13 +2547,17 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\vtemperature\x18\x05 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x120\n" +
 	"\x14exclude_instance_ids\x18\x06 \x03(\x04R\x12excludeInstanceIds\x12\x1f\n" +
 	"\vinstance_id\x18\a \x01(\x04R\n" +
-	"instanceIdB\x11\n" +
+	"instanceId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\t \x01(\tR\tcacheSaltB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xce\x01\n" +
 	"\x12ExplainedCandidate\x12=\n" +
 	"\tcandidate\x18\x01 \x01(\v2\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n" +
 	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xed\x03\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xad\x04\n" +
 	"\x14ExplainRouteResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -2361,7 +2574,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0edisaggregation\x18\t \x01(\tR\x0edisaggregation\x12.\n" +
 	"\x13prefill_instance_id\x18\n" +
 	" \x01(\x04R\x11prefillInstanceId\x12W\n" +
-	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\"0\n" +
+	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\x12>\n" +
+	"\asession\x18\f \x01(\v2$.switchyard.router.v1.SessionBindingR\asession\"0\n" +
 	"\x16WatchSaturationRequest\x12\x16\n" +
 	"\x06models\x18\x01 \x03(\tR\x06models\"X\n" +
 	"\x17WatchSaturationResponse\x12=\n" +
@@ -2378,7 +2592,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
 	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\x12B\n" +
-	"\x0flast_event_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastEventTime\"\xf6\x02\n" +
+	"\x0flast_event_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastEventTime\"\xa1\x03\n" +
 	"\x10GetStatsResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x04R\rindexedBlocks\x12'\n" +
@@ -2388,14 +2602,15 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x10events_duplicate\x18\x06 \x01(\x04R\x0feventsDuplicate\x12\x1d\n" +
 	"\n" +
 	"events_gap\x18\a \x01(\x04R\teventsGap\x12P\n" +
-	"\x16restored_snapshot_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\"\xb9\x01\n" +
+	"\x16restored_snapshot_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14restoredSnapshotTime\x12)\n" +
+	"\x10session_bindings\x18\t \x01(\x04R\x0fsessionBindings\"\xb9\x01\n" +
 	"\fReplicaEvent\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12=\n" +
 	"\x06routed\x18\x02 \x01(\v2#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n" +
 	"\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n" +
 	"\x05freed\x18\x04 \x01(\tH\x00R\x05freedB\x06\n" +
-	"\x04kind\"\xb8\x02\n" +
+	"\x04kind\"\xd7\x02\n" +
 	"\rReplicaRouted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -2406,7 +2621,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\fblock_hashes\x18\x05 \x03(\x04R\vblockHashes\x12.\n" +
 	"\x13prefill_instance_id\x18\x06 \x01(\x04R\x11prefillInstanceId\x12&\n" +
 	"\x0fprefill_dp_rank\x18\a \x01(\rR\rprefillDpRank\x12,\n" +
-	"\x12prefill_leg_blocks\x18\b \x01(\rR\x10prefillLegBlocks\"\xb4\x02\n" +
+	"\x12prefill_leg_blocks\x18\b \x01(\rR\x10prefillLegBlocks\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\t \x01(\tR\tsessionId\"\xb4\x02\n" +
 	"\rIndexSnapshot\x12c\n" +
 	"\x10stream_sequences\x18\x01 \x03(\v28.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12C\n" +
 	"\aworkers\x18\x02 \x03(\v2).switchyard.router.v1.IndexSnapshotWorkerR\aworkers\x125\n" +
@@ -2444,93 +2661,96 @@ func file_switchyard_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_switchyard_router_v1_router_proto_rawDescData
 }
 
-var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_switchyard_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_switchyard_router_v1_router_proto_goTypes = []any{
 	(*Target)(nil),                      // 0: switchyard.router.v1.Target
 	(*Endpoint)(nil),                    // 1: switchyard.router.v1.Endpoint
 	(*RouteRequest)(nil),                // 2: switchyard.router.v1.RouteRequest
 	(*Candidate)(nil),                   // 3: switchyard.router.v1.Candidate
-	(*RouteResponse)(nil),               // 4: switchyard.router.v1.RouteResponse
-	(*PrefillTarget)(nil),               // 5: switchyard.router.v1.PrefillTarget
-	(*MarkPrefillCompleteRequest)(nil),  // 6: switchyard.router.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 7: switchyard.router.v1.MarkPrefillCompleteResponse
-	(*FreeRequest)(nil),                 // 8: switchyard.router.v1.FreeRequest
-	(*FreeResponse)(nil),                // 9: switchyard.router.v1.FreeResponse
-	(*ReportRequest)(nil),               // 10: switchyard.router.v1.ReportRequest
-	(*ReportResponse)(nil),              // 11: switchyard.router.v1.ReportResponse
-	(*RouteStreamRequest)(nil),          // 12: switchyard.router.v1.RouteStreamRequest
-	(*RouteStreamResponse)(nil),         // 13: switchyard.router.v1.RouteStreamResponse
-	(*RouteError)(nil),                  // 14: switchyard.router.v1.RouteError
-	(*QueryOverlapsRequest)(nil),        // 15: switchyard.router.v1.QueryOverlapsRequest
-	(*QueryOverlapsResponse)(nil),       // 16: switchyard.router.v1.QueryOverlapsResponse
-	(*ExplainRouteRequest)(nil),         // 17: switchyard.router.v1.ExplainRouteRequest
-	(*ExplainedCandidate)(nil),          // 18: switchyard.router.v1.ExplainedCandidate
-	(*ExplainRouteResponse)(nil),        // 19: switchyard.router.v1.ExplainRouteResponse
-	(*WatchSaturationRequest)(nil),      // 20: switchyard.router.v1.WatchSaturationRequest
-	(*WatchSaturationResponse)(nil),     // 21: switchyard.router.v1.WatchSaturationResponse
-	(*ModelSaturation)(nil),             // 22: switchyard.router.v1.ModelSaturation
-	(*GetStatsRequest)(nil),             // 23: switchyard.router.v1.GetStatsRequest
-	(*WorkerStats)(nil),                 // 24: switchyard.router.v1.WorkerStats
-	(*GetStatsResponse)(nil),            // 25: switchyard.router.v1.GetStatsResponse
-	(*ReplicaEvent)(nil),                // 26: switchyard.router.v1.ReplicaEvent
-	(*ReplicaRouted)(nil),               // 27: switchyard.router.v1.ReplicaRouted
-	(*IndexSnapshot)(nil),               // 28: switchyard.router.v1.IndexSnapshot
-	(*IndexSnapshotWorker)(nil),         // 29: switchyard.router.v1.IndexSnapshotWorker
-	nil,                                 // 30: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	(*v1.Transport)(nil),                // 31: switchyard.common.v1.Transport
+	(*SessionBinding)(nil),              // 4: switchyard.router.v1.SessionBinding
+	(*RouteResponse)(nil),               // 5: switchyard.router.v1.RouteResponse
+	(*PrefillTarget)(nil),               // 6: switchyard.router.v1.PrefillTarget
+	(*MarkPrefillCompleteRequest)(nil),  // 7: switchyard.router.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 8: switchyard.router.v1.MarkPrefillCompleteResponse
+	(*FreeRequest)(nil),                 // 9: switchyard.router.v1.FreeRequest
+	(*FreeResponse)(nil),                // 10: switchyard.router.v1.FreeResponse
+	(*ReportRequest)(nil),               // 11: switchyard.router.v1.ReportRequest
+	(*ReportResponse)(nil),              // 12: switchyard.router.v1.ReportResponse
+	(*RouteStreamRequest)(nil),          // 13: switchyard.router.v1.RouteStreamRequest
+	(*RouteStreamResponse)(nil),         // 14: switchyard.router.v1.RouteStreamResponse
+	(*RouteError)(nil),                  // 15: switchyard.router.v1.RouteError
+	(*QueryOverlapsRequest)(nil),        // 16: switchyard.router.v1.QueryOverlapsRequest
+	(*QueryOverlapsResponse)(nil),       // 17: switchyard.router.v1.QueryOverlapsResponse
+	(*ExplainRouteRequest)(nil),         // 18: switchyard.router.v1.ExplainRouteRequest
+	(*ExplainedCandidate)(nil),          // 19: switchyard.router.v1.ExplainedCandidate
+	(*ExplainRouteResponse)(nil),        // 20: switchyard.router.v1.ExplainRouteResponse
+	(*WatchSaturationRequest)(nil),      // 21: switchyard.router.v1.WatchSaturationRequest
+	(*WatchSaturationResponse)(nil),     // 22: switchyard.router.v1.WatchSaturationResponse
+	(*ModelSaturation)(nil),             // 23: switchyard.router.v1.ModelSaturation
+	(*GetStatsRequest)(nil),             // 24: switchyard.router.v1.GetStatsRequest
+	(*WorkerStats)(nil),                 // 25: switchyard.router.v1.WorkerStats
+	(*GetStatsResponse)(nil),            // 26: switchyard.router.v1.GetStatsResponse
+	(*ReplicaEvent)(nil),                // 27: switchyard.router.v1.ReplicaEvent
+	(*ReplicaRouted)(nil),               // 28: switchyard.router.v1.ReplicaRouted
+	(*IndexSnapshot)(nil),               // 29: switchyard.router.v1.IndexSnapshot
+	(*IndexSnapshotWorker)(nil),         // 30: switchyard.router.v1.IndexSnapshotWorker
+	nil,                                 // 31: switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
 	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
+	(*v1.Transport)(nil),                // 33: switchyard.common.v1.Transport
 }
 var file_switchyard_router_v1_router_proto_depIdxs = []int32{
 	1,  // 0: switchyard.router.v1.Target.endpoint:type_name -> switchyard.router.v1.Endpoint
 	0,  // 1: switchyard.router.v1.RouteRequest.target:type_name -> switchyard.router.v1.Target
-	31, // 2: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
-	3,  // 3: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
-	1,  // 4: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
-	5,  // 5: switchyard.router.v1.RouteResponse.prefill:type_name -> switchyard.router.v1.PrefillTarget
-	31, // 6: switchyard.router.v1.PrefillTarget.transport:type_name -> switchyard.common.v1.Transport
-	1,  // 7: switchyard.router.v1.PrefillTarget.endpoint:type_name -> switchyard.router.v1.Endpoint
-	2,  // 8: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
-	4,  // 9: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
-	14, // 10: switchyard.router.v1.RouteStreamResponse.error:type_name -> switchyard.router.v1.RouteError
-	0,  // 11: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 12: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
-	0,  // 13: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
-	3,  // 14: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
-	31, // 15: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
-	1,  // 16: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
-	18, // 17: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	18, // 18: switchyard.router.v1.ExplainRouteResponse.prefill_candidates:type_name -> switchyard.router.v1.ExplainedCandidate
-	22, // 19: switchyard.router.v1.WatchSaturationResponse.models:type_name -> switchyard.router.v1.ModelSaturation
-	32, // 20: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
-	24, // 21: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
-	32, // 22: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
-	27, // 23: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
-	30, // 24: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
-	29, // 25: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
-	32, // 26: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
-	2,  // 27: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
-	6,  // 28: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
-	8,  // 29: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
-	10, // 30: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
-	12, // 31: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
-	15, // 32: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
-	23, // 33: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
-	17, // 34: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
-	20, // 35: switchyard.router.v1.RouterService.WatchSaturation:input_type -> switchyard.router.v1.WatchSaturationRequest
-	4,  // 36: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
-	7,  // 37: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
-	9,  // 38: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
-	11, // 39: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
-	13, // 40: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
-	16, // 41: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
-	25, // 42: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
-	19, // 43: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
-	21, // 44: switchyard.router.v1.RouterService.WatchSaturation:output_type -> switchyard.router.v1.WatchSaturationResponse
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	32, // 2: switchyard.router.v1.SessionBinding.last_used:type_name -> google.protobuf.Timestamp
+	33, // 3: switchyard.router.v1.RouteResponse.transport:type_name -> switchyard.common.v1.Transport
+	3,  // 4: switchyard.router.v1.RouteResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	1,  // 5: switchyard.router.v1.RouteResponse.endpoint:type_name -> switchyard.router.v1.Endpoint
+	6,  // 6: switchyard.router.v1.RouteResponse.prefill:type_name -> switchyard.router.v1.PrefillTarget
+	33, // 7: switchyard.router.v1.PrefillTarget.transport:type_name -> switchyard.common.v1.Transport
+	1,  // 8: switchyard.router.v1.PrefillTarget.endpoint:type_name -> switchyard.router.v1.Endpoint
+	2,  // 9: switchyard.router.v1.RouteStreamRequest.route:type_name -> switchyard.router.v1.RouteRequest
+	5,  // 10: switchyard.router.v1.RouteStreamResponse.route:type_name -> switchyard.router.v1.RouteResponse
+	15, // 11: switchyard.router.v1.RouteStreamResponse.error:type_name -> switchyard.router.v1.RouteError
+	0,  // 12: switchyard.router.v1.QueryOverlapsRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 13: switchyard.router.v1.QueryOverlapsResponse.candidates:type_name -> switchyard.router.v1.Candidate
+	0,  // 14: switchyard.router.v1.ExplainRouteRequest.target:type_name -> switchyard.router.v1.Target
+	3,  // 15: switchyard.router.v1.ExplainedCandidate.candidate:type_name -> switchyard.router.v1.Candidate
+	33, // 16: switchyard.router.v1.ExplainedCandidate.transport:type_name -> switchyard.common.v1.Transport
+	1,  // 17: switchyard.router.v1.ExplainedCandidate.endpoint:type_name -> switchyard.router.v1.Endpoint
+	19, // 18: switchyard.router.v1.ExplainRouteResponse.candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	19, // 19: switchyard.router.v1.ExplainRouteResponse.prefill_candidates:type_name -> switchyard.router.v1.ExplainedCandidate
+	4,  // 20: switchyard.router.v1.ExplainRouteResponse.session:type_name -> switchyard.router.v1.SessionBinding
+	23, // 21: switchyard.router.v1.WatchSaturationResponse.models:type_name -> switchyard.router.v1.ModelSaturation
+	32, // 22: switchyard.router.v1.WorkerStats.last_event_time:type_name -> google.protobuf.Timestamp
+	25, // 23: switchyard.router.v1.GetStatsResponse.workers:type_name -> switchyard.router.v1.WorkerStats
+	32, // 24: switchyard.router.v1.GetStatsResponse.restored_snapshot_time:type_name -> google.protobuf.Timestamp
+	28, // 25: switchyard.router.v1.ReplicaEvent.routed:type_name -> switchyard.router.v1.ReplicaRouted
+	31, // 26: switchyard.router.v1.IndexSnapshot.stream_sequences:type_name -> switchyard.router.v1.IndexSnapshot.StreamSequencesEntry
+	30, // 27: switchyard.router.v1.IndexSnapshot.workers:type_name -> switchyard.router.v1.IndexSnapshotWorker
+	32, // 28: switchyard.router.v1.IndexSnapshot.taken_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: switchyard.router.v1.RouterService.Route:input_type -> switchyard.router.v1.RouteRequest
+	7,  // 30: switchyard.router.v1.RouterService.MarkPrefillComplete:input_type -> switchyard.router.v1.MarkPrefillCompleteRequest
+	9,  // 31: switchyard.router.v1.RouterService.Free:input_type -> switchyard.router.v1.FreeRequest
+	11, // 32: switchyard.router.v1.RouterService.Report:input_type -> switchyard.router.v1.ReportRequest
+	13, // 33: switchyard.router.v1.RouterService.RouteStream:input_type -> switchyard.router.v1.RouteStreamRequest
+	16, // 34: switchyard.router.v1.RouterService.QueryOverlaps:input_type -> switchyard.router.v1.QueryOverlapsRequest
+	24, // 35: switchyard.router.v1.RouterService.GetStats:input_type -> switchyard.router.v1.GetStatsRequest
+	18, // 36: switchyard.router.v1.RouterService.ExplainRoute:input_type -> switchyard.router.v1.ExplainRouteRequest
+	21, // 37: switchyard.router.v1.RouterService.WatchSaturation:input_type -> switchyard.router.v1.WatchSaturationRequest
+	5,  // 38: switchyard.router.v1.RouterService.Route:output_type -> switchyard.router.v1.RouteResponse
+	8,  // 39: switchyard.router.v1.RouterService.MarkPrefillComplete:output_type -> switchyard.router.v1.MarkPrefillCompleteResponse
+	10, // 40: switchyard.router.v1.RouterService.Free:output_type -> switchyard.router.v1.FreeResponse
+	12, // 41: switchyard.router.v1.RouterService.Report:output_type -> switchyard.router.v1.ReportResponse
+	14, // 42: switchyard.router.v1.RouterService.RouteStream:output_type -> switchyard.router.v1.RouteStreamResponse
+	17, // 43: switchyard.router.v1.RouterService.QueryOverlaps:output_type -> switchyard.router.v1.QueryOverlapsResponse
+	26, // 44: switchyard.router.v1.RouterService.GetStats:output_type -> switchyard.router.v1.GetStatsResponse
+	20, // 45: switchyard.router.v1.RouterService.ExplainRoute:output_type -> switchyard.router.v1.ExplainRouteResponse
+	22, // 46: switchyard.router.v1.RouterService.WatchSaturation:output_type -> switchyard.router.v1.WatchSaturationResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_router_v1_router_proto_init() }
@@ -2543,8 +2763,8 @@ func file_switchyard_router_v1_router_proto_init() {
 		(*Target_Model)(nil),
 	}
 	file_switchyard_router_v1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[17].OneofWrappers = []any{}
-	file_switchyard_router_v1_router_proto_msgTypes[26].OneofWrappers = []any{
+	file_switchyard_router_v1_router_proto_msgTypes[18].OneofWrappers = []any{}
+	file_switchyard_router_v1_router_proto_msgTypes[27].OneofWrappers = []any{
 		(*ReplicaEvent_Routed)(nil),
 		(*ReplicaEvent_PrefillComplete)(nil),
 		(*ReplicaEvent_Freed)(nil),
@@ -2555,7 +2775,7 @@ func file_switchyard_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_router_v1_router_proto_rawDesc), len(file_switchyard_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

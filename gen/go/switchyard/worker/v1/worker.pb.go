@@ -1054,8 +1054,13 @@ type GenerateRequest struct {
 	// worker that cannot compute them refuses the request (invalid_argument)
 	// rather than leave them out.
 	PromptLogprobs *uint32 `protobuf:"varint,11,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The tenant's cache salt (the OpenAI-compatible cache_salt); empty for
+	// none. The worker hashes the prompt's blocks with it (see KvBlock), so
+	// that the request reuses only blocks cached under the same salt and
+	// its stored blocks are reported under the salted hashes.
+	CacheSalt     string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -1163,6 +1168,13 @@ func (x *GenerateRequest) GetPromptLogprobs() uint32 {
 		return *x.PromptLogprobs
 	}
 	return 0
+}
+
+func (x *GenerateRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
 }
 
 // GuidedDecoding is the structure a generation's output must have.
@@ -1561,6 +1573,13 @@ func (x *TopLogprob) GetLogprob() float32 {
 // hash; for every later block it is XXH3-64, seed 1337, of 16 bytes: the
 // parent block's sequence hash then this block's local hash, each a
 // little-endian uint64. Local hashes are Dynamo's canonical block hashes.
+// A request with a cache salt (GenerateRequest.cache_salt) hashes its first
+// block as a later block would, with the salt's root as its parent: the
+// root is XXH3-64, seed 1337, of the bytes "switchyard.cache_salt:" followed
+// by the salt's bytes. Every sequence hash of a salted prompt then differs
+// from the unsalted prompt's and from any other salt's (the salt is mixed
+// into the first block only, as vLLM mixes it, and chains from there),
+// while local hashes stay the tokens' own.
 type KvBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hash of the prefix ending with this block.
@@ -2593,7 +2612,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xb7\x04\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xd6\x04\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2608,7 +2627,9 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\ahandoff\x18\t \x01(\v2\x1f.switchyard.worker.v1.KvHandoffR\ahandoff\x12M\n" +
 	"\x0fguided_decoding\x18\n" +
 	" \x01(\v2$.switchyard.worker.v1.GuidedDecodingR\x0eguidedDecoding\x12,\n" +
-	"\x0fprompt_logprobs\x18\v \x01(\rH\x01R\x0epromptLogprobs\x88\x01\x01B\v\n" +
+	"\x0fprompt_logprobs\x18\v \x01(\rH\x01R\x0epromptLogprobs\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\f \x01(\tR\tcacheSaltB\v\n" +
 	"\t_logprobsB\x12\n" +
 	"\x10_prompt_logprobs\"t\n" +
 	"\x0eGuidedDecoding\x12!\n" +

@@ -34,25 +34,29 @@ class Endpoint(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class ExplainRouteRequest(_message.Message):
-    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "overlap_weight", "target", "temperature", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "overlap_weight", "session_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    cache_salt: str
     exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
     instance_id: int
     overlap_weight: float
+    session_id: str
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class ExplainRouteResponse(_message.Message):
-    __slots__ = ["block_size", "candidates", "disaggregation", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_instance_id", "reason", "request_blocks", "temperature"]
+    __slots__ = ["block_size", "candidates", "disaggregation", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_instance_id", "reason", "request_blocks", "session", "temperature"]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     DISAGGREGATION_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +67,7 @@ class ExplainRouteResponse(_message.Message):
     PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     block_size: int
     candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
@@ -74,8 +79,9 @@ class ExplainRouteResponse(_message.Message):
     prefill_instance_id: int
     reason: str
     request_blocks: int
+    session: SessionBinding
     temperature: float
-    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., disaggregation: _Optional[str] = ..., prefill_instance_id: _Optional[int] = ..., prefill_candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ...) -> None: ...
+    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., disaggregation: _Optional[str] = ..., prefill_instance_id: _Optional[int] = ..., prefill_candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., session: _Optional[_Union[SessionBinding, _Mapping]] = ...) -> None: ...
 
 class ExplainedCandidate(_message.Message):
     __slots__ = ["candidate", "endpoint", "transport"]
@@ -102,7 +108,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ["events_applied", "events_duplicate", "events_gap", "indexed_blocks", "indexed_entries", "mode", "restored_snapshot_time", "workers"]
+    __slots__ = ["events_applied", "events_duplicate", "events_gap", "indexed_blocks", "indexed_entries", "mode", "restored_snapshot_time", "session_bindings", "workers"]
     EVENTS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     EVENTS_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_GAP_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +116,7 @@ class GetStatsResponse(_message.Message):
     INDEXED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RESTORED_SNAPSHOT_TIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_BINDINGS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     events_applied: int
     events_duplicate: int
@@ -118,8 +125,9 @@ class GetStatsResponse(_message.Message):
     indexed_entries: int
     mode: str
     restored_snapshot_time: _timestamp_pb2.Timestamp
+    session_bindings: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStats]
-    def __init__(self, mode: _Optional[str] = ..., indexed_blocks: _Optional[int] = ..., indexed_entries: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., events_applied: _Optional[int] = ..., events_duplicate: _Optional[int] = ..., events_gap: _Optional[int] = ..., restored_snapshot_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, mode: _Optional[str] = ..., indexed_blocks: _Optional[int] = ..., indexed_entries: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., events_applied: _Optional[int] = ..., events_duplicate: _Optional[int] = ..., events_gap: _Optional[int] = ..., restored_snapshot_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., session_bindings: _Optional[int] = ...) -> None: ...
 
 class IndexSnapshot(_message.Message):
     __slots__ = ["stream_sequences", "taken_at", "workers"]
@@ -183,14 +191,16 @@ class PrefillTarget(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., overlap_blocks: _Optional[int] = ...) -> None: ...
 
 class QueryOverlapsRequest(_message.Message):
-    __slots__ = ["block_hashes", "target", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "target", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    cache_salt: str
     target: Target
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class QueryOverlapsResponse(_message.Message):
     __slots__ = ["candidates", "request_blocks"]
@@ -213,7 +223,7 @@ class ReplicaEvent(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., routed: _Optional[_Union[ReplicaRouted, _Mapping]] = ..., prefill_complete: _Optional[str] = ..., freed: _Optional[str] = ...) -> None: ...
 
 class ReplicaRouted(_message.Message):
-    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "prefill_dp_rank", "prefill_instance_id", "prefill_leg_blocks", "request_id"]
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "prefill_dp_rank", "prefill_instance_id", "prefill_leg_blocks", "request_id", "session_id"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +232,7 @@ class ReplicaRouted(_message.Message):
     PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     PREFILL_LEG_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     dp_rank: int
     instance_id: int
@@ -230,7 +241,8 @@ class ReplicaRouted(_message.Message):
     prefill_instance_id: int
     prefill_leg_blocks: int
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., prefill_instance_id: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ..., prefill_leg_blocks: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., prefill_instance_id: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ..., prefill_leg_blocks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ["free", "prefill_complete"]
@@ -257,26 +269,30 @@ class RouteError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ["block_hashes", "exclude_instance_ids", "instance_id", "omit_candidates", "overlap_weight", "request_id", "target", "temperature", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "omit_candidates", "overlap_weight", "request_id", "session_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     OMIT_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    cache_salt: str
     exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
     instance_id: int
     omit_candidates: bool
     overlap_weight: float
     request_id: str
+    session_id: str
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
     __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "saturated", "transport"]
@@ -313,6 +329,24 @@ class RouteStreamResponse(_message.Message):
     error: RouteError
     route: RouteResponse
     def __init__(self, route: _Optional[_Union[RouteResponse, _Mapping]] = ..., error: _Optional[_Union[RouteError, _Mapping]] = ...) -> None: ...
+
+class SessionBinding(_message.Message):
+    __slots__ = ["affinity", "dp_rank", "instance_id", "last_used", "outcome", "previous_instance_id", "session_id"]
+    AFFINITY_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    affinity: str
+    dp_rank: int
+    instance_id: int
+    last_used: _timestamp_pb2.Timestamp
+    outcome: str
+    previous_instance_id: int
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., affinity: _Optional[str] = ..., outcome: _Optional[str] = ..., previous_instance_id: _Optional[int] = ..., last_used: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Target(_message.Message):
     __slots__ = ["endpoint", "model"]

@@ -49,7 +49,8 @@ class Embedding(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "prompt_logprobs", "request_id", "sampling", "stop", "token_ids"]
+    __slots__ = ["cache_salt", "guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "prompt_logprobs", "request_id", "sampling", "stop", "token_ids"]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     GUIDED_DECODING_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LEG_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +62,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    cache_salt: str
     guided_decoding: GuidedDecoding
     handoff: KvHandoff
     leg: DisaggregationLeg
@@ -72,7 +74,7 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParameters
     stop: StopConditions
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "prompt_logprobs", "text", "token_ids", "usage"]

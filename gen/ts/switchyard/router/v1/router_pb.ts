@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/router/v1/router.proto.
  */
 export const file_switchyard_router_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkinwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAhCEQoPX292ZXJsYXBfd2VpZ2h0Qg4KDF90ZW1wZXJhdHVyZSKGAQoJQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFgoOb3ZlcmxhcF9ibG9ja3MYAyABKA0SDAoEY29zdBgEIAEoARIWCg5wcmVmaWxsX2Jsb2NrcxgFIAEoDRIVCg1kZWNvZGVfYmxvY2tzGAYgASgNIskCCg1Sb3V0ZVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EhYKDm92ZXJsYXBfYmxvY2tzGAQgASgNEhYKDnJlcXVlc3RfYmxvY2tzGAUgASgNEjMKCmNhbmRpZGF0ZXMYBiADKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMAoIZW5kcG9pbnQYByABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBI0CgdwcmVmaWxsGAggASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUHJlZmlsbFRhcmdldBIRCglzYXR1cmF0ZWQYCSABKAgiswEKDVByZWZpbGxUYXJnZXQSEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIyCgl0cmFuc3BvcnQYAyABKAsyHy5zd2l0Y2h5YXJkLmNvbW1vbi52MS5UcmFuc3BvcnQSMAoIZW5kcG9pbnQYBCABKAsyHi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FbmRwb2ludBIWCg5vdmVybGFwX2Jsb2NrcxgFIAEoDSIwChpNYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIh0KG01hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZSIhCgtGcmVlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIg4KDEZyZWVSZXNwb25zZSI3Cg1SZXBvcnRSZXF1ZXN0EhgKEHByZWZpbGxfY29tcGxldGUYASADKAkSDAoEZnJlZRgCIAMoCSIhCg5SZXBvcnRSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgEIkcKElJvdXRlU3RyZWFtUmVxdWVzdBIxCgVyb3V0ZRgBIAEoCzIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdCJ6ChNSb3V0ZVN0cmVhbVJlc3BvbnNlEjIKBXJvdXRlGAEgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUm91dGVSZXNwb25zZRIvCgVlcnJvchgCIAEoCzIgLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlRXJyb3IiOwoKUm91dGVFcnJvchIMCgRjb2RlGAEgASgNEg8KB21lc3NhZ2UYAiABKAkSDgoGcmVhc29uGAMgASgJIm0KFFF1ZXJ5T3ZlcmxhcHNSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEImQKFVF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRIWCg5yZXF1ZXN0X2Jsb2NrcxgBIAEoDRIzCgpjYW5kaWRhdGVzGAIgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlIvkBChNFeHBsYWluUm91dGVSZXF1ZXN0EiwKBnRhcmdldBgBIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAiADKA0SFAoMYmxvY2tfaGFzaGVzGAMgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAQgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBSABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgGIAMoBBITCgtpbnN0YW5jZV9pZBgHIAEoBEIRCg9fb3ZlcmxhcF93ZWlnaHRCDgoMX3RlbXBlcmF0dXJlIq4BChJFeHBsYWluZWRDYW5kaWRhdGUSMgoJY2FuZGlkYXRlGAEgASgLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjIKCXRyYW5zcG9ydBgCIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIwCghlbmRwb2ludBgDIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50ItsCChRFeHBsYWluUm91dGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEhIKCmJsb2NrX3NpemUYAiABKA0SFgoOcmVxdWVzdF9ibG9ja3MYAyABKA0SPAoKY2FuZGlkYXRlcxgEIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgFIAEoBBIOCgZyZWFzb24YBiABKAkSFgoOb3ZlcmxhcF93ZWlnaHQYByABKAESEwoLdGVtcGVyYXR1cmUYCCABKAESFgoOZGlzYWdncmVnYXRpb24YCSABKAkSGwoTcHJlZmlsbF9pbnN0YW5jZV9pZBgKIAEoBBJEChJwcmVmaWxsX2NhbmRpZGF0ZXMYCyADKAsyKC5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluZWRDYW5kaWRhdGUiKAoWV2F0Y2hTYXR1cmF0aW9uUmVxdWVzdBIOCgZtb2RlbHMYASADKAkiUAoXV2F0Y2hTYXR1cmF0aW9uUmVzcG9uc2USNQoGbW9kZWxzGAEgAygLMiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTW9kZWxTYXR1cmF0aW9uIjMKD01vZGVsU2F0dXJhdGlvbhINCgVtb2RlbBgBIAEoCRIRCglzYXR1cmF0ZWQYAiABKAgiEQoPR2V0U3RhdHNSZXF1ZXN0IsABCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDRIzCg9sYXN0X2V2ZW50X3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIocCChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKDFJlcGxpY2FFdmVudBISCgpyZXBsaWNhX2lkGAEgASgJEjUKBnJvdXRlZBgCIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcGxpY2FSb3V0ZWRIABIaChBwcmVmaWxsX2NvbXBsZXRlGAMgASgJSAASDwoFZnJlZWQYBCABKAlIAEIGCgRraW5kIskBCg1SZXBsaWNhUm91dGVkEhIKCnJlcXVlc3RfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAQSDwoHZHBfcmFuaxgDIAEoDRIWCg5wcmVmaWxsX2Jsb2NrcxgEIAEoDRIUCgxibG9ja19oYXNoZXMYBSADKAQSGwoTcHJlZmlsbF9pbnN0YW5jZV9pZBgGIAEoBBIXCg9wcmVmaWxsX2RwX3JhbmsYByABKA0SGgoScHJlZmlsbF9sZWdfYmxvY2tzGAggASgNIoUCCg1JbmRleFNuYXBzaG90ElIKEHN0cmVhbV9zZXF1ZW5jZXMYASADKAsyOC5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90LlN0cmVhbVNlcXVlbmNlc0VudHJ5EjoKB3dvcmtlcnMYAiADKAsyKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5JbmRleFNuYXBzaG90V29ya2VyEiwKCHRha2VuX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBImgKE0luZGV4U25hcHNob3RXb3JrZXISEwoLaW5zdGFuY2VfaWQYASABKAQSDwoHZHBfcmFuaxgCIAEoDRIVCg1sYXN0X2V2ZW50X2lkGAMgASgEEhQKDGJsb2NrX2hhc2hlcxgEIAMoBjKJBwoNUm91dGVyU2VydmljZRJQCgVSb3V0ZRIiLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVxdWVzdBojLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVzcG9uc2USegoTTWFya1ByZWZpbGxDb21wbGV0ZRIwLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXF1ZXN0GjEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTWFya1ByZWZpbGxDb21wbGV0ZVJlc3BvbnNlEk0KBEZyZWUSIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVxdWVzdBoiLnN3aXRjaHlhcmQucm91dGVyLnYxLkZyZWVSZXNwb25zZRJVCgZSZXBvcnQSIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5SZXBvcnRSZXF1ZXN0GiQuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVzcG9uc2UoARJmCgtSb3V0ZVN0cmVhbRIoLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVxdWVzdBopLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlU3RyZWFtUmVzcG9uc2UoATABEmgKDVF1ZXJ5T3ZlcmxhcHMSKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVxdWVzdBorLnN3aXRjaHlhcmQucm91dGVyLnYxLlF1ZXJ5T3ZlcmxhcHNSZXNwb25zZRJZCghHZXRTdGF0cxIlLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVxdWVzdBomLnN3aXRjaHlhcmQucm91dGVyLnYxLkdldFN0YXRzUmVzcG9uc2USZQoMRXhwbGFpblJvdXRlEikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpblJvdXRlUmVxdWVzdBoqLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlc3BvbnNlEnAKD1dhdGNoU2F0dXJhdGlvbhIsLnN3aXRjaHlhcmQucm91dGVyLnYxLldhdGNoU2F0dXJhdGlvblJlcXVlc3QaLS5zd2l0Y2h5YXJkLnJvdXRlci52MS5XYXRjaFNhdHVyYXRpb25SZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
+  fileDesc("CiFzd2l0Y2h5YXJkL3JvdXRlci92MS9yb3V0ZXIucHJvdG8SFHN3aXRjaHlhcmQucm91dGVyLnYxIlUKBlRhcmdldBIyCghlbmRwb2ludBgBIAEoCzIeLnN3aXRjaHlhcmQucm91dGVyLnYxLkVuZHBvaW50SAASDwoFbW9kZWwYAiABKAlIAEIGCgRraW5kIkIKCEVuZHBvaW50EhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkixwIKDFJvdXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEiwKBnRhcmdldBgCIAEoCzIcLnN3aXRjaHlhcmQucm91dGVyLnYxLlRhcmdldBIRCgl0b2tlbl9pZHMYAyADKA0SFAoMYmxvY2tfaGFzaGVzGAQgAygEEhsKDm92ZXJsYXBfd2VpZ2h0GAUgASgBSACIAQESGAoLdGVtcGVyYXR1cmUYBiABKAFIAYgBARIcChRleGNsdWRlX2luc3RhbmNlX2lkcxgHIAMoBBITCgtpbnN0YW5jZV9pZBgIIAEoBBIXCg9vbWl0X2NhbmRpZGF0ZXMYCSABKAgSEgoKc2Vzc2lvbl9pZBgKIAEoCRISCgpjYWNoZV9zYWx0GAsgASgJQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUihgEKCUNhbmRpZGF0ZRITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhYKDm92ZXJsYXBfYmxvY2tzGAMgASgNEgwKBGNvc3QYBCABKAESFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDSK6AQoOU2Vzc2lvbkJpbmRpbmcSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhAKCGFmZmluaXR5GAQgASgJEg8KB291dGNvbWUYBSABKAkSHAoUcHJldmlvdXNfaW5zdGFuY2VfaWQYBiABKAQSLQoJbGFzdF91c2VkGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLJAgoNUm91dGVSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEjIKCXRyYW5zcG9ydBgDIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBIWCg5vdmVybGFwX2Jsb2NrcxgEIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgFIAEoDRIzCgpjYW5kaWRhdGVzGAYgAygLMh8uc3dpdGNoeWFyZC5yb3V0ZXIudjEuQ2FuZGlkYXRlEjAKCGVuZHBvaW50GAcgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQSNAoHcHJlZmlsbBgIIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlByZWZpbGxUYXJnZXQSEQoJc2F0dXJhdGVkGAkgASgIIrMBCg1QcmVmaWxsVGFyZ2V0EhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SMgoJdHJhbnNwb3J0GAMgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAQgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQSFgoOb3ZlcmxhcF9ibG9ja3MYBSABKA0iMAoaTWFya1ByZWZpbGxDb21wbGV0ZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIdChtNYXJrUHJlZmlsbENvbXBsZXRlUmVzcG9uc2UiIQoLRnJlZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIOCgxGcmVlUmVzcG9uc2UiNwoNUmVwb3J0UmVxdWVzdBIYChBwcmVmaWxsX2NvbXBsZXRlGAEgAygJEgwKBGZyZWUYAiADKAkiIQoOUmVwb3J0UmVzcG9uc2USDwoHYmF0Y2hlcxgBIAEoBCJHChJSb3V0ZVN0cmVhbVJlcXVlc3QSMQoFcm91dGUYASABKAsyIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlcXVlc3QiegoTUm91dGVTdHJlYW1SZXNwb25zZRIyCgVyb3V0ZRgBIAEoCzIjLnN3aXRjaHlhcmQucm91dGVyLnYxLlJvdXRlUmVzcG9uc2USLwoFZXJyb3IYAiABKAsyIC5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZUVycm9yIjsKClJvdXRlRXJyb3ISDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEg4KBnJlYXNvbhgDIAEoCSKBAQoUUXVlcnlPdmVybGFwc1JlcXVlc3QSLAoGdGFyZ2V0GAEgASgLMhwuc3dpdGNoeWFyZC5yb3V0ZXIudjEuVGFyZ2V0EhEKCXRva2VuX2lkcxgCIAMoDRIUCgxibG9ja19oYXNoZXMYAyADKAQSEgoKY2FjaGVfc2FsdBgEIAEoCSJkChVRdWVyeU92ZXJsYXBzUmVzcG9uc2USFgoOcmVxdWVzdF9ibG9ja3MYASABKA0SMwoKY2FuZGlkYXRlcxgCIAMoCzIfLnN3aXRjaHlhcmQucm91dGVyLnYxLkNhbmRpZGF0ZSKhAgoTRXhwbGFpblJvdXRlUmVxdWVzdBIsCgZ0YXJnZXQYASABKAsyHC5zd2l0Y2h5YXJkLnJvdXRlci52MS5UYXJnZXQSEQoJdG9rZW5faWRzGAIgAygNEhQKDGJsb2NrX2hhc2hlcxgDIAMoBBIbCg5vdmVybGFwX3dlaWdodBgEIAEoAUgAiAEBEhgKC3RlbXBlcmF0dXJlGAUgASgBSAGIAQESHAoUZXhjbHVkZV9pbnN0YW5jZV9pZHMYBiADKAQSEwoLaW5zdGFuY2VfaWQYByABKAQSEgoKc2Vzc2lvbl9pZBgIIAEoCRISCgpjYWNoZV9zYWx0GAkgASgJQhEKD19vdmVybGFwX3dlaWdodEIOCgxfdGVtcGVyYXR1cmUirgEKEkV4cGxhaW5lZENhbmRpZGF0ZRIyCgljYW5kaWRhdGUYASABKAsyHy5zd2l0Y2h5YXJkLnJvdXRlci52MS5DYW5kaWRhdGUSMgoJdHJhbnNwb3J0GAIgASgLMh8uc3dpdGNoeWFyZC5jb21tb24udjEuVHJhbnNwb3J0EjAKCGVuZHBvaW50GAMgASgLMh4uc3dpdGNoeWFyZC5yb3V0ZXIudjEuRW5kcG9pbnQikgMKFEV4cGxhaW5Sb3V0ZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSEgoKYmxvY2tfc2l6ZRgCIAEoDRIWCg5yZXF1ZXN0X2Jsb2NrcxgDIAEoDRI8CgpjYW5kaWRhdGVzGAQgAygLMiguc3dpdGNoeWFyZC5yb3V0ZXIudjEuRXhwbGFpbmVkQ2FuZGlkYXRlEhMKC2luc3RhbmNlX2lkGAUgASgEEg4KBnJlYXNvbhgGIAEoCRIWCg5vdmVybGFwX3dlaWdodBgHIAEoARITCgt0ZW1wZXJhdHVyZRgIIAEoARIWCg5kaXNhZ2dyZWdhdGlvbhgJIAEoCRIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAogASgEEkQKEnByZWZpbGxfY2FuZGlkYXRlcxgLIAMoCzIoLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5lZENhbmRpZGF0ZRI1CgdzZXNzaW9uGAwgASgLMiQuc3dpdGNoeWFyZC5yb3V0ZXIudjEuU2Vzc2lvbkJpbmRpbmciKAoWV2F0Y2hTYXR1cmF0aW9uUmVxdWVzdBIOCgZtb2RlbHMYASADKAkiUAoXV2F0Y2hTYXR1cmF0aW9uUmVzcG9uc2USNQoGbW9kZWxzGAEgAygLMiUuc3dpdGNoeWFyZC5yb3V0ZXIudjEuTW9kZWxTYXR1cmF0aW9uIjMKD01vZGVsU2F0dXJhdGlvbhINCgVtb2RlbBgBIAEoCRIRCglzYXR1cmF0ZWQYAiABKAgiEQoPR2V0U3RhdHNSZXF1ZXN0IsABCgtXb3JrZXJTdGF0cxITCgtpbnN0YW5jZV9pZBgBIAEoBBIPCgdkcF9yYW5rGAIgASgNEhUKDWNhY2hlZF9ibG9ja3MYAyABKAQSEAoIcmVxdWVzdHMYBCABKA0SFgoOcHJlZmlsbF9ibG9ja3MYBSABKA0SFQoNZGVjb2RlX2Jsb2NrcxgGIAEoDRIzCg9sYXN0X2V2ZW50X3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqECChBHZXRTdGF0c1Jlc3BvbnNlEgwKBG1vZGUYASABKAkSFgoOaW5kZXhlZF9ibG9ja3MYAiABKAQSFwoPaW5kZXhlZF9lbnRyaWVzGAMgASgEEjIKB3dvcmtlcnMYBCADKAsyIS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Xb3JrZXJTdGF0cxIWCg5ldmVudHNfYXBwbGllZBgFIAEoBBIYChBldmVudHNfZHVwbGljYXRlGAYgASgEEhIKCmV2ZW50c19nYXAYByABKAQSOgoWcmVzdG9yZWRfc25hcHNob3RfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQc2Vzc2lvbl9iaW5kaW5ncxgJIAEoBCKOAQoMUmVwbGljYUV2ZW50EhIKCnJlcGxpY2FfaWQYASABKAkSNQoGcm91dGVkGAIgASgLMiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwbGljYVJvdXRlZEgAEhoKEHByZWZpbGxfY29tcGxldGUYAyABKAlIABIPCgVmcmVlZBgEIAEoCUgAQgYKBGtpbmQi3QEKDVJlcGxpY2FSb3V0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoBBIPCgdkcF9yYW5rGAMgASgNEhYKDnByZWZpbGxfYmxvY2tzGAQgASgNEhQKDGJsb2NrX2hhc2hlcxgFIAMoBBIbChNwcmVmaWxsX2luc3RhbmNlX2lkGAYgASgEEhcKD3ByZWZpbGxfZHBfcmFuaxgHIAEoDRIaChJwcmVmaWxsX2xlZ19ibG9ja3MYCCABKA0SEgoKc2Vzc2lvbl9pZBgJIAEoCSKFAgoNSW5kZXhTbmFwc2hvdBJSChBzdHJlYW1fc2VxdWVuY2VzGAEgAygLMjguc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdC5TdHJlYW1TZXF1ZW5jZXNFbnRyeRI6Cgd3b3JrZXJzGAIgAygLMikuc3dpdGNoeWFyZC5yb3V0ZXIudjEuSW5kZXhTbmFwc2hvdFdvcmtlchIsCgh0YWtlbl9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaNgoUU3RyZWFtU2VxdWVuY2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJoChNJbmRleFNuYXBzaG90V29ya2VyEhMKC2luc3RhbmNlX2lkGAEgASgEEg8KB2RwX3JhbmsYAiABKA0SFQoNbGFzdF9ldmVudF9pZBgDIAEoBBIUCgxibG9ja19oYXNoZXMYBCADKAYyiQcKDVJvdXRlclNlcnZpY2USUAoFUm91dGUSIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlcXVlc3QaIy5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVJlc3BvbnNlEnoKE01hcmtQcmVmaWxsQ29tcGxldGUSMC5zd2l0Y2h5YXJkLnJvdXRlci52MS5NYXJrUHJlZmlsbENvbXBsZXRlUmVxdWVzdBoxLnN3aXRjaHlhcmQucm91dGVyLnYxLk1hcmtQcmVmaWxsQ29tcGxldGVSZXNwb25zZRJNCgRGcmVlEiEuc3dpdGNoeWFyZC5yb3V0ZXIudjEuRnJlZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnJvdXRlci52MS5GcmVlUmVzcG9uc2USVQoGUmVwb3J0EiMuc3dpdGNoeWFyZC5yb3V0ZXIudjEuUmVwb3J0UmVxdWVzdBokLnN3aXRjaHlhcmQucm91dGVyLnYxLlJlcG9ydFJlc3BvbnNlKAESZgoLUm91dGVTdHJlYW0SKC5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVN0cmVhbVJlcXVlc3QaKS5zd2l0Y2h5YXJkLnJvdXRlci52MS5Sb3V0ZVN0cmVhbVJlc3BvbnNlKAEwARJoCg1RdWVyeU92ZXJsYXBzEiouc3dpdGNoeWFyZC5yb3V0ZXIudjEuUXVlcnlPdmVybGFwc1JlcXVlc3QaKy5zd2l0Y2h5YXJkLnJvdXRlci52MS5RdWVyeU92ZXJsYXBzUmVzcG9uc2USWQoIR2V0U3RhdHMSJS5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1JlcXVlc3QaJi5zd2l0Y2h5YXJkLnJvdXRlci52MS5HZXRTdGF0c1Jlc3BvbnNlEmUKDEV4cGxhaW5Sb3V0ZRIpLnN3aXRjaHlhcmQucm91dGVyLnYxLkV4cGxhaW5Sb3V0ZVJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJvdXRlci52MS5FeHBsYWluUm91dGVSZXNwb25zZRJwCg9XYXRjaFNhdHVyYXRpb24SLC5zd2l0Y2h5YXJkLnJvdXRlci52MS5XYXRjaFNhdHVyYXRpb25SZXF1ZXN0Gi0uc3dpdGNoeWFyZC5yb3V0ZXIudjEuV2F0Y2hTYXR1cmF0aW9uUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchyard_common_v1_common]);
 
 /**
  * Target names what a request is for: an endpoint, or a model whose cards
@@ -162,6 +162,28 @@ export type RouteRequest = Message<"switchyard.router.v1.RouteRequest"> & {
    * @generated from field: bool omit_candidates = 9;
    */
   omitCandidates: boolean;
+
+  /**
+   * The conversation the request belongs to (the client's x-session-id
+   * or X-Dynamo-Session-ID header); empty for none. Its first turn binds
+   * it to the worker chosen, and its later turns go there (see
+   * SessionBinding) while the binding lives: it is idle for less than the
+   * router's --session-ttl and its worker is alive. 1..256 bytes of
+   * ASCII letters, digits and -_.:@/+=~; anything else is InvalidArgument.
+   *
+   * @generated from field: string session_id = 10;
+   */
+  sessionId: string;
+
+  /**
+   * The tenant's cache salt (the OpenAI-compatible request's cache_salt,
+   * as vLLM takes it); empty for none. It enters the first block's hash
+   * (see the block hash spec on switchyard.worker.v1.KvBlock), so that the request
+   * matches only blocks stored under the same salt. At most 1,024 bytes.
+   *
+   * @generated from field: string cache_salt = 11;
+   */
+  cacheSalt: string;
 };
 
 /**
@@ -226,6 +248,76 @@ export type Candidate = Message<"switchyard.router.v1.Candidate"> & {
  */
 export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
   messageDesc(file_switchyard_router_v1_router, 3);
+
+/**
+ * SessionBinding is a conversation's binding to a worker, as a decision
+ * found and left it.
+ *
+ * @generated from message switchyard.router.v1.SessionBinding
+ */
+export type SessionBinding = Message<"switchyard.router.v1.SessionBinding"> & {
+  /**
+   * The session id.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The bound instance after the decision.
+   *
+   * @generated from field: uint64 instance_id = 2;
+   */
+  instanceId: bigint;
+
+  /**
+   * Its data-parallel rank.
+   *
+   * @generated from field: uint32 dp_rank = 3;
+   */
+  dpRank: number;
+
+  /**
+   * "soft" (another worker is chosen when the bound one is full under the
+   * router's saturation limits and the other is not, or is gone; the
+   * binding moves) or "hard" (the bound worker while it lives).
+   *
+   * @generated from field: string affinity = 4;
+   */
+  affinity: string;
+
+  /**
+   * What the decision did: "new" (no live binding: the chosen worker is
+   * bound), "hit" (the bound worker was chosen), "moved_load" (soft: the
+   * bound worker was full, another was not) or "moved_unavailable" (the
+   * bound worker does not serve the target or was excluded).
+   *
+   * @generated from field: string outcome = 5;
+   */
+  outcome: string;
+
+  /**
+   * The instance bound before the decision; 0 for a new binding.
+   *
+   * @generated from field: uint64 previous_instance_id = 6;
+   */
+  previousInstanceId: bigint;
+
+  /**
+   * When the binding was last used before this decision; unset for a new
+   * one. It expires --session-ttl after its last use.
+   *
+   * @generated from field: google.protobuf.Timestamp last_used = 7;
+   */
+  lastUsed?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchyard.router.v1.SessionBinding.
+ * Use `create(SessionBindingSchema)` to create a new message.
+ */
+export const SessionBindingSchema: GenMessage<SessionBinding> = /*@__PURE__*/
+  messageDesc(file_switchyard_router_v1_router, 4);
 
 /**
  * RouteResponse is the decision.
@@ -316,7 +408,7 @@ export type RouteResponse = Message<"switchyard.router.v1.RouteResponse"> & {
  * Use `create(RouteResponseSchema)` to create a new message.
  */
 export const RouteResponseSchema: GenMessage<RouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 4);
+  messageDesc(file_switchyard_router_v1_router, 5);
 
 /**
  * PrefillTarget is the prefill leg of a disaggregated route decision.
@@ -365,7 +457,7 @@ export type PrefillTarget = Message<"switchyard.router.v1.PrefillTarget"> & {
  * Use `create(PrefillTargetSchema)` to create a new message.
  */
 export const PrefillTargetSchema: GenMessage<PrefillTarget> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 5);
+  messageDesc(file_switchyard_router_v1_router, 6);
 
 /**
  * MarkPrefillCompleteRequest names a routed request.
@@ -386,7 +478,7 @@ export type MarkPrefillCompleteRequest = Message<"switchyard.router.v1.MarkPrefi
  * Use `create(MarkPrefillCompleteRequestSchema)` to create a new message.
  */
 export const MarkPrefillCompleteRequestSchema: GenMessage<MarkPrefillCompleteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 6);
+  messageDesc(file_switchyard_router_v1_router, 7);
 
 /**
  * MarkPrefillCompleteResponse answers MarkPrefillCompleteRequest.
@@ -401,7 +493,7 @@ export type MarkPrefillCompleteResponse = Message<"switchyard.router.v1.MarkPref
  * Use `create(MarkPrefillCompleteResponseSchema)` to create a new message.
  */
 export const MarkPrefillCompleteResponseSchema: GenMessage<MarkPrefillCompleteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 7);
+  messageDesc(file_switchyard_router_v1_router, 8);
 
 /**
  * FreeRequest names a routed request.
@@ -422,7 +514,7 @@ export type FreeRequest = Message<"switchyard.router.v1.FreeRequest"> & {
  * Use `create(FreeRequestSchema)` to create a new message.
  */
 export const FreeRequestSchema: GenMessage<FreeRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 8);
+  messageDesc(file_switchyard_router_v1_router, 9);
 
 /**
  * FreeResponse answers FreeRequest.
@@ -437,7 +529,7 @@ export type FreeResponse = Message<"switchyard.router.v1.FreeResponse"> & {
  * Use `create(FreeResponseSchema)` to create a new message.
  */
 export const FreeResponseSchema: GenMessage<FreeResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 9);
+  messageDesc(file_switchyard_router_v1_router, 10);
 
 /**
  * ReportRequest is one batch of progress reports of routed requests.
@@ -466,7 +558,7 @@ export type ReportRequest = Message<"switchyard.router.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 10);
+  messageDesc(file_switchyard_router_v1_router, 11);
 
 /**
  * ReportResponse answers a Report stream when the client closes it.
@@ -487,7 +579,7 @@ export type ReportResponse = Message<"switchyard.router.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 11);
+  messageDesc(file_switchyard_router_v1_router, 12);
 
 /**
  * RouteStreamRequest is one Route request on a RouteStream.
@@ -508,7 +600,7 @@ export type RouteStreamRequest = Message<"switchyard.router.v1.RouteStreamReques
  * Use `create(RouteStreamRequestSchema)` to create a new message.
  */
 export const RouteStreamRequestSchema: GenMessage<RouteStreamRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 12);
+  messageDesc(file_switchyard_router_v1_router, 13);
 
 /**
  * RouteStreamResponse answers one RouteStreamRequest.
@@ -536,7 +628,7 @@ export type RouteStreamResponse = Message<"switchyard.router.v1.RouteStreamRespo
  * Use `create(RouteStreamResponseSchema)` to create a new message.
  */
 export const RouteStreamResponseSchema: GenMessage<RouteStreamResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 13);
+  messageDesc(file_switchyard_router_v1_router, 14);
 
 /**
  * RouteError is an error Route would return, carried in a RouteStream
@@ -573,7 +665,7 @@ export type RouteError = Message<"switchyard.router.v1.RouteError"> & {
  * Use `create(RouteErrorSchema)` to create a new message.
  */
 export const RouteErrorSchema: GenMessage<RouteError> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 14);
+  messageDesc(file_switchyard_router_v1_router, 15);
 
 /**
  * QueryOverlapsRequest is a Route request that is only looked at.
@@ -601,6 +693,13 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
    * @generated from field: repeated uint64 block_hashes = 3;
    */
   blockHashes: bigint[];
+
+  /**
+   * The tenant's cache salt, as RouteRequest.cache_salt.
+   *
+   * @generated from field: string cache_salt = 4;
+   */
+  cacheSalt: string;
 };
 
 /**
@@ -608,7 +707,7 @@ export type QueryOverlapsRequest = Message<"switchyard.router.v1.QueryOverlapsRe
  * Use `create(QueryOverlapsRequestSchema)` to create a new message.
  */
 export const QueryOverlapsRequestSchema: GenMessage<QueryOverlapsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 15);
+  messageDesc(file_switchyard_router_v1_router, 16);
 
 /**
  * QueryOverlapsResponse reports the candidates.
@@ -636,7 +735,7 @@ export type QueryOverlapsResponse = Message<"switchyard.router.v1.QueryOverlapsR
  * Use `create(QueryOverlapsResponseSchema)` to create a new message.
  */
 export const QueryOverlapsResponseSchema: GenMessage<QueryOverlapsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 16);
+  messageDesc(file_switchyard_router_v1_router, 17);
 
 /**
  * ExplainRouteRequest is a Route request that is decided but not recorded.
@@ -693,6 +792,21 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
    * @generated from field: uint64 instance_id = 7;
    */
   instanceId: bigint;
+
+  /**
+   * The conversation's session id, as RouteRequest.session_id; the
+   * answer's session says what its binding would do (nothing is bound).
+   *
+   * @generated from field: string session_id = 8;
+   */
+  sessionId: string;
+
+  /**
+   * The tenant's cache salt, as RouteRequest.cache_salt.
+   *
+   * @generated from field: string cache_salt = 9;
+   */
+  cacheSalt: string;
 };
 
 /**
@@ -700,7 +814,7 @@ export type ExplainRouteRequest = Message<"switchyard.router.v1.ExplainRouteRequ
  * Use `create(ExplainRouteRequestSchema)` to create a new message.
  */
 export const ExplainRouteRequestSchema: GenMessage<ExplainRouteRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 17);
+  messageDesc(file_switchyard_router_v1_router, 18);
 
 /**
  * ExplainedCandidate is one worker as ExplainRoute saw it.
@@ -735,7 +849,7 @@ export type ExplainedCandidate = Message<"switchyard.router.v1.ExplainedCandidat
  * Use `create(ExplainedCandidateSchema)` to create a new message.
  */
 export const ExplainedCandidateSchema: GenMessage<ExplainedCandidate> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 18);
+  messageDesc(file_switchyard_router_v1_router, 19);
 
 /**
  * ExplainRouteResponse is the decision Route would make, with its reasons.
@@ -828,6 +942,14 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
    * @generated from field: repeated switchyard.router.v1.ExplainedCandidate prefill_candidates = 11;
    */
   prefillCandidates: ExplainedCandidate[];
+
+  /**
+   * The session's binding as Route would leave it; unset without a
+   * session_id.
+   *
+   * @generated from field: switchyard.router.v1.SessionBinding session = 12;
+   */
+  session?: SessionBinding | undefined;
 };
 
 /**
@@ -835,7 +957,7 @@ export type ExplainRouteResponse = Message<"switchyard.router.v1.ExplainRouteRes
  * Use `create(ExplainRouteResponseSchema)` to create a new message.
  */
 export const ExplainRouteResponseSchema: GenMessage<ExplainRouteResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 19);
+  messageDesc(file_switchyard_router_v1_router, 20);
 
 /**
  * WatchSaturationRequest names the models to watch.
@@ -856,7 +978,7 @@ export type WatchSaturationRequest = Message<"switchyard.router.v1.WatchSaturati
  * Use `create(WatchSaturationRequestSchema)` to create a new message.
  */
 export const WatchSaturationRequestSchema: GenMessage<WatchSaturationRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 20);
+  messageDesc(file_switchyard_router_v1_router, 21);
 
 /**
  * WatchSaturationResponse is one change of saturation.
@@ -878,7 +1000,7 @@ export type WatchSaturationResponse = Message<"switchyard.router.v1.WatchSaturat
  * Use `create(WatchSaturationResponseSchema)` to create a new message.
  */
 export const WatchSaturationResponseSchema: GenMessage<WatchSaturationResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 21);
+  messageDesc(file_switchyard_router_v1_router, 22);
 
 /**
  * ModelSaturation is one model's saturation.
@@ -907,7 +1029,7 @@ export type ModelSaturation = Message<"switchyard.router.v1.ModelSaturation"> & 
  * Use `create(ModelSaturationSchema)` to create a new message.
  */
 export const ModelSaturationSchema: GenMessage<ModelSaturation> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 22);
+  messageDesc(file_switchyard_router_v1_router, 23);
 
 /**
  * GetStatsRequest asks for the router's state.
@@ -922,7 +1044,7 @@ export type GetStatsRequest = Message<"switchyard.router.v1.GetStatsRequest"> & 
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 23);
+  messageDesc(file_switchyard_router_v1_router, 24);
 
 /**
  * WorkerStats is one worker's state in the router.
@@ -988,7 +1110,7 @@ export type WorkerStats = Message<"switchyard.router.v1.WorkerStats"> & {
  * Use `create(WorkerStatsSchema)` to create a new message.
  */
 export const WorkerStatsSchema: GenMessage<WorkerStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 24);
+  messageDesc(file_switchyard_router_v1_router, 25);
 
 /**
  * GetStatsResponse is the router's state.
@@ -1052,6 +1174,13 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
    * @generated from field: google.protobuf.Timestamp restored_snapshot_time = 8;
    */
   restoredSnapshotTime?: Timestamp | undefined;
+
+  /**
+   * Live session bindings (see RouteRequest.session_id).
+   *
+   * @generated from field: uint64 session_bindings = 9;
+   */
+  sessionBindings: bigint;
 };
 
 /**
@@ -1059,7 +1188,7 @@ export type GetStatsResponse = Message<"switchyard.router.v1.GetStatsResponse"> 
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 25);
+  messageDesc(file_switchyard_router_v1_router, 26);
 
 /**
  * ReplicaEvent is what router replicas share over the eventbus (with
@@ -1119,7 +1248,7 @@ export type ReplicaEvent = Message<"switchyard.router.v1.ReplicaEvent"> & {
  * Use `create(ReplicaEventSchema)` to create a new message.
  */
 export const ReplicaEventSchema: GenMessage<ReplicaEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 26);
+  messageDesc(file_switchyard_router_v1_router, 27);
 
 /**
  * ReplicaRouted is one routing decision, as replicas share it.
@@ -1184,6 +1313,16 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
    * @generated from field: uint32 prefill_leg_blocks = 8;
    */
   prefillLegBlocks: number;
+
+  /**
+   * The request's session id, empty for none: every replica binds the
+   * session to instance_id (and dp_rank) as of the event's time, so that
+   * the conversation's next turn goes there through any replica, and a
+   * restarted replica learns the live bindings by replaying the stream.
+   *
+   * @generated from field: string session_id = 9;
+   */
+  sessionId: string;
 };
 
 /**
@@ -1191,7 +1330,7 @@ export type ReplicaRouted = Message<"switchyard.router.v1.ReplicaRouted"> & {
  * Use `create(ReplicaRoutedSchema)` to create a new message.
  */
 export const ReplicaRoutedSchema: GenMessage<ReplicaRouted> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 27);
+  messageDesc(file_switchyard_router_v1_router, 28);
 
 /**
  * IndexSnapshot is a router's KV index as stored in the eventbus object
@@ -1234,7 +1373,7 @@ export type IndexSnapshot = Message<"switchyard.router.v1.IndexSnapshot"> & {
  * Use `create(IndexSnapshotSchema)` to create a new message.
  */
 export const IndexSnapshotSchema: GenMessage<IndexSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 28);
+  messageDesc(file_switchyard_router_v1_router, 29);
 
 /**
  * IndexSnapshotWorker is one worker's part of an IndexSnapshot.
@@ -1276,7 +1415,7 @@ export type IndexSnapshotWorker = Message<"switchyard.router.v1.IndexSnapshotWor
  * Use `create(IndexSnapshotWorkerSchema)` to create a new message.
  */
 export const IndexSnapshotWorkerSchema: GenMessage<IndexSnapshotWorker> = /*@__PURE__*/
-  messageDesc(file_switchyard_router_v1_router, 29);
+  messageDesc(file_switchyard_router_v1_router, 30);
 
 /**
  * RouterService picks the worker for each request: the one that already
