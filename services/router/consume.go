@@ -102,6 +102,7 @@ func (c *consumer) follow(ns string) {
 		// every decision, and routed/freed pairs cancel out, leaving exactly
 		// the requests still in flight.
 		c.run(ns, wire.ReplicaSyncSubject(ns), eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, c.sync.apply)
+		c.sync.mark(ns)
 	}
 	c.log.Info("following namespace on the eventbus", "namespace", ns, "kv_events", c.events, "core_kv_events", c.coreKV != nil, "replica_sync", c.sync != nil)
 }

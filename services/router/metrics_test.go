@@ -163,3 +163,57 @@ func TestDisaggDecisionsCounted(t *testing.T) {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// TestSessionMetrics routes three turns of one session and one of another
+// through the metered server, then their worker leaves: the session
+// series count 2 bindings made, 2 hits, and 2 bindings ended with their
+// worker, none live.
+func TestSessionMetrics(t *testing.T) {
+	prompt := make([]uint32, 64)
+	for i := range prompt {
+		prompt[i] = uint32(i)*7 + 1
+	}
+	c := metricsCluster(t, prompt)
+	reg := prometheus.NewRegistry()
+	srv := meter(&server{core: c}, newRouterMetrics(reg, c), modeLabel(c))
+	bound := map[string]uint64{}
+	for i, s := range []string{"a", "a", "a", "b"} {
+		resp, err := srv.Route(context.Background(), &routerv1.RouteRequest{RequestId: strconv.Itoa(i), Target: modelTarget(), TokenIds: prompt, SessionId: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound[s] = resp.InstanceId
+		c.Free(strconv.Itoa(i))
+	}
+	if bound["a"] != bound["b"] {
+		// The same prompt on an idle pair: both go to worker 2, which
+		// caches it.
+		t.Fatalf("sessions bound to %v", bound)
+	}
+	// Their worker leaves, and both bindings with it.
+	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend",
+		Endpoint: "generate", InstanceId: bound["a"]}}})
+	want := `# HELP switchyard_router_session_binds_total Requests of a session without a live binding this replica routed, binding it to the worker chosen.
+# TYPE switchyard_router_session_binds_total counter
+switchyard_router_session_binds_total 2
+# HELP switchyard_router_session_bindings Live session bindings (x-session-id to worker), this replica's and its peers'.
+# TYPE switchyard_router_session_bindings gauge
+switchyard_router_session_bindings 0
+# HELP switchyard_router_session_ends_total Session bindings that ended, by reason: expired (idle past --session-ttl), evicted (past --session-max-bindings) or worker_gone (its worker left).
+# TYPE switchyard_router_session_ends_total counter
+switchyard_router_session_ends_total{reason="evicted"} 0
+switchyard_router_session_ends_total{reason="expired"} 0
+switchyard_router_session_ends_total{reason="worker_gone"} 2
+# HELP switchyard_router_session_hits_total Requests of a bound session this replica routed to the bound worker.
+# TYPE switchyard_router_session_hits_total counter
+switchyard_router_session_hits_total 2
+# HELP switchyard_router_session_moves_total Requests of a bound session this replica routed elsewhere, moving the binding, by reason: load (soft affinity: the bound worker was full, the other was not) or unavailable (the bound worker was excluded or does not serve the model).
+# TYPE switchyard_router_session_moves_total counter
+switchyard_router_session_moves_total{reason="load"} 0
+switchyard_router_session_moves_total{reason="unavailable"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "switchyard_router_session_binds_total", "switchyard_router_session_bindings",
+		"switchyard_router_session_ends_total", "switchyard_router_session_hits_total", "switchyard_router_session_moves_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -27,9 +27,17 @@ import (
 // jetstream mode the index snapshot from the eventbus, loaded or known to be
 // absent. The snapshot is loaded in the background with jittered retries and
 // a deadline per attempt; the KV event subscriptions start only after it, from
-// the sequences it covers. Once SERVING, later outages of the registry or the
-// eventbus do not take it back: the router keeps its last known fleet and
-// index (health then follows the process, not its dependencies).
+// the sequences it covers. With --router-replica-sync it also waits (up to
+// replayWait) until it has replayed its peers' decisions from the sync
+// stream: the load in flight and the session bindings, without which a
+// restarted replica would send a conversation's next turn away from its
+// worker. Once SERVING, later outages of the registry or the eventbus do
+// not take it back: the router keeps its last known fleet and index
+// (health then follows the process, not its dependencies).
+
+// replayWait bounds the wait for the replica sync stream's replay (see
+// becomeReady): past it the router serves with what it has applied.
+const replayWait = 10 * time.Second
 
 // snapshotAttempt bounds one attempt to load the index snapshot.
 const snapshotAttempt = 10 * time.Second
@@ -46,6 +54,9 @@ type startup struct {
 	// ready opens Route and health; registry and index say what is missing
 	// until then.
 	ready, registry, index atomic.Bool
+	// replayed says the replica sync stream was replayed (or there is
+	// none, or the wait for it ended).
+	replayed atomic.Bool
 	// readyCh is closed when ready is set.
 	readyCh chan struct{}
 
@@ -63,6 +74,8 @@ func (s *startup) why() error {
 		return errors.New("the registry has not answered yet")
 	case !s.index.Load():
 		return errors.New("the index snapshot is not loaded yet")
+	case !s.replayed.Load():
+		return errors.New("the replica sync stream is not replayed yet")
 	default:
 		return errors.New("starting")
 	}
@@ -181,6 +194,19 @@ func (s *Service) becomeReady(ctx context.Context, cons *consumer, metrics *rout
 	if !s.start.registry.Load() {
 		return // ctx ended
 	}
+	if cons != nil && cons.sync != nil {
+		// Every namespace the registry named is followed by now, each
+		// with its marker sent (syncer.mark).
+		wctx, cancel := context.WithTimeout(ctx, replayWait)
+		if !cons.sync.caughtUp(wctx) && ctx.Err() == nil {
+			log.Warn("replica sync stream not replayed within the wait; serving with the decisions applied so far", "wait", replayWait.String())
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	s.start.replayed.Store(true)
 	// A restored snapshot may name workers that left while the router was
 	// down.
 	s.core.DropDeparted()

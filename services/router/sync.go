@@ -30,8 +30,12 @@ type syncer struct {
 
 	mu   sync.Mutex
 	nsOf map[string]string // request id -> namespace of its endpoint
-	out  chan *eventbusv1.Event
-	done chan struct{}
+	// marks are the namespaces whose replay this replica waits for: each
+	// channel closes when the replica's own marker comes back on the
+	// namespace's stream (see mark).
+	marks map[string]chan struct{}
+	out   chan *eventbusv1.Event
+	done  chan struct{}
 }
 
 // newSyncer starts a syncer. Its replica id is id (--router-replica-id)
@@ -47,7 +51,8 @@ func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger)
 	} else {
 		id += "." + hex.EncodeToString(b[:])
 	}
-	s := &syncer{id: id, bus: bus, core: dc, log: log, nsOf: map[string]string{}, out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
+	s := &syncer{id: id, bus: bus, core: dc, log: log, nsOf: map[string]string{}, marks: map[string]chan struct{}{},
+		out: make(chan *eventbusv1.Event, 8192), done: make(chan struct{})}
 	go s.publish()
 	return s
 }
@@ -92,6 +97,41 @@ func (s *syncer) Freed(id string) {
 	}
 }
 
+// mark publishes this replica's marker on namespace ns's sync subject: a
+// ReplicaEvent with its id and no change, which peers apply as nothing.
+// The subscription replays the stream in order, so when the marker comes
+// back every decision stored before it has been applied: the replica has
+// caught up with the load in flight and the session bindings (caughtUp).
+func (s *syncer) mark(ns string) {
+	s.mu.Lock()
+	if _, ok := s.marks[ns]; ok {
+		s.mu.Unlock()
+		return
+	}
+	s.marks[ns] = make(chan struct{})
+	s.mu.Unlock()
+	s.send(ns, &routerv1.ReplicaEvent{})
+}
+
+// caughtUp waits until the markers of every namespace marked so far came
+// back, or ctx ends; it reports which.
+func (s *syncer) caughtUp(ctx context.Context) bool {
+	s.mu.Lock()
+	var wait []chan struct{}
+	for _, ch := range s.marks {
+		wait = append(wait, ch)
+	}
+	s.mu.Unlock()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // publish sends queued events in order, in batches.
 func (s *syncer) publish() {
 	defer close(s.done)
@@ -127,6 +167,17 @@ func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
 		return
 	}
 	if re.ReplicaId == s.id {
+		if re.GetKind() == nil {
+			s.mu.Lock()
+			if ch, ok := s.marks[wire.Namespace(ev.GetSubject())]; ok {
+				select {
+				case <-ch:
+				default:
+					close(ch)
+				}
+			}
+			s.mu.Unlock()
+		}
 		return
 	}
 	if r := re.GetRouted(); r != nil {
