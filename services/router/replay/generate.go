@@ -255,6 +255,7 @@ func presetNames() []string {
 
 // session is one conversation being generated.
 type session struct {
+	id     uint64        // its session id, from 1
 	next   time.Duration // arrival of its next turn
 	left   int           // turns still to come
 	ids    []uint64      // hash ids of its last prompt
@@ -307,6 +308,7 @@ func Generate(g GenConfig) ([]Request, error) {
 	sessionGap := float64(time.Second) * g.Turns / g.Rate
 	pStop := 1 / g.Turns
 	var live []*session
+	var sessions uint64
 	var start time.Duration
 	out := make([]Request, 0, g.Requests)
 	for len(out) < g.Requests {
@@ -318,7 +320,8 @@ func Generate(g GenConfig) ([]Request, error) {
 			}
 		}
 		if next < 0 || start <= live[next].next {
-			s := &session{next: start, left: 1}
+			sessions++
+			s := &session{id: sessions, next: start, left: 1}
 			for r.Float64() >= pStop {
 				s.left++
 			}
@@ -347,7 +350,7 @@ func Generate(g GenConfig) ([]Request, error) {
 		}
 		ids := fresh(slices.Clip(shared), (input+g.BlockSize-1)/g.BlockSize-len(shared))
 		o := g.Output.draw(r)
-		out = append(out, Request{Arrival: s.next, InputLength: input, OutputLength: o, HashIDs: ids})
+		out = append(out, Request{Arrival: s.next, InputLength: input, OutputLength: o, HashIDs: ids, Session: s.id})
 		s.ids, s.input, s.output = ids, input, o
 		s.left--
 		if s.left == 0 {
@@ -379,7 +382,12 @@ func WriteTrace(w io.Writer, reqs []Request) error {
 			}
 			b = strconv.AppendUint(b, id, 10)
 		}
-		b = append(b, "]}\n"...)
+		b = append(b, ']')
+		if q.Session != 0 {
+			b = append(b, `, "session_id": `...)
+			b = strconv.AppendUint(b, q.Session, 10)
+		}
+		b = append(b, "}\n"...)
 		if _, err := bw.Write(b); err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func TestGenerateRoundTrips(t *testing.T) {
 			// Where each id first appeared: its position there.
 			pos := map[uint64]int{}
 			for i, r := range back {
-				if r.InputLength != a[i].InputLength || r.OutputLength != a[i].OutputLength || !slices.Equal(r.HashIDs, a[i].HashIDs) {
+				if r.InputLength != a[i].InputLength || r.OutputLength != a[i].OutputLength || !slices.Equal(r.HashIDs, a[i].HashIDs) || r.Session != a[i].Session || r.Session == 0 {
 					t.Fatalf("request %d changed in the round trip", i)
 				}
 				if i > 0 && r.Arrival < back[i-1].Arrival {

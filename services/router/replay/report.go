@@ -143,7 +143,32 @@ func WriteTable(w io.Writer, r *Report) error {
 		fmt.Fprintf(w, " %s x%g;", m, r.Goodput(m))
 	}
 	fmt.Fprintln(w)
+	writeSessions(w, r)
 	return writeCapacity(w, r)
+}
+
+// writeSessions prints, for a trace whose requests name their sessions,
+// how many later turns each run sent away from the worker of their
+// session's previous turn, and what the session modes' rule did.
+func writeSessions(w io.Writer, r *Report) {
+	any := false
+	for _, x := range r.Results {
+		any = any || x.LaterTurns > 0
+	}
+	if !any {
+		return
+	}
+	fmt.Fprint(w, "later session turns routed away from their previous turn's worker:")
+	for _, x := range r.Results {
+		fmt.Fprintf(w, " %s x%g %d of %d;", x.Mode, x.RateScale, x.TurnsAway, x.LaterTurns)
+	}
+	fmt.Fprintln(w)
+	for _, x := range r.Results {
+		if s := x.Sessions; s != (SessionCounts{}) {
+			fmt.Fprintf(w, "  %s x%g session rule: %d bound anew, %d on their bound worker, %d moved off a full one, %d off one that could not serve them\n",
+				x.Mode, x.RateScale, s.New, s.Hit, s.MovedLoad, s.MovedUnavailable)
+		}
+	}
 }
 
 // writeCapacity prints the capacity bound, what it is made of, and each

@@ -120,6 +120,20 @@ type Result struct {
 	// RemotePrefill is the share of routed requests whose prefill ran on
 	// a prefill worker (the router chose the pair).
 	RemotePrefill float64
+	// Sessions counts the session modes' turns by what the session rule
+	// did, over every router; zero in other modes.
+	Sessions SessionCounts
+	// LaterTurns counts the routed turns of the trace's sessions after
+	// their first, in every mode; TurnsAway those routed to another
+	// worker than their session's previous turn (where its prefix is).
+	LaterTurns, TurnsAway int
+}
+
+// SessionCounts are a session mode's turns by what the session rule did:
+// bound anew, sent to the bound worker, moved off a full bound worker
+// (soft), moved off one that could not serve them.
+type SessionCounts struct {
+	New, Hit, MovedLoad, MovedUnavailable uint64
 }
 
 // Modes are the routing modes a replay compares, in table order: the
@@ -127,7 +141,7 @@ type Result struct {
 // their decisions over (simulated) replica sync, or do not, and the peers'
 // policies (peers.go).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
-	"dynamo", "llm-d", "sglang", "disagg", "disagg-always"}
+	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions"}
 
 // modeSetup is how a mode's routers are built.
 type modeSetup struct {
@@ -140,6 +154,9 @@ type modeSetup struct {
 	// disagg, when set, splits the engines into prefill and decode pools
 	// and is the router's --disaggregation (disagg.go).
 	disagg core.Disaggregation
+	// sessions, when set, routes each turn with its trace session id
+	// under this --session-affinity.
+	sessions core.Affinity
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -160,6 +177,12 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAuto}, nil
 	case "disagg-always":
 		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAlways}, nil
+	case "kv-sessions":
+		return modeSetup{mode: core.ModeKV, replicas: 1, sessions: core.AffinitySoft}, nil
+	case "kv-sessions-hard":
+		return modeSetup{mode: core.ModeKV, replicas: 1, sessions: core.AffinityHard}, nil
+	case "kv-3-replicas-sessions":
+		return modeSetup{mode: core.ModeKV, replicas: 3, sync: true, sessions: core.AffinitySoft}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -374,6 +397,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		if setup.disagg != "" {
 			cc.Disaggregation = setup.disagg
 		}
+		if setup.sessions != "" {
+			cc.SessionAffinity = setup.sessions
+		}
 		c := core.New(cc)
 		c.OnInstances(ins)
 		c.OnModels(cards)
@@ -385,6 +411,8 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: simModel}}
 	var tokens []uint32
+	// lastWorker is each session's previous turn's worker.
+	lastWorker := map[uint64]uint64{}
 	first := time.Duration(-1)
 	for n, r := range trace {
 		at := time.Duration(float64(r.Arrival) / cfg.RateScale)
@@ -396,7 +424,11 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 			me := s.next
 			s.next = (s.next + 1) % len(s.routers)
-			resp, err := s.routers[me].Route(&routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens})
+			req := &routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens}
+			if setup.sessions != "" && r.Session != 0 {
+				req.SessionId = strconv.FormatUint(r.Session, 10)
+			}
+			resp, err := s.routers[me].Route(req)
 			if err != nil {
 				s.reject(err)
 				return
@@ -406,6 +438,15 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			// RouteStream's responses do: a replay routes every request
 			// of the trace, each response listing every worker.
 			defer core.Recycle(resp)
+			if r.Session != 0 {
+				if prev, ok := lastWorker[r.Session]; ok {
+					s.res.LaterTurns++
+					if prev != resp.InstanceId {
+						s.res.TurnsAway++
+					}
+				}
+				lastWorker[r.Session] = resp.InstanceId
+			}
 			w := s.engines[resp.InstanceId-1]
 			// The engine keeps the prompt while the request runs.
 			prompt := slices.Clone(tokens)
@@ -471,6 +512,13 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		res.Throughput = float64(generated) / res.Makespan.Seconds()
 	}
 	res.Spread = spread(prefill)
+	for _, c := range s.cores {
+		o := c.Sessions().Outcomes
+		res.Sessions.New += o[core.SessionNew]
+		res.Sessions.Hit += o[core.SessionHit]
+		res.Sessions.MovedLoad += o[core.SessionMovedLoad]
+		res.Sessions.MovedUnavailable += o[core.SessionMovedUnavailable]
+	}
 	res.Wall = time.Since(start)
 	slices.SortFunc(s.records, func(a, b RequestRecord) int { return a.Request - b.Request })
 	return res, s.records, nil

@@ -26,6 +26,9 @@ type Request struct {
 	// HashIDs name the prompt's blocks of TraceBlockSize tokens; equal ids
 	// are equal (shareable) blocks.
 	HashIDs []uint64
+	// Session names the conversation the request is a turn of (the trace's
+	// optional session_id); 0 is none. The session modes route with it.
+	Session uint64
 }
 
 // ErrBadTrace wraps every trace parsing error.
@@ -44,6 +47,7 @@ type traceLine struct {
 	InputLength  *int     `json:"input_length"`
 	OutputLength *int     `json:"output_length"`
 	HashIDs      []uint64 `json:"hash_ids"`
+	SessionID    uint64   `json:"session_id"`
 }
 
 // ParseTrace reads a JSON-lines trace; blank lines are skipped. Every line
@@ -97,6 +101,7 @@ func (tl traceLine) request(traceBlock int) (Request, error) {
 		InputLength:  *tl.InputLength,
 		OutputLength: *tl.OutputLength,
 		HashIDs:      tl.HashIDs[:need],
+		Session:      tl.SessionID,
 	}, nil
 }
 
