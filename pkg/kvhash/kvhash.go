@@ -148,7 +148,7 @@ func Hashes(tokens []uint32, blockSize int, dst []Block) []Block {
 const saltTag = "switchyard.cache_salt:"
 
 // SaltRoot is the parent hash a salted sequence's first block chains
-// from: XXH3-64 with the seed of saltTag followed by the salt's bytes.
+// from: XXH3-64, seeded with Seed, of saltTag followed by the salt's bytes.
 func SaltRoot(salt string) uint64 {
 	var stack [256]byte
 	b := append(stack[:0], saltTag...)

@@ -81,8 +81,9 @@ type kvTransferEntry struct {
 	DataParallelSize uint32 `json:"dataParallelSize,omitempty"`
 }
 
-// transportEntry has the seed's JSON shape: a request plane's name (see
-// transport.Planes) to its address, for each plane the instance serves.
+// transportEntry is a transport in the JSON shape of the etcd records: a
+// request plane's name (see transport.Planes) to its address, for each
+// plane the instance serves.
 type transportEntry map[string]string
 
 // transportEntryOf is t's entry ({} for none).
