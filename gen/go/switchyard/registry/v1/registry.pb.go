@@ -1371,9 +1371,25 @@ type ModelCard struct {
 	ReasoningParser string `protobuf:"bytes,11,opt,name=reasoning_parser,json=reasoningParser,proto3" json:"reasoning_parser,omitempty"`
 	// What the worker serves the model for. Empty means generation only (what
 	// a card without the field always meant).
-	Tasks         []ModelTask `protobuf:"varint,12,rep,packed,name=tasks,proto3,enum=switchyard.registry.v1.ModelTask" json:"tasks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tasks []ModelTask `protobuf:"varint,12,rep,packed,name=tasks,proto3,enum=switchyard.registry.v1.ModelTask" json:"tasks,omitempty"`
+	// The LoRA adapters the worker can serve on top of model_name, loaded or
+	// not. A client requests one as a model of its own (the OpenAI request's
+	// model names the adapter; /v1/models lists it with model_name as its
+	// parent), and such a request goes only to workers whose card lists it.
+	// Names follow the rules of model_name, are unique on a card and differ
+	// from model_name.
+	LoraAdapters []*LoraAdapter `protobuf:"bytes,13,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	// How many adapters the worker holds loaded at once (vLLM's --max-loras);
+	// 0 when it serves none or does not say. Which are loaded now is in its
+	// load report (switchyard.worker.v1.LoadMetrics.lora_adapters).
+	MaxLoras uint32 `protobuf:"varint,14,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	// Data-parallel ranks the worker serves (vLLM's --data-parallel-size),
+	// numbered 0 to data_parallel_size-1, each an engine with its own KV
+	// cache, load and events, and each a routing candidate of its own; 0 or
+	// 1 means one.
+	DataParallelSize uint32 `protobuf:"varint,15,opt,name=data_parallel_size,json=dataParallelSize,proto3" json:"data_parallel_size,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -1490,6 +1506,84 @@ func (x *ModelCard) GetTasks() []ModelTask {
 	return nil
 }
 
+func (x *ModelCard) GetLoraAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.LoraAdapters
+	}
+	return nil
+}
+
+func (x *ModelCard) GetMaxLoras() uint32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
+}
+
+func (x *ModelCard) GetDataParallelSize() uint32 {
+	if x != nil {
+		return x.DataParallelSize
+	}
+	return 0
+}
+
+// LoraAdapter is a LoRA adapter a worker serves on top of its card's model.
+type LoraAdapter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter's name, as clients request it and as it enters block
+	// hashes (vLLM's lora_name; see switchyard.worker.v1.KvBlock).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Where the engine loads it from (vLLM's lora_path); informative, listed
+	// as the model's root by /v1/models. Empty when not known.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoraAdapter) Reset() {
+	*x = LoraAdapter{}
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoraAdapter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoraAdapter) ProtoMessage() {}
+
+func (x *LoraAdapter) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoraAdapter.ProtoReflect.Descriptor instead.
+func (*LoraAdapter) Descriptor() ([]byte, []int) {
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LoraAdapter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LoraAdapter) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // ModelFilter selects model cards. Empty fields match everything.
 type ModelFilter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1503,7 +1597,7 @@ type ModelFilter struct {
 
 func (x *ModelFilter) Reset() {
 	*x = ModelFilter{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1609,7 @@ func (x *ModelFilter) String() string {
 func (*ModelFilter) ProtoMessage() {}
 
 func (x *ModelFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1622,7 @@ func (x *ModelFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilter.ProtoReflect.Descriptor instead.
 func (*ModelFilter) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModelFilter) GetNamespace() string {
@@ -1558,7 +1652,7 @@ type RegisterModelRequest struct {
 
 func (x *RegisterModelRequest) Reset() {
 	*x = RegisterModelRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1664,7 @@ func (x *RegisterModelRequest) String() string {
 func (*RegisterModelRequest) ProtoMessage() {}
 
 func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1677,7 @@ func (x *RegisterModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelRequest.ProtoReflect.Descriptor instead.
 func (*RegisterModelRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterModelRequest) GetCard() *ModelCard {
@@ -1611,7 +1705,7 @@ type RegisterModelResponse struct {
 
 func (x *RegisterModelResponse) Reset() {
 	*x = RegisterModelResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1717,7 @@ func (x *RegisterModelResponse) String() string {
 func (*RegisterModelResponse) ProtoMessage() {}
 
 func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1730,7 @@ func (x *RegisterModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterModelResponse.ProtoReflect.Descriptor instead.
 func (*RegisterModelResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterModelResponse) GetRevision() int64 {
@@ -1657,7 +1751,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1763,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1776,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListModelsRequest) GetFilter() *ModelFilter {
@@ -1705,7 +1799,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1811,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1824,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListModelsResponse) GetCards() []*ModelCard {
@@ -1760,7 +1854,7 @@ type WatchModelsRequest struct {
 
 func (x *WatchModelsRequest) Reset() {
 	*x = WatchModelsRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1866,7 @@ func (x *WatchModelsRequest) String() string {
 func (*WatchModelsRequest) ProtoMessage() {}
 
 func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1879,7 @@ func (x *WatchModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsRequest.ProtoReflect.Descriptor instead.
 func (*WatchModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchModelsRequest) GetFilter() *ModelFilter {
@@ -1817,7 +1911,7 @@ type ModelEvent struct {
 
 func (x *ModelEvent) Reset() {
 	*x = ModelEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1923,7 @@ func (x *ModelEvent) String() string {
 func (*ModelEvent) ProtoMessage() {}
 
 func (x *ModelEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1936,7 @@ func (x *ModelEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelEvent.ProtoReflect.Descriptor instead.
 func (*ModelEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelEvent) GetType() EventType {
@@ -1885,7 +1979,7 @@ type WatchModelsResponse struct {
 
 func (x *WatchModelsResponse) Reset() {
 	*x = WatchModelsResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1991,7 @@ func (x *WatchModelsResponse) String() string {
 func (*WatchModelsResponse) ProtoMessage() {}
 
 func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2004,7 @@ func (x *WatchModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModelsResponse.ProtoReflect.Descriptor instead.
 func (*WatchModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchModelsResponse) GetKind() WatchResponseKind {
@@ -1967,7 +2061,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2073,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2086,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -2041,7 +2135,7 @@ type CreateBucketRequest struct {
 
 func (x *CreateBucketRequest) Reset() {
 	*x = CreateBucketRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2147,7 @@ func (x *CreateBucketRequest) String() string {
 func (*CreateBucketRequest) ProtoMessage() {}
 
 func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2160,7 @@ func (x *CreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*CreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateBucketRequest) GetBucket() string {
@@ -2087,7 +2181,7 @@ type CreateBucketResponse struct {
 
 func (x *CreateBucketResponse) Reset() {
 	*x = CreateBucketResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2193,7 @@ func (x *CreateBucketResponse) String() string {
 func (*CreateBucketResponse) ProtoMessage() {}
 
 func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2206,7 @@ func (x *CreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*CreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateBucketResponse) GetCreated() bool {
@@ -2135,7 +2229,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2241,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2254,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetKeyRequest) GetBucket() string {
@@ -2188,7 +2282,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2294,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2307,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetKeyResponse) GetKv() *KeyValue {
@@ -2243,7 +2337,7 @@ type PutKeyRequest struct {
 
 func (x *PutKeyRequest) Reset() {
 	*x = PutKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2349,7 @@ func (x *PutKeyRequest) String() string {
 func (*PutKeyRequest) ProtoMessage() {}
 
 func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2362,7 @@ func (x *PutKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyRequest.ProtoReflect.Descriptor instead.
 func (*PutKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutKeyRequest) GetBucket() string {
@@ -2317,7 +2411,7 @@ type PutKeyResponse struct {
 
 func (x *PutKeyResponse) Reset() {
 	*x = PutKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2423,7 @@ func (x *PutKeyResponse) String() string {
 func (*PutKeyResponse) ProtoMessage() {}
 
 func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2436,7 @@ func (x *PutKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKeyResponse.ProtoReflect.Descriptor instead.
 func (*PutKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PutKeyResponse) GetRevision() int64 {
@@ -2369,7 +2463,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2475,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2488,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateKeyRequest) GetBucket() string {
@@ -2436,7 +2530,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2542,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2555,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateKeyResponse) GetRevision() int64 {
@@ -2484,7 +2578,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2590,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2603,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteKeyRequest) GetBucket() string {
@@ -2539,7 +2633,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2645,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2658,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteKeyResponse) GetDeleted() bool {
@@ -2594,7 +2688,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2700,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2713,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysRequest) GetBucket() string {
@@ -2649,7 +2743,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2755,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2768,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListKeysResponse) GetKvs() []*KeyValue {
@@ -2706,7 +2800,7 @@ type WatchKeysRequest struct {
 
 func (x *WatchKeysRequest) Reset() {
 	*x = WatchKeysRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2812,7 @@ func (x *WatchKeysRequest) String() string {
 func (*WatchKeysRequest) ProtoMessage() {}
 
 func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2825,7 @@ func (x *WatchKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysRequest.ProtoReflect.Descriptor instead.
 func (*WatchKeysRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchKeysRequest) GetBucket() string {
@@ -2770,7 +2864,7 @@ type KeyEvent struct {
 
 func (x *KeyEvent) Reset() {
 	*x = KeyEvent{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2876,7 @@ func (x *KeyEvent) String() string {
 func (*KeyEvent) ProtoMessage() {}
 
 func (x *KeyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2889,7 @@ func (x *KeyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyEvent.ProtoReflect.Descriptor instead.
 func (*KeyEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeyEvent) GetType() EventType {
@@ -2838,7 +2932,7 @@ type WatchKeysResponse struct {
 
 func (x *WatchKeysResponse) Reset() {
 	*x = WatchKeysResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2944,7 @@ func (x *WatchKeysResponse) String() string {
 func (*WatchKeysResponse) ProtoMessage() {}
 
 func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2957,7 @@ func (x *WatchKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchKeysResponse.ProtoReflect.Descriptor instead.
 func (*WatchKeysResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchKeysResponse) GetKind() WatchResponseKind {
@@ -2914,7 +3008,7 @@ type AcquireWriteLockRequest struct {
 
 func (x *AcquireWriteLockRequest) Reset() {
 	*x = AcquireWriteLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3020,7 @@ func (x *AcquireWriteLockRequest) String() string {
 func (*AcquireWriteLockRequest) ProtoMessage() {}
 
 func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3033,7 @@ func (x *AcquireWriteLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcquireWriteLockRequest) GetName() string {
@@ -2969,7 +3063,7 @@ type AcquireWriteLockResponse struct {
 
 func (x *AcquireWriteLockResponse) Reset() {
 	*x = AcquireWriteLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3075,7 @@ func (x *AcquireWriteLockResponse) String() string {
 func (*AcquireWriteLockResponse) ProtoMessage() {}
 
 func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3088,7 @@ func (x *AcquireWriteLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireWriteLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireWriteLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcquireWriteLockResponse) GetAcquired() bool {
@@ -3027,7 +3121,7 @@ type AcquireReadLockRequest struct {
 
 func (x *AcquireReadLockRequest) Reset() {
 	*x = AcquireReadLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3133,7 @@ func (x *AcquireReadLockRequest) String() string {
 func (*AcquireReadLockRequest) ProtoMessage() {}
 
 func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3146,7 @@ func (x *AcquireReadLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireReadLockRequest) GetName() string {
@@ -3087,7 +3181,7 @@ type AcquireReadLockResponse struct {
 
 func (x *AcquireReadLockResponse) Reset() {
 	*x = AcquireReadLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3193,7 @@ func (x *AcquireReadLockResponse) String() string {
 func (*AcquireReadLockResponse) ProtoMessage() {}
 
 func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3206,7 @@ func (x *AcquireReadLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireReadLockResponse.ProtoReflect.Descriptor instead.
 func (*AcquireReadLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcquireReadLockResponse) GetToken() string {
@@ -3133,7 +3227,7 @@ type ReleaseLockRequest struct {
 
 func (x *ReleaseLockRequest) Reset() {
 	*x = ReleaseLockRequest{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3239,7 @@ func (x *ReleaseLockRequest) String() string {
 func (*ReleaseLockRequest) ProtoMessage() {}
 
 func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3252,7 @@ func (x *ReleaseLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLockRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseLockRequest) GetToken() string {
@@ -3179,7 +3273,7 @@ type ReleaseLockResponse struct {
 
 func (x *ReleaseLockResponse) Reset() {
 	*x = ReleaseLockResponse{}
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3285,7 @@ func (x *ReleaseLockResponse) String() string {
 func (*ReleaseLockResponse) ProtoMessage() {}
 
 func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_switchyard_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3298,7 @@ func (x *ReleaseLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLockResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLockResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_switchyard_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseLockResponse) GetReleased() bool {
@@ -3299,7 +3393,7 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x04 \x01(\tR\tobjectKey\"\xca\x04\n" +
+	"object_key\x18\x04 \x01(\tR\tobjectKey\"\xdf\x05\n" +
 	"\tModelCard\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
@@ -3316,10 +3410,16 @@ const file_switchyard_registry_v1_registry_proto_rawDesc = "" +
 	"\x10tool_call_parser\x18\n" +
 	" \x01(\tR\x0etoolCallParser\x12)\n" +
 	"\x10reasoning_parser\x18\v \x01(\tR\x0freasoningParser\x127\n" +
-	"\x05tasks\x18\f \x03(\x0e2!.switchyard.registry.v1.ModelTaskR\x05tasks\x1a;\n" +
+	"\x05tasks\x18\f \x03(\x0e2!.switchyard.registry.v1.ModelTaskR\x05tasks\x12H\n" +
+	"\rlora_adapters\x18\r \x03(\v2#.switchyard.registry.v1.LoraAdapterR\floraAdapters\x12\x1b\n" +
+	"\tmax_loras\x18\x0e \x01(\rR\bmaxLoras\x12,\n" +
+	"\x12data_parallel_size\x18\x0f \x01(\rR\x10dataParallelSize\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\vLoraAdapter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"J\n" +
 	"\vModelFilter\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -3477,7 +3577,7 @@ func file_switchyard_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_switchyard_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(WatchResponseKind)(0),           // 0: switchyard.registry.v1.WatchResponseKind
 	(SnapshotReason)(0),              // 1: switchyard.registry.v1.SnapshotReason
@@ -3501,47 +3601,48 @@ var file_switchyard_registry_v1_registry_proto_goTypes = []any{
 	(*WatchInstancesResponse)(nil),   // 19: switchyard.registry.v1.WatchInstancesResponse
 	(*TokenizerArtifact)(nil),        // 20: switchyard.registry.v1.TokenizerArtifact
 	(*ModelCard)(nil),                // 21: switchyard.registry.v1.ModelCard
-	(*ModelFilter)(nil),              // 22: switchyard.registry.v1.ModelFilter
-	(*RegisterModelRequest)(nil),     // 23: switchyard.registry.v1.RegisterModelRequest
-	(*RegisterModelResponse)(nil),    // 24: switchyard.registry.v1.RegisterModelResponse
-	(*ListModelsRequest)(nil),        // 25: switchyard.registry.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 26: switchyard.registry.v1.ListModelsResponse
-	(*WatchModelsRequest)(nil),       // 27: switchyard.registry.v1.WatchModelsRequest
-	(*ModelEvent)(nil),               // 28: switchyard.registry.v1.ModelEvent
-	(*WatchModelsResponse)(nil),      // 29: switchyard.registry.v1.WatchModelsResponse
-	(*KeyValue)(nil),                 // 30: switchyard.registry.v1.KeyValue
-	(*CreateBucketRequest)(nil),      // 31: switchyard.registry.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),     // 32: switchyard.registry.v1.CreateBucketResponse
-	(*GetKeyRequest)(nil),            // 33: switchyard.registry.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),           // 34: switchyard.registry.v1.GetKeyResponse
-	(*PutKeyRequest)(nil),            // 35: switchyard.registry.v1.PutKeyRequest
-	(*PutKeyResponse)(nil),           // 36: switchyard.registry.v1.PutKeyResponse
-	(*CreateKeyRequest)(nil),         // 37: switchyard.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 38: switchyard.registry.v1.CreateKeyResponse
-	(*DeleteKeyRequest)(nil),         // 39: switchyard.registry.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),        // 40: switchyard.registry.v1.DeleteKeyResponse
-	(*ListKeysRequest)(nil),          // 41: switchyard.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 42: switchyard.registry.v1.ListKeysResponse
-	(*WatchKeysRequest)(nil),         // 43: switchyard.registry.v1.WatchKeysRequest
-	(*KeyEvent)(nil),                 // 44: switchyard.registry.v1.KeyEvent
-	(*WatchKeysResponse)(nil),        // 45: switchyard.registry.v1.WatchKeysResponse
-	(*AcquireWriteLockRequest)(nil),  // 46: switchyard.registry.v1.AcquireWriteLockRequest
-	(*AcquireWriteLockResponse)(nil), // 47: switchyard.registry.v1.AcquireWriteLockResponse
-	(*AcquireReadLockRequest)(nil),   // 48: switchyard.registry.v1.AcquireReadLockRequest
-	(*AcquireReadLockResponse)(nil),  // 49: switchyard.registry.v1.AcquireReadLockResponse
-	(*ReleaseLockRequest)(nil),       // 50: switchyard.registry.v1.ReleaseLockRequest
-	(*ReleaseLockResponse)(nil),      // 51: switchyard.registry.v1.ReleaseLockResponse
-	nil,                              // 52: switchyard.registry.v1.Instance.MetadataEntry
-	nil,                              // 53: switchyard.registry.v1.ModelCard.MetadataEntry
-	(*v1.Transport)(nil),             // 54: switchyard.common.v1.Transport
-	(v1.Role)(0),                     // 55: switchyard.common.v1.Role
-	(*v1.KvTransfer)(nil),            // 56: switchyard.common.v1.KvTransfer
+	(*LoraAdapter)(nil),              // 22: switchyard.registry.v1.LoraAdapter
+	(*ModelFilter)(nil),              // 23: switchyard.registry.v1.ModelFilter
+	(*RegisterModelRequest)(nil),     // 24: switchyard.registry.v1.RegisterModelRequest
+	(*RegisterModelResponse)(nil),    // 25: switchyard.registry.v1.RegisterModelResponse
+	(*ListModelsRequest)(nil),        // 26: switchyard.registry.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 27: switchyard.registry.v1.ListModelsResponse
+	(*WatchModelsRequest)(nil),       // 28: switchyard.registry.v1.WatchModelsRequest
+	(*ModelEvent)(nil),               // 29: switchyard.registry.v1.ModelEvent
+	(*WatchModelsResponse)(nil),      // 30: switchyard.registry.v1.WatchModelsResponse
+	(*KeyValue)(nil),                 // 31: switchyard.registry.v1.KeyValue
+	(*CreateBucketRequest)(nil),      // 32: switchyard.registry.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),     // 33: switchyard.registry.v1.CreateBucketResponse
+	(*GetKeyRequest)(nil),            // 34: switchyard.registry.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),           // 35: switchyard.registry.v1.GetKeyResponse
+	(*PutKeyRequest)(nil),            // 36: switchyard.registry.v1.PutKeyRequest
+	(*PutKeyResponse)(nil),           // 37: switchyard.registry.v1.PutKeyResponse
+	(*CreateKeyRequest)(nil),         // 38: switchyard.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 39: switchyard.registry.v1.CreateKeyResponse
+	(*DeleteKeyRequest)(nil),         // 40: switchyard.registry.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),        // 41: switchyard.registry.v1.DeleteKeyResponse
+	(*ListKeysRequest)(nil),          // 42: switchyard.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 43: switchyard.registry.v1.ListKeysResponse
+	(*WatchKeysRequest)(nil),         // 44: switchyard.registry.v1.WatchKeysRequest
+	(*KeyEvent)(nil),                 // 45: switchyard.registry.v1.KeyEvent
+	(*WatchKeysResponse)(nil),        // 46: switchyard.registry.v1.WatchKeysResponse
+	(*AcquireWriteLockRequest)(nil),  // 47: switchyard.registry.v1.AcquireWriteLockRequest
+	(*AcquireWriteLockResponse)(nil), // 48: switchyard.registry.v1.AcquireWriteLockResponse
+	(*AcquireReadLockRequest)(nil),   // 49: switchyard.registry.v1.AcquireReadLockRequest
+	(*AcquireReadLockResponse)(nil),  // 50: switchyard.registry.v1.AcquireReadLockResponse
+	(*ReleaseLockRequest)(nil),       // 51: switchyard.registry.v1.ReleaseLockRequest
+	(*ReleaseLockResponse)(nil),      // 52: switchyard.registry.v1.ReleaseLockResponse
+	nil,                              // 53: switchyard.registry.v1.Instance.MetadataEntry
+	nil,                              // 54: switchyard.registry.v1.ModelCard.MetadataEntry
+	(*v1.Transport)(nil),             // 55: switchyard.common.v1.Transport
+	(v1.Role)(0),                     // 56: switchyard.common.v1.Role
+	(*v1.KvTransfer)(nil),            // 57: switchyard.common.v1.KvTransfer
 }
 var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
-	54, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
-	52, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
-	55, // 2: switchyard.registry.v1.Instance.role:type_name -> switchyard.common.v1.Role
-	56, // 3: switchyard.registry.v1.Instance.kv_transfer:type_name -> switchyard.common.v1.KvTransfer
+	55, // 0: switchyard.registry.v1.Instance.transport:type_name -> switchyard.common.v1.Transport
+	53, // 1: switchyard.registry.v1.Instance.metadata:type_name -> switchyard.registry.v1.Instance.MetadataEntry
+	56, // 2: switchyard.registry.v1.Instance.role:type_name -> switchyard.common.v1.Role
+	57, // 3: switchyard.registry.v1.Instance.kv_transfer:type_name -> switchyard.common.v1.KvTransfer
 	6,  // 4: switchyard.registry.v1.GrantLeaseRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
 	4,  // 5: switchyard.registry.v1.RegisterRequest.instance:type_name -> switchyard.registry.v1.Instance
 	6,  // 6: switchyard.registry.v1.RegisterRequest.pod:type_name -> switchyard.registry.v1.KubernetesPod
@@ -3555,69 +3656,70 @@ var file_switchyard_registry_v1_registry_proto_depIdxs = []int32{
 	4,  // 14: switchyard.registry.v1.WatchInstancesResponse.instances:type_name -> switchyard.registry.v1.Instance
 	18, // 15: switchyard.registry.v1.WatchInstancesResponse.events:type_name -> switchyard.registry.v1.InstanceEvent
 	20, // 16: switchyard.registry.v1.ModelCard.tokenizer:type_name -> switchyard.registry.v1.TokenizerArtifact
-	53, // 17: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
+	54, // 17: switchyard.registry.v1.ModelCard.metadata:type_name -> switchyard.registry.v1.ModelCard.MetadataEntry
 	3,  // 18: switchyard.registry.v1.ModelCard.tasks:type_name -> switchyard.registry.v1.ModelTask
-	21, // 19: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
-	22, // 20: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	21, // 21: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	22, // 22: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
-	2,  // 23: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
-	21, // 24: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
-	0,  // 25: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 26: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	21, // 27: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
-	28, // 28: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
-	30, // 29: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
-	30, // 30: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	2,  // 31: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
-	30, // 32: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
-	0,  // 33: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
-	1,  // 34: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
-	30, // 35: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
-	44, // 36: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
-	7,  // 37: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
-	9,  // 38: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
-	11, // 39: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
-	13, // 40: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
-	15, // 41: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
-	17, // 42: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
-	23, // 43: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
-	25, // 44: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
-	27, // 45: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
-	31, // 46: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
-	33, // 47: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
-	35, // 48: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
-	37, // 49: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
-	39, // 50: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
-	41, // 51: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
-	43, // 52: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
-	46, // 53: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
-	48, // 54: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
-	50, // 55: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
-	8,  // 56: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
-	10, // 57: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
-	12, // 58: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
-	14, // 59: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
-	16, // 60: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
-	19, // 61: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
-	24, // 62: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
-	26, // 63: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
-	29, // 64: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
-	32, // 65: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
-	34, // 66: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
-	36, // 67: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
-	38, // 68: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
-	40, // 69: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
-	42, // 70: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
-	45, // 71: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
-	47, // 72: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
-	49, // 73: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
-	51, // 74: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
-	56, // [56:75] is the sub-list for method output_type
-	37, // [37:56] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	22, // 19: switchyard.registry.v1.ModelCard.lora_adapters:type_name -> switchyard.registry.v1.LoraAdapter
+	21, // 20: switchyard.registry.v1.RegisterModelRequest.card:type_name -> switchyard.registry.v1.ModelCard
+	23, // 21: switchyard.registry.v1.ListModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	21, // 22: switchyard.registry.v1.ListModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	23, // 23: switchyard.registry.v1.WatchModelsRequest.filter:type_name -> switchyard.registry.v1.ModelFilter
+	2,  // 24: switchyard.registry.v1.ModelEvent.type:type_name -> switchyard.registry.v1.EventType
+	21, // 25: switchyard.registry.v1.ModelEvent.card:type_name -> switchyard.registry.v1.ModelCard
+	0,  // 26: switchyard.registry.v1.WatchModelsResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 27: switchyard.registry.v1.WatchModelsResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	21, // 28: switchyard.registry.v1.WatchModelsResponse.cards:type_name -> switchyard.registry.v1.ModelCard
+	29, // 29: switchyard.registry.v1.WatchModelsResponse.events:type_name -> switchyard.registry.v1.ModelEvent
+	31, // 30: switchyard.registry.v1.GetKeyResponse.kv:type_name -> switchyard.registry.v1.KeyValue
+	31, // 31: switchyard.registry.v1.ListKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	2,  // 32: switchyard.registry.v1.KeyEvent.type:type_name -> switchyard.registry.v1.EventType
+	31, // 33: switchyard.registry.v1.KeyEvent.kv:type_name -> switchyard.registry.v1.KeyValue
+	0,  // 34: switchyard.registry.v1.WatchKeysResponse.kind:type_name -> switchyard.registry.v1.WatchResponseKind
+	1,  // 35: switchyard.registry.v1.WatchKeysResponse.snapshot_reason:type_name -> switchyard.registry.v1.SnapshotReason
+	31, // 36: switchyard.registry.v1.WatchKeysResponse.kvs:type_name -> switchyard.registry.v1.KeyValue
+	45, // 37: switchyard.registry.v1.WatchKeysResponse.events:type_name -> switchyard.registry.v1.KeyEvent
+	7,  // 38: switchyard.registry.v1.RegistryService.GrantLease:input_type -> switchyard.registry.v1.GrantLeaseRequest
+	9,  // 39: switchyard.registry.v1.RegistryService.Register:input_type -> switchyard.registry.v1.RegisterRequest
+	11, // 40: switchyard.registry.v1.RegistryService.KeepAlive:input_type -> switchyard.registry.v1.KeepAliveRequest
+	13, // 41: switchyard.registry.v1.RegistryService.Deregister:input_type -> switchyard.registry.v1.DeregisterRequest
+	15, // 42: switchyard.registry.v1.RegistryService.ListInstances:input_type -> switchyard.registry.v1.ListInstancesRequest
+	17, // 43: switchyard.registry.v1.RegistryService.WatchInstances:input_type -> switchyard.registry.v1.WatchInstancesRequest
+	24, // 44: switchyard.registry.v1.RegistryService.RegisterModel:input_type -> switchyard.registry.v1.RegisterModelRequest
+	26, // 45: switchyard.registry.v1.RegistryService.ListModels:input_type -> switchyard.registry.v1.ListModelsRequest
+	28, // 46: switchyard.registry.v1.RegistryService.WatchModels:input_type -> switchyard.registry.v1.WatchModelsRequest
+	32, // 47: switchyard.registry.v1.RegistryService.CreateBucket:input_type -> switchyard.registry.v1.CreateBucketRequest
+	34, // 48: switchyard.registry.v1.RegistryService.GetKey:input_type -> switchyard.registry.v1.GetKeyRequest
+	36, // 49: switchyard.registry.v1.RegistryService.PutKey:input_type -> switchyard.registry.v1.PutKeyRequest
+	38, // 50: switchyard.registry.v1.RegistryService.CreateKey:input_type -> switchyard.registry.v1.CreateKeyRequest
+	40, // 51: switchyard.registry.v1.RegistryService.DeleteKey:input_type -> switchyard.registry.v1.DeleteKeyRequest
+	42, // 52: switchyard.registry.v1.RegistryService.ListKeys:input_type -> switchyard.registry.v1.ListKeysRequest
+	44, // 53: switchyard.registry.v1.RegistryService.WatchKeys:input_type -> switchyard.registry.v1.WatchKeysRequest
+	47, // 54: switchyard.registry.v1.RegistryService.AcquireWriteLock:input_type -> switchyard.registry.v1.AcquireWriteLockRequest
+	49, // 55: switchyard.registry.v1.RegistryService.AcquireReadLock:input_type -> switchyard.registry.v1.AcquireReadLockRequest
+	51, // 56: switchyard.registry.v1.RegistryService.ReleaseLock:input_type -> switchyard.registry.v1.ReleaseLockRequest
+	8,  // 57: switchyard.registry.v1.RegistryService.GrantLease:output_type -> switchyard.registry.v1.GrantLeaseResponse
+	10, // 58: switchyard.registry.v1.RegistryService.Register:output_type -> switchyard.registry.v1.RegisterResponse
+	12, // 59: switchyard.registry.v1.RegistryService.KeepAlive:output_type -> switchyard.registry.v1.KeepAliveResponse
+	14, // 60: switchyard.registry.v1.RegistryService.Deregister:output_type -> switchyard.registry.v1.DeregisterResponse
+	16, // 61: switchyard.registry.v1.RegistryService.ListInstances:output_type -> switchyard.registry.v1.ListInstancesResponse
+	19, // 62: switchyard.registry.v1.RegistryService.WatchInstances:output_type -> switchyard.registry.v1.WatchInstancesResponse
+	25, // 63: switchyard.registry.v1.RegistryService.RegisterModel:output_type -> switchyard.registry.v1.RegisterModelResponse
+	27, // 64: switchyard.registry.v1.RegistryService.ListModels:output_type -> switchyard.registry.v1.ListModelsResponse
+	30, // 65: switchyard.registry.v1.RegistryService.WatchModels:output_type -> switchyard.registry.v1.WatchModelsResponse
+	33, // 66: switchyard.registry.v1.RegistryService.CreateBucket:output_type -> switchyard.registry.v1.CreateBucketResponse
+	35, // 67: switchyard.registry.v1.RegistryService.GetKey:output_type -> switchyard.registry.v1.GetKeyResponse
+	37, // 68: switchyard.registry.v1.RegistryService.PutKey:output_type -> switchyard.registry.v1.PutKeyResponse
+	39, // 69: switchyard.registry.v1.RegistryService.CreateKey:output_type -> switchyard.registry.v1.CreateKeyResponse
+	41, // 70: switchyard.registry.v1.RegistryService.DeleteKey:output_type -> switchyard.registry.v1.DeleteKeyResponse
+	43, // 71: switchyard.registry.v1.RegistryService.ListKeys:output_type -> switchyard.registry.v1.ListKeysResponse
+	46, // 72: switchyard.registry.v1.RegistryService.WatchKeys:output_type -> switchyard.registry.v1.WatchKeysResponse
+	48, // 73: switchyard.registry.v1.RegistryService.AcquireWriteLock:output_type -> switchyard.registry.v1.AcquireWriteLockResponse
+	50, // 74: switchyard.registry.v1.RegistryService.AcquireReadLock:output_type -> switchyard.registry.v1.AcquireReadLockResponse
+	52, // 75: switchyard.registry.v1.RegistryService.ReleaseLock:output_type -> switchyard.registry.v1.ReleaseLockResponse
+	57, // [57:76] is the sub-list for method output_type
+	38, // [38:57] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_registry_v1_registry_proto_init() }
@@ -3625,14 +3727,14 @@ func file_switchyard_registry_v1_registry_proto_init() {
 	if File_switchyard_registry_v1_registry_proto != nil {
 		return
 	}
-	file_switchyard_registry_v1_registry_proto_msgTypes[31].OneofWrappers = []any{}
+	file_switchyard_registry_v1_registry_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_registry_v1_registry_proto_rawDesc), len(file_switchyard_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -212,7 +212,14 @@ type RouteRequest struct {
 	// as vLLM takes it); empty for none. It enters the first block's hash
 	// (see the block hash spec on switchyard.worker.v1.KvBlock), so that the request
 	// matches only blocks stored under the same salt. At most 1,024 bytes.
-	CacheSalt     string `protobuf:"bytes,11,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,11,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The LoRA adapter the request runs with (a name of the target model's
+	// cards' lora_adapters); empty for the base model. Only workers whose
+	// card lists it are candidates (none: FailedPrecondition NO_WORKER), a
+	// worker that has not loaded it is priced with its load time, and the
+	// adapter enters every block's hash (see switchyard.worker.v1.KvBlock).
+	// At most 256 bytes.
+	LoraName      string `protobuf:"bytes,12,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +331,13 @@ func (x *RouteRequest) GetCacheSalt() string {
 	return ""
 }
 
+func (x *RouteRequest) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
 // Candidate is one worker considered for a request.
 type Candidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -338,7 +352,10 @@ type Candidate struct {
 	// Blocks it still has to prefill for requests routed to it.
 	PrefillBlocks uint32 `protobuf:"varint,5,opt,name=prefill_blocks,json=prefillBlocks,proto3" json:"prefill_blocks,omitempty"`
 	// Blocks of its requests in decode.
-	DecodeBlocks  uint32 `protobuf:"varint,6,opt,name=decode_blocks,json=decodeBlocks,proto3" json:"decode_blocks,omitempty"`
+	DecodeBlocks uint32 `protobuf:"varint,6,opt,name=decode_blocks,json=decodeBlocks,proto3" json:"decode_blocks,omitempty"`
+	// The time its cost counts for loading the request's LoRA adapter (0
+	// when it has it loaded, or the request has none).
+	LoraLoadMs    float64 `protobuf:"fixed64,7,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -411,6 +428,13 @@ func (x *Candidate) GetPrefillBlocks() uint32 {
 func (x *Candidate) GetDecodeBlocks() uint32 {
 	if x != nil {
 		return x.DecodeBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetLoraLoadMs() float64 {
+	if x != nil {
+		return x.LoraLoadMs
 	}
 	return 0
 }
@@ -1181,7 +1205,9 @@ type QueryOverlapsRequest struct {
 	// Precomputed sequence hashes, instead of token_ids.
 	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// The tenant's cache salt, as RouteRequest.cache_salt.
-	CacheSalt     string `protobuf:"bytes,4,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,4,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The LoRA adapter, as RouteRequest.lora_name.
+	LoraName      string `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1240,6 +1266,13 @@ func (x *QueryOverlapsRequest) GetBlockHashes() []uint64 {
 func (x *QueryOverlapsRequest) GetCacheSalt() string {
 	if x != nil {
 		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *QueryOverlapsRequest) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
 	}
 	return ""
 }
@@ -1321,7 +1354,9 @@ type ExplainRouteRequest struct {
 	// answer's session says what its binding would do (nothing is bound).
 	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The tenant's cache salt, as RouteRequest.cache_salt.
-	CacheSalt     string `protobuf:"bytes,9,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,9,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The LoRA adapter, as RouteRequest.lora_name.
+	LoraName      string `protobuf:"bytes,10,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1415,6 +1450,13 @@ func (x *ExplainRouteRequest) GetSessionId() string {
 func (x *ExplainRouteRequest) GetCacheSalt() string {
 	if x != nil {
 		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *ExplainRouteRequest) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
 	}
 	return ""
 }
@@ -2192,7 +2234,10 @@ type ReplicaRouted struct {
 	// session to instance_id (and dp_rank) as of the event's time, so that
 	// the conversation's next turn goes there through any replica, and a
 	// restarted replica learns the live bindings by replaying the stream.
-	SessionId     string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The request's LoRA adapter, empty for none: while the request runs,
+	// replicas count the adapter as loaded on instance_id.
+	LoraName      string `protobuf:"bytes,10,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2286,6 +2331,13 @@ func (x *ReplicaRouted) GetPrefillLegBlocks() uint32 {
 func (x *ReplicaRouted) GetSessionId() string {
 	if x != nil {
 		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReplicaRouted) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
 	}
 	return ""
 }
@@ -2447,7 +2499,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\bEndpoint\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xd3\x03\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xf0\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -2464,9 +2516,10 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"session_id\x18\n" +
 	" \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\v \x01(\tR\tcacheSaltB\x11\n" +
+	"cache_salt\x18\v \x01(\tR\tcacheSalt\x12\x1b\n" +
+	"\tlora_name\x18\f \x01(\tR\bloraNameB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
-	"\f_temperature\"\xcc\x01\n" +
+	"\f_temperature\"\xee\x01\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2474,7 +2527,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0eoverlap_blocks\x18\x03 \x01(\rR\roverlapBlocks\x12\x12\n" +
 	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12%\n" +
 	"\x0eprefill_blocks\x18\x05 \x01(\rR\rprefillBlocks\x12#\n" +
-	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\"\x8a\x02\n" +
+	"\rdecode_blocks\x18\x06 \x01(\rR\fdecodeBlocks\x12 \n" +
+	"\flora_load_ms\x18\a \x01(\x01R\n" +
+	"loraLoadMs\"\x8a\x02\n" +
 	"\x0eSessionBinding\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -2527,18 +2582,19 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"RouteError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xab\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc8\x01\n" +
 	"\x14QueryOverlapsRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
 	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\"\x7f\n" +
+	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\x12\x1b\n" +
+	"\tlora_name\x18\x05 \x01(\tR\bloraName\"\x7f\n" +
 	"\x15QueryOverlapsResponse\x12%\n" +
 	"\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12?\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2\x1f.switchyard.router.v1.CandidateR\n" +
-	"candidates\"\x92\x03\n" +
+	"candidates\"\xaf\x03\n" +
 	"\x13ExplainRouteRequest\x124\n" +
 	"\x06target\x18\x01 \x01(\v2\x1c.switchyard.router.v1.TargetR\x06target\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
@@ -2551,7 +2607,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\t \x01(\tR\tcacheSaltB\x11\n" +
+	"cache_salt\x18\t \x01(\tR\tcacheSalt\x12\x1b\n" +
+	"\tlora_name\x18\n" +
+	" \x01(\tR\bloraNameB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xce\x01\n" +
 	"\x12ExplainedCandidate\x12=\n" +
@@ -2610,7 +2668,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x06routed\x18\x02 \x01(\v2#.switchyard.router.v1.ReplicaRoutedH\x00R\x06routed\x12+\n" +
 	"\x10prefill_complete\x18\x03 \x01(\tH\x00R\x0fprefillComplete\x12\x16\n" +
 	"\x05freed\x18\x04 \x01(\tH\x00R\x05freedB\x06\n" +
-	"\x04kind\"\xd7\x02\n" +
+	"\x04kind\"\xf4\x02\n" +
 	"\rReplicaRouted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -2623,7 +2681,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x0fprefill_dp_rank\x18\a \x01(\rR\rprefillDpRank\x12,\n" +
 	"\x12prefill_leg_blocks\x18\b \x01(\rR\x10prefillLegBlocks\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\t \x01(\tR\tsessionId\"\xb4\x02\n" +
+	"session_id\x18\t \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tlora_name\x18\n" +
+	" \x01(\tR\bloraName\"\xb4\x02\n" +
 	"\rIndexSnapshot\x12c\n" +
 	"\x10stream_sequences\x18\x01 \x03(\v28.switchyard.router.v1.IndexSnapshot.StreamSequencesEntryR\x0fstreamSequences\x12C\n" +
 	"\aworkers\x18\x02 \x03(\v2).switchyard.router.v1.IndexSnapshotWorkerR\aworkers\x125\n" +

@@ -51,8 +51,9 @@ type RouterServiceClient interface {
 	// NotFound with reason UNKNOWN_MODEL for a model no live model card names,
 	// or UNKNOWN_ENDPOINT for an endpoint no instance registered;
 	// FailedPrecondition with reason NO_WORKER when the target is known but no
-	// live worker is eligible (all gone, all in exclude_instance_ids, or in
-	// direct mode instance_id does not serve it).
+	// live worker is eligible (all gone, all in exclude_instance_ids, none
+	// serving the request's lora_name, or in direct mode instance_id does not
+	// serve it).
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
 	// MarkPrefillComplete records that a routed request produced its first
 	// token: its prefill load moves to decode. An unknown request_id is not an
@@ -241,8 +242,9 @@ type RouterServiceServer interface {
 	// NotFound with reason UNKNOWN_MODEL for a model no live model card names,
 	// or UNKNOWN_ENDPOINT for an endpoint no instance registered;
 	// FailedPrecondition with reason NO_WORKER when the target is known but no
-	// live worker is eligible (all gone, all in exclude_instance_ids, or in
-	// direct mode instance_id does not serve it).
+	// live worker is eligible (all gone, all in exclude_instance_ids, none
+	// serving the request's lora_name, or in direct mode instance_id does not
+	// serve it).
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
 	// MarkPrefillComplete records that a routed request produced its first
 	// token: its prefill load moves to decode. An unknown request_id is not an

@@ -1058,7 +1058,15 @@ type GenerateRequest struct {
 	// none. The worker hashes the prompt's blocks with it (see KvBlock), so
 	// that the request reuses only blocks cached under the same salt and
 	// its stored blocks are reported under the salted hashes.
-	CacheSalt     string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The LoRA adapter the request runs with (its name on the worker's model
+	// card, vLLM's lora_name); empty for the base model. The worker loads it
+	// into a slot when it is not loaded, and hashes the prompt's blocks with
+	// it (see KvBlock).
+	LoraName string `protobuf:"bytes,13,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	// The data-parallel rank the router chose, for a worker serving several
+	// (ModelCard.data_parallel_size); 0 otherwise.
+	DpRank        uint32 `protobuf:"varint,14,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1175,6 +1183,20 @@ func (x *GenerateRequest) GetCacheSalt() string {
 		return x.CacheSalt
 	}
 	return ""
+}
+
+func (x *GenerateRequest) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *GenerateRequest) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
 }
 
 // GuidedDecoding is the structure a generation's output must have.
@@ -1580,6 +1602,14 @@ func (x *TopLogprob) GetLogprob() float32 {
 // from the unsalted prompt's and from any other salt's (the salt is mixed
 // into the first block only, as vLLM mixes it, and chains from there),
 // while local hashes stay the tokens' own.
+// A request with a LoRA adapter (GenerateRequest.lora_name) mixes the
+// adapter into every block, as vLLM (0.11.1 and later) puts lora_name in
+// every block's extra hash keys: a block's sequence hash is then
+// SequenceHash(SequenceHash(parent, key), local), SequenceHash being the
+// chaining above, parent the previous block's sequence hash (for the first
+// block: the salt's root when salted, else 0) and key XXH3-64, seed 1337, of
+// the bytes "switchyard.lora:" followed by the adapter's name. Caches of
+// different adapters, and of an adapter and its base model, never match.
 type KvBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hash of the prefix ending with this block.
@@ -2005,8 +2035,12 @@ type LoadMetrics struct {
 	PromptTokensTotal uint64 `protobuf:"varint,13,opt,name=prompt_tokens_total,json=promptTokensTotal,proto3" json:"prompt_tokens_total,omitempty"`
 	// Output tokens the worker has sent, since it started.
 	OutputTokensTotal uint64 `protobuf:"varint,14,opt,name=output_tokens_total,json=outputTokensTotal,proto3" json:"output_tokens_total,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The LoRA adapters loaded in the worker's slots now (names of its model
+	// card's lora_adapters); a request for one of them starts without a
+	// load.
+	LoraAdapters  []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadMetrics) Reset() {
@@ -2137,6 +2171,13 @@ func (x *LoadMetrics) GetOutputTokensTotal() uint64 {
 	return 0
 }
 
+func (x *LoadMetrics) GetLoraAdapters() []string {
+	if x != nil {
+		return x.LoraAdapters
+	}
+	return nil
+}
+
 // RequestLoad is one request on a worker as the worker sees it.
 type RequestLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2232,8 +2273,12 @@ type TimingModel struct {
 	DecodeMsMin float64 `protobuf:"fixed64,7,opt,name=decode_ms_min,json=decodeMsMin,proto3" json:"decode_ms_min,omitempty"`
 	// Most tokens one step computes (vLLM's max_num_batched_tokens).
 	MaxBatchedTokens uint32 `protobuf:"varint,8,opt,name=max_batched_tokens,json=maxBatchedTokens,proto3" json:"max_batched_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Time to load a LoRA adapter that is not loaded into a slot before a
+	// request with it can start; 0 means unset, and the router then assumes
+	// 25 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
+	LoraLoadMs    float64 `protobuf:"fixed64,9,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TimingModel) Reset() {
@@ -2318,6 +2363,13 @@ func (x *TimingModel) GetDecodeMsMin() float64 {
 func (x *TimingModel) GetMaxBatchedTokens() uint32 {
 	if x != nil {
 		return x.MaxBatchedTokens
+	}
+	return 0
+}
+
+func (x *TimingModel) GetLoraLoadMs() float64 {
+	if x != nil {
+		return x.LoraLoadMs
 	}
 	return 0
 }
@@ -2612,7 +2664,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"ignore_eos\x18\x02 \x01(\bR\tignoreEos\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x03 \x01(\rR\tminTokens\x12!\n" +
-	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\xd6\x04\n" +
+	"\fstop_strings\x18\x04 \x03(\tR\vstopStrings\"\x8c\x05\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2629,7 +2681,9 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	" \x01(\v2$.switchyard.worker.v1.GuidedDecodingR\x0eguidedDecoding\x12,\n" +
 	"\x0fprompt_logprobs\x18\v \x01(\rH\x01R\x0epromptLogprobs\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\f \x01(\tR\tcacheSaltB\v\n" +
+	"cache_salt\x18\f \x01(\tR\tcacheSalt\x12\x1b\n" +
+	"\tlora_name\x18\r \x01(\tR\bloraName\x12\x17\n" +
+	"\adp_rank\x18\x0e \x01(\rR\x06dpRankB\v\n" +
 	"\t_logprobsB\x12\n" +
 	"\x10_prompt_logprobs\"t\n" +
 	"\x0eGuidedDecoding\x12!\n" +
@@ -2681,7 +2735,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12$\n" +
 	"\x0efirst_event_id\x18\x03 \x01(\x04R\ffirstEventId\x12:\n" +
-	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\x97\x05\n" +
+	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\xbc\x05\n" +
 	"\vLoadMetrics\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2698,12 +2752,13 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\brequests\x18\v \x03(\v2!.switchyard.worker.v1.RequestLoadR\brequests\x12%\n" +
 	"\x0erequests_total\x18\f \x01(\x04R\rrequestsTotal\x12.\n" +
 	"\x13prompt_tokens_total\x18\r \x01(\x04R\x11promptTokensTotal\x12.\n" +
-	"\x13output_tokens_total\x18\x0e \x01(\x04R\x11outputTokensTotal\"x\n" +
+	"\x13output_tokens_total\x18\x0e \x01(\x04R\x11outputTokensTotal\x12#\n" +
+	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\"x\n" +
 	"\vRequestLoad\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n" +
-	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\xf3\x02\n" +
+	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\x95\x03\n" +
 	"\vTimingModel\x120\n" +
 	"\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n" +
 	"\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n" +
@@ -2712,7 +2767,9 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x10decode_ms_linear\x18\x05 \x01(\x01R\x0edecodeMsLinear\x12$\n" +
 	"\x0edecode_ms_base\x18\x06 \x01(\x01R\fdecodeMsBase\x12\"\n" +
 	"\rdecode_ms_min\x18\a \x01(\x01R\vdecodeMsMin\x12,\n" +
-	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens\"\xb1\x01\n" +
+	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens\x12 \n" +
+	"\flora_load_ms\x18\t \x01(\x01R\n" +
+	"loraLoadMs\"\xb1\x01\n" +
 	"\fEmbedRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +

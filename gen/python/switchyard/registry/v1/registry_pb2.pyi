@@ -283,8 +283,16 @@ class ListModelsResponse(_message.Message):
     revision: int
     def __init__(self, cards: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
 
+class LoraAdapter(_message.Message):
+    __slots__ = ["name", "path"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    path: str
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
 class ModelCard(_message.Message):
-    __slots__ = ["block_size", "component", "context_length", "endpoint", "instance_id", "metadata", "model_name", "namespace", "reasoning_parser", "tasks", "tokenizer", "tool_call_parser"]
+    __slots__ = ["block_size", "component", "context_length", "data_parallel_size", "endpoint", "instance_id", "lora_adapters", "max_loras", "metadata", "model_name", "namespace", "reasoning_parser", "tasks", "tokenizer", "tool_call_parser"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -295,8 +303,11 @@ class ModelCard(_message.Message):
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    DATA_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LORAS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -307,8 +318,11 @@ class ModelCard(_message.Message):
     block_size: int
     component: str
     context_length: int
+    data_parallel_size: int
     endpoint: str
     instance_id: int
+    lora_adapters: _containers.RepeatedCompositeFieldContainer[LoraAdapter]
+    max_loras: int
     metadata: _containers.ScalarMap[str, str]
     model_name: str
     namespace: str
@@ -316,7 +330,7 @@ class ModelCard(_message.Message):
     tasks: _containers.RepeatedScalarFieldContainer[ModelTask]
     tokenizer: _containers.RepeatedCompositeFieldContainer[TokenizerArtifact]
     tool_call_parser: str
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tool_call_parser: _Optional[str] = ..., reasoning_parser: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ModelTask, str]]] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ..., instance_id: _Optional[int] = ..., model_name: _Optional[str] = ..., block_size: _Optional[int] = ..., context_length: _Optional[int] = ..., tokenizer: _Optional[_Iterable[_Union[TokenizerArtifact, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tool_call_parser: _Optional[str] = ..., reasoning_parser: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ModelTask, str]]] = ..., lora_adapters: _Optional[_Iterable[_Union[LoraAdapter, _Mapping]]] = ..., max_loras: _Optional[int] = ..., data_parallel_size: _Optional[int] = ...) -> None: ...
 
 class ModelEvent(_message.Message):
     __slots__ = ["card", "revision", "type"]

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Candidate(_message.Message):
-    __slots__ = ["cost", "decode_blocks", "dp_rank", "instance_id", "overlap_blocks", "prefill_blocks"]
+    __slots__ = ["cost", "decode_blocks", "dp_rank", "instance_id", "lora_load_ms", "overlap_blocks", "prefill_blocks"]
     COST_FIELD_NUMBER: _ClassVar[int]
     DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     cost: float
     decode_blocks: int
     dp_rank: int
     instance_id: int
+    lora_load_ms: float
     overlap_blocks: int
     prefill_blocks: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., overlap_blocks: _Optional[int] = ..., cost: _Optional[float] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., overlap_blocks: _Optional[int] = ..., cost: _Optional[float] = ..., prefill_blocks: _Optional[int] = ..., decode_blocks: _Optional[int] = ..., lora_load_ms: _Optional[float] = ...) -> None: ...
 
 class Endpoint(_message.Message):
     __slots__ = ["component", "endpoint", "namespace"]
@@ -34,11 +36,12 @@ class Endpoint(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class ExplainRouteRequest(_message.Message):
-    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "overlap_weight", "session_id", "target", "temperature", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "lora_name", "overlap_weight", "session_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -48,12 +51,13 @@ class ExplainRouteRequest(_message.Message):
     cache_salt: str
     exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
     instance_id: int
+    lora_name: str
     overlap_weight: float
     session_id: str
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class ExplainRouteResponse(_message.Message):
     __slots__ = ["block_size", "candidates", "disaggregation", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_instance_id", "reason", "request_blocks", "session", "temperature"]
@@ -191,16 +195,18 @@ class PrefillTarget(_message.Message):
     def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., overlap_blocks: _Optional[int] = ...) -> None: ...
 
 class QueryOverlapsRequest(_message.Message):
-    __slots__ = ["block_hashes", "cache_salt", "target", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "lora_name", "target", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     cache_salt: str
+    lora_name: str
     target: Target
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
+    def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class QueryOverlapsResponse(_message.Message):
     __slots__ = ["candidates", "request_blocks"]
@@ -223,10 +229,11 @@ class ReplicaEvent(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., routed: _Optional[_Union[ReplicaRouted, _Mapping]] = ..., prefill_complete: _Optional[str] = ..., freed: _Optional[str] = ...) -> None: ...
 
 class ReplicaRouted(_message.Message):
-    __slots__ = ["block_hashes", "dp_rank", "instance_id", "prefill_blocks", "prefill_dp_rank", "prefill_instance_id", "prefill_leg_blocks", "request_id", "session_id"]
+    __slots__ = ["block_hashes", "dp_rank", "instance_id", "lora_name", "prefill_blocks", "prefill_dp_rank", "prefill_instance_id", "prefill_leg_blocks", "request_id", "session_id"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
     PREFILL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_DP_RANK_FIELD_NUMBER: _ClassVar[int]
     PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -236,13 +243,14 @@ class ReplicaRouted(_message.Message):
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     dp_rank: int
     instance_id: int
+    lora_name: str
     prefill_blocks: int
     prefill_dp_rank: int
     prefill_instance_id: int
     prefill_leg_blocks: int
     request_id: str
     session_id: str
-    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., prefill_instance_id: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ..., prefill_leg_blocks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., prefill_blocks: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., prefill_instance_id: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ..., prefill_leg_blocks: _Optional[int] = ..., session_id: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ["free", "prefill_complete"]
@@ -269,11 +277,12 @@ class RouteError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "omit_candidates", "overlap_weight", "request_id", "session_id", "target", "temperature", "token_ids"]
+    __slots__ = ["block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "lora_name", "omit_candidates", "overlap_weight", "request_id", "session_id", "target", "temperature", "token_ids"]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
     OMIT_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +294,7 @@ class RouteRequest(_message.Message):
     cache_salt: str
     exclude_instance_ids: _containers.RepeatedScalarFieldContainer[int]
     instance_id: int
+    lora_name: str
     omit_candidates: bool
     overlap_weight: float
     request_id: str
@@ -292,7 +302,7 @@ class RouteRequest(_message.Message):
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
     __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "saturated", "transport"]

@@ -91,8 +91,9 @@ class RouterServiceServicer(object):
         NotFound with reason UNKNOWN_MODEL for a model no live model card names,
         or UNKNOWN_ENDPOINT for an endpoint no instance registered;
         FailedPrecondition with reason NO_WORKER when the target is known but no
-        live worker is eligible (all gone, all in exclude_instance_ids, or in
-        direct mode instance_id does not serve it).
+        live worker is eligible (all gone, all in exclude_instance_ids, none
+        serving the request's lora_name, or in direct mode instance_id does not
+        serve it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

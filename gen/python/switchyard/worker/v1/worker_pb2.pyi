@@ -49,12 +49,14 @@ class Embedding(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["cache_salt", "guided_decoding", "handoff", "leg", "logprobs", "max_tokens", "model", "prompt_logprobs", "request_id", "sampling", "stop", "token_ids"]
+    __slots__ = ["cache_salt", "dp_rank", "guided_decoding", "handoff", "leg", "logprobs", "lora_name", "max_tokens", "model", "prompt_logprobs", "request_id", "sampling", "stop", "token_ids"]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
     GUIDED_DECODING_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     LEG_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -63,10 +65,12 @@ class GenerateRequest(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     cache_salt: str
+    dp_rank: int
     guided_decoding: GuidedDecoding
     handoff: KvHandoff
     leg: DisaggregationLeg
     logprobs: int
+    lora_name: str
     max_tokens: int
     model: str
     prompt_logprobs: int
@@ -74,7 +78,7 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParameters
     stop: StopConditions
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ..., cache_salt: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParameters, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Union[StopConditions, _Mapping]] = ..., model: _Optional[str] = ..., logprobs: _Optional[int] = ..., leg: _Optional[_Union[DisaggregationLeg, str]] = ..., handoff: _Optional[_Union[KvHandoff, _Mapping]] = ..., guided_decoding: _Optional[_Union[GuidedDecoding, _Mapping]] = ..., prompt_logprobs: _Optional[int] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ..., dp_rank: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ["error_message", "finish_reason", "handoff", "logprobs", "prompt_logprobs", "text", "token_ids", "usage"]
@@ -205,13 +209,14 @@ class KvHandoff(_message.Message):
     def __init__(self, kind: _Optional[_Union[_common_pb2.KvTransferKind, str]] = ..., payload: _Optional[bytes] = ..., prefill_instance_id: _Optional[int] = ..., first_token_id: _Optional[int] = ..., hold_ms: _Optional[int] = ...) -> None: ...
 
 class LoadMetrics(_message.Message):
-    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "output_tokens_total", "prompt_tokens_total", "requests", "requests_total", "running_requests", "timestamp", "timing_model", "waiting_requests"]
+    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "lora_adapters", "output_tokens_total", "prompt_tokens_total", "requests", "requests_total", "running_requests", "timestamp", "timing_model", "waiting_requests"]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +231,7 @@ class LoadMetrics(_message.Message):
     instance_id: int
     kv_blocks_total: int
     kv_blocks_used: int
+    lora_adapters: _containers.RepeatedScalarFieldContainer[str]
     output_tokens_total: int
     prompt_tokens_total: int
     requests: _containers.RepeatedCompositeFieldContainer[RequestLoad]
@@ -234,7 +240,7 @@ class LoadMetrics(_message.Message):
     timestamp: _timestamp_pb2.Timestamp
     timing_model: TimingModel
     waiting_requests: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ..., requests_total: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., output_tokens_total: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ..., requests_total: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., output_tokens_total: _Optional[int] = ..., lora_adapters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MockKvHandoff(_message.Message):
     __slots__ = ["address", "blocks", "handoff_id"]
@@ -315,11 +321,12 @@ class StopConditions(_message.Message):
     def __init__(self, stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., min_tokens: _Optional[int] = ..., stop_strings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TimingModel(_message.Message):
-    __slots__ = ["decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "max_batched_tokens", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
+    __slots__ = ["decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "lora_load_ms", "max_batched_tokens", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
     DECODE_MS_BASE_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_LINEAR_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_MIN_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
+    LORA_LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -328,11 +335,12 @@ class TimingModel(_message.Message):
     decode_ms_linear: float
     decode_ms_min: float
     decode_ms_quadratic: float
+    lora_load_ms: float
     max_batched_tokens: int
     prefill_ms_per_batch: float
     prefill_ms_per_token: float
     prefill_ms_quadratic: float
-    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., lora_load_ms: _Optional[float] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ["logprob", "top"]

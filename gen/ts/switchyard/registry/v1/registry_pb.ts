@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/registry/v1/registry.proto.
  */
 export const file_switchyard_registry_v1_registry: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL3JlZ2lzdHJ5L3YxL3JlZ2lzdHJ5LnByb3RvEhZzd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxIt8CCghJbnN0YW5jZRIRCgluYW1lc3BhY2UYASABKAkSEQoJY29tcG9uZW50GAIgASgJEhAKCGVuZHBvaW50GAMgASgJEhMKC2luc3RhbmNlX2lkGAQgASgEEjIKCXRyYW5zcG9ydBgFIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBJACghtZXRhZGF0YRgGIAMoCzIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2UuTWV0YWRhdGFFbnRyeRIoCgRyb2xlGAcgASgOMhouc3dpdGNoeWFyZC5jb21tb24udjEuUm9sZRI1Cgtrdl90cmFuc2ZlchgIIAEoCzIgLnN3aXRjaHlhcmQuY29tbW9uLnYxLkt2VHJhbnNmZXIaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKDkluc3RhbmNlRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkiPQoNS3ViZXJuZXRlc1BvZBIMCgRuYW1lGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRILCgN1aWQYAyABKAkiXAoRR3JhbnRMZWFzZVJlcXVlc3QSEwoLdHRsX3NlY29uZHMYASABKAMSMgoDcG9kGAIgASgLMiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LdWJlcm5ldGVzUG9kIlAKEkdyYW50TGVhc2VSZXNwb25zZRIQCghsZWFzZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSKgAQoPUmVnaXN0ZXJSZXF1ZXN0EjIKCGluc3RhbmNlGAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghsZWFzZV9pZBgDIAEoBBIyCgNwb2QYBCABKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkt1YmVybmV0ZXNQb2QiYwoQUmVnaXN0ZXJSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghyZXZpc2lvbhgDIAEoAxITCgtsZWFzZV90b2tlbhgEIAEoCSIkChBLZWVwQWxpdmVSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIkkKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgEEg0KBWZvdW5kGAIgASgIEhMKC3R0bF9zZWNvbmRzGAMgASgDIiUKEURlcmVnaXN0ZXJSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIiYKEkRlcmVnaXN0ZXJSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJOChRMaXN0SW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyIl4KFUxpc3RJbnN0YW5jZXNSZXNwb25zZRIzCglpbnN0YW5jZXMYASADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAIgASgDImgKFVdhdGNoSW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyEhcKD3Jlc3VtZV9yZXZpc2lvbhgCIAEoAyKGAQoNSW5zdGFuY2VFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSMgoIaW5zdGFuY2UYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAMgASgDIpACChZXYXRjaEluc3RhbmNlc1Jlc3BvbnNlEjcKBGtpbmQYASABKA4yKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoUmVzcG9uc2VLaW5kEj8KD3NuYXBzaG90X3JlYXNvbhgCIAEoDjImLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuU25hcHNob3RSZWFzb24SMwoJaW5zdGFuY2VzGAMgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRI1CgZldmVudHMYBCADKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRXZlbnQSEAoIcmV2aXNpb24YBSABKAMiUwoRVG9rZW5pemVyQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgpvYmplY3Rfa2V5GAQgASgJIrADCglNb2RlbENhcmQSEQoJbmFtZXNwYWNlGAEgASgJEhEKCWNvbXBvbmVudBgCIAEoCRIQCghlbmRwb2ludBgDIAEoCRITCgtpbnN0YW5jZV9pZBgEIAEoBBISCgptb2RlbF9uYW1lGAUgASgJEhIKCmJsb2NrX3NpemUYBiABKA0SFgoOY29udGV4dF9sZW5ndGgYByABKA0SPAoJdG9rZW5pemVyGAggAygLMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Ub2tlbml6ZXJBcnRpZmFjdBJBCghtZXRhZGF0YRgJIAMoCzIvLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxDYXJkLk1ldGFkYXRhRW50cnkSGAoQdG9vbF9jYWxsX3BhcnNlchgKIAEoCRIYChByZWFzb25pbmdfcGFyc2VyGAsgASgJEjAKBXRhc2tzGAwgAygOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbFRhc2saLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjQKC01vZGVsRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRISCgptb2RlbF9uYW1lGAIgASgJIlkKFFJlZ2lzdGVyTW9kZWxSZXF1ZXN0Ei8KBGNhcmQYASABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghsZWFzZV9pZBgCIAEoBCIpChVSZWdpc3Rlck1vZGVsUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiSAoRTGlzdE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlciJYChJMaXN0TW9kZWxzUmVzcG9uc2USMAoFY2FyZHMYASADKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgCIAEoAyJiChJXYXRjaE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlchIXCg9yZXN1bWVfcmV2aXNpb24YAiABKAMigAEKCk1vZGVsRXZlbnQSLwoEdHlwZRgBIAEoDjIhLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRXZlbnRUeXBlEi8KBGNhcmQYAiABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgDIAEoAyKHAgoTV2F0Y2hNb2RlbHNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEjAKBWNhcmRzGAMgAygLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSMgoGZXZlbnRzGAQgAygLMiIuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEV2ZW50EhAKCHJldmlzaW9uGAUgASgDImcKCEtleVZhbHVlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBIXCg9jcmVhdGVfcmV2aXNpb24YAyABKAMSFAoMbW9kX3JldmlzaW9uGAQgASgDEhAKCGxlYXNlX2lkGAUgASgEIiUKE0NyZWF0ZUJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIicKFENyZWF0ZUJ1Y2tldFJlc3BvbnNlEg8KB2NyZWF0ZWQYASABKAgiLAoNR2V0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJIj4KDkdldEtleVJlc3BvbnNlEiwKAmt2GAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlWYWx1ZSKDAQoNUHV0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJEg0KBXZhbHVlGAMgASgMEhAKCGxlYXNlX2lkGAQgASgEEh4KEWV4cGVjdGVkX3JldmlzaW9uGAUgASgDSACIAQFCFAoSX2V4cGVjdGVkX3JldmlzaW9uIiIKDlB1dEtleVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIlAKEENyZWF0ZUtleVJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIQCghsZWFzZV9pZBgEIAEoBCIlChFDcmVhdGVLZXlSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyIvChBEZWxldGVLZXlSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRILCgNrZXkYAiABKAkiNgoRRGVsZXRlS2V5UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCBIQCghyZXZpc2lvbhgCIAEoAyIxCg9MaXN0S2V5c1JlcXVlc3QSDgoGYnVja2V0GAEgASgJEg4KBnByZWZpeBgCIAEoCSJTChBMaXN0S2V5c1Jlc3BvbnNlEi0KA2t2cxgBIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSEAoIcmV2aXNpb24YAiABKAMiSwoQV2F0Y2hLZXlzUmVxdWVzdBIOCgZidWNrZXQYASABKAkSDgoGcHJlZml4GAIgASgJEhcKD3Jlc3VtZV9yZXZpc2lvbhgDIAEoAyJ7CghLZXlFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSLAoCa3YYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktleVZhbHVlEhAKCHJldmlzaW9uGAMgASgDIoACChFXYXRjaEtleXNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEi0KA2t2cxgDIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSMAoGZXZlbnRzGAQgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlFdmVudBIQCghyZXZpc2lvbhgFIAEoAyI5ChdBY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEIjsKGEFjcXVpcmVXcml0ZUxvY2tSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBINCgV0b2tlbhgCIAEoCSJMChZBY3F1aXJlUmVhZExvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAQSEgoKdGltZW91dF9tcxgDIAEoAyIoChdBY3F1aXJlUmVhZExvY2tSZXNwb25zZRINCgV0b2tlbhgBIAEoCSIjChJSZWxlYXNlTG9ja1JlcXVlc3QSDQoFdG9rZW4YASABKAkiJwoTUmVsZWFzZUxvY2tSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCqcAQoRV2F0Y2hSZXNwb25zZUtpbmQSIwofV0FUQ0hfUkVTUE9OU0VfS0lORF9VTlNQRUNJRklFRBAAEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfU05BUFNIT1QQARIeChpXQVRDSF9SRVNQT05TRV9LSU5EX0VWRU5UUxACEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfUFJPR1JFU1MQAyptCg5TbmFwc2hvdFJlYXNvbhIfChtTTkFQU0hPVF9SRUFTT05fVU5TUEVDSUZJRUQQABIbChdTTkFQU0hPVF9SRUFTT05fSU5JVElBTBABEh0KGVNOQVBTSE9UX1JFQVNPTl9DT01QQUNURUQQAipSCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhIKDkVWRU5UX1RZUEVfUFVUEAESFQoRRVZFTlRfVFlQRV9ERUxFVEUQAipWCglNb2RlbFRhc2sSGgoWTU9ERUxfVEFTS19VTlNQRUNJRklFRBAAEhcKE01PREVMX1RBU0tfR0VORVJBVEUQARIUChBNT0RFTF9UQVNLX0VNQkVEEAIytQ8KD1JlZ2lzdHJ5U2VydmljZRJjCgpHcmFudExlYXNlEikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HcmFudExlYXNlUmVxdWVzdBoqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuR3JhbnRMZWFzZVJlc3BvbnNlEl0KCFJlZ2lzdGVyEicuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3RlclJlcXVlc3QaKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlZ2lzdGVyUmVzcG9uc2USZAoJS2VlcEFsaXZlEiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESYwoKRGVyZWdpc3RlchIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRGVyZWdpc3RlclJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkRlcmVnaXN0ZXJSZXNwb25zZRJsCg1MaXN0SW5zdGFuY2VzEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0SW5zdGFuY2VzUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEluc3RhbmNlc1Jlc3BvbnNlEnEKDldhdGNoSW5zdGFuY2VzEi0uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaEluc3RhbmNlc1JlcXVlc3QaLi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoSW5zdGFuY2VzUmVzcG9uc2UwARJsCg1SZWdpc3Rlck1vZGVsEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3Rlck1vZGVsUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVnaXN0ZXJNb2RlbFJlc3BvbnNlEmMKCkxpc3RNb2RlbHMSKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Giouc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0TW9kZWxzUmVzcG9uc2USaAoLV2F0Y2hNb2RlbHMSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoTW9kZWxzUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hNb2RlbHNSZXNwb25zZTABEmkKDENyZWF0ZUJ1Y2tldBIrLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVxdWVzdBosLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVzcG9uc2USVwoGR2V0S2V5EiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXNwb25zZRJXCgZQdXRLZXkSJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlcXVlc3QaJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlc3BvbnNlEmAKCUNyZWF0ZUtleRIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVzcG9uc2USYAoJRGVsZXRlS2V5Eiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXNwb25zZRJdCghMaXN0S2V5cxInLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEtleXNSZXF1ZXN0Giguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0S2V5c1Jlc3BvbnNlEmIKCVdhdGNoS2V5cxIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVzcG9uc2UwARJ1ChBBY3F1aXJlV3JpdGVMb2NrEi8uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBowLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVdyaXRlTG9ja1Jlc3BvbnNlEnIKD0FjcXVpcmVSZWFkTG9jaxIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVxdWVzdBovLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVzcG9uc2USZgoLUmVsZWFzZUxvY2sSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlbGVhc2VMb2NrUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVsZWFzZUxvY2tSZXNwb25zZWIGcHJvdG8z", [file_switchyard_common_v1_common]);
+  fileDesc("CiVzd2l0Y2h5YXJkL3JlZ2lzdHJ5L3YxL3JlZ2lzdHJ5LnByb3RvEhZzd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxIt8CCghJbnN0YW5jZRIRCgluYW1lc3BhY2UYASABKAkSEQoJY29tcG9uZW50GAIgASgJEhAKCGVuZHBvaW50GAMgASgJEhMKC2luc3RhbmNlX2lkGAQgASgEEjIKCXRyYW5zcG9ydBgFIAEoCzIfLnN3aXRjaHlhcmQuY29tbW9uLnYxLlRyYW5zcG9ydBJACghtZXRhZGF0YRgGIAMoCzIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuSW5zdGFuY2UuTWV0YWRhdGFFbnRyeRIoCgRyb2xlGAcgASgOMhouc3dpdGNoeWFyZC5jb21tb24udjEuUm9sZRI1Cgtrdl90cmFuc2ZlchgIIAEoCzIgLnN3aXRjaHlhcmQuY29tbW9uLnYxLkt2VHJhbnNmZXIaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKDkluc3RhbmNlRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRIRCgljb21wb25lbnQYAiABKAkSEAoIZW5kcG9pbnQYAyABKAkiPQoNS3ViZXJuZXRlc1BvZBIMCgRuYW1lGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRILCgN1aWQYAyABKAkiXAoRR3JhbnRMZWFzZVJlcXVlc3QSEwoLdHRsX3NlY29uZHMYASABKAMSMgoDcG9kGAIgASgLMiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LdWJlcm5ldGVzUG9kIlAKEkdyYW50TGVhc2VSZXNwb25zZRIQCghsZWFzZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxITCgtsZWFzZV90b2tlbhgDIAEoCSKgAQoPUmVnaXN0ZXJSZXF1ZXN0EjIKCGluc3RhbmNlGAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghsZWFzZV9pZBgDIAEoBBIyCgNwb2QYBCABKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkt1YmVybmV0ZXNQb2QiYwoQUmVnaXN0ZXJSZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoBBITCgt0dGxfc2Vjb25kcxgCIAEoAxIQCghyZXZpc2lvbhgDIAEoAxITCgtsZWFzZV90b2tlbhgEIAEoCSIkChBLZWVwQWxpdmVSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIkkKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgEEg0KBWZvdW5kGAIgASgIEhMKC3R0bF9zZWNvbmRzGAMgASgDIiUKEURlcmVnaXN0ZXJSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgEIiYKEkRlcmVnaXN0ZXJSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJOChRMaXN0SW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyIl4KFUxpc3RJbnN0YW5jZXNSZXNwb25zZRIzCglpbnN0YW5jZXMYASADKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAIgASgDImgKFVdhdGNoSW5zdGFuY2VzUmVxdWVzdBI2CgZmaWx0ZXIYASABKAsyJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRmlsdGVyEhcKD3Jlc3VtZV9yZXZpc2lvbhgCIAEoAyKGAQoNSW5zdGFuY2VFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSMgoIaW5zdGFuY2UYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlEhAKCHJldmlzaW9uGAMgASgDIpACChZXYXRjaEluc3RhbmNlc1Jlc3BvbnNlEjcKBGtpbmQYASABKA4yKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoUmVzcG9uc2VLaW5kEj8KD3NuYXBzaG90X3JlYXNvbhgCIAEoDjImLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuU25hcHNob3RSZWFzb24SMwoJaW5zdGFuY2VzGAMgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5JbnN0YW5jZRI1CgZldmVudHMYBCADKAsyJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkluc3RhbmNlRXZlbnQSEAoIcmV2aXNpb24YBSABKAMiUwoRVG9rZW5pemVyQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgpvYmplY3Rfa2V5GAQgASgJIpsECglNb2RlbENhcmQSEQoJbmFtZXNwYWNlGAEgASgJEhEKCWNvbXBvbmVudBgCIAEoCRIQCghlbmRwb2ludBgDIAEoCRITCgtpbnN0YW5jZV9pZBgEIAEoBBISCgptb2RlbF9uYW1lGAUgASgJEhIKCmJsb2NrX3NpemUYBiABKA0SFgoOY29udGV4dF9sZW5ndGgYByABKA0SPAoJdG9rZW5pemVyGAggAygLMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Ub2tlbml6ZXJBcnRpZmFjdBJBCghtZXRhZGF0YRgJIAMoCzIvLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTW9kZWxDYXJkLk1ldGFkYXRhRW50cnkSGAoQdG9vbF9jYWxsX3BhcnNlchgKIAEoCRIYChByZWFzb25pbmdfcGFyc2VyGAsgASgJEjAKBXRhc2tzGAwgAygOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbFRhc2sSOgoNbG9yYV9hZGFwdGVycxgNIAMoCzIjLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTG9yYUFkYXB0ZXISEQoJbWF4X2xvcmFzGA4gASgNEhoKEmRhdGFfcGFyYWxsZWxfc2l6ZRgPIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiKQoLTG9yYUFkYXB0ZXISDAoEbmFtZRgBIAEoCRIMCgRwYXRoGAIgASgJIjQKC01vZGVsRmlsdGVyEhEKCW5hbWVzcGFjZRgBIAEoCRISCgptb2RlbF9uYW1lGAIgASgJIlkKFFJlZ2lzdGVyTW9kZWxSZXF1ZXN0Ei8KBGNhcmQYASABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghsZWFzZV9pZBgCIAEoBCIpChVSZWdpc3Rlck1vZGVsUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiSAoRTGlzdE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlciJYChJMaXN0TW9kZWxzUmVzcG9uc2USMAoFY2FyZHMYASADKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgCIAEoAyJiChJXYXRjaE1vZGVsc1JlcXVlc3QSMwoGZmlsdGVyGAEgASgLMiMuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEZpbHRlchIXCg9yZXN1bWVfcmV2aXNpb24YAiABKAMigAEKCk1vZGVsRXZlbnQSLwoEdHlwZRgBIAEoDjIhLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRXZlbnRUeXBlEi8KBGNhcmQYAiABKAsyIS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLk1vZGVsQ2FyZBIQCghyZXZpc2lvbhgDIAEoAyKHAgoTV2F0Y2hNb2RlbHNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEjAKBWNhcmRzGAMgAygLMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbENhcmQSMgoGZXZlbnRzGAQgAygLMiIuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5Nb2RlbEV2ZW50EhAKCHJldmlzaW9uGAUgASgDImcKCEtleVZhbHVlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBIXCg9jcmVhdGVfcmV2aXNpb24YAyABKAMSFAoMbW9kX3JldmlzaW9uGAQgASgDEhAKCGxlYXNlX2lkGAUgASgEIiUKE0NyZWF0ZUJ1Y2tldFJlcXVlc3QSDgoGYnVja2V0GAEgASgJIicKFENyZWF0ZUJ1Y2tldFJlc3BvbnNlEg8KB2NyZWF0ZWQYASABKAgiLAoNR2V0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJIj4KDkdldEtleVJlc3BvbnNlEiwKAmt2GAEgASgLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlWYWx1ZSKDAQoNUHV0S2V5UmVxdWVzdBIOCgZidWNrZXQYASABKAkSCwoDa2V5GAIgASgJEg0KBXZhbHVlGAMgASgMEhAKCGxlYXNlX2lkGAQgASgEEh4KEWV4cGVjdGVkX3JldmlzaW9uGAUgASgDSACIAQFCFAoSX2V4cGVjdGVkX3JldmlzaW9uIiIKDlB1dEtleVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIlAKEENyZWF0ZUtleVJlcXVlc3QSDgoGYnVja2V0GAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIQCghsZWFzZV9pZBgEIAEoBCIlChFDcmVhdGVLZXlSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyIvChBEZWxldGVLZXlSZXF1ZXN0Eg4KBmJ1Y2tldBgBIAEoCRILCgNrZXkYAiABKAkiNgoRRGVsZXRlS2V5UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCBIQCghyZXZpc2lvbhgCIAEoAyIxCg9MaXN0S2V5c1JlcXVlc3QSDgoGYnVja2V0GAEgASgJEg4KBnByZWZpeBgCIAEoCSJTChBMaXN0S2V5c1Jlc3BvbnNlEi0KA2t2cxgBIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSEAoIcmV2aXNpb24YAiABKAMiSwoQV2F0Y2hLZXlzUmVxdWVzdBIOCgZidWNrZXQYASABKAkSDgoGcHJlZml4GAIgASgJEhcKD3Jlc3VtZV9yZXZpc2lvbhgDIAEoAyJ7CghLZXlFdmVudBIvCgR0eXBlGAEgASgOMiEuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5FdmVudFR5cGUSLAoCa3YYAiABKAsyIC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLktleVZhbHVlEhAKCHJldmlzaW9uGAMgASgDIoACChFXYXRjaEtleXNSZXNwb25zZRI3CgRraW5kGAEgASgOMikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaFJlc3BvbnNlS2luZBI/Cg9zbmFwc2hvdF9yZWFzb24YAiABKA4yJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlNuYXBzaG90UmVhc29uEi0KA2t2cxgDIAMoCzIgLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuS2V5VmFsdWUSMAoGZXZlbnRzGAQgAygLMiAuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZXlFdmVudBIQCghyZXZpc2lvbhgFIAEoAyI5ChdBY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEIjsKGEFjcXVpcmVXcml0ZUxvY2tSZXNwb25zZRIQCghhY3F1aXJlZBgBIAEoCBINCgV0b2tlbhgCIAEoCSJMChZBY3F1aXJlUmVhZExvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAQSEgoKdGltZW91dF9tcxgDIAEoAyIoChdBY3F1aXJlUmVhZExvY2tSZXNwb25zZRINCgV0b2tlbhgBIAEoCSIjChJSZWxlYXNlTG9ja1JlcXVlc3QSDQoFdG9rZW4YASABKAkiJwoTUmVsZWFzZUxvY2tSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCqcAQoRV2F0Y2hSZXNwb25zZUtpbmQSIwofV0FUQ0hfUkVTUE9OU0VfS0lORF9VTlNQRUNJRklFRBAAEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfU05BUFNIT1QQARIeChpXQVRDSF9SRVNQT05TRV9LSU5EX0VWRU5UUxACEiAKHFdBVENIX1JFU1BPTlNFX0tJTkRfUFJPR1JFU1MQAyptCg5TbmFwc2hvdFJlYXNvbhIfChtTTkFQU0hPVF9SRUFTT05fVU5TUEVDSUZJRUQQABIbChdTTkFQU0hPVF9SRUFTT05fSU5JVElBTBABEh0KGVNOQVBTSE9UX1JFQVNPTl9DT01QQUNURUQQAipSCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhIKDkVWRU5UX1RZUEVfUFVUEAESFQoRRVZFTlRfVFlQRV9ERUxFVEUQAipWCglNb2RlbFRhc2sSGgoWTU9ERUxfVEFTS19VTlNQRUNJRklFRBAAEhcKE01PREVMX1RBU0tfR0VORVJBVEUQARIUChBNT0RFTF9UQVNLX0VNQkVEEAIytQ8KD1JlZ2lzdHJ5U2VydmljZRJjCgpHcmFudExlYXNlEikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HcmFudExlYXNlUmVxdWVzdBoqLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuR3JhbnRMZWFzZVJlc3BvbnNlEl0KCFJlZ2lzdGVyEicuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3RlclJlcXVlc3QaKC5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlZ2lzdGVyUmVzcG9uc2USZAoJS2VlcEFsaXZlEiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESYwoKRGVyZWdpc3RlchIpLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuRGVyZWdpc3RlclJlcXVlc3QaKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkRlcmVnaXN0ZXJSZXNwb25zZRJsCg1MaXN0SW5zdGFuY2VzEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0SW5zdGFuY2VzUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEluc3RhbmNlc1Jlc3BvbnNlEnEKDldhdGNoSW5zdGFuY2VzEi0uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5XYXRjaEluc3RhbmNlc1JlcXVlc3QaLi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoSW5zdGFuY2VzUmVzcG9uc2UwARJsCg1SZWdpc3Rlck1vZGVsEiwuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5SZWdpc3Rlck1vZGVsUmVxdWVzdBotLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVnaXN0ZXJNb2RlbFJlc3BvbnNlEmMKCkxpc3RNb2RlbHMSKS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Giouc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0TW9kZWxzUmVzcG9uc2USaAoLV2F0Y2hNb2RlbHMSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLldhdGNoTW9kZWxzUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hNb2RlbHNSZXNwb25zZTABEmkKDENyZWF0ZUJ1Y2tldBIrLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVxdWVzdBosLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlQnVja2V0UmVzcG9uc2USVwoGR2V0S2V5EiUuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXF1ZXN0GiYuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5HZXRLZXlSZXNwb25zZRJXCgZQdXRLZXkSJS5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlcXVlc3QaJi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlB1dEtleVJlc3BvbnNlEmAKCUNyZWF0ZUtleRIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVzcG9uc2USYAoJRGVsZXRlS2V5Eiguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXF1ZXN0Gikuc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5EZWxldGVLZXlSZXNwb25zZRJdCghMaXN0S2V5cxInLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuTGlzdEtleXNSZXF1ZXN0Giguc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5MaXN0S2V5c1Jlc3BvbnNlEmIKCVdhdGNoS2V5cxIoLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVxdWVzdBopLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuV2F0Y2hLZXlzUmVzcG9uc2UwARJ1ChBBY3F1aXJlV3JpdGVMb2NrEi8uc3dpdGNoeWFyZC5yZWdpc3RyeS52MS5BY3F1aXJlV3JpdGVMb2NrUmVxdWVzdBowLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVdyaXRlTG9ja1Jlc3BvbnNlEnIKD0FjcXVpcmVSZWFkTG9jaxIuLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVxdWVzdBovLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuQWNxdWlyZVJlYWRMb2NrUmVzcG9uc2USZgoLUmVsZWFzZUxvY2sSKi5zd2l0Y2h5YXJkLnJlZ2lzdHJ5LnYxLlJlbGVhc2VMb2NrUmVxdWVzdBorLnN3aXRjaHlhcmQucmVnaXN0cnkudjEuUmVsZWFzZUxvY2tSZXNwb25zZWIGcHJvdG8z", [file_switchyard_common_v1_common]);
 
 /**
  * Instance is one registered endpoint of one worker.
@@ -718,6 +718,37 @@ export type ModelCard = Message<"switchyard.registry.v1.ModelCard"> & {
    * @generated from field: repeated switchyard.registry.v1.ModelTask tasks = 12;
    */
   tasks: ModelTask[];
+
+  /**
+   * The LoRA adapters the worker can serve on top of model_name, loaded or
+   * not. A client requests one as a model of its own (the OpenAI request's
+   * model names the adapter; /v1/models lists it with model_name as its
+   * parent), and such a request goes only to workers whose card lists it.
+   * Names follow the rules of model_name, are unique on a card and differ
+   * from model_name.
+   *
+   * @generated from field: repeated switchyard.registry.v1.LoraAdapter lora_adapters = 13;
+   */
+  loraAdapters: LoraAdapter[];
+
+  /**
+   * How many adapters the worker holds loaded at once (vLLM's --max-loras);
+   * 0 when it serves none or does not say. Which are loaded now is in its
+   * load report (switchyard.worker.v1.LoadMetrics.lora_adapters).
+   *
+   * @generated from field: uint32 max_loras = 14;
+   */
+  maxLoras: number;
+
+  /**
+   * Data-parallel ranks the worker serves (vLLM's --data-parallel-size),
+   * numbered 0 to data_parallel_size-1, each an engine with its own KV
+   * cache, load and events, and each a routing candidate of its own; 0 or
+   * 1 means one.
+   *
+   * @generated from field: uint32 data_parallel_size = 15;
+   */
+  dataParallelSize: number;
 };
 
 /**
@@ -726,6 +757,36 @@ export type ModelCard = Message<"switchyard.registry.v1.ModelCard"> & {
  */
 export const ModelCardSchema: GenMessage<ModelCard> = /*@__PURE__*/
   messageDesc(file_switchyard_registry_v1_registry, 17);
+
+/**
+ * LoraAdapter is a LoRA adapter a worker serves on top of its card's model.
+ *
+ * @generated from message switchyard.registry.v1.LoraAdapter
+ */
+export type LoraAdapter = Message<"switchyard.registry.v1.LoraAdapter"> & {
+  /**
+   * The adapter's name, as clients request it and as it enters block
+   * hashes (vLLM's lora_name; see switchyard.worker.v1.KvBlock).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Where the engine loads it from (vLLM's lora_path); informative, listed
+   * as the model's root by /v1/models. Empty when not known.
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+};
+
+/**
+ * Describes the message switchyard.registry.v1.LoraAdapter.
+ * Use `create(LoraAdapterSchema)` to create a new message.
+ */
+export const LoraAdapterSchema: GenMessage<LoraAdapter> = /*@__PURE__*/
+  messageDesc(file_switchyard_registry_v1_registry, 18);
 
 /**
  * ModelFilter selects model cards. Empty fields match everything.
@@ -753,7 +814,7 @@ export type ModelFilter = Message<"switchyard.registry.v1.ModelFilter"> & {
  * Use `create(ModelFilterSchema)` to create a new message.
  */
 export const ModelFilterSchema: GenMessage<ModelFilter> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 18);
+  messageDesc(file_switchyard_registry_v1_registry, 19);
 
 /**
  * RegisterModelRequest registers a model card.
@@ -781,7 +842,7 @@ export type RegisterModelRequest = Message<"switchyard.registry.v1.RegisterModel
  * Use `create(RegisterModelRequestSchema)` to create a new message.
  */
 export const RegisterModelRequestSchema: GenMessage<RegisterModelRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 19);
+  messageDesc(file_switchyard_registry_v1_registry, 20);
 
 /**
  * RegisterModelResponse answers RegisterModelRequest.
@@ -802,7 +863,7 @@ export type RegisterModelResponse = Message<"switchyard.registry.v1.RegisterMode
  * Use `create(RegisterModelResponseSchema)` to create a new message.
  */
 export const RegisterModelResponseSchema: GenMessage<RegisterModelResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 20);
+  messageDesc(file_switchyard_registry_v1_registry, 21);
 
 /**
  * ListModelsRequest lists model cards.
@@ -823,7 +884,7 @@ export type ListModelsRequest = Message<"switchyard.registry.v1.ListModelsReques
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 21);
+  messageDesc(file_switchyard_registry_v1_registry, 22);
 
 /**
  * ListModelsResponse carries the matching model cards.
@@ -851,7 +912,7 @@ export type ListModelsResponse = Message<"switchyard.registry.v1.ListModelsRespo
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 22);
+  messageDesc(file_switchyard_registry_v1_registry, 23);
 
 /**
  * WatchModelsRequest starts a model card watch.
@@ -879,7 +940,7 @@ export type WatchModelsRequest = Message<"switchyard.registry.v1.WatchModelsRequ
  * Use `create(WatchModelsRequestSchema)` to create a new message.
  */
 export const WatchModelsRequestSchema: GenMessage<WatchModelsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 23);
+  messageDesc(file_switchyard_registry_v1_registry, 24);
 
 /**
  * ModelEvent is one change to a model card.
@@ -914,7 +975,7 @@ export type ModelEvent = Message<"switchyard.registry.v1.ModelEvent"> & {
  * Use `create(ModelEventSchema)` to create a new message.
  */
 export const ModelEventSchema: GenMessage<ModelEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 24);
+  messageDesc(file_switchyard_registry_v1_registry, 25);
 
 /**
  * WatchModelsResponse is one message of a model card watch.
@@ -963,7 +1024,7 @@ export type WatchModelsResponse = Message<"switchyard.registry.v1.WatchModelsRes
  * Use `create(WatchModelsResponseSchema)` to create a new message.
  */
 export const WatchModelsResponseSchema: GenMessage<WatchModelsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 25);
+  messageDesc(file_switchyard_registry_v1_registry, 26);
 
 /**
  * KeyValue is one entry of a bucket.
@@ -1012,7 +1073,7 @@ export type KeyValue = Message<"switchyard.registry.v1.KeyValue"> & {
  * Use `create(KeyValueSchema)` to create a new message.
  */
 export const KeyValueSchema: GenMessage<KeyValue> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 26);
+  messageDesc(file_switchyard_registry_v1_registry, 27);
 
 /**
  * CreateBucketRequest declares a bucket.
@@ -1033,7 +1094,7 @@ export type CreateBucketRequest = Message<"switchyard.registry.v1.CreateBucketRe
  * Use `create(CreateBucketRequestSchema)` to create a new message.
  */
 export const CreateBucketRequestSchema: GenMessage<CreateBucketRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 27);
+  messageDesc(file_switchyard_registry_v1_registry, 28);
 
 /**
  * CreateBucketResponse answers CreateBucketRequest.
@@ -1054,7 +1115,7 @@ export type CreateBucketResponse = Message<"switchyard.registry.v1.CreateBucketR
  * Use `create(CreateBucketResponseSchema)` to create a new message.
  */
 export const CreateBucketResponseSchema: GenMessage<CreateBucketResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 28);
+  messageDesc(file_switchyard_registry_v1_registry, 29);
 
 /**
  * GetKeyRequest reads one key.
@@ -1082,7 +1143,7 @@ export type GetKeyRequest = Message<"switchyard.registry.v1.GetKeyRequest"> & {
  * Use `create(GetKeyRequestSchema)` to create a new message.
  */
 export const GetKeyRequestSchema: GenMessage<GetKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 29);
+  messageDesc(file_switchyard_registry_v1_registry, 30);
 
 /**
  * GetKeyResponse carries the entry.
@@ -1103,7 +1164,7 @@ export type GetKeyResponse = Message<"switchyard.registry.v1.GetKeyResponse"> & 
  * Use `create(GetKeyResponseSchema)` to create a new message.
  */
 export const GetKeyResponseSchema: GenMessage<GetKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 30);
+  messageDesc(file_switchyard_registry_v1_registry, 31);
 
 /**
  * PutKeyRequest writes one key.
@@ -1153,7 +1214,7 @@ export type PutKeyRequest = Message<"switchyard.registry.v1.PutKeyRequest"> & {
  * Use `create(PutKeyRequestSchema)` to create a new message.
  */
 export const PutKeyRequestSchema: GenMessage<PutKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 31);
+  messageDesc(file_switchyard_registry_v1_registry, 32);
 
 /**
  * PutKeyResponse answers PutKeyRequest.
@@ -1174,7 +1235,7 @@ export type PutKeyResponse = Message<"switchyard.registry.v1.PutKeyResponse"> & 
  * Use `create(PutKeyResponseSchema)` to create a new message.
  */
 export const PutKeyResponseSchema: GenMessage<PutKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 32);
+  messageDesc(file_switchyard_registry_v1_registry, 33);
 
 /**
  * CreateKeyRequest writes one key only if it is absent.
@@ -1216,7 +1277,7 @@ export type CreateKeyRequest = Message<"switchyard.registry.v1.CreateKeyRequest"
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 33);
+  messageDesc(file_switchyard_registry_v1_registry, 34);
 
 /**
  * CreateKeyResponse answers CreateKeyRequest.
@@ -1237,7 +1298,7 @@ export type CreateKeyResponse = Message<"switchyard.registry.v1.CreateKeyRespons
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 34);
+  messageDesc(file_switchyard_registry_v1_registry, 35);
 
 /**
  * DeleteKeyRequest deletes one key.
@@ -1265,7 +1326,7 @@ export type DeleteKeyRequest = Message<"switchyard.registry.v1.DeleteKeyRequest"
  * Use `create(DeleteKeyRequestSchema)` to create a new message.
  */
 export const DeleteKeyRequestSchema: GenMessage<DeleteKeyRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 35);
+  messageDesc(file_switchyard_registry_v1_registry, 36);
 
 /**
  * DeleteKeyResponse answers DeleteKeyRequest.
@@ -1293,7 +1354,7 @@ export type DeleteKeyResponse = Message<"switchyard.registry.v1.DeleteKeyRespons
  * Use `create(DeleteKeyResponseSchema)` to create a new message.
  */
 export const DeleteKeyResponseSchema: GenMessage<DeleteKeyResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 36);
+  messageDesc(file_switchyard_registry_v1_registry, 37);
 
 /**
  * ListKeysRequest lists a bucket's keys.
@@ -1321,7 +1382,7 @@ export type ListKeysRequest = Message<"switchyard.registry.v1.ListKeysRequest"> 
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 37);
+  messageDesc(file_switchyard_registry_v1_registry, 38);
 
 /**
  * ListKeysResponse carries the entries.
@@ -1349,7 +1410,7 @@ export type ListKeysResponse = Message<"switchyard.registry.v1.ListKeysResponse"
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 38);
+  messageDesc(file_switchyard_registry_v1_registry, 39);
 
 /**
  * WatchKeysRequest starts a bucket watch.
@@ -1384,7 +1445,7 @@ export type WatchKeysRequest = Message<"switchyard.registry.v1.WatchKeysRequest"
  * Use `create(WatchKeysRequestSchema)` to create a new message.
  */
 export const WatchKeysRequestSchema: GenMessage<WatchKeysRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 39);
+  messageDesc(file_switchyard_registry_v1_registry, 40);
 
 /**
  * KeyEvent is one change to a key.
@@ -1419,7 +1480,7 @@ export type KeyEvent = Message<"switchyard.registry.v1.KeyEvent"> & {
  * Use `create(KeyEventSchema)` to create a new message.
  */
 export const KeyEventSchema: GenMessage<KeyEvent> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 40);
+  messageDesc(file_switchyard_registry_v1_registry, 41);
 
 /**
  * WatchKeysResponse is one message of a bucket watch.
@@ -1468,7 +1529,7 @@ export type WatchKeysResponse = Message<"switchyard.registry.v1.WatchKeysRespons
  * Use `create(WatchKeysResponseSchema)` to create a new message.
  */
 export const WatchKeysResponseSchema: GenMessage<WatchKeysResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 41);
+  messageDesc(file_switchyard_registry_v1_registry, 42);
 
 /**
  * AcquireWriteLockRequest asks for an exclusive lock.
@@ -1496,7 +1557,7 @@ export type AcquireWriteLockRequest = Message<"switchyard.registry.v1.AcquireWri
  * Use `create(AcquireWriteLockRequestSchema)` to create a new message.
  */
 export const AcquireWriteLockRequestSchema: GenMessage<AcquireWriteLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 42);
+  messageDesc(file_switchyard_registry_v1_registry, 43);
 
 /**
  * AcquireWriteLockResponse answers AcquireWriteLockRequest.
@@ -1524,7 +1585,7 @@ export type AcquireWriteLockResponse = Message<"switchyard.registry.v1.AcquireWr
  * Use `create(AcquireWriteLockResponseSchema)` to create a new message.
  */
 export const AcquireWriteLockResponseSchema: GenMessage<AcquireWriteLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 43);
+  messageDesc(file_switchyard_registry_v1_registry, 44);
 
 /**
  * AcquireReadLockRequest asks for a shared lock.
@@ -1560,7 +1621,7 @@ export type AcquireReadLockRequest = Message<"switchyard.registry.v1.AcquireRead
  * Use `create(AcquireReadLockRequestSchema)` to create a new message.
  */
 export const AcquireReadLockRequestSchema: GenMessage<AcquireReadLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 44);
+  messageDesc(file_switchyard_registry_v1_registry, 45);
 
 /**
  * AcquireReadLockResponse answers AcquireReadLockRequest.
@@ -1581,7 +1642,7 @@ export type AcquireReadLockResponse = Message<"switchyard.registry.v1.AcquireRea
  * Use `create(AcquireReadLockResponseSchema)` to create a new message.
  */
 export const AcquireReadLockResponseSchema: GenMessage<AcquireReadLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 45);
+  messageDesc(file_switchyard_registry_v1_registry, 46);
 
 /**
  * ReleaseLockRequest releases a lock.
@@ -1602,7 +1663,7 @@ export type ReleaseLockRequest = Message<"switchyard.registry.v1.ReleaseLockRequ
  * Use `create(ReleaseLockRequestSchema)` to create a new message.
  */
 export const ReleaseLockRequestSchema: GenMessage<ReleaseLockRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 46);
+  messageDesc(file_switchyard_registry_v1_registry, 47);
 
 /**
  * ReleaseLockResponse answers ReleaseLockRequest.
@@ -1623,7 +1684,7 @@ export type ReleaseLockResponse = Message<"switchyard.registry.v1.ReleaseLockRes
  * Use `create(ReleaseLockResponseSchema)` to create a new message.
  */
 export const ReleaseLockResponseSchema: GenMessage<ReleaseLockResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_registry_v1_registry, 47);
+  messageDesc(file_switchyard_registry_v1_registry, 48);
 
 /**
  * WatchResponseKind says what a watch response carries.
