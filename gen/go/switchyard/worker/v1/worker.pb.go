@@ -148,6 +148,85 @@ func (FinishReason) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{1}
 }
 
+// KvMedium is where a worker holds a KV block: its cache tier. An engine
+// that offloads blocks from GPU memory to host memory or to disk (vLLM's
+// offloading connector, SGLang's HiCache, LMCache) reuses them after a
+// copy back, which is slower than a GPU hit and faster than recomputing;
+// the router prices that copy with the worker's TimingModel.
+//
+// Each worker holds a block on one medium at a time, as the router sees it:
+// a store on a medium of a block the worker already holds on another moves
+// it there (a block offloaded from GPU to host memory is one store with
+// KV_MEDIUM_CPU, not a removal and a store); a removal on a medium drops
+// the block only if it is held on that medium (a GPU eviction of a block
+// already moved to host memory changes nothing).
+//
+// Publishers that predate media send KV_MEDIUM_UNSPECIFIED, which means
+// GPU for a store and "whatever medium it is held on" for a removal: their
+// events mean exactly what they meant before.
+type KvMedium int32
+
+const (
+	// Not said: GPU for a store, any medium for a removal (see above).
+	KvMedium_KV_MEDIUM_UNSPECIFIED KvMedium = 0
+	// The accelerator's own memory: a hit costs nothing to load.
+	KvMedium_KV_MEDIUM_GPU KvMedium = 1
+	// Host (CPU) memory: a hit is copied to the GPU first (over PCIe).
+	KvMedium_KV_MEDIUM_CPU KvMedium = 2
+	// Local disk: a hit is read back first (NVMe, then PCIe).
+	KvMedium_KV_MEDIUM_DISK KvMedium = 3
+	// A medium the publisher named but Switchyard does not know (an engine's
+	// new tier, a remote store). The router keeps such blocks, prices them
+	// as disk (the slowest tier it knows) and counts the events
+	// (switchyard_router_kv_events_unknown_medium_total).
+	KvMedium_KV_MEDIUM_UNKNOWN KvMedium = 4
+)
+
+// Enum value maps for KvMedium.
+var (
+	KvMedium_name = map[int32]string{
+		0: "KV_MEDIUM_UNSPECIFIED",
+		1: "KV_MEDIUM_GPU",
+		2: "KV_MEDIUM_CPU",
+		3: "KV_MEDIUM_DISK",
+		4: "KV_MEDIUM_UNKNOWN",
+	}
+	KvMedium_value = map[string]int32{
+		"KV_MEDIUM_UNSPECIFIED": 0,
+		"KV_MEDIUM_GPU":         1,
+		"KV_MEDIUM_CPU":         2,
+		"KV_MEDIUM_DISK":        3,
+		"KV_MEDIUM_UNKNOWN":     4,
+	}
+)
+
+func (x KvMedium) Enum() *KvMedium {
+	p := new(KvMedium)
+	*p = x
+	return p
+}
+
+func (x KvMedium) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvMedium) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_worker_v1_worker_proto_enumTypes[2].Descriptor()
+}
+
+func (KvMedium) Type() protoreflect.EnumType {
+	return &file_switchyard_worker_v1_worker_proto_enumTypes[2]
+}
+
+func (x KvMedium) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvMedium.Descriptor instead.
+func (KvMedium) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
 // PullKvHandoffRequest takes a held handoff.
 type PullKvHandoffRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -670,7 +749,10 @@ type GetKvStateResponse struct {
 	// Sequence hashes of blocks held (a part of them).
 	SequenceHashes []uint64 `protobuf:"varint,4,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`
 	// Set on the last message of the rank.
-	Last          bool `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	Last bool `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	// Where each block of sequence_hashes is held, in the same order; empty
+	// when every one is on GPU (and from workers that predate media).
+	Media         []KvMedium `protobuf:"varint,6,rep,packed,name=media,proto3,enum=switchyard.worker.v1.KvMedium" json:"media,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -738,6 +820,13 @@ func (x *GetKvStateResponse) GetLast() bool {
 		return x.Last
 	}
 	return false
+}
+
+func (x *GetKvStateResponse) GetMedia() []KvMedium {
+	if x != nil {
+		return x.Media
+	}
+	return nil
 }
 
 // WatchKvEventsRequest starts a watch.
@@ -1672,7 +1761,10 @@ type KvBlocksStored struct {
 	// block starts a sequence.
 	ParentSequenceHash *uint64 `protobuf:"varint,1,opt,name=parent_sequence_hash,json=parentSequenceHash,proto3,oneof" json:"parent_sequence_hash,omitempty"`
 	// The stored blocks.
-	Blocks        []*KvBlock `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks []*KvBlock `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	// Where the blocks are now held; a block held on another medium moves
+	// (see KvMedium). Unspecified: GPU.
+	Medium        KvMedium `protobuf:"varint,3,opt,name=medium,proto3,enum=switchyard.worker.v1.KvMedium" json:"medium,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1721,13 +1813,23 @@ func (x *KvBlocksStored) GetBlocks() []*KvBlock {
 	return nil
 }
 
+func (x *KvBlocksStored) GetMedium() KvMedium {
+	if x != nil {
+		return x.Medium
+	}
+	return KvMedium_KV_MEDIUM_UNSPECIFIED
+}
+
 // KvBlocksRemoved reports blocks evicted from the cache.
 type KvBlocksRemoved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Sequence hashes of the removed blocks.
 	SequenceHashes []uint64 `protobuf:"varint,1,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The medium they were evicted from: a block held on another medium
+	// stays (see KvMedium). Unspecified: whatever medium holds it.
+	Medium        KvMedium `protobuf:"varint,2,opt,name=medium,proto3,enum=switchyard.worker.v1.KvMedium" json:"medium,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvBlocksRemoved) Reset() {
@@ -1765,6 +1867,13 @@ func (x *KvBlocksRemoved) GetSequenceHashes() []uint64 {
 		return x.SequenceHashes
 	}
 	return nil
+}
+
+func (x *KvBlocksRemoved) GetMedium() KvMedium {
+	if x != nil {
+		return x.Medium
+	}
+	return KvMedium_KV_MEDIUM_UNSPECIFIED
 }
 
 // KvCacheCleared reports that the whole cache was emptied.
@@ -2276,9 +2385,19 @@ type TimingModel struct {
 	// Time to load a LoRA adapter that is not loaded into a slot before a
 	// request with it can start; 0 means unset, and the router then assumes
 	// 25 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
-	LoraLoadMs    float64 `protobuf:"fixed64,9,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LoraLoadMs float64 `protobuf:"fixed64,9,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`
+	// Time to copy one token's KV from host memory to the GPU, for a prefix
+	// hit on blocks held on KV_MEDIUM_CPU. Zero: the documented default
+	// (pkg/timingmodel: 0.005 ms, about 25 GB/s over PCIe at 128 KiB of KV
+	// per token).
+	CpuLoadMsPerToken float64 `protobuf:"fixed64,10,opt,name=cpu_load_ms_per_token,json=cpuLoadMsPerToken,proto3" json:"cpu_load_ms_per_token,omitempty"`
+	// Time to read one token's KV from disk to the GPU, for blocks held on
+	// KV_MEDIUM_DISK (and KV_MEDIUM_UNKNOWN). Zero: the documented default
+	// (pkg/timingmodel: 0.025 ms, about 5 GB/s from one NVMe drive at
+	// 128 KiB of KV per token).
+	DiskLoadMsPerToken float64 `protobuf:"fixed64,11,opt,name=disk_load_ms_per_token,json=diskLoadMsPerToken,proto3" json:"disk_load_ms_per_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TimingModel) Reset() {
@@ -2370,6 +2489,20 @@ func (x *TimingModel) GetMaxBatchedTokens() uint32 {
 func (x *TimingModel) GetLoraLoadMs() float64 {
 	if x != nil {
 		return x.LoraLoadMs
+	}
+	return 0
+}
+
+func (x *TimingModel) GetCpuLoadMsPerToken() float64 {
+	if x != nil {
+		return x.CpuLoadMsPerToken
+	}
+	return 0
+}
+
+func (x *TimingModel) GetDiskLoadMsPerToken() float64 {
+	if x != nil {
+		return x.DiskLoadMsPerToken
 	}
 	return 0
 }
@@ -2633,14 +2766,15 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x13GetKvEventsResponse\x128\n" +
 	"\x05batch\x18\x01 \x01(\v2\".switchyard.worker.v1.KvEventBatchR\x05batch\x12\"\n" +
 	"\rlast_event_id\x18\x02 \x01(\x04R\vlastEventId\"\x13\n" +
-	"\x11GetKvStateRequest\"\xa6\x01\n" +
+	"\x11GetKvStateRequest\"\xdc\x01\n" +
 	"\x12GetKvStateResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x19\n" +
 	"\bevent_id\x18\x03 \x01(\x04R\aeventId\x12'\n" +
 	"\x0fsequence_hashes\x18\x04 \x03(\x04R\x0esequenceHashes\x12\x12\n" +
-	"\x04last\x18\x05 \x01(\bR\x04last\"\xbb\x01\n" +
+	"\x04last\x18\x05 \x01(\bR\x04last\x124\n" +
+	"\x05media\x18\x06 \x03(\x0e2\x1e.switchyard.worker.v1.KvMediumR\x05media\"\xbb\x01\n" +
 	"\x14WatchKvEventsRequest\x12b\n" +
 	"\x0efrom_event_ids\x18\x01 \x03(\v2<.switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntryR\ffromEventIds\x1a?\n" +
 	"\x11FromEventIdsEntry\x12\x10\n" +
@@ -2717,13 +2851,15 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\aKvBlock\x12#\n" +
 	"\rsequence_hash\x18\x01 \x01(\x04R\fsequenceHash\x12\x1d\n" +
 	"\n" +
-	"local_hash\x18\x02 \x01(\x04R\tlocalHash\"\x97\x01\n" +
+	"local_hash\x18\x02 \x01(\x04R\tlocalHash\"\xcf\x01\n" +
 	"\x0eKvBlocksStored\x125\n" +
 	"\x14parent_sequence_hash\x18\x01 \x01(\x04H\x00R\x12parentSequenceHash\x88\x01\x01\x125\n" +
-	"\x06blocks\x18\x02 \x03(\v2\x1d.switchyard.worker.v1.KvBlockR\x06blocksB\x17\n" +
-	"\x15_parent_sequence_hash\":\n" +
+	"\x06blocks\x18\x02 \x03(\v2\x1d.switchyard.worker.v1.KvBlockR\x06blocks\x126\n" +
+	"\x06medium\x18\x03 \x01(\x0e2\x1e.switchyard.worker.v1.KvMediumR\x06mediumB\x17\n" +
+	"\x15_parent_sequence_hash\"r\n" +
 	"\x0fKvBlocksRemoved\x12'\n" +
-	"\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\"\x10\n" +
+	"\x0fsequence_hashes\x18\x01 \x03(\x04R\x0esequenceHashes\x126\n" +
+	"\x06medium\x18\x02 \x01(\x0e2\x1e.switchyard.worker.v1.KvMediumR\x06medium\"\x10\n" +
 	"\x0eKvCacheCleared\"\xdc\x01\n" +
 	"\fKvCacheEvent\x12>\n" +
 	"\x06stored\x18\x01 \x01(\v2$.switchyard.worker.v1.KvBlocksStoredH\x00R\x06stored\x12A\n" +
@@ -2758,7 +2894,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n" +
-	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\x95\x03\n" +
+	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\xfb\x03\n" +
 	"\vTimingModel\x120\n" +
 	"\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n" +
 	"\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n" +
@@ -2769,7 +2905,10 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\rdecode_ms_min\x18\a \x01(\x01R\vdecodeMsMin\x12,\n" +
 	"\x12max_batched_tokens\x18\b \x01(\rR\x10maxBatchedTokens\x12 \n" +
 	"\flora_load_ms\x18\t \x01(\x01R\n" +
-	"loraLoadMs\"\xb1\x01\n" +
+	"loraLoadMs\x120\n" +
+	"\x15cpu_load_ms_per_token\x18\n" +
+	" \x01(\x01R\x11cpuLoadMsPerToken\x122\n" +
+	"\x16disk_load_ms_per_token\x18\v \x01(\x01R\x12diskLoadMsPerToken\"\xb1\x01\n" +
 	"\fEmbedRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2798,7 +2937,13 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x03\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x042\xfc\x04\n" +
+	"\x13FINISH_REASON_ERROR\x10\x04*v\n" +
+	"\bKvMedium\x12\x19\n" +
+	"\x15KV_MEDIUM_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rKV_MEDIUM_GPU\x10\x01\x12\x11\n" +
+	"\rKV_MEDIUM_CPU\x10\x02\x12\x12\n" +
+	"\x0eKV_MEDIUM_DISK\x10\x03\x12\x15\n" +
+	"\x11KV_MEDIUM_UNKNOWN\x10\x042\xfc\x04\n" +
 	"\rWorkerService\x12[\n" +
 	"\bGenerate\x12%.switchyard.worker.v1.GenerateRequest\x1a&.switchyard.worker.v1.GenerateResponse0\x01\x12b\n" +
 	"\vGetKvEvents\x12(.switchyard.worker.v1.GetKvEventsRequest\x1a).switchyard.worker.v1.GetKvEventsResponse\x12a\n" +
@@ -2821,91 +2966,95 @@ func file_switchyard_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_switchyard_worker_v1_worker_proto_rawDescData
 }
 
-var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_switchyard_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_switchyard_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(DisaggregationLeg)(0),           // 0: switchyard.worker.v1.DisaggregationLeg
 	(FinishReason)(0),                // 1: switchyard.worker.v1.FinishReason
-	(*PullKvHandoffRequest)(nil),     // 2: switchyard.worker.v1.PullKvHandoffRequest
-	(*PullKvHandoffResponse)(nil),    // 3: switchyard.worker.v1.PullKvHandoffResponse
-	(*ReleaseKvHandoffRequest)(nil),  // 4: switchyard.worker.v1.ReleaseKvHandoffRequest
-	(*ReleaseKvHandoffResponse)(nil), // 5: switchyard.worker.v1.ReleaseKvHandoffResponse
-	(*KvHandoff)(nil),                // 6: switchyard.worker.v1.KvHandoff
-	(*MockKvHandoff)(nil),            // 7: switchyard.worker.v1.MockKvHandoff
-	(*GetKvEventsRequest)(nil),       // 8: switchyard.worker.v1.GetKvEventsRequest
-	(*GetKvEventsResponse)(nil),      // 9: switchyard.worker.v1.GetKvEventsResponse
-	(*GetKvStateRequest)(nil),        // 10: switchyard.worker.v1.GetKvStateRequest
-	(*GetKvStateResponse)(nil),       // 11: switchyard.worker.v1.GetKvStateResponse
-	(*WatchKvEventsRequest)(nil),     // 12: switchyard.worker.v1.WatchKvEventsRequest
-	(*WatchKvEventsResponse)(nil),    // 13: switchyard.worker.v1.WatchKvEventsResponse
-	(*SamplingParameters)(nil),       // 14: switchyard.worker.v1.SamplingParameters
-	(*StopConditions)(nil),           // 15: switchyard.worker.v1.StopConditions
-	(*GenerateRequest)(nil),          // 16: switchyard.worker.v1.GenerateRequest
-	(*GuidedDecoding)(nil),           // 17: switchyard.worker.v1.GuidedDecoding
-	(*Usage)(nil),                    // 18: switchyard.worker.v1.Usage
-	(*GenerateResponse)(nil),         // 19: switchyard.worker.v1.GenerateResponse
-	(*TokenLogprob)(nil),             // 20: switchyard.worker.v1.TokenLogprob
-	(*TopLogprob)(nil),               // 21: switchyard.worker.v1.TopLogprob
-	(*KvBlock)(nil),                  // 22: switchyard.worker.v1.KvBlock
-	(*KvBlocksStored)(nil),           // 23: switchyard.worker.v1.KvBlocksStored
-	(*KvBlocksRemoved)(nil),          // 24: switchyard.worker.v1.KvBlocksRemoved
-	(*KvCacheCleared)(nil),           // 25: switchyard.worker.v1.KvCacheCleared
-	(*KvCacheEvent)(nil),             // 26: switchyard.worker.v1.KvCacheEvent
-	(*KvEventBatch)(nil),             // 27: switchyard.worker.v1.KvEventBatch
-	(*LoadMetrics)(nil),              // 28: switchyard.worker.v1.LoadMetrics
-	(*RequestLoad)(nil),              // 29: switchyard.worker.v1.RequestLoad
-	(*TimingModel)(nil),              // 30: switchyard.worker.v1.TimingModel
-	(*EmbedRequest)(nil),             // 31: switchyard.worker.v1.EmbedRequest
-	(*EmbedInput)(nil),               // 32: switchyard.worker.v1.EmbedInput
-	(*EmbedResponse)(nil),            // 33: switchyard.worker.v1.EmbedResponse
-	(*Embedding)(nil),                // 34: switchyard.worker.v1.Embedding
-	nil,                              // 35: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	(v1.KvTransferKind)(0),           // 36: switchyard.common.v1.KvTransferKind
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(KvMedium)(0),                    // 2: switchyard.worker.v1.KvMedium
+	(*PullKvHandoffRequest)(nil),     // 3: switchyard.worker.v1.PullKvHandoffRequest
+	(*PullKvHandoffResponse)(nil),    // 4: switchyard.worker.v1.PullKvHandoffResponse
+	(*ReleaseKvHandoffRequest)(nil),  // 5: switchyard.worker.v1.ReleaseKvHandoffRequest
+	(*ReleaseKvHandoffResponse)(nil), // 6: switchyard.worker.v1.ReleaseKvHandoffResponse
+	(*KvHandoff)(nil),                // 7: switchyard.worker.v1.KvHandoff
+	(*MockKvHandoff)(nil),            // 8: switchyard.worker.v1.MockKvHandoff
+	(*GetKvEventsRequest)(nil),       // 9: switchyard.worker.v1.GetKvEventsRequest
+	(*GetKvEventsResponse)(nil),      // 10: switchyard.worker.v1.GetKvEventsResponse
+	(*GetKvStateRequest)(nil),        // 11: switchyard.worker.v1.GetKvStateRequest
+	(*GetKvStateResponse)(nil),       // 12: switchyard.worker.v1.GetKvStateResponse
+	(*WatchKvEventsRequest)(nil),     // 13: switchyard.worker.v1.WatchKvEventsRequest
+	(*WatchKvEventsResponse)(nil),    // 14: switchyard.worker.v1.WatchKvEventsResponse
+	(*SamplingParameters)(nil),       // 15: switchyard.worker.v1.SamplingParameters
+	(*StopConditions)(nil),           // 16: switchyard.worker.v1.StopConditions
+	(*GenerateRequest)(nil),          // 17: switchyard.worker.v1.GenerateRequest
+	(*GuidedDecoding)(nil),           // 18: switchyard.worker.v1.GuidedDecoding
+	(*Usage)(nil),                    // 19: switchyard.worker.v1.Usage
+	(*GenerateResponse)(nil),         // 20: switchyard.worker.v1.GenerateResponse
+	(*TokenLogprob)(nil),             // 21: switchyard.worker.v1.TokenLogprob
+	(*TopLogprob)(nil),               // 22: switchyard.worker.v1.TopLogprob
+	(*KvBlock)(nil),                  // 23: switchyard.worker.v1.KvBlock
+	(*KvBlocksStored)(nil),           // 24: switchyard.worker.v1.KvBlocksStored
+	(*KvBlocksRemoved)(nil),          // 25: switchyard.worker.v1.KvBlocksRemoved
+	(*KvCacheCleared)(nil),           // 26: switchyard.worker.v1.KvCacheCleared
+	(*KvCacheEvent)(nil),             // 27: switchyard.worker.v1.KvCacheEvent
+	(*KvEventBatch)(nil),             // 28: switchyard.worker.v1.KvEventBatch
+	(*LoadMetrics)(nil),              // 29: switchyard.worker.v1.LoadMetrics
+	(*RequestLoad)(nil),              // 30: switchyard.worker.v1.RequestLoad
+	(*TimingModel)(nil),              // 31: switchyard.worker.v1.TimingModel
+	(*EmbedRequest)(nil),             // 32: switchyard.worker.v1.EmbedRequest
+	(*EmbedInput)(nil),               // 33: switchyard.worker.v1.EmbedInput
+	(*EmbedResponse)(nil),            // 34: switchyard.worker.v1.EmbedResponse
+	(*Embedding)(nil),                // 35: switchyard.worker.v1.Embedding
+	nil,                              // 36: switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	(v1.KvTransferKind)(0),           // 37: switchyard.common.v1.KvTransferKind
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
-	36, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
-	27, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	35, // 2: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
-	27, // 3: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
-	14, // 4: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
-	15, // 5: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
-	0,  // 6: switchyard.worker.v1.GenerateRequest.leg:type_name -> switchyard.worker.v1.DisaggregationLeg
-	6,  // 7: switchyard.worker.v1.GenerateRequest.handoff:type_name -> switchyard.worker.v1.KvHandoff
-	17, // 8: switchyard.worker.v1.GenerateRequest.guided_decoding:type_name -> switchyard.worker.v1.GuidedDecoding
-	1,  // 9: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
-	18, // 10: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
-	20, // 11: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
-	6,  // 12: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
-	20, // 13: switchyard.worker.v1.GenerateResponse.prompt_logprobs:type_name -> switchyard.worker.v1.TokenLogprob
-	21, // 14: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
-	22, // 15: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
-	23, // 16: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
-	24, // 17: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
-	25, // 18: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
-	26, // 19: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
-	37, // 20: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
-	30, // 21: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
-	29, // 22: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
-	32, // 23: switchyard.worker.v1.EmbedRequest.inputs:type_name -> switchyard.worker.v1.EmbedInput
-	34, // 24: switchyard.worker.v1.EmbedResponse.embeddings:type_name -> switchyard.worker.v1.Embedding
-	16, // 25: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
-	8,  // 26: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
-	10, // 27: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
-	12, // 28: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
-	2,  // 29: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
-	4,  // 30: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
-	19, // 31: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
-	9,  // 32: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
-	11, // 33: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
-	13, // 34: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
-	3,  // 35: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
-	5,  // 36: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	37, // 0: switchyard.worker.v1.KvHandoff.kind:type_name -> switchyard.common.v1.KvTransferKind
+	28, // 1: switchyard.worker.v1.GetKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	2,  // 2: switchyard.worker.v1.GetKvStateResponse.media:type_name -> switchyard.worker.v1.KvMedium
+	36, // 3: switchyard.worker.v1.WatchKvEventsRequest.from_event_ids:type_name -> switchyard.worker.v1.WatchKvEventsRequest.FromEventIdsEntry
+	28, // 4: switchyard.worker.v1.WatchKvEventsResponse.batch:type_name -> switchyard.worker.v1.KvEventBatch
+	15, // 5: switchyard.worker.v1.GenerateRequest.sampling:type_name -> switchyard.worker.v1.SamplingParameters
+	16, // 6: switchyard.worker.v1.GenerateRequest.stop:type_name -> switchyard.worker.v1.StopConditions
+	0,  // 7: switchyard.worker.v1.GenerateRequest.leg:type_name -> switchyard.worker.v1.DisaggregationLeg
+	7,  // 8: switchyard.worker.v1.GenerateRequest.handoff:type_name -> switchyard.worker.v1.KvHandoff
+	18, // 9: switchyard.worker.v1.GenerateRequest.guided_decoding:type_name -> switchyard.worker.v1.GuidedDecoding
+	1,  // 10: switchyard.worker.v1.GenerateResponse.finish_reason:type_name -> switchyard.worker.v1.FinishReason
+	19, // 11: switchyard.worker.v1.GenerateResponse.usage:type_name -> switchyard.worker.v1.Usage
+	21, // 12: switchyard.worker.v1.GenerateResponse.logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	7,  // 13: switchyard.worker.v1.GenerateResponse.handoff:type_name -> switchyard.worker.v1.KvHandoff
+	21, // 14: switchyard.worker.v1.GenerateResponse.prompt_logprobs:type_name -> switchyard.worker.v1.TokenLogprob
+	22, // 15: switchyard.worker.v1.TokenLogprob.top:type_name -> switchyard.worker.v1.TopLogprob
+	23, // 16: switchyard.worker.v1.KvBlocksStored.blocks:type_name -> switchyard.worker.v1.KvBlock
+	2,  // 17: switchyard.worker.v1.KvBlocksStored.medium:type_name -> switchyard.worker.v1.KvMedium
+	2,  // 18: switchyard.worker.v1.KvBlocksRemoved.medium:type_name -> switchyard.worker.v1.KvMedium
+	24, // 19: switchyard.worker.v1.KvCacheEvent.stored:type_name -> switchyard.worker.v1.KvBlocksStored
+	25, // 20: switchyard.worker.v1.KvCacheEvent.removed:type_name -> switchyard.worker.v1.KvBlocksRemoved
+	26, // 21: switchyard.worker.v1.KvCacheEvent.cleared:type_name -> switchyard.worker.v1.KvCacheCleared
+	27, // 22: switchyard.worker.v1.KvEventBatch.events:type_name -> switchyard.worker.v1.KvCacheEvent
+	38, // 23: switchyard.worker.v1.LoadMetrics.timestamp:type_name -> google.protobuf.Timestamp
+	31, // 24: switchyard.worker.v1.LoadMetrics.timing_model:type_name -> switchyard.worker.v1.TimingModel
+	30, // 25: switchyard.worker.v1.LoadMetrics.requests:type_name -> switchyard.worker.v1.RequestLoad
+	33, // 26: switchyard.worker.v1.EmbedRequest.inputs:type_name -> switchyard.worker.v1.EmbedInput
+	35, // 27: switchyard.worker.v1.EmbedResponse.embeddings:type_name -> switchyard.worker.v1.Embedding
+	17, // 28: switchyard.worker.v1.WorkerService.Generate:input_type -> switchyard.worker.v1.GenerateRequest
+	9,  // 29: switchyard.worker.v1.WorkerService.GetKvEvents:input_type -> switchyard.worker.v1.GetKvEventsRequest
+	11, // 30: switchyard.worker.v1.WorkerService.GetKvState:input_type -> switchyard.worker.v1.GetKvStateRequest
+	13, // 31: switchyard.worker.v1.WorkerService.WatchKvEvents:input_type -> switchyard.worker.v1.WatchKvEventsRequest
+	3,  // 32: switchyard.worker.v1.WorkerService.PullKvHandoff:input_type -> switchyard.worker.v1.PullKvHandoffRequest
+	5,  // 33: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:input_type -> switchyard.worker.v1.ReleaseKvHandoffRequest
+	20, // 34: switchyard.worker.v1.WorkerService.Generate:output_type -> switchyard.worker.v1.GenerateResponse
+	10, // 35: switchyard.worker.v1.WorkerService.GetKvEvents:output_type -> switchyard.worker.v1.GetKvEventsResponse
+	12, // 36: switchyard.worker.v1.WorkerService.GetKvState:output_type -> switchyard.worker.v1.GetKvStateResponse
+	14, // 37: switchyard.worker.v1.WorkerService.WatchKvEvents:output_type -> switchyard.worker.v1.WatchKvEventsResponse
+	4,  // 38: switchyard.worker.v1.WorkerService.PullKvHandoff:output_type -> switchyard.worker.v1.PullKvHandoffResponse
+	6,  // 39: switchyard.worker.v1.WorkerService.ReleaseKvHandoff:output_type -> switchyard.worker.v1.ReleaseKvHandoffResponse
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }
@@ -2933,7 +3082,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_worker_v1_worker_proto_rawDesc), len(file_switchyard_worker_v1_worker_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -15,6 +15,11 @@ FINISH_REASON_ERROR: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_UNSPECIFIED: FinishReason
+KV_MEDIUM_CPU: KvMedium
+KV_MEDIUM_DISK: KvMedium
+KV_MEDIUM_GPU: KvMedium
+KV_MEDIUM_UNKNOWN: KvMedium
+KV_MEDIUM_UNSPECIFIED: KvMedium
 
 class EmbedInput(_message.Message):
     __slots__ = ["token_ids"]
@@ -123,18 +128,20 @@ class GetKvStateRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetKvStateResponse(_message.Message):
-    __slots__ = ["dp_rank", "event_id", "instance_id", "last", "sequence_hashes"]
+    __slots__ = ["dp_rank", "event_id", "instance_id", "last", "media", "sequence_hashes"]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_HASHES_FIELD_NUMBER: _ClassVar[int]
     dp_rank: int
     event_id: int
     instance_id: int
     last: bool
+    media: _containers.RepeatedScalarFieldContainer[KvMedium]
     sequence_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., sequence_hashes: _Optional[_Iterable[int]] = ..., last: bool = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., event_id: _Optional[int] = ..., sequence_hashes: _Optional[_Iterable[int]] = ..., last: bool = ..., media: _Optional[_Iterable[_Union[KvMedium, str]]] = ...) -> None: ...
 
 class GuidedDecoding(_message.Message):
     __slots__ = ["json_object", "json_schema", "name"]
@@ -155,18 +162,22 @@ class KvBlock(_message.Message):
     def __init__(self, sequence_hash: _Optional[int] = ..., local_hash: _Optional[int] = ...) -> None: ...
 
 class KvBlocksRemoved(_message.Message):
-    __slots__ = ["sequence_hashes"]
+    __slots__ = ["medium", "sequence_hashes"]
+    MEDIUM_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_HASHES_FIELD_NUMBER: _ClassVar[int]
+    medium: KvMedium
     sequence_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, sequence_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, sequence_hashes: _Optional[_Iterable[int]] = ..., medium: _Optional[_Union[KvMedium, str]] = ...) -> None: ...
 
 class KvBlocksStored(_message.Message):
-    __slots__ = ["blocks", "parent_sequence_hash"]
+    __slots__ = ["blocks", "medium", "parent_sequence_hash"]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    MEDIUM_FIELD_NUMBER: _ClassVar[int]
     PARENT_SEQUENCE_HASH_FIELD_NUMBER: _ClassVar[int]
     blocks: _containers.RepeatedCompositeFieldContainer[KvBlock]
+    medium: KvMedium
     parent_sequence_hash: int
-    def __init__(self, parent_sequence_hash: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[KvBlock, _Mapping]]] = ...) -> None: ...
+    def __init__(self, parent_sequence_hash: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[KvBlock, _Mapping]]] = ..., medium: _Optional[_Union[KvMedium, str]] = ...) -> None: ...
 
 class KvCacheCleared(_message.Message):
     __slots__ = []
@@ -321,26 +332,30 @@ class StopConditions(_message.Message):
     def __init__(self, stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., min_tokens: _Optional[int] = ..., stop_strings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TimingModel(_message.Message):
-    __slots__ = ["decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "lora_load_ms", "max_batched_tokens", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
+    __slots__ = ["cpu_load_ms_per_token", "decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "disk_load_ms_per_token", "lora_load_ms", "max_batched_tokens", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
+    CPU_LOAD_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_BASE_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_LINEAR_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_MIN_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
+    DISK_LOAD_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LORA_LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
+    cpu_load_ms_per_token: float
     decode_ms_base: float
     decode_ms_linear: float
     decode_ms_min: float
     decode_ms_quadratic: float
+    disk_load_ms_per_token: float
     lora_load_ms: float
     max_batched_tokens: int
     prefill_ms_per_batch: float
     prefill_ms_per_token: float
     prefill_ms_quadratic: float
-    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., lora_load_ms: _Optional[float] = ...) -> None: ...
+    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., lora_load_ms: _Optional[float] = ..., cpu_load_ms_per_token: _Optional[float] = ..., disk_load_ms_per_token: _Optional[float] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ["logprob", "top"]
@@ -391,4 +406,7 @@ class DisaggregationLeg(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class KvMedium(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
