@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
@@ -79,7 +79,7 @@ func Command(args []string, stdout io.Writer) error {
 		}
 		block = g.BlockSize
 	}
-	cfg := Config{Engine: engine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc}
+	cfg := Config{Engine: simengine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc}
 	peak, mean, capRPS := Static(trace, cfg)
 	type run struct {
 		policy string

@@ -1,6 +1,6 @@
 // Package plannersim runs the planner's decisions against simulated
 // engines, without a fleet: a trace's requests arrive at a pool of the
-// mocker's engines (services/mocker/engine, the replay's engines), routed
+// mocker's engines (pkg/simengine, the replay's engines), routed
 // to the least loaded ready engine; every interval the planner (package
 // services/planner/core) sees what a real one sees (the pool's demand and
 // each engine's load and timing model) and its decisions apply after an
@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
@@ -26,7 +26,7 @@ import (
 // Config is a simulation's setup.
 type Config struct {
 	// Engine is every engine's configuration.
-	Engine engine.Config
+	Engine simengine.Config
 	// TraceBlock is the trace's tokens per hash id.
 	TraceBlock int
 	// Startup is how long a started engine takes to be ready.
@@ -80,7 +80,7 @@ func (q *queue) Pop() any {
 
 type simEngine struct {
 	id       uint64
-	e        *engine.Engine
+	e        *simengine.Engine
 	readyAt  time.Duration
 	started  time.Duration
 	stopped  time.Duration // 0 while it runs
@@ -125,7 +125,7 @@ func (s *sim) at(t time.Duration, fn func()) {
 
 // launch starts an engine, ready after delay.
 func (s *sim) launch(delay time.Duration) *simEngine {
-	e, err := engine.New(s.cfg.Engine)
+	e, err := simengine.New(s.cfg.Engine)
 	if err != nil {
 		panic(err) // the configuration is validated before the run
 	}
@@ -176,7 +176,7 @@ func (s *sim) arrive(i int, r replay.Request) {
 	id := strconv.Itoa(i)
 	s.buf = replay.Tokens(r, s.cfg.TraceBlock, s.buf)
 	out := max(r.OutputLength, 1)
-	if err := w.e.Add(engine.Request{ID: id, Prompt: slices.Clone(s.buf), MaxTokens: out}); err != nil {
+	if err := w.e.Add(simengine.Request{ID: id, Prompt: slices.Clone(s.buf), MaxTokens: out}); err != nil {
 		return // too large for the engine: not served, not judged
 	}
 	s.reqs[id] = &request{arrival: r.Arrival, prompt: r.InputLength, eng: w}
@@ -195,7 +195,7 @@ func (s *sim) step(w *simEngine) {
 	s.at(s.now+res.Duration, func() { s.stepped(w, res) })
 }
 
-func (s *sim) stepped(w *simEngine, res engine.StepResult) {
+func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 	w.busy = false
 	for _, o := range res.Outputs {
 		in := s.reqs[o.RequestID]
@@ -211,7 +211,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 				s.ttft[win] = append(s.ttft[win], float64(s.now-in.arrival)/1e6)
 			}
 		}
-		if o.Finish != engine.FinishNone {
+		if o.Finish != simengine.FinishNone {
 			if n := o.Usage.CompletionTokens; n > 1 && in.first > 0 {
 				win := int(in.arrival / s.cfg.Window)
 				s.itl[win] = append(s.itl[win], float64(s.now-in.first)/1e6/float64(n-1))

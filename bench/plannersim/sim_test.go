@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
@@ -20,7 +20,7 @@ func testConfig() Config {
 	pc.MaxReplicas = 6
 	pc.MaxAge = 3 * pc.Interval
 	pc.Lead = 20 * time.Second
-	return Config{Engine: engine.DefaultConfig(), TraceBlock: 16, Startup: 20 * time.Second, Window: 30 * time.Second, Planner: pc}
+	return Config{Engine: simengine.DefaultConfig(), TraceBlock: 16, Startup: 20 * time.Second, Window: 30 * time.Second, Planner: pc}
 }
 
 // steady is n requests of 2,048 prompt tokens (128 blocks of 16, none

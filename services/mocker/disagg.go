@@ -18,10 +18,10 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
 )
 
 // The mock KV transfer. A prefill leg (GenerateRequest.leg PREFILL) is
@@ -153,7 +153,7 @@ type legs struct {
 
 // prefillResponse is a prefill leg's one answer: its handoff, the prompt's
 // usage, finish STOP, no tokens.
-func (l *legs) prefillResponse(id string, out engine.Output, w *worker.Worker) (*workerv1.GenerateResponse, error) {
+func (l *legs) prefillResponse(id string, out simengine.Output, w *worker.Worker) (*workerv1.GenerateResponse, error) {
 	bs := l.cfg.Engine.BlockSize
 	payload, err := proto.Marshal(&workerv1.MockKvHandoff{HandoffId: id, Address: w.APIAddr(),
 		Blocks: uint32((out.Usage.PromptTokens + bs - 1) / bs)})
@@ -173,7 +173,7 @@ func (l *legs) prefillResponse(id string, out engine.Output, w *worker.Worker) (
 // prepare readies an engine request for its leg: a prefill leg holds its
 // blocks; a decode leg first takes its KV (pull, then the transfer's wait)
 // and starts from the relayed first token. Errors are handler errors.
-func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *engine.Request) error {
+func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *simengine.Request) error {
 	switch req.GetLeg() {
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED:
 		return nil
@@ -193,7 +193,7 @@ func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *e
 // takeKV pulls a decode leg's KV from the prefill worker, waits for the
 // blocks this worker does not cache to arrive, and marks the request's KV
 // arrived from the handoff's first token.
-func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *engine.Request) error {
+func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *simengine.Request) error {
 	m, err := worker.DecodeMockHandoff(req.GetHandoff())
 	if err != nil {
 		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // TestTransferTime: blocks x block bytes x 8 / (Gbps x 10^9), divided by
 // the speed-up; nothing for no blocks, no delay or a link of 0 (at once).
 func TestTransferTime(t *testing.T) {
 	cfg := func(speedup, gbps float64) Config {
-		c := Config{Engine: engine.DefaultConfig(), KVTransferGbps: gbps, KVBytesPerToken: DefaultKVBytesPerToken}
+		c := Config{Engine: simengine.DefaultConfig(), KVTransferGbps: gbps, KVBytesPerToken: DefaultKVBytesPerToken}
 		c.Engine.SpeedupRatio = speedup
 		return c
 	}

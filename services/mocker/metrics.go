@@ -7,7 +7,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
+	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
 )
 
 // serveMetrics starts --metrics-addr and --debug-addr when set. The engine

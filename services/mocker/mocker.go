@@ -27,14 +27,14 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine/realtime"
 )
 
 // Config is the mocker's configuration.
@@ -46,7 +46,7 @@ type Config struct {
 	// ToolCallParser and ReasoningParser go on the model card (the
 	// built-in Qwen3 model writes both in the qwen3 form).
 	ToolCallParser, ReasoningParser string
-	Engine                          engine.Config
+	Engine                          simengine.Config
 	NoDelay                         bool
 	DefaultMaxTokens                int
 	// OutputText is what answers read from (tokenized with the model's
@@ -94,7 +94,7 @@ var EnvVars = worker.ProcessEnvVars()
 
 // RegisterFlags adds the mocker's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	c.Engine = engine.DefaultConfig()
+	c.Engine = simengine.DefaultConfig()
 	fs.StringVar(&c.Namespace, "namespace", "dynamo", "registry namespace")
 	fs.StringVar(&c.Component, "component", "backend", "registry component")
 	fs.StringVar(&c.Endpoint, "endpoint", wire.GenerateEndpoint, "registry endpoint")
@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if cfg.OutputText != "" {
 		cfg.Engine.OutputText = tok.Encode(cfg.OutputText)
 	}
-	e, err := engine.New(cfg.Engine)
+	e, err := simengine.New(cfg.Engine)
 	if err != nil {
 		return err
 	}
@@ -249,15 +249,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// the default (an H100's, which a slowed mocker is not).
 	idle := e.Metrics()
 	runner := realtime.New(e, realtime.Options{
-		OnEvents: func(events []engine.Event) {
-			b, err := engine.BatchProto(0, 0, events)
+		OnEvents: func(events []simengine.Event) {
+			b, err := simengine.BatchProto(0, 0, events)
 			if err != nil {
 				log.Error("KV events out of order", "err", err.Error())
 				return
 			}
 			_ = kvPub.Publish(b) // a batch past its limit is logged there
 		},
-		OnMetrics: func(m engine.Metrics, at time.Time) {
+		OnMetrics: func(m simengine.Metrics, at time.Time) {
 			if wk := w.Load(); wk != nil {
 				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
 			}
@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
-		er, err := engine.RequestFromProto(req, defaultMaxTokens)
+		er, err := simengine.RequestFromProto(req, defaultMaxTokens)
 		if err != nil {
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 		}
@@ -342,7 +342,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 		submitted := time.Now()
 		stream, err := r.Submit(er)
 		if err != nil {
-			if errors.Is(err, engine.ErrRequestTooLarge) || errors.Is(err, engine.ErrDuplicateRequest) {
+			if errors.Is(err, simengine.ErrRequestTooLarge) || errors.Is(err, simengine.ErrDuplicateRequest) {
 				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 			}
 			return err
@@ -361,7 +361,7 @@ func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) wor
 				first = false
 				engineSpans(ctx, submitted, stream.AdmittedAt(), time.Now(), out.Usage)
 			}
-			if out.Finish == engine.FinishHeld {
+			if out.Finish == simengine.FinishHeld {
 				// A prefill leg's one answer; an undelivered one frees
 				// the blocks it held.
 				resp, err := l.prefillResponse(er.ID, out, l.self())
@@ -396,7 +396,7 @@ var tracer = otel.Tracer("github.com/switchyard-llm/switchyard/services/mocker")
 // before it as children of the worker's span: engine.queue (submitted until
 // the engine admitted it) and engine.prefill (admitted until the first
 // token), with the prompt's cached share.
-func engineSpans(ctx context.Context, submitted, admitted, firstToken time.Time, u engine.Usage) {
+func engineSpans(ctx context.Context, submitted, admitted, firstToken time.Time, u simengine.Usage) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return
 	}

@@ -17,12 +17,12 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/replay"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -213,7 +213,7 @@ func TestReplayAgreesWithLive(t *testing.T) {
 	}
 	const speedup, workers = 2.0, 4
 	// Replayed: the mocker's engine at its defaults, sped up alike.
-	cfg := replay.Config{Workers: workers, Engine: engine.DefaultConfig(), TraceBlockSize: g.BlockSize, RateScale: speedup,
+	cfg := replay.Config{Workers: workers, Engine: simengine.DefaultConfig(), TraceBlockSize: g.BlockSize, RateScale: speedup,
 		OverlapWeight: 1, ApproxTTL: 2 * time.Minute, ApproxMaxEntries: 1 << 20, Seed: 1,
 		EventDelay: 5 * time.Millisecond, SyncDelay: 5 * time.Millisecond, LoadInterval: time.Second, RequestTTL: 30 * time.Minute}
 	cfg.Engine.SpeedupRatio = speedup

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 )
 
 // Bounds are what no router can beat on a trace, to judge hit rates and
@@ -140,11 +140,11 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 
 // prefillTime is how long an idle engine takes to prefill n tokens, in
 // chunks of its token budget per step.
-func prefillTime(n int, ec engine.Config) time.Duration {
+func prefillTime(n int, ec simengine.Config) time.Duration {
 	var d time.Duration
 	for n > 0 {
 		c := min(n, ec.MaxNumBatchedTokens)
-		d += engine.PrefillTime(c, ec.SpeedupRatio)
+		d += simengine.PrefillTime(c, ec.SpeedupRatio)
 		n -= c
 	}
 	return d

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
 )
 
 // TestCapacityBound checks the compute bound against numbers worked out by
@@ -245,9 +245,9 @@ func TestCapacityWorkIsBelowEngineTime(t *testing.T) {
 				cfg := smallConfig()
 				cfg.Workers, cfg.Engine.NumGPUBlocks = tt.workers, tt.blocks
 				c := ComputeBounds(trace, cfg).Capacity
-				engines := make([]*engine.Engine, tt.workers)
+				engines := make([]*simengine.Engine, tt.workers)
 				for i := range engines {
-					if engines[i], err = engine.New(cfg.Engine); err != nil {
+					if engines[i], err = simengine.New(cfg.Engine); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -264,7 +264,7 @@ func TestCapacityWorkIsBelowEngineTime(t *testing.T) {
 				var tokens []uint32
 				for n, r := range trace {
 					tokens = Tokens(r, cfg.TraceBlockSize, tokens)
-					req := engine.Request{ID: strconv.Itoa(n), Prompt: append([]uint32(nil), tokens...), MaxTokens: r.OutputLength, Seed: uint64(n + 1)}
+					req := simengine.Request{ID: strconv.Itoa(n), Prompt: append([]uint32(nil), tokens...), MaxTokens: r.OutputLength, Seed: uint64(n + 1)}
 					if err := engines[n%len(engines)].Add(req); err != nil {
 						t.Fatal(err)
 					}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -55,7 +55,7 @@ type CommandConfig struct {
 
 // RegisterFlags adds the command's flags.
 func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
-	c.Engine = engine.DefaultConfig()
+	c.Engine = simengine.DefaultConfig()
 	fs.StringVar(&c.Traces, "trace", "mooncake", "comma list of traces: built-in ("+builtinNames()+") or Mooncake JSON-lines files (.jsonl, .jsonl.gz)")
 	fs.IntVar(&c.Workers, "workers", 8, "simulated engines")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "kv-blocks", 131072, "KV blocks per engine")

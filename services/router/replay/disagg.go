@@ -6,7 +6,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // The disaggregated modes. The engines are split into a prefill pool
@@ -16,7 +16,7 @@ import (
 // auto; disagg-always: always). A pair runs as the mocker's two legs do:
 //
 //   - the prefill engine computes the prompt as a prefill leg
-//     (engine.Request.Hold): its chunks share that engine's steps only
+//     (simengine.Request.Hold): its chunks share that engine's steps only
 //     with other prompts, and the step that computes the last one gives
 //     the first token and holds the blocks;
 //   - the router hears of the handoff (PrefillDone, as the frontend's
@@ -24,7 +24,7 @@ import (
 //     cache move over the link: blocks x block size x bytes per token x 8
 //     / Gb/s (the mocker's decode worker waits as long);
 //   - then the prefill engine frees its held blocks and the decode engine
-//     takes the request as arrived KV (engine.Request.Arrived, starting
+//     takes the request as arrived KV (simengine.Request.Arrived, starting
 //     from the relayed first token): it computes only what a cached
 //     prompt always computes (its last block) and decodes.
 //
@@ -89,7 +89,7 @@ func (s *sim) roleOf(i int) commonv1.Role {
 
 // startPair starts request n's prefill leg on pre, for dec to decode.
 func (s *sim) startPair(n int, id string, me int, resp *routerv1.RouteResponse, dec, pre *simEngine, prompt []uint32, output int) {
-	if err := pre.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: output, Seed: uint64(n + 1), Hold: true}); err != nil {
+	if err := pre.e.Add(simengine.Request{ID: id, Prompt: prompt, MaxTokens: output, Seed: uint64(n + 1), Hold: true}); err != nil {
 		s.routers[me].Free(id)
 		s.reject(err)
 		return
@@ -109,7 +109,7 @@ func (s *sim) startPair(n int, id string, me int, resp *routerv1.RouteResponse, 
 
 // handoff ends a pair's prefill leg on pre: the router hears of it, the
 // blocks the decode engine lacks move, and then the decode leg starts.
-func (s *sim) handoff(pre *simEngine, in *inflight, o engine.Output, owner router) {
+func (s *sim) handoff(pre *simEngine, in *inflight, o simengine.Output, owner router) {
 	id, p, bs := o.RequestID, in.pair, s.cfg.Engine.BlockSize
 	owner.PrefillDone(id)
 	in.handedOff = true
@@ -124,7 +124,7 @@ func (s *sim) handoff(pre *simEngine, in *inflight, o engine.Output, owner route
 			s.step(pre) // the freed blocks may admit what waited for them
 		}
 		in.pair = nil
-		err := p.decode.e.Add(engine.Request{ID: id, Prompt: p.prompt, MaxTokens: p.output, Seed: p.seed, Arrived: true, FirstToken: &first})
+		err := p.decode.e.Add(simengine.Request{ID: id, Prompt: p.prompt, MaxTokens: p.output, Seed: p.seed, Arrived: true, FirstToken: &first})
 		if err != nil {
 			owner.Free(id)
 			delete(s.reqs, id)
@@ -140,7 +140,7 @@ func (s *sim) handoff(pre *simEngine, in *inflight, o engine.Output, owner route
 
 // firstOutput counts a whole request's prefix reuse at its first token
 // (a pair's was counted at its handoff).
-func (d *disaggState) firstOutput(in *inflight, o engine.Output, bs int) {
+func (d *disaggState) firstOutput(in *inflight, o simengine.Output, bs int) {
 	if in.handedOff {
 		return
 	}

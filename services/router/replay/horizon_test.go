@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // TestHorizonBound checks the finite-horizon bound against numbers worked
@@ -135,11 +135,11 @@ func (r engineRun) p90() time.Duration {
 // each request to an engine chosen by policy when it arrives.
 func runOnEngines(t *testing.T, trace []Request, cfg Config, rate float64, policy string) engineRun {
 	t.Helper()
-	engines := make([]*engine.Engine, cfg.Workers)
+	engines := make([]*simengine.Engine, cfg.Workers)
 	free := make([]time.Duration, cfg.Workers) // when each engine's step ends
 	for i := range engines {
 		var err error
-		if engines[i], err = engine.New(cfg.Engine); err != nil {
+		if engines[i], err = simengine.New(cfg.Engine); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,7 +187,7 @@ func runOnEngines(t *testing.T, trace []Request, cfg Config, rate float64, polic
 				if engines[w].Idle() {
 					free[w] = at
 				}
-				if err := engines[w].Add(engine.Request{ID: strconv.Itoa(n), Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err != nil {
+				if err := engines[w].Add(simengine.Request{ID: strconv.Itoa(n), Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err != nil {
 					t.Fatal(err)
 				}
 				run.routed[w] = append(run.routed[w], n)
@@ -277,9 +277,9 @@ func TestDecodeDeferral(t *testing.T) {
 	}
 	for _, kv := range []int{1500, 16384} {
 		t.Run("kv"+strconv.Itoa(kv), func(t *testing.T) {
-			ec := engine.DefaultConfig()
+			ec := simengine.DefaultConfig()
 			ec.NumGPUBlocks, ec.MaxNumSeqs, ec.MaxNumBatchedTokens = kv, 8, 2048
-			e, err := engine.New(ec)
+			e, err := simengine.New(ec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +294,7 @@ func TestDecodeDeferral(t *testing.T) {
 				if added < len(trace) && k%5 == 0 {
 					tokens = Tokens(trace[added], 512, tokens)
 					// One too large for the small cache is left out.
-					if err := e.Add(engine.Request{ID: strconv.Itoa(added), Prompt: slices.Clone(tokens), MaxTokens: trace[added].OutputLength}); err != nil && !errors.Is(err, engine.ErrRequestTooLarge) {
+					if err := e.Add(simengine.Request{ID: strconv.Itoa(added), Prompt: slices.Clone(tokens), MaxTokens: trace[added].OutputLength}); err != nil && !errors.Is(err, simengine.ErrRequestTooLarge) {
 						t.Fatal(err)
 					}
 					added++
@@ -310,11 +310,11 @@ func TestDecodeDeferral(t *testing.T) {
 					}
 				}
 				res := e.Step()
-				out := map[string]engine.FinishReason{}
+				out := map[string]simengine.FinishReason{}
 				for _, o := range res.Outputs {
 					out[o.RequestID] = o.Finish
 					first[o.RequestID] = true
-					if o.Finish != engine.FinishNone {
+					if o.Finish != simengine.FinishNone {
 						delete(first, o.RequestID)
 					}
 				}

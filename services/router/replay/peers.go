@@ -8,7 +8,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -39,7 +39,7 @@ type router interface {
 // pod's metrics endpoint), instead of the workers' load reports.
 type scraper interface {
 	ScrapeInterval() time.Duration
-	Scrape(instance uint64, m engine.Metrics)
+	Scrape(instance uint64, m simengine.Metrics)
 }
 
 // peerModes are the peer policies' mode names.
@@ -324,7 +324,7 @@ func newLLMD(b *peerBase) *llmD {
 
 func (l *llmD) ScrapeInterval() time.Duration { return llmdScrapeInterval }
 
-func (l *llmD) Scrape(instance uint64, m engine.Metrics) {
+func (l *llmD) Scrape(instance uint64, m simengine.Metrics) {
 	i := int(instance) - 1
 	if i < 0 || i >= len(l.waiting) {
 		return

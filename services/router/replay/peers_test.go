@@ -7,7 +7,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -183,7 +183,7 @@ func TestLLMDDecisions(t *testing.T) {
 			l := newLLMD(newPeerBase(3, peerBS, 7))
 			cache(l.peerBase, prompt, tt.cached)
 			for i := range 3 {
-				m := engine.Metrics{KVBlocksTotal: 100}
+				m := simengine.Metrics{KVBlocksTotal: 100}
 				if tt.waiting != nil {
 					m.Waiting = tt.waiting[i]
 				}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // A plan replay runs the trace's engines with no router: a fixed
@@ -42,7 +42,7 @@ type PlanEngineResult struct {
 // trace, any order): each arrives at its timestamp divided by the rate
 // scale, and the engine steps while it has work.
 func PlanEngine(trace []Request, cfg Config, reqs []int) (PlanEngineResult, error) {
-	e, err := engine.New(cfg.Engine)
+	e, err := simengine.New(cfg.Engine)
 	if err != nil {
 		return PlanEngineResult{}, err
 	}
@@ -60,7 +60,7 @@ func PlanEngine(trace []Request, cfg Config, reqs []int) (PlanEngineResult, erro
 	var tokens []uint32
 	var now, stepEnd time.Duration
 	busy := false
-	var step engine.StepResult
+	var step simengine.StepResult
 	start := func() {
 		step = e.Step()
 		busy, stepEnd = true, now+step.Duration
@@ -74,7 +74,7 @@ func PlanEngine(trace []Request, cfg Config, reqs []int) (PlanEngineResult, erro
 			res.TTFT[next], res.E2E[next] = -1, -1
 			id := strconv.Itoa(n)
 			tokens = Tokens(trace[n], cfg.TraceBlockSize, tokens)
-			if err := e.Add(engine.Request{ID: id, Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err == nil {
+			if err := e.Add(simengine.Request{ID: id, Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err == nil {
 				at[id] = next
 				if !busy {
 					start()
@@ -92,7 +92,7 @@ func PlanEngine(trace []Request, cfg Config, reqs []int) (PlanEngineResult, erro
 			if res.TTFT[i] < 0 && len(o.Tokens) > 0 {
 				res.TTFT[i] = now - arrival(order[i])
 			}
-			if o.Finish != engine.FinishNone {
+			if o.Finish != simengine.FinishNone {
 				res.E2E[i] = now - arrival(order[i])
 				delete(at, o.RequestID)
 			}

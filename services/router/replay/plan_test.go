@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // TestPlanReproducesRun replays the plan a routed run made (each request on
@@ -66,7 +66,7 @@ func TestPlanEngineByHand(t *testing.T) {
 	cfg := smallConfig()
 	cfg.RateScale = 1
 	bs := cfg.Engine.BlockSize
-	first := engine.PrefillTime(1024, 1)
+	first := simengine.PrefillTime(1024, 1)
 	trace := []Request{
 		{Arrival: 0, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
 		{Arrival: first / 2, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
@@ -80,7 +80,7 @@ func TestPlanEngineByHand(t *testing.T) {
 	}
 	// The second computes its last block only: a prompt's last token is
 	// always computed.
-	if want := []time.Duration{first, first - first/2 + engine.PrefillTime(bs, 1)}; r.TTFT[0] != want[0] || r.TTFT[1] != want[1] {
+	if want := []time.Duration{first, first - first/2 + simengine.PrefillTime(bs, 1)}; r.TTFT[0] != want[0] || r.TTFT[1] != want[1] {
 		t.Fatalf("TTFT %v, want %v", r.TTFT, want)
 	}
 	if blocks := uint64(1024 / bs); r.Hit != blocks-1 || r.Queried != 2*blocks {
@@ -150,7 +150,7 @@ func TestRolloutLooksAhead(t *testing.T) {
 			if !slices.Equal(p.TTFT, r.TTFT) {
 				t.Fatalf("rollout's TTFTs %v, its plan's replay %v", r.TTFT, p.TTFT)
 			}
-			if short := engine.PrefillTime(512, 1); tt.want[1] == 1 && r.TTFT[2] != short {
+			if short := simengine.PrefillTime(512, 1); tt.want[1] == 1 && r.TTFT[2] != short {
 				t.Errorf("short request's TTFT %v, want its 512 new tokens' prefill %v", r.TTFT[2], short)
 			}
 		})

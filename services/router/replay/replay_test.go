@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 func TestParseTraceErrors(t *testing.T) {
@@ -76,7 +76,7 @@ func TestTokensShareBlocksAsTheTraceSays(t *testing.T) {
 }
 
 func smallConfig() Config {
-	ec := engine.DefaultConfig()
+	ec := simengine.DefaultConfig()
 	ec.NumGPUBlocks = 16384
 	return Config{Workers: 4, Engine: ec, TraceBlockSize: 512, RateScale: 6, OverlapWeight: 1,
 		ApproxTTL: 2 * time.Minute, ApproxMaxEntries: 1 << 20, Seed: 1,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // TestRecordingChangesNothing checks that a recorded replay is the replay:
@@ -84,7 +84,7 @@ func TestRequestRecordSeesTheStepInFlight(t *testing.T) {
 		t.Fatalf("%d records, want 2", len(recs))
 	}
 	a, b := recs[0], recs[1]
-	step := engine.PrefillTime(2048, cfg.Engine.SpeedupRatio)
+	step := simengine.PrefillTime(2048, cfg.Engine.SpeedupRatio)
 	shared := 512 / cfg.Engine.BlockSize
 	if a.Wait != 0 || a.StepLeft != 0 || a.QueuedTokens != 0 || a.Decoding != 0 || a.TTFT != step || a.Overlap != 0 || a.Cached != 0 {
 		t.Errorf("first request: %+v; want admitted at once on an idle engine, TTFT %v, nothing cached", a, step)

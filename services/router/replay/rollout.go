@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // Rollout improves a plan by looking ahead, offline: it is what a router
@@ -18,7 +18,7 @@ import (
 //
 // It decides the requests in arrival order on the true engines, as Run
 // would run them. For each request it tries every engine: the engine is
-// cloned (engine.Clone), the request added, and the clone run on the base
+// cloned (simengine.Clone), the request added, and the clone run on the base
 // plan's later arrivals for that engine within window, until each of
 // those, the request and the engine's requests still waiting for their
 // first token has its first token (or is past the threshold). A request
@@ -73,7 +73,7 @@ func Rollout(trace []Request, cfg Config, base []int, window, threshold time.Dur
 	ro.next = make([]int, cfg.Workers)
 	live := make([]*liveEngine, cfg.Workers)
 	for w := range live {
-		e, err := engine.New(cfg.Engine)
+		e, err := simengine.New(cfg.Engine)
 		if err != nil {
 			return RolloutResult{}, err
 		}
@@ -139,10 +139,10 @@ type RolloutResult struct {
 
 // liveEngine is one engine of a plan built in arrival order.
 type liveEngine struct {
-	e       *engine.Engine
+	e       *simengine.Engine
 	busy    bool
 	stepEnd time.Duration
-	step    engine.StepResult
+	step    simengine.StepResult
 	// waiting maps the requests before their first token to their
 	// arrival; ttft has those that got it.
 	waiting map[int]time.Duration
@@ -191,7 +191,7 @@ func (l *liveEngine) advance(to time.Duration) {
 func (l *liveEngine) add(trace []Request, cfg Config, n int, at time.Duration, tokens []uint32) []uint32 {
 	l.advance(at)
 	tokens = Tokens(trace[n], cfg.TraceBlockSize, tokens)
-	if err := l.e.Add(engine.Request{ID: strconv.Itoa(n), Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err != nil {
+	if err := l.e.Add(simengine.Request{ID: strconv.Itoa(n), Prompt: slices.Clone(tokens), MaxTokens: trace[n].OutputLength, Seed: uint64(n + 1)}); err != nil {
 		return tokens
 	}
 	l.waiting[n] = at

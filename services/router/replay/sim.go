@@ -13,7 +13,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
@@ -23,7 +23,7 @@ type Config struct {
 	// Workers is the number of simulated engines.
 	Workers int
 	// Engine configures each engine (block size, KV blocks, speed-up, ...).
-	Engine engine.Config
+	Engine simengine.Config
 	// TraceBlockSize is the number of tokens each trace hash id stands for.
 	TraceBlockSize int
 	// RateScale multiplies the request rate: timestamps are divided by it.
@@ -250,7 +250,7 @@ type sim struct {
 
 type simEngine struct {
 	id      uint64
-	e       *engine.Engine
+	e       *simengine.Engine
 	busy    bool
 	prefill int
 	// stepEnd is when the step in flight ends (while busy).
@@ -372,7 +372,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	var ins []discovery.Change[*registryv1.Instance]
 	var cards []discovery.Change[*registryv1.ModelCard]
 	for i := range cfg.Workers {
-		e, err := engine.New(cfg.Engine)
+		e, err := simengine.New(cfg.Engine)
 		if err != nil {
 			return Result{}, nil, err
 		}
@@ -455,7 +455,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 				s.startPair(n, id, me, resp, w, s.engines[p.GetInstanceId()-1], prompt, r.OutputLength)
 				return
 			}
-			if err := w.e.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
+			if err := w.e.Add(simengine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
 				s.routers[me].Free(id)
 				s.reject(err)
 				return
@@ -583,7 +583,7 @@ func (s *sim) step(w *simEngine) {
 // stepped is the end of a step: first tokens and finished requests are
 // reported by the replica that routed them, KV events go out to every
 // router after the event delay, and the engine goes on if it has work.
-func (s *sim) stepped(w *simEngine, res engine.StepResult) {
+func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 	w.busy = false
 	for _, o := range res.Outputs {
 		in := s.reqs[o.RequestID]
@@ -591,7 +591,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 			continue
 		}
 		owner := s.routers[s.owner[o.RequestID]]
-		if o.Finish == engine.FinishHeld {
+		if o.Finish == simengine.FinishHeld {
 			s.handoff(w, in, o, owner)
 			continue
 		}
@@ -613,7 +613,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 				owner.PrefillDone(o.RequestID)
 			}
 		}
-		if o.Finish != engine.FinishNone {
+		if o.Finish != simengine.FinishNone {
 			s.e2e = append(s.e2e, s.now-in.arrival)
 			if in.rec != nil {
 				in.rec.E2E = s.now - in.arrival
@@ -628,7 +628,7 @@ func (s *sim) stepped(w *simEngine, res engine.StepResult) {
 		}
 	}
 	if len(res.Events) > 0 {
-		b, err := engine.BatchProto(w.id, 0, res.Events)
+		b, err := simengine.BatchProto(w.id, 0, res.Events)
 		if err == nil {
 			s.at(s.cfg.EventDelay, func() {
 				for _, c := range s.routers {

@@ -9,15 +9,15 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine/bench"
+	"github.com/switchyard-llm/switchyard/bench/enginebench"
 )
 
 func main() {
-	var cfg bench.Config
+	var cfg enginebench.Config
 	fs := flag.NewFlagSet("mocker-engine-bench", flag.ExitOnError)
 	cfg.RegisterFlags(fs)
 	_ = fs.Parse(os.Args[1:])
-	if err := bench.Run(cfg, os.Stdout); err != nil {
+	if err := enginebench.Run(cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "mocker-engine-bench:", err)
 		os.Exit(1)
 	}

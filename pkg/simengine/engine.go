@@ -1,4 +1,4 @@
-// Package engine is the core of the mocker: a simulated LLM inference engine
+// Package simengine is the core of the mocker: a simulated LLM inference engine
 // with a real paged KV cache (prefix caching by kvhash sequence hash,
 // reference counts, LRU eviction), vLLM-style continuous batching with chunked
 // prefill, a timing model for prefill and decode, and the KV cache events and
@@ -42,7 +42,7 @@
 // first (the mocker has no end-of-sequence token of its own), derived from
 // its prompt and seed, in [OutputTokenMin, OutputTokenMax). The first comes
 // with the step that finishes its prefill, then one per decode step.
-package engine
+package simengine
 
 import (
 	"errors"

@@ -1,10 +1,10 @@
-// Package bench is the benchmark behind cmd/mocker-engine-bench. It drives
+// Package enginebench is the benchmark behind mocker-engine-bench. It drives
 // the mocker engine on a simulated clock, the way the router's replay
 // benchmark will, and prints a table: the simulated serving figures of a
 // closed-loop workload at several concurrencies (what the timing model
 // predicts a vLLM worker would do), the real CPU cost of a step, and the
 // cost of hashing KV blocks.
-package bench
+package enginebench
 
 import (
 	"flag"
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // Config is the workload.
@@ -106,7 +106,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the default configuration, advancing a simulated clock by each step's
 // duration.
 func runLevel(cfg Config, c int) (result, error) {
-	e, err := engine.New(engine.DefaultConfig())
+	e, err := simengine.New(simengine.DefaultConfig())
 	if err != nil {
 		return result{}, err
 	}
@@ -124,7 +124,7 @@ func runLevel(cfg Config, c int) (result, error) {
 			p = append(p, uint32(20000+(submitted*cfg.UniqueTokens+i)%100000))
 		}
 		id := fmt.Sprint(submitted)
-		if err := e.Add(engine.Request{ID: id, Prompt: p, MaxTokens: cfg.OutputTokens}); err != nil {
+		if err := e.Add(simengine.Request{ID: id, Prompt: p, MaxTokens: cfg.OutputTokens}); err != nil {
 			return fmt.Errorf("add request %s: %w", id, err)
 		}
 		times[id] = &timing{submitted: now}
@@ -156,7 +156,7 @@ func runLevel(cfg Config, c int) (result, error) {
 				}
 				t.last = now
 			}
-			if o.Finish != engine.FinishNone {
+			if o.Finish != simengine.FinishNone {
 				delete(times, o.RequestID)
 				if submitted < cfg.Requests {
 					if err := submit(); err != nil {

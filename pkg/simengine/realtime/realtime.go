@@ -1,4 +1,4 @@
-// Package realtime paces an engine.Engine in real time, for the mocker
+// Package realtime paces a simengine.Engine in real time, for the mocker
 // worker: one goroutine steps the engine and waits each step's simulated
 // duration, while callers submit and cancel requests and read their outputs
 // as streams. The engine itself stays a pure step function, which the
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // ErrClosed is returned by Submit once Run has returned.
@@ -26,11 +26,11 @@ var ErrClosed = errors.New("realtime: runner closed")
 type Options struct {
 	// OnEvents, when set, receives the KV cache events of each step that
 	// has any, in id order.
-	OnEvents func(events []engine.Event)
+	OnEvents func(events []simengine.Event)
 	// OnMetrics, when set, receives the engine's load after each step and
 	// after each handoff's end, and the time it was taken.
-	OnMetrics func(m engine.Metrics, at time.Time)
-	// HandoffTimeout is how long a prefill leg's blocks (engine.Request's
+	OnMetrics func(m simengine.Metrics, at time.Time)
+	// HandoffTimeout is how long a prefill leg's blocks (simengine.Request's
 	// Hold) stay held after its last output for the decode leg to take
 	// (Take) before they are freed; 0 holds them until taken, released or
 	// cancelled.
@@ -90,7 +90,7 @@ type Runner struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
-	eng     *engine.Engine
+	eng     *simengine.Engine
 	streams map[string]*Stream
 	closed  bool
 	// holds has a timer per held handoff, which frees it at the timeout
@@ -104,15 +104,15 @@ type Runner struct {
 
 // New returns a Runner of e, which it owns from now on: use e only through
 // the Runner.
-func New(e *engine.Engine, opts Options) *Runner {
+func New(e *simengine.Engine, opts Options) *Runner {
 	return &Runner{opts: opts, eng: e, streams: make(map[string]*Stream), holds: make(map[string]*time.Timer), wake: make(chan struct{}, 1)}
 }
 
 // Submit adds a request and returns the stream of its outputs. It fails
 // with ErrClosed after Run returned, and with the engine's Add errors
-// (engine.ErrInvalidRequest, engine.ErrDuplicateRequest,
-// engine.ErrRequestTooLarge).
-func (r *Runner) Submit(req engine.Request) (*Stream, error) {
+// (simengine.ErrInvalidRequest, simengine.ErrDuplicateRequest,
+// simengine.ErrRequestTooLarge).
+func (r *Runner) Submit(req simengine.Request) (*Stream, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -131,9 +131,9 @@ func (r *Runner) Submit(req engine.Request) (*Stream, error) {
 }
 
 // Cancel ends a request; its stream gets a last output with
-// engine.FinishCancelled. A prefill leg that already ended (its blocks
+// simengine.FinishCancelled. A prefill leg that already ended (its blocks
 // held for the handoff) is freed as HandoffCancelled. It fails with
-// engine.ErrUnknownRequest for a request that is not running (never
+// simengine.ErrUnknownRequest for a request that is not running (never
 // submitted, finished, cancelled, or its handoff ended).
 func (r *Runner) Cancel(id string) error {
 	if _, ok := r.endHold(id, HandoffCancelled); ok {
@@ -213,19 +213,19 @@ func (r *Runner) endHold(id string, end HandoffEnd) (int, bool) {
 
 // deliver hands an output to its stream, dropping the stream when it is the
 // last. Called with r.mu held.
-func (r *Runner) deliver(out engine.Output) {
+func (r *Runner) deliver(out simengine.Output) {
 	s, ok := r.streams[out.RequestID]
 	if !ok {
 		return
 	}
 	s.push(out)
-	if out.Finish != engine.FinishNone {
+	if out.Finish != simengine.FinishNone {
 		delete(r.streams, out.RequestID)
 	}
 }
 
 // CachedPrefix returns how many leading blocks of a sequence the engine's
-// prefix cache holds (engine.Engine.CachedPrefix); safe while Run runs.
+// prefix cache holds (simengine.Engine.CachedPrefix); safe while Run runs.
 func (r *Runner) CachedPrefix(blocks []kvhash.Block) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -233,7 +233,7 @@ func (r *Runner) CachedPrefix(blocks []kvhash.Block) int {
 }
 
 // Stats returns the engine's cumulative counters; safe while Run runs.
-func (r *Runner) Stats() engine.Stats {
+func (r *Runner) Stats() simengine.Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.eng.Stats()
@@ -242,7 +242,7 @@ func (r *Runner) Stats() engine.Stats {
 // Run steps the engine until ctx is done, waiting after each step for its
 // simulated duration and, when the engine is idle, for a submission. On
 // return every request still running has been cancelled (its stream ends
-// with engine.FinishCancelled) and Submit fails with ErrClosed. It returns
+// with simengine.FinishCancelled) and Submit fails with ErrClosed. It returns
 // nil when ctx ends it.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.close()
@@ -276,7 +276,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 		for _, out := range res.Outputs {
-			if out.Finish == engine.FinishHeld {
+			if out.Finish == simengine.FinishHeld {
 				// The engine holds the blocks from now: a cancel
 				// while the step computes frees them.
 				r.hold(out.RequestID)
@@ -343,7 +343,7 @@ func (r *Runner) close() {
 // reader never stalls the engine.
 type Stream struct {
 	mu     sync.Mutex
-	queue  []engine.Output
+	queue  []simengine.Output
 	done   bool
 	notify chan struct{}
 	// admitted is when the engine first admitted the request (the start
@@ -372,10 +372,10 @@ func (s *Stream) AdmittedAt() time.Time {
 func newStream() *Stream { return &Stream{notify: make(chan struct{}, 1)} }
 
 // push appends an output and wakes the reader.
-func (s *Stream) push(out engine.Output) {
+func (s *Stream) push(out simengine.Output) {
 	s.mu.Lock()
 	s.queue = append(s.queue, out)
-	if out.Finish != engine.FinishNone {
+	if out.Finish != simengine.FinishNone {
 		s.done = true
 	}
 	s.mu.Unlock()
@@ -387,24 +387,24 @@ func (s *Stream) push(out engine.Output) {
 
 // Recv returns the next output. After the output with a finish reason it
 // returns io.EOF; it returns ctx's error if ctx ends first.
-func (s *Stream) Recv(ctx context.Context) (engine.Output, error) {
+func (s *Stream) Recv(ctx context.Context) (simengine.Output, error) {
 	for {
 		s.mu.Lock()
 		if len(s.queue) > 0 {
 			out := s.queue[0]
-			s.queue[0] = engine.Output{}
+			s.queue[0] = simengine.Output{}
 			s.queue = s.queue[1:]
 			s.mu.Unlock()
 			return out, nil
 		}
 		if s.done {
 			s.mu.Unlock()
-			return engine.Output{}, io.EOF
+			return simengine.Output{}, io.EOF
 		}
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return engine.Output{}, ctx.Err()
+			return simengine.Output{}, ctx.Err()
 		case <-s.notify:
 		}
 	}

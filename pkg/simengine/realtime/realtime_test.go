@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // TestMain checks that Run's goroutine and timers are all gone after each
@@ -21,10 +21,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a Runner of a small engine until the test ends.
 func start(t *testing.T, speedup float64, opts Options) *Runner {
 	t.Helper()
-	cfg := engine.DefaultConfig()
+	cfg := simengine.DefaultConfig()
 	cfg.NumGPUBlocks = 1024
 	cfg.SpeedupRatio = speedup
-	e, err := engine.New(cfg)
+	e, err := simengine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +42,10 @@ func start(t *testing.T, speedup float64, opts Options) *Runner {
 }
 
 // collect reads a stream to its end.
-func collect(t *testing.T, s *Stream) ([]uint32, engine.Output) {
+func collect(t *testing.T, s *Stream) ([]uint32, simengine.Output) {
 	t.Helper()
 	var toks []uint32
-	var last engine.Output
+	var last simengine.Output
 	for {
 		out, err := s.Recv(context.Background())
 		if errors.Is(err, io.EOF) {
@@ -69,15 +69,15 @@ func prompt(from uint32, n int) []uint32 {
 
 func TestRequestsComplete(t *testing.T) {
 	var mu sync.Mutex
-	var events []engine.Event
+	var events []simengine.Event
 	metrics := 0
 	r := start(t, 0, Options{
-		OnEvents: func(evs []engine.Event) {
+		OnEvents: func(evs []simengine.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			events = append(events, evs...)
 		},
-		OnMetrics: func(engine.Metrics, time.Time) {
+		OnMetrics: func(simengine.Metrics, time.Time) {
 			mu.Lock()
 			defer mu.Unlock()
 			metrics++
@@ -94,7 +94,7 @@ func TestRequestsComplete(t *testing.T) {
 	}
 	streams := map[string]*Stream{}
 	for _, tt := range tests {
-		s, err := r.Submit(engine.Request{ID: tt.id, Prompt: tt.prompt, MaxTokens: tt.maxTokens})
+		s, err := r.Submit(simengine.Request{ID: tt.id, Prompt: tt.prompt, MaxTokens: tt.maxTokens})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,15 +103,15 @@ func TestRequestsComplete(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
 			toks, last := collect(t, streams[tt.id])
-			if len(toks) != tt.maxTokens || last.Finish != engine.FinishLength {
+			if len(toks) != tt.maxTokens || last.Finish != simengine.FinishLength {
 				t.Errorf("%d tokens, finish %v; want %d, length", len(toks), last.Finish, tt.maxTokens)
 			}
 		})
 	}
-	if _, err := r.Submit(engine.Request{ID: "a", Prompt: prompt(1, 4), MaxTokens: 1}); err != nil {
+	if _, err := r.Submit(simengine.Request{ID: "a", Prompt: prompt(1, 4), MaxTokens: 1}); err != nil {
 		t.Errorf("resubmitting a finished id: %v", err)
 	}
-	if _, err := r.Submit(engine.Request{ID: "bad", MaxTokens: 1}); !errors.Is(err, engine.ErrInvalidRequest) {
+	if _, err := r.Submit(simengine.Request{ID: "bad", MaxTokens: 1}); !errors.Is(err, simengine.ErrInvalidRequest) {
 		t.Errorf("Submit without prompt = %v, want ErrInvalidRequest", err)
 	}
 	mu.Lock()
@@ -130,7 +130,7 @@ func TestCancel(t *testing.T) {
 	// Real time: decode steps take milliseconds, so 10000 tokens take
 	// minutes and the request is still running when cancelled.
 	r := start(t, 1, Options{})
-	s, err := r.Submit(engine.Request{ID: "a", Prompt: prompt(1, 10), MaxTokens: 10000})
+	s, err := r.Submit(simengine.Request{ID: "a", Prompt: prompt(1, 10), MaxTokens: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,16 +141,16 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, last := collect(t, s)
-	if last.Finish != engine.FinishCancelled {
+	if last.Finish != simengine.FinishCancelled {
 		t.Errorf("last output %+v, want cancelled", last)
 	}
-	if err := r.Cancel("a"); !errors.Is(err, engine.ErrUnknownRequest) {
+	if err := r.Cancel("a"); !errors.Is(err, simengine.ErrUnknownRequest) {
 		t.Errorf("second Cancel = %v, want ErrUnknownRequest", err)
 	}
 }
 
 func TestRunEndCancelsRequests(t *testing.T) {
-	e, err := engine.New(engine.DefaultConfig())
+	e, err := simengine.New(simengine.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestRunEndCancelsRequests(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	var streams []*Stream
 	for i := range 3 {
-		s, err := r.Submit(engine.Request{ID: fmt.Sprint(i), Prompt: prompt(1, 10), MaxTokens: 10000})
+		s, err := r.Submit(simengine.Request{ID: fmt.Sprint(i), Prompt: prompt(1, 10), MaxTokens: 10000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,18 +174,18 @@ func TestRunEndCancelsRequests(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	for i, s := range streams {
-		if _, last := collect(t, s); last.Finish != engine.FinishCancelled {
+		if _, last := collect(t, s); last.Finish != simengine.FinishCancelled {
 			t.Errorf("stream %d ended with %+v, want cancelled", i, last)
 		}
 	}
-	if _, err := r.Submit(engine.Request{ID: "late", Prompt: prompt(1, 4), MaxTokens: 1}); !errors.Is(err, ErrClosed) {
+	if _, err := r.Submit(simengine.Request{ID: "late", Prompt: prompt(1, 4), MaxTokens: 1}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Submit after Run = %v, want ErrClosed", err)
 	}
 }
 
 func TestRecvContext(t *testing.T) {
 	r := start(t, 1, Options{})
-	s, err := r.Submit(engine.Request{ID: "a", Prompt: prompt(1, 10), MaxTokens: 10000})
+	s, err := r.Submit(simengine.Request{ID: "a", Prompt: prompt(1, 10), MaxTokens: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,14 +211,14 @@ func TestOutputsAtStepEnd(t *testing.T) {
 	r := start(t, 1, Options{})
 	p := prompt(1, 4000)
 	submitted := time.Now()
-	s, err := r.Submit(engine.Request{ID: "a", Prompt: p, MaxTokens: 2})
+	s, err := r.Submit(simengine.Request{ID: "a", Prompt: p, MaxTokens: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Recv(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got, step := time.Since(submitted), engine.PrefillTime(len(p), 1); got < step {
+	if got, step := time.Since(submitted), simengine.PrefillTime(len(p), 1); got < step {
 		t.Fatalf("first token %v after the submission, before its prefill step (%v) ended", got, step)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/mocker/engine"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 // ended is one OnHandoffEnd call.
@@ -39,7 +39,7 @@ func TestHandoffEnds(t *testing.T) {
 			r := start(t, 0, Options{
 				HandoffTimeout: tt.timeout,
 				OnHandoffEnd:   func(id string, end HandoffEnd, blocks int) { ends <- ended{id, end, blocks} },
-				OnMetrics: func(m engine.Metrics, _ time.Time) {
+				OnMetrics: func(m simengine.Metrics, _ time.Time) {
 					select {
 					case used <- m.KVBlocksUsed:
 					default:
@@ -47,12 +47,12 @@ func TestHandoffEnds(t *testing.T) {
 				},
 			})
 			// 40 tokens: three 16-token blocks, the last one partial.
-			s, err := r.Submit(engine.Request{ID: "p", Prompt: prompt(1, 40), MaxTokens: 99, Hold: true})
+			s, err := r.Submit(simengine.Request{ID: "p", Prompt: prompt(1, 40), MaxTokens: 99, Hold: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			toks, last := collect(t, s)
-			if len(toks) != 1 || last.Finish != engine.FinishHeld {
+			if len(toks) != 1 || last.Finish != simengine.FinishHeld {
 				t.Fatalf("prefill leg: %v, %v; want one token, held", toks, last.Finish)
 			}
 			if tt.free != nil {
@@ -99,7 +99,7 @@ func TestHandoffEnds(t *testing.T) {
 			if err := r.Cancel("p"); err == nil {
 				t.Error("Cancel after the end found the handoff")
 			}
-			if _, err := r.Submit(engine.Request{ID: "p", Prompt: prompt(1, 4), MaxTokens: 1}); err != nil {
+			if _, err := r.Submit(simengine.Request{ID: "p", Prompt: prompt(1, 4), MaxTokens: 1}); err != nil {
 				t.Errorf("the id is free again: %v", err)
 			}
 		})
@@ -109,7 +109,7 @@ func TestHandoffEnds(t *testing.T) {
 // TestRunEndStopsHandoffTimers: a runner that stops with handoffs held
 // stops their timers (goleak checks), and frees nothing after.
 func TestRunEndStopsHandoffTimers(t *testing.T) {
-	e, err := engine.New(engine.DefaultConfig())
+	e, err := simengine.New(simengine.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRunEndStopsHandoffTimers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	s, err := r.Submit(engine.Request{ID: "p", Prompt: prompt(1, 40), MaxTokens: 1, Hold: true})
+	s, err := r.Submit(simengine.Request{ID: "p", Prompt: prompt(1, 40), MaxTokens: 1, Hold: true})
 	if err != nil {
 		t.Fatal(err)
 	}
