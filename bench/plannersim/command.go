@@ -13,9 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/replay"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
-	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
 
 // CSVName is the file Command writes under --out, one row per policy.

@@ -18,9 +18,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/replay"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
-	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
 
 // Config is a simulation's setup.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/replay"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
-	"github.com/switchyard-llm/switchyard/services/router/replay"
 )
 
 func testConfig() Config {

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/switchyard-llm/switchyard/services/router/replay"
+	"github.com/switchyard-llm/switchyard/bench/replay"
 )
 
 func main() {
