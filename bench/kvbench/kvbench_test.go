@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchyard-llm/switchyard/bench/kvbench"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
-	"github.com/switchyard-llm/switchyard/services/router/kvbench"
 )
 
 // nats.go v1.55 can leave one goroutine of a closed JetStream context blocked

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/switchyard-llm/switchyard/bench/kvbench"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
-	"github.com/switchyard-llm/switchyard/services/router/kvbench"
 )
 
 func main() {
