@@ -1,4 +1,4 @@
-package index_test
+package indexbench_test
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	"github.com/switchyard-llm/switchyard/services/router/index"
-	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
 )
 
 func BenchmarkIngest(b *testing.B) {

@@ -16,10 +16,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
-	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package core_test
+package indexbench_test
 
 import (
 	"os"
@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/services/router/core"
-	"github.com/switchyard-llm/switchyard/services/router/index/indexbench"
 )
 
 // BenchmarkRoute times Core.Route at 100 workers with its allocations, in
