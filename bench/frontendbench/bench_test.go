@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/switchyard-llm/switchyard/bench/frontendbench"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
 )
 
 // BenchmarkStream times one streamed 16-token generation per op, sent

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/frontendbench"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
 )
 
 func main() {

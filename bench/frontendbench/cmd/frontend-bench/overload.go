@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/bench/frontendbench"
 	"github.com/switchyard-llm/switchyard/services/frontend"
-	"github.com/switchyard-llm/switchyard/services/frontend/frontendbench"
 )
 
 // overloadOptions shape frontend-bench --overload.
