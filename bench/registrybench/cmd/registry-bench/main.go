@@ -11,15 +11,15 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/switchyard-llm/switchyard/services/registry/bench"
+	"github.com/switchyard-llm/switchyard/bench/registrybench"
 )
 
 func main() {
-	var cfg bench.Config
+	var cfg registrybench.Config
 	fs := flag.NewFlagSet("registry-bench", flag.ExitOnError)
 	cfg.RegisterFlags(fs)
 	_ = fs.Parse(os.Args[1:])
-	if err := bench.Run(context.Background(), cfg, os.Stdout); err != nil {
+	if err := registrybench.Run(context.Background(), cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "registry-bench:", err)
 		os.Exit(1)
 	}

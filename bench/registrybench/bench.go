@@ -1,7 +1,7 @@
-// Package bench is the registry benchmark behind cmd/registry-bench: it
+// Package registrybench is the registry benchmark behind registry-bench: it
 // starts etcd and a registry, drives them with real clients over gRPC, and
 // prints a table.
-package bench
+package registrybench
 
 import (
 	"context"
