@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/eventbus/eventbusbench"
+	"github.com/switchyard-llm/switchyard/bench/eventbusbench"
 )
 
 // latencyRounds is how many turns the latency paths take.
