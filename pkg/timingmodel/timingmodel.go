@@ -24,6 +24,51 @@ type Model struct {
 	DecodeQuadratic, DecodeLinear, DecodeBase, DecodeMin float64
 	// MaxBatchedTokens is the most tokens one step computes.
 	MaxBatchedTokens int
+	// CPULoadPerToken and DiskLoadPerToken are the time to bring one
+	// token's KV back to the GPU from host memory and from disk: what a
+	// prefix hit on a lower cache tier costs instead of its recomputation.
+	// Zero is DefaultCPULoadMsPerToken, DefaultDiskLoadMsPerToken (see
+	// LoadMsPerToken).
+	CPULoadPerToken, DiskLoadPerToken float64
+}
+
+// The default load times per token of the lower cache tiers, for a worker
+// that publishes none. Both assume the KV of a Llama-3-8B-class model in
+// bf16: 32 layers, 8 KV heads of 128, keys and values, 128 KiB per token.
+//
+//   - Host memory: 0.005 ms per token is 26 GB/s, half of what PCIe Gen5
+//     x16 moves host to device in practice (~50 GB/s of its 64) and all of
+//     Gen4 x16's (~25 GB/s): offloading connectors copy blocks of 16 tokens
+//     per layer, smaller copies than a bandwidth test's, so the lower end.
+//     The default model prefills about 66 tokens per ms (PrefillPerToken
+//     0.0152 ms), so a host hit loads about 3x faster than it recomputes.
+//   - Disk: 0.025 ms per token is 5.2 GB/s, one NVMe Gen4 drive's reads
+//     (~7 GB/s sequential, less for block-sized reads), then PCIe. That is
+//     slower than recomputing on the default model; a disk tier pays on
+//     larger models (more compute per token of KV), whose workers publish
+//     their own rates.
+//
+// Both scale with the model's KV bytes per token over the link's
+// bandwidth: a worker serving a model with 4x the KV per token, or behind
+// a link at half the speed, publishes its own.
+const (
+	DefaultCPULoadMsPerToken  = 0.005
+	DefaultDiskLoadMsPerToken = 0.025
+)
+
+// LoadMsPerToken is the time to bring one token's KV back to the GPU from
+// host memory (disk false) or disk (true), the default when unset.
+func (m *Model) LoadMsPerToken(disk bool) float64 {
+	if disk {
+		if m.DiskLoadPerToken > 0 {
+			return m.DiskLoadPerToken
+		}
+		return DefaultDiskLoadMsPerToken
+	}
+	if m.CPULoadPerToken > 0 {
+		return m.CPULoadPerToken
+	}
+	return DefaultCPULoadMsPerToken
 }
 
 // Default is Dynamo's mocker fit of vLLM on an H100, with vLLM's default
@@ -65,7 +110,7 @@ func (m Model) Scaled(speedup float64) Model {
 		return m
 	}
 	for _, f := range []*float64{&m.PrefillQuadratic, &m.PrefillPerToken, &m.PrefillPerBatch,
-		&m.DecodeQuadratic, &m.DecodeLinear, &m.DecodeBase, &m.DecodeMin} {
+		&m.DecodeQuadratic, &m.DecodeLinear, &m.DecodeBase, &m.DecodeMin, &m.CPULoadPerToken, &m.DiskLoadPerToken} {
 		*f /= speedup
 	}
 	return m
@@ -85,6 +130,9 @@ func (m Model) Valid() bool {
 		!finite(m.DecodeQuadratic) || !finite(m.DecodeLinear) || !finite(m.DecodeBase) || !finite(m.DecodeMin) {
 		return false
 	}
+	if !finite(m.CPULoadPerToken) || !finite(m.DiskLoadPerToken) || m.CPULoadPerToken < 0 || m.DiskLoadPerToken < 0 {
+		return false
+	}
 	return m.MaxBatchedTokens > 0 && m.PrefillQuadratic >= 0 && m.PrefillPerToken >= 0 && m.PrefillPerBatch >= 0 &&
 		m.PrefillMs(1) > 0 && m.DecodeMin >= 0
 }
@@ -102,6 +150,8 @@ func (m *Model) Same(o *Model) bool {
 		math.Float64bits(m.DecodeLinear)^math.Float64bits(o.DecodeLinear)|
 		math.Float64bits(m.DecodeBase)^math.Float64bits(o.DecodeBase)|
 		math.Float64bits(m.DecodeMin)^math.Float64bits(o.DecodeMin)|
+		math.Float64bits(m.CPULoadPerToken)^math.Float64bits(o.CPULoadPerToken)|
+		math.Float64bits(m.DiskLoadPerToken)^math.Float64bits(o.DiskLoadPerToken)|
 		uint64(m.MaxBatchedTokens^o.MaxBatchedTokens) == 0
 }
 
@@ -110,7 +160,9 @@ func (m Model) Proto() *workerv1.TimingModel {
 	return &workerv1.TimingModel{
 		PrefillMsQuadratic: m.PrefillQuadratic, PrefillMsPerToken: m.PrefillPerToken, PrefillMsPerBatch: m.PrefillPerBatch,
 		DecodeMsQuadratic: m.DecodeQuadratic, DecodeMsLinear: m.DecodeLinear, DecodeMsBase: m.DecodeBase, DecodeMsMin: m.DecodeMin,
-		MaxBatchedTokens: uint32(min(m.MaxBatchedTokens, math.MaxUint32)),
+		MaxBatchedTokens:   uint32(min(m.MaxBatchedTokens, math.MaxUint32)),
+		CpuLoadMsPerToken:  m.CPULoadPerToken,
+		DiskLoadMsPerToken: m.DiskLoadPerToken,
 	}
 }
 
@@ -125,6 +177,7 @@ func FromProto(p *workerv1.TimingModel) Model {
 		PrefillQuadratic: p.GetPrefillMsQuadratic(), PrefillPerToken: p.GetPrefillMsPerToken(), PrefillPerBatch: p.GetPrefillMsPerBatch(),
 		DecodeQuadratic: p.GetDecodeMsQuadratic(), DecodeLinear: p.GetDecodeMsLinear(), DecodeBase: p.GetDecodeMsBase(), DecodeMin: p.GetDecodeMsMin(),
 		MaxBatchedTokens: int(p.GetMaxBatchedTokens()),
+		CPULoadPerToken:  p.GetCpuLoadMsPerToken(), DiskLoadPerToken: p.GetDiskLoadMsPerToken(),
 	}
 	if !m.Valid() {
 		return Default()

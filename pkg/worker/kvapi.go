@@ -96,10 +96,13 @@ func (a *api) GetKvEvents(_ context.Context, req *workerv1.GetKvEventsRequest) (
 func (a *api) GetKvState(_ *workerv1.GetKvStateRequest, stream grpc.ServerStreamingServer[workerv1.GetKvStateResponse]) error {
 	id := a.w.InstanceID()
 	for _, r := range a.w.kvIndex.State() {
-		hs := r.Hashes
+		hs, ms := r.Hashes, r.Media
 		for {
 			n := min(len(hs), stateChunk)
 			resp := &workerv1.GetKvStateResponse{InstanceId: id, DpRank: r.DPRank, EventId: r.EventID, SequenceHashes: hs[:n], Last: n == len(hs)}
+			if len(ms) > 0 {
+				resp.Media, ms = ms[:n], ms[n:]
+			}
 			if err := stream.Send(resp); err != nil {
 				return err
 			}

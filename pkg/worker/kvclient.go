@@ -45,6 +45,20 @@ func ReadKVState(ctx context.Context, c workerv1.WorkerServiceClient, opts ...gr
 			at[r.GetDpRank()] = i
 			ranks = append(ranks, RankState{DPRank: r.GetDpRank(), EventID: r.GetEventId()})
 		}
-		ranks[i].Hashes = append(ranks[i].Hashes, r.GetSequenceHashes()...)
+		rs := &ranks[i]
+		if m := r.GetMedia(); len(m) > 0 || rs.Media != nil {
+			// A message without media has its blocks on GPU.
+			for len(rs.Media) < len(rs.Hashes) {
+				rs.Media = append(rs.Media, workerv1.KvMedium_KV_MEDIUM_GPU)
+			}
+			rs.Media = append(rs.Media, m...)
+			for len(rs.Media) < len(rs.Hashes)+len(r.GetSequenceHashes()) {
+				rs.Media = append(rs.Media, workerv1.KvMedium_KV_MEDIUM_GPU)
+			}
+		}
+		rs.Hashes = append(rs.Hashes, r.GetSequenceHashes()...)
+		if len(rs.Media) > len(rs.Hashes) {
+			rs.Media = rs.Media[:len(rs.Hashes)]
+		}
 	}
 }

@@ -39,7 +39,9 @@ type KVIndex struct {
 
 // rankState is one dp rank's cache and recent events.
 type rankState struct {
-	blocks map[uint64]struct{}
+	// blocks maps each block held to its medium (KvMedium's rules: a
+	// store moves, a removal from a medium drops only what it holds).
+	blocks map[uint64]workerv1.KvMedium
 	last   uint64 // newest event id; 0 before any event
 	// ring holds the newest events, oldest at head; ids are consecutive,
 	// ending with last.
@@ -53,6 +55,8 @@ type RankState struct {
 	DPRank  uint32
 	EventID uint64
 	Hashes  []uint64
+	// Media is each hash's medium, in order; nil when every one is on GPU.
+	Media []workerv1.KvMedium
 }
 
 // NewKVIndex returns an empty index keeping ring events per dp rank (0:
@@ -67,7 +71,7 @@ func NewKVIndex(ring int) *KVIndex {
 func (x *KVIndex) rankLocked(r uint32) *rankState {
 	s := x.ranks[r]
 	if s == nil {
-		s = &rankState{blocks: map[uint64]struct{}{}}
+		s = &rankState{blocks: map[uint64]workerv1.KvMedium{}}
 		x.ranks[r] = s
 	}
 	return s
@@ -107,12 +111,19 @@ func (x *KVIndex) Apply(b *workerv1.KvEventBatch) (restarted bool) {
 func (s *rankState) apply(ev *workerv1.KvCacheEvent) {
 	switch k := ev.GetEvent().(type) {
 	case *workerv1.KvCacheEvent_Stored:
+		m := k.Stored.GetMedium()
+		if m == workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED {
+			m = workerv1.KvMedium_KV_MEDIUM_GPU
+		}
 		for _, b := range k.Stored.GetBlocks() {
-			s.blocks[b.GetSequenceHash()] = struct{}{}
+			s.blocks[b.GetSequenceHash()] = m
 		}
 	case *workerv1.KvCacheEvent_Removed:
+		m := k.Removed.GetMedium()
 		for _, h := range k.Removed.GetSequenceHashes() {
-			delete(s.blocks, h)
+			if held, ok := s.blocks[h]; ok && (m == workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED || m == held) {
+				delete(s.blocks, h)
+			}
 		}
 	case *workerv1.KvCacheEvent_Cleared:
 		clear(s.blocks)
@@ -188,10 +199,20 @@ func (x *KVIndex) State() []RankState {
 	out := make([]RankState, 0, len(x.ranks))
 	for r, s := range x.ranks {
 		hs := make([]uint64, 0, len(s.blocks))
-		for h := range s.blocks {
+		var media []workerv1.KvMedium
+		for h, m := range s.blocks {
+			if m != workerv1.KvMedium_KV_MEDIUM_GPU && media == nil {
+				media = make([]workerv1.KvMedium, len(hs), cap(hs))
+				for i := range media {
+					media[i] = workerv1.KvMedium_KV_MEDIUM_GPU
+				}
+			}
+			if media != nil {
+				media = append(media, m)
+			}
 			hs = append(hs, h)
 		}
-		out = append(out, RankState{DPRank: r, EventID: s.last, Hashes: hs})
+		out = append(out, RankState{DPRank: r, EventID: s.last, Hashes: hs, Media: media})
 	}
 	return out
 }

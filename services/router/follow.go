@@ -254,7 +254,7 @@ func (f *follower) resetFromState(ctx context.Context, t *tracked, api workerv1.
 		f.rebuilds.Add(1)
 	}
 	for _, r := range ranks {
-		f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes)
+		f.core.ResetWorker(index.WorkerID{Instance: t.id, DPRank: r.DPRank}, r.EventID, r.Hashes, r.Media)
 		t.last[r.DPRank] = r.EventID
 	}
 	return nil

@@ -200,7 +200,7 @@ func (g *gapFiller) rebuild(ctx context.Context, api workerv1.WorkerServiceClien
 	// the rebuild counted too.
 	g.rebuilds.Add(1)
 	for _, r := range ranks {
-		g.core.ResetWorker(index.WorkerID{Instance: id, DPRank: r.DPRank}, r.EventID, r.Hashes)
+		g.core.ResetWorker(index.WorkerID{Instance: id, DPRank: r.DPRank}, r.EventID, r.Hashes, r.Media)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // The router's domain metrics. They decorate what exists rather than
@@ -113,6 +114,9 @@ var (
 	descEntries     = prometheus.NewDesc("switchyard_router_indexed_entries", "(block, worker) pairs in the KV index.", nil, nil)
 	descApplied     = prometheus.NewDesc("switchyard_router_kv_events_applied_total", "KV events applied to the index.", nil, nil)
 	descDuplicate   = prometheus.NewDesc("switchyard_router_kv_events_duplicate_total", "KV events dropped as duplicates or late (an id already applied).", nil, nil)
+	descUnknownMed  = prometheus.NewDesc("switchyard_router_kv_events_unknown_medium_total", "KV events applied whose medium (cache tier) the router does not know: their blocks are kept on the unknown tier and priced as disk.", nil, nil)
+	descUnknownSt   = prometheus.NewDesc("switchyard_router_kv_state_unknown_medium_blocks_total", "Blocks of workers' KV states (rebuilds) whose medium the router does not know.", nil, nil)
+	descTierEntries = prometheus.NewDesc("switchyard_router_indexed_tier_entries", "(block, worker) pairs in the KV index held on a tier below GPU, by tier (cpu, disk, unknown).", []string{"tier"}, nil)
 	descGap         = prometheus.NewDesc("switchyard_router_kv_events_gaps_total", "KV events applied after missing ones (a gap in a worker's event ids).", nil, nil)
 	descSnapshotAge = prometheus.NewDesc("switchyard_router_snapshot_age_seconds", "Seconds since the index was last stored to or restored from the object store.", nil, nil)
 	descWorkerAge   = prometheus.NewDesc("switchyard_router_worker_last_event_age_seconds", "Seconds since the router last received a KV event of the worker (absent before the first).", workerLabels, nil)
@@ -126,7 +130,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerReqs, descWorkerPre, descWorkerDec, descWorkerIdx, descBlocks, descEntries,
-		descApplied, descDuplicate, descGap, descSnapshotAge, descWorkerAge, descDisagg,
+		descApplied, descDuplicate, descGap, descUnknownMed, descUnknownSt, descTierEntries, descSnapshotAge, descWorkerAge, descDisagg,
 		descSessions, descSessHits, descSessNew, descSessMoves, descSessEnds} {
 		ch <- d
 	}
@@ -155,6 +159,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(st.EventsApplied))
 	ch <- prometheus.MustNewConstMetric(descDuplicate, prometheus.CounterValue, float64(st.EventsDuplicate))
 	ch <- prometheus.MustNewConstMetric(descGap, prometheus.CounterValue, float64(st.EventsGap))
+	unknownEvents, unknownBlocks := c.core.UnknownMedium()
+	ch <- prometheus.MustNewConstMetric(descUnknownMed, prometheus.CounterValue, float64(unknownEvents))
+	ch <- prometheus.MustNewConstMetric(descUnknownSt, prometheus.CounterValue, float64(unknownBlocks))
+	for i, n := range c.core.TierEntries() {
+		gauge(descTierEntries, float64(n), index.Tier(i+1).String())
+	}
 	remote, local := c.core.DisaggDecisions()
 	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(remote), core.DecisionRemotePrefill)
 	ch <- prometheus.MustNewConstMetric(descDisagg, prometheus.CounterValue, float64(local), core.DecisionLocalPrefill)

@@ -116,8 +116,22 @@ func DefaultConfig() Config {
 		SessionTTL:      DefaultSessionTTL,
 		SessionAffinity: AffinitySoft,
 		MaxSessions:     DefaultMaxSessions,
+
+		KVTiers:   true,
+		KVTierTTL: DefaultKVTierTTL,
 	}
 }
+
+// DefaultKVTierTTL is --kv-tier-ttl's default: how long a block stored on
+// a lower tier (host memory, disk) that its worker never reports evicting
+// from that tier stays in the index. Store-only sources (LMCache publishes
+// its offloads, not its evictions) evict silently, least recently used
+// first, and an offload tier of tens of gigabytes turns over in about a
+// minute under steady prefill (40 GB at 128 KiB of KV per token is 300k
+// tokens, a minute of prompts at 5k tokens/s): a block older than that is
+// more likely gone than held, and crediting a gone block costs a request
+// its whole prefill. A tier whose worker reports removals never ages.
+const DefaultKVTierTTL = time.Minute
 
 // The defaults of the KV transfer between a prefill and a decode worker,
 // as the router prices it (the mocker's defaults): a 100 Gb/s link with a
@@ -149,6 +163,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "a conversation (x-session-id) idle this long loses its binding to a worker (0: 10m)")
 	fs.Var(&c.SessionAffinity, "session-affinity", "soft (a conversation leaves its worker when that one is full under the --queue-* limits and another is not, and the binding moves) or hard (it stays while its worker lives)")
 	fs.IntVar(&c.MaxSessions, "session-max-bindings", c.MaxSessions, "the most session bindings kept; past it the least recently used goes (0: 100000)")
+	fs.BoolVar(&c.KVTiers, "kv-tiers", c.KVTiers, "index the cache tier of each block (the KV events' medium: gpu, cpu, disk) and credit a lower-tier hit by its load time from the worker's timing model; false: GPU blocks only, a block moved off GPU is gone")
+	fs.DurationVar(&c.KVTierTTL, "kv-tier-ttl", c.KVTierTTL, "a block on a lower tier (cpu, disk) of a worker that never reports evicting from that tier (store-only sources such as LMCache) leaves the index this long after its store; 0: never")
 }
 
 // Validate checks the configuration; it reads nothing.
@@ -161,6 +177,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kv-overlap-score-weight %v must not be negative", c.OverlapWeight)
 	case c.Temperature < 0 || math.IsNaN(c.Temperature):
 		return fmt.Errorf("--router-temperature %v must not be negative", c.Temperature)
+	case c.KVTierTTL < 0:
+		return fmt.Errorf("--kv-tier-ttl %v must not be negative", c.KVTierTTL)
 	case c.TTL <= 0:
 		return fmt.Errorf("--router-ttl-secs %v must be positive", c.TTL.Seconds())
 	case c.MaxTreeSize < 1:

@@ -149,9 +149,16 @@ type Core struct {
 	typical map[string]float64
 	// sessions binds conversations to workers (see sessions.go).
 	sessions *sessions
+	// tierBlind keeps GPU blocks only (Config.KVTiers false).
+	tierBlind bool
 }
 
-type eventStats struct{ applied, duplicate, gap, rebuilds uint64 }
+type eventStats struct {
+	applied, duplicate, gap, rebuilds uint64
+	// unknownMedium counts applied events with a medium the router does
+	// not know, unknownMediumBlocks such blocks in workers' states.
+	unknownMedium, unknownMediumBlocks uint64
+}
 
 // Config configures a Core; start from DefaultConfig.
 type Config struct {
@@ -200,6 +207,13 @@ type Config struct {
 	SessionTTL      time.Duration
 	SessionAffinity Affinity
 	MaxSessions     int
+	// KVTiers indexes each block's cache tier from its KV events' medium
+	// and prices lower-tier hits by their load time; false keeps GPU
+	// blocks only (a block moved to a lower tier is gone, as a router
+	// blind to tiers sees it). KVTierTTL ages out the blocks of store-only
+	// lower tiers (see index.SetTierTTL); 0 never.
+	KVTiers   bool
+	KVTierTTL time.Duration
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -248,6 +262,8 @@ func New(cfg Config) *Core {
 		c.idx = c.approx.Index()
 	} else {
 		c.idx = index.New()
+		c.idx.SetTierTTL(cfg.KVTierTTL, c.now)
+		c.tierBlind = !cfg.KVTiers
 		ttl := cfg.PendingTTL
 		if ttl <= 0 {
 			ttl = DefaultPendingTTL
@@ -592,6 +608,7 @@ type decision struct {
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints      []int
 	overlaps  []index.Overlap
+	lower     [][index.LowerTiers]int32
 	near      []int
 	costs     []float64
 	pairCosts []float64
@@ -684,6 +701,10 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 		// Each pool is sorted by instance id.
 		pl.each(n, func(from, to int) { setIndexed(d.indexed[from:to], workers[from:to], d.overlaps) })
 	}
+	// Blocks held below GPU, per candidate, when the index has any of
+	// the request's (nil otherwise: a request cached on GPU alone reads
+	// nothing more).
+	lower := d.lowerOf(workers, pl)
 	copy(reach, d.indexed)
 	if c.pending != nil && pl == nil {
 		c.pending.ExtendAll(workers, hashes, reach)
@@ -698,6 +719,10 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 		// more than the decision's cost model).
 		s := &d.scored[i]
 		s.Worker, s.Overlap, s.Timing = w, reach[i], *cands[i].timing
+		s.Lower = [index.LowerTiers]int32{}
+		if lower != nil {
+			s.Lower = lower[i]
+		}
 	}
 	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the
@@ -756,6 +781,41 @@ func (c *Core) decide(d *decision) error {
 	d.overlap = d.scored[chosen].Overlap
 	d.saturated = c.saturated(d, d.req, chosen)
 	return nil
+}
+
+// lowerOf is each candidate's blocks of its indexed prefix held below GPU
+// (as setIndexed finds them), or nil when no overlap has any: the common
+// case, which costs one pass over the overlaps.
+func (d *decision) lowerOf(workers []index.WorkerID, pl *pools) [][index.LowerTiers]int32 {
+	has := false
+	for i := range d.overlaps {
+		if d.overlaps[i].Lower != ([index.LowerTiers]int32{}) {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return nil
+	}
+	n := len(workers)
+	d.lower = slices.Grow(d.lower[:0], n)[:n]
+	clear(d.lower)
+	set := func(from, to int) {
+		for _, o := range d.overlaps {
+			if o.Worker.DPRank != 0 || o.Lower == ([index.LowerTiers]int32{}) {
+				continue
+			}
+			for i := searchWorkers(workers[from:to], o.Worker.Instance) + from; i < to && workers[i].Instance == o.Worker.Instance; i++ {
+				d.lower[i] = o.Lower
+			}
+		}
+	}
+	if pl == nil {
+		set(0, n)
+	} else {
+		pl.each(n, set)
+	}
+	return d.lower
 }
 
 // setIndexed sets indexed[i] to the index's overlap of workers[i] (sorted

@@ -23,10 +23,14 @@ type WorkerID struct {
 	DPRank   uint32
 }
 
-// Overlap is how many leading blocks of a request one worker holds.
+// Overlap is how many leading blocks of a request one worker holds, on
+// any tier.
 type Overlap struct {
 	Worker WorkerID
 	Blocks int
+	// Lower is how many of those blocks it holds on each tier below GPU
+	// (Lower[t-1] for tier t); the rest are on GPU.
+	Lower [LowerTiers]int32
 }
 
 // EventResult says what Apply did with an event.
@@ -47,10 +51,16 @@ const (
 // sorted list of slots (a few holders) or a bitset of slots (many holders).
 // Lists turn into bitsets past maxList holders and back below minSet, so
 // that lookups intersect in O(workers/64) per block however many hold it.
+//
+// lowerTag, set beside either form, says that some holder of the hash
+// holds it on a lower tier than GPU: the tier table (see tiers.go) names
+// which. A lookup probes that table only for the hashes so marked, so an
+// index without lower tiers pays nothing for them.
 const (
 	listTag  = 1 << 31
 	setTag   = 1 << 30
-	slotMask = setTag - 1
+	lowerTag = 1 << 29
+	slotMask = lowerTag - 1
 	maxList  = 32
 	minSet   = 16
 )
@@ -68,6 +78,12 @@ type worker struct {
 	slot      uint32
 	blocks    int
 	lastEvent uint64
+	// lower counts its blocks held on each tier below GPU (see tiers.go).
+	lower [LowerTiers]int
+	// removes has bit t set once the worker has evicted a block from tier
+	// t: a tier without removals is store-only, and its blocks age out
+	// (see Index.SetTierTTL).
+	removes uint8
 }
 
 // Index maps sequence hashes to the workers holding them.
@@ -87,11 +103,16 @@ type Index struct {
 	sets      [][]uint64
 	freeSets  []uint32
 	entries   int // (block, worker) pairs
+	// lowerEntries counts the pairs held on each tier below GPU.
+	lowerEntries [LowerTiers]int
 	// dead is the bitset of retired slots whose entries are not all
 	// reclaimed yet: lookups leave them out, and they are not reused.
 	dead []uint64
 	// reclaim is the pass reclaiming them, if one runs.
 	reclaim reclaimPass
+	// tiers is where the (block, worker) pairs held on a lower tier than
+	// GPU say so (see tiers.go).
+	tiers tierTable
 }
 
 // reclaimPass reclaims the entries of the slots retired when it started
@@ -147,6 +168,10 @@ func (x *Index) retireLocked(w *worker) {
 	delete(x.slots, w.id)
 	x.entries -= w.blocks
 	w.blocks = 0
+	for t := range w.lower {
+		x.lowerEntries[t] -= w.lower[t]
+		w.lower[t] = 0
+	}
 	x.dead = setBit(x.dead, s)
 	if x.holders.len() <= reclaimAtOnce {
 		// A small table is reclaimed at once: as cheap as a few steps.
@@ -166,6 +191,7 @@ func (x *Index) unlock() {
 	if x.reclaim.active || len(x.dead) > 0 {
 		x.reclaimStepLocked()
 	}
+	x.sweepStepLocked()
 	x.mu.Unlock()
 }
 
@@ -188,7 +214,7 @@ func (x *Index) reclaimStepLocked() bool {
 	}
 	r.keys = r.keys[:0]
 	collect := func(h uint64, cur uint32) {
-		if x.holdsAny(cur, r.mask) {
+		if x.holdsAny(cur&^lowerTag, r.mask) {
 			r.keys = append(r.keys, h)
 		}
 	}
@@ -210,7 +236,7 @@ func (x *Index) reclaimStepLocked() bool {
 	var slots []uint32
 	for _, h := range r.keys {
 		cur, _ := x.holders.get(h)
-		slots = x.slotsOf(cur, slots[:0]) // a copy: dropping changes lists in place
+		slots = x.slotsOf(cur&^lowerTag, slots[:0]) // a copy: dropping changes lists in place
 		for _, s := range slots {
 			if int(s/64) < len(r.mask) && r.mask[s/64]&(1<<(s%64)) != 0 {
 				x.dropHolderLocked(s, h)
@@ -291,17 +317,33 @@ type Tx struct {
 	w *worker
 }
 
-// Store records that the worker holds these blocks.
-func (t Tx) Store(hashes []uint64) {
+// Store records that the worker holds these blocks on GPU.
+func (t Tx) Store(hashes []uint64) { t.StoreOn(hashes, TierGPU) }
+
+// StoreOn records that the worker holds these blocks on tier; a block it
+// held on another tier moves there.
+func (t Tx) StoreOn(hashes []uint64, tier Tier) {
+	tier = tier.valid()
 	for _, h := range hashes {
-		t.x.addLocked(t.w.slot, t.w, h)
+		t.x.addLocked(t.w.slot, t.w, h, tier)
 	}
 }
 
-// Remove records that the worker no longer holds these blocks.
+// Remove records that the worker no longer holds these blocks, on
+// whatever tier it held them.
 func (t Tx) Remove(hashes []uint64) {
 	for _, h := range hashes {
-		t.x.removeLocked(t.w.slot, t.w, h)
+		t.x.removeLocked(t.w.slot, t.w, h, TierGPU, true)
+	}
+}
+
+// RemoveFrom records that the worker evicted these blocks from tier: a
+// block it holds on another tier stays.
+func (t Tx) RemoveFrom(hashes []uint64, tier Tier) {
+	tier = tier.valid()
+	t.w.removes |= 1 << tier
+	for _, h := range hashes {
+		t.x.removeLocked(t.w.slot, t.w, h, tier, false)
 	}
 }
 
@@ -394,9 +436,12 @@ func (x *Index) RemoveInstance(instance uint64) {
 	}
 }
 
-func (x *Index) addLocked(s uint32, w *worker, h uint64) {
-	cur, ok := x.holders.get(h)
+// addLocked records that slot s (worker w) holds h on tier.
+func (x *Index) addLocked(s uint32, w *worker, h uint64, tier Tier) {
+	raw, ok := x.holders.get(h)
+	flag, cur := raw&lowerTag, raw&^lowerTag
 	if ok && x.holds(cur, s) {
+		x.setTierLocked(s, w, h, raw, tier)
 		return
 	}
 	w.blocks++
@@ -408,10 +453,10 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64) {
 		i := cur &^ listTag
 		l := insertSorted(x.lists[i], s)
 		if len(l) > maxList {
-			x.holders.set(h, setTag|x.newSet(l))
+			x.holders.set(h, flag|setTag|x.newSet(l))
 			x.lists[i] = l[:0]
 			x.freeLists = append(x.freeLists, i)
-			return
+			break
 		}
 		x.lists[i] = l
 	case cur&setTag != 0:
@@ -422,7 +467,11 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64) {
 		if b < a {
 			a, b = b, a
 		}
-		x.holders.set(h, listTag|x.newList(a, b))
+		x.holders.set(h, flag|listTag|x.newList(a, b))
+	}
+	if tier != TierGPU {
+		raw, _ = x.holders.get(h)
+		x.setTierLocked(s, w, h, raw, tier)
 	}
 }
 
@@ -474,9 +523,14 @@ func (x *Index) newSet(slots []uint32) uint32 {
 	return i
 }
 
-func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
-	cur, ok := x.holders.get(h)
-	if !ok || !x.holds(cur, s) {
+// removeLocked records that slot s (worker w) no longer holds h on tier
+// (on any tier, with any).
+func (x *Index) removeLocked(s uint32, w *worker, h uint64, tier Tier, any bool) {
+	raw, ok := x.holders.get(h)
+	if !ok || !x.holds(raw&^lowerTag, s) {
+		return
+	}
+	if !any && x.tierOfLocked(raw, s, h) != tier {
 		return
 	}
 	w.blocks--
@@ -487,9 +541,18 @@ func (x *Index) removeLocked(s uint32, w *worker, h uint64) {
 // dropHolderLocked removes slot s from h's holders; the caller keeps the
 // worker's own set and the entry count.
 func (x *Index) dropHolderLocked(s uint32, h uint64) {
-	cur, ok := x.holders.get(h)
+	raw, ok := x.holders.get(h)
 	if !ok {
 		return
+	}
+	flag, cur := raw&lowerTag, raw&^lowerTag
+	if flag != 0 {
+		// Its tier goes with it; the flag stays while another slot holds
+		// h on a lower tier.
+		if !x.dropTierLocked(s, h) {
+			flag = 0
+			x.holders.set(h, cur)
+		}
 	}
 	switch {
 	case cur&listTag != 0:
@@ -502,7 +565,7 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 			}
 		}
 		if len(l) == 1 {
-			x.holders.set(h, l[0])
+			x.holders.set(h, flag|l[0])
 			x.lists[i] = l[:0]
 			x.freeLists = append(x.freeLists, i)
 			return
@@ -534,10 +597,10 @@ func (x *Index) dropHolderLocked(s uint32, h uint64) {
 			li := x.freeLists[len(x.freeLists)-1]
 			x.freeLists = x.freeLists[:len(x.freeLists)-1]
 			x.lists[li] = l
-			x.holders.set(h, listTag|li)
+			x.holders.set(h, flag|listTag|li)
 		} else {
 			x.lists = append(x.lists, l)
-			x.holders.set(h, listTag|uint32(len(x.lists)-1))
+			x.holders.set(h, flag|listTag|uint32(len(x.lists)-1))
 		}
 	default:
 		if cur == s {
@@ -562,7 +625,18 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 		return dst
 	}
 	x.mu.RLock()
-	defer x.mu.RUnlock()
+	var lc *lowerCounts
+	dst = x.appendOverlapsLocked(dst, hashes, &lc)
+	x.mu.RUnlock()
+	if lc != nil {
+		countsPool.Put(lc)
+	}
+	return dst
+}
+
+// appendOverlapsLocked is AppendOverlaps under the read lock; *lc counts
+// the lower tiers' blocks once a block held below GPU is met.
+func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerCounts) []Overlap {
 	// A request whose first block nobody holds ends at depth 0, in the
 	// first batch (a probe of that block alone first was a round trip to
 	// memory before the batch's).
@@ -597,8 +671,11 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 			x.holders.getAll(hashes[from:to], vals[:], oks[:])
 			size = min(2*size, batch)
 		}
-		if oks[depth-from] {
-			x.intersect(next, active, vals[depth-from])
+		if v := vals[depth-from]; oks[depth-from] {
+			x.intersect(next, active, v&^lowerTag)
+			if v&lowerTag != 0 {
+				*lc = x.countLower(*lc, next, hashes[depth])
+			}
 		} else {
 			clearWords(next)
 		}
@@ -608,7 +685,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 			if depth > 0 {
 				for gone != 0 {
 					s := wi*64 + bits.TrailingZeros64(gone)
-					dst = append(dst, Overlap{Worker: x.ids[s], Blocks: depth})
+					dst = append(dst, Overlap{Worker: x.ids[s], Blocks: depth, Lower: (*lc).of(s)})
 					gone &= gone - 1
 				}
 			}
@@ -626,23 +703,34 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 			// prompt, most of a deep match): follow it alone, a compare
 			// per block instead of a bitset's intersection and scan.
 			s := uint32(one)
+			lower := (*lc).of(one)
 			for depth++; depth < len(hashes); depth++ {
 				if depth == to {
 					from, to = depth, min(depth+size, len(hashes))
 					x.holders.getAll(hashes[from:to], vals[:], oks[:])
 					size = min(2*size, batch)
 				}
-				if !oks[depth-from] || !x.holdsSlot(vals[depth-from], s) {
+				v := vals[depth-from]
+				if !oks[depth-from] || !x.holdsSlot(v&^lowerTag, s) {
 					break
 				}
+				if v&lowerTag != 0 {
+					t, aged := x.slotTier(lc, s, hashes[depth])
+					if aged {
+						break
+					}
+					if t != TierGPU {
+						lower[t-1]++
+					}
+				}
 			}
-			return append(dst, Overlap{Worker: x.ids[s], Blocks: depth})
+			return append(dst, Overlap{Worker: x.ids[s], Blocks: depth, Lower: lower})
 		}
 	}
 	for wi, word := range active {
 		for word != 0 {
 			s := wi*64 + bits.TrailingZeros64(word)
-			dst = append(dst, Overlap{Worker: x.ids[s], Blocks: len(hashes)})
+			dst = append(dst, Overlap{Worker: x.ids[s], Blocks: len(hashes), Lower: (*lc).of(s)})
 			word &= word - 1
 		}
 	}
@@ -715,7 +803,7 @@ func (x *Index) Holds(id WorkerID, h uint64) bool {
 		return false
 	}
 	cur, ok := x.holders.get(h)
-	return ok && x.holds(cur, s)
+	return ok && x.holds(cur&^lowerTag, s)
 }
 
 // Stats describes the index's size.
@@ -742,6 +830,9 @@ type WorkerDump struct {
 	ID        WorkerID
 	LastEvent uint64
 	Hashes    []uint64
+	// Tiers is each hash's tier, in the same order; nil when every one is
+	// on GPU.
+	Tiers []Tier
 }
 
 // Dump copies every worker's blocks and last event id.
@@ -776,10 +867,17 @@ func (x *Index) Dump() []WorkerDump {
 		}
 	}
 	var one [1]uint32
-	add := func(h uint64, cur uint32) {
-		for _, s := range x.slotsOf(cur, one[:0]) {
+	add := func(h uint64, raw uint32) {
+		for _, s := range x.slotsOf(raw&^lowerTag, one[:0]) {
 			if int(s) < len(start) && start[s] != nil && x.workers[s] == start[s] {
-				bySlot[s].Hashes = append(bySlot[s].Hashes, h)
+				d := bySlot[s]
+				if t := x.tierOfLocked(raw, s, h); t != TierGPU || d.Tiers != nil {
+					if d.Tiers == nil {
+						d.Tiers = make([]Tier, len(d.Hashes), cap(d.Hashes))
+					}
+					d.Tiers = append(d.Tiers, t)
+				}
+				d.Hashes = append(d.Hashes, h)
 			}
 		}
 	}
@@ -836,8 +934,8 @@ func (x *Index) Restore(dumps []WorkerDump) {
 	defer x.unlock()
 	for _, d := range dumps {
 		s, w := x.slotLocked(d.ID, true)
-		for _, h := range d.Hashes {
-			x.addLocked(s, w, h)
+		for i, h := range d.Hashes {
+			x.addLocked(s, w, h, tierAt(d.Tiers, i))
 		}
 		w.lastEvent = max(w.lastEvent, d.LastEvent)
 	}
@@ -845,14 +943,17 @@ func (x *Index) Restore(dumps []WorkerDump) {
 
 // Reset makes a worker's blocks exactly hashes, current to event lastEvent:
 // a rebuild from the worker's own state (GetKvState), after which events
-// up to lastEvent are duplicates.
-func (x *Index) Reset(id WorkerID, lastEvent uint64, hashes []uint64) {
+// up to lastEvent are duplicates. tiers is each hash's tier (nil: all GPU).
+func (x *Index) Reset(id WorkerID, lastEvent uint64, hashes []uint64, tiers []Tier) {
 	x.mu.Lock()
 	defer x.unlock()
 	_, w := x.slotLocked(id, true)
 	tx := Tx{x: x, w: w}
 	tx.Clear()
-	tx.Store(hashes)
+	s := w.slot
+	for i, h := range hashes {
+		x.addLocked(s, w, h, tierAt(tiers, i).valid())
+	}
 	w.lastEvent = lastEvent
 }
 

@@ -78,8 +78,13 @@ var ErrNoCandidates = errors.New("scheduler: no candidate workers")
 type Candidate struct {
 	Worker index.WorkerID
 	// Overlap is how many leading blocks of the request the worker caches
-	// (or is predicted to, once requests routed there are computed).
+	// (or is predicted to, once requests routed there are computed), on
+	// any cache tier.
 	Overlap int
+	// Lower is how many of those blocks it holds on each tier below GPU
+	// (host memory, disk, unknown: index.Tier less one), which it loads
+	// back rather than computes (see TierLoad); zero when all are on GPU.
+	Lower [index.LowerTiers]int32
 	// PrefillBlocks and DecodeBlocks are the worker's load in blocks, as
 	// the router counts it (reported to callers; the cost uses the rest).
 	PrefillBlocks, DecodeBlocks int
@@ -655,7 +660,7 @@ func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fres
 // returns the steps of. fresh says wl's report is fresh.
 func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSteps {
 	if wl == nil {
-		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
+		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing}
 		return headSteps{}
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)

@@ -1,4 +1,4 @@
-package transportbench
+package main
 
 import (
 	"bufio"
