@@ -112,7 +112,7 @@ MOCKERS     ?= $(if $(filter 1,$(PLANNER)),1,$(if $(filter-out 0,$(PREFILL) $(DE
 ROUTER_MODE ?= kv
 KV_EVENTS_MODE ?= jetstream
 RUN_CMDS    := services/registry/cmd/registry services/eventbus/cmd/eventbus services/router/cmd/router \
-               services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/cli/cmd/switchyard \
+               services/mocker/cmd/mocker services/frontend/cmd/frontend services/stack/cmd/switchyard-stack services/ctl/cmd/switchyard \
                services/planner/cmd/planner
 
 run: ## Run the whole stack on this machine (make run PORT=8080 MOCKERS=4 ROUTER_MODE=round-robin KV_EVENTS_MODE=direct; PLANNER=1 MIN_REPLICAS=1 MAX_REPLICAS=4 adds the planner; PREFILL=2 DECODE=2 DISAGGREGATION=auto runs it disaggregated): registry, eventbus, router, mockers, frontend.

@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 )
@@ -33,7 +33,7 @@ const EventSize = 200
 type Env struct {
 	ns     *natsserver.Server
 	svc    *eventbus.Service
-	client *busclient.Client
+	client *eventbusclient.Client
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	runs   atomic.Uint64
@@ -62,7 +62,7 @@ func Start(dir string, embedded bool, log *slog.Logger) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
-	if e.client, err = busclient.Dial([]string{e.svc.Addr().String()}, busclient.Options{Log: log}); err != nil {
+	if e.client, err = eventbusclient.Dial([]string{e.svc.Addr().String()}, eventbusclient.Options{Log: log}); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -126,7 +126,7 @@ type subscriber interface {
 }
 
 type ebSub struct {
-	sub  *busclient.Subscription
+	sub  *eventbusclient.Subscription
 	done chan struct{}
 }
 
@@ -202,9 +202,9 @@ func (e *Env) Throughput(ctx context.Context, p Path, n, batch, inFlight int, de
 	payload := stamp()
 	start := time.Now()
 	if p == ViaEventbus {
-		pub := e.client.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: inFlight, NoMsgIDs: !dedup})
+		pub := e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: inFlight, NoMsgIDs: !dedup})
 		defer pub.Close()
-		var pending []*busclient.Batch
+		var pending []*eventbusclient.Batch
 		for sent := 0; sent < n; {
 			k := min(batch, n-sent)
 			evs := make([]*eventbusv1.Event, k)
@@ -310,7 +310,7 @@ type latencyProbe struct {
 	path    Path
 	ns      string
 	sub     subscriber
-	pub     *busclient.Publisher // ViaEventbus only
+	pub     *eventbusclient.Publisher // ViaEventbus only
 	arrived chan time.Duration
 	sent    int
 }
@@ -326,7 +326,7 @@ func (e *Env) newProbe(ctx context.Context, p Path) (*latencyProbe, error) {
 	pr.sub = sub
 	if p == ViaEventbus {
 		// A publisher keeps its stream open, as a real event source does.
-		pr.pub = e.client.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 1})
+		pr.pub = e.client.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 1})
 	}
 	return pr, nil
 }

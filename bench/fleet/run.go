@@ -23,7 +23,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
@@ -450,7 +450,7 @@ func stopAll(ctx context.Context, sims []*Sim, conc int) error {
 // uploadTokenizer stores the model's tokenizer files once, as a worker of
 // the SDK stores them, and returns the model card's references to them.
 func uploadTokenizer(ctx context.Context, addr, dir string) ([]*registryv1.TokenizerArtifact, error) {
-	bus, err := eventbus.Dial([]string{addr}, eventbus.Options{})
+	bus, err := eventbusclient.Dial([]string{addr}, eventbusclient.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +466,7 @@ func uploadTokenizer(ctx context.Context, addr, dir string) ([]*registryv1.Token
 			return nil, err
 		}
 		name := filepath.Base(path)
-		info, err := bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(qwen3.ModelName, name), f, eventbus.PutObjectOptions{})
+		info, err := bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(qwen3.ModelName, name), f, eventbusclient.PutObjectOptions{})
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("upload %s: %w", name, err)

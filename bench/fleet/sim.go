@@ -15,16 +15,16 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // The simulated workers of the bench do on the control plane what a worker
 // of the Go SDK (pkg/worker) does, the same way: a lease of its own kept
-// alive on a KeepAlive stream of its own (discovery.Session), its instance
+// alive on a KeepAlive stream of its own (registryclient.Session), its instance
 // and model card registered on the lease, KV event batches published in
 // order through an eventbus Publisher of its own (the first one awaited
 // before the next is sent), a load report published every interval with a
@@ -104,8 +104,8 @@ func NewFleet(registryAddr, eventbusAddr string, cfg SimConfig) (*Fleet, error) 
 const WorkersPerConn = 400
 
 type conns struct {
-	reg *discovery.Client
-	bus *eventbus.Client
+	reg *registryclient.Client
+	bus *eventbusclient.Client
 }
 
 // connsFor is the connections of the worker numbered key, dialled when it
@@ -115,11 +115,11 @@ func (f *Fleet) connsFor(key uint64) (conns, error) {
 	defer f.connMu.Unlock()
 	i := int(key / WorkersPerConn)
 	for len(f.conns) <= i {
-		reg, err := discovery.Dial([]string{f.registryAddr}, discovery.Options{Log: f.cfg.Log})
+		reg, err := registryclient.Dial([]string{f.registryAddr}, registryclient.Options{Log: f.cfg.Log})
 		if err != nil {
 			return conns{}, err
 		}
-		bus, err := eventbus.Dial([]string{f.eventbusAddr}, eventbus.Options{Log: f.cfg.Log})
+		bus, err := eventbusclient.Dial([]string{f.eventbusAddr}, eventbusclient.Options{Log: f.cfg.Log})
 		if err != nil {
 			reg.Close()
 			return conns{}, err
@@ -151,11 +151,11 @@ func (f *Fleet) Len() int {
 type Sim struct {
 	f     *Fleet
 	key   uint64 // tells workers' token sequences apart
-	sess  *discovery.Session
+	sess  *registryclient.Session
 	inst  *registryv1.Instance
 	srv   transport.Server
-	bus   *eventbus.Client
-	pub   *eventbus.Publisher
+	bus   *eventbusclient.Client
+	pub   *eventbusclient.Publisher
 	acks  chan sentBatch
 	acked chan struct{}
 	// ackCtx bounds the wait for acknowledgements; Stop cancels it when
@@ -177,7 +177,7 @@ type Sim struct {
 }
 
 type sentBatch struct {
-	b *eventbus.Batch
+	b *eventbusclient.Batch
 	n uint64
 }
 
@@ -225,7 +225,7 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 		return nil, err
 	}
 	s.bus = cs.bus
-	sess, err := discovery.NewSession(ctx, cs.reg, discovery.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
+	sess, err := registryclient.NewSession(ctx, cs.reg, registryclient.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 		return nil, fmt.Errorf("register model card: %w", err)
 	}
 	s.sess, s.inst = sess, in
-	s.pub = s.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{})
+	s.pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{})
 	// The first batch is in the stream before any later one is sent (as
 	// the SDK does): a router takes a worker's first event for its start.
 	first := &workerv1.KvEventBatch{InstanceId: in.InstanceId}
@@ -304,8 +304,8 @@ func (s *Sim) number(b *workerv1.KvEventBatch) (*eventbusv1.Event, uint64, error
 	b.InstanceId = s.inst.InstanceId
 	b.FirstEventId = s.nextEvent + 1
 	s.nextEvent += uint64(len(b.Events))
-	ev, err := eventbus.NewEvent(wire.KVEventsSubject(s.f.cfg.Namespace, s.f.cfg.Component), b,
-		eventbus.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
+	ev, err := eventbusclient.NewEvent(wire.KVEventsSubject(s.f.cfg.Namespace, s.f.cfg.Component), b,
+		eventbusclient.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
 	return ev, uint64(len(b.Events)), err
 }
 

@@ -8,7 +8,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -44,8 +44,8 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 	cfg.Clock = clock
 	c := core.New(cfg)
 	dumps := wl.Index.Dump()
-	var ins []discovery.Change[*registryv1.Instance]
-	var cards []discovery.Change[*registryv1.ModelCard]
+	var ins []registryclient.Change[*registryv1.Instance]
+	var cards []registryclient.Change[*registryv1.ModelCard]
 	for i, d := range dumps {
 		role := commonv1.Role_ROLE_UNSPECIFIED
 		if prefill > 0 {
@@ -54,9 +54,9 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 				role = commonv1.Role_ROLE_PREFILL
 			}
 		}
-		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
+		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
 			InstanceId: d.ID.Instance, Role: role, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
-		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
 			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
 	}
 	c.OnInstances(ins)

@@ -27,8 +27,8 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry"
 )
 
@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	defer reg.stop()
 
-	c, err := discovery.Dial([]string{reg.addr}, discovery.Options{})
+	c, err := registryclient.Dial([]string{reg.addr}, registryclient.Options{})
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	return nil
 }
 
-func waitReady(ctx context.Context, c *discovery.Client) error {
+func waitReady(ctx context.Context, c *registryclient.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -222,7 +222,7 @@ func instance(ep string) *registryv1.Instance {
 }
 
 // registrations times n Register calls, each granting its own lease.
-func registrations(ctx context.Context, c *discovery.Client, n, conc int) (float64, error) {
+func registrations(ctx context.Context, c *registryclient.Client, n, conc int) (float64, error) {
 	var next atomic.Int64
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -252,7 +252,7 @@ type latencies struct{ fromStart, fromAck []time.Duration }
 
 // watchLatency writes seed-format keys straight to etcd and times how long
 // each takes to reach a client watching through the registry.
-func watchLatency(ctx context.Context, c *discovery.Client, endpoints []string, samples int) (*latencies, error) {
+func watchLatency(ctx context.Context, c *registryclient.Client, endpoints []string, samples int) (*latencies, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
@@ -305,8 +305,8 @@ func watchLatency(ctx context.Context, c *discovery.Client, endpoints []string, 
 
 // keepAliveCPU opens cfg.Sessions sessions and measures the registry's CPU
 // over cfg.CPUWindow while they keep their leases alive.
-func keepAliveCPU(ctx context.Context, c *discovery.Client, reg *runningRegistry, cfg Config) (perSec, cores float64, err error) {
-	sessions := make([]*discovery.Session, cfg.Sessions)
+func keepAliveCPU(ctx context.Context, c *registryclient.Client, reg *runningRegistry, cfg Config) (perSec, cores float64, err error) {
+	sessions := make([]*registryclient.Session, cfg.Sessions)
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	for range 64 {
@@ -316,7 +316,7 @@ func keepAliveCPU(ctx context.Context, c *discovery.Client, reg *runningRegistry
 				if i >= int64(len(sessions)) {
 					return nil
 				}
-				s, err := discovery.NewSession(gctx, c, discovery.SessionOptions{TTL: cfg.SessionTTL})
+				s, err := registryclient.NewSession(gctx, c, registryclient.SessionOptions{TTL: cfg.SessionTTL})
 				if err != nil {
 					return err
 				}

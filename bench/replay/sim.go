@@ -12,7 +12,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
@@ -369,8 +369,8 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		s.disagg = &disaggState{}
 		s.res.PrefillWorkers, s.res.DecodeWorkers = cfg.split()
 	}
-	var ins []discovery.Change[*registryv1.Instance]
-	var cards []discovery.Change[*registryv1.ModelCard]
+	var ins []registryclient.Change[*registryv1.Instance]
+	var cards []registryclient.Change[*registryv1.ModelCard]
 	for i := range cfg.Workers {
 		e, err := simengine.New(cfg.Engine)
 		if err != nil {
@@ -378,9 +378,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		}
 		id := uint64(i + 1)
 		s.engines = append(s.engines, &simEngine{id: id, e: e})
-		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
+		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}, Role: s.roleOf(i)}})
-		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
 	}
 	for i := range setup.replicas {

@@ -24,7 +24,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
-	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
@@ -167,7 +167,7 @@ func startStack(t *testing.T, profile string) *stack {
 	}
 	t.Logf("images built in %s", time.Since(start).Round(time.Second))
 	cliBin := filepath.Join(t.TempDir(), "switchyard")
-	build := exec.CommandContext(ctx, "go", "build", "-o", cliBin, "./services/cli/cmd/switchyard")
+	build := exec.CommandContext(ctx, "go", "build", "-o", cliBin, "./services/ctl/cmd/switchyard")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the CLI: %v\n%s", err, out)
@@ -344,14 +344,14 @@ func (s *stack) workers(ctx context.Context, n int) error {
 }
 
 // status runs `switchyard status -o json` against the published ports.
-func (s *stack) status(ctx context.Context) (*cli.Status, error) {
+func (s *stack) status(ctx context.Context) (*ctl.Status, error) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, s.cli, "status", "-o", "json").Output()
 	if err != nil {
 		return nil, fmt.Errorf("switchyard status: %w", err)
 	}
-	var st cli.Status
+	var st ctl.Status
 	if err := json.Unmarshal(out, &st); err != nil {
 		return nil, fmt.Errorf("switchyard status -o json: %w", err)
 	}

@@ -162,7 +162,7 @@ var services = map[string]service{
 	"eventbus": {config: func() cli.Config { return new(eventbus.Config) }, prefix: eventbus.EnvPrefix, named: eventbus.EnvVars},
 	"router":   {config: func() cli.Config { return new(router.Config) }, prefix: "SWITCHYARD_ROUTER_", named: router.EnvVars},
 	"frontend": {config: func() cli.Config { return new(frontend.Config) }, prefix: "SWITCHYARD_FRONTEND_", named: frontend.EnvVars, reads: transportEnv},
-	// pkg/discovery names the worker's pod from POD_* (kubernetes backend).
+	// pkg/registryclient names the worker's pod from POD_* (kubernetes backend).
 	"mocker":  {config: func() cli.Config { return new(mocker.Config) }, prefix: "SWITCHYARD_MOCKER_", named: mocker.EnvVars, reads: append([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID"}, transportEnv...)},
 	"planner": {config: func() cli.Config { return new(planner.Config) }, prefix: planner.EnvPrefix, named: planner.EnvVars},
 }

@@ -18,7 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 )
 
 var cutFor = flag.Duration("cut", 0, "how long each partition lasts (0: 30s, 8s with -short)")
@@ -229,7 +229,7 @@ type watcher struct {
 
 func watch(t *testing.T, ctx context.Context, addrs []string) *watcher {
 	t.Helper()
-	cl, err := discovery.Dial(addrs, discovery.Options{})
+	cl, err := registryclient.Dial(addrs, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestEtcdMemberCutFromQuorum(t *testing.T) {
 	r := row{fault: fmt.Sprintf("etcd member cut from the other two, %d workers", n), duration: d}
 	l.cut(c.etcd[0], c.etcd[1])
 	l.cut(c.etcd[0], c.etcd[2])
-	cl, err := discovery.Dial(c.registryAddrs(), discovery.Options{})
+	cl, err := registryclient.Dial(c.registryAddrs(), registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestRegistryCutFromEtcd(t *testing.T) {
 	if err := w.waitLive(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := discovery.Dial(c.registryAddrs(), discovery.Options{})
+	cl, err := registryclient.Dial(c.registryAddrs(), registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,9 +45,9 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -123,7 +123,7 @@ func Run(t *testing.T, w Worker) {
 	_, bus := eventbustest.Start(t)
 	busClient := eventbustest.Client(t, bus.Addr().String())
 	router, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, bus.Addr().String()))
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func Run(t *testing.T, w Worker) {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	load, err := busClient.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: s.Namespace,
 		FilterSubject: s.Namespace + "." + s.Component + ".load_metrics", AutoAck: true})
@@ -518,13 +518,13 @@ func (h *heldCall) hold(msg []byte) {
 func (h *heldCall) free() { h.once.Do(func() { close(h.release) }) }
 
 // nextKV is the next KV event batch of the subscription.
-func nextKV(ctx context.Context, t *testing.T, sub *eventbus.Subscription) *workerv1.KvEventBatch {
+func nextKV(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription) *workerv1.KvEventBatch {
 	t.Helper()
 	ev, err := sub.Next(ctx)
 	if err != nil {
 		t.Fatalf("waiting for KV events: %v", err)
 	}
-	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatalf("KV event batch: %v", err)
 	}
@@ -543,7 +543,7 @@ func addressOf(tr *commonv1.Transport) (transport.Address, bool) {
 
 // checkTokenizer fetches every tokenizer artifact of a card from the object
 // store and compares it with the file the worker was given.
-func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbus.Client, dir string, arts []*registryv1.TokenizerArtifact) {
+func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbusclient.Client, dir string, arts []*registryv1.TokenizerArtifact) {
 	t.Helper()
 	var names []string
 	for _, a := range arts {
@@ -572,7 +572,7 @@ func checkTokenizer(ctx context.Context, t *testing.T, bus *eventbus.Client, dir
 }
 
 // waitLoad waits for a LoadMetrics of instance, stamped after since, that ok accepts.
-func waitLoad(ctx context.Context, t *testing.T, sub *eventbus.Subscription, instance uint64, since time.Time, ok func(*workerv1.LoadMetrics) bool) {
+func waitLoad(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, instance uint64, since time.Time, ok func(*workerv1.LoadMetrics) bool) {
 	t.Helper()
 	for {
 		ev, err := sub.Next(ctx)
@@ -619,7 +619,7 @@ func Generate(ctx context.Context, c transport.Client, addr transport.Address, r
 }
 
 // WaitInstances waits until the watcher holds n instances.
-func WaitInstances(ctx context.Context, t testing.TB, w *discovery.Watcher[*registryv1.Instance], n int, logs *LogBuffer) []*registryv1.Instance {
+func WaitInstances(ctx context.Context, t testing.TB, w *registryclient.Watcher[*registryv1.Instance], n int, logs *LogBuffer) []*registryv1.Instance {
 	t.Helper()
 	for {
 		if items := w.Items(); len(items) == n {
@@ -816,12 +816,12 @@ func RunFirstStart(t *testing.T, w Worker) {
 	l.Close()
 	<-accepted
 	reg := registrytest.StartRegistryAt(t, etcd.Endpoints, regAddr)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: s.Namespace}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	in := WaitInstances(ctx, t, watch, 1, p.Logs)[0]
 	addr, ok := addressOf(in.Transport)

@@ -9,8 +9,8 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -33,12 +33,12 @@ func TestNodeWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	cfg := eventbustest.Config(eventbustest.StartNATS(t).ClientURL())
 	cfg.Server.GRPCAddr = busPort.Addr()
 	bus := eventbustest.StartEventbus(t, cfg)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, discovery.WatchOptions[*registryv1.Instance]{})
+	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, node, reg.Addr, busPort.Addr(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})
 	in := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]
@@ -71,7 +71,7 @@ func TestNodeWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -239,12 +239,12 @@ func TestNodeWorkerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	watch := discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, discovery.WatchOptions[*registryv1.Instance]{})
+	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, node, reg.Addr, bus.Addr().String(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})
 	in := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]
@@ -388,7 +388,7 @@ func TestNodeWorkerProtocol(t *testing.T) {
 			if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.KvEventBatch"; got != want {
 				t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
 			}
-			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -90,7 +90,7 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			}
 			up()
 			w.logs.waitFor(ctx, t, "worker registered", nil)
-			dc, err := discovery.Dial([]string{regAddr}, discovery.Options{})
+			dc, err := registryclient.Dial([]string{regAddr}, registryclient.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -49,7 +49,7 @@ func TestPythonWorkerBehindFrontend(t *testing.T) {
 	w.logs.waitFor(ctx, t, "worker registered", nil)
 	// The card references each file by its object key, sha256 and size, as
 	// pkg/worker's cards do.
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/switchyard-llm/switchyard/examples/conformance"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -65,7 +65,7 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}

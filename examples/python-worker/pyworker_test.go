@@ -34,9 +34,9 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -224,7 +224,7 @@ func (w *pyWorker) wait(t *testing.T) int {
 
 // subscribeKV subscribes, through the eventbus at addr, to every KV event
 // batch of the test's component from the start of the stream.
-func subscribeKV(ctx context.Context, t *testing.T, addr string) *eventbus.Subscription {
+func subscribeKV(ctx context.Context, t *testing.T, addr string) *eventbusclient.Subscription {
 	t.Helper()
 	sub, err := eventbustest.Client(t, addr).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace,
 		FilterSubject: wire.KVEventsSubject(namespace, component), DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
@@ -236,17 +236,17 @@ func subscribeKV(ctx context.Context, t *testing.T, addr string) *eventbus.Subsc
 
 // watchInstances dials the registry at addr and watches the instances of the
 // test's namespace; the caller closes both.
-func watchInstances(t *testing.T, addr string) (*discovery.Client, *discovery.Watcher[*registryv1.Instance]) {
+func watchInstances(t *testing.T, addr string) (*registryclient.Client, *registryclient.Watcher[*registryv1.Instance]) {
 	t.Helper()
-	dc, err := discovery.Dial([]string{addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dc, discovery.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, discovery.WatchOptions[*registryv1.Instance]{})
+	return dc, registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: namespace}, registryclient.WatchOptions[*registryv1.Instance]{})
 }
 
 // waitInstances waits until the watcher holds n instances.
-func waitInstances(ctx context.Context, t *testing.T, w *discovery.Watcher[*registryv1.Instance], n int, logs *logBuffer) []*registryv1.Instance {
+func waitInstances(ctx context.Context, t *testing.T, w *registryclient.Watcher[*registryv1.Instance], n int, logs *logBuffer) []*registryv1.Instance {
 	t.Helper()
 	for {
 		if items := w.Items(); len(items) == n {
@@ -430,7 +430,7 @@ func TestPythonWorker(t *testing.T) {
 		if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.KvEventBatch"; got != want {
 			t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
 		}
-		batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -479,7 +479,7 @@ func TestPythonWorker(t *testing.T) {
 		if got, want := ev.Headers[wire.HeaderType], "switchyard.worker.v1.LoadMetrics"; got != want {
 			t.Errorf("%s header = %q; want %q", wire.HeaderType, got, want)
 		}
-		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -685,7 +685,7 @@ func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	batch, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,7 +733,7 @@ func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
 	defer cancel()
 	etcd, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ def detect_host():
 
 
 LEASE_NOT_FOUND = "LEASE_NOT_FOUND"  # as pkg/apierr.ReasonLeaseNotFound
-MIN_BACKOFF, MAX_BACKOFF = 0.05, 5.0  # as pkg/discovery's session
+MIN_BACKOFF, MAX_BACKOFF = 0.05, 5.0  # as pkg/registryclient's session
 
 
 def full_jitter(attempt, base=MIN_BACKOFF, cap=MAX_BACKOFF):
@@ -373,7 +373,7 @@ class _KeepAliveStream:
 
 
 class Lease:
-    """A registry lease kept alive at half its TTL, as pkg/discovery.Session does."""
+    """A registry lease kept alive at half its TTL, as pkg/registryclient.Session does."""
 
     def __init__(self, stub, ttl):
         self.stub = stub

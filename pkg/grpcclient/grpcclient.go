@@ -1,6 +1,6 @@
 // Package grpcclient is the one place Switchyard dials its own services: the
-// client half of pkg/grpcserver. Every client (pkg/discovery for the
-// registry, pkg/eventbus, pkg/routerclient) takes a list of replica
+// client half of pkg/grpcserver. Every client (pkg/registryclient for the
+// registry, pkg/eventbusclient, pkg/routerclient) takes a list of replica
 // addresses, each element itself possibly a comma-separated list, and dials
 // them as one connection: a manual resolver holds every address and
 // pick_first tries them in order, moving to the next when the connected one

@@ -9,7 +9,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -47,13 +47,13 @@ func Example() {
 	}
 
 	// One worker of model "demo-model", with 4-token KV blocks.
-	dc, err := discovery.Dial([]string{cp.RegistryAddr()}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{cp.RegistryAddr()}, registryclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer dc.Close()
-	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{})
+	sess, err := registryclient.NewSession(ctx, dc, registryclient.SessionOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

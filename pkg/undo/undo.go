@@ -7,7 +7,7 @@
 //	func Start(...) (_ *Service, err error) {
 //		var u undo.Stack
 //		defer u.OnError(&err)
-//		reg, err := discovery.Dial(...)
+//		reg, err := registryclient.Dial(...)
 //		if err != nil {
 //			return nil, err
 //		}

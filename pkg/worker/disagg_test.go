@@ -18,7 +18,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
@@ -30,7 +30,7 @@ func TestWorkerRegistersItsRole(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dc, err := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{e.regAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
@@ -60,7 +60,7 @@ func Example() {
 	}
 
 	// A frontend's view: the model's instances in the registry.
-	dc, err := discovery.Dial([]string{cp.RegistryAddr()}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{cp.RegistryAddr()}, registryclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

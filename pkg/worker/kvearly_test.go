@@ -9,8 +9,8 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
@@ -59,7 +59,7 @@ func TestKVEventsPublishedBeforeStartReturns(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the worker's RegisterModel was never answered by the registry")
 	}
-	dc, err := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{e.regAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestKVEventsPublishedBeforeStartReturns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("KV batch %d: %v", i+1, err)
 		}
-		b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 		if err != nil {
 			t.Fatal(err)
 		}

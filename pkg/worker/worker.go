@@ -53,11 +53,11 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -199,14 +199,14 @@ type EmbedHandler func(ctx context.Context, req *workerv1.EmbedRequest) (*worker
 type Worker struct {
 	cfg    Config
 	log    *slog.Logger
-	reg    *discovery.Client
-	bus    *eventbus.Client
+	reg    *registryclient.Client
+	bus    *eventbusclient.Client
 	server transport.Server
 
 	// mu guards sess, which re-registration replaces; instance is the
 	// registration made on it.
 	mu       sync.Mutex
-	sess     *discovery.Session
+	sess     *registryclient.Session
 	instance atomic.Pointer[registryv1.Instance]
 	// registrations counts successful registrations, the first included.
 	registrations atomic.Uint64
@@ -340,7 +340,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w.stopAPI = stopAPI
 	undo = append(undo, func() { stopAPI(); <-w.apiDone })
 
-	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
+	bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
 	if err != nil {
 		return nil, fmt.Errorf("worker: eventbus: %w", err)
 	}
@@ -357,7 +357,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		return nil, err
 	}
 
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
+	reg, err := registryclient.Dial([]string{cfg.RegistryAddr}, registryclient.Options{Credentials: cfg.Credentials, Log: w.log, Token: cfg.Token})
 	if err != nil {
 		return nil, fmt.Errorf("worker: registry: %w", err)
 	}
@@ -374,7 +374,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
 		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser, Tasks: tasks}
-	var sess *discovery.Session
+	var sess *registryclient.Session
 	var in *registryv1.Instance
 	if err := w.untilReachable(ctx, "registration", func(ctx context.Context) (err error) {
 		sess, in, err = w.register(ctx, want, card)
@@ -402,8 +402,8 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 
 // register opens a session and registers the instance and its model card on
 // it; on failure it revokes what it granted.
-func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *registryv1.ModelCard) (*discovery.Session, *registryv1.Instance, error) {
-	sess, err := discovery.NewSession(ctx, w.reg, discovery.SessionOptions{TTL: w.cfg.LeaseTTL, Logger: w.log})
+func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *registryv1.ModelCard) (*registryclient.Session, *registryv1.Instance, error) {
+	sess, err := registryclient.NewSession(ctx, w.reg, registryclient.SessionOptions{TTL: w.cfg.LeaseTTL, Logger: w.log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: registry session: %w", err)
 	}
@@ -543,7 +543,7 @@ func (w *Worker) uploadTokenizer(ctx context.Context) ([]*registryv1.TokenizerAr
 		name := filepath.Base(path)
 		// The object name is content-addressed after upload; upload under a
 		// per-file name first, keyed by the basename.
-		info, err := w.bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(w.cfg.Model.Name, name), f, eventbus.PutObjectOptions{})
+		info, err := w.bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(w.cfg.Model.Name, name), f, eventbusclient.PutObjectOptions{})
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("worker: upload %s: %w", name, err)
@@ -609,7 +609,7 @@ func (w *Worker) KVEventsDropped() uint64 { return w.kvDropped.Load() }
 // Session is the registry session of the current registration; its Expired
 // and Done report a keep-alive that cannot reach the registry and a lost lease
 // (after which the worker registers again on a new session).
-func (w *Worker) Session() *discovery.Session {
+func (w *Worker) Session() *registryclient.Session {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.sess
@@ -727,13 +727,13 @@ func (w *Worker) SetLoad(fn func() *workerv1.LoadMetrics) {
 // publishKV publishes queued batches in order, several per eventbus call.
 func (w *Worker) publishKV() {
 	defer close(w.kvDone)
-	pub := w.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{Core: w.cfg.KVEventsMode == kvevents.Core})
+	pub := w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{Core: w.cfg.KVEventsMode == kvevents.Core})
 	defer pub.Close()
 	// Batches are pipelined (the publisher keeps up to 16 in flight, in
 	// order); their acknowledgements are awaited here, apart, so that a
 	// round trip to the eventbus does not hold the next batch back.
 	type sentBatch struct {
-		b *eventbus.Batch
+		b *eventbusclient.Batch
 		n uint64 // KV events in it
 	}
 	acks := make(chan sentBatch, 64)
@@ -792,7 +792,7 @@ func (w *Worker) publishKV() {
 		// send publishes events (pipelined) and starts over; it returns
 		// the eventbus batch, nil when there was nothing to send or it
 		// failed.
-		send := func() *eventbus.Batch {
+		send := func() *eventbusclient.Batch {
 			if len(events) == 0 {
 				return nil
 			}
@@ -814,7 +814,7 @@ func (w *Worker) publishKV() {
 				continue
 			}
 			id := wire.KVEventsMsgID(kb.InstanceId, kb.DpRank, kb.FirstEventId)
-			ev, err := eventbus.NewEvent(subject, kb, eventbus.WithMsgID(id))
+			ev, err := eventbusclient.NewEvent(subject, kb, eventbusclient.WithMsgID(id))
 			if err != nil {
 				w.kvLost.Add(uint64(len(kb.Events)))
 				w.log.Error("cannot encode KV events", "err", err.Error())

@@ -17,8 +17,8 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 
 type env struct {
 	regAddr, busAddr string
-	bus              *eventbus.Client
+	bus              *eventbusclient.Client
 	etcd             *registrytest.Etcd
 	reg              *registrytest.Registry
 }
@@ -121,7 +121,7 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 	defer w.Shutdown(context.Background())
 
 	// Registered, with a model card.
-	dc, err := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{e.regAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 		t.Fatalf("generate = %v, %v", out, err)
 	}
 
-	// KV events and load reach the eventbus.
+	// KV events and load reach the eventbusclient.
 	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)
@@ -158,13 +158,13 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 		}
 		switch ev.GetSubject() {
 		case "test.backend." + worker.KVEventsName:
-			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil || b.InstanceId != w.InstanceID() || b.Events[0].GetStored().Blocks[0].SequenceHash != 42 {
 				t.Fatalf("KV batch = %v, %v", b, err)
 			}
 			gotKV = true
 		case "test.backend." + worker.LoadName:
-			m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+			m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 			// The counts since the start: the one request served above,
 			// its 3 prompt tokens and the 3 it echoed.
 			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 ||
@@ -222,7 +222,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run after SIGTERM = %v, want nil (exit 0)", err)
 	}
-	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	dc, _ := registryclient.Dial([]string{e.regAddr}, registryclient.Options{})
 	defer dc.Close()
 	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{})
 	if err != nil || len(list.Instances) != 0 {
@@ -250,7 +250,7 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	dc, _ := discovery.Dial([]string{e.regAddr}, discovery.Options{})
+	dc, _ := registryclient.Dial([]string{e.regAddr}, registryclient.Options{})
 	defer dc.Close()
 	// Only the worker holds its lease token: the lease is revoked in etcd
 	// itself, as an operator would.
@@ -259,7 +259,7 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no KV event after the lease loss: %v", err)
 	}
-	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil || len(b.Events) != 1 || b.Events[0].GetCleared() == nil {
 		t.Fatalf("first KV batch after registering again = %v, %v; want one cleared event", b, err)
 	}
@@ -449,7 +449,7 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 				t.Fatalf("Start after the control plane came up = %v", err)
 			}
 			defer w.Shutdown(context.Background())
-			dc, err := discovery.Dial([]string{regAddr}, discovery.Options{})
+			dc, err := registryclient.Dial([]string{regAddr}, registryclient.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -343,7 +343,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no load with the engine's numbers: %v", err)
 		}
-		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -86,7 +86,7 @@ func TestAdapterPublishesKVEventsHeardBeforeStartReturns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the blocks heard before Start returned never reached the stream: %v", err)
 		}
-		b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 		if err != nil {
 			t.Fatal(err)
 		}

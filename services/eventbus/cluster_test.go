@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -57,7 +57,7 @@ func TestNATSClusterStreamLeaderKilled(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pub := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
+			pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 			defer pub.Close()
 			for n := 0; ; n++ {
 				select {

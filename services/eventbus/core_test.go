@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -30,7 +30,7 @@ func TestCoreEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	pub := c.NewPublisher(ctx, busclient.PublisherOptions{Core: true})
+	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{Core: true})
 	defer pub.Close()
 	const n = 50
 	for i := 0; i < n; i += 10 {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 )
 
 // guard bounds every wait of a test so that a bug fails it instead of
@@ -25,11 +25,11 @@ func testCtx(t *testing.T) context.Context {
 
 // publishN publishes values from..to-1 as UInt64Value events on subject,
 // with msg ids "<subject>-<value>", and returns their stream sequences.
-func publishN(ctx context.Context, t *testing.T, c *busclient.Client, subject string, from, to int) []uint64 {
+func publishN(ctx context.Context, t *testing.T, c *eventbusclient.Client, subject string, from, to int) []uint64 {
 	t.Helper()
 	var seqs []uint64
 	for i := from; i < to; i++ {
-		resp, err := c.Publish(ctx, subject, wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("%s-%d", subject, i)))
+		resp, err := c.Publish(ctx, subject, wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("%s-%d", subject, i)))
 		if err != nil {
 			t.Fatalf("publish %d: %v", i, err)
 		}
@@ -39,9 +39,9 @@ func publishN(ctx context.Context, t *testing.T, c *busclient.Client, subject st
 }
 
 // next reads n events, decoding their values; with ack it acknowledges each.
-func next(ctx context.Context, t *testing.T, sub *busclient.Subscription, n int, ack bool) ([]uint64, []*eventbusv1.DeliveredEvent) {
+func next(ctx context.Context, t *testing.T, sub *eventbusclient.Subscription, n int, ack bool) ([]uint64, []*eventbusv1.DeliveredEvent) {
 	t.Helper()
-	typed := busclient.NewTyped[wrapperspb.UInt64Value](sub)
+	typed := eventbusclient.NewTyped[wrapperspb.UInt64Value](sub)
 	var vals []uint64
 	var evs []*eventbusv1.DeliveredEvent
 	for range n {

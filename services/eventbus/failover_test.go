@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -33,13 +33,13 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	eventbustest.StopNATS(ns)
 	// Publishes while NATS is down are retried until it is back: unary ones
 	// by the client, pipelined batches by the publisher.
-	pub := c.NewPublisher(ctx, busclient.PublisherOptions{})
+	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
 	defer pub.Close()
-	var batches []*busclient.Batch
+	var batches []*eventbusclient.Batch
 	for i := 100; i < 150; i += 10 {
 		var evs []*eventbusv1.Event
 		for j := i; j < i+10; j++ {
-			ev, err := busclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
+			ev, err := eventbusclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 20; i < 30; i++ {
-			resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+			resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
 			if err != nil {
 				t.Errorf("publish %d across the restart: %v", i, err)
 				return
@@ -81,7 +81,7 @@ func TestNATSRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	// Retrying every publish is deduplicated: same sequences, nothing stored
 	// twice.
 	for i := 0; i < 30; i++ {
-		resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), busclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
+		resp, err := c.Publish(ctx, "ns.comp.ev", wrapperspb.UInt64(uint64(i)), eventbusclient.WithMsgID(fmt.Sprintf("ns.comp.ev-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,16 +134,16 @@ func TestFailoverToAnotherEventbus(t *testing.T) {
 	// Unary publishes and pipelined batches both cross the failover; the
 	// publisher resends the batches it has no answer for, and their message
 	// ids keep them from being stored twice.
-	pub := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 8})
+	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 8})
 	defer pub.Close()
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		var pending []*busclient.Batch
+		var pending []*eventbusclient.Batch
 		for i := 0; i < n/2; i += batch {
 			var evs []*eventbusv1.Event
 			for j := i; j < i+batch; j++ {
-				ev, err := busclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
+				ev, err := eventbusclient.NewEvent("ns.comp.ev", wrapperspb.UInt64(uint64(j)))
 				if err != nil {
 					t.Error(err)
 					return

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -34,7 +34,7 @@ func TestObjectStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(blob)
-	info, err := c.PutObject(ctx, "snapshots", "model/weights.bin", bytes.NewReader(blob), busclient.PutObjectOptions{
+	info, err := c.PutObject(ctx, "snapshots", "model/weights.bin", bytes.NewReader(blob), eventbusclient.PutObjectOptions{
 		Description: "test blob", Metadata: map[string]string{"kind": "test"}, SHA256: hex.EncodeToString(sum[:]),
 	})
 	if err != nil {
@@ -59,7 +59,7 @@ func TestObjectStore(t *testing.T) {
 	}
 
 	// A put whose data does not match the sha256 it announces is refused.
-	_, err = c.PutObject(ctx, "snapshots", "liar", strings.NewReader("data"), busclient.PutObjectOptions{SHA256: strings.Repeat("0", 64)})
+	_, err = c.PutObject(ctx, "snapshots", "liar", strings.NewReader("data"), eventbusclient.PutObjectOptions{SHA256: strings.Repeat("0", 64)})
 	if status.Code(err) != codes.DataLoss {
 		t.Errorf("put with a wrong sha256: %v; want DataLoss", err)
 	}

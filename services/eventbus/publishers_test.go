@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -43,10 +43,10 @@ func TestConcurrentPublishersGetTheirOwnSequences(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
+			p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 			defer p.Close()
 			var sent [][]*eventbusv1.Event
-			var pending []*busclient.Batch
+			var pending []*eventbusclient.Batch
 			for b := range batches {
 				evs := batchOf(g, b)
 				bt, err := p.Send(ctx, evs)
@@ -131,14 +131,14 @@ func TestPublisherFailsOnlyTheRefusedBatch(t *testing.T) {
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
-	p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 	defer p.Close()
 	batches := [][]*eventbusv1.Event{
 		{{Subject: "ns.comp.ev", Payload: []byte("1")}},
 		{{Subject: "ns.comp.ev", Payload: []byte("2")}, {Subject: "ns.comp.*", Payload: []byte("bad")}},
 		{{Subject: "ns.comp.ev", Payload: []byte("3")}},
 	}
-	var sent []*busclient.Batch
+	var sent []*eventbusclient.Batch
 	for _, evs := range batches {
 		bt, err := p.Send(ctx, evs)
 		if err != nil {
@@ -169,7 +169,7 @@ func TestPublisherStopsWithItsContext(t *testing.T) {
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	pctx, cancel := context.WithCancel(ctx)
-	p := c.NewPublisher(pctx, busclient.PublisherOptions{})
+	p := c.NewPublisher(pctx, eventbusclient.PublisherOptions{})
 	defer p.Close()
 	if _, err := p.PublishBatch(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}}); err != nil {
 		t.Fatal(err)
@@ -178,13 +178,13 @@ func TestPublisherStopsWithItsContext(t *testing.T) {
 	// Once the publisher has noticed, sends fail instead of hanging.
 	for {
 		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "ns.comp.ev"}})
-		if errors.Is(err, busclient.ErrPublisherClosed) {
+		if errors.Is(err, eventbusclient.ErrPublisherClosed) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bt.Wait(ctx); err != nil && !errors.Is(err, busclient.ErrPublisherClosed) {
+		if _, err := bt.Wait(ctx); err != nil && !errors.Is(err, eventbusclient.ErrPublisherClosed) {
 			t.Fatalf("batch sent while stopping: %v", err)
 		}
 	}

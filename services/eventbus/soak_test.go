@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -103,10 +103,10 @@ func TestSoakThroughFaults(t *testing.T) {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
+			p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 			defer p.Close()
 			type sent struct {
-				b   *busclient.Batch
+				b   *eventbusclient.Batch
 				evs []*eventbusv1.Event
 			}
 			var pending []sent

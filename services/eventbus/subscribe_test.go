@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -41,13 +41,13 @@ func TestPublishSubscribeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second half through the pipelined batch publisher.
-	p := c.NewPublisher(ctx, busclient.PublisherOptions{MaxInFlight: 4})
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: 4})
 	defer p.Close()
-	var batches []*busclient.Batch
+	var batches []*eventbusclient.Batch
 	for i := 50; i < 100; i += 10 {
 		var evs []*eventbusv1.Event
 		for j := i; j < i+10; j++ {
-			ev, err := busclient.NewEvent("vllm-agg.backend.kv_cache_update", wrapperspb.UInt64(uint64(j)))
+			ev, err := eventbusclient.NewEvent("vllm-agg.backend.kv_cache_update", wrapperspb.UInt64(uint64(j)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func TestConsumerGroupSplitsEvents(t *testing.T) {
 	c := eventbustest.Client(t, svc.Addr().String())
 	const n = 300
 	req := &eventbusv1.SubscribeRequest{Namespace: "ns", DurableName: "group", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, MaxAckPending: 4}
-	var subs []*busclient.Subscription
+	var subs []*eventbusclient.Subscription
 	for range 2 {
 		sub, err := c.Subscribe(ctx, req)
 		if err != nil {
@@ -237,7 +237,7 @@ func TestConsumerGroupSplitsEvents(t *testing.T) {
 					t.Errorf("ack: %v", err)
 					return
 				}
-				v, err := busclient.Decode[wrapperspb.UInt64Value](ev)
+				v, err := eventbusclient.Decode[wrapperspb.UInt64Value](ev)
 				if err != nil {
 					t.Errorf("decode: %v", err)
 					return
@@ -288,9 +288,9 @@ func TestLargeEventsAreDeliveredInBoundedBatches(t *testing.T) {
 	// Ten events near max_payload: far over gRPC's default 4 MiB message
 	// limit together, so the eventbus must split its answers.
 	const n = 10
-	p := c.NewPublisher(ctx, busclient.PublisherOptions{})
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
 	defer p.Close()
-	var bts []*busclient.Batch
+	var bts []*eventbusclient.Batch
 	for i := range n {
 		payload := bytes.Repeat([]byte{byte(i)}, 1000<<10)
 		bt, err := p.Send(ctx, []*eventbusv1.Event{{Subject: "big.comp.blob", Payload: payload}})
@@ -332,7 +332,7 @@ func TestReplayIsDeliveredInFullBatches(t *testing.T) {
 	for i := range evs {
 		evs[i] = &eventbusv1.Event{Subject: "replay.comp.ev", Payload: []byte(strconv.Itoa(i))}
 	}
-	p := c.NewPublisher(ctx, busclient.PublisherOptions{})
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
 	defer p.Close()
 	if _, err := p.PublishBatch(ctx, evs); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	frontendv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
@@ -19,7 +19,7 @@ import (
 // Core (nothing persisted: the state is current or worthless), rather than
 // through the router: any number of router replicas may serve them, and a
 // frontend may fall back to routing in process, while every frontend of a
-// namespace shares one eventbus. Each replica publishes its whole state
+// namespace shares one eventbusclient. Each replica publishes its whole state
 // (AdmissionState) at most every peerMinInterval after a change and at
 // least every peerHeartbeat; the others replace what they had of it, and
 // forget a replica not heard from for peerExpiry (it died, or the bus is
@@ -155,7 +155,7 @@ func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 // admissionPeers publishes this replica's state and applies the others'.
 type admissionPeers struct {
 	a       *admission
-	bus     *eventbus.Client
+	bus     *eventbusclient.Client
 	subject string
 	replica string
 	log     *slog.Logger
@@ -170,7 +170,7 @@ func newReplicaID() string {
 
 // startPeers shares a's state with the other replicas of namespace until
 // ctx ends; the returned function waits for its goroutines.
-func startPeers(ctx context.Context, a *admission, bus *eventbus.Client, namespace string, log *slog.Logger) (wait func()) {
+func startPeers(ctx context.Context, a *admission, bus *eventbusclient.Client, namespace string, log *slog.Logger) (wait func()) {
 	p := &admissionPeers{a: a, bus: bus, subject: wire.AdmissionSubject(namespace), replica: newReplicaID(), log: log}
 	a.mu.Lock()
 	a.peers = newPeerTable()
@@ -203,7 +203,7 @@ func (p *admissionPeers) publish(ctx context.Context) {
 		st := p.a.stateLocked(p.replica)
 		p.a.mu.Unlock()
 		empty = len(st.Tenants) == 0
-		ev, err := eventbus.NewEvent(p.subject, st)
+		ev, err := eventbusclient.NewEvent(p.subject, st)
 		if err == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			_, err = p.bus.Raw().Publish(pctx, &eventbusv1.PublishRequest{Event: ev, Core: true})
@@ -233,7 +233,7 @@ func (p *admissionPeers) subscribe(ctx context.Context, namespace string) {
 					break
 				}
 				bo.Reset()
-				st, derr := eventbus.Decode[frontendv1.AdmissionState](ev)
+				st, derr := eventbusclient.Decode[frontendv1.AdmissionState](ev)
 				if derr != nil || st.GetReplicaId() == p.replica || st.GetReplicaId() == "" {
 					continue
 				}

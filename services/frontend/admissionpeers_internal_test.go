@@ -8,12 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
 // replicaPair is two admission queues, as two frontend replicas hold them,
-// sharing their state over a real eventbus.
+// sharing their state over a real eventbusclient.
 func replicaPair(t *testing.T) (one, two *testAdmission) {
 	t.Helper()
 	ns := eventbustest.StartNATS(t)
@@ -27,7 +27,7 @@ func replicaPair(t *testing.T) (one, two *testAdmission) {
 		}
 	})
 	mk := func() *testAdmission {
-		c, err := eventbus.Dial([]string{bus.Addr().String()}, eventbus.Options{})
+		c, err := eventbusclient.Dial([]string{bus.Addr().String()}, eventbusclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

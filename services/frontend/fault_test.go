@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 )
@@ -41,12 +41,12 @@ func (s *stack) ghostAs(m *mockerHandle, change func(*registryv1.Instance)) uint
 	t := s.t
 	t.Helper()
 	ctx := testCtx(t.(*testing.T))
-	dc, err := discovery.Dial([]string{s.regAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{s.regAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dc.Close() })
-	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 30 * time.Second})
+	sess, err := registryclient.NewSession(ctx, dc, registryclient.SessionOptions{TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func (s *stack) clientLoop(ctx context.Context, t *testing.T, stop <-chan struct
 // streams and expired both leases (cards gone, 404 during the outage, new
 // instance ids after). The registry now keeps its etcd keep-alive stream
 // open from its start and checks lease tokens it knows without etcd
-// (pkg/discovery TestSessionKeepsLeaseThroughGracefulEtcdStop), so the test
+// (pkg/registryclient TestSessionKeepsLeaseThroughGracefulEtcdStop), so the test
 // runs in parallel again.
 func TestEtcdOutage(t *testing.T) {
 	t.Parallel()
@@ -517,7 +517,7 @@ func (s *stack) checkFenced(ctx context.Context, dead, live uint64) {
 	if got := states[fmt.Sprintf("%x", live)]; got != "live" {
 		t.Errorf("status.json: the live worker is %q, want live", got)
 	}
-	st, err := cli.Gather(ctx, cli.Config{RegistryAddr: s.regAddr, RouterAddr: s.router.Addr().String(), EventbusAddr: s.bus.Addr().String(),
+	st, err := ctl.Gather(ctx, ctl.Config{RegistryAddr: s.regAddr, RouterAddr: s.router.Addr().String(), EventbusAddr: s.bus.Addr().String(),
 		FrontendAddr: s.url, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

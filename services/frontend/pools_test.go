@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
@@ -31,7 +31,7 @@ func TestStatusShowsPoolsAndRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]discovery.Pool{{Model: stacktest.Model, Prefill: 1, Decode: 1}}, rep.Pools); d != "" {
+	if d := cmp.Diff([]registryclient.Pool{{Model: stacktest.Model, Prefill: 1, Decode: 1}}, rep.Pools); d != "" {
 		t.Fatalf("pools (-want +got):\n%s", d)
 	}
 	roles := map[string]string{}

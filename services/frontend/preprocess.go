@@ -19,8 +19,8 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 )
 
@@ -48,7 +48,7 @@ func cardKey(c *registryv1.ModelCard) string {
 }
 
 // onModels applies model card changes.
-func (c *catalog) onModels(changes []discovery.Change[*registryv1.ModelCard]) {
+func (c *catalog) onModels(changes []registryclient.Change[*registryv1.ModelCard]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ch := range changes {
@@ -61,7 +61,7 @@ func (c *catalog) onModels(changes []discovery.Change[*registryv1.ModelCard]) {
 }
 
 // onInstances applies instance changes.
-func (c *catalog) onInstances(changes []discovery.Change[*registryv1.Instance]) {
+func (c *catalog) onInstances(changes []registryclient.Change[*registryv1.Instance]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ch := range changes {
@@ -185,7 +185,7 @@ func (a *assets) inVocab(param string, ids []uint32) error {
 // content (the sha256 of the tokenizer files), for every model that shares
 // them. A failed load is not cached, so the next request retries it.
 type assetCache struct {
-	bus *eventbus.Client
+	bus *eventbusclient.Client
 	// prompts is the chat prefix cache of the loaded assets (nil: none).
 	prompts *promptCache
 	mu      sync.Mutex
@@ -199,7 +199,7 @@ type assetEntry struct {
 	err  error
 }
 
-func newAssetCache(bus *eventbus.Client) *assetCache {
+func newAssetCache(bus *eventbusclient.Client) *assetCache {
 	return &assetCache{bus: bus, entries: map[string]*assetEntry{}}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
@@ -66,12 +66,12 @@ func BenchmarkRouteInProcess(b *testing.B) {
 			if r.client != nil {
 				b.Fatal("routes through the router service, not in process")
 			}
-			var ins []discovery.Change[*registryv1.Instance]
-			var cards []discovery.Change[*registryv1.ModelCard]
+			var ins []registryclient.Change[*registryv1.Instance]
+			var cards []registryclient.Change[*registryv1.ModelCard]
 			for id := uint64(1); id <= workers; id++ {
-				ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend",
+				ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend",
 					Endpoint: "generate", InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
-				cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend",
+				cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend",
 					Endpoint: "generate", InstanceId: id, ModelName: "bench", BlockSize: blockSize}})
 			}
 			r.local.OnInstances(ins)

@@ -81,10 +81,10 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/obs"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
 )
@@ -133,10 +133,10 @@ type Service struct {
 	load       *load
 	recent     *recent
 	client     transport.Client
-	reg        *discovery.Client
-	bus        *eventbus.Client
-	instances  *discovery.Watcher[*registryv1.Instance]
-	models     *discovery.Watcher[*registryv1.ModelCard]
+	reg        *registryclient.Client
+	bus        *eventbusclient.Client
+	instances  *registryclient.Watcher[*registryv1.Instance]
+	models     *registryclient.Watcher[*registryv1.ModelCard]
 	ln         net.Listener
 	server     *http.Server
 	created    int64
@@ -204,11 +204,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, fmt.Errorf("request plane: %w", err)
 	}
 	u.Push(func() { _ = s.client.Close() })
-	if s.reg, err = discovery.Dial(splitAddrs(cfg.RegistryAddr), discovery.Options{Credentials: creds, Token: auth}); err != nil {
+	if s.reg, err = registryclient.Dial(splitAddrs(cfg.RegistryAddr), registryclient.Options{Credentials: creds, Token: auth}); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	u.Push(func() { _ = s.reg.Close() })
-	if s.bus, err = eventbus.Dial(splitAddrs(cfg.EventbusAddr), eventbus.Options{Credentials: creds, Log: log, Token: auth}); err != nil {
+	if s.bus, err = eventbusclient.Dial(splitAddrs(cfg.EventbusAddr), eventbusclient.Options{Credentials: creds, Log: log, Token: auth}); err != nil {
 		return nil, fmt.Errorf("eventbus: %w", err)
 	}
 	u.Push(func() { _ = s.bus.Close() })
@@ -234,8 +234,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	u.Push(func() { _ = s.ln.Close() })
 
-	s.instances = discovery.WatchInstances(s.reg, &registryv1.InstanceFilter{Namespace: cfg.Namespace},
-		discovery.WatchOptions[*registryv1.Instance]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.Instance]) {
+	s.instances = registryclient.WatchInstances(s.reg, &registryv1.InstanceFilter{Namespace: cfg.Namespace},
+		registryclient.WatchOptions[*registryv1.Instance]{Logger: log, OnChange: func(ch []registryclient.Change[*registryv1.Instance]) {
 			s.catalog.onInstances(ch)
 			s.routing.local.OnInstances(ch)
 			for _, c := range ch {
@@ -246,8 +246,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 				}
 			}
 		}})
-	s.models = discovery.WatchModels(s.reg, &registryv1.ModelFilter{Namespace: cfg.Namespace},
-		discovery.WatchOptions[*registryv1.ModelCard]{Logger: log, OnChange: func(ch []discovery.Change[*registryv1.ModelCard]) {
+	s.models = registryclient.WatchModels(s.reg, &registryv1.ModelFilter{Namespace: cfg.Namespace},
+		registryclient.WatchOptions[*registryv1.ModelCard]{Logger: log, OnChange: func(ch []registryclient.Change[*registryv1.ModelCard]) {
 			s.catalog.onModels(ch)
 			s.routing.local.OnModels(ch)
 		}})

@@ -15,7 +15,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
@@ -153,8 +153,8 @@ type StatusReport struct {
 	RouterView string    `json:"router_view"`
 	Models     []string  `json:"models"`
 	// Pools count each model's workers by role.
-	Pools   []discovery.Pool `json:"pools"`
-	Workers []StatusWorker   `json:"workers"`
+	Pools   []registryclient.Pool `json:"pools"`
+	Workers []StatusWorker        `json:"workers"`
 	// IndexedBlocks and the event counters are the router's.
 	IndexedBlocks uint64        `json:"indexed_blocks"`
 	EventsApplied uint64        `json:"events_applied"`
@@ -191,7 +191,7 @@ func (s *Service) statusReport(ctx context.Context) StatusReport {
 	for _, c := range cards {
 		modelsOf[c.InstanceId] = append(modelsOf[c.InstanceId], c.ModelName)
 	}
-	rep.Pools = discovery.Pools(cards, s.instances.Items())
+	rep.Pools = registryclient.Pools(cards, s.instances.Items())
 
 	s.recent.mu.Lock()
 	s.recent.trim()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 )
 
 // PromptTokens returns the prompt token ids the frontend would route for an
@@ -14,7 +14,7 @@ import (
 // tokenizer and template come from the eventbus object store as card
 // references them, as the frontend loads them. `switchyard route` uses it so
 // that what it explains is what the frontend would ask the router.
-func PromptTokens(ctx context.Context, bus *eventbus.Client, card *registryv1.ModelCard, body []byte, chat bool) ([]uint32, error) {
+func PromptTokens(ctx context.Context, bus *eventbusclient.Client, card *registryv1.ModelCard, body []byte, chat bool) ([]uint32, error) {
 	a, err := newAssetCache(bus).get(ctx, ctx, card)
 	if err != nil {
 		return nil, err

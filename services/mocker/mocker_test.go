@@ -20,9 +20,9 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -202,7 +202,7 @@ func firstKVBatch(ctx context.Context, t *testing.T, busAddr string) *workerv1.K
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+	b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestMockerPublishesKVEventsOfRequestsBeforeStartReturns(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the mocker's RegisterModel was never answered by the registry")
 	}
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestIdleMockerPublishesItsTimingModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lm, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+	lm, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 	if err != nil {
 		t.Fatal(err)
 	}

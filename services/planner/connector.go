@@ -6,7 +6,7 @@ import (
 	"log/slog"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
@@ -35,7 +35,7 @@ type Connector interface {
 }
 
 // newConnector returns the connector --connector names.
-func newConnector(cfg Config, reg *discovery.Client, log *slog.Logger) (Connector, error) {
+func newConnector(cfg Config, reg *registryclient.Client, log *slog.Logger) (Connector, error) {
 	switch cfg.Connector {
 	case "local":
 		return newLocal(cfg.Local, log), nil

@@ -21,7 +21,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/cli"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/planner"
@@ -102,7 +102,7 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	}
 	low, high := 0.5*capRPS, 2.4*capRPS // one worker, three
 
-	dc, err := discovery.Dial([]string{st.RegistryAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{st.RegistryAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

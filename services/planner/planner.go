@@ -17,9 +17,9 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
@@ -31,14 +31,14 @@ type Service struct {
 	log       *slog.Logger
 	server    *grpcserver.Server
 	statusLis net.Listener
-	reg       *discovery.Client
-	bus       *eventbus.Client
+	reg       *registryclient.Client
+	bus       *eventbusclient.Client
 	conn      Connector
 	fleet     *fleet
 	plan      *core.Planner
 	metrics   *metrics
-	instances *discovery.Watcher[*registryv1.Instance]
-	models    *discovery.Watcher[*registryv1.ModelCard]
+	instances *registryclient.Watcher[*registryv1.Instance]
+	models    *registryclient.Watcher[*registryv1.ModelCard]
 
 	mu      sync.Mutex
 	history []core.Decision // newest last, at most HistoryLen
@@ -67,12 +67,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: creds, Token: auth, Log: log})
+	reg, err := registryclient.Dial([]string{cfg.RegistryAddr}, registryclient.Options{Credentials: creds, Token: auth, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	u.Push(func() { _ = reg.Close() })
-	bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Token: auth, Log: log})
+	bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Token: auth, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -111,8 +111,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 			return nil, fmt.Errorf("listen on --status-addr %s: %w", cfg.StatusAddr, err)
 		}
 	}
-	s.instances = discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{Logger: log})
-	s.models = discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{Logger: log})
+	s.instances = registryclient.WatchInstances(reg, &registryv1.InstanceFilter{}, registryclient.WatchOptions[*registryv1.Instance]{Logger: log})
+	s.models = registryclient.WatchModels(reg, &registryv1.ModelFilter{}, registryclient.WatchOptions[*registryv1.ModelCard]{Logger: log})
 	log.Info("planner starting", "connector", cfg.Connector, "ttft_slo_ms", cfg.TTFTSLO, "itl_slo_ms", cfg.ITLSLO,
 		"min_replicas", cfg.MinReplicas, "max_replicas", cfg.MaxReplicas, "gpu_budget", cfg.GPUBudget,
 		"adjustment_interval", cfg.AdjustmentInterval.String(), "predictor", cfg.Predictor, "namespace", cfg.Namespace,
@@ -201,7 +201,7 @@ func (s *Service) consumeLoad(ctx context.Context) {
 				if ev, err = sub.Next(ctx); err != nil {
 					break
 				}
-				m, derr := eventbus.Decode[workerv1.LoadMetrics](ev)
+				m, derr := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 				if derr != nil {
 					s.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", derr.Error())
 					continue
@@ -327,7 +327,7 @@ func HistoryKey(id uint64) string { return fmt.Sprintf("%s%020d", HistoryPrefix,
 
 // lastDecisionID reads the last decision's id from the registry, so that
 // a restarted planner's ids keep increasing; 0 when there is none.
-func lastDecisionID(ctx context.Context, reg *discovery.Client) (uint64, error) {
+func lastDecisionID(ctx context.Context, reg *registryclient.Client) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := reg.Raw().CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: Bucket})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
@@ -20,7 +20,7 @@ import (
 // AckKey. Until a decision that changes a pool is acknowledged, or
 // AckTimeout passes, the planner decides nothing new.
 type virtual struct {
-	reg     *discovery.Client
+	reg     *registryclient.Client
 	timeout time.Duration
 	log     *slog.Logger
 	now     func() time.Time
@@ -30,7 +30,7 @@ type virtual struct {
 	sent    time.Time
 }
 
-func newVirtual(reg *discovery.Client, timeout time.Duration, log *slog.Logger) *virtual {
+func newVirtual(reg *registryclient.Client, timeout time.Duration, log *slog.Logger) *virtual {
 	return &virtual{reg: reg, timeout: timeout, log: log, now: time.Now}
 }
 
@@ -70,7 +70,7 @@ func (v *virtual) Ready(ctx context.Context) (bool, string) {
 }
 
 // readAck is the id in the planner bucket's AckKey, 0 when there is none.
-func readAck(ctx context.Context, reg *discovery.Client) (uint64, error) {
+func readAck(ctx context.Context, reg *registryclient.Client) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r, err := reg.Raw().GetKey(ctx, &registryv1.GetKeyRequest{Bucket: Bucket, Key: AckKey})

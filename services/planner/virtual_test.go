@@ -10,8 +10,8 @@ import (
 	"time"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/planner"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
@@ -68,7 +68,7 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 	st := stacktest.Start(t, stacktest.Options{Mockers: 1, NoFrontend: true})
 	svc := startPlanner(t, st, "--connector", "virtual", "--min-replicas", "2", "--max-replicas", "4",
 		"--adjustment-interval", "100ms", "--ack-timeout", "2s")
-	dc, err := discovery.Dial([]string{st.RegistryAddr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{st.RegistryAddr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 	}
 	until(t, 10*time.Second, "the planner waiting for the acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(first.ID)) })
 	// switchyard status shows it.
-	gathered, err := cli.Gather(ctx, cli.Config{RegistryAddr: st.RegistryAddr, EventbusAddr: st.EventbusAddr, Timeout: 5 * time.Second})
+	gathered, err := ctl.Gather(ctx, ctl.Config{RegistryAddr: st.RegistryAddr, EventbusAddr: st.EventbusAddr, Timeout: 5 * time.Second})
 	if err != nil || gathered.Planner == nil || gathered.Planner.ID != first.ID || gathered.Planner.Pools[0].Target != 2 {
 		t.Fatalf("switchyard status: %+v, %v", gathered, err)
 	}

@@ -32,8 +32,8 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
 
@@ -301,8 +301,8 @@ func TestKubernetesEnvtest(t *testing.T) {
 		}
 	})
 
-	t.Run("a session through pkg/discovery", func(t *testing.T) {
-		c, err := discovery.Dial([]string{e.addr}, discovery.Options{})
+	t.Run("a session through pkg/registryclient", func(t *testing.T) {
+		c, err := registryclient.Dial([]string{e.addr}, registryclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestKubernetesEnvtest(t *testing.T) {
 		t.Setenv("POD_NAME", w4.Name)
 		t.Setenv("POD_NAMESPACE", w4.Namespace)
 		t.Setenv("POD_UID", w4.Uid)
-		s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: 5 * time.Second})
+		s, err := registryclient.NewSession(ctx, c, registryclient.SessionOptions{TTL: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -20,7 +20,7 @@ import (
 // events (replayed from the start of the stream, so a fresh router rebuilds
 // its index from what the stream retains) and load reports (new ones only).
 type consumer struct {
-	bus    *eventbus.Client
+	bus    *eventbusclient.Client
 	core   *core.Core
 	log    *slog.Logger
 	events bool
@@ -48,7 +48,7 @@ type consumer struct {
 	departed *departed
 }
 
-func newConsumer(bus *eventbus.Client, dc *core.Core, log *slog.Logger, events bool) *consumer {
+func newConsumer(bus *eventbusclient.Client, dc *core.Core, log *slog.Logger, events bool) *consumer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &consumer{bus: bus, core: dc, log: log, events: events, ctx: ctx, cancel: cancel, seen: map[string]bool{},
 		start: map[string]uint64{}, seq: map[string]uint64{}}
@@ -68,7 +68,7 @@ func (c *consumer) follow(ns string) {
 			req.DeliverPolicy, req.StartSequence = eventbusv1.DeliverPolicy_DELIVER_POLICY_BY_START_SEQUENCE, s+1
 		}
 		c.runReq(req, func(ev *eventbusv1.DeliveredEvent) {
-			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
 			} else {
@@ -81,7 +81,7 @@ func (c *consumer) follow(ns string) {
 	}
 	if c.coreKV != nil {
 		c.runReq(&eventbusv1.SubscribeRequest{Namespace: ns, FilterSubject: wire.KVEventsFilter(ns), Core: true}, func(ev *eventbusv1.DeliveredEvent) {
-			b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil {
 				c.log.Warn("undecodable KV event batch", "subject", ev.GetSubject(), "err", err.Error())
 				return
@@ -90,7 +90,7 @@ func (c *consumer) follow(ns string) {
 		})
 	}
 	c.run(ns, wire.LoadFilter(ns), eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, func(ev *eventbusv1.DeliveredEvent) {
-		m, err := eventbus.Decode[workerv1.LoadMetrics](ev)
+		m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 		if err != nil {
 			c.log.Warn("undecodable load report", "subject", ev.GetSubject(), "err", err.Error())
 			return

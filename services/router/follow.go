@@ -15,9 +15,9 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -101,7 +101,7 @@ func newFollower(mode kvevents.Mode, dc *core.Core, log *slog.Logger, dial grpcc
 // onInstances starts following new workers and stops following departed
 // ones before the core forgets them (so that no late event of a departed
 // worker adds it back).
-func (f *follower) onInstances(changes []discovery.Change[*registryv1.Instance]) {
+func (f *follower) onInstances(changes []registryclient.Change[*registryv1.Instance]) {
 	for _, ch := range changes {
 		if ch.Deleted {
 			f.stop(ch.Item.InstanceId)

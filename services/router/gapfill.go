@@ -14,8 +14,8 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -70,7 +70,7 @@ func newGapFiller(dc *core.Core, log *slog.Logger, dial grpcclient.Options) *gap
 }
 
 // onInstances learns the workers' WorkerService addresses.
-func (g *gapFiller) onInstances(changes []discovery.Change[*registryv1.Instance]) {
+func (g *gapFiller) onInstances(changes []registryclient.Change[*registryv1.Instance]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, ch := range changes {

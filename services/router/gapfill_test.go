@@ -11,7 +11,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -93,7 +93,7 @@ func TestJetStreamGapsFilledFromTheWorker(t *testing.T) {
 				late := dropped
 				mu.Unlock()
 				for _, b := range late {
-					ev, err := eventbus.NewEvent(wire.KVEventsSubject(namespace, "backend"), b, eventbus.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
+					ev, err := eventbusclient.NewEvent(wire.KVEventsSubject(namespace, "backend"), b, eventbusclient.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
 					if err != nil {
 						t.Fatal(err)
 					}

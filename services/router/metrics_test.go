@@ -13,8 +13,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -27,9 +27,9 @@ func metricsCluster(t *testing.T, prompt []uint32) *core.Core {
 	cfg.Seed = 1
 	c := core.New(cfg)
 	for i := uint64(1); i <= 2; i++ {
-		c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: i, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}}})
-		c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: i, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
 	}
 	ev := &workerv1.KvBlocksStored{}
@@ -139,9 +139,9 @@ func TestDisaggDecisionsCounted(t *testing.T) {
 					role = commonv1.Role_ROLE_UNSPECIFIED
 				}
 				id := uint64(i + 1)
-				c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+				c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 					InstanceId: id, Role: role, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}}})
-				c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+				c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 					InstanceId: id, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
 			}
 			reg := prometheus.NewRegistry()
@@ -191,7 +191,7 @@ func TestSessionMetrics(t *testing.T) {
 		t.Fatalf("sessions bound to %v", bound)
 	}
 	// Their worker leaves, and both bindings with it.
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend",
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend",
 		Endpoint: "generate", InstanceId: bound["a"]}}})
 	want := `# HELP switchyard_router_session_binds_total Requests of a session without a live binding this replica routed, binding it to the worker chosen.
 # TYPE switchyard_router_session_binds_total counter

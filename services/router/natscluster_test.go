@@ -11,7 +11,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -198,7 +198,7 @@ func describeKVStream(ctx context.Context, t *testing.T, busAddr, namespace stri
 		if err != nil {
 			break
 		}
-		b, err := eventbus.Decode[workerv1.KvEventBatch](ev)
+		b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 		if err != nil {
 			continue
 		}

@@ -13,11 +13,11 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -28,8 +28,8 @@ type Service struct {
 	follow *follower
 	gaps   *gapFiller // jetstream mode
 	server *grpcserver.Server
-	reg    *discovery.Client
-	bus    *eventbus.Client
+	reg    *registryclient.Client
+	bus    *eventbusclient.Client
 	start  startup // what the router waits for before it serves (startup.go)
 	done   chan struct{}
 	err    error
@@ -52,7 +52,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
-	reg, err := discovery.Dial([]string{cfg.RegistryAddr}, discovery.Options{Credentials: creds, Token: auth})
+	reg, err := registryclient.Dial([]string{cfg.RegistryAddr}, registryclient.Options{Credentials: creds, Token: auth})
 	if err != nil {
 		return nil, err
 	}
@@ -84,14 +84,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		s.gaps = newGapFiller(dc, log, grpcclient.Options{Credentials: creds, Token: auth, Log: log})
 		u.Push(s.gaps.close)
 		base := onInstances
-		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
+		onInstances = func(changes []registryclient.Change[*registryv1.Instance]) {
 			s.gaps.onInstances(changes)
 			base(changes)
 		}
 	}
 	var cons *consumer
 	if cfg.EventbusAddr != "" {
-		bus, err := eventbus.Dial([]string{cfg.EventbusAddr}, eventbus.Options{Credentials: creds, Log: log, Token: auth})
+		bus, err := eventbusclient.Dial([]string{cfg.EventbusAddr}, eventbusclient.Options{Credentials: creds, Log: log, Token: auth})
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		cons = s.consume(ctx, cfg, evMode, metrics, log)
 		u.Push(cons.closeAll)
 		base := onInstances
-		onInstances = func(changes []discovery.Change[*registryv1.Instance]) {
+		onInstances = func(changes []registryclient.Change[*registryv1.Instance]) {
 			base(changes)
 			for _, ch := range changes {
 				if !ch.Deleted {
@@ -117,8 +117,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}
-	instances := discovery.WatchInstances(reg, &registryv1.InstanceFilter{}, discovery.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
-	models := discovery.WatchModels(reg, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
+	instances := registryclient.WatchInstances(reg, &registryv1.InstanceFilter{}, registryclient.WatchOptions[*registryv1.Instance]{OnChange: onInstances, Logger: log})
+	models := registryclient.WatchModels(reg, &registryv1.ModelFilter{}, registryclient.WatchOptions[*registryv1.ModelCard]{OnChange: dc.OnModels, Logger: log})
 	log.Info("router starting", "mode", dc.ModeName(), "kv_events_mode", string(evMode), "grpc_addr", srv.Addr().String(), "registry", cfg.RegistryAddr,
 		"overlap_weight", cfg.Core.OverlapWeight, "temperature", cfg.Core.Temperature)
 	go s.serve(ctx, cfg, cons, metrics, instances, models, log)
@@ -161,7 +161,7 @@ func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode,
 // serve runs the router until ctx ends: it serves gRPC at once, becomes
 // ready in the background (startup.go), snapshots the index periodically,
 // and then closes the watches, the followers, the consumer and the clients.
-func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, metrics *routerMetrics, instances *discovery.Watcher[*registryv1.Instance], models *discovery.Watcher[*registryv1.ModelCard], log *slog.Logger) {
+func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, metrics *routerMetrics, instances *registryclient.Watcher[*registryv1.Instance], models *registryclient.Watcher[*registryv1.ModelCard], log *slog.Logger) {
 	defer close(s.done)
 	readyDone := make(chan struct{})
 	go func() {

@@ -16,8 +16,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
 	"github.com/switchyard-llm/switchyard/services/router/core"
@@ -68,12 +68,12 @@ func TestRouterFollowsTheRegistry(t *testing.T) {
 		t.Fatalf("Route before any worker = %v, want NotFound with reason %s", err, apierr.ReasonUnknownModel)
 	}
 
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 10 * time.Second})
+	sess, err := registryclient.NewSession(ctx, dc, registryclient.SessionOptions{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

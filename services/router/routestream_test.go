@@ -13,7 +13,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
@@ -27,12 +27,12 @@ func TestRouteStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rpc, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, ""))
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 10 * time.Second})
+	sess, err := registryclient.NewSession(ctx, dc, registryclient.SessionOptions{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

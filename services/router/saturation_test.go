@@ -12,7 +12,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
@@ -29,12 +29,12 @@ func TestWatchSaturation(t *testing.T) {
 	cfg := routertest.Config(reg.Addr, "")
 	cfg.Core.QueuePrefillBudget = 5000
 	rpc, _ := routertest.Start(t, ctx, cfg)
-	dc, err := discovery.Dial([]string{reg.Addr}, discovery.Options{})
+	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	sess, err := discovery.NewSession(ctx, dc, discovery.SessionOptions{TTL: 10 * time.Second})
+	sess, err := registryclient.NewSession(ctx, dc, registryclient.SessionOptions{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -27,7 +27,7 @@ const (
 )
 
 // loadSnapshot fetches the latest snapshot; a missing one is a cold start.
-func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSnapshot, error) {
+func loadSnapshot(ctx context.Context, bus *eventbusclient.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer
 	if _, err := bus.GetObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, &buf); err != nil {
 		// No bucket yet, or no object in it: no router stored one.
@@ -44,7 +44,7 @@ func loadSnapshot(ctx context.Context, bus *eventbus.Client) (*routerv1.IndexSna
 }
 
 // snapshotLoop stores a snapshot every interval while the index changes.
-func snapshotLoop(ctx context.Context, bus *eventbus.Client, c *core.Core, cons *consumer, interval time.Duration, log *slog.Logger) {
+func snapshotLoop(ctx context.Context, bus *eventbusclient.Client, c *core.Core, cons *consumer, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var last map[string]uint64
@@ -64,7 +64,7 @@ func snapshotLoop(ctx context.Context, bus *eventbus.Client, c *core.Core, cons 
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err = bus.PutObject(pctx, wire.SnapshotBucket, wire.SnapshotObject, bytes.NewReader(data), eventbus.PutObjectOptions{Description: "router KV index snapshot"})
+		_, err = bus.PutObject(pctx, wire.SnapshotBucket, wire.SnapshotObject, bytes.NewReader(data), eventbusclient.PutObjectOptions{Description: "router KV index snapshot"})
 		cancel()
 		if err != nil {
 			log.Warn("snapshot not stored", "err", err.Error())

@@ -13,7 +13,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 )
 
 // A router's first start. It listens at once, whatever is up: until it has
@@ -132,7 +132,7 @@ func (s *startup) release(f func(string)) {
 // loadSnapshotRetry loads the index snapshot, retrying what may pass (the
 // eventbus or NATS away, a timeout) until ctx ends. It returns nil, nil when
 // there is no snapshot or the stored one does not decode (cold start).
-func loadSnapshotRetry(ctx context.Context, bus *eventbus.Client, log *slog.Logger) (*routerv1.IndexSnapshot, error) {
+func loadSnapshotRetry(ctx context.Context, bus *eventbusclient.Client, log *slog.Logger) (*routerv1.IndexSnapshot, error) {
 	bo := backoff.New(snapshotBackoff)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, snapshotAttempt)

@@ -16,7 +16,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -69,7 +69,7 @@ func testRouterStartsBefore(t *testing.T, stored bool) {
 	if stored {
 		bus := eventbustest.StartEventbus(t, busCfg)
 		bc := eventbustest.Client(t, busAddr)
-		if _, err := bc.PutObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, bytes.NewReader(data), busclient.PutObjectOptions{}); err != nil {
+		if _, err := bc.PutObject(ctx, wire.SnapshotBucket, wire.SnapshotObject, bytes.NewReader(data), eventbusclient.PutObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := bus.Stop(); err != nil {

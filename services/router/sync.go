@@ -10,7 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
@@ -24,7 +24,7 @@ const ReplicaSyncName = wire.ReplicaSyncName
 // syncer publishes this replica's decisions and applies the others'.
 type syncer struct {
 	id   string
-	bus  *eventbus.Client
+	bus  *eventbusclient.Client
 	core *core.Core
 	log  *slog.Logger
 
@@ -43,7 +43,7 @@ type syncer struct {
 // then replays its earlier decisions from the stream (the load still in
 // flight, the session bindings) as any peer's, instead of skipping them
 // as its own.
-func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger) *syncer {
+func newSyncer(id string, bus *eventbusclient.Client, dc *core.Core, log *slog.Logger) *syncer {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	if id == "" {
@@ -59,7 +59,7 @@ func newSyncer(id string, bus *eventbus.Client, dc *core.Core, log *slog.Logger)
 
 func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	ev.ReplicaId = s.id
-	e, err := eventbus.NewEvent(wire.ReplicaSyncSubject(ns), ev)
+	e, err := eventbusclient.NewEvent(wire.ReplicaSyncSubject(ns), ev)
 	if err != nil {
 		s.log.Error("cannot encode a replica event", "err", err.Error())
 		return
@@ -135,7 +135,7 @@ func (s *syncer) caughtUp(ctx context.Context) bool {
 // publish sends queued events in order, in batches.
 func (s *syncer) publish() {
 	defer close(s.done)
-	pub := s.bus.NewPublisher(context.Background(), eventbus.PublisherOptions{NoMsgIDs: true})
+	pub := s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{NoMsgIDs: true})
 	defer pub.Close()
 	for e := range s.out {
 		batch := []*eventbusv1.Event{e}
@@ -161,7 +161,7 @@ func (s *syncer) publish() {
 
 // apply is the consumer's handler for other replicas' events.
 func (s *syncer) apply(ev *eventbusv1.DeliveredEvent) {
-	re, err := eventbus.Decode[routerv1.ReplicaEvent](ev)
+	re, err := eventbusclient.Decode[routerv1.ReplicaEvent](ev)
 	if err != nil {
 		s.log.Warn("undecodable replica event", "err", err.Error())
 		return

@@ -1,5 +1,5 @@
 // A registry lease kept alive on a KeepAlive bidi stream, as the Go SDK's
-// pkg/discovery.Session does: a refresh at half the TTL the registry
+// pkg/registryclient.Session does: a refresh at half the TTL the registry
 // granted; after a failure, retries with jittered exponential backoff (50 ms
 // to 5 s), past the lease's deadline too. The lease is truly lost only when
 // the registry answers found=false (revoked, or expired while no refresh

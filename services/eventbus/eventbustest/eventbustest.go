@@ -16,7 +16,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
-	busclient "github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -257,9 +257,9 @@ func Start(t testing.TB) (*natsserver.Server, *eventbus.Service) {
 
 // Client dials the eventbus replicas at addrs and closes the client in
 // t.Cleanup.
-func Client(t testing.TB, addrs ...string) *busclient.Client {
+func Client(t testing.TB, addrs ...string) *eventbusclient.Client {
 	t.Helper()
-	c, err := busclient.Dial(addrs, busclient.Options{Log: Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	c, err := eventbusclient.Dial(addrs, eventbusclient.Options{Log: Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("dial eventbus: %v", err)
 	}

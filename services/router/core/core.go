@@ -23,8 +23,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
@@ -279,7 +279,7 @@ func (c *Core) Index() *index.Index { return c.idx }
 
 // OnInstances applies registry instance changes. A worker whose last
 // endpoint left loses its blocks and load at once.
-func (c *Core) OnInstances(changes []discovery.Change[*registryv1.Instance]) {
+func (c *Core) OnInstances(changes []registryclient.Change[*registryv1.Instance]) {
 	c.mu.Lock()
 	c.registryChangedLocked()
 	var gone []uint64
@@ -347,7 +347,7 @@ func (c *Core) removeInstance(id uint64) {
 }
 
 // OnModels applies registry model card changes.
-func (c *Core) OnModels(changes []discovery.Change[*registryv1.ModelCard]) {
+func (c *Core) OnModels(changes []registryclient.Change[*registryv1.ModelCard]) {
 	defer c.notify()
 	c.mu.Lock()
 	defer c.mu.Unlock()

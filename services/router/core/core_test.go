@@ -11,8 +11,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
@@ -29,12 +29,12 @@ func cluster(t *testing.T, cfg Config, n int) *Core {
 		cfg.OverlapWeight = 1
 	}
 	c := New(cfg)
-	var ins []discovery.Change[*registryv1.Instance]
-	var cards []discovery.Change[*registryv1.ModelCard]
+	var ins []registryclient.Change[*registryv1.Instance]
+	var cards []registryclient.Change[*registryv1.ModelCard]
 	for i := 1; i <= n; i++ {
-		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: uint64(i), Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}})
-		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: uint64(i), ModelName: model, BlockSize: 4}})
 	}
 	c.OnInstances(ins)
@@ -143,7 +143,7 @@ func TestWorkerThatLeavesLosesBlocksAndLoad(t *testing.T) {
 	if _, err := c.Route(&routerv1.RouteRequest{RequestId: "a", Target: modelTarget(), TokenIds: prompt}); err != nil {
 		t.Fatal(err)
 	}
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 1}}})
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 1}}})
 	if n := c.Index().Blocks(index.WorkerID{Instance: 1}); n != 0 {
 		t.Fatalf("departed worker keeps %d blocks", n)
 	}
@@ -269,8 +269,8 @@ func FuzzRoute(f *testing.F) {
 	f.Add("req", "Qwen/Qwen3-0.6B", []byte{1, 2, 3, 4, 5, 6, 7, 8}, 1.0, 0.0)
 	f.Add("", "", []byte{}, -1.0, math.Inf(1))
 	c := New(Config{Mode: ModeKV, OverlapWeight: 1, Seed: 1})
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1}}})
-	c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 2}}})
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Item: &registryv1.Instance{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1}}})
+	c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "n", Component: "c", Endpoint: "e", InstanceId: 1, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 2}}})
 	f.Fuzz(func(t *testing.T, id, model string, raw []byte, weight, temp float64) {
 		toks := make([]uint32, len(raw))
 		for i, b := range raw {
@@ -307,16 +307,16 @@ func TestRegistryChangesReachTheNextDecision(t *testing.T) {
 	}
 	in := &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: 3,
 		Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: in}})
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Item: in}})
 	if _, err := route("b", 1, 2); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("a worker without a model card served the model: %v", err)
 	}
-	c.OnModels([]discovery.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+	c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 		InstanceId: 3, ModelName: model, BlockSize: 4}}})
 	if got, err := route("c", 1, 2); err != nil || got != 3 {
 		t.Fatalf("the new worker: got %x, %v", got, err)
 	}
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Item: in, Deleted: true}})
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Item: in, Deleted: true}})
 	if _, err := route("d", 1, 2); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("a worker that left still serves: %v", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 )
 
 // TestLastEventTime: GetStats gives each worker the time of its last KV
@@ -38,7 +38,7 @@ func TestLastEventTime(t *testing.T) {
 	if got, _ := at(1); !got.Equal(now) {
 		t.Fatalf("after a duplicate at %v: last event %v", now, got)
 	}
-	c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo",
+	c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Deleted: true, Item: &registryv1.Instance{Namespace: "dynamo",
 		Component: "backend", Endpoint: "generate", InstanceId: 1}}})
 	c.mu.Lock()
 	_, kept := c.lastEvent[1]

@@ -10,7 +10,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 )
 
 // pairTiming is the timing model of the pair tests' workers, chosen so
@@ -44,12 +44,12 @@ func pairCluster(t *testing.T, cfg Config, agg bool) *Core {
 	if agg {
 		roles[5] = commonv1.Role_ROLE_AGG
 	}
-	var ins []discovery.Change[*registryv1.Instance]
-	var cards []discovery.Change[*registryv1.ModelCard]
+	var ins []registryclient.Change[*registryv1.Instance]
+	var cards []registryclient.Change[*registryv1.ModelCard]
 	for id, role := range roles {
-		ins = append(ins, discovery.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: id, Role: role, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}})
-		cards = append(cards, discovery.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: id, ModelName: model, BlockSize: 4}})
 	}
 	c.OnInstances(ins)

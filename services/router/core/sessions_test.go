@@ -10,8 +10,8 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
@@ -79,7 +79,7 @@ func TestSessionRule(t *testing.T) {
 			stays: true, outcome: SessionHit},
 		{name: "dies with its worker", cfg: Config{},
 			before: func(_ *testing.T, c *Core, _ *time.Time, bound, _ uint64) {
-				c.OnInstances([]discovery.Change[*registryv1.Instance]{{Deleted: true,
+				c.OnInstances([]registryclient.Change[*registryv1.Instance]{{Deleted: true,
 					Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: bound}}})
 			},
 			stays: false, outcome: SessionNew, ended: map[string]uint64{SessionWorkerGone: 1}},
@@ -245,7 +245,7 @@ func TestSessionReplicaSync(t *testing.T) {
 		a.Free(s + "-3")
 	}
 	*now = now.Add(40 * time.Second)
-	leave := []discovery.Change[*registryv1.Instance]{{Deleted: true,
+	leave := []registryclient.Change[*registryv1.Instance]{{Deleted: true,
 		Item: &registryv1.Instance{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: gone}}}
 	a.OnInstances(leave)
 	// A replica that starts now replays the stream, each event at the

@@ -1,5 +1,5 @@
 // Package leasekeep makes a test's raw registry client send lease tokens as
-// pkg/discovery does, for tests that call the registry RPCs directly. It
+// pkg/registryclient does, for tests that call the registry RPCs directly. It
 // imports nothing of the registry, so the registry's own tests can use it.
 package leasekeep
 
@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 )
 
-// Keeper makes a test's raw registry client behave as pkg/discovery
+// Keeper makes a test's raw registry client behave as pkg/registryclient
 // does: it keeps the token of every lease the client was granted and sends
 // it on the calls that use that lease (on a KeepAlive stream, the tokens of
 // every lease granted so far). Tests of lease ownership itself dial without

@@ -1,4 +1,4 @@
-package eventbus_test
+package eventbusclient_test
 
 import (
 	"context"

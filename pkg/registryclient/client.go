@@ -1,8 +1,8 @@
-// Package discovery is the Go client of the Switchyard registry: a
+// Package registryclient is the Go client of the Switchyard registry: a
 // connection that fails over between registry replicas, a Session that
 // registers a worker and keeps its lease alive, and Watchers that keep a live
 // map of instances or model cards through any disconnect.
-package discovery
+package registryclient
 
 import (
 	"log/slog"

@@ -1,11 +1,11 @@
-// Package eventbus is the Go client of Switchyard's eventbus
+// Package eventbusclient is the Go client of Switchyard's eventbus
 // (switchyard.eventbus.v1.EventBusService). It dials several eventbus
 // addresses and fails over between them, retries publishes (made idempotent by
 // a message id it generates when the caller gives none), pipelines batched
 // publishes, resumes subscriptions after an eventbus or NATS restart, and
 // checks object data against its sha256. Payloads are protobuf messages:
 // proto.Message in, Decode out.
-package eventbus
+package eventbusclient
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package discovery_test
+package registryclient_test
 
 import (
 	"testing"

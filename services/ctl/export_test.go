@@ -1,4 +1,4 @@
-package cli
+package ctl
 
 // RequestBody is requestBody, for the external tests.
 var RequestBody = requestBody

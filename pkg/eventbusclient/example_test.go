@@ -1,4 +1,4 @@
-package eventbus_test
+package eventbusclient_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
 )
@@ -30,7 +30,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	c, err := eventbus.Dial([]string{cp.EventbusAddr()}, eventbus.Options{})
+	c, err := eventbusclient.Dial([]string{cp.EventbusAddr()}, eventbusclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,7 +39,7 @@ func Example() {
 
 	load := &workerv1.LoadMetrics{InstanceId: 7, RunningRequests: 3}
 	for range 2 {
-		res, err := c.Publish(ctx, wire.LoadSubject("demo", "backend"), load, eventbus.WithMsgID("load-7-1"))
+		res, err := c.Publish(ctx, wire.LoadSubject("demo", "backend"), load, eventbusclient.WithMsgID("load-7-1"))
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -58,7 +58,7 @@ func Example() {
 		return
 	}
 	defer sub.Close()
-	m, ev, err := eventbus.NewTyped[workerv1.LoadMetrics](sub).Next(ctx)
+	m, ev, err := eventbusclient.NewTyped[workerv1.LoadMetrics](sub).Next(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -82,7 +82,7 @@ func ExampleClient_PutObject() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	c, err := eventbus.Dial([]string{cp.EventbusAddr()}, eventbus.Options{})
+	c, err := eventbusclient.Dial([]string{cp.EventbusAddr()}, eventbusclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -90,7 +90,7 @@ func ExampleClient_PutObject() {
 	defer c.Close()
 
 	name := wire.TokenizerObject("demo-model", "tokenizer_config.json")
-	if _, err := c.PutObject(ctx, wire.TokenizerBucket, name, strings.NewReader(`{"bos_token":"<s>"}`), eventbus.PutObjectOptions{}); err != nil {
+	if _, err := c.PutObject(ctx, wire.TokenizerBucket, name, strings.NewReader(`{"bos_token":"<s>"}`), eventbusclient.PutObjectOptions{}); err != nil {
 		fmt.Println(err)
 		return
 	}

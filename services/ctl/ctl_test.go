@@ -1,4 +1,4 @@
-package cli_test
+package ctl_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
@@ -21,7 +21,7 @@ func run(t *testing.T, ctx context.Context, s *stacktest.Stack, args ...string) 
 	args = append(args, "--registry-addr", s.RegistryAddr, "--router-addr", s.RouterAddr, "--eventbus-addr", s.EventbusAddr,
 		"--frontend-addr", s.FrontendURL)
 	var out, errOut bytes.Buffer
-	err := cli.Run(ctx, args, &out, &errOut)
+	err := ctl.Run(ctx, args, &out, &errOut)
 	if errOut.Len() > 0 {
 		t.Logf("stderr: %s", errOut.String())
 	}
@@ -82,7 +82,7 @@ func TestCLIAgainstALiveStack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st cli.Status
+		var st ctl.Status
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("%v in %s", err, out)
 		}
@@ -206,7 +206,7 @@ func TestCLIUsage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if got := cli.Main(tt.args, &out, &errOut); got != tt.want {
+			if got := ctl.Main(tt.args, &out, &errOut); got != tt.want {
 				t.Fatalf("exit %d, want %d; stderr %s", got, tt.want, errOut.String())
 			}
 			if !strings.Contains(errOut.String(), tt.wantErr) {
@@ -239,7 +239,7 @@ func TestRequestBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, chat, err := cli.RequestBody("m", tt.prompt, tt.file)
+			b, chat, err := ctl.RequestBody("m", tt.prompt, tt.file)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("no error for %s", tt.file)

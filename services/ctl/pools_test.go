@@ -1,24 +1,24 @@
-package cli_test
+package ctl_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/services/cli"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
 // TestStatusPrintsPoolsAndRoles: the MODELS table shows each model's pools
 // and the INSTANCES table each instance's role.
 func TestStatusPrintsPoolsAndRoles(t *testing.T) {
-	st := &cli.Status{
-		Models: []cli.ModelStatus{
-			{Name: "big", Instances: 3, BlockSize: 16, ContextLength: 8192, Pool: discovery.Pool{Model: "big", Prefill: 2, Decode: 1}},
-			{Name: "small", Instances: 1, BlockSize: 16, ContextLength: 8192, Pool: discovery.Pool{Model: "small", Agg: 1}},
+	st := &ctl.Status{
+		Models: []ctl.ModelStatus{
+			{Name: "big", Instances: 3, BlockSize: 16, ContextLength: 8192, Pool: registryclient.Pool{Model: "big", Prefill: 2, Decode: 1}},
+			{Name: "small", Instances: 1, BlockSize: 16, ContextLength: 8192, Pool: registryclient.Pool{Model: "small", Agg: 1}},
 		},
-		Instances: []cli.InstanceStatus{
+		Instances: []ctl.InstanceStatus{
 			{ID: "1a", Namespace: "ns", Component: "prefill", Endpoint: "generate", Transport: "tcp", Address: "h:1", Role: "prefill", State: "live", Models: "big"},
 			{ID: "2b", Namespace: "ns", Component: "decode", Endpoint: "generate", Transport: "tcp", Address: "h:2", Role: "decode", State: "live", Models: "big"},
 		},
@@ -53,7 +53,7 @@ func TestStatusPrintsPoolsAndRoles(t *testing.T) {
 // TestStatusPrintsThePlannersDecision: with a decision in the registry,
 // status shows each pool's workers, target and the reason.
 func TestStatusPrintsThePlannersDecision(t *testing.T) {
-	st := &cli.Status{Planner: &core.Decision{ID: 42, At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Pools: []core.PoolDecision{{
+	st := &ctl.Status{Planner: &core.Decision{ID: 42, At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Pools: []core.PoolDecision{{
 		PoolKey: core.PoolKey{Model: "big", Role: core.Decode}, Current: 2, Target: 3, Reason: "throughput: 9 req/s forecast",
 		Inputs: core.Inputs{Forecast: core.Demand{RequestsPerSec: 9}, CapacityRPS: 4},
 	}}}}
@@ -66,7 +66,7 @@ func TestStatusPrintsThePlannersDecision(t *testing.T) {
 		}
 	}
 	var none strings.Builder
-	(&cli.Status{}).Print(&none)
+	(&ctl.Status{}).Print(&none)
 	if strings.Contains(none.String(), "PLANNER") {
 		t.Error("a PLANNER section without a planner")
 	}

@@ -1,4 +1,4 @@
-package discovery_test
+package registryclient_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
 )
 
@@ -27,7 +27,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	c, err := discovery.Dial([]string{cp.RegistryAddr()}, discovery.Options{})
+	c, err := registryclient.Dial([]string{cp.RegistryAddr()}, registryclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,9 +35,9 @@ func Example() {
 	defer c.Close()
 
 	// The watcher's changes arrive in order on its goroutine.
-	changes := make(chan discovery.Change[*registryv1.Instance], 8)
-	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "demo"},
-		discovery.WatchOptions[*registryv1.Instance]{OnChange: func(cs []discovery.Change[*registryv1.Instance]) {
+	changes := make(chan registryclient.Change[*registryv1.Instance], 8)
+	w := registryclient.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "demo"},
+		registryclient.WatchOptions[*registryv1.Instance]{OnChange: func(cs []registryclient.Change[*registryv1.Instance]) {
 			for _, ch := range cs {
 				changes <- ch
 			}
@@ -48,7 +48,7 @@ func Example() {
 		return
 	}
 
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{})
+	s, err := registryclient.NewSession(ctx, c, registryclient.SessionOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,4 +1,4 @@
-// Package cli is the `switchyard` command: an operator's view of a running
+// Package ctl is the `switchyard` command: an operator's view of a running
 // fleet from the services' own APIs.
 //
 //	switchyard status [-o json]                  models, instances, routers, event streams
@@ -11,7 +11,7 @@
 // --registry-addr from SWITCHYARD_REGISTRY_ADDR, --router-addr from
 // SWITCHYARD_ROUTER_ADDR, --eventbus-addr from SWITCHYARD_EVENTBUS_ADDR, and
 // the others from SWITCHYARD_CLI_<FLAG>.
-package cli
+package ctl
 
 import (
 	"context"
@@ -31,9 +31,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/flagenv"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 )
 
@@ -111,7 +111,7 @@ func (c Config) creds() (credentials.TransportCredentials, error) {
 }
 
 // registry dials the registry.
-func (c Config) registry() (*discovery.Client, error) {
+func (c Config) registry() (*registryclient.Client, error) {
 	creds, err := c.creds()
 	if err != nil {
 		return nil, err
@@ -120,11 +120,11 @@ func (c Config) registry() (*discovery.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return discovery.Dial([]string{c.RegistryAddr}, discovery.Options{Credentials: creds, Token: auth})
+	return registryclient.Dial([]string{c.RegistryAddr}, registryclient.Options{Credentials: creds, Token: auth})
 }
 
-// eventbus dials the eventbus.
-func (c Config) eventbus() (*eventbus.Client, error) {
+// eventbus dials the eventbusclient.
+func (c Config) eventbus() (*eventbusclient.Client, error) {
 	creds, err := c.creds()
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func (c Config) eventbus() (*eventbus.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return eventbus.Dial(splitAddrs(c.EventbusAddr), eventbus.Options{Credentials: creds, Token: auth})
+	return eventbusclient.Dial(splitAddrs(c.EventbusAddr), eventbusclient.Options{Credentials: creds, Token: auth})
 }
 
 // dial connects to one address of a service without waiting.

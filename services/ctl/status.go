@@ -1,4 +1,4 @@
-package cli
+package ctl
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
@@ -68,7 +68,7 @@ type ModelStatus struct {
 	BlockSize     uint32 `json:"block_size"`
 	ContextLength uint32 `json:"context_length"`
 	// Pool counts the model's instances by role (agg, prefill, decode).
-	Pool discovery.Pool `json:"pool"`
+	Pool registryclient.Pool `json:"pool"`
 }
 
 // InstanceStatus is one registered worker instance, with the router's view
@@ -173,8 +173,8 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 		m.Instances++
 		modelsOf[card.InstanceId] = append(modelsOf[card.InstanceId], card.ModelName)
 	}
-	pools := map[string]discovery.Pool{}
-	for _, p := range discovery.Pools(cards.GetCards(), ins.GetInstances()) {
+	pools := map[string]registryclient.Pool{}
+	for _, p := range registryclient.Pools(cards.GetCards(), ins.GetInstances()) {
 		pools[p.Model] = p
 	}
 	for _, m := range models {
@@ -271,7 +271,7 @@ func Gather(ctx context.Context, c Config) (*Status, error) {
 
 // lastDecision reads the planner's last decision from the registry; nil
 // when no planner has written one (no bucket or no key).
-func lastDecision(ctx context.Context, reg *discovery.Client) (*core.Decision, error) {
+func lastDecision(ctx context.Context, reg *registryclient.Client) (*core.Decision, error) {
 	r, err := reg.Raw().GetKey(ctx, &registryv1.GetKeyRequest{Bucket: core.RegistryBucket, Key: core.RegistryDecisionKey})
 	switch status.Code(err) {
 	case codes.OK:

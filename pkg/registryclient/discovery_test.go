@@ -1,4 +1,4 @@
-package discovery_test
+package registryclient_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -35,9 +35,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, addrs ...string) *discovery.Client {
+func dial(t *testing.T, addrs ...string) *registryclient.Client {
 	t.Helper()
-	c, err := discovery.Dial(addrs, discovery.Options{})
+	c, err := registryclient.Dial(addrs, registryclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +52,9 @@ func instance(ep string) *registryv1.Instance {
 // openSession opens a session of the given TTL (0: the default) on c. The
 // tests close it themselves (some check what Close says, and it goes before
 // their cleanups, while what they started is still there).
-func openSession(ctx context.Context, t *testing.T, c *discovery.Client, ttl time.Duration) *discovery.Session {
+func openSession(ctx context.Context, t *testing.T, c *registryclient.Client, ttl time.Duration) *registryclient.Session {
 	t.Helper()
-	s, err := discovery.NewSession(ctx, c, discovery.SessionOptions{TTL: ttl})
+	s, err := registryclient.NewSession(ctx, c, registryclient.SessionOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func openSession(ctx context.Context, t *testing.T, c *discovery.Client, ttl tim
 }
 
 // register registers instance(ep) on s.
-func register(ctx context.Context, t *testing.T, s *discovery.Session, ep string) *registryv1.Instance {
+func register(ctx context.Context, t *testing.T, s *registryclient.Session, ep string) *registryv1.Instance {
 	t.Helper()
 	in, err := s.Register(ctx, instance(ep))
 	if err != nil {
@@ -80,14 +80,14 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{puts: map[string]int{}, deletes: map[string]int{}} }
 
-func (r *recorder) onChange(cs []discovery.Change[*registryv1.Instance]) {
+func (r *recorder) onChange(cs []registryclient.Change[*registryv1.Instance]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range cs {
 		if c.Deleted {
-			r.deletes[discovery.InstanceKey(c.Item)]++
+			r.deletes[registryclient.InstanceKey(c.Item)]++
 		} else {
-			r.puts[discovery.InstanceKey(c.Item)]++
+			r.puts[registryclient.InstanceKey(c.Item)]++
 		}
 	}
 }
@@ -98,9 +98,9 @@ func (r *recorder) counts(key string) (puts, deletes int) {
 	return r.puts[key], r.deletes[key]
 }
 
-func watch(t *testing.T, c *discovery.Client, rec *recorder) *discovery.Watcher[*registryv1.Instance] {
+func watch(t *testing.T, c *registryclient.Client, rec *recorder) *registryclient.Watcher[*registryv1.Instance] {
 	t.Helper()
-	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{OnChange: rec.onChange})
+	w := registryclient.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, registryclient.WatchOptions[*registryv1.Instance]{OnChange: rec.onChange})
 	t.Cleanup(w.Close)
 	if err := w.WaitReady(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // waitProgress waits, woken by each of the session's keep-alive outcomes,
 // until cond holds for its progress, and returns that progress. The session
 // ending, or ctx, fails the test first.
-func waitProgress(ctx context.Context, t *testing.T, s *discovery.Session, what string, cond func(discovery.KeepAliveProgress) bool) discovery.KeepAliveProgress {
+func waitProgress(ctx context.Context, t *testing.T, s *registryclient.Session, what string, cond func(registryclient.KeepAliveProgress) bool) registryclient.KeepAliveProgress {
 	t.Helper()
 	for {
 		p, changed := s.Progress()
@@ -142,8 +142,8 @@ func waitProgress(ctx context.Context, t *testing.T, s *discovery.Session, what 
 
 // answered returns a condition for waitProgress: n more keep-alives answered
 // than in from.
-func answered(from discovery.KeepAliveProgress, n uint64) func(discovery.KeepAliveProgress) bool {
-	return func(p discovery.KeepAliveProgress) bool { return p.Answered >= from.Answered+n }
+func answered(from registryclient.KeepAliveProgress, n uint64) func(registryclient.KeepAliveProgress) bool {
+	return func(p registryclient.KeepAliveProgress) bool { return p.Answered >= from.Answered+n }
 }
 
 func TestSessionRegisterWatchClose(t *testing.T) {
@@ -159,7 +159,7 @@ func TestSessionRegisterWatchClose(t *testing.T) {
 	if in.InstanceId != s.ID() {
 		t.Fatalf("instance id %x, want the lease id %x", in.InstanceId, s.ID())
 	}
-	key := discovery.InstanceKey(in)
+	key := registryclient.InstanceKey(in)
 	eventually(t, "the watcher to see the instance", func() bool { p, _ := rec.counts(key); return p == 1 })
 	if items := w.Items(); len(items) != 1 || items[0].Transport.GetTcp() != "127.0.0.1:9" {
 		t.Fatalf("watcher items = %v", items)
@@ -205,7 +205,7 @@ func TestSessionProgressCountsRefreshes(t *testing.T) {
 	s := openSession(ctx, t, dial(t, reg.Addr), 1*time.Second)
 	defer s.Close(ctx)
 	from, changed := s.Progress()
-	if from != (discovery.KeepAliveProgress{}) {
+	if from != (registryclient.KeepAliveProgress{}) {
 		t.Fatalf("progress of a new session = %+v, want zero", from)
 	}
 	waitProgress(ctx, t, s, "two keep-alives answered", answered(from, 2))
@@ -227,7 +227,7 @@ func TestSessionMovesToAnotherRegistry(t *testing.T) {
 	s := openSession(ctx, t, c, 2*time.Second)
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
-	key := discovery.InstanceKey(in)
+	key := registryclient.InstanceKey(in)
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
 	r1.Stop() // kill the replica the session keeps alive through
@@ -259,14 +259,14 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 	s := openSession(ctx, t, c, 10*time.Second)
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
-	key := discovery.InstanceKey(in)
+	key := registryclient.InstanceKey(in)
 	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
 	from, _ := s.Progress()
 	etcd.Stop()
 	// Keep etcd down until a keep-alive has failed on it, so that the outage
 	// really falls on a refresh of the lease.
-	down := waitProgress(ctx, t, s, "a keep-alive to fail while etcd is down", func(p discovery.KeepAliveProgress) bool { return p.Failed > from.Failed })
+	down := waitProgress(ctx, t, s, "a keep-alive to fail while etcd is down", func(p registryclient.KeepAliveProgress) bool { return p.Failed > from.Failed })
 	etcd.Start()
 
 	// After the restart the same instance is still there, under the same
@@ -277,7 +277,7 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 		t.Fatalf("register after the etcd restart: %v", err)
 	}
 	eventually(t, "the watcher to resume and see the new instance", func() bool {
-		p, _ := rec.counts(discovery.InstanceKey(later))
+		p, _ := rec.counts(registryclient.InstanceKey(later))
 		return p == 1
 	})
 	// Keep-alives flow again: an answer after the outage means etcd still
@@ -314,7 +314,7 @@ func TestSessionReportsLeaseLoss(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Done never closed after the lease was revoked")
 	}
-	if !errors.Is(s.Err(), discovery.ErrLeaseLost) {
+	if !errors.Is(s.Err(), registryclient.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", s.Err())
 	}
 }
@@ -333,7 +333,7 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 	reg.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
 	from, _ := s.Progress()
-	waitProgress(ctx, t, s, "three more failed keep-alives past the deadline", func(p discovery.KeepAliveProgress) bool { return p.Failed >= from.Failed+3 })
+	waitProgress(ctx, t, s, "three more failed keep-alives past the deadline", func(p registryclient.KeepAliveProgress) bool { return p.Failed >= from.Failed+3 })
 	select {
 	case <-s.Done():
 		t.Fatalf("session ended while the registry was unreachable: %v", s.Err())
@@ -345,7 +345,7 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Done never closed once the registry said the lease is gone")
 	}
-	if !errors.Is(s.Err(), discovery.ErrLeaseLost) {
+	if !errors.Is(s.Err(), registryclient.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", s.Err())
 	}
 }
@@ -368,7 +368,7 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	etcd.Stop()
 	eventually(t, "the session to notice the deadline passed", s.Expired)
 	before, _ := s.Progress()
-	waitProgress(ctx, t, s, "a dozen failed keep-alives", func(p discovery.KeepAliveProgress) bool { return p.Failed >= before.Failed+12 })
+	waitProgress(ctx, t, s, "a dozen failed keep-alives", func(p registryclient.KeepAliveProgress) bool { return p.Failed >= before.Failed+12 })
 	etcd.Start()
 	eventually(t, "the keep-alive to reach the lease again", func() bool { return !s.Expired() })
 	select {
@@ -406,8 +406,8 @@ func TestSessionKeepsLeaseThroughGracefulEtcdStop(t *testing.T) {
 		deletes int
 	)
 	// The registry watches etcd for it: etcd's stop waits for that stream.
-	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{
-		OnChange: func(chs []discovery.Change[*registryv1.Instance]) {
+	w := registryclient.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, registryclient.WatchOptions[*registryv1.Instance]{
+		OnChange: func(chs []registryclient.Change[*registryv1.Instance]) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, ch := range chs {
@@ -455,7 +455,7 @@ func TestModelWatcher(t *testing.T) {
 	_, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	w := discovery.WatchModels(c, &registryv1.ModelFilter{}, discovery.WatchOptions[*registryv1.ModelCard]{})
+	w := registryclient.WatchModels(c, &registryv1.ModelFilter{}, registryclient.WatchOptions[*registryv1.ModelCard]{})
 	defer w.Close()
 	if err := w.WaitReady(ctx); err != nil {
 		t.Fatal(err)
@@ -491,7 +491,7 @@ func TestPodFromEnv(t *testing.T) {
 			t.Setenv("POD_NAME", tt.pod)
 			t.Setenv("POD_NAMESPACE", tt.ns)
 			t.Setenv("POD_UID", tt.uid)
-			if diff := cmp.Diff(tt.want, discovery.PodFromEnv(), protocmp.Transform()); diff != "" {
+			if diff := cmp.Diff(tt.want, registryclient.PodFromEnv(), protocmp.Transform()); diff != "" {
 				t.Fatalf("PodFromEnv() mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -513,8 +513,8 @@ func TestReadyAfterOnChange(t *testing.T) {
 	register(ctx, t, s, "generate")
 	entered, release := make(chan struct{}), make(chan struct{})
 	var seen atomic.Int32
-	w := discovery.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, discovery.WatchOptions[*registryv1.Instance]{
-		OnChange: func(cs []discovery.Change[*registryv1.Instance]) {
+	w := registryclient.WatchInstances(c, &registryv1.InstanceFilter{Namespace: "ns"}, registryclient.WatchOptions[*registryv1.Instance]{
+		OnChange: func(cs []registryclient.Change[*registryv1.Instance]) {
 			if seen.Load() == 0 {
 				close(entered)
 				<-release

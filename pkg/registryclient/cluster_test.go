@@ -1,4 +1,4 @@
-package discovery_test
+package registryclient_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/discovery"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -30,7 +30,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 	w := watch(t, dial(t, r2.Addr, r1.Addr), rec)
 
 	type worker struct {
-		s   *discovery.Session
+		s   *registryclient.Session
 		key string
 	}
 	var workers []worker
@@ -42,7 +42,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 		s := openSession(ctx, t, dial(t, addrs...), ttl)
 		t.Cleanup(func() { _ = s.Close(ctx) })
 		in := register(ctx, t, s, fmt.Sprintf("w%d", i))
-		workers = append(workers, worker{s, discovery.InstanceKey(in)})
+		workers = append(workers, worker{s, registryclient.InstanceKey(in)})
 	}
 	eventually(t, "the watcher to see every instance", func() bool { return len(w.Items()) == n })
 
@@ -51,7 +51,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 	// for longer than a TTL, so a lapse would have shown as a DELETE.
 	hold := func(what string) {
 		t.Helper()
-		from := make([]discovery.KeepAliveProgress, len(workers))
+		from := make([]registryclient.KeepAliveProgress, len(workers))
 		for i, wk := range workers {
 			from[i], _ = wk.s.Progress()
 		}

@@ -1,4 +1,4 @@
-package eventbus_test
+package eventbusclient_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
-	"github.com/switchyard-llm/switchyard/pkg/eventbus"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -27,11 +27,11 @@ func TestEventsNameTheirType(t *testing.T) {
 	defer cancel()
 	const ns = "typetest"
 	kv := &workerv1.KvEventBatch{InstanceId: 7, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}}}}
-	if _, err := c.Publish(ctx, wire.KVEventsSubject(ns, "backend"), kv, eventbus.WithMsgID(wire.KVEventsMsgID(7, 0, 1))); err != nil {
+	if _, err := c.Publish(ctx, wire.KVEventsSubject(ns, "backend"), kv, eventbusclient.WithMsgID(wire.KVEventsMsgID(7, 0, 1))); err != nil {
 		t.Fatal(err)
 	}
-	pub := c.NewPublisher(ctx, eventbus.PublisherOptions{})
-	load, err := eventbus.NewEvent(wire.LoadSubject(ns, "backend"), &workerv1.LoadMetrics{InstanceId: 7, RunningRequests: 2})
+	pub := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+	load, err := eventbusclient.NewEvent(wire.LoadSubject(ns, "backend"), &workerv1.LoadMetrics{InstanceId: 7, RunningRequests: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestEventsNameTheirType(t *testing.T) {
 	}
 	pub.Close()
 	own := map[string]string{"X-Trace": "abc"}
-	if _, err := c.Publish(ctx, ns+".other.thing", wrapperspb.String("x"), eventbus.WithHeaders(own)); err != nil {
+	if _, err := c.Publish(ctx, ns+".other.thing", wrapperspb.String("x"), eventbusclient.WithHeaders(own)); err != nil {
 		t.Fatal(err)
 	}
 	if len(own) != 1 {
@@ -63,14 +63,14 @@ func TestEventsNameTheirType(t *testing.T) {
 		}
 		switch i {
 		case 0:
-			if b, err := eventbus.Decode[workerv1.KvEventBatch](ev); err != nil || b.GetInstanceId() != 7 {
+			if b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev); err != nil || b.GetInstanceId() != 7 {
 				t.Errorf("Decode KvEventBatch = %v, %v", b, err)
 			}
-			if _, err := eventbus.Decode[workerv1.LoadMetrics](ev); !errors.Is(err, wire.ErrWrongType) {
+			if _, err := eventbusclient.Decode[workerv1.LoadMetrics](ev); !errors.Is(err, wire.ErrWrongType) {
 				t.Errorf("Decode of a KvEventBatch as LoadMetrics: %v, want ErrWrongType", err)
 			}
 		case 1:
-			if m, err := eventbus.Decode[workerv1.LoadMetrics](ev); err != nil || m.GetRunningRequests() != 2 {
+			if m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev); err != nil || m.GetRunningRequests() != 2 {
 				t.Errorf("Decode LoadMetrics = %v, %v", m, err)
 			}
 		case 2:
