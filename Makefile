@@ -41,7 +41,7 @@ check-generate: generate ## Regenerate and fail if gen/ differs from what is com
 	@git diff --exit-code --stat -- gen || { echo "check-generate: gen/ is stale; run 'make generate' and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck, buf lint, helm lint (the chart with its defaults and each ci/ values file), tsc of the TypeScript examples.
+lint: check-imports ## The import rules (check-imports), gofmt, go vet, staticcheck, buf lint, helm lint (the chart with its defaults and each ci/ values file), tsc of the TypeScript examples.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -52,6 +52,20 @@ lint: ## gofmt, go vet, staticcheck, buf lint, helm lint (the chart with its def
 	@for d in $(TS_EXAMPLES); do \
 	  if [ -x $$d/node_modules/.bin/tsc ]; then echo "tsc $$d"; (cd $$d && node_modules/.bin/tsc --noEmit -p .) || exit 1; \
 	  else echo "lint: skipping tsc in $$d (run npm ci there)"; fi; done
+
+.PHONY: check-imports
+# The lab (bench/) imports the product; the product never imports the lab:
+# nothing under services/ or pkg/, tests included, depends on a package under
+# bench/. And pkg/ (tests aside: the clients' Example tests start a control
+# plane from services/stack) depends on nothing under services/.
+MODULE := github.com/switchyard-llm/switchyard
+check-imports: ## Fail if services/ or pkg/ (tests included) import bench/, or pkg/ imports services/; names each import that breaks a rule.
+	@list=$$($(GO) list -deps -test -f '{{.ImportPath}}{{range .Imports}}	{{.}}{{end}}' ./services/... ./pkg/...) || exit 1; \
+	  out=$$(printf '%s\n' "$$list" | awk -F'\t' 'index($$1, "$(MODULE)/bench/") != 1 { for (i = 2; i <= NF; i++) if (index($$i, "$(MODULE)/bench/") == 1) print "  " $$1 " imports " $$i }' | sort -u); \
+	  if [ -n "$$out" ]; then echo "check-imports: the product imports the lab (bench/):"; echo "$$out"; exit 1; fi
+	@list=$$($(GO) list -deps -f '{{.ImportPath}}{{range .Imports}}	{{.}}{{end}}' ./pkg/...) || exit 1; \
+	  out=$$(printf '%s\n' "$$list" | awk -F'\t' 'index($$1, "$(MODULE)/services/") != 1 { for (i = 2; i <= NF; i++) if (index($$i, "$(MODULE)/services/") == 1) print "  " $$1 " imports " $$i }' | sort -u); \
+	  if [ -n "$$out" ]; then echo "check-imports: pkg/ imports services/:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
 test: ## Unit and integration tests (race detector on, long soak/fault tests in their short form).

@@ -1,6 +1,6 @@
 // Package enginebench is the benchmark behind mocker-engine-bench. It drives
-// the mocker engine on a simulated clock, the way the router's replay
-// benchmark will, and prints a table: the simulated serving figures of a
+// the simulated engine (pkg/simengine) on a simulated clock, as the replay
+// does, and prints a table: the simulated serving figures of a
 // closed-loop workload at several concurrencies (what the timing model
 // predicts a vLLM worker would do), the real CPU cost of a step, and the
 // cost of hashing KV blocks.

@@ -1,15 +1,13 @@
-// Command tokenizer-bench prints the preprocessing speed of the frontend on
-// one core: tokenizer.json load time, Encode and Decode tokens per second on
-// a mixed multilingual text, and the time to turn a 60,000-token chat into
-// token ids (chat template render plus Encode), first with a cold merge cache
-// and then in steady state. It reads the Qwen3 files from -dir (run it from
-// the repository root, as make bench does).
-package main
+// Package tokenizerbench is the benchmark behind tokenizer-bench: the
+// preprocessing speed of the frontend on one core (tokenizer.json load time,
+// Encode and Decode tokens per second on a mixed multilingual text, and the
+// time to turn a 60,000-token chat into token ids, chat template render plus
+// Encode, first with a cold merge cache and then in steady state).
+package tokenizerbench
 
 import (
 	"bufio"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,19 +20,10 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 )
 
-func main() {
-	fs := flag.NewFlagSet("tokenizer-bench", flag.ExitOnError)
-	dir := fs.String("dir", filepath.Join("pkg", "tokenizer", "qwen3"), "directory with tokenizer.json(.gz), tokenizer_config.json and reference-tokens.jsonl")
-	dur := fs.Duration("duration", 2*time.Second, "how long to repeat each throughput measurement")
-	promptTokens := fs.Int("prompt-tokens", 60000, "size of the chat prompt to preprocess")
-	_ = fs.Parse(os.Args[1:])
-	if err := run(*dir, *dur, *promptTokens); err != nil {
-		fmt.Fprintln(os.Stderr, "tokenizer-bench:", err)
-		os.Exit(1)
-	}
-}
-
-func run(dir string, dur time.Duration, promptTokens int) error {
+// Run reads the Qwen3 files from dir, measures each throughput for dur
+// and preprocesses a chat of promptTokens tokens, and prints the table on
+// standard output.
+func Run(dir string, dur time.Duration, promptTokens int) error {
 	// One core: the figures are per core, whatever the machine.
 	runtime.GOMAXPROCS(1)
 	start := time.Now()

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/bench/transportbench"
 )
 
 func main() {
@@ -17,7 +19,7 @@ func main() {
 	dur := flag.Duration("duration", time.Second, "length of each frames-per-second measurement")
 	frames := flag.Int("frames", 1000, "responses per call in the frames-per-second measurement")
 	flag.Parse()
-	if err := run(context.Background(), os.Stdout, *iters, *dur, *frames); err != nil {
+	if err := transportbench.Run(context.Background(), os.Stdout, *iters, *dur, *frames); err != nil {
 		fmt.Fprintln(os.Stderr, "transport-bench:", err)
 		os.Exit(1)
 	}

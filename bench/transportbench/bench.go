@@ -1,4 +1,8 @@
-package main
+// Package transportbench is the benchmark behind transport-bench: it
+// compares Switchyard's request planes (tcp, http, nats) with a bare
+// loopback TCP echo (the floor) and a gRPC server-streaming call, all in one
+// process with the same payloads, and prints one table.
+package transportbench
 
 import (
 	"context"
@@ -147,7 +151,10 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/floa
 
 func fps(f float64) string { return fmt.Sprintf("%.0f", f) }
 
-func run(ctx context.Context, out io.Writer, iters int, dur time.Duration, frames int) error {
+// Run starts every system, measures each (iters calls per latency row, dur
+// per frames-per-second row, frames responses per call in those rows) and
+// writes the table to out.
+func Run(ctx context.Context, out io.Writer, iters int, dur time.Duration, frames int) error {
 	builders := []func() (system, error){startFloor, startTCP, startHTTP, startNATS, startGRPC}
 	var systems []system
 	defer func() {
