@@ -13,7 +13,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/bench/replay"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
-	"github.com/switchyard-llm/switchyard/services/router/routertest"
+	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
 func TestMain(m *testing.M) {
@@ -45,7 +45,7 @@ func TestReplayAgreesWithLive(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := routertest.StartLive(t, ctx, workers, "--speedup-ratio", fmt.Sprint(speedup))
+	s := stacktest.StartLive(t, ctx, workers, "--speedup-ratio", fmt.Sprint(speedup))
 	var mu sync.Mutex
 	var hit, queried int
 	var wg sync.WaitGroup

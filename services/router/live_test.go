@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/services/router/routertest"
+	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
 // TestLiveGroupsStayOnTheirWorker is the case of chats sharing long
@@ -18,7 +18,7 @@ import (
 func TestLiveGroupsStayOnTheirWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := routertest.StartLive(t, ctx, 4)
+	s := stacktest.StartLive(t, ctx, 4)
 	const groups, prefixLen = 5, 4096
 	prompt := func(g, i int) []uint32 {
 		p := make([]uint32, prefixLen+40)

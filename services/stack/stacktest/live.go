@@ -1,4 +1,4 @@
-package routertest
+package stacktest
 
 import (
 	"context"
@@ -19,11 +19,12 @@ import (
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
+	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 // Live is a registry, an eventbus, mockers and a router at its defaults
-// (those of make run), all in process, for tests that send requests the way
-// the frontend does.
+// (those of make run), all in process and without a frontend, for tests
+// that send requests through the router the way the frontend does.
 type Live struct {
 	// RPC is the router's client.
 	RPC    routerv1.RouterServiceClient
@@ -67,7 +68,7 @@ func StartLive(t testing.TB, ctx context.Context, n int, mockerArgs ...string) *
 			t.Fatalf("mocker stopped: %v", err)
 		}
 	}
-	rpc, _ := Start(t, ctx, Config(reg.Addr, busAddr))
+	rpc, _ := routertest.Start(t, ctx, routertest.Config(reg.Addr, busAddr))
 	tc, err := transport.NewClient(transport.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
