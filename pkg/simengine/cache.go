@@ -32,11 +32,11 @@ type pool struct {
 	head, tail int32
 	lruLen     int
 	inUse      int
-	// onEvict is told the sequence hash of every block evicted from the cache.
-	onEvict func(seq uint64)
+	// onEvict is told the identity of every block evicted from the cache.
+	onEvict func(id kvhash.Block)
 }
 
-func newPool(n int, onEvict func(uint64)) *pool {
+func newPool(n int, onEvict func(kvhash.Block)) *pool {
 	p := &pool{
 		blocks:  make([]block, n),
 		free:    make([]int32, n),
@@ -89,7 +89,7 @@ func (p *pool) alloc() (int32, bool) {
 		blk := &p.blocks[b]
 		delete(p.cache, blk.id.Sequence)
 		blk.registered = false
-		p.onEvict(blk.id.Sequence)
+		p.onEvict(blk.id)
 	default:
 		return 0, false
 	}

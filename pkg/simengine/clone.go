@@ -3,6 +3,8 @@ package simengine
 import (
 	"maps"
 	"slices"
+
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 )
 
 // Clone returns an engine in the same state as e (requests, cache, pending
@@ -12,6 +14,7 @@ import (
 func (e *Engine) Clone() *Engine {
 	c := &Engine{cfg: e.cfg, nextID: e.nextID, stats: e.stats, requests: make(map[string]*request, len(e.requests))}
 	c.pool = e.pool.clone(c.evicted)
+	c.host, c.loadMs = e.host.clone(), e.loadMs
 	copies := make(map[*request]*request, len(e.requests))
 	for id, r := range e.requests {
 		cr := *r
@@ -43,11 +46,23 @@ func (e *Engine) Clone() *Engine {
 }
 
 // clone copies the pool, telling onEvict of the copy's evictions.
-func (p *pool) clone(onEvict func(uint64)) *pool {
+func (p *pool) clone(onEvict func(kvhash.Block)) *pool {
 	c := *p
 	c.blocks = slices.Clone(p.blocks)
 	c.free = slices.Clone(p.free)
 	c.cache = maps.Clone(p.cache)
 	c.onEvict = onEvict
 	return &c
+}
+
+// clone copies the host tier, in the same order; nil stays nil.
+func (h *hostTier) clone() *hostTier {
+	if h == nil {
+		return nil
+	}
+	c := newHostTier(h.cap)
+	for b := h.head; b != nil; b = b.next {
+		c.add(b.id)
+	}
+	return c
 }

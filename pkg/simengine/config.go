@@ -18,6 +18,9 @@ type Config struct {
 	BlockSize int
 	// NumGPUBlocks is the number of KV blocks of the cache.
 	NumGPUBlocks int
+	// NumHostBlocks is the number of KV blocks of the host-memory tier
+	// that blocks evicted from the GPU go to (see hostTier); 0: none.
+	NumHostBlocks int
 	// MaxNumSeqs is the most requests running at once.
 	MaxNumSeqs int
 	// MaxNumBatchedTokens is the most tokens (prefill chunks plus one per
@@ -55,6 +58,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BlockSize <= 0:
 		return fmt.Errorf("%w: block size %d must be positive", ErrInvalidConfig, c.BlockSize)
+	case c.NumHostBlocks < 0:
+		return fmt.Errorf("%w: num host blocks %d must not be negative", ErrInvalidConfig, c.NumHostBlocks)
 	case c.NumGPUBlocks <= 0:
 		return fmt.Errorf("%w: num gpu blocks %d must be positive", ErrInvalidConfig, c.NumGPUBlocks)
 	case c.MaxNumSeqs <= 0:

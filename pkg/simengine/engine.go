@@ -50,7 +50,9 @@ import (
 	"slices"
 	"time"
 
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // Errors returned by Engine methods.
@@ -243,8 +245,10 @@ type Stats struct {
 	// prefix cache at each request's first admission (readmissions after a
 	// preemption do not count).
 	PrefixQueriedBlocks uint64
-	// PrefixHitBlocks counts those found in the cache.
+	// PrefixHitBlocks counts those found in the cache, on GPU or host.
 	PrefixHitBlocks uint64
+	// HostHitBlocks counts those of them loaded back from the host tier.
+	HostHitBlocks uint64
 	// PrefillTokens counts the prompt tokens computed.
 	PrefillTokens uint64
 	// GeneratedTokens counts the tokens generated.
@@ -339,6 +343,11 @@ type Engine struct {
 	nextID     uint64
 	events     []Event
 	stats      Stats
+	// host is the host-memory tier; nil without one.
+	host *hostTier
+	// loadMs is the time the step copies blocks back from host, in ms of
+	// the unscaled model.
+	loadMs float64
 }
 
 // New returns an empty engine, or an error wrapping ErrInvalidConfig.
@@ -348,6 +357,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, requests: make(map[string]*request), held: make(map[string]*request), nextID: 1}
 	e.pool = newPool(cfg.NumGPUBlocks, e.evicted)
+	e.host = newHostTier(cfg.NumHostBlocks)
 	return e, nil
 }
 
@@ -457,6 +467,9 @@ func (e *Engine) Reset() StepResult {
 	clear(e.held)
 	e.heldBlocks = 0
 	e.pool.clear()
+	if e.host != nil {
+		e.host.clear()
+	}
 	e.emit(Event{Kind: EventCleared})
 	res.Events = e.takeEvents()
 	return res
@@ -610,6 +623,10 @@ func (e *Engine) Step() StepResult {
 	if decode > 0 {
 		res.Duration += DecodeTime(usage, e.cfg.SpeedupRatio)
 	}
+	if e.loadMs > 0 {
+		res.Duration += scale(e.loadMs, e.cfg.SpeedupRatio)
+		e.loadMs = 0
+	}
 	res.PrefillTokens, res.DecodeTokens = prefill, decode
 	res.Events = e.takeEvents()
 	e.stats.Steps++
@@ -691,8 +708,14 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		}
 		hits++
 	}
-	n := min(len(r.tokens)-hits*bs, budget)
-	need := e.blocksFor(hits*bs+n) - hits
+	// The prefix goes on in the host tier: those blocks are loaded back,
+	// not computed.
+	loads := 0
+	for e.host != nil && hits+loads < maxHit && e.host.has(r.hashes[hits+loads].Sequence) {
+		loads++
+	}
+	n := min(len(r.tokens)-(hits+loads)*bs, budget)
+	need := e.blocksFor((hits+loads)*bs+n) - hits
 	if need > e.pool.available()-evictableHits {
 		return 0, false
 	}
@@ -701,9 +724,22 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		e.pool.acquire(b)
 		r.blocks = append(r.blocks, b)
 	}
+	// Loaded blocks leave the host before the allocation below evicts
+	// GPU blocks into it, which could push them out.
+	for i := hits; i < hits+loads; i++ {
+		e.host.take(r.hashes[i].Sequence)
+	}
 	for range need {
 		b, _ := e.pool.alloc()
 		r.blocks = append(r.blocks, b)
+	}
+	if loads > 0 {
+		r.computed = (hits + loads) * bs
+		r.registered = hits
+		e.registerFull(r) // back on GPU: stored events, on KV_MEDIUM_GPU
+		e.loadMs += float64(loads*bs) * timingmodel.DefaultCPULoadMsPerToken
+		e.stats.HostHitBlocks += uint64(loads)
+		hits += loads
 	}
 	r.computed = hits * bs
 	r.registered = hits
@@ -734,6 +770,7 @@ func (e *Engine) registerFull(r *request) {
 			ev = nil // a duplicate of a cached block: the run breaks here
 			continue
 		}
+		e.unhost(id.Sequence)
 		if ev == nil {
 			e.emit(Event{Kind: EventStored})
 			ev = &e.events[len(e.events)-1]
@@ -792,6 +829,7 @@ func (e *Engine) store(hashes []kvhash.Block) {
 		}
 		taken = append(taken, b)
 		e.pool.register(b, id)
+		e.unhost(id.Sequence)
 		if run < 0 {
 			e.emit(Event{Kind: EventStored})
 			run = len(e.events) - 1
@@ -819,7 +857,12 @@ func (e *Engine) releaseBlocks(r *request) {
 
 // evicted records the eviction of a cached block, merging consecutive
 // evictions into one removed event.
-func (e *Engine) evicted(seq uint64) {
+func (e *Engine) evicted(id kvhash.Block) {
+	if e.host != nil {
+		e.offload(id)
+		return
+	}
+	seq := id.Sequence
 	if n := len(e.events); n > 0 && e.events[n-1].Kind == EventRemoved {
 		e.events[n-1].Removed = append(e.events[n-1].Removed, seq)
 		return
@@ -829,6 +872,10 @@ func (e *Engine) evicted(seq uint64) {
 
 // emit appends an event with the next id.
 func (e *Engine) emit(ev Event) {
+	if e.host != nil && ev.Kind != EventCleared && ev.Medium == workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED {
+		// With a host tier every event says its medium.
+		ev.Medium = workerv1.KvMedium_KV_MEDIUM_GPU
+	}
 	ev.ID = e.nextID
 	e.nextID++
 	e.events = append(e.events, ev)

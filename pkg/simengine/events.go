@@ -54,13 +54,16 @@ type Event struct {
 	Blocks []kvhash.Block
 	// Removed are the sequence hashes of evicted blocks (EventRemoved).
 	Removed []uint64
+	// Medium is where the blocks are stored, or were removed from, for an
+	// engine with a host tier (see hostTier); unspecified without one.
+	Medium workerv1.KvMedium
 }
 
 // Proto returns the event as a worker protocol message.
 func (e Event) Proto() *workerv1.KvCacheEvent {
 	switch e.Kind {
 	case EventStored:
-		s := &workerv1.KvBlocksStored{Blocks: make([]*workerv1.KvBlock, len(e.Blocks))}
+		s := &workerv1.KvBlocksStored{Blocks: make([]*workerv1.KvBlock, len(e.Blocks)), Medium: e.Medium}
 		if e.HasParent {
 			s.ParentSequenceHash = &e.Parent
 		}
@@ -70,7 +73,7 @@ func (e Event) Proto() *workerv1.KvCacheEvent {
 		return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: s}}
 	case EventRemoved:
 		return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{
-			Removed: &workerv1.KvBlocksRemoved{SequenceHashes: e.Removed},
+			Removed: &workerv1.KvBlocksRemoved{SequenceHashes: e.Removed, Medium: e.Medium},
 		}}
 	default:
 		return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Cleared{Cleared: &workerv1.KvCacheCleared{}}}

@@ -30,7 +30,12 @@ func DecodeTime(usage, speedup float64) time.Duration {
 // budget. A speed-up of 0 (no delay) publishes the unscaled model, since
 // relative costs are what a router needs.
 func (c Config) Timing() timingmodel.Model {
-	m := timingmodel.Default().Scaled(c.SpeedupRatio)
+	m := timingmodel.Default()
+	if c.NumHostBlocks > 0 {
+		// The host tier's load time, which the engine pays (see hostTier).
+		m.CPULoadPerToken = timingmodel.DefaultCPULoadMsPerToken
+	}
+	m = m.Scaled(c.SpeedupRatio)
 	m.MaxBatchedTokens = c.MaxNumBatchedTokens
 	return m
 }

@@ -104,6 +104,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	worker.RegisterParserFlags(fs, &c.ToolCallParser, &c.ReasoningParser, toolcall.Qwen3, reasoning.Qwen3)
 	fs.IntVar(&c.Engine.BlockSize, "block-size", c.Engine.BlockSize, "KV block size in tokens")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "num-gpu-blocks", c.Engine.NumGPUBlocks, "KV blocks of the simulated GPU")
+	fs.IntVar(&c.Engine.NumHostBlocks, "host-kv-blocks", c.Engine.NumHostBlocks, "KV blocks of a host-memory tier: blocks evicted from the GPU go there (published as stores on medium cpu) and a later prefix hit loads them back at the published CPU load time instead of recomputing them; 0: none")
 	fs.IntVar(&c.Engine.MaxNumSeqs, "max-num-seqs", c.Engine.MaxNumSeqs, "most requests running at once")
 	fs.IntVar(&c.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", c.Engine.MaxNumBatchedTokens, "most tokens per step")
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup-ratio", 1.0, "divides every simulated duration; 0 runs as fast as possible")
@@ -284,7 +285,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	g, gctx := errgroup.WithContext(ctx)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	g.Go(func() error { return runner.Run(engineCtx) })
-	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks,
+	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks, "host_kv_blocks", cfg.Engine.NumHostBlocks,
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained

@@ -275,6 +275,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"negative speed-up", []string{"--speedup-ratio", "-1"}, nil},
 		{"zero blocks", []string{"--num-gpu-blocks", "0"}, nil},
+		{"negative host blocks", []string{"--host-kv-blocks", "-1"}, nil},
 		{"bad request plane", nil, map[string]string{"DYN_REQUEST_PLANE": "carrier-pigeon"}},
 		{"zero handoff timeout", []string{"--handoff-timeout", "0s"}, nil},
 		{"negative handoff timeout", []string{"--handoff-timeout", "-1s"}, nil},

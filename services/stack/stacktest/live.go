@@ -90,7 +90,12 @@ func StartLive(t testing.TB, ctx context.Context, n int, mockerArgs ...string) *
 // does: route, stream, mark the prefill complete at the first token, free.
 // It returns the worker and the engine's usage.
 func (s *Live) Play(ctx context.Context, id string, prompt []uint32, maxTokens int) (uint64, *workerv1.Usage, error) {
-	resp, err := s.RPC.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: s.target, TokenIds: prompt})
+	return s.PlayExcept(ctx, id, prompt, maxTokens)
+}
+
+// PlayExcept is Play with the workers exclude ruled out of the decision.
+func (s *Live) PlayExcept(ctx context.Context, id string, prompt []uint32, maxTokens int, exclude ...uint64) (uint64, *workerv1.Usage, error) {
+	resp, err := s.RPC.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: s.target, TokenIds: prompt, ExcludeInstanceIds: exclude})
 	if err != nil {
 		return 0, nil, err
 	}
