@@ -17,6 +17,10 @@ import (
 // 0.1 s and a fraction of the stack.
 const MaxMacroCalls = 1 << 16
 
+// macroCallLimit is the bound macroGuard applies: MaxMacroCalls, lowered
+// only by tests that need a runaway recursion to end sooner.
+var macroCallLimit = MaxMacroCalls
+
 // guardName is the template variable whose call counts macro calls; no
 // template uses it.
 const guardName = "__switchyard_macro_guard"
@@ -61,8 +65,8 @@ func macroGuard() jinja.Value {
 	calls := 0
 	return jinja.NewCallable(guardName, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
 		calls++
-		if calls > MaxMacroCalls {
-			return jinja.Undefined(), fmt.Errorf("the template called its macros more than %d times (a macro that calls itself without end?)", MaxMacroCalls)
+		if calls > macroCallLimit {
+			return jinja.Undefined(), fmt.Errorf("the template called its macros more than %d times (a macro that calls itself without end?)", macroCallLimit)
 		}
 		return jinja.None(), nil
 	})

@@ -11,10 +11,14 @@ import (
 
 // TestUnboundedMacroRecursionIsARenderError: a macro that calls itself
 // without end, or two that call each other, fail the rendering with
-// ErrRender naming the bound. The engine has no recursion limit: before,
-// the rendering overflowed the stack, a fatal error that killed the
+// ErrRender naming the bound. The engine has no recursion limit: without
+// the bound, the rendering overflows the stack, a fatal error that kills the
 // process (this test binary, or a frontend given such a template).
 func TestUnboundedMacroRecursionIsARenderError(t *testing.T) {
+	// Every shape ends at whatever the limit is; a lower one keeps the three
+	// runaways short under the race detector (TestMacroCallsLimit checks
+	// MaxMacroCalls itself).
+	LowerMacroCallLimit(t, 1<<10)
 	for _, src := range []string{
 		`{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}`,
 		`{%- macro a(x) -%}{{ b(x) }}{%- endmacro -%}{%- macro b(x) -%}{{ a(x ~ 'y') }}{%- endmacro -%}{{ a('') }}`,
@@ -25,8 +29,8 @@ func TestUnboundedMacroRecursionIsARenderError(t *testing.T) {
 			t.Fatalf("Parse(%q) = %v", src, err)
 		}
 		_, err = tmpl.Render(Input{})
-		if !errors.Is(err, ErrRender) || !strings.Contains(err.Error(), fmt.Sprint(MaxMacroCalls)) {
-			t.Fatalf("Render(%q) = %v; want ErrRender naming %d", src, err, MaxMacroCalls)
+		if !errors.Is(err, ErrRender) || !strings.Contains(err.Error(), fmt.Sprint(macroCallLimit)) {
+			t.Fatalf("Render(%q) = %v; want ErrRender naming %d", src, err, macroCallLimit)
 		}
 	}
 }
@@ -34,6 +38,11 @@ func TestUnboundedMacroRecursionIsARenderError(t *testing.T) {
 // TestMacroCallsLimit: a rendering may call its macros MaxMacroCalls times,
 // not one more.
 func TestMacroCallsLimit(t *testing.T) {
+	if testing.Short() {
+		// The count is the same code at any bound; the long form checks
+		// that MaxMacroCalls nested calls fit the stack.
+		LowerMacroCallLimit(t, 1<<10)
+	}
 	tmpl, err := Parse(`{% macro m(n) %}{% if n > 0 %}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(depth) }}ok`)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +50,7 @@ func TestMacroCallsLimit(t *testing.T) {
 	for _, tc := range []struct {
 		calls int
 		ok    bool
-	}{{MaxMacroCalls, true}, {MaxMacroCalls + 1, false}} {
+	}{{macroCallLimit, true}, {macroCallLimit + 1, false}} {
 		out, err := tmpl.Render(Input{Extra: map[string]any{"depth": tc.calls - 1}})
 		if tc.ok && (err != nil || out != "ok") {
 			t.Fatalf("%d calls: %q, %v; want ok", tc.calls, out, err)
