@@ -6,7 +6,7 @@ import (
 	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/services/router/routertest"
+	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
 // TestLiveHostTier runs three mockers with a small GPU cache (64 blocks)
@@ -20,7 +20,7 @@ import (
 func TestLiveHostTier(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := routertest.StartLive(t, ctx, 3, "--num-gpu-blocks", "64", "--host-kv-blocks", "256", "--no-delay")
+	s := stacktest.StartLive(t, ctx, 3, "--num-gpu-blocks", "64", "--host-kv-blocks", "256", "--no-delay")
 	seq := func(from, n int) []uint32 {
 		p := make([]uint32, n)
 		for i := range p {
