@@ -330,8 +330,10 @@ func (o observer) send(ev *routerv1.ReplicaEvent) {
 	})
 }
 
-func (o observer) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session string) {
-	o.send(core.SessionRoutedEvent(id, w, prefill, hashes, leg, session))
+func (o observer) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session, lora string) {
+	ev := core.SessionRoutedEvent(id, w, prefill, hashes, leg, session)
+	ev.GetRouted().LoraName = lora
+	o.send(ev)
 }
 func (o observer) PrefillDone(id string) { o.send(core.PrefillDoneEvent(id)) }
 func (o observer) Freed(id string)       { o.send(core.FreedEvent(id)) }

@@ -21,6 +21,17 @@
 // prompt's and from those under another salt, while local hashes stay the
 // tokens' own. The root's bytes start with a tag, so that a salt can never
 // be mistaken for another input mixed the same way.
+//
+// A LoRA adapter is mixed into every block, as vLLM puts the adapter's name
+// (lora_name, since vLLM 0.11.1: vllm/v1/core/kv_cache_utils.py
+// _gen_lora_extra_hash_keys, before the salt in generate_block_hash_extra_keys)
+// in every block's extra hash keys: a block's sequence hash is
+// SequenceHash(SequenceHash(parent, LoRAKey(name)), local), parent being the
+// previous block's sequence hash, and for the first block the salt's root
+// when salted and 0 otherwise. Caches of two adapters, or of an adapter and
+// its base model, then share no block, and the adapter's key is tagged apart
+// from a salt's root (vLLM's flat tuple of extra keys lets an adapter's name
+// and a salt collide).
 package kvhash
 
 import (
@@ -155,10 +166,37 @@ func SaltRoot(salt string) uint64 {
 	return xxh3.HashSeed(append(b, salt...), Seed)
 }
 
+// loraTag starts the bytes of every adapter's key.
+const loraTag = "switchyard.lora:"
+
+// LoRAKey is what a LoRA adapter mixes into each block's sequence hash:
+// XXH3-64, seeded with Seed, of loraTag followed by the adapter's name.
+func LoRAKey(name string) uint64 {
+	var stack [256]byte
+	b := append(stack[:0], loraTag...)
+	return xxh3.HashSeed(append(b, name...), Seed)
+}
+
+// Extra is what a request mixes into its blocks' hashes besides its
+// tokens. The zero value mixes nothing.
+type Extra struct {
+	// Salt is the tenant's cache salt, mixed into the first block.
+	Salt string
+	// LoRA is the adapter's name, mixed into every block.
+	LoRA string
+}
+
 // SaltedHashes is Hashes for a request with a cache salt: the first
 // block's sequence hash chains from SaltRoot(salt). An empty salt is
 // none: the result is Hashes'.
 func SaltedHashes(tokens []uint32, blockSize int, salt string, dst []Block) []Block {
+	return ExtraHashes(tokens, blockSize, Extra{Salt: salt}, dst)
+}
+
+// ExtraHashes is Hashes for a request with a cache salt and a LoRA
+// adapter, either or both empty (see the package doc for how each is
+// mixed). With neither, the result is Hashes'.
+func ExtraHashes(tokens []uint32, blockSize int, e Extra, dst []Block) []Block {
 	if blockSize <= 0 {
 		panic(fmt.Sprintf("kvhash: block size must be positive, got %d", blockSize))
 	}
@@ -167,15 +205,21 @@ func SaltedHashes(tokens []uint32, blockSize int, salt string, dst []Block) []Bl
 		return dst
 	}
 	dst = grow(dst, n)
-	var parent uint64
-	chained := salt != ""
+	var parent, key uint64
+	chained, keyed := e.Salt != "", e.LoRA != ""
 	if chained {
-		parent = SaltRoot(salt)
+		parent = SaltRoot(e.Salt)
+	}
+	if keyed {
+		key = LoRAKey(e.LoRA)
 	}
 	for i := range n {
 		local := LocalHash(tokens[i*blockSize : (i+1)*blockSize])
 		seq := local
-		if i > 0 || chained {
+		switch {
+		case keyed:
+			seq = SequenceHash(SequenceHash(parent, key), local)
+		case i > 0 || chained:
 			seq = SequenceHash(parent, local)
 		}
 		dst = append(dst, Block{Local: local, Sequence: seq})
@@ -204,9 +248,12 @@ type Hasher struct {
 	parent    uint64
 	blocks    int
 	// root is the salt's root, which the first block chains from when
-	// salted (see SaltedHashes).
+	// salted (see SaltedHashes); key is the adapter's, mixed into every
+	// block when keyed (see ExtraHashes).
 	root   uint64
 	salted bool
+	key    uint64
+	keyed  bool
 }
 
 // NewHasher returns a Hasher for blocks of blockSize tokens. It panics if
@@ -221,9 +268,18 @@ func NewHasher(blockSize int) *Hasher {
 // NewSaltedHasher is NewHasher for a sequence with a cache salt, whose
 // blocks it names as SaltedHashes does; an empty salt is none.
 func NewSaltedHasher(blockSize int, salt string) *Hasher {
+	return NewExtraHasher(blockSize, Extra{Salt: salt})
+}
+
+// NewExtraHasher is NewHasher for a sequence with a cache salt and a LoRA
+// adapter, whose blocks it names as ExtraHashes does.
+func NewExtraHasher(blockSize int, e Extra) *Hasher {
 	h := NewHasher(blockSize)
-	if salt != "" {
-		h.root, h.salted = SaltRoot(salt), true
+	if e.Salt != "" {
+		h.root, h.salted = SaltRoot(e.Salt), true
+	}
+	if e.LoRA != "" {
+		h.key, h.keyed = LoRAKey(e.LoRA), true
 	}
 	return h
 }
@@ -258,6 +314,12 @@ func (h *Hasher) complete(block []uint32) Block {
 	local := LocalHash(block)
 	seq := local
 	switch {
+	case h.keyed:
+		parent := h.parent
+		if h.blocks == 0 {
+			parent = h.root // 0 when not salted
+		}
+		seq = SequenceHash(SequenceHash(parent, h.key), local)
 	case h.blocks > 0:
 		seq = SequenceHash(h.parent, local)
 	case h.salted:
@@ -286,7 +348,7 @@ func (h *Hasher) Clone() *Hasher {
 }
 
 // Reset empties the Hasher so that it starts a new sequence (under the
-// same salt).
+// same salt and adapter).
 func (h *Hasher) Reset() {
 	h.pending = h.pending[:0]
 	h.parent = 0

@@ -370,3 +370,78 @@ func TestSaltedHashes(t *testing.T) {
 		})
 	}
 }
+
+// TestLoRAHashes pins the adapter's mixing: every block's sequence hash is
+// SequenceHash(SequenceHash(parent, key), local) with the key the library's
+// XXH3 of the tag and the name and the first parent the salt's root or 0;
+// local hashes stay the tokens' own; the Hasher agrees; and no sequence
+// hash is shared between two adapters, an adapter and the base model, or
+// an adapter under a salt and the same adapter without.
+func TestLoRAHashes(t *testing.T) {
+	tokens := make([]uint32, 5*16+3)
+	for i := range tokens {
+		tokens[i] = uint32(i*104729 + 3)
+	}
+	plain := Hashes(tokens, 16, nil)
+	for _, tc := range []struct {
+		name string
+		e    Extra
+	}{
+		{"none", Extra{}},
+		{"adapter", Extra{LoRA: "sql-lora"}},
+		{"other adapter", Extra{LoRA: "sql-lora2"}},
+		{"one byte", Extra{LoRA: "a"}},
+		{"adapter and salt", Extra{LoRA: "sql-lora", Salt: "tenant-a"}},
+		{"salt only", Extra{Salt: "tenant-a"}},
+		{"name equal to a salt", Extra{LoRA: "tenant-a"}},
+		{"long", Extra{LoRA: strings.Repeat("lora", 100)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ExtraHashes(tokens, 16, tc.e, nil)
+			if len(got) != len(plain) {
+				t.Fatalf("%d blocks, want %d", len(got), len(plain))
+			}
+			h := NewExtraHasher(16, tc.e)
+			inc := h.Append(tokens[:7], nil)
+			inc = h.Append(tokens[7:], inc)
+			if !slices.Equal(inc, got) {
+				t.Fatalf("the Hasher gave %v, ExtraHashes %v", inc, got)
+			}
+			if tc.e.LoRA == "" {
+				if want := SaltedHashes(tokens, 16, tc.e.Salt, nil); !slices.Equal(got, want) {
+					t.Fatalf("without an adapter ExtraHashes is not SaltedHashes")
+				}
+				return
+			}
+			key := xxh3.HashSeed([]byte("switchyard.lora:"+tc.e.LoRA), Seed)
+			if k := LoRAKey(tc.e.LoRA); k != key {
+				t.Fatalf("LoRAKey = %x, want %x", k, key)
+			}
+			var parent uint64
+			if tc.e.Salt != "" {
+				parent = SaltRoot(tc.e.Salt)
+			}
+			for i := range got {
+				if got[i].Local != plain[i].Local {
+					t.Errorf("block %d: local hash changed", i)
+				}
+				if want := sequenceHashReference(sequenceHashReference(parent, key), plain[i].Local); got[i].Sequence != want {
+					t.Errorf("block %d: %x, want %x", i, got[i].Sequence, want)
+				}
+				parent = got[i].Sequence
+			}
+			for _, other := range []Extra{{}, {LoRA: tc.e.LoRA + "'"}, {LoRA: tc.e.LoRA, Salt: tc.e.Salt + "'"}, {Salt: tc.e.LoRA}} {
+				o := ExtraHashes(tokens, 16, other, nil)
+				for i := range got {
+					if got[i].Sequence == o[i].Sequence {
+						t.Errorf("block %d: shared with %+v", i, other)
+					}
+				}
+			}
+			h.Reset()
+			if again := h.Append(tokens, nil); !slices.Equal(again, got) {
+				t.Fatalf("a reset Hasher forgot its adapter")
+			}
+		})
+	}
+}

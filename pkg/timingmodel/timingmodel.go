@@ -30,6 +30,9 @@ type Model struct {
 	// Zero is DefaultCPULoadMsPerToken, DefaultDiskLoadMsPerToken (see
 	// LoadMsPerToken).
 	CPULoadPerToken, DiskLoadPerToken float64
+	// LoraLoadMs is the time to load a LoRA adapter into a free slot
+	// before a request with it can start.
+	LoraLoadMs float64
 }
 
 // The default load times per token of the lower cache tiers, for a worker
@@ -71,6 +74,13 @@ func (m *Model) LoadMsPerToken(disk bool) float64 {
 	return DefaultCPULoadMsPerToken
 }
 
+// DefaultLoraLoadMs is the adapter load time a router assumes of a worker
+// that publishes none: the order of a rank-16 adapter of a 7-8B model
+// (tens of MB) copied from host memory into the GPU and set up by the
+// engine. An adapter read from disk takes longer; a worker that knows
+// publishes its own.
+const DefaultLoraLoadMs = 25
+
 // Default is Dynamo's mocker fit of vLLM on an H100, with vLLM's default
 // 8192 tokens per step: what a router assumes of a worker that publishes
 // no model, and what the engine adapter publishes unless told otherwise.
@@ -78,7 +88,7 @@ func Default() Model {
 	return Model{
 		PrefillQuadratic: 4.209989e-7, PrefillPerToken: 1.518344e-2, PrefillPerBatch: 16.50142,
 		DecodeQuadratic: -25.74, DecodeLinear: 54.01, DecodeBase: 5.74, DecodeMin: 1,
-		MaxBatchedTokens: 8192,
+		MaxBatchedTokens: 8192, LoraLoadMs: DefaultLoraLoadMs,
 	}
 }
 
@@ -127,13 +137,14 @@ func (m Model) Valid() bool {
 	// Unrolled, without a slice: the router asks this per worker and
 	// decision.
 	if !finite(m.PrefillQuadratic) || !finite(m.PrefillPerToken) || !finite(m.PrefillPerBatch) ||
-		!finite(m.DecodeQuadratic) || !finite(m.DecodeLinear) || !finite(m.DecodeBase) || !finite(m.DecodeMin) {
+		!finite(m.DecodeQuadratic) || !finite(m.DecodeLinear) || !finite(m.DecodeBase) || !finite(m.DecodeMin) ||
+		!finite(m.LoraLoadMs) {
 		return false
 	}
 	if !finite(m.CPULoadPerToken) || !finite(m.DiskLoadPerToken) || m.CPULoadPerToken < 0 || m.DiskLoadPerToken < 0 {
 		return false
 	}
-	return m.MaxBatchedTokens > 0 && m.PrefillQuadratic >= 0 && m.PrefillPerToken >= 0 && m.PrefillPerBatch >= 0 &&
+	return m.MaxBatchedTokens > 0 && m.LoraLoadMs >= 0 && m.PrefillQuadratic >= 0 && m.PrefillPerToken >= 0 && m.PrefillPerBatch >= 0 &&
 		m.PrefillMs(1) > 0 && m.DecodeMin >= 0
 }
 
@@ -152,6 +163,7 @@ func (m *Model) Same(o *Model) bool {
 		math.Float64bits(m.DecodeMin)^math.Float64bits(o.DecodeMin)|
 		math.Float64bits(m.CPULoadPerToken)^math.Float64bits(o.CPULoadPerToken)|
 		math.Float64bits(m.DiskLoadPerToken)^math.Float64bits(o.DiskLoadPerToken)|
+		math.Float64bits(m.LoraLoadMs)^math.Float64bits(o.LoraLoadMs)|
 		uint64(m.MaxBatchedTokens^o.MaxBatchedTokens) == 0
 }
 
@@ -163,6 +175,7 @@ func (m Model) Proto() *workerv1.TimingModel {
 		MaxBatchedTokens:   uint32(min(m.MaxBatchedTokens, math.MaxUint32)),
 		CpuLoadMsPerToken:  m.CPULoadPerToken,
 		DiskLoadMsPerToken: m.DiskLoadPerToken,
+		LoraLoadMs:         m.LoraLoadMs,
 	}
 }
 
@@ -178,6 +191,11 @@ func FromProto(p *workerv1.TimingModel) Model {
 		DecodeQuadratic: p.GetDecodeMsQuadratic(), DecodeLinear: p.GetDecodeMsLinear(), DecodeBase: p.GetDecodeMsBase(), DecodeMin: p.GetDecodeMsMin(),
 		MaxBatchedTokens: int(p.GetMaxBatchedTokens()),
 		CPULoadPerToken:  p.GetCpuLoadMsPerToken(), DiskLoadPerToken: p.GetDiskLoadMsPerToken(),
+		LoraLoadMs: p.GetLoraLoadMs(),
+	}
+	if m.LoraLoadMs == 0 {
+		// Unset: a worker that says nothing of adapters.
+		m.LoraLoadMs = DefaultLoraLoadMs
 	}
 	if !m.Valid() {
 		return Default()

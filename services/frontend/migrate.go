@@ -115,7 +115,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)
 		}
 		rctx, span := startSpan(ctx, "frontend.route", attribute.Int("switchyard.attempt", attempt))
-		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(pair.exclude(s, exclude)), routeKeys{session: j.p.session, salt: j.p.cacheSalt})
+		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(pair.exclude(s, exclude)), routeKeys{session: j.p.session, salt: j.p.cacheSalt, lora: j.p.lora})
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
 		}
@@ -218,7 +218,7 @@ func (s *Service) generateRequest(id string, j *job, tokens []uint32, out *outco
 	}
 	req := &workerv1.GenerateRequest{RequestId: id, TokenIds: tokens, Sampling: j.p.sampling, Model: j.model,
 		Stop: &workerv1.StopConditions{StopTokenIds: j.p.stopTokenIDs, IgnoreEos: j.p.ignoreEOS}, Logprobs: j.p.logprobs,
-		GuidedDecoding: j.p.guided, Leg: leg, Handoff: h, CacheSalt: j.p.cacheSalt}
+		GuidedDecoding: j.p.guided, Leg: leg, Handoff: h, CacheSalt: j.p.cacheSalt, LoraName: j.p.lora}
 	if j.wantsPromptLogprobs() {
 		req.PromptLogprobs = j.p.promptLogprobs
 	}

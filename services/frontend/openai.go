@@ -132,6 +132,10 @@ type genParams struct {
 	// cacheSalt is the tenant's cache salt, empty for none: the router
 	// and the worker hash the prompt's first block with it.
 	cacheSalt string
+	// lora is the LoRA adapter the client named as its model, empty for
+	// the base model: serve sets it, and model to the adapter's base, once
+	// the request's sinks have the name the client gave.
+	lora string
 	// session is the conversation's session id (the x-session-id or
 	// X-Dynamo-Session-ID header), empty for none: the router keeps its
 	// turns on one worker (sessions.go).
@@ -578,6 +582,10 @@ type modelJSON struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root and Parent are set for a LoRA adapter, as vLLM lists one: its
+	// path (when its worker gave one) and its base model.
+	Root   string `json:"root,omitempty"`
+	Parent string `json:"parent,omitempty"`
 }
 
 type modelList struct {

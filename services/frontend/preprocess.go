@@ -79,21 +79,42 @@ func (c *catalog) onInstances(changes []registryclient.Change[*registryv1.Instan
 }
 
 // card returns a card of model, preferring one whose instance is live, or
-// nil when no card names the model.
+// nil when no card names the model. A model that no card names as its
+// model but one lists as a LoRA adapter is that adapter: the card returned
+// is then one of its base model that lists it (its ModelName differs from
+// model).
 func (c *catalog) card(model string) *registryv1.ModelCard {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	var found *registryv1.ModelCard
+	var found, adapter *registryv1.ModelCard
+	adapterLive := false
 	for _, card := range c.cards {
+		live := c.instances[card.GetInstanceId()] > 0
 		if card.GetModelName() != model {
+			if !adapterLive && listsAdapter(card, model) {
+				adapter, adapterLive = card, live
+			}
 			continue
 		}
-		if c.instances[card.GetInstanceId()] > 0 {
+		if live {
 			return card
 		}
 		found = card
 	}
+	if found == nil {
+		return adapter
+	}
 	return found
+}
+
+// listsAdapter says whether card lists a LoRA adapter named name.
+func listsAdapter(card *registryv1.ModelCard, name string) bool {
+	for _, l := range card.GetLoraAdapters() {
+		if l.GetName() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // modelInstances returns the live instances that serve model.
@@ -126,19 +147,42 @@ func (c *catalog) embedders(model string) []embedTarget {
 	return out
 }
 
-// models returns the served model names, sorted.
-func (c *catalog) models() []string {
+// listedModel is a model as /v1/models lists it: a LoRA adapter has its
+// base model as parent, and its path as root when its card gives one.
+type listedModel struct{ id, parent, root string }
+
+// models returns the served models, then the LoRA adapters their cards
+// list that no card serves as a model, sorted by name.
+func (c *catalog) models() []listedModel {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	set := map[string]bool{}
+	set := map[string]listedModel{}
 	for _, card := range c.cards {
-		set[card.GetModelName()] = true
+		set[card.GetModelName()] = listedModel{id: card.GetModelName()}
 	}
-	out := make([]string, 0, len(set))
-	for m := range set {
+	for _, card := range c.cards {
+		for _, l := range card.GetLoraAdapters() {
+			if m, ok := set[l.GetName()]; ok && (m.parent == "" || m.root != "") {
+				continue // a model, or an adapter already listed with its path
+			}
+			set[l.GetName()] = listedModel{id: l.GetName(), parent: card.GetModelName(), root: l.GetPath()}
+		}
+	}
+	out := make([]listedModel, 0, len(set))
+	for _, m := range set {
 		out = append(out, m)
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// modelNames returns the names models lists.
+func (c *catalog) modelNames() []string {
+	ms := c.models()
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.id
+	}
 	return out
 }
 

@@ -106,8 +106,9 @@ func (r *routing) close() {
 }
 
 // routeKeys are what a request carries beside its tokens that the router
-// keys its decision on: its session id and its cache salt (empty: none).
-type routeKeys struct{ session, salt string }
+// keys its decision on: its session id, its cache salt and its LoRA
+// adapter (empty: none).
+type routeKeys struct{ session, salt, lora string }
 
 // route chooses a worker for one attempt of a request. The router client
 // fails over between replicas; when none answers, the in-process fallback
@@ -115,7 +116,11 @@ type routeKeys struct{ session, salt string }
 func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, exclude []uint64, keys routeKeys) (decision, error) {
 	// The frontend uses only the decision, not the list of every worker.
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
-		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true, SessionId: keys.session, CacheSalt: keys.salt}
+		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true, SessionId: keys.session, CacheSalt: keys.salt, LoraName: keys.lora}
+	if keys.lora != "" {
+		// Errors name what the client asked for.
+		model = fmt.Sprintf("%s (LoRA adapter %s)", model, keys.lora)
+	}
 	for i, remote := range r.remotes {
 		rctx, cancel := context.WithTimeout(ctx, routeTimeout)
 		resp, err := r.streams[i].route(rctx, req)

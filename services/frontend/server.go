@@ -736,6 +736,12 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registryv1.ModelCard, a *assets, prompt []uint32, p genParams, promptParam string) {
 	start := time.Now()
 	s.testPoint(pointServe)
+	if base := card.GetModelName(); base != p.model {
+		// The client named a LoRA adapter of base (catalog.card): the
+		// sinks answer with its name, the router and the worker take the
+		// base model and the adapter.
+		p.lora, p.model = p.model, base
+	}
 	session, err := sessionOf(r.Header)
 	if err != nil {
 		writeError(w, err)
@@ -949,13 +955,21 @@ func (s *Service) handleModel(w *recorder, r *http.Request) {
 		return
 	}
 	w.model = id
-	writeJSON(w, http.StatusOK, modelJSON{ID: id, Object: "model", Created: s.created, OwnedBy: "switchyard"})
+	for _, m := range s.catalog.models() {
+		if m.id == id {
+			writeJSON(w, http.StatusOK, modelJSON{ID: id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
+			return
+		}
+	}
+	writeError(w, fmt.Errorf("%w: the model %q does not exist", ErrUnknownModel, id))
 }
 
+// handleModels lists every model and LoRA adapter the live cards name, an
+// adapter with its base model as its parent (as vLLM lists them).
 func (s *Service) handleModels(w *recorder, _ *http.Request) {
 	list := modelList{Object: "list", Data: []modelJSON{}}
 	for _, m := range s.catalog.models() {
-		list.Data = append(list.Data, modelJSON{ID: m, Object: "model", Created: s.created, OwnedBy: "switchyard"})
+		list.Data = append(list.Data, modelJSON{ID: m.id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -964,7 +978,7 @@ func (s *Service) handleModels(w *recorder, _ *http.Request) {
 // model, 503 otherwise.
 func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	n := s.catalog.liveModelInstances()
-	body := map[string]any{"status": "healthy", "instances": n, "models": s.catalog.models()}
+	body := map[string]any{"status": "healthy", "instances": n, "models": s.catalog.modelNames()}
 	code := http.StatusOK
 	if n == 0 {
 		body["status"], code = "unhealthy", http.StatusServiceUnavailable

@@ -173,7 +173,7 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // report builds the status page's data.
 func (s *Service) statusReport(ctx context.Context) StatusReport {
 	mode, _ := s.cfg.mode()
-	rep := StatusReport{Time: time.Now().UTC(), RouterMode: string(mode), Models: s.catalog.models(), Workers: []StatusWorker{}, Window: []StatusPoint{},
+	rep := StatusReport{Time: time.Now().UTC(), RouterMode: string(mode), Models: s.catalog.modelNames(), Workers: []StatusWorker{}, Window: []StatusPoint{},
 		Admission: s.admission.status()}
 	stats, view := s.routerStats(ctx)
 	rep.RouterView = view

@@ -140,11 +140,18 @@ func FuzzValidateKV(f *testing.F) {
 }
 
 func FuzzValidateCard(f *testing.F) {
-	f.Add("ns", "c", "e", "Qwen/Qwen3-0.6B", uint32(16), "tokenizer.json", strings.Repeat("a", 64))
-	f.Add("ns", "c", "e", "", uint32(0), "", "xyz")
-	f.Fuzz(func(t *testing.T, ns, comp, ep, model string, block uint32, art, sum string) {
+	f.Add("ns", "c", "e", "Qwen/Qwen3-0.6B", uint32(16), "tokenizer.json", strings.Repeat("a", 64), "", "", "")
+	f.Add("ns", "c", "e", "", uint32(0), "", "xyz", "", "", "")
+	f.Add("ns", "c", "e", "m", uint32(16), "t", strings.Repeat("a", 64), "sql-lora", "sql-lora", "/adapters/sql")
+	f.Add("ns", "c", "e", "m", uint32(16), "t", strings.Repeat("a", 64), "m", "a\nb", "")
+	f.Fuzz(func(t *testing.T, ns, comp, ep, model string, block uint32, art, sum, lora1, lora2, path string) {
 		c := &registryv1.ModelCard{Namespace: ns, Component: comp, Endpoint: ep, ModelName: model, BlockSize: block,
 			Tokenizer: []*registryv1.TokenizerArtifact{{Name: art, Sha256: sum}}}
+		for _, l := range []string{lora1, lora2} {
+			if l != "" {
+				c.LoraAdapters = append(c.LoraAdapters, &registryv1.LoraAdapter{Name: l, Path: path})
+			}
+		}
 		err := validateCard(c)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
@@ -32,8 +33,18 @@ const (
 const (
 	// MaxEngineID bounds a KV transfer's engine id (vLLM's are UUIDs).
 	MaxEngineID = 256
-	// MaxDataParallelSize bounds a KV transfer's data-parallel size.
+	// MaxDataParallelSize bounds a KV transfer's data-parallel size, and
+	// a model card's.
 	MaxDataParallelSize = 1024
+)
+
+// Limits on a model card's LoRA adapters, enforced with the others.
+const (
+	// MaxLoraAdapters bounds the adapters one card lists, and its
+	// max_loras.
+	MaxLoraAdapters = 1024
+	// MaxLoraPath bounds an adapter's path.
+	MaxLoraPath = 4096
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
@@ -227,7 +238,44 @@ func validateCard(c *registryv1.ModelCard) error {
 			return fmt.Errorf("%w: tokenizer artifact %q sha256 must be 64 lower-case hex digits", ErrInvalid, a.GetName())
 		}
 	}
+	if err := validLoras(c); err != nil {
+		return err
+	}
+	if c.DataParallelSize > MaxDataParallelSize {
+		return fmt.Errorf("%w: card data_parallel_size %d is over the limit of %d", ErrInvalid, c.DataParallelSize, MaxDataParallelSize)
+	}
 	return validMetadata(c.Metadata)
+}
+
+// validLoras checks a card's LoRA adapters: at most MaxLoraAdapters, each
+// named as a model is (1 to MaxModelName bytes of UTF-8) without control
+// characters (a router refuses a request naming one), unique, other than
+// the card's model, with a UTF-8 path of at most MaxLoraPath bytes.
+func validLoras(c *registryv1.ModelCard) error {
+	if n := len(c.LoraAdapters); n > MaxLoraAdapters {
+		return fmt.Errorf("%w: card lists %d LoRA adapters, over the limit of %d", ErrInvalid, n, MaxLoraAdapters)
+	}
+	if c.MaxLoras > MaxLoraAdapters {
+		return fmt.Errorf("%w: card max_loras %d is over the limit of %d", ErrInvalid, c.MaxLoras, MaxLoraAdapters)
+	}
+	seen := make(map[string]bool, len(c.LoraAdapters))
+	for i, l := range c.LoraAdapters {
+		name := l.GetName()
+		if name == "" || len(name) > MaxModelName || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+			return fmt.Errorf("%w: LoRA adapter %d needs a name of 1..%d bytes of UTF-8 without control characters", ErrInvalid, i, MaxModelName)
+		}
+		if name == c.ModelName {
+			return fmt.Errorf("%w: LoRA adapter %q has the card's model name", ErrInvalid, name)
+		}
+		if seen[name] {
+			return fmt.Errorf("%w: LoRA adapter %q is listed twice", ErrInvalid, name)
+		}
+		seen[name] = true
+		if len(l.GetPath()) > MaxLoraPath || !utf8.ValidString(l.GetPath()) {
+			return fmt.Errorf("%w: LoRA adapter %q path must be valid UTF-8 of at most %d bytes", ErrInvalid, name, MaxLoraPath)
+		}
+	}
+	return nil
 }
 
 func sha256Hex(s string) bool {

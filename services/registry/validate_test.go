@@ -2,6 +2,7 @@ package registry
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +226,33 @@ func TestValidatorLimits(t *testing.T) {
 		{"kv transfer engine id (MaxEngineID)", func(n int) error {
 			return validDisaggregation(commonv1.Role_ROLE_PREFILL, &commonv1.KvTransfer{EngineId: strings.Repeat("e", n)})
 		}, MaxEngineID},
+		{"LoRA adapters (MaxLoraAdapters)", func(n int) error {
+			c := card("m", 1)
+			for i := range n {
+				c.LoraAdapters = append(c.LoraAdapters, &registryv1.LoraAdapter{Name: fmt.Sprint("lora-", i)})
+			}
+			return validateCard(c)
+		}, MaxLoraAdapters},
+		{"max_loras (MaxLoraAdapters)", func(n int) error {
+			c := card("m", 1)
+			c.MaxLoras = uint32(n)
+			return validateCard(c)
+		}, MaxLoraAdapters},
+		{"LoRA adapter name (MaxModelName)", func(n int) error {
+			c := card("m", 1)
+			c.LoraAdapters = []*registryv1.LoraAdapter{{Name: strings.Repeat("l", n)}}
+			return validateCard(c)
+		}, MaxModelName},
+		{"LoRA adapter path (MaxLoraPath)", func(n int) error {
+			c := card("m", 1)
+			c.LoraAdapters = []*registryv1.LoraAdapter{{Name: "l", Path: strings.Repeat("p", n)}}
+			return validateCard(c)
+		}, MaxLoraPath},
+		{"card data-parallel size (MaxDataParallelSize)", func(n int) error {
+			c := card("m", 1)
+			c.DataParallelSize = uint32(n)
+			return validateCard(c)
+		}, MaxDataParallelSize},
 		{"kv transfer data-parallel size (MaxDataParallelSize)", func(n int) error {
 			return validDisaggregation(commonv1.Role_ROLE_DECODE, &commonv1.KvTransfer{DataParallelSize: uint32(n)})
 		}, MaxDataParallelSize},

@@ -71,11 +71,13 @@ func (s *syncer) send(ns string, ev *routerv1.ReplicaEvent) {
 	}
 }
 
-func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session string) {
+func (s *syncer) Routed(id, ns string, w index.WorkerID, prefill int, hashes []uint64, leg core.Leg, session, lora string) {
 	s.mu.Lock()
 	s.nsOf[id] = ns
 	s.mu.Unlock()
-	s.send(ns, core.SessionRoutedEvent(id, w, prefill, hashes, leg, session))
+	ev := core.SessionRoutedEvent(id, w, prefill, hashes, leg, session)
+	ev.GetRouted().LoraName = lora
+	s.send(ns, ev)
 }
 
 func (s *syncer) PrefillDone(id string) {

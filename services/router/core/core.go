@@ -55,10 +55,12 @@ const (
 // endpointKey names an endpoint.
 type endpointKey struct{ ns, comp, ep string }
 
-// targetKey names a target: a model, or an endpoint.
+// targetKey names a target: a model, or an endpoint, and the LoRA adapter
+// its candidates must serve (empty: any).
 type targetKey struct {
 	model string
 	ep    endpointKey
+	lora  string
 }
 
 // targetCands are a target's live workers, sorted by instance id, and
@@ -151,6 +153,10 @@ type Core struct {
 	sessions *sessions
 	// tierBlind keeps GPU blocks only (Config.KVTiers false).
 	tierBlind bool
+	// loras are the adapters the workers serve, have loaded and run (see
+	// lora.go); adapterBlind is Config's AdapterBlind.
+	loras        *adapters
+	adapterBlind bool
 }
 
 type eventStats struct {
@@ -214,6 +220,11 @@ type Config struct {
 	// lower tiers (see index.SetTierTTL); 0 never.
 	KVTiers   bool
 	KVTierTTL time.Duration
+	// AdapterBlind prices no LoRA adapter load: a request with an adapter
+	// still goes only to workers that serve it, but as if every one had
+	// it loaded. It is the lab's comparison for adapter-aware routing, not
+	// a setting of the service.
+	AdapterBlind bool
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -251,6 +262,8 @@ func New(cfg Config) *Core {
 		bytesPerToken: cfg.KVBytesPerToken,
 		transferRTT:   cfg.KVTransferRTT,
 		sessions:      newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.SessionAffinity),
+		loras:         newAdapters(),
+		adapterBlind:  cfg.AdapterBlind,
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
@@ -344,6 +357,7 @@ func (c *Core) removeInstance(id uint64) {
 	c.load.RemoveWorker(index.WorkerID{Instance: id})
 	c.legs.load.RemoveWorker(index.WorkerID{Instance: id})
 	c.sessions.removeInstance(id)
+	c.loras.removeInstance(id)
 }
 
 // OnModels applies registry model card changes.
@@ -355,6 +369,7 @@ func (c *Core) OnModels(changes []registryclient.Change[*registryv1.ModelCard]) 
 	for _, ch := range changes {
 		card := ch.Item
 		k := endpointKey{card.Namespace, card.Component, card.Endpoint}
+		c.loras.cardLocked(card, ch.Deleted)
 		eps := c.models[card.ModelName]
 		if ch.Deleted {
 			if eps != nil {
@@ -410,10 +425,10 @@ func (c *Core) timingLocked(id uint64) *timingmodel.Model {
 // id (grouped by role first for a disaggregated model: see pools), their
 // ids, their block size and their pools. The slices are shared: callers
 // must not modify them.
-func (c *Core) candidates(t *routerv1.Target, exclude []uint64) ([]candidate, []index.WorkerID, int, *pools, error) {
+func (c *Core) candidates(t *routerv1.Target, lora string, exclude []uint64) ([]candidate, []index.WorkerID, int, *pools, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var key targetKey
+	key := targetKey{lora: lora}
 	switch k := t.GetKind().(type) {
 	case *routerv1.Target_Endpoint:
 		key.ep = endpointKey{k.Endpoint.GetNamespace(), k.Endpoint.GetComponent(), k.Endpoint.GetEndpoint()}
@@ -495,6 +510,13 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w for %s", ErrNoWorker, targetString(t))
 	}
+	if key.lora != "" {
+		// Only the workers that can serve the adapter.
+		var err error
+		if out, err = c.loras.filterLocked(out, key.model, key.lora, targetString(t)); err != nil {
+			return nil, err
+		}
+	}
 	// Stable order, so round-robin and tie-breaks do not depend on map
 	// order, and so that a worker's position can be found by its id.
 	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
@@ -529,8 +551,10 @@ type query struct {
 	weight, temperature *float64
 	exclude             []uint64
 	direct              uint64
-	// salt is the request's cache salt, hashed into its first block.
-	salt string
+	// salt is the request's cache salt, hashed into its first block;
+	// lora its LoRA adapter, which only some workers serve and which is
+	// hashed into every block.
+	salt, lora string
 	// dryRun decides without taking a round-robin turn (ExplainRoute).
 	dryRun bool
 }
@@ -558,6 +582,13 @@ func validateQuery(q query) error {
 		return fmt.Errorf("%w: cache_salt is longer than %d bytes", ErrInvalid, MaxCacheSaltLen)
 	case q.salt != "" && len(q.hashes) > 0:
 		return fmt.Errorf("%w: cache_salt goes with token_ids; block_hashes are taken as they are (hash them with the salt)", ErrInvalid)
+	case q.lora != "" && len(q.hashes) > 0:
+		return fmt.Errorf("%w: lora_name goes with token_ids; block_hashes are taken as they are (hash them with the adapter)", ErrInvalid)
+	}
+	if q.lora != "" {
+		if err := ValidLoRAName(q.lora); err != nil {
+			return err
+		}
 	}
 	for _, p := range [...]struct {
 		name string
@@ -640,7 +671,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if err := validateQuery(q); err != nil {
 		return nil, err
 	}
-	cands, workers, bs, pl, err := c.candidates(q.target, q.exclude)
+	cands, workers, bs, pl, err := c.candidates(q.target, q.lora, q.exclude)
 	if err != nil {
 		return nil, err
 	}
@@ -667,7 +698,7 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 	if len(q.tokens) > 0 {
 		// The blocks go in the decision's buffer: only their sequence
 		// hashes, which the decision hands on, are allocated.
-		d.blocks = kvhash.SaltedHashes(q.tokens, bs, q.salt, d.blocks[:0])
+		d.blocks = kvhash.ExtraHashes(q.tokens, bs, kvhash.Extra{Salt: q.salt, LoRA: q.lora}, d.blocks[:0])
 		hashes, d.ownHashes = make([]uint64, len(d.blocks)), true
 		for i, b := range d.blocks {
 			hashes[i] = b.Sequence
@@ -718,11 +749,21 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 		// FillAll sets the rest (a whole struct literal per worker cost
 		// more than the decision's cost model).
 		s := &d.scored[i]
-		s.Worker, s.Overlap, s.Timing = w, reach[i], *cands[i].timing
+		s.Worker, s.Overlap, s.Timing, s.AdapterMs = w, reach[i], *cands[i].timing, 0
 		s.Lower = [index.LowerTiers]int32{}
 		if lower != nil {
 			s.Lower = lower[i]
 		}
+	}
+	if q.lora != "" && !c.adapterBlind {
+		// A worker without the adapter loaded loads it first.
+		c.loras.mu.Lock()
+		for i := range d.scored {
+			if s := &d.scored[i]; !c.loras.has(s.Worker, q.lora) {
+				s.AdapterMs = s.Timing.LoraLoadMs
+			}
+		}
+		c.loras.mu.Unlock()
 	}
 	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the
@@ -888,7 +929,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		}
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
-		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt})
+		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt, lora: r.LoraName})
 	if err != nil {
 		return nil, err
 	}
@@ -923,6 +964,9 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	// A request freed before this decision (its caller gave up waiting
 	// for it) is answered but weighs on nothing.
 	counted := c.load.AddShared(r.RequestId, w, own, hashes)
+	if counted && r.LoraName != "" {
+		c.loras.routed(r.RequestId, w, r.LoraName)
+	}
 	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
 	}
@@ -946,7 +990,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	in := d.cands[d.chosen].in
 	if counted && c.observer != nil {
-		c.observer.Routed(r.RequestId, in.Namespace, w, own, d.hashes, pleg, r.GetSessionId())
+		c.observer.Routed(r.RequestId, in.Namespace, w, own, d.hashes, pleg, r.GetSessionId(), r.GetLoraName())
 	}
 	resp, _ := responsePool.Get().(*routerv1.RouteResponse)
 	if resp == nil {
@@ -999,7 +1043,7 @@ func Recycle(resp *routerv1.RouteResponse) {
 
 // QueryOverlaps scores candidates without routing.
 func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryOverlapsResponse, error) {
-	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes, salt: r.CacheSalt})
+	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes, salt: r.CacheSalt, lora: r.LoraName})
 	if err != nil {
 		return nil, err
 	}
@@ -1019,6 +1063,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		c.mu.Unlock()
 		return
 	}
+	c.loras.report(index.WorkerID{Instance: m.InstanceId}, m.GetLoraAdapters())
 	if t, pub := c.timingLocked(m.InstanceId), timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
 		*t = pub
 		c.timingVer++
@@ -1094,6 +1139,7 @@ func (c *Core) prefillDone(id string) {
 
 func (c *Core) free(id string) {
 	prefilled := c.load.Free(id)
+	c.loras.freed(id)
 	c.endPrefillLeg(id, false)
 	c.notify()
 	if c.pending == nil {
@@ -1133,7 +1179,7 @@ func appendCandidates(dst []*routerv1.Candidate, s []scheduler.Candidate) []*rou
 	for i := range s {
 		c := &s[i]
 		*dst[i] = routerv1.Candidate{InstanceId: c.Worker.Instance, DpRank: c.Worker.DPRank, OverlapBlocks: uint32(c.Overlap),
-			Cost: c.Cost, PrefillBlocks: uint32(c.PrefillBlocks), DecodeBlocks: uint32(c.DecodeBlocks)}
+			Cost: c.Cost, PrefillBlocks: uint32(c.PrefillBlocks), DecodeBlocks: uint32(c.DecodeBlocks), LoraLoadMs: c.AdapterMs}
 	}
 	return dst
 }

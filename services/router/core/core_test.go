@@ -20,7 +20,7 @@ import (
 const model = "Qwen/Qwen3-0.6B"
 
 // cluster registers n workers serving model on dynamo/backend/generate.
-func cluster(t *testing.T, cfg Config, n int) *Core {
+func cluster(t testing.TB, cfg Config, n int) *Core {
 	t.Helper()
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
@@ -405,7 +405,7 @@ func TestFreeBeforeRoute(t *testing.T) {
 
 type recordingObserver struct{ heard *[]string }
 
-func (o recordingObserver) Routed(id, _ string, _ index.WorkerID, _ int, _ []uint64, _ Leg, _ string) {
+func (o recordingObserver) Routed(id, _ string, _ index.WorkerID, _ int, _ []uint64, _ Leg, _, _ string) {
 	*o.heard = append(*o.heard, "routed "+id)
 }
 func (o recordingObserver) PrefillDone(id string) {}

@@ -22,7 +22,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 		}
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes, weight: r.OverlapWeight,
-		temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, dryRun: true, salt: r.CacheSalt})
+		temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, dryRun: true, salt: r.CacheSalt, lora: r.LoraName})
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,8 @@ type Observer interface {
 	// for a disaggregated pair w is the decode leg and prefill the
 	// prefill leg (zero otherwise).
 	// session is the request's session id, empty for none: it is now
-	// bound to w.
-	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64, prefill Leg, session string)
+	// bound to w. lora is its LoRA adapter, empty for none.
+	Routed(id, namespace string, w index.WorkerID, prefillBlocks int, hashes []uint64, prefill Leg, session, lora string)
 	PrefillDone(id string)
 	Freed(id string)
 }
@@ -57,6 +57,9 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		hashes := slices.Clone(r.BlockHashes)
 		if !c.load.AddShared(r.RequestId, w, int(r.PrefillBlocks), hashes) {
 			return // this replica heard its free first
+		}
+		if r.LoraName != "" && ValidLoRAName(r.LoraName) == nil {
+			c.loras.routed(r.RequestId, w, r.LoraName)
 		}
 		defer c.notify()
 		if r.PrefillInstanceId != 0 {

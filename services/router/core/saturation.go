@@ -46,7 +46,7 @@ func (c *Core) Saturation(model string) bool {
 	if c.limits().Off() {
 		return false
 	}
-	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, nil)
+	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, "", nil)
 	if err != nil {
 		return false
 	}

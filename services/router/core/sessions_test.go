@@ -188,7 +188,7 @@ func (r relay) send(ev *routerv1.ReplicaEvent) {
 		c.ApplyReplica(ev, r.at())
 	}
 }
-func (r relay) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session string) {
+func (r relay) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session, _ string) {
 	r.send(SessionRoutedEvent(id, w, prefill, hashes, leg, session))
 }
 func (r relay) PrefillDone(id string) { r.send(PrefillDoneEvent(id)) }

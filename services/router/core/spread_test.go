@@ -56,7 +56,7 @@ func (o netObserver) send(ev *routerv1.ReplicaEvent) {
 	o.n.deliver()
 }
 
-func (o netObserver) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session string) {
+func (o netObserver) Routed(id, _ string, w index.WorkerID, prefill int, hashes []uint64, leg Leg, session, _ string) {
 	o.send(SessionRoutedEvent(id, w, prefill, hashes, leg, session))
 }
 func (o netObserver) PrefillDone(id string) { o.send(PrefillDoneEvent(id)) }

@@ -104,6 +104,10 @@ type Candidate struct {
 	Usage float64
 	// Timing is the worker's published timing model.
 	Timing timingmodel.Model
+	// AdapterMs is the time the worker needs to load the request's LoRA
+	// adapter before starting it: 0 when it has the adapter loaded or the
+	// request has none (see AdapterLoad).
+	AdapterMs float64
 	// Cost is filled in by Select: the predicted time to first token in
 	// milliseconds, with the prefill part weighted.
 	Cost float64
