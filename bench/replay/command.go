@@ -60,6 +60,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", 8, "simulated engines")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "kv-blocks", 131072, "KV blocks per engine")
 	fs.IntVar(&c.Engine.BlockSize, "block-size", 16, "tokens per KV block")
+	fs.IntVar(&c.Engine.NumHostBlocks, "host-kv-blocks", 0, "KV blocks of each engine's host-memory tier: blocks evicted from the GPU go there and a prefix hit on them loads them back at the timing model's CPU load time (0: none); kv-tier-blind is kv with a router that sees the GPU blocks only")
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
 	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")

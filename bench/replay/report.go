@@ -138,6 +138,13 @@ func WriteTable(w io.Writer, r *Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if c.Engine.NumHostBlocks > 0 {
+		fmt.Fprintf(w, "hit rate by tier (gpu + host, of prompt blocks), %d host blocks per engine:", c.Engine.NumHostBlocks)
+		for _, x := range r.Results {
+			fmt.Fprintf(w, " %s x%g %.3f + %.3f;", x.Mode, x.RateScale, x.HitRate-x.HostHitRate, x.HostHitRate)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "goodput (highest rate scale with %s):", r.Objectives())
 	for _, m := range r.Modes() {
 		fmt.Fprintf(w, " %s x%g;", m, r.Goodput(m))

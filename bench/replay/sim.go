@@ -97,6 +97,9 @@ type Result struct {
 	// HitRate is the fraction of prompt blocks found in the engines' prefix
 	// caches at admission.
 	HitRate float64
+	// HostHitRate is the part of HitRate found in the engines' host tier
+	// (--host-kv-blocks) and loaded back rather than on GPU.
+	HostHitRate float64
 	// TTFT, E2E and ITL are latency percentiles (p50, p90, p99); ITL's
 	// samples are every gap between two consecutive tokens of a request,
 	// all requests pooled (a stall counts once per token it delays).
@@ -141,7 +144,7 @@ type SessionCounts struct {
 // their decisions over (simulated) replica sync, or do not, and the peers'
 // policies (peers.go).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
-	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions"}
+	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind"}
 
 // modeSetup is how a mode's routers are built.
 type modeSetup struct {
@@ -157,6 +160,9 @@ type modeSetup struct {
 	// sessions, when set, routes each turn with its trace session id
 	// under this --session-affinity.
 	sessions core.Affinity
+	// tierBlind indexes the engines' GPU blocks only (--kv-tiers=false):
+	// a block offloaded to the host tier is gone for the router.
+	tierBlind bool
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -183,6 +189,8 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 1, sessions: core.AffinityHard}, nil
 	case "kv-3-replicas-sessions":
 		return modeSetup{mode: core.ModeKV, replicas: 3, sync: true, sessions: core.AffinitySoft}, nil
+	case "kv-tier-blind":
+		return modeSetup{mode: core.ModeKV, replicas: 1, tierBlind: true}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -402,6 +410,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		if setup.sessions != "" {
 			cc.SessionAffinity = setup.sessions
 		}
+		cc.KVTiers = !setup.tierBlind
 		c := core.New(cc)
 		c.OnInstances(ins)
 		c.OnModels(cards)
@@ -482,11 +491,12 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		s.now = ev.at
 		ev.fn()
 	}
-	var hit, queried, generated uint64
+	var hit, hostHit, queried, generated uint64
 	prefill := make([]float64, len(s.engines))
 	for i, w := range s.engines {
 		st := w.e.Stats()
 		hit += st.PrefixHitBlocks
+		hostHit += st.HostHitBlocks
 		queried += st.PrefixQueriedBlocks
 		generated += st.GeneratedTokens
 		prefill[i] = float64(w.prefill)
@@ -504,6 +514,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	if queried > 0 {
 		res.HitRate = float64(hit) / float64(queried)
+		res.HostHitRate = float64(hostHit) / float64(queried)
 	}
 	res.TTFTMean = mean(s.ttft)
 	res.TTFT = percentiles(s.ttft)

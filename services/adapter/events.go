@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zeebo/xxh3"
+
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 )
 
 // EventKind says what a decoded engine KV event is.
@@ -44,8 +47,33 @@ type Event struct {
 	Medium string
 }
 
-// OnGPU reports whether the event is about the GPU cache.
-func (e Event) OnGPU() bool { return e.Medium == "" || e.Medium == "GPU" }
+// MediumOf maps an engine's medium string to Switchyard's KvMedium, case
+// blind:
+//
+//   - none (nil on the wire: engines that predate media): unspecified,
+//     which the router takes as GPU for a store and any medium for a
+//     removal, as before media;
+//   - "GPU" (vLLM, SGLang): GPU;
+//   - "CPU" (vLLM's offloading connector, LMCache's connector, which
+//     writes "cpu"), "CPU_TIER1" (SGLang HiCache's host memory): CPU;
+//   - "DISK", "CPU_TIER2" (SGLang HiCache's tier below host memory, its
+//     storage backend): disk;
+//   - anything else: KV_MEDIUM_UNKNOWN, which the router keeps, prices as
+//     disk and counts, so that a new engine tier is seen, not dropped.
+func MediumOf(s string) workerv1.KvMedium {
+	switch strings.ToUpper(s) {
+	case "":
+		return workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED
+	case "GPU":
+		return workerv1.KvMedium_KV_MEDIUM_GPU
+	case "CPU", "CPU_TIER1":
+		return workerv1.KvMedium_KV_MEDIUM_CPU
+	case "DISK", "CPU_TIER2":
+		return workerv1.KvMedium_KV_MEDIUM_DISK
+	default:
+		return workerv1.KvMedium_KV_MEDIUM_UNKNOWN
+	}
+}
 
 // Batch is one decoded engine KV event message.
 type Batch struct {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,14 @@ func hashOfMust(b []byte) uint64 {
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(pack(f, []any{1.0, []any{[]any{"BlockStored", []any{int64(-7), 2}, nil, toks(8, 1), 4, nil, "GPU", "x"}}, nil}))
 	f.Add(pack(f, []any{1.0, []any{[]any{"BlockRemoved", []any{int64(-7)}, nil}, []any{"AllBlocksCleared"}}, 0}))
+	for _, m := range []any{"CPU", "cpu", "CPU_TIER1", "CPU_TIER2", "disk", "nvme-remote", ""} {
+		f.Add(pack(f, []any{1.0, []any{
+			[]any{"BlockStored", []any{1, 2}, nil, toks(8, 1), 4, nil, "GPU"},
+			[]any{"BlockStored", []any{2}, 1, toks(4, 5), 4, nil, m},
+			[]any{"BlockRemoved", []any{2}, "GPU"},
+			[]any{"BlockRemoved", []any{2}, m},
+		}, nil}))
+	}
 	f.Add([]byte{})
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, payload []byte) {
@@ -123,7 +132,29 @@ func FuzzDecodeBatch(f *testing.F) {
 			return
 		}
 		tr := NewTranslator(4, 16, slog.New(slog.DiscardHandler), &Stats{})
-		tr.Translate(b)
+		out := tr.Translate(b)
+		// Every published event carries the medium its engine event named.
+		var media []workerv1.KvMedium
+		for _, e := range b.Events {
+			media = append(media, MediumOf(e.Medium))
+		}
+		for _, ev := range out.GetEvents() {
+			var m workerv1.KvMedium
+			switch k := ev.GetEvent().(type) {
+			case *workerv1.KvCacheEvent_Stored:
+				m = k.Stored.GetMedium()
+			case *workerv1.KvCacheEvent_Removed:
+				m = k.Removed.GetMedium()
+			default:
+				continue
+			}
+			if !slices.Contains(media, m) {
+				t.Fatalf("published medium %v, the engine named %v", m, media)
+			}
+			if _, ok := workerv1.KvMedium_name[int32(m)]; !ok {
+				t.Fatalf("published medium %d outside the enum", m)
+			}
+		}
 	})
 }
 
@@ -152,19 +183,18 @@ func TestTranslator(t *testing.T) {
 	if p := b2.Events[0].GetStored().ParentSequenceHash; p == nil || *p != want[1].Sequence {
 		t.Fatalf("parent %v, want %x", p, want[1].Sequence)
 	}
-	// A gap, a wrong block size, a CPU event, an unknown parent and an
-	// unknown removal publish nothing but are counted.
+	// A gap, a wrong block size, an unknown parent and an unknown removal
+	// publish nothing but are counted.
 	tr.Sequence(5)
 	if b := tr.Translate(Batch{Events: []Event{
 		{Kind: BlockStored, BlockHashes: []uint64{20}, TokenIDs: u32s(8, 0), BlockSize: 8},
-		{Kind: BlockStored, BlockHashes: []uint64{21}, TokenIDs: u32s(4, 0), BlockSize: 4, Medium: "CPU"},
 		{Kind: BlockStored, BlockHashes: []uint64{22}, Parent: 99, HasParent: true, TokenIDs: u32s(4, 0), BlockSize: 4},
 		{Kind: BlockStored, BlockHashes: []uint64{23}, TokenIDs: u32s(4, 0), BlockSize: 4, HasLoRA: true},
 		{Kind: BlockRemoved, BlockHashes: []uint64{98}},
 	}}); b != nil {
 		t.Fatalf("published %v", b)
 	}
-	if stats.Gaps.Load() != 1 || stats.LostMessages.Load() != 2 || stats.BlockSizeMismatches.Load() != 1 || stats.Skipped.Load() != 3 || stats.UnknownRemovals.Load() != 1 {
+	if stats.Gaps.Load() != 1 || stats.LostMessages.Load() != 2 || stats.BlockSizeMismatches.Load() != 1 || stats.Skipped.Load() != 2 || stats.UnknownRemovals.Load() != 1 {
 		t.Fatalf("stats gaps=%d lost=%d mismatches=%d skipped=%d unknown=%d", stats.Gaps.Load(), stats.LostMessages.Load(),
 			stats.BlockSizeMismatches.Load(), stats.Skipped.Load(), stats.UnknownRemovals.Load())
 	}
@@ -220,5 +250,77 @@ sglang:num_running_reqs{model_name="m"} 6.0
 `))
 	if sglang.WaitingRequests != 4 || sglang.RunningRequests != 6 || sglang.KvBlocksUsed != 280 || sglang.KvBlocksTotal != usageScale {
 		t.Fatalf("SGLang load %v", sglang)
+	}
+}
+
+// TestMediumOf maps the engines' medium strings: vLLM's "GPU" and "CPU",
+// LMCache's "cpu", SGLang HiCache's "CPU_TIER1" and "CPU_TIER2", none
+// (an engine that predates media) and a medium nobody knows.
+func TestMediumOf(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want workerv1.KvMedium
+	}{
+		{"", workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED},
+		{"GPU", workerv1.KvMedium_KV_MEDIUM_GPU},
+		{"gpu", workerv1.KvMedium_KV_MEDIUM_GPU},
+		{"CPU", workerv1.KvMedium_KV_MEDIUM_CPU},
+		{"cpu", workerv1.KvMedium_KV_MEDIUM_CPU},
+		{"CPU_TIER1", workerv1.KvMedium_KV_MEDIUM_CPU},
+		{"CPU_TIER2", workerv1.KvMedium_KV_MEDIUM_DISK},
+		{"DISK", workerv1.KvMedium_KV_MEDIUM_DISK},
+		{"disk", workerv1.KvMedium_KV_MEDIUM_DISK},
+		{"nvme-remote", workerv1.KvMedium_KV_MEDIUM_UNKNOWN},
+		{"GPU ", workerv1.KvMedium_KV_MEDIUM_UNKNOWN},
+	} {
+		if got := MediumOf(tt.in); got != tt.want {
+			t.Errorf("MediumOf(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestTranslatorMedia follows vLLM's offloading through the translator:
+// blocks stored on GPU, offloaded (stored on CPU: the same engine hashes),
+// evicted from GPU, then from CPU. Each published event names its medium
+// and resolves to the blocks' Switchyard hashes; a removal from one medium
+// keeps the mapping the removal from the other needs.
+func TestTranslatorMedia(t *testing.T) {
+	stats := &Stats{}
+	tr := NewTranslator(4, 1024, slog.New(slog.DiscardHandler), stats)
+	tokens := u32s(8, 500)
+	want := kvhash.Hashes(tokens, 4, nil)
+	seqs := []uint64{want[0].Sequence, want[1].Sequence}
+	b := tr.Translate(Batch{Events: []Event{
+		{Kind: BlockStored, BlockHashes: []uint64{1, 2}, TokenIDs: tokens, BlockSize: 4, Medium: "GPU"},
+		{Kind: BlockStored, BlockHashes: []uint64{1, 2}, TokenIDs: tokens, BlockSize: 4, Medium: "CPU"},
+		{Kind: BlockRemoved, BlockHashes: []uint64{1, 2}, Medium: "GPU"},
+		{Kind: BlockRemoved, BlockHashes: []uint64{1, 2}, Medium: "CPU"},
+		{Kind: BlockStored, BlockHashes: []uint64{3}, Parent: 2, HasParent: true, TokenIDs: u32s(4, 9), BlockSize: 4, Medium: "LocalDiskBackend"},
+	}})
+	wantMedia := []workerv1.KvMedium{workerv1.KvMedium_KV_MEDIUM_GPU, workerv1.KvMedium_KV_MEDIUM_CPU,
+		workerv1.KvMedium_KV_MEDIUM_GPU, workerv1.KvMedium_KV_MEDIUM_CPU, workerv1.KvMedium_KV_MEDIUM_UNKNOWN}
+	if len(b.GetEvents()) != len(wantMedia) {
+		t.Fatalf("published %v", b)
+	}
+	for i, ev := range b.Events {
+		var m workerv1.KvMedium
+		var hs []uint64
+		if st := ev.GetStored(); st != nil {
+			m = st.Medium
+			for _, blk := range st.Blocks {
+				hs = append(hs, blk.SequenceHash)
+			}
+		} else {
+			m, hs = ev.GetRemoved().GetMedium(), ev.GetRemoved().GetSequenceHashes()
+		}
+		if m != wantMedia[i] {
+			t.Errorf("event %d on %v, want %v", i, m, wantMedia[i])
+		}
+		if i < 4 && !reflect.DeepEqual(hs, seqs) {
+			t.Errorf("event %d names %x, want %x", i, hs, seqs)
+		}
+	}
+	if stats.UnknownRemovals.Load() != 0 || stats.Skipped.Load() != 0 {
+		t.Fatalf("unknown removals %d, skipped %d", stats.UnknownRemovals.Load(), stats.Skipped.Load())
 	}
 }

@@ -18,8 +18,8 @@ type Stats struct {
 	// BlockSizeMismatches are stored events whose block size is not
 	// --block-size; they are not published.
 	BlockSizeMismatches atomic.Uint64
-	// Skipped events: not on the GPU, of a LoRA adapter, with tokens that
-	// do not fill their blocks, or whose parent is unknown.
+	// Skipped events: of a LoRA adapter, with tokens that do not fill
+	// their blocks, or whose parent is unknown.
 	Skipped atomic.Uint64
 	// UnknownRemovals are removed engine hashes the adapter never stored.
 	UnknownRemovals atomic.Uint64
@@ -129,28 +129,31 @@ func (t *Translator) Translate(b Batch) *workerv1.KvEventBatch {
 }
 
 func (t *Translator) event(e Event) *workerv1.KvCacheEvent {
-	if e.Kind != AllBlocksCleared && !e.OnGPU() {
-		t.stats.Skipped.Add(1)
-		return nil
-	}
 	switch e.Kind {
 	case BlockStored:
 		return t.stored(e)
 	case BlockRemoved:
 		var hashes []uint64
+		medium := MediumOf(e.Medium)
 		for _, h := range e.BlockHashes {
 			m, ok := t.blocks[h]
 			if !ok {
 				t.stats.UnknownRemovals.Add(1)
 				continue
 			}
-			delete(t.blocks, h)
+			if medium == workerv1.KvMedium_KV_MEDIUM_UNSPECIFIED {
+				// Gone from the engine. A removal from one medium keeps the
+				// mapping: the engine may hold the block on another (vLLM
+				// evicts a block from GPU that it offloaded to CPU, and
+				// removes it from CPU later).
+				delete(t.blocks, h)
+			}
 			hashes = append(hashes, m.block.Sequence)
 		}
 		if len(hashes) == 0 {
 			return nil
 		}
-		return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: hashes}}}
+		return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: hashes, Medium: medium}}}
 	case AllBlocksCleared:
 		clear(t.blocks)
 		t.order = t.order[:0]
@@ -171,7 +174,7 @@ func (t *Translator) stored(e Event) *workerv1.KvCacheEvent {
 		t.log.Warn("engine stored event skipped", "lora", e.HasLoRA, "blocks", len(e.BlockHashes), "tokens", len(e.TokenIDs))
 		return nil
 	}
-	st := &workerv1.KvBlocksStored{Blocks: make([]*workerv1.KvBlock, len(e.BlockHashes))}
+	st := &workerv1.KvBlocksStored{Blocks: make([]*workerv1.KvBlock, len(e.BlockHashes)), Medium: MediumOf(e.Medium)}
 	var parent uint64
 	hasParent := false
 	if e.HasParent {
