@@ -20,12 +20,18 @@ type block struct {
 
 // pool is the paged KV cache: a fixed number of blocks, a prefix cache from
 // sequence hash to block, and the blocks nobody holds. Unregistered free blocks
-// (never filled, or partial, or duplicates of a cached block) are on a free
-// stack and cost nothing to reuse; registered ones with no holder stay cached
-// on an LRU list and are evicted, least recently released first, when the
-// free stack is empty.
+// (partial, or duplicates of a cached block) are on a free stack and cost
+// nothing to reuse; registered ones with no holder stay cached on an LRU list
+// and are evicted, least recently released first, when no free or unused
+// block is left.
+//
+// blocks grows as blocks are first used, up to size, so an engine with a large
+// cache and little traffic holds (and copies, in Clone) only what it used.
+// Block numbers are handed out in the order a pool of size preallocated free
+// blocks would: a released block first, else the lowest never used.
 type pool struct {
 	blocks []block
+	size   int
 	free   []int32
 	cache  map[uint64]int32
 	// head is the least recently released cached block, tail the most.
@@ -37,24 +43,17 @@ type pool struct {
 }
 
 func newPool(n int, onEvict func(kvhash.Block)) *pool {
-	p := &pool{
-		blocks:  make([]block, n),
-		free:    make([]int32, n),
-		cache:   make(map[uint64]int32, n),
+	return &pool{
+		size:    n,
+		cache:   make(map[uint64]int32),
 		head:    nilBlock,
 		tail:    nilBlock,
 		onEvict: onEvict,
 	}
-	for i := range p.free {
-		// Pop from the end hands out block 0 first; it only matters for
-		// readable debugging.
-		p.free[i] = int32(n - 1 - i)
-	}
-	return p
 }
 
 // available returns how many blocks could be allocated now.
-func (p *pool) available() int { return len(p.free) + p.lruLen }
+func (p *pool) available() int { return len(p.free) + p.size - len(p.blocks) + p.lruLen }
 
 // lookup returns the cached block of a sequence hash.
 func (p *pool) lookup(seq uint64) (int32, bool) {
@@ -83,6 +82,9 @@ func (p *pool) alloc() (int32, bool) {
 	case len(p.free) > 0:
 		b = p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
+	case len(p.blocks) < p.size:
+		b = int32(len(p.blocks))
+		p.blocks = append(p.blocks, block{})
 	case p.head != nilBlock:
 		b = p.head
 		p.unlink(b)
@@ -155,12 +157,8 @@ func (p *pool) unlink(b int32) {
 
 // clear forgets every cached block. Only called with no block held.
 func (p *pool) clear() {
-	n := len(p.blocks)
-	clear(p.blocks)
-	p.free = p.free[:n]
-	for i := range p.free {
-		p.free[i] = int32(n - 1 - i)
-	}
+	p.blocks = p.blocks[:0]
+	p.free = p.free[:0]
 	clear(p.cache)
 	p.head, p.tail, p.lruLen, p.inUse = nilBlock, nilBlock, 0, 0
 }
