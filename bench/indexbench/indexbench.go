@@ -15,6 +15,11 @@ type Workload struct {
 	Index    *index.Index
 	Requests [][]uint64
 	Entries  int
+	// CPUShare is the share of each worker's blocks RouteCore stores on
+	// the host tier (KV_MEDIUM_CPU) rather than GPU, chosen by hash: the
+	// router's index then keeps tiers, and decisions price them. 0: all
+	// on GPU, as before tiers.
+	CPUShare float64
 	// loads are the workers' load reports ReportLoads sends, made once:
 	// a benchmark's own garbage would add collector cycles to the
 	// router's.

@@ -61,14 +61,25 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 	}
 	c.OnInstances(ins)
 	c.OnModels(cards)
+	cut := uint64(wl.CPUShare * (1 << 20))
 	for _, d := range dumps {
+		id := uint64(1)
 		for i := 0; i < len(d.Hashes); i += 4096 {
-			ev := &workerv1.KvBlocksStored{}
+			gpu := &workerv1.KvBlocksStored{}
+			cpu := &workerv1.KvBlocksStored{Medium: workerv1.KvMedium_KV_MEDIUM_CPU}
 			for _, h := range d.Hashes[i:min(i+4096, len(d.Hashes))] {
+				ev := gpu
+				if mix(h)%(1<<20) < cut {
+					ev = cpu
+				}
 				ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: h})
 			}
-			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: uint64(i/4096 + 1),
-				Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+			evs := []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: gpu}}}
+			if len(cpu.Blocks) > 0 {
+				evs = append(evs, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: cpu}})
+			}
+			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: id, Events: evs})
+			id += uint64(len(evs))
 		}
 	}
 	ReportLoads(c, wl)

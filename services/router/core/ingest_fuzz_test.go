@@ -59,7 +59,13 @@ func FuzzIngest(f *testing.F) {
 	batch, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: stored}}})
 	removed, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 2, Events: []*workerv1.KvCacheEvent{
 		{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{blocks[3].Sequence, 7}}}}}})
+	offload := &workerv1.KvCacheEvent_Stored{Stored: &workerv1.KvBlocksStored{Medium: workerv1.KvMedium_KV_MEDIUM_CPU}}
+	offload.Stored.Blocks = stored.Stored.Blocks[2:]
+	tiered, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 2, FirstEventId: 2, Events: []*workerv1.KvCacheEvent{{Event: offload},
+		{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{blocks[2].Sequence}, Medium: workerv1.KvMedium_KV_MEDIUM_GPU}}},
+		{Event: &workerv1.KvCacheEvent_Stored{Stored: &workerv1.KvBlocksStored{Blocks: stored.Stored.Blocks[:1], Medium: workerv1.KvMedium(42)}}}}})
 	tm := timingmodel.Default().Scaled(2).Proto()
+	tm.CpuLoadMsPerToken = 0.01
 	load, _ := proto.Marshal(&workerv1.LoadMetrics{InstanceId: 1, RunningRequests: 1, KvBlocksTotal: 100, ActivePrefillTokens: 64, TimingModel: tm,
 		Requests: []*workerv1.RequestLoad{{RequestId: "x", PrefillTokens: 64, DecodeBlocks: 3}}})
 	routed, _ := proto.Marshal(&routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
@@ -72,12 +78,12 @@ func FuzzIngest(f *testing.F) {
 		k2   byte
 		m2   []byte
 		mode bool
-	}{{0, batch, 0, removed, false}, {1, load, 2, routed, false}, {3, snap, 0, batch, false}, {2, routed, 1, load, true}, {0, nil, 3, nil, false}} {
+	}{{0, batch, 0, removed, false}, {1, load, 2, routed, false}, {3, snap, 0, batch, false}, {2, routed, 1, load, true}, {0, nil, 3, nil, false}, {0, batch, 0, tiered, false}} {
 		f.Add(s.k1, s.m1, s.k2, s.m2, s.mode)
 	}
 	at := time.Unix(1_700_000_000, 0)
 	f.Fuzz(func(t *testing.T, k1 byte, m1 []byte, k2 byte, m2 []byte, approximate bool) {
-		c := cluster(t, Config{Mode: ModeKV, Approximate: approximate}, 3)
+		c := cluster(t, Config{Mode: ModeKV, Approximate: approximate, KVTiers: true}, 3)
 		ingest(c, k1, m1, at)
 		ingest(c, k2, m2, at)
 		resp, err := c.Route(&routerv1.RouteRequest{RequestId: "fuzz", Target: modelTarget(), TokenIds: toks})
