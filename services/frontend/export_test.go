@@ -21,3 +21,10 @@ const (
 // attempt (PointPrefill, PointHandoff) with the request's X-Request-Id and
 // its prefill worker's instance. Set it before the first request.
 func (s *Service) SetLegHook(hook func(point, xRequestID string, prefill uint64)) { s.legHook = hook }
+
+// ShareQwenTokenizer builds the built-in Qwen3 tokenizer once for the whole
+// test binary and keeps it, so that every frontend a test starts reuses it.
+func ShareQwenTokenizer() error {
+	_, err := qwenShared()
+	return err
+}

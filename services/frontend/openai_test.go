@@ -3,6 +3,7 @@ package frontend
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -92,16 +93,25 @@ func TestDecodeCompletionPrompts(t *testing.T) {
 }
 
 func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	raw, err := qwen3.ReadFile("tokenizer.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.LoadReader(strings.NewReader(string(raw)))
+	tok, err := qwenShared()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tok
 }
+
+// qwenShared is the Qwen3 tokenizer every test of this binary shares,
+// built once through the process's tokenizer set and held here for the
+// whole run: the frontends the tests start fetch the same bytes from their
+// eventbus, so they reuse it instead of each building their own (about
+// 10 s of CPU each under the race detector).
+var qwenShared = sync.OnceValues(func() (*tokenizer.Tokenizer, error) {
+	raw, err := qwen3.ReadFile("tokenizer.json.gz")
+	if err != nil {
+		return nil, err
+	}
+	return parsedTokenizers.load(raw)
+})
 
 // TestStopStrings feeds text token by token: the output is cut before the
 // first stop string, and no part of a stop string is ever released.
