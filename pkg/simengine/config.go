@@ -3,6 +3,7 @@ package simengine
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 )
@@ -37,6 +38,15 @@ type Config struct {
 	// token sequence read from a position derived from the prompt and seed
 	// (wrapping around), so a mocker's answers read as text.
 	OutputText []uint32
+	// MaxLoras is how many LoRA adapters the engine holds loaded at once
+	// (vLLM's --max-loras): requests running in one step use at most that
+	// many adapters, and a request whose adapter would exceed it waits
+	// while later requests go ahead. 0 serves no adapter.
+	MaxLoras int
+	// LoraLoadMs is the time to load an adapter that is not loaded, added
+	// to the step that first schedules a request with it (divided by the
+	// speed-up ratio as every duration is).
+	LoraLoadMs float64
 }
 
 // DefaultConfig returns vLLM's defaults: 16-token blocks, 16384 blocks, 256
@@ -70,6 +80,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: speedup ratio %v must be 0 (no delay) or positive", ErrInvalidConfig, c.SpeedupRatio)
 	case c.OutputTokenMin >= c.OutputTokenMax:
 		return fmt.Errorf("%w: output token range [%d, %d) is empty", ErrInvalidConfig, c.OutputTokenMin, c.OutputTokenMax)
+	case c.MaxLoras < 0 || c.MaxLoras > MaxLoras:
+		return fmt.Errorf("%w: max loras %d must be 0..%d", ErrInvalidConfig, c.MaxLoras, MaxLoras)
+	case !(c.LoraLoadMs >= 0) || math.IsInf(c.LoraLoadMs, 0):
+		return fmt.Errorf("%w: lora load time %v ms must be a finite number >= 0", ErrInvalidConfig, c.LoraLoadMs)
 	}
 	return nil
 }

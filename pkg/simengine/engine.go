@@ -120,7 +120,19 @@ type Request struct {
 	// named by kvhash.SaltedHashes, so that it reuses only blocks cached
 	// under the same salt, and publishes its own under salted hashes.
 	Salt string
+	// LoRA is the request's LoRA adapter (empty: the base model): it runs
+	// once the adapter is loaded in one of the engine's slots (see
+	// Config.MaxLoras), and its blocks are named by kvhash.ExtraHashes
+	// with it, so that it shares no cached block with another adapter.
+	LoRA string
 }
+
+// MaxLoRALen is the longest adapter name a request may carry, and
+// MaxLoras the most adapter slots an engine may have.
+const (
+	MaxLoRALen = 256
+	MaxLoras   = 1024
+)
 
 // MaxSaltLen is the longest cache salt a request may carry.
 const MaxSaltLen = 1024
@@ -204,6 +216,8 @@ type StepResult struct {
 	// (their wait in the queue ended; readmissions after a preemption are
 	// not listed), in admission order.
 	Admitted []string
+	// LoraLoads counts the adapters loaded for the step.
+	LoraLoads int
 }
 
 // Metrics is the engine's load, as published to the router.
@@ -226,6 +240,9 @@ type Metrics struct {
 	Running int
 	// Requests lists every request, running first, then waiting, in order.
 	Requests []RequestLoad
+	// LoRAs are the adapters loaded in the engine's slots, least recently
+	// used first.
+	LoRAs []string
 }
 
 // RequestLoad is one request's share of the load.
@@ -257,6 +274,8 @@ type Stats struct {
 	Preemptions uint64
 	// Elapsed is the sum of all step durations: the engine's simulated time.
 	Elapsed time.Duration
+	// LoraLoads counts the LoRA adapters loaded into a slot.
+	LoraLoads uint64
 }
 
 // PrefixHitRate returns PrefixHitBlocks / PrefixQueriedBlocks, or 0 before
@@ -301,6 +320,8 @@ type request struct {
 	running      bool
 	// scheduled is the number of tokens computed in the current step.
 	scheduled int
+	// lora is Request.LoRA.
+	lora string
 }
 
 func (r *request) generated() int { return len(r.tokens) - r.promptLen }
@@ -348,6 +369,9 @@ type Engine struct {
 	// loadMs is the time the step copies blocks back from host, in ms of
 	// the unscaled model.
 	loadMs float64
+	// loras are the adapters loaded in the engine's slots, least recently
+	// used first (see lora.go).
+	loras []loraSlot
 }
 
 // New returns an empty engine, or an error wrapping ErrInvalidConfig.
@@ -376,6 +400,10 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("%w: request %q has max tokens %d", ErrInvalidRequest, r.ID, r.MaxTokens)
 	case r.MinTokens < 0:
 		return fmt.Errorf("%w: request %q has min tokens %d", ErrInvalidRequest, r.ID, r.MinTokens)
+	case r.LoRA != "" && e.cfg.MaxLoras == 0:
+		return fmt.Errorf("%w: request %q names LoRA adapter %q and the engine serves none", ErrInvalidRequest, r.ID, r.LoRA)
+	case len(r.LoRA) > MaxLoRALen:
+		return fmt.Errorf("%w: request %q has a LoRA adapter name of %d bytes, more than %d", ErrInvalidRequest, r.ID, len(r.LoRA), MaxLoRALen)
 	}
 	if _, dup := e.requests[r.ID]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateRequest, r.ID)
@@ -407,7 +435,8 @@ func (e *Engine) Add(r Request) error {
 		script:      r.Script,
 		scriptEnds:  r.ScriptEnds && len(r.Script) > 0,
 		seed:        tokenSeed(r.Prompt, r.Seed),
-		hasher:      kvhash.NewSaltedHasher(bs, r.Salt),
+		hasher:      kvhash.NewExtraHasher(bs, kvhash.Extra{Salt: r.Salt, LoRA: r.LoRA}),
+		lora:        r.LoRA,
 		hold:        r.Hold,
 		localPrefix: -1,
 	}
@@ -436,6 +465,7 @@ func (e *Engine) Cancel(id string) (Output, error) {
 	}
 	if r.running {
 		e.running = removeRequest(e.running, r)
+		e.doneLoRA(r)
 		e.releaseBlocks(r)
 	} else {
 		e.waiting = removeRequest(e.waiting, r)
@@ -462,7 +492,7 @@ func (e *Engine) Reset() StepResult {
 			res.Outputs = append(res.Outputs, Output{RequestID: r.id, Finish: FinishCancelled, Usage: r.usage()})
 		}
 	}
-	e.running, e.waiting = nil, nil
+	e.running, e.waiting, e.loras = nil, nil, nil
 	clear(e.requests)
 	clear(e.held)
 	e.heldBlocks = 0
@@ -515,6 +545,7 @@ func (e *Engine) Metrics() Metrics {
 	for _, r := range e.waiting {
 		m.Requests = append(m.Requests, RequestLoad{ID: r.id, PrefillTokens: len(r.tokens) - r.computed})
 	}
+	m.LoRAs = e.LoadedLoRAs()
 	return m
 }
 
@@ -548,18 +579,32 @@ func (e *Engine) Step() StepResult {
 		}
 	}
 
-	// Then waiting requests, FIFO, unless this step had to preempt.
-	for res.Preempted == 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
-		r := e.waiting[0]
+	// Then waiting requests, FIFO, unless this step had to preempt. A
+	// request whose adapter has no slot this step is passed over, as vLLM
+	// does, and keeps its place.
+	var loads int
+	for i := 0; res.Preempted == 0 && i < len(e.waiting) && len(e.running) < e.cfg.MaxNumSeqs && budget > 0; {
+		r := e.waiting[i]
+		if r.lora != "" && !e.loraFits(r.lora) {
+			i++
+			continue
+		}
 		first := !r.admittedOnce
 		n, ok := e.admit(r, budget)
 		if !ok {
 			break
 		}
+		if r.lora != "" && e.useLoRA(r.lora) {
+			loads++
+		}
 		if first {
 			res.Admitted = append(res.Admitted, r.id)
 		}
-		e.waiting = e.waiting[1:]
+		if i == 0 {
+			e.waiting = e.waiting[1:]
+		} else {
+			e.waiting = slices.Delete(e.waiting, i, i+1)
+		}
 		e.running = append(e.running, r)
 		r.scheduled = n
 		budget -= n
@@ -600,12 +645,14 @@ func (e *Engine) Step() StepResult {
 		out := Output{RequestID: r.id, Tokens: r.tokens[len(r.tokens)-1 : len(r.tokens) : len(r.tokens)]}
 		if r.hold {
 			out.Finish = FinishHeld
+			e.doneLoRA(r)
 			r.running = false
 			delete(e.requests, r.id)
 			e.held[r.id] = r
 			e.heldBlocks += len(r.blocks)
 		} else if fin := r.finish(tok); fin != FinishNone {
 			out.Finish = fin
+			e.doneLoRA(r)
 			e.releaseBlocks(r)
 			delete(e.requests, r.id)
 		} else {
@@ -626,6 +673,11 @@ func (e *Engine) Step() StepResult {
 	if e.loadMs > 0 {
 		res.Duration += scale(e.loadMs, e.cfg.SpeedupRatio)
 		e.loadMs = 0
+	}
+	if loads > 0 {
+		res.Duration += scale(float64(loads)*e.cfg.LoraLoadMs, e.cfg.SpeedupRatio)
+		res.LoraLoads = loads
+		e.stats.LoraLoads += uint64(loads)
 	}
 	res.PrefillTokens, res.DecodeTokens = prefill, decode
 	res.Events = e.takeEvents()
@@ -676,6 +728,7 @@ func (e *Engine) preemptFor(r *request, n int) int {
 // the waiting queue, to recompute everything it had.
 func (e *Engine) preempt(r *request) {
 	e.releaseBlocks(r)
+	e.doneLoRA(r)
 	r.computed, r.registered, r.scheduled = 0, 0, 0
 	r.running = false
 	e.waiting = append(e.waiting, nil)

@@ -3,6 +3,7 @@ package simengine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -137,6 +138,11 @@ func TestConfigValidate(t *testing.T) {
 		{"batched tokens", func(c *Config) { c.MaxNumBatchedTokens = 0 }, false},
 		{"negative speedup", func(c *Config) { c.SpeedupRatio = -1 }, false},
 		{"empty vocabulary", func(c *Config) { c.OutputTokenMin = c.OutputTokenMax }, false},
+		{"most lora slots", func(c *Config) { c.MaxLoras = MaxLoras }, true},
+		{"too many lora slots", func(c *Config) { c.MaxLoras = MaxLoras + 1 }, false},
+		{"negative lora slots", func(c *Config) { c.MaxLoras = -1 }, false},
+		{"negative lora load", func(c *Config) { c.LoraLoadMs = -1 }, false},
+		{"NaN lora load", func(c *Config) { c.LoraLoadMs = math.NaN() }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

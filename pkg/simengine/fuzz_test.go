@@ -18,6 +18,7 @@ func FuzzRequestFromProto(f *testing.F) {
 		{RequestId: "a", TokenIds: []uint32{1, 2, 3, 4, 5}, MaxTokens: 3},
 		{RequestId: "b", TokenIds: []uint32{7}, Stop: &workerv1.StopConditions{StopTokenIds: []uint32{1000}, MinTokens: 2}},
 		{RequestId: "c", TokenIds: make([]uint32, 300), MaxTokens: 1 << 31},
+		{RequestId: "d", TokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, MaxTokens: 2, LoraName: "sql"},
 		{},
 	} {
 		b, err := proto.Marshal(r)
@@ -38,7 +39,7 @@ func FuzzRequestFromProto(f *testing.F) {
 			}
 			return
 		}
-		e := newEngine(t, func(c *Config) { c.NumGPUBlocks = 256; c.MaxNumBatchedTokens = 64 })
+		e := newEngine(t, func(c *Config) { c.NumGPUBlocks = 256; c.MaxNumBatchedTokens = 64; c.MaxLoras = 1 })
 		if err := e.Add(req); err != nil {
 			if !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrRequestTooLarge) {
 				t.Fatalf("Add error %v is not a documented sentinel", err)

@@ -23,6 +23,7 @@ func RequestFromProto(req *workerv1.GenerateRequest, defaultMaxTokens int) (Requ
 		MaxTokens: int(req.GetMaxTokens()),
 		Seed:      req.GetSampling().GetSeed(),
 		Salt:      req.GetCacheSalt(),
+		LoRA:      req.GetLoraName(),
 	}
 	if r.MaxTokens == 0 {
 		r.MaxTokens = defaultMaxTokens
@@ -40,6 +41,8 @@ func RequestFromProto(req *workerv1.GenerateRequest, defaultMaxTokens int) (Requ
 		return Request{}, fmt.Errorf("%w: request %q has max tokens %d", ErrInvalidRequest, r.ID, r.MaxTokens)
 	case len(r.Salt) > MaxSaltLen:
 		return Request{}, fmt.Errorf("%w: request %q has a cache salt of %d bytes, more than %d", ErrInvalidRequest, r.ID, len(r.Salt), MaxSaltLen)
+	case len(r.LoRA) > MaxLoRALen:
+		return Request{}, fmt.Errorf("%w: request %q has a LoRA adapter name of %d bytes, more than %d", ErrInvalidRequest, r.ID, len(r.LoRA), MaxLoRALen)
 	}
 	return r, nil
 }
@@ -92,5 +95,6 @@ func (m Metrics) Proto(instanceID uint64, dpRank uint32, at time.Time, timing ti
 		WaitingRequests:     uint32(m.Waiting),
 		RunningRequests:     uint32(m.Running),
 		Timestamp:           timestamppb.New(at),
+		LoraAdapters:        m.LoRAs,
 	}
 }

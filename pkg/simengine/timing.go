@@ -35,6 +35,7 @@ func (c Config) Timing() timingmodel.Model {
 		// The host tier's load time, which the engine pays (see hostTier).
 		m.CPULoadPerToken = timingmodel.DefaultCPULoadMsPerToken
 	}
+	m.LoraLoadMs = c.LoraLoadMs
 	m = m.Scaled(c.SpeedupRatio)
 	m.MaxBatchedTokens = c.MaxNumBatchedTokens
 	return m

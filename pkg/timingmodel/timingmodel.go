@@ -120,7 +120,7 @@ func (m Model) Scaled(speedup float64) Model {
 		return m
 	}
 	for _, f := range []*float64{&m.PrefillQuadratic, &m.PrefillPerToken, &m.PrefillPerBatch,
-		&m.DecodeQuadratic, &m.DecodeLinear, &m.DecodeBase, &m.DecodeMin, &m.CPULoadPerToken, &m.DiskLoadPerToken} {
+		&m.DecodeQuadratic, &m.DecodeLinear, &m.DecodeBase, &m.DecodeMin, &m.CPULoadPerToken, &m.DiskLoadPerToken, &m.LoraLoadMs} {
 		*f /= speedup
 	}
 	return m

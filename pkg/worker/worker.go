@@ -95,7 +95,19 @@ type Model struct {
 	// ReasoningParser names how the model writes its reasoning (see
 	// pkg/reasoning: qwen3, deepseek_r1, none).
 	ReasoningParser string
+	// LoRAs are the LoRA adapters the worker can serve on this model, and
+	// MaxLoRAs how many it holds loaded at once (the card's lora_adapters
+	// and max_loras); which are loaded now goes in its load reports.
+	LoRAs    []LoRA
+	MaxLoRAs uint32
+	// DataParallelSize is the number of data-parallel ranks the worker
+	// serves (the card's data_parallel_size); 0 or 1: one.
+	DataParallelSize uint32
 }
+
+// LoRA is a LoRA adapter a worker serves: its name, as clients request it,
+// and where the engine loads it from (informative; may be empty).
+type LoRA struct{ Name, Path string }
 
 // RegisterParserFlags adds --tool-call-parser and --reasoning-parser, the
 // model card's parser names, to a worker command's flags.
@@ -373,7 +385,11 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		Transport: transport.TransportOf(addrs...), Metadata: md, Role: cfg.Role, KvTransfer: w.registeredTransfer()}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		ModelName: cfg.Model.Name, BlockSize: cfg.Model.BlockSize, ContextLength: cfg.Model.ContextLength, Tokenizer: artifacts,
-		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser, Tasks: tasks}
+		ToolCallParser: cfg.Model.ToolCallParser, ReasoningParser: cfg.Model.ReasoningParser, Tasks: tasks,
+		MaxLoras: cfg.Model.MaxLoRAs, DataParallelSize: cfg.Model.DataParallelSize}
+	for _, l := range cfg.Model.LoRAs {
+		card.LoraAdapters = append(card.LoraAdapters, &registryv1.LoraAdapter{Name: l.Name, Path: l.Path})
+	}
 	var sess *registryclient.Session
 	var in *registryv1.Instance
 	if err := w.untilReachable(ctx, "registration", func(ctx context.Context) (err error) {

@@ -14,9 +14,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -29,6 +33,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
@@ -78,6 +83,39 @@ type Config struct {
 	// EmbeddingDimensions, when positive, serves embeddings of that many
 	// dimensions beside generation (--embedding-dimensions; embed.go).
 	EmbeddingDimensions int
+	// LoRAs are the LoRA adapters it serves (--loras, a comma list of
+	// names), in Engine.MaxLoras slots (--max-loras) loaded in
+	// Engine.LoraLoadMs (--lora-load-ms).
+	LoRAs []string
+}
+
+// DefaultLoraLoadMs is --lora-load-ms' default: the load time routers
+// assume of a worker that publishes none.
+const DefaultLoraLoadMs = timingmodel.DefaultLoraLoadMs
+
+// validLoRAs checks --loras against --max-loras: adapters need slots,
+// slots need adapters, and each name is one a model card may list (the
+// registry's rules: 1..256 bytes, no control character), unique and not
+// the model's.
+func (c Config) validLoRAs() error {
+	if len(c.LoRAs) > 0 && c.Engine.MaxLoras == 0 {
+		return fmt.Errorf("--loras needs --max-loras > 0")
+	}
+	if len(c.LoRAs) == 0 && c.Engine.MaxLoras > 0 {
+		return fmt.Errorf("--max-loras %d needs --loras", c.Engine.MaxLoras)
+	}
+	if len(c.LoRAs) > simengine.MaxLoras {
+		return fmt.Errorf("--loras lists %d adapters, more than %d", len(c.LoRAs), simengine.MaxLoras)
+	}
+	for i, n := range c.LoRAs {
+		if len(n) > simengine.MaxLoRALen || strings.ContainsFunc(n, unicode.IsControl) || !utf8.ValidString(n) {
+			return fmt.Errorf("--loras: adapter %q must be at most %d bytes of UTF-8 without control characters", n, simengine.MaxLoRALen)
+		}
+		if n == c.ModelName || slices.Contains(c.LoRAs[:i], n) {
+			return fmt.Errorf("--loras: adapter %q is listed twice or is the model's name", n)
+		}
+	}
+	return nil
 }
 
 // DefaultEmbeddingDimensions is --embedding-dimensions' default: 1,024, the
@@ -116,6 +154,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", DefaultKVBytesPerToken, "bytes of KV per token, for the transfer time (default: Qwen/Qwen3-0.6B in bf16)")
 	fs.DurationVar(&c.KVPullTimeout, "kv-pull-timeout", 5*time.Second, "bound on a decode leg's call that takes its KV from the prefill worker")
 	fs.IntVar(&c.EmbeddingDimensions, "embedding-dimensions", DefaultEmbeddingDimensions, "serve /v1/embeddings with vectors of this many dimensions, made up from the tokens (0: generation only)")
+	fs.Func("loras", "comma list of the LoRA adapters served on the model (each listed by /v1/models with the model as parent; needs --max-loras)", func(v string) error {
+		c.LoRAs = nil
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.LoRAs = append(c.LoRAs, n)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&c.Engine.MaxLoras, "max-loras", c.Engine.MaxLoras, "LoRA adapters held loaded at once (vLLM's --max-loras); a request whose adapter finds no slot waits")
+	fs.Float64Var(&c.Engine.LoraLoadMs, "lora-load-ms", DefaultLoraLoadMs, "milliseconds to load a LoRA adapter into a slot (divided like every duration by --speedup-ratio), published in the timing model")
 	c.ProcessConfig.RegisterFlags(fs)
 }
 
@@ -136,6 +185,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--speedup-ratio %v must not be negative", c.Engine.SpeedupRatio)
 	}
 	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if err := c.validLoRAs(); err != nil {
 		return err
 	}
 	if c.HandoffTimeout <= 0 || c.KVPullTimeout <= 0 {
@@ -218,8 +270,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Model: worker.Model{Name: cfg.ModelName, BlockSize: uint32(cfg.Engine.BlockSize), ContextLength: uint32(cfg.ContextLength), TokenizerFiles: files,
-			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser},
+			ToolCallParser: cfg.ToolCallParser, ReasoningParser: cfg.ReasoningParser, MaxLoRAs: uint32(cfg.Engine.MaxLoras)},
 		Log: log, DropKVEvent: cfg.DropKVEvent,
+	}
+	for _, n := range cfg.LoRAs {
+		wcfg.Model.LoRAs = append(wcfg.Model.LoRAs, worker.LoRA{Name: n})
 	}
 	if cfg.EmbeddingDimensions > 0 {
 		wcfg.Embed = embedder{dims: cfg.EmbeddingDimensions}.handle
@@ -289,7 +344,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), l), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), l, cfg.LoRAs), func(wk *worker.Worker) {
 			w.Store(wk)
 			wk.SetLoad(func() *workerv1.LoadMetrics {
 				if m := load.Load(); m != nil {
@@ -308,12 +363,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 // generate serves requests from the engine, cancelling the engine's request
 // when the caller goes away. The player scripts how answers start; l
 // serves the legs of disaggregated requests.
-func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs) worker.Handler {
+func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs, loras []string) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := simengine.RequestFromProto(req, defaultMaxTokens)
 		if err != nil {
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
+		}
+		if er.LoRA != "" && !slices.Contains(loras, er.LoRA) {
+			// A router sends an adapter only to workers whose card lists
+			// it: this one was called directly.
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("LoRA adapter %q is not served here", er.LoRA)}
 		}
 		if req.Logprobs != nil && req.GetLogprobs() > 20 {
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "logprobs must be at most 20"}
