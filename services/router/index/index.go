@@ -669,6 +669,7 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 		if depth == to {
 			from, to = depth, min(depth+size, len(hashes))
 			x.holders.getAll(hashes[from:to], vals[:], oks[:])
+			x.touchTiers(hashes[from:to], vals[:], oks[:])
 			size = min(2*size, batch)
 		}
 		if v := vals[depth-from]; oks[depth-from] {
@@ -708,6 +709,7 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 				if depth == to {
 					from, to = depth, min(depth+size, len(hashes))
 					x.holders.getAll(hashes[from:to], vals[:], oks[:])
+					x.touchTiers(hashes[from:to], vals[:], oks[:])
 					size = min(2*size, batch)
 				}
 				v := vals[depth-from]

@@ -391,3 +391,24 @@ func (x *Index) LowerBlocks(id WorkerID) [LowerTiers]int {
 	}
 	return w.lower
 }
+
+// touchTiers loads the tier table's first slot of every key of a lookup's
+// batch marked lowerTag, so that the probes the walk makes of them one by
+// one (countLower, slotTier) find their lines in the cache: their misses
+// overlap here, as the holders' do in getAll. Nothing without tiers.
+func (x *Index) touchTiers(keys []uint64, vals []uint32, oks []bool) {
+	if x.tiers.t.len() == 0 {
+		return
+	}
+	var marked [batch]uint64
+	n := 0
+	for i, k := range keys {
+		if oks[i] && vals[i]&lowerTag != 0 {
+			marked[n] = k
+			n++
+		}
+	}
+	if n > 0 {
+		x.tiers.t.touch(marked[:n])
+	}
+}
