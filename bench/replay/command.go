@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -22,7 +23,10 @@ import (
 type CommandConfig struct {
 	Config
 	// Traces is a comma list of built-in trace names or trace files.
-	Traces     string
+	Traces string
+	// LoRAs, when positive, gives the trace's requests that many adapters
+	// (AssignLoRAs).
+	LoRAs      int
 	Modes      string
 	RateScales string
 	SLO        time.Duration
@@ -60,6 +64,9 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", 8, "simulated engines")
 	fs.IntVar(&c.Engine.NumGPUBlocks, "kv-blocks", 131072, "KV blocks per engine")
 	fs.IntVar(&c.Engine.BlockSize, "block-size", 16, "tokens per KV block")
+	fs.IntVar(&c.LoRAs, "loras", 0, "give every request one of this many LoRA adapters, by its first trace block (requests sharing a prompt's start share one; a trace's own lora_name stays); 0: none. kv-adapter-blind is kv with a router that prices no adapter load")
+	fs.IntVar(&c.Engine.MaxLoras, "max-loras", 4, "LoRA adapter slots per engine (used when requests carry adapters)")
+	fs.Float64Var(&c.Engine.LoraLoadMs, "lora-load-ms", timingmodel.DefaultLoraLoadMs, "milliseconds an engine takes to load an adapter into a slot, published in its timing model")
 	fs.IntVar(&c.Engine.NumHostBlocks, "host-kv-blocks", 0, "KV blocks of each engine's host-memory tier: blocks evicted from the GPU go there and a prefix hit on them loads them back at the timing model's CPU load time (0: none); kv-tier-blind is kv with a router that sees the GPU blocks only")
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
@@ -166,6 +173,7 @@ func Command(c CommandConfig, out io.Writer) error {
 	var goals []GoalRow
 	for _, name := range names {
 		trace, label, err := loadNamed(strings.TrimSpace(name), c.TraceBlockSize)
+		AssignLoRAs(trace, c.LoRAs)
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,7 @@ func TestParseTraceErrors(t *testing.T) {
 func FuzzParseTrace(f *testing.F) {
 	f.Add(`{"timestamp": 0, "input_length": 600, "output_length": 6, "hash_ids": [0, 1]}`)
 	f.Add(`{"timestamp": 1e300, "input_length": 1, "output_length": 1, "hash_ids": [1]}`)
+	f.Add(`{"timestamp": 1, "input_length": 4, "output_length": 1, "hash_ids": [1], "lora_name": "sql-lora"}`)
 	f.Add("{}\n{}")
 	f.Fuzz(func(t *testing.T, in string) {
 		reqs, err := ParseTrace(strings.NewReader(in), 512)

@@ -151,7 +151,26 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintln(w)
 	writeSessions(w, r)
+	writeAdapters(w, r)
 	return writeCapacity(w, r)
+}
+
+// writeAdapters prints, for a trace whose requests carry LoRA adapters,
+// each run's adapter loads and the requests routed to an engine that does
+// not serve their adapter (which must be none).
+func writeAdapters(w io.Writer, r *Report) {
+	any := false
+	for _, x := range r.Results {
+		any = any || x.AdapterRequests > 0
+	}
+	if !any {
+		return
+	}
+	fmt.Fprint(w, "LoRA adapter loads, and requests sent to an engine that cannot serve their adapter:")
+	for _, x := range r.Results {
+		fmt.Fprintf(w, " %s x%g %d loads, %d of %d;", x.Mode, x.RateScale, x.LoraLoads, x.AdapterMisrouted, x.AdapterRequests)
+	}
+	fmt.Fprintln(w)
 }
 
 // writeSessions prints, for a trace whose requests name their sessions,

@@ -130,6 +130,11 @@ type Result struct {
 	// their first, in every mode; TurnsAway those routed to another
 	// worker than their session's previous turn (where its prefix is).
 	LaterTurns, TurnsAway int
+	// AdapterRequests counts the routed requests with a LoRA adapter,
+	// AdapterMisrouted those routed to an engine whose card does not list
+	// it, and LoraLoads the adapters the engines loaded.
+	AdapterRequests, AdapterMisrouted int
+	LoraLoads                         uint64
 }
 
 // SessionCounts are a session mode's turns by what the session rule did:
@@ -144,7 +149,31 @@ type SessionCounts struct {
 // their decisions over (simulated) replica sync, or do not, and the peers'
 // policies (peers.go).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
-	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind"}
+	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind", "kv-adapter-blind"}
+
+// adapterPlacement is, per engine, the LoRA adapters its card lists: of
+// the trace's adapters, sorted by name, engine i serves the j-th unless
+// (i + j) % 4 == 0, so that with four engines or more each adapter has a
+// quarter of them that cannot serve it (which the router must never pick);
+// with fewer, every engine serves every adapter.
+func adapterPlacement(trace []Request, workers int) [][]string {
+	var names []string
+	for _, r := range trace {
+		if r.LoRA != "" && !slices.Contains(names, r.LoRA) {
+			names = append(names, r.LoRA)
+		}
+	}
+	slices.Sort(names)
+	out := make([][]string, workers)
+	for i := range out {
+		for j, n := range names {
+			if workers < 4 || (i+j)%4 != 0 {
+				out[i] = append(out[i], n)
+			}
+		}
+	}
+	return out
+}
 
 // modeSetup is how a mode's routers are built.
 type modeSetup struct {
@@ -163,6 +192,9 @@ type modeSetup struct {
 	// tierBlind indexes the engines' GPU blocks only (--kv-tiers=false):
 	// a block offloaded to the host tier is gone for the router.
 	tierBlind bool
+	// adapterBlind prices no LoRA adapter load (core.Config.AdapterBlind):
+	// requests still go only to workers that serve their adapter.
+	adapterBlind bool
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -191,6 +223,8 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 3, sync: true, sessions: core.AffinitySoft}, nil
 	case "kv-tier-blind":
 		return modeSetup{mode: core.ModeKV, replicas: 1, tierBlind: true}, nil
+	case "kv-adapter-blind":
+		return modeSetup{mode: core.ModeKV, replicas: 1, adapterBlind: true}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -381,6 +415,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	var ins []registryclient.Change[*registryv1.Instance]
 	var cards []registryclient.Change[*registryv1.ModelCard]
+	serves := adapterPlacement(trace, cfg.Workers)
 	for i := range cfg.Workers {
 		e, err := simengine.New(cfg.Engine)
 		if err != nil {
@@ -390,8 +425,12 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		s.engines = append(s.engines, &simEngine{id: id, e: e})
 		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}, Role: s.roleOf(i)}})
-		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
-			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize)}})
+		card := &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
+			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize), MaxLoras: uint32(cfg.Engine.MaxLoras)}
+		for _, name := range serves[i] {
+			card.LoraAdapters = append(card.LoraAdapters, &registryv1.LoraAdapter{Name: name})
+		}
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: card})
 	}
 	for i := range setup.replicas {
 		if setup.peer != "" {
@@ -411,6 +450,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			cc.SessionAffinity = setup.sessions
 		}
 		cc.KVTiers = !setup.tierBlind
+		cc.AdapterBlind = setup.adapterBlind
 		c := core.New(cc)
 		c.OnInstances(ins)
 		c.OnModels(cards)
@@ -435,7 +475,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			tokens = Tokens(r, cfg.TraceBlockSize, tokens)
 			me := s.next
 			s.next = (s.next + 1) % len(s.routers)
-			req := &routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens}
+			req := &routerv1.RouteRequest{RequestId: id, Target: target, TokenIds: tokens, LoraName: r.LoRA}
 			if setup.sessions != "" && r.Session != 0 {
 				req.SessionId = strconv.FormatUint(r.Session, 10)
 			}
@@ -459,6 +499,12 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 				lastWorker[r.Session] = resp.InstanceId
 			}
 			w := s.engines[resp.InstanceId-1]
+			if r.LoRA != "" {
+				s.res.AdapterRequests++
+				if !slices.Contains(serves[w.id-1], r.LoRA) {
+					s.res.AdapterMisrouted++
+				}
+			}
 			// The engine keeps the prompt while the request runs.
 			prompt := slices.Clone(tokens)
 			s.routed++
@@ -466,7 +512,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 				s.startPair(n, id, me, resp, w, s.engines[p.GetInstanceId()-1], prompt, r.OutputLength)
 				return
 			}
-			if err := w.e.Add(simengine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1)}); err != nil {
+			if err := w.e.Add(simengine.Request{ID: id, Prompt: prompt, MaxTokens: r.OutputLength, Seed: uint64(n + 1), LoRA: r.LoRA}); err != nil {
 				s.routers[me].Free(id)
 				s.reject(err)
 				return
@@ -497,6 +543,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		st := w.e.Stats()
 		hit += st.PrefixHitBlocks
 		hostHit += st.HostHitBlocks
+		s.res.LoraLoads += st.LoraLoads
 		queried += st.PrefixQueriedBlocks
 		generated += st.GeneratedTokens
 		prefill[i] = float64(w.prefill)

@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Request is one line of a Mooncake trace.
@@ -29,6 +32,9 @@ type Request struct {
 	// Session names the conversation the request is a turn of (the trace's
 	// optional session_id); 0 is none. The session modes route with it.
 	Session uint64
+	// LoRA is the LoRA adapter the request runs with (the trace's
+	// optional lora_name, or AssignLoRAs); empty is the base model.
+	LoRA string
 }
 
 // ErrBadTrace wraps every trace parsing error.
@@ -48,6 +54,7 @@ type traceLine struct {
 	OutputLength *int     `json:"output_length"`
 	HashIDs      []uint64 `json:"hash_ids"`
 	SessionID    uint64   `json:"session_id"`
+	LoraName     string   `json:"lora_name"`
 }
 
 // ParseTrace reads a JSON-lines trace; blank lines are skipped. Every line
@@ -91,6 +98,8 @@ func (tl traceLine) request(traceBlock int) (Request, error) {
 		return Request{}, fmt.Errorf("input_length %d is outside 1..%d", *tl.InputLength, MaxInputLength)
 	case *tl.OutputLength < 1 || *tl.OutputLength > MaxOutputLength:
 		return Request{}, fmt.Errorf("output_length %d is outside 1..%d", *tl.OutputLength, MaxOutputLength)
+	case core.ValidLoRAName(tl.LoraName) != nil && tl.LoraName != "":
+		return Request{}, fmt.Errorf("lora_name %q: %v", tl.LoraName, core.ValidLoRAName(tl.LoraName))
 	}
 	need := (*tl.InputLength + traceBlock - 1) / traceBlock
 	if len(tl.HashIDs) < need {
@@ -102,7 +111,24 @@ func (tl traceLine) request(traceBlock int) (Request, error) {
 		OutputLength: *tl.OutputLength,
 		HashIDs:      tl.HashIDs[:need],
 		Session:      tl.SessionID,
+		LoRA:         tl.LoraName,
 	}, nil
+}
+
+// AssignLoRAs gives every request of trace one of n LoRA adapters,
+// "lora-0" to "lora-{n-1}", by its first block's hash id: requests that
+// share a prompt's start (an application's system prompt) share an
+// adapter, as an application serves one fine-tune. Requests that name an
+// adapter already keep it; n <= 0 leaves the trace as it is.
+func AssignLoRAs(trace []Request, n int) {
+	if n <= 0 {
+		return
+	}
+	for i := range trace {
+		if trace[i].LoRA == "" && len(trace[i].HashIDs) > 0 {
+			trace[i].LoRA = "lora-" + strconv.FormatUint(trace[i].HashIDs[0]%uint64(n), 10)
+		}
+	}
 }
 
 // LoadTrace reads a trace file, gzip-compressed when its name ends in .gz.

@@ -182,6 +182,11 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		}
 		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
 			StreamOptions: map[string]any{"include_usage": true}, ReturnTokenIDs: true, CacheSalt: req.GetCacheSalt()}
+		if l := req.GetLoraName(); l != "" {
+			// vLLM serves a LoRA adapter (--lora-modules name=path) as a
+			// model of its own name: the request names it as its model.
+			cr.Model = l
+		}
 		if s := req.Sampling; s != nil {
 			cr.Temperature, cr.TopP, cr.MinP, cr.Seed = s.Temperature, s.TopP, s.MinP, s.Seed
 			cr.FrequencyPenalty, cr.PresencePenalty, cr.RepetitionPenalty = s.FrequencyPenalty, s.PresencePenalty, s.RepetitionPenalty

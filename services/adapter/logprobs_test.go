@@ -283,3 +283,30 @@ func TestGuidedDecodingToEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestLoRAModelToEngine: a request with a LoRA adapter asks the engine
+// for the adapter by name as its model, as vLLM serves adapters; one
+// without asks for the base model.
+func TestLoRAModelToEngine(t *testing.T) {
+	var got string
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model string `json:"model"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		got = req.Model
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("data: {\"choices\":[{\"text\":\"x\",\"token_ids\":[5],\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	}))
+	defer eng.Close()
+	h := generate(eng.Client(), eng.URL, "base", &legs{})
+	send := func(*workerv1.GenerateResponse) error { return nil }
+	for _, tc := range []struct{ lora, want string }{{"", "base"}, {"sql-lora", "sql-lora"}} {
+		if err := h(t.Context(), &workerv1.GenerateRequest{TokenIds: []uint32{1, 2}, MaxTokens: 1, LoraName: tc.lora}, send); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("lora %q: engine asked for model %q, want %q", tc.lora, got, tc.want)
+		}
+	}
+}
