@@ -14,6 +14,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/stack/controlplane"
 )
@@ -83,7 +84,7 @@ func Example() {
 	}
 	defer c.Close()
 	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: "req-1", Model: "demo-model", TokenIds: []uint32{11, 22, 33}})
-	st, err := c.Call(ctx, addr, worker.GenerateEndpoint, nil, payload)
+	st, err := c.Call(ctx, addr, wire.GenerateEndpoint, nil, payload)
 	if err != nil {
 		fmt.Println(err)
 		return

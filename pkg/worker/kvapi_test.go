@@ -14,6 +14,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
@@ -40,7 +41,7 @@ func TestWorkerAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Shutdown(context.Background())
-	addr := w.Instance().GetMetadata()[worker.MetadataWorkerAPI]
+	addr := w.Instance().GetMetadata()[wire.MetadataWorkerAPI]
 	if addr == "" || addr != w.APIAddr() {
 		t.Fatalf("instance metadata worker_api = %q; want %q", addr, w.APIAddr())
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // DialAPI connects to a worker's WorkerService at addr (its instance's
-// MetadataWorkerAPI), without waiting for the connection.
+// wire.MetadataWorkerAPI), without waiting for the connection.
 func DialAPI(addr string, opts grpcclient.Options) (*grpc.ClientConn, workerv1.WorkerServiceClient, error) {
 	cc, err := grpcclient.Dial("worker", []string{addr}, opts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))

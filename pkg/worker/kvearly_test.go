@@ -11,6 +11,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
@@ -88,7 +89,7 @@ func TestKVEventsPublishedBeforeStartReturns(t *testing.T) {
 		t.Fatalf("generate after Start returned = %v, %v", out, err)
 	}
 
-	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + worker.KVEventsName,
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
 		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)

@@ -63,17 +63,6 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
-// The wire names a worker uses, kept for callers of this package.
-//
-// Deprecated: use the same names in pkg/wire.
-const (
-	KVEventsName      = wire.KVEventsName
-	LoadName          = wire.LoadName
-	TokenizerBucket   = wire.TokenizerBucket
-	GenerateEndpoint  = wire.GenerateEndpoint
-	MetadataWorkerAPI = wire.MetadataWorkerAPI
-)
-
 // ErrInvalidRequest is what a generate payload that does not decode gets,
 // as a transport handler error with code transport.CodeInvalidArgument.
 var ErrInvalidRequest = errors.New("worker: invalid generate request")
@@ -380,7 +369,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	addrs := srv.Addresses(cfg.Endpoint)
 	md := map[string]string{}
 	maps.Copy(md, cfg.Metadata)
-	md[MetadataWorkerAPI] = w.apiAddr()
+	md[wire.MetadataWorkerAPI] = w.apiAddr()
 	want := &registryv1.Instance{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
 		Transport: transport.TransportOf(addrs...), Metadata: md, Role: cfg.Role, KvTransfer: w.registeredTransfer()}
 	card := &registryv1.ModelCard{Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -63,7 +64,7 @@ func call(ctx context.Context, t *testing.T, addr transport.Address, req *worker
 	}
 	defer c.Close()
 	payload, _ := proto.Marshal(req)
-	st, err := c.Call(ctx, addr, worker.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
+	st, err := c.Call(ctx, addr, wire.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
 	if err != nil {
 		return nil, err
 	}
@@ -157,13 +158,13 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 			t.Fatalf("subscription: %v (kv %v, load %v)", err, gotKV, gotLoad)
 		}
 		switch ev.GetSubject() {
-		case "test.backend." + worker.KVEventsName:
+		case "test.backend." + wire.KVEventsName:
 			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
 			if err != nil || b.InstanceId != w.InstanceID() || b.Events[0].GetStored().Blocks[0].SequenceHash != 42 {
 				t.Fatalf("KV batch = %v, %v", b, err)
 			}
 			gotKV = true
-		case "test.backend." + worker.LoadName:
+		case "test.backend." + wire.LoadName:
 			m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 			// The counts since the start: the one request served above,
 			// its 3 prompt tokens and the 3 it echoed.
@@ -178,7 +179,7 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 	// A payload that is not a GenerateRequest is refused with a typed error.
 	c, _ := transport.NewClient(transport.DefaultConfig())
 	defer c.Close()
-	st, err := c.Call(ctx, addrOf(list.Instances[0]), worker.GenerateEndpoint, nil, []byte{0xff, 0xff, 0xff})
+	st, err := c.Call(ctx, addrOf(list.Instances[0]), wire.GenerateEndpoint, nil, []byte{0xff, 0xff, 0xff})
 	if err == nil {
 		_, err = st.Recv()
 		st.Close()
@@ -244,7 +245,7 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 	go func() { done <- worker.Run(runCtx, e.config(t), echo(0, nil), func(w *worker.Worker) { ready <- w }) }()
 	w := <-ready
 	first := w.Instance()
-	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + worker.KVEventsName,
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
 		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_NEW, AutoAck: true})
 	if err != nil {
 		t.Fatal(err)

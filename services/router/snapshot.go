@@ -18,14 +18,6 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
-// Where snapshots live in the eventbus object store.
-//
-// Deprecated: use wire.SnapshotBucket and wire.SnapshotObject.
-const (
-	SnapshotBucket = wire.SnapshotBucket
-	SnapshotObject = wire.SnapshotObject
-)
-
 // loadSnapshot fetches the latest snapshot; a missing one is a cold start.
 func loadSnapshot(ctx context.Context, bus *eventbusclient.Client) (*routerv1.IndexSnapshot, error) {
 	var buf bytes.Buffer

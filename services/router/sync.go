@@ -16,11 +16,6 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
-// ReplicaSyncName is the event name replicas share decisions on.
-//
-// Deprecated: use wire.ReplicaSyncName.
-const ReplicaSyncName = wire.ReplicaSyncName
-
 // syncer publishes this replica's decisions and applies the others'.
 type syncer struct {
 	id   string
