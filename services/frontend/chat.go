@@ -12,6 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // ErrToolChoice is a generation that did not call a tool although
@@ -207,7 +208,7 @@ type chatChunk struct {
 // systemFingerprint names the backend configuration of a model: its
 // tokenizer and template content, which is what changes its answers here.
 func systemFingerprint(card *registryv1.ModelCard) string {
-	tok, _ := tokenizerFiles(card)
+	tok, _ := preprocess.TokenizerFiles(card)
 	if sha := tok.GetSha256(); len(sha) >= 12 {
 		return "fp_" + sha[:12]
 	}

@@ -213,7 +213,7 @@ func (s *Service) handleEmbeddings(w *recorder, r *http.Request) {
 		return nil
 	}
 	for i, t := range p.texts {
-		if err := add(i, a.encode(t)); err != nil {
+		if err := add(i, a.Encode(t)); err != nil {
 			writeError(w, err)
 			return
 		}

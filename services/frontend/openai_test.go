@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 const weatherTool = `{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`
@@ -110,7 +111,7 @@ var qwenShared = sync.OnceValues(func() (*tokenizer.Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parsedTokenizers.load(raw)
+	return preprocess.LoadTokenizer(raw)
 })
 
 // TestStopStrings feeds text token by token: the output is cut before the

@@ -1,31 +1,22 @@
 package frontend
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
-	"weak"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
-	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
-
-// assetLoadTimeout bounds fetching and parsing one model's tokenizer files.
-const assetLoadTimeout = time.Minute
 
 // catalog is the live view of the registry: model cards by model name and
 // live instances, fed by the registry watches.
@@ -199,24 +190,18 @@ func (c *catalog) liveModelInstances() int {
 	return len(seen)
 }
 
-// assets are what preprocessing needs of one model: its tokenizer and its
-// chat template.
+// assets are a model's preprocessing assets with the service's chat prefix
+// cache.
 type assets struct {
-	// id tells the assets apart in the chat prefix cache's keys.
-	id uint64
+	*preprocess.Assets
 	// prompts is the chat prefix cache; nil disables it.
 	prompts *promptCache
-	tok     *tokenizer.Tokenizer
-	cfg     *tokenizer.Config
-	tmpl    *chattemplate.Template // nil when the model has none
-	bosID   uint32
-	hasBOS  bool
 }
 
 // inVocab refuses token ids the model's tokenizer does not have (an
 // engine would fail on them, or read past its embeddings), naming param.
 func (a *assets) inVocab(param string, ids []uint32) error {
-	n := a.tok.VocabSize()
+	n := a.Tokenizer().VocabSize()
 	for i, id := range ids {
 		if int64(id) >= int64(n) {
 			return invalid(param, "%s[%d] is token id %d, outside the model's vocabulary (ids 0 to %d)", param, i, id, n-1)
@@ -225,187 +210,15 @@ func (a *assets) inVocab(param string, ids []uint32) error {
 	return nil
 }
 
-// assetCache loads model assets from the eventbus object store once per
-// content (the sha256 of the tokenizer files), for every model that shares
-// them. A failed load is not cached, so the next request retries it.
-type assetCache struct {
-	bus *eventbusclient.Client
-	// prompts is the chat prefix cache of the loaded assets (nil: none).
-	prompts *promptCache
-	mu      sync.Mutex
-	entries map[string]*assetEntry
-	loaded  uint64
-}
-
-type assetEntry struct {
-	done chan struct{}
-	a    *assets
-	err  error
-}
-
-func newAssetCache(bus *eventbusclient.Client) *assetCache {
-	return &assetCache{bus: bus, entries: map[string]*assetEntry{}}
-}
-
-// tokenizerFiles finds the tokenizer.json (or .gz) and tokenizer_config.json
-// artifacts of a card.
-func tokenizerFiles(card *registryv1.ModelCard) (tok, cfg *registryv1.TokenizerArtifact) {
-	for _, a := range card.GetTokenizer() {
-		switch a.GetName() {
-		case "tokenizer.json", "tokenizer.json.gz":
-			tok = a
-		case "tokenizer_config.json":
-			cfg = a
-		}
-	}
-	return tok, cfg
-}
-
-// get returns the assets of card, loading them on first use. ctx bounds only
-// this caller's wait; the load itself runs under load.
-func (c *assetCache) get(ctx, load context.Context, card *registryv1.ModelCard) (*assets, error) {
-	tokArt, cfgArt := tokenizerFiles(card)
-	if tokArt == nil {
-		return nil, fmt.Errorf("%w: model %s has no tokenizer.json artifact", ErrModelAssets, card.GetModelName())
-	}
-	key := tokArt.GetSha256() + "+" + cfgArt.GetSha256()
-	c.mu.Lock()
-	e, ok := c.entries[key]
-	if !ok {
-		e = &assetEntry{done: make(chan struct{})}
-		c.entries[key] = e
-		c.loaded++
-	}
-	id := c.loaded
-	c.mu.Unlock()
-	if !ok {
-		lctx, cancel := context.WithTimeout(load, assetLoadTimeout)
-		e.a, e.err = c.load(lctx, tokArt, cfgArt)
-		cancel()
-		if e.err == nil {
-			e.a.id, e.a.prompts = id, c.prompts
-		}
-		if e.err != nil {
-			c.mu.Lock()
-			delete(c.entries, key)
-			c.mu.Unlock()
-		}
-		close(e.done)
-	}
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return e.a, e.err
-}
-
-func (c *assetCache) fetch(ctx context.Context, a *registryv1.TokenizerArtifact) ([]byte, error) {
-	bucket, name, ok := strings.Cut(a.GetObjectKey(), "/")
-	if !ok || name == "" {
-		return nil, fmt.Errorf("%w: artifact %s has object key %q, want bucket/name", ErrModelAssets, a.GetName(), a.GetObjectKey())
-	}
-	var buf bytes.Buffer
-	info, err := c.bus.GetObject(ctx, bucket, name, &buf)
-	if err != nil {
-		return nil, fmt.Errorf("%w: fetch %s: %v", ErrModelAssets, a.GetObjectKey(), err)
-	}
-	if a.GetSha256() != "" && info.GetSha256() != "" && !strings.EqualFold(a.GetSha256(), info.GetSha256()) {
-		return nil, fmt.Errorf("%w: %s has sha256 %s, the model card says %s", ErrModelAssets, a.GetObjectKey(), info.GetSha256(), a.GetSha256())
-	}
-	return buf.Bytes(), nil
-}
-
-func (c *assetCache) load(ctx context.Context, tokArt, cfgArt *registryv1.TokenizerArtifact) (*assets, error) {
-	raw, err := c.fetch(ctx, tokArt)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := parsedTokenizers.load(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
-	}
-	a := &assets{tok: tok, cfg: &tokenizer.Config{}}
-	if cfgArt != nil {
-		raw, err := c.fetch(ctx, cfgArt)
-		if err != nil {
-			return nil, err
-		}
-		if a.cfg, err = tokenizer.ParseConfig(raw); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
-		}
-	}
-	if a.cfg.ChatTemplate != "" {
-		if a.tmpl, err = chattemplate.Parse(a.cfg.ChatTemplate); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrModelAssets, err)
-		}
-	}
-	if a.cfg.AddBOSToken && a.cfg.BOSToken != "" {
-		a.bosID, a.hasBOS = tok.TokenID(a.cfg.BOSToken)
-	}
-	return a, nil
-}
-
-// tokenizerSet holds the tokenizers a process has built, by the sha256 of
-// their tokenizer.json bytes, for as long as some assets use them.
-type tokenizerSet struct {
-	mu sync.Mutex
-	m  map[[sha256.Size]byte]weak.Pointer[tokenizer.Tokenizer]
-}
-
-// parsedTokenizers lets every frontend of a process (the in-process stack,
-// a test's stacks) build one tokenizer once: building one takes 0.3 s of CPU
-// and 120 MB of garbage (2.5 s under the race detector), and a Tokenizer
-// is immutable and safe for concurrent use. The files are still fetched
-// and checked per frontend; only identical bytes share.
-var parsedTokenizers = newTokenizerSet()
-
-func newTokenizerSet() *tokenizerSet {
-	return &tokenizerSet{m: map[[sha256.Size]byte]weak.Pointer[tokenizer.Tokenizer]{}}
-}
-
-// load returns the tokenizer of a tokenizer.json (plain or gzipped), built
-// now unless one built from the same bytes is still in use. Two first
-// loads at once may both build; the first to finish is kept.
-func (ts *tokenizerSet) load(raw []byte) (*tokenizer.Tokenizer, error) {
-	key := sha256.Sum256(raw)
-	ts.mu.Lock()
-	tok := ts.m[key].Value()
-	ts.mu.Unlock()
-	if tok != nil {
-		return tok, nil
-	}
-	tok, err := tokenizer.LoadReader(bytes.NewReader(raw))
-	if err != nil {
-		return nil, err
-	}
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if kept := ts.m[key].Value(); kept != nil {
-		return kept, nil
-	}
-	wp := weak.Make(tok)
-	ts.m[key] = wp
-	runtime.AddCleanup(tok, func(key [sha256.Size]byte) {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		if ts.m[key] == wp {
-			delete(ts.m, key)
-		}
-	}, key)
-	return tok, nil
-}
-
 // chatPrompt renders the chat template and tokenizes the result, through
 // the chat prefix cache when there is one. The ids must not be modified.
 func (a *assets) chatPrompt(ctx context.Context, r *chatRequest) ([]uint32, error) {
-	if a.tmpl == nil {
+	if !a.HasTemplate() {
 		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
 	}
 	_, span := startSpan(ctx, "frontend.template")
 	msgs, tools := r.messages(), r.tools.templateTools()
-	text, err := a.tmpl.Render(chattemplate.Input{Messages: msgs, AddGenerationPrompt: true, Tools: tools,
-		BOSToken: a.cfg.BOSToken, EOSToken: a.cfg.EOSToken, Extra: r.ChatTemplateKwargs})
+	text, err := a.Render(msgs, tools, r.ChatTemplateKwargs)
 	if err != nil {
 		err = invalid("messages", "the chat template cannot render these messages: %v", err)
 		endSpan(span, err)
@@ -416,32 +229,12 @@ func (a *assets) chatPrompt(ctx context.Context, r *chatRequest) ([]uint32, erro
 	defer span.End()
 	var ids []uint32
 	if a.prompts == nil {
-		ids = a.encode(text)
+		ids = a.Encode(text)
 	} else {
-		ids = a.prompts.encode(a, a.prompts.keys(a, msgs, tools, r.ChatTemplateKwargs), text)
+		ids = a.prompts.encode(a.Assets, a.prompts.keys(a.Assets, msgs, tools, r.ChatTemplateKwargs), text)
 	}
 	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
 	return ids, nil
-}
-
-// encode tokenizes text, adding the BOS token when the model wants it and
-// the text does not already start with it.
-func (a *assets) encode(text string) []uint32 {
-	var ids []uint32
-	if a.hasBOS && !strings.HasPrefix(text, a.cfg.BOSToken) {
-		ids = append(ids, a.bosID)
-	}
-	return a.tok.AppendEncode(ids, text)
-}
-
-// encodeMarks is encode that also returns the tokenizer's marks, for the
-// chat prefix cache.
-func (a *assets) encodeMarks(text string) ([]uint32, []tokenizer.Mark) {
-	var ids []uint32
-	if a.hasBOS && !strings.HasPrefix(text, a.cfg.BOSToken) {
-		ids = append(ids, a.bosID)
-	}
-	return a.tok.AppendEncodeMarks(ids, nil, text)
 }
 
 // textOut turns generated token ids into text deltas, holding back the tail

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // The chat prefix cache.
@@ -57,7 +58,7 @@ type promptCache struct {
 // promptEntry is one cached prompt. Its text, ids and marks never change
 // after it is made, so they are read without the lock.
 type promptEntry struct {
-	a     *assets
+	a     *preprocess.Assets
 	text  string
 	ids   []uint32
 	marks []tokenizer.Mark
@@ -107,11 +108,11 @@ func newPromptCache(budget int64, reg prometheus.Registerer) *promptCache {
 // keys returns the index keys of a chat prompt: keys[k] hashes everything
 // the template reads besides the messages (tools, template arguments, the
 // model's assets) and messages[:k+1].
-func (c *promptCache) keys(a *assets, msgs []chattemplate.Message, tools []json.RawMessage, extra map[string]any) []uint64 {
+func (c *promptCache) keys(a *preprocess.Assets, msgs []chattemplate.Message, tools []json.RawMessage, extra map[string]any) []uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], a.id)
+	binary.LittleEndian.PutUint64(b[:], a.ID())
 	h.Write(b[:])
 	for _, t := range tools {
 		writeField(&h, string(t))
@@ -157,8 +158,8 @@ func writeField(h *maphash.Hash, s string) {
 // encode returns the ids of text (a chat prompt of a's model whose message
 // prefixes have keys), reusing the ids of the cached prompt that shares the
 // longest message prefix where the tokenizer allows it, and caches text.
-// The ids are exactly a.encode(text); the caller must not modify them.
-func (c *promptCache) encode(a *assets, keys []uint64, text string) []uint32 {
+// The ids are exactly a.Encode(text); the caller must not modify them.
+func (c *promptCache) encode(a *preprocess.Assets, keys []uint64, text string) []uint32 {
 	var base *promptEntry
 	c.mu.Lock()
 	for k := len(keys) - 1; k >= 0 && base == nil; k-- {
@@ -173,7 +174,7 @@ func (c *promptCache) encode(a *assets, keys []uint64, text string) []uint32 {
 	var ids []uint32
 	var marks []tokenizer.Mark
 	if base != nil {
-		if m, ok := a.resumeAt(base, text); ok {
+		if m, ok := resumeAt(a, base, text); ok {
 			ids = make([]uint32, m.Tokens, m.Tokens+(len(text)-m.Offset)/3+16)
 			copy(ids, base.ids[:m.Tokens])
 			marks = make([]tokenizer.Mark, 0, len(base.marks)+8)
@@ -184,7 +185,7 @@ func (c *promptCache) encode(a *assets, keys []uint64, text string) []uint32 {
 				marks = append(marks, bm)
 			}
 			start := len(marks)
-			ids, marks = a.tok.AppendEncodeMarks(ids, marks, text[m.Offset:])
+			ids, marks = a.Tokenizer().AppendEncodeMarks(ids, marks, text[m.Offset:])
 			for i := start; i < len(marks); i++ {
 				marks[i].Offset += m.Offset
 			}
@@ -194,7 +195,7 @@ func (c *promptCache) encode(a *assets, keys []uint64, text string) []uint32 {
 		}
 	}
 	if ids == nil {
-		ids, marks = a.encodeMarks(text)
+		ids, marks = a.EncodeMarks(text)
 		c.misses.Inc()
 		c.encoded.Add(float64(len(ids)))
 	}
@@ -205,8 +206,8 @@ func (c *promptCache) encode(a *assets, keys []uint64, text string) []uint32 {
 
 // resumeAt finds the last mark of base at which text's encoding may resume
 // from base's ids.
-func (a *assets) resumeAt(base *promptEntry, text string) (tokenizer.Mark, bool) {
-	if a.hasBOS && strings.HasPrefix(text, a.cfg.BOSToken) != strings.HasPrefix(base.text, a.cfg.BOSToken) {
+func resumeAt(a *preprocess.Assets, base *promptEntry, text string) (tokenizer.Mark, bool) {
+	if bos := a.Config().BOSToken; a.AddsBOS() && strings.HasPrefix(text, bos) != strings.HasPrefix(base.text, bos) {
 		return tokenizer.Mark{}, false
 	}
 	common := commonPrefix(base.text, text)
@@ -216,7 +217,7 @@ func (a *assets) resumeAt(base *promptEntry, text string) (tokenizer.Mark, bool)
 	// steps back always clears).
 	n := sort.Search(len(base.marks), func(i int) bool { return base.marks[i].Offset+base.marks[i].Len > common })
 	for i := n - 1; i >= 0 && i >= n-4; i-- {
-		if a.tok.Resumes(base.text, text, base.marks[i]) {
+		if a.Tokenizer().Resumes(base.text, text, base.marks[i]) {
 			return base.marks[i], true
 		}
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // qwenAssets returns the Qwen3 assets with a chat prefix cache of budget
@@ -28,11 +28,11 @@ func qwenAssets(t testing.TB, tok *tokenizer.Tokenizer, budget int64) *assets {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := chattemplate.Parse(cfg.ChatTemplate)
+	pa, err := preprocess.NewAssets(tok, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &assets{id: 1, tok: tok, cfg: cfg, tmpl: tmpl}
+	a := &assets{Assets: pa}
 	if budget > 0 {
 		a.prompts = newPromptCache(budget, prometheus.NewRegistry())
 	}

@@ -87,6 +87,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // Domain errors; writeError maps them to HTTP statuses and OpenAI error
@@ -105,7 +106,7 @@ var (
 	ErrNoInstance = errors.New("no live instance serves the model")
 	// ErrModelAssets means the model's tokenizer or chat template could not
 	// be fetched or loaded (503).
-	ErrModelAssets = errors.New("model assets unavailable")
+	ErrModelAssets = preprocess.ErrModelAssets
 	// ErrWorkerFailed is a worker failure that migration could not hide
 	// (502).
 	ErrWorkerFailed = errors.New("worker failed")
@@ -126,7 +127,8 @@ type Service struct {
 	keyMetrics *keyMetrics
 	catalog    *catalog
 	fence      *fence
-	assets     *assetCache
+	assets     *preprocess.AssetCache
+	prompts    *promptCache // the chat prefix cache of every model; nil: none
 	routing    *routing
 	disagg     *disagg
 	admission  *admission
@@ -212,9 +214,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		return nil, fmt.Errorf("eventbus: %w", err)
 	}
 	u.Push(func() { _ = s.bus.Close() })
-	s.assets = newAssetCache(s.bus)
+	s.assets = preprocess.NewAssetCache(s.bus)
 	if cfg.ChatPrefixCacheBytes > 0 {
-		s.assets.prompts = newPromptCache(cfg.ChatPrefixCacheBytes, s.metrics.registry)
+		s.prompts = newPromptCache(cfg.ChatPrefixCacheBytes, s.metrics.registry)
 	}
 	if s.routing, err = newRouting(&cfg, creds, auth, s.metrics, log); err != nil {
 		return nil, err
@@ -664,7 +666,7 @@ func (s *Service) handleChat(w *recorder, r *http.Request) {
 	sks := make([]sink, p.n)
 	for i := range sks {
 		sk := newChatSink(g.writer(), p, card, req.tools, id, created)
-		sk.index, sk.group, sk.logprobs = i, g, newLogprobOut(a.tok, p)
+		sk.index, sk.group, sk.logprobs = i, g, newLogprobOut(a.Tokenizer(), p)
 		sks[i] = sk
 	}
 	s.serve(w, r, sks, card, a, prompt, p, "messages")
@@ -696,19 +698,19 @@ func (s *Service) handleCompletion(w *recorder, r *http.Request) {
 		}
 	} else {
 		_, span := startSpan(r.Context(), "frontend.tokenize")
-		ids = a.encode(text)
+		ids = a.Encode(text)
 		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", len(ids)))
 		span.End()
 	}
 	if p.echo && text == "" {
-		text = a.tok.Decode(ids)
+		text = a.Tokenizer().Decode(ids)
 	}
 	id, created := "cmpl-"+newID(), time.Now().Unix()
 	g := newChoiceGroup(w, p)
 	sks := make([]sink, p.n)
 	for i := range sks {
 		sk := &completionSink{w: g.writer(), stream: p.stream, includeUsage: p.includeUsage, id: id, index: i, group: g,
-			model: p.model, fingerprint: systemFingerprint(card), created: created, logprobs: newLogprobOut(a.tok, p)}
+			model: p.model, fingerprint: systemFingerprint(card), created: created, logprobs: newLogprobOut(a.Tokenizer(), p)}
 		if p.echo {
 			sk.echo = &echoPrompt{text: text, ids: ids}
 		}
@@ -723,11 +725,11 @@ func (s *Service) modelAssets(ctx context.Context, model string) (*registryv1.Mo
 	if card == nil {
 		return nil, nil, fmt.Errorf("%w: the model %q does not exist", ErrUnknownModel, model)
 	}
-	a, err := s.assets.get(ctx, s.base, card)
+	a, err := s.assets.Get(ctx, s.base, card)
 	if err != nil {
 		return nil, nil, err
 	}
-	return card, a, nil
+	return card, &assets{Assets: a, prompts: s.prompts}, nil
 }
 
 // serve checks the prompt against the model's limits, generates and writes
@@ -852,7 +854,7 @@ func (s *Service) choice(ctx context.Context, r *http.Request, rec *recorder, tr
 		sk.fail(err)
 		ok = false
 	}()
-	text := newTextOut(a.tok, p.stopStrings)
+	text := newTextOut(a.Tokenizer(), p.stopStrings)
 	var last time.Time
 	mm := s.metrics.model(p.model)
 	emit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {

@@ -6,6 +6,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // PromptTokens returns the prompt token ids the frontend would route for an
@@ -15,10 +16,11 @@ import (
 // references them, as the frontend loads them. `switchyard route` uses it so
 // that what it explains is what the frontend would ask the router.
 func PromptTokens(ctx context.Context, bus *eventbusclient.Client, card *registryv1.ModelCard, body []byte, chat bool) ([]uint32, error) {
-	a, err := newAssetCache(bus).get(ctx, ctx, card)
+	pa, err := preprocess.NewAssetCache(bus).Get(ctx, ctx, card)
 	if err != nil {
 		return nil, err
 	}
+	a := &assets{Assets: pa}
 	if chat {
 		req, p, err := decodeChat(body)
 		if err != nil {
@@ -37,7 +39,7 @@ func PromptTokens(ctx context.Context, bus *eventbusclient.Client, card *registr
 		return nil, fmt.Errorf("%w: the body names model %q, the card %q", ErrInvalidRequest, p.model, card.GetModelName())
 	}
 	if ids == nil {
-		ids = a.encode(text)
+		ids = a.Encode(text)
 	}
 	return ids, nil
 }

@@ -1,4 +1,4 @@
-package frontend
+package preprocess
 
 import (
 	"encoding/json"
