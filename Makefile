@@ -100,7 +100,7 @@ bench: build ## Benchmark functions, then each benchmark command's table.
 # GOAL_TRACES: comma list of built-in trace names or Mooncake JSON-lines
 # files (.jsonl, .jsonl.gz), for example held-out traces from router-trace-gen.
 GOAL_TRACES ?= mooncake,low-reuse,sessions
-bench-goals: ## Issue 14's goal table (hit rates vs the pooled bound, goodput vs round-robin and the capacity bound, TTFT vs the floor, replicas) for GOAL_TRACES, with a verdict per goal, then kv against the peers' policies (dynamo, llm-d, sglang) and round-robin; also bin/router-replay-goals.md.
+bench-goals: ## The routing goal table (hit rates vs the pooled bound, goodput vs round-robin and the capacity bound, TTFT vs the floor, replicas) for GOAL_TRACES, with a verdict per goal, then kv against the peers' policies (dynamo, llm-d, sglang) and round-robin; also bin/router-replay-goals.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./bench/replay/cmd/router-replay-bench
 	$(BIN)/router-replay-bench --goals --trace $(GOAL_TRACES) --goodput-steps 2 --out $(BIN)/router-replay-goals

@@ -40,7 +40,7 @@ type CommandConfig struct {
 	GoodputSteps int
 	// Goals runs the goal table instead of --modes: round-robin and kv
 	// over the sweep, the other goal modes at GoalsRate, and prints one
-	// table of issue 14's goals for all traces after their sweeps.
+	// table of the routing goals for all traces after their sweeps.
 	Goals bool
 	// GoalsRate is the default rate scale the goals are judged at.
 	GoalsRate float64

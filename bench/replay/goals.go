@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The goal table: issue 14's routing goals, checked on one trace at a time
+// The goal table: the routing goals, checked on one trace at a time
 // and printed for a set of traces in one table (router-replay-bench
 // --goals, make bench-goals). The goals, on every trace:
 //   - hit: kv's hit rate at the default rate is at least 90% of the

@@ -21,7 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
-// TestPythonWorkerInAMixedFleet is issue 16's mixed fleet: one model served
+// TestPythonWorkerInAMixedFleet runs a mixed fleet: one model served
 // by three Go mockers, one on each request plane (tcp, http, nats), and by
 // the Python worker (http, with the tokenizer it uploaded), behind one
 // frontend whose own plane is tcp. The frontend dials every instance on

@@ -95,7 +95,7 @@ func run(samples, tokens int, d time.Duration) error {
 		}
 	}
 	w.Flush()
-	fmt.Println("goals (issue 17):")
+	fmt.Println("goals:")
 	for _, g := range goals {
 		fmt.Println("  " + g)
 	}
