@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 )
 
 // proc is one child process of the plane.
@@ -80,7 +82,7 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 		var addrs []string
 		var rel []func()
 		for range n {
-			a, r, err := holdPort()
+			a, r, err := testport.ChildPort()
 			if err != nil {
 				for _, f := range rel {
 					f()

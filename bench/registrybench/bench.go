@@ -29,6 +29,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/services/registry"
 )
 
@@ -154,7 +155,7 @@ type runningRegistry struct {
 
 func startRegistry(ctx context.Context, bin string, endpoints []string) (*runningRegistry, error) {
 	if _, err := os.Stat(bin); err == nil {
-		addr, release, err := holdPort()
+		addr, release, err := testport.ChildPort()
 		if err != nil {
 			return nil, fmt.Errorf("hold a port for the registry: %w", err)
 		}

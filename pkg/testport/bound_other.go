@@ -62,3 +62,16 @@ func freed(t testing.TB) string {
 	defer l.Close()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 }
+
+// ChildPort is a loopback address for a child process. Off Linux it is a
+// port taken and closed again, which another process can take before the
+// child binds it (see the Linux version).
+func ChildPort() (addr string, release func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr = l.Addr().String()
+	l.Close()
+	return addr, func() {}, nil
+}
