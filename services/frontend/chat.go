@@ -12,6 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
@@ -44,7 +45,7 @@ type toolSpec struct {
 func parseTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (toolSpec, error) {
 	ts := toolSpec{tools: tools, choice: toolChoiceAuto, single: parallel != nil && !*parallel}
 	for i, raw := range tools {
-		typ, name, hasFunction, ok := toolFunctionName(raw)
+		typ, name, hasFunction, ok := openai.ToolFunctionName(raw)
 		if !ok {
 			var t struct {
 				Type     string `json:"type"`
@@ -123,7 +124,7 @@ func (ts toolSpec) templateTools() []json.RawMessage {
 }
 
 // check reports whether calls satisfy the tool choice.
-func (ts toolSpec) check(calls []toolCallJSON) error {
+func (ts toolSpec) check(calls []openai.ToolCallOut) error {
 	switch ts.choice {
 	case toolChoiceRequired:
 		if len(calls) == 0 {
@@ -142,69 +143,6 @@ func (ts toolSpec) check(calls []toolCallJSON) error {
 	return nil
 }
 
-// Chat response bodies, in OpenAI's shapes.
-
-type toolCallJSON struct {
-	Index    *int         `json:"index,omitempty"` // streamed deltas only
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type,omitempty"`
-	Function functionJSON `json:"function"`
-}
-
-type functionJSON struct {
-	Name      string `json:"name,omitempty"`
-	Arguments string `json:"arguments"`
-}
-
-type chatMessageOut struct {
-	Role             string         `json:"role"`
-	Content          *string        `json:"content"`
-	Refusal          *string        `json:"refusal"`
-	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
-	ReasoningContent *string        `json:"reasoning_content,omitempty"`
-}
-
-type chatChoice struct {
-	Index        int            `json:"index"`
-	Message      chatMessageOut `json:"message"`
-	FinishReason string         `json:"finish_reason"`
-	Logprobs     *chatLogprobs  `json:"logprobs"`
-}
-
-type chatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             *usageJSON   `json:"usage"`
-}
-
-type chatDelta struct {
-	Role             string         `json:"role,omitempty"`
-	Content          *string        `json:"content,omitempty"`
-	ReasoningContent *string        `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
-}
-
-type chatChunkChoice struct {
-	Index        int           `json:"index"`
-	Delta        chatDelta     `json:"delta"`
-	FinishReason *string       `json:"finish_reason"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
-}
-
-type chatChunk struct {
-	ID                string            `json:"id"`
-	Object            string            `json:"object"`
-	Created           int64             `json:"created"`
-	Model             string            `json:"model"`
-	SystemFingerprint string            `json:"system_fingerprint"`
-	Choices           []chatChunkChoice `json:"choices"`
-	Usage             *usageJSON        `json:"usage,omitempty"`
-}
-
 // systemFingerprint names the backend configuration of a model: its
 // tokenizer and template content, which is what changes its answers here.
 func systemFingerprint(card *registryv1.ModelCard) string {
@@ -220,7 +158,7 @@ func systemFingerprint(card *registryv1.ModelCard) string {
 // parser: reasoning comes out as reasoning_content, calls as tool_calls.
 type chatSink struct {
 	w            http.ResponseWriter
-	sse          sse
+	sse          openai.SSE
 	stream       bool
 	includeUsage bool
 	id, model    string
@@ -238,7 +176,7 @@ type chatSink struct {
 	prefix []byte
 
 	content, thought strings.Builder
-	calls            []toolCallJSON
+	calls            []openai.ToolCallOut
 	began            bool
 	// skipCall drops the streamed call in progress (parallel_tool_calls
 	// false keeps only the first).
@@ -271,15 +209,15 @@ func (c *chatSink) header() http.Header { return c.w.Header() }
 
 func (c *chatSink) tokens(ids []uint32, lps []*workerv1.TokenLogprob, more bool) {
 	c.logprobs.add(ids, lps)
-	c.sse.batch = more
+	c.sse.Batch = more
 }
 
-func (c *chatSink) chunk(d chatDelta, finish *string) chatChunk {
-	return chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,
-		Choices: []chatChunkChoice{{Index: c.index, Delta: d, FinishReason: finish}}}
+func (c *chatSink) chunk(d openai.ChatDelta, finish *string) openai.ChatChunk {
+	return openai.ChatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, SystemFingerprint: c.fingerprint,
+		Choices: []openai.ChatChunkChoice{{Index: c.index, Delta: d, FinishReason: finish}}}
 }
 
-func (c *chatSink) send(d chatDelta, finish *string) error {
+func (c *chatSink) send(d openai.ChatDelta, finish *string) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
@@ -287,7 +225,7 @@ func (c *chatSink) send(d chatDelta, finish *string) error {
 	if c.logprobs != nil {
 		ch.Choices[0].Logprobs = c.logprobs.take()
 	}
-	return c.sse.send(ch)
+	return c.sse.Send(ch)
 }
 
 // sendText streams a chunk of text only (chunkjson.go encodes it without
@@ -300,7 +238,7 @@ func (c *chatSink) sendText(d textDelta) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	return c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), d))
+	return c.sse.SendFrame(c.appendTextChunk(c.sse.Frame(), d))
 }
 
 // begin sends the role chunk before the first delta.
@@ -309,14 +247,14 @@ func (c *chatSink) begin() error {
 		return nil
 	}
 	c.began = true
-	c.sse.w = c.w
+	c.sse.W = c.w
 	// The role chunk goes out in one write with the first delta: a flush
 	// of its own costs a syscall and wakes the client once more before its
 	// first token.
-	batch := c.sse.batch
-	c.sse.batch = true
-	err := c.sse.sendFrame(c.appendTextChunk(c.sse.frame(), textDelta{role: "assistant", field: fieldContent}))
-	c.sse.batch = batch
+	batch := c.sse.Batch
+	c.sse.Batch = true
+	err := c.sse.SendFrame(c.appendTextChunk(c.sse.Frame(), textDelta{role: "assistant", field: fieldContent}))
+	c.sse.Batch = batch
 	return err
 }
 
@@ -377,7 +315,7 @@ func (c *chatSink) call(tc *toolcall.Call) error {
 	if c.spec.single && len(c.calls) > 0 {
 		return nil
 	}
-	call := toolCallJSON{ID: "call_" + newID()[:24], Type: "function", Function: functionJSON{Name: tc.Name, Arguments: tc.Arguments}}
+	call := openai.ToolCallOut{ID: "call_" + newID()[:24], Type: "function", Function: openai.FunctionCallOut{Name: tc.Name, Arguments: tc.Arguments}}
 	c.calls = append(c.calls, call)
 	if !c.stream {
 		return nil
@@ -385,10 +323,10 @@ func (c *chatSink) call(tc *toolcall.Call) error {
 	i := len(c.calls) - 1
 	head := call
 	head.Index, head.Function.Arguments = &i, ""
-	if err := c.send(chatDelta{ToolCalls: []toolCallJSON{head}}, nil); err != nil {
+	if err := c.send(openai.ChatDelta{ToolCalls: []openai.ToolCallOut{head}}, nil); err != nil {
 		return err
 	}
-	return c.send(chatDelta{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: tc.Arguments}}}}, nil)
+	return c.send(openai.ChatDelta{ToolCalls: []openai.ToolCallOut{{Index: &i, Function: openai.FunctionCallOut{Arguments: tc.Arguments}}}}, nil)
 }
 
 // streamCall streams a call as the parser reads it: a delta with its
@@ -399,25 +337,25 @@ func (c *chatSink) streamCall(e toolcall.Event) error {
 		if c.skipCall = c.spec.single && len(c.calls) > 0; c.skipCall {
 			return nil
 		}
-		call := toolCallJSON{ID: "call_" + newID()[:24], Type: "function", Function: functionJSON{Name: e.Name}}
+		call := openai.ToolCallOut{ID: "call_" + newID()[:24], Type: "function", Function: openai.FunctionCallOut{Name: e.Name}}
 		c.calls = append(c.calls, call)
 		i := len(c.calls) - 1
 		call.Index = &i
-		return c.send(chatDelta{ToolCalls: []toolCallJSON{call}}, nil)
+		return c.send(openai.ChatDelta{ToolCalls: []openai.ToolCallOut{call}}, nil)
 	case toolcall.ArgumentsDelta:
 		if c.skipCall {
 			return nil
 		}
 		i := len(c.calls) - 1
 		c.calls[i].Function.Arguments += e.Arguments
-		return c.send(chatDelta{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: e.Arguments}}}}, nil)
+		return c.send(openai.ChatDelta{ToolCalls: []openai.ToolCallOut{{Index: &i, Function: openai.FunctionCallOut{Arguments: e.Arguments}}}}, nil)
 	case toolcall.CallEnd:
 		c.skipCall = false
 	}
 	return nil
 }
 
-func (c *chatSink) end(finish string, u usageJSON) error {
+func (c *chatSink) end(finish string, u openai.Usage) error {
 	r, a := c.reason.Flush()
 	if err := c.out(r, a, true); err != nil {
 		return err
@@ -430,7 +368,7 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 		finish = "tool_calls"
 	}
 	if !c.stream {
-		msg := chatMessageOut{Role: "assistant", ToolCalls: c.calls}
+		msg := openai.ChatMessageOut{Role: "assistant", ToolCalls: c.calls}
 		if text := c.content.String(); text != "" || len(c.calls) == 0 {
 			msg.Content = &text
 		}
@@ -438,12 +376,12 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 			t := c.thought.String()
 			msg.ReasoningContent = &t
 		}
-		choice := chatChoice{Index: c.index, Message: msg, FinishReason: finish}
+		choice := openai.ChatChoice{Index: c.index, Message: msg, FinishReason: finish}
 		if c.logprobs != nil {
 			choice.Logprobs = c.logprobs.take()
 		}
 		if last, all, total := c.group.addChat(choice, u); last {
-			writeJSON(c.w, http.StatusOK, chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+			writeJSON(c.w, http.StatusOK, openai.ChatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
 				SystemFingerprint: c.fingerprint, Choices: all, Usage: &total})
 		}
 		return nil
@@ -451,8 +389,8 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 	last, total := c.group.end(u)
 	if last {
 		// What follows ends the response: it goes out with the response's
-		// end when the handler returns (sse.last).
-		c.sse.batch = true
+		// end when the handler returns (SSE.Last).
+		c.sse.Batch = true
 	}
 	if err := c.sendText(textDelta{finish: finish}); err != nil {
 		return err
@@ -462,20 +400,20 @@ func (c *chatSink) end(finish string, u usageJSON) error {
 	}
 	defer c.group.close()
 	if c.includeUsage {
-		ch := c.chunk(chatDelta{}, nil)
-		ch.Choices, ch.Usage = []chatChunkChoice{}, &total
-		if err := c.sse.send(ch); err != nil {
+		ch := c.chunk(openai.ChatDelta{}, nil)
+		ch.Choices, ch.Usage = []openai.ChatChunkChoice{}, &total
+		if err := c.sse.Send(ch); err != nil {
 			return err
 		}
 	}
-	return c.sse.last()
+	return c.sse.Last()
 }
 
 func (c *chatSink) fail(err error) {
 	if !c.group.fail() {
 		return
 	}
-	c.sse.w = c.w
-	c.sse.fail(err)
+	c.sse.W = c.w
+	failStream(&c.sse, err)
 	c.group.close()
 }

@@ -3,14 +3,16 @@ package frontend
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // A streamed answer is one chunk per token batch, and encoding/json's
-// reflection over chatChunk was the largest share of the frontend's CPU per
-// chunk. appendTextChunk writes the chunks that carry only text (role,
-// content, reasoning_content, finish_reason) directly, byte for byte as
-// json.Marshal writes them (chunkjson_test.go holds it to that); tool call
-// and log probability chunks still go through json.Marshal.
+// reflection over openai.ChatChunk was the largest share of the frontend's
+// CPU per chunk. appendTextChunk writes the chunks that carry only text
+// (role, content, reasoning_content, finish_reason) directly, byte for byte
+// as json.Marshal writes them (chunkjson_internal_test.go holds it to that);
+// tool call and log probability chunks still go through json.Marshal.
 
 // textDelta is a text-only chunk: its delta's role and one text field
 // (content or reasoning_content, or none), and its finish reason ("" is
@@ -28,8 +30,8 @@ const (
 )
 
 // chatDelta is d as the chunk types have it.
-func (d textDelta) chatDelta() (chatDelta, *string) {
-	cd := chatDelta{Role: d.role}
+func (d textDelta) chatDelta() (openai.ChatDelta, *string) {
+	cd := openai.ChatDelta{Role: d.role}
 	switch d.field {
 	case fieldContent:
 		cd.Content = &d.text

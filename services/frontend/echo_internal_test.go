@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // TestPromptLogprobsFromWorker covers what the frontend does with the
@@ -56,8 +57,8 @@ func TestPromptLogprobsFromWorker(t *testing.T) {
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("error %v, want %v", err, tc.err)
 			}
-			var pe *paramError
-			if errors.As(err, &pe) != tc.invalid || (tc.invalid && pe.param != "echo") {
+			var pe *openai.ParamError
+			if errors.As(err, &pe) != tc.invalid || (tc.invalid && pe.Param != "echo") {
 				t.Fatalf("error %v: param error %v, want %v naming echo", err, pe, tc.invalid)
 			}
 			if err != nil {

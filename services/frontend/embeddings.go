@@ -19,6 +19,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // OpenAI's /v1/embeddings. A request's inputs are tokenized here and sent,
@@ -59,7 +60,7 @@ type embedParams struct {
 // of token ids, none of them empty.
 func decodeEmbeddings(body []byte) (embedParams, error) {
 	var r embeddingRequest
-	if err := decodeJSON(body, &r); err != nil {
+	if err := openai.Decode(body, &r); err != nil {
 		return embedParams{}, err
 	}
 	if err := embeddingPolicy.check(body); err != nil {
@@ -205,8 +206,8 @@ func (s *Service) handleEmbeddings(w *recorder, r *http.Request) {
 	total := 0
 	add := func(i int, ids []uint32) error {
 		if cl := card.GetContextLength(); cl > 0 && uint32(len(ids)) > cl {
-			return &paramError{param: "input", code: "context_length_exceeded",
-				msg: fmt.Sprintf("input %d is %d tokens; the model's context length is %d", i, len(ids), cl)}
+			return &openai.ParamError{Param: "input", Code: "context_length_exceeded",
+				Message: fmt.Sprintf("input %d is %d tokens; the model's context length is %d", i, len(ids), cl)}
 		}
 		total += len(ids)
 		req.Inputs = append(req.Inputs, &workerv1.EmbedInput{TokenIds: ids})
@@ -263,8 +264,8 @@ func (s *Service) embed(ctx context.Context, req *workerv1.EmbedRequest) (*worke
 	targets := s.catalog.embedders(req.Model)
 	if len(targets) == 0 {
 		if len(s.catalog.modelInstances(req.Model)) > 0 {
-			return nil, &paramError{param: "model", code: "model_not_supported",
-				msg: fmt.Sprintf("the model %q does not serve embeddings: its workers generate only", req.Model)}
+			return nil, &openai.ParamError{Param: "model", Code: "model_not_supported",
+				Message: fmt.Sprintf("the model %q does not serve embeddings: its workers generate only", req.Model)}
 		}
 		return nil, fmt.Errorf("%w: no worker serves embeddings of %s", ErrNoInstance, req.Model)
 	}

@@ -45,7 +45,7 @@ func fieldSet(names ...string) map[string]bool {
 // what is generated.
 var bookkeeping = []string{"user", "metadata", "safety_identifier", "prompt_cache_key", "prompt_cache_retention"}
 
-// commonFields are the fields commonRequest reads, vLLM's sampling
+// commonFields are the fields openai.CommonRequest holds, vLLM's sampling
 // extensions included.
 var commonFields = []string{"model", "stream", "stream_options", "max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed",
 	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens", "cache_salt"}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"maps"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // TestRefusedFields: fields the frontend does not act on are a 400 that
@@ -68,8 +70,8 @@ func TestRefusedFields(t *testing.T) {
 				}
 				return
 			}
-			var pe *paramError
-			if !errors.As(err, &pe) || pe.param != tc.param {
+			var pe *openai.ParamError
+			if !errors.As(err, &pe) || pe.Param != tc.param {
 				t.Fatalf("err = %v, want a 400 naming %q", err, tc.param)
 			}
 		})

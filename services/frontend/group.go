@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // choiceGroup joins the n choices of one request (OpenAI's n) into one
@@ -25,9 +27,9 @@ type choiceGroup struct {
 	failed bool
 	closed bool
 	ended  int
-	usage  usageJSON
-	chat   []chatChoice
-	comp   []completionChoice
+	usage  openai.Usage
+	chat   []openai.ChatChoice
+	comp   []openai.CompletionChoice
 }
 
 func newChoiceGroup(w http.ResponseWriter, p genParams) *choiceGroup {
@@ -50,14 +52,14 @@ func (g *choiceGroup) writer() http.ResponseWriter {
 
 // end records a choice's usage and reports whether it was the last choice
 // to end (and nothing failed), with the usage of all choices.
-func (g *choiceGroup) end(u usageJSON) (bool, usageJSON) {
+func (g *choiceGroup) end(u openai.Usage) (bool, openai.Usage) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.endLocked(u)
 }
 
 // endLocked is end with g.mu held.
-func (g *choiceGroup) endLocked(u usageJSON) (bool, usageJSON) {
+func (g *choiceGroup) endLocked(u openai.Usage) (bool, openai.Usage) {
 	g.ended++
 	if g.ended == 1 {
 		g.usage = u
@@ -70,7 +72,7 @@ func (g *choiceGroup) endLocked(u usageJSON) (bool, usageJSON) {
 
 // addChat adds a finished chat choice; it reports whether it was the last,
 // and then returns every choice in index order.
-func (g *choiceGroup) addChat(c chatChoice, u usageJSON) (bool, []chatChoice, usageJSON) {
+func (g *choiceGroup) addChat(c openai.ChatChoice, u openai.Usage) (bool, []openai.ChatChoice, openai.Usage) {
 	// One hold for both: the choice that ends last must find every
 	// other choice added (a second hold let it answer without one that
 	// had ended but not yet been added, and sort under its encoding).
@@ -78,18 +80,18 @@ func (g *choiceGroup) addChat(c chatChoice, u usageJSON) (bool, []chatChoice, us
 	defer g.mu.Unlock()
 	last, total := g.endLocked(u)
 	g.chat = append(g.chat, c)
-	slices.SortFunc(g.chat, func(a, b chatChoice) int { return a.Index - b.Index })
+	slices.SortFunc(g.chat, func(a, b openai.ChatChoice) int { return a.Index - b.Index })
 	return last, g.chat, total
 }
 
 // addCompletion is addChat for text completions.
-func (g *choiceGroup) addCompletion(c completionChoice, u usageJSON) (bool, []completionChoice, usageJSON) {
+func (g *choiceGroup) addCompletion(c openai.CompletionChoice, u openai.Usage) (bool, []openai.CompletionChoice, openai.Usage) {
 	// One hold for both, as in addChat.
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	last, total := g.endLocked(u)
 	g.comp = append(g.comp, c)
-	slices.SortFunc(g.comp, func(a, b completionChoice) int { return a.Index - b.Index })
+	slices.SortFunc(g.comp, func(a, b openai.CompletionChoice) int { return a.Index - b.Index })
 	return last, g.comp, total
 }
 

@@ -3,6 +3,8 @@ package frontend
 import (
 	"sync"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // TestChoiceGroupLastSeesEveryChoice adds n choices from n goroutines at
@@ -18,29 +20,29 @@ func TestChoiceGroupLastSeesEveryChoice(t *testing.T) {
 				wg    sync.WaitGroup
 				mu    sync.Mutex
 				lasts int
-				chat  []chatChoice
-				comp  []completionChoice
-				usage usageJSON
+				chat  []openai.ChatChoice
+				comp  []openai.CompletionChoice
+				usage openai.Usage
 			)
 			start := make(chan struct{})
 			for i := range n {
 				wg.Go(func() {
 					<-start
-					u := usageJSON{PromptTokens: 10, CompletionTokens: uint32(i + 1), TotalTokens: 10 + uint32(i+1)}
+					u := openai.Usage{PromptTokens: 10, CompletionTokens: uint32(i + 1), TotalTokens: 10 + uint32(i+1)}
 					var last bool
-					var cs []chatChoice
-					var ps []completionChoice
-					var total usageJSON
+					var cs []openai.ChatChoice
+					var ps []openai.CompletionChoice
+					var total openai.Usage
 					if round%2 == 0 {
-						last, cs, total = g.addChat(chatChoice{Index: i}, u)
+						last, cs, total = g.addChat(openai.ChatChoice{Index: i}, u)
 					} else {
-						last, ps, total = g.addCompletion(completionChoice{Index: i}, u)
+						last, ps, total = g.addCompletion(openai.CompletionChoice{Index: i}, u)
 					}
 					if last {
 						mu.Lock()
 						lasts++
-						chat = append([]chatChoice(nil), cs...)
-						comp = append([]completionChoice(nil), ps...)
+						chat = append([]openai.ChatChoice(nil), cs...)
+						comp = append([]openai.CompletionChoice(nil), ps...)
 						usage = total
 						mu.Unlock()
 					}

@@ -3,46 +3,19 @@ package frontend
 import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
-
-// chatLogprobs is a chat choice's logprobs object.
-type chatLogprobs struct {
-	Content []tokenLogprobJSON `json:"content"`
-	Refusal []tokenLogprobJSON `json:"refusal"`
-}
-
-type tokenLogprobJSON struct {
-	Token       string           `json:"token"`
-	Logprob     float32          `json:"logprob"`
-	Bytes       []int            `json:"bytes"`
-	TopLogprobs []topLogprobJSON `json:"top_logprobs"`
-	// none marks a token without a probability (an echoed prompt's first);
-	// only the completions shape can say so (null).
-	none bool
-}
-
-type topLogprobJSON struct {
-	Token   string  `json:"token"`
-	Logprob float32 `json:"logprob"`
-	Bytes   []int   `json:"bytes"`
-}
-
-// completionLogprobs is a text completion choice's (legacy) logprobs
-// object. With echo, the prompt's first token has a null log probability
-// and null top_logprobs (nothing precedes it), as OpenAI and vLLM answer.
-type completionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []*float32           `json:"token_logprobs"`
-	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
-	TextOffset    []int                `json:"text_offset"`
-}
 
 // logprobOut collects the log probabilities the worker sent with generated
 // tokens until a response or chunk takes them.
 type logprobOut struct {
 	tok     *tokenizer.Tokenizer
 	top     int
-	pending []tokenLogprobJSON
+	pending []openai.TokenLogprob
+	// none marks, for each pending entry, a token without a probability
+	// (an echoed prompt's first); only the completions shape can say so
+	// (null).
+	none []bool
 	// offset is the text length of the tokens taken so far (text_offset).
 	offset int
 }
@@ -74,15 +47,16 @@ func (l *logprobOut) add(ids []uint32, lps []*workerv1.TokenLogprob) {
 			return
 		}
 		tokStr, b := l.piece(id)
-		e := tokenLogprobJSON{Token: tokStr, Logprob: lps[i].GetLogprob(), Bytes: b, TopLogprobs: []topLogprobJSON{}}
+		e := openai.TokenLogprob{Token: tokStr, Logprob: lps[i].GetLogprob(), Bytes: b, TopLogprobs: []openai.TopLogprob{}}
 		for k, t := range lps[i].GetTop() {
 			if k >= l.top {
 				break
 			}
 			s, tb := l.piece(t.GetTokenId())
-			e.TopLogprobs = append(e.TopLogprobs, topLogprobJSON{Token: s, Logprob: t.GetLogprob(), Bytes: tb})
+			e.TopLogprobs = append(e.TopLogprobs, openai.TopLogprob{Token: s, Logprob: t.GetLogprob(), Bytes: tb})
 		}
 		l.pending = append(l.pending, e)
+		l.none = append(l.none, false)
 	}
 }
 
@@ -95,26 +69,36 @@ func (l *logprobOut) addPrompt(ids []uint32, lps []*workerv1.TokenLogprob) {
 		return
 	}
 	s, b := l.piece(ids[0])
-	l.pending = append(l.pending, tokenLogprobJSON{Token: s, Bytes: b, none: true})
+	l.pending = append(l.pending, openai.TokenLogprob{Token: s, Bytes: b})
+	l.none = append(l.none, true)
 	l.add(ids[1:], lps)
 }
 
+// prependPrompt records an echoed prompt's entries (as addPrompt) before
+// those already pending.
+func (l *logprobOut) prependPrompt(ids []uint32, lps []*workerv1.TokenLogprob) {
+	generated, none := l.pending, l.none
+	l.pending, l.none = nil, nil
+	l.addPrompt(ids, lps)
+	l.pending, l.none = append(l.pending, generated...), append(l.none, none...)
+}
+
 // take returns the pending entries as a chat logprobs object.
-func (l *logprobOut) take() *chatLogprobs {
-	out := &chatLogprobs{Content: l.pending}
+func (l *logprobOut) take() *openai.ChatLogprobs {
+	out := &openai.ChatLogprobs{Content: l.pending}
 	if out.Content == nil {
-		out.Content = []tokenLogprobJSON{}
+		out.Content = []openai.TokenLogprob{}
 	}
-	l.pending = nil
+	l.pending, l.none = nil, nil
 	return out
 }
 
 // takeCompletion returns the pending entries in the completions shape.
-func (l *logprobOut) takeCompletion() *completionLogprobs {
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
-	for _, e := range l.pending {
+func (l *logprobOut) takeCompletion() *openai.CompletionLogprobs {
+	out := &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	for i, e := range l.pending {
 		out.Tokens = append(out.Tokens, e.Token)
-		if e.none {
+		if l.none[i] {
 			out.TokenLogprobs, out.TopLogprobs = append(out.TokenLogprobs, nil), append(out.TopLogprobs, nil)
 		} else {
 			lp := e.Logprob
@@ -128,6 +112,6 @@ func (l *logprobOut) takeCompletion() *completionLogprobs {
 		out.TextOffset = append(out.TextOffset, l.offset)
 		l.offset += len(e.Token)
 	}
-	l.pending = nil
+	l.pending, l.none = nil, nil
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // errStopped is returned by an emit function to end generation early (a
@@ -52,8 +53,8 @@ func (j *job) takePromptLogprobs(instance uint64, lps []*workerv1.TokenLogprob) 
 	want := len(j.prompt) - 1
 	switch {
 	case len(lps) == 0:
-		return &paramError{param: "echo", code: "unsupported_parameter",
-			msg: fmt.Sprintf("echo with logprobs needs the prompt's log probabilities, and worker %x did not return them", instance)}
+		return &openai.ParamError{Param: "echo", Code: "unsupported_parameter",
+			Message: fmt.Sprintf("echo with logprobs needs the prompt's log probabilities, and worker %x did not return them", instance)}
 	case len(lps) != want:
 		return fmt.Errorf("%w: instance %x returned %d prompt log probabilities for a prompt of %d tokens (want %d)",
 			ErrWorkerFailed, instance, len(lps), len(j.prompt), want)

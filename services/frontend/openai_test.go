@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
@@ -61,8 +62,8 @@ func TestDecodeChat(t *testing.T) {
 				}
 				return
 			}
-			var pe *paramError
-			if !errors.As(err, &pe) || pe.param != tt.param || !errors.Is(err, ErrInvalidRequest) {
+			var pe *openai.ParamError
+			if !errors.As(err, &pe) || pe.Param != tt.param || !errors.Is(err, ErrInvalidRequest) {
 				t.Fatalf("err = %v, want a param error on %q", err, tt.param)
 			}
 		})
@@ -232,7 +233,7 @@ func FuzzDecodeChat(f *testing.F) {
 			}
 			return
 		}
-		if p.model == "" || len(r.Messages) == 0 || len(p.stopStrings) > maxStops {
+		if p.model == "" || len(r.Messages) == 0 || len(p.stopStrings) > openai.MaxStops {
 			t.Fatalf("accepted an invalid request: %+v", p)
 		}
 		if s := p.sampling; s.Temperature < 0 || s.Temperature > 2 || s.TopP <= 0 || s.TopP > 1 {

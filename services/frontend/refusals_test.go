@@ -68,7 +68,7 @@ func TestFieldLimitsAndTypes(t *testing.T) {
 			if e["param"] != tc.param || !strings.Contains(msg, tc.has) {
 				t.Fatalf("error %v, want param %q and %q in the message", e, tc.param, tc.has)
 			}
-			for _, goName := range []string{"commonRequest", "frontend.", "[]", "int64", "float64", "uint32"} {
+			for _, goName := range []string{"CommonRequest", "commonRequest", "frontend.", "openai.", "[]", "int64", "float64", "uint32"} {
 				if strings.Contains(msg, goName) {
 					t.Fatalf("message %q names a Go type (%s)", msg, goName)
 				}

@@ -12,6 +12,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // responsesRequest is the body of POST /v1/responses (OpenAI's Responses
@@ -42,7 +43,7 @@ type responsesRequest struct {
 // request it means.
 func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, error) {
 	var r responsesRequest
-	if err := decodeJSON(body, &r); err != nil {
+	if err := openai.Decode(body, &r); err != nil {
 		return nil, nil, genParams{}, err
 	}
 	if err := responsesPolicy.check(body); err != nil {
@@ -54,19 +55,19 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 	case r.MaxToolCalls != nil && *r.MaxToolCalls < 1:
 		return nil, nil, genParams{}, invalid("max_tool_calls", "max_tool_calls must be at least 1")
 	}
-	cr := &chatRequest{Model: r.Model, ChatTemplateKwargs: r.ChatTemplateKwargs}
+	cr := &chatRequest{ChatRequest: openai.ChatRequest{Model: r.Model, ChatTemplateKwargs: r.ChatTemplateKwargs}}
 	cr.Stream, cr.MaxTokens, cr.Temperature, cr.TopP = r.Stream, r.MaxOutputTokens, r.Temperature, r.TopP
 	cr.CacheSalt = r.CacheSalt
 	if r.Instructions != nil && *r.Instructions != "" {
 		c, _ := json.Marshal(*r.Instructions)
-		cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: c})
+		cr.Messages = append(cr.Messages, openai.ChatMessage{Role: "system", Content: c})
 	}
 	msgs, err := responsesInput(r.Input)
 	if err != nil {
 		return nil, nil, genParams{}, err
 	}
 	cr.Messages = append(cr.Messages, msgs...)
-	p, err := cr.commonRequest.params(r.Model)
+	p, err := commonParams(&cr.CommonRequest, r.Model)
 	if err != nil {
 		return nil, nil, genParams{}, err
 	}
@@ -89,7 +90,7 @@ func decodeResponses(body []byte) (*responsesRequest, *chatRequest, genParams, e
 // parts; function calls the model made and their outputs, which become the
 // chat conversation's assistant tool calls and tool messages; reasoning
 // items, which are left out (chat templates drop earlier turns' reasoning).
-func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
+func responsesInput(raw json.RawMessage) ([]openai.ChatMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -97,13 +98,13 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			return nil, invalid("input", "input must not be empty")
 		}
 		c, _ := json.Marshal(s)
-		return []chatMessage{{Role: "user", Content: c}}, nil
+		return []openai.ChatMessage{{Role: "user", Content: c}}, nil
 	}
 	var items []responsesItem
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
 		return nil, invalid("input", "input must be a string or a non-empty list of items")
 	}
-	out := make([]chatMessage, 0, len(items))
+	out := make([]openai.ChatMessage, 0, len(items))
 	for i, it := range items {
 		switch it.Type {
 		case "", "message":
@@ -137,7 +138,7 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			return nil, invalid(fmt.Sprintf("input[%d].content", i), "%v", err)
 		}
 		c, _ := json.Marshal(text)
-		out = append(out, chatMessage{Role: it.Role, Content: c})
+		out = append(out, openai.ChatMessage{Role: it.Role, Content: c})
 	}
 	if len(out) == 0 {
 		return nil, invalid("input", "input must hold at least one message")
@@ -276,7 +277,7 @@ type reasoningItem struct {
 // the API's typed events.
 type responsesSink struct {
 	w       http.ResponseWriter
-	sse     sse
+	sse     openai.SSE
 	stream  bool
 	req     *responsesRequest
 	p       genParams
@@ -351,7 +352,7 @@ func (rs *responsesSink) header() http.Header { return rs.w.Header() }
 
 func (rs *responsesSink) tokens(ids []uint32, _ []*workerv1.TokenLogprob, more bool) {
 	rs.pending += len(ids)
-	rs.sse.batch = more
+	rs.sse.Batch = more
 }
 
 // countReasoning attributes the pending tokens, whose text moved the
@@ -375,15 +376,15 @@ func (rs *responsesSink) countReasoning(before, after reasoning.Phase) {
 // event sends one typed event; every event carries its type and a
 // sequence number.
 func (rs *responsesSink) event(typ string, fields map[string]any) error {
-	rs.sse.w = rs.w
+	rs.sse.W = rs.w
 	fields["type"] = typ
 	fields["sequence_number"] = rs.seq
 	rs.seq++
-	rs.sse.start()
+	rs.sse.Start()
 	if _, err := fmt.Fprintf(rs.w, "event: %s\n", typ); err != nil {
 		return err
 	}
-	return rs.sse.send(fields)
+	return rs.sse.Send(fields)
 }
 
 // response is the response object in its current state, echoing the
@@ -646,17 +647,17 @@ func (rs *responsesSink) endCall(status string) error {
 }
 
 // madeCalls are the answer's calls, for the tool choice's check.
-func (rs *responsesSink) madeCalls() []toolCallJSON {
-	var calls []toolCallJSON
+func (rs *responsesSink) madeCalls() []openai.ToolCallOut {
+	var calls []openai.ToolCallOut
 	for _, it := range rs.items {
 		if it.call {
-			calls = append(calls, toolCallJSON{Type: "function", Function: functionJSON{Name: it.name, Arguments: it.args}})
+			calls = append(calls, openai.ToolCallOut{Type: "function", Function: openai.FunctionCallOut{Name: it.name, Arguments: it.args}})
 		}
 	}
 	return calls
 }
 
-func (rs *responsesSink) end(finish string, u usageJSON) error {
+func (rs *responsesSink) end(finish string, u openai.Usage) error {
 	before := rs.reason.Phase()
 	r, a := rs.reason.Flush()
 	// What is left is the reasoning's when the text ended inside it.
@@ -716,8 +717,8 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 		return err
 	}
 	// The last events end the response: they go out with the response's
-	// end when the handler returns, in one write (sse.last).
-	rs.sse.batch = true
+	// end when the handler returns, in one write (SSE.Last).
+	rs.sse.Batch = true
 	if err := rs.closeItem(lastStatus); err != nil {
 		return err
 	}
@@ -731,12 +732,12 @@ func (rs *responsesSink) end(finish string, u usageJSON) error {
 // fail answers with an error status before anything was streamed, and
 // with an error event after (the Responses API has no [DONE]).
 func (rs *responsesSink) fail(err error) {
-	rs.sse.w = rs.w
-	if !rs.sse.started {
+	rs.sse.W = rs.w
+	if !rs.sse.Started() {
 		writeError(rs.w, err)
 		return
 	}
-	rs.sse.batch = false
+	rs.sse.Batch = false
 	_, body := errorStatus(err)
 	code := ""
 	if body.Code != nil {

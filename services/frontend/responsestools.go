@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 )
 
 // The Responses API's function tools, converted to the chat request's: its
@@ -81,7 +81,7 @@ type responsesItem struct {
 // appendCall adds a function_call item to the conversation: to the
 // assistant message before it when there is one (a turn with text and
 // calls, or with several calls), as a new assistant message otherwise.
-func appendCall(msgs []chatMessage, it responsesItem, i int) ([]chatMessage, error) {
+func appendCall(msgs []openai.ChatMessage, it responsesItem, i int) ([]openai.ChatMessage, error) {
 	if len(bytes.TrimSpace([]byte(it.Arguments))) == 0 {
 		it.Arguments = "{}"
 	}
@@ -93,25 +93,25 @@ func appendCall(msgs []chatMessage, it responsesItem, i int) ([]chatMessage, err
 	case !json.Valid([]byte(it.Arguments)):
 		return nil, invalid(fmt.Sprintf("input[%d].arguments", i), "arguments must be a JSON string of the call's arguments")
 	}
-	call := chattemplate.ToolCall{ID: it.CallID, Type: "function",
-		Function: chattemplate.FunctionCall{Name: it.Name, Arguments: json.RawMessage(it.Arguments)}}
+	call := openai.ToolCall{ID: it.CallID, Type: "function",
+		Function: openai.FunctionCall{Name: it.Name, Arguments: json.RawMessage(it.Arguments)}}
 	if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
 		msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
 		return msgs, nil
 	}
-	return append(msgs, chatMessage{Role: "assistant", Content: json.RawMessage(`null`), ToolCalls: []chattemplate.ToolCall{call}}), nil
+	return append(msgs, openai.ChatMessage{Role: "assistant", Content: json.RawMessage(`null`), ToolCalls: []openai.ToolCall{call}}), nil
 }
 
 // functionOutput is a function_call_output item as the tool message of the
 // chat conversation: its output is a string or a list of text parts.
-func functionOutput(it responsesItem, i int) (chatMessage, error) {
+func functionOutput(it responsesItem, i int) (openai.ChatMessage, error) {
 	if it.CallID == "" {
-		return chatMessage{}, invalid(fmt.Sprintf("input[%d].call_id", i), "a function_call_output item needs the call_id of its call")
+		return openai.ChatMessage{}, invalid(fmt.Sprintf("input[%d].call_id", i), "a function_call_output item needs the call_id of its call")
 	}
 	text, err := responsesContent(it.Output)
 	if err != nil {
-		return chatMessage{}, invalid(fmt.Sprintf("input[%d].output", i), "%v", err)
+		return openai.ChatMessage{}, invalid(fmt.Sprintf("input[%d].output", i), "%v", err)
 	}
 	c, _ := json.Marshal(text)
-	return chatMessage{Role: "tool", Content: c, ToolCallID: it.CallID}, nil
+	return openai.ChatMessage{Role: "tool", Content: c, ToolCallID: it.CallID}, nil
 }

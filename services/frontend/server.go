@@ -87,6 +87,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/undo"
+	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
@@ -94,7 +95,7 @@ import (
 // types, once.
 var (
 	// ErrInvalidRequest is a malformed body or an invalid field (400).
-	ErrInvalidRequest = errors.New("invalid request")
+	ErrInvalidRequest = openai.ErrInvalidRequest
 	// ErrUnauthorized is a missing or unknown API key (401).
 	ErrUnauthorized = errors.New("invalid or missing API key")
 	// ErrUnknownModel is a model no model card names (404).
@@ -558,7 +559,7 @@ func (s *Service) recovered(rec *recorder, r *http.Request, endpoint string, v a
 			b, _ := json.Marshal(ev)
 			_, _ = fmt.Fprintf(rec, "event: error\ndata: %s\n\n", b)
 		} else {
-			b, _ := json.Marshal(errorBody{Error: body})
+			b, _ := json.Marshal(openai.ErrorBody{Error: body})
 			_, _ = fmt.Fprintf(rec, "data: %s\n\ndata: [DONE]\n\n", b)
 		}
 	}
@@ -624,7 +625,7 @@ func answerAndClose(w http.ResponseWriter, rc *http.ResponseController, err erro
 	}
 	defer conn.Close()
 	code, e := errorStatus(err)
-	body, _ := json.Marshal(errorBody{Error: e})
+	body, _ := json.Marshal(openai.ErrorBody{Error: e})
 	body = append(body, '\n')
 	_ = conn.SetWriteDeadline(time.Now().Add(refuseTimeout))
 	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n",
@@ -756,13 +757,13 @@ func (s *Service) serve(w *recorder, r *http.Request, sks []sink, card *registry
 	}
 	if cl := card.GetContextLength(); cl > 0 {
 		if uint32(len(prompt)) >= cl {
-			writeError(w, &paramError{param: promptParam, code: "context_length_exceeded",
-				msg: fmt.Sprintf("the prompt is %d tokens; the model's context length is %d", len(prompt), cl)})
+			writeError(w, &openai.ParamError{Param: promptParam, Code: "context_length_exceeded",
+				Message: fmt.Sprintf("the prompt is %d tokens; the model's context length is %d", len(prompt), cl)})
 			return
 		}
 		if p.maxTokens > 0 && uint64(len(prompt))+uint64(p.maxTokens) > uint64(cl) {
-			writeError(w, &paramError{param: "max_tokens", code: "context_length_exceeded",
-				msg: fmt.Sprintf("max_tokens %d plus the prompt's %d tokens exceed the model's context length %d", p.maxTokens, len(prompt), cl)})
+			writeError(w, &openai.ParamError{Param: "max_tokens", Code: "context_length_exceeded",
+				Message: fmt.Sprintf("max_tokens %d plus the prompt's %d tokens exceed the model's context length %d", p.maxTokens, len(prompt), cl)})
 			return
 		}
 	}
@@ -918,9 +919,9 @@ func (s *Service) choice(ctx context.Context, r *http.Request, rec *recorder, tr
 	if !stopped && out.finish == workerFinishLength {
 		finish = "length"
 	}
-	u := usageJSON{PromptTokens: uint32(len(prompt)), CompletionTokens: out.completion, TotalTokens: uint32(len(prompt)) + out.completion}
+	u := openai.Usage{PromptTokens: uint32(len(prompt)), CompletionTokens: out.completion, TotalTokens: uint32(len(prompt)) + out.completion}
 	if out.cachedPrompt > 0 {
-		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: out.cachedPrompt}
+		u.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: out.cachedPrompt}
 	}
 	mm.promptTokens.get().Add(float64(u.PromptTokens))
 	mm.genTokens.get().Add(float64(u.CompletionTokens))
@@ -959,7 +960,7 @@ func (s *Service) handleModel(w *recorder, r *http.Request) {
 	w.model = id
 	for _, m := range s.catalog.models() {
 		if m.id == id {
-			writeJSON(w, http.StatusOK, modelJSON{ID: id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
+			writeJSON(w, http.StatusOK, openai.Model{ID: id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
 			return
 		}
 	}
@@ -969,9 +970,9 @@ func (s *Service) handleModel(w *recorder, r *http.Request) {
 // handleModels lists every model and LoRA adapter the live cards name, an
 // adapter with its base model as its parent (as vLLM lists them).
 func (s *Service) handleModels(w *recorder, _ *http.Request) {
-	list := modelList{Object: "list", Data: []modelJSON{}}
+	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
 	for _, m := range s.catalog.models() {
-		list.Data = append(list.Data, modelJSON{ID: m.id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
+		list.Data = append(list.Data, openai.Model{ID: m.id, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: m.root, Parent: m.parent})
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -996,17 +997,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // errorStatus maps an error to its HTTP status and OpenAI error body; it is
 // the one place domain errors become statuses.
-func errorStatus(err error) (int, errorJSON) {
-	e := errorJSON{Message: err.Error(), Type: "invalid_request_error"}
+func errorStatus(err error) (int, openai.ErrorDetail) {
+	e := openai.ErrorDetail{Message: err.Error(), Type: "invalid_request_error"}
 	code := func(c string) *string { return &c }
-	var pe *paramError
+	var pe *openai.ParamError
 	switch {
 	case errors.As(err, &pe):
-		if pe.param != "" {
-			e.Param = &pe.param
+		if pe.Param != "" {
+			e.Param = &pe.Param
 		}
-		if pe.code != "" {
-			e.Code = &pe.code
+		if pe.Code != "" {
+			e.Code = &pe.Code
 		}
 		return http.StatusBadRequest, e
 	case errors.Is(err, ErrInvalidRequest):
@@ -1080,7 +1081,7 @@ func writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(max(1, rl.wait.Milliseconds()), 10))
 	}
 	code, body := errorStatus(err)
-	writeJSON(w, code, errorBody{Error: body})
+	writeJSON(w, code, openai.ErrorBody{Error: body})
 }
 
 // newID returns a random request id suffix: 32 hex digits.

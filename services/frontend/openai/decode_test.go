@@ -1,4 +1,4 @@
-package frontend
+package openai
 
 import (
 	"encoding/json"
@@ -7,11 +7,27 @@ import (
 	"testing"
 )
 
+// Bodies as clients send them: a benchmark's streamed chat request, an
+// agent's (openai-go style: sampling fields, stream_options, a tool, a tool
+// result), and a streamed completion.
+var (
+	clientChatBody = []byte(`{"chat_template_kwargs":{"enable_thinking":false},"ignore_eos":true,"max_tokens":32,` +
+		`"messages":[{"content":"Summarise the history of the steam locomotive in three paragraphs.","role":"user"}],` +
+		`"model":"Qwen/Qwen3-0.6B","stream":true}`)
+	clientAgentBody = []byte(`{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"system","content":"You are a helpful assistant."},` +
+		`{"role":"user","content":"What is the weather in Paris?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1",` +
+		`"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"call_1",` +
+		`"content":"18 degrees and sunny"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",` +
+		`"properties":{"city":{"type":"string"}},"required":["city"]}}}],"tool_choice":"auto","temperature":0.7,"top_p":0.95,` +
+		`"max_completion_tokens":256,"stream":true,"stream_options":{"include_usage":true},"seed":42,"user":"u-1"}`)
+	clientCompletionBody = []byte(`{"model":"Qwen/Qwen3-0.6B","prompt":"Once upon a time","max_tokens":32,"temperature":0.8,"stop":["\n\n"],"stream":true}`)
+)
+
 // fastDecodeSeeds are bodies at the edges of what the fast decoder takes:
 // nulls, escapes, duplicates, case-folded names, numbers json refuses for
 // a type, nesting, invalid JSON.
 var fastDecodeSeeds = []string{
-	string(benchChatBody), string(benchAgentBody), string(benchCompletionBody),
+	string(clientChatBody), string(clientAgentBody), string(clientCompletionBody),
 	`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 	` {"model" : "m" , "messages" : [ { "role" : "user" , "content" : [ {"type":"text","text":"a"} ] } ] } `,
 	`{"model":null,"messages":null,"tools":null,"tool_choice":null,"stop":null,"stream_options":null,"chat_template_kwargs":null,"max_tokens":null,"stream":null}`,
@@ -81,9 +97,9 @@ func FuzzFastDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var fast chatRequest
+		var fast ChatRequest
 		if decodeChatFast(body, &fast) {
-			var slow chatRequest
+			var slow ChatRequest
 			if err := json.Unmarshal(body, &slow); err != nil {
 				t.Fatalf("the fast decoder took a chat body json refuses (%v): %q", err, body)
 			}
@@ -94,9 +110,9 @@ func FuzzFastDecode(f *testing.F) {
 				t.Fatalf("chat body %q:\nfast %#v\njson %#v", body, got, slow)
 			}
 		}
-		var fastc completionRequest
+		var fastc CompletionRequest
 		if decodeCompletionFast(body, &fastc) {
-			var slow completionRequest
+			var slow CompletionRequest
 			if err := json.Unmarshal(body, &slow); err != nil {
 				t.Fatalf("the fast decoder took a completion body json refuses (%v): %q", err, body)
 			}
@@ -124,7 +140,7 @@ func FuzzFastDecode(f *testing.F) {
 				t.Fatalf("token ids %q: fast %v, json %v (%v)", body, ids, slow, err)
 			}
 		}
-		if typ, name, hasFunction, ok := toolFunctionName(body); ok {
+		if typ, name, hasFunction, ok := ToolFunctionName(body); ok {
 			var tool struct {
 				Type     string `json:"type"`
 				Function *struct {
@@ -132,7 +148,7 @@ func FuzzFastDecode(f *testing.F) {
 				} `json:"function"`
 			}
 			if err := json.Unmarshal(body, &tool); err != nil {
-				t.Fatalf("toolFunctionName took a tool json refuses (%v): %q", err, body)
+				t.Fatalf("ToolFunctionName took a tool json refuses (%v): %q", err, body)
 			}
 			if typ != tool.Type || hasFunction != (tool.Function != nil) || (hasFunction && name != tool.Function.Name) {
 				t.Fatalf("tool %q: fast %q %q %v, json %+v", body, typ, name, hasFunction, tool)
@@ -144,20 +160,20 @@ func FuzzFastDecode(f *testing.F) {
 // TestFastDecodeTakesClientBodies: the bodies SDKs send take the fast
 // path (the fallback is for the odd ones), with their optional fields.
 func TestFastDecodeTakesClientBodies(t *testing.T) {
-	for _, body := range [][]byte{benchChatBody, benchAgentBody} {
-		var r chatRequest
+	for _, body := range [][]byte{clientChatBody, clientAgentBody} {
+		var r ChatRequest
 		if !decodeChatFast(body, &r) {
 			t.Fatalf("not taken: %s", body)
 		}
 	}
-	var r chatRequest
-	if !decodeChatFast(benchAgentBody, &r) || r.Temperature == nil || *r.Temperature != 0.7 || *r.MaxCompletionTokens != 256 ||
+	var r ChatRequest
+	if !decodeChatFast(clientAgentBody, &r) || r.Temperature == nil || *r.Temperature != 0.7 || *r.MaxCompletionTokens != 256 ||
 		len(r.Messages) != 4 || len(r.Messages[2].ToolCalls) != 1 || string(r.Messages[2].ToolCalls[0].Function.Arguments) != `"{\"city\":\"Paris\"}"` ||
 		r.StreamOptions == nil || !r.StreamOptions.IncludeUsage || *r.Seed != 42 || len(r.Tools) != 1 {
 		t.Fatalf("agent body decoded as %+v", r)
 	}
-	var c completionRequest
-	if !decodeCompletionFast(benchCompletionBody, &c) || c.MaxTokens == nil || *c.MaxTokens != 32 || string(c.Stop) != `["\n\n"]` {
+	var c CompletionRequest
+	if !decodeCompletionFast(clientCompletionBody, &c) || c.MaxTokens == nil || *c.MaxTokens != 32 || string(c.Stop) != `["\n\n"]` {
 		t.Fatalf("completion body decoded as %+v", c)
 	}
 }
@@ -173,12 +189,12 @@ func TestFastDecodeDepth(t *testing.T) {
 		depth int
 		fast  bool
 	}{{maxFastDepth, true}, {maxFastDepth + 1, false}} {
-		var r chatRequest
+		var r ChatRequest
 		if got := decodeChatFast(nested(tt.depth), &r); got != tt.fast {
 			t.Errorf("depth %d: taken %v, want %v", tt.depth, got, tt.fast)
 		}
-		if _, _, err := decodeChat(nested(tt.depth)); err == nil || !strings.Contains(err.Error(), "messages") {
-			t.Errorf("depth %d: decodeChat error %v, want the missing messages", tt.depth, err)
+		if err := DecodeChat(nested(tt.depth), &r); err != nil || r.Model != "m" {
+			t.Errorf("depth %d: DecodeChat gave model %q, error %v; want model m", tt.depth, r.Model, err)
 		}
 	}
 }

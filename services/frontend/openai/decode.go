@@ -1,11 +1,9 @@
-package frontend
+package openai
 
 import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 )
 
 // The fast request decoder.
@@ -493,7 +491,7 @@ func (s *seen) first(bit uint) bool {
 	return true
 }
 
-// commonNames are the member names of commonRequest (and of the structs
+// commonNames are the member names of CommonRequest (and of the structs
 // that embed it, which add their own).
 var commonNames = []string{"stream", "stream_options", "max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed",
 	"frequency_penalty", "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "min_tokens", "cache_salt"}
@@ -504,9 +502,9 @@ var (
 	messageNames    = []string{"role", "content", "name", "tool_call_id", "tool_calls", "reasoning_content"}
 )
 
-// common decodes a member of commonRequest; known is false for other
+// common decodes a member of CommonRequest; known is false for other
 // names. Bits 0-15 and 40 of s are its members'.
-func (l *lexer) common(name []byte, c *commonRequest, o *optStore, s *seen) (known, ok bool) {
+func (l *lexer) common(name []byte, c *CommonRequest, o *optStore, s *seen) (known, ok bool) {
 	var bit uint
 	switch string(name) {
 	case "stream":
@@ -618,11 +616,11 @@ func (l *lexer) common(name []byte, c *commonRequest, o *optStore, s *seen) (kno
 	return true, ok
 }
 
-func (l *lexer) streamOptions(c *commonRequest) bool {
+func (l *lexer) streamOptions(c *CommonRequest) bool {
 	if l.null() {
 		return true
 	}
-	c.StreamOptions = &streamOptions{}
+	c.StreamOptions = &StreamOptions{}
 	var s seen
 	return l.object(streamOptionsNames, func(name []byte) (known, ok bool) {
 		if string(name) != "include_usage" {
@@ -636,7 +634,7 @@ func (l *lexer) streamOptions(c *commonRequest) bool {
 	})
 }
 
-func (l *lexer) stopTokenIDs(c *commonRequest) bool {
+func (l *lexer) stopTokenIDs(c *CommonRequest) bool {
 	if l.null() {
 		return true
 	}
@@ -663,12 +661,12 @@ func (l *lexer) stopTokenIDs(c *commonRequest) bool {
 
 // decodeChatFast decodes a chat completion body into r as json.Unmarshal
 // would, or reports false (see the top of this file).
-func decodeChatFast(body []byte, r *chatRequest) bool {
+func decodeChatFast(body []byte, r *ChatRequest) bool {
 	l := lexer{b: body}
 	o := &r.opt
 	var s seen
 	return l.object(chatNames, func(name []byte) (known, ok bool) {
-		if known, ok := l.common(name, &r.commonRequest, o, &s); known || !ok {
+		if known, ok := l.common(name, &r.CommonRequest, o, &s); known || !ok {
 			return known, ok
 		}
 		var bit uint
@@ -742,20 +740,20 @@ func decodeChatFast(body []byte, r *chatRequest) bool {
 	}) && l.end()
 }
 
-func (l *lexer) messages(r *chatRequest) bool {
+func (l *lexer) messages(r *ChatRequest) bool {
 	if l.null() {
 		return true
 	}
 	if !l.open('[') {
 		return false
 	}
-	r.Messages = make([]chatMessage, 0, 4)
+	r.Messages = make([]ChatMessage, 0, 4)
 	for first := true; ; first = false {
 		more, ok := l.elem(first)
 		if !ok || !more {
 			return ok
 		}
-		r.Messages = append(r.Messages, chatMessage{})
+		r.Messages = append(r.Messages, ChatMessage{})
 		if !l.message(&r.Messages[len(r.Messages)-1]) {
 			return false
 		}
@@ -764,7 +762,7 @@ func (l *lexer) messages(r *chatRequest) bool {
 
 // message decodes one message; null (which json decodes as nothing) is
 // left to encoding/json.
-func (l *lexer) message(m *chatMessage) bool {
+func (l *lexer) message(m *ChatMessage) bool {
 	var s seen
 	return l.object(messageNames, func(name []byte) (known, ok bool) {
 		var bit uint
@@ -845,17 +843,17 @@ var (
 
 // toolCalls decodes a message's tool_calls: an array of
 // {"id","type","function":{"name","arguments"}}.
-func (l *lexer) toolCalls(m *chatMessage) bool {
+func (l *lexer) toolCalls(m *ChatMessage) bool {
 	if !l.open('[') {
 		return false
 	}
-	m.ToolCalls = []chattemplate.ToolCall{}
+	m.ToolCalls = []ToolCall{}
 	for first := true; ; first = false {
 		more, ok := l.elem(first)
 		if !ok || !more {
 			return ok
 		}
-		var tc chattemplate.ToolCall
+		var tc ToolCall
 		var s seen
 		if !l.object(toolCallNames, func(name []byte) (known, ok bool) {
 			switch string(name) {
@@ -874,7 +872,7 @@ func (l *lexer) toolCalls(m *chatMessage) bool {
 	}
 }
 
-func (l *lexer) functionCall(f *chattemplate.FunctionCall) bool {
+func (l *lexer) functionCall(f *FunctionCall) bool {
 	var s seen
 	return l.object(functionCallNames, func(name []byte) (known, ok bool) {
 		switch string(name) {
@@ -891,10 +889,18 @@ func (l *lexer) functionCall(f *chattemplate.FunctionCall) bool {
 	})
 }
 
-// toolFunctionName reads the type and function name of a tool definition
-// as json.Unmarshal into parseTools' struct would; ok is false for what it
-// does not take (parseTools then uses encoding/json).
-func toolFunctionName(raw []byte) (typ, name string, hasFunction, ok bool) {
+// ToolFunctionName reads the type and function name of a tool definition
+// (an element of ChatRequest.Tools) as json.Unmarshal into
+//
+//	struct {
+//		Type     string `json:"type"`
+//		Function *struct{ Name string `json:"name"` } `json:"function"`
+//	}
+//
+// would; hasFunction says that the function member is there. ok is false
+// for what it does not take: the caller then decodes raw with
+// encoding/json.
+func ToolFunctionName(raw []byte) (typ, name string, hasFunction, ok bool) {
 	l := lexer{b: raw}
 	var s, fs seen
 	ok = l.object(toolNames, func(key []byte) (known, ok bool) {
@@ -932,7 +938,7 @@ func (l *lexer) role() (string, bool) {
 	return l.str()
 }
 
-func (l *lexer) tools(r *chatRequest) bool {
+func (l *lexer) tools(r *ChatRequest) bool {
 	if l.null() {
 		return true
 	}
@@ -953,7 +959,7 @@ func (l *lexer) tools(r *chatRequest) bool {
 	}
 }
 
-func (l *lexer) templateKwargs(r *chatRequest) bool {
+func (l *lexer) templateKwargs(r *ChatRequest) bool {
 	if l.null() {
 		return true
 	}
@@ -969,12 +975,12 @@ func (l *lexer) templateKwargs(r *chatRequest) bool {
 }
 
 // decodeCompletionFast is decodeChatFast for a completion body.
-func decodeCompletionFast(body []byte, r *completionRequest) bool {
+func decodeCompletionFast(body []byte, r *CompletionRequest) bool {
 	l := lexer{b: body}
 	o := &r.opt
 	var s seen
 	return l.object(completionNames, func(name []byte) (known, ok bool) {
-		if known, ok := l.common(name, &r.commonRequest, o, &s); known || !ok {
+		if known, ok := l.common(name, &r.CommonRequest, o, &s); known || !ok {
 			return known, ok
 		}
 		var bit uint
@@ -1057,7 +1063,7 @@ func fastStrings(raw []byte) ([]string, bool) {
 // []uint32 would; ok is false for what it does not take.
 func fastTokenIDs(raw []byte) ([]uint32, bool) {
 	l := lexer{b: raw}
-	var c commonRequest
+	var c CommonRequest
 	if !l.stopTokenIDs(&c) || !l.end() {
 		return nil, false
 	}
