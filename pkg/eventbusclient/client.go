@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -85,6 +86,22 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Raw is the generated client, for calls this package does not wrap.
 func (c *Client) Raw() eventbusv1.EventBusServiceClient { return c.raw }
+
+// Health asks the eventbus replica the client is connected to for its gRPC
+// health, on the client's own connection: nil when it answers SERVING,
+// which the eventbus does only while it reaches NATS. Unlike the other calls
+// it does not wait for a connection: with none ready it fails at once, and
+// on a connection that no longer carries packets it fails when ctx ends.
+func (c *Client) Health(ctx context.Context) error {
+	r, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+	if err != nil {
+		return err
+	}
+	if r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("eventbus health is %s", r.GetStatus())
+	}
+	return nil
+}
 
 // retryable reports whether a call may succeed when tried again, on this
 // eventbus or another: the server is unreachable, restarting or cannot reach

@@ -30,9 +30,11 @@ type Service struct {
 	server *grpcserver.Server
 	reg    *registryclient.Client
 	bus    *eventbusclient.Client
-	start  startup // what the router waits for before it serves (startup.go)
-	done   chan struct{}
-	err    error
+	// busWatch reports whether the eventbus is reachable; nil without one.
+	busWatch *busWatch
+	start    startup // what the router waits for before it serves (startup.go)
+	done     chan struct{}
+	err      error
 }
 
 // Start connects to the registry, starts its watches and serves gRPC until
@@ -97,6 +99,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 		}
 		u.Push(func() { _ = bus.Close() })
 		s.bus = bus
+		s.busWatch = newBusWatch(srv.Registry(), bus.Health, func(ok bool) { srv.SetServing(EventbusHealthService, ok) }, log)
 		cons = s.consume(ctx, cfg, evMode, metrics, log)
 		u.Push(cons.closeAll)
 		base := onInstances
@@ -176,8 +179,19 @@ func (s *Service) serve(ctx context.Context, cfg Config, cons *consumer, metrics
 			snapshotLoop(ctx, s.bus, s.core, cons, cfg.SnapshotInterval, log)
 		}()
 	}
+	var watchDone chan struct{}
+	if s.busWatch != nil {
+		watchDone = make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			s.busWatch.run(ctx)
+		}()
+	}
 	s.err = s.server.Serve(ctx, nil)
 	<-readyDone
+	if watchDone != nil {
+		<-watchDone
+	}
 	if snapDone != nil {
 		<-snapDone
 	}
