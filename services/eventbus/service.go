@@ -33,6 +33,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -54,6 +55,9 @@ type Service struct {
 	mu    sync.Mutex
 	nc    *nats.Conn // publishing; nil until NATS is reached
 	subNC *nats.Conn // consuming
+
+	// watches are the jsWatch loops (minority.go), one per connection.
+	watches sync.WaitGroup
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -137,11 +141,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), srv)
 	// ready opens the gate; the atomic store orders the fields' writes
 	// before every call that passes it.
+	moves := newMovesCounter(gs.Registry())
 	ready := func(b *bus) {
 		srv.bus, srv.objects = b, &objects{js: b.js}
 		gs.Registry().MustRegister(newLagCollector(b))
 		g.ready.Store(true)
 		logConnected(log, cfg, b.nc)
+		s.watchJetStream(ctx, map[string]*nats.Conn{"publishing": b.nc, "consuming": b.subNC}, moves)
 	}
 	if err := gs.Listen(); err != nil {
 		s.cancel()
@@ -169,6 +175,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		if setupErr != nil {
 			s.err = setupErr
 		}
+		s.cancel()
+		s.watches.Wait()
 		s.closeNATS()
 	}()
 	return s, nil
@@ -204,6 +212,22 @@ func (s *Service) Stop() error {
 func (s *Service) Wait() error {
 	<-s.done
 	return s.err
+}
+
+// watchJetStream starts a jsWatch on each connection, until ctx ends.
+func (s *Service) watchJetStream(ctx context.Context, conns map[string]*nats.Conn, moves prometheus.Counter) {
+	for name, nc := range conns {
+		w, err := newJSWatch(name, nc, moves, s.log)
+		if err != nil {
+			s.log.Warn("cannot watch JetStream through the NATS connection", "connection", name, "err", err.Error())
+			continue
+		}
+		s.watches.Add(1)
+		go func() {
+			defer s.watches.Done()
+			w.run(ctx)
+		}()
+	}
 }
 
 // conns is the NATS connections once made: none before.
