@@ -54,8 +54,9 @@ var (
 	buildErr  error
 )
 
-// binaries builds etcd (from tools/testimages, at go.mod's version), the
-// registry, the eventbus and the mocker once per test binary.
+// binaries builds etcd (from tools/testimages, at go.mod's version),
+// nats-server (at go.mod's version), the registry, the eventbus, the router,
+// the frontend and the mocker once per test binary.
 func binaries(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -71,6 +72,9 @@ func binaries(t *testing.T) string {
 			{root, binDir, "./services/registry/cmd/registry"},
 			{root, binDir, "./services/eventbus/cmd/eventbus"},
 			{root, binDir, "./services/mocker/cmd/mocker"},
+			{root, binDir, "./services/router/cmd/router"},
+			{root, binDir, "./services/frontend/cmd/frontend"},
+			{root, filepath.Join(binDir, "nats-server"), "github.com/nats-io/nats-server/v2"},
 			{filepath.Join(root, "tools", "testimages"), filepath.Join(binDir, "etcd"), "go.etcd.io/etcd/server/v3"},
 		} {
 			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
@@ -104,7 +108,7 @@ func printRow(t *testing.T, r row) {
 	fmt.Printf("%s\n%s\n", head, line)
 }
 
-// cluster is three etcd members, an eventbus (embedded NATS) and registry
+// cluster is etcd members, an eventbus (embedded NATS) and registry
 // replicas, each in a namespace of its own.
 type cluster struct {
 	l          *lab
@@ -115,11 +119,11 @@ type cluster struct {
 	regProcs   []*proc
 }
 
-func startCluster(t *testing.T, ctx context.Context, l *lab, registries int) *cluster {
+func startCluster(t *testing.T, ctx context.Context, l *lab, etcdMembers, registries int) *cluster {
 	t.Helper()
 	c := &cluster{l: l, bin: binaries(t)}
 	var initial []string
-	for i := range 3 {
+	for i := range etcdMembers {
 		h := l.host(fmt.Sprintf("etcd%d", i+1))
 		c.etcd = append(c.etcd, h)
 		initial = append(initial, fmt.Sprintf("%s=http://%s:2380", h.name, h.addr))
@@ -184,8 +188,13 @@ func (c *cluster) startWorkers(t *testing.T, n int) []*proc {
 	return ps
 }
 
-// health asks a gRPC server's health service.
+// health asks a gRPC server's health service about the whole server.
 func health(ctx context.Context, addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	return healthOf(ctx, addr, "")
+}
+
+// healthOf asks a gRPC server's health service about one service name.
+func healthOf(ctx context.Context, addr, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return 0, err
@@ -193,7 +202,7 @@ func health(ctx context.Context, addr string) (healthpb.HealthCheckResponse_Serv
 	defer cc.Close()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
+	r, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
 		return 0, err
 	}
@@ -335,7 +344,7 @@ func TestEtcdMemberCutFromQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	l := newLab(t)
-	c := startCluster(t, ctx, l, 1)
+	c := startCluster(t, ctx, l, 3, 1)
 	n := 20
 	if testing.Short() {
 		n = 5 // make test's form: fewer processes to start on 2 cores
@@ -403,7 +412,7 @@ func TestRegistryCutFromEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	l := newLab(t)
-	c := startCluster(t, ctx, l, 2)
+	c := startCluster(t, ctx, l, 3, 2)
 	c.startWorkers(t, 2)
 	w := watch(t, ctx, c.registryAddrs())
 	if err := w.waitLive(ctx, 2); err != nil {
