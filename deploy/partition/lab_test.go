@@ -136,6 +136,21 @@ func (l *lab) host(name string) *host {
 	return h
 }
 
+// hostNamed is the host made with name; it fails the test when there is
+// none.
+func (l *lab) hostNamed(name string) *host {
+	l.t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.hosts {
+		if h.name == name {
+			return h
+		}
+	}
+	l.t.Fatalf("no host %s in the lab", name)
+	return nil
+}
+
 // cut drops every packet between a and b, both ways, until heal.
 func (l *lab) cut(a, b *host) { l.setCut(a, b, true) }
 
