@@ -15,7 +15,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/services/frontend"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -113,7 +113,7 @@ func explain(ctx context.Context, c Config, model string, body []byte, chat bool
 	// frontend allows it a minute too.
 	tctx, tcancel := context.WithTimeout(ctx, max(c.Timeout, time.Minute))
 	defer tcancel()
-	ids, err := frontend.PromptTokens(tctx, bus, card, body, chat)
+	ids, err := preprocess.PromptTokens(tctx, bus, card, body, chat)
 	if err != nil {
 		return nil, 0, fmt.Errorf("tokenize: %w", err)
 	}

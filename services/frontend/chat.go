@@ -1,10 +1,6 @@
 package frontend
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -15,133 +11,6 @@ import (
 	"github.com/switchyard-llm/switchyard/services/frontend/openai"
 	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
-
-// ErrToolChoice is a generation that did not call a tool although
-// tool_choice required one (required, or a named function): the answer is an
-// error, never a silent text answer.
-var ErrToolChoice = errors.New("the model's answer does not satisfy tool_choice")
-
-// Tool choice modes.
-const (
-	toolChoiceAuto     = "auto"
-	toolChoiceNone     = "none"
-	toolChoiceRequired = "required"
-	toolChoiceFunction = "function"
-)
-
-// toolSpec is a chat request's validated tools and tool_choice.
-type toolSpec struct {
-	// tools are the definitions as sent, and names their function names.
-	tools []json.RawMessage
-	names []string
-	// choice is a tool choice mode; named is the function of "function".
-	choice string
-	named  string
-	// single keeps only the first call (parallel_tool_calls false).
-	single bool
-}
-
-// parseTools validates tools, tool_choice and parallel_tool_calls.
-func parseTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (toolSpec, error) {
-	ts := toolSpec{tools: tools, choice: toolChoiceAuto, single: parallel != nil && !*parallel}
-	for i, raw := range tools {
-		typ, name, hasFunction, ok := openai.ToolFunctionName(raw)
-		if !ok {
-			var t struct {
-				Type     string `json:"type"`
-				Function *struct {
-					Name string `json:"name"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(raw, &t); err != nil {
-				typ, hasFunction = "", false
-			} else if typ, hasFunction = t.Type, t.Function != nil; hasFunction {
-				name = t.Function.Name
-			}
-		}
-		if typ != "function" || !hasFunction || name == "" {
-			return toolSpec{}, invalid(fmt.Sprintf("tools[%d]", i), `each tool must be {"type":"function","function":{"name":...}}`)
-		}
-		ts.names = append(ts.names, name)
-	}
-	choice = bytes.TrimSpace(choice)
-	if len(choice) == 0 || bytes.Equal(choice, []byte("null")) {
-		if len(tools) == 0 {
-			ts.choice = toolChoiceNone
-		}
-		return ts, nil
-	}
-	var mode string
-	if json.Unmarshal(choice, &mode) == nil {
-		switch mode {
-		case toolChoiceAuto, toolChoiceNone, toolChoiceRequired:
-			ts.choice = mode
-		default:
-			return toolSpec{}, invalid("tool_choice", "tool_choice must be none, auto, required or a function, got %q", mode)
-		}
-	} else {
-		var named struct {
-			Type     string `json:"type"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		}
-		if json.Unmarshal(choice, &named) != nil || named.Type != "function" || named.Function.Name == "" {
-			return toolSpec{}, invalid("tool_choice", `tool_choice must be none, auto, required or {"type":"function","function":{"name":...}}`)
-		}
-		ts.choice, ts.named = toolChoiceFunction, named.Function.Name
-	}
-	if ts.choice != toolChoiceNone && len(tools) == 0 {
-		return toolSpec{}, invalid("tool_choice", "tool_choice %s needs tools", ts.choice)
-	}
-	if ts.choice == toolChoiceFunction {
-		found := false
-		for _, n := range ts.names {
-			found = found || n == ts.named
-		}
-		if !found {
-			return toolSpec{}, invalid("tool_choice", "tool_choice names the function %q, which is not among the tools", ts.named)
-		}
-	}
-	return ts, nil
-}
-
-// templateTools are the tools the chat template shows the model: none with
-// tool_choice none (the model cannot call what it is not offered), only the
-// named one for a named function, all of them otherwise.
-func (ts toolSpec) templateTools() []json.RawMessage {
-	switch ts.choice {
-	case toolChoiceNone:
-		return nil
-	case toolChoiceFunction:
-		for i, n := range ts.names {
-			if n == ts.named {
-				return ts.tools[i : i+1]
-			}
-		}
-	}
-	return ts.tools
-}
-
-// check reports whether calls satisfy the tool choice.
-func (ts toolSpec) check(calls []openai.ToolCallOut) error {
-	switch ts.choice {
-	case toolChoiceRequired:
-		if len(calls) == 0 {
-			return fmt.Errorf("%w: tool_choice is required and the model called no tool", ErrToolChoice)
-		}
-	case toolChoiceFunction:
-		if len(calls) == 0 {
-			return fmt.Errorf("%w: tool_choice names %q and the model called no tool", ErrToolChoice, ts.named)
-		}
-		for _, c := range calls {
-			if c.Function.Name != ts.named {
-				return fmt.Errorf("%w: tool_choice names %q and the model called %q", ErrToolChoice, ts.named, c.Function.Name)
-			}
-		}
-	}
-	return nil
-}
 
 // systemFingerprint names the backend configuration of a model: its
 // tokenizer and template content, which is what changes its answers here.
@@ -168,7 +37,7 @@ type chatSink struct {
 	group        *choiceGroup
 	reason       *reasoning.Parser
 	tools        *toolcall.Parser // nil: no tool parsing
-	spec         toolSpec
+	spec         preprocess.Tools
 	logprobs     *logprobOut // nil without logprobs
 
 	// prefix is the JSON every streamed chunk of this choice starts with
@@ -184,7 +53,7 @@ type chatSink struct {
 }
 
 // newChatSink builds the sink of one chat choice for card's parsers.
-func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard, spec toolSpec, id string, created int64) *chatSink {
+func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard, spec preprocess.Tools, id string, created int64) *chatSink {
 	c := &chatSink{w: w, stream: p.stream, includeUsage: p.includeUsage, id: id, model: p.model,
 		fingerprint: systemFingerprint(card), created: created, spec: spec}
 	// The names were validated by the worker; an unknown one (a newer
@@ -192,7 +61,7 @@ func newChatSink(w http.ResponseWriter, p genParams, card *registryv1.ModelCard,
 	if c.reason, _ = reasoning.New(card.GetReasoningParser()); c.reason == nil {
 		c.reason, _ = reasoning.New(reasoning.None)
 	}
-	if spec.choice != toolChoiceNone {
+	if spec.Offered() {
 		if tp, err := toolcall.New(card.GetToolCallParser()); err == nil && card.GetToolCallParser() != "" && card.GetToolCallParser() != toolcall.None {
 			c.tools = tp
 			if c.stream {
@@ -312,7 +181,7 @@ func (c *chatSink) out(r, a string, final bool) error {
 // call returns one tool call: streamed as OpenAI does, its index, id and
 // name first, then its arguments.
 func (c *chatSink) call(tc *toolcall.Call) error {
-	if c.spec.single && len(c.calls) > 0 {
+	if c.spec.Single() && len(c.calls) > 0 {
 		return nil
 	}
 	call := openai.ToolCallOut{ID: "call_" + newID()[:24], Type: "function", Function: openai.FunctionCallOut{Name: tc.Name, Arguments: tc.Arguments}}
@@ -334,7 +203,7 @@ func (c *chatSink) call(tc *toolcall.Call) error {
 func (c *chatSink) streamCall(e toolcall.Event) error {
 	switch e.Kind {
 	case toolcall.CallBegin:
-		if c.skipCall = c.spec.single && len(c.calls) > 0; c.skipCall {
+		if c.skipCall = c.spec.Single() && len(c.calls) > 0; c.skipCall {
 			return nil
 		}
 		call := openai.ToolCallOut{ID: "call_" + newID()[:24], Type: "function", Function: openai.FunctionCallOut{Name: e.Name}}
@@ -360,7 +229,7 @@ func (c *chatSink) end(finish string, u openai.Usage) error {
 	if err := c.out(r, a, true); err != nil {
 		return err
 	}
-	if err := c.spec.check(c.calls); err != nil {
+	if err := c.spec.Check(c.calls); err != nil {
 		c.fail(err)
 		return err
 	}

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/services/frontend/openai"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -25,7 +25,7 @@ type chatRequest struct {
 	openai.ChatRequest
 
 	// tools is the validated Tools and ToolChoice.
-	tools toolSpec
+	tools preprocess.Tools
 	// texts are the messages' contents flattened, when decodeChat set
 	// them (content is decoded once: a long chat's messages are most of
 	// its body).
@@ -102,7 +102,7 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 	if p.guided, err = parseFormat(r.ResponseFormat, "response_format", true); err != nil {
 		return nil, genParams{}, err
 	}
-	if r.tools, err = parseTools(r.Tools, r.ToolChoice, r.ParallelToolCalls); err != nil {
+	if r.tools, err = preprocess.ParseTools(r.Tools, r.ToolChoice, r.ParallelToolCalls); err != nil {
 		return nil, genParams{}, err
 	}
 	if r.TopLogprobs != nil {
@@ -120,53 +120,15 @@ func decodeChat(body []byte) (*chatRequest, genParams, error) {
 		}
 		p.logprobs = &top
 	}
-	r.texts = make([]string, len(r.Messages))
-	for i, m := range r.Messages {
-		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool":
-		default:
-			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].role", i), "invalid role %q: valid roles are system, developer, user, assistant, tool", m.Role)
-		}
-		text, err := openai.ContentText(m.Content)
-		if err != nil {
-			return nil, genParams{}, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
-		}
-		r.texts[i] = text
+	if r.texts, err = preprocess.MessageTexts(r.Messages); err != nil {
+		return nil, genParams{}, err
 	}
 	return &r, p, nil
 }
 
 // messages converts the request's messages for the chat template.
 func (r *chatRequest) messages() []chattemplate.Message {
-	out := make([]chattemplate.Message, len(r.Messages))
-	for i, m := range r.Messages {
-		var text string
-		if i < len(r.texts) {
-			text = r.texts[i]
-		} else {
-			text, _ = openai.ContentText(m.Content)
-		}
-		role := m.Role
-		if role == "developer" {
-			role = "system"
-		}
-		out[i] = chattemplate.Message{Role: role, Content: text, ReasoningContent: m.ReasoningContent,
-			ToolCalls: templateToolCalls(m.ToolCalls), Name: m.Name, ToolCallID: m.ToolCallID}
-	}
-	return out
-}
-
-// templateToolCalls converts a message's tool calls for the chat template.
-func templateToolCalls(calls []openai.ToolCall) []chattemplate.ToolCall {
-	if calls == nil {
-		return nil
-	}
-	out := make([]chattemplate.ToolCall, len(calls))
-	for i, c := range calls {
-		out[i] = chattemplate.ToolCall{ID: c.ID, Type: c.Type,
-			Function: chattemplate.FunctionCall{Name: c.Function.Name, Arguments: c.Function.Arguments}}
-	}
-	return out
+	return preprocess.ChatMessages(r.Messages, r.texts)
 }
 
 // decodeCompletion decodes and validates a completion request. The prompt

@@ -286,7 +286,7 @@ func FuzzDecodeResponses(f *testing.F) {
 			return
 		}
 		if p.model == "" || len(cr.Messages) == 0 || (r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1) ||
-			(r.MaxToolCalls != nil && *r.MaxToolCalls < 1) || (cr.tools.choice != toolChoiceNone && len(cr.tools.names) == 0) {
+			(r.MaxToolCalls != nil && *r.MaxToolCalls < 1) || (cr.tools.Offered() && len(cr.tools.Names()) == 0) {
 			t.Fatalf("accepted an invalid request: %+v", p)
 		}
 		if s := p.sampling; s.Temperature < 0 || s.Temperature > 2 || s.TopP <= 0 || s.TopP > 1 {

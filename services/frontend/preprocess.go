@@ -217,7 +217,7 @@ func (a *assets) chatPrompt(ctx context.Context, r *chatRequest) ([]uint32, erro
 		return nil, invalid("messages", "the model has no chat template; use /v1/completions")
 	}
 	_, span := startSpan(ctx, "frontend.template")
-	msgs, tools := r.messages(), r.tools.templateTools()
+	msgs, tools := r.messages(), r.tools.Template()
 	text, err := a.Render(msgs, tools, r.ChatTemplateKwargs)
 	if err != nil {
 		err = invalid("messages", "the chat template cannot render these messages: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/reasoning"
 	"github.com/switchyard-llm/switchyard/pkg/toolcall"
 	"github.com/switchyard-llm/switchyard/services/frontend/openai"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // responsesRequest is the body of POST /v1/responses (OpenAI's Responses
@@ -299,7 +300,7 @@ type responsesSink struct {
 	// tools parses calls out of the answer (nil without tools); spec is
 	// what the request allowed, maxCalls the most calls kept (0: all).
 	tools    *toolcall.Parser
-	spec     toolSpec
+	spec     preprocess.Tools
 	maxCalls int
 	calls    int
 	skipCall bool
@@ -321,19 +322,19 @@ type answerItem struct {
 	callID, name, args string
 }
 
-func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams, card *registryv1.ModelCard, spec toolSpec) *responsesSink {
+func newResponsesSink(w http.ResponseWriter, req *responsesRequest, p genParams, card *registryv1.ModelCard, spec preprocess.Tools) *responsesSink {
 	rs := &responsesSink{w: w, stream: p.stream, req: req, p: p, id: "resp_" + newID(), created: time.Now().Unix(),
 		rsID: "rs_" + newID(), spec: spec}
 	if rs.reason, _ = reasoning.New(card.GetReasoningParser()); rs.reason == nil {
 		rs.reason, _ = reasoning.New(reasoning.None)
 	}
-	if spec.single {
+	if spec.Single() {
 		rs.maxCalls = 1
 	}
 	if req.MaxToolCalls != nil && (rs.maxCalls == 0 || int(*req.MaxToolCalls) < rs.maxCalls) {
 		rs.maxCalls = int(*req.MaxToolCalls)
 	}
-	if name := card.GetToolCallParser(); spec.choice != toolChoiceNone && name != "" && name != toolcall.None {
+	if name := card.GetToolCallParser(); spec.Offered() && name != "" && name != toolcall.None {
 		// The names were validated by the worker; an unknown one (a newer
 		// worker) parses nothing rather than failing requests.
 		if tp, err := toolcall.New(name); err == nil {
@@ -668,7 +669,7 @@ func (rs *responsesSink) end(finish string, u openai.Usage) error {
 	if err := rs.out(r, a, true); err != nil {
 		return err
 	}
-	if err := rs.spec.check(rs.madeCalls()); err != nil {
+	if err := rs.spec.Check(rs.madeCalls()); err != nil {
 		rs.fail(err)
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/switchyard-llm/switchyard/services/frontend/openai"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // The Responses API's function tools, converted to the chat request's: its
@@ -24,16 +25,16 @@ type responsesTool struct {
 }
 
 // responsesTools validates a Responses request's tools, tool_choice and
-// parallel_tool_calls, as the chat request's toolSpec.
-func responsesTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (toolSpec, error) {
+// parallel_tool_calls, as the chat request's preprocess.Tools.
+func responsesTools(tools []json.RawMessage, choice json.RawMessage, parallel *bool) (preprocess.Tools, error) {
 	chat := make([]json.RawMessage, len(tools))
 	for i, raw := range tools {
 		var t responsesTool
 		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Name == "" {
 			if t.Type != "" && t.Type != "function" {
-				return toolSpec{}, invalid(fmt.Sprintf("tools[%d].type", i), "tool type %q is not supported; only function tools are", t.Type)
+				return preprocess.Tools{}, invalid(fmt.Sprintf("tools[%d].type", i), "tool type %q is not supported; only function tools are", t.Type)
 			}
-			return toolSpec{}, invalid(fmt.Sprintf("tools[%d]", i), `each tool must be {"type":"function","name":...}`)
+			return preprocess.Tools{}, invalid(fmt.Sprintf("tools[%d]", i), `each tool must be {"type":"function","name":...}`)
 		}
 		fn := map[string]any{"name": t.Name}
 		if t.Description != nil {
@@ -58,11 +59,11 @@ func responsesTools(tools []json.RawMessage, choice json.RawMessage, parallel *b
 			Name string `json:"name"`
 		}
 		if json.Unmarshal(choice, &named) != nil || named.Type != "function" || named.Name == "" {
-			return toolSpec{}, invalid("tool_choice", `tool_choice must be none, auto, required or {"type":"function","name":...}`)
+			return preprocess.Tools{}, invalid("tool_choice", `tool_choice must be none, auto, required or {"type":"function","name":...}`)
 		}
 		choice, _ = json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": named.Name}})
 	}
-	return parseTools(chat, choice, parallel)
+	return preprocess.ParseTools(chat, choice, parallel)
 }
 
 // responsesItem is one item of a Responses request's input list: a message,

@@ -114,6 +114,10 @@ var (
 	// ErrInternal is a failure of the frontend itself, a recovered panic
 	// (500).
 	ErrInternal = errors.New("internal error")
+	// ErrToolChoice is a generation that did not call a tool although
+	// tool_choice required one (required, or a named function): the answer
+	// is an error (500), never a silent text answer.
+	ErrToolChoice = preprocess.ErrToolChoice
 )
 
 // maxBody bounds a request body.

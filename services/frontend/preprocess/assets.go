@@ -1,8 +1,10 @@
 // Package preprocess turns a model's prompt into the token ids a worker
 // generates from: it loads the model's tokenizer and chat template from the
-// eventbus object store, as its model card references them, renders chat
-// messages with the template and tokenizes text. It knows nothing of HTTP
-// or routing; the frontend and the `switchyard` operator command share it.
+// eventbus object store, as its model card references them, turns a chat
+// request's messages and tools (as package openai decodes them) into what
+// the template takes, renders them and tokenizes text. It knows nothing of
+// HTTP or routing; the frontend and the `switchyard` operator command share
+// it (PromptTokens).
 package preprocess
 
 import (
