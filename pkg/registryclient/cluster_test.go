@@ -7,6 +7,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -44,7 +45,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 		in := register(ctx, t, s, fmt.Sprintf("w%d", i))
 		workers = append(workers, worker{s, registryclient.InstanceKey(in)})
 	}
-	eventually(t, "the watcher to see every instance", func() bool { return len(w.Items()) == n })
+	testwait.Until(t, 20*time.Second, "the watcher to see every instance", func() bool { return len(w.Items()) == n })
 
 	// hold waits, after a fault, for three keep-alives of every session
 	// answered: half a TTL apart, they renew each lease through the fault
@@ -70,7 +71,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 		}
 	}
 	leader := -1
-	eventually(t, "an etcd leader", func() bool { leader = cluster.Leader(); return leader >= 0 })
+	testwait.Until(t, 20*time.Second, "an etcd leader", func() bool { leader = cluster.Leader(); return leader >= 0 })
 	cluster.Stop(leader)
 	hold("leader killed")
 	cluster.Start(leader)
@@ -78,7 +79,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 	cluster.Stop(other)
 	hold("member partitioned")
 	cluster.Start(other)
-	eventually(t, "every session's keep-alive to be answered", func() bool {
+	testwait.Until(t, 20*time.Second, "every session's keep-alive to be answered", func() bool {
 		for _, wk := range workers {
 			if wk.s.Expired() {
 				return false

@@ -17,6 +17,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -108,18 +109,6 @@ func watch(t *testing.T, c *registryclient.Client, rec *recorder) *registryclien
 	return w
 }
 
-// eventually polls cond every 20 ms until it holds or 20 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitProgress waits, woken by each of the session's keep-alive outcomes,
 // until cond holds for its progress, and returns that progress. The session
 // ending, or ctx, fails the test first.
@@ -160,14 +149,14 @@ func TestSessionRegisterWatchClose(t *testing.T) {
 		t.Fatalf("instance id %x, want the lease id %x", in.InstanceId, s.ID())
 	}
 	key := registryclient.InstanceKey(in)
-	eventually(t, "the watcher to see the instance", func() bool { p, _ := rec.counts(key); return p == 1 })
+	testwait.Until(t, 20*time.Second, "the watcher to see the instance", func() bool { p, _ := rec.counts(key); return p == 1 })
 	if items := w.Items(); len(items) != 1 || items[0].Transport.GetTcp() != "127.0.0.1:9" {
 		t.Fatalf("watcher items = %v", items)
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watcher to see the DELETE", func() bool { _, d := rec.counts(key); return d == 1 })
+	testwait.Until(t, 20*time.Second, "the watcher to see the DELETE", func() bool { _, d := rec.counts(key); return d == 1 })
 	if len(w.Items()) != 0 {
 		t.Fatalf("watcher still holds %v", w.Items())
 	}
@@ -228,7 +217,7 @@ func TestSessionMovesToAnotherRegistry(t *testing.T) {
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
 	key := registryclient.InstanceKey(in)
-	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
+	testwait.Until(t, 20*time.Second, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
 	r1.Stop() // kill the replica the session keeps alive through
 	// From here on only r2 can answer (bar one answer r1 sent as it
@@ -260,7 +249,7 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
 	key := registryclient.InstanceKey(in)
-	eventually(t, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
+	testwait.Until(t, 20*time.Second, "the instance to appear", func() bool { p, _ := rec.counts(key); return p == 1 })
 
 	from, _ := s.Progress()
 	etcd.Stop()
@@ -276,7 +265,7 @@ func TestSessionSurvivesEtcdRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("register after the etcd restart: %v", err)
 	}
-	eventually(t, "the watcher to resume and see the new instance", func() bool {
+	testwait.Until(t, 20*time.Second, "the watcher to resume and see the new instance", func() bool {
 		p, _ := rec.counts(registryclient.InstanceKey(later))
 		return p == 1
 	})
@@ -331,7 +320,7 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 	s := openSession(ctx, t, c, 1*time.Second)
 	defer s.Close(ctx)
 	reg.Stop()
-	eventually(t, "the session to notice the deadline passed", s.Expired)
+	testwait.Until(t, 20*time.Second, "the session to notice the deadline passed", s.Expired)
 	from, _ := s.Progress()
 	waitProgress(ctx, t, s, "three more failed keep-alives past the deadline", func(p registryclient.KeepAliveProgress) bool { return p.Failed >= from.Failed+3 })
 	select {
@@ -366,11 +355,11 @@ func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
 	etcd.Stop()
-	eventually(t, "the session to notice the deadline passed", s.Expired)
+	testwait.Until(t, 20*time.Second, "the session to notice the deadline passed", s.Expired)
 	before, _ := s.Progress()
 	waitProgress(ctx, t, s, "a dozen failed keep-alives", func(p registryclient.KeepAliveProgress) bool { return p.Failed >= before.Failed+12 })
 	etcd.Start()
-	eventually(t, "the keep-alive to reach the lease again", func() bool { return !s.Expired() })
+	testwait.Until(t, 20*time.Second, "the keep-alive to reach the lease again", func() bool { return !s.Expired() })
 	select {
 	case <-s.Done():
 		t.Fatalf("session lost its lease: %v", s.Err())
@@ -424,10 +413,10 @@ func TestSessionKeepsLeaseThroughGracefulEtcdStop(t *testing.T) {
 	s := openSession(ctx, t, c, 2*time.Second)
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
-	eventually(t, "the watcher to see the instance", func() bool { return len(w.Items()) == 1 })
+	testwait.Until(t, 20*time.Second, "the watcher to see the instance", func() bool { return len(w.Items()) == 1 })
 	etcd.Stop() // returns once etcd has stopped: the lease's first refresh falls in it
 	etcd.Start()
-	eventually(t, "the keep-alive to reach the lease again", func() bool {
+	testwait.Until(t, 20*time.Second, "the keep-alive to reach the lease again", func() bool {
 		select {
 		case <-s.Done():
 			t.Fatalf("session lost its lease: %v", s.Err())
@@ -465,14 +454,14 @@ func TestModelWatcher(t *testing.T) {
 	if err := s.RegisterModel(ctx, card); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the card to appear", func() bool { return len(w.Items()) == 1 })
+	testwait.Until(t, 20*time.Second, "the card to appear", func() bool { return len(w.Items()) == 1 })
 	if got := w.Items()[0]; got.ModelName != "Qwen/Qwen3-0.6B" || got.InstanceId != s.ID() {
 		t.Fatalf("card = %v", got)
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the card to go", func() bool { return len(w.Items()) == 0 })
+	testwait.Until(t, 20*time.Second, "the card to go", func() bool { return len(w.Items()) == 0 })
 }
 
 func TestPodFromEnv(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -192,15 +193,6 @@ func anys[T any](xs []T) []any {
 	return out
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestAdapterFeedsTheRouterAndServesGenerate runs a registry, an eventbus,
 // a router, the stand-in engine and the adapter in front of it: the engine's
 // KV events reach the router's index as Switchyard blocks (removals
@@ -248,7 +240,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 
 	// PUB/SUB drops what is sent before the subscription: probe until the
 	// adapter hears the engine (a clear is harmless).
-	eventually(t, "the adapter to subscribe", func() bool {
+	testwait.Until(t, 20*time.Second, "the adapter to subscribe", func() bool {
 		eng.publish(0, []any{"AllBlocksCleared"})
 		return stats.Messages.Load() > 0
 	})
@@ -256,7 +248,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = uint32(3000 + 7*i)
 	}
-	eventually(t, "the router to see the worker", func() bool { _, ok := overlap(prompt); return ok })
+	testwait.Until(t, 20*time.Second, "the router to see the worker", func() bool { _, ok := overlap(prompt); return ok })
 
 	// Signed and unsigned engine hashes, unknown trailing fields, a parent
 	// given by engine hash, and a CPU event: the first block offloaded to
@@ -266,7 +258,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 	eng.publish(0,
 		[]any{"BlockStored", []any{int64(-103), 104}, parent, anys(prompt[32:]), 16, nil, nil},
 		[]any{"BlockStored", []any{999}, nil, anys(prompt[:16]), 16, nil, "CPU"})
-	eventually(t, "the router to index the engine's blocks", func() bool { n, _ := overlap(prompt); return n == 4 })
+	testwait.Until(t, 20*time.Second, "the router to index the engine's blocks", func() bool { n, _ := overlap(prompt); return n == 4 })
 
 	// A wrong block size is counted and not published.
 	other := make([]uint32, 32)
@@ -274,11 +266,11 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		other[i] = uint32(9000 + i)
 	}
 	eng.publish(0, []any{"BlockStored", []any{500}, nil, anys(other), 32, nil, nil})
-	eventually(t, "the block size mismatch to be reported", func() bool { return stats.BlockSizeMismatches.Load() == 1 })
+	testwait.Until(t, 20*time.Second, "the block size mismatch to be reported", func() bool { return stats.BlockSizeMismatches.Load() == 1 })
 
 	// After a gap, a removal by engine hash resolves to the last block.
 	eng.publish(1, []any{"BlockRemoved", []any{104}, "GPU", "trailing"})
-	eventually(t, "the removal to reach the router", func() bool { n, _ := overlap(prompt); return n == 3 })
+	testwait.Until(t, 20*time.Second, "the removal to reach the router", func() bool { n, _ := overlap(prompt); return n == 3 })
 	if n, _ := overlap(other); n != 0 {
 		t.Fatalf("the mismatched block size was published: overlap %d", n)
 	}
@@ -286,7 +278,7 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		t.Fatalf("gaps %d, skipped %d; want 1, 0", stats.Gaps.Load(), stats.Skipped.Load())
 	}
 	eng.publish(0, []any{"AllBlocksCleared"})
-	eventually(t, "the clear to reach the router", func() bool { n, _ := overlap(prompt); return n == 0 })
+	testwait.Until(t, 20*time.Second, "the clear to reach the router", func() bool { n, _ := overlap(prompt); return n == 0 })
 
 	// Generate streams through the adapter.
 	tc, err := transport.NewClient(transport.DefaultConfig())

@@ -10,6 +10,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -53,7 +54,7 @@ func TestAdapterPublishesKVEventsHeardBeforeStartReturns(t *testing.T) {
 	}
 	// PUB/SUB drops what is sent before the subscription: probe until the
 	// adapter hears the engine (a clear is harmless).
-	eventually(t, "the adapter to hear the engine before Start returns", func() bool {
+	testwait.Until(t, 20*time.Second, "the adapter to hear the engine before Start returns", func() bool {
 		eng.publish(0, []any{"AllBlocksCleared"})
 		return stats.Messages.Load() > 0
 	})
@@ -62,7 +63,7 @@ func TestAdapterPublishesKVEventsHeardBeforeStartReturns(t *testing.T) {
 		prompt[i] = uint32(5000 + 3*i)
 	}
 	eng.publish(0, []any{"BlockStored", []any{11, 12}, nil, anys(prompt), 16, nil, nil})
-	eventually(t, "the engine's blocks to be heard", func() bool {
+	testwait.Until(t, 20*time.Second, "the engine's blocks to be heard", func() bool {
 		eng.mu.Lock()
 		sent := eng.seq
 		eng.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -39,16 +40,6 @@ func replicaPair(t *testing.T) (one, two *testAdmission) {
 	return mk(), mk()
 }
 
-// until waits for cond, which the replicas' exchange makes true.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestAdmissionAcrossReplicas: tenant A floods replica two, which also
 // holds A's requests in flight; tenant B waits at replica one. When the
 // router says the fleet has room, both replicas hear it: replica two does
@@ -74,12 +65,12 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	}
 	one.queue(ctx, "B1", "B", 0, 100, 10)
 	// Each replica sees the other's tenants.
-	until(t, "replica two to see B queued at one", func() bool {
+	testwait.Until(t, 20*time.Second, "replica two to see B queued at one", func() bool {
 		two.a.mu.Lock()
 		defer two.a.mu.Unlock()
 		return two.a.peers.queuedBelowLocked("m", 0, 300, 3, func(string) uint64 { return 0 }, two.a.now())
 	})
-	until(t, "replica one to see A's 300 tokens in flight at two", func() bool {
+	testwait.Until(t, 20*time.Second, "replica one to see A's 300 tokens in flight at two", func() bool {
 		one.a.mu.Lock()
 		defer one.a.mu.Unlock()
 		return one.a.peers.inflightLocked("m", "A", one.a.now()) == 300
@@ -101,7 +92,7 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	// B (100 in flight, nothing queued) no longer holds A back: replica
 	// two, told of room, releases A1 once it hears. (C, with more in
 	// flight than A, never held A back.)
-	until(t, "replica two to release A1", func() bool { return two.depth() == 2 })
+	testwait.Until(t, 20*time.Second, "replica two to release A1", func() bool { return two.depth() == 2 })
 	if r := two.next(); r.name != "A1" {
 		t.Fatalf("replica two released %s", r.name)
 	}
@@ -134,8 +125,8 @@ func TestAdmissionReplicasTakeTurns(t *testing.T) {
 			return ok
 		}
 	}
-	until(t, "replica one to see two's 3 queued", sees(one, 3))
-	until(t, "replica two to see one's 1 queued", sees(two, 1))
+	testwait.Until(t, 20*time.Second, "replica one to see two's 3 queued", sees(one, 3))
+	testwait.Until(t, 20*time.Second, "replica two to see one's 1 queued", sees(two, 1))
 	one.a.watched("m", false)
 	if d := one.depth(); d != 1 {
 		t.Fatalf("replica one released (depth %d) though replica two queues more of A", d)

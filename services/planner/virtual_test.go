@@ -11,6 +11,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/planner"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
@@ -47,17 +48,6 @@ func flagSet(cfg *planner.Config) *flag.FlagSet {
 	return fs
 }
 
-// until polls cond every 50 ms for at most d.
-func until(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestVirtualConnectorWaitsForTheAcknowledgement runs the planner with the
 // virtual connector over a pool of one worker and a minimum of two, so
 // that every decision asks for one more worker. An external runner (the
@@ -89,11 +79,11 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 
 	// The first decision wants 2 workers, and waits.
 	var first core.Decision
-	until(t, 20*time.Second, "a first decision", func() bool { first = stored(); return first.ID != 0 })
+	testwait.Until(t, 20*time.Second, "a first decision", func() bool { first = stored(); return first.ID != 0 })
 	if p := first.Pools; len(p) != 1 || p[0].Current != 1 || p[0].Target != 2 || p[0].Model != stacktest.Model || p[0].Role != core.Agg {
 		t.Fatalf("first decision %+v; want the agg pool of %s from 1 to 2", first, stacktest.Model)
 	}
-	until(t, 10*time.Second, "the planner waiting for the acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(first.ID)) })
+	testwait.Until(t, 10*time.Second, "the planner waiting for the acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(first.ID)) })
 	// switchyard status shows it.
 	gathered, err := ctl.Gather(ctx, ctl.Config{RegistryAddr: st.RegistryAddr, EventbusAddr: st.EventbusAddr, Timeout: 5 * time.Second})
 	if err != nil || gathered.Planner == nil || gathered.Planner.ID != first.ID || gathered.Planner.Pools[0].Target != 2 {
@@ -108,13 +98,13 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	var second core.Decision
-	until(t, 10*time.Second, "a decision after the acknowledgement", func() bool { second = stored(); return second.ID > first.ID })
+	testwait.Until(t, 10*time.Second, "a decision after the acknowledgement", func() bool { second = stored(); return second.ID > first.ID })
 	if second.ID != first.ID+1 {
 		t.Fatalf("after the acknowledgement of %d came %d", first.ID, second.ID)
 	}
 
 	// Without an acknowledgement, the timeout lets the planner decide.
-	until(t, 20*time.Second, "a decision after the acknowledgement timeout", func() bool { return stored().ID > second.ID })
+	testwait.Until(t, 20*time.Second, "a decision after the acknowledgement timeout", func() bool { return stored().ID > second.ID })
 
 	// A garbled acknowledgement acknowledges nothing (the timeout still
 	// applies).
@@ -122,5 +112,5 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := stored()
-	until(t, 10*time.Second, "waiting on a garbled acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(third.ID)) })
+	testwait.Until(t, 10*time.Second, "waiting on a garbled acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(third.ID)) })
 }

@@ -13,6 +13,7 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -85,7 +86,7 @@ func TestJetStreamGapsFilledFromTheWorker(t *testing.T) {
 				stored := &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: 1<<40 + id, LocalHash: id}}}
 				w.PublishKVEvents(&workerv1.KvEventBatch{FirstEventId: id, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: stored}}}})
 			}
-			waitFor(t, "the worker's events acknowledged", func() bool { _, pub, _ := w.KVEventCounts(); return pub == n })
+			testwait.Until(t, 30*time.Second, "the worker's events acknowledged", func() bool { _, pub, _ := w.KVEventCounts(); return pub == n })
 			if tc.late {
 				// The resend of the lost batches, after the later ones.
 				c := eventbustest.Client(t, busAddr)
@@ -105,7 +106,7 @@ func TestJetStreamGapsFilledFromTheWorker(t *testing.T) {
 			check := func(who string, svc *router.Service, rpc routerv1.RouterServiceClient) {
 				t.Helper()
 				var st *routerv1.GetStatsResponse
-				waitFor(t, who+" indexes every block", func() bool {
+				testwait.Until(t, 30*time.Second, who+" indexes every block", func() bool {
 					var err error
 					st, err = rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
 					if err != nil {
@@ -158,14 +159,4 @@ func startRouterService(t *testing.T, ctx context.Context, cfg router.Config) (*
 	}
 	t.Cleanup(func() { cc.Close() })
 	return svc, cc
-}
-
-// waitFor polls cond every 10ms for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }

@@ -8,6 +8,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
@@ -95,7 +96,7 @@ func testNATSOutage(t *testing.T, ring int, outage time.Duration, rebuild bool) 
 		}
 	}
 	publish(before)
-	waitFor(t, "the first events applied", func() bool { return stats().IndexedEntries == before })
+	testwait.Until(t, 30*time.Second, "the first events applied", func() bool { return stats().IndexedEntries == before })
 
 	eventbustest.StopNATS(ns)
 	start := time.Now()
@@ -127,7 +128,7 @@ func testNATSOutage(t *testing.T, ring int, outage time.Duration, rebuild bool) 
 	// published what its ring still holds: queued grows until then, so the
 	// counts are compared once nothing waits (CI once compared acknowledged
 	// with a queued count read too early and waited for it in vain).
-	waitFor(t, "the SDK's KV events all published", func() bool { return w.KVEventsWaiting() == 0 })
+	testwait.Until(t, 30*time.Second, "the SDK's KV events all published", func() bool { return w.KVEventsWaiting() == 0 })
 	queued, published, lost := w.KVEventCounts()
 	fs := svc.FollowStats()
 	t.Logf("NATS down %s: %d events, %d queued, %d acknowledged, %d failed, %d waited in the ring; router: every block indexed %s after NATS returned, %d applied, %d filled from the ring, %d rebuilds, %d gaps applied past",

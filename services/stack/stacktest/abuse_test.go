@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
@@ -198,7 +199,7 @@ func TestWatchesPerClientOverTheWire(t *testing.T) {
 			var held context.Context
 			release := func() {}
 			defer func() { release() }()
-			waitFor(t, func() bool {
+			testwait.Until(t, time.Minute, "the streams within the limit open", func() bool {
 				release()
 				held, release = context.WithCancel(ctx)
 				for i := range abuseLimits.MaxWatchesPerClient {
@@ -210,7 +211,7 @@ func TestWatchesPerClientOverTheWire(t *testing.T) {
 					}
 				}
 				return true
-			}, "the streams within the limit open")
+			})
 			// The server takes a slot as the handler starts; a stream whose
 			// headers came back may not have reached it yet, so the refusal
 			// is awaited, not assumed.
@@ -219,35 +220,22 @@ func TestWatchesPerClientOverTheWire(t *testing.T) {
 				defer cancel()
 				return status.Code(k.open(octx, client)) == codes.ResourceExhausted
 			}
-			waitFor(t, refusedOne, "one stream over the limit refused with ResourceExhausted")
+			testwait.Until(t, time.Minute, "one stream over the limit refused with ResourceExhausted", refusedOne)
 			octx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			if err := k.open(octx, other); err != nil {
 				t.Fatalf("another client's stream: %v", err)
 			}
 			release()
-			waitFor(t, func() bool {
+			testwait.Until(t, time.Minute, "a slot back once the client closed its streams", func() bool {
 				octx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				return k.open(octx, client) == nil
-			}, "a slot back once the client closed its streams")
+			})
 		})
 	}
 	serving(t, s.RegistryAddr)
 	serving(t, s.EventbusAddr)
-}
-
-// waitFor polls cond (each call does a round trip) until it holds, for at
-// most a minute.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestKeepAliveLimits: one lease may be kept alive by at most four
@@ -300,12 +288,12 @@ func TestKeepAliveLimits(t *testing.T) {
 			t.Fatalf("stream %d of one lease: %v, want ResourceExhausted", maxStreamsPerLease+1, err)
 		}
 		release()
-		waitFor(t, func() bool {
+		testwait.Until(t, time.Minute, "a KeepAlive stream of the lease accepted once the others closed", func() bool {
 			octx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			_, err := keepAlive(octx, []string{tok}, id)
 			return err == nil
-		}, "a KeepAlive stream of the lease accepted once the others closed")
+		})
 	})
 	t.Run("leases per stream", func(t *testing.T) {
 		var ids []uint64

@@ -1,0 +1,56 @@
+package testwait
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a testing.TB that records a Fatalf instead of stopping the
+// goroutine, so that Until's failure can be checked.
+type recorder struct {
+	testing.TB
+	failed string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
+
+func TestUntil(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		holdAfter int32 // checks before cond holds; -1: never
+		d         time.Duration
+		fail      string
+	}{
+		{"holds at once", 0, time.Second, ""},
+		{"holds after some checks", 3, time.Minute, ""},
+		{"never holds", -1, 3 * Interval, "timed out after 30ms waiting for the thing"},
+		{"no time at all, holds at once", 0, 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var checks atomic.Int32
+			r := &recorder{TB: t}
+			Until(r, tt.d, "the thing", func() bool {
+				n := checks.Add(1)
+				return tt.holdAfter >= 0 && n > tt.holdAfter
+			})
+			if r.failed != tt.fail {
+				t.Errorf("failure %q, want %q", r.failed, tt.fail)
+			}
+			if tt.holdAfter >= 0 && checks.Load() != tt.holdAfter+1 {
+				t.Errorf("%d checks, want %d (stop at the first that holds)", checks.Load(), tt.holdAfter+1)
+			}
+			if tt.fail != "" && !strings.Contains(r.failed, "the thing") {
+				t.Errorf("failure %q does not name the condition", r.failed)
+			}
+		})
+	}
+}
