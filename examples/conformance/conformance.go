@@ -51,6 +51,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
@@ -273,7 +274,7 @@ func Run(t *testing.T, w Worker) {
 	}
 
 	row("generate", func(t *testing.T) {
-		got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-1", TokenIds: prompt, MaxTokens: 5})
+		got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-1", TokenIds: prompt, MaxTokens: 5})
 		if err != nil {
 			t.Fatalf("generate: %v (after %d responses)", err, len(got))
 		}
@@ -380,7 +381,7 @@ func Run(t *testing.T, w Worker) {
 		for i := range meanwhile {
 			meanwhile[i] = uint32(50000 + i*3)
 		}
-		if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-meanwhile", TokenIds: meanwhile, MaxTokens: 1}); err != nil || len(got) != 1 {
+		if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-meanwhile", TokenIds: meanwhile, MaxTokens: 1}); err != nil || len(got) != 1 {
 			t.Fatalf("generate while the worker registers again = %d responses, %v; want 1", len(got), err)
 		}
 		first := kvhash.Hashes(meanwhile, s.BlockSize, nil)[0].Sequence
@@ -428,7 +429,7 @@ func Run(t *testing.T, w Worker) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-again", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
+		if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-again", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
 			t.Fatalf("generate after registering again = %d responses, %v; want 2", len(got), err)
 		}
 		// The new instance's first KV event says that routers know nothing
@@ -586,35 +587,6 @@ func waitLoad(ctx context.Context, t *testing.T, sub *eventbusclient.Subscriptio
 		if m.InstanceId == instance && m.Timestamp.AsTime().After(since) && ok(m) {
 			return
 		}
-	}
-}
-
-// Generate calls a worker through the request plane's Go client and returns
-// every response.
-func Generate(ctx context.Context, c transport.Client, addr transport.Address, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
-	payload, err := proto.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	st, err := c.Call(ctx, addr, "generate", transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var out []*workerv1.GenerateResponse
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			return out, err
-		}
-		out = append(out, r)
 	}
 }
 
@@ -846,7 +818,7 @@ func RunFirstStart(t *testing.T, w Worker) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	if got, err := Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-first", TokenIds: []uint32{1, 2, 3, 4, 5}, MaxTokens: 2}); err != nil || len(got) != 2 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "conf-first", TokenIds: []uint32{1, 2, 3, 4, 5}, MaxTokens: 2}); err != nil || len(got) != 2 {
 		t.Fatalf("generate after a late registry = %d responses, %v; want 2", len(got), err)
 	}
 	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {

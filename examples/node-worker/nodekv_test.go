@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -55,7 +56,7 @@ func TestNodeWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	if got, err := conformance.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: prompt, MaxTokens: 1}); err != nil || len(got) != 1 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: prompt, MaxTokens: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("generate with the eventbus stopped = %v, %v", got, err)
 	}
 	w.Logs.WaitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})

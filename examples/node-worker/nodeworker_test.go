@@ -38,6 +38,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 	"github.com/switchyard-llm/switchyard/services/mocker"
@@ -376,7 +377,7 @@ func TestNodeWorkerProtocol(t *testing.T) {
 			t.Fatalf("model cards = %v, %v; want one of instance %x", cards, err, next.InstanceId)
 		}
 		// Its first KV event says its cache is empty; the next ones follow.
-		if _, err := conformance.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "after", TokenIds: prompt, MaxTokens: 1}); err != nil {
+		if _, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "after", TokenIds: prompt, MaxTokens: 1}); err != nil {
 			t.Fatal(err)
 		}
 		var batches []*workerv1.KvEventBatch
@@ -412,7 +413,7 @@ func TestNodeWorkerProtocol(t *testing.T) {
 		reg.Stop()
 		// Past the lease's deadline the worker goes on asking, and serving.
 		w.Logs.WaitFor(ctx, t, "lease deadline passed without reaching the registry; still trying", map[string]any{"lease": fmt.Sprintf("%x", cur.InstanceId)})
-		if got, err := conformance.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "away", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
+		if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "away", TokenIds: prompt, MaxTokens: 2}); err != nil || len(got) != 2 {
 			t.Fatalf("generate with the registry away = %d responses, %v; want 2", len(got), err)
 		}
 		// No keep-alive reached etcd, so it drops the lease; the registry

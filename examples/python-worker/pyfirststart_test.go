@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -85,7 +86,7 @@ func TestPythonWorkerStartsBeforeTheControlPlane(t *testing.T) {
 			w.logs.waitFor(ctx, t, "request plane serving", nil)
 			serving, _ := w.logs.first("request plane serving")["transport"].(string)
 			addr := transport.Address{Kind: transport.PlaneHTTP, Addr: strings.TrimPrefix(serving, "http:")}
-			if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
+			if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
 				t.Fatalf("generate before registering = %v, %v; want it served", got, err)
 			}
 			up()

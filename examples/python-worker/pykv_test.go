@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/router"
@@ -69,7 +70,7 @@ func TestPythonWorkerLocalIndexer(t *testing.T) {
 			taddr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
 			for i := range 10 {
 				prompt := seq(uint32(100*i+1), uint32(100*i+16)) // 4 blocks each; the cache holds 12
-				if _, err := generate(ctx, tc, taddr, &workerv1.GenerateRequest{RequestId: fmt.Sprint("p", i), TokenIds: prompt, MaxTokens: 1}); err != nil {
+				if _, err := workertest.Generate(ctx, tc, taddr, &workerv1.GenerateRequest{RequestId: fmt.Sprint("p", i), TokenIds: prompt, MaxTokens: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}

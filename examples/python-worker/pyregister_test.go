@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -58,7 +59,7 @@ func TestPythonWorkerKVEventsNameItsInstanceOnceListed(t *testing.T) {
 	}
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
-	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("generate while the worker waits for its card's answer = %v, %v", got, err)
 	}
 	ev, err := sub.Next(ctx)
@@ -105,7 +106,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsUp(t *testing.T) {
 	}
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
-	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("generate with the eventbus away = %v, %v", got, err)
 	}
 	w.logs.waitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})
@@ -164,7 +165,7 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	}
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: in.Transport.GetHttp()}
-	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "early", TokenIds: seq(1, 9), MaxTokens: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("generate with the eventbus stopped = %v, %v", got, err)
 	}
 	w.logs.waitFor(ctx, t, "KV events publish failed; retrying", map[string]any{"first_event_id": float64(1), "attempt": float64(1)})

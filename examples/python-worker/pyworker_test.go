@@ -39,6 +39,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -260,34 +261,6 @@ func waitInstances(ctx context.Context, t *testing.T, w *registryclient.Watcher[
 	}
 }
 
-// generate calls the worker through the request plane's Go client.
-func generate(ctx context.Context, c transport.Client, addr transport.Address, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
-	payload, err := proto.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	st, err := c.Call(ctx, addr, "generate", transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var out []*workerv1.GenerateResponse
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			return out, err
-		}
-		out = append(out, r)
-	}
-}
-
 // tokens is the generate stream the echo engine must produce: the prompt
 // repeated, one token per response, the last with finish and usage.
 func tokens(prompt []uint32, n int, finish workerv1.FinishReason) []*workerv1.GenerateResponse {
@@ -360,7 +333,7 @@ func TestPythonWorker(t *testing.T) {
 	prompt := seq(1, 10) // two full blocks of 4 and a partial one
 
 	t.Run("generate over h2c", func(t *testing.T) {
-		got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r1", TokenIds: prompt, MaxTokens: 5})
+		got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r1", TokenIds: prompt, MaxTokens: 5})
 		if err != nil {
 			t.Fatalf("generate: %v (after %d responses)", err, len(got))
 		}
@@ -368,7 +341,7 @@ func TestPythonWorker(t *testing.T) {
 			t.Errorf("responses (-want +got):\n%s", diff)
 		}
 		// A stop token ends the stream early; the blocks are cached now.
-		got, err = generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r2", TokenIds: prompt, MaxTokens: 50,
+		got, err = workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r2", TokenIds: prompt, MaxTokens: 50,
 			Stop: &workerv1.StopConditions{StopTokenIds: []uint32{3}}})
 		want := tokens(prompt, 3, workerv1.FinishReason_FINISH_REASON_STOP)
 		want[2].Usage.CachedPromptTokens = 8
@@ -386,7 +359,7 @@ func TestPythonWorker(t *testing.T) {
 		for i := range 8 {
 			wg.Go(func() {
 				p := []uint32{uint32(100 + i), uint32(200 + i), uint32(300 + i)}
-				got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: fmt.Sprint("c", i), TokenIds: p, MaxTokens: 20})
+				got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: fmt.Sprint("c", i), TokenIds: p, MaxTokens: 20})
 				if err == nil {
 					if diff := cmp.Diff(tokens(p, 20, workerv1.FinishReason_FINISH_REASON_LENGTH), got, protocmp.Transform()); diff != "" {
 						err = fmt.Errorf("call %d (-want +got):\n%s", i, diff)
@@ -412,7 +385,7 @@ func TestPythonWorker(t *testing.T) {
 		for i := range big {
 			big[i] = 1 << 28
 		}
-		got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{TokenIds: big})
+		got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{TokenIds: big})
 		var he *transport.HandlerError
 		if !errors.As(err, &he) || he.Code != "invalid_argument" || !strings.Contains(he.Message, "500000 tokens") {
 			t.Errorf("generate with a 500k-token prompt = %d responses, %v; want invalid_argument naming 500000 tokens", len(got), err)
@@ -446,7 +419,7 @@ func TestPythonWorker(t *testing.T) {
 		// A prompt that extends a cached prefix reports only its new block,
 		// chained to the cached one.
 		longer := append(seq(1, 8), 40, 41, 42, 43)
-		if _, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r3", TokenIds: longer, MaxTokens: 1}); err != nil {
+		if _, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "r3", TokenIds: longer, MaxTokens: 1}); err != nil {
 			t.Fatal(err)
 		}
 		ev, err = sub.Next(ctx)
@@ -709,7 +682,7 @@ func TestPythonWorkerRegistersAgainWhenLeaseIsLost(t *testing.T) {
 	}
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: list.Instances[0].Transport.GetHttp()}
-	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "again", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "again", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
 		t.Fatalf("generate after registering again = %v, %v", got, err)
 	}
 	select {
@@ -756,7 +729,7 @@ func TestPythonWorkerOutlivesRegistryOutage(t *testing.T) {
 	}
 	defer client.Close()
 	addr := transport.Address{Kind: transport.PlaneHTTP, Addr: first.Transport.GetHttp()}
-	if got, err := generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "during", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
+	if got, err := workertest.Generate(ctx, client, addr, &workerv1.GenerateRequest{RequestId: "during", TokenIds: seq(1, 4), MaxTokens: 2}); err != nil || len(got) != 2 {
 		t.Fatalf("generate during the outage = %v, %v", got, err)
 	}
 	// etcd drops the lease about now on its own; revoking it makes that

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -23,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -63,27 +62,7 @@ func call(ctx context.Context, t *testing.T, addr transport.Address, req *worker
 		t.Fatal(err)
 	}
 	defer c.Close()
-	payload, _ := proto.Marshal(req)
-	st, err := c.Call(ctx, addr, wire.GenerateEndpoint, transport.Headers{transport.HeaderRequestID: req.RequestId}, payload)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var out []*workerv1.GenerateResponse
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
+	return workertest.Generate(ctx, c, addr, req)
 }
 
 func addrOf(in *registryv1.Instance) transport.Address {

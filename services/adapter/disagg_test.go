@@ -27,6 +27,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/adapter"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -327,48 +328,6 @@ func runLegAdapter(t *testing.T, engineURL string, files []string, regAddr, busA
 	}
 }
 
-// legCall sends req to the worker over the request plane and reads every
-// response.
-func legCall(ctx context.Context, t *testing.T, c transport.Client, w *worker.Worker, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
-	t.Helper()
-	payload, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: w.Instance().Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var out []*workerv1.GenerateResponse
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-}
-
-func outputOf(rs []*workerv1.GenerateResponse) ([]uint32, workerv1.FinishReason) {
-	var toks []uint32
-	var fin workerv1.FinishReason
-	for _, r := range rs {
-		toks = append(toks, r.TokenIds...)
-		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			fin = r.FinishReason
-		}
-	}
-	return toks, fin
-}
-
 // legStack is a registry, an eventbus and the tokenizer files.
 type legStack struct {
 	reg, bus string
@@ -421,15 +380,15 @@ func TestAdapterRelaysTheLegs(t *testing.T) {
 				req := &workerv1.GenerateRequest{RequestId: fmt.Sprint(tt.kind, "-", j), TokenIds: seqTokens(500+uint32(j), 40), MaxTokens: uint32(n),
 					Stop: &workerv1.StopConditions{MinTokens: 1}}
 				// A decode worker serves whole requests too.
-				whole, err := legCall(ctx, t, s.client, dw, req)
+				whole, err := workertest.Generate(ctx, s.client, workertest.TCP(dw.Instance()), req)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, wantFin := outputOf(whole)
+				want, wantFin := workertest.Output(whole)
 
 				pre := proto.Clone(req).(*workerv1.GenerateRequest)
 				pre.Leg = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL
-				rs, err := legCall(ctx, t, s.client, pw, pre)
+				rs, err := workertest.Generate(ctx, s.client, workertest.TCP(pw.Instance()), pre)
 				if err != nil {
 					t.Fatalf("prefill leg: %v", err)
 				}
@@ -457,11 +416,11 @@ func TestAdapterRelaysTheLegs(t *testing.T) {
 
 				dec := proto.Clone(req).(*workerv1.GenerateRequest)
 				dec.Leg, dec.Handoff = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE, h
-				rs, err = legCall(ctx, t, s.client, dw, dec)
+				rs, err = workertest.Generate(ctx, s.client, workertest.TCP(dw.Instance()), dec)
 				if err != nil {
 					t.Fatalf("decode leg: %v", err)
 				}
-				got, fin := outputOf(rs)
+				got, fin := workertest.Output(rs)
 				if !slices.Equal(got, want) || fin != wantFin {
 					t.Fatalf("legs generated %v (%v), the whole request %v (%v)", got, fin, want, wantFin)
 				}
@@ -549,7 +508,7 @@ func TestAdapterLegFaults(t *testing.T) {
 	}
 	for _, tt := range errs {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := legCall(ctx, t, s.client, tt.w, tt.req)
+			rs, err := workertest.Generate(ctx, s.client, workertest.TCP(tt.w.Instance()), tt.req)
 			var he *transport.HandlerError
 			if !errors.As(err, &he) || he.Code != tt.code {
 				t.Fatalf("%v (%v); want handler error %s", err, rs, tt.code)
@@ -585,7 +544,7 @@ func TestAdapterLegFaults(t *testing.T) {
 	for _, tt := range frees {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "room-" + tt.name
-			rs, err := legCall(ctx, t, s.client, tt.w, leg(id, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL, nil))
+			rs, err := workertest.Generate(ctx, s.client, workertest.TCP(tt.w.Instance()), leg(id, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL, nil))
 			if err != nil || len(rs) != 1 || rs[0].Handoff == nil {
 				t.Fatalf("bootstrap prefill leg: %v, %v", rs, err)
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -16,14 +15,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
-	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
-	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -116,56 +114,13 @@ func (m *disaggMocker) waitMetric(t *testing.T, name, want string) {
 	t.Fatalf("%s = %s after 30 s, want %s", name, m.metric(t, name), want)
 }
 
-// call sends req to the instance's TCP address and reads every response;
-// the error is the stream's (a *transport.HandlerError from the worker).
-func call(ctx context.Context, t *testing.T, c transport.Client, in *registryv1.Instance, req *workerv1.GenerateRequest) ([]*workerv1.GenerateResponse, error) {
-	t.Helper()
-	payload, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: in.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var out []*workerv1.GenerateResponse
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-}
-
-// tokensOf concatenates the responses' tokens and returns the last finish.
-func tokensOf(rs []*workerv1.GenerateResponse) ([]uint32, workerv1.FinishReason) {
-	var toks []uint32
-	var fin workerv1.FinishReason
-	for _, r := range rs {
-		toks = append(toks, r.TokenIds...)
-		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			fin = r.FinishReason
-		}
-	}
-	return toks, fin
-}
-
 // prefillLeg runs a prefill leg and checks its one answer; it returns the
 // handoff.
 func prefillLeg(ctx context.Context, t *testing.T, c transport.Client, p *disaggMocker, req *workerv1.GenerateRequest, holdMs uint32) *workerv1.KvHandoff {
 	t.Helper()
 	req = proto.Clone(req).(*workerv1.GenerateRequest)
 	req.Leg = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL
-	rs, err := call(ctx, t, c, p.w.Instance(), req)
+	rs, err := workertest.Generate(ctx, c, workertest.TCP(p.w.Instance()), req)
 	if err != nil {
 		t.Fatalf("prefill leg: %v", err)
 	}
@@ -196,7 +151,7 @@ func decodeLeg(ctx context.Context, t *testing.T, c transport.Client, d *disaggM
 	t.Helper()
 	req = proto.Clone(req).(*workerv1.GenerateRequest)
 	req.Leg, req.Handoff = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE, h
-	return call(ctx, t, c, d.w.Instance(), req)
+	return workertest.Generate(ctx, c, workertest.TCP(d.w.Instance()), req)
 }
 
 // waitBlocks waits until the worker's local index (what it published)
@@ -263,15 +218,15 @@ func TestLegsGenerateTheWholeAnswer(t *testing.T) {
 			req.RequestId = fmt.Sprint("legs-", i)
 			if tt.cached > 0 {
 				warm := &workerv1.GenerateRequest{RequestId: req.RequestId + "-warm", TokenIds: req.TokenIds[:tt.cached], MaxTokens: 1}
-				if _, err := call(ctx, t, c, d.w.Instance(), warm); err != nil {
+				if _, err := workertest.Generate(ctx, c, workertest.TCP(d.w.Instance()), warm); err != nil {
 					t.Fatal(err)
 				}
 			}
-			whole, err := call(ctx, t, c, agg.w.Instance(), req)
+			whole, err := workertest.Generate(ctx, c, workertest.TCP(agg.w.Instance()), req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, wantFin := tokensOf(whole)
+			want, wantFin := workertest.Output(whole)
 
 			h := prefillLeg(ctx, t, c, p, req, 3600_000)
 			blocks := (len(req.TokenIds) + 15) / 16
@@ -282,7 +237,7 @@ func TestLegsGenerateTheWholeAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("decode leg: %v", err)
 			}
-			got, fin := tokensOf(rs)
+			got, fin := workertest.Output(rs)
 			if !slices.Equal(got, want) || fin != wantFin {
 				t.Fatalf("legs generated %v (%v), the whole request %v (%v)", got, fin, want, wantFin)
 			}
@@ -356,7 +311,7 @@ func TestHeldKVIsFreed(t *testing.T) {
 				leg.Leg = workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL
 				done := make(chan error, 1)
 				go func() {
-					_, err := call(lctx, t, c, p.w.Instance(), leg)
+					_, err := workertest.Generate(lctx, c, workertest.TCP(p.w.Instance()), leg)
 					done <- err
 				}()
 				waitBlocks(t, p.w, kvhash.Hashes(req.TokenIds[:16], 16, nil))
@@ -391,7 +346,7 @@ func TestHeldKVIsFreed(t *testing.T) {
 			if !errors.As(err, &he) || he.Code != worker.CodeKVHandoffFailed || !strings.Contains(he.Message, "KV_HANDOFF_NOT_FOUND") && !strings.Contains(he.Message, "no KV held") {
 				t.Fatalf("decode leg of a freed handoff: %v; want %s naming the missing handoff", err, worker.CodeKVHandoffFailed)
 			}
-			if toks, _ := tokensOf(rs); len(toks) != 0 {
+			if toks, _ := workertest.Output(rs); len(toks) != 0 {
 				t.Fatalf("decode leg of a freed handoff generated %v", toks)
 			}
 		})
@@ -468,7 +423,7 @@ func TestDecodeLegWithoutItsKV(t *testing.T) {
 			if !errors.As(err, &he) || he.Code != tt.code {
 				t.Fatalf("decode leg: %v; want handler error %s", err, tt.code)
 			}
-			if toks, _ := tokensOf(rs); len(toks) != 0 {
+			if toks, _ := workertest.Output(rs); len(toks) != 0 {
 				t.Fatalf("decode leg without its KV generated %v", toks)
 			}
 		})

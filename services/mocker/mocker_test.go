@@ -2,7 +2,6 @@ package mocker_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -27,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -158,34 +157,11 @@ func seq(from uint32, n int) []uint32 {
 // its end: the tokens and the finish reason.
 func generate(ctx context.Context, t *testing.T, c transport.Client, in *registryv1.Instance, req *workerv1.GenerateRequest) ([]uint32, workerv1.FinishReason) {
 	t.Helper()
-	payload, err := proto.Marshal(req)
+	rs, err := workertest.Generate(ctx, c, workertest.TCP(in), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: in.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var tokens []uint32
-	var finish workerv1.FinishReason
-	for {
-		b, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return tokens, finish
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &workerv1.GenerateResponse{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			t.Fatal(err)
-		}
-		tokens = append(tokens, r.TokenIds...)
-		if r.FinishReason != workerv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			finish = r.FinishReason
-		}
-	}
+	return workertest.Output(rs)
 }
 
 // firstKVBatch is the first KV event batch on namespace mock's stream.

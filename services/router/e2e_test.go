@@ -3,10 +3,8 @@ package router_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
@@ -58,18 +57,8 @@ func startMocker(t *testing.T, regAddr, busAddr string, args ...string) *worker.
 // generate sends a request to the routed worker and drains its responses.
 func generate(ctx context.Context, t *testing.T, c transport.Client, resp *routerv1.RouteResponse, id string, prompt []uint32) {
 	t.Helper()
-	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: 4})
-	st, err := c.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
-	if err != nil {
+	if _, err := workertest.Generate(ctx, c, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, &workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: 4}); err != nil {
 		t.Fatal(err)
-	}
-	defer st.Close()
-	for {
-		if _, err := st.Recv(); errors.Is(err, io.EOF) {
-			return
-		} else if err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
