@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
@@ -116,7 +117,7 @@ func (s *Service) generate(ctx context.Context, j *job, emit emitFunc) (outcome,
 			id = fmt.Sprintf("%s-m%d", j.id, attempt)
 		}
 		rctx, span := startSpan(ctx, "frontend.route", attribute.Int("switchyard.attempt", attempt))
-		d, err := s.routing.route(rctx, id, j.model, tokens, s.fence.exclude(pair.exclude(s, exclude)), routeKeys{session: j.p.session, salt: j.p.cacheSalt, lora: j.p.lora})
+		d, err := s.routeKnown(rctx, id, j, tokens, s.fence.exclude(pair.exclude(s, exclude)))
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(attribute.String("switchyard.instance_id", strconv.FormatUint(d.instanceID, 16)))
 		}
@@ -307,4 +308,36 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 			finish = resp.finish
 		}
 	}
+}
+
+// routerCatchUp bounds how long a request waits for the router to learn a
+// model the frontend's catalog already has (routeKnown).
+const routerCatchUp = 5 * time.Second
+
+// routeKnown routes one attempt of j. The frontend's catalog and the router
+// service each watch the registry's model cards, and right after a worker
+// registers the router's watch may not have delivered its card yet: the
+// router then answers "unknown model" for a model the frontend lists in
+// /v1/models and has just tokenized for. Rather than a 404 the request waits
+// for the router to catch up, routing again with a growing pause (20 ms to
+// 200 ms) while the catalog still has the card, for at most routerCatchUp;
+// past that the router's answer stands. A request for a LoRA adapter is not
+// retried: the router knowing the base model but not the adapter is an
+// answer, not a lag.
+func (s *Service) routeKnown(ctx context.Context, id string, j *job, tokens []uint32, exclude []uint64) (decision, error) {
+	keys := routeKeys{session: j.p.session, salt: j.p.cacheSalt, lora: j.p.lora}
+	d, err := s.routing.route(ctx, id, j.model, tokens, exclude, keys)
+	deadline := time.Now().Add(routerCatchUp)
+	for pause := 20 * time.Millisecond; errors.Is(err, ErrUnknownModel) && keys.lora == "" && s.catalog.card(j.model) != nil; pause = min(2*pause, 200*time.Millisecond) {
+		if time.Now().Add(pause).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return decision{}, ctx.Err()
+		case <-time.After(pause):
+		}
+		d, err = s.routing.route(ctx, id, j.model, tokens, exclude, keys)
+	}
+	return d, err
 }
