@@ -145,21 +145,22 @@ func printExplanation(out io.Writer, model string, tokens int, ex *routerv1.Expl
 	printSession(out, ex.GetSession())
 	fmt.Fprintln(out)
 	if ex.Disaggregation == "" {
-		printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId)
-		fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+		printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId, ex.DpRank)
+		fmt.Fprintf(out, "\npick %s: %s\n", core.WorkerName(ex.InstanceId, ex.DpRank), ex.Reason)
 		return
 	}
 	// A model with prefill and decode pools: each leg's candidates, with
 	// the cost of the leg they would serve.
 	fmt.Fprintf(out, "disaggregation: %s\n\ndecode and aggregated workers:\n", ex.Disaggregation)
-	printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId)
+	printCandidates(out, ex.Candidates, ex.RequestBlocks, ex.InstanceId, ex.DpRank)
 	fmt.Fprintf(out, "\nprefill workers:\n")
-	printCandidates(out, ex.PrefillCandidates, ex.RequestBlocks, ex.PrefillInstanceId)
+	printCandidates(out, ex.PrefillCandidates, ex.RequestBlocks, ex.PrefillInstanceId, ex.PrefillDpRank)
 	if ex.PrefillInstanceId != 0 {
-		fmt.Fprintf(out, "\npick prefill %x, decode %x: %s\n", ex.PrefillInstanceId, ex.InstanceId, ex.Reason)
+		fmt.Fprintf(out, "\npick prefill %s, decode %s: %s\n", core.WorkerName(ex.PrefillInstanceId, ex.PrefillDpRank),
+			core.WorkerName(ex.InstanceId, ex.DpRank), ex.Reason)
 		return
 	}
-	fmt.Fprintf(out, "\npick %x: %s\n", ex.InstanceId, ex.Reason)
+	fmt.Fprintf(out, "\npick %s: %s\n", core.WorkerName(ex.InstanceId, ex.DpRank), ex.Reason)
 }
 
 // printSession prints a session's binding as the decision would leave it.
@@ -182,18 +183,19 @@ func printSession(out io.Writer, b *routerv1.SessionBinding) {
 	}
 }
 
-// printCandidates prints a table of candidates, marking the one picked.
-func printCandidates(out io.Writer, cands []*routerv1.ExplainedCandidate, blocks uint32, picked uint64) {
+// printCandidates prints a table of candidates (a worker's data-parallel
+// ranks each a line, instance/rank), marking the one picked.
+func printCandidates(out io.Writer, cands []*routerv1.ExplainedCandidate, blocks uint32, picked uint64, pickedRank uint32) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  INSTANCE\tADDRESS\tCACHED BLOCKS\tPREFILL BLOCKS\tDECODE BLOCKS\tCOST\tPICK\n")
 	for _, cd := range cands {
 		k := cd.Candidate
 		pick := ""
-		if k.InstanceId == picked {
+		if k.InstanceId == picked && k.DpRank == pickedRank {
 			pick = "<-"
 		}
 		_, addr := transportOf(cd.Transport)
-		fmt.Fprintf(tw, "  %x\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", k.InstanceId, addr, k.OverlapBlocks, blocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
+		fmt.Fprintf(tw, "  %s\t%s\t%d/%d\t%d\t%d\t%.4g\t%s\n", core.WorkerName(k.InstanceId, k.DpRank), addr, k.OverlapBlocks, blocks, k.PrefillBlocks, k.DecodeBlocks, k.Cost, pick)
 	}
 	tw.Flush()
 }

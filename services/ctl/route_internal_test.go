@@ -17,6 +17,10 @@ func TestPrintExplanationLegs(t *testing.T) {
 		return &routerv1.ExplainedCandidate{Candidate: &routerv1.Candidate{InstanceId: id, Cost: cost, OverlapBlocks: 2},
 			Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}
 	}
+	rank := func(c *routerv1.ExplainedCandidate, r uint32) *routerv1.ExplainedCandidate {
+		c.Candidate.DpRank = r
+		return c
+	}
 	for _, tc := range []struct {
 		name      string
 		ex        *routerv1.ExplainRouteResponse
@@ -28,6 +32,12 @@ func TestPrintExplanationLegs(t *testing.T) {
 			ex:   &routerv1.ExplainRouteResponse{Mode: "kv", RequestBlocks: 4, InstanceId: 0xa, Reason: "kv: lowest cost", Candidates: []*routerv1.ExplainedCandidate{cand(0xa, 1), cand(0xb, 2)}},
 			want: []string{"CACHED BLOCKS", "10.0.0.1:1  2/4", "pick a: kv: lowest cost"},
 			not:  []string{"disaggregation", "prefill workers"}, picks: 1,
+		},
+		{
+			name: "data-parallel ranks",
+			ex: &routerv1.ExplainRouteResponse{Mode: "kv", RequestBlocks: 4, InstanceId: 0xa, DpRank: 1, Reason: "kv: lowest cost",
+				Candidates: []*routerv1.ExplainedCandidate{cand(0xa, 2), rank(cand(0xa, 1), 1), cand(0xb, 3)}},
+			want: []string{"  a    ", "  a/1  ", "pick a/1: kv: lowest cost"}, picks: 1,
 		},
 		{
 			name: "remote prefill",

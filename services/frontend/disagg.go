@@ -104,6 +104,7 @@ func (s *Service) testLeg(ctx context.Context, point string, prefill uint64) {
 // prefillTarget is where the prefill leg of a decision goes.
 type prefillTarget struct {
 	instanceID uint64
+	dpRank     uint32
 	addr       transport.Address
 	endpoint   string
 }
@@ -378,7 +379,9 @@ func (s *Service) prefillLeg(ctx context.Context, id string, d decision, j *job,
 
 // callPrefill sends the prefill leg and reads its one answer.
 func (s *Service) callPrefill(ctx context.Context, id string, p *prefillTarget, j *job, tokens []uint32) (*workerv1.KvHandoff, uint32, error) {
-	payload, err := proto.Marshal(s.generateRequest(id, j, tokens, nil, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL, nil))
+	req := s.generateRequest(id, j, tokens, nil, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL, nil)
+	req.DpRank = p.dpRank
+	payload, err := proto.Marshal(req)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -240,6 +240,7 @@ func (s *Service) generateRequest(id string, j *job, tokens []uint32, out *outco
 func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, tokens []uint32, out *outcome,
 	emit emitFunc, leg workerv1.DisaggregationLeg, h *workerv1.KvHandoff) (workerv1.FinishReason, error) {
 	req := s.generateRequest(id, j, tokens, out, leg, h)
+	req.DpRank = d.dpRank // the rank of the worker the router chose
 	payload, err := proto.Marshal(req)
 	if err != nil {
 		return 0, err

@@ -201,7 +201,7 @@ func decisionOf(resp *routerv1.RouteResponse, remote routerv1.RouterServiceClien
 		// speaks cannot be called: the prefill stays local (the router's
 		// record of the leg ends with the request's Free).
 		if paddr, ok := transport.Pick(p.GetTransport(), plane); ok {
-			d.prefill = &prefillTarget{instanceID: p.GetInstanceId(), addr: paddr, endpoint: p.GetEndpoint().GetEndpoint()}
+			d.prefill = &prefillTarget{instanceID: p.GetInstanceId(), dpRank: p.GetDpRank(), addr: paddr, endpoint: p.GetEndpoint().GetEndpoint()}
 			if d.prefill.endpoint == "" {
 				d.prefill.endpoint = wire.GenerateEndpoint
 			}

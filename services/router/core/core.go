@@ -157,6 +157,10 @@ type Core struct {
 	// lora.go); adapterBlind is Config's AdapterBlind.
 	loras        *adapters
 	adapterBlind bool
+	// ranks are the data-parallel sizes the instances' model cards
+	// declare (see ranks.go), under mu; rankBlind is Config's RankBlind.
+	ranks     map[uint64]map[string]uint32
+	rankBlind bool
 }
 
 type eventStats struct {
@@ -225,6 +229,12 @@ type Config struct {
 	// it loaded. It is the lab's comparison for adapter-aware routing, not
 	// a setting of the service.
 	AdapterBlind bool
+	// RankBlind routes to workers, not to their data-parallel ranks: a
+	// worker serving several ranks is one candidate, credited with the
+	// longest prefix any of its ranks caches, and the worker chooses the
+	// rank. It is the lab's comparison for rank-aware routing, not a
+	// setting of the service.
+	RankBlind bool
 }
 
 // DefaultPendingTTL outlasts any prefill that is not stuck.
@@ -264,6 +274,8 @@ func New(cfg Config) *Core {
 		sessions:      newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.SessionAffinity),
 		loras:         newAdapters(),
 		adapterBlind:  cfg.AdapterBlind,
+		ranks:         map[uint64]map[string]uint32{},
+		rankBlind:     cfg.RankBlind,
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
@@ -354,8 +366,8 @@ func (c *Core) removeInstance(id uint64) {
 		c.pending.RemoveWorker(id)
 		c.legs.pending.RemoveWorker(id)
 	}
-	c.load.RemoveWorker(index.WorkerID{Instance: id})
-	c.legs.load.RemoveWorker(index.WorkerID{Instance: id})
+	c.load.RemoveInstance(id)
+	c.legs.load.RemoveInstance(id)
 	c.sessions.removeInstance(id)
 	c.loras.removeInstance(id)
 }
@@ -370,6 +382,7 @@ func (c *Core) OnModels(changes []registryclient.Change[*registryv1.ModelCard]) 
 		card := ch.Item
 		k := endpointKey{card.Namespace, card.Component, card.Endpoint}
 		c.loras.cardLocked(card, ch.Deleted)
+		c.cardRanksLocked(card, ch.Deleted)
 		eps := c.models[card.ModelName]
 		if ch.Deleted {
 			if eps != nil {
@@ -401,10 +414,12 @@ func (c *Core) registryChangedLocked() {
 	clear(c.targets)
 }
 
-// candidate is a worker that may serve a request.
+// candidate is a worker (one data-parallel rank of it, when it serves
+// several) that may serve a request.
 type candidate struct {
-	in *registryv1.Instance
-	bs uint32
+	in   *registryv1.Instance
+	bs   uint32
+	rank uint32
 	// timing is its entry of Core.timing (read under Core.mu).
 	timing *timingmodel.Model
 }
@@ -517,9 +532,14 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 			return nil, err
 		}
 	}
+	// A worker serving several data-parallel ranks is a candidate per
+	// rank.
+	out = c.expandRanksLocked(out, key.model)
 	// Stable order, so round-robin and tie-breaks do not depend on map
 	// order, and so that a worker's position can be found by its id.
-	slices.SortFunc(out, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
+	slices.SortFunc(out, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.in.InstanceId, b.in.InstanceId), cmp.Compare(a.rank, b.rank))
+	})
 	var pl *pools
 	if key.model != "" {
 		pl = poolsOf(out)
@@ -527,7 +547,7 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	ids := make([]index.WorkerID, len(out))
 	for i := range out {
 		out[i].timing = c.timingLocked(out[i].in.InstanceId)
-		ids[i] = index.WorkerID{Instance: out[i].in.InstanceId}
+		ids[i] = index.WorkerID{Instance: out[i].in.InstanceId, DPRank: out[i].rank}
 	}
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
@@ -727,15 +747,15 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 	// worker(s) by binary search, with no map per decision.
 	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
 	if pl == nil {
-		setIndexed(d.indexed, workers, d.overlaps)
+		setIndexed(d.indexed, workers, d.overlaps, c.rankBlind)
 	} else {
 		// Each pool is sorted by instance id.
-		pl.each(n, func(from, to int) { setIndexed(d.indexed[from:to], workers[from:to], d.overlaps) })
+		pl.each(n, func(from, to int) { setIndexed(d.indexed[from:to], workers[from:to], d.overlaps, c.rankBlind) })
 	}
 	// Blocks held below GPU, per candidate, when the index has any of
 	// the request's (nil otherwise: a request cached on GPU alone reads
 	// nothing more).
-	lower := d.lowerOf(workers, pl)
+	lower := d.lowerOf(workers, pl, c.rankBlind)
 	copy(reach, d.indexed)
 	if c.pending != nil && pl == nil {
 		c.pending.ExtendAll(workers, hashes, reach)
@@ -827,7 +847,7 @@ func (c *Core) decide(d *decision) error {
 // lowerOf is each candidate's blocks of its indexed prefix held below GPU
 // (as setIndexed finds them), or nil when no overlap has any: the common
 // case, which costs one pass over the overlaps.
-func (d *decision) lowerOf(workers []index.WorkerID, pl *pools) [][index.LowerTiers]int32 {
+func (d *decision) lowerOf(workers []index.WorkerID, pl *pools, anyRank bool) [][index.LowerTiers]int32 {
 	has := false
 	for i := range d.overlaps {
 		if d.overlaps[i].Lower != ([index.LowerTiers]int32{}) {
@@ -843,11 +863,14 @@ func (d *decision) lowerOf(workers []index.WorkerID, pl *pools) [][index.LowerTi
 	clear(d.lower)
 	set := func(from, to int) {
 		for _, o := range d.overlaps {
-			if o.Worker.DPRank != 0 || o.Lower == ([index.LowerTiers]int32{}) {
+			if o.Lower == ([index.LowerTiers]int32{}) {
 				continue
 			}
 			for i := searchWorkers(workers[from:to], o.Worker.Instance) + from; i < to && workers[i].Instance == o.Worker.Instance; i++ {
-				d.lower[i] = o.Lower
+				if workers[i].DPRank == o.Worker.DPRank || anyRank && d.indexed[i] == o.Blocks {
+					// Rank-blind, the rank whose prefix is credited.
+					d.lower[i] = o.Lower
+				}
 			}
 		}
 	}
@@ -860,17 +883,16 @@ func (d *decision) lowerOf(workers []index.WorkerID, pl *pools) [][index.LowerTi
 }
 
 // setIndexed sets indexed[i] to the index's overlap of workers[i] (sorted
-// by instance; rank 0, the router's), for every worker in overlaps; the
-// others keep theirs. The overlaps come in the index's slot order, which is
-// mostly the instances' (slots are given as workers appear): each is looked
-// for first where the last one's run ended, and by binary search when it is
+// by instance, then rank), for every worker in overlaps; the others keep
+// theirs, which the caller zeroed. With anyRank (a rank-blind router), a
+// candidate is credited with the longest overlap of any rank of its
+// instance. The overlaps come in the index's slot order, which is mostly
+// the instances' (slots are given as workers appear): each is looked for
+// first where the last one's run ended, and by binary search when it is
 // not there.
-func setIndexed(indexed []int, workers []index.WorkerID, overlaps []index.Overlap) {
+func setIndexed(indexed []int, workers []index.WorkerID, overlaps []index.Overlap, anyRank bool) {
 	n, next := len(workers), 0
 	for _, o := range overlaps {
-		if o.Worker.DPRank != 0 {
-			continue
-		}
 		id := o.Worker.Instance
 		i := next
 		// next ends the run of another instance, so a match there is
@@ -879,7 +901,9 @@ func setIndexed(indexed []int, workers []index.WorkerID, overlaps []index.Overla
 			i = searchWorkers(workers, id)
 		}
 		for ; i < n && workers[i].Instance == id; i++ {
-			indexed[i] = o.Blocks
+			if workers[i].DPRank == o.Worker.DPRank || anyRank {
+				indexed[i] = max(indexed[i], o.Blocks)
+			}
 		}
 		next = i
 	}
@@ -1007,6 +1031,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	*resp = routerv1.RouteResponse{
 		InstanceId:    in.InstanceId,
+		DpRank:        w.DPRank,
 		Transport:     in.Transport,
 		OverlapBlocks: uint32(d.overlap),
 		RequestBlocks: uint32(len(d.hashes)),
@@ -1055,15 +1080,18 @@ func (c *Core) QueryOverlaps(r *routerv1.QueryOverlapsRequest) (*routerv1.QueryO
 // request by request (see scheduler.Load.Report), and keeps its timing
 // model.
 func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
-	if m.GetInstanceId() == 0 || m.GetDpRank() != 0 {
+	if m.GetInstanceId() == 0 {
 		return
 	}
+	w := index.WorkerID{Instance: m.InstanceId, DPRank: m.GetDpRank()}
 	c.mu.Lock()
-	if _, live := c.refs[m.InstanceId]; !live {
+	if _, live := c.refs[m.InstanceId]; !live || w.DPRank >= c.ranksLocked(m.InstanceId) {
+		// A rank the worker's cards do not declare is no candidate (and
+		// a rank-blind router knows of rank 0 alone).
 		c.mu.Unlock()
 		return
 	}
-	c.loras.report(index.WorkerID{Instance: m.InstanceId}, m.GetLoraAdapters())
+	c.loras.report(w, m.GetLoraAdapters())
 	if t, pub := c.timingLocked(m.InstanceId), timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
 		*t = pub
 		c.timingVer++
@@ -1093,7 +1121,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		}
 		*buf = reqs
 	}
-	load.Report(index.WorkerID{Instance: m.InstanceId}, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
+	load.Report(w, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
 	c.notify()
 }
 
@@ -1198,8 +1226,10 @@ var statsRead = func() {}
 func (c *Core) Stats() *routerv1.GetStatsResponse {
 	c.mu.Lock()
 	ids := make([]uint64, 0, len(c.refs))
+	ranks := make(map[uint64]uint32, len(c.refs))
 	for id := range c.refs {
 		ids = append(ids, id)
+		ranks[id] = c.ranksLocked(id)
 	}
 	ev := c.stats
 	restored := c.restoredAt
@@ -1215,17 +1245,20 @@ func (c *Core) Stats() *routerv1.GetStatsResponse {
 		EventsApplied: ev.applied, EventsDuplicate: ev.duplicate, EventsGap: ev.gap, RestoredSnapshotTime: restored,
 		SessionBindings: uint64(c.sessions.live(c.now()))}
 	for _, id := range ids {
-		w := index.WorkerID{Instance: id}
-		p, d, n := c.load.Of(w)
-		if lp, ld, ln := c.legs.load.Of(w); ln > 0 {
-			p, d, n = p+lp, d+ld, n+ln
+		// A worker serving several ranks is a line per rank.
+		for r := range ranks[id] {
+			w := index.WorkerID{Instance: id, DPRank: r}
+			p, d, n := c.load.Of(w)
+			if lp, ld, ln := c.legs.load.Of(w); ln > 0 {
+				p, d, n = p+lp, d+ld, n+ln
+			}
+			ws := &routerv1.WorkerStats{InstanceId: id, DpRank: r, CachedBlocks: uint64(c.idx.Blocks(w)),
+				Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)}
+			if t, ok := last[id]; ok {
+				ws.LastEventTime = timestamppb.New(t)
+			}
+			out.Workers = append(out.Workers, ws)
 		}
-		ws := &routerv1.WorkerStats{InstanceId: id, CachedBlocks: uint64(c.idx.Blocks(w)),
-			Requests: uint32(n), PrefillBlocks: uint32(p), DecodeBlocks: uint32(d)}
-		if t, ok := last[id]; ok {
-			ws.LastEventTime = timestamppb.New(t)
-		}
-		out.Workers = append(out.Workers, ws)
 	}
 	return out
 }

@@ -63,8 +63,8 @@ func (c *Core) ApplyEvent(w index.WorkerID, id uint64, ev *workerv1.KvCacheEvent
 		case *workerv1.KvCacheEvent_Cleared:
 			tx.Clear()
 			if c.pending != nil {
-				c.pending.RemoveWorker(w.Instance)
-				c.legs.pending.RemoveWorker(w.Instance)
+				c.pending.RemoveRank(w)
+				c.legs.pending.RemoveRank(w)
 			}
 		}
 	})

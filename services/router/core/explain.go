@@ -46,6 +46,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 		BlockSize:     uint32(d.blockSize),
 		RequestBlocks: uint32(len(d.hashes)),
 		InstanceId:    d.cands[d.chosen].in.InstanceId,
+		DpRank:        d.scored[d.chosen].Worker.DPRank,
 		Reason:        reason,
 		OverlapWeight: d.params.OverlapWeight,
 		Temperature:   d.params.Temperature,
@@ -63,6 +64,7 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	}
 	if d.prefill >= 0 {
 		out.PrefillInstanceId = d.cands[d.prefill].in.InstanceId
+		out.PrefillDpRank = d.scored[d.prefill].Worker.DPRank
 	}
 	for i, cd := range d.cands {
 		e := &routerv1.ExplainedCandidate{
@@ -76,10 +78,10 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 			out.PrefillCandidates = append(out.PrefillCandidates, e)
 		}
 	}
-	// Each pool is in instance id order; the decode and aggregated workers
-	// together are too.
+	// Each pool is in instance id (then rank) order; the decode and
+	// aggregated workers together are too.
 	slices.SortFunc(out.Candidates, func(a, b *routerv1.ExplainedCandidate) int {
-		return cmp.Compare(a.Candidate.InstanceId, b.Candidate.InstanceId)
+		return cmp.Or(cmp.Compare(a.Candidate.InstanceId, b.Candidate.InstanceId), cmp.Compare(a.Candidate.DpRank, b.Candidate.DpRank))
 	})
 	return out, nil
 }
@@ -95,14 +97,14 @@ func (c *Core) pairReason(d *decision, whole string) string {
 		if c.pairing.always {
 			why = "--disaggregation always"
 		}
-		return fmt.Sprintf("remote prefill (%s): prefill on %x at cost %.4g (it caches %d of %d blocks; %d prefill blocks queued), "+
-			"then decode on %x at cost %.4g (its load, the last block, and %d blocks moved to it); among %d prefill and %d decode workers",
-			why, p.Worker.Instance, p.Cost, p.Overlap, len(d.hashes), p.PrefillBlocks,
-			w.Worker.Instance, w.Cost, len(d.hashes)-min(w.Overlap, len(d.hashes)), n-pl.serve, pl.serve-pl.agg)
+		return fmt.Sprintf("remote prefill (%s): prefill on %s at cost %.4g (it caches %d of %d blocks; %d prefill blocks queued), "+
+			"then decode on %s at cost %.4g (its load, the last block, and %d blocks moved to it); among %d prefill and %d decode workers",
+			why, workerName(p.Worker), p.Cost, p.Overlap, len(d.hashes), p.PrefillBlocks,
+			workerName(w.Worker), w.Cost, len(d.hashes)-min(w.Overlap, len(d.hashes)), n-pl.serve, pl.serve-pl.agg)
 	case d.priced >= 0:
-		return fmt.Sprintf("local prefill: predicted %.4g on %x against %.4g for the best pair (prefill on %x, decode on %x); %s",
-			d.localCost, d.cands[d.chosen].in.InstanceId, d.remoteCost, d.cands[d.pairPrefill].in.InstanceId,
-			d.cands[d.priced].in.InstanceId, whole)
+		return fmt.Sprintf("local prefill: predicted %.4g on %s against %.4g for the best pair (prefill on %s, decode on %s); %s",
+			d.localCost, workerName(d.scored[d.chosen].Worker), d.remoteCost, workerName(d.scored[d.pairPrefill].Worker),
+			workerName(d.scored[d.priced].Worker), whole)
 	case !c.pairing.pairs:
 		return "local prefill: --disaggregation off; " + whole
 	case c.comp.named:

@@ -8,9 +8,11 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
@@ -44,7 +46,8 @@ func ingest(c *Core, kind byte, msg []byte, at time.Time) {
 	}
 }
 
-// FuzzIngest feeds a core of three workers two messages of what reaches a
+// FuzzIngest feeds a core of three workers (the third serving two
+// data-parallel ranks) two messages of what reaches a
 // router from outside (see ingest), in KV and approximate mode, then routes
 // a request and frees it: nothing may panic, a decision names a listed
 // worker, its candidates' costs are numbers, and the request's load goes
@@ -70,6 +73,12 @@ func FuzzIngest(f *testing.F) {
 		Requests: []*workerv1.RequestLoad{{RequestId: "x", PrefillTokens: 64, DecodeBlocks: 3}}})
 	routed, _ := proto.Marshal(&routerv1.ReplicaEvent{Kind: &routerv1.ReplicaEvent_Routed{Routed: &routerv1.ReplicaRouted{
 		RequestId: "y", InstanceId: 3, PrefillBlocks: 8, BlockHashes: []uint64{blocks[0].Sequence}}}})
+	// Worker 3 serves two data-parallel ranks: rank 1's events and load,
+	// and a rank its card does not declare.
+	rankBatch, _ := proto.Marshal(&workerv1.KvEventBatch{InstanceId: 3, DpRank: 1, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: stored}}})
+	rankLoad, _ := proto.Marshal(&workerv1.LoadMetrics{InstanceId: 3, DpRank: 1, RunningRequests: 1, KvBlocksTotal: 100, ActivePrefillTokens: 64,
+		Requests: []*workerv1.RequestLoad{{RequestId: "z", PrefillTokens: 64}}})
+	undeclared, _ := proto.Marshal(&workerv1.LoadMetrics{InstanceId: 3, DpRank: 7, RunningRequests: 1})
 	snap, _ := proto.Marshal(&routerv1.IndexSnapshot{StreamSequences: map[string]uint64{"s": 9}, Workers: []*routerv1.IndexSnapshotWorker{
 		{InstanceId: 1, LastEventId: 5, BlockHashes: []uint64{blocks[0].Sequence, blocks[1].Sequence}}, {InstanceId: 99, BlockHashes: []uint64{1}}}})
 	for _, s := range []struct {
@@ -78,12 +87,15 @@ func FuzzIngest(f *testing.F) {
 		k2   byte
 		m2   []byte
 		mode bool
-	}{{0, batch, 0, removed, false}, {1, load, 2, routed, false}, {3, snap, 0, batch, false}, {2, routed, 1, load, true}, {0, nil, 3, nil, false}, {0, batch, 0, tiered, false}} {
+	}{{0, batch, 0, removed, false}, {1, load, 2, routed, false}, {3, snap, 0, batch, false}, {2, routed, 1, load, true}, {0, nil, 3, nil, false}, {0, batch, 0, tiered, false},
+		{0, rankBatch, 1, rankLoad, false}, {1, undeclared, 0, rankBatch, true}} {
 		f.Add(s.k1, s.m1, s.k2, s.m2, s.mode)
 	}
 	at := time.Unix(1_700_000_000, 0)
 	f.Fuzz(func(t *testing.T, k1 byte, m1 []byte, k2 byte, m2 []byte, approximate bool) {
 		c := cluster(t, Config{Mode: ModeKV, Approximate: approximate, KVTiers: true}, 3)
+		c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend",
+			Endpoint: "generate", InstanceId: 3, ModelName: model, BlockSize: 4, DataParallelSize: 2}}})
 		ingest(c, k1, m1, at)
 		ingest(c, k2, m2, at)
 		resp, err := c.Route(&routerv1.RouteRequest{RequestId: "fuzz", Target: modelTarget(), TokenIds: toks})
@@ -93,8 +105,8 @@ func FuzzIngest(f *testing.F) {
 			}
 			return
 		}
-		if resp.InstanceId < 1 || resp.InstanceId > 3 {
-			t.Fatalf("routed to %d, not a listed worker", resp.InstanceId)
+		if resp.InstanceId < 1 || resp.InstanceId > 3 || resp.DpRank > 0 && (resp.InstanceId != 3 || resp.DpRank > 1) {
+			t.Fatalf("routed to %d rank %d, not a listed worker's rank", resp.InstanceId, resp.DpRank)
 		}
 		for _, cand := range resp.Candidates {
 			if math.IsNaN(cand.Cost) {

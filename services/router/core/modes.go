@@ -161,7 +161,7 @@ func (byCost) why(c *Core, d *decision) string {
 	case ties > 0:
 		fmt.Fprintf(&b, "; tied with %d other worker(s), broken at random", ties)
 	case next >= 0:
-		fmt.Fprintf(&b, "; next best %x at cost %.4g", d.scored[next].Worker.Instance, d.scored[next].Cost)
+		fmt.Fprintf(&b, "; next best %s at cost %.4g", workerName(d.scored[next].Worker), d.scored[next].Cost)
 	}
 	return b.String()
 }
@@ -220,14 +220,14 @@ func (p pick) why(_ *Core, d *decision) string {
 	return fmt.Sprintf("%s among %d workers (costs shown for comparison only)", p.what, len(d.scored))
 }
 
-// direct takes the instance the request names; ErrNoWorker if it does not
-// serve the target.
+// direct takes the instance the request names (of its ranks, the
+// cheapest); ErrNoWorker if it does not serve the target.
 type direct struct{}
 
 func (direct) choose(_ *Core, d *decision, _ int) (int, error) {
 	chosen := -1
 	for i, cd := range d.cands {
-		if cd.in.InstanceId == d.q.direct {
+		if cd.in.InstanceId == d.q.direct && (chosen < 0 || cd.rank == 0 || d.scored[i].Cost < d.scored[chosen].Cost) {
 			chosen = i
 		}
 	}
@@ -238,7 +238,7 @@ func (direct) choose(_ *Core, d *decision, _ int) (int, error) {
 }
 
 func (direct) why(_ *Core, d *decision) string {
-	return fmt.Sprintf("direct: the request named instance %x; %s", d.scored[d.chosen].Worker.Instance, cachedReason(d))
+	return fmt.Sprintf("direct: the request named instance %x%s; %s", d.scored[d.chosen].Worker.Instance, rankReason(d), cachedReason(d))
 }
 
 // cachedReason says how much of d's request its chosen worker caches.

@@ -246,7 +246,7 @@ func (c *Core) endPrefillLeg(id string, computed bool) {
 // prefillTarget is the RouteResponse's prefill leg of decision d.
 func prefillTarget(d *decision) *routerv1.PrefillTarget {
 	in := d.cands[d.prefill].in
-	return &routerv1.PrefillTarget{InstanceId: in.InstanceId, Transport: in.Transport,
+	return &routerv1.PrefillTarget{InstanceId: in.InstanceId, DpRank: d.scored[d.prefill].Worker.DPRank, Transport: in.Transport,
 		Endpoint:      &routerv1.Endpoint{Namespace: in.Namespace, Component: in.Component, Endpoint: in.Endpoint},
 		OverlapBlocks: uint32(d.scored[d.prefill].Overlap)}
 }

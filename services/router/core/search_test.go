@@ -25,23 +25,35 @@ func TestSearchWorkersMatchesBinarySearch(t *testing.T) {
 	}
 }
 
-// TestSetIndexedMatchesSearch compares setIndexed with the loop it
-// replaced (a binary search per overlap) over random candidate lists (an
-// instance may serve two endpoints of a model, so ids repeat) and overlaps
-// in slot order, in instance order and shuffled, with other ranks and with
-// instances that are not candidates.
+// TestSetIndexedMatchesSearch compares setIndexed with a brute-force
+// search over random candidate lists (an instance may serve two endpoints
+// of a model, so ids repeat; some serve several data-parallel ranks) and
+// overlaps in slot order, in instance order and shuffled, with ranks that
+// are not candidates and instances that are not candidates: rank-aware, a
+// candidate gets its own rank's overlap; rank-blind, the longest of its
+// instance's.
 func TestSetIndexedMatchesSearch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for range 3_000 {
-		workers := make([]index.WorkerID, 1+rng.IntN(40))
-		for i := range workers {
-			workers[i] = index.WorkerID{Instance: uint64(1 + rng.IntN(60))}
+		var workers []index.WorkerID
+		for range 1 + rng.IntN(40) {
+			id, ranks := uint64(1+rng.IntN(60)), 1
+			if rng.IntN(4) == 0 {
+				ranks = 2 + rng.IntN(3)
+			}
+			for r := range ranks {
+				workers = append(workers, index.WorkerID{Instance: id, DPRank: uint32(r)})
+			}
 		}
-		slices.SortFunc(workers, func(a, b index.WorkerID) int { return cmp.Compare(a.Instance, b.Instance) })
+		slices.SortFunc(workers, func(a, b index.WorkerID) int {
+			return cmp.Or(cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.DPRank, b.DPRank))
+		})
 		var overlaps []index.Overlap
 		for id := range uint64(64) {
-			if rng.IntN(3) == 0 {
-				overlaps = append(overlaps, index.Overlap{Worker: index.WorkerID{Instance: id, DPRank: uint32(rng.IntN(4) / 3)}, Blocks: 1 + rng.IntN(9)})
+			for r := range uint32(5) {
+				if rng.IntN(3+3*int(r)) == 0 {
+					overlaps = append(overlaps, index.Overlap{Worker: index.WorkerID{Instance: id, DPRank: r}, Blocks: 1 + rng.IntN(9)})
+				}
 			}
 		}
 		switch rng.IntN(3) {
@@ -50,20 +62,20 @@ func TestSetIndexedMatchesSearch(t *testing.T) {
 		case 1:
 			rng.Shuffle(len(overlaps), func(i, j int) { overlaps[i], overlaps[j] = overlaps[j], overlaps[i] })
 		}
-		want := make([]int, len(workers))
-		for _, o := range overlaps {
-			if o.Worker.DPRank != 0 {
-				continue
+		for _, anyRank := range []bool{false, true} {
+			want := make([]int, len(workers))
+			for i, w := range workers {
+				for _, o := range overlaps {
+					if o.Worker == w || anyRank && o.Worker.Instance == w.Instance {
+						want[i] = max(want[i], o.Blocks)
+					}
+				}
 			}
-			i := searchWorkers(workers, o.Worker.Instance)
-			for ; i < len(workers) && workers[i].Instance == o.Worker.Instance; i++ {
-				want[i] = o.Blocks
+			got := make([]int, len(workers))
+			setIndexed(got, workers, overlaps, anyRank)
+			if !slices.Equal(got, want) {
+				t.Fatalf("setIndexed(%v, %v, anyRank %v) = %v, want %v", workers, overlaps, anyRank, got, want)
 			}
-		}
-		got := make([]int, len(workers))
-		setIndexed(got, workers, overlaps)
-		if !slices.Equal(got, want) {
-			t.Fatalf("setIndexed(%v, %v) = %v, want %v", workers, overlaps, got, want)
 		}
 	}
 }

@@ -325,7 +325,8 @@ func (s *sessions) describe(id string, d *decision, c sessionChoice) *routerv1.S
 func sessionReason(b *routerv1.SessionBinding) string {
 	switch b.Outcome {
 	case SessionHit:
-		return fmt.Sprintf("session %s bound to %x (%s affinity); the mode alone: ", b.SessionId, b.InstanceId, b.Affinity)
+		return fmt.Sprintf("session %s bound to %s (%s affinity); the mode alone: ", b.SessionId,
+			workerName(index.WorkerID{Instance: b.InstanceId, DPRank: b.DpRank}), b.Affinity)
 	case SessionMovedLoad:
 		return fmt.Sprintf("session %s moves from %x, full, to the mode's pick (soft affinity): ", b.SessionId, b.PreviousInstanceId)
 	case SessionMovedUnavailable:

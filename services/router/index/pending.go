@@ -275,6 +275,18 @@ func (p *Pending) RemoveWorker(instance uint64) {
 	}
 }
 
+// RemoveRank forgets every prediction on one rank of an instance (its
+// cache was cleared).
+func (p *Pending) RemoveRank(w WorkerID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, r := range p.reqs {
+		if r.w == w {
+			p.releaseLocked(id)
+		}
+	}
+}
+
 // Extend returns how far w's cached prefix of hashes reaches when the
 // blocks predicted there count too: from the first from blocks (what the
 // index says w holds), on while the next block is predicted on w.

@@ -546,6 +546,24 @@ func (l *Load) RemoveWorker(w index.WorkerID) {
 	}
 }
 
+// RemoveInstance drops every rank of an instance and their requests: it
+// left.
+func (l *Load) RemoveInstance(instance uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.workers {
+		if w.Instance == instance {
+			delete(l.workers, w)
+		}
+	}
+	l.gen++
+	for id, r := range l.requests {
+		if r.worker.Instance == instance {
+			delete(l.requests, id)
+		}
+	}
+}
+
 // Of returns a worker's pending prefill blocks, distinct decode blocks and
 // requests in flight, as the router recorded them.
 func (l *Load) Of(w index.WorkerID) (prefillBlocks, decodeBlocks, requests int) {

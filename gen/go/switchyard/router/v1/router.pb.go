@@ -1561,7 +1561,12 @@ type ExplainRouteResponse struct {
 	PrefillCandidates []*ExplainedCandidate `protobuf:"bytes,11,rep,name=prefill_candidates,json=prefillCandidates,proto3" json:"prefill_candidates,omitempty"`
 	// The session's binding as Route would leave it; unset without a
 	// session_id.
-	Session       *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
+	Session *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
+	// The data-parallel rank of instance_id Route would choose (0 for a
+	// worker serving one rank).
+	DpRank uint32 `protobuf:"varint,13,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// The data-parallel rank of prefill_instance_id.
+	PrefillDpRank uint32 `protobuf:"varint,14,opt,name=prefill_dp_rank,json=prefillDpRank,proto3" json:"prefill_dp_rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1678,6 +1683,20 @@ func (x *ExplainRouteResponse) GetSession() *SessionBinding {
 		return x.Session
 	}
 	return nil
+}
+
+func (x *ExplainRouteResponse) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *ExplainRouteResponse) GetPrefillDpRank() uint32 {
+	if x != nil {
+		return x.PrefillDpRank
+	}
+	return 0
 }
 
 // WatchSaturationRequest names the models to watch.
@@ -2615,7 +2634,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x12ExplainedCandidate\x12=\n" +
 	"\tcandidate\x18\x01 \x01(\v2\x1f.switchyard.router.v1.CandidateR\tcandidate\x12=\n" +
 	"\ttransport\x18\x02 \x01(\v2\x1f.switchyard.common.v1.TransportR\ttransport\x12:\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xad\x04\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\"\xee\x04\n" +
 	"\x14ExplainRouteResponse\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -2633,7 +2652,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x13prefill_instance_id\x18\n" +
 	" \x01(\x04R\x11prefillInstanceId\x12W\n" +
 	"\x12prefill_candidates\x18\v \x03(\v2(.switchyard.router.v1.ExplainedCandidateR\x11prefillCandidates\x12>\n" +
-	"\asession\x18\f \x01(\v2$.switchyard.router.v1.SessionBindingR\asession\"0\n" +
+	"\asession\x18\f \x01(\v2$.switchyard.router.v1.SessionBindingR\asession\x12\x17\n" +
+	"\adp_rank\x18\r \x01(\rR\x06dpRank\x12&\n" +
+	"\x0fprefill_dp_rank\x18\x0e \x01(\rR\rprefillDpRank\"0\n" +
 	"\x16WatchSaturationRequest\x12\x16\n" +
 	"\x06models\x18\x01 \x03(\tR\x06models\"X\n" +
 	"\x17WatchSaturationResponse\x12=\n" +

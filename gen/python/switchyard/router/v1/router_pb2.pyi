@@ -60,14 +60,16 @@ class ExplainRouteRequest(_message.Message):
     def __init__(self, target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class ExplainRouteResponse(_message.Message):
-    __slots__ = ["block_size", "candidates", "disaggregation", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_instance_id", "reason", "request_blocks", "session", "temperature"]
+    __slots__ = ["block_size", "candidates", "disaggregation", "dp_rank", "instance_id", "mode", "overlap_weight", "prefill_candidates", "prefill_dp_rank", "prefill_instance_id", "reason", "request_blocks", "session", "temperature"]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     DISAGGREGATION_FIELD_NUMBER: _ClassVar[int]
+    DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     PREFILL_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_DP_RANK_FIELD_NUMBER: _ClassVar[int]
     PREFILL_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
@@ -76,16 +78,18 @@ class ExplainRouteResponse(_message.Message):
     block_size: int
     candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
     disaggregation: str
+    dp_rank: int
     instance_id: int
     mode: str
     overlap_weight: float
     prefill_candidates: _containers.RepeatedCompositeFieldContainer[ExplainedCandidate]
+    prefill_dp_rank: int
     prefill_instance_id: int
     reason: str
     request_blocks: int
     session: SessionBinding
     temperature: float
-    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., disaggregation: _Optional[str] = ..., prefill_instance_id: _Optional[int] = ..., prefill_candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., session: _Optional[_Union[SessionBinding, _Mapping]] = ...) -> None: ...
+    def __init__(self, mode: _Optional[str] = ..., block_size: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., instance_id: _Optional[int] = ..., reason: _Optional[str] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., disaggregation: _Optional[str] = ..., prefill_instance_id: _Optional[int] = ..., prefill_candidates: _Optional[_Iterable[_Union[ExplainedCandidate, _Mapping]]] = ..., session: _Optional[_Union[SessionBinding, _Mapping]] = ..., dp_rank: _Optional[int] = ..., prefill_dp_rank: _Optional[int] = ...) -> None: ...
 
 class ExplainedCandidate(_message.Message):
     __slots__ = ["candidate", "endpoint", "transport"]
