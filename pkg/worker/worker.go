@@ -246,7 +246,7 @@ type Worker struct {
 
 	api      *grpcserver.Server
 	apiDone  chan error
-	loadFn   func() *workerv1.LoadMetrics
+	loadFn   func() []*workerv1.LoadMetrics
 	loadMu   sync.Mutex
 	stopLoad chan struct{}
 	loadDone chan struct{}
@@ -724,6 +724,16 @@ func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
 
 // SetLoad sets the function whose result is published every LoadInterval.
 func (w *Worker) SetLoad(fn func() *workerv1.LoadMetrics) {
+	w.SetRankLoads(func() []*workerv1.LoadMetrics { return []*workerv1.LoadMetrics{fn()} })
+}
+
+// SetRankLoads sets the function whose results, a report per data-parallel
+// rank (each with its dp_rank), are published every LoadInterval, for a
+// worker serving several ranks (Model.DataParallelSize). It replaces
+// SetLoad's function. The worker's totals (requests_total and the token
+// totals) go on the first report only, so that summing the reports counts
+// them once.
+func (w *Worker) SetRankLoads(fn func() []*workerv1.LoadMetrics) {
 	w.loadMu.Lock()
 	w.loadFn = fn
 	w.loadMu.Unlock()
@@ -902,14 +912,17 @@ func (w *Worker) publishLoad() {
 		if fn == nil {
 			continue
 		}
-		m := fn()
-		m.InstanceId = w.InstanceID()
-		m.RequestsTotal, m.PromptTokensTotal, m.OutputTokensTotal = w.requests.Load(), w.promptTokens.Load(), w.outputTokens.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := w.bus.Publish(ctx, wire.LoadSubject(w.cfg.Namespace, w.cfg.Component), m); err != nil {
-			w.log.Warn("load not published", "err", err.Error())
+		for i, m := range fn() {
+			m.InstanceId = w.InstanceID()
+			if i == 0 {
+				m.RequestsTotal, m.PromptTokensTotal, m.OutputTokensTotal = w.requests.Load(), w.promptTokens.Load(), w.outputTokens.Load()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if _, err := w.bus.Publish(ctx, wire.LoadSubject(w.cfg.Namespace, w.cfg.Component), m); err != nil {
+				w.log.Warn("load not published", "err", err.Error(), "dp_rank", m.GetDpRank())
+			}
+			cancel()
 		}
-		cancel()
 	}
 }
 

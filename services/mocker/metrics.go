@@ -12,11 +12,27 @@ import (
 
 // serveMetrics starts --metrics-addr and --debug-addr when set. The engine
 // metrics are read at each scrape: the load from the latest step's report,
-// the counters from the engine.
-func serveMetrics(ctx context.Context, cfg Config, r *realtime.Runner, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
+// the counters from the engine; with several data-parallel ranks (a runner
+// and a load each), their sums.
+func serveMetrics(ctx context.Context, cfg Config, runners []*realtime.Runner, loads []atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
 	stop, addr, err := obs.ServeMetrics(ctx, cfg.MetricsAddr, cfg.DebugAddr, log,
-		obs.NewEngineCollector(func() obs.EngineSnapshot { return snapshot(r, load.Load(), cfg.Engine.NumGPUBlocks) }),
-		newHandoffCollector(r))
+		obs.NewEngineCollector(func() obs.EngineSnapshot {
+			var sum obs.EngineSnapshot
+			for i, r := range runners {
+				s := snapshot(r, loads[i].Load(), cfg.Engine.NumGPUBlocks)
+				sum.KVBlocksTotal += s.KVBlocksTotal
+				sum.PrefixQueriedBlocks += s.PrefixQueriedBlocks
+				sum.PrefixHitBlocks += s.PrefixHitBlocks
+				sum.Preemptions += s.Preemptions
+				sum.PromptTokens += s.PromptTokens
+				sum.GeneratedTokens += s.GeneratedTokens
+				sum.Running += s.Running
+				sum.Waiting += s.Waiting
+				sum.KVBlocksUsed += s.KVBlocksUsed
+			}
+			return sum
+		}),
+		newHandoffCollector(runners[0]))
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,16 @@ type Config struct {
 	// names), in Engine.MaxLoras slots (--max-loras) loaded in
 	// Engine.LoraLoadMs (--lora-load-ms).
 	LoRAs []string
+	// DataParallelSize is how many data-parallel ranks it serves
+	// (--data-parallel-size): as many simulated engines, each with its own
+	// KV cache (of Engine's size), queue and batch, its KV events and load
+	// reports tagged with its rank. A request's dp_rank chooses the engine.
+	DataParallelSize int
 }
+
+// maxDataParallelSize bounds --data-parallel-size, as the registry bounds
+// a card's data_parallel_size.
+const maxDataParallelSize = 1024
 
 // DefaultLoraLoadMs is --lora-load-ms' default: the load time routers
 // assume of a worker that publishes none.
@@ -164,6 +173,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.IntVar(&c.Engine.MaxLoras, "max-loras", c.Engine.MaxLoras, "LoRA adapters held loaded at once (vLLM's --max-loras); a request whose adapter finds no slot waits")
+	fs.IntVar(&c.DataParallelSize, "data-parallel-size", 1, "data-parallel ranks served (vLLM's --data-parallel-size): each an engine of its own with --num-gpu-blocks, its KV events and load published under its rank; a request's dp_rank picks the engine")
 	fs.Float64Var(&c.Engine.LoraLoadMs, "lora-load-ms", DefaultLoraLoadMs, "milliseconds to load a LoRA adapter into a slot (divided like every duration by --speedup-ratio), published in the timing model")
 	c.ProcessConfig.RegisterFlags(fs)
 }
@@ -195,6 +205,12 @@ func (c Config) Validate() error {
 	}
 	if c.KVTransferGbps < 0 || c.KVTransferGbps != c.KVTransferGbps || c.KVBytesPerToken < 1 {
 		return fmt.Errorf("--kv-transfer-gbps %v must not be negative and --kv-bytes-per-token %d must be positive", c.KVTransferGbps, c.KVBytesPerToken)
+	}
+	if c.DataParallelSize < 0 || c.DataParallelSize > maxDataParallelSize {
+		return fmt.Errorf("--data-parallel-size %d must be between 1 and %d (0 is 1)", c.DataParallelSize, maxDataParallelSize)
+	}
+	if r := c.Disagg.Role(); c.DataParallelSize > 1 && (r == commonv1.Role_ROLE_PREFILL || r == commonv1.Role_ROLE_DECODE) {
+		return fmt.Errorf("--data-parallel-size %d goes with --disaggregation-mode agg only (the mock KV handoff serves one engine)", c.DataParallelSize)
 	}
 	if c.EmbeddingDimensions < 0 || c.EmbeddingDimensions > maxEmbeddingDimensions {
 		return fmt.Errorf("--embedding-dimensions %d must be between 0 and %d", c.EmbeddingDimensions, maxEmbeddingDimensions)
@@ -263,9 +279,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if cfg.OutputText != "" {
 		cfg.Engine.OutputText = tok.Encode(cfg.OutputText)
 	}
-	e, err := simengine.New(cfg.Engine)
-	if err != nil {
-		return err
+	ranks := max(cfg.DataParallelSize, 1)
+	engines := make([]*simengine.Engine, ranks)
+	for i := range engines {
+		if engines[i], err = simengine.New(cfg.Engine); err != nil {
+			return err
+		}
 	}
 	wcfg := worker.Config{
 		Namespace: cfg.Namespace, Component: cfg.Component, Endpoint: cfg.Endpoint,
@@ -288,8 +307,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	if r := wcfg.Role; r == commonv1.Role_ROLE_PREFILL || r == commonv1.Role_ROLE_DECODE {
 		wcfg.KVTransfer = &commonv1.KvTransfer{Kind: commonv1.KvTransferKind_KV_TRANSFER_KIND_MOCK, DataParallelSize: 1}
 	}
+	if ranks > 1 {
+		wcfg.Model.DataParallelSize = uint32(ranks)
+	}
 	var w atomic.Pointer[worker.Worker]
-	var load atomic.Pointer[workerv1.LoadMetrics]
+	loads := make([]atomic.Pointer[workerv1.LoadMetrics], ranks)
 	// The mocker publishes the model it simulates by, so that routers
 	// predict its times exactly.
 	timing := cfg.Engine.Timing()
@@ -300,57 +322,71 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	// refusals once it is full are the SDK's.
 	kvPub := worker.NewKVPublisher(0, log)
 	wcfg.KVPublisher = kvPub
-	// Until its first step, the engine reports itself idle, with its
+	// Until its first step, an engine reports itself idle, with its
 	// timing model: a router that had no model of it would predict with
 	// the default (an H100's, which a slowed mocker is not).
-	idle := e.Metrics()
-	runner := realtime.New(e, realtime.Options{
-		OnEvents: func(events []simengine.Event) {
-			b, err := simengine.BatchProto(0, 0, events)
-			if err != nil {
-				log.Error("KV events out of order", "err", err.Error())
-				return
-			}
-			_ = kvPub.Publish(b) // a batch past its limit is logged there
-		},
-		OnMetrics: func(m simengine.Metrics, at time.Time) {
-			if wk := w.Load(); wk != nil {
-				load.Store(m.Proto(wk.InstanceID(), 0, at, timing))
-			}
-		},
-		HandoffTimeout: cfg.HandoffTimeout,
-		OnHandoffEnd: func(id string, end realtime.HandoffEnd, blocks int) {
-			if end == realtime.HandoffTimedOut {
-				log.Warn("KV handoff not taken in time: blocks freed", "handoff_id", id, "blocks", blocks, "handoff_timeout", cfg.HandoffTimeout.String())
-			}
-			if cfg.OnHandoffEnd != nil {
-				cfg.OnHandoffEnd(id, end, blocks)
-			}
-		},
-	})
+	idle := engines[0].Metrics()
+	// A runner per rank, each publishing its events and load under its
+	// rank.
+	runners := make([]*realtime.Runner, ranks)
+	for i, e := range engines {
+		rank := uint32(i)
+		runners[i] = realtime.New(e, realtime.Options{
+			OnEvents: func(events []simengine.Event) {
+				b, err := simengine.BatchProto(0, rank, events)
+				if err != nil {
+					log.Error("KV events out of order", "err", err.Error(), "dp_rank", rank)
+					return
+				}
+				_ = kvPub.Publish(b) // a batch past its limit is logged there
+			},
+			OnMetrics: func(m simengine.Metrics, at time.Time) {
+				if wk := w.Load(); wk != nil {
+					loads[rank].Store(m.Proto(wk.InstanceID(), rank, at, timing))
+				}
+			},
+			HandoffTimeout: cfg.HandoffTimeout,
+			OnHandoffEnd: func(id string, end realtime.HandoffEnd, blocks int) {
+				if end == realtime.HandoffTimedOut {
+					log.Warn("KV handoff not taken in time: blocks freed", "handoff_id", id, "blocks", blocks, "handoff_timeout", cfg.HandoffTimeout.String())
+				}
+				if cfg.OnHandoffEnd != nil {
+					cfg.OnHandoffEnd(id, end, blocks)
+				}
+			},
+		})
+	}
+	// Disaggregated legs run on rank 0, the only one (Validate).
+	runner := runners[0]
 	wcfg.KVHandoffs = handoffs{runner}
 	pull := newPuller(grpcclient.Options{Credentials: wcfg.Credentials, Token: wcfg.Token, Log: log}, cfg.KVPullTimeout)
 	defer pull.close()
 	l := &legs{cfg: cfg, r: runner, self: w.Load, puller: pull}
-	stopMetrics, err := serveMetrics(ctx, cfg, runner, &load, log)
+	stopMetrics, err := serveMetrics(ctx, cfg, runners, loads, log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
 	g, gctx := errgroup.WithContext(ctx)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
-	g.Go(func() error { return runner.Run(engineCtx) })
+	for _, r := range runners {
+		g.Go(func() error { return r.Run(engineCtx) })
+	}
 	log.Info("mocker starting", "model", cfg.ModelName, "block_size", cfg.Engine.BlockSize, "num_gpu_blocks", cfg.Engine.NumGPUBlocks, "host_kv_blocks", cfg.Engine.NumHostBlocks,
+		"data_parallel_size", ranks,
 		"speedup_ratio", cfg.Engine.SpeedupRatio, "request_plane", string(cfg.Transport.Plane), "kv_events_mode", cfg.KV.Mode)
 	g.Go(func() error {
 		defer stopEngine() // after the worker has drained
-		return worker.Run(gctx, wcfg, generate(runner, cfg.DefaultMaxTokens, newPlayer(tok), l, cfg.LoRAs), func(wk *worker.Worker) {
+		return worker.Run(gctx, wcfg, generate(runners, cfg.DefaultMaxTokens, newPlayer(tok), l, cfg.LoRAs), func(wk *worker.Worker) {
 			w.Store(wk)
-			wk.SetLoad(func() *workerv1.LoadMetrics {
-				if m := load.Load(); m != nil {
-					return m
+			wk.SetRankLoads(func() []*workerv1.LoadMetrics {
+				out := make([]*workerv1.LoadMetrics, ranks)
+				for i := range out {
+					if out[i] = loads[i].Load(); out[i] == nil {
+						out[i] = idle.Proto(wk.InstanceID(), uint32(i), time.Now(), timing)
+					}
 				}
-				return idle.Proto(wk.InstanceID(), 0, time.Now(), timing)
+				return out
 			})
 			if ready != nil {
 				ready(wk)
@@ -360,16 +396,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	return g.Wait()
 }
 
-// generate serves requests from the engine, cancelling the engine's request
-// when the caller goes away. The player scripts how answers start; l
-// serves the legs of disaggregated requests.
-func generate(r *realtime.Runner, defaultMaxTokens int, pl *player, l *legs, loras []string) worker.Handler {
+// generate serves requests from the engine of their data-parallel rank (one
+// runner per rank), cancelling the engine's request when the caller goes
+// away. The player scripts how answers start; l serves the legs of
+// disaggregated requests.
+func generate(runners []*realtime.Runner, defaultMaxTokens int, pl *player, l *legs, loras []string) worker.Handler {
 	vocab := uint32(pl.tok.VocabSize())
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		er, err := simengine.RequestFromProto(req, defaultMaxTokens)
 		if err != nil {
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 		}
+		if int64(req.GetDpRank()) >= int64(len(runners)) {
+			return &transport.HandlerError{Code: transport.CodeInvalidArgument,
+				Message: fmt.Sprintf("dp_rank %d is out of range: this worker serves %d data-parallel rank(s), 0 to %d", req.GetDpRank(), len(runners), len(runners)-1)}
+		}
+		r := runners[req.GetDpRank()]
 		if er.LoRA != "" && !slices.Contains(loras, er.LoRA) {
 			// A router sends an adapter only to workers whose card lists
 			// it: this one was called directly.

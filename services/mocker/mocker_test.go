@@ -259,6 +259,9 @@ func TestConfigErrors(t *testing.T) {
 		{"negative transfer rate", []string{"--kv-transfer-gbps", "-1"}, nil},
 		{"NaN transfer rate", []string{"--kv-transfer-gbps", "NaN"}, nil},
 		{"zero KV bytes per token", []string{"--kv-bytes-per-token", "0"}, nil},
+		{"negative data-parallel size", []string{"--data-parallel-size", "-1"}, nil},
+		{"data-parallel size over the limit", []string{"--data-parallel-size", "1025"}, nil},
+		{"data-parallel ranks of a prefill worker", []string{"--data-parallel-size", "2", "--disaggregation-mode", "prefill"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

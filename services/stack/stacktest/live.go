@@ -77,7 +77,12 @@ func StartLive(t testing.TB, ctx context.Context, n int, mockerArgs ...string) *
 	s := &Live{RPC: rpc, tc: tc, target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: "Qwen/Qwen3-0.6B"}}}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		st, err := rpc.GetStats(ctx, &routerv1.GetStatsRequest{})
-		if err == nil && len(st.Workers) == n {
+		// A worker serving several data-parallel ranks is a line per rank.
+		seen := map[uint64]bool{}
+		for _, w := range st.GetWorkers() {
+			seen[w.InstanceId] = true
+		}
+		if err == nil && len(seen) == n {
 			return s
 		}
 		if time.Now().After(deadline) {
@@ -95,36 +100,43 @@ func (s *Live) Play(ctx context.Context, id string, prompt []uint32, maxTokens i
 
 // PlayExcept is Play with the workers exclude ruled out of the decision.
 func (s *Live) PlayExcept(ctx context.Context, id string, prompt []uint32, maxTokens int, exclude ...uint64) (uint64, *workerv1.Usage, error) {
+	instance, _, usage, err := s.PlayRanked(ctx, id, prompt, maxTokens, exclude...)
+	return instance, usage, err
+}
+
+// PlayRanked is PlayExcept that also returns the data-parallel rank the
+// router chose, which the request carries to the worker (dp_rank).
+func (s *Live) PlayRanked(ctx context.Context, id string, prompt []uint32, maxTokens int, exclude ...uint64) (uint64, uint32, *workerv1.Usage, error) {
 	resp, err := s.RPC.Route(ctx, &routerv1.RouteRequest{RequestId: id, Target: s.target, TokenIds: prompt, ExcludeInstanceIds: exclude})
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	defer func() { _, _ = s.RPC.Free(context.WithoutCancel(ctx), &routerv1.FreeRequest{RequestId: id}) }()
-	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: uint32(maxTokens)})
+	payload, _ := proto.Marshal(&workerv1.GenerateRequest{RequestId: id, TokenIds: prompt, MaxTokens: uint32(maxTokens), DpRank: resp.DpRank})
 	st, err := s.tc.Call(ctx, transport.Address{Kind: transport.PlaneTCP, Addr: resp.Transport.GetTcp()}, wire.GenerateEndpoint, nil, payload)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	defer st.Close()
 	var usage *workerv1.Usage
 	for first := true; ; first = false {
 		b, err := st.Recv()
 		if errors.Is(err, io.EOF) {
-			return resp.InstanceId, usage, nil
+			return resp.InstanceId, resp.DpRank, usage, nil
 		}
 		if err != nil {
-			return 0, nil, err
+			return 0, 0, nil, err
 		}
 		var out workerv1.GenerateResponse
 		if err := proto.Unmarshal(b, &out); err != nil {
-			return 0, nil, err
+			return 0, 0, nil, err
 		}
 		if out.Usage != nil {
 			usage = out.Usage
 		}
 		if first {
 			if _, err := s.RPC.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: id}); err != nil {
-				return 0, nil, err
+				return 0, 0, nil, err
 			}
 		}
 	}
