@@ -51,7 +51,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 		}
 	}
 	seen := map[uint64]struct{}{}
-	lru := newLRU(cfg.Workers * cfg.Engine.NumGPUBlocks)
+	lru := newLRU(cfg.engines() * cfg.Engine.NumGPUBlocks)
 	reuse, pooled, total := 0, 0, 0
 	var work traceWork
 	var first, last time.Duration
@@ -125,7 +125,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 		floors = append(floors, prefillTime(uncached, cfg.Engine))
 	}
 	b := Bounds{FloorTTFT: percentiles(floors),
-		Capacity: capacityBound(cfg.Engine.Timing(), cfg.Engine.MaxNumSeqs, cfg.Workers, cfg.Engine.NumGPUBlocks, work, last-first)}
+		Capacity: capacityBound(cfg.Engine.Timing(), cfg.Engine.MaxNumSeqs, cfg.engines(), cfg.Engine.NumGPUBlocks, work, last-first)}
 	// Tokens to the least time they take (Horizon).
 	for i := range reqs {
 		reqs[i].work *= b.Capacity.PrefillMsPerToken

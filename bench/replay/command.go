@@ -68,6 +68,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Engine.MaxLoras, "max-loras", 4, "LoRA adapter slots per engine (used when requests carry adapters)")
 	fs.Float64Var(&c.Engine.LoraLoadMs, "lora-load-ms", timingmodel.DefaultLoraLoadMs, "milliseconds an engine takes to load an adapter into a slot, published in its timing model")
 	fs.IntVar(&c.Engine.NumHostBlocks, "host-kv-blocks", 0, "KV blocks of each engine's host-memory tier: blocks evicted from the GPU go there and a prefix hit on them loads them back at the timing model's CPU load time (0: none); kv-tier-blind is kv with a router that sees the GPU blocks only")
+	fs.IntVar(&c.DPSize, "dp-size", 1, "data-parallel ranks per worker: each rank an engine of its own with --kv-blocks (--workers x --dp-size engines), its KV events and load under its rank; kv routes to ranks, kv-rank-blind to workers, each worker then giving the request its rank with the fewest requests in flight. The peer and disaggregated modes take 1 only")
 	fs.Float64Var(&c.Engine.SpeedupRatio, "speedup", 1, "engine speed-up ratio (virtual time; must be positive)")
 	fs.StringVar(&c.RateScales, "rate-scales", "2,4,6,9,12", "comma list of request rate multipliers (trace timestamps are divided by each)")
 	fs.DurationVar(&c.SLO, "slo-ttft-p90", 2*time.Second, "TTFT p90 a rate scale must meet to count towards a mode's goodput")

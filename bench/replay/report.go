@@ -112,10 +112,14 @@ func pct(x, of float64) float64 {
 // WriteTable prints the sweep as an aligned table, then goodput per mode.
 func WriteTable(w io.Writer, r *Report) error {
 	c := r.Config
-	fmt.Fprintf(w, "router replay of %s: %d requests, %d workers x %d KV blocks of %d tokens, overlap weight %g, temperature %g\n",
-		r.Trace, r.Requests, c.Workers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, c.OverlapWeight, c.Temperature)
+	workers := fmt.Sprintf("%d workers", c.Workers)
+	if c.ranks() > 1 {
+		workers = fmt.Sprintf("%d workers of %d data-parallel ranks", c.Workers, c.ranks())
+	}
+	fmt.Fprintf(w, "router replay of %s: %d requests, %s x %d KV blocks of %d tokens, overlap weight %g, temperature %g\n",
+		r.Trace, r.Requests, workers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, c.OverlapWeight, c.Temperature)
 	fmt.Fprintf(w, "bounds: reuse (infinite cache) %.3f, pooled (one LRU of %d blocks) %.3f; cached-floor TTFT p50/p90/p99 %s/%s/%s ms\n",
-		r.Bounds.Reuse, c.Workers*c.Engine.NumGPUBlocks, r.Bounds.Pooled,
+		r.Bounds.Reuse, c.engines()*c.Engine.NumGPUBlocks, r.Bounds.Pooled,
 		ms(r.Bounds.FloorTTFT[0]), ms(r.Bounds.FloorTTFT[1]), ms(r.Bounds.FloorTTFT[2]))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// The last column is the TTFT goal's ratio (--goals judges it at

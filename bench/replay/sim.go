@@ -55,7 +55,21 @@ type Config struct {
 	// way; 0 makes it free.
 	KVTransferGbps  float64
 	KVBytesPerToken int
+	// DPSize is how many data-parallel ranks each worker serves: each
+	// rank is an engine of its own (Engine's size), so the cluster has
+	// Workers x DPSize engines; the workers' cards declare the ranks. 0 or
+	// 1: one.
+	DPSize int
 }
+
+// maxDPSize bounds Config.DPSize.
+const maxDPSize = 64
+
+// ranks is how many data-parallel ranks each worker serves (at least 1).
+func (c Config) ranks() int { return max(c.DPSize, 1) }
+
+// engines is how many simulated engines the cluster has: a rank each.
+func (c Config) engines() int { return c.Workers * c.ranks() }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -83,6 +97,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replay: --prefill-workers %d and --decode-workers %d leave no engine to the other pool of --workers %d", c.PrefillWorkers, c.DecodeWorkers, c.Workers)
 	case c.KVTransferGbps < 0 || math.IsNaN(c.KVTransferGbps) || math.IsInf(c.KVTransferGbps, 0) || c.KVBytesPerToken < 0:
 		return errors.New("replay: --kv-transfer-gbps must be a finite number >= 0 and --kv-bytes-per-token must not be negative")
+	case c.DPSize < 0 || c.DPSize > maxDPSize:
+		return fmt.Errorf("replay: --dp-size %d must be between 0 and %d", c.DPSize, maxDPSize)
 	}
 	return c.Engine.Validate()
 }
@@ -128,7 +144,8 @@ type Result struct {
 	Sessions SessionCounts
 	// LaterTurns counts the routed turns of the trace's sessions after
 	// their first, in every mode; TurnsAway those routed to another
-	// worker than their session's previous turn (where its prefix is).
+	// engine (worker, or rank of one) than their session's previous turn
+	// (where its prefix is).
 	LaterTurns, TurnsAway int
 	// AdapterRequests counts the routed requests with a LoRA adapter,
 	// AdapterMisrouted those routed to an engine whose card does not list
@@ -149,7 +166,8 @@ type SessionCounts struct {
 // their decisions over (simulated) replica sync, or do not, and the peers'
 // policies (peers.go).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
-	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind", "kv-adapter-blind"}
+	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind", "kv-adapter-blind",
+	"kv-rank-blind"}
 
 // adapterPlacement is, per engine, the LoRA adapters its card lists: of
 // the trace's adapters, sorted by name, engine i serves the j-th unless
@@ -195,6 +213,9 @@ type modeSetup struct {
 	// adapterBlind prices no LoRA adapter load (core.Config.AdapterBlind):
 	// requests still go only to workers that serve their adapter.
 	adapterBlind bool
+	// rankBlind routes to workers, not ranks (core.Config.RankBlind): the
+	// worker picks the rank (see pickRank).
+	rankBlind bool
 }
 
 func setupOf(mode string) (modeSetup, error) {
@@ -225,6 +246,8 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 1, tierBlind: true}, nil
 	case "kv-adapter-blind":
 		return modeSetup{mode: core.ModeKV, replicas: 1, adapterBlind: true}, nil
+	case "kv-rank-blind":
+		return modeSetup{mode: core.ModeKV, replicas: 1, rankBlind: true}, nil
 	}
 	return modeSetup{}, fmt.Errorf("replay: unknown mode %q: valid modes are %v", mode, Modes)
 }
@@ -291,10 +314,14 @@ type sim struct {
 }
 
 type simEngine struct {
-	id      uint64
-	e       *simengine.Engine
-	busy    bool
-	prefill int
+	id uint64
+	// rank is its data-parallel rank in worker id.
+	rank uint32
+	e    *simengine.Engine
+	// requests are those added and not finished.
+	requests int
+	busy     bool
+	prefill  int
 	// stepEnd is when the step in flight ends (while busy).
 	stepEnd time.Duration
 }
@@ -406,6 +433,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	start := time.Now()
 	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}, record: record}
+	if cfg.ranks() > 1 && (setup.disagg != "" || setup.peer != "") {
+		return Result{}, nil, fmt.Errorf("replay: mode %s does not take --dp-size", mode)
+	}
 	if setup.disagg != "" {
 		if cfg.Workers < 2 {
 			return Result{}, nil, fmt.Errorf("replay: mode %s needs at least 2 workers, one per pool", mode)
@@ -417,16 +447,21 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	var cards []registryclient.Change[*registryv1.ModelCard]
 	serves := adapterPlacement(trace, cfg.Workers)
 	for i := range cfg.Workers {
-		e, err := simengine.New(cfg.Engine)
-		if err != nil {
-			return Result{}, nil, err
-		}
 		id := uint64(i + 1)
-		s.engines = append(s.engines, &simEngine{id: id, e: e})
+		for r := range cfg.ranks() {
+			e, err := simengine.New(cfg.Engine)
+			if err != nil {
+				return Result{}, nil, err
+			}
+			s.engines = append(s.engines, &simEngine{id: id, rank: uint32(r), e: e})
+		}
 		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}, Role: s.roleOf(i)}})
 		card := &registryv1.ModelCard{Namespace: simNamespace, Component: "backend", Endpoint: "generate",
 			InstanceId: id, ModelName: simModel, BlockSize: uint32(cfg.Engine.BlockSize), MaxLoras: uint32(cfg.Engine.MaxLoras)}
+		if cfg.ranks() > 1 {
+			card.DataParallelSize = uint32(cfg.ranks())
+		}
 		for _, name := range serves[i] {
 			card.LoraAdapters = append(card.LoraAdapters, &registryv1.LoraAdapter{Name: name})
 		}
@@ -451,6 +486,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		}
 		cc.KVTiers = !setup.tierBlind
 		cc.AdapterBlind = setup.adapterBlind
+		cc.RankBlind = setup.rankBlind
 		c := core.New(cc)
 		c.OnInstances(ins)
 		c.OnModels(cards)
@@ -462,8 +498,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	}
 	target := &routerv1.Target{Kind: &routerv1.Target_Model{Model: simModel}}
 	var tokens []uint32
-	// lastWorker is each session's previous turn's worker.
-	lastWorker := map[uint64]uint64{}
+	// lastWorker is each session's previous turn's engine (a worker's
+	// rank, with several).
+	lastWorker := map[uint64]*simEngine{}
 	first := time.Duration(-1)
 	for n, r := range trace {
 		at := time.Duration(float64(r.Arrival) / cfg.RateScale)
@@ -489,16 +526,20 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			// RouteStream's responses do: a replay routes every request
 			// of the trace, each response listing every worker.
 			defer core.Recycle(resp)
+			rank := resp.DpRank
+			if setup.rankBlind {
+				rank = s.pickRank(resp.InstanceId)
+			}
+			w := s.engineOf(resp.InstanceId, rank)
 			if r.Session != 0 {
 				if prev, ok := lastWorker[r.Session]; ok {
 					s.res.LaterTurns++
-					if prev != resp.InstanceId {
+					if prev != w {
 						s.res.TurnsAway++
 					}
 				}
-				lastWorker[r.Session] = resp.InstanceId
+				lastWorker[r.Session] = w
 			}
-			w := s.engines[resp.InstanceId-1]
 			if r.LoRA != "" {
 				s.res.AdapterRequests++
 				if !slices.Contains(serves[w.id-1], r.LoRA) {
@@ -519,6 +560,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			}
 			s.owner[id] = me
 			w.prefill += len(prompt)
+			w.requests++
 			s.reqs[id] = &inflight{arrival: s.now}
 			if s.record {
 				s.reqs[id].rec = s.recordArrival(n, w, resp, len(prompt))
@@ -582,6 +624,26 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	res.Wall = time.Since(start)
 	slices.SortFunc(s.records, func(a, b RequestRecord) int { return a.Request - b.Request })
 	return res, s.records, nil
+}
+
+// engineOf is the engine of a worker's rank.
+func (s *sim) engineOf(instance uint64, rank uint32) *simEngine {
+	return s.engines[(int(instance)-1)*s.cfg.ranks()+int(rank)]
+}
+
+// pickRank is the rank a worker gives a request its router did not place
+// on a rank (a rank-blind router): the one with the fewest requests in
+// flight, the lowest on ties. It is a worker's own balancing, blind to
+// caches, as an engine's front end spreads requests over its ranks.
+func (s *sim) pickRank(instance uint64) uint32 {
+	n := s.cfg.ranks()
+	best := s.engineOf(instance, 0)
+	for r := 1; r < n; r++ {
+		if w := s.engineOf(instance, uint32(r)); w.requests < best.requests {
+			best = w
+		}
+	}
+	return best.rank
 }
 
 // recordArrival starts request n's record: the router's choice and the
@@ -680,6 +742,7 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 				s.records = append(s.records, *in.rec)
 			}
 			owner.Free(o.RequestID)
+			w.requests--
 			delete(s.reqs, o.RequestID)
 			delete(s.owner, o.RequestID)
 			s.res.Completed++
@@ -688,7 +751,7 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 		}
 	}
 	if len(res.Events) > 0 {
-		b, err := simengine.BatchProto(w.id, 0, res.Events)
+		b, err := simengine.BatchProto(w.id, w.rank, res.Events)
 		if err == nil {
 			s.at(s.cfg.EventDelay, func() {
 				for _, c := range s.routers {
@@ -710,7 +773,7 @@ func (s *sim) reportLoad() {
 	}
 	at := s.clock()
 	for _, w := range s.engines {
-		m := w.e.Metrics().Proto(w.id, 0, at, s.cfg.Engine.Timing())
+		m := w.e.Metrics().Proto(w.id, w.rank, at, s.cfg.Engine.Timing())
 		s.at(s.cfg.EventDelay, func() {
 			for _, c := range s.routers {
 				c.ReportLoad(m)
