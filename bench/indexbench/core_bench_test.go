@@ -50,7 +50,9 @@ func BenchmarkRoute(b *testing.B) {
 
 // BenchmarkDecision times one route decision at 100 workers, a
 // single-target one (an aggregated model) beside a pair (50 prefill and
-// 50 decode workers, the same index, loads and requests), and reports each
+// 50 decode workers, the same index, loads and requests) and beside the
+// same 100 candidates as the data-parallel ranks of 50 workers of 2 ranks
+// (the same index, loads and requests), and reports each
 // decision's p50 and p99 (ns) beside the mean. The index has 200,000
 // entries; SWITCHYARD_BENCH_ENTRIES sets another size (2000000: the
 // issue's 100 workers x 2M blocks).
@@ -61,12 +63,13 @@ func BenchmarkDecision(b *testing.B) {
 	}
 	wl := indexbench.Build(100, entries, 128, 1024, 7)
 	for _, bc := range []struct {
-		name    string
-		prefill int
-	}{{"single", 0}, {"pair", 50}} {
+		name            string
+		prefill, dpSize int
+	}{{"single", 0, 1}, {"pair", 50, 1}, {"ranks", 0, 2}} {
 		b.Run(bc.name, func(b *testing.B) {
 			now := time.Unix(1_700_000_000, 0)
 			clock := func() time.Time { return now }
+			wl.DPSize = bc.dpSize
 			c, target := indexbench.RoutePairCoreClock(wl, clock, bc.prefill)
 			ids := make([]string, b.N)
 			for i := range ids {

@@ -20,10 +20,19 @@ type Workload struct {
 	// router's index then keeps tiers, and decisions price them. 0: all
 	// on GPU, as before tiers.
 	CPUShare float64
+	// DPSize, above 1, makes RouteCore's router see the workload's workers
+	// as data-parallel ranks: consecutive workers are the ranks of one
+	// instance (worker w is rank (w-1) % DPSize of instance
+	// (w-1) / DPSize + 1), whose card declares DPSize ranks. The
+	// candidates, their blocks and their load are the same; the router
+	// routes to (instance, rank).
+	DPSize int
 	// loads are the workers' load reports ReportLoads sends, made once:
 	// a benchmark's own garbage would add collector cycles to the
 	// router's.
 	loads []*workerv1.LoadMetrics
+	// loadsDP is the DPSize loads were made at.
+	loadsDP int
 }
 
 func mix(x uint64) uint64 {

@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // RouteCore returns a router core at its defaults holding the workload's
@@ -47,6 +48,10 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 	var ins []registryclient.Change[*registryv1.Instance]
 	var cards []registryclient.Change[*registryv1.ModelCard]
 	for i, d := range dumps {
+		w := wl.rankOf(d.ID.Instance)
+		if w.DPRank != 0 {
+			continue // a rank of an instance registered already
+		}
 		role := commonv1.Role_ROLE_UNSPECIFIED
 		if prefill > 0 {
 			role = commonv1.Role_ROLE_DECODE
@@ -55,9 +60,12 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 			}
 		}
 		ins = append(ins, registryclient.Change[*registryv1.Instance]{Item: &registryv1.Instance{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, Role: role, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
-		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate",
-			InstanceId: d.ID.Instance, ModelName: "bench", BlockSize: 16}})
+			InstanceId: w.Instance, Role: role, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}})
+		card := &registryv1.ModelCard{Namespace: "bench", Component: "backend", Endpoint: "generate", InstanceId: w.Instance, ModelName: "bench", BlockSize: 16}
+		if wl.DPSize > 1 {
+			card.DataParallelSize = uint32(wl.DPSize)
+		}
+		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: card})
 	}
 	c.OnInstances(ins)
 	c.OnModels(cards)
@@ -78,12 +86,23 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 			if len(cpu.Blocks) > 0 {
 				evs = append(evs, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: cpu}})
 			}
-			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: d.ID.Instance, FirstEventId: id, Events: evs})
+			w := wl.rankOf(d.ID.Instance)
+			c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: w.Instance, DpRank: w.DPRank, FirstEventId: id, Events: evs})
 			id += uint64(len(evs))
 		}
 	}
 	ReportLoads(c, wl)
 	return c, &routerv1.Target{Kind: &routerv1.Target_Model{Model: "bench"}}
+}
+
+// rankOf is the instance and rank the router sees the workload's worker
+// as (see Workload.DPSize).
+func (wl *Workload) rankOf(worker uint64) index.WorkerID {
+	if wl.DPSize <= 1 {
+		return index.WorkerID{Instance: worker}
+	}
+	n := uint64(wl.DPSize)
+	return index.WorkerID{Instance: (worker-1)/n + 1, DPRank: uint32((worker - 1) % n)}
 }
 
 // ReportLoads sends every worker's load report: 64 requests of other
@@ -92,9 +111,11 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 // The reports are made once per workload (the router copies what it
 // keeps of them).
 func ReportLoads(c *core.Core, wl *Workload) {
-	if wl.loads == nil {
+	if wl.loads == nil || wl.loadsDP != wl.DPSize {
+		wl.loads, wl.loadsDP = nil, wl.DPSize
 		for _, id := range wl.Index.Workers() {
-			m := &workerv1.LoadMetrics{InstanceId: id.Instance, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+			w := wl.rankOf(id.Instance)
+			m := &workerv1.LoadMetrics{InstanceId: w.Instance, DpRank: w.DPRank, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
 			for j := range 64 {
 				m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", id.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
 			}

@@ -27,8 +27,13 @@ func main() {
 	lookups := flag.Int("lookups", 20_000, "lookups timed per worker count")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cpuShare := flag.Float64("cpu-share", 0, "share of each worker's blocks the route decision's router holds on the host tier (KV events with medium cpu), by hash: 0 is a fleet without tiers")
+	dpSize := flag.Int("dp-size", 1, "the route decision's router sees its 100 workers as data-parallel ranks, this many per instance (100/N instances of N ranks, cards declaring N): the same candidates, blocks and load, routed to (instance, rank)")
 	warmup := flag.Int("route-warmup", 70_000, "route decisions made, untimed, before the timed ones, at 1 ms of virtual time each: past the predictions' grace and the freed-request memory, so that the router's tables have stopped growing (0: time a fresh router)")
 	flag.Parse()
+	if *dpSize < 1 || *dpSize > 100 {
+		fmt.Fprintln(os.Stderr, "router-index-bench: --dp-size must be between 1 and 100")
+		os.Exit(2)
+	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
 		if err != nil {
@@ -74,9 +79,9 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
 		if workers == 100 {
-			wl.CPUShare = *cpuShare
+			wl.CPUShare, wl.DPSize = *cpuShare, *dpSize
 			wall, cpu, cpuOK, heap := routeLatency(wl, *lookups, *warmup)
-			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d workers, %.0f%% of blocks on host: p50\t%.1f µs\t\n", workers, 100**cpuShare, us(wall[0]))
+			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d candidates (%d rank(s) per worker), %.0f%% of blocks on host: p50\t%.1f µs\t\n", workers, max(*dpSize, 1), 100**cpuShare, us(wall[0]))
 			fmt.Fprintf(tw, "route decision, %d workers: p99\t%.1f µs\t\n", workers, us(wall[1]))
 			if cpuOK {
 				fmt.Fprintf(tw, "route decision, %d workers, CPU time of its thread: p50\t%.1f µs\t\n", workers, us(cpu[0]))
