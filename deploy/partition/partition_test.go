@@ -68,22 +68,25 @@ func binaries(t *testing.T) string {
 		if binDir, buildErr = os.MkdirTemp("", "sy-partition-bin-"); buildErr != nil {
 			return
 		}
-		for _, b := range []struct{ dir, out, pkg string }{
-			{root, binDir, "./services/registry/cmd/registry"},
-			{root, binDir, "./services/eventbus/cmd/eventbus"},
-			{root, binDir, "./services/mocker/cmd/mocker"},
-			{root, binDir, "./services/router/cmd/router"},
-			{root, binDir, "./services/frontend/cmd/frontend"},
-			{root, filepath.Join(binDir, "nats-server"), "github.com/nats-io/nats-server/v2"},
-			{filepath.Join(root, "tools", "testimages"), filepath.Join(binDir, "etcd"), "go.etcd.io/etcd/server/v3"},
+		// One go build per module, each building its packages in parallel
+		// (the binaries are named after their packages: nats-server,
+		// server for etcd's, which is renamed).
+		for _, b := range []struct {
+			dir  string
+			pkgs []string
+		}{
+			{root, []string{"./services/registry/cmd/registry", "./services/eventbus/cmd/eventbus", "./services/mocker/cmd/mocker",
+				"./services/router/cmd/router", "./services/frontend/cmd/frontend", "github.com/nats-io/nats-server/v2"}},
+			{filepath.Join(root, "tools", "testimages"), []string{"go.etcd.io/etcd/server/v3"}},
 		} {
-			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd := exec.Command("go", append([]string{"build", "-o", binDir + string(filepath.Separator)}, b.pkgs...)...)
 			cmd.Dir = b.dir
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				buildErr = fmt.Errorf("go build %v: %v\n%s", b.pkgs, err, out)
 				return
 			}
 		}
+		buildErr = os.Rename(filepath.Join(binDir, "server"), filepath.Join(binDir, "etcd"))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -101,9 +104,9 @@ type row struct {
 }
 
 func printRow(t *testing.T, r row) {
-	line := fmt.Sprintf("%-44s %8s %6d %10d %13d %12d %10s",
+	line := fmt.Sprintf("%-52s %8s %6d %10d %13d %12d %10s",
 		r.fault, r.duration.Round(100*time.Millisecond), r.tried, r.succeeded, r.workersLost, r.eventsLost, r.converge.Round(100*time.Millisecond))
-	head := fmt.Sprintf("%-44s %8s %6s %10s %13s %12s %10s", "fault", "duration", "tried", "succeeded", "workers lost", "events lost", "converge")
+	head := fmt.Sprintf("%-52s %8s %6s %10s %13s %12s %10s", "fault", "duration", "tried", "succeeded", "workers lost", "events lost", "converge")
 	t.Logf("\n%s\n%s", head, line)
 	fmt.Printf("%s\n%s\n", head, line)
 }
