@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/pkg/tokenizer"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
+	"github.com/switchyard-llm/switchyard/services/frontend/preprocess"
 )
 
 // TestFieldLimitsAndTypes checks how the frontend refuses what it cannot
@@ -23,7 +23,10 @@ func TestFieldLimitsAndTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.LoadReader(strings.NewReader(string(raw)))
+	// The tokenizer every frontend of this test binary shares (built once,
+	// in TestMain), not one more build of its own: that takes seconds of
+	// CPU under the race detector.
+	tok, err := preprocess.LoadTokenizer(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
