@@ -89,15 +89,17 @@ const (
 
 // The points of a two-leg attempt where testPoint calls the hook.
 const (
-	pointPrefill = "prefill" // the prefill leg is sent
-	pointHandoff = "handoff" // its handoff arrived, before the decode leg is sent
+	pointPrefill     = "prefill"      // the prefill leg is sent
+	pointHandoff     = "handoff"      // its handoff arrived, before the decode leg is sent
+	pointDecodeToken = "decode_token" // the decode leg's first tokens arrived, before they are taken
 )
 
-// testLeg calls the tests' hooks at a point of a two-leg attempt.
+// testLeg calls the tests' hooks at a point of a two-leg attempt; ctx is
+// the leg's (the decode leg's ends at the handoff deadline).
 func (s *Service) testLeg(ctx context.Context, point string, prefill uint64) {
 	s.testPoint(point)
 	if s.legHook != nil {
-		s.legHook(point, requestIDOf(ctx), prefill)
+		s.legHook(ctx, point, requestIDOf(ctx), prefill)
 	}
 }
 
@@ -292,45 +294,60 @@ func (s *Service) pairAttempt(ctx context.Context, id string, d decision, j *job
 	}
 	// The decode leg must give its first token within the deadline: it
 	// has the KV to take and one block to compute. Past it the leg is
-	// cancelled and the request routed again.
+	// cancelled and the request routed again. The first token and the
+	// deadline race; whichever claims the leg first wins: a token taken
+	// is the client's (the leg is no longer cancelled for being late),
+	// a leg found late sends its tokens nowhere.
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var started, late atomic.Bool
+	var leg atomic.Int32 // decodeWaiting, then decodeStarted or decodeLate
 	timer := time.AfterFunc(s.cfg.HandoffDeadline, func() {
-		if !started.Load() {
-			late.Store(true)
+		if leg.CompareAndSwap(decodeWaiting, decodeLate) {
 			cancel()
 		}
 	})
 	defer timer.Stop()
-	first := true
 	decodeEmit := func(ids []uint32, lps []*workerv1.TokenLogprob, more bool) error {
-		if first {
-			first = false
-			started.Store(true)
+		if leg.Load() == decodeWaiting {
+			s.testLeg(dctx, pointDecodeToken, d.prefill.instanceID)
+			if !leg.CompareAndSwap(decodeWaiting, decodeStarted) {
+				return errLegDeadline
+			}
 		}
 		return emit(ids, lps, more)
 	}
+	// What the attempt counts before it emits: a late leg's first tokens
+	// are taken back, since no client saw them.
+	done, generated := out.completion, len(j.generated)
 	fin, err := s.attempt(dctx, id, d, j, tokens, out, decodeEmit, workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE, h)
 	if err == nil {
 		return fin, nil
 	}
-	if !started.Load() {
-		// The decode worker produced no token: it may not have taken the
-		// KV, which the prefill worker then still holds.
+	started := leg.Load() == decodeStarted
+	if !started {
+		// The decode worker produced no token the client saw: it may not
+		// have taken the KV, which the prefill worker then still holds.
 		s.release(d.prefill.instanceID, id, h)
 	}
-	if ctx.Err() != nil || started.Load() {
+	if ctx.Err() != nil || started {
 		return 0, err
 	}
-	switch {
-	case late.Load():
+	if leg.Load() == decodeLate {
+		out.completion, j.generated = done, j.generated[:generated]
 		return 0, &legError{instance: d.instanceID, reason: fallbackHandoffTimeout, err: fmt.Errorf("no token from the decode leg: %w (%s)", errLegDeadline, s.cfg.HandoffDeadline)}
-	case handoffRefused(err):
+	}
+	if handoffRefused(err) {
 		return 0, &legError{instance: d.instanceID, reason: fallbackHandoffRefused, err: err}
 	}
 	return 0, err
 }
+
+// The states of a decode leg against its handoff deadline.
+const (
+	decodeWaiting int32 = iota // no token yet, the deadline not passed
+	decodeStarted              // its first token was taken
+	decodeLate                 // the deadline passed first: the leg is cancelled
+)
 
 // handoffRefused reports whether the decode worker refused a decode leg
 // before generating: it could not take the KV (kv_handoff_failed), or it

@@ -162,7 +162,7 @@ func TestDisaggFaults(t *testing.T) {
 	s := startPD(t, 2, 2, 0.1, stackOpts{configure: func(c *frontend.Config) { c.HandoffDeadline = 2 * time.Second }},
 		"--handoff-timeout", "30s")
 	var hooks sync.Map // X-Request-Id -> func(point string, prefill uint64)
-	s.fe.SetLegHook(func(point, rid string, prefill uint64) {
+	s.fe.SetLegHook(func(_ context.Context, point, rid string, prefill uint64) {
 		if f, ok := hooks.Load(rid); ok {
 			f.(func(string, uint64))(point, prefill)
 		}
@@ -279,6 +279,58 @@ func blackHole(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// TestDecodeTokenAtHandoffDeadline: the decode leg's first tokens arrive
+// just as its handoff deadline passes (the hook holds them until the
+// deadline has cancelled the leg). The deadline wins: the tokens go
+// nowhere, the request is routed again to the other decode worker with its
+// prefill local and answered in full, once; nothing reaches the client twice and nothing
+// ends as a cancelled request. Tokens taken just before the deadline are
+// the other side of the race: the leg is no longer late, and every other
+// request of the test is one.
+func TestDecodeTokenAtHandoffDeadline(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	s := startPD(t, 1, 2, 0, stackOpts{configure: func(c *frontend.Config) { c.HandoffDeadline = 500 * time.Millisecond }})
+	// Routed again, a request's prefill is local: its one decode leg is
+	// the first.
+	s.fe.SetLegHook(func(lctx context.Context, point, rid string, _ uint64) {
+		if point != frontend.PointDecodeToken || !strings.HasPrefix(rid, "late-") {
+			return
+		}
+		select {
+		case <-lctx.Done():
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s: the decode leg was not cancelled at its handoff deadline", rid)
+		}
+	})
+	// The first request loads the tokenizer: not part of what is checked.
+	if _, err := s.chat(ctx, "", "warm up", 2, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		rid    string
+		stream bool
+	}{{"late-whole", false}, {"late-stream", true}} {
+		r, err := s.chat(ctx, tc.rid, fmt.Sprintf("question %d about trains and their timetables", i), 8, tc.stream, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.rid, err)
+		}
+		if r.completion != 8 || r.header.Get(frontend.HeaderPrefillWorker) != "" {
+			t.Errorf("%s: %d tokens, prefill worker %q; want 8 with a local prefill", tc.rid, r.completion, r.header.Get(frontend.HeaderPrefillWorker))
+		}
+		if tc.stream && r.chunks > 8 {
+			t.Errorf("%s: %d content chunks for 8 tokens: the late leg's tokens reached the client", tc.rid, r.chunks)
+		}
+	}
+	if n := s.metric("switchyard_frontend_disagg_fallbacks_total", `reason="handoff_timeout"`); n != 2 {
+		t.Errorf("handoff_timeout fallbacks %v, want 2", n)
+	}
+	if n := s.metric("switchyard_frontend_requests_total", `status="499"`); n != 0 {
+		t.Errorf("%v requests ended as cancelled by their client", n)
+	}
 }
 
 // TestSilentPrefillWorker: the only prefill workers, two, accept the

@@ -161,9 +161,9 @@ type Service struct {
 	// failure there).
 	hook func(point string)
 	// legHook, when set, is called at the points of a two-leg attempt
-	// with the request's X-Request-Id and the prefill worker's instance;
-	// only this package's tests set it.
-	legHook func(point, xRequestID string, prefill uint64)
+	// with the leg's context, the request's X-Request-Id and the prefill
+	// worker's instance; only this package's tests set it.
+	legHook func(ctx context.Context, point, xRequestID string, prefill uint64)
 }
 
 // The points of a request's path where testPoint calls the hook.
