@@ -26,7 +26,9 @@ const (
 // context (the decode leg's ends at the handoff deadline), the request's
 // X-Request-Id and its prefill worker's instance. Set it before the first
 // request.
-func (s *Service) SetLegHook(hook func(ctx context.Context, point, xRequestID string, prefill uint64)) { s.legHook = hook }
+func (s *Service) SetLegHook(hook func(ctx context.Context, point, xRequestID string, prefill uint64)) {
+	s.legHook = hook
+}
 
 // ShareQwenTokenizer builds the built-in Qwen3 tokenizer once for the whole
 // test binary and keeps it, so that every frontend a test starts reuses it.
