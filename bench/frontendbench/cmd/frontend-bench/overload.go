@@ -21,6 +21,11 @@ type overloadOptions struct {
 	// flood is how long the 10x flood sends (0: 3x duration; negative:
 	// none).
 	flood time.Duration
+	// runs is how many times each flooded scenario runs, each on a stack
+	// of its own: the goals are read over the runs (least, median,
+	// largest), since on a shared machine one run is one sample of the
+	// load.
+	runs int
 }
 
 // runOverload measures admission control: the fleet's capacity, then each
@@ -46,6 +51,7 @@ func runOverload(o overloadOptions) error {
 	if o.flood == 0 {
 		o.flood = 3 * o.duration
 	}
+	o.runs = max(o.runs, 1)
 	// Admission is off while the capacity and the idle figures are
 	// measured (the threshold is not known yet).
 	env, err := start(1, false)
@@ -63,61 +69,63 @@ func runOverload(o overloadOptions) error {
 	// answered: released, or shed at the frontends' --queue-timeout.
 	grace := max(3*o.duration, frontend.DefaultQueueTimeout+o.duration)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\t\n")
+	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\trun\t\n")
+	run := 0
 	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, heap uint64) {
 		for i, r := range rs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%v\t%v\t%d\t%d\t%d\t%.0f\t\n", scenario, admission, r.Name, flows[i].Rate,
-				round(frontendbench.P(r.TTFT, 50)), round(frontendbench.P(r.TTFT, 90)), r.Completed, r.Shed, r.Errors+r.RateLimited, float64(heap)/(1<<20))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%v\t%v\t%d\t%d\t%d\t%.0f\t%d\t\n", scenario, admission, r.Name, flows[i].Rate,
+				round(frontendbench.P(r.TTFT, 50)), round(frontendbench.P(r.TTFT, 90)), r.Completed, r.Shed, r.Errors+r.RateLimited, float64(heap)/(1<<20), run+1)
 		}
 	}
 	b := frontendbench.Flow{Name: "B", Tenant: "B", Rate: 0.2 * capacity, Frontends: []int{0}}
 	high := frontendbench.Flow{Name: "high", Tenant: "H", Priority: 10, Rate: 0.1 * capacity, Frontends: []int{0}}
 	idle := map[string]time.Duration{}
-	var idle50 time.Duration
 	for _, f := range []frontendbench.Flow{b, high} {
 		env.ResetPeak()
 		rs := env.RunFlows(ctx, []frontendbench.Flow{f}, o.duration, grace)
 		row("idle", "-", []frontendbench.Flow{f}, rs, env.PeakHeap())
 		idle[f.Name] = frontendbench.P(rs[0].TTFT, 90)
-		if f.Name == "B" {
-			idle50 = frontendbench.P(rs[0].TTFT, 50)
-		}
 	}
 	env.Close()
 	if o.threshold == 0 {
-		// The fleet's objective, as an operator would set it: half as
-		// long again as an idle request's first token.
-		o.threshold = idle50 * 3 / 2
+		// The fleet's objective, as an operator would set it from the
+		// goals: the TTFT p90 a request may have under load, half as long
+		// again as an idle request's p90.
+		o.threshold = idle["B"] * 3 / 2
 	}
-	under := map[string]time.Duration{}
-	for _, frontends := range []int{1, 2} {
-		for _, admission := range []bool{false, true} {
-			env, err := start(frontends, admission)
-			if err != nil {
-				return err
-			}
-			on := map[bool]string{false: "off", true: "on"}[admission]
-			a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 3 * capacity, Frontends: []int{0}}
-			scen := "tenants"
-			if frontends == 2 {
-				a.Frontends, scen = []int{0, 1}, "tenants, 2 frontends"
-			}
-			flows := []frontendbench.Flow{a, b}
-			env.ResetPeak()
-			rs := env.RunFlows(ctx, flows, o.duration, grace)
-			row(scen, on, flows, rs, env.PeakHeap())
-			under[scen+" "+on+" B"] = frontendbench.P(rs[1].TTFT, 90)
-			if frontends == 1 {
-				low := frontendbench.Flow{Name: "low", Tenant: "L", Rate: 3 * capacity, Frontends: []int{0}}
-				flows := []frontendbench.Flow{low, high}
+	// under are the TTFT p90 under the floods, a list of the runs' each.
+	under := map[string][]time.Duration{}
+	for run = range o.runs {
+		for _, frontends := range []int{1, 2} {
+			for _, admission := range []bool{false, true} {
+				env, err := start(frontends, admission)
+				if err != nil {
+					return err
+				}
+				on := map[bool]string{false: "off", true: "on"}[admission]
+				a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 3 * capacity, Frontends: []int{0}}
+				scen := "tenants"
+				if frontends == 2 {
+					a.Frontends, scen = []int{0, 1}, "tenants, 2 frontends"
+				}
+				flows := []frontendbench.Flow{a, b}
 				env.ResetPeak()
 				rs := env.RunFlows(ctx, flows, o.duration, grace)
-				row("bands", on, flows, rs, env.PeakHeap())
-				under["bands "+on+" high"] = frontendbench.P(rs[1].TTFT, 90)
+				row(scen, on, flows, rs, env.PeakHeap())
+				under[scen+" "+on+" B"] = append(under[scen+" "+on+" B"], frontendbench.P(rs[1].TTFT, 90))
+				if frontends == 1 {
+					low := frontendbench.Flow{Name: "low", Tenant: "L", Rate: 3 * capacity, Frontends: []int{0}}
+					flows := []frontendbench.Flow{low, high}
+					env.ResetPeak()
+					rs := env.RunFlows(ctx, flows, o.duration, grace)
+					row("bands", on, flows, rs, env.PeakHeap())
+					under["bands "+on+" high"] = append(under["bands "+on+" high"], frontendbench.P(rs[1].TTFT, 90))
+				}
+				env.Close()
 			}
-			env.Close()
 		}
 	}
+	run = 0
 	var flood []string
 	if o.flood > 0 {
 		for _, admission := range []bool{false, true} {
@@ -148,17 +156,30 @@ func runOverload(o overloadOptions) error {
 			fmt.Println(l)
 		}
 	}
-	fmt.Println("goals (TTFT p90 under the flood within 1.5x of idle):")
+	fmt.Printf("goals (TTFT p90 under the flood within 1.5x of idle; over %d runs: the median run's, least..largest):\n", o.runs)
 	for _, g := range []struct{ name, key, idle string }{
 		{"tenant B, 1 frontend", "tenants", "B"}, {"high band, 1 frontend", "bands", "high"}, {"tenant B, 2 frontends", "tenants, 2 frontends", "B"},
 	} {
 		for _, on := range []string{"off", "on"} {
-			got, base := under[g.key+" "+on+" "+g.idle], idle[g.idle]
+			runs, base := slices.Clone(under[g.key+" "+on+" "+g.idle]), idle[g.idle]
+			slices.Sort(runs)
+			if len(runs) == 0 {
+				continue
+			}
+			got := runs[len(runs)/2]
+			ratio := func(d time.Duration) float64 { return float64(d) / float64(max(base, 1)) }
 			verdict := "met"
 			if base == 0 || got > base*3/2 {
 				verdict = "NOT met"
 			}
-			fmt.Printf("  %-24s admission %-3s  p90 %10v vs idle %10v  (%.2fx)  %s\n", g.name, on, round(got), round(base), float64(got)/float64(max(base, 1)), verdict)
+			met := 0
+			for _, d := range runs {
+				if base > 0 && d <= base*3/2 {
+					met++
+				}
+			}
+			fmt.Printf("  %-24s admission %-3s  p90 %10v vs idle %10v  (%.2fx; %.2fx..%.2fx)  %s (%d of %d runs met)\n", g.name, on, round(got), round(base),
+				ratio(got), ratio(runs[0]), ratio(runs[len(runs)-1]), verdict, met, len(runs))
 		}
 	}
 	fmt.Printf("flows are open loop (evenly spaced) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", o.duration, grace)
