@@ -27,8 +27,9 @@ func longTrace(t *testing.T, n int) []Request {
 // checks what the simulation is bound to give, not timings: every request
 // completes; disagg-always prefills every one on a prefill worker; at a
 // rate low enough that the decode workers are idle when each request
-// comes, auto keeps every prefill local (a remote one costs the same
-// prefill plus the transfer); the pools are the split asked for; the
+// comes (arrivals a minute apart), auto keeps every prefill local (a
+// remote one costs the same prefill plus the transfer, and no decoding
+// request waits for a local one); the pools are the split asked for; the
 // aggregated modes report no pools.
 func TestDisaggModes(t *testing.T) {
 	n := 40
@@ -43,10 +44,13 @@ func TestDisaggModes(t *testing.T) {
 		prefill, decode int // the config's
 		wantP, wantD    int
 		remote          func(float64) bool
+		// spaced, when set, puts the requests this far apart (at rate
+		// scale 1) instead of at the trace's arrivals.
+		spaced time.Duration
 	}{
 		{name: "always, 2+2", mode: "disagg-always", rate: 4, prefill: 2, decode: 2, wantP: 2, wantD: 2, remote: func(x float64) bool { return x == 1 }},
 		{name: "always, 1+3 from the decode pool's size", mode: "disagg-always", rate: 4, decode: 3, wantP: 1, wantD: 3, remote: func(x float64) bool { return x == 1 }},
-		{name: "auto at a trickle: every prefill local", mode: "disagg", rate: 0.05, prefill: 3, wantP: 3, wantD: 1, remote: func(x float64) bool { return x == 0 }},
+		{name: "auto at a trickle: every prefill local", mode: "disagg", rate: 1, spaced: time.Minute, prefill: 3, wantP: 3, wantD: 1, remote: func(x float64) bool { return x == 0 }},
 		{name: "auto, halves by default", mode: "disagg", rate: 4, wantP: 2, wantD: 2, remote: func(x float64) bool { return x >= 0 && x <= 1 }},
 		{name: "kv is aggregated", mode: "kv", rate: 4, prefill: 2, decode: 2, remote: func(x float64) bool { return x == 0 }},
 	}
@@ -55,6 +59,13 @@ func TestDisaggModes(t *testing.T) {
 			cfg := smallConfig()
 			cfg.RateScale, cfg.PrefillWorkers, cfg.DecodeWorkers = tt.rate, tt.prefill, tt.decode
 			cfg.KVTransferGbps, cfg.KVBytesPerToken = 100, 114688
+			trace := trace
+			if tt.spaced > 0 {
+				trace = slices.Clone(trace)
+				for i := range trace {
+					trace[i].Arrival = time.Duration(i) * tt.spaced
+				}
+			}
 			r, err := Run(trace, cfg, tt.mode)
 			if err != nil {
 				t.Fatal(err)

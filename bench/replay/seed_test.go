@@ -9,9 +9,12 @@ import (
 // sharing a 12,000-token system prompt, on 4 engines. At a low rate the
 // prompt's one home serves them all. When that home queues, the router
 // pays one cold prefill to copy the prompt to another engine, which the
-// requests after it share: no request would by its own cost, since each
-// is cheaper where the prompt is (without the copy's credit, all 400 stay
-// on one engine at every one of these rates).
+// requests after it share: no request would for its own time to first
+// token, since each is cheaper where the prompt is (without the copy's
+// credit, all 400 stay on one engine at every one of these rates). From
+// about 5 requests a second the home's decoding requests, which wait for
+// every prompt it computes, make the copy worth its cold prefill before
+// the home queues (DecodeStall): the cases below stay under that.
 func TestHotPrefixGetsASecondHome(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -19,7 +22,7 @@ func TestHotPrefixGetsASecondHome(t *testing.T) {
 		homes bool    // more than one engine serves them
 	}{
 		{name: "low load: one home", rate: 1},
-		{name: "moderate load, short queues: one home", rate: 10},
+		{name: "light load, short queues: one home", rate: 3},
 		{name: "the home queues: a second home", rate: 40, homes: true},
 	}
 	for _, tt := range tests {

@@ -112,11 +112,13 @@ func TestPairRouting(t *testing.T) {
 			want:  1, wantPrefill: 3, wantDecision: DecisionRemotePrefill,
 		},
 		{
-			// Prefill on 3: 1,000 queued + 400 = 1,400; the pair 1,433.9.
+			// Whole on 1: 496, and its 10 decoding requests wait 396 ms
+			// each for the prompt, 4,456 in all; prefill on 3: 5,000
+			// queued + 400 = 5,400; the pair 5,433.9.
 			name: "auto: a busy prefill pool keeps the prefill local",
 			setup: func(c *Core) {
-				pairLoad(c, 3, 0, 1000)
-				pairLoad(c, 4, 0, 1100)
+				pairLoad(c, 3, 0, 5000)
+				pairLoad(c, 4, 0, 5100)
 			},
 			want: 1, wantDecision: DecisionLocalPrefill,
 		},
@@ -235,7 +237,9 @@ func TestPairCosts(t *testing.T) {
 		}
 	}
 	// Had the prefill stayed local, the decode workers would show their
-	// whole-request costs.
+	// whole-request costs: their time to first token (496 and 500 ms) and
+	// the wait the prompt's 396 and 400 uncached tokens (1 ms each) cause
+	// their 10 and 11 decoding requests.
 	off := pairCluster(t, pairLink(Config{Mode: ModeKV, Disaggregation: DisaggOff}), false)
 	pairLoad(off, 1, 10, 0)
 	pairLoad(off, 2, 11, 0)
@@ -245,7 +249,7 @@ func TestPairCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range ex.Candidates {
-		if w := map[uint64]float64{1: 496, 2: 500}[e.Candidate.InstanceId]; e.Candidate.Cost != w {
+		if w := map[uint64]float64{1: 496 + 10*396, 2: 500 + 11*400}[e.Candidate.InstanceId]; e.Candidate.Cost != w {
 			t.Errorf("off: instance %d costs %v; want %v", e.Candidate.InstanceId, e.Candidate.Cost, w)
 		}
 	}

@@ -9,31 +9,31 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
-// DecodeStall is a cost term: what a request's prefill on a worker costs
-// the requests decoding there, each of which waits while the prompt's
-// uncached tokens are computed (one prefill step of them, in this sketch),
-// times Weight. A term reads the request and each worker's state, adds its
-// part to every candidate's Cost in one call, and changes nothing else.
-type DecodeStall struct{ Weight float64 }
+// Flat is a cost term for the example: a fixed time per decoding request
+// on the worker, times Weight. A term reads the request and each worker's
+// state, adds its part to every candidate's Cost in one call, and changes
+// nothing else.
+type Flat struct{ Weight float64 }
 
-// Add adds each candidate's stall.
-func (s DecodeStall) Add(cands []scheduler.Candidate, req scheduler.Request, _ scheduler.Params) {
+// Add adds each candidate's part.
+func (f Flat) Add(cands []scheduler.Candidate, _ scheduler.Request, _ scheduler.Params) {
 	for i := range cands {
-		c := &cands[i]
-		c.Cost += s.Weight * float64(c.Decoding) * c.Timing.PrefillMs(float64(req.NewTokens(c.Overlap)))
+		cands[i].Cost += f.Weight * float64(cands[i].Decoding)
 	}
 }
 
-// A new cost term is a type with an Add method (one file of this package,
-// with its table test) and its place in a composition: here KV's terms and
-// DecodeStall after them. Worker 1 caches three quarters of a 4,096-token
-// prompt but decodes 40 requests; worker 2 caches nothing and is idle. KV
-// keeps the request with its cache; with the stall of 40 decoding
-// requests priced in, it goes to the idle worker.
+// A cost policy is a composition: its terms, summed in order, and the
+// picker that chooses from the sums. A new term is a type with an Add
+// method (one file of this package, with its table test) and its place in
+// a composition. Worker 1 caches three quarters of a 4,096-token prompt
+// but decodes 40 requests; worker 2 caches nothing and is idle. The
+// request's own time to first token (Prefill, Decode) keeps it with its
+// cache; KV also prices the wait its 1,024 uncached tokens cause the 40
+// decoding requests (DecodeStall) and sends it to the idle worker; a term
+// of the example's own, added to the first, does the same.
 func ExampleCompose() {
-	kvStall := scheduler.Compose(scheduler.Lowest{},
-		scheduler.Prefill{}, scheduler.Decode{}, scheduler.QueueWait{}, scheduler.Seed{},
-		DecodeStall{Weight: 0.1})
+	ttft := scheduler.Compose(scheduler.Lowest{}, scheduler.Prefill{}, scheduler.Decode{})
+	ttftFlat := scheduler.Compose(scheduler.Lowest{}, scheduler.Prefill{}, scheduler.Decode{}, Flat{Weight: 5})
 	req := scheduler.Request{Blocks: 256, Tokens: 4096, BlockSize: 16}
 	workers := func() []scheduler.Candidate {
 		return []scheduler.Candidate{
@@ -45,12 +45,13 @@ func ExampleCompose() {
 	for _, p := range []struct {
 		name   string
 		policy *scheduler.Policy
-	}{{"kv", &scheduler.KV}, {"kv + decode stall", &kvStall}} {
+	}{{"time to first token", &ttft}, {"kv", &scheduler.KV}, {"time to first token + flat", &ttftFlat}} {
 		cands := workers()
 		i, _ := p.policy.Select(cands, req, scheduler.Params{OverlapWeight: 1}, rng)
 		fmt.Printf("%s: worker %d (costs %.1f, %.1f ms)\n", p.name, cands[i].Worker.Instance, cands[0].Cost, cands[1].Cost)
 	}
 	// Output:
-	// kv: worker 1 (costs 58.8, 85.8 ms)
-	// kv + decode stall: worker 2 (costs 188.8, 85.8 ms)
+	// time to first token: worker 1 (costs 58.8, 85.8 ms)
+	// kv: worker 2 (costs 1358.4, 85.8 ms)
+	// time to first token + flat: worker 2 (costs 258.8, 85.8 ms)
 }

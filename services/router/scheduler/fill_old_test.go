@@ -131,6 +131,11 @@ func selectBefore(cands []Candidate, req Request, p Params, rng *rand.Rand) int 
 	return len(cands) - 1
 }
 
+// termsBefore are the terms costBefore prices: KV's, less those that add
+// nothing to these candidates (Seed, TierLoad, AdapterLoad: no shared
+// prefix, lower tier or adapter) and DecodeStall, which came after.
+var termsBefore = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{})
+
 // TestDecisionsMatchBefore drives a Load through random routes, prefill
 // completions, frees, expiries, reports (fresh and stale), departures, timing
 // models that change (and are invalid, or differ from another in the sign
@@ -221,7 +226,7 @@ func TestDecisionsMatchBefore(t *testing.T) {
 		}
 		p := Params{OverlapWeight: []float64{1, 0.5, 2, 0}[rng.IntN(4)], Temperature: []float64{0, 0, 0.3}[rng.IntN(3)]}
 		seed := rng.Uint64()
-		chosen, err := Select(got, req, p, rand.New(rand.NewPCG(seed, 1)))
+		chosen, err := termsBefore.Select(got, req, p, rand.New(rand.NewPCG(seed, 1)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,8 +53,9 @@ var (
 	// requests that arrive behind it, less what a copy of a hot prefix
 	// saves those that share it, plus the time to load the prefix's
 	// blocks held below GPU and the request's LoRA adapter where it is not
-	// loaded; the cheapest worker at temperature 0, else a softmax draw.
-	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{})
+	// loaded, plus the wait its prefill causes the requests decoding there;
+	// the cheapest worker at temperature 0, else a softmax draw.
+	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{}, DecodeStall{})
 	// LeastLoaded is the same time at the cheapest worker, for candidates
 	// whose caches the caller hides (least-loaded mode, at weight 1 and
 	// temperature 0).

@@ -8,6 +8,7 @@
 //	ttft(w)  = the same with this request's tokens not cached on w added
 //	work(w)  = ttft(w) - ahead(w): the time w spends on this request before its first token
 //	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2) - seed(w)
+//	         + decoding(w) * (the prefill time this request adds to w's steps)
 //
 // The prefill is computed in steps of the worker's token budget less one
 // token per decoding request, each step paying the model's prefill time of
@@ -48,13 +49,19 @@
 // measured work, over the homes, and one more). Only the homes' current
 // busy period counts, so the credit is 0 at low load, and a lower bound on
 // the copy's worth.
+// The last line is what the request's prefill costs the requests decoding
+// on w: each waits for every step that computes part of the prompt, so
+// each of their next tokens comes that much later (DecodeStall). All three
+// are milliseconds of some request's wait, counted once: the cost is the
+// total wait the choice causes.
+//
 // Temperature 0 takes the cheapest worker, breaking ties by the longer
 // cached prefix, then at random; temperature t > 0 samples with probability
 // proportional to exp(-normalised cost / t), so load spreads while cache
 // affinity still pulls.
 //
 // The cost is built of parts: each Term (one file each: Prefill, Decode,
-// QueueWait, Seed, KVTransfer) adds its part to every candidate's cost,
+// QueueWait, Seed, DecodeStall, KVTransfer) adds its part to every candidate's cost,
 // and a Picker (Argmin, Softmax, Lowest, Random) chooses. A Policy is one
 // composition of them; policy.go lists the compositions (KV is the cost
 // above), and the router's modes name the one they choose with.

@@ -37,10 +37,13 @@ func TestSelectCosts(t *testing.T) {
 			want:  w(2), costs: []float64{100, 20},
 		},
 		{
-			name:  "a decode batch costs its steps, not its blocks",
-			cands: []Candidate{{Worker: w(1), Overlap: 2, Decoding: 5, DecodeBlocks: 5000}, {Worker: w(2)}},
+			name: "a decode batch costs its steps, not its blocks",
+			// w1 computes the last 10 tokens with one decode step (10 ms)
+			// beside them, and its 5 decoding requests wait 10 ms each
+			// for those tokens; its 5,000 decode blocks cost nothing.
+			cands: []Candidate{{Worker: w(1), Overlap: 9, Decoding: 5, DecodeBlocks: 5000}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 1},
-			want:  w(1), costs: []float64{90, 100},
+			want:  w(1), costs: []float64{10 + 10 + 5*10, 100},
 		},
 		{
 			name:  "a queue outweighs a hit",
@@ -52,7 +55,15 @@ func TestSelectCosts(t *testing.T) {
 			name:  "a low weight favours spreading decode",
 			cands: []Candidate{{Worker: w(1), Overlap: 8, Decoding: 1}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 0.1},
-			want:  w(2), costs: []float64{12, 10},
+			want:  w(2), costs: []float64{2 + 10 + 1*2, 10},
+		},
+		{
+			// w1 caches 8 of 10 blocks, but its 10 decoding requests
+			// each wait for the 20 tokens it computes: 20 + 10 + 10*20.
+			name:  "many decoding requests wait out a short prefill",
+			cands: []Candidate{{Worker: w(1), Overlap: 8, Decoding: 10}, {Worker: w(2)}},
+			p:     Params{OverlapWeight: 1},
+			want:  w(2), costs: []float64{230, 100},
 		},
 		{
 			name:  "a fully cached prompt still computes its last block",
