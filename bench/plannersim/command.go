@@ -24,6 +24,20 @@ const CSVName = "planner-sim.csv"
 // CSVHeader is its columns.
 var CSVHeader = []string{"policy", "attainment", "engine_seconds", "scale_changes"}
 
+// DecisionsName is the file --decisions writes beside CSVName: a line
+// per decision of the planner's runs (DecisionsHeader).
+const DecisionsName = "planner-sim-decisions.tsv"
+
+// TimelineName is the file Command writes beside CSVName: one row per
+// policy and judged window, under TimelineHeader.
+const TimelineName = "planner-sim-timeline.csv"
+
+// TimelineHeader is its columns: the window's start in seconds, the
+// requests that arrived in it, the ready engines they found (mean), the
+// engines running or starting at its end, the 90th percentiles of TTFT
+// and ITL in ms, and whether both held the objectives (1 or 0).
+var TimelineHeader = []string{"policy", "window_start_s", "requests", "ready_engines", "engines", "ttft_p90_ms", "itl_p90_ms", "met"}
+
 // Command is planner-sim's command line: a trace (--trace, or generated
 // from router-trace-gen's knobs, --rate-profile among them), run with the
 // planner in the loop for each --predictor and with the static pools
@@ -38,6 +52,7 @@ func Command(args []string, stdout io.Writer) error {
 	startup := fs.Duration("engine-startup", 60*time.Second, "time a started engine takes to be ready")
 	window := fs.Duration("window", 30*time.Second, "span over which the objectives are judged")
 	preds := fs.String("predictor", "window,trend", "the planner's predictors to run, comma-separated (one policy each)")
+	decisions := fs.Bool("decisions", false, "also write every decision of the planner's runs to "+DecisionsName+" under --out")
 	pc := core.DefaultConfig()
 	fs.Float64Var(&pc.TTFTMs, "ttft-slo", pc.TTFTMs, "time to first token objective, ms")
 	fs.Float64Var(&pc.ITLMs, "itl-slo", pc.ITLMs, "inter-token latency objective, ms")
@@ -80,7 +95,22 @@ func Command(args []string, stdout io.Writer) error {
 		block = g.BlockSize
 	}
 	cfg := Config{Engine: simengine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc}
-	peak, mean, capRPS := Static(trace, cfg)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	if *decisions {
+		f, err := os.Create(filepath.Join(*out, DecisionsName))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.WriteString(f, DecisionsHeader); err != nil {
+			return err
+		}
+		cfg.Decisions = f
+	}
+	peak, mean, opening, capRPS := Static(trace, cfg)
+	cfg.Opening = opening
 	type run struct {
 		policy string
 		fixed  int
@@ -91,8 +121,8 @@ func Command(args []string, stdout io.Writer) error {
 		runs = append(runs, run{policy: "planner-" + p, pred: p})
 	}
 	runs = append(runs, run{policy: "static-peak", fixed: peak}, run{policy: "static-mean", fixed: mean})
-	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms; static-peak %d engines, static-mean %d; engine start-up %v, interval %v\n",
-		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, *startup, pc.Interval)
+	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms; static-peak %d engines, static-mean %d, the planner's opening pool %d; engine start-up %v, interval %v\n",
+		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, opening, *startup, pc.Interval)
 	var results []Result
 	for _, r := range runs {
 		c := cfg
@@ -109,14 +139,40 @@ func Command(args []string, stdout io.Writer) error {
 		results = append(results, res)
 	}
 	PrintTable(stdout, results)
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
 	f, err := os.Create(filepath.Join(*out, CSVName))
 	if err != nil {
 		return err
 	}
-	return errors.Join(WriteCSV(f, results), f.Close())
+	if err := errors.Join(WriteCSV(f, results), f.Close()); err != nil {
+		return err
+	}
+	if f, err = os.Create(filepath.Join(*out, TimelineName)); err != nil {
+		return err
+	}
+	return errors.Join(WriteTimeline(f, results), f.Close())
+}
+
+// WriteTimeline writes every result's windows under TimelineHeader.
+func WriteTimeline(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(TimelineHeader); err != nil {
+		return err
+	}
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	for _, r := range results {
+		for _, win := range r.Timeline {
+			met := "0"
+			if win.Met {
+				met = "1"
+			}
+			if err := cw.Write([]string{r.Policy, f(win.Start.Seconds(), 0), strconv.Itoa(win.Requests), f(win.ReadyEngines, 2),
+				strconv.Itoa(win.Engines), f(win.TTFTp90Ms, 1), f(win.ITLp90Ms, 2), met}); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 // PrintTable prints one line per policy, with its engine-seconds as a

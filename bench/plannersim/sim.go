@@ -11,8 +11,10 @@
 package plannersim
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -35,7 +37,22 @@ type Config struct {
 	Window time.Duration
 	// Planner is the planner's policy (its objectives judge every run).
 	Planner core.Config
+	// Opening is the engines a planner's run starts with, ready (at least
+	// Planner.MinReplicas): the pool a planner takes over, as a fleet
+	// already serving the trace's opening rate has. Fixed pools start
+	// ready too.
+	Opening int
+	// Decisions, when set, gets a line per decision of a planner's run:
+	// DecisionsHeader's columns, tab-separated.
+	Decisions io.Writer
 }
+
+// DecisionsHeader names the columns of Config.Decisions' lines: the run's
+// policy, the time in seconds, the pool's workers and target, the
+// observed rate and mean request (prompt and output tokens), the forecast
+// rate, one worker's capacity, the fleet's predicted TTFT and ITL, and the
+// reason.
+const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\toutput\tforecast_rps\tcapacity_rps\tttft_ms\titl_ms\treason\n"
 
 // Result is one run's outcome.
 type Result struct {
@@ -52,6 +69,21 @@ type Result struct {
 	// Windows and Requests are what was judged; MaxEngines the largest
 	// pool.
 	Windows, Requests, MaxEngines int
+	// Timeline is every judged window, in time order.
+	Timeline []WindowResult
+}
+
+// WindowResult is one judged window: the requests that arrived in it,
+// the ready engines they found (the mean over their arrivals), the
+// engines running or starting at its end, and the 90th percentiles of
+// their TTFT and ITL.
+type WindowResult struct {
+	Start               time.Duration
+	Requests            int
+	ReadyEngines        float64
+	Engines             int
+	TTFTp90Ms, ITLp90Ms float64
+	Met                 bool
 }
 
 type event struct {
@@ -111,8 +143,11 @@ type sim struct {
 	arrivals, promptTok, outputTok uint64
 	// Per window: TTFTs and ITLs of the requests that arrived in it.
 	ttft, itl map[int][]float64
-	res       Result
-	buf       []uint32
+	// Per window: arrivals and the ready engines they found, summed;
+	// the engines running or starting when it ended.
+	winArrivals, winReady, winEngines map[int]int
+	res                               Result
+	buf                               []uint32
 	// lastChange is the time and direction (+1, -1) of the last change.
 	lastChange    time.Duration
 	lastDirection int
@@ -180,6 +215,13 @@ func (s *sim) arrive(i int, r replay.Request) {
 		return // too large for the engine: not served, not judged
 	}
 	s.reqs[id] = &request{arrival: r.Arrival, prompt: r.InputLength, eng: w}
+	win := int(r.Arrival / s.cfg.Window)
+	s.winArrivals[win]++
+	for _, e := range s.engines {
+		if !e.gone && e.ready && !e.draining {
+			s.winReady[win]++
+		}
+	}
 	w.inflight++
 	w.queued += r.InputLength
 	s.arrivals++
@@ -290,7 +332,8 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 	if err := cfg.Engine.Validate(); err != nil {
 		return Result{}, err
 	}
-	s := &sim{cfg: cfg, reqs: map[string]*request{}, ttft: map[int][]float64{}, itl: map[int][]float64{}}
+	s := &sim{cfg: cfg, reqs: map[string]*request{}, ttft: map[int][]float64{}, itl: map[int][]float64{},
+		winArrivals: map[int]int{}, winReady: map[int]int{}, winEngines: map[int]int{}}
 	s.res.Policy = policy
 	var plan *core.Planner
 	if fixed > 0 {
@@ -302,7 +345,7 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		if plan, err = core.New(cfg.Planner, 0); err != nil {
 			return Result{}, err
 		}
-		for range max(cfg.Planner.MinReplicas, 1) {
+		for range max(cfg.Planner.MinReplicas, cfg.Opening, 1) {
 			s.launch(0)
 		}
 	}
@@ -317,6 +360,12 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		var tick func(prev time.Duration)
 		tick = func(prev time.Duration) {
 			d := plan.Decide(time.Unix(0, 0).Add(s.now), []core.PoolObservation{s.observe(prev)})
+			if cfg.Decisions != nil {
+				pd := d.Pools[0]
+				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
+					pd.Inputs.Observed.RequestsPerSec, pd.Inputs.Observed.PromptTokens(), pd.Inputs.Observed.OutputTokens(),
+					pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.CapacityRPS, pd.Inputs.TTFTMs, pd.Inputs.ITLMs, pd.Reason)
+			}
 			s.apply(d.Pools[0])
 			if s.now < end {
 				now := s.now
@@ -329,7 +378,9 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		ev := heap.Pop(&s.q).(event)
 		s.now = ev.at
 		ev.fn()
-		s.res.MaxEngines = max(s.res.MaxEngines, len(s.running()))
+		n := len(s.running())
+		s.res.MaxEngines = max(s.res.MaxEngines, n)
+		s.winEngines[int(s.now/cfg.Window)] = n
 	}
 	for _, w := range s.engines {
 		if !w.gone {
@@ -340,10 +391,17 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 	met := 0
 	for win, ts := range s.ttft {
 		s.res.Windows++
-		if p90(ts) <= cfg.Planner.TTFTMs && p90(s.itl[win]) <= cfg.Planner.ITLMs {
+		w := WindowResult{Start: time.Duration(win) * cfg.Window, Requests: s.winArrivals[win], Engines: s.winEngines[win],
+			TTFTp90Ms: p90(ts), ITLp90Ms: p90(s.itl[win])}
+		if w.Requests > 0 {
+			w.ReadyEngines = float64(s.winReady[win]) / float64(w.Requests)
+		}
+		if w.Met = w.TTFTp90Ms <= cfg.Planner.TTFTMs && w.ITLp90Ms <= cfg.Planner.ITLMs; w.Met {
 			met++
 		}
+		s.res.Timeline = append(s.res.Timeline, w)
 	}
+	slices.SortFunc(s.res.Timeline, func(a, b WindowResult) int { return cmp.Compare(a.Start, b.Start) })
 	if s.res.Windows > 0 {
 		s.res.Attainment = float64(met) / float64(s.res.Windows)
 	}
@@ -362,10 +420,11 @@ func p90(v []float64) float64 {
 
 // Static sizes the fixed pools: the engines the trace's busiest window and
 // its mean need at one engine's capacity within the objectives (for the
-// trace's mean request), at least one.
-func Static(trace []replay.Request, cfg Config) (peak, mean int, capacity float64) {
+// trace's mean request), at least one; and opening, the engines its first
+// window needs, which a planner's run starts with.
+func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capacity float64) {
 	if len(trace) == 0 {
-		return 1, 1, 0
+		return 1, 1, 1, 0
 	}
 	var prompt, output float64
 	counts := map[int]int{}
@@ -387,7 +446,7 @@ func Static(trace []replay.Request, cfg Config) (peak, mean int, capacity float6
 	}
 	span := max(trace[len(trace)-1].Arrival.Seconds(), cfg.Window.Seconds())
 	need := func(rps float64) int { return max(int(math.Ceil(rps/capacity)), 1) }
-	return need(float64(most) / cfg.Window.Seconds()), need(n / span), capacity
+	return need(float64(most) / cfg.Window.Seconds()), need(n / span), need(float64(counts[0]) / cfg.Window.Seconds()), capacity
 }
 
 // String is a one-line summary.

@@ -3,9 +3,11 @@ package plannersim
 import (
 	"bytes"
 	"encoding/csv"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +69,7 @@ func TestRunPlannerFollowsAStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak, mean, capRPS := Static(trace, cfg)
+	peak, mean, _, capRPS := Static(trace, cfg)
 	if !(capRPS > 0) || peak < mean || peak < 2 {
 		t.Fatalf("static sizes peak %d mean %d at %.2f req/s an engine", peak, mean, capRPS)
 	}
@@ -91,7 +93,7 @@ func TestCommandWritesTheCSV(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
 	err := Command([]string{"--preset", "sessions", "--requests", "300", "--rate", "5", "--rate-profile", "diurnal", "--profile-period", "1m",
-		"--profile-amplitude", "0.5", "--engine-startup", "10s", "--adjustment-interval", "5s", "--out", dir}, &out)
+		"--profile-amplitude", "0.5", "--engine-startup", "10s", "--adjustment-interval", "5s", "--decisions", "--out", dir}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +118,71 @@ func TestCommandWritesTheCSV(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "static-peak") || !strings.Contains(out.String(), "flaps") {
 		t.Fatalf("table:\n%s", out.String())
+	}
+	// The timeline: every policy's windows, as many as the CSV's row
+	// judged, in time order.
+	tf, err := os.Open(filepath.Join(dir, TimelineName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tf.Close()
+	timeline, err := csv.NewReader(tf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(timeline[0], TimelineHeader) {
+		t.Fatalf("timeline header %v", timeline[0])
+	}
+	windows := map[string]int{}
+	last := map[string]float64{}
+	for _, r := range timeline[1:] {
+		start, err := strconv.ParseFloat(r[1], 64)
+		if err != nil || (windows[r[0]] > 0 && start <= last[r[0]]) || (r[7] != "0" && r[7] != "1") {
+			t.Fatalf("timeline row %v", r)
+		}
+		windows[r[0]]++
+		last[r[0]] = start
+	}
+	for _, p := range policies {
+		if windows[p] == 0 {
+			t.Fatalf("no windows of %s in the timeline", p)
+		}
+	}
+	// The decisions: the header and a line per decision of the two
+	// planner runs only.
+	d, err := os.ReadFile(filepath.Join(dir, DecisionsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(d), "\n"), "\n")
+	if lines[0]+"\n" != DecisionsHeader || len(lines) < 3 {
+		t.Fatalf("decisions:\n%s", d)
+	}
+	cols := strings.Count(DecisionsHeader, "\t") + 1
+	for _, l := range lines[1:] {
+		f := strings.Split(l, "\t")
+		if len(f) != cols || !strings.HasPrefix(f[0], "planner-") {
+			t.Fatalf("decision line %q", l)
+		}
+	}
+}
+
+func TestRunStartsFromTheOpeningPool(t *testing.T) {
+	// 30 req/s from the start: the planner's run starts with the opening
+	// pool Static gives for it, ready, so its first window is served as
+	// a static pool of that size serves it.
+	cfg := testConfig()
+	trace := steady(0, 1800, 30, 0)
+	_, _, opening, capRPS := Static(trace, cfg)
+	if want := int(math.Ceil(30 / capRPS)); opening != want || opening < 2 {
+		t.Fatalf("opening pool %d at %.2f req/s an engine, want %d (at least 2)", opening, capRPS, want)
+	}
+	cfg.Opening = opening
+	res, err := Run(trace, cfg, "planner", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Timeline[0].ReadyEngines < float64(opening) || !res.Timeline[0].Met {
+		t.Fatalf("first window %+v with an opening pool of %d", res.Timeline[0], opening)
 	}
 }

@@ -17,7 +17,8 @@
 //   - stability: a pool shrinks only when even (1-Hysteresis) of a
 //     worker's capacity would do for the forecast and for every rate
 //     observed over the cooldown, not within Cooldown intervals of its
-//     last change, not while started workers have yet to register, and
+//     last change nor before Cooldown+1 intervals have been observed,
+//     not while started workers have yet to register, and
 //     never on stale data; it stays within MinReplicas..MaxReplicas and
 //     all pools within GPUBudget.
 package core
@@ -64,10 +65,22 @@ type Config struct {
 	// MaxAge is the oldest data a decision uses; a worker whose last load
 	// report is older is not counted, and a pool with none fresh holds.
 	MaxAge time.Duration
+	// Quantile is how sure the pool's size is to hold the level of the
+	// rate, in [0.5, 1): the forecast plus Quantile's normal quantile
+	// times the forecast's error (Spread.Error, from the noise of the
+	// samples it was made from); 0.5 sizes for the forecast alone. The
+	// error of the level only: a worker's capacity (Engine.Capacity)
+	// already holds the objectives against requests arriving at random
+	// around a level, its queue's wait; what it cannot know is whether
+	// the level is the forecast's.
+	Quantile float64
 	// Lead is how long a started worker takes to serve (start, load,
-	// register). A decision sizes the pool for the demand forecast at
-	// Lead plus half an interval past the last measure: when the workers
-	// it starts serve, through the middle of the interval they serve it.
+	// register). A worker a decision starts serves from Lead on, and the
+	// next decision's workers from Lead plus an interval: so a decision
+	// grows the pool for the highest demand forecast over [Lead,
+	// Lead+Interval]. A worker it drains is gone at once and could not be
+	// replaced before Lead: so it shrinks the pool only to what holds the
+	// highest demand forecast over [0, Lead+Interval].
 	Lead time.Duration
 }
 
@@ -78,6 +91,7 @@ func DefaultConfig() Config {
 		Objectives: Objectives{TTFTMs: 500, ITLMs: 50},
 		Interval:   10 * time.Second, MinReplicas: 1, MaxReplicas: 8,
 		Predictor: "window", Window: 3, Hysteresis: 0.2, Cooldown: 3, MaxAge: 30 * time.Second,
+		Quantile: 0.95,
 	}
 }
 
@@ -100,6 +114,8 @@ func (c Config) Validate() error {
 		return errors.New("the maximum data age must be positive")
 	case c.Lead < 0:
 		return errors.New("the workers' start-up lead must not be negative")
+	case !(c.Quantile >= 0.5 && c.Quantile < 1):
+		return fmt.Errorf("demand quantile %v: must be in [0.5, 1)", c.Quantile)
 	}
 	_, err := NewPredictor(c.Predictor, c.Window)
 	return err
@@ -144,6 +160,10 @@ type PoolObservation struct {
 type Inputs struct {
 	Observed Demand `json:"observed"`
 	Forecast Demand `json:"forecast"`
+	// SpreadRPS is the standard deviation of the forecast's rate (its
+	// error, from the samples' noise); the pool is sized for the forecast
+	// plus the quantile's share of it.
+	SpreadRPS float64 `json:"spread_rps"`
 	// CapacityRPS is one worker's requests per second within the
 	// objectives for the forecast's request sizes.
 	CapacityRPS float64 `json:"capacity_rps"`
@@ -204,6 +224,9 @@ type poolState struct {
 	// intervals, oldest first: a pool shrinks only when the highest of
 	// them fits too.
 	recent []float64
+	// bounds is the rates the pool was sized for (the forecast's bound at
+	// the quantile) at the decisions of the same intervals.
+	bounds []float64
 	// changedAt is the decision id of the pool's last change, 0 for none.
 	changedAt uint64
 }
@@ -263,12 +286,12 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 }
 
 // predictorWindow is the samples the predictor looks at: Window, and for
-// trend at least those of twice its horizon (Lead and half an interval),
+// trend at least those of twice its horizon (Lead and an interval),
 // so that a line read that far ahead is fitted over at least as long.
 func (p *Planner) predictorWindow() int {
 	w := p.cfg.Window
 	if p.cfg.Predictor == "trend" {
-		horizon := p.cfg.Lead + p.cfg.Interval/2
+		horizon := p.cfg.Lead + p.cfg.Interval
 		w = max(w, int(math.Ceil(2*horizon.Seconds()/p.cfg.Interval.Seconds())))
 	}
 	return w
@@ -304,7 +327,8 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	}
 	pd.Inputs.Fresh = len(fresh)
 	demandFresh := !o.Demand.At.IsZero() && now.Sub(o.Demand.At) <= c.MaxAge && o.Demand.valid()
-	if demandFresh && o.Demand.At.After(st.lastSample) {
+	newSample := demandFresh && o.Demand.At.After(st.lastSample)
+	if newSample {
 		st.predictor.Observe(o.Demand)
 		st.lastSample = o.Demand.At
 		st.recent = append(st.recent, o.Demand.RequestsPerSec)
@@ -321,9 +345,27 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if !demandFresh && len(o.Workers) > 0 {
 		return hold("stale: no demand measured within " + c.MaxAge.String())
 	}
-	f := st.predictor.Forecast(c.Lead + c.Interval/2)
+	// The demand the pool grows for: the highest forecast while the
+	// workers started now are the newest, from Lead to Lead plus an
+	// interval. Both predictors forecast a line (window a flat one), so
+	// the highest is at an end of the span.
+	f := highest(st.predictor.Forecast(c.Lead), st.predictor.Forecast(c.Lead+c.Interval))
 	pd.Inputs.Forecast = f
-	prompt, output := f.PromptTokens(), f.OutputTokens()
+	// The rate to hold: the forecast and the margin its error needs at
+	// the quantile (the error at the span's far end, the larger).
+	spread := st.predictor.Spread(c.Lead + c.Interval)
+	pd.Inputs.SpreadRPS = spread.Error
+	z := normalQuantile(c.Quantile)
+	upper := f.RequestsPerSec + z*spread.Error
+	if newSample {
+		st.bounds = append(st.bounds, upper)
+		if len(st.bounds) > c.Cooldown+1 {
+			st.bounds = st.bounds[len(st.bounds)-c.Cooldown-1:]
+		}
+	}
+	// The mean request of the samples, not of the forecast: a forecast of
+	// no requests still has requests of a size to size a margin for.
+	prompt, output := st.predictor.Sizes()
 
 	// Throughput: the forecast over one worker's capacity, with the
 	// engine of the pool's first fresh worker (workers of a pool run one
@@ -347,15 +389,23 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		}
 		return int(math.Ceil(rps/(per*share) - 1e-9))
 	}
-	target := need(f.RequestsPerSec, 1)
-	reason := fmt.Sprintf("throughput: %.3g req/s forecast, %.3g req/s per worker within the objectives", f.RequestsPerSec, capRPS)
+	target := need(upper, 1)
+	reason := fmt.Sprintf("throughput: %.3g req/s forecast (%.3g at the %.0fth percentile), %.3g req/s per worker within the objectives",
+		f.RequestsPerSec, upper, 100*c.Quantile, capRPS)
 	if capRPS == 0 && f.RequestsPerSec > 0 {
 		reason = fmt.Sprintf("throughput: %.3g req/s forecast; no load holds the objectives for requests of %.0f+%.0f tokens, sized to what a worker sustains (%.3g req/s)",
 			f.RequestsPerSec, prompt, output, bound)
 	}
 
 	// Load: the workers' predictions now.
-	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, c.Objectives)
+	// A shrink must leave workers that hold the objectives at the rate
+	// sized for, not only at the one observed: else the load rule would
+	// grow the pool again as soon as the rate met its forecast bound.
+	growth := 1.0
+	if r := pd.Inputs.Observed.RequestsPerSec; r > 0 && upper > r {
+		growth = upper / r
+	}
+	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, c.Objectives, growth)
 	pd.Inputs.TTFTMs, pd.Inputs.ITLMs = ttft, itl
 	if up && target <= pd.Current {
 		target = pd.Current + 1
@@ -363,11 +413,21 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	}
 
 	if target < pd.Current {
-		// Shrinking needs the forecast and every rate observed over the
-		// cooldown to fit the smaller pool with the hysteresis kept free:
-		// a forecast that dips on noise alone does not shrink it.
-		high := f.RequestsPerSec
+		// Shrinking needs the forecast's bound, every rate observed and
+		// every bound sized for over the cooldown to fit the smaller pool
+		// with the hysteresis kept free: a forecast that dips on noise
+		// alone does not shrink it, and a pool that a falling forecast
+		// would shrink keeps what the rate now needs (a worker drained
+		// now could not be back before Lead). After a shrink to n the
+		// pool grows only on a bound above n workers' capacity, a
+		// quarter (1/(1-Hysteresis)) above the highest of the last
+		// Cooldown+1: on a steady rate, the bound's own noise rarely
+		// moves it that far.
+		high := upper
 		for _, r := range st.recent {
+			high = max(high, r)
+		}
+		for _, r := range st.bounds {
 			high = max(high, r)
 		}
 		switch down := need(high, 1-c.Hysteresis); {
@@ -377,6 +437,11 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 			target, reason = pd.Current, "hold: started workers have not registered yet"
 		case st.changedAt != 0 && p.lastID-st.changedAt <= uint64(c.Cooldown):
 			target, reason = pd.Current, fmt.Sprintf("hold: within %d intervals of the last change", c.Cooldown)
+		case len(st.recent) <= c.Cooldown:
+			// A planner that has just started (or a pool just seen) knows
+			// too little of the rate to shrink on: it observes as many
+			// intervals as follow a change first.
+			target, reason = pd.Current, fmt.Sprintf("hold: %d intervals observed, a shrink needs %d", len(st.recent), c.Cooldown+1)
 		case !downOK:
 			target, reason = pd.Current, "hold: with one worker less the others would break an objective"
 		case down >= pd.Current:
@@ -397,9 +462,10 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 // loadRule applies the load rule to the fresh workers: up when every one
 // predicts, for a request of prompt tokens, a TTFT or an ITL past the
 // objectives; downOK when, with one worker fewer and its load spread over
-// the others, every one would still hold both. ttft and itl are the
+// the others and grown by growth (the rate sized for over the rate
+// observed), every one would still hold both. ttft and itl are the
 // lowest of the workers' predictions.
-func loadRule(role Role, fresh []Worker, prompt float64, o Objectives) (up, downOK bool, ttft, itl float64) {
+func loadRule(role Role, fresh []Worker, prompt float64, o Objectives, growth float64) (up, downOK bool, ttft, itl float64) {
 	if len(fresh) == 0 {
 		return false, true, 0, 0
 	}
@@ -413,7 +479,7 @@ func loadRule(role Role, fresh []Worker, prompt float64, o Objectives) (up, down
 			up = false
 		}
 		if downOK {
-			scale := n / (n - 1)
+			scale := n / (n - 1) * growth
 			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt)
 			if t2 > o.TTFTMs || i2 > o.ITLMs {
 				downOK = false
@@ -487,6 +553,17 @@ func drainOrder(o PoolObservation, n int, now time.Time, maxAge time.Duration) [
 		ids = append(ids, w.ID)
 	}
 	return ids
+}
+
+// normalQuantile is the standard normal distribution's q-quantile.
+func normalQuantile(q float64) float64 { return math.Sqrt2 * math.Erfinv(2*q-1) }
+
+// highest is the forecast of the more requests per second of a and b.
+func highest(a, b Demand) Demand {
+	if b.RequestsPerSec > a.RequestsPerSec {
+		return b
+	}
+	return a
 }
 
 func defaultModel() timingmodel.Model { return timingmodel.Default() }

@@ -64,10 +64,18 @@ func TestDecide(t *testing.T) {
 		// 4 workers at 100 req/s: 3 would do at full capacity, but
 		// shrinking needs 100 <= 3*40*0.8 = 96: no. At 5, 4 would do:
 		// 100 <= 4*32.
-		{"hysteresis holds", nil, []step{{obs(4, 100, at(1)), 4, "hysteresis", 0}}},
-		{"hysteresis allows", nil, []step{{obs(5, 100, at(1)), 4, "down to 4", 1}}},
+		{"hysteresis holds", noCooldown, []step{{obs(4, 100, at(1)), 4, "hysteresis", 0}}},
+		{"hysteresis allows", noCooldown, []step{{obs(5, 100, at(1)), 4, "down to 4", 1}}},
+		// A new planner observes Cooldown+1 intervals before it shrinks
+		// a pool: one interval's rate says little of the next.
+		{"observes before a shrink", nil, []step{
+			{obs(5, 100, at(1)), 5, "1 intervals observed, a shrink needs 4", 0},
+			{obs(5, 100, at(2)), 5, "2 intervals observed", 0},
+			{obs(5, 100, at(3)), 5, "3 intervals observed", 0},
+			{obs(5, 100, at(4)), 4, "down to 4", 1},
+		}},
 		// After a change the pool does not shrink for 3 intervals.
-		{"cooldown", nil, []step{
+		{"cooldown", forecastOnly, []step{
 			{obs(1, 100, at(1)), 3, "throughput", 0},
 			{obs(3, 10, at(2)), 3, "within 3 intervals", 0},
 			{obs(3, 10, at(3)), 3, "within 3 intervals", 0},
@@ -89,7 +97,7 @@ func TestDecide(t *testing.T) {
 		}(), 2, "load: every worker", 0}}},
 		// Two workers, one with 4,000 queued tokens: without the other
 		// it would queue 8,000 and break the TTFT objective.
-		{"load rule vetoes a shrink", nil, []step{{func() PoolObservation {
+		{"load rule vetoes a shrink", noCooldown, []step{{func() PoolObservation {
 			o := obs(2, 10, at(1))
 			o.Workers[0].Queued = 4000
 			return o
@@ -100,6 +108,43 @@ func TestDecide(t *testing.T) {
 		// The bound: rho < 1 with 0.11rT prompt and decode tokens a
 		// step, T = 30/(1-0.01r): r < 9090.9/120.9 = 75.2, 2 workers.
 		{"objective unreachable", func(c *Config) { c.TTFTMs = 10 }, []step{{obs(1, 100, at(1)), 2, "no load holds the objectives", 0}}},
+		// Rates of 100 and 120 req/s by turns: a noise of 20.97 req/s
+		// (the median difference, 20, over 0.6745*sqrt(2)), the window
+		// predictor's mean of 3 at 106.7 or 113.3 req/s with an error of
+		// the noise over sqrt(3). The 95th percentile is the mean plus
+		// 1.645*20.97/sqrt(3) = 19.9: 126.6 or 133.2 req/s, 4 workers
+		// of 40, where the forecast alone would say 3.
+		// A trend falling to no requests: the forecast is 0 req/s and
+		// its error (noise 20.97 by the median difference, times
+		// sqrt(1/3 + 30^2/200) for the line read 30 s past the last of 3
+		// samples 10 s apart: 46.1) gives 75.8 req/s at the 95th
+		// percentile, of requests of the samples' mean size: 2 workers
+		// of 40 (not the maximum: a forecast of no requests has no
+		// requests' size of its own).
+		{"trend falls to nothing", trendLead, []step{
+			{obs(2, 40, at(1)), 2, "", 0},
+			{obs(2, 20, at(2)), 2, "", 0},
+			{obs(2, 0, at(3)), 2, "0 req/s forecast (75.8 at the 95th percentile), 40 req/s per worker", 0},
+		}},
+		{"sized for the quantile", func(c *Config) { c.Window = 3 }, []step{
+			{obs(4, 100, at(1)), 4, "", 0},
+			{obs(4, 120, at(2)), 4, "", 0},
+			{obs(4, 100, at(3)), 4, "107 req/s forecast (127 at the 95th percentile)", 0},
+			{obs(4, 120, at(4)), 4, "113 req/s forecast (133 at the 95th percentile)", 0},
+			{obs(4, 100, at(5)), 4, "107 req/s forecast (127 at the 95th percentile)", 0},
+		}},
+		// Trend rising 20 req/s an interval, a lead of 2 intervals:
+		// workers started now serve from 2 intervals on and the next
+		// decision's from 3, so the pool grows for the line at +3
+		// intervals, read no further than the samples span: 20 (one
+		// sample), 40+20 (span 1), 60+2*20 (span 2), then 80+3*20 = 140
+		// req/s, 4 workers of 40 (the line at the lead, 120, says 3).
+		{"grows for the end of the lead", func(c *Config) { trendLead(c); forecastOnly(c) }, []step{
+			{obs(1, 20, at(1)), 1, "", 0},
+			{obs(1, 40, at(2)), 2, "60 req/s forecast", 0},
+			{obs(2, 60, at(3)), 3, "100 req/s forecast", 0},
+			{obs(3, 80, at(4)), 4, "140 req/s forecast", 0},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -131,6 +176,18 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forecastOnly sizes for the forecast, without a margin for its spread.
+func forecastOnly(c *Config) { c.Quantile = 0.5 }
+
+// noCooldown lets a pool shrink at any decision.
+func noCooldown(c *Config) { c.Cooldown = 0 }
+
+// trendLead is the trend predictor over 4 samples with a lead of 2
+// intervals.
+func trendLead(c *Config) {
+	c.Predictor, c.Window, c.Lead = "trend", 4, 2*c.Interval
 }
 
 func TestBudget(t *testing.T) {
@@ -199,6 +256,10 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown predictor", func(c *Config) { c.Predictor = "arima" }, false},
 		{"trend", func(c *Config) { c.Predictor = "trend" }, true},
 		{"negative budget", func(c *Config) { c.GPUBudget = -1 }, false},
+		{"quantile 0.5", func(c *Config) { c.Quantile = 0.5 }, true},
+		{"quantile under 0.5", func(c *Config) { c.Quantile = 0.49 }, false},
+		{"quantile 1", func(c *Config) { c.Quantile = 1 }, false},
+		{"quantile NaN", func(c *Config) { c.Quantile = math.NaN() }, false},
 		{"max age 0", func(c *Config) { c.MaxAge = 0 }, false},
 	} {
 		c := testConfig()
@@ -278,7 +339,11 @@ func TestDemandCurves(t *testing.T) {
 				if sizes[19] != 1 || sizes[20+3] < needed(200) || sizes[59] < needed(200) {
 					t.Errorf("step up: sizes %v", sizes[15:30])
 				}
-				if sizes[60+3+3+1] != needed(20) || sizes[99] != needed(20) {
+				// Down within 8 intervals of the step: the window's mean
+				// leaves the step behind over its 3, and the pool shrinks
+				// once the bounds it was sized for over the last 4 (the
+				// cooldown and one) fit the smaller pool.
+				if sizes[60+8] != needed(20) || sizes[99] != needed(20) {
 					t.Errorf("step down: sizes %v", sizes[55:75])
 				}
 			}},

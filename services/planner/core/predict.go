@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,7 +56,25 @@ type Predictor interface {
 	// Forecast is the demand expected ahead of the last sample's time;
 	// the zero Demand before any sample.
 	Forecast(ahead time.Duration) Demand
+	// Sizes is the mean request of the samples: prompt and output
+	// tokens (their tokens over their requests), 0 without requests.
+	Sizes() (prompt, output float64)
+	// Spread is how far from Forecast(ahead) the request rate of the
+	// interval then may be; zero before there are samples enough to
+	// tell.
+	Spread(ahead time.Duration) Spread
 }
+
+// Spread is a forecast's uncertainty, in requests per second: Noise is
+// the standard deviation of one interval's rate around the level it
+// measures, Error that of the forecast's level itself.
+type Spread struct {
+	Noise, Error float64
+}
+
+// Total is the standard deviation of an interval's rate around the
+// forecast: its noise and the forecast's error, independent.
+func (s Spread) Total() float64 { return math.Hypot(s.Noise, s.Error) }
 
 // predictors lists the predictors by their --predictor name.
 var predictors = map[string]func(window int) Predictor{
@@ -88,10 +107,42 @@ func NewPredictor(name string, window int) (Predictor, error) {
 	return mk(max(window, 1)), nil
 }
 
-// history is the last size samples, oldest first.
+// history is the last size samples, oldest first, and the request rates
+// of the last noiseSamples (at least size) for the noise estimate.
 type history struct {
 	size    int
 	samples []Sample
+	rates   []float64
+}
+
+// noiseSamples is how many intervals' request rates the noise estimate
+// looks at: a scale estimated from m differences is within about
+// 1.2/sqrt(m) of the truth (the median's efficiency), a quarter at 24.
+const noiseSamples = 24
+
+// noise is the standard deviation of one sample's request rate around
+// the level it measures, from the successive differences of the recent
+// rates: the difference of two independent samples of one level has the
+// standard deviation sqrt(2)*s, and a level that moves slowly next to the
+// interval adds little to it. The median of their sizes is taken, not
+// their mean square: a step of the level is one difference, not noise,
+// and must not hold a pool large for the whole memory after it. For
+// normal noise the median of |d| is 0.6745*sqrt(2)*s. 0 with fewer than
+// 3 rates.
+func (h *history) noise() float64 {
+	if len(h.rates) < 3 {
+		return 0
+	}
+	d := make([]float64, 0, len(h.rates)-1)
+	for i := 1; i < len(h.rates); i++ {
+		d = append(d, math.Abs(h.rates[i]-h.rates[i-1]))
+	}
+	slices.Sort(d)
+	m := d[len(d)/2]
+	if len(d)%2 == 0 {
+		m = (d[len(d)/2-1] + m) / 2
+	}
+	return m / (0.6744897501960817 * math.Sqrt2)
 }
 
 func (h *history) Observe(s Sample) {
@@ -105,6 +156,15 @@ func (h *history) Observe(s Sample) {
 	if len(h.samples) > h.size {
 		h.samples = append(h.samples[:0], h.samples[len(h.samples)-h.size:]...)
 	}
+	h.rates = append(h.rates, s.RequestsPerSec)
+	if keep := max(h.size, noiseSamples); len(h.rates) > keep {
+		h.rates = append(h.rates[:0], h.rates[len(h.rates)-keep:]...)
+	}
+}
+
+func (h *history) Sizes() (prompt, output float64) {
+	m := h.mean()
+	return m.PromptTokens(), m.OutputTokens()
 }
 
 func (h *history) mean() Demand {
@@ -125,45 +185,74 @@ type windowPredictor struct{ history }
 
 func (p *windowPredictor) Forecast(time.Duration) Demand { return p.mean() }
 
+// Spread of a mean of n samples: a sample's noise s around the level,
+// and the mean's own error s/sqrt(n).
+func (p *windowPredictor) Spread(time.Duration) Spread {
+	s := p.noise()
+	return Spread{Noise: s, Error: s / math.Sqrt(float64(max(len(p.samples), 1)))}
+}
+
 type trendPredictor struct{ history }
 
-// Forecast reads the least-squares line through the samples ahead of the
-// last one, never below zero. With fewer than two samples it is the mean.
+// Forecast reads the least-squares line of the request rate through the
+// samples ahead of the last one, never below zero; its token rates are
+// that many requests of the samples' mean sizes (their tokens over their
+// requests). A ratio of two lines read ahead would be noise over noise:
+// near a rate of zero it gives requests of any size. With fewer than two
+// samples it is the mean.
+// It reads no further ahead than the samples span: a slope fitted over a
+// span s carries an error that, read a distance d past its end, grows as
+// d/s; past d = s the extrapolated change is more error than signal (two
+// samples an interval apart read six intervals ahead multiply their noise
+// sixfold), so a short history forecasts at most its own span ahead.
 func (p *trendPredictor) Forecast(ahead time.Duration) Demand {
-	n := len(p.samples)
-	if n < 2 {
+	if len(p.samples) < 2 {
 		return p.mean()
 	}
+	prompt, output := p.Sizes()
+	rps, _ := p.fit(ahead)
+	return Demand{RequestsPerSec: rps, PromptTokensPerSec: rps * prompt, OutputTokensPerSec: rps * output}
+}
+
+// Spread of the line read at x0: a sample's noise s around the level,
+// and the line's own error there, s*sqrt(1/n + (x0-mean x)^2/Sxx) (the
+// least-squares prediction interval). Read far past a short history the
+// error outgrows the noise: the line's slope is mostly noise.
+func (p *trendPredictor) Spread(ahead time.Duration) Spread {
+	s := p.noise()
+	if len(p.samples) < 2 {
+		return Spread{Noise: s, Error: s}
+	}
+	_, leverage := p.fit(ahead)
+	return Spread{Noise: s, Error: s * math.Sqrt(leverage)}
+}
+
+// fit is the least-squares line of the request rate through the samples
+// (at least two), read ahead of the last one (no further than they
+// span), never below zero; and the leverage of that reading, 1/n +
+// (x0-mean x)^2/Sxx.
+func (p *trendPredictor) fit(ahead time.Duration) (rps, leverage float64) {
+	n := len(p.samples)
 	t0 := p.samples[0].At
-	xs := make([]float64, n)
-	var mx float64
-	for i, s := range p.samples {
-		xs[i] = s.At.Sub(t0).Seconds()
-		mx += xs[i]
+	ahead = min(ahead, p.samples[n-1].At.Sub(t0))
+	var mx, my float64
+	for _, s := range p.samples {
+		mx += s.At.Sub(t0).Seconds()
+		my += s.RequestsPerSec
 	}
 	mx /= float64(n)
+	my /= float64(n)
+	var sxy, sxx float64
+	for _, s := range p.samples {
+		dx := s.At.Sub(t0).Seconds() - mx
+		sxy += dx * (s.RequestsPerSec - my)
+		sxx += dx * dx
+	}
+	if sxx == 0 {
+		return my, 1 / float64(n)
+	}
 	at := p.samples[n-1].At.Sub(t0).Seconds() + ahead.Seconds()
-	line := func(y func(Sample) float64) float64 {
-		var my, sxy, sxx float64
-		for _, s := range p.samples {
-			my += y(s)
-		}
-		my /= float64(n)
-		for i, s := range p.samples {
-			dx := xs[i] - mx
-			sxy += dx * (y(s) - my)
-			sxx += dx * dx
-		}
-		if sxx == 0 {
-			return my
-		}
-		return max(my+sxy/sxx*(at-mx), 0)
-	}
-	return Demand{
-		RequestsPerSec:     line(func(s Sample) float64 { return s.RequestsPerSec }),
-		PromptTokensPerSec: line(func(s Sample) float64 { return s.PromptTokensPerSec }),
-		OutputTokensPerSec: line(func(s Sample) float64 { return s.OutputTokensPerSec }),
-	}
+	return max(my+sxy/sxx*(at-mx), 0), 1/float64(n) + (at-mx)*(at-mx)/sxx
 }
 
 // Counters are a worker's counts since it started, as its load report

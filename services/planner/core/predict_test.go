@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,67 @@ func TestPredictors(t *testing.T) {
 			f := p.Forecast(5 * time.Second)
 			if !near(f.RequestsPerSec, tc.want) || !near(f.PromptTokensPerSec, 10*tc.want) || !near(f.OutputTokensPerSec, tc.want) {
 				t.Fatalf("forecast %+v, want %v req/s (x10 prompt, x1 output)", f, tc.want)
+			}
+		})
+	}
+	// Read far ahead, a line is read no further than its samples span;
+	// its token rates are its requests at the samples' mean sizes.
+	for _, tc := range []struct {
+		name    string
+		samples []Sample
+		ahead   time.Duration
+		want    Demand
+	}{
+		// 10 then 20 req/s 10 s apart, 60 s ahead: read at +10 s, 30.
+		{"two samples", []Sample{s(0, 10), s(10, 20)}, time.Minute, Demand{30, 300, 30}},
+		// 10, 20, 30 over 20 s, 15 s ahead: within the span, 45.
+		{"within the span", []Sample{s(0, 10), s(10, 20), s(20, 30)}, 15 * time.Second, Demand{45, 450, 45}},
+		// Requests of 100 then 10 prompt tokens: the lines of tokens and
+		// requests read ahead would give 200 req/s of -50 tokens; the
+		// mean size is 1100/20 = 55 tokens.
+		{"mean sizes", []Sample{
+			{At: t0, Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 1000, OutputTokensPerSec: 100}},
+			{At: t0.Add(10 * time.Second), Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 100, OutputTokensPerSec: 100}},
+		}, 10 * time.Second, Demand{10, 550, 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := NewPredictor("trend", 10)
+			for _, x := range tc.samples {
+				p.Observe(x)
+			}
+			f := p.Forecast(tc.ahead)
+			if !near(f.RequestsPerSec, tc.want.RequestsPerSec) || !near(f.PromptTokensPerSec, tc.want.PromptTokensPerSec) || !near(f.OutputTokensPerSec, tc.want.OutputTokensPerSec) {
+				t.Fatalf("forecast %+v, want %+v", f, tc.want)
+			}
+		})
+	}
+	// The spread: the noise from the median successive difference (a
+	// step of the level is one difference, not noise), the error of the
+	// window's mean over sqrt(n), of the line by its leverage.
+	for _, tc := range []struct {
+		name, pred string
+		rates      []float64
+		ahead      time.Duration
+		want       Spread
+	}{
+		{"no samples", "window", nil, 0, Spread{}},
+		{"two samples", "window", []float64{10, 20}, 0, Spread{}},
+		// |d| 20, 20: 20/(0.67449*sqrt(2)) = 20.967; the mean of 3.
+		{"window", "window", []float64{100, 120, 100}, 0, Spread{20.9672, 20.9672 / math.Sqrt(3)}},
+		// |d| 0, 0, 90, 0, 0: the median is 0.
+		{"a step is no noise", "window", []float64{10, 10, 10, 100, 100, 100}, 0, Spread{}},
+		// x = 0, 10, 20: mean 10, Sxx 200; read 10 s past the last, at
+		// 30: leverage 1/3 + 400/200.
+		{"trend", "trend", []float64{100, 120, 100}, 10 * time.Second, Spread{20.9672, 20.9672 * math.Sqrt(1.0/3+2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := NewPredictor(tc.pred, 3)
+			for i, r := range tc.rates {
+				p.Observe(s(10*i, r))
+			}
+			got := p.Spread(tc.ahead)
+			if math.Abs(got.Noise-tc.want.Noise) > 1e-3 || math.Abs(got.Error-tc.want.Error) > 1e-3 {
+				t.Fatalf("spread %+v, want %+v", got, tc.want)
 			}
 		})
 	}
