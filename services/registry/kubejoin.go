@@ -110,16 +110,56 @@ func (e transportEntry) proto() *commonv1.Transport {
 }
 
 // modelEntry is one model card; namespace, component and endpoint are its
-// list-map keys, as the etcd key of a card holds them.
+// list-map keys, as the etcd key of a card holds them. It carries every
+// field of registryv1.ModelCard but the instance id (the resource's):
+// TestModelEntryCarriesEveryCardField fails when the card gains a field this
+// does not, and the CRD's schema must list each (the API server drops
+// fields its schema does not name).
 type modelEntry struct {
-	Namespace     string              `json:"namespace"`
-	Component     string              `json:"component"`
-	Endpoint      string              `json:"endpoint"`
-	ModelName     string              `json:"modelName"`
-	BlockSize     uint32              `json:"blockSize,omitempty"`
-	ContextLength uint32              `json:"contextLength,omitempty"`
-	Tokenizer     []tokenizerArtifact `json:"tokenizer,omitempty"`
-	Metadata      map[string]string   `json:"metadata,omitempty"`
+	Namespace        string              `json:"namespace"`
+	Component        string              `json:"component"`
+	Endpoint         string              `json:"endpoint"`
+	ModelName        string              `json:"modelName"`
+	BlockSize        uint32              `json:"blockSize,omitempty"`
+	ContextLength    uint32              `json:"contextLength,omitempty"`
+	Tokenizer        []tokenizerArtifact `json:"tokenizer,omitempty"`
+	Metadata         map[string]string   `json:"metadata,omitempty"`
+	ToolCallParser   string              `json:"toolCallParser,omitempty"`
+	ReasoningParser  string              `json:"reasoningParser,omitempty"`
+	Tasks            []string            `json:"tasks,omitempty"`
+	LoraAdapters     []loraEntry         `json:"loraAdapters,omitempty"`
+	MaxLoras         uint32              `json:"maxLoras,omitempty"`
+	DataParallelSize uint32              `json:"dataParallelSize,omitempty"`
+}
+
+// loraEntry is one LoRA adapter of a card.
+type loraEntry struct {
+	Name string `json:"name"`
+	Path string `json:"path,omitempty"`
+}
+
+// taskName is a task as the resource spells it: its enum name in lower
+// case without the MODEL_TASK_ prefix ("generate", "embed"), or the number
+// of a value this build has no name for (a newer worker's).
+func taskName(t registryv1.ModelTask) string {
+	if n, ok := registryv1.ModelTask_name[int32(t)]; ok {
+		return strings.ToLower(strings.TrimPrefix(n, "MODEL_TASK_"))
+	}
+	return strconv.FormatInt(int64(t), 10)
+}
+
+// parseTask is taskName's inverse; ok is false for a string that is
+// neither.
+func parseTask(s string) (registryv1.ModelTask, bool) {
+	if v, ok := registryv1.ModelTask_value["MODEL_TASK_"+strings.ToUpper(s)]; ok && s == strings.ToLower(s) {
+		return registryv1.ModelTask(v), true
+	}
+	if n, err := strconv.ParseInt(s, 10, 32); err == nil && strconv.FormatInt(n, 10) == s {
+		if _, named := registryv1.ModelTask_name[int32(n)]; !named {
+			return registryv1.ModelTask(n), true
+		}
+	}
+	return 0, false
 }
 
 type tokenizerArtifact struct {
@@ -188,18 +228,36 @@ func podRole(labels map[string]string) (commonv1.Role, error) {
 
 func toModelEntry(c *registryv1.ModelCard) modelEntry {
 	m := modelEntry{Namespace: c.Namespace, Component: c.Component, Endpoint: c.Endpoint, ModelName: c.ModelName,
-		BlockSize: c.BlockSize, ContextLength: c.ContextLength, Metadata: c.Metadata}
+		BlockSize: c.BlockSize, ContextLength: c.ContextLength, Metadata: c.Metadata, ToolCallParser: c.ToolCallParser,
+		ReasoningParser: c.ReasoningParser, MaxLoras: c.MaxLoras, DataParallelSize: c.DataParallelSize}
 	for _, t := range c.Tokenizer {
 		m.Tokenizer = append(m.Tokenizer, tokenizerArtifact{Name: t.Name, SHA256: t.Sha256, Size: t.Size, ObjectKey: t.ObjectKey})
+	}
+	for _, t := range c.Tasks {
+		m.Tasks = append(m.Tasks, taskName(t))
+	}
+	for _, l := range c.LoraAdapters {
+		m.LoraAdapters = append(m.LoraAdapters, loraEntry{Name: l.Name, Path: l.Path})
 	}
 	return m
 }
 
 func (m modelEntry) card(id uint64) *registryv1.ModelCard {
 	c := &registryv1.ModelCard{Namespace: m.Namespace, Component: m.Component, Endpoint: m.Endpoint, InstanceId: id,
-		ModelName: m.ModelName, BlockSize: m.BlockSize, ContextLength: m.ContextLength, Metadata: m.Metadata}
+		ModelName: m.ModelName, BlockSize: m.BlockSize, ContextLength: m.ContextLength, Metadata: m.Metadata,
+		ToolCallParser: m.ToolCallParser, ReasoningParser: m.ReasoningParser, MaxLoras: m.MaxLoras, DataParallelSize: m.DataParallelSize}
 	for _, t := range m.Tokenizer {
 		c.Tokenizer = append(c.Tokenizer, &registryv1.TokenizerArtifact{Name: t.Name, Sha256: t.SHA256, Size: t.Size, ObjectKey: t.ObjectKey})
+	}
+	for _, s := range m.Tasks {
+		// A task spelt neither way is one this build cannot serve: left
+		// out, as an unknown field would be.
+		if t, ok := parseTask(s); ok {
+			c.Tasks = append(c.Tasks, t)
+		}
+	}
+	for _, l := range m.LoraAdapters {
+		c.LoraAdapters = append(c.LoraAdapters, &registryv1.LoraAdapter{Name: l.Name, Path: l.Path})
 	}
 	return c
 }
