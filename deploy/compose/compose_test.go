@@ -123,8 +123,8 @@ type stack struct {
 // file up (profile "" is the single form) with `up --no-build`.
 func startStack(t *testing.T, profile string) *stack {
 	t.Helper()
-	if testing.Short() && profile == "ha" {
-		t.Skip("the cluster form runs in make test-long")
+	if testing.Short() && profile != "" {
+		t.Skip("the cluster and disaggregated forms run in make test-long")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -535,22 +535,28 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // chat posts a chat completion and checks it has an answer.
 func chat(ctx context.Context, base, body string) error {
+	_, err := chatHeader(ctx, base, body)
+	return err
+}
+
+// chatHeader is chat, returning the response's header.
+func chatHeader(ctx context.Context, base, body string) (http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
 	}
 	// The model reasons first: a short answer may be reasoning only.
 	var out struct {
@@ -562,9 +568,9 @@ func chat(ctx context.Context, base, body string) error {
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) == 0 || out.Choices[0].Message.Content+out.Choices[0].Message.Reasoning == "" {
-		return fmt.Errorf("no answer in %s (%v)", raw, err)
+		return nil, fmt.Errorf("no answer in %s (%v)", raw, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func get(ctx context.Context, url string) (string, error) {

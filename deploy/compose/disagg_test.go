@@ -2,12 +2,16 @@ package compose_test
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -106,4 +110,78 @@ func keys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestComposeDisaggLive runs the file's disaggregated form (--profile
+// disagg) in the engine: `switchyard status` lists its two pools, and every
+// chat, sent four at a time, is answered with its decode on a worker of the
+// decode pool and its prefill, when the router sends it away (the frontend
+// names the worker in X-Switchyard-Prefill-Worker), on one of the prefill
+// pool. The router's default --disaggregation auto computes a prompt on the
+// decode worker when that gives the first token sooner (an idle decode
+// worker and a short prompt), so how many went remote is reported, not
+// asserted.
+func TestComposeDisaggLive(t *testing.T) {
+	s := startStack(t, "disagg")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const front = "http://127.0.0.1:8000"
+	s.waitFor(ctx, front+" answers the README's curl", 4*time.Minute, func() error { return chat(ctx, front, readmeChat) })
+	roles := map[string]string{}
+	s.waitFor(ctx, "status lists 2 prefill and 2 decode workers", time.Minute, func() error {
+		st, err := s.status(ctx)
+		if err != nil {
+			return err
+		}
+		// An instance is listed once per endpoint it serves.
+		clear(roles)
+		for _, in := range st.Instances {
+			roles[in.ID] = in.Role
+		}
+		pools := map[string]int{}
+		for _, role := range roles {
+			pools[role]++
+		}
+		if pools["prefill"] != 2 || pools["decode"] != 2 || len(roles) != 4 {
+			return fmt.Errorf("pools %v", pools)
+		}
+		return nil
+	})
+	const requests, clients = 24, 4
+	var (
+		mu     sync.Mutex
+		legs   = map[string]int{}
+		remote int
+		errs   []string
+		wg     sync.WaitGroup
+	)
+	long := strings.Repeat("Tell me about trains, their timetables and the stations they stop at. ", 40)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; i < requests; i += clients {
+				h, err := chatHeader(ctx, front, chatBody(fmt.Sprintf("Question %d. %s", i, long), 8))
+				mu.Lock()
+				switch p, d := h.Get("X-Switchyard-Prefill-Worker"), h.Get("X-Switchyard-Worker"); {
+				case err != nil:
+					errs = append(errs, fmt.Sprintf("request %d: %v", i, err))
+				case roles[d] != "decode" || p != "" && roles[p] != "prefill":
+					errs = append(errs, fmt.Sprintf("request %d: prefill leg on %q (%s), decode on %q (%s)", i, p, roles[p], d, roles[d]))
+				default:
+					legs["decode "+d]++
+					if p != "" {
+						legs["prefill "+p]++
+						remote++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	t.Logf("%d chats, %d at a time: %d with the prefill on the prefill pool; legs %v", requests, clients, remote, legs)
 }
