@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // Admission control: while the router says a model's fleet is saturated
@@ -36,10 +38,13 @@ import (
 //     engines now, whatever its arrival rate: a tenant sending 10x more
 //     holds no more than the others once its queue is ordered by it.
 //   - Release: only on the router's word that the fleet has room (the
-//     watch, or a route decision), one request at a time: the next once
-//     the last one's own route decision says there is still room. The
-//     router's record then holds every request released before, so each
-//     release is decided on a picture that includes the last one; what
+//     watch, or a route decision). The word counts the room (how many more
+//     typical requests fit under the router's limits, up to core.MaxRoom):
+//     as many go as it counts, less those let go since that the router
+//     has not decided yet (pending), the next once their own route
+//     decisions say there is room still. A router that does not count
+//     its room has one request released at a time. Either way each
+//     release is decided on a picture that includes the last ones; what
 //     frees capacity (a prefill done, a request's end) reaches the queue
 //     as the router's word that there is room again. A request that ends
 //     here releases nothing by itself: it says nothing of the prefill
@@ -48,7 +53,24 @@ import (
 //     far past the threshold that is. A replica with nothing of the model
 //     in flight sends one as a probe, whose decision says whether there
 //     is room (the router's last word may be stale). No timers, no
-//     polling.
+//     polling. The same count bounds the fast path: requests that arrive
+//     together on a word of room go on only as many as it counts (unless
+//     it is the most it counts, which says plenty), so a burst cannot
+//     pass before any decision has seen it.
+//   - The last room: a request of a tenant with more of its requests
+//     queued behind it (a flood) takes the last room the router counts
+//     only when no other tenant active lately (seen within activeWindow,
+//     here or at another replica) has a better claim to it: one in a
+//     higher band, or in the same band with fewer tokens in flight. A
+//     flood then stops one typical request short of the threshold, and a
+//     request of a tenant it crowds, arriving at a random moment, finds
+//     that room at once instead of waiting behind the flood for the next
+//     one: its time to first token is the router's prediction (at most the
+//     threshold), with no release wait on top. Without the kept room that
+//     wait is up to the time between two rooms, about a prompt's prefill
+//     over the number of workers, on top of a prediction at the
+//     threshold. A fleet serving one tenant keeps no room back; the cost
+//     is one typical request's room while a crowded tenant is active.
 //   - Limits: --queue-timeout per request, --queue-max-requests and
 //     --queue-max-bytes per band; past them the oldest request of the
 //     lowest band's tenant queueing the most there is shed (sheddable
@@ -234,11 +256,22 @@ type admission struct {
 // modelQueue is one model's admission state.
 type modelQueue struct {
 	name string
-	// saturated is the router's last word: a route decision or the watch.
+	// saturated and room are the router's last word: a route decision or
+	// the watch; room 0 while not saturated is a room not counted.
 	saturated bool
-	// probe is the request released last, while its route decision has
-	// not come back (nil: none); the next one waits for it.
-	probe *ticket
+	room      int
+	// pending counts the requests admitted (by the fast path or released)
+	// whose first route decision has not come back; pendingQueued those of
+	// them that were released from the queue.
+	pending, pendingQueued int
+	// seen is when each tenant last sent a request of the model (here, or
+	// at another replica as it said) and in which band: the tenants active
+	// lately, which the last room is kept for (reserveLocked).
+	seen map[string]seenTenant
+	// roomyAt is when the router last counted room for two requests or
+	// more: a fleet that has not lately had room for two keeps no room
+	// back (reserveLocked).
+	roomyAt time.Time
 	// released are the times of the last releases, for Retry-After.
 	released releaseTimes
 	queued   int
@@ -250,6 +283,24 @@ type modelQueue struct {
 	// load is each tenant's requests here, over all bands.
 	load map[string]*tenantLoad
 }
+
+// seenTenant is a tenant's last request of a model: when, and its band.
+type seenTenant struct {
+	at   time.Time
+	prio int32
+}
+
+// activeWindow is how long a tenant counts as active after its last
+// request: the queue's recent past, the window its Retry-After rate reads
+// too. A tenant that sends now and then (every few seconds) is active
+// between its requests, so that the room kept for it is there when the
+// next one comes.
+const activeWindow = releaseWindow
+
+// maxSeenTenants bounds a model's seen tenants; past it the ones not
+// active any more are dropped, and a new one is not recorded until some
+// are.
+const maxSeenTenants = 4096
 
 // tenantLoad is one tenant's requests at this replica for one model.
 type tenantLoad struct {
@@ -302,9 +353,11 @@ type ticket struct {
 	tokens uint64
 	prio   int32
 	once   sync.Once
-	// w is its waiter when it was queued (nil: admitted at once); only a
-	// request released from the queue has its decision waited for.
+	// w is its waiter when it was queued (nil: admitted at once).
 	w *waiter
+	// pending says its first route decision has not come back (under
+	// admission.mu).
+	pending bool
 }
 
 // ticketKey is the context key of a request's ticket: its route decisions
@@ -314,8 +367,7 @@ type ticketKey struct{}
 // withTicket is ctx carrying t, so that the route decisions made under it
 // are known to be t's.
 func withTicket(ctx context.Context, t *ticket) context.Context {
-	if t == nil || t.w == nil {
-		// Only a released request's decision is waited for.
+	if t == nil || t.a.cfg.Off {
 		return ctx
 	}
 	return context.WithValue(ctx, ticketKey{}, t)
@@ -329,7 +381,7 @@ func newAdmission(cfg AdmissionConfig, m *admissionMetrics) *admission {
 func (a *admission) modelLocked(model string) *modelQueue {
 	mq := a.models[model]
 	if mq == nil {
-		mq = &modelQueue{name: model, load: map[string]*tenantLoad{}}
+		mq = &modelQueue{name: model, load: map[string]*tenantLoad{}, seen: map[string]seenTenant{}}
 		a.models[model] = mq
 	}
 	return mq
@@ -367,10 +419,18 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 	t.mq = mq
 	tl := mq.tenantLocked(tenant)
 	tl.prio = prio
-	// The fast path: the router's last word is room, nothing waits, and
-	// no released request's decision is awaited (it may take the room).
-	if a.cfg.Off || (!mq.saturated && mq.queued == 0 && mq.probe == nil) {
+	if a.cfg.Off {
 		a.countInflightLocked(mq, tl, t)
+		a.mu.Unlock()
+		return t, nil
+	}
+	a.seeLocked(mq, tenant, prio, a.now())
+	// The fast path: nothing waits and the router's last word has room
+	// for this request, less what went on since (see freeLocked and
+	// mayTakeLocked).
+	if mq.queued == 0 && a.mayTakeLocked(mq, tenant, prio) {
+		a.countInflightLocked(mq, tl, t)
+		a.pendLocked(t)
 		a.mu.Unlock()
 		a.touch()
 		return t, nil
@@ -700,33 +760,139 @@ func (a *admission) leaveShed(w *waiter, se *shedError) bool {
 	return true
 }
 
-// pumpLocked releases what the model's state allows: one request while
-// the router says there is room and no released request's decision is
-// awaited; one as a probe when nothing of the model is in flight here.
+// freeLocked is how many more requests may go on the router's last word:
+// none while saturated; its room less the requests pending (let go and
+// not decided yet, so not in the picture the word was of); without a
+// counted room, one request released from the queue at a time. The most
+// the router counts (core.MaxRoom) says plenty: no bound.
+func (mq *modelQueue) freeLocked() int {
+	switch {
+	case mq.saturated:
+		return 0
+	case mq.room >= core.MaxRoom:
+		return math.MaxInt
+	case mq.room <= 0:
+		if mq.pendingQueued > 0 {
+			return 0
+		}
+		return math.MaxInt
+	}
+	return mq.room - mq.pending
+}
+
+// mayTakeLocked says whether a request of tenant in band prio may go on
+// the router's last word: there is room for it, and when it is the last
+// room, it is not kept from it (reserveLocked).
+func (a *admission) mayTakeLocked(mq *modelQueue, tenant string, prio int32) bool {
+	free := mq.freeLocked()
+	return free > 1 || free == 1 && !a.reserveLocked(mq, tenant, prio)
+}
+
+// reserveLocked says whether the last room is kept from tenant's request
+// of band prio: the fleet had room for two lately, the tenant has more
+// requests queued here behind it (it sends faster than it is served: a
+// flood), and another tenant active
+// within activeWindow has a better claim to the room, being in a higher
+// band, or in the same band with fewer tokens in flight over every
+// replica. A flood is then held one typical request short of the
+// threshold, where the others find room at once; a tenant without a
+// backlog is never held for one that may come.
+func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) bool {
+	if tl := mq.load[tenant]; tl == nil || tl.queued < 2 {
+		return false
+	}
+	now := a.now()
+	// A fleet whose whole room is one request (one small worker, a tight
+	// budget) would serve nothing of the flood while keeping it.
+	if mq.roomyAt.IsZero() || now.Sub(mq.roomyAt) > activeWindow {
+		return false
+	}
+	load := a.attainedLocked(mq, tenant)
+	for other, s := range mq.seen {
+		if other == tenant || now.Sub(s.at) > activeWindow {
+			continue
+		}
+		if s.prio > prio || s.prio == prio && a.attainedLocked(mq, other) < load {
+			return true
+		}
+	}
+	return false
+}
+
+// seeLocked records that tenant sent a request of band prio at at.
+func (a *admission) seeLocked(mq *modelQueue, tenant string, prio int32, at time.Time) {
+	if s, ok := mq.seen[tenant]; ok {
+		if at.After(s.at) {
+			mq.seen[tenant] = seenTenant{at: at, prio: prio}
+		}
+		return
+	}
+	if len(mq.seen) >= maxSeenTenants {
+		for t, s := range mq.seen {
+			if at.Sub(s.at) > activeWindow {
+				delete(mq.seen, t)
+			}
+		}
+		if len(mq.seen) >= maxSeenTenants {
+			return
+		}
+	}
+	mq.seen[tenant] = seenTenant{at: at, prio: prio}
+}
+
+// pendLocked counts t as pending: admitted, its first route decision not
+// back yet.
+func (a *admission) pendLocked(t *ticket) {
+	t.pending = true
+	t.mq.pending++
+	if t.w != nil {
+		t.mq.pendingQueued++
+	}
+}
+
+// unpendLocked takes t out of the pending count, once.
+func (a *admission) unpendLocked(t *ticket) {
+	if !t.pending {
+		return
+	}
+	t.pending = false
+	t.mq.pending--
+	if t.w != nil {
+		t.mq.pendingQueued--
+	}
+}
+
+// pumpLocked releases what the model's state allows: as many requests as
+// the router's last word has room for (freeLocked, mayTakeLocked); one as
+// a probe when nothing of the model is in flight or pending here.
 func (a *admission) pumpLocked(mq *modelQueue) {
-	if mq.queued == 0 || mq.probe != nil {
-		return
+	for mq.queued > 0 {
+		// With nothing of the model in flight here, no decision of this
+		// replica's will say when there is room again: one request goes
+		// as a probe, and its decision says whether there is (the
+		// router's word may be of a request unlike the queued ones, or
+		// stale). The probe goes whatever the other replicas queue:
+		// nothing else tells this replica when there is room, and their
+		// state may be stale.
+		free := mq.freeLocked()
+		probe := free <= 0 && mq.inflight == 0 && mq.pending == 0
+		if free <= 0 && !probe {
+			return
+		}
+		w := a.nextLocked(mq, !probe)
+		if w == nil {
+			return // held back for a tenant queued at another replica
+		}
+		if !probe && free == 1 && a.reserveLocked(mq, w.tenant, w.b.prio) {
+			return // the last room is kept for a tenant with a better claim
+		}
+		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
+		// Counted in flight before it leaves the queue, so that its
+		// tenant is never forgotten between the two.
+		a.countInflightLocked(mq, mq.tenantLocked(w.tenant), w.ticket)
+		a.pendLocked(w.ticket)
+		a.settleLocked(w, nil)
 	}
-	// With nothing of the model in flight here, no decision of this
-	// replica's will say when there is room again: one request goes as a
-	// probe, and its decision says whether there is (the router's word
-	// may be of a request unlike the queued ones, or stale).
-	if mq.saturated && mq.inflight > 0 {
-		return
-	}
-	// The probe goes whatever the other replicas queue: nothing else
-	// tells this replica when there is room, and their state may be
-	// stale.
-	w := a.nextLocked(mq, !mq.saturated)
-	if w == nil {
-		return // held back for a tenant queued at another replica
-	}
-	mq.probe = w.ticket
-	a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
-	// Counted in flight before it leaves the queue, so that its tenant is
-	// never forgotten between the two.
-	a.countInflightLocked(mq, mq.tenantLocked(w.tenant), w.ticket)
-	a.settleLocked(w, nil)
 }
 
 // nextLocked picks the request to release: from the highest band holding
@@ -825,39 +991,54 @@ func (t *ticket) done() {
 			tl.inflightTokens -= t.tokens
 		}
 		a.forgetLocked(mq, t.tenant)
-		if mq.probe == t {
-			mq.probe = nil
-		}
+		a.unpendLocked(t)
 		a.pumpLocked(mq)
 		a.touchLocked()
 		a.mu.Unlock()
 	})
 }
 
-// decided records a route decision's saturation for model; ctx is the
-// request's (withTicket). While not saturated, the queue goes on
-// releasing, one request at a time: the released request's own decision
-// lets the next one go.
+// decided records a route decision's word for model (saturated, room
+// not counted); decidedRoom is the same with the room it counted.
 func (a *admission) decided(ctx context.Context, model string, saturated bool) {
+	a.decidedRoom(ctx, model, saturated, 0)
+}
+
+// decidedRoom records a route decision's saturation and room for model;
+// ctx is the request's (withTicket), which stops being pending. The queue
+// then releases what the word allows: the released requests' own
+// decisions let the next ones go.
+func (a *admission) decidedRoom(ctx context.Context, model string, saturated bool, room uint32) {
 	t, _ := ctx.Value(ticketKey{}).(*ticket)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	mq := a.models[model]
+	if t != nil && t.a == a {
+		a.unpendLocked(t)
+		// The word is of the request's queue, whatever name the routing
+		// gave the model (a LoRA adapter's target is named with it).
+		mq = t.mq
+	}
 	if mq == nil {
-		if !saturated {
+		if !bounds(saturated, room) {
 			return
 		}
 		mq = a.modelLocked(model)
 	}
-	a.setSaturatedLocked(mq, saturated)
-	if t != nil && mq.probe == t {
-		mq.probe = nil
-	}
+	a.setSaturatedLocked(mq, saturated, room)
 	a.pumpLocked(mq)
 }
 
+// bounds says whether a word of the router's bounds what may go: a
+// model the queue has not met yet is made for it, so that the first
+// requests are bounded too; a word of plenty, or of a room not counted,
+// is what a model without a queue has already.
+func bounds(saturated bool, room uint32) bool {
+	return saturated || room > 0 && room < core.MaxRoom
+}
+
 // setSaturatedLocked records the router's word on mq's fleet.
-func (a *admission) setSaturatedLocked(mq *modelQueue, saturated bool) {
+func (a *admission) setSaturatedLocked(mq *modelQueue, saturated bool, room uint32) {
 	if mq.saturated != saturated {
 		v := 0.0
 		if saturated {
@@ -866,20 +1047,32 @@ func (a *admission) setSaturatedLocked(mq *modelQueue, saturated bool) {
 		a.metrics.saturated.WithLabelValues(mq.name).Set(v)
 	}
 	mq.saturated = saturated
+	mq.room = int(min(room, core.MaxRoom))
+	if saturated {
+		mq.room = 0
+	}
+	if mq.room >= 2 {
+		mq.roomyAt = a.now()
+	}
 }
 
-// watched records the router's saturation of models (WatchSaturation).
-func (a *admission) watched(model string, saturated bool) {
+// watched records the router's saturation of model (WatchSaturation),
+// room not counted; watchedRoom is the same with the room it counted.
+func (a *admission) watched(model string, saturated bool) { a.watchedRoom(model, saturated, 0) }
+
+// watchedRoom records the router's saturation and room of model
+// (WatchSaturation).
+func (a *admission) watchedRoom(model string, saturated bool, room uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	mq := a.models[model]
 	if mq == nil {
-		if !saturated {
+		if !bounds(saturated, room) {
 			return
 		}
 		mq = a.modelLocked(model)
 	}
-	a.setSaturatedLocked(mq, saturated)
+	a.setSaturatedLocked(mq, saturated, room)
 	a.pumpLocked(mq)
 }
 

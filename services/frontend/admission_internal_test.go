@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // testAdmission is an admission queue for model "m" with the fleet
@@ -791,6 +793,139 @@ func TestAdmissionLongFlood(t *testing.T) {
 			defer ta.a.mu.Unlock()
 			if mq := ta.a.models["m"]; mq.queued != 0 || mq.bytes != 0 || len(mq.load) != 0 {
 				t.Fatalf("left: %d queued, %d bytes, %d tenants", mq.queued, mq.bytes, len(mq.load))
+			}
+		})
+	}
+}
+
+// TestAdmissionRoomBoundsBurst: requests arriving together on a word of
+// room go on only as many as it counts; the rest queue until the
+// decisions of those that went say there is room still, each counting
+// the requests routed before it, not those still pending. The most the
+// router counts says plenty: no bound.
+func TestAdmissionRoomBoundsBurst(t *testing.T) {
+	ta := newTestAdmission(t, AdmissionConfig{})
+	ta.a.watchedRoom("m", false, 2)
+	var went []admitted
+	for i := range 3 {
+		ta.queue(context.Background(), fmt.Sprint("r", i), "x", 0, 10, 10)
+		if i < 2 {
+			went = append(went, ta.next())
+		}
+	}
+	if d := ta.depth(); d != 1 {
+		t.Fatalf("depth %d: a burst of 3 on room for 2 queued %d", d, d)
+	}
+	// r0's decision: room for one more after it, but r1 went on that room
+	// too and has not been decided yet.
+	ta.a.decidedRoom(withTicket(context.Background(), went[0].tk), "m", false, 1)
+	if d := ta.depth(); d != 1 {
+		t.Fatalf("depth %d: released on a room a pending request holds", d)
+	}
+	// r1's decision, counting r0 and r1: room for one.
+	ta.a.decidedRoom(withTicket(context.Background(), went[1].tk), "m", false, 1)
+	r2 := ta.next()
+	if r2.name != "r2" || r2.err != nil {
+		t.Fatalf("got %s %v", r2.name, r2.err)
+	}
+	ta.a.decidedRoom(withTicket(context.Background(), r2.tk), "m", false, uint32(core.MaxRoom))
+	for i := range core.MaxRoom + 1 {
+		ta.queue(context.Background(), fmt.Sprint("p", i), "x", 0, 10, 10)
+		ta.next()
+	}
+}
+
+// TestAdmissionLastRoom: with room for one request left, a request of a
+// tenant with more queued behind it takes it only when no other tenant
+// active lately has a better claim: one in a higher band, or in the same
+// band with fewer tokens in flight. A request with nothing of its tenant
+// queued behind it takes it whoever else is active.
+func TestAdmissionLastRoom(t *testing.T) {
+	type other struct {
+		tenant   string
+		prio     int32
+		inflight uint64 // tokens; 0: its request ended
+		ago      time.Duration
+	}
+	tests := []struct {
+		name   string
+		others []other
+		prio   int32
+		// backlog: a second request of the tenant queued behind.
+		backlog bool
+		kept    bool
+		// small: the router never counted room for two.
+		small bool
+	}{
+		{"a fleet with room for one at most", []other{{"b", 0, 100, time.Second}}, 0, true, false, true},
+		{"alone", nil, 0, true, false, false},
+		{"no backlog, another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, false, false, false},
+		{"another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, true, true, false},
+		{"another with nothing in flight, active lately", []other{{"b", 0, 0, 10 * time.Second}}, 0, true, true, false},
+		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second}}, 0, true, false, false},
+		{"another with more in flight", []other{{"b", 0, 5000, time.Second}}, 0, true, false, false},
+		{"another with as much in flight", []other{{"b", 0, 1000, time.Second}}, 0, true, false, false},
+		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second}}, 0, true, true, false},
+		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second}}, 0, true, false, false},
+		{"a higher band than every other", []other{{"b", 0, 100, time.Second}}, 10, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			now := time.Unix(1000, 0)
+			ta.a.now = func() time.Time { return now }
+			plenty := uint32(core.MaxRoom)
+			if tt.small {
+				plenty = 1
+			}
+			ta.a.watchedRoom("m", false, plenty)
+			// The tenant asking holds 1,000 tokens in flight. Every
+			// request in flight has had its decision: none is pending.
+			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 1000)), "m", false, plenty)
+			start := now
+			for _, o := range tt.others {
+				now = start.Add(-o.ago)
+				tk, err := ta.a.admit(context.Background(), "m", o.tenant, o.prio, max(o.inflight, 1), 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+				if o.inflight == 0 {
+					tk.done()
+				}
+			}
+			now = start
+			// Queued while saturated, then room for one.
+			ta.a.watchedRoom("m", true, 0)
+			ta.queue(context.Background(), "a1", "a", tt.prio, 10, 10)
+			queued := 1
+			if tt.backlog {
+				ta.queue(context.Background(), "a2", "a", tt.prio, 10, 10)
+				queued++
+			}
+			ta.a.watchedRoom("m", false, 1)
+			if kept := ta.depth() == queued; kept != tt.kept {
+				t.Fatalf("the last room kept from the request: %v, want %v", kept, tt.kept)
+			}
+			if !tt.kept {
+				if r := ta.next(); r.name != "a1" || r.err != nil {
+					t.Fatalf("got %s %v", r.name, r.err)
+				}
+				return
+			}
+			// Room for two: it goes whoever else is active (and a2 with
+			// it, on the room left, with nothing queued behind it).
+			ta.a.watchedRoom("m", false, 2)
+			got := map[string]bool{}
+			for range queued {
+				r := ta.next()
+				if r.err != nil {
+					t.Fatalf("%s: %v", r.name, r.err)
+				}
+				got[r.name] = true
+			}
+			if !got["a1"] || !got["a2"] {
+				t.Fatalf("released %v on room for two, want a1 and a2", got)
 			}
 		})
 	}

@@ -134,6 +134,23 @@ func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, que
 	return found
 }
 
+// applyPeerLocked takes in another replica's state: its tenants' load,
+// and its tenants as active (seen now) for the models queued here, so that
+// the last room is kept for a tenant that sends through another replica
+// too (reserveLocked).
+func (a *admission) applyPeerLocked(st *frontendv1.AdmissionState) {
+	now := a.now()
+	a.peers.applyLocked(st, now)
+	for i, t := range st.GetTenants() {
+		if i >= maxPeerTenants {
+			break
+		}
+		if mq := a.models[t.GetModel()]; mq != nil {
+			a.seeLocked(mq, t.GetTenant(), t.GetPriority(), now)
+		}
+	}
+}
+
 // stateLocked is this replica's AdmissionState.
 func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 	st := &frontendv1.AdmissionState{ReplicaId: replica}
@@ -238,7 +255,7 @@ func (p *admissionPeers) subscribe(ctx context.Context, namespace string) {
 					continue
 				}
 				p.a.mu.Lock()
-				p.a.peers.applyLocked(st, p.a.now())
+				p.a.applyPeerLocked(st)
 				p.a.mu.Unlock()
 				p.a.repump()
 			}

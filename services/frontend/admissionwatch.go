@@ -23,7 +23,7 @@ func (s *Service) startAdmission() {
 		s.admissionWait = func() {}
 		return
 	}
-	s.routing.decided = s.admission.decided
+	s.routing.decided = s.admission.decidedRoom
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -81,7 +81,7 @@ func (s *Service) watchRouter(ctx context.Context, rc routerv1.RouterServiceClie
 				}
 				bo.Reset()
 				for _, m := range resp.GetModels() {
-					s.admission.watched(m.GetModel(), m.GetSaturated())
+					s.admission.watchedRoom(m.GetModel(), m.GetSaturated(), m.GetRoom())
 				}
 			}
 		}
@@ -101,14 +101,18 @@ func (s *Service) watchRouter(ctx context.Context, rc routerv1.RouterServiceClie
 // watchCore follows an in-process core's saturation until ctx ends: the
 // frontend's own router (the modes other than kv, or --no-kv-events).
 func watchCore(ctx context.Context, c *core.Core, a *admission) {
-	last := map[string]bool{}
+	type word struct {
+		saturated bool
+		room      int
+	}
+	last := map[string]word{}
 	for {
 		changed := c.Changed()
 		for _, m := range c.Models() {
-			sat := c.Saturation(m)
-			if was, ok := last[m]; !ok || was != sat {
-				last[m] = sat
-				a.watched(m, sat)
+			sat, room := c.SaturationRoom(m)
+			if was, ok := last[m]; !ok || was != (word{sat, room}) {
+				last[m] = word{sat, room}
+				a.watchedRoom(m, sat, uint32(room))
 			}
 		}
 		select {
@@ -125,7 +129,7 @@ func (a *admission) unsaturateAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, mq := range a.models {
-		a.setSaturatedLocked(mq, false)
+		a.setSaturatedLocked(mq, false, 0)
 		a.pumpLocked(mq)
 	}
 }

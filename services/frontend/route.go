@@ -67,9 +67,9 @@ type routing struct {
 	// plane is the frontend's own request plane: of a worker that serves
 	// several, the address on it is called.
 	plane transport.Plane
-	// decided, when set, hears each decision's saturation, with the
+	// decided, when set, hears each decision's saturation and room, with the
 	// request's context (admission.go).
-	decided func(ctx context.Context, model string, saturated bool)
+	decided func(ctx context.Context, model string, saturated bool, room uint32)
 }
 
 func newRouting(cfg *Config, creds credentials.TransportCredentials, auth credentials.PerRPCCredentials, m *metrics, log *slog.Logger) (*routing, error) {
@@ -127,7 +127,7 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 		cancel()
 		if err == nil {
 			if r.decided != nil {
-				r.decided(ctx, model, resp.GetSaturated())
+				r.decided(ctx, model, resp.GetSaturated(), resp.GetRoom())
 			}
 			d, err := decisionOf(resp, remote, r.plane)
 			if err != nil {
@@ -173,7 +173,7 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	// chases. The request's token ids are hashed by the core, which keeps
 	// the hashes it made, so Route (not RouteOwned) costs no copy here.
 	if r.decided != nil {
-		r.decided(ctx, model, resp.GetSaturated())
+		r.decided(ctx, model, resp.GetSaturated(), resp.GetRoom())
 	}
 	d, err := decisionOf(resp, nil, r.plane)
 	core.Recycle(resp)

@@ -13,8 +13,8 @@ import (
 // maxWatchedModels bounds a WatchSaturationRequest's list of models.
 const maxWatchedModels = 4096
 
-// WatchSaturation streams the watched models' saturation: all of them
-// first, then those that changed, recomputed after every change of the
+// WatchSaturation streams the watched models' saturation and room: all of
+// them first, then those whose saturation or room changed, recomputed after every change of the
 // core's load record or worker set. Changes that come while an answer is
 // being sent are folded into the next recomputation, so a slow watcher
 // costs the router one computation per answer, not one per change.
@@ -23,7 +23,11 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 		return status.Errorf(codes.InvalidArgument, "at most %d models may be watched", maxWatchedModels)
 	}
 	ctx := stream.Context()
-	sent := map[string]bool{}
+	type word struct {
+		saturated bool
+		room      int
+	}
+	sent := map[string]word{}
 	first := true
 	for {
 		// Taken before the computation: a change during it closes this
@@ -35,17 +39,18 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 		}
 		var out []*routerv1.ModelSaturation
 		for _, m := range models {
-			sat := s.core.Saturation(m)
-			if was, ok := sent[m]; first || !ok || was != sat {
-				sent[m] = sat
-				out = append(out, &routerv1.ModelSaturation{Model: m, Saturated: sat})
+			sat, room := s.core.SaturationRoom(m)
+			now := word{sat, room}
+			if was, ok := sent[m]; first || !ok || was != now {
+				sent[m] = now
+				out = append(out, &routerv1.ModelSaturation{Model: m, Saturated: sat, Room: uint32(room)})
 			}
 		}
 		// A model gone from the registry is no longer saturated.
 		for m, was := range sent {
 			if !slices.Contains(models, m) {
 				delete(sent, m)
-				if was {
+				if was.saturated || was.room > 0 {
 					out = append(out, &routerv1.ModelSaturation{Model: m})
 				}
 			}

@@ -653,9 +653,10 @@ type decision struct {
 	// none was, the pair being impossible or not wanted).
 	pools               *pools
 	priced, pairPrefill int
-	// saturated says every worker that could compute the prompt is full
-	// (see saturation.go).
+	// saturated says every worker that could compute the prompt is full,
+	// room how many more requests like this one fit (see saturation.go).
 	saturated bool
+	room      int
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints      []int
 	overlaps  []index.Overlap
@@ -697,6 +698,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
+	d.saturated, d.room = false, 0
 	c.prepare(d, q, cands, workers, bs)
 	if err := c.decide(d); err != nil {
 		d.release()
@@ -1038,6 +1040,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		Candidates:    cands,
 		Endpoint:      ep,
 		Saturated:     d.saturated,
+		Room:          uint32(d.room),
 	}
 	if d.prefill >= 0 {
 		resp.Prefill = prefillTarget(d)

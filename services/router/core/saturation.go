@@ -15,7 +15,29 @@ import (
 // to the same value: a request predicted past the objective on every
 // worker is better held in the frontend's queue, where it can be
 // reordered, than in an engine's, where it cannot.
+//
+// Why the objective itself and not less: a request released from the
+// frontend's queue has its first token at the prediction it was released
+// on (at most the threshold) plus the time it waited for that room. A
+// request of a tenant or band the flood crowds waits for none: the
+// frontend keeps the last room the router counts (RouteResponse.room)
+// from the flood while such a tenant is active, and the request takes it
+// on arrival. Without that, the wait for the next room is up to the time
+// between two rooms, about a prompt's prefill over the number of workers
+// (~0.4 s for 2 workers at 0.8 s a prompt), and the threshold would have
+// to be the objective less that wait, which on a small fleet of long
+// prompts is less than a prompt's own prefill: nothing would ever fit.
+// What remains between the prediction and the first token (transport,
+// the decode step a request arrives in, not modelled beyond half of one)
+// is tens of ms, measured, not subtracted here.
 const DefaultQueueTTFTThreshold = 500
+
+// MaxRoom caps the room a decision or the watch counts
+// (RouteResponse.room): a frontend needs the count near saturation, to
+// bound what it lets through before the next decision and to keep the
+// last room, and takes MaxRoom for "plenty". It bounds the predictions a
+// decision makes for it to MaxRoom plus one per full worker.
+const MaxRoom = 16
 
 // limits are the core's saturation limits (see scheduler.Limits).
 func (c *Core) limits() scheduler.Limits { return c.saturation }
@@ -24,13 +46,16 @@ func (c *Core) limits() scheduler.Limits { return c.saturation }
 // computes its prompt (chosen, -1 for none), one more like it saturates
 // its fleet: every candidate is full under the core's limits (for a
 // disaggregated model every pool's: a decode worker computes a prompt
-// that stays local). c.mu need not be held.
+// that stays local). It sets d.room to how many more like it fit (0
+// with the limits off: not counted). c.mu need not be held.
 func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
+	d.room = 0
 	l := c.limits()
-	if l.Off() {
+	if l.Off() || len(d.scored) == 0 {
 		return false
 	}
-	return l.Saturated(d.scored, req, chosen)
+	d.room = l.Room(d.scored, req, chosen, MaxRoom)
+	return d.room == 0
 }
 
 // Saturation says whether a model's fleet is saturated for a typical
@@ -43,12 +68,20 @@ func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 // saturated (the frontend answers its requests with no_instance, not a
 // queue).
 func (c *Core) Saturation(model string) bool {
+	sat, _ := c.SaturationRoom(model)
+	return sat
+}
+
+// SaturationRoom is Saturation and how many more typical requests the
+// model's fleet has room for, up to MaxRoom (0 when saturated, and when
+// the limits are off: not counted).
+func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
 	if c.limits().Off() {
-		return false
+		return false, 0
 	}
 	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, "", nil)
 	if err != nil {
-		return false
+		return false, 0
 	}
 	scored := make([]scheduler.Candidate, len(cands))
 	c.mu.Lock()
@@ -66,7 +99,8 @@ func (c *Core) Saturation(model string) bool {
 		c.load.FillAllVersion(scored[:pl.serve], bs, ver)
 		c.legs.load.FillAllVersion(scored[pl.serve:], bs, ver)
 	}
-	return c.saturated(d, req, -1)
+	sat := c.saturated(d, req, -1)
+	return sat, d.room
 }
 
 // typicalWeight is the weight of each decision in a model's typical

@@ -27,14 +27,17 @@ func TestSaturation(t *testing.T) {
 		// the last (three prompts on each worker), Saturation, for a
 		// typical prompt (4,000 tokens), is want's last.
 		want []bool
+		// room is each decision's room (0 while not saturated: not
+		// counted), then SaturationRoom's once every request is freed.
+		room []uint32
 	}{
-		{"off", Config{}, 6, []bool{false, false, false, false, false, false}},
+		{"off", Config{}, 6, []bool{false, false, false, false, false, false}, []uint32{0, 0, 0, 0, 0, 0, 0}},
 		// 200 ms: a second 4,000-token prompt on a worker (168 ms) fits,
 		// a third (249 ms) does not; the second of each worker's is
 		// routed when the other one already holds two.
-		{"ttft threshold", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 6, []bool{false, false, false, true, true, true}},
+		{"ttft threshold", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 6, []bool{false, false, false, true, true, true}, []uint32{3, 2, 1, 0, 0, 0, 4}},
 		// 5,000 tokens: full past one prompt queued on each worker.
-		{"prefill budget", Config{QueuePrefillBudget: 5000}, 6, []bool{false, false, false, true, true, true}},
+		{"prefill budget", Config{QueuePrefillBudget: 5000}, 6, []bool{false, false, false, true, true, true}, []uint32{3, 2, 1, 0, 0, 0, 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,12 +45,14 @@ func TestSaturation(t *testing.T) {
 			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return stopped }
 			c := cluster(t, cfg, 2)
 			var got []bool
+			var room []uint32
 			for i := range tt.routes {
 				resp, err := c.Route(&routerv1.RouteRequest{RequestId: fmt.Sprint("r", i), Target: modelTarget(), TokenIds: tokens(4000, uint32(i+1)*1000)})
 				if err != nil {
 					t.Fatal(err)
 				}
 				got = append(got, resp.Saturated)
+				room = append(room, resp.Room)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("saturated per decision = %v, want %v", got, tt.want)
@@ -65,8 +70,12 @@ func TestSaturation(t *testing.T) {
 			default:
 				t.Fatal("Changed was not closed by a Free")
 			}
-			if c.Saturation(model) {
+			sat, free := c.SaturationRoom(model)
+			if sat {
 				t.Fatal("still saturated once every request is freed")
+			}
+			if room = append(room, uint32(free)); fmt.Sprint(room) != fmt.Sprint(tt.room) {
+				t.Fatalf("room per decision, then freed = %v, want %v", room, tt.room)
 			}
 			if c.Saturation("no-such-model") {
 				t.Fatal("an unknown model is saturated")

@@ -70,17 +70,33 @@ func (c *Candidate) FirstTokenMs(queued, newTokens int) float64 {
 // worker with room, which at low load is the first or second: below
 // saturation it costs a prediction or two.
 func (l Limits) Saturated(cands []Candidate, req Request, chosen int) bool {
-	if l.Off() || len(cands) == 0 {
-		return false
+	return len(cands) > 0 && !l.Off() && l.Room(cands, req, chosen, 1) == 0
+}
+
+// Room counts how many more requests like req fit on cands before every
+// one is full, up to most, once req itself is on cands[chosen] (as
+// Saturated): on each candidate in turn, each one more queued there,
+// while it is not full with them. 0 is saturated; when l is off there is
+// no limit and Room is most. Its cost is a prediction per request counted
+// and one per full candidate: at most most plus len(cands).
+func (l Limits) Room(cands []Candidate, req Request, chosen int, most int) int {
+	if l.Off() {
+		return most
 	}
+	room := 0
 	for i := range cands {
+		newTokens := req.NewTokens(cands[i].Overlap)
 		queued := 0
 		if i == chosen {
-			queued = req.NewTokens(cands[i].Overlap)
+			queued = newTokens
 		}
-		if !l.full(&cands[i], req, queued) {
-			return false
+		for room < most && !l.full(&cands[i], req, queued) {
+			room++
+			queued += max(newTokens, 1)
+		}
+		if room >= most {
+			break
 		}
 	}
-	return true
+	return room
 }

@@ -108,3 +108,44 @@ func TestFullHead(t *testing.T) {
 		t.Fatal("Saturated: every candidate full, or not")
 	}
 }
+
+// TestRoom: how many more requests like req fit before every candidate is
+// full, counted up to a cap. The model costs a prompt token 1 ms and a
+// step 50 ms: at a 400 ms threshold an idle worker holds three requests of
+// 100 tokens (150, 250, 350 ms), a worker whose head has just begun none.
+func TestRoom(t *testing.T) {
+	m := linear
+	m.PrefillPerBatch = 50
+	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+	idle := Candidate{Timing: m}
+	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
+	ttft := Limits{TTFTMs: 400}
+	tests := []struct {
+		name   string
+		l      Limits
+		cands  []Candidate
+		chosen int
+		most   int
+		want   int
+	}{
+		{"limits off: no limit", Limits{}, []Candidate{begun}, -1, 5, 5},
+		{"no candidates", ttft, nil, -1, 16, 0},
+		{"two idle workers", ttft, []Candidate{idle, idle}, -1, 16, 6},
+		{"counted up to the cap", ttft, []Candidate{idle, idle}, -1, 4, 4},
+		{"a full worker holds none", ttft, []Candidate{begun, idle}, -1, 16, 3},
+		{"every worker full: saturated", ttft, []Candidate{begun, begun}, -1, 16, 0},
+		{"the request itself on the chosen one", ttft, []Candidate{idle, idle}, 0, 16, 5},
+		{"prefill budget: 0, 100, 200 tokens queued are within 250", Limits{PrefillTokens: 250}, []Candidate{idle, idle}, -1, 16, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.l.Room(tt.cands, req, tt.chosen, tt.most)
+			if got != tt.want {
+				t.Fatalf("Room = %d, want %d", got, tt.want)
+			}
+			if sat := tt.l.Saturated(tt.cands, req, tt.chosen); sat != (got == 0 && !tt.l.Off() && len(tt.cands) > 0) {
+				t.Fatalf("Saturated = %v with room %d", sat, got)
+			}
+		})
+	}
+}

@@ -580,7 +580,14 @@ type RouteResponse struct {
 	// routed all the same; a frontend holds the next ones in its queue until
 	// capacity frees (WatchSaturation). Always false when both limits are
 	// off.
-	Saturated     bool `protobuf:"varint,9,opt,name=saturated,proto3" json:"saturated,omitempty"`
+	Saturated bool `protobuf:"varint,9,opt,name=saturated,proto3" json:"saturated,omitempty"`
+	// How many more requests like this one the fleet has room for under
+	// the same limits once this one is placed, counted up to a cap (16):
+	// 0 when saturated. A frontend bounds by it what it lets through before
+	// the next decision says more, and keeps the last room for a tenant or
+	// band with a better claim to it than the flooding one. 0 while not
+	// saturated: not counted (both limits off, or a router before room).
+	Room          uint32 `protobuf:"varint,10,opt,name=room,proto3" json:"room,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +683,13 @@ func (x *RouteResponse) GetSaturated() bool {
 		return x.Saturated
 	}
 	return false
+}
+
+func (x *RouteResponse) GetRoom() uint32 {
+	if x != nil {
+		return x.Room
+	}
+	return 0
 }
 
 // PrefillTarget is the prefill leg of a disaggregated route decision.
@@ -1799,7 +1813,11 @@ type ModelSaturation struct {
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// Whether its fleet is saturated for a typical request of the model;
 	// false for a model that has no live worker left.
-	Saturated     bool `protobuf:"varint,2,opt,name=saturated,proto3" json:"saturated,omitempty"`
+	Saturated bool `protobuf:"varint,2,opt,name=saturated,proto3" json:"saturated,omitempty"`
+	// How many more typical requests its fleet has room for, as
+	// RouteResponse.room (0 while not saturated: not counted). A change of
+	// room alone is a change the watch sends.
+	Room          uint32 `protobuf:"varint,3,opt,name=room,proto3" json:"room,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1846,6 +1864,13 @@ func (x *ModelSaturation) GetSaturated() bool {
 		return x.Saturated
 	}
 	return false
+}
+
+func (x *ModelSaturation) GetRoom() uint32 {
+	if x != nil {
+		return x.Room
+	}
+	return 0
 }
 
 // GetStatsRequest asks for the router's state.
@@ -2558,7 +2583,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\baffinity\x18\x04 \x01(\tR\baffinity\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x120\n" +
 	"\x14previous_instance_id\x18\x06 \x01(\x04R\x12previousInstanceId\x127\n" +
-	"\tlast_used\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"\xb0\x03\n" +
+	"\tlast_used\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"\xc4\x03\n" +
 	"\rRouteResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2571,7 +2596,9 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"candidates\x12:\n" +
 	"\bendpoint\x18\a \x01(\v2\x1e.switchyard.router.v1.EndpointR\bendpoint\x12=\n" +
 	"\aprefill\x18\b \x01(\v2#.switchyard.router.v1.PrefillTargetR\aprefill\x12\x1c\n" +
-	"\tsaturated\x18\t \x01(\bR\tsaturated\"\xeb\x01\n" +
+	"\tsaturated\x18\t \x01(\bR\tsaturated\x12\x12\n" +
+	"\x04room\x18\n" +
+	" \x01(\rR\x04room\"\xeb\x01\n" +
 	"\rPrefillTarget\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2658,10 +2685,11 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x16WatchSaturationRequest\x12\x16\n" +
 	"\x06models\x18\x01 \x03(\tR\x06models\"X\n" +
 	"\x17WatchSaturationResponse\x12=\n" +
-	"\x06models\x18\x01 \x03(\v2%.switchyard.router.v1.ModelSaturationR\x06models\"E\n" +
+	"\x06models\x18\x01 \x03(\v2%.switchyard.router.v1.ModelSaturationR\x06models\"Y\n" +
 	"\x0fModelSaturation\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
-	"\tsaturated\x18\x02 \x01(\bR\tsaturated\"\x11\n" +
+	"\tsaturated\x18\x02 \x01(\bR\tsaturated\x12\x12\n" +
+	"\x04room\x18\x03 \x01(\rR\x04room\"\x11\n" +
 	"\x0fGetStatsRequest\"\x98\x02\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +

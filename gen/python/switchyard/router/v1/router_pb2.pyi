@@ -177,12 +177,14 @@ class MarkPrefillCompleteResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelSaturation(_message.Message):
-    __slots__ = ["model", "saturated"]
+    __slots__ = ["model", "room", "saturated"]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    ROOM_FIELD_NUMBER: _ClassVar[int]
     SATURATED_FIELD_NUMBER: _ClassVar[int]
     model: str
+    room: int
     saturated: bool
-    def __init__(self, model: _Optional[str] = ..., saturated: bool = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., saturated: bool = ..., room: _Optional[int] = ...) -> None: ...
 
 class PrefillTarget(_message.Message):
     __slots__ = ["dp_rank", "endpoint", "instance_id", "overlap_blocks", "transport"]
@@ -309,7 +311,7 @@ class RouteRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "saturated", "transport"]
+    __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "room", "saturated", "transport"]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +319,7 @@ class RouteResponse(_message.Message):
     OVERLAP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ROOM_FIELD_NUMBER: _ClassVar[int]
     SATURATED_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
@@ -326,9 +329,10 @@ class RouteResponse(_message.Message):
     overlap_blocks: int
     prefill: PrefillTarget
     request_blocks: int
+    room: int
     saturated: bool
     transport: _common_pb2.Transport
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., prefill: _Optional[_Union[PrefillTarget, _Mapping]] = ..., saturated: bool = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., transport: _Optional[_Union[_common_pb2.Transport, _Mapping]] = ..., overlap_blocks: _Optional[int] = ..., request_blocks: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., prefill: _Optional[_Union[PrefillTarget, _Mapping]] = ..., saturated: bool = ..., room: _Optional[int] = ...) -> None: ...
 
 class RouteStreamRequest(_message.Message):
     __slots__ = ["route"]
