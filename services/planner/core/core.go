@@ -422,8 +422,11 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		// pool grows only on a bound above n workers' capacity, a
 		// quarter (1/(1-Hysteresis)) above the highest of the last
 		// Cooldown+1: on a steady rate, the bound's own noise rarely
-		// moves it that far.
-		high := upper
+		// moves it that far. A fitted slope read ahead moves the bound
+		// more (its noise times the lever to the read point): the
+		// shrink keeps the quantile of that drift free too, so that the
+		// next slopes do not grow the pool straight back.
+		high := upper + z*spread.Drift
 		for _, r := range st.recent {
 			high = max(high, r)
 		}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -409,5 +410,34 @@ func TestDecideIsDeterministic(t *testing.T) {
 	a, b := run(t, cfg, curve, 200), run(t, cfg, curve, 200)
 	if !slices.Equal(a, b) {
 		t.Fatal("two runs of the same observations decided differently")
+	}
+}
+
+// TestNoFlapsOnSteadyRates drives both predictors, with a start-up lead of
+// 6 intervals (the trend then reads its line 7 intervals ahead), through
+// steady rates with noise of several sizes and seeds: no pool is scaled one
+// way and back within 3 intervals.
+func TestNoFlapsOnSteadyRates(t *testing.T) {
+	for _, pred := range []string{"window", "trend"} {
+		for _, tc := range []struct {
+			rate, noise float64 // req/s; noise: the uniform share either side
+			seed        uint64
+		}{
+			{150, 0.1, 1}, {150, 0.2, 2}, {150, 0.3, 3}, {60, 0.2, 4}, {60, 0.3, 5}, {300, 0.2, 6},
+		} {
+			t.Run(fmt.Sprintf("%s/%.0f+-%.0f%%/seed%d", pred, tc.rate, 100*tc.noise, tc.seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(tc.seed, 7))
+				noise := make([]float64, 400)
+				for i := range noise {
+					noise[i] = 1 + 2*tc.noise*(rng.Float64()-0.5)
+				}
+				cfg := DefaultConfig()
+				cfg.Predictor, cfg.Lead = pred, 6*cfg.Interval
+				sizes := run(t, cfg, func(i int) float64 { return tc.rate * noise[i] }, len(noise))
+				if f := flaps(sizes); f != 0 {
+					t.Errorf("%d flaps: %v", f, sizes)
+				}
+			})
+		}
 	}
 }

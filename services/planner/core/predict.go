@@ -67,9 +67,12 @@ type Predictor interface {
 
 // Spread is a forecast's uncertainty, in requests per second: Noise is
 // the standard deviation of one interval's rate around the level it
-// measures, Error that of the forecast's level itself.
+// measures, Error that of the forecast's level itself, and Drift the part
+// of Error that a fitted slope carries ahead (0 for a flat forecast): the
+// next forecasts move by about that much on a steady rate, as the slope
+// is fitted anew on the next samples.
 type Spread struct {
-	Noise, Error float64
+	Noise, Error, Drift float64
 }
 
 // Total is the standard deviation of an interval's rate around the
@@ -223,8 +226,11 @@ func (p *trendPredictor) Spread(ahead time.Duration) Spread {
 	if len(p.samples) < 2 {
 		return Spread{Noise: s, Error: s}
 	}
+	// The line's error at x0 splits into its mean's, s^2/n, and its
+	// slope's carried to x0, s^2*(x0-mean x)^2/Sxx: the latter is Drift.
 	_, leverage := p.fit(ahead)
-	return Spread{Noise: s, Error: s * math.Sqrt(leverage)}
+	n := float64(len(p.samples))
+	return Spread{Noise: s, Error: s * math.Sqrt(leverage), Drift: s * math.Sqrt(max(leverage-1/n, 0))}
 }
 
 // fit is the least-squares line of the request rate through the samples

@@ -77,7 +77,8 @@ func TestPredictors(t *testing.T) {
 	}
 	// The spread: the noise from the median successive difference (a
 	// step of the level is one difference, not noise), the error of the
-	// window's mean over sqrt(n), of the line by its leverage.
+	// window's mean over sqrt(n), of the line by its leverage (the drift
+	// by the slope's part of it, none for a window).
 	for _, tc := range []struct {
 		name, pred string
 		rates      []float64
@@ -87,12 +88,12 @@ func TestPredictors(t *testing.T) {
 		{"no samples", "window", nil, 0, Spread{}},
 		{"two samples", "window", []float64{10, 20}, 0, Spread{}},
 		// |d| 20, 20: 20/(0.67449*sqrt(2)) = 20.967; the mean of 3.
-		{"window", "window", []float64{100, 120, 100}, 0, Spread{20.9672, 20.9672 / math.Sqrt(3)}},
+		{"window", "window", []float64{100, 120, 100}, 0, Spread{Noise: 20.9672, Error: 20.9672 / math.Sqrt(3)}},
 		// |d| 0, 0, 90, 0, 0: the median is 0.
 		{"a step is no noise", "window", []float64{10, 10, 10, 100, 100, 100}, 0, Spread{}},
 		// x = 0, 10, 20: mean 10, Sxx 200; read 10 s past the last, at
-		// 30: leverage 1/3 + 400/200.
-		{"trend", "trend", []float64{100, 120, 100}, 10 * time.Second, Spread{20.9672, 20.9672 * math.Sqrt(1.0/3+2)}},
+		// 30: leverage 1/3 + 400/200, of which the slope carries 400/200.
+		{"trend", "trend", []float64{100, 120, 100}, 10 * time.Second, Spread{Noise: 20.9672, Error: 20.9672 * math.Sqrt(1.0/3+2), Drift: 20.9672 * math.Sqrt(2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := NewPredictor(tc.pred, 3)
@@ -100,7 +101,7 @@ func TestPredictors(t *testing.T) {
 				p.Observe(s(10*i, r))
 			}
 			got := p.Spread(tc.ahead)
-			if math.Abs(got.Noise-tc.want.Noise) > 1e-3 || math.Abs(got.Error-tc.want.Error) > 1e-3 {
+			if math.Abs(got.Noise-tc.want.Noise) > 1e-3 || math.Abs(got.Error-tc.want.Error) > 1e-3 || math.Abs(got.Drift-tc.want.Drift) > 1e-3 {
 				t.Fatalf("spread %+v, want %+v", got, tc.want)
 			}
 		})
