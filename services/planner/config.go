@@ -69,6 +69,9 @@ type Config struct {
 	// WorkerStartup is how long a started worker takes to serve: the
 	// forecast looks that far ahead.
 	WorkerStartup time.Duration
+	// DemandQuantile is how sure a pool's size is to hold the forecast
+	// level of the rate (core.Config.Quantile).
+	DemandQuantile float64
 	// Connector carries decisions out: local, kubernetes or virtual.
 	Connector string
 	// AckTimeout is how long the virtual connector waits for a decision's
@@ -102,6 +105,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Predictor, "predictor", d.Predictor, "demand predictor: "+strings.Join(core.PredictorNames(), ", ")+
 		" (window: the mean of the last intervals; trend: their least-squares line, read one interval ahead)")
 	fs.DurationVar(&c.WorkerStartup, "worker-startup", 0, "how long a started worker takes to serve (start, load the model, register): the demand is forecast that far ahead")
+	fs.Float64Var(&c.DemandQuantile, "demand-quantile", d.Quantile, "how sure a pool's size is to hold the forecast rate, in [0.5, 1): the forecast plus this normal quantile of its error (0.5: the forecast alone)")
 	fs.StringVar(&c.Connector, "connector", "virtual", "how decisions are carried out: "+strings.Join(Connectors, ", ")+
 		" (virtual: only written to the registry, for an external runner that acknowledges them)")
 	fs.DurationVar(&c.AckTimeout, "ack-timeout", 5*time.Minute, "virtual connector: how long a decision waits for its acknowledgement before the planner decides again")
@@ -124,7 +128,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.core().Validate(); err != nil {
-		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor, --worker-startup)", err)
+		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor, --worker-startup, --demand-quantile)", err)
 	}
 	switch {
 	case strings.TrimSpace(c.RegistryAddr) == "":
@@ -163,6 +167,7 @@ func (c Config) core() core.Config {
 	cc.GPUBudget, cc.GPUsPerWorker = c.GPUBudget, c.GPUsPerWorker
 	cc.Predictor = c.Predictor
 	cc.Lead = c.WorkerStartup
+	cc.Quantile = c.DemandQuantile
 	// Data older than three intervals is stale (a worker reports every
 	// second).
 	cc.MaxAge = 3 * c.AdjustmentInterval
