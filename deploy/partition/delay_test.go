@@ -23,15 +23,7 @@ func TestFrontendToWorkersDelayAndLoss(t *testing.T) {
 	defer cancel()
 	l := newLab(t)
 	c := startCluster(t, ctx, l, 1, 1)
-	n := 4
-	if testing.Short() {
-		n = 2 // make test's form: fewer processes to start on 2 cores
-	}
-	workers := c.startWorkers(t, n)
-	w := watch(t, ctx, c.registryAddrs())
-	if err := w.waitLive(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	n, workers, w := c.startWatchedWorkers(t, ctx, 4, 2)
 	rt := c.startRouter(t, ctx, "router")
 	fe := c.startFrontend(t, ctx, rt.addr+":7003")
 	feMetrics := "http://" + fe.addr + ":8000/metrics"

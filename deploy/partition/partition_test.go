@@ -178,6 +178,23 @@ func (c *cluster) registryAddrs() []string {
 }
 
 // startWorkers starts n mockers, each in a namespace of its own.
+// startWatchedWorkers starts full workers (short under -short: make
+// test's form, fewer processes to start on 2 cores), watches the registry
+// and waits until it lists them all live.
+func (c *cluster) startWatchedWorkers(t *testing.T, ctx context.Context, full, short int) (int, []*proc, *watcher) {
+	t.Helper()
+	n := full
+	if testing.Short() {
+		n = short
+	}
+	workers := c.startWorkers(t, n)
+	w := watch(t, ctx, c.registryAddrs())
+	if err := w.waitLive(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	return n, workers, w
+}
+
 func (c *cluster) startWorkers(t *testing.T, n int) []*proc {
 	t.Helper()
 	var ps []*proc
@@ -348,15 +365,7 @@ func TestEtcdMemberCutFromQuorum(t *testing.T) {
 	defer cancel()
 	l := newLab(t)
 	c := startCluster(t, ctx, l, 3, 1)
-	n := 20
-	if testing.Short() {
-		n = 5 // make test's form: fewer processes to start on 2 cores
-	}
-	workers := c.startWorkers(t, n)
-	w := watch(t, ctx, c.registryAddrs())
-	if err := w.waitLive(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	n, workers, w := c.startWatchedWorkers(t, ctx, 20, 5)
 	d := cutDuration()
 	r := row{fault: fmt.Sprintf("etcd member cut from the other two, %d workers", n), duration: d}
 	l.cut(c.etcd[0], c.etcd[1])

@@ -25,15 +25,7 @@ func TestRouterCutFromEventbus(t *testing.T) {
 	defer cancel()
 	l := newLab(t)
 	c := startCluster(t, ctx, l, 1, 1)
-	n := 4
-	if testing.Short() {
-		n = 2 // make test's form: fewer processes to start on 2 cores
-	}
-	c.startWorkers(t, n)
-	w := watch(t, ctx, c.registryAddrs())
-	if err := w.waitLive(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	n, _, w := c.startWatchedWorkers(t, ctx, 4, 2)
 	rt := c.startRouter(t, ctx, "router")
 	routerAddr, routerMetrics := rt.addr+":7003", "http://"+rt.addr+":9103/metrics"
 	fe := c.startFrontend(t, ctx, routerAddr)
