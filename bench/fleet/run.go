@@ -19,10 +19,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -466,7 +470,7 @@ func uploadTokenizer(ctx context.Context, addr, dir string) ([]*registryv1.Token
 			return nil, err
 		}
 		name := filepath.Base(path)
-		info, err := bus.PutObject(ctx, wire.TokenizerBucket, wire.TokenizerObject(qwen3.ModelName, name), f, eventbusclient.PutObjectOptions{})
+		info, err := putRetrying(ctx, bus, wire.TokenizerObject(qwen3.ModelName, name), f)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("upload %s: %w", name, err)
@@ -475,6 +479,28 @@ func uploadTokenizer(ctx context.Context, addr, dir string) ([]*registryv1.Token
 			ObjectKey: wire.TokenizerBucket + "/" + wire.TokenizerObject(qwen3.ModelName, name)})
 	}
 	return out, nil
+}
+
+// putRetrying stores one tokenizer object, retrying as a worker does while
+// the eventbus answers Unavailable: a JetStream cluster that has just
+// elected its meta leader can still answer "no responders" for a moment
+// while the object store's stream is placed. It gives up after a minute.
+func putRetrying(ctx context.Context, bus *eventbusclient.Client, name string, f *os.File) (*eventbusv1.ObjectInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second})
+	for {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		info, err := bus.PutObject(ctx, wire.TokenizerBucket, name, f, eventbusclient.PutObjectOptions{})
+		if err == nil || status.Code(err) != codes.Unavailable {
+			return info, err
+		}
+		if backoff.Sleep(ctx, bo.Next()) != nil {
+			return nil, err
+		}
+	}
 }
 
 // removeData removes the data of every part (etcd, NATS, eventbus, the
