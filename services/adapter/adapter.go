@@ -207,10 +207,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 		return err
 	}
 	wcfg.KVTransfer = cfg.Disagg.Transfer()
+	if n := cfg.Disagg.DataParallelSize; n > 1 {
+		// The card declares the engine's ranks, so the router routes to
+		// each as a candidate of its own (its KV events carry their rank)
+		// and generate names the chosen rank to the engine.
+		wcfg.Model.DataParallelSize = uint32(n)
+	}
 	log.Info("adapter starting", "model", cfg.ModelName, "engine", cfg.EngineURL, "kv_events", cfg.KVEventsEndpoint,
 		"block_size", cfg.BlockSize, "request_plane", string(cfg.Transport.Plane))
-	var load atomic.Pointer[workerv1.LoadMetrics]
-	load.Store(&workerv1.LoadMetrics{})
+	var load atomic.Pointer[[]*workerv1.LoadMetrics]
+	load.Store(&[]*workerv1.LoadMetrics{{}})
 	stopMetrics, err := serveMetrics(ctx, cfg, &load, log)
 	if err != nil {
 		return err
@@ -238,7 +244,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	}
 	var self atomic.Pointer[worker.Worker]
 	l := &legs{client: client, url: completionsURL(cfg.EngineURL), kind: wcfg.KVTransfer.GetKind(), addr: cfg.Disagg.TransferAddr,
-		timeout: cfg.HandoffTimeout, self: self.Load, log: log, pending: map[string]context.CancelFunc{}}
+		timeout: cfg.HandoffTimeout, self: self.Load, log: log, ranks: dpRanks(cfg.Disagg.DataParallelSize), pending: map[string]context.CancelFunc{}}
 	defer l.close()
 	wcfg.KVHandoffs = l
 	if cfg.Embeddings {
@@ -262,9 +268,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 			return nil
 		}
 		if cfg.MetricsURL != "off" {
-			w.SetLoad(func() *workerv1.LoadMetrics { return load.Load() })
+			w.SetRankLoads(func() []*workerv1.LoadMetrics { return *load.Load() })
 			g.Go(func() error {
-				scrapeLoad(sideCtx, client, cfg.MetricsURL, time.Second, &load, log)
+				scrapeLoad(sideCtx, client, cfg.MetricsURL, max(cfg.Disagg.DataParallelSize, 1), time.Second, &load, log)
 				return nil
 			})
 		}

@@ -182,6 +182,9 @@ type legs struct {
 	timeout time.Duration           // --handoff-timeout
 	self    func() *worker.Worker
 	log     *slog.Logger
+	// ranks is the engine's data-parallel size: every engine request
+	// (whole or a leg) names the router's rank when it is more than one.
+	ranks dpRanks
 
 	mu      sync.Mutex
 	pending map[string]context.CancelFunc // bootstrap prefill requests in flight, by request id
@@ -249,8 +252,8 @@ func (l *legs) prefill(ctx context.Context, req *workerv1.GenerateRequest, cr co
 	return l.prefillBootstrap(ctx, req, cr, w, send)
 }
 
-// post sends cr to the engine.
-func (l *legs) post(ctx context.Context, requestID string, cr completionRequest) (*http.Request, error) {
+// post is the engine request of req's leg, with cr as its body.
+func (l *legs) post(ctx context.Context, req *workerv1.GenerateRequest, cr completionRequest) (*http.Request, error) {
 	body, err := json.Marshal(cr)
 	if err != nil {
 		return nil, err
@@ -260,9 +263,10 @@ func (l *legs) post(ctx context.Context, requestID string, cr completionRequest)
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	if requestID != "" {
-		hreq.Header.Set("X-Request-Id", requestID)
+	if req.RequestId != "" {
+		hreq.Header.Set("X-Request-Id", req.RequestId)
 	}
+	l.ranks.set(hreq, req.DpRank)
 	return hreq, nil
 }
 
@@ -274,7 +278,7 @@ func (l *legs) prefillVLLM(ctx context.Context, req *workerv1.GenerateRequest, c
 	// it there and keeps it for the decode leg).
 	cr.MinTokens = 0
 	cr.KVTransferParams = vllmPrefillParams
-	hreq, err := l.post(ctx, req.RequestId, cr)
+	hreq, err := l.post(ctx, req, cr)
 	if err != nil {
 		return err
 	}
@@ -370,7 +374,7 @@ func (l *legs) prefillBootstrap(ctx context.Context, req *workerv1.GenerateReque
 		default:
 		}
 	}}
-	hreq, err := l.post(httptrace.WithClientTrace(bctx, trace), req.RequestId, cr)
+	hreq, err := l.post(httptrace.WithClientTrace(bctx, trace), req, cr)
 	if err != nil {
 		l.end(req.RequestId)
 		l.wg.Done()

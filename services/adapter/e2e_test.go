@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,15 +62,21 @@ type standIn struct {
 	seq       uint64
 	mu        sync.Mutex
 	cancelled chan struct{}
+	// metrics is the text of its /metrics; rankHeaders the
+	// X-Data-Parallel-Rank of each completions request, "-" when absent.
+	metrics     string
+	rankHeaders []string
 }
 
 func startStandIn(t *testing.T) *standIn {
-	s := &standIn{t: t, cancelled: make(chan struct{}, 1)}
+	s := &standIn{t: t, cancelled: make(chan struct{}, 1),
+		metrics: `vllm:num_requests_waiting{model_name="test/model"} 1.0` + "\n" + `vllm:kv_cache_usage_perc{model_name="test/model"} 0.5` + "\n"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, `vllm:num_requests_waiting{model_name="test/model"} 1.0`)
-		fmt.Fprintln(w, `vllm:kv_cache_usage_perc{model_name="test/model"} 0.5`)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		fmt.Fprint(w, s.metrics)
 	})
 	s.http = httptest.NewServer(mux)
 	t.Cleanup(s.http.Close)
@@ -88,6 +95,13 @@ type chunk struct {
 }
 
 func (s *standIn) completions(w http.ResponseWriter, r *http.Request) {
+	rank := "-"
+	if v := r.Header.Values("X-Data-Parallel-Rank"); len(v) > 0 {
+		rank = strings.Join(v, ",")
+	}
+	s.mu.Lock()
+	s.rankHeaders = append(s.rankHeaders, rank)
+	s.mu.Unlock()
 	var req struct {
 		Model          string   `json:"model"`
 		Prompt         []uint32 `json:"prompt"`
@@ -132,6 +146,12 @@ func (s *standIn) completions(w http.ResponseWriter, r *http.Request) {
 // a gap of that many sequence numbers before it.
 func (s *standIn) publish(skip uint64, events ...[]any) {
 	s.t.Helper()
+	s.publishRank(skip, nil, events...)
+}
+
+// publishRank is publish with the batch's data-parallel rank (nil: none).
+func (s *standIn) publishRank(skip uint64, rank any, events ...[]any) {
+	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq += 1 + skip
@@ -139,7 +159,7 @@ func (s *standIn) publish(skip uint64, events ...[]any) {
 	for i, e := range events {
 		evs[i] = e
 	}
-	payload, err := msgpack.Marshal([]any{float64(time.Now().UnixNano()) / 1e9, evs, nil})
+	payload, err := msgpack.Marshal([]any{float64(time.Now().UnixNano()) / 1e9, evs, rank})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -323,6 +343,12 @@ func TestAdapterFeedsTheRouterAndServesGenerate(t *testing.T) {
 		last.Usage.GetPromptTokens() != 64 || last.Usage.GetCompletionTokens() != 4 || last.Usage.GetCachedPromptTokens() != 16 {
 		t.Fatalf("tokens %v, text %q, last %v", tokens, text, last)
 	}
+	// One rank: the engine is not told one.
+	eng.mu.Lock()
+	if fmt.Sprint(eng.rankHeaders) != "[-]" {
+		t.Errorf("rank headers %v, want none on a single-rank engine", eng.rankHeaders)
+	}
+	eng.mu.Unlock()
 
 	// Load is scraped from the engine's metrics and published.
 	sub, err := eventbustest.Client(t, busAddr).Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "dynamo",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -163,6 +164,36 @@ func responseFormat(g *workerv1.GuidedDecoding) (json.RawMessage, error) {
 	return nil, &transport.HandlerError{Code: transport.CodeUnimplemented, Message: "guided decoding: a format this adapter does not know"}
 }
 
+// RankHeader is the request header that pins a request to one of the
+// engine's data-parallel ranks: vLLM's OpenAI server reads it
+// (case-insensitively) as the request's data_parallel_rank, and SGLang's
+// data-parallel controller takes the same header.
+const RankHeader = "X-Data-Parallel-Rank"
+
+// dpRanks is how many data-parallel ranks the engine serves behind its one
+// endpoint (--data-parallel-size; 0 and 1 mean one).
+type dpRanks int
+
+// check refuses a rank the engine does not serve, before any engine
+// request, as the mocker does.
+func (n dpRanks) check(rank uint32) error {
+	if rank == 0 || int64(rank) < int64(n) {
+		return nil
+	}
+	return &transport.HandlerError{Code: transport.CodeInvalidArgument,
+		Message: fmt.Sprintf("dp_rank %d is out of range: this worker serves %d data-parallel rank(s), 0 to %d", rank, max(int(n), 1), max(int(n), 1)-1)}
+}
+
+// set names the router's rank to the engine when it serves several. With
+// one rank the header is left out: the engine then has nothing to choose.
+// Rank 0 is sent too: without the header the engine's own balancer would
+// pick a rank, not necessarily the one whose cache the router counted on.
+func (n dpRanks) set(h *http.Request, rank uint32) {
+	if n > 1 {
+		h.Header.Set(RankHeader, strconv.FormatUint(uint64(rank), 10))
+	}
+}
+
 // completionsURL is the engine's completions endpoint.
 func completionsURL(engineURL string) string {
 	return strings.TrimSuffix(engineURL, "/") + "/completions"
@@ -178,6 +209,9 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 			return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: "empty prompt"}
 		}
 		if err := l.checkLeg(req); err != nil {
+			return err
+		}
+		if err := l.ranks.check(req.DpRank); err != nil {
 			return err
 		}
 		cr := completionRequest{Model: model, Prompt: req.TokenIds, MaxTokens: req.MaxTokens, Stream: true,
@@ -236,6 +270,7 @@ func generate(client *http.Client, engineURL, model string, l *legs) worker.Hand
 		if req.RequestId != "" {
 			hreq.Header.Set("X-Request-Id", req.RequestId)
 		}
+		l.ranks.set(hreq, req.DpRank)
 		if whole {
 			return generateWhole(ctx, client, hreq, req, send)
 		}

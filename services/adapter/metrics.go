@@ -54,13 +54,19 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // serveMetrics starts --metrics-addr and --debug-addr when set: the KV event
-// counters and the engine's load as last scraped (switchyard_engine_*).
-func serveMetrics(ctx context.Context, cfg Config, load *atomic.Pointer[workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
+// counters and the engine's load as last scraped (switchyard_engine_*,
+// summed over its data-parallel ranks).
+func serveMetrics(ctx context.Context, cfg Config, load *atomic.Pointer[[]*workerv1.LoadMetrics], log *slog.Logger) (stop func(), err error) {
 	stop, _, err = obs.ServeMetrics(ctx, cfg.MetricsAddr, cfg.DebugAddr, log,
 		newStatsCollector(cfg.Stats), obs.NewEngineCollector(func() obs.EngineSnapshot {
-			m := load.Load()
-			return obs.EngineSnapshot{Running: int(m.GetRunningRequests()), Waiting: int(m.GetWaitingRequests()),
-				KVBlocksUsed: int(m.GetKvBlocksUsed()), KVBlocksTotal: int(m.GetKvBlocksTotal())}
+			var s obs.EngineSnapshot
+			for _, m := range *load.Load() {
+				s.Running += int(m.GetRunningRequests())
+				s.Waiting += int(m.GetWaitingRequests())
+				s.KVBlocksUsed += int(m.GetKvBlocksUsed())
+				s.KVBlocksTotal += int(m.GetKvBlocksTotal())
+			}
+			return s
 		}))
 	return stop, err
 }
