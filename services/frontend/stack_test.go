@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/switchyard-llm/switchyard/pkg/testlog"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 	"github.com/switchyard-llm/switchyard/services/eventbus"
@@ -74,6 +75,10 @@ type stack struct {
 	url       string
 	// stopRouter stops the router service; it is idempotent.
 	stopRouter func()
+	// log is the mockers' logger (Info) and feLog the frontend's unless
+	// opts.log is set (Warn: it logs every request at Info); both are shown
+	// when the test fails.
+	log, feLog *slog.Logger
 	http       *http.Client
 	client     openai.Client
 }
@@ -104,6 +109,8 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	ns := eventbustest.StartNATSAt(t, -1, natsStore)
 	bus := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
 	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, natsStore: natsStore, bus: bus}
+	logs := testlog.New(t)
+	s.log, s.feLog = logs.Logger(slog.LevelInfo), logs.Logger(slog.LevelWarn)
 
 	// The router follows the workers' KV events on the eventbus itself when
 	// the test asks for KV routing.
@@ -132,7 +139,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	}
 	flog := o.log
 	if flog == nil {
-		flog = slog.New(slog.DiscardHandler)
+		flog = s.feLog
 	}
 	fctx, fcancel := context.WithCancel(context.Background())
 	fe, err := frontend.Start(fctx, cfg, flog)
@@ -228,7 +235,7 @@ func (s *stack) startMocker(planes []transport.Plane, speedup float64, metrics b
 	m := &mockerHandle{stop: cancel, done: make(chan error, 1)}
 	ready := make(chan *worker.Worker, 1)
 	go func() {
-		m.done <- mocker.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(w *worker.Worker) { ready <- w })
+		m.done <- mocker.Run(ctx, cfg, s.log, func(w *worker.Worker) { ready <- w })
 	}()
 	select {
 	case m.w = <-ready:
