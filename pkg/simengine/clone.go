@@ -14,7 +14,7 @@ import (
 func (e *Engine) Clone() *Engine {
 	c := &Engine{cfg: e.cfg, nextID: e.nextID, stats: e.stats, requests: make(map[string]*request, len(e.requests))}
 	c.pool = e.pool.clone(c.evicted)
-	c.host, c.loadMs = e.host.clone(), e.loadMs
+	c.host, c.link = e.host.clone(), e.link
 	copies := make(map[*request]*request, len(e.requests))
 	for id, r := range e.requests {
 		cr := *r

@@ -52,7 +52,6 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
-	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // Errors returned by Engine methods.
@@ -320,6 +319,10 @@ type request struct {
 	running      bool
 	// scheduled is the number of tokens computed in the current step.
 	scheduled int
+	// loading is how long the copy of its prefix from the host tier
+	// still runs (its wait for the link included): until it ends the
+	// request holds its blocks and computes nothing (see hostTier).
+	loading time.Duration
 	// lora is Request.LoRA.
 	lora string
 }
@@ -366,9 +369,9 @@ type Engine struct {
 	stats      Stats
 	// host is the host-memory tier; nil without one.
 	host *hostTier
-	// loadMs is the time the step copies blocks back from host, in ms of
-	// the unscaled model.
-	loadMs float64
+	// link is how long the host-to-GPU link is busy with the copies
+	// already started: a new copy starts after them.
+	link time.Duration
 	// loras are the adapters loaded in the engine's slots, least recently
 	// used first (see lora.go).
 	loras []loraSlot
@@ -563,6 +566,9 @@ func (e *Engine) Step() StepResult {
 	// come from the end, which has not been scheduled yet.
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
+		if r.loading > 0 {
+			continue // its prefix is still being copied from host
+		}
 		n := min(len(r.tokens)-r.computed, budget)
 		if !e.allocate(r, n) {
 			res.Preempted += e.preemptFor(r, n)
@@ -606,6 +612,11 @@ func (e *Engine) Step() StepResult {
 			e.waiting = slices.Delete(e.waiting, i, i+1)
 		}
 		e.running = append(e.running, r)
+		if r.loading > 0 {
+			// Its copy from host runs beside this step: its chunk is
+			// computed once the copy is done.
+			continue
+		}
 		r.scheduled = n
 		budget -= n
 		prefill += n
@@ -670,15 +681,12 @@ func (e *Engine) Step() StepResult {
 	if decode > 0 {
 		res.Duration += DecodeTime(usage, e.cfg.SpeedupRatio)
 	}
-	if e.loadMs > 0 {
-		res.Duration += scale(e.loadMs, e.cfg.SpeedupRatio)
-		e.loadMs = 0
-	}
 	if loads > 0 {
 		res.Duration += scale(float64(loads)*e.cfg.LoraLoadMs, e.cfg.SpeedupRatio)
 		res.LoraLoads = loads
 		e.stats.LoraLoads += uint64(loads)
 	}
+	e.copyFromHost(&res)
 	res.PrefillTokens, res.DecodeTokens = prefill, decode
 	res.Events = e.takeEvents()
 	e.stats.Steps++
@@ -728,6 +736,7 @@ func (e *Engine) preemptFor(r *request, n int) int {
 // the waiting queue, to recompute everything it had.
 func (e *Engine) preempt(r *request) {
 	e.releaseBlocks(r)
+	r.loading = 0
 	e.doneLoRA(r)
 	r.computed, r.registered, r.scheduled = 0, 0, 0
 	r.running = false
@@ -790,7 +799,7 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		r.computed = (hits + loads) * bs
 		r.registered = hits
 		e.registerFull(r) // back on GPU: stored events, on KV_MEDIUM_GPU
-		e.loadMs += float64(loads*bs) * timingmodel.DefaultCPULoadMsPerToken
+		e.startCopy(r, loads*bs)
 		e.stats.HostHitBlocks += uint64(loads)
 		hits += loads
 	}

@@ -2,6 +2,7 @@ package simengine
 
 import (
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 )
@@ -13,6 +14,14 @@ import (
 // (Config.Timing's CPU load time per token) instead of its recomputation.
 // A block is on one tier at a time: the copy back moves it to the GPU, and
 // an eviction from here, least recently offloaded first, loses it.
+//
+// The copy back runs beside the engine's steps, as vLLM's offloading
+// connector runs it (an asynchronous copy on its own stream while the
+// request waits for remote KV and the scheduler goes on with the others):
+// the request holds its GPU blocks and computes nothing until its copy is
+// done, and the running requests are not slowed. Copies share the one
+// host-to-GPU link, one after another. A step in which every request waits
+// for a copy lasts until the first copy ends.
 //
 // Its events follow KvMedium's rules: an offload is a store with
 // KV_MEDIUM_CPU of a block the GPU held (it moves), a load back a store
@@ -120,5 +129,39 @@ func (e *Engine) offload(id kvhash.Block) {
 func (e *Engine) unhost(seq uint64) {
 	if e.host != nil {
 		e.host.take(seq)
+	}
+}
+
+// startCopy starts the copy of tokens of r's prefix from host to GPU after
+// those already on the link, at the published load time per token.
+func (e *Engine) startCopy(r *request, tokens int) {
+	// The rate Config.Timing publishes for the host tier.
+	d := scale(float64(tokens)*timingmodel.DefaultCPULoadMsPerToken, e.cfg.SpeedupRatio)
+	if d <= 0 {
+		return
+	}
+	e.link += d
+	r.loading = e.link
+}
+
+// copyFromHost lets the step's time pass for the copies on the link: a
+// request whose copy ends with the step computes from the next one. A step
+// that computed nothing while copies run lasts until the first ends.
+func (e *Engine) copyFromHost(res *StepResult) {
+	if e.link <= 0 {
+		return
+	}
+	if res.Duration == 0 {
+		first := e.link
+		for _, r := range e.running {
+			if r.loading > 0 {
+				first = min(first, r.loading)
+			}
+		}
+		res.Duration = first
+	}
+	e.link = max(e.link-res.Duration, 0)
+	for _, r := range e.running {
+		r.loading = max(r.loading-res.Duration, 0)
 	}
 }

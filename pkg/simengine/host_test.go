@@ -3,6 +3,7 @@ package simengine
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -147,12 +148,96 @@ func TestHostTierReload(t *testing.T) {
 	if want := int(loaded) + 1; gpuStores != want {
 		t.Fatalf("the reload stored %d blocks on GPU, want %d loaded + 1 computed", gpuStores, loaded)
 	}
+	// Alone on the engine, the request first waits for its copy (a step
+	// of the load time, nothing computed), then computes its last block.
 	load := timingmodel.Duration(float64(loaded*4) * timingmodel.DefaultCPULoadMsPerToken)
-	got := withHost.steps[0].Duration
-	if want := PrefillTime(4, 1) + load; got != want {
-		t.Fatalf("reload step took %v, want the last block's prefill + the load of %d tokens = %v", got, loaded*4, want)
+	if len(withHost.steps) < 2 || withHost.steps[0].Duration != load || len(withHost.steps[0].Outputs) != 0 || withHost.steps[0].PrefillTokens != 0 {
+		t.Fatalf("first step %+v, want a wait of the load of %d tokens, %v, computing nothing", withHost.steps[0], loaded*4, load)
 	}
-	if full := without.steps[0].Duration; !(got < full) {
-		t.Fatalf("reload step %v not shorter than recomputing, %v", got, full)
+	if got, want := withHost.steps[1].Duration, PrefillTime(4, 1); got != want || withHost.steps[1].PrefillTokens != 4 {
+		t.Fatalf("second step took %v for %d tokens, want the last block's prefill, %v", got, withHost.steps[1].PrefillTokens, want)
+	}
+	if got, full := load+withHost.steps[1].Duration, without.steps[0].Duration; !(got < full) {
+		t.Fatalf("reload %v not shorter than recomputing, %v", got, full)
+	}
+}
+
+// TestHostCopyBesideSteps: a request loading its prefix from host does not
+// slow the requests decoding beside it (the copy runs on the link, not in
+// the steps), gets its first token only after its copy, and copies share
+// the link one after another.
+func TestHostCopyBesideSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		loaders int // requests loading their prefix from host at once
+	}{
+		{"one copy", 1},
+		{"two copies share the link", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, func(c *Config) { c.NumGPUBlocks, c.NumHostBlocks, c.SpeedupRatio = 80, 256, 1 })
+			// Offload prompts to host: each computed, then pushed out of
+			// the GPU by the next ones.
+			var hosted [][]uint32
+			for i := range tc.loaders {
+				hosted = append(hosted, prompt(uint32(20000*(i+1)), 128))
+			}
+			for i, p := range append(append([][]uint32{}, hosted...), prompt(90000, 160), prompt(95000, 160)) {
+				if err := e.Add(Request{ID: fmt.Sprint("warm", i), Prompt: p, MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+				drain(t, e, 100)
+			}
+			// A long decode runs; then the hosted prompts come back.
+			if err := e.Add(Request{ID: "decoder", Prompt: prompt(1, 8), MaxTokens: 50}); err != nil {
+				t.Fatal(err)
+			}
+			e.Step() // its prefill
+			before := e.Stats().HostHitBlocks
+			for i, p := range hosted {
+				if err := e.Add(Request{ID: fmt.Sprint("loader", i), Prompt: p, MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var elapsed time.Duration
+			besideCopy := 0
+			first := map[string]time.Duration{}
+			for step := 0; len(first) < tc.loaders; step++ {
+				if step == 100 {
+					t.Fatal("the loaders never produced a token")
+				}
+				res := e.Step()
+				if res.PrefillTokens == 0 && res.DecodeTokens == 1 {
+					// The decoder alone computed: the step takes a decode
+					// step's time at the blocks in use (none was released
+					// in it), the copies beside it add nothing.
+					if want := DecodeTime(float64(e.Metrics().KVBlocksUsed)/80, 1); res.Duration != want {
+						t.Fatalf("a decode step beside the copy took %v, want %v", res.Duration, want)
+					}
+					besideCopy++
+				}
+				elapsed += res.Duration
+				for _, o := range res.Outputs {
+					if _, ok := first[o.RequestID]; !ok && o.RequestID != "decoder" {
+						first[o.RequestID] = elapsed
+					}
+				}
+			}
+			if besideCopy == 0 {
+				t.Fatal("no decode step ran while a copy did")
+			}
+			loaded := e.Stats().HostHitBlocks - before
+			perLoader := loaded / uint64(tc.loaders)
+			if perLoader == 0 {
+				t.Fatal("no block was loaded from host")
+			}
+			copyOne := timingmodel.Duration(float64(perLoader*4) * timingmodel.DefaultCPULoadMsPerToken)
+			for i := range tc.loaders {
+				// The i-th copy ends after the copies before it.
+				if got, min := first[fmt.Sprint("loader", i)], time.Duration(i+1)*copyOne; got < min {
+					t.Errorf("loader %d's first token after %v, before its copy could end (%v)", i, got, min)
+				}
+			}
+		})
 	}
 }
