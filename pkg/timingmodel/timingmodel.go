@@ -75,11 +75,34 @@ func (m *Model) LoadMsPerToken(disk bool) float64 {
 }
 
 // DefaultLoraLoadMs is the adapter load time a router assumes of a worker
-// that publishes none: the order of a rank-16 adapter of a 7-8B model
-// (tens of MB) copied from host memory into the GPU and set up by the
-// engine. An adapter read from disk takes longer; a worker that knows
-// publishes its own.
-const DefaultLoraLoadMs = 25
+// that publishes none, and the mocker's and the replay's default: a rank-64
+// adapter on every linear layer of a Llama-3-8B-class model (the model of
+// the tiers' defaults above), read from disk and copied into a GPU slot.
+//
+//   - Size: each of the 32 layers has rank x (in + out) parameters per
+//     adapted projection: q and o 4096+4096, k and v 4096+1024, gate and
+//     up 4096+14336, down 14336+4096, so 64 x 81,920 per layer; in bf16
+//     that is 64 x 81,920 x 32 x 2 B = 335.5 MB (a rank-16 adapter of the
+//     attention projections alone is 20x smaller).
+//   - Read: vLLM keeps --max-cpu-loras adapters in host memory, by
+//     default as many as GPU slots (--max-loras), so a fleet with more
+//     adapters than slots reads most loads from disk: 64.5 ms at the disk
+//     tier's 5.2 GB/s.
+//   - Copy: into the slot at the host tier's 26 GB/s, 12.9 ms.
+//
+// That is 77.4 ms, and vLLM loads an adapter inside the step that first
+// needs it (the whole batch waits). It leaves out the engine's own set-up
+// per adapted module; a worker that measures its loads publishes them.
+const DefaultLoraLoadMs = loraBytes/diskBytesPerMs + loraBytes/hostBytesPerMs
+
+// loraBytes is DefaultLoraLoadMs' adapter size; diskBytesPerMs and
+// hostBytesPerMs are the disk and host tiers' bandwidths above (5.2 and
+// 26 GB/s) in bytes per millisecond.
+const (
+	loraBytes      = 64 * 81920 * 32 * 2
+	diskBytesPerMs = 5.2e6
+	hostBytesPerMs = 26e6
+)
 
 // Default is Dynamo's mocker fit of vLLM on an H100, with vLLM's default
 // 8192 tokens per step: what a router assumes of a worker that publishes

@@ -2384,7 +2384,7 @@ type TimingModel struct {
 	MaxBatchedTokens uint32 `protobuf:"varint,8,opt,name=max_batched_tokens,json=maxBatchedTokens,proto3" json:"max_batched_tokens,omitempty"`
 	// Time to load a LoRA adapter that is not loaded into a slot before a
 	// request with it can start; 0 means unset, and the router then assumes
-	// 25 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
+	// about 77 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
 	LoraLoadMs float64 `protobuf:"fixed64,9,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`
 	// Time to copy one token's KV from host memory to the GPU, for a prefix
 	// hit on blocks held on KV_MEDIUM_CPU. Zero: the documented default

@@ -1318,7 +1318,7 @@ export type TimingModel = Message<"switchyard.worker.v1.TimingModel"> & {
   /**
    * Time to load a LoRA adapter that is not loaded into a slot before a
    * request with it can start; 0 means unset, and the router then assumes
-   * 25 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
+   * about 77 ms (Go: timingmodel.DefaultLoraLoadMs, which says why).
    *
    * @generated from field: double lora_load_ms = 9;
    */
