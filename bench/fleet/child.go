@@ -77,6 +77,7 @@ func runEtcd(args []string) int {
 	peer := fs.String("peer-url", "", "peer URL")
 	initial := fs.String("initial-cluster", "", "name=peer-url,...")
 	fsync := fs.Bool("fsync", false, "fsync the WAL")
+	prof := fs.Bool("pprof", false, "serve /debug/pprof on the client URL")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -93,6 +94,7 @@ func runEtcd(args []string) int {
 	cfg.InitialCluster, cfg.InitialClusterToken = *initial, "switchyard-fleet-bench"
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.UnsafeNoFsync = !*fsync
+	cfg.EnablePprof = *prof
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -121,6 +123,7 @@ func runNATS(args []string) int {
 	port := fs.Int("port", 0, "client port")
 	clusterPort := fs.Int("cluster-port", 0, "route port")
 	httpPort := fs.Int("http-port", 0, "monitoring port")
+	profPort := fs.Int("prof-port", 0, "/debug/pprof port (0: none)")
 	store := fs.String("store", "", "JetStream store dir")
 	routes := fs.String("routes", "", "route URLs, comma-separated")
 	if fs.Parse(args) != nil {
@@ -136,7 +139,7 @@ func runNATS(args []string) int {
 		rs = append(rs, u)
 	}
 	ns, err := natsserver.NewServer(&natsserver.Options{
-		ServerName: *name, Host: "127.0.0.1", Port: *port, HTTPHost: "127.0.0.1", HTTPPort: *httpPort,
+		ServerName: *name, Host: "127.0.0.1", Port: *port, HTTPHost: "127.0.0.1", HTTPPort: *httpPort, ProfPort: *profPort,
 		JetStream: true, StoreDir: *store, NoSigs: true,
 		Cluster: natsserver.ClusterOpts{Name: "switchyard-fleet-bench", Host: "127.0.0.1", Port: *clusterPort},
 		Routes:  rs,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,6 +34,8 @@ type proc struct {
 	err     error
 	held    []func() // port holds, released after the child exits
 	metrics string   // where its counters are read: etcd's /metrics, NATS's /varz
+	// pprof is its /debug/pprof/ base URL with PlaneConfig.Profile.
+	pprof string
 }
 
 // Plane is the control plane the bench runs: a 3-member etcd cluster, a
@@ -62,6 +66,8 @@ type PlaneConfig struct {
 	Frontends int
 	// Namespace is the namespace the frontends serve.
 	Namespace string
+	// Profile serves /debug/pprof in every part (see Plane.Profile).
+	Profile bool
 }
 
 // StartPlane starts every part in dependency order and waits until each is
@@ -128,10 +134,13 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 		p.EtcdURLs = append(p.EtcdURLs, client)
 		args := []string{"--name", fmt.Sprintf("e%d", i+1), "--dir", filepath.Join(cfg.Dir, fmt.Sprintf("etcd-%d", i+1)),
 			"--client-url", client, "--peer-url", peer, "--initial-cluster", strings.Join(initial, ","),
-			"--fsync=" + strconv.FormatBool(cfg.EtcdFsync)}
+			"--fsync=" + strconv.FormatBool(cfg.EtcdFsync), "--pprof=" + strconv.FormatBool(cfg.Profile)}
 		pr, err := start(fmt.Sprintf("etcd-%d", i+1), "etcd", rel[2*i:2*i+2], client+"/metrics", args...)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Profile {
+			pr.pprof = client + "/debug/pprof/"
 		}
 		etcds = append(etcds, pr)
 	}
@@ -142,44 +151,59 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 	}
 
 	// NATS: three servers with routes to each other.
-	ports, rel, err = hold(3 * members)
+	ports, rel, err = hold(4 * members)
 	if err != nil {
 		return nil, err
 	}
 	var routes []string
 	for i := range members {
-		routes = append(routes, "nats://"+ports[3*i+1])
+		routes = append(routes, "nats://"+ports[4*i+1])
 	}
 	var natss []*proc
 	for i := range members {
-		_, cport, _ := net.SplitHostPort(ports[3*i])
-		_, rport, _ := net.SplitHostPort(ports[3*i+1])
-		_, hport, _ := net.SplitHostPort(ports[3*i+2])
-		p.NATSURLs = append(p.NATSURLs, "nats://"+ports[3*i])
-		p.varz = append(p.varz, "http://"+ports[3*i+2]+"/varz")
-		pr, err := start(fmt.Sprintf("nats-%d", i+1), "nats", rel[3*i:3*i+3], "http://"+ports[3*i+2]+"/varz",
-			"--name", fmt.Sprintf("n%d", i+1), "--port", cport, "--cluster-port", rport, "--http-port", hport,
+		_, cport, _ := net.SplitHostPort(ports[4*i])
+		_, rport, _ := net.SplitHostPort(ports[4*i+1])
+		_, hport, _ := net.SplitHostPort(ports[4*i+2])
+		_, pport, _ := net.SplitHostPort(ports[4*i+3])
+		if !cfg.Profile {
+			pport = "0"
+		}
+		p.NATSURLs = append(p.NATSURLs, "nats://"+ports[4*i])
+		p.varz = append(p.varz, "http://"+ports[4*i+2]+"/varz")
+		pr, err := start(fmt.Sprintf("nats-%d", i+1), "nats", rel[4*i:4*i+4], "http://"+ports[4*i+2]+"/varz",
+			"--name", fmt.Sprintf("n%d", i+1), "--port", cport, "--cluster-port", rport, "--http-port", hport, "--prof-port", pport,
 			"--store", filepath.Join(cfg.Dir, fmt.Sprintf("nats-%d", i+1)), "--routes", strings.Join(routes, ","))
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Profile {
+			pr.pprof = "http://" + ports[4*i+3] + "/debug/pprof/"
+		}
 		natss = append(natss, pr)
 	}
 	for i, pr := range natss {
-		if err := p.wait(ctx, pr, jetStreamReady("http://"+ports[3*i+2], members)); err != nil {
+		if err := p.wait(ctx, pr, jetStreamReady("http://"+ports[4*i+2], members)); err != nil {
 			return nil, err
 		}
 	}
 
 	// The services.
+	// With Profile each service serves pprof on a second held port.
 	svc := func(name, service string, extra ...string) (string, error) {
-		addrs, rel, err := hold(1)
+		addrs, rel, err := hold(2)
 		if err != nil {
 			return "", err
 		}
-		pr, err := start(name, service, rel, "", append([]string{"--grpc-addr", addrs[0], "--metrics-addr", ""}, extra...)...)
+		dbg := ""
+		if cfg.Profile {
+			dbg = addrs[1]
+		}
+		pr, err := start(name, service, rel, "", append([]string{"--grpc-addr", addrs[0], "--metrics-addr", "", "--debug-addr", dbg}, extra...)...)
 		if err != nil {
 			return "", err
+		}
+		if cfg.Profile {
+			pr.pprof = "http://" + dbg + "/debug/pprof/"
 		}
 		return addrs[0], p.wait(ctx, pr, grpcServing(addrs[0]))
 	}
@@ -194,15 +218,22 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 		return nil, err
 	}
 	for i := range cfg.Frontends {
-		addrs, rel, err := hold(1)
+		addrs, rel, err := hold(2)
 		if err != nil {
 			return nil, err
 		}
+		dbg := ""
+		if cfg.Profile {
+			dbg = addrs[1]
+		}
 		name := fmt.Sprintf("frontend-%d", i+1)
 		pr, err := start(name, "frontend", rel, "", "--http-addr", addrs[0], "--router-mode", "kv", "--namespace", cfg.Namespace,
-			"--registry-addr", p.Registry, "--eventbus-addr", p.Eventbus, "--router-addr", p.Router)
+			"--registry-addr", p.Registry, "--eventbus-addr", p.Eventbus, "--router-addr", p.Router, "--debug-addr", dbg)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Profile {
+			pr.pprof = "http://" + dbg + "/debug/pprof/"
 		}
 		url := "http://" + addrs[0]
 		// The frontend answers /health 503 until a worker serves a model:
@@ -251,6 +282,53 @@ func (p *Plane) Close() {
 		}
 	}
 	p.procs = nil
+}
+
+// Profile writes a CPU profile of d of every part that serves pprof
+// (PlaneConfig.Profile) to dir/<part>.cpu.pprof, all at once, and NATS's
+// JetStream report (/jsz with streams and consumers) to dir/<part>.jsz.json.
+func (p *Plane) Profile(ctx context.Context, dir string, d time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(p.procs))
+	for i, pr := range p.procs {
+		if pr.pprof == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fetchTo(ctx, fmt.Sprintf("%sprofile?seconds=%d", pr.pprof, int(d.Seconds())), filepath.Join(dir, pr.name+".cpu.pprof"))
+			if errs[i] == nil && pr.service == "nats" {
+				errs[i] = fetchTo(ctx, strings.TrimSuffix(pr.metrics, "/varz")+"/jsz?streams=true&consumers=true&config=true", filepath.Join(dir, pr.name+".jsz.json"))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d", url, res.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Exited names the parts that are no longer running.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ type Config struct {
 	EtcdFsync bool
 	// Exe is the binary run for every part of the plane ("": this one).
 	Exe string
+	// Profile writes a CPU profile of the window of every part, and NATS's
+	// JetStream report, to the fleet size's directory under Out.
+	Profile bool
 }
 
 // RegisterFlags adds the bench's flags.
@@ -88,12 +92,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.CheckEach, "check-each", false, "route a request to every worker through the frontends, and away after it deregistered")
 	fs.StringVar(&c.Out, "out", "", "directory for fleet.csv and the logs of every part (empty: a temporary one, removed)")
 	fs.BoolVar(&c.EtcdFsync, "etcd-fsync", false, "run etcd with fsync (as in production; slower on a shared disk)")
+	fs.BoolVar(&c.Profile, "profile", false, "write a CPU profile of the steady-state window of every part (and /jsz of every NATS server) to --out/n<N>/")
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if len(c.Workers) == 0 || c.Concurrency < 1 || c.KVRate < 0 || c.Window <= 0 || c.Probes < 0 || c.Routes < 0 || c.TTFTs < 0 {
 		return errors.New("fleet-bench: --workers, --concurrency and --window must be positive, the rest not negative")
+	}
+	if c.Profile && (c.Out == "" || c.Window < time.Second) {
+		return errors.New("fleet-bench: --profile needs --out and a --window of at least 1s")
 	}
 	return nil
 }
@@ -166,7 +174,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]*R
 func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, log *slog.Logger) (*Result, error) {
 	const namespace, component = "fleet", "backend"
 	fmt.Fprintf(out, "== %d workers: starting the plane (logs in %s)\n", n, dir)
-	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace})
+	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace, Profile: cfg.Profile})
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +237,13 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		return r, err
 	}
 	kv0, load0 := fleet.KVEvents.Load(), fleet.LoadSent.Load()
-	sleep(ctx, cfg.Window)
+	if cfg.Profile {
+		if err := profileWindow(ctx, plane, dir, cfg.Window); err != nil {
+			return r, fmt.Errorf("profile: %w", err)
+		}
+	} else {
+		sleep(ctx, cfg.Window)
+	}
 	after, err := sample(plane)
 	if err != nil {
 		return r, err
@@ -512,6 +526,22 @@ func removeData(dir string) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// profileWindow profiles every part of the plane and this process (the
+// simulated workers) for d.
+func profileWindow(ctx context.Context, plane *Plane, dir string, d time.Duration) error {
+	f, err := os.Create(filepath.Join(dir, self+".cpu.pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	err = plane.Profile(ctx, dir, d)
+	pprof.StopCPUProfile()
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {
