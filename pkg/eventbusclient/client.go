@@ -214,6 +214,18 @@ func Decode[T any, P interface {
 	return m, nil
 }
 
+// Settled is the highest stream sequence whose events have all been
+// delivered once ev has: ev's own, or the one before when the eventbus
+// stored ev together with events that follow it (wire.HeaderEnvelopeRest).
+// A consumer that resumes after the last sequence it settled misses
+// nothing.
+func Settled(ev *eventbusv1.DeliveredEvent) uint64 {
+	if ev.GetHeaders()[wire.HeaderEnvelopeRest] != "" {
+		return ev.GetStreamSequence() - 1
+	}
+	return ev.GetStreamSequence()
+}
+
 // Ack acknowledges events (those delivered without auto_ack), retrying
 // through failovers: any eventbus can acknowledge any event.
 func (c *Client) Ack(ctx context.Context, evs ...*eventbusv1.DeliveredEvent) error {

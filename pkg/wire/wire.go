@@ -86,6 +86,14 @@ func CoreSubject(subject string) string { return CorePrefix + subject }
 // type by its fully qualified name, such as "switchyard.worker.v1.KvEventBatch".
 const HeaderType = "Switchyard-Type"
 
+// HeaderEnvelopeRest is the header the eventbus sets on a delivered event
+// that it stored together with the events after it, in one stream message
+// (it coalesces a busy subject's events): how many events of the same
+// stream sequence follow it. A consumer that remembers how far it has read
+// counts a stream sequence as read once its last event is (see
+// eventbusclient.Settled).
+const HeaderEnvelopeRest = "Switchyard-Envelope-Rest"
+
 // Subject is the event subject {namespace}.{component}.{name}.
 func Subject(namespace, component, name string) string {
 	return namespace + "." + component + "." + name

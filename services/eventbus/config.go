@@ -80,6 +80,10 @@ type Config struct {
 	// StreamReplicas is the replica count of a namespace stream the eventbus
 	// creates: 1 on a single server, 3 on a NATS cluster.
 	StreamReplicas int
+	// CoalesceEvents are the event names (a subject's last token) whose
+	// events the eventbus stores several to a message while the subject is
+	// busy (coalesce.go); nil is DefaultCoalesceEvents, empty none.
+	CoalesceEvents []string
 }
 
 // maxReconnects is NATSMaxReconnects with a Config built in code (all three
@@ -106,6 +110,14 @@ func (c Config) dedupWindow() time.Duration {
 		return DefaultDedupWindow
 	}
 	return c.DedupWindow
+}
+
+// coalesceEvents is the event names to coalesce.
+func (c Config) coalesceEvents() []string {
+	if c.CoalesceEvents == nil {
+		return DefaultCoalesceEvents
+	}
+	return c.CoalesceEvents
 }
 
 // DefaultDeliverLinger is the default Config.DeliverLinger.
@@ -145,6 +157,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.NATSReconnectBuffer, "nats-reconnect-buffer", DefaultNATSReconnectBuffer, "bytes of publishes held while NATS reconnects; past it a publish fails at once")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
+	fs.Func("coalesce-events", fmt.Sprintf("event names, comma-separated, whose events a busy subject stores several to a message (empty: none; default %s)", strings.Join(DefaultCoalesceEvents, ",")), func(v string) error {
+		c.CoalesceEvents = []string{}
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.CoalesceEvents = append(c.CoalesceEvents, n)
+			}
+		}
+		return nil
+	})
 }
 
 // Complete reads the files the settings name (the server's token and TLS
@@ -182,6 +203,11 @@ func (c Config) Validate() error {
 	}
 	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
 		return fmt.Errorf("--stream-replicas %d: valid values are 1 to 5", c.StreamReplicas)
+	}
+	for _, n := range c.CoalesceEvents {
+		if n == "" || strings.ContainsAny(n, ".*> \t") {
+			return fmt.Errorf("--coalesce-events %q: %q is not an event name (a subject's last token)", strings.Join(c.CoalesceEvents, ","), n)
+		}
 	}
 	if c.DeliverLinger > maxDeliverLinger {
 		return fmt.Errorf("--deliver-linger %s: must be at most %s (negative: never wait)", c.DeliverLinger, maxDeliverLinger)

@@ -117,6 +117,11 @@ func TestConfigValidate(t *testing.T) {
 		{"dedup window", func(c *eventbus.Config) { c.DedupWindow = 10 * time.Second }, ""},
 		{"negative dedup window", func(c *eventbus.Config) { c.DedupWindow = -time.Second }, "--dedup-window"},
 		{"dedup window past max age", func(c *eventbus.Config) { c.StreamMaxAge = time.Minute }, "--dedup-window"},
+		{"coalesce nothing", func(c *eventbus.Config) { c.CoalesceEvents = []string{} }, ""},
+		{"coalesce an event name", func(c *eventbus.Config) { c.CoalesceEvents = []string{"kv_cache_update", "mine"} }, ""},
+		{"coalesce a subject", func(c *eventbus.Config) { c.CoalesceEvents = []string{"ns.c.kv_cache_update"} }, "--coalesce-events"},
+		{"coalesce a wildcard", func(c *eventbus.Config) { c.CoalesceEvents = []string{"*"} }, "--coalesce-events"},
+		{"coalesce an empty name", func(c *eventbus.Config) { c.CoalesceEvents = []string{""} }, "--coalesce-events"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,5 +231,31 @@ func TestEmbeddedNATSPortInUse(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "listen") {
 		t.Errorf("error %q does not say the port is in use", err)
+	}
+}
+
+// TestCoalesceEventsFlag: unset leaves the default (nil), empty coalesces
+// nothing, a list names the event names.
+func TestCoalesceEventsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unset", nil, nil},
+		{"empty", []string{"--coalesce-events", ""}, []string{}},
+		{"list", []string{"--coalesce-events", "kv_cache_update, mine"}, []string{"kv_cache_update", "mine"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg eventbus.Config
+			fs := flag.NewFlagSet("eventbus", flag.ContinueOnError)
+			cfg.RegisterFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, cfg.CoalesceEvents); diff != "" || (tc.want == nil) != (cfg.CoalesceEvents == nil) {
+				t.Errorf("CoalesceEvents %#v, want %#v", cfg.CoalesceEvents, tc.want)
+			}
+		})
 	}
 }

@@ -65,8 +65,18 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 		s.metrics.countPublished(ns, false, 1)
 		return &eventbusv1.PublishResponse{}, nil
 	}
-	ack, err := s.bus.publish(ctx, ns, req.GetEvent())
-	if err != nil {
+	var ack pubAck
+	if evs := []*eventbusv1.Event{req.GetEvent()}; s.bus.coalesce.takes(evs) {
+		var mb *mergedBatch
+		var acks []pubAck
+		if mb, err = s.bus.coalesce.add(ctx, []string{ns}, evs); err == nil {
+			acks, err = mb.wait(ctx)
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		ack = acks[0]
+	} else if ack, err = s.bus.publish(ctx, ns, req.GetEvent()); err != nil {
 		return nil, toStatus(err)
 	}
 	s.metrics.countPublished(ns, ack.dup, 1)
@@ -78,6 +88,8 @@ type pendingBatch struct {
 	id    uint64
 	nss   []string // namespace of each event
 	batch *pubBatch
+	// merged is the batch when the coalescer took it (batch is nil).
+	merged *mergedBatch
 	// core batches are already published: their acks are all zero.
 	core bool
 }
@@ -120,10 +132,17 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 				return toStatus(<-recvErr)
 			}
 			var acks []pubAck
-			if p.core {
+			switch {
+			case p.core:
 				acks = make([]pubAck, len(p.nss))
-			} else if acks, err = s.bus.waitBatch(ctx, p.batch); err != nil {
-				return toStatus(err)
+			case p.merged != nil:
+				if acks, err = p.merged.wait(ctx); err != nil {
+					return toStatus(err)
+				}
+			default:
+				if acks, err = s.bus.waitBatch(ctx, p.batch); err != nil {
+					return toStatus(err)
+				}
 			}
 			s.metrics.countBatch(p.nss, acks)
 			// One allocation for the acknowledgements of the batch.
@@ -163,12 +182,20 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 			nss[i] = ns
 		}
 		p := pendingBatch{id: req.GetBatchId(), nss: nss, core: req.GetCore()}
-		if p.core {
+		switch {
+		case p.core:
 			if err := s.bus.publishCore(req.GetEvents()); err != nil {
 				return err
 			}
-		} else if p.batch, err = s.bus.publishBatch(ctx, nss, req.GetEvents()); err != nil {
-			return err
+		case s.bus.coalesce.takes(req.GetEvents()):
+			// Its events are stored whether or not anyone still waits.
+			if p.merged, err = s.bus.coalesce.add(ctx, nss, req.GetEvents()); err != nil {
+				return err
+			}
+		default:
+			if p.batch, err = s.bus.publishBatch(ctx, nss, req.GetEvents()); err != nil {
+				return err
+			}
 		}
 		select {
 		case queue <- p:

@@ -58,6 +58,9 @@ type Service struct {
 
 	// watches are the jsWatch loops (minority.go), one per connection.
 	watches sync.WaitGroup
+	// coalesce is the bus's coalescer once connected; its senders end
+	// with the service's context.
+	coalesce *coalescer
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -144,7 +147,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	moves := newMovesCounter(gs.Registry())
 	ready := func(b *bus) {
 		srv.bus, srv.objects = b, &objects{js: b.js}
-		gs.Registry().MustRegister(newLagCollector(b))
+		s.mu.Lock()
+		s.coalesce = b.coalesce
+		s.mu.Unlock()
+		gs.Registry().MustRegister(newLagCollector(b), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_envelopes_total",
+			Help: "Stream messages stored holding several events of a busy subject (--coalesce-events).",
+		}, func() float64 { return float64(b.coalesce.envelopes.Load()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "switchyard_eventbus_enveloped_events_total",
+			Help: "Events stored in those messages.",
+		}, func() float64 { return float64(b.coalesce.events.Load()) }))
 		g.ready.Store(true)
 		logConnected(log, cfg, b.nc)
 		s.watchJetStream(ctx, map[string]*nats.Conn{"publishing": b.nc, "consuming": b.subNC}, moves)
@@ -177,6 +189,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		s.cancel()
 		s.watches.Wait()
+		s.mu.Lock()
+		co := s.coalesce
+		s.mu.Unlock()
+		if co != nil {
+			co.wait()
+		}
 		s.closeNATS()
 	}()
 	return s, nil

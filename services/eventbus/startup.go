@@ -76,6 +76,7 @@ func (s *Service) connectOnce(ctx context.Context, cfg Config) (*bus, error) {
 	}
 	b, err := newBus(nc, subNC, cfg, s.log)
 	if err == nil {
+		b.coalesce = newCoalescer(ctx, b, cfg.coalesceEvents())
 		// A server without JetStream, or a cluster without a meta leader
 		// yet, accepts connections but cannot store a thing.
 		actx, cancel := context.WithTimeout(ctx, setupTimeout)

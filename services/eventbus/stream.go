@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // deliverBatch and deliverBytes bound one SubscribeResponse: at most that
@@ -31,15 +33,17 @@ const (
 // consumers for subscriptions. Publishing and consuming use two connections,
 // so that publish acknowledgements and deliveries are read in parallel.
 type bus struct {
-	nc     *nats.Conn          // publishing, stream management
-	js     jetstream.JetStream // on nc
-	pub    *publisher          // on nc
-	subNC  *nats.Conn          // consumers and their acks
-	subJS  jetstream.JetStream // on subNC
-	log    *slog.Logger
-	maxAge time.Duration // Config.StreamMaxAge
-	dedup  time.Duration // Config.DedupWindow
-	linger time.Duration // Config.DeliverLinger
+	nc  *nats.Conn          // publishing, stream management
+	js  jetstream.JetStream // on nc
+	pub *publisher          // on nc
+	// coalesce gathers the coalesced events (coalesce.go); nil: none.
+	coalesce *coalescer
+	subNC    *nats.Conn          // consumers and their acks
+	subJS    jetstream.JetStream // on subNC
+	log      *slog.Logger
+	maxAge   time.Duration // Config.StreamMaxAge
+	dedup    time.Duration // Config.DedupWindow
+	linger   time.Duration // Config.DeliverLinger
 	// replicas is the replica count of the streams the eventbus creates.
 	replicas int
 
@@ -611,7 +615,7 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 			}
 			batch = append(batch, m)
 		}
-		if err := send(name, deliveredBatch(batch, s.autoAck)); err != nil {
+		if err := send(name, b.deliveredBatch(batch, s.autoAck)); err != nil {
 			for _, m := range batch {
 				handBack(m)
 			}
@@ -624,9 +628,10 @@ func (b *bus) subscribe(ctx context.Context, s subscription, stopping <-chan str
 }
 
 // deliveredBatch converts JetStream messages, allocating the events and
-// their times once for the batch.
-func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.DeliveredEvent {
-	evs := make([]*eventbusv1.DeliveredEvent, len(batch))
+// their times once for the batch; an envelope's events are handed out one
+// by one (see coalesce.go), all in this batch.
+func (b *bus) deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.DeliveredEvent {
+	evs := make([]*eventbusv1.DeliveredEvent, 0, len(batch))
 	vals := make([]eventbusv1.DeliveredEvent, len(batch))
 	times := make([]timestamppb.Timestamp, len(batch))
 	for i, m := range batch {
@@ -636,7 +641,6 @@ func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.Delivered
 		if id := hdr[jetstream.MsgIDHeader]; len(id) > 0 {
 			ev.MsgId = id[0]
 		}
-		ev.Headers = userHeaders(hdr)
 		if md, ok := parseAckSubject(m.Reply()); ok {
 			ev.StreamSequence, ev.ConsumerSequence, ev.NumDelivered = md.streamSeq, md.consumerSeq, md.delivered
 			t := &times[i]
@@ -646,9 +650,42 @@ func deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.Delivered
 		if !autoAck {
 			ev.AckToken = m.Reply()
 		}
-		evs[i] = ev
+		if count := hdr[envelopeHeader]; len(count) > 0 {
+			inner, err := openEnvelope(count[0], m.Data())
+			if err == nil {
+				evs = append(evs, envelopeEvents(ev, inner)...)
+				continue
+			}
+			// Not one this eventbus wrote: handed on as it is.
+			b.log.Warn("a stored message marked as an envelope does not decode; delivered as it is", "subject", ev.Subject, "sequence", ev.StreamSequence, "err", err.Error())
+		}
+		ev.Headers = userHeaders(hdr)
+		evs = append(evs, ev)
 	}
 	return evs
+}
+
+// envelopeEvents are the delivered events of an envelope delivered as env.
+func envelopeEvents(env *eventbusv1.DeliveredEvent, inner []*eventbusv1.Event) []*eventbusv1.DeliveredEvent {
+	out := make([]*eventbusv1.DeliveredEvent, len(inner))
+	vals := make([]eventbusv1.DeliveredEvent, len(inner))
+	for j, e := range inner {
+		ev := &vals[j]
+		ev.Subject, ev.Payload, ev.MsgId, ev.Headers = e.GetSubject(), e.GetPayload(), e.GetMsgId(), e.GetHeaders()
+		ev.StreamSequence, ev.ConsumerSequence, ev.NumDelivered, ev.Time = env.StreamSequence, env.ConsumerSequence, env.NumDelivered, env.Time
+		ev.AckToken = env.AckToken
+		if rest := len(inner) - 1 - j; rest > 0 {
+			if ev.Headers == nil {
+				ev.Headers = map[string]string{}
+			}
+			ev.Headers[wire.HeaderEnvelopeRest] = strconv.Itoa(rest)
+			if ev.AckToken != "" {
+				ev.AckToken = partialAck + env.AckToken
+			}
+		}
+		out[j] = ev
+	}
+	return out
 }
 
 // userHeaders is an event's headers without the ones NATS reserves; nil when
@@ -714,13 +751,18 @@ func parseAckSubject(reply string) (ackMeta, bool) {
 }
 
 // ack acknowledges (or with nak, hands back) validated ack tokens and waits
-// until NATS has them.
+// until NATS has them. A partial token (an envelope's event before its last)
+// acknowledges nothing; its nak hands the envelope back.
 func (b *bus) ack(ctx context.Context, tokens []string, nak bool) error {
 	body := []byte("+ACK")
 	if nak {
 		body = []byte("-NAK")
 	}
 	for _, t := range tokens {
+		t, partial := strings.CutPrefix(t, partialAck)
+		if partial && !nak {
+			continue
+		}
 		if err := b.subNC.Publish(t, body); err != nil {
 			return natsErr("ack", err)
 		}

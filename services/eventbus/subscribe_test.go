@@ -83,8 +83,11 @@ func TestPublishSubscribeInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.GetMessages() != 101 || info.GetFirstSequence() != 1 || info.GetLastSequence() != 101 || info.GetStream() != eventbus.StreamName("vllm-agg") {
-		t.Errorf("stream info = %v; want 101 messages, sequences 1-101", info)
+	// The KV events of a busy moment may share stream messages
+	// (coalesce.go): at most 101 messages, the last the last batch's.
+	if last := seqs[len(seqs)-1]; info.GetMessages() > 101 || info.GetFirstSequence() != 1 || info.GetLastSequence() != last ||
+		info.GetMessages() != last || info.GetStream() != eventbus.StreamName("vllm-agg") {
+		t.Errorf("stream info = %v; want at most 101 messages, sequences 1-%d", info, last)
 	}
 }
 

@@ -150,6 +150,9 @@ func validateEvent(ev *eventbusv1.Event, maxPayload int64) (string, error) {
 		if strings.HasPrefix(strings.ToLower(k), "nats-") {
 			return "", invalidf("header name %q: the Nats- prefix is reserved", k)
 		}
+		if strings.HasPrefix(strings.ToLower(k), strings.ToLower(envelopeHeader)) {
+			return "", invalidf("header name %q: the %s prefix is reserved to the eventbus", k, envelopeHeader)
+		}
 		if strings.ContainsAny(v, "\r\n") {
 			return "", invalidf("header %q value must not contain line breaks", k)
 		}
@@ -279,7 +282,9 @@ func validateSubscribe(req *eventbusv1.SubscribeRequest) (subscription, error) {
 // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>, or
 // the 12-token form with domain and account hash, with no wildcards, empty
 // tokens or whitespace, so that Ack cannot publish anywhere else.
+// A partial token (partialAck and such a subject) is accepted too.
 func checkAckToken(token string) error {
+	token = strings.TrimPrefix(token, partialAck)
 	if !strings.HasPrefix(token, "$JS.ACK.") {
 		return invalidf("ack token %.64q is not one that Subscribe delivered", token)
 	}

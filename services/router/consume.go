@@ -75,7 +75,8 @@ func (c *consumer) follow(ns string) {
 				c.applyKV(ns, b)
 			}
 			c.mu.Lock()
-			c.seq[ns] = max(c.seq[ns], ev.GetStreamSequence())
+			// An envelope's sequence counts once its last event is applied.
+			c.seq[ns] = max(c.seq[ns], eventbusclient.Settled(ev))
 			c.mu.Unlock()
 		})
 	}
