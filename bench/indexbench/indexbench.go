@@ -27,6 +27,21 @@ type Workload struct {
 	// candidates, their blocks and their load are the same; the router
 	// routes to (instance, rank).
 	DPSize int
+	// TokenRequests, when set (BuildTokens), are the requests' token ids,
+	// which the route decision sends instead of their hashes (Requests),
+	// as the frontend does, with Salt as their cache_salt and LoRA as
+	// their adapter; the router then hashes each.
+	TokenRequests [][]uint32
+	Salt, LoRA    string
+	// LoRAs, above 0, makes RouteCore's cards list that many adapters
+	// (LoRA among them when set), 4 slots each, and every worker's load
+	// report list 4 of them loaded: a request naming one is filtered to
+	// the workers that list it and priced with its load where not loaded.
+	LoRAs int
+	// Sessions, above 0, gives the route decision's requests session ids,
+	// that many distinct ones taken in turn: each is bound at its first
+	// turn and its later turns go through the binding.
+	Sessions int
 	// loads are the workers' load reports ReportLoads sends, made once:
 	// a benchmark's own garbage would add collector cycles to the
 	// router's.

@@ -65,6 +65,12 @@ func routeCore(wl *Workload, clock func() time.Time, prefill int) (*core.Core, *
 		if wl.DPSize > 1 {
 			card.DataParallelSize = uint32(wl.DPSize)
 		}
+		if wl.LoRAs > 0 {
+			card.MaxLoras = loraSlots
+			for _, name := range wl.loraNames() {
+				card.LoraAdapters = append(card.LoraAdapters, &registryv1.LoraAdapter{Name: name})
+			}
+		}
 		cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: card})
 	}
 	c.OnInstances(ins)
@@ -116,6 +122,13 @@ func ReportLoads(c *core.Core, wl *Workload) {
 		for _, id := range wl.Index.Workers() {
 			w := wl.rankOf(id.Instance)
 			m := &workerv1.LoadMetrics{InstanceId: w.Instance, DpRank: w.DPRank, KvBlocksTotal: 1 << 17, RunningRequests: 64, TimingModel: timingmodel.Default().Proto()}
+			if names := wl.loraNames(); len(names) > 0 {
+				// Each worker has loaded loraSlots adapters, a different
+				// run of them per worker.
+				for k := range min(loraSlots, len(names)) {
+					m.LoraAdapters = append(m.LoraAdapters, names[(int(id.Instance)+k)%len(names)])
+				}
+			}
 			for j := range 64 {
 				m.Requests = append(m.Requests, &workerv1.RequestLoad{RequestId: fmt.Sprintf("other-%d-%d", id.Instance, j), DecodeBlocks: 200, PrefillTokens: uint32(j % 2 * 512)})
 			}
@@ -125,4 +138,25 @@ func ReportLoads(c *core.Core, wl *Workload) {
 	for _, m := range wl.loads {
 		c.ReportLoad(m)
 	}
+}
+
+// loraSlots is how many adapters RouteCore's workers hold loaded at once.
+const loraSlots = 4
+
+// loraNames is the adapters RouteCore's cards list: LoRAs of them, the
+// requests' adapter first.
+func (wl *Workload) loraNames() []string {
+	if wl.LoRAs <= 0 {
+		return nil
+	}
+	names := make([]string, 0, wl.LoRAs)
+	if wl.LoRA != "" {
+		names = append(names, wl.LoRA)
+	}
+	for i := 0; len(names) < wl.LoRAs; i++ {
+		if n := fmt.Sprintf("adapter-%d", i); n != wl.LoRA {
+			names = append(names, n)
+		}
+	}
+	return names
 }

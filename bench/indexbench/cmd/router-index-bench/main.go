@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
 )
@@ -28,6 +29,10 @@ func main() {
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cpuShare := flag.Float64("cpu-share", 0, "share of each worker's blocks the route decision's router holds on the host tier (KV events with medium cpu), by hash: 0 is a fleet without tiers")
 	dpSize := flag.Int("dp-size", 1, "the route decision's router sees its 100 workers as data-parallel ranks, this many per instance (100/N instances of N ranks, cards declaring N): the same candidates, blocks and load, routed to (instance, rank)")
+	tokens := flag.Bool("tokens", false, "the route decision's requests carry token ids, as the frontend sends them, which the router hashes (implied by --cache-salt and --loras); without, block hashes")
+	salt := flag.String("cache-salt", "", "the route decision's requests carry this cache_salt, and the workers' blocks are hashed with it")
+	loras := flag.Int("loras", 0, "the route decision's workers list this many LoRA adapters on their cards (4 slots, 4 loaded each, a different run per worker) and the requests name one of them, their blocks hashed with it: filtered to the workers listing it and priced with its load where not loaded")
+	sessions := flag.Int("sessions", 0, "the route decision's requests carry session ids, this many distinct ones taken in turn (bound at the first turn, later turns through the binding)")
 	warmup := flag.Int("route-warmup", 70_000, "route decisions made, untimed, before the timed ones, at 1 ms of virtual time each: past the predictions' grace and the freed-request memory, so that the router's tables have stopped growing (0: time a fresh router)")
 	flag.Parse()
 	if *dpSize < 1 || *dpSize > 100 {
@@ -79,9 +84,18 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
 		if workers == 100 {
-			wl.CPUShare, wl.DPSize = *cpuShare, *dpSize
-			wall, cpu, cpuOK, heap := routeLatency(wl, *lookups, *warmup)
-			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d candidates (%d rank(s) per worker), %.0f%% of blocks on host: p50\t%.1f µs\t\n", workers, max(*dpSize, 1), 100**cpuShare, us(wall[0]))
+			rl := wl
+			if *tokens || *salt != "" || *loras > 0 {
+				extra := kvhash.Extra{Salt: *salt}
+				if *loras > 0 {
+					extra.LoRA = "adapter-0"
+				}
+				rl = indexbench.BuildTokens(workers, *entries, 128, 1024, 7, extra)
+			}
+			rl.CPUShare, rl.DPSize, rl.LoRAs, rl.Sessions = *cpuShare, *dpSize, *loras, *sessions
+			wall, cpu, cpuOK, heap := routeLatency(rl, *lookups, *warmup)
+			fmt.Fprintf(tw, "route decision (Core.Route: index, predicted blocks, load, time cost), %d candidates (%d rank(s) per worker), %.0f%% of blocks on host, %s: p50\t%.1f µs\t\n",
+				workers, max(*dpSize, 1), 100**cpuShare, features(rl), us(wall[0]))
 			fmt.Fprintf(tw, "route decision, %d workers: p99\t%.1f µs\t\n", workers, us(wall[1]))
 			if cpuOK {
 				fmt.Fprintf(tw, "route decision, %d workers, CPU time of its thread: p50\t%.1f µs\t\n", workers, us(cpu[0]))
@@ -139,7 +153,11 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
 	}
-	req := &routerv1.RouteRequest{Target: target}
+	req := &routerv1.RouteRequest{Target: target, CacheSalt: wl.Salt, LoraName: wl.LoRA}
+	sessions := make([]string, wl.Sessions)
+	for i := range sessions {
+		sessions[i] = "session-" + strconv.Itoa(i)
+	}
 	var m0, m1 runtime.MemStats
 	for i := range warmup + n {
 		if i == warmup {
@@ -150,7 +168,15 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 			indexbench.ReportLoads(c, wl)
 		}
 		id := ids[i]
-		req.RequestId, req.BlockHashes = id, wl.Requests[i%len(wl.Requests)]
+		req.RequestId = id
+		if wl.TokenRequests != nil {
+			req.TokenIds = wl.TokenRequests[i%len(wl.TokenRequests)]
+		} else {
+			req.BlockHashes = wl.Requests[i%len(wl.Requests)]
+		}
+		if len(sessions) > 0 {
+			req.SessionId = sessions[i%len(sessions)]
+		}
 		c0, ok0 := threadCPU()
 		t0 := time.Now()
 		resp, err := c.RouteOwned(req)
@@ -213,6 +239,24 @@ func pauses(d time.Duration) (perSec float64, median time.Duration) {
 	}
 	slices.Sort(gaps)
 	return float64(len(gaps)) / d.Seconds(), gaps[len(gaps)/2]
+}
+
+// features says what the route decision's requests carry beyond blocks.
+func features(wl *indexbench.Workload) string {
+	f := "block hashes"
+	if wl.TokenRequests != nil {
+		f = "token ids"
+	}
+	if wl.Salt != "" {
+		f += ", a cache salt"
+	}
+	if wl.LoRA != "" {
+		f += fmt.Sprintf(", an adapter of %d", wl.LoRAs)
+	}
+	if wl.Sessions > 0 {
+		f += fmt.Sprintf(", %d sessions", wl.Sessions)
+	}
+	return f
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
