@@ -231,6 +231,9 @@ func msList(d []time.Duration) string {
 
 func printResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n%d workers (load average %.2f at the window's end; %d KV events published, %d indexed)\n", r.N, r.Load1, r.Published, r.Applied)
+	if r.Reregistered > 0 {
+		fmt.Fprintf(w, "%d leases lost (keep-alives too late) and their workers registered again; %d KV events were of the lost instances\n", r.Reregistered, r.KVOfLost)
+	}
 	fmt.Fprintf(w, "%-58s %12s  %s\n%s\n", "figure", "value", "unit", strings.Repeat("-", 78))
 	for _, f := range figures(r) {
 		fmt.Fprintf(w, "%-58s %12.3f  %s\n", f.name, f.v, f.unit)

@@ -25,9 +25,10 @@ import (
 // The simulated workers of the bench do on the control plane what a worker
 // of the Go SDK (pkg/worker) does, the same way: a lease of its own kept
 // alive on a KeepAlive stream of its own (registryclient.Session), its instance
-// and model card registered on the lease, KV event batches published in
-// order through an eventbus Publisher of its own (the first one awaited
-// before the next is sent), a load report published every interval with a
+// and model card registered on the lease (and again on a new lease when the
+// registry says the lease is gone, as the SDK's worker does), KV event
+// batches published in order through an eventbus Publisher of its own (the
+// first one awaited before the next is sent), a load report published every interval with a
 // unary Publish, and generate served on a request plane server of its own
 // with an immediate one-token reply. What they do not do is run an engine,
 // serve WorkerService, or dial their own gRPC connections: every
@@ -78,8 +79,10 @@ type Fleet struct {
 	tickDone chan struct{}
 
 	// KVEvents counts KV events acknowledged by the eventbus, KVFailed those
-	// it did not take; LoadSent and LoadFailed the load reports.
-	KVEvents, KVFailed, LoadSent, LoadFailed atomic.Uint64
+	// it did not take; LoadSent and LoadFailed the load reports;
+	// Reregistered the leases lost (each worker registered again), and
+	// KVOfLost the KV events published under those leases' instances.
+	KVEvents, KVFailed, LoadSent, LoadFailed, Reregistered, KVOfLost atomic.Uint64
 }
 
 // NewFleet dials the registry and the eventbus once for every worker it
@@ -151,9 +154,8 @@ func (f *Fleet) Len() int {
 type Sim struct {
 	f     *Fleet
 	key   uint64 // tells workers' token sequences apart
-	sess  *registryclient.Session
-	inst  *registryv1.Instance
 	srv   transport.Server
+	reg   *registryclient.Client
 	bus   *eventbusclient.Client
 	pub   *eventbusclient.Publisher
 	acks  chan sentBatch
@@ -163,10 +165,17 @@ type Sim struct {
 	ackCtx    context.Context
 	ackCancel context.CancelFunc
 	served    atomic.Int64
+	// signatures is how many signature sequences its first batch stores.
+	signatures int
+
+	// kvMu guards the registration (sess, inst, registering: replaced when
+	// the worker registers again) and the KV event numbering.
+	kvMu sync.Mutex
+	sess *registryclient.Session
+	inst *registryv1.Instance
 	// registering is when the worker asked the registry to register it.
 	registering time.Time
 
-	kvMu      sync.Mutex
 	nextEvent uint64
 	rolling   []uint64
 	rollSeq   uint64
@@ -174,6 +183,8 @@ type Sim struct {
 
 	stopLoad chan struct{}
 	loadDone chan struct{}
+	// stopLease ends keepRegistered; leaseDone closes when it has.
+	stopLease, leaseDone chan struct{}
 }
 
 type sentBatch struct {
@@ -203,7 +214,7 @@ func signature(key uint64, i int) []uint32 {
 // the eventbus to store it, then publishes KV events and load at the
 // configured rates until Stop.
 func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
-	s := &Sim{f: f, key: f.nextKey.Add(1), stopLoad: make(chan struct{}), loadDone: make(chan struct{})}
+	s := &Sim{f: f, key: f.nextKey.Add(1), stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopLease: make(chan struct{}), leaseDone: make(chan struct{})}
 	tc := transport.DefaultConfig()
 	tc.TCP.Host, tc.TCP.Port = "127.0.0.1", 0
 	srv, err := transport.NewServer(tc)
@@ -224,10 +235,33 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.bus = cs.bus
-	sess, err := registryclient.NewSession(ctx, cs.reg, registryclient.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
-	if err != nil {
+	s.bus, s.reg, s.signatures = cs.bus, cs.reg, signatures
+	s.pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{})
+	if err := s.register(ctx); err != nil {
+		s.pub.Close()
 		return nil, err
+	}
+	s.acks, s.acked = make(chan sentBatch, 64), make(chan struct{})
+	s.ackCtx, s.ackCancel = context.WithCancel(context.Background())
+	go s.awaitAcks()
+	go s.publishLoad()
+	go s.keepRegistered()
+	f.mu.Lock()
+	f.workers[s] = struct{}{}
+	f.mu.Unlock()
+	return s, nil
+}
+
+// register registers the worker as a new instance, as a worker of the SDK
+// does at its start and again when its lease is lost: a new lease, the
+// instance and its model card on it, and its first KV event batch (the
+// signatures, numbered from 1 under the new instance id) stored before any
+// later one is sent.
+func (s *Sim) register(ctx context.Context) (err error) {
+	f := s.f
+	sess, err := registryclient.NewSession(ctx, s.reg, registryclient.SessionOptions{TTL: f.cfg.LeaseTTL, Logger: f.cfg.Log})
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -236,38 +270,76 @@ func (f *Fleet) Start(ctx context.Context, signatures int) (_ *Sim, err error) {
 			cancel()
 		}
 	}()
-	s.registering = time.Now()
+	registering := time.Now()
 	in, err := sess.Register(ctx, &registryv1.Instance{Namespace: f.cfg.Namespace, Component: f.cfg.Component, Endpoint: wire.GenerateEndpoint,
-		Transport: transport.TransportOf(srv.Addresses(wire.GenerateEndpoint)...)})
+		Transport: transport.TransportOf(s.srv.Addresses(wire.GenerateEndpoint)...)})
 	if err != nil {
-		return nil, fmt.Errorf("register: %w", err)
+		return fmt.Errorf("register: %w", err)
 	}
 	if err := sess.RegisterModel(ctx, &registryv1.ModelCard{Namespace: f.cfg.Namespace, Component: f.cfg.Component, Endpoint: wire.GenerateEndpoint,
 		ModelName: f.cfg.Model, BlockSize: BlockSize, ContextLength: 32768, Tokenizer: f.cfg.Artifacts}); err != nil {
-		return nil, fmt.Errorf("register model card: %w", err)
+		return fmt.Errorf("register model card: %w", err)
 	}
-	s.sess, s.inst = sess, in
-	s.pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{})
+	s.kvMu.Lock()
+	if s.inst != nil {
+		// The events of the lost instance: the router indexed those that
+		// came before the registry dropped it, and none after.
+		f.KVOfLost.Add(s.nextEvent)
+	}
+	s.sess, s.inst, s.registering = sess, in, registering
+	s.nextEvent, s.rolling = 0, nil
+	s.kvMu.Unlock()
 	// The first batch is in the stream before any later one is sent (as
 	// the SDK does): a router takes a worker's first event for its start.
-	first := &workerv1.KvEventBatch{InstanceId: in.InstanceId}
-	for i := range signatures {
+	first := &workerv1.KvEventBatch{}
+	for i := range s.signatures {
 		first.Events = append(first.Events, storedEvent(kvhash.Hashes(signature(s.key, i), BlockSize, nil)[0].Sequence))
 	}
 	if len(first.Events) > 0 {
 		if err := s.publishNow(ctx, first); err != nil {
-			s.pub.Close()
-			return nil, err
+			return err
 		}
 	}
-	s.acks, s.acked = make(chan sentBatch, 64), make(chan struct{})
-	s.ackCtx, s.ackCancel = context.WithCancel(context.Background())
-	go s.awaitAcks()
-	go s.publishLoad()
-	f.mu.Lock()
-	f.workers[s] = struct{}{}
-	f.mu.Unlock()
-	return s, nil
+	return nil
+}
+
+// keepRegistered registers the worker again, as a worker of the SDK does,
+// when the registry says its lease is gone (a keep-alive that came too
+// late), until Stop.
+func (s *Sim) keepRegistered() {
+	defer close(s.leaseDone)
+	for {
+		s.kvMu.Lock()
+		sess := s.sess
+		s.kvMu.Unlock()
+		select {
+		case <-s.stopLease:
+			return
+		case <-sess.Done():
+		}
+		s.f.Reregistered.Add(1)
+		s.f.cfg.Log.Warn("simulated worker lost its lease; registering again", "instance", fmt.Sprintf("%x", sess.ID()), "err", sess.Err())
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			go func() {
+				select {
+				case <-s.stopLease:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			err := s.register(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			select {
+			case <-s.stopLease:
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
 }
 
 func storedEvent(hashes ...uint64) *workerv1.KvCacheEvent {
@@ -371,9 +443,9 @@ func (s *Sim) publishLoad() {
 		case <-t.C:
 		}
 		s.kvMu.Lock()
-		used := uint64(len(s.rolling))
+		used, id := uint64(len(s.rolling)), s.inst.InstanceId
 		s.kvMu.Unlock()
-		m := &workerv1.LoadMetrics{InstanceId: s.inst.InstanceId, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
+		m := &workerv1.LoadMetrics{InstanceId: id, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if _, err := s.bus.Publish(ctx, wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m); err != nil {
 			s.f.LoadFailed.Add(1)
@@ -403,7 +475,18 @@ func (s *Sim) generate(_ context.Context, req *transport.Request, rw transport.R
 func (s *Sim) Served() int64 { return s.served.Load() }
 
 // InstanceID is the worker's registered instance id.
-func (s *Sim) InstanceID() uint64 { return s.inst.InstanceId }
+func (s *Sim) InstanceID() uint64 {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	return s.inst.InstanceId
+}
+
+// registeredAt is when the worker last asked the registry to register it.
+func (s *Sim) registeredAt() time.Time {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	return s.registering
+}
 
 // Stop deregisters the worker (its lease revoked: routers and frontends
 // drop it at once), stops its publishing, waits for its KV events to be
@@ -412,7 +495,12 @@ func (s *Sim) Stop(ctx context.Context) error {
 	s.f.mu.Lock()
 	delete(s.f.workers, s)
 	s.f.mu.Unlock()
-	err := s.sess.Close(ctx)
+	close(s.stopLease)
+	<-s.leaseDone
+	s.kvMu.Lock()
+	sess := s.sess
+	s.kvMu.Unlock()
+	err := sess.Close(ctx)
 	stopAcks := context.AfterFunc(ctx, s.ackCancel) // give up waiting once ctx ends
 	defer stopAcks()
 	s.kvMu.Lock()
