@@ -599,13 +599,23 @@ func (s *Service) readBody(r *http.Request, w http.ResponseWriter) ([]byte, erro
 			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 		}
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	return s.readBodyWithin(r, w, rc, maxBody)
+}
+
+// readBodyWithin is readBody with the size limit as an argument. A body
+// whose Content-Length is over limit is refused before any of it is read;
+// one of unknown length (chunked) is read until it passes limit.
+func (s *Service) readBodyWithin(r *http.Request, w http.ResponseWriter, rc *http.ResponseController, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: the request body is %d bytes; the limit is %d", errTooLarge, r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		var ne net.Error
 		switch {
 		case errors.As(err, &mbe):
-			return nil, fmt.Errorf("%w: the request body exceeds %d bytes", errTooLarge, maxBody)
+			return nil, fmt.Errorf("%w: the request body exceeds %d bytes", errTooLarge, limit)
 		case errors.As(err, &ne) && ne.Timeout():
 			err := fmt.Errorf("%w: the request body did not arrive within %s", errReadTimeout, s.cfg.HTTPReadTimeout)
 			if answerAndClose(w, rc, err) {
