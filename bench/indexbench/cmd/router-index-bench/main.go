@@ -1,8 +1,9 @@
 // Command router-index-bench measures the router's KV index: event ingest
 // rate on one core, lookup latency percentiles with 100 and 1,000 workers
-// over 2 million indexed blocks and 128-block requests, the whole route
-// decision (index, predicted blocks, load merge, cost in time) at 100
-// workers, and heap bytes per indexed (block, worker) pair.
+// (--workers) over 2 million indexed blocks (--entries) and 128-block
+// requests, the whole route decision (index, predicted blocks, load merge,
+// cost in time) at 100 workers (--route-workers), and heap bytes per
+// indexed (block, worker) pair.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +35,8 @@ func main() {
 	salt := flag.String("cache-salt", "", "the route decision's requests carry this cache_salt, and the workers' blocks are hashed with it")
 	loras := flag.Int("loras", 0, "the route decision's workers list this many LoRA adapters on their cards (4 slots, 4 loaded each, a different run per worker) and the requests name one of them, their blocks hashed with it: filtered to the workers listing it and priced with its load where not loaded")
 	sessions := flag.Int("sessions", 0, "the route decision's requests carry session ids, this many distinct ones taken in turn (bound at the first turn, later turns through the binding)")
+	fleets := sizesFlag("workers", "worker counts whose lookups are timed, comma-separated", []int{100, 1000})
+	routeFleets := sizesFlag("route-workers", "worker counts (of --workers) whose whole route decision is timed, comma-separated", []int{100})
 	warmup := flag.Int("route-warmup", 70_000, "route decisions made, untimed, before the timed ones, at 1 ms of virtual time each: past the predictions' grace and the freed-request memory, so that the router's tables have stopped growing (0: time a fresh router)")
 	flag.Parse()
 	if *dpSize < 1 || *dpSize > 100 {
@@ -65,7 +69,7 @@ func main() {
 	}
 	fmt.Fprintf(tw, "ingest, one core, %.1fM new blocks\t%.2fM block events/s\t\n", float64(blocks)/1e6, float64(blocks)/time.Since(start).Seconds()/1e6)
 
-	for _, workers := range []int{100, 1000} {
+	for _, workers := range *fleets {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
@@ -83,7 +87,7 @@ func main() {
 		fmt.Fprintf(tw, "lookup, %d workers, %.1fM entries, 128 blocks: p50\t%.1f µs\t\n", workers, float64(wl.Entries)/1e6, us(lat[len(lat)/2]))
 		fmt.Fprintf(tw, "lookup, %d workers: p99\t%.1f µs\t\n", workers, us(lat[len(lat)*99/100]))
 		fmt.Fprintf(tw, "heap per (block, worker), %d workers\t%.1f bytes\t\n", workers, float64(after.HeapAlloc-before.HeapAlloc)/float64(wl.Entries))
-		if workers == 100 {
+		if slices.Contains(*routeFleets, workers) {
 			rl := wl
 			if *tokens || *salt != "" || *loras > 0 {
 				extra := kvhash.Extra{Salt: *salt}
@@ -257,6 +261,27 @@ func features(wl *indexbench.Workload) string {
 		f += fmt.Sprintf(", %d sessions", wl.Sessions)
 	}
 	return f
+}
+
+// sizesFlag defines a flag of comma-separated positive counts.
+func sizesFlag(name, usage string, def []int) *[]int {
+	v := slices.Clone(def)
+	var parts []string
+	for _, n := range def {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	flag.Func(name, usage+" (default "+strings.Join(parts, ",")+")", func(s string) error {
+		v = v[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("bad count %q", f)
+			}
+			v = append(v, n)
+		}
+		return nil
+	})
+	return &v
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
