@@ -160,12 +160,17 @@ func prefillTime(n int, ec simengine.Config) time.Duration {
 // The work W is a lower bound on the engine time of every run that serves
 // the whole trace, whatever the routing. A step computes p new prompt
 // tokens and has d decoding requests, each of which makes one token; it
-// takes Prefill(p) (when p > 0) plus Decode(u) (when d > 0), u being the
-// fraction of the engine's N KV blocks held by its running requests
-// (distinct blocks: a block shared by several counts once). Then:
+// takes Prefill(p) when d = 0, and Decode(u) + Piggyback(p) when d > 0
+// (Piggyback is Prefill without its per-step constant: timingmodel's
+// StepMs), u being the fraction of the engine's N KV blocks held by its
+// running requests (distinct blocks: a block shared by several counts
+// once). Then:
 //
 //  1. Prefill. Prefill(p) >= c p, c being the least Prefill(t)/t over
-//     1 <= t <= budget (PrefillMsPerToken). Summed over the steps of all
+//     1 <= t <= budget, and Piggyback(p) >= c' p, c' = quadratic +
+//     per-token, its least per token (at p = 1); PrefillMsPerToken is the
+//     smaller of the two when the trace has decode tokens (else no step
+//     decodes, and it is c). Summed over the steps of all
 //     engines, p adds up to at least the prompt tokens an infinite cache
 //     misses (UncachedTokens: a block an earlier request held may hit,
 //     nothing else can; a recomputed token only adds to p).
@@ -270,7 +275,13 @@ type traceWork struct {
 func capacityBound(m timingmodel.Model, maxSeqs, workers, kvBlocks int, w traceWork, span time.Duration) Capacity {
 	c := Capacity{UncachedTokens: w.Uncached, DecodeTokens: w.Decode, HeldBlockSteps: w.HeldBlockSteps, KVBlocks: kvBlocks,
 		Workers: workers, Span: span, DecodeBatch: max(min(maxSeqs, m.MaxBatchedTokens), 1)}
-	c.PrefillChunk, c.PrefillMsPerToken = cheapestPrefill(m)
+	// With decode tokens to make, prompt tokens can ride in decode steps,
+	// whose own time DecodeWork counts (point 1).
+	beside := -1.0
+	if w.Decode > 0 {
+		beside = 0
+	}
+	c.PrefillChunk, c.PrefillMsPerToken = cheapestPrefill(m, beside)
 	c.PrefillWork = timingmodel.Duration(float64(w.Uncached) * c.PrefillMsPerToken)
 	// Two valid lower bounds on the decode time: the cheapest step for
 	// every token, or the line a + b u; the larger one holds.
@@ -332,26 +343,37 @@ func ceilSum(n, bs int64) int64 {
 }
 
 // cheapestPrefill is the step size in 1..MaxBatchedTokens with the least
-// prefill time per token, and that time in ms. PrefillMs(t)/t is
-// quadratic*t + per-token + per-batch/t: convex in t, least at
-// sqrt(per-batch/quadratic), so the best integer is next to it (or the
-// budget, when the quadratic term is zero or the optimum is beyond it).
-func cheapestPrefill(m timingmodel.Model) (int, float64) {
+// prefill time per token, and that time in ms, over two kinds of step: a
+// prefill step alone, PrefillMs(t)/t, and, when beside >= 0, a chunk of t
+// prompt tokens in a step that decodes too, (PiggybackMs(t) + beside)/t,
+// beside being what such a step costs apart from its prompt tokens (the
+// bound counts: 0 where the decode step is counted on its own). Both are
+// quadratic*t + per-token + K/t, K the per-step constant or beside: convex
+// in t, least at sqrt(K/quadratic), so the best integer is next to it (or
+// an end of the range, when the quadratic term is zero or the optimum is
+// beyond it).
+func cheapestPrefill(m timingmodel.Model, beside float64) (int, float64) {
 	budget := max(m.MaxBatchedTokens, 1)
-	candidates := []int{1, budget}
-	if m.PrefillQuadratic > 0 {
-		opt := math.Sqrt(m.PrefillPerBatch / m.PrefillQuadratic)
-		for _, t := range []float64{math.Floor(opt), math.Ceil(opt)} {
-			if t >= 1 && t <= float64(budget) {
-				candidates = append(candidates, int(t))
+	best, bestMs := 0, math.Inf(1)
+	try := func(constant float64, perToken func(t int) float64) {
+		candidates := []int{1, budget}
+		if m.PrefillQuadratic > 0 {
+			opt := math.Sqrt(constant / m.PrefillQuadratic)
+			for _, t := range []float64{math.Floor(opt), math.Ceil(opt)} {
+				if t >= 1 && t <= float64(budget) {
+					candidates = append(candidates, int(t))
+				}
+			}
+		}
+		for _, t := range candidates {
+			if ms := perToken(t); ms < bestMs {
+				best, bestMs = t, ms
 			}
 		}
 	}
-	best, bestMs := 0, math.Inf(1)
-	for _, t := range candidates {
-		if ms := m.PrefillMs(float64(t)) / float64(t); ms < bestMs {
-			best, bestMs = t, ms
-		}
+	try(m.PrefillPerBatch, func(t int) float64 { return m.PrefillMs(float64(t)) / float64(t) })
+	if beside >= 0 {
+		try(beside, func(t int) float64 { return (m.PiggybackMs(float64(t)) + beside) / float64(t) })
 	}
 	return best, bestMs
 }

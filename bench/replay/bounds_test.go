@@ -30,27 +30,37 @@ func TestCapacityBound(t *testing.T) {
 		stepMs           float64
 		rate             float64
 	}{
-		// 1000 x 3 ms + 800/8 x 4 ms = 3.4 s: 34/3.4.
-		{name: "interior optimum", m: base, uncached: 1000, decode: 800, span: 17 * time.Second,
-			chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: 10},
-		// 50 tokens: 0.5 + 1 + 2 = 3.5 ms/token; 3.5 s + 0.4 s.
-		{name: "the step budget is below the optimum", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 50 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 50, batch: 8, prefillMs: 3.5, stepMs: 4, rate: 34 / 3.9},
-		// 4 tokens: 0.04 + 1 + 25 ms/token = 26.04 s; 4 requests a decode step: 200 x 4 ms.
+		// With decode tokens, a prompt token can ride in a decode step
+		// without the per-step constant: 0.01 + 1 ms at one token a step.
+		// 1000 x 1.01 ms + 800/8 x 4 ms = 1.41 s: 34/1.41.
+		{name: "prompt tokens beside decodes", m: base, uncached: 1000, decode: 800, span: 17 * time.Second,
+			chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 4, rate: 34 / 1.41},
+		// No decode tokens: prefill steps alone, 0.01t + 1 + 100/t least
+		// at t = 100, 3 ms/token; 3 s.
+		{name: "no decodes: the interior optimum", m: base, uncached: 1000, span: 17 * time.Second,
+			chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: 34 / 3.0},
+		// 50 tokens: 0.5 + 1 + 2 = 3.5 ms/token; 3.5 s.
+		{name: "no decodes: the step budget is below the optimum", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 50 }),
+			uncached: 1000, span: 17 * time.Second, chunk: 50, batch: 8, prefillMs: 3.5, stepMs: 4, rate: 34 / 3.5},
+		// 4 requests a decode step: 200 x 4 ms; 1.01 s of prompt.
 		{name: "the token budget caps the decode batch", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 4 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 4, batch: 4, prefillMs: 26.04, stepMs: 4, rate: 34 / 26.84},
-		// No quadratic term: the whole budget, 1 + 0.1 ms/token.
-		{name: "linear prefill takes the whole budget", m: with(func(m *timingmodel.Model) { m.PrefillQuadratic = 0 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1000, batch: 8, prefillMs: 1.1, stepMs: 4, rate: 34 / 1.5},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 4, prefillMs: 1.01, stepMs: 4, rate: 34 / 1.81},
+		// No quadratic term, no decodes: the whole budget, 1 + 0.1 ms/token.
+		{name: "no decodes: linear prefill takes the whole budget", m: with(func(m *timingmodel.Model) { m.PrefillQuadratic = 0 }),
+			uncached: 1000, span: 17 * time.Second, chunk: 1000, batch: 8, prefillMs: 1.1, stepMs: 4, rate: 34 / 1.1},
+		// No quadratic term beside decodes: 1 ms/token at any size, the
+		// first (1) kept.
+		{name: "linear prefill beside decodes", m: with(func(m *timingmodel.Model) { m.PrefillQuadratic = 0 }),
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1, stepMs: 4, rate: 34 / 1.4},
 		// 10u^2 - 10u + 5: least at u = 0.5, 2.5 ms; 100 steps 0.25 s.
 		{name: "convex decode: the vertex", m: with(func(m *timingmodel.Model) { m.DecodeQuadratic, m.DecodeLinear, m.DecodeBase = 10, -10, 5 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 100, batch: 8, prefillMs: 3, stepMs: 2.5, rate: 34 / 3.25},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 2.5, rate: 34 / 1.26},
 		{name: "the minimum step binds", m: with(func(m *timingmodel.Model) {
 			m.DecodeQuadratic, m.DecodeLinear, m.DecodeBase, m.DecodeMin = 10, -10, 5, 3
 		}),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 100, batch: 8, prefillMs: 3, stepMs: 3, rate: 34 / 3.3},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 3, rate: 34 / 1.31},
 		{name: "all at once: no rate", m: base, uncached: 1000, decode: 800,
-			chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: math.Inf(1)},
+			chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 4, rate: math.Inf(1)},
 		{name: "no work", m: base, span: 17 * time.Second, chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: math.Inf(1)},
 	}
 	near := func(a, b float64) bool { return a == b || math.Abs(a-b) <= 1e-9*math.Abs(b) }
@@ -89,16 +99,17 @@ func TestComputeBoundsCapacity(t *testing.T) {
 	if c.UncachedTokens != 1024+512+16 || c.DecodeTokens != 256 || c.Span != 20*time.Second || c.Workers != 4 {
 		t.Fatalf("uncached %d, decode %d, span %v, workers %d; want 1552, 256, 20s, 4", c.UncachedTokens, c.DecodeTokens, c.Span, c.Workers)
 	}
-	// Prefill: sqrt(16.50142 / 4.209989e-7) = 6260.66, and 6261 tokens
-	// cost 4.209989e-7 x 6261 + 1.518344e-2 + 16.50142/6261 = 0.0204549
-	// ms each. Decode: -25.74u^2 + 54.01u + 5.74 is least at u = 0,
-	// 5.74 ms, for a batch of 256: one step. 80 engine-s over
-	// 1552 x 0.0204549 + 5.74 = 37.486 ms of work.
-	if c.PrefillChunk != 6261 || math.Abs(c.PrefillMsPerToken-0.0204549027) > 1e-9 || c.DecodeMsPerStep != 5.74 || c.DecodeBatch != 256 {
+	// Prefill: alone, sqrt(16.50142 / 4.209989e-7) = 6260.66 tokens a
+	// step at 0.0204549 ms each; beside decodes, one token a step at
+	// 4.209989e-7 + 1.518344e-2 = 0.015183861 ms, the cheaper. Decode:
+	// -25.74u^2 + 54.01u + 5.74 is least at u = 0, 5.74 ms, for a batch
+	// of 256: one step. 80 engine-s over 1552 x 0.015183861 + 5.74 =
+	// 29.305 ms of work.
+	if c.PrefillChunk != 1 || math.Abs(c.PrefillMsPerToken-0.015183861) > 1e-9 || c.DecodeMsPerStep != 5.74 || c.DecodeBatch != 256 {
 		t.Fatalf("chunk %d at %v ms/token, decode %v ms x %d", c.PrefillChunk, c.PrefillMsPerToken, c.DecodeMsPerStep, c.DecodeBatch)
 	}
-	if math.Abs(c.Rate-2134.1296) > 1e-3 {
-		t.Fatalf("capacity bound x%v, want x2134.1296", c.Rate)
+	if math.Abs(c.Rate-2729.8768) > 1e-3 {
+		t.Fatalf("capacity bound x%v, want x2729.8768", c.Rate)
 	}
 	// Out of order, a trace has the same bounds: "earlier" is earlier in
 	// arrival. A long prompt at 0 s and a request at 10 s that repeats its

@@ -26,7 +26,9 @@ import (
 //
 // When each block can exist is itself bounded from below: the earliest any
 // request holding it could have computed it, at the cheapest prefill rate
-// per token the timing model allows (cheapestPrefill), from the best of its
+// per token the timing model allows (cheapestPrefill: a prefill step alone,
+// or a chunk in a step that decodes too and so lasts at least the least
+// decode step), from the best of its
 // starting points. A later arrival never computes a block sooner than an
 // earlier one holding the same prefix could (it has the same blocks to
 // start from, later), so one pass in arrival order finds them. Cache
@@ -41,7 +43,10 @@ func ChainFloor(trace []Request, cfg Config) [3]time.Duration {
 // needs every earlier arrival's blocks before a request's.
 func chainFloors(trace []Request, cfg Config) []time.Duration {
 	bs := cfg.Engine.BlockSize
-	_, perTokenMs := cheapestPrefill(cfg.Engine.Timing())
+	// A chunk beside decoding requests takes at least the least decode
+	// step besides its tokens.
+	m := cfg.Engine.Timing()
+	_, perTokenMs := cheapestPrefill(m, cheapestDecode(m))
 	perBlock := time.Duration(perTokenMs * float64(bs) * float64(time.Millisecond))
 	exists := map[uint64]time.Duration{} // block -> the earliest it can exist
 	var tokens []uint32

@@ -10,7 +10,8 @@ func TestChainFloor(t *testing.T) {
 	cfg := smallConfig()
 	cfg.RateScale = 1
 	ec := cfg.Engine
-	_, perTokenMs := cheapestPrefill(ec.Timing())
+	m := ec.Timing()
+	_, perTokenMs := cheapestPrefill(m, cheapestDecode(m))
 	perBlock := time.Duration(perTokenMs * float64(ec.BlockSize) * float64(time.Millisecond))
 	// Hash ids of 512 tokens: a turn is the one before and 512 more.
 	turn := func(at time.Duration, ids ...uint64) Request {

@@ -32,9 +32,13 @@
 //
 // # Timing
 //
-// A step costs PrefillTime of its new prompt tokens (summed over requests in
-// prefill) plus DecodeTime at the fraction of KV blocks in use when it has
-// decoding requests, both divided by SpeedupRatio.
+// A step costs StepTime: PrefillTime of its new prompt tokens (summed over
+// requests in prefill) when it has no decoding request; otherwise
+// DecodeTime at the fraction of KV blocks in use, plus the time its prompt
+// tokens add beside the decodes (their prefill without its per-step
+// constant, which the decode step pays: timingmodel.Model.StepMs); divided
+// by SpeedupRatio. Every decoding request's next token waits for the whole
+// step, prompt chunk included.
 //
 // # Output
 //
@@ -675,12 +679,7 @@ func (e *Engine) Step() StepResult {
 	clear(e.running[len(kept):])
 	e.running = kept
 
-	if prefill > 0 {
-		res.Duration += PrefillTime(prefill, e.cfg.SpeedupRatio)
-	}
-	if decode > 0 {
-		res.Duration += DecodeTime(usage, e.cfg.SpeedupRatio)
-	}
+	res.Duration += StepTime(prefill, decode > 0, usage, e.cfg.SpeedupRatio)
 	if loads > 0 {
 		res.Duration += scale(float64(loads)*e.cfg.LoraLoadMs, e.cfg.SpeedupRatio)
 		res.LoraLoads = loads

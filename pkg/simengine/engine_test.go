@@ -14,6 +14,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // TestMain checks that the engine, a pure step function, starts no
@@ -203,6 +204,12 @@ func TestTimingFormula(t *testing.T) {
 		{"decode clamps above 1", DecodeTime(2, 1), ms(34.01)},
 		{"prefill no delay", PrefillTime(1000, 0), 0},
 		{"decode no delay", DecodeTime(0.5, 0), 0},
+		// 26.31 ms of decode + 32.1058589 - 16.50142 ms of prompt.
+		{"1000 prompt tokens beside decodes", StepTime(1000, true, 0.5, 1), 41914439 * time.Nanosecond},
+		{"decodes alone", StepTime(0, true, 0.5, 1), ms(26.31)},
+		{"prompt alone", StepTime(1000, false, 0, 1), 32105859 * time.Nanosecond},
+		{"empty step", StepTime(0, false, 0.5, 1), 0},
+		{"mixed no delay", StepTime(1000, true, 0.5, 0), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,6 +255,32 @@ func TestStepDurations(t *testing.T) {
 				t.Errorf("Elapsed %v, want the sum of steps %v", e.Stats().Elapsed, sum)
 			}
 		})
+	}
+}
+
+// TestMixedStepPaysOneConstant: a step that prefills a prompt beside a
+// decoding request costs the decode step plus the prompt tokens' compute,
+// not a whole prefill step on top of the decode step.
+func TestMixedStepPaysOneConstant(t *testing.T) {
+	e := newEngine(t, func(c *Config) { c.SpeedupRatio = 1 })
+	if err := e.Add(Request{ID: "a", Prompt: prompt(1, 40), MaxTokens: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.Step(); res.Duration != PrefillTime(40, 1) {
+		t.Fatalf("prefill alone: %v, want %v", res.Duration, PrefillTime(40, 1))
+	}
+	if err := e.Add(Request{ID: "b", Prompt: prompt(2, 40), MaxTokens: 5}); err != nil {
+		t.Fatal(err)
+	}
+	res := e.Step()
+	if res.PrefillTokens != 40 || res.DecodeTokens != 1 {
+		t.Fatalf("step computed %d prompt and %d decode tokens, want 40 and 1", res.PrefillTokens, res.DecodeTokens)
+	}
+	// a holds 41 tokens' KV (11 blocks of 4), b 40 (10 blocks), of 64.
+	perBatch := timingmodel.Duration(timingmodel.Default().PrefillPerBatch)
+	want := DecodeTime(21.0/64, 1) + PrefillTime(40, 1) - perBatch
+	if d := res.Duration - want; d < -time.Nanosecond || d > time.Nanosecond {
+		t.Fatalf("mixed step: %v, want %v (decode %v + prompt %v - constant %v)", res.Duration, want, DecodeTime(21.0/64, 1), PrefillTime(40, 1), perBatch)
 	}
 }
 

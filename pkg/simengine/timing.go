@@ -25,6 +25,18 @@ func DecodeTime(usage, speedup float64) time.Duration {
 	return scale(timingmodel.Default().DecodeMs(usage), speedup)
 }
 
+// StepTime returns how long a step takes that computes prefill new prompt
+// tokens and, when decoding, one token for each decoding request with a
+// fraction usage of the KV blocks in use: the default fit's StepMs (a
+// decode step plus the prompt tokens' compute beside it, or a prefill step
+// alone), divided by the speed-up ratio; zero for a speed-up of 0.
+func StepTime(prefill int, decoding bool, usage, speedup float64) time.Duration {
+	if prefill <= 0 && !decoding {
+		return 0
+	}
+	return scale(timingmodel.Default().StepMs(float64(max(prefill, 0)), decoding, usage), speedup)
+}
+
 // Timing is the model the engine runs by, as published to routers: the
 // default fit, faster by the speed-up ratio, with this engine's step
 // budget. A speed-up of 0 (no delay) publishes the unscaled model, since

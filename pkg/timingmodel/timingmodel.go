@@ -4,9 +4,26 @@
 // simulates with the same model it publishes.
 //
 // An engine step computes up to MaxBatchedTokens tokens: prompt chunks of
-// requests in prefill plus one token per decoding request. It costs
-// Prefill(t) for its t new prompt tokens, plus Decode(u) when it has
-// decoding requests, u being the fraction of KV blocks in use.
+// requests in prefill plus one token per decoding request. A step of t new
+// prompt tokens and no decoding request costs Prefill(t); one with decoding
+// requests costs Decode(u), u being the fraction of KV blocks in use, plus
+// what its prompt tokens add to it, Prefill(t) less the per-step constant
+// PrefillPerBatch (StepMs).
+//
+// Why the constant is paid once: a step is one forward pass, and a pass
+// reads the model's weights once whatever tokens it carries. The two fits
+// each include a pass's fixed cost (Decode's base is mostly that read; a
+// prefill's constant is that and the request's own overhead, measured as
+// its time to first token on an idle engine), and a step that carries both
+// a prompt chunk and the decoding requests' tokens does not pay it twice.
+// That is how chunked prefill runs in vLLM and Sarathi-Serve: prompt chunks
+// are batched with the memory-bound decode tokens to use the compute the
+// decode step leaves idle, and a prompt chunk in the batch lengthens the
+// step by its tokens' compute, which every decoding request's next token
+// then waits for. It matters most for small chunks: a decode worker
+// computing the last token of a prompt whose KV arrived from a prefill
+// worker (vLLM's disaggregated decode recomputes only that) adds a few
+// tokens' compute to its step, not a whole prefill's constant.
 package timingmodel
 
 import (
@@ -129,6 +146,24 @@ func prefillMs(quadratic, perToken, perBatch, t float64) float64 {
 	return quadratic*t*t + perToken*t + perBatch
 }
 
+// PiggybackMs is the time t new prompt tokens add to a step that also
+// computes decoding requests' tokens, in ms: Prefill(t) without the
+// per-step constant, which the decode step pays (see the package doc).
+func (m Model) PiggybackMs(t float64) float64 {
+	return prefillMs(m.PrefillQuadratic, m.PrefillPerToken, 0, t)
+}
+
+// StepMs is the time of a step that computes t new prompt tokens and, when
+// decoding, one token for each of its decoding requests at KV usage u, in
+// ms: Prefill(t) alone, Decode(u) plus PiggybackMs(t) with decoding
+// requests, 0 for a step with nothing to compute.
+func (m Model) StepMs(t float64, decoding bool, u float64) float64 {
+	if !decoding {
+		return m.PrefillMs(t)
+	}
+	return m.DecodeMs(u) + m.PiggybackMs(t)
+}
+
 // DecodeMs is the decode time of a step at KV usage u (clamped to 0..1),
 // in ms.
 func (m Model) DecodeMs(u float64) float64 {
@@ -231,8 +266,9 @@ func FromProto(p *workerv1.TimingModel) Model {
 // tokens to prefill before it and decoding requests decoding at KV usage
 // usage. The engine computes queued and new tokens in steps of its budget
 // less one token per decoding request; every step costs its prefill, and,
-// while requests decode, a decode step. weight multiplies the prefill part
-// (1: the model as published).
+// while requests decode, a decode step, the prefill then without its
+// per-step constant (StepMs). weight multiplies the prefill part (1: the
+// model as published).
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	s := m.Steps(decoding, usage)
 	return s.TTFTMs(queuedTokens, newTokens, weight)
@@ -253,7 +289,8 @@ func (m *Model) TTFTPairMs(queuedTokens, newTokens, decoding int, usage, weight 
 // from Steps is TTFTMs's, to the bit. The zero value predicts nothing;
 // make one with Model.Steps.
 type Steps struct {
-	// The model's prefill coefficients, so that Steps predicts alone.
+	// The model's prefill coefficients, so that Steps predicts alone;
+	// perBatch is 0 while requests decode (their decode steps pay it).
 	quadratic, perToken, perBatch float64
 	// chunk is the prompt tokens a step computes beside its decoding
 	// requests; fullMs a whole chunk's prefill time; decodeMs the decode
@@ -268,10 +305,12 @@ type Steps struct {
 func (m *Model) Steps(decoding int, usage float64) Steps {
 	s := Steps{quadratic: m.PrefillQuadratic, perToken: m.PrefillPerToken, perBatch: m.PrefillPerBatch,
 		chunk: max(m.MaxBatchedTokens-decoding, 1), decoding: decoding > 0}
-	s.fullMs = m.PrefillMs(float64(s.chunk))
 	if s.decoding {
+		// Every step decodes too: its decode step pays the constant.
+		s.perBatch = 0
 		s.decodeMs = m.DecodeMs(usage)
 	}
+	s.fullMs = prefillMs(s.quadratic, s.perToken, s.perBatch, float64(s.chunk))
 	return s
 }
 

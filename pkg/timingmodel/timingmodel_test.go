@@ -41,8 +41,10 @@ func TestTTFT(t *testing.T) {
 		{"one chunk", 0, 1000, 0, 0, m.PrefillMs(1000)},
 		{"queue ahead", 8192, 1000, 0, 0, m.PrefillMs(8192) + m.PrefillMs(1000)},
 		{"two chunks exactly", 0, 16384, 0, 0, 2 * m.PrefillMs(8192)},
-		{"decoders share the steps", 0, 8000, 192, 0.5, m.PrefillMs(8000) + m.DecodeMs(0.5)},
-		{"decoders split the chunk", 0, 8100, 192, 0.5, m.PrefillMs(8000) + m.PrefillMs(100) + 2*m.DecodeMs(0.5)},
+		// With requests decoding, each step's decode pays the per-step
+		// constant once; the chunk adds its tokens' compute.
+		{"decoders share the steps", 0, 8000, 192, 0.5, m.PrefillMs(8000) - m.PrefillPerBatch + m.DecodeMs(0.5)},
+		{"decoders split the chunk", 0, 8100, 192, 0.5, m.PrefillMs(8000) + m.PrefillMs(100) - 2*m.PrefillPerBatch + 2*m.DecodeMs(0.5)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,13 +53,15 @@ func TestTTFT(t *testing.T) {
 			}
 		})
 	}
-	if a, b := m.TTFTMs(0, 5000, 3, 0.2, 2), 2*m.PrefillMs(5000)+m.DecodeMs(0.2); math.Abs(a-b) > 1e-9 {
+	if a, b := m.TTFTMs(0, 5000, 3, 0.2, 2), 2*(m.PrefillMs(5000)-m.PrefillPerBatch)+m.DecodeMs(0.2); math.Abs(a-b) > 1e-9 {
 		t.Fatalf("weight 2: %v, want %v", a, b)
 	}
 }
 
-// ttftBefore is TTFTMs as it was before TTFTPairMs shared its step costs: the
-// router's decisions must not move by a bit.
+// ttftBefore is TTFTMs written out step by step, as it was before
+// TTFTPairMs shared its step costs: the router's decisions must not move by
+// a bit. A step that decodes too pays the prefill without its per-step
+// constant (PiggybackMs).
 func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	x := queuedTokens + newTokens
 	if x <= 0 {
@@ -67,6 +71,9 @@ func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight fl
 	full := (x - 1) / chunk
 	last := x - full*chunk
 	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	if decoding > 0 {
+		prefill = float64(full)*m.PiggybackMs(float64(chunk)) + m.PiggybackMs(float64(last))
+	}
 	cost := weight * prefill
 	if decoding > 0 {
 		cost += float64(full+1) * m.DecodeMs(usage)
@@ -112,7 +119,9 @@ func TestTTFTPairMatchesBefore(t *testing.T) {
 // its weighted prefill and its decode steps, none for no tokens.
 func TestSpan(t *testing.T) {
 	m := Model{PrefillPerToken: 1, PrefillPerBatch: 3, DecodeBase: 10, MaxBatchedTokens: 102}
-	s := m.Steps(2, 0) // chunks of 100 tokens, a decode step of 10 ms each
+	// Chunks of 100 tokens beside a decode step of 10 ms each, which pays
+	// the per-step constant: a token's prefill adds 1 ms.
+	s := m.Steps(2, 0)
 	tests := []struct {
 		x              int
 		full           int
@@ -120,10 +129,10 @@ func TestSpan(t *testing.T) {
 		decodes        bool
 	}{
 		{x: -5}, {x: 0},
-		{x: 1, full: 0, prefill: 4, decod: 10, decodes: true},
-		{x: 100, full: 0, prefill: 103, decod: 10, decodes: true},
-		{x: 101, full: 1, prefill: 103 + 4, decod: 20, decodes: true},
-		{x: 350, full: 3, prefill: 3*103 + 53, decod: 40, decodes: true},
+		{x: 1, full: 0, prefill: 1, decod: 10, decodes: true},
+		{x: 100, full: 0, prefill: 100, decod: 10, decodes: true},
+		{x: 101, full: 1, prefill: 100 + 1, decod: 20, decodes: true},
+		{x: 350, full: 3, prefill: 3*100 + 50, decod: 40, decodes: true},
 	}
 	for _, tt := range tests {
 		sp := s.Span(tt.x)
@@ -146,5 +155,42 @@ func TestSpan(t *testing.T) {
 	idle := m.Steps(0, 0)
 	if d, ok := idle.DecodeMs(idle.Span(50)); ok || d != 0 {
 		t.Fatalf("DecodeMs with nothing decoding = %v, %v, want none", d, ok)
+	}
+	// Nothing decoding: every chunk pays the constant (103 ms a chunk of
+	// 102 tokens, 3 + 48 the rest).
+	if got := idle.PrefillMs(idle.Span(150), 1); got != 105+51 {
+		t.Fatalf("idle PrefillMs(150) = %v, want %v", got, 105+51)
+	}
+}
+
+// TestStepMs: a step's fixed cost is paid once. A step of prompt tokens
+// alone costs Prefill; one that decodes costs Decode plus the prompt
+// tokens' compute, without Prefill's per-step constant.
+func TestStepMs(t *testing.T) {
+	m := Model{PrefillQuadratic: 0.5, PrefillPerToken: 1, PrefillPerBatch: 20, DecodeBase: 6, DecodeLinear: 10, MaxBatchedTokens: 64}
+	tests := []struct {
+		name     string
+		tokens   float64
+		decoding bool
+		usage    float64
+		want     float64
+	}{
+		{"nothing", 0, false, 0, 0},
+		{"prefill alone", 4, false, 0, 0.5*16 + 4 + 20},
+		{"decode alone", 0, true, 0.5, 6 + 5},
+		{"one prompt token beside decodes", 1, true, 0, 6 + 0.5 + 1},
+		{"a chunk beside decodes", 4, true, 0.5, 11 + 8 + 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := m.StepMs(tt.tokens, tt.decoding, tt.usage); math.Abs(got-tt.want) > 1e-12 {
+				t.Fatalf("StepMs(%v, %v, %v) = %v, want %v", tt.tokens, tt.decoding, tt.usage, got, tt.want)
+			}
+		})
+	}
+	// The router's prediction of a prompt beside decoding requests is the
+	// engine's steps to the bit: one chunk of 40 tokens, two decoding.
+	if got, want := m.TTFTMs(0, 40, 2, 0.5, 1), m.StepMs(40, true, 0.5); got != want {
+		t.Fatalf("TTFTMs = %v, StepMs = %v", got, want)
 	}
 }

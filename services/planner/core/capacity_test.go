@@ -65,11 +65,13 @@ func TestSteadyState(t *testing.T) {
 	// At 20 req/s of 100+10: T = 20/0.6 = 33.3 ms (2 in 3 steps carry
 	// a prompt), 66.7 prompt tokens and 6.67 decoding requests a step;
 	// rho = 66.7/993.3 = 0.067, under 0.1: the 90th percentile waits
-	// nothing, TTFT = the prompt's own 40 ms.
+	// nothing, TTFT = the prompt's own 30 ms (a decode step of 20 and
+	// its 100 tokens beside it: the router's prediction, whose steps
+	// beside decodes pay the decode step's constant, not the prefill's).
 	l := e.steadyState(Agg, 20, 100, 10)
 	rho := (200.0 / 3) / (1000 - 20.0/3)
 	if !l.Feasible || !near(l.StepMs, 100.0/3) || !near(l.Prefill, 200.0/3) || !near(l.Decoding, 20.0/3) ||
-		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 40) {
+		!near(l.PrefillUtilization, rho) || !near(l.TTFTMs, 30) {
 		t.Fatalf("steady state = %+v", l)
 	}
 	// At 100 req/s the fixed point T = 30/(1-1) does not exist.
@@ -118,12 +120,13 @@ func TestNow(t *testing.T) {
 		// An idle engine: the prompt's own prefill, no ITL.
 		{"idle", Agg, 0, 0, 100, 20, 0},
 		// 1,500 queued + 100 new over chunks of 990 (10 decoding): two
-		// steps, one full (10+99) and one of 610 (10+61), plus a decode
-		// step each (40); ITL a 990-token chunk and a decode step.
-		{"busy", Agg, 1500, 10, 100, 109 + 71 + 40, 20 + 109},
+		// steps, one full (99) and one of 610 (61), each beside a decode
+		// step (40) that pays the per-step constant; ITL a 990-token
+		// chunk and a decode step.
+		{"busy", Agg, 1500, 10, 100, 99 + 61 + 40, 20 + 109},
 		// Decode pools prefill nothing of their own.
 		{"decode", Decode, 0, 10, 100, 0, 20},
-		{"prefill has no ITL", Prefill, 0, 10, 100, 20 + 20, 0},
+		{"prefill has no ITL", Prefill, 0, 10, 100, 10 + 20, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ttft, itl := e.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt)

@@ -44,9 +44,11 @@ func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Ti
 		return 0
 	}
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
+	// A step that decodes pays the decode step and the chunk's tokens
+	// (timingmodel's StepMs).
 	step := c.Timing.PrefillMs(float64(chunk))
 	if c.Decoding > 0 {
-		step += c.Timing.DecodeMs(c.Usage)
+		step = c.Timing.DecodeMs(c.Usage) + c.Timing.PiggybackMs(float64(chunk))
 	}
 	if step <= 0 {
 		return 0
@@ -54,7 +56,8 @@ func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Ti
 	return min(int(elapsed/step*float64(chunk)), left)
 }
 
-// ttftBefore is the model's TTFTMs as written before Steps.
+// ttftBefore is the model's TTFTMs as written before Steps (a step that
+// decodes too without the prefill's per-step constant, as StepMs).
 func ttftBefore(m timingmodel.Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	x := queuedTokens + newTokens
 	if x <= 0 {
@@ -64,6 +67,10 @@ func ttftBefore(m timingmodel.Model, queuedTokens, newTokens, decoding int, usag
 	full := (x - 1) / chunk
 	last := x - full*chunk
 	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	if decoding > 0 {
+		// Its decode steps pay the per-step constant.
+		prefill = float64(full)*m.PiggybackMs(float64(chunk)) + m.PiggybackMs(float64(last))
+	}
 	cost := weight * prefill
 	if decoding > 0 {
 		cost += float64(full+1) * m.DecodeMs(usage)

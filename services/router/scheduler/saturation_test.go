@@ -27,9 +27,11 @@ func TestFirstToken(t *testing.T) {
 		{"routed after the fill: waiting too", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 100}, 200, 100, 100 + 350},
 		{"no head known (a report's tokens): one span", Candidate{QueuedTokens: 200}, 0, 100, 350},
 		{"more than a step waiting: two", Candidate{QueuedTokens: 1000}, 0, 100, 1050 + 150},
-		{"decoding: a decode step per step", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 100, Decoding: 1}, 0, 100, 100 + 150 + 10},
-		{"decoding, no head in progress: half the decode step it arrives in", Candidate{Decoding: 1}, 0, 100, 5 + 150 + 10},
-		{"its head nearly done, decoding: half a decode step, then its own", Candidate{QueuedTokens: 10, HeadTokens: 10, Decoding: 1}, 0, 100, 5 + 150 + 10},
+		// Beside decodes, a step is a decode step (10 ms, the fixed cost)
+		// and its prompt tokens.
+		{"decoding: a decode step per step", Candidate{QueuedTokens: 300, HeadTokens: 300, HeadMs: 100, Decoding: 1}, 0, 100, 100 + 100 + 10},
+		{"decoding, no head in progress: half the decode step it arrives in", Candidate{Decoding: 1}, 0, 100, 5 + 100 + 10},
+		{"its head nearly done, decoding: half a decode step, then its own", Candidate{QueuedTokens: 10, HeadTokens: 10, Decoding: 1}, 0, 100, 5 + 100 + 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

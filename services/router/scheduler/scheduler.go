@@ -734,10 +734,7 @@ func headStepsOf(wl *workerLoad, c *Candidate, blockSize int) headSteps {
 		return headSteps{}
 	}
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
-	step := c.Timing.PrefillMs(float64(chunk))
-	if c.Decoding > 0 {
-		step += c.Timing.DecodeMs(c.Usage)
-	}
+	step := c.Timing.StepMs(float64(chunk), c.Decoding > 0, c.Usage)
 	if step <= 0 {
 		return headSteps{}
 	}

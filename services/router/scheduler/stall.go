@@ -9,9 +9,9 @@ import "github.com/switchyard-llm/switchyard/pkg/timingmodel"
 // prefill time: each decoding request's remaining tokens, and its end, come
 // that much later. The term adds the worker's decoding requests times the
 // prefill time the request adds to the worker's steps (its span's prefill
-// less that of what is queued ahead of it: on an idle worker the whole
-// prefill with its per-step overhead, behind a queue only its tokens' share
-// of steps that run anyway), weighted as Prefill is.
+// less that of what is queued ahead of it: its tokens' compute, the
+// per-step constant being the decode step's, which runs anyway; see
+// timingmodel's StepMs), weighted as Prefill is.
 //
 // It is in the same unit as the rest of the cost, milliseconds of some
 // request's wait that the choice causes, and counts each such millisecond
