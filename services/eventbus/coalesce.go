@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,9 @@ import (
 // timer: when the subject is quiet an event is published at once, as itself,
 // and a busy subject's events wait at most for the message before theirs.
 // The stream keeps each subject's events in the order the eventbus received
-// them, as before.
+// them, as before. A subject's sender ends when it has nothing left to send,
+// so that the subjects a publisher names hold no goroutine or memory once
+// quiet.
 //
 // An envelope is a message on the events' subject with the header
 // envelopeHeader (how many events it holds) and a msg id of its own; its
@@ -86,9 +87,12 @@ type coalescer struct {
 	ctx context.Context
 	wg  sync.WaitGroup
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// queues are the subjects with events to publish, each with its
+	// sender; a queue goes when its sender has emptied it, so that a
+	// quiet subject holds nothing.
 	queues map[string]*sendQueue
-	closed bool
+	closed bool // wait was called: no sender starts any more
 	// envelopes counts the envelopes stored; events the events they held.
 	envelopes, events atomic.Uint64
 }
@@ -97,7 +101,6 @@ type coalescer struct {
 type sendQueue struct {
 	subject, ns string
 	units       []*unit
-	wake        chan struct{}
 }
 
 // unit is one message to publish: one event as itself, or an envelope.
@@ -148,9 +151,9 @@ func (c *coalescer) takes(events []*eventbusv1.Event) bool {
 // maxEnvelope is the largest envelope payload.
 func (c *coalescer) maxEnvelope() int { return int(c.bus.nc.MaxPayload()) - envelopeRoom }
 
-// add queues validated events, nss[i] being the namespace of events[i], and
-// wakes their subjects' senders. It waits while the queued events would pass
-// the limit.
+// add queues validated events, nss[i] being the namespace of events[i],
+// starting a sender for each subject that has none. It waits while the
+// queued events would pass the limit.
 func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.Event) (*mergedBatch, error) {
 	mb := &mergedBatch{units: make([]*unit, len(events)), weight: min(int64(len(events)), c.limit), c: c}
 	if err := c.room.Acquire(ctx, mb.weight); err != nil {
@@ -163,11 +166,10 @@ func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.
 		c.room.Release(mb.weight)
 		return nil, fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable)
 	}
-	var woken []*sendQueue
 	for i, ev := range events {
 		q := c.queues[ev.GetSubject()]
 		if q == nil {
-			q = &sendQueue{subject: ev.GetSubject(), ns: nss[i], wake: make(chan struct{}, 1)}
+			q = &sendQueue{subject: ev.GetSubject(), ns: nss[i]}
 			c.queues[q.subject] = q
 			c.wg.Add(1)
 			go c.send(q)
@@ -190,17 +192,8 @@ func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.
 			mb.left.Add(1)
 		}
 		mb.units[i] = u
-		if !slices.Contains(woken, q) {
-			woken = append(woken, q)
-		}
 	}
 	c.mu.Unlock()
-	for _, q := range woken {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
-	}
 	return mb, nil
 }
 
@@ -229,47 +222,29 @@ func (mb *mergedBatch) wait(ctx context.Context) ([]pubAck, error) {
 }
 
 // send publishes a subject's units one at a time, each once the one before
-// is stored, until the coalescer's context ends; then it fails what is left.
+// is stored, until the queue is empty; then the queue goes (a later event
+// of the subject starts a new one, published after these). Once the
+// coalescer's context ended it fails the units instead.
 func (c *coalescer) send(q *sendQueue) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
-		var u *unit
-		if len(q.units) > 0 {
-			u = q.units[0]
-			q.units[0] = nil
-			q.units = q.units[1:]
-			u.sealed = true
+		if len(q.units) == 0 {
+			delete(c.queues, q.subject)
+			c.mu.Unlock()
+			return
 		}
+		u := q.units[0]
+		q.units[0] = nil
+		q.units = q.units[1:]
+		u.sealed = true
 		c.mu.Unlock()
-		if u == nil {
-			select {
-			case <-q.wake:
-				continue
-			case <-c.ctx.Done():
-				c.stop(q)
-				return
-			}
-		}
 		if c.ctx.Err() != nil {
 			c.finish(u, pubAck{}, fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable))
-			c.stop(q)
-			return
+			continue
 		}
 		ack, err := c.store(q, u)
 		c.finish(u, ack, err)
-	}
-}
-
-// stop fails the units left in q once the coalescer's context ended.
-func (c *coalescer) stop(q *sendQueue) {
-	c.mu.Lock()
-	c.closed = true
-	units := q.units
-	q.units = nil
-	c.mu.Unlock()
-	for _, u := range units {
-		c.finish(u, pubAck{}, fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable))
 	}
 }
 
@@ -328,8 +303,14 @@ func (c *coalescer) finish(u *unit, ack pubAck, err error) {
 	}
 }
 
-// wait waits for the senders to end (the coalescer's context ended).
-func (c *coalescer) wait() { c.wg.Wait() }
+// wait waits for the senders to end, once the coalescer's context ended;
+// no sender starts after it (a publish is refused).
+func (c *coalescer) wait() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.wg.Wait()
+}
 
 // openEnvelope decodes an envelope's events; count is its envelopeHeader.
 func openEnvelope(count string, data []byte) ([]*eventbusv1.Event, error) {

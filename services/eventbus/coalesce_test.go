@@ -11,6 +11,7 @@ import (
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
@@ -227,4 +228,23 @@ func TestEnvelopeHeadersReserved(t *testing.T) {
 			t.Errorf("header %s: %v, want InvalidArgument", h, err)
 		}
 	}
+}
+
+// TestCoalescerHoldsNothingWhenQuiet publishes on many subjects of a
+// coalesced event name: once every publish is answered, the coalescer
+// drops each subject's queue and sender, so that a publisher of many
+// subjects leaves nothing behind.
+func TestCoalescerHoldsNothingWhenQuiet(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, svc := eventbustest.Start(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	const subjects = 50
+	for i := range subjects {
+		ev := &eventbusv1.Event{Subject: wire.KVEventsSubject("coquiet", fmt.Sprintf("c%d", i)), Payload: []byte("x")}
+		if _, err := c.Raw().Publish(ctx, &eventbusv1.PublishRequest{Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Until(t, guard, "the coalescer to drop every quiet subject", func() bool { return svc.CoalescingSubjects() == 0 })
 }
