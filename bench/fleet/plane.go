@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/switchyard-llm/switchyard/pkg/testport"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
 )
 
 // proc is one child process of the plane.
@@ -211,7 +212,7 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 		return nil, err
 	}
 	if p.Eventbus, err = svc("eventbus", "eventbus", "--nats-server", strings.Join(p.NATSURLs, ","), "--stream-replicas", "3",
-		"--data-dir", filepath.Join(cfg.Dir, "eventbus")); err != nil {
+		"--coalesce-events", strings.Join(eventbus.FleetCoalesceEvents, ","), "--data-dir", filepath.Join(cfg.Dir, "eventbus")); err != nil {
 		return nil, err
 	}
 	if p.Router, err = svc("router", "router", "--router-mode", "kv", "--registry-addr", p.Registry, "--eventbus-addr", p.Eventbus); err != nil {

@@ -38,7 +38,7 @@ import (
 // quiet.
 //
 // An envelope is a message on the events' subject with the header
-// envelopeHeader (how many events it holds) and a msg id of its own; its
+// EnvelopeHeader (how many events it holds) and a msg id of its own; its
 // payload is the events in order, in the protobuf encoding of a message
 // whose field 1 is "repeated switchyard.eventbus.v1.Event". Subscribe hands
 // its events out one by one, each with its own subject, payload, headers
@@ -58,21 +58,27 @@ import (
 // The eventbus's own resends of an envelope (after a stream leader change)
 // keep its msg id and are stored once.
 
-// envelopeHeader marks a stored message that holds several events, its
+// EnvelopeHeader marks a stored message that holds several events, its
 // value their count. Publishers may not set it.
-const envelopeHeader = "Switchyard-Envelope"
+const EnvelopeHeader = "Switchyard-Envelope"
 
 // partialAck starts the ack token of an envelope's event that is not its
 // last: Ack ignores it, a nak hands the envelope back.
 const partialAck = "~"
 
 // envelopeRoom is what an envelope leaves of max_payload for its own
-// headers (envelopeHeader and the msg id, well under this).
+// headers (EnvelopeHeader and the msg id, well under this).
 const envelopeRoom = 1 << 10
 
-// DefaultCoalesceEvents is the default Config.CoalesceEvents: the events
-// every worker publishes several times a second.
-var DefaultCoalesceEvents = []string{wire.KVEventsName, wire.LoadName}
+// FleetCoalesceEvents is what a fleet of thousands of workers coalesces:
+// the events every worker publishes several times a second. Nothing is
+// coalesced by default, because an envelope gives up JetStream's per-event
+// deduplication: an event its publisher sends again after a lost
+// acknowledgement is stored a second time, where alone it would be stored
+// once. The router applies a KV event id once and a load report replaces
+// the last, so for these two a duplicate is harmless; for a stream whose
+// readers count each stored event, it is not.
+var FleetCoalesceEvents = []string{wire.KVEventsName, wire.LoadName}
 
 // coalescer gathers the events of the coalesced event names per subject and
 // publishes them through the bus (see above).
@@ -263,7 +269,7 @@ func (c *coalescer) store(q *sendQueue, u *unit) (pubAck, error) {
 			}
 		}
 		ev = &eventbusv1.Event{Subject: q.subject, Payload: payload, MsgId: "envelope-" + nuid.Next(),
-			Headers: map[string]string{envelopeHeader: strconv.Itoa(len(u.events))}}
+			Headers: map[string]string{EnvelopeHeader: strconv.Itoa(len(u.events))}}
 	}
 	for attempt := 0; ; attempt++ {
 		pb, err := c.bus.publishBatch(c.ctx, []string{q.ns}, []*eventbusv1.Event{ev})
@@ -312,8 +318,11 @@ func (c *coalescer) wait() {
 	c.wg.Wait()
 }
 
-// openEnvelope decodes an envelope's events; count is its envelopeHeader.
-func openEnvelope(count string, data []byte) ([]*eventbusv1.Event, error) {
+// OpenEnvelope decodes an envelope's events; count is its EnvelopeHeader.
+// Consumers of the eventbus never see envelopes (Subscribe hands their
+// events out one by one); a reader of the stream straight from NATS (an
+// operator's tool, a test counting what was stored) opens them with it.
+func OpenEnvelope(count string, data []byte) ([]*eventbusv1.Event, error) {
 	n, err := strconv.Atoi(count)
 	if err != nil || n < 1 {
 		return nil, fmt.Errorf("envelope count %q", count)

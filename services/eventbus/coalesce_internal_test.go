@@ -45,7 +45,7 @@ func TestOpenEnvelope(t *testing.T) {
 		{"not an event", "1", protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff}), -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			evs, err := openEnvelope(tc.count, tc.data)
+			evs, err := OpenEnvelope(tc.count, tc.data)
 			if tc.want < 0 {
 				if err == nil {
 					t.Fatalf("decoded %d events, want an error", len(evs))
@@ -72,7 +72,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 	f.Add("1", []byte{0x0a, 0x00})
 	f.Add("3", []byte{0x0a, 0x05, 0x0a})
 	f.Fuzz(func(t *testing.T, count string, data []byte) {
-		evs, err := openEnvelope(count, data)
+		evs, err := OpenEnvelope(count, data)
 		if err != nil {
 			return
 		}

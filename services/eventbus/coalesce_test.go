@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestCoalescedBatch(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	_, svc := eventbustest.Start(t)
+	svc := startCoalescing(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	const n = 10
 	for _, tc := range []struct {
@@ -130,7 +131,7 @@ func TestCoalescedBatch(t *testing.T) {
 func TestCoalescedPublishersLoseNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	_, svc := eventbustest.Start(t)
+	svc := startCoalescing(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	const ns, publishers, batches, size = "colose", 8, 30, 3
 	kv, load := wire.KVEventsSubject(ns, "backend"), wire.LoadSubject(ns, "backend")
@@ -220,7 +221,7 @@ func TestCoalescedPublishersLoseNothing(t *testing.T) {
 func TestEnvelopeHeadersReserved(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	_, svc := eventbustest.Start(t)
+	svc := startCoalescing(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	for _, h := range []string{"Switchyard-Envelope", wire.HeaderEnvelopeRest, "switchyard-envelope-x"} {
 		_, err := c.Raw().Publish(ctx, &eventbusv1.PublishRequest{Event: &eventbusv1.Event{Subject: "cohdr.backend." + wire.KVEventsName, Payload: []byte("x"), Headers: map[string]string{h: "2"}}})
@@ -237,7 +238,7 @@ func TestEnvelopeHeadersReserved(t *testing.T) {
 func TestCoalescerHoldsNothingWhenQuiet(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	_, svc := eventbustest.Start(t)
+	svc := startCoalescing(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	const subjects = 50
 	for i := range subjects {
@@ -247,4 +248,14 @@ func TestCoalescerHoldsNothingWhenQuiet(t *testing.T) {
 		}
 	}
 	testwait.Until(t, guard, "the coalescer to drop every quiet subject", func() bool { return svc.CoalescingSubjects() == 0 })
+}
+
+// startCoalescing starts an eventbus on a NATS server of its own that
+// coalesces the events a fleet coalesces (eventbus.FleetCoalesceEvents).
+func startCoalescing(t *testing.T) *eventbus.Service {
+	t.Helper()
+	ns := eventbustest.StartNATS(t)
+	cfg := eventbustest.Config(ns.ClientURL())
+	cfg.CoalesceEvents = eventbus.FleetCoalesceEvents
+	return eventbustest.StartEventbus(t, cfg)
 }

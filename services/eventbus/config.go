@@ -82,7 +82,8 @@ type Config struct {
 	StreamReplicas int
 	// CoalesceEvents are the event names (a subject's last token) whose
 	// events the eventbus stores several to a message while the subject is
-	// busy (coalesce.go); nil is DefaultCoalesceEvents, empty none.
+	// busy (coalesce.go); none when empty or nil (FleetCoalesceEvents is
+	// what a large fleet sets).
 	CoalesceEvents []string
 }
 
@@ -114,9 +115,6 @@ func (c Config) dedupWindow() time.Duration {
 
 // coalesceEvents is the event names to coalesce.
 func (c Config) coalesceEvents() []string {
-	if c.CoalesceEvents == nil {
-		return DefaultCoalesceEvents
-	}
 	return c.CoalesceEvents
 }
 
@@ -157,7 +155,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.NATSReconnectBuffer, "nats-reconnect-buffer", DefaultNATSReconnectBuffer, "bytes of publishes held while NATS reconnects; past it a publish fails at once")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
-	fs.Func("coalesce-events", fmt.Sprintf("event names, comma-separated, whose events a busy subject stores several to a message (empty: none; default %s)", strings.Join(DefaultCoalesceEvents, ",")), func(v string) error {
+	fs.Func("coalesce-events", fmt.Sprintf("event names, comma-separated, whose events a busy subject stores several to a message, for a fleet whose publishes NATS cannot store one by one (default none; a fleet of thousands of workers: %s). A coalesced event its publisher sends again after a lost acknowledgement may be stored twice", strings.Join(FleetCoalesceEvents, ",")), func(v string) error {
 		c.CoalesceEvents = []string{}
 		for _, n := range strings.Split(v, ",") {
 			if n = strings.TrimSpace(n); n != "" {

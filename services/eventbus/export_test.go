@@ -1,10 +1,5 @@
 package eventbus
 
-// Exported for the tests that read a stream straight from NATS.
-const EnvelopeHeader = envelopeHeader
-
-var OpenEnvelope = openEnvelope
-
 // CoalescingSubjects is how many subjects have events queued or a sender
 // running in the service's coalescer.
 func (s *Service) CoalescingSubjects() int {

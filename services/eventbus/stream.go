@@ -650,8 +650,8 @@ func (b *bus) deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.
 		if !autoAck {
 			ev.AckToken = m.Reply()
 		}
-		if count := hdr[envelopeHeader]; len(count) > 0 {
-			inner, err := openEnvelope(count[0], m.Data())
+		if count := hdr[EnvelopeHeader]; len(count) > 0 {
+			inner, err := OpenEnvelope(count[0], m.Data())
 			if err == nil {
 				evs = append(evs, envelopeEvents(ev, inner)...)
 				continue

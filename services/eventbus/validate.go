@@ -150,8 +150,8 @@ func validateEvent(ev *eventbusv1.Event, maxPayload int64) (string, error) {
 		if strings.HasPrefix(strings.ToLower(k), "nats-") {
 			return "", invalidf("header name %q: the Nats- prefix is reserved", k)
 		}
-		if strings.HasPrefix(strings.ToLower(k), strings.ToLower(envelopeHeader)) {
-			return "", invalidf("header name %q: the %s prefix is reserved to the eventbus", k, envelopeHeader)
+		if strings.HasPrefix(strings.ToLower(k), strings.ToLower(EnvelopeHeader)) {
+			return "", invalidf("header name %q: the %s prefix is reserved to the eventbus", k, EnvelopeHeader)
 		}
 		if strings.ContainsAny(v, "\r\n") {
 			return "", invalidf("header %q value must not contain line breaks", k)
