@@ -33,7 +33,7 @@ import (
 // timer: when the subject is quiet an event is published at once, as itself,
 // and a busy subject's events wait at most for the message before theirs.
 // The stream keeps each subject's events in the order the eventbus received
-// them, as before. A subject's sender ends when it has nothing left to send,
+// them, as plain messages keep it. A subject's sender ends when it has nothing left to send,
 // so that the subjects a publisher names hold no goroutine or memory once
 // quiet.
 //

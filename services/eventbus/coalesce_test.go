@@ -23,7 +23,7 @@ import (
 // message, one sequence), handed out as its ten events in order with their
 // own msg ids and headers, the rest header and partial ack tokens on all but
 // the last; a nak of a partial token hands the whole envelope back. The
-// other is stored as ten messages, as before.
+// other is stored as ten messages, one per event.
 func TestCoalescedBatch(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
