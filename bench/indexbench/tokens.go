@@ -28,8 +28,9 @@ func BuildTokens(workers, entries, reqBlocks, requests int, seed uint64, extra k
 	for i := range system {
 		system[i] = randomTokens(r, promptBlocks*blockTokens)
 	}
-	// A conversation is its system prompt and the seed of its own tokens:
-	// its tokens are made again when a request needs them.
+	// A conversation is its system prompt and the random source of its
+	// own tokens, which are generated again when a request needs them
+	// rather than kept for every conversation.
 	type conv struct {
 		prompt int
 		seed   uint64

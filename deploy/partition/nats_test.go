@@ -385,18 +385,13 @@ func testNATSServerCut(t *testing.T, which string) {
 		}
 		// A busy subject's events are stored together, in one envelope:
 		// each counts at the envelope's sequence.
-		if count := m.Header.Get(eventbus.EnvelopeHeader); count != "" {
-			evs, err := eventbus.OpenEnvelope(count, m.Data)
-			if err != nil {
-				t.Fatalf("message %d: %v", seq, err)
-			}
-			for _, ev := range evs {
-				stored[ev.GetMsgId()] = append(stored[ev.GetMsgId()], seq)
-			}
-			continue
+		ids, err := eventbus.StoredMsgIDs(m.Header, m.Data)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
 		}
-		id := m.Header.Get(jetstream.MsgIDHeader)
-		stored[id] = append(stored[id], seq)
+		for _, id := range ids {
+			stored[id] = append(stored[id], seq)
+		}
 	}
 	mu.Lock()
 	lost, twice, moved := 0, 0, 0

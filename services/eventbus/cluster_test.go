@@ -147,17 +147,13 @@ func TestNATSClusterStreamLeaderKilled(t *testing.T) {
 			t.Fatalf("message %d: %v", seq, err)
 		}
 		// An envelope's events count one by one.
-		if count := m.Header.Get(eventbus.EnvelopeHeader); count != "" {
-			evs, err := eventbus.OpenEnvelope(count, m.Data)
-			if err != nil {
-				t.Fatalf("message %d: %v", seq, err)
-			}
-			for _, ev := range evs {
-				seen[ev.GetMsgId()]++
-			}
-			continue
+		ids, err := eventbus.StoredMsgIDs(m.Header, m.Data)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
 		}
-		seen[m.Header.Get(jetstream.MsgIDHeader)]++
+		for _, id := range ids {
+			seen[id]++
+		}
 	}
 	lost, twice := 0, 0
 	for id := range acked {

@@ -318,11 +318,29 @@ func (c *coalescer) wait() {
 	c.wg.Wait()
 }
 
-// OpenEnvelope decodes an envelope's events; count is its EnvelopeHeader.
-// Consumers of the eventbus never see envelopes (Subscribe hands their
-// events out one by one); a reader of the stream straight from NATS (an
-// operator's tool, a test counting what was stored) opens them with it.
-func OpenEnvelope(count string, data []byte) ([]*eventbusv1.Event, error) {
+// StoredMsgIDs is the msg ids of the events one stored stream message
+// holds: its own for a plain message, each event's, in order, for an
+// envelope. Consumers of the eventbus never see envelopes (Subscribe hands
+// their events out one by one); a reader of the stream straight from NATS
+// (an operator's tool, a test counting what was stored) reads them with it.
+func StoredMsgIDs(header nats.Header, data []byte) ([]string, error) {
+	count := header.Get(EnvelopeHeader)
+	if count == "" {
+		return []string{header.Get(jetstream.MsgIDHeader)}, nil
+	}
+	evs, err := openEnvelope(count, data)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.GetMsgId()
+	}
+	return ids, nil
+}
+
+// openEnvelope decodes an envelope's events; count is its EnvelopeHeader.
+func openEnvelope(count string, data []byte) ([]*eventbusv1.Event, error) {
 	n, err := strconv.Atoi(count)
 	if err != nil || n < 1 {
 		return nil, fmt.Errorf("envelope count %q", count)

@@ -1,9 +1,12 @@
 package eventbus
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -45,7 +48,7 @@ func TestOpenEnvelope(t *testing.T) {
 		{"not an event", "1", protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff}), -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			evs, err := OpenEnvelope(tc.count, tc.data)
+			evs, err := openEnvelope(tc.count, tc.data)
 			if tc.want < 0 {
 				if err == nil {
 					t.Fatalf("decoded %d events, want an error", len(evs))
@@ -72,7 +75,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 	f.Add("1", []byte{0x0a, 0x00})
 	f.Add("3", []byte{0x0a, 0x05, 0x0a})
 	f.Fuzz(func(t *testing.T, count string, data []byte) {
-		evs, err := OpenEnvelope(count, data)
+		evs, err := openEnvelope(count, data)
 		if err != nil {
 			return
 		}
@@ -80,4 +83,36 @@ func FuzzOpenEnvelope(f *testing.F) {
 			t.Fatalf("%d events for count %q", len(evs), count)
 		}
 	})
+}
+
+// TestStoredMsgIDs reads the msg ids of a plain stored message and of an
+// envelope, and refuses a malformed envelope.
+func TestStoredMsgIDs(t *testing.T) {
+	a := &eventbusv1.Event{Subject: "ns.c.kv_cache_update", Payload: []byte("a"), MsgId: "a1"}
+	b := &eventbusv1.Event{Subject: "ns.c.kv_cache_update", Payload: []byte("b"), MsgId: "b1"}
+	two := encodeEnvelope(t, a, b)
+	for _, tc := range []struct {
+		name   string
+		header nats.Header
+		data   []byte
+		want   []string // nil: refused
+	}{
+		{"plain", nats.Header{jetstream.MsgIDHeader: {"p1"}}, []byte("x"), []string{"p1"}},
+		{"plain without an id", nats.Header{}, []byte("x"), []string{""}},
+		{"envelope", nats.Header{EnvelopeHeader: {"2"}, jetstream.MsgIDHeader: {"env"}}, two, []string{"a1", "b1"}},
+		{"envelope with a wrong count", nats.Header{EnvelopeHeader: {"3"}}, two, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, err := StoredMsgIDs(tc.header, tc.data)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("got %q, want an error", ids)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(ids, tc.want) {
+				t.Fatalf("got %q, %v; want %q", ids, err, tc.want)
+			}
+		})
+	}
 }

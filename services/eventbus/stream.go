@@ -651,7 +651,7 @@ func (b *bus) deliveredBatch(batch []jetstream.Msg, autoAck bool) []*eventbusv1.
 			ev.AckToken = m.Reply()
 		}
 		if count := hdr[EnvelopeHeader]; len(count) > 0 {
-			inner, err := OpenEnvelope(count[0], m.Data())
+			inner, err := openEnvelope(count[0], m.Data())
 			if err == nil {
 				evs = append(evs, envelopeEvents(ev, inner)...)
 				continue
