@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -197,14 +198,11 @@ func meter(s routerv1.RouterServiceServer, m *routerMetrics, mode string) *meter
 }
 
 func (s *meteredServer) Route(ctx context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
-	// The chosen worker's cost is read from the candidates, so they are built
-	// even when the caller asked to omit them, and dropped before the answer
-	// is sent: the caller still gets no list on the wire.
-	omit := r.GetOmitCandidates()
-	if omit {
-		r.OmitCandidates = false
-	}
-	resp, err := s.RouterServiceServer.Route(ctx, r)
+	// The server writes the chosen worker's cost here: a caller that
+	// omits the candidates lets the decision price only those that can
+	// win, so the cost is not read from a list.
+	cost := math.NaN()
+	resp, err := s.RouterServiceServer.Route(context.WithValue(ctx, chosenCostKey{}, &cost), r)
 	if err != nil {
 		return resp, err
 	}
@@ -216,14 +214,8 @@ func (s *meteredServer) Route(ctx context.Context, r *routerv1.RouteRequest) (*r
 	if n := resp.GetRequestBlocks(); n > 0 {
 		s.m.cachedShare.WithLabelValues(s.mode).Observe(float64(resp.GetOverlapBlocks()) / float64(n))
 	}
-	for _, c := range resp.GetCandidates() {
-		if c.GetInstanceId() == resp.GetInstanceId() && c.GetDpRank() == resp.GetDpRank() {
-			s.m.cost.WithLabelValues(s.mode).Observe(c.GetCost())
-			break
-		}
-	}
-	if omit {
-		resp.Candidates = resp.Candidates[:0]
+	if !math.IsNaN(cost) {
+		s.m.cost.WithLabelValues(s.mode).Observe(cost)
 	}
 	return resp, nil
 }

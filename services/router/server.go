@@ -35,10 +35,17 @@ func toStatus(err error) error { return grpcserver.ToStatus(err, statusCodes) }
 // Route decides a request gRPC decoded for this call (unary, or one
 // message of a RouteStream): nothing else holds its hashes, so the core
 // keeps them without a copy.
-func (s *server) Route(_ context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
-	resp, err := s.core.RouteOwned(r)
+func (s *server) Route(ctx context.Context, r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	resp, cost, err := s.core.RouteOwnedCost(r)
+	if sink, ok := ctx.Value(chosenCostKey{}).(*float64); ok && err == nil {
+		*sink = cost
+	}
 	return resp, toStatus(err)
 }
+
+// chosenCostKey keys, in a Route call's context, where the server writes
+// the chosen worker's cost (for the metrics: see meteredServer).
+type chosenCostKey struct{}
 
 func (s *server) QueryOverlaps(_ context.Context, r *routerv1.QueryOverlapsRequest) (*routerv1.QueryOverlapsResponse, error) {
 	resp, err := s.core.QueryOverlaps(r)

@@ -76,6 +76,12 @@ type targetCands struct {
 	// pairs.go); nil for any other target, whose candidates are in
 	// instance id order.
 	pools *pools
+	// floor bounds each candidate's cost from its load, for decisions
+	// that price only the candidates that can win (see fast.go), and
+	// first is each instance's first position; made at the first of
+	// them, under Core.mu.
+	floor *scheduler.Floor
+	first map[uint64]int
 }
 
 // Core is the router's state and decisions, without transport: the worker
@@ -161,6 +167,11 @@ type Core struct {
 	// declare (see ranks.go), under mu; rankBlind is Config's RankBlind.
 	ranks     map[uint64]map[string]uint32
 	rankBlind bool
+	// sparseMin is the fewest candidates a decision prices sparsely
+	// (see fast.go): sparseMinCandidates; tests set it. sparse counts
+	// the sparse decisions and the candidates they priced of all.
+	sparseMin int
+	sparse    sparseCounts
 }
 
 type eventStats struct {
@@ -276,6 +287,7 @@ func New(cfg Config) *Core {
 		adapterBlind:  cfg.AdapterBlind,
 		ranks:         map[uint64]map[string]uint32{},
 		rankBlind:     cfg.RankBlind,
+		sparseMin:     sparseMinCandidates,
 	}
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
@@ -577,6 +589,11 @@ type query struct {
 	salt, lora string
 	// dryRun decides without taking a round-robin turn (ExplainRoute).
 	dryRun bool
+	// omit says the caller wants no candidate list (Route with
+	// omit_candidates): a decision may then price only the candidates
+	// that can win. session is the request's session id.
+	omit    bool
+	session string
 }
 
 func validateQuery(q query) error {
@@ -666,6 +683,19 @@ type decision struct {
 	pairCosts []float64
 	hidden    []scheduler.Candidate
 	blocks    []kvhash.Block
+	// sparse says the decision priced only some of the target's
+	// candidates, all and allWorkers, those at positions pos (see
+	// fast.go); cands, scored and the rest are theirs. sub, subWorkers,
+	// held, holders and reach are its buffers.
+	sparse     bool
+	all        []candidate
+	allWorkers []index.WorkerID
+	pos        []int
+	sub        []candidate
+	subWorkers []index.WorkerID
+	held       []index.WorkerID
+	holders    []int
+	reach      []int
 }
 
 // maxPooledBlocks is the largest block buffer a pooled decision keeps: a
@@ -679,6 +709,8 @@ var decisionPool = sync.Pool{New: func() any { return new(decision) }}
 // release returns d to decisionPool; nothing of it may be used after.
 func (d *decision) release() {
 	d.cands, d.hashes, d.q = nil, nil, query{}
+	d.sparse, d.all, d.allWorkers = false, nil, nil
+	clear(d.sub)
 	if cap(d.blocks) > maxPooledBlocks {
 		d.blocks = nil
 	}
@@ -695,6 +727,11 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	cands, workers, bs, pl, err := c.candidates(q.target, q.lora, q.exclude)
 	if err != nil {
 		return nil, err
+	}
+	if pl == nil && len(q.exclude) == 0 && c.sparseEligible(q, len(cands)) {
+		if d, err := c.evaluateSparse(q); d != nil || err != nil {
+			return d, err
+		}
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
@@ -714,18 +751,15 @@ func (c *Core) evaluate(q query) (*decision, error) {
 // d.q, d.now). It expires what has aged first. Nothing is allocated per
 // candidate: the buffers are d's.
 func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.WorkerID, bs int) {
-	pl := d.pools
-	hashes := q.hashes
-	d.ownHashes = false
-	if len(q.tokens) > 0 {
-		// The blocks go in the decision's buffer: only their sequence
-		// hashes, which the decision hands on, are allocated.
-		d.blocks = kvhash.ExtraHashes(q.tokens, bs, kvhash.Extra{Salt: q.salt, LoRA: q.lora}, d.blocks[:0])
-		hashes, d.ownHashes = make([]uint64, len(d.blocks)), true
-		for i, b := range d.blocks {
-			hashes[i] = b.Sequence
-		}
-	}
+	hashes := c.hashesOf(d, q, bs)
+	now := c.expireAged()
+	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
+	c.prepareOver(d, q, cands, workers, bs, hashes, len(cands), now)
+}
+
+// expireAged forgets what has aged by now (predictions, requests never
+// freed) and returns now, the decision's time.
+func (c *Core) expireAged() time.Time {
 	now := c.now()
 	if c.approx != nil {
 		c.approx.Expire(now)
@@ -738,6 +772,33 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 		c.load.Expire(now.Add(-c.requestTTL))
 		c.legs.load.Expire(now.Add(-c.requestTTL))
 	}
+	return now
+}
+
+// hashesOf is q's block hashes: its own, or made from its tokens into d's
+// buffer (then d.ownHashes).
+func (c *Core) hashesOf(d *decision, q query, bs int) []uint64 {
+	hashes := q.hashes
+	d.ownHashes = false
+	if len(q.tokens) > 0 {
+		// The blocks go in the decision's buffer: only their sequence
+		// hashes, which the decision hands on, are allocated.
+		d.blocks = kvhash.ExtraHashes(q.tokens, bs, kvhash.Extra{Salt: q.salt, LoRA: q.lora}, d.blocks[:0])
+		hashes, d.ownHashes = make([]uint64, len(d.blocks)), true
+		for i, b := range d.blocks {
+			hashes[i] = b.Sequence
+		}
+	}
+	return hashes
+}
+
+// prepareOver is prepare at now, once what aged is expired (expireAged),
+// with the request's hashes and the index's overlaps of them (d.overlaps)
+// found, over cands, which are all of the target's candidates or, in a
+// decision that prices only those that can win (see fast.go), some of
+// its total.
+func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []index.WorkerID, bs int, hashes []uint64, total int, now time.Time) {
+	pl := d.pools
 	n := len(cands)
 	d.cands, d.hashes, d.blockSize = cands, hashes, bs
 	d.scored = slices.Grow(d.scored[:0], n)[:n]
@@ -747,7 +808,6 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 	reach := d.ints[n:]
 	// Candidates are sorted by instance id: each overlap finds its
 	// worker(s) by binary search, with no map per decision.
-	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
 	if pl == nil {
 		setIndexed(d.indexed, workers, d.overlaps, c.rankBlind)
 	} else {
@@ -790,10 +850,11 @@ func (c *Core) prepare(d *decision, q query, cands []candidate, workers []index.
 	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the
 	// busier the workers the more of them a decision's work delays.
-	rate := c.arrivals.waitRate(now, len(cands))
+	rate := c.arrivals.waitRate(now, total)
 	// The recent arrivals that share the prefix the best-cached workers
 	// hold: the requests a second copy of it could take (see scheduler).
-	shared := c.arrivals.shared(now, hashes, reach)
+	// Candidates left out of reach cache none of it.
+	shared := c.arrivals.shared(now, hashes, reach, total)
 	c.mu.Unlock()
 	if pl == nil {
 		c.load.FillAllVersion(d.scored, bs, timingVer)
@@ -834,8 +895,15 @@ func (c *Core) decide(d *decision) error {
 		d.saturated = c.saturated(d, d.req, computes)
 		return nil
 	}
+	if d.sparse && c.unheard.expected(d.now) > 0 {
+		// The peers' unheard decisions spread this one over the
+		// workers near its best (spreadLocked), which a decision
+		// pricing only those that can win does not know.
+		return errNotSparse
+	}
 	// Scores are reported in every mode: the mode's cost.
 	best, _ := c.comp.cost.Select(d.scored, d.req, d.params, c.rng)
+
 	chosen, err := c.comp.choose.choose(c, d, best)
 	if err != nil {
 		return err
@@ -930,7 +998,8 @@ func searchWorkers(workers []index.WorkerID, id uint64) int {
 // Route chooses a worker and records the decision. The core keeps a copy
 // of the request's block hashes.
 func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
-	return c.route(r, false)
+	resp, _, err := c.route(r, false)
+	return resp, err
 }
 
 // RouteOwned is Route for a request whose block hashes the core may keep
@@ -939,25 +1008,34 @@ func (c *Core) Route(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) 
 // handlers). The copy is a kilobyte per 128 blocks, garbage for the
 // collector once the request is freed.
 func (c *Core) RouteOwned(r *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+	resp, _, err := c.route(r, true)
+	return resp, err
+}
+
+// RouteOwnedCost is RouteOwned that also returns the chosen worker's cost,
+// which a caller that omits the candidates (and so lets the decision
+// price only those that can win) cannot read from them.
+func (c *Core) RouteOwnedCost(r *routerv1.RouteRequest) (*routerv1.RouteResponse, float64, error) {
 	return c.route(r, true)
 }
 
-func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteResponse, error) {
+func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteResponse, float64, error) {
 	if r.GetRequestId() == "" || len(r.GetRequestId()) > MaxRequestIDLen {
-		return nil, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, MaxRequestIDLen)
+		return nil, 0, fmt.Errorf("%w: request_id must be 1..%d bytes", ErrInvalid, MaxRequestIDLen)
 	}
 	if c.comp.named && r.GetInstanceId() == 0 {
-		return nil, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
+		return nil, 0, fmt.Errorf("%w: direct mode needs instance_id", ErrInvalid)
 	}
 	if r.GetSessionId() != "" {
 		if err := ValidSessionID(r.SessionId); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
-		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt, lora: r.LoraName})
+		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt, lora: r.LoraName,
+		omit: r.GetOmitCandidates(), session: r.GetSessionId()})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer d.release()
 	c.applySession(d, r.GetSessionId(), len(r.TokenIds), true)
@@ -1046,7 +1124,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		resp.Prefill = prefillTarget(d)
 	}
 	c.notify()
-	return resp, nil
+	return resp, d.scored[d.chosen].Cost, nil
 }
 
 // responsePool holds the responses given back by Recycle.

@@ -170,11 +170,12 @@ func (a *arrivals) sharers(hashes []uint64, shared int) (n int, workMs float64) 
 }
 
 // shared measures the sharers of the prefix that the workers caching the
-// most of hashes hold (reach: each worker's cached blocks), as the
+// most of hashes hold (reach: cached blocks of each of some of the total
+// workers; the others cache none), as the
 // scheduler's Shared: their rate, and the share of a home's time their
 // prefill takes, at least the workers' mean (busy), with the homes there
 // are and with one more.
-func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int) scheduler.Shared {
+func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int, total int) scheduler.Shared {
 	blocks, homes := 0, 0
 	for _, r := range reach {
 		switch {
@@ -184,7 +185,11 @@ func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int) scheduler
 			homes++
 		}
 	}
-	if a.n < rateWindow || homes == len(reach) {
+	if blocks == 0 {
+		// Every worker, those not in reach too, caches none of it.
+		homes = total
+	}
+	if a.n < rateWindow || homes == total {
 		// A few arrivals in a few ms are a burst, not a rate: a copy is
 		// for a prefix that stays in demand, measured over a full window.
 		// And where every worker holds the prefix there is none to seed.
@@ -198,7 +203,7 @@ func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int) scheduler
 		return scheduler.Shared{}
 	}
 	span := a.spanMs(now)
-	u := a.busy(now, len(reach))
+	u := a.busy(now, total)
 	load := workMs / span
 	return scheduler.Shared{
 		Blocks:   blocks,

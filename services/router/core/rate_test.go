@@ -201,7 +201,7 @@ func TestShared(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := a.shared(now, tt.hashes, tt.reach)
+			got := a.shared(now, tt.hashes, tt.reach, len(tt.reach))
 			checkShared(t, got, tt.want)
 		})
 	}
@@ -219,7 +219,7 @@ func TestShared(t *testing.T) {
 			b.add(ms(10*i), 20, h)
 		}
 		now := ms(10 * rateWindow)
-		got := b.shared(now, prompt(999), []int{3, 3, 0, 0, 0, 0, 0, 0})
+		got := b.shared(now, prompt(999), []int{3, 3, 0, 0, 0, 0, 0, 0}, 8)
 		checkShared(t, got, scheduler.Shared{Blocks: 3, Rate: 31.0 / 640, HomeBusy: 0.5, SeedBusy: 1.0 / 3})
 	})
 	t.Run("a window not yet full measures no rate", func(t *testing.T) {
@@ -227,7 +227,7 @@ func TestShared(t *testing.T) {
 		for i := range rateWindow - 1 {
 			b.add(ms(i), 20, prompt(uint64(i)))
 		}
-		checkShared(t, b.shared(ms(rateWindow), prompt(999), []int{3, 0}), scheduler.Shared{})
+		checkShared(t, b.shared(ms(rateWindow), prompt(999), []int{3, 0}, 2), scheduler.Shared{})
 	})
 }
 

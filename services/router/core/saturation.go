@@ -47,14 +47,19 @@ func (c *Core) limits() scheduler.Limits { return c.saturation }
 // its fleet: every candidate is full under the core's limits (for a
 // disaggregated model every pool's: a decode worker computes a prompt
 // that stays local). It sets d.room to how many more like it fit (0
-// with the limits off: not counted). c.mu need not be held.
+// with the limits off: not counted). c.mu need not be held, but must be
+// for a decision that priced only some candidates (see roomSparse).
 func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 	d.room = 0
 	l := c.limits()
 	if l.Off() || len(d.scored) == 0 {
 		return false
 	}
-	d.room = l.Room(d.scored, req, chosen, MaxRoom)
+	if d.sparse {
+		d.room = c.roomSparse(d, req, chosen, l)
+	} else {
+		d.room = l.Room(d.scored, req, chosen, MaxRoom)
+	}
 	return d.room == 0
 }
 

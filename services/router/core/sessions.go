@@ -197,6 +197,21 @@ func (s *sessions) lookupLocked(id string, now time.Time) *binding {
 	return b
 }
 
+// peek is the worker session id is bound to, if it has a binding, live or
+// not: a decision prices it (the rule may choose it), and choose, which
+// comes after, tells whether the binding lives.
+func (s *sessions) peek(id string) (index.WorkerID, bool) {
+	if id == "" {
+		return index.WorkerID{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.byID[id]; b != nil {
+		return b.worker, true
+	}
+	return index.WorkerID{}, false
+}
+
 // bindLocked binds id to w as of at, unless its binding was used later;
 // past the limit the least recently used binding goes.
 func (s *sessions) bindLocked(id string, w index.WorkerID, at time.Time) {
@@ -351,7 +366,13 @@ func (c *Core) applySession(d *decision, id string, tokens int, record bool) *ro
 	if ch.chosen != d.chosen {
 		d.chosen = ch.chosen
 		d.overlap = d.scored[ch.chosen].Overlap
-		d.saturated = c.saturated(d, req, ch.chosen)
+		if d.sparse {
+			c.mu.Lock()
+			d.saturated = c.saturated(d, req, ch.chosen)
+			c.mu.Unlock()
+		} else {
+			d.saturated = c.saturated(d, req, ch.chosen)
+		}
 	}
 	return c.sessions.describe(id, d, ch)
 }

@@ -446,3 +446,23 @@ func (p *Pending) Len() int {
 	defer p.mu.Unlock()
 	return len(p.reqs)
 }
+
+// AppendWorkersOn appends to dst the workers h is predicted on: with no
+// block of a request in the index, the only workers its predictions can
+// credit (ExtendAll extends a worker from where the index stops, the first
+// block for those with none).
+func (p *Pending) AppendWorkersOn(dst []WorkerID, h uint64) []WorkerID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.preds.get(h)
+	if !ok {
+		return dst
+	}
+	if v.w&multiTag == 0 {
+		return append(dst, p.workers[v.w])
+	}
+	for _, r := range p.lists[v.w&^multiTag] {
+		dst = append(dst, p.workers[r.w])
+	}
+	return dst
+}

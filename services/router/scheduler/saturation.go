@@ -80,17 +80,26 @@ func (l Limits) Saturated(cands []Candidate, req Request, chosen int) bool {
 // no limit and Room is most. Its cost is a prediction per request counted
 // and one per full candidate: at most most plus len(cands).
 func (l Limits) Room(cands []Candidate, req Request, chosen int, most int) int {
+	return l.RoomEach(len(cands), func(i int) (*Candidate, bool) { return &cands[i], i == chosen }, req, most)
+}
+
+// RoomEach is Room over n candidates that at gives one by one, in order,
+// each with whether it is the chosen one: a caller that has not filled
+// every candidate fills each when asked, and Room stops asking at the
+// first most requests counted.
+func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req Request, most int) int {
 	if l.Off() {
 		return most
 	}
 	room := 0
-	for i := range cands {
-		newTokens := req.NewTokens(cands[i].Overlap)
+	for i := range n {
+		c, isChosen := at(i)
+		newTokens := req.NewTokens(c.Overlap)
 		queued := 0
-		if i == chosen {
+		if isChosen {
 			queued = newTokens
 		}
-		for room < most && !l.full(&cands[i], req, queued) {
+		for room < most && !l.full(c, req, queued) {
 			room++
 			queued += max(newTokens, 1)
 		}

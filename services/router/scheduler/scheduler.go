@@ -217,6 +217,14 @@ type Load struct {
 	// fill is valid while it stays.
 	gen  uint64
 	fill fillCache
+	// changes logs the workers whose record changed, in order, for the
+	// floors that keep a bound per worker (see Floor); changesBase is the
+	// number of changes logged before changes[0]. reports lists the load
+	// reports in the order they came, for the floors to hear when one
+	// stops being fresh.
+	changes     []index.WorkerID
+	changesBase uint64
+	reports     fifo.Queue[reportAt]
 }
 
 // fillCache holds, by position, the records of the candidate list FillAll
@@ -489,6 +497,7 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wl := l.workerLocked(w)
+	l.expireReportsLocked(l.now())
 	rep := Reported{TotalBlocks: totalBlocks}
 	if reqs == nil {
 		// Without ids nothing tells our requests from others but their
@@ -510,6 +519,7 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 		}
 	}
 	wl.report, wl.reportAt = rep, l.now()
+	l.reports.Push(reportAt{w: w, at: wl.reportAt})
 }
 
 // workerLocked is w's record, made if it has none, for a change: it bumps
@@ -522,6 +532,7 @@ func (l *Load) workerLocked(w index.WorkerID) *workerLoad {
 		l.gen++
 	}
 	wl.ver++
+	l.logChangeLocked(w)
 	return wl
 }
 
@@ -546,6 +557,7 @@ func (l *Load) RemoveWorker(w index.WorkerID) {
 	defer l.mu.Unlock()
 	delete(l.workers, w)
 	l.gen++
+	l.logChangeLocked(w)
 	for id, r := range l.requests {
 		if r.worker == w {
 			delete(l.requests, id)
@@ -561,6 +573,7 @@ func (l *Load) RemoveInstance(instance uint64) {
 	for w := range l.workers {
 		if w.Instance == instance {
 			delete(l.workers, w)
+			l.logChangeLocked(w)
 		}
 	}
 	l.gen++
@@ -594,7 +607,7 @@ func (l *Load) Fill(c *Candidate, blockSize int) {
 
 // FillAll is Fill for every candidate, under one lock. It also prepares
 // each candidate's step costs for Cost. It sets every field but Worker,
-// Overlap and Timing, which are its input.
+// Overlap, Lower, Timing and AdapterMs, which are its input.
 func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	l.fillAll(cands, blockSize, 0, false)
 }
@@ -689,7 +702,9 @@ func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fres
 // returns the steps of. fresh says wl's report is fresh.
 func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSteps {
 	if wl == nil {
-		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing}
+		// No load: all but the caller's fields are zero (the adapter's
+		// load time is the caller's, as every record's fill keeps it).
+		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing, AdapterMs: c.AdapterMs}
 		return headSteps{}
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)

@@ -107,6 +107,7 @@ func main() {
 			}
 			fmt.Fprintf(tw, "route decision, %d workers: heap allocated per decision (the collector's work), %d collector cycles while timed\t%.0f bytes, %.2f allocations\t\n",
 				workers, heap.cycles, heap.bytes, heap.allocs)
+			fmt.Fprintf(tw, "route decision, %d workers: share priced sparsely, candidates each priced\t%.1f %%, %.1f\t\n", workers, 100*heap.sparse, heap.priced)
 			rate, pause := pauses(time.Second)
 			fmt.Fprintf(tw, "machine: pauses of a spinning thread over %v, not the router's work\t%.0f/s, median %.1f µs\t\n", pauseMin, rate, us(pause))
 			fmt.Fprintf(tw, "machine: share of p50-long decisions a pause falls in\t%.1f %%\t\n", 100*rate*wall[0].Seconds())
@@ -157,15 +158,17 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
 	}
-	req := &routerv1.RouteRequest{Target: target, CacheSalt: wl.Salt, LoraName: wl.LoRA}
+	req := &routerv1.RouteRequest{Target: target, CacheSalt: wl.Salt, LoraName: wl.LoRA, OmitCandidates: true}
 	sessions := make([]string, wl.Sessions)
 	for i := range sessions {
 		sessions[i] = "session-" + strconv.Itoa(i)
 	}
 	var m0, m1 runtime.MemStats
+	var sd0, sp0 uint64
 	for i := range warmup + n {
 		if i == warmup {
 			runtime.ReadMemStats(&m0)
+			sd0, sp0, _ = c.SparseStats()
 		}
 		now = now.Add(time.Millisecond)
 		if i%1000 == 0 {
@@ -201,7 +204,9 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 		}
 	}
 	runtime.ReadMemStats(&m1)
-	heap = heapUse{bytes: float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n), allocs: float64(m1.Mallocs-m0.Mallocs) / float64(n), cycles: m1.NumGC - m0.NumGC}
+	sd1, sp1, _ := c.SparseStats()
+	heap = heapUse{bytes: float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n), allocs: float64(m1.Mallocs-m0.Mallocs) / float64(n), cycles: m1.NumGC - m0.NumGC,
+		sparse: float64(sd1-sd0) / float64(n), priced: float64(sp1-sp0) / float64(max(sd1-sd0, 1))}
 	slices.Sort(lat)
 	slices.Sort(cpus)
 	return [2]time.Duration{lat[len(lat)/2], lat[len(lat)*99/100]}, [2]time.Duration{cpus[len(cpus)/2], cpus[len(cpus)*99/100]}, cpuOK, heap
@@ -213,6 +218,9 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 type heapUse struct {
 	bytes, allocs float64
 	cycles        uint32
+	// sparse is the share of decisions that priced only the candidates
+	// that could win, priced how many they priced on average.
+	sparse, priced float64
 }
 
 // pauseMin is the shortest gap between two clock reads that pauses counts.

@@ -1,0 +1,298 @@
+package core
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"sync/atomic"
+
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
+)
+
+// A decision over thousands of workers need not price every one: a worker
+// that caches none of the request (no block in the index, on any tier, and
+// none predicted) costs at least a bound that grows with its load
+// (scheduler.NoOverlapBound, from the bounds a scheduler.Floor keeps per
+// worker as the load record changes). A sparse decision prices:
+//
+//   - the workers that cache the most of the request (the index's
+//     overlaps, every rank of their instances, extended by the
+//     predictions, which can credit beyond the index only the workers the
+//     request's first block is predicted on): the homes, whose number and
+//     queues the credit of a copy of the shared prefix reads;
+//   - the worker the request's session is bound to, which the session
+//     rule may take whatever its cost;
+//   - the worker with the least queue bound;
+//   - then every worker whose bound, at what it caches, is not above the
+//     cheapest cost priced so far (the floor finds those caching none
+//     without visiting the others), again until none is added.
+//
+// Every worker left out then costs more than the cheapest priced one: the
+// cheapest cost, the workers tied at it (in the same order, so the same
+// draws break the tie) and so the choice are those of pricing every
+// worker. What reads more than the choice is given what it reads: the
+// saturation count walks the workers in order and fills each one it
+// reaches that was not priced (it stops at MaxRoom requests, at once below
+// saturation), the arrival rate and the shared prefix count every worker.
+// Where a part reads every worker's cost, the decision prices them all:
+// a candidate list asked for (omit_candidates unset), a sampled choice
+// (temperature above 0), the spread over the peer replicas' unheard
+// decisions, modes other than kv, a disaggregated model's pairs, excluded
+// instances, an explanation (ExplainRoute), a zero overlap weight (every
+// queue free), a timing model with a coefficient below zero (the bound
+// assumes none), and fleets smaller than sparseMinCandidates, where
+// pricing them all is as cheap. The decision is the full one for the load
+// record as it stands while the decision is made; a change racing with it
+// (a report, another decision's request) may be seen or not, as by a full
+// decision made a moment earlier or later.
+
+// sparseMinCandidates is the fewest candidates a decision prices sparsely:
+// below a few hundred, pricing every worker (~170 ns each) is as quick as
+// finding those that can win.
+const sparseMinCandidates = 512
+
+// maxSparsePasses bounds the rounds of adding workers under the bound:
+// each round adds at least one, and a decision that keeps finding more
+// prices them all instead.
+const maxSparsePasses = 4
+
+// errNotSparse makes a sparse decision give way to a full one.
+var errNotSparse = errors.New("decision needs every candidate priced")
+
+// sparseEligible says whether q may be decided sparsely over n
+// candidates of an aggregated model (see the list above).
+func (c *Core) sparseEligible(q query, n int) bool {
+	if n < c.sparseMin || !q.omit || q.dryRun || c.comp.named {
+		return false
+	}
+	if _, ok := c.comp.choose.(byCost); !ok || c.comp.cost != &scheduler.KV {
+		return false
+	}
+	temperature, weight := c.temperature, c.weight
+	if q.temperature != nil {
+		temperature = *q.temperature
+	}
+	if q.weight != nil {
+		weight = *q.weight
+	}
+	return temperature <= 0 && weight > 0
+}
+
+// targetLocked is q's cached candidates, if current.
+func (c *Core) targetLocked(q query) *targetCands {
+	key := targetKey{lora: q.lora}
+	switch k := q.target.GetKind().(type) {
+	case *routerv1.Target_Endpoint:
+		key.ep = endpointKey{k.Endpoint.GetNamespace(), k.Endpoint.GetComponent(), k.Endpoint.GetEndpoint()}
+	case *routerv1.Target_Model:
+		key.model = k.Model
+	}
+	tc, ok := c.targets[key]
+	if !ok || tc.gen != c.gen {
+		return nil
+	}
+	if tc.floor == nil {
+		models := make([]*timingmodel.Model, len(tc.cands))
+		for i := range tc.cands {
+			models[i] = tc.cands[i].timing
+		}
+		tc.floor = scheduler.NewFloor(tc.workers, models, tc.bs)
+		tc.first = make(map[uint64]int, len(tc.workers))
+		for i := len(tc.workers) - 1; i >= 0; i-- {
+			tc.first[tc.workers[i].Instance] = i
+		}
+	}
+	return tc
+}
+
+// evaluateSparse decides q pricing only the candidates that can win;
+// nil (and no error) when it cannot, and the caller prices them all.
+func (c *Core) evaluateSparse(q query) (*decision, error) {
+	c.mu.Lock()
+	tc := c.targetLocked(q)
+	if tc == nil {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	f := tc.floor
+	c.load.Sync(f, c.timingVer)
+	valid, perToken, least := f.Valid(), f.PerToken(), f.Min()
+	c.mu.Unlock()
+	if !valid {
+		return nil, nil
+	}
+	cands, workers, bs := tc.cands, tc.workers, tc.bs
+	n := len(cands)
+	d := decisionPool.Get().(*decision)
+	d.prefill, d.disagg, d.pools, d.priced = -1, "", nil, -1
+	d.saturated, d.room = false, 0
+	hashes := c.hashesOf(d, q, bs)
+	now := c.expireAged()
+	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
+	// The holders: every rank of the instances the index or the
+	// predictions credit with some of the request, and how much (as
+	// prepare finds it).
+	holders := d.holders[:0]
+	// An instance's first position is looked up in a map: a decision
+	// has hundreds of overlaps, in no order, and a binary search of
+	// thousands of workers is a cache miss per step.
+	first := tc.first
+	addInstance := func(to []int, id uint64) []int {
+		i, ok := first[id]
+		if !ok {
+			return to
+		}
+		for ; i < n && workers[i].Instance == id; i++ {
+			to = append(to, i)
+		}
+		return to
+	}
+	for _, o := range d.overlaps {
+		holders = addInstance(holders, o.Worker.Instance)
+	}
+	if c.pending != nil && len(hashes) > 0 {
+		d.held = c.pending.AppendWorkersOn(d.held[:0], hashes[0])
+		for _, w := range d.held {
+			holders = addInstance(holders, w.Instance)
+		}
+	}
+	slices.Sort(holders)
+	holders = slices.Compact(holders)
+	d.subWorkers = d.subWorkers[:0]
+	for _, i := range holders {
+		d.subWorkers = append(d.subWorkers, workers[i])
+	}
+	reach := slices.Grow(d.reach[:0], len(holders))[:len(holders)]
+	clear(reach)
+	setIndexed(reach, d.subWorkers, d.overlaps, c.rankBlind)
+	if c.pending != nil {
+		c.pending.ExtendAll(d.subWorkers, hashes, reach)
+	}
+	most := 0
+	for _, r := range reach {
+		most = max(most, r)
+	}
+	// Priced from the start: the holders of the most (the homes, whose
+	// count and queues the shared prefix's credit reads), the session's
+	// worker, the worker with the least queue.
+	pos := d.pos[:0]
+	for k, i := range holders {
+		if most > 0 && reach[k] == most {
+			pos = append(pos, i)
+		}
+	}
+	if w, ok := c.sessions.peek(q.session); ok {
+		pos = addInstance(pos, w.Instance)
+	}
+	if least >= 0 {
+		pos = append(pos, least)
+	}
+	d.holders, d.reach = holders, reach
+	for pass := 0; ; pass++ {
+		slices.Sort(pos)
+		pos = slices.Compact(pos)
+		if pass == maxSparsePasses {
+			d.pos = pos
+			d.release()
+			return nil, nil
+		}
+		d.sub, d.subWorkers = d.sub[:0], d.subWorkers[:0]
+		for _, i := range pos {
+			d.sub = append(d.sub, cands[i])
+			d.subWorkers = append(d.subWorkers, workers[i])
+		}
+		c.prepareOver(d, q, d.sub, d.subWorkers, bs, hashes, n, now)
+		c.comp.cost.Price(d.scored, d.req, d.params)
+		best := math.Inf(1)
+		for i := range d.scored {
+			best = min(best, d.scored[i].Cost)
+		}
+		credit := scheduler.MaxSeedCredit(d.scored, d.req)
+		perAhead, perDecoding, base, ok := scheduler.CostBound(d.req, d.params, perToken, credit, 0)
+		if !ok || math.IsNaN(best) || math.IsInf(best, 0) || math.IsNaN(base) || math.IsInf(base, 0) {
+			d.pos = pos
+			d.release()
+			return nil, nil
+		}
+		// Under a bound by rounding alone counts as under: a worker
+		// left out must cost more than best, not as much.
+		slack := 1e-9 * (math.Abs(best) + math.Abs(base) + 1)
+		had := len(pos)
+		c.mu.Lock()
+		c.load.Sync(f, c.timingVer)
+		// The other holders, each at the bound of what it caches (most
+		// cache one of a few prefixes: the last bound is kept).
+		boundAt, pa, pd, b := -1, 0.0, 0.0, 0.0
+		for k, i := range holders {
+			if _, in := slices.BinarySearch(pos[:had], i); in {
+				continue
+			}
+			if reach[k] != boundAt {
+				boundAt = reach[k]
+				pa, pd, b, _ = scheduler.CostBound(d.req, d.params, perToken, credit, boundAt)
+			}
+			ahead, decoding := f.Bounds(i)
+			if pa*ahead+pd*decoding+b <= best+slack {
+				pos = append(pos, i)
+			}
+		}
+		// The rest (and maybe holders again), at the bound of caching none.
+		pos = f.Below(pos, perAhead, perDecoding, best-base+slack)
+		c.mu.Unlock()
+		slices.Sort(pos)
+		if pos = slices.Compact(pos); len(pos) == had {
+			break
+		}
+	}
+	d.pos, d.sparse, d.all, d.allWorkers = pos, true, cands, workers
+	err := c.decide(d)
+	if errors.Is(err, errNotSparse) {
+		d.release()
+		return nil, nil
+	}
+	if err != nil {
+		d.release()
+		return nil, err
+	}
+	c.sparse.decisions.Add(1)
+	c.sparse.priced.Add(uint64(len(pos)))
+	c.sparse.candidates.Add(uint64(n))
+	return d, nil
+}
+
+// sparseCounts count sparse decisions, the candidates they priced and
+// those they had.
+type sparseCounts struct{ decisions, priced, candidates atomic.Uint64 }
+
+// roomSparse is scheduler.Limits.Room over every candidate of a sparse
+// decision d, in order: the priced ones as priced, each other one filled
+// when reached, with what it caches. Under c.mu (the timing models are
+// read).
+func (c *Core) roomSparse(d *decision, req scheduler.Request, chosen int, l scheduler.Limits) int {
+	j := 0
+	var other scheduler.Candidate
+	return l.RoomEach(len(d.all), func(i int) (*scheduler.Candidate, bool) {
+		for j < len(d.pos) && d.pos[j] < i {
+			j++
+		}
+		if j < len(d.pos) && d.pos[j] == i {
+			return &d.scored[j], j == chosen
+		}
+		// A holder left out caches what it caches; any other, none.
+		other = scheduler.Candidate{Worker: d.allWorkers[i], Timing: *d.all[i].timing}
+		if k, ok := slices.BinarySearch(d.holders, i); ok {
+			other.Overlap = d.reach[k]
+		}
+		c.load.Fill(&other, d.blockSize)
+		return &other, false
+	}, req, MaxRoom)
+}
+
+// SparseStats are how many decisions priced only the candidates that could
+// win, how many candidates they priced and how many they had, since the
+// core started.
+func (c *Core) SparseStats() (decisions, priced, candidates uint64) {
+	return c.sparse.decisions.Load(), c.sparse.priced.Load(), c.sparse.candidates.Load()
+}
