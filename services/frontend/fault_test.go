@@ -263,7 +263,11 @@ func TestEtcdOutage(t *testing.T) {
 	}
 	for _, d := range outages {
 		before := ids()
+		// The times say, beside the services' logs a failure prints, what
+		// happened inside the outage and what after it.
+		stopping := time.Now()
 		s.etcd.Stop()
+		stopped := time.Now()
 		stop := make(chan struct{})
 		got := make(chan tally, 1)
 		go func() { got <- loop(stop, 0) }()
@@ -271,6 +275,7 @@ func TestEtcdOutage(t *testing.T) {
 		close(stop)
 		during := <-got
 		s.etcd.Start()
+		t.Logf("%v outage: etcd stopping at %s, stopped at %s, started again at %s", d, stopping.Format(time.StampMilli), stopped.Format(time.StampMilli), time.Now().Format(time.StampMilli))
 		// Registered again within two TTLs of etcd's return: every worker's
 		// keep-alive answered, the frontend sees both.
 		deadline := time.Now().Add(2*ttl + 5*time.Second)

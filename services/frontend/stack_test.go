@@ -104,12 +104,12 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if o.contextLength == 0 {
 		o.contextLength = 4096
 	}
-	etcd, reg := registrytest.Start(t)
+	logs := testlog.New(t)
+	etcd, reg := registrytest.StartLogged(t, logs.Logger(slog.LevelInfo))
 	natsStore := t.TempDir()
 	ns := eventbustest.StartNATSAt(t, -1, natsStore)
 	bus := eventbustest.StartEventbus(t, eventbustest.Config(ns.ClientURL()))
 	s := &stack{t: t, opts: o, etcd: etcd, regAddr: reg.Addr, nats: ns, natsStore: natsStore, bus: bus}
-	logs := testlog.New(t)
 	s.log, s.feLog = logs.Logger(slog.LevelInfo), logs.Logger(slog.LevelWarn)
 
 	// The router follows the workers' KV events on the eventbus itself when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // next refresh opens a new one.
 type keepaliver struct {
 	cli *clientv3.Client
+	log *slog.Logger
 	// ctx is the parent of every stream; close cancels it, also a stream
 	// being opened.
 	ctx  context.Context
@@ -31,7 +33,10 @@ type keepaliver struct {
 	cancel  context.CancelFunc
 	waiters map[int64][]chan kaResult
 	closed  bool
-	wg      sync.WaitGroup
+	// broke is set when a stream broke and cleared when the next one
+	// opens, so an outage logs one line each way, not one per refresh.
+	broke bool
+	wg    sync.WaitGroup
 }
 
 type kaResult struct {
@@ -51,9 +56,9 @@ var errKeepaliverClosed = errors.New("keep-alive: registry is closing")
 // expired both leases and sent their DELETEs to the watchers (model cards
 // gone during the whole outage). After a broken stream the next refresh
 // opens a new one.
-func newKeepaliver(cli *clientv3.Client) *keepaliver {
+func newKeepaliver(cli *clientv3.Client, log *slog.Logger) *keepaliver {
 	ctx, stop := context.WithCancel(context.Background())
-	k := &keepaliver{cli: cli, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}}
+	k := &keepaliver{cli: cli, log: log, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}}
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
@@ -75,6 +80,10 @@ func (k *keepaliver) openLocked() error {
 		return err
 	}
 	k.stream, k.cancel = st, cancel
+	if k.broke {
+		k.broke = false
+		k.log.Info("etcd keep-alive stream open again")
+	}
 	k.wg.Add(1)
 	go k.recv(st)
 	return nil
@@ -161,6 +170,12 @@ func (k *keepaliver) failLocked(st pb.Lease_LeaseKeepAliveClient, err error) {
 	}
 	k.cancel()
 	k.stream, k.cancel = nil, nil
+	if !k.closed && !k.broke {
+		k.broke = true
+		// Leases are refreshed only on this stream: until a refresh opens
+		// a new one, etcd counts down every lease the registry serves.
+		k.log.Warn("etcd keep-alive stream broke; the next lease refresh opens a new one", "err", err.Error(), "waiting_refreshes", len(k.waiters))
+	}
 	for id, q := range k.waiters {
 		for _, ch := range q {
 			ch <- kaResult{err: err}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func etcdStoreStop(t *testing.T) (*Store, *clientv3.Client, func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	st := NewStore(cli)
+	st := NewStore(cli, slog.New(slog.DiscardHandler))
 	t.Cleanup(st.Close)
 	return st, cli, stop
 }

@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err != nil {
 		log.Warn("etcd is not answering yet; serving anyway and retrying per request", "endpoints", endpoints, "err", err.Error())
 	}
-	s.store = NewStore(cli)
+	s.store = NewStore(cli, log)
 	s.probe = func(ctx context.Context) error {
 		// A linearizable read needs an etcd leader and a quorum: exactly
 		// what every write of the registry needs.

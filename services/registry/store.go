@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -27,10 +28,11 @@ type Store struct {
 	buckets   sync.Map // bucket name -> struct{}, buckets known to exist
 }
 
-// NewStore wraps an etcd client. Close stops the store's keep-alive stream;
-// the caller closes the client.
-func NewStore(cli *clientv3.Client) *Store {
-	return &Store{cli: cli, keepalive: newKeepaliver(cli)}
+// NewStore wraps an etcd client; log receives the store's own events (its
+// shared keep-alive stream breaking and opening again). Close stops the
+// store's keep-alive stream; the caller closes the client.
+func NewStore(cli *clientv3.Client, log *slog.Logger) *Store {
+	return &Store{cli: cli, keepalive: newKeepaliver(cli, log)}
 }
 
 // Close stops background work.

@@ -117,6 +117,11 @@ func StartRegistry(t testing.TB, endpoints []string) *Registry {
 // (see testport.Port), so a registry started again on it takes it over.
 func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
 	t.Helper()
+	return startRegistry(t, endpoints, addr, Logger())
+}
+
+func startRegistry(t testing.TB, endpoints []string, addr string, log *slog.Logger) *Registry {
+	t.Helper()
 	port, held := testport.Held(addr)
 	if !held && strings.HasSuffix(addr, ":0") {
 		port = testport.Reserve(t)
@@ -141,7 +146,7 @@ func StartRegistryAt(t testing.TB, endpoints []string, addr string) *Registry {
 		if port != nil {
 			cfg.Server.GRPCAddr, cfg.Server.Listener = port.Addr(), port.Listener()
 		}
-		svc, err = registry.Start(ctx, cfg, Logger())
+		svc, err = registry.Start(ctx, cfg, log)
 		if err == nil {
 			break
 		}
@@ -169,6 +174,15 @@ func Start(t testing.TB) (*Etcd, *Registry) {
 	t.Helper()
 	e := StartEtcd(t)
 	return e, StartRegistry(t, e.Endpoints)
+}
+
+// StartLogged is Start with the registry logging to log, such as a
+// pkg/testlog logger that shows the registry's lines beside the other
+// services' when the test fails.
+func StartLogged(t testing.TB, log *slog.Logger) (*Etcd, *Registry) {
+	t.Helper()
+	e := StartEtcd(t)
+	return e, startRegistry(t, e.Endpoints, "127.0.0.1:0", log.With("service", "registry"))
 }
 
 // Logger is the logger the helpers give the registry: discarded unless
