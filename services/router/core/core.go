@@ -685,8 +685,8 @@ type decision struct {
 	blocks    []kvhash.Block
 	// sparse says the decision priced only some of the target's
 	// candidates, all and allWorkers, those at positions pos (see
-	// fast.go); cands, scored and the rest are theirs. sub, subWorkers,
-	// held, holders and reach are its buffers.
+	// fast.go); cands, scored and the rest are theirs, first the
+	// target's instances' first positions. The rest are its buffers.
 	sparse     bool
 	all        []candidate
 	allWorkers []index.WorkerID
@@ -694,8 +694,15 @@ type decision struct {
 	sub        []candidate
 	subWorkers []index.WorkerID
 	held       []index.WorkerID
-	holders    []int
 	reach      []int
+	extended   []int
+	lens       []int
+	first      map[uint64]int
+	// holders and holderReach locate what the index credits, for the
+	// saturation count (see reachAt); scans counts its passes.
+	holders     []int
+	holderReach []int
+	scans       int
 }
 
 // maxPooledBlocks is the largest block buffer a pooled decision keeps: a
@@ -709,7 +716,7 @@ var decisionPool = sync.Pool{New: func() any { return new(decision) }}
 // release returns d to decisionPool; nothing of it may be used after.
 func (d *decision) release() {
 	d.cands, d.hashes, d.q = nil, nil, query{}
-	d.sparse, d.all, d.allWorkers = false, nil, nil
+	d.sparse, d.all, d.allWorkers, d.first = false, nil, nil, nil
 	clear(d.sub)
 	if cap(d.blocks) > maxPooledBlocks {
 		d.blocks = nil

@@ -8,6 +8,7 @@ import (
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
@@ -52,6 +53,11 @@ import (
 // below a few hundred, pricing every worker (~170 ns each) is as quick as
 // finding those that can win.
 const sparseMinCandidates = 512
+
+// maxSparseLens bounds the lengths of the overlaps whose first uncached
+// block a sparse decision looks up in the predictions; past it, the
+// decision prices every candidate.
+const maxSparseLens = 16
 
 // maxSparsePasses bounds the rounds of adding workers under the bound:
 // each round adds at least one, and a decision that keeps finding more
@@ -131,13 +137,9 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	hashes := c.hashesOf(d, q, bs)
 	now := c.expireAged()
 	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
-	// The holders: every rank of the instances the index or the
-	// predictions credit with some of the request, and how much (as
-	// prepare finds it).
-	holders := d.holders[:0]
 	// An instance's first position is looked up in a map: a decision
-	// has hundreds of overlaps, in no order, and a binary search of
-	// thousands of workers is a cache miss per step.
+	// has hundreds or thousands of overlaps, in no order, and a binary
+	// search of thousands of workers is a cache miss per step.
 	first := tc.first
 	addInstance := func(to []int, id uint64) []int {
 		i, ok := first[id]
@@ -149,38 +151,73 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		}
 		return to
 	}
+	// What each worker caches is what the index says, except for the
+	// workers the predictions extend: those predicted on the block where
+	// the index stops for them, one of the few lengths the overlaps have
+	// (or the first block, for the workers the index credits with none).
+	// They are located and extended as prepare does (extended, every
+	// rank of their instances); the others are not located at all.
+	d.lens = append(d.lens[:0], 0)
+	most := 0
 	for _, o := range d.overlaps {
-		holders = addInstance(holders, o.Worker.Instance)
-	}
-	if c.pending != nil && len(hashes) > 0 {
-		d.held = c.pending.AppendWorkersOn(d.held[:0], hashes[0])
-		for _, w := range d.held {
-			holders = addInstance(holders, w.Instance)
+		most = max(most, o.Blocks)
+		if !slices.Contains(d.lens, o.Blocks) && len(d.lens) < maxSparseLens {
+			d.lens = append(d.lens, o.Blocks)
 		}
 	}
-	slices.Sort(holders)
-	holders = slices.Compact(holders)
+	extended := d.extended[:0]
+	if c.pending != nil && !c.pending.Empty() {
+		if len(d.lens) == maxSparseLens {
+			// Too many lengths to look up each: price them all.
+			d.release()
+			return nil, nil
+		}
+		d.held = d.held[:0]
+		for _, at := range d.lens {
+			if at < len(hashes) {
+				d.held = c.pending.AppendWorkersOn(d.held, hashes[at])
+			}
+		}
+		for _, w := range d.held {
+			extended = addInstance(extended, w.Instance)
+		}
+		slices.Sort(extended)
+		extended = slices.Compact(extended)
+	}
 	d.subWorkers = d.subWorkers[:0]
-	for _, i := range holders {
+	for _, i := range extended {
 		d.subWorkers = append(d.subWorkers, workers[i])
 	}
-	reach := slices.Grow(d.reach[:0], len(holders))[:len(holders)]
-	clear(reach)
-	setIndexed(reach, d.subWorkers, d.overlaps, c.rankBlind)
+	ext := slices.Grow(d.reach[:0], len(extended))[:len(extended)]
+	clear(ext)
+	setIndexed(ext, d.subWorkers, d.overlaps, c.rankBlind)
 	if c.pending != nil {
-		c.pending.ExtendAll(d.subWorkers, hashes, reach)
+		c.pending.ExtendAll(d.subWorkers, hashes, ext)
 	}
-	most := 0
-	for _, r := range reach {
+	for _, r := range ext {
 		most = max(most, r)
 	}
-	// Priced from the start: the holders of the most (the homes, whose
-	// count and queues the shared prefix's credit reads), the session's
-	// worker, the worker with the least queue.
+	d.extended, d.reach = extended, ext
+	// Priced from the start: the workers caching the most (the homes,
+	// whose count and queues the shared prefix's credit reads: every
+	// rank of their instances), the session's worker, the worker with the
+	// least queue. Every other worker caches at most second blocks.
 	pos := d.pos[:0]
-	for k, i := range holders {
-		if most > 0 && reach[k] == most {
-			pos = append(pos, i)
+	second := 0
+	if most > 0 {
+		for _, o := range d.overlaps {
+			if o.Blocks == most {
+				pos = addInstance(pos, o.Worker.Instance)
+			} else {
+				second = max(second, o.Blocks)
+			}
+		}
+		for k, i := range extended {
+			if ext[k] == most {
+				pos = append(pos, i)
+			} else {
+				second = max(second, ext[k])
+			}
 		}
 	}
 	if w, ok := c.sessions.peek(q.session); ok {
@@ -189,7 +226,6 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	if least >= 0 {
 		pos = append(pos, least)
 	}
-	d.holders, d.reach = holders, reach
 	for pass := 0; ; pass++ {
 		slices.Sort(pos)
 		pos = slices.Compact(pos)
@@ -209,8 +245,11 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		for i := range d.scored {
 			best = min(best, d.scored[i].Cost)
 		}
+		// Every worker not priced caches second blocks or fewer, and
+		// costs at least the bound of caching second (a worker caching
+		// fewer costs at least as much: see CostBound).
 		credit := scheduler.MaxSeedCredit(d.scored, d.req)
-		perAhead, perDecoding, base, ok := scheduler.CostBound(d.req, d.params, perToken, credit, 0)
+		perAhead, perDecoding, base, ok := scheduler.CostBound(d.req, d.params, perToken, credit, second)
 		if !ok || math.IsNaN(best) || math.IsInf(best, 0) || math.IsNaN(base) || math.IsInf(base, 0) {
 			d.pos = pos
 			d.release()
@@ -222,23 +261,6 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		had := len(pos)
 		c.mu.Lock()
 		c.load.Sync(f, c.timingVer)
-		// The other holders, each at the bound of what it caches (most
-		// cache one of a few prefixes: the last bound is kept).
-		boundAt, pa, pd, b := -1, 0.0, 0.0, 0.0
-		for k, i := range holders {
-			if _, in := slices.BinarySearch(pos[:had], i); in {
-				continue
-			}
-			if reach[k] != boundAt {
-				boundAt = reach[k]
-				pa, pd, b, _ = scheduler.CostBound(d.req, d.params, perToken, credit, boundAt)
-			}
-			ahead, decoding := f.Bounds(i)
-			if pa*ahead+pd*decoding+b <= best+slack {
-				pos = append(pos, i)
-			}
-		}
-		// The rest (and maybe holders again), at the bound of caching none.
 		pos = f.Below(pos, perAhead, perDecoding, best-base+slack)
 		c.mu.Unlock()
 		slices.Sort(pos)
@@ -246,7 +268,8 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 			break
 		}
 	}
-	d.pos, d.sparse, d.all, d.allWorkers = pos, true, cands, workers
+	d.pos, d.sparse, d.all, d.allWorkers, d.first = pos, true, cands, workers, first
+	d.holders, d.holderReach, d.scans = nil, nil, 0
 	err := c.decide(d)
 	if errors.Is(err, errNotSparse) {
 		d.release()
@@ -266,6 +289,56 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 // those they had.
 type sparseCounts struct{ decisions, priced, candidates atomic.Uint64 }
 
+// reachAt is what the worker at position i of a sparse decision d caches
+// of the request, as prepare finds it: the predictions' extension for the
+// workers the decision located (d.extended), else the index's overlap.
+// The first few are found by a pass over the overlaps; past them (the
+// saturation count walking many workers) every worker the index credits
+// is located at once.
+func (c *Core) reachAt(d *decision, i int) int {
+	if k, ok := slices.BinarySearch(d.extended, i); ok {
+		return d.reach[k]
+	}
+	w := d.allWorkers[i]
+	if d.scans < maxReachScans {
+		d.scans++
+		blocks := 0
+		for _, o := range d.overlaps {
+			if o.Worker == w || c.rankBlind && o.Worker.Instance == w.Instance {
+				blocks = max(blocks, o.Blocks)
+			}
+		}
+		return blocks
+	}
+	if d.holders == nil {
+		n := len(d.allWorkers)
+		d.holders = []int{}
+		for _, o := range d.overlaps {
+			if k, ok := d.first[o.Worker.Instance]; ok {
+				for ; k < n && d.allWorkers[k].Instance == o.Worker.Instance; k++ {
+					d.holders = append(d.holders, k)
+				}
+			}
+		}
+		slices.Sort(d.holders)
+		d.holders = slices.Compact(d.holders)
+		located := make([]index.WorkerID, len(d.holders))
+		for j, k := range d.holders {
+			located[j] = d.allWorkers[k]
+		}
+		d.holderReach = make([]int, len(d.holders))
+		setIndexed(d.holderReach, located, d.overlaps, c.rankBlind)
+	}
+	if k, ok := slices.BinarySearch(d.holders, i); ok {
+		return d.holderReach[k]
+	}
+	return 0
+}
+
+// maxReachScans is how many workers reachAt finds by a pass over the
+// overlaps before it locates them all.
+const maxReachScans = 8
+
 // roomSparse is scheduler.Limits.Room over every candidate of a sparse
 // decision d, in order: the priced ones as priced, each other one filled
 // when reached, with what it caches. Under c.mu (the timing models are
@@ -280,11 +353,7 @@ func (c *Core) roomSparse(d *decision, req scheduler.Request, chosen int, l sche
 		if j < len(d.pos) && d.pos[j] == i {
 			return &d.scored[j], j == chosen
 		}
-		// A holder left out caches what it caches; any other, none.
-		other = scheduler.Candidate{Worker: d.allWorkers[i], Timing: *d.all[i].timing}
-		if k, ok := slices.BinarySearch(d.holders, i); ok {
-			other.Overlap = d.reach[k]
-		}
+		other = scheduler.Candidate{Worker: d.allWorkers[i], Timing: *d.all[i].timing, Overlap: c.reachAt(d, i)}
 		c.load.Fill(&other, d.blockSize)
 		return &other, false
 	}, req, MaxRoom)

@@ -296,6 +296,8 @@ func TestSparseDecisionsEqualFull(t *testing.T) {
 			spec: fleetSpec{workers: 30, busy: 0.6, docs: 6, routes: 80}, sparse: true},
 		{name: "a budget of about a request: room walks workers that cache some of it", cfg: Config{Mode: ModeKV, QueuePrefillBudget: 150},
 			spec: fleetSpec{workers: 30, busy: 0.3, docs: 3, routes: 80}, sparse: true},
+		{name: "a budget of about a request, prefixes on most workers", cfg: Config{Mode: ModeKV, QueuePrefillBudget: 150},
+			spec: fleetSpec{workers: 12, busy: 0.2, docs: 8, routes: 80}, sparse: true},
 		{name: "tiers", cfg: Config{Mode: ModeKV, KVTiers: true, QueueTTFTThreshold: 500 * time.Millisecond},
 			spec: fleetSpec{workers: 30, busy: 0.6, docs: 6, routes: 60}, sparse: true},
 		{name: "adapters and published models", cfg: Config{Mode: ModeKV, QueueTTFTThreshold: 500 * time.Millisecond},
