@@ -28,8 +28,8 @@ import (
 // and model card registered on the lease (and again on a new lease when the
 // registry says the lease is gone, as the SDK's worker does), KV event
 // batches published in order through an eventbus Publisher of its own (the
-// first one awaited before the next is sent), a load report published every interval with a
-// unary Publish, and generate served on a request plane server of its own
+// first one awaited before the next is sent), a load report published every interval on a
+// publishing stream of its own (each awaited, up to 2 s), and generate served on a request plane server of its own
 // with an immediate one-token reply. What they do not do is run an engine,
 // serve WorkerService, or dial their own gRPC connections: every
 // WorkersPerConn workers of one process share one connection to the
@@ -434,6 +434,8 @@ func (s *Sim) publishLoad() {
 	if s.f.cfg.LoadInterval <= 0 {
 		return
 	}
+	pub := s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: 4})
+	defer pub.Close()
 	t := time.NewTicker(s.f.cfg.LoadInterval)
 	defer t.Stop()
 	for {
@@ -446,8 +448,17 @@ func (s *Sim) publishLoad() {
 		used, id := uint64(len(s.rolling)), s.inst.InstanceId
 		s.kvMu.Unlock()
 		m := &workerv1.LoadMetrics{InstanceId: id, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
+		ev, err := eventbusclient.NewEvent(wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m)
+		if err != nil {
+			s.f.LoadFailed.Add(1)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := s.bus.Publish(ctx, wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m); err != nil {
+		b, err := pub.Send(ctx, []*eventbusv1.Event{ev})
+		if err == nil {
+			_, err = b.Wait(ctx)
+		}
+		if err != nil {
 			s.f.LoadFailed.Add(1)
 		} else {
 			s.f.LoadSent.Add(1)
