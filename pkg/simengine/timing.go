@@ -50,6 +50,7 @@ func (c Config) Timing() timingmodel.Model {
 	m.LoraLoadMs = c.LoraLoadMs
 	m = m.Scaled(c.SpeedupRatio)
 	m.MaxBatchedTokens = c.MaxNumBatchedTokens
+	m.MaxRunning = c.MaxNumSeqs
 	return m
 }
 

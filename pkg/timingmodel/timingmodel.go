@@ -41,6 +41,10 @@ type Model struct {
 	DecodeQuadratic, DecodeLinear, DecodeBase, DecodeMin float64
 	// MaxBatchedTokens is the most tokens one step computes.
 	MaxBatchedTokens int
+	// MaxRunning is the most requests the engine runs at once (vLLM's
+	// max_num_seqs); 0 when unknown. No prediction of one request uses
+	// it; a planner sizing a pool does.
+	MaxRunning int
 	// CPULoadPerToken and DiskLoadPerToken are the time to bring one
 	// token's KV back to the GPU from host memory and from disk: what a
 	// prefix hit on a lower cache tier costs instead of its recomputation.
@@ -222,7 +226,7 @@ func (m *Model) Same(o *Model) bool {
 		math.Float64bits(m.CPULoadPerToken)^math.Float64bits(o.CPULoadPerToken)|
 		math.Float64bits(m.DiskLoadPerToken)^math.Float64bits(o.DiskLoadPerToken)|
 		math.Float64bits(m.LoraLoadMs)^math.Float64bits(o.LoraLoadMs)|
-		uint64(m.MaxBatchedTokens^o.MaxBatchedTokens) == 0
+		uint64(m.MaxBatchedTokens^o.MaxBatchedTokens)|uint64(m.MaxRunning^o.MaxRunning) == 0
 }
 
 // Proto returns the model as published.
@@ -231,6 +235,7 @@ func (m Model) Proto() *workerv1.TimingModel {
 		PrefillMsQuadratic: m.PrefillQuadratic, PrefillMsPerToken: m.PrefillPerToken, PrefillMsPerBatch: m.PrefillPerBatch,
 		DecodeMsQuadratic: m.DecodeQuadratic, DecodeMsLinear: m.DecodeLinear, DecodeMsBase: m.DecodeBase, DecodeMsMin: m.DecodeMin,
 		MaxBatchedTokens:   uint32(min(m.MaxBatchedTokens, math.MaxUint32)),
+		MaxNumSeqs:         uint32(min(max(m.MaxRunning, 0), math.MaxUint32)),
 		CpuLoadMsPerToken:  m.CPULoadPerToken,
 		DiskLoadMsPerToken: m.DiskLoadPerToken,
 		LoraLoadMs:         m.LoraLoadMs,
@@ -247,8 +252,8 @@ func FromProto(p *workerv1.TimingModel) Model {
 	m := Model{
 		PrefillQuadratic: p.GetPrefillMsQuadratic(), PrefillPerToken: p.GetPrefillMsPerToken(), PrefillPerBatch: p.GetPrefillMsPerBatch(),
 		DecodeQuadratic: p.GetDecodeMsQuadratic(), DecodeLinear: p.GetDecodeMsLinear(), DecodeBase: p.GetDecodeMsBase(), DecodeMin: p.GetDecodeMsMin(),
-		MaxBatchedTokens: int(p.GetMaxBatchedTokens()),
-		CPULoadPerToken:  p.GetCpuLoadMsPerToken(), DiskLoadPerToken: p.GetDiskLoadMsPerToken(),
+		MaxBatchedTokens: int(p.GetMaxBatchedTokens()), MaxRunning: int(p.GetMaxNumSeqs()),
+		CPULoadPerToken: p.GetCpuLoadMsPerToken(), DiskLoadPerToken: p.GetDiskLoadMsPerToken(),
 		LoraLoadMs: p.GetLoraLoadMs(),
 	}
 	if m.LoraLoadMs == 0 {

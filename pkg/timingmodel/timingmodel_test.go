@@ -13,6 +13,7 @@ import (
 
 func TestProtoRoundTrip(t *testing.T) {
 	m := Default().Scaled(4)
+	m.MaxRunning = 256
 	if got := FromProto(m.Proto()); got != m {
 		t.Fatalf("round trip: %+v, want %+v", got, m)
 	}

@@ -22,6 +22,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/cli"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/planner"
@@ -47,10 +48,12 @@ func TestMain(m *testing.M) {
 }
 
 // The live run's settings: mockers 10 times slower than the timing
-// model's H100 (so that a test client's few requests a second load
-// them), an ITL objective a worker holds up to a few requests a second.
+// model's H100 that run 4 requests at once (published with their timing
+// model), so that a worker holds a few requests a second within the
+// objectives and a test client's few requests a second load them.
 const (
 	speedup   = 0.1
+	maxSeqs   = 4
 	maxTokens = 20
 	ttftSLO   = 2000.0
 	itlSLO    = 100.0
@@ -64,14 +67,14 @@ const (
 // the workers that go are drained (deregistered, then they finish what
 // they run). It logs the timeline: rate, workers, TTFT p90, failures.
 func TestLocalConnectorScalesWithDemand(t *testing.T) {
-	st := stacktest.Start(t, stacktest.Options{Mockers: 1, MockerArgs: []string{"--speedup-ratio", fmt.Sprint(speedup)}})
+	st := stacktest.Start(t, stacktest.Options{Mockers: 1, MockerArgs: []string{"--speedup-ratio", fmt.Sprint(speedup), "--max-num-seqs", fmt.Sprint(maxSeqs)}})
 	t.Setenv(workerEnv, "1")
 	logDir := t.TempDir()
 	var cfg planner.Config
 	fs := flag.NewFlagSet("planner", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	workerArgs := strings.Join([]string{"--namespace", "dynamo", "--registry-addr", st.RegistryAddr, "--eventbus-addr", st.EventbusAddr,
-		"--speedup-ratio", fmt.Sprint(speedup), "--drain-timeout", "60s"}, " ")
+		"--speedup-ratio", fmt.Sprint(speedup), "--max-num-seqs", fmt.Sprint(maxSeqs), "--drain-timeout", "60s"}, " ")
 	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "", "--status-addr", "127.0.0.1:0",
 		"--registry-addr", st.RegistryAddr, "--eventbus-addr", st.EventbusAddr, "--connector", "local",
 		"--worker-command", os.Args[0], "--worker-args", workerArgs, "--worker-log-dir", logDir,
@@ -101,7 +104,10 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	// One request tells the prompt's size after the chat template; from it
 	// and the objectives, the rates one and three workers hold.
 	prompt := warmUp(t, st.FrontendURL)
-	eng := core.Engine{Model: timingmodel.Default().Scaled(speedup)}
+	model := timingmodel.Default().Scaled(speedup)
+	model.MaxRunning = maxSeqs
+	engine := simengine.DefaultConfig()
+	eng := core.Engine{Model: model, KVBlocks: engine.NumGPUBlocks, BlockSize: engine.BlockSize}
 	capRPS, _ := eng.Capacity(core.Agg, float64(prompt), maxTokens, core.Objectives{TTFTMs: ttftSLO, ITLMs: itlSLO})
 	if !(capRPS > 0) {
 		t.Fatalf("a worker holds no load within the objectives (prompt %d tokens)", prompt)

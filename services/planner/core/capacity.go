@@ -29,37 +29,54 @@ type Engine struct {
 
 // Load is an engine's steady state at a request rate: every step
 // computes Prefill new prompt tokens and one token for each of Decoding
-// requests, and takes StepMs (the inter-token latency); nine in ten new
-// requests have their first token within TTFTMs.
+// requests, and takes StepMs on average (the mean inter-token latency);
+// nine in ten new requests have their first token within TTFTMs, and a
+// mean inter-token latency within ITLMs.
 type Load struct {
-	StepMs, TTFTMs      float64
-	Prefill, Decoding   float64
-	Usage               float64 // KV blocks in use, 0..1
-	PrefillUtilization  float64 // Prefill over the step's room for prompt tokens
-	Feasible            bool    // the engine keeps up at all
+	StepMs, TTFTMs, ITLMs float64
+	Prefill, Decoding     float64
+	Usage                 float64 // KV blocks in use, 0..1
+	PrefillUtilization    float64 // Prefill over the step's room for prompt tokens
+	Feasible              bool    // the engine keeps up at all
+	// Full is the share of arrivals that find the engine holding as many
+	// requests as its KV cache or its model's MaxRunning allows (they
+	// wait for one to end, or push one out).
+	Full                float64
 	promptTok, outputTk float64
 }
 
-// steadyState is the engine's load at rate requests per second of
-// prompt prompt tokens and output output tokens each, in a role.
+// SteadyState is the engine's load at rate requests per second of
+// prompt prompt tokens and output output tokens each, in a role, with the
+// step costs of the timing model (timingmodel.Model.StepMs) that the
+// router predicts with and the simulated engine runs by.
 //
 // An engine that decodes (agg and decode pools) runs steps back to back:
-// at rate r, a step of T ms decodes one token of each of the r*output*T/1000
-// requests decoding (Little's law: each decodes for output steps) and
-// computes the r*prompt*T/1000 prompt tokens arriving meanwhile. Those come
-// in whole prompts, so only a share f = min(1, r*T/1000) of the steps
-// carries any; such a step costs Prefill(p/f), and the mean step
-// f*Prefill(p/f) + Decode(u). T, the inter-token latency, is a fixed point
-// of that cost; the cost grows with T, so iterating from a bare decode step
-// rises to the least fixed point, or past every bound when the engine
-// cannot keep up. A new request's first token comes after its own prompt
-// at that load (the timing model's TTFT) and its wait behind other
-// prompts; TTFTMs is the 90th percentile (ttft90), rho being the share of
-// the steps' room for prompt tokens in use.
+// at rate r, a step of T ms decodes one token of each of the n =
+// r*output*T/1000 requests decoding (Little's law: each decodes for output
+// steps) and computes the r*prompt*T/1000 prompt tokens arriving
+// meanwhile. Those come in whole prompts, so only a share f = min(1,
+// r*T/1000) of the steps carries any; such a step costs StepMs(p/f) beside
+// the decoding requests (one forward pass: the decode step's fixed cost
+// and the prompt tokens' compute), the others StepMs(0). A decoding
+// request sees itself and n others on average (arrivals are Poisson), so
+// the KV usage of its steps is that of n+1 requests. T, the inter-token
+// latency, is a fixed point of the mean step; the cost grows with T, so
+// iterating from a bare decode step rises to the least fixed point, or
+// past every bound when the engine cannot keep up. TTFTMs is the 90th
+// percentile of the time to first token (ttftQuantile), and Full the share
+// of arrivals that find the engine holding all the requests it can.
 //
-// An engine that only prefills runs a step when a prompt is there: rho is
-// then its busy share, r times the prefill time of one prompt.
-func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
+// An engine that only prefills runs a step when a prompt is there: it is
+// then a single server busy r times the prefill time of one prompt
+// (ttft90).
+func (e Engine) SteadyState(role Role, rate, prompt, output float64) Load {
+	return e.steady(role, rate, prompt, output, true)
+}
+
+// steady is SteadyState, its TTFT of agg engines left out unless ttft
+// is set: the capacity's search computes it only for loads that hold the
+// other objectives, since it costs more than the rest.
+func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load {
 	switch role {
 	case Prefill:
 		output = 0
@@ -98,9 +115,12 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 		p = rate * prompt * t / 1000
 		n = rate * output * t / 1000
 		u = min(n*blocksPerRequest, 1)
-		step = m.DecodeMs(u)
+		// The steps a decoding request sees: it and the others, which
+		// number n on average whatever it is doing (Poisson arrivals).
+		seen := min((n+1)*blocksPerRequest, 1)
+		step = m.StepMs(0, true, seen)
 		if f := min(rate*t/1000, 1); p > 0 && f > 0 {
-			step += f*m.PrefillPerBatch + m.PrefillPerToken*p + m.PrefillQuadratic*p*p/f
+			step = f*m.StepMs(p/f, true, seen) + (1-f)*step
 		}
 		return step, p, n, u
 	}
@@ -121,15 +141,224 @@ func (e Engine) steadyState(role Role, rate, prompt, output float64) Load {
 		return l // still rising: at the edge of what the engine keeps up with
 	}
 	l.Feasible = true
+	l.ITLMs = itlQuantile(objectiveQuantile, m, l, rate, output, blocksPerRequest)
+	// The engine is a queue with as many servers as requests it holds at
+	// once, each request holding one while it decodes: an arrival waits
+	// for one with Erlang's C probability, at the offered load of the
+	// decoding requests.
+	most := math.Inf(1)
+	if e.KVBlocks > 0 && e.BlockSize > 0 {
+		// A request's blocks at its end: the engine admits requests while
+		// their prompts fit and pushes one out when the others' outputs
+		// need the room, so the cache holds this many without that.
+		most = math.Floor(float64(e.KVBlocks) / math.Ceil((prompt+output)/float64(e.BlockSize)))
+	}
+	if m.MaxRunning > 0 {
+		most = min(most, float64(m.MaxRunning))
+	}
+	if !math.IsInf(most, 1) {
+		l.Full = erlangC(int(most), l.Decoding)
+	}
 	if prompt > 0 {
 		l.PrefillUtilization = l.Prefill / (budget - l.Decoding)
 		if l.PrefillUtilization >= 1 {
 			l.Feasible = false
 			return l
 		}
-		l.TTFTMs = ttft90(own(l.Decoding, l.Usage), l.PrefillUtilization)
+		if ttft {
+			l.TTFTMs = e.ttftQuantile(objectiveQuantile, rate, prompt, output, l)
+		}
 	}
 	return l
+}
+
+// ttftQuantile is the q-quantile of the time to first token of requests
+// of prompt and output tokens arriving at rate per second (Poisson) on an
+// engine that decodes at l (an agg engine's steady state, its step StepMs
+// on average).
+//
+// A request that finds the engine idle (no request in it: probability
+// exp(-L), L the requests in the engine by Little's law, each there for
+// its first token and output steps) gets its first token after its own
+// prefill. Otherwise the engine is in a step, which the request waits out
+// (the engine does not add a request to a step it has begun), and its
+// prompt goes in the next step, with the prompts of the requests that
+// arrived during that wait: a first token at R + own + what those K
+// prompts add to the step, own being the timing model's TTFT of the
+// prompt at l's decoding requests and KV usage (the router's prediction
+// for a worker with nothing queued). The step in progress carries j
+// prompts (Poisson, the f = rate*StepMs arrivals of a step) and lasts
+// S_j = StepMs(j*prompt) beside the decoding requests; the request finds
+// it with probability proportional to P(j)*S_j (a longer step is found
+// more often) and R is uniform over it; K is Poisson with mean rate*R.
+// The quantile is found by bisection over the time, the wait R
+// integrated by the midpoint rule.
+func (e Engine) ttftQuantile(q, rate, prompt, output float64, l Load) float64 {
+	m := e.Model
+	decoding, usage := int(math.Ceil(l.Decoding)), l.Usage
+	own := m.TTFTMs(0, int(math.Ceil(prompt)), decoding, usage, 1)
+	idle := m.TTFTMs(0, int(math.Ceil(prompt)), 0, 0, 1)
+	lambda := rate / 1000 // per ms
+	pIdle := math.Exp(-lambda * (own + output*l.StepMs))
+	// The step in progress: its prompt count j's probability, its length.
+	f := lambda * l.StepMs
+	var types []struct{ w, s float64 }
+	total, pj := 0.0, math.Exp(-f)
+	for j, cum := 0, 0.0; j < maxPrompts && cum < 1-1e-6; j++ {
+		if j > 0 {
+			pj *= f / float64(j)
+		}
+		cum += pj
+		s := m.StepMs(float64(j)*prompt, true, usage)
+		types = append(types, struct{ w, s float64 }{pj * s, s})
+		total += pj * s
+	}
+	// extra[k] is what k more prompts add to the request's own step.
+	var extra [maxPrompts]float64
+	for k := range extra {
+		extra[k] = m.PiggybackMs(float64(k+1)*prompt) - m.PiggybackMs(prompt)
+	}
+	// The waits R integrated over, each with its weight and the chance
+	// of at least k more prompts in it (tail[k]), which do not depend on
+	// the time x asked about below.
+	type point struct {
+		w, r float64
+		tail [maxPrompts]float64
+	}
+	points := make([]point, 0, len(types)*waitPoints)
+	for _, st := range types {
+		for i := range waitPoints {
+			pt := point{w: st.w / total / waitPoints, r: (float64(i) + 0.5) / waitPoints * st.s}
+			mu := lambda * pt.r
+			term, below := math.Exp(-mu), 0.0
+			for k := range pt.tail {
+				if k > 0 {
+					term *= mu / float64(k)
+				}
+				pt.tail[k] = max(1-below, 0)
+				below += term
+			}
+			points = append(points, pt)
+		}
+	}
+	// exceeds is P(TTFT > x).
+	exceeds := func(x float64) float64 {
+		p := 0.0
+		if idle > x {
+			p = pIdle
+		}
+		busy := 0.0
+		for i := range points {
+			pt := &points[i]
+			left := x - pt.r - own
+			// The fewest more prompts that take the first token past x,
+			// and the chance of at least that many.
+			k := 0
+			for k < len(extra) && extra[k] <= left {
+				k++
+			}
+			if k < len(extra) {
+				busy += pt.w * pt.tail[k]
+			}
+		}
+		return l.Full + (1-l.Full)*(p+(1-pIdle)*busy)
+	}
+	if l.Full >= 1-q {
+		return math.Inf(1)
+	}
+	lo, hi := min(own, idle), max(own, idle)
+	for exceeds(hi) > 1-q {
+		hi *= 2
+	}
+	for range 30 {
+		mid := (lo + hi) / 2
+		if exceeds(mid) > 1-q {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// maxPrompts bounds the prompts counted in one step, and waitPoints are
+// the points at which ttftQuantile integrates over the wait for the step
+// in progress.
+const (
+	maxPrompts = 16
+	waitPoints = 16
+)
+
+// itlQuantile is the q-quantile of the requests' mean inter-token
+// latency on an engine at l, for requests of output tokens arriving at
+// rate per second (Poisson), blocksPerRequest being the KV share one
+// holds. A request's intervals are its life's steps, L = (output-1)*T ms:
+// a decode step at the KV usage of the requests decoding beside it,
+// plus, in the steps that carry a prompt, that prompt's compute. Both
+// follow the arrivals: the K prompts computed in its life are those that
+// arrived during it (Poisson, mean mu = rate*L), and the requests decoding
+// beside it at a moment are those that arrived in the L before, so their
+// mean over its life counts the arrivals of the 2L around it with
+// triangular weights (variance 2mu/3, covariance with K mu/2). Each prompt
+// adds b = (T-D)/mu to its mean interval (D the decode step alone), each
+// request beside it a = D'(u)*blocksPerRequest. A prompt's step lengthens
+// the life and so lets more prompts in (a busy period of work rho =
+// rate*b*(output-1)/1000 per prompt), which scales the variance by
+// 1/(1-rho)^2. The quantile is the normal one, about the mean T.
+func itlQuantile(q float64, m timingmodel.Model, l Load, rate, output, blocksPerRequest float64) float64 {
+	t := l.StepMs
+	mu := rate * (output - 1) * t / 1000
+	if !(mu > 0) {
+		return t
+	}
+	u := min((l.Decoding+1)*blocksPerRequest, 1)
+	d := m.StepMs(0, true, u)
+	b := max(t-d, 0) / mu
+	slope := 0.0
+	if u < 1 && d > m.DecodeMin {
+		slope = m.DecodeLinear + 2*m.DecodeQuadratic*u
+	}
+	a := slope * blocksPerRequest
+	rho := rate * b * (output - 1) / 1000
+	if rho >= 1 {
+		return math.Inf(1)
+	}
+	variance := mu * (2*a*a/3 + b*b + a*b) / ((1 - rho) * (1 - rho))
+	return t + normalQuantile(q)*math.Sqrt(variance)
+}
+
+// erlangC is the probability that an arrival waits in a queue of c
+// servers at offered load a (Erlang's C formula; 1 when a >= c), by the
+// recurrence of Erlang's B.
+func erlangC(c int, a float64) float64 {
+	if float64(c) <= a {
+		return 1
+	}
+	if !(a > 0) {
+		return 0
+	}
+	b := 1.0
+	for k := 1; k <= c; k++ {
+		b = a * b / (float64(k) + a*b)
+	}
+	return float64(c) * b / (float64(c) - a*(1-b))
+}
+
+// poissonAtLeast is P(K >= k) for K Poisson with mean mu. The terms are
+// summed in logarithms, so that a large mean does not underflow.
+func poissonAtLeast(k int, mu float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	if !(mu > 0) {
+		return 0
+	}
+	below, logMu := 0.0, math.Log(mu)
+	for i := 0; i < k; i++ {
+		lg, _ := math.Lgamma(float64(i + 1))
+		below += math.Exp(float64(i)*logMu - mu - lg)
+	}
+	return min(max(1-below, 0), 1)
 }
 
 // ttft90 is the 90th percentile of the time to first token of requests
@@ -155,11 +384,19 @@ func (l Load) meets(role Role, o Objectives) bool {
 	if role != Decode && l.promptTok > 0 && l.TTFTMs > o.TTFTMs {
 		return false
 	}
-	if role != Prefill && l.outputTk > 0 && l.StepMs > o.ITLMs {
+	if role != Prefill && l.outputTk > 0 && l.ITLMs > o.ITLMs {
 		return false
 	}
-	return true
+	// Past the TTFT, which counts them, arrivals that find the engine
+	// full slow the others' steps too (a request pushed out of a full KV
+	// cache computes its prompt again): the ITL objective holds for nine
+	// in ten requests only while fewer than one in ten does.
+	return l.Full <= 1-objectiveQuantile
 }
+
+// objectiveQuantile is the share of requests the objectives bind: their
+// 90th percentiles.
+const objectiveQuantile = 0.9
 
 // Capacity is the most requests per second one engine sustains in role,
 // for requests of prompt and output tokens, while holding the objectives.
@@ -172,8 +409,10 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 	if !e.Model.Valid() || (prompt <= 0 && output <= 0) {
 		return 0, 0
 	}
-	search := func(ok func(float64) bool) float64 {
-		lo, hi := 0.0, 1e-3
+	// search finds the highest rate that is ok, from hi up (doubling)
+	// or down (bisection, to a relative 1e-9).
+	search := func(hi float64, ok func(float64) bool) float64 {
+		lo := 0.0
 		for range 80 {
 			if !ok(hi) {
 				break
@@ -183,7 +422,7 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 		if ok(hi) {
 			return hi
 		}
-		for range 60 {
+		for i := 0; i < 60 && hi-lo > 1e-9*hi; i++ {
 			mid := (lo + hi) / 2
 			if ok(mid) {
 				lo = mid
@@ -193,8 +432,21 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 		}
 		return lo
 	}
-	bound = search(func(r float64) bool { return e.steadyState(role, r, prompt, output).Feasible })
-	capacity = search(func(r float64) bool { return e.steadyState(role, r, prompt, output).meets(role, o) })
+	bound = search(1e-3, func(r float64) bool { return e.steady(role, r, prompt, output, false).Feasible })
+	if !(bound > 0) {
+		return 0, 0
+	}
+	// The capacity is at most the bound: the search starts there.
+	capacity = search(bound, func(r float64) bool {
+		l := e.steady(role, r, prompt, output, false)
+		if !l.meets(role, o) {
+			return false
+		}
+		if role == Agg && prompt > 0 && output > 0 {
+			l.TTFTMs = e.ttftQuantile(objectiveQuantile, r, prompt, output, l)
+		}
+		return l.meets(role, o)
+	})
 	if capacity == 0 {
 		return 0, bound
 	}
@@ -213,10 +465,7 @@ func (e Engine) Now(role Role, queued, running int, usage, prompt float64) (ttft
 	}
 	ttftMs = m.TTFTMs(queued, int(math.Ceil(prompt)), running, usage, 1)
 	if running > 0 && role != Prefill {
-		itlMs = m.DecodeMs(usage)
-		if queued > 0 {
-			itlMs += m.PrefillMs(float64(min(queued, max(m.MaxBatchedTokens-running, 1))))
-		}
+		itlMs = m.StepMs(float64(min(queued, max(m.MaxBatchedTokens-running, 1))), true, usage)
 	}
 	return ttftMs, itlMs
 }

@@ -2396,8 +2396,11 @@ type TimingModel struct {
 	// (pkg/timingmodel: 0.025 ms, about 5 GB/s from one NVMe drive at
 	// 128 KiB of KV per token).
 	DiskLoadMsPerToken float64 `protobuf:"fixed64,11,opt,name=disk_load_ms_per_token,json=diskLoadMsPerToken,proto3" json:"disk_load_ms_per_token,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Most requests the engine runs at once (vLLM's max_num_seqs); 0 means
+	// unknown, and a planner then takes the KV cache alone to bound them.
+	MaxNumSeqs    uint32 `protobuf:"varint,12,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TimingModel) Reset() {
@@ -2503,6 +2506,13 @@ func (x *TimingModel) GetCpuLoadMsPerToken() float64 {
 func (x *TimingModel) GetDiskLoadMsPerToken() float64 {
 	if x != nil {
 		return x.DiskLoadMsPerToken
+	}
+	return 0
+}
+
+func (x *TimingModel) GetMaxNumSeqs() uint32 {
+	if x != nil {
+		return x.MaxNumSeqs
 	}
 	return 0
 }
@@ -2894,7 +2904,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n" +
-	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\xfb\x03\n" +
+	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\x9d\x04\n" +
 	"\vTimingModel\x120\n" +
 	"\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n" +
 	"\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n" +
@@ -2908,7 +2918,9 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"loraLoadMs\x120\n" +
 	"\x15cpu_load_ms_per_token\x18\n" +
 	" \x01(\x01R\x11cpuLoadMsPerToken\x122\n" +
-	"\x16disk_load_ms_per_token\x18\v \x01(\x01R\x12diskLoadMsPerToken\"\xb1\x01\n" +
+	"\x16disk_load_ms_per_token\x18\v \x01(\x01R\x12diskLoadMsPerToken\x12 \n" +
+	"\fmax_num_seqs\x18\f \x01(\rR\n" +
+	"maxNumSeqs\"\xb1\x01\n" +
 	"\fEmbedRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
