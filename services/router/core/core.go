@@ -703,6 +703,8 @@ type decision struct {
 	holders     []int
 	holderReach []int
 	scans       int
+	insts       []uint64
+	subOverlaps []index.Overlap
 }
 
 // maxPooledBlocks is the largest block buffer a pooled decision keeps: a

@@ -190,8 +190,8 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	}
 	ext := slices.Grow(d.reach[:0], len(extended))[:len(extended)]
 	clear(ext)
-	setIndexed(ext, d.subWorkers, d.overlaps, c.rankBlind)
-	if c.pending != nil {
+	if len(extended) > 0 {
+		setIndexed(ext, d.subWorkers, overlapsOf(d, d.subWorkers), c.rankBlind)
 		c.pending.ExtendAll(d.subWorkers, hashes, ext)
 	}
 	for _, r := range ext {
@@ -239,7 +239,11 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 			d.sub = append(d.sub, cands[i])
 			d.subWorkers = append(d.subWorkers, workers[i])
 		}
+		// prepare reads the overlaps of the workers it prices only.
+		all := d.overlaps
+		d.overlaps = overlapsOf(d, d.subWorkers)
 		c.prepareOver(d, q, d.sub, d.subWorkers, bs, hashes, n, now)
+		d.overlaps = all
 		c.comp.cost.Price(d.scored, d.req, d.params)
 		best := math.Inf(1)
 		for i := range d.scored {
@@ -288,6 +292,26 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 // sparseCounts count sparse decisions, the candidates they priced and
 // those they had.
 type sparseCounts struct{ decisions, priced, candidates atomic.Uint64 }
+
+// overlapsOf is the overlaps of d's request of the instances of workers
+// (sorted by instance), in d's buffer: what prepare reads of them, each
+// rank's and so the rank-blind maximum too. A request cached on thousands
+// of workers has as many overlaps, and prepare reads them per pass.
+func overlapsOf(d *decision, workers []index.WorkerID) []index.Overlap {
+	d.insts = d.insts[:0]
+	for _, w := range workers {
+		if len(d.insts) == 0 || d.insts[len(d.insts)-1] != w.Instance {
+			d.insts = append(d.insts, w.Instance)
+		}
+	}
+	d.subOverlaps = d.subOverlaps[:0]
+	for _, o := range d.overlaps {
+		if _, ok := slices.BinarySearch(d.insts, o.Worker.Instance); ok {
+			d.subOverlaps = append(d.subOverlaps, o)
+		}
+	}
+	return d.subOverlaps
+}
 
 // reachAt is what the worker at position i of a sparse decision d caches
 // of the request, as prepare finds it: the predictions' extension for the
