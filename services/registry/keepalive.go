@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,8 +19,10 @@ import (
 // stream, answered in order per lease. A lease thus lives exactly as long as
 // its client keeps asking, through whichever registry replica it reaches,
 // and ten thousand sessions cost one etcd stream instead of a stream per
-// refresh. A broken stream fails its waiters (the clients retry) and the
-// next refresh opens a new one.
+// refresh. A broken stream fails its waiters (the clients retry), and a new
+// one is opened at once in the background, retried until etcd accepts it (as
+// etcd's own client does for its keep-alive stream), so that a stream is open
+// before the next refresh needs it.
 type keepaliver struct {
 	cli *clientv3.Client
 	log *slog.Logger
@@ -36,7 +39,9 @@ type keepaliver struct {
 	// broke is set when a stream broke and cleared when the next one
 	// opens, so an outage logs one line each way, not one per refresh.
 	broke bool
-	wg    sync.WaitGroup
+	// reopening is set while the background reopen loop runs.
+	reopening bool
+	wg        sync.WaitGroup
 }
 
 type kaResult struct {
@@ -46,28 +51,20 @@ type kaResult struct {
 
 var errKeepaliverClosed = errors.New("keep-alive: registry is closing")
 
-// newKeepaliver opens the shared stream at once, in the background, so
-// that it is there before the first refresh: an etcd that stops gracefully
-// (for up to its request timeout while watches are open) goes on serving the
-// streams it has, and expiring leases, while it refuses new streams and
-// connections. Opened only on the first refresh, the stream came too late
-// there: a test stopped etcd within a second of two workers' registrations,
-// before their first refresh of a 2 s lease; etcd took seconds to stop,
-// expired both leases and sent their DELETEs to the watchers (model cards
-// gone during the whole outage). After a broken stream the next refresh
-// opens a new one.
+// newKeepaliver opens the shared stream at once, in the background, and
+// keeps one open: after a stream breaks, a new one is opened in the
+// background, retried with backoff until etcd accepts it. An etcd that stops
+// gracefully (for up to its request timeout while watches are open) goes on
+// serving the streams it has, delivering watch events and expiring leases,
+// while it refuses new streams and connections. A stream opened only when a
+// refresh needs it can come too late there: every lease refreshed through it
+// expires during the stop, and its DELETE reaches every watcher (model cards
+// gone for the whole outage).
 func newKeepaliver(cli *clientv3.Client, log *slog.Logger) *keepaliver {
 	ctx, stop := context.WithCancel(context.Background())
-	k := &keepaliver{cli: cli, log: log, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}}
+	k := &keepaliver{cli: cli, log: log, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}, reopening: true}
 	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if !k.closed && k.stream == nil {
-			_ = k.openLocked() // etcd away: the first refresh tries again
-		}
-	}()
+	go k.reopen() // etcd away: it retries, and a refresh may open it first
 	return k
 }
 
@@ -172,15 +169,48 @@ func (k *keepaliver) failLocked(st pb.Lease_LeaseKeepAliveClient, err error) {
 	k.stream, k.cancel = nil, nil
 	if !k.closed && !k.broke {
 		k.broke = true
-		// Leases are refreshed only on this stream: until a refresh opens
-		// a new one, etcd counts down every lease the registry serves.
-		k.log.Warn("etcd keep-alive stream broke; the next lease refresh opens a new one", "err", err.Error(), "waiting_refreshes", len(k.waiters))
+		// Leases are refreshed only on this stream: until a new one opens,
+		// etcd counts down every lease the registry serves.
+		k.log.Warn("etcd keep-alive stream broke; opening a new one", "err", err.Error(), "waiting_refreshes", len(k.waiters))
+	}
+	if !k.closed && !k.reopening {
+		k.reopening = true
+		k.wg.Add(1)
+		go k.reopen()
 	}
 	for id, q := range k.waiters {
 		for _, ch := range q {
 			ch <- kaResult{err: err}
 		}
 		delete(k.waiters, id)
+	}
+}
+
+// reopen opens a new stream after one broke, retrying with backoff until
+// one opens (or a refresh opened it first) or the keepaliver closes.
+func (k *keepaliver) reopen() {
+	defer k.wg.Done()
+	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second})
+	for {
+		k.mu.Lock()
+		if k.closed || k.stream != nil {
+			k.reopening = false
+			k.mu.Unlock()
+			return
+		}
+		err := k.openLocked()
+		if err == nil {
+			k.reopening = false
+			k.mu.Unlock()
+			return
+		}
+		k.mu.Unlock()
+		if bo.Wait(k.ctx) != nil {
+			k.mu.Lock()
+			k.reopening = false
+			k.mu.Unlock()
+			return
+		}
 	}
 }
 
