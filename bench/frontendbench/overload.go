@@ -50,12 +50,13 @@ type OverloadConfig struct {
 // OverloadEnv is a running overload stack.
 type OverloadEnv struct {
 	// URLs are the frontends' base URLs.
-	URLs  []string
-	HTTP  *http.Client
-	stops []func()
-	cp    *controlplane.ControlPlane
-	peak  atomic.Uint64
-	done  chan struct{}
+	URLs   []string
+	HTTP   *http.Client
+	stops  []func()
+	cp     *controlplane.ControlPlane
+	router *router.Service
+	peak   atomic.Uint64
+	done   chan struct{}
 }
 
 // StartOverload runs an overload stack; Close stops it.
@@ -82,6 +83,7 @@ func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
 		return nil, err
 	}
 	cp.OnClose(rt.Wait)
+	env.router = rt
 	select {
 	case <-rt.Ready():
 	case <-ctx.Done():
@@ -180,6 +182,13 @@ func (e *OverloadEnv) sampleMemory() {
 	}
 }
 
+// Lateness is how much later than the router predicted the model's first
+// tokens come, in ms, as its saturation counts it, and over how many
+// (core.Core.Lateness).
+func (e *OverloadEnv) Lateness() (ms float64, n int) {
+	return e.router.Core().Lateness(OverloadModel)
+}
+
 // ResetPeak starts a new peak measurement; PeakHeap reads it.
 func (e *OverloadEnv) ResetPeak() { e.peak.Store(0) }
 
@@ -249,6 +258,9 @@ const PromptWords = 300
 
 // OverloadTokens is max_tokens of every request.
 const OverloadTokens = 8
+
+// OverloadModel is the model every request names: the mocker's.
+const OverloadModel = "Qwen/Qwen3-0.6B"
 
 // RunFlows sends the flows for d, then waits up to grace for the answers.
 func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.Duration) []FlowResult {
@@ -328,8 +340,8 @@ func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64)
 	// later; under load that step holds the next request's prefill, and
 	// the measure would be of that request's prompt as much as of this
 	// one's wait.
-	body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":%d,"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":%q}]}`,
-		OverloadTokens, b.String())
+	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":%q}]}`,
+		OverloadModel, OverloadTokens, b.String())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return 0, "error", 0

@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 	"github.com/switchyard-llm/switchyard/services/router/index"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // The router's domain metrics. They decorate what exists rather than
@@ -127,12 +128,13 @@ var (
 	descSessNew     = prometheus.NewDesc("switchyard_router_session_binds_total", "Requests of a session without a live binding this replica routed, binding it to the worker chosen.", nil, nil)
 	descSessMoves   = prometheus.NewDesc("switchyard_router_session_moves_total", "Requests of a bound session this replica routed elsewhere, moving the binding, by reason: load (soft affinity: the bound worker was full, the other was not) or unavailable (the bound worker was excluded or does not serve the model).", []string{"reason"}, nil)
 	descSessEnds    = prometheus.NewDesc("switchyard_router_session_ends_total", "Session bindings that ended, by reason: expired (idle past --session-ttl), evicted (past --session-max-bindings) or worker_gone (its worker left).", []string{"reason"}, nil)
+	descLateness    = prometheus.NewDesc("switchyard_router_first_token_lateness_seconds", fmt.Sprintf("How much later than the router predicted its requests' first tokens come, per model: the %g quantile over its last %d requests routed within --queue-ttft-threshold, which saturation adds to the predictions on a worker with prompts queued (negative: earlier). Absent before the first.", scheduler.LateQuantile, scheduler.LateWindow), []string{"model"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerReqs, descWorkerPre, descWorkerDec, descWorkerIdx, descBlocks, descEntries,
 		descApplied, descDuplicate, descGap, descUnknownMed, descUnknownSt, descTierEntries, descSnapshotAge, descWorkerAge, descDisagg,
-		descSessions, descSessHits, descSessNew, descSessMoves, descSessEnds} {
+		descSessions, descSessHits, descSessNew, descSessMoves, descSessEnds, descLateness} {
 		ch <- d
 	}
 }
@@ -180,6 +182,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSessMoves, ss.Outcomes[core.SessionMovedUnavailable], "unavailable")
 	for _, r := range []string{core.SessionExpired, core.SessionEvicted, core.SessionWorkerGone} {
 		counter(descSessEnds, ss.Ended[r], r)
+	}
+	for _, model := range c.core.Models() {
+		if ms, n := c.core.Lateness(model); n > 0 {
+			gauge(descLateness, ms/1000, model)
+		}
 	}
 	if at := c.m.snapshotAt.Load(); at > 0 {
 		gauge(descSnapshotAge, time.Since(time.Unix(0, at)).Seconds())

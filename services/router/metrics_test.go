@@ -84,6 +84,17 @@ switchyard_router_worker_indexed_blocks{instance="2"} 12
 		"switchyard_router_kv_events_duplicate_total", "switchyard_router_worker_active_requests", "switchyard_router_worker_indexed_blocks"); err != nil {
 		t.Fatal(err)
 	}
+	// The first token of a comes: the model's lateness is known.
+	late := func() int { return testutil.CollectAndCount(reg, "switchyard_router_first_token_lateness_seconds") }
+	if n := late(); n != 0 {
+		t.Fatalf("%d lateness series before a first token", n)
+	}
+	if _, err := srv.MarkPrefillComplete(context.Background(), &routerv1.MarkPrefillCompleteRequest{RequestId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := late(); n != 1 {
+		t.Fatalf("%d lateness series after a first token, want 1 (the model's)", n)
+	}
 	// 12 of 16 blocks cached on the chosen worker: one observation in the
 	// 0.8 bucket's range.
 	if got := testutil.CollectAndCount(m.cachedShare); got != 1 {

@@ -152,9 +152,10 @@ type Core struct {
 	// record, for watchers of saturation.
 	saturation scheduler.Limits
 	changed    changeSignal
-	// typical is each model's typical prompt tokens to compute (see
-	// saturation.go), under mu.
+	// typical is each model's typical prompt tokens to compute, late
+	// how late its first tokens come (see saturation.go), under mu.
 	typical map[string]float64
+	late    map[string]*scheduler.Lateness
 	// sessions binds conversations to workers (see sessions.go).
 	sessions *sessions
 	// tierBlind keeps GPU blocks only (Config.KVTiers false).
@@ -269,6 +270,7 @@ func New(cfg Config) *Core {
 		rng:         rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		endpoints:   map[endpointKey]map[uint64]*registryv1.Instance{},
 		typical:     map[string]float64{},
+		late:        map[string]*scheduler.Lateness{},
 		refs:        map[uint64]int{},
 		lastEvent:   map[uint64]time.Time{},
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
@@ -405,6 +407,7 @@ func (c *Core) OnModels(changes []registryclient.Change[*registryv1.ModelCard]) 
 				if len(eps) == 0 {
 					delete(c.models, card.ModelName)
 					delete(c.typical, card.ModelName)
+					delete(c.late, card.ModelName)
 				}
 			}
 			continue
@@ -674,6 +677,8 @@ type decision struct {
 	// room how many more requests like this one fit (see saturation.go).
 	saturated bool
 	room      int
+	// lateMs is how late the model's first tokens come (Limits.LateMs).
+	lateMs float64
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints      []int
 	overlaps  []index.Overlap
@@ -744,7 +749,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
-	d.saturated, d.room = false, 0
+	d.saturated, d.room, d.lateMs = false, 0, 0
 	c.prepare(d, q, cands, workers, bs)
 	if err := c.decide(d); err != nil {
 		d.release()
@@ -864,6 +869,7 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	// hold: the requests a second copy of it could take (see scheduler).
 	// Candidates left out of reach cache none of it.
 	shared := c.arrivals.shared(now, hashes, reach, total)
+	d.lateMs = c.lateMsLocked(targetModel(q.target))
 	c.mu.Unlock()
 	if pl == nil {
 		c.load.FillAllVersion(d.scored, bs, timingVer)
@@ -1083,6 +1089,9 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
 	}
+	if counted {
+		c.expectFirstToken(d, r.RequestId, pw)
+	}
 	if counted && c.pending != nil && c.comp.predicts {
 		// What the index does not confirm yet is predicted there until
 		// the worker's events store it.
@@ -1250,7 +1259,9 @@ func (c *Core) Free(id string) {
 }
 
 func (c *Core) prefillDone(id string) {
-	c.load.PrefillDone(id)
+	if model, late, ok := c.load.PrefillDone(id); ok {
+		c.noteLate(model, late)
+	}
 	c.endPrefillLeg(id, true)
 	c.notify()
 }

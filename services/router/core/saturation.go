@@ -3,6 +3,7 @@ package core
 import (
 	"slices"
 	"sync/atomic"
+	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
@@ -28,8 +29,9 @@ import (
 // to be the objective less that wait, which on a small fleet of long
 // prompts is less than a prompt's own prefill: nothing would ever fit.
 // What remains between the prediction and the first token (transport,
-// the decode step a request arrives in, not modelled beyond half of one)
-// is tens of ms, measured, not subtracted here.
+// where in a decode step the request arrives, which the prediction counts
+// as half of one) is not a constant of the threshold: the router measures
+// it on its own decisions (see lateMsLocked) and adds it to predictions.
 const DefaultQueueTTFTThreshold = 500
 
 // MaxRoom caps the room a decision or the watch counts
@@ -42,6 +44,86 @@ const MaxRoom = 16
 // limits are the core's saturation limits (see scheduler.Limits).
 func (c *Core) limits() scheduler.Limits { return c.saturation }
 
+// limitsOf are the limits for decision d: the core's, with its model's
+// first tokens' lateness.
+func (c *Core) limitsOf(d *decision) scheduler.Limits {
+	l := c.saturation
+	l.LateMs = d.lateMs
+	return l
+}
+
+// targetModel is the model a target names ("" for an endpoint).
+func targetModel(t *routerv1.Target) string {
+	if m, ok := t.GetKind().(*routerv1.Target_Model); ok {
+		return m.Model
+	}
+	return ""
+}
+
+// expectFirstToken tells the load record when a routed request's first
+// token is predicted on the worker that computes its prompt (computes, an
+// index of d.scored), so that its MarkPrefillComplete says how late it
+// came (noteLate), and so that the requests it joins there are expected
+// with it (Load.Expect). Only with a TTFT limit; the request's own
+// lateness is kept only when it was predicted within the limit: the
+// lateness corrects predictions at the threshold, and a request routed
+// far past it (no frontend queue in front, a flood) is a queue whose
+// error says nothing of one released at the threshold.
+func (c *Core) expectFirstToken(d *decision, id string, computes int) {
+	l := c.limits()
+	model := targetModel(d.q.target)
+	if !(l.TTFTMs > 0) || model == "" {
+		return
+	}
+	cand := &d.scored[computes]
+	ms := cand.FirstTokenMs(0, d.req.NewTokens(cand.Overlap))
+	c.load.Expect(id, model, d.now.Add(time.Duration(ms*float64(time.Millisecond))), ms <= l.TTFTMs)
+}
+
+// noteLate records how late (negative: early) a request of model got its
+// first token against its prediction, for a live model.
+func (c *Core) noteLate(model string, late time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.late[model]
+	if l == nil {
+		if _, live := c.models[model]; !live {
+			return
+		}
+		l = new(scheduler.Lateness)
+		c.late[model] = l
+	}
+	l.Add(float64(late) / float64(time.Millisecond))
+}
+
+// Lateness is how much later than predicted model's first tokens come,
+// in ms, as saturation counts it (see lateMsLocked), and how many first
+// tokens that is of (0: none yet, no correction).
+func (c *Core) Lateness(model string) (ms float64, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.late[model]; l != nil {
+		return l.Quantile(scheduler.LateQuantile), l.Len()
+	}
+	return 0, 0
+}
+
+// lateMsLocked is how much later than predicted a model's first tokens
+// come, in ms: the scheduler.LateQuantile quantile of its last
+// scheduler.LateWindow (0 before any). Saturation adds it to the
+// predictions on a worker with prompts queued (scheduler.Limits.LateMs),
+// so that a request the frontend releases at the threshold gets its
+// first token within the threshold as often as the objective asks,
+// whatever the transport and the engines' step alignment cost on this
+// fleet: learnt from the fleet's own first tokens, not a constant. c.mu
+// must be held.
+func (c *Core) lateMsLocked(model string) float64 {
+	if l := c.late[model]; l != nil {
+		return l.Quantile(scheduler.LateQuantile)
+	}
+	return 0
+}
+
 // saturated says whether, once d's request is on the worker that
 // computes its prompt (chosen, -1 for none), one more like it saturates
 // its fleet: every candidate is full under the core's limits (for a
@@ -51,7 +133,7 @@ func (c *Core) limits() scheduler.Limits { return c.saturation }
 // for a decision that priced only some candidates (see roomSparse).
 func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 	d.room = 0
-	l := c.limits()
+	l := c.limitsOf(d)
 	if l.Off() || len(d.scored) == 0 {
 		return false
 	}
@@ -95,9 +177,10 @@ func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
 	}
 	ver := c.timingVer
 	tokens := max(int(c.typical[model]), bs)
+	late := c.lateMsLocked(model)
 	c.mu.Unlock()
 	req := scheduler.Request{Blocks: tokens / bs, Tokens: tokens, BlockSize: bs}
-	d := &decision{scored: scored, pools: pl}
+	d := &decision{scored: scored, pools: pl, lateMs: late}
 	if pl == nil {
 		c.load.FillAllVersion(scored, bs, ver)
 	} else {

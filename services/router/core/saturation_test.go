@@ -2,10 +2,13 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // TestSaturation routes 4,000-token prompts to two workers with the default
@@ -102,5 +105,71 @@ func TestSaturationLimitsValidate(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSaturationLateness: a request's first token, reported later (or
+// earlier) than the decision predicted it, teaches the core how late its
+// model's first tokens come, and saturation adds that to a busy worker's
+// predictions: the room SaturationRoom and the next decision count
+// follows. Two idle workers, 4,000-token prompts, a 200 ms threshold: on
+// time, a worker holds two prompts within it (84 ms, then 168 with one
+// queued; 249 with two is past it); 50 ms late, one (168 + 50 is past it);
+// 60 ms early, three (249 - 60 is within it, 330 - 60 not). An idle
+// worker takes one however late. A request predicted past the threshold,
+// or a core without a TTFT threshold, keeps no prediction.
+func TestSaturationLateness(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	idle := scheduler.Candidate{Timing: timingmodel.Default()}
+	predicted := timingmodel.Duration(idle.FirstTokenMs(0, 4000))
+	tests := []struct {
+		name string
+		cfg  Config
+		late time.Duration
+		// kept says a residual is kept; room is SaturationRoom's once
+		// the request is freed, decision the next decision's room.
+		kept           bool
+		room, decision int
+	}{
+		{"on time", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 0, true, 4, 3},
+		{"late", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 50 * time.Millisecond, true, 2, 1},
+		{"later than the threshold: idle workers still take one", Config{QueueTTFTThreshold: 200 * time.Millisecond}, time.Second, true, 2, 1},
+		{"early", Config{QueueTTFTThreshold: 200 * time.Millisecond}, -60 * time.Millisecond, true, 6, 5},
+		// 50 ms: each worker idle, its first prompt (84 ms) past it.
+		{"predicted past the threshold", Config{QueueTTFTThreshold: 50 * time.Millisecond}, time.Second, false, 0, 0},
+		{"no TTFT threshold", Config{QueuePrefillBudget: 5000}, time.Second, false, 4, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := t0
+			cfg := tt.cfg
+			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return now }
+			c := cluster(t, cfg, 2)
+			if _, err := c.Route(&routerv1.RouteRequest{RequestId: "r0", Target: modelTarget(), TokenIds: tokens(4000, 1000)}); err != nil {
+				t.Fatal(err)
+			}
+			now = t0.Add(predicted + tt.late)
+			c.PrefillDone("r0")
+			c.Free("r0")
+			c.mu.Lock()
+			l, late := c.late[model], c.lateMsLocked(model)
+			c.mu.Unlock()
+			if kept := l != nil && l.Len() == 1; kept != tt.kept {
+				t.Fatalf("residual kept: %v, want %v", kept, tt.kept)
+			}
+			if want := float64(tt.late) / float64(time.Millisecond); tt.kept && math.Abs(late-want) > 1e-6 {
+				t.Fatalf("lateness %v ms, want %v", late, want)
+			}
+			if _, room := c.SaturationRoom(model); room != tt.room {
+				t.Fatalf("SaturationRoom: room %d, want %d", room, tt.room)
+			}
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r1", Target: modelTarget(), TokenIds: tokens(4000, 2000)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(resp.Room) != tt.decision {
+				t.Fatalf("the next decision's room %d, want %d", resp.Room, tt.decision)
+			}
+		})
 	}
 }

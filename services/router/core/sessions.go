@@ -362,7 +362,7 @@ func (c *Core) applySession(d *decision, id string, tokens int, record bool) *ro
 		tokens = len(d.hashes) * d.blockSize
 	}
 	req := scheduler.Request{Blocks: len(d.hashes), Tokens: tokens, BlockSize: d.blockSize}
-	ch := c.sessions.choose(d, id, req, c.limits(), c.now(), record)
+	ch := c.sessions.choose(d, id, req, c.limitsOf(d), c.now(), record)
 	if ch.chosen != d.chosen {
 		d.chosen = ch.chosen
 		d.overlap = d.scored[ch.chosen].Overlap

@@ -10,6 +10,17 @@ type Limits struct {
 	// TTFTMs is the predicted time to first token, in ms, past which a
 	// worker is full (--queue-ttft-threshold).
 	TTFTMs float64
+	// LateMs is how much later than predicted a first token comes, in ms
+	// (a quantile of Lateness; negative: earlier): a worker with prompts
+	// queued for prefill is full for a request whose prediction plus
+	// LateMs is past TTFTMs. A worker with none (idle, or only decoding)
+	// is full only past TTFTMs itself: the request's prompt goes in its
+	// next step whatever else comes, and held back in a queue it could
+	// only start later; so however late first tokens come, a worker whose
+	// prompts are done takes a request that fits, and a fleet that learnt
+	// a lateness near the threshold still serves a request per worker as
+	// each one's prompts are done, rather than none until one drains.
+	LateMs float64
 	// PrefillTokens is the outstanding prefill, in prompt tokens, past
 	// which a worker is full (--queue-prefill-budget).
 	PrefillTokens int
@@ -19,8 +30,10 @@ type Limits struct {
 func (l Limits) Off() bool { return !(l.TTFTMs > 0) && l.PrefillTokens <= 0 }
 
 // Full says whether c is full for req under l: req's predicted time to
-// first token there (FirstTokenMs) past l.TTFTMs, or c's queued prefill
-// past l.PrefillTokens. c must have been filled (Load.FillAll).
+// first token there (FirstTokenMs, plus l.LateMs when prompts are queued
+// there) past
+// l.TTFTMs, or c's queued prefill past l.PrefillTokens. c must have been
+// filled (Load.FillAll).
 func (l Limits) Full(c *Candidate, req Request) bool { return l.full(c, req, 0) }
 
 // full is Full with queued more prompt tokens queued on c.
@@ -31,7 +44,11 @@ func (l Limits) full(c *Candidate, req Request, queued int) bool {
 	if !(l.TTFTMs > 0) {
 		return false
 	}
-	return c.FirstTokenMs(queued, req.NewTokens(c.Overlap)) > l.TTFTMs
+	ms := c.FirstTokenMs(queued, req.NewTokens(c.Overlap))
+	if c.QueuedTokens+queued > 0 {
+		ms += l.LateMs
+	}
+	return ms > l.TTFTMs
 }
 
 // FirstTokenMs predicts, in ms, the time to first token of a request of

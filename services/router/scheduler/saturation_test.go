@@ -121,6 +121,8 @@ func TestRoom(t *testing.T) {
 	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
 	idle := Candidate{Timing: m}
 	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
+	decoding := Candidate{Timing: m, Decoding: 1}
+	prompting := Candidate{Timing: m, Decoding: 1, QueuedTokens: 100, HeadTokens: 100, HeadMs: 50}
 	ttft := Limits{TTFTMs: 400}
 	tests := []struct {
 		name   string
@@ -138,6 +140,20 @@ func TestRoom(t *testing.T) {
 		{"every worker full: saturated", ttft, []Candidate{begun, begun}, -1, 16, 0},
 		{"the request itself on the chosen one", ttft, []Candidate{idle, idle}, 0, 16, 5},
 		{"prefill budget: 0, 100, 200 tokens queued are within 250", Limits{PrefillTokens: 250}, []Candidate{idle, idle}, -1, 16, 6},
+		// Each idle worker: 150 ms, then 250 and 350 with one and two
+		// queued before the request (the lateness added), 450 with three.
+		{"late first tokens: a worker with work holds fewer", Limits{TTFTMs: 400, LateMs: 100}, []Candidate{idle, idle}, -1, 16, 4},
+		{"later than the threshold: an idle worker still takes one", Limits{TTFTMs: 400, LateMs: 1000}, []Candidate{idle, idle}, -1, 16, 2},
+		{"early first tokens: more room", Limits{TTFTMs: 400, LateMs: -50}, []Candidate{idle, idle}, -1, 16, 8},
+		// A decoding worker with no prompt queued: 115 ms (half a decode
+		// step, the prompt's step beside the decodes), without the
+		// lateness; the next, 215 ms with it.
+		{"a decoding worker takes one by its prediction alone", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{decoding}, -1, 16, 1},
+		{"then the lateness counts", Limits{TTFTMs: 400, LateMs: 150}, []Candidate{decoding}, -1, 16, 2},
+		// A prompt in progress, 50 ms left: 50 ms, then the request's
+		// prompt beside the decodes (110 ms), and the lateness.
+		{"a prompt queued: the lateness counts", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{prompting}, -1, 16, 0},
+		{"a prompt queued, within it", Limits{TTFTMs: 400, LateMs: 200}, []Candidate{prompting}, -1, 16, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

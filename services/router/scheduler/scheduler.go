@@ -335,6 +335,10 @@ type request struct {
 	prefillBlocks int
 	blocks        []uint64
 	prefilled     bool
+	// expect is when its first token was predicted (zero: no
+	// prediction kept), key what the caller keeps its lateness under.
+	expect time.Time
+	key    string
 }
 
 // NewLoad returns an empty tracker on the wall clock.
@@ -391,14 +395,50 @@ func (l *Load) Knows(id string) bool {
 	return ok
 }
 
-// PrefillDone records that a request finished its prefill. Unknown ids and
-// repeats are ignored.
-func (l *Load) PrefillDone(id string) {
+// Expect records when a request in flight is predicted to get its first
+// token (at), and, with sample, keeps it for PrefillDone to say how late
+// the token came, with a key (its model, say). The requests waiting on
+// its worker behind the head (routed before it, their step not begun) are
+// expected no earlier than at from then on: an engine batches what waits
+// into its next step, so the request shares their step and their first
+// tokens come with its own (the prediction's span of the queue and the
+// request), later than predicted at their own decisions by what joined
+// them. That is the threshold's business at the later decision, not
+// lateness. Unknown ids are ignored.
+func (l *Load) Expect(id, key string, at time.Time, sample bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.requests[id]
 	if !ok || r.prefilled {
 		return
+	}
+	if sample {
+		r.expect, r.key = at, key
+	}
+	wl := l.workers[r.worker]
+	if wl == nil || len(wl.queue) < 2 {
+		return
+	}
+	for _, q := range wl.queue[1:] {
+		if q != r && !q.expect.IsZero() && q.expect.Before(at) {
+			q.expect = at
+		}
+	}
+}
+
+// PrefillDone records that a request finished its prefill. Unknown ids and
+// repeats are ignored. For a request with a predicted first token
+// (Expect), it says how much later than predicted it finished (negative:
+// earlier) and the key Expect gave; ok is false otherwise.
+func (l *Load) PrefillDone(id string) (key string, late time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, known := l.requests[id]
+	if !known || r.prefilled {
+		return "", 0, false
+	}
+	if !r.expect.IsZero() {
+		key, late, ok = r.key, l.now().Sub(r.expect), true
 	}
 	r.prefilled = true
 	wl := l.workerLocked(r.worker)
@@ -408,6 +448,7 @@ func (l *Load) PrefillDone(id string) {
 	for _, h := range r.blocks {
 		wl.blocks[h]++
 	}
+	return key, late, ok
 }
 
 // Free forgets a request (finished or cancelled) and remembers that it

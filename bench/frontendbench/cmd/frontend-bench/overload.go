@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/bench/frontendbench"
 	"github.com/switchyard-llm/switchyard/services/frontend"
+	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
 // overloadOptions shape frontend-bench --overload.
@@ -69,12 +70,16 @@ func runOverload(o overloadOptions) error {
 	// answered: released, or shed at the frontends' --queue-timeout.
 	grace := max(3*o.duration, frontend.DefaultQueueTimeout+o.duration)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\trun\t\n")
+	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\tlate ms\trun\t\n")
 	run := 0
-	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, heap uint64) {
+	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, env *frontendbench.OverloadEnv) {
+		late := "-"
+		if ms, n := env.Lateness(); n > 0 {
+			late = fmt.Sprintf("%.0f", ms)
+		}
 		for i, r := range rs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%v\t%v\t%d\t%d\t%d\t%.0f\t%d\t\n", scenario, admission, r.Name, flows[i].Rate,
-				round(frontendbench.P(r.TTFT, 50)), round(frontendbench.P(r.TTFT, 90)), r.Completed, r.Shed, r.Errors+r.RateLimited, float64(heap)/(1<<20), run+1)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%v\t%v\t%d\t%d\t%d\t%.0f\t%s\t%d\t\n", scenario, admission, r.Name, flows[i].Rate,
+				round(frontendbench.P(r.TTFT, 50)), round(frontendbench.P(r.TTFT, 90)), r.Completed, r.Shed, r.Errors+r.RateLimited, float64(env.PeakHeap())/(1<<20), late, run+1)
 		}
 	}
 	b := frontendbench.Flow{Name: "B", Tenant: "B", Rate: 0.2 * capacity, Frontends: []int{0}}
@@ -83,7 +88,7 @@ func runOverload(o overloadOptions) error {
 	for _, f := range []frontendbench.Flow{b, high} {
 		env.ResetPeak()
 		rs := env.RunFlows(ctx, []frontendbench.Flow{f}, o.duration, grace)
-		row("idle", "-", []frontendbench.Flow{f}, rs, env.PeakHeap())
+		row("idle", "-", []frontendbench.Flow{f}, rs, env)
 		idle[f.Name] = frontendbench.P(rs[0].TTFT, 90)
 	}
 	env.Close()
@@ -111,14 +116,14 @@ func runOverload(o overloadOptions) error {
 				flows := []frontendbench.Flow{a, b}
 				env.ResetPeak()
 				rs := env.RunFlows(ctx, flows, o.duration, grace)
-				row(scen, on, flows, rs, env.PeakHeap())
+				row(scen, on, flows, rs, env)
 				under[scen+" "+on+" B"] = append(under[scen+" "+on+" B"], frontendbench.P(rs[1].TTFT, 90))
 				if frontends == 1 {
 					low := frontendbench.Flow{Name: "low", Tenant: "L", Rate: 3 * capacity, Frontends: []int{0}}
 					flows := []frontendbench.Flow{low, high}
 					env.ResetPeak()
 					rs := env.RunFlows(ctx, flows, o.duration, grace)
-					row("bands", on, flows, rs, env.PeakHeap())
+					row("bands", on, flows, rs, env)
 					under["bands "+on+" high"] = append(under["bands "+on+" high"], frontendbench.P(rs[1].TTFT, 90))
 				}
 				env.Close()
@@ -139,7 +144,7 @@ func runOverload(o overloadOptions) error {
 			flows := []frontendbench.Flow{a, b}
 			env.ResetPeak()
 			rs := env.RunFlows(ctx, flows, o.flood, grace)
-			row("flood 10x", on, flows, rs, env.PeakHeap())
+			row("flood 10x", on, flows, rs, env)
 			for _, r := range rs {
 				if r.Shed > 0 {
 					flood = append(flood, fmt.Sprintf("  admission %s, %s: shed %d (%d past --queue-timeout, %d of a full queue), Retry-After %s",
@@ -184,6 +189,8 @@ func runOverload(o overloadOptions) error {
 	}
 	fmt.Printf("flows are open loop (evenly spaced) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", o.duration, grace)
 	fmt.Printf("router --queue-ttft-threshold %v; peak heap is the whole stack's (one process), sampled every 100 ms\n", o.threshold)
+	fmt.Printf("late ms: how much later than the router predicted first tokens came at the run's end, as its saturation counts it (its %g quantile over the last %d within the threshold)\n",
+		scheduler.LateQuantile, scheduler.LateWindow)
 	return nil
 }
 
