@@ -142,8 +142,9 @@ func quantile(v []float64, q float64) float64 {
 // it sizes pools by) against the mocker's engine serving Poisson arrivals
 // of one request size, and against the router's predictions for those
 // arrivals, at shares of one engine's capacity within the default
-// objectives. The tolerances are what seeds 1-6 measured (4,000 requests
-// a point; AGREE_SEED picks the seed), rounded up, not fitted:
+// objectives. The tolerances are what six draws of the random arrivals
+// measured (4,000 requests a point; the AGREE_SEED variable picks the
+// draw), rounded up, not fitted:
 //   - ITL, at every load: the planner's mean step within 10% of the
 //     requests' mean inter-token latency (measured: -6% to +6%), its 90th
 //     percentile within 25% of theirs (measured: -18% to +3%);
@@ -158,7 +159,7 @@ func quantile(v []float64, q float64) float64 {
 //   - at the capacity itself the TTFT is not checked: where the KV cache
 //     binds (4000+300) the engine pushes requests out and computes them
 //     again, and the share of first tokens past the objective varied from
-//     7% to 29% over the seeds, around the planner's 10%.
+//     7% to 29% over the six draws, around the planner's 10%.
 func TestSteadyStateAgreesWithEngine(t *testing.T) {
 	cfg := simengine.DefaultConfig()
 	obj := core.Objectives{TTFTMs: 500, ITLMs: 50}
@@ -204,8 +205,8 @@ func TestSteadyStateAgreesWithEngine(t *testing.T) {
 	}
 }
 
-// seed is the arrivals' seed (AGREE_SEED overrides it, to check the
-// tolerances on others).
+// seed starts the random source of the arrivals; the AGREE_SEED variable
+// sets another, to check the tolerances on other draws.
 var seed = func() uint64 {
 	if v, err := strconv.ParseUint(os.Getenv("AGREE_SEED"), 10, 64); err == nil {
 		return v
