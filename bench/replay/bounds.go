@@ -470,3 +470,88 @@ func (l *lru) touch(h uint64) {
 	l.slot[h] = i
 	l.pushFront(i)
 }
+
+// SplitCapacity is Capacity for a cluster split into a prefill pool of
+// Prefill engines and a decode pool of Decode engines (the disaggregated
+// modes): the trace's work done as cheaply as the model allows, each pool
+// doing its own part, and the highest rate scale at which neither pool is
+// more than fully busy.
+//
+//   - The prefill pool's engines never decode (a prefill leg ends with the
+//     step that makes its first token), so every step there is a prefill
+//     step alone: Prefill(t) >= c t, c the least Prefill(t)/t over
+//     1 <= t <= budget (PrefillMsPerToken; Capacity's point 1 without the
+//     steps that decode). It computes the prompts an infinite cache
+//     misses, or fewer when some run on the decode pool.
+//   - The decode pool makes every output token: Capacity's DecodeWork
+//     (point 2 holds per pool: a decode engine has N blocks, B requests a
+//     step at most). A prompt prefilled there (its prefill local) costs at
+//     least Capacity's PrefillMsPerToken per token, the prompt riding in
+//     the decode steps.
+//
+// Always is the bound with every prompt on the prefill pool, as
+// disagg-always runs: min(Prefill x Span / (UncachedTokens x c), Decode x
+// Span / DecodeWork). Auto lets a share of the prompts (LocalShare) run
+// on the decode pool, as --disaggregation auto may: the share that
+// balances the two pools, when the decode pool has time to spare; it is
+// at least Always. Neither counts the objectives: the inter-token gaps
+// that a prompt in a decode step causes bound the local share long
+// before this does.
+type SplitCapacity struct {
+	Prefill, Decode int
+	// PrefillChunk is the prefill-only step size with the least time per
+	// token, PrefillMsPerToken that time, PrefillWork the prefill pool's
+	// time for every uncached prompt token at it.
+	PrefillChunk      int
+	PrefillMsPerToken float64
+	PrefillWork       time.Duration
+	// Always and Auto are the two bounds' rate scales (+Inf when the
+	// trace has no span or no work), LocalShare the share of the uncached
+	// prompt tokens on the decode pool at Auto.
+	Always, Auto, LocalShare float64
+}
+
+// Split is the bound for a cluster of prefill + decode engines of model m,
+// from c's work (c.Workers is not used).
+func (c Capacity) Split(m timingmodel.Model, prefill, decode int) SplitCapacity {
+	s := SplitCapacity{Prefill: prefill, Decode: decode, Always: math.Inf(1), Auto: math.Inf(1)}
+	s.PrefillChunk, s.PrefillMsPerToken = cheapestPrefill(m, -1)
+	s.PrefillWork = timingmodel.Duration(float64(c.UncachedTokens) * s.PrefillMsPerToken)
+	span := c.Span.Seconds()
+	if span <= 0 || prefill < 0 || decode <= 0 {
+		if decode <= 0 {
+			s.Always, s.Auto = 0, 0
+		}
+		return s
+	}
+	// Each pool's rate: its engines' time over span at rate 1, over the
+	// work it is given (+Inf for none).
+	rate := func(engines int, work float64) float64 {
+		if work <= 0 {
+			return math.Inf(1)
+		}
+		return float64(engines) * span / work
+	}
+	wp, wd := s.PrefillWork.Seconds(), c.DecodeWork.Seconds()
+	if prefill > 0 {
+		s.Always = min(rate(prefill, wp), rate(decode, wd))
+	} else {
+		s.Always = 0
+	}
+	// A share f of the prompt tokens on the decode pool at cd per token:
+	// the prefill pool's rate rises with f, the decode pool's falls; the
+	// best f is where they meet, (D wp - P wd) / (D wp + P wl) with wl the
+	// decode pool's time for every prompt token, clamped to 0..1.
+	wl := float64(c.UncachedTokens) * c.PrefillMsPerToken / 1e3
+	f := 1.0
+	if den := float64(decode)*wp + float64(prefill)*wl; den > 0 && prefill > 0 {
+		f = min(max((float64(decode)*wp-float64(prefill)*wd)/den, 0), 1)
+	}
+	s.LocalShare = f
+	s.Auto = rate(decode, f*wl+wd)
+	if f < 1 {
+		s.Auto = min(s.Auto, rate(prefill, (1-f)*wp))
+	}
+	s.Auto = max(s.Auto, s.Always)
+	return s
+}

@@ -299,3 +299,123 @@ func TestCapacityWorkIsBelowEngineTime(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitCapacity checks the split bound's two rates and local share on
+// work whose costs are round: prefill-only steps cost 10 ms + 0.01 ms a
+// token, at best 0.02 ms a token in 1000-token steps; a prompt token
+// beside decodes 0.01 ms.
+func TestSplitCapacity(t *testing.T) {
+	m := timingmodel.Model{PrefillPerToken: 0.01, PrefillPerBatch: 10, DecodeBase: 5, DecodeMin: 1, MaxBatchedTokens: 1000}
+	// 1e6 prompt tokens: 20 s on the prefill pool, 10 s beside decodes;
+	// 10 s of decode; 100 s of arrivals.
+	c := Capacity{UncachedTokens: 1_000_000, PrefillMsPerToken: 0.01, DecodeWork: 10 * time.Second, Span: 100 * time.Second, Workers: 8}
+	inf := math.Inf(1)
+	for _, tt := range []struct {
+		name                     string
+		c                        Capacity
+		prefill, decode          int
+		always, auto, localShare float64
+	}{
+		// Prefill pool 5 x 100 / 20 = 25, decode pool 3 x 100 / 10 = 30:
+		// a share f = 1/11 on the decode pool evens them at 27.5.
+		{"prefill pool binds", c, 5, 3, 25, 27.5, 1.0 / 11},
+		// Prefill pool 30, decode pool 20: nothing to move.
+		{"decode pool binds", c, 6, 2, 20, 20, 0},
+		// No prefill pool: everything on the decode pool, 8 x 100 / 20.
+		{"no prefill pool", c, 0, 8, 0, 40, 1},
+		{"no decode pool", c, 8, 0, 0, 0, 0},
+		{"no span", Capacity{UncachedTokens: 1000, DecodeWork: time.Second}, 4, 4, inf, inf, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.c.Split(m, tt.prefill, tt.decode)
+			if s.PrefillChunk != 1000 || math.Abs(s.PrefillMsPerToken-0.02) > 1e-12 {
+				t.Errorf("prefill-only step %d tokens at %v ms/token, want 1000 at 0.02", s.PrefillChunk, s.PrefillMsPerToken)
+			}
+			same := func(a, b float64) bool { return a == b || math.Abs(a-b) < 1e-9*max(1, math.Abs(b)) }
+			if !same(s.Always, tt.always) || !same(s.Auto, tt.auto) || !same(s.LocalShare, tt.localShare) {
+				t.Errorf("always x%v, auto x%v, local share %v; want x%v, x%v, %v", s.Always, s.Auto, s.LocalShare, tt.always, tt.auto, tt.localShare)
+			}
+		})
+	}
+}
+
+// TestSplitCapacityBelowAggregated checks, on generated traces, that no
+// split's bound exceeds the aggregated one (aggregated engines may do
+// every part of the work at its least cost), and that letting prompts run
+// on the decode pool never lowers it.
+func TestSplitCapacityBelowAggregated(t *testing.T) {
+	for _, preset := range []string{"long-context", "sessions"} {
+		g := Presets[preset]
+		g.Requests, g.Seed = 200, 5
+		trace, err := Generate(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := smallConfig()
+		cfg.Workers = 8
+		c := ComputeBounds(trace, cfg).Capacity
+		for p := range 9 {
+			s := c.Split(cfg.Engine.Timing(), p, 8-p)
+			if s.Always > s.Auto || s.Auto > c.Rate*(1+1e-12) || s.LocalShare < 0 || s.LocalShare > 1 {
+				t.Errorf("%s %d+%d: always x%v, auto x%v (local %v), aggregated x%v", preset, p, 8-p, s.Always, s.Auto, s.LocalShare, c.Rate)
+			}
+		}
+	}
+}
+
+// TestPrefillPoolWorkIsBelowEngineTime computes prompts as prefill legs
+// (held for a handoff, never decoded) on a real engine, all at once and
+// one at a time, and checks that its summed step time is at least the
+// split bound's prefill cost of the tokens it computed.
+func TestPrefillPoolWorkIsBelowEngineTime(t *testing.T) {
+	g := Presets["long-context"]
+	g.Requests, g.Seed = 40, 3
+	trace, err := Generate(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig()
+	perToken := Capacity{}.Split(cfg.Engine.Timing(), 1, 1).PrefillMsPerToken
+	for _, atOnce := range []bool{true, false} {
+		e, err := simengine.New(cfg.Engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A leg's blocks are released as soon as it is done, as after a
+		// handoff: the legs waiting need them.
+		drain := func() {
+			for i := 0; !e.Idle(); i++ {
+				if i > 1e6 {
+					t.Fatal("engine never went idle")
+				}
+				for _, o := range e.Step().Outputs {
+					if o.Finish != simengine.FinishHeld {
+						t.Fatalf("output %+v of a prefill leg, want its first token held", o)
+					}
+					if _, err := e.Release(o.RequestID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		var tokens []uint32
+		for n, r := range trace {
+			tokens = Tokens(r, cfg.TraceBlockSize, tokens)
+			id := strconv.Itoa(n)
+			if err := e.Add(simengine.Request{ID: id, Prompt: append([]uint32(nil), tokens...), MaxTokens: r.OutputLength, Seed: uint64(n + 1), Hold: true}); err != nil {
+				t.Fatal(err)
+			}
+			if !atOnce {
+				drain()
+			}
+		}
+		drain()
+		st := e.Stats()
+		if st.PrefillTokens == 0 || st.GeneratedTokens != uint64(len(trace)) {
+			t.Fatalf("at once %v: %d prompt tokens computed, %d tokens made; want some, and one per request", atOnce, st.PrefillTokens, st.GeneratedTokens)
+		}
+		if w := timingmodel.Duration(float64(st.PrefillTokens) * perToken); st.Elapsed < w {
+			t.Errorf("at once %v: engine busy %v for %d prompt tokens, below the bound's %v", atOnce, st.Elapsed, st.PrefillTokens, w)
+		}
+	}
+}

@@ -242,6 +242,10 @@ func TestDisaggCSV(t *testing.T) {
 	if !strings.Contains(table.String(), "ITL p90 <= 50ms") || !strings.Contains(table.String(), "1+3") {
 		t.Errorf("table lacks the ITL objective or the pools:\n%s", table.String())
 	}
+	split := rep.Bounds.Capacity.Split(cfg.Engine.Timing(), 1, 3)
+	if want := "split capacity bound at 1+3: x" + fmtRate(split.Always) + " "; !strings.Contains(table.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, table.String())
+	}
 	rows, err := csv.NewReader(&buf).ReadAll()
 	if err != nil {
 		t.Fatal(err)

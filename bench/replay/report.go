@@ -222,6 +222,7 @@ func writeCapacity(w io.Writer, r *Report) error {
 		fmt.Fprintf(w, " %s x%g = %.0f%%;", m, r.Goodput(m), 100*c.Busy(r.Goodput(m)))
 	}
 	fmt.Fprintln(w)
+	writeSplitCapacity(w, r)
 	h := r.HorizonBound()
 	switch {
 	case math.IsInf(h.Rate, 1):
@@ -241,6 +242,52 @@ func writeCapacity(w io.Writer, r *Report) error {
 		fmt.Fprintf(w, "2x round-robin's goodput: x%g, %s\n", 2*rr, verdict)
 	}
 	return nil
+}
+
+// writeSplitCapacity prints, when the report has a disaggregated mode, the
+// capacity bound of its split (SplitCapacity) and the best of every split
+// of its engines, beside each disaggregated mode's goodput.
+func writeSplitCapacity(w io.Writer, r *Report) {
+	var modes []string
+	for _, m := range r.Modes() {
+		if m == "disagg" || m == "disagg-always" {
+			modes = append(modes, m)
+		}
+	}
+	if len(modes) == 0 {
+		return
+	}
+	c, m := r.Bounds.Capacity, r.Config.Engine.Timing()
+	p, d := r.Config.split()
+	s := c.Split(m, p, d)
+	fmt.Fprintf(w, "split capacity bound at %d+%d: x%s with every prompt on the prefill pool (prefill pool x%s: %d tokens at %.4f ms/token in %d-token prefill-only steps = %.1f s over %d engines; decode pool x%s: %.1f s of decode over %d engines), x%s with %.0f%% of the prompt tokens prefilled on the decode pool at %.4f ms/token\n",
+		p, d, fmtRate(s.Always), fmtRate(float64(p)*c.Span.Seconds()/s.PrefillWork.Seconds()), c.UncachedTokens, s.PrefillMsPerToken, s.PrefillChunk,
+		s.PrefillWork.Seconds(), p, fmtRate(float64(d)*c.Span.Seconds()/c.DecodeWork.Seconds()), c.DecodeWork.Seconds(), d,
+		fmtRate(s.Auto), 100*s.LocalShare, c.PrefillMsPerToken)
+	best, bestAuto := SplitCapacity{}, SplitCapacity{}
+	for q := 1; q < c.Workers; q++ {
+		x := c.Split(m, q, c.Workers-q)
+		if x.Always > best.Always {
+			best = x
+		}
+		if x.Auto > bestAuto.Auto {
+			bestAuto = x
+		}
+	}
+	if best.Decode > 0 {
+		fmt.Fprintf(w, "best split of %d engines: x%s with every prompt on the prefill pool (at %d+%d), x%s with a local share (at %d+%d);",
+			c.Workers, fmtRate(best.Always), best.Prefill, best.Decode, fmtRate(bestAuto.Auto), bestAuto.Prefill, bestAuto.Decode)
+	} else {
+		fmt.Fprint(w, "best split: none;")
+	}
+	for _, x := range modes {
+		bound := s.Auto
+		if x == "disagg-always" {
+			bound = s.Always
+		}
+		fmt.Fprintf(w, " %s x%g = %.0f%% of its split's bound;", x, r.Goodput(x), 100*r.Goodput(x)/bound)
+	}
+	fmt.Fprintln(w)
 }
 
 // fmtRate prints a rate scale to three significant digits.
