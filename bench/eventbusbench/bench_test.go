@@ -5,16 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
-// nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
-// forever: cleanup nils the status channel before resetPendingAcksOnReconnect
-// reads it (a race in the library, not a goroutine of ours).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 func startEnv(b *testing.B) *Env {

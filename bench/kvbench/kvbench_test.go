@@ -5,16 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/switchyard-llm/switchyard/bench/kvbench"
 	"github.com/switchyard-llm/switchyard/pkg/kvevents"
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 )
 
-// nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
-// forever (a race in the library, not a goroutine of ours).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 // TestRunSmall runs the benchmark small in every mode: each restarted

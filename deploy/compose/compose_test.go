@@ -19,21 +19,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/routerclient"
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/services/ctl"
 	"github.com/switchyard-llm/switchyard/services/router/routertest"
 )
 
 var etcdOutage = flag.Duration("etcd-outage", 0, "how long etcd's container stays killed (0: 25s, 5s with -short)")
 
-// nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
-// forever (a race in the library, not a goroutine of ours).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 // model is the model the compose file's mockers serve (the mocker's default).

@@ -9,16 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/switchyard-llm/switchyard/examples/conformance"
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 )
 
-// nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
-// forever (a race in the library, not a goroutine of ours).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 // need skips the test on a developer machine that lacks a toolchain, and

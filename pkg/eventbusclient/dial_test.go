@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testleak.VerifyTestMain(m) }
 
 // TestDialSkipsADeadReplica dials a dead address before a live eventbus, as
 // one comma-separated string: a publish goes through and reads back.

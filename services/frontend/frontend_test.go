@@ -12,22 +12,19 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
-	"go.uber.org/goleak"
 
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 )
 
 // TestMain builds the Qwen3 tokenizer once for every test's frontends.
-// nats.go v1.55 can leave one goroutine of a closed JetStream context blocked
-// forever: cleanup nils the status channel before resetPendingAcksOnReconnect
-// reads it (a race in the library, not a goroutine of ours).
 func TestMain(m *testing.M) {
 	if err := frontend.ShareQwenTokenizer(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/cli"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
+	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/mocker"
 	"github.com/switchyard-llm/switchyard/services/planner"
@@ -42,9 +41,7 @@ func TestMain(m *testing.M) {
 			return mocker.Run(ctx, cfg, log, nil)
 		}))
 	}
-	// nats.go can leave one goroutine of a closed JetStream context
-	// blocked (a race in the library, not a goroutine of ours).
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testleak.VerifyTestMain(m)
 }
 
 // The live run's settings: mockers 10 times slower than the timing
