@@ -173,6 +173,9 @@ type Core struct {
 	// the sparse decisions and the candidates they priced of all.
 	sparseMin int
 	sparse    sparseCounts
+	// groupAll makes a sparse decision's lookup group every length's
+	// workers below the longest (index.Grouped.GroupAll): tests set it.
+	groupAll bool
 }
 
 type eventStats struct {
@@ -710,6 +713,8 @@ type decision struct {
 	scans       int
 	insts       []uint64
 	subOverlaps []index.Overlap
+	// grouped is a sparse decision's index lookup (see fast.go).
+	grouped index.Grouped
 }
 
 // maxPooledBlocks is the largest block buffer a pooled decision keeps: a
@@ -724,6 +729,7 @@ var decisionPool = sync.Pool{New: func() any { return new(decision) }}
 func (d *decision) release() {
 	d.cands, d.hashes, d.q = nil, nil, query{}
 	d.sparse, d.all, d.allWorkers, d.first = false, nil, nil, nil
+	d.grouped.Release()
 	clear(d.sub)
 	if cap(d.blocks) > maxPooledBlocks {
 		d.blocks = nil

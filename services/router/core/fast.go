@@ -136,7 +136,12 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	d.saturated, d.room = false, 0
 	hashes := c.hashesOf(d, q, bs)
 	now := c.expireAged()
-	d.overlaps = c.idx.AppendOverlaps(d.overlaps[:0], hashes)
+	// The index lists the workers caching the most and the few at each
+	// length; the many at one length (a shared system prompt's holders)
+	// it keeps as a group, asked for the workers priced only.
+	d.grouped.Overlaps, d.grouped.GroupAll = d.overlaps[:0], c.groupAll
+	c.idx.Lookup(&d.grouped, hashes)
+	d.overlaps = d.grouped.Overlaps
 	// An instance's first position is looked up in a map: a decision
 	// has hundreds or thousands of overlaps, in no order, and a binary
 	// search of thousands of workers is a cache miss per step.
@@ -159,10 +164,10 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	// rank of their instances); the others are not located at all.
 	d.lens = append(d.lens[:0], 0)
 	most := 0
-	for _, o := range d.overlaps {
-		most = max(most, o.Blocks)
-		if !slices.Contains(d.lens, o.Blocks) && len(d.lens) < maxSparseLens {
-			d.lens = append(d.lens, o.Blocks)
+	for _, l := range d.grouped.Levels {
+		most = max(most, l.Blocks)
+		if len(d.lens) < maxSparseLens {
+			d.lens = append(d.lens, l.Blocks)
 		}
 	}
 	extended := d.extended[:0]
@@ -191,7 +196,7 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	ext := slices.Grow(d.reach[:0], len(extended))[:len(extended)]
 	clear(ext)
 	if len(extended) > 0 {
-		setIndexed(ext, d.subWorkers, overlapsOf(d, d.subWorkers), c.rankBlind)
+		setIndexed(ext, d.subWorkers, overlapsOf(d, d.subWorkers, c.rankBlind), c.rankBlind)
 		c.pending.ExtendAll(d.subWorkers, hashes, ext)
 	}
 	for _, r := range ext {
@@ -201,15 +206,19 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	// Priced from the start: the workers caching the most (the homes,
 	// whose count and queues the shared prefix's credit reads: every
 	// rank of their instances), the session's worker, the worker with the
-	// least queue. Every other worker caches at most second blocks.
+	// least queue. Every other worker caches at most second blocks. The
+	// index lists every worker of its longest overlap.
 	pos := d.pos[:0]
 	second := 0
 	if most > 0 {
 		for _, o := range d.overlaps {
 			if o.Blocks == most {
 				pos = addInstance(pos, o.Worker.Instance)
-			} else {
-				second = max(second, o.Blocks)
+			}
+		}
+		for _, l := range d.grouped.Levels {
+			if l.Blocks != most {
+				second = max(second, l.Blocks)
 			}
 		}
 		for k, i := range extended {
@@ -241,7 +250,7 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		}
 		// prepare reads the overlaps of the workers it prices only.
 		all := d.overlaps
-		d.overlaps = overlapsOf(d, d.subWorkers)
+		d.overlaps = overlapsOf(d, d.subWorkers, c.rankBlind)
 		c.prepareOver(d, q, d.sub, d.subWorkers, bs, hashes, n, now)
 		d.overlaps = all
 		c.comp.cost.Price(d.scored, d.req, d.params)
@@ -284,20 +293,25 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		return nil, err
 	}
 	c.sparse.decisions.Add(1)
+	if d.grouped.Grouped() {
+		c.sparse.grouped.Add(1)
+	}
 	c.sparse.priced.Add(uint64(len(pos)))
 	c.sparse.candidates.Add(uint64(n))
 	return d, nil
 }
 
 // sparseCounts count sparse decisions, the candidates they priced and
-// those they had.
-type sparseCounts struct{ decisions, priced, candidates atomic.Uint64 }
+// those they had, and the decisions whose lookup kept groups.
+type sparseCounts struct{ decisions, priced, candidates, grouped atomic.Uint64 }
 
 // overlapsOf is the overlaps of d's request of the instances of workers
 // (sorted by instance), in d's buffer: what prepare reads of them, each
-// rank's and so the rank-blind maximum too. A request cached on thousands
-// of workers has as many overlaps, and prepare reads them per pass.
-func overlapsOf(d *decision, workers []index.WorkerID) []index.Overlap {
+// rank's listed and, of those the index grouped, each worker's (every
+// rank's with anyRank, for the rank-blind maximum). A request cached on
+// thousands of workers has as many overlaps, and prepare reads them per
+// pass.
+func overlapsOf(d *decision, workers []index.WorkerID, anyRank bool) []index.Overlap {
 	d.insts = d.insts[:0]
 	for _, w := range workers {
 		if len(d.insts) == 0 || d.insts[len(d.insts)-1] != w.Instance {
@@ -310,20 +324,27 @@ func overlapsOf(d *decision, workers []index.WorkerID) []index.Overlap {
 			d.subOverlaps = append(d.subOverlaps, o)
 		}
 	}
+	d.subOverlaps = d.grouped.Append(d.subOverlaps, workers, anyRank)
 	return d.subOverlaps
 }
 
 // reachAt is what the worker at position i of a sparse decision d caches
 // of the request, as prepare finds it: the predictions' extension for the
-// workers the decision located (d.extended), else the index's overlap.
-// The first few are found by a pass over the overlaps; past them (the
-// saturation count walking many workers) every worker the index credits
-// is located at once.
+// workers the decision located (d.extended), else the index's overlap,
+// listed or in a group. The first few are found by a pass over the listed
+// overlaps; past them (the saturation count walking many workers) every
+// worker listed is located at once.
 func (c *Core) reachAt(d *decision, i int) int {
 	if k, ok := slices.BinarySearch(d.extended, i); ok {
 		return d.reach[k]
 	}
 	w := d.allWorkers[i]
+	return max(c.listedReach(d, i, w), d.grouped.Blocks(w, c.rankBlind))
+}
+
+// listedReach is the most blocks the index's listed overlaps credit the
+// worker w at position i of d with (see reachAt).
+func (c *Core) listedReach(d *decision, i int, w index.WorkerID) int {
 	if d.scans < maxReachScans {
 		d.scans++
 		blocks := 0

@@ -26,8 +26,10 @@ type sparseFleet struct {
 }
 
 // twin runs f on a full and a sparse core and fails on the first answer
-// that differs; it returns the sparse core.
-func (f *sparseFleet) twin(t *testing.T) *Core {
+// that differs; it returns the sparse core. With groupAll, the sparse
+// core's lookups list only the longest overlap's workers (see
+// index.Grouped.GroupAll), and it reads every other's through the group.
+func (f *sparseFleet) twin(t *testing.T, groupAll bool) *Core {
 	t.Helper()
 	mk := func(sparseMin int) (*Core, *time.Time) {
 		at := time.Unix(1_700_000_000, 0)
@@ -39,6 +41,7 @@ func (f *sparseFleet) twin(t *testing.T) *Core {
 	}
 	full, fullAt := mk(math.MaxInt)
 	sparse, sparseAt := mk(0)
+	sparse.groupAll = groupAll
 	for i, op := range f.ops {
 		what, a, ac, aerr := op(full, fullAt)
 		_, b, bc, berr := op(sparse, sparseAt)
@@ -322,23 +325,28 @@ func TestSparseDecisionsEqualFull(t *testing.T) {
 			spec: fleetSpec{workers: 20, busy: 0.7, docs: 5, routes: 60}, sparse: true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var decisions, priced, candidates uint64
-			for seed := range uint64(fleets) {
-				c := drawFleet(seed+1, tt.cfg, tt.spec).twin(t)
-				decisions += c.sparse.decisions.Load()
-				priced += c.sparse.priced.Load()
-				candidates += c.sparse.candidates.Load()
-			}
-			t.Logf("%d sparse decisions priced %d of %d candidates", decisions, priced, candidates)
-			switch {
-			case tt.sparse && decisions == 0:
-				t.Fatal("no decision was sparse")
-			case tt.sparse && priced >= candidates:
-				t.Fatal("the sparse decisions priced every candidate")
-			case !tt.sparse && decisions > 0:
-				t.Fatalf("%d decisions were sparse; want none", decisions)
-			}
-		})
+		for _, groupAll := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, group all %v", tt.name, groupAll), func(t *testing.T) {
+				var decisions, priced, candidates, grouped uint64
+				for seed := range uint64(fleets) {
+					c := drawFleet(seed+1, tt.cfg, tt.spec).twin(t, groupAll)
+					decisions += c.sparse.decisions.Load()
+					priced += c.sparse.priced.Load()
+					candidates += c.sparse.candidates.Load()
+					grouped += c.sparse.grouped.Load()
+				}
+				t.Logf("%d sparse decisions priced %d of %d candidates; %d had workers grouped in the lookup", decisions, priced, candidates, grouped)
+				switch {
+				case tt.sparse && decisions == 0:
+					t.Fatal("no decision was sparse")
+				case tt.sparse && groupAll && grouped == 0:
+					t.Fatal("no sparse decision's lookup grouped workers")
+				case tt.sparse && priced >= candidates:
+					t.Fatal("the sparse decisions priced every candidate")
+				case !tt.sparse && decisions > 0:
+					t.Fatalf("%d decisions were sparse; want none", decisions)
+				}
+			})
+		}
 	}
 }

@@ -113,6 +113,13 @@ type Index struct {
 	// tiers is where the (block, worker) pairs held on a lower tier than
 	// GPU say so (see tiers.go).
 	tiers tierTable
+	// places counts slot placements; placedAt is each slot's count when
+	// its worker was placed there (see Grouped).
+	places   uint64
+	placedAt []uint64
+	// maxRank is the highest data-parallel rank ever placed: the ranks a
+	// Grouped answer asked for any rank of an instance looks up.
+	maxRank uint32
 }
 
 // reclaimPass reclaims the entries of the slots retired when it started
@@ -158,6 +165,14 @@ func (x *Index) placeLocked(w *worker) {
 	}
 	w.slot = s
 	x.slots[w.id] = s
+	// What a Grouped answer from before this placement says of slot s
+	// is not w's (see Grouped.Append).
+	x.places++
+	for len(x.placedAt) <= int(s) {
+		x.placedAt = append(x.placedAt, 0)
+	}
+	x.placedAt[s] = x.places
+	x.maxRank = max(x.maxRank, w.id.DPRank)
 }
 
 // retireLocked takes w out of its slot with every block it held, in O(1):
@@ -626,7 +641,7 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 	}
 	x.mu.RLock()
 	var lc *lowerCounts
-	dst = x.appendOverlapsLocked(dst, hashes, &lc)
+	dst = x.appendOverlapsLocked(dst, hashes, &lc, nil)
 	x.mu.RUnlock()
 	if lc != nil {
 		countsPool.Put(lc)
@@ -635,8 +650,10 @@ func (x *Index) AppendOverlaps(dst []Overlap, hashes []uint64) []Overlap {
 }
 
 // appendOverlapsLocked is AppendOverlaps under the read lock; *lc counts
-// the lower tiers' blocks once a block held below GPU is met.
-func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerCounts) []Overlap {
+// the lower tiers' blocks once a block held below GPU is met. With g, it
+// is Lookup's walk: the workers leaving at a depth in numbers are kept in
+// g as a group (see Grouped), and g counts every depth's leavers.
+func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerCounts, g *Grouped) []Overlap {
 	// A request whose first block nobody holds ends at depth 0, in the
 	// first batch (a probe of that block alone first was a round trip to
 	// memory before the batch's).
@@ -646,16 +663,27 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 	words := (len(x.workers) + 63) / 64
 	var buf [2 * 32]uint64
 	var active, next []uint64
-	if words <= 32 {
+	switch {
+	case words <= 32:
 		active, next = buf[:words], buf[32:32+words]
-	} else {
+	case g != nil:
+		// A Grouped keeps its walk's bitsets for the next lookup.
+		g.scratch = slices.Grow(g.scratch[:0], 2*words)[:2*words]
+		active, next = g.scratch[:words], g.scratch[words:]
+	default:
 		active, next = make([]uint64, words), make([]uint64, words)
 	}
+	// count is how many slots active holds: each block's intersection
+	// counts its result, so that those falling out are looked for only at
+	// the depths some do (a bitset's scan per block was most of a walk
+	// over a prompt thousands of workers share).
+	count := 0
 	for i := range active {
 		active[i] = ^uint64(0)
 		if i < len(x.dead) {
 			active[i] = ^x.dead[i] // retired slots hold nothing
 		}
+		count += bits.OnesCount64(active[i])
 	}
 	// Blocks are looked up in batches whose misses overlap; a batch is
 	// one round trip to memory, whatever its size up to what the core
@@ -672,30 +700,26 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 			x.touchTiers(hashes[from:to], vals[:], oks[:])
 			size = min(2*size, batch)
 		}
+		live, one := 0, 0
 		if v := vals[depth-from]; oks[depth-from] {
-			x.intersect(next, active, v&^lowerTag)
+			live, one = x.intersect(next, active, v&^lowerTag)
 			if v&lowerTag != 0 {
+				// Aged entries leave next.
 				*lc = x.countLower(*lc, next, hashes[depth])
+				live, one = countWords(next)
 			}
 		} else {
 			clearWords(next)
 		}
-		live, one := 0, 0
-		for wi := range active {
-			gone := active[wi] &^ next[wi]
-			if depth > 0 {
-				for gone != 0 {
-					s := wi*64 + bits.TrailingZeros64(gone)
+		if gone := count - live; gone > 0 && depth > 0 && (g == nil || !g.leave(depth, active, next, gone)) {
+			for wi := range active {
+				for w := active[wi] &^ next[wi]; w != 0; w &= w - 1 {
+					s := wi*64 + bits.TrailingZeros64(w)
 					dst = append(dst, Overlap{Worker: x.ids[s], Blocks: depth, Lower: (*lc).of(s)})
-					gone &= gone - 1
 				}
 			}
-			if w := next[wi]; w != 0 {
-				live += bits.OnesCount64(w)
-				one = wi*64 + bits.TrailingZeros64(w)
-			}
 		}
-		active, next = next, active
+		active, next, count = next, active, live
 		switch live {
 		case 0:
 			return dst
@@ -726,8 +750,14 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 					}
 				}
 			}
+			if g != nil {
+				g.level(depth, 1)
+			}
 			return append(dst, Overlap{Worker: x.ids[s], Blocks: depth, Lower: lower})
 		}
+	}
+	if g != nil {
+		g.level(len(hashes), count)
 	}
 	for wi, word := range active {
 		for word != 0 {
@@ -739,30 +769,49 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 	return dst
 }
 
-// intersect writes active ∩ holders(cur) into next.
-func (x *Index) intersect(next, active []uint64, cur uint32) {
+// intersect writes active ∩ holders(cur) into next, and returns how many
+// slots that is and one of them (the last, in slot order).
+func (x *Index) intersect(next, active []uint64, cur uint32) (live, one int) {
 	switch {
 	case cur&listTag != 0:
 		clearWords(next)
 		for _, s := range x.lists[cur&^listTag] {
 			if active[s/64]&(1<<(s%64)) != 0 {
 				next[s/64] |= 1 << (s % 64)
+				live, one = live+1, int(s)
 			}
 		}
 	case cur&setTag != 0:
 		b := x.sets[cur&^setTag]
-		for wi := range next {
-			next[wi] = 0
-			if wi < len(b) {
-				next[wi] = active[wi] & b[wi]
+		n := min(len(b), len(next))
+		for wi := range n {
+			w := active[wi] & b[wi]
+			next[wi] = w
+			if w != 0 {
+				live += bits.OnesCount64(w)
+				one = wi*64 + 63 - bits.LeadingZeros64(w)
 			}
 		}
+		clearWords(next[n:])
 	default:
 		clearWords(next)
 		if active[cur/64]&(1<<(cur%64)) != 0 {
 			next[cur/64] |= 1 << (cur % 64)
+			live, one = 1, int(cur)
 		}
 	}
+	return live, one
+}
+
+// countWords returns how many slots b holds and one of them (the last).
+func countWords(b []uint64) (live, one int) {
+	for wi, w := range b {
+		if w != 0 {
+			live += bits.OnesCount64(w)
+			one = wi*64 + 63 - bits.LeadingZeros64(w)
+		}
+	}
+	return live, one
 }
 
 // clearWords zeroes a lookup's bitset: a word or two at a hundred

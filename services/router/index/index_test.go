@@ -105,6 +105,7 @@ func checkAgainstModel(instances uint64, maxSteps int, lazy bool) func(*rapid.T)
 				if d := cmp.Diff(want, got); d != "" {
 					t.Fatalf("Overlaps(%v) (-want +got):\n%s", q, d)
 				}
+				checkGrouped(t, x, q, want, []WorkerID{w, {Instance: instances + 1}})
 			}
 			entries, blocks := 0, map[uint64]bool{}
 			for _, set := range m {

@@ -72,6 +72,7 @@ func TestOverlapsMatchOld(t *testing.T) {
 					if d := cmp.Diff(want, got); d != "" {
 						t.Fatalf("step %d: AppendOverlaps of %d blocks (-old +new):\n%s", step, len(q), d)
 					}
+					checkGrouped(t, x, q, got, []WorkerID{w})
 					checked++
 				}
 			}

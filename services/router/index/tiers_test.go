@@ -101,6 +101,7 @@ func checkTiersAgainstModel(instances uint64, maxSteps int, lazy bool) func(*rap
 				if d := cmp.Diff(want, got); d != "" {
 					t.Fatalf("Overlaps(%v) (-want +got):\n%s", q, d)
 				}
+				checkGrouped(t, x, q, want, []WorkerID{w, {Instance: instances + 1}})
 			}
 			var lower [LowerTiers]int
 			entries := 0
