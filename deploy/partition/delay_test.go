@@ -18,6 +18,7 @@ import (
 // first token before, during and after is printed, not judged: it should
 // grow by about the delay.
 func TestFrontendToWorkersDelayAndLoss(t *testing.T) {
+	t.Parallel()
 	binaries(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

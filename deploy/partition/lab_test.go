@@ -27,10 +27,11 @@ func needs(t *testing.T, why string) {
 	t.Skip(msg)
 }
 
-// lab is a bridge and the namespaces joined to it. Names carry a per-run id
+// lab is a bridge and the namespaces joined to it. Names carry a per-lab id
 // (bridge syb<id>, namespaces sy<id>-<name>, host-side veths sy<id>v<n>), so
-// runs at once do not collide; addresses are 10.252.<x>.<n>/24 with x drawn
-// per run, the bridge (this process's side) at .254.
+// labs at once do not collide; addresses are 10.252.<x>.<n>/24 with x drawn
+// per lab among the subnets no address of this machine is in (pickSubnet),
+// the bridge (this process's side) at .254.
 type lab struct {
 	t      *testing.T
 	id     string
@@ -72,10 +73,17 @@ func newLab(t *testing.T) *lab {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := &lab{t: t, cuts: map[[2]string]bool{}, dir: t.TempDir()}
+	// Held until after close has removed the bridge (cleanups run last
+	// registered first).
+	x, err := pickSubnet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseSubnet(x) })
+	l.subnet = fmt.Sprintf("10.252.%d.", x)
 	for attempt := 0; ; attempt++ {
 		l.id = fmt.Sprintf("%04x", rand.IntN(1<<16))
 		l.bridge = "syb" + l.id
-		l.subnet = fmt.Sprintf("10.252.%d.", rand.IntN(250))
 		if err := run(ctx, "ip", "link", "add", l.bridge, "type", "bridge"); err == nil {
 			break
 		} else if attempt == 5 {
@@ -92,6 +100,43 @@ func newLab(t *testing.T) *lab {
 		}
 	}
 	return l
+}
+
+// subnets are the x of the 10.252.<x>.0/24 subnets this process's labs hold.
+var subnets struct {
+	sync.Mutex
+	held map[int]bool
+}
+
+// pickSubnet draws an x for a lab's 10.252.<x>.0/24: none of this process's
+// labs holds it and no address of this machine (another process's lab) is in
+// it. Two bridges with one subnet would make the host's routes to the
+// namespaces ambiguous, which is what lets the tests run in parallel.
+func pickSubnet(ctx context.Context) (int, error) {
+	out, err := exec.CommandContext(ctx, "ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return 0, fmt.Errorf("ip -o -4 addr show: %w", err)
+	}
+	subnets.Lock()
+	defer subnets.Unlock()
+	if subnets.held == nil {
+		subnets.held = map[int]bool{}
+	}
+	for range 1000 {
+		x := rand.IntN(250)
+		if subnets.held[x] || bytes.Contains(out, fmt.Appendf(nil, " 10.252.%d.", x)) {
+			continue
+		}
+		subnets.held[x] = true
+		return x, nil
+	}
+	return 0, fmt.Errorf("no free 10.252.x.0/24 subnet:\n%s", out)
+}
+
+func releaseSubnet(x int) {
+	subnets.Lock()
+	defer subnets.Unlock()
+	delete(subnets.held, x)
 }
 
 // close removes the namespaces (their veths go with them) and the bridge.

@@ -168,6 +168,7 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, namespace string) (
 // it and answers no JetStream call), and in the long form also the stream's
 // leader and a follower the eventbus is not on.
 func TestNATSServerCutFromCluster(t *testing.T) {
+	t.Parallel()
 	binaries(t) // before the clock starts: a cold build takes minutes
 	cases := []struct{ name, cut string }{
 		{name: "the eventbus's server", cut: "bus"},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,8 +24,23 @@ import (
 
 var cutFor = flag.Duration("cut", 0, "how long each partition lasts (0: 30s, 8s with -short)")
 
+// parallelTests is how many of this package's tests run at once unless
+// -parallel says otherwise: at least as many as it has. Each builds its own lab (bridge,
+// namespaces, subnet) and spends its time waiting out cuts and timeouts, not
+// computing, so they overlap where go test's default (one per core) would
+// run them two by two.
+const parallelTests = 8
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -360,6 +376,7 @@ func (w *watcher) waitLive(ctx context.Context, n int) error {
 // registry: no watcher may see a live worker deleted and no worker may
 // exit; after healing the registry serves and lists them all.
 func TestEtcdMemberCutFromQuorum(t *testing.T) {
+	t.Parallel()
 	binaries(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -420,6 +437,7 @@ func TestEtcdMemberCutFromQuorum(t *testing.T) {
 // deleted). Clients leave the cut replica because the registry client
 // prefers replicas whose health says SERVING (grpcclient.PreferServing).
 func TestRegistryCutFromEtcd(t *testing.T) {
+	t.Parallel()
 	binaries(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

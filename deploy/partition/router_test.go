@@ -20,6 +20,7 @@ import (
 // must equal that of a router started afterwards, which replays the
 // stream: nothing the workers published during the cut is missing.
 func TestRouterCutFromEventbus(t *testing.T) {
+	t.Parallel()
 	binaries(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
