@@ -63,6 +63,7 @@ func TestComposeStack(t *testing.T) {
 	s.waitFor(ctx, "the frontend answers the README's curl", 3*time.Minute, func() error {
 		return chat(ctx, frontend, readmeChat)
 	})
+	s.mark("the frontend answered")
 	models, err := get(ctx, frontend+"/v1/models")
 	if err != nil || !strings.Contains(models, model) {
 		t.Fatalf("GET /v1/models = %q, %v; want %s", models, err, model)
@@ -71,7 +72,9 @@ func TestComposeStack(t *testing.T) {
 
 	var rows []faultRow
 	rows = append(rows, s.killEtcd(ctx, outage, frontend, []string{"mocker-1", "mocker-2"}))
+	s.mark("etcd killed and back")
 	rows = append(rows, s.restartNATS(ctx, frontend))
+	s.mark("NATS restarted")
 	printRows(t, rows)
 	for _, r := range rows {
 		if r.failed != "" {
@@ -79,6 +82,7 @@ func TestComposeStack(t *testing.T) {
 		}
 	}
 	s.down(ctx)
+	s.mark("down")
 }
 
 // faultRow is one line of the fault table.
@@ -114,6 +118,14 @@ type stack struct {
 	project string
 	profile string
 	cli     string // the switchyard CLI binary
+	began   time.Time
+}
+
+// mark logs what the test just did and when, counted from the engine's
+// start: the phases of a slow run, in its log.
+func (s *stack) mark(what string) {
+	s.t.Helper()
+	s.t.Logf("+%s %s", time.Since(s.began).Round(100*time.Millisecond), what)
 }
 
 // startStack builds the images, loads them into an engine, gives the test
@@ -128,8 +140,9 @@ func startStack(t *testing.T, profile string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	e := startEngine(t)
-	s := &stack{t: t, e: e, compose: e.composeCommand(t), root: root, profile: profile,
+	s := &stack{t: t, e: e, began: began, compose: e.composeCommand(t), root: root, profile: profile,
 		project: fmt.Sprintf("sy%s%d", profile, os.Getpid())}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -213,6 +226,7 @@ func startStack(t *testing.T, profile string) *stack {
 		t.Fatalf("compose up: %v\n%s", err, out)
 	}
 	t.Logf("compose up --no-build returned in %s", time.Since(start).Round(time.Second))
+	s.mark("up")
 	return s
 }
 
