@@ -306,28 +306,14 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		r.TTFT = append(r.TTFT, d)
 	}
 
-	// Stop the fleet: every frontend must see it go, every KV event must
-	// have been indexed, and each worker routed away from.
-	if err := stopAll(ctx, sims, cfg.Concurrency); err != nil {
-		r.Lost = append(r.Lost, fmt.Sprintf("deregistration: %v", err))
+	// Every KV event must have been indexed: the workers stop publishing
+	// them first, and are counted while they are all registered (a router
+	// skips a batch that reaches it after it dropped the worker, rightly,
+	// as the worker's blocks went with it).
+	if err := fleet.PauseKV(ctx); err != nil {
+		return r, err
 	}
-	stopped := sims
-	sims = nil
-	if _, err := c.waitInstances(ctx, 0, 2*time.Minute); err != nil {
-		r.Lost = append(r.Lost, fmt.Sprintf("deregistrations not seen by every frontend: %v", err))
-	}
-	if cfg.CheckEach {
-		// With no worker left a request finds none: a worker is unrouted
-		// when its signature is answered 503 (no instance) or by no one.
-		for i, s := range stopped {
-			before := s.Served()
-			_, err := c.complete(ctx, i%len(c.frontends), s.Prompt(1), false)
-			if s.Served() != before || err == nil {
-				r.Lost = append(r.Lost, fmt.Sprintf("worker %d still routed to after it deregistered", i))
-			}
-		}
-	}
-	r.Published, r.KVFailed, r.LoadFailed = fleet.KVEvents.Load(), fleet.KVFailed.Load(), fleet.LoadFailed.Load()
+	r.Published, r.KVFailed = fleet.KVEvents.Load(), fleet.KVFailed.Load()
 	r.Reregistered, r.KVOfLost = fleet.Reregistered.Load(), fleet.KVOfLost.Load()
 	if r.KVFailed > 0 {
 		r.Lost = append(r.Lost, fmt.Sprintf("%d KV events not acknowledged by the eventbus", r.KVFailed))
@@ -347,6 +333,29 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+
+	// Stop the fleet: every frontend must see it go, and each worker be
+	// routed away from.
+	if err := stopAll(ctx, sims, cfg.Concurrency); err != nil {
+		r.Lost = append(r.Lost, fmt.Sprintf("deregistration: %v", err))
+	}
+	stopped := sims
+	sims = nil
+	if _, err := c.waitInstances(ctx, 0, 2*time.Minute); err != nil {
+		r.Lost = append(r.Lost, fmt.Sprintf("deregistrations not seen by every frontend: %v", err))
+	}
+	if cfg.CheckEach {
+		// With no worker left a request finds none: a worker is unrouted
+		// when its signature is answered 503 (no instance) or by no one.
+		for i, s := range stopped {
+			before := s.Served()
+			_, err := c.complete(ctx, i%len(c.frontends), s.Prompt(1), false)
+			if s.Served() != before || err == nil {
+				r.Lost = append(r.Lost, fmt.Sprintf("worker %d still routed to after it deregistered", i))
+			}
+		}
+	}
+	r.LoadFailed = fleet.LoadFailed.Load()
 	return r, nil
 }
 

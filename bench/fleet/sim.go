@@ -77,6 +77,10 @@ type Fleet struct {
 
 	stopTick chan struct{}
 	tickDone chan struct{}
+	// pause asks the clock to stop publishing (see PauseKV); inflight
+	// counts the rolling batches sent and not yet acknowledged.
+	pause    chan chan struct{}
+	inflight sync.WaitGroup
 
 	// KVEvents counts KV events acknowledged by the eventbus, KVFailed those
 	// it did not take; LoadSent and LoadFailed the load reports;
@@ -94,7 +98,7 @@ func NewFleet(registryAddr, eventbusAddr string, cfg SimConfig) (*Fleet, error) 
 	if cfg.Window <= 0 {
 		cfg.Window = 32
 	}
-	f := &Fleet{cfg: cfg, registryAddr: registryAddr, eventbusAddr: eventbusAddr, workers: map[*Sim]struct{}{}, stopTick: make(chan struct{}), tickDone: make(chan struct{})}
+	f := &Fleet{cfg: cfg, registryAddr: registryAddr, eventbusAddr: eventbusAddr, workers: map[*Sim]struct{}{}, stopTick: make(chan struct{}), tickDone: make(chan struct{}), pause: make(chan chan struct{})}
 	if _, err := f.connsFor(0); err != nil {
 		return nil, err
 	}
@@ -413,6 +417,7 @@ func (s *Sim) roll() {
 		s.f.KVFailed.Add(n)
 		return
 	}
+	s.f.inflight.Add(1)
 	s.acks <- sentBatch{sent, n}
 }
 
@@ -426,6 +431,7 @@ func (s *Sim) awaitAcks() {
 			s.f.KVEvents.Add(sb.n)
 		}
 		cancel()
+		s.f.inflight.Done()
 	}
 }
 
@@ -499,31 +505,50 @@ func (s *Sim) registeredAt() time.Time {
 	return s.registering
 }
 
-// Stop deregisters the worker (its lease revoked: routers and frontends
-// drop it at once), stops its publishing, waits for its KV events to be
-// acknowledged, and closes its request plane.
+// Stop stops the worker's KV events and waits for the eventbus to
+// acknowledge those sent, then deregisters it (its lease revoked: routers
+// and frontends drop it at once), stops its load reports and closes its
+// request plane. A batch sent after the deregistration could reach a
+// router that had already dropped the worker, which skips it (rightly: the
+// blocks went with the worker), and it would be counted as lost.
 func (s *Sim) Stop(ctx context.Context) error {
 	s.f.mu.Lock()
 	delete(s.f.workers, s)
 	s.f.mu.Unlock()
 	close(s.stopLease)
 	<-s.leaseDone
-	s.kvMu.Lock()
-	sess := s.sess
-	s.kvMu.Unlock()
-	err := sess.Close(ctx)
 	stopAcks := context.AfterFunc(ctx, s.ackCancel) // give up waiting once ctx ends
 	defer stopAcks()
 	s.kvMu.Lock()
 	s.stopped = true
+	sess := s.sess
 	s.kvMu.Unlock()
-	close(s.stopLoad)
-	<-s.loadDone
 	close(s.acks)
 	<-s.acked
+	err := sess.Close(ctx)
+	close(s.stopLoad)
+	<-s.loadDone
 	_ = s.pub.Close()
 	s.ackCancel()
 	return errors.Join(err, s.srv.Close())
+}
+
+// PauseKV stops the clock's KV batches until the fleet is closed and
+// waits for the eventbus to acknowledge (or fail) those sent: from then on
+// the events published are all counted, and a router can be waited for
+// until it has indexed every one before any worker leaves.
+func (f *Fleet) PauseKV(ctx context.Context) error {
+	paused := make(chan struct{})
+	select {
+	case f.pause <- paused:
+	case <-f.tickDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-paused
+	f.inflight.Wait()
+	return nil
 }
 
 // tick publishes every worker's rolling KV batches at KVRate, spreading the
@@ -531,8 +556,14 @@ func (s *Sim) Stop(ctx context.Context) error {
 func (f *Fleet) tick() {
 	defer close(f.tickDone)
 	if f.cfg.KVRate <= 0 {
-		<-f.stopTick
-		return
+		for {
+			select {
+			case <-f.stopTick:
+				return
+			case paused := <-f.pause:
+				close(paused)
+			}
+		}
 	}
 	const slots = 20
 	period := time.Duration(float64(time.Second) / f.cfg.KVRate)
@@ -544,6 +575,18 @@ func (f *Fleet) tick() {
 		select {
 		case <-f.stopTick:
 			return
+		case paused := <-f.pause:
+			// No roll runs now: every batch sent is counted in inflight.
+			t.Stop()
+			close(paused)
+			for {
+				select {
+				case <-f.stopTick:
+					return
+				case paused := <-f.pause:
+					close(paused)
+				}
+			}
 		case <-t.C:
 		}
 		due = due[:0]
