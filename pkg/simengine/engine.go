@@ -246,6 +246,10 @@ type Metrics struct {
 	// LoRAs are the adapters loaded in the engine's slots, least recently
 	// used first.
 	LoRAs []string
+	// RequestsTotal and OutputTokensTotal are the requests accepted and
+	// the tokens generated since the engine started (Stats' Requests and
+	// GeneratedTokens): their ratio is its requests' mean output.
+	RequestsTotal, OutputTokensTotal uint64
 }
 
 // RequestLoad is one request's share of the load.
@@ -259,6 +263,8 @@ type RequestLoad struct {
 
 // Stats are the engine's cumulative counters.
 type Stats struct {
+	// Requests counts the requests accepted (Add).
+	Requests uint64
 	// Steps counts the steps that did any work.
 	Steps uint64
 	// PrefixQueriedBlocks counts the full prompt blocks looked up in the
@@ -455,6 +461,7 @@ func (e *Engine) Add(r Request) error {
 	q.arrived = r.Arrived
 	e.requests[r.ID] = q
 	e.waiting = append(e.waiting, q)
+	e.stats.Requests++
 	return nil
 }
 
@@ -553,6 +560,7 @@ func (e *Engine) Metrics() Metrics {
 		m.Requests = append(m.Requests, RequestLoad{ID: r.id, PrefillTokens: len(r.tokens) - r.computed})
 	}
 	m.LoRAs = e.LoadedLoRAs()
+	m.RequestsTotal, m.OutputTokensTotal = e.stats.Requests, e.stats.GeneratedTokens
 	return m
 }
 

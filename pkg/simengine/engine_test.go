@@ -566,7 +566,8 @@ func TestReset(t *testing.T) {
 	if len(res.Events) != 1 || res.Events[0].Kind != EventCleared || res.Events[0].ID != last+1 {
 		t.Errorf("Reset events %+v, want one cleared event with id %d", res.Events, last+1)
 	}
-	if m := e.Metrics(); !cmp.Equal(m, Metrics{KVBlocksTotal: 64, Requests: []RequestLoad{}}) || !e.Idle() {
+	// The counts since the engine started stay: 3 requests, a token each.
+	if m := e.Metrics(); !cmp.Equal(m, Metrics{KVBlocksTotal: 64, Requests: []RequestLoad{}, RequestsTotal: 3, OutputTokensTotal: 3}) || !e.Idle() {
 		t.Errorf("metrics after Reset %+v", m)
 	}
 	// The engine works on after a reset, from an empty cache.
@@ -595,6 +596,8 @@ func TestMetrics(t *testing.T) {
 		CachedBlocks:        1,
 		Running:             2,
 		Requests:            []RequestLoad{{ID: "0", DecodeBlocks: 2}, {ID: "1", PrefillTokens: 18}},
+		RequestsTotal:       2,
+		OutputTokensTotal:   1,
 	}
 	if diff := cmp.Diff(want, e.Metrics()); diff != "" {
 		t.Errorf("Metrics (-want +got):\n%s", diff)

@@ -96,5 +96,7 @@ func (m Metrics) Proto(instanceID uint64, dpRank uint32, at time.Time, timing ti
 		RunningRequests:     uint32(m.Running),
 		Timestamp:           timestamppb.New(at),
 		LoraAdapters:        m.LoRAs,
+		RequestsTotal:       m.RequestsTotal,
+		OutputTokensTotal:   m.OutputTokensTotal,
 	}
 }

@@ -851,21 +851,30 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 		// FillAll sets the rest (a whole struct literal per worker cost
 		// more than the decision's cost model).
 		s := &d.scored[i]
-		s.Worker, s.Overlap, s.Timing, s.AdapterMs = w, reach[i], *cands[i].timing, 0
+		s.Worker, s.Overlap, s.Timing, s.AdapterMs, s.SlotWaitMs = w, reach[i], *cands[i].timing, 0, 0
 		s.Lower = [index.LowerTiers]int32{}
 		if lower != nil {
 			s.Lower = lower[i]
 		}
 	}
 	if q.lora != "" && !c.adapterBlind {
-		// A worker without the adapter loaded loads it first.
-		c.loras.mu.Lock()
+		// A worker without the adapter loaded loads it first, once one
+		// of its slots is free.
+		a := c.loras
+		a.mu.Lock()
 		for i := range d.scored {
-			if s := &d.scored[i]; !c.loras.has(s.Worker, q.lora) {
+			s := &d.scored[i]
+			st, slots := a.workers[s.Worker], 0
+			if st != nil && len(st.running) > 0 {
+				slots = a.slots[s.Worker.Instance]
+			}
+			load, wait := st.price(q.lora, slots, now)
+			if load {
 				s.AdapterMs = s.Timing.LoraLoadMs
 			}
+			s.SlotWaitMs = wait
 		}
-		c.loras.mu.Unlock()
+		a.mu.Unlock()
 	}
 	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the
@@ -1090,7 +1099,12 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	// for it) is answered but weighs on nothing.
 	counted := c.load.AddShared(r.RequestId, w, own, hashes)
 	if counted && r.LoraName != "" {
-		c.loras.routed(r.RequestId, w, r.LoraName)
+		// Its first token comes after the worker's queue and its own
+		// prefill, the adapter's load and what of a slot's wait outlasts
+		// that queue (on the worker that computes its prompt).
+		cand := &d.scored[pw]
+		ms := cand.FirstTokenMs(0, d.req.NewTokens(cand.Overlap)) + cand.AdapterWaitMs()
+		c.loras.routed(r.RequestId, w, r.LoraName, d.now, d.now.Add(time.Duration(ms*float64(time.Millisecond))))
 	}
 	if counted && c.approx != nil {
 		c.approx.Predict(w, hashes, c.now())
@@ -1196,11 +1210,12 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		c.mu.Unlock()
 		return
 	}
-	c.loras.report(w, m.GetLoraAdapters())
-	if t, pub := c.timingLocked(m.InstanceId), timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
+	t := c.timingLocked(m.InstanceId)
+	if pub := timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
 		*t = pub
 		c.timingVer++
 	}
+	c.loras.report(w, m.GetLoraAdapters(), runMs(m, t))
 	bs := c.blockSizeLocked(m.InstanceId)
 	load := c.load
 	if c.prefill[m.InstanceId] {
@@ -1228,6 +1243,24 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 	}
 	load.Report(w, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
 	c.notify()
+}
+
+// runMs is how long a request decodes on the worker that sent m, in ms,
+// with timing model t: its requests' mean output since it started (their
+// output tokens over their number: the requests still running count with
+// what they have generated so far, a small share once the worker has
+// served many) times a decode step at its KV usage now; 0 when the report
+// has no such counts.
+func runMs(m *workerv1.LoadMetrics, t *timingmodel.Model) float64 {
+	n, out := m.GetRequestsTotal(), m.GetOutputTokensTotal()
+	if n == 0 || out == 0 {
+		return 0
+	}
+	usage := 0.0
+	if total := m.GetKvBlocksTotal(); total > 0 {
+		usage = min(float64(m.GetKvBlocksUsed())/float64(total), 1)
+	}
+	return float64(out) / float64(n) * t.DecodeMs(usage)
 }
 
 // reportPool holds ReportLoad's buffers of reported requests.

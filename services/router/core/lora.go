@@ -3,8 +3,10 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -31,28 +33,52 @@ func ValidLoRAName(name string) error {
 
 // adapters is what the core knows of LoRA adapters: which adapters each
 // instance's model cards list (only those instances are candidates for a
-// request with the adapter), which each worker reported loaded, and which
-// requests routed to each worker run with one. A worker counts as having
-// an adapter loaded while its last load report lists it or a request
-// routed there with it runs: the engine loads the adapter to serve the
-// request and keeps it loaded while the request runs, so a burst of
-// requests for one adapter is priced as one load, before any report says
-// so.
+// request with the adapter) and how many slots they declare, which each
+// worker reported loaded, and which requests routed to each worker run
+// with one. A worker counts as having an adapter loaded while its last
+// load report lists it or a request routed there with it runs: the engine
+// loads the adapter to serve the request and keeps it loaded while the
+// request runs, so a burst of requests for one adapter is priced as one
+// load, before any report says so.
 type adapters struct {
 	// serves is, per instance, per model name, the adapters its card
-	// lists; under Core.mu.
-	serves map[uint64]map[string][]string
+	// lists; slots is, per instance, the most adapters its cards say one
+	// engine holds loaded at once (max_loras; absent: unknown). Both
+	// under Core.mu.
+	serves map[uint64]map[string]adapterCard
+	slots  map[uint64]int
 
 	mu sync.Mutex
-	// loaded is each worker's last reported adapters.
-	loaded map[index.WorkerID][]string
-	// running counts, per worker, per adapter, the routed requests that
-	// run with it; byRequest names each one's worker and adapter.
-	running   map[index.WorkerID]map[string]int
+	// workers is each worker's adapter state: one lookup per candidate
+	// at a decision.
+	workers map[index.WorkerID]*adapterWorker
+	// byRequest names each running adapter request's worker and adapter.
 	byRequest map[string]routedAdapter
 	// inFlight is len(byRequest), read without mu so that freeing a
 	// request without an adapter costs no lock.
 	inFlight atomic.Int64
+}
+
+// adapterWorker is one worker's adapters: those its last load report
+// listed, those its running requests use, and how long a request runs
+// there once it has its first token.
+type adapterWorker struct {
+	loaded []string
+	// running is, per adapter, the routed requests that run with it.
+	running map[string][]adapterRequest
+	// runMs is how long a request decodes on the worker, on average,
+	// predicted at its last load report: its requests' mean output (the
+	// report's output tokens over its requests, since the worker started)
+	// times a decode step of its timing model at the report's KV usage.
+	// 0: unknown.
+	runMs float64
+}
+
+// adapterRequest is a running request with an adapter, when it was routed
+// and when its first token is predicted.
+type adapterRequest struct {
+	id        string
+	at, first time.Time
 }
 
 // routedAdapter is a running request's worker and adapter.
@@ -63,15 +89,22 @@ type routedAdapter struct {
 
 func newAdapters() *adapters {
 	return &adapters{
-		serves:    map[uint64]map[string][]string{},
-		loaded:    map[index.WorkerID][]string{},
-		running:   map[index.WorkerID]map[string]int{},
+		serves:    map[uint64]map[string]adapterCard{},
+		slots:     map[uint64]int{},
+		workers:   map[index.WorkerID]*adapterWorker{},
 		byRequest: map[string]routedAdapter{},
 	}
 }
 
+// adapterCard is what one model card says of adapters: the names it
+// lists and its slots (max_loras).
+type adapterCard struct {
+	names []string
+	slots int
+}
+
 // cardLocked records (or, deleted, forgets) the adapters a model card
-// lists; under Core.mu.
+// lists and its slots; under Core.mu.
 func (a *adapters) cardLocked(card *registryv1.ModelCard, deleted bool) {
 	id := card.GetInstanceId()
 	models := a.serves[id]
@@ -82,17 +115,26 @@ func (a *adapters) cardLocked(card *registryv1.ModelCard, deleted bool) {
 				delete(a.serves, id)
 			}
 		}
-		return
+	} else {
+		names := make([]string, 0, len(card.GetLoraAdapters()))
+		for _, l := range card.GetLoraAdapters() {
+			names = append(names, l.GetName())
+		}
+		if models == nil {
+			models = map[string]adapterCard{}
+			a.serves[id] = models
+		}
+		models[card.GetModelName()] = adapterCard{names: names, slots: int(card.GetMaxLoras())}
 	}
-	names := make([]string, 0, len(card.GetLoraAdapters()))
-	for _, l := range card.GetLoraAdapters() {
-		names = append(names, l.GetName())
+	slots := 0
+	for _, m := range a.serves[id] {
+		slots = max(slots, m.slots)
 	}
-	if models == nil {
-		models = map[string][]string{}
-		a.serves[id] = models
+	if slots > 0 {
+		a.slots[id] = slots
+	} else {
+		delete(a.slots, id)
 	}
-	models[card.GetModelName()] = names
 }
 
 // servesLocked says whether an instance's card for model (any of its
@@ -100,35 +142,145 @@ func (a *adapters) cardLocked(card *registryv1.ModelCard, deleted bool) {
 // Core.mu.
 func (a *adapters) servesLocked(id uint64, model, name string) bool {
 	if model != "" {
-		return slices.Contains(a.serves[id][model], name)
+		return slices.Contains(a.serves[id][model].names, name)
 	}
-	for _, names := range a.serves[id] {
-		if slices.Contains(names, name) {
+	for _, m := range a.serves[id] {
+		if slices.Contains(m.names, name) {
 			return true
 		}
 	}
 	return false
 }
 
-// report keeps a worker's reported adapters.
-func (a *adapters) report(w index.WorkerID, names []string) {
+// workerLocked is w's state, made if it has none; under a.mu.
+func (a *adapters) workerLocked(w index.WorkerID) *adapterWorker {
+	st := a.workers[w]
+	if st == nil {
+		st = &adapterWorker{running: map[string][]adapterRequest{}}
+		a.workers[w] = st
+	}
+	return st
+}
+
+// report keeps a worker's reported adapters and how long its requests
+// run (see adapterWorker.runMs).
+func (a *adapters) report(w index.WorkerID, names []string, runMs float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(names) == 0 {
-		delete(a.loaded, w)
-		return
+	st := a.workerLocked(w)
+	st.loaded = append(st.loaded[:0], names...)
+	st.runMs = runMs
+}
+
+// price is what a request with the adapter name meets on the worker (st,
+// nil for none) with slots adapter slots (0: unknown): whether it must
+// load the adapter, and how long from now it waits for a slot first.
+//
+// An engine runs requests of at most slots adapters at once: a request
+// whose adapter is not among those of its running requests waits while
+// every slot is taken (vLLM's scheduler passes it over), and the
+// adapter is loaded when it gets one, unless still loaded from before.
+// The adapters of the requests routed to the worker take the slots in
+// order: those its last report listed loaded first (they hold theirs),
+// then by their first request's routing. A request for an adapter among
+// the first slots of them neither loads nor waits. Any other waits until
+// enough of the adapters ahead of it have no request left: as many as
+// the slots are short for it and them (the adapters ahead, it, less the
+// slots), the earliest to end first (see adapterEndMs). It loads the
+// adapter unless the worker's report lists it. With slots unknown, no
+// wait is predicted.
+func (st *adapterWorker) price(name string, slots int, now time.Time) (load bool, waitMs float64) {
+	if st == nil {
+		return true, 0
 	}
-	a.loaded[w] = append(a.loaded[w][:0], names...)
+	loaded := slices.Contains(st.loaded, name)
+	_, running := st.running[name]
+	n := len(st.running)
+	if slots <= 0 || n < slots || (running && n == slots) {
+		// A slot for every adapter routed there, this one included.
+		return !loaded && !running, 0
+	}
+	var buf [16]adapterRank
+	ranks := buf[:0]
+	for a, reqs := range st.running {
+		ranks = append(ranks, rankOf(a, reqs, st.loaded))
+	}
+	slices.SortFunc(ranks, adapterRank.compare)
+	ahead := n // a new adapter comes after every one routed there
+	if running {
+		ahead = slices.IndexFunc(ranks, func(r adapterRank) bool { return r.name == name })
+		if ahead < slots {
+			return false, 0
+		}
+	}
+	var ebuf [16]float64
+	ends := ebuf[:0]
+	for _, r := range ranks[:ahead] {
+		ends = append(ends, adapterEndMs(r, st.runMs, now))
+	}
+	slices.Sort(ends)
+	return !loaded, ends[ahead-slots]
 }
 
-// has says whether w has the adapter loaded, or is about to.
-func (a *adapters) has(w index.WorkerID, name string) bool {
-	return a.running[w][name] > 0 || slices.Contains(a.loaded[w], name)
+// adapterEndMs is when, in ms from now, the last of an adapter's running
+// requests is expected to end on a worker whose requests decode for runMs
+// on average. The router knows a request's mean length, not its own, nor
+// how far a running one has got: with only a mean known, a request's
+// remaining time is taken as memoryless (exponential: what is left of it
+// is runMs on average however long it has run; a request predicted to
+// end by now has not). The last of k such requests ends after H(k) =
+// 1 + 1/2 + ... + 1/k means (the expected largest of k exponentials),
+// counted from the latest of their first tokens (or now, when all have
+// come).
+func adapterEndMs(r adapterRank, runMs float64, now time.Time) float64 {
+	h := 0.0
+	for i := 1; i <= r.requests; i++ {
+		h += 1 / float64(i)
+	}
+	return max(float64(r.start.Sub(now))/float64(time.Millisecond), 0) + runMs*h
 }
 
-// routed records a request routed to w with the adapter; a request id
+// adapterRank is an adapter routed to a worker, as price orders them:
+// listed loaded by the worker's report first, then by its first request's
+// routing (then name, for a total order). start is the latest predicted
+// first token of its requests, requests how many run.
+type adapterRank struct {
+	name         string
+	loaded       bool
+	first, start time.Time
+	requests     int
+}
+
+func rankOf(name string, reqs []adapterRequest, loaded []string) adapterRank {
+	r := adapterRank{name: name, loaded: slices.Contains(loaded, name), first: reqs[0].at, start: reqs[0].first, requests: len(reqs)}
+	for _, q := range reqs[1:] {
+		if q.at.Before(r.first) {
+			r.first = q.at
+		}
+		if q.first.After(r.start) {
+			r.start = q.first
+		}
+	}
+	return r
+}
+
+func (a adapterRank) compare(b adapterRank) int {
+	switch {
+	case a.loaded != b.loaded:
+		if a.loaded {
+			return -1
+		}
+		return 1
+	case !a.first.Equal(b.first):
+		return a.first.Compare(b.first)
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// routed records a request routed to w with the adapter at at, predicted
+// to get its first token at first (at when unknown); a request id
 // already running is left as it is.
-func (a *adapters) routed(id string, w index.WorkerID, name string) {
+func (a *adapters) routed(id string, w index.WorkerID, name string, at, first time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, dup := a.byRequest[id]; dup {
@@ -136,12 +288,8 @@ func (a *adapters) routed(id string, w index.WorkerID, name string) {
 	}
 	a.byRequest[id] = routedAdapter{w: w, name: name}
 	a.inFlight.Store(int64(len(a.byRequest)))
-	m := a.running[w]
-	if m == nil {
-		m = map[string]int{}
-		a.running[w] = m
-	}
-	m[name]++
+	st := a.workerLocked(w)
+	st.running[name] = append(st.running[name], adapterRequest{id: id, at: at, first: first})
 }
 
 // freed forgets a request that ended; nothing when it ran without an
@@ -158,12 +306,19 @@ func (a *adapters) freed(id string) {
 	}
 	delete(a.byRequest, id)
 	a.inFlight.Store(int64(len(a.byRequest)))
-	m := a.running[r.w]
-	if m[r.name]--; m[r.name] <= 0 {
-		delete(m, r.name)
-		if len(m) == 0 {
-			delete(a.running, r.w)
-		}
+	st := a.workers[r.w]
+	if st == nil {
+		return
+	}
+	reqs := st.running[r.name]
+	if i := slices.IndexFunc(reqs, func(q adapterRequest) bool { return q.id == id }); i >= 0 {
+		reqs[i] = reqs[len(reqs)-1]
+		reqs = reqs[:len(reqs)-1]
+	}
+	if len(reqs) == 0 {
+		delete(st.running, r.name)
+	} else {
+		st.running[r.name] = reqs
 	}
 }
 
@@ -171,19 +326,14 @@ func (a *adapters) freed(id string) {
 func (a *adapters) removeInstance(id uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for w := range a.loaded {
+	for w := range a.workers {
 		if w.Instance == id {
-			delete(a.loaded, w)
+			delete(a.workers, w)
 		}
 	}
 	for rid, r := range a.byRequest {
 		if r.w.Instance == id {
 			delete(a.byRequest, rid)
-		}
-	}
-	for w := range a.running {
-		if w.Instance == id {
-			delete(a.running, w)
 		}
 	}
 	a.inFlight.Store(int64(len(a.byRequest)))

@@ -3,8 +3,10 @@ package core
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
@@ -12,6 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // adapterCluster is cluster with three workers whose cards list adapters:
@@ -250,4 +253,197 @@ func FuzzLoRARoute(f *testing.F) {
 			t.Fatalf("adapter %q routed to worker %d", lora, resp.InstanceId)
 		}
 	})
+}
+
+// TestAdapterPrice: whether a request's adapter loads on a worker and how
+// long it waits for a slot, from the adapters of the worker's running
+// requests: no wait while they and it fit the slots (or the slots are
+// unknown); else the adapters take the slots in order (those the worker
+// reported loaded, then by their first request's routing), and one past
+// the slots waits until enough of those ahead of it have no request left,
+// an adapter's k requests ending H(k) mean runs after the latest of their
+// first tokens (or now).
+func TestAdapterPrice(t *testing.T) {
+	now := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	// Per adapter, its requests' routing and first token, ms from now.
+	type req struct{ at, first int }
+	run := func(runMs float64, loaded []string, reqs map[string][]req) *adapterWorker {
+		st := &adapterWorker{loaded: loaded, running: map[string][]adapterRequest{}, runMs: runMs}
+		for name, rs := range reqs {
+			for i, r := range rs {
+				st.running[name] = append(st.running[name], adapterRequest{id: fmt.Sprint(name, i), at: at(r.at), first: at(r.first)})
+			}
+		}
+		return st
+	}
+	// At a mean run of 100 ms: a ends in 100 ms (its first token came),
+	// b in 80 + 1.5 x 100 = 230 (two requests), c in 300 + 100 = 400.
+	ab := map[string][]req{"a": {{-300, -250}}, "b": {{-200, 50}, {-100, 80}}}
+	abc := map[string][]req{"a": {{-300, -250}}, "b": {{-200, 50}, {-100, 80}}, "c": {{-50, 300}}}
+	tests := []struct {
+		name   string
+		st     *adapterWorker
+		slots  int
+		lora   string
+		load   bool
+		wantMs float64
+	}{
+		{name: "no state", st: nil, slots: 4, lora: "a", load: true},
+		{name: "reported loaded, nothing runs", st: run(100, []string{"a"}, nil), slots: 2, lora: "a"},
+		{name: "a slot free", st: run(100, nil, ab), slots: 3, lora: "c", load: true},
+		{name: "slots unknown", st: run(100, nil, ab), slots: 0, lora: "c", load: true},
+		{name: "running in a slot", st: run(100, nil, ab), slots: 2, lora: "a"},
+		{name: "full: the first adapter to end", st: run(100, nil, ab), slots: 2, lora: "c", load: true, wantMs: 100},
+		{name: "the last of k requests: H(k) mean runs", st: run(100, nil, map[string][]req{"a": {{-300, -10}, {-20, -5}, {-10, -1}}, "b": {{-200, 150}}}), slots: 2, lora: "c", load: true, wantMs: 100 * (1 + 1.0/2 + 1.0/3)},
+		{name: "two ahead past the slots: the second to end", st: run(100, nil, abc), slots: 2, lora: "d", load: true, wantMs: 230},
+		{name: "routed but past the slots: waits for those ahead, loads", st: run(100, nil, abc), slots: 2, lora: "c", load: true, wantMs: 100},
+		{name: "reported loaded goes first", st: run(100, []string{"c"}, abc), slots: 2, lora: "b", load: true, wantMs: 100},
+		{name: "reported loaded holds its slot", st: run(100, []string{"c"}, abc), slots: 2, lora: "c"},
+		{name: "loaded but idle: no load, still a wait", st: run(100, []string{"d"}, ab), slots: 2, lora: "d", wantMs: 100},
+		{name: "long past its first token: a mean run left", st: run(100, nil, map[string][]req{"a": {{-9000, -5000}}, "b": {{-200, 900}}}), slots: 2, lora: "c", load: true, wantMs: 100},
+		{name: "one slot", st: run(100, nil, map[string][]req{"a": {{-10, -10}, {-5, 20}}}), slots: 1, lora: "b", load: true, wantMs: 170},
+		{name: "run time unknown: to the first tokens", st: run(0, nil, map[string][]req{"a": {{-10, 40}}, "b": {{-5, 70}}}), slots: 2, lora: "c", load: true, wantMs: 40},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			load, wait := tt.st.price(tt.lora, tt.slots, now)
+			if load != tt.load || math.Abs(wait-tt.wantMs) > 1e-9 {
+				t.Errorf("price: load %v, wait %v ms; want %v, %v ms", load, wait, tt.load, tt.wantMs)
+			}
+		})
+	}
+}
+
+// TestLoRASlotWait: a router prices the wait for a slot on a worker whose
+// slots every running adapter holds, predicted from the worker's report
+// (its requests' mean output times its timing model's decode step) and
+// when the requests were routed; it sends a request there only when the
+// wait is shorter than what the worker's cache saves, and prices no wait
+// once an adapter's requests end, or when blind to adapters.
+func TestLoRASlotWait(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	now := t0
+	tm := timingmodel.Default()
+	tm.LoraLoadMs = 50
+	// 100 tokens per request, at a decode step of the default model at
+	// no KV usage.
+	runMs := 100 * tm.DecodeMs(0)
+	prompt := tokens(4000, 11)
+	setup := func(t *testing.T, blind bool) *Core {
+		t.Helper()
+		c := cluster(t, Config{Mode: ModeKV, AdapterBlind: blind, Clock: func() time.Time { return now }}, 2)
+		var cards []registryclient.Change[*registryv1.ModelCard]
+		for id := uint64(1); id <= 2; id++ {
+			card := &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceId: id, ModelName: model, BlockSize: 4, MaxLoras: 2}
+			for _, n := range []string{"a", "b", "c"} {
+				card.LoraAdapters = append(card.LoraAdapters, &registryv1.LoraAdapter{Name: n})
+			}
+			cards = append(cards, registryclient.Change[*registryv1.ModelCard]{Item: card})
+		}
+		c.OnModels(cards)
+		for id := uint64(1); id <= 2; id++ {
+			c.ReportLoad(&workerv1.LoadMetrics{InstanceId: id, TimingModel: tm.Proto(), Requests: []*workerv1.RequestLoad{},
+				RequestsTotal: 10, OutputTokensTotal: 1000})
+		}
+		// Worker 1 caches the prompt under adapter c.
+		ev := &workerv1.KvBlocksStored{}
+		for _, b := range kvhash.ExtraHashes(prompt, 4, kvhash.Extra{LoRA: "c"}, nil) {
+			ev.Blocks = append(ev.Blocks, &workerv1.KvBlock{SequenceHash: b.Sequence, LocalHash: b.Local})
+		}
+		c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: 1, FirstEventId: 1, Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+		// Worker 1 runs a request with a and, 100 ms later, one with b:
+		// both of its slots (as another replica routed them, at those
+		// times, so that they end runMs after).
+		w1 := index.WorkerID{Instance: 1}
+		ra := RoutedEvent("ra", w1, 0, nil)
+		ra.GetRouted().LoraName = "a"
+		c.ApplyReplica(ra, t0)
+		rb := RoutedEvent("rb", w1, 0, nil)
+		rb.GetRouted().LoraName = "b"
+		c.ApplyReplica(rb, t0.Add(100*time.Millisecond))
+		return c
+	}
+	waits := func(t *testing.T, c *Core, lora string) (w1, w2 float64) {
+		t.Helper()
+		d, err := c.evaluate(query{target: modelTarget(), tokens: prompt, lora: lora})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.release()
+		for _, s := range d.scored {
+			if s.Worker.Instance == 1 {
+				w1 = s.SlotWaitMs
+			} else {
+				w2 = s.SlotWaitMs
+			}
+		}
+		return w1, w2
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+	now = t0.Add(200 * time.Millisecond)
+	c := setup(t, false)
+	// Both first tokens are due (a replica's decisions are heard
+	// without their predictions): a and b end a mean run from now.
+	if w1, w2 := waits(t, c, "c"); !near(w1, runMs) || w2 != 0 {
+		t.Fatalf("adapter c: slot waits %v and %v ms, want %v (a mean run) and 0", w1, w2, runMs)
+	}
+	if w1, _ := waits(t, c, "a"); w1 != 0 {
+		t.Fatalf("adapter a, running on worker 1: slot wait %v, want 0", w1)
+	}
+	// The prompt's prefill (4,000 tokens) is shorter than the wait: the
+	// request goes to worker 2, which has a free slot.
+	if got := loraRoute(t, c, "rc", "c", prompt).InstanceId; got != 2 {
+		t.Fatalf("a request for c went to worker %d, whose slots are held for %v ms; want 2", got, runMs)
+	}
+	c.Free("rc")
+	// A second request with a keeps a's slot longer (the last of two
+	// ends 1.5 mean runs on): b still ends first.
+	ra2 := RoutedEvent("ra2", index.WorkerID{Instance: 1}, 0, nil)
+	ra2.GetRouted().LoraName = "a"
+	c.ApplyReplica(ra2, now)
+	now = now.Add(50 * time.Millisecond)
+	c.ReportLoad(&workerv1.LoadMetrics{InstanceId: 1, TimingModel: tm.Proto(), Requests: []*workerv1.RequestLoad{},
+		RequestsTotal: 10, OutputTokensTotal: 1000, LoraAdapters: []string{"b"}})
+	// Now b, reported loaded, holds its slot first: a request with a
+	// (routed after it) is still in its slot too.
+	if w1, _ := waits(t, c, "a"); w1 != 0 {
+		t.Fatalf("adapter a with b reported loaded: slot wait %v, want 0", w1)
+	}
+	if w1, _ := waits(t, c, "c"); !near(w1, runMs) {
+		t.Fatalf("after a second request with a: slot wait %v, want %v (b's)", w1, runMs)
+	}
+	// b's request ends: a slot is free, the cached worker wins.
+	c.Free("rb")
+	if w1, _ := waits(t, c, "c"); w1 != 0 {
+		t.Fatalf("with b's request over: slot wait %v, want 0", w1)
+	}
+	if got := loraRoute(t, c, "rc2", "c", prompt).InstanceId; got != 1 {
+		t.Fatalf("with a slot free, a request for c went to worker %d, not to worker 1 which caches it", got)
+	}
+	// Its first token is predicted after its own prefill and its
+	// adapter's load.
+	c.loras.mu.Lock()
+	first := c.loras.workers[index.WorkerID{Instance: 1}].running["c"][0].first
+	c.loras.mu.Unlock()
+	if got := ms(first.Sub(now)); got < tm.LoraLoadMs {
+		t.Fatalf("a routed request's first token is predicted %v ms away, want at least the load's %v", got, tm.LoraLoadMs)
+	}
+	// Long after, the requests still running hold their slots for a
+	// mean run more: a request with b waits for c's (one request).
+	now = now.Add(time.Minute)
+	if w1, _ := waits(t, c, "b"); !near(w1, runMs) {
+		t.Fatalf("a minute on: slot wait %v, want %v", w1, runMs)
+	}
+
+	now = t0.Add(200 * time.Millisecond)
+	blind := setup(t, true)
+	if w1, w2 := waits(t, blind, "c"); w1 != 0 || w2 != 0 {
+		t.Fatalf("blind: slot waits %v and %v, want none", w1, w2)
+	}
+	if got := loraRoute(t, blind, "rc", "c", prompt).InstanceId; got != 1 {
+		t.Fatalf("blind: a request for c went to worker %d, not to worker 1 which caches it", got)
+	}
 }

@@ -59,7 +59,9 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 			return // this replica heard its free first
 		}
 		if r.LoraName != "" && ValidLoRAName(r.LoraName) == nil {
-			c.loras.routed(r.RequestId, w, r.LoraName)
+			// When its first token comes is the sender's prediction,
+			// which this replica does not hear: from the decision on.
+			c.loras.routed(r.RequestId, w, r.LoraName, at, at)
 		}
 		defer c.notify()
 		if r.PrefillInstanceId != 0 {

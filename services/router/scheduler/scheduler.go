@@ -115,6 +115,12 @@ type Candidate struct {
 	// adapter before starting it: 0 when it has the adapter loaded or the
 	// request has none (see AdapterLoad).
 	AdapterMs float64
+	// SlotWaitMs is how long the request would wait on the worker for an
+	// adapter slot to free before that load can begin: 0 when a slot is
+	// free (or the adapter is loaded, or the request has none); otherwise
+	// the time until enough of the adapters its running requests hold
+	// have no request left (see AdapterLoad).
+	SlotWaitMs float64
 	// Cost is filled in by Select: the predicted time to first token in
 	// milliseconds, with the prefill part weighted.
 	Cost float64
@@ -648,7 +654,7 @@ func (l *Load) Fill(c *Candidate, blockSize int) {
 
 // FillAll is Fill for every candidate, under one lock. It also prepares
 // each candidate's step costs for Cost. It sets every field but Worker,
-// Overlap, Lower, Timing and AdapterMs, which are its input.
+// Overlap, Lower, Timing, AdapterMs and SlotWaitMs, which are its input.
 func (l *Load) FillAll(cands []Candidate, blockSize int) {
 	l.fillAll(cands, blockSize, 0, false)
 }
@@ -745,7 +751,8 @@ func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSte
 	if wl == nil {
 		// No load: all but the caller's fields are zero (the adapter's
 		// load time is the caller's, as every record's fill keeps it).
-		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing, AdapterMs: c.AdapterMs}
+		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing, AdapterMs: c.AdapterMs,
+			SlotWaitMs: c.SlotWaitMs}
 		return headSteps{}
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
