@@ -89,6 +89,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 		}
 		own := len(tokens) - seenPrefix*bs
 		work.Uncached += int64(own)
+		work.OwnSquares += float64(own) * float64(own)
 		reqs = append(reqs, horizonRequest{arrival: r.Arrival, work: float64(own)})
 		// The first output token comes with the last prefill step; each
 		// further one takes a decode step (the replay's requests have no
@@ -166,14 +167,21 @@ func prefillTime(n int, ec simengine.Config) time.Duration {
 // running requests (distinct blocks: a block shared by several counts
 // once). Then:
 //
-//  1. Prefill. Prefill(p) >= c p, c being the least Prefill(t)/t over
-//     1 <= t <= budget, and Piggyback(p) >= c' p, c' = quadratic +
-//     per-token, its least per token (at p = 1); PrefillMsPerToken is the
-//     smaller of the two when the trace has decode tokens (else no step
-//     decodes, and it is c). Summed over the steps of all
-//     engines, p adds up to at least the prompt tokens an infinite cache
-//     misses (UncachedTokens: a block an earlier request held may hit,
-//     nothing else can; a recomputed token only adds to p).
+//  1. Prefill. A step's prefill is its constant (alone) and per-token
+//     parts, Prefill(p) - quadratic p^2 >= c p with c = per-token +
+//     constant / budget (p <= budget), and beside decodes per-token p,
+//     plus its attention: quadratic x the sum of (a+n)^2 - a^2 over its
+//     chunks, n tokens of a sequence after its a before
+//     (timingmodel.Attention). PrefillMsPerToken is the smaller of the
+//     two per-token costs when the trace has decode tokens (else no step
+//     decodes, and it is c). Summed over the steps of all engines, p adds
+//     up to at least the prompt tokens an infinite cache misses
+//     (UncachedTokens: a block an earlier request held may hit, nothing
+//     else can; a recomputed token only adds to p); and a request's
+//     chunks add up to at least the square of the tokens it computes
+//     (the sum telescopes to (a0+m)^2 - a0^2 >= m^2 for m tokens after a
+//     cached prefix a0), so at least the square of those it misses in an
+//     infinite cache: AttentionWork is quadratic x that sum.
 //  2. Decode. Decode(u) >= a + b u on 0..1 with a, b >= 0: the chord of a
 //     concave quadratic, the tangent at 0 of a convex one (the max with
 //     DecodeMin only raises the left side), or b = 0 and a the model's
@@ -239,8 +247,12 @@ type Capacity struct {
 	// fraction of the engine's blocks in use).
 	DecodeBatch                       int
 	DecodeMsPerStep, DecodeMsPerUsage float64
+	// AttentionWork is the prefill's attention term of those tokens,
+	// request by request (point 1).
+	AttentionWork time.Duration
 	// PrefillWork and DecodeWork are the engine time, summed over all
-	// engines, those tokens take at these costs; HeldWork is the part of
+	// engines, those tokens take at these costs (PrefillWork's includes
+	// AttentionWork); HeldWork is the part of
 	// DecodeWork that the blocks held cost (DecodeMsPerUsage x
 	// HeldBlockSteps / KVBlocks).
 	PrefillWork, DecodeWork, HeldWork time.Duration
@@ -268,6 +280,9 @@ type traceWork struct {
 	// Uncached prompt tokens, decode tokens, and held private block-steps
 	// (Capacity's UncachedTokens, DecodeTokens and HeldBlockSteps).
 	Uncached, Decode, HeldBlockSteps int64
+	// OwnSquares adds up, over the requests, the square of the prompt
+	// tokens an infinite cache misses of each (Capacity's AttentionWork).
+	OwnSquares float64
 }
 
 // capacityBound computes Capacity for a cluster of workers engines of
@@ -282,7 +297,8 @@ func capacityBound(m timingmodel.Model, maxSeqs, workers, kvBlocks int, w traceW
 		beside = 0
 	}
 	c.PrefillChunk, c.PrefillMsPerToken = cheapestPrefill(m, beside)
-	c.PrefillWork = timingmodel.Duration(float64(w.Uncached) * c.PrefillMsPerToken)
+	c.AttentionWork = timingmodel.Duration(m.PrefillQuadratic * w.OwnSquares)
+	c.PrefillWork = timingmodel.Duration(float64(w.Uncached)*c.PrefillMsPerToken) + c.AttentionWork
 	// Two valid lower bounds on the decode time: the cheapest step for
 	// every token, or the line a + b u; the larger one holds.
 	steps := float64(w.Decode) / float64(c.DecodeBatch)
@@ -343,37 +359,28 @@ func ceilSum(n, bs int64) int64 {
 }
 
 // cheapestPrefill is the step size in 1..MaxBatchedTokens with the least
-// prefill time per token, and that time in ms, over two kinds of step: a
-// prefill step alone, PrefillMs(t)/t, and, when beside >= 0, a chunk of t
-// prompt tokens in a step that decodes too, (PiggybackMs(t) + beside)/t,
-// beside being what such a step costs apart from its prompt tokens (the
-// bound counts: 0 where the decode step is counted on its own). Both are
-// quadratic*t + per-token + K/t, K the per-step constant or beside: convex
-// in t, least at sqrt(K/quadratic), so the best integer is next to it (or
-// an end of the range, when the quadratic term is zero or the optimum is
-// beyond it).
+// prefill time per token apart from attention (which Capacity counts per
+// request, AttentionWork), and that time in ms, over two kinds of step: a
+// prefill step alone, (PrefillPerBatch + PrefillPerToken t)/t, and, when
+// beside >= 0, a chunk of t prompt tokens in a step that decodes too,
+// (beside + PrefillPerToken t)/t, beside being what such a step costs
+// apart from its prompt tokens (the bound counts: 0 where the decode step
+// is counted on its own). Both fall with t, or stay level: the whole
+// budget, or one token a step when every size costs the same (the first
+// kept).
 func cheapestPrefill(m timingmodel.Model, beside float64) (int, float64) {
 	budget := max(m.MaxBatchedTokens, 1)
 	best, bestMs := 0, math.Inf(1)
-	try := func(constant float64, perToken func(t int) float64) {
-		candidates := []int{1, budget}
-		if m.PrefillQuadratic > 0 {
-			opt := math.Sqrt(constant / m.PrefillQuadratic)
-			for _, t := range []float64{math.Floor(opt), math.Ceil(opt)} {
-				if t >= 1 && t <= float64(budget) {
-					candidates = append(candidates, int(t))
-				}
-			}
-		}
-		for _, t := range candidates {
-			if ms := perToken(t); ms < bestMs {
+	try := func(constant float64) {
+		for _, t := range []int{1, budget} {
+			if ms := (constant + m.PrefillPerToken*float64(t)) / float64(t); ms < bestMs {
 				best, bestMs = t, ms
 			}
 		}
 	}
-	try(m.PrefillPerBatch, func(t int) float64 { return m.PrefillMs(float64(t)) / float64(t) })
+	try(m.PrefillPerBatch)
 	if beside >= 0 {
-		try(beside, func(t int) float64 { return (m.PiggybackMs(float64(t)) + beside) / float64(t) })
+		try(beside)
 	}
 	return best, bestMs
 }
@@ -516,7 +523,7 @@ type SplitCapacity struct {
 func (c Capacity) Split(m timingmodel.Model, prefill, decode int) SplitCapacity {
 	s := SplitCapacity{Prefill: prefill, Decode: decode, Always: math.Inf(1), Auto: math.Inf(1)}
 	s.PrefillChunk, s.PrefillMsPerToken = cheapestPrefill(m, -1)
-	s.PrefillWork = timingmodel.Duration(float64(c.UncachedTokens) * s.PrefillMsPerToken)
+	s.PrefillWork = timingmodel.Duration(float64(c.UncachedTokens)*s.PrefillMsPerToken) + c.AttentionWork
 	span := c.Span.Seconds()
 	if span <= 0 || prefill < 0 || decode <= 0 {
 		if decode <= 0 {
@@ -538,19 +545,26 @@ func (c Capacity) Split(m timingmodel.Model, prefill, decode int) SplitCapacity 
 	} else {
 		s.Always = 0
 	}
-	// A share f of the prompt tokens on the decode pool at cd per token:
-	// the prefill pool's rate rises with f, the decode pool's falls; the
-	// best f is where they meet, (D wp - P wd) / (D wp + P wl) with wl the
-	// decode pool's time for every prompt token, clamped to 0..1.
+	// A share f of the prompt tokens on the decode pool at Capacity's
+	// cost per token, their attention left on the prefill pool: a
+	// relaxation (a prompt run locally takes its attention along, which
+	// costs the same on either pool), so the rate it allows bounds every
+	// assignment of whole prompts. The prefill pool's rate rises with f,
+	// the decode pool's falls; the best f is where they meet,
+	// (D wp - P wd) / (D wt + P wl), wt and wl being every prompt token's
+	// time on the prefill pool and on the decode pool apart from
+	// attention, wp the prefill pool's work with it; clamped to 0..1.
+	wt := wp - c.AttentionWork.Seconds()
 	wl := float64(c.UncachedTokens) * c.PrefillMsPerToken / 1e3
 	f := 1.0
-	if den := float64(decode)*wp + float64(prefill)*wl; den > 0 && prefill > 0 {
+	if den := float64(decode)*wt + float64(prefill)*wl; den > 0 && prefill > 0 {
 		f = min(max((float64(decode)*wp-float64(prefill)*wd)/den, 0), 1)
 	}
 	s.LocalShare = f
-	s.Auto = rate(decode, f*wl+wd)
-	if f < 1 {
-		s.Auto = min(s.Auto, rate(prefill, (1-f)*wp))
+	s.Auto = min(rate(decode, f*wl+wd), rate(prefill, wp-f*wt))
+	if prefill == 0 {
+		// Every prompt on the decode pool, with its attention.
+		s.Auto = rate(decode, wl+c.AttentionWork.Seconds()+wd)
 	}
 	s.Auto = max(s.Auto, s.Always)
 	return s

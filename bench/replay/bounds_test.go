@@ -15,7 +15,8 @@ import (
 // uncached prompt tokens, 800 decode tokens, arrivals over 17 s, at most
 // 8 requests a step, so the rate is 2 x 17 s over the work.
 func TestCapacityBound(t *testing.T) {
-	// PrefillMs(t)/t = 0.01t + 1 + 100/t: least at t = 100, 3 ms/token.
+	// Apart from attention, PrefillMs(t)/t = 1 + 100/t: least at the
+	// whole budget, 1.1 ms/token at 1000; beside decodes 1 ms/token.
 	// DecodeMs(u) = -10u^2 + 20u + 4: concave, least at u = 0, 4 ms.
 	base := timingmodel.Model{PrefillQuadratic: 0.01, PrefillPerToken: 1, PrefillPerBatch: 100,
 		DecodeQuadratic: -10, DecodeLinear: 20, DecodeBase: 4, DecodeMin: 1, MaxBatchedTokens: 1000}
@@ -24,6 +25,7 @@ func TestCapacityBound(t *testing.T) {
 		name             string
 		m                timingmodel.Model
 		uncached, decode int64
+		ownSquares       float64
 		span             time.Duration
 		chunk, batch     int
 		prefillMs        float64 // per token
@@ -31,42 +33,39 @@ func TestCapacityBound(t *testing.T) {
 		rate             float64
 	}{
 		// With decode tokens, a prompt token can ride in a decode step
-		// without the per-step constant: 0.01 + 1 ms at one token a step.
-		// 1000 x 1.01 ms + 800/8 x 4 ms = 1.41 s: 34/1.41.
+		// without the per-step constant: 1 ms, at any size (1 kept).
+		// 1000 x 1 ms + 800/8 x 4 ms = 1.4 s: 34/1.4.
 		{name: "prompt tokens beside decodes", m: base, uncached: 1000, decode: 800, span: 17 * time.Second,
-			chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 4, rate: 34 / 1.41},
-		// No decode tokens: prefill steps alone, 0.01t + 1 + 100/t least
-		// at t = 100, 3 ms/token; 3 s.
-		{name: "no decodes: the interior optimum", m: base, uncached: 1000, span: 17 * time.Second,
-			chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: 34 / 3.0},
-		// 50 tokens: 0.5 + 1 + 2 = 3.5 ms/token; 3.5 s.
-		{name: "no decodes: the step budget is below the optimum", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 50 }),
-			uncached: 1000, span: 17 * time.Second, chunk: 50, batch: 8, prefillMs: 3.5, stepMs: 4, rate: 34 / 3.5},
-		// 4 requests a decode step: 200 x 4 ms; 1.01 s of prompt.
+			chunk: 1, batch: 8, prefillMs: 1, stepMs: 4, rate: 34 / 1.4},
+		// Their attention, request by request: 0.01 x (600^2 + 400^2)
+		// = 5.2 s more.
+		{name: "attention of two prompts", m: base, uncached: 1000, decode: 800, ownSquares: 600*600 + 400*400, span: 17 * time.Second,
+			chunk: 1, batch: 8, prefillMs: 1, stepMs: 4, rate: 34 / 6.6},
+		// No decode tokens: prefill steps alone, 1 + 100/t least at the
+		// budget, 1.1 ms/token; 1.1 s.
+		{name: "no decodes: the whole budget", m: base, uncached: 1000, span: 17 * time.Second,
+			chunk: 1000, batch: 8, prefillMs: 1.1, stepMs: 4, rate: 34 / 1.1},
+		// 50 tokens: 1 + 2 = 3 ms/token; 3 s.
+		{name: "no decodes: a small step budget", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 50 }),
+			uncached: 1000, span: 17 * time.Second, chunk: 50, batch: 8, prefillMs: 3, stepMs: 4, rate: 34 / 3.0},
+		// 4 requests a decode step: 200 x 4 ms; 1 s of prompt.
 		{name: "the token budget caps the decode batch", m: with(func(m *timingmodel.Model) { m.MaxBatchedTokens = 4 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 4, prefillMs: 1.01, stepMs: 4, rate: 34 / 1.81},
-		// No quadratic term, no decodes: the whole budget, 1 + 0.1 ms/token.
-		{name: "no decodes: linear prefill takes the whole budget", m: with(func(m *timingmodel.Model) { m.PrefillQuadratic = 0 }),
-			uncached: 1000, span: 17 * time.Second, chunk: 1000, batch: 8, prefillMs: 1.1, stepMs: 4, rate: 34 / 1.1},
-		// No quadratic term beside decodes: 1 ms/token at any size, the
-		// first (1) kept.
-		{name: "linear prefill beside decodes", m: with(func(m *timingmodel.Model) { m.PrefillQuadratic = 0 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1, stepMs: 4, rate: 34 / 1.4},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 4, prefillMs: 1, stepMs: 4, rate: 34 / 1.8},
 		// 10u^2 - 10u + 5: least at u = 0.5, 2.5 ms; 100 steps 0.25 s.
 		{name: "convex decode: the vertex", m: with(func(m *timingmodel.Model) { m.DecodeQuadratic, m.DecodeLinear, m.DecodeBase = 10, -10, 5 }),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 2.5, rate: 34 / 1.26},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1, stepMs: 2.5, rate: 34 / 1.25},
 		{name: "the minimum step binds", m: with(func(m *timingmodel.Model) {
 			m.DecodeQuadratic, m.DecodeLinear, m.DecodeBase, m.DecodeMin = 10, -10, 5, 3
 		}),
-			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 3, rate: 34 / 1.31},
+			uncached: 1000, decode: 800, span: 17 * time.Second, chunk: 1, batch: 8, prefillMs: 1, stepMs: 3, rate: 34 / 1.3},
 		{name: "all at once: no rate", m: base, uncached: 1000, decode: 800,
-			chunk: 1, batch: 8, prefillMs: 1.01, stepMs: 4, rate: math.Inf(1)},
-		{name: "no work", m: base, span: 17 * time.Second, chunk: 100, batch: 8, prefillMs: 3, stepMs: 4, rate: math.Inf(1)},
+			chunk: 1, batch: 8, prefillMs: 1, stepMs: 4, rate: math.Inf(1)},
+		{name: "no work", m: base, span: 17 * time.Second, chunk: 1000, batch: 8, prefillMs: 1.1, stepMs: 4, rate: math.Inf(1)},
 	}
 	near := func(a, b float64) bool { return a == b || math.Abs(a-b) <= 1e-9*math.Abs(b) }
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := capacityBound(tt.m, 8, 2, 1000, traceWork{Uncached: tt.uncached, Decode: tt.decode}, tt.span)
+			c := capacityBound(tt.m, 8, 2, 1000, traceWork{Uncached: tt.uncached, Decode: tt.decode, OwnSquares: tt.ownSquares}, tt.span)
 			if c.PrefillChunk != tt.chunk || c.DecodeBatch != tt.batch || !near(c.PrefillMsPerToken, tt.prefillMs) ||
 				!near(c.DecodeMsPerStep, tt.stepMs) || !near(c.Rate, tt.rate) {
 				t.Fatalf("chunk %d, batch %d, %v ms/token, %v ms/step, rate %v; want %d, %d, %v, %v, %v",
@@ -99,17 +98,21 @@ func TestComputeBoundsCapacity(t *testing.T) {
 	if c.UncachedTokens != 1024+512+16 || c.DecodeTokens != 256 || c.Span != 20*time.Second || c.Workers != 4 {
 		t.Fatalf("uncached %d, decode %d, span %v, workers %d; want 1552, 256, 20s, 4", c.UncachedTokens, c.DecodeTokens, c.Span, c.Workers)
 	}
-	// Prefill: alone, sqrt(16.50142 / 4.209989e-7) = 6260.66 tokens a
-	// step at 0.0204549 ms each; beside decodes, one token a step at
-	// 4.209989e-7 + 1.518344e-2 = 0.015183861 ms, the cheaper. Decode:
+	// Prefill: alone, 1.518344e-2 + 16.50142/8192 ms a token in whole
+	// budgets; beside decodes 1.518344e-2 ms at any size (one token a
+	// step kept), the cheaper; and the attention of the misses, request
+	// by request: 4.209989e-7 x (1024^2 + 512^2 + 16^2). Decode:
 	// -25.74u^2 + 54.01u + 5.74 is least at u = 0, 5.74 ms, for a batch
-	// of 256: one step. 80 engine-s over 1552 x 0.015183861 + 5.74 =
-	// 29.305 ms of work.
-	if c.PrefillChunk != 1 || math.Abs(c.PrefillMsPerToken-0.015183861) > 1e-9 || c.DecodeMsPerStep != 5.74 || c.DecodeBatch != 256 {
+	// of 256: one step. 80 engine-s over that work.
+	if c.PrefillChunk != 1 || math.Abs(c.PrefillMsPerToken-0.01518344) > 1e-12 || c.DecodeMsPerStep != 5.74 || c.DecodeBatch != 256 {
 		t.Fatalf("chunk %d at %v ms/token, decode %v ms x %d", c.PrefillChunk, c.PrefillMsPerToken, c.DecodeMsPerStep, c.DecodeBatch)
 	}
-	if math.Abs(c.Rate-2729.8768) > 1e-3 {
-		t.Fatalf("capacity bound x%v, want x2729.8768", c.Rate)
+	attention := 4.209989e-7 * (1024*1024 + 512*512 + 16*16)
+	if got := float64(c.AttentionWork) / float64(time.Millisecond); math.Abs(got-attention) > 1e-6 {
+		t.Fatalf("attention %v ms, want %v", got, attention)
+	}
+	if want := 80e3 / (1552*0.01518344 + attention + 5.74); math.Abs(c.Rate-want) > 1e-3 {
+		t.Fatalf("capacity bound x%v, want x%v", c.Rate, want)
 	}
 	// Out of order, a trace has the same bounds: "earlier" is earlier in
 	// arrival. A long prompt at 0 s and a request at 10 s that repeats its
@@ -325,6 +328,12 @@ func TestSplitCapacity(t *testing.T) {
 		{"no prefill pool", c, 0, 8, 0, 40, 1},
 		{"no decode pool", c, 8, 0, 0, 0, 0},
 		{"no span", Capacity{UncachedTokens: 1000, DecodeWork: time.Second}, 4, 4, inf, inf, 0},
+		// 5 s of attention more on the prefill pool (25 s: x20): the
+		// share f evens 5 x 100 / (25 - 20 f) and 3 x 100 / (10 f + 10)
+		// at f = 25/110, x220/9; the attention stays remote.
+		{"attention", withAttention(c, 5*time.Second), 5, 3, 20, 220.0 / 9, 25.0 / 110},
+		// No prefill pool: the attention too on the decode pool.
+		{"attention, no prefill pool", withAttention(c, 5*time.Second), 0, 8, 0, 32, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := tt.c.Split(m, tt.prefill, tt.decode)
@@ -337,6 +346,12 @@ func TestSplitCapacity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withAttention is c with attention work a, in its prefill work too.
+func withAttention(c Capacity, a time.Duration) Capacity {
+	c.AttentionWork, c.PrefillWork = a, c.PrefillWork+a
+	return c
 }
 
 // TestSplitCapacityBelowAggregated checks, on generated traces, that no

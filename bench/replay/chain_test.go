@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
 func TestChainFloor(t *testing.T) {
@@ -36,11 +38,13 @@ func TestChainFloor(t *testing.T) {
 			want:  []time.Duration{cold(turn(0, 1, 2, 3, 4)), prefillTime(512, ec)},
 		},
 		{
-			// At once: the second waits for the first's 128 blocks (at the
-			// cheapest rate, at best) or computes all 2560 tokens itself.
-			name:  "a turn at the same time waits for the one before",
-			trace: []Request{turn(0, 1, 2, 3, 4), turn(0, 1, 2, 3, 4, 5)},
-			want:  []time.Duration{cold(turn(0, 1, 2, 3, 4)), min(128*perBlock+prefillTime(512, ec), cold(turn(0, 1, 2, 3, 4, 5)))},
+			// A nanosecond later: the second waits for the first's i
+			// blocks (at the cheapest rate, at best: i x perBlock from the
+			// first's arrival) and computes the rest of its 2560 tokens,
+			// for the best i of 0..128.
+			name:  "a turn right after the one before waits for it",
+			trace: []Request{turn(0, 1, 2, 3, 4), turn(1, 1, 2, 3, 4, 5)},
+			want:  []time.Duration{cold(turn(0, 1, 2, 3, 4)), bestWait(128, ec.BlockSize, 2560, perBlock, ec) - 1},
 		},
 	}
 	for _, tt := range tests {
@@ -80,4 +84,14 @@ func TestChainFloor(t *testing.T) {
 	if chain[1] <= floor[1] {
 		t.Fatalf("chain floor p90 %v, cached floor %v: want the wait for each turn's predecessor to show", chain[1], floor[1])
 	}
+}
+
+// bestWait is the least over i = 0..blocks of waiting i x perBlock for i
+// blocks of bs tokens and then prefilling the rest of n tokens cold.
+func bestWait(blocks, bs, n int, perBlock time.Duration, ec simengine.Config) time.Duration {
+	best := prefillTime(n, ec)
+	for i := 1; i <= blocks; i++ {
+		best = min(best, time.Duration(i)*perBlock+prefillTime(n-i*bs, ec))
+	}
+	return best
 }

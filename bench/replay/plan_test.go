@@ -61,7 +61,8 @@ func TestPlanReproducesRun(t *testing.T) {
 // TestPlanEngineByHand checks one engine's plan replay against times the
 // engine's own model gives: two requests with the same 1024-token prompt,
 // the second arriving while the first's prefill step runs, waits for it
-// and then finds every block but the last cached.
+// and then finds every block but the last cached, which it computes after
+// them.
 func TestPlanEngineByHand(t *testing.T) {
 	cfg := smallConfig()
 	cfg.RateScale = 1
@@ -80,7 +81,7 @@ func TestPlanEngineByHand(t *testing.T) {
 	}
 	// The second computes its last block only: a prompt's last token is
 	// always computed.
-	if want := []time.Duration{first, first - first/2 + simengine.PrefillTime(bs, 1)}; r.TTFT[0] != want[0] || r.TTFT[1] != want[1] {
+	if want := []time.Duration{first, first - first/2 + simengine.PrefillAfter(1024-bs, bs, 1)}; r.TTFT[0] != want[0] || r.TTFT[1] != want[1] {
 		t.Fatalf("TTFT %v, want %v", r.TTFT, want)
 	}
 	if blocks := uint64(1024 / bs); r.Hit != blocks-1 || r.Queried != 2*blocks {
@@ -150,8 +151,8 @@ func TestRolloutLooksAhead(t *testing.T) {
 			if !slices.Equal(p.TTFT, r.TTFT) {
 				t.Fatalf("rollout's TTFTs %v, its plan's replay %v", r.TTFT, p.TTFT)
 			}
-			if short := simengine.PrefillTime(512, 1); tt.want[1] == 1 && r.TTFT[2] != short {
-				t.Errorf("short request's TTFT %v, want its 512 new tokens' prefill %v", r.TTFT[2], short)
+			if short := simengine.PrefillAfter(1024, 512, 1); tt.want[1] == 1 && r.TTFT[2] != short {
+				t.Errorf("short request's TTFT %v, want its 512 new tokens' prefill after its cached 1024 %v", r.TTFT[2], short)
 			}
 		})
 	}

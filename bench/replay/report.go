@@ -214,8 +214,8 @@ func writeCapacity(w io.Writer, r *Report) error {
 		held = fmt.Sprintf(" + %.2f ms per unit of KV usage x %d block-steps held privately while decoding / %d blocks = %.1f s",
 			c.DecodeMsPerUsage, c.HeldBlockSteps, c.KVBlocks, c.HeldWork.Seconds())
 	}
-	fmt.Fprintf(w, "capacity bound: x%s (no router can sustain more): at x1 each engine is %.1f%% busy at best: prefill of the %d prompt tokens an infinite cache misses at %.4f ms/token (%d-token steps) = %.1f s, decode of %d tokens in steps of %d at %.2f ms%s, %.1f s in all, over %d engines x %.1f s of arrivals\n",
-		fmtRate(c.Rate), 100*c.Busy(1), c.UncachedTokens, c.PrefillMsPerToken, c.PrefillChunk, c.PrefillWork.Seconds(),
+	fmt.Fprintf(w, "capacity bound: x%s (no router can sustain more): at x1 each engine is %.1f%% busy at best: prefill of the %d prompt tokens an infinite cache misses at %.4f ms/token (%d-token steps) and their attention (%.1f s, each request's misses squared) = %.1f s, decode of %d tokens in steps of %d at %.2f ms%s, %.1f s in all, over %d engines x %.1f s of arrivals\n",
+		fmtRate(c.Rate), 100*c.Busy(1), c.UncachedTokens, c.PrefillMsPerToken, c.PrefillChunk, c.AttentionWork.Seconds(), c.PrefillWork.Seconds(),
 		c.DecodeTokens, c.DecodeBatch, c.DecodeMsPerStep, held, c.DecodeWork.Seconds(), c.Workers, c.Span.Seconds())
 	fmt.Fprint(w, "goodput as a share of the capacity bound:")
 	for _, m := range r.Modes() {
@@ -260,7 +260,7 @@ func writeSplitCapacity(w io.Writer, r *Report) {
 	c, m := r.Bounds.Capacity, r.Config.Engine.Timing()
 	p, d := r.Config.split()
 	s := c.Split(m, p, d)
-	fmt.Fprintf(w, "split capacity bound at %d+%d: x%s with every prompt on the prefill pool (prefill pool x%s: %d tokens at %.4f ms/token in %d-token prefill-only steps = %.1f s over %d engines; decode pool x%s: %.1f s of decode over %d engines), x%s with %.0f%% of the prompt tokens prefilled on the decode pool at %.4f ms/token\n",
+	fmt.Fprintf(w, "split capacity bound at %d+%d: x%s with every prompt on the prefill pool (prefill pool x%s: %d tokens at %.4f ms/token in %d-token prefill-only steps and their attention = %.1f s over %d engines; decode pool x%s: %.1f s of decode over %d engines), x%s with %.0f%% of the prompt tokens prefilled on the decode pool at %.4f ms/token\n",
 		p, d, fmtRate(s.Always), fmtRate(float64(p)*c.Span.Seconds()/s.PrefillWork.Seconds()), c.UncachedTokens, s.PrefillMsPerToken, s.PrefillChunk,
 		s.PrefillWork.Seconds(), p, fmtRate(float64(d)*c.Span.Seconds()/c.DecodeWork.Seconds()), c.DecodeWork.Seconds(), d,
 		fmtRate(s.Auto), 100*s.LocalShare, c.PrefillMsPerToken)

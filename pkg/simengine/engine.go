@@ -37,8 +37,12 @@
 // DecodeTime at the fraction of KV blocks in use, plus the time its prompt
 // tokens add beside the decodes (their prefill without its per-step
 // constant, which the decode step pays: timingmodel.Model.StepMs); divided
-// by SpeedupRatio. Every decoding request's next token waits for the whole
-// step, prompt chunk included.
+// by SpeedupRatio. The prefill's quadratic term is attention, charged per
+// chunk on its own sequence's context (timingmodel.Attention: a chunk
+// after a cached prefix or after earlier chunks of its prompt attends to
+// them, chunks of different prompts do not attend to one another); for
+// one uncached prompt in one step it is PrefillTime's. Every decoding
+// request's next token waits for the whole step, prompt chunk included.
 //
 // # Output
 //
@@ -56,6 +60,7 @@ import (
 
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // Errors returned by Engine methods.
@@ -573,6 +578,9 @@ func (e *Engine) Step() StepResult {
 	}
 	budget := e.cfg.MaxNumBatchedTokens
 	var prefill, decode int
+	// attn is the step's attention term: each prompt chunk's tokens
+	// attend to its own sequence's tokens before them (Timing).
+	var attn float64
 
 	// Running requests first, in admission order; victims of preemption
 	// come from the end, which has not been scheduled yet.
@@ -594,6 +602,7 @@ func (e *Engine) Step() StepResult {
 			decode++
 		} else {
 			prefill += n
+			attn += timingmodel.Attention(r.computed, n)
 		}
 	}
 
@@ -632,6 +641,7 @@ func (e *Engine) Step() StepResult {
 		r.scheduled = n
 		budget -= n
 		prefill += n
+		attn += timingmodel.Attention(r.computed, n)
 	}
 
 	// Run the batch: KV computed, full blocks cached, tokens generated.
@@ -687,7 +697,7 @@ func (e *Engine) Step() StepResult {
 	clear(e.running[len(kept):])
 	e.running = kept
 
-	res.Duration += StepTime(prefill, decode > 0, usage, e.cfg.SpeedupRatio)
+	res.Duration += stepTime(prefill, attn, decode > 0, usage, e.cfg.SpeedupRatio)
 	if loads > 0 {
 		res.Duration += scale(float64(loads)*e.cfg.LoraLoadMs, e.cfg.SpeedupRatio)
 		res.LoraLoads = loads

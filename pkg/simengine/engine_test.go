@@ -767,3 +767,61 @@ func TestScript(t *testing.T) {
 		})
 	}
 }
+
+// TestStepChargesAttentionPerSequence: a step's quadratic term is each
+// prompt chunk's attention over its own sequence's tokens before it. A
+// prompt in chunks pays its whole length squared over its steps (a later
+// chunk attends to the earlier ones), prompts in one step pay each their
+// own square, and a prompt after a cached prefix attends to the prefix.
+func TestStepChargesAttentionPerSequence(t *testing.T) {
+	m := timingmodel.Default()
+	ms := func(tokens, attn float64) time.Duration {
+		return timingmodel.Duration(m.StepAttentionMs(tokens, attn, false, 0))
+	}
+	for _, tt := range []struct {
+		name   string
+		budget int
+		// first is computed (and its one token made) before the others
+		// are added, to leave its blocks cached.
+		first  []uint32
+		others [][]uint32
+		// steps are the steps the others take, each of its prompt
+		// tokens and its attention term.
+		steps [][2]float64
+	}{
+		{"one prompt in one step", 2048, nil, [][]uint32{prompt(1, 1000)},
+			[][2]float64{{1000, 1000 * 1000}}},
+		{"one prompt in two chunks", 600, nil, [][]uint32{prompt(1, 1000)},
+			[][2]float64{{600, 600 * 600}, {400, 1000*1000 - 600*600}}},
+		{"two prompts in one step", 2048, nil, [][]uint32{prompt(1, 500), prompt(5000, 700)},
+			[][2]float64{{1200, 500*500 + 700*700}}},
+		// The second shares the first's 800 tokens (200 blocks of 4) and
+		// computes its last 200 after them.
+		{"a prompt after a cached prefix", 2048, prompt(1, 800), [][]uint32{prompt(1, 1000)},
+			[][2]float64{{200, 1000*1000 - 800*800}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, func(c *Config) { c.SpeedupRatio, c.NumGPUBlocks, c.MaxNumBatchedTokens = 1, 1024, tt.budget })
+			if tt.first != nil {
+				if err := e.Add(Request{ID: "first", Prompt: tt.first, MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+				drain(t, e, 10)
+			}
+			for i, p := range tt.others {
+				if err := e.Add(Request{ID: fmt.Sprint(i), Prompt: p, MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := drain(t, e, 10)
+			if len(d.steps) != len(tt.steps) {
+				t.Fatalf("%d steps, want %d", len(d.steps), len(tt.steps))
+			}
+			for i, s := range d.steps {
+				if want := ms(tt.steps[i][0], tt.steps[i][1]); s.Duration != want || s.PrefillTokens != int(tt.steps[i][0]) {
+					t.Errorf("step %d: %v for %d prompt tokens, want %v for %v", i, s.Duration, s.PrefillTokens, want, tt.steps[i][0])
+				}
+			}
+		})
+	}
+}

@@ -154,8 +154,10 @@ func TestHostTierReload(t *testing.T) {
 	if len(withHost.steps) < 2 || withHost.steps[0].Duration != load || len(withHost.steps[0].Outputs) != 0 || withHost.steps[0].PrefillTokens != 0 {
 		t.Fatalf("first step %+v, want a wait of the load of %d tokens, %v, computing nothing", withHost.steps[0], loaded*4, load)
 	}
-	if got, want := withHost.steps[1].Duration, PrefillTime(4, 1); got != want || withHost.steps[1].PrefillTokens != 4 {
-		t.Fatalf("second step took %v for %d tokens, want the last block's prefill, %v", got, withHost.steps[1].PrefillTokens, want)
+	// The last block's 4 tokens attend to the 124 loaded before them.
+	lastBlock := timingmodel.Default().StepAttentionMs(4, timingmodel.Attention(124, 4), false, 0)
+	if got, want := withHost.steps[1].Duration, timingmodel.Duration(lastBlock); got != want || withHost.steps[1].PrefillTokens != 4 {
+		t.Fatalf("second step took %v for %d tokens, want the last block's prefill after its prefix, %v", got, withHost.steps[1].PrefillTokens, want)
 	}
 	if got, full := load+withHost.steps[1].Duration, without.steps[0].Duration; !(got < full) {
 		t.Fatalf("reload %v not shorter than recomputing, %v", got, full)

@@ -18,6 +18,19 @@ func PrefillTime(tokens int, speedup float64) time.Duration {
 	return scale(timingmodel.Default().PrefillMs(float64(tokens)), speedup)
 }
 
+// PrefillAfter returns how long prefilling tokens new prompt tokens takes
+// in one batch alone when they follow prefix tokens of their sequence
+// already in the KV cache (a cached prefix, or the prompt's earlier
+// chunks): PrefillTime with the quadratic term the tokens' attention over
+// the prefix and one another (timingmodel.Attention). PrefillAfter(0, t,
+// s) is PrefillTime(t, s).
+func PrefillAfter(prefix, tokens int, speedup float64) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	return stepTime(tokens, timingmodel.Attention(prefix, tokens), false, 0, speedup)
+}
+
 // DecodeTime returns how long one decode step takes with a fraction usage
 // (0..1) of the KV blocks in use: max(1, -25.74*u^2 + 54.01*u + 5.74) ms,
 // divided by the speed-up ratio; zero for a speed-up of 0 (no delay).
@@ -61,4 +74,16 @@ func scale(ms, speedup float64) time.Duration {
 		return 0
 	}
 	return timingmodel.Duration(ms / speedup)
+}
+
+// stepTime is how long a step takes that computes prefill new prompt
+// tokens whose chunks put attn in the quadratic term (the sum of
+// timingmodel.Attention over them) and, when decoding, one token for each
+// decoding request at KV usage usage: the default fit's StepAttentionMs,
+// divided by the speed-up ratio; zero for a speed-up of 0.
+func stepTime(prefill int, attn float64, decoding bool, usage, speedup float64) time.Duration {
+	if prefill <= 0 && !decoding {
+		return 0
+	}
+	return scale(timingmodel.Default().StepAttentionMs(float64(max(prefill, 0)), attn, decoding, usage), speedup)
 }

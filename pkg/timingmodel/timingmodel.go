@@ -24,6 +24,17 @@
 // computing the last token of a prompt whose KV arrived from a prefill
 // worker (vLLM's disaggregated decode recomputes only that) adds a few
 // tokens' compute to its step, not a whole prefill's constant.
+//
+// The quadratic term is attention, and attention is per sequence: a chunk
+// of n prompt tokens after a tokens of its own sequence costs
+// PrefillQuadratic x ((a+n)^2 - a^2) (Attention), which is the fit's t^2
+// for one uncached prompt in one step. An engine charges each step that
+// way (StepAttentionMs): a long prompt's later chunks, and a prompt after
+// a long cached prefix, cost more than their tokens alone; prompts
+// batched together less than their sum squared. The router's predictions
+// (Steps) charge the square of the tokens of each step, as one sequence:
+// exact for a prompt computed alone in one step, which is the request's
+// own prefill on an idle worker.
 package timingmodel
 
 import (
@@ -35,7 +46,9 @@ import (
 
 // Model holds the coefficients, in milliseconds.
 type Model struct {
-	// Prefill(t) = PrefillQuadratic*t^2 + PrefillPerToken*t + PrefillPerBatch.
+	// Prefill(t) = PrefillQuadratic*t^2 + PrefillPerToken*t + PrefillPerBatch
+	// for one uncached prompt of t tokens (see Attention for the
+	// quadratic term of chunks with a context).
 	PrefillQuadratic, PrefillPerToken, PrefillPerBatch float64
 	// Decode(u) = max(DecodeMin, DecodeQuadratic*u^2 + DecodeLinear*u + DecodeBase).
 	DecodeQuadratic, DecodeLinear, DecodeBase, DecodeMin float64
@@ -166,6 +179,38 @@ func (m Model) StepMs(t float64, decoding bool, u float64) float64 {
 		return m.PrefillMs(t)
 	}
 	return m.DecodeMs(u) + m.PiggybackMs(t)
+}
+
+// Attention is what a prompt chunk of n tokens, computed after the first
+// a tokens of the same sequence (its cached prefix and earlier chunks),
+// puts in the quadratic term: (a+n)^2 - a^2. The term is attention: each
+// new token attends to every token before it in its own sequence, so a
+// chunk's cost grows with the context it follows, and prompts sharing a
+// step do not attend to one another. One uncached prompt computed in one
+// step puts t^2 there, the fit's own case (a prompt's prefill on an idle
+// engine); a prompt in chunks puts the same total, whatever the chunks.
+func Attention(a, n int) float64 {
+	x, y := float64(max(a, 0)), float64(max(n, 0))
+	return y * (2*x + y)
+}
+
+// StepAttentionMs is StepMs of a step whose t new prompt tokens put attn
+// in the quadratic term (the sum of Attention over the step's chunks) in
+// place of t^2: how an engine's step costs when it batches prompts of
+// their own contexts. With one chunk of an uncached prompt, attn = t^2
+// and it is StepMs.
+func (m Model) StepAttentionMs(t, attn float64, decoding bool, u float64) float64 {
+	if t <= 0 {
+		if decoding {
+			return m.DecodeMs(u)
+		}
+		return 0
+	}
+	ms := m.PrefillQuadratic*attn + m.PrefillPerToken*t
+	if decoding {
+		return m.DecodeMs(u) + ms
+	}
+	return ms + m.PrefillPerBatch
 }
 
 // DecodeMs is the decode time of a step at KV usage u (clamped to 0..1),

@@ -195,3 +195,49 @@ func TestStepMs(t *testing.T) {
 		t.Fatalf("TTFTMs = %v, StepMs = %v", got, want)
 	}
 }
+
+// TestAttention: a chunk's attention term, and a step's cost with it.
+func TestAttention(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		a, n int
+		want float64
+	}{
+		{"no context", 0, 1000, 1e6},
+		{"after a prefix", 800, 200, 1000*1000 - 800*800},
+		{"one token after a long context", 7000, 1, 7001*7001 - 7000*7000},
+		{"nothing computed", 500, 0, 0},
+		{"negative parts count as none", -5, -3, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Attention(tt.a, tt.n); got != tt.want {
+				t.Fatalf("Attention(%d, %d) = %v, want %v", tt.a, tt.n, got, tt.want)
+			}
+		})
+	}
+	// Chunks of a prompt add up to its whole square, however it is cut.
+	if got := Attention(0, 300) + Attention(300, 500) + Attention(800, 4200); got != 5000*5000 {
+		t.Fatalf("three chunks of 5000 tokens: %v, want %v", got, 5000*5000)
+	}
+	m := Default()
+	for _, tt := range []struct {
+		name     string
+		tokens   float64
+		attn     float64
+		decoding bool
+		u, want  float64
+	}{
+		// One uncached prompt alone: StepMs's own case.
+		{"a prompt alone", 1000, 1e6, false, 0, m.StepMs(1000, false, 0)},
+		{"a prompt beside decodes", 1000, 1e6, true, 0.5, m.StepMs(1000, true, 0.5)},
+		{"two prompts of 500", 1000, 2 * 500 * 500, false, 0, m.PrefillPerBatch + 1000*m.PrefillPerToken + 5e5*m.PrefillQuadratic},
+		{"decodes alone", 0, 0, true, 0.5, m.DecodeMs(0.5)},
+		{"an empty step", 0, 0, false, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := m.StepAttentionMs(tt.tokens, tt.attn, tt.decoding, tt.u); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("StepAttentionMs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
