@@ -440,6 +440,11 @@ type candidate struct {
 	rank uint32
 	// timing is its entry of Core.timing (read under Core.mu).
 	timing *timingmodel.Model
+	// lora is its adapter state (read under adapters.mu) and loraSlots
+	// its cards' adapter slots, for a target with an adapter: a decision
+	// prices every candidate's adapter without a lookup.
+	lora      *adapterWorker
+	loraSlots int
 }
 
 // timingLocked is an instance's timing model entry, made at Default.
@@ -566,6 +571,9 @@ func (c *Core) resolveLocked(t *routerv1.Target, key targetKey) (*targetCands, e
 	for i := range out {
 		out[i].timing = c.timingLocked(out[i].in.InstanceId)
 		ids[i] = index.WorkerID{Instance: out[i].in.InstanceId, DPRank: out[i].rank}
+	}
+	if key.lora != "" {
+		c.loras.candidatesLocked(out, ids)
 	}
 	if blockSize == 0 {
 		blockSize = kvhash.DefaultBlockSize
@@ -860,21 +868,16 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	if q.lora != "" && !c.adapterBlind {
 		// A worker without the adapter loaded loads it first, once one
 		// of its slots is free.
-		a := c.loras
-		a.mu.Lock()
+		c.loras.mu.Lock()
 		for i := range d.scored {
 			s := &d.scored[i]
-			st, slots := a.workers[s.Worker], 0
-			if st != nil && len(st.running) > 0 {
-				slots = a.slots[s.Worker.Instance]
-			}
-			load, wait := st.price(q.lora, slots, now)
+			load, wait := cands[i].lora.price(q.lora, cands[i].loraSlots, now)
 			if load {
 				s.AdapterMs = s.Timing.LoraLoadMs
 			}
 			s.SlotWaitMs = wait
 		}
-		a.mu.Unlock()
+		c.loras.mu.Unlock()
 	}
 	timingVer := c.timingVer // of the models just copied
 	// Each worker is expected its share of the requests to come, and the

@@ -162,6 +162,20 @@ func (a *adapters) workerLocked(w index.WorkerID) *adapterWorker {
 	return st
 }
 
+// candidatesLocked gives a target's candidates (ids their workers) their
+// adapter state, made for those without one, and their slots. Under
+// Core.mu, as the state of an instance is forgotten only once it is no
+// candidate (removeInstance comes after the registry change that drops it
+// from every target).
+func (a *adapters) candidatesLocked(cands []candidate, ids []index.WorkerID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range cands {
+		cands[i].lora = a.workerLocked(ids[i])
+		cands[i].loraSlots = a.slots[ids[i].Instance]
+	}
+}
+
 // report keeps a worker's reported adapters and how long its requests
 // run (see adapterWorker.runMs).
 func (a *adapters) report(w index.WorkerID, names []string, runMs float64) {
@@ -194,8 +208,11 @@ func (st *adapterWorker) price(name string, slots int, now time.Time) (load bool
 		return true, 0
 	}
 	loaded := slices.Contains(st.loaded, name)
-	_, running := st.running[name]
 	n := len(st.running)
+	if n == 0 {
+		return !loaded, 0
+	}
+	_, running := st.running[name]
 	if slots <= 0 || n < slots || (running && n == slots) {
 		// A slot for every adapter routed there, this one included.
 		return !loaded && !running, 0
