@@ -23,8 +23,8 @@ import (
 )
 
 // pdStack is a stack whose router pairs every request of the model
-// (--disaggregation always) over prefill and decode mockers that serve
-// /metrics.
+// (--disaggregation always, unless stackOpts.configureRouter says
+// otherwise) over prefill and decode mockers that serve /metrics.
 type pdStack struct {
 	*stack
 	speedup float64
@@ -42,7 +42,9 @@ func startPD(t *testing.T, prefill, decode int, speedup float64, o stackOpts, ar
 	if o.migrationLimit == 0 {
 		o.migrationLimit = 3
 	}
-	o.configureRouter = func(c *router.Config) { c.Core.Disaggregation = core.DisaggAlways }
+	if o.configureRouter == nil {
+		o.configureRouter = func(c *router.Config) { c.Core.Disaggregation = core.DisaggAlways }
+	}
 	s := &pdStack{stack: startStack(t, o), speedup: speedup, args: args}
 	for range prefill {
 		s.add("prefill")
@@ -321,5 +323,82 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 	if w, p := r.header.Get(frontend.HeaderWorker), r.header.Get(frontend.HeaderPrefillWorker); w != hexID(decode.w.InstanceID()) || p != "" || r.completion != maxTokens {
 		t.Errorf("a whole request: worker %q, prefill worker %q, %d tokens; want the decode worker alone, %d tokens", w, p, r.completion, maxTokens)
+	}
+}
+
+// TestDisaggAutoConcurrentLongPrompts: with --disaggregation auto, long
+// prompts sent together while both decode workers have requests decoding
+// are prefilled on the prefill workers, at least in part (a local prefill
+// would stall the decodes there, and queue behind the other prompts);
+// every one is answered whole, by a decode worker, named in its headers.
+func TestDisaggAutoConcurrentLongPrompts(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	s := startPD(t, 2, 2, 20, stackOpts{configureRouter: func(c *router.Config) { c.Core.Disaggregation = core.DisaggAuto }})
+	decoders := map[string]bool{}
+	for _, m := range s.decode {
+		decoders[hexID(m.w.InstanceID())] = true
+	}
+	// Two long answers to short prompts, one per decode worker at best:
+	// the long prompts then find requests decoding.
+	var wg sync.WaitGroup
+	started := make(chan struct{}, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			once := false
+			if _, err := s.chat(ctx, "", fmt.Sprintf("Tell a long story, part %d.", i), 3000, true, func(*chatResult) {
+				if !once {
+					once = true
+					started <- struct{}{}
+				}
+			}); err != nil {
+				t.Errorf("background request %d: %v", i, err)
+			}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the background requests never started decoding")
+		}
+	}
+	const prompts = 6
+	results := make([]*chatResult, prompts)
+	errs := make([]error, prompts)
+	for i := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// About 3,000 tokens, none shared with another prompt.
+			var b strings.Builder
+			for w := range 450 {
+				fmt.Fprintf(&b, "w%dx%d ", i, w)
+			}
+			results[i], errs[i] = s.chat(ctx, "", b.String(), 4, false, nil)
+		}()
+	}
+	wg.Wait()
+	remote := 0
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatalf("long prompt %d: %v", i, errs[i])
+		}
+		if !decoders[r.header.Get(frontend.HeaderWorker)] || r.completion != 4 || r.prompt < 2500 {
+			t.Errorf("long prompt %d: worker %q, %d prompt and %d completion tokens; want a decode worker, >= 2500 and 4", i,
+				r.header.Get(frontend.HeaderWorker), r.prompt, r.completion)
+		}
+		if r.header.Get(frontend.HeaderPrefillWorker) != "" {
+			remote++
+		}
+	}
+	t.Logf("%d of %d long prompts prefilled remotely", remote, prompts)
+	if remote == 0 {
+		t.Errorf("no long prompt prefilled on a prefill worker while decodes ran on both decode workers")
+	}
+	if n := s.metric("switchyard_frontend_disagg_requests_total", ""); int(n) < remote {
+		t.Errorf("two-leg attempts %v, below the %d remote answers", n, remote)
 	}
 }
