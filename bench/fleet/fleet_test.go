@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard-llm/switchyard/bench/fleet"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
 // TestMain checks that no test leaves a goroutine behind.
@@ -45,7 +46,7 @@ func TestFleetLosesNothing(t *testing.T) {
 	if !testing.Short() {
 		n = 100
 	}
-	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LeaseTTL: 10 * time.Second,
+	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LoadHeartbeat: worker.DefaultLoadHeartbeat, LeaseTTL: 10 * time.Second,
 		Settle: 0, Window: time.Second, Probes: 2, Routes: 10, TTFTs: 10, CheckEach: true, Exe: buildBench(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -31,6 +31,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
 // Config says what the bench runs.
@@ -42,7 +43,10 @@ type Config struct {
 	// KVRate, LoadInterval and LeaseTTL are every worker's (see SimConfig).
 	KVRate       float64
 	LoadInterval time.Duration
-	LeaseTTL     time.Duration
+	// LoadHeartbeat is every worker's (see SimConfig); 0 is none (every
+	// interval publishes).
+	LoadHeartbeat time.Duration
+	LeaseTTL      time.Duration
 	// Settle is the wait after the fleet is up, before Window, the steady
 	// state in which CPU, memory and rates are measured.
 	Settle, Window time.Duration
@@ -83,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "concurrency", 16, "workers started or stopped at once")
 	fs.Float64Var(&c.KVRate, "kv-rate", 5, "KV event batches per second per worker")
 	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "load report interval per worker (0: none)")
+	fs.DurationVar(&c.LoadHeartbeat, "load-heartbeat", worker.DefaultLoadHeartbeat, "a worker's load report unchanged since the last one published waits until this long after it, as the Go SDK's (0: every interval publishes)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "lease TTL of every worker")
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
 	fs.DurationVar(&c.Window, "window", 20*time.Second, "steady-state window for CPU, memory and rates")
@@ -189,7 +194,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		return nil, err
 	}
 	fleet, err := NewFleet(plane.Registry, plane.Eventbus, SimConfig{Namespace: namespace, Component: component, Model: qwen3.ModelName,
-		Artifacts: artifacts, KVRate: cfg.KVRate, LoadInterval: cfg.LoadInterval, LeaseTTL: cfg.LeaseTTL, Log: log})
+		Artifacts: artifacts, KVRate: cfg.KVRate, LoadInterval: cfg.LoadInterval, LoadHeartbeat: cfg.LoadHeartbeat, LeaseTTL: cfg.LeaseTTL, Log: log})
 	if err != nil {
 		return nil, err
 	}

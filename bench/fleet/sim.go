@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
 // The simulated workers of the bench do on the control plane what a worker
@@ -50,6 +51,10 @@ type SimConfig struct {
 	KVRate float64
 	// LoadInterval is how often a worker publishes its load (0: never).
 	LoadInterval time.Duration
+	// LoadHeartbeat is how long a worker whose load report did not change
+	// waits before it publishes it again, as the SDK's
+	// (worker.Config.LoadHeartbeat; 0: every interval publishes).
+	LoadHeartbeat time.Duration
 	// LeaseTTL is each worker's lease TTL (0: the registry's default).
 	LeaseTTL time.Duration
 	// Window is how many rolling blocks a worker keeps before it removes
@@ -444,16 +449,22 @@ func (s *Sim) publishLoad() {
 	defer pub.Close()
 	t := time.NewTicker(s.f.cfg.LoadInterval)
 	defer t.Stop()
+	var same worker.LoadSampler
 	for {
+		var now time.Time
 		select {
 		case <-s.stopLoad:
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
 		s.kvMu.Lock()
 		used, id := uint64(len(s.rolling)), s.inst.InstanceId
 		s.kvMu.Unlock()
 		m := &workerv1.LoadMetrics{InstanceId: id, KvBlocksTotal: 4096, KvBlocksUsed: used, Timestamp: timestamppb.Now()}
+		// As the SDK: the heartbeat is reached at the tick nearest to it.
+		if hb := s.f.cfg.LoadHeartbeat; hb > 0 && !same.Due(now, hb-s.f.cfg.LoadInterval/2, []*workerv1.LoadMetrics{m}) {
+			continue
+		}
 		ev, err := eventbusclient.NewEvent(wire.LoadSubject(s.f.cfg.Namespace, s.f.cfg.Component), m)
 		if err != nil {
 			s.f.LoadFailed.Add(1)
@@ -468,6 +479,7 @@ func (s *Sim) publishLoad() {
 			s.f.LoadFailed.Add(1)
 		} else {
 			s.f.LoadSent.Add(1)
+			same.Published(now)
 		}
 		cancel()
 	}

@@ -124,6 +124,13 @@ type Config struct {
 	DrainTimeout time.Duration
 	// LoadInterval is how often load is published; 0 is 1 s.
 	LoadInterval time.Duration
+	// LoadHeartbeat is the longest the worker goes without publishing its
+	// load: at a LoadInterval tick whose reports equal the last ones
+	// published (all of them, counters included, but for their
+	// timestamps) nothing is published until then. 0 is
+	// DefaultLoadHeartbeat; below LoadInterval (a negative value too),
+	// every tick publishes.
+	LoadHeartbeat time.Duration
 	// Metadata is added to the registered instance.
 	Metadata map[string]string
 	// KVEventsMode is the KV event plane (--kv-events-mode): jetstream
@@ -263,6 +270,9 @@ func (c *Config) defaults() {
 	}
 	if c.LoadInterval == 0 {
 		c.LoadInterval = time.Second
+	}
+	if c.LoadHeartbeat == 0 {
+		c.LoadHeartbeat = DefaultLoadHeartbeat
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -911,11 +921,13 @@ func (w *Worker) publishLoad() {
 	subject := wire.LoadSubject(w.cfg.Namespace, w.cfg.Component)
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
+	var same LoadSampler
 	for {
+		var now time.Time
 		select {
 		case <-w.stopLoad:
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
 		w.loadMu.Lock()
 		fn := w.loadFn
@@ -937,7 +949,8 @@ func (w *Worker) publishLoad() {
 			}
 			events = append(events, ev)
 		}
-		if len(events) == 0 {
+		// The heartbeat is reached at the tick nearest to it.
+		if len(events) == 0 || !same.Due(now, w.cfg.LoadHeartbeat-w.cfg.LoadInterval/2, ms) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -947,10 +960,21 @@ func (w *Worker) publishLoad() {
 		}
 		if err != nil {
 			w.log.Warn("load not published", "err", err.Error(), "reports", len(events))
+		} else {
+			same.Published(now)
 		}
 		cancel()
 	}
 }
+
+// DefaultLoadHeartbeat is Config.LoadHeartbeat's default. A router counts
+// a report's requests for 5 s after it receives it (its report freshness,
+// scheduler.ReportTTL), and a planner reads reports up to three of its
+// intervals old: at 2 s, below half of the router's 5 s, an unchanged
+// worker's load stays counted even when one report is lost or late. A
+// fleet of idle workers then sends half the reports it sent at 1 s; a busy
+// worker's load changes every interval and is published every interval.
+const DefaultLoadHeartbeat = 2 * time.Second
 
 // loadInFlight bounds the load batches sent and not acknowledged: past it
 // (the eventbus away for as many intervals) a report is skipped, not
