@@ -563,19 +563,25 @@ func (f *Fleet) PauseKV(ctx context.Context) error {
 	return nil
 }
 
+// idle answers pause requests, rolling nothing, until the tick stops.
+func (f *Fleet) idle() {
+	for {
+		select {
+		case <-f.stopTick:
+			return
+		case paused := <-f.pause:
+			close(paused)
+		}
+	}
+}
+
 // tick publishes every worker's rolling KV batches at KVRate, spreading the
 // workers over the period in slots so that the load is even.
 func (f *Fleet) tick() {
 	defer close(f.tickDone)
 	if f.cfg.KVRate <= 0 {
-		for {
-			select {
-			case <-f.stopTick:
-				return
-			case paused := <-f.pause:
-				close(paused)
-			}
-		}
+		f.idle()
+		return
 	}
 	const slots = 20
 	period := time.Duration(float64(time.Second) / f.cfg.KVRate)
@@ -591,14 +597,8 @@ func (f *Fleet) tick() {
 			// No roll runs now: every batch sent is counted in inflight.
 			t.Stop()
 			close(paused)
-			for {
-				select {
-				case <-f.stopTick:
-					return
-				case paused := <-f.pause:
-					close(paused)
-				}
-			}
+			f.idle()
+			return
 		case <-t.C:
 		}
 		due = due[:0]
