@@ -10,7 +10,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
@@ -96,12 +98,24 @@ func TestEveryPanelMetricIsServed(t *testing.T) {
 			t.Fatalf("chat: %d", resp.StatusCode)
 		}
 	}
-	have := served(t, s.MetricsURLs)
+	// Some families appear only once something reached their component
+	// after the answers did (the router's per-worker gauges, once the
+	// workers' KV events came through the eventbus): scrape until every
+	// metric is there, for a bounded time.
 	var missing []string
-	for m, panels := range want {
-		if !have[m] {
-			missing = append(missing, fmt.Sprintf("%s (panel %q)", m, panels[0]))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		have := served(t, s.MetricsURLs)
+		missing = missing[:0]
+		for m, panels := range want {
+			if !have[m] {
+				missing = append(missing, fmt.Sprintf("%s (panel %q)", m, panels[0]))
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(testwait.Interval)
 	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
