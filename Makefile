@@ -11,8 +11,10 @@ PYTHON    ?= /usr/bin/python3
 TESTFLAGS ?=
 # Test binaries run at once. Most packages wait on sockets, leases and
 # timeouts rather than compute (a -count=1 run on 2 cores averaged 1.15 cores
-# busy at go's default of one per core), so a third overlaps that waiting.
-TESTP     ?= 3
+# busy at go's default of one per core), so more than two overlap that
+# waiting: make test on a quiet 2-core machine took 312 and 320 s at -p 3,
+# 300 and 284 s at -p 4.
+TESTP     ?= 4
 TS_EXAMPLES := examples/node-worker examples/node-client
 
 .DEFAULT_GOAL := help
