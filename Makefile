@@ -11,10 +11,12 @@ PYTHON    ?= /usr/bin/python3
 TESTFLAGS ?=
 # Test binaries run at once. Most packages wait on sockets, leases and
 # timeouts rather than compute (a -count=1 run on 2 cores averaged 1.15 cores
-# busy at go's default of one per core), so more than two overlap that
-# waiting: make test on a quiet 2-core machine took 312 and 320 s at -p 3,
-# 300 and 284 s at -p 4.
-TESTP     ?= 4
+# busy at go's default of one per core), so a third overlaps that waiting.
+# A fourth was measured (make test on a quiet 2-core machine: 312 and 320 s
+# at -p 3, 300, 284 and 310 s at -p 4) and is not used yet: the two -p 4
+# runs that failed did so on tests that wait for asynchronous state, one of
+# them not yet understood.
+TESTP     ?= 3
 TS_EXAMPLES := examples/node-worker examples/node-client
 
 .DEFAULT_GOAL := help
