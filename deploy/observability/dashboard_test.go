@@ -102,25 +102,20 @@ func TestEveryPanelMetricIsServed(t *testing.T) {
 	// after the answers did (the router's per-worker gauges, once the
 	// workers' KV events came through the eventbus): scrape until every
 	// metric is there, for a bounded time.
-	var missing []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.UntilNil(t, 30*time.Second, "every metric the dashboard queries", func() error {
 		have := served(t, s.MetricsURLs)
-		missing = missing[:0]
+		var missing []string
 		for m, panels := range want {
 			if !have[m] {
 				missing = append(missing, fmt.Sprintf("%s (panel %q)", m, panels[0]))
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			return fmt.Errorf("%d are not served:\n  %s", len(missing), strings.Join(missing, "\n  "))
 		}
-		time.Sleep(testwait.Interval)
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
-		t.Fatalf("%d metrics the dashboard queries are not served:\n  %s", len(missing), strings.Join(missing, "\n  "))
-	}
+		return nil
+	})
 }
 
 // TestScrapeConfigCoversTheComposeServices: every service of the compose

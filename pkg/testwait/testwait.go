@@ -6,6 +6,7 @@
 package testwait
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -20,12 +21,38 @@ const Interval = 10 * time.Millisecond
 // the condition in the failure: "timed out after 20s waiting for <what>".
 func Until(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(d, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	}) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// UntilNil is Until for a condition that can say why it does not hold yet:
+// cond returns nil once it holds, and the failure after d carries the last
+// error it returned: "timed out after 20s waiting for <what>: <err>".
+func UntilNil(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	var err error
+	if !poll(d, func() error { err = cond(); return err }) {
+		t.Fatalf("timed out after %v waiting for %s: %v", d, what, err)
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+// poll checks cond every Interval until it returns nil (true) or d has
+// passed since the first check (false).
+func poll(d time.Duration, cond func() error) bool {
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for cond() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-			return // for a testing.TB whose Fatalf returns
+			return false
 		}
 		time.Sleep(Interval)
 	}
+	return true
 }

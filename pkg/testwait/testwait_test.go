@@ -54,3 +54,38 @@ func TestUntil(t *testing.T) {
 		})
 	}
 }
+
+func TestUntilNil(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		holdAfter int32 // checks before cond holds; -1: never
+		d         time.Duration
+		fail      string
+	}{
+		{"holds at once", 0, time.Second, ""},
+		{"holds after some checks", 3, time.Minute, ""},
+		{"never holds: the last error", -1, 3 * Interval, "timed out after 30ms waiting for the thing: check %d"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var checks atomic.Int32
+			r := &recorder{TB: t}
+			UntilNil(r, tt.d, "the thing", func() error {
+				n := checks.Add(1)
+				if tt.holdAfter >= 0 && n > tt.holdAfter {
+					return nil
+				}
+				return fmt.Errorf("check %d", n)
+			})
+			want := tt.fail
+			if want != "" {
+				want = fmt.Sprintf(want, checks.Load()) // the last check's error
+			}
+			if r.failed != want {
+				t.Errorf("failure %q, want %q", r.failed, want)
+			}
+			if tt.holdAfter >= 0 && checks.Load() != tt.holdAfter+1 {
+				t.Errorf("%d checks, want %d (stop at the first that holds)", checks.Load(), tt.holdAfter+1)
+			}
+		})
+	}
+}
