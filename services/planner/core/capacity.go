@@ -54,10 +54,15 @@ type Load struct {
 // at rate r, a step of T ms decodes one token of each of the n =
 // r*output*T/1000 requests decoding (Little's law: each decodes for output
 // steps) and computes the r*prompt*T/1000 prompt tokens arriving
-// meanwhile. Those come in whole prompts, so only a share f = min(1,
-// r*T/1000) of the steps carries any; such a step costs StepMs(p/f) beside
-// the decoding requests (one forward pass: the decode step's fixed cost
-// and the prompt tokens' compute), the others StepMs(0). A decoding
+// meanwhile. Those come in whole prompts, x = r*T/1000 of them a step on
+// average, so only a share f = min(1, x) of the steps carries any; such a
+// step costs StepAttentionMs(p/f) beside the decoding requests (one
+// forward pass: the decode step's fixed cost and the prompt tokens'
+// compute), the others StepMs(0). Attention is per sequence: a prompt
+// attends over its own tokens only, and its chunks' attention adds up to
+// prompt^2 however the steps split it (timingmodel.Attention), so the
+// steps carry x*prompt^2 of attention on average, not the square of their
+// summed prompt tokens. A decoding
 // request sees itself and n others on average (arrivals are Poisson), so
 // the KV usage of its steps is that of n+1 requests. T, the inter-token
 // latency, is a fixed point of the mean step; the cost grows with T, so
@@ -119,8 +124,9 @@ func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load 
 		// number n on average whatever it is doing (Poisson arrivals).
 		seen := min((n+1)*blocksPerRequest, 1)
 		step = m.StepMs(0, true, seen)
-		if f := min(rate*t/1000, 1); p > 0 && f > 0 {
-			step = f*m.StepMs(p/f, true, seen) + (1-f)*step
+		if x := rate * t / 1000; p > 0 && x > 0 {
+			f := min(x, 1)
+			step = f*m.StepAttentionMs(p/f, x*prompt*prompt/f, true, seen) + (1-f)*step
 		}
 		return step, p, n, u
 	}
@@ -188,7 +194,10 @@ func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load 
 // prompt at l's decoding requests and KV usage (the router's prediction
 // for a worker with nothing queued). The step in progress carries j
 // prompts (Poisson, the f = rate*StepMs arrivals of a step) and lasts
-// S_j = StepMs(j*prompt) beside the decoding requests; the request finds
+// S_j beside the decoding requests (their tokens and each prompt's
+// attention over itself: StepAttentionMs of j*prompt tokens and
+// j*prompt^2), and each of the K prompts adds PiggybackMs(prompt) to the
+// request's own step, for the same reason; the request finds
 // it with probability proportional to P(j)*S_j (a longer step is found
 // more often) and R is uniform over it; K is Poisson with mean rate*R.
 // The quantile is found by bisection over the time, the wait R
@@ -231,14 +240,15 @@ func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x f
 			pj *= f / float64(j)
 		}
 		cum += pj
-		s := m.StepMs(float64(j)*prompt, true, usage)
+		s := m.StepAttentionMs(float64(j)*prompt, float64(j)*prompt*prompt, true, usage)
 		types = append(types, struct{ w, s float64 }{pj * s, s})
 		total += pj * s
 	}
-	// extra[k] is what k more prompts add to the request's own step.
+	// extra[k] is what k more prompts add to the request's own step:
+	// their tokens and each one's attention over itself.
 	var extra [maxPrompts]float64
 	for k := range extra {
-		extra[k] = m.PiggybackMs(float64(k+1)*prompt) - m.PiggybackMs(prompt)
+		extra[k] = float64(k) * m.PiggybackMs(prompt)
 	}
 	// The waits R integrated over, each with its weight and the chance
 	// of at least k more prompts in it (tail[k]), which do not depend on

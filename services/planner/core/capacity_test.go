@@ -92,6 +92,49 @@ func TestSteadyState(t *testing.T) {
 	}
 }
 
+// quadratic is simple with attention: a prompt of t tokens alone costs
+// 1e-4*t^2 more, 1 ms for 100 tokens, and a step has room for 10,000.
+var quadratic = timingmodel.Model{PrefillQuadratic: 1e-4, PrefillPerToken: 0.1, PrefillPerBatch: 10, DecodeBase: 20, MaxBatchedTokens: 10000}
+
+// TestSteadyStateAttentionPerSequence checks that the steady state charges
+// each prompt the attention over its own tokens, as the engines do: a
+// step's prompts cost their count times one prompt's attention, never the
+// square of their summed tokens.
+func TestSteadyStateAttentionPerSequence(t *testing.T) {
+	e := Engine{Model: quadratic}
+	for _, tc := range []struct {
+		name string
+		rate float64
+		// step is the mean step, ms: with 100+10 tokens at r req/s a
+		// step of T ms has x = rT/1000 arrivals, each 10 ms of tokens
+		// and 1 ms of attention beside the 20 ms decode step, so
+		// T = 20 + 0.011rT whether x is below 1 (a share x of the steps
+		// carries one prompt) or above (every step carries x).
+		step float64
+	}{
+		// x = 0.51: T = 20/(1-0.22).
+		{"one prompt in some steps", 20, 20 / (1 - 0.22)},
+		// x = 3.5: T = 20/(1-0.66); summed, the 3.5 prompts' 350
+		// tokens would cost 12.25 ms of attention where they cost 3.5.
+		{"several prompts a step", 60, 20 / (1 - 0.66)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := e.SteadyState(Agg, tc.rate, 100, 10)
+			if !l.Feasible || !near(l.StepMs, tc.step) {
+				t.Fatalf("steady state = %+v, want a step of %v ms", l, tc.step)
+			}
+			// TTFT: a prompt's own step is 31 ms (the 20 ms decode step,
+			// its tokens and its attention), 21 alone (10+10+1), and each
+			// prompt in the step in progress or arriving in the wait for
+			// it adds 11 ms: ttft90Fine's linear steps.
+			want := ttft90Fine(tc.rate, tc.step, 31, 21, 20, 11, tc.rate/1000*(31+10*tc.step))
+			if math.Abs(l.TTFTMs-want) > 0.02*want {
+				t.Fatalf("TTFT p90 = %v, want %v", l.TTFTMs, want)
+			}
+		})
+	}
+}
+
 // ttft90Fine is the 90th percentile of the time to first token at rate
 // req/s on an engine of mean step t ms whose steps cost decode ms plus
 // perPrompt ms a prompt, a prompt's own step own ms (idle ms on an idle
