@@ -32,9 +32,12 @@
 // way (StepAttentionMs): a long prompt's later chunks, and a prompt after
 // a long cached prefix, cost more than their tokens alone; prompts
 // batched together less than their sum squared. The router's predictions
-// (Steps) charge the square of the tokens of each step, as one sequence:
-// exact for a prompt computed alone in one step, which is the request's
-// own prefill on an idle worker.
+// (Steps) price a prefill the same way: a Span carries the attention of
+// its prompts, each over its own context, and since a prompt's chunks
+// telescope ((a+n)^2 - a^2 summed over them is (a+N)^2 - a^2 whatever the
+// chunks) the attention does not depend on how the steps split the
+// prompts; the steps' count only sets how many per-step constants and
+// decode steps the prefill pays.
 package timingmodel
 
 import (
@@ -315,10 +318,13 @@ func FromProto(p *workerv1.TimingModel) Model {
 // uncached prompt is newTokens, on an engine that has queuedTokens prompt
 // tokens to prefill before it and decoding requests decoding at KV usage
 // usage. The engine computes queued and new tokens in steps of its budget
-// less one token per decoding request; every step costs its prefill, and,
-// while requests decode, a decode step, the prefill then without its
-// per-step constant (StepMs). weight multiplies the prefill part (1: the
-// model as published).
+// less one token per decoding request; every step costs its per-step
+// constant and its tokens' linear time, and, while requests decode, a
+// decode step, the prefill then without its per-step constant (StepMs).
+// The attention is that of two uncached prompts, the queued tokens and
+// the request's (see SpanPair); a caller that knows the queue's prompts
+// and the request's cached prefix sets a Span's Attn itself. weight
+// multiplies the prefill part (1: the model as published).
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	s := m.Steps(decoding, usage)
 	return s.TTFTMs(queuedTokens, newTokens, weight)
@@ -343,11 +349,11 @@ type Steps struct {
 	// perBatch is 0 while requests decode (their decode steps pay it).
 	quadratic, perToken, perBatch float64
 	// chunk is the prompt tokens a step computes beside its decoding
-	// requests; fullMs a whole chunk's prefill time; decodeMs the decode
-	// step each step adds while requests decode.
-	chunk            int
-	fullMs, decodeMs float64
-	decoding         bool
+	// requests; decodeMs the decode step each step adds while requests
+	// decode.
+	chunk    int
+	decodeMs float64
+	decoding bool
 }
 
 // Steps returns m's step costs with decoding requests decoding at KV
@@ -360,13 +366,13 @@ func (m *Model) Steps(decoding int, usage float64) Steps {
 		s.perBatch = 0
 		s.decodeMs = m.DecodeMs(usage)
 	}
-	s.fullMs = prefillMs(s.quadratic, s.perToken, s.perBatch, float64(s.chunk))
 	return s
 }
 
 // TTFTMs is Model.TTFTMs at these steps' load.
 func (s *Steps) TTFTMs(queuedTokens, newTokens int, weight float64) float64 {
-	return s.cost(s.Span(queuedTokens+newTokens), weight)
+	all, _ := s.SpanPair(queuedTokens, newTokens)
+	return s.cost(all, weight)
 }
 
 // TTFTPairMs is Model.TTFTPairMs at these steps' load.
@@ -376,16 +382,24 @@ func (s *Steps) TTFTPairMs(queuedTokens, newTokens int, weight float64) (ttft, a
 }
 
 // Span is a prefill of Tokens prompt tokens as an engine computes it: Full
-// whole chunks (steps) before the last, which is whole or smaller. A span
-// of no tokens (Tokens <= 0) takes no time. PrefillMs and DecodeMs are the
-// two parts of its time, which TTFTMs adds.
-type Span struct{ Tokens, Full int }
+// whole chunks (steps) before the last, which is whole or smaller, and the
+// attention its prompts put in the quadratic term, Attn: the sum over its
+// prompts of Attention(a, n), n being a prompt's tokens in the span and a
+// those of its sequence before them (its cached prefix, its chunks
+// computed already). A span of no tokens (Tokens <= 0) takes no time.
+// PrefillMs and DecodeMs are the two parts of its time, which TTFTMs adds.
+type Span struct {
+	Tokens, Full int
+	Attn         float64
+}
 
-// Span is the prefill of x prompt tokens.
+// Span is the prefill of x prompt tokens of one uncached prompt (Attn
+// x^2); a caller that knows the span's prompts sets Attn.
 func (s *Steps) Span(x int) Span {
 	if x <= 0 {
 		return Span{Tokens: x}
 	}
+	xf := float64(x)
 	var full int // steps of a whole chunk before the last
 	if n, c := uint64(x-1), uint64(s.chunk); n <= math.MaxUint32 && c <= math.MaxUint32 {
 		// The same quotient (x > 0, chunk > 0) in 32 bits, in a
@@ -395,16 +409,23 @@ func (s *Steps) Span(x int) Span {
 	} else {
 		full = (x - 1) / s.chunk
 	}
-	return Span{Tokens: x, Full: full}
+	return Span{Tokens: x, Full: full, Attn: xf * xf}
 }
 
-// SpanPair is Span(queuedTokens+newTokens) and Span(queuedTokens), the
-// prefill up to a request's first token and that of what is queued ahead
-// of it, computed together.
+// SpanPair is the prefill up to a request's first token and that of what
+// is queued ahead of it, computed together: the steps of Span(queuedTokens
+// +newTokens) and Span(queuedTokens), with the attention of two uncached
+// prompts, the queued tokens (queuedTokens^2) and the request's
+// (newTokens^2 more). A caller that knows better sets the spans' Attn.
 func (s *Steps) SpanPair(queuedTokens, newTokens int) (all, queued Span) {
 	q, x := queuedTokens, queuedTokens+newTokens
 	if q <= 0 || newTokens < 0 || s.chunk <= 0 || uint64(x-1) > math.MaxUint32 || uint64(s.chunk) > math.MaxUint32 {
-		return s.Span(x), s.Span(q)
+		all, queued = s.Span(x), s.Span(q)
+		all.Attn = queued.Attn + float64(max(newTokens, 0))*float64(max(newTokens, 0))
+		if x <= 0 {
+			all.Attn = 0
+		}
+		return all, queued
 	}
 	// One division for both, mostly: x-1 is q-1 plus newTokens, so its
 	// whole chunks are q-1's and those that q-1's remainder and
@@ -414,17 +435,19 @@ func (s *Steps) SpanPair(queuedTokens, newTokens int) (all, queued Span) {
 	if q-1-fullQ*s.chunk+newTokens >= s.chunk {
 		fullX = int(uint32(x-1) / uint32(s.chunk))
 	}
-	return Span{Tokens: x, Full: fullX}, Span{Tokens: q, Full: fullQ}
+	qf, nf := float64(q), float64(newTokens)
+	return Span{Tokens: x, Full: fullX, Attn: qf*qf + nf*nf}, Span{Tokens: q, Full: fullQ, Attn: qf * qf}
 }
 
 // PrefillMs is the prefill time of sp's steps, times weight; 0 for a span
-// of no tokens.
+// of no tokens: its attention (the quadratic coefficient times Attn), its
+// tokens' linear time and one per-step constant per step (none while
+// requests decode: their decode steps pay it).
 func (s *Steps) PrefillMs(sp Span, weight float64) float64 {
 	if sp.Tokens <= 0 {
 		return 0
 	}
-	last := sp.Tokens - sp.Full*s.chunk
-	prefill := float64(sp.Full)*s.fullMs + prefillMs(s.quadratic, s.perToken, s.perBatch, float64(last))
+	prefill := s.quadratic*sp.Attn + s.perToken*float64(sp.Tokens) + s.perBatch*float64(sp.Full+1)
 	return weight * prefill
 }
 

@@ -41,11 +41,15 @@ func TestTTFT(t *testing.T) {
 		{"nothing to do", 0, 0, 0, 0, 0},
 		{"one chunk", 0, 1000, 0, 0, m.PrefillMs(1000)},
 		{"queue ahead", 8192, 1000, 0, 0, m.PrefillMs(8192) + m.PrefillMs(1000)},
-		{"two chunks exactly", 0, 16384, 0, 0, 2 * m.PrefillMs(8192)},
+		// Attention is per sequence: the prompt's second chunk attends
+		// to its first, so two chunks cost the whole prompt's attention
+		// (16384^2) and two per-step constants, more than two lone
+		// chunks (2 x 8192^2).
+		{"two chunks exactly", 0, 16384, 0, 0, m.PrefillMs(16384) + m.PrefillPerBatch},
 		// With requests decoding, each step's decode pays the per-step
 		// constant once; the chunk adds its tokens' compute.
 		{"decoders share the steps", 0, 8000, 192, 0.5, m.PrefillMs(8000) - m.PrefillPerBatch + m.DecodeMs(0.5)},
-		{"decoders split the chunk", 0, 8100, 192, 0.5, m.PrefillMs(8000) + m.PrefillMs(100) - 2*m.PrefillPerBatch + 2*m.DecodeMs(0.5)},
+		{"decoders split the chunk", 0, 8100, 192, 0.5, m.PiggybackMs(8100) + 2*m.DecodeMs(0.5)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,10 +63,13 @@ func TestTTFT(t *testing.T) {
 	}
 }
 
-// ttftBefore is TTFTMs written out step by step, as it was before
-// TTFTPairMs shared its step costs: the router's decisions must not move by
-// a bit. A step that decodes too pays the prefill without its per-step
-// constant (PiggybackMs).
+// ttftBefore is TTFTMs written out step by step: the steps' per-step
+// constants (none while requests decode: a step that decodes too pays the
+// prefill without it, PiggybackMs), the tokens' linear time, the
+// attention of the queued tokens and of the request's as two uncached
+// prompts, and a decode step per step. TTFTPairMs shares its step costs
+// and must not move a decision by a bit, so the sums are in the same
+// order as Steps'.
 func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	x := queuedTokens + newTokens
 	if x <= 0 {
@@ -70,11 +77,12 @@ func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight fl
 	}
 	chunk := max(m.MaxBatchedTokens-decoding, 1)
 	full := (x - 1) / chunk
-	last := x - full*chunk
-	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	q, n := float64(max(queuedTokens, 0)), float64(newTokens)
+	perBatch := m.PrefillPerBatch
 	if decoding > 0 {
-		prefill = float64(full)*m.PiggybackMs(float64(chunk)) + m.PiggybackMs(float64(last))
+		perBatch = 0
 	}
+	prefill := m.PrefillQuadratic*(q*q+n*n) + m.PrefillPerToken*float64(x) + perBatch*float64(full+1)
 	cost := weight * prefill
 	if decoding > 0 {
 		cost += float64(full+1) * m.DecodeMs(usage)
@@ -140,6 +148,9 @@ func TestSpan(t *testing.T) {
 		if sp.Tokens != tt.x || sp.Full != tt.full {
 			t.Fatalf("Span(%d) = %+v, want %d whole chunks", tt.x, sp, tt.full)
 		}
+		if want := float64(max(tt.x, 0) * max(tt.x, 0)); sp.Attn != want {
+			t.Fatalf("Span(%d).Attn = %v, want %v (one uncached prompt)", tt.x, sp.Attn, want)
+		}
 		if got := s.PrefillMs(sp, 2); got != 2*tt.prefill {
 			t.Fatalf("PrefillMs(%+v, 2) = %v, want %v", sp, got, 2*tt.prefill)
 		}
@@ -147,9 +158,17 @@ func TestSpan(t *testing.T) {
 			t.Fatalf("DecodeMs(%+v) = %v, %v, want %v, %v", sp, d, ok, tt.decod, tt.decodes)
 		}
 		for _, q := range []int{-1, 0, 1, 99, 100, 250} {
-			all, ahead := s.SpanPair(q, max(tt.x, 0))
-			if all != s.Span(q+max(tt.x, 0)) || ahead != s.Span(q) {
-				t.Fatalf("SpanPair(%d, %d) = %+v, %+v, want %+v, %+v", q, tt.x, all, ahead, s.Span(q+max(tt.x, 0)), s.Span(q))
+			// The steps of the whole and of the queue; the attention
+			// of two uncached prompts.
+			n := max(tt.x, 0)
+			all, ahead := s.SpanPair(q, n)
+			wantAll, wantAhead := s.Span(q+n), s.Span(q)
+			wantAll.Attn = wantAhead.Attn + float64(n*n)
+			if q+n <= 0 {
+				wantAll.Attn = 0
+			}
+			if all != wantAll || ahead != wantAhead {
+				t.Fatalf("SpanPair(%d, %d) = %+v, %+v, want %+v, %+v", q, tt.x, all, ahead, wantAll, wantAhead)
 			}
 		}
 	}

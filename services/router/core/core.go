@@ -1088,7 +1088,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		pw, pblocks = d.prefill, len(d.hashes)-d.scored[d.prefill].Overlap
 	}
 	c.mu.Lock()
-	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, pblocks, d.blockSize), hashes)
+	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, len(d.hashes), pblocks, d.blockSize), hashes)
 	if m, ok := r.Target.GetKind().(*routerv1.Target_Model); ok {
 		c.noteTypicalLocked(m.Model, max(pblocks, 1)*d.blockSize)
 	}
@@ -1106,7 +1106,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		// prefill, the adapter's load and what of a slot's wait outlasts
 		// that queue (on the worker that computes its prompt).
 		cand := &d.scored[pw]
-		ms := cand.FirstTokenMs(0, d.req.NewTokens(cand.Overlap)) + cand.AdapterWaitMs()
+		ms := cand.RequestFirstTokenMs(&d.req) + cand.AdapterWaitMs()
 		c.loras.routed(r.RequestId, w, r.LoraName, d.now, d.now.Add(time.Duration(ms*float64(time.Millisecond))))
 	}
 	if counted && c.approx != nil {

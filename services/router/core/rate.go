@@ -214,8 +214,14 @@ func (a *arrivals) shared(now time.Time, hashes []uint64, reach []int, total int
 }
 
 // prefillMs is the prefill time of prefillBlocks blocks (at least one: an
-// engine computes a fully cached prompt's last block) alone on a worker
-// with timing model m: the work an arrival brings.
-func prefillMs(m *timingmodel.Model, prefillBlocks, blockSize int) float64 {
-	return m.TTFTMs(0, max(prefillBlocks, 1)*blockSize, 0, 0, 1)
+// engine computes a fully cached prompt's last block) of a prompt of
+// blocks blocks alone on a worker with timing model m, their attention
+// over the prompt's blocks before them (its cached prefix): the work an
+// arrival brings.
+func prefillMs(m *timingmodel.Model, blocks, prefillBlocks, blockSize int) float64 {
+	n := max(prefillBlocks, 1)
+	s := m.Steps(0, 0)
+	sp := s.Span(n * blockSize)
+	sp.Attn = timingmodel.Attention(max(blocks-n, 0)*blockSize, n*blockSize)
+	return s.PrefillMs(sp, 1)
 }

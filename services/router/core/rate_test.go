@@ -127,25 +127,26 @@ func TestWaitRate(t *testing.T) {
 
 func TestPrefillMs(t *testing.T) {
 	m := timingmodel.Default()
+	q, p, k := m.PrefillQuadratic, m.PrefillPerToken, m.PrefillPerBatch
 	tests := []struct {
-		name          string
-		blocks, bs    int
-		wantTokens    int
-		wantMoreSteps bool
+		name                string
+		blocks, prefill, bs int
+		want                float64
 	}{
-		{name: "a fully cached prompt computes one block", blocks: 0, bs: 16, wantTokens: 16},
-		{name: "blocks of tokens", blocks: 10, bs: 16, wantTokens: 160},
-		{name: "more than a step's budget", blocks: 1000, bs: 16, wantTokens: 16000, wantMoreSteps: true},
+		// A fully cached prompt of 10 blocks computes its last block
+		// after the other 9 (144 tokens of context).
+		{name: "a fully cached prompt computes one block", blocks: 10, prefill: 0, bs: 16, want: q*(160*160-144*144) + p*16 + k},
+		{name: "blocks of tokens", blocks: 10, prefill: 10, bs: 16, want: q*160*160 + p*160 + k},
+		// 100 blocks cached: the 10 uncached attend to all 110.
+		{name: "after a cached prefix", blocks: 110, prefill: 10, bs: 16, want: q*(1760*1760-1600*1600) + p*160 + k},
+		// Two steps (8192 + 7808): two per-step constants, the attention
+		// of the whole prompt.
+		{name: "more than a step's budget", blocks: 1000, prefill: 1000, bs: 16, want: q*16000*16000 + p*16000 + 2*k},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := prefillMs(&m, tt.blocks, tt.bs)
-			want := m.TTFTMs(0, tt.wantTokens, 0, 0, 1)
-			if got != want {
-				t.Fatalf("prefill %v ms, want %v", got, want)
-			}
-			if one := m.PrefillMs(float64(tt.wantTokens)); tt.wantMoreSteps == (got == one) {
-				t.Fatalf("prefill %v ms, one step of %d tokens %v ms: steps of the budget expected %v", got, tt.wantTokens, one, tt.wantMoreSteps)
+			if got := prefillMs(&m, tt.blocks, tt.prefill, tt.bs); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("prefill %v ms, want %v", got, tt.want)
 			}
 		})
 	}

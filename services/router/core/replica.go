@@ -42,7 +42,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		c.mu.Lock()
 		_, live := c.refs[r.InstanceId]
 		if live {
-			c.arrivals.add(at, prefillMs(c.timingLocked(r.InstanceId), int(r.PrefillBlocks), c.blockSizeLocked(r.InstanceId)), r.BlockHashes)
+			c.arrivals.add(at, prefillMs(c.timingLocked(r.InstanceId), len(r.BlockHashes), int(r.PrefillBlocks), c.blockSizeLocked(r.InstanceId)), r.BlockHashes)
 			c.unheard.heardRoute(at, c.now(), int(r.PrefillBlocks))
 		}
 		c.mu.Unlock()
@@ -204,7 +204,7 @@ func (c *Core) spreadLocked(d *decision, chosen int, now time.Time) int {
 	for i := range d.scored {
 		s := &d.scored[i]
 		mine[i] = s.Cost
-		cold[i] = s.Timing.TTFTMs(s.QueuedTokens, tokens, s.Decoding, s.Usage, weight)
+		cold[i] = s.TTFTMs(tokens, float64(tokens)*float64(tokens), weight)
 		if cold[i] < cold[coldBest] {
 			coldBest = i
 		}

@@ -76,7 +76,7 @@ func (c *Core) expectFirstToken(d *decision, id string, computes int) {
 		return
 	}
 	cand := &d.scored[computes]
-	ms := cand.FirstTokenMs(0, d.req.NewTokens(cand.Overlap))
+	ms := cand.RequestFirstTokenMs(&d.req)
 	c.load.Expect(id, model, d.now.Add(time.Duration(ms*float64(time.Millisecond))), ms <= l.TTFTMs)
 }
 

@@ -68,6 +68,7 @@ func (c *Candidate) queueMs() float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
 	sp := s.Span(c.QueuedTokens)
+	sp.Attn = c.QueuedAttn
 	ms := s.PrefillMs(sp, 1)
 	if d, ok := s.DecodeMs(sp); ok {
 		ms += d

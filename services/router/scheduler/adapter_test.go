@@ -49,13 +49,15 @@ func TestAdapterSlotWait(t *testing.T) {
 	queueOf := func(c Candidate) float64 {
 		s := tm.Steps(c.Decoding, c.Usage)
 		sp := s.Span(c.QueuedTokens)
+		sp.Attn = c.QueuedAttn
 		ms := s.PrefillMs(sp, 1)
 		if d, ok := s.DecodeMs(sp); ok {
 			ms += d
 		}
 		return ms
 	}
-	queued := Candidate{QueuedTokens: 20000, Decoding: 4, Usage: 0.5, Timing: tm}
+	// Ten uncached prompts of 2,000 tokens.
+	queued := Candidate{QueuedTokens: 20000, QueuedAttn: 10 * 2000 * 2000, Decoding: 4, Usage: 0.5, Timing: tm}
 	q := queueOf(queued)
 	if q < 100 {
 		t.Fatalf("a queue of 20,000 tokens takes %v ms: the cases below need a long one", q)

@@ -12,7 +12,8 @@ import (
 )
 
 // fillBefore is fillLocked as it was before FillAll kept a memo per worker
-// and Cost its step costs: filled from the record at every decision.
+// and Cost its step costs: filled from the record at every decision, the
+// queue's attention summed over its requests.
 func fillBefore(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
 	if wl == nil {
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Timing: c.Timing}
@@ -20,10 +21,17 @@ func fillBefore(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
+	var attn int64
+	for _, r := range wl.queue {
+		n := int64(max(r.prefillBlocks, 0))
+		attn += n * (2*int64(max(len(r.blocks)-r.prefillBlocks, 0)) + n)
+	}
+	c.QueuedAttn = float64(attn) * float64(blockSize) * float64(blockSize)
 	used := len(wl.blocks)
 	if !wl.reportAt.IsZero() && wl.reportAt.After(now.Add(-ReportTTL)) {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
+		c.QueuedAttn += r.PrefillAttn
 		c.Decoding += r.Decoding
 		used += r.DecodeBlocks
 	}
@@ -31,46 +39,55 @@ func fillBefore(c *Candidate, wl *workerLoad, blockSize int, now time.Time) {
 	if t := wl.report.TotalBlocks; t > 0 {
 		c.Usage = min(float64(used)/float64(t), 1)
 	}
-	c.QueuedTokens -= headProgressBefore(wl, c, blockSize, now)
+	progress, cached := headProgressBefore(wl, c, blockSize, now)
+	c.QueuedTokens -= progress
+	c.QueuedAttn -= timingmodel.Attention(cached, progress)
 }
 
-func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Time) int {
+// headProgressBefore is the head's progress and its cached tokens: its
+// tokens computed at its mean pace, each step its chunk's tokens and its
+// share of the head's attention.
+func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Time) (progress, cached int) {
 	if len(wl.queue) == 0 {
-		return 0
+		return 0, 0
 	}
-	left := wl.queue[0].prefillBlocks*blockSize - blockSize
+	head := wl.queue[0]
+	left := head.prefillBlocks*blockSize - blockSize
 	elapsed := float64(now.Sub(wl.headSince)) / float64(time.Millisecond)
 	if left <= 0 || elapsed <= 0 || !c.Timing.Valid() {
-		return 0
+		return 0, 0
 	}
+	cached = max(len(head.blocks)-head.prefillBlocks, 0) * blockSize
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
+	attn := timingmodel.Attention(cached, left) * float64(chunk) / float64(left)
 	// A step that decodes pays the decode step and the chunk's tokens
-	// (timingmodel's StepMs).
-	step := c.Timing.PrefillMs(float64(chunk))
+	// (timingmodel's StepAttentionMs).
+	step := c.Timing.PrefillQuadratic*attn + c.Timing.PrefillPerToken*float64(chunk) + c.Timing.PrefillPerBatch
 	if c.Decoding > 0 {
-		step = c.Timing.DecodeMs(c.Usage) + c.Timing.PiggybackMs(float64(chunk))
+		step = c.Timing.DecodeMs(c.Usage) + (c.Timing.PrefillQuadratic*attn + c.Timing.PrefillPerToken*float64(chunk))
 	}
 	if step <= 0 {
-		return 0
+		return 0, 0
 	}
-	return min(int(elapsed/step*float64(chunk)), left)
+	return min(int(elapsed/step*float64(chunk)), left), cached
 }
 
-// ttftBefore is the model's TTFTMs as written before Steps (a step that
-// decodes too without the prefill's per-step constant, as StepMs).
-func ttftBefore(m timingmodel.Model, queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
+// ttftBefore is the model's TTFTMs written out, without Steps: the
+// attention of the queued prompts and the request's (queuedAttn, newAttn),
+// the tokens' linear time and a per-step constant per step (a step that
+// decodes too without it: its decode step pays it, as StepMs).
+func ttftBefore(m timingmodel.Model, queuedTokens int, queuedAttn float64, newTokens int, newAttn float64, decoding int, usage, weight float64) float64 {
 	x := queuedTokens + newTokens
 	if x <= 0 {
 		return 0
 	}
 	chunk := max(m.MaxBatchedTokens-decoding, 1)
 	full := (x - 1) / chunk
-	last := x - full*chunk
-	prefill := float64(full)*m.PrefillMs(float64(chunk)) + m.PrefillMs(float64(last))
+	perBatch := m.PrefillPerBatch
 	if decoding > 0 {
-		// Its decode steps pay the per-step constant.
-		prefill = float64(full)*m.PiggybackMs(float64(chunk)) + m.PiggybackMs(float64(last))
+		perBatch = 0
 	}
+	prefill := m.PrefillQuadratic*(queuedAttn+newAttn) + m.PrefillPerToken*float64(x) + perBatch*float64(full+1)
 	cost := weight * prefill
 	if decoding > 0 {
 		cost += float64(full+1) * m.DecodeMs(usage)
@@ -79,13 +96,19 @@ func ttftBefore(m timingmodel.Model, queuedTokens, newTokens, decoding int, usag
 }
 
 func costBefore(c *Candidate, req Request, p Params) float64 {
+	n := req.NewTokens(c.Overlap)
+	own := timingmodel.Attention(req.Tokens-n, n)
+	ttft := ttftBefore(c.Timing, c.QueuedTokens, c.QueuedAttn, n, own, c.Decoding, c.Usage, p.OverlapWeight)
 	if req.Rate > 0 {
-		ttft := ttftBefore(c.Timing, c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
-		ahead := ttftBefore(c.Timing, c.QueuedTokens, 0, c.Decoding, c.Usage, p.OverlapWeight)
+		queuedAttn := c.QueuedAttn
+		if c.QueuedTokens <= 0 {
+			queuedAttn = 0
+		}
+		ahead := ttftBefore(c.Timing, c.QueuedTokens, queuedAttn, 0, 0, c.Decoding, c.Usage, p.OverlapWeight)
 		work := max(ttft-ahead, 0)
 		c.Cost = ttft + req.Rate*work*(ahead+work/2)
 	} else {
-		c.Cost = ttftBefore(c.Timing, c.QueuedTokens, req.NewTokens(c.Overlap), c.Decoding, c.Usage, p.OverlapWeight)
+		c.Cost = ttft
 	}
 	return c.Cost
 }

@@ -167,22 +167,37 @@ func (f *Floor) setLocked(i int, wl *workerLoad, sure, fresh time.Time) {
 // report's foreign load counts.
 func queueFloor(m *timingmodel.Model, wl *workerLoad, bs int, report bool) (ahead, decoding float64) {
 	queued, dec := wl.prefillBlocks*bs, wl.decoding
+	attn := float64(wl.queueAttn) * float64(bs) * float64(bs)
 	used := len(wl.blocks)
 	if report {
 		queued += wl.report.PrefillTokens
+		attn += wl.report.PrefillAttn
 		dec += wl.report.Decoding
 		used += wl.report.DecodeBlocks
 	}
 	if len(wl.queue) > 0 {
-		// The most the head's progress takes off (headStepsOf's left).
-		queued -= max(wl.queue[0].prefillBlocks*bs-bs, 0)
+		// The most the head's progress takes off (headStepsOf's left),
+		// and the attention of those tokens.
+		head := wl.queue[0]
+		left := max(head.prefillBlocks*bs-bs, 0)
+		queued -= left
+		attn -= timingmodel.Attention(max(len(head.blocks)-head.prefillBlocks, 0)*bs, left)
 	}
 	usage := 0.0
 	if t := wl.report.TotalBlocks; t > 0 {
 		usage = min(float64(used)/float64(t), 1)
 	}
 	s := m.Steps(dec, usage)
-	return s.TTFTMs(max(queued, 0), 0, 1), float64(dec)
+	sp := s.Span(max(queued, 0))
+	sp.Attn = max(attn, 0)
+	if sp.Tokens <= 0 {
+		sp.Attn = 0
+	}
+	ahead = s.PrefillMs(sp, 1)
+	if d, ok := s.DecodeMs(sp); ok {
+		ahead += d
+	}
+	return ahead, float64(dec)
 }
 
 // Min is the position with the least Ahead bound (-1 with no workers).

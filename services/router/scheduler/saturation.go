@@ -34,17 +34,18 @@ func (l Limits) Off() bool { return !(l.TTFTMs > 0) && l.PrefillTokens <= 0 }
 // there) past
 // l.TTFTMs, or c's queued prefill past l.PrefillTokens. c must have been
 // filled (Load.FillAll).
-func (l Limits) Full(c *Candidate, req Request) bool { return l.full(c, req, 0) }
+func (l Limits) Full(c *Candidate, req Request) bool { return l.full(c, req, 0, 0) }
 
-// full is Full with queued more prompt tokens queued on c.
-func (l Limits) full(c *Candidate, req Request, queued int) bool {
+// full is Full with queued more prompt tokens queued on c, whose
+// attention is queuedAttn.
+func (l Limits) full(c *Candidate, req Request, queued int, queuedAttn float64) bool {
 	if l.PrefillTokens > 0 && c.QueuedTokens+queued > l.PrefillTokens {
 		return true
 	}
 	if !(l.TTFTMs > 0) {
 		return false
 	}
-	ms := c.FirstTokenMs(queued, req.NewTokens(c.Overlap))
+	ms := c.firstTokenMs(queued, queuedAttn, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
 	if c.QueuedTokens+queued > 0 {
 		ms += l.LateMs
 	}
@@ -66,12 +67,35 @@ func (l Limits) full(c *Candidate, req Request, queued int) bool {
 // step's fixed cost, and a fleet held at the threshold would run that far
 // from it. With no head in progress while requests decode, the worker is
 // in a decode step, which the request waits out: half of one, on average.
-// c must have been filled (Load.FillAll).
+// The queued and new tokens are uncached prompts of their own (their
+// attention their squares); RequestFirstTokenMs is that of a request with
+// its cached prefix on c. c must have been filled (Load.FillAll).
 func (c *Candidate) FirstTokenMs(queued, newTokens int) float64 {
+	q, n := float64(max(queued, 0)), float64(max(newTokens, 0))
+	return c.firstTokenMs(queued, q*q, newTokens, n*n)
+}
+
+// RequestFirstTokenMs is FirstTokenMs of req on c, its prompt's attention
+// over the prefix c caches of it, with nothing more queued.
+func (c *Candidate) RequestFirstTokenMs(req *Request) float64 {
+	return c.firstTokenMs(0, 0, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
+}
+
+// firstTokenMs is FirstTokenMs with the attention of the queued and new
+// tokens given.
+func (c *Candidate) firstTokenMs(queued int, queuedAttn float64, newTokens int, newAttn float64) float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
 	waiting := c.QueuedTokens - c.HeadTokens + queued
-	ms := c.HeadMs + s.TTFTMs(waiting, newTokens, 1)
+	all, _ := s.SpanPair(waiting, newTokens)
+	all.Attn = c.QueuedAttn - c.HeadAttn + queuedAttn + newAttn
+	if all.Tokens <= 0 {
+		all.Attn = 0
+	}
+	ms := c.HeadMs + s.PrefillMs(all, 1)
+	if d, ok := s.DecodeMs(all); ok {
+		ms += d
+	}
 	if c.HeadMs == 0 {
 		if d, ok := s.DecodeMs(timingmodel.Span{Tokens: 1}); ok {
 			ms += d / 2
@@ -111,14 +135,15 @@ func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req 
 	room := 0
 	for i := range n {
 		c, isChosen := at(i)
-		newTokens := req.NewTokens(c.Overlap)
-		queued := 0
+		newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
+		queued, queuedAttn := 0, 0.0
 		if isChosen {
-			queued = newTokens
+			queued, queuedAttn = newTokens, newAttn
 		}
-		for room < most && !l.full(c, req, queued) {
+		for room < most && !l.full(c, req, queued, queuedAttn) {
 			room++
 			queued += max(newTokens, 1)
+			queuedAttn += newAttn
 		}
 		if room >= most {
 			break

@@ -11,9 +11,13 @@
 //	         + decoding(w) * (the prefill time this request adds to w's steps)
 //
 // The prefill is computed in steps of the worker's token budget less one
-// token per decoding request, each step paying the model's prefill time of
-// its chunk and, while requests decode, one decode step at the worker's KV
-// usage. weight is --kv-overlap-score-weight: 1 is the model as published.
+// token per decoding request, each step paying the model's per-step
+// constant and its tokens' linear time and, while requests decode, one
+// decode step at the worker's KV usage; the model's quadratic term is
+// attention, priced per prompt over its own context (its cached prefix
+// and its earlier chunks), never over the other prompts a step carries
+// (timingmodel.Attention). weight is --kv-overlap-score-weight: 1 is the
+// model as published.
 // The queued prompt tokens are the router's requests not yet at their first
 // token, less what the first of them (the engine prefills in routing order)
 // has had time to compute since it became the first (see headStepsOf).
@@ -97,6 +101,14 @@ type Candidate struct {
 	PrefillBlocks, DecodeBlocks int
 	// QueuedTokens are the prompt tokens queued for prefill on the worker.
 	QueuedTokens int
+	// QueuedAttn is the attention those tokens put in the timing model's
+	// quadratic term (tokens squared, see timingmodel.Attention): each
+	// queued prompt's tokens over its own context, the prefix it has
+	// cached and its tokens computed already. A prompt does not attend to
+	// the others it shares a step with, so this is far less than
+	// QueuedTokens squared when many short prompts queue, and more than
+	// their own square for prompts after long cached prefixes.
+	QueuedAttn float64
 	// HeadTokens of QueuedTokens are the head of the worker's prefill
 	// queue, which it is computing now (in the step it began when the
 	// request before it got its first token); HeadMs is the time left of
@@ -105,6 +117,8 @@ type Candidate struct {
 	// cost does not.
 	HeadTokens int
 	HeadMs     float64
+	// HeadAttn is the part of QueuedAttn that HeadTokens put there.
+	HeadAttn float64
 	// Decoding counts its requests past their prefill.
 	Decoding int
 	// Usage is the fraction of its KV blocks in use (0..1).
@@ -178,6 +192,15 @@ func (r Request) NewTokens(overlap int) int {
 		n = min(r.BlockSize, r.Tokens)
 	}
 	return max(n, 0)
+}
+
+// Attention is what the request's prompt puts in the timing model's
+// quadratic term on a worker caching overlap blocks: its NewTokens attend
+// to the tokens before them in the prompt, the cached prefix among them
+// (timingmodel.Attention), however the engine splits them into chunks.
+func (r Request) Attention(overlap int) float64 {
+	n := r.NewTokens(overlap)
+	return timingmodel.Attention(r.Tokens-n, n)
 }
 
 // Params weigh a decision.
@@ -264,7 +287,7 @@ type fillMemo struct {
 	// What it computed.
 	prefill, decodeBlocks int
 	queued, decoding      int // before the head's progress
-	usage                 float64
+	usage, queuedAttn     float64
 	head                  headSteps
 	steps                 timingmodel.Steps
 	// The model it was computed with is fillCache.timings'.
@@ -294,9 +317,13 @@ type workerLoad struct {
 	// workerLocked, which bumps it (see fillMemo).
 	ver                               uint64
 	prefillBlocks, requests, decoding int
-	blocks                            map[uint64]int32 // active block -> requests holding it
-	report                            Reported
-	reportAt                          time.Time
+	// queueAttn is the attention of the prefill queue's requests, in
+	// blocks squared: the sum of their attn. Integers, so that adding
+	// and taking away requests leaves no rounding behind.
+	queueAttn int64
+	blocks    map[uint64]int32 // active block -> requests holding it
+	report    Reported
+	reportAt  time.Time
 	// queue lists the requests waiting for their first token, in the
 	// order they were routed: the order the engine prefills them in.
 	// headSince is when the first of them became the head, the one
@@ -313,6 +340,7 @@ func (wl *workerLoad) dequeue(r *request, now time.Time) {
 			continue
 		}
 		wl.queue = append(wl.queue[:i], wl.queue[i+1:]...)
+		wl.queueAttn -= r.attn
 		if i == 0 {
 			wl.headSince = now
 		}
@@ -325,6 +353,11 @@ func (wl *workerLoad) dequeue(r *request, now time.Time) {
 type Reported struct {
 	// PrefillTokens, DecodeBlocks and Decoding are the foreign requests'.
 	PrefillTokens, DecodeBlocks, Decoding int
+	// PrefillAttn is the attention of PrefillTokens (tokens squared):
+	// each foreign request's as an uncached prompt (a report does not say
+	// what a request has cached or computed), or, from an aggregate-only
+	// report, their sum's, as one prompt.
+	PrefillAttn float64
 	// TotalBlocks is the worker's KV capacity; 0 if unknown.
 	TotalBlocks int
 }
@@ -339,8 +372,12 @@ type ReportedRequest struct {
 type request struct {
 	worker        index.WorkerID
 	prefillBlocks int
-	blocks        []uint64
-	prefilled     bool
+	// attn is the attention of its prefill in blocks squared: its
+	// prefill blocks over the blocks it had cached (the rest of its
+	// blocks), timingmodel.Attention in blocks.
+	attn      int64
+	blocks    []uint64
+	prefilled bool
 	// expect is when its first token was predicted (zero: no
 	// prediction kept), key what the caller keeps its lateness under.
 	expect time.Time
@@ -381,6 +418,9 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 	l.freeLocked(id)
 	delete(l.freed, id)
 	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: blocks}
+	if n := int64(max(prefillBlocks, 0)); n > 0 {
+		r.attn = n * (2*int64(max(len(blocks)-prefillBlocks, 0)) + n)
+	}
 	l.requests[id] = r
 	l.order.Push(added{id: id, r: r, at: l.now()})
 	wl := l.workerLocked(w)
@@ -390,6 +430,7 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 		wl.headSince = l.now()
 	}
 	wl.queue = append(wl.queue, r)
+	wl.queueAttn += r.attn
 	return true
 }
 
@@ -551,6 +592,7 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 		// sum; decode blocks may be a finished request's, so only prompt
 		// tokens beyond our own count.
 		rep.PrefillTokens = max(0, prefillTokens-wl.prefillBlocks*blockSize)
+		rep.PrefillAttn = float64(rep.PrefillTokens) * float64(rep.PrefillTokens)
 	}
 	for _, r := range reqs {
 		if _, ours := l.requests[r.ID]; ours {
@@ -560,6 +602,7 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 			continue
 		}
 		rep.PrefillTokens += r.PrefillTokens
+		rep.PrefillAttn += float64(r.PrefillTokens) * float64(r.PrefillTokens)
 		rep.DecodeBlocks += r.DecodeBlocks
 		if r.PrefillTokens == 0 {
 			rep.Decoding++
@@ -692,11 +735,13 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, timings[i] = true, wl != nil, ver, isFresh, blockSize, c.Timing
 			m.timingVer, m.tver = timingVer, versioned
 			m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage = c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage
+			m.queuedAttn = c.QueuedAttn
 			m.steps = c.Timing.Steps(c.Decoding, c.Usage)
 		}
 		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
+		c.QueuedAttn = m.queuedAttn
 		c.steps, c.prepared, c.Cost = m.steps, true, 0
-		c.HeadTokens, c.HeadMs = 0, 0
+		c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0
 		if wl != nil && m.head.left > 0 {
 			m.head.fill(c, m.head.progressSince(clk.sub(wl.headSince)), blockSize)
 		}
@@ -738,7 +783,7 @@ func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo, []timi
 func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fresh time.Time) {
 	isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
 	h := fillStatic(c, wl, blockSize, isFresh)
-	c.HeadTokens, c.HeadMs = 0, 0
+	c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0
 	if wl != nil && h.left > 0 {
 		h.fill(c, h.progress(wl.headSince, now), blockSize)
 	}
@@ -757,10 +802,13 @@ func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSte
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
+	bs := float64(blockSize)
+	c.QueuedAttn = float64(wl.queueAttn) * bs * bs
 	used := len(wl.blocks)
 	if fresh {
 		r := wl.report
 		c.QueuedTokens += r.PrefillTokens
+		c.QueuedAttn += r.PrefillAttn
 		c.Decoding += r.Decoding
 		used += r.DecodeBlocks
 	}
@@ -772,18 +820,20 @@ func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSte
 }
 
 // headSteps are how the head of a worker's prefill queue progresses (see
-// headStepsOf): step ms for every chunk tokens, up to left tokens. The
-// zero value progresses by none.
+// headStepsOf): step ms for every chunk tokens, up to left tokens, after
+// the cached tokens of its prompt. The zero value progresses by none.
 type headSteps struct {
-	left, chunk int
-	step        float64
+	left, chunk, cached int
+	step                float64
 }
 
 // headStepsOf is how the head of w's prefill queue progresses, from which
 // progress estimates how many of its prompt tokens are computed already:
 // it has been computed since headSince, at the pace of w's timing model
 // (steps of its budget less the decoding requests, each with a decode
-// step while requests decode). Without it a
+// step while requests decode, and its attention spread evenly over its
+// steps: its mean pace, the later chunks of a long prompt being slower
+// than its first). Without it a
 // long prompt would count whole until its first token, though on average
 // half of it is done, and a worker caching a prefix would look busier than
 // it is. At least a block is left to the head: it is not done until its
@@ -796,12 +846,15 @@ func headStepsOf(wl *workerLoad, c *Candidate, blockSize int) headSteps {
 	if left <= 0 || !c.Timing.Valid() {
 		return headSteps{}
 	}
+	head := wl.queue[0]
+	cached := max(len(head.blocks)-head.prefillBlocks, 0) * blockSize
 	chunk := min(max(c.Timing.MaxBatchedTokens-c.Decoding, 1), left)
-	step := c.Timing.StepMs(float64(chunk), c.Decoding > 0, c.Usage)
+	attn := timingmodel.Attention(cached, left) * float64(chunk) / float64(left)
+	step := c.Timing.StepAttentionMs(float64(chunk), attn, c.Decoding > 0, c.Usage)
 	if step <= 0 {
 		return headSteps{}
 	}
-	return headSteps{left: left, chunk: chunk, step: step}
+	return headSteps{left: left, chunk: chunk, cached: cached, step: step}
 }
 
 // progress is the head's computed tokens at now, computed since since.
@@ -809,12 +862,15 @@ func (h headSteps) progress(since, now time.Time) int {
 	return h.progressSince(now.Sub(since))
 }
 
-// fill sets c's queued tokens less the head's progress, and the head's
-// part of them: its tokens left (with the block it keeps until its first
-// token) and their time at its pace.
+// fill sets c's queued tokens and their attention less the head's
+// progress, and the head's part of them: its tokens left (with the block
+// it keeps until its first token), their attention and their time at its
+// pace.
 func (h headSteps) fill(c *Candidate, progress, blockSize int) {
 	c.QueuedTokens -= progress
+	c.QueuedAttn -= timingmodel.Attention(h.cached, progress)
 	c.HeadTokens = h.left - progress + blockSize
+	c.HeadAttn = timingmodel.Attention(h.cached+progress, c.HeadTokens)
 	c.HeadMs = float64(h.left-progress) / float64(h.chunk) * h.step
 }
 

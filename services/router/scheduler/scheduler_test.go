@@ -233,7 +233,8 @@ func TestLoadReportMerge(t *testing.T) {
 	}, 0, 100, 16)
 	c := Candidate{Worker: w(1)}
 	l.Fill(&c, 16)
-	want := Candidate{Worker: w(1), DecodeBlocks: 3, QueuedTokens: 500, Decoding: 2, Usage: 0.1}
+	// The foreign prompt's attention is that of an uncached one.
+	want := Candidate{Worker: w(1), DecodeBlocks: 3, QueuedTokens: 500, QueuedAttn: 500 * 500, Decoding: 2, Usage: 0.1}
 	if c != want {
 		t.Fatalf("filled %+v, want %+v", c, want)
 	}

@@ -35,7 +35,7 @@ func (DecodeStall) Add(cands []Candidate, req Request, p Params) {
 			continue
 		}
 		s := c.stepsOf(&buf)
-		all, queued := s.SpanPair(c.QueuedTokens, req.NewTokens(c.Overlap))
+		all, queued := c.spanPair(s, &req, c.Overlap)
 		added := s.PrefillMs(all, p.OverlapWeight) - s.PrefillMs(queued, p.OverlapWeight)
 		c.Cost += float64(c.Decoding) * max(added, 0)
 	}

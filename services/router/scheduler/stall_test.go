@@ -22,7 +22,8 @@ func TestDecodeStall(t *testing.T) {
 		m        timingmodel.Model
 		decoding int
 		queued   int
-		overlap  int // of req's 5 blocks of 10 tokens
+		attn     float64 // of the queued tokens
+		overlap  int     // of req's 5 blocks of 10 tokens
 		weight   float64
 		want     float64
 	}{
@@ -36,15 +37,19 @@ func TestDecodeStall(t *testing.T) {
 		{name: "spilling into another step: still the tokens", m: m, decoding: 2, queued: 80, weight: 1, want: 2 * 50},
 		// 0.01 x 50^2 = 25 ms of quadratic on top of the 50.
 		{name: "the quadratic term of the chunk", m: quad, decoding: 3, weight: 1, want: 3 * 75},
-		// 40 queued + 50: one chunk of 90 instead of 40: 0.01 x (8100 -
-		// 1600) = 65 ms of quadratic more.
-		{name: "a chunk grown by the request", m: quad, decoding: 2, queued: 40, weight: 1, want: 2 * (50 + 65)},
+		// 40 queued (a prompt of its own) + 50 in one chunk: the
+		// request's attention is over its own tokens, 0.01 x 50^2, not
+		// over the queue's it shares the step with.
+		{name: "a chunk shared with a queued prompt: its own attention", m: quad, decoding: 2, queued: 40, attn: 40 * 40, weight: 1, want: 2 * (50 + 25)},
+		// 3 of its 5 blocks cached: its 20 new tokens attend to all 50,
+		// 0.01 x (50^2 - 30^2) = 16 ms.
+		{name: "after a cached prefix: attention over the prefix", m: quad, decoding: 2, overlap: 3, weight: 1, want: 2 * (20 + 16)},
 		{name: "weighted as the prefill", m: m, decoding: 3, weight: 0.5, want: 3 * 50 * 0.5},
 		{name: "weight 0: nothing", m: m, decoding: 3, weight: 0, want: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cands := []Candidate{{Decoding: tt.decoding, QueuedTokens: tt.queued, Overlap: tt.overlap, Timing: tt.m, Cost: 7}}
+			cands := []Candidate{{Decoding: tt.decoding, QueuedTokens: tt.queued, QueuedAttn: tt.attn, Overlap: tt.overlap, Timing: tt.m, Cost: 7}}
 			DecodeStall{}.Add(cands, Request{Blocks: 5, Tokens: 50, BlockSize: 10}, Params{OverlapWeight: tt.weight})
 			near(t, "cost", []float64{cands[0].Cost}, []float64{7 + tt.want})
 		})

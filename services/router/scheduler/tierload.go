@@ -50,8 +50,9 @@ func tierLoadMs(c *Candidate, req *Request, weight float64) float64 {
 	load *= weight
 	// What the lower blocks would cost as misses: the prefill span grows
 	// from the whole cached prefix's to the GPU prefix's. Every token more
-	// costs at least the model's linear prefill time (a step's prefill
-	// grows at least that fast, and more tokens take no fewer steps), so
+	// costs at least the model's linear prefill time (more tokens take no
+	// fewer steps, and the prompt's attention, over the same whole
+	// prompt, grows as its cached prefix shrinks), so
 	// a load below that needs no spans: a host load on the default model
 	// (0.005 ms per token against 0.0152) never does.
 	extra := req.NewTokens(c.Overlap-lower) - req.NewTokens(c.Overlap)
@@ -60,7 +61,9 @@ func tierLoadMs(c *Candidate, req *Request, weight float64) float64 {
 	}
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
-	cached := s.PrefillMs(s.Span(c.QueuedTokens+req.NewTokens(c.Overlap)), weight)
-	gpuOnly := s.PrefillMs(s.Span(c.QueuedTokens+req.NewTokens(c.Overlap-lower)), weight)
+	withLower, _ := c.spanPair(s, req, c.Overlap)
+	gpuPrefix, _ := c.spanPair(s, req, c.Overlap-lower)
+	cached := s.PrefillMs(withLower, weight)
+	gpuOnly := s.PrefillMs(gpuPrefix, weight)
 	return max(min(load, gpuOnly-cached), 0)
 }

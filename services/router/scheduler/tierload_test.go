@@ -20,7 +20,9 @@ func TestTierLoad(t *testing.T) {
 	req := Request{Blocks: 64, Tokens: 64 * 16, BlockSize: 16}
 	prefill := func(c Candidate, overlap int) float64 {
 		s := c.Timing.Steps(c.Decoding, c.Usage)
-		return s.PrefillMs(s.Span(c.QueuedTokens+req.NewTokens(overlap)), 1)
+		sp := s.Span(c.QueuedTokens + req.NewTokens(overlap))
+		sp.Attn = c.QueuedAttn + req.Attention(overlap)
+		return s.PrefillMs(sp, 1)
 	}
 	base := Candidate{Overlap: 64, Timing: m}
 	tests := []struct {
