@@ -464,19 +464,30 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 	return capacity, capacity
 }
 
-// Now is what an engine predicts for a new request of prompt tokens in
-// its present state: queued prompt tokens still to prefill and running
-// requests decoding at KV usage usage. TTFT is the timing model's, as the
-// router predicts it; ITL is the step time it runs at, a prompt chunk and
-// a decode step.
-func (e Engine) Now(role Role, queued, running int, usage, prompt float64) (ttftMs, itlMs float64) {
+// Now is what an engine predicts for a new request of prompt and output
+// tokens in its present state: queued prompt tokens still to prefill and
+// running requests decoding at KV usage usage. TTFT is the timing
+// model's, as the router predicts it. ITL is the mean inter-token latency
+// of a request decoding over its next output tokens: a decode step each,
+// and the queued prompts' compute (their tokens and each one's attention
+// over itself, prompts of the mean size) spread over those steps, at most
+// a whole chunk's in one. The objective binds a request's mean interval,
+// and a prompt computed beside it lengthens one step of its life, not
+// every one: one step's time (a 7,000-token prompt beside a decode step
+// takes over 100 ms) says nothing of the objective.
+func (e Engine) Now(role Role, queued, running int, usage, prompt, output float64) (ttftMs, itlMs float64) {
 	m := e.Model
 	if role == Decode {
 		prompt = 0
 	}
 	ttftMs = m.TTFTMs(queued, int(math.Ceil(prompt)), running, usage, 1)
 	if running > 0 && role != Prefill {
-		itlMs = m.StepMs(float64(min(queued, max(m.MaxBatchedTokens-running, 1))), true, usage)
+		// t queued tokens are t/prompt prompts of prompt tokens, each
+		// attending over itself: t*prompt of attention.
+		compute := func(t float64) float64 { return m.PrefillPerToken*t + m.PrefillQuadratic*t*prompt }
+		chunk := float64(max(m.MaxBatchedTokens-running, 1))
+		q := float64(max(queued, 0))
+		itlMs = m.DecodeMs(usage) + min(compute(q)/max(output, 1), compute(min(q, chunk)))
 	}
 	return ttftMs, itlMs
 }

@@ -252,27 +252,36 @@ func TestTTFT90(t *testing.T) {
 }
 
 func TestNow(t *testing.T) {
-	e := Engine{Model: simple}
 	for _, tc := range []struct {
 		name             string
+		model            timingmodel.Model
 		role             Role
 		queued, running  int
-		prompt           float64
+		prompt, output   float64
 		wantTTFT, wantIT float64
 	}{
 		// An idle engine: the prompt's own prefill, no ITL.
-		{"idle", Agg, 0, 0, 100, 20, 0},
+		{"idle", simple, Agg, 0, 0, 100, 10, 20, 0},
 		// 1,500 queued + 100 new over chunks of 990 (10 decoding): two
 		// steps, one full (99) and one of 610 (61), each beside a decode
-		// step (40) that pays the per-step constant; ITL a decode step
-		// with a 990-token chunk beside it (its compute, 99).
-		{"busy", Agg, 1500, 10, 100, 99 + 61 + 40, 20 + 99},
+		// step (40) that pays the per-step constant. ITL: the 150 ms of
+		// the queued tokens spread over a request's next 10 steps, beside
+		// their 20 ms decode steps.
+		{"busy", simple, Agg, 1500, 10, 100, 10, 99 + 61 + 40, 20 + 15},
+		// A request of one more token sees at most a whole chunk (990
+		// tokens, 99 ms) beside its one step.
+		{"busy, short answers", simple, Agg, 1500, 10, 100, 1, 99 + 61 + 40, 20 + 99},
+		// Queued tokens are prompts of the mean size, each attending over
+		// itself: 300 tokens as three prompts of 100 put 3 x 1 ms of
+		// attention beside their 30 ms of tokens, over 10 steps. TTFT is
+		// the timing model's.
+		{"attention per prompt", quadratic, Agg, 300, 10, 100, 10, quadratic.TTFTMs(300, 100, 10, 0.5, 1), 20 + 3.3},
 		// Decode pools prefill nothing of their own.
-		{"decode", Decode, 0, 10, 100, 0, 20},
-		{"prefill has no ITL", Prefill, 0, 10, 100, 10 + 20, 0},
+		{"decode", simple, Decode, 0, 10, 100, 10, 0, 20},
+		{"prefill has no ITL", simple, Prefill, 0, 10, 100, 10, 10 + 20, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ttft, itl := e.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt)
+			ttft, itl := Engine{Model: tc.model}.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt, tc.output)
 			if !near(ttft, tc.wantTTFT) || !near(itl, tc.wantIT) {
 				t.Fatalf("Now = %v, %v; want %v, %v", ttft, itl, tc.wantTTFT, tc.wantIT)
 			}

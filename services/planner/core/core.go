@@ -405,7 +405,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if r := pd.Inputs.Observed.RequestsPerSec; r > 0 && upper > r {
 		growth = upper / r
 	}
-	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, c.Objectives, growth)
+	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, output, c.Objectives, growth)
 	pd.Inputs.TTFTMs, pd.Inputs.ITLMs = ttft, itl
 	if up && target <= pd.Current {
 		target = pd.Current + 1
@@ -463,12 +463,12 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 }
 
 // loadRule applies the load rule to the fresh workers: up when every one
-// predicts, for a request of prompt tokens, a TTFT or an ITL past the
-// objectives; downOK when, with one worker fewer and its load spread over
+// predicts, for a request of prompt and output tokens (Engine.Now), a
+// TTFT or an ITL past the objectives; downOK when, with one worker fewer and its load spread over
 // the others and grown by growth (the rate sized for over the rate
 // observed), every one would still hold both. ttft and itl are the
 // lowest of the workers' predictions.
-func loadRule(role Role, fresh []Worker, prompt float64, o Objectives, growth float64) (up, downOK bool, ttft, itl float64) {
+func loadRule(role Role, fresh []Worker, prompt, output float64, o Objectives, growth float64) (up, downOK bool, ttft, itl float64) {
 	if len(fresh) == 0 {
 		return false, true, 0, 0
 	}
@@ -476,14 +476,14 @@ func loadRule(role Role, fresh []Worker, prompt float64, o Objectives, growth fl
 	ttft, itl = math.Inf(1), math.Inf(1)
 	n := float64(len(fresh))
 	for _, w := range fresh {
-		t, i := w.Now(role, w.Queued, w.Running, w.Usage, prompt)
+		t, i := w.Now(role, w.Queued, w.Running, w.Usage, prompt, output)
 		ttft, itl = min(ttft, t), min(itl, i)
 		if t <= o.TTFTMs && i <= o.ITLMs {
 			up = false
 		}
 		if downOK {
 			scale := n / (n - 1) * growth
-			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt)
+			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt, output)
 			if t2 > o.TTFTMs || i2 > o.ITLMs {
 				downOK = false
 			}
