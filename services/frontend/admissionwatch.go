@@ -99,26 +99,43 @@ func (s *Service) watchRouter(ctx context.Context, rc routerv1.RouterServiceClie
 }
 
 // watchCore follows an in-process core's saturation until ctx ends: the
-// frontend's own router (the modes other than kv, or --no-kv-events).
+// frontend's own router (the modes other than kv, or --no-kv-events). As
+// the router's WatchSaturation, it recomputes at every change of the
+// core's load record and when time alone makes room
+// (core.SaturationNext).
 func watchCore(ctx context.Context, c *core.Core, a *admission) {
 	type word struct {
 		saturated bool
 		room      int
 	}
 	last := map[string]word{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		changed := c.Changed()
+		var soonest time.Duration
 		for _, m := range c.Models() {
-			sat, room := c.SaturationRoom(m)
+			sat, room, next := c.SaturationNext(m)
+			if next > 0 && (soonest == 0 || next < soonest) {
+				soonest = next
+			}
 			if was, ok := last[m]; !ok || was != (word{sat, room}) {
 				last[m] = word{sat, room}
 				a.watchedRoom(m, sat, uint32(room))
 			}
 		}
+		var at <-chan time.Time
+		if soonest > 0 {
+			timer.Reset(soonest)
+			at = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+			timer.Stop()
+		case <-at:
 		}
 	}
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,9 +16,11 @@ const maxWatchedModels = 4096
 
 // WatchSaturation streams the watched models' saturation and room: all of
 // them first, then those whose saturation or room changed, recomputed after every change of the
-// core's load record or worker set. Changes that come while an answer is
-// being sent are folded into the next recomputation, so a slow watcher
-// costs the router one computation per answer, not one per change.
+// core's load record or worker set, and when the passing of time alone
+// makes room (a worker's head of queue computing on: core.SaturationNext).
+// Changes that come while an answer is being sent are folded into the
+// next recomputation, so a slow watcher costs the router one computation
+// per answer, not one per change.
 func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream routerv1.RouterService_WatchSaturationServer) error {
 	if len(r.GetModels()) > maxWatchedModels {
 		return status.Errorf(codes.InvalidArgument, "at most %d models may be watched", maxWatchedModels)
@@ -29,6 +32,9 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 	}
 	sent := map[string]word{}
 	first := true
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		// Taken before the computation: a change during it closes this
 		// channel, and the loop computes again.
@@ -38,8 +44,12 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 			models = s.core.Models()
 		}
 		var out []*routerv1.ModelSaturation
+		var soonest time.Duration
 		for _, m := range models {
-			sat, room := s.core.SaturationRoom(m)
+			sat, room, next := s.core.SaturationNext(m)
+			if next > 0 && (soonest == 0 || next < soonest) {
+				soonest = next
+			}
 			now := word{sat, room}
 			if was, ok := sent[m]; first || !ok || was != now {
 				sent[m] = now
@@ -62,10 +72,17 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 			}
 			first = false
 		}
+		var at <-chan time.Time
+		if soonest > 0 {
+			timer.Reset(soonest)
+			at = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-changed:
+			timer.Stop()
+		case <-at:
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
 
@@ -163,12 +165,28 @@ func (c *Core) Saturation(model string) bool {
 // model's fleet has room for, up to MaxRoom (0 when saturated, and when
 // the limits are off: not counted).
 func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
+	saturated, room, _ = c.SaturationNext(model)
+	return saturated, room
+}
+
+// SaturationNext is SaturationRoom, and how long until the passing of
+// time alone makes room for one more typical request than it counts (0:
+// it does not; the next change of the load record, which Changed
+// signals, may). Room grows with time on a worker computing the head of
+// its prefill queue: a request behind the head is predicted earlier as
+// the head computes on, and fits once the head is far enough along
+// (scheduler.Limits.RoomNext), though nothing in the load record changed.
+// A watcher of saturation recomputes at the next change or after next,
+// whichever comes first: the room a head's progress makes is then heard
+// of when it is made, not at the next event, which on a fleet with few
+// requests in flight can be most of a prefill later.
+func (c *Core) SaturationNext(model string) (saturated bool, room int, next time.Duration) {
 	if c.limits().Off() {
-		return false, 0
+		return false, 0, 0
 	}
 	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, "", nil)
 	if err != nil {
-		return false, 0
+		return false, 0, 0
 	}
 	scored := make([]scheduler.Candidate, len(cands))
 	c.mu.Lock()
@@ -179,16 +197,23 @@ func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
 	tokens := max(int(c.typical[model]), bs)
 	late := c.lateMsLocked(model)
 	c.mu.Unlock()
+	if len(scored) == 0 {
+		return false, 0, 0
+	}
 	req := scheduler.Request{Blocks: tokens / bs, Tokens: tokens, BlockSize: bs}
-	d := &decision{scored: scored, pools: pl, lateMs: late}
 	if pl == nil {
 		c.load.FillAllVersion(scored, bs, ver)
 	} else {
 		c.load.FillAllVersion(scored[:pl.serve], bs, ver)
 		c.legs.load.FillAllVersion(scored[pl.serve:], bs, ver)
 	}
-	sat := c.saturated(d, req, -1)
-	return sat, d.room
+	l := c.limits()
+	l.LateMs = late
+	room, nextMs := l.RoomNext(scored, req, -1, MaxRoom)
+	if !math.IsInf(nextMs, 1) {
+		next = max(timingmodel.Duration(nextMs), time.Nanosecond)
+	}
+	return room == 0, room, next
 }
 
 // typicalWeight is the weight of each decision in a model's typical

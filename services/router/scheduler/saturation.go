@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/switchyard-llm/switchyard/pkg/timingmodel"
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+)
 
 // Limits say when a worker is full: one more request would get its first
 // token later than TTFTMs, or the prompt tokens queued for prefill there
@@ -150,4 +154,86 @@ func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req 
 		}
 	}
 	return room
+}
+
+// RoomNext is Room, and how long, in ms, until the passing of time alone
+// makes room for one more request like req than it counts: the soonest
+// that a candidate's head, computing on, takes the first request that
+// does not fit there now within the limits (see fitsInMs). +Inf when time
+// alone makes none: no candidate is full but for a head in progress, or
+// the room counted is most. A head's progress changes nothing in the load
+// record, so whoever follows the room (WatchSaturation) learns of the room
+// it makes from this, not from a change; the other changes (a first token,
+// a request's end, a load report) are the load record's.
+func (l Limits) RoomNext(cands []Candidate, req Request, chosen int, most int) (room int, nextMs float64) {
+	nextMs = math.Inf(1)
+	if l.Off() {
+		return most, nextMs
+	}
+	for i := range cands {
+		c := &cands[i]
+		newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
+		queued, queuedAttn := 0, 0.0
+		if i == chosen {
+			queued, queuedAttn = newTokens, newAttn
+		}
+		for room < most && !l.full(c, req, queued, queuedAttn) {
+			room++
+			queued += max(newTokens, 1)
+			queuedAttn += newAttn
+		}
+		if room >= most {
+			return room, math.Inf(1)
+		}
+		nextMs = min(nextMs, l.fitsInMs(c, req, queued, queuedAttn))
+	}
+	return room, nextMs
+}
+
+// fitsInMs is how long, in ms, until c, full for req with queued more
+// prompt tokens queued there (their attention queuedAttn), is not, by its
+// head's progress alone: 0
+// when it is not full now, +Inf when the head's computation ends first
+// (its first token is a change of the load record, which recomputes) or
+// none is in progress. While the head computes, its time left (HeadMs)
+// falls as fast as the clock runs and its tokens left (HeadTokens, less
+// the block it keeps until its first token) at its pace, both of them
+// linearly, and the prediction of a request behind it falls with the
+// head's time left (FirstTokenMs: what waits behind the head, its tokens
+// and their attention, does not change): past the TTFT limit by x ms, the
+// request fits x ms later,
+// and past the prefill budget by n tokens, once the head computed n more.
+// The head's progress is counted in whole tokens: a token's time is added
+// so that the fit is not a rounding short of it.
+func (l Limits) fitsInMs(c *Candidate, req Request, queued int, queuedAttn float64) float64 {
+	if !l.full(c, req, queued, queuedAttn) {
+		return 0
+	}
+	left := c.HeadTokens - req.BlockSize
+	if !(c.HeadMs > 0) || left <= 0 {
+		return math.Inf(1)
+	}
+	perToken := c.HeadMs / float64(left)
+	var wait float64
+	if l.PrefillTokens > 0 {
+		if over := c.QueuedTokens + queued - l.PrefillTokens; over > 0 {
+			if over > left {
+				return math.Inf(1)
+			}
+			wait = float64(over) * perToken
+		}
+	}
+	if l.TTFTMs > 0 {
+		ms := c.firstTokenMs(queued, queuedAttn, req.NewTokens(c.Overlap), req.Attention(c.Overlap)) + l.LateMs
+		// At the head's end (HeadMs 0) the prediction is of a worker
+		// with no head in progress, which waits out half a decode step:
+		// the fit must come before it.
+		if over := ms - l.TTFTMs; over > 0 {
+			if over >= c.HeadMs {
+				return math.Inf(1)
+			}
+			wait = max(wait, over)
+		}
+	}
+	return wait + perToken
 }

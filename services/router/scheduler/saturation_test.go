@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -163,6 +164,100 @@ func TestRoom(t *testing.T) {
 			}
 			if sat := tt.l.Saturated(tt.cands, req, tt.chosen); sat != (got == 0 && !tt.l.Off() && len(tt.cands) > 0) {
 				t.Fatalf("Saturated = %v with room %d", sat, got)
+			}
+		})
+	}
+}
+
+// TestRoomNext: how long until the passing of time alone makes room for
+// one more request than Room counts, from the load record's heads in
+// progress. The model costs a prompt token 1 ms and a step 50 ms, steps of
+// 1000 tokens: a head of 3000 tokens (blocks of 10) computes 1000 tokens
+// every 1050 ms, and a request of 100 tokens behind it is predicted at
+// the head's time left and its own 150 ms. Each row's next is checked by
+// moving the clock: at next there is room for one more, 3 ms before it
+// (about three tokens of the head's) there is not.
+func TestRoomNext(t *testing.T) {
+	m := linear
+	m.PrefillPerBatch = 50
+	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+	// head is a prompt of blocks routed to worker at t0 less ago.
+	type head struct {
+		worker uint64
+		blocks int
+		ago    time.Duration
+	}
+	inf := math.Inf(1)
+	tests := []struct {
+		name    string
+		l       Limits
+		workers int
+		heads   []head
+		most    int
+		room    int
+		// next is the wanted next in ms (-1: only checked by moving
+		// the clock).
+		next float64
+	}{
+		{"limits off: no limit", Limits{}, 1, []head{{1, 300, 0}}, 16, 16, inf},
+		// 150, 250, 350 ms fit on the idle worker; 450 never will.
+		{"an idle worker: time alone makes no room", Limits{TTFTMs: 400}, 1, nil, 16, 3, inf},
+		{"counted up to the cap: nothing to wait for", Limits{TTFTMs: 400}, 2, nil, 4, 4, inf},
+		// The head's 2990 tokens left (a block kept to its first token)
+		// take 3139.5 ms, the request's own step 150: 1289.5 ms past the
+		// threshold, and a token's 1.05 ms to be sure.
+		{"a head just begun: room once it is far enough along", Limits{TTFTMs: 2000}, 1, []head{{1, 300, 0}}, 16, 0, 1289.5 + 1.05},
+		{"the lateness counts", Limits{TTFTMs: 2000, LateMs: 100}, 1, []head{{1, 300, 0}}, 16, 0, 1389.5 + 1.05},
+		// Only once the head is done would the request's 150 ms fit:
+		// its first token says when, a change of the record.
+		{"room only past the head's end: its first token says", Limits{TTFTMs: 100}, 1, []head{{1, 300, 0}}, 16, 0, inf},
+		// 3000 tokens queued, 500 over the budget: the head computes
+		// them in 525 ms.
+		{"prefill budget: the head computes the excess", Limits{PrefillTokens: 2500}, 1, []head{{1, 300, 0}}, 16, 0, 525 + 1.05},
+		{"prefill budget past the head's tokens: never by time", Limits{PrefillTokens: 2500}, 1, []head{{1, 300, 0}, {1, 400, 0}}, 16, 0, inf},
+		{"both limits: the later", Limits{TTFTMs: 2000, PrefillTokens: 2500}, 1, []head{{1, 300, 0}}, 16, 0, 1289.5 + 1.05},
+		{"two workers: the sooner", Limits{TTFTMs: 2000}, 2, []head{{1, 300, 0}, {2, 300, 500 * time.Millisecond}}, 16, 0, -1},
+		// The idle worker holds one (150 ms; 250 is past 200); the busy
+		// one's head makes room for the second.
+		{"room counted on one worker, made on another", Limits{TTFTMs: 200}, 2, []head{{1, 300, 0}}, 16, 1, -1},
+	}
+	t0 := time.Unix(1000, 0)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := t0
+			l := NewLoadClock(func() time.Time { return now })
+			for i, h := range tt.heads {
+				now = t0.Add(-h.ago)
+				l.Add(fmt.Sprint("r", i), w(h.worker), h.blocks, nil)
+			}
+			fill := func(at time.Time) []Candidate {
+				now = at
+				cs := make([]Candidate, tt.workers)
+				for i := range cs {
+					cs[i] = Candidate{Worker: w(uint64(i + 1)), Timing: m}
+				}
+				l.FillAll(cs, req.BlockSize)
+				return cs
+			}
+			room, next := tt.l.RoomNext(fill(t0), req, -1, tt.most)
+			if room != tt.room {
+				t.Fatalf("RoomNext: room %d, want %d", room, tt.room)
+			}
+			if got := tt.l.Room(fill(t0), req, -1, tt.most); got != room {
+				t.Fatalf("RoomNext's room %d, Room's %d", room, got)
+			}
+			if tt.next >= 0 && !(math.IsInf(tt.next, 1) && math.IsInf(next, 1) || math.Abs(next-tt.next) < 1e-6) {
+				t.Fatalf("RoomNext: next %v ms, want %v", next, tt.next)
+			}
+			if math.IsInf(next, 1) {
+				return
+			}
+			at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+			if got := tt.l.Room(fill(at(next)), req, -1, tt.most); got <= room {
+				t.Fatalf("%v ms on: room %d, want more than %d", next, got, room)
+			}
+			if got := tt.l.Room(fill(at(next-3)), req, -1, tt.most); got != room {
+				t.Fatalf("%v ms on: room %d, want %d still", next-3, got, room)
 			}
 		})
 	}
