@@ -93,13 +93,11 @@ import (
 // max_num_seqs requests that lose most by it, counted only at one token
 // per 203 ms since their arrival; one engine given up to the misses, the
 // largest own prefills missing), gave bounds still above twice
-// round-robin's goodput on eight of the nine traces whose goodput goal
-// failed at stop 27 (low-reuse x22.4 against 2x rr x16.5, h1 x20.4 / x15,
-// h3 x18.1 / x13.5, h5 x22.1 / x16.5, v3 x32.2 / x16.5, v4 x36.4 / x27, v6
-// x68.8 / x21, v7 x15.2 / x11) and just under it on w3-summarize (x23.6 /
-// x24), where it proves nothing either: besides 3, it tried only one way
-// of giving up an engine to the misses, and Horizon takes the largest rate
-// over all of them. Nor can the bound charge the free misses: a router
+// round-robin's goodput on eight of the nine traces where kv's goodput
+// fell short of twice round-robin's (low-reuse and the h, v and w presets
+// among them), and just under it on the summarizing one, where it proves
+// nothing either: besides 3, it tried only one way of giving up an engine
+// to the misses, and Horizon takes the largest rate over all of them. Nor can the bound charge the free misses: a router
 // that sends the largest tenth of the prompts to one engine gives up that
 // engine and meets p90 with the others. So Horizon is above Capacity on
 // decode-heavy traces and on heavy-tailed ones; it is the bound a goodput

@@ -3,8 +3,9 @@ package index
 import "time"
 import "sync"
 
-// oldPending is Pending as it was before its blocks were split in one
-// and multi (commit 19deb4b), the reference TestPendingMatchesOld holds it to.
+// oldPending is Pending in its first form, every block's references in one
+// map, before they were split into one and multi: the reference
+// TestPendingMatchesOld holds the split form to.
 
 type oldPending struct {
 	mu     sync.Mutex
