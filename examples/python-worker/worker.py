@@ -682,9 +682,9 @@ def register(registry, cfg, instance, card, adopt, first):
     is registered and before its card is (requests still running go on
     storing blocks: their events must not name an instance the registry does
     not list yet, or routers drop it as departed). Adopting only after the
-    card was registered left a window in which a request routed to the new
-    instance published its blocks under instance 0 (or the lost one): seen
-    in CI as a router that never saw the worker's first blocks."""
+    card was registered would leave a window in which a request routed to the
+    new instance publishes its blocks under instance 0 (or the lost one),
+    and a router never sees the worker's first blocks."""
     lease = Lease(registry, cfg.lease_ttl)
     try:
         if first:
