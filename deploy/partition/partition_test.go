@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 )
 
 var cutFor = flag.Duration("cut", 0, "how long each partition lasts (0: 30s, 8s with -short)")
@@ -32,15 +32,7 @@ var cutFor = flag.Duration("cut", 0, "how long each partition lasts (0: 30s, 8s 
 const parallelTests = 8
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
+	testwait.AtLeastParallel(parallelTests)
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

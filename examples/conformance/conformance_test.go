@@ -56,9 +56,13 @@ func buildGoWorker(t *testing.T) string {
 
 // TestGoSDK runs the suite against pkg/worker (the goworker command).
 func TestGoSDK(t *testing.T) {
+	t.Parallel()
 	bin := buildGoWorker(t)
 	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP} {
-		t.Run(string(plane), func(t *testing.T) { conformance.Run(t, goWorker(bin, plane)) })
+		t.Run(string(plane), func(t *testing.T) {
+			t.Parallel()
+			conformance.Run(t, goWorker(bin, plane))
+		})
 	}
 }
 
@@ -66,13 +70,17 @@ func TestGoSDK(t *testing.T) {
 // (conformance.RunFirstStart): none may exit; each registers once the
 // registry is up.
 func TestFirstStartBeforeTheRegistry(t *testing.T) {
+	t.Parallel()
 	for _, w := range []conformance.Worker{goWorker(buildGoWorker(t), transport.PlaneTCP), pythonWorker(), nodeWorker()} {
 		t.Run(w.Name, func(t *testing.T) { conformance.RunFirstStart(t, w) })
 	}
 }
 
 // TestPythonWorker runs the suite against examples/python-worker.
-func TestPythonWorker(t *testing.T) { conformance.Run(t, pythonWorker()) }
+func TestPythonWorker(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, pythonWorker())
+}
 
 func pythonWorker() conformance.Worker {
 	const python = "/usr/bin/python3"
@@ -95,7 +103,10 @@ func pythonWorker() conformance.Worker {
 }
 
 // TestNodeWorker runs the suite against examples/node-worker.
-func TestNodeWorker(t *testing.T) { conformance.Run(t, nodeWorker()) }
+func TestNodeWorker(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, nodeWorker())
+}
 
 func nodeWorker() conformance.Worker {
 	dir := filepath.Join("..", "node-worker")

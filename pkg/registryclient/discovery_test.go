@@ -25,6 +25,8 @@ import (
 // connections to it (rafthttp's transports, and its own server side) to
 // close on their own time: goroutines of etcd's net/http, not of ours.
 func TestMain(m *testing.M) {
+	// The tests wait out etcd restarts, outages and lease refreshes.
+	testwait.AtLeastParallel(6)
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))

@@ -7,6 +7,8 @@ package testwait
 
 import (
 	"errors"
+	"flag"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -55,4 +57,29 @@ func poll(d time.Duration, cond func() error) bool {
 		time.Sleep(Interval)
 	}
 	return true
+}
+
+// AtLeastParallel raises -test.parallel to n unless the command line set it:
+// for a TestMain (before m.Run; it parses the flags if they are not yet) of a
+// package whose parallel tests spend their time waiting out leases,
+// timeouts, restarts and cuts rather than computing, so that they overlap
+// where go test's default (as many at once as cores) would run them two by
+// two on a 2-core machine. An explicit -parallel always wins. It panics
+// outside a test binary.
+func AtLeastParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		panic("testwait: AtLeastParallel outside a test binary (no -test.parallel flag)")
+	}
+	explicit := false
+	flag.Visit(func(v *flag.Flag) { explicit = explicit || v.Name == "test.parallel" })
+	if cur, err := strconv.Atoi(f.Value.String()); explicit || (err == nil && cur >= n) {
+		return
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+		panic("testwait: " + err.Error())
+	}
 }

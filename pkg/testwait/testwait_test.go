@@ -1,7 +1,12 @@
 package testwait
 
 import (
+	"flag"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +15,50 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// As a child of TestAtLeastParallel: apply AtLeastParallel to this
+	// binary's own command line and print what -test.parallel became.
+	if probe := os.Getenv(probeEnv); probe != "" {
+		n, err := strconv.Atoi(probe)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		AtLeastParallel(n)
+		fmt.Println(flag.Lookup("test.parallel").Value.String())
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const probeEnv = "TESTWAIT_PARALLEL_PROBE"
+
+func TestAtLeastParallel(t *testing.T) {
+	def := runtime.GOMAXPROCS(0) // -test.parallel's default
+	for _, tt := range []struct {
+		name string
+		n    int
+		args []string
+		want int
+	}{
+		{"raised to n", def + 6, nil, def + 6},
+		{"never lowered", 1, nil, def},
+		{"the command line wins over a higher n", def + 6, []string{"-test.parallel=1"}, 1},
+		{"the command line wins over a lower n", 1, []string{"-test.parallel=" + strconv.Itoa(def+3)}, def + 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, tt.args...)...)
+			cmd.Env = append(os.Environ(), probeEnv+"="+strconv.Itoa(tt.n))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("probe: %v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != strconv.Itoa(tt.want) {
+				t.Errorf("-test.parallel = %s; want %d", got, tt.want)
+			}
+		})
+	}
+}
 
 // recorder is a testing.TB that records a Fatalf instead of stopping the
 // goroutine, so that Until's failure can be checked.

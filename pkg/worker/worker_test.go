@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testleak"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
@@ -27,6 +28,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The tests wait out registry and etcd outages, leases and backoffs.
+	testwait.AtLeastParallel(6)
 	testleak.VerifyTestMain(m)
 }
 
@@ -170,6 +173,7 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 // request streams: the worker deregisters at once, and the request still
 // completes.
 func TestShutdownDrainsInFlight(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -212,6 +216,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 // registers again with a new instance id, the same address and model card,
 // and starts its KV events with a cleared event under the new id.
 func TestLostLeaseRegistersAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -271,6 +276,7 @@ func TestLostLeaseRegistersAgain(t *testing.T) {
 // revokes it in etcd then, to be sure). The worker keeps serving all along
 // and registers again once the registry is back.
 func TestWorkerOutlivesRegistryOutage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -370,6 +376,7 @@ func (l *logWatch) wait(ctx context.Context, t *testing.T, msg string, n int) {
 // worker registers, with its model card, and Start returns. An error no
 // retry changes (a name the registry refuses) still fails Start at once.
 func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// failures to wait for before bringing it up: 2 shows a retry; a
@@ -391,6 +398,7 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -446,6 +454,7 @@ func TestWorkerStartsBeforeTheControlPlane(t *testing.T) {
 	}
 
 	t.Run("refused, not retried", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

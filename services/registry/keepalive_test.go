@@ -29,6 +29,7 @@ func (k *keepaliver) open() bool {
 // stream by itself once etcd is back, and the lease it refreshes then is
 // etcd's, with its TTL.
 func TestKeepAliveStreamReopensWithoutARefresh(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// startAway starts the store while etcd is stopped.
@@ -38,6 +39,7 @@ func TestKeepAliveStreamReopensWithoutARefresh(t *testing.T) {
 		{name: "etcd away when the store started", startAway: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg := EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://" + testport.Shareable(t), PeerURL: "http://" + testport.Shareable(t), Fast: true}
 			start := func() *EmbeddedEtcd {
 				t.Helper()

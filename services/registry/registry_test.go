@@ -23,12 +23,17 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/registry"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The tests wait out etcd outages, store timeouts and leases.
+	testwait.AtLeastParallel(6)
+	goleak.VerifyTestMain(m)
+}
 
 // env is one etcd, one registry and a raw client of each.
 type env struct {
