@@ -8,8 +8,10 @@
 //
 // A pool's target comes from three rules, in order:
 //   - throughput: the demand forecast over the next interval (a
-//     Predictor) over what one worker sustains within the objectives,
-//     computed from its published timing model (Engine.Capacity);
+//     Predictor), corrected by what its forecasts at that lead missed by
+//     lately when those misses agree, over what one worker sustains
+//     within the objectives, computed from its published timing model
+//     (Engine.Capacity);
 //   - load: the workers' predicted TTFT and ITL now, for a request of the
 //     mean size; when every worker breaks an objective the pool grows by
 //     one at least, and it shrinks only when the remaining workers, taking
@@ -164,6 +166,10 @@ type Inputs struct {
 	// error, from the samples' noise); the pool is sized for the forecast
 	// plus the quantile's share of it.
 	SpreadRPS float64 `json:"spread_rps"`
+	// BiasRPS is what the pool adds to the forecast for the predictor's
+	// recent misses at the lead (the rates observed less its forecasts
+	// of them), when they all agree; 0 when they do not.
+	BiasRPS float64 `json:"bias_rps"`
 	// CapacityRPS is one worker's requests per second within the
 	// objectives for the forecast's request sizes.
 	CapacityRPS float64 `json:"capacity_rps"`
@@ -229,6 +235,19 @@ type poolState struct {
 	bounds []float64
 	// changedAt is the decision id of the pool's last change, 0 for none.
 	changedAt uint64
+	// pending is the forecasts of the rate of samples to come, made at
+	// the last decisions (due order); misses the observed rate less the
+	// forecast of the last ones that came (a lead's worth: biasSamples).
+	pending []dueForecast
+	misses  []float64
+	// observed counts the samples the predictor has taken.
+	observed int
+}
+
+// dueForecast is a forecast of the sample due then.
+type dueForecast struct {
+	due time.Time
+	rps float64
 }
 
 // New returns a planner; cfg must be valid. The first decision has id
@@ -329,7 +348,9 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	demandFresh := !o.Demand.At.IsZero() && now.Sub(o.Demand.At) <= c.MaxAge && o.Demand.valid()
 	newSample := demandFresh && o.Demand.At.After(st.lastSample)
 	if newSample {
+		st.settle(o.Demand, c)
 		st.predictor.Observe(o.Demand)
+		st.observed++
 		st.lastSample = o.Demand.At
 		st.recent = append(st.recent, o.Demand.RequestsPerSec)
 		if len(st.recent) > c.Cooldown+1 {
@@ -351,12 +372,23 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	// the highest is at an end of the span.
 	f := highest(st.predictor.Forecast(c.Lead), st.predictor.Forecast(c.Lead+c.Interval))
 	pd.Inputs.Forecast = f
-	// The rate to hold: the forecast and the margin its error needs at
-	// the quantile (the error at the span's far end, the larger).
+	if newSample && st.observed >= p.predictorWindow() {
+		// The sample of the span's interval will tell how far off the
+		// predictor was: its forecast for that sample's middle. Only a
+		// forecast from a full window counts: one made from fewer
+		// samples misses for want of them, which the next do not.
+		st.pending = append(st.pending, dueForecast{due: o.Demand.At.Add(c.Lead + c.Interval),
+			rps: st.predictor.Forecast(c.Lead + c.Interval/2).RequestsPerSec})
+	}
+	// The rate to hold: the forecast, corrected by what the predictor's
+	// forecasts at this lead missed by lately (bias), and the margin its
+	// error needs at the quantile (the error at the span's far end, the
+	// larger).
 	spread := st.predictor.Spread(c.Lead + c.Interval)
 	pd.Inputs.SpreadRPS = spread.Error
 	z := normalQuantile(c.Quantile)
-	upper := f.RequestsPerSec + z*spread.Error
+	pd.Inputs.BiasRPS = st.bias(spread.Noise, z)
+	upper := max(f.RequestsPerSec+pd.Inputs.BiasRPS, 0) + z*spread.Error
 	if newSample {
 		st.bounds = append(st.bounds, upper)
 		if len(st.bounds) > c.Cooldown+1 {
@@ -390,8 +422,12 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		return int(math.Ceil(rps/(per*share) - 1e-9))
 	}
 	target := need(upper, 1)
-	reason := fmt.Sprintf("throughput: %.3g req/s forecast (%.3g at the %.0fth percentile), %.3g req/s per worker within the objectives",
-		f.RequestsPerSec, upper, 100*c.Quantile, capRPS)
+	corrected := ""
+	if b := pd.Inputs.BiasRPS; b != 0 {
+		corrected = fmt.Sprintf(", %+.3g for its recent misses", b)
+	}
+	reason := fmt.Sprintf("throughput: %.3g req/s forecast%s (%.3g at the %.0fth percentile), %.3g req/s per worker within the objectives",
+		f.RequestsPerSec, corrected, upper, 100*c.Quantile, capRPS)
 	if capRPS == 0 && f.RequestsPerSec > 0 {
 		reason = fmt.Sprintf("throughput: %.3g req/s forecast; no load holds the objectives for requests of %.0f+%.0f tokens, sized to what a worker sustains (%.3g req/s)",
 			f.RequestsPerSec, prompt, output, bound)
@@ -460,6 +496,60 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	}
 	pd.Reason = reason
 	return pd
+}
+
+// settle compares the forecasts due by the sample s (its interval ends
+// within half an interval of their due time, or after it) with its rate,
+// keeping the last biasSamples misses.
+func (st *poolState) settle(s Sample, c Config) {
+	n := 0
+	for _, p := range st.pending {
+		if p.due.After(s.At.Add(c.Interval / 2)) {
+			break
+		}
+		st.misses = append(st.misses, s.RequestsPerSec-p.rps)
+		n++
+	}
+	st.pending = st.pending[n:]
+	if keep := c.biasSamples(); len(st.misses) > keep {
+		st.misses = st.misses[len(st.misses)-keep:]
+	}
+}
+
+// bias is how far below the rate that came (above, when negative) the
+// predictor's forecasts at the lead fell lately, when they all did: the
+// miss nearest zero of its last ones if they share a sign, else 0, less
+// what a sample's noise (standard deviation noise) puts in a mean of as
+// many at the quantile z. A predictor misses persistently where the rate
+// does what its model cannot: a trend's line runs on past a turn (below
+// a trough, above a peak), a window's mean lags a ramp by half its span
+// and the lead. Added to the forecast it carries that miss forward while
+// it lasts. A burst's misses do not last: they change sign when it ends,
+// and the forecasts made before it still count while it runs, so a
+// burst shorter than a lead moves the bias little.
+func (st *poolState) bias(noise, z float64) float64 {
+	if len(st.misses) == 0 {
+		return 0
+	}
+	least, most := math.Inf(1), math.Inf(-1)
+	for _, m := range st.misses {
+		least, most = min(least, m), max(most, m)
+	}
+	chance := z * noise / math.Sqrt(float64(len(st.misses)))
+	switch {
+	case least > chance:
+		return least - chance
+	case most < -chance:
+		return most + chance
+	}
+	return 0
+}
+
+// biasSamples is the misses the bias averages: a lead and an interval's
+// worth of decisions, the span a forecast reads ahead (so that the bias
+// follows the rate's shape at the scale the forecast does).
+func (c Config) biasSamples() int {
+	return max(int(math.Ceil((c.Lead+c.Interval).Seconds()/c.Interval.Seconds())), 1)
 }
 
 // loadRule applies the load rule to the fresh workers: up when every one

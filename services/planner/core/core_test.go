@@ -448,3 +448,87 @@ func TestNoFlapsOnSteadyRates(t *testing.T) {
 		}
 	}
 }
+
+// TestBias checks the forecast's correction by its recent misses, a
+// lead's worth of them, when they all agree: none on noise nor for a
+// burst, the lag of a window's mean on a ramp, a trend's line run on
+// below the level past a trough.
+func TestBias(t *testing.T) {
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Second) }
+	lead := func(pred string, window int) func(*Config) {
+		return func(c *Config) { c.Predictor, c.Window, c.Lead = pred, window, 2*c.Interval }
+	}
+	z := normalQuantile(0.95)
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*Config)
+		rates []float64
+		// check looks at the decision on each rate.
+		check func(i int, pd PoolDecision) error
+	}{
+		// Rates alternating 100 and 120: the mean of 3 misses the sample
+		// 3 intervals on by 13.3 either way, and the last 3 misses'
+		// mean is 4.4 at most; a sample's noise (20/(0.6745*sqrt 2),
+		// 21 req/s) at the quantile over sqrt 3 is 20: no bias.
+		{"noise alone", lead("window", 3), []float64{100, 120, 100, 120, 100, 120, 100, 120, 100, 120}, func(i int, pd PoolDecision) error {
+			if pd.Inputs.BiasRPS != 0 {
+				return fmt.Errorf("bias %v, want 0", pd.Inputs.BiasRPS)
+			}
+			return nil
+		}},
+		// A ramp of 10 req/s an interval: the mean of the last 3 rates
+		// (the rate less 10) forecasts a sample 3 intervals on (the rate
+		// plus 30): every miss is 40 once the ramp has run that long.
+		// The differences of 10 read as a noise of 10/(0.6745*sqrt 2),
+		// so the bias is 40 less that at the quantile over sqrt 3.
+		{"a window lags a ramp", lead("window", 3), []float64{100, 100, 100, 100, 110, 120, 130, 140, 150, 160, 170, 180, 190, 200}, func(i int, pd PoolDecision) error {
+			want := 40 - z*10/(0.6744897501960817*math.Sqrt2)/math.Sqrt(3)
+			if i == 13 && (!near(pd.Inputs.BiasRPS, want) || !strings.Contains(pd.Reason, fmt.Sprintf("%+.3g for its recent misses", want))) {
+				return fmt.Errorf("bias %v (%q), want %v", pd.Inputs.BiasRPS, pd.Reason, want)
+			}
+			return nil
+		}},
+		// A burst of two intervals at twice the rate: the misses of the
+		// forecasts made before it are 100 while it runs, but the last
+		// three (a lead and an interval's worth) include one made on the
+		// level, so the bias never raises the forecast; the forecasts
+		// made in the burst miss the level after it, below.
+		{"a burst shorter than a lead", lead("window", 3), []float64{100, 100, 100, 100, 100, 100, 200, 200, 100, 100, 100, 100, 100, 100}, func(i int, pd PoolDecision) error {
+			if pd.Inputs.BiasRPS > 0 {
+				return fmt.Errorf("bias %v, want none above 0", pd.Inputs.BiasRPS)
+			}
+			return nil
+		}},
+		// Falling 20 req/s an interval to 100 and staying: the line
+		// through the last 4 rates runs on below 100 for a while, and
+		// the forecasts it made miss the level: forecast and bias hold
+		// the level once those misses are in.
+		{"a trend runs past a trough", lead("trend", 4), []float64{200, 180, 160, 140, 120, 100, 100, 100, 100, 100, 100, 100}, func(i int, pd PoolDecision) error {
+			f, b := pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.BiasRPS
+			switch {
+			case i == 6 && !(f < 100 && b == 0):
+				return fmt.Errorf("forecast %v, bias %v: want the line below 100 and no miss known yet", f, b)
+			case i >= 9 && !(b > 0 && f+b >= 100):
+				return fmt.Errorf("forecast %v, bias %v: want them to hold 100", f, b)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.cfg(&cfg)
+			p, err := New(cfg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 5
+			for i, r := range tc.rates {
+				pd := p.Decide(at(i+1), []PoolObservation{obs(n, r, at(i+1))}).Pools[0]
+				if err := tc.check(i, pd); err != nil {
+					t.Fatalf("rate %d (%v): %v", i, r, err)
+				}
+				n = pd.Target
+			}
+		})
+	}
+}
