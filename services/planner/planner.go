@@ -252,12 +252,14 @@ func (s *Service) step(ctx context.Context, now time.Time) {
 	starting := s.conn.Starting(ms)
 	obs := s.fleet.observe(now, ms, s.conn.Draining, s.conn.Pinned, starting)
 	d := s.plan.Decide(now, obs)
-	s.record(d)
+	// The registry first, then the service's own record (status, metrics,
+	// Decisions): a reader of both never finds the registry behind.
 	if s.unrecorded {
 		// The registry keeps no buckets: nothing to write to.
 	} else if err := s.write(ctx, d); err != nil {
 		s.log.Warn("decision not written to the registry", "id", d.ID, "err", err.Error())
 	}
+	s.record(d)
 	for _, p := range d.Pools {
 		if p.Target != p.Current {
 			s.log.Info("scaling", "id", d.ID, "pool", p.PoolKey.String(), "from", p.Current, "to", p.Target, "drain", fmt.Sprintf("%x", p.Drain), "reason", p.Reason)
