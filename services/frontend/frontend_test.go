@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/switchyard-llm/switchyard/pkg/testleak"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/services/frontend"
 )
@@ -24,6 +25,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The fault tests wait out outages, restarts and fences; at go test's
+	// default (as many at once as cores) they would run two by two.
+	testwait.AtLeastParallel(4)
 	testleak.VerifyTestMain(m)
 }
 
