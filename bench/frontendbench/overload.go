@@ -250,6 +250,10 @@ type FlowResult struct {
 	// Errors are any other answer: another status, a broken stream, no
 	// answer before the run's end.
 	Errors int
+	// Served is the completed requests per second, from the flows' start
+	// to the flow's last completion: what the fleet gave the flow,
+	// which for a flood is at most the fleet's capacity.
+	Served float64
 }
 
 // PromptWords is the length of every request's prompt in words (about a
@@ -295,6 +299,7 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 					case "ok":
 						r.Completed++
 						r.TTFT = append(r.TTFT, ttft)
+						r.Served = float64(r.Completed) / time.Since(start).Seconds()
 					case "shed", "shed-timeout":
 						r.Shed++
 						r.RetryAfter = append(r.RetryAfter, retry)
