@@ -482,7 +482,21 @@ func Run(t *testing.T, w Worker) {
 		}
 		// Deregistration comes before the drain: the watch sees the
 		// instance go while the request still runs.
-		WaitInstances(ctx, t, watch, 0, p.Logs)
+		for len(watch.Items()) != 0 {
+			select {
+			case <-watch.Changed():
+			case <-ctx.Done():
+				// Ask the worker where it is stuck: SIGQUIT makes a Go
+				// process print every goroutine's stack, and a worker may
+				// dump its threads' on it too (the Python example does).
+				_ = p.Cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-p.Done():
+				case <-time.After(5 * time.Second):
+				}
+				t.Fatalf("still registered after SIGTERM (%v); sent SIGQUIT for a stack dump; the worker logged:\n%s", watch.Items(), p.Logs.String())
+			}
+		}
 		if code := p.Wait(t); code != 0 {
 			t.Errorf("exit code %d after SIGTERM; want 0", code)
 		}

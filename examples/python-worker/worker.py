@@ -18,6 +18,7 @@ python3-xxhash, python3-h2); see README.md.
 import argparse
 import collections
 import concurrent.futures
+import faulthandler
 import json
 import logging
 import os
@@ -764,6 +765,9 @@ def main(argv):
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # SIGQUIT prints every thread's stack to stderr and goes on, as a Go
+    # process prints its goroutines': how to see where a stuck worker waits.
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
 
     reg_channel = with_bearer(grpc.insecure_channel(cfg.registry_addr, options=CHANNEL_OPTIONS), cfg.auth_token)
     bus_channel = with_bearer(grpc.insecure_channel(cfg.eventbus_addr, options=CHANNEL_OPTIONS), cfg.auth_token)
