@@ -53,6 +53,10 @@ type Env struct {
 	Plane transport.Plane
 	// URL is the frontend's base URL.
 	URL string
+	// URLNoAdmission is a second frontend's, on the same router and
+	// mocker, with admission control off (--admission=false): below
+	// saturation the two differ only by what admission control costs.
+	URLNoAdmission string
 	// Worker is the mocker.
 	Worker *worker.Worker
 	// HTTP is the client of the frontend.
@@ -121,12 +125,19 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 	fcfg.RegisterFlags(fs)
 	fcfg.HTTPAddr, fcfg.Namespace, fcfg.Transport = "127.0.0.1:0", "bench", tc
 	fcfg.RegistryAddr, fcfg.EventbusAddr, fcfg.RouterAddr = cp.RegistryAddr(), cp.EventbusAddr(), rt.Addr().String()
-	fe, err := frontend.Start(ctx, fcfg, log)
-	if err != nil {
-		return nil, err
+	for _, off := range []bool{false, true} {
+		fcfg.Admission.Off = off
+		fe, err := frontend.Start(ctx, fcfg, log)
+		if err != nil {
+			return nil, err
+		}
+		cp.OnClose(fe.Wait)
+		if off {
+			env.URLNoAdmission = "http://" + fe.Addr().String()
+		} else {
+			env.URL = "http://" + fe.Addr().String()
+		}
 	}
-	cp.OnClose(fe.Wait)
-	env.URL = "http://" + fe.Addr().String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
 	env.HTTP = &http.Client{Transport: tr}
 	env.stops = append(env.stops, tr.CloseIdleConnections)
@@ -157,8 +168,12 @@ func (e *Env) waitHealthy(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, err := e.Frontend(ctx, 1)
-	return err
+	for _, run := range []func(context.Context, int) (Timing, error){e.Frontend, e.FrontendNoAdmission} {
+		if _, err := run(ctx, 1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops the stack.
@@ -255,9 +270,20 @@ func (t *Timing) observe(start time.Time, last *time.Time) {
 
 // Frontend generates maxTokens tokens through a streamed chat completion.
 func (e *Env) Frontend(ctx context.Context, maxTokens int) (Timing, error) {
+	return e.frontend(ctx, e.URL, maxTokens)
+}
+
+// FrontendNoAdmission is Frontend through the frontend with admission
+// control off.
+func (e *Env) FrontendNoAdmission(ctx context.Context, maxTokens int) (Timing, error) {
+	return e.frontend(ctx, e.URLNoAdmission, maxTokens)
+}
+
+// frontend is Frontend through the frontend at url.
+func (e *Env) frontend(ctx context.Context, url string, maxTokens int) (Timing, error) {
 	body, _ := json.Marshal(map[string]any{"model": qwen3.ModelName, "stream": true, "max_tokens": maxTokens, "ignore_eos": true,
 		"messages": []map[string]string{{"role": "user", "content": Prompt}}, "chat_template_kwargs": map[string]any{"enable_thinking": false}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return Timing{}, err
 	}
@@ -335,6 +361,32 @@ func Latency(ctx context.Context, n, maxTokens int, run func(context.Context, in
 		itl = append(itl, t.ITL...)
 	}
 	return ttft, itl, nil
+}
+
+// LatencyPair is Latency of a and b, their requests alternating (after a
+// few warm-up requests of each), so that both meet the same machine: on a
+// shared machine a run of one and then a run of the other can differ by
+// more than what sets them apart.
+func LatencyPair(ctx context.Context, n, maxTokens int, a, b func(context.Context, int) (Timing, error)) (ttftA, ttftB []time.Duration, err error) {
+	for range min(n/10, 20) {
+		for _, run := range []func(context.Context, int) (Timing, error){a, b} {
+			if _, err := run(ctx, maxTokens); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	for i := range 2 * n {
+		run, out := a, &ttftA
+		if i%2 == 1 {
+			run, out = b, &ttftB
+		}
+		t, err := run(ctx, maxTokens)
+		if err != nil {
+			return nil, nil, err
+		}
+		*out = append(*out, t.TTFT)
+	}
+	return ttftA, ttftB, nil
 }
 
 // Throughput runs requests of maxTokens tokens from conc concurrent clients

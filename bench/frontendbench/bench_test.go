@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkStream times one streamed 16-token generation per op, sent
-// directly to the mocker and through the frontend, on each request plane.
+// directly to the mocker and through the frontend (admission control on,
+// as by default, and off), on each request plane.
 func BenchmarkStream(b *testing.B) {
 	for _, plane := range []transport.Plane{transport.PlaneTCP, transport.PlaneHTTP, transport.PlaneNATS} {
 		env, err := frontendbench.Start(plane)
@@ -19,7 +20,7 @@ func BenchmarkStream(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			fn   func(context.Context, int) (frontendbench.Timing, error)
-		}{{"direct", env.Direct}, {"frontend", env.Frontend}} {
+		}{{"direct", env.Direct}, {"frontend", env.Frontend}, {"frontend-admission-off", env.FrontendNoAdmission}} {
 			b.Run(string(plane)+"/"+p.name, func(b *testing.B) {
 				ctx := context.Background()
 				for b.Loop() {

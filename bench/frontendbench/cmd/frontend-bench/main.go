@@ -50,7 +50,7 @@ func run(samples, tokens int, d time.Duration) error {
 		ttft50, ttft99, itl50, itl99 time.Duration
 		cpu                          time.Duration
 	}
-	var goals []string
+	var goals, admission []string
 	for _, plane := range transport.Planes() {
 		env, err := frontendbench.Start(plane)
 		if err != nil {
@@ -85,6 +85,20 @@ func run(samples, tokens int, d time.Duration) error {
 			rows[p.name] = r
 			fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%v\t%v\t%.0f\t%d\t%v\t\n", plane, p.name, round(r.ttft50), round(r.ttft99), round(r.itl50), round(r.itl99), best, bestConc, round(r.cpu))
 		}
+		if plane == transport.PlaneTCP {
+			// What admission control costs below saturation: the same
+			// requests through a frontend with it on and one with it off,
+			// alternating.
+			on, off, err := frontendbench.LatencyPair(ctx, samples, tokens, env.Frontend, env.FrontendNoAdmission)
+			if err != nil {
+				env.Close()
+				return fmt.Errorf("%s admission: %w", plane, err)
+			}
+			on50, off50 := frontendbench.Percentile(on, 50), frontendbench.Percentile(off, 50)
+			admission = append(admission, fmt.Sprintf("admission control below saturation (tcp, %d requests each, alternating): TTFT p50 %v on, %v off",
+				samples, round(on50), round(off50)))
+			goals = append(goals, goal("added TTFT p50 of admission control (tcp)", on50-off50, 20*time.Microsecond))
+		}
 		env.Close()
 		dr, fr := rows["direct"], rows["frontend"]
 		fmt.Fprintf(w, "%s\tadded\t%v\t%v\t%v\t%v\t\t\t%v\t\n", plane, round(fr.ttft50-dr.ttft50), round(fr.ttft99-dr.ttft99), round(fr.itl50-dr.itl50), round(fr.itl99-dr.itl99), round(fr.cpu-dr.cpu))
@@ -96,6 +110,9 @@ func run(samples, tokens int, d time.Duration) error {
 		}
 	}
 	w.Flush()
+	for _, l := range admission {
+		fmt.Println(l)
+	}
 	fmt.Println("goals:")
 	for _, g := range goals {
 		fmt.Println("  " + g)
@@ -104,6 +121,7 @@ func run(samples, tokens int, d time.Duration) error {
 		samples, tokens, d)
 	fmt.Println("CPU/req: process CPU (user+system) per completed request at concurrency 64; the stack runs in one process, so added = frontend and router")
 	fmt.Println("direct: the request plane client calling the mocker (--no-delay); frontend: POST /v1/chat/completions stream through the frontend (kv mode, router service)")
+	fmt.Println("admission: a second frontend on the same router and mocker with --admission=false; below saturation nothing is ever queued")
 	fmt.Println("both paths: the same prompt with Qwen3's thinking off (the first token generated is the first a client sees); a few untimed warm-up requests first")
 	return nil
 }
