@@ -25,6 +25,7 @@ import (
 // retry without a word); once the eventbus is back on that address the
 // events reach the stream.
 func TestNodeWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	const ns = "nodekv"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -84,6 +84,7 @@ func startWorker(t *testing.T, node, regAddr, busAddr string, o workerOpts) *con
 // TestNodeUnitTests runs the Node side's own tests (XXH3 block hashes against
 // pkg/kvhash's golden values, the http plane's framing) and type-checks the worker and gen/ts with tsc.
 func TestNodeUnitTests(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	tests, err := filepath.Glob(filepath.Join("src", "*.test.ts"))
 	if err != nil || len(tests) == 0 {
@@ -104,6 +105,7 @@ func TestNodeUnitTests(t *testing.T) {
 // Node worker; the frontend, routing round-robin, answers every
 // chat and the Node worker answers its share.
 func TestNodeWorkerBesideMockers(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	const ns = "nodefe"
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -225,6 +227,7 @@ func TestNodeWorkerBesideMockers(t *testing.T) {
 // beside h2c, the typed errors, and a new registration after the lease is
 // taken away, with a cleared event first under the new instance id.
 func TestNodeWorkerProtocol(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	const ns = "nodeproto"
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -37,6 +37,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testleak"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker/workertest"
@@ -45,6 +46,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The tests wait on worker processes through outages and restarts.
+	testwait.AtLeastParallel(4)
 	testleak.VerifyTestMain(m)
 }
 
