@@ -387,7 +387,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	spread := st.predictor.Spread(c.Lead + c.Interval)
 	pd.Inputs.SpreadRPS = spread.Error
 	z := normalQuantile(c.Quantile)
-	pd.Inputs.BiasRPS = st.bias(spread.Noise, z)
+	pd.Inputs.BiasRPS = st.bias(spread.Noise, z, c.biasSamples())
 	upper := max(f.RequestsPerSec+pd.Inputs.BiasRPS, 0) + z*spread.Error
 	if newSample {
 		st.bounds = append(st.bounds, upper)
@@ -518,7 +518,8 @@ func (st *poolState) settle(s Sample, c Config) {
 
 // bias is how far below the rate that came (above, when negative) the
 // predictor's forecasts at the lead fell lately, when they all did: the
-// miss nearest zero of its last ones if they share a sign, else 0, less
+// miss nearest zero of its last k if they share a sign (0 before there
+// are k), else 0, less
 // what a sample's noise (standard deviation noise) puts in a mean of as
 // many at the quantile z. A predictor misses persistently where the rate
 // does what its model cannot: a trend's line runs on past a turn (below
@@ -527,8 +528,8 @@ func (st *poolState) settle(s Sample, c Config) {
 // it lasts. A burst's misses do not last: they change sign when it ends,
 // and the forecasts made before it still count while it runs, so a
 // burst shorter than a lead moves the bias little.
-func (st *poolState) bias(noise, z float64) float64 {
-	if len(st.misses) == 0 {
+func (st *poolState) bias(noise, z float64, k int) float64 {
+	if len(st.misses) < k {
 		return 0
 	}
 	least, most := math.Inf(1), math.Inf(-1)
@@ -545,11 +546,15 @@ func (st *poolState) bias(noise, z float64) float64 {
 	return 0
 }
 
-// biasSamples is the misses the bias averages: a lead and an interval's
+// biasSamples is the misses the bias looks at: a lead and an interval's
 // worth of decisions, the span a forecast reads ahead (so that the bias
-// follows the rate's shape at the scale the forecast does).
+// follows the rate's shape at the scale the forecast does), and no fewer
+// than make their agreement evidence at the quantile: k misses of noise
+// alone share a sign with probability 2^(1-k), at most 1-Quantile when
+// k >= 1 + log2(1/(1-Quantile)) (6 at 0.95, 2 at 0.5).
 func (c Config) biasSamples() int {
-	return max(int(math.Ceil((c.Lead+c.Interval).Seconds()/c.Interval.Seconds())), 1)
+	lead := int(math.Ceil((c.Lead + c.Interval).Seconds() / c.Interval.Seconds()))
+	return max(lead, 1+int(math.Ceil(math.Log2(1/(1-c.Quantile)))))
 }
 
 // loadRule applies the load rule to the fresh workers: up when every one

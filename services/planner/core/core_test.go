@@ -479,10 +479,12 @@ func TestBias(t *testing.T) {
 		// A ramp of 10 req/s an interval: the mean of the last 3 rates
 		// (the rate less 10) forecasts a sample 3 intervals on (the rate
 		// plus 30): every miss is 40 once the ramp has run that long.
-		// The differences of 10 read as a noise of 10/(0.6745*sqrt 2),
-		// so the bias is 40 less that at the quantile over sqrt 3.
+		// The bias looks at the last 6 (the agreement of fewer is
+		// likelier than 1 in 20 by chance). The differences of 10 read
+		// as a noise of 10/(0.6745*sqrt 2), so the bias is 40 less that
+		// at the quantile over sqrt 6.
 		{"a window lags a ramp", lead("window", 3), []float64{100, 100, 100, 100, 110, 120, 130, 140, 150, 160, 170, 180, 190, 200}, func(i int, pd PoolDecision) error {
-			want := 40 - z*10/(0.6744897501960817*math.Sqrt2)/math.Sqrt(3)
+			want := 40 - z*10/(0.6744897501960817*math.Sqrt2)/math.Sqrt(6)
 			if i == 13 && (!near(pd.Inputs.BiasRPS, want) || !strings.Contains(pd.Reason, fmt.Sprintf("%+.3g for its recent misses", want))) {
 				return fmt.Errorf("bias %v (%q), want %v", pd.Inputs.BiasRPS, pd.Reason, want)
 			}
@@ -490,8 +492,8 @@ func TestBias(t *testing.T) {
 		}},
 		// A burst of two intervals at twice the rate: the misses of the
 		// forecasts made before it are 100 while it runs, but the last
-		// three (a lead and an interval's worth) include one made on the
-		// level, so the bias never raises the forecast; the forecasts
+		// six include ones made on the level, so the bias never raises
+		// the forecast; the forecasts
 		// made in the burst miss the level after it, below.
 		{"a burst shorter than a lead", lead("window", 3), []float64{100, 100, 100, 100, 100, 100, 200, 200, 100, 100, 100, 100, 100, 100}, func(i int, pd PoolDecision) error {
 			if pd.Inputs.BiasRPS > 0 {
@@ -499,17 +501,20 @@ func TestBias(t *testing.T) {
 			}
 			return nil
 		}},
-		// Falling 20 req/s an interval to 100 and staying: the line
-		// through the last 4 rates runs on below 100 for a while, and
-		// the forecasts it made miss the level: forecast and bias hold
-		// the level once those misses are in.
-		{"a trend runs past a trough", lead("trend", 4), []float64{200, 180, 160, 140, 120, 100, 100, 100, 100, 100, 100, 100}, func(i int, pd PoolDecision) error {
+		// Falling 10 req/s an interval from 300 to 100 and staying, with
+		// a lead of 6 intervals (the trend fits 14 samples, the bias
+		// looks at 7 misses): the line runs on below 100 long after the
+		// fall ends (it reads 32 req/s three intervals on), and its
+		// forecasts miss the level. The bias takes none until 7 misses
+		// of forecasts made on full windows are in, and then carries
+		// them: forecast and bias reach the level before the line does.
+		{"a trend runs past a trough", func(c *Config) { c.Predictor, c.Window, c.Lead = "trend", 4, 6*c.Interval }, trough(), func(i int, pd PoolDecision) error {
 			f, b := pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.BiasRPS
 			switch {
-			case i == 6 && !(f < 100 && b == 0):
-				return fmt.Errorf("forecast %v, bias %v: want the line below 100 and no miss known yet", f, b)
-			case i >= 9 && !(b > 0 && f+b >= 100):
-				return fmt.Errorf("forecast %v, bias %v: want them to hold 100", f, b)
+			case i >= 20 && i <= 27 && !(f < 100 && b == 0):
+				return fmt.Errorf("forecast %v, bias %v: want the line below 100 and no bias yet", f, b)
+			case i == 31 && !(f < 100 && f+b >= 100):
+				return fmt.Errorf("forecast %v, bias %v: want the line below 100 and them at it", f, b)
 			}
 			return nil
 		}},
@@ -531,4 +536,17 @@ func TestBias(t *testing.T) {
 			}
 		})
 	}
+}
+
+// trough is a rate falling 10 req/s an interval from 300 to 110, then 100
+// for 20 intervals.
+func trough() []float64 {
+	var rates []float64
+	for r := 300.0; r > 100; r -= 10 {
+		rates = append(rates, r)
+	}
+	for range 20 {
+		rates = append(rates, 100)
+	}
+	return rates
 }
