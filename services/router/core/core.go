@@ -859,7 +859,7 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 		// FillAll sets the rest (a whole struct literal per worker cost
 		// more than the decision's cost model).
 		s := &d.scored[i]
-		s.Worker, s.Overlap, s.Timing, s.AdapterMs, s.SlotWaitMs = w, reach[i], *cands[i].timing, 0, 0
+		s.Worker, s.Overlap, s.Timing, s.AdapterMs, s.SlotWaitMs, s.SharedBlocks = w, reach[i], *cands[i].timing, 0, 0, 0
 		s.Lower = [index.LowerTiers]int32{}
 		if lower != nil {
 			s.Lower = lower[i]
@@ -891,8 +891,10 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	c.mu.Unlock()
 	if pl == nil {
 		c.load.FillAllVersion(d.scored, bs, timingVer)
+		c.load.FillShared(d.scored, hashes)
 	} else {
 		c.load.FillAllVersion(d.scored[:pl.serve], bs, timingVer)
+		c.load.FillShared(d.scored[:pl.serve], hashes)
 		c.legs.load.FillAllVersion(d.scored[pl.serve:], bs, timingVer)
 	}
 	tokens := len(q.tokens)
@@ -1094,13 +1096,15 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	c.mu.Unlock()
 	// A decode leg computes nothing of the prompt but its handoff.
-	own := len(hashes) - d.overlap
+	// Either takes its prompt's blocks of the worker's free memory but
+	// those running requests hold there.
+	own, need := len(hashes)-d.overlap, len(hashes)-c.load.SharedPrefix(w, hashes, d.overlap)
 	if d.prefill >= 0 {
 		own = 0
 	}
 	// A request freed before this decision (its caller gave up waiting
 	// for it) is answered but weighs on nothing.
-	counted := c.load.AddShared(r.RequestId, w, own, hashes)
+	counted := c.load.AddNeed(r.RequestId, w, own, need, hashes)
 	if counted && r.LoraName != "" {
 		// Its first token comes after the worker's queue and its own
 		// prefill, the adapter's load and what of a slot's wait outlasts
@@ -1218,7 +1222,8 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		*t = pub
 		c.timingVer++
 	}
-	c.loras.report(w, m.GetLoraAdapters(), runMs(m, t))
+	run := runMs(m, t)
+	c.loras.report(w, m.GetLoraAdapters(), run)
 	bs := c.blockSizeLocked(m.InstanceId)
 	load := c.load
 	if c.prefill[m.InstanceId] {
@@ -1245,6 +1250,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		*buf = reqs
 	}
 	load.Report(w, reqs, int(m.GetActivePrefillTokens()), int(m.GetKvBlocksTotal()), bs)
+	load.ReportRun(w, run, meanOutput(m))
 	c.notify()
 }
 
@@ -1264,6 +1270,15 @@ func runMs(m *workerv1.LoadMetrics, t *timingmodel.Model) float64 {
 		usage = min(float64(m.GetKvBlocksUsed())/float64(total), 1)
 	}
 	return float64(out) / float64(n) * t.DecodeMs(usage)
+}
+
+// meanOutput is how many tokens a request generates on the worker that
+// sent m, on average since it started; 0 when the report has no counts.
+func meanOutput(m *workerv1.LoadMetrics) float64 {
+	if n := m.GetRequestsTotal(); n > 0 {
+		return float64(m.GetOutputTokensTotal()) / float64(n)
+	}
+	return 0
 }
 
 // reportPool holds ReportLoad's buffers of reported requests.

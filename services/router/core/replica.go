@@ -55,7 +55,11 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 			return
 		}
 		hashes := slices.Clone(r.BlockHashes)
-		if !c.load.AddShared(r.RequestId, w, int(r.PrefillBlocks), hashes) {
+		// It takes its prompt's blocks of the worker's memory but those
+		// running requests hold there (a decode leg too, which
+		// prefills none of them).
+		need := len(hashes) - c.load.SharedPrefix(w, hashes, c.indexedOn(w, hashes))
+		if !c.load.AddNeed(r.RequestId, w, int(r.PrefillBlocks), need, hashes) {
 			return // this replica heard its free first
 		}
 		if r.LoraName != "" && ValidLoRAName(r.LoraName) == nil {

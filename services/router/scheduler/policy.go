@@ -53,9 +53,11 @@ var (
 	// requests that arrive behind it, less what a copy of a hot prefix
 	// saves those that share it, plus the time to load the prefix's
 	// blocks held below GPU and the request's LoRA adapter where it is not
-	// loaded, plus the wait its prefill causes the requests decoding there;
-	// the cheapest worker at temperature 0, else a softmax draw.
-	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{}, DecodeStall{})
+	// loaded, plus the wait for free KV blocks where the running requests
+	// hold the worker's memory, plus the wait its prefill causes the
+	// requests decoding there; the cheapest worker at temperature 0, else
+	// a softmax draw.
+	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{}, BlockWait{}, DecodeStall{})
 	// LeastLoaded is the same time at the cheapest worker, for candidates
 	// whose caches the caller hides (least-loaded mode, at weight 1 and
 	// temperature 0).
@@ -73,12 +75,13 @@ func KVDisagg(link KVTransfer) Policy {
 // DecodeLeg is the decode worker's cost in a disaggregated pair whose
 // prompt a prefill worker computes: its time as the holder of every block
 // (Held: its queue, the last block, the decode steps beside them), what
-// that work costs the requests behind it, and the wait for the blocks it
-// does not cache to arrive over link. The prefill worker's own cost is
+// that work costs the requests behind it, the wait for the blocks it
+// does not cache to arrive over link, and the wait for free KV blocks to
+// receive them in (BlockWait). The prefill worker's own cost is
 // KV's over the prefill pool; the router adds the two to compare the pair
 // with the request run whole on one worker.
 func DecodeLeg(link KVTransfer) Policy {
-	return Compose(Lowest{}, Held{}, QueueWait{}, link)
+	return Compose(Lowest{}, Held{}, QueueWait{}, link, BlockWait{})
 }
 
 // Select fills each candidate's cost for req and returns the index of the

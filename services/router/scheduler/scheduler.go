@@ -65,7 +65,7 @@
 // affinity still pulls.
 //
 // The cost is built of parts: each Term (one file each: Prefill, Decode,
-// QueueWait, Seed, DecodeStall, KVTransfer) adds its part to every candidate's cost,
+// QueueWait, Seed, DecodeStall, KVTransfer, BlockWait, ...) adds its part to every candidate's cost,
 // and a Picker (Argmin, Softmax, Lowest, Random) chooses. A Policy is one
 // composition of them; policy.go lists the compositions (KV is the cost
 // above), and the router's modes name the one they choose with.
@@ -135,6 +135,13 @@ type Candidate struct {
 	// the time until enough of the adapters its running requests hold
 	// have no request left (see AdapterLoad).
 	SlotWaitMs float64
+	// KV is the worker's KV memory as a new request's admission meets
+	// it (see BlockWait).
+	KV KVSpace
+	// SharedBlocks is how many leading blocks of the request the
+	// worker's running requests hold, which it shares rather than
+	// takes of the free memory (see Load.FillShared; 0 unless filled).
+	SharedBlocks int
 	// Cost is filled in by Select: the predicted time to first token in
 	// milliseconds, with the prefill part weighted.
 	Cost float64
@@ -288,6 +295,7 @@ type fillMemo struct {
 	prefill, decodeBlocks int
 	queued, decoding      int // before the head's progress
 	usage, queuedAttn     float64
+	kv                    KVSpace
 	head                  headSteps
 	steps                 timingmodel.Steps
 	// The model it was computed with is fillCache.timings'.
@@ -321,9 +329,16 @@ type workerLoad struct {
 	// blocks squared: the sum of their attn. Integers, so that adding
 	// and taking away requests leaves no rounding behind.
 	queueAttn int64
-	blocks    map[uint64]int32 // active block -> requests holding it
-	report    Reported
-	reportAt  time.Time
+	// queueNeed is the blocks the prefill queue's requests take when
+	// admitted: the sum of their need.
+	queueNeed int
+	// runMs and output are how long a request runs on the worker and
+	// how many tokens it generates, on average, from its last load
+	// report (see ReportRun); 0: unknown.
+	runMs, output float64
+	blocks        map[uint64]int32 // active block -> requests holding it
+	report        Reported
+	reportAt      time.Time
 	// queue lists the requests waiting for their first token, in the
 	// order they were routed: the order the engine prefills them in.
 	// headSince is when the first of them became the head, the one
@@ -341,6 +356,7 @@ func (wl *workerLoad) dequeue(r *request, now time.Time) {
 		}
 		wl.queue = append(wl.queue[:i], wl.queue[i+1:]...)
 		wl.queueAttn -= r.attn
+		wl.queueNeed -= r.need
 		if i == 0 {
 			wl.headSince = now
 		}
@@ -351,8 +367,11 @@ func (wl *workerLoad) dequeue(r *request, now time.Time) {
 // Reported is what a worker's load report adds to the router's record:
 // the load of requests the router does not know, and the cache size.
 type Reported struct {
-	// PrefillTokens, DecodeBlocks and Decoding are the foreign requests'.
+	// PrefillTokens, DecodeBlocks and Decoding are the foreign requests';
+	// Prefilling counts those with prompt tokens left (PrefillBlocks
+	// their blocks, each request's prompt tokens left in whole blocks).
 	PrefillTokens, DecodeBlocks, Decoding int
+	Prefilling, PrefillBlocks             int
 	// PrefillAttn is the attention of PrefillTokens (tokens squared):
 	// each foreign request's as an uncached prompt (a report does not say
 	// what a request has cached or computed), or, from an aggregate-only
@@ -375,7 +394,10 @@ type request struct {
 	// attn is the attention of its prefill in blocks squared: its
 	// prefill blocks over the blocks it had cached (the rest of its
 	// blocks), timingmodel.Attention in blocks.
-	attn      int64
+	attn int64
+	// need is the blocks it takes when the engine admits it: its
+	// prefill blocks, or those it receives (a decode leg's).
+	need      int
 	blocks    []uint64
 	prefilled bool
 	// expect is when its first token was predicted (zero: no
@@ -409,6 +431,13 @@ func (l *Load) Add(id string, w index.WorkerID, prefillBlocks int, blocks []uint
 // change them afterwards (Core hands the load record and its predictions
 // one copy of a request's hashes).
 func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks []uint64) bool {
+	return l.AddNeed(id, w, prefillBlocks, prefillBlocks, blocks)
+}
+
+// AddNeed is AddShared for a request that takes need blocks of the
+// worker's KV memory when admitted, whatever it prefills: a decode leg
+// prefills nothing of its prompt and takes the blocks it receives.
+func (l *Load) AddNeed(id string, w index.WorkerID, prefillBlocks, need int, blocks []uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, early := l.unrouted[id]; early {
@@ -417,7 +446,7 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 	}
 	l.freeLocked(id)
 	delete(l.freed, id)
-	r := &request{worker: w, prefillBlocks: prefillBlocks, blocks: blocks}
+	r := &request{worker: w, prefillBlocks: prefillBlocks, need: max(need, 0), blocks: blocks}
 	if n := int64(max(prefillBlocks, 0)); n > 0 {
 		r.attn = n * (2*int64(max(len(blocks)-prefillBlocks, 0)) + n)
 	}
@@ -431,6 +460,7 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 	}
 	wl.queue = append(wl.queue, r)
 	wl.queueAttn += r.attn
+	wl.queueNeed += r.need
 	return true
 }
 
@@ -593,6 +623,9 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 		// tokens beyond our own count.
 		rep.PrefillTokens = max(0, prefillTokens-wl.prefillBlocks*blockSize)
 		rep.PrefillAttn = float64(rep.PrefillTokens) * float64(rep.PrefillTokens)
+		if blockSize > 0 {
+			rep.PrefillBlocks = (rep.PrefillTokens + blockSize - 1) / blockSize
+		}
 	}
 	for _, r := range reqs {
 		if _, ours := l.requests[r.ID]; ours {
@@ -606,10 +639,26 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 		rep.DecodeBlocks += r.DecodeBlocks
 		if r.PrefillTokens == 0 {
 			rep.Decoding++
+		} else if blockSize > 0 {
+			rep.Prefilling++
+			rep.PrefillBlocks += (r.PrefillTokens + blockSize - 1) / blockSize
 		}
 	}
 	wl.report, wl.reportAt = rep, l.now()
 	l.reports.Push(reportAt{w: w, at: wl.reportAt})
+}
+
+// ReportRun keeps what a worker's load report says of its requests' runs:
+// how long one runs there once admitted (runMs) and how many tokens it
+// generates (output), on average; 0 for unknown. BlockWait reads them.
+func (l *Load) ReportRun(w index.WorkerID, runMs, output float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if wl := l.workers[w]; wl != nil && wl.runMs == runMs && wl.output == output {
+		return
+	}
+	wl := l.workerLocked(w)
+	wl.runMs, wl.output = runMs, output
 }
 
 // workerLocked is w's record, made if it has none, for a change: it bumps
@@ -735,11 +784,11 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 			m.ok, m.hasLoad, m.ver, m.fresh, m.bs, timings[i] = true, wl != nil, ver, isFresh, blockSize, c.Timing
 			m.timingVer, m.tver = timingVer, versioned
 			m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage = c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage
-			m.queuedAttn = c.QueuedAttn
+			m.queuedAttn, m.kv = c.QueuedAttn, c.KV
 			m.steps = c.Timing.Steps(c.Decoding, c.Usage)
 		}
 		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
-		c.QueuedAttn = m.queuedAttn
+		c.QueuedAttn, c.KV = m.queuedAttn, m.kv
 		c.steps, c.prepared, c.Cost = m.steps, true, 0
 		c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0
 		if wl != nil && m.head.left > 0 {
@@ -797,8 +846,15 @@ func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSte
 		// No load: all but the caller's fields are zero (the adapter's
 		// load time is the caller's, as every record's fill keeps it).
 		*c = Candidate{Worker: c.Worker, Overlap: c.Overlap, Lower: c.Lower, Timing: c.Timing, AdapterMs: c.AdapterMs,
-			SlotWaitMs: c.SlotWaitMs}
+			SlotWaitMs: c.SlotWaitMs, SharedBlocks: c.SharedBlocks}
 		return headSteps{}
+	}
+	c.KV = KVSpace{Total: wl.report.TotalBlocks, Queued: wl.queueNeed, Waiting: len(wl.queue), Holders: wl.decoding,
+		RunMs: wl.runMs}
+	if blockSize > 0 {
+		// The router records a running request's prompt blocks; it
+		// holds those of its output so far too, half of it on average.
+		c.KV.Held = int(float64(wl.decoding) * wl.output / 2 / float64(blockSize))
 	}
 	c.PrefillBlocks, c.DecodeBlocks = wl.prefillBlocks, len(wl.blocks)
 	c.QueuedTokens, c.Decoding = wl.prefillBlocks*blockSize, wl.decoding
@@ -811,7 +867,11 @@ func fillStatic(c *Candidate, wl *workerLoad, blockSize int, fresh bool) headSte
 		c.QueuedAttn += r.PrefillAttn
 		c.Decoding += r.Decoding
 		used += r.DecodeBlocks
+		c.KV.Holders += r.Decoding
+		c.KV.Queued += r.PrefillBlocks
+		c.KV.Waiting += r.Prefilling
 	}
+	c.KV.Held += used
 	c.Usage = 0
 	if t := wl.report.TotalBlocks; t > 0 {
 		c.Usage = min(float64(used)/float64(t), 1)

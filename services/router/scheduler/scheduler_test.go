@@ -233,8 +233,10 @@ func TestLoadReportMerge(t *testing.T) {
 	}, 0, 100, 16)
 	c := Candidate{Worker: w(1)}
 	l.Fill(&c, 16)
-	// The foreign prompt's attention is that of an uncached one.
-	want := Candidate{Worker: w(1), DecodeBlocks: 3, QueuedTokens: 500, QueuedAttn: 500 * 500, Decoding: 2, Usage: 0.1}
+	// The foreign prompt's attention is that of an uncached one; it
+	// takes its 32 blocks (500 tokens) when admitted.
+	want := Candidate{Worker: w(1), DecodeBlocks: 3, QueuedTokens: 500, QueuedAttn: 500 * 500, Decoding: 2, Usage: 0.1,
+		KV: KVSpace{Total: 100, Held: 3 + 7, Holders: 2, Queued: 32, Waiting: 1}}
 	if c != want {
 		t.Fatalf("filled %+v, want %+v", c, want)
 	}
@@ -244,7 +246,7 @@ func TestLoadReportMerge(t *testing.T) {
 	}
 	now = now.Add(time.Nanosecond)
 	l.Fill(&c, 16)
-	want = Candidate{Worker: w(1), DecodeBlocks: 3, Decoding: 1, Usage: 0.03}
+	want = Candidate{Worker: w(1), DecodeBlocks: 3, Decoding: 1, Usage: 0.03, KV: KVSpace{Total: 100, Held: 3, Holders: 1}}
 	if c != want {
 		t.Fatalf("after the report went stale: %+v, want %+v", c, want)
 	}
