@@ -306,6 +306,9 @@ const maxSeenTenants = 4096
 type tenantLoad struct {
 	inflightTokens   uint64
 	inflight, queued uint32
+	// pending counts its requests let go whose first route decision has
+	// not come back (ticket.pending).
+	pending uint32
 	// prio is the band of its last request; queuedBy its queued requests
 	// by band.
 	prio     int32
@@ -762,9 +765,21 @@ func (a *admission) leaveShed(w *waiter, se *shedError) bool {
 
 // freeLocked is how many more requests may go on the router's last word:
 // none while saturated; its room less the requests pending (let go and
-// not decided yet, so not in the picture the word was of); without a
-// counted room, one request released from the queue at a time. The most
-// the router counts (core.MaxRoom) says plenty: no bound.
+// not decided yet, so not in the picture the word was of), here and at
+// the other replicas as they last said (every replica hears the same
+// word of room, and a request another let go takes it as one let go
+// here does); without a counted room, one request released from the
+// queue at a time. The most the router counts (core.MaxRoom) says plenty:
+// no bound.
+func (a *admission) freeLocked(mq *modelQueue) int {
+	free := mq.freeLocked()
+	if a.peers == nil || free <= 0 || free == math.MaxInt || mq.room <= 0 {
+		return free
+	}
+	return free - int(a.peers.pendingLocked(mq.name, a.now()))
+}
+
+// freeLocked is admission.freeLocked without the other replicas'.
 func (mq *modelQueue) freeLocked() int {
 	switch {
 	case mq.saturated:
@@ -784,7 +799,7 @@ func (mq *modelQueue) freeLocked() int {
 // the router's last word: there is room for it, and when it is the last
 // room, it is not kept from it (reserveLocked).
 func (a *admission) mayTakeLocked(mq *modelQueue, tenant string, prio int32) bool {
-	free := mq.freeLocked()
+	free := a.freeLocked(mq)
 	return free > 1 || free == 1 && !a.reserveLocked(mq, tenant, prio)
 }
 
@@ -845,6 +860,9 @@ func (a *admission) seeLocked(mq *modelQueue, tenant string, prio int32, at time
 func (a *admission) pendLocked(t *ticket) {
 	t.pending = true
 	t.mq.pending++
+	if tl := t.mq.load[t.tenant]; tl != nil {
+		tl.pending++
+	}
 	if t.w != nil {
 		t.mq.pendingQueued++
 	}
@@ -857,6 +875,12 @@ func (a *admission) unpendLocked(t *ticket) {
 	}
 	t.pending = false
 	t.mq.pending--
+	if tl := t.mq.load[t.tenant]; tl != nil && tl.pending > 0 {
+		tl.pending--
+	}
+	// The other replicas count it off the room they heard of until they
+	// hear it is decided (see freeLocked).
+	a.touchLocked()
 	if t.w != nil {
 		t.mq.pendingQueued--
 	}
@@ -874,7 +898,7 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 		// stale). The probe goes whatever the other replicas queue:
 		// nothing else tells this replica when there is room, and their
 		// state may be stale.
-		free := mq.freeLocked()
+		free := a.freeLocked(mq)
 		probe := free <= 0 && mq.inflight == 0 && mq.pending == 0
 		if free <= 0 && !probe {
 			return
@@ -892,6 +916,8 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 		a.countInflightLocked(mq, mq.tenantLocked(w.tenant), w.ticket)
 		a.pendLocked(w.ticket)
 		a.settleLocked(w, nil)
+		// The other replicas count it off the room they heard of.
+		a.touchLocked()
 	}
 }
 

@@ -49,6 +49,9 @@ type peerState struct {
 	// queued requests by band.
 	inflight map[peerKey]uint64
 	queued   map[peerKey]map[int32]uint32
+	// pending is each model's requests it let go whose route decision
+	// had not come back.
+	pending map[string]uint32
 }
 
 type peerKey struct{ model, tenant string }
@@ -57,13 +60,14 @@ func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerSta
 
 // applyLocked replaces a replica's state.
 func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
-	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}}
+	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
 	for i, t := range st.GetTenants() {
 		if i >= maxPeerTenants {
 			break
 		}
 		k := peerKey{t.GetModel(), t.GetTenant()}
 		ps.inflight[k] += t.GetInflightTokens()
+		ps.pending[k.model] += t.GetPendingRequests()
 		if q := t.GetQueuedRequests(); q > 0 {
 			if ps.queued[k] == nil {
 				ps.queued[k] = map[int32]uint32{}
@@ -91,6 +95,14 @@ func (p *peerTable) liveLocked(now time.Time, f func(*peerState)) {
 func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 	var n uint64
 	p.liveLocked(now, func(ps *peerState) { n += ps.inflight[peerKey{model, tenant}] })
+	return n
+}
+
+// pendingLocked is how many requests of model the other replicas let go
+// without their route decision back, as they last said.
+func (p *peerTable) pendingLocked(model string, now time.Time) uint32 {
+	var n uint32
+	p.liveLocked(now, func(ps *peerState) { n += ps.pending[model] })
 	return n
 }
 
@@ -160,7 +172,7 @@ func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 				return st
 			}
 			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: tl.prio,
-				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight})
+				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending})
 			for b, n := range tl.queuedBy {
 				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n})
 			}

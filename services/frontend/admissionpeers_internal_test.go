@@ -2,15 +2,18 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	frontendv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
 // replicaPair is two admission queues, as two frontend replicas hold them,
@@ -161,5 +164,49 @@ func TestPeerExpiry(t *testing.T) {
 	}
 	if n := ta.a.peers.inflightLocked("m", "A", now.Add(peerExpiry+time.Millisecond)); n != 0 {
 		t.Fatalf("in flight %d after expiry, want 0", n)
+	}
+}
+
+// TestAdmissionPeerPending: requests another replica let go and whose
+// route decision has not come back take the room every replica heard of,
+// as this replica's own do: a word of room lets go as many as it counts
+// less those, here and there. Four requests of A wait here, where one of
+// A's is in flight (so no probe goes); the other replica says it let go
+// pending requests of tenant C, which holds far more in flight than A
+// (so the last room is not kept for it).
+func TestAdmissionPeerPending(t *testing.T) {
+	tests := []struct {
+		name          string
+		pending, room uint32
+		want          int
+	}{
+		{"no peer's pending: the room counted", 0, 3, 3},
+		{"a peer's pending take their share", 1, 3, 2},
+		{"a peer's pending fill the room", 3, 3, 0},
+		{"more pending than the room", 5, 3, 0},
+		{"plenty: no bound", 5, core.MaxRoom, 4},
+		{"a room not counted: one at a time, as without peers", 5, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			ta.a.mu.Lock()
+			ta.a.peers = newPeerTable()
+			ta.a.peers.self = "two"
+			ta.a.mu.Unlock()
+			// Its decision back: saturated.
+			ta.decide(ta.inflight("A", 100), true)
+			for i := range 4 {
+				ta.queue(context.Background(), fmt.Sprint("A", i), "A", 0, 100, 10)
+			}
+			ta.a.mu.Lock()
+			ta.a.applyPeerLocked(&frontendv1.AdmissionState{ReplicaId: "one", Tenants: []*frontendv1.TenantLoad{
+				{Model: "m", Tenant: "C", InflightTokens: 1 << 20, InflightRequests: tt.pending + 100, PendingRequests: tt.pending}}})
+			ta.a.mu.Unlock()
+			ta.a.watchedRoom("m", false, tt.room)
+			if got := 4 - ta.depth(); got != tt.want {
+				t.Fatalf("released %d on a room of %d with %d pending at the other replica, want %d", got, tt.room, tt.pending, tt.want)
+			}
+		})
 	}
 }

@@ -109,8 +109,13 @@ type TenantLoad struct {
 	InflightRequests uint32 `protobuf:"varint,5,opt,name=inflight_requests,json=inflightRequests,proto3" json:"inflight_requests,omitempty"`
 	// Its requests waiting in the replica's queue.
 	QueuedRequests uint32 `protobuf:"varint,6,opt,name=queued_requests,json=queuedRequests,proto3" json:"queued_requests,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Its requests the replica let go to the engines (released from the
+	// queue, or admitted at once on a counted room) whose route decision
+	// has not come back: the room they take is not in the router's word
+	// yet, so every replica counts them off the room it last heard of.
+	PendingRequests uint32 `protobuf:"varint,7,opt,name=pending_requests,json=pendingRequests,proto3" json:"pending_requests,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TenantLoad) Reset() {
@@ -185,6 +190,13 @@ func (x *TenantLoad) GetQueuedRequests() uint32 {
 	return 0
 }
 
+func (x *TenantLoad) GetPendingRequests() uint32 {
+	if x != nil {
+		return x.PendingRequests
+	}
+	return 0
+}
+
 var File_switchyard_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
@@ -193,7 +205,7 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x0eAdmissionState\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
-	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\xd5\x01\n" +
+	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\x80\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
@@ -201,7 +213,8 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\bpriority\x18\x03 \x01(\x05R\bpriority\x12'\n" +
 	"\x0finflight_tokens\x18\x04 \x01(\x04R\x0einflightTokens\x12+\n" +
 	"\x11inflight_requests\x18\x05 \x01(\rR\x10inflightRequests\x12'\n" +
-	"\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequestsB\xf4\x01\n" +
+	"\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequests\x12)\n" +
+	"\x10pending_requests\x18\a \x01(\rR\x0fpendingRequestsB\xf4\x01\n" +
 	"\x1acom.switchyard.frontend.v1B\rFrontendProtoP\x01ZMgithub.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1;frontendv1\xa2\x02\x03SFX\xaa\x02\x16Switchyard.Frontend.V1\xca\x02\x16Switchyard\\Frontend\\V1\xe2\x02\"Switchyard\\Frontend\\V1\\GPBMetadata\xea\x02\x18Switchyard::Frontend::V1b\x06proto3"
 
 var (

@@ -14,17 +14,19 @@ class AdmissionState(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
-    __slots__ = ["inflight_requests", "inflight_tokens", "model", "priority", "queued_requests", "tenant"]
+    __slots__ = ["inflight_requests", "inflight_tokens", "model", "pending_requests", "priority", "queued_requests", "tenant"]
     INFLIGHT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     inflight_requests: int
     inflight_tokens: int
     model: str
+    pending_requests: int
     priority: int
     queued_requests: int
     tenant: str
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., pending_requests: _Optional[int] = ...) -> None: ...

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/frontend/v1/frontend.proto.
  */
 export const file_switchyard_frontend_v1_frontend: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCKKAQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDWIGcHJvdG8z");
+  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCKkAQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNYgZwcm90bzM");
 
 /**
  * AdmissionState is what one frontend replica tells the others about its
@@ -105,6 +105,16 @@ export type TenantLoad = Message<"switchyard.frontend.v1.TenantLoad"> & {
    * @generated from field: uint32 queued_requests = 6;
    */
   queuedRequests: number;
+
+  /**
+   * Its requests the replica let go to the engines (released from the
+   * queue, or admitted at once on a counted room) whose route decision
+   * has not come back: the room they take is not in the router's word
+   * yet, so every replica counts them off the room it last heard of.
+   *
+   * @generated from field: uint32 pending_requests = 7;
+   */
+  pendingRequests: number;
 };
 
 /**
