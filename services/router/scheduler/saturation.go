@@ -139,21 +139,29 @@ func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req 
 	room := 0
 	for i := range n {
 		c, isChosen := at(i)
-		newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
-		queued, queuedAttn := 0, 0.0
-		if isChosen {
-			queued, queuedAttn = newTokens, newAttn
-		}
-		for room < most && !l.full(c, req, queued, queuedAttn) {
-			room++
-			queued += max(newTokens, 1)
-			queuedAttn += newAttn
-		}
-		if room >= most {
+		if room, _, _ = l.fill(c, req, isChosen, room, most); room >= most {
 			break
 		}
 	}
 	return room
+}
+
+// fill counts onto room, up to most, the requests like req that fit on c
+// before it is full (req itself queued there first when chosen), and
+// returns the new count with the prompt tokens and attention then queued
+// on c: the work one more request would find there.
+func (l Limits) fill(c *Candidate, req Request, chosen bool, room, most int) (int, int, float64) {
+	newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
+	queued, queuedAttn := 0, 0.0
+	if chosen {
+		queued, queuedAttn = newTokens, newAttn
+	}
+	for room < most && !l.full(c, req, queued, queuedAttn) {
+		room++
+		queued += max(newTokens, 1)
+		queuedAttn += newAttn
+	}
+	return room, queued, queuedAttn
 }
 
 // RoomNext is Room, and how long, in ms, until the passing of time alone
@@ -172,17 +180,9 @@ func (l Limits) RoomNext(cands []Candidate, req Request, chosen int, most int) (
 	}
 	for i := range cands {
 		c := &cands[i]
-		newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
-		queued, queuedAttn := 0, 0.0
-		if i == chosen {
-			queued, queuedAttn = newTokens, newAttn
-		}
-		for room < most && !l.full(c, req, queued, queuedAttn) {
-			room++
-			queued += max(newTokens, 1)
-			queuedAttn += newAttn
-		}
-		if room >= most {
+		var queued int
+		var queuedAttn float64
+		if room, queued, queuedAttn = l.fill(c, req, i == chosen, room, most); room >= most {
 			return room, math.Inf(1)
 		}
 		nextMs = min(nextMs, l.fitsInMs(c, req, queued, queuedAttn))
