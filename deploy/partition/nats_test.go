@@ -3,7 +3,9 @@ package partition_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -95,6 +97,10 @@ func (c *natsCluster) waitHealthy(ctx context.Context, hs ...*host) error {
 	var err error
 	for i := 0; i < 1200; i++ {
 		err = nil
+		// A server cut off while it led the meta group still names itself
+		// leader until it hears the majority's higher term: healthy means
+		// every server names the same leader, not just some leader.
+		leaders := map[string]string{}
 		for _, h := range hs {
 			var hz struct{ Status string }
 			var jsz struct {
@@ -112,7 +118,12 @@ func (c *natsCluster) waitHealthy(ctx context.Context, hs ...*host) error {
 				err = e
 			} else if jsz.Meta == nil || jsz.Meta.Leader == "" || jsz.Meta.Size != len(c.servers) {
 				err = fmt.Errorf("%s: no meta leader of %d servers yet", h.name, len(c.servers))
+			} else {
+				leaders[h.name] = jsz.Meta.Leader
 			}
+		}
+		if err == nil && len(hs) > 1 && len(slices.Compact(slices.Sorted(maps.Values(leaders)))) > 1 {
+			err = fmt.Errorf("the servers name different meta leaders: %v", leaders)
 		}
 		if err == nil {
 			return nil
@@ -156,6 +167,29 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, namespace string) (
 		return nil, err
 	}
 	return st.Info(ictx)
+}
+
+// retryJS runs a JetStream call until it succeeds, for at most 20
+// attempts 250 ms apart. A converged cluster can still elect a leader again
+// (a server that led before a cut steps down when it hears the majority's
+// term), and for that moment every JetStream call answers "temporarily
+// unavailable": the reads that check what was stored wait it out.
+func retryJS[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range 20 {
+		if v, err = call(); err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return v, err
 }
 
 // TestNATSServerCutFromCluster cuts one NATS server of three from the
@@ -370,7 +404,7 @@ func testNATSServerCut(t *testing.T, which string) {
 	wg.Wait()
 
 	// Read the stream back straight from NATS, by sequence.
-	info, err = streamInfo(ctx, js, namespace)
+	info, err = retryJS(ctx, func() (*jetstream.StreamInfo, error) { return streamInfo(ctx, js, namespace) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +414,7 @@ func testNATSServerCut(t *testing.T, which string) {
 	}
 	stored := map[string][]uint64{} // msg id -> sequences
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+		m, err := retryJS(ctx, func() (*jetstream.RawStreamMsg, error) { return st.GetMsg(ctx, seq) })
 		if err != nil {
 			t.Fatalf("message %d: %v", seq, err)
 		}
