@@ -45,6 +45,13 @@ type OverloadConfig struct {
 	TTFTThreshold time.Duration
 	// QueueTimeout is the frontends' --queue-timeout (0: its default).
 	QueueTimeout time.Duration
+	// Seed varies the flows' arrivals and prompts: 0 sends every flow
+	// evenly spaced, each request's prompt drawn from its number alone;
+	// another value sends each flow as a Poisson process at its rate
+	// (exponential gaps drawn from the seed and the flow) and draws the
+	// prompts from the seed too, so that a run sees an arrival pattern and
+	// prompts that no other seed's runs did.
+	Seed uint64
 }
 
 // OverloadEnv is a running overload stack.
@@ -57,11 +64,12 @@ type OverloadEnv struct {
 	router *router.Service
 	peak   atomic.Uint64
 	done   chan struct{}
+	seed   uint64
 }
 
 // StartOverload runs an overload stack; Close stops it.
 func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
-	env := &OverloadEnv{done: make(chan struct{})}
+	env := &OverloadEnv{done: make(chan struct{}), seed: cfg.Seed}
 	defer func() {
 		if err != nil {
 			env.Close()
@@ -266,7 +274,9 @@ const OverloadTokens = 8
 // OverloadModel is the model every request names: the mocker's.
 const OverloadModel = "Qwen/Qwen3-0.6B"
 
-// RunFlows sends the flows for d, then waits up to grace for the answers.
+// RunFlows sends the flows for d, then waits up to grace for the answers:
+// each flow evenly spaced at its rate, or, with a seed (OverloadConfig),
+// as a Poisson process at its rate.
 func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.Duration) []FlowResult {
 	results := make([]FlowResult, len(flows))
 	var mu sync.Mutex
@@ -281,9 +291,15 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 			continue
 		}
 		wg.Go(func() {
-			interval := time.Duration(float64(time.Second) / f.Rate)
+			interval := float64(time.Second) / f.Rate
+			gaps := rand.New(rand.NewPCG(e.seed, uint64(i)))
+			var next float64
 			for n := 0; ; n++ {
-				at := start.Add(time.Duration(n) * interval)
+				at := start.Add(time.Duration(float64(n) * interval))
+				if e.seed != 0 {
+					at = start.Add(time.Duration(next))
+					next += gaps.ExpFloat64() * interval
+				}
 				if at.Sub(start) >= d {
 					return
 				}
@@ -334,7 +350,7 @@ func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (t
 func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64) (time.Duration, string, int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "request %d of %s:", id, f.Name)
-	r := rand.New(rand.NewPCG(id, 7))
+	r := rand.New(rand.NewPCG(id, 7+e.seed))
 	for range PromptWords {
 		b.WriteString(" w")
 		b.WriteString(strconv.Itoa(r.IntN(5000)))

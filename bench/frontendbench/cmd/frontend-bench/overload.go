@@ -27,6 +27,9 @@ type overloadOptions struct {
 	// largest), since on a shared machine one run is one sample of the
 	// load.
 	runs int
+	// seed is the flows' arrivals and prompts (OverloadConfig.Seed): 0
+	// evenly spaced, another a Poisson process of its own.
+	seed uint64
 }
 
 // runOverload measures admission control: the fleet's capacity, then each
@@ -49,7 +52,7 @@ func runOverload(o overloadOptions) error {
 	ctx := context.Background()
 	start := func(frontends int, admission bool) (*frontendbench.OverloadEnv, error) {
 		return frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: frontends,
-			Admission: admission, TTFTThreshold: o.threshold})
+			Admission: admission, TTFTThreshold: o.threshold, Seed: o.seed})
 	}
 	if o.flood == 0 {
 		o.flood = 3 * o.duration
@@ -149,7 +152,7 @@ func runOverload(o overloadOptions) error {
 	if o.flood > 0 {
 		for _, admission := range []bool{false, true} {
 			env, err := frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: 1,
-				Admission: admission, TTFTThreshold: o.threshold, QueueTimeout: o.duration})
+				Admission: admission, TTFTThreshold: o.threshold, QueueTimeout: o.duration, Seed: o.seed})
 			if err != nil {
 				return err
 			}
@@ -204,7 +207,11 @@ func runOverload(o overloadOptions) error {
 				ratio(runs[len(runs)/2]), ratio(runs[0]), ratio(runs[len(runs)-1]), met, len(runs))
 		}
 	}
-	fmt.Printf("flows are open loop (evenly spaced) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", o.duration, grace)
+	arrivals := "evenly spaced"
+	if o.seed != 0 {
+		arrivals = fmt.Sprintf("Poisson arrivals and prompts of --overload-seed %d", o.seed)
+	}
+	fmt.Printf("flows are open loop (%s) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", arrivals, o.duration, grace)
 	fmt.Printf("router --queue-ttft-threshold %v; peak heap is the whole stack's (one process), sampled every 100 ms\n", o.threshold)
 	fmt.Printf("late ms: how much later than the router predicted first tokens came at the run's end, as its saturation counts it (its %g quantile over the last %d within the threshold)\n",
 		scheduler.LateQuantile, scheduler.LateWindow)
