@@ -54,12 +54,24 @@ type Caller struct {
 // limited and on servers without tokens. Services call it before any change
 // in a namespace (registering an instance or a model, publishing).
 func CheckNamespace(ctx context.Context, ns string) error {
+	return NamespaceChecker(ctx)(ns)
+}
+
+// NamespaceChecker returns CheckNamespace for the caller of ctx, read from
+// ctx once: a stream that checks every message it receives looks its caller
+// up once instead of walking the context's chain of values each time.
+func NamespaceChecker(ctx context.Context) func(ns string) error {
 	c, ok := CallerFrom(ctx)
-	if !ok || c.Namespaces == nil || slices.Contains(c.Namespaces, ns) {
-		return nil
+	if !ok || c.Namespaces == nil {
+		return func(string) error { return nil }
 	}
-	return status.Errorf(codes.PermissionDenied, "this token may register and publish only in namespace(s) %s, not %q",
-		strings.Join(c.Namespaces, ", "), ns)
+	return func(ns string) error {
+		if slices.Contains(c.Namespaces, ns) {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "this token may register and publish only in namespace(s) %s, not %q",
+			strings.Join(c.Namespaces, ", "), ns)
+	}
 }
 
 // CallerFrom returns the caller of an authenticated call; ok is false when

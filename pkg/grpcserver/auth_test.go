@@ -307,3 +307,35 @@ func TestWatchesPerClient(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceChecker: the checker read once from a call's context answers
+// as CheckNamespace does for callers limited to namespaces, callers that
+// are not, and servers without tokens.
+func TestNamespaceChecker(t *testing.T) {
+	t.Parallel()
+	limited := context.WithValue(context.Background(), callerKey{}, Caller{Namespaces: []string{"team-a", "team-c"}})
+	unlimited := context.WithValue(context.Background(), callerKey{}, Caller{Roles: []authtoken.Role{authtoken.RoleWorker}})
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		ns   string
+		want codes.Code
+	}{
+		{"limited, its namespace", limited, "team-c", codes.OK},
+		{"limited, another", limited, "team-b", codes.PermissionDenied},
+		{"unlimited", unlimited, "team-b", codes.OK},
+		{"no tokens", context.Background(), "team-b", codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := NamespaceChecker(tc.ctx)
+			for range 2 {
+				if got := status.Code(check(tc.ns)); got != tc.want {
+					t.Errorf("checker: %v, want %v", got, tc.want)
+				}
+			}
+			if got := status.Code(CheckNamespace(tc.ctx, tc.ns)); got != tc.want {
+				t.Errorf("CheckNamespace: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -112,8 +113,9 @@ type sendQueue struct {
 // unit is one message to publish: one event as itself, or an envelope.
 type unit struct {
 	events  []*eventbusv1.Event
-	size    int  // encoded size as an envelope's payload
-	sealed  bool // takes no more events
+	sizes   []int // proto.Size of each event
+	size    int   // encoded size as an envelope's payload
+	sealed  bool  // takes no more events
 	batches []*mergedBatch
 	done    chan struct{}
 	ack     pubAck
@@ -180,7 +182,8 @@ func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.
 			c.wg.Add(1)
 			go c.send(q)
 		}
-		n := envelopeSize(ev)
+		es := proto.Size(ev)
+		n := protowire.SizeTag(1) + protowire.SizeBytes(es)
 		var u *unit
 		if k := len(q.units); k > 0 && !q.units[k-1].sealed && q.units[k-1].size+n <= limit {
 			u = q.units[k-1]
@@ -189,6 +192,7 @@ func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.
 			q.units = append(q.units, u)
 		}
 		u.events = append(u.events, ev)
+		u.sizes = append(u.sizes, es)
 		u.size += n
 		if u.size >= limit {
 			u.sealed = true
@@ -203,16 +207,11 @@ func (c *coalescer) add(ctx context.Context, nss []string, events []*eventbusv1.
 	return mb, nil
 }
 
-// envelopeSize is an event's size in an envelope's payload.
-func envelopeSize(ev *eventbusv1.Event) int {
-	n := proto.Size(ev)
-	return protowire.SizeTag(1) + protowire.SizeBytes(n)
-}
-
 // wait waits until every event of the batch is stored (or its unit failed)
-// and returns one acknowledgement per event, or the first error.
-func (mb *mergedBatch) wait(ctx context.Context) ([]pubAck, error) {
-	acks := make([]pubAck, len(mb.units))
+// and returns one acknowledgement per event, appended to acks[:0] (a
+// stream answering batch after batch reuses one slice), or the first error.
+func (mb *mergedBatch) wait(ctx context.Context, acks []pubAck) ([]pubAck, error) {
+	acks = slices.Grow(acks[:0], len(mb.units))[:len(mb.units)]
 	for i, u := range mb.units {
 		select {
 		case <-u.done:
@@ -260,11 +259,14 @@ func (c *coalescer) store(q *sendQueue, u *unit) (pubAck, error) {
 	ev := u.events[0]
 	if len(u.events) > 1 {
 		payload := make([]byte, 0, u.size)
-		for _, e := range u.events {
+		// add sized every event, and nothing changes an event once
+		// received: the sizes it cached serve the encoding.
+		enc := proto.MarshalOptions{UseCachedSize: true}
+		for i, e := range u.events {
 			var err error
 			payload = protowire.AppendTag(payload, 1, protowire.BytesType)
-			payload = protowire.AppendVarint(payload, uint64(proto.Size(e)))
-			if payload, err = (proto.MarshalOptions{}).MarshalAppend(payload, e); err != nil {
+			payload = protowire.AppendVarint(payload, uint64(u.sizes[i]))
+			if payload, err = enc.MarshalAppend(payload, e); err != nil {
 				return pubAck{}, fmt.Errorf("%w: encode an envelope: %w", ErrInvalid, err)
 			}
 		}

@@ -259,3 +259,66 @@ func startCoalescing(t *testing.T) *eventbus.Service {
 	cfg.CoalesceEvents = eventbus.FleetCoalesceEvents
 	return eventbustest.StartEventbus(t, cfg)
 }
+
+// TestPublishStreamAnswersBatchesOfEverySize sends batches of changing
+// sizes on one publishing stream, pipelined, on a coalesced subject and on
+// another: each batch is answered with one acknowledgement per event, and
+// each acknowledgement names the stream message that holds its event, in
+// order, as read back.
+func TestPublishStreamAnswersBatchesOfEverySize(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	svc := startCoalescing(t)
+	c := eventbustest.Client(t, svc.Addr().String())
+	sizes := []int{3, 1, 5, 1, 2, 8, 1}
+	for _, tc := range []struct{ name, ns, event string }{
+		{"coalesced", "cosizes", wire.KVEventsName},
+		{"plain", "plainsizes", "other_event"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			subject := tc.ns + ".backend." + tc.event
+			p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{})
+			defer p.Close()
+			var sent []*eventbusclient.Batch
+			total := 0
+			for _, n := range sizes {
+				evs := make([]*eventbusv1.Event, n)
+				for i := range evs {
+					evs[i] = &eventbusv1.Event{Subject: subject, Payload: []byte(strconv.Itoa(total)), MsgId: fmt.Sprintf("%s-%d", tc.ns, total)}
+					total++
+				}
+				b, err := p.Send(ctx, evs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent = append(sent, b)
+			}
+			var acks []*eventbusv1.PublishAck
+			for i, b := range sent {
+				got, err := b.Wait(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != sizes[i] {
+					t.Fatalf("batch %d: %d acknowledgements for %d events", i, len(got), sizes[i])
+				}
+				acks = append(acks, got...)
+			}
+			sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: tc.ns, FilterSubject: subject, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			for i := range total {
+				ev, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(ev.GetPayload()) != strconv.Itoa(i) || ev.GetStreamSequence() != acks[i].GetSequence() || acks[i].GetDuplicate() {
+					t.Errorf("event %d: payload %q in message %d; acknowledged as message %d (duplicate %v)",
+						i, ev.GetPayload(), ev.GetStreamSequence(), acks[i].GetSequence(), acks[i].GetDuplicate())
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package eventbus
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,24 +53,51 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // countPublished counts n acknowledged events of namespace ns.
 func (m *metrics) countPublished(ns string, duplicate bool, n int) {
-	d := "false"
-	if duplicate {
-		d = "true"
-	}
-	m.published.WithLabelValues(ns, d).Add(float64(n))
+	m.published.WithLabelValues(ns, strconv.FormatBool(duplicate)).Add(float64(n))
 }
 
 // countBatch counts a batch's acknowledged events, nss[i] being the
 // namespace of acks[i], with one counter update per run of equal labels.
 func (m *metrics) countBatch(nss []string, acks []pubAck) {
+	(&publishedCounters{m: m}).countBatch(nss, acks)
+}
+
+// publishedCounters counts the acknowledged events of one publishing
+// stream. It keeps the counters of the last namespace counted, so that a
+// stream whose batches are all of one namespace (a worker's) looks its
+// counters up by their labels once rather than at every batch.
+type publishedCounters struct {
+	m    *metrics
+	ns   string
+	dups [2]prometheus.Counter // of ns, not duplicate and duplicate; nil until used
+}
+
+// countBatch counts a batch's acknowledged events, nss[i] being the
+// namespace of acks[i], with one counter update per run of equal labels.
+func (p *publishedCounters) countBatch(nss []string, acks []pubAck) {
 	start := 0
 	for i := 1; i <= len(acks); i++ {
 		if i < len(acks) && nss[i] == nss[start] && acks[i].dup == acks[start].dup {
 			continue
 		}
-		m.countPublished(nss[start], acks[start].dup, i-start)
+		p.add(nss[start], acks[start].dup, i-start)
 		start = i
 	}
+}
+
+// add counts n acknowledged events of namespace ns.
+func (p *publishedCounters) add(ns string, duplicate bool, n int) {
+	if ns != p.ns {
+		p.ns, p.dups = ns, [2]prometheus.Counter{}
+	}
+	d := 0
+	if duplicate {
+		d = 1
+	}
+	if p.dups[d] == nil {
+		p.dups[d] = p.m.published.WithLabelValues(ns, strconv.FormatBool(duplicate))
+	}
+	p.dups[d].Add(float64(n))
 }
 
 // countAcks counts acknowledgements by the namespace of the stream their

@@ -70,7 +70,7 @@ func (s *server) Publish(ctx context.Context, req *eventbusv1.PublishRequest) (*
 		var mb *mergedBatch
 		var acks []pubAck
 		if mb, err = s.bus.coalesce.add(ctx, []string{ns}, evs); err == nil {
-			acks, err = mb.wait(ctx)
+			acks, err = mb.wait(ctx, nil)
 		}
 		if err != nil {
 			return nil, toStatus(err)
@@ -122,7 +122,15 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 			}
 		}()
 	}()
-	var err error
+	counts := publishedCounters{m: s.metrics}
+	// The answer is encoded by Send before it returns, so one response
+	// and its acknowledgements serve every batch of the stream.
+	var (
+		ackBuf []pubAck
+		resp   eventbusv1.PublishStreamResponse
+		vals   []eventbusv1.PublishAck
+		err    error
+	)
 	for {
 		select {
 		case <-s.stopping:
@@ -136,23 +144,28 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 			case p.core:
 				acks = make([]pubAck, len(p.nss))
 			case p.merged != nil:
-				if acks, err = p.merged.wait(ctx); err != nil {
+				if acks, err = p.merged.wait(ctx, ackBuf); err != nil {
 					return toStatus(err)
 				}
+				ackBuf = acks
 			default:
 				if acks, err = s.bus.waitBatch(ctx, p.batch); err != nil {
 					return toStatus(err)
 				}
 			}
-			s.metrics.countBatch(p.nss, acks)
-			// One allocation for the acknowledgements of the batch.
-			resp := &eventbusv1.PublishStreamResponse{BatchId: p.id, Acks: make([]*eventbusv1.PublishAck, len(acks))}
-			vals := make([]eventbusv1.PublishAck, len(acks))
+			counts.countBatch(p.nss, acks)
+			if len(acks) > len(vals) {
+				vals = make([]eventbusv1.PublishAck, len(acks))
+				resp.Acks = make([]*eventbusv1.PublishAck, len(acks))
+				for i := range vals {
+					resp.Acks[i] = &vals[i]
+				}
+			}
+			resp.BatchId, resp.Acks = p.id, resp.Acks[:len(acks)]
 			for i, a := range acks {
 				vals[i].Sequence, vals[i].Duplicate = a.seq, a.dup
-				resp.Acks[i] = &vals[i]
 			}
-			if err := stream.Send(resp); err != nil {
+			if err := stream.Send(&resp); err != nil {
 				return err
 			}
 		}
@@ -162,6 +175,7 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 // receiveBatches reads batches until the client closes its side (nil) or
 // the stream fails, validating each batch whole before publishing any of it.
 func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusService_PublishStreamServer, queue chan<- pendingBatch) error {
+	checkNamespace := grpcserver.NamespaceChecker(ctx)
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -174,7 +188,7 @@ func (s *server) receiveBatches(ctx context.Context, stream eventbusv1.EventBusS
 		for i, ev := range req.GetEvents() {
 			ns, err := validateEvent(ev, s.maxPayload())
 			if err == nil {
-				err = grpcserver.CheckNamespace(ctx, ns)
+				err = checkNamespace(ns)
 			}
 			if err != nil {
 				return fmt.Errorf("batch %d, event %d: %w", req.GetBatchId(), i, err)
