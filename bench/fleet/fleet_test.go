@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
@@ -40,14 +41,31 @@ func buildBench(t *testing.T) string {
 // seen by both frontends, every worker is routed to through them and, once
 // deregistered, routed away from; every KV event the eventbus acknowledged
 // is indexed by the router; added and removed probe workers are seen and
-// routed as well. No timing is asserted. The long form runs 100 workers.
+// routed as well. No timing is asserted. The short form runs 16 workers
+// whose KV batches are held for a publish interval and sent merged (so the
+// held events are flushed at the bench's pause and at each worker's stop);
+// the long form runs 100 workers that way and 100 that publish each batch at
+// once.
 func TestFleetLosesNothing(t *testing.T) {
-	n := 16
-	if !testing.Short() {
-		n = 100
+	type run struct {
+		n        int
+		interval time.Duration
 	}
+	runs := []run{{16, 400 * time.Millisecond}}
+	if !testing.Short() {
+		runs = []run{{100, 400 * time.Millisecond}, {100, 0}}
+	}
+	exe := buildBench(t)
+	for _, tc := range runs {
+		t.Run(fmt.Sprintf("%d workers, KV publish interval %s", tc.n, tc.interval), func(t *testing.T) {
+			losesNothing(t, exe, tc.n, tc.interval)
+		})
+	}
+}
+
+func losesNothing(t *testing.T, exe string, n int, interval time.Duration) {
 	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LoadHeartbeat: worker.DefaultLoadHeartbeat, LeaseTTL: 10 * time.Second,
-		Settle: 0, Window: time.Second, Probes: 2, Routes: 10, TTFTs: 10, CheckEach: true, Exe: buildBench(t)}
+		KVPublishInterval: interval, Settle: 0, Window: time.Second, Probes: 2, Routes: 10, TTFTs: 10, CheckEach: true, Exe: exe}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -47,6 +47,8 @@ type Config struct {
 	// interval publishes).
 	LoadHeartbeat time.Duration
 	LeaseTTL      time.Duration
+	// KVPublishInterval is every worker's (see SimConfig).
+	KVPublishInterval time.Duration
 	// Settle is the wait after the fleet is up, before Window, the steady
 	// state in which CPU, memory and rates are measured.
 	Settle, Window time.Duration
@@ -88,6 +90,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KVRate, "kv-rate", 5, "KV event batches per second per worker")
 	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "load report interval per worker (0: none)")
 	fs.DurationVar(&c.LoadHeartbeat, "load-heartbeat", worker.DefaultLoadHeartbeat, "a worker's load report unchanged since the last one published waits until this long after it, as the Go SDK's (0: every interval publishes)")
+	fs.DurationVar(&c.KVPublishInterval, "kv-publish-interval", 0, "least time between two KV publishes of a worker, the batches rolled meanwhile sent as one, as the Go SDK's worker.Config.KVPublishInterval (0: each batch at once)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "lease TTL of every worker")
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
 	fs.DurationVar(&c.Window, "window", 20*time.Second, "steady-state window for CPU, memory and rates")
@@ -120,6 +123,7 @@ type Result struct {
 	// Plane-wide rates and sizes in the window.
 	EtcdRequests, EtcdDBBytes, NATSMsgs float64
 	KVEventsPerSec, LoadsPerSec         float64
+	KVSendsPerSec                       float64 // KV batches sent, one eventbus message each
 	StartRate                           float64 // workers started per second
 	// Latency samples.
 	Routable, WorkerStart, FirstRequest, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
@@ -194,7 +198,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 		return nil, err
 	}
 	fleet, err := NewFleet(plane.Registry, plane.Eventbus, SimConfig{Namespace: namespace, Component: component, Model: qwen3.ModelName,
-		Artifacts: artifacts, KVRate: cfg.KVRate, LoadInterval: cfg.LoadInterval, LoadHeartbeat: cfg.LoadHeartbeat, LeaseTTL: cfg.LeaseTTL, Log: log})
+		Artifacts: artifacts, KVRate: cfg.KVRate, LoadInterval: cfg.LoadInterval, LoadHeartbeat: cfg.LoadHeartbeat, KVPublishInterval: cfg.KVPublishInterval, LeaseTTL: cfg.LeaseTTL, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +247,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 	if err != nil {
 		return r, err
 	}
-	kv0, load0 := fleet.KVEvents.Load(), fleet.LoadSent.Load()
+	kv0, load0, sends0 := fleet.KVEvents.Load(), fleet.LoadSent.Load(), fleet.KVSends.Load()
 	if cfg.Profile {
 		if err := profileWindow(ctx, plane, dir, cfg.Window); err != nil {
 			return r, fmt.Errorf("profile: %w", err)
@@ -258,6 +262,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 	secs := after.at.Sub(before.at).Seconds()
 	r.KVEventsPerSec = float64(fleet.KVEvents.Load()-kv0) / secs
 	r.LoadsPerSec = float64(fleet.LoadSent.Load()-load0) / secs
+	r.KVSendsPerSec = float64(fleet.KVSends.Load()-sends0) / secs
 	r.Services = usage(before, after)
 	r.EtcdRequests = (after.etcdRequests - before.etcdRequests) / secs
 	r.EtcdDBBytes = after.etcdDB

@@ -55,6 +55,11 @@ type SimConfig struct {
 	// waits before it publishes it again, as the SDK's
 	// (worker.Config.LoadHeartbeat; 0: every interval publishes).
 	LoadHeartbeat time.Duration
+	// KVPublishInterval is the least time between two KV publishes of a
+	// worker, as the SDK's (worker.Config.KVPublishInterval): the batches
+	// rolled meanwhile are held and go out as one batch. 0 publishes each
+	// batch as it is rolled.
+	KVPublishInterval time.Duration
 	// LeaseTTL is each worker's lease TTL (0: the registry's default).
 	LeaseTTL time.Duration
 	// Window is how many rolling blocks a worker keeps before it removes
@@ -88,10 +93,11 @@ type Fleet struct {
 	inflight sync.WaitGroup
 
 	// KVEvents counts KV events acknowledged by the eventbus, KVFailed those
-	// it did not take; LoadSent and LoadFailed the load reports;
+	// it did not take, KVSends the batches sent (one message each); LoadSent
+	// and LoadFailed the load reports;
 	// Reregistered the leases lost (each worker registered again), and
 	// KVOfLost the KV events published under those leases' instances.
-	KVEvents, KVFailed, LoadSent, LoadFailed, Reregistered, KVOfLost atomic.Uint64
+	KVEvents, KVFailed, KVSends, LoadSent, LoadFailed, Reregistered, KVOfLost atomic.Uint64
 }
 
 // NewFleet dials the registry and the eventbus once for every worker it
@@ -189,6 +195,10 @@ type Sim struct {
 	rolling   []uint64
 	rollSeq   uint64
 	stopped   bool
+	// held is the rolled events not yet sent (SimConfig.KVPublishInterval),
+	// one numbered batch; lastKV is when the last rolled batch was sent.
+	held   *workerv1.KvEventBatch
+	lastKV time.Time
 
 	stopLoad chan struct{}
 	loadDone chan struct{}
@@ -292,7 +302,9 @@ func (s *Sim) register(ctx context.Context) (err error) {
 	s.kvMu.Lock()
 	if s.inst != nil {
 		// The events of the lost instance: the router indexed those that
-		// came before the registry dropped it, and none after.
+		// came before the registry dropped it, and none after. The held
+		// ones go out too, as an SDK worker publishes what it queued.
+		s.sendHeld()
 		f.KVOfLost.Add(s.nextEvent)
 	}
 	s.sess, s.inst, s.registering = sess, in, registering
@@ -359,15 +371,18 @@ func storedEvent(hashes ...uint64) *workerv1.KvCacheEvent {
 	return &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Stored{Stored: st}}
 }
 
-// publishNow numbers b, publishes it and waits for the stream to store it.
+// publishNow numbers b, publishes it after the held events and waits for
+// the stream to store it.
 func (s *Sim) publishNow(ctx context.Context, b *workerv1.KvEventBatch) error {
 	s.kvMu.Lock()
+	s.sendHeld()
 	ev, n, err := s.number(b)
-	s.kvMu.Unlock()
-	if err != nil {
-		return err
+	var sent *eventbusclient.Batch
+	if err == nil {
+		sent, err = s.pub.Send(ctx, []*eventbusv1.Event{ev})
+		s.f.KVSends.Add(1)
 	}
-	sent, err := s.pub.Send(ctx, []*eventbusv1.Event{ev})
+	s.kvMu.Unlock()
 	if err == nil {
 		_, err = sent.Wait(ctx)
 	}
@@ -385,9 +400,14 @@ func (s *Sim) number(b *workerv1.KvEventBatch) (*eventbusv1.Event, uint64, error
 	b.InstanceId = s.inst.InstanceId
 	b.FirstEventId = s.nextEvent + 1
 	s.nextEvent += uint64(len(b.Events))
-	ev, err := eventbusclient.NewEvent(wire.KVEventsSubject(s.f.cfg.Namespace, s.f.cfg.Component), b,
-		eventbusclient.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
+	ev, err := s.eventOf(b)
 	return ev, uint64(len(b.Events)), err
+}
+
+// eventOf is the eventbus event of a numbered batch.
+func (s *Sim) eventOf(b *workerv1.KvEventBatch) (*eventbusv1.Event, error) {
+	return eventbusclient.NewEvent(wire.KVEventsSubject(s.f.cfg.Namespace, s.f.cfg.Component), b,
+		eventbusclient.WithMsgID(wire.KVEventsMsgID(b.InstanceId, b.DpRank, b.FirstEventId)))
 }
 
 // PublishStored publishes one batch that stores hash and returns when the
@@ -397,7 +417,10 @@ func (s *Sim) PublishStored(ctx context.Context, hash uint64) error {
 }
 
 // roll publishes the worker's next rolling batch: one new block stored, and
-// the oldest removed once the window is full. It does not wait.
+// the oldest removed once the window is full; with a KVPublishInterval it
+// holds it with those rolled since the last publish until the interval has
+// passed (within half a roll period: the roll nearest to it). It does not
+// wait.
 func (s *Sim) roll() {
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
@@ -412,7 +435,41 @@ func (s *Sim) roll() {
 		b.Events = append(b.Events, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{s.rolling[0]}}}})
 		s.rolling = s.rolling[1:]
 	}
-	ev, n, err := s.number(b)
+	b.InstanceId = s.inst.InstanceId
+	b.FirstEventId = s.nextEvent + 1
+	s.nextEvent += uint64(len(b.Events))
+	if s.held == nil {
+		s.held = b
+	} else {
+		s.held.Events = append(s.held.Events, b.Events...)
+	}
+	iv := s.f.cfg.KVPublishInterval
+	if iv > 0 && s.f.cfg.KVRate > 0 {
+		iv -= time.Duration(float64(time.Second) / s.f.cfg.KVRate / 2)
+	}
+	if now := time.Now(); iv <= 0 || now.Sub(s.lastKV) >= iv {
+		s.lastKV = now
+		s.sendHeld()
+	}
+}
+
+// flushKV sends the held events, if any.
+func (s *Sim) flushKV() {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	s.sendHeld()
+}
+
+// sendHeld sends the held events, numbered already, without waiting; kvMu
+// is held.
+func (s *Sim) sendHeld() {
+	b := s.held
+	if b == nil {
+		return
+	}
+	s.held = nil
+	n := uint64(len(b.Events))
+	ev, err := s.eventOf(b)
 	if err != nil {
 		s.f.KVFailed.Add(n)
 		return
@@ -422,6 +479,7 @@ func (s *Sim) roll() {
 		s.f.KVFailed.Add(n)
 		return
 	}
+	s.f.KVSends.Add(1)
 	s.f.inflight.Add(1)
 	s.acks <- sentBatch{sent, n}
 }
@@ -532,6 +590,7 @@ func (s *Sim) Stop(ctx context.Context) error {
 	stopAcks := context.AfterFunc(ctx, s.ackCancel) // give up waiting once ctx ends
 	defer stopAcks()
 	s.kvMu.Lock()
+	s.sendHeld()
 	s.stopped = true
 	sess := s.sess
 	s.kvMu.Unlock()
@@ -559,6 +618,15 @@ func (f *Fleet) PauseKV(ctx context.Context) error {
 		return ctx.Err()
 	}
 	<-paused
+	f.mu.Lock()
+	workers := make([]*Sim, 0, len(f.workers))
+	for s := range f.workers {
+		workers = append(workers, s)
+	}
+	f.mu.Unlock()
+	for _, s := range workers {
+		s.flushKV()
+	}
 	f.inflight.Wait()
 	return nil
 }

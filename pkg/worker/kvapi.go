@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -210,11 +211,12 @@ func (w *Worker) KVIndex() *KVIndex { return w.kvIndex }
 func (w *Worker) APIAddr() string { return w.apiAddr() }
 
 // KVFlags are a worker command's KV event flags: --kv-events-mode,
-// --kv-events-ring and --worker-api-addr.
+// --kv-events-ring, --kv-publish-interval and --worker-api-addr.
 type KVFlags struct {
-	Mode    string
-	Ring    int
-	APIAddr string
+	Mode            string
+	Ring            int
+	PublishInterval time.Duration
+	APIAddr         string
 }
 
 // RegisterFlags adds the flags.
@@ -222,6 +224,7 @@ func (f *KVFlags) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.Mode, "kv-events-mode", string(kvevents.JetStream), "where KV events go: jetstream (the eventbus stream), core (NATS Core subjects through the eventbus), "+
 		"direct (nowhere: routers watch this worker's WorkerService), none")
 	fs.IntVar(&f.Ring, "kv-events-ring", DefaultKVEventsRing, "recent KV events kept per dp rank for routers to fill gaps from (about a minute of a busy engine)")
+	fs.DurationVar(&f.PublishInterval, "kv-publish-interval", 0, "least time between two publishes of KV events: the batches that come meanwhile go out together, merged (fewer eventbus messages for a fleet of thousands of workers, for up to this much delay; 0: each batch at once)")
 	fs.StringVar(&f.APIAddr, "worker-api-addr", "", "WorkerService gRPC listen address (empty: the request plane's host, a free port)")
 }
 
@@ -233,6 +236,9 @@ func (f KVFlags) Validate() error {
 	if f.Ring < 0 {
 		return fmt.Errorf("--kv-events-ring %d must not be negative (0: the default, %d)", f.Ring, DefaultKVEventsRing)
 	}
+	if f.PublishInterval < 0 {
+		return fmt.Errorf("--kv-publish-interval %s must not be negative (0: each batch at once)", f.PublishInterval)
+	}
 	return nil
 }
 
@@ -240,5 +246,6 @@ func (f KVFlags) Validate() error {
 func (f KVFlags) Apply(c *Config) {
 	c.KVEventsMode, _ = kvevents.Parse(f.Mode)
 	c.KVEventsRing = f.Ring
+	c.KVPublishInterval = f.PublishInterval
 	c.API.GRPCAddr = f.APIAddr
 }

@@ -24,7 +24,8 @@ type ProcessConfig struct {
 	// Transport is read from DYN_REQUEST_PLANE and friends by Complete
 	// when its Plane is empty.
 	Transport transport.Config
-	// KV is --kv-events-mode, --kv-events-ring and --worker-api-addr.
+	// KV is --kv-events-mode, --kv-events-ring, --kv-publish-interval and
+	// --worker-api-addr.
 	KV KVFlags
 	// MetricsAddr serves /metrics; empty: off.
 	MetricsAddr string

@@ -19,7 +19,7 @@ func TestProcessConfig(t *testing.T) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--registry-addr=r1,r2", "--eventbus-addr=e1", "--lease-ttl=3s", "--drain-timeout=4s",
-		"--auth-token=secret", "--kv-events-mode=direct", "--kv-events-ring=7", "--worker-api-addr=127.0.0.1:0"}); err != nil {
+		"--auth-token=secret", "--kv-events-mode=direct", "--kv-events-ring=7", "--kv-publish-interval=250ms", "--worker-api-addr=127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
 	c.Transport = transport.DefaultConfig()
@@ -34,7 +34,7 @@ func TestProcessConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w.RegistryAddr != "r1,r2" || w.EventbusAddr != "e1" || w.LeaseTTL != 3*time.Second || w.DrainTimeout != 4*time.Second ||
-		w.Transport.Plane != transport.PlaneTCP || w.KVEventsMode != kvevents.Direct || w.KVEventsRing != 7 || w.API.GRPCAddr != "127.0.0.1:0" {
+		w.Transport.Plane != transport.PlaneTCP || w.KVEventsMode != kvevents.Direct || w.KVEventsRing != 7 || w.KVPublishInterval != 250*time.Millisecond || w.API.GRPCAddr != "127.0.0.1:0" {
 		t.Fatalf("Apply gave %+v", w)
 	}
 	if w.Token == nil || w.Credentials == nil || w.Credentials.Info().SecurityProtocol != "insecure" {
@@ -47,6 +47,7 @@ func TestProcessConfig(t *testing.T) {
 		want string
 	}{
 		{"kv events mode", func(c *worker.ProcessConfig) { c.KV.Mode = "carrier-pigeon" }, "carrier-pigeon"},
+		{"kv publish interval", func(c *worker.ProcessConfig) { c.KV.PublishInterval = -time.Second }, "--kv-publish-interval"},
 		{"client TLS key without its certificate", func(c *worker.ProcessConfig) { c.ClientTLS.KeyFile = "k.pem" }, "--client-tls-cert and --client-tls-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -155,6 +155,18 @@ type Config struct {
 	// worker's blocks from its state (GetKvState) when the ring no longer
 	// holds them. See KVEventsDropped.
 	KVPublishBuffer int
+	// KVPublishInterval is the least time between two publishes of KV
+	// events (jetstream and core modes): the batches that come meanwhile
+	// wait and go out together, each run of a rank's consecutive batches
+	// merged into one batch, one eventbus event (up to maxMergedKVBytes).
+	// The eventbus spends its CPU per message and per event more than per
+	// byte, so a fleet of thousands of workers, each publishing several
+	// batches a second, trades up to this much delay before its events are
+	// indexed for that many fewer messages. A publish that found more
+	// batches than it takes at once is followed by the next without
+	// waiting, so a busy engine's events never fall behind. 0 (the
+	// default) publishes batches as they come.
+	KVPublishInterval time.Duration
 	// DropKVEvent, when set, is asked for each batch about to be published
 	// to the eventbus and drops it when it answers true: a test hook that
 	// loses events on the way (the local indexer still has them).
@@ -236,7 +248,10 @@ type Worker struct {
 	// they are published before the backlog. Under kvMu.
 	kvUnnumbered []*workerv1.KvEventBatch
 	kvWake       chan struct{}
-	kvIndex      *KVIndex
+	// kvClosing is closed with kv: a publisher waiting out
+	// KVPublishInterval publishes what is left at once.
+	kvClosing chan struct{}
+	kvIndex   *KVIndex
 	// kvCtx ends the publisher's waits at shutdown, after kvFlushTimeout.
 	kvCtx    context.Context
 	kvCancel context.CancelFunc
@@ -317,7 +332,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 	w := &Worker{cfg: cfg, log: cfg.Log, kv: make(chan *workerv1.KvEventBatch, cfg.KVPublishBuffer), kvDone: make(chan struct{}), kvIndex: NewKVIndex(cfg.KVEventsRing),
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	w.kvCtx, w.kvCancel = context.WithCancel(context.Background())
-	w.kvBacklog, w.kvWake = map[uint32]uint64{}, make(chan struct{}, 1)
+	w.kvBacklog, w.kvWake, w.kvClosing = map[uint32]uint64{}, make(chan struct{}, 1), make(chan struct{})
 	undo := []func(){w.kvCancel}
 	defer func() {
 		if err != nil {
@@ -783,12 +798,18 @@ func (w *Worker) publishKV() {
 	}()
 	subject := wire.KVEventsSubject(w.cfg.Namespace, w.cfg.Component)
 	leads := kvLeads{}
+	var lastSent time.Time
+	behind := false // the last publish left batches waiting
 	for {
+		if iv := w.cfg.KVPublishInterval; iv > 0 && !behind && !lastSent.IsZero() {
+			w.waitKV(lastSent.Add(iv))
+		}
 		var batch []*workerv1.KvEventBatch
 		if len(w.kv) == 0 {
 			// The buffer drained: publish what waits in the ring first.
 			batch = w.backfill(256)
 		}
+		behind = len(batch) > 0
 		if len(batch) == 0 {
 			select {
 			case b, ok := <-w.kv:
@@ -812,6 +833,22 @@ func (w *Worker) publishKV() {
 				break more
 			}
 		}
+		behind = behind || len(batch) >= 256
+		if w.cfg.DropKVEvent != nil {
+			kept := batch[:0]
+			for _, kb := range batch {
+				if w.cfg.DropKVEvent(kb) {
+					w.kvPublished.Add(uint64(len(kb.Events)))
+				} else {
+					kept = append(kept, kb)
+				}
+			}
+			batch = kept
+		}
+		if w.cfg.KVPublishInterval > 0 {
+			batch = mergeKVRuns(batch, maxMergedKVBytes)
+			lastSent = time.Now()
+		}
 		events := make([]*eventbusv1.Event, 0, len(batch))
 		var n uint64 // KV events in events
 		// send publishes events (pipelined) and starts over; it returns
@@ -834,10 +871,6 @@ func (w *Worker) publishKV() {
 			return sent
 		}
 		for _, kb := range batch {
-			if w.cfg.DropKVEvent != nil && w.cfg.DropKVEvent(kb) {
-				w.kvPublished.Add(uint64(len(kb.Events)))
-				continue
-			}
 			id := wire.KVEventsMsgID(kb.InstanceId, kb.DpRank, kb.FirstEventId)
 			ev, err := eventbusclient.NewEvent(subject, kb, eventbusclient.WithMsgID(id))
 			if err != nil {
@@ -1090,6 +1123,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		<-w.loadDone
 		w.kvMu.Lock()
 		close(w.kv)
+		close(w.kvClosing)
 		w.kvClosed = true
 		w.kvMu.Unlock()
 		select {

@@ -1,0 +1,82 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
+	"github.com/switchyard-llm/switchyard/pkg/worker"
+)
+
+// TestKVPublishIntervalMergesInOrder: with a publish interval (an hour
+// here, so that only the shutdown ends the wait) the worker's first batch
+// goes out at once; the next ones wait and, at the shutdown, go out as one
+// batch holding their events in order with their ids; nothing is lost.
+func TestKVPublishIntervalMergesInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := e.config(t)
+	cfg.KVPublishInterval = time.Hour
+	w, err := worker.Start(ctx, cfg, echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := false
+	defer func() {
+		if !shut {
+			_ = w.Shutdown(context.Background())
+		}
+	}()
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const n = 6
+	publish := func(hash uint64) {
+		w.PublishKVEvents(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{
+			Stored: &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: hash, LocalHash: hash}}}}}}})
+	}
+	next := func() *workerv1.KvEventBatch {
+		t.Helper()
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	publish(1)
+	if b := next(); b.FirstEventId != 1 || len(b.Events) != 1 {
+		t.Fatalf("first batch: first id %d, %d events; want 1, 1", b.FirstEventId, len(b.Events))
+	}
+	for h := uint64(2); h <= n; h++ {
+		publish(h)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shut = true
+	b := next()
+	if b.FirstEventId != 2 || len(b.Events) != n-1 || b.InstanceId != w.InstanceID() {
+		t.Fatalf("merged batch: instance %x, first id %d, %d events; want %x, 2, %d", b.InstanceId, b.FirstEventId, len(b.Events), w.InstanceID(), n-1)
+	}
+	for i, ev := range b.Events {
+		if got := ev.GetStored().GetBlocks()[0].GetSequenceHash(); got != uint64(i+2) {
+			t.Errorf("merged event %d: block %d, want %d", i, got, i+2)
+		}
+	}
+	if queued, published, lost := w.KVEventCounts(); queued != n || published != n || lost != 0 {
+		t.Errorf("KV events queued %d, published %d, lost %d; want %d, %d, 0", queued, published, lost, n, n)
+	}
+}
