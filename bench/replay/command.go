@@ -99,7 +99,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.GoalsSeeds, "goals-seeds", 3, "seeds kv and the peer modes run at --goals-rate for the run-to-run spread the peer goals allow (--goals; 1: no spread, no extra runs)")
 	fs.IntVar(&c.PlacementRounds, "placement-search", 0, "after each trace's table, this many rounds of an offline placement search at --goals-rate (0: none): starting from kv's placement, each request goes where it adds the fewest requests over the TTFT goal's threshold over the next --placement-window of arrivals, on the true engines; it knows the trace's future, so it says what placement alone can reach, not what a router can")
 	fs.DurationVar(&c.PlacementWindow, "placement-window", time.Second, "how far ahead (virtual time) the placement search looks")
-	fs.BoolVar(&c.RequestsCSV, "requests-csv", false, "also write router-replay-requests.csv under --out: every run of the table replayed again (deterministic: the same run), one row per completed request: where it went, the router's and the engine's cached prefix, what the engine had queued and in flight at its arrival, its wait for admission, TTFT and E2E")
+	fs.BoolVar(&c.RequestsCSV, "requests-csv", false, "also write router-replay-requests.csv under --out: every run of the table replayed again (deterministic: the same run), one row per completed request: where it went, the router's and the engine's cached prefix, what the engine had queued and in flight at its arrival, its wait for admission, TTFT and E2E, its gaps between tokens (how many, how many over --slo-itl-p90, their sum), and the worker caching most of its prompt (its home), the home's cost and what the home's engine had queued and in flight")
 }
 
 // ParseRates parses a comma list of positive rate scales.
@@ -235,7 +235,9 @@ func Command(c CommandConfig, out io.Writer) error {
 			return err
 		}
 		if c.RequestsCSV {
-			runs, err := RecordRuns(trace, c.Config, results, c.Parallel)
+			rc := c.Config
+			rc.SlowGap = time.Duration(c.SLOITL)
+			runs, err := RecordRuns(trace, rc, results, c.Parallel)
 			if err != nil {
 				return fmt.Errorf("trace %s: %w", label, err)
 			}

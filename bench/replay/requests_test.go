@@ -110,7 +110,8 @@ func TestWriteRequestsCSV(t *testing.T) {
 		{Mode: "kv", RateScale: 6, Requests: []RequestRecord{
 			{Request: 3, Arrival: 1500 * time.Microsecond, Worker: 2, PromptTokens: 700, Overlap: 32, BestOverlap: 40, Cached: 30,
 				QueuedTokens: 100, Decoding: 5, StepLeft: 2 * time.Millisecond, Cost: 12.25, Wait: 3 * time.Millisecond,
-				TTFT: 20 * time.Millisecond, E2E: time.Second},
+				TTFT: 20 * time.Millisecond, E2E: time.Second, Gaps: 9, SlowGaps: 2, GapSum: 980 * time.Millisecond,
+				Home: 4, HomeCost: 30.5, HomeQueuedTokens: 9000, HomeDecoding: 7},
 		}},
 		{Mode: "round-robin", RateScale: 1.5},
 	}
@@ -123,7 +124,8 @@ func TestWriteRequestsCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{RequestsCSVHeader,
-		{"kv", "6", "3", "1.500", "2", "700", "32", "40", "30", "100", "5", "2.000", "12.250", "3.000", "20.000", "1000.000"}}
+		{"kv", "6", "3", "1.500", "2", "700", "32", "40", "30", "100", "5", "2.000", "12.250", "3.000", "20.000", "1000.000",
+			"9", "2", "980.000", "4", "30.500", "9000", "7"}}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %v", len(rows), len(want), rows)
 	}
@@ -198,5 +200,60 @@ func TestCommandRequestsCSV(t *testing.T) {
 	}
 	if err := Command(parse("--out", ""), new(bytes.Buffer)); err == nil {
 		t.Error("--requests-csv without --out: no error")
+	}
+}
+
+// TestRequestRecordGapsAndHome replays two requests on two engines, the
+// second sharing the first one's prompt start, and checks what the records
+// say of their tokens' gaps (every gap after the first token, its sum the
+// time from first to last token, slow ones counted past Config.SlowGap
+// only) and of each request's home: the worker caching the most of it,
+// with its cost and its engine's state.
+func TestRequestRecordGapsAndHome(t *testing.T) {
+	trace := []Request{
+		{Arrival: 0, InputLength: 2048, OutputLength: 5, HashIDs: []uint64{1, 2, 3, 4}},
+		{Arrival: time.Second, InputLength: 1100, OutputLength: 3, HashIDs: []uint64{1, 2, 9}},
+	}
+	for _, tc := range []struct {
+		name    string
+		slowGap time.Duration
+		slow    []int
+	}{
+		{"no threshold", 0, []int{0, 0}},
+		{"every gap slow", time.Nanosecond, []int{4, 2}},
+		{"no gap slow", time.Hour, []int{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := smallConfig()
+			cfg.Workers, cfg.RateScale, cfg.SlowGap = 2, 1, tc.slowGap
+			_, recs, err := RunRecorded(trace, cfg, "kv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 2 {
+				t.Fatalf("%d records, want 2", len(recs))
+			}
+			for i, r := range recs {
+				if r.Gaps != trace[i].OutputLength-1 || r.GapSum != r.E2E-r.TTFT || r.SlowGaps != tc.slow[i] {
+					t.Errorf("request %d: %d gaps summing %v, %d slow; want %d summing %v (E2E - TTFT), %d slow",
+						i, r.Gaps, r.GapSum, r.SlowGaps, trace[i].OutputLength-1, r.E2E-r.TTFT, tc.slow[i])
+				}
+			}
+			a, b := recs[0], recs[1]
+			// Nothing is cached anywhere for the first: its home is the
+			// cheapest worker, where it went. The second's home is the
+			// first one's worker, which finished it: idle.
+			if a.Home != a.Worker || a.HomeCost != a.Cost || a.HomeQueuedTokens != 0 || a.HomeDecoding != 0 {
+				t.Errorf("first request: home %d (cost %v, queued %d, decoding %d); want its own worker %d (cost %v), idle",
+					a.Home, a.HomeCost, a.HomeQueuedTokens, a.HomeDecoding, a.Worker, a.Cost)
+			}
+			if shared := 1024 / cfg.Engine.BlockSize; b.Home != a.Worker || b.BestOverlap != shared || b.HomeQueuedTokens != 0 || b.HomeDecoding != 0 {
+				t.Errorf("second request: home %d caching %d blocks (queued %d, decoding %d); want %d caching %d, idle",
+					b.Home, b.BestOverlap, b.HomeQueuedTokens, b.HomeDecoding, a.Worker, shared)
+			}
+			if b.Worker == b.Home && b.HomeCost != b.Cost {
+				t.Errorf("second request went home but its home's cost %v is not its cost %v", b.HomeCost, b.Cost)
+			}
+		})
 	}
 }

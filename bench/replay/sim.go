@@ -55,6 +55,10 @@ type Config struct {
 	// way; 0 makes it free.
 	KVTransferGbps  float64
 	KVBytesPerToken int
+	// SlowGap is the gap between two tokens of a request that its record
+	// counts as slow (RequestRecord.SlowGaps; the command passes its ITL
+	// objective); 0 counts none.
+	SlowGap time.Duration
 	// DPSize is how many data-parallel ranks each worker serves: each
 	// rank is an engine of its own (Engine's size), so the cluster has
 	// Workers x DPSize engines; the workers' cards declare the ranks. 0 or
@@ -369,6 +373,19 @@ type RequestRecord struct {
 	// Wait is from arrival to its first admission; TTFT and E2E to its
 	// first and last token.
 	Wait, TTFT, E2E time.Duration
+	// Gaps counts the gaps between its consecutive tokens, SlowGaps
+	// those longer than Config.SlowGap, and GapSum is their total: its
+	// share of the pooled inter-token latency.
+	Gaps, SlowGaps int
+	GapSum         time.Duration
+	// Home is the worker the router saw caching the longest prefix of it
+	// (BestOverlap; the cheapest of those on a tie), HomeCost that
+	// worker's cost, and HomeQueuedTokens and HomeDecoding its engine's
+	// state at the arrival, read as QueuedTokens and Decoding are: what
+	// the request would have met had it gone home.
+	Home                           uint64
+	HomeCost                       float64
+	HomeQueuedTokens, HomeDecoding int
 }
 
 // at schedules fn d after now.
@@ -650,20 +667,22 @@ func (s *sim) pickRank(instance uint64) uint32 {
 // state of the engine it chose, before the request is added to it.
 func (s *sim) recordArrival(n int, w *simEngine, resp *routerv1.RouteResponse, prompt int) *RequestRecord {
 	rec := &RequestRecord{Request: n, Arrival: s.now, Worker: w.id, PromptTokens: prompt, Overlap: int(resp.GetOverlapBlocks())}
-	for _, c := range resp.GetCandidates() {
-		rec.BestOverlap = max(rec.BestOverlap, int(c.GetOverlapBlocks()))
+	home := -1
+	for i, c := range resp.GetCandidates() {
+		o := int(c.GetOverlapBlocks())
 		if c.GetInstanceId() == w.id {
 			rec.Cost = c.GetCost()
 		}
+		if home < 0 || o > rec.BestOverlap || (o == rec.BestOverlap && c.GetCost() < rec.HomeCost) {
+			home, rec.BestOverlap, rec.Home, rec.HomeCost = i, o, c.GetInstanceId(), c.GetCost()
+		}
 	}
 	id := strconv.Itoa(n)
-	for _, r := range w.e.Metrics().Requests {
-		if r.ID == id {
-			continue
-		}
-		rec.QueuedTokens += r.PrefillTokens
-		if r.DecodeBlocks > 0 {
-			rec.Decoding++
+	rec.QueuedTokens, rec.Decoding = engineState(w, id)
+	if home >= 0 {
+		c := resp.GetCandidates()[home]
+		if h := s.engineAt(c.GetInstanceId(), c.GetDpRank()); h != nil {
+			rec.HomeQueuedTokens, rec.HomeDecoding = engineState(h, id)
 		}
 	}
 	if w.busy {
@@ -671,6 +690,30 @@ func (s *sim) recordArrival(n int, w *simEngine, resp *routerv1.RouteResponse, p
 	}
 	rec.Wait = -1
 	return rec
+}
+
+// engineState is the prompt tokens w still has to prefill and its
+// requests past their prefill, request id aside.
+func engineState(w *simEngine, id string) (queued, decoding int) {
+	for _, r := range w.e.Metrics().Requests {
+		if r.ID == id {
+			continue
+		}
+		queued += r.PrefillTokens
+		if r.DecodeBlocks > 0 {
+			decoding++
+		}
+	}
+	return queued, decoding
+}
+
+// engineAt is the engine of an instance and rank, nil if there is none.
+func (s *sim) engineAt(instance uint64, rank uint32) *simEngine {
+	i := (int(instance)-1)*s.cfg.ranks() + int(rank)
+	if instance < 1 || int(rank) >= s.cfg.ranks() || i >= len(s.engines) {
+		return nil
+	}
+	return s.engines[i]
 }
 
 func (s *sim) reject(err error) {
@@ -718,7 +761,15 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 			continue
 		}
 		if in.first && len(o.Tokens) > 0 {
-			s.itl = append(s.itl, s.now-in.lastToken)
+			gap := s.now - in.lastToken
+			s.itl = append(s.itl, gap)
+			if in.rec != nil {
+				in.rec.Gaps++
+				in.rec.GapSum += gap
+				if s.cfg.SlowGap > 0 && gap > s.cfg.SlowGap {
+					in.rec.SlowGaps++
+				}
+			}
 			in.lastToken = s.now
 		}
 		if !in.first && len(o.Tokens) > 0 {
