@@ -203,13 +203,12 @@ func figures(r *Result) []figure {
 	out = append(out,
 		figure{"etcd requests", "/s", r.EtcdRequests}, figure{"etcd DB size", "MiB", r.EtcdDBBytes / (1 << 20)},
 		figure{"NATS msgs in", "/s", r.NATSMsgs}, figure{"KV events published", "/s", r.KVEventsPerSec},
-		figure{"KV batches published (one message each)", "/s", r.KVSendsPerSec},
-		figure{"load reports published", "/s", r.LoadsPerSec}, figure{"workers started", "/s", r.StartRate})
+		figure{"KV messages published", "/s", r.KVSendsPerSec},
+		figure{"load reports published", "/s", r.LoadsPerSec},
+		figure{"messages to the eventbus (KV, load, or both in one)", "/s", r.MsgsPerSec}, figure{"workers started", "/s", r.StartRate})
 	for _, u := range r.Services {
-		// Each KV batch and each load report is one message the eventbus
-		// receives on a publishing stream.
-		if msgs := r.KVSendsPerSec + r.LoadsPerSec; u.Service == "eventbus" && msgs > 0 {
-			out = append(out, figure{"eventbus CPU per message received", "µs", u.Cores / msgs * 1e6})
+		if u.Service == "eventbus" && r.MsgsPerSec > 0 {
+			out = append(out, figure{"eventbus CPU per message received", "µs", u.Cores / r.MsgsPerSec * 1e6})
 		}
 	}
 	for _, l := range []struct {

@@ -123,8 +123,10 @@ type Result struct {
 	// Plane-wide rates and sizes in the window.
 	EtcdRequests, EtcdDBBytes, NATSMsgs float64
 	KVEventsPerSec, LoadsPerSec         float64
-	KVSendsPerSec                       float64 // KV batches sent, one eventbus message each
-	StartRate                           float64 // workers started per second
+	// KVSendsPerSec is the messages sent to the eventbus holding KV
+	// events, MsgsPerSec every message (load reports sent alone too).
+	KVSendsPerSec, MsgsPerSec float64
+	StartRate                 float64 // workers started per second
 	// Latency samples.
 	Routable, WorkerStart, FirstRequest, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
 	// Correctness counts. Reregistered is leases lost (their workers
@@ -247,7 +249,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 	if err != nil {
 		return r, err
 	}
-	kv0, load0, sends0 := fleet.KVEvents.Load(), fleet.LoadSent.Load(), fleet.KVSends.Load()
+	kv0, load0, sends0, loadSends0 := fleet.KVEvents.Load(), fleet.LoadSent.Load(), fleet.KVSends.Load(), fleet.LoadSends.Load()
 	if cfg.Profile {
 		if err := profileWindow(ctx, plane, dir, cfg.Window); err != nil {
 			return r, fmt.Errorf("profile: %w", err)
@@ -263,6 +265,7 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 	r.KVEventsPerSec = float64(fleet.KVEvents.Load()-kv0) / secs
 	r.LoadsPerSec = float64(fleet.LoadSent.Load()-load0) / secs
 	r.KVSendsPerSec = float64(fleet.KVSends.Load()-sends0) / secs
+	r.MsgsPerSec = r.KVSendsPerSec + float64(fleet.LoadSends.Load()-loadSends0)/secs
 	r.Services = usage(before, after)
 	r.EtcdRequests = (after.etcdRequests - before.etcdRequests) / secs
 	r.EtcdDBBytes = after.etcdDB

@@ -29,8 +29,11 @@ import (
 // and model card registered on the lease (and again on a new lease when the
 // registry says the lease is gone, as the SDK's worker does), KV event
 // batches published in order through an eventbus Publisher of its own (the
-// first one awaited before the next is sent), a load report published every interval on a
-// publishing stream of its own (each awaited, up to 2 s), and generate served on a request plane server of its own
+// first one awaited before the next is sent; with a KV publish interval,
+// the batches rolled meanwhile held and sent as one), a load report
+// published every interval on a publishing stream of its own (each awaited,
+// up to 2 s; with a KV publish interval, at once in one message with the
+// held KV events instead), and generate served on a request plane server of its own
 // with an immediate one-token reply. What they do not do is run an engine,
 // serve WorkerService, or dial their own gRPC connections: every
 // WorkersPerConn workers of one process share one connection to the
@@ -93,11 +96,12 @@ type Fleet struct {
 	inflight sync.WaitGroup
 
 	// KVEvents counts KV events acknowledged by the eventbus, KVFailed those
-	// it did not take, KVSends the batches sent (one message each); LoadSent
-	// and LoadFailed the load reports;
+	// it did not take, KVSends the messages sent holding KV events and
+	// LoadSends those holding only a load report; LoadSent and LoadFailed
+	// the load reports;
 	// Reregistered the leases lost (each worker registered again), and
 	// KVOfLost the KV events published under those leases' instances.
-	KVEvents, KVFailed, KVSends, LoadSent, LoadFailed, Reregistered, KVOfLost atomic.Uint64
+	KVEvents, KVFailed, KVSends, LoadSends, LoadSent, LoadFailed, Reregistered, KVOfLost atomic.Uint64
 }
 
 // NewFleet dials the registry and the eventbus once for every worker it
@@ -199,6 +203,8 @@ type Sim struct {
 	// one numbered batch; lastKV is when the last rolled batch was sent.
 	held   *workerv1.KvEventBatch
 	lastKV time.Time
+	// heldLoad is a load report to send with them.
+	heldLoad *eventbusv1.Event
 
 	stopLoad chan struct{}
 	loadDone chan struct{}
@@ -207,8 +213,9 @@ type Sim struct {
 }
 
 type sentBatch struct {
-	b *eventbusclient.Batch
-	n uint64
+	b     *eventbusclient.Batch
+	n     uint64 // KV events
+	loads uint64 // load reports
 }
 
 // Signatures is how many token sequences of one block each worker stores
@@ -460,28 +467,41 @@ func (s *Sim) flushKV() {
 	s.sendHeld()
 }
 
-// sendHeld sends the held events, numbered already, without waiting; kvMu
-// is held.
+// sendHeld sends the held events, numbered already, and the held load
+// report after them, in one message, without waiting; kvMu is held.
 func (s *Sim) sendHeld() {
-	b := s.held
-	if b == nil {
+	b, load := s.held, s.heldLoad
+	s.held, s.heldLoad = nil, nil
+	var evs []*eventbusv1.Event
+	var n, loads uint64
+	if b != nil {
+		n = uint64(len(b.Events))
+		ev, err := s.eventOf(b)
+		if err != nil {
+			s.f.KVFailed.Add(n)
+			return
+		}
+		evs = append(evs, ev)
+	}
+	if load != nil {
+		evs, loads = append(evs, load), 1
+	}
+	if len(evs) == 0 {
 		return
 	}
-	s.held = nil
-	n := uint64(len(b.Events))
-	ev, err := s.eventOf(b)
+	sent, err := s.pub.Send(context.Background(), evs)
 	if err != nil {
 		s.f.KVFailed.Add(n)
+		s.f.LoadFailed.Add(loads)
 		return
 	}
-	sent, err := s.pub.Send(context.Background(), []*eventbusv1.Event{ev})
-	if err != nil {
-		s.f.KVFailed.Add(n)
-		return
+	if n > 0 {
+		s.f.KVSends.Add(1)
+	} else {
+		s.f.LoadSends.Add(1)
 	}
-	s.f.KVSends.Add(1)
 	s.f.inflight.Add(1)
-	s.acks <- sentBatch{sent, n}
+	s.acks <- sentBatch{sent, n, loads}
 }
 
 func (s *Sim) awaitAcks() {
@@ -490,8 +510,10 @@ func (s *Sim) awaitAcks() {
 		ctx, cancel := context.WithTimeout(s.ackCtx, time.Minute)
 		if _, err := sb.b.Wait(ctx); err != nil {
 			s.f.KVFailed.Add(sb.n)
+			s.f.LoadFailed.Add(sb.loads)
 		} else {
 			s.f.KVEvents.Add(sb.n)
+			s.f.LoadSent.Add(sb.loads)
 		}
 		cancel()
 		s.f.inflight.Done()
@@ -503,8 +525,14 @@ func (s *Sim) publishLoad() {
 	if s.f.cfg.LoadInterval <= 0 {
 		return
 	}
-	pub := s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: 4})
-	defer pub.Close()
+	// With a KV publish interval a report goes out at once with the held
+	// KV events, in one message on the KV stream, as the SDK's.
+	ride := s.f.cfg.KVPublishInterval > 0
+	var pub *eventbusclient.Publisher
+	if !ride {
+		pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: 4})
+		defer pub.Close()
+	}
 	t := time.NewTicker(s.f.cfg.LoadInterval)
 	defer t.Stop()
 	var same worker.LoadSampler
@@ -528,8 +556,19 @@ func (s *Sim) publishLoad() {
 			s.f.LoadFailed.Add(1)
 			continue
 		}
+		if ride {
+			s.kvMu.Lock()
+			if !s.stopped {
+				s.heldLoad, s.lastKV = ev, now
+				s.sendHeld()
+			}
+			s.kvMu.Unlock()
+			same.Published(now)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		b, err := pub.Send(ctx, []*eventbusv1.Event{ev})
+		s.f.LoadSends.Add(1)
 		if err == nil {
 			_, err = b.Wait(ctx)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 )
 
@@ -44,16 +45,19 @@ func mergeKVRuns(batches []*workerv1.KvEventBatch, maxBytes int) []*workerv1.KvE
 	return out
 }
 
-// waitKV waits until the time given, or until the worker shuts down.
-func (w *Worker) waitKV(until time.Time) {
+// waitKV waits until the time given, until the worker shuts down, or
+// until a load report falls due (see Worker.loadRide), which it returns.
+func (w *Worker) waitKV(until time.Time) (load []*eventbusv1.Event) {
 	d := time.Until(until)
 	if d <= 0 {
-		return
+		return nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-w.kvClosing:
+	case load = <-w.loadRide:
 	}
+	return load
 }

@@ -80,3 +80,64 @@ func TestKVPublishIntervalMergesInOrder(t *testing.T) {
 		t.Errorf("KV events queued %d, published %d, lost %d; want %d, %d, 0", queued, published, lost, n, n)
 	}
 }
+
+// TestKVPublishIntervalCarriesLoad: with a publish interval (an hour) the
+// load report that falls due goes out at once, in the same message as the
+// KV batches held so far: they are stored merged, right before it.
+func TestKVPublishIntervalCarriesLoad(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := e.config(t)
+	cfg.KVPublishInterval = time.Hour
+	w, err := worker.Start(ctx, cfg, echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Shutdown(context.Background())
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	publish := func(hash uint64) {
+		w.PublishKVEvents(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{
+			Stored: &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: hash, LocalHash: hash}}}}}}})
+	}
+	kvSubject, loadSubject := "test.backend."+wire.KVEventsName, "test.backend."+wire.LoadName
+	// next reads the next KV batch or load report.
+	next := func() *eventbusv1.DeliveredEvent {
+		t.Helper()
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := ev.GetSubject(); s == kvSubject || s == loadSubject {
+				return ev
+			}
+		}
+	}
+	publish(1)
+	if ev := next(); ev.GetSubject() != kvSubject {
+		t.Fatalf("first event on %s, want the first KV batch", ev.GetSubject())
+	}
+	for h := uint64(2); h <= 4; h++ {
+		publish(h)
+	}
+	w.SetLoad(func() *workerv1.LoadMetrics { return &workerv1.LoadMetrics{KvBlocksTotal: 100} })
+	kv, load := next(), next()
+	if kv.GetSubject() != kvSubject || load.GetSubject() != loadSubject || load.GetStreamSequence() != kv.GetStreamSequence()+1 {
+		t.Fatalf("after the load fell due: %s (sequence %d), then %s (%d); want the held KV batches, then the load report right after",
+			kv.GetSubject(), kv.GetStreamSequence(), load.GetSubject(), load.GetStreamSequence())
+	}
+	b, err := eventbusclient.Decode[workerv1.KvEventBatch](kv)
+	if err != nil || b.FirstEventId != 2 || len(b.Events) != 3 {
+		t.Fatalf("held batches: %v, %v; want ids 2-4 in one batch", b, err)
+	}
+	m, err := eventbusclient.Decode[workerv1.LoadMetrics](load)
+	if err != nil || m.GetKvBlocksTotal() != 100 || m.GetInstanceId() != w.InstanceID() {
+		t.Fatalf("load report %v, %v", m, err)
+	}
+}

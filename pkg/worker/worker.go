@@ -164,8 +164,11 @@ type Config struct {
 	// batches a second, trades up to this much delay before its events are
 	// indexed for that many fewer messages. A publish that found more
 	// batches than it takes at once is followed by the next without
-	// waiting, so a busy engine's events never fall behind. 0 (the
-	// default) publishes batches as they come.
+	// waiting, so a busy engine's events never fall behind. With it the
+	// load reports go out with the KV events (outside the core mode): a
+	// report due publishes at once, with the batches held so far, in one
+	// message. 0 (the default) publishes batches as they come, and load
+	// reports on a stream of their own.
 	KVPublishInterval time.Duration
 	// DropKVEvent, when set, is asked for each batch about to be published
 	// to the eventbus and drops it when it answers true: a test hook that
@@ -251,7 +254,11 @@ type Worker struct {
 	// kvClosing is closed with kv: a publisher waiting out
 	// KVPublishInterval publishes what is left at once.
 	kvClosing chan struct{}
-	kvIndex   *KVIndex
+	// loadRide hands a load report due to the KV publisher, which sends
+	// it at once with the KV batches it holds (KVPublishInterval set, not
+	// the core mode); nil otherwise. It holds the newest report only.
+	loadRide chan []*eventbusv1.Event
+	kvIndex  *KVIndex
 	// kvCtx ends the publisher's waits at shutdown, after kvFlushTimeout.
 	kvCtx    context.Context
 	kvCancel context.CancelFunc
@@ -333,6 +340,9 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	w.kvCtx, w.kvCancel = context.WithCancel(context.Background())
 	w.kvBacklog, w.kvWake, w.kvClosing = map[uint32]uint64{}, make(chan struct{}, 1), make(chan struct{})
+	if cfg.KVPublishInterval > 0 && cfg.KVEventsMode != kvevents.Core {
+		w.loadRide = make(chan []*eventbusv1.Event, 1)
+	}
 	undo := []func(){w.kvCancel}
 	defer func() {
 		if err != nil {
@@ -773,8 +783,9 @@ func (w *Worker) publishKV() {
 	// order); their acknowledgements are awaited here, apart, so that a
 	// round trip to the eventbus does not hold the next batch back.
 	type sentBatch struct {
-		b *eventbusclient.Batch
-		n uint64 // KV events in it
+		b     *eventbusclient.Batch
+		n     uint64 // KV events in it
+		loads int    // load reports in it
 	}
 	acks := make(chan sentBatch, 64)
 	acked := make(chan struct{})
@@ -785,8 +796,13 @@ func (w *Worker) publishKV() {
 			// every eventbus and NATS outage; only a refusal for good or
 			// the shutdown (kvCtx) ends the wait without it.
 			if _, err := sb.b.Wait(w.kvCtx); err != nil {
-				w.kvLost.Add(sb.n)
-				w.log.Error("KV events not published", "err", err.Error())
+				if sb.n > 0 {
+					w.kvLost.Add(sb.n)
+					w.log.Error("KV events not published", "err", err.Error())
+				}
+				if sb.loads > 0 {
+					w.log.Warn("load not published", "err", err.Error(), "reports", sb.loads)
+				}
 			} else {
 				w.kvPublished.Add(sb.n)
 			}
@@ -800,9 +816,12 @@ func (w *Worker) publishKV() {
 	leads := kvLeads{}
 	var lastSent time.Time
 	behind := false // the last publish left batches waiting
+	// load is a load report due (see loadRide): it goes out now, with
+	// whatever KV batches wait.
+	var load []*eventbusv1.Event
 	for {
 		if iv := w.cfg.KVPublishInterval; iv > 0 && !behind && !lastSent.IsZero() {
-			w.waitKV(lastSent.Add(iv))
+			load = w.waitKV(lastSent.Add(iv))
 		}
 		var batch []*workerv1.KvEventBatch
 		if len(w.kv) == 0 {
@@ -810,7 +829,7 @@ func (w *Worker) publishKV() {
 			batch = w.backfill(256)
 		}
 		behind = len(batch) > 0
-		if len(batch) == 0 {
+		if len(batch) == 0 && load == nil {
 			select {
 			case b, ok := <-w.kv:
 				if !ok {
@@ -819,6 +838,7 @@ func (w *Worker) publishKV() {
 				batch = append(batch, b)
 			case <-w.kvWake:
 				continue
+			case load = <-w.loadRide:
 			}
 		}
 	more:
@@ -854,6 +874,7 @@ func (w *Worker) publishKV() {
 		// send publishes events (pipelined) and starts over; it returns
 		// the eventbus batch, nil when there was nothing to send or it
 		// failed.
+		loads := 0 // load reports in events, after the KV events
 		send := func() *eventbusclient.Batch {
 			if len(events) == 0 {
 				return nil
@@ -863,11 +884,11 @@ func (w *Worker) publishKV() {
 			sent, err := pub.Send(w.kvCtx, events)
 			if err != nil {
 				w.kvLost.Add(n)
-				w.log.Error("KV events not published", "events", len(events), "err", err.Error())
+				w.log.Error("KV events not published", "events", len(events)-loads, "load_reports", loads, "err", err.Error())
 			} else {
-				acks <- sentBatch{sent, n}
+				acks <- sentBatch{sent, n, loads}
 			}
-			events, n = make([]*eventbusv1.Event, 0, len(batch)), 0
+			events, n, loads = make([]*eventbusv1.Event, 0, len(batch)), 0, 0
 			return sent
 		}
 		for _, kb := range batch {
@@ -892,6 +913,14 @@ func (w *Worker) publishKV() {
 				}
 			}
 		}
+		if load == nil && w.loadRide != nil {
+			// A report that fell due meanwhile goes with these.
+			select {
+			case load = <-w.loadRide:
+			default:
+			}
+		}
+		events, loads, load = append(events, load...), len(load), nil
 		send()
 	}
 }
@@ -946,11 +975,17 @@ func (l kvLeads) first(b *workerv1.KvEventBatch) bool {
 // fleet sends one a second per worker. Each batch is awaited, up to 2 s, as
 // the unary call was; one not acknowledged by then stays in the stream's
 // order and goes out again after a reconnect, before the newer ones (a
-// router keeps the last report, so the newest still wins).
+// router keeps the last report, so the newest still wins). With a KV publish
+// interval the reports go to the KV publisher instead (loadRide), which
+// sends each at once in one message with the KV batches it holds: a worker
+// then sends one message where it sent two.
 func (w *Worker) publishLoad() {
 	defer close(w.loadDone)
-	pub := w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: loadInFlight})
-	defer pub.Close()
+	var pub *eventbusclient.Publisher
+	if w.loadRide == nil {
+		pub = w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: loadInFlight})
+		defer pub.Close()
+	}
 	subject := wire.LoadSubject(w.cfg.Namespace, w.cfg.Component)
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
@@ -984,6 +1019,20 @@ func (w *Worker) publishLoad() {
 		}
 		// The heartbeat is reached at the tick nearest to it.
 		if len(events) == 0 || !same.Due(now, w.cfg.LoadHeartbeat-w.cfg.LoadInterval/2, ms) {
+			continue
+		}
+		if w.loadRide != nil {
+			// The KV publisher sends it at once with the KV batches it
+			// holds; a report it has not taken yet is replaced.
+			select {
+			case <-w.loadRide:
+			default:
+			}
+			select {
+			case w.loadRide <- events:
+			default:
+			}
+			same.Published(now)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
