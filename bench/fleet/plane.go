@@ -69,6 +69,8 @@ type PlaneConfig struct {
 	Namespace string
 	// Profile serves /debug/pprof in every part (see Plane.Profile).
 	Profile bool
+	// CoalesceGap is the eventbus's --coalesce-gap.
+	CoalesceGap time.Duration
 }
 
 // StartPlane starts every part in dependency order and waits until each is
@@ -212,7 +214,8 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 		return nil, err
 	}
 	if p.Eventbus, err = svc("eventbus", "eventbus", "--nats-server", strings.Join(p.NATSURLs, ","), "--stream-replicas", "3",
-		"--coalesce-events", strings.Join(eventbus.FleetCoalesceEvents, ","), "--data-dir", filepath.Join(cfg.Dir, "eventbus")); err != nil {
+		"--coalesce-events", strings.Join(eventbus.FleetCoalesceEvents, ","), "--coalesce-gap", cfg.CoalesceGap.String(),
+		"--data-dir", filepath.Join(cfg.Dir, "eventbus")); err != nil {
 		return nil, err
 	}
 	if p.Router, err = svc("router", "router", "--router-mode", "kv", "--registry-addr", p.Registry, "--eventbus-addr", p.Eventbus); err != nil {

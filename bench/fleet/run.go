@@ -49,6 +49,8 @@ type Config struct {
 	LeaseTTL      time.Duration
 	// KVPublishInterval is every worker's (see SimConfig).
 	KVPublishInterval time.Duration
+	// CoalesceGap is the eventbus's (eventbus.Config.CoalesceGap).
+	CoalesceGap time.Duration
 	// Settle is the wait after the fleet is up, before Window, the steady
 	// state in which CPU, memory and rates are measured.
 	Settle, Window time.Duration
@@ -91,6 +93,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "load report interval per worker (0: none)")
 	fs.DurationVar(&c.LoadHeartbeat, "load-heartbeat", worker.DefaultLoadHeartbeat, "a worker's load report unchanged since the last one published waits until this long after it, as the Go SDK's (0: every interval publishes)")
 	fs.DurationVar(&c.KVPublishInterval, "kv-publish-interval", 0, "least time between two KV publishes of a worker, the batches rolled meanwhile sent as one, as the Go SDK's worker.Config.KVPublishInterval (0: each batch at once)")
+	fs.DurationVar(&c.CoalesceGap, "coalesce-gap", 0, "the eventbus's --coalesce-gap: least time between two stream messages of a coalesced subject (0: none)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "lease TTL of every worker")
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
 	fs.DurationVar(&c.Window, "window", 20*time.Second, "steady-state window for CPU, memory and rates")
@@ -187,7 +190,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]*R
 func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, log *slog.Logger) (*Result, error) {
 	const namespace, component = "fleet", "backend"
 	fmt.Fprintf(out, "== %d workers: starting the plane (logs in %s)\n", n, dir)
-	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace, Profile: cfg.Profile})
+	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace, Profile: cfg.Profile, CoalesceGap: cfg.CoalesceGap})
 	if err != nil {
 		return nil, err
 	}

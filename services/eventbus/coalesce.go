@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,6 +60,11 @@ import (
 // The eventbus's own resends of an envelope (after a stream leader change)
 // keep its msg id and are stored once.
 
+// maxCoalesceGap bounds Config.CoalesceGap: it delays events, and a gap
+// near a router's report freshness or a publisher's acknowledgement timeout
+// would make them late.
+const maxCoalesceGap = time.Second
+
 // EnvelopeHeader marks a stored message that holds several events, its
 // value their count. Publishers may not set it.
 const EnvelopeHeader = "Switchyard-Envelope"
@@ -90,6 +96,8 @@ type coalescer struct {
 	// does (maxPendingAcks): a publish past it waits.
 	room  *semaphore.Weighted
 	limit int64
+	// gap is Config.CoalesceGap.
+	gap time.Duration
 
 	ctx context.Context
 	wg  sync.WaitGroup
@@ -130,9 +138,9 @@ type mergedBatch struct {
 	c      *coalescer
 }
 
-func newCoalescer(ctx context.Context, b *bus, names []string) *coalescer {
+func newCoalescer(ctx context.Context, b *bus, names []string, gap time.Duration) *coalescer {
 	c := &coalescer{bus: b, names: map[string]bool{}, room: semaphore.NewWeighted(maxPendingAcks), limit: maxPendingAcks,
-		ctx: ctx, queues: map[string]*sendQueue{}}
+		gap: gap, ctx: ctx, queues: map[string]*sendQueue{}}
 	for _, n := range names {
 		c.names[n] = true
 	}
@@ -227,12 +235,18 @@ func (mb *mergedBatch) wait(ctx context.Context, acks []pubAck) ([]pubAck, error
 }
 
 // send publishes a subject's units one at a time, each once the one before
-// is stored, until the queue is empty; then the queue goes (a later event
-// of the subject starts a new one, published after these). Once the
-// coalescer's context ended it fails the units instead.
+// is stored and, with a gap, once the gap since the one before has passed
+// (unless more than one unit waits: a full unit goes at once, so that the
+// subject never falls behind), until the queue is empty; then the queue
+// goes (a later event of the subject starts a new one, published after
+// these). Once the coalescer's context ended it fails the units instead.
 func (c *coalescer) send(q *sendQueue) {
 	defer c.wg.Done()
+	var last time.Time
 	for {
+		if !last.IsZero() {
+			c.waitGap(q, last)
+		}
 		c.mu.Lock()
 		if len(q.units) == 0 {
 			delete(c.queues, q.subject)
@@ -248,8 +262,30 @@ func (c *coalescer) send(q *sendQueue) {
 			c.finish(u, pubAck{}, fmt.Errorf("%w: eventbus is shutting down; publish to another", ErrUnavailable))
 			continue
 		}
+		last = time.Now()
 		ack, err := c.store(q, u)
 		c.finish(u, ack, err)
+	}
+}
+
+// waitGap waits until the gap since last has passed, unless the events
+// waiting in q fill an envelope or a quarter of the coalescer's room (the
+// room is shared by every subject, and a publish past it waits), or the
+// coalescer's context ends. The queue stays in place meanwhile, so that the
+// subject's events gather in it.
+func (c *coalescer) waitGap(q *sendQueue, last time.Time) {
+	c.mu.Lock()
+	full := len(q.units) > 1 || len(q.units) == 1 && int64(len(q.units[0].events)) >= c.limit/4
+	c.mu.Unlock()
+	d := time.Until(last.Add(c.gap))
+	if c.gap <= 0 || full || d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -320,5 +321,72 @@ func TestPublishStreamAnswersBatchesOfEverySize(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCoalesceGapKeepsEveryEvent has an eventbus with a coalesce gap of a
+// second take one event of a coalesced subject, then twenty more sent at
+// once, each its own batch on one stream: the first is stored at once
+// (nothing waits before a quiet subject's first message), the others after
+// the gap, in fewer messages than events; every event is there, in the
+// order sent, each acknowledgement naming the message that holds it. (How
+// much the gap gathers depends on how the events are spread in time, which
+// a test does not control; fleet-bench shows it.)
+func TestCoalesceGapKeepsEveryEvent(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	ns := eventbustest.StartNATS(t)
+	cfg := eventbustest.Config(ns.ClientURL())
+	cfg.CoalesceEvents, cfg.CoalesceGap = eventbus.FleetCoalesceEvents, time.Second
+	svc := eventbustest.StartEventbus(t, cfg)
+	c := eventbustest.Client(t, svc.Addr().String())
+	const namespace, n = "cogap", 20
+	subject := wire.KVEventsSubject(namespace, "backend")
+	event := func(i int) []*eventbusv1.Event {
+		return []*eventbusv1.Event{{Subject: subject, Payload: []byte(strconv.Itoa(i)), MsgId: fmt.Sprintf("%s-%d", namespace, i)}}
+	}
+	p := c.NewPublisher(ctx, eventbusclient.PublisherOptions{MaxInFlight: n})
+	defer p.Close()
+	first, err := p.PublishBatch(ctx, event(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make([]*eventbusclient.Batch, n)
+	for i := range sent {
+		if sent[i], err = p.Send(ctx, event(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acks := []*eventbusv1.PublishAck{first[0]}
+	for _, b := range sent {
+		got, err := b.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, got...)
+	}
+	info, err := c.Raw().GetStreamInfo(ctx, &eventbusv1.GetStreamInfoRequest{Namespace: namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMessages() >= n+1 {
+		t.Errorf("%d events stored in %d messages, want fewer", n+1, info.GetMessages())
+	}
+	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: namespace, FilterSubject: subject, DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := range n + 1 {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(ev.GetPayload()) != strconv.Itoa(i) || ev.GetStreamSequence() != acks[i].GetSequence() {
+			t.Errorf("event %d: payload %q in message %d, acknowledged as message %d", i, ev.GetPayload(), ev.GetStreamSequence(), acks[i].GetSequence())
+		}
+	}
+	if acks[0].GetSequence() != 1 || acks[1].GetSequence() == 1 {
+		t.Errorf("the first two events in messages %d and %d; want the first alone in message 1", acks[0].GetSequence(), acks[1].GetSequence())
 	}
 }

@@ -85,6 +85,15 @@ type Config struct {
 	// busy (coalesce.go); none when empty or nil (FleetCoalesceEvents is
 	// what a large fleet sets).
 	CoalesceEvents []string
+	// CoalesceGap is the least time between two stream messages of a
+	// coalesced subject: its sender waits it out after each message while
+	// at most one message's worth of events waits, so that the events that
+	// come meanwhile go out together. Without it a busy subject is stored
+	// as fast as the stream answers (one message in flight), and a subject
+	// whose events come a little slower than that is stored nearly one
+	// event per message: NATS's and the eventbus's cost per stored message
+	// is then paid per event. 0 waits for nothing.
+	CoalesceGap time.Duration
 }
 
 // maxReconnects is NATSMaxReconnects with a Config built in code (all three
@@ -155,6 +164,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.NATSReconnectBuffer, "nats-reconnect-buffer", DefaultNATSReconnectBuffer, "bytes of publishes held while NATS reconnects; past it a publish fails at once")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
+	fs.DurationVar(&c.CoalesceGap, "coalesce-gap", 0, "least time between two stream messages of a coalesced subject (--coalesce-events): the events that come meanwhile go out together, each delayed by up to this much (0: none; a message is stored as soon as the one before it is)")
 	fs.Func("coalesce-events", fmt.Sprintf("event names, comma-separated, whose events a busy subject stores several to a message, for a fleet whose publishes NATS cannot store one by one (default none; a fleet of thousands of workers: %s). A coalesced event its publisher sends again after a lost acknowledgement may be stored twice", strings.Join(FleetCoalesceEvents, ",")), func(v string) error {
 		c.CoalesceEvents = []string{}
 		for _, n := range strings.Split(v, ",") {
@@ -206,6 +216,9 @@ func (c Config) Validate() error {
 		if n == "" || strings.ContainsAny(n, ".*> \t") {
 			return fmt.Errorf("--coalesce-events %q: %q is not an event name (a subject's last token)", strings.Join(c.CoalesceEvents, ","), n)
 		}
+	}
+	if c.CoalesceGap < 0 || c.CoalesceGap > maxCoalesceGap {
+		return fmt.Errorf("--coalesce-gap %s: must be 0 to %s", c.CoalesceGap, maxCoalesceGap)
 	}
 	if c.DeliverLinger > maxDeliverLinger {
 		return fmt.Errorf("--deliver-linger %s: must be at most %s (negative: never wait)", c.DeliverLinger, maxDeliverLinger)

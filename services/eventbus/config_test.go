@@ -122,6 +122,9 @@ func TestConfigValidate(t *testing.T) {
 		{"coalesce a subject", func(c *eventbus.Config) { c.CoalesceEvents = []string{"ns.c.kv_cache_update"} }, "--coalesce-events"},
 		{"coalesce a wildcard", func(c *eventbus.Config) { c.CoalesceEvents = []string{"*"} }, "--coalesce-events"},
 		{"coalesce an empty name", func(c *eventbus.Config) { c.CoalesceEvents = []string{""} }, "--coalesce-events"},
+		{"coalesce gap", func(c *eventbus.Config) { c.CoalesceGap = 20 * time.Millisecond }, ""},
+		{"negative coalesce gap", func(c *eventbus.Config) { c.CoalesceGap = -time.Millisecond }, "--coalesce-gap"},
+		{"coalesce gap too long", func(c *eventbus.Config) { c.CoalesceGap = 2 * time.Second }, "--coalesce-gap"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -76,7 +76,7 @@ func (s *Service) connectOnce(ctx context.Context, cfg Config) (*bus, error) {
 	}
 	b, err := newBus(nc, subNC, cfg, s.log)
 	if err == nil {
-		b.coalesce = newCoalescer(ctx, b, cfg.coalesceEvents())
+		b.coalesce = newCoalescer(ctx, b, cfg.coalesceEvents(), cfg.CoalesceGap)
 		// A server without JetStream, or a cluster without a meta leader
 		// yet, accepts connections but cannot store a thing.
 		actx, cancel := context.WithTimeout(ctx, setupTimeout)
