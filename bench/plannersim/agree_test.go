@@ -169,11 +169,11 @@ func TestSteadyStateAgreesWithEngine(t *testing.T) {
 	}
 	for _, size := range []struct{ prompt, output int }{{1000, 200}, {4000, 300}, {6000, 150}, {500, 600}} {
 		e := core.Engine{Model: cfg.Timing(), KVBlocks: cfg.NumGPUBlocks, BlockSize: cfg.BlockSize}
-		capacity, _ := e.Capacity(core.Agg, float64(size.prompt), float64(size.output), obj)
+		capacity, _ := e.Capacity(core.Agg, float64(size.prompt), 0, float64(size.output), obj)
 		for _, share := range []float64{0.25, 0.5, 0.75, 0.9, 1} {
 			t.Run(fmt.Sprintf("%d+%d at %.0f%%", size.prompt, size.output, share*100), func(t *testing.T) {
 				rate := share * capacity
-				l := e.SteadyState(core.Agg, rate, float64(size.prompt), float64(size.output))
+				l := e.SteadyState(core.Agg, rate, float64(size.prompt), 0, float64(size.output))
 				m := runEngine(t, cfg, rate, size.prompt, size.output, requests, seed, obj.TTFTMs)
 				t.Logf("%.2f req/s of %.2f: ITL planner %.1f ms (p90 %.1f), engine %.1f (p90 %.1f); TTFT p90 planner %.0f ms, engine %.0f, router %.0f; full %.3f, over the objective %.3f",
 					rate, capacity, l.StepMs, l.ITLMs, m.itlMean, m.itl90, l.TTFTMs, m.ttft90, m.predicted90, l.Full, m.over)

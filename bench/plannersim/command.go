@@ -176,8 +176,9 @@ func WriteTimeline(w io.Writer, results []Result) error {
 }
 
 // PrintTable prints one line per policy, with its engine-seconds as a
-// share of the static-peak run's, and its flaps: changes that reversed one
-// made within the 3 intervals before.
+// share of the static-peak run's, its flaps (changes that reversed one
+// made within the 3 intervals before), and the share of its prompt
+// tokens the engines served from their prefix caches.
 func PrintTable(w io.Writer, results []Result) {
 	peak := 0.0
 	for _, r := range results {
@@ -186,13 +187,17 @@ func PrintTable(w io.Writer, results []Result) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\tscale changes\tflaps\tmost engines\trequests\t")
+	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\tscale changes\tflaps\tmost engines\trequests\tcached\t")
 	for _, r := range results {
 		share := "-"
 		if peak > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*r.EngineSeconds/peak)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t%d\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.Flaps, r.MaxEngines, r.Requests)
+		cached := "-"
+		if r.PromptTokens > 0 {
+			cached = fmt.Sprintf("%.0f%%", 100*float64(r.CachedPromptTokens)/float64(r.PromptTokens))
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t%d\t%s\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.Flaps, r.MaxEngines, r.Requests, cached)
 	}
 	tw.Flush()
 }

@@ -51,8 +51,8 @@ type Config struct {
 // policy, the time in seconds, the pool's workers and target, the
 // observed rate and mean request (prompt and output tokens), the forecast
 // rate, one worker's capacity, the fleet's predicted TTFT and ITL, and the
-// reason.
-const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\toutput\tforecast_rps\tcapacity_rps\tttft_ms\titl_ms\treason\n"
+// reason. cached is the mean prompt's part served from prefix caches.
+const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\tcached\toutput\tforecast_rps\tcapacity_rps\tttft_ms\titl_ms\treason\n"
 
 // Result is one run's outcome.
 type Result struct {
@@ -69,6 +69,10 @@ type Result struct {
 	// Windows and Requests are what was judged; MaxEngines the largest
 	// pool.
 	Windows, Requests, MaxEngines int
+	// PromptTokens and CachedPromptTokens are the prompt tokens of the
+	// requests that had a first token and the part of them the engines
+	// served from their prefix caches.
+	PromptTokens, CachedPromptTokens int
 	// Timeline is every judged window, in time order.
 	Timeline []WindowResult
 }
@@ -139,8 +143,11 @@ type sim struct {
 	engines []*simEngine
 	nextID  uint64
 	reqs    map[string]*request
-	// Interval counts of the pool: arrivals, prompt and output tokens.
-	arrivals, promptTok, outputTok uint64
+	// Interval counts of the pool: arrivals, prompt and output tokens,
+	// and the prompt tokens the engines served from their prefix caches
+	// (counted at a request's first token, as a worker counts what its
+	// engine's usage says).
+	arrivals, promptTok, outputTok, cachedTok uint64
 	// Per window: TTFTs and ITLs of the requests that arrived in it.
 	ttft, itl map[int][]float64
 	// Per window: arrivals and the ready engines they found, summed;
@@ -249,6 +256,9 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 			if in.first == 0 {
 				in.first = s.now
 				w.queued -= in.prompt
+				s.cachedTok += uint64(o.Usage.CachedPromptTokens)
+				s.res.CachedPromptTokens += o.Usage.CachedPromptTokens
+				s.res.PromptTokens += in.prompt
 				win := int(in.arrival / s.cfg.Window)
 				s.ttft[win] = append(s.ttft[win], float64(s.now-in.arrival)/1e6)
 			}
@@ -277,8 +287,9 @@ func (s *sim) observe(prev time.Duration) core.PoolObservation {
 	o := core.PoolObservation{Key: core.PoolKey{Model: "sim", Role: core.Agg}}
 	dt := (s.now - prev).Seconds()
 	o.Demand = core.Sample{At: time.Unix(0, 0).Add(s.now), Demand: core.Demand{
-		RequestsPerSec: float64(s.arrivals) / dt, PromptTokensPerSec: float64(s.promptTok) / dt, OutputTokensPerSec: float64(s.outputTok) / dt}}
-	s.arrivals, s.promptTok, s.outputTok = 0, 0, 0
+		RequestsPerSec: float64(s.arrivals) / dt, PromptTokensPerSec: float64(s.promptTok) / dt, OutputTokensPerSec: float64(s.outputTok) / dt,
+		CachedPromptTokensPerSec: float64(s.cachedTok) / dt}}
+	s.arrivals, s.promptTok, s.outputTok, s.cachedTok = 0, 0, 0, 0
 	model := s.cfg.Engine.Timing()
 	for _, w := range s.engines {
 		switch {
@@ -362,8 +373,8 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 			d := plan.Decide(time.Unix(0, 0).Add(s.now), []core.PoolObservation{s.observe(prev)})
 			if cfg.Decisions != nil {
 				pd := d.Pools[0]
-				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
-					pd.Inputs.Observed.RequestsPerSec, pd.Inputs.Observed.PromptTokens(), pd.Inputs.Observed.OutputTokens(),
+				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
+					pd.Inputs.Observed.RequestsPerSec, pd.Inputs.Observed.PromptTokens(), pd.Inputs.Observed.CachedPromptTokens(), pd.Inputs.Observed.OutputTokens(),
 					pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.CapacityRPS, pd.Inputs.TTFTMs, pd.Inputs.ITLMs, pd.Reason)
 			}
 			s.apply(d.Pools[0])
@@ -420,8 +431,10 @@ func p90(v []float64) float64 {
 
 // Static sizes the fixed pools: the engines the trace's busiest window and
 // its mean need at one engine's capacity within the objectives (for the
-// trace's mean request), at least one; and opening, the engines its first
-// window needs, which a planner's run starts with.
+// trace's mean request, every prompt token computed: how much of it the
+// engines will find cached is known only from a run), at least one; and
+// opening, the engines its first window needs, which a planner's run
+// starts with.
 func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capacity float64) {
 	if len(trace) == 0 {
 		return 1, 1, 1, 0
@@ -436,7 +449,7 @@ func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capaci
 	n := float64(len(trace))
 	model := cfg.Engine.Timing()
 	capacity, bound := core.Engine{Model: model, KVBlocks: cfg.Engine.NumGPUBlocks, BlockSize: cfg.Engine.BlockSize}.
-		Capacity(core.Agg, prompt/n, output/n, cfg.Planner.Objectives)
+		Capacity(core.Agg, prompt/n, 0, output/n, cfg.Planner.Objectives)
 	if capacity == 0 {
 		capacity = bound
 	}

@@ -270,8 +270,9 @@ type Worker struct {
 	kvQueued, kvPublished, kvLost, kvDropped atomic.Uint64
 	// requests, promptTokens and outputTokens count the generate requests
 	// accepted, their prompt tokens and the output tokens sent, since the
-	// start: the *_total fields of every load report.
-	requests, promptTokens, outputTokens atomic.Uint64
+	// start; cachedTokens the prompt tokens their engine said it served
+	// from its prefix cache: the *_total fields of every load report.
+	requests, promptTokens, outputTokens, cachedTokens atomic.Uint64
 
 	api      *grpcserver.Server
 	apiDone  chan error
@@ -1009,6 +1010,7 @@ func (w *Worker) publishLoad() {
 			m.InstanceId = w.InstanceID()
 			if i == 0 {
 				m.RequestsTotal, m.PromptTokensTotal, m.OutputTokensTotal = w.requests.Load(), w.promptTokens.Load(), w.outputTokens.Load()
+				m.CachedPromptTokensTotal = w.cachedTokens.Load()
 			}
 			ev, err := eventbusclient.NewEvent(subject, m)
 			if err != nil {
@@ -1090,7 +1092,14 @@ func (w *Worker) handler(h Handler) transport.Handler {
 		defer span.End()
 		var buf []byte
 		sent := 0
+		// A response may repeat the request's usage: its cached prompt
+		// tokens count once, at the most any response said.
+		var cached uint32
 		err := h(ctx, gr, func(resp *workerv1.GenerateResponse) error {
+			if c := min(resp.GetUsage().GetCachedPromptTokens(), uint32(len(gr.TokenIds))); c > cached {
+				w.cachedTokens.Add(uint64(c - cached))
+				cached = c
+			}
 			var err error
 			buf, err = proto.MarshalOptions{}.MarshalAppend(buf[:0], resp)
 			if err != nil {

@@ -69,19 +69,23 @@ func addrOf(in *registryv1.Instance) transport.Address {
 	return transport.Address{Kind: transport.PlaneTCP, Addr: in.Transport.GetTcp()}
 }
 
-// echo answers with one response per prompt token, slowly when asked.
+// echo answers with one response per prompt token, slowly when asked;
+// every response carries the usage of an engine that found all but the
+// prompt's last token cached.
 func echo(delay time.Duration, started chan<- struct{}) worker.Handler {
 	return func(ctx context.Context, req *workerv1.GenerateRequest, send func(*workerv1.GenerateResponse) error) error {
 		if started != nil {
 			started <- struct{}{}
 		}
+		n := uint32(len(req.TokenIds))
+		usage := &workerv1.Usage{PromptTokens: n, CachedPromptTokens: max(n, 1) - 1}
 		for _, tok := range req.TokenIds {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(delay):
 			}
-			if err := send(&workerv1.GenerateResponse{TokenIds: []uint32{tok}}); err != nil {
+			if err := send(&workerv1.GenerateResponse{TokenIds: []uint32{tok}, Usage: usage}); err != nil {
 				return err
 			}
 		}
@@ -146,9 +150,10 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 		case "test.backend." + wire.LoadName:
 			m, err := eventbusclient.Decode[workerv1.LoadMetrics](ev)
 			// The counts since the start: the one request served above,
-			// its 3 prompt tokens and the 3 it echoed.
+			// its 3 prompt tokens, the 2 of them its every response said
+			// were cached (counted once) and the 3 it echoed.
 			if err != nil || m.InstanceId != w.InstanceID() || m.KvBlocksTotal != 100 ||
-				m.RequestsTotal != 1 || m.PromptTokensTotal != 3 || m.OutputTokensTotal != 3 {
+				m.RequestsTotal != 1 || m.PromptTokensTotal != 3 || m.CachedPromptTokensTotal != 2 || m.OutputTokensTotal != 3 {
 				t.Fatalf("load = %v, %v", m, err)
 			}
 			gotLoad = true

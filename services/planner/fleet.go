@@ -37,7 +37,8 @@ func newFleet() *fleet { return &fleet{workers: map[uint64]*reported{}} }
 // last step, which an idle engine does not renew, while the counts are
 // the worker's at the report.
 func (f *fleet) report(m *workerv1.LoadMetrics, now time.Time) {
-	c := core.Counters{At: now, Requests: m.GetRequestsTotal(), PromptTokens: m.GetPromptTokensTotal(), OutputTokens: m.GetOutputTokensTotal()}
+	c := core.Counters{At: now, Requests: m.GetRequestsTotal(), PromptTokens: m.GetPromptTokensTotal(), OutputTokens: m.GetOutputTokensTotal(),
+		CachedPromptTokens: m.GetCachedPromptTokensTotal()}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := f.workers[m.GetInstanceId()]
@@ -45,7 +46,7 @@ func (f *fleet) report(m *workerv1.LoadMetrics, now time.Time) {
 		w = &reported{}
 		f.workers[m.GetInstanceId()] = w
 	}
-	if c.Requests < w.cur.Requests || c.PromptTokens < w.cur.PromptTokens || c.OutputTokens < w.cur.OutputTokens {
+	if c.Requests < w.cur.Requests || c.PromptTokens < w.cur.PromptTokens || c.OutputTokens < w.cur.OutputTokens || c.CachedPromptTokens < w.cur.CachedPromptTokens {
 		// Counts that went down are a new process under the same id:
 		// measure from here.
 		w.hasBase = false
@@ -137,6 +138,7 @@ func (f *fleet) observe(now time.Time, ms []member, draining func(uint64) bool, 
 					o.Demand.RequestsPerSec += d.RequestsPerSec
 					o.Demand.PromptTokensPerSec += d.PromptTokensPerSec
 					o.Demand.OutputTokensPerSec += d.OutputTokensPerSec
+					o.Demand.CachedPromptTokensPerSec += d.CachedPromptTokensPerSec
 					o.Demand.At = now
 				}
 			}

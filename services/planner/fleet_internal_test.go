@@ -86,6 +86,42 @@ func TestObserveMeasuresDemand(t *testing.T) {
 	}
 }
 
+// TestObserveCachedPrompt checks the cached prompt tokens' rate: summed
+// over the workers that count them; a worker that does not (its reports
+// have no cached_prompt_tokens_total) adds its prompts as all computed.
+func TestObserveCachedPrompt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := members([]*registryv1.ModelCard{card(1, "a"), card(2, "a")}, []*registryv1.Instance{inst(1, 0), inst(2, 0)})
+	none := func(uint64) bool { return false }
+	pinned := func(*registryv1.Instance) bool { return false }
+	for _, tc := range []struct {
+		name string
+		// cached1 and cached2 are the workers' counts at the start and
+		// 2 s later; 0, 0 is a worker that does not count them.
+		cached1, cached2 [2]uint64
+		want             float64
+	}{
+		{"no worker counts them", [2]uint64{}, [2]uint64{}, 0},
+		{"one worker counts them", [2]uint64{100, 900}, [2]uint64{}, 400},
+		{"both", [2]uint64{100, 900}, [2]uint64{0, 200}, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet()
+			var o []core.PoolObservation
+			for i, at := range []time.Time{t0, t0.Add(2 * time.Second)} {
+				f.report(&workerv1.LoadMetrics{InstanceId: 1, RequestsTotal: uint64(10 * i), PromptTokensTotal: uint64(1000 * i), CachedPromptTokensTotal: tc.cached1[i]}, at)
+				f.report(&workerv1.LoadMetrics{InstanceId: 2, RequestsTotal: uint64(10 * i), PromptTokensTotal: uint64(1000 * i), CachedPromptTokensTotal: tc.cached2[i]}, at)
+				o = f.observe(at, ms, none, pinned, nil)
+			}
+			// 10 requests of 100 tokens a second in all.
+			d := o[0].Demand
+			if d.RequestsPerSec != 10 || d.PromptTokensPerSec != 1000 || d.CachedPromptTokensPerSec != tc.want {
+				t.Fatalf("demand %+v, want 10 req/s, 1000 prompt tokens/s, %v of them cached", d, tc.want)
+			}
+		})
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

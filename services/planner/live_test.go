@@ -105,7 +105,7 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	model.MaxRunning = maxSeqs
 	engine := simengine.DefaultConfig()
 	eng := core.Engine{Model: model, KVBlocks: engine.NumGPUBlocks, BlockSize: engine.BlockSize}
-	capRPS, _ := eng.Capacity(core.Agg, float64(prompt), maxTokens, core.Objectives{TTFTMs: ttftSLO, ITLMs: itlSLO})
+	capRPS, _ := eng.Capacity(core.Agg, float64(prompt), 0, maxTokens, core.Objectives{TTFTMs: ttftSLO, ITLMs: itlSLO})
 	if !(capRPS > 0) {
 		t.Fatalf("a worker holds no load within the objectives (prompt %d tokens)", prompt)
 	}

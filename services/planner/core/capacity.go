@@ -41,14 +41,21 @@ type Load struct {
 	// Full is the share of arrivals that find the engine holding as many
 	// requests as its KV cache or its model's MaxRunning allows (they
 	// wait for one to end, or push one out).
-	Full                float64
-	promptTok, outputTk float64
+	Full                          float64
+	promptTok, cachedTk, outputTk float64
 }
 
 // SteadyState is the engine's load at rate requests per second of
-// prompt prompt tokens and output output tokens each, in a role, with the
-// step costs of the timing model (timingmodel.Model.StepMs) that the
-// router predicts with and the simulated engine runs by.
+// prompt prompt tokens and output output tokens each, cached of the
+// prompt tokens served from the prefix cache, in a role, with the step
+// costs of the timing model (timingmodel.Model.StepMs) that the router
+// predicts with and the simulated engine runs by.
+//
+// An engine computes a prompt's uncached part only, n = prompt - cached
+// tokens, each attending over the cached prefix too: its attention is
+// timingmodel.Attention(cached, n) = n*(2*cached + n), prompt^2 when
+// nothing is cached (see computed). "A prompt" below is that part; the
+// KV cache holds the whole prompt.
 //
 // An engine that decodes (agg and decode pools) runs steps back to back:
 // at rate r, a step of T ms decodes one token of each of the n =
@@ -74,24 +81,25 @@ type Load struct {
 // An engine that only prefills runs a step when a prompt is there: it is
 // then a single server busy r times the prefill time of one prompt
 // (ttft90).
-func (e Engine) SteadyState(role Role, rate, prompt, output float64) Load {
-	return e.steady(role, rate, prompt, output, true)
+func (e Engine) SteadyState(role Role, rate, prompt, cached, output float64) Load {
+	return e.steady(role, rate, prompt, cached, output, true)
 }
 
 // steady is SteadyState, its TTFT of agg engines left out unless ttft
 // is set: the capacity's search computes it only for loads that hold the
 // other objectives, since it costs more than the rest.
-func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load {
+func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft bool) Load {
 	switch role {
 	case Prefill:
 		output = 0
 	case Decode:
-		prompt = 0
+		prompt, cached = 0, 0
 	}
 	m := e.Model
-	l := Load{promptTok: prompt, outputTk: output}
+	np, c, k := computed(prompt, cached)
+	l := Load{promptTok: prompt, cachedTk: c, outputTk: output}
 	own := func(decoding, usage float64) float64 {
-		return m.TTFTMs(0, int(math.Ceil(prompt)), int(math.Ceil(decoding)), usage, 1)
+		return e.ownMs(prompt, c, int(math.Ceil(decoding)), usage)
 	}
 	if output <= 0 {
 		if prompt <= 0 {
@@ -105,19 +113,19 @@ func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load 
 		}
 		l.Feasible = true
 		l.StepMs = service
-		l.Prefill = rate * prompt * service / 1000
+		l.Prefill = rate * np * service / 1000
 		l.TTFTMs = ttft90(service, l.PrefillUtilization)
 		return l
 	}
 	budget := float64(m.MaxBatchedTokens)
 	blocksPerRequest := 0.0
 	if e.KVBlocks > 0 && e.BlockSize > 0 {
-		// A decoding request holds its prompt and on average half its
-		// output.
+		// A decoding request holds its prompt, cached part too, and on
+		// average half its output.
 		blocksPerRequest = math.Ceil((prompt+output/2)/float64(e.BlockSize)) / float64(e.KVBlocks)
 	}
 	cost := func(t float64) (step, p, n, u float64) {
-		p = rate * prompt * t / 1000
+		p = rate * np * t / 1000
 		n = rate * output * t / 1000
 		u = min(n*blocksPerRequest, 1)
 		// The steps a decoding request sees: it and the others, which
@@ -126,7 +134,7 @@ func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load 
 		step = m.StepMs(0, true, seen)
 		if x := rate * t / 1000; p > 0 && x > 0 {
 			f := min(x, 1)
-			step = f*m.StepAttentionMs(p/f, x*prompt*prompt/f, true, seen) + (1-f)*step
+			step = f*m.StepAttentionMs(p/f, x*np*k/f, true, seen) + (1-f)*step
 		}
 		return step, p, n, u
 	}
@@ -192,11 +200,13 @@ func (e Engine) steady(role Role, rate, prompt, output float64, ttft bool) Load 
 // arrived during that wait: a first token at R + own + what those K
 // prompts add to the step, own being the timing model's TTFT of the
 // prompt at l's decoding requests and KV usage (the router's prediction
-// for a worker with nothing queued). The step in progress carries j
-// prompts (Poisson, the f = rate*StepMs arrivals of a step) and lasts
-// S_j beside the decoding requests (their tokens and each prompt's
-// attention over itself: StepAttentionMs of j*prompt tokens and
-// j*prompt^2), and each of the K prompts adds PiggybackMs(prompt) to the
+// for a worker with nothing queued, its cached prefix not computed). The
+// step in progress carries j prompts (Poisson, the f = rate*StepMs
+// arrivals of a step) and lasts S_j beside the decoding requests (their
+// tokens and each prompt's attention over its own sequence:
+// StepAttentionMs of j*n tokens and j*n*(2*cached+n), n a prompt's
+// uncached tokens), and each of the K prompts adds its n tokens and
+// attention (PiggybackMs of an uncached prompt when nothing is cached) to the
 // request's own step, for the same reason; the request finds
 // it with probability proportional to P(j)*S_j (a longer step is found
 // more often) and R is uniform over it; K is Poisson with mean rate*R.
@@ -227,8 +237,9 @@ func (e Engine) ttftQuantile(q, rate, prompt, output float64, l Load) float64 {
 func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x float64) float64, lo, hi float64) {
 	m := e.Model
 	decoding, usage := int(math.Ceil(l.Decoding)), l.Usage
-	own := m.TTFTMs(0, int(math.Ceil(prompt)), decoding, usage, 1)
-	idle := m.TTFTMs(0, int(math.Ceil(prompt)), 0, 0, 1)
+	own := e.ownMs(prompt, l.cachedTk, decoding, usage)
+	idle := e.ownMs(prompt, l.cachedTk, 0, 0)
+	np, _, k := computed(prompt, l.cachedTk)
 	lambda := rate / 1000 // per ms
 	pIdle := math.Exp(-lambda * (own + output*l.StepMs))
 	// The step in progress: its prompt count j's probability, its length.
@@ -240,15 +251,19 @@ func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x f
 			pj *= f / float64(j)
 		}
 		cum += pj
-		s := m.StepAttentionMs(float64(j)*prompt, float64(j)*prompt*prompt, true, usage)
+		s := m.StepAttentionMs(float64(j)*np, float64(j)*np*k, true, usage)
 		types = append(types, struct{ w, s float64 }{pj * s, s})
 		total += pj * s
 	}
 	// extra[k] is what k more prompts add to the request's own step:
 	// their tokens and each one's attention over itself.
 	var extra [maxPrompts]float64
-	for k := range extra {
-		extra[k] = float64(k) * m.PiggybackMs(prompt)
+	piggyback := 0.0
+	if np > 0 {
+		piggyback = m.PrefillQuadratic*np*k + m.PrefillPerToken*np
+	}
+	for i := range extra {
+		extra[i] = float64(i) * piggyback
 	}
 	// The waits R integrated over, each with its weight and the chance
 	// of at least k more prompts in it (tail[k]), which do not depend on
@@ -399,13 +414,14 @@ func (l Load) meets(role Role, o Objectives) bool {
 const objectiveQuantile = 0.9
 
 // Capacity is the most requests per second one engine sustains in role,
-// for requests of prompt and output tokens, while holding the objectives.
+// for requests of prompt and output tokens, cached of the prompt's served
+// from the prefix cache (SteadyState), while holding the objectives.
 // It is 0 when not even one request alone holds them (a prompt whose own
 // prefill takes longer than the TTFT objective); then bound is the most
 // the engine sustains at all, which a planner falls back to, else bound
 // equals the capacity. Bisection over the rate: the load's latencies rise
 // with it.
-func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capacity, bound float64) {
+func (e Engine) Capacity(role Role, prompt, cached, output float64, o Objectives) (capacity, bound float64) {
 	if !e.Model.Valid() || (prompt <= 0 && output <= 0) {
 		return 0, 0
 	}
@@ -432,7 +448,7 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 		}
 		return lo
 	}
-	bound = search(1e-3, func(r float64) bool { return e.steady(role, r, prompt, output, false).Feasible })
+	bound = search(1e-3, func(r float64) bool { return e.steady(role, r, prompt, cached, output, false).Feasible })
 	if !(bound > 0) {
 		return 0, 0
 	}
@@ -440,11 +456,11 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 	// engine's TTFT tail costs more than the rest, and every objective
 	// breaks past some rate: the rate that holds the others first, then,
 	// if the TTFT breaks there, the highest below it that holds it too.
-	others := func(r float64) bool { return e.steady(role, r, prompt, output, false).meets(role, o) }
+	others := func(r float64) bool { return e.steady(role, r, prompt, cached, output, false).meets(role, o) }
 	capacity = search(bound, others)
 	if role == Agg && prompt > 0 && output > 0 && capacity > 0 {
 		ttft := func(r float64) bool {
-			l := e.steady(role, r, prompt, output, false)
+			l := e.steady(role, r, prompt, cached, output, false)
 			if !l.meets(role, o) {
 				return false
 			}
@@ -465,29 +481,80 @@ func (e Engine) Capacity(role Role, prompt, output float64, o Objectives) (capac
 }
 
 // Now is what an engine predicts for a new request of prompt and output
-// tokens in its present state: queued prompt tokens still to prefill and
-// running requests decoding at KV usage usage. TTFT is the timing
-// model's, as the router predicts it. ITL is the mean inter-token latency
-// of a request decoding over its next output tokens: a decode step each,
-// and the queued prompts' compute (their tokens and each one's attention
-// over itself, prompts of the mean size) spread over those steps, at most
-// a whole chunk's in one. The objective binds a request's mean interval,
-// and a prompt computed beside it lengthens one step of its life, not
-// every one: one step's time (a 7,000-token prompt beside a decode step
-// takes over 100 ms) says nothing of the objective.
-func (e Engine) Now(role Role, queued, running int, usage, prompt, output float64) (ttftMs, itlMs float64) {
+// tokens, cached of the prompt's served from the prefix cache, in its
+// present state: queued prompt tokens still to prefill and running
+// requests decoding at KV usage usage. TTFT is the timing model's, as the
+// router predicts it, of the request's uncached tokens after the queue's,
+// each attending over the cached prefix too. ITL is the mean inter-token
+// latency of a request decoding over its next output tokens: a decode step
+// each, and the queued prompts' compute (their tokens and each one's
+// attention over its own sequence, prompts of the mean size) spread over
+// those steps, at most a whole chunk's in one. The objective binds a
+// request's mean interval, and a prompt computed beside it lengthens one
+// step of its life, not every one: one step's time (a 7,000-token prompt
+// beside a decode step takes over 100 ms) says nothing of the objective.
+func (e Engine) Now(role Role, queued, running int, usage, prompt, cached, output float64) (ttftMs, itlMs float64) {
 	m := e.Model
 	if role == Decode {
-		prompt = 0
+		prompt, cached = 0, 0
 	}
-	ttftMs = m.TTFTMs(queued, int(math.Ceil(prompt)), running, usage, 1)
+	np, c, k := computed(prompt, cached)
+	s := m.Steps(running, usage)
+	own := int(math.Ceil(np))
+	all, ahead := s.SpanPair(queued, own)
+	if all.Tokens > 0 {
+		nn := float64(max(own, 0))
+		all.Attn = ahead.Attn + nn*(2*c+nn)
+	}
+	ttftMs = spanMs(&s, all)
 	if running > 0 && role != Prefill {
-		// t queued tokens are t/prompt prompts of prompt tokens, each
-		// attending over itself: t*prompt of attention.
-		compute := func(t float64) float64 { return m.PrefillPerToken*t + m.PrefillQuadratic*t*prompt }
+		// t queued tokens are t/n prompts of n uncached tokens, each
+		// attending over its sequence: t*(2*cached+n) of attention.
+		compute := func(t float64) float64 { return m.PrefillPerToken*t + m.PrefillQuadratic*t*k }
 		chunk := float64(max(m.MaxBatchedTokens-running, 1))
 		q := float64(max(queued, 0))
 		itlMs = m.DecodeMs(usage) + min(compute(q)/max(output, 1), compute(min(q, chunk)))
 	}
 	return ttftMs, itlMs
+}
+
+// computed is what an engine computes of a prompt of prompt tokens of
+// which cached are served from its prefix cache: n new tokens, prompt -
+// cached (at least one of a prompt: an engine computes a wholly cached
+// prompt's last token to start the output), the cached part c it kept,
+// and k, the attention per new token, 2*c + n: the n tokens attend over
+// the c cached ones and one another, timingmodel.Attention(c, n) = n*k.
+// With nothing cached, n = prompt and k = prompt.
+func computed(prompt, cached float64) (n, c, k float64) {
+	if !(prompt > 0) {
+		return 0, 0, 0
+	}
+	c = min(max(cached, 0), max(prompt-1, 0))
+	n = prompt - c
+	return n, c, 2*c + n
+}
+
+// ownMs is the time to first token of a prompt of prompt tokens, cached
+// of them served from the prefix cache, prefilled alone beside decoding
+// requests at KV usage usage: the timing model's TTFT of its uncached
+// tokens (rounded up to a whole token) with their attention over the
+// cached prefix. With nothing cached it is TTFTMs(0, prompt, ...).
+func (e Engine) ownMs(prompt, cached float64, decoding int, usage float64) float64 {
+	np, c, _ := computed(prompt, cached)
+	s := e.Model.Steps(decoding, usage)
+	sp := s.Span(int(math.Ceil(np)))
+	nn := float64(sp.Tokens)
+	sp.Attn = nn * (2*c + nn)
+	return spanMs(&s, sp)
+}
+
+// spanMs is the time to the end of sp's steps: its prefill, then its
+// decode steps (timingmodel.Model.TTFTMs of a span whose attention the
+// caller set).
+func spanMs(s *timingmodel.Steps, sp timingmodel.Span) float64 {
+	ms := s.PrefillMs(sp, 1)
+	if d, ok := s.DecodeMs(sp); ok {
+		ms += d
+	}
+	return ms
 }

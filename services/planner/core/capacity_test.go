@@ -52,7 +52,7 @@ func TestCapacity(t *testing.T) {
 		{"invalid model", Engine{}, Agg, 100, 10, obj, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, bound := tc.eng.Capacity(tc.role, tc.prompt, tc.output, tc.obj)
+			got, bound := tc.eng.Capacity(tc.role, tc.prompt, 0, tc.output, tc.obj)
 			if !near(got, tc.want) || !near(bound, tc.bound) {
 				t.Fatalf("Capacity = %v (bound %v), want %v (bound %v)", got, bound, tc.want, tc.bound)
 			}
@@ -65,7 +65,7 @@ func TestSteadyState(t *testing.T) {
 	// At 20 req/s of 100+10: T = 20/(1-0.2) = 25 ms (half the steps
 	// carry a prompt, 10 ms of compute beside the 20 ms decode step), 50
 	// prompt tokens and 5 decoding requests a step; rho = 50/995.
-	l := e.SteadyState(Agg, 20, 100, 10)
+	l := e.SteadyState(Agg, 20, 100, 0, 10)
 	if !l.Feasible || !near(l.StepMs, 25) || !near(l.Prefill, 50) || !near(l.Decoding, 5) ||
 		!near(l.PrefillUtilization, 50.0/995) {
 		t.Fatalf("steady state = %+v", l)
@@ -87,7 +87,7 @@ func TestSteadyState(t *testing.T) {
 		t.Fatalf("TTFT p90 = %v, want %v", l.TTFTMs, want)
 	}
 	// At 100 req/s the fixed point T = 20/(1-1) does not exist.
-	if l := e.SteadyState(Agg, 100, 100, 10); l.Feasible {
+	if l := e.SteadyState(Agg, 100, 100, 0, 10); l.Feasible {
 		t.Fatalf("100 req/s = %+v, want infeasible", l)
 	}
 }
@@ -119,7 +119,7 @@ func TestSteadyStateAttentionPerSequence(t *testing.T) {
 		{"several prompts a step", 60, 20 / (1 - 0.66)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := e.SteadyState(Agg, tc.rate, 100, 10)
+			l := e.SteadyState(Agg, tc.rate, 100, 0, 10)
 			if !l.Feasible || !near(l.StepMs, tc.step) {
 				t.Fatalf("steady state = %+v, want a step of %v ms", l, tc.step)
 			}
@@ -132,6 +132,87 @@ func TestSteadyStateAttentionPerSequence(t *testing.T) {
 				t.Fatalf("TTFT p90 = %v, want %v", l.TTFTMs, want)
 			}
 		})
+	}
+}
+
+// TestSteadyStateCachedPrefix checks that the steady state computes a
+// prompt's uncached part only, each of its tokens attending over the
+// cached prefix too, while the KV cache holds the whole prompt: 300-token
+// prompts of which c are cached cost n = 300-c tokens (0.1 ms each) and
+// n*(2c+n) of attention (1e-4 ms each) beside the 20 ms decode step, so
+// at r req/s T = 20 + r*T*(0.1n + 1e-4*n*(2c+n))/1000.
+func TestSteadyStateCachedPrefix(t *testing.T) {
+	e := Engine{Model: quadratic, KVBlocks: 1000, BlockSize: 10}
+	for _, tc := range []struct {
+		name         string
+		rate, cached float64
+		// perPrompt is a prompt's compute beside a decode step, ms.
+		perPrompt float64
+	}{
+		// 30 ms of tokens, 9 of attention: what every prompt cost
+		// before workers counted their cached tokens.
+		{"nothing cached", 10, 0, 30 + 9},
+		// 100 new tokens after 200 cached: 10 ms of tokens, 100*500 =
+		// 50,000 of attention (5 ms), not 300^2 (9 ms) or 100^2 (1 ms).
+		{"two thirds cached", 10, 200, 10 + 5},
+		{"two thirds cached, busier", 30, 200, 10 + 5},
+		// A wholly cached prompt computes its last token: 0.1 ms and
+		// 1*(598+1) of attention.
+		{"all cached", 10, 300, 0.1 + 0.0599},
+		// More cached than prompt (counts read at different moments) is
+		// all of it.
+		{"cached past the prompt", 10, 500, 0.1 + 0.0599},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := e.SteadyState(Agg, tc.rate, 300, tc.cached, 10)
+			step := 20 / (1 - tc.rate*tc.perPrompt/1000)
+			n := 300 - min(tc.cached, 299)
+			if !l.Feasible || !near(l.StepMs, step) || !near(l.Prefill, tc.rate*n*step/1000) {
+				t.Fatalf("steady state = %+v, want a step of %v ms and %v prompt tokens a step", l, step, tc.rate*n*step/1000)
+			}
+			// The KV cache holds the whole prompt and half the output:
+			// 31 blocks of 10 tokens a request decoding, cached or not.
+			if !near(l.Usage, l.Decoding*31/1000) {
+				t.Fatalf("KV usage %v with %v decoding, want %v", l.Usage, l.Decoding, l.Decoding*31/1000)
+			}
+			// TTFT: the prompt's own step is the decode step and its
+			// compute, alone the per-step constant and its compute.
+			own := 20 + tc.perPrompt
+			want := ttft90Fine(tc.rate, step, own, 10+tc.perPrompt, 20, tc.perPrompt, tc.rate/1000*(own+10*step))
+			if math.Abs(l.TTFTMs-want) > 0.02*want {
+				t.Fatalf("TTFT p90 = %v, want %v", l.TTFTMs, want)
+			}
+		})
+	}
+}
+
+// TestCapacityCachedPrefix checks that a pool's capacity rises with the
+// cached part of its prompts, and that a prefill pool prices a prompt's
+// uncached part (its queue's service time: 10 ms a step, then the tokens
+// and attention as in TestSteadyStateCachedPrefix).
+func TestCapacityCachedPrefix(t *testing.T) {
+	obj := Objectives{TTFTMs: 500, ITLMs: 50}
+	e := Engine{Model: quadratic}
+	last := 0.0
+	for _, cached := range []float64{0, 100, 200, 299} {
+		c, _ := e.Capacity(Agg, 300, cached, 10, obj)
+		if !(c > last) {
+			t.Fatalf("agg capacity with %v of 300 tokens cached = %v, not above %v with fewer", cached, c, last)
+		}
+		last = c
+	}
+	// Prefill: the engine keeps up while busy less than all the time:
+	// r < 1000/service.
+	for _, tc := range []struct{ cached, service float64 }{{0, 10 + 30 + 9}, {200, 10 + 10 + 5}} {
+		if _, bound := e.Capacity(Prefill, 300, tc.cached, 0, Objectives{TTFTMs: 1, ITLMs: 1}); !near(bound, 1000/tc.service) {
+			t.Fatalf("prefill bound with %v cached = %v, want %v", tc.cached, bound, 1000/tc.service)
+		}
+	}
+	// Decode pools compute no prompt: what is cached changes nothing.
+	a, _ := e.Capacity(Decode, 300, 0, 100, obj)
+	b, _ := e.Capacity(Decode, 300, 200, 100, obj)
+	if a != b {
+		t.Fatalf("decode capacity %v with nothing cached, %v with 200 cached", a, b)
 	}
 }
 
@@ -258,30 +339,42 @@ func TestNow(t *testing.T) {
 		role             Role
 		queued, running  int
 		prompt, output   float64
+		cached           float64
 		wantTTFT, wantIT float64
 	}{
 		// An idle engine: the prompt's own prefill, no ITL.
-		{"idle", simple, Agg, 0, 0, 100, 10, 20, 0},
+		{"idle", simple, Agg, 0, 0, 100, 10, 0, 20, 0},
 		// 1,500 queued + 100 new over chunks of 990 (10 decoding): two
 		// steps, one full (99) and one of 610 (61), each beside a decode
 		// step (40) that pays the per-step constant. ITL: the 150 ms of
 		// the queued tokens spread over a request's next 10 steps, beside
 		// their 20 ms decode steps.
-		{"busy", simple, Agg, 1500, 10, 100, 10, 99 + 61 + 40, 20 + 15},
+		{"busy", simple, Agg, 1500, 10, 100, 10, 0, 99 + 61 + 40, 20 + 15},
 		// A request of one more token sees at most a whole chunk (990
 		// tokens, 99 ms) beside its one step.
-		{"busy, short answers", simple, Agg, 1500, 10, 100, 1, 99 + 61 + 40, 20 + 99},
+		{"busy, short answers", simple, Agg, 1500, 10, 100, 1, 0, 99 + 61 + 40, 20 + 99},
 		// Queued tokens are prompts of the mean size, each attending over
 		// itself: 300 tokens as three prompts of 100 put 3 x 1 ms of
 		// attention beside their 30 ms of tokens, over 10 steps. TTFT is
 		// the timing model's.
-		{"attention per prompt", quadratic, Agg, 300, 10, 100, 10, quadratic.TTFTMs(300, 100, 10, 0.5, 1), 20 + 3.3},
+		{"attention per prompt", quadratic, Agg, 300, 10, 100, 10, 0, quadratic.TTFTMs(300, 100, 10, 0.5, 1), 20 + 3.3},
+		// Prompts of 300 tokens, 200 of them cached: the request computes
+		// 100 tokens after the 300 queued, in one step beside the decode
+		// step: 40 ms of tokens, attention 300^2 for the queue (the
+		// timing model's, as the router predicts) and 100*(400+100) for
+		// the request (14 ms), 20 ms of decode. The queued 300 tokens are
+		// three prompts' uncached parts, each attending over 500: 30 ms
+		// of tokens and 15 of attention over 10 steps.
+		{"cached prefix", quadratic, Agg, 300, 10, 300, 10, 200, 40 + 14 + 20, 20 + 4.5},
+		// A wholly cached prompt on an idle engine computes its last
+		// token: the per-step constant and 0.1 ms.
+		{"all cached", simple, Agg, 0, 0, 100, 10, 100, 10.1, 0},
 		// Decode pools prefill nothing of their own.
-		{"decode", simple, Decode, 0, 10, 100, 10, 0, 20},
-		{"prefill has no ITL", simple, Prefill, 0, 10, 100, 10, 10 + 20, 0},
+		{"decode", simple, Decode, 0, 10, 100, 10, 50, 0, 20},
+		{"prefill has no ITL", simple, Prefill, 0, 10, 100, 10, 0, 10 + 20, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ttft, itl := Engine{Model: tc.model}.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt, tc.output)
+			ttft, itl := Engine{Model: tc.model}.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt, tc.cached, tc.output)
 			if !near(ttft, tc.wantTTFT) || !near(itl, tc.wantIT) {
 				t.Fatalf("Now = %v, %v; want %v, %v", ttft, itl, tc.wantTTFT, tc.wantIT)
 			}

@@ -397,7 +397,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	}
 	// The mean request of the samples, not of the forecast: a forecast of
 	// no requests still has requests of a size to size a margin for.
-	prompt, output := st.predictor.Sizes()
+	prompt, cached, output := st.predictor.Sizes()
 
 	// Throughput: the forecast over one worker's capacity, with the
 	// engine of the pool's first fresh worker (workers of a pool run one
@@ -406,7 +406,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if len(fresh) > 0 {
 		eng = fresh[0].Engine
 	}
-	capRPS, bound := eng.Capacity(o.Key.Role, prompt, output, c.Objectives)
+	capRPS, bound := eng.Capacity(o.Key.Role, prompt, cached, output, c.Objectives)
 	pd.Inputs.CapacityRPS = capRPS
 	need := func(rps, share float64) int {
 		if !(rps > 0) {
@@ -441,7 +441,7 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if r := pd.Inputs.Observed.RequestsPerSec; r > 0 && upper > r {
 		growth = upper / r
 	}
-	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, output, c.Objectives, growth)
+	up, downOK, ttft, itl := loadRule(o.Key.Role, fresh, prompt, cached, output, c.Objectives, growth)
 	pd.Inputs.TTFTMs, pd.Inputs.ITLMs = ttft, itl
 	if up && target <= pd.Current {
 		target = pd.Current + 1
@@ -558,12 +558,12 @@ func (c Config) biasSamples() int {
 }
 
 // loadRule applies the load rule to the fresh workers: up when every one
-// predicts, for a request of prompt and output tokens (Engine.Now), a
+// predicts, for a request of prompt (cached of it) and output tokens (Engine.Now), a
 // TTFT or an ITL past the objectives; downOK when, with one worker fewer and its load spread over
 // the others and grown by growth (the rate sized for over the rate
 // observed), every one would still hold both. ttft and itl are the
 // lowest of the workers' predictions.
-func loadRule(role Role, fresh []Worker, prompt, output float64, o Objectives, growth float64) (up, downOK bool, ttft, itl float64) {
+func loadRule(role Role, fresh []Worker, prompt, cached, output float64, o Objectives, growth float64) (up, downOK bool, ttft, itl float64) {
 	if len(fresh) == 0 {
 		return false, true, 0, 0
 	}
@@ -571,14 +571,14 @@ func loadRule(role Role, fresh []Worker, prompt, output float64, o Objectives, g
 	ttft, itl = math.Inf(1), math.Inf(1)
 	n := float64(len(fresh))
 	for _, w := range fresh {
-		t, i := w.Now(role, w.Queued, w.Running, w.Usage, prompt, output)
+		t, i := w.Now(role, w.Queued, w.Running, w.Usage, prompt, cached, output)
 		ttft, itl = min(ttft, t), min(itl, i)
 		if t <= o.TTFTMs && i <= o.ITLMs {
 			up = false
 		}
 		if downOK {
 			scale := n / (n - 1) * growth
-			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt, output)
+			t2, i2 := w.Now(role, int(math.Ceil(float64(w.Queued)*scale)), int(math.Ceil(float64(w.Running)*scale)), min(w.Usage*scale, 1), prompt, cached, output)
 			if t2 > o.TTFTMs || i2 > o.ITLMs {
 				downOK = false
 			}

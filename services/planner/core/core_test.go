@@ -26,7 +26,7 @@ func testConfig() Config {
 	return c
 }
 
-var itlAt40 = Engine{Model: simple}.SteadyState(Agg, 40, 100, 10).ITLMs
+var itlAt40 = Engine{Model: simple}.SteadyState(Agg, 40, 100, 0, 10).ITLMs
 
 var pool = PoolKey{Model: "m", Role: Agg}
 
@@ -35,7 +35,7 @@ var pool = PoolKey{Model: "m", Role: Agg}
 func fleet(n int, rps float64, at time.Time) []Worker {
 	e := Engine{Model: simple}
 	var ws []Worker
-	l := e.SteadyState(Agg, rps/float64(max(n, 1)), 100, 10)
+	l := e.SteadyState(Agg, rps/float64(max(n, 1)), 100, 0, 10)
 	for i := range n {
 		ws = append(ws, Worker{ID: uint64(i + 1), Engine: e, Reported: at,
 			Queued: int(l.Prefill), Running: int(math.Ceil(l.Decoding)), Usage: l.Usage})

@@ -10,15 +10,23 @@ import (
 )
 
 // Demand is a pool's load in rates: requests, prompt tokens and output
-// tokens per second.
+// tokens per second, and of the prompt tokens those the engines served
+// from their prefix caches (0 when the workers do not count them).
 type Demand struct {
-	RequestsPerSec     float64 `json:"requests_per_sec"`
-	PromptTokensPerSec float64 `json:"prompt_tokens_per_sec"`
-	OutputTokensPerSec float64 `json:"output_tokens_per_sec"`
+	RequestsPerSec           float64 `json:"requests_per_sec"`
+	PromptTokensPerSec       float64 `json:"prompt_tokens_per_sec"`
+	OutputTokensPerSec       float64 `json:"output_tokens_per_sec"`
+	CachedPromptTokensPerSec float64 `json:"cached_prompt_tokens_per_sec,omitempty"`
 }
 
 // PromptTokens is the mean prompt of a request, 0 without requests.
 func (d Demand) PromptTokens() float64 { return perRequest(d.PromptTokensPerSec, d.RequestsPerSec) }
+
+// CachedPromptTokens is the mean cached part of a request's prompt, at
+// most PromptTokens; 0 without requests.
+func (d Demand) CachedPromptTokens() float64 {
+	return perRequest(min(d.CachedPromptTokensPerSec, d.PromptTokensPerSec), d.RequestsPerSec)
+}
 
 // OutputTokens is the mean output of a request, 0 without requests.
 func (d Demand) OutputTokens() float64 { return perRequest(d.OutputTokensPerSec, d.RequestsPerSec) }
@@ -32,7 +40,7 @@ func perRequest(tokens, requests float64) float64 {
 
 // valid says whether every rate is finite and not negative.
 func (d Demand) valid() bool {
-	for _, v := range []float64{d.RequestsPerSec, d.PromptTokensPerSec, d.OutputTokensPerSec} {
+	for _, v := range []float64{d.RequestsPerSec, d.PromptTokensPerSec, d.OutputTokensPerSec, d.CachedPromptTokensPerSec} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return false
 		}
@@ -56,9 +64,10 @@ type Predictor interface {
 	// Forecast is the demand expected ahead of the last sample's time;
 	// the zero Demand before any sample.
 	Forecast(ahead time.Duration) Demand
-	// Sizes is the mean request of the samples: prompt and output
-	// tokens (their tokens over their requests), 0 without requests.
-	Sizes() (prompt, output float64)
+	// Sizes is the mean request of the samples: prompt tokens, the
+	// cached part of them, and output tokens (their tokens over their
+	// requests), 0 without requests.
+	Sizes() (prompt, cached, output float64)
 	// Spread is how far from Forecast(ahead) the request rate of the
 	// interval then may be; zero before there are samples enough to
 	// tell.
@@ -165,9 +174,9 @@ func (h *history) Observe(s Sample) {
 	}
 }
 
-func (h *history) Sizes() (prompt, output float64) {
+func (h *history) Sizes() (prompt, cached, output float64) {
 	m := h.mean()
-	return m.PromptTokens(), m.OutputTokens()
+	return m.PromptTokens(), m.CachedPromptTokens(), m.OutputTokens()
 }
 
 func (h *history) mean() Demand {
@@ -179,9 +188,10 @@ func (h *history) mean() Demand {
 		d.RequestsPerSec += s.RequestsPerSec
 		d.PromptTokensPerSec += s.PromptTokensPerSec
 		d.OutputTokensPerSec += s.OutputTokensPerSec
+		d.CachedPromptTokensPerSec += s.CachedPromptTokensPerSec
 	}
 	n := float64(len(h.samples))
-	return Demand{d.RequestsPerSec / n, d.PromptTokensPerSec / n, d.OutputTokensPerSec / n}
+	return Demand{d.RequestsPerSec / n, d.PromptTokensPerSec / n, d.OutputTokensPerSec / n, d.CachedPromptTokensPerSec / n}
 }
 
 type windowPredictor struct{ history }
@@ -212,9 +222,9 @@ func (p *trendPredictor) Forecast(ahead time.Duration) Demand {
 	if len(p.samples) < 2 {
 		return p.mean()
 	}
-	prompt, output := p.Sizes()
+	prompt, cached, output := p.Sizes()
 	rps, _ := p.fit(ahead)
-	return Demand{RequestsPerSec: rps, PromptTokensPerSec: rps * prompt, OutputTokensPerSec: rps * output}
+	return Demand{RequestsPerSec: rps, PromptTokensPerSec: rps * prompt, OutputTokensPerSec: rps * output, CachedPromptTokensPerSec: rps * cached}
 }
 
 // Spread of the line read at x0: a sample's noise s around the level,
@@ -262,10 +272,11 @@ func (p *trendPredictor) fit(ahead time.Duration) (rps, leverage float64) {
 }
 
 // Counters are a worker's counts since it started, as its load report
-// carries them, at the report's time.
+// carries them, at the report's time. CachedPromptTokens is 0 from a
+// worker that does not count them.
 type Counters struct {
-	At                                   time.Time
-	Requests, PromptTokens, OutputTokens uint64
+	At                                                       time.Time
+	Requests, PromptTokens, OutputTokens, CachedPromptTokens uint64
 }
 
 // Rates is the demand between two reports of one worker: the counts'
@@ -273,12 +284,14 @@ type Counters struct {
 // later than prev or a count went down (not the same worker's counts).
 func Rates(prev, cur Counters) (Demand, bool) {
 	dt := cur.At.Sub(prev.At).Seconds()
-	if !(dt > 0) || cur.Requests < prev.Requests || cur.PromptTokens < prev.PromptTokens || cur.OutputTokens < prev.OutputTokens {
+	if !(dt > 0) || cur.Requests < prev.Requests || cur.PromptTokens < prev.PromptTokens || cur.OutputTokens < prev.OutputTokens ||
+		cur.CachedPromptTokens < prev.CachedPromptTokens {
 		return Demand{}, false
 	}
 	return Demand{
-		RequestsPerSec:     float64(cur.Requests-prev.Requests) / dt,
-		PromptTokensPerSec: float64(cur.PromptTokens-prev.PromptTokens) / dt,
-		OutputTokensPerSec: float64(cur.OutputTokens-prev.OutputTokens) / dt,
+		RequestsPerSec:           float64(cur.Requests-prev.Requests) / dt,
+		PromptTokensPerSec:       float64(cur.PromptTokens-prev.PromptTokens) / dt,
+		OutputTokensPerSec:       float64(cur.OutputTokens-prev.OutputTokens) / dt,
+		CachedPromptTokensPerSec: float64(cur.CachedPromptTokens-prev.CachedPromptTokens) / dt,
 	}, true
 }

@@ -53,16 +53,22 @@ func TestPredictors(t *testing.T) {
 		want    Demand
 	}{
 		// 10 then 20 req/s 10 s apart, 60 s ahead: read at +10 s, 30.
-		{"two samples", []Sample{s(0, 10), s(10, 20)}, time.Minute, Demand{30, 300, 30}},
+		{"two samples", []Sample{s(0, 10), s(10, 20)}, time.Minute, Demand{30, 300, 30, 0}},
 		// 10, 20, 30 over 20 s, 15 s ahead: within the span, 45.
-		{"within the span", []Sample{s(0, 10), s(10, 20), s(20, 30)}, 15 * time.Second, Demand{45, 450, 45}},
+		{"within the span", []Sample{s(0, 10), s(10, 20), s(20, 30)}, 15 * time.Second, Demand{45, 450, 45, 0}},
 		// Requests of 100 then 10 prompt tokens: the lines of tokens and
 		// requests read ahead would give 200 req/s of -50 tokens; the
 		// mean size is 1100/20 = 55 tokens.
 		{"mean sizes", []Sample{
 			{At: t0, Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 1000, OutputTokensPerSec: 100}},
 			{At: t0.Add(10 * time.Second), Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 100, OutputTokensPerSec: 100}},
-		}, 10 * time.Second, Demand{10, 550, 100}},
+		}, 10 * time.Second, Demand{10, 550, 100, 0}},
+		// Of those, 50 then 5 tokens cached: the mean cached part is
+		// 550/20 = 27.5 tokens, carried the same way.
+		{"mean cached part", []Sample{
+			{At: t0, Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 1000, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 500}},
+			{At: t0.Add(10 * time.Second), Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 100, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 50}},
+		}, 10 * time.Second, Demand{10, 550, 100, 275}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := NewPredictor("trend", 10)
@@ -70,7 +76,8 @@ func TestPredictors(t *testing.T) {
 				p.Observe(x)
 			}
 			f := p.Forecast(tc.ahead)
-			if !near(f.RequestsPerSec, tc.want.RequestsPerSec) || !near(f.PromptTokensPerSec, tc.want.PromptTokensPerSec) || !near(f.OutputTokensPerSec, tc.want.OutputTokensPerSec) {
+			if !near(f.RequestsPerSec, tc.want.RequestsPerSec) || !near(f.PromptTokensPerSec, tc.want.PromptTokensPerSec) || !near(f.OutputTokensPerSec, tc.want.OutputTokensPerSec) ||
+				!near(f.CachedPromptTokensPerSec, tc.want.CachedPromptTokensPerSec) {
 				t.Fatalf("forecast %+v, want %+v", f, tc.want)
 			}
 		})
@@ -112,18 +119,19 @@ func TestPredictors(t *testing.T) {
 }
 
 func TestRates(t *testing.T) {
-	a := Counters{At: t0, Requests: 10, PromptTokens: 1000, OutputTokens: 100}
+	a := Counters{At: t0, Requests: 10, PromptTokens: 1000, OutputTokens: 100, CachedPromptTokens: 400}
 	for _, tc := range []struct {
 		name string
 		cur  Counters
 		want Demand
 		ok   bool
 	}{
-		{"two seconds", Counters{At: t0.Add(2 * time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300}, Demand{5, 1000, 100}, true},
-		{"idle", Counters{At: t0.Add(time.Second), Requests: 10, PromptTokens: 1000, OutputTokens: 100}, Demand{}, true},
+		{"two seconds", Counters{At: t0.Add(2 * time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 1400}, Demand{5, 1000, 100, 500}, true},
+		{"idle", Counters{At: t0.Add(time.Second), Requests: 10, PromptTokens: 1000, OutputTokens: 100, CachedPromptTokens: 400}, Demand{}, true},
 		{"same time", Counters{At: t0, Requests: 20}, Demand{}, false},
 		{"earlier", Counters{At: t0.Add(-time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300}, Demand{}, false},
-		{"a count went down", Counters{At: t0.Add(time.Second), Requests: 9, PromptTokens: 3000, OutputTokens: 300}, Demand{}, false},
+		{"a count went down", Counters{At: t0.Add(time.Second), Requests: 9, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 400}, Demand{}, false},
+		{"the cached count went down", Counters{At: t0.Add(time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 100}, Demand{}, false},
 	} {
 		got, ok := Rates(a, tc.cur)
 		if ok != tc.ok || got != tc.want {
@@ -133,8 +141,13 @@ func TestRates(t *testing.T) {
 }
 
 func TestDemandPerRequest(t *testing.T) {
-	d := Demand{RequestsPerSec: 4, PromptTokensPerSec: 400, OutputTokensPerSec: 40}
-	if d.PromptTokens() != 100 || d.OutputTokens() != 10 || (Demand{PromptTokensPerSec: 5}).PromptTokens() != 0 {
-		t.Fatalf("per request: %v %v", d.PromptTokens(), d.OutputTokens())
+	d := Demand{RequestsPerSec: 4, PromptTokensPerSec: 400, OutputTokensPerSec: 40, CachedPromptTokensPerSec: 100}
+	if d.PromptTokens() != 100 || d.OutputTokens() != 10 || d.CachedPromptTokens() != 25 || (Demand{PromptTokensPerSec: 5}).PromptTokens() != 0 {
+		t.Fatalf("per request: %v %v %v", d.PromptTokens(), d.OutputTokens(), d.CachedPromptTokens())
+	}
+	// More cached than prompt tokens (counts read at different moments)
+	// is the whole prompt cached.
+	if c := (Demand{RequestsPerSec: 2, PromptTokensPerSec: 100, CachedPromptTokensPerSec: 300}).CachedPromptTokens(); c != 50 {
+		t.Fatalf("cached part past the prompt: %v, want 50", c)
 	}
 }

@@ -2147,9 +2147,17 @@ type LoadMetrics struct {
 	// The LoRA adapters loaded in the worker's slots now (names of its model
 	// card's lora_adapters); a request for one of them starts without a
 	// load.
-	LoraAdapters  []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LoraAdapters []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	// Prompt tokens of those requests that the engine served from its prefix
+	// cache instead of computing them (the sum of their responses'
+	// Usage.cached_prompt_tokens), since the worker started; at most
+	// prompt_tokens_total. A planner prices the difference as computed and
+	// the cached prefixes as context the computed tokens attend to. 0 from a
+	// worker that does not count them: every prompt token is then taken as
+	// computed.
+	CachedPromptTokensTotal uint64 `protobuf:"varint,16,opt,name=cached_prompt_tokens_total,json=cachedPromptTokensTotal,proto3" json:"cached_prompt_tokens_total,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *LoadMetrics) Reset() {
@@ -2285,6 +2293,13 @@ func (x *LoadMetrics) GetLoraAdapters() []string {
 		return x.LoraAdapters
 	}
 	return nil
+}
+
+func (x *LoadMetrics) GetCachedPromptTokensTotal() uint64 {
+	if x != nil {
+		return x.CachedPromptTokensTotal
+	}
+	return 0
 }
 
 // RequestLoad is one request on a worker as the worker sees it.
@@ -2881,7 +2896,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12$\n" +
 	"\x0efirst_event_id\x18\x03 \x01(\x04R\ffirstEventId\x12:\n" +
-	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\xbc\x05\n" +
+	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\xf9\x05\n" +
 	"\vLoadMetrics\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2899,7 +2914,8 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x0erequests_total\x18\f \x01(\x04R\rrequestsTotal\x12.\n" +
 	"\x13prompt_tokens_total\x18\r \x01(\x04R\x11promptTokensTotal\x12.\n" +
 	"\x13output_tokens_total\x18\x0e \x01(\x04R\x11outputTokensTotal\x12#\n" +
-	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\"x\n" +
+	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\x12;\n" +
+	"\x1acached_prompt_tokens_total\x18\x10 \x01(\x04R\x17cachedPromptTokensTotal\"x\n" +
 	"\vRequestLoad\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
