@@ -96,7 +96,7 @@ func (c *CommandConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.BoolVar(&c.Goals, "goals", false, "print the goal table for all traces (modes "+strings.Join(GoalModes, ",")+"; --modes is ignored): kv and kv-approx hit rate against the pooled bound, goodput kv/round-robin and the capacity bound, kv TTFT p90 over the cached floor, 3 and 8 replicas against one router, each with a verdict; also written to router-replay-goals.md under --out; then kv against the peer modes (dynamo, llm-d, sglang) and round-robin: hit rate, TTFT p50/p90/p99 at --goals-rate and goodput, kv's ratio to the best peer and the peer goals' verdicts")
 	fs.Float64Var(&c.GoalsRate, "goals-rate", 6, "the default rate scale the goals are judged at (--goals)")
-	fs.IntVar(&c.GoalsSeeds, "goals-seeds", 3, "seeds kv and the peer modes run at --goals-rate for the run-to-run spread the peer goals allow (--goals; 1: no spread, no extra runs)")
+	fs.IntVar(&c.GoalsSeeds, "goals-seeds", 3, "seeds kv and the peer modes run at --goals-rate, and over their sweep's rate scales for goodput, for the run-to-run spread the peer goals allow (--goals; 1: no spread, no extra runs)")
 	fs.IntVar(&c.PlacementRounds, "placement-search", 0, "after each trace's table, this many rounds of an offline placement search at --goals-rate (0: none): starting from kv's placement, each request goes where it adds the fewest requests over the TTFT goal's threshold over the next --placement-window of arrivals, on the true engines; it knows the trace's future, so it says what placement alone can reach, not what a router can")
 	fs.DurationVar(&c.PlacementWindow, "placement-window", time.Second, "how far ahead (virtual time) the placement search looks")
 	fs.BoolVar(&c.RequestsCSV, "requests-csv", false, "also write router-replay-requests.csv under --out: every run of the table replayed again (deterministic: the same run), one row per completed request: where it went, the router's and the engine's cached prefix, what the engine had queued and in flight at its arrival, its wait for admission, TTFT and E2E, its gaps between tokens (how many, how many over --slo-itl-p90, their sum), and the worker caching most of its prompt (its home), the home's cost and what the home's engine had queued and in flight")
@@ -214,6 +214,11 @@ func Command(c CommandConfig, out io.Writer) error {
 				return fmt.Errorf("trace %s: %w", label, err)
 			}
 			row.SetSpread(spread)
+			good, err := RunGoodputSpread(trace, c.Config, results, comparedModes[:4], slo, c.GoalsSeeds, c.Parallel)
+			if err != nil {
+				return fmt.Errorf("trace %s: %w", label, err)
+			}
+			row.SetGoodputSpread(good)
 			goals = append(goals, row)
 			fmt.Fprintln(out)
 		}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -324,27 +325,45 @@ func TestPeerGoals(t *testing.T) {
 		chain                         time.Duration
 		hit, ttft, good, settled, x12 bool
 		chainOK, reached              bool
-		row                           string
+		// goods is the goodput ranges over the seeds (none: each mode's
+		// seed agrees with its sweep).
+		goods map[string][2]float64
+		row   string
 	}{
 		// Hit: 60 >= 62 - max(1, 3) = 59. TTFT: 500 > 450 + max(30, 40) =
 		// 490. Goodput 9 >= dynamo's 6 (the best peer): 1.5x. Chain 400
 		// ms: 500 / 400 = 1.25 <= 1.5 (the best, dynamo, 450 / 400 = 1.12).
 		{name: "a", kvPass: 9, kvFail: 12, dynPass: 6, chain: 400 * ms, hit: true, ttft: false, good: true, settled: true, x12: true, chainOK: true, reached: true,
-			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.00, 3.00 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
+			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.00, 3.00 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | x9, x6 | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
 		// Goodput: kv [6, 9), dynamo 8: below, but kv's bracket reaches
 		// past 8: not settled; 6 / 8 = 0.75x. Chain 300 ms: kv 1.67x,
 		// dynamo 450 / 300 = 1.5x reaches it: FAIL.
 		{name: "b", kvPass: 6, kvFail: 9, dynPass: 8, chain: 300 * ms, hit: true, good: false, settled: false, chainOK: false, reached: true,
-			row: "| x6 (<x9) / x8 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 0.75x (dynamo) | FAIL ? | FAIL | 300.0 | 1.67x | 1.50x | FAIL |"},
+			row: "| x6 (<x9) / x8 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 0.75x (dynamo) | x6, x8 | FAIL ? | FAIL | 300.0 | 1.67x | 1.50x | FAIL |"},
 		// Chain 200 ms: the best, dynamo, is at 2.25x: none reach it.
 		// kv [6, 7), dynamo 8: kv's bracket ends below 8: settled.
 		{name: "c", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: false, settled: true, chainOK: false, reached: false,
-			row: "| FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+			row: "| 0.75x (dynamo) | x6, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+		// The same, but dynamo's goodput is x6 with another seed: kv's 6
+		// >= 8 - max(0, 2): within the spread.
+		{name: "d", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: true, settled: true, chainOK: false, reached: false,
+			goods: map[string][2]float64{"dynamo": {6, 8}},
+			row:   "| 0.75x (dynamo) | x6, x6-x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+		// kv's own range reaches as far: kv x6-x8 with its seeds, dynamo
+		// x8 with each: 6 >= 8 - 2. kv x6-x7 would not: 6 < 8 - 1, and
+		// kv's bracket [6, 7) ends below 7: settled.
+		{name: "e", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: true, settled: true, chainOK: false, reached: false,
+			goods: map[string][2]float64{"kv": {6, 8}},
+			row:   "| 0.75x (dynamo) | x6-x8, x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+		{name: "f", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: false, settled: true, chainOK: false, reached: false,
+			goods: map[string][2]float64{"kv": {6, 7}},
+			row:   "| 0.75x (dynamo) | x6-x7, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
 	}
 	var rows []GoalRow
 	for _, tt := range tests {
 		g := Goals(report(tt.name, tt.kvPass, tt.kvFail, tt.dynPass, tt.chain), 6)
 		g.SetSpread(spread)
+		g.SetGoodputSpread(tt.goods)
 		if g.PeerHitOK() != tt.hit || g.PeerTTFTOK() != tt.ttft || g.PeerGoodputOK() != tt.good || g.PeerGoodputSettled() != tt.settled ||
 			(g.PeerGoodputRatio() >= goalPeerGoodput) != tt.x12 || g.ChainOK() != tt.chainOK || g.ChainReached() != tt.reached {
 			t.Errorf("%s: hit %v ttft %v goodput %v settled %v ratio %.2f chain %v reached %v", tt.name, g.PeerHitOK(), g.PeerTTFTOK(),
@@ -362,13 +381,56 @@ func TestPeerGoals(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"peer goals met on 3 traces: hit >= best peer 3, ttft p90 <= best peer 0, goodput >= best peer 1, goodput >= 1.2x best peer 1 (goal: at least 2, FAIL)",
+		"peer goals met on 6 traces: hit >= best peer 6, ttft p90 <= best peer 0, goodput >= best peer 3, goodput >= 1.2x best peer 1 (goal: at least 3, FAIL)",
 		"kv TTFT p90 <= 1.5x chain floor: 1 of the 2 traces where some policy reaches it",
-		"no policy within 1.5x of the chain floor on 1 traces: c",
+		"no policy within 1.5x of the chain floor on 4 traces: c, d, e, f",
 		"| a | 250.0 / 500.0 / 1000.0 | 225.0 / 450.0 / 900.0 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("peer table lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestRunGoodputSpread measures goodput again with other seeds over the
+// rate scales a sweep ran. The sweep's rows are made by hand, so that the
+// real runs with the other seeds must climb past the sweep's goodput
+// (every real run meets an SLO of an hour) or fall below it (none meets
+// one of a nanosecond); the range holds the sweep's goodput and theirs.
+func TestRunGoodputSpread(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:120]
+	cfg := smallConfig()
+	row := func(rate float64, p90 time.Duration) Result {
+		return Result{Mode: "kv", RateScale: rate, TTFT: [3]time.Duration{0, p90, p90}}
+	}
+	tests := []struct {
+		name    string
+		results []Result
+		slo     Objectives
+		seeds   int
+		want    map[string][2]float64
+	}{
+		{"one seed runs nothing", []Result{row(2, 0)}, Objectives{TTFT: time.Hour}, 1, map[string][2]float64{}},
+		{"climbs past the sweep's goodput", []Result{row(2, 0), row(4, 2*time.Hour), row(8, 2*time.Hour)},
+			Objectives{TTFT: time.Hour}, 2, map[string][2]float64{"kv": {2, 8}}},
+		{"falls below it", []Result{row(2, 0), row(4, 0), row(8, 0)},
+			Objectives{TTFT: time.Nanosecond}, 3, map[string][2]float64{"kv": {0, 8}}},
+		{"agrees with it", []Result{row(2, 0), row(4, 0)},
+			Objectives{TTFT: time.Hour, ITL: time.Hour}, 2, map[string][2]float64{"kv": {4, 4}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RunGoodputSpread(trace, cfg, tt.results, []string{"kv", "dynamo"}, tt.slo, tt.seeds, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("goodput ranges %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
