@@ -71,6 +71,12 @@ import (
 //     over the number of workers, on top of a prediction at the
 //     threshold. A fleet serving one tenant keeps no room back; the cost
 //     is one typical request's room while a crowded tenant is active.
+//     The flood's requests released meanwhile are routed as a backlog's
+//     (RouteRequest.backlog): each goes where it fits within the
+//     threshold and the next request would be predicted latest, so that
+//     the room kept is the earliest slot, not whichever opened last (the
+//     router's cheapest pick would give the flood the earliest and leave
+//     the kept room at the threshold).
 //   - Limits: --queue-timeout per request, --queue-max-requests and
 //     --queue-max-bytes per band; past them the oldest request of the
 //     lowest band's tenant queueing the most there is shed (sheddable
@@ -361,6 +367,9 @@ type ticket struct {
 	// pending says its first route decision has not come back (under
 	// admission.mu).
 	pending bool
+	// backlog says it was released from a backlog of its tenant while a
+	// tenant it crowds was active (set before its release).
+	backlog bool
 }
 
 // ticketKey is the context key of a request's ticket: its route decisions
@@ -822,6 +831,15 @@ func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) boo
 	if mq.roomyAt.IsZero() || now.Sub(mq.roomyAt) > activeWindow {
 		return false
 	}
+	return a.crowdsLocked(mq, tenant, prio)
+}
+
+// crowdsLocked says whether another tenant active within activeWindow has
+// a better claim to the fleet's room than tenant's request of band prio:
+// it is in a higher band, or in the same band with fewer tokens in flight
+// over every replica.
+func (a *admission) crowdsLocked(mq *modelQueue, tenant string, prio int32) bool {
+	now := a.now()
 	load := a.attainedLocked(mq, tenant)
 	for other, s := range mq.seen {
 		if other == tenant || now.Sub(s.at) > activeWindow {
@@ -911,6 +929,13 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 			return // the last room is kept for a tenant with a better claim
 		}
 		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
+		// One of a backlog, while a tenant it crowds is active: the
+		// router places it where it leaves the earliest slots to the
+		// others (RouteRequest.backlog), so that the room kept for them
+		// is an early one, not the last to open.
+		if tl := mq.load[w.tenant]; tl != nil && tl.queued >= 2 {
+			w.ticket.backlog = a.crowdsLocked(mq, w.tenant, w.b.prio)
+		}
 		// Counted in flight before it leaves the queue, so that its
 		// tenant is never forgotten between the two.
 		a.countInflightLocked(mq, mq.tenantLocked(w.tenant), w.ticket)

@@ -839,7 +839,10 @@ func TestAdmissionRoomBoundsBurst(t *testing.T) {
 // tenant with more queued behind it takes it only when no other tenant
 // active lately has a better claim: one in a higher band, or in the same
 // band with fewer tokens in flight. A request with nothing of its tenant
-// queued behind it takes it whoever else is active.
+// queued behind it takes it whoever else is active. A request with more
+// of its tenant behind it, released while such another tenant is active,
+// is routed as a backlog's (the router leaves the earliest slots to the
+// others), whether the last room was kept from it or not.
 func TestAdmissionLastRoom(t *testing.T) {
 	type other struct {
 		tenant   string
@@ -856,18 +859,21 @@ func TestAdmissionLastRoom(t *testing.T) {
 		kept    bool
 		// small: the router never counted room for two.
 		small bool
+		// crowding: the request, once released, is routed as one of a
+		// backlog that crowds another tenant (RouteRequest.backlog).
+		crowding bool
 	}{
-		{"a fleet with room for one at most", []other{{"b", 0, 100, time.Second}}, 0, true, false, true},
-		{"alone", nil, 0, true, false, false},
-		{"no backlog, another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, false, false, false},
-		{"another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, true, true, false},
-		{"another with nothing in flight, active lately", []other{{"b", 0, 0, 10 * time.Second}}, 0, true, true, false},
-		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second}}, 0, true, false, false},
-		{"another with more in flight", []other{{"b", 0, 5000, time.Second}}, 0, true, false, false},
-		{"another with as much in flight", []other{{"b", 0, 1000, time.Second}}, 0, true, false, false},
-		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second}}, 0, true, true, false},
-		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second}}, 0, true, false, false},
-		{"a higher band than every other", []other{{"b", 0, 100, time.Second}}, 10, true, false, false},
+		{"a fleet with room for one at most", []other{{"b", 0, 100, time.Second}}, 0, true, false, true, true},
+		{"alone", nil, 0, true, false, false, false},
+		{"no backlog, another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, false, false, false, false},
+		{"another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, true, true, false, true},
+		{"another with nothing in flight, active lately", []other{{"b", 0, 0, 10 * time.Second}}, 0, true, true, false, true},
+		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second}}, 0, true, false, false, false},
+		{"another with more in flight", []other{{"b", 0, 5000, time.Second}}, 0, true, false, false, false},
+		{"another with as much in flight", []other{{"b", 0, 1000, time.Second}}, 0, true, false, false, false},
+		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second}}, 0, true, true, false, true},
+		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second}}, 0, true, false, false, false},
+		{"a higher band than every other", []other{{"b", 0, 100, time.Second}}, 10, true, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -908,8 +914,12 @@ func TestAdmissionLastRoom(t *testing.T) {
 				t.Fatalf("the last room kept from the request: %v, want %v", kept, tt.kept)
 			}
 			if !tt.kept {
-				if r := ta.next(); r.name != "a1" || r.err != nil {
+				r := ta.next()
+				if r.name != "a1" || r.err != nil {
 					t.Fatalf("got %s %v", r.name, r.err)
+				}
+				if r.tk.backlog != tt.crowding {
+					t.Fatalf("a1 routed as a crowding backlog's: %v, want %v", r.tk.backlog, tt.crowding)
 				}
 				return
 			}
@@ -923,6 +933,10 @@ func TestAdmissionLastRoom(t *testing.T) {
 					t.Fatalf("%s: %v", r.name, r.err)
 				}
 				got[r.name] = true
+				// a2 has nothing queued behind it: not a backlog.
+				if want := tt.crowding && r.name == "a1"; r.tk.backlog != want {
+					t.Fatalf("%s routed as a crowding backlog's: %v, want %v", r.name, r.tk.backlog, want)
+				}
 			}
 			if !got["a1"] || !got["a2"] {
 				t.Fatalf("released %v on room for two, want a1 and a2", got)

@@ -608,6 +608,9 @@ type query struct {
 	// that can win. session is the request's session id.
 	omit    bool
 	session string
+	// backlog says the request is one of a tenant's backlog, which
+	// leaves the earliest slots to others (RouteRequest.backlog).
+	backlog bool
 }
 
 func validateQuery(q query) error {
@@ -688,6 +691,9 @@ type decision struct {
 	// room how many more requests like this one fit (see saturation.go).
 	saturated bool
 	room      int
+	// leftEarliest says a backlog's request was moved off the cost's
+	// choice to leave an earlier slot to others (leaveEarliest).
+	leftEarliest bool
 	// lateMs is how late the model's first tokens come (Limits.LateMs).
 	lateMs float64
 	// Buffers kept with the decision when it goes back to decisionPool.
@@ -756,14 +762,16 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pl == nil && len(q.exclude) == 0 && c.sparseEligible(q, len(cands)) {
+	// A backlog's request is placed among every candidate it fits on,
+	// which a decision pricing only those that can win does not know.
+	if pl == nil && len(q.exclude) == 0 && !q.backlog && c.sparseEligible(q, len(cands)) {
 		if d, err := c.evaluateSparse(q); d != nil || err != nil {
 			return d, err
 		}
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
-	d.saturated, d.room, d.lateMs = false, 0, 0
+	d.saturated, d.room, d.lateMs, d.leftEarliest = false, 0, 0, false
 	c.prepare(d, q, cands, workers, bs)
 	if err := c.decide(d); err != nil {
 		d.release()
@@ -1068,7 +1076,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
 		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt, lora: r.LoraName,
-		omit: r.GetOmitCandidates(), session: r.GetSessionId()})
+		omit: r.GetOmitCandidates(), session: r.GetSessionId(), backlog: r.GetBacklog()})
 	if err != nil {
 		return nil, 0, err
 	}

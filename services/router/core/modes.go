@@ -130,14 +130,15 @@ type chooser interface {
 
 // byCost takes the cost policy's choice; with spread, at temperature 0 and
 // when the decision is for real, moved by the peer replicas' decisions
-// not heard yet (see replica.go).
+// not heard yet (see replica.go). A backlog's request then goes to the
+// slot that others would value least (leaveEarliest).
 type byCost struct{ spread bool }
 
 func (b byCost) choose(c *Core, d *decision, best int) (int, error) {
 	if b.spread && d.params.Temperature <= 0 && !d.q.dryRun {
-		return c.spreadLocked(d, best, d.now), nil
+		best = c.spreadLocked(d, best, d.now)
 	}
-	return best, nil
+	return c.leaveEarliest(d, best), nil
 }
 
 func (byCost) why(c *Core, d *decision) string {
@@ -155,6 +156,11 @@ func (byCost) why(c *Core, d *decision) string {
 			prefix, d.params.Temperature, ch.Cost, best, cachedReason(d))
 	}
 	var b strings.Builder
+	if d.leftEarliest {
+		fmt.Fprintf(&b, "%s: a backlog's request, on the worker it fits on within --queue-ttft-threshold where the next request is predicted latest (cost %.4g); %s, with %d prefill and %d decode blocks queued",
+			prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%s: lowest cost %.4g; %s, with %d prefill and %d decode blocks queued", prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
 	ties, next := tiesAndRunnerUp(d.scored, d.chosen)
 	switch {

@@ -82,6 +82,22 @@ func (c *Core) expectFirstToken(d *decision, id string, computes int) {
 	c.load.Expect(id, model, d.now.Add(time.Duration(ms*float64(time.Millisecond))), ms <= l.TTFTMs)
 }
 
+// leaveEarliest is where d's request goes, best being the mode's choice:
+// a backlog's request (RouteRequest.backlog) goes to the candidate it
+// fits on within the limits where a request like it is predicted latest
+// (scheduler.Limits.LatestFit), so that the slots predicted earliest stay
+// for the tenants it crowds; any other request, one that fits nowhere,
+// one of a session (bound to its worker) and a disaggregated model's (its
+// legs are priced in pairs) go to best. c.mu is held.
+func (c *Core) leaveEarliest(d *decision, best int) int {
+	if !d.q.backlog || d.q.session != "" || d.pools != nil || d.sparse {
+		return best
+	}
+	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, best)
+	d.leftEarliest = chosen != best
+	return chosen
+}
+
 // noteLate records how late (negative: early) a request of model got its
 // first token against its prediction, for a live model.
 func (c *Core) noteLate(model string, late time.Duration) {

@@ -173,3 +173,47 @@ func TestSaturationLateness(t *testing.T) {
 		})
 	}
 }
+
+// TestBacklogLeavesEarliest: a backlog's request goes to the worker where
+// it fits within the TTFT threshold and the next request would be
+// predicted latest, leaving the earliest slot to others. Two workers with
+// the default timing model and the clock stopped; one 4,000-token prompt
+// routed first: its worker predicts the next prompt at 168 ms (behind it),
+// the idle one at 84 ms.
+func TestBacklogLeavesEarliest(t *testing.T) {
+	stopped := time.Unix(1000, 0)
+	tests := []struct {
+		name    string
+		cfg     Config
+		backlog bool
+		session string
+		// behind says the request goes to the first one's worker.
+		behind bool
+	}{
+		{"not a backlog: the cheapest, the idle worker", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, "", false},
+		{"a backlog: behind the first prompt, within 200 ms", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "", true},
+		{"a backlog past the threshold there (150 ms): the idle worker", Config{QueueTTFTThreshold: 150 * time.Millisecond}, true, "", false},
+		{"a backlog that fits nowhere (50 ms): the cheapest", Config{QueueTTFTThreshold: 50 * time.Millisecond}, true, "", false},
+		{"a backlog without a TTFT threshold: the cheapest", Config{QueuePrefillBudget: 10000}, true, "", false},
+		{"a backlog of a session: the cheapest", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "s1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return stopped }
+			c := cluster(t, cfg, 2)
+			first, err := c.Route(&routerv1.RouteRequest{RequestId: "r0", Target: modelTarget(), TokenIds: tokens(4000, 1000)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r1", Target: modelTarget(), TokenIds: tokens(4000, 2000),
+				Backlog: tt.backlog, SessionId: tt.session})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if behind := resp.InstanceId == first.InstanceId; behind != tt.behind {
+				t.Fatalf("went behind the first prompt: %v, want %v", behind, tt.behind)
+			}
+		})
+	}
+}

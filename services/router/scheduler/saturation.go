@@ -237,3 +237,35 @@ func (l Limits) fitsInMs(c *Candidate, req Request, queued int, queuedAttn float
 	}
 	return wait + perToken
 }
+
+// LatestFit is the candidate to place req on when it is one of a
+// backlog that should leave the earliest slots to others: of the
+// candidates where req fits within l (Full is false), the one where a
+// request like it, cached nowhere, is predicted latest as the TTFT limit
+// counts it (with LateMs where prompts are queued). What a slot is worth
+// to the others is how soon their requests, which share none of req's
+// cache, would get a first token there; req takes the one worth least
+// that still keeps it within the limit. chosen (the caller's own pick, an
+// index of cands) wins ties, and is returned when req fits nowhere or l
+// has no TTFT limit (nothing to rank the slots by). cands must have been
+// filled.
+func (l Limits) LatestFit(cands []Candidate, req Request, chosen int) int {
+	if !(l.TTFTMs > 0) {
+		return chosen
+	}
+	latest, latestMs := chosen, math.Inf(-1)
+	for i := range cands {
+		c := &cands[i]
+		if l.Full(c, req) {
+			continue
+		}
+		ms := c.FirstTokenMs(0, max(req.Tokens, 1))
+		if c.QueuedTokens > 0 {
+			ms += l.LateMs
+		}
+		if ms > latestMs || ms == latestMs && i == chosen {
+			latest, latestMs = i, ms
+		}
+	}
+	return latest
+}

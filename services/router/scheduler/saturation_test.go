@@ -169,6 +169,50 @@ func TestRoom(t *testing.T) {
 	}
 }
 
+// TestLatestFit: where a backlog's request goes to leave the earliest
+// slots to others: of the workers it fits on within the TTFT limit, the
+// one where a request like it, cached nowhere, is predicted latest. The
+// model and workers are TestRoom's: an idle worker predicts 150 ms, a
+// decoding one 115 ms, one computing a prompt with 50 ms left 160 ms (and
+// the lateness), one 350 ms into a head's 300 tokens is full (500 ms).
+func TestLatestFit(t *testing.T) {
+	m := linear
+	m.PrefillPerBatch = 50
+	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+	idle := Candidate{Timing: m}
+	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
+	decoding := Candidate{Timing: m, Decoding: 1}
+	prompting := Candidate{Timing: m, Decoding: 1, QueuedTokens: 100, HeadTokens: 100, HeadMs: 50}
+	// 300 ms of a head left: 450 ms for a request cached nowhere, past
+	// the limit, but 360 ms for this one, which it caches but 10 tokens
+	// of.
+	cachedBusy := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 300, Overlap: 9}
+	ttft := Limits{TTFTMs: 400}
+	tests := []struct {
+		name   string
+		l      Limits
+		cands  []Candidate
+		chosen int
+		want   int
+	}{
+		{"no TTFT limit: the caller's pick", Limits{PrefillTokens: 250}, []Candidate{idle, prompting}, 0, 0},
+		{"the slot predicted latest", ttft, []Candidate{idle, prompting, decoding}, 0, 1},
+		{"a full worker is no slot", ttft, []Candidate{idle, begun}, 0, 0},
+		{"fits nowhere: the caller's pick", ttft, []Candidate{begun, begun}, 1, 1},
+		{"ties: the caller's pick", ttft, []Candidate{idle, idle}, 1, 1},
+		{"the lateness ranks a worker with prompts queued later", Limits{TTFTMs: 400, LateMs: 200}, []Candidate{idle, prompting}, 0, 1},
+		{"and makes it full past the limit", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{idle, prompting}, 1, 0},
+		{"it fits by its cache; the slot is ranked as the others see it", ttft, []Candidate{idle, cachedBusy}, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.l.LatestFit(tt.cands, req, tt.chosen); got != tt.want {
+				t.Fatalf("LatestFit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestRoomNext: how long until the passing of time alone makes room for
 // one more request than Room counts, from the load record's heads in
 // progress. The model costs a prompt token 1 ms and a step 50 ms, steps of

@@ -219,7 +219,17 @@ type RouteRequest struct {
 	// worker that has not loaded it is priced with its load time, and the
 	// adapter enters every block's hash (see switchyard.worker.v1.KvBlock).
 	// At most 256 bytes.
-	LoraName      string `protobuf:"bytes,12,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	LoraName string `protobuf:"bytes,12,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	// The request is one of a tenant's backlog, released by a frontend's
+	// admission queue while a tenant it crowds is active (one in a higher
+	// band, or in the same band with fewer tokens in flight). With a TTFT
+	// limit (--queue-ttft-threshold), the router places it on the worker
+	// where it fits within the limit and a request like it, cached nowhere,
+	// would be predicted latest: the slots predicted earliest stay for the
+	// requests of the tenants it crowds, which then find the room the
+	// frontend keeps for them early, not at the limit. Where it fits on no
+	// worker, or it belongs to a session, it is placed as if unset.
+	Backlog       bool `protobuf:"varint,13,opt,name=backlog,proto3" json:"backlog,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +346,13 @@ func (x *RouteRequest) GetLoraName() string {
 		return x.LoraName
 	}
 	return ""
+}
+
+func (x *RouteRequest) GetBacklog() bool {
+	if x != nil {
+		return x.Backlog
+	}
+	return false
 }
 
 // Candidate is one worker considered for a request.
@@ -2543,7 +2560,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\bEndpoint\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xf0\x03\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x8a\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -2561,7 +2578,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	" \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\v \x01(\tR\tcacheSalt\x12\x1b\n" +
-	"\tlora_name\x18\f \x01(\tR\bloraNameB\x11\n" +
+	"\tlora_name\x18\f \x01(\tR\bloraName\x12\x18\n" +
+	"\abacklog\x18\r \x01(\bR\abacklogB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xee\x01\n" +
 	"\tCandidate\x12\x1f\n" +
