@@ -388,6 +388,7 @@ func (s *Sim) publishNow(ctx context.Context, b *workerv1.KvEventBatch) error {
 	if err == nil {
 		sent, err = s.pub.Send(ctx, []*eventbusv1.Event{ev})
 		s.f.KVSends.Add(1)
+		s.lastKV = time.Now()
 	}
 	s.kvMu.Unlock()
 	if err == nil {
@@ -418,9 +419,22 @@ func (s *Sim) eventOf(b *workerv1.KvEventBatch) (*eventbusv1.Event, error) {
 }
 
 // PublishStored publishes one batch that stores hash and returns when the
-// eventbus has acknowledged it.
+// eventbus has acknowledged it; with a KVPublishInterval (and rolling
+// batches) it is held with the rolled ones instead, as the SDK holds a
+// batch, and the call returns at once: a probe then times what a worker's
+// events wait as well.
 func (s *Sim) PublishStored(ctx context.Context, hash uint64) error {
-	return s.publishNow(ctx, &workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{storedEvent(hash)}})
+	b := &workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{storedEvent(hash)}}
+	if s.f.cfg.KVPublishInterval <= 0 || s.f.cfg.KVRate <= 0 {
+		return s.publishNow(ctx, b)
+	}
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	if s.stopped {
+		return errors.New("publish KV events: the worker stopped")
+	}
+	s.holdLocked(b)
+	return nil
 }
 
 // roll publishes the worker's next rolling batch: one new block stored, and
@@ -442,6 +456,12 @@ func (s *Sim) roll() {
 		b.Events = append(b.Events, &workerv1.KvCacheEvent{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: []uint64{s.rolling[0]}}}})
 		s.rolling = s.rolling[1:]
 	}
+	s.holdLocked(b)
+}
+
+// holdLocked numbers b, adds it to the held events and sends them when the
+// interval has passed; kvMu is held.
+func (s *Sim) holdLocked(b *workerv1.KvEventBatch) {
 	b.InstanceId = s.inst.InstanceId
 	b.FirstEventId = s.nextEvent + 1
 	s.nextEvent += uint64(len(b.Events))
