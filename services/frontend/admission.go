@@ -52,8 +52,9 @@ import (
 //     however many requests were in flight when saturation began, however
 //     far past the threshold that is. A replica with nothing of the model
 //     in flight sends one as a probe, whose decision says whether there
-//     is room (the router's last word may be stale). No timers, no
-//     polling. The same count bounds the fast path: requests that arrive
+//     is room (the router's last word may be stale), but not a flood's
+//     request while a tenant it crowds is active (it would take the
+//     last room, below). No timers, no polling. The same count bounds the fast path: requests that arrive
 //     together on a word of room go on only as many as it counts (unless
 //     it is the most it counts, which says plenty), so a burst cannot
 //     pass before any decision has seen it.
@@ -924,6 +925,13 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 		w := a.nextLocked(mq, !probe)
 		if w == nil {
 			return // held back for a tenant queued at another replica
+		}
+		if probe && a.reserveLocked(mq, w.tenant, w.b.prio) {
+			// A flood's probe would take the room kept for the tenant it
+			// crowds, or go past the threshold: the router's watch says
+			// when a head's progress or an end makes room, and a broken
+			// watch takes the fleet for unsaturated.
+			return
 		}
 		if !probe && free == 1 && a.reserveLocked(mq, w.tenant, w.b.prio) {
 			return // the last room is kept for a tenant with a better claim

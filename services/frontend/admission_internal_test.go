@@ -543,6 +543,68 @@ func TestAdmissionProbe(t *testing.T) {
 }
 
 // TestKeyFilePriority: a key file line's priority= is its requests' band.
+// TestAdmissionProbeKeepsLastRoom: a replica with nothing of the model in
+// flight sends a queued request on as a probe, but not a flood's while a
+// tenant it crowds is active (here a higher band, seen lately with nothing
+// in flight): that probe would take the room kept for the other tenant,
+// or go past the threshold. The flood's requests then go on the router's
+// word of room.
+func TestAdmissionProbeKeepsLastRoom(t *testing.T) {
+	tests := []struct {
+		name    string
+		crowded bool
+	}{
+		{"alone: the probe goes", false},
+		{"a higher band active lately: no probe", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			plenty := uint32(core.MaxRoom)
+			ta.a.watchedRoom("m", false, plenty)
+			if tt.crowded {
+				tk, err := ta.a.admit(context.Background(), "m", "h", 10, 100, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+				tk.done()
+			}
+			// The flood's one request in flight, decided; then saturated,
+			// two more queue behind it.
+			tk := ta.inflight("l", 100)
+			ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+			ta.a.watchedRoom("m", true, 0)
+			ta.queue(context.Background(), "l1", "l", 0, 10, 10)
+			ta.queue(context.Background(), "l2", "l", 0, 10, 10)
+			tk.done() // nothing in flight here now
+			if !tt.crowded {
+				if r := ta.next(); r.name != "l1" || r.err != nil {
+					t.Fatalf("got %s %v, want the probe l1", r.name, r.err)
+				}
+				return
+			}
+			if d := ta.depth(); d != 2 {
+				t.Fatalf("depth %d: a probe went though a tenant it crowds is active", d)
+			}
+			// Room for two: both go (the second with nothing queued
+			// behind it).
+			ta.a.watchedRoom("m", false, 2)
+			got := map[string]bool{}
+			for range 2 {
+				r := ta.next()
+				if r.err != nil {
+					t.Fatalf("%s: %v", r.name, r.err)
+				}
+				got[r.name] = true
+			}
+			if !got["l1"] || !got["l2"] {
+				t.Fatalf("released %v on room for two, want l1 and l2", got)
+			}
+		})
+	}
+}
+
 func TestKeyFilePriority(t *testing.T) {
 	tests := []struct {
 		name, file string
