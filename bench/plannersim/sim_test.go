@@ -58,13 +58,15 @@ func TestRunFixedPool(t *testing.T) {
 }
 
 func TestRunPlannerFollowsAStep(t *testing.T) {
-	// 2 req/s for 5 minutes, 20 req/s for 5, 2 req/s for 5: the planner
-	// grows the pool (within 6) and shrinks it, and uses fewer
-	// engine-seconds than the pool the peak needs all along.
+	// 2 req/s for 5 minutes, 20 req/s for 5, 2 req/s for 15: the planner
+	// grows the pool (within 6) and shrinks it once the step's rise has
+	// left the rates it keeps room for rises from (about 11 minutes of
+	// them), and uses fewer engine-seconds than the pool the peak needs
+	// all along.
 	cfg := testConfig()
 	trace := steady(0, 600, 2, 0)
 	trace = append(trace, steady(300*time.Second, 6000, 20, 1<<20)...)
-	trace = append(trace, steady(600*time.Second, 600, 2, 1<<30)...)
+	trace = append(trace, steady(600*time.Second, 1800, 2, 1<<30)...)
 	planned, err := Run(trace, cfg, "planner", 0)
 	if err != nil {
 		t.Fatal(err)

@@ -17,8 +17,10 @@
 //     one at least, and it shrinks only when the remaining workers, taking
 //     the leaving workers' load, would still hold both;
 //   - stability: a pool shrinks only when even (1-Hysteresis) of a
-//     worker's capacity would do for the forecast and for every rate
-//     observed over the cooldown, not within Cooldown intervals of its
+//     worker's capacity would do for the forecast, for every rate
+//     observed over the cooldown and for the rate's level now plus the
+//     largest rise its level made over a start-up lately (as rare a rise
+//     as the intervals the pool may miss), not within Cooldown intervals of its
 //     last change nor before Cooldown+1 intervals have been observed,
 //     not while started workers have yet to register, and
 //     never on stale data; it stays within MinReplicas..MaxReplicas and
@@ -230,6 +232,9 @@ type poolState struct {
 	// intervals, oldest first: a pool shrinks only when the highest of
 	// them fits too.
 	recent []float64
+	// rates is the observed request rates of the last riseMemory
+	// intervals, oldest first: the rises a shrink keeps room for.
+	rates []float64
 	// bounds is the rates the pool was sized for (the forecast's bound at
 	// the quantile) at the decisions of the same intervals.
 	bounds []float64
@@ -356,6 +361,10 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		if len(st.recent) > c.Cooldown+1 {
 			st.recent = st.recent[len(st.recent)-c.Cooldown-1:]
 		}
+		st.rates = append(st.rates, o.Demand.RequestsPerSec)
+		if keep := c.riseMemory(); len(st.rates) > keep {
+			st.rates = append(st.rates[:0], st.rates[len(st.rates)-keep:]...)
+		}
 	}
 	if demandFresh {
 		pd.Inputs.Observed = o.Demand.Demand
@@ -469,6 +478,21 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		for _, r := range st.bounds {
 			high = max(high, r)
 		}
+		// A worker drained now is back no sooner than Lead and an
+		// interval: the pool keeps room for the rate now plus the rise
+		// the rate has made over such a span lately (riseMemory), so
+		// that it holds through a trough before a rise and between
+		// bursts shorter than a start-up, which no forecast sees coming.
+		riseNote := ""
+		if levels := levelsOf(st.rates, c.Window); len(levels) > 0 {
+			// A level is a mean of Window rates: it shows a rise of the
+			// rates over the span Window-1 intervals later.
+			rise := riseOf(levels, c.riseSpan()+c.Window-1)
+			if kept := levels[len(levels)-1] + rise; kept > high {
+				high = kept
+				riseNote = fmt.Sprintf("; room kept for a rise of %.3g req/s on %.3g", rise, levels[len(levels)-1])
+			}
+		}
 		switch down := need(high, 1-c.Hysteresis); {
 		case pd.Current <= c.MinReplicas:
 			target, reason = pd.Current, reason+fmt.Sprintf("; at the minimum of %d", c.MinReplicas)
@@ -484,10 +508,10 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		case !downOK:
 			target, reason = pd.Current, "hold: with one worker less the others would break an objective"
 		case down >= pd.Current:
-			target, reason = pd.Current, fmt.Sprintf("hold: demand is within the hysteresis band (%.0f%% of a worker's capacity)", c.Hysteresis*100)
+			target, reason = pd.Current, fmt.Sprintf("hold: demand is within the hysteresis band (%.0f%% of a worker's capacity)%s", c.Hysteresis*100, riseNote)
 		default:
 			target = max(down, target)
-			reason += fmt.Sprintf("; down to %d with %.0f%% of capacity kept free", target, c.Hysteresis*100)
+			reason += fmt.Sprintf("%s; down to %d with %.0f%% of capacity kept free", riseNote, target, c.Hysteresis*100)
 		}
 	}
 	pd.Target = clamp(target, c.MinReplicas, c.MaxReplicas)
@@ -544,6 +568,61 @@ func (st *poolState) bias(noise, z float64, k int) float64 {
 		return most + chance
 	}
 	return 0
+}
+
+// levelsOf is the rate's level at each of rates from the window-th on:
+// the mean of it and the window-1 before. A rate's noise around its level
+// is not a rise a pool must keep room for: a worker's capacity already
+// holds the objectives against arrivals at random around a level.
+func levelsOf(rates []float64, window int) []float64 {
+	window = max(window, 1)
+	if len(rates) < window {
+		return nil
+	}
+	out := make([]float64, 0, len(rates)-window+1)
+	sum := 0.0
+	for i, r := range rates {
+		sum += r
+		if i >= window {
+			sum -= rates[i-window]
+		}
+		if i >= window-1 {
+			out = append(out, sum/float64(window))
+		}
+	}
+	return out
+}
+
+// riseOf is the largest rise of levels over span: for each level, the
+// highest of the span after it (or of what followed it so far) less it;
+// 0 when they only fell.
+func riseOf(levels []float64, span int) float64 {
+	most := 0.0
+	for i := 0; i+1 < len(levels); i++ {
+		for _, r := range levels[i+1 : min(i+1+span, len(levels))] {
+			most = max(most, r-levels[i])
+		}
+	}
+	return most
+}
+
+// riseSpan is the intervals a drained worker could not be replaced in:
+// Lead and an interval.
+func (c Config) riseSpan() int {
+	return int(math.Ceil((c.Lead+c.Interval).Seconds()/c.Interval.Seconds() - 1e-9))
+}
+
+// riseMemory is the rates a shrink looks back over for rises: the
+// Window-1 before the first level, then n levels, each with the span
+// after it (riseSpan), n being the fewest rises whose largest is at or
+// above their Quantile-quantile with probability Quantile (1 - q^n >= q,
+// n >= ln(1-q)/ln(q): 59 at 0.95, 1 at 0.5), and at least as many as a
+// change holds the pool for (Cooldown+1). The pool then keeps room for a
+// rise as rare as the share of intervals it is sized to hold (the
+// attainment it aims at), as sure as that, whatever the rate's shape.
+func (c Config) riseMemory() int {
+	n := int(math.Ceil(math.Log(1-c.Quantile)/math.Log(c.Quantile) - 1e-9))
+	return max(n, c.Cooldown+1) + c.riseSpan() + c.Window - 1
 }
 
 // biasSamples is the misses the bias looks at: a lead and an interval's

@@ -347,12 +347,14 @@ func TestDemandCurves(t *testing.T) {
 				if sizes[19] != 1 || sizes[20+3] < needed(200) || sizes[59] < needed(200) {
 					t.Errorf("step up: sizes %v", sizes[15:30])
 				}
-				// Down within 8 intervals of the step: the window's mean
-				// leaves the step behind over its 3, and the pool shrinks
-				// once the bounds it was sized for over the last 4 (the
-				// cooldown and one) fit the smaller pool.
-				if sizes[60+8] != needed(20) || sizes[99] != needed(20) {
-					t.Errorf("step down: sizes %v", sizes[55:75])
+				// The pool keeps room for the step's rise while the rise
+				// memory holds the rates before it, then shrinks within
+				// 8 intervals: the window's mean leaves the step behind
+				// over its 3, and the bounds it was sized for over the
+				// last 4 (the cooldown and one) fit the smaller pool.
+				mem := DefaultConfig().riseMemory()
+				if sizes[60+8] < needed(200) || sizes[20+mem+8] != needed(20) || sizes[99] != needed(20) {
+					t.Errorf("step down: sizes %v", sizes[55:])
 				}
 			}},
 			{"ramp", func(i int) float64 { return 10 + 3*float64(i) }, 100, func(t *testing.T, sizes []int, curve func(int) float64) {
@@ -549,4 +551,72 @@ func trough() []float64 {
 		rates = append(rates, 100)
 	}
 	return rates
+}
+
+func TestRiseOf(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rates        []float64
+		window, span int
+		levels       []float64
+		rise         float64
+	}{
+		{"too few for a level", []float64{5, 6}, 3, 2, nil, 0},
+		// Levels 2, 3, 4, 3: the largest rise within 2 of a level is 2
+		// (from 2 to 4).
+		{"means of 3", []float64{1, 2, 3, 4, 5, 0}, 3, 2, []float64{2, 3, 4, 3}, 2},
+		// Within 1 only: 1.
+		{"a shorter span", []float64{1, 2, 3, 4, 5, 0}, 3, 1, []float64{2, 3, 4, 3}, 1},
+		// A burst of one interval, 10 over a level of 10: the rise is the
+		// burst's, once the memory has the rates before it.
+		{"a burst", []float64{10, 10, 20, 10, 10}, 1, 3, []float64{10, 10, 20, 10, 10}, 10},
+		// Only falls: no rise.
+		{"falling", []float64{9, 7, 5, 3}, 1, 3, []float64{9, 7, 5, 3}, 0},
+		// The last levels rise against the first: a rise still under
+		// way counts as far as it went.
+		{"a rise under way", []float64{1, 1, 1, 4}, 1, 5, []float64{1, 1, 1, 4}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			levels := levelsOf(tc.rates, tc.window)
+			if len(levels) != len(tc.levels) {
+				t.Fatalf("levels %v, want %v", levels, tc.levels)
+			}
+			for i := range levels {
+				if !near(levels[i], tc.levels[i]) {
+					t.Fatalf("levels %v, want %v", levels, tc.levels)
+				}
+			}
+			if got := riseOf(levels, tc.span); !near(got, tc.rise) {
+				t.Fatalf("rise %v, want %v", got, tc.rise)
+			}
+		})
+	}
+}
+
+func TestRiseMemory(t *testing.T) {
+	for _, tc := range []struct {
+		quantile   float64
+		lead       time.Duration
+		span, want int
+	}{
+		// The largest of 59 rises is at or past their 95th percentile
+		// with probability 1-0.95^59 = 0.952; 58 would give 0.949. The
+		// span: a 60 s lead and an interval, 7 intervals; the window's 3
+		// rates make a level.
+		{0.95, 60 * time.Second, 7, 59 + 7 + 2},
+		// The largest of 1 is at or past the median half the time: the
+		// cooldown and one (4) are longer.
+		{0.5, 0, 1, 4 + 1 + 2},
+		// 1 - 0.99^459 = 0.990.
+		{0.99, 5 * time.Second, 2, 459 + 2 + 2},
+	} {
+		c := DefaultConfig()
+		c.Quantile, c.Lead = tc.quantile, tc.lead
+		if got := c.riseSpan(); got != tc.span {
+			t.Errorf("quantile %v, lead %v: span %d, want %d", tc.quantile, tc.lead, got, tc.span)
+		}
+		if got := c.riseMemory(); got != tc.want {
+			t.Errorf("quantile %v, lead %v: memory %d, want %d", tc.quantile, tc.lead, got, tc.want)
+		}
+	}
 }
