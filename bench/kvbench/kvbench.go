@@ -45,7 +45,8 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// DefaultOptions are the issue's: 8 workers, about 1M blocks.
+// DefaultOptions are the benchmark's standard size: 8 workers, about 1M
+// blocks.
 func DefaultOptions() Options {
 	return Options{Modes: []kvevents.Mode{kvevents.JetStream, kvevents.Core, kvevents.Direct}, Workers: 8,
 		Batches: 2000, EventsPerBatch: 4, BlocksPerEvent: 16, Probes: 400}

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// The 11th turn of a 10-turn chat of about 60k tokens: the goal for
-// the chat prefix cache is preprocessing (template render and tokenization)
+// The 11th turn of a 10-turn chat of about 60k tokens: the chat prefix
+// cache's goal is preprocessing (template render and tokenization)
 // in <= 1 ms. Each iteration is a conversation of its own whose 10th turn
 // went through the cache (untimed) before its 11th is timed, so no
 // iteration reuses the prompt of the one before. Besides ns/op (wall time,

@@ -10,7 +10,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/stack/stacktest"
 )
 
-// TestLiveGroupsStayOnTheirWorker is the case of chats sharing long
+// TestLiveGroupsStayOnTheirWorker is the case of chats sharing long
 // system prompts, on 4 mockers at make run's defaults (real time, router
 // weight 1): 5 groups sharing 4,096-token prefixes, sent one at a time,
 // then 8 at a time. Every group's requests after its first land on one
