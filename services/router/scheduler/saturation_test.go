@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 )
 
 // TestFirstToken: a request's predicted first token is the time left of
@@ -112,18 +114,28 @@ func TestFullHead(t *testing.T) {
 	}
 }
 
+// roomWorkers is the model, request and workers TestRoom and TestLatestFit
+// share: a prompt token costs 1 ms and a step 50 ms; the request is 100
+// tokens in 10 blocks; the workers are idle, 350 ms into a head of 300
+// tokens, decoding one request, and decoding one while computing a
+// 100-token prompt with 50 ms left.
+func roomWorkers() (m timingmodel.Model, req Request, idle, begun, decoding, prompting Candidate) {
+	m = linear
+	m.PrefillPerBatch = 50
+	req = Request{Blocks: 10, Tokens: 100, BlockSize: 10}
+	idle = Candidate{Timing: m}
+	begun = Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
+	decoding = Candidate{Timing: m, Decoding: 1}
+	prompting = Candidate{Timing: m, Decoding: 1, QueuedTokens: 100, HeadTokens: 100, HeadMs: 50}
+	return m, req, idle, begun, decoding, prompting
+}
+
 // TestRoom: how many more requests like req fit before every candidate is
 // full, counted up to a cap. The model costs a prompt token 1 ms and a
 // step 50 ms: at a 400 ms threshold an idle worker holds three requests of
 // 100 tokens (150, 250, 350 ms), a worker whose head has just begun none.
 func TestRoom(t *testing.T) {
-	m := linear
-	m.PrefillPerBatch = 50
-	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
-	idle := Candidate{Timing: m}
-	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
-	decoding := Candidate{Timing: m, Decoding: 1}
-	prompting := Candidate{Timing: m, Decoding: 1, QueuedTokens: 100, HeadTokens: 100, HeadMs: 50}
+	_, req, idle, begun, decoding, prompting := roomWorkers()
 	ttft := Limits{TTFTMs: 400}
 	tests := []struct {
 		name   string
@@ -176,13 +188,7 @@ func TestRoom(t *testing.T) {
 // decoding one 115 ms, one computing a prompt with 50 ms left 160 ms (and
 // the lateness), one 350 ms into a head's 300 tokens is full (500 ms).
 func TestLatestFit(t *testing.T) {
-	m := linear
-	m.PrefillPerBatch = 50
-	req := Request{Blocks: 10, Tokens: 100, BlockSize: 10}
-	idle := Candidate{Timing: m}
-	begun := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 350}
-	decoding := Candidate{Timing: m, Decoding: 1}
-	prompting := Candidate{Timing: m, Decoding: 1, QueuedTokens: 100, HeadTokens: 100, HeadMs: 50}
+	m, req, idle, begun, decoding, prompting := roomWorkers()
 	// 300 ms of a head left: 450 ms for a request cached nowhere, past
 	// the limit, but 360 ms for this one, which it caches but 10 tokens
 	// of.
