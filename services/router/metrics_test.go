@@ -18,9 +18,9 @@ import (
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
-// metricsCluster is a core with two workers of model (block size 4); worker
-// 2 holds the first 12 blocks of prompt, told twice (the second a
-// duplicate).
+// metricsCluster is a core with two workers of model (block size 4), each
+// having reported an idle load; worker 2 holds the first 12 blocks of
+// prompt, told twice (the second a duplicate).
 func metricsCluster(t *testing.T, prompt []uint32) *core.Core {
 	t.Helper()
 	cfg := core.DefaultConfig()
@@ -31,6 +31,7 @@ func metricsCluster(t *testing.T, prompt []uint32) *core.Core {
 			InstanceId: i, Transport: &commonv1.Transport{Tcp: "10.0.0.1:1"}}}})
 		c.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Item: &registryv1.ModelCard{Namespace: "dynamo", Component: "backend", Endpoint: "generate",
 			InstanceId: i, ModelName: "Qwen/Qwen3-0.6B", BlockSize: 4}}})
+		c.ReportLoad(&workerv1.LoadMetrics{InstanceId: i, Requests: []*workerv1.RequestLoad{}})
 	}
 	ev := &workerv1.KvBlocksStored{}
 	for _, b := range kvhash.Hashes(prompt[:48], 4, nil) {

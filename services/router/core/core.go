@@ -117,7 +117,12 @@ type Core struct {
 	timing map[uint64]*timingmodel.Model
 	// timingVer changes whenever an entry of timing does (a model made or
 	// changed): the scheduler's fill memo then need not compare models.
-	timingVer  uint64
+	timingVer uint64
+	// reported are the live instances a load report has come from. Before
+	// its first, a worker is predicted with Default, whose error says how
+	// far Default is from that engine, not how late the fleet runs against
+	// the models it publishes: its first tokens' lateness is not kept.
+	reported   map[uint64]bool
 	observer   Observer
 	requestTTL time.Duration
 	// arrivals measures the request rate, whose requests wait behind a
@@ -279,6 +284,7 @@ func New(cfg Config) *Core {
 		models:      map[string]map[endpointKey]map[uint64]uint32{},
 		rr:          map[endpointKey]int{},
 		timing:      map[uint64]*timingmodel.Model{},
+		reported:    map[uint64]bool{},
 		requestTTL:  cfg.RequestTTL,
 		targets:     map[targetKey]*targetCands{},
 		prefill:     map[uint64]bool{},
@@ -365,6 +371,7 @@ func (c *Core) OnInstances(changes []registryclient.Change[*registryv1.Instance]
 		c.mu.Lock()
 		for _, id := range gone {
 			delete(c.timing, id)
+			delete(c.reported, id)
 		}
 		c.mu.Unlock()
 	}
@@ -1098,6 +1105,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		pw, pblocks = d.prefill, len(d.hashes)-d.scored[d.prefill].Overlap
 	}
 	c.mu.Lock()
+	reported := c.reported[d.scored[pw].Worker.Instance]
 	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, len(d.hashes), pblocks, d.blockSize), hashes)
 	if m, ok := r.Target.GetKind().(*routerv1.Target_Model); ok {
 		c.noteTypicalLocked(m.Model, max(pblocks, 1)*d.blockSize)
@@ -1125,7 +1133,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		c.approx.Predict(w, hashes, c.now())
 	}
 	if counted {
-		c.expectFirstToken(d, r.RequestId, pw)
+		c.expectFirstToken(d, r.RequestId, pw, reported)
 	}
 	if counted && c.pending != nil && c.comp.predicts {
 		// What the index does not confirm yet is predicted there until
@@ -1226,6 +1234,7 @@ func (c *Core) ReportLoad(m *workerv1.LoadMetrics) {
 		return
 	}
 	t := c.timingLocked(m.InstanceId)
+	c.reported[m.InstanceId] = true
 	if pub := timingmodel.FromProto(m.GetTimingModel()); !t.Same(&pub) {
 		*t = pub
 		c.timingVer++

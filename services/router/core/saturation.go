@@ -67,11 +67,12 @@ func targetModel(t *routerv1.Target) string {
 // index of d.scored), so that its MarkPrefillComplete says how late it
 // came (noteLate), and so that the requests it joins there are expected
 // with it (Load.Expect). Only with a TTFT limit; the request's own
-// lateness is kept only when it was predicted within the limit: the
+// lateness is kept only when it was predicted within the limit (the
 // lateness corrects predictions at the threshold, and a request routed
-// far past it (no frontend queue in front, a flood) is a queue whose
-// error says nothing of one released at the threshold.
-func (c *Core) expectFirstToken(d *decision, id string, computes int) {
+// far past it, with no frontend queue in front or in a flood, is a queue
+// whose error says nothing of one released at the threshold) and with a
+// model the worker reported (reported; see Core.reported).
+func (c *Core) expectFirstToken(d *decision, id string, computes int, reported bool) {
 	l := c.limits()
 	model := targetModel(d.q.target)
 	if !(l.TTFTMs > 0) || model == "" {
@@ -79,7 +80,7 @@ func (c *Core) expectFirstToken(d *decision, id string, computes int) {
 	}
 	cand := &d.scored[computes]
 	ms := cand.RequestFirstTokenMs(&d.req)
-	c.load.Expect(id, model, d.now.Add(time.Duration(ms*float64(time.Millisecond))), ms <= l.TTFTMs)
+	c.load.Expect(id, model, d.now.Add(time.Duration(ms*float64(time.Millisecond))), ms <= l.TTFTMs && reported)
 }
 
 // leaveEarliest is where d's request goes, best being the mode's choice:

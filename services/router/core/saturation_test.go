@@ -7,6 +7,7 @@ import (
 	"time"
 
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/scheduler"
 )
@@ -117,7 +118,9 @@ func TestSaturationLimitsValidate(t *testing.T) {
 // queued; 249 with two is past it); 50 ms late, one (168 + 50 is past it);
 // 60 ms early, three (249 - 60 is within it, 330 - 60 not). An idle
 // worker takes one however late. A request predicted past the threshold,
-// or a core without a TTFT threshold, keeps no prediction.
+// or a core without a TTFT threshold, keeps no prediction; nor does one
+// predicted before its worker's first load report (with Default, not a
+// model the worker published).
 func TestSaturationLateness(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	idle := scheduler.Candidate{Timing: timingmodel.Default()}
@@ -125,19 +128,22 @@ func TestSaturationLateness(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  Config
-		late time.Duration
+		// silent: the workers send no load report.
+		silent bool
+		late   time.Duration
 		// kept says a residual is kept; room is SaturationRoom's once
 		// the request is freed, decision the next decision's room.
 		kept           bool
 		room, decision int
 	}{
-		{"on time", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 0, true, 4, 3},
-		{"late", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 50 * time.Millisecond, true, 2, 1},
-		{"later than the threshold: idle workers still take one", Config{QueueTTFTThreshold: 200 * time.Millisecond}, time.Second, true, 2, 1},
-		{"early", Config{QueueTTFTThreshold: 200 * time.Millisecond}, -60 * time.Millisecond, true, 6, 5},
+		{"on time", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, 0, true, 4, 3},
+		{"late", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, 50 * time.Millisecond, true, 2, 1},
+		{"later than the threshold: idle workers still take one", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, time.Second, true, 2, 1},
+		{"early", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, -60 * time.Millisecond, true, 6, 5},
 		// 50 ms: each worker idle, its first prompt (84 ms) past it.
-		{"predicted past the threshold", Config{QueueTTFTThreshold: 50 * time.Millisecond}, time.Second, false, 0, 0},
-		{"no TTFT threshold", Config{QueuePrefillBudget: 5000}, time.Second, false, 4, 3},
+		{"predicted past the threshold", Config{QueueTTFTThreshold: 50 * time.Millisecond}, false, time.Second, false, 0, 0},
+		{"no TTFT threshold", Config{QueuePrefillBudget: 5000}, false, time.Second, false, 4, 3},
+		{"before the workers' first load report", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, 50 * time.Millisecond, false, 4, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +151,10 @@ func TestSaturationLateness(t *testing.T) {
 			cfg := tt.cfg
 			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return now }
 			c := cluster(t, cfg, 2)
+			for id := uint64(1); id <= 2 && !tt.silent; id++ {
+				// Idle, publishing no timing model: Default, as before.
+				c.ReportLoad(&workerv1.LoadMetrics{InstanceId: id, Requests: []*workerv1.RequestLoad{}})
+			}
 			if _, err := c.Route(&routerv1.RouteRequest{RequestId: "r0", Target: modelTarget(), TokenIds: tokens(4000, 1000)}); err != nil {
 				t.Fatal(err)
 			}
