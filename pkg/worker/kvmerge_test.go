@@ -12,6 +12,19 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/worker"
 )
 
+// startHeldKV starts a worker of e whose KV publish interval is an hour,
+// so that only its shutdown or a load report falling due ends a wait.
+func startHeldKV(ctx context.Context, t *testing.T, e env) *worker.Worker {
+	t.Helper()
+	cfg := e.config(t)
+	cfg.KVPublishInterval = time.Hour
+	w, err := worker.Start(ctx, cfg, echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // TestKVPublishIntervalMergesInOrder: with a publish interval (an hour
 // here, so that only the shutdown ends the wait) the worker's first batch
 // goes out at once; the next ones wait and, at the shutdown, go out as one
@@ -21,12 +34,7 @@ func TestKVPublishIntervalMergesInOrder(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := e.config(t)
-	cfg.KVPublishInterval = time.Hour
-	w, err := worker.Start(ctx, cfg, echo(0, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := startHeldKV(ctx, t, e)
 	shut := false
 	defer func() {
 		if !shut {
@@ -89,12 +97,7 @@ func TestKVPublishIntervalCarriesLoad(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := e.config(t)
-	cfg.KVPublishInterval = time.Hour
-	w, err := worker.Start(ctx, cfg, echo(0, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := startHeldKV(ctx, t, e)
 	defer w.Shutdown(context.Background())
 	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
 	if err != nil {
