@@ -182,6 +182,31 @@ func (s *stack) kvEvents(workers []*mockerHandle) eventTally {
 	}
 }
 
+// keepAliveMark is a worker's session and the keep-alives the registry had
+// answered on it at one moment.
+type keepAliveMark struct {
+	w        *mockerHandle
+	sess     *registryclient.Session
+	answered uint64
+}
+
+func markKeepAlive(w *mockerHandle) keepAliveMark {
+	sess := w.w.Session()
+	p, _ := sess.Progress()
+	return keepAliveMark{w: w, sess: sess, answered: p.Answered}
+}
+
+// renewed reports whether the worker's lease was refreshed since the mark,
+// or replaced by a new one (granted, so registered, after the mark).
+func (m keepAliveMark) renewed() bool {
+	sess := m.w.w.Session()
+	if sess != m.sess {
+		return true
+	}
+	p, _ := sess.Progress()
+	return p.Answered > m.answered
+}
+
 // checkWorkers fails t for every worker that exited and returns how many.
 func checkWorkers(t *testing.T, fault string, workers []*mockerHandle) int {
 	t.Helper()
@@ -274,12 +299,18 @@ func TestEtcdOutage(t *testing.T) {
 		time.Sleep(d) // the outage itself
 		close(stop)
 		during := <-got
+		marks := []keepAliveMark{markKeepAlive(workers[0]), markKeepAlive(workers[1])}
 		s.etcd.Start()
 		t.Logf("%v outage: etcd stopping at %s, stopped at %s, started again at %s", d, stopping.Format(time.StampMilli), stopped.Format(time.StampMilli), time.Now().Format(time.StampMilli))
 		// Registered again within two TTLs of etcd's return: every worker's
-		// keep-alive answered, the frontend sees both.
+		// keep-alive answered since etcd came back, the frontend sees both.
+		// Until a refresh is answered the lease's TTL runs from etcd's
+		// return, and the next outage's graceful stop (which takes seconds)
+		// would let etcd expire it: the next outage starts from a renewed
+		// fleet, not from one still counting down.
 		deadline := time.Now().Add(2*ttl + 5*time.Second)
-		for workers[0].w.Session().Expired() || workers[1].w.Session().Expired() || s.health().Instances != 2 {
+		for !marks[0].renewed() || !marks[1].renewed() ||
+			workers[0].w.Session().Expired() || workers[1].w.Session().Expired() || s.health().Instances != 2 {
 			if time.Now().After(deadline) {
 				t.Fatalf("%v outage: workers not registered within two TTLs of etcd's return (frontend sees %d)", d, s.health().Instances)
 			}
