@@ -177,6 +177,40 @@ func TestSessionRegisterWatchClose(t *testing.T) {
 	}
 }
 
+// TestSessionAbandonLeavesLeaseToExpire: an abandoned session stops its
+// keep-alive without revoking the lease, as a crashed worker's would: the
+// instance stays until the TTL runs out on the registry, then the watcher
+// sees it deleted. Done closes at once with no error, and Close afterwards
+// does nothing.
+func TestSessionAbandonLeavesLeaseToExpire(t *testing.T) {
+	t.Parallel()
+	_, reg := registrytest.Start(t)
+	c := dial(t, reg.Addr)
+	ctx := ctxT(t)
+	rec := newRecorder()
+	w := watch(t, c, rec)
+
+	s := openSession(ctx, t, c, 5*time.Second)
+	key := registryclient.InstanceKey(register(ctx, t, s, "generate"))
+	testwait.Until(t, 20*time.Second, "the watcher to see the instance", func() bool { p, _ := rec.counts(key); return p == 1 })
+	s.Abandon()
+	if !isClosed(s.Done()) || s.Err() != nil {
+		t.Fatalf("after Abandon: Done closed %v, Err %v; want closed, nil", isClosed(s.Done()), s.Err())
+	}
+	if _, changed := s.Progress(); !isClosed(changed) {
+		t.Fatal("Progress's channel open after Abandon")
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close after Abandon = %v, want nil", err)
+	}
+	// Not revoked: the lease was refreshed at most half its TTL ago, so
+	// the instance is still there now.
+	if _, d := rec.counts(key); d != 0 || len(w.Items()) != 1 {
+		t.Fatalf("after Abandon and Close: %d deletes, %d items; want the instance kept until its TTL", d, len(w.Items()))
+	}
+	testwait.Until(t, 20*time.Second, "the lease to expire and the watcher to see the DELETE", func() bool { _, d := rec.counts(key); return d == 1 })
+}
+
 func isClosed(c <-chan struct{}) bool {
 	select {
 	case <-c:

@@ -227,6 +227,19 @@ func (s *Session) Close(ctx context.Context) error {
 	return err
 }
 
+// Abandon stops keeping the lease alive without revoking it, as a process
+// that crashed would: everything registered on it stays until the lease's
+// TTL runs out on the registry, which then drops it. Done closes, Err stays
+// nil, and a later Close does nothing. Fault tests and benchmarks use it to
+// measure how a fleet notices a worker that vanished without a word.
+func (s *Session) Abandon() {
+	s.close.Do(func() {
+		close(s.stop)
+		<-s.exit
+		s.finish(nil)
+	})
+}
+
 func (s *Session) finish(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
