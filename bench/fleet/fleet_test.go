@@ -41,7 +41,8 @@ func buildBench(t *testing.T) string {
 // seen by both frontends, every worker is routed to through them and, once
 // deregistered, routed away from; every KV event the eventbus acknowledged
 // is indexed by the router; added and removed probe workers are seen and
-// routed as well. No timing is asserted. The short form runs 16 workers
+// routed as well, and a killed one (its lease left to expire) is dropped by
+// every frontend and the router. No timing is asserted. The short form runs 16 workers
 // whose KV batches are held for a publish interval and sent merged (so the
 // held events are flushed at the bench's pause and at each worker's stop);
 // the long form runs 100 workers that way and 100 that publish each batch at
@@ -65,7 +66,7 @@ func TestFleetLosesNothing(t *testing.T) {
 
 func losesNothing(t *testing.T, exe string, n int, interval time.Duration) {
 	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LoadHeartbeat: worker.DefaultLoadHeartbeat, LeaseTTL: 10 * time.Second,
-		KVPublishInterval: interval, Settle: 0, Window: time.Second, Probes: 2, Routes: 10, TTFTs: 10, CheckEach: true, Exe: exe}
+		KVPublishInterval: interval, Settle: 0, Window: time.Second, Probes: 2, Kills: 1, Routes: 10, TTFTs: 10, CheckEach: true, Exe: exe}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
@@ -83,6 +84,9 @@ func losesNothing(t *testing.T, exe string, n int, interval time.Duration) {
 	}
 	if len(r.Routable) != cfg.Probes || len(r.Unrouted) != cfg.Probes || len(r.Indexed) != cfg.Probes {
 		t.Fatalf("probe workers: %d routable, %d unrouted, %d indexed, want %d each", len(r.Routable), len(r.Unrouted), len(r.Indexed), cfg.Probes)
+	}
+	if len(r.Killed) != cfg.Kills {
+		t.Fatalf("killed probe workers: %d dropped by every frontend and the router, want %d", len(r.Killed), cfg.Kills)
 	}
 	t.Logf("%d workers: %d KV events published and indexed, %d load reports refused", n, r.Published, r.LoadFailed)
 }

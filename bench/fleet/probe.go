@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -160,6 +161,25 @@ func (c *client) indexed(ctx context.Context, s *Sim, hash uint64, timeout time.
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, fmt.Errorf("block %x of worker %x not indexed after %s (%v)", hash, s.InstanceID(), timeout, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// dropped polls the router until it no longer answers block as cached on
+// instance id (it dropped the worker with its blocks), or fails after
+// timeout.
+func (c *client) dropped(ctx context.Context, id, block uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := c.router.QueryOverlaps(qctx, &routerv1.QueryOverlapsRequest{Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: c.model}}, BlockHashes: []uint64{block}})
+		cancel()
+		if err == nil && !slices.ContainsFunc(r.Candidates, func(cand *routerv1.Candidate) bool { return cand.InstanceId == id && cand.OverlapBlocks > 0 }) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("router still has worker %x's block %x after %s (%v)", id, block, timeout, err)
 		}
 		time.Sleep(time.Millisecond)
 	}

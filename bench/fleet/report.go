@@ -217,6 +217,7 @@ func figures(r *Result) []figure {
 	}{
 		{"first request through each frontend (loads the tokenizer)", r.FirstRequest},
 		{"worker start (lease, registration, card, first KV batch)", r.WorkerStart}, {"registration to routable", r.Routable}, {"deregistration to unrouted", r.Unrouted},
+		{"kill (lease left to expire) to unrouted", r.Killed},
 		{"watch fan-out (add) to every frontend", r.FanOutAdd}, {"watch fan-out (delete) to every frontend", r.FanOutDel},
 		{"KV event publish to indexed", r.Indexed}, {"route decision (RPC at the router)", r.Route}, {"TTFT through a frontend", r.TTFT},
 	} {
@@ -247,6 +248,9 @@ func printResult(w io.Writer, r *Result) {
 	}
 	fmt.Fprintf(w, "registration to routable, each probe (ms):%s\n", msList(r.Routable))
 	fmt.Fprintf(w, "deregistration to unrouted, each probe (ms):%s\n", msList(r.Unrouted))
+	if len(r.Killed) > 0 {
+		fmt.Fprintf(w, "kill to unrouted, each killed probe (ms; the lease's TTL bounds it, refreshed at half the TTL):%s\n", msList(r.Killed))
+	}
 	for _, l := range r.Lost {
 		fmt.Fprintf(w, "LOST: %s\n", l)
 	}

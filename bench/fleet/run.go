@@ -58,6 +58,10 @@ type Config struct {
 	// the latency figures; Routes and TTFTs how many route decisions and
 	// completions are timed.
 	Probes, Routes, TTFTs int
+	// Kills is how many workers are added and then killed one at a time
+	// (keep-alive stopped, lease not revoked) for the time until every
+	// frontend and the router drop them, which the lease's TTL bounds.
+	Kills int
 	// CheckEach sends a request for every worker's signature through the
 	// frontends once the fleet is up, and again after it deregistered:
 	// every worker must be routed to, then away from.
@@ -98,6 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
 	fs.DurationVar(&c.Window, "window", 20*time.Second, "steady-state window for CPU, memory and rates")
 	fs.IntVar(&c.Probes, "probes", 5, "workers added and removed one at a time for the latency figures")
+	fs.IntVar(&c.Kills, "kills", 2, "workers added and then killed one at a time (lease left to expire) for the kill-to-unrouted figure")
 	fs.IntVar(&c.Routes, "routes", 200, "route decisions timed at the router")
 	fs.IntVar(&c.TTFTs, "ttfts", 100, "streamed completions timed through the frontends")
 	fs.BoolVar(&c.CheckEach, "check-each", false, "route a request to every worker through the frontends, and away after it deregistered")
@@ -108,7 +113,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if len(c.Workers) == 0 || c.Concurrency < 1 || c.KVRate < 0 || c.Window <= 0 || c.Probes < 0 || c.Routes < 0 || c.TTFTs < 0 {
+	if len(c.Workers) == 0 || c.Concurrency < 1 || c.KVRate < 0 || c.Window <= 0 || c.Probes < 0 || c.Kills < 0 || c.Routes < 0 || c.TTFTs < 0 {
 		return errors.New("fleet-bench: --workers, --concurrency and --window must be positive, the rest not negative")
 	}
 	if c.Profile && (c.Out == "" || c.Window < time.Second) {
@@ -132,6 +137,9 @@ type Result struct {
 	StartRate                 float64 // workers started per second
 	// Latency samples.
 	Routable, WorkerStart, FirstRequest, Unrouted, FanOutAdd, FanOutDel, Indexed, Route, TTFT []time.Duration
+	// Killed is, for each killed probe worker, the time from the kill
+	// until every frontend and the router had dropped it.
+	Killed []time.Duration
 	// Correctness counts. Reregistered is leases lost (their workers
 	// registered again, as the SDK's do) and KVOfLost the KV events of the
 	// lost instances, which the router indexes only up to the loss.
@@ -304,6 +312,12 @@ func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, l
 			break
 		}
 	}
+	for range cfg.Kills {
+		if err := killProbe(ctx, c, fleet, n, r); err != nil {
+			r.Lost = append(r.Lost, err.Error())
+			break
+		}
+	}
 	for i := range cfg.Routes {
 		id := fmt.Sprintf("fleet-bench-%d", i)
 		t0 := time.Now()
@@ -426,6 +440,40 @@ func probe(ctx context.Context, c *client, fleet *Fleet, n int, r *Result) error
 	}
 	r.Unrouted = append(r.Unrouted, d)
 	r.FanOutDel = append(r.FanOutDel, f.d)
+	return nil
+}
+
+// killProbe adds one worker, waits until every frontend routes to it, then
+// kills it (its lease left to expire, as a crashed worker's) and times until
+// every frontend's catalog and the router have dropped it. A lease refreshed
+// at half its TTL expires between half a TTL and a TTL after the kill.
+func killProbe(ctx context.Context, c *client, fleet *Fleet, n int, r *Result) error {
+	s, err := fleet.Start(ctx, Signatures)
+	if err != nil {
+		return fmt.Errorf("killed probe worker: %w", err)
+	}
+	next := 0
+	if _, err := c.untilRouted(ctx, s, true, &next, time.Minute); err != nil {
+		_ = s.Stop(ctx)
+		return err
+	}
+	if _, err := c.waitInstances(ctx, n+1, time.Minute); err != nil {
+		_ = s.Stop(ctx)
+		return err
+	}
+	id, block := s.InstanceID(), s.signatureHash(0)
+	killed := time.Now()
+	if err := s.Kill(ctx); err != nil {
+		return fmt.Errorf("kill probe worker %x: %w", id, err)
+	}
+	timeout := fleet.cfg.LeaseTTL + time.Minute
+	if _, err := c.waitInstances(ctx, n, timeout); err != nil {
+		return fmt.Errorf("killed worker %x: %w", id, err)
+	}
+	if err := c.dropped(ctx, id, block, time.Until(killed.Add(timeout))); err != nil {
+		return err
+	}
+	r.Killed = append(r.Killed, time.Since(killed))
 	return nil
 }
 

@@ -224,6 +224,11 @@ type sentBatch struct {
 // only), which is how the bench tells that a worker is routable.
 func (s *Sim) Prompt(i int) []uint32 { return signature(s.key, i) }
 
+// signatureHash is the sequence hash of the worker's i-th signature block.
+func (s *Sim) signatureHash(i int) uint64 {
+	return kvhash.Hashes(signature(s.key, i), BlockSize, nil)[0].Sequence
+}
+
 // signature is the tokens of worker key's i-th signature sequence: one
 // block of token ids in [1000, 101000), distinct across workers and i.
 func signature(key uint64, i int) []uint32 {
@@ -321,7 +326,7 @@ func (s *Sim) register(ctx context.Context) (err error) {
 	// the SDK does): a router takes a worker's first event for its start.
 	first := &workerv1.KvEventBatch{}
 	for i := range s.signatures {
-		first.Events = append(first.Events, storedEvent(kvhash.Hashes(signature(s.key, i), BlockSize, nil)[0].Sequence))
+		first.Events = append(first.Events, storedEvent(s.signatureHash(i)))
 	}
 	if len(first.Events) > 0 {
 		if err := s.publishNow(ctx, first); err != nil {
@@ -640,7 +645,15 @@ func (s *Sim) registeredAt() time.Time {
 // request plane. A batch sent after the deregistration could reach a
 // router that had already dropped the worker, which skips it (rightly: the
 // blocks went with the worker), and it would be counted as lost.
-func (s *Sim) Stop(ctx context.Context) error {
+func (s *Sim) Stop(ctx context.Context) error { return s.stop(ctx, true) }
+
+// Kill stops the worker as a crash would, except that the KV events it
+// sent are waited for as Stop does (so the bench's count of indexed events
+// stays exact): its keep-alive stops without revoking the lease, so routers
+// and frontends drop it only when the lease's TTL runs out on the registry.
+func (s *Sim) Kill(ctx context.Context) error { return s.stop(ctx, false) }
+
+func (s *Sim) stop(ctx context.Context, revoke bool) error {
 	s.f.mu.Lock()
 	delete(s.f.workers, s)
 	s.f.mu.Unlock()
@@ -655,7 +668,12 @@ func (s *Sim) Stop(ctx context.Context) error {
 	s.kvMu.Unlock()
 	close(s.acks)
 	<-s.acked
-	err := sess.Close(ctx)
+	var err error
+	if revoke {
+		err = sess.Close(ctx)
+	} else {
+		sess.Abandon()
+	}
 	close(s.stopLoad)
 	<-s.loadDone
 	_ = s.pub.Close()
