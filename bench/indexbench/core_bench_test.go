@@ -2,6 +2,7 @@ package indexbench_test
 
 import (
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/services/router/core"
 )
 
@@ -54,8 +56,17 @@ func BenchmarkRoute(b *testing.B) {
 // same 100 candidates as the data-parallel ranks of 50 workers of 2 ranks
 // (the same index, loads and requests), and reports each
 // decision's p50 and p99 (ns) beside the mean. The index has 200,000
-// entries; SWITCHYARD_BENCH_ENTRIES sets another size (2000000: the
-// issue's 100 workers x 2M blocks).
+// entries; SWITCHYARD_BENCH_ENTRIES sets another size (2000000: 100
+// workers x 2M blocks).
+//
+// Two more cases time the production features: tokens sends token ids,
+// as the frontend does, which the router hashes (no feature on); five
+// turns on all five at once over a workload of the same shape (a
+// quarter of the blocks on the host tier, 50 workers of 2 data-parallel
+// ranks, a cache salt and one adapter of 20 hashed into every block, 4
+// adapter slots per worker, and a session per request of the workload,
+// whose turns are that request again: a conversation's turns share its
+// prefix). Compare five with tokens of the same run.
 func BenchmarkDecision(b *testing.B) {
 	entries := 200_000
 	if v, err := strconv.Atoi(os.Getenv("SWITCHYARD_BENCH_ENTRIES")); err == nil && v > 0 {
@@ -67,41 +78,87 @@ func BenchmarkDecision(b *testing.B) {
 		prefill, dpSize int
 	}{{"single", 0, 1}, {"pair", 50, 1}, {"ranks", 0, 2}} {
 		b.Run(bc.name, func(b *testing.B) {
-			now := time.Unix(1_700_000_000, 0)
-			clock := func() time.Time { return now }
 			wl.DPSize = bc.dpSize
-			c, target := indexbench.RoutePairCoreClock(wl, clock, bc.prefill)
-			ids := make([]string, b.N)
-			for i := range ids {
-				ids[i] = strconv.Itoa(i)
-			}
-			took := make([]time.Duration, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				now = now.Add(time.Millisecond)
-				id := ids[i]
-				start := time.Now()
-				resp, err := c.RouteOwned(&routerv1.RouteRequest{RequestId: id, Target: target, BlockHashes: wl.Requests[i%len(wl.Requests)]})
-				took[i] = time.Since(start)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if (bc.prefill > 0) != (resp.Prefill != nil) {
-					b.Fatalf("prefill leg %v in a decision of %d prefill workers", resp.Prefill, bc.prefill)
-				}
-				core.Recycle(resp)
-				if i%2 == 0 {
-					c.PrefillDone(id)
-				}
-				if i >= 256 {
-					c.Free(ids[i-256])
-				}
-			}
-			b.StopTimer()
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+			timeDecisions(b, wl, bc.prefill)
 		})
+	}
+	plain := indexbench.BuildTokens(100, entries, 128, 1024, 7, kvhash.Extra{})
+	b.Run("tokens", func(b *testing.B) { timeDecisions(b, plain, 0) })
+	five := indexbench.BuildTokens(100, entries, 128, 1024, 7, kvhash.Extra{Salt: "tenant-a", LoRA: "adapter-0"})
+	five.CPUShare, five.DPSize, five.LoRAs, five.Sessions = 0.25, 2, 20, len(five.TokenRequests)
+	b.Run("five", func(b *testing.B) { timeDecisions(b, five, 0) })
+}
+
+// timeDecisions times b.N route decisions over wl (a pair's when prefill
+// workers of it are prefill workers) on a virtual clock, 1 ms a decision,
+// with 256 of the router's requests in flight and the load reports sent
+// again every 1,000 decisions, and reports the decisions' p50 and p99 on
+// the wall clock and, where the OS measures it, in the thread's CPU time
+// (cpu-p50-ns, cpu-p99-ns): on a shared machine the wall clock's tail is
+// mostly the time the thread waited for a core.
+func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	c, target := indexbench.RoutePairCoreClock(wl, clock, prefill)
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	sessions := make([]string, wl.Sessions)
+	for i := range sessions {
+		sessions[i] = "session-" + strconv.Itoa(i)
+	}
+	// Requests of token ids are the frontend's, which omits the
+	// candidates from the response.
+	req := &routerv1.RouteRequest{Target: target, CacheSalt: wl.Salt, LoraName: wl.LoRA, OmitCandidates: wl.TokenRequests != nil}
+	took, cpu := make([]time.Duration, b.N), make([]time.Duration, b.N)
+	cpuOK := true
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		now = now.Add(time.Millisecond)
+		if i%1000 == 999 {
+			indexbench.ReportLoads(c, wl)
+		}
+		id := ids[i]
+		req.RequestId = id
+		if wl.TokenRequests != nil {
+			req.TokenIds = wl.TokenRequests[i%len(wl.TokenRequests)]
+		} else {
+			req.BlockHashes = wl.Requests[i%len(wl.Requests)]
+		}
+		if len(sessions) > 0 {
+			req.SessionId = sessions[i%len(sessions)]
+		}
+		c0, ok0 := indexbench.ThreadCPU()
+		start := time.Now()
+		resp, err := c.RouteOwned(req)
+		took[i] = time.Since(start)
+		c1, ok1 := indexbench.ThreadCPU()
+		cpu[i], cpuOK = c1-c0, cpuOK && ok0 && ok1
+		if err != nil {
+			b.Fatal(err)
+		}
+		if (prefill > 0) != (resp.Prefill != nil) {
+			b.Fatalf("prefill leg %v in a decision of %d prefill workers", resp.Prefill, prefill)
+		}
+		core.Recycle(resp)
+		if i%2 == 0 {
+			c.PrefillDone(id)
+		}
+		if i >= 256 {
+			c.Free(ids[i-256])
+		}
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+	if cpuOK {
+		slices.Sort(cpu)
+		b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "cpu-p50-ns")
+		b.ReportMetric(float64(cpu[len(cpu)*99/100].Nanoseconds()), "cpu-p99-ns")
 	}
 }

@@ -190,11 +190,11 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 		if len(sessions) > 0 {
 			req.SessionId = sessions[i%len(sessions)]
 		}
-		c0, ok0 := threadCPU()
+		c0, ok0 := indexbench.ThreadCPU()
 		t0 := time.Now()
 		resp, err := c.RouteOwned(req)
 		took := time.Since(t0)
-		c1, ok1 := threadCPU()
+		c1, ok1 := indexbench.ThreadCPU()
 		if err != nil {
 			panic(err)
 		}
@@ -229,11 +229,11 @@ func timeLookups(n int, lookup func(i int)) (wall, cpu [2]time.Duration, cpuOK b
 	cpus := make([]time.Duration, n)
 	cpuOK = true
 	for i := range lat {
-		c0, ok0 := threadCPU()
+		c0, ok0 := indexbench.ThreadCPU()
 		t0 := time.Now()
 		lookup(i)
 		lat[i] = time.Since(t0)
-		c1, ok1 := threadCPU()
+		c1, ok1 := indexbench.ThreadCPU()
 		cpus[i], cpuOK = c1-c0, cpuOK && ok0 && ok1
 	}
 	slices.Sort(lat)

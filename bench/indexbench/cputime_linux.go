@@ -1,4 +1,4 @@
-package main
+package indexbench
 
 import (
 	"syscall"
@@ -6,10 +6,10 @@ import (
 	"unsafe"
 )
 
-// threadCPU is the CPU time the calling OS thread has used
+// ThreadCPU is the CPU time the calling OS thread has used
 // (CLOCK_THREAD_CPUTIME_ID): on a machine shared with other work, a
 // decision's own cost without the time the scheduler gave to others.
-func threadCPU() (time.Duration, bool) {
+func ThreadCPU() (time.Duration, bool) {
 	const clockThreadCPUTimeID = 3
 	var ts syscall.Timespec
 	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
