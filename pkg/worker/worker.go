@@ -821,7 +821,7 @@ func (w *Worker) publishKV() {
 	// whatever KV batches wait.
 	var load []*eventbusv1.Event
 	for {
-		if iv := w.cfg.KVPublishInterval; iv > 0 && !behind && !lastSent.IsZero() {
+		if iv := w.cfg.KVPublishInterval; iv > 0 && load == nil && !behind && !lastSent.IsZero() {
 			load = w.waitKV(lastSent.Add(iv))
 		}
 		var batch []*workerv1.KvEventBatch
@@ -919,6 +919,13 @@ func (w *Worker) publishKV() {
 			select {
 			case load = <-w.loadRide:
 			default:
+			}
+			if load != nil && len(w.kv) > 0 {
+				// Batches were queued meanwhile too (while a leading
+				// batch's acknowledgement was awaited): the report goes
+				// after them, in the next round, which does not wait.
+				send()
+				continue
 			}
 		}
 		events, loads, load = append(events, load...), len(load), nil
