@@ -44,14 +44,16 @@ func (d Decision) Encode() ([]byte, error) {
 
 // DecodeDecision reads a stored decision and checks it: an id, known
 // roles, model names of 1-256 printable bytes, counts that are not
-// negative and at most MaxPools pools, finite inputs.
+// negative and at most MaxPools pools, finite inputs. Fields it does not
+// know are skipped: a newer planner's record adds inputs that an older
+// reader (switchyard status, a virtual connector's runner) need not
+// understand to show the decision.
 func DecodeDecision(b []byte) (Decision, error) {
 	var d Decision
 	if len(b) > MaxRecordBytes {
 		return d, fmt.Errorf("decision record of %d bytes: over the limit of %d", len(b), MaxRecordBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
 		return Decision{}, fmt.Errorf("decision record: %w", err)
 	}

@@ -36,7 +36,10 @@ func TestDecodeDecisionRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"not JSON", "{", "decision record"},
 		{"no id", `{"pools":[]}`, "no id"},
-		{"unknown field", `{"id":1,"extra":1}`, "unknown field"},
+		// A newer writer's fields, at the top or in a pool's inputs,
+		// are skipped.
+		{"unknown field", `{"id":1,"extra":1}`, ""},
+		{"unknown input", strings.Replace(good, `"capacity_rps":4`, `"capacity_rps":4,"burst_rps":{"level":2}`, 1), ""},
 		{"trailing data", `{"id":1} {}`, "after the object"},
 		{"bad role", strings.Replace(good, `"agg"`, `"mixed"`, 1), "valid roles"},
 		{"empty model", strings.Replace(good, `"Qwen/Qwen3-0.6B"`, `""`, 1), "model name"},
