@@ -140,12 +140,16 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 }
 
 // prefillTime is how long an idle engine takes to prefill n tokens, in
-// chunks of its token budget per step.
+// chunks of its token budget per step, up to the first token: the steps,
+// each a prefill step alone, and the request's overhead once.
 func prefillTime(n int, ec simengine.Config) time.Duration {
-	var d time.Duration
+	if n <= 0 {
+		return 0
+	}
+	d := simengine.RequestOverhead(ec.SpeedupRatio)
 	for n > 0 {
 		c := min(n, ec.MaxNumBatchedTokens)
-		d += simengine.PrefillTime(c, ec.SpeedupRatio)
+		d += simengine.PrefillTime(c, ec.SpeedupRatio) - simengine.RequestOverhead(ec.SpeedupRatio)
 		n -= c
 	}
 	return d
@@ -361,7 +365,7 @@ func ceilSum(n, bs int64) int64 {
 // cheapestPrefill is the step size in 1..MaxBatchedTokens with the least
 // prefill time per token apart from attention (which Capacity counts per
 // request, AttentionWork), and that time in ms, over two kinds of step: a
-// prefill step alone, (PrefillPerBatch + PrefillPerToken t)/t, and, when
+// prefill step alone, (StepConstant + PrefillPerToken t)/t, and, when
 // beside >= 0, a chunk of t prompt tokens in a step that decodes too,
 // (beside + PrefillPerToken t)/t, beside being what such a step costs
 // apart from its prompt tokens (the bound counts: 0 where the decode step
@@ -378,7 +382,7 @@ func cheapestPrefill(m timingmodel.Model, beside float64) (int, float64) {
 			}
 		}
 	}
-	try(m.PrefillPerBatch)
+	try(m.StepConstant())
 	if beside >= 0 {
 		try(beside)
 	}

@@ -90,10 +90,10 @@ func PlanEngine(trace []Request, cfg Config, reqs []int) (PlanEngineResult, erro
 				continue
 			}
 			if res.TTFT[i] < 0 && len(o.Tokens) > 0 {
-				res.TTFT[i] = now - arrival(order[i])
+				res.TTFT[i] = now - arrival(order[i]) + simengine.RequestOverhead(cfg.Engine.SpeedupRatio)
 			}
 			if o.Finish != simengine.FinishNone {
-				res.E2E[i] = now - arrival(order[i])
+				res.E2E[i] = now - arrival(order[i]) + simengine.RequestOverhead(cfg.Engine.SpeedupRatio)
 				delete(at, o.RequestID)
 			}
 		}

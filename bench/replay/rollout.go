@@ -77,7 +77,7 @@ func Rollout(trace []Request, cfg Config, base []int, window, threshold time.Dur
 		if err != nil {
 			return RolloutResult{}, err
 		}
-		live[w] = &liveEngine{e: e, waiting: map[int]time.Duration{}, ttft: map[int]time.Duration{}}
+		live[w] = &liveEngine{e: e, waiting: map[int]time.Duration{}, ttft: map[int]time.Duration{}, overhead: simengine.RequestOverhead(cfg.Engine.SpeedupRatio)}
 	}
 	res := RolloutResult{Plan: make([]int, n), TTFT: make([]time.Duration, n)}
 	decided := make([]bool, n)
@@ -147,12 +147,15 @@ type liveEngine struct {
 	// arrival; ttft has those that got it.
 	waiting map[int]time.Duration
 	ttft    map[int]time.Duration
+	// overhead is each request's serving overhead, which delays its
+	// first token outside the engine's steps.
+	overhead time.Duration
 }
 
 // clone copies the engine and its requests' waits; the copy records first
 // tokens of its own.
 func (l *liveEngine) clone() *liveEngine {
-	c := &liveEngine{e: l.e.Clone(), busy: l.busy, stepEnd: l.stepEnd, step: l.step,
+	c := &liveEngine{e: l.e.Clone(), busy: l.busy, stepEnd: l.stepEnd, step: l.step, overhead: l.overhead,
 		waiting: make(map[int]time.Duration, len(l.waiting)), ttft: map[int]time.Duration{}}
 	for k, v := range l.waiting {
 		c.waiting[k] = v
@@ -177,7 +180,7 @@ func (l *liveEngine) advance(to time.Duration) {
 				continue
 			}
 			if a, ok := l.waiting[n]; ok {
-				l.ttft[n] = now - a
+				l.ttft[n] = now - a + l.overhead
 				delete(l.waiting, n)
 			}
 		}

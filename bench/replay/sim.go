@@ -315,6 +315,10 @@ type sim struct {
 	last    time.Duration
 	// disagg is the pools' state in the disaggregated modes, else nil.
 	disagg *disaggState
+	// overhead is each request's serving overhead, which delays its
+	// stream as the client sees it and occupies no engine step
+	// (simengine.RequestOverhead).
+	overhead time.Duration
 }
 
 type simEngine struct {
@@ -449,7 +453,8 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		return Result{}, nil, err
 	}
 	start := time.Now()
-	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}, record: record}
+	s := &sim{cfg: cfg, owner: map[string]int{}, reqs: map[string]*inflight{}, left: len(trace), res: Result{Mode: mode, RateScale: cfg.RateScale}, record: record,
+		overhead: simengine.RequestOverhead(cfg.Engine.SpeedupRatio)}
 	if cfg.ranks() > 1 && (setup.disagg != "" || setup.peer != "") {
 		return Result{}, nil, fmt.Errorf("replay: mode %s does not take --dp-size", mode)
 	}
@@ -774,9 +779,11 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 		}
 		if !in.first && len(o.Tokens) > 0 {
 			in.first, in.lastToken = true, s.now
-			s.ttft = append(s.ttft, s.now-in.arrival)
+			// The client sees the stream later by the request's
+			// overhead, which no engine step pays.
+			s.ttft = append(s.ttft, s.now-in.arrival+s.overhead)
 			if in.rec != nil {
-				in.rec.TTFT = s.now - in.arrival
+				in.rec.TTFT = s.now - in.arrival + s.overhead
 				in.rec.Cached = o.Usage.CachedPromptTokens / s.cfg.Engine.BlockSize
 			}
 			if s.disagg != nil {
@@ -787,9 +794,9 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 			}
 		}
 		if o.Finish != simengine.FinishNone {
-			s.e2e = append(s.e2e, s.now-in.arrival)
+			s.e2e = append(s.e2e, s.now-in.arrival+s.overhead)
 			if in.rec != nil {
-				in.rec.E2E = s.now - in.arrival
+				in.rec.E2E = s.now - in.arrival + s.overhead
 				s.records = append(s.records, *in.rec)
 			}
 			owner.Free(o.RequestID)

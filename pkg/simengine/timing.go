@@ -7,8 +7,9 @@ import (
 )
 
 // PrefillTime returns how long prefilling tokens new (uncached) prompt tokens
-// takes in one batch: 4.209989e-7*t^2 + 1.518344e-2*t + 16.50142 ms, divided by
-// the speed-up ratio. It is zero for no tokens and for a speed-up of 0 (no
+// takes in one batch on an idle engine, up to the request's first token:
+// 4.209989e-7*t^2 + 1.518344e-2*t + 16.50142 ms, divided by the speed-up
+// ratio; its request's overhead (RequestOverhead) included. It is zero for no tokens and for a speed-up of 0 (no
 // delay). The coefficients are Dynamo's mocker fit of vLLM on an H100
 // (timingmodel.Default, which the mocker publishes).
 func PrefillTime(tokens int, speedup float64) time.Duration {
@@ -16,6 +17,15 @@ func PrefillTime(tokens int, speedup float64) time.Duration {
 		return 0
 	}
 	return scale(timingmodel.Default().PrefillMs(float64(tokens)), speedup)
+}
+
+// RequestOverhead returns a request's serving overhead, the part of the
+// prefill constant paid once per request outside the engine's steps
+// (timingmodel.Model.PrefillPerRequest of the default fit), divided by the
+// speed-up ratio: it delays the request's first token, and so every token
+// after it, and occupies no step. Zero for a speed-up of 0.
+func RequestOverhead(speedup float64) time.Duration {
+	return scale(timingmodel.Default().PrefillPerRequest, speedup)
 }
 
 // PrefillAfter returns how long prefilling tokens new prompt tokens takes

@@ -10,6 +10,13 @@
 // what its prompt tokens add to it, Prefill(t) less the per-step constant
 // PrefillPerBatch (StepMs).
 //
+// Prefill(t) is a prompt's time to first token on an idle engine, as the
+// fits measure it, and part of its constant, PrefillPerRequest, is the
+// request's serving overhead rather than step time: it is paid once per
+// request, delays that request's first token and occupies no step. A step
+// of prompt tokens alone costs Prefill(t) less PrefillPerRequest
+// (StepConstant); STEPS.md says where the two parts come from.
+//
 // Why the constant is paid once: a step is one forward pass, and a pass
 // reads the model's weights once whatever tokens it carries. The two fits
 // each include a pass's fixed cost (Decode's base is mostly that read; a
@@ -53,6 +60,11 @@ type Model struct {
 	// for one uncached prompt of t tokens (see Attention for the
 	// quadratic term of chunks with a context).
 	PrefillQuadratic, PrefillPerToken, PrefillPerBatch float64
+	// PrefillPerRequest is the part of PrefillPerBatch a request pays
+	// once, outside the engine's steps (its serving overhead: see the
+	// package doc); the rest is the constant of each step of prompt
+	// tokens alone (StepConstant). 0: every such step pays all of it.
+	PrefillPerRequest float64
 	// Decode(u) = max(DecodeMin, DecodeQuadratic*u^2 + DecodeLinear*u + DecodeBase).
 	DecodeQuadratic, DecodeLinear, DecodeBase, DecodeMin float64
 	// MaxBatchedTokens is the most tokens one step computes.
@@ -152,7 +164,9 @@ func Default() Model {
 	}
 }
 
-// PrefillMs is the prefill time of a step with t new prompt tokens, in ms.
+// PrefillMs is Prefill(t), in ms: one uncached prompt of t new tokens
+// computed in one step on an idle engine, its request's overhead
+// (PrefillPerRequest) included: its time to first token there.
 func (m Model) PrefillMs(t float64) float64 {
 	return prefillMs(m.PrefillQuadratic, m.PrefillPerToken, m.PrefillPerBatch, t)
 }
@@ -166,6 +180,13 @@ func prefillMs(quadratic, perToken, perBatch, t float64) float64 {
 	return quadratic*t*t + perToken*t + perBatch
 }
 
+// StepConstant is the per-step constant of a step of prompt tokens
+// alone: PrefillPerBatch less what each request pays outside the steps
+// (PrefillPerRequest), never below 0.
+func (m Model) StepConstant() float64 {
+	return max(m.PrefillPerBatch-m.PrefillPerRequest, 0)
+}
+
 // PiggybackMs is the time t new prompt tokens add to a step that also
 // computes decoding requests' tokens, in ms: Prefill(t) without the
 // per-step constant, which the decode step pays (see the package doc).
@@ -175,11 +196,14 @@ func (m Model) PiggybackMs(t float64) float64 {
 
 // StepMs is the time of a step that computes t new prompt tokens and, when
 // decoding, one token for each of its decoding requests at KV usage u, in
-// ms: Prefill(t) alone, Decode(u) plus PiggybackMs(t) with decoding
-// requests, 0 for a step with nothing to compute.
+// ms: PiggybackMs(t) plus StepConstant alone, Decode(u) plus PiggybackMs(t)
+// with decoding requests, 0 for a step with nothing to compute.
 func (m Model) StepMs(t float64, decoding bool, u float64) float64 {
 	if !decoding {
-		return m.PrefillMs(t)
+		if t <= 0 {
+			return 0
+		}
+		return m.PiggybackMs(t) + m.StepConstant()
 	}
 	return m.DecodeMs(u) + m.PiggybackMs(t)
 }
@@ -213,7 +237,7 @@ func (m Model) StepAttentionMs(t, attn float64, decoding bool, u float64) float6
 	if decoding {
 		return m.DecodeMs(u) + ms
 	}
-	return ms + m.PrefillPerBatch
+	return ms + m.StepConstant()
 }
 
 // DecodeMs is the decode time of a step at KV usage u (clamped to 0..1),
@@ -229,7 +253,7 @@ func (m Model) Scaled(speedup float64) Model {
 	if !(speedup > 0) || speedup == 1 {
 		return m
 	}
-	for _, f := range []*float64{&m.PrefillQuadratic, &m.PrefillPerToken, &m.PrefillPerBatch,
+	for _, f := range []*float64{&m.PrefillQuadratic, &m.PrefillPerToken, &m.PrefillPerBatch, &m.PrefillPerRequest,
 		&m.DecodeQuadratic, &m.DecodeLinear, &m.DecodeBase, &m.DecodeMin, &m.CPULoadPerToken, &m.DiskLoadPerToken, &m.LoraLoadMs} {
 		*f /= speedup
 	}
@@ -246,7 +270,7 @@ func Duration(ms float64) time.Duration {
 func (m Model) Valid() bool {
 	// Unrolled, without a slice: the router asks this per worker and
 	// decision.
-	if !finite(m.PrefillQuadratic) || !finite(m.PrefillPerToken) || !finite(m.PrefillPerBatch) ||
+	if !finite(m.PrefillQuadratic) || !finite(m.PrefillPerToken) || !finite(m.PrefillPerBatch) || !finite(m.PrefillPerRequest) ||
 		!finite(m.DecodeQuadratic) || !finite(m.DecodeLinear) || !finite(m.DecodeBase) || !finite(m.DecodeMin) ||
 		!finite(m.LoraLoadMs) {
 		return false
@@ -255,7 +279,7 @@ func (m Model) Valid() bool {
 		return false
 	}
 	return m.MaxBatchedTokens > 0 && m.LoraLoadMs >= 0 && m.PrefillQuadratic >= 0 && m.PrefillPerToken >= 0 && m.PrefillPerBatch >= 0 &&
-		m.PrefillMs(1) > 0 && m.DecodeMin >= 0
+		m.PrefillPerRequest >= 0 && m.PrefillPerRequest <= m.PrefillPerBatch && m.PiggybackMs(1)+m.StepConstant() > 0 && m.DecodeMin >= 0
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
@@ -267,6 +291,7 @@ func (m *Model) Same(o *Model) bool {
 	return math.Float64bits(m.PrefillQuadratic)^math.Float64bits(o.PrefillQuadratic)|
 		math.Float64bits(m.PrefillPerToken)^math.Float64bits(o.PrefillPerToken)|
 		math.Float64bits(m.PrefillPerBatch)^math.Float64bits(o.PrefillPerBatch)|
+		math.Float64bits(m.PrefillPerRequest)^math.Float64bits(o.PrefillPerRequest)|
 		math.Float64bits(m.DecodeQuadratic)^math.Float64bits(o.DecodeQuadratic)|
 		math.Float64bits(m.DecodeLinear)^math.Float64bits(o.DecodeLinear)|
 		math.Float64bits(m.DecodeBase)^math.Float64bits(o.DecodeBase)|
@@ -281,7 +306,8 @@ func (m *Model) Same(o *Model) bool {
 func (m Model) Proto() *workerv1.TimingModel {
 	return &workerv1.TimingModel{
 		PrefillMsQuadratic: m.PrefillQuadratic, PrefillMsPerToken: m.PrefillPerToken, PrefillMsPerBatch: m.PrefillPerBatch,
-		DecodeMsQuadratic: m.DecodeQuadratic, DecodeMsLinear: m.DecodeLinear, DecodeMsBase: m.DecodeBase, DecodeMsMin: m.DecodeMin,
+		PrefillMsPerRequest: m.PrefillPerRequest,
+		DecodeMsQuadratic:   m.DecodeQuadratic, DecodeMsLinear: m.DecodeLinear, DecodeMsBase: m.DecodeBase, DecodeMsMin: m.DecodeMin,
 		MaxBatchedTokens:   uint32(min(m.MaxBatchedTokens, math.MaxUint32)),
 		MaxNumSeqs:         uint32(min(max(m.MaxRunning, 0), math.MaxUint32)),
 		CpuLoadMsPerToken:  m.CPULoadPerToken,
@@ -299,7 +325,8 @@ func FromProto(p *workerv1.TimingModel) Model {
 	}
 	m := Model{
 		PrefillQuadratic: p.GetPrefillMsQuadratic(), PrefillPerToken: p.GetPrefillMsPerToken(), PrefillPerBatch: p.GetPrefillMsPerBatch(),
-		DecodeQuadratic: p.GetDecodeMsQuadratic(), DecodeLinear: p.GetDecodeMsLinear(), DecodeBase: p.GetDecodeMsBase(), DecodeMin: p.GetDecodeMsMin(),
+		PrefillPerRequest: p.GetPrefillMsPerRequest(),
+		DecodeQuadratic:   p.GetDecodeMsQuadratic(), DecodeLinear: p.GetDecodeMsLinear(), DecodeBase: p.GetDecodeMsBase(), DecodeMin: p.GetDecodeMsMin(),
 		MaxBatchedTokens: int(p.GetMaxBatchedTokens()), MaxRunning: int(p.GetMaxNumSeqs()),
 		CPULoadPerToken: p.GetCpuLoadMsPerToken(), DiskLoadPerToken: p.GetDiskLoadMsPerToken(),
 		LoraLoadMs: p.GetLoraLoadMs(),
@@ -324,7 +351,9 @@ func FromProto(p *workerv1.TimingModel) Model {
 // The attention is that of two uncached prompts, the queued tokens and
 // the request's (see SpanPair); a caller that knows the queue's prompts
 // and the request's cached prefix sets a Span's Attn itself. weight
-// multiplies the prefill part (1: the model as published).
+// multiplies the prefill part (1: the model as published). It is the
+// engine's time: the request's own PrefillPerRequest, the same on every
+// engine, is not in it.
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	s := m.Steps(decoding, usage)
 	return s.TTFTMs(queuedTokens, newTokens, weight)
@@ -346,7 +375,8 @@ func (m *Model) TTFTPairMs(queuedTokens, newTokens, decoding int, usage, weight 
 // make one with Model.Steps.
 type Steps struct {
 	// The model's prefill coefficients, so that Steps predicts alone;
-	// perBatch is 0 while requests decode (their decode steps pay it).
+	// perBatch is the per-step constant (StepConstant), 0 while requests
+	// decode (their decode steps pay it).
 	quadratic, perToken, perBatch float64
 	// chunk is the prompt tokens a step computes beside its decoding
 	// requests; decodeMs the decode step each step adds while requests
@@ -359,7 +389,7 @@ type Steps struct {
 // Steps returns m's step costs with decoding requests decoding at KV
 // usage usage.
 func (m *Model) Steps(decoding int, usage float64) Steps {
-	s := Steps{quadratic: m.PrefillQuadratic, perToken: m.PrefillPerToken, perBatch: m.PrefillPerBatch,
+	s := Steps{quadratic: m.PrefillQuadratic, perToken: m.PrefillPerToken, perBatch: m.StepConstant(),
 		chunk: max(m.MaxBatchedTokens-decoding, 1), decoding: decoding > 0}
 	if s.decoding {
 		// Every step decodes too: its decode step pays the constant.

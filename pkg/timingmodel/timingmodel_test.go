@@ -260,3 +260,62 @@ func TestAttention(t *testing.T) {
 		})
 	}
 }
+
+// TestPerRequestSplit works the split of the prefill constant by hand with
+// round numbers: PrefillPerBatch 10, of which PrefillPerRequest 6 is each
+// request's overhead, leaving a step constant of 4; 1 ms per prompt token,
+// no attention, 100 tokens a step, a decode step of 3 ms.
+func TestPerRequestSplit(t *testing.T) {
+	m := Model{PrefillPerToken: 1, PrefillPerBatch: 10, PrefillPerRequest: 6, DecodeBase: 3, DecodeMin: 1, MaxBatchedTokens: 100}
+	steps := m.Steps(0, 0)
+	tests := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		// An idle engine's time to first token keeps the whole constant.
+		{"PrefillMs(50): 50 + 10", m.PrefillMs(50), 60},
+		{"StepConstant: 10 - 6", m.StepConstant(), 4},
+		// A step of prompt tokens alone pays the step constant only.
+		{"StepMs(50, alone): 50 + 4", m.StepMs(50, false, 0), 54},
+		{"StepAttentionMs(50, alone): 50 + 4", m.StepAttentionMs(50, 0, false, 0), 54},
+		// Beside decoding requests the decode step pays the constant.
+		{"StepMs(50, decoding): 3 + 50", m.StepMs(50, true, 0), 53},
+		{"StepMs(0, alone)", m.StepMs(0, false, 0), 0},
+		// 250 tokens alone are three steps (100, 100, 50): 250 + 3 x 4;
+		// the overhead is the request's, not the steps'.
+		{"Steps.PrefillMs(250): 250 + 3 x 4", steps.PrefillMs(steps.Span(250), 1), 262},
+		{"TTFTMs(150 queued, 100 new): 250 + 3 x 4", m.TTFTMs(150, 100, 0, 0, 1), 262},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %v, want %v", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPerRequestProto checks the per-request part on the wire: it round
+// trips, a model that leaves it unset (an older worker) pays the whole
+// constant every step, and one that claims more than the constant is
+// invalid (the default).
+func TestPerRequestProto(t *testing.T) {
+	m := Model{PrefillPerToken: 1, PrefillPerBatch: 10, PrefillPerRequest: 6, DecodeBase: 3, DecodeMin: 1, MaxBatchedTokens: 100, LoraLoadMs: 1}
+	if got := FromProto(m.Proto()); got != m {
+		t.Fatalf("round trip: %+v, want %+v", got, m)
+	}
+	older := m.Proto()
+	older.PrefillMsPerRequest = 0
+	if got := FromProto(older); got.StepConstant() != 10 || got.StepMs(50, false, 0) != 60 {
+		t.Errorf("unset: step constant %v, StepMs(50) %v; want 10, 60", got.StepConstant(), got.StepMs(50, false, 0))
+	}
+	over := m.Proto()
+	over.PrefillMsPerRequest = 11
+	if got := FromProto(over); got != Default() {
+		t.Errorf("per request over the constant: %+v, want the default", got)
+	}
+	if got := m.Scaled(2); got.PrefillPerRequest != 3 || got.StepConstant() != 2 {
+		t.Errorf("Scaled(2): per request %v, step constant %v; want 3, 2", got.PrefillPerRequest, got.StepConstant())
+	}
+}

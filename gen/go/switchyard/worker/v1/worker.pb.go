@@ -2376,6 +2376,11 @@ func (x *RequestLoad) GetDecodeBlocks() uint32 {
 //	prefill(t) = prefill_ms_quadratic*t^2 + prefill_ms_per_token*t + prefill_ms_per_batch  (t > 0)
 //	decode(u)  = max(decode_ms_min, decode_ms_quadratic*u^2 + decode_ms_linear*u + decode_ms_base)
 //
+// prefill(t) is one prompt's time to first token on an idle engine, and
+// prefill_ms_per_request of its constant is paid once per request outside
+// the engine's steps (see that field): a step of prompt tokens alone costs
+// prefill(t) less prefill_ms_per_request.
+//
 // The default (all fields zero means unset) is Dynamo's mocker fit of vLLM
 // on an H100: 4.209989e-7, 1.518344e-2, 16.50142; -25.74, 54.01, 5.74, 1;
 // 8192 tokens per step.
@@ -2413,9 +2418,18 @@ type TimingModel struct {
 	DiskLoadMsPerToken float64 `protobuf:"fixed64,11,opt,name=disk_load_ms_per_token,json=diskLoadMsPerToken,proto3" json:"disk_load_ms_per_token,omitempty"`
 	// Most requests the engine runs at once (vLLM's max_num_seqs); 0 means
 	// unknown, and a planner then takes the KV cache alone to bound them.
-	MaxNumSeqs    uint32 `protobuf:"varint,12,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxNumSeqs uint32 `protobuf:"varint,12,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
+	// The part of prefill_ms_per_batch that a request pays once, outside the
+	// engine's steps: its serving overhead (HTTP, chat template and
+	// tokenization, scheduling, sampling, streaming the token back), which
+	// delays its first token but does not occupy the GPU. A step of prompt
+	// tokens alone costs prefill_ms_per_batch less this as its constant (a
+	// forward pass's fixed cost). 0 (workers that do not set it): every
+	// such step pays the whole prefill_ms_per_batch. At most
+	// prefill_ms_per_batch.
+	PrefillMsPerRequest float64 `protobuf:"fixed64,13,opt,name=prefill_ms_per_request,json=prefillMsPerRequest,proto3" json:"prefill_ms_per_request,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TimingModel) Reset() {
@@ -2528,6 +2542,13 @@ func (x *TimingModel) GetDiskLoadMsPerToken() float64 {
 func (x *TimingModel) GetMaxNumSeqs() uint32 {
 	if x != nil {
 		return x.MaxNumSeqs
+	}
+	return 0
+}
+
+func (x *TimingModel) GetPrefillMsPerRequest() float64 {
+	if x != nil {
+		return x.PrefillMsPerRequest
 	}
 	return 0
 }
@@ -2920,7 +2941,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\rR\rprefillTokens\x12#\n" +
-	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\x9d\x04\n" +
+	"\rdecode_blocks\x18\x03 \x01(\rR\fdecodeBlocks\"\xd2\x04\n" +
 	"\vTimingModel\x120\n" +
 	"\x14prefill_ms_quadratic\x18\x01 \x01(\x01R\x12prefillMsQuadratic\x12/\n" +
 	"\x14prefill_ms_per_token\x18\x02 \x01(\x01R\x11prefillMsPerToken\x12/\n" +
@@ -2936,7 +2957,8 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	" \x01(\x01R\x11cpuLoadMsPerToken\x122\n" +
 	"\x16disk_load_ms_per_token\x18\v \x01(\x01R\x12diskLoadMsPerToken\x12 \n" +
 	"\fmax_num_seqs\x18\f \x01(\rR\n" +
-	"maxNumSeqs\"\xb1\x01\n" +
+	"maxNumSeqs\x123\n" +
+	"\x16prefill_ms_per_request\x18\r \x01(\x01R\x13prefillMsPerRequest\"\xb1\x01\n" +
 	"\fEmbedRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +

@@ -334,7 +334,7 @@ class StopConditions(_message.Message):
     def __init__(self, stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., min_tokens: _Optional[int] = ..., stop_strings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TimingModel(_message.Message):
-    __slots__ = ["cpu_load_ms_per_token", "decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "disk_load_ms_per_token", "lora_load_ms", "max_batched_tokens", "max_num_seqs", "prefill_ms_per_batch", "prefill_ms_per_token", "prefill_ms_quadratic"]
+    __slots__ = ["cpu_load_ms_per_token", "decode_ms_base", "decode_ms_linear", "decode_ms_min", "decode_ms_quadratic", "disk_load_ms_per_token", "lora_load_ms", "max_batched_tokens", "max_num_seqs", "prefill_ms_per_batch", "prefill_ms_per_request", "prefill_ms_per_token", "prefill_ms_quadratic"]
     CPU_LOAD_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_BASE_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_LINEAR_FIELD_NUMBER: _ClassVar[int]
@@ -345,6 +345,7 @@ class TimingModel(_message.Message):
     MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_QUADRATIC_FIELD_NUMBER: _ClassVar[int]
     cpu_load_ms_per_token: float
@@ -357,9 +358,10 @@ class TimingModel(_message.Message):
     max_batched_tokens: int
     max_num_seqs: int
     prefill_ms_per_batch: float
+    prefill_ms_per_request: float
     prefill_ms_per_token: float
     prefill_ms_quadratic: float
-    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., lora_load_ms: _Optional[float] = ..., cpu_load_ms_per_token: _Optional[float] = ..., disk_load_ms_per_token: _Optional[float] = ..., max_num_seqs: _Optional[int] = ...) -> None: ...
+    def __init__(self, prefill_ms_quadratic: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., prefill_ms_per_batch: _Optional[float] = ..., decode_ms_quadratic: _Optional[float] = ..., decode_ms_linear: _Optional[float] = ..., decode_ms_base: _Optional[float] = ..., decode_ms_min: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., lora_load_ms: _Optional[float] = ..., cpu_load_ms_per_token: _Optional[float] = ..., disk_load_ms_per_token: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., prefill_ms_per_request: _Optional[float] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ["logprob", "top"]
