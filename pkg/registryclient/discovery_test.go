@@ -378,16 +378,20 @@ func TestSessionOutlivesItsRegistry(t *testing.T) {
 // TestSessionKeepsLeaseThroughLongEtcdOutage: etcd down for longer than the
 // TTL, then back on its data: etcd extends its leases when it restarts, and
 // the session, still trying, finds its lease alive with the same id. etcd
-// gives the lease only its TTL (1 s) from its return, so the session must
-// try within that; the registry answers "etcd unavailable" at once (it knows
-// the lease's token without etcd), and the outage lasts a dozen failed
-// attempts, past which an unbounded backoff waits up to 5 s between them.
+// gives the lease only its TTL (3 s) from its return, so the session must
+// reach it within that; the registry answers "etcd unavailable" at once (it
+// knows the lease's token without etcd), and the outage lasts a dozen failed
+// attempts, past which an unbounded backoff would wait longer than the TTL
+// between them (it grows to 5 s). The TTL leaves room for the registry's own
+// reconnection to etcd (its backoff is up to a second) and for the session's
+// attempts a quarter TTL apart; with a 1 s lease the two together sometimes
+// took longer than the lease on a loaded machine, and etcd expired it.
 func TestSessionKeepsLeaseThroughLongEtcdOutage(t *testing.T) {
 	t.Parallel()
 	etcd, reg := registrytest.Start(t)
 	c := dial(t, reg.Addr)
 	ctx := ctxT(t)
-	s := openSession(ctx, t, c, 1*time.Second)
+	s := openSession(ctx, t, c, 3*time.Second)
 	defer s.Close(ctx)
 	in := register(ctx, t, s, "generate")
 	etcd.Stop()
