@@ -40,7 +40,10 @@ func (c *Core) Explain(r *routerv1.ExplainRouteRequest) (*routerv1.ExplainRouteR
 	}
 	// The mode's reason is for its own pick, which the session rule may
 	// then override.
-	session := c.applySession(d, r.GetSessionId(), len(r.TokenIds), false)
+	var session *routerv1.SessionBinding
+	if ch, ok := c.applySession(d, r.GetSessionId(), len(r.TokenIds), false); ok {
+		session = c.sessions.describe(r.GetSessionId(), d, ch)
+	}
 	out := &routerv1.ExplainRouteResponse{
 		Mode:          c.ModeName(),
 		BlockSize:     uint32(d.blockSize),

@@ -321,7 +321,7 @@ func (s *sessions) choose(d *decision, id string, req scheduler.Request, limits 
 	return out
 }
 
-// binding describes c for the session's SessionBinding.
+// describe is c as the session's SessionBinding (what ExplainRoute shows).
 func (s *sessions) describe(id string, d *decision, c sessionChoice) *routerv1.SessionBinding {
 	w := d.scored[c.chosen].Worker
 	out := &routerv1.SessionBinding{SessionId: id, InstanceId: w.Instance, DpRank: w.DPRank, Outcome: c.outcome,
@@ -353,10 +353,11 @@ func sessionReason(b *routerv1.SessionBinding) string {
 // applySession applies the session rule to a decision of a request with a
 // session id (see sessions.choose) and moves d to its pick. A disaggregated
 // pair and a direct decision are left as they are: the pair was priced
-// for its decode worker, and direct mode names its worker.
-func (c *Core) applySession(d *decision, id string, tokens int, record bool) *routerv1.SessionBinding {
+// for its decode worker, and direct mode names its worker. It reports
+// what the rule chose, and false when it did not apply.
+func (c *Core) applySession(d *decision, id string, tokens int, record bool) (sessionChoice, bool) {
 	if id == "" || d.pools != nil || c.mode == ModeDirect {
-		return nil
+		return sessionChoice{}, false
 	}
 	if tokens == 0 {
 		tokens = len(d.hashes) * d.blockSize
@@ -374,7 +375,7 @@ func (c *Core) applySession(d *decision, id string, tokens int, record bool) *ro
 			d.saturated = c.saturated(d, req, ch.chosen)
 		}
 	}
-	return c.sessions.describe(id, d, ch)
+	return ch, true
 }
 
 // Sessions counts the session table's bindings and what it did.
