@@ -883,10 +883,11 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	if q.lora != "" && !c.adapterBlind {
 		// A worker without the adapter loaded loads it first, once one
 		// of its slots is free.
+		key := loraKey(q.lora)
 		c.loras.mu.Lock()
 		for i := range d.scored {
 			s := &d.scored[i]
-			load, wait := cands[i].lora.price(q.lora, cands[i].loraSlots, now)
+			load, wait := cands[i].lora.price(q.lora, key, cands[i].loraSlots, now)
 			if load {
 				s.AdapterMs = s.Timing.LoraLoadMs
 			}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,10 @@ type adapters struct {
 // there once it has its first token.
 type adapterWorker struct {
 	loaded []string
+	// loadedKeys are loaded's names' loraKey, in its order: a decision
+	// compares its adapter's key with them on every candidate, and reads
+	// a name only on a match.
+	loadedKeys []uint64
 	// running is, per adapter, the routed requests that run with it.
 	running map[string][]adapterRequest
 	// runMs is how long a request decodes on the worker, on average,
@@ -182,13 +187,42 @@ func (a *adapters) report(w index.WorkerID, names []string, runMs float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.workerLocked(w)
-	st.loaded = append(st.loaded[:0], names...)
+	st.setLoaded(names)
 	st.runMs = runMs
 }
 
-// price is what a request with the adapter name meets on the worker (st,
-// nil for none) with slots adapter slots (0: unknown): whether it must
-// load the adapter, and how long from now it waits for a slot first.
+// setLoaded keeps names as the adapters the worker has loaded.
+func (st *adapterWorker) setLoaded(names []string) {
+	st.loaded = append(st.loaded[:0], names...)
+	st.loadedKeys = st.loadedKeys[:0]
+	for _, n := range names {
+		st.loadedKeys = append(st.loadedKeys, loraKey(n))
+	}
+}
+
+// isLoaded says whether the worker has the adapter name (whose loraKey is
+// key) loaded.
+func (st *adapterWorker) isLoaded(name string, key uint64) bool {
+	for i, k := range st.loadedKeys {
+		if k == key && st.loaded[i] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// loraSeed seeds loraKey.
+var loraSeed = maphash.MakeSeed()
+
+// loraKey is a hash of an adapter's name, which a decision computes once
+// for its request and compares with each candidate's loaded adapters'
+// (adapterWorker.loadedKeys) instead of their names.
+func loraKey(name string) uint64 { return maphash.String(loraSeed, name) }
+
+// price is what a request with the adapter name (whose loraKey is key)
+// meets on the worker (st, nil for none) with slots adapter slots (0:
+// unknown): whether it must load the adapter, and how long from now it
+// waits for a slot first.
 //
 // An engine runs requests of at most slots adapters at once: a request
 // whose adapter is not among those of its running requests waits while
@@ -203,11 +237,11 @@ func (a *adapters) report(w index.WorkerID, names []string, runMs float64) {
 // slots), the earliest to end first (see adapterEndMs). It loads the
 // adapter unless the worker's report lists it. With slots unknown, no
 // wait is predicted.
-func (st *adapterWorker) price(name string, slots int, now time.Time) (load bool, waitMs float64) {
+func (st *adapterWorker) price(name string, key uint64, slots int, now time.Time) (load bool, waitMs float64) {
 	if st == nil {
 		return true, 0
 	}
-	loaded := slices.Contains(st.loaded, name)
+	loaded := st.isLoaded(name, key)
 	n := len(st.running)
 	if n == 0 {
 		return !loaded, 0

@@ -269,7 +269,8 @@ func TestAdapterPrice(t *testing.T) {
 	// Per adapter, its requests' routing and first token, ms from now.
 	type req struct{ at, first int }
 	run := func(runMs float64, loaded []string, reqs map[string][]req) *adapterWorker {
-		st := &adapterWorker{loaded: loaded, running: map[string][]adapterRequest{}, runMs: runMs}
+		st := &adapterWorker{running: map[string][]adapterRequest{}, runMs: runMs}
+		st.setLoaded(loaded)
 		for name, rs := range reqs {
 			for i, r := range rs {
 				st.running[name] = append(st.running[name], adapterRequest{id: fmt.Sprint(name, i), at: at(r.at), first: at(r.first)})
@@ -307,7 +308,7 @@ func TestAdapterPrice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			load, wait := tt.st.price(tt.lora, tt.slots, now)
+			load, wait := tt.st.price(tt.lora, loraKey(tt.lora), tt.slots, now)
 			if load != tt.load || math.Abs(wait-tt.wantMs) > 1e-9 {
 				t.Errorf("price: load %v, wait %v ms; want %v, %v ms", load, wait, tt.load, tt.wantMs)
 			}
