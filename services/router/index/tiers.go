@@ -120,11 +120,17 @@ func (tt *tierTable) stamp() uint32 {
 	return uint32(max(tt.now().Sub(tt.epoch)/time.Second, 0))
 }
 
-// aged reports whether entry e of worker w counts as absent: its tier is
-// store-only for w and it is older than the TTL at now (a stamp).
-func (tt *tierTable) aged(e tierEntry, w *worker, now uint32) bool {
-	return tt.ttl > 0 && w != nil && w.removes&(1<<e.tier) == 0 &&
-		time.Duration(now-min(e.at, now))*time.Second > tt.ttl
+// aged reports whether entry e counts as absent: it is older than the TTL
+// at now (a stamp) and its tier is store-only for the worker in its slot.
+// The entry's own age is compared first: a lookup meets mostly young
+// entries, whose workers it then need not read.
+func (x *Index) aged(e tierEntry, now uint32) bool {
+	tt := &x.tiers
+	if tt.ttl <= 0 || time.Duration(now-min(e.at, now))*time.Second <= tt.ttl {
+		return false
+	}
+	w := x.workers[e.slot]
+	return w != nil && w.removes&(1<<e.tier) == 0
 }
 
 // entriesOf lists the lower-tier entries of a tier table value.
@@ -309,7 +315,7 @@ func (x *Index) countLower(lc *lowerCounts, next []uint64, h uint64) *lowerCount
 		if int(s/64) >= len(next) || next[s/64]&(1<<(s%64)) == 0 {
 			continue
 		}
-		if x.tiers.aged(e, x.workers[s], lc.now) {
+		if x.aged(e, lc.now) {
 			next[s/64] &^= 1 << (s % 64)
 			continue
 		}
@@ -335,7 +341,7 @@ func (x *Index) slotTier(lc **lowerCounts, s uint32, h uint64) (Tier, bool) {
 			(*lc).c = append((*lc).c[:0], make([][LowerTiers]int32, len(x.workers))...)
 			(*lc).now = x.tiers.stamp()
 		}
-		return e.tier, x.tiers.aged(e, x.workers[s], (*lc).now)
+		return e.tier, x.aged(e, (*lc).now)
 	}
 	return TierGPU, false
 }
@@ -360,7 +366,7 @@ func (x *Index) sweepStepLocked() {
 			continue
 		}
 		for _, e := range tt.entriesOf(sl.val, &one) {
-			if w := x.workers[e.slot]; w != nil && !deadSlot(x.dead, e.slot) && tt.aged(e, w, now) {
+			if !deadSlot(x.dead, e.slot) && x.aged(e, now) {
 				drops = append(drops, drop{e.slot, sl.key})
 			}
 		}
