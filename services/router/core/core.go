@@ -982,17 +982,26 @@ func (d *decision) lowerOf(workers []index.WorkerID, pl *pools, anyRank bool) []
 	n := len(workers)
 	d.lower = slices.Grow(d.lower[:0], n)[:n]
 	clear(d.lower)
+	// Each overlap is looked for first where the last one's run ended,
+	// as setIndexed does, and by binary search when it is not there.
 	set := func(from, to int) {
+		next := from
 		for _, o := range d.overlaps {
 			if o.Lower == ([index.LowerTiers]int32{}) {
 				continue
 			}
-			for i := searchWorkers(workers[from:to], o.Worker.Instance) + from; i < to && workers[i].Instance == o.Worker.Instance; i++ {
+			id := o.Worker.Instance
+			i := next
+			if i >= to || workers[i].Instance != id {
+				i = searchWorkers(workers[from:to], id) + from
+			}
+			for ; i < to && workers[i].Instance == id; i++ {
 				if workers[i].DPRank == o.Worker.DPRank || anyRank && d.indexed[i] == o.Blocks {
 					// Rank-blind, the rank whose prefix is credited.
 					d.lower[i] = o.Lower
 				}
 			}
+			next = i
 		}
 	}
 	if pl == nil {
