@@ -51,8 +51,11 @@ func Command(args []string, stdout io.Writer) error {
 	out := fs.String("out", "bin/planner-sim", "directory of "+CSVName)
 	startup := fs.Duration("engine-startup", 60*time.Second, "time a started engine takes to be ready")
 	window := fs.Duration("window", 30*time.Second, "span over which the objectives are judged")
-	preds := fs.String("predictor", "window,trend", "the planner's predictors to run, comma-separated (one policy each)")
+	preds := fs.String("predictor", "window,trend", "the planner's predictors to run, comma-separated (one policy each; empty: none)")
+	static := fs.Bool("static", true, "also run the static pools (static-peak, static-mean); false runs the planner's alone")
+	warmup := fs.Duration("warmup", 0, "also judge each run from this time on (windows starting then or later, engine-seconds from then on): a planner in service has its history, a run's starts with none")
 	decisions := fs.Bool("decisions", false, "also write every decision of the planner's runs to "+DecisionsName+" under --out")
+	staticCache := fs.String("static-cache", "measured", "how the static pools are sized: measured (for the share of prompt tokens their own run served from cache, rerun until the size holds) or none (every prompt token computed)")
 	pc := core.DefaultConfig()
 	fs.Float64Var(&pc.TTFTMs, "ttft-slo", pc.TTFTMs, "time to first token objective, ms")
 	fs.Float64Var(&pc.ITLMs, "itl-slo", pc.ITLMs, "inter-token latency objective, ms")
@@ -63,6 +66,9 @@ func Command(args []string, stdout io.Writer) error {
 	scratch.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *staticCache != "measured" && *staticCache != "none" {
+		return fmt.Errorf("planner-sim: --static-cache %q: valid values are measured and none", *staticCache)
 	}
 	pc.MaxAge = 3 * pc.Interval
 	pc.Lead = *startup
@@ -94,7 +100,7 @@ func Command(args []string, stdout io.Writer) error {
 		}
 		block = g.BlockSize
 	}
-	cfg := Config{Engine: simengine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc}
+	cfg := Config{Engine: simengine.DefaultConfig(), TraceBlock: block, Startup: *startup, Window: *window, Planner: pc, Warmup: *warmup}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -109,36 +115,58 @@ func Command(args []string, stdout io.Writer) error {
 		}
 		cfg.Decisions = f
 	}
-	peak, mean, opening, capRPS := Static(trace, cfg)
+	peak, mean, opening, capRPS := Static(trace, cfg, 0)
 	cfg.Opening = opening
-	type run struct {
-		policy string
-		fixed  int
-		pred   string
-	}
-	var runs []run
-	for _, p := range strings.Split(*preds, ",") {
-		runs = append(runs, run{policy: "planner-" + p, pred: p})
-	}
-	runs = append(runs, run{policy: "static-peak", fixed: peak}, run{policy: "static-mean", fixed: mean})
-	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms; static-peak %d engines, static-mean %d, the planner's opening pool %d; engine start-up %v, interval %v\n",
+	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms with every prompt token computed: static-peak %d engines, static-mean %d, the planner's opening pool %d; engine start-up %v, interval %v\n",
 		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, opening, *startup, pc.Interval)
 	var results []Result
-	for _, r := range runs {
-		c := cfg
-		if r.pred != "" {
-			c.Planner.Predictor = r.pred
-			if err := c.Planner.Validate(); err != nil {
-				return err
-			}
+	for _, p := range strings.Split(*preds, ",") {
+		if p == "" {
+			continue // --predictor "": the static pools alone
 		}
-		res, err := Run(trace, c, r.policy, r.fixed)
+		c := cfg
+		c.Planner.Predictor = p
+		if err := c.Planner.Validate(); err != nil {
+			return err
+		}
+		res, err := Run(trace, c, "planner-"+p, 0)
 		if err != nil {
 			return err
 		}
 		results = append(results, res)
 	}
+	statics := []struct {
+		policy string
+		size   func(cached float64) int
+	}{
+		{"static-peak", func(cached float64) int { n, _, _, _ := Static(trace, cfg, cached); return n }},
+		{"static-mean", func(cached float64) int { _, n, _, _ := Static(trace, cfg, cached); return n }},
+	}
+	if !*static {
+		statics = nil
+	}
+	for _, st := range statics {
+		size := st.size
+		if *staticCache == "none" {
+			size = func(float64) int { return st.size(0) }
+		}
+		runs, chosen, err := RunStatic(trace, cfg, st.policy, size)
+		if err != nil {
+			return err
+		}
+		if len(runs) > 1 {
+			fmt.Fprintf(stdout, "%s: sized for the cached share its runs measured:", st.policy)
+			for _, r := range runs {
+				fmt.Fprintf(stdout, " %d engines (%.1f%%, %.0f engine-s, %.0f%% cached);", r.MaxEngines, 100*r.Attainment, r.EngineSeconds, 100*r.CachedShare())
+			}
+			fmt.Fprintf(stdout, " %d chosen\n", runs[chosen].MaxEngines)
+		}
+		results = append(results, runs[chosen])
+	}
 	PrintTable(stdout, results)
+	if *warmup > 0 {
+		PrintWarm(stdout, results, *warmup)
+	}
 	f, err := os.Create(filepath.Join(*out, CSVName))
 	if err != nil {
 		return err
@@ -198,6 +226,29 @@ func PrintTable(w io.Writer, results []Result) {
 			cached = fmt.Sprintf("%.0f%%", 100*float64(r.CachedPromptTokens)/float64(r.PromptTokens))
 		}
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t%d\t%d\t%d\t%d\t%s\t\n", r.Policy, 100*r.Attainment, r.Windows, r.EngineSeconds, share, r.ScaleChanges, r.Flaps, r.MaxEngines, r.Requests, cached)
+	}
+	tw.Flush()
+}
+
+// PrintWarm prints one line per policy judged from warmup on (Result.Warm),
+// with its engine-seconds from then on as a share of the static-peak
+// run's.
+func PrintWarm(w io.Writer, results []Result, warmup time.Duration) {
+	peak := 0.0
+	for _, r := range results {
+		if r.Policy == "static-peak" {
+			peak = r.Warm.EngineSeconds
+		}
+	}
+	fmt.Fprintf(w, "from %v on:\n", warmup)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tattainment\twindows\tengine-s\tvs static-peak\t")
+	for _, r := range results {
+		share := "-"
+		if peak > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*r.Warm.EngineSeconds/peak)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%.0f\t%s\t\n", r.Policy, 100*r.Warm.Attainment, r.Warm.Windows, r.Warm.EngineSeconds, share)
 	}
 	tw.Flush()
 }

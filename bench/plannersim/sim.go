@@ -1,7 +1,10 @@
 // Package plannersim runs the planner's decisions against simulated
 // engines, without a fleet: a trace's requests arrive at a pool of the
-// mocker's engines (pkg/simengine, the replay's engines), routed
-// to the least loaded ready engine; every interval the planner (package
+// mocker's engines (pkg/simengine, the replay's engines), routed by the
+// router's own core in its default mode (the predicted time to first token
+// on each engine, its cached prefix counted, from the KV events and load
+// reports the engines publish), so a conversation's turns find the cache
+// their earlier turns left, as in the product; every interval the planner (package
 // services/planner/core) sees what a real one sees (the pool's demand and
 // each engine's load and timing model) and its decisions apply after an
 // engine's start-up time (scale-up) or once a drained engine has finished
@@ -21,8 +24,27 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/bench/replay"
+	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
+	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
+	rcore "github.com/switchyard-llm/switchyard/services/router/core"
+)
+
+// The delay of the engines' KV events and load reports on their way to
+// the router, and the engines' load report interval: the replay's
+// defaults, the workers' own interval.
+const (
+	eventDelay   = 5 * time.Millisecond
+	loadInterval = time.Second
+)
+
+// The names the router sees the simulated engines under.
+const (
+	simNamespace = "plannersim"
+	simModel     = "plannersim-model"
 )
 
 // Config is a simulation's setup.
@@ -42,6 +64,11 @@ type Config struct {
 	// already serving the trace's opening rate has. Fixed pools start
 	// ready too.
 	Opening int
+	// Warmup is the opening span a run is also judged without
+	// (Result.Warm): a deployment's planner has been running before any
+	// moment judged, with the rates of its memory seen, while a run's
+	// planner starts with none, at the trace's first request.
+	Warmup time.Duration
 	// Decisions, when set, gets a line per decision of a planner's run:
 	// DecisionsHeader's columns, tab-separated.
 	Decisions io.Writer
@@ -75,6 +102,13 @@ type Result struct {
 	PromptTokens, CachedPromptTokens int
 	// Timeline is every judged window, in time order.
 	Timeline []WindowResult
+	// Warm is the run judged from Config.Warmup on: its windows that
+	// start then or later, and the engines' time from then on.
+	Warm struct {
+		Windows       int
+		Attainment    float64
+		EngineSeconds float64
+	}
 }
 
 // WindowResult is one judged window: the requests that arrived in it,
@@ -123,8 +157,6 @@ type simEngine struct {
 	ready    bool
 	draining bool
 	busy     bool
-	inflight int
-	queued   int // prompt tokens routed and not yet first-token'd
 	gone     bool
 }
 
@@ -136,7 +168,12 @@ type request struct {
 }
 
 type sim struct {
-	cfg     Config
+	cfg    Config
+	router *rcore.Core
+	byID   map[uint64]*simEngine
+	target *routerv1.Target
+	// left counts the trace's requests not yet finished or dropped.
+	left    int
 	q       queue
 	seq     uint64
 	now     time.Duration
@@ -174,8 +211,22 @@ func (s *sim) launch(delay time.Duration) *simEngine {
 	s.nextID++
 	w := &simEngine{id: s.nextID, e: e, started: s.now, readyAt: s.now + delay}
 	s.engines = append(s.engines, w)
-	s.at(w.readyAt, func() { w.ready = true })
+	s.byID[w.id] = w
+	s.at(w.readyAt, func() {
+		w.ready = true
+		s.register(w, false)
+	})
 	return w
+}
+
+// register tells the router an engine joined (deleted false) or left, as
+// the registry's watch does: a worker registers once ready and
+// deregisters when it starts draining.
+func (s *sim) register(w *simEngine, deleted bool) {
+	s.router.OnInstances([]registryclient.Change[*registryv1.Instance]{{Deleted: deleted, Item: &registryv1.Instance{
+		Namespace: simNamespace, Component: "backend", Endpoint: "generate", InstanceId: w.id, Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}}})
+	s.router.OnModels([]registryclient.Change[*registryv1.ModelCard]{{Deleted: deleted, Item: &registryv1.ModelCard{
+		Namespace: simNamespace, Component: "backend", Endpoint: "generate", InstanceId: w.id, ModelName: simModel, BlockSize: uint32(s.cfg.Engine.BlockSize)}}})
 }
 
 // stop ends an engine's time.
@@ -193,32 +244,27 @@ func (s *sim) running() []*simEngine {
 	return out
 }
 
-// route picks the ready, not draining engine with the fewest requests,
-// then the fewest queued prompt tokens, then the oldest.
-func (s *sim) route() *simEngine {
-	var best *simEngine
-	for _, w := range s.engines {
-		if w.gone || !w.ready || w.draining {
-			continue
-		}
-		if best == nil || w.inflight < best.inflight || (w.inflight == best.inflight && w.queued < best.queued) {
-			best = w
-		}
-	}
-	return best
-}
-
 func (s *sim) arrive(i int, r replay.Request) {
-	w := s.route()
-	if w == nil {
+	id := strconv.Itoa(i)
+	s.buf = replay.Tokens(r, s.cfg.TraceBlock, s.buf)
+	resp, err := s.router.Route(&routerv1.RouteRequest{RequestId: id, Target: s.target, TokenIds: s.buf, OmitCandidates: true})
+	var w *simEngine
+	if err == nil {
+		w = s.byID[resp.GetInstanceId()]
+		rcore.Recycle(resp)
+	}
+	if w == nil || w.gone || !w.ready || w.draining {
+		if w != nil {
+			s.router.Free(id)
+		}
 		// No ready engine: the request waits for the first one.
 		s.at(s.now+100*time.Millisecond, func() { s.arrive(i, r) })
 		return
 	}
-	id := strconv.Itoa(i)
-	s.buf = replay.Tokens(r, s.cfg.TraceBlock, s.buf)
 	out := max(r.OutputLength, 1)
 	if err := w.e.Add(simengine.Request{ID: id, Prompt: slices.Clone(s.buf), MaxTokens: out}); err != nil {
+		s.router.Free(id)
+		s.left--
 		return // too large for the engine: not served, not judged
 	}
 	s.reqs[id] = &request{arrival: r.Arrival, prompt: r.InputLength, eng: w}
@@ -229,8 +275,6 @@ func (s *sim) arrive(i int, r replay.Request) {
 			s.winReady[win]++
 		}
 	}
-	w.inflight++
-	w.queued += r.InputLength
 	s.arrivals++
 	s.promptTok += uint64(r.InputLength)
 	if !w.busy {
@@ -255,7 +299,7 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 			s.outputTok++
 			if in.first == 0 {
 				in.first = s.now
-				w.queued -= in.prompt
+				s.router.PrefillDone(o.RequestID)
 				s.cachedTok += uint64(o.Usage.CachedPromptTokens)
 				s.res.CachedPromptTokens += o.Usage.CachedPromptTokens
 				s.res.PromptTokens += in.prompt
@@ -268,9 +312,15 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 				win := int(in.arrival / s.cfg.Window)
 				s.itl[win] = append(s.itl[win], float64(s.now-in.first)/1e6/float64(n-1))
 			}
-			w.inflight--
+			s.router.Free(o.RequestID)
 			delete(s.reqs, o.RequestID)
 			s.res.Requests++
+			s.left--
+		}
+	}
+	if len(res.Events) > 0 {
+		if b, err := simengine.BatchProto(w.id, 0, res.Events); err == nil {
+			s.at(s.now+eventDelay, func() { s.router.ApplyEvents(b) })
 		}
 	}
 	if !w.e.Idle() {
@@ -280,6 +330,23 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 	if w.draining {
 		s.stop(w)
 	}
+}
+
+// reportLoad sends every ready engine's load to the router, as workers
+// do every loadInterval, while requests remain.
+func (s *sim) reportLoad() {
+	if s.left <= 0 {
+		return
+	}
+	at := time.Unix(0, 0).Add(s.now)
+	for _, w := range s.engines {
+		if w.gone || !w.ready || w.draining {
+			continue
+		}
+		m := w.e.Metrics().Proto(w.id, 0, at, s.cfg.Engine.Timing())
+		s.at(s.now+eventDelay, func() { s.router.ReportLoad(m) })
+	}
+	s.at(s.now+loadInterval, s.reportLoad)
 }
 
 // observe is the planner's view of the pool now.
@@ -328,6 +395,9 @@ func (s *sim) apply(pd core.PoolDecision) {
 	for _, id := range pd.Drain {
 		for _, w := range s.engines {
 			if w.id == id && !w.gone {
+				if !w.draining && w.ready {
+					s.register(w, true)
+				}
 				w.draining = true
 				if w.e.Idle() && !w.busy {
 					s.stop(w)
@@ -344,7 +414,11 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		return Result{}, err
 	}
 	s := &sim{cfg: cfg, reqs: map[string]*request{}, ttft: map[int][]float64{}, itl: map[int][]float64{},
-		winArrivals: map[int]int{}, winReady: map[int]int{}, winEngines: map[int]int{}}
+		winArrivals: map[int]int{}, winReady: map[int]int{}, winEngines: map[int]int{}, byID: map[uint64]*simEngine{},
+		left: len(trace), target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: simModel}}}
+	rc := rcore.DefaultConfig()
+	rc.Seed, rc.Clock = 1, func() time.Time { return time.Unix(0, 0).Add(s.now) }
+	s.router = rcore.New(rc)
 	s.res.Policy = policy
 	var plan *core.Planner
 	if fixed > 0 {
@@ -367,6 +441,7 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 	if len(trace) > 0 {
 		end = trace[len(trace)-1].Arrival
 	}
+	s.at(0, s.reportLoad)
 	if plan != nil {
 		var tick func(prev time.Duration)
 		tick = func(prev time.Duration) {
@@ -398,6 +473,7 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 			s.stop(w)
 		}
 		s.res.EngineSeconds += (w.stopped - w.started).Seconds()
+		s.res.Warm.EngineSeconds += max(w.stopped-max(w.started, cfg.Warmup), 0).Seconds()
 	}
 	met := 0
 	for win, ts := range s.ttft {
@@ -413,6 +489,18 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		s.res.Timeline = append(s.res.Timeline, w)
 	}
 	slices.SortFunc(s.res.Timeline, func(a, b WindowResult) int { return cmp.Compare(a.Start, b.Start) })
+	warmMet := 0
+	for _, w := range s.res.Timeline {
+		if w.Start >= cfg.Warmup {
+			s.res.Warm.Windows++
+			if w.Met {
+				warmMet++
+			}
+		}
+	}
+	if s.res.Warm.Windows > 0 {
+		s.res.Warm.Attainment = float64(warmMet) / float64(s.res.Warm.Windows)
+	}
 	if s.res.Windows > 0 {
 		s.res.Attainment = float64(met) / float64(s.res.Windows)
 	}
@@ -430,12 +518,12 @@ func p90(v []float64) float64 {
 }
 
 // Static sizes the fixed pools: the engines the trace's busiest window and
-// its mean need at one engine's capacity within the objectives (for the
-// trace's mean request, every prompt token computed: how much of it the
-// engines will find cached is known only from a run), at least one; and
-// opening, the engines its first window needs, which a planner's run
-// starts with.
-func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capacity float64) {
+// its mean need at one engine's capacity within the objectives, for the
+// trace's mean request with the share cached of its prompt tokens served
+// from prefix caches (0: every prompt token computed; how much the engines
+// find cached is known only from a run), at least one; and opening, the
+// engines its first window needs, which a planner's run starts with.
+func Static(trace []replay.Request, cfg Config, cached float64) (peak, mean, opening int, capacity float64) {
 	if len(trace) == 0 {
 		return 1, 1, 1, 0
 	}
@@ -449,7 +537,7 @@ func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capaci
 	n := float64(len(trace))
 	model := cfg.Engine.Timing()
 	capacity, bound := core.Engine{Model: model, KVBlocks: cfg.Engine.NumGPUBlocks, BlockSize: cfg.Engine.BlockSize}.
-		Capacity(core.Agg, prompt/n, 0, output/n, cfg.Planner.Objectives)
+		Capacity(core.Agg, prompt/n, cached*prompt/n, output/n, cfg.Planner.Objectives)
 	if capacity == 0 {
 		capacity = bound
 	}
@@ -460,6 +548,58 @@ func Static(trace []replay.Request, cfg Config) (peak, mean, opening int, capaci
 	span := max(trace[len(trace)-1].Arrival.Seconds(), cfg.Window.Seconds())
 	need := func(rps float64) int { return max(int(math.Ceil(rps/capacity)), 1) }
 	return need(float64(most) / cfg.Window.Seconds()), need(n / span), need(float64(counts[0]) / cfg.Window.Seconds()), capacity
+}
+
+// CachedShare is the share of the prompt tokens the engines served from
+// their prefix caches, 0 with none.
+func (r Result) CachedShare() float64 {
+	if r.PromptTokens == 0 {
+		return 0
+	}
+	return float64(r.CachedPromptTokens) / float64(r.PromptTokens)
+}
+
+// RunStatic runs a fixed pool sized by size for a cached share of the
+// prompt tokens (Static's peak or mean), first at the share 0, then again
+// at the share each run measured, until the size repeats (at most three
+// runs), and chooses the pool a capacity model that knows the cache its
+// own engines keep would: the smallest run whose measured share sizes it
+// at no more engines than it had (the largest run when none does; a
+// smaller pool may cache less and so need more). It returns every run
+// and the chosen one's index.
+func RunStatic(trace []replay.Request, cfg Config, policy string, size func(cached float64) int) ([]Result, int, error) {
+	var runs []Result
+	sizes := []int{size(0)}
+	var fits []bool
+	for {
+		n := sizes[len(sizes)-1]
+		res, err := Run(trace, cfg, policy, n)
+		if err != nil {
+			return nil, 0, err
+		}
+		runs = append(runs, res)
+		next := size(res.CachedShare())
+		fits = append(fits, next <= n)
+		if len(runs) == 3 || slices.Contains(sizes, next) {
+			break
+		}
+		sizes = append(sizes, next)
+	}
+	chosen := -1
+	for i := range runs {
+		if fits[i] && (chosen < 0 || sizes[i] < sizes[chosen]) {
+			chosen = i
+		}
+	}
+	if chosen < 0 {
+		chosen = 0
+		for i := range runs {
+			if sizes[i] > sizes[chosen] {
+				chosen = i
+			}
+		}
+	}
+	return runs, chosen, nil
 }
 
 // String is a one-line summary.

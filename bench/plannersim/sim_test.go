@@ -57,6 +57,34 @@ func TestRunFixedPool(t *testing.T) {
 	}
 }
 
+func TestRunWarmup(t *testing.T) {
+	// The run of TestRunFixedPool judged from a warm-up on: the windows
+	// starting then or later, the engines' time from then on.
+	trace := append(steady(0, 1, 1, 0), steady(59*time.Second, 1, 1, 100)...)
+	for _, tc := range []struct {
+		warmup  time.Duration
+		windows int
+		least   float64 // engine-seconds, at least (2 engines from warmup to 59 s)
+	}{
+		{0, 2, 2 * 59},
+		{30 * time.Second, 1, 2 * 29},
+		{time.Minute, 0, 0},
+	} {
+		t.Run(tc.warmup.String(), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Warmup = tc.warmup
+			res, err := Run(trace, cfg, "static", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := res.Warm
+			if w.Windows != tc.windows || w.EngineSeconds < tc.least || w.EngineSeconds > tc.least+4 || (w.Windows > 0 && w.Attainment != 1) {
+				t.Fatalf("warm %+v, want %d windows, %.0f-%.0f engine-s", w, tc.windows, tc.least, tc.least+4)
+			}
+		})
+	}
+}
+
 func TestRunPlannerFollowsAStep(t *testing.T) {
 	// 2 req/s for 5 minutes, 20 req/s for 5, 2 req/s for 15: the planner
 	// grows the pool (within 6) and shrinks it once the step's rise has
@@ -71,7 +99,7 @@ func TestRunPlannerFollowsAStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak, mean, _, capRPS := Static(trace, cfg)
+	peak, mean, _, capRPS := Static(trace, cfg, 0)
 	if !(capRPS > 0) || peak < mean || peak < 2 {
 		t.Fatalf("static sizes peak %d mean %d at %.2f req/s an engine", peak, mean, capRPS)
 	}
@@ -175,7 +203,7 @@ func TestRunStartsFromTheOpeningPool(t *testing.T) {
 	// a static pool of that size serves it.
 	cfg := testConfig()
 	trace := steady(0, 1800, 30, 0)
-	_, _, opening, capRPS := Static(trace, cfg)
+	_, _, opening, capRPS := Static(trace, cfg, 0)
 	if want := int(math.Ceil(30 / capRPS)); opening != want || opening < 2 {
 		t.Fatalf("opening pool %d at %.2f req/s an engine, want %d (at least 2)", opening, capRPS, want)
 	}
@@ -186,5 +214,91 @@ func TestRunStartsFromTheOpeningPool(t *testing.T) {
 	}
 	if res.Timeline[0].ReadyEngines < float64(opening) || !res.Timeline[0].Met {
 		t.Fatalf("first window %+v with an opening pool of %d", res.Timeline[0], opening)
+	}
+}
+
+// conversations is sessions conversations of turns turns each, a turn
+// every gap, the sessions starting 300 ms apart: turn k's prompt is the
+// conversation's k x 32 blocks of 16 tokens (the earlier turns' prompts
+// and 32 new blocks), with 256 output tokens.
+func conversations(sessions, turns int, gap time.Duration) []replay.Request {
+	var out []replay.Request
+	for s := range sessions {
+		var ids []uint64
+		for k := range turns {
+			for j := range 32 {
+				ids = append(ids, uint64(s)<<32|uint64(k*32+j))
+			}
+			out = append(out, replay.Request{Arrival: time.Duration(s)*300*time.Millisecond + time.Duration(k)*gap, Session: uint64(s + 1),
+				InputLength: len(ids) * 16, OutputLength: 256, HashIDs: slices.Clone(ids)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b replay.Request) int { return int(a.Arrival - b.Arrival) })
+	return out
+}
+
+func TestRunKeepsConversationsOnTheirCache(t *testing.T) {
+	// Each turn repeats its conversation's earlier prompts: of its 15 x 32
+	// blocks over 5 turns, 10 x 32 are cached if every turn goes where the
+	// last one went (2/3). The router's core sends a turn to the engine
+	// holding its prefix, whatever the pool's size; on 4 engines busy with
+	// the other conversations, an engine picked by load alone holds it
+	// about once in four (19% of the prompt tokens cached).
+	trace := conversations(16, 5, 5*time.Second)
+	for _, engines := range []int{1, 4} {
+		t.Run(strconv.Itoa(engines), func(t *testing.T) {
+			res, err := Run(trace, testConfig(), "static", engines)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Requests != len(trace) || res.CachedShare() < 0.6 {
+				t.Fatalf("%v: %.0f%% of prompt tokens cached, want about 2/3", res, 100*res.CachedShare())
+			}
+		})
+	}
+}
+
+func TestRunStaticSizesForItsCache(t *testing.T) {
+	// A pool sized for the cached share its run measured: the size at
+	// share 0 runs first, then the size at the share each run measured,
+	// until a size repeats, three runs at most. The smallest run whose
+	// share sizes it at no more than it had is chosen, else the largest.
+	trace := conversations(4, 5, 5*time.Second)
+	sequence := func(sizes ...int) func(float64) int {
+		i := 0
+		return func(float64) int { i++; return sizes[min(i, len(sizes))-1] }
+	}
+	for _, tc := range []struct {
+		name   string
+		size   func(cached float64) int
+		sizes  []int
+		chosen int
+	}{
+		{"holds", func(float64) int { return 2 }, []int{2}, 2},
+		{"smaller for its cache", func(c float64) int {
+			if c > 0.5 {
+				return 2
+			}
+			return 3
+		}, []int{3, 2}, 2},
+		// 3 sizes itself at 2, 2 sizes itself at 3: 2 would break the
+		// objectives it is sized for; 3 holds.
+		{"a cycle", sequence(3, 2, 3), []int{3, 2}, 3},
+		{"at most three runs", sequence(1, 2, 3, 4), []int{1, 2, 3}, 3},
+		{"three runs, the smallest that fits", sequence(6, 4, 5, 4), []int{6, 4, 5}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs, chosen, err := RunStatic(trace, testConfig(), "static", tc.size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sizes []int
+			for _, r := range runs {
+				sizes = append(sizes, r.MaxEngines)
+			}
+			if !slices.Equal(sizes, tc.sizes) || runs[chosen].MaxEngines != tc.chosen {
+				t.Fatalf("sizes %v, chosen %d; want %v, %d", sizes, runs[chosen].MaxEngines, tc.sizes, tc.chosen)
+			}
+		})
 	}
 }
