@@ -207,7 +207,11 @@ func TestTimingFormula(t *testing.T) {
 		// 26.31 ms of decode + 32.1058589 - 16.50142 ms of prompt.
 		{"1000 prompt tokens beside decodes", StepTime(1000, true, 0.5, 1), 41914439 * time.Nanosecond},
 		{"decodes alone", StepTime(0, true, 0.5, 1), ms(26.31)},
-		{"prompt alone", StepTime(1000, false, 0, 1), 32105859 * time.Nanosecond},
+		// 32.1058589 ms less the request's 10.76142 ms of overhead,
+		// which no step pays.
+		{"prompt alone", StepTime(1000, false, 0, 1), 21344439 * time.Nanosecond},
+		{"request overhead", RequestOverhead(1), 10761420 * time.Nanosecond},
+		{"request overhead x2", RequestOverhead(2), 5380710 * time.Nanosecond},
 		{"empty step", StepTime(0, false, 0.5, 1), 0},
 		{"mixed no delay", StepTime(1000, true, 0.5, 0), 0},
 	}
@@ -228,8 +232,8 @@ func TestStepDurations(t *testing.T) {
 		// second (decode of one request) steps.
 		want [2]time.Duration
 	}{
-		{"real time", 1, [2]time.Duration{PrefillTime(40, 1), DecodeTime(float64(11)/64, 1)}},
-		{"ten times faster", 10, [2]time.Duration{PrefillTime(40, 10), DecodeTime(float64(11)/64, 10)}},
+		{"real time", 1, [2]time.Duration{PrefillTime(40, 1) - RequestOverhead(1), DecodeTime(float64(11)/64, 1)}},
+		{"ten times faster", 10, [2]time.Duration{PrefillTime(40, 10) - RequestOverhead(10), DecodeTime(float64(11)/64, 10)}},
 		{"no delay", 0, [2]time.Duration{0, 0}},
 	}
 	for _, tt := range tests {
@@ -266,8 +270,8 @@ func TestMixedStepPaysOneConstant(t *testing.T) {
 	if err := e.Add(Request{ID: "a", Prompt: prompt(1, 40), MaxTokens: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if res := e.Step(); res.Duration != PrefillTime(40, 1) {
-		t.Fatalf("prefill alone: %v, want %v", res.Duration, PrefillTime(40, 1))
+	if res, want := e.Step(), PrefillTime(40, 1)-RequestOverhead(1); res.Duration != want {
+		t.Fatalf("prefill alone: %v, want %v", res.Duration, want)
 	}
 	if err := e.Add(Request{ID: "b", Prompt: prompt(2, 40), MaxTokens: 5}); err != nil {
 		t.Fatal(err)

@@ -28,12 +28,13 @@ func RequestOverhead(speedup float64) time.Duration {
 	return scale(timingmodel.Default().PrefillPerRequest, speedup)
 }
 
-// PrefillAfter returns how long prefilling tokens new prompt tokens takes
-// in one batch alone when they follow prefix tokens of their sequence
-// already in the KV cache (a cached prefix, or the prompt's earlier
-// chunks): PrefillTime with the quadratic term the tokens' attention over
-// the prefix and one another (timingmodel.Attention). PrefillAfter(0, t,
-// s) is PrefillTime(t, s).
+// PrefillAfter returns how long a step alone takes that prefills tokens
+// new prompt tokens following prefix tokens of their sequence already in
+// the KV cache (a cached prefix, or the prompt's earlier chunks): the
+// step's time, PrefillTime less RequestOverhead, with the quadratic term
+// the tokens' attention over the prefix and one another
+// (timingmodel.Attention). PrefillAfter(0, t, s) is StepTime(t, false, 0,
+// s).
 func PrefillAfter(prefix, tokens int, speedup float64) time.Duration {
 	if tokens <= 0 {
 		return 0

@@ -156,9 +156,12 @@ const (
 // Default is Dynamo's mocker fit of vLLM on an H100, with vLLM's default
 // 8192 tokens per step: what a router assumes of a worker that publishes
 // no model, and what the engine adapter publishes unless told otherwise.
+// Of its prefill constant, all but the decode fit's base (a forward
+// pass's fixed cost) is the request's serving overhead, paid once
+// (PrefillPerRequest; STEPS.md derives it).
 func Default() Model {
 	return Model{
-		PrefillQuadratic: 4.209989e-7, PrefillPerToken: 1.518344e-2, PrefillPerBatch: 16.50142,
+		PrefillQuadratic: 4.209989e-7, PrefillPerToken: 1.518344e-2, PrefillPerBatch: 16.50142, PrefillPerRequest: 16.50142 - 5.74,
 		DecodeQuadratic: -25.74, DecodeLinear: 54.01, DecodeBase: 5.74, DecodeMin: 1,
 		MaxBatchedTokens: 8192, LoraLoadMs: DefaultLoraLoadMs,
 	}

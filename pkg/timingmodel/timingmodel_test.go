@@ -39,13 +39,15 @@ func TestTTFT(t *testing.T) {
 		want                    float64
 	}{
 		{"nothing to do", 0, 0, 0, 0, 0},
-		{"one chunk", 0, 1000, 0, 0, m.PrefillMs(1000)},
-		{"queue ahead", 8192, 1000, 0, 0, m.PrefillMs(8192) + m.PrefillMs(1000)},
+		// Engine time: an idle engine's time to first token less the
+		// request's own overhead, which no step pays.
+		{"one chunk", 0, 1000, 0, 0, m.PrefillMs(1000) - m.PrefillPerRequest},
+		{"queue ahead", 8192, 1000, 0, 0, m.PrefillMs(8192) + m.PrefillMs(1000) - 2*m.PrefillPerRequest},
 		// Attention is per sequence: the prompt's second chunk attends
 		// to its first, so two chunks cost the whole prompt's attention
 		// (16384^2) and two per-step constants, more than two lone
 		// chunks (2 x 8192^2).
-		{"two chunks exactly", 0, 16384, 0, 0, m.PrefillMs(16384) + m.PrefillPerBatch},
+		{"two chunks exactly", 0, 16384, 0, 0, m.PrefillMs(16384) - m.PrefillPerRequest + m.StepConstant()},
 		// With requests decoding, each step's decode pays the per-step
 		// constant once; the chunk adds its tokens' compute.
 		{"decoders share the steps", 0, 8000, 192, 0.5, m.PrefillMs(8000) - m.PrefillPerBatch + m.DecodeMs(0.5)},
@@ -78,7 +80,7 @@ func ttftBefore(m Model, queuedTokens, newTokens, decoding int, usage, weight fl
 	chunk := max(m.MaxBatchedTokens-decoding, 1)
 	full := (x - 1) / chunk
 	q, n := float64(max(queuedTokens, 0)), float64(newTokens)
-	perBatch := m.PrefillPerBatch
+	perBatch := m.StepConstant()
 	if decoding > 0 {
 		perBatch = 0
 	}
@@ -249,7 +251,7 @@ func TestAttention(t *testing.T) {
 		// One uncached prompt alone: StepMs's own case.
 		{"a prompt alone", 1000, 1e6, false, 0, m.StepMs(1000, false, 0)},
 		{"a prompt beside decodes", 1000, 1e6, true, 0.5, m.StepMs(1000, true, 0.5)},
-		{"two prompts of 500", 1000, 2 * 500 * 500, false, 0, m.PrefillPerBatch + 1000*m.PrefillPerToken + 5e5*m.PrefillQuadratic},
+		{"two prompts of 500", 1000, 2 * 500 * 500, false, 0, m.StepConstant() + 1000*m.PrefillPerToken + 5e5*m.PrefillQuadratic},
 		{"decodes alone", 0, 0, true, 0.5, m.DecodeMs(0.5)},
 		{"an empty step", 0, 0, false, 0, 0},
 	} {

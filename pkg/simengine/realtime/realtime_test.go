@@ -218,7 +218,7 @@ func TestOutputsAtStepEnd(t *testing.T) {
 	if _, err := s.Recv(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got, step := time.Since(submitted), simengine.PrefillTime(len(p), 1); got < step {
+	if got, step := time.Since(submitted), simengine.StepTime(len(p), false, 0, 1); got < step {
 		t.Fatalf("first token %v after the submission, before its prefill step (%v) ended", got, step)
 	}
 }

@@ -127,7 +127,9 @@ func TestWaitRate(t *testing.T) {
 
 func TestPrefillMs(t *testing.T) {
 	m := timingmodel.Default()
-	q, p, k := m.PrefillQuadratic, m.PrefillPerToken, m.PrefillPerBatch
+	// The per-step constant: the request's overhead is not the worker's
+	// time.
+	q, p, k := m.PrefillQuadratic, m.PrefillPerToken, m.StepConstant()
 	tests := []struct {
 		name                string
 		blocks, prefill, bs int

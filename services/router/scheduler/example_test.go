@@ -51,7 +51,7 @@ func ExampleCompose() {
 		fmt.Printf("%s: worker %d (costs %.1f, %.1f ms)\n", p.name, cands[i].Worker.Instance, cands[0].Cost, cands[1].Cost)
 	}
 	// Output:
-	// time to first token: worker 1 (costs 44.9, 85.8 ms)
-	// kv: worker 2 (costs 790.5, 85.8 ms)
-	// time to first token + flat: worker 2 (costs 244.9, 85.8 ms)
+	// time to first token: worker 1 (costs 44.9, 75.0 ms)
+	// kv: worker 2 (costs 790.5, 75.0 ms)
+	// time to first token + flat: worker 2 (costs 244.9, 75.0 ms)
 }

@@ -62,7 +62,7 @@ func headProgressBefore(wl *workerLoad, c *Candidate, blockSize int, now time.Ti
 	attn := timingmodel.Attention(cached, left) * float64(chunk) / float64(left)
 	// A step that decodes pays the decode step and the chunk's tokens
 	// (timingmodel's StepAttentionMs).
-	step := c.Timing.PrefillQuadratic*attn + c.Timing.PrefillPerToken*float64(chunk) + c.Timing.PrefillPerBatch
+	step := c.Timing.PrefillQuadratic*attn + c.Timing.PrefillPerToken*float64(chunk) + c.Timing.StepConstant()
 	if c.Decoding > 0 {
 		step = c.Timing.DecodeMs(c.Usage) + (c.Timing.PrefillQuadratic*attn + c.Timing.PrefillPerToken*float64(chunk))
 	}
@@ -83,7 +83,7 @@ func ttftBefore(m timingmodel.Model, queuedTokens int, queuedAttn float64, newTo
 	}
 	chunk := max(m.MaxBatchedTokens-decoding, 1)
 	full := (x - 1) / chunk
-	perBatch := m.PrefillPerBatch
+	perBatch := m.StepConstant()
 	if decoding > 0 {
 		perBatch = 0
 	}
