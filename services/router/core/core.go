@@ -874,7 +874,7 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 		// FillAll sets the rest (a whole struct literal per worker cost
 		// more than the decision's cost model).
 		s := &d.scored[i]
-		s.Worker, s.Overlap, s.Timing, s.AdapterMs, s.SlotWaitMs, s.SharedBlocks = w, reach[i], *cands[i].timing, 0, 0, 0
+		s.Worker, s.Overlap, s.Reach, s.Timing, s.AdapterMs, s.SlotWaitMs, s.SharedBlocks = w, reach[i], 0, *cands[i].timing, 0, 0, 0
 		s.Lower = [index.LowerTiers]int32{}
 		if lower != nil {
 			s.Lower = lower[i]
@@ -907,6 +907,9 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	c.mu.Unlock()
 	if pl == nil {
 		c.load.FillAllVersion(d.scored, bs, timingVer)
+		// A predicted block counts as cached where it is computed before
+		// the worker admits the request; the queue says when.
+		c.load.FillComputed(d.scored, hashes, d.indexed, bs)
 		c.load.FillShared(d.scored, hashes)
 	} else {
 		c.load.FillAllVersion(d.scored[:pl.serve], bs, timingVer)

@@ -400,6 +400,13 @@ func (c *Core) roomSparse(d *decision, req scheduler.Request, chosen int, l sche
 		}
 		other = scheduler.Candidate{Worker: d.allWorkers[i], Timing: *d.all[i].timing, Overlap: c.reachAt(d, i)}
 		c.load.Fill(&other, d.blockSize)
+		if k, ok := slices.BinarySearch(d.extended, i); ok && d.reach[k] > 0 {
+			// Predicted blocks count where computed in time, as prepare
+			// finds them (scheduler.Load.FillComputed).
+			w := d.allWorkers[i]
+			indexed := max(c.listedReach(d, i, w), d.grouped.Blocks(w, c.rankBlind))
+			c.load.FillComputedOne(&other, d.hashes, indexed, d.blockSize)
+		}
 		return &other, false
 	}, req, MaxRoom)
 }

@@ -314,7 +314,7 @@ func MaxSeedCredit(cands []Candidate, req Request) float64 {
 	backlog := math.Inf(1)
 	homes := 0
 	for i := range cands {
-		if cands[i].Overlap >= sh.Blocks {
+		if cands[i].reach() >= sh.Blocks {
 			homes++
 			backlog = min(backlog, cands[i].ahead)
 		}

@@ -92,6 +92,12 @@ type Candidate struct {
 	// (or is predicted to, once requests routed there are computed), on
 	// any cache tier.
 	Overlap int
+	// Reach is the leading blocks the worker caches or is predicted to,
+	// computed by the time it would admit the request or not: Overlap is
+	// the part it finds computed then (see FillComputed), Reach what its
+	// cache will hold, which decides the request's homes (see Seed). 0
+	// when not filled: Overlap is all of it.
+	Reach int
 	// Lower is how many of those blocks it holds on each tier below GPU
 	// (host memory, disk, unknown: index.Tier less one), which it loads
 	// back rather than computes (see TierLoad); zero when all are on GPU.
@@ -342,9 +348,12 @@ type workerLoad struct {
 	// queue lists the requests waiting for their first token, in the
 	// order they were routed: the order the engine prefills them in.
 	// headSince is when the first of them became the head, the one
-	// being computed.
-	queue     []*request
-	headSince time.Time
+	// being computed; headRouted says it became the head when it was
+	// routed (the queue was empty), not when the request before it got
+	// its first token, at the end of a step.
+	queue      []*request
+	headSince  time.Time
+	headRouted bool
 }
 
 // dequeue takes r out of the prefill queue; when r was its head, the next
@@ -358,7 +367,7 @@ func (wl *workerLoad) dequeue(r *request, now time.Time) {
 		wl.queueAttn -= r.attn
 		wl.queueNeed -= r.need
 		if i == 0 {
-			wl.headSince = now
+			wl.headSince, wl.headRouted = now, false
 		}
 		return
 	}
@@ -400,6 +409,8 @@ type request struct {
 	need      int
 	blocks    []uint64
 	prefilled bool
+	// at is when it was routed.
+	at time.Time
 	// expect is when its first token was predicted (zero: no
 	// prediction kept), key what the caller keeps its lateness under.
 	expect time.Time
@@ -446,7 +457,7 @@ func (l *Load) AddNeed(id string, w index.WorkerID, prefillBlocks, need int, blo
 	}
 	l.freeLocked(id)
 	delete(l.freed, id)
-	r := &request{worker: w, prefillBlocks: prefillBlocks, need: max(need, 0), blocks: blocks}
+	r := &request{worker: w, prefillBlocks: prefillBlocks, need: max(need, 0), blocks: blocks, at: l.now()}
 	if n := int64(max(prefillBlocks, 0)); n > 0 {
 		r.attn = n * (2*int64(max(len(blocks)-prefillBlocks, 0)) + n)
 	}
@@ -456,7 +467,7 @@ func (l *Load) AddNeed(id string, w index.WorkerID, prefillBlocks, need int, blo
 	wl.prefillBlocks += prefillBlocks
 	wl.requests++
 	if len(wl.queue) == 0 {
-		wl.headSince = l.now()
+		wl.headSince, wl.headRouted = l.now(), true
 	}
 	wl.queue = append(wl.queue, r)
 	wl.queueAttn += r.attn

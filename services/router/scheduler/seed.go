@@ -5,8 +5,11 @@ import "math"
 // Seed is the credit of a worker without the prefix the request's
 // best-cached workers (its homes) hold: what a copy of the prefix there
 // saves the recent requests that share it (see Shared and the package
-// doc), while req.Rate and req.Shared.Rate are positive. It reads the time
-// ahead and the work QueueWait recorded, so it follows QueueWait.
+// doc), while req.Rate and req.Shared.Rate are positive. A worker the
+// prefix is routed to is a home though the request would find part of it
+// not computed yet (its Reach, not its Overlap: see FillComputed): a copy
+// there adds none. It reads the time ahead and the work QueueWait
+// recorded, so it follows QueueWait.
 type Seed struct{}
 
 // Add subtracts each candidate's credit.
@@ -29,7 +32,7 @@ func (Seed) Add(cands []Candidate, req Request, _ Params) {
 func seed(cands []Candidate, sh Shared) bool {
 	homes, backlog := 0, math.Inf(1)
 	for i := range cands {
-		if cands[i].Overlap >= sh.Blocks {
+		if cands[i].reach() >= sh.Blocks {
 			homes++
 			backlog = min(backlog, cands[i].ahead)
 		}
@@ -42,7 +45,7 @@ func seed(cands []Candidate, sh Shared) bool {
 		return false
 	}
 	for i := range cands {
-		if c := &cands[i]; c.Overlap < sh.Blocks {
+		if c := &cands[i]; c.reach() < sh.Blocks {
 			c.Cost -= sh.Rate * WaitSaved(backlog, drainHome, c.ahead+c.work, drainSeed)
 		}
 	}
@@ -83,3 +86,7 @@ func positiveIntegral(a, b, t float64) float64 {
 	}
 	return 0
 }
+
+// reach is how far c's cache will hold the request's prefix once what is
+// routed there is computed: Reach, or Overlap when not filled.
+func (c *Candidate) reach() int { return max(c.Overlap, c.Reach) }
