@@ -121,7 +121,7 @@ func (c Config) Validate() error {
 	case !(c.Quantile >= 0.5 && c.Quantile < 1):
 		return fmt.Errorf("demand quantile %v: must be in [0.5, 1)", c.Quantile)
 	}
-	_, err := NewPredictor(c.Predictor, c.Window)
+	_, err := NewPredictor(c.Predictor, c.Window, c.Quantile)
 	return err
 }
 
@@ -284,7 +284,7 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 		seen[o.Key] = true
 		st := p.pools[o.Key]
 		if st == nil {
-			pr, _ := NewPredictor(p.cfg.Predictor, p.predictorWindow())
+			pr, _ := NewPredictor(p.cfg.Predictor, p.predictorWindow(), p.cfg.Quantile)
 			st = &poolState{predictor: pr}
 			p.pools[o.Key] = st
 		}

@@ -89,14 +89,16 @@ type Spread struct {
 func (s Spread) Total() float64 { return math.Hypot(s.Noise, s.Error) }
 
 // predictors lists the predictors by their --predictor name.
-var predictors = map[string]func(window int) Predictor{
+var predictors = map[string]func(window int, quantile float64) Predictor{
 	// window is the mean of the last window samples: it follows a level
 	// and smooths noise, and lags a ramp by half the window.
-	"window": func(w int) Predictor { return &windowPredictor{history: history{size: w}} },
+	"window": func(w int, _ float64) Predictor { return &windowPredictor{history: history{size: w}} },
 	// trend fits a line to the last window samples by least squares and
 	// reads it ahead: it follows a ramp without lag, and amplifies noise
-	// more than window does.
-	"trend": func(w int) Predictor { return &trendPredictor{history: history{size: w}} },
+	// more than window does. Where the samples' noise cannot explain how
+	// far they lie from the line (a step, a burst), it forecasts the
+	// level since the rate's last step instead.
+	"trend": func(w int, q float64) Predictor { return &trendPredictor{history: history{size: w}, quantile: q} },
 }
 
 // PredictorNames lists the valid --predictor values, sorted.
@@ -110,13 +112,14 @@ func PredictorNames() []string {
 }
 
 // NewPredictor returns the predictor named name over the last window
-// samples (at least 1).
-func NewPredictor(name string, window int) (Predictor, error) {
+// samples (at least 1); quantile (in [0.5, 1)) is how sure a trend must
+// be that its samples do not lie on a line before it stops reading one.
+func NewPredictor(name string, window int, quantile float64) (Predictor, error) {
 	mk, ok := predictors[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown predictor %q: valid values are %s", name, strings.Join(PredictorNames(), ", "))
 	}
-	return mk(max(window, 1)), nil
+	return mk(max(window, 1), quantile), nil
 }
 
 // history is the last size samples, oldest first, and the request rates
@@ -205,7 +208,12 @@ func (p *windowPredictor) Spread(time.Duration) Spread {
 	return Spread{Noise: s, Error: s / math.Sqrt(float64(max(len(p.samples), 1)))}
 }
 
-type trendPredictor struct{ history }
+type trendPredictor struct {
+	history
+	// quantile is the line test's: a line is given up for a step when
+	// its residuals are past their quantile-quantile under noise alone.
+	quantile float64
+}
 
 // Forecast reads the least-squares line of the request rate through the
 // samples ahead of the last one, never below zero; its token rates are
@@ -218,12 +226,14 @@ type trendPredictor struct{ history }
 // d/s; past d = s the extrapolated change is more error than signal (two
 // samples an interval apart read six intervals ahead multiply their noise
 // sixfold), so a short history forecasts at most its own span ahead.
+// Where the samples do not lie on a line (step), it is the flat level
+// since the rate's last step.
 func (p *trendPredictor) Forecast(ahead time.Duration) Demand {
 	if len(p.samples) < 2 {
 		return p.mean()
 	}
 	prompt, cached, output := p.Sizes()
-	rps, _ := p.fit(ahead)
+	rps, _, _ := p.fit(ahead)
 	return Demand{RequestsPerSec: rps, PromptTokensPerSec: rps * prompt, OutputTokensPerSec: rps * output, CachedPromptTokensPerSec: rps * cached}
 }
 
@@ -238,16 +248,27 @@ func (p *trendPredictor) Spread(ahead time.Duration) Spread {
 	}
 	// The line's error at x0 splits into its mean's, s^2/n, and its
 	// slope's carried to x0, s^2*(x0-mean x)^2/Sxx: the latter is Drift.
-	_, leverage := p.fit(ahead)
-	n := float64(len(p.samples))
-	return Spread{Noise: s, Error: s * math.Sqrt(leverage), Drift: s * math.Sqrt(max(leverage-1/n, 0))}
+	// A step's level has its mean's alone.
+	_, leverage, slope := p.fit(ahead)
+	return Spread{Noise: s, Error: s * math.Sqrt(leverage), Drift: s * math.Sqrt(slope)}
 }
 
 // fit is the least-squares line of the request rate through the samples
 // (at least two), read ahead of the last one (no further than they
-// span), never below zero; and the leverage of that reading, 1/n +
-// (x0-mean x)^2/Sxx.
-func (p *trendPredictor) fit(ahead time.Duration) (rps, leverage float64) {
+// span), never below zero; the leverage of that reading, 1/n +
+// (x0-mean x)^2/Sxx, and of it the slope's part, (x0-mean x)^2/Sxx.
+//
+// A line is a model of the rate: a level moving at a constant speed, the
+// samples scattered around it by noise of the standard deviation s the
+// successive differences measure (noise). Its residual sum of squares is
+// then s^2 times a chi-square of n-2 degrees of freedom. Past that
+// distribution's quantile, the samples are not a line plus noise: the
+// rate stepped (a burst's start or end), and a line through a step,
+// read ahead, runs on past the step's new level (up through a burst, down
+// below its end). Then, if one step explains the samples better than the
+// line, the forecast is the level after it (the mean of the samples
+// since), flat, with a mean's leverage.
+func (p *trendPredictor) fit(ahead time.Duration) (rps, leverage, slope float64) {
 	n := len(p.samples)
 	t0 := p.samples[0].At
 	ahead = min(ahead, p.samples[n-1].At.Sub(t0))
@@ -265,10 +286,68 @@ func (p *trendPredictor) fit(ahead time.Duration) (rps, leverage float64) {
 		sxx += dx * dx
 	}
 	if sxx == 0 {
-		return my, 1 / float64(n)
+		return my, 1 / float64(n), 0
+	}
+	b := sxy / sxx
+	if level, m, ok := p.step(t0, mx, my, b); ok {
+		return level, 1 / float64(m), 0
 	}
 	at := p.samples[n-1].At.Sub(t0).Seconds() + ahead.Seconds()
-	return max(my+sxy/sxx*(at-mx), 0), 1/float64(n) + (at-mx)*(at-mx)/sxx
+	return max(my+b*(at-mx), 0), 1/float64(n) + (at-mx)*(at-mx)/sxx, (at - mx) * (at - mx) / sxx
+}
+
+// step is the level after the samples' last step and the samples since
+// it, when the line through them (mean x mx, mean rate my, slope b) is
+// rejected at the quantile and one step (two levels, the later from
+// sample k on) leaves smaller residuals than the line: the k of the
+// smallest, the latest on a tie.
+func (p *trendPredictor) step(t0 time.Time, mx, my, b float64) (level float64, since int, ok bool) {
+	n := len(p.samples)
+	s := p.noise()
+	if n < 3 || !(s > 0) {
+		return 0, 0, false
+	}
+	line := 0.0
+	for _, x := range p.samples {
+		r := x.RequestsPerSec - (my + b*(x.At.Sub(t0).Seconds()-mx))
+		line += r * r
+	}
+	if line <= s*s*chiSquareQuantile(p.quantile, n-2) {
+		return 0, 0, false
+	}
+	best := line
+	for k := 1; k < n; k++ {
+		var before, after float64
+		for _, x := range p.samples[:k] {
+			before += x.RequestsPerSec
+		}
+		for _, x := range p.samples[k:] {
+			after += x.RequestsPerSec
+		}
+		before /= float64(k)
+		after /= float64(n - k)
+		rss := 0.0
+		for i, x := range p.samples {
+			m := after
+			if i < k {
+				m = before
+			}
+			rss += (x.RequestsPerSec - m) * (x.RequestsPerSec - m)
+		}
+		if rss <= best {
+			best, level, since, ok = rss, after, n-k, true
+		}
+	}
+	return level, since, ok
+}
+
+// chiSquareQuantile is the q-quantile of a chi-square distribution of k
+// degrees of freedom (Wilson and Hilferty's cube-root normal
+// approximation: within 1% for k >= 3 at the usual quantiles).
+func chiSquareQuantile(q float64, k int) float64 {
+	f := float64(max(k, 1))
+	c := 1 - 2/(9*f) + normalQuantile(q)*math.Sqrt(2/(9*f))
+	return f * c * c * c
 }
 
 // Counters are a worker's counts since it started, as its load report

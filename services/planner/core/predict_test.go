@@ -31,7 +31,7 @@ func TestPredictors(t *testing.T) {
 		{"trend over its window", "trend", 2, []Sample{s(0, 10), s(10, 50), s(20, 50)}, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPredictor(tc.pred, tc.window)
+			p, err := NewPredictor(tc.pred, tc.window, 0.95)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestPredictors(t *testing.T) {
 		}, 10 * time.Second, Demand{10, 550, 100, 275}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := NewPredictor("trend", 10)
+			p, _ := NewPredictor("trend", 10, 0.95)
 			for _, x := range tc.samples {
 				p.Observe(x)
 			}
@@ -103,7 +103,7 @@ func TestPredictors(t *testing.T) {
 		{"trend", "trend", []float64{100, 120, 100}, 10 * time.Second, Spread{Noise: 20.9672, Error: 20.9672 * math.Sqrt(1.0/3+2), Drift: 20.9672 * math.Sqrt(2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := NewPredictor(tc.pred, 3)
+			p, _ := NewPredictor(tc.pred, 3, 0.95)
 			for i, r := range tc.rates {
 				p.Observe(s(10*i, r))
 			}
@@ -113,7 +113,7 @@ func TestPredictors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewPredictor("arima", 3); err == nil || !strings.Contains(err.Error(), "trend, window") {
+	if _, err := NewPredictor("arima", 3, 0.95); err == nil || !strings.Contains(err.Error(), "trend, window") {
 		t.Fatalf("unknown predictor: %v", err)
 	}
 }
@@ -149,5 +149,59 @@ func TestDemandPerRequest(t *testing.T) {
 	// is the whole prompt cached.
 	if c := (Demand{RequestsPerSec: 2, PromptTokensPerSec: 100, CachedPromptTokensPerSec: 300}).CachedPromptTokens(); c != 50 {
 		t.Fatalf("cached part past the prompt: %v, want 50", c)
+	}
+}
+
+func TestTrendSteps(t *testing.T) {
+	// 14 samples 10 s apart, ±1 req/s of noise (alternating: the
+	// successive differences' median is 2, s = 2.097). A ramp with that
+	// noise lies on a line: read ahead. A step does not: the forecast is
+	// the level since it, flat, whichever way it went, however far ahead.
+	noisy := func(level func(i int) float64) []float64 {
+		var r []float64
+		for i := range 14 {
+			r = append(r, level(i)+float64(1-2*(i%2)))
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		rates []float64
+		ahead time.Duration
+		want  float64 // req/s
+		drift bool    // a line's slope carried ahead
+	}{
+		// 10 + i at i = 0..13, noise ±1: the line ~ 10 + i (slope fitted
+		// from the noisy samples), read at i = 13 + 7.
+		{"a ramp is a line", noisy(func(i int) float64 { return 10 + float64(i) }), 70 * time.Second, 29.9, true},
+		// 10 for 10 samples, 25 for the last 4: the line through them
+		// would read 40 req/s 70 s ahead; the level since the step is 25.
+		{"a burst's start", noisy(func(i int) float64 {
+			if i >= 10 {
+				return 25
+			}
+			return 10
+		}), 70 * time.Second, 25, false},
+		// 25 for 8 samples after 10 at the first, then 10 for the last 5:
+		// the burst's end.
+		{"a burst's end", noisy(func(i int) float64 {
+			if i >= 1 && i < 9 {
+				return 25
+			}
+			return 10
+		}), 70 * time.Second, 9.8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := NewPredictor("trend", 14, 0.95)
+			for i, r := range tc.rates {
+				p.Observe(Sample{At: t0.Add(time.Duration(10*i) * time.Second), Demand: Demand{RequestsPerSec: r}})
+			}
+			if f := p.Forecast(tc.ahead).RequestsPerSec; math.Abs(f-tc.want) > 0.5 {
+				t.Fatalf("forecast %.2f req/s, want about %.2f", f, tc.want)
+			}
+			if sp := p.Spread(tc.ahead); (sp.Drift > 0) != tc.drift {
+				t.Fatalf("spread %+v: drift %v, want %v", sp, sp.Drift > 0, tc.drift)
+			}
+		})
 	}
 }
