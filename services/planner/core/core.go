@@ -17,10 +17,11 @@
 //     one at least, and it shrinks only when the remaining workers, taking
 //     the leaving workers' load, would still hold both;
 //   - stability: a pool shrinks only when even (1-Hysteresis) of a
-//     worker's capacity would do for the forecast, for every rate
-//     observed over the cooldown and for the rate's level now plus the
-//     largest rise its level made over a start-up lately (as rare a rise
-//     as the intervals the pool may miss), not within Cooldown intervals of its
+//     worker's capacity would do for the forecast and for every rate
+//     observed over the cooldown, and the workers' capacity for the
+//     rate's level now plus the largest rise its level made over a
+//     start-up lately (as rare a rise as the intervals the pool may
+//     miss), not within Cooldown intervals of its
 //     last change nor before Cooldown+1 intervals have been observed,
 //     not while started workers have yet to register, and
 //     never on stale data; it stays within MinReplicas..MaxReplicas and
@@ -483,17 +484,23 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		// the rate has made over such a span lately (riseMemory), so
 		// that it holds through a trough before a rise and between
 		// bursts shorter than a start-up, which no forecast sees coming.
+		// That rate is a quantile of what may come, not a bound the
+		// rate's noise moves: it needs the workers' capacity, not the
+		// hysteresis kept free on top (which keeps a shrink from being
+		// undone by the next bound's noise).
 		riseNote := ""
+		down := need(high, 1-c.Hysteresis)
 		if levels := levelsOf(st.rates, c.Window); len(levels) > 0 {
 			// A level is a mean of Window rates: it shows a rise of the
 			// rates over the span Window-1 intervals later.
 			rise := riseOf(levels, c.riseSpan()+c.Window-1)
-			if kept := levels[len(levels)-1] + rise; kept > high {
-				high = kept
+			kept := levels[len(levels)-1] + rise
+			if n := need(kept, 1); n > down {
+				down = n
 				riseNote = fmt.Sprintf("; room kept for a rise of %.3g req/s on %.3g", rise, levels[len(levels)-1])
 			}
 		}
-		switch down := need(high, 1-c.Hysteresis); {
+		switch {
 		case pd.Current <= c.MinReplicas:
 			target, reason = pd.Current, reason+fmt.Sprintf("; at the minimum of %d", c.MinReplicas)
 		case o.Starting > 0:

@@ -356,6 +356,14 @@ func TestDemandCurves(t *testing.T) {
 				if sizes[60+8] < needed(200) || sizes[20+mem+8] != needed(20) || sizes[99] != needed(20) {
 					t.Errorf("step down: sizes %v", sizes[55:])
 				}
+				// The room is kept at the workers' capacity, not with
+				// the hysteresis free on top: when the oldest level in
+				// the memory is the step's first, (20+20+200)/3 = 80,
+				// the pool keeps room for 20 + (200-80) = 140 req/s: 4
+				// workers of 40 req/s (5 at 80% of them).
+				if at := 20 + mem - 3; sizes[at] != needed(140) {
+					t.Errorf("room for the rise: %d workers at %d, want %d: sizes %v", sizes[at], at, needed(140), sizes[55:])
+				}
 			}},
 			{"ramp", func(i int) float64 { return 10 + 3*float64(i) }, 100, func(t *testing.T, sizes []int, curve func(int) float64) {
 				// Never shrinks on a rising demand; never more than one
