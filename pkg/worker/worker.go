@@ -450,10 +450,7 @@ func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *
 	}
 	in, err := sess.Register(ctx, proto.Clone(want).(*registryv1.Instance))
 	if err == nil {
-		err = sess.RegisterModel(ctx, proto.Clone(card).(*registryv1.ModelCard))
-		if err != nil {
-			err = fmt.Errorf("worker: register model card: %w", err)
-		}
+		err = w.registerCard(ctx, sess, card)
 	} else {
 		err = fmt.Errorf("worker: register: %w", err)
 	}
@@ -464,6 +461,26 @@ func (w *Worker) register(ctx context.Context, want *registryv1.Instance, card *
 		return nil, nil, err
 	}
 	return sess, in, nil
+}
+
+// registerCard publishes the model card on the lease the instance already
+// holds, retrying a failure a later call may not meet (a registry replica
+// that lost etcd between the two calls: the client moves on to another) on
+// the same lease for as long as ctx lasts. Giving up at the first failure
+// would revoke the lease, and everyone watching would see the instance
+// deleted and registered again under a new id.
+func (w *Worker) registerCard(ctx context.Context, sess *registryclient.Session, card *registryv1.ModelCard) error {
+	bo := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second})
+	for {
+		err := sess.RegisterModel(ctx, proto.Clone(card).(*registryv1.ModelCard))
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) || ctx.Err() != nil || backoff.Sleep(ctx, bo.Next()) != nil {
+			return fmt.Errorf("worker: register model card: %w", err)
+		}
+		w.log.Warn("model card registration failed; retrying on the same lease", "err", err.Error())
+	}
 }
 
 // attemptTimeout bounds one attempt of a step untilReachable retries, so that
