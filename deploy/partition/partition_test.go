@@ -185,10 +185,9 @@ func (c *cluster) registryAddrs() []string {
 	return a
 }
 
-// startWorkers starts n mockers, each in a namespace of its own.
 // startWatchedWorkers starts full workers (short under -short: make
 // test's form, fewer processes to start on 2 cores), watches the registry
-// and waits until it lists them all live.
+// and waits until it lists them all live, each with its model card.
 func (c *cluster) startWatchedWorkers(t *testing.T, ctx context.Context, full, short int) (int, []*proc, *watcher) {
 	t.Helper()
 	n := full
@@ -197,12 +196,13 @@ func (c *cluster) startWatchedWorkers(t *testing.T, ctx context.Context, full, s
 	}
 	workers := c.startWorkers(t, n)
 	w := watch(t, ctx, c.registryAddrs())
-	if err := w.waitLive(ctx, n); err != nil {
+	if err := w.waitRegistered(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	return n, workers, w
 }
 
+// startWorkers starts n mockers.
 func (c *cluster) startWorkers(t *testing.T, n int) []*proc {
 	t.Helper()
 	var ps []*proc
@@ -258,6 +258,7 @@ func waitServing(ctx context.Context, addr string) error {
 // watcher follows a registry's instances and records every id that
 // disappeared (a DELETE, or missing from a later snapshot).
 type watcher struct {
+	cl      *registryclient.Client
 	mu      sync.Mutex
 	live    map[uint64]bool
 	deleted map[uint64]int
@@ -270,7 +271,7 @@ func watch(t *testing.T, ctx context.Context, addrs []string) *watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watcher{live: map[uint64]bool{}, deleted: map[uint64]int{}, changed: make(chan struct{}, 1)}
+	w := &watcher{cl: cl, live: map[uint64]bool{}, deleted: map[uint64]int{}, changed: make(chan struct{}, 1)}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done; cl.Close() })
@@ -362,6 +363,41 @@ func (w *watcher) waitLive(ctx context.Context, n int) error {
 	return fmt.Errorf("no %d instances", n)
 }
 
+// waitRegistered waits until the watcher sees n instances and the registry
+// lists a model card of each: every worker has finished registering, so a
+// fault injected now meets no registration half done (a worker whose card
+// failed after its instance was listed registers again on a new lease, and
+// its first instance is deleted).
+func (w *watcher) waitRegistered(ctx context.Context, n int) error {
+	if err := w.waitLive(ctx, n); err != nil {
+		return err
+	}
+	for i := 0; ; i++ {
+		resp, err := w.cl.Raw().ListModels(ctx, &registryv1.ListModelsRequest{})
+		carded := 0
+		if err == nil {
+			w.mu.Lock()
+			for _, c := range resp.Cards {
+				if w.live[c.InstanceId] {
+					carded++
+				}
+			}
+			w.mu.Unlock()
+			if carded == n {
+				return nil
+			}
+		}
+		if i == 600 {
+			return fmt.Errorf("%d of %d live instances have a model card (%v)", carded, n, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d live instances have a model card: %w", carded, n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // TestEtcdMemberCutFromQuorum cuts the etcd member the registry's client
 // starts on from the other two (it stays reachable from the registry)
 // while 20 workers (5 with -short) keep their sessions through the
@@ -437,7 +473,7 @@ func TestRegistryCutFromEtcd(t *testing.T) {
 	c := startCluster(t, ctx, l, 3, 2)
 	c.startWorkers(t, 2)
 	w := watch(t, ctx, c.registryAddrs())
-	if err := w.waitLive(ctx, 2); err != nil {
+	if err := w.waitRegistered(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := registryclient.Dial(c.registryAddrs(), registryclient.Options{})
