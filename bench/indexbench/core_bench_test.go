@@ -124,14 +124,7 @@ func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
 		}
 		id := ids[i]
 		req.RequestId = id
-		if wl.TokenRequests != nil {
-			req.TokenIds = wl.TokenRequests[i%len(wl.TokenRequests)]
-		} else {
-			req.BlockHashes = wl.Requests[i%len(wl.Requests)]
-		}
-		if len(sessions) > 0 {
-			req.SessionId = sessions[i%len(sessions)]
-		}
+		wl.FillRequest(req, i, sessions)
 		c0, ok0 := indexbench.ThreadCPU()
 		start := time.Now()
 		resp, err := c.RouteOwned(req)

@@ -111,6 +111,20 @@ func (wl *Workload) rankOf(worker uint64) index.WorkerID {
 	return index.WorkerID{Instance: (worker-1)/n + 1, DPRank: uint32((worker - 1) % n)}
 }
 
+// FillRequest sets req to the workload's i-th request, by token ids when
+// the workload has them and by block hashes otherwise, with the i-th of
+// sessions (none when empty): the request a benchmark's decision i sends.
+func (wl *Workload) FillRequest(req *routerv1.RouteRequest, i int, sessions []string) {
+	if wl.TokenRequests != nil {
+		req.TokenIds = wl.TokenRequests[i%len(wl.TokenRequests)]
+	} else {
+		req.BlockHashes = wl.Requests[i%len(wl.Requests)]
+	}
+	if len(sessions) > 0 {
+		req.SessionId = sessions[i%len(sessions)]
+	}
+}
+
 // ReportLoads sends every worker's load report: 64 requests of other
 // routers, half of them in prefill. Workers publish one a second, and a
 // router trusts a report for scheduler.ReportTTL.

@@ -182,14 +182,7 @@ func routeLatency(wl *indexbench.Workload, n, warmup int) (wall, cpu [2]time.Dur
 		}
 		id := ids[i]
 		req.RequestId = id
-		if wl.TokenRequests != nil {
-			req.TokenIds = wl.TokenRequests[i%len(wl.TokenRequests)]
-		} else {
-			req.BlockHashes = wl.Requests[i%len(wl.Requests)]
-		}
-		if len(sessions) > 0 {
-			req.SessionId = sessions[i%len(sessions)]
-		}
+		wl.FillRequest(req, i, sessions)
 		c0, ok0 := indexbench.ThreadCPU()
 		t0 := time.Now()
 		resp, err := c.RouteOwned(req)
