@@ -50,7 +50,8 @@ type OverloadConfig struct {
 	// another value sends each flow as a Poisson process at its rate
 	// (exponential gaps drawn from the seed and the flow) and draws the
 	// prompts from the seed too, so that a run sees an arrival pattern and
-	// prompts that no other seed's runs did.
+	// prompts that no other seed's runs did. Runs meant as separate
+	// samples take separate seeds (RunSeed).
 	Seed uint64
 }
 
@@ -291,19 +292,8 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 			continue
 		}
 		wg.Go(func() {
-			interval := float64(time.Second) / f.Rate
-			gaps := rand.New(rand.NewPCG(e.seed, uint64(i)))
-			var next float64
-			for n := 0; ; n++ {
-				at := start.Add(time.Duration(float64(n) * interval))
-				if e.seed != 0 {
-					at = start.Add(time.Duration(next))
-					next += gaps.ExpFloat64() * interval
-				}
-				if at.Sub(start) >= d {
-					return
-				}
-				time.Sleep(time.Until(at))
+			for n, off := range Arrivals(e.seed, i, f.Rate, d) {
+				time.Sleep(time.Until(start.Add(off)))
 				url := e.URLs[f.Frontends[n%len(f.Frontends)]]
 				id := seq.Add(1)
 				wg.Go(func() {
@@ -335,6 +325,55 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 	return results
 }
 
+// Arrivals are the times, from the flows' start, at which flow number
+// flow of a run with seed sends its requests for d at rate per second:
+// evenly spaced for seed 0, else a Poisson process (exponential gaps
+// drawn from the seed and the flow).
+func Arrivals(seed uint64, flow int, rate float64, d time.Duration) []time.Duration {
+	if rate <= 0 {
+		return nil
+	}
+	interval := float64(time.Second) / rate
+	gaps := rand.New(rand.NewPCG(seed, uint64(flow)))
+	var out []time.Duration
+	var next float64
+	for n := 0; ; n++ {
+		at := time.Duration(float64(n) * interval)
+		if seed != 0 {
+			at = time.Duration(next)
+			next += gaps.ExpFloat64() * interval
+		}
+		if at >= d {
+			return out
+		}
+		out = append(out, at)
+	}
+}
+
+// RunSeed is the seed run number run (from 0) of a bench given seed
+// draws its arrivals and prompts from: seed + run, so that each run is a
+// sample of its own rather than the same pattern again (0 stays 0: every
+// run evenly spaced, as the runs of seed 0 are meant to be alike).
+func RunSeed(seed uint64, run int) uint64 {
+	if seed == 0 {
+		return 0
+	}
+	return seed + uint64(run)
+}
+
+// OverloadPrompt is the prompt of request id of flow name in a run with seed:
+// "request <id> of <name>:" and PromptWords words drawn from id and seed.
+func OverloadPrompt(seed, id uint64, name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "request %d of %s:", id, name)
+	r := rand.New(rand.NewPCG(id, 7+seed))
+	for range PromptWords {
+		b.WriteString(" w")
+		b.WriteString(strconv.Itoa(r.IntN(5000)))
+	}
+	return b.String()
+}
+
 // one sends one streamed request and says how it ended.
 func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (time.Duration, string) {
 	ttft, kind, _ := e.answer(ctx, url, f, id)
@@ -348,13 +387,6 @@ func (e *OverloadEnv) one(ctx context.Context, url string, f Flow, id uint64) (t
 // for a shed request ("shed", "shed-timeout": past the queue timeout) its
 // Retry-After in seconds.
 func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64) (time.Duration, string, int) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "request %d of %s:", id, f.Name)
-	r := rand.New(rand.NewPCG(id, 7+e.seed))
-	for range PromptWords {
-		b.WriteString(" w")
-		b.WriteString(strconv.Itoa(r.IntN(5000)))
-	}
 	// Thinking off: the answer's first token is text the client sees. With
 	// thinking on, the first token is <think>, which the reasoning parser
 	// consumes, and the first text comes with the second, one engine step
@@ -362,7 +394,7 @@ func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64)
 	// the measure would be of that request's prompt as much as of this
 	// one's wait.
 	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":%q}]}`,
-		OverloadModel, OverloadTokens, b.String())
+		OverloadModel, OverloadTokens, OverloadPrompt(e.seed, id, f.Name))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return 0, "error", 0

@@ -50,9 +50,12 @@ type overloadOptions struct {
 // of a flow's requests under the flood, over every run, with its idle p90.
 func runOverload(o overloadOptions) error {
 	ctx := context.Background()
-	start := func(frontends int, admission bool) (*frontendbench.OverloadEnv, error) {
+	// Run number run of a scenario draws its arrivals and prompts from a
+	// seed of its own (frontendbench.RunSeed); the idle flows and the 10x
+	// flood are run 0's.
+	start := func(frontends int, admission bool, run int) (*frontendbench.OverloadEnv, error) {
 		return frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: frontends,
-			Admission: admission, TTFTThreshold: o.threshold, Seed: o.seed})
+			Admission: admission, TTFTThreshold: o.threshold, Seed: frontendbench.RunSeed(o.seed, run)})
 	}
 	if o.flood == 0 {
 		o.flood = 3 * o.duration
@@ -60,7 +63,7 @@ func runOverload(o overloadOptions) error {
 	o.runs = max(o.runs, 1)
 	// Admission is off while the capacity and the idle figures are
 	// measured (the threshold is not known yet).
-	env, err := start(1, false)
+	env, err := start(1, false, 0)
 	if err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func runOverload(o overloadOptions) error {
 	for run = range o.runs {
 		for _, frontends := range []int{1, 2} {
 			for _, admission := range []bool{false, true} {
-				env, err := start(frontends, admission)
+				env, err := start(frontends, admission, run)
 				if err != nil {
 					return err
 				}
@@ -209,7 +212,7 @@ func runOverload(o overloadOptions) error {
 	}
 	arrivals := "evenly spaced"
 	if o.seed != 0 {
-		arrivals = fmt.Sprintf("Poisson arrivals and prompts of --overload-seed %d", o.seed)
+		arrivals = fmt.Sprintf("Poisson arrivals and prompts of --overload-seed %d, run r's of seed %d+r", o.seed, o.seed)
 	}
 	fmt.Printf("flows are open loop (%s) for %v, then %v for the answers; shed = 503 with Retry-After; errors = any other answer or none in time\n", arrivals, o.duration, grace)
 	fmt.Printf("router --queue-ttft-threshold %v; peak heap is the whole stack's (one process), sampled every 100 ms\n", o.threshold)
