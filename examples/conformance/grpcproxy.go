@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // ProxyHooks let a test see, and hold, what passes a [StartGRPCProxy]
@@ -25,6 +27,10 @@ type ProxyHooks struct {
 	// Answer runs before each answer message of method goes back to the
 	// caller.
 	Answer func(method string, msg []byte)
+	// Refuse runs when a call of method arrives, before anything goes on to
+	// the backend: a non-nil error answers the call with it, and the
+	// backend never sees the call.
+	Refuse func(method string) error
 }
 
 // HoldAnswer starts a [StartGRPCProxy] proxy to backend that holds the
@@ -45,6 +51,31 @@ func HoldAnswer(t testing.TB, backend, method string) (addr string, held <-chan 
 		}
 	}})
 	return addr, heldc, release
+}
+
+// RefuseFirst starts a [StartGRPCProxy] proxy to backend that answers the
+// first n calls of method (a full method name) with code itself, as a
+// registry replica that lost its etcd would, and passes every other call on.
+// calls reports how many calls of a method reached the proxy, refused ones
+// included.
+func RefuseFirst(t testing.TB, backend, method string, n int, code codes.Code) (addr string, calls func(method string) int) {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	addr = StartGRPCProxy(t, backend, ProxyHooks{Refuse: func(m string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[m]++
+		if m == method && seen[m] <= n {
+			return status.Errorf(code, "refused by the test's proxy (call %d of the first %d)", seen[m], n)
+		}
+		return nil
+	}})
+	return addr, func(m string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[m]
+	}
 }
 
 // StartGRPCProxy serves every gRPC method on 127.0.0.1:0 by forwarding it to
@@ -69,6 +100,11 @@ func StartGRPCProxy(t testing.TB, backend string, hooks ProxyHooks) string {
 	}
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(ss)
+		if hooks.Refuse != nil {
+			if err := hooks.Refuse(method); err != nil {
+				return err
+			}
+		}
 		md, _ := metadata.FromIncomingContext(ss.Context())
 		out := metadata.MD{}
 		for k, v := range md {

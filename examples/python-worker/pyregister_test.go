@@ -2,8 +2,11 @@ package pyworker_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
@@ -182,6 +185,43 @@ func TestPythonWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	}
 	if batch.InstanceId != in.InstanceId || batch.FirstEventId != 1 || len(batch.Events[0].GetStored().GetBlocks()) != 2 {
 		t.Fatalf("first KV batch once the eventbus is back = %v; want event 1 of instance %x, 2 blocks stored", batch, in.InstanceId)
+	}
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)
+	}
+}
+
+// TestPythonWorkerRetriesItsCardOnTheSameLease refuses the worker's first
+// two RegisterModel calls with Unavailable, as a registry replica that lost
+// etcd between the instance's call and the card's would: the worker retries
+// the card on the lease it holds, so it is granted one lease and its
+// instance keeps its id. Giving up at the first refusal revoked the lease
+// and registered again under a new one: every watcher saw a live instance
+// deleted.
+func TestPythonWorkerRetriesItsCardOnTheSameLease(t *testing.T) {
+	t.Parallel()
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, reg := registrytest.Start(t)
+	_, bus := eventbustest.Start(t)
+	dc, watch := watchInstances(t, reg.Addr)
+	defer dc.Close()
+	defer watch.Close()
+	proxy, calls := conformance.RefuseFirst(t, reg.Addr, registryv1.RegistryService_RegisterModel_FullMethodName, 2, codes.Unavailable)
+	w := startWorker(t, proxy, bus.Addr().String())
+	in := waitInstances(ctx, t, watch, 1, w.logs)[0]
+	w.logs.waitFor(ctx, t, "worker registered", map[string]any{"instance": fmt.Sprintf("%x", in.InstanceId)})
+	if g, c := calls(registryv1.RegistryService_GrantLease_FullMethodName), calls(registryv1.RegistryService_RegisterModel_FullMethodName); g != 1 || c != 3 {
+		t.Fatalf("GrantLease called %d times and RegisterModel %d; want 1 lease and 3 card calls (2 refused)\n%s", g, c, w.logs.String())
+	}
+	list, err := dc.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: namespace}})
+	if err != nil || len(list.Instances) != 1 || list.Instances[0].InstanceId != in.InstanceId {
+		t.Fatalf("ListInstances = %v, %v; want only instance %x", list, err, in.InstanceId)
+	}
+	cards, err := dc.Raw().ListModels(ctx, &registryv1.ListModelsRequest{Filter: &registryv1.ModelFilter{Namespace: namespace}})
+	if err != nil || len(cards.Cards) != 1 || cards.Cards[0].InstanceId != in.InstanceId {
+		t.Fatalf("ListModels = %v, %v; want the card of instance %x", cards, err, in.InstanceId)
 	}
 	if code := w.stop(t); code != 0 {
 		t.Fatalf("worker.py exited with %d after SIGTERM; want 0", code)

@@ -671,9 +671,11 @@ class EchoEngine:
                 self.running.pop(key, None)
 
 
-def register(registry, cfg, instance, card, adopt, first):
+def register(registry, cfg, instance, card, adopt, first, stop):
     """Grants a lease and registers instance and card on it (the lease id is
-    the instance id); on failure it revokes the lease and raises.
+    the instance id); on failure it revokes the lease and raises. The card is
+    retried on the same lease (register_card), so a registry replica that
+    fails between the two calls does not cost the instance its id.
 
     adopt(lease_id) makes the engine's KV events carry the new instance id:
     on the first registration before the instance is registered (nobody can
@@ -699,8 +701,7 @@ def register(registry, cfg, instance, card, adopt, first):
         c = registry_pb2.ModelCard()
         c.CopyFrom(card)
         c.instance_id = lease.id
-        registry.RegisterModel(registry_pb2.RegisterModelRequest(card=c, lease_id=lease.id), timeout=10,
-                               metadata=lease.metadata)
+        register_card(registry, lease, c, stop)
     except BaseException:
         try:
             lease.close()
@@ -710,13 +711,38 @@ def register(registry, cfg, instance, card, adopt, first):
     return lease
 
 
+def register_card(registry, lease, card, stop):
+    """Registers card on lease, retrying with full-jitter backoff (100 ms to
+    5 s) while the error is one a later call may not meet (a registry replica
+    that lost etcd after the instance's call: the channel moves on to
+    another) and the lease holds. Giving up at the first failure would revoke
+    the lease, and every watcher would see a live instance deleted and
+    registered again under a new id. Raises the last error once the error is
+    final, the lease is lost or stop is set."""
+    attempt = 0
+    while True:
+        try:
+            registry.RegisterModel(registry_pb2.RegisterModelRequest(card=card, lease_id=lease.id), timeout=10,
+                                   metadata=lease.metadata)
+            return
+        except grpc.RpcError as e:
+            if e.code() not in RETRYABLE or lease.lost is not None or stop.is_set():
+                raise
+            wait = full_jitter(attempt, 0.1)
+            attempt += 1
+            log.warning("model card registration failed; retrying on the same lease", extra={"attrs": {
+                "err": str(e.details()), "code": e.code().name, "backoff": round(wait, 3)}})
+            if stop.wait(wait):
+                raise
+
+
 def register_again(registry, cfg, instance, card, adopt, stop):
     """Registers on a new lease after the old one was lost, retrying with
     full-jitter backoff (100 ms to 5 s) until it succeeds; None once stop is set."""
     attempt = 0
     while not stop.is_set():
         try:
-            return register(registry, cfg, instance, card, adopt, first=False)
+            return register(registry, cfg, instance, card, adopt, first=False, stop=stop)
         except grpc.RpcError as e:
             wait = full_jitter(attempt, 0.1)
             attempt += 1
@@ -834,7 +860,7 @@ def main(argv):
             card = registry_pb2.ModelCard(namespace=cfg.namespace, component=cfg.component, endpoint=cfg.endpoint,
                                           model_name=cfg.model_name, block_size=cfg.block_size,
                                           context_length=cfg.context_length, tokenizer=artifacts)
-            lease = until_reachable(lambda: register(registry, cfg, instance, card, adopt, first=True), stop,
+            lease = until_reachable(lambda: register(registry, cfg, instance, card, adopt, first=True, stop=stop), stop,
                                     "registration")
         if lease is not None:
             load = LoadPublisher(eventbus, subject(cfg.namespace, cfg.component, LOAD_NAME), engine,

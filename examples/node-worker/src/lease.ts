@@ -103,6 +103,8 @@ class Stream {
 export class Lease {
   /** lost resolves with the reason once the lease is gone. */
   readonly lost: Promise<string>;
+  /** gone is true once lost has resolved. */
+  gone = false;
   private resolveLost!: (reason: string) => void;
   private stopped = false;
   private wake: (() => void) | undefined;
@@ -179,6 +181,7 @@ export class Lease {
 
   private lose(reason: string): void {
     log.error("lease lost", { lease: this.id.toString(16), reason });
+    this.gone = true;
     this.resolveLost(reason);
   }
 

@@ -380,7 +380,17 @@ async function main(): Promise<number> {
           contextLength: cfg.contextLength,
           tokenizer: artifacts,
         });
-        await registry.registerModel({ card, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers });
+        // The card is retried on the lease the instance already holds while
+        // a later call may succeed (a registry replica that lost etcd after
+        // the instance's call: the next call goes to another). Giving up here
+        // would revoke the lease, and every watcher would see a live instance
+        // deleted and registered again under a new id.
+        const stored = await retry(
+          () => registry.registerModel({ card, leaseId: l.id }, { timeoutMs: 10_000, headers: l.headers }),
+          () => stopping || l.gone,
+          "model card registration on the same lease",
+        );
+        if (stored === undefined) throw new Error("model card not registered: the worker is stopping or its lease is gone");
         registered = true;
       } catch (err) {
         await l.close();
