@@ -355,11 +355,37 @@ func FromProto(p *workerv1.TimingModel) Model {
 // the request's (see SpanPair); a caller that knows the queue's prompts
 // and the request's cached prefix sets a Span's Attn itself. weight
 // multiplies the prefill part (1: the model as published). It is the
-// engine's time: the request's own PrefillPerRequest, the same on every
-// engine, is not in it.
+// engine's time, what the request's prefill and the queue ahead of it
+// occupy the engine for: the request's own PrefillPerRequest, the same on
+// every engine and occupying none, is not in it. FirstTokenMs is the time
+// to first token its client sees.
 func (m Model) TTFTMs(queuedTokens, newTokens, decoding int, usage, weight float64) float64 {
 	s := m.Steps(decoding, usage)
 	return s.TTFTMs(queuedTokens, newTokens, weight)
+}
+
+// FirstTokenMs predicts, in ms, the time to first token its client sees
+// of a request of newTokens uncached prompt tokens (at least one) on an
+// engine as TTFTMs describes it: the engine's time, TTFTMs at weight 1,
+// then the request's own overhead, PrefillPerRequest. Latency objectives
+// are stated and measured that way (a fit of Prefill(t) is one, and
+// FirstTokenMs(0, t, 0, 0) is PrefillMs(t) for a prompt within a step),
+// so a prediction compared with one is this, not TTFTMs.
+func (m Model) FirstTokenMs(queuedTokens, newTokens, decoding int, usage float64) float64 {
+	s := m.Steps(decoding, usage)
+	return s.TTFTMs(queuedTokens, max(newTokens, 1), 1) + s.RequestMs()
+}
+
+// EngineOnly is m as an engine publishes it whose requests pay nothing
+// outside its steps: the per-step constant stays StepConstant, and
+// PrefillPerRequest is 0 (PrefillPerBatch the step constant alone). An
+// engine simulated behind a real frontend, request plane and tokenizer
+// publishes it: those are its requests' overhead, measured where they
+// run, and a model that also charged the fit's would count them twice.
+func (m Model) EngineOnly() Model {
+	m.PrefillPerBatch = m.StepConstant()
+	m.PrefillPerRequest = 0
+	return m
 }
 
 // TTFTPairMs is TTFTMs of newTokens and TTFTMs of none (the time of what
@@ -379,8 +405,9 @@ func (m *Model) TTFTPairMs(queuedTokens, newTokens, decoding int, usage, weight 
 type Steps struct {
 	// The model's prefill coefficients, so that Steps predicts alone;
 	// perBatch is the per-step constant (StepConstant), 0 while requests
-	// decode (their decode steps pay it).
-	quadratic, perToken, perBatch float64
+	// decode (their decode steps pay it); perRequest is what a request
+	// pays once outside the steps (PrefillPerRequest).
+	quadratic, perToken, perBatch, perRequest float64
 	// chunk is the prompt tokens a step computes beside its decoding
 	// requests; decodeMs the decode step each step adds while requests
 	// decode.
@@ -393,7 +420,7 @@ type Steps struct {
 // usage usage.
 func (m *Model) Steps(decoding int, usage float64) Steps {
 	s := Steps{quadratic: m.PrefillQuadratic, perToken: m.PrefillPerToken, perBatch: m.StepConstant(),
-		chunk: max(m.MaxBatchedTokens-decoding, 1), decoding: decoding > 0}
+		perRequest: m.PrefillPerRequest, chunk: max(m.MaxBatchedTokens-decoding, 1), decoding: decoding > 0}
 	if s.decoding {
 		// Every step decodes too: its decode step pays the constant.
 		s.perBatch = 0
@@ -401,6 +428,11 @@ func (m *Model) Steps(decoding int, usage float64) Steps {
 	}
 	return s
 }
+
+// RequestMs is what a request pays once outside the engine's steps, in
+// ms (the model's PrefillPerRequest): a prediction of the first token its
+// client sees is the engine's time to it plus this (Model.FirstTokenMs).
+func (s *Steps) RequestMs() float64 { return s.perRequest }
 
 // TTFTMs is Model.TTFTMs at these steps' load.
 func (s *Steps) TTFTMs(queuedTokens, newTokens int, weight float64) float64 {

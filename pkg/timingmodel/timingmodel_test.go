@@ -288,6 +288,18 @@ func TestPerRequestSplit(t *testing.T) {
 		// the overhead is the request's, not the steps'.
 		{"Steps.PrefillMs(250): 250 + 3 x 4", steps.PrefillMs(steps.Span(250), 1), 262},
 		{"TTFTMs(150 queued, 100 new): 250 + 3 x 4", m.TTFTMs(150, 100, 0, 0, 1), 262},
+		// The client sees the first token after the engine's time and
+		// the request's overhead: an idle engine's is PrefillMs.
+		{"FirstTokenMs(50 alone): 50 + 4 + 6", m.FirstTokenMs(0, 50, 0, 0), 60},
+		{"FirstTokenMs(150 queued, 100 new): 262 + 6", m.FirstTokenMs(150, 100, 0, 0), 268},
+		// Beside 2 decoding requests, chunks of 98: 3 steps of 3 ms.
+		{"FirstTokenMs(250, decoding): 250 + 3 x 3 + 6", m.FirstTokenMs(0, 250, 2, 0), 265},
+		{"Steps.RequestMs", steps.RequestMs(), 6},
+		// An engine that publishes no overhead keeps its steps.
+		{"EngineOnly: StepConstant 4", m.EngineOnly().StepConstant(), 4},
+		{"EngineOnly: PrefillMs(50): 50 + 4", m.EngineOnly().PrefillMs(50), 54},
+		{"EngineOnly: TTFTMs(150 queued, 100 new)", m.EngineOnly().TTFTMs(150, 100, 0, 0, 1), 262},
+		{"EngineOnly: FirstTokenMs(50 alone): 50 + 4", m.EngineOnly().FirstTokenMs(0, 50, 0, 0), 54},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,6 +307,26 @@ func TestPerRequestSplit(t *testing.T) {
 				t.Errorf("got %v, want %v", tt.got, tt.want)
 			}
 		})
+	}
+}
+
+// TestFirstTokenMs: the time to first token a client sees is the
+// engine's (TTFTMs) plus the request's overhead, whatever the load; on an
+// idle engine, for a prompt within a step, it is the fit's own PrefillMs.
+func TestFirstTokenMs(t *testing.T) {
+	for _, m := range []Model{Default(), Default().Scaled(0.05), Default().EngineOnly()} {
+		if got, want := m.FirstTokenMs(0, 1000, 0, 0), m.PrefillMs(1000); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("%+v: FirstTokenMs(0, 1000) = %v, want PrefillMs %v", m, got, want)
+		}
+		for _, tt := range []struct{ queued, fresh, decoding int }{{0, 20000, 0}, {5000, 3000, 40}, {0, 1, 200}} {
+			want := m.TTFTMs(tt.queued, tt.fresh, tt.decoding, 0.3, 1) + m.PrefillPerRequest
+			if got := m.FirstTokenMs(tt.queued, tt.fresh, tt.decoding, 0.3); got != want {
+				t.Errorf("%+v: FirstTokenMs(%d, %d, %d) = %v, want %v", m, tt.queued, tt.fresh, tt.decoding, got, want)
+			}
+		}
+		if e := m.EngineOnly(); !e.Valid() || e.StepConstant() != m.StepConstant() || e.PrefillPerRequest != 0 {
+			t.Errorf("%+v: EngineOnly = %+v: valid %v, step constant %v (want %v)", m, e, e.Valid(), e.StepConstant(), m.StepConstant())
+		}
 	}
 }
 

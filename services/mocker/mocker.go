@@ -313,8 +313,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*worker.W
 	var w atomic.Pointer[worker.Worker]
 	loads := make([]atomic.Pointer[workerv1.LoadMetrics], ranks)
 	// The mocker publishes the model it simulates by, so that routers
-	// predict its times exactly.
-	timing := cfg.Engine.Timing()
+	// predict its times exactly: its engine's steps, and no overhead of
+	// a request outside them, since it adds none (the frontend, request
+	// plane and tokenizer in front of it are that overhead, and a router
+	// learns their time from the first tokens it is told of).
+	timing := cfg.Engine.Timing().EngineOnly()
 	// The engine's KV events go through the SDK's publisher from the first
 	// request on: those of requests served before worker.Start returns are
 	// published at the registration, first and in order, under the

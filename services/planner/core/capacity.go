@@ -30,8 +30,10 @@ type Engine struct {
 // Load is an engine's steady state at a request rate: every step
 // computes Prefill new prompt tokens and one token for each of Decoding
 // requests, and takes StepMs on average (the mean inter-token latency);
-// nine in ten new requests have their first token within TTFTMs, and a
-// mean inter-token latency within ITLMs.
+// nine in ten new requests have their first token within TTFTMs, as their
+// clients see it (the engine's time and each request's own overhead
+// outside the steps, timingmodel.Model.FirstTokenMs), and a mean
+// inter-token latency within ITLMs.
 type Load struct {
 	StepMs, TTFTMs, ITLMs float64
 	Prefill, Decoding     float64
@@ -114,7 +116,9 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 		l.Feasible = true
 		l.StepMs = service
 		l.Prefill = rate * np * service / 1000
-		l.TTFTMs = ttft90(service, l.PrefillUtilization)
+		// The queue is of the engine's time; the request's own overhead
+		// occupies no step and comes after it.
+		l.TTFTMs = ttft90(service, l.PrefillUtilization) + m.PrefillPerRequest
 		return l
 	}
 	budget := float64(m.MaxBatchedTokens)
@@ -210,8 +214,9 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 // request's own step, for the same reason; the request finds
 // it with probability proportional to P(j)*S_j (a longer step is found
 // more often) and R is uniform over it; K is Poisson with mean rate*R.
-// The quantile is found by bisection over the time, the wait R
-// integrated by the midpoint rule.
+// The client sees each first token the request's own overhead
+// (PrefillPerRequest) after the engine computes it. The quantile is found
+// by bisection over the time, the wait R integrated by the midpoint rule.
 func (e Engine) ttftQuantile(q, rate, prompt, output float64, l Load) float64 {
 	exceeds, lo, hi := e.ttftTail(rate, prompt, output, l)
 	if l.Full >= 1-q {
@@ -232,10 +237,11 @@ func (e Engine) ttftQuantile(q, rate, prompt, output float64, l Load) float64 {
 }
 
 // ttftTail returns P(TTFT > x) as ttftQuantile models it, and the own
-// prefill and the idle engine's, the lesser and the greater: the quantile
-// is past the first.
+// prefill and the idle engine's, the lesser and the greater, each with the
+// request's overhead: the quantile is past the first.
 func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x float64) float64, lo, hi float64) {
 	m := e.Model
+	overhead := m.PrefillPerRequest
 	decoding, usage := int(math.Ceil(l.Decoding)), l.Usage
 	own := e.ownMs(prompt, l.cachedTk, decoding, usage)
 	idle := e.ownMs(prompt, l.cachedTk, 0, 0)
@@ -288,8 +294,10 @@ func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x f
 			points = append(points, pt)
 		}
 	}
-	// exceeds is P(TTFT > x).
+	// exceeds is P(TTFT > x): of the engine's time past x less the
+	// overhead.
 	exceeds = func(x float64) float64 {
+		x -= overhead
 		p := 0.0
 		if idle > x {
 			p = pIdle
@@ -310,7 +318,7 @@ func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x f
 		}
 		return l.Full + (1-l.Full)*(p+(1-pIdle)*busy)
 	}
-	return exceeds, min(own, idle), max(own, idle)
+	return exceeds, min(own, idle) + overhead, max(own, idle) + overhead
 }
 
 // maxPrompts bounds the prompts counted in one step, and waitPoints are
@@ -485,7 +493,8 @@ func (e Engine) Capacity(role Role, prompt, cached, output float64, o Objectives
 // present state: queued prompt tokens still to prefill and running
 // requests decoding at KV usage usage. TTFT is the timing model's, as the
 // router predicts it, of the request's uncached tokens after the queue's,
-// each attending over the cached prefix too. ITL is the mean inter-token
+// each attending over the cached prefix too, as the client sees it (the
+// request's own overhead after the engine's time: Model.FirstTokenMs). ITL is the mean inter-token
 // latency of a request decoding over its next output tokens: a decode step
 // each, and the queued prompts' compute (their tokens and each one's
 // attention over its own sequence, prompts of the mean size) spread over
@@ -507,6 +516,9 @@ func (e Engine) Now(role Role, queued, running int, usage, prompt, cached, outpu
 		all.Attn = ahead.Attn + nn*(2*c+nn)
 	}
 	ttftMs = spanMs(&s, all)
+	if own > 0 {
+		ttftMs += s.RequestMs()
+	}
 	if running > 0 && role != Prefill {
 		// t queued tokens are t/n prompts of n uncached tokens, each
 		// attending over its sequence: t*(2*cached+n) of attention.

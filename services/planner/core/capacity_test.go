@@ -12,6 +12,44 @@ import (
 // usage, 1,000 tokens a step.
 var simple = timingmodel.Model{PrefillPerToken: 0.1, PrefillPerBatch: 10, DecodeBase: 20, MaxBatchedTokens: 1000}
 
+// split is simple with 4 ms of its prefill constant paid once per
+// request, outside the steps (timingmodel.Model.PrefillPerRequest).
+var split = func() timingmodel.Model {
+	m := simple
+	m.PrefillPerRequest = 4
+	return m
+}()
+
+// TestTTFTAsClientsSeeIt: the planner's TTFT is the one its objective
+// binds, the first token as clients see it: the engine's time (its queue
+// and steps, which the overhead does not occupy) and then each request's
+// overhead. At a rate so low that requests never meet, it is an idle
+// engine's time to first token, the model's FirstTokenMs.
+func TestTTFTAsClientsSeeIt(t *testing.T) {
+	e := Engine{Model: split}
+	idle := split.FirstTokenMs(0, 100, 0, 0)
+	if idle != 20 {
+		t.Fatalf("FirstTokenMs(100 tokens) = %v, want 6 + 10 + 4", idle)
+	}
+	if l := e.SteadyState(Prefill, 0.01, 100, 0, 0); !near(l.TTFTMs, idle) || !near(l.StepMs, 16) {
+		t.Errorf("prefill pool at 0.01 req/s: TTFT %v, service %v; want %v, 16 (the engine's time)", l.TTFTMs, l.StepMs, idle)
+	}
+	// rho 0.5 (31.25 req/s of 16 ms): the queue's p90 is of the engine's
+	// time, 16 + 32 ln 5, then the overhead.
+	if l := e.SteadyState(Prefill, 31.25, 100, 0, 0); !near(l.TTFTMs, 16+32*math.Log(5)+4) {
+		t.Errorf("prefill pool at rho 0.5: TTFT %v, want %v", l.TTFTMs, 16+32*math.Log(5)+4)
+	}
+	// An agg engine at a rate where nine in ten arrivals find it idle:
+	// its p90 is the idle engine's, the overhead in.
+	if l := e.SteadyState(Agg, 0.001, 100, 0, 10); !near(l.TTFTMs, idle) {
+		t.Errorf("agg engine at 0.001 req/s: TTFT %v, want %v", l.TTFTMs, idle)
+	}
+	without := Engine{Model: simple}
+	if a, b := e.SteadyState(Agg, 5, 100, 0, 10), without.SteadyState(Agg, 5, 100, 0, 10); !near(a.StepMs, b.StepMs) {
+		t.Errorf("agg engine at 5 req/s: step %v with the overhead, %v without; the overhead occupies no step, want equal", a.StepMs, b.StepMs)
+	}
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b)) }
 
 func TestCapacity(t *testing.T) {
@@ -372,6 +410,15 @@ func TestNow(t *testing.T) {
 		// Decode pools prefill nothing of their own.
 		{"decode", simple, Decode, 0, 10, 100, 10, 50, 0, 20},
 		{"prefill has no ITL", simple, Prefill, 0, 10, 100, 10, 0, 10 + 20, 0},
+		// 4 ms of the prefill constant is each request's own, outside the
+		// steps: a step alone pays 6, and the client sees the first
+		// token 4 ms after the engine computes it, an idle engine's
+		// prompt at the fit's Prefill(100) (20 ms). Beside decode steps
+		// (which pay the step's constant) only the 4 ms moves. A decode
+		// pool's worker computes no first token of its own.
+		{"idle, overhead per request", split, Agg, 0, 0, 100, 10, 0, 6 + 10 + 4, 0},
+		{"busy, overhead per request", split, Agg, 1500, 10, 100, 10, 0, 99 + 61 + 40 + 4, 20 + 15},
+		{"decode, overhead per request", split, Decode, 0, 10, 100, 10, 50, 0, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ttft, itl := Engine{Model: tc.model}.Now(tc.role, tc.queued, tc.running, 0.5, tc.prompt, tc.cached, tc.output)

@@ -1139,7 +1139,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		// prefill, the adapter's load and what of a slot's wait outlasts
 		// that queue (on the worker that computes its prompt).
 		cand := &d.scored[pw]
-		ms := cand.RequestFirstTokenMs(&d.req) + cand.AdapterWaitMs()
+		ms := cand.RequestEngineFirstTokenMs(&d.req) + cand.AdapterWaitMs()
 		c.loras.routed(r.RequestId, w, r.LoraName, d.now, d.now.Add(time.Duration(ms*float64(time.Millisecond))))
 	}
 	if counted && c.approx != nil {

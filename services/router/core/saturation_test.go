@@ -13,9 +13,10 @@ import (
 )
 
 // TestSaturation routes 4,000-token prompts to two workers with the default
-// timing model (one step of 4,000 prompt tokens: about 73 ms; of 8,000:
-// about 141 ms; a prompt's first token behind one prompt queued: the two
-// in one step, 141 ms; behind two: 12,000 tokens in two steps, 214 ms)
+// timing model (a prompt's first token as its client sees it, the engine's
+// time and the request's 10.8 ms overhead: alone, about 84 ms; behind one
+// prompt queued, the two in one step, 152 ms; behind two, 12,000 tokens in
+// two steps, 225 ms)
 // and the clock stopped,
 // so that nothing of the queues drains but what is freed. The decision
 // says saturated once one more prompt would be past the limit on both
@@ -36,8 +37,8 @@ func TestSaturation(t *testing.T) {
 		room []uint32
 	}{
 		{"off", Config{}, 6, []bool{false, false, false, false, false, false}, []uint32{0, 0, 0, 0, 0, 0, 0}},
-		// 200 ms: a second 4,000-token prompt on a worker (141 ms) fits,
-		// a third (214 ms) does not; the second of each worker's is
+		// 200 ms: a second 4,000-token prompt on a worker (152 ms) fits,
+		// a third (225 ms) does not; the second of each worker's is
 		// routed when the other one already holds two.
 		{"ttft threshold", Config{QueueTTFTThreshold: 200 * time.Millisecond}, 6, []bool{false, false, false, true, true, true}, []uint32{3, 2, 1, 0, 0, 0, 4}},
 		// 5,000 tokens: full past one prompt queued on each worker.
@@ -114,9 +115,9 @@ func TestSaturationLimitsValidate(t *testing.T) {
 // model's first tokens come, and saturation adds that to a busy worker's
 // predictions: the room SaturationRoom and the next decision count
 // follows. Two idle workers, 4,000-token prompts, a 200 ms threshold: on
-// time, a worker holds two prompts within it (73 ms, then 141 with one
-// queued; 214 with two is past it); 70 ms late, one (141 + 70 is past it);
-// 60 ms early, three (214 - 60 is within it, 281 - 60 not). An idle
+// time, a worker holds two prompts within it (84 ms, then 152 with one
+// queued; 225 with two is past it); 70 ms late, one (152 + 70 is past it);
+// 60 ms early, three (225 - 60 is within it, 292 - 60 not). An idle
 // worker takes one however late. A request predicted past the threshold,
 // or a core without a TTFT threshold, keeps no prediction; nor does one
 // predicted before its worker's first load report (with Default, not a
@@ -140,7 +141,7 @@ func TestSaturationLateness(t *testing.T) {
 		{"late", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, 70 * time.Millisecond, true, 2, 1},
 		{"later than the threshold: idle workers still take one", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, time.Second, true, 2, 1},
 		{"early", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, -60 * time.Millisecond, true, 6, 5},
-		// 50 ms: each worker idle, its first prompt (73 ms) past it.
+		// 50 ms: each worker idle, its first prompt (84 ms) past it.
 		{"predicted past the threshold", Config{QueueTTFTThreshold: 50 * time.Millisecond}, false, time.Second, false, 0, 0},
 		{"no TTFT threshold", Config{QueuePrefillBudget: 5000}, false, time.Second, false, 4, 3},
 		{"before the workers' first load report", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, 50 * time.Millisecond, false, 4, 3},
@@ -188,8 +189,8 @@ func TestSaturationLateness(t *testing.T) {
 // it fits within the TTFT threshold and the next request would be
 // predicted latest, leaving the earliest slot to others. Two workers with
 // the default timing model and the clock stopped; one 4,000-token prompt
-// routed first: its worker predicts the next prompt at 141 ms (behind it),
-// the idle one at 73 ms.
+// routed first: its worker predicts the next prompt at 152 ms (behind it),
+// the idle one at 84 ms.
 func TestBacklogLeavesEarliest(t *testing.T) {
 	stopped := time.Unix(1000, 0)
 	tests := []struct {

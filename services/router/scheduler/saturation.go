@@ -56,12 +56,14 @@ func (l Limits) full(c *Candidate, req Request, queued int, queuedAttn float64) 
 	return ms > l.TTFTMs
 }
 
-// FirstTokenMs predicts, in ms, the time to first token of a request of
-// newTokens uncached prompt tokens arriving at c now, with queued more
-// prompt tokens queued there before it (routed after c was filled),
-// unweighted (the model as the worker published it): the time left of the
-// head's computation (HeadMs), then one span of the rest of the queue and
-// the request's own tokens. An engine does not add a request to a step it
+// FirstTokenMs predicts, in ms, the time to first token its client sees
+// of a request of newTokens uncached prompt tokens arriving at c now, with
+// queued more prompt tokens queued there before it (routed after c was
+// filled), unweighted (the model as the worker published it): the time
+// left of the head's computation (HeadMs), then one span of the rest of
+// the queue and the request's own tokens, then the request's own overhead
+// outside the engine's steps (timingmodel.Model.FirstTokenMs): the TTFT
+// limit is an objective on what clients see. An engine does not add a request to a step it
 // has begun: whatever else waits goes in the steps after it, with the
 // request. Counting the head's tokens left as a span of their own would
 // charge them a step's fixed cost (the prefill batch cost, a decode step)
@@ -85,11 +87,26 @@ func (c *Candidate) RequestFirstTokenMs(req *Request) float64 {
 	return c.firstTokenMs(0, 0, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
 }
 
+// RequestEngineFirstTokenMs is RequestFirstTokenMs without the request's
+// overhead outside the engine's steps: when the engine computes req's
+// first token, which is what the engine's own state (a slot's adapter, its
+// decoding requests) follows.
+func (c *Candidate) RequestEngineFirstTokenMs(req *Request) float64 {
+	var buf timingmodel.Steps
+	return c.engineFirstTokenMs(c.stepsOf(&buf), 0, 0, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
+}
+
 // firstTokenMs is FirstTokenMs with the attention of the queued and new
 // tokens given.
 func (c *Candidate) firstTokenMs(queued int, queuedAttn float64, newTokens int, newAttn float64) float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
+	return c.engineFirstTokenMs(s, queued, queuedAttn, newTokens, newAttn) + s.RequestMs()
+}
+
+// engineFirstTokenMs is firstTokenMs at c's steps s without the request's
+// own overhead: the engine's time to the request's first token.
+func (c *Candidate) engineFirstTokenMs(s *timingmodel.Steps, queued int, queuedAttn float64, newTokens int, newAttn float64) float64 {
 	waiting := c.QueuedTokens - c.HeadTokens + queued
 	all, _ := s.SpanPair(waiting, newTokens)
 	all.Attn = c.QueuedAttn - c.HeadAttn + queuedAttn + newAttn

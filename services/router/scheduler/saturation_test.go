@@ -12,7 +12,9 @@ import (
 // TestFirstToken: a request's predicted first token is the time left of
 // the head's computation, then one span of what waits behind the head and
 // its own prompt. The model costs a prompt token 1 ms and a prefill batch
-// 50 ms (a step of 1000 tokens), so a step's fixed cost shows.
+// 50 ms (a step of 1000 tokens), so a step's fixed cost shows. With 20 ms
+// of the 50 each request's own overhead, each step pays 30 and the first
+// token comes 20 ms after the engine's (RequestEngineFirstTokenMs).
 func TestFirstToken(t *testing.T) {
 	m := linear
 	m.PrefillPerBatch = 50
@@ -42,6 +44,25 @@ func TestFirstToken(t *testing.T) {
 			c.Timing = m
 			if got := c.FirstTokenMs(tt.queued, tt.newTok); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("FirstTokenMs = %v ms, want %v", got, tt.want)
+			}
+			// The same constant of 50 ms, 20 of it each request's own
+			// overhead outside the steps: a step pays 30, and the client
+			// sees the first token 20 ms after the engine computes it.
+			split := m
+			split.PrefillPerRequest = 20
+			c.Timing = split
+			steps := 0.0
+			if c.Decoding == 0 {
+				// The steps up to the request's first token: the head's
+				// step in progress is timed by HeadMs already.
+				steps = float64((c.QueuedTokens-c.HeadTokens+tt.queued+tt.newTok-1)/1000 + 1)
+			}
+			engine := tt.want - 20*steps
+			if got := c.RequestEngineFirstTokenMs(&Request{Tokens: tt.newTok}); tt.queued == 0 && math.Abs(got-engine) > 1e-9 {
+				t.Fatalf("split: RequestEngineFirstTokenMs = %v ms, want %v", got, engine)
+			}
+			if got := c.FirstTokenMs(tt.queued, tt.newTok); math.Abs(got-(engine+20)) > 1e-9 {
+				t.Fatalf("split: FirstTokenMs = %v ms, want %v (the engine's %v and the overhead)", got, engine+20, engine)
 			}
 		})
 	}
