@@ -887,7 +887,11 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 		c.loras.mu.Lock()
 		for i := range d.scored {
 			s := &d.scored[i]
-			load, wait := cands[i].lora.price(q.lora, key, cands[i].loraSlots, now)
+			st, slots := cands[i].lora, cands[i].loraSlots
+			load, wait := true, 0.0
+			if !st.loadsNow(key, slots) {
+				load, wait = st.priceRunning(q.lora, key, slots, now)
+			}
 			if load {
 				s.AdapterMs = s.Timing.LoraLoadMs
 			}

@@ -63,14 +63,23 @@ type adapters struct {
 // adapterWorker is one worker's adapters: those its last load report
 // listed, those its running requests use, and how long a request runs
 // there once it has its first token.
+//
+// A decision prices every candidate for its request's adapter, whose
+// loraKey it computes once: the loaded and running adapters are found by
+// key (a name is read only when its key matches), and each set has a
+// 64-bit summary, bit loraKey%64 of each member's key, so that a
+// candidate which neither has the adapter loaded nor runs it (most of
+// them, with many adapters over few slots) is told by two bit tests.
 type adapterWorker struct {
 	loaded []string
-	// loadedKeys are loaded's names' loraKey, in its order: a decision
-	// compares its adapter's key with them on every candidate, and reads
-	// a name only on a match.
+	// loadedKeys are loaded's names' loraKey, in its order.
 	loadedKeys []uint64
-	// running is, per adapter, the routed requests that run with it.
-	running map[string][]adapterRequest
+	// loadedBits is the summary of loadedKeys (see keyBit).
+	loadedBits uint64
+	// running is, per adapter, the routed requests that run with it, in
+	// no order (price ranks them); runningBits is its keys' summary.
+	running     []runningAdapter
+	runningBits uint64
 	// runMs is how long a request decodes on the worker, on average,
 	// predicted at its last load report: its requests' mean output (the
 	// report's output tokens over its requests, since the worker started)
@@ -78,6 +87,17 @@ type adapterWorker struct {
 	// 0: unknown.
 	runMs float64
 }
+
+// runningAdapter is an adapter with requests running on a worker: its
+// name, its loraKey and the requests (at least one).
+type runningAdapter struct {
+	name string
+	key  uint64
+	reqs []adapterRequest
+}
+
+// keyBit is an adapter key's bit in a set's summary.
+func keyBit(key uint64) uint64 { return 1 << (key % 64) }
 
 // adapterRequest is a running request with an adapter, when it was routed
 // and when its first token is predicted.
@@ -90,6 +110,7 @@ type adapterRequest struct {
 type routedAdapter struct {
 	w    index.WorkerID
 	name string
+	key  uint64
 }
 
 func newAdapters() *adapters {
@@ -161,7 +182,7 @@ func (a *adapters) servesLocked(id uint64, model, name string) bool {
 func (a *adapters) workerLocked(w index.WorkerID) *adapterWorker {
 	st := a.workers[w]
 	if st == nil {
-		st = &adapterWorker{running: map[string][]adapterRequest{}}
+		st = &adapterWorker{}
 		a.workers[w] = st
 	}
 	return st
@@ -195,20 +216,77 @@ func (a *adapters) report(w index.WorkerID, names []string, runMs float64) {
 func (st *adapterWorker) setLoaded(names []string) {
 	st.loaded = append(st.loaded[:0], names...)
 	st.loadedKeys = st.loadedKeys[:0]
+	st.loadedBits = 0
 	for _, n := range names {
-		st.loadedKeys = append(st.loadedKeys, loraKey(n))
+		k := loraKey(n)
+		st.loadedKeys = append(st.loadedKeys, k)
+		st.loadedBits |= keyBit(k)
 	}
 }
 
 // isLoaded says whether the worker has the adapter name (whose loraKey is
 // key) loaded.
 func (st *adapterWorker) isLoaded(name string, key uint64) bool {
+	if st.loadedBits&keyBit(key) == 0 {
+		return false
+	}
 	for i, k := range st.loadedKeys {
 		if k == key && st.loaded[i] == name {
 			return true
 		}
 	}
 	return false
+}
+
+// runningIndex is the position in running of the adapter name (whose
+// loraKey is key), or -1 when no request runs with it.
+func (st *adapterWorker) runningIndex(name string, key uint64) int {
+	if st.runningBits&keyBit(key) == 0 {
+		return -1
+	}
+	for i := range st.running {
+		if st.running[i].key == key && st.running[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// addRunning records a request running with the adapter name (whose
+// loraKey is key).
+func (st *adapterWorker) addRunning(name string, key uint64, q adapterRequest) {
+	if i := st.runningIndex(name, key); i >= 0 {
+		st.running[i].reqs = append(st.running[i].reqs, q)
+		return
+	}
+	st.running = append(st.running, runningAdapter{name: name, key: key, reqs: []adapterRequest{q}})
+	st.runningBits |= keyBit(key)
+}
+
+// dropRunning forgets the running request id with the adapter name (whose
+// loraKey is key), and the adapter once no request runs with it.
+func (st *adapterWorker) dropRunning(name string, key uint64, id string) {
+	i := st.runningIndex(name, key)
+	if i < 0 {
+		return
+	}
+	reqs := st.running[i].reqs
+	if j := slices.IndexFunc(reqs, func(q adapterRequest) bool { return q.id == id }); j >= 0 {
+		reqs[j] = reqs[len(reqs)-1]
+		reqs = reqs[:len(reqs)-1]
+	}
+	st.running[i].reqs = reqs
+	if len(reqs) > 0 {
+		return
+	}
+	last := len(st.running) - 1
+	st.running[i] = st.running[last]
+	st.running[last] = runningAdapter{}
+	st.running = st.running[:last]
+	st.runningBits = 0
+	for _, r := range st.running {
+		st.runningBits |= keyBit(r.key)
+	}
 }
 
 // loraSeed seeds loraKey.
@@ -238,23 +316,38 @@ func loraKey(name string) uint64 { return maphash.String(loraSeed, name) }
 // adapter unless the worker's report lists it. With slots unknown, no
 // wait is predicted.
 func (st *adapterWorker) price(name string, key uint64, slots int, now time.Time) (load bool, waitMs float64) {
-	if st == nil {
+	if st.loadsNow(key, slots) {
 		return true, 0
 	}
+	return st.priceRunning(name, key, slots, now)
+}
+
+// loadsNow says, from the summaries alone, that a request with the
+// adapter whose loraKey is key loads it and waits for no slot on the
+// worker (st, nil for none) with slots adapter slots: the worker has no
+// state, or neither has it loaded nor runs it and has a slot for it.
+// Small enough to inline where a decision prices every candidate.
+func (st *adapterWorker) loadsNow(key uint64, slots int) bool {
+	bit := keyBit(key)
+	return st == nil || st.loadedBits&bit == 0 && st.runningBits&bit == 0 && (slots <= 0 || len(st.running) < slots)
+}
+
+// priceRunning is price for a worker with state (st not nil).
+func (st *adapterWorker) priceRunning(name string, key uint64, slots int, now time.Time) (load bool, waitMs float64) {
 	loaded := st.isLoaded(name, key)
 	n := len(st.running)
 	if n == 0 {
 		return !loaded, 0
 	}
-	_, running := st.running[name]
+	running := st.runningIndex(name, key) >= 0
 	if slots <= 0 || n < slots || (running && n == slots) {
 		// A slot for every adapter routed there, this one included.
 		return !loaded && !running, 0
 	}
 	var buf [16]adapterRank
 	ranks := buf[:0]
-	for a, reqs := range st.running {
-		ranks = append(ranks, rankOf(a, reqs, st.loaded))
+	for i := range st.running {
+		ranks = append(ranks, st.rankOf(&st.running[i]))
 	}
 	slices.SortFunc(ranks, adapterRank.compare)
 	ahead := n // a new adapter comes after every one routed there
@@ -302,8 +395,9 @@ type adapterRank struct {
 	requests     int
 }
 
-func rankOf(name string, reqs []adapterRequest, loaded []string) adapterRank {
-	r := adapterRank{name: name, loaded: slices.Contains(loaded, name), first: reqs[0].at, start: reqs[0].first, requests: len(reqs)}
+func (st *adapterWorker) rankOf(ra *runningAdapter) adapterRank {
+	reqs := ra.reqs
+	r := adapterRank{name: ra.name, loaded: st.isLoaded(ra.name, ra.key), first: reqs[0].at, start: reqs[0].first, requests: len(reqs)}
 	for _, q := range reqs[1:] {
 		if q.at.Before(r.first) {
 			r.first = q.at
@@ -337,10 +431,10 @@ func (a *adapters) routed(id string, w index.WorkerID, name string, at, first ti
 	if _, dup := a.byRequest[id]; dup {
 		return
 	}
-	a.byRequest[id] = routedAdapter{w: w, name: name}
+	key := loraKey(name)
+	a.byRequest[id] = routedAdapter{w: w, name: name, key: key}
 	a.inFlight.Store(int64(len(a.byRequest)))
-	st := a.workerLocked(w)
-	st.running[name] = append(st.running[name], adapterRequest{id: id, at: at, first: first})
+	a.workerLocked(w).addRunning(name, key, adapterRequest{id: id, at: at, first: first})
 }
 
 // freed forgets a request that ended; nothing when it ran without an
@@ -357,19 +451,8 @@ func (a *adapters) freed(id string) {
 	}
 	delete(a.byRequest, id)
 	a.inFlight.Store(int64(len(a.byRequest)))
-	st := a.workers[r.w]
-	if st == nil {
-		return
-	}
-	reqs := st.running[r.name]
-	if i := slices.IndexFunc(reqs, func(q adapterRequest) bool { return q.id == id }); i >= 0 {
-		reqs[i] = reqs[len(reqs)-1]
-		reqs = reqs[:len(reqs)-1]
-	}
-	if len(reqs) == 0 {
-		delete(st.running, r.name)
-	} else {
-		st.running[r.name] = reqs
+	if st := a.workers[r.w]; st != nil {
+		st.dropRunning(r.name, r.key, id)
 	}
 }
 

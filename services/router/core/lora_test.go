@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
@@ -269,11 +271,11 @@ func TestAdapterPrice(t *testing.T) {
 	// Per adapter, its requests' routing and first token, ms from now.
 	type req struct{ at, first int }
 	run := func(runMs float64, loaded []string, reqs map[string][]req) *adapterWorker {
-		st := &adapterWorker{running: map[string][]adapterRequest{}, runMs: runMs}
+		st := &adapterWorker{runMs: runMs}
 		st.setLoaded(loaded)
 		for name, rs := range reqs {
 			for i, r := range rs {
-				st.running[name] = append(st.running[name], adapterRequest{id: fmt.Sprint(name, i), at: at(r.at), first: at(r.first)})
+				st.addRunning(name, loraKey(name), adapterRequest{id: fmt.Sprint(name, i), at: at(r.at), first: at(r.first)})
 			}
 		}
 		return st
@@ -311,6 +313,122 @@ func TestAdapterPrice(t *testing.T) {
 			load, wait := tt.st.price(tt.lora, loraKey(tt.lora), tt.slots, now)
 			if load != tt.load || math.Abs(wait-tt.wantMs) > 1e-9 {
 				t.Errorf("price: load %v, wait %v ms; want %v, %v ms", load, wait, tt.load, tt.wantMs)
+			}
+			if tt.st == nil {
+				return
+			}
+			// The shortcut on the sets' summaries answers as the whole
+			// reckoning does.
+			if load2, wait2 := tt.st.priceRunning(tt.lora, loraKey(tt.lora), tt.slots, now); load2 != load || wait2 != wait {
+				t.Errorf("priceRunning: load %v, wait %v ms; price said %v, %v ms", load2, wait2, load, wait)
+			}
+		})
+	}
+}
+
+// TestAdapterWorkerSets: a worker's loaded and running adapters are found
+// by key and name whatever the order of reports, routes and frees, and the
+// summaries (loadedBits, runningBits) hold the bit of every member's key,
+// so that a clear bit rules an adapter out. Keys are given by hand where a
+// case needs two names on one key (which loraKey makes too rare to meet).
+func TestAdapterWorkerSets(t *testing.T) {
+	type op struct {
+		kind string // "load" (names is the report), "run", "end"
+		name string
+		key  uint64 // 0: loraKey(name)
+		id   string
+		load []string
+	}
+	tests := []struct {
+		name string
+		ops  []op
+		// running is each running adapter's request ids, sorted.
+		running map[string][]string
+		loaded  []string
+	}{
+		{name: "empty", running: map[string][]string{}},
+		{name: "one request", ops: []op{{kind: "run", name: "a", id: "1"}}, running: map[string][]string{"a": {"1"}}},
+		{name: "two requests, one adapter", ops: []op{{kind: "run", name: "a", id: "1"}, {kind: "run", name: "a", id: "2"}},
+			running: map[string][]string{"a": {"1", "2"}}},
+		{name: "the last request ends: the adapter goes", ops: []op{{kind: "run", name: "a", id: "1"}, {kind: "run", name: "b", id: "2"}, {kind: "end", name: "a", id: "1"}},
+			running: map[string][]string{"b": {"2"}}},
+		{name: "one of two ends", ops: []op{{kind: "run", name: "a", id: "1"}, {kind: "run", name: "a", id: "2"}, {kind: "end", name: "a", id: "1"}},
+			running: map[string][]string{"a": {"2"}}},
+		{name: "an unknown end changes nothing", ops: []op{{kind: "run", name: "a", id: "1"}, {kind: "end", name: "b", id: "1"}, {kind: "end", name: "a", id: "9"}},
+			running: map[string][]string{"a": {"1"}}},
+		{name: "two names on one key stay apart", ops: []op{{kind: "run", name: "a", key: 7, id: "1"}, {kind: "run", name: "b", key: 7, id: "2"}, {kind: "end", name: "a", key: 7, id: "1"}},
+			running: map[string][]string{"b": {"2"}}},
+		{name: "one bit, two keys: the other keeps it", ops: []op{{kind: "run", name: "a", key: 3, id: "1"}, {kind: "run", name: "b", key: 67, id: "2"}, {kind: "end", name: "a", key: 3, id: "1"}},
+			running: map[string][]string{"b": {"2"}}},
+		{name: "all end", ops: []op{{kind: "run", name: "a", id: "1"}, {kind: "run", name: "b", id: "2"}, {kind: "end", name: "b", id: "2"}, {kind: "end", name: "a", id: "1"}},
+			running: map[string][]string{}},
+		{name: "reports replace the loaded set", ops: []op{{kind: "load", load: []string{"a", "b"}}, {kind: "load", load: []string{"c"}}},
+			running: map[string][]string{}, loaded: []string{"c"}},
+		{name: "an empty report", ops: []op{{kind: "load", load: []string{"a"}}, {kind: "load"}}, running: map[string][]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &adapterWorker{}
+			keys := map[string]uint64{}
+			keyOf := func(o op) uint64 {
+				if o.key != 0 {
+					keys[o.name] = o.key
+					return o.key
+				}
+				keys[o.name] = loraKey(o.name)
+				return keys[o.name]
+			}
+			for _, o := range tt.ops {
+				switch o.kind {
+				case "load":
+					st.setLoaded(o.load)
+				case "run":
+					st.addRunning(o.name, keyOf(o), adapterRequest{id: o.id})
+				case "end":
+					st.dropRunning(o.name, keyOf(o), o.id)
+				}
+			}
+			got := map[string][]string{}
+			var bits uint64
+			for _, r := range st.running {
+				if len(r.reqs) == 0 {
+					t.Errorf("adapter %q runs with no request", r.name)
+				}
+				if _, dup := got[r.name]; dup {
+					t.Errorf("adapter %q listed twice", r.name)
+				}
+				ids := []string{}
+				for _, q := range r.reqs {
+					ids = append(ids, q.id)
+				}
+				slices.Sort(ids)
+				got[r.name] = ids
+				bits |= keyBit(r.key)
+			}
+			if diff := cmp.Diff(tt.running, got); diff != "" {
+				t.Errorf("running (-want +got):\n%s", diff)
+			}
+			if bits != st.runningBits {
+				t.Errorf("runningBits %#x, want %#x", st.runningBits, bits)
+			}
+			var lbits uint64
+			for _, n := range st.loaded {
+				lbits |= keyBit(loraKey(n))
+			}
+			if lbits != st.loadedBits {
+				t.Errorf("loadedBits %#x, want %#x", st.loadedBits, lbits)
+			}
+			for _, n := range []string{"a", "b", "c", "d"} {
+				k, ok := keys[n]
+				if !ok {
+					k = loraKey(n)
+				}
+				if _, want := tt.running[n]; (st.runningIndex(n, k) >= 0) != want {
+					t.Errorf("runningIndex(%q) = %d, want running %v", n, st.runningIndex(n, k), want)
+				}
+				if got, want := st.isLoaded(n, loraKey(n)), slices.Contains(tt.loaded, n); got != want {
+					t.Errorf("isLoaded(%q) = %v, want %v", n, got, want)
+				}
 			}
 		})
 	}
@@ -427,7 +545,8 @@ func TestLoRASlotWait(t *testing.T) {
 	// Its first token is predicted after its own prefill and its
 	// adapter's load.
 	c.loras.mu.Lock()
-	first := c.loras.workers[index.WorkerID{Instance: 1}].running["c"][0].first
+	st := c.loras.workers[index.WorkerID{Instance: 1}]
+	first := st.running[st.runningIndex("c", loraKey("c"))].reqs[0].first
 	c.loras.mu.Unlock()
 	if got := ms(first.Sub(now)); got < tm.LoraLoadMs {
 		t.Fatalf("a routed request's first token is predicted %v ms away, want at least the load's %v", got, tm.LoraLoadMs)
