@@ -77,7 +77,13 @@ import (
 //     threshold and the next request would be predicted latest, so that
 //     the room kept is the earliest slot, not whichever opened last (the
 //     router's cheapest pick would give the flood the earliest and leave
-//     the kept room at the threshold).
+//     the kept room at the threshold). A tenant queued here without a
+//     backlog (its request came while the flood was queued) takes the
+//     kept room even when it holds more in flight than the flood, and
+//     any request let go while others stay queued is routed to keep
+//     within the router's limits (RouteRequest.within_limit): the room
+//     it takes is a slot within them, which the router's cost alone
+//     might pass over for a cheaper worker past the threshold.
 //   - Limits: --queue-timeout per request, --queue-max-requests and
 //     --queue-max-bytes per band; past them the oldest request of the
 //     lowest band's tenant queueing the most there is shed (sheddable
@@ -369,8 +375,10 @@ type ticket struct {
 	// admission.mu).
 	pending bool
 	// backlog says it was released from a backlog of its tenant while a
-	// tenant it crowds was active (set before its release).
-	backlog bool
+	// tenant it crowds was active; withinLimit that it was released, not
+	// one of a backlog, while others' requests stayed queued: it takes
+	// room held back from them (both set before its release).
+	backlog, withinLimit bool
 }
 
 // ticketKey is the context key of a request's ticket: its route decisions
@@ -934,7 +942,16 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 			return
 		}
 		if !probe && free == 1 && a.reserveLocked(mq, w.tenant, w.b.prio) {
-			return // the last room is kept for a tenant with a better claim
+			// The last room is kept from w's backlog for a tenant with a
+			// better claim. A tenant queued here without a backlog of
+			// its own (one request: it came while the flood was queued,
+			// and would have taken the room at once with nothing queued)
+			// is what the room is kept for, whatever it holds in flight
+			// now: it takes it, rather than wait behind the backlog held
+			// for a request yet to come.
+			if w = a.nextUnbackloggedLocked(mq, w.b); w == nil {
+				return
+			}
 		}
 		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
 		// One of a backlog, while a tenant it crowds is active: the
@@ -943,6 +960,13 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 		// is an early one, not the last to open.
 		if tl := mq.load[w.tenant]; tl != nil && tl.queued >= 2 {
 			w.ticket.backlog = a.crowdsLocked(mq, w.tenant, w.b.prio)
+		} else if tl != nil && mq.queued > int(tl.queued) {
+			// Not one of a backlog, let go while others' requests stay
+			// queued: the room it takes is held back from them, a slot
+			// within the router's limits, and the router places it
+			// there rather than where its cost alone would
+			// (RouteRequest.within_limit).
+			w.ticket.withinLimit = true
 		}
 		// Counted in flight before it leaves the queue, so that its
 		// tenant is never forgotten between the two.
@@ -985,6 +1009,38 @@ func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 		}
 	}
 	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq), a.now()) {
+		return nil
+	}
+	return best
+}
+
+// nextUnbackloggedLocked is the head of band b's tenant with the least
+// tokens in flight over every replica (ties: the oldest head) among those
+// with a single request queued here, nil when there is none (or it is
+// held back for another replica's, as in nextLocked): the request the
+// last room kept from a backlog goes to.
+func (a *admission) nextUnbackloggedLocked(mq *modelQueue, b *band) *waiter {
+	var best *waiter
+	var bestLoad uint64
+	for tenant, f := range b.tenants {
+		if f.live() != 1 {
+			continue
+		}
+		if tl := mq.load[tenant]; tl == nil || tl.queued >= 2 {
+			continue
+		}
+		w := f.peek()
+		if w == nil {
+			continue
+		}
+		load := a.attainedLocked(mq, tenant)
+		if best == nil || load < bestLoad || (load == bestLoad && w.at.Before(best.at)) {
+			best, bestLoad = w, load
+		}
+	}
+	// Held back, as nextLocked holds back, for a tenant another replica
+	// queues with less in flight: that replica releases it on this room.
+	if best != nil && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq), a.now()) {
 		return nil
 	}
 	return best

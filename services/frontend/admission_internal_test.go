@@ -1006,3 +1006,76 @@ func TestAdmissionLastRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionKeptRoomGoesToTheQueued: the last room, kept from a
+// tenant's backlog for a tenant with a better claim, goes to a tenant
+// queued here without a backlog (a request that came while the backlog
+// was queued, which would have taken it at once with nothing queued),
+// whatever it holds in flight, rather than stay kept while it waits; and
+// such a request is routed to keep within the router's limits
+// (RouteRequest.within_limit). Tenant a holds 1,000 tokens in flight and
+// queues two requests; c, active a second ago, holds none (the room is
+// kept from a for it).
+func TestAdmissionKeptRoomGoesToTheQueued(t *testing.T) {
+	tests := []struct {
+		name string
+		// bInflight are b's tokens in flight, bQueued its requests
+		// queued; idle says c is active.
+		bInflight uint64
+		bQueued   int
+		idle      bool
+		// want is the request released on room for one ("": none).
+		want string
+	}{
+		{"kept for an idle tenant: to one queued without a backlog, more in flight", 5000, 1, true, "b1"},
+		{"kept for nobody: the least in flight, the backlog's", 5000, 1, false, "a1"},
+		{"one queued with less in flight: first anyway", 0, 1, true, "b1"},
+		{"two backlogs: kept", 5000, 2, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			now := time.Unix(1000, 0)
+			ta.a.now = func() time.Time { return now }
+			plenty := uint32(core.MaxRoom)
+			ta.a.watchedRoom("m", false, plenty)
+			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 1000)), "m", false, plenty)
+			if tt.bInflight > 0 {
+				ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("b", tt.bInflight)), "m", false, plenty)
+			}
+			if tt.idle {
+				now = now.Add(-time.Second)
+				tk := ta.inflight("c", 10)
+				ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+				tk.done()
+				now = now.Add(time.Second)
+			}
+			ta.a.watchedRoom("m", true, 0)
+			ta.queue(context.Background(), "a1", "a", 0, 1000, 10)
+			ta.queue(context.Background(), "a2", "a", 0, 1000, 10)
+			for i := range tt.bQueued {
+				ta.queue(context.Background(), fmt.Sprintf("b%d", i+1), "b", 0, 1000, 10)
+			}
+			queued := 2 + tt.bQueued
+			ta.a.watchedRoom("m", false, 1)
+			if tt.want == "" {
+				if d := ta.depth(); d != queued {
+					t.Fatalf("depth %d on room for one, want %d (kept)", d, queued)
+				}
+				return
+			}
+			r := ta.next()
+			if r.err != nil || r.name != tt.want {
+				t.Fatalf("released %s (%v), want %s", r.name, r.err, tt.want)
+			}
+			if d := ta.depth(); d != queued-1 {
+				t.Fatalf("depth %d after room for one, want %d", d, queued-1)
+			}
+			// b's request takes room held back from a's backlog: within
+			// the limits; a's is the backlog's own, not crowding anyone.
+			if want := tt.want == "b1"; r.tk.withinLimit != want || r.tk.backlog {
+				t.Fatalf("%s routed within the limit: %v, as a crowding backlog's: %v; want %v, false", r.name, r.tk.withinLimit, r.tk.backlog, want)
+			}
+		})
+	}
+}

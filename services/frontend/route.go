@@ -118,7 +118,7 @@ func (r *routing) route(ctx context.Context, id, model string, tokens []uint32, 
 	req := &routerv1.RouteRequest{RequestId: id, Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: model}},
 		TokenIds: tokens, ExcludeInstanceIds: exclude, OmitCandidates: true, SessionId: keys.session, CacheSalt: keys.salt, LoraName: keys.lora}
 	if t, _ := ctx.Value(ticketKey{}).(*ticket); t != nil {
-		req.Backlog = t.backlog
+		req.Backlog, req.WithinLimit = t.backlog, t.withinLimit
 	}
 	if keys.lora != "" {
 		// Errors name what the client asked for.

@@ -616,8 +616,10 @@ type query struct {
 	omit    bool
 	session string
 	// backlog says the request is one of a tenant's backlog, which
-	// leaves the earliest slots to others (RouteRequest.backlog).
-	backlog bool
+	// leaves the earliest slots to others (RouteRequest.backlog);
+	// withinLimit that it takes room held back for it, and goes where it
+	// fits within the limits if it can (RouteRequest.within_limit).
+	backlog, withinLimit bool
 }
 
 func validateQuery(q query) error {
@@ -699,8 +701,10 @@ type decision struct {
 	saturated bool
 	room      int
 	// leftEarliest says a backlog's request was moved off the cost's
-	// choice to leave an earlier slot to others (leaveEarliest).
-	leftEarliest bool
+	// choice to leave an earlier slot to others, keptWithin that a
+	// request let go into room held back for it was moved off it to keep
+	// within the limits (leaveEarliest).
+	leftEarliest, keptWithin bool
 	// lateMs is how late the model's first tokens come (Limits.LateMs).
 	lateMs float64
 	// Buffers kept with the decision when it goes back to decisionPool.
@@ -770,15 +774,16 @@ func (c *Core) evaluate(q query) (*decision, error) {
 		return nil, err
 	}
 	// A backlog's request is placed among every candidate it fits on,
-	// which a decision pricing only those that can win does not know.
-	if pl == nil && len(q.exclude) == 0 && !q.backlog && c.sparseEligible(q, len(cands)) {
+	// and so is one that must keep within the limits, which a decision
+	// pricing only those that can win does not know.
+	if pl == nil && len(q.exclude) == 0 && !q.backlog && !q.withinLimit && c.sparseEligible(q, len(cands)) {
 		if d, err := c.evaluateSparse(q); d != nil || err != nil {
 			return d, err
 		}
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
-	d.saturated, d.room, d.lateMs, d.leftEarliest = false, 0, 0, false
+	d.saturated, d.room, d.lateMs, d.leftEarliest, d.keptWithin = false, 0, 0, false, false
 	c.prepare(d, q, cands, workers, bs)
 	if err := c.decide(d); err != nil {
 		d.release()
@@ -1100,7 +1105,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	}
 	d, err := c.evaluate(query{target: r.Target, tokens: r.TokenIds, hashes: r.BlockHashes,
 		weight: r.OverlapWeight, temperature: r.Temperature, exclude: r.ExcludeInstanceIds, direct: r.InstanceId, salt: r.CacheSalt, lora: r.LoraName,
-		omit: r.GetOmitCandidates(), session: r.GetSessionId(), backlog: r.GetBacklog()})
+		omit: r.GetOmitCandidates(), session: r.GetSessionId(), backlog: r.GetBacklog(), withinLimit: r.GetWithinLimit()})
 	if err != nil {
 		return nil, 0, err
 	}

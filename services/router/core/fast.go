@@ -133,7 +133,7 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	n := len(cands)
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", nil, -1
-	d.saturated, d.room, d.leftEarliest = false, 0, false
+	d.saturated, d.room, d.leftEarliest, d.keptWithin = false, 0, false, false
 	hashes := c.hashesOf(d, q, bs)
 	now := c.expireAged()
 	// The index lists the workers caching the most and the few at each

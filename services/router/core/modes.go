@@ -161,6 +161,11 @@ func (byCost) why(c *Core, d *decision) string {
 			prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
 		return b.String()
 	}
+	if d.keptWithin {
+		fmt.Fprintf(&b, "%s: let go into room held back for it, on the cheapest worker it fits on within --queue-ttft-threshold (cost %.4g); %s, with %d prefill and %d decode blocks queued",
+			prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%s: lowest cost %.4g; %s, with %d prefill and %d decode blocks queued", prefix, ch.Cost, cachedReason(d), ch.PrefillBlocks, ch.DecodeBlocks)
 	ties, next := tiesAndRunnerUp(d.scored, d.chosen)
 	switch {

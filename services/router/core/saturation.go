@@ -87,12 +87,20 @@ func (c *Core) expectFirstToken(d *decision, id string, computes int, reported b
 // a backlog's request (RouteRequest.backlog) goes to the candidate it
 // fits on within the limits where a request like it is predicted latest
 // (scheduler.Limits.LatestFit), so that the slots predicted earliest stay
-// for the tenants it crowds; any other request, one that fits nowhere,
-// one of a session (bound to its worker) and a disaggregated model's (its
-// legs are priced in pairs) go to best. c.mu is held.
+// for the tenants it crowds; a request let go into room held back for it
+// (RouteRequest.within_limit) goes to best if it fits there within the
+// limits, else to the cheapest candidate where it does
+// (scheduler.Limits.CheapestFit); any other request, one that fits
+// nowhere, one of a session (bound to its worker) and a disaggregated
+// model's (its legs are priced in pairs) go to best. c.mu is held.
 func (c *Core) leaveEarliest(d *decision, best int) int {
-	if !d.q.backlog || d.q.session != "" || d.pools != nil || d.sparse {
+	if !d.q.backlog && !d.q.withinLimit || d.q.session != "" || d.pools != nil || d.sparse {
 		return best
+	}
+	if !d.q.backlog {
+		chosen := c.limitsOf(d).CheapestFit(d.scored, d.req, best)
+		d.keptWithin = chosen != best
+		return chosen
 	}
 	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, best)
 	d.leftEarliest = chosen != best

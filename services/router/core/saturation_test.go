@@ -228,3 +228,52 @@ func TestBacklogLeavesEarliest(t *testing.T) {
 		})
 	}
 }
+
+// TestWithinLimitKeepsWithin: a request let go into room held back for it
+// (RouteRequest.within_limit) goes to the cheapest worker where it fits
+// within the TTFT threshold when the cost's choice is past it. Two
+// workers with the default timing model and the clock stopped: worker 1
+// caches the whole 4,000-token prompt but has two such prompts queued
+// (the cost's choice, its first token predicted at about 140 ms), worker
+// 2 is idle and caches none of it (about 73 ms).
+func TestWithinLimitKeepsWithin(t *testing.T) {
+	stopped := time.Unix(1000, 0)
+	const cached, idle = 1, 2
+	tests := []struct {
+		name        string
+		cfg         Config
+		withinLimit bool
+		session     string
+		want        uint64
+	}{
+		{"not flagged: the cheapest, past the threshold", Config{QueueTTFTThreshold: 120 * time.Millisecond}, false, "", cached},
+		{"flagged: the idle worker, within 120 ms", Config{QueueTTFTThreshold: 120 * time.Millisecond}, true, "", idle},
+		{"flagged, the cheapest within 200 ms: the cheapest", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "", cached},
+		{"flagged, fits nowhere (50 ms): the cheapest", Config{QueueTTFTThreshold: 50 * time.Millisecond}, true, "", cached},
+		{"flagged, no TTFT threshold: the cheapest", Config{QueuePrefillBudget: 100000}, true, "", cached},
+		{"flagged, of a session: the cheapest", Config{QueueTTFTThreshold: 120 * time.Millisecond}, true, "s1", cached},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Mode, cfg.Clock = ModeKV, func() time.Time { return stopped }
+			c := cluster(t, cfg, 2)
+			for i, id := range []string{"q1", "q2"} {
+				if _, err := c.Route(&routerv1.RouteRequest{RequestId: id, Target: modelTarget(), TokenIds: tokens(4000, uint32(1000+i*50000)),
+					ExcludeInstanceIds: []uint64{idle}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			prompt := tokens(4000, 9000)
+			stored(c, cached, 1, prompt)
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r", Target: modelTarget(), TokenIds: prompt,
+				WithinLimit: tt.withinLimit, SessionId: tt.session})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.InstanceId != tt.want {
+				t.Fatalf("routed to worker %d, want %d", resp.InstanceId, tt.want)
+			}
+		})
+	}
+}

@@ -286,3 +286,30 @@ func (l Limits) LatestFit(cands []Candidate, req Request, chosen int) int {
 	}
 	return latest
 }
+
+// CheapestFit is the candidate to place req on when it must keep within
+// l's TTFT limit if it can (a request let go into room an admission queue
+// held back for it): chosen (the caller's pick, an index of cands) when
+// req fits there; otherwise, of the candidates where it fits (Full is
+// false), the one of the lowest Cost (ties: the first); chosen when it
+// fits nowhere or l has no TTFT limit. The cost weighs the request's own
+// first token against what it costs the others (their wait behind it,
+// their decode steps), and may find a worker past the limit cheapest; but
+// the room a saturated fleet counts, and a queue let this request go on,
+// is a slot within the limit, and the limit is the request's objective.
+// cands must have been filled and priced.
+func (l Limits) CheapestFit(cands []Candidate, req Request, chosen int) int {
+	if !(l.TTFTMs > 0) || chosen < 0 || chosen >= len(cands) || !l.Full(&cands[chosen], req) {
+		return chosen
+	}
+	best := chosen
+	for i := range cands {
+		if l.Full(&cands[i], req) {
+			continue
+		}
+		if best == chosen || cands[i].Cost < cands[best].Cost {
+			best = i
+		}
+	}
+	return best
+}

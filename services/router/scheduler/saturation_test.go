@@ -240,6 +240,41 @@ func TestLatestFit(t *testing.T) {
 	}
 }
 
+// TestCheapestFit: a request let go into room held back for it goes to
+// the cheapest worker where it fits within the TTFT limit when the
+// caller's pick is past it. At a 400 ms limit a request of 100 tokens
+// fits on an idle worker (150 ms) and on one whose head has 50 ms left
+// (prompting), not behind a head just begun (begun, 500 ms).
+func TestCheapestFit(t *testing.T) {
+	_, req, idle, begun, _, prompting := roomWorkers()
+	ttft := Limits{TTFTMs: 400}
+	cost := func(c Candidate, v float64) Candidate { c.Cost = v; return c }
+	tests := []struct {
+		name   string
+		l      Limits
+		cands  []Candidate
+		chosen int
+		want   int
+	}{
+		{"no TTFT limit: the caller's pick", Limits{PrefillTokens: 250}, []Candidate{cost(begun, 1), cost(idle, 2)}, 0, 0},
+		{"the pick fits: kept, however costly", ttft, []Candidate{cost(idle, 9), cost(prompting, 1)}, 0, 0},
+		{"the pick is past the limit: the only fit", ttft, []Candidate{cost(begun, 1), cost(idle, 5)}, 0, 1},
+		{"the pick is past the limit: the cheapest fit", ttft, []Candidate{cost(begun, 1), cost(idle, 7), cost(prompting, 6)}, 0, 2},
+		{"cost ties: the first fit", ttft, []Candidate{cost(begun, 1), cost(prompting, 6), cost(idle, 6)}, 0, 1},
+		{"fits nowhere: the caller's pick", ttft, []Candidate{cost(begun, 1), cost(begun, 2)}, 1, 1},
+		// As in TestLatestFit: 300 ms late puts prompting past it.
+		{"the lateness makes a worker with prompts queued full", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{cost(begun, 1), cost(prompting, 2), cost(idle, 3)}, 0, 2},
+		{"no pick", ttft, []Candidate{cost(idle, 1)}, -1, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.l.CheapestFit(tt.cands, req, tt.chosen); got != tt.want {
+				t.Fatalf("CheapestFit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestRoomNext: how long until the passing of time alone makes room for
 // one more request than Room counts, from the load record's heads in
 // progress. The model costs a prompt token 1 ms and a step 50 ms, steps of

@@ -229,7 +229,16 @@ type RouteRequest struct {
 	// requests of the tenants it crowds, which then find the room the
 	// frontend keeps for them early, not at the limit. Where it fits on no
 	// worker, or it belongs to a session, it is placed as if unset.
-	Backlog       bool `protobuf:"varint,13,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Backlog bool `protobuf:"varint,13,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	// The request is let go by a frontend's admission queue while other
+	// tenants' requests wait there: it takes room the frontend held back
+	// from them. With a TTFT limit, the router places it on the cheapest
+	// worker where it fits within the limit, not on a cheaper one where it
+	// would not: the room the router counted is a slot within the limit,
+	// and the request would otherwise pay the limit's objective for the
+	// cost's other terms. Where it fits on no worker, or it belongs to a
+	// session, it is placed as if unset.
+	WithinLimit   bool `protobuf:"varint,14,opt,name=within_limit,json=withinLimit,proto3" json:"within_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +360,13 @@ func (x *RouteRequest) GetLoraName() string {
 func (x *RouteRequest) GetBacklog() bool {
 	if x != nil {
 		return x.Backlog
+	}
+	return false
+}
+
+func (x *RouteRequest) GetWithinLimit() bool {
+	if x != nil {
+		return x.WithinLimit
 	}
 	return false
 }
@@ -2560,7 +2576,7 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\bEndpoint\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x8a\x04\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xad\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -2579,7 +2595,8 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"cache_salt\x18\v \x01(\tR\tcacheSalt\x12\x1b\n" +
 	"\tlora_name\x18\f \x01(\tR\bloraName\x12\x18\n" +
-	"\abacklog\x18\r \x01(\bR\abacklogB\x11\n" +
+	"\abacklog\x18\r \x01(\bR\abacklog\x12!\n" +
+	"\fwithin_limit\x18\x0e \x01(\bR\vwithinLimitB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperature\"\xee\x01\n" +
 	"\tCandidate\x12\x1f\n" +

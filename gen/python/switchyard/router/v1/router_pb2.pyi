@@ -283,7 +283,7 @@ class RouteError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ["backlog", "block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "lora_name", "omit_candidates", "overlap_weight", "request_id", "session_id", "target", "temperature", "token_ids"]
+    __slots__ = ["backlog", "block_hashes", "cache_salt", "exclude_instance_ids", "instance_id", "lora_name", "omit_candidates", "overlap_weight", "request_id", "session_id", "target", "temperature", "token_ids", "within_limit"]
     BACKLOG_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +297,7 @@ class RouteRequest(_message.Message):
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    WITHIN_LIMIT_FIELD_NUMBER: _ClassVar[int]
     backlog: bool
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     cache_salt: str
@@ -310,7 +311,8 @@ class RouteRequest(_message.Message):
     target: Target
     temperature: float
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ..., backlog: bool = ...) -> None: ...
+    within_limit: bool
+    def __init__(self, request_id: _Optional[str] = ..., target: _Optional[_Union[Target, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., overlap_weight: _Optional[float] = ..., temperature: _Optional[float] = ..., exclude_instance_ids: _Optional[_Iterable[int]] = ..., instance_id: _Optional[int] = ..., omit_candidates: bool = ..., session_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ..., backlog: bool = ..., within_limit: bool = ...) -> None: ...
 
 class RouteResponse(_message.Message):
     __slots__ = ["candidates", "dp_rank", "endpoint", "instance_id", "overlap_blocks", "prefill", "request_blocks", "room", "saturated", "transport"]
