@@ -7,10 +7,8 @@ import (
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
-	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
-	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
@@ -35,12 +33,8 @@ func TestNodeWorkerPublishesKVEventsOnceTheEventbusIsBack(t *testing.T) {
 	cfg := eventbustest.Config(eventbustest.StartNATS(t).ClientURL())
 	cfg.Server.GRPCAddr = busPort.Addr()
 	bus := eventbustest.StartEventbus(t, cfg)
-	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr, ns)
 	defer dc.Close()
-	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, node, reg.Addr, busPort.Addr(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})
 	in := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]

@@ -11,7 +11,6 @@ import (
 
 	"github.com/switchyard-llm/switchyard/examples/conformance"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
-	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
@@ -31,12 +30,8 @@ func TestNodeWorkerRetriesItsCardOnTheSameLease(t *testing.T) {
 	defer cancel()
 	_, reg := registrytest.Start(t)
 	_, bus := eventbustest.Start(t)
-	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr, ns)
 	defer dc.Close()
-	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	proxy, calls := conformance.RefuseFirst(t, reg.Addr, registryv1.RegistryService_RegisterModel_FullMethodName, 2, codes.Unavailable)
 	w := startWorker(t, node, proxy, bus.Addr().String(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})

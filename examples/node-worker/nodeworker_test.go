@@ -81,6 +81,17 @@ func startWorker(t *testing.T, node, regAddr, busAddr string, o workerOpts) *con
 	return conformance.StartProcess(t, cmd)
 }
 
+// watchInstances dials the registry at addr and watches the instances of
+// namespace ns; the caller closes both.
+func watchInstances(t *testing.T, addr, ns string) (*registryclient.Client, *registryclient.Watcher[*registryv1.Instance]) {
+	t.Helper()
+	dc, err := registryclient.Dial([]string{addr}, registryclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc, registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
+}
+
 // TestNodeUnitTests runs the Node side's own tests (XXH3 block hashes against
 // pkg/kvhash's golden values, the http plane's framing) and type-checks the worker and gen/ts with tsc.
 func TestNodeUnitTests(t *testing.T) {
@@ -241,12 +252,8 @@ func TestNodeWorkerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	dc, err := registryclient.Dial([]string{reg.Addr}, registryclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc, watch := watchInstances(t, reg.Addr, ns)
 	defer dc.Close()
-	watch := registryclient.WatchInstances(dc, &registryv1.InstanceFilter{Namespace: ns}, registryclient.WatchOptions[*registryv1.Instance]{})
 	defer watch.Close()
 	w := startWorker(t, node, reg.Addr, bus.Addr().String(), workerOpts{namespace: ns, model: "test/echo", blockSize: 4, leaseTTL: 5})
 	in := conformance.WaitInstances(ctx, t, watch, 1, w.Logs)[0]
