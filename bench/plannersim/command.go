@@ -115,7 +115,7 @@ func Command(args []string, stdout io.Writer) error {
 		}
 		cfg.Decisions = f
 	}
-	peak, mean, opening, capRPS := Static(trace, cfg, 0)
+	peak, mean, opening, capRPS := Static(trace, cfg, 0, 0)
 	cfg.Opening = opening
 	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms with every prompt token computed: static-peak %d engines, static-mean %d, the planner's opening pool %d; engine start-up %v, interval %v\n",
 		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, opening, *startup, pc.Interval)
@@ -137,10 +137,10 @@ func Command(args []string, stdout io.Writer) error {
 	}
 	statics := []struct {
 		policy string
-		size   func(cached float64) int
+		size   func(cached, footprint float64) int
 	}{
-		{"static-peak", func(cached float64) int { n, _, _, _ := Static(trace, cfg, cached); return n }},
-		{"static-mean", func(cached float64) int { _, n, _, _ := Static(trace, cfg, cached); return n }},
+		{"static-peak", func(cached, footprint float64) int { n, _, _, _ := Static(trace, cfg, cached, footprint); return n }},
+		{"static-mean", func(cached, footprint float64) int { _, n, _, _ := Static(trace, cfg, cached, footprint); return n }},
 	}
 	if !*static {
 		statics = nil
@@ -148,7 +148,7 @@ func Command(args []string, stdout io.Writer) error {
 	for _, st := range statics {
 		size := st.size
 		if *staticCache == "none" {
-			size = func(float64) int { return st.size(0) }
+			size = func(float64, float64) int { return st.size(0, 0) }
 		}
 		runs, chosen, err := RunStatic(trace, cfg, st.policy, size)
 		if err != nil {
@@ -157,7 +157,7 @@ func Command(args []string, stdout io.Writer) error {
 		if len(runs) > 1 {
 			fmt.Fprintf(stdout, "%s: sized for the cached share its runs measured:", st.policy)
 			for _, r := range runs {
-				fmt.Fprintf(stdout, " %d engines (%.1f%%, %.0f engine-s, %.0f%% cached);", r.MaxEngines, 100*r.Attainment, r.EngineSeconds, 100*r.CachedShare())
+				fmt.Fprintf(stdout, " %d engines (%.1f%%, %.0f engine-s, %.0f%% cached, %.0f KV blocks a running request);", r.MaxEngines, 100*r.Attainment, r.EngineSeconds, 100*r.CachedShare(), r.Footprint())
 			}
 			fmt.Fprintf(stdout, " %d chosen\n", runs[chosen].MaxEngines)
 		}

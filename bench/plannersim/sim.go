@@ -78,8 +78,9 @@ type Config struct {
 // policy, the time in seconds, the pool's workers and target, the
 // observed rate and mean request (prompt and output tokens), the forecast
 // rate, one worker's capacity, the fleet's predicted TTFT and ITL, and the
-// reason. cached is the mean prompt's part served from prefix caches.
-const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\tcached\toutput\tforecast_rps\tcapacity_rps\tttft_ms\titl_ms\treason\n"
+// reason. cached is the mean prompt's part served from prefix caches,
+// footprint the KV blocks a running request held (the capacity's).
+const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\tcached\toutput\tforecast_rps\tcapacity_rps\tfootprint\tttft_ms\titl_ms\treason\n"
 
 // Result is one run's outcome.
 type Result struct {
@@ -100,14 +101,21 @@ type Result struct {
 	// requests that had a first token and the part of them the engines
 	// served from their prefix caches.
 	PromptTokens, CachedPromptTokens int
+	// KVBlocksUsed and Running are the engines' KV blocks in use and
+	// running requests summed over their load reports: their ratio
+	// (Footprint) is the blocks a running request held.
+	KVBlocksUsed, Running int
 	// Timeline is every judged window, in time order.
 	Timeline []WindowResult
 	// Warm is the run judged from Config.Warmup on: its windows that
-	// start then or later, and the engines' time from then on.
+	// start then or later, and the engines' time from then on; and the
+	// 90th percentiles of TTFT and ITL of all those windows' requests
+	// together (a steady pool's, as the planner's capacity predicts them).
 	Warm struct {
-		Windows       int
-		Attainment    float64
-		EngineSeconds float64
+		Windows             int
+		Attainment          float64
+		EngineSeconds       float64
+		TTFTp90Ms, ITLp90Ms float64
 	}
 }
 
@@ -343,7 +351,10 @@ func (s *sim) reportLoad() {
 		if w.gone || !w.ready || w.draining {
 			continue
 		}
-		m := w.e.Metrics().Proto(w.id, 0, at, s.cfg.Engine.Timing())
+		em := w.e.Metrics()
+		s.res.KVBlocksUsed += em.KVBlocksUsed
+		s.res.Running += em.Running
+		m := em.Proto(w.id, 0, at, s.cfg.Engine.Timing())
 		s.at(s.now+eventDelay, func() { s.router.ReportLoad(m) })
 	}
 	s.at(s.now+loadInterval, s.reportLoad)
@@ -448,9 +459,9 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 			d := plan.Decide(time.Unix(0, 0).Add(s.now), []core.PoolObservation{s.observe(prev)})
 			if cfg.Decisions != nil {
 				pd := d.Pools[0]
-				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
+				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
 					pd.Inputs.Observed.RequestsPerSec, pd.Inputs.Observed.PromptTokens(), pd.Inputs.Observed.CachedPromptTokens(), pd.Inputs.Observed.OutputTokens(),
-					pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.CapacityRPS, pd.Inputs.TTFTMs, pd.Inputs.ITLMs, pd.Reason)
+					pd.Inputs.Forecast.RequestsPerSec, pd.Inputs.CapacityRPS, pd.Inputs.FootprintBlocks, pd.Inputs.TTFTMs, pd.Inputs.ITLMs, pd.Reason)
 			}
 			s.apply(d.Pools[0])
 			if s.now < end {
@@ -490,14 +501,18 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 	}
 	slices.SortFunc(s.res.Timeline, func(a, b WindowResult) int { return cmp.Compare(a.Start, b.Start) })
 	warmMet := 0
+	var warmTTFT, warmITL []float64
 	for _, w := range s.res.Timeline {
 		if w.Start >= cfg.Warmup {
 			s.res.Warm.Windows++
 			if w.Met {
 				warmMet++
 			}
+			win := int(w.Start / cfg.Window)
+			warmTTFT, warmITL = append(warmTTFT, s.ttft[win]...), append(warmITL, s.itl[win]...)
 		}
 	}
+	s.res.Warm.TTFTp90Ms, s.res.Warm.ITLp90Ms = p90(warmTTFT), p90(warmITL)
 	if s.res.Warm.Windows > 0 {
 		s.res.Warm.Attainment = float64(warmMet) / float64(s.res.Warm.Windows)
 	}
@@ -521,9 +536,11 @@ func p90(v []float64) float64 {
 // its mean need at one engine's capacity within the objectives, for the
 // trace's mean request with the share cached of its prompt tokens served
 // from prefix caches (0: every prompt token computed; how much the engines
-// find cached is known only from a run), at least one; and opening, the
-// engines its first window needs, which a planner's run starts with.
-func Static(trace []replay.Request, cfg Config, cached float64) (peak, mean, opening int, capacity float64) {
+// find cached is known only from a run) and footprint KV blocks held by a
+// running request (0: its whole prompt; known only from a run too), at
+// least one; and opening, the engines its first window needs, which a
+// planner's run starts with.
+func Static(trace []replay.Request, cfg Config, cached, footprint float64) (peak, mean, opening int, capacity float64) {
 	if len(trace) == 0 {
 		return 1, 1, 1, 0
 	}
@@ -536,7 +553,7 @@ func Static(trace []replay.Request, cfg Config, cached float64) (peak, mean, ope
 	}
 	n := float64(len(trace))
 	model := cfg.Engine.Timing()
-	capacity, bound := core.Engine{Model: model, KVBlocks: cfg.Engine.NumGPUBlocks, BlockSize: cfg.Engine.BlockSize}.
+	capacity, bound := core.Engine{Model: model, KVBlocks: cfg.Engine.NumGPUBlocks, BlockSize: cfg.Engine.BlockSize, Footprint: footprint}.
 		Capacity(core.Agg, prompt/n, cached*prompt/n, output/n, cfg.Planner.Objectives)
 	if capacity == 0 {
 		capacity = bound
@@ -559,17 +576,27 @@ func (r Result) CachedShare() float64 {
 	return float64(r.CachedPromptTokens) / float64(r.PromptTokens)
 }
 
+// Footprint is the KV blocks a running request held, as the engines'
+// load reports showed (blocks in use over running requests), 0 with none.
+func (r Result) Footprint() float64 {
+	if r.Running == 0 {
+		return 0
+	}
+	return float64(r.KVBlocksUsed) / float64(r.Running)
+}
+
 // RunStatic runs a fixed pool sized by size for a cached share of the
-// prompt tokens (Static's peak or mean), first at the share 0, then again
-// at the share each run measured, until the size repeats (at most three
-// runs), and chooses the pool a capacity model that knows the cache its
-// own engines keep would: the smallest run whose measured share sizes it
-// at no more engines than it had (the largest run when none does; a
-// smaller pool may cache less and so need more). It returns every run
-// and the chosen one's index.
-func RunStatic(trace []replay.Request, cfg Config, policy string, size func(cached float64) int) ([]Result, int, error) {
+// prompt tokens and the KV blocks a running request holds (Static's peak
+// or mean), first at the share 0 and whole prompts, then again at what
+// each run measured, until the size repeats (at most three runs), and
+// chooses the pool a capacity model that knows the cache its own engines
+// keep would: the smallest run whose measures size it at no more engines
+// than it had (the largest run when none does; a smaller pool may cache
+// less and so need more). It returns every run and the chosen one's
+// index.
+func RunStatic(trace []replay.Request, cfg Config, policy string, size func(cached, footprint float64) int) ([]Result, int, error) {
 	var runs []Result
-	sizes := []int{size(0)}
+	sizes := []int{size(0, 0)}
 	var fits []bool
 	for {
 		n := sizes[len(sizes)-1]
@@ -578,7 +605,7 @@ func RunStatic(trace []replay.Request, cfg Config, policy string, size func(cach
 			return nil, 0, err
 		}
 		runs = append(runs, res)
-		next := size(res.CachedShare())
+		next := size(res.CachedShare(), res.Footprint())
 		fits = append(fits, next <= n)
 		if len(runs) == 3 || slices.Contains(sizes, next) {
 			break

@@ -99,7 +99,7 @@ func TestRunPlannerFollowsAStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak, mean, _, capRPS := Static(trace, cfg, 0)
+	peak, mean, _, capRPS := Static(trace, cfg, 0, 0)
 	if !(capRPS > 0) || peak < mean || peak < 2 {
 		t.Fatalf("static sizes peak %d mean %d at %.2f req/s an engine", peak, mean, capRPS)
 	}
@@ -203,7 +203,7 @@ func TestRunStartsFromTheOpeningPool(t *testing.T) {
 	// a static pool of that size serves it.
 	cfg := testConfig()
 	trace := steady(0, 1800, 30, 0)
-	_, _, opening, capRPS := Static(trace, cfg, 0)
+	_, _, opening, capRPS := Static(trace, cfg, 0, 0)
 	if want := int(math.Ceil(30 / capRPS)); opening != want || opening < 2 {
 		t.Fatalf("opening pool %d at %.2f req/s an engine, want %d (at least 2)", opening, capRPS, want)
 	}
@@ -264,18 +264,18 @@ func TestRunStaticSizesForItsCache(t *testing.T) {
 	// until a size repeats, three runs at most. The smallest run whose
 	// share sizes it at no more than it had is chosen, else the largest.
 	trace := conversations(4, 5, 5*time.Second)
-	sequence := func(sizes ...int) func(float64) int {
+	sequence := func(sizes ...int) func(float64, float64) int {
 		i := 0
-		return func(float64) int { i++; return sizes[min(i, len(sizes))-1] }
+		return func(float64, float64) int { i++; return sizes[min(i, len(sizes))-1] }
 	}
 	for _, tc := range []struct {
 		name   string
-		size   func(cached float64) int
+		size   func(cached, footprint float64) int
 		sizes  []int
 		chosen int
 	}{
-		{"holds", func(float64) int { return 2 }, []int{2}, 2},
-		{"smaller for its cache", func(c float64) int {
+		{"holds", func(float64, float64) int { return 2 }, []int{2}, 2},
+		{"smaller for its cache", func(c, _ float64) int {
 			if c > 0.5 {
 				return 2
 			}

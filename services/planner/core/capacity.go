@@ -25,6 +25,13 @@ type Engine struct {
 	Model     timingmodel.Model
 	KVBlocks  int
 	BlockSize int
+	// Footprint is the KV blocks a running request holds on average, a
+	// block that several running requests share (a common prefix: a
+	// system prompt, the earlier turns of a conversation) counted once:
+	// what the workers' load reports show, their blocks in use over their
+	// running requests. 0 when unknown: a request then holds its whole
+	// prompt and, on average, half its output, nothing shared.
+	Footprint float64
 }
 
 // Load is an engine's steady state at a request rate: every step
@@ -57,7 +64,8 @@ type Load struct {
 // tokens, each attending over the cached prefix too: its attention is
 // timingmodel.Attention(cached, n) = n*(2*cached + n), prompt^2 when
 // nothing is cached (see computed). "A prompt" below is that part; the
-// KV cache holds the whole prompt.
+// KV cache holds the whole prompt, less what it shares with the other
+// running requests when the engine's Footprint says.
 //
 // An engine that decodes (agg and decode pools) runs steps back to back:
 // at rate r, a step of T ms decodes one token of each of the n =
@@ -125,8 +133,9 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 	blocksPerRequest := 0.0
 	if e.KVBlocks > 0 && e.BlockSize > 0 {
 		// A decoding request holds its prompt, cached part too, and on
-		// average half its output.
-		blocksPerRequest = math.Ceil((prompt+output/2)/float64(e.BlockSize)) / float64(e.KVBlocks)
+		// average half its output; the blocks it shares with other
+		// running requests count once, as the fleet's Footprint shows.
+		blocksPerRequest = e.blocksHeld(prompt, output) / float64(e.KVBlocks)
 	}
 	cost := func(t float64) (step, p, n, u float64) {
 		p = rate * np * t / 1000
@@ -169,7 +178,7 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 		// A request's blocks at its end: the engine admits requests while
 		// their prompts fit and pushes one out when the others' outputs
 		// need the room, so the cache holds this many without that.
-		most = math.Floor(float64(e.KVBlocks) / math.Ceil((prompt+output)/float64(e.BlockSize)))
+		most = math.Floor(float64(e.KVBlocks) / e.blocksAtEnd(prompt, output))
 	}
 	if m.MaxRunning > 0 {
 		most = min(most, float64(m.MaxRunning))
@@ -188,6 +197,25 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 		}
 	}
 	return l
+}
+
+// blocksHeld is the KV blocks a request of prompt and output tokens holds
+// on average while it runs: the engine's Footprint when known, else its
+// whole prompt and half its output.
+func (e Engine) blocksHeld(prompt, output float64) float64 {
+	if e.Footprint > 0 {
+		return e.Footprint
+	}
+	return math.Ceil((prompt + output/2) / float64(e.BlockSize))
+}
+
+// blocksAtEnd is what it holds at its end: half its output more than on
+// average.
+func (e Engine) blocksAtEnd(prompt, output float64) float64 {
+	if e.Footprint > 0 {
+		return e.Footprint + output/2/float64(e.BlockSize)
+	}
+	return math.Ceil((prompt + output) / float64(e.BlockSize))
 }
 
 // ttftQuantile is the q-quantile of the time to first token of requests

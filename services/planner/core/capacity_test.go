@@ -86,6 +86,12 @@ func TestCapacity(t *testing.T) {
 		// 0.1r*20 = 2r requests decoding. Nine in ten arrivals find a
 		// server free while Erlang's C is at most 0.1: r = erlangAt10/2.
 		{"decode KV-bound", Engine{Model: simple, KVBlocks: 1000, BlockSize: 10}, Decode, 400, 100, obj, erlangAt10 / 2, erlangAt10 / 2},
+		// The workers report 5 blocks a running request, what one holds
+		// unshared on average (half its 10): the same.
+		{"decode KV-bound, footprint of its own", Engine{Model: simple, KVBlocks: 1000, BlockSize: 10, Footprint: 5}, Decode, 400, 100, obj, erlangAt10 / 2, erlangAt10 / 2},
+		// They report 2.5: half of a request's blocks are another's
+		// too. One holds 2.5 + 5 at its end: the cache holds 133.
+		{"decode KV-bound, footprint shared", Engine{Model: simple, KVBlocks: 1000, BlockSize: 10, Footprint: 2.5}, Decode, 400, 100, obj, erlangLoad(133, 0.1) / 2, erlangLoad(133, 0.1) / 2},
 		{"no work", Engine{Model: simple}, Agg, 0, 0, obj, 0, 0},
 		{"invalid model", Engine{}, Agg, 100, 10, obj, 0, 0},
 	} {
@@ -209,9 +215,16 @@ func TestSteadyStateCachedPrefix(t *testing.T) {
 				t.Fatalf("steady state = %+v, want a step of %v ms and %v prompt tokens a step", l, step, tc.rate*n*step/1000)
 			}
 			// The KV cache holds the whole prompt and half the output:
-			// 31 blocks of 10 tokens a request decoding, cached or not.
+			// 31 blocks of 10 tokens a request decoding, cached or not;
+			// the blocks the workers report a running request holds
+			// when they do (a shared prefix held once).
 			if !near(l.Usage, l.Decoding*31/1000) {
 				t.Fatalf("KV usage %v with %v decoding, want %v", l.Usage, l.Decoding, l.Decoding*31/1000)
+			}
+			shared := e
+			shared.Footprint = 12
+			if l := shared.SteadyState(Agg, tc.rate, 300, tc.cached, 10); !near(l.Usage, l.Decoding*12/1000) {
+				t.Fatalf("KV usage %v with %v decoding at 12 blocks each, want %v", l.Usage, l.Decoding, l.Decoding*12/1000)
 			}
 			// TTFT: the prompt's own step is the decode step and its
 			// compute, alone the per-step constant and its compute.
@@ -310,18 +323,22 @@ func ttft90Fine(rate, t, own, idle, decode, perPrompt, load float64) float64 {
 
 // erlangAt10 is the load at which an arrival waits for one of 100
 // servers with probability 0.1 (Erlang's C), by bisection: 86.25.
-var erlangAt10 = func() float64 {
-	lo, hi := 0.0, 100.0
+var erlangAt10 = erlangLoad(100, 0.1)
+
+// erlangLoad is the load at which an arrival waits for one of c servers
+// with probability p (Erlang's C), by bisection.
+func erlangLoad(c int, p float64) float64 {
+	lo, hi := 0.0, float64(c)
 	for range 100 {
 		mid := (lo + hi) / 2
-		if erlangC(100, mid) < 0.1 {
+		if erlangC(c, mid) < p {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
 	return lo
-}()
+}
 
 func TestErlangC(t *testing.T) {
 	for _, tc := range []struct {

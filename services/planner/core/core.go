@@ -176,6 +176,10 @@ type Inputs struct {
 	// CapacityRPS is one worker's requests per second within the
 	// objectives for the forecast's request sizes.
 	CapacityRPS float64 `json:"capacity_rps"`
+	// FootprintBlocks is the KV blocks a running request holds, as the
+	// workers' load reports show (blocks in use over running requests):
+	// what the capacity was computed with; 0 when none ran.
+	FootprintBlocks float64 `json:"footprint_blocks,omitempty"`
 	// TTFTMs and ITLMs are the fleet's predicted latencies now: the lowest
 	// of its workers' (the load rule acts when every worker breaks one).
 	TTFTMs   float64 `json:"ttft_ms"`
@@ -248,6 +252,10 @@ type poolState struct {
 	misses  []float64
 	// observed counts the samples the predictor has taken.
 	observed int
+	// kvUsed and kvRunning are the fresh workers' KV blocks in use and
+	// running requests, summed, at the decisions of the predictor's last
+	// samples: their ratio is the blocks a running request holds.
+	kvUsed, kvRunning []float64
 }
 
 // dueForecast is a forecast of the sample due then.
@@ -366,6 +374,17 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		if keep := c.riseMemory(); len(st.rates) > keep {
 			st.rates = append(st.rates[:0], st.rates[len(st.rates)-keep:]...)
 		}
+		used, running := 0.0, 0.0
+		for _, w := range fresh {
+			if w.KVBlocks > 0 && w.BlockSize > 0 {
+				used += w.Usage * float64(w.KVBlocks)
+				running += float64(w.Running)
+			}
+		}
+		st.kvUsed, st.kvRunning = append(st.kvUsed, used), append(st.kvRunning, running)
+		if keep := p.predictorWindow(); len(st.kvUsed) > keep {
+			st.kvUsed, st.kvRunning = st.kvUsed[len(st.kvUsed)-keep:], st.kvRunning[len(st.kvRunning)-keep:]
+		}
 	}
 	if demandFresh {
 		pd.Inputs.Observed = o.Demand.Demand
@@ -416,6 +435,13 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if len(fresh) > 0 {
 		eng = fresh[0].Engine
 	}
+	// The KV blocks a running request holds, as the workers report them
+	// (a prefix that several running requests share is held once), over
+	// the predictor's samples, as the request sizes are.
+	if used, running := sum(st.kvUsed), sum(st.kvRunning); running > 0 && eng.KVBlocks > 0 {
+		eng.Footprint = used / running
+	}
+	pd.Inputs.FootprintBlocks = eng.Footprint
 	capRPS, bound := eng.Capacity(o.Key.Role, prompt, cached, output, c.Objectives)
 	pd.Inputs.CapacityRPS = capRPS
 	need := func(rps, share float64) int {
@@ -753,3 +779,11 @@ func highest(a, b Demand) Demand {
 func defaultModel() timingmodel.Model { return timingmodel.Default() }
 
 func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }
+
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}

@@ -198,6 +198,61 @@ func trendLead(c *Config) {
 	c.Predictor, c.Window, c.Lead = "trend", 4, 2*c.Interval
 }
 
+func TestDecideReadsTheKVFootprint(t *testing.T) {
+	// Workers with a KV cache report the blocks in use and the requests
+	// running: the capacity is computed with the blocks a running request
+	// holds, the blocks in use over the requests running of the fresh
+	// workers, over the predictor's samples (3 here), not with a whole
+	// prompt a request, which would leave out the prefixes they share.
+	// Here they hold 60 blocks a request, 60.5 at its end, more than
+	// 100+10 tokens' 11: the cache holds 16, and its Erlang C binds.
+	c := testConfig()
+	c.Window = 3
+	p, err := New(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := Engine{Model: simple, KVBlocks: 1000, BlockSize: 10}
+	type report struct {
+		usage   float64
+		running int
+	}
+	var used, running float64
+	for i, reports := range [][]report{
+		{{0.6, 10}, {0.36, 6}},
+		{{0.72, 12}, {0.0, 0}},
+		{{0.6, 10}, {0.48, 8}},
+	} {
+		at := t0.Add(time.Duration(i+1) * 10 * time.Second)
+		o := PoolObservation{Key: pool, Demand: demand(50, at)}
+		for j, r := range reports {
+			o.Workers = append(o.Workers, Worker{ID: uint64(j + 1), Engine: eng, Reported: at, Running: r.running, Usage: r.usage})
+			used += r.usage * 1000
+			running += float64(r.running)
+		}
+		// A stale worker's report is not counted.
+		o.Workers = append(o.Workers, Worker{ID: 9, Engine: eng, Reported: at.Add(-time.Hour), Running: 50, Usage: 1})
+		pd := p.Decide(at, []PoolObservation{o}).Pools[0]
+		want := eng
+		want.Footprint = used / running
+		capRPS, _ := want.Capacity(Agg, 100, 0, 10, c.Objectives)
+		if whole, _ := eng.Capacity(Agg, 100, 0, 10, c.Objectives); near(capRPS, whole) {
+			t.Fatalf("decision %d: the capacity at %v blocks a request is the whole prompts' (%v req/s): the test checks nothing", i+1, want.Footprint, whole)
+		}
+		if !near(pd.Inputs.FootprintBlocks, want.Footprint) || !near(pd.Inputs.CapacityRPS, capRPS) {
+			t.Fatalf("decision %d: footprint %v blocks, capacity %v req/s; want %v, %v", i+1, pd.Inputs.FootprintBlocks, pd.Inputs.CapacityRPS, want.Footprint, capRPS)
+		}
+	}
+	// Workers with no KV cache reported, or nothing running: no
+	// footprint, a whole prompt a request.
+	p, _ = New(c, 0)
+	at := t0.Add(10 * time.Second)
+	pd := p.Decide(at, []PoolObservation{{Key: pool, Demand: demand(50, at), Workers: []Worker{{ID: 1, Engine: eng, Reported: at}}}}).Pools[0]
+	if capRPS, _ := eng.Capacity(Agg, 100, 0, 10, c.Objectives); pd.Inputs.FootprintBlocks != 0 || !near(pd.Inputs.CapacityRPS, capRPS) {
+		t.Fatalf("nothing running: footprint %v, capacity %v; want 0, %v", pd.Inputs.FootprintBlocks, pd.Inputs.CapacityRPS, capRPS)
+	}
+}
+
 func TestBudget(t *testing.T) {
 	// Pools wanting 5 and 3 workers (200 and 120 req/s) with a budget of
 	// 6: each keeps its minimum 1, and the 4 left go to the one missing
