@@ -86,7 +86,11 @@ const DecisionsHeader = "policy\tat_s\tcurrent\ttarget\tobserved_rps\tprompt\tca
 type Result struct {
 	Policy string
 	// Attainment is the share of windows (with requests) whose requests
-	// met both objectives: TTFT p90 and ITL p90 within them.
+	// met both objectives: TTFT p90 and ITL p90 within them. A TTFT is
+	// as the request's client sees it, as the replay counts it: the
+	// engine's time to the first token and the request's own overhead
+	// outside the engine's steps (simengine.RequestOverhead), which the
+	// planner's model counts too.
 	Attainment float64
 	// EngineSeconds is the engines' time from start to stop.
 	EngineSeconds float64
@@ -312,7 +316,7 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 				s.res.CachedPromptTokens += o.Usage.CachedPromptTokens
 				s.res.PromptTokens += in.prompt
 				win := int(in.arrival / s.cfg.Window)
-				s.ttft[win] = append(s.ttft[win], float64(s.now-in.arrival)/1e6)
+				s.ttft[win] = append(s.ttft[win], float64(s.now-in.arrival+simengine.RequestOverhead(s.cfg.Engine.SpeedupRatio))/1e6)
 			}
 		}
 		if o.Finish != simengine.FinishNone {

@@ -55,6 +55,15 @@ func TestRunFixedPool(t *testing.T) {
 	if res.EngineSeconds < 2*59 || res.EngineSeconds > 2*61 {
 		t.Fatalf("engine-seconds %.1f, want about 2 x 59 s plus a request", res.EngineSeconds)
 	}
+	// Each request found an idle engine: its TTFT, as its client sees it,
+	// is its prompt's prefill on an idle engine (the step and the
+	// request's own overhead outside it), the timing model's PrefillMs.
+	want := float64(simengine.PrefillTime(2048, 1)) / 1e6
+	for _, w := range res.Timeline {
+		if math.Abs(w.TTFTp90Ms-want) > 1e-3 {
+			t.Fatalf("window at %v: TTFT %.3f ms, want %.3f (the prefill alone, its overhead in)", w.Start, w.TTFTp90Ms, want)
+		}
+	}
 }
 
 func TestRunWarmup(t *testing.T) {
