@@ -151,9 +151,13 @@ func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
 	// One request through each frontend first: a frontend loads the
 	// model's tokenizer at its first request, and the flows' first
 	// requests would otherwise all wait for it and reach the queue
-	// together, as one burst no steady flow has.
+	// together, as one burst no steady flow has. It is sent as the
+	// flooding tenant's (FloodTenant), so that it adds no tenant to the
+	// scenario: admission control keeps room back from a flood for any
+	// tenant that sent a request lately with less in flight, and a
+	// warm-up tenant of its own would be one for the whole run.
 	for i, u := range env.URLs {
-		if _, kind := env.one(ctx, u, Flow{Name: "warm-up"}, 1<<50+uint64(i)); kind != "ok" {
+		if _, kind := env.one(ctx, u, Flow{Name: "warm-up", Tenant: FloodTenant}, 1<<50+uint64(i)); kind != "ok" {
 			return nil, fmt.Errorf("warm-up request through frontend %d: %s", i, kind)
 		}
 	}
@@ -271,6 +275,10 @@ const PromptWords = 300
 
 // OverloadTokens is max_tokens of every request.
 const OverloadTokens = 8
+
+// FloodTenant is the tenant of the flooding flows (x-switchyard-fairness-id)
+// and of the warm-up requests.
+const FloodTenant = "A"
 
 // OverloadModel is the model every request names: the mocker's.
 const OverloadModel = "Qwen/Qwen3-0.6B"

@@ -126,7 +126,7 @@ func runOverload(o overloadOptions) error {
 					return err
 				}
 				on := map[bool]string{false: "off", true: "on"}[admission]
-				a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 3 * capacity, Frontends: []int{0}}
+				a := frontendbench.Flow{Name: "A", Tenant: frontendbench.FloodTenant, Rate: 3 * capacity, Frontends: []int{0}}
 				scen := "tenants"
 				if frontends == 2 {
 					a.Frontends, scen = []int{0, 1}, "tenants, 2 frontends"
@@ -138,7 +138,7 @@ func runOverload(o overloadOptions) error {
 				under[scen+" "+on+" B"] = append(under[scen+" "+on+" B"], frontendbench.P(rs[1].TTFT, 90))
 				pooled[scen+" "+on+" B"] = append(pooled[scen+" "+on+" B"], rs[1].TTFT...)
 				if frontends == 1 {
-					low := frontendbench.Flow{Name: "low", Tenant: "L", Rate: 3 * capacity, Frontends: []int{0}}
+					low := frontendbench.Flow{Name: "low", Tenant: frontendbench.FloodTenant, Rate: 3 * capacity, Frontends: []int{0}}
 					flows := []frontendbench.Flow{low, high}
 					env.ResetPeak()
 					rs := env.RunFlows(ctx, flows, o.duration, grace)
@@ -160,7 +160,7 @@ func runOverload(o overloadOptions) error {
 				return err
 			}
 			on := map[bool]string{false: "off", true: "on"}[admission]
-			a := frontendbench.Flow{Name: "A", Tenant: "A", Rate: 10 * capacity, Frontends: []int{0}}
+			a := frontendbench.Flow{Name: "A", Tenant: frontendbench.FloodTenant, Rate: 10 * capacity, Frontends: []int{0}}
 			flows := []frontendbench.Flow{a, b}
 			env.ResetPeak()
 			rs := env.RunFlows(ctx, flows, o.flood, grace)
