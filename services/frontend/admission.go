@@ -62,7 +62,8 @@ import (
 //     queued behind it (a flood) takes the last room the router counts
 //     only when no other tenant active lately (seen within activeWindow,
 //     here or at another replica) has a better claim to it: one in a
-//     higher band, or in the same band with fewer tokens in flight. A
+//     higher band, or in the same band with no backlog of its own or
+//     fewer tokens in flight (see crowdsLocked). A
 //     flood then stops one typical request short of the threshold, and a
 //     request of a tenant it crowds, arriving at a random moment, finds
 //     that room at once instead of waiting behind the flood for the next
@@ -825,9 +826,8 @@ func (a *admission) mayTakeLocked(mq *modelQueue, tenant string, prio int32) boo
 // of band prio: the fleet had room for two lately, the tenant has more
 // requests queued here behind it (it sends faster than it is served: a
 // flood), and another tenant active
-// within activeWindow has a better claim to the room, being in a higher
-// band, or in the same band with fewer tokens in flight over every
-// replica. A flood is then held one typical request short of the
+// within activeWindow has a better claim to the room (crowdsLocked). A
+// flood is then held one typical request short of the
 // threshold, where the others find room at once; a tenant without a
 // backlog is never held for one that may come.
 func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) bool {
@@ -844,9 +844,15 @@ func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) boo
 }
 
 // crowdsLocked says whether another tenant active within activeWindow has
-// a better claim to the fleet's room than tenant's request of band prio:
-// it is in a higher band, or in the same band with fewer tokens in flight
-// over every replica.
+// a better claim to the fleet's room than tenant's request of band prio
+// (tenant's backlog): it is in a higher band, or in the same band with no
+// backlog of its own over every replica, or with fewer tokens in flight
+// there. A tenant without a backlog is served as fast as it sends: its
+// demand is below its fair share, whatever it holds in flight at a given
+// moment (a light tenant's few requests in flight may outnumber a flood's
+// that the queue holds to the fleet's room), and a request of it should
+// find room on arrival. Between two backlogs, the one with fewer tokens
+// in flight is the one below its share.
 func (a *admission) crowdsLocked(mq *modelQueue, tenant string, prio int32) bool {
 	now := a.now()
 	load := a.attainedLocked(mq, tenant)
@@ -854,11 +860,24 @@ func (a *admission) crowdsLocked(mq *modelQueue, tenant string, prio int32) bool
 		if other == tenant || now.Sub(s.at) > activeWindow {
 			continue
 		}
-		if s.prio > prio || s.prio == prio && a.attainedLocked(mq, other) < load {
+		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || a.attainedLocked(mq, other) < load) {
 			return true
 		}
 	}
 	return false
+}
+
+// backlogLocked says whether tenant has a backlog of the model: two
+// requests or more queued, here and at the other replicas together.
+func (a *admission) backlogLocked(mq *modelQueue, tenant string) bool {
+	var n uint32
+	if tl := mq.load[tenant]; tl != nil {
+		n = tl.queued
+	}
+	if a.peers != nil {
+		n += a.peers.queuedLocked(mq.name, tenant, a.now())
+	}
+	return n >= 2
 }
 
 // seeLocked records that tenant sent a request of band prio at at.

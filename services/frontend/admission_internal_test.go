@@ -900,7 +900,8 @@ func TestAdmissionRoomBoundsBurst(t *testing.T) {
 // TestAdmissionLastRoom: with room for one request left, a request of a
 // tenant with more queued behind it takes it only when no other tenant
 // active lately has a better claim: one in a higher band, or in the same
-// band with fewer tokens in flight. A request with nothing of its tenant
+// band without a backlog of its own (whatever it holds in flight) or with
+// fewer tokens in flight. A request with nothing of its tenant
 // queued behind it takes it whoever else is active. A request with more
 // of its tenant behind it, released while such another tenant is active,
 // is routed as a backlog's (the router leaves the earliest slots to the
@@ -911,6 +912,8 @@ func TestAdmissionLastRoom(t *testing.T) {
 		prio     int32
 		inflight uint64 // tokens; 0: its request ended
 		ago      time.Duration
+		// backlog: it queues two requests too, after the tenant's.
+		backlog bool
 	}
 	tests := []struct {
 		name   string
@@ -925,17 +928,19 @@ func TestAdmissionLastRoom(t *testing.T) {
 		// backlog that crowds another tenant (RouteRequest.backlog).
 		crowding bool
 	}{
-		{"a fleet with room for one at most", []other{{"b", 0, 100, time.Second}}, 0, true, false, true, true},
+		{"a fleet with room for one at most", []other{{"b", 0, 100, time.Second, false}}, 0, true, false, true, true},
 		{"alone", nil, 0, true, false, false, false},
-		{"no backlog, another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, false, false, false, false},
-		{"another with less in flight", []other{{"b", 0, 100, time.Second}}, 0, true, true, false, true},
-		{"another with nothing in flight, active lately", []other{{"b", 0, 0, 10 * time.Second}}, 0, true, true, false, true},
-		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second}}, 0, true, false, false, false},
-		{"another with more in flight", []other{{"b", 0, 5000, time.Second}}, 0, true, false, false, false},
-		{"another with as much in flight", []other{{"b", 0, 1000, time.Second}}, 0, true, false, false, false},
-		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second}}, 0, true, true, false, true},
-		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second}}, 0, true, false, false, false},
-		{"a higher band than every other", []other{{"b", 0, 100, time.Second}}, 10, true, false, false, false},
+		{"no backlog, another with less in flight", []other{{"b", 0, 100, time.Second, false}}, 0, false, false, false, false},
+		{"another with less in flight", []other{{"b", 0, 100, time.Second, false}}, 0, true, true, false, true},
+		{"another with nothing in flight, active lately", []other{{"b", 0, 0, 10 * time.Second, false}}, 0, true, true, false, true},
+		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second, false}}, 0, true, false, false, false},
+		{"another with more in flight, without a backlog", []other{{"b", 0, 5000, time.Second, false}}, 0, true, true, false, true},
+		{"another with as much in flight, without a backlog", []other{{"b", 0, 1000, time.Second, false}}, 0, true, true, false, true},
+		{"another with a backlog and more in flight", []other{{"b", 0, 5000, time.Second, true}}, 0, true, false, false, false},
+		{"another with a backlog and as much in flight", []other{{"b", 0, 1000, time.Second, true}}, 0, true, false, false, false},
+		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second, false}}, 0, true, true, false, true},
+		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second, false}}, 0, true, false, false, false},
+		{"a higher band than every other", []other{{"b", 0, 100, time.Second, false}}, 10, true, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -970,6 +975,14 @@ func TestAdmissionLastRoom(t *testing.T) {
 			if tt.backlog {
 				ta.queue(context.Background(), "a2", "a", tt.prio, 10, 10)
 				queued++
+			}
+			for _, o := range tt.others {
+				if o.backlog {
+					now = start.Add(time.Millisecond)
+					ta.queue(context.Background(), o.tenant+"1", o.tenant, o.prio, 10, 10)
+					ta.queue(context.Background(), o.tenant+"2", o.tenant, o.prio, 10, 10)
+					queued += 2
+				}
 			}
 			ta.a.watchedRoom("m", false, 1)
 			if kept := ta.depth() == queued; kept != tt.kept {
@@ -1028,7 +1041,7 @@ func TestAdmissionKeptRoomGoesToTheQueued(t *testing.T) {
 		want string
 	}{
 		{"kept for an idle tenant: to one queued without a backlog, more in flight", 5000, 1, true, "b1"},
-		{"kept for nobody: the least in flight, the backlog's", 5000, 1, false, "a1"},
+		{"kept for nobody (b has a backlog too): the least in flight, a's", 5000, 2, false, "a1"},
 		{"one queued with less in flight: first anyway", 0, 1, true, "b1"},
 		{"two backlogs: kept", 5000, 2, true, ""},
 	}

@@ -98,6 +98,18 @@ func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 	return n
 }
 
+// queuedLocked is how many requests of model tenant queues at the other
+// replicas, in every band.
+func (p *peerTable) queuedLocked(model, tenant string, now time.Time) uint32 {
+	var n uint32
+	p.liveLocked(now, func(ps *peerState) {
+		for _, c := range ps.queued[peerKey{model, tenant}] {
+			n += c
+		}
+	})
+	return n
+}
+
 // pendingLocked is how many requests of model the other replicas let go
 // without their route decision back, as they last said.
 func (p *peerTable) pendingLocked(model string, now time.Time) uint32 {

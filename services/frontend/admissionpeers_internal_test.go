@@ -172,8 +172,8 @@ func TestPeerExpiry(t *testing.T) {
 // as this replica's own do: a word of room lets go as many as it counts
 // less those, here and there. Four requests of A wait here, where one of
 // A's is in flight (so no probe goes); the other replica says it let go
-// pending requests of tenant C, which holds far more in flight than A
-// (so the last room is not kept for it).
+// pending requests of tenant C, which holds far more in flight than A and
+// queues a backlog there (so the last room is not kept for it).
 func TestAdmissionPeerPending(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -201,7 +201,8 @@ func TestAdmissionPeerPending(t *testing.T) {
 			}
 			ta.a.mu.Lock()
 			ta.a.applyPeerLocked(&frontendv1.AdmissionState{ReplicaId: "one", Tenants: []*frontendv1.TenantLoad{
-				{Model: "m", Tenant: "C", InflightTokens: 1 << 20, InflightRequests: tt.pending + 100, PendingRequests: tt.pending}}})
+				{Model: "m", Tenant: "C", InflightTokens: 1 << 20, InflightRequests: tt.pending + 100, PendingRequests: tt.pending},
+				{Model: "m", Tenant: "C", QueuedRequests: 2}}})
 			ta.a.mu.Unlock()
 			ta.a.watchedRoom("m", false, tt.room)
 			if got := 4 - ta.depth(); got != tt.want {
