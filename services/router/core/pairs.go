@@ -113,9 +113,10 @@ type legs struct {
 	seen atomic.Bool
 	// remote and local count the disaggregated decisions routed.
 	remote, local atomic.Uint64
-	// policies are the decode leg's policy by block size (guarded by
-	// Core.mu).
+	// policies are the decode leg's policy by block size, serve the
+	// serving pool's (serveCost) (guarded by Core.mu).
 	policies map[int]*scheduler.Policy
+	serve    *scheduler.Policy
 }
 
 // DisaggDecisions reports how many requests of disaggregated models this
@@ -149,6 +150,17 @@ func (c *Core) decodeLeg(bs int) *scheduler.Policy {
 	return &p
 }
 
+// serveCost is the mode's cost with the wait for a running slot
+// (scheduler.WithSlotWait), for a disaggregated model's serving pool,
+// whose slots the decode legs fill (made once, under c.mu).
+func (c *Core) serveCost() *scheduler.Policy {
+	if c.legs.serve == nil {
+		p := scheduler.WithSlotWait(c.comp.cost)
+		c.legs.serve = &p
+	}
+	return c.legs.serve
+}
+
 // choosePair picks d's worker(s) for a disaggregated model, under c.mu:
 // d.chosen is the decode (or whole-request) worker, d.prefill the prefill
 // worker or -1. d.scored's costs are left as each worker's for the leg it
@@ -169,7 +181,7 @@ func (c *Core) choosePair(d *decision, pl *pools) error {
 		return ErrNoWorker
 	}
 	serve := scored[:pl.serve]
-	best, _ := c.comp.cost.Select(serve, d.req, d.params, c.rng)
+	best, _ := c.serveCost().Select(serve, d.req, d.params, c.rng)
 	local, err := within(0, pl.serve, best)
 	if err != nil {
 		return err

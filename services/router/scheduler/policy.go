@@ -77,11 +77,20 @@ func KVDisagg(link KVTransfer) Policy {
 // (Held: its queue, the last block, the decode steps beside them), what
 // that work costs the requests behind it, the wait for the blocks it
 // does not cache to arrive over link, and the wait for free KV blocks to
-// receive them in (BlockWait). The prefill worker's own cost is
-// KV's over the prefill pool; the router adds the two to compare the pair
-// with the request run whole on one worker.
+// receive them in (BlockWait) and for a running slot (SlotWait). The
+// prefill worker's own cost is KV's over the prefill pool; the router
+// adds the two to compare the pair with the request run whole on one
+// worker.
 func DecodeLeg(link KVTransfer) Policy {
-	return Compose(Lowest{}, Held{}, QueueWait{}, link, BlockWait{})
+	return Compose(Lowest{}, Held{}, QueueWait{}, link, BlockWait{}, SlotWait{})
+}
+
+// WithSlotWait is pol with SlotWait after its terms: the cost of a request
+// run whole on a worker whose running slots a disaggregated model's decode
+// legs fill too, priced as the decode leg is (see DecodeLeg).
+func WithSlotWait(pol *Policy) Policy {
+	terms := append(append([]Term(nil), pol.Terms...), SlotWait{})
+	return Compose(pol.Picker, terms...)
 }
 
 // Select fills each candidate's cost for req and returns the index of the
