@@ -42,6 +42,8 @@ type Service struct {
 
 	mu      sync.Mutex
 	history []core.Decision // newest last, at most HistoryLen
+	// restored is the samples Restore took back at the start.
+	restored int
 	// unrecorded is set when the registry keeps no buckets (its
 	// kubernetes backend): decisions are then not written to it.
 	unrecorded bool
@@ -91,6 +93,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	if err != nil {
 		return nil, err
 	}
+	restored := 0
+	if !unrecorded {
+		if restored, err = restore(ctx, reg, plan, cfg.core().MaxAge, time.Now(), log); err != nil {
+			log.Warn("the last decisions could not be read back: the rates are learnt afresh", "err", err.Error())
+		}
+	}
 	conn, err := newConnector(cfg, reg, log)
 	if err != nil {
 		return nil, err
@@ -101,7 +109,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	}
 	u.Push(func() { _ = srv.Close() })
 	s := &Service{cfg: cfg, log: log, server: srv, reg: reg, bus: bus, conn: conn, fleet: newFleet(), plan: plan,
-		metrics: newMetrics(srv.Registry()), done: make(chan struct{}), unrecorded: unrecorded}
+		metrics: newMetrics(srv.Registry()), done: make(chan struct{}), unrecorded: unrecorded, restored: restored}
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}
@@ -116,7 +124,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Service, err e
 	log.Info("planner starting", "connector", cfg.Connector, "ttft_slo_ms", cfg.TTFTSLO, "itl_slo_ms", cfg.ITLSLO,
 		"min_replicas", cfg.MinReplicas, "max_replicas", cfg.MaxReplicas, "gpu_budget", cfg.GPUBudget,
 		"adjustment_interval", cfg.AdjustmentInterval.String(), "predictor", cfg.Predictor, "namespace", cfg.Namespace,
-		"last_decision_id", lastID, "grpc_addr", srv.Addr().String())
+		"last_decision_id", lastID, "restored_samples", restored, "grpc_addr", srv.Addr().String())
 	go s.run(ctx)
 	return s, nil
 }
@@ -326,6 +334,38 @@ var errNoBuckets = errors.New("the registry keeps no key-value buckets")
 
 // HistoryKey is the key of decision id in the history.
 func HistoryKey(id uint64) string { return fmt.Sprintf("%s%020d", HistoryPrefix, id) }
+
+// restore gives plan back the rates the planner's last decisions in the
+// registry observed (core.Planner.Restore), when the newest of them is
+// at most maxAge old: a planner restarted at once (a rolling update, a
+// crash) goes on with the memory its shrinks need; after a longer gap the
+// fleet may have changed, and it learns afresh. It returns the samples
+// restored.
+func restore(ctx context.Context, reg *registryclient.Client, plan *core.Planner, maxAge time.Duration, now time.Time, log *slog.Logger) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := reg.Raw().ListKeys(ctx, &registryv1.ListKeysRequest{Bucket: Bucket, Prefix: HistoryPrefix})
+	if err != nil {
+		return 0, err
+	}
+	var history []core.Decision
+	newest := time.Time{}
+	for _, kv := range r.GetKvs() {
+		d, err := core.DecodeDecision(kv.GetValue())
+		if err != nil {
+			log.Warn("a decision in the registry could not be read; skipped", "key", kv.GetKey(), "err", err.Error())
+			continue
+		}
+		history = append(history, d)
+		if d.At.After(newest) {
+			newest = d.At
+		}
+	}
+	if len(history) == 0 || now.Sub(newest) > maxAge {
+		return 0, nil
+	}
+	return plan.Restore(now, history), nil
+}
 
 // lastDecisionID reads the last decision's id from the registry, so that
 // a restarted planner's ids keep increasing; 0 when there is none.

@@ -16,6 +16,10 @@ type Status struct {
 	Waiting string `json:"waiting,omitempty"`
 	// Decisions are the last ones, newest first.
 	Decisions []core.Decision `json:"decisions"`
+	// RestoredSamples counts the pools' observed rates the planner took
+	// back, when it started, from the last decisions in the registry
+	// (core.Planner.Restore); 0 when it learnt them afresh.
+	RestoredSamples int `json:"restored_samples,omitempty"`
 }
 
 // Status is what /status.json answers.
@@ -27,7 +31,8 @@ func (s *Service) Status() Status {
 	s.mu.Lock()
 	waiting := s.waiting
 	s.mu.Unlock()
-	return Status{Connector: s.cfg.Connector, Objectives: core.Objectives{TTFTMs: s.cfg.TTFTSLO, ITLMs: s.cfg.ITLSLO}, Waiting: waiting, Decisions: ds}
+	return Status{Connector: s.cfg.Connector, Objectives: core.Objectives{TTFTMs: s.cfg.TTFTSLO, ITLMs: s.cfg.ITLSLO}, Waiting: waiting, Decisions: ds,
+		RestoredSamples: s.restored}
 }
 
 func (s *Service) statusHandler() http.Handler {

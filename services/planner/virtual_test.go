@@ -114,3 +114,52 @@ func TestVirtualConnectorWaitsForTheAcknowledgement(t *testing.T) {
 	third := stored()
 	testwait.Until(t, 10*time.Second, "waiting on a garbled acknowledgement", func() bool { return strings.Contains(waiting(), fmt.Sprint(third.ID)) })
 }
+
+// TestRestartRestoresTheRates starts a planner over a registry that holds
+// a stopped planner's last decisions: it takes back the rates they
+// observed when the newest is recent (a restart at once), and learns them
+// afresh after a longer gap.
+func TestRestartRestoresTheRates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ago  time.Duration // the newest decision's age
+		want int
+	}{
+		{"recent", 2 * time.Second, 3},
+		{"after a gap", time.Hour, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := stacktest.Start(t, stacktest.Options{NoFrontend: true})
+			dc, err := registryclient.Dial([]string{st.RegistryAddr}, registryclient.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dc.Close()
+			ctx := context.Background()
+			if _, err := dc.Raw().CreateBucket(ctx, &registryv1.CreateBucketRequest{Bucket: planner.Bucket}); err != nil {
+				t.Fatal(err)
+			}
+			newest := time.Now().Add(-tc.ago)
+			for i := range 3 {
+				id := uint64(i + 1)
+				d := core.Decision{ID: id, At: newest.Add(time.Duration(i-2) * time.Second), Pools: []core.PoolDecision{{
+					PoolKey: core.PoolKey{Model: "m", Role: core.Agg}, Current: 2, Target: 2, Reason: "throughput",
+					Inputs: core.Inputs{Observed: core.Demand{RequestsPerSec: 5, PromptTokensPerSec: 500, OutputTokensPerSec: 50}, Workers: 2, Fresh: 2}}}}
+				b, err := d.Encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, key := range []string{planner.HistoryKey(id), planner.DecisionKey} {
+					if _, err := dc.Raw().PutKey(ctx, &registryv1.PutKeyRequest{Bucket: planner.Bucket, Key: key, Value: b}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Decisions at most 30 s old (three intervals) are recent.
+			svc := startPlanner(t, st, "--adjustment-interval", "10s")
+			if got := svc.Status().RestoredSamples; got != tc.want {
+				t.Fatalf("restored %d samples, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
@@ -316,6 +317,64 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 		}
 	}
 	return d
+}
+
+// Restore takes back what a planner that stopped had learnt of the rates,
+// from its last decisions (history, as written to the registry, in any
+// order): each pool's demand observed at each decision goes to a new
+// pool state as if observed again (its predictor, the rates a shrink
+// looks back over, the intervals observed), and the pool's last change
+// still holds it for the cooldown. Decisions that observed no demand
+// (stale) are skipped, and so are those older than p's last decision
+// or at or after now. The forecast misses the bias is made of and the
+// workers' KV footprint are not in the records: they are learnt again.
+// Call it before the first Decide; it returns the samples restored.
+func (p *Planner) Restore(now time.Time, history []Decision) int {
+	history = slices.Clone(history)
+	slices.SortFunc(history, func(a, b Decision) int { return cmp.Compare(a.ID, b.ID) })
+	c := p.cfg
+	z := normalQuantile(c.Quantile)
+	n := 0
+	for _, d := range history {
+		if d.ID > p.lastID || !d.At.Before(now) {
+			continue
+		}
+		for _, pd := range d.Pools {
+			st := p.pools[pd.PoolKey]
+			if st == nil {
+				pr, _ := NewPredictor(c.Predictor, p.predictorWindow(), c.Quantile)
+				st = &poolState{predictor: pr}
+				p.pools[pd.PoolKey] = st
+			}
+			if pd.Target != pd.Current {
+				st.changedAt = d.ID
+			}
+			// A pool without workers whose demand is zero may have
+			// measured none: not a sample either.
+			unmeasured := pd.Inputs.Workers == 0 && pd.Inputs.Observed == (Demand{})
+			if strings.HasPrefix(pd.Reason, "stale") || unmeasured || !d.At.After(st.lastSample) || !pd.Inputs.Observed.valid() {
+				continue
+			}
+			sample := Sample{At: d.At, Demand: pd.Inputs.Observed}
+			st.predictor.Observe(sample)
+			st.observed++
+			st.lastSample = d.At
+			st.recent = append(st.recent, sample.RequestsPerSec)
+			if len(st.recent) > c.Cooldown+1 {
+				st.recent = st.recent[len(st.recent)-c.Cooldown-1:]
+			}
+			st.rates = append(st.rates, sample.RequestsPerSec)
+			if keep := c.riseMemory(); len(st.rates) > keep {
+				st.rates = st.rates[len(st.rates)-keep:]
+			}
+			st.bounds = append(st.bounds, max(pd.Inputs.Forecast.RequestsPerSec+pd.Inputs.BiasRPS, 0)+z*pd.Inputs.SpreadRPS)
+			if len(st.bounds) > c.Cooldown+1 {
+				st.bounds = st.bounds[len(st.bounds)-c.Cooldown-1:]
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // predictorWindow is the samples the predictor looks at: Window, and for

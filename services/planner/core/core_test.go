@@ -253,6 +253,58 @@ func TestDecideReadsTheKVFootprint(t *testing.T) {
 	}
 }
 
+func TestRestore(t *testing.T) {
+	// A planner observes 5 workers at 100 req/s for 3 intervals (3 would
+	// do, but a shrink needs 4 intervals observed) and stops. One started
+	// in its place restores those decisions, as the registry kept them
+	// (encoded, out of order, with a stale one and a decision of its
+	// future among them), and shrinks at the fourth interval as the first
+	// would have; one started without them holds, having observed one.
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Second) }
+	first, _ := New(DefaultConfig(), 0)
+	var history []Decision
+	for i := 1; i <= 3; i++ {
+		d := first.Decide(at(i), []PoolObservation{obs(5, 100, at(i))})
+		b, err := d.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeDecision(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		history = append([]Decision{back}, history...)
+	}
+	stale := Decision{ID: 0, At: at(0), Pools: []PoolDecision{{PoolKey: pool, Current: 5, Target: 5, Reason: "stale: no demand measured within 30s",
+		Inputs: Inputs{Observed: Demand{RequestsPerSec: 1000}, Workers: 5}}}}
+	later := Decision{ID: 9, At: at(9), Pools: []PoolDecision{{PoolKey: pool, Current: 5, Target: 5, Reason: "throughput",
+		Inputs: Inputs{Observed: Demand{RequestsPerSec: 1000}, Workers: 5}}}}
+	history = append(history, stale, later)
+	want := first.Decide(at(4), []PoolObservation{obs(5, 100, at(4))})
+
+	restored, _ := New(DefaultConfig(), 3)
+	if n := restored.Restore(at(4), history); n != 3 {
+		t.Fatalf("restored %d samples, want 3", n)
+	}
+	got := restored.Decide(at(4), []PoolObservation{obs(5, 100, at(4))})
+	if got.ID != 4 || want.Pools[0].Target >= 5 || got.Pools[0].Target != want.Pools[0].Target || got.Pools[0].Reason != want.Pools[0].Reason || got.Pools[0].Inputs != want.Pools[0].Inputs {
+		t.Fatalf("restored planner: target %d, %q, %+v\nwant %d, %q, %+v", got.Pools[0].Target, got.Pools[0].Reason, got.Pools[0].Inputs, want.Pools[0].Target, want.Pools[0].Reason, want.Pools[0].Inputs)
+	}
+	fresh, _ := New(DefaultConfig(), 3)
+	if d := fresh.Decide(at(4), []PoolObservation{obs(5, 100, at(4))}); d.Pools[0].Target != 5 || !strings.Contains(d.Pools[0].Reason, "1 intervals observed") {
+		t.Fatalf("a planner that restored nothing: %+v, want a hold with 1 interval observed", d.Pools[0])
+	}
+	// A restored change holds the pool for the cooldown.
+	changed := history[0]
+	changed.Pools = slices.Clone(changed.Pools)
+	changed.Pools[0].Target = 6
+	cooled, _ := New(DefaultConfig(), 3)
+	cooled.Restore(at(4), append([]Decision{changed}, history[1:]...))
+	if d := cooled.Decide(at(4), []PoolObservation{obs(5, 100, at(4))}); d.Pools[0].Target != 5 || !strings.Contains(d.Pools[0].Reason, "within 3 intervals") {
+		t.Fatalf("after a restored change at decision 3: %+v, want a hold within the cooldown", d.Pools[0])
+	}
+}
+
 func TestBudget(t *testing.T) {
 	// Pools wanting 5 and 3 workers (200 and 120 req/s) with a budget of
 	// 6: each keeps its minimum 1, and the 4 left go to the one missing
