@@ -165,6 +165,7 @@ func (x *Index) placeLocked(w *worker) {
 	}
 	w.slot = s
 	x.slots[w.id] = s
+	x.placedLocked(s, w)
 	// What a Grouped answer from before this placement says of slot s
 	// is not w's (see Grouped.Append).
 	x.places++
@@ -357,6 +358,7 @@ func (t Tx) Remove(hashes []uint64) {
 func (t Tx) RemoveFrom(hashes []uint64, tier Tier) {
 	tier = tier.valid()
 	t.w.removes |= 1 << tier
+	t.x.evictedLocked(t.w.slot, tier)
 	for _, h := range hashes {
 		t.x.removeLocked(t.w.slot, t.w, h, tier, false)
 	}

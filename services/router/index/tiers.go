@@ -1,6 +1,7 @@
 package index
 
 import (
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -69,8 +70,13 @@ func tierAt(tiers []Tier, i int) Tier {
 // lists[i] when several slots hold the hash below GPU.
 type tierTable struct {
 	t         table[uint64]
-	lists     [][]tierEntry
+	lists     []tierList
 	freeLists []uint32
+	// storeOnly[t-1] has bit s set when slot s's worker has never
+	// evicted a block from tier t (see worker.removes), or may not have:
+	// only such entries can age. Set when a worker is placed in the
+	// slot, cleared at its first eviction from the tier.
+	storeOnly [LowerTiers][]uint64
 	// ttl, when positive, ages out the blocks of store-only tiers: a
 	// worker's tier from which it has never evicted a block (see
 	// worker.removes). Their entries count as absent once older.
@@ -85,6 +91,52 @@ type tierEntry struct {
 	slot uint32
 	tier Tier
 	at   uint32
+}
+
+// tierList is the lower-tier entries of a hash that several slots hold
+// below GPU, each slot at most once, with what a lookup reads instead of
+// walking them: per tier, the bitset of the slots holding the hash there,
+// and a bound on the entries' age. A prefix that a hundred workers share
+// and hold on host memory is a list of a hundred entries at each of its
+// blocks; a lookup counting them one by one spent more than its whole
+// walk over the holders.
+type tierList struct {
+	entries []tierEntry
+	// on[t-1] has bit s set when slot s holds the hash on tier t.
+	on [LowerTiers][]uint64
+	// oldest is no later than any entry's stamp (the earliest when last
+	// computed): while it is younger than the TTL, no entry has aged.
+	oldest uint32
+}
+
+// add appends e, whose slot the list does not have.
+func (l *tierList) add(e tierEntry) {
+	if len(l.entries) == 0 || e.at < l.oldest {
+		l.oldest = e.at
+	}
+	l.entries = append(l.entries, e)
+	l.on[e.tier-1] = setBit(l.on[e.tier-1], e.slot)
+}
+
+// drop removes the entry at j.
+func (l *tierList) drop(j int) {
+	e := l.entries[j]
+	l.on[e.tier-1][e.slot/64] &^= 1 << (e.slot % 64)
+	l.entries = append(l.entries[:j], l.entries[j+1:]...)
+}
+
+// reset empties the list, keeping its memory.
+func (l *tierList) reset() {
+	for _, e := range l.entries {
+		l.on[e.tier-1][e.slot/64] &^= 1 << (e.slot % 64)
+	}
+	l.entries = l.entries[:0]
+}
+
+// has reports whether slot s holds the hash on tier t.
+func (l *tierList) has(t Tier, s uint32) bool {
+	on := l.on[t-1]
+	return int(s/64) < len(on) && on[s/64]&(1<<(s%64)) != 0
 }
 
 func (e tierEntry) pack() uint64 {
@@ -125,18 +177,66 @@ func (tt *tierTable) stamp() uint32 {
 // The entry's own age is compared first: a lookup meets mostly young
 // entries, whose workers it then need not read.
 func (x *Index) aged(e tierEntry, now uint32) bool {
-	tt := &x.tiers
-	if tt.ttl <= 0 || time.Duration(now-min(e.at, now))*time.Second <= tt.ttl {
+	if !x.tiers.old(e.at, now) {
 		return false
 	}
 	w := x.workers[e.slot]
 	return w != nil && w.removes&(1<<e.tier) == 0
 }
 
+// old reports whether an entry stamped at is older than the TTL at now
+// (never without a TTL).
+func (tt *tierTable) old(at, now uint32) bool {
+	return tt.ttl > 0 && time.Duration(now-min(at, now))*time.Second > tt.ttl
+}
+
+// mayAge reports whether an entry of l whose slot is in next could have
+// aged at now: none when its oldest stamp is young, or when none of
+// those slots holds it on a store-only tier. A lookup counts l by its
+// bitsets when none can, and entry by entry otherwise.
+func (x *Index) mayAge(l *tierList, next []uint64, now uint32) bool {
+	tt := &x.tiers
+	if !tt.old(l.oldest, now) {
+		return false
+	}
+	for t := range LowerTiers {
+		on, so := l.on[t], tt.storeOnly[t]
+		for wi := range min(len(on), len(next), len(so)) {
+			if on[wi]&next[wi]&so[wi] != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// placedLocked marks slot s's tiers store-only as its worker w has them
+// (every tier of a new worker's).
+func (x *Index) placedLocked(s uint32, w *worker) {
+	for t := range LowerTiers {
+		if w.removes&(1<<(t+1)) == 0 {
+			x.tiers.storeOnly[t] = setBit(x.tiers.storeOnly[t], s)
+		} else if int(s/64) < len(x.tiers.storeOnly[t]) {
+			x.tiers.storeOnly[t][s/64] &^= 1 << (s % 64)
+		}
+	}
+}
+
+// evictedLocked records that slot s's worker evicted a block from tier
+// (not GPU): the tier is no longer store-only there.
+func (x *Index) evictedLocked(s uint32, tier Tier) {
+	if tier == TierGPU {
+		return
+	}
+	if so := x.tiers.storeOnly[tier-1]; int(s/64) < len(so) {
+		so[s/64] &^= 1 << (s % 64)
+	}
+}
+
 // entriesOf lists the lower-tier entries of a tier table value.
 func (tt *tierTable) entriesOf(v uint64, one *[1]tierEntry) []tierEntry {
 	if v&listTag != 0 {
-		return tt.lists[uint32(v)&^listTag]
+		return tt.lists[uint32(v)&^listTag].entries
 	}
 	one[0] = unpack(v)
 	return one[:]
@@ -187,8 +287,7 @@ func (x *Index) setTierLocked(s uint32, w *worker, h uint64, raw uint32, tier Ti
 	case !ok:
 		x.tiers.t.set(h, e.pack())
 	case v&listTag != 0:
-		i := uint32(v) &^ listTag
-		x.tiers.lists[i] = append(x.tiers.lists[i], e)
+		x.tiers.lists[uint32(v)&^listTag].add(e)
 	default:
 		x.tiers.t.set(h, listTag|uint64(x.newTierList(unpack(v), e)))
 	}
@@ -199,14 +298,18 @@ func (x *Index) setTierLocked(s uint32, w *worker, h uint64, raw uint32, tier Ti
 
 func (x *Index) newTierList(a, b tierEntry) uint32 {
 	tt := &x.tiers
+	var i uint32
 	if n := len(tt.freeLists); n > 0 {
-		i := tt.freeLists[n-1]
+		i = tt.freeLists[n-1]
 		tt.freeLists = tt.freeLists[:n-1]
-		tt.lists[i] = append(tt.lists[i][:0], a, b)
-		return i
+	} else {
+		i = uint32(len(tt.lists))
+		tt.lists = append(tt.lists, tierList{})
 	}
-	tt.lists = append(tt.lists, []tierEntry{a, b})
-	return uint32(len(tt.lists) - 1)
+	l := &tt.lists[i]
+	l.add(a)
+	l.add(b)
+	return i
 }
 
 // restampLocked makes slot s's lower-tier entry of h young.
@@ -222,11 +325,13 @@ func (x *Index) restampLocked(s uint32, h uint64) {
 		*p = e.pack()
 		return
 	}
-	l := x.tiers.lists[uint32(*p)&^listTag]
-	for i := range l {
-		if l[i].slot == s {
-			l[i].at = now
+	l := &x.tiers.lists[uint32(*p)&^listTag]
+	l.oldest = now
+	for i := range l.entries {
+		if l.entries[i].slot == s {
+			l.entries[i].at = now
 		}
+		l.oldest = min(l.oldest, l.entries[i].at)
 	}
 }
 
@@ -248,20 +353,18 @@ func (x *Index) dropTierLocked(s uint32, h uint64) bool {
 		}
 	} else {
 		i := uint32(v) &^ listTag
-		l := tt.lists[i]
-		for j, e := range l {
+		l := &tt.lists[i]
+		for j, e := range l.entries {
 			if e.slot == s {
 				gone, found = e, true
-				l = append(l[:j], l[j+1:]...)
+				l.drop(j)
 				break
 			}
 		}
-		if len(l) == 1 {
-			tt.t.set(h, l[0].pack())
-			tt.lists[i] = l[:0]
+		if len(l.entries) == 1 {
+			tt.t.set(h, l.entries[0].pack())
+			l.reset()
 			tt.freeLists = append(tt.freeLists, i)
-		} else {
-			tt.lists[i] = l
 		}
 	}
 	if found {
@@ -304,10 +407,21 @@ func (x *Index) countLower(lc *lowerCounts, next []uint64, h uint64) *lowerCount
 	if !ok {
 		return lc
 	}
-	if lc == nil {
-		lc = countsPool.Get().(*lowerCounts)
-		lc.c = append(lc.c[:0], make([][LowerTiers]int32, len(x.workers))...)
-		lc.now = x.tiers.stamp()
+	x.needCounts(&lc)
+	if v&listTag != 0 {
+		if l := &x.tiers.lists[uint32(v)&^listTag]; !x.mayAge(l, next, lc.now) {
+			// No entry of a slot in next has aged: count the slots of
+			// next on each tier by the list's bitsets.
+			for t := range LowerTiers {
+				on := l.on[t]
+				for wi := range min(len(on), len(next)) {
+					for w := on[wi] & next[wi]; w != 0; w &= w - 1 {
+						lc.c[wi*64+bits.TrailingZeros64(w)][t]++
+					}
+				}
+			}
+			return lc
+		}
 	}
 	var one [1]tierEntry
 	for _, e := range x.tiers.entriesOf(v, &one) {
@@ -331,19 +445,39 @@ func (x *Index) slotTier(lc **lowerCounts, s uint32, h uint64) (Tier, bool) {
 	if !ok {
 		return TierGPU, false
 	}
+	if v&listTag != 0 {
+		// The list's bitsets say the tier; its entry is read only when
+		// it may have aged.
+		l := &x.tiers.lists[uint32(v)&^listTag]
+		t := TierCPU
+		for ; t <= TierUnknown && !l.has(t, s); t++ {
+		}
+		if t > TierUnknown {
+			return TierGPU, false
+		}
+		x.needCounts(lc)
+		if !x.tiers.old(l.oldest, (*lc).now) {
+			return t, false
+		}
+	}
 	var one [1]tierEntry
 	for _, e := range x.tiers.entriesOf(v, &one) {
 		if e.slot != s {
 			continue
 		}
-		if *lc == nil {
-			*lc = countsPool.Get().(*lowerCounts)
-			(*lc).c = append((*lc).c[:0], make([][LowerTiers]int32, len(x.workers))...)
-			(*lc).now = x.tiers.stamp()
-		}
+		x.needCounts(lc)
 		return e.tier, x.aged(e, (*lc).now)
 	}
 	return TierGPU, false
+}
+
+// needCounts makes *lc, a lookup's counts, on first use.
+func (x *Index) needCounts(lc **lowerCounts) {
+	if *lc == nil {
+		*lc = countsPool.Get().(*lowerCounts)
+		(*lc).c = append((*lc).c[:0], make([][LowerTiers]int32, len(x.workers))...)
+		(*lc).now = x.tiers.stamp()
+	}
 }
 
 // sweepStepLocked drops, from one shard of the tier table, the entries

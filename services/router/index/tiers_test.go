@@ -121,6 +121,7 @@ func checkTiersAgainstModel(instances uint64, maxSteps int, lazy bool) func(*rap
 			if got := x.TierStats(); got != lower || x.Stats().Entries != entries {
 				t.Fatalf("TierStats = %v with %d entries, want %v with %d", got, x.Stats().Entries, lower, entries)
 			}
+			checkTierLists(t, x)
 		}
 		if lazy {
 			for range 2 * (tableShards/reclaimShards + 2) {
@@ -155,6 +156,129 @@ func checkTiersAgainstModel(instances uint64, maxSteps int, lazy bool) func(*rap
 				t.Fatalf("tier table keeps %d hashes after reclaim, the model none", x.tiers.t.len())
 			}
 		}
+	}
+}
+
+// checkTierLists checks what a lookup reads of the tier table instead of
+// its entries: each list's per-tier bitsets name exactly its entries'
+// slots on that tier (each slot once), its oldest stamp is no later than
+// any entry's, a free list is empty, and every live worker's tier that
+// has seen no eviction is marked store-only.
+func checkTierLists(t interface{ Fatalf(string, ...any) }, x *Index) {
+	tt := &x.tiers
+	free := map[uint32]bool{}
+	for _, i := range tt.freeLists {
+		free[i] = true
+	}
+	for i := range tt.lists {
+		l := &tt.lists[i]
+		if free[uint32(i)] != (len(l.entries) == 0) {
+			t.Fatalf("tier list %d: free %v with %d entries", i, free[uint32(i)], len(l.entries))
+		}
+		var want [LowerTiers][]uint64
+		seen := map[uint32]bool{}
+		for _, e := range l.entries {
+			if seen[e.slot] {
+				t.Fatalf("tier list %d: slot %d twice", i, e.slot)
+			}
+			seen[e.slot] = true
+			want[e.tier-1] = setBit(want[e.tier-1], e.slot)
+			if e.at < l.oldest {
+				t.Fatalf("tier list %d: entry stamped %d before its oldest %d", i, e.at, l.oldest)
+			}
+		}
+		for tier := range LowerTiers {
+			for wi := range max(len(want[tier]), len(l.on[tier])) {
+				var w, g uint64
+				if wi < len(want[tier]) {
+					w = want[tier][wi]
+				}
+				if wi < len(l.on[tier]) {
+					g = l.on[tier][wi]
+				}
+				if w != g {
+					t.Fatalf("tier list %d, tier %v, word %d: bits %#x, entries say %#x", i, Tier(tier+1), wi, g, w)
+				}
+			}
+		}
+	}
+	for s, w := range x.workers {
+		if w == nil || deadSlot(x.dead, uint32(s)) {
+			continue
+		}
+		for tier := range LowerTiers {
+			so := tt.storeOnly[tier]
+			marked := s/64 < len(so) && so[s/64]&(1<<(s%64)) != 0
+			if w.removes&(1<<(tier+1)) == 0 && !marked {
+				t.Fatalf("slot %d: tier %v has seen no eviction, not marked store-only", s, Tier(tier+1))
+			}
+		}
+	}
+}
+
+// TestTierListAging: a lookup counts the slots holding a block below GPU
+// by its list's bitsets unless an entry of a slot still in the walk may
+// have aged (stamped past the TTL, on a store-only tier), and entry by
+// entry then; both give the brute-force answer. Three workers hold a
+// prefix on host memory: one store-only, two that report evictions.
+func TestTierListAging(t *testing.T) {
+	now := time.Unix(1000, 0)
+	lm, v1, v2 := WorkerID{Instance: 1}, WorkerID{Instance: 2}, WorkerID{Instance: 3}
+	hs := []uint64{1, 2, 3, 4}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		apply   func(x *Index)
+		want    []Overlap
+	}{
+		{name: "young: by the bitsets", want: []Overlap{
+			{Worker: lm, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v1, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v2, Blocks: 4, Lower: [3]int32{2, 1, 0}}}},
+		{name: "old: the store-only worker's blocks age, the others' are counted", advance: 2 * time.Minute, want: []Overlap{
+			{Worker: lm, Blocks: 1}, {Worker: v1, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v2, Blocks: 4, Lower: [3]int32{2, 1, 0}}}},
+		{name: "stored again: young again", apply: func(x *Index) {
+			x.Apply(lm, 0, func(tx Tx) { tx.StoreOn(hs[1:3], TierCPU) })
+		}, want: []Overlap{
+			{Worker: lm, Blocks: 3, Lower: [3]int32{2, 0, 0}}, {Worker: v1, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v2, Blocks: 4, Lower: [3]int32{2, 1, 0}}}},
+		{name: "the store-only worker evicts: its tier ages no more", apply: func(x *Index) {
+			x.Apply(lm, 0, func(tx Tx) { tx.RemoveFrom([]uint64{99}, TierCPU) })
+		}, want: []Overlap{
+			{Worker: lm, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v1, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v2, Blocks: 4, Lower: [3]int32{2, 1, 0}}}},
+		{name: "v2 leaves", apply: func(x *Index) { x.RemoveWorker(v2) }, want: []Overlap{
+			{Worker: lm, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v1, Blocks: 4, Lower: [3]int32{3, 0, 0}}}},
+		{name: "v1 evicts block 3 from host: lm alone past it", apply: func(x *Index) {
+			x.Apply(v1, 0, func(tx Tx) { tx.RemoveFrom(hs[2:3], TierCPU) })
+		}, want: []Overlap{
+			{Worker: lm, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v1, Blocks: 2, Lower: [3]int32{1, 0, 0}}}},
+		{name: "lm alone past block 3, its entries young", apply: func(x *Index) {
+			x.Apply(lm, 0, func(tx Tx) { tx.StoreOn(hs[1:], TierCPU) })
+			x.Apply(v1, 0, func(tx Tx) { tx.StoreOn(hs[3:], TierDisk) })
+		}, want: []Overlap{
+			{Worker: lm, Blocks: 4, Lower: [3]int32{3, 0, 0}}, {Worker: v1, Blocks: 2, Lower: [3]int32{1, 0, 0}}}},
+	}
+	x := New()
+	x.SetTierTTL(time.Minute, func() time.Time { return now })
+	x.Apply(lm, 0, func(tx Tx) { tx.StoreOn(hs[:1], TierGPU); tx.StoreOn(hs[1:], TierCPU) })
+	x.Apply(v1, 0, func(tx Tx) {
+		tx.StoreOn(hs[:1], TierGPU)
+		tx.StoreOn(hs[1:], TierCPU)
+		tx.RemoveFrom([]uint64{99}, TierCPU)
+	})
+	x.Apply(v2, 0, func(tx Tx) {
+		tx.StoreOn(hs[:1], TierGPU)
+		tx.StoreOn(hs[1:3], TierCPU)
+		tx.StoreOn(hs[3:], TierDisk)
+		tx.RemoveFrom([]uint64{99}, TierCPU)
+		tx.RemoveFrom([]uint64{99}, TierDisk)
+	})
+	for _, st := range steps {
+		now = now.Add(st.advance)
+		if st.apply != nil {
+			st.apply(x)
+		}
+		if d := cmp.Diff(sorted(st.want), sorted(x.Overlaps(hs))); d != "" {
+			t.Fatalf("%s: (-want +got)\n%s", st.name, d)
+		}
+		checkTierLists(t, x)
 	}
 }
 
