@@ -854,18 +854,35 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	clear(d.ints)
 	d.indexed = d.ints[:n:n]
 	reach := d.ints[n:]
+	// Blocks held below GPU, per candidate, when the index has any of
+	// the request's (nil otherwise: a request cached on GPU alone reads
+	// nothing more). A rank-aware router credits each candidate its own
+	// rank's, found with its overlap; a rank-blind one, the rank's whose
+	// prefix it credits, once every overlap is read (lowerOf).
+	var lower [][index.LowerTiers]int32
+	hasLower := anyLower(d.overlaps)
+	if hasLower && !c.rankBlind {
+		d.lower = slices.Grow(d.lower[:0], n)[:n]
+		clear(d.lower)
+		lower = d.lower
+	}
 	// Candidates are sorted by instance id: each overlap finds its
 	// worker(s) by binary search, with no map per decision.
 	if pl == nil {
-		setIndexed(d.indexed, workers, d.overlaps, c.rankBlind)
+		setIndexed(d.indexed, lower, workers, d.overlaps, c.rankBlind)
 	} else {
 		// Each pool is sorted by instance id.
-		pl.each(n, func(from, to int) { setIndexed(d.indexed[from:to], workers[from:to], d.overlaps, c.rankBlind) })
+		pl.each(n, func(from, to int) {
+			var sub [][index.LowerTiers]int32
+			if lower != nil {
+				sub = lower[from:to]
+			}
+			setIndexed(d.indexed[from:to], sub, workers[from:to], d.overlaps, c.rankBlind)
+		})
 	}
-	// Blocks held below GPU, per candidate, when the index has any of
-	// the request's (nil otherwise: a request cached on GPU alone reads
-	// nothing more).
-	lower := d.lowerOf(workers, pl, c.rankBlind)
+	if hasLower && c.rankBlind {
+		lower = d.lowerOf(workers, pl)
+	}
 	copy(reach, d.indexed)
 	if c.pending != nil && pl == nil {
 		c.pending.ExtendAll(workers, hashes, reach)
@@ -977,20 +994,20 @@ func (c *Core) decide(d *decision) error {
 	return nil
 }
 
-// lowerOf is each candidate's blocks of its indexed prefix held below GPU
-// (as setIndexed finds them), or nil when no overlap has any: the common
-// case, which costs one pass over the overlaps.
-func (d *decision) lowerOf(workers []index.WorkerID, pl *pools, anyRank bool) [][index.LowerTiers]int32 {
-	has := false
-	for i := range d.overlaps {
-		if d.overlaps[i].Lower != ([index.LowerTiers]int32{}) {
-			has = true
-			break
+// anyLower says whether an overlap has blocks held below GPU.
+func anyLower(overlaps []index.Overlap) bool {
+	for i := range overlaps {
+		if overlaps[i].Lower != ([index.LowerTiers]int32{}) {
+			return true
 		}
 	}
-	if !has {
-		return nil
-	}
+	return false
+}
+
+// lowerOf is, for a rank-blind router, each candidate's blocks of its
+// indexed prefix held below GPU (as setIndexed finds them): its own
+// rank's, or those of a rank whose overlap is the one credited.
+func (d *decision) lowerOf(workers []index.WorkerID, pl *pools) [][index.LowerTiers]int32 {
 	n := len(workers)
 	d.lower = slices.Grow(d.lower[:0], n)[:n]
 	clear(d.lower)
@@ -1008,7 +1025,7 @@ func (d *decision) lowerOf(workers []index.WorkerID, pl *pools, anyRank bool) []
 				i = searchWorkers(workers[from:to], id) + from
 			}
 			for ; i < to && workers[i].Instance == id; i++ {
-				if workers[i].DPRank == o.Worker.DPRank || anyRank && d.indexed[i] == o.Blocks {
+				if workers[i].DPRank == o.Worker.DPRank || d.indexed[i] == o.Blocks {
 					// Rank-blind, the rank whose prefix is credited.
 					d.lower[i] = o.Lower
 				}
@@ -1025,26 +1042,38 @@ func (d *decision) lowerOf(workers []index.WorkerID, pl *pools, anyRank bool) []
 }
 
 // setIndexed sets indexed[i] to the index's overlap of workers[i] (sorted
-// by instance, then rank), for every worker in overlaps; the others keep
-// theirs, which the caller zeroed. With anyRank (a rank-blind router), a
-// candidate is credited with the longest overlap of any rank of its
-// instance. The overlaps come in the index's slot order, which is mostly
-// the instances' (slots are given as workers appear): each is looked for
-// first where the last one's run ended, and by binary search when it is
-// not there.
-func setIndexed(indexed []int, workers []index.WorkerID, overlaps []index.Overlap, anyRank bool) {
-	n, next := len(workers), 0
-	for _, o := range overlaps {
+// by instance, then rank), for every worker in overlaps, and, with lower
+// (rank-aware only; nil: not wanted), lower[i] to its blocks held below
+// GPU; the others keep theirs, which the caller zeroed. With anyRank (a
+// rank-blind router), a candidate is credited with the longest overlap of
+// any rank of its instance. The overlaps come in the index's slot order,
+// which is mostly the instances' (slots are given as workers appear), the
+// ranks of an instance one after another: each is looked for first where
+// the last one's run ended, then where it began, and by binary search
+// when it is at neither.
+func setIndexed(indexed []int, lower [][index.LowerTiers]int32, workers []index.WorkerID, overlaps []index.Overlap, anyRank bool) {
+	n, next, start := len(workers), 0, 0
+	for k := range overlaps {
+		o := &overlaps[k] // not a copy of each
 		id := o.Worker.Instance
+		// next ends the run of another instance, and start begins the
+		// last one found (or the first instance past it), so a match
+		// at either is the first of id's.
 		i := next
-		// next ends the run of another instance, so a match there is
-		// the first of id's.
 		if i >= n || workers[i].Instance != id {
-			i = searchWorkers(workers, id)
+			if start < n && workers[start].Instance == id {
+				i = start
+			} else {
+				i = searchWorkers(workers, id)
+			}
 		}
+		start = i
 		for ; i < n && workers[i].Instance == id; i++ {
 			if workers[i].DPRank == o.Worker.DPRank || anyRank {
 				indexed[i] = max(indexed[i], o.Blocks)
+				if lower != nil {
+					lower[i] = o.Lower
+				}
 			}
 		}
 		next = i

@@ -196,7 +196,7 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 	ext := slices.Grow(d.reach[:0], len(extended))[:len(extended)]
 	clear(ext)
 	if len(extended) > 0 {
-		setIndexed(ext, d.subWorkers, overlapsOf(d, d.subWorkers, c.rankBlind), c.rankBlind)
+		setIndexed(ext, nil, d.subWorkers, overlapsOf(d, d.subWorkers, c.rankBlind), c.rankBlind)
 		c.pending.ExtendAll(d.subWorkers, hashes, ext)
 	}
 	for _, r := range ext {
@@ -372,7 +372,7 @@ func (c *Core) listedReach(d *decision, i int, w index.WorkerID) int {
 			located[j] = d.allWorkers[k]
 		}
 		d.holderReach = make([]int, len(d.holders))
-		setIndexed(d.holderReach, located, d.overlaps, c.rankBlind)
+		setIndexed(d.holderReach, nil, located, d.overlaps, c.rankBlind)
 	}
 	if k, ok := slices.BinarySearch(d.holders, i); ok {
 		return d.holderReach[k]

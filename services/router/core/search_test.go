@@ -30,8 +30,8 @@ func TestSearchWorkersMatchesBinarySearch(t *testing.T) {
 // of a model, so ids repeat; some serve several data-parallel ranks) and
 // overlaps in slot order, in instance order and shuffled, with ranks that
 // are not candidates and instances that are not candidates: rank-aware, a
-// candidate gets its own rank's overlap; rank-blind, the longest of its
-// instance's.
+// candidate gets its own rank's overlap and its blocks below GPU;
+// rank-blind, the longest of its instance's.
 func TestSetIndexedMatchesSearch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for range 3_000 {
@@ -52,7 +52,11 @@ func TestSetIndexedMatchesSearch(t *testing.T) {
 		for id := range uint64(64) {
 			for r := range uint32(5) {
 				if rng.IntN(3+3*int(r)) == 0 {
-					overlaps = append(overlaps, index.Overlap{Worker: index.WorkerID{Instance: id, DPRank: r}, Blocks: 1 + rng.IntN(9)})
+					o := index.Overlap{Worker: index.WorkerID{Instance: id, DPRank: r}, Blocks: 1 + rng.IntN(9)}
+					if rng.IntN(2) == 0 {
+						o.Lower[rng.IntN(index.LowerTiers)] = int32(1 + rng.IntN(o.Blocks))
+					}
+					overlaps = append(overlaps, o)
 				}
 			}
 		}
@@ -64,17 +68,28 @@ func TestSetIndexedMatchesSearch(t *testing.T) {
 		}
 		for _, anyRank := range []bool{false, true} {
 			want := make([]int, len(workers))
+			wantLower := make([][index.LowerTiers]int32, len(workers))
 			for i, w := range workers {
 				for _, o := range overlaps {
 					if o.Worker == w || anyRank && o.Worker.Instance == w.Instance {
 						want[i] = max(want[i], o.Blocks)
 					}
+					if o.Worker == w {
+						wantLower[i] = o.Lower
+					}
 				}
 			}
 			got := make([]int, len(workers))
-			setIndexed(got, workers, overlaps, anyRank)
+			var gotLower [][index.LowerTiers]int32
+			if !anyRank {
+				gotLower = make([][index.LowerTiers]int32, len(workers))
+			}
+			setIndexed(got, gotLower, workers, overlaps, anyRank)
 			if !slices.Equal(got, want) {
 				t.Fatalf("setIndexed(%v, %v, anyRank %v) = %v, want %v", workers, overlaps, anyRank, got, want)
+			}
+			if !anyRank && !slices.Equal(gotLower, wantLower) {
+				t.Fatalf("setIndexed(%v, %v): lower %v, want %v", workers, overlaps, gotLower, wantLower)
 			}
 		}
 	}
