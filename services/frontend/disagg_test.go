@@ -340,20 +340,23 @@ func TestDisaggAutoConcurrentLongPrompts(t *testing.T) {
 		decoders[hexID(m.w.InstanceID())] = true
 	}
 	// Two long answers to short prompts, one per decode worker at best:
-	// the long prompts then find requests decoding.
-	var wg sync.WaitGroup
+	// the long prompts then find requests decoding. They are cancelled once
+	// the long prompts are answered: only their decoding meanwhile matters.
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	var bg, wg sync.WaitGroup
 	started := make(chan struct{}, 2)
 	for i := range 2 {
-		wg.Add(1)
+		bg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer bg.Done()
 			once := false
-			if _, err := s.chat(ctx, "", fmt.Sprintf("Tell a long story, part %d.", i), 3000, true, func(*chatResult) {
+			if _, err := s.chat(bctx, "", fmt.Sprintf("Tell a long story, part %d.", i), 3000, true, func(*chatResult) {
 				if !once {
 					once = true
 					started <- struct{}{}
 				}
-			}); err != nil {
+			}); err != nil && bctx.Err() == nil {
 				t.Errorf("background request %d: %v", i, err)
 			}
 		}()
@@ -381,6 +384,8 @@ func TestDisaggAutoConcurrentLongPrompts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	bcancel()
+	bg.Wait()
 	remote := 0
 	for i, r := range results {
 		if errs[i] != nil {
