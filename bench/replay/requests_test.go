@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -114,7 +115,7 @@ func TestWriteRequestsCSV(t *testing.T) {
 			{Request: 3, Arrival: 1500 * time.Microsecond, Worker: 2, PromptTokens: 700, Overlap: 32, BestOverlap: 40, Cached: 30,
 				QueuedTokens: 100, Decoding: 5, StepLeft: 2 * time.Millisecond, Cost: 12.25, Wait: 3 * time.Millisecond,
 				TTFT: 20 * time.Millisecond, E2E: time.Second, Gaps: 9, SlowGaps: 2, GapSum: 980 * time.Millisecond,
-				Home: 4, HomeCost: 30.5, HomeQueuedTokens: 9000, HomeDecoding: 7},
+				Home: 4, HomeCost: 30.5, HomeQueuedTokens: 9000, HomeDecoding: 7, DecodingMin: 3, DecodingMax: 11, SlowGapsCaused: 2.5},
 		}},
 		{Mode: "round-robin", RateScale: 1.5},
 	}
@@ -128,7 +129,7 @@ func TestWriteRequestsCSV(t *testing.T) {
 	}
 	want := [][]string{RequestsCSVHeader,
 		{"kv", "6", "3", "1.500", "2", "700", "32", "40", "30", "100", "5", "2.000", "12.250", "3.000", "20.000", "1000.000",
-			"9", "2", "980.000", "4", "30.500", "9000", "7"}}
+			"9", "2", "980.000", "4", "30.500", "9000", "7", "3", "11", "2.500"}}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %v", len(rows), len(want), rows)
 	}
@@ -258,5 +259,65 @@ func TestRequestRecordGapsAndHome(t *testing.T) {
 				t.Errorf("second request went home but its home's cost %v is not its cost %v", b.HomeCost, b.Cost)
 			}
 		})
+	}
+}
+
+// TestSlowGapsCaused replays three requests on one engine: the first
+// decodes while the other two, arriving together, are prefilled in one
+// step of 6,144 prompt tokens, about 108 ms, the first one's only gap over
+// 50 ms. Its slow gap is the step's: shared by the two prompts by their
+// tokens, 1/3 and 2/3; the first one's prompt, computed with nothing
+// decoding, causes none. On a trace, with the threshold above any step
+// without prompt tokens, the caused gaps add up to the slow ones.
+func TestSlowGapsCaused(t *testing.T) {
+	trace := []Request{
+		{Arrival: 0, InputLength: 512, OutputLength: 40, HashIDs: []uint64{1}},
+		{Arrival: 100 * time.Millisecond, InputLength: 2048, OutputLength: 2, HashIDs: []uint64{2, 3, 4, 5}},
+		{Arrival: 100 * time.Millisecond, InputLength: 4096, OutputLength: 2, HashIDs: []uint64{6, 7, 8, 9, 10, 11, 12, 13}},
+	}
+	cfg := smallConfig()
+	cfg.Workers, cfg.RateScale, cfg.SlowGap = 1, 1, 50*time.Millisecond
+	_, recs, err := RunRecorded(trace, cfg, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3", len(recs))
+	}
+	for i, want := range []struct {
+		slow               int
+		caused             float64
+		decoding, min, max int
+	}{{1, 0, 0, 0, 0}, {0, 1.0 / 3, 1, 1, 1}, {0, 2.0 / 3, 1, 1, 1}} {
+		r := recs[i]
+		if r.SlowGaps != want.slow || math.Abs(r.SlowGapsCaused-want.caused) > 1e-9 || r.Decoding != want.decoding ||
+			r.DecodingMin != want.min || r.DecodingMax != want.max {
+			t.Errorf("request %d: %d slow gaps, %v caused, decoding %d (min %d, max %d); want %d, %v, %d (%d, %d)",
+				i, r.SlowGaps, r.SlowGapsCaused, r.Decoding, r.DecodingMin, r.DecodingMax, want.slow, want.caused, want.decoding, want.min, want.max)
+		}
+	}
+
+	sessions, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A step without prompt tokens is a decode step, at most 34 ms with
+	// the default timing model.
+	cfg = smallConfig()
+	cfg.RateScale, cfg.SlowGap = 20, 40*time.Millisecond
+	_, recs, err = RunRecorded(sessions[:200], cfg, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow, caused float64
+	for _, r := range recs {
+		slow += float64(r.SlowGaps)
+		caused += r.SlowGapsCaused
+		if r.DecodingMin > r.Decoding || r.Decoding > r.DecodingMax {
+			t.Errorf("request %d: decoding %d outside the engines' %d..%d", r.Request, r.Decoding, r.DecodingMin, r.DecodingMax)
+		}
+	}
+	if slow == 0 || math.Abs(slow-caused) > 1e-6*slow {
+		t.Errorf("sessions x20: %v slow gaps, %v caused by prompts; want equal and some", slow, caused)
 	}
 }

@@ -390,6 +390,18 @@ type RequestRecord struct {
 	Home                           uint64
 	HomeCost                       float64
 	HomeQueuedTokens, HomeDecoding int
+	// DecodingMin and DecodingMax are the fewest and the most requests
+	// past their prefill on any engine at the arrival, read as Decoding
+	// is: how much the decoding requests a placement could stall differed
+	// between the engines.
+	DecodingMin, DecodingMax int
+	// SlowGapsCaused is this request's share of the slow gaps (over
+	// Config.SlowGap) that the steps computing its prompt gave the
+	// requests decoding beside them: each such step's decoding requests,
+	// shared among the step's prompt chunks by their tokens. Summed over
+	// a run's requests it is the slow gaps of steps that computed prompt
+	// tokens, which is where a placement makes other requests' gaps slow.
+	SlowGapsCaused float64
 }
 
 // at schedules fn d after now.
@@ -684,6 +696,13 @@ func (s *sim) recordArrival(n int, w *simEngine, resp *routerv1.RouteResponse, p
 	}
 	id := strconv.Itoa(n)
 	rec.QueuedTokens, rec.Decoding = engineState(w, id)
+	for i, e := range s.engines {
+		_, d := engineState(e, id)
+		if i == 0 || d < rec.DecodingMin {
+			rec.DecodingMin = d
+		}
+		rec.DecodingMax = max(rec.DecodingMax, d)
+	}
 	if home >= 0 {
 		c := resp.GetCandidates()[home]
 		if h := s.engineAt(c.GetInstanceId(), c.GetDpRank()); h != nil {
@@ -738,6 +757,15 @@ func (s *sim) step(w *simEngine) {
 		return
 	}
 	w.busy, w.stepEnd = true, s.now+res.Duration
+	if s.record && res.DecodeTokens > 0 && res.PrefillTokens > 0 && s.cfg.SlowGap > 0 && res.Duration > s.cfg.SlowGap {
+		// Every request decoding in this step gets a slow gap: the
+		// step's prompt chunks share them by their tokens.
+		for _, c := range res.Chunks {
+			if in := s.reqs[c.RequestID]; in != nil && in.rec != nil {
+				in.rec.SlowGapsCaused += float64(res.DecodeTokens) * float64(c.Tokens) / float64(res.PrefillTokens)
+			}
+		}
+	}
 	if s.record {
 		for _, id := range res.Admitted {
 			// A pair is admitted twice, by its prefill and its decode

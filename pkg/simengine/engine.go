@@ -226,6 +226,16 @@ type StepResult struct {
 	Admitted []string
 	// LoraLoads counts the adapters loaded for the step.
 	LoraLoads int
+	// Chunks are the prompt chunks the step computed, one per request in
+	// prefill, in the order it scheduled them; their tokens add up to
+	// PrefillTokens. A caller can tell whose prompt made a step long.
+	Chunks []Chunk
+}
+
+// Chunk is one request's prompt tokens computed in a step.
+type Chunk struct {
+	RequestID string
+	Tokens    int
 }
 
 // Metrics is the engine's load, as published to the router.
@@ -603,6 +613,7 @@ func (e *Engine) Step() StepResult {
 		} else {
 			prefill += n
 			attn += timingmodel.Attention(r.computed, n)
+			res.Chunks = append(res.Chunks, Chunk{RequestID: r.id, Tokens: n})
 		}
 	}
 
@@ -642,6 +653,7 @@ func (e *Engine) Step() StepResult {
 		budget -= n
 		prefill += n
 		attn += timingmodel.Attention(r.computed, n)
+		res.Chunks = append(res.Chunks, Chunk{RequestID: r.id, Tokens: n})
 	}
 
 	// Run the batch: KV computed, full blocks cached, tokens generated.

@@ -481,8 +481,10 @@ func TestChunkedPrefill(t *testing.T) {
 	}
 	d := drain(t, e, 20)
 	var prefill []int
+	var chunks [][]Chunk
 	for _, s := range d.steps {
 		prefill = append(prefill, s.PrefillTokens)
+		chunks = append(chunks, s.Chunks)
 		if s.PrefillTokens+s.DecodeTokens > 16 {
 			t.Errorf("step computed %d tokens over the budget of 16", s.PrefillTokens+s.DecodeTokens)
 		}
@@ -491,6 +493,10 @@ func TestChunkedPrefill(t *testing.T) {
 	// third step's rest; then both decode their second token.
 	if want := []int{16, 16, 12, 0}; !slices.Equal(prefill, want) {
 		t.Errorf("prefill tokens per step %v, want %v", prefill, want)
+	}
+	wantChunks := [][]Chunk{{{"long", 16}}, {{"long", 16}}, {{"long", 8}, {"short", 4}}, nil}
+	if !slices.EqualFunc(chunks, wantChunks, slices.Equal) {
+		t.Errorf("chunks per step %v, want %v", chunks, wantChunks)
 	}
 	if len(d.tokens["long"]) != 2 || len(d.tokens["short"]) != 2 {
 		t.Errorf("tokens %v", d.tokens)
