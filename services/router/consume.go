@@ -123,7 +123,7 @@ func (c *consumer) applyKV(ns string, b *workerv1.KvEventBatch) {
 
 // filterDeparted makes the consumer drop the KV events of workers the
 // registry does not list (see departed), asking it through listed.
-func (c *consumer) filterDeparted(listed func(context.Context, string, uint64) (bool, error)) {
+func (c *consumer) filterDeparted(listed func(context.Context, string) (map[uint64]bool, error)) {
 	c.departed = newDeparted(c.core, c.log, listed)
 	c.wg.Add(1)
 	go func() {

@@ -31,8 +31,8 @@ import (
 type departed struct {
 	core *core.Core
 	log  *slog.Logger
-	// listed asks the registry whether it lists instance id in namespace ns.
-	listed func(ctx context.Context, ns string, id uint64) (bool, error)
+	// listed asks the registry which instances it lists in namespace ns.
+	listed func(ctx context.Context, ns string) (map[uint64]bool, error)
 
 	// mu is held for reading while a batch is applied and for writing
 	// while an instance is marked gone and dropped, so that no batch of it
@@ -48,7 +48,7 @@ type departed struct {
 	dropped, skipped atomic.Uint64
 }
 
-func newDeparted(dc *core.Core, log *slog.Logger, listed func(context.Context, string, uint64) (bool, error)) *departed {
+func newDeparted(dc *core.Core, log *slog.Logger, listed func(context.Context, string) (map[uint64]bool, error)) *departed {
 	return &departed{core: dc, log: log, listed: listed, gone: map[uint64]bool{}, pending: map[uint64]string{}, wake: make(chan struct{}, 1)}
 }
 
@@ -96,10 +96,18 @@ func (d *departed) run(ctx context.Context) {
 			todo[id] = ns
 		}
 		d.qmu.Unlock()
-		failed := false
+		// One list per namespace answers every instance queued meanwhile: a
+		// fleet starting at once publishes before the watch lists it, and a
+		// list per instance would cost the registry the whole namespace
+		// once per worker.
+		byNS := map[string][]uint64{}
 		for id, ns := range todo {
+			byNS[ns] = append(byNS[ns], id)
+		}
+		failed := false
+		for ns, ids := range byNS {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			listed, err := d.listed(cctx, ns, id)
+			listed, err := d.listed(cctx, ns)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -108,17 +116,7 @@ func (d *departed) run(ctx context.Context) {
 				failed = true
 				continue
 			}
-			if !listed {
-				d.mu.Lock()
-				d.gone[id] = true
-				d.core.DropUnlisted(id)
-				d.mu.Unlock()
-				d.dropped.Add(1)
-				d.log.Info("KV events of a worker the registry does not list are dropped", "instance", fmt.Sprintf("%x", id), "namespace", ns)
-			}
-			d.qmu.Lock()
-			delete(d.pending, id)
-			d.qmu.Unlock()
+			d.settle(ns, ids, listed)
 		}
 		if failed {
 			wait := bo.Next()
@@ -127,5 +125,23 @@ func (d *departed) run(ctx context.Context) {
 		} else {
 			bo.Reset()
 		}
+	}
+}
+
+// settle drops the instances of ids that namespace ns does not list (listed
+// is the registry's answer) and takes every one of ids off the queue.
+func (d *departed) settle(ns string, ids []uint64, listed map[uint64]bool) {
+	for _, id := range ids {
+		if !listed[id] {
+			d.mu.Lock()
+			d.gone[id] = true
+			d.core.DropUnlisted(id)
+			d.mu.Unlock()
+			d.dropped.Add(1)
+			d.log.Info("KV events of a worker the registry does not list are dropped", "instance", fmt.Sprintf("%x", id), "namespace", ns)
+		}
+		d.qmu.Lock()
+		delete(d.pending, id)
+		d.qmu.Unlock()
 	}
 }

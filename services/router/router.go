@@ -146,17 +146,16 @@ func (s *Service) consume(ctx context.Context, cfg Config, evMode kvevents.Mode,
 	if !cons.events {
 		return cons
 	}
-	cons.filterDeparted(func(ctx context.Context, ns string, id uint64) (bool, error) {
+	cons.filterDeparted(func(ctx context.Context, ns string) (map[uint64]bool, error) {
 		resp, err := s.reg.Raw().ListInstances(ctx, &registryv1.ListInstancesRequest{Filter: &registryv1.InstanceFilter{Namespace: ns}})
 		if err != nil {
-			return false, err
+			return nil, err
 		}
+		listed := make(map[uint64]bool, len(resp.GetInstances()))
 		for _, in := range resp.GetInstances() {
-			if in.GetInstanceId() == id {
-				return true, nil
-			}
+			listed[in.GetInstanceId()] = true
 		}
-		return false, nil
+		return listed, nil
 	})
 	return cons
 }
