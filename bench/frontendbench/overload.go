@@ -48,9 +48,10 @@ type OverloadConfig struct {
 	// Seed varies the flows' arrivals and prompts: 0 sends every flow
 	// evenly spaced, each request's prompt drawn from its number alone;
 	// another value sends each flow as a Poisson process at its rate
-	// (exponential gaps drawn from the seed and the flow) and draws the
-	// prompts from the seed too, so that a run sees an arrival pattern and
-	// prompts that no other seed's runs did. Runs meant as separate
+	// (exponential gaps drawn from a random source keyed by this value and
+	// the flow) and keys the prompts' random source by this value too, so
+	// that a run sees an arrival pattern and prompts that no other value's
+	// runs did. Runs meant as separate
 	// samples take separate seeds (RunSeed).
 	Seed uint64
 }
@@ -336,7 +337,7 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 // Arrivals are the times, from the flows' start, at which flow number
 // flow of a run with seed sends its requests for d at rate per second:
 // evenly spaced for seed 0, else a Poisson process (exponential gaps
-// drawn from the seed and the flow).
+// drawn from a random source keyed by seed and flow).
 func Arrivals(seed uint64, flow int, rate float64, d time.Duration) []time.Duration {
 	if rate <= 0 {
 		return nil
@@ -358,8 +359,8 @@ func Arrivals(seed uint64, flow int, rate float64, d time.Duration) []time.Durat
 	}
 }
 
-// RunSeed is the seed run number run (from 0) of a bench given seed
-// draws its arrivals and prompts from: seed + run, so that each run is a
+// RunSeed is the random-number key that run number run (from 0) of a
+// bench given --overload-seed seed draws its arrivals and prompts from: seed + run, so that each run is a
 // sample of its own rather than the same pattern again (0 stays 0: every
 // run evenly spaced, as the runs of seed 0 are meant to be alike).
 func RunSeed(seed uint64, run int) uint64 {

@@ -222,8 +222,8 @@ var seed = func() uint64 {
 	return 1
 }()
 
-// sharedPrefix is n requests arriving at rate per second (Poisson, from
-// the seed), each a prompt of shared tokens every request has (a system
+// sharedPrefix is n requests arriving at rate per second (Poisson, drawn
+// from a random source keyed by seed), each a prompt of shared tokens every request has (a system
 // prompt) and own tokens no other has, and output tokens; in blocks of 16
 // tokens (Config.TraceBlock 16).
 func sharedPrefix(n int, rate float64, shared, own, output int, seed uint64) []replay.Request {
