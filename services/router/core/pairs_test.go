@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -353,6 +354,70 @@ func TestPairReplicaSync(t *testing.T) {
 	deliver()
 	if got, got3 := loadOf(b, 1), loadOf(b, 3); got != [3]uint32{} || got3 != [3]uint32{} {
 		t.Fatalf("a pair heard after its free counts %v and %v; want none", got, got3)
+	}
+}
+
+// TestPairReplicaArrivalWork routes a pair (prefill on 3, decode on 1)
+// on one of two replicas: both record its arrival's work as the prefill
+// of its prompt where it is computed, on the prefill worker with that
+// worker's model. Worker 3 prefills at 2 ms a token (1 and the others at
+// pairTiming's 1 ms), no per-step constant: 400 uncached tokens take
+// 800 ms there (the decode leg's own single block on worker 1's model
+// would be 4 ms). Before the prefill worker's model is heard the
+// decode worker's prices the prompt: 400 ms.
+func TestPairReplicaArrivalWork(t *testing.T) {
+	prompt := tokens(400, 1)
+	slow := &workerv1.TimingModel{PrefillMsPerToken: 2, DecodeMsBase: 20, MaxBatchedTokens: 100}
+	for _, tc := range []struct {
+		name     string
+		reported bool
+		want     float64
+	}{
+		{name: "the prefill worker's model", reported: true, want: 800},
+		{name: "no model of the prefill worker yet", want: 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := pairCluster(t, pairLink(Config{Mode: ModeKV, Disaggregation: DisaggAlways}), false)
+			b := pairCluster(t, pairLink(Config{Mode: ModeKV, Disaggregation: DisaggAlways}), false)
+			at := time.Unix(1000, 0)
+			net := &replicaNet{cores: []*Core{a, b}, now: &at}
+			a.SetObserver(netObserver{n: net, from: 0})
+			for _, c := range []*Core{a, b} {
+				pairLoad(c, 1, 0, 0)
+				if tc.reported {
+					c.ReportLoad(&workerv1.LoadMetrics{InstanceId: 3, TimingModel: slow, Requests: []*workerv1.RequestLoad{}})
+				}
+			}
+			if !tc.reported {
+				// The deciding router knows worker 3's model; the
+				// other replica has not heard its report.
+				a.ReportLoad(&workerv1.LoadMetrics{InstanceId: 3, TimingModel: pairTiming, Requests: []*workerv1.RequestLoad{}})
+			}
+			resp, err := a.Route(&routerv1.RouteRequest{RequestId: "r", Target: modelTarget(), TokenIds: prompt, ExcludeInstanceIds: []uint64{2, 4}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.InstanceId != 1 || resp.GetPrefill().GetInstanceId() != 3 {
+				t.Fatalf("routed to %d, prefill %d; want 1 and 3", resp.InstanceId, resp.GetPrefill().GetInstanceId())
+			}
+			net.deliver()
+			last := func(c *Core) float64 {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if c.arrivals.n != 1 {
+					t.Fatalf("%d arrivals recorded, want 1", c.arrivals.n)
+				}
+				return c.arrivals.work[(c.arrivals.next-1+rateWindow)%rateWindow]
+			}
+			if got := last(b); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("the other replica records %v ms of work, want %v", got, tc.want)
+			}
+			if tc.reported {
+				if got := last(a); math.Abs(got-tc.want) > 1e-9 {
+					t.Errorf("the deciding replica records %v ms of work, want %v", got, tc.want)
+				}
+			}
+		})
 	}
 }
 

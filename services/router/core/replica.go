@@ -42,7 +42,7 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		c.mu.Lock()
 		_, live := c.refs[r.InstanceId]
 		if live {
-			c.arrivals.add(at, prefillMs(c.timingLocked(r.InstanceId), len(r.BlockHashes), int(r.PrefillBlocks), c.blockSizeLocked(r.InstanceId)), r.BlockHashes)
+			c.arrivals.add(at, c.arrivalWorkLocked(r), r.BlockHashes)
 			c.unheard.heardRoute(at, c.now(), int(r.PrefillBlocks))
 		}
 		c.mu.Unlock()
@@ -85,6 +85,24 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 	case *routerv1.ReplicaEvent_Freed:
 		c.free(k.Freed)
 	}
+}
+
+// arrivalWorkLocked is the prefill time of the prompt of a request a peer
+// routed, as the deciding router records its arrival: on the worker that
+// computes the prompt, with that worker's timing model. That is the
+// prefill leg's worker and blocks for a pair (the decode leg computes
+// none of the prompt), the routed worker's own otherwise. A prefill
+// worker this replica has no model of yet is priced with the routed
+// worker's.
+func (c *Core) arrivalWorkLocked(r *routerv1.ReplicaRouted) float64 {
+	t, blocks := c.timingLocked(r.InstanceId), int(r.PrefillBlocks)
+	if r.PrefillInstanceId != 0 {
+		blocks = int(r.PrefillLegBlocks)
+		if pt, ok := c.timing[r.PrefillInstanceId]; ok {
+			t = pt
+		}
+	}
+	return prefillMs(t, len(r.BlockHashes), blocks, c.blockSizeLocked(r.InstanceId))
 }
 
 // indexedOn is how many leading blocks of hashes the index confirms on w.
