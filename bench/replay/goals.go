@@ -33,7 +33,9 @@ const (
 )
 
 // settleRounds bounds the extra rounds (one run of round-robin and one of
-// kv each) SettleGoodputRatio may take to decide the goodput goal.
+// kv each) SettleGoodputRatio may take to decide the goodput goal, and
+// those (one run of kv and of each peer still in question) SettlePeerRatio
+// may take to decide kv's 1.2x over the best peer.
 const settleRounds = 3
 
 // GoalModes are the modes the goal table runs: round-robin, kv and the
@@ -49,7 +51,9 @@ var goodputModes = []string{"round-robin", "kv", "dynamo", "llm-d", "sglang"}
 // refined to their goodput
 // as RefineGoodput does and then, when bisect > 0, until their brackets
 // decide the goodput goal (SettleGoodputRatio, at most settleRounds more
-// rounds), and kv-approx, kv-3-replicas and kv-8-replicas at defaultRate. The report's results are in GoalModes order, then rate.
+// rounds) and kv's 1.2x over the best peer (SettlePeerRatio, as many), and
+// kv-approx, kv-3-replicas and kv-8-replicas at defaultRate. The report's
+// results are in GoalModes order, then rate.
 func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64, slo Objectives, bisect, parallel int) ([]Result, error) {
 	if !slices.Contains(rates, defaultRate) {
 		rates = append(slices.Clone(rates), defaultRate)
@@ -73,6 +77,9 @@ func RunGoals(trace []Request, cfg Config, rates []float64, defaultRate float64,
 	}
 	if err == nil && bisect > 0 {
 		results, err = SettleGoodputRatio(trace, cfg, results, slo, goalGoodputRatio, settleRounds, parallel)
+	}
+	if err == nil && bisect > 0 {
+		results, err = SettlePeerRatio(trace, cfg, results, slo, goalPeerGoodput, settleRounds, parallel)
 	}
 	if err != nil {
 		return nil, err

@@ -337,6 +337,107 @@ func (g GoalRow) PeerGoodputRatio() float64 {
 	return kv.Pass / best.Pass
 }
 
+// PeerGoodputRange is the range kv's goodput over the best peer's can take
+// within the goodput brackets: kv's true goodput is in [kv.Pass, kv.Fail)
+// and the best peer's in [the peers' highest Pass, their highest Fail),
+// so the true ratio is above lo and below hi (lo 0 and hi +Inf when a
+// bracket is open). PeerGoodputRatio is the ratio of the two Passes, the
+// highest rates each met: a point between them that depends on where the
+// swept and bisected rates fell.
+func (g GoalRow) PeerGoodputRange() (lo, hi float64) {
+	kv := g.figures("kv")
+	var peers [][2]float64
+	for _, f := range g.Peers {
+		if f.Mode != "kv" && f.Mode != "round-robin" && f.Ran {
+			peers = append(peers, [2]float64{f.Pass, f.Fail})
+		}
+	}
+	return peerRatioRange(kv.Pass, kv.Fail, peers)
+}
+
+// peerRatioRange is PeerGoodputRange from kv's bracket and the peers'.
+func peerRatioRange(kvPass, kvFail float64, peers [][2]float64) (lo, hi float64) {
+	bestPass, bestFail := 0.0, 0.0
+	for _, p := range peers {
+		bestPass, bestFail = max(bestPass, p[0]), max(bestFail, p[1])
+	}
+	if len(peers) == 0 {
+		return 0, math.Inf(1)
+	}
+	lo, hi = 0, math.Inf(1)
+	if !math.IsInf(bestFail, 1) && bestFail > 0 {
+		lo = kvPass / bestFail
+	}
+	if bestPass > 0 {
+		hi = kvFail / bestPass
+	}
+	return lo, hi
+}
+
+// PeerGoodputX12 says whether kv's goodput is at least 1.2 times the best
+// peer's, and whether the brackets decide it (settled): it holds for any
+// goodputs within them (lo >= 1.2) or for none (hi <= 1.2). Unsettled, ok
+// is the Passes' ratio's verdict, a point that the rates swept decide.
+func (g GoalRow) PeerGoodputX12() (ok, settled bool) {
+	lo, hi := g.PeerGoodputRange()
+	switch {
+	case lo >= goalPeerGoodput:
+		return true, true
+	case hi <= goalPeerGoodput:
+		return false, true
+	}
+	return g.PeerGoodputRatio() >= goalPeerGoodput, false
+}
+
+// SettlePeerRatio runs kv and the peers whose goodput could be the best at
+// the middles of their goodput brackets, at most rounds times, until the
+// brackets decide whether kv's goodput is at least ratio times the best
+// peer's (see PeerGoodputX12): after the sweep's bisection the brackets
+// are about 10% wide, so a verdict within that of the line is decided by
+// where the rates fell, not by the runs. A peer takes part while its
+// bracket reaches above the best peer's highest Pass (it may be the best)
+// and above kv's Pass over ratio (it keeps the verdict open).
+func SettlePeerRatio(trace []Request, cfg Config, results []Result, slo Objectives, ratio float64, rounds, parallel int) ([]Result, error) {
+	peers := PeerModes[:3]
+	round := 0
+	return runRounds(trace, cfg, results, parallel, func(results []Result) []job {
+		if round >= rounds {
+			return nil
+		}
+		round++
+		kvPass, kvFail := bracket(results, "kv", slo)
+		var brackets [][2]float64
+		for _, m := range peers {
+			if slices.ContainsFunc(results, func(x Result) bool { return x.Mode == m }) {
+				p, f := bracket(results, m, slo)
+				brackets = append(brackets, [2]float64{p, f})
+			}
+		}
+		lo, hi := peerRatioRange(kvPass, kvFail, brackets)
+		if lo >= ratio || hi <= ratio {
+			return nil
+		}
+		bestPass := 0.0
+		for _, b := range brackets {
+			bestPass = max(bestPass, b[0])
+		}
+		var jobs []job
+		add := func(mode string, pass, fail float64) {
+			if mid := round3((pass + fail) / 2); pass > 0 && mid > pass && mid < fail {
+				jobs = append(jobs, job{mode: mode, rate: mid})
+			}
+		}
+		add("kv", kvPass, kvFail)
+		for _, m := range peers {
+			p, f := bracket(results, m, slo)
+			if f > bestPass && ratio*f > kvPass && slices.ContainsFunc(results, func(x Result) bool { return x.Mode == m }) {
+				add(m, p, f)
+			}
+		}
+		return jobs
+	})
+}
+
 // ChainRatio is kv's TTFT p90 over the chain floor's at the default rate
 // (+Inf without a chain floor).
 func (g GoalRow) ChainRatio(mode string) float64 {
@@ -368,14 +469,14 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 	if len(rows) == 0 || len(rows[0].Peers) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nkv against the peers' default policies at x%g (%s; round-robin for scale): kv >= the best peer on hit rate, TTFT p90 and goodput within the seed spread (spread: the range over the seeds run, kv's and the best peer's, the larger; goodput is measured again with each seed over the rate scales its sweep ran); kv goodput >= %gx the best peer's on at least half the traces; kv TTFT p90 <= %gx the chain floor's p90 where any policy reaches that (none: no policy does; reported, not judged)\n",
+	fmt.Fprintf(b, "\nkv against the peers' default policies at x%g (%s; round-robin for scale): kv >= the best peer on hit rate, TTFT p90 and goodput within the seed spread (spread: the range over the seeds run, kv's and the best peer's, the larger; goodput is measured again with each seed over the rate scales its sweep ran); kv goodput >= %gx the best peer's on at least half the traces; kv TTFT p90 <= %gx the chain floor's p90 where any policy reaches that (none: no policy does; reported, not judged); goodput kv/best: the ratio of the highest rates kv and the best peer met, then the range the true ratio can take within the goodput brackets (a verdict with ?: the brackets do not decide it, the ratio of the rates met gives it)\n",
 		defaultRate, strings.Join(PeerModes[:3], ", "), goalPeerGoodput, goalChainRatio)
 	head := strings.Join(comparedModes, " / ")
-	fmt.Fprintf(b, "\n| trace | hit %s | kv/best | hit spread pts (kv, best) | hit | TTFT p90 ms %s | kv/best | p90 spread ms (kv, best) | ttft | goodput %s | kv/best | goodput spread (kv, best) | goodput | >= %gx | chain p90 ms | kv p90/chain | best p90/chain | chain |\n",
+	fmt.Fprintf(b, "\n| trace | hit %s | kv/best | hit spread pts (kv, best) | hit | TTFT p90 ms %s | kv/best | p90 spread ms (kv, best) | ttft | goodput %s | kv/best (best; range) | goodput spread (kv, best) | goodput | >= %gx | chain p90 ms | kv p90/chain | best p90/chain | chain |\n",
 		head, head, head, goalPeerGoodput)
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var met [4]int
-	judged := 0
+	judged, undecided := 0, 0
 	for _, g := range rows {
 		kv := g.figures("kv")
 		var hits, p90s, goods []string
@@ -400,13 +501,19 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 		if !g.PeerGoodputSettled() {
 			gv += " ?"
 		}
-		x12 := g.PeerGoodputRatio() >= goalPeerGoodput
-		oks := []bool{g.PeerHitOK(), g.PeerTTFTOK(), g.PeerGoodputOK(), x12}
+		x12, x12Settled := g.PeerGoodputX12()
+		oks := []bool{g.PeerHitOK(), g.PeerTTFTOK(), g.PeerGoodputOK(), x12 && x12Settled}
 		for i, ok := range oks {
 			if ok {
 				met[i]++
 			}
 		}
+		xv := verdict(x12)
+		if !x12Settled {
+			xv += " ?"
+			undecided++
+		}
+		lo, hi := g.PeerGoodputRange()
 		cv := "none"
 		switch {
 		case g.ChainOK():
@@ -428,10 +535,10 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 			bestChain = fmt.Sprintf("%.2fx", best)
 		}
 		bg, _ := g.BestGoodput()
-		fmt.Fprintf(b, "| %s | %s | %s (%s) | %.2f, %.2f | %s | %s | %s (%s) | %s, %s | %s | %s | %s (%s) | %s, %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %s | %s (%s) | %.2f, %.2f | %s | %s | %s (%s) | %s, %s | %s | %s | %s (%s; %s-%s) | %s, %s | %s | %s | %s | %s | %s | %s |\n",
 			g.Trace, strings.Join(hits, " / "), ratio(kv.HitRate, bh.HitRate), bh.Mode, kv.HitSpread, bh.HitSpread, verdict(oks[0]),
 			strings.Join(p90s, " / "), ratio(float64(kv.TTFT[1]), float64(bt.TTFT[1])), bt.Mode, ms(kv.TTFTSpread), ms(bt.TTFTSpread), verdict(oks[1]),
-			strings.Join(goods, " / "), fmtPeerRatio(g.PeerGoodputRatio()), bestGoodputMode(g), fmtGoodSpread(kv), fmtGoodSpread(bg), gv, verdict(x12),
+			strings.Join(goods, " / "), fmtPeerRatio(g.PeerGoodputRatio()), bestGoodputMode(g), fmtRangeEnd(lo), fmtRangeEnd(hi), fmtGoodSpread(kv), fmtGoodSpread(bg), gv, xv,
 			chain, kvChain, bestChain, cv)
 	}
 	fmt.Fprintf(b, "\nTTFT p50 / p90 / p99 ms at x%g\n\n| trace | %s |\n|---|%s\n", defaultRate, strings.Join(comparedModes, " | "), strings.Repeat("---|", len(comparedModes)))
@@ -448,8 +555,8 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
 	}
 	half := (len(rows) + 1) / 2
-	fmt.Fprintf(b, "\npeer goals met on %d traces: hit >= best peer %d, ttft p90 <= best peer %d, goodput >= best peer %d, goodput >= %gx best peer %d (goal: at least %d, %s)\n",
-		len(rows), met[0], met[1], met[2], goalPeerGoodput, met[3], half, verdict(met[3] >= half))
+	fmt.Fprintf(b, "\npeer goals met on %d traces: hit >= best peer %d, ttft p90 <= best peer %d, goodput >= best peer %d, goodput >= %gx best peer %d (goal: at least %d, %s; %d more undecided by the goodput brackets)\n",
+		len(rows), met[0], met[1], met[2], goalPeerGoodput, met[3], half, verdict(met[3] >= half), undecided)
 	chainMet := 0
 	var none []string
 	for _, g := range rows {
@@ -479,6 +586,14 @@ func bestGoodputMode(g GoalRow) string {
 		return f.Mode
 	}
 	return "-"
+}
+
+// fmtRangeEnd prints an end of PeerGoodputRange.
+func fmtRangeEnd(x float64) string {
+	if math.IsInf(x, 1) {
+		return "inf"
+	}
+	return fmt.Sprintf("%.2fx", x)
 }
 
 func fmtPeerRatio(x float64) string {

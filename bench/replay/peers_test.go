@@ -2,6 +2,7 @@ package replay
 
 import (
 	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -334,30 +335,30 @@ func TestPeerGoals(t *testing.T) {
 		// 490. Goodput 9 >= dynamo's 6 (the best peer): 1.5x. Chain 400
 		// ms: 500 / 400 = 1.25 <= 1.5 (the best, dynamo, 450 / 400 = 1.12).
 		{name: "a", kvPass: 9, kvFail: 12, dynPass: 6, chain: 400 * ms, hit: true, ttft: false, good: true, settled: true, x12: true, chainOK: true, reached: true,
-			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.00, 3.00 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo) | x9, x6 | ok | ok | 400.0 | 1.25x | 1.12x | ok |"},
+			row: "| a | 0.600 / 0.620 / 0.550 / 0.500 / 0.200 | 0.97x (dynamo) | 1.00, 3.00 | ok | 500.0 / 450.0 / 700.0 / 800.0 / 1900.0 | 1.11x (dynamo) | 30.0, 40.0 | FAIL | x9 (<x12) / x6 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 1.50x (dynamo; 0.75x-2.00x) | x9, x6 | ok | ok ? | 400.0 | 1.25x | 1.12x | ok |"},
 		// Goodput: kv [6, 9), dynamo 8: below, but kv's bracket reaches
 		// past 8: not settled; 6 / 8 = 0.75x. Chain 300 ms: kv 1.67x,
 		// dynamo 450 / 300 = 1.5x reaches it: FAIL.
 		{name: "b", kvPass: 6, kvFail: 9, dynPass: 8, chain: 300 * ms, hit: true, good: false, settled: false, chainOK: false, reached: true,
-			row: "| x6 (<x9) / x8 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 0.75x (dynamo) | x6, x8 | FAIL ? | FAIL | 300.0 | 1.67x | 1.50x | FAIL |"},
+			row: "| x6 (<x9) / x8 (<x12) / x6 (<x7) / x6 (<x7) / x6 (<x9) | 0.75x (dynamo; 0.50x-1.12x) | x6, x8 | FAIL ? | FAIL | 300.0 | 1.67x | 1.50x | FAIL |"},
 		// Chain 200 ms: the best, dynamo, is at 2.25x: none reach it.
 		// kv [6, 7), dynamo 8: kv's bracket ends below 8: settled.
 		{name: "c", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: false, settled: true, chainOK: false, reached: false,
-			row: "| 0.75x (dynamo) | x6, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+			row: "| 0.75x (dynamo; 0.50x-0.88x) | x6, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
 		// The same, but dynamo's goodput is x6 with another seed: kv's 6
 		// >= 8 - max(0, 2): within the spread.
 		{name: "d", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: true, settled: true, chainOK: false, reached: false,
 			goods: map[string][2]float64{"dynamo": {6, 8}},
-			row:   "| 0.75x (dynamo) | x6, x6-x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+			row:   "| 0.75x (dynamo; 0.50x-0.88x) | x6, x6-x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
 		// kv's own range reaches as far: kv x6-x8 with its seeds, dynamo
 		// x8 with each: 6 >= 8 - 2. kv x6-x7 would not: 6 < 8 - 1, and
 		// kv's bracket [6, 7) ends below 7: settled.
 		{name: "e", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: true, settled: true, chainOK: false, reached: false,
 			goods: map[string][2]float64{"kv": {6, 8}},
-			row:   "| 0.75x (dynamo) | x6-x8, x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+			row:   "| 0.75x (dynamo; 0.50x-0.88x) | x6-x8, x8 | ok | FAIL | 200.0 | 2.50x | 2.25x | none |"},
 		{name: "f", kvPass: 6, kvFail: 7, dynPass: 8, chain: 200 * ms, hit: true, good: false, settled: true, chainOK: false, reached: false,
 			goods: map[string][2]float64{"kv": {6, 7}},
-			row:   "| 0.75x (dynamo) | x6-x7, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
+			row:   "| 0.75x (dynamo; 0.50x-0.88x) | x6-x7, x8 | FAIL | FAIL | 200.0 | 2.50x | 2.25x | none |"},
 	}
 	var rows []GoalRow
 	for _, tt := range tests {
@@ -381,7 +382,7 @@ func TestPeerGoals(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"peer goals met on 6 traces: hit >= best peer 6, ttft p90 <= best peer 0, goodput >= best peer 3, goodput >= 1.2x best peer 1 (goal: at least 3, FAIL)",
+		"peer goals met on 6 traces: hit >= best peer 6, ttft p90 <= best peer 0, goodput >= best peer 3, goodput >= 1.2x best peer 0 (goal: at least 3, FAIL; 1 more undecided by the goodput brackets)",
 		"kv TTFT p90 <= 1.5x chain floor: 1 of the 2 traces where some policy reaches it",
 		"no policy within 1.5x of the chain floor on 4 traces: c, d, e, f",
 		"| a | 250.0 / 500.0 / 1000.0 | 225.0 / 450.0 / 900.0 |",
@@ -389,6 +390,105 @@ func TestPeerGoals(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("peer table lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestPeerGoodputRange checks the range kv's goodput over the best peer's
+// can take within the brackets, and the 1.2x verdict it decides, on
+// brackets made by hand.
+func TestPeerGoodputRange(t *testing.T) {
+	inf := math.Inf(1)
+	tests := []struct {
+		name        string
+		kv          [2]float64
+		peers       [][2]float64
+		lo, hi      float64
+		ok, settled bool
+	}{
+		// kv in [40.5, 43), the best peer in [33.8, 40.5): the rates met
+		// give 1.198, but the true ratio is anywhere in (1.00, 1.27).
+		{name: "the rates met are 1.198x apart, the brackets do not decide", kv: [2]float64{40.5, 43}, peers: [][2]float64{{16.5, 18}, {33.8, 40.5}, {30.4, 33.8}},
+			lo: 1, hi: 43 / 33.8, ok: false, settled: false},
+		// 9 / 7 = 1.29 >= 1.2 whatever the goodputs within the brackets.
+		{name: "kv's lowest over the peers' highest is 1.2x or more", kv: [2]float64{9, 12}, peers: [][2]float64{{6, 7}, {5, 6}, {4, 5}},
+			lo: 9.0 / 7, hi: 2, ok: true, settled: true},
+		// 12 / 10 = 1.2: the true ratio is below it.
+		{name: "kv's highest over the best peer's lowest is at most 1.2x", kv: [2]float64{9, 12}, peers: [][2]float64{{4, 5}, {10, 12}, {4, 5}},
+			lo: 0.75, hi: 1.2, ok: false, settled: true},
+		// The best peer's range is another peer's top: a peer with a
+		// lower Pass can still be the best.
+		{name: "the peers' highest miss decides the low end", kv: [2]float64{9, 12}, peers: [][2]float64{{6, 7}, {5, 8}, {4, 5}},
+			lo: 9.0 / 8, hi: 2, ok: true, settled: false},
+		{name: "a peer that met the top rate: no low end", kv: [2]float64{9, 12}, peers: [][2]float64{{6, inf}},
+			lo: 0, hi: 2, ok: true, settled: false},
+		{name: "kv met the top rate: no high end", kv: [2]float64{9, inf}, peers: [][2]float64{{6, 7}},
+			lo: 9.0 / 7, hi: inf, ok: true, settled: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := GoalRow{Peers: []Figures{{Mode: "kv", Ran: true, Pass: tt.kv[0], Fail: tt.kv[1]}}}
+			for i, p := range tt.peers {
+				g.Peers = append(g.Peers, Figures{Mode: PeerModes[i], Ran: true, Pass: p[0], Fail: p[1]})
+			}
+			// Round-robin is not a peer: its goodput never counts.
+			g.Peers = append(g.Peers, Figures{Mode: "round-robin", Ran: true, Pass: 100, Fail: inf})
+			lo, hi := g.PeerGoodputRange()
+			ok, settled := g.PeerGoodputX12()
+			if math.Abs(lo-tt.lo) > 1e-12 || !(math.Abs(hi-tt.hi) <= 1e-12 || hi == tt.hi) || ok != tt.ok || settled != tt.settled {
+				t.Fatalf("range (%v, %v) ok %v settled %v; want (%v, %v) %v %v", lo, hi, ok, settled, tt.lo, tt.hi, tt.ok, tt.settled)
+			}
+		})
+	}
+}
+
+// TestSettlePeerRatio starts from brackets that do not decide kv >= 1.2x
+// the best peer (kv in [4, 8), llm-d in [4, 5), dynamo in [2, 3); the
+// misses are made up, the rest are real runs of 60 requests) and checks
+// that the first round runs kv and llm-d at their brackets' middles and
+// not dynamo (its bracket ends below the best peer's Pass), at most two
+// runs a round, and that it stops only once the brackets decide or the
+// rounds are spent.
+func TestSettlePeerRatio(t *testing.T) {
+	trace, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace = trace[:60]
+	slo := Objectives{TTFT: 300 * time.Millisecond}
+	res := func(mode string, rate float64, p90 time.Duration) Result {
+		return Result{Mode: mode, RateScale: rate, TTFT: [3]time.Duration{0, p90, 0}}
+	}
+	start := []Result{res("kv", 4, time.Millisecond), res("kv", 8, time.Hour),
+		res("llm-d", 4, time.Millisecond), res("llm-d", 5, time.Hour),
+		res("dynamo", 2, time.Millisecond), res("dynamo", 3, time.Hour)}
+	for _, rounds := range []int{0, 1, 3} {
+		got, err := SettlePeerRatio(trace, smallConfig(), start, slo, 1.2, rounds, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more := got[len(start):]
+		if len(more) > 2*rounds || (rounds > 0 && len(more) < 2) {
+			t.Fatalf("%d rounds ran %d", rounds, len(more))
+		}
+		if rounds > 0 && (more[0].Mode != "kv" || more[0].RateScale != 6 || more[1].Mode != "llm-d" || more[1].RateScale != 4.5) {
+			t.Fatalf("first round ran %s x%g and %s x%g, want kv x6 and llm-d x4.5", more[0].Mode, more[0].RateScale, more[1].Mode, more[1].RateScale)
+		}
+		for _, x := range more {
+			if x.Mode == "dynamo" {
+				t.Fatalf("ran dynamo at x%g: its bracket ends below llm-d's goodput", x.RateScale)
+			}
+		}
+		kv, kvFail := bracket(got, "kv", slo)
+		var peers [][2]float64
+		for _, m := range []string{"dynamo", "llm-d"} {
+			p, f := bracket(got, m, slo)
+			peers = append(peers, [2]float64{p, f})
+		}
+		lo, hi := peerRatioRange(kv, kvFail, peers)
+		if len(more) < 2*rounds && lo < 1.2 && hi > 1.2 {
+			t.Fatalf("stopped after %d runs unsettled: kv [%g, %g), peers %v", len(more), kv, kvFail, peers)
+		}
+		t.Logf("%d rounds: %d runs, kv [%g, %g), dynamo and llm-d %v: ratio in (%.3f, %.3f)", rounds, len(more), kv, kvFail, peers, lo, hi)
 	}
 }
 
