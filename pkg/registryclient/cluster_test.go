@@ -8,6 +8,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
+	"github.com/switchyard-llm/switchyard/services/registry/etcdcluster"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -23,7 +24,7 @@ func TestSessionsThroughEtcdClusterFaults(t *testing.T) {
 	if testing.Short() {
 		n = 6
 	}
-	cluster := registrytest.StartEtcdCluster(t, 3)
+	cluster := etcdcluster.Start(t, 3)
 	r1 := registrytest.StartRegistry(t, cluster.Endpoints)
 	r2 := registrytest.StartRegistry(t, cluster.Endpoints)
 	ctx := ctxT(t)

@@ -18,6 +18,7 @@ import (
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
+	"github.com/switchyard-llm/switchyard/services/registry/etcdcluster"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
@@ -27,9 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	// The tests wait out etcd restarts, outages and lease refreshes.
 	testwait.AtLeastParallel(6)
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))
+	goleak.VerifyTestMain(m, etcdcluster.KnownGoroutines()...)
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/pkg/backoff"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
 
 // keepaliver refreshes leases on behalf of clients over one shared etcd
@@ -23,6 +25,16 @@ import (
 // one is opened at once in the background, retried until etcd accepts it (as
 // etcd's own client does for its keep-alive stream), so that a stream is open
 // before the next refresh needs it.
+//
+// The stream is kept on the cluster's leader when one of the configured
+// endpoints leads. etcd renews a lease only on its leader: a follower
+// forwards each renewal to the leader as an HTTP request of its own and
+// answers its stream's renewals one at a time, so a stream on a follower
+// costs the cluster about ten times the CPU per renewal and caps the rate at
+// the follower's round trips (see keepalive.md for the measurement). The
+// keepaliver checks every leaderCheckInterval which member leads and moves
+// the stream when leadership has moved: the new stream takes the next
+// refreshes while the old one answers those already sent on it.
 type keepaliver struct {
 	cli *clientv3.Client
 	log *slog.Logger
@@ -30,18 +42,39 @@ type keepaliver struct {
 	// being opened.
 	ctx  context.Context
 	stop context.CancelFunc
+	// leaderCheck is the time between two checks of which member leads.
+	leaderCheck time.Duration
+	// kick wakes the tender to open a stream at once (a stream broke).
+	kick chan struct{}
 
-	mu      sync.Mutex
-	stream  pb.Lease_LeaseKeepAliveClient
-	cancel  context.CancelFunc
-	waiters map[int64][]chan kaResult
-	closed  bool
+	mu  sync.Mutex
+	cur *kaStream // the stream refreshes go on; nil while none is open
+	// closed is set by close; no stream opens after it.
+	closed bool
 	// broke is set when a stream broke and cleared when the next one
 	// opens, so an outage logs one line each way, not one per refresh.
 	broke bool
-	// reopening is set while the background reopen loop runs.
-	reopening bool
-	wg        sync.WaitGroup
+	wg    sync.WaitGroup
+
+	// conns are connections to single members, by endpoint, dialled by the
+	// tender (the only goroutine that uses the map) and closed by close.
+	conns map[string]*grpc.ClientConn
+}
+
+// kaStream is one LeaseKeepAlive stream and the refreshes waiting for its
+// answers, per lease in the order sent.
+type kaStream struct {
+	st     pb.Lease_LeaseKeepAliveClient
+	cancel context.CancelFunc
+	// endpoint is the member the stream is on; "" for the client's own
+	// balanced connection (any member).
+	endpoint string
+	waiters  map[int64][]chan kaResult
+	// retired is set when a newer stream took over: it takes no new
+	// refreshes and ends once the last one sent on it is answered, or when
+	// drain fires.
+	retired bool
+	drain   *time.Timer
 }
 
 type kaResult struct {
@@ -51,39 +84,83 @@ type kaResult struct {
 
 var errKeepaliverClosed = errors.New("keep-alive: registry is closing")
 
-// newKeepaliver opens the shared stream at once, in the background, and
-// keeps one open: after a stream breaks, a new one is opened in the
-// background, retried with backoff until etcd accepts it. An etcd that stops
-// gracefully (for up to its request timeout while watches are open) goes on
-// serving the streams it has, delivering watch events and expiring leases,
-// while it refuses new streams and connections. A stream opened only when a
-// refresh needs it can come too late there: every lease refreshed through it
-// expires during the stop, and its DELETE reaches every watcher (model cards
-// gone for the whole outage).
+const (
+	// leaderCheckInterval is how often the keepaliver asks which member
+	// leads: a status call to the stream's member, and to every endpoint
+	// when that one does not lead.
+	leaderCheckInterval = 5 * time.Second
+	// statusTimeout bounds one such status call.
+	statusTimeout = time.Second
+	// retiredDrainTimeout bounds how long a retired stream waits for the
+	// answers still due on it; refreshes left then fail and their clients
+	// retry.
+	retiredDrainTimeout = 10 * time.Second
+)
+
+// newKeepaliver starts the tender that keeps a stream open: at once, in the
+// background, and again after a stream breaks, retried with backoff until
+// etcd accepts it. An etcd that stops gracefully (for up to its request
+// timeout while watches are open) goes on serving the streams it has,
+// delivering watch events and expiring leases, while it refuses new streams
+// and connections. A stream opened only when a refresh needs it can come too
+// late there: every lease refreshed through it expires during the stop, and
+// its DELETE reaches every watcher (model cards gone for the whole outage).
 func newKeepaliver(cli *clientv3.Client, log *slog.Logger) *keepaliver {
+	return newKeepaliverChecking(cli, log, leaderCheckInterval)
+}
+
+// newKeepaliverChecking is newKeepaliver with the time between two leader
+// checks.
+func newKeepaliverChecking(cli *clientv3.Client, log *slog.Logger, leaderCheck time.Duration) *keepaliver {
 	ctx, stop := context.WithCancel(context.Background())
-	k := &keepaliver{cli: cli, log: log, ctx: ctx, stop: stop, waiters: map[int64][]chan kaResult{}, reopening: true}
+	k := &keepaliver{
+		cli: cli, log: log, ctx: ctx, stop: stop,
+		leaderCheck: leaderCheck,
+		kick:        make(chan struct{}, 1),
+		conns:       map[string]*grpc.ClientConn{},
+	}
 	k.wg.Add(1)
-	go k.reopen() // etcd away: it retries, and a refresh may open it first
+	go k.tend()
 	return k
 }
 
-// openLocked opens the shared stream; k.mu is held.
-func (k *keepaliver) openLocked() error {
+// openLocked opens a stream on conn (the member at endpoint, or any member
+// for "") and makes it the current one; k.mu is held. A current stream is
+// retired: it ends once its answers are in.
+func (k *keepaliver) openLocked(conn *grpc.ClientConn, endpoint string) error {
 	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.ctx))
-	st, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(sctx)
+	st, err := pb.NewLeaseClient(conn).LeaseKeepAlive(sctx)
 	if err != nil {
 		cancel()
 		return err
 	}
-	k.stream, k.cancel = st, cancel
+	s := &kaStream{st: st, cancel: cancel, endpoint: endpoint, waiters: map[int64][]chan kaResult{}}
+	if old := k.cur; old != nil {
+		k.retireLocked(old)
+	}
+	k.cur = s
 	if k.broke {
 		k.broke = false
-		k.log.Info("etcd keep-alive stream open again")
+		k.log.Info("etcd keep-alive stream open again", "endpoint", endpoint)
 	}
 	k.wg.Add(1)
-	go k.recv(st)
+	go k.recv(s)
 	return nil
+}
+
+// retireLocked stops s from taking refreshes and ends it once the refreshes
+// sent on it are answered, or after retiredDrainTimeout.
+func (k *keepaliver) retireLocked(s *kaStream) {
+	s.retired = true
+	if len(s.waiters) == 0 {
+		s.cancel()
+		return
+	}
+	s.drain = time.AfterFunc(retiredDrainTimeout, func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.failLocked(s, fmt.Errorf("%w: the etcd keep-alive stream was replaced before it answered", ErrUnavailable))
+	})
 }
 
 // once refreshes a lease. found is false when etcd no longer has it.
@@ -95,21 +172,25 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		k.mu.Unlock()
 		return 0, false, errKeepaliverClosed
 	}
-	if k.stream == nil {
-		if err := k.openLocked(); err != nil {
+	if k.cur == nil {
+		// The tender is opening one; a refresh does not wait for it. On
+		// the client's balanced connection: the tender moves it to the
+		// leader at its next check.
+		if err := k.openLocked(k.cli.ActiveConnection(), ""); err != nil {
 			k.mu.Unlock()
 			return 0, false, etcdErr("keep alive", err)
 		}
 	}
-	k.waiters[id] = append(k.waiters[id], ch)
+	s := k.cur
+	s.waiters[id] = append(s.waiters[id], ch)
 	// Send is not safe for concurrent use; the mutex serialises it. io.EOF
 	// says only that the stream has ended: why (etcd stopping: Unavailable)
 	// is Recv's to tell, and recv fails the waiters, this one too, with it.
 	// Failed with io.EOF itself, the refresh was answered Internal instead
 	// of Unavailable (TestReasonsTellRetryFromReRegister, under load: a
 	// refresh right after etcd stopped, before recv had seen the end).
-	if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
-		k.failLocked(k.stream, err)
+	if err := s.st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
+		k.failLocked(s, err)
 	}
 	k.mu.Unlock()
 
@@ -129,10 +210,10 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 	}
 }
 
-func (k *keepaliver) recv(st pb.Lease_LeaseKeepAliveClient) {
+func (k *keepaliver) recv(s *kaStream) {
 	defer k.wg.Done()
 	for {
-		resp, err := st.Recv()
+		resp, err := s.st.Recv()
 		k.mu.Lock()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -140,18 +221,21 @@ func (k *keepaliver) recv(st pb.Lease_LeaseKeepAliveClient) {
 				// the registry ends it).
 				err = fmt.Errorf("%w: etcd ended the keep-alive stream", ErrUnavailable)
 			}
-			k.failLocked(st, err)
+			k.failLocked(s, err)
 			k.mu.Unlock()
 			return
 		}
 		var ch chan kaResult
-		if q := k.waiters[resp.ID]; len(q) > 0 {
+		if q := s.waiters[resp.ID]; len(q) > 0 {
 			ch = q[0]
 			if len(q) == 1 {
-				delete(k.waiters, resp.ID)
+				delete(s.waiters, resp.ID)
 			} else {
-				k.waiters[resp.ID] = q[1:]
+				s.waiters[resp.ID] = q[1:]
 			}
+		}
+		if s.retired && len(s.waiters) == 0 {
+			s.cancel() // its last answer is in; Recv ends with Canceled
 		}
 		k.mu.Unlock()
 		if ch != nil {
@@ -160,66 +244,160 @@ func (k *keepaliver) recv(st pb.Lease_LeaseKeepAliveClient) {
 	}
 }
 
-// failLocked retires a broken stream and fails everyone waiting on it.
-func (k *keepaliver) failLocked(st pb.Lease_LeaseKeepAliveClient, err error) {
-	if k.stream != st {
-		return
+// failLocked ends a stream and fails everyone waiting on it; when it was
+// the current one, the tender opens another at once.
+func (k *keepaliver) failLocked(s *kaStream, err error) {
+	s.cancel()
+	if s.drain != nil {
+		s.drain.Stop()
 	}
-	k.cancel()
-	k.stream, k.cancel = nil, nil
+	for id, q := range s.waiters {
+		for _, ch := range q {
+			ch <- kaResult{err: err}
+		}
+		delete(s.waiters, id)
+	}
+	if k.cur != s {
+		return // retired, or failed before
+	}
+	k.cur = nil
 	if !k.closed && !k.broke {
 		k.broke = true
 		// Leases are refreshed only on this stream: until a new one opens,
 		// etcd counts down every lease the registry serves.
-		k.log.Warn("etcd keep-alive stream broke; opening a new one", "err", err.Error(), "waiting_refreshes", len(k.waiters))
+		k.log.Warn("etcd keep-alive stream broke; opening a new one", "err", err.Error())
 	}
-	if !k.closed && !k.reopening {
-		k.reopening = true
-		k.wg.Add(1)
-		go k.reopen()
-	}
-	for id, q := range k.waiters {
-		for _, ch := range q {
-			ch <- kaResult{err: err}
-		}
-		delete(k.waiters, id)
+	select {
+	case k.kick <- struct{}{}:
+	default:
 	}
 }
 
-// reopen opens a new stream after one broke, retrying with backoff until
-// one opens (or a refresh opened it first) or the keepaliver closes.
-func (k *keepaliver) reopen() {
+// tend keeps a stream open on the leader until close: it opens one when
+// none is (retried with backoff while etcd refuses), and every leaderCheck
+// moves it to the member that leads when that is another.
+func (k *keepaliver) tend() {
 	defer k.wg.Done()
+	defer func() {
+		for _, c := range k.conns {
+			_ = c.Close()
+		}
+	}()
 	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second})
+	check := time.NewTimer(k.leaderCheck)
+	defer check.Stop()
 	for {
 		k.mu.Lock()
-		if k.closed || k.stream != nil {
-			k.reopening = false
-			k.mu.Unlock()
-			return
-		}
-		err := k.openLocked()
-		if err == nil {
-			k.reopening = false
-			k.mu.Unlock()
-			return
-		}
+		closed, open := k.closed, k.cur != nil
 		k.mu.Unlock()
-		if bo.Wait(k.ctx) != nil {
-			k.mu.Lock()
-			k.reopening = false
-			k.mu.Unlock()
+		if closed {
 			return
+		}
+		if !open {
+			if err := k.place(); err != nil {
+				if bo.Wait(k.ctx) != nil {
+					return
+				}
+				continue
+			}
+			bo.Reset()
+			check.Reset(k.leaderCheck)
+		}
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-k.kick:
+		case <-check.C:
+			if err := k.place(); err != nil {
+				k.log.Debug("etcd keep-alive stream: leader check failed", "err", err.Error())
+			}
+			check.Reset(k.leaderCheck)
 		}
 	}
+}
+
+// place opens a stream on the leader's member when the current stream is on
+// another member or none is open; with no leader among the endpoints (one
+// endpoint, or a leader not listed) a missing stream opens on the client's
+// balanced connection, as a refresh would open it.
+func (k *keepaliver) place() error {
+	k.mu.Lock()
+	at, open := "", k.cur != nil
+	if open {
+		at = k.cur.endpoint
+	}
+	k.mu.Unlock()
+	leader, conn := k.leader(at)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return errKeepaliverClosed
+	}
+	switch {
+	case leader == "" && k.cur != nil:
+		return nil
+	case leader == "":
+		return k.openLocked(k.cli.ActiveConnection(), "")
+	case k.cur != nil && k.cur.endpoint == leader:
+		return nil
+	}
+	from := "none"
+	if k.cur != nil {
+		from = k.cur.endpoint
+		if from == "" {
+			from = "any member"
+		}
+	}
+	if err := k.openLocked(conn, leader); err != nil {
+		return err
+	}
+	k.log.Info("etcd keep-alive stream on the leader", "endpoint", leader, "from", from)
+	return nil
+}
+
+// leader is the configured endpoint whose member leads the cluster, and a
+// connection to it; "" when there is one endpoint only (the balanced
+// connection is on it) or no endpoint answers as the leader. The member at
+// endpoint at is asked first: it usually still leads.
+func (k *keepaliver) leader(at string) (string, *grpc.ClientConn) {
+	eps := k.cli.Endpoints()
+	if len(eps) < 2 {
+		return "", nil
+	}
+	order := make([]string, 0, len(eps)+1)
+	if at != "" {
+		order = append(order, at)
+	}
+	for _, ep := range eps {
+		if ep != at {
+			order = append(order, ep)
+		}
+	}
+	for _, ep := range order {
+		conn := k.conns[ep]
+		if conn == nil {
+			c, err := k.cli.Dial(ep)
+			if err != nil {
+				continue
+			}
+			conn, k.conns[ep] = c, c
+		}
+		ctx, cancel := context.WithTimeout(k.ctx, statusTimeout)
+		st, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{})
+		cancel()
+		if err == nil && st.Leader != 0 && st.GetHeader().GetMemberId() == st.Leader {
+			return ep, conn
+		}
+	}
+	return "", nil
 }
 
 func (k *keepaliver) close() {
-	k.stop() // also a stream being opened in the background
+	k.stop() // also a stream being opened, and the tender
 	k.mu.Lock()
 	k.closed = true
-	if k.stream != nil {
-		k.failLocked(k.stream, errKeepaliverClosed)
+	if k.cur != nil {
+		k.failLocked(k.cur, errKeepaliverClosed)
 	}
 	k.mu.Unlock()
 	k.wg.Wait()

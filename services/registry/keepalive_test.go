@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,13 +13,14 @@ import (
 
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
+	"github.com/switchyard-llm/switchyard/services/registry/etcdcluster"
 )
 
 // open reports whether the keepaliver holds a stream.
 func (k *keepaliver) open() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.stream != nil
+	return k.cur != nil
 }
 
 // TestKeepAliveStreamReopensWithoutARefresh restarts etcd under a registry
@@ -89,6 +92,179 @@ func TestKeepAliveStreamReopensWithoutARefresh(t *testing.T) {
 			if err != nil || !found || ttl <= 0 {
 				t.Fatalf("refresh after etcd's return: ttl %v, found %v, err %v", ttl, found, err)
 			}
+		})
+	}
+}
+
+// endpoint is the member the current stream is on ("" for any member, or
+// "none" when no stream is open).
+func (k *keepaliver) endpoint() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil {
+		return "none"
+	}
+	return k.cur.endpoint
+}
+
+// TestKeepAliveStreamFollowsTheLeader runs the shared keep-alive stream on a
+// three-member cluster and checks that it is on the member that leads, and
+// on the new leader after leadership moves: handed over (every refresh meanwhile
+// answered: the old stream answers what was sent on it) or lost with the
+// leader's member (refreshes may fail while it is away; clients retry).
+func TestKeepAliveStreamFollowsTheLeader(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// move makes another member lead; it returns that member's index.
+		move func(t *testing.T, c *etcdcluster.Cluster, leader int) int
+		// lossless: no refresh may fail while leadership moves.
+		lossless bool
+	}{
+		{name: "leader stays", lossless: true, move: func(_ *testing.T, _ *etcdcluster.Cluster, leader int) int { return leader }},
+		{name: "leadership handed over", lossless: true, move: func(t *testing.T, c *etcdcluster.Cluster, leader int) int {
+			to := (leader + 1) % 3
+			lc := newEtcdClient(t, c.Endpoints[leader])
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := lc.Status(ctx, c.Endpoints[to])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lc.MoveLeader(ctx, st.Header.MemberId); err != nil {
+				t.Fatal(err)
+			}
+			testwait.Until(t, 30*time.Second, "the new leader", func() bool { return c.Leader() == to })
+			return to
+		}},
+		{name: "leader stopped", move: func(t *testing.T, c *etcdcluster.Cluster, leader int) int {
+			c.Stop(leader)
+			var to int
+			testwait.Until(t, 30*time.Second, "another member to lead", func() bool {
+				to = c.Leader()
+				return to >= 0 && to != leader
+			})
+			return to
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := etcdcluster.Start(t, 3)
+			var leader int
+			testwait.Until(t, 30*time.Second, "a leader", func() bool { leader = c.Leader(); return leader >= 0 })
+			cli := newEtcdClient(t, c.Endpoints...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			lease, err := cli.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := newKeepaliverChecking(cli, slog.New(slog.DiscardHandler), 20*time.Millisecond)
+			defer k.close()
+			testwait.Until(t, 30*time.Second, "the stream on the leader", func() bool { return k.endpoint() == c.Endpoints[leader] })
+
+			// Refresh without pause while leadership moves, and on until
+			// the stream is on the new leader and has answered a few.
+			stop := make(chan struct{})
+			var refreshed, failed atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+					_, found, err := k.once(rctx, uint64(lease.ID))
+					rcancel()
+					if err != nil || !found {
+						failed.Add(1)
+					} else {
+						refreshed.Add(1)
+					}
+				}
+			}()
+			to := tc.move(t, c, leader)
+			testwait.Until(t, 30*time.Second, "the stream on the new leader", func() bool { return k.endpoint() == c.Endpoints[to] })
+			after := refreshed.Load()
+			testwait.Until(t, 30*time.Second, "refreshes on the new leader", func() bool { return refreshed.Load() >= after+20 })
+			close(stop)
+			<-done
+			if tc.lossless && failed.Load() > 0 {
+				t.Errorf("%d of %d refreshes failed while leadership moved", failed.Load(), failed.Load()+refreshed.Load())
+			}
+			ttl, found, err := k.once(ctx, uint64(lease.ID))
+			if err != nil || !found || ttl <= 0 {
+				t.Fatalf("refresh on the new leader: ttl %v, found %v, err %v", ttl, found, err)
+			}
+			t.Logf("%d refreshes answered, %d failed while leadership moved", refreshed.Load(), failed.Load())
+		})
+	}
+}
+
+func newEtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// BenchmarkLeaseRenewal refreshes leases through the keepaliver on a
+// three-member cluster: on a client of the leader alone, of one follower
+// alone (where every renewal is forwarded to the leader), and of every
+// member (the keepaliver puts its stream on the leader). CPU is the whole
+// process's, which holds the three members too.
+func BenchmarkLeaseRenewal(b *testing.B) {
+	c := etcdcluster.Start(b, 3)
+	var leader int
+	testwait.Until(b, 30*time.Second, "a leader", func() bool { leader = c.Leader(); return leader >= 0 })
+	for _, bc := range []struct {
+		name      string
+		endpoints []string
+	}{
+		{"leader", []string{c.Endpoints[leader]}},
+		{"follower", []string{c.Endpoints[(leader+1)%3]}},
+		{"every member", c.Endpoints},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cli := newEtcdClient(b, bc.endpoints...)
+			ctx := context.Background()
+			var leases []uint64
+			for range 64 {
+				l, err := cli.Grant(ctx, 600)
+				if err != nil {
+					b.Fatal(err)
+				}
+				leases = append(leases, uint64(l.ID))
+			}
+			k := newKeepaliverChecking(cli, slog.New(slog.DiscardHandler), 20*time.Millisecond)
+			defer k.close()
+			if len(bc.endpoints) > 1 {
+				testwait.Until(b, 30*time.Second, "the stream on the leader", func() bool { return k.endpoint() == c.Endpoints[leader] })
+			}
+			var next atomic.Uint64
+			var cpu0 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
+			b.SetParallelism(16) // many sessions refresh at once
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, found, err := k.once(ctx, leases[next.Add(1)%uint64(len(leases))]); err != nil || !found {
+						b.Errorf("refresh: found %v, err %v", found, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			var cpu1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
+			used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/services/registry"
+	"github.com/switchyard-llm/switchyard/services/registry/etcdcluster"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 	"github.com/switchyard-llm/switchyard/services/registry/registrytest/leasekeep"
 )
@@ -32,7 +33,7 @@ import (
 func TestMain(m *testing.M) {
 	// The tests wait out etcd outages, store timeouts and leases.
 	testwait.AtLeastParallel(6)
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdcluster.KnownGoroutines()...)
 }
 
 // env is one etcd, one registry and a raw client of each.

@@ -1,4 +1,7 @@
-package registrytest
+// Package etcdcluster starts etcd clusters of embedded members on loopback
+// for tests: members a test can stop and restart on their data, and tell
+// which one leads.
+package etcdcluster
 
 import (
 	"fmt"
@@ -8,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-llm/switchyard/pkg/testport"
@@ -29,8 +33,8 @@ type member struct {
 	started                 bool
 }
 
-// StartEtcdCluster starts an n-member etcd cluster and stops it at cleanup.
-func StartEtcdCluster(t testing.TB, n int) *Cluster {
+// Start starts an n-member etcd cluster and stops it at cleanup.
+func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t}
 	var initial []string
@@ -127,5 +131,18 @@ func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	if err := c.start(i); err != nil {
 		c.t.Fatalf("restart etcd member %d: %v", i, err)
+	}
+}
+
+// KnownGoroutines are goleak options for the goroutines a cluster's members
+// leave behind: the HTTP connections between members (raft's peer
+// transport) stay open in their keep-alive until the process ends, with no
+// handle a test could close.
+func KnownGoroutines() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 	}
 }
