@@ -17,8 +17,8 @@ import (
 )
 
 // keepaliver refreshes leases on behalf of clients over one shared etcd
-// LeaseKeepAlive stream: every client keep-alive becomes one request on that
-// stream, answered in order per lease. A lease thus lives exactly as long as
+// LeaseKeepAlive stream: a client keep-alive becomes one request on that
+// stream, or joins the one in flight for its lease. A lease thus lives exactly as long as
 // its client keeps asking, through whichever registry replica it reaches,
 // and ten thousand sessions cost one etcd stream instead of a stream per
 // refresh. A broken stream fails its waiters (the clients retry), and a new
@@ -62,7 +62,7 @@ type keepaliver struct {
 }
 
 // kaStream is one LeaseKeepAlive stream and the refreshes waiting for its
-// answers, per lease in the order sent.
+// answers, by lease: one request is in flight for each lease listed.
 type kaStream struct {
 	st     pb.Lease_LeaseKeepAliveClient
 	cancel context.CancelFunc
@@ -70,6 +70,8 @@ type kaStream struct {
 	// balanced connection (any member).
 	endpoint string
 	waiters  map[int64][]chan kaResult
+	// sent counts the renewals sent on the stream.
+	sent int
 	// retired is set when a newer stream took over: it takes no new
 	// refreshes and ends once the last one sent on it is answered, or when
 	// drain fires.
@@ -182,15 +184,25 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		}
 	}
 	s := k.cur
-	s.waiters[id] = append(s.waiters[id], ch)
-	// Send is not safe for concurrent use; the mutex serialises it. io.EOF
-	// says only that the stream has ended: why (etcd stopping: Unavailable)
-	// is Recv's to tell, and recv fails the waiters, this one too, with it.
-	// Failed with io.EOF itself, the refresh was answered Internal instead
-	// of Unavailable (TestReasonsTellRetryFromReRegister, under load: a
-	// refresh right after etcd stopped, before recv had seen the end).
-	if err := s.st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
-		k.failLocked(s, err)
+	// A refresh of a lease already sent on this stream and not yet
+	// answered waits for that answer instead of sending another: it renews
+	// the lease as of one round trip ago at most, as any answer does. So a
+	// lease has at most one renewal queued at etcd however often its
+	// client retries (a client whose refresh timed out on a slow etcd asks
+	// again, and each ask queued would make etcd slower still).
+	q := s.waiters[id]
+	s.waiters[id] = append(q, ch)
+	if len(q) == 0 {
+		// Send is not safe for concurrent use; the mutex serialises it.
+		// io.EOF says only that the stream has ended: why (etcd stopping:
+		// Unavailable) is Recv's to tell, and recv fails the waiters, this
+		// one too, with it. Failed with io.EOF itself, the refresh was
+		// answered Internal instead of Unavailable (under load: a refresh
+		// right after etcd stopped, before recv had seen the end).
+		s.sent++
+		if err := s.st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
+			k.failLocked(s, err)
+		}
 	}
 	k.mu.Unlock()
 
@@ -204,8 +216,7 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		}
 		return time.Duration(r.ttl) * time.Second, true, nil
 	case <-ctx.Done():
-		// The answer, when it comes, lands in ch's buffer and is dropped;
-		// answers per lease stay aligned with their waiters.
+		// The answer, when it comes, lands in ch's buffer and is dropped.
 		return 0, false, ctx.Err()
 	}
 }
@@ -225,20 +236,15 @@ func (k *keepaliver) recv(s *kaStream) {
 			k.mu.Unlock()
 			return
 		}
-		var ch chan kaResult
-		if q := s.waiters[resp.ID]; len(q) > 0 {
-			ch = q[0]
-			if len(q) == 1 {
-				delete(s.waiters, resp.ID)
-			} else {
-				s.waiters[resp.ID] = q[1:]
-			}
-		}
+		// Every refresh of the lease waiting on this stream joined the one
+		// request sent: the answer is theirs.
+		q := s.waiters[resp.ID]
+		delete(s.waiters, resp.ID)
 		if s.retired && len(s.waiters) == 0 {
 			s.cancel() // its last answer is in; Recv ends with Canceled
 		}
 		k.mu.Unlock()
-		if ch != nil {
+		for _, ch := range q {
 			ch <- kaResult{ttl: resp.TTL}
 		}
 	}

@@ -2,7 +2,12 @@ package registry
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -267,4 +272,185 @@ func BenchmarkLeaseRenewal(b *testing.B) {
 			b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// TestKeepAliveJoinsARefreshInFlight refreshes one lease from many callers
+// while etcd's answers are held back (a loopback proxy stops forwarding
+// them): one renewal goes to etcd, every caller waits for it, and every one
+// gets its answer once the proxy forwards again. A refresh of another lease
+// sends its own.
+func TestKeepAliveJoinsARefreshInFlight(t *testing.T) {
+	t.Parallel()
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := startHoldingProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	cli := newEtcdClient(t, "http://"+p.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var leases []int64
+	for range 2 {
+		l, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, int64(l.ID))
+	}
+	k := newKeepaliver(cli, slog.New(slog.DiscardHandler))
+	defer k.close()
+	testwait.Until(t, 30*time.Second, "the stream to open", k.open)
+	if _, found, err := k.once(ctx, uint64(leases[0])); err != nil || !found {
+		t.Fatalf("first refresh: found %v, err %v", found, err)
+	}
+	sent0 := k.sentOnStream()
+
+	for _, tc := range []struct {
+		name string
+		// callers of each lease, in the order of leases.
+		callers  []int
+		wantSent int
+	}{
+		{name: "one caller", callers: []int{1}, wantSent: 1},
+		{name: "ten callers of one lease", callers: []int{10}, wantSent: 1},
+		{name: "callers of two leases", callers: []int{5, 3}, wantSent: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p.hold(true)
+			total := 0
+			errs := make(chan error, 64)
+			for i, n := range tc.callers {
+				total += n
+				for range n {
+					go func() {
+						_, found, err := k.once(ctx, uint64(leases[i]))
+						if err == nil && !found {
+							err = errors.New("lease not found")
+						}
+						errs <- err
+					}()
+				}
+			}
+			testwait.Until(t, 30*time.Second, "every caller waiting", func() bool { return k.waiting() == total })
+			if got := k.sentOnStream() - sent0; got != tc.wantSent {
+				t.Errorf("renewals sent to etcd: %d, want %d", got, tc.wantSent)
+			}
+			sent0 += tc.wantSent
+			p.hold(false)
+			for range total {
+				if err := <-errs; err != nil {
+					t.Errorf("refresh: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// sentOnStream is the renewals sent on the current stream.
+func (k *keepaliver) sentOnStream() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil {
+		return 0
+	}
+	return k.cur.sent
+}
+
+// waiting is the refreshes waiting for an answer on the current stream.
+func (k *keepaliver) waiting() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	if k.cur != nil {
+		for _, q := range k.cur.waiters {
+			n += len(q)
+		}
+	}
+	return n
+}
+
+// holdingProxy forwards TCP connections to one address on loopback and can
+// hold back what the server sends (the client's bytes still go through).
+type holdingProxy struct {
+	addr string
+	mu   sync.Mutex
+	cond *sync.Cond
+	held bool
+}
+
+func startHoldingProxy(t *testing.T, upstream string) *holdingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdingProxy{addr: ln.Addr().String()}
+	p.cond = sync.NewCond(&p.mu)
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var connsMu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.hold(false)
+		connsMu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		connsMu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, c, u)
+			connsMu.Unlock()
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(u, c)
+				_ = u.Close()
+			}()
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := u.Read(buf)
+					if n > 0 {
+						p.mu.Lock()
+						for p.held {
+							p.cond.Wait()
+						}
+						p.mu.Unlock()
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				_ = c.Close()
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *holdingProxy) hold(on bool) {
+	p.mu.Lock()
+	p.held = on
+	p.mu.Unlock()
+	p.cond.Broadcast()
 }
