@@ -1159,7 +1159,7 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 	reported := c.reported[d.scored[pw].Worker.Instance]
 	c.arrivals.add(c.now(), prefillMs(&d.scored[pw].Timing, len(d.hashes), pblocks, d.blockSize), hashes)
 	if m, ok := r.Target.GetKind().(*routerv1.Target_Model); ok {
-		c.noteTypicalLocked(m.Model, max(pblocks, 1)*d.blockSize)
+		c.noteTypicalLocked(m.Model, d.req.NewTokens(d.scored[pw].Overlap))
 	}
 	c.mu.Unlock()
 	// A decode leg computes nothing of the prompt but its handoff.

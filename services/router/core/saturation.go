@@ -102,7 +102,13 @@ func (c *Core) leaveEarliest(d *decision, best int) int {
 		d.keptWithin = chosen != best
 		return chosen
 	}
-	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, best)
+	// The room it was let go on is counted in the model's typical
+	// requests (SaturationNext).
+	var typical int
+	if t, ok := c.typical[targetModel(d.q.target)]; ok {
+		typical = max(int(math.Round(t)), d.req.BlockSize)
+	}
+	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, typical, best)
 	d.leftEarliest = chosen != best
 	return chosen
 }
@@ -174,7 +180,8 @@ func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 
 // Saturation says whether a model's fleet is saturated for a typical
 // request of the model (the prompt tokens its recent decisions had to
-// compute, on average; one block before the first), cached nowhere, from
+// compute, on average, a partial last block with them; one block before
+// the first), cached nowhere, from
 // the load record as it is: what WatchSaturation streams. A smaller
 // nominal request (one block) would say there is room while every real
 // request is refused it, and a frontend would let one more in at every
@@ -219,7 +226,7 @@ func (c *Core) SaturationNext(model string) (saturated bool, room int, next time
 		scored[i] = scheduler.Candidate{Worker: w, Timing: *cands[i].timing}
 	}
 	ver := c.timingVer
-	tokens := max(int(c.typical[model]), bs)
+	tokens := max(int(math.Round(c.typical[model])), bs)
 	late := c.lateMsLocked(model)
 	c.mu.Unlock()
 	if len(scored) == 0 {

@@ -189,8 +189,11 @@ func TestSaturationLateness(t *testing.T) {
 // it fits within the TTFT threshold and the next request would be
 // predicted latest, leaving the earliest slot to others. Two workers with
 // the default timing model and the clock stopped; one 4,000-token prompt
-// routed first: its worker predicts the next prompt at 152 ms (behind it),
-// the idle one at 84 ms.
+// routed first: its worker predicts the next prompt at 157 ms (behind it),
+// the idle one at 84 ms. The first prompt is the model's typical request
+// (the room a frontend lets a backlog's request go on is counted in
+// them): a backlog's prompt of 4,400 tokens is predicted at 165 ms behind
+// it, past a 160 ms threshold where a typical one is within.
 func TestBacklogLeavesEarliest(t *testing.T) {
 	stopped := time.Unix(1000, 0)
 	tests := []struct {
@@ -198,15 +201,18 @@ func TestBacklogLeavesEarliest(t *testing.T) {
 		cfg     Config
 		backlog bool
 		session string
+		// tokens is the backlog's prompt (0: 4,000 tokens).
+		tokens int
 		// behind says the request goes to the first one's worker.
 		behind bool
 	}{
-		{"not a backlog: the cheapest, the idle worker", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, "", false},
-		{"a backlog: behind the first prompt, within 200 ms", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "", true},
-		{"a backlog past the threshold there (130 ms): the idle worker", Config{QueueTTFTThreshold: 130 * time.Millisecond}, true, "", false},
-		{"a backlog that fits nowhere (50 ms): the cheapest", Config{QueueTTFTThreshold: 50 * time.Millisecond}, true, "", false},
-		{"a backlog without a TTFT threshold: the cheapest", Config{QueuePrefillBudget: 10000}, true, "", false},
-		{"a backlog of a session: the cheapest", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "s1", false},
+		{"not a backlog: the cheapest, the idle worker", Config{QueueTTFTThreshold: 200 * time.Millisecond}, false, "", 0, false},
+		{"a backlog: behind the first prompt, within 200 ms", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "", 0, true},
+		{"a backlog past the threshold there (130 ms): the idle worker", Config{QueueTTFTThreshold: 130 * time.Millisecond}, true, "", 0, false},
+		{"a backlog longer than the typical: behind the first prompt, where a typical one is within 160 ms", Config{QueueTTFTThreshold: 160 * time.Millisecond}, true, "", 4400, true},
+		{"a backlog that fits nowhere (50 ms): the cheapest", Config{QueueTTFTThreshold: 50 * time.Millisecond}, true, "", 0, false},
+		{"a backlog without a TTFT threshold: the cheapest", Config{QueuePrefillBudget: 10000}, true, "", 0, false},
+		{"a backlog of a session: the cheapest", Config{QueueTTFTThreshold: 200 * time.Millisecond}, true, "s1", 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,7 +223,11 @@ func TestBacklogLeavesEarliest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r1", Target: modelTarget(), TokenIds: tokens(4000, 2000),
+			n := 4000
+			if tt.tokens > 0 {
+				n = tt.tokens
+			}
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r1", Target: modelTarget(), TokenIds: tokens(n, 2000),
 				Backlog: tt.backlog, SessionId: tt.session})
 			if err != nil {
 				t.Fatal(err)

@@ -43,13 +43,19 @@ func (l Limits) Full(c *Candidate, req Request) bool { return l.full(c, req, 0, 
 // full is Full with queued more prompt tokens queued on c, whose
 // attention is queuedAttn.
 func (l Limits) full(c *Candidate, req Request, queued int, queuedAttn float64) bool {
+	return l.fullNew(c, queued, queuedAttn, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
+}
+
+// fullNew is full for a request of newTokens prompt tokens to compute,
+// their attention newAttn.
+func (l Limits) fullNew(c *Candidate, queued int, queuedAttn float64, newTokens int, newAttn float64) bool {
 	if l.PrefillTokens > 0 && c.QueuedTokens+queued > l.PrefillTokens {
 		return true
 	}
 	if !(l.TTFTMs > 0) {
 		return false
 	}
-	ms := c.firstTokenMs(queued, queuedAttn, req.NewTokens(c.Overlap), req.Attention(c.Overlap))
+	ms := c.firstTokenMs(queued, queuedAttn, newTokens, newAttn)
 	if c.QueuedTokens+queued > 0 {
 		ms += l.LateMs
 	}
@@ -257,26 +263,37 @@ func (l Limits) fitsInMs(c *Candidate, req Request, queued int, queuedAttn float
 
 // LatestFit is the candidate to place req on when it is one of a
 // backlog that should leave the earliest slots to others: of the
-// candidates where req fits within l (Full is false), the one where a
-// request like it, cached nowhere, is predicted latest as the TTFT limit
-// counts it (with LateMs where prompts are queued). What a slot is worth
-// to the others is how soon their requests, which share none of req's
-// cache, would get a first token there; req takes the one worth least
-// that still keeps it within the limit. chosen (the caller's own pick, an
-// index of cands) wins ties, and is returned when req fits nowhere or l
-// has no TTFT limit (nothing to rank the slots by). cands must have been
-// filled.
-func (l Limits) LatestFit(cands []Candidate, req Request, chosen int) int {
+// candidates with a slot within l for req or for a typical request (a
+// prompt of typical tokens cached nowhere; typical 0: one of req's
+// tokens), the one where a typical request is predicted latest as the
+// TTFT limit counts it (with LateMs where prompts are queued). What a
+// slot is worth to the others is how soon their requests, which share
+// none of req's cache, would get a first token there; req takes the one
+// worth least. A slot where only a typical request fits counts too: the
+// room an admission queue releases a backlog's request on is counted in
+// typical requests (Core.SaturationNext), one for req and the rest kept
+// for others, and at a slot on the margin, where a typical request just
+// fits, a request a few tokens longer does not; placed on an earlier slot
+// instead, it would take the one kept for the others and leave no room
+// where the count said there was. On the margin's slot it gets its first
+// token past the limit by what its extra tokens add. chosen (the
+// caller's own pick, an index of cands) wins ties, and is returned when
+// no slot fits either or l has no TTFT limit (nothing to rank the slots
+// by). cands must have been filled.
+func (l Limits) LatestFit(cands []Candidate, req Request, typical int, chosen int) int {
 	if !(l.TTFTMs > 0) {
 		return chosen
+	}
+	if typical <= 0 {
+		typical = max(req.Tokens, 1)
 	}
 	latest, latestMs := chosen, math.Inf(-1)
 	for i := range cands {
 		c := &cands[i]
-		if l.Full(c, req) {
+		if l.Full(c, req) && l.fullNew(c, 0, 0, typical, float64(typical)*float64(typical)) {
 			continue
 		}
-		ms := c.FirstTokenMs(0, max(req.Tokens, 1))
+		ms := c.FirstTokenMs(0, typical)
 		if c.QueuedTokens > 0 {
 			ms += l.LateMs
 		}

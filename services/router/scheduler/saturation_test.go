@@ -203,37 +203,48 @@ func TestRoom(t *testing.T) {
 }
 
 // TestLatestFit: where a backlog's request goes to leave the earliest
-// slots to others: of the workers it fits on within the TTFT limit, the
-// one where a request like it, cached nowhere, is predicted latest. The
-// model and workers are TestRoom's: an idle worker predicts 150 ms, a
-// decoding one 115 ms, one computing a prompt with 50 ms left 160 ms (and
-// the lateness), one 350 ms into a head's 300 tokens is full (500 ms).
+// slots to others: of the workers it or a typical request fits on within
+// the TTFT limit, the one where a typical request, cached nowhere, is
+// predicted latest. The model and workers are TestRoom's: an idle worker
+// predicts 150 ms, a decoding one 115 ms, one computing a prompt with 50
+// ms left 160 ms (and the lateness), one 350 ms into a head's 300 tokens
+// is full (500 ms); one 245 ms from its head's end (margin) predicts 395
+// ms for 100 tokens, 415 ms for 120.
 func TestLatestFit(t *testing.T) {
 	m, req, idle, begun, decoding, prompting := roomWorkers()
 	// 300 ms of a head left: 450 ms for a request cached nowhere, past
 	// the limit, but 360 ms for this one, which it caches but 10 tokens
 	// of.
 	cachedBusy := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 300, Overlap: 9}
+	margin := Candidate{Timing: m, QueuedTokens: 300, HeadTokens: 300, HeadMs: 245}
+	long := Request{Blocks: 12, Tokens: 120, BlockSize: 10}
 	ttft := Limits{TTFTMs: 400}
 	tests := []struct {
-		name   string
-		l      Limits
-		cands  []Candidate
-		chosen int
-		want   int
+		name    string
+		l       Limits
+		cands   []Candidate
+		req     Request
+		typical int
+		chosen  int
+		want    int
 	}{
-		{"no TTFT limit: the caller's pick", Limits{PrefillTokens: 250}, []Candidate{idle, prompting}, 0, 0},
-		{"the slot predicted latest", ttft, []Candidate{idle, prompting, decoding}, 0, 1},
-		{"a full worker is no slot", ttft, []Candidate{idle, begun}, 0, 0},
-		{"fits nowhere: the caller's pick", ttft, []Candidate{begun, begun}, 1, 1},
-		{"ties: the caller's pick", ttft, []Candidate{idle, idle}, 1, 1},
-		{"the lateness ranks a worker with prompts queued later", Limits{TTFTMs: 400, LateMs: 200}, []Candidate{idle, prompting}, 0, 1},
-		{"and makes it full past the limit", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{idle, prompting}, 1, 0},
-		{"it fits by its cache; the slot is ranked as the others see it", ttft, []Candidate{idle, cachedBusy}, 0, 1},
+		{"no TTFT limit: the caller's pick", Limits{PrefillTokens: 250}, []Candidate{idle, prompting}, req, 0, 0, 0},
+		{"the slot predicted latest", ttft, []Candidate{idle, prompting, decoding}, req, 0, 0, 1},
+		{"a full worker is no slot", ttft, []Candidate{idle, begun}, req, 0, 0, 0},
+		{"fits nowhere: the caller's pick", ttft, []Candidate{begun, begun}, req, 0, 1, 1},
+		{"ties: the caller's pick", ttft, []Candidate{idle, idle}, req, 0, 1, 1},
+		{"the lateness ranks a worker with prompts queued later", Limits{TTFTMs: 400, LateMs: 200}, []Candidate{idle, prompting}, req, 0, 0, 1},
+		{"and makes it full past the limit", Limits{TTFTMs: 400, LateMs: 300}, []Candidate{idle, prompting}, req, 0, 1, 0},
+		{"it fits by its cache; the slot is ranked as the others see it", ttft, []Candidate{idle, cachedBusy}, req, 0, 0, 1},
+		{"it fits on the margin", ttft, []Candidate{idle, margin}, req, 100, 0, 1},
+		{"longer than the typical: the margin a typical fits is its slot", ttft, []Candidate{idle, margin}, long, 100, 0, 1},
+		{"longer, no typical: its own fit, the idle worker", ttft, []Candidate{idle, margin}, long, 0, 0, 0},
+		{"shorter than the typical: its own fit counts", ttft, []Candidate{idle, margin}, req, 120, 0, 1},
+		{"neither fits on the margin: the idle worker", ttft, []Candidate{idle, margin}, long, 110, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.l.LatestFit(tt.cands, req, tt.chosen); got != tt.want {
+			if got := tt.l.LatestFit(tt.cands, tt.req, tt.typical, tt.chosen); got != tt.want {
 				t.Fatalf("LatestFit = %d, want %d", got, tt.want)
 			}
 		})
