@@ -35,16 +35,32 @@ func (TierLoad) Add(cands []Candidate, req Request, p Params) {
 }
 
 // tierLoadMs is TierLoad's part for one candidate with lower-tier blocks.
+// The tiers are read in one pass with the disk rate found once for disk
+// and unknown, and the prefill the lower blocks would add as misses is
+// their tokens wherever the prompt past the cached prefix is at least a
+// token (NewTokens' floor applies only past it): a decision prices every
+// candidate holding blocks below GPU, and these were most of its term.
 func tierLoadMs(c *Candidate, req *Request, weight float64) float64 {
+	bs := req.BlockSize
 	lower := 0
 	load := 0.0
-	for t, n := range c.Lower {
-		if n <= 0 {
-			continue
+	// The sum runs in tier order, as the terms' float sums must to give
+	// the same costs: host, disk, unknown (priced as disk). 0 plus the
+	// first part is that part.
+	if n := c.Lower[0]; n > 0 {
+		lower = int(n)
+		load = float64(int(n)*bs) * c.Timing.LoadMsPerToken(false)
+	}
+	if d, u := c.Lower[1], c.Lower[2]; d > 0 || u > 0 {
+		disk := c.Timing.LoadMsPerToken(true)
+		if d > 0 {
+			lower += int(d)
+			load += float64(int(d)*bs) * disk
 		}
-		lower += int(n)
-		disk := index.Tier(t+1) != index.TierCPU
-		load += float64(int(n)*req.BlockSize) * c.Timing.LoadMsPerToken(disk)
+		if u > 0 {
+			lower += int(u)
+			load += float64(int(u)*bs) * disk
+		}
 	}
 	lower = min(lower, c.Overlap)
 	load *= weight
@@ -55,10 +71,26 @@ func tierLoadMs(c *Candidate, req *Request, weight float64) float64 {
 	// prompt, grows as its cached prefix shrinks), so
 	// a load below that needs no spans: a host load on the default model
 	// (0.005 ms per token against 0.0152) never does.
-	extra := req.NewTokens(c.Overlap-lower) - req.NewTokens(c.Overlap)
+	var extra int
+	if all, gpu := req.Tokens-c.Overlap*bs, req.Tokens-(c.Overlap-lower)*bs; all >= 1 && gpu >= 1 {
+		extra = gpu - all // NewTokens of each, unclamped
+	} else {
+		extra = req.NewTokens(c.Overlap-lower) - req.NewTokens(c.Overlap)
+	}
 	if load <= float64(extra)*c.Timing.PrefillPerToken*weight {
 		return load
 	}
+	return tierLoadSpans(c, req, weight, lower, load)
+}
+
+// tierLoadMs reads Lower as host, disk and unknown: this fails to compile
+// if the index's tiers below GPU are not those three.
+const _ = uint(index.LowerTiers-3) + uint(3-index.LowerTiers)
+
+// tierLoadSpans is tierLoadMs for a load that may cost more than
+// recomputing the lower blocks: the smaller of the two, from the worker's
+// prefill spans with and without them.
+func tierLoadSpans(c *Candidate, req *Request, weight float64, lower int, load float64) float64 {
 	var buf timingmodel.Steps
 	s := c.stepsOf(&buf)
 	withLower, _ := c.spanPair(s, req, c.Overlap)
