@@ -715,9 +715,8 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 		}
 		if gone := count - live; gone > 0 && depth > 0 && (g == nil || !g.leave(depth, active, next, gone)) {
 			for wi := range active {
-				for w := active[wi] &^ next[wi]; w != 0; w &= w - 1 {
-					s := wi*64 + bits.TrailingZeros64(w)
-					dst = append(dst, Overlap{Worker: x.ids[s], Blocks: depth, Lower: (*lc).of(s)})
+				if w := active[wi] &^ next[wi]; w != 0 {
+					dst = x.appendLeavers(dst, wi, w, depth, *lc)
 				}
 			}
 		}
@@ -762,11 +761,31 @@ func (x *Index) appendOverlapsLocked(dst []Overlap, hashes []uint64, lc **lowerC
 		g.level(len(hashes), count)
 	}
 	for wi, word := range active {
-		for word != 0 {
-			s := wi*64 + bits.TrailingZeros64(word)
-			dst = append(dst, Overlap{Worker: x.ids[s], Blocks: len(hashes), Lower: (*lc).of(s)})
-			word &= word - 1
+		if word != 0 {
+			dst = x.appendLeavers(dst, wi, word, len(hashes), *lc)
 		}
+	}
+	return dst
+}
+
+// snapLeavers is how many slots of a word leaving a walk at once have
+// their lower-tier counters read by one snapWord rather than one by one.
+const snapLeavers = 8
+
+// appendLeavers appends the overlaps of word wi's slots in w, which hold
+// blocks blocks of the request, with their counts of them per lower tier.
+func (x *Index) appendLeavers(dst []Overlap, wi int, w uint64, blocks int, lc *lowerCounts) []Overlap {
+	if lc != nil && bits.OnesCount64(w) >= snapLeavers {
+		lc.snapWord(wi)
+		for ; w != 0; w &= w - 1 {
+			b := bits.TrailingZeros64(w)
+			dst = append(dst, Overlap{Worker: x.ids[wi*64+b], Blocks: blocks, Lower: lc.ofSnapped(wi, b)})
+		}
+		return dst
+	}
+	for ; w != 0; w &= w - 1 {
+		s := wi*64 + bits.TrailingZeros64(w)
+		dst = append(dst, Overlap{Worker: x.ids[s], Blocks: blocks, Lower: lc.of(s)})
 	}
 	return dst
 }

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sync"
 	"time"
@@ -383,19 +384,133 @@ func deadSlot(dead []uint64, s uint32) bool {
 
 // lowerCounts counts, per slot, the blocks of a lookup's prefix held on
 // each lower tier; pooled, as a lookup that meets a lower tier needs one
-// as long as the worker list.
+// as long as the worker list. A slot's count on a tier is c's plus its
+// bit-sliced counter in planes: a block that many walking slots hold
+// below GPU adds one to each of them with a few word operations (add), not
+// an increment per slot; c takes the entry-by-entry counts and what
+// overflows the planes.
 type lowerCounts struct {
 	c   [][LowerTiers]int32
 	now uint32
+	// planes[(t*countPlanes+p)*words+wi] bit b is bit p of the counter
+	// of slot wi*64+b on tier t+1; top[t] of tier t's planes may be
+	// non-zero.
+	planes []uint64
+	words  int
+	top    [LowerTiers]int
+	// snap is one word's counters on each tier, snap[t][b] slot
+	// wi*64+b's (see snapWord), for the slots of a word that leave the
+	// walk at once: read from the planes one by one, a bit per plane,
+	// they cost more than the increments the planes save.
+	snap [LowerTiers][64]uint8
 }
+
+// countPlanes is the bits of a slot's bit-sliced counter: a slot's count
+// reaching 1<<countPlanes moves to c.
+const countPlanes = 8
 
 var countsPool = sync.Pool{New: func() any { return new(lowerCounts) }}
 
+// reset makes lc count for words words of slots, n slots, from zero: it
+// clears only the planes its last lookup used.
+func (lc *lowerCounts) reset(n, words int) {
+	lc.c = append(lc.c[:0], make([][LowerTiers]int32, n)...)
+	if lc.words != words || len(lc.planes) != LowerTiers*countPlanes*words {
+		lc.planes, lc.words = make([]uint64, LowerTiers*countPlanes*words), words
+	} else {
+		for t, top := range lc.top {
+			from := t * countPlanes * words
+			clear(lc.planes[from : from+top*words])
+		}
+	}
+	lc.top = [LowerTiers]int{}
+}
+
+// add adds one to the counters on tier t of the slots in word wi that x
+// holds: a ripple carry through the planes.
+func (lc *lowerCounts) add(t, wi int, x uint64) {
+	i := t*countPlanes*lc.words + wi
+	p := 0
+	for ; x != 0; p++ {
+		if p == countPlanes {
+			// Past the top plane: each of these slots counted another
+			// 1<<countPlanes.
+			for ; x != 0; x &= x - 1 {
+				lc.c[wi*64+bits.TrailingZeros64(x)][t] += 1 << countPlanes
+			}
+			break
+		}
+		carry := lc.planes[i] & x
+		lc.planes[i] ^= x
+		x = carry
+		i += lc.words
+	}
+	lc.top[t] = max(lc.top[t], p)
+}
+
+// snapWord sets snap to the counters of word wi's slots (zero on the
+// tiers not in use), for those slots only, until the next add.
+func (lc *lowerCounts) snapWord(wi int) {
+	for t, top := range lc.top {
+		row := &lc.snap[t]
+		if top == 0 {
+			*row = [64]uint8{}
+			continue
+		}
+		var pw [countPlanes]uint64
+		for p := range top {
+			pw[p] = lc.planes[(t*countPlanes+p)*lc.words+wi]
+		}
+		for k := range 8 {
+			// Row p of an 8x8 bit matrix is plane p's bits of slots
+			// 8k..8k+7; its transpose has a row per slot, its count,
+			// whose bytes in memory order are the slots'.
+			var x uint64
+			for p := range top {
+				x |= (pw[p] >> (8 * k) & 0xff) << (8 * p)
+			}
+			binary.LittleEndian.PutUint64(row[8*k:], transpose8(x))
+		}
+	}
+}
+
+// transpose8 transposes the 8x8 bit matrix x whose row i is byte i
+// (column j its bit j): bit 8i+j moves to 8j+i (Hacker's Delight, 7-3).
+func transpose8(x uint64) uint64 {
+	t := (x ^ (x >> 7)) & 0x00AA00AA00AA00AA
+	x ^= t ^ (t << 7)
+	t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCC
+	x ^= t ^ (t << 14)
+	t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0
+	return x ^ t ^ (t << 28)
+}
+
+// ofSnapped is of for slot wi*64+b of the word snapWord last read.
+func (lc *lowerCounts) ofSnapped(wi, b int) [LowerTiers]int32 {
+	out := lc.c[wi*64+b]
+	b &= 63
+	out[0] += int32(lc.snap[0][b])
+	out[1] += int32(lc.snap[1][b])
+	out[2] += int32(lc.snap[2][b])
+	return out
+}
+
+// of is slot s's counts.
 func (lc *lowerCounts) of(s int) [LowerTiers]int32 {
 	if lc == nil {
 		return [LowerTiers]int32{}
 	}
-	return lc.c[s]
+	out := lc.c[s]
+	wi, b := s/64, uint(s%64)
+	for t, top := range lc.top {
+		i := t*countPlanes*lc.words + wi
+		var n int32
+		for p := range top {
+			n |= int32(lc.planes[i+p*lc.words]>>b&1) << p
+		}
+		out[t] += n
+	}
+	return out
 }
 
 // countLower is a lookup's step at a hash marked lowerTag: of the slots in
@@ -415,8 +530,8 @@ func (x *Index) countLower(lc *lowerCounts, next []uint64, h uint64) *lowerCount
 			for t := range LowerTiers {
 				on := l.on[t]
 				for wi := range min(len(on), len(next)) {
-					for w := on[wi] & next[wi]; w != 0; w &= w - 1 {
-						lc.c[wi*64+bits.TrailingZeros64(w)][t]++
+					if w := on[wi] & next[wi]; w != 0 {
+						lc.add(t, wi, w)
 					}
 				}
 			}
@@ -475,7 +590,7 @@ func (x *Index) slotTier(lc **lowerCounts, s uint32, h uint64) (Tier, bool) {
 func (x *Index) needCounts(lc **lowerCounts) {
 	if *lc == nil {
 		*lc = countsPool.Get().(*lowerCounts)
-		(*lc).c = append((*lc).c[:0], make([][LowerTiers]int32, len(x.workers))...)
+		(*lc).reset(len(x.workers), (len(x.workers)+63)/64)
 		(*lc).now = x.tiers.stamp()
 	}
 }
