@@ -65,12 +65,21 @@ type keepaliver struct {
 // answers, by lease: one request is in flight for each lease listed.
 type kaStream struct {
 	st     pb.Lease_LeaseKeepAliveClient
+	ctx    context.Context
 	cancel context.CancelFunc
+	// pending are the leases to send, in order; wake tells the stream's
+	// sender there are some. Sending blocks while etcd does not read (HTTP/2
+	// flow control), so it happens outside the keepaliver's mutex: were a
+	// blocked send holding it, the reader of etcd's answers could not
+	// deliver them, etcd would stop reading once its answers filled the
+	// window, and neither side would move again.
+	pending []int64
+	wake    chan struct{}
 	// endpoint is the member the stream is on; "" for the client's own
 	// balanced connection (any member).
 	endpoint string
 	waiters  map[int64][]chan kaResult
-	// sent counts the renewals sent on the stream.
+	// sent counts the renewals sent (or pending) on the stream.
 	sent int
 	// retired is set when a newer stream took over: it takes no new
 	// refreshes and ends once the last one sent on it is answered, or when
@@ -136,7 +145,7 @@ func (k *keepaliver) openLocked(conn *grpc.ClientConn, endpoint string) error {
 		cancel()
 		return err
 	}
-	s := &kaStream{st: st, cancel: cancel, endpoint: endpoint, waiters: map[int64][]chan kaResult{}}
+	s := &kaStream{st: st, ctx: sctx, cancel: cancel, endpoint: endpoint, waiters: map[int64][]chan kaResult{}, wake: make(chan struct{}, 1)}
 	if old := k.cur; old != nil {
 		k.retireLocked(old)
 	}
@@ -145,9 +154,42 @@ func (k *keepaliver) openLocked(conn *grpc.ClientConn, endpoint string) error {
 		k.broke = false
 		k.log.Info("etcd keep-alive stream open again", "endpoint", endpoint)
 	}
-	k.wg.Add(1)
+	k.wg.Add(2)
 	go k.recv(s)
+	go k.send(s)
 	return nil
+}
+
+// send sends the stream's pending renewals until the stream ends.
+func (k *keepaliver) send(s *kaStream) {
+	defer k.wg.Done()
+	var batch []int64
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		}
+		k.mu.Lock()
+		batch, s.pending = s.pending, batch[:0]
+		k.mu.Unlock()
+		for _, id := range batch {
+			// io.EOF says only that the stream has ended: why (etcd
+			// stopping: Unavailable) is Recv's to tell, and recv fails the
+			// waiters with it. Failed with io.EOF itself, a refresh was
+			// answered Internal instead of Unavailable (under load: a
+			// refresh right after etcd stopped, before recv had seen the
+			// end).
+			if err := s.st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+				if !errors.Is(err, io.EOF) {
+					k.mu.Lock()
+					k.failLocked(s, err)
+					k.mu.Unlock()
+				}
+				return
+			}
+		}
+	}
 }
 
 // retireLocked stops s from taking refreshes and ends it once the refreshes
@@ -193,15 +235,11 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 	q := s.waiters[id]
 	s.waiters[id] = append(q, ch)
 	if len(q) == 0 {
-		// Send is not safe for concurrent use; the mutex serialises it.
-		// io.EOF says only that the stream has ended: why (etcd stopping:
-		// Unavailable) is Recv's to tell, and recv fails the waiters, this
-		// one too, with it. Failed with io.EOF itself, the refresh was
-		// answered Internal instead of Unavailable (under load: a refresh
-		// right after etcd stopped, before recv had seen the end).
 		s.sent++
-		if err := s.st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil && !errors.Is(err, io.EOF) {
-			k.failLocked(s, err)
+		s.pending = append(s.pending, id)
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
 	}
 	k.mu.Unlock()

@@ -454,3 +454,65 @@ func (p *holdingProxy) hold(on bool) {
 	p.mu.Unlock()
 	p.cond.Broadcast()
 }
+
+// TestKeepAliveRefreshesReturnWhileEtcdIsStuck fills the keep-alive stream
+// while etcd's side of it is held back (a loopback proxy stops forwarding
+// what etcd sends, its flow-control window updates too): renewals of more
+// leases than HTTP/2's windows hold, so sending blocks. Every refresh must
+// still return when its caller gives up, and once etcd's bytes flow again
+// the stream must answer: a send blocked while holding what the answers'
+// reader needs would stop both for good.
+func TestKeepAliveRefreshesReturnWhileEtcdIsStuck(t *testing.T) {
+	t.Parallel()
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := startHoldingProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	cli := newEtcdClient(t, "http://"+p.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKeepaliver(cli, slog.New(slog.DiscardHandler))
+	defer k.close()
+	testwait.Until(t, 30*time.Second, "the stream to open", k.open)
+
+	p.hold(true)
+	// Renewals of leases that do not exist are answered "not found" and
+	// are as large on the wire as any: 20,000 are well past the 64 KiB
+	// windows of both directions.
+	// 64 callers each refresh one lease after another, giving up on each
+	// after a millisecond (no answer can come while etcd is held).
+	const n, callers = 20000, 64
+	var returned atomic.Int64
+	for c := range callers {
+		go func() {
+			for i := c; i < n; i += callers {
+				rctx, rcancel := context.WithTimeout(ctx, time.Millisecond)
+				_, _, _ = k.once(rctx, uint64(1<<40+i))
+				rcancel()
+				returned.Add(1)
+			}
+		}()
+	}
+	testwait.Until(t, 30*time.Second, "every refresh to return when its caller gave up", func() bool { return returned.Load() == n })
+	if w := k.waiting(); w != n {
+		t.Errorf("%d refreshes wait for an answer, want %d (one each, none answered while etcd is held)", w, n)
+	}
+	p.hold(false)
+	var ttl time.Duration
+	var found bool
+	testwait.UntilNil(t, 30*time.Second, "a refresh answered once etcd's bytes flow again", func() error {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		ttl, found, err = k.once(rctx, uint64(lease.ID))
+		return err
+	})
+	if !found || ttl <= 0 {
+		t.Fatalf("refresh after the hold: ttl %v, found %v", ttl, found)
+	}
+}
