@@ -29,14 +29,17 @@ import (
 //     (default 0). A higher band is always released first.
 //   - Fairness within a band, across tenants (the API key's name, with
 //     x-switchyard-fairness-id after a slash): least attained service,
-//     the service being a tenant's tokens in flight (prompt plus
-//     max_tokens) over every frontend replica (see admissionpeers.go).
-//     Deficit round robin keeps per-scheduler round state (deficit
-//     counters, a round pointer) that replicas cannot merge; tokens in
-//     flight are state that they can (a sum), that corrects itself as
-//     requests end, and that weighs a tenant by what it holds of the
-//     engines now, whatever its arrival rate: a tenant sending 10x more
-//     holds no more than the others once its queue is ordered by it.
+//     the service being the tokens (prompt plus max_tokens) of a
+//     tenant's requests let go to the engines lately, each aged by
+//     e^(-age/serviceLife), over every frontend replica (see
+//     admissionpeers.go). Deficit round robin keeps per-scheduler round
+//     state (deficit counters, a round pointer) that replicas cannot
+//     merge; an aged sum is state that they can (each ages its share by
+//     the time since it was sent), and it weighs a tenant by what it had
+//     of the engines over the queue's recent past: a tenant sending 10x
+//     more has no more than the others once its queue is ordered by it,
+//     and a light tenant's burst, which holds more of the engines than the
+//     flood for a moment, is still ordered before the flood's backlog.
 //   - Release: only on the router's word that the fleet has room (the
 //     watch, or a route decision). The word counts the room (how many more
 //     typical requests fit under the router's limits, up to core.MaxRoom):
@@ -63,7 +66,7 @@ import (
 //     only when no other tenant active lately (seen within activeWindow,
 //     here or at another replica) has a better claim to it: one in a
 //     higher band, or in the same band with no backlog of its own or
-//     fewer tokens in flight (see crowdsLocked). A
+//     served less lately (see crowdsLocked). A
 //     flood then stops one typical request short of the threshold, and a
 //     request of a tenant it crowds, arriving at a random moment, finds
 //     that room at once instead of waiting behind the flood for the next
@@ -74,8 +77,9 @@ import (
 //     threshold. A fleet serving one tenant keeps no room back; the cost
 //     is one typical request's room while a crowded tenant is active.
 //     The flood's requests released meanwhile are routed as a backlog's
-//     (RouteRequest.backlog): each goes where it fits within the
-//     threshold and the next request would be predicted latest, so that
+//     (RouteRequest.backlog): each goes where it, or a typical request
+//     (the room is counted in them), fits within the threshold and the
+//     next request would be predicted latest, so that
 //     the room kept is the earliest slot, not whichever opened last (the
 //     router's cheapest pick would give the flood the earliest and leave
 //     the kept room at the threshold). A tenant queued here without a
@@ -298,10 +302,30 @@ type modelQueue struct {
 	load map[string]*tenantLoad
 }
 
-// seenTenant is a tenant's last request of a model: when, and its band.
+// seenTenant is a tenant's last request of a model: when, and its band;
+// and the service it had here lately (see serveLocked).
 type seenTenant struct {
 	at   time.Time
 	prio int32
+	// served is the tokens of its requests let go here, aged to servedAt
+	// (see aged).
+	served   float64
+	servedAt time.Time
+}
+
+// serviceLife is how fast a tenant's service ages: a request's tokens
+// count e^(-age/serviceLife) of themselves. It is the queue's recent past,
+// the window a tenant counts as active in: a tenant's service is then
+// about its rate of tokens over that window, and fairness between
+// backlogs is over the same past as the activity that makes them compete.
+const serviceLife = activeWindow
+
+// aged is v, a service as of from, aged to now.
+func aged(v float64, from, now time.Time) float64 {
+	if v == 0 || !now.After(from) {
+		return v
+	}
+	return v * math.Exp(-now.Sub(from).Seconds()/serviceLife.Seconds())
 }
 
 // activeWindow is how long a tenant counts as active after its last
@@ -577,11 +601,30 @@ func (a *admission) retryAfterLocked(mq *modelQueue, prio int32) time.Duration {
 }
 
 // countInflightLocked counts an admitted request of mq in its tenant's
-// load.
+// load and service.
 func (a *admission) countInflightLocked(mq *modelQueue, tl *tenantLoad, t *ticket) {
 	mq.inflight++
 	tl.inflight++
 	tl.inflightTokens += t.tokens
+	a.serveLocked(mq, t.tenant, t.tokens)
+}
+
+// serveLocked counts tokens let go to the engines in tenant's service
+// (seen: a tenant not recorded there, past maxSeenTenants, has none).
+func (a *admission) serveLocked(mq *modelQueue, tenant string, tokens uint64) {
+	s, ok := mq.seen[tenant]
+	if !ok {
+		return
+	}
+	now := a.now()
+	s.served, s.servedAt = aged(s.served, s.servedAt, now)+float64(tokens), now
+	mq.seen[tenant] = s
+}
+
+// servedLocked is tenant's service here, aged to now.
+func (a *admission) servedLocked(mq *modelQueue, tenant string, now time.Time) float64 {
+	s := mq.seen[tenant]
+	return aged(s.served, s.servedAt, now)
 }
 
 // enqueueLocked queues w in band prio, shedding to stay within the
@@ -667,7 +710,7 @@ func (a *admission) victimLocked(mq *modelQueue, b, wb *band, w *waiter) *waiter
 		if n == 0 {
 			return
 		}
-		load := a.attainedLocked(mq, tenant)
+		load := a.inflightFleetLocked(mq, tenant)
 		better := n > vn
 		if n == vn {
 			// w (no head) is the newest of all.
@@ -846,21 +889,22 @@ func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) boo
 // crowdsLocked says whether another tenant active within activeWindow has
 // a better claim to the fleet's room than tenant's request of band prio
 // (tenant's backlog): it is in a higher band, or in the same band with no
-// backlog of its own over every replica, or with fewer tokens in flight
-// there. A tenant without a backlog is served as fast as it sends: its
+// backlog of its own over every replica, or served less lately there
+// (attainedLocked). A tenant without a backlog is served as fast as it sends: its
 // demand is below its fair share, whatever it holds in flight at a given
 // moment (a light tenant's few requests in flight may outnumber a flood's
 // that the queue holds to the fleet's room), and a request of it should
-// find room on arrival. Between two backlogs, the one with fewer tokens
-// in flight is the one below its share.
+// find room on arrival. Between two backlogs, the one served less lately
+// is the one below its share (a light tenant's burst, while it is in
+// flight, may hold more of the engines than the flood does).
 func (a *admission) crowdsLocked(mq *modelQueue, tenant string, prio int32) bool {
 	now := a.now()
-	load := a.attainedLocked(mq, tenant)
+	load := a.attainedLocked(mq, tenant, now)
 	for other, s := range mq.seen {
 		if other == tenant || now.Sub(s.at) > activeWindow {
 			continue
 		}
-		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || a.attainedLocked(mq, other) < load) {
+		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || a.attainedLocked(mq, other, now) < load) {
 			return true
 		}
 	}
@@ -884,7 +928,8 @@ func (a *admission) backlogLocked(mq *modelQueue, tenant string) bool {
 func (a *admission) seeLocked(mq *modelQueue, tenant string, prio int32, at time.Time) {
 	if s, ok := mq.seen[tenant]; ok {
 		if at.After(s.at) {
-			mq.seen[tenant] = seenTenant{at: at, prio: prio}
+			s.at, s.prio = at, prio
+			mq.seen[tenant] = s
 		}
 		return
 	}
@@ -998,13 +1043,15 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 }
 
 // nextLocked picks the request to release: from the highest band holding
-// one, the head of the tenant with the least tokens in flight over every
-// replica (ties: the oldest head). A tenant is held back when another,
-// queued at another replica in this band or above, has less in flight, or
+// one, the head of the tenant served least lately over every replica
+// (attainedLocked; ties: the oldest head). A tenant is held back when
+// another, queued at another replica in this band or above, was served
+// less, or
 // as much and that replica's turn (queuedBelowLocked), when holdBack: that
 // replica releases it on the same word of room, and two releases for one
 // room would put one past the threshold.
 func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
+	now := a.now()
 	var b *band
 	for _, x := range mq.bands {
 		if x.n > 0 {
@@ -1016,31 +1063,32 @@ func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 		return nil
 	}
 	var best *waiter
-	var bestLoad uint64
+	var bestLoad float64
 	for tenant, f := range b.tenants {
 		w := f.peek()
 		if w == nil {
 			continue
 		}
-		load := a.attainedLocked(mq, tenant)
+		load := a.attainedLocked(mq, tenant, now)
 		if best == nil || load < bestLoad || (load == bestLoad && w.at.Before(best.at)) {
 			best, bestLoad = w, load
 		}
 	}
-	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq), a.now()) {
+	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq, now), now) {
 		return nil
 	}
 	return best
 }
 
-// nextUnbackloggedLocked is the head of band b's tenant with the least
-// tokens in flight over every replica (ties: the oldest head) among those
+// nextUnbackloggedLocked is the head of band b's tenant served least
+// lately over every replica (ties: the oldest head) among those
 // with a single request queued here, nil when there is none (or it is
 // held back for another replica's, as in nextLocked): the request the
 // last room kept from a backlog goes to.
 func (a *admission) nextUnbackloggedLocked(mq *modelQueue, b *band) *waiter {
+	now := a.now()
 	var best *waiter
-	var bestLoad uint64
+	var bestLoad float64
 	for tenant, f := range b.tenants {
 		if f.live() != 1 {
 			continue
@@ -1052,22 +1100,33 @@ func (a *admission) nextUnbackloggedLocked(mq *modelQueue, b *band) *waiter {
 		if w == nil {
 			continue
 		}
-		load := a.attainedLocked(mq, tenant)
+		load := a.attainedLocked(mq, tenant, now)
 		if best == nil || load < bestLoad || (load == bestLoad && w.at.Before(best.at)) {
 			best, bestLoad = w, load
 		}
 	}
 	// Held back, as nextLocked holds back, for a tenant another replica
 	// queues with less in flight: that replica releases it on this room.
-	if best != nil && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq), a.now()) {
+	if best != nil && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq, now), now) {
 		return nil
 	}
 	return best
 }
 
-// attainedLocked is a tenant's tokens in flight for the model over every
-// replica.
-func (a *admission) attainedLocked(mq *modelQueue, tenant string) uint64 {
+// attainedLocked is a tenant's service for the model over every replica
+// (servedLocked, and the peers' as they last said), aged to now. The
+// tenants a decision compares are aged to one now: ties stay ties.
+func (a *admission) attainedLocked(mq *modelQueue, tenant string, now time.Time) float64 {
+	n := a.servedLocked(mq, tenant, now)
+	if a.peers != nil {
+		n += a.peers.servedLocked(mq.name, tenant, now)
+	}
+	return n
+}
+
+// inflightFleetLocked is a tenant's tokens in flight for the model over
+// every replica.
+func (a *admission) inflightFleetLocked(mq *modelQueue, tenant string) uint64 {
 	var n uint64
 	if tl := mq.load[tenant]; tl != nil {
 		n = tl.inflightTokens
@@ -1094,13 +1153,8 @@ func (a *admission) queuedFromLocked(mq *modelQueue, tenant string, prio int32) 
 
 // localAttained is attainedLocked of mq's tenants, for the peers' table
 // to weigh its tenants with this replica's share added.
-func (a *admission) localAttained(mq *modelQueue) func(string) uint64 {
-	return func(tenant string) uint64 {
-		if tl := mq.load[tenant]; tl != nil {
-			return tl.inflightTokens
-		}
-		return 0
-	}
+func (a *admission) localAttained(mq *modelQueue, now time.Time) func(string) float64 {
+	return func(tenant string) float64 { return a.servedLocked(mq, tenant, now) }
 }
 
 // forgetLocked drops a tenant that has nothing here any more.
@@ -1323,7 +1377,7 @@ func (a *admission) status() []StatusQueue {
 		}
 		for tenant, tl := range mq.load {
 			q.TopTenants = append(q.TopTenants, StatusTenant{Tenant: tenant, InFlight: tl.inflight, Queued: tl.queued,
-				InFlightTokens: tl.inflightTokens, FleetInFlightTokens: a.attainedLocked(mq, tenant)})
+				InFlightTokens: tl.inflightTokens, FleetInFlightTokens: a.inflightFleetLocked(mq, tenant)})
 		}
 		slices.SortFunc(q.TopTenants, func(x, y StatusTenant) int {
 			if x.FleetInFlightTokens != y.FleetInFlightTokens {

@@ -184,9 +184,10 @@ func TestAdmissionOrder(t *testing.T) {
 	}
 }
 
-// TestAdmissionFairness: within a band, the tenant with the fewest tokens
-// in flight goes first: B, sending a fifth of A's requests, gets its
-// requests out before A's backlog, until it holds as many tokens as A.
+// TestAdmissionFairness: within a band, the tenant served least lately
+// (tokens let go, aged) goes first: B, sending a fifth of A's requests,
+// gets its requests out before A's backlog, until it was served as many
+// tokens as A.
 func TestAdmissionFairness(t *testing.T) {
 	ta := newTestAdmission(t, AdmissionConfig{})
 	var running []*ticket
@@ -209,6 +210,59 @@ func TestAdmissionFairness(t *testing.T) {
 	// then A's oldest two.
 	if g := strings.Join(got, " "); g != "B0 B1 A0 A1" {
 		t.Fatalf("released %s, want B0 B1 A0 A1", g)
+	}
+}
+
+// TestAdmissionBurstBeforeBacklog: between two backlogs the tenant served
+// least lately goes first, whatever each holds in flight at the moment. A
+// floods (three queued) and was served ten requests of 100 tokens before,
+// of which one is still in flight; B, a light tenant, has a burst: three
+// requests in flight and two queued. On a word of room, B's goes first
+// while A's service is recent; once it has aged away (five service lives
+// ago: 1,000 tokens count 7), A, holding less in flight, has had less.
+func TestAdmissionBurstBeforeBacklog(t *testing.T) {
+	tests := []struct {
+		name string
+		// history is how many requests of A's went, ago before the
+		// queue forms.
+		history int
+		ago     time.Duration
+		want    string
+	}{
+		{"the flood served lately, the burst holding more now: the burst", 10, time.Second, "B"},
+		{"the flood's service aged away: the flood, holding less now", 10, 5 * serviceLife, "A"},
+		{"no service before: the flood, holding less now", 0, time.Second, "A"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			clock := time.Unix(1000, 0)
+			ta.a.now = func() time.Time { return clock }
+			// A's first stays in flight, the others end.
+			for i := range tt.history {
+				if tk := ta.inflight("A", 100); i > 0 {
+					tk.done()
+				}
+			}
+			clock = clock.Add(tt.ago)
+			if tt.history == 0 {
+				ta.inflight("A", 100)
+			}
+			for range 3 {
+				ta.inflight("B", 100)
+			}
+			ta.a.decided(context.Background(), "m", true)
+			ctx := context.Background()
+			for i := range 3 {
+				ta.queue(ctx, fmt.Sprint("A", i), "A", 0, 100, 10)
+			}
+			for i := range 2 {
+				ta.queue(ctx, fmt.Sprint("B", i), "B", 0, 100, 10)
+			}
+			if got := ta.room().name[:1]; got != tt.want {
+				t.Fatalf("released %s's first, want %s's", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -900,8 +954,9 @@ func TestAdmissionRoomBoundsBurst(t *testing.T) {
 // TestAdmissionLastRoom: with room for one request left, a request of a
 // tenant with more queued behind it takes it only when no other tenant
 // active lately has a better claim: one in a higher band, or in the same
-// band without a backlog of its own (whatever it holds in flight) or with
-// fewer tokens in flight. A request with nothing of its tenant
+// band without a backlog of its own (whatever it holds in flight) or
+// served less lately (tokens let go, aged; here the others' requests in
+// flight are their service). A request with nothing of its tenant
 // queued behind it takes it whoever else is active. A request with more
 // of its tenant behind it, released while such another tenant is active,
 // is routed as a backlog's (the router leaves the earliest slots to the
@@ -936,8 +991,8 @@ func TestAdmissionLastRoom(t *testing.T) {
 		{"another with less in flight, not active lately", []other{{"b", 0, 0, activeWindow + time.Second, false}}, 0, true, false, false, false},
 		{"another with more in flight, without a backlog", []other{{"b", 0, 5000, time.Second, false}}, 0, true, true, false, true},
 		{"another with as much in flight, without a backlog", []other{{"b", 0, 1000, time.Second, false}}, 0, true, true, false, true},
-		{"another with a backlog and more in flight", []other{{"b", 0, 5000, time.Second, true}}, 0, true, false, false, false},
-		{"another with a backlog and as much in flight", []other{{"b", 0, 1000, time.Second, true}}, 0, true, false, false, false},
+		{"another with a backlog, served more", []other{{"b", 0, 5000, time.Second, true}}, 0, true, false, false, false},
+		{"another with a backlog, served as much at the same time", []other{{"b", 0, 1000, 0, true}}, 0, true, false, false, false},
 		{"another in a higher band with more in flight", []other{{"h", 10, 5000, time.Second, false}}, 0, true, true, false, true},
 		{"another in a lower band with less in flight", []other{{"l", -1, 100, time.Second, false}}, 0, true, false, false, false},
 		{"a higher band than every other", []other{{"b", 0, 100, time.Second, false}}, 10, true, false, false, false},

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
@@ -49,6 +50,9 @@ type peerState struct {
 	// queued requests by band.
 	inflight map[peerKey]uint64
 	queued   map[peerKey]map[int32]uint32
+	// served is each (model, tenant)'s service there as of at (see
+	// TenantLoad.served_tokens).
+	served map[peerKey]float64
 	// pending is each model's requests it let go whose route decision
 	// had not come back.
 	pending map[string]uint32
@@ -60,13 +64,16 @@ func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerSta
 
 // applyLocked replaces a replica's state.
 func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
-	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
+	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, served: map[peerKey]float64{}, queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
 	for i, t := range st.GetTenants() {
 		if i >= maxPeerTenants {
 			break
 		}
 		k := peerKey{t.GetModel(), t.GetTenant()}
 		ps.inflight[k] += t.GetInflightTokens()
+		if v := t.GetServedTokens(); v > 0 && !math.IsInf(v, 1) {
+			ps.served[k] += v
+		}
 		ps.pending[k.model] += t.GetPendingRequests()
 		if q := t.GetQueuedRequests(); q > 0 {
 			if ps.queued[k] == nil {
@@ -98,6 +105,14 @@ func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 	return n
 }
 
+// servedLocked is a tenant's service for model at the other replicas,
+// each replica's as it last said, aged by the time since.
+func (p *peerTable) servedLocked(model, tenant string, now time.Time) float64 {
+	var n float64
+	p.liveLocked(now, func(ps *peerState) { n += aged(ps.served[peerKey{model, tenant}], ps.at, now) })
+	return n
+}
+
 // queuedLocked is how many requests of model tenant queues at the other
 // replicas, in every band.
 func (p *peerTable) queuedLocked(model, tenant string, now time.Time) uint32 {
@@ -119,15 +134,16 @@ func (p *peerTable) pendingLocked(model string, now time.Time) uint32 {
 }
 
 // queuedBelowLocked says whether another replica has a tenant queued for
-// model in band prio or above whose tokens in flight over every replica
-// (local gives this replica's share) are below load: that tenant is owed
-// the capacity before the one of load. Every replica hears the same word
-// of room, so on a tie (as much in flight: the same tenant queued at both,
-// say) one of them goes: the one queueing more of it in band prio or above
+// model in band prio or above whose service over every replica (local
+// gives this replica's share; see admission.attainedLocked) is below
+// load: that tenant is owed the capacity before the one of load. Every
+// replica hears the same word of room, so on a tie (as much service: the
+// same tenant queued at both, say; sums of the replicas' shares in another
+// order than load's count as the same) one of them goes: the one queueing more of it in band prio or above
 // (queued is this replica's count), then the one of the lower id. Were
 // both to go, one request would go past the threshold at every room; the
 // longer queue going first keeps both queues moving.
-func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, queued uint32, local func(string) uint64, now time.Time) bool {
+func (p *peerTable) queuedBelowLocked(model string, prio int32, load float64, queued uint32, local func(string) float64, now time.Time) bool {
 	found := false
 	p.liveLocked(now, func(ps *peerState) {
 		if found {
@@ -146,10 +162,9 @@ func (p *peerTable) queuedBelowLocked(model string, prio int32, load uint64, que
 			if n == 0 {
 				continue
 			}
-			var total uint64
-			p.liveLocked(now, func(o *peerState) { total += o.inflight[k] })
-			total += local(k.tenant)
-			if total < load || total == load && (n > queued || n == queued && ps.id < p.self) {
+			total := local(k.tenant) + p.servedLocked(model, k.tenant, now)
+			same := math.Abs(total-load) <= 1e-9*max(total, load)
+			if !same && total < load || same && (n > queued || n == queued && ps.id < p.self) {
 				found = true
 				return
 			}
@@ -178,13 +193,14 @@ func (a *admission) applyPeerLocked(st *frontendv1.AdmissionState) {
 // stateLocked is this replica's AdmissionState.
 func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 	st := &frontendv1.AdmissionState{ReplicaId: replica}
+	now := a.now()
 	for _, mq := range a.models {
 		for tenant, tl := range mq.load {
 			if len(st.Tenants) >= maxPeerTenants {
 				return st
 			}
 			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: tl.prio,
-				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending})
+				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending, ServedTokens: a.servedLocked(mq, tenant, now)})
 			for b, n := range tl.queuedBy {
 				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n})
 			}

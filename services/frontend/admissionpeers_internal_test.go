@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestAdmissionAcrossReplicas(t *testing.T) {
 	testwait.Until(t, 20*time.Second, "replica two to see B queued at one", func() bool {
 		two.a.mu.Lock()
 		defer two.a.mu.Unlock()
-		return two.a.peers.queuedBelowLocked("m", 0, 300, 3, func(string) uint64 { return 0 }, two.a.now())
+		return two.a.peers.queuedBelowLocked("m", 0, 300, 3, func(string) float64 { return 0 }, two.a.now())
 	})
 	testwait.Until(t, 20*time.Second, "replica one to see A's 300 tokens in flight at two", func() bool {
 		one.a.mu.Lock()
@@ -167,13 +168,45 @@ func TestPeerExpiry(t *testing.T) {
 	}
 }
 
+// TestPeerServedAges: another replica's service of a tenant counts as it
+// said, aged by the time since (e^(-age/serviceLife)), until the replica
+// expires.
+func TestPeerServedAges(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		name string
+		age  time.Duration
+		want float64
+	}{
+		{"as said", 0, 1000},
+		{"a second later", time.Second, 1000 * math.Exp(-1/serviceLife.Seconds())},
+		{"at the replica's expiry", peerExpiry, 1000 * math.Exp(-peerExpiry.Seconds()/serviceLife.Seconds())},
+		{"past it", peerExpiry + time.Millisecond, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPeerTable()
+			p.applyLocked(&frontendv1.AdmissionState{ReplicaId: "one", Tenants: []*frontendv1.TenantLoad{
+				{Model: "m", Tenant: "A", InflightTokens: 100, InflightRequests: 1, ServedTokens: 1000},
+				{Model: "m", Tenant: "A", QueuedRequests: 2}}}, now)
+			if got := p.servedLocked("m", "A", now.Add(tt.age)); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("served %v, want %v", got, tt.want)
+			}
+			if got := p.servedLocked("m", "B", now); got != 0 {
+				t.Fatalf("another tenant's served %v", got)
+			}
+		})
+	}
+}
+
 // TestAdmissionPeerPending: requests another replica let go and whose
 // route decision has not come back take the room every replica heard of,
 // as this replica's own do: a word of room lets go as many as it counts
 // less those, here and there. Four requests of A wait here, where one of
 // A's is in flight (so no probe goes); the other replica says it let go
-// pending requests of tenant C, which holds far more in flight than A and
-// queues a backlog there (so the last room is not kept for it).
+// pending requests of tenant C, which holds far more in flight than A, was
+// served far more lately, and queues a backlog there (so the last room is
+// not kept for it).
 func TestAdmissionPeerPending(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -201,7 +234,7 @@ func TestAdmissionPeerPending(t *testing.T) {
 			}
 			ta.a.mu.Lock()
 			ta.a.applyPeerLocked(&frontendv1.AdmissionState{ReplicaId: "one", Tenants: []*frontendv1.TenantLoad{
-				{Model: "m", Tenant: "C", InflightTokens: 1 << 20, InflightRequests: tt.pending + 100, PendingRequests: tt.pending},
+				{Model: "m", Tenant: "C", InflightTokens: 1 << 20, InflightRequests: tt.pending + 100, PendingRequests: tt.pending, ServedTokens: 1 << 20},
 				{Model: "m", Tenant: "C", QueuedRequests: 2}}})
 			ta.a.mu.Unlock()
 			ta.a.watchedRoom("m", false, tt.room)

@@ -114,8 +114,15 @@ type TenantLoad struct {
 	// has not come back: the room they take is not in the router's word
 	// yet, so every replica counts them off the room it last heard of.
 	PendingRequests uint32 `protobuf:"varint,7,opt,name=pending_requests,json=pendingRequests,proto3" json:"pending_requests,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Tokens (prompt plus max_tokens) of its requests the replica let go to
+	// the engines lately, each counted less as it ages: e^(-age/30 s) at the
+	// time of this message, so that a receiver ages the sum by the time
+	// since. The replicas release the backlog of the tenant with the least
+	// of it over every replica first (least attained service over the
+	// queue's recent past).
+	ServedTokens  float64 `protobuf:"fixed64,8,opt,name=served_tokens,json=servedTokens,proto3" json:"served_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantLoad) Reset() {
@@ -197,6 +204,13 @@ func (x *TenantLoad) GetPendingRequests() uint32 {
 	return 0
 }
 
+func (x *TenantLoad) GetServedTokens() float64 {
+	if x != nil {
+		return x.ServedTokens
+	}
+	return 0
+}
+
 var File_switchyard_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
@@ -205,7 +219,7 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x0eAdmissionState\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
-	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\x80\x02\n" +
+	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\xa5\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
@@ -214,7 +228,8 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x0finflight_tokens\x18\x04 \x01(\x04R\x0einflightTokens\x12+\n" +
 	"\x11inflight_requests\x18\x05 \x01(\rR\x10inflightRequests\x12'\n" +
 	"\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequests\x12)\n" +
-	"\x10pending_requests\x18\a \x01(\rR\x0fpendingRequestsB\xf4\x01\n" +
+	"\x10pending_requests\x18\a \x01(\rR\x0fpendingRequests\x12#\n" +
+	"\rserved_tokens\x18\b \x01(\x01R\fservedTokensB\xf4\x01\n" +
 	"\x1acom.switchyard.frontend.v1B\rFrontendProtoP\x01ZMgithub.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1;frontendv1\xa2\x02\x03SFX\xaa\x02\x16Switchyard.Frontend.V1\xca\x02\x16Switchyard\\Frontend\\V1\xe2\x02\"Switchyard\\Frontend\\V1\\GPBMetadata\xea\x02\x18Switchyard::Frontend::V1b\x06proto3"
 
 var (

@@ -14,13 +14,14 @@ class AdmissionState(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
-    __slots__ = ["inflight_requests", "inflight_tokens", "model", "pending_requests", "priority", "queued_requests", "tenant"]
+    __slots__ = ["inflight_requests", "inflight_tokens", "model", "pending_requests", "priority", "queued_requests", "served_tokens", "tenant"]
     INFLIGHT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     inflight_requests: int
     inflight_tokens: int
@@ -28,5 +29,6 @@ class TenantLoad(_message.Message):
     pending_requests: int
     priority: int
     queued_requests: int
+    served_tokens: float
     tenant: str
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., pending_requests: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., pending_requests: _Optional[int] = ..., served_tokens: _Optional[float] = ...) -> None: ...

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/frontend/v1/frontend.proto.
  */
 export const file_switchyard_frontend_v1_frontend: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCKkAQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNYgZwcm90bzM");
+  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCK7AQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNEhUKDXNlcnZlZF90b2tlbnMYCCABKAFiBnByb3RvMw");
 
 /**
  * AdmissionState is what one frontend replica tells the others about its
@@ -115,6 +115,18 @@ export type TenantLoad = Message<"switchyard.frontend.v1.TenantLoad"> & {
    * @generated from field: uint32 pending_requests = 7;
    */
   pendingRequests: number;
+
+  /**
+   * Tokens (prompt plus max_tokens) of its requests the replica let go to
+   * the engines lately, each counted less as it ages: e^(-age/30 s) at the
+   * time of this message, so that a receiver ages the sum by the time
+   * since. The replicas release the backlog of the tenant with the least
+   * of it over every replica first (least attained service over the
+   * queue's recent past).
+   *
+   * @generated from field: double served_tokens = 8;
+   */
+  servedTokens: number;
 };
 
 /**
