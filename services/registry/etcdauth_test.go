@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +14,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
+	"github.com/switchyard-llm/switchyard/pkg/authtoken"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
+	"github.com/switchyard-llm/switchyard/pkg/testwait"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig"
 	"github.com/switchyard-llm/switchyard/pkg/tlsconfig/tlsconfigtest"
 )
@@ -79,8 +83,10 @@ func secureEtcd(t *testing.T, files tlsconfigtest.Files) string {
 
 // TestEtcdTLSAndAuth points the registry at an etcd that requires client
 // certificates and a user: with --etcd-ca, --etcd-cert, --etcd-key and the
-// user it registers and lists; without the certificate, or with a wrong
-// password, its calls fail.
+// user it registers, lists and refreshes the lease; without the certificate,
+// or with a wrong password, its calls fail. The member is given twice (as
+// 127.0.0.1 and as localhost): the registry's keep-alive stream moves to a
+// connection it dials to the member that leads.
 func TestEtcdTLSAndAuth(t *testing.T) {
 	t.Parallel()
 	files, err := tlsconfigtest.Write(t.TempDir())
@@ -104,7 +110,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := fmt.Sprintf("ns%d", i)
 			cfg := Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second},
-				Backend: BackendKVStore, EtcdEndpoints: ep, EtcdTLS: tt.tls, EtcdUser: tt.user, EtcdPassword: tt.password,
+				Backend: BackendKVStore, EtcdEndpoints: ep + "," + strings.Replace(ep, "127.0.0.1", "localhost", 1), EtcdTLS: tt.tls, EtcdUser: tt.user, EtcdPassword: tt.password,
 				EtcdDialTimeout: 2 * time.Second}
 			if tt.ok {
 				cfg.EtcdDialTimeout = 20 * time.Second // a loaded machine under -race needs a while for the TLS and auth handshakes
@@ -128,7 +134,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 			defer ccancel()
 			in := &registryv1.Instance{Namespace: ns, Component: "c", Endpoint: "e", Transport: &commonv1.Transport{Tcp: "127.0.0.1:1"}}
-			_, err = rpc.Register(cctx, &registryv1.RegisterRequest{Instance: in, TtlSeconds: 30})
+			reg, err := rpc.Register(cctx, &registryv1.RegisterRequest{Instance: in, TtlSeconds: 30})
 			if !tt.ok {
 				if err == nil {
 					t.Fatal("registered through an etcd that should have refused these credentials")
@@ -142,6 +148,52 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 			if err != nil || len(list.Instances) != 1 {
 				t.Fatalf("ListInstances = %v, %v; want the one instance", list, err)
 			}
+			ka, err := rpc.KeepAlive(metadata.AppendToOutgoingContext(cctx, authtoken.LeaseTokenKey, reg.LeaseToken))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ka.CloseSend()
+			if err := ka.Send(&registryv1.KeepAliveRequest{LeaseId: reg.InstanceId}); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := ka.Recv(); err != nil || !r.Found || r.TtlSeconds <= 0 {
+				t.Fatalf("keep-alive = %v, %v; want the lease found with its TTL", r, err)
+			}
 		})
+	}
+}
+
+// TestKeepAliveOnTheLeaderWithTLSAndAuth checks that the connection the
+// keepaliver dials to the leading member carries the etcd client's
+// certificate and user: the member is given as two endpoints, the stream is
+// placed on one of them, and a lease is refreshed on it.
+func TestKeepAliveOnTheLeaderWithTLSAndAuth(t *testing.T) {
+	t.Parallel()
+	files, err := tlsconfigtest.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := secureEtcd(t, files)
+	eps := []string{ep, strings.Replace(ep, "127.0.0.1", "localhost", 1)}
+	tc, err := files.Client().ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, Username: "registry", Password: "s3cret", DialTimeout: 20 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKeepaliverChecking(cli, slog.New(slog.DiscardHandler), 20*time.Millisecond)
+	defer k.close()
+	testwait.Until(t, 30*time.Second, "the stream on a member's own connection", func() bool { at := k.endpoint(); return at == eps[0] || at == eps[1] })
+	if ttl, found, err := k.once(ctx, uint64(lease.ID)); err != nil || !found || ttl <= 0 {
+		t.Fatalf("refresh on the leader's connection: ttl %v, found %v, err %v", ttl, found, err)
 	}
 }
