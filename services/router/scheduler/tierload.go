@@ -25,12 +25,27 @@ type TierLoad struct{}
 
 // Add adds each candidate's load time of its lower-tier blocks.
 func (TierLoad) Add(cands []Candidate, req Request, p Params) {
+	bs, weight := req.BlockSize, p.OverlapWeight
 	for i := range cands {
 		c := &cands[i]
 		if c.Lower == ([index.LowerTiers]int32{}) {
 			continue
 		}
-		c.Cost += tierLoadMs(c, &req, p.OverlapWeight)
+		// Blocks on the host tier alone, loaded for less than their
+		// recomputation, with a token or more of the prompt past the
+		// cached prefix (the common case, where offloading engines keep
+		// a tier of host memory): tierLoadMs' sums, here without its
+		// call.
+		if n := c.Lower[0]; n > 0 && c.Lower[1] == 0 && c.Lower[2] == 0 {
+			all := req.Tokens - c.Overlap*bs
+			gpu := all + min(int(n), c.Overlap)*bs
+			load := float64(int(n)*bs) * c.Timing.LoadMsPerToken(false) * weight
+			if all >= 1 && gpu >= 1 && load <= float64(gpu-all)*c.Timing.PrefillPerToken*weight {
+				c.Cost += load
+				continue
+			}
+		}
+		c.Cost += tierLoadMs(c, &req, weight)
 	}
 }
 

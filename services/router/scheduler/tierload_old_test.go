@@ -38,8 +38,8 @@ func tierLoadBefore(c *Candidate, req *Request, weight float64) float64 {
 	return max(min(load, gpuOnly-cached), 0)
 }
 
-// TestTierLoadMatchesBefore: tierLoadMs gives tierLoadBefore's answer to
-// the bit over random candidates and requests: tier mixes with zero and
+// TestTierLoadMatchesBefore: tierLoadMs, and TierLoad's sum with it, give
+// tierLoadBefore's answer to the bit over random candidates and requests: tier mixes with zero and
 // negative counts, lower blocks past the overlap, prefixes covering the
 // whole prompt (NewTokens' floor), published and default rates, loads
 // cheaper and dearer than recomputing, weights, queues and batches.
@@ -91,9 +91,19 @@ func TestTierLoadMatchesBefore(t *testing.T) {
 		}
 		weight := []float64{1, 0.5, 2, r.Float64() * 4}[r.IntN(4)]
 		want := tierLoadBefore(&c, &req, weight)
-		got := tierLoadMs(&c, &req, weight)
-		if math.Float64bits(got) != math.Float64bits(want) {
-			t.Fatalf("case %d: candidate %+v, request %+v, weight %v: got %v, want %v", i, c, req, weight, got, want)
+		if got := tierLoadMs(&c, &req, weight); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("case %d: candidate %+v, request %+v, weight %v: tierLoadMs %v, want %v", i, c, req, weight, got, want)
+		}
+		// Through the term, on a cost summed so far.
+		c.Cost = r.Float64() * 1000
+		sum := c.Cost
+		if c.Lower != ([index.LowerTiers]int32{}) {
+			sum += want
+		}
+		cands := []Candidate{c}
+		TierLoad{}.Add(cands, req, Params{OverlapWeight: weight})
+		if math.Float64bits(cands[0].Cost) != math.Float64bits(sum) {
+			t.Fatalf("case %d: candidate %+v, request %+v, weight %v: cost %v, want %v", i, c, req, weight, cands[0].Cost, sum)
 		}
 		if tierLoadDearer(&c, &req, weight) {
 			dearer++
