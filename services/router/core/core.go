@@ -1162,16 +1162,20 @@ func (c *Core) route(r *routerv1.RouteRequest, owned bool) (*routerv1.RouteRespo
 		c.noteTypicalLocked(m.Model, d.req.NewTokens(d.scored[pw].Overlap))
 	}
 	c.mu.Unlock()
-	// A decode leg computes nothing of the prompt but its handoff.
+	// A decode leg computes nothing of the prompt but its handoff, and
+	// waits for its admission past the handoff (see Load.AddLeg).
 	// Either takes its prompt's blocks of the worker's free memory but
 	// those running requests hold there.
 	own, need := len(hashes)-d.overlap, len(hashes)-c.load.SharedPrefix(w, hashes, d.overlap)
-	if d.prefill >= 0 {
-		own = 0
-	}
 	// A request freed before this decision (its caller gave up waiting
 	// for it) is answered but weighs on nothing.
-	counted := c.load.AddNeed(r.RequestId, w, own, need, hashes)
+	var counted bool
+	if d.prefill >= 0 {
+		own = 0
+		counted = c.load.AddLeg(r.RequestId, w, need, hashes)
+	} else {
+		counted = c.load.AddNeed(r.RequestId, w, own, need, hashes)
+	}
 	if counted && r.LoraName != "" {
 		// Its first token comes after the worker's queue and its own
 		// prefill, the adapter's load and what of a slot's wait outlasts

@@ -33,12 +33,14 @@ import (
 // worker, runs whole on its decode and aggregated workers; prefill
 // workers are never given a whole request.
 //
-// Both legs are recorded: the decode leg as any routed request, in the
-// core's load and predictions under the request's id; the prefill leg in
-// a record of its own (legs), under the same id, on the prefill worker.
-// The prefill leg ends when the request's prefill completes (the handoff
-// reached the caller) or when it is freed, whichever comes first: a Free
-// ends both legs.
+// Both legs are recorded: the decode leg in the core's load (as a leg:
+// from the handoff it waits on its worker for admission until the
+// worker's load report shows it decoding, see scheduler.Load.AddLeg) and
+// predictions under the request's id; the prefill leg in a record of its
+// own (legs), under the same id, on the prefill worker. The prefill leg
+// ends when the request's prefill completes (the handoff reached the
+// caller) or when it is freed, whichever comes first: a Free ends both
+// legs.
 
 // Disaggregation decisions, as the router counts them.
 const (

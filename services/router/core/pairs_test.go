@@ -260,20 +260,29 @@ func TestPairCosts(t *testing.T) {
 // prefill leg on its prefill worker until the prefill completes (the
 // handoff), the decode leg on the decode worker until the free; a free
 // before the handoff ends both, and a free that came before the decision
-// leaves nothing counted.
+// leaves nothing counted. The decode leg holds its blocks on the decode
+// worker from its admission there: once the worker's load report lists
+// it decoding, or, from a worker whose reports do not list requests, at
+// the handoff.
 func TestPairLoad(t *testing.T) {
 	type load struct{ reqs, prefill, decode uint32 }
 	prompt := tokens(400, 1)
 	for _, tc := range []struct {
 		name string
-		// steps after routing "r" (a pair: prefill on 3, decode on 1).
-		freeFirst bool
-		steps     []string
+		// steps after routing "r" (a pair: prefill on 3, decode on 1);
+		// listed: the decode worker reported its requests before.
+		freeFirst, listed bool
+		steps             []string
 		// want is each worker's load after the steps.
 		want map[uint64]load
 	}{
 		{name: "routed", want: map[uint64]load{1: {1, 0, 0}, 3: {1, 100, 0}}},
 		{name: "handoff", steps: []string{"done"}, want: map[uint64]load{1: {1, 0, 100}, 3: {}}},
+		{name: "handoff to a listing worker", listed: true, steps: []string{"done"}, want: map[uint64]load{1: {1, 0, 0}, 3: {}}},
+		{name: "listed waiting", listed: true, steps: []string{"done", "waiting"}, want: map[uint64]load{1: {1, 0, 0}, 3: {}}},
+		{name: "listed decoding", listed: true, steps: []string{"done", "decoding"}, want: map[uint64]load{1: {1, 0, 100}, 3: {}}},
+		{name: "listed decoding then free", listed: true, steps: []string{"done", "decoding", "free"}, want: map[uint64]load{1: {}, 3: {}}},
+		{name: "free waiting for admission", listed: true, steps: []string{"done", "free"}, want: map[uint64]load{1: {}, 3: {}}},
 		{name: "handoff then free", steps: []string{"done", "free"}, want: map[uint64]load{1: {}, 3: {}}},
 		{name: "free before the handoff", steps: []string{"free"}, want: map[uint64]load{1: {}, 3: {}}},
 		{name: "free twice", steps: []string{"free", "free", "done"}, want: map[uint64]load{1: {}, 3: {}}},
@@ -283,6 +292,12 @@ func TestPairLoad(t *testing.T) {
 			c := pairCluster(t, pairLink(Config{Mode: ModeKV, Disaggregation: DisaggAlways}), false)
 			if tc.freeFirst {
 				c.Free("r")
+			}
+			report := func(reqs ...*workerv1.RequestLoad) {
+				c.ReportLoad(&workerv1.LoadMetrics{InstanceId: 1, Requests: reqs, RunningRequests: uint32(len(reqs)), KvBlocksTotal: 1000})
+			}
+			if tc.listed {
+				report()
 			}
 			resp, err := c.Route(&routerv1.RouteRequest{RequestId: "r", Target: modelTarget(), TokenIds: prompt, ExcludeInstanceIds: []uint64{2, 4}})
 			if err != nil {
@@ -297,6 +312,10 @@ func TestPairLoad(t *testing.T) {
 					c.PrefillDone("r")
 				case "free":
 					c.Free("r")
+				case "waiting":
+					report(&workerv1.RequestLoad{RequestId: "r", PrefillTokens: 4})
+				case "decoding":
+					report(&workerv1.RequestLoad{RequestId: "r", DecodeBlocks: 100})
 				}
 			}
 			for _, w := range c.Stats().Workers {

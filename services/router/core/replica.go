@@ -59,7 +59,13 @@ func (c *Core) ApplyReplica(ev *routerv1.ReplicaEvent, at time.Time) {
 		// running requests hold there (a decode leg too, which
 		// prefills none of them).
 		need := len(hashes) - c.load.SharedPrefix(w, hashes, c.indexedOn(w, hashes))
-		if !c.load.AddNeed(r.RequestId, w, int(r.PrefillBlocks), need, hashes) {
+		var counted bool
+		if r.PrefillInstanceId != 0 {
+			counted = c.load.AddLeg(r.RequestId, w, need, hashes)
+		} else {
+			counted = c.load.AddNeed(r.RequestId, w, int(r.PrefillBlocks), need, hashes)
+		}
+		if !counted {
 			return // this replica heard its free first
 		}
 		if r.LoraName != "" && ValidLoRAName(r.LoraName) == nil {

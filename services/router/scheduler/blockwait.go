@@ -25,8 +25,9 @@ type KVSpace struct {
 	// Holders is how many running requests hold them.
 	Holders int
 	// Queued is the blocks the requests waiting for their first token
-	// there need to be admitted (each its uncached prompt blocks, or, a
-	// decode leg, the blocks it receives), Waiting their number.
+	// there need to be admitted (each its uncached prompt blocks), and
+	// the decode legs waiting for admission the blocks they receive (see
+	// Load.AddLeg); Waiting their number.
 	Queued, Waiting int
 	// RunMs is how long a request runs there once admitted, on average:
 	// its mean output times a decode step at the worker's KV usage, from

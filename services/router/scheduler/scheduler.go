@@ -228,6 +228,10 @@ type Params struct {
 
 // Load tracks the requests the router has sent to each worker: added on
 // route, moved from prefill to decode on prefill-complete, removed on free.
+// The decode leg of a disaggregated request (AddLeg) is the exception: its
+// prefill completes on another worker, and it then waits on its own for
+// admission (its KV moving, then free blocks and a running slot) until the
+// worker's load report shows it decoding (see PrefillDone and Report).
 // A worker's decode blocks are the distinct blocks of its decoding requests,
 // counted once however many requests share them (a shared system prompt
 // occupies the cache once), which is what its KV memory holds.
@@ -342,11 +346,16 @@ type workerLoad struct {
 	// how many tokens it generates, on average, from its last load
 	// report (see ReportRun); 0: unknown.
 	runMs, output float64
-	blocks        map[uint64]int32 // active block -> requests holding it
-	report        Reported
-	reportAt      time.Time
-	// queue lists the requests waiting for their first token, in the
-	// order they were routed: the order the engine prefills them in.
+	// listed says the worker's last load report listed its requests, so
+	// that a decode leg's admission shows there (see Report); a worker
+	// that has not reported, or reports only sums, gives no sign of it.
+	listed   bool
+	blocks   map[uint64]int32 // active block -> requests holding it
+	report   Reported
+	reportAt time.Time
+	// queue lists the requests waiting for their first token, and the
+	// decode legs waiting for admission, in the order they were routed:
+	// the order the engine prefills them in.
 	// headSince is when the first of them became the head, the one
 	// being computed; headRouted says it became the head when it was
 	// routed (the queue was empty), not when the request before it got
@@ -409,6 +418,12 @@ type request struct {
 	need      int
 	blocks    []uint64
 	prefilled bool
+	// leg says it is a disaggregated request's decode leg (AddLeg);
+	// running that it decodes on its worker (its blocks held there):
+	// from its prefill's completion, or, a decode leg, from the report
+	// that shows it decoding (reportedDecoding says a report did before
+	// its prefill's completion was heard).
+	leg, running, reportedDecoding bool
 	// at is when it was routed.
 	at time.Time
 	// expect is when its first token was predicted (zero: no
@@ -449,6 +464,22 @@ func (l *Load) AddShared(id string, w index.WorkerID, prefillBlocks int, blocks 
 // worker's KV memory when admitted, whatever it prefills: a decode leg
 // prefills nothing of its prompt and takes the blocks it receives.
 func (l *Load) AddNeed(id string, w index.WorkerID, prefillBlocks, need int, blocks []uint64) bool {
+	return l.add(id, w, prefillBlocks, need, blocks, false)
+}
+
+// AddLeg is AddShared for the decode leg of a disaggregated request routed
+// to w: it prefills nothing of its prompt there and takes need blocks of
+// w's KV memory when w admits it. Its prefill completes on another worker
+// (PrefillDone at the handoff); it then still waits on w, its KV moving
+// and then its admission, behind the blocks and running slots w's running
+// requests hold, so it stays among w's waiting requests until w's load
+// report lists it decoding (Report). A worker whose reports list no
+// requests gives no such sign: its decode legs run from the handoff.
+func (l *Load) AddLeg(id string, w index.WorkerID, need int, blocks []uint64) bool {
+	return l.add(id, w, 0, need, blocks, true)
+}
+
+func (l *Load) add(id string, w index.WorkerID, prefillBlocks, need int, blocks []uint64, leg bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, early := l.unrouted[id]; early {
@@ -457,7 +488,7 @@ func (l *Load) AddNeed(id string, w index.WorkerID, prefillBlocks, need int, blo
 	}
 	l.freeLocked(id)
 	delete(l.freed, id)
-	r := &request{worker: w, prefillBlocks: prefillBlocks, need: max(need, 0), blocks: blocks, at: l.now()}
+	r := &request{worker: w, prefillBlocks: prefillBlocks, need: max(need, 0), blocks: blocks, at: l.now(), leg: leg}
 	if n := int64(max(prefillBlocks, 0)); n > 0 {
 		r.attn = n * (2*int64(max(len(blocks)-prefillBlocks, 0)) + n)
 	}
@@ -514,7 +545,11 @@ func (l *Load) Expect(id, key string, at time.Time, sample bool) {
 	}
 }
 
-// PrefillDone records that a request finished its prefill. Unknown ids and
+// PrefillDone records that a request finished its prefill: it runs from
+// now, holding its blocks. A decode leg's prefill completes on another
+// worker (the handoff), and it runs once its worker admits it: when that
+// worker's load report shows it decoding (see AddLeg), at once when one
+// did already or the worker's reports list no requests. Unknown ids and
 // repeats are ignored. For a request with a predicted first token
 // (Expect), it says how much later than predicted it finished (negative:
 // earlier) and the key Expect gave; ok is false otherwise.
@@ -529,14 +564,26 @@ func (l *Load) PrefillDone(id string) (key string, late time.Duration, ok bool) 
 		key, late, ok = r.key, l.now().Sub(r.expect), true
 	}
 	r.prefilled = true
+	if r.leg && !r.reportedDecoding {
+		if wl := l.workers[r.worker]; wl != nil && wl.listed {
+			return key, late, ok // it waits for admission there
+		}
+	}
 	wl := l.workerLocked(r.worker)
-	wl.dequeue(r, l.now())
 	wl.prefillBlocks -= r.prefillBlocks
+	wl.runLocked(r, l.now())
+	return key, late, ok
+}
+
+// runLocked moves r, prefilled, from wl's waiting requests to its running
+// ones, which hold their blocks.
+func (wl *workerLoad) runLocked(r *request, now time.Time) {
+	wl.dequeue(r, now)
+	r.running = true
 	wl.decoding++
 	for _, h := range r.blocks {
 		wl.blocks[h]++
 	}
-	return key, late, ok
 }
 
 // Free forgets a request (finished or cancelled) and remembers that it
@@ -603,6 +650,8 @@ func (l *Load) freeLocked(id string) {
 	wl.requests--
 	if !r.prefilled {
 		wl.prefillBlocks -= r.prefillBlocks
+	}
+	if !r.running {
 		wl.dequeue(r, l.now())
 	} else {
 		wl.decoding--
@@ -621,13 +670,21 @@ func (l *Load) freeLocked(id string) {
 
 // Report merges a worker's load report: reqs lists every request on it
 // (nil with aggregate-only reports, when prefillTokens is its prompt
-// tokens still to prefill in all), totalBlocks its KV capacity.
+// tokens still to prefill in all), totalBlocks its KV capacity. A decode
+// leg the report lists with no prompt tokens left is decoding: admitted,
+// it runs from now (see AddLeg); one the report lists still to compute,
+// or does not list (its KV still moving), waits on. An aggregate-only
+// report says nothing of admissions: the legs waiting for one run.
 func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, totalBlocks, blockSize int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wl := l.workerLocked(w)
 	l.expireReportsLocked(l.now())
 	rep := Reported{TotalBlocks: totalBlocks}
+	wl.listed = reqs != nil
+	if !wl.listed {
+		l.runWaitingLegsLocked(wl)
+	}
 	if reqs == nil {
 		// Without ids nothing tells our requests from others but their
 		// sum; decode blocks may be a finished request's, so only prompt
@@ -639,7 +696,12 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 		}
 	}
 	for _, r := range reqs {
-		if _, ours := l.requests[r.ID]; ours {
+		if q, ours := l.requests[r.ID]; ours {
+			if q.leg && !q.running && r.PrefillTokens == 0 && q.worker == w {
+				if q.reportedDecoding = true; q.prefilled {
+					wl.runLocked(q, l.now())
+				}
+			}
 			continue
 		}
 		if _, freed := l.freed[r.ID]; freed {
@@ -657,6 +719,18 @@ func (l *Load) Report(w index.WorkerID, reqs []ReportedRequest, prefillTokens, t
 	}
 	wl.report, wl.reportAt = rep, l.now()
 	l.reports.Push(reportAt{w: w, at: wl.reportAt})
+}
+
+// runWaitingLegsLocked runs the decode legs waiting on wl past their
+// prefill's completion.
+func (l *Load) runWaitingLegsLocked(wl *workerLoad) {
+	for i := 0; i < len(wl.queue); {
+		if q := wl.queue[i]; q.leg && q.prefilled {
+			wl.runLocked(q, l.now())
+			continue
+		}
+		i++
+	}
 }
 
 // ReportRun keeps what a worker's load report says of its requests' runs:

@@ -6,10 +6,12 @@ package scheduler
 // only while fewer than that run, in arrival order, so a request that
 // finds the worker's running requests and those waiting ahead of it (the
 // requests the router routed there and has not seen start decoding,
-// KVSpace.Waiting, and the running ones it counts past the limit: a decode
-// leg whose KV has arrived waits there for a slot too) at or past the
-// limit starts once enough of them have ended: ends = Holders + Waiting +
-// 1 - MaxRunning. As BlockWait takes a running request's remaining time,
+// KVSpace.Waiting: decode legs among them until the worker's report shows
+// them decoding, see Load.AddLeg) at or past the limit starts once enough
+// of them have ended: ends = Holders + Waiting + 1 - MaxRunning (the
+// router may count more running than the limit: requests it saw reach
+// their first token and still waiting for a slot, as a decode leg on a
+// worker whose reports list no requests, which runs from its handoff). As BlockWait takes a running request's remaining time,
 // memoryless, a mean run of RunMs over k running requests ends one every
 // RunMs/k, and each end admits the next waiting request in its place (the
 // running stay k = min(Holders, MaxRunning)): the wait is ends x RunMs/k.

@@ -31,9 +31,9 @@ func TestSlotWait(t *testing.T) {
 		{name: "the last slot taken by one waiting", kv: kv(3, 1), most: 4, want: 1200.0 / 3},
 		{name: "full: the first end", kv: kv(4, 0), most: 4, want: 300},
 		{name: "full, two waiting ahead: the third end", kv: kv(4, 2), most: 4, want: 900},
-		// A decode leg whose KV arrived counts as running in the
-		// router's record though the engine has no slot for it: six
-		// counted on four slots are two waiting.
+		// The router may count more running than the slots (a decode
+		// leg on a worker whose reports list no requests runs from its
+		// handoff): six counted on four slots are two waiting.
 		{name: "more counted running than slots", kv: kv(6, 0), most: 4, want: 900},
 		{name: "limit unknown", kv: kv(6, 0), most: 0, want: 0},
 		{name: "run unknown", kv: KVSpace{Total: 100000, Held: 600, Holders: 6}, most: 4, want: 0},
