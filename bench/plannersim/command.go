@@ -72,6 +72,8 @@ func Command(args []string, stdout io.Writer) error {
 	}
 	pc.MaxAge = 3 * pc.Interval
 	pc.Lead = *startup
+	// The planner is told the window its objectives are judged over.
+	pc.JudgedWindow = *window
 	var trace []replay.Request
 	block := *traceBlock
 	if *tracePath != "" {

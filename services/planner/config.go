@@ -70,8 +70,12 @@ type Config struct {
 	// forecast looks that far ahead.
 	WorkerStartup time.Duration
 	// DemandQuantile is how sure a pool's size is to hold the forecast
-	// level of the rate (core.Config.Quantile).
+	// level of the rate (core.Config.Quantile), and the share of
+	// ObjectiveWindow windows it sizes to hold the objectives in.
 	DemandQuantile float64
+	// ObjectiveWindow is the span over which the objectives are judged
+	// (core.Config.JudgedWindow); 0 judges them over all requests.
+	ObjectiveWindow time.Duration
 	// Connector carries decisions out: local, kubernetes or virtual.
 	Connector string
 	// AckTimeout is how long the virtual connector waits for a decision's
@@ -106,6 +110,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		" (window: the mean of the last intervals; trend: their least-squares line, read one interval ahead)")
 	fs.DurationVar(&c.WorkerStartup, "worker-startup", 0, "how long a started worker takes to serve (start, load the model, register): the demand is forecast that far ahead")
 	fs.Float64Var(&c.DemandQuantile, "demand-quantile", d.Quantile, "how sure a pool's size is to hold the forecast rate, in [0.5, 1): the forecast plus this normal quantile of its error (0.5: the forecast alone)")
+	fs.DurationVar(&c.ObjectiveWindow, "objective-window", d.JudgedWindow, "span over which the objectives are judged: pools are sized so that in --demand-quantile of such windows the 90th percentiles of the window's own requests hold them (0: over all requests)")
 	fs.StringVar(&c.Connector, "connector", "virtual", "how decisions are carried out: "+strings.Join(Connectors, ", ")+
 		" (virtual: only written to the registry, for an external runner that acknowledges them)")
 	fs.DurationVar(&c.AckTimeout, "ack-timeout", 5*time.Minute, "virtual connector: how long a decision waits for its acknowledgement before the planner decides again")
@@ -128,7 +133,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.core().Validate(); err != nil {
-		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor, --worker-startup, --demand-quantile)", err)
+		return fmt.Errorf("%w (--ttft-slo, --itl-slo, --min-replicas, --max-replicas, --gpu-budget, --adjustment-interval, --predictor, --worker-startup, --demand-quantile, --objective-window)", err)
 	}
 	switch {
 	case strings.TrimSpace(c.RegistryAddr) == "":
@@ -168,6 +173,7 @@ func (c Config) core() core.Config {
 	cc.Predictor = c.Predictor
 	cc.Lead = c.WorkerStartup
 	cc.Quantile = c.DemandQuantile
+	cc.JudgedWindow = c.ObjectiveWindow
 	// Data older than three intervals is stale (a worker reports every
 	// second).
 	cc.MaxAge = 3 * c.AdjustmentInterval

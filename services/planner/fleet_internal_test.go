@@ -145,6 +145,8 @@ func TestConfigValidate(t *testing.T) {
 		{[]string{"--demand-quantile", "0.99"}, ""},
 		{[]string{"--demand-quantile", "0.4"}, "quantile"},
 		{[]string{"--demand-quantile", "1"}, "quantile"},
+		{[]string{"--objective-window", "0s"}, ""},
+		{[]string{"--objective-window", "-30s"}, "window the objectives are judged over"},
 		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg=switchyard-worker,decode=dec"}, ""},
 		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "mixed=w"}, "valid roles"},
 		{[]string{"--connector", "kubernetes", "--kubernetes-deployments", "agg=a,agg=b"}, "twice"},

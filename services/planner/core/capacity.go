@@ -52,6 +52,9 @@ type Load struct {
 	// wait for one to end, or push one out).
 	Full                          float64
 	promptTok, cachedTk, outputTk float64
+	// blocksPerRequest is the share of the KV cache a decoding request
+	// holds (0 when the cache is unknown).
+	blocksPerRequest float64
 }
 
 // SteadyState is the engine's load at rate requests per second of
@@ -137,6 +140,7 @@ func (e Engine) steady(role Role, rate, prompt, cached, output float64, ttft boo
 		// running requests count once, as the fleet's Footprint shows.
 		blocksPerRequest = e.blocksHeld(prompt, output) / float64(e.KVBlocks)
 	}
+	l.blocksPerRequest = blocksPerRequest
 	cost := func(t float64) (step, p, n, u float64) {
 		p = rate * np * t / 1000
 		n = rate * output * t / 1000
@@ -374,10 +378,21 @@ const (
 // rate*b*(output-1)/1000 per prompt), which scales the variance by
 // 1/(1-rho)^2. The quantile is the normal one, about the mean T.
 func itlQuantile(q float64, m timingmodel.Model, l Load, rate, output, blocksPerRequest float64) float64 {
+	t, sd := itlMoments(m, l, rate, output, blocksPerRequest)
+	if sd == 0 || math.IsInf(sd, 1) {
+		return t + sd
+	}
+	return t + normalQuantile(q)*sd
+}
+
+// itlMoments is the mean and the standard deviation of a request's mean
+// inter-token latency as itlQuantile models it: sd 0 when no prompt comes
+// in a request's life, +Inf when the prompts' work outgrows it.
+func itlMoments(m timingmodel.Model, l Load, rate, output, blocksPerRequest float64) (mean, sd float64) {
 	t := l.StepMs
 	mu := rate * (output - 1) * t / 1000
 	if !(mu > 0) {
-		return t
+		return t, 0
 	}
 	u := min((l.Decoding+1)*blocksPerRequest, 1)
 	d := m.StepMs(0, true, u)
@@ -389,10 +404,10 @@ func itlQuantile(q float64, m timingmodel.Model, l Load, rate, output, blocksPer
 	a := slope * blocksPerRequest
 	rho := rate * b * (output - 1) / 1000
 	if rho >= 1 {
-		return math.Inf(1)
+		return t, math.Inf(1)
 	}
 	variance := mu * (2*a*a/3 + b*b + a*b) / ((1 - rho) * (1 - rho))
-	return t + normalQuantile(q)*math.Sqrt(variance)
+	return t, math.Sqrt(variance)
 }
 
 // erlangC is the probability that an arrival waits in a queue of c

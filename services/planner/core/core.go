@@ -88,6 +88,12 @@ type Config struct {
 	// replaced before Lead: so it shrinks the pool only to what holds the
 	// highest demand forecast over [0, Lead+Interval].
 	Lead time.Duration
+	// JudgedWindow is the span over which the objectives are judged: a
+	// pool is sized so that in a share Quantile of such windows the 90th
+	// percentiles of the window's own requests hold them, not only the
+	// 90th percentiles over all requests (window.md); 0 sizes for the
+	// latter.
+	JudgedWindow time.Duration
 }
 
 // DefaultConfig is the planner's defaults: objectives TTFT 500 ms and
@@ -97,7 +103,7 @@ func DefaultConfig() Config {
 		Objectives: Objectives{TTFTMs: 500, ITLMs: 50},
 		Interval:   10 * time.Second, MinReplicas: 1, MaxReplicas: 8,
 		Predictor: "window", Window: 3, Hysteresis: 0.2, Cooldown: 3, MaxAge: 30 * time.Second,
-		Quantile: 0.95,
+		Quantile: 0.95, JudgedWindow: 30 * time.Second,
 	}
 }
 
@@ -120,6 +126,8 @@ func (c Config) Validate() error {
 		return errors.New("the maximum data age must be positive")
 	case c.Lead < 0:
 		return errors.New("the workers' start-up lead must not be negative")
+	case c.JudgedWindow < 0:
+		return errors.New("the window the objectives are judged over must not be negative")
 	case !(c.Quantile >= 0.5 && c.Quantile < 1):
 		return fmt.Errorf("demand quantile %v: must be in [0.5, 1)", c.Quantile)
 	}
@@ -175,8 +183,14 @@ type Inputs struct {
 	// of them), when they all agree; 0 when they do not.
 	BiasRPS float64 `json:"bias_rps"`
 	// CapacityRPS is one worker's requests per second within the
-	// objectives for the forecast's request sizes.
+	// objectives for the forecast's request sizes, in the share of the
+	// judged windows the pool aims at.
 	CapacityRPS float64 `json:"capacity_rps"`
+	// Dispersion is the index of dispersion of a judged window's
+	// arrivals (variance over mean, at least 1) the capacity was computed
+	// with, from the rate's noise; 0 when the objectives are not judged by
+	// windows.
+	Dispersion float64 `json:"dispersion,omitempty"`
 	// FootprintBlocks is the KV blocks a running request holds, as the
 	// workers' load reports show (blocks in use over running requests):
 	// what the capacity was computed with; 0 when none ran.
@@ -476,7 +490,8 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	pd.Inputs.SpreadRPS = spread.Error
 	z := normalQuantile(c.Quantile)
 	pd.Inputs.BiasRPS = st.bias(spread.Noise, z, c.biasSamples())
-	upper := max(f.RequestsPerSec+pd.Inputs.BiasRPS, 0) + z*spread.Error
+	level := max(f.RequestsPerSec+pd.Inputs.BiasRPS, 0)
+	upper := level + z*spread.Error
 	if newSample {
 		st.bounds = append(st.bounds, upper)
 		if len(st.bounds) > c.Cooldown+1 {
@@ -501,13 +516,29 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		eng.Footprint = used / running
 	}
 	pd.Inputs.FootprintBlocks = eng.Footprint
-	capRPS, bound := eng.Capacity(o.Key.Role, prompt, cached, output, c.Objectives)
+	// Judged by windows: a window of few requests or of clustered
+	// arrivals needs room the steady state does not (window.md). The
+	// rates a shrink checks are bounds at the quantile already; the
+	// forecast a pool grows for is not, and its error and the window's
+	// own noise move the window's rate together, in quadrature
+	// (Judged.LevelError), not one margin on top of the other.
+	var judged Judged
+	capLevel := 0.0
+	if c.JudgedWindow > 0 {
+		judged = JudgedBy(level, spread.Noise, c.Interval, c.JudgedWindow, c.Quantile)
+		pd.Inputs.Dispersion = judged.Dispersion
+		if level > 0 {
+			j := judged
+			j.LevelError = spread.Error / level
+			capLevel, _ = eng.CapacityJudged(o.Key.Role, prompt, cached, output, c.Objectives, j)
+		}
+	}
+	capRPS, bound := eng.CapacityJudged(o.Key.Role, prompt, cached, output, c.Objectives, judged)
 	pd.Inputs.CapacityRPS = capRPS
-	need := func(rps, share float64) int {
+	needAt := func(rps, share, per float64) int {
 		if !(rps > 0) {
 			return 0
 		}
-		per := capRPS
 		if per == 0 {
 			per = bound
 		}
@@ -516,13 +547,21 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		}
 		return int(math.Ceil(rps/(per*share) - 1e-9))
 	}
+	need := func(rps, share float64) int { return needAt(rps, share, capRPS) }
 	target := need(upper, 1)
+	if judged.Requests > 0 {
+		target = needAt(level, 1, capLevel)
+	}
 	corrected := ""
 	if b := pd.Inputs.BiasRPS; b != 0 {
 		corrected = fmt.Sprintf(", %+.3g for its recent misses", b)
 	}
 	reason := fmt.Sprintf("throughput: %.3g req/s forecast%s (%.3g at the %.0fth percentile), %.3g req/s per worker within the objectives",
 		f.RequestsPerSec, corrected, upper, 100*c.Quantile, capRPS)
+	if judged.Requests > 0 {
+		reason = fmt.Sprintf("throughput: %.3g req/s forecast%s, %.3g req/s per worker within the objectives in %.0f%% of %s windows with the forecast's error (%.3g req/s) and a window's own noise (dispersion %.3g); %.3g for a rate bound at the %.0fth percentile (%.3g)",
+			f.RequestsPerSec, corrected, capLevel, 100*c.Quantile, c.JudgedWindow, spread.Error, judged.Dispersion, capRPS, 100*c.Quantile, upper)
+	}
 	if capRPS == 0 && f.RequestsPerSec > 0 {
 		reason = fmt.Sprintf("throughput: %.3g req/s forecast; no load holds the objectives for requests of %.0f+%.0f tokens, sized to what a worker sustains (%.3g req/s)",
 			f.RequestsPerSec, prompt, output, bound)

@@ -23,6 +23,10 @@ func testConfig() Config {
 	c.Window = 1
 	c.MaxReplicas = 8
 	c.ITLMs = itlAt40
+	// Judged over all requests: the capacities below are the steady
+	// state's, worked out by hand (TestDecideJudgedByWindows and
+	// window_test.go cover windows).
+	c.JudgedWindow = 0
 	return c
 }
 
@@ -733,5 +737,54 @@ func TestRiseMemory(t *testing.T) {
 		if got := c.riseMemory(); got != tc.want {
 			t.Errorf("quantile %v, lead %v: memory %d, want %d", tc.quantile, tc.lead, got, tc.want)
 		}
+	}
+}
+
+// TestDecideJudgedByWindows: judged by windows, a pool is sized with the
+// capacity that holds the share of windows the planner aims at, for the
+// requests a window of the rate it sizes for holds and their dispersion
+// from the rates' noise.
+func TestDecideJudgedByWindows(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rates []float64
+	}{
+		{"steady rate", []float64{50, 50, 50, 50, 50}},
+		{"noisy rate", []float64{40, 60, 45, 58, 50}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testConfig()
+			c.JudgedWindow = 30 * time.Second
+			p, err := New(c, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, _ := NewPredictor(c.Predictor, c.Window, c.Quantile)
+			var pd PoolDecision
+			for i, r := range tc.rates {
+				at := t0.Add(time.Duration(i+1) * c.Interval)
+				pr.Observe(demand(r, at))
+				pd = p.Decide(at, []PoolObservation{obs(2, r, at)}).Pools[0]
+			}
+			level := pd.Inputs.Forecast.RequestsPerSec + pd.Inputs.BiasRPS
+			j := JudgedBy(level, pr.Spread(c.Interval).Noise, c.Interval, c.JudgedWindow, c.Quantile)
+			e := Engine{Model: simple}
+			want, _ := e.CapacityJudged(Agg, 100, 0, 10, c.Objectives, j)
+			steady, _ := e.Capacity(Agg, 100, 0, 10, c.Objectives)
+			if !near(pd.Inputs.CapacityRPS, want) || !near(pd.Inputs.Dispersion, j.Dispersion) || !(want < steady) {
+				t.Fatalf("capacity %v req/s, dispersion %v; want %v (below the steady state's %v), %v", pd.Inputs.CapacityRPS, pd.Inputs.Dispersion, want, steady, j.Dispersion)
+			}
+			// The pool grows for the forecast, its error in quadrature
+			// with the window's noise.
+			j.LevelError = pd.Inputs.SpreadRPS / level
+			atLevel, _ := e.CapacityJudged(Agg, 100, 0, 10, c.Objectives, j)
+			if n := int(math.Ceil(level / atLevel)); pd.Target != n || atLevel > want {
+				t.Fatalf("target %d, want %d: %v req/s at %v req/s a worker (at most %v)", pd.Target, n, level, atLevel, want)
+			}
+			if !strings.Contains(pd.Reason, "in 95% of 30s windows") {
+				t.Fatalf("reason %q does not say the windows", pd.Reason)
+			}
+			t.Logf("%s", pd.Reason)
+		})
 	}
 }

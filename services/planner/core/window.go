@@ -1,0 +1,132 @@
+package core
+
+import (
+	"math"
+	"time"
+)
+
+// Judged is how the objectives are judged: by windows of requests, each
+// holding them when the 90th percentiles of its own requests' latencies
+// do, a share Attainment of the windows holding. window.md derives the
+// capacity this asks for.
+type Judged struct {
+	// Requests is the pool's requests in one window; 0 judges the 90th
+	// percentiles over all requests (the steady state's) instead.
+	Requests float64
+	// Dispersion is the index of dispersion of a window's arrivals, their
+	// variance over their mean: 1 for a Poisson process, more when
+	// requests come in clusters. Below 1 counts as 1.
+	Dispersion float64
+	// Attainment is the share of windows that must hold, in [0.5, 1).
+	Attainment float64
+	// LevelError is the standard deviation of the rate's level, relative
+	// to it, when the pool is sized for a forecast of it rather than for
+	// a bound on it: a window's rate then differs from the one sized for
+	// by the forecast's error and by its own arrivals' noise, which are
+	// independent and add in quadrature. 0 when the rate is known.
+	LevelError float64
+}
+
+// JudgedBy is how a pool sized for rate requests per second is judged
+// over windows of window: the pool's requests in one, and the dispersion
+// that noise, the standard deviation of the request rate of intervals of
+// interval around its level, gives them (an interval's count has the
+// variance noise^2*interval^2 and the mean rate*interval). It assumes
+// the clusters are shorter than an interval, so that a window of several
+// has the same dispersion.
+func JudgedBy(rate, noise float64, interval, window time.Duration, attainment float64) Judged {
+	j := Judged{Attainment: attainment, Dispersion: 1}
+	if !(rate > 0) || window <= 0 {
+		return j
+	}
+	j.Requests = rate * window.Seconds()
+	if d := noise * noise * interval.Seconds() / rate; d > 1 {
+		j.Dispersion = d
+	}
+	return j
+}
+
+// CapacityJudged is the most requests per second one engine of a pool
+// sustains while a share j.Attainment of the windows of j.Requests
+// requests hold both objectives that apply to role (window.md): at the
+// rate r, with e(r) the steady state's share of requests past an
+// objective, e(r) plus the normal quantile of j.Attainment times the
+// spread of a window's share, sqrt((e(r*(1+s)) - e(r))^2 + e(1-e)/n)
+// with s = sqrt(Dispersion/n + LevelError^2), must be at most a tenth. It is at most
+// Capacity's, which it equals when j.Requests is 0; bound is Capacity's.
+func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Objectives, j Judged) (capacity, bound float64) {
+	capacity, bound = e.Capacity(role, prompt, cached, output, o)
+	if !(j.Requests > 0) || !(capacity > 0) {
+		return capacity, bound
+	}
+	n := j.Requests
+	s := math.Sqrt(max(j.Dispersion, 1)/n + j.LevelError*j.LevelError)
+	z := normalQuantile(min(max(j.Attainment, 0.5), 1-1e-9))
+	holds := func(r float64) bool {
+		t0, i0 := e.late(role, r, prompt, cached, output, o)
+		t1, i1 := e.late(role, r*(1+s), prompt, cached, output, o)
+		for _, p := range [][2]float64{{t0, t1}, {i0, i1}} {
+			spread := math.Sqrt((p[1]-p[0])*(p[1]-p[0]) + p[0]*(1-p[0])/n)
+			if p[0]+z*spread > 1-objectiveQuantile {
+				return false
+			}
+		}
+		return true
+	}
+	if holds(capacity) {
+		return capacity, bound
+	}
+	lo, hi := 0.0, capacity
+	for i := 0; i < 50 && hi-lo > 1e-6*hi; i++ {
+		mid := (lo + hi) / 2
+		if holds(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, bound
+}
+
+// late is the steady state's share of requests past each objective at
+// rate per engine, 0 for one the role does not serve: for the TTFT, the
+// tail its 90th percentile is found on (SteadyState); for the ITL, the
+// normal tail of a request's mean interval (itlQuantile's), a request
+// that finds the engine full counted late too. Both are 1 where the
+// engine does not keep up.
+func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectives) (ttft, itl float64) {
+	l := e.steady(role, rate, prompt, cached, output, false)
+	if !l.Feasible {
+		return 1, 1
+	}
+	if role != Decode && l.promptTok > 0 {
+		switch {
+		case l.outputTk > 0:
+			exceeds, _, _ := e.ttftTail(rate, l.promptTok, l.outputTk, l)
+			ttft = exceeds(o.TTFTMs)
+		default:
+			// A prefill-only engine is a single server (ttft90's tail):
+			// P(wait > t) = rho*exp(-t*(1-rho)/own).
+			own, rho := l.StepMs, l.PrefillUtilization
+			wait := o.TTFTMs - e.Model.PrefillPerRequest - own
+			ttft = 1
+			if wait >= 0 {
+				ttft = rho * math.Exp(-wait*(1-rho)/own)
+			}
+		}
+	}
+	if role != Prefill && l.outputTk > 0 {
+		mean, sd := itlMoments(e.Model, l, rate, l.outputTk, l.blocksPerRequest)
+		tail := 0.0
+		switch {
+		case math.IsInf(sd, 1):
+			tail = 1
+		case sd > 0:
+			tail = 0.5 * math.Erfc((o.ITLMs-mean)/(sd*math.Sqrt2))
+		case mean > o.ITLMs:
+			tail = 1
+		}
+		itl = l.Full + (1-l.Full)*tail
+	}
+	return min(ttft, 1), itl
+}
