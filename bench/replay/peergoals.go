@@ -49,6 +49,13 @@ type Figures struct {
 	// GoodLo and GoodHi are the lowest and highest goodput over those
 	// seeds (RunGoodputSpread; both Pass when it ran one).
 	GoodLo, GoodHi float64
+	// SentAway and GaveUp are the mode's Result fields at the default
+	// rate: the requests it placed away from the worker it saw caching
+	// most of their prompt, and the share of the prompt blocks they gave
+	// up so (what the hit rate lost by those choices, as it saw the
+	// caches).
+	SentAway int
+	GaveUp   float64
 }
 
 // GoodSpread is the range of the mode's goodput over the seeds run.
@@ -60,7 +67,8 @@ func peerFigures(r *Report, defaultRate float64) []Figures {
 	for i, m := range comparedModes {
 		f := Figures{Mode: m}
 		if j := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == defaultRate }); j >= 0 {
-			f.Ran, f.HitRate, f.TTFT = true, r.Results[j].HitRate, r.Results[j].TTFT
+			x := r.Results[j]
+			f.Ran, f.HitRate, f.TTFT, f.SentAway, f.GaveUp = true, x.HitRate, x.TTFT, x.SentAway, x.GaveUp
 		}
 		f.Pass, f.Fail = r.GoodputBracket(m)
 		f.GoodLo, f.GoodHi = f.Pass, f.Pass
@@ -553,6 +561,22 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 			cells = append(cells, ms(f.TTFT[0])+" / "+ms(f.TTFT[1])+" / "+ms(f.TTFT[2]))
 		}
 		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
+	// Why kv's hit rate is below the best peer's where it is: the blocks
+	// its own choices gave up, against the gap.
+	first := true
+	for _, g := range rows {
+		kv, best := g.figures("kv"), Figures{}
+		var ok bool
+		if best, ok = g.BestHit(); !ok || !kv.Ran || kv.HitRate >= best.HitRate {
+			continue
+		}
+		if first {
+			b.WriteString("\n")
+			first = false
+		}
+		fmt.Fprintf(b, "%s: kv's hit rate is %.2f points below %s's; kv sent %d requests away from the worker it saw caching most of their prompt, giving up %.2f points (%s: %d requests, %.2f points)\n",
+			g.Trace, 100*(best.HitRate-kv.HitRate), best.Mode, kv.SentAway, 100*kv.GaveUp, best.Mode, best.SentAway, 100*best.GaveUp)
 	}
 	half := (len(rows) + 1) / 2
 	fmt.Fprintf(b, "\npeer goals met on %d traces: hit >= best peer %d, ttft p90 <= best peer %d, goodput >= best peer %d, goodput >= %gx best peer %d (goal: at least %d, %s; %d more undecided by the goodput brackets)\n",

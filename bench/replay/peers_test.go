@@ -309,11 +309,15 @@ func TestPeerGoals(t *testing.T) {
 	// Goodputs (SLO 2 s): kv [kvPass, kvFail), dynamo [dynPass, 12), the
 	// others lower. At x6: kv hit 0.60, TTFT p90 500 ms; dynamo 0.62, 450
 	// ms; llm-d 0.55, 700 ms; sglang 0.50, 800 ms; round-robin 0.2, 1.9 s.
+	// kv gave up 1.5 points of hit rate on 5 requests sent away from
+	// their home; dynamo none.
+	kv6 := res("kv", 6, 0.60, 500*ms)
+	kv6.SentAway, kv6.GaveUp = 5, 0.015
 	report := func(name string, kvPass, kvFail, dynPass float64, chain time.Duration) *Report {
 		return &Report{Trace: name, SLO: 2 * time.Second, ChainFloors: map[float64][3]time.Duration{6: {0, chain, 0}},
 			Results: []Result{
 				res("round-robin", 6, 0.2, 1900*ms), res("round-robin", 9, 0.2, 3*time.Second),
-				res("kv", 6, 0.60, 500*ms), res("kv", kvPass, 0.6, time.Second), res("kv", kvFail, 0.6, 3*time.Second),
+				kv6, res("kv", kvPass, 0.6, time.Second), res("kv", kvFail, 0.6, 3*time.Second),
 				res("dynamo", 6, 0.62, 450*ms), res("dynamo", dynPass, 0.62, time.Second), res("dynamo", 12, 0.62, 3*time.Second),
 				res("llm-d", 6, 0.55, 700*ms), res("llm-d", 7, 0.55, 3*time.Second),
 				res("sglang", 6, 0.50, 800*ms), res("sglang", 7, 0.50, 3*time.Second),
@@ -386,6 +390,7 @@ func TestPeerGoals(t *testing.T) {
 		"kv TTFT p90 <= 1.5x chain floor: 1 of the 2 traces where some policy reaches it",
 		"no policy within 1.5x of the chain floor on 4 traces: c, d, e, f",
 		"| a | 250.0 / 500.0 / 1000.0 | 225.0 / 450.0 / 900.0 |",
+		"\na: kv's hit rate is 2.00 points below dynamo's; kv sent 5 requests away from the worker it saw caching most of their prompt, giving up 1.50 points (dynamo: 0 requests, 0.00 points)\nb: ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("peer table lacks %q:\n%s", want, out.String())

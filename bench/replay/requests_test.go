@@ -321,3 +321,37 @@ func TestSlowGapsCaused(t *testing.T) {
 		t.Errorf("sessions x20: %v slow gaps, %v caused by prompts; want equal and some", slow, caused)
 	}
 }
+
+// TestSentAway checks the run's count of requests placed away from the
+// worker the router saw caching most of their prompt, and the share of
+// the prompt blocks they gave up, against the requests' own records (the
+// chosen worker's overlap and the best one's), on the start of the
+// shipped sessions trace at a rate where the router trades some of them.
+func TestSentAway(t *testing.T) {
+	sessions, err := BuiltinTrace("sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig()
+	cfg.RateScale = 20
+	res, recs, err := RunRecorded(sessions[:300], cfg, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := cfg.Engine.BlockSize
+	sent, gaveUp, blocks := 0, 0, 0
+	for _, r := range recs {
+		if r.BestOverlap > r.Overlap {
+			sent++
+			gaveUp += r.BestOverlap - r.Overlap
+		}
+		blocks += r.PromptTokens / bs
+	}
+	if len(recs) != 300 || sent == 0 {
+		t.Fatalf("%d records, %d sent away: want 300 and some sent", len(recs), sent)
+	}
+	if res.SentAway != sent || math.Abs(res.GaveUp-float64(gaveUp)/float64(blocks)) > 1e-12 {
+		t.Fatalf("SentAway %d, GaveUp %v; the records say %d, %d of %d blocks (%v)", res.SentAway, res.GaveUp, sent, gaveUp, blocks, float64(gaveUp)/float64(blocks))
+	}
+	t.Logf("%d of %d requests sent away, %.2f points given up (hit rate %.3f)", sent, len(recs), 100*res.GaveUp, res.HitRate)
+}

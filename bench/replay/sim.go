@@ -151,6 +151,15 @@ type Result struct {
 	// engine (worker, or rank of one) than their session's previous turn
 	// (where its prefix is).
 	LaterTurns, TurnsAway int
+	// SentAway counts the requests the router placed on a worker it saw
+	// caching fewer of their blocks than the one caching the most (their
+	// home); GaveUp is the blocks those requests gave up so (the home's
+	// cached prefix less the chosen worker's), over the prompt blocks
+	// HitRate counts: the hit rate a router that always went home would
+	// have kept, as the router saw the caches. Zero in modes whose
+	// responses list no candidates and for disaggregated pairs.
+	SentAway int
+	GaveUp   float64
 	// AdapterRequests counts the routed requests with a LoRA adapter,
 	// AdapterMisrouted those routed to an engine whose card does not list
 	// it, and LoraLoads the adapters the engines loaded.
@@ -306,8 +315,9 @@ type sim struct {
 	next    int            // the replica that takes the next request
 	owner   map[string]int // request id -> the replica that routed it
 	reqs    map[string]*inflight
-	left    int // requests neither finished nor rejected
-	routed  int // requests the router placed
+	left    int    // requests neither finished nor rejected
+	routed  int    // requests the router placed
+	gaveUp  uint64 // blocks the requests sent away from their home gave up (Result.GaveUp)
 	res     Result
 	ttft    []time.Duration
 	e2e     []time.Duration
@@ -595,6 +605,10 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 			s.owner[id] = me
 			w.prefill += len(prompt)
 			w.requests++
+			if best := bestOverlap(resp); best > int(resp.GetOverlapBlocks()) {
+				s.res.SentAway++
+				s.gaveUp += uint64(best - int(resp.GetOverlapBlocks()))
+			}
 			s.reqs[id] = &inflight{arrival: s.now}
 			if s.record {
 				s.reqs[id].rec = s.recordArrival(n, w, resp, len(prompt))
@@ -638,6 +652,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 	if queried > 0 {
 		res.HitRate = float64(hit) / float64(queried)
 		res.HostHitRate = float64(hostHit) / float64(queried)
+		res.GaveUp = float64(s.gaveUp) / float64(queried)
 	}
 	res.TTFTMean = mean(s.ttft)
 	res.TTFT = percentiles(s.ttft)
@@ -714,6 +729,16 @@ func (s *sim) recordArrival(n int, w *simEngine, resp *routerv1.RouteResponse, p
 	}
 	rec.Wait = -1
 	return rec
+}
+
+// bestOverlap is the most blocks of the request any candidate in resp
+// caches, as the router saw them (0 when it lists none).
+func bestOverlap(resp *routerv1.RouteResponse) int {
+	best := 0
+	for _, c := range resp.GetCandidates() {
+		best = max(best, int(c.GetOverlapBlocks()))
+	}
+	return best
 }
 
 // engineState is the prompt tokens w still has to prefill and its
