@@ -52,6 +52,8 @@ func TestDisaggModes(t *testing.T) {
 		{name: "always, 1+3 from the decode pool's size", mode: "disagg-always", rate: 4, decode: 3, wantP: 1, wantD: 3, remote: func(x float64) bool { return x == 1 }},
 		{name: "auto at a trickle: every prefill local", mode: "disagg", rate: 1, spaced: time.Minute, prefill: 3, wantP: 3, wantD: 1, remote: func(x float64) bool { return x == 0 }},
 		{name: "auto, halves by default", mode: "disagg", rate: 4, wantP: 2, wantD: 2, remote: func(x float64) bool { return x >= 0 && x <= 1 }},
+		{name: "auto behind 3 synced routers", mode: "disagg-3-replicas", rate: 4, prefill: 2, decode: 2, wantP: 2, wantD: 2,
+			remote: func(x float64) bool { return x >= 0 && x <= 1 }},
 		{name: "kv is aggregated", mode: "kv", rate: 4, prefill: 2, decode: 2, remote: func(x float64) bool { return x == 0 }},
 	}
 	for _, tt := range tests {

@@ -250,7 +250,7 @@ func writeCapacity(w io.Writer, r *Report) error {
 func writeSplitCapacity(w io.Writer, r *Report) {
 	var modes []string
 	for _, m := range r.Modes() {
-		if m == "disagg" || m == "disagg-always" {
+		if m == "disagg" || m == "disagg-always" || m == "disagg-3-replicas" {
 			modes = append(modes, m)
 		}
 	}

@@ -176,11 +176,12 @@ type SessionCounts struct {
 
 // Modes are the routing modes a replay compares, in table order: the
 // router's modes, approximate kv, kv behind several replicas that share
-// their decisions over (simulated) replica sync, or do not, and the peers'
-// policies (peers.go).
+// their decisions over (simulated) replica sync, or do not, the peers'
+// policies (peers.go), and the disaggregated modes (disagg.go; auto also
+// behind 3 synced replicas).
 var Modes = []string{"round-robin", "random", "least-loaded", "kv", "kv-approx", "kv-3-replicas", "kv-8-replicas", "kv-3-replicas-nosync",
 	"dynamo", "llm-d", "sglang", "disagg", "disagg-always", "kv-sessions", "kv-sessions-hard", "kv-3-replicas-sessions", "kv-tier-blind", "kv-adapter-blind",
-	"kv-rank-blind"}
+	"kv-rank-blind", "disagg-3-replicas"}
 
 // adapterPlacement is, per engine, the LoRA adapters its card lists: of
 // the trace's adapters, sorted by name, engine i serves the j-th unless
@@ -249,6 +250,8 @@ func setupOf(mode string) (modeSetup, error) {
 		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAuto}, nil
 	case "disagg-always":
 		return modeSetup{mode: core.ModeKV, replicas: 1, disagg: core.DisaggAlways}, nil
+	case "disagg-3-replicas":
+		return modeSetup{mode: core.ModeKV, replicas: 3, sync: true, disagg: core.DisaggAuto}, nil
 	case "kv-sessions":
 		return modeSetup{mode: core.ModeKV, replicas: 1, sessions: core.AffinitySoft}, nil
 	case "kv-sessions-hard":
