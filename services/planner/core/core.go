@@ -191,6 +191,12 @@ type Inputs struct {
 	// with, from the rate's noise; 0 when the objectives are not judged by
 	// windows.
 	Dispersion float64 `json:"dispersion,omitempty"`
+	// BacklogRequests is the requests the workers hold past what they
+	// clear within the TTFT objective, and what they will hold when the
+	// workers started now serve; DrainRPS the rate the pool adds to clear
+	// them within a judged window (backlog).
+	BacklogRequests float64 `json:"backlog_requests,omitempty"`
+	DrainRPS        float64 `json:"drain_rps,omitempty"`
 	// FootprintBlocks is the KV blocks a running request holds, as the
 	// workers' load reports show (blocks in use over running requests):
 	// what the capacity was computed with; 0 when none ran.
@@ -267,6 +273,10 @@ type poolState struct {
 	misses  []float64
 	// observed counts the samples the predictor has taken.
 	observed int
+	// started is when the workers started and not registered yet were
+	// asked for, oldest first (the oldest register first): they serve
+	// from then plus Lead.
+	started []time.Time
 	// kvUsed and kvRunning are the fresh workers' KV blocks in use and
 	// running requests, summed, at the decisions of the predictor's last
 	// samples: their ratio is the blocks a running request holds.
@@ -322,8 +332,12 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 	p.budget(d.Pools)
 	for i := range d.Pools {
 		pd := &d.Pools[i]
+		st := p.pools[pd.PoolKey]
 		if pd.Target != pd.Current {
-			p.pools[pd.PoolKey].changedAt = d.ID
+			st.changedAt = d.ID
+		}
+		for range max(pd.Target-pd.Current, 0) {
+			st.started = append(st.started, now)
 		}
 		pd.Drain = nil
 		if pd.Target < pd.Current {
@@ -432,6 +446,19 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		}
 	}
 	pd.Inputs.Fresh = len(fresh)
+	// The workers started and not registered yet are the newest asked
+	// for; those asked for by a planner before a restart are not known:
+	// they are taken to serve no sooner than one started now.
+	if k := len(st.started) - o.Starting; k > 0 {
+		st.started = append(st.started[:0], st.started[k:]...)
+	}
+	coming := make([]time.Duration, o.Starting)
+	for i := range coming {
+		coming[i] = c.Lead
+		if j := len(st.started) - o.Starting + i; j >= 0 {
+			coming[i] = min(max(st.started[j].Add(c.Lead).Sub(now), 0), c.Lead)
+		}
+	}
 	demandFresh := !o.Demand.At.IsZero() && now.Sub(o.Demand.At) <= c.MaxAge && o.Demand.valid()
 	newSample := demandFresh && o.Demand.At.After(st.lastSample)
 	if newSample {
@@ -548,13 +575,21 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		return int(math.Ceil(rps/(per*share) - 1e-9))
 	}
 	need := func(rps, share float64) int { return needAt(rps, share, capRPS) }
-	target := need(upper, 1)
+	// Backlog: the requests the workers hold past what they clear within
+	// the TTFT objective must be cleared too, once the workers started now
+	// serve (backlog).
+	backlog, drainRPS := backlog(fresh, coming, c, eng, prompt, cached, f.RequestsPerSec, bound)
+	pd.Inputs.BacklogRequests, pd.Inputs.DrainRPS = backlog, drainRPS
+	target := need(upper+drainRPS, 1)
 	if judged.Requests > 0 {
-		target = needAt(level, 1, capLevel)
+		target = needAt(level+drainRPS, 1, capLevel)
 	}
 	corrected := ""
 	if b := pd.Inputs.BiasRPS; b != 0 {
 		corrected = fmt.Sprintf(", %+.3g for its recent misses", b)
+	}
+	if drainRPS > 0 {
+		corrected += fmt.Sprintf(", %.3g to clear a backlog of %.0f requests", drainRPS, backlog)
 	}
 	reason := fmt.Sprintf("throughput: %.3g req/s forecast%s (%.3g at the %.0fth percentile), %.3g req/s per worker within the objectives",
 		f.RequestsPerSec, corrected, upper, 100*c.Quantile, capRPS)
@@ -651,6 +686,49 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	}
 	pd.Reason = reason
 	return pd
+}
+
+// backlog is the requests a pool holds past what its workers clear within
+// the TTFT objective by the time workers started now serve, and the rate
+// that clears them within a judged window (an interval when the
+// objectives are not judged by windows). A worker's backlog is its
+// requests waiting for room (its KV cache full) and its queued prompt
+// tokens past one step's budget, in prompts of the mean uncached size,
+// less what it computes within the objective at the most it sustains
+// (bound requests per second): a queue that short delays no first token
+// past the objective, and the steady state has it anyway. Until the
+// workers started now serve (Lead), the backlog grows by the forecast
+// rate that the ready workers, and the started ones from when they serve
+// (coming: the time until each does), cannot take at that most. Every
+// request in a
+// backlog is late, and so is every window it lasts through: the pool
+// clears it within the window after the new workers come.
+func backlog(fresh []Worker, coming []time.Duration, c Config, eng Engine, prompt, cached, forecast, bound float64) (requests, drainRPS float64) {
+	if len(fresh) == 0 || !(bound > 0) {
+		return 0, 0
+	}
+	np, _, _ := computed(prompt, cached)
+	budget := float64(eng.Model.MaxBatchedTokens)
+	within := bound * c.TTFTMs / 1000
+	for _, w := range fresh {
+		held := float64(w.Waiting)
+		if q := float64(w.Queued) - budget; q > 0 && np > 0 {
+			held += q / np
+		}
+		requests += max(held-within, 0)
+	}
+	if requests == 0 {
+		return 0, 0
+	}
+	coming = slices.Clone(coming)
+	slices.Sort(coming)
+	serving, from := float64(len(fresh)), time.Duration(0)
+	for _, until := range append(coming, c.Lead) {
+		requests += max(forecast-serving*bound, 0) * (until - from).Seconds()
+		serving, from = serving+1, until
+	}
+	span := max(c.JudgedWindow, c.Interval)
+	return requests, requests / span.Seconds()
 }
 
 // settle compares the forecasts due by the sample s (its interval ends

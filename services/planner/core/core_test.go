@@ -788,3 +788,95 @@ func TestDecideJudgedByWindows(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideClearsABacklog: requests the workers hold past what they
+// clear within the TTFT objective (waiting for room, or queued prompt
+// tokens past a step's budget) are added to the rate the pool is sized
+// for, to be cleared within a judged window, with what the backlog grows
+// by until started workers serve.
+func TestDecideClearsABacklog(t *testing.T) {
+	c := testConfig()
+	c.JudgedWindow = 30 * time.Second
+	c.Quantile = 0.5 // the forecast alone, judged over the steady state: the capacity is 40
+	steady, _ := Engine{Model: simple}.Capacity(Agg, 100, 0, 10, c.Objectives)
+	within := steady * c.TTFTMs / 1000 // requests a worker clears within the objective
+	for _, tc := range []struct {
+		name             string
+		lead             time.Duration
+		rate             float64
+		waiting, queued  int // on each of the 2 workers
+		wantBacklog      float64
+		wantTargetAtMost int
+	}{
+		{"none", 0, 60, 0, 0, 0, 2},
+		{"a queue cleared within the objective", 0, 60, int(within), 0, 0, 2},
+		// 120 waiting on each: 2*(120-within) to clear in 30 s.
+		{"waiting for room", 0, 60, 120, 0, 2 * (120 - within), 0},
+		// Queued prompt tokens past a step's 1,000: 100 tokens a prompt.
+		// (The load rule would add one worker; this adds more.)
+		{"queued prompts", 0, 60, 0, 1000 + 100000, 2 * (1000 - within), 0},
+		// Until started workers serve, 20 s here, the arrivals past the
+		// 2 workers' 40 req/s each join it: 100-80 req/s for 20 s.
+		{"growing until started workers serve", 20 * time.Second, 100, 120, 0, 2*(120-within) + 20*20, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := c
+			c.Lead = tc.lead
+			p, err := New(c, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := t0.Add(c.Interval)
+			o := obs(2, tc.rate, at)
+			for i := range o.Workers {
+				o.Workers[i].Waiting, o.Workers[i].Queued = tc.waiting, tc.queued
+			}
+			pd := p.Decide(at, []PoolObservation{o}).Pools[0]
+			if !near(pd.Inputs.BacklogRequests, tc.wantBacklog) || !near(pd.Inputs.DrainRPS, tc.wantBacklog/30) {
+				t.Fatalf("backlog %v requests, drain %v req/s; want %v, %v", pd.Inputs.BacklogRequests, pd.Inputs.DrainRPS, tc.wantBacklog, tc.wantBacklog/30)
+			}
+			want := int(math.Ceil((tc.rate + tc.wantBacklog/30) / steady))
+			if tc.wantTargetAtMost > 0 {
+				want = tc.wantTargetAtMost
+			}
+			if pd.Target != want {
+				t.Fatalf("target %d, want %d (%s)", pd.Target, want, pd.Reason)
+			}
+			if tc.wantBacklog > 0 && !strings.Contains(pd.Reason, "to clear a backlog") {
+				t.Fatalf("reason %q does not say the backlog", pd.Reason)
+			}
+		})
+	}
+}
+
+// TestBacklogGrowsUntilWorkersServe: until the workers started now serve,
+// a backlog grows by the arrivals the serving workers cannot take, the
+// workers started earlier serving from when they come.
+func TestBacklogGrowsUntilWorkersServe(t *testing.T) {
+	c := testConfig()
+	c.JudgedWindow, c.Lead = 30*time.Second, 20*time.Second
+	e := Engine{Model: simple}
+	bound := 40.0 // the most a worker takes, requests per second
+	// Two workers, each with 100 requests waiting: 2*(100-20) past what
+	// they clear within the 500 ms objective.
+	fresh := []Worker{{ID: 1, Engine: e, Waiting: 100}, {ID: 2, Engine: e, Waiting: 100}}
+	for _, tc := range []struct {
+		name     string
+		forecast float64
+		coming   []time.Duration
+		want     float64
+	}{
+		{"kept up with", 70, nil, 160},
+		{"none coming", 100, nil, 160 + 20*20},
+		// One serves in 5 s: 20 req/s short for 5 s, then 120 of 100.
+		{"one coming", 100, []time.Duration{5 * time.Second}, 160 + 20*5},
+		{"two coming, the later first", 150, []time.Duration{15 * time.Second, 5 * time.Second}, 160 + 70*5 + 30*10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, drain := backlog(fresh, tc.coming, c, e, 100, 0, tc.forecast, bound)
+			if !near(got, tc.want) || !near(drain, tc.want/30) {
+				t.Fatalf("backlog %v, drain %v req/s; want %v, %v", got, drain, tc.want, tc.want/30)
+			}
+		})
+	}
+}
