@@ -99,9 +99,12 @@ func countPools(cands []candidate) *pools {
 // worker among the n candidates.
 func (p *pools) paired(n int) bool { return p.serve > p.agg && n > p.serve }
 
-// each calls f with the bounds of each group.
+// each calls f with the bounds of each group: aggregated, decode and
+// prefill workers, each sorted by instance id (the serving pool, its
+// first two groups together, is not).
 func (p *pools) each(n int, f func(from, to int)) {
-	f(0, p.serve)
+	f(0, p.agg)
+	f(p.agg, p.serve)
 	f(p.serve, n)
 }
 

@@ -1,8 +1,10 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // pairTiming is the timing model of the pair tests' workers, chosen so
@@ -523,5 +526,69 @@ func TestParseDisaggregation(t *testing.T) {
 		if err := cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate = %v", tc.name, err)
 		}
+	}
+}
+
+// TestPoolGroupsAreSorted checks that every group pools.each hands out is
+// sorted by instance id, as the binary search that finds a candidate's
+// cached blocks there needs, for pools that mix aggregated, decode and
+// prefill workers in any order of ids: each worker's overlap is found.
+func TestPoolGroupsAreSorted(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		agg, decode, prefill []uint64
+	}{
+		{name: "aggregated ids above the decode ones", agg: []uint64{5, 9}, decode: []uint64{2, 7}, prefill: []uint64{1, 3}},
+		{name: "interleaved", agg: []uint64{1, 4, 8}, decode: []uint64{2, 6}, prefill: []uint64{3, 5, 7}},
+		{name: "no aggregated worker", decode: []uint64{4, 2}, prefill: []uint64{3, 1}},
+		{name: "no decode worker", agg: []uint64{9, 1}, prefill: []uint64{5}},
+		{name: "no prefill worker", agg: []uint64{6, 8}, decode: []uint64{7, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cands []candidate
+			for _, g := range []struct {
+				ids  []uint64
+				role commonv1.Role
+			}{{tc.agg, commonv1.Role_ROLE_AGG}, {tc.decode, commonv1.Role_ROLE_DECODE}, {tc.prefill, commonv1.Role_ROLE_PREFILL}} {
+				for _, id := range g.ids {
+					cands = append(cands, candidate{in: &registryv1.Instance{InstanceId: id, Role: g.role}})
+				}
+			}
+			// The core hands poolsOf its candidates sorted by id.
+			slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.in.InstanceId, b.in.InstanceId) })
+			pl := poolsOf(cands)
+			if pl == nil {
+				t.Fatal("no pools for a fleet with decode or prefill workers")
+			}
+			workers := make([]index.WorkerID, len(cands))
+			var overlaps []index.Overlap
+			for i, c := range cands {
+				workers[i] = index.WorkerID{Instance: c.in.InstanceId}
+				overlaps = append(overlaps, index.Overlap{Worker: workers[i], Blocks: int(c.in.InstanceId)})
+			}
+			// The index lists overlaps in its own (slot) order, not the
+			// pools': by instance id here.
+			slices.SortFunc(overlaps, func(a, b index.Overlap) int { return cmp.Compare(a.Worker.Instance, b.Worker.Instance) })
+			indexed := make([]int, len(workers))
+			covered := 0
+			pl.each(len(workers), func(from, to int) {
+				if from > to || from != covered {
+					t.Fatalf("group [%d, %d) after %d covered", from, to, covered)
+				}
+				covered = to
+				if !slices.IsSortedFunc(workers[from:to], func(a, b index.WorkerID) int { return cmp.Compare(a.Instance, b.Instance) }) {
+					t.Errorf("group [%d, %d) not sorted by instance: %v", from, to, workers[from:to])
+				}
+				setIndexed(indexed[from:to], nil, workers[from:to], overlaps, false)
+			})
+			if covered != len(workers) {
+				t.Fatalf("groups cover %d of %d candidates", covered, len(workers))
+			}
+			for i, w := range workers {
+				if indexed[i] != int(w.Instance) {
+					t.Errorf("worker %d: %d blocks found, want %d", w.Instance, indexed[i], w.Instance)
+				}
+			}
+		})
 	}
 }
