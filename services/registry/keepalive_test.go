@@ -281,13 +281,7 @@ func BenchmarkLeaseRenewal(b *testing.B) {
 // sends its own.
 func TestKeepAliveJoinsARefreshInFlight(t *testing.T) {
 	t.Parallel()
-	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	p := startHoldingProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
-	cli := newEtcdClient(t, "http://"+p.addr)
+	p, cli := etcdBehindHoldingProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var leases []int64
@@ -368,6 +362,19 @@ func (k *keepaliver) waiting() int {
 		}
 	}
 	return n
+}
+
+// etcdBehindHoldingProxy starts an embedded etcd and a client that reaches
+// it through a holdingProxy.
+func etcdBehindHoldingProxy(t *testing.T) (*holdingProxy, *clientv3.Client) {
+	t.Helper()
+	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	p := startHoldingProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	return p, newEtcdClient(t, "http://"+p.addr)
 }
 
 // holdingProxy forwards TCP connections to one address on loopback and can
@@ -464,13 +471,7 @@ func (p *holdingProxy) hold(on bool) {
 // reader needs would stop both for good.
 func TestKeepAliveRefreshesReturnWhileEtcdIsStuck(t *testing.T) {
 	t.Parallel()
-	e, err := StartEmbeddedEtcd(EmbeddedEtcdConfig{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0", PeerURL: "http://127.0.0.1:0", Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	p := startHoldingProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
-	cli := newEtcdClient(t, "http://"+p.addr)
+	p, cli := etcdBehindHoldingProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lease, err := cli.Grant(ctx, 60)
