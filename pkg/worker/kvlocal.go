@@ -159,7 +159,7 @@ func (x *KVIndex) Events(rank uint32, from uint64, max int) (*workerv1.KvEventBa
 	if s == nil || from > s.last {
 		return out, s.lastOrZero(), nil
 	}
-	oldest := s.last - uint64(s.n) + 1
+	oldest := s.oldest()
 	if from < oldest {
 		return nil, s.last, fmt.Errorf("%w: rank %d event %d asked, the ring holds %d..%d", ErrOutOfRange, rank, from, oldest, s.last)
 	}
@@ -172,17 +172,29 @@ func (x *KVIndex) Events(rank uint32, from uint64, max int) (*workerv1.KvEventBa
 	return out, s.last, nil
 }
 
-// held counts the events of rank from id from on, 0 when the ring no
-// longer holds from (Events would answer ErrOutOfRange).
+// held counts the events of rank the ring holds from id from on; when it no
+// longer holds from, those from its oldest on (what backfill publishes).
 func (x *KVIndex) held(rank uint32, from uint64) uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	s := x.ranks[rank]
-	if s == nil || from > s.last || from < s.last-uint64(s.n)+1 {
+	if s == nil || from > s.last {
 		return 0
 	}
-	return s.last - from + 1
+	return s.last - max(from, s.oldest()) + 1
 }
+
+// oldest is the id of rank's oldest event in the ring, 0 when it holds none.
+func (x *KVIndex) oldest(rank uint32) uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s := x.ranks[rank]; s != nil && s.n > 0 {
+		return s.oldest()
+	}
+	return 0
+}
+
+func (s *rankState) oldest() uint64 { return s.last - uint64(s.n) + 1 }
 
 func (s *rankState) lastOrZero() uint64 {
 	if s == nil {

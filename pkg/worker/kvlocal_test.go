@@ -76,13 +76,15 @@ func TestKVIndexRing(t *testing.T) {
 		max     int
 		wantIDs []uint64 // the stored hash of each event returned (= its id here)
 		err     error
+		held    uint64 // what a backlog from there still has to publish
 	}{
-		{from: 7, wantIDs: []uint64{7, 8, 9, 10}},
-		{from: 9, wantIDs: []uint64{9, 10}},
-		{from: 8, max: 2, wantIDs: []uint64{8, 9}},
-		{from: 11, wantIDs: nil},
-		{from: 6, err: ErrOutOfRange},
-		{from: 1, err: ErrOutOfRange},
+		{from: 7, wantIDs: []uint64{7, 8, 9, 10}, held: 4},
+		{from: 9, wantIDs: []uint64{9, 10}, held: 2},
+		{from: 8, max: 2, wantIDs: []uint64{8, 9}, held: 3},
+		{from: 11, wantIDs: nil, held: 0},
+		// Overrun: backfill goes on from the oldest held, 7..10.
+		{from: 6, err: ErrOutOfRange, held: 4},
+		{from: 1, err: ErrOutOfRange, held: 4},
 	}
 	for _, tc := range tests {
 		b, last, err := x.Events(0, tc.from, tc.max)
@@ -92,10 +94,11 @@ func TestKVIndexRing(t *testing.T) {
 		if last != 10 {
 			t.Fatalf("Events(%d): last %d; want 10", tc.from, last)
 		}
-		// held (KVEventsWaiting's count of a backlog) agrees with what
-		// Events can still serve from there.
-		if want := uint64(len(tc.wantIDs)); tc.max == 0 && x.held(0, tc.from) != want {
-			t.Errorf("held(%d) = %d; want %d", tc.from, x.held(0, tc.from), want)
+		// held is KVEventsWaiting's count of a backlog: what the ring
+		// holds from there on, or from its oldest event when it no longer
+		// holds from (where backfill goes on).
+		if got := x.held(0, tc.from); got != tc.held {
+			t.Errorf("held(%d) = %d; want %d", tc.from, got, tc.held)
 		}
 		if err != nil {
 			continue
@@ -107,6 +110,9 @@ func TestKVIndexRing(t *testing.T) {
 		if b.FirstEventId != tc.from || !slices.Equal(got, tc.wantIDs) {
 			t.Fatalf("Events(%d) = first %d %v; want %v", tc.from, b.FirstEventId, got, tc.wantIDs)
 		}
+	}
+	if got := x.oldest(0); got != 7 {
+		t.Fatalf("oldest = %d; want 7", got)
 	}
 	// An engine that restarted its ids: the ring starts over there.
 	if !x.Apply(&workerv1.KvEventBatch{FirstEventId: 3, Events: []*workerv1.KvCacheEvent{cleared()}}) {

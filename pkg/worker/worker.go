@@ -637,8 +637,8 @@ func (w *Worker) KVEventCounts() (queued, published, lost uint64) {
 // KVEventsWaiting is how many KV events are still to be published: queued
 // and not yet acknowledged (nor failed), or waiting in the local ring for
 // the publish buffer to drain. Events of a ring that overran while they
-// waited do not count: they are not published (backfill skips to the new
-// events), and routers fill the gap or rebuild from the worker's state. Zero once publishing has caught
+// waited do not count: they are not published (backfill goes on from the
+// ring's oldest event), and routers rebuild from the worker's state. Zero once publishing has caught
 // up; queued then stays put until the engine's next event, which a fault test
 // needs before it compares queued with published (a router may have its
 // index complete, from a rebuild, before the ring's backlog is published).
@@ -737,9 +737,9 @@ func (w *Worker) deferToRing(b *workerv1.KvEventBatch) {
 // backfill publishes the events that found the buffer full from the local
 // ring, in id order per rank, until it has caught up with the ring's newest
 // event; from then on events are queued again. A rank whose ring no longer
-// holds the first event waiting (a long outage of a busy engine) is left
-// with the gap: a router that sees it fills what the ring still has, or
-// rebuilds the worker's blocks from its state. It runs on the publishing
+// holds the first event waiting (a long outage of a busy engine) goes on
+// from the ring's oldest event, leaving a gap before it that routers see
+// and close by rebuilding the worker's blocks from its state. It runs on the publishing
 // goroutine and returns batches to publish, at most max events each call.
 func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
 	w.kvMu.Lock()
@@ -751,8 +751,20 @@ func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
 	w.kvUnnumbered = nil
 	for rank, from := range w.kvBacklog {
 		b, last, err := w.kvIndex.Events(rank, from, max)
+		if errors.Is(err, ErrOutOfRange) {
+			// The ring overran while its events waited: publish what it
+			// still holds. Routers see the gap at its oldest event and
+			// rebuild this worker's blocks from its state. Skipping to the
+			// newest events instead would leave the gap unseen until the
+			// engine's next event, which an idle engine may never emit.
+			oldest := w.kvIndex.oldest(rank)
+			w.log.Warn("KV events waiting to be published are no longer in the local ring; publishing from the oldest it holds, routers rebuild this worker's blocks from its state",
+				"dp_rank", rank, "from_event_id", from, "oldest_event_id", oldest)
+			from = oldest
+			b, last, err = w.kvIndex.Events(rank, from, max)
+		}
 		if err != nil {
-			w.log.Warn("KV events waiting to be published are no longer in the local ring; routers rebuild this worker's blocks from its state",
+			w.log.Warn("KV events waiting to be published cannot be read from the local ring; routers rebuild this worker's blocks from its state",
 				"dp_rank", rank, "from_event_id", from, "err", err.Error())
 			delete(w.kvBacklog, rank)
 			continue
