@@ -170,13 +170,17 @@ func TestDurableResumesWhereItLeftOff(t *testing.T) {
 	}
 }
 
+// TestUnacknowledgedEventsAreRedelivered: an event not acknowledged within
+// its ack wait comes again, a nak brings it back at once, and an ack ends
+// it. The ack wait (a second) leaves a loaded machine time to get each ack
+// to JetStream before it runs out, which would be a redelivery of its own.
 func TestUnacknowledgedEventsAreRedelivered(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	_, svc := eventbustest.Start(t)
 	c := eventbustest.Client(t, svc.Addr().String())
 	sub, err := c.Subscribe(ctx, &eventbusv1.SubscribeRequest{
-		Namespace: "ns", DurableName: "slow", AckWait: durationpb.New(200 * time.Millisecond),
+		Namespace: "ns", DurableName: "slow", AckWait: durationpb.New(time.Second),
 	})
 	if err != nil {
 		t.Fatal(err)
