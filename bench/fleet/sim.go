@@ -424,13 +424,13 @@ func (s *Sim) eventOf(b *workerv1.KvEventBatch) (*eventbusv1.Event, error) {
 }
 
 // PublishStored publishes one batch that stores hash and returns when the
-// eventbus has acknowledged it; with a KVPublishInterval (and rolling
-// batches) it is held with the rolled ones instead, as the SDK holds a
-// batch, and the call returns at once: a probe then times what a worker's
-// events wait as well.
+// eventbus has acknowledged it; with a publish interval (configured, or
+// asked by the eventbus) and rolling batches it is held with the rolled
+// ones instead, as the SDK holds a batch, and the call returns at once: a
+// probe then times what a worker's events wait as well.
 func (s *Sim) PublishStored(ctx context.Context, hash uint64) error {
 	b := &workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{storedEvent(hash)}}
-	if s.f.cfg.KVPublishInterval <= 0 || s.f.cfg.KVRate <= 0 {
+	if s.kvInterval() <= 0 || s.f.cfg.KVRate <= 0 {
 		return s.publishNow(ctx, b)
 	}
 	s.kvMu.Lock()
@@ -443,7 +443,7 @@ func (s *Sim) PublishStored(ctx context.Context, hash uint64) error {
 }
 
 // roll publishes the worker's next rolling batch: one new block stored, and
-// the oldest removed once the window is full; with a KVPublishInterval it
+// the oldest removed once the window is full; with a publish interval it
 // holds it with those rolled since the last publish until the interval has
 // passed (within half a roll period: the roll nearest to it). It does not
 // wait.
@@ -475,7 +475,7 @@ func (s *Sim) holdLocked(b *workerv1.KvEventBatch) {
 	} else {
 		s.held.Events = append(s.held.Events, b.Events...)
 	}
-	iv := s.f.cfg.KVPublishInterval
+	iv := s.kvInterval()
 	if iv > 0 && s.f.cfg.KVRate > 0 {
 		iv -= time.Duration(float64(time.Second) / s.f.cfg.KVRate / 2)
 	}
@@ -483,6 +483,12 @@ func (s *Sim) holdLocked(b *workerv1.KvEventBatch) {
 		s.lastKV = now
 		s.sendHeld()
 	}
+}
+
+// kvInterval is the least time between two KV publishes, as the SDK's: the
+// configured one, or the longer one the eventbus asks for.
+func (s *Sim) kvInterval() time.Duration {
+	return max(s.f.cfg.KVPublishInterval, s.pub.Interval())
 }
 
 // flushKV sends the held events, if any.

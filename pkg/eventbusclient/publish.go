@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nuid"
 	"google.golang.org/grpc/codes"
@@ -72,7 +74,15 @@ type Publisher struct {
 	nextID   uint64
 	inflight []*Batch // sent (or to resend) and not yet acknowledged, in order
 	closed   bool
+
+	interval atomic.Int64 // the newest publish_interval answered, nanoseconds
 }
+
+// Interval is the least time the eventbus last asked between two batches
+// of this publisher that it may hold and merge (publish_interval in its
+// answers; 0: publish at once). The eventbus asks for one while its
+// publishers together send more batches than it takes at its target rate.
+func (p *Publisher) Interval() time.Duration { return time.Duration(p.interval.Load()) }
 
 // ErrPublisherClosed fails batches still pending when a Publisher closes.
 var ErrPublisherClosed = errors.New("eventbus: publisher closed")
@@ -230,6 +240,7 @@ func (p *Publisher) session(ctx context.Context) (acked bool, err error) {
 		p.inflight = p.inflight[1:]
 		p.mu.Unlock()
 		acked = true
+		p.interval.Store(int64(resp.GetPublishInterval().AsDuration()))
 		if len(resp.GetAcks()) != len(b.events) {
 			b.err = fmt.Errorf("eventbus: batch %d: %d acks for %d events", b.id, len(resp.GetAcks()), len(b.events))
 		}

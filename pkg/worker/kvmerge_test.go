@@ -10,6 +10,8 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/eventbusclient"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus/eventbustest"
+	"github.com/switchyard-llm/switchyard/services/registry/registrytest"
 )
 
 // startHeldKV starts a worker of e whose KV publish interval is an hour,
@@ -142,5 +144,114 @@ func TestKVPublishIntervalCarriesLoad(t *testing.T) {
 	m, err := eventbusclient.Decode[workerv1.LoadMetrics](load)
 	if err != nil || m.GetKvBlocksTotal() != 100 || m.GetInstanceId() != w.InstanceID() {
 		t.Fatalf("load report %v, %v", m, err)
+	}
+}
+
+// TestKVPublishIntervalAskedByTheEventbus: a worker with no publish interval
+// of its own, on an eventbus whose publishers send more batches a second
+// than its target, is asked for one and holds and merges its KV batches
+// (a stored batch holds several events); every event is stored once, in
+// order, with its id.
+func TestKVPublishIntervalAskedByTheEventbus(t *testing.T) {
+	t.Parallel()
+	etcd, reg := registrytest.Start(t)
+	ns := eventbustest.StartNATS(t)
+	bcfg := eventbustest.Config(ns.ClientURL())
+	bcfg.PublishRateTarget = 5 // the load reports alone send 20 a second
+	svc := eventbustest.StartEventbus(t, bcfg)
+	e := env{regAddr: reg.Addr, busAddr: svc.Addr().String(), bus: eventbustest.Client(t, svc.Addr().String()), etcd: etcd, reg: reg}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := worker.Start(ctx, e.config(t), echo(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := false
+	defer func() {
+		if !shut {
+			_ = w.Shutdown(context.Background())
+		}
+	}()
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The reader hands the stored batches over until the subscription ends.
+	batches := make(chan *workerv1.KvEventBatch, 1024)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		defer close(batches)
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			b, err := eventbusclient.Decode[workerv1.KvEventBatch](ev)
+			if err != nil {
+				return
+			}
+			batches <- b
+		}
+	}()
+	defer func() {
+		sub.Close()
+		<-readerDone
+	}()
+	// take checks that a stored batch's ids run on from the last one's and
+	// reports whether it holds several events.
+	next := uint64(1)
+	take := func(b *workerv1.KvEventBatch, ok bool) bool {
+		t.Helper()
+		if !ok {
+			t.Fatalf("the subscription ended after event %d", next-1)
+		}
+		if b.FirstEventId != next {
+			t.Fatalf("batch of %d events from id %d; want id %d", len(b.Events), b.FirstEventId, next)
+		}
+		next += uint64(len(b.Events))
+		return len(b.Events) > 1
+	}
+	var n uint64
+	publish := func() {
+		n++
+		w.PublishKVEvents(&workerv1.KvEventBatch{Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{
+			Stored: &workerv1.KvBlocksStored{Blocks: []*workerv1.KvBlock{{SequenceHash: n, LocalHash: n}}}}}}})
+	}
+	// A batch every few milliseconds until one is stored merged (bounded).
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	merged := false
+	for i := 0; i < 6000 && !merged; {
+		select {
+		case b, ok := <-batches:
+			merged = take(b, ok)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-tick.C:
+			publish()
+			i++
+		}
+	}
+	if !merged {
+		t.Fatalf("%d KV batches published, none stored merged: the worker was never asked for an interval", n)
+	}
+	publish() // held, or published at once; the shutdown sends what is held
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shut = true
+	for next <= n {
+		select {
+		case b, ok := <-batches:
+			take(b, ok)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d events stored: %v", next-1, n, ctx.Err())
+		}
+	}
+	if queued, acked, lost := w.KVEventCounts(); queued != n || acked != n || lost != 0 {
+		t.Errorf("KV events queued %d, published %d, lost %d; want %d, %d, 0", queued, acked, lost, n, n)
 	}
 }

@@ -168,7 +168,10 @@ type Config struct {
 	// load reports go out with the KV events (outside the core mode): a
 	// report due publishes at once, with the batches held so far, in one
 	// message. 0 (the default) publishes batches as they come, and load
-	// reports on a stream of their own.
+	// reports on a stream of their own, unless the eventbus asks for an
+	// interval (it does while its publishers together send more batches a
+	// second than its --publish-rate-target): the worker then holds and
+	// merges its KV batches for that long as for this one.
 	KVPublishInterval time.Duration
 	// DropKVEvent, when set, is asked for each batch about to be published
 	// to the eventbus and drops it when it answers true: a test hook that
@@ -850,7 +853,7 @@ func (w *Worker) publishKV() {
 	// whatever KV batches wait.
 	var load []*eventbusv1.Event
 	for {
-		if iv := w.cfg.KVPublishInterval; iv > 0 && load == nil && !behind && !lastSent.IsZero() {
+		if iv := w.kvInterval(pub); iv > 0 && load == nil && !behind && !lastSent.IsZero() {
 			load = w.waitKV(lastSent.Add(iv))
 		}
 		var batch []*workerv1.KvEventBatch
@@ -895,7 +898,7 @@ func (w *Worker) publishKV() {
 			}
 			batch = kept
 		}
-		if w.cfg.KVPublishInterval > 0 {
+		if w.kvInterval(pub) > 0 {
 			batch = mergeKVRuns(batch, maxMergedKVBytes)
 			lastSent = time.Now()
 		}
@@ -960,6 +963,13 @@ func (w *Worker) publishKV() {
 		events, loads, load = append(events, load...), len(load), nil
 		send()
 	}
+}
+
+// kvInterval is the least time between two KV publishes: the configured
+// KVPublishInterval, or the longer one the eventbus asks for while its
+// publishers together send more batches than it takes at its target rate.
+func (w *Worker) kvInterval(pub *eventbusclient.Publisher) time.Duration {
+	return max(w.cfg.KVPublishInterval, pub.Interval())
 }
 
 // kvLeads tells the batches that must be in the stream before any later

@@ -94,6 +94,12 @@ type Config struct {
 	// event per message: NATS's and the eventbus's cost per stored message
 	// is then paid per event. 0 waits for nothing.
 	CoalesceGap time.Duration
+	// PublishRateTarget is how many batches a second the publishing
+	// streams together may send before the eventbus asks each to hold its
+	// batches for an interval (pace.go), to its fair share of this rate: a
+	// worker's SDK then merges the KV batches that come meanwhile. 0 is
+	// DefaultPublishRateTarget; negative never asks.
+	PublishRateTarget int
 }
 
 // maxReconnects is NATSMaxReconnects with a Config built in code (all three
@@ -125,6 +131,17 @@ func (c Config) dedupWindow() time.Duration {
 // coalesceEvents is the event names to coalesce.
 func (c Config) coalesceEvents() []string {
 	return c.CoalesceEvents
+}
+
+// publishRateTarget is the target to pace publishers to, 0 for none.
+func (c Config) publishRateTarget() int {
+	switch {
+	case c.PublishRateTarget == 0:
+		return DefaultPublishRateTarget
+	case c.PublishRateTarget < 0:
+		return 0
+	}
+	return c.PublishRateTarget
 }
 
 // DefaultDeliverLinger is the default Config.DeliverLinger.
@@ -165,6 +182,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", 1, "replicas of a namespace stream the eventbus creates (3 on a NATS cluster; at most 5)")
 	fs.DurationVar(&c.DeliverLinger, "deliver-linger", DefaultDeliverLinger, "how long a subscription's batch may wait for events JetStream reports pending (negative: never wait)")
 	fs.DurationVar(&c.CoalesceGap, "coalesce-gap", 0, "least time between two stream messages of a coalesced subject (--coalesce-events): the events that come meanwhile go out together, each delayed by up to this much (0: none; a message is stored as soon as the one before it is)")
+	fs.IntVar(&c.PublishRateTarget, "publish-rate-target", DefaultPublishRateTarget, "batches a second the publishing streams together may send before the eventbus asks each to hold its batches (workers then merge their KV batches, delaying them up to 1 s) to its fair share of this rate (-1: never ask)")
 	fs.Func("coalesce-events", fmt.Sprintf("event names, comma-separated, whose events a busy subject stores several to a message, for a fleet whose publishes NATS cannot store one by one (default none; a fleet of thousands of workers: %s). A coalesced event its publisher sends again after a lost acknowledgement may be stored twice", strings.Join(FleetCoalesceEvents, ",")), func(v string) error {
 		c.CoalesceEvents = []string{}
 		for _, n := range strings.Split(v, ",") {

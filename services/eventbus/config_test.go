@@ -125,6 +125,8 @@ func TestConfigValidate(t *testing.T) {
 		{"coalesce gap", func(c *eventbus.Config) { c.CoalesceGap = 20 * time.Millisecond }, ""},
 		{"negative coalesce gap", func(c *eventbus.Config) { c.CoalesceGap = -time.Millisecond }, "--coalesce-gap"},
 		{"coalesce gap too long", func(c *eventbus.Config) { c.CoalesceGap = 2 * time.Second }, "--coalesce-gap"},
+		{"publish rate target", func(c *eventbus.Config) { c.PublishRateTarget = 500 }, ""},
+		{"publishers never paced", func(c *eventbus.Config) { c.PublishRateTarget = -1 }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

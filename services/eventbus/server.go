@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventbusv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/eventbus/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
@@ -28,6 +30,8 @@ type server struct {
 	// watchSlot bounds each client's open subscriptions
 	// (grpcserver.WatchSlot).
 	watchSlot func(context.Context) (func(), error)
+	// pace is the publish interval each answer asks for.
+	pace *pacer
 }
 
 // statusCodes maps the domain errors to the gRPC codes and apierr reasons
@@ -123,6 +127,9 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 		}()
 	}()
 	counts := publishedCounters{m: s.metrics}
+	paced := s.pace.open()
+	defer s.pace.done(paced)
+	var interval durationpb.Duration
 	// The answer is encoded by Send before it returns, so one response
 	// and its acknowledgements serve every batch of the stream.
 	var (
@@ -164,6 +171,11 @@ func (s *server) PublishStream(stream eventbusv1.EventBusService_PublishStreamSe
 			resp.BatchId, resp.Acks = p.id, resp.Acks[:len(acks)]
 			for i, a := range acks {
 				vals[i].Sequence, vals[i].Duplicate = a.seq, a.dup
+			}
+			resp.PublishInterval = nil
+			if iv := s.pace.received(paced, time.Now()); iv > 0 {
+				interval.Seconds, interval.Nanos = int64(iv/time.Second), int32(iv%time.Second)
+				resp.PublishInterval = &interval
 			}
 			if err := stream.Send(&resp); err != nil {
 				return err

@@ -140,8 +140,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		}
 		return nil
 	})
-	srv := &server{metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot}
+	srv := &server{metrics: newMetrics(gs.Registry()), stopping: gs.Stopping(), watchSlot: gs.WatchSlot, pace: newPacer(cfg.publishRateTarget(), time.Now())}
 	eventbusv1.RegisterEventBusServiceServer(gs.GRPC(), srv)
+	gs.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_eventbus_publish_interval_seconds",
+		Help: "Least time the eventbus asks each publisher to leave between two batches it may merge (0: at once), while its publishers together send more batches a second than --publish-rate-target.",
+	}, func() float64 { return time.Duration(srv.pace.interval.Load()).Seconds() }))
 	// ready opens the gate; the atomic store orders the fields' writes
 	// before every call that passes it.
 	moves := newMovesCounter(gs.Registry())

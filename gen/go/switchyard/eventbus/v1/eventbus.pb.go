@@ -413,9 +413,17 @@ type PublishStreamResponse struct {
 	// Batch id of the request this answers.
 	BatchId uint64 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	// One acknowledgement per event, in the batch's order.
-	Acks          []*PublishAck `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Acks []*PublishAck `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
+	// The least time the eventbus asks this publisher to leave between two
+	// batches it may hold and merge (a worker's KV events): what comes
+	// meanwhile goes out together in one batch. The eventbus sets it while
+	// its publishers together send more batches a second than its
+	// --publish-rate-target, to each publisher's fair share of that rate;
+	// unset or zero means publish at once. A publisher keeps the newest one
+	// it was answered.
+	PublishInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=publish_interval,json=publishInterval,proto3" json:"publish_interval,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PublishStreamResponse) Reset() {
@@ -458,6 +466,13 @@ func (x *PublishStreamResponse) GetBatchId() uint64 {
 func (x *PublishStreamResponse) GetAcks() []*PublishAck {
 	if x != nil {
 		return x.Acks
+	}
+	return nil
+}
+
+func (x *PublishStreamResponse) GetPublishInterval() *durationpb.Duration {
+	if x != nil {
+		return x.PublishInterval
 	}
 	return nil
 }
@@ -1810,10 +1825,11 @@ const file_switchyard_eventbus_v1_eventbus_proto_rawDesc = "" +
 	"\n" +
 	"PublishAck\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"j\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xb0\x01\n" +
 	"\x15PublishStreamResponse\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x126\n" +
-	"\x04acks\x18\x02 \x03(\v2\".switchyard.eventbus.v1.PublishAckR\x04acks\"\xcb\x03\n" +
+	"\x04acks\x18\x02 \x03(\v2\".switchyard.eventbus.v1.PublishAckR\x04acks\x12D\n" +
+	"\x10publish_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0fpublishInterval\"\xcb\x03\n" +
 	"\x10SubscribeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0efilter_subject\x18\x02 \x01(\tR\rfilterSubject\x12!\n" +
@@ -1975,54 +1991,55 @@ var file_switchyard_eventbus_v1_eventbus_proto_goTypes = []any{
 	nil,                            // 27: switchyard.eventbus.v1.DeliveredEvent.HeadersEntry
 	nil,                            // 28: switchyard.eventbus.v1.ObjectInfo.MetadataEntry
 	nil,                            // 29: switchyard.eventbus.v1.PutObjectHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 31: google.protobuf.Duration
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_switchyard_eventbus_v1_eventbus_proto_depIdxs = []int32{
 	26, // 0: switchyard.eventbus.v1.Event.headers:type_name -> switchyard.eventbus.v1.Event.HeadersEntry
 	1,  // 1: switchyard.eventbus.v1.PublishRequest.event:type_name -> switchyard.eventbus.v1.Event
 	1,  // 2: switchyard.eventbus.v1.PublishStreamRequest.events:type_name -> switchyard.eventbus.v1.Event
 	5,  // 3: switchyard.eventbus.v1.PublishStreamResponse.acks:type_name -> switchyard.eventbus.v1.PublishAck
-	0,  // 4: switchyard.eventbus.v1.SubscribeRequest.deliver_policy:type_name -> switchyard.eventbus.v1.DeliverPolicy
-	30, // 5: switchyard.eventbus.v1.SubscribeRequest.start_time:type_name -> google.protobuf.Timestamp
-	31, // 6: switchyard.eventbus.v1.SubscribeRequest.ack_wait:type_name -> google.protobuf.Duration
-	27, // 7: switchyard.eventbus.v1.DeliveredEvent.headers:type_name -> switchyard.eventbus.v1.DeliveredEvent.HeadersEntry
-	30, // 8: switchyard.eventbus.v1.DeliveredEvent.time:type_name -> google.protobuf.Timestamp
-	8,  // 9: switchyard.eventbus.v1.SubscribeResponse.events:type_name -> switchyard.eventbus.v1.DeliveredEvent
-	30, // 10: switchyard.eventbus.v1.GetStreamInfoResponse.first_time:type_name -> google.protobuf.Timestamp
-	30, // 11: switchyard.eventbus.v1.GetStreamInfoResponse.last_time:type_name -> google.protobuf.Timestamp
-	30, // 12: switchyard.eventbus.v1.ObjectInfo.modified:type_name -> google.protobuf.Timestamp
-	28, // 13: switchyard.eventbus.v1.ObjectInfo.metadata:type_name -> switchyard.eventbus.v1.ObjectInfo.MetadataEntry
-	29, // 14: switchyard.eventbus.v1.PutObjectHeader.metadata:type_name -> switchyard.eventbus.v1.PutObjectHeader.MetadataEntry
-	17, // 15: switchyard.eventbus.v1.PutObjectRequest.header:type_name -> switchyard.eventbus.v1.PutObjectHeader
-	16, // 16: switchyard.eventbus.v1.PutObjectResponse.info:type_name -> switchyard.eventbus.v1.ObjectInfo
-	16, // 17: switchyard.eventbus.v1.GetObjectResponse.info:type_name -> switchyard.eventbus.v1.ObjectInfo
-	16, // 18: switchyard.eventbus.v1.ListObjectsResponse.objects:type_name -> switchyard.eventbus.v1.ObjectInfo
-	2,  // 19: switchyard.eventbus.v1.EventBusService.Publish:input_type -> switchyard.eventbus.v1.PublishRequest
-	4,  // 20: switchyard.eventbus.v1.EventBusService.PublishStream:input_type -> switchyard.eventbus.v1.PublishStreamRequest
-	7,  // 21: switchyard.eventbus.v1.EventBusService.Subscribe:input_type -> switchyard.eventbus.v1.SubscribeRequest
-	10, // 22: switchyard.eventbus.v1.EventBusService.Ack:input_type -> switchyard.eventbus.v1.AckRequest
-	12, // 23: switchyard.eventbus.v1.EventBusService.DeleteConsumer:input_type -> switchyard.eventbus.v1.DeleteConsumerRequest
-	14, // 24: switchyard.eventbus.v1.EventBusService.GetStreamInfo:input_type -> switchyard.eventbus.v1.GetStreamInfoRequest
-	18, // 25: switchyard.eventbus.v1.EventBusService.PutObject:input_type -> switchyard.eventbus.v1.PutObjectRequest
-	20, // 26: switchyard.eventbus.v1.EventBusService.GetObject:input_type -> switchyard.eventbus.v1.GetObjectRequest
-	22, // 27: switchyard.eventbus.v1.EventBusService.ListObjects:input_type -> switchyard.eventbus.v1.ListObjectsRequest
-	24, // 28: switchyard.eventbus.v1.EventBusService.DeleteObject:input_type -> switchyard.eventbus.v1.DeleteObjectRequest
-	3,  // 29: switchyard.eventbus.v1.EventBusService.Publish:output_type -> switchyard.eventbus.v1.PublishResponse
-	6,  // 30: switchyard.eventbus.v1.EventBusService.PublishStream:output_type -> switchyard.eventbus.v1.PublishStreamResponse
-	9,  // 31: switchyard.eventbus.v1.EventBusService.Subscribe:output_type -> switchyard.eventbus.v1.SubscribeResponse
-	11, // 32: switchyard.eventbus.v1.EventBusService.Ack:output_type -> switchyard.eventbus.v1.AckResponse
-	13, // 33: switchyard.eventbus.v1.EventBusService.DeleteConsumer:output_type -> switchyard.eventbus.v1.DeleteConsumerResponse
-	15, // 34: switchyard.eventbus.v1.EventBusService.GetStreamInfo:output_type -> switchyard.eventbus.v1.GetStreamInfoResponse
-	19, // 35: switchyard.eventbus.v1.EventBusService.PutObject:output_type -> switchyard.eventbus.v1.PutObjectResponse
-	21, // 36: switchyard.eventbus.v1.EventBusService.GetObject:output_type -> switchyard.eventbus.v1.GetObjectResponse
-	23, // 37: switchyard.eventbus.v1.EventBusService.ListObjects:output_type -> switchyard.eventbus.v1.ListObjectsResponse
-	25, // 38: switchyard.eventbus.v1.EventBusService.DeleteObject:output_type -> switchyard.eventbus.v1.DeleteObjectResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	30, // 4: switchyard.eventbus.v1.PublishStreamResponse.publish_interval:type_name -> google.protobuf.Duration
+	0,  // 5: switchyard.eventbus.v1.SubscribeRequest.deliver_policy:type_name -> switchyard.eventbus.v1.DeliverPolicy
+	31, // 6: switchyard.eventbus.v1.SubscribeRequest.start_time:type_name -> google.protobuf.Timestamp
+	30, // 7: switchyard.eventbus.v1.SubscribeRequest.ack_wait:type_name -> google.protobuf.Duration
+	27, // 8: switchyard.eventbus.v1.DeliveredEvent.headers:type_name -> switchyard.eventbus.v1.DeliveredEvent.HeadersEntry
+	31, // 9: switchyard.eventbus.v1.DeliveredEvent.time:type_name -> google.protobuf.Timestamp
+	8,  // 10: switchyard.eventbus.v1.SubscribeResponse.events:type_name -> switchyard.eventbus.v1.DeliveredEvent
+	31, // 11: switchyard.eventbus.v1.GetStreamInfoResponse.first_time:type_name -> google.protobuf.Timestamp
+	31, // 12: switchyard.eventbus.v1.GetStreamInfoResponse.last_time:type_name -> google.protobuf.Timestamp
+	31, // 13: switchyard.eventbus.v1.ObjectInfo.modified:type_name -> google.protobuf.Timestamp
+	28, // 14: switchyard.eventbus.v1.ObjectInfo.metadata:type_name -> switchyard.eventbus.v1.ObjectInfo.MetadataEntry
+	29, // 15: switchyard.eventbus.v1.PutObjectHeader.metadata:type_name -> switchyard.eventbus.v1.PutObjectHeader.MetadataEntry
+	17, // 16: switchyard.eventbus.v1.PutObjectRequest.header:type_name -> switchyard.eventbus.v1.PutObjectHeader
+	16, // 17: switchyard.eventbus.v1.PutObjectResponse.info:type_name -> switchyard.eventbus.v1.ObjectInfo
+	16, // 18: switchyard.eventbus.v1.GetObjectResponse.info:type_name -> switchyard.eventbus.v1.ObjectInfo
+	16, // 19: switchyard.eventbus.v1.ListObjectsResponse.objects:type_name -> switchyard.eventbus.v1.ObjectInfo
+	2,  // 20: switchyard.eventbus.v1.EventBusService.Publish:input_type -> switchyard.eventbus.v1.PublishRequest
+	4,  // 21: switchyard.eventbus.v1.EventBusService.PublishStream:input_type -> switchyard.eventbus.v1.PublishStreamRequest
+	7,  // 22: switchyard.eventbus.v1.EventBusService.Subscribe:input_type -> switchyard.eventbus.v1.SubscribeRequest
+	10, // 23: switchyard.eventbus.v1.EventBusService.Ack:input_type -> switchyard.eventbus.v1.AckRequest
+	12, // 24: switchyard.eventbus.v1.EventBusService.DeleteConsumer:input_type -> switchyard.eventbus.v1.DeleteConsumerRequest
+	14, // 25: switchyard.eventbus.v1.EventBusService.GetStreamInfo:input_type -> switchyard.eventbus.v1.GetStreamInfoRequest
+	18, // 26: switchyard.eventbus.v1.EventBusService.PutObject:input_type -> switchyard.eventbus.v1.PutObjectRequest
+	20, // 27: switchyard.eventbus.v1.EventBusService.GetObject:input_type -> switchyard.eventbus.v1.GetObjectRequest
+	22, // 28: switchyard.eventbus.v1.EventBusService.ListObjects:input_type -> switchyard.eventbus.v1.ListObjectsRequest
+	24, // 29: switchyard.eventbus.v1.EventBusService.DeleteObject:input_type -> switchyard.eventbus.v1.DeleteObjectRequest
+	3,  // 30: switchyard.eventbus.v1.EventBusService.Publish:output_type -> switchyard.eventbus.v1.PublishResponse
+	6,  // 31: switchyard.eventbus.v1.EventBusService.PublishStream:output_type -> switchyard.eventbus.v1.PublishStreamResponse
+	9,  // 32: switchyard.eventbus.v1.EventBusService.Subscribe:output_type -> switchyard.eventbus.v1.SubscribeResponse
+	11, // 33: switchyard.eventbus.v1.EventBusService.Ack:output_type -> switchyard.eventbus.v1.AckResponse
+	13, // 34: switchyard.eventbus.v1.EventBusService.DeleteConsumer:output_type -> switchyard.eventbus.v1.DeleteConsumerResponse
+	15, // 35: switchyard.eventbus.v1.EventBusService.GetStreamInfo:output_type -> switchyard.eventbus.v1.GetStreamInfoResponse
+	19, // 36: switchyard.eventbus.v1.EventBusService.PutObject:output_type -> switchyard.eventbus.v1.PutObjectResponse
+	21, // 37: switchyard.eventbus.v1.EventBusService.GetObject:output_type -> switchyard.eventbus.v1.GetObjectResponse
+	23, // 38: switchyard.eventbus.v1.EventBusService.ListObjects:output_type -> switchyard.eventbus.v1.ListObjectsResponse
+	25, // 39: switchyard.eventbus.v1.EventBusService.DeleteObject:output_type -> switchyard.eventbus.v1.DeleteObjectResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_eventbus_v1_eventbus_proto_init() }

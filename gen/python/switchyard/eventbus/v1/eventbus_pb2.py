@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%switchyard/eventbus/v1/eventbus.proto\x12\x16switchyard.eventbus.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n\x05\x45vent\x12\x18\n\x07subject\x18\x01 \x01(\tR\x07subject\x12\x18\n\x07payload\x18\x02 \x01(\x0cR\x07payload\x12\x15\n\x06msg_id\x18\x03 \x01(\tR\x05msgId\x12\x44\n\x07headers\x18\x04 \x03(\x0b\x32*.switchyard.eventbus.v1.Event.HeadersEntryR\x07headers\x1a:\n\x0cHeadersEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"Y\n\x0ePublishRequest\x12\x33\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1d.switchyard.eventbus.v1.EventR\x05\x65vent\x12\x12\n\x04\x63ore\x18\x02 \x01(\x08R\x04\x63ore\"c\n\x0fPublishResponse\x12\x16\n\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1a\n\x08sequence\x18\x02 \x01(\x04R\x08sequence\x12\x1c\n\tduplicate\x18\x03 \x01(\x08R\tduplicate\"|\n\x14PublishStreamRequest\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x04R\x07\x62\x61tchId\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x1d.switchyard.eventbus.v1.EventR\x06\x65vents\x12\x12\n\x04\x63ore\x18\x03 \x01(\x08R\x04\x63ore\"F\n\nPublishAck\x12\x1a\n\x08sequence\x18\x01 \x01(\x04R\x08sequence\x12\x1c\n\tduplicate\x18\x02 \x01(\x08R\tduplicate\"j\n\x15PublishStreamResponse\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x04R\x07\x62\x61tchId\x12\x36\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\".switchyard.eventbus.v1.PublishAckR\x04\x61\x63ks\"\xcb\x03\n\x10SubscribeRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n\x0e\x66ilter_subject\x18\x02 \x01(\tR\rfilterSubject\x12!\n\x0c\x64urable_name\x18\x03 \x01(\tR\x0b\x64urableName\x12\x12\n\x04\x62ind\x18\x04 \x01(\x08R\x04\x62ind\x12L\n\x0e\x64\x65liver_policy\x18\x05 \x01(\x0e\x32%.switchyard.eventbus.v1.DeliverPolicyR\rdeliverPolicy\x12%\n\x0estart_sequence\x18\x06 \x01(\x04R\rstartSequence\x12\x39\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartTime\x12\x34\n\x08\x61\x63k_wait\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x61\x63kWait\x12&\n\x0fmax_ack_pending\x18\t \x01(\x05R\rmaxAckPending\x12\x19\n\x08\x61uto_ack\x18\n \x01(\x08R\x07\x61utoAck\x12\x12\n\x04\x63ore\x18\x0b \x01(\x08R\x04\x63ore\"\xae\x03\n\x0e\x44\x65liveredEvent\x12\x18\n\x07subject\x18\x01 \x01(\tR\x07subject\x12\x18\n\x07payload\x18\x02 \x01(\x0cR\x07payload\x12M\n\x07headers\x18\x03 \x03(\x0b\x32\x33.switchyard.eventbus.v1.DeliveredEvent.HeadersEntryR\x07headers\x12\x15\n\x06msg_id\x18\x04 \x01(\tR\x05msgId\x12\'\n\x0fstream_sequence\x18\x05 \x01(\x04R\x0estreamSequence\x12+\n\x11\x63onsumer_sequence\x18\x06 \x01(\x04R\x10\x63onsumerSequence\x12#\n\rnum_delivered\x18\x07 \x01(\x04R\x0cnumDelivered\x12.\n\x04time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n\tack_token\x18\t \x01(\tR\x08\x61\x63kToken\x1a:\n\x0cHeadersEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"o\n\x11SubscribeResponse\x12\x1a\n\x08\x63onsumer\x18\x01 \x01(\tR\x08\x63onsumer\x12>\n\x06\x65vents\x18\x02 \x03(\x0b\x32&.switchyard.eventbus.v1.DeliveredEventR\x06\x65vents\"=\n\nAckRequest\x12\x1d\n\nack_tokens\x18\x01 \x03(\tR\tackTokens\x12\x10\n\x03nak\x18\x02 \x01(\x08R\x03nak\"\r\n\x0b\x41\x63kResponse\"X\n\x15\x44\x65leteConsumerRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n\x0c\x64urable_name\x18\x02 \x01(\tR\x0b\x64urableName\"\x18\n\x16\x44\x65leteConsumerResponse\"4\n\x14GetStreamInfoRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xfe\x02\n\x15GetStreamInfoResponse\x12\x16\n\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1a\n\x08subjects\x18\x02 \x03(\tR\x08subjects\x12\x1a\n\x08messages\x18\x03 \x01(\x04R\x08messages\x12\x14\n\x05\x62ytes\x18\x04 \x01(\x04R\x05\x62ytes\x12%\n\x0e\x66irst_sequence\x18\x05 \x01(\x04R\rfirstSequence\x12#\n\rlast_sequence\x18\x06 \x01(\x04R\x0clastSequence\x12\x39\n\nfirst_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tfirstTime\x12\x37\n\tlast_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08lastTime\x12\x1c\n\tconsumers\x18\t \x01(\x03R\tconsumers\x12!\n\x0cnum_subjects\x18\n \x01(\x04R\x0bnumSubjects\"\xc9\x02\n\nObjectInfo\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x03 \x01(\tR\x0b\x64\x65scription\x12\x12\n\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x36\n\x08modified\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08modified\x12L\n\x08metadata\x18\x07 \x03(\x0b\x32\x30.switchyard.eventbus.v1.ObjectInfo.MetadataEntryR\x08metadata\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x87\x02\n\x0fPutObjectHeader\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x03 \x01(\tR\x0b\x64\x65scription\x12Q\n\x08metadata\x18\x04 \x03(\x0b\x32\x35.switchyard.eventbus.v1.PutObjectHeader.MetadataEntryR\x08metadata\x12\x16\n\x06sha256\x18\x05 \x01(\tR\x06sha256\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"u\n\x10PutObjectRequest\x12\x41\n\x06header\x18\x01 \x01(\x0b\x32\'.switchyard.eventbus.v1.PutObjectHeaderH\x00R\x06header\x12\x16\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00R\x05\x63hunkB\x06\n\x04part\"K\n\x11PutObjectResponse\x12\x36\n\x04info\x18\x01 \x01(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoR\x04info\">\n\x10GetObjectRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"m\n\x11GetObjectResponse\x12\x38\n\x04info\x18\x01 \x01(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoH\x00R\x04info\x12\x16\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00R\x05\x63hunkB\x06\n\x04part\",\n\x12ListObjectsRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\"S\n\x13ListObjectsResponse\x12<\n\x07objects\x18\x01 \x03(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoR\x07objects\"A\n\x13\x44\x65leteObjectRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"\x16\n\x14\x44\x65leteObjectResponse*\xa7\x01\n\rDeliverPolicy\x12\x1e\n\x1a\x44\x45LIVER_POLICY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44\x45LIVER_POLICY_NEW\x10\x01\x12\x16\n\x12\x44\x45LIVER_POLICY_ALL\x10\x02\x12$\n DELIVER_POLICY_BY_START_SEQUENCE\x10\x03\x12 \n\x1c\x44\x45LIVER_POLICY_BY_START_TIME\x10\x04\x32\x8d\x08\n\x0f\x45ventBusService\x12Z\n\x07Publish\x12&.switchyard.eventbus.v1.PublishRequest\x1a\'.switchyard.eventbus.v1.PublishResponse\x12p\n\rPublishStream\x12,.switchyard.eventbus.v1.PublishStreamRequest\x1a-.switchyard.eventbus.v1.PublishStreamResponse(\x01\x30\x01\x12\x62\n\tSubscribe\x12(.switchyard.eventbus.v1.SubscribeRequest\x1a).switchyard.eventbus.v1.SubscribeResponse0\x01\x12N\n\x03\x41\x63k\x12\".switchyard.eventbus.v1.AckRequest\x1a#.switchyard.eventbus.v1.AckResponse\x12o\n\x0e\x44\x65leteConsumer\x12-.switchyard.eventbus.v1.DeleteConsumerRequest\x1a..switchyard.eventbus.v1.DeleteConsumerResponse\x12l\n\rGetStreamInfo\x12,.switchyard.eventbus.v1.GetStreamInfoRequest\x1a-.switchyard.eventbus.v1.GetStreamInfoResponse\x12\x62\n\tPutObject\x12(.switchyard.eventbus.v1.PutObjectRequest\x1a).switchyard.eventbus.v1.PutObjectResponse(\x01\x12\x62\n\tGetObject\x12(.switchyard.eventbus.v1.GetObjectRequest\x1a).switchyard.eventbus.v1.GetObjectResponse0\x01\x12\x66\n\x0bListObjects\x12*.switchyard.eventbus.v1.ListObjectsRequest\x1a+.switchyard.eventbus.v1.ListObjectsResponse\x12i\n\x0c\x44\x65leteObject\x12+.switchyard.eventbus.v1.DeleteObjectRequest\x1a,.switchyard.eventbus.v1.DeleteObjectResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%switchyard/eventbus/v1/eventbus.proto\x12\x16switchyard.eventbus.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n\x05\x45vent\x12\x18\n\x07subject\x18\x01 \x01(\tR\x07subject\x12\x18\n\x07payload\x18\x02 \x01(\x0cR\x07payload\x12\x15\n\x06msg_id\x18\x03 \x01(\tR\x05msgId\x12\x44\n\x07headers\x18\x04 \x03(\x0b\x32*.switchyard.eventbus.v1.Event.HeadersEntryR\x07headers\x1a:\n\x0cHeadersEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"Y\n\x0ePublishRequest\x12\x33\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1d.switchyard.eventbus.v1.EventR\x05\x65vent\x12\x12\n\x04\x63ore\x18\x02 \x01(\x08R\x04\x63ore\"c\n\x0fPublishResponse\x12\x16\n\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1a\n\x08sequence\x18\x02 \x01(\x04R\x08sequence\x12\x1c\n\tduplicate\x18\x03 \x01(\x08R\tduplicate\"|\n\x14PublishStreamRequest\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x04R\x07\x62\x61tchId\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x1d.switchyard.eventbus.v1.EventR\x06\x65vents\x12\x12\n\x04\x63ore\x18\x03 \x01(\x08R\x04\x63ore\"F\n\nPublishAck\x12\x1a\n\x08sequence\x18\x01 \x01(\x04R\x08sequence\x12\x1c\n\tduplicate\x18\x02 \x01(\x08R\tduplicate\"\xb0\x01\n\x15PublishStreamResponse\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x04R\x07\x62\x61tchId\x12\x36\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\".switchyard.eventbus.v1.PublishAckR\x04\x61\x63ks\x12\x44\n\x10publish_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0fpublishInterval\"\xcb\x03\n\x10SubscribeRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n\x0e\x66ilter_subject\x18\x02 \x01(\tR\rfilterSubject\x12!\n\x0c\x64urable_name\x18\x03 \x01(\tR\x0b\x64urableName\x12\x12\n\x04\x62ind\x18\x04 \x01(\x08R\x04\x62ind\x12L\n\x0e\x64\x65liver_policy\x18\x05 \x01(\x0e\x32%.switchyard.eventbus.v1.DeliverPolicyR\rdeliverPolicy\x12%\n\x0estart_sequence\x18\x06 \x01(\x04R\rstartSequence\x12\x39\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartTime\x12\x34\n\x08\x61\x63k_wait\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x61\x63kWait\x12&\n\x0fmax_ack_pending\x18\t \x01(\x05R\rmaxAckPending\x12\x19\n\x08\x61uto_ack\x18\n \x01(\x08R\x07\x61utoAck\x12\x12\n\x04\x63ore\x18\x0b \x01(\x08R\x04\x63ore\"\xae\x03\n\x0e\x44\x65liveredEvent\x12\x18\n\x07subject\x18\x01 \x01(\tR\x07subject\x12\x18\n\x07payload\x18\x02 \x01(\x0cR\x07payload\x12M\n\x07headers\x18\x03 \x03(\x0b\x32\x33.switchyard.eventbus.v1.DeliveredEvent.HeadersEntryR\x07headers\x12\x15\n\x06msg_id\x18\x04 \x01(\tR\x05msgId\x12\'\n\x0fstream_sequence\x18\x05 \x01(\x04R\x0estreamSequence\x12+\n\x11\x63onsumer_sequence\x18\x06 \x01(\x04R\x10\x63onsumerSequence\x12#\n\rnum_delivered\x18\x07 \x01(\x04R\x0cnumDelivered\x12.\n\x04time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n\tack_token\x18\t \x01(\tR\x08\x61\x63kToken\x1a:\n\x0cHeadersEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"o\n\x11SubscribeResponse\x12\x1a\n\x08\x63onsumer\x18\x01 \x01(\tR\x08\x63onsumer\x12>\n\x06\x65vents\x18\x02 \x03(\x0b\x32&.switchyard.eventbus.v1.DeliveredEventR\x06\x65vents\"=\n\nAckRequest\x12\x1d\n\nack_tokens\x18\x01 \x03(\tR\tackTokens\x12\x10\n\x03nak\x18\x02 \x01(\x08R\x03nak\"\r\n\x0b\x41\x63kResponse\"X\n\x15\x44\x65leteConsumerRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n\x0c\x64urable_name\x18\x02 \x01(\tR\x0b\x64urableName\"\x18\n\x16\x44\x65leteConsumerResponse\"4\n\x14GetStreamInfoRequest\x12\x1c\n\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xfe\x02\n\x15GetStreamInfoResponse\x12\x16\n\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1a\n\x08subjects\x18\x02 \x03(\tR\x08subjects\x12\x1a\n\x08messages\x18\x03 \x01(\x04R\x08messages\x12\x14\n\x05\x62ytes\x18\x04 \x01(\x04R\x05\x62ytes\x12%\n\x0e\x66irst_sequence\x18\x05 \x01(\x04R\rfirstSequence\x12#\n\rlast_sequence\x18\x06 \x01(\x04R\x0clastSequence\x12\x39\n\nfirst_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tfirstTime\x12\x37\n\tlast_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08lastTime\x12\x1c\n\tconsumers\x18\t \x01(\x03R\tconsumers\x12!\n\x0cnum_subjects\x18\n \x01(\x04R\x0bnumSubjects\"\xc9\x02\n\nObjectInfo\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x03 \x01(\tR\x0b\x64\x65scription\x12\x12\n\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x36\n\x08modified\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08modified\x12L\n\x08metadata\x18\x07 \x03(\x0b\x32\x30.switchyard.eventbus.v1.ObjectInfo.MetadataEntryR\x08metadata\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x87\x02\n\x0fPutObjectHeader\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x03 \x01(\tR\x0b\x64\x65scription\x12Q\n\x08metadata\x18\x04 \x03(\x0b\x32\x35.switchyard.eventbus.v1.PutObjectHeader.MetadataEntryR\x08metadata\x12\x16\n\x06sha256\x18\x05 \x01(\tR\x06sha256\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"u\n\x10PutObjectRequest\x12\x41\n\x06header\x18\x01 \x01(\x0b\x32\'.switchyard.eventbus.v1.PutObjectHeaderH\x00R\x06header\x12\x16\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00R\x05\x63hunkB\x06\n\x04part\"K\n\x11PutObjectResponse\x12\x36\n\x04info\x18\x01 \x01(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoR\x04info\">\n\x10GetObjectRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"m\n\x11GetObjectResponse\x12\x38\n\x04info\x18\x01 \x01(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoH\x00R\x04info\x12\x16\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00R\x05\x63hunkB\x06\n\x04part\",\n\x12ListObjectsRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\"S\n\x13ListObjectsResponse\x12<\n\x07objects\x18\x01 \x03(\x0b\x32\".switchyard.eventbus.v1.ObjectInfoR\x07objects\"A\n\x13\x44\x65leteObjectRequest\x12\x16\n\x06\x62ucket\x18\x01 \x01(\tR\x06\x62ucket\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"\x16\n\x14\x44\x65leteObjectResponse*\xa7\x01\n\rDeliverPolicy\x12\x1e\n\x1a\x44\x45LIVER_POLICY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44\x45LIVER_POLICY_NEW\x10\x01\x12\x16\n\x12\x44\x45LIVER_POLICY_ALL\x10\x02\x12$\n DELIVER_POLICY_BY_START_SEQUENCE\x10\x03\x12 \n\x1c\x44\x45LIVER_POLICY_BY_START_TIME\x10\x04\x32\x8d\x08\n\x0f\x45ventBusService\x12Z\n\x07Publish\x12&.switchyard.eventbus.v1.PublishRequest\x1a\'.switchyard.eventbus.v1.PublishResponse\x12p\n\rPublishStream\x12,.switchyard.eventbus.v1.PublishStreamRequest\x1a-.switchyard.eventbus.v1.PublishStreamResponse(\x01\x30\x01\x12\x62\n\tSubscribe\x12(.switchyard.eventbus.v1.SubscribeRequest\x1a).switchyard.eventbus.v1.SubscribeResponse0\x01\x12N\n\x03\x41\x63k\x12\".switchyard.eventbus.v1.AckRequest\x1a#.switchyard.eventbus.v1.AckResponse\x12o\n\x0e\x44\x65leteConsumer\x12-.switchyard.eventbus.v1.DeleteConsumerRequest\x1a..switchyard.eventbus.v1.DeleteConsumerResponse\x12l\n\rGetStreamInfo\x12,.switchyard.eventbus.v1.GetStreamInfoRequest\x1a-.switchyard.eventbus.v1.GetStreamInfoResponse\x12\x62\n\tPutObject\x12(.switchyard.eventbus.v1.PutObjectRequest\x1a).switchyard.eventbus.v1.PutObjectResponse(\x01\x12\x62\n\tGetObject\x12(.switchyard.eventbus.v1.GetObjectRequest\x1a).switchyard.eventbus.v1.GetObjectResponse0\x01\x12\x66\n\x0bListObjects\x12*.switchyard.eventbus.v1.ListObjectsRequest\x1a+.switchyard.eventbus.v1.ListObjectsResponse\x12i\n\x0c\x44\x65leteObject\x12+.switchyard.eventbus.v1.DeleteObjectRequest\x1a,.switchyard.eventbus.v1.DeleteObjectResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.eventbus.v1.eventbus_pb2', globals())
@@ -30,8 +30,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _OBJECTINFO_METADATAENTRY._serialized_options = b'8\001'
   _PUTOBJECTHEADER_METADATAENTRY._options = None
   _PUTOBJECTHEADER_METADATAENTRY._serialized_options = b'8\001'
-  _DELIVERPOLICY._serialized_start=3676
-  _DELIVERPOLICY._serialized_end=3843
+  _DELIVERPOLICY._serialized_start=3747
+  _DELIVERPOLICY._serialized_end=3914
   _EVENT._serialized_start=131
   _EVENT._serialized_end=343
   _EVENT_HEADERSENTRY._serialized_start=285
@@ -44,52 +44,52 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _PUBLISHSTREAMREQUEST._serialized_end=661
   _PUBLISHACK._serialized_start=663
   _PUBLISHACK._serialized_end=733
-  _PUBLISHSTREAMRESPONSE._serialized_start=735
-  _PUBLISHSTREAMRESPONSE._serialized_end=841
-  _SUBSCRIBEREQUEST._serialized_start=844
-  _SUBSCRIBEREQUEST._serialized_end=1303
-  _DELIVEREDEVENT._serialized_start=1306
-  _DELIVEREDEVENT._serialized_end=1736
+  _PUBLISHSTREAMRESPONSE._serialized_start=736
+  _PUBLISHSTREAMRESPONSE._serialized_end=912
+  _SUBSCRIBEREQUEST._serialized_start=915
+  _SUBSCRIBEREQUEST._serialized_end=1374
+  _DELIVEREDEVENT._serialized_start=1377
+  _DELIVEREDEVENT._serialized_end=1807
   _DELIVEREDEVENT_HEADERSENTRY._serialized_start=285
   _DELIVEREDEVENT_HEADERSENTRY._serialized_end=343
-  _SUBSCRIBERESPONSE._serialized_start=1738
-  _SUBSCRIBERESPONSE._serialized_end=1849
-  _ACKREQUEST._serialized_start=1851
-  _ACKREQUEST._serialized_end=1912
-  _ACKRESPONSE._serialized_start=1914
-  _ACKRESPONSE._serialized_end=1927
-  _DELETECONSUMERREQUEST._serialized_start=1929
-  _DELETECONSUMERREQUEST._serialized_end=2017
-  _DELETECONSUMERRESPONSE._serialized_start=2019
-  _DELETECONSUMERRESPONSE._serialized_end=2043
-  _GETSTREAMINFOREQUEST._serialized_start=2045
-  _GETSTREAMINFOREQUEST._serialized_end=2097
-  _GETSTREAMINFORESPONSE._serialized_start=2100
-  _GETSTREAMINFORESPONSE._serialized_end=2482
-  _OBJECTINFO._serialized_start=2485
-  _OBJECTINFO._serialized_end=2814
-  _OBJECTINFO_METADATAENTRY._serialized_start=2755
-  _OBJECTINFO_METADATAENTRY._serialized_end=2814
-  _PUTOBJECTHEADER._serialized_start=2817
-  _PUTOBJECTHEADER._serialized_end=3080
-  _PUTOBJECTHEADER_METADATAENTRY._serialized_start=2755
-  _PUTOBJECTHEADER_METADATAENTRY._serialized_end=2814
-  _PUTOBJECTREQUEST._serialized_start=3082
-  _PUTOBJECTREQUEST._serialized_end=3199
-  _PUTOBJECTRESPONSE._serialized_start=3201
-  _PUTOBJECTRESPONSE._serialized_end=3276
-  _GETOBJECTREQUEST._serialized_start=3278
-  _GETOBJECTREQUEST._serialized_end=3340
-  _GETOBJECTRESPONSE._serialized_start=3342
-  _GETOBJECTRESPONSE._serialized_end=3451
-  _LISTOBJECTSREQUEST._serialized_start=3453
-  _LISTOBJECTSREQUEST._serialized_end=3497
-  _LISTOBJECTSRESPONSE._serialized_start=3499
-  _LISTOBJECTSRESPONSE._serialized_end=3582
-  _DELETEOBJECTREQUEST._serialized_start=3584
-  _DELETEOBJECTREQUEST._serialized_end=3649
-  _DELETEOBJECTRESPONSE._serialized_start=3651
-  _DELETEOBJECTRESPONSE._serialized_end=3673
-  _EVENTBUSSERVICE._serialized_start=3846
-  _EVENTBUSSERVICE._serialized_end=4883
+  _SUBSCRIBERESPONSE._serialized_start=1809
+  _SUBSCRIBERESPONSE._serialized_end=1920
+  _ACKREQUEST._serialized_start=1922
+  _ACKREQUEST._serialized_end=1983
+  _ACKRESPONSE._serialized_start=1985
+  _ACKRESPONSE._serialized_end=1998
+  _DELETECONSUMERREQUEST._serialized_start=2000
+  _DELETECONSUMERREQUEST._serialized_end=2088
+  _DELETECONSUMERRESPONSE._serialized_start=2090
+  _DELETECONSUMERRESPONSE._serialized_end=2114
+  _GETSTREAMINFOREQUEST._serialized_start=2116
+  _GETSTREAMINFOREQUEST._serialized_end=2168
+  _GETSTREAMINFORESPONSE._serialized_start=2171
+  _GETSTREAMINFORESPONSE._serialized_end=2553
+  _OBJECTINFO._serialized_start=2556
+  _OBJECTINFO._serialized_end=2885
+  _OBJECTINFO_METADATAENTRY._serialized_start=2826
+  _OBJECTINFO_METADATAENTRY._serialized_end=2885
+  _PUTOBJECTHEADER._serialized_start=2888
+  _PUTOBJECTHEADER._serialized_end=3151
+  _PUTOBJECTHEADER_METADATAENTRY._serialized_start=2826
+  _PUTOBJECTHEADER_METADATAENTRY._serialized_end=2885
+  _PUTOBJECTREQUEST._serialized_start=3153
+  _PUTOBJECTREQUEST._serialized_end=3270
+  _PUTOBJECTRESPONSE._serialized_start=3272
+  _PUTOBJECTRESPONSE._serialized_end=3347
+  _GETOBJECTREQUEST._serialized_start=3349
+  _GETOBJECTREQUEST._serialized_end=3411
+  _GETOBJECTRESPONSE._serialized_start=3413
+  _GETOBJECTRESPONSE._serialized_end=3522
+  _LISTOBJECTSREQUEST._serialized_start=3524
+  _LISTOBJECTSREQUEST._serialized_end=3568
+  _LISTOBJECTSRESPONSE._serialized_start=3570
+  _LISTOBJECTSRESPONSE._serialized_end=3653
+  _DELETEOBJECTREQUEST._serialized_start=3655
+  _DELETEOBJECTREQUEST._serialized_end=3720
+  _DELETEOBJECTRESPONSE._serialized_start=3722
+  _DELETEOBJECTRESPONSE._serialized_end=3744
+  _EVENTBUSSERVICE._serialized_start=3917
+  _EVENTBUSSERVICE._serialized_end=4954
 # @@protoc_insertion_point(module_scope)

@@ -217,12 +217,14 @@ class PublishStreamRequest(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., core: bool = ...) -> None: ...
 
 class PublishStreamResponse(_message.Message):
-    __slots__ = ["acks", "batch_id"]
+    __slots__ = ["acks", "batch_id", "publish_interval"]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
     batch_id: int
-    def __init__(self, batch_id: _Optional[int] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
+    publish_interval: _duration_pb2.Duration
+    def __init__(self, batch_id: _Optional[int] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., publish_interval: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PutObjectHeader(_message.Message):
     __slots__ = ["bucket", "description", "metadata", "name", "sha256"]
