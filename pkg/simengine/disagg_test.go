@@ -201,3 +201,57 @@ func cmpSets(a, b map[uint64]bool) bool {
 	}
 	return true
 }
+
+// TestArrivedKVWaitsForRoom: a decode leg whose arrived KV does not fit
+// beside the running requests waits for room with its KV still on the
+// wire, not in the engine's cache for the running requests' growth to
+// evict; once admitted it takes all its arrived blocks and computes only
+// the prompt's last block. Blocks of 4 tokens, 64 of them: a request of
+// 220 prompt tokens holds 56 blocks from its first decode step and 63 at
+// its 30th token; the leg's 40 tokens need 10 (9 arrived, the last
+// computed), which fit only once it ends.
+func TestArrivedKVWaitsForRoom(t *testing.T) {
+	e := newEngine(t, nil)
+	if err := e.Add(Request{ID: "run", Prompt: prompt(1000, 220), MaxTokens: 30}); err != nil {
+		t.Fatal(err)
+	}
+	e.Step()
+	first := uint32(7)
+	if err := e.Add(Request{ID: "d", Prompt: prompt(5000, 40), MaxTokens: 2, Arrived: true, FirstToken: &first}); err != nil {
+		t.Fatal(err)
+	}
+	set := map[uint64]bool{}
+	computed, admittedAt, steps := 0, -1, 0
+	for ; !e.Idle(); steps++ {
+		if steps == 100 {
+			t.Fatal("engine not idle after 100 steps")
+		}
+		res := e.Step()
+		for _, c := range res.Chunks {
+			if c.RequestID == "d" {
+				computed += c.Tokens
+			}
+		}
+		if slices.Contains(res.Admitted, "d") {
+			admittedAt = steps
+		}
+		for _, ev := range res.Events {
+			if ev.Kind == EventStored && admittedAt < 0 {
+				for _, b := range ev.Blocks {
+					set[b.Sequence] = true
+				}
+			}
+		}
+	}
+	if admittedAt < 29 {
+		t.Fatalf("the leg was admitted at step %d, while the running request held the room (29 more steps)", admittedAt)
+	}
+	if computed != 4 {
+		t.Fatalf("the leg computed %d prompt tokens; want 4 (its last block), the rest arrived", computed)
+	}
+	for _, b := range kvhash.NewExtraHasher(4, kvhash.Extra{}).Append(prompt(5000, 40), nil) {
+		if set[b.Sequence] {
+			t.Fatalf("the leg's block %#x was stored before it was admitted (its KV is not the engine's until then)", b.Sequence)
+		}
+	}
+}

@@ -326,9 +326,9 @@ type request struct {
 	// hold and first are Request's Hold and FirstToken.
 	hold  bool
 	first *uint32
-	// arrived is Request.Arrived until the arrived blocks are stored (at
-	// the first admission attempt); localPrefix is then the prefix in
-	// blocks the cache held before, -1 for other requests.
+	// arrived is Request.Arrived until the request is admitted, its
+	// arrived blocks with it; localPrefix is then the prefix in blocks
+	// the cache held, -1 for other requests.
 	arrived     bool
 	localPrefix int
 	// computed counts the tokens whose KV is in the request's blocks.
@@ -779,12 +779,6 @@ func (e *Engine) preempt(r *request) {
 // when the blocks are not available.
 func (e *Engine) admit(r *request, budget int) (int, bool) {
 	bs := e.cfg.BlockSize
-	if r.arrived {
-		r.arrived = false
-		prompt := r.hashes[:r.promptLen/bs]
-		r.localPrefix = e.CachedPrefix(prompt)
-		e.store(prompt)
-	}
 	// At least the last token is computed, for the logits of the next one.
 	maxHit := (len(r.tokens) - 1) / bs
 	hits := 0
@@ -799,16 +793,30 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		}
 		hits++
 	}
+	// An arrived prompt's full blocks past the cached prefix come in with
+	// the request, into blocks allocated for them here: they take room
+	// as computed ones, and until the request is admitted they are not
+	// the engine's (vLLM's decode worker allocates the blocks of the
+	// remote KV when it schedules the request, SGLang's pre-allocates
+	// before the transfer; neither stores the KV in its cache before).
+	arrived := 0
+	if r.arrived {
+		arrived = max(min(r.promptLen/bs, maxHit)-hits, 0)
+	}
 	// The prefix goes on in the host tier: those blocks are loaded back,
 	// not computed.
 	loads := 0
-	for e.host != nil && hits+loads < maxHit && e.host.has(r.hashes[hits+loads].Sequence) {
+	for e.host != nil && hits+arrived+loads < maxHit && e.host.has(r.hashes[hits+arrived+loads].Sequence) {
 		loads++
 	}
-	n := min(len(r.tokens)-(hits+loads)*bs, budget)
-	need := e.blocksFor((hits+loads)*bs+n) - hits
+	n := min(len(r.tokens)-(hits+arrived+loads)*bs, budget)
+	need := e.blocksFor((hits+arrived+loads)*bs+n) - hits
 	if need > e.pool.available()-evictableHits {
 		return 0, false
+	}
+	if r.arrived {
+		r.arrived = false
+		r.localPrefix = hits
 	}
 	for i := range hits {
 		b, _ := e.pool.lookup(r.hashes[i].Sequence)
@@ -817,12 +825,20 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 	}
 	// Loaded blocks leave the host before the allocation below evicts
 	// GPU blocks into it, which could push them out.
-	for i := hits; i < hits+loads; i++ {
+	for i := hits + arrived; i < hits+arrived+loads; i++ {
 		e.host.take(r.hashes[i].Sequence)
 	}
 	for range need {
 		b, _ := e.pool.alloc()
 		r.blocks = append(r.blocks, b)
+	}
+	if arrived > 0 {
+		// The arrived blocks enter the cache as computed ones do: stored
+		// events, as if the engine had computed them.
+		r.computed = (hits + arrived) * bs
+		r.registered = hits
+		e.registerFull(r)
+		hits += arrived
 	}
 	if loads > 0 {
 		r.computed = (hits + loads) * bs
