@@ -556,14 +556,16 @@ func (s *Sim) publishLoad() {
 	if s.f.cfg.LoadInterval <= 0 {
 		return
 	}
-	// With a KV publish interval a report goes out at once with the held
-	// KV events, in one message on the KV stream, as the SDK's.
-	ride := s.f.cfg.KVPublishInterval > 0
+	// While KV events are held for an interval (configured, or asked by
+	// the eventbus) a report goes out at once with the held KV events, in
+	// one message on the KV stream, as the SDK's; otherwise on a stream of
+	// its own, opened when first needed.
 	var pub *eventbusclient.Publisher
-	if !ride {
-		pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: 4})
-		defer pub.Close()
-	}
+	defer func() {
+		if pub != nil {
+			pub.Close()
+		}
+	}()
 	t := time.NewTicker(s.f.cfg.LoadInterval)
 	defer t.Stop()
 	var same worker.LoadSampler
@@ -587,7 +589,7 @@ func (s *Sim) publishLoad() {
 			s.f.LoadFailed.Add(1)
 			continue
 		}
-		if ride {
+		if s.kvInterval() > 0 {
 			s.kvMu.Lock()
 			if !s.stopped {
 				s.heldLoad, s.lastKV = ev, now
@@ -596,6 +598,9 @@ func (s *Sim) publishLoad() {
 			s.kvMu.Unlock()
 			same.Published(now)
 			continue
+		}
+		if pub == nil {
+			pub = s.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: 4})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		b, err := pub.Send(ctx, []*eventbusv1.Event{ev})

@@ -258,10 +258,14 @@ type Worker struct {
 	// KVPublishInterval publishes what is left at once.
 	kvClosing chan struct{}
 	// loadRide hands a load report due to the KV publisher, which sends
-	// it at once with the KV batches it holds (KVPublishInterval set, not
-	// the core mode); nil otherwise. It holds the newest report only.
+	// it at once with the KV batches it holds, while the KV batches are
+	// held for an interval (kvPaced); nil in the core mode. It holds the
+	// newest report only.
 	loadRide chan []*eventbusv1.Event
-	kvIndex  *KVIndex
+	// kvPaced is whether the KV publisher holds its batches for an
+	// interval (KVPublishInterval, or one the eventbus asked for).
+	kvPaced atomic.Bool
+	kvIndex *KVIndex
 	// kvCtx ends the publisher's waits at shutdown, after kvFlushTimeout.
 	kvCtx    context.Context
 	kvCancel context.CancelFunc
@@ -344,7 +348,7 @@ func Start(ctx context.Context, cfg Config, h Handler) (_ *Worker, err error) {
 		stopLoad: make(chan struct{}), loadDone: make(chan struct{}), stopMaint: make(chan struct{}), maintDone: make(chan struct{})}
 	w.kvCtx, w.kvCancel = context.WithCancel(context.Background())
 	w.kvBacklog, w.kvWake, w.kvClosing = map[uint32]uint64{}, make(chan struct{}, 1), make(chan struct{})
-	if cfg.KVPublishInterval > 0 && cfg.KVEventsMode != kvevents.Core {
+	if cfg.KVEventsMode != kvevents.Core {
 		w.loadRide = make(chan []*eventbusv1.Event, 1)
 	}
 	undo := []func(){w.kvCancel}
@@ -853,6 +857,7 @@ func (w *Worker) publishKV() {
 	// whatever KV batches wait.
 	var load []*eventbusv1.Event
 	for {
+		w.kvPaced.Store(w.kvInterval(pub) > 0)
 		if iv := w.kvInterval(pub); iv > 0 && load == nil && !behind && !lastSent.IsZero() {
 			load = w.waitKV(lastSent.Add(iv))
 		}
@@ -1022,17 +1027,19 @@ func (l kvLeads) first(b *workerv1.KvEventBatch) bool {
 // fleet sends one a second per worker. Each batch is awaited, up to 2 s, as
 // the unary call was; one not acknowledged by then stays in the stream's
 // order and goes out again after a reconnect, before the newer ones (a
-// router keeps the last report, so the newest still wins). With a KV publish
-// interval the reports go to the KV publisher instead (loadRide), which
+// router keeps the last report, so the newest still wins). While the KV
+// batches are held for an interval (KVPublishInterval, or one the eventbus
+// asked for) the reports go to the KV publisher instead (loadRide), which
 // sends each at once in one message with the KV batches it holds: a worker
 // then sends one message where it sent two.
 func (w *Worker) publishLoad() {
 	defer close(w.loadDone)
-	var pub *eventbusclient.Publisher
-	if w.loadRide == nil {
-		pub = w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: loadInFlight})
-		defer pub.Close()
-	}
+	var pub *eventbusclient.Publisher // opened on the first report that does not ride
+	defer func() {
+		if pub != nil {
+			pub.Close()
+		}
+	}()
 	subject := wire.LoadSubject(w.cfg.Namespace, w.cfg.Component)
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
@@ -1069,7 +1076,7 @@ func (w *Worker) publishLoad() {
 		if len(events) == 0 || !same.Due(now, w.cfg.LoadHeartbeat-w.cfg.LoadInterval/2, ms) {
 			continue
 		}
-		if w.loadRide != nil {
+		if w.loadRide != nil && w.kvPaced.Load() {
 			// The KV publisher sends it at once with the KV batches it
 			// holds; a report it has not taken yet is replaced.
 			select {
@@ -1082,6 +1089,9 @@ func (w *Worker) publishLoad() {
 			}
 			same.Published(now)
 			continue
+		}
+		if pub == nil {
+			pub = w.bus.NewPublisher(context.Background(), eventbusclient.PublisherOptions{MaxInFlight: loadInFlight})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		b, err := pub.Send(ctx, events)

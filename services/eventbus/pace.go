@@ -10,11 +10,13 @@ import (
 // DefaultPublishRateTarget is the default Config.PublishRateTarget: batches
 // a second the publishing streams together may send before the eventbus
 // asks them to hold and merge theirs. The eventbus and NATS spend their CPU
-// per batch received more than per event in it (about 32 µs of the two
-// together per batch at 10,000 publishers, bench/fleet), so this keeps
-// them near two-thirds of a core however many workers publish; below it
+// per batch received more than per event in it (bench/fleet at 10,000
+// publishers: about 32 µs of the two together for a batch of one KV batch,
+// 60 µs for one of several merged), so this keeps them within about
+// two-thirds of a core however many workers publish, until a worker's
+// share falls under one batch a second (maxPublishInterval); below it
 // nobody waits.
-const DefaultPublishRateTarget = 20_000
+const DefaultPublishRateTarget = 10_000
 
 // maxPublishInterval bounds the interval asked of a publisher: a worker's
 // KV events reach the routers at most this much later than they would
