@@ -109,16 +109,20 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 	p.reqs[id] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
 	p.preds.touch(r.hashes)
+	// Most blocks are predicted nowhere yet: refOrAdd adds them with
+	// one probe, and only a block predicted already takes the call that
+	// adds a reference to its predictions.
 	for _, h := range r.hashes {
-		p.addRefLocked(h, n)
+		if v, added := p.preds.refOrAdd(h, pendingRef{w: n, refs: 1}); !added {
+			p.addRefLocked(v, n)
+		}
 	}
 }
 
-// addRefLocked adds a reference of worker number n to h's predictions.
-func (p *Pending) addRefLocked(h uint64, n uint32) {
-	v, added := p.preds.refOrAdd(h, pendingRef{w: n, refs: 1})
+// addRefLocked adds a reference of worker number n to a block's
+// predictions v, found in the table.
+func (p *Pending) addRefLocked(v *pendingRef, n uint32) {
 	switch {
-	case added:
 	case v.w == n:
 		v.refs++
 	case v.w&multiTag == 0:
@@ -402,6 +406,10 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 			p.preds.getAll(hashes[from:to], vals[:], oks[:])
 			size = min(2*size, batch)
 		}
+		if len(act) == 1 && j == len(exts) {
+			p.extendOne(workers[act[0].i], hashes, pos, from, to, size, &vals, &oks, &overlaps[act[0].i])
+			return
+		}
 		v, ok := vals[pos-from], oks[pos-from]
 		keep := act[:0]
 		for _, e := range act {
@@ -413,6 +421,42 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 		}
 		act = keep
 	}
+}
+
+// extendOne is ExtendAll's sweep once one worker, w, is left extending
+// and none is to join it (the common case: the worker a request of the
+// same prefix was just routed to): from pos, with the batch [from, to) of
+// hashes looked up in vals and oks and the next batch size, it sets
+// *reach to the first position not predicted on w. A block predicted on
+// one worker names it by number, so once w's number is known (the first
+// such block names it) the blocks on w alone are told by comparing
+// numbers, not by reading a worker id and comparing it.
+func (p *Pending) extendOne(w WorkerID, hashes []uint64, pos, from, to, size int, vals *[batch]pendingRef, oks *[batch]bool, reach *int) {
+	var num uint32
+	known := false
+	for ; pos < len(hashes); pos++ {
+		if pos >= to {
+			from, to = pos, min(pos+size, len(hashes))
+			p.preds.getAll(hashes[from:to], vals[:], oks[:])
+			size = min(2*size, batch)
+		}
+		v := vals[pos-from]
+		if !oks[pos-from] {
+			*reach = pos
+			return
+		}
+		if known && v.w == num {
+			continue
+		}
+		if !p.onLocked(v, w) {
+			*reach = pos
+			return
+		}
+		if v.w&multiTag == 0 {
+			num, known = v.w, true
+		}
+	}
+	*reach = len(hashes)
 }
 
 // onLocked says whether a block's predictions v include w.
