@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,6 +72,9 @@ type PlaneConfig struct {
 	Profile bool
 	// CoalesceGap is the eventbus's --coalesce-gap.
 	CoalesceGap time.Duration
+	// PublishRateTarget is the eventbus's --publish-rate-target (0: its
+	// default).
+	PublishRateTarget int
 }
 
 // StartPlane starts every part in dependency order and waits until each is
@@ -215,6 +219,7 @@ func StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, err error) {
 	}
 	if p.Eventbus, err = svc("eventbus", "eventbus", "--nats-server", strings.Join(p.NATSURLs, ","), "--stream-replicas", "3",
 		"--coalesce-events", strings.Join(eventbus.FleetCoalesceEvents, ","), "--coalesce-gap", cfg.CoalesceGap.String(),
+		"--publish-rate-target", strconv.Itoa(cmp.Or(cfg.PublishRateTarget, eventbus.DefaultPublishRateTarget)),
 		"--data-dir", filepath.Join(cfg.Dir, "eventbus")); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/switchyard-llm/switchyard/pkg/tokenizer/qwen3"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/pkg/worker"
+	"github.com/switchyard-llm/switchyard/services/eventbus"
 )
 
 // Config says what the bench runs.
@@ -51,6 +52,9 @@ type Config struct {
 	KVPublishInterval time.Duration
 	// CoalesceGap is the eventbus's (eventbus.Config.CoalesceGap).
 	CoalesceGap time.Duration
+	// PublishRateTarget is the eventbus's
+	// (eventbus.Config.PublishRateTarget).
+	PublishRateTarget int
 	// Settle is the wait after the fleet is up, before Window, the steady
 	// state in which CPU, memory and rates are measured.
 	Settle, Window time.Duration
@@ -97,6 +101,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LoadInterval, "load-interval", time.Second, "load report interval per worker (0: none)")
 	fs.DurationVar(&c.LoadHeartbeat, "load-heartbeat", worker.DefaultLoadHeartbeat, "a worker's load report unchanged since the last one published waits until this long after it, as the Go SDK's (0: every interval publishes)")
 	fs.DurationVar(&c.KVPublishInterval, "kv-publish-interval", 0, "least time between two KV publishes of a worker, the batches rolled meanwhile sent as one, as the Go SDK's worker.Config.KVPublishInterval (0: each batch at once)")
+	fs.IntVar(&c.PublishRateTarget, "publish-rate-target", eventbus.DefaultPublishRateTarget, "the eventbus's --publish-rate-target: batches a second its publishers together may send before it asks each for an interval to hold and merge its KV batches (-1: never)")
 	fs.DurationVar(&c.CoalesceGap, "coalesce-gap", 0, "the eventbus's --coalesce-gap: least time between two stream messages of a coalesced subject (0: none)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "lease TTL of every worker")
 	fs.DurationVar(&c.Settle, "settle", 5*time.Second, "wait after the fleet is up before measuring")
@@ -198,7 +203,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]*R
 func runOne(ctx context.Context, cfg Config, n int, dir string, out io.Writer, log *slog.Logger) (*Result, error) {
 	const namespace, component = "fleet", "backend"
 	fmt.Fprintf(out, "== %d workers: starting the plane (logs in %s)\n", n, dir)
-	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace, Profile: cfg.Profile, CoalesceGap: cfg.CoalesceGap})
+	plane, err := StartPlane(ctx, PlaneConfig{Exe: cfg.Exe, Dir: dir, EtcdFsync: cfg.EtcdFsync, Frontends: 2, Namespace: namespace, Profile: cfg.Profile, CoalesceGap: cfg.CoalesceGap, PublishRateTarget: cfg.PublishRateTarget})
 	if err != nil {
 		return nil, err
 	}
