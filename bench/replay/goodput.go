@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -34,6 +35,23 @@ type Objectives struct {
 // met says whether x meets the objectives with every request served.
 func (o Objectives) met(x Result) bool {
 	return x.Rejected == 0 && x.TTFT[1] <= o.TTFT && (o.ITL <= 0 || x.ITL[1] <= o.ITL)
+}
+
+// missed names what x missed of the objectives: its rejected requests,
+// its TTFT p90 and its ITL p90 where each is over its objective, joined
+// by " and "; empty when x meets them.
+func (o Objectives) missed(x Result) string {
+	var parts []string
+	if x.Rejected > 0 {
+		parts = append(parts, fmt.Sprintf("%d rejected", x.Rejected))
+	}
+	if x.TTFT[1] > o.TTFT {
+		parts = append(parts, "TTFT p90 "+ms(x.TTFT[1])+" ms")
+	}
+	if o.ITL > 0 && x.ITL[1] > o.ITL {
+		parts = append(parts, "ITL p90 "+ms(x.ITL[1])+" ms")
+	}
+	return strings.Join(parts, " and ")
 }
 
 // String names the objectives, as the tables print them.

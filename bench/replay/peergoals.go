@@ -56,6 +56,10 @@ type Figures struct {
 	// caches).
 	SentAway int
 	GaveUp   float64
+	// Missed says what the mode missed of the objectives at Fail (see
+	// Objectives.missed): which of them bounds its goodput; empty when no
+	// rate above its goodput ran.
+	Missed string
 }
 
 // GoodSpread is the range of the mode's goodput over the seeds run.
@@ -72,6 +76,9 @@ func peerFigures(r *Report, defaultRate float64) []Figures {
 		}
 		f.Pass, f.Fail = r.GoodputBracket(m)
 		f.GoodLo, f.GoodHi = f.Pass, f.Pass
+		if j := slices.IndexFunc(r.Results, func(x Result) bool { return x.Mode == m && x.RateScale == f.Fail }); j >= 0 {
+			f.Missed = r.Objectives().missed(r.Results[j])
+		}
 		out[i] = f
 	}
 	return out
@@ -578,6 +585,26 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 		fmt.Fprintf(b, "%s: kv's hit rate is %.2f points below %s's; kv sent %d requests away from the worker it saw caching most of their prompt, giving up %.2f points (%s: %d requests, %.2f points)\n",
 			g.Trace, 100*(best.HitRate-kv.HitRate), best.Mode, kv.SentAway, 100*kv.GaveUp, best.Mode, best.SentAway, 100*best.GaveUp)
 	}
+	// What bounds the goodputs where kv's is not 1.2x the best peer's:
+	// which objective each of the two missed at the lowest rate above
+	// its goodput.
+	first = true
+	for _, g := range rows {
+		if x12, settled := g.PeerGoodputX12(); x12 && settled {
+			continue
+		}
+		kv, best := g.figures("kv"), Figures{}
+		var ok bool
+		if best, ok = g.BestGoodput(); !ok || kv.Pass <= 0 {
+			continue
+		}
+		if first {
+			b.WriteString("\n")
+			first = false
+		}
+		fmt.Fprintf(b, "%s: kv's goodput is %s, %gx %s's x%s is x%s; missed above the goodput: %s; %s\n", g.Trace, fmtBracket(kv.Pass, kv.Fail),
+			goalPeerGoodput, best.Mode, fmtRate(best.Pass), fmtRate(goalPeerGoodput*best.Pass), boundBy(kv), boundBy(best))
+	}
 	half := (len(rows) + 1) / 2
 	fmt.Fprintf(b, "\npeer goals met on %d traces: hit >= best peer %d, ttft p90 <= best peer %d, goodput >= best peer %d, goodput >= %gx best peer %d (goal: at least %d, %s; %d more undecided by the goodput brackets)\n",
 		len(rows), met[0], met[1], met[2], goalPeerGoodput, met[3], half, verdict(met[3] >= half), undecided)
@@ -594,6 +621,14 @@ func writePeerGoals(b *strings.Builder, rows []GoalRow, defaultRate float64) {
 	if len(none) > 0 {
 		fmt.Fprintf(b, "no policy within %gx of the chain floor on %d traces: %s\n", goalChainRatio, len(none), strings.Join(none, ", "))
 	}
+}
+
+// boundBy says what f's mode missed at the lowest rate above its goodput.
+func boundBy(f Figures) string {
+	if f.Missed == "" {
+		return f.Mode + " ran no rate above its goodput"
+	}
+	return fmt.Sprintf("%s at x%s: %s", f.Mode, fmtRate(f.Fail), f.Missed)
 }
 
 // fmtGoodSpread prints a mode's goodput range over the seeds, "x" and

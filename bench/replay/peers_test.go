@@ -391,10 +391,43 @@ func TestPeerGoals(t *testing.T) {
 		"no policy within 1.5x of the chain floor on 4 traces: c, d, e, f",
 		"| a | 250.0 / 500.0 / 1000.0 | 225.0 / 450.0 / 900.0 |",
 		"\na: kv's hit rate is 2.00 points below dynamo's; kv sent 5 requests away from the worker it saw caching most of their prompt, giving up 1.50 points (dynamo: 0 requests, 0.00 points)\nb: ",
+		// a's 1.2x is not settled (1.50x, 0.75x-2.00x): it says what
+		// bounds both goodputs; c's fails.
+		"\na: kv's goodput is x9 (<x12), 1.2x dynamo's x6 is x7.2; missed above the goodput: kv at x12: TTFT p90 3000.0 ms; dynamo at x12: TTFT p90 3000.0 ms\n",
+		"\nc: kv's goodput is x6 (<x7), 1.2x dynamo's x8 is x9.6; missed above the goodput: kv at x7: TTFT p90 3000.0 ms; dynamo at x12: TTFT p90 3000.0 ms\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("peer table lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestMissed: what a result missed of the objectives, each part where it
+// is over its objective.
+func TestMissed(t *testing.T) {
+	const ms = time.Millisecond
+	o := Objectives{TTFT: 2 * time.Second, ITL: 50 * ms}
+	r := func(rejected int, ttft, itl time.Duration) Result {
+		return Result{Rejected: rejected, TTFT: [3]time.Duration{0, ttft, 0}, ITL: [3]time.Duration{0, itl, 0}}
+	}
+	tests := []struct {
+		name string
+		o    Objectives
+		x    Result
+		want string
+	}{
+		{"met", o, r(0, 2*time.Second, 50*ms), ""},
+		{"TTFT", o, r(0, 2100*ms, 40*ms), "TTFT p90 2100.0 ms"},
+		{"ITL", o, r(0, time.Second, 61800*time.Microsecond), "ITL p90 61.8 ms"},
+		{"both and rejected", o, r(3, 3*time.Second, 70*ms), "3 rejected and TTFT p90 3000.0 ms and ITL p90 70.0 ms"},
+		{"no ITL objective", Objectives{TTFT: 2 * time.Second}, r(0, time.Second, time.Second), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.missed(tt.x); got != tt.want {
+				t.Fatalf("missed = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
