@@ -101,6 +101,7 @@ func (s *sim) startPair(n int, id string, me int, resp *routerv1.RouteResponse, 
 	s.reqs[id] = in
 	if s.record {
 		in.rec = s.recordArrival(n, dec, resp, len(prompt))
+		in.rec.PrefillWorker = pre.id
 	}
 	if !pre.busy {
 		s.step(pre)

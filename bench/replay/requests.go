@@ -55,7 +55,7 @@ func RecordRuns(trace []Request, cfg Config, results []Result, parallel int) ([]
 var RequestsCSVHeader = []string{"mode", "rate_scale", "request", "arrival_ms", "worker", "prompt_tokens",
 	"overlap_blocks", "best_overlap_blocks", "cached_blocks", "queued_tokens", "decoding", "step_left_ms",
 	"cost_ms", "wait_ms", "ttft_ms", "e2e_ms", "gaps", "slow_gaps", "gap_sum_ms", "home_worker", "home_cost_ms",
-	"home_queued_tokens", "home_decoding", "decoding_min", "decoding_max", "slow_gaps_caused"}
+	"home_queued_tokens", "home_decoding", "decoding_min", "decoding_max", "slow_gaps_caused", "prefill_worker"}
 
 // WriteRequestsCSV writes the runs' request records as CSV.
 func WriteRequestsCSV(w io.Writer, runs []RecordedRun) error {
@@ -73,7 +73,8 @@ func WriteRequestsCSV(w io.Writer, runs []RecordedRun) error {
 				strconv.FormatFloat(r.Cost, 'f', 3, 64), msOf(r.Wait), msOf(r.TTFT), msOf(r.E2E),
 				strconv.Itoa(r.Gaps), strconv.Itoa(r.SlowGaps), msOf(r.GapSum), strconv.FormatUint(r.Home, 10),
 				strconv.FormatFloat(r.HomeCost, 'f', 3, 64), strconv.Itoa(r.HomeQueuedTokens), strconv.Itoa(r.HomeDecoding),
-				strconv.Itoa(r.DecodingMin), strconv.Itoa(r.DecodingMax), strconv.FormatFloat(r.SlowGapsCaused, 'f', 3, 64)})
+				strconv.Itoa(r.DecodingMin), strconv.Itoa(r.DecodingMax), strconv.FormatFloat(r.SlowGapsCaused, 'f', 3, 64),
+				strconv.FormatUint(r.PrefillWorker, 10)})
 		}
 	}
 	cw.Flush()

@@ -115,7 +115,8 @@ func TestWriteRequestsCSV(t *testing.T) {
 			{Request: 3, Arrival: 1500 * time.Microsecond, Worker: 2, PromptTokens: 700, Overlap: 32, BestOverlap: 40, Cached: 30,
 				QueuedTokens: 100, Decoding: 5, StepLeft: 2 * time.Millisecond, Cost: 12.25, Wait: 3 * time.Millisecond,
 				TTFT: 20 * time.Millisecond, E2E: time.Second, Gaps: 9, SlowGaps: 2, GapSum: 980 * time.Millisecond,
-				Home: 4, HomeCost: 30.5, HomeQueuedTokens: 9000, HomeDecoding: 7, DecodingMin: 3, DecodingMax: 11, SlowGapsCaused: 2.5},
+				Home: 4, HomeCost: 30.5, HomeQueuedTokens: 9000, HomeDecoding: 7, DecodingMin: 3, DecodingMax: 11, SlowGapsCaused: 2.5,
+				PrefillWorker: 6},
 		}},
 		{Mode: "round-robin", RateScale: 1.5},
 	}
@@ -129,7 +130,7 @@ func TestWriteRequestsCSV(t *testing.T) {
 	}
 	want := [][]string{RequestsCSVHeader,
 		{"kv", "6", "3", "1.500", "2", "700", "32", "40", "30", "100", "5", "2.000", "12.250", "3.000", "20.000", "1000.000",
-			"9", "2", "980.000", "4", "30.500", "9000", "7", "3", "11", "2.500"}}
+			"9", "2", "980.000", "4", "30.500", "9000", "7", "3", "11", "2.500", "6"}}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %v", len(rows), len(want), rows)
 	}
@@ -354,4 +355,35 @@ func TestSentAway(t *testing.T) {
 		t.Fatalf("SentAway %d, GaveUp %v; the records say %d, %d of %d blocks (%v)", res.SentAway, res.GaveUp, sent, gaveUp, blocks, float64(gaveUp)/float64(blocks))
 	}
 	t.Logf("%d of %d requests sent away, %.2f points given up (hit rate %.3f)", sent, len(recs), 100*res.GaveUp, res.HitRate)
+}
+
+// TestRequestRecordPrefillWorker: a pair's record names the engine that
+// computed its prompt beside the one that decoded it; a request computed
+// where it went names none.
+func TestRequestRecordPrefillWorker(t *testing.T) {
+	trace := []Request{
+		{Arrival: 0, InputLength: 2048, OutputLength: 5, HashIDs: []uint64{1, 2, 3, 4}},
+		{Arrival: time.Second, InputLength: 1100, OutputLength: 3, HashIDs: []uint64{1, 2, 9}},
+	}
+	for _, mode := range []string{"disagg-always", "kv"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := smallConfig()
+			cfg.Workers, cfg.RateScale, cfg.PrefillWorkers, cfg.DecodeWorkers = 2, 1, 1, 1
+			_, recs, err := RunRecorded(trace, cfg, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 2 {
+				t.Fatalf("%d records, want 2", len(recs))
+			}
+			for i, r := range recs {
+				if pair := mode == "disagg-always"; pair && (r.PrefillWorker == 0 || r.PrefillWorker == r.Worker) || !pair && r.PrefillWorker != 0 {
+					t.Errorf("request %d went to %d with its prompt computed on %d", i, r.Worker, r.PrefillWorker)
+				}
+			}
+			if recs[0].PrefillWorker != recs[1].PrefillWorker {
+				t.Errorf("prompts computed on %d and %d; one prefill engine", recs[0].PrefillWorker, recs[1].PrefillWorker)
+			}
+		})
+	}
 }

@@ -415,6 +415,10 @@ type RequestRecord struct {
 	// a run's requests it is the slow gaps of steps that computed prompt
 	// tokens, which is where a placement makes other requests' gaps slow.
 	SlowGapsCaused float64
+	// PrefillWorker is the engine that computed its prompt when that was
+	// not Worker (a disaggregated pair's prefill leg: Worker decodes); 0
+	// when Worker computed it.
+	PrefillWorker uint64
 }
 
 // at schedules fn d after now.
