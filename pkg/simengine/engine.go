@@ -913,46 +913,6 @@ func (e *Engine) releaseHeld(r *request) {
 	e.releaseBlocks(r)
 }
 
-// store puts the full blocks of a sequence the prefix cache lacks into it,
-// as computed elsewhere and received: each enters the cache (a stored
-// event per run) and is then left unheld, evictable like any cached block
-// nobody holds. It stops at the first block no free or evictable block can
-// hold.
-func (e *Engine) store(hashes []kvhash.Block) {
-	var taken []int32
-	run := -1 // the index in e.events of the stored event being extended
-	for i, id := range hashes {
-		if _, ok := e.pool.lookup(id.Sequence); ok {
-			run = -1 // the run breaks at a block already cached
-			continue
-		}
-		n := len(e.events)
-		b, ok := e.pool.alloc()
-		if !ok {
-			break
-		}
-		if len(e.events) != n {
-			run = -1 // an eviction came between: a new run after it
-		}
-		taken = append(taken, b)
-		e.pool.register(b, id)
-		e.unhost(id.Sequence)
-		if run < 0 {
-			e.emit(Event{Kind: EventStored})
-			run = len(e.events) - 1
-			if i > 0 {
-				e.events[run].Parent, e.events[run].HasParent = hashes[i-1].Sequence, true
-			}
-		}
-		e.events[run].Blocks = append(e.events[run].Blocks, id)
-	}
-	// Last first, as a request releases its blocks: a tail is evicted
-	// before its head.
-	for i := len(taken) - 1; i >= 0; i-- {
-		e.pool.release(taken[i])
-	}
-}
-
 // releaseBlocks drops a request's hold on its blocks, last block first so
 // that a sequence's tail is evicted before its head (as vLLM does).
 func (e *Engine) releaseBlocks(r *request) {
