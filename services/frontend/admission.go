@@ -278,17 +278,21 @@ type modelQueue struct {
 	// the watch; room 0 while not saturated is a room not counted.
 	saturated bool
 	room      int
+	// capacity is the room the watch last counted for the fleet with no
+	// prompt queued (0: not counted), which bounds the rooms kept
+	// (keptRooms).
+	capacity int
 	// pending counts the requests admitted (by the fast path or released)
 	// whose first route decision has not come back; pendingQueued those of
 	// them that were released from the queue.
 	pending, pendingQueued int
 	// seen is when each tenant last sent a request of the model (here, or
 	// at another replica as it said) and in which band: the tenants active
-	// lately, which the last room is kept for (reserveLocked).
+	// lately, which the last room is kept for (keptLocked).
 	seen map[string]seenTenant
 	// roomyAt is when the router last counted room for two requests or
 	// more: a fleet that has not lately had room for two keeps no room
-	// back (reserveLocked).
+	// back (keptLocked).
 	roomyAt time.Time
 	// released are the times of the last releases, for Retry-After.
 	released releaseTimes
@@ -858,32 +862,96 @@ func (mq *modelQueue) freeLocked() int {
 }
 
 // mayTakeLocked says whether a request of tenant in band prio may go on
-// the router's last word: there is room for it, and when it is the last
-// room, it is not kept from it (reserveLocked).
+// the router's last word: there is room for it, more than the rooms kept
+// from it (keptLocked).
 func (a *admission) mayTakeLocked(mq *modelQueue, tenant string, prio int32) bool {
 	free := a.freeLocked(mq)
-	return free > 1 || free == 1 && !a.reserveLocked(mq, tenant, prio)
+	return free > 0 && (free == math.MaxInt || free > a.keptLocked(mq, tenant, prio))
 }
 
-// reserveLocked says whether the last room is kept from tenant's request
-// of band prio: the fleet had room for two lately, the tenant has more
-// requests queued here behind it (it sends faster than it is served: a
-// flood), and another tenant active
-// within activeWindow has a better claim to the room (crowdsLocked). A
-// flood is then held one typical request short of the
-// threshold, where the others find room at once; a tenant without a
-// backlog is never held for one that may come.
-func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) bool {
+// keptLocked is how many of the rooms the router counts are kept from
+// tenant's request of band prio (0: none): when the fleet had room for
+// two lately, the tenant has more requests queued here behind it (it
+// sends faster than it is served: a flood), and other tenants active
+// within activeWindow have a better claim to the room (crowdsLocked),
+// keptRooms of their share of the fleet's service lately. A flood is then
+// held that many typical requests short of the threshold, where the
+// others find room at once; a tenant without a backlog is never held for
+// one that may come.
+func (a *admission) keptLocked(mq *modelQueue, tenant string, prio int32) int {
 	if tl := mq.load[tenant]; tl == nil || tl.queued < 2 {
-		return false
+		return 0
 	}
 	now := a.now()
 	// A fleet whose whole room is one request (one small worker, a tight
 	// budget) would serve nothing of the flood while keeping it.
 	if mq.roomyAt.IsZero() || now.Sub(mq.roomyAt) > activeWindow {
-		return false
+		return 0
 	}
-	return a.crowdsLocked(mq, tenant, prio)
+	crowded, all, any := a.claimsLocked(mq, tenant, prio, now)
+	if !any {
+		return 0
+	}
+	return keptRooms(crowded/all, mq.capacity)
+}
+
+// keptQuantile is the share of a crowded tenant's requests that should
+// find a kept room on arrival: the TTFT objective's quantile (the goals
+// are on the p90).
+const keptQuantile = 0.9
+
+// keptRooms is how many rooms to keep from a flood for the tenants it
+// crowds, whose requests are a share rho of the fleet's (its throughput,
+// which admission lets go at while saturated), on a fleet with room for
+// capacity typical requests with no prompt queued (0: not known).
+//
+// A crowded tenant's request takes a kept room on arrival; while fewer
+// than k are free the flood is held, so every slot the fleet opens, at
+// its throughput mu, refills them. The rooms short of k are then the
+// queue of an M/M/1 server with arrivals lambda (the crowded tenants'
+// rate) and service mu, and a request finds none free, and waits for the
+// next slot, when k are short: with probability rho^k, rho = lambda/mu
+// (the slots a fleet opens are more regular than Poisson, so rho^k bounds
+// it). For keptQuantile q of them to find one, k = ceil(ln(1-q)/ln rho),
+// at least 1 (a tenant just seen has no share yet). At most capacity less
+// one, so that the flood keeps a room of its own to be served on: past
+// it the flood would run only on the crowded tenants' gaps, on a
+// fleet held idle for them. Without a known capacity, 1.
+func keptRooms(rho float64, capacity int) int {
+	most := max(capacity-1, 1)
+	switch {
+	case !(rho > 0):
+		return 1
+	case rho >= 1:
+		return most
+	}
+	// The ratio of two logarithms is off by a rounding where rho^k is
+	// 1-q exactly (rho 0.1: k 1).
+	k := math.Ceil(math.Log(1-keptQuantile)/math.Log(rho) - 1e-9)
+	return int(min(max(k, 1), float64(most)))
+}
+
+// claimsLocked is the service lately (attainedLocked) of the tenants
+// active within activeWindow with a better claim to the fleet's room than
+// tenant's backlog in band prio (crowdsLocked), of every tenant's seen,
+// and whether there is one such tenant.
+func (a *admission) claimsLocked(mq *modelQueue, tenant string, prio int32, now time.Time) (crowded, all float64, any bool) {
+	load := a.attainedLocked(mq, tenant, now)
+	for other, s := range mq.seen {
+		served := load
+		if other != tenant {
+			served = a.attainedLocked(mq, other, now)
+		}
+		all += served
+		if other == tenant || now.Sub(s.at) > activeWindow {
+			continue
+		}
+		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || served < load) {
+			crowded += served
+			any = true
+		}
+	}
+	return crowded, all, any
 }
 
 // crowdsLocked says whether another tenant active within activeWindow has
@@ -898,17 +966,8 @@ func (a *admission) reserveLocked(mq *modelQueue, tenant string, prio int32) boo
 // is the one below its share (a light tenant's burst, while it is in
 // flight, may hold more of the engines than the flood does).
 func (a *admission) crowdsLocked(mq *modelQueue, tenant string, prio int32) bool {
-	now := a.now()
-	load := a.attainedLocked(mq, tenant, now)
-	for other, s := range mq.seen {
-		if other == tenant || now.Sub(s.at) > activeWindow {
-			continue
-		}
-		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || a.attainedLocked(mq, other, now) < load) {
-			return true
-		}
-	}
-	return false
+	_, _, any := a.claimsLocked(mq, tenant, prio, a.now())
+	return any
 }
 
 // backlogLocked says whether tenant has a backlog of the model: two
@@ -998,15 +1057,15 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 		if w == nil {
 			return // held back for a tenant queued at another replica
 		}
-		if probe && a.reserveLocked(mq, w.tenant, w.b.prio) {
+		if probe && a.keptLocked(mq, w.tenant, w.b.prio) > 0 {
 			// A flood's probe would take the room kept for the tenant it
 			// crowds, or go past the threshold: the router's watch says
 			// when a head's progress or an end makes room, and a broken
 			// watch takes the fleet for unsaturated.
 			return
 		}
-		if !probe && free == 1 && a.reserveLocked(mq, w.tenant, w.b.prio) {
-			// The last room is kept from w's backlog for a tenant with a
+		if !probe && free <= a.keptLocked(mq, w.tenant, w.b.prio) {
+			// The last rooms are kept from w's backlog for tenants with a
 			// better claim. A tenant queued here without a backlog of
 			// its own (one request: it came while the flood was queued,
 			// and would have taken the room at once with nothing queued)
@@ -1249,8 +1308,14 @@ func (a *admission) setSaturatedLocked(mq *modelQueue, saturated bool, room uint
 func (a *admission) watched(model string, saturated bool) { a.watchedRoom(model, saturated, 0) }
 
 // watchedRoom records the router's saturation and room of model
-// (WatchSaturation).
+// (WatchSaturation), capacity not counted.
 func (a *admission) watchedRoom(model string, saturated bool, room uint32) {
+	a.watchedFleet(model, saturated, room, 0)
+}
+
+// watchedFleet records the router's saturation, room and capacity of
+// model (WatchSaturation).
+func (a *admission) watchedFleet(model string, saturated bool, room, capacity uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	mq := a.models[model]
@@ -1260,6 +1325,7 @@ func (a *admission) watchedRoom(model string, saturated bool, room uint32) {
 		}
 		mq = a.modelLocked(model)
 	}
+	mq.capacity = int(min(capacity, core.MaxRoom))
 	a.setSaturatedLocked(mq, saturated, room)
 	a.pumpLocked(mq)
 }

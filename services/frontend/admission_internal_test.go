@@ -1147,3 +1147,99 @@ func TestAdmissionKeptRoomGoesToTheQueued(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptRooms: the rooms kept from a flood for the tenants it crowds,
+// whose requests are a share rho of the fleet's, so that 90% of theirs
+// find one free on arrival: k = ceil(ln 0.1 / ln rho), at least 1, at
+// most the fleet's capacity less one (1 when it is not known).
+func TestKeptRooms(t *testing.T) {
+	tests := []struct {
+		name     string
+		rho      float64
+		capacity int
+		want     int
+	}{
+		// ln 0.1 / ln 0.2 = -2.303 / -1.609 = 1.43.
+		{"a fifth: two", 0.2, 8, 2},
+		// ln 0.1 / ln 0.5 = 3.32.
+		{"a half: four", 0.5, 8, 4},
+		// 0.1^1 is 0.1 itself: one is enough.
+		{"a tenth: one", 0.1, 8, 1},
+		// ln 0.1 / ln 0.05 = 0.77.
+		{"a twentieth: one", 0.05, 8, 1},
+		{"no share yet: one", 0, 8, 1},
+		{"all of it: the capacity less one", 1, 8, 7},
+		{"a half on a fleet of room 4: three", 0.5, 4, 3},
+		{"a fifth on a fleet of room 2: one", 0.2, 2, 1},
+		{"a fifth, capacity not known: one", 0.2, 0, 1},
+		{"a fleet of room 1: one", 0.5, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := keptRooms(tt.rho, tt.capacity); got != tt.want {
+				t.Fatalf("keptRooms(%g, %d) = %d, want %d", tt.rho, tt.capacity, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAdmissionKeptRooms: a flood's backlog (tenant a, 800 tokens let go)
+// is held that many rooms short of what the router counts, for tenant b
+// (its service lately bServed tokens, a share of the fleet's; a's own
+// released requests, a token each, change it by less than a rounding), as
+// keptRooms says of b's share and the fleet's capacity: of room rooms,
+// room less the kept go to a.
+func TestAdmissionKeptRooms(t *testing.T) {
+	tests := []struct {
+		name     string
+		bServed  uint64
+		bAgo     time.Duration
+		bPrio    int32
+		capacity uint32
+		room     uint32
+		// released are a's requests let go on room.
+		released int
+	}{
+		// 200 of 1,000: rho 0.2, two kept.
+		{"a fifth, room for three of four: two kept", 200, 0, 0, 4, 3, 1},
+		{"a fifth, room for two: both kept", 200, 0, 0, 4, 2, 0},
+		// 800 of 1,600: four, capped at three.
+		{"a half, on a fleet of room 4: three kept", 800, 0, 0, 4, 4, 1},
+		{"a half, on a fleet of room 8: four kept", 800, 0, 0, 8, 6, 2},
+		// 40 of 840 (rho 0.048).
+		{"a twentieth: one kept", 40, 0, 0, 4, 3, 2},
+		{"a fleet of room 2: one kept", 200, 0, 0, 2, 2, 1},
+		{"capacity not counted: one kept", 200, 0, 0, 0, 3, 2},
+		{"b not active lately: none kept", 200, activeWindow + time.Second, 0, 4, 2, 2},
+		{"b in a higher band: two kept", 200, 0, 10, 4, 3, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			now := time.Unix(1000, 0)
+			ta.a.now = func() time.Time { return now }
+			plenty := uint32(core.MaxRoom)
+			ta.a.watchedFleet("m", false, plenty, tt.capacity)
+			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 800)), "m", false, plenty)
+			now = now.Add(-tt.bAgo)
+			tk, err := ta.a.admit(context.Background(), "m", "b", tt.bPrio, tt.bServed, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+			tk.done()
+			now = now.Add(tt.bAgo)
+			ta.a.watchedFleet("m", true, 0, tt.capacity)
+			// Enough that what is left after the releases is still a
+			// backlog.
+			const queued = 6
+			for i := range queued {
+				ta.queue(context.Background(), fmt.Sprintf("a%d", i+1), "a", 0, 1, 10)
+			}
+			ta.a.watchedFleet("m", false, tt.room, tt.capacity)
+			if got := queued - ta.depth(); got != tt.released {
+				t.Fatalf("released %d of a's on room for %d, want %d", got, tt.room, tt.released)
+			}
+		})
+	}
+}

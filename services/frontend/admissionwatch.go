@@ -81,7 +81,7 @@ func (s *Service) watchRouter(ctx context.Context, rc routerv1.RouterServiceClie
 				}
 				bo.Reset()
 				for _, m := range resp.GetModels() {
-					s.admission.watchedRoom(m.GetModel(), m.GetSaturated(), m.GetRoom())
+					s.admission.watchedFleet(m.GetModel(), m.GetSaturated(), m.GetRoom(), m.GetCapacity())
 				}
 			}
 		}
@@ -116,13 +116,13 @@ func watchCore(ctx context.Context, c *core.Core, a *admission) {
 		changed := c.Changed()
 		var soonest time.Duration
 		for _, m := range c.Models() {
-			sat, room, next := c.SaturationNext(m)
-			if next > 0 && (soonest == 0 || next < soonest) {
-				soonest = next
+			w := c.SaturationNext(m)
+			if w.Next > 0 && (soonest == 0 || w.Next < soonest) {
+				soonest = w.Next
 			}
-			if was, ok := last[m]; !ok || was != (word{sat, room}) {
-				last[m] = word{sat, room}
-				a.watchedRoom(m, sat, uint32(room))
+			if was, ok := last[m]; !ok || was != (word{w.Saturated, w.Room}) {
+				last[m] = word{w.Saturated, w.Room}
+				a.watchedFleet(m, w.Saturated, uint32(w.Room), uint32(w.Capacity))
 			}
 		}
 		var at <-chan time.Time

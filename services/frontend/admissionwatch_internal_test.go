@@ -75,7 +75,7 @@ func TestWatchCoreHeadProgress(t *testing.T) {
 	})
 	// When the core says the head's progress alone makes room, nothing
 	// has changed in the record, but the next prompt fits.
-	_, _, next := c.SaturationNext("m")
+	next := c.SaturationNext("m").Next
 	if next <= 0 {
 		t.Fatal("the core sees no room coming from the head's progress")
 	}

@@ -14,9 +14,10 @@ import (
 // maxWatchedModels bounds a WatchSaturationRequest's list of models.
 const maxWatchedModels = 4096
 
-// WatchSaturation streams the watched models' saturation and room: all of
-// them first, then those whose saturation or room changed, recomputed after every change of the
-// core's load record or worker set, and when the passing of time alone
+// WatchSaturation streams the watched models' saturation, room and
+// capacity (sent with a change of the other two, not alone): all of them
+// first, then those whose saturation or room changed, recomputed after
+// every change of the core's load record or worker set, and when the passing of time alone
 // makes room (a worker's head of queue computing on: core.SaturationNext).
 // Changes that come while an answer is being sent are folded into the
 // next recomputation, so a slow watcher costs the router one computation
@@ -46,14 +47,14 @@ func (s *server) WatchSaturation(r *routerv1.WatchSaturationRequest, stream rout
 		var out []*routerv1.ModelSaturation
 		var soonest time.Duration
 		for _, m := range models {
-			sat, room, next := s.core.SaturationNext(m)
-			if next > 0 && (soonest == 0 || next < soonest) {
-				soonest = next
+			w := s.core.SaturationNext(m)
+			if w.Next > 0 && (soonest == 0 || w.Next < soonest) {
+				soonest = w.Next
 			}
-			now := word{sat, room}
+			now := word{w.Saturated, w.Room}
 			if was, ok := sent[m]; first || !ok || was != now {
 				sent[m] = now
-				out = append(out, &routerv1.ModelSaturation{Model: m, Saturated: sat, Room: uint32(room)})
+				out = append(out, &routerv1.ModelSaturation{Model: m, Saturated: w.Saturated, Room: uint32(w.Room), Capacity: uint32(w.Capacity)})
 			}
 		}
 		// A model gone from the registry is no longer saturated.

@@ -55,8 +55,9 @@ func TestWatchSaturation(t *testing.T) {
 		}
 	}
 	// Room for two typical prompts (4,000 tokens: a queue of 0 and 4,000
-	// is within the budget, 8,000 is not).
-	if got, want := next(), fmt.Sprint([]*routerv1.ModelSaturation{{Model: "m", Room: 2}}); got != want {
+	// is within the budget, 8,000 is not). The capacity, the room with
+	// nothing queued, is the same two whatever is queued.
+	if got, want := next(), fmt.Sprint([]*routerv1.ModelSaturation{{Model: "m", Room: 2, Capacity: 2}}); got != want {
 		t.Fatalf("first answer %s, want %s", got, want)
 	}
 	// One prompt queued (4,000 tokens): room. Three: full whatever the
@@ -70,14 +71,14 @@ func TestWatchSaturation(t *testing.T) {
 	if r := route("d", 4); !r.Saturated {
 		t.Fatal("three requests queued do not saturate")
 	}
-	until([]*routerv1.ModelSaturation{{Model: "m", Saturated: true}})
+	until([]*routerv1.ModelSaturation{{Model: "m", Saturated: true, Capacity: 2}})
 	for _, id := range []string{"b", "c"} {
 		if _, err := rpc.MarkPrefillComplete(ctx, &routerv1.MarkPrefillCompleteRequest{RequestId: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// d's prompt alone is left to prefill: room for one more.
-	until([]*routerv1.ModelSaturation{{Model: "m", Room: 1}})
+	until([]*routerv1.ModelSaturation{{Model: "m", Room: 1, Capacity: 2}})
 
 	many := make([]string, 4097)
 	for i := range many {

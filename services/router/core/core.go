@@ -707,6 +707,10 @@ type decision struct {
 	leftEarliest, keptWithin bool
 	// lateMs is how late the model's first tokens come (Limits.LateMs).
 	lateMs float64
+	// typical is the model's typical request's prompt tokens, as the
+	// decision began (typicalTokensLocked; 0: none yet), which its room
+	// is counted in.
+	typical int
 	// Buffers kept with the decision when it goes back to decisionPool.
 	ints      []int
 	overlaps  []index.Overlap
@@ -783,7 +787,7 @@ func (c *Core) evaluate(q query) (*decision, error) {
 	}
 	d := decisionPool.Get().(*decision)
 	d.prefill, d.disagg, d.pools, d.priced = -1, "", pl, -1
-	d.saturated, d.room, d.lateMs, d.leftEarliest, d.keptWithin = false, 0, 0, false, false
+	d.saturated, d.room, d.lateMs, d.typical, d.leftEarliest, d.keptWithin = false, 0, 0, 0, false, false
 	c.prepare(d, q, cands, workers, bs)
 	if err := c.decide(d); err != nil {
 		d.release()
@@ -930,6 +934,7 @@ func (c *Core) prepareOver(d *decision, q query, cands []candidate, workers []in
 	// Candidates left out of reach cache none of it.
 	shared := c.arrivals.shared(now, hashes, reach, total)
 	d.lateMs = c.lateMsLocked(targetModel(q.target))
+	d.typical = c.typicalTokensLocked(targetModel(q.target), bs)
 	c.mu.Unlock()
 	if pl == nil {
 		c.load.FillAllVersion(d.scored, bs, timingVer)

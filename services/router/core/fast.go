@@ -384,14 +384,14 @@ func (c *Core) listedReach(d *decision, i int, w index.WorkerID) int {
 // overlaps before it locates them all.
 const maxReachScans = 8
 
-// roomSparse is scheduler.Limits.Room over every candidate of a sparse
-// decision d, in order: the priced ones as priced, each other one filled
+// roomSparse is scheduler.Limits.RoomOfEach over every candidate of a
+// sparse decision d, in order: the priced ones as priced, each other one filled
 // when reached, with what it caches. Under c.mu (the timing models are
 // read).
-func (c *Core) roomSparse(d *decision, req scheduler.Request, chosen int, l scheduler.Limits) int {
+func (c *Core) roomSparse(d *decision, req, typical scheduler.Request, chosen int, l scheduler.Limits) int {
 	j := 0
 	var other scheduler.Candidate
-	return l.RoomEach(len(d.all), func(i int) (*scheduler.Candidate, bool) {
+	return l.RoomOfEach(len(d.all), func(i int) (*scheduler.Candidate, bool) {
 		for j < len(d.pos) && d.pos[j] < i {
 			j++
 		}
@@ -408,7 +408,7 @@ func (c *Core) roomSparse(d *decision, req scheduler.Request, chosen int, l sche
 			c.load.FillComputedOne(&other, d.hashes, indexed, d.blockSize)
 		}
 		return &other, false
-	}, req, MaxRoom)
+	}, req, typical, MaxRoom)
 }
 
 // SparseStats are how many decisions priced only the candidates that could

@@ -104,11 +104,7 @@ func (c *Core) leaveEarliest(d *decision, best int) int {
 	}
 	// The room it was let go on is counted in the model's typical
 	// requests (SaturationNext).
-	var typical int
-	if t, ok := c.typical[targetModel(d.q.target)]; ok {
-		typical = max(int(math.Round(t)), d.req.BlockSize)
-	}
-	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, typical, best)
+	chosen := c.limitsOf(d).LatestFit(d.scored, d.req, d.typical, best)
 	d.leftEarliest = chosen != best
 	return chosen
 }
@@ -158,24 +154,51 @@ func (c *Core) lateMsLocked(model string) float64 {
 }
 
 // saturated says whether, once d's request is on the worker that
-// computes its prompt (chosen, -1 for none), one more like it saturates
-// its fleet: every candidate is full under the core's limits (for a
-// disaggregated model every pool's: a decode worker computes a prompt
-// that stays local). It sets d.room to how many more like it fit (0
-// with the limits off: not counted). c.mu need not be held, but must be
-// for a decision that priced only some candidates (see roomSparse).
+// computes its prompt (chosen, -1 for none), one more typical request of
+// its model (d.typical, cached nowhere: what SaturationNext counts; the
+// first decisions of a model, before it has one, count one like d's)
+// saturates its fleet: every candidate is full under the core's limits
+// (for a disaggregated model every pool's: a decode worker computes a
+// prompt that stays local). It sets d.room to how many more typical
+// requests fit (0 with the limits off: not counted): the decision's word
+// and the watch's are in one unit, so that a frontend hearing both, in
+// whichever order, lets as many go on either. c.mu need not be held, but
+// must be for a decision that priced only some candidates (see
+// roomSparse).
 func (c *Core) saturated(d *decision, req scheduler.Request, chosen int) bool {
 	d.room = 0
 	l := c.limitsOf(d)
 	if l.Off() || len(d.scored) == 0 {
 		return false
 	}
+	typical := typicalRequest(d.typical, d.blockSize)
 	if d.sparse {
-		d.room = c.roomSparse(d, req, chosen, l)
+		d.room = c.roomSparse(d, req, typical, chosen, l)
 	} else {
-		d.room = l.Room(d.scored, req, chosen, MaxRoom)
+		d.room = l.RoomOfEach(len(d.scored), func(i int) (*scheduler.Candidate, bool) { return &d.scored[i], i == chosen }, req, typical, MaxRoom)
 	}
 	return d.room == 0
+}
+
+// typicalRequest is a model's typical request of tokens prompt tokens
+// (typicalTokensLocked), cached nowhere, in blocks of bs tokens; zero
+// for none.
+func typicalRequest(tokens, bs int) scheduler.Request {
+	if tokens <= 0 || bs <= 0 {
+		return scheduler.Request{}
+	}
+	return scheduler.Request{Blocks: tokens / bs, Tokens: tokens, BlockSize: bs}
+}
+
+// typicalTokensLocked is the prompt tokens of model's typical request
+// (noteTypicalLocked), at least a block of bs; 0 before the model's first
+// decision. c.mu must be held.
+func (c *Core) typicalTokensLocked(model string, bs int) int {
+	t, ok := c.typical[model]
+	if !ok {
+		return 0
+	}
+	return max(int(math.Round(t)), bs)
 }
 
 // Saturation says whether a model's fleet is saturated for a typical
@@ -197,14 +220,30 @@ func (c *Core) Saturation(model string) bool {
 // model's fleet has room for, up to MaxRoom (0 when saturated, and when
 // the limits are off: not counted).
 func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
-	saturated, room, _ = c.SaturationNext(model)
-	return saturated, room
+	w := c.SaturationNext(model)
+	return w.Saturated, w.Room
 }
 
-// SaturationNext is SaturationRoom, and how long until the passing of
-// time alone makes room for one more typical request than it counts (0:
-// it does not; the next change of the load record, which Changed
-// signals, may). Room grows with time on a worker computing the head of
+// SaturationWord is what SaturationNext says of a model's fleet.
+type SaturationWord struct {
+	// Saturated and Room are SaturationRoom's.
+	Saturated bool
+	Room      int
+	// Capacity is how many typical requests the fleet would have room
+	// for with no prompt queued on any worker, up to MaxRoom
+	// (scheduler.Limits.Capacity): the most Room can be at the decode
+	// load the workers have now. 0 when the limits are off: not
+	// counted.
+	Capacity int
+	// Next is how long until the passing of time alone makes room for
+	// one more typical request than Room (0: it does not).
+	Next time.Duration
+}
+
+// SaturationNext is SaturationRoom, the fleet's capacity, and how long
+// until the passing of time alone makes room for one more typical request
+// than it counts (0: it does not; the next change of the load record,
+// which Changed signals, may). Room grows with time on a worker computing the head of
 // its prefill queue: a request behind the head is predicted earlier as
 // the head computes on, and fits once the head is far enough along
 // (scheduler.Limits.RoomNext), though nothing in the load record changed.
@@ -212,13 +251,13 @@ func (c *Core) SaturationRoom(model string) (saturated bool, room int) {
 // whichever comes first: the room a head's progress makes is then heard
 // of when it is made, not at the next event, which on a fleet with few
 // requests in flight can be most of a prefill later.
-func (c *Core) SaturationNext(model string) (saturated bool, room int, next time.Duration) {
+func (c *Core) SaturationNext(model string) SaturationWord {
 	if c.limits().Off() {
-		return false, 0, 0
+		return SaturationWord{}
 	}
 	cands, workers, bs, pl, err := c.candidates(&routerv1.Target{Kind: &routerv1.Target_Model{Model: model}}, "", nil)
 	if err != nil {
-		return false, 0, 0
+		return SaturationWord{}
 	}
 	scored := make([]scheduler.Candidate, len(cands))
 	c.mu.Lock()
@@ -230,7 +269,7 @@ func (c *Core) SaturationNext(model string) (saturated bool, room int, next time
 	late := c.lateMsLocked(model)
 	c.mu.Unlock()
 	if len(scored) == 0 {
-		return false, 0, 0
+		return SaturationWord{}
 	}
 	req := scheduler.Request{Blocks: tokens / bs, Tokens: tokens, BlockSize: bs}
 	if pl == nil {
@@ -242,10 +281,11 @@ func (c *Core) SaturationNext(model string) (saturated bool, room int, next time
 	l := c.limits()
 	l.LateMs = late
 	room, nextMs := l.RoomNext(scored, req, -1, MaxRoom)
+	w := SaturationWord{Saturated: room == 0, Room: room, Capacity: l.Capacity(scored, req, MaxRoom)}
 	if !math.IsInf(nextMs, 1) {
-		next = max(timingmodel.Duration(nextMs), time.Nanosecond)
+		w.Next = max(timingmodel.Duration(nextMs), time.Nanosecond)
 	}
-	return room == 0, room, next
+	return w
 }
 
 // typicalWeight is the weight of each decision in a model's typical

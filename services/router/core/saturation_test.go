@@ -287,3 +287,35 @@ func TestWithinLimitKeepsWithin(t *testing.T) {
 		})
 	}
 }
+
+// TestDecisionRoomInTypicalRequests: a decision counts its room in the
+// model's typical requests, as the watch does, whatever its own length:
+// after 4,000-token prompts (TestSaturation's: at 200 ms a worker holds
+// two), a short prompt's decision says the room the watch then says, not
+// the many more short prompts that would fit.
+func TestDecisionRoomInTypicalRequests(t *testing.T) {
+	stopped := time.Unix(1000, 0)
+	c := cluster(t, Config{Mode: ModeKV, Clock: func() time.Time { return stopped }, QueueTTFTThreshold: 200 * time.Millisecond}, 2)
+	tests := []struct {
+		name   string
+		tokens int
+	}{
+		{"a typical prompt", 4000},
+		{"a short prompt", 200},
+		{"another short prompt", 200},
+		{"a long prompt", 6000},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := c.Route(&routerv1.RouteRequest{RequestId: fmt.Sprint("r", i), Target: modelTarget(), TokenIds: tokens(tt.tokens, uint32(i+1)*10_000)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sat, room := c.SaturationRoom(model)
+			t.Logf("decision room %d saturated %v; watch %d %v", resp.Room, resp.Saturated, room, sat)
+			if int(resp.Room) != room || resp.Saturated != sat {
+				t.Fatalf("the decision says room %d (saturated %v), the watch %d (%v)", resp.Room, resp.Saturated, room, sat)
+			}
+		})
+	}
+}

@@ -156,13 +156,22 @@ func (l Limits) Room(cands []Candidate, req Request, chosen int, most int) int {
 // every candidate fills each when asked, and Room stops asking at the
 // first most requests counted.
 func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req Request, most int) int {
+	return l.RoomOfEach(n, at, req, Request{}, most)
+}
+
+// RoomOfEach is RoomEach counting requests like typical, a prompt cached
+// nowhere, once req is on the chosen candidate (typical zero: like req).
+// A route decision counts its room so, in the model's typical requests,
+// the unit its saturation watch counts in (Core.SaturationNext): a queue
+// that hears both, whichever last, then lets as many go on either.
+func (l Limits) RoomOfEach(n int, at func(i int) (c *Candidate, chosen bool), req, typical Request, most int) int {
 	if l.Off() {
 		return most
 	}
 	room := 0
 	for i := range n {
 		c, isChosen := at(i)
-		if room, _, _ = l.fill(c, req, isChosen, room, most); room >= most {
+		if room, _, _ = l.fillOf(c, req, typical, isChosen, room, most); room >= most {
 			break
 		}
 	}
@@ -174,17 +183,50 @@ func (l Limits) RoomEach(n int, at func(i int) (c *Candidate, chosen bool), req 
 // returns the new count with the prompt tokens and attention then queued
 // on c: the work one more request would find there.
 func (l Limits) fill(c *Candidate, req Request, chosen bool, room, most int) (int, int, float64) {
+	return l.fillOf(c, req, Request{}, chosen, room, most)
+}
+
+// fillOf is fill counting requests like typical, cached nowhere (zero:
+// like req, with req's overlap on c), req itself queued on c first when
+// chosen.
+func (l Limits) fillOf(c *Candidate, req, typical Request, chosen bool, room, most int) (int, int, float64) {
 	newTokens, newAttn := req.NewTokens(c.Overlap), req.Attention(c.Overlap)
 	queued, queuedAttn := 0, 0.0
 	if chosen {
 		queued, queuedAttn = newTokens, newAttn
 	}
-	for room < most && !l.full(c, req, queued, queuedAttn) {
+	if typical.Tokens > 0 {
+		newTokens, newAttn = typical.NewTokens(0), typical.Attention(0)
+	}
+	for room < most && !l.fullNew(c, queued, queuedAttn, newTokens, newAttn) {
 		room++
 		queued += max(newTokens, 1)
 		queuedAttn += newAttn
 	}
 	return room, queued, queuedAttn
+}
+
+// Capacity is how many requests like req (with their overlap on each
+// candidate) cands hold within l, up to most, with no prompt queued on
+// any: the room they count once every prompt queued now is computed, the
+// decode batches as they are (a step's cost grows with them). It is the
+// most room a saturated fleet can count at its present decode load: an
+// admission queue keeping rooms free for requests to come keeps fewer
+// than it, or nothing would go to the tenant it keeps them from. most
+// when l is off.
+func (l Limits) Capacity(cands []Candidate, req Request, most int) int {
+	if l.Off() {
+		return most
+	}
+	room := 0
+	for i := range cands {
+		c := cands[i]
+		c.QueuedTokens, c.QueuedAttn, c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0, 0, 0
+		if room, _, _ = l.fill(&c, req, false, room, most); room >= most {
+			break
+		}
+	}
+	return room
 }
 
 // RoomNext is Room, and how long, in ms, until the passing of time alone

@@ -202,6 +202,85 @@ func TestRoom(t *testing.T) {
 	}
 }
 
+// TestRoomOfEach: the room once req is placed, counted in typical
+// requests cached nowhere. TestRoom's model and workers: an idle worker
+// predicts 150 ms for 100 tokens and each 100 tokens queued before them
+// adds 100 ms; a threshold of 400 ms.
+func TestRoomOfEach(t *testing.T) {
+	_, req, idle, _, _, _ := roomWorkers()
+	ttft := Limits{TTFTMs: 400}
+	long := Request{Blocks: 20, Tokens: 200, BlockSize: 10}
+	cached := idle
+	cached.Overlap = 10
+	tests := []struct {
+		name    string
+		cands   []Candidate
+		chosen  int
+		req     Request
+		typical Request
+		want    int
+	}{
+		// No typical: like req, as Room (250 and 350 ms behind req on
+		// the chosen one, 150, 250, 350 on the other).
+		{"no typical: like the request", []Candidate{idle, idle}, 0, req, Request{}, 5},
+		// 200 tokens: 250 ms on an idle worker, 450 behind one.
+		{"typical of 200 tokens: one a worker", []Candidate{idle, idle}, -1, req, long, 2},
+		// Behind req's 100 tokens, 350 ms: one.
+		{"typical of 200 behind the request", []Candidate{idle, idle}, 0, req, long, 2},
+		// Behind 200 tokens of req, 100 more: 350, 450.
+		{"typical of 100 behind a request of 200", []Candidate{idle, idle}, 0, long, req, 4},
+		// req is all cached on the chosen one (a block to compute): the
+		// typical requests are not: 160, 260, 360 ms there, 3 on the
+		// other; counted like req (a block each) it would reach the cap.
+		{"the request cached, the typical not", []Candidate{cached, idle}, 0, req, req, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ttft.RoomOfEach(len(tt.cands), func(i int) (*Candidate, bool) { return &tt.cands[i], i == tt.chosen }, tt.req, tt.typical, 16)
+			if got != tt.want {
+				t.Fatalf("RoomOfEach = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCapacity: the room with no prompt queued on any candidate, their
+// decode batches as they are. TestRoom's model and workers: an idle
+// worker holds three requests of 100 tokens within 400 ms; a decoding one
+// predicts 115 ms for the first, and three within 400 ms (115, 215, 315)
+// when first tokens come as predicted.
+func TestCapacity(t *testing.T) {
+	_, req, idle, begun, decoding, prompting := roomWorkers()
+	ttft := Limits{TTFTMs: 400}
+	tests := []struct {
+		name  string
+		l     Limits
+		cands []Candidate
+		most  int
+		want  int
+	}{
+		{"limits off: most", Limits{}, []Candidate{begun}, 5, 5},
+		{"two idle workers", ttft, []Candidate{idle, idle}, 16, 6},
+		// Its head (300 tokens, 350 ms left) counted as computed.
+		{"a full worker's prompts counted as done", ttft, []Candidate{begun, begun}, 16, 6},
+		{"up to the cap", ttft, []Candidate{begun, begun}, 4, 4},
+		{"a decoding worker", ttft, []Candidate{decoding}, 16, 3},
+		// Its head of 100 tokens is dropped, its decode batch kept: as
+		// the decoding worker.
+		{"a worker prompting beside its decodes", ttft, []Candidate{prompting}, 16, 3},
+		// 115 ms, then 215 + 150 = 365, 315 + 150 = 465 past.
+		{"the lateness where prompts are queued", Limits{TTFTMs: 400, LateMs: 150}, []Candidate{prompting}, 16, 2},
+		{"prefill budget: 0, 100, 200 tokens within 250", Limits{PrefillTokens: 250}, []Candidate{begun, idle}, 16, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.l.Capacity(tt.cands, req, tt.most); got != tt.want {
+				t.Fatalf("Capacity = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestLatestFit: where a backlog's request goes to leave the earliest
 // slots to others: of the workers it or a typical request fits on within
 // the TTFT limit, the one where a typical request, cached nowhere, is

@@ -606,7 +606,9 @@ type RouteResponse struct {
 	// both legs.
 	Prefill *PrefillTarget `protobuf:"bytes,8,opt,name=prefill,proto3" json:"prefill,omitempty"`
 	// Whether the fleet is saturated for the target, as this decision found
-	// it: one more request like this one would be past the router's
+	// it: once this request is placed, one more typical request of the
+	// model (as WatchSaturation counts them; like this one before the
+	// model has a typical request) would be past the router's
 	// --queue-ttft-threshold of predicted time to first token on every
 	// worker that could compute its prompt, or each of them has more than
 	// its --queue-prefill-budget of prompt tokens to prefill. The request is
@@ -614,8 +616,9 @@ type RouteResponse struct {
 	// capacity frees (WatchSaturation). Always false when both limits are
 	// off.
 	Saturated bool `protobuf:"varint,9,opt,name=saturated,proto3" json:"saturated,omitempty"`
-	// How many more requests like this one the fleet has room for under
-	// the same limits once this one is placed, counted up to a cap (16):
+	// How many more typical requests of the model (the unit of
+	// ModelSaturation.room) the fleet has room for under the same limits
+	// once this one is placed, counted up to a cap (16):
 	// 0 when saturated. A frontend bounds by it what it lets through before
 	// the next decision says more, and keeps the last room for a tenant or
 	// band with a better claim to it than the flooding one. 0 while not
@@ -1850,7 +1853,15 @@ type ModelSaturation struct {
 	// How many more typical requests its fleet has room for, as
 	// RouteResponse.room (0 while not saturated: not counted). A change of
 	// room alone is a change the watch sends.
-	Room          uint32 `protobuf:"varint,3,opt,name=room,proto3" json:"room,omitempty"`
+	Room uint32 `protobuf:"varint,3,opt,name=room,proto3" json:"room,omitempty"`
+	// How many typical requests its fleet would have room for with no
+	// prompt queued on any worker, at the decode load it has now, counted
+	// up to the same cap: the most room it can count. A frontend keeping
+	// rooms free for tenants its flood crowds keeps fewer than this. 0:
+	// not counted (both limits off, or a router before capacity). A change
+	// of capacity alone is not sent: it comes with the next change of
+	// saturation or room.
+	Capacity      uint32 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1902,6 +1913,13 @@ func (x *ModelSaturation) GetSaturated() bool {
 func (x *ModelSaturation) GetRoom() uint32 {
 	if x != nil {
 		return x.Room
+	}
+	return 0
+}
+
+func (x *ModelSaturation) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
 	}
 	return 0
 }
@@ -2720,11 +2738,12 @@ const file_switchyard_router_v1_router_proto_rawDesc = "" +
 	"\x16WatchSaturationRequest\x12\x16\n" +
 	"\x06models\x18\x01 \x03(\tR\x06models\"X\n" +
 	"\x17WatchSaturationResponse\x12=\n" +
-	"\x06models\x18\x01 \x03(\v2%.switchyard.router.v1.ModelSaturationR\x06models\"Y\n" +
+	"\x06models\x18\x01 \x03(\v2%.switchyard.router.v1.ModelSaturationR\x06models\"u\n" +
 	"\x0fModelSaturation\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\tsaturated\x18\x02 \x01(\bR\tsaturated\x12\x12\n" +
-	"\x04room\x18\x03 \x01(\rR\x04room\"\x11\n" +
+	"\x04room\x18\x03 \x01(\rR\x04room\x12\x1a\n" +
+	"\bcapacity\x18\x04 \x01(\rR\bcapacity\"\x11\n" +
 	"\x0fGetStatsRequest\"\x98\x02\n" +
 	"\vWorkerStats\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +

@@ -177,14 +177,16 @@ class MarkPrefillCompleteResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelSaturation(_message.Message):
-    __slots__ = ["model", "room", "saturated"]
+    __slots__ = ["capacity", "model", "room", "saturated"]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ROOM_FIELD_NUMBER: _ClassVar[int]
     SATURATED_FIELD_NUMBER: _ClassVar[int]
+    capacity: int
     model: str
     room: int
     saturated: bool
-    def __init__(self, model: _Optional[str] = ..., saturated: bool = ..., room: _Optional[int] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., saturated: bool = ..., room: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class PrefillTarget(_message.Message):
     __slots__ = ["dp_rank", "endpoint", "instance_id", "overlap_blocks", "transport"]
