@@ -40,6 +40,9 @@ type overloadOptions struct {
 //   - bands: a low band (0) floods at 3x beside a high band (10) at 0.1x;
 //   - tenants, 2 frontends: as tenants, A's flood split over two frontend
 //     replicas, B on the first;
+//   - flood alone: A as in tenants with no other tenant: the fleet's
+//     throughput under admission control with no room kept, beside which
+//     A's and B's in tenants say what the rooms kept for B cost the flood;
 //   - flood 10x: tenant A at 10x the capacity for 3x as long, past the
 //     frontend's --queue-timeout (set to the other flows' duration), B at
 //     0.2x: what is shed (503 with Retry-After, by timeout or a full
@@ -118,6 +121,9 @@ func runOverload(o overloadOptions) error {
 	// at 0.1x), one run's p90 is its largest or second largest, and the
 	// pooled p90 is the flow's p90 over every run.
 	pooled := map[string][]time.Duration{}
+	// served are the flows' served rates in req/s, a list of the runs'
+	// each, by scenario, admission and flow.
+	served := map[string][]float64{}
 	for run = range o.runs {
 		for _, frontends := range []int{1, 2} {
 			for _, admission := range []bool{false, true} {
@@ -136,6 +142,8 @@ func runOverload(o overloadOptions) error {
 				rs := env.RunFlows(ctx, flows, o.duration, grace)
 				row(scen, on, flows, rs, env)
 				under[scen+" "+on+" B"] = append(under[scen+" "+on+" B"], frontendbench.P(rs[1].TTFT, 90))
+				served[scen+" "+on+" A"] = append(served[scen+" "+on+" A"], rs[0].Served)
+				served[scen+" "+on+" B"] = append(served[scen+" "+on+" B"], rs[1].Served)
 				pooled[scen+" "+on+" B"] = append(pooled[scen+" "+on+" B"], rs[1].TTFT...)
 				if frontends == 1 {
 					low := frontendbench.Flow{Name: "low", Tenant: frontendbench.FloodTenant, Rate: 3 * capacity, Frontends: []int{0}}
@@ -145,6 +153,11 @@ func runOverload(o overloadOptions) error {
 					row("bands", on, flows, rs, env)
 					under["bands "+on+" high"] = append(under["bands "+on+" high"], frontendbench.P(rs[1].TTFT, 90))
 					pooled["bands "+on+" high"] = append(pooled["bands "+on+" high"], rs[1].TTFT...)
+					alone := []frontendbench.Flow{a}
+					env.ResetPeak()
+					rs = env.RunFlows(ctx, alone, o.duration, grace)
+					row("flood alone", on, alone, rs, env)
+					served["flood alone "+on+" A"] = append(served["flood alone "+on+" A"], rs[0].Served)
 				}
 				env.Close()
 			}
@@ -210,6 +223,9 @@ func runOverload(o overloadOptions) error {
 				ratio(runs[len(runs)/2]), ratio(runs[0]), ratio(runs[len(runs)-1]), met, len(runs))
 		}
 	}
+	fmt.Printf("served req/s (runs' least..largest), admission on: A alone %s; beside B, 1 frontend: A %s, B %s; 2 frontends: A %s, B %s\n",
+		spreadRate(served["flood alone on A"]), spreadRate(served["tenants on A"]), spreadRate(served["tenants on B"]),
+		spreadRate(served["tenants, 2 frontends on A"]), spreadRate(served["tenants, 2 frontends on B"]))
 	arrivals := "evenly spaced"
 	if o.seed != 0 {
 		arrivals = fmt.Sprintf("Poisson arrivals and prompts of --overload-seed %d, run r's of seed %d+r", o.seed, o.seed)
@@ -219,6 +235,14 @@ func runOverload(o overloadOptions) error {
 	fmt.Printf("late ms: how much later than the router predicted first tokens came at the run's end, as its saturation counts it (its %g quantile over the last %d within the threshold)\n",
 		scheduler.LateQuantile, scheduler.LateWindow)
 	return nil
+}
+
+// spreadRate is the least and largest of rates, "-" for none.
+func spreadRate(vs []float64) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f..%.2f", slices.Min(vs), slices.Max(vs))
 }
 
 // spread is the least, median and largest of Retry-After values in
