@@ -57,25 +57,29 @@ import (
 //     in flight sends one as a probe, whose decision says whether there
 //     is room (the router's last word may be stale), but not a flood's
 //     request while a tenant it crowds is active (it would take the
-//     last room, below). No timers, no polling. The same count bounds the fast path: requests that arrive
+//     last rooms, below). No timers, no polling. The same count bounds the fast path: requests that arrive
 //     together on a word of room go on only as many as it counts (unless
 //     it is the most it counts, which says plenty), so a burst cannot
 //     pass before any decision has seen it.
-//   - The last room: a request of a tenant with more of its requests
-//     queued behind it (a flood) takes the last room the router counts
-//     only when no other tenant active lately (seen within activeWindow,
-//     here or at another replica) has a better claim to it: one in a
-//     higher band, or in the same band with no backlog of its own or
-//     served less lately (see crowdsLocked). A
-//     flood then stops one typical request short of the threshold, and a
-//     request of a tenant it crowds, arriving at a random moment, finds
-//     that room at once instead of waiting behind the flood for the next
-//     one: its time to first token is the router's prediction (at most the
-//     threshold), with no release wait on top. Without the kept room that
-//     wait is up to the time between two rooms, about a prompt's prefill
-//     over the number of workers, on top of a prediction at the
-//     threshold. A fleet serving one tenant keeps no room back; the cost
-//     is one typical request's room while a crowded tenant is active.
+//   - The last rooms: a request of a tenant with more of its requests
+//     queued behind it (a flood) takes one of the last k rooms the router
+//     counts only when no other tenant active lately (seen within
+//     activeWindow, here or at another replica) has a better claim to
+//     it: one in a higher band, or in the same band with no backlog of
+//     its own or served less lately (see crowdsLocked). A flood then stops
+//     k typical requests short of the threshold, and a request of a
+//     tenant it crowds, arriving at a random moment, finds a room at once
+//     instead of waiting behind the flood for the next one: its time to
+//     first token is the router's prediction (at most the threshold),
+//     with no release wait on top. Without a kept room that wait is up to
+//     the time between two rooms, about a prompt's prefill over the
+//     number of workers, on top of a prediction at the threshold. k is
+//     what the crowded tenants' share of the fleet's service asks for
+//     (keptRooms), at most the fleet's capacity less one. A fleet serving
+//     one tenant keeps no room back; the cost is k typical requests'
+//     room while a crowded tenant is active, which on a fleet whose
+//     threshold holds one prompt a worker is a worker's throughput: the
+//     kept room is the earliest slot, an idle worker.
 //     The flood's requests released meanwhile are routed as a backlog's
 //     (RouteRequest.backlog): each goes where it, or a typical request
 //     (the room is counted in them), fits within the threshold and the
@@ -288,7 +292,7 @@ type modelQueue struct {
 	pending, pendingQueued int
 	// seen is when each tenant last sent a request of the model (here, or
 	// at another replica as it said) and in which band: the tenants active
-	// lately, which the last room is kept for (keptLocked).
+	// lately, which the last rooms are kept for (keptLocked).
 	seen map[string]seenTenant
 	// roomyAt is when the router last counted room for two requests or
 	// more: a fleet that has not lately had room for two keeps no room
@@ -1143,7 +1147,7 @@ func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 // lately over every replica (ties: the oldest head) among those
 // with a single request queued here, nil when there is none (or it is
 // held back for another replica's, as in nextLocked): the request the
-// last room kept from a backlog goes to.
+// last rooms kept from a backlog go to.
 func (a *admission) nextUnbackloggedLocked(mq *modelQueue, b *band) *waiter {
 	now := a.now()
 	var best *waiter

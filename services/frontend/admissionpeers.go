@@ -175,8 +175,8 @@ func (p *peerTable) queuedBelowLocked(model string, prio int32, load float64, qu
 
 // applyPeerLocked takes in another replica's state: its tenants' load,
 // and its tenants as active (seen now) for the models queued here, so that
-// the last room is kept for a tenant that sends through another replica
-// too (reserveLocked).
+// the last rooms are kept for a tenant that sends through another replica
+// too (keptLocked).
 func (a *admission) applyPeerLocked(st *frontendv1.AdmissionState) {
 	now := a.now()
 	a.peers.applyLocked(st, now)
