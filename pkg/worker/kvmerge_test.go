@@ -27,6 +27,18 @@ func startHeldKV(ctx context.Context, t *testing.T, e env) *worker.Worker {
 	return w
 }
 
+// subscribeKV reads the KV events of e's workers from the start of the
+// stream.
+func subscribeKV(ctx context.Context, t *testing.T, e env) *eventbusclient.Subscription {
+	t.Helper()
+	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
+		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 // TestKVPublishIntervalMergesInOrder: with a publish interval (an hour
 // here, so that only the shutdown ends the wait) the worker's first batch
 // goes out at once; the next ones wait and, at the shutdown, go out as one
@@ -43,11 +55,7 @@ func TestKVPublishIntervalMergesInOrder(t *testing.T) {
 			_ = w.Shutdown(context.Background())
 		}
 	}()
-	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
-		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeKV(ctx, t, e)
 	defer sub.Close()
 	const n = 6
 	publish := func(hash uint64) {
@@ -166,17 +174,8 @@ func TestKVPublishIntervalAskedByTheEventbus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shut := false
-	defer func() {
-		if !shut {
-			_ = w.Shutdown(context.Background())
-		}
-	}()
-	sub, err := e.bus.Subscribe(ctx, &eventbusv1.SubscribeRequest{Namespace: "test", FilterSubject: "test.backend." + wire.KVEventsName,
-		DeliverPolicy: eventbusv1.DeliverPolicy_DELIVER_POLICY_ALL, AutoAck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer w.Shutdown(context.Background()) // a second Shutdown does nothing
+	sub := subscribeKV(ctx, t, e)
 
 	// The reader hands the stored batches over until the subscription ends.
 	batches := make(chan *workerv1.KvEventBatch, 1024)
@@ -242,7 +241,6 @@ func TestKVPublishIntervalAskedByTheEventbus(t *testing.T) {
 	if err := w.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	shut = true
 	for next <= n {
 		select {
 		case b, ok := <-batches:
