@@ -24,6 +24,12 @@ type Bounds struct {
 	// touching all its blocks, last first (so tails go before heads). A router cannot do better without knowing
 	// the future: the engines' caches, summed, are this cache split up.
 	Pooled float64
+	// PooledHost is Pooled for one LRU cache as large as all the engines'
+	// GPU and host tiers together (Workers x (NumGPUBlocks +
+	// NumHostBlocks) blocks), 0 without host tiers: a trace whose reuse
+	// the host tiers serve has PooledHost near Reuse and Pooled well
+	// below it.
+	PooledHost float64
 	// FloorTTFT are the p50, p90 and p99 of each request's TTFT alone on an
 	// idle engine whose cache holds what the pooled cache held: the
 	// prefill of its uncached tokens in MaxNumBatchedTokens chunks.
@@ -51,8 +57,13 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 		}
 	}
 	seen := map[uint64]struct{}{}
+	// With host tiers, a second cache as large as GPU and host together.
+	var hostLRU *lru
+	if cfg.Engine.NumHostBlocks > 0 {
+		hostLRU = newLRU(cfg.engines() * (cfg.Engine.NumGPUBlocks + cfg.Engine.NumHostBlocks))
+	}
 	lru := newLRU(cfg.engines() * cfg.Engine.NumGPUBlocks)
-	reuse, pooled, total := 0, 0, 0
+	reuse, pooled, pooledHost, total := 0, 0, 0, 0
 	var work traceWork
 	var first, last time.Duration
 	floors := make([]time.Duration, 0, len(trace))
@@ -116,6 +127,16 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 			lru.touch(blocks[i].Sequence)
 		}
 		pooled += prefix
+		if hostLRU != nil {
+			n := 0
+			for n < hittable && hostLRU.has(blocks[n].Sequence) {
+				n++
+			}
+			for i := len(blocks) - 1; i >= 0; i-- {
+				hostLRU.touch(blocks[i].Sequence)
+			}
+			pooledHost += n
+		}
 		total += len(blocks)
 		// As the engine does, a fully cached prompt still computes its
 		// last block.
@@ -135,6 +156,7 @@ func ComputeBounds(trace []Request, cfg Config) Bounds {
 	if total > 0 {
 		b.Reuse = float64(reuse) / float64(total)
 		b.Pooled = float64(pooled) / float64(total)
+		b.PooledHost = float64(pooledHost) / float64(total)
 	}
 	return b
 }

@@ -133,6 +133,40 @@ func TestComputeBoundsCapacity(t *testing.T) {
 	}
 }
 
+// TestComputeBoundsPooledHost: with host tiers, PooledHost is the pooled
+// cache as large as the GPU and host blocks together. One engine of 64
+// GPU blocks of 16 tokens holds one prompt of 1,024 tokens; a second
+// prompt evicts the first from it, and the first again then hits nothing
+// in the GPU alone, all but its last block (63 of 64, what the engines
+// can hit) with a host tier of 128 more, its first 32 with one of 32.
+func TestComputeBoundsPooledHost(t *testing.T) {
+	trace := []Request{
+		{Arrival: 0, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
+		{Arrival: time.Second, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{3, 4}},
+		{Arrival: 2 * time.Second, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
+	}
+	for _, tc := range []struct {
+		name               string
+		host               int
+		pooled, pooledHost float64
+	}{
+		{"no host tier", 0, 0, 0},
+		{"host tier of two prompts", 128, 0, 63.0 / 192},
+		// 96 blocks keep the second prompt and the first's head (its
+		// tail, released first, goes first): 32 hits.
+		{"host tier of half a prompt", 32, 0, 32.0 / 192},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := smallConfig()
+			cfg.Workers, cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.NumHostBlocks = 1, 16, 64, tc.host
+			b := ComputeBounds(trace, cfg)
+			if b.Pooled != tc.pooled || b.PooledHost != tc.pooledHost || b.Reuse != 63.0/192 {
+				t.Fatalf("pooled %v, with host %v, reuse %v; want %v, %v, %v", b.Pooled, b.PooledHost, b.Reuse, tc.pooled, tc.pooledHost, 63.0/192)
+			}
+		})
+	}
+}
+
 // TestCapacityBoundHeldBlocks checks the decode line a + b u by hand: the
 // held block-steps cost b/N each, on top of a/B per decode token, when
 // that beats the cheapest step for every token.

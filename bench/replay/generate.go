@@ -111,6 +111,29 @@ var Presets = map[string]GenConfig{
 		Output: Dist{Median: 200, Sigma: 0.8, Min: 4, Max: 2048},
 		Turns:  4, Think: 25 * time.Second, MaxInput: 64000, Seed: 2,
 	},
+	// agents: multi-turn agent sessions whose turns paste tool output
+	// (user messages of 600 tokens at the median) and get short answers
+	// (100), over 16 shared instruction prompts of 2,000 tokens, 10 turns
+	// a session 60 s apart. It is the workload a host KV tier is for: a
+	// session's context outlives the GPU cache between its turns, and the
+	// work is prefill (the capacity bound's prefill is about twice its
+	// decode), which a prefix loaded back from host saves. Its cached
+	// working set, the size of one LRU cache that keeps all of its reuse
+	// (Bounds.Pooled at that size reaches Reuse), is 2 to 3 times the GPU
+	// blocks of the replay's tier configuration (8 engines x 12,800 blocks
+	// of 16 tokens, --kv-blocks 12800) and within them and their host
+	// tiers (--host-kv-blocks 51200, 5 times the GPU blocks in all): about
+	// the geometric middle of the two. The rate scales compress the think
+	// time with the arrivals, so the working set is the same at every
+	// scale.
+	"agents": {
+		Requests: 4000, Rate: 10, BlockSize: 512, Groups: 16, GroupSkew: 0.8, Unshared: 0.05,
+		System:   Dist{Median: 2000, Sigma: 0.5, Min: 256, Max: 16384},
+		User:     Dist{Median: 600, Sigma: 0.8, Min: 8, Max: 16384},
+		TailProb: 0.02, TailMin: 6000, TailAlpha: 1.5,
+		Output: Dist{Median: 100, Sigma: 0.6, Min: 4, Max: 2048},
+		Turns:  10, Think: 60 * time.Second, MaxInput: 64000, Seed: 4,
+	},
 	// long-context: one-shot requests over long documents (retrieval,
 	// summaries, code review): prompts of 3,000 to 12,000 tokens (a shared
 	// instruction prompt of 512 to 2,048 and a document of 2,500 to

@@ -143,9 +143,16 @@ func WriteTable(w io.Writer, r *Report) error {
 		return err
 	}
 	if c.Engine.NumHostBlocks > 0 {
+		fmt.Fprintf(w, "host tiers: pooled (one LRU of %d blocks, GPU and host) %.3f, against GPU alone %.3f and reuse %.3f\n",
+			c.engines()*(c.Engine.NumGPUBlocks+c.Engine.NumHostBlocks), r.Bounds.PooledHost, r.Bounds.Pooled, r.Bounds.Reuse)
 		fmt.Fprintf(w, "hit rate by tier (gpu + host, of prompt blocks), %d host blocks per engine:", c.Engine.NumHostBlocks)
 		for _, x := range r.Results {
 			fmt.Fprintf(w, " %s x%g %.3f + %.3f;", x.Mode, x.RateScale, x.HitRate-x.HostHitRate, x.HostHitRate)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "blocks evicted from GPU to host / lost from host / hit on host:")
+		for _, x := range r.Results {
+			fmt.Fprintf(w, " %s x%g %d / %d / %d;", x.Mode, x.RateScale, x.Evicted, x.HostEvicted, x.HostHits)
 		}
 		fmt.Fprintln(w)
 	}

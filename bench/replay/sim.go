@@ -165,6 +165,12 @@ type Result struct {
 	// it, and LoraLoads the adapters the engines loaded.
 	AdapterRequests, AdapterMisrouted int
 	LoraLoads                         uint64
+	// Evicted counts the cached blocks the engines evicted from their
+	// GPUs (with a host tier, moved there), HostEvicted those their host
+	// tiers evicted in turn (lost), HostHits the prompt blocks loaded
+	// back from host (HostHitRate's count): whether a trace's cached
+	// blocks outgrow the GPUs, and whether they fit with the host tier.
+	Evicted, HostEvicted, HostHits uint64
 }
 
 // SessionCounts are a session mode's turns by what the session rule did:
@@ -641,6 +647,9 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		hit += st.PrefixHitBlocks
 		hostHit += st.HostHitBlocks
 		s.res.LoraLoads += st.LoraLoads
+		s.res.Evicted += st.EvictedBlocks
+		s.res.HostEvicted += st.HostEvictedBlocks
+		s.res.HostHits += st.HostHitBlocks
 		queried += st.PrefixQueriedBlocks
 		generated += st.GeneratedTokens
 		prefill[i] = float64(w.prefill)

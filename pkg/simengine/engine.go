@@ -300,6 +300,12 @@ type Stats struct {
 	Elapsed time.Duration
 	// LoraLoads counts the LoRA adapters loaded into a slot.
 	LoraLoads uint64
+	// EvictedBlocks counts the cached blocks evicted from the GPU (with a
+	// host tier, each moved there); HostEvictedBlocks those the host tier
+	// evicted in turn, lost. A workload whose cached blocks fit the GPU
+	// evicts none; one that fits with the host tier evicts from the GPU
+	// and hardly any from host.
+	EvictedBlocks, HostEvictedBlocks uint64
 }
 
 // PrefixHitRate returns PrefixHitBlocks / PrefixQueriedBlocks, or 0 before
@@ -925,6 +931,7 @@ func (e *Engine) releaseBlocks(r *request) {
 // evicted records the eviction of a cached block, merging consecutive
 // evictions into one removed event.
 func (e *Engine) evicted(id kvhash.Block) {
+	e.stats.EvictedBlocks++
 	if e.host != nil {
 		e.offload(id)
 		return

@@ -114,6 +114,7 @@ func (h *hostTier) clear() {
 func (e *Engine) offload(id kvhash.Block) {
 	gone, ok := e.host.add(id)
 	if ok {
+		e.stats.HostEvictedBlocks++
 		if n := len(e.events); n > 0 && e.events[n-1].Kind == EventRemoved && e.events[n-1].Medium == workerv1.KvMedium_KV_MEDIUM_CPU {
 			e.events[n-1].Removed = append(e.events[n-1].Removed, gone)
 		} else {

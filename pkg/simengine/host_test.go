@@ -71,6 +71,20 @@ func TestPropertyHostTierReplay(t *testing.T) {
 		bases := rapid.SliceOfN(rapid.SliceOfN(rapid.Uint32Range(0, 3), 0, 24), 1, 4).Draw(t, "bases")
 		held := map[uint64]workerv1.KvMedium{}
 		next := uint64(1)
+		// The blocks the events offload to host and remove from it, which
+		// the engine's counters must match.
+		var offloaded, lost uint64
+		replay := func(events []Event) {
+			next = replayMedia(t, held, next, events)
+			for _, ev := range events {
+				switch {
+				case ev.Kind == EventStored && ev.Medium == workerv1.KvMedium_KV_MEDIUM_CPU:
+					offloaded += uint64(len(ev.Blocks))
+				case ev.Kind == EventRemoved && ev.Medium == workerv1.KvMedium_KV_MEDIUM_CPU:
+					lost += uint64(len(ev.Removed))
+				}
+			}
+		}
 		check := func() {
 			if len(e.host.blocks) > cfg.NumHostBlocks {
 				t.Fatalf("host holds %d blocks of %d", len(e.host.blocks), cfg.NumHostBlocks)
@@ -98,9 +112,9 @@ func TestPropertyHostTierReplay(t *testing.T) {
 			case op < 6:
 				_, _ = e.Cancel(fmt.Sprint("r", rapid.IntRange(0, i).Draw(t, "cancel")))
 			case op < 7 && rapid.IntRange(0, 4).Draw(t, "reset") == 0:
-				next = replayMedia(t, held, next, e.Reset().Events)
+				replay(e.Reset().Events)
 			default:
-				next = replayMedia(t, held, next, e.Step().Events)
+				replay(e.Step().Events)
 			}
 			check()
 		}
@@ -108,12 +122,16 @@ func TestPropertyHostTierReplay(t *testing.T) {
 			if e.Idle() {
 				break
 			}
-			next = replayMedia(t, held, next, e.Step().Events)
+			replay(e.Step().Events)
 		}
 		if !e.Idle() {
 			t.Fatalf("not idle: %+v", e.Metrics())
 		}
 		check()
+		if st := e.Stats(); st.EvictedBlocks != offloaded || st.HostEvictedBlocks != lost {
+			t.Fatalf("counted %d blocks evicted from GPU and %d from host, events offload %d and remove %d from host",
+				st.EvictedBlocks, st.HostEvictedBlocks, offloaded, lost)
+		}
 	})
 }
 
