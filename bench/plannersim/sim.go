@@ -29,6 +29,7 @@ import (
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	"github.com/switchyard-llm/switchyard/pkg/registryclient"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 	rcore "github.com/switchyard-llm/switchyard/services/router/core"
 )
@@ -197,6 +198,9 @@ type sim struct {
 	// (counted at a request's first token, as a worker counts what its
 	// engine's usage says).
 	arrivals, promptTok, outputTok, cachedTok uint64
+	// computed counts the requests that ended by the prompt tokens their
+	// engine computed, as a worker does (wire.ComputedPromptBucket).
+	computed [wire.ComputedPromptBuckets]uint64
 	// Per window: TTFTs and ITLs of the requests that arrived in it.
 	ttft, itl map[int][]float64
 	// Per window: arrivals and the ready engines they found, summed;
@@ -324,6 +328,7 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 				win := int(in.arrival / s.cfg.Window)
 				s.itl[win] = append(s.itl[win], float64(s.now-in.first)/1e6/float64(n-1))
 			}
+			s.computed[wire.ComputedPromptBucket(in.prompt-min(o.Usage.CachedPromptTokens, in.prompt))]++
 			s.router.Free(o.RequestID)
 			delete(s.reqs, o.RequestID)
 			s.res.Requests++
@@ -371,7 +376,10 @@ func (s *sim) observe(prev time.Duration) core.PoolObservation {
 	o.Demand = core.Sample{At: time.Unix(0, 0).Add(s.now), Demand: core.Demand{
 		RequestsPerSec: float64(s.arrivals) / dt, PromptTokensPerSec: float64(s.promptTok) / dt, OutputTokensPerSec: float64(s.outputTok) / dt,
 		CachedPromptTokensPerSec: float64(s.cachedTok) / dt}}
-	s.arrivals, s.promptTok, s.outputTok, s.cachedTok = 0, 0, 0, 0
+	for i, n := range s.computed {
+		o.Demand.ComputedPromptRequestsPerSec[i] = float64(n) / dt
+	}
+	s.arrivals, s.promptTok, s.outputTok, s.cachedTok, s.computed = 0, 0, 0, 0, [wire.ComputedPromptBuckets]uint64{}
 	model := s.cfg.Engine.Timing()
 	for _, w := range s.engines {
 		switch {

@@ -280,6 +280,10 @@ type Worker struct {
 	// start; cachedTokens the prompt tokens their engine said it served
 	// from its prefix cache: the *_total fields of every load report.
 	requests, promptTokens, outputTokens, cachedTokens atomic.Uint64
+	// computed counts the requests that have ended by the prompt tokens
+	// their engine computed (wire.ComputedPromptBucket): the load
+	// reports' computed_prompt_requests_total.
+	computed [wire.ComputedPromptBuckets]atomic.Uint64
 
 	api      *grpcserver.Server
 	apiDone  chan error
@@ -1064,6 +1068,10 @@ func (w *Worker) publishLoad() {
 			if i == 0 {
 				m.RequestsTotal, m.PromptTokensTotal, m.OutputTokensTotal = w.requests.Load(), w.promptTokens.Load(), w.outputTokens.Load()
 				m.CachedPromptTokensTotal = w.cachedTokens.Load()
+				m.ComputedPromptRequestsTotal = make([]uint64, len(w.computed))
+				for i := range w.computed {
+					m.ComputedPromptRequestsTotal[i] = w.computed[i].Load()
+				}
 			}
 			ev, err := eventbusclient.NewEvent(subject, m)
 			if err != nil {
@@ -1165,6 +1173,7 @@ func (w *Worker) handler(h Handler) transport.Handler {
 			w.outputTokens.Add(uint64(len(resp.GetTokenIds())))
 			return rw.Send(buf)
 		})
+		w.computed[wire.ComputedPromptBucket(len(gr.TokenIds)-int(cached))].Add(1)
 		span.SetAttributes(attribute.Int("switchyard.output_tokens", sent))
 		if err != nil {
 			span.RecordError(err)

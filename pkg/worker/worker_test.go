@@ -156,7 +156,20 @@ func TestWorkerRegistersServesAndPublishes(t *testing.T) {
 				m.RequestsTotal != 1 || m.PromptTokensTotal != 3 || m.CachedPromptTokensTotal != 2 || m.OutputTokensTotal != 3 {
 				t.Fatalf("load = %v, %v", m, err)
 			}
-			gotLoad = true
+			// The request counts by its computed prompt (1 token: bucket
+			// 0) once its handler has returned, which a report taken
+			// between its last response and then does not show yet.
+			if len(m.ComputedPromptRequestsTotal) != wire.ComputedPromptBuckets {
+				t.Fatalf("computed prompt buckets = %v, want %d", m.ComputedPromptRequestsTotal, wire.ComputedPromptBuckets)
+			}
+			total := uint64(0)
+			for _, n := range m.ComputedPromptRequestsTotal {
+				total += n
+			}
+			if total > 1 || total == 1 && m.ComputedPromptRequestsTotal[0] != 1 {
+				t.Fatalf("computed prompt buckets = %v, want the one request in bucket 0", m.ComputedPromptRequestsTotal)
+			}
+			gotLoad = total == 1
 		}
 	}
 

@@ -39,6 +39,11 @@ func newFleet() *fleet { return &fleet{workers: map[uint64]*reported{}} }
 func (f *fleet) report(m *workerv1.LoadMetrics, now time.Time) {
 	c := core.Counters{At: now, Requests: m.GetRequestsTotal(), PromptTokens: m.GetPromptTokensTotal(), OutputTokens: m.GetOutputTokensTotal(),
 		CachedPromptTokens: m.GetCachedPromptTokensTotal()}
+	for i, n := range m.GetComputedPromptRequestsTotal() {
+		if i < len(c.ComputedPromptRequests) {
+			c.ComputedPromptRequests[i] = n
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := f.workers[m.GetInstanceId()]
@@ -139,6 +144,9 @@ func (f *fleet) observe(now time.Time, ms []member, draining func(uint64) bool, 
 					o.Demand.PromptTokensPerSec += d.PromptTokensPerSec
 					o.Demand.OutputTokensPerSec += d.OutputTokensPerSec
 					o.Demand.CachedPromptTokensPerSec += d.CachedPromptTokensPerSec
+					for i, v := range d.ComputedPromptRequestsPerSec {
+						o.Demand.ComputedPromptRequestsPerSec[i] += v
+					}
 					o.Demand.At = now
 				}
 			}

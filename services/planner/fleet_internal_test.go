@@ -9,6 +9,7 @@ import (
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	registryv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/registry/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 	"github.com/switchyard-llm/switchyard/services/planner/core"
 )
 
@@ -118,7 +119,38 @@ func TestObserveCachedPrompt(t *testing.T) {
 			if d.RequestsPerSec != 10 || d.PromptTokensPerSec != 1000 || d.CachedPromptTokensPerSec != tc.want {
 				t.Fatalf("demand %+v, want 10 req/s, 1000 prompt tokens/s, %v of them cached", d, tc.want)
 			}
+			if d.ComputedPromptRequestsPerSec != ([wire.ComputedPromptBuckets]float64{}) {
+				t.Fatalf("computed prompts %v, want none counted", d.ComputedPromptRequestsPerSec)
+			}
 		})
+	}
+}
+
+// TestObserveComputedPrompts checks the requests' rates by computed
+// prompt size: each bucket's rate summed over the workers that count them.
+func TestObserveComputedPrompts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := members([]*registryv1.ModelCard{card(1, "a"), card(2, "a")}, []*registryv1.Instance{inst(1, 0), inst(2, 0)})
+	none := func(uint64) bool { return false }
+	pinned := func(*registryv1.Instance) bool { return false }
+	buckets := func(small, large uint64) []uint64 {
+		b := make([]uint64, wire.ComputedPromptBuckets)
+		b[2], b[wire.ComputedPromptBuckets-1] = small, large
+		return b
+	}
+	f := newFleet()
+	var o []core.PoolObservation
+	for i, at := range []time.Time{t0, t0.Add(2 * time.Second)} {
+		n := uint64(i)
+		f.report(&workerv1.LoadMetrics{InstanceId: 1, RequestsTotal: 10 * n, ComputedPromptRequestsTotal: buckets(8*n, 2*n)}, at)
+		// A worker that does not count them adds nothing.
+		f.report(&workerv1.LoadMetrics{InstanceId: 2, RequestsTotal: 10 * n}, at)
+		o = f.observe(at, ms, none, pinned, nil)
+	}
+	var want [wire.ComputedPromptBuckets]float64
+	want[2], want[wire.ComputedPromptBuckets-1] = 4, 1
+	if d := o[0].Demand; d.RequestsPerSec != 10 || d.ComputedPromptRequestsPerSec != want {
+		t.Fatalf("demand %+v, want 10 req/s and computed prompts %v", d, want)
 	}
 }
 

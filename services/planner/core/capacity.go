@@ -272,14 +272,28 @@ func (e Engine) ttftQuantile(q, rate, prompt, output float64, l Load) float64 {
 // prefill and the idle engine's, the lesser and the greater, each with the
 // request's overhead: the quantile is past the first.
 func (e Engine) ttftTail(rate, prompt, output float64, l Load) (exceeds func(x float64) float64, lo, hi float64) {
+	return e.ttftTailOf(rate, prompt, prompt, output, l)
+}
+
+// ttftTailOf is ttftTail for a request whose own prompt is of ownPrompt
+// tokens, the same cached prefix as the mean's, among requests of the
+// mean prompt (those of the steady state l and of the steps it waits for
+// and shares).
+func (e Engine) ttftTailOf(rate, prompt, ownPrompt, output float64, l Load) (exceeds func(x float64) float64, lo, hi float64) {
 	m := e.Model
 	overhead := m.PrefillPerRequest
 	decoding, usage := int(math.Ceil(l.Decoding)), l.Usage
-	own := e.ownMs(prompt, l.cachedTk, decoding, usage)
-	idle := e.ownMs(prompt, l.cachedTk, 0, 0)
+	own := e.ownMs(ownPrompt, l.cachedTk, decoding, usage)
+	idle := e.ownMs(ownPrompt, l.cachedTk, 0, 0)
 	np, _, k := computed(prompt, l.cachedTk)
 	lambda := rate / 1000 // per ms
-	pIdle := math.Exp(-lambda * (own + output*l.StepMs))
+	// The engine is idle when none of the requests it holds (each for
+	// the mean prompt's prefill and its output's steps) is there.
+	held := own
+	if ownPrompt != prompt {
+		held = e.ownMs(prompt, l.cachedTk, decoding, usage)
+	}
+	pIdle := math.Exp(-lambda * (held + output*l.StepMs))
 	// The step in progress: its prompt count j's probability, its length.
 	f := lambda * l.StepMs
 	var types []struct{ w, s float64 }

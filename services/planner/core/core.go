@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Objectives are the latency objectives, in milliseconds.
@@ -201,6 +202,12 @@ type Inputs struct {
 	// workers' load reports show (blocks in use over running requests):
 	// what the capacity was computed with; 0 when none ran.
 	FootprintBlocks float64 `json:"footprint_blocks,omitempty"`
+	// ComputedPrompts is the share of requests in each bucket of the
+	// prompt tokens their engine computed (wire.ComputedPromptBucket), as
+	// the workers counted them over the last samples: the capacity prices
+	// each request's own prefill by its size (Judged.Computed); empty when
+	// the workers do not count them.
+	ComputedPrompts []float64 `json:"computed_prompts,omitempty"`
 	// TTFTMs and ITLMs are the fleet's predicted latencies now: the lowest
 	// of its workers' (the load rule acts when every worker breaks one).
 	TTFTMs   float64 `json:"ttft_ms"`
@@ -281,6 +288,10 @@ type poolState struct {
 	// running requests, summed, at the decisions of the predictor's last
 	// samples: their ratio is the blocks a running request holds.
 	kvUsed, kvRunning []float64
+	// computed is the requests a second in each bucket of computed prompt
+	// tokens of the last samples (riseMemory: requests far past the mean
+	// prompt are few, and their share needs many to tell).
+	computed [][wire.ComputedPromptBuckets]float64
 }
 
 // dueForecast is a forecast of the sample due then.
@@ -485,6 +496,10 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 		if keep := p.predictorWindow(); len(st.kvUsed) > keep {
 			st.kvUsed, st.kvRunning = st.kvUsed[len(st.kvUsed)-keep:], st.kvRunning[len(st.kvRunning)-keep:]
 		}
+		st.computed = append(st.computed, o.Demand.ComputedPromptRequestsPerSec)
+		if keep := c.riseMemory(); len(st.computed) > keep {
+			st.computed = append(st.computed[:0], st.computed[len(st.computed)-keep:]...)
+		}
 	}
 	if demandFresh {
 		pd.Inputs.Observed = o.Demand.Demand
@@ -554,6 +569,8 @@ func (p *Planner) decidePool(now time.Time, st *poolState, o PoolObservation) Po
 	if c.JudgedWindow > 0 {
 		judged = JudgedBy(level, spread.Noise, c.Interval, c.JudgedWindow, c.Quantile)
 		pd.Inputs.Dispersion = judged.Dispersion
+		judged.Computed = shares(st.computed)
+		pd.Inputs.ComputedPrompts = judged.Computed
 		if level > 0 {
 			j := judged
 			j.LevelError = spread.Error / level
@@ -873,6 +890,27 @@ func loadRule(role Role, fresh []Worker, prompt, cached, output float64, o Objec
 		}
 	}
 	return up, downOK, ttft, itl
+}
+
+// shares is the share of each bucket in the sum of the samples' rates,
+// nil when they hold none.
+func shares(samples [][wire.ComputedPromptBuckets]float64) []float64 {
+	var sum [wire.ComputedPromptBuckets]float64
+	total := 0.0
+	for _, x := range samples {
+		for i, v := range x {
+			sum[i] += v
+			total += v
+		}
+	}
+	if !(total > 0) {
+		return nil
+	}
+	out := make([]float64, len(sum))
+	for i, v := range sum {
+		out[i] = v / total
+	}
+	return out
 }
 
 // budget lowers targets until the pools' GPUs fit the budget: each pool

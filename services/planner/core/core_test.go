@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -291,7 +294,7 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("restored %d samples, want 3", n)
 	}
 	got := restored.Decide(at(4), []PoolObservation{obs(5, 100, at(4))})
-	if got.ID != 4 || want.Pools[0].Target >= 5 || got.Pools[0].Target != want.Pools[0].Target || got.Pools[0].Reason != want.Pools[0].Reason || got.Pools[0].Inputs != want.Pools[0].Inputs {
+	if got.ID != 4 || want.Pools[0].Target >= 5 || got.Pools[0].Target != want.Pools[0].Target || got.Pools[0].Reason != want.Pools[0].Reason || !reflect.DeepEqual(got.Pools[0].Inputs, want.Pools[0].Inputs) {
 		t.Fatalf("restored planner: target %d, %q, %+v\nwant %d, %q, %+v", got.Pools[0].Target, got.Pools[0].Reason, got.Pools[0].Inputs, want.Pools[0].Target, want.Pools[0].Reason, want.Pools[0].Inputs)
 	}
 	fresh, _ := New(DefaultConfig(), 3)
@@ -876,6 +879,53 @@ func TestBacklogGrowsUntilWorkersServe(t *testing.T) {
 			got, drain := backlog(fresh, tc.coming, c, e, 100, 0, tc.forecast, bound)
 			if !near(got, tc.want) || !near(drain, tc.want/30) {
 				t.Fatalf("backlog %v, drain %v req/s; want %v, %v", got, drain, tc.want, tc.want/30)
+			}
+		})
+	}
+}
+
+// TestDecideReadsComputedPrompts: the requests' computed prompt sizes the
+// workers count, over the samples, size the pool: its capacity is
+// CapacityJudged's with their shares (which prices each request's own
+// prefill by its size: TestCapacityJudgedPricesPromptSizes), and the
+// decision records the shares it used.
+func TestDecideReadsComputedPrompts(t *testing.T) {
+	c := testConfig()
+	c.JudgedWindow = 30 * time.Second
+	for _, tc := range []struct {
+		name string
+		far  float64 // share of requests of a prompt far past the objective
+	}{
+		{"none far past", 0},
+		{"three in a hundred far past", 0.03},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(c, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, _ := NewPredictor(c.Predictor, c.Window, c.Quantile)
+			var pd PoolDecision
+			for i := range 5 {
+				at := t0.Add(time.Duration(i+1) * c.Interval)
+				o := obs(2, 50, at)
+				o.Demand.ComputedPromptRequestsPerSec[wire.ComputedPromptBucket(100)] = 50 * (1 - tc.far)
+				o.Demand.ComputedPromptRequestsPerSec[wire.ComputedPromptBuckets-1] = 50 * tc.far
+				pr.Observe(o.Demand)
+				pd = p.Decide(at, []PoolObservation{o}).Pools[0]
+			}
+			shares := make([]float64, wire.ComputedPromptBuckets)
+			shares[wire.ComputedPromptBucket(100)], shares[wire.ComputedPromptBuckets-1] = 1-tc.far, tc.far
+			if !reflect.DeepEqual(pd.Inputs.ComputedPrompts, shares) {
+				t.Fatalf("computed prompts %v, want %v", pd.Inputs.ComputedPrompts, shares)
+			}
+			level := pd.Inputs.Forecast.RequestsPerSec + pd.Inputs.BiasRPS
+			j := JudgedBy(level, pr.Spread(c.Interval).Noise, c.Interval, c.JudgedWindow, c.Quantile)
+			e := Engine{Model: simple}
+			j.Computed = shares
+			want, _ := e.CapacityJudged(Agg, 100, 0, 10, c.Objectives, j)
+			if !near(pd.Inputs.CapacityRPS, want) {
+				t.Fatalf("capacity %v req/s, want %v", pd.Inputs.CapacityRPS, want)
 			}
 		})
 	}

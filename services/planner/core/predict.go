@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Demand is a pool's load in rates: requests, prompt tokens and output
@@ -17,6 +19,12 @@ type Demand struct {
 	PromptTokensPerSec       float64 `json:"prompt_tokens_per_sec"`
 	OutputTokensPerSec       float64 `json:"output_tokens_per_sec"`
 	CachedPromptTokensPerSec float64 `json:"cached_prompt_tokens_per_sec,omitempty"`
+	// ComputedPromptRequestsPerSec is the requests per second that ended
+	// in each bucket of the prompt tokens their engine computed
+	// (wire.ComputedPromptBucket); all 0 when the workers do not count
+	// them. The decision's inputs record the shares it was sized with
+	// (Inputs.ComputedPrompts), not these.
+	ComputedPromptRequestsPerSec [wire.ComputedPromptBuckets]float64 `json:"-"`
 }
 
 // PromptTokens is the mean prompt of a request, 0 without requests.
@@ -194,7 +202,8 @@ func (h *history) mean() Demand {
 		d.CachedPromptTokensPerSec += s.CachedPromptTokensPerSec
 	}
 	n := float64(len(h.samples))
-	return Demand{d.RequestsPerSec / n, d.PromptTokensPerSec / n, d.OutputTokensPerSec / n, d.CachedPromptTokensPerSec / n}
+	return Demand{RequestsPerSec: d.RequestsPerSec / n, PromptTokensPerSec: d.PromptTokensPerSec / n, OutputTokensPerSec: d.OutputTokensPerSec / n,
+		CachedPromptTokensPerSec: d.CachedPromptTokensPerSec / n}
 }
 
 type windowPredictor struct{ history }
@@ -356,6 +365,9 @@ func chiSquareQuantile(q float64, k int) float64 {
 type Counters struct {
 	At                                                       time.Time
 	Requests, PromptTokens, OutputTokens, CachedPromptTokens uint64
+	// ComputedPromptRequests counts the requests that ended by the prompt
+	// tokens their engine computed (wire.ComputedPromptBucket).
+	ComputedPromptRequests [wire.ComputedPromptBuckets]uint64
 }
 
 // Rates is the demand between two reports of one worker: the counts'
@@ -367,10 +379,16 @@ func Rates(prev, cur Counters) (Demand, bool) {
 		cur.CachedPromptTokens < prev.CachedPromptTokens {
 		return Demand{}, false
 	}
-	return Demand{
+	d := Demand{
 		RequestsPerSec:           float64(cur.Requests-prev.Requests) / dt,
 		PromptTokensPerSec:       float64(cur.PromptTokens-prev.PromptTokens) / dt,
 		OutputTokensPerSec:       float64(cur.OutputTokens-prev.OutputTokens) / dt,
 		CachedPromptTokensPerSec: float64(cur.CachedPromptTokens-prev.CachedPromptTokens) / dt,
-	}, true
+	}
+	for i, n := range cur.ComputedPromptRequests {
+		if p := prev.ComputedPromptRequests[i]; n >= p {
+			d.ComputedPromptRequestsPerSec[i] = float64(n-p) / dt
+		}
+	}
+	return d, true
 }

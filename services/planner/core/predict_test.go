@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 func TestPredictors(t *testing.T) {
@@ -53,22 +55,22 @@ func TestPredictors(t *testing.T) {
 		want    Demand
 	}{
 		// 10 then 20 req/s 10 s apart, 60 s ahead: read at +10 s, 30.
-		{"two samples", []Sample{s(0, 10), s(10, 20)}, time.Minute, Demand{30, 300, 30, 0}},
+		{"two samples", []Sample{s(0, 10), s(10, 20)}, time.Minute, Demand{RequestsPerSec: 30, PromptTokensPerSec: 300, OutputTokensPerSec: 30, CachedPromptTokensPerSec: 0}},
 		// 10, 20, 30 over 20 s, 15 s ahead: within the span, 45.
-		{"within the span", []Sample{s(0, 10), s(10, 20), s(20, 30)}, 15 * time.Second, Demand{45, 450, 45, 0}},
+		{"within the span", []Sample{s(0, 10), s(10, 20), s(20, 30)}, 15 * time.Second, Demand{RequestsPerSec: 45, PromptTokensPerSec: 450, OutputTokensPerSec: 45, CachedPromptTokensPerSec: 0}},
 		// Requests of 100 then 10 prompt tokens: the lines of tokens and
 		// requests read ahead would give 200 req/s of -50 tokens; the
 		// mean size is 1100/20 = 55 tokens.
 		{"mean sizes", []Sample{
 			{At: t0, Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 1000, OutputTokensPerSec: 100}},
 			{At: t0.Add(10 * time.Second), Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 100, OutputTokensPerSec: 100}},
-		}, 10 * time.Second, Demand{10, 550, 100, 0}},
+		}, 10 * time.Second, Demand{RequestsPerSec: 10, PromptTokensPerSec: 550, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 0}},
 		// Of those, 50 then 5 tokens cached: the mean cached part is
 		// 550/20 = 27.5 tokens, carried the same way.
 		{"mean cached part", []Sample{
 			{At: t0, Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 1000, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 500}},
 			{At: t0.Add(10 * time.Second), Demand: Demand{RequestsPerSec: 10, PromptTokensPerSec: 100, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 50}},
-		}, 10 * time.Second, Demand{10, 550, 100, 275}},
+		}, 10 * time.Second, Demand{RequestsPerSec: 10, PromptTokensPerSec: 550, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 275}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := NewPredictor("trend", 10, 0.95)
@@ -126,12 +128,18 @@ func TestRates(t *testing.T) {
 		want Demand
 		ok   bool
 	}{
-		{"two seconds", Counters{At: t0.Add(2 * time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 1400}, Demand{5, 1000, 100, 500}, true},
+		{"two seconds", Counters{At: t0.Add(2 * time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 1400}, Demand{RequestsPerSec: 5, PromptTokensPerSec: 1000, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 500}, true},
 		{"idle", Counters{At: t0.Add(time.Second), Requests: 10, PromptTokens: 1000, OutputTokens: 100, CachedPromptTokens: 400}, Demand{}, true},
 		{"same time", Counters{At: t0, Requests: 20}, Demand{}, false},
 		{"earlier", Counters{At: t0.Add(-time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300}, Demand{}, false},
 		{"a count went down", Counters{At: t0.Add(time.Second), Requests: 9, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 400}, Demand{}, false},
 		{"the cached count went down", Counters{At: t0.Add(time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 100}, Demand{}, false},
+		// Requests by their computed prompt: each bucket's difference; a
+		// worker that starts counting them (from none) counts from 0.
+		{"computed prompts", Counters{At: t0.Add(2 * time.Second), Requests: 20, PromptTokens: 3000, OutputTokens: 300, CachedPromptTokens: 1400,
+			ComputedPromptRequests: [wire.ComputedPromptBuckets]uint64{3: 6, 19: 2}},
+			Demand{RequestsPerSec: 5, PromptTokensPerSec: 1000, OutputTokensPerSec: 100, CachedPromptTokensPerSec: 500,
+				ComputedPromptRequestsPerSec: [wire.ComputedPromptBuckets]float64{3: 3, 19: 1}}, true},
 	} {
 		got, ok := Rates(a, tc.cur)
 		if ok != tc.ok || got != tc.want {

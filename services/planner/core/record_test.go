@@ -11,7 +11,7 @@ import (
 func sampleDecision() Decision {
 	return Decision{ID: 7, At: t0, Pools: []PoolDecision{{
 		PoolKey: PoolKey{Model: "Qwen/Qwen3-0.6B", Role: Agg}, Current: 3, Target: 2, Drain: []uint64{9},
-		Reason: "throughput", Inputs: Inputs{Observed: Demand{1, 2, 3, 1}, Forecast: Demand{1, 2, 3, 0}, CapacityRPS: 4, TTFTMs: 5, ITLMs: 6, Workers: 3, Fresh: 3},
+		Reason: "throughput", Inputs: Inputs{Observed: Demand{RequestsPerSec: 1, PromptTokensPerSec: 2, OutputTokensPerSec: 3, CachedPromptTokensPerSec: 1}, Forecast: Demand{RequestsPerSec: 1, PromptTokensPerSec: 2, OutputTokensPerSec: 3, CachedPromptTokensPerSec: 0}, CapacityRPS: 4, TTFTMs: 5, ITLMs: 6, Workers: 3, Fresh: 3},
 	}}}
 }
 
@@ -151,7 +151,7 @@ func FuzzDecide(f *testing.F) {
 		p, _ := New(DefaultConfig(), 0)
 		now := t0.Add(time.Hour)
 		o := PoolObservation{Key: pool, Starting: starting,
-			Demand: Sample{At: now.Add(time.Duration(ageSec) * time.Second), Demand: Demand{rps, prompt, output, prompt / 3}}}
+			Demand: Sample{At: now.Add(time.Duration(ageSec) * time.Second), Demand: Demand{RequestsPerSec: rps, PromptTokensPerSec: prompt, OutputTokensPerSec: output, CachedPromptTokensPerSec: prompt / 3}}}
 		ids := map[uint64]bool{}
 		for i := range workers {
 			o.Workers = append(o.Workers, Worker{ID: uint64(i + 1), Engine: Engine{Model: simple, KVBlocks: 100, BlockSize: 16},

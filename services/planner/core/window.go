@@ -3,6 +3,8 @@ package core
 import (
 	"math"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 // Judged is how the objectives are judged: by windows of requests, each
@@ -25,6 +27,12 @@ type Judged struct {
 	// by the forecast's error and by its own arrivals' noise, which are
 	// independent and add in quadrature. 0 when the rate is known.
 	LevelError float64
+	// Computed is the share of requests in each bucket of the prompt
+	// tokens they compute (wire.ComputedPromptBucket), when known: a
+	// request's own prefill takes its own prompt's time, and one far past
+	// the mean prompt is late on its own at any load (window.md). Empty:
+	// every request computes the mean prompt.
+	Computed []float64
 }
 
 // JudgedBy is how a pool sized for rate requests per second is judged
@@ -54,6 +62,11 @@ func JudgedBy(rate, noise float64, interval, window time.Duration, attainment fl
 // spread of a window's share, sqrt((e(r*(1+s)) - e(r))^2 + e(1-e)/n)
 // with s = sqrt(Dispersion/n + LevelError^2), must be at most a tenth. It is at most
 // Capacity's, which it equals when j.Requests is 0; bound is Capacity's.
+// With j.Computed, e(r)'s TTFT part is the mean over the buckets of
+// their requests' late shares; where even the lightest load leaves a
+// window too many requests late on their own prompts, which no number of
+// engines changes, the capacity is the one of requests of the mean
+// prompt instead.
 func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Objectives, j Judged) (capacity, bound float64) {
 	capacity, bound = e.Capacity(role, prompt, cached, output, o)
 	if !(j.Requests > 0) || !(capacity > 0) {
@@ -62,9 +75,10 @@ func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Obje
 	n := j.Requests
 	s := math.Sqrt(max(j.Dispersion, 1)/n + j.LevelError*j.LevelError)
 	z := normalQuantile(min(max(j.Attainment, 0.5), 1-1e-9))
+	sizes := j.Computed
 	holds := func(r float64) bool {
-		t0, i0 := e.late(role, r, prompt, cached, output, o)
-		t1, i1 := e.late(role, r*(1+s), prompt, cached, output, o)
+		t0, i0 := e.late(role, r, prompt, cached, output, o, sizes)
+		t1, i1 := e.late(role, r*(1+s), prompt, cached, output, o, sizes)
 		for _, p := range [][2]float64{{t0, t1}, {i0, i1}} {
 			spread := math.Sqrt((p[1]-p[0])*(p[1]-p[0]) + p[0]*(1-p[0])/n)
 			if p[0]+z*spread > 1-objectiveQuantile {
@@ -72,6 +86,9 @@ func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Obje
 			}
 		}
 		return true
+	}
+	if len(sizes) > 0 && !holds(capacity*1e-3) {
+		sizes = nil
 	}
 	if holds(capacity) {
 		return capacity, bound
@@ -93,14 +110,30 @@ func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Obje
 // tail its 90th percentile is found on (SteadyState); for the ITL, the
 // normal tail of a request's mean interval (itlQuantile's), a request
 // that finds the engine full counted late too. Both are 1 where the
-// engine does not keep up.
-func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectives) (ttft, itl float64) {
+// engine does not keep up. With sizes (the share of requests in each
+// bucket of computed prompt tokens, wire.ComputedPromptBucket), the TTFT's
+// share is the mean of each bucket's: a request of the bucket's middle
+// size, over the mean's cached prefix, among requests of the mean prompt.
+func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectives, sizes []float64) (ttft, itl float64) {
 	l := e.steady(role, rate, prompt, cached, output, false)
 	if !l.Feasible {
 		return 1, 1
 	}
 	if role != Decode && l.promptTok > 0 {
 		switch {
+		case l.outputTk > 0 && len(sizes) > 0:
+			total := 0.0
+			for i, w := range sizes {
+				if !(w > 0) {
+					continue
+				}
+				exceeds, _, _ := e.ttftTailOf(rate, l.promptTok, l.cachedTk+bucketMiddle(i), l.outputTk, l)
+				ttft += w * exceeds(o.TTFTMs)
+				total += w
+			}
+			if total > 0 {
+				ttft /= total
+			}
 		case l.outputTk > 0:
 			exceeds, _, _ := e.ttftTail(rate, l.promptTok, l.outputTk, l)
 			ttft = exceeds(o.TTFTMs)
@@ -129,4 +162,20 @@ func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectiv
 		itl = l.Full + (1-l.Full)*tail
 	}
 	return min(ttft, 1), itl
+}
+
+// bucketMiddle is a request's computed prompt tokens in bucket i of
+// wire.ComputedPromptBucket: the geometric middle of its bounds (half the
+// first's bound in the first, a quarter octave past its lower bound in
+// the last).
+func bucketMiddle(i int) float64 {
+	if i <= 0 {
+		return wire.ComputedPromptBound(0) / 2
+	}
+	lo := wire.ComputedPromptBound(i - 1)
+	hi := wire.ComputedPromptBound(i)
+	if math.IsInf(hi, 1) {
+		return lo * math.Pow(2, 0.25)
+	}
+	return math.Sqrt(lo * hi)
 }

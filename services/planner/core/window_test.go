@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
 func TestJudgedBy(t *testing.T) {
@@ -53,7 +55,7 @@ func TestLateAtTheCapacity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Engine{Model: simple}
 			c, _ := e.Capacity(tc.role, tc.prompt, 0, tc.output, tc.obj)
-			ttft, itl := e.late(tc.role, c, tc.prompt, 0, tc.output, tc.obj)
+			ttft, itl := e.late(tc.role, c, tc.prompt, 0, tc.output, tc.obj, nil)
 			got := itl
 			if tc.ttft {
 				got = ttft
@@ -151,7 +153,7 @@ func TestCapacityJudgedHoldsItsWindows(t *testing.T) {
 						ok++
 						continue
 					}
-					p, _ := e.late(Prefill, rate*float64(n)/tc.requests, 400, 0, 0, obj)
+					p, _ := e.late(Prefill, rate*float64(n)/tc.requests, 400, 0, 0, obj, nil)
 					late := 0
 					for range n {
 						if rng.Float64() < p {
@@ -190,4 +192,51 @@ func poisson(rng *rand.Rand, mu float64) int {
 		}
 	}
 	return n
+}
+
+// TestCapacityJudgedPricesPromptSizes: with the computed prompts' sizes
+// known, a request's own prefill takes its own prompt's time. Requests of
+// the mean prompt size sustain about what the mean-size model says; a few
+// prompts whose own prefill passes the TTFT objective are late at any
+// load and leave the others less room; so many that no load holds a
+// window leave the capacity of requests of the mean prompt.
+func TestCapacityJudgedPricesPromptSizes(t *testing.T) {
+	e := Engine{Model: defaultModel(), KVBlocks: 8000, BlockSize: 16, Footprint: 300}
+	obj := Objectives{TTFTMs: 500, ITLMs: 50}
+	const prompt, output = 4600, 230
+	base := Judged{Requests: 300, Dispersion: 1, Attainment: 0.95}
+	meanOnly, _ := e.CapacityJudged(Agg, prompt, 0, output, obj, base)
+	sizes := func(far float64) []float64 {
+		s := make([]float64, wire.ComputedPromptBuckets)
+		s[wire.ComputedPromptBucket(prompt)] = 1 - far
+		s[wire.ComputedPromptBuckets-1] += far
+		return s
+	}
+	if own := e.ownMs(bucketMiddle(wire.ComputedPromptBuckets-1), 0, 0, 0); !(own > 10*obj.TTFTMs) {
+		t.Fatalf("the last bucket's own prefill %.0f ms: want far past the objective", own)
+	}
+	for _, tc := range []struct {
+		name    string
+		far     float64 // share of requests far past the objective on their own
+		lo, hi  float64 // the capacity's bounds, as shares of the mean-size one
+		lateMin float64 // the late TTFT share at a light load, at least
+	}{
+		{"all of the mean's size", 0, 0.95, 1.0000001, 0},
+		{"three in a hundred far past", 0.03, 0.5, 0.99, 0.03},
+		{"more than a window allows", 0.12, 1, 1, 0.12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := base
+			j.Computed = sizes(tc.far)
+			got, _ := e.CapacityJudged(Agg, prompt, 0, output, obj, j)
+			t.Logf("%.4g req/s (mean-size %.4g)", got, meanOnly)
+			if got < tc.lo*meanOnly || got > tc.hi*meanOnly {
+				t.Errorf("%.4g req/s: want %.2f to %.2f of the mean-size capacity %.4g", got, tc.lo, tc.hi, meanOnly)
+			}
+			ttft, itl := e.late(Agg, meanOnly/100, prompt, 0, output, obj, j.Computed)
+			if ttft < tc.lateMin || ttft > tc.lateMin+0.01 || itl > 0.01 {
+				t.Errorf("at a light load: late TTFT %.4f, ITL %.4f; want TTFT %.2f (+0.01) and no ITL", ttft, itl, tc.lateMin)
+			}
+		})
+	}
 }

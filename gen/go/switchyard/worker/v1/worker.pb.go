@@ -2156,8 +2156,19 @@ type LoadMetrics struct {
 	// worker that does not count them: every prompt token is then taken as
 	// computed.
 	CachedPromptTokensTotal uint64 `protobuf:"varint,16,opt,name=cached_prompt_tokens_total,json=cachedPromptTokensTotal,proto3" json:"cached_prompt_tokens_total,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Those requests counted by the prompt tokens their engine computed (the
+	// prompt less the part it served from its prefix cache), since the worker
+	// started, in buckets by size (Go: pkg/wire ComputedPromptBucket): bucket
+	// 0 counts requests that computed fewer than 256 tokens, bucket i (0 < i
+	// < 19) those that computed at least 256*2^((i-1)/2) and fewer than
+	// 256*2^(i/2), bucket 19 all others (at least 131,072). A request counts
+	// once, at its end, with the most of its prompt its engine said it served
+	// from the cache. A planner prices a request's own prefill by its size:
+	// one far past the mean prompt has its first token past an objective at
+	// any load. Empty from a worker that does not count them.
+	ComputedPromptRequestsTotal []uint64 `protobuf:"varint,17,rep,packed,name=computed_prompt_requests_total,json=computedPromptRequestsTotal,proto3" json:"computed_prompt_requests_total,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *LoadMetrics) Reset() {
@@ -2300,6 +2311,13 @@ func (x *LoadMetrics) GetCachedPromptTokensTotal() uint64 {
 		return x.CachedPromptTokensTotal
 	}
 	return 0
+}
+
+func (x *LoadMetrics) GetComputedPromptRequestsTotal() []uint64 {
+	if x != nil {
+		return x.ComputedPromptRequestsTotal
+	}
+	return nil
 }
 
 // RequestLoad is one request on a worker as the worker sees it.
@@ -2917,7 +2935,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12$\n" +
 	"\x0efirst_event_id\x18\x03 \x01(\x04R\ffirstEventId\x12:\n" +
-	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\xf9\x05\n" +
+	"\x06events\x18\x04 \x03(\v2\".switchyard.worker.v1.KvCacheEventR\x06events\"\xbe\x06\n" +
 	"\vLoadMetrics\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\x04R\n" +
 	"instanceId\x12\x17\n" +
@@ -2936,7 +2954,8 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x13prompt_tokens_total\x18\r \x01(\x04R\x11promptTokensTotal\x12.\n" +
 	"\x13output_tokens_total\x18\x0e \x01(\x04R\x11outputTokensTotal\x12#\n" +
 	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\x12;\n" +
-	"\x1acached_prompt_tokens_total\x18\x10 \x01(\x04R\x17cachedPromptTokensTotal\"x\n" +
+	"\x1acached_prompt_tokens_total\x18\x10 \x01(\x04R\x17cachedPromptTokensTotal\x12C\n" +
+	"\x1ecomputed_prompt_requests_total\x18\x11 \x03(\x04R\x1bcomputedPromptRequestsTotal\"x\n" +
 	"\vRequestLoad\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12%\n" +

@@ -220,10 +220,11 @@ class KvHandoff(_message.Message):
     def __init__(self, kind: _Optional[_Union[_common_pb2.KvTransferKind, str]] = ..., payload: _Optional[bytes] = ..., prefill_instance_id: _Optional[int] = ..., first_token_id: _Optional[int] = ..., hold_ms: _Optional[int] = ...) -> None: ...
 
 class LoadMetrics(_message.Message):
-    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "cached_prompt_tokens_total", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "lora_adapters", "output_tokens_total", "prompt_tokens_total", "requests", "requests_total", "running_requests", "timestamp", "timing_model", "waiting_requests"]
+    __slots__ = ["active_decode_blocks", "active_prefill_tokens", "cached_prompt_tokens_total", "computed_prompt_requests_total", "dp_rank", "instance_id", "kv_blocks_total", "kv_blocks_used", "lora_adapters", "output_tokens_total", "prompt_tokens_total", "requests", "requests_total", "running_requests", "timestamp", "timing_model", "waiting_requests"]
     ACTIVE_DECODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_PROMPT_REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +241,7 @@ class LoadMetrics(_message.Message):
     active_decode_blocks: int
     active_prefill_tokens: int
     cached_prompt_tokens_total: int
+    computed_prompt_requests_total: _containers.RepeatedScalarFieldContainer[int]
     dp_rank: int
     instance_id: int
     kv_blocks_total: int
@@ -253,7 +255,7 @@ class LoadMetrics(_message.Message):
     timestamp: _timestamp_pb2.Timestamp
     timing_model: TimingModel
     waiting_requests: int
-    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ..., requests_total: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., output_tokens_total: _Optional[int] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., cached_prompt_tokens_total: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[int] = ..., dp_rank: _Optional[int] = ..., active_decode_blocks: _Optional[int] = ..., active_prefill_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., running_requests: _Optional[int] = ..., timestamp: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., timing_model: _Optional[_Union[TimingModel, _Mapping]] = ..., requests: _Optional[_Iterable[_Union[RequestLoad, _Mapping]]] = ..., requests_total: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., output_tokens_total: _Optional[int] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., cached_prompt_tokens_total: _Optional[int] = ..., computed_prompt_requests_total: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MockKvHandoff(_message.Message):
     __slots__ = ["address", "blocks", "handoff_id"]
