@@ -365,8 +365,10 @@ func (p *Planner) Decide(now time.Time, obs []PoolObservation) Decision {
 // looks back over, the intervals observed), and the pool's last change
 // still holds it for the cooldown. Decisions that observed no demand
 // (stale) are skipped, and so are those older than p's last decision
-// or at or after now. The forecast misses the bias is made of and the
-// workers' KV footprint are not in the records: they are learnt again.
+// or at or after now. The forecast misses the bias is made of, the
+// workers' KV footprint and the sizes of the prompts their engines
+// computed are learnt again: the records do not hold the first two, and
+// hold the sizes' shares only, not the rates they were taken over.
 // Call it before the first Decide; it returns the samples restored.
 func (p *Planner) Restore(now time.Time, history []Decision) int {
 	history = slices.Clone(history)
