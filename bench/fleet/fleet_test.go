@@ -51,22 +51,28 @@ func TestFleetLosesNothing(t *testing.T) {
 	type run struct {
 		n        int
 		interval time.Duration
+		// target is the eventbus's --publish-rate-target: under what the
+		// workers send, it asks them for an interval (0: its default).
+		target int
 	}
-	runs := []run{{16, 400 * time.Millisecond}}
+	// The short form runs the eventbus's pacing: 16 workers send about 90
+	// batches a second (5 KV, a load report every 1-2 s each) against a
+	// target of 20.
+	runs := []run{{n: 16, target: 20}}
 	if !testing.Short() {
-		runs = []run{{100, 400 * time.Millisecond}, {100, 0}}
+		runs = []run{{n: 100, interval: 400 * time.Millisecond}, {n: 100}, {n: 100, target: 100}}
 	}
 	exe := buildBench(t)
 	for _, tc := range runs {
-		t.Run(fmt.Sprintf("%d workers, KV publish interval %s", tc.n, tc.interval), func(t *testing.T) {
-			losesNothing(t, exe, tc.n, tc.interval)
+		t.Run(fmt.Sprintf("%d workers, KV publish interval %s, publish rate target %d", tc.n, tc.interval, tc.target), func(t *testing.T) {
+			losesNothing(t, exe, tc.n, tc.interval, tc.target)
 		})
 	}
 }
 
-func losesNothing(t *testing.T, exe string, n int, interval time.Duration) {
+func losesNothing(t *testing.T, exe string, n int, interval time.Duration, target int) {
 	cfg := fleet.Config{Workers: []int{n}, Concurrency: 8, KVRate: 5, LoadInterval: time.Second, LoadHeartbeat: worker.DefaultLoadHeartbeat, LeaseTTL: 10 * time.Second,
-		KVPublishInterval: interval, Settle: 0, Window: time.Second, Probes: 2, Kills: 1, Routes: 10, TTFTs: 10, CheckEach: true, Exe: exe}
+		KVPublishInterval: interval, PublishRateTarget: target, Settle: 0, Window: time.Second, Probes: 2, Kills: 1, Routes: 10, TTFTs: 10, CheckEach: true, Exe: exe}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

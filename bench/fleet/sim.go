@@ -589,9 +589,16 @@ func (s *Sim) publishLoad() {
 			s.f.LoadFailed.Add(1)
 			continue
 		}
-		if s.kvInterval() > 0 {
+		if iv := s.kvInterval(); iv > 0 {
 			s.kvMu.Lock()
-			if !s.stopped {
+			switch {
+			case s.stopped:
+			case iv > s.f.cfg.KVPublishInterval && s.f.cfg.KVRate > 0:
+				// An interval the eventbus asked for: the report waits
+				// with the KV events for the roll that sends them, as the
+				// SDK's waits out the interval.
+				s.heldLoad = ev
+			default:
 				s.heldLoad, s.lastKV = ev, now
 				s.sendHeld()
 			}

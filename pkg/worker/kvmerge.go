@@ -47,17 +47,27 @@ func mergeKVRuns(batches []*workerv1.KvEventBatch, maxBytes int) []*workerv1.KvE
 
 // waitKV waits until the time given, until the worker shuts down, or
 // until a load report falls due (see Worker.loadRide), which it returns.
-func (w *Worker) waitKV(until time.Time) (load []*eventbusv1.Event) {
+// With holdLoad a load report that falls due waits with the KV batches
+// until the time given (the newest one kept), so that the worker sends no
+// more than one message per interval: what an interval the eventbus asked
+// for is for.
+func (w *Worker) waitKV(until time.Time, holdLoad bool) (load []*eventbusv1.Event) {
 	d := time.Until(until)
 	if d <= 0 {
 		return nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-w.kvClosing:
-	case load = <-w.loadRide:
+	for {
+		select {
+		case <-t.C:
+			return load
+		case <-w.kvClosing:
+			return load
+		case load = <-w.loadRide:
+			if !holdLoad {
+				return load
+			}
+		}
 	}
-	return load
 }

@@ -863,7 +863,9 @@ func (w *Worker) publishKV() {
 	for {
 		w.kvPaced.Store(w.kvInterval(pub) > 0)
 		if iv := w.kvInterval(pub); iv > 0 && load == nil && !behind && !lastSent.IsZero() {
-			load = w.waitKV(lastSent.Add(iv))
+			// A load report waits out an interval the eventbus asked for;
+			// one of KVPublishInterval (which can be long) it ends.
+			load = w.waitKV(lastSent.Add(iv), iv > w.cfg.KVPublishInterval)
 		}
 		var batch []*workerv1.KvEventBatch
 		if len(w.kv) == 0 {
@@ -1034,8 +1036,9 @@ func (l kvLeads) first(b *workerv1.KvEventBatch) bool {
 // router keeps the last report, so the newest still wins). While the KV
 // batches are held for an interval (KVPublishInterval, or one the eventbus
 // asked for) the reports go to the KV publisher instead (loadRide), which
-// sends each at once in one message with the KV batches it holds: a worker
-// then sends one message where it sent two.
+// sends each in one message with the KV batches it holds, at once with
+// KVPublishInterval, at the interval's end with one the eventbus asked for
+// (at most 1 s later): a worker then sends one message where it sent two.
 func (w *Worker) publishLoad() {
 	defer close(w.loadDone)
 	var pub *eventbusclient.Publisher // opened on the first report that does not ride

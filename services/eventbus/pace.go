@@ -34,10 +34,10 @@ const pacePeriod = time.Second
 // a second) such that the streams sending under it keep their rates and the
 // others are held to c, the rates then summing to the target (max-min fair
 // sharing, "water-filling"); the interval asked is 1/c. A stream sending at
-// about the level it was held to counts as wanting more (its own rate is
-// not seen while it is held), so the level rises again as the others quiet
-// down, and when nobody is held and the rates sum to no more than the
-// target, nobody is asked to wait.
+// half the level it was held to or more counts as wanting more (its own
+// rate is not seen while it is held), so the level rises again as the
+// others quiet down, and when nobody is held and the rates sum to no more
+// than the target, nobody is asked to wait.
 type pacer struct {
 	target float64 // batches a second; 0 never paces
 
@@ -110,10 +110,13 @@ func (p *pacer) measure(now time.Time) {
 		n := s.batches.Load()
 		if d := n - s.last; d > 0 {
 			r := float64(d) / dt
-			// A held stream sends at most one batch per interval, a little
-			// less for the time each send takes: near the level it was held
-			// to, it is taken to want more.
-			p.rates = append(p.rates, paceRate{rate: r, held: p.level > 0 && r >= 0.8*p.level})
+			// A held stream sends once the interval has passed and a batch
+			// has come: one wanting the level c or more sends at least c/2
+			// (1/(1/c + 1/c)). From half the level on, it is taken to want
+			// more: one wanting less than c but more than c/2 keeps its
+			// interval, a delay of at most 1/c, rather than be let go and
+			// held again the next period.
+			p.rates = append(p.rates, paceRate{rate: r, held: p.level > 0 && r >= p.level/2})
 		}
 		s.last = n
 	}

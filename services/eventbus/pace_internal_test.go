@@ -99,15 +99,18 @@ func TestPacerFollowsDemand(t *testing.T) {
 			{manyOf(100, 5), time.Second},
 			{manyOf(100, 5), time.Second},
 			{manyOf(100, 5), time.Second},
-			// Under the level it was held to: not held any more; 50 in all.
-			{manyOf(100, 0.5), 0},
+			// Between half the level and the level: still held (the
+			// interval kept rather than let go and set again).
+			{manyOf(100, 0.7), time.Second},
+			// Under half the level: not held any more; 40 in all.
+			{manyOf(100, 0.4), 0},
 		}},
 		{"ten loud streams among ninety quiet", []phase{
 			// 18 a second from the quiet ones; 82 / 10 for the loud.
 			{append(manyOf(10, 100), manyOf(90, 0.2)...), perSecond(8.2)},
 			{append(manyOf(10, 100), manyOf(90, 0.2)...), perSecond(8.2)},
-			// Down to 5, under what they were held to: 68 in all.
-			{append(manyOf(10, 5), manyOf(90, 0.2)...), 0},
+			// Down to 3, under half what they were held to: 48 in all.
+			{append(manyOf(10, 3), manyOf(90, 0.2)...), 0},
 			// Up to 9: 108 in all, over the target again.
 			{append(manyOf(10, 9), manyOf(90, 0.2)...), perSecond(8.2)},
 		}},
