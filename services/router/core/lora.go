@@ -289,13 +289,51 @@ func (st *adapterWorker) dropRunning(name string, key uint64, id string) {
 	}
 }
 
-// loraSeed seeds loraKey.
-var loraSeed = maphash.MakeSeed()
+// loraKey is an adapter name's key, which a decision computes once for
+// its request and compares with each candidate's loaded adapters'
+// (adapterWorker.loadedKeys) instead of their names. The first
+// maxDenseLoRAKeys names the process sees are numbered densely in that
+// order, so that the first 64 have a summary bit each (keyBit) and a
+// worker's summaries tell exactly whether it has one of them loaded or
+// running: with hashed keys, a few of a fleet's adapters shared bits with
+// any other, and every candidate with such a one loaded took the full
+// price. Names past those are hashed into keys no number takes (the top
+// bit set), as a fleet with more adapters than that shares bits anyway,
+// and the table stops growing.
+func loraKey(name string) uint64 { return loraKeys.key(name) }
 
-// loraKey is a hash of an adapter's name, which a decision computes once
-// for its request and compares with each candidate's loaded adapters'
-// (adapterWorker.loadedKeys) instead of their names.
-func loraKey(name string) uint64 { return maphash.String(loraSeed, name) }
+// maxDenseLoRAKeys is how many adapter names loraKey numbers.
+const maxDenseLoRAKeys = 4096
+
+// loraKeys is loraKey's table.
+var loraKeys = newLoRAKeyTable(maxDenseLoRAKeys)
+
+// loraKeyTable numbers the first max names it is asked for densely and
+// hashes the rest into keys with the top bit set.
+type loraKeyTable struct {
+	mu    sync.Mutex
+	dense map[string]uint64
+	max   int
+	seed  maphash.Seed
+}
+
+func newLoRAKeyTable(max int) *loraKeyTable {
+	return &loraKeyTable{dense: map[string]uint64{}, max: max, seed: maphash.MakeSeed()}
+}
+
+func (t *loraKeyTable) key(name string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k, ok := t.dense[name]; ok {
+		return k
+	}
+	if len(t.dense) >= t.max {
+		return maphash.String(t.seed, name) | 1<<63
+	}
+	k := uint64(len(t.dense))
+	t.dense[name] = k
+	return k
+}
 
 // price is what a request with the adapter name (whose loraKey is key)
 // meets on the worker (st, nil for none) with slots adapter slots (0:

@@ -330,7 +330,8 @@ func TestAdapterPrice(t *testing.T) {
 // by key and name whatever the order of reports, routes and frees, and the
 // summaries (loadedBits, runningBits) hold the bit of every member's key,
 // so that a clear bit rules an adapter out. Keys are given by hand where a
-// case needs two names on one key (which loraKey makes too rare to meet).
+// case needs two names on one key (which loraKey makes only past the names
+// it numbers).
 func TestAdapterWorkerSets(t *testing.T) {
 	type op struct {
 		kind string // "load" (names is the report), "run", "end"
@@ -431,6 +432,29 @@ func TestAdapterWorkerSets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoRAKeyTable: the first names asked are numbered in that order (the
+// first 64 get a summary bit each), a name keeps its key, and names past
+// the table's size get hashed keys with the top bit set, which no number
+// takes.
+func TestLoRAKeyTable(t *testing.T) {
+	tab := newLoRAKeyTable(3)
+	for _, tc := range []struct {
+		name  string
+		dense bool
+		want  uint64
+	}{
+		{"a", true, 0}, {"b", true, 1}, {"a", true, 0}, {"c", true, 2}, {"d", false, 0}, {"b", true, 1},
+	} {
+		got := tab.key(tc.name)
+		if tc.dense && got != tc.want || !tc.dense && got>>63 != 1 {
+			t.Fatalf("key(%q) = %#x, want %#x (dense %v)", tc.name, got, tc.want, tc.dense)
+		}
+	}
+	if d, e := tab.key("d"), tab.key("e"); d != tab.key("d") || d == e || len(tab.dense) != 3 {
+		t.Fatalf("past the table: d %#x (again %#x), e %#x, %d numbered", d, tab.key("d"), e, len(tab.dense))
 	}
 }
 
