@@ -55,12 +55,13 @@ func TestFleetLosesNothing(t *testing.T) {
 		// workers send, it asks them for an interval (0: its default).
 		target int
 	}
-	// The short form runs the eventbus's pacing: 16 workers send about 90
+	// The short form runs the eventbus's pacing: 100 workers send about 550
 	// batches a second (5 KV, a load report every 1-2 s each) against a
-	// target of 20.
-	runs := []run{{n: 16, target: 20}}
+	// target of 100, one a worker a second at the interval's cap; the long
+	// form adds an interval under the cap (300: one every 333 ms).
+	runs := []run{{n: 100, target: 100}}
 	if !testing.Short() {
-		runs = []run{{n: 100, interval: 400 * time.Millisecond}, {n: 100}, {n: 100, target: 100}}
+		runs = []run{{n: 100, interval: 400 * time.Millisecond}, {n: 100}, {n: 100, target: 300}}
 	}
 	exe := buildBench(t)
 	for _, tc := range runs {
