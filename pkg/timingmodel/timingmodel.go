@@ -535,20 +535,3 @@ func (s *Steps) cost(sp Span, weight float64) float64 {
 	}
 	return cost
 }
-
-// SharedStepMs is the time a prompt of newTokens, after cached tokens of
-// its sequence, adds to the step that computes the last of queuedTokens
-// queued ahead of it, at these steps' load, times weight: its tokens that
-// fill that step's room (a chunk less the queued tokens' part of it; none
-// when they end on a step's boundary), their linear time and attention.
-func (s *Steps) SharedStepMs(queuedTokens, cached, newTokens int, weight float64) float64 {
-	if queuedTokens <= 0 || newTokens <= 0 || s.chunk <= 0 {
-		return 0
-	}
-	r := queuedTokens % s.chunk
-	if r == 0 {
-		return 0
-	}
-	k := min(s.chunk-r, newTokens)
-	return weight * (s.quadratic*Attention(cached, k) + s.perToken*float64(k))
-}

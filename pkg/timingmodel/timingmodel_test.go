@@ -353,33 +353,3 @@ func TestPerRequestProto(t *testing.T) {
 		t.Errorf("Scaled(2): per request %v, step constant %v; want 3, 2", got.PrefillPerRequest, got.StepConstant())
 	}
 }
-
-// TestSharedStepMs: a prompt's tokens that fill the room of the step ending
-// what is queued ahead of it, their linear time and attention after their
-// cached prefix, weighted; none without a queue, tokens or room.
-func TestSharedStepMs(t *testing.T) {
-	m := Model{PrefillPerToken: 1, PrefillQuadratic: 0.01, PrefillPerBatch: 5, DecodeBase: 10, MaxBatchedTokens: 100}
-	tests := []struct {
-		name                   string
-		decoding               int
-		queued, cached, newTok int
-		weight, want           float64
-	}{
-		{"no queue", 0, 0, 0, 50, 1, 0},
-		{"no tokens", 0, 40, 0, 0, 1, 0},
-		{"all of it in the room", 0, 40, 0, 50, 1, 50 + 0.01*50*50},
-		{"the room only", 0, 80, 0, 50, 1, 20 + 0.01*20*20},
-		{"after a cached prefix", 0, 40, 30, 20, 1, 20 + 0.01*(50*50-30*30)},
-		{"a queue of whole steps", 0, 200, 0, 50, 1, 0},
-		{"chunks less the decoding requests", 3, 150, 0, 50, 1, 44 + 0.01*44*44},
-		{"weighted", 0, 40, 0, 50, 0.5, 0.5 * (50 + 0.01*50*50)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := m.Steps(tt.decoding, 0)
-			if got := s.SharedStepMs(tt.queued, tt.cached, tt.newTok, tt.weight); math.Abs(got-tt.want) > 1e-9 {
-				t.Fatalf("SharedStepMs = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}

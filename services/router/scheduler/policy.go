@@ -55,10 +55,9 @@ var (
 	// blocks held below GPU and the request's LoRA adapter where it is not
 	// loaded, plus the wait for free KV blocks where the running requests
 	// hold the worker's memory, plus the wait its prefill causes the
-	// requests decoding there and the prompt queued last there, whose
-	// last step its first tokens share; the cheapest worker at
-	// temperature 0, else a softmax draw.
-	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{}, BlockWait{}, DecodeStall{}, QueueStall{})
+	// requests decoding there; the cheapest worker at temperature 0, else
+	// a softmax draw.
+	KV = Compose(Lowest{}, Prefill{}, Decode{}, QueueWait{}, Seed{}, TierLoad{}, AdapterLoad{}, BlockWait{}, DecodeStall{})
 	// LeastLoaded is the same time at the cheapest worker, for candidates
 	// whose caches the caller hides (least-loaded mode, at weight 1 and
 	// temperature 0).
@@ -68,10 +67,9 @@ var (
 // KVDisagg is KV for a decode worker that receives the prompt's KV blocks
 // it does not cache from a prefill worker over link: the transfer is one
 // more part of its time to first token, before the wait it imposes on
-// later requests; the tokens it computes delay the prompt queued last
-// there as KV's do (QueueStall). No mode uses it yet.
+// later requests. No mode uses it yet.
 func KVDisagg(link KVTransfer) Policy {
-	return Compose(Lowest{}, Prefill{}, Decode{}, link, QueueWait{}, Seed{}, QueueStall{})
+	return Compose(Lowest{}, Prefill{}, Decode{}, link, QueueWait{}, Seed{})
 }
 
 // DecodeLeg is the decode worker's cost in a disaggregated pair whose

@@ -9,7 +9,6 @@
 //	work(w)  = ttft(w) - ahead(w): the time w spends on this request before its first token
 //	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2) - seed(w)
 //	         + decoding(w) * (the prefill time this request adds to w's steps)
-//	         + the time its tokens add to the step that ends w's last queued prompt
 //
 // The prefill is computed in steps of the worker's token budget less one
 // token per decoding request, each step paying the model's per-step
@@ -56,9 +55,7 @@
 // the copy's worth.
 // The last line is what the request's prefill costs the requests decoding
 // on w: each waits for every step that computes part of the prompt, so
-// each of their next tokens comes that much later (DecodeStall); and the
-// prompt queued last on w, whose last step the request's first tokens
-// share, gets its first token that much later (QueueStall). All four
+// each of their next tokens comes that much later (DecodeStall). All three
 // are milliseconds of some request's wait, counted once: the cost is the
 // total wait the choice causes.
 //
@@ -128,10 +125,6 @@ type Candidate struct {
 	HeadMs     float64
 	// HeadAttn is the part of QueuedAttn that HeadTokens put there.
 	HeadAttn float64
-	// HeadStepTokens of HeadTokens are those of the step the head is in
-	// now, at its pace: the worker computes them in the step it is
-	// running, which a request routed now cannot join (see QueueStall).
-	HeadStepTokens int
 	// Decoding counts its requests past their prefill.
 	Decoding int
 	// Usage is the fraction of its KV blocks in use (0..1).
@@ -882,7 +875,7 @@ func (l *Load) fillAll(cands []Candidate, blockSize int, timingVer uint64, versi
 		c.PrefillBlocks, c.DecodeBlocks, c.QueuedTokens, c.Decoding, c.Usage = m.prefill, m.decodeBlocks, m.queued, m.decoding, m.usage
 		c.QueuedAttn, c.KV = m.queuedAttn, m.kv
 		c.steps, c.prepared, c.Cost = m.steps, true, 0
-		c.HeadTokens, c.HeadMs, c.HeadAttn, c.HeadStepTokens = 0, 0, 0, 0
+		c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0
 		if wl != nil && m.head.left > 0 {
 			m.head.fill(c, m.head.progressSince(clk.sub(wl.headSince)), blockSize)
 		}
@@ -924,7 +917,7 @@ func (l *Load) loadsLocked(cands []Candidate) ([]*workerLoad, []fillMemo, []timi
 func (l *Load) fillLocked(c *Candidate, wl *workerLoad, blockSize int, now, fresh time.Time) {
 	isFresh := wl != nil && !wl.reportAt.IsZero() && wl.reportAt.After(fresh)
 	h := fillStatic(c, wl, blockSize, isFresh)
-	c.HeadTokens, c.HeadMs, c.HeadAttn, c.HeadStepTokens = 0, 0, 0, 0
+	c.HeadTokens, c.HeadMs, c.HeadAttn = 0, 0, 0
 	if wl != nil && h.left > 0 {
 		h.fill(c, h.progress(wl.headSince, now), blockSize)
 	}
@@ -1024,13 +1017,6 @@ func (h headSteps) fill(c *Candidate, progress, blockSize int) {
 	c.HeadTokens = h.left - progress + blockSize
 	c.HeadAttn = timingmodel.Attention(h.cached+progress, c.HeadTokens)
 	c.HeadMs = float64(h.left-progress) / float64(h.chunk) * h.step
-	// The step in progress began at the last whole chunk computed and
-	// ends a chunk later, or with the head's prompt (its kept block too).
-	end := (progress/h.chunk + 1) * h.chunk
-	if end >= h.left {
-		end = h.left + blockSize
-	}
-	c.HeadStepTokens = end - progress
 }
 
 // progressSince is progress after d.

@@ -46,12 +46,10 @@ func TestSelectCosts(t *testing.T) {
 			want:  w(1), costs: []float64{10 + 10 + 5*10, 100},
 		},
 		{
-			// w1's 20 new tokens follow its 500 queued in their last
-			// step, whose prompt waits 20 ms more for its first token.
 			name:  "a queue outweighs a hit",
 			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 500}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 1},
-			want:  w(2), costs: []float64{520 + 20, 100},
+			want:  w(2), costs: []float64{520, 100},
 		},
 		{
 			name:  "a low weight favours spreading decode",
@@ -77,23 +75,22 @@ func TestSelectCosts(t *testing.T) {
 			name:  "idle cluster: a short queue outweighs a hit, for the request's own TTFT",
 			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 100}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 1},
-			want:  w(2), costs: []float64{120 + 20, 100},
+			want:  w(2), costs: []float64{120, 100},
 		},
 		{
 			// 1/64 request per ms: w1 does 20 ms of work behind 100,
-			// 20*(100+10)/64 for those who come after, and the queued
-			// prompt waits 20 ms for it; w2 recomputes the prefix, 100
-			// ms of work they wait for, 100*(0+50)/64.
+			// 20*(100+10)/64 for those who come after; w2 recomputes the
+			// prefix, 100 ms of work they wait for, 100*(0+50)/64.
 			name:  "busy cluster: recomputing a cached prefix costs those who queue behind it",
 			cands: []Candidate{{Worker: w(1), Overlap: 8, QueuedTokens: 100}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 1}, rate: 1.0 / 64,
-			want: w(1), costs: []float64{154.375 + 20, 178.125},
+			want: w(1), costs: []float64{154.375, 178.125},
 		},
 		{
 			name:  "busy cluster, no cache anywhere: the shorter queue",
 			cands: []Candidate{{Worker: w(1), QueuedTokens: 100}, {Worker: w(2)}},
 			p:     Params{OverlapWeight: 1}, rate: 1.0 / 64,
-			want: w(2), costs: []float64{200 + 100*150/64.0 + 100, 100 + 100*50/64.0},
+			want: w(2), costs: []float64{200 + 100*150/64.0, 100 + 100*50/64.0},
 		},
 		{
 			name:  "equal costs: the longer prefix stays",
@@ -404,13 +401,12 @@ func TestWaitSaved(t *testing.T) {
 // while the prefix's one home has a queue and they come often enough.
 func TestSelectSeedsAHotPrefix(t *testing.T) {
 	// w1 caches 8 of the 10 blocks behind 150 ms of queue: 170 ms to the
-	// first token and 20 ms of work, 20*(150+10)/16 for those behind it,
-	// and 20 ms more for the queued prompt whose last step it shares;
+	// first token and 20 ms of work, 20*(150+10)/16 for those behind it;
 	// w2 recomputes all 100 tokens, 100*50/16 for those behind it.
 	home := Candidate{Worker: w(1), Overlap: 8, QueuedTokens: 150, Timing: linear}
 	cold := Candidate{Worker: w(2), Timing: linear}
 	const rate = 1.0 / 16
-	homeCost, coldCost := 170+20*160*rate+20, 100+100*50*rate
+	homeCost, coldCost := 170+20*160*rate, 100+100*50*rate
 	// The home's 150 ms drain at 0.5 (empty at 300), the copy's 100 at
 	// 0.75 (empty at 133.3): 50 + 0.25t saved until 133.3, then the
 	// home's 83.3 left, 83.3²/(2*0.5).

@@ -52,9 +52,8 @@ func TestKVDisaggAddsTheTransferToTheTime(t *testing.T) {
 	got := cands()
 	pol = KVDisagg(KVTransfer{MsPerBlock: 1})
 	pol.cost(got, r, p)
-	// w1 receives 2 blocks: its work 20 -> 22 ms behind 150 ms ahead; its
-	// 20 new tokens share the queued prompt's last step (20 ms more there).
-	want0 := 150 + 22 + 0.01*22*(150+11.0) + 20
+	// w1 receives 2 blocks: its work 20 -> 22 ms behind 150 ms ahead.
+	want0 := 150 + 22 + 0.01*22*(150+11.0)
 	want1 := 100 + 10 + 0.01*110*55.0
 	near(t, "costs", []float64{got[0].Cost, got[1].Cost}, []float64{want0, want1})
 }
