@@ -258,9 +258,9 @@ type Worker struct {
 	// KVPublishInterval publishes what is left at once.
 	kvClosing chan struct{}
 	// loadRide hands a load report due to the KV publisher, which sends
-	// it at once with the KV batches it holds, while the KV batches are
-	// held for an interval (kvPaced); nil in the core mode. It holds the
-	// newest report only.
+	// it with the KV batches it holds (see publishLoad), while the KV
+	// batches are held for an interval (kvPaced); nil in the core mode. It
+	// holds the newest report only.
 	loadRide chan []*eventbusv1.Event
 	// kvPaced is whether the KV publisher holds its batches for an
 	// interval (KVPublishInterval, or one the eventbus asked for).
@@ -649,10 +649,11 @@ func (w *Worker) KVEventCounts() (queued, published, lost uint64) {
 // and not yet acknowledged (nor failed), or waiting in the local ring for
 // the publish buffer to drain. Events of a ring that overran while they
 // waited do not count: they are not published (backfill goes on from the
-// ring's oldest event), and routers rebuild from the worker's state. Zero once publishing has caught
-// up; queued then stays put until the engine's next event, which a fault test
-// needs before it compares queued with published (a router may have its
-// index complete, from a rebuild, before the ring's backlog is published).
+// ring's oldest event), and routers rebuild from the worker's state. Zero
+// once publishing has caught up; queued then stays put until the engine's
+// next event, which a fault test needs before it compares queued with
+// published (a router may have its index complete, from a rebuild, before
+// the ring's backlog is published).
 func (w *Worker) KVEventsWaiting() uint64 {
 	// published and lost first: queued, read after them, is at least their sum.
 	done := w.kvPublished.Load() + w.kvLost.Load()
@@ -750,8 +751,9 @@ func (w *Worker) deferToRing(b *workerv1.KvEventBatch) {
 // event; from then on events are queued again. A rank whose ring no longer
 // holds the first event waiting (a long outage of a busy engine) goes on
 // from the ring's oldest event, leaving a gap before it that routers see
-// and close by rebuilding the worker's blocks from its state. It runs on the publishing
-// goroutine and returns batches to publish, at most max events each call.
+// and close by rebuilding the worker's blocks from its state. It runs on
+// the publishing goroutine and returns batches to publish, at most max
+// events each call.
 func (w *Worker) backfill(max int) []*workerv1.KvEventBatch {
 	w.kvMu.Lock()
 	defer w.kvMu.Unlock()
@@ -861,8 +863,9 @@ func (w *Worker) publishKV() {
 	// whatever KV batches wait.
 	var load []*eventbusv1.Event
 	for {
-		w.kvPaced.Store(w.kvInterval(pub) > 0)
-		if iv := w.kvInterval(pub); iv > 0 && load == nil && !behind && !lastSent.IsZero() {
+		iv := w.kvInterval(pub)
+		w.kvPaced.Store(iv > 0)
+		if iv > 0 && load == nil && !behind && !lastSent.IsZero() {
 			// A load report waits out an interval the eventbus asked for;
 			// one of KVPublishInterval (which can be long) it ends.
 			load = w.waitKV(lastSent.Add(iv), iv > w.cfg.KVPublishInterval)
