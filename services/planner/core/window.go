@@ -63,10 +63,11 @@ func JudgedBy(rate, noise float64, interval, window time.Duration, attainment fl
 // with s = sqrt(Dispersion/n + LevelError^2), must be at most a tenth. It is at most
 // Capacity's, which it equals when j.Requests is 0; bound is Capacity's.
 // With j.Computed, e(r)'s TTFT part is the mean over the buckets of
-// their requests' late shares; where even the lightest load leaves a
-// window too many requests late on their own prompts, which no number of
-// engines changes, the capacity is the one of requests of the mean
-// prompt instead.
+// their requests' late shares, and the requests that wait behind a long
+// prompt add to it and, late together, to the spread (waitBehind); where
+// even the lightest load leaves a window too many requests late on their
+// own prompts, which no number of engines changes, the capacity is the
+// one of requests of the mean prompt instead.
 func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Objectives, j Judged) (capacity, bound float64) {
 	capacity, bound = e.Capacity(role, prompt, cached, output, o)
 	if !(j.Requests > 0) || !(capacity > 0) {
@@ -77,10 +78,17 @@ func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Obje
 	z := normalQuantile(min(max(j.Attainment, 0.5), 1-1e-9))
 	sizes := j.Computed
 	holds := func(r float64) bool {
-		t0, i0 := e.late(role, r, prompt, cached, output, o, sizes)
-		t1, i1 := e.late(role, r*(1+s), prompt, cached, output, o, sizes)
-		for _, p := range [][2]float64{{t0, t1}, {i0, i1}} {
-			spread := math.Sqrt((p[1]-p[0])*(p[1]-p[0]) + p[0]*(1-p[0])/n)
+		t0, i0, c0 := e.lateParts(role, r, prompt, cached, output, o, sizes)
+		t1, i1, _ := e.lateParts(role, r*(1+s), prompt, cached, output, o, sizes)
+		for k, p := range [][2]float64{{t0, t1}, {i0, i1}} {
+			// The late count's variance: the binomial one, and for the
+			// TTFT the excess of the requests late together behind one
+			// long prompt.
+			v := p[0] * (1 - p[0])
+			if k == 0 {
+				v += c0
+			}
+			spread := math.Sqrt((p[1]-p[0])*(p[1]-p[0]) + v/n)
 			if p[0]+z*spread > 1-objectiveQuantile {
 				return false
 			}
@@ -115,9 +123,20 @@ func (e Engine) CapacityJudged(role Role, prompt, cached, output float64, o Obje
 // share is the mean of each bucket's: a request of the bucket's middle
 // size, over the mean's cached prefix, among requests of the mean prompt.
 func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectives, sizes []float64) (ttft, itl float64) {
+	ttft, itl, _ = e.lateParts(role, rate, prompt, cached, output, o, sizes)
+	return ttft, itl
+}
+
+// lateParts is late, and the excess over the binomial of the variance of
+// a request's being late on its first token (per request: a window of n
+// requests has its late share's variance grow by cluster/n). With sizes,
+// on an engine that decodes, the TTFT's share counts the requests that
+// wait behind a long prompt's prefill too (waitBehind), and cluster their
+// clusters.
+func (e Engine) lateParts(role Role, rate, prompt, cached, output float64, o Objectives, sizes []float64) (ttft, itl, cluster float64) {
 	l := e.steady(role, rate, prompt, cached, output, false)
 	if !l.Feasible {
-		return 1, 1
+		return 1, 1, 0
 	}
 	if role != Decode && l.promptTok > 0 {
 		switch {
@@ -134,6 +153,9 @@ func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectiv
 			if total > 0 {
 				ttft /= total
 			}
+			wait, c := e.waitBehind(rate, l, o, sizes)
+			ttft += (1 - min(ttft, 1)) * wait
+			cluster = c
 		case l.outputTk > 0:
 			exceeds, _, _ := e.ttftTail(rate, l.promptTok, l.outputTk, l)
 			ttft = exceeds(o.TTFTMs)
@@ -161,7 +183,64 @@ func (e Engine) late(role Role, rate, prompt, cached, output float64, o Objectiv
 		}
 		itl = l.Full + (1-l.Full)*tail
 	}
-	return min(ttft, 1), itl
+	return min(ttft, 1), itl, cluster
+}
+
+// waitBehind is the share of an engine's requests that are late on their
+// first token for waiting behind another request's long prompt, and the
+// excess of their count's variance over the binomial one, per request
+// (window.md, "Waiting behind a long prompt"). A prompt of bucket i
+// (sizes[i] of the requests) holds the engine's steps for its own
+// prefill, P_i ms, and the requests that came meanwhile queue behind it;
+// the engine clears that backlog in a busy period, P_i/(1 - rho) in all,
+// rho being the prefill work of the arrivals it keeps taking. A request
+// that arrives in the first P_i/(1 - rho) - slack ms of it, slack being
+// the time a request of the mean prompt can wait and still have its first
+// token within the objective, is late. The router sends the engine a
+// share g of its usual arrivals meanwhile: those bound to it by a cached
+// prefix (it sends the rest where no long prompt is), g taken as the mean
+// prompt's cached share (a prefix cached on every engine binds a request
+// to none, so this errs on the side of more late requests); rho is then
+// rate*g times a mean prompt's own prefill. A prompt of bucket i has b_i
+// = rate*g*(P_i/(1 - rho) - slack)/1000 late requests behind it
+// (Poisson): the share is the sum of sizes[i]*b_i and, the long prompts
+// arriving as a Poisson process too, the count's variance is a compound
+// Poisson one, sizes[i]*b_i*(1 + b_i) a request, whose excess over the
+// binomial is sizes[i]*b_i^2. Where the bound arrivals alone would keep
+// the engine prefilling (rho >= 1), every request is late.
+func (e Engine) waitBehind(rate float64, l Load, o Objectives, sizes []float64) (share, cluster float64) {
+	if !(l.promptTok > 0) || !(rate > 0) {
+		return 0, 0
+	}
+	g := min(max(l.cachedTk/l.promptTok, 0), 1)
+	if g == 0 {
+		return 0, 0
+	}
+	decoding, usage := int(math.Ceil(l.Decoding)), l.Usage
+	mean := e.ownMs(l.promptTok, l.cachedTk, decoding, usage)
+	rho := rate / 1000 * g * mean
+	if rho >= 1 {
+		return 1, 0
+	}
+	slack := max(o.TTFTMs-e.Model.PrefillPerRequest-mean, 0)
+	total := 0.0
+	for i, w := range sizes {
+		if !(w > 0) {
+			continue
+		}
+		total += w
+		held := e.ownMs(l.cachedTk+bucketMiddle(i), l.cachedTk, decoding, usage) / (1 - rho)
+		if held <= slack {
+			continue
+		}
+		b := rate / 1000 * g * (held - slack)
+		share += w * b
+		cluster += w * b * b
+	}
+	if !(total > 0) {
+		return 0, 0
+	}
+	return min(share/total, 1), cluster / total
 }
 
 // bucketMiddle is a request's computed prompt tokens in bucket i of

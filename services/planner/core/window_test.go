@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/pkg/wire"
 )
 
@@ -236,6 +237,59 @@ func TestCapacityJudgedPricesPromptSizes(t *testing.T) {
 			ttft, itl := e.late(Agg, meanOnly/100, prompt, 0, output, obj, j.Computed)
 			if ttft < tc.lateMin || ttft > tc.lateMin+0.01 || itl > 0.01 {
 				t.Errorf("at a light load: late TTFT %.4f, ITL %.4f; want TTFT %.2f (+0.01) and no ITL", ttft, itl, tc.lateMin)
+			}
+		})
+	}
+}
+
+// TestWaitBehind works waitBehind's rows by hand on an engine whose
+// prefill costs 0.1 ms a token and nothing else (no step constant, no
+// attention, nothing decoding), for requests of 2000 prompt tokens of
+// which 1000 are cached: g = 0.5, a mean prompt's own prefill 100 ms, so
+// the slack is 400 ms within a 500 ms objective and rho = rate*0.5*0.1 s.
+// Bucket 7 computes 256*2^3.25 = 2435.5 tokens (243.5 ms alone), bucket 13
+// 256*2^6.25 = 19484 tokens (1948.4 ms).
+func TestWaitBehind(t *testing.T) {
+	e := Engine{Model: timingmodel.Model{PrefillPerToken: 0.1, MaxBatchedTokens: 1 << 20}}
+	l := Load{promptTok: 2000, cachedTk: 1000}
+	sizes := func(far float64) []float64 {
+		s := make([]float64, wire.ComputedPromptBuckets)
+		s[7], s[13] = 1-far, far
+		return s
+	}
+	for _, tc := range []struct {
+		name              string
+		rate, cached, obj float64
+		sizes             []float64
+		share, cluster    float64
+	}{
+		// Nothing cached binds no request to the engine: the router sends
+		// them all where no long prompt is.
+		{"nothing cached", 2, 0, 500, sizes(0.1), 0, 0},
+		// rho = 0.1: bucket 7 holds the engine 243.5/0.9 = 270.6 ms, within
+		// the slack.
+		{"every prompt within the slack", 2, 1000, 500, sizes(0), 0, 0},
+		// Bucket 13 holds it 1948.4/0.9 = 2164.9 ms: b = 2*0.5*(2164.9 -
+		// 400)/1000 = 1.7649 late behind each; a tenth of the requests:
+		// share 0.17649, excess variance 0.1*1.7649^2 = 0.31148.
+		{"one in ten far past, 2 req/s", 2, 1000, 500, sizes(0.1), 0.17649, 0.31148},
+		// rho = 0.05: 1948.4/0.95 = 2050.9 ms, b = 0.5*(2050.9 - 400)/1000
+		// = 0.82547: share 0.082547, excess 0.1*0.82547^2 = 0.068140.
+		{"one in ten far past, 1 req/s", 1, 1000, 500, sizes(0.1), 0.082547, 0.068140},
+		// rho = 20*0.5*0.1 = 1: the bound arrivals alone keep it busy.
+		{"bound arrivals fill the engine", 20, 1000, 500, sizes(0.1), 1, 0},
+		// An 80 ms objective leaves no slack: every bucket's hold counts,
+		// bucket 7's 2435.5*0.1/0.95 = 256.4 ms (b = 0.12816) and bucket
+		// 13's 2050.9 ms (b = 1.02547): share 0.9*0.12816 + 0.1*1.02547 =
+		// 0.21791, excess 0.9*0.12816^2 + 0.1*1.02547^2 = 0.11995.
+		{"no slack", 1, 1000, 80, sizes(0.1), 0.21791, 0.11995},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := l
+			l.cachedTk = tc.cached
+			share, cluster := e.waitBehind(tc.rate, l, Objectives{TTFTMs: tc.obj, ITLMs: 50}, tc.sizes)
+			if math.Abs(share-tc.share) > 1e-4 || math.Abs(cluster-tc.cluster) > 1e-4 {
+				t.Errorf("share %.5f, cluster %.5f; want %.5f, %.5f", share, cluster, tc.share, tc.cluster)
 			}
 		})
 	}
