@@ -180,7 +180,7 @@ func (c *Core) evaluateSparse(q query) (*decision, error) {
 		d.held = d.held[:0]
 		for _, at := range d.lens {
 			if at < len(hashes) {
-				d.held = c.pending.AppendWorkersOn(d.held, hashes[at])
+				d.held = c.pending.AppendWorkersOn(d.held, hashes, at)
 			}
 		}
 		for _, w := range d.held {

@@ -1,6 +1,8 @@
 package index
 
 import (
+	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,28 +16,37 @@ import (
 // predicted on its worker until the worker's events store them (Confirm),
 // the request ends (Release), or a TTL passes (Expire). It is safe for
 // concurrent use.
+//
+// A request's predictions are kept as one range, its hashes as given, with
+// a bit per block its worker's events confirmed (a hole). Block hashes are
+// chained, as the engines' and kvhash's are: a block's hash covers its
+// whole prefix, so the hash at one position of a request fixes the hashes
+// before it and the position itself. A range is therefore found from any
+// one of its blocks: the table keys it at every keyEvery-th block from its
+// first, and a lookup at position n of a request probes the blocks
+// n-keyEvery+1 to n, among which every range covering n has a key; the
+// range then places each of its blocks against the request's. A route
+// decision predicting b blocks adds b/keyEvery entries, where an entry per
+// block made the table many times larger than the caches (a decision's
+// predictions live until their events come, seconds on a loaded fleet).
 type Pending struct {
 	mu  sync.Mutex
 	ttl time.Duration
-	// preds maps a block to the worker it is predicted on (nearly all
-	// blocks have one) with its count of requests, or, tagged multiTag, to
-	// lists[i] when several workers have it. It is the index's table: one
-	// probe is one cache line, and a route decision makes one or two per
-	// block of its request (predict, expire, extend), where a Go map took
-	// several and hashed its key first. No pointers: the collector does not
-	// scan it.
-	preds     table[pendingRef]
-	lists     [][]pendingRef
-	freeLists []uint32
-	// nums numbers the workers with predicted requests densely, so that a
-	// reference is 8 bytes; workers[n] is number n's worker and count[n]
-	// its requests. A number is reused once its worker has none left
-	// (then no reference names it: each comes from one of its requests).
+	// keys maps a key block's hash to the first of the chain of nodes
+	// (ranges keyed at a block of that hash: requests sharing the prefix,
+	// on one worker or several) in nodes.
+	keys      table[uint32]
+	nodes     []keyNode
+	freeNodes []uint32
+	// nums numbers the workers with predicted requests densely; byNum[n]
+	// lists number n's requests. A number is reused once its worker has
+	// none left.
 	nums     map[WorkerID]uint32
-	workers  []WorkerID
-	count    []int32
+	byNum    [][]*pendingReq
 	freeNums []uint32
 	reqs     map[string]*pendingReq
+	// live counts the blocks predicted, over every request (holes not).
+	live int
 	// order lists requests as they were added, for the TTL. It is a
 	// chunked queue: a slice compacted now and then would copy minutes of
 	// entries in one decision.
@@ -43,26 +54,50 @@ type Pending struct {
 	// done lists requests that ended after computing their blocks, whose
 	// predictions stay a grace period for their KV events to arrive.
 	done fifo.Queue[pendingAdded]
+	// covers, on and sweep are the lookups' scratch (ExtendAll's per
+	// position asked, and its sweeps').
+	covers, sweep []cover
+	on            []onWorker
 }
 
 // Grace is how long the predictions of a request that ended after its
 // prefill outlive it, for the KV events storing its blocks to arrive.
 const Grace = 2 * time.Second
 
-// multiTag marks a pendingRef whose w indexes Pending.lists.
-const multiTag = 1 << 31
+// keyEvery is how far apart a range's keys are: a range of b blocks takes
+// ceil(b/keyEvery) table entries, and a lookup probes keyEvery blocks.
+const keyEvery = 8
 
-// pendingRef is a worker number (or multiTag|list) and how many requests
-// predict the block there.
-type pendingRef struct {
-	w    uint32
-	refs int32
+// noNode ends a chain of nodes.
+const noNode = ^uint32(0)
+
+// keyNode is a range keyed at its block off, and the next node of its key.
+type keyNode struct {
+	r    *pendingReq
+	off  uint32
+	next uint32
 }
 
 type pendingReq struct {
-	w      WorkerID
-	num    uint32
+	w   WorkerID
+	num uint32
+	// at is its place in byNum[num].
+	at     int
 	hashes []uint64
+	// holes has bit i set when block i was confirmed (nil: none was);
+	// live counts the others.
+	holes []uint64
+	live  int
+	// set finds a block's position by its hash (see makeSet).
+	set   []uint32
+	shift uint8
+}
+
+// cover is a range covering a position of a request, which starts at
+// start of it.
+type cover struct {
+	r     *pendingReq
+	start int
 }
 
 type pendingAdded struct {
@@ -96,61 +131,36 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 		if k := len(p.freeNums); k > 0 {
 			n = p.freeNums[k-1]
 			p.freeNums = p.freeNums[:k-1]
-			p.workers[n] = w
 		} else {
-			n = uint32(len(p.workers))
-			p.workers = append(p.workers, w)
-			p.count = append(p.count, 0)
+			n = uint32(len(p.byNum))
+			p.byNum = append(p.byNum, nil)
 		}
 		p.nums[w] = n
 	}
-	p.count[n]++
-	r := &pendingReq{w: w, num: n, hashes: hashes}
+	r := &pendingReq{w: w, num: n, at: len(p.byNum[n]), hashes: hashes, live: len(hashes)}
+	p.byNum[n] = append(p.byNum[n], r)
+	p.live += len(hashes)
 	p.reqs[id] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
-	p.preds.touch(r.hashes)
-	// Most blocks are predicted nowhere yet: refOrAdd adds them with
-	// one probe, and only a block predicted already takes the call that
-	// adds a reference to its predictions.
-	for _, h := range r.hashes {
-		if v, added := p.preds.refOrAdd(h, pendingRef{w: n, refs: 1}); !added {
-			p.addRefLocked(v, n)
+	for off := 0; off < len(hashes); off += keyEvery {
+		x := p.newNodeLocked(r, off)
+		if v, added := p.keys.refOrAdd(hashes[off], x); !added {
+			p.nodes[x].next = *v
+			*v = x
 		}
 	}
 }
 
-// addRefLocked adds a reference of worker number n to a block's
-// predictions v, found in the table.
-func (p *Pending) addRefLocked(v *pendingRef, n uint32) {
-	switch {
-	case v.w == n:
-		v.refs++
-	case v.w&multiTag == 0:
-		li := p.newListLocked(*v, pendingRef{w: n, refs: 1})
-		*v = pendingRef{w: multiTag | li}
-	default:
-		li := v.w &^ multiTag
-		refs := p.lists[li]
-		for i := range refs {
-			if refs[i].w == n {
-				refs[i].refs++
-				return
-			}
-		}
-		p.lists[li] = append(refs, pendingRef{w: n, refs: 1})
+func (p *Pending) newNodeLocked(r *pendingReq, off int) uint32 {
+	nd := keyNode{r: r, off: uint32(off), next: noNode}
+	if k := len(p.freeNodes); k > 0 {
+		x := p.freeNodes[k-1]
+		p.freeNodes = p.freeNodes[:k-1]
+		p.nodes[x] = nd
+		return x
 	}
-}
-
-// newListLocked stores a list of two references and returns its index.
-func (p *Pending) newListLocked(a, b pendingRef) uint32 {
-	if k := len(p.freeLists); k > 0 {
-		li := p.freeLists[k-1]
-		p.freeLists = p.freeLists[:k-1]
-		p.lists[li] = append(p.lists[li][:0], a, b)
-		return li
-	}
-	p.lists = append(p.lists, []pendingRef{a, b})
-	return uint32(len(p.lists) - 1)
+	p.nodes = append(p.nodes, nd)
+	return uint32(len(p.nodes) - 1)
 }
 
 // Release forgets a request's predictions: it ended before computing its
@@ -167,61 +177,62 @@ func (p *Pending) releaseLocked(id string) {
 		return
 	}
 	delete(p.reqs, id)
-	p.preds.touch(r.hashes)
-	for _, h := range r.hashes {
-		p.dropLocked(h, r.num, false)
+	if r.hashes != nil {
+		p.detachLocked(r)
 	}
-	// Its entry in order stays until the TTL; its hashes need not.
-	r.hashes = nil
-	if p.count[r.num]--; p.count[r.num] == 0 {
+}
+
+// detachLocked takes r out of the table and its worker's list, and drops
+// its hashes: it predicts nothing any more (released, or every block of
+// it confirmed). Its entry in order stays until the TTL.
+func (p *Pending) detachLocked(r *pendingReq) {
+	for off := 0; off < len(r.hashes); off += keyEvery {
+		p.unkeyLocked(r, off)
+	}
+	p.live -= r.live
+	r.hashes, r.holes, r.live, r.set = nil, nil, 0, nil
+	list := p.byNum[r.num]
+	last := list[len(list)-1]
+	list[r.at], last.at = last, r.at
+	list[len(list)-1] = nil
+	p.byNum[r.num] = list[:len(list)-1]
+	if len(list) == 1 {
 		// Its worker has no request left, so no reference to its number.
 		delete(p.nums, r.w)
 		p.freeNums = append(p.freeNums, r.num)
 	}
 }
 
-// dropLocked takes one reference of worker number n off h, or all of them.
-func (p *Pending) dropLocked(h uint64, n uint32, all bool) {
-	v, s, at := p.preds.find(h)
+// unkeyLocked takes r's node keyed at its block off out of its chain.
+func (p *Pending) unkeyLocked(r *pendingReq, off int) {
+	h := r.hashes[off]
+	v, s, at := p.keys.find(h)
+	if v == nil {
+		return
+	}
+	prev := noNode
+	x := *v
+	for x != noNode && (p.nodes[x].r != r || p.nodes[x].off != uint32(off)) {
+		prev, x = x, p.nodes[x].next
+	}
+	if x == noNode {
+		return
+	}
+	next := p.nodes[x].next
 	switch {
-	case v == nil:
-		return
-	case v.w&multiTag == 0:
-		if v.w != n {
-			return
-		}
-		if v.refs--; all || v.refs <= 0 {
-			p.preds.delFound(h, s, at)
-		}
-		return
-	}
-	li := v.w &^ multiTag
-	refs := p.lists[li]
-	for i := range refs {
-		if refs[i].w != n {
-			continue
-		}
-		if refs[i].refs--; all || refs[i].refs <= 0 {
-			refs[i] = refs[len(refs)-1]
-			refs = refs[:len(refs)-1]
-		}
-		break
-	}
-	switch len(refs) {
-	case 0:
-		p.preds.delFound(h, s, at)
-	case 1:
-		*v = refs[0]
+	case prev != noNode:
+		p.nodes[prev].next = next
+	case next != noNode:
+		*v = next
 	default:
-		p.lists[li] = refs
-		return
+		p.keys.delFound(h, s, at)
 	}
-	p.lists[li] = refs[:0]
-	p.freeLists = append(p.freeLists, li)
+	p.nodes[x] = keyNode{}
+	p.freeNodes = append(p.freeNodes, x)
 }
 
 // emptyLocked says whether nothing is predicted.
-func (p *Pending) emptyLocked() bool { return p.preds.len() == 0 }
+func (p *Pending) emptyLocked() bool { return p.live == 0 }
 
 // Done says a request ended after its prefill: its blocks are in the
 // worker's cache, and its events are on their way, so its predictions stay
@@ -235,20 +246,80 @@ func (p *Pending) Done(id string, now time.Time) {
 }
 
 // Confirm drops the predictions of blocks w's events say it stored (the
-// index knows them now) or removed (they are gone).
+// index knows them now) or removed (they are gone): a hole in each of w's
+// ranges holding one, found by the range's set of its blocks (a probe per
+// hash and range); a range confirmed whole leaves the table and w's list,
+// so the ranges probed are those of w's requests still in prefill.
 func (p *Pending) Confirm(w WorkerID, hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.emptyLocked() {
+	if p.emptyLocked() || len(hashes) == 0 {
 		return
 	}
 	n, ok := p.nums[w]
 	if !ok {
 		return // nothing is predicted on w
 	}
-	for _, h := range hashes {
-		p.dropLocked(h, n, true)
+	list := p.byNum[n]
+	for k := 0; k < len(list); k++ {
+		r := list[k]
+		if r.set == nil {
+			r.makeSet()
+		}
+		for _, h := range hashes {
+			r.confirm(h, &p.live)
+		}
+		if r.live == 0 {
+			// Confirmed whole (the common end: its prefill stored it):
+			// out of the lookups and of the next events' scans. The last
+			// of the list takes its place.
+			last := len(list) == 1
+			p.detachLocked(r)
+			if last {
+				return // w's number is free, its list empty
+			}
+			list = p.byNum[n]
+			k--
+		}
 	}
+}
+
+// makeSet makes r's set of its blocks' positions by hash, for Confirm:
+// open addressing over at least twice the blocks, each slot a position
+// plus one (0 empty). It is made at r's first event, off the route
+// decision's path, and dropped with r.
+func (r *pendingReq) makeSet() {
+	size := 1 << bits.Len(uint(2*len(r.hashes)-1))
+	r.set, r.shift = make([]uint32, size), uint8(64-bits.Len(uint(size-1)))
+	mask := size - 1
+	for i, h := range r.hashes {
+		x := int(hashOf(h) >> r.shift)
+		for r.set[x] != 0 {
+			x = (x + 1) & mask
+		}
+		r.set[x] = uint32(i + 1)
+	}
+}
+
+// confirm makes a hole of every block of r whose hash is h, counting it
+// off r's and *live.
+func (r *pendingReq) confirm(h uint64, live *int) {
+	mask := len(r.set) - 1
+	for x := int(hashOf(h) >> r.shift); r.set[x] != 0; x = (x + 1) & mask {
+		if i := int(r.set[x] - 1); r.hashes[i] == h && !r.hole(i) {
+			if r.holes == nil {
+				r.holes = make([]uint64, (len(r.hashes)+63)/64)
+			}
+			r.holes[i/64] |= 1 << (i % 64)
+			r.live--
+			*live--
+		}
+	}
+}
+
+// hole says whether block i of r was confirmed.
+func (r *pendingReq) hole(i int) bool {
+	return r.holes != nil && r.holes[i/64]&(1<<(i%64)) != 0
 }
 
 // Expire forgets requests added before now minus the TTL.
@@ -291,58 +362,99 @@ func (p *Pending) RemoveRank(w WorkerID) {
 	}
 }
 
+// coversLocked appends to dst the ranges predicting block n of hashes
+// (live there, not a hole). Each has a key among the blocks n-keyEvery+1
+// to n, looked up at once (their misses overlap).
+func (p *Pending) coversLocked(dst []cover, hashes []uint64, n int) []cover {
+	lo := max(0, n-keyEvery+1)
+	var vals [keyEvery]uint32
+	var oks [keyEvery]bool
+	p.keys.getAll(hashes[lo:n+1], vals[:], oks[:])
+	for j := lo; j <= n; j++ {
+		if !oks[j-lo] {
+			continue
+		}
+		for x := vals[j-lo]; x != noNode; x = p.nodes[x].next {
+			nd := &p.nodes[x]
+			start := j - int(nd.off)
+			if i := n - start; i < len(nd.r.hashes) && nd.r.hashes[i] == hashes[n] && !nd.r.hole(i) {
+				dst = append(dst, cover{r: nd.r, start: start})
+			}
+		}
+	}
+	return dst
+}
+
+// runEnd is the first position from pos on (a block r predicts) that r
+// does not predict: its end, a hole, or a block of another prefix.
+func (r *pendingReq) runEnd(hashes []uint64, start, pos int) int {
+	i := pos - start
+	end := min(len(r.hashes), len(hashes)-start)
+	for i < end && r.hashes[i] == hashes[start+i] && !r.hole(i) {
+		i++
+	}
+	return start + i
+}
+
+// reachLocked is how far worker number num's predictions run from pos,
+// which covers lists the ranges predicting (the union of its ranges:
+// where one ends another may go on).
+func (p *Pending) reachLocked(num uint32, hashes []uint64, pos int, covers []cover) int {
+	for {
+		best := pos
+		for _, c := range covers {
+			// A range ending where the best does cannot go further (the
+			// requests of a burst on one prefix have one range each).
+			if c.r.num == num && c.start+len(c.r.hashes) > best {
+				best = max(best, c.r.runEnd(hashes, c.start, pos))
+			}
+		}
+		if best == pos || best >= len(hashes) {
+			return best
+		}
+		pos = best
+		p.sweep = p.coversLocked(p.sweep[:0], hashes, pos)
+		covers = p.sweep
+	}
+}
+
 // Extend returns how far w's cached prefix of hashes reaches when the
 // blocks predicted there count too: from the first from blocks (what the
 // index says w holds), on while the next block is predicted on w.
 func (p *Pending) Extend(w WorkerID, hashes []uint64, from int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := from
-	for n < len(hashes) && p.holdsLocked(w, hashes[n]) {
-		n++
+	num, ok := p.nums[w]
+	if !ok || from >= len(hashes) {
+		return from
 	}
-	return n
+	return p.reachLocked(num, hashes, from, p.coversLocked(p.covers[:0], hashes, from))
 }
 
 // ExtendAll is Extend for several workers at once: overlaps[i] is what
-// the index says workers[i] holds, and becomes its predicted reach. Its
-// work is bounded by the request, not by the workers: each position's
-// predictions are looked up once however many workers ask at it or extend
-// through it (a long prompt predicted on many workers would otherwise
-// cost workers times blocks lookups).
+// the index says workers[i] holds, and becomes its predicted reach. Most
+// workers stop where the index does at one of a few positions: each
+// position's ranges are looked up once (the first eight positions; later
+// ones each time).
 func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.emptyLocked() {
 		return
 	}
-	// Most workers stop where the index does, at one of a few positions:
-	// each is looked up once.
-	type memo struct {
-		pos int
-		v   pendingRef
-		ok  bool
-	}
+	// A position's ranges are covers[from:to], the distinct workers they
+	// are on on[won:wto] (one or two nearly always, however many ranges).
+	type memo struct{ pos, from, to, won, wto int }
 	var seen [8]memo
 	memos := seen[:0]
-	// ext is a worker predicted where the index stops, to extend from
-	// next on.
-	type ext struct{ i, next int }
-	var extBuf, actBuf [16]ext
-	exts := extBuf[:0]
-	// m is the last position's, and one the worker its prediction names
-	// when it names one (nearly always): workers next to each other
-	// mostly stop at the same position (most at 0, no cached prefix), and
-	// the loop over every worker then compares an id.
+	p.covers, p.on = p.covers[:0], p.on[:0]
 	m := memo{pos: -1}
-	var one WorkerID
-	single := false
-	for i := range workers {
+	for i, w := range workers {
 		n := overlaps[i]
+		if n >= len(hashes) {
+			continue
+		}
 		if n != m.pos {
-			if n >= len(hashes) {
-				continue
-			}
 			found := false
 			for _, x := range memos {
 				if x.pos == n {
@@ -351,125 +463,32 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 				}
 			}
 			if !found {
-				m.pos = n
-				m.v, m.ok = p.preds.get(hashes[n])
+				from, won := len(p.covers), len(p.on)
+				p.covers = p.coversLocked(p.covers, hashes, n)
+				for _, c := range p.covers[from:] {
+					if !slices.ContainsFunc(p.on[won:], func(o onWorker) bool { return o.num == c.r.num }) {
+						p.on = append(p.on, onWorker{w: c.r.w, num: c.r.num})
+					}
+				}
+				m = memo{pos: n, from: from, to: len(p.covers), won: won, wto: len(p.on)}
 				if len(memos) < cap(memos) {
 					memos = append(memos, m)
 				}
 			}
-			if single = m.v.w&multiTag == 0; m.ok && single {
-				one = p.workers[m.v.w]
+		}
+		for _, o := range p.on[m.won:m.wto] {
+			if o.w == w {
+				overlaps[i] = p.reachLocked(o.num, hashes, n, p.covers[m.from:m.to])
+				break
 			}
 		}
-		if !m.ok || single && workers[i] != one || !single && !p.onLocked(m.v, workers[i]) {
-			continue
-		}
-		exts = append(exts, ext{i: i, next: n + 1})
-	}
-	if len(exts) == 0 {
-		return
-	}
-	// Sweep the positions in order with the workers still extending.
-	for a := 1; a < len(exts); a++ {
-		for b := a; b > 0 && exts[b].next < exts[b-1].next; b-- {
-			exts[b], exts[b-1] = exts[b-1], exts[b]
-		}
-	}
-	// The positions swept are looked up in batches whose cache misses
-	// overlap (table.getAll), doubling from firstBatch as AppendOverlaps
-	// does: one by one, a prediction that runs to the request's end was
-	// a round trip to memory per block.
-	var vals [batch]pendingRef
-	var oks [batch]bool
-	from, to, size := 0, 0, firstBatch
-	act, j := actBuf[:0], 0
-	for pos := exts[0].next; ; pos++ {
-		for j < len(exts) && exts[j].next == pos {
-			act = append(act, exts[j])
-			j++
-		}
-		if len(act) == 0 {
-			if j == len(exts) {
-				return
-			}
-			pos = exts[j].next - 1 // nobody extends in between
-			continue
-		}
-		if pos >= len(hashes) {
-			for _, e := range act {
-				overlaps[e.i] = len(hashes)
-			}
-			return
-		}
-		if pos >= to {
-			from, to = pos, min(pos+size, len(hashes))
-			p.preds.getAll(hashes[from:to], vals[:], oks[:])
-			size = min(2*size, batch)
-		}
-		if len(act) == 1 && j == len(exts) {
-			p.extendOne(workers[act[0].i], hashes, pos, from, to, size, &vals, &oks, &overlaps[act[0].i])
-			return
-		}
-		v, ok := vals[pos-from], oks[pos-from]
-		keep := act[:0]
-		for _, e := range act {
-			if ok && p.onLocked(v, workers[e.i]) {
-				keep = append(keep, e)
-			} else {
-				overlaps[e.i] = pos
-			}
-		}
-		act = keep
 	}
 }
 
-// extendOne is ExtendAll's sweep once one worker, w, is left extending
-// and none is to join it (the common case: the worker a request of the
-// same prefix was just routed to): from pos, with the batch [from, to) of
-// hashes looked up in vals and oks and the next batch size, it sets
-// *reach to the first position not predicted on w. A block predicted on
-// one worker names it by number, so once w's number is known (the first
-// such block names it) the blocks on w alone are told by comparing
-// numbers, not by reading a worker id and comparing it.
-func (p *Pending) extendOne(w WorkerID, hashes []uint64, pos, from, to, size int, vals *[batch]pendingRef, oks *[batch]bool, reach *int) {
-	var num uint32
-	known := false
-	for ; pos < len(hashes); pos++ {
-		if pos >= to {
-			from, to = pos, min(pos+size, len(hashes))
-			p.preds.getAll(hashes[from:to], vals[:], oks[:])
-			size = min(2*size, batch)
-		}
-		v := vals[pos-from]
-		if !oks[pos-from] {
-			*reach = pos
-			return
-		}
-		if known && v.w == num {
-			continue
-		}
-		if !p.onLocked(v, w) {
-			*reach = pos
-			return
-		}
-		if v.w&multiTag == 0 {
-			num, known = v.w, true
-		}
-	}
-	*reach = len(hashes)
-}
-
-// onLocked says whether a block's predictions v include w.
-func (p *Pending) onLocked(v pendingRef, w WorkerID) bool {
-	if v.w&multiTag == 0 {
-		return p.workers[v.w] == w
-	}
-	for _, r := range p.lists[v.w&^multiTag] {
-		if p.workers[r.w] == w {
-			return true
-		}
-	}
-	return false
+// onWorker is a worker and its number.
+type onWorker struct {
+	w   WorkerID
+	num uint32
 }
 
 // Empty says whether nothing is predicted (a cheap check before Extend).
@@ -479,11 +498,6 @@ func (p *Pending) Empty() bool {
 	return p.emptyLocked()
 }
 
-func (p *Pending) holdsLocked(w WorkerID, h uint64) bool {
-	v, ok := p.preds.get(h)
-	return ok && p.onLocked(v, w)
-}
-
 // Len is the number of requests with predictions.
 func (p *Pending) Len() int {
 	p.mu.Lock()
@@ -491,22 +505,22 @@ func (p *Pending) Len() int {
 	return len(p.reqs)
 }
 
-// AppendWorkersOn appends to dst the workers h is predicted on: with no
-// block of a request in the index, the only workers its predictions can
-// credit (ExtendAll extends a worker from where the index stops, the first
-// block for those with none).
-func (p *Pending) AppendWorkersOn(dst []WorkerID, h uint64) []WorkerID {
+// AppendWorkersOn appends to dst the workers block at of hashes is
+// predicted on, each once: with no block of a request in the index, the
+// only workers its predictions can credit (ExtendAll extends a worker from
+// where the index stops, the first block for those with none).
+func (p *Pending) AppendWorkersOn(dst []WorkerID, hashes []uint64, at int) []WorkerID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v, ok := p.preds.get(h)
-	if !ok {
+	if p.emptyLocked() {
 		return dst
 	}
-	if v.w&multiTag == 0 {
-		return append(dst, p.workers[v.w])
-	}
-	for _, r := range p.lists[v.w&^multiTag] {
-		dst = append(dst, p.workers[r.w])
+	from := len(dst)
+	p.covers = p.coversLocked(p.covers[:0], hashes, at)
+	for _, c := range p.covers {
+		if !slices.Contains(dst[from:], c.r.w) {
+			dst = append(dst, c.r.w)
+		}
 	}
 	return dst
 }

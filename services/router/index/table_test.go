@@ -161,9 +161,9 @@ func FuzzTable(f *testing.F) {
 // Pending's type, and that a slot of either kind stays 16 bytes (one cache
 // line holds four).
 func TestTableRef(t *testing.T) {
-	tb := &table[pendingRef]{}
+	tb := &table[splitRef]{}
 	for k := uint64(0); k < 5000; k++ {
-		tb.set(k, pendingRef{w: uint32(k), refs: 1})
+		tb.set(k, splitRef{w: uint32(k), refs: 1})
 	}
 	for k := uint64(0); k < 5000; k += 2 {
 		tb.ref(k).refs += 10
@@ -172,7 +172,7 @@ func TestTableRef(t *testing.T) {
 		t.Fatal("ref of an absent key is not nil")
 	}
 	for k := uint64(0); k < 5000; k++ {
-		want := pendingRef{w: uint32(k), refs: 1}
+		want := splitRef{w: uint32(k), refs: 1}
 		if k%2 == 0 {
 			want.refs = 11
 		}
@@ -180,7 +180,7 @@ func TestTableRef(t *testing.T) {
 			t.Fatalf("get(%d) = %+v, %v; want %+v", k, got, ok, want)
 		}
 	}
-	if a, b := unsafe.Sizeof(tslot[uint32]{}), unsafe.Sizeof(tslot[pendingRef]{}); a != 16 || b != 16 {
+	if a, b := unsafe.Sizeof(tslot[uint32]{}), unsafe.Sizeof(tslot[splitRef]{}); a != 16 || b != 16 {
 		t.Fatalf("slots of %d and %d bytes, want 16", a, b)
 	}
 }

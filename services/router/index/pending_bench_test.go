@@ -1,0 +1,102 @@
+package index
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// pendingLike is what the benchmarks ask of Pending and of its former
+// form (pending_split_test.go), timed side by side.
+type pendingLike interface {
+	Add(id string, w WorkerID, hashes []uint64, now time.Time)
+	Release(id string)
+	ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
+}
+
+// BenchmarkPendingBurst times a route decision's use of the predictions
+// during a burst: n requests of one 128-block prefix predicted on one
+// worker, a decision extending 100 workers over it (the one predicted
+// reaches the end), then one more request added and released. The range
+// form keeps a range per request, the former form a reference count per
+// block.
+func BenchmarkPendingBurst(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		for _, form := range []string{"split", "range"} {
+			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
+				var p pendingLike
+				if form == "split" {
+					p = newSplitPending(time.Minute)
+				} else {
+					p = NewPending(time.Minute)
+				}
+				h := make([]uint64, 128)
+				for i := range h {
+					h[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+				}
+				now := time.Unix(1, 0)
+				ws := make([]WorkerID, 100)
+				for i := range ws {
+					ws[i] = WorkerID{Instance: uint64(i + 1)}
+				}
+				for i := range n {
+					p.Add(strconv.Itoa(i), ws[7], h, now)
+				}
+				ov := make([]int, 100)
+				b.ResetTimer()
+				for range b.N {
+					clear(ov)
+					p.ExtendAll(ws, h, ov)
+					if ov[7] != 128 {
+						b.Fatal(ov[7])
+					}
+					p.Add("x", ws[7], h, now)
+					p.Release("x")
+				}
+			})
+		}
+	}
+}
+
+type confirmLike interface {
+	pendingLike
+	Confirm(w WorkerID, hashes []uint64)
+}
+
+// BenchmarkPendingConfirm times Confirm of a 16-block event on a worker
+// with n requests of other prefixes (128 blocks each) predicted: the range
+// form probes each request's set of its blocks (n probes a hash), the
+// former form one table entry a hash. A request confirmed whole leaves the
+// worker's list, so n is the requests still in prefill there.
+func BenchmarkPendingConfirm(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		for _, form := range []string{"split", "range"} {
+			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
+				var p confirmLike
+				if form == "split" {
+					p = newSplitPending(time.Minute)
+				} else {
+					p = NewPending(time.Minute)
+				}
+				w := WorkerID{Instance: 7}
+				now := time.Unix(1, 0)
+				for i := range n {
+					h := make([]uint64, 128)
+					for j := range h {
+						h[j] = uint64(i*1000+j+1) * 0x9e3779b97f4a7c15
+					}
+					p.Add(strconv.Itoa(i), w, h, now)
+				}
+				ev := make([]uint64, 16)
+				for j := range ev {
+					ev[j] = uint64(999_000+j) * 0xff51afd7ed558ccd
+				}
+				b.ResetTimer()
+				for range b.N {
+					p.Confirm(w, ev)
+				}
+			})
+		}
+	}
+}
