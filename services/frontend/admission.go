@@ -56,17 +56,18 @@ import (
 //     far past the threshold that is. A replica with nothing of the model
 //     in flight sends one as a probe, whose decision says whether there
 //     is room (the router's last word may be stale), but not a flood's
-//     request while a tenant it crowds is active (it would take the
+//     request while a tenant it crowds is expected (it would take the
 //     last rooms, below). No timers, no polling. The same count bounds the fast path: requests that arrive
 //     together on a word of room go on only as many as it counts (unless
 //     it is the most it counts, which says plenty), so a burst cannot
 //     pass before any decision has seen it.
 //   - The last rooms: a request of a tenant with more of its requests
 //     queued behind it (a flood) takes one of the last k rooms the router
-//     counts only when no other tenant active lately (seen within
-//     activeWindow, here or at another replica) has a better claim to
-//     it: one in a higher band, or in the same band with no backlog of
-//     its own or served less lately (see crowdsLocked). A flood then stops
+//     counts only when no other tenant expected (its next request likely
+//     to come, from its own rate over every replica: expectedLocked) has
+//     a better claim to it: one in a higher band, or in the same band
+//     with no backlog of its own or served less lately (see
+//     crowdsLocked). A flood then stops
 //     k typical requests short of the threshold, and a request of a
 //     tenant it crowds, arriving at a random moment, finds a room at once
 //     instead of waiting behind the flood for the next one: its time to
@@ -77,7 +78,7 @@ import (
 //     what the crowded tenants' share of the fleet's service asks for
 //     (keptRooms), at most the fleet's capacity less one. A fleet serving
 //     one tenant keeps no room back; the cost is k typical requests'
-//     room while a crowded tenant is active, which on a fleet whose
+//     room while a crowded tenant is expected, which on a fleet whose
 //     threshold holds one prompt a worker is a worker's throughput: the
 //     kept room is the earliest slot, an idle worker.
 //     The flood's requests released meanwhile are routed as a backlog's
@@ -291,8 +292,8 @@ type modelQueue struct {
 	// them that were released from the queue.
 	pending, pendingQueued int
 	// seen is when each tenant last sent a request of the model (here, or
-	// at another replica as it said) and in which band: the tenants active
-	// lately, which the last rooms are kept for (keptLocked).
+	// at another replica as it said), in which band, and how fast: the
+	// tenants expected, which the last rooms are kept for (keptLocked).
 	seen map[string]seenTenant
 	// roomyAt is when the router last counted room for two requests or
 	// more: a fleet that has not lately had room for two keeps no room
@@ -310,11 +311,20 @@ type modelQueue struct {
 	load map[string]*tenantLoad
 }
 
-// seenTenant is a tenant's last request of a model: when, and its band;
-// and the service it had here lately (see serveLocked).
+// seenTenant is a tenant's last request of a model: when (here, or at
+// another replica as it said), and its band; its requests here lately (for
+// its rate, requestRate); and the service it had here lately (see
+// serveLocked).
 type seenTenant struct {
 	at   time.Time
 	prio int32
+	// localAt is its last request here (zero: none, it is known from
+	// another replica); gaps and gapTime are the gaps between its requests
+	// here, each weighed e^(-age/serviceLife) by the time since it ended,
+	// as of localAt: their weighted count, and their weighted time in
+	// seconds.
+	localAt       time.Time
+	gaps, gapTime float64
 	// served is the tokens of its requests let go here, aged to servedAt
 	// (see aged).
 	served   float64
@@ -336,12 +346,67 @@ func aged(v float64, from, now time.Time) float64 {
 	return v * math.Exp(-now.Sub(from).Seconds()/serviceLife.Seconds())
 }
 
-// activeWindow is how long a tenant counts as active after its last
+// activeWindow is the longest a tenant counts as active after its last
 // request: the queue's recent past, the window its Retry-After rate reads
-// too. A tenant that sends now and then (every few seconds) is active
-// between its requests, so that the room kept for it is there when the
-// next one comes.
+// too. Within it a tenant is expected (its next request likely to come,
+// the last rooms kept for it) for as long as its own rate says
+// (expectFor), the whole window while its rate is not known.
 const activeWindow = releaseWindow
+
+// expectQuantile is the share of a steady tenant's gaps between requests
+// that end while it is still expected: a tenant silent for longer is taken
+// to have stopped, and its next request, if it comes, may wait for a room.
+// One gap in a hundred is a tenth of the share the objective's quantile
+// (keptQuantile) lets past.
+const expectQuantile = 0.99
+
+// expectPrior is the time added to a tenant's gaps when its rate is
+// estimated (requestRate): activeWindow over ln(1/(1-expectQuantile)), the
+// mean gap of a tenant expected for the whole window. A few gaps then give
+// a rate below their own (a longer wait), many gaps their own.
+var expectPrior = activeWindow.Seconds() / math.Log(1/(1-expectQuantile))
+
+// expectFor is how long after a tenant's last request its next request
+// is expected, for a tenant sending rate requests a second over every
+// replica (0: not known): for arrivals at that rate (Poisson), a gap
+// outlasts t with probability e^(-rate t), so until the t where that is
+// 1-expectQuantile, and never past activeWindow. See expected.md.
+func expectFor(rate float64) time.Duration {
+	if !(rate > 0) {
+		return activeWindow
+	}
+	t := math.Log(1/(1-expectQuantile)) / rate
+	if t >= activeWindow.Seconds() {
+		return activeWindow
+	}
+	return time.Duration(t * float64(time.Second))
+}
+
+// addGap is a tenant's gaps and gapTime (seenTenant) with its request at
+// at after the one at last (zero: none) counted: the older gaps aged by
+// the new one, the new one weighing 1. A request more than activeWindow
+// after the last starts afresh: the silence before it says the tenant had
+// stopped, not how fast it sends.
+func addGap(gaps, gapTime float64, last, at time.Time) (float64, float64) {
+	if last.IsZero() {
+		return 0, 0
+	}
+	g := max(at.Sub(last), 0)
+	if g > activeWindow {
+		return 0, 0
+	}
+	d := math.Exp(-g.Seconds() / serviceLife.Seconds())
+	return gaps*d + 1, gapTime*d + g.Seconds()
+}
+
+// requestRate is the request rate (per second) that gaps over gapTime
+// say, with expectPrior added to the time (0: no gap).
+func requestRate(gaps, gapTime float64) float64 {
+	if !(gaps > 0) {
+		return 0
+	}
+	return gaps / (gapTime + expectPrior)
+}
 
 // maxSeenTenants bounds a model's seen tenants; past it the ones not
 // active any more are dropped, and a new one is not recorded until some
@@ -478,7 +543,7 @@ func (a *admission) admit(ctx context.Context, model, tenant string, prio int32,
 		a.mu.Unlock()
 		return t, nil
 	}
-	a.seeLocked(mq, tenant, prio, a.now())
+	a.arriveLocked(mq, tenant, prio, a.now())
 	// The fast path: nothing waits and the router's last word has room
 	// for this request, less what went on since (see freeLocked and
 	// mayTakeLocked).
@@ -876,8 +941,8 @@ func (a *admission) mayTakeLocked(mq *modelQueue, tenant string, prio int32) boo
 // keptLocked is how many of the rooms the router counts are kept from
 // tenant's request of band prio (0: none): when the fleet had room for
 // two lately, the tenant has more requests queued here behind it (it
-// sends faster than it is served: a flood), and other tenants active
-// within activeWindow have a better claim to the room (crowdsLocked),
+// sends faster than it is served: a flood), and other tenants expected
+// (expectedLocked) have a better claim to the room (crowdsLocked),
 // keptRooms of their share of the fleet's service lately. A flood is then
 // held that many typical requests short of the threshold, where the
 // others find room at once; a tenant without a backlog is never held for
@@ -936,7 +1001,7 @@ func keptRooms(rho float64, capacity int) int {
 }
 
 // claimsLocked is the service lately (attainedLocked) of the tenants
-// active within activeWindow with a better claim to the fleet's room than
+// expected (expectedLocked) with a better claim to the fleet's room than
 // tenant's backlog in band prio (crowdsLocked), of every tenant's seen,
 // and whether there is one such tenant.
 func (a *admission) claimsLocked(mq *modelQueue, tenant string, prio int32, now time.Time) (crowded, all float64, any bool) {
@@ -947,7 +1012,7 @@ func (a *admission) claimsLocked(mq *modelQueue, tenant string, prio int32, now 
 			served = a.attainedLocked(mq, other, now)
 		}
 		all += served
-		if other == tenant || now.Sub(s.at) > activeWindow {
+		if other == tenant || !a.expectedLocked(mq, other, s, now) {
 			continue
 		}
 		if s.prio > prio || s.prio == prio && (!a.backlogLocked(mq, other) || served < load) {
@@ -958,7 +1023,7 @@ func (a *admission) claimsLocked(mq *modelQueue, tenant string, prio int32, now 
 	return crowded, all, any
 }
 
-// crowdsLocked says whether another tenant active within activeWindow has
+// crowdsLocked says whether another tenant expected (expectedLocked) has
 // a better claim to the fleet's room than tenant's request of band prio
 // (tenant's backlog): it is in a higher band, or in the same band with no
 // backlog of its own over every replica, or served less lately there
@@ -985,6 +1050,34 @@ func (a *admission) backlogLocked(mq *modelQueue, tenant string) bool {
 		n += a.peers.queuedLocked(mq.name, tenant, a.now())
 	}
 	return n >= 2
+}
+
+// expectedLocked says whether tenant, last seen as s, is expected at now:
+// its next request is likely to come (expectFor of its rate over every
+// replica).
+func (a *admission) expectedLocked(mq *modelQueue, tenant string, s seenTenant, now time.Time) bool {
+	since := now.Sub(s.at)
+	if since > activeWindow {
+		return false
+	}
+	rate := requestRate(s.gaps, s.gapTime)
+	if a.peers != nil {
+		rate += a.peers.rateLocked(mq.name, tenant, now)
+	}
+	return since <= expectFor(rate)
+}
+
+// arriveLocked records a request of tenant in band prio arriving here at
+// at: seen, and counted in its rate.
+func (a *admission) arriveLocked(mq *modelQueue, tenant string, prio int32, at time.Time) {
+	a.seeLocked(mq, tenant, prio, at)
+	s, ok := mq.seen[tenant]
+	if !ok || at.Before(s.localAt) {
+		return
+	}
+	s.gaps, s.gapTime = addGap(s.gaps, s.gapTime, s.localAt, at)
+	s.localAt = at
+	mq.seen[tenant] = s
 }
 
 // seeLocked records that tenant sent a request of band prio at at.
@@ -1081,7 +1174,7 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 			}
 		}
 		a.metrics.wait.Observe(a.now().Sub(w.at).Seconds())
-		// One of a backlog, while a tenant it crowds is active: the
+		// One of a backlog, while a tenant it crowds is expected: the
 		// router places it where it leaves the earliest slots to the
 		// others (RouteRequest.backlog), so that the room kept for them
 		// is an early one, not the last to open.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -1239,6 +1240,147 @@ func TestAdmissionKeptRooms(t *testing.T) {
 			ta.a.watchedFleet("m", false, tt.room, tt.capacity)
 			if got := queued - ta.depth(); got != tt.released {
 				t.Fatalf("released %d of a's on room for %d, want %d", got, tt.room, tt.released)
+			}
+		})
+	}
+}
+
+// TestExpectFor: a tenant sending rate requests a second is expected for
+// ln(100)/rate after its last request (a gap that long comes once in a
+// hundred), at most activeWindow; a tenant of unknown rate for the whole
+// window.
+func TestExpectFor(t *testing.T) {
+	tests := []struct {
+		name string
+		rate float64
+		want time.Duration
+	}{
+		{"unknown", 0, activeWindow},
+		{"not a number", math.NaN(), activeWindow},
+		// 4.60517 / 0.6.
+		{"0.6 a second: 7.68 s", 0.6, 7675283643 * time.Nanosecond},
+		// 4.60517 / 10.
+		{"10 a second: 461 ms", 10, 460517018 * time.Nanosecond},
+		// 4.60517 / 0.1 = 46 s, past the window.
+		{"0.1 a second: the window", 0.1, activeWindow},
+		{"one a minute: the window", 1.0 / 60, activeWindow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := expectFor(tt.rate); (got - tt.want).Abs() > time.Microsecond {
+				t.Errorf("expectFor(%g) = %v, want %v", tt.rate, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRequestRate: a tenant's rate from its arrivals, the gaps between
+// them aged e^(-age/30 s) by the time since each ended, over their time
+// plus expectPrior (30 s / ln 100 = 6.51442 s). Worked by hand:
+//
+//   - 0, 2 s: 1 gap of 2 s: 1 / 8.51442 = 0.117448.
+//   - 0, 1, 3 s: the 1 s gap aged by the 2 s one, e^(-2/30) = 0.935507:
+//     1.935507 gaps over 2.935507 s: 1.935507 / 9.449924 = 0.204817.
+//   - 0, 1, 2 s: e^(-1/30) = 0.967216: 1.967216 over 1.967216 s:
+//     1.967216 / 8.481633 = 0.231938.
+//   - 13 evenly at 0.6 a second (20 s): 12 gaps of 5/3 s, d = e^(-1/18):
+//     (1-d^12)/(1-d) = 9.004036 gaps over 15.006726 s: 0.418381.
+//   - two at once: 1 gap of 0 s: 1 / 6.51442 = 0.153506.
+//   - a gap past activeWindow starts afresh: 0, 31 s is one request;
+//     0, 40, 41 s is 1 gap of 1 s: 1 / 7.51442 = 0.133078.
+func TestRequestRate(t *testing.T) {
+	evenly := make([]float64, 13)
+	for i := range evenly {
+		evenly[i] = float64(i) * 5 / 3
+	}
+	tests := []struct {
+		name string
+		at   []float64 // seconds
+		want float64
+	}{
+		{"none", nil, 0},
+		{"one", []float64{0}, 0},
+		{"two, 2 s apart", []float64{0, 2}, 0.117448},
+		{"gaps of 1 and 2 s", []float64{0, 1, 3}, 0.204817},
+		{"gaps of 1 s", []float64{0, 1, 2}, 0.231938},
+		{"0.6 a second for 20 s", evenly, 0.418381},
+		{"two at once", []float64{5, 5}, 0.153506},
+		{"a silence past the window", []float64{0, 31}, 0},
+		{"a silence past the window, then a gap of 1 s", []float64{0, 40, 41}, 0.133078},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := time.Unix(1000, 0)
+			var gaps, gapTime float64
+			var last time.Time
+			for _, s := range tt.at {
+				at := base.Add(time.Duration(s * float64(time.Second)))
+				gaps, gapTime = addGap(gaps, gapTime, last, at)
+				last = at
+			}
+			if got := requestRate(gaps, gapTime); math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("rate %.6f, want %.6f (gaps %g over %g s)", got, tt.want, gaps, gapTime)
+			}
+		})
+	}
+}
+
+// TestAdmissionExpected: the last room of a fleet of capacity 2 (k = 1) is
+// kept from a's flood while b's next request is expected: for
+// expectFor(b's rate) after b's last request, the whole activeWindow when
+// b sent one request; once b is not expected, the flood takes both rooms.
+func TestAdmissionExpected(t *testing.T) {
+	evenly := make([]float64, 13)
+	for i := range evenly {
+		evenly[i] = float64(i) * 5 / 3
+	}
+	tests := []struct {
+		name string
+		// b are b's arrivals in seconds; ago is how long before the room
+		// the last of them came.
+		b   []float64
+		ago time.Duration
+		// released are a's requests let go on room for two.
+		released int
+	}{
+		{"one request 29 s ago: kept", []float64{0}, 29 * time.Second, 1},
+		{"one request 31 s ago: none kept", []float64{0}, 31 * time.Second, 2},
+		// Rate 0.418381: expected for 11.007 s.
+		{"0.6 a second, 10 s ago: kept", evenly, 10 * time.Second, 1},
+		{"0.6 a second, 12 s ago: none kept", evenly, 12 * time.Second, 2},
+		// Rate 0.231938: expected for 19.855 s.
+		{"gaps of 1 s, 19 s ago: kept", []float64{0, 1, 2}, 19 * time.Second, 1},
+		{"gaps of 1 s, 21 s ago: none kept", []float64{0, 1, 2}, 21 * time.Second, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			room := time.Unix(1000, 0)
+			last := time.Duration(tt.b[len(tt.b)-1] * float64(time.Second))
+			start := room.Add(-tt.ago - last)
+			now := start
+			ta.a.now = func() time.Time { return now }
+			plenty := uint32(core.MaxRoom)
+			for _, s := range tt.b {
+				now = start.Add(time.Duration(s * float64(time.Second)))
+				tk, err := ta.a.admit(context.Background(), "m", "b", 0, 20, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+				tk.done()
+			}
+			now = room
+			ta.a.watchedFleet("m", false, plenty, 2)
+			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 800)), "m", false, plenty)
+			ta.a.watchedFleet("m", true, 0, 2)
+			const queued = 6
+			for i := range queued {
+				ta.queue(context.Background(), fmt.Sprintf("a%d", i+1), "a", 0, 1, 10)
+			}
+			ta.a.watchedFleet("m", false, 2, 2)
+			if got := queued - ta.depth(); got != tt.released {
+				t.Fatalf("released %d of a's on room for 2, want %d", got, tt.released)
 			}
 		})
 	}

@@ -51,8 +51,10 @@ type peerState struct {
 	inflight map[peerKey]uint64
 	queued   map[peerKey]map[int32]uint32
 	// served is each (model, tenant)'s service there as of at (see
-	// TenantLoad.served_tokens).
+	// TenantLoad.served_tokens); rate its request rate there
+	// (TenantLoad.request_rate).
 	served map[peerKey]float64
+	rate   map[peerKey]float64
 	// pending is each model's requests it let go whose route decision
 	// had not come back.
 	pending map[string]uint32
@@ -64,7 +66,8 @@ func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerSta
 
 // applyLocked replaces a replica's state.
 func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
-	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, served: map[peerKey]float64{}, queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
+	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, served: map[peerKey]float64{}, rate: map[peerKey]float64{},
+		queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
 	for i, t := range st.GetTenants() {
 		if i >= maxPeerTenants {
 			break
@@ -73,6 +76,9 @@ func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
 		ps.inflight[k] += t.GetInflightTokens()
 		if v := t.GetServedTokens(); v > 0 && !math.IsInf(v, 1) {
 			ps.served[k] += v
+		}
+		if v := t.GetRequestRate(); v > 0 && !math.IsInf(v, 1) {
+			ps.rate[k] = max(ps.rate[k], v)
 		}
 		ps.pending[k.model] += t.GetPendingRequests()
 		if q := t.GetQueuedRequests(); q > 0 {
@@ -110,6 +116,14 @@ func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 func (p *peerTable) servedLocked(model, tenant string, now time.Time) float64 {
 	var n float64
 	p.liveLocked(now, func(ps *peerState) { n += aged(ps.served[peerKey{model, tenant}], ps.at, now) })
+	return n
+}
+
+// rateLocked is a tenant's request rate for model at the other replicas
+// together.
+func (p *peerTable) rateLocked(model, tenant string, now time.Time) float64 {
+	var n float64
+	p.liveLocked(now, func(ps *peerState) { n += ps.rate[peerKey{model, tenant}] })
 	return n
 }
 
@@ -174,9 +188,9 @@ func (p *peerTable) queuedBelowLocked(model string, prio int32, load float64, qu
 }
 
 // applyPeerLocked takes in another replica's state: its tenants' load,
-// and its tenants as active (seen now) for the models queued here, so that
-// the last rooms are kept for a tenant that sends through another replica
-// too (keptLocked).
+// and its tenants' last requests (seen that long ago) for the models
+// queued here, so that the last rooms are kept for a tenant that sends
+// through another replica too (keptLocked).
 func (a *admission) applyPeerLocked(st *frontendv1.AdmissionState) {
 	now := a.now()
 	a.peers.applyLocked(st, now)
@@ -184,13 +198,19 @@ func (a *admission) applyPeerLocked(st *frontendv1.AdmissionState) {
 		if i >= maxPeerTenants {
 			break
 		}
+		idle := t.GetIdleSeconds()
+		if !(idle >= 0) || idle > activeWindow.Seconds() {
+			continue
+		}
 		if mq := a.models[t.GetModel()]; mq != nil {
-			a.seeLocked(mq, t.GetTenant(), t.GetPriority(), now)
+			a.seeLocked(mq, t.GetTenant(), t.GetPriority(), now.Add(-time.Duration(idle*float64(time.Second))))
 		}
 	}
 }
 
-// stateLocked is this replica's AdmissionState.
+// stateLocked is this replica's AdmissionState: every tenant with
+// requests here in flight or queued, and every tenant whose last request
+// here came within activeWindow.
 func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 	st := &frontendv1.AdmissionState{ReplicaId: replica}
 	now := a.now()
@@ -199,14 +219,38 @@ func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 			if len(st.Tenants) >= maxPeerTenants {
 				return st
 			}
+			rate, idle := a.sentLocked(mq, tenant, now)
 			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: tl.prio,
-				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending, ServedTokens: a.servedLocked(mq, tenant, now)})
+				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending, ServedTokens: a.servedLocked(mq, tenant, now),
+				RequestRate: rate, IdleSeconds: idle})
 			for b, n := range tl.queuedBy {
-				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n})
+				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n, IdleSeconds: idle})
 			}
+		}
+		for tenant, s := range mq.seen {
+			if len(st.Tenants) >= maxPeerTenants {
+				return st
+			}
+			if mq.load[tenant] != nil || s.localAt.IsZero() || now.Sub(s.localAt) > activeWindow {
+				continue
+			}
+			rate, idle := a.sentLocked(mq, tenant, now)
+			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: s.prio,
+				ServedTokens: a.servedLocked(mq, tenant, now), RequestRate: rate, IdleSeconds: idle})
 		}
 	}
 	return st
+}
+
+// sentLocked is tenant's request rate here and the seconds since its last
+// request here (TenantLoad.request_rate, .idle_seconds): the latter past
+// activeWindow when it sent none here lately.
+func (a *admission) sentLocked(mq *modelQueue, tenant string, now time.Time) (rate, idle float64) {
+	s, ok := mq.seen[tenant]
+	if !ok || s.localAt.IsZero() {
+		return 0, math.Inf(1)
+	}
+	return requestRate(s.gaps, s.gapTime), max(now.Sub(s.localAt).Seconds(), 0)
 }
 
 // admissionPeers publishes this replica's state and applies the others'.

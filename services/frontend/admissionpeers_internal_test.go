@@ -244,3 +244,69 @@ func TestAdmissionPeerPending(t *testing.T) {
 		})
 	}
 }
+
+// TestPeersExpected: replicas agree on when a tenant is expected. Tenant b
+// sends at 0.6 a second for 20 s through two replicas in turn (x at 0,
+// 10/3, ..., 20 s; y at 5/3, 5, ..., 55/3 s). Worked by hand (TestRequestRate's
+// terms, d = e^(-1/9) for gaps of 10/3 s): x's 6 gaps weigh
+// (1-d^6)/(1-d) = 4.627042 over 15.423473 s, rate 4.627042/21.937890 =
+// 0.210916; y's 5 gaps 4.053288 over 13.510961 s, rate 0.202408; together
+// 0.413323, expected for ln(100)/0.413323 = 11.142 s after the last
+// request (x's at 20 s), at both replicas, each adding what the other
+// said (TenantLoad.request_rate, .idle_seconds) to its own.
+func TestPeersExpected(t *testing.T) {
+	tests := []struct {
+		name     string
+		after    time.Duration
+		expected bool
+	}{
+		{"11 s after", 11 * time.Second, true},
+		{"11.3 s after", 11300 * time.Millisecond, false},
+		{"at once", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			now := start
+			x, y := newTestAdmission(t, AdmissionConfig{}), newTestAdmission(t, AdmissionConfig{})
+			for i, r := range []*testAdmission{x, y} {
+				r.a.now = func() time.Time { return now }
+				r.a.peers = newPeerTable()
+				r.a.peers.self = fmt.Sprint("r", i)
+			}
+			for i := range 13 {
+				now = start.Add(time.Duration(i) * 5 * time.Second / 3)
+				r := []*testAdmission{x, y}[i%2]
+				r.inflight("b", 20).done()
+			}
+			if want := start.Add(20 * time.Second); !now.Equal(want) {
+				t.Fatalf("last request at %v, want %v", now, want)
+			}
+			now = now.Add(tt.after)
+			x.a.mu.Lock()
+			xs := x.a.stateLocked("r0")
+			x.a.mu.Unlock()
+			y.a.mu.Lock()
+			ys := y.a.stateLocked("r1")
+			y.a.applyPeerLocked(xs)
+			y.a.mu.Unlock()
+			x.a.mu.Lock()
+			x.a.applyPeerLocked(ys)
+			x.a.mu.Unlock()
+			for _, r := range []*testAdmission{x, y} {
+				r.a.mu.Lock()
+				mq := r.a.models["m"]
+				s := mq.seen["b"]
+				rate := requestRate(s.gaps, s.gapTime) + r.a.peers.rateLocked("m", "b", now)
+				got := r.a.expectedLocked(mq, "b", s, now)
+				r.a.mu.Unlock()
+				if math.Abs(rate-0.413323) > 1e-6 {
+					t.Errorf("replica %s: rate %.6f, want 0.413323", r.a.peers.self, rate)
+				}
+				if got != tt.expected {
+					t.Errorf("replica %s: expected %v %v after b's last request, want %v", r.a.peers.self, got, tt.after, tt.expected)
+				}
+			}
+		})
+	}
+}

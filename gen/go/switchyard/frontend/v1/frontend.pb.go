@@ -120,7 +120,23 @@ type TenantLoad struct {
 	// since. The replicas release the backlog of the tenant with the least
 	// of it over every replica first (least attained service over the
 	// queue's recent past).
-	ServedTokens  float64 `protobuf:"fixed64,8,opt,name=served_tokens,json=servedTokens,proto3" json:"served_tokens,omitempty"`
+	ServedTokens float64 `protobuf:"fixed64,8,opt,name=served_tokens,json=servedTokens,proto3" json:"served_tokens,omitempty"`
+	// The tenant's requests a second through the replica, as of its last
+	// request there: the gaps between its requests there, each weighed
+	// e^(-age/30 s) by the time since it ended, counted over their total
+	// time plus 6.5 s (30 s / ln 100), so that a few gaps give a cautious
+	// rate (a longer wait, below); 0 with fewer than two requests lately.
+	// The replicas add the rates up. A tenant's next request is
+	// expected, and the last rooms are kept from a flood for it, until
+	// ln(100)/rate after its last request over every replica (at most
+	// 30 s): a tenant still sending at that rate is silent that long once
+	// in a hundred gaps.
+	RequestRate float64 `protobuf:"fixed64,9,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	// Seconds since the tenant's last request through the replica, at the
+	// time of this message (infinite when the replica knows of none). A
+	// replica lists a tenant for 30 s after its last request there, whether
+	// it has anything in flight or queued there or not.
+	IdleSeconds   float64 `protobuf:"fixed64,10,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +227,20 @@ func (x *TenantLoad) GetServedTokens() float64 {
 	return 0
 }
 
+func (x *TenantLoad) GetRequestRate() float64 {
+	if x != nil {
+		return x.RequestRate
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetIdleSeconds() float64 {
+	if x != nil {
+		return x.IdleSeconds
+	}
+	return 0
+}
+
 var File_switchyard_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
@@ -219,7 +249,7 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x0eAdmissionState\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
-	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\xa5\x02\n" +
+	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\xeb\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
@@ -229,7 +259,10 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x11inflight_requests\x18\x05 \x01(\rR\x10inflightRequests\x12'\n" +
 	"\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequests\x12)\n" +
 	"\x10pending_requests\x18\a \x01(\rR\x0fpendingRequests\x12#\n" +
-	"\rserved_tokens\x18\b \x01(\x01R\fservedTokensB\xf4\x01\n" +
+	"\rserved_tokens\x18\b \x01(\x01R\fservedTokens\x12!\n" +
+	"\frequest_rate\x18\t \x01(\x01R\vrequestRate\x12!\n" +
+	"\fidle_seconds\x18\n" +
+	" \x01(\x01R\vidleSecondsB\xf4\x01\n" +
 	"\x1acom.switchyard.frontend.v1B\rFrontendProtoP\x01ZMgithub.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1;frontendv1\xa2\x02\x03SFX\xaa\x02\x16Switchyard.Frontend.V1\xca\x02\x16Switchyard\\Frontend\\V1\xe2\x02\"Switchyard\\Frontend\\V1\\GPBMetadata\xea\x02\x18Switchyard::Frontend::V1b\x06proto3"
 
 var (

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/frontend/v1/frontend.proto.
  */
 export const file_switchyard_frontend_v1_frontend: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCK7AQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNEhUKDXNlcnZlZF90b2tlbnMYCCABKAFiBnByb3RvMw");
+  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCLnAQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNEhUKDXNlcnZlZF90b2tlbnMYCCABKAESFAoMcmVxdWVzdF9yYXRlGAkgASgBEhQKDGlkbGVfc2Vjb25kcxgKIAEoAWIGcHJvdG8z");
 
 /**
  * AdmissionState is what one frontend replica tells the others about its
@@ -127,6 +127,32 @@ export type TenantLoad = Message<"switchyard.frontend.v1.TenantLoad"> & {
    * @generated from field: double served_tokens = 8;
    */
   servedTokens: number;
+
+  /**
+   * The tenant's requests a second through the replica, as of its last
+   * request there: the gaps between its requests there, each weighed
+   * e^(-age/30 s) by the time since it ended, counted over their total
+   * time plus 6.5 s (30 s / ln 100), so that a few gaps give a cautious
+   * rate (a longer wait, below); 0 with fewer than two requests lately.
+   * The replicas add the rates up. A tenant's next request is
+   * expected, and the last rooms are kept from a flood for it, until
+   * ln(100)/rate after its last request over every replica (at most
+   * 30 s): a tenant still sending at that rate is silent that long once
+   * in a hundred gaps.
+   *
+   * @generated from field: double request_rate = 9;
+   */
+  requestRate: number;
+
+  /**
+   * Seconds since the tenant's last request through the replica, at the
+   * time of this message (infinite when the replica knows of none). A
+   * replica lists a tenant for 30 s after its last request there, whether
+   * it has anything in flight or queued there or not.
+   *
+   * @generated from field: double idle_seconds = 10;
+   */
+  idleSeconds: number;
 };
 
 /**
