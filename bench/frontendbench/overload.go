@@ -268,6 +268,12 @@ type FlowResult struct {
 	// to the flow's last completion: what the fleet gave the flow,
 	// which for a flood is at most the fleet's capacity.
 	Served float64
+	// Drained is the completed requests per second after the flows
+	// stopped sending, from then to the flow's last completion (0: none
+	// completed after): what a flood's queue drained at once no other
+	// flow was sending.
+	Drained float64
+	drained int
 }
 
 // PromptWords is the length of every request's prompt in words (about a
@@ -315,6 +321,10 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 						r.Completed++
 						r.TTFT = append(r.TTFT, ttft)
 						r.Served = float64(r.Completed) / time.Since(start).Seconds()
+						if since := time.Since(start) - d; since > 0 {
+							r.drained++
+							r.Drained = float64(r.drained) / since.Seconds()
+						}
 					case "shed", "shed-timeout":
 						r.Shed++
 						r.RetryAfter = append(r.RetryAfter, retry)

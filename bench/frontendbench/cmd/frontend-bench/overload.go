@@ -144,6 +144,7 @@ func runOverload(o overloadOptions) error {
 				under[scen+" "+on+" B"] = append(under[scen+" "+on+" B"], frontendbench.P(rs[1].TTFT, 90))
 				served[scen+" "+on+" A"] = append(served[scen+" "+on+" A"], rs[0].Served)
 				served[scen+" "+on+" B"] = append(served[scen+" "+on+" B"], rs[1].Served)
+				served[scen+" "+on+" A drained"] = append(served[scen+" "+on+" A drained"], rs[0].Drained)
 				pooled[scen+" "+on+" B"] = append(pooled[scen+" "+on+" B"], rs[1].TTFT...)
 				if frontends == 1 {
 					low := frontendbench.Flow{Name: "low", Tenant: frontendbench.FloodTenant, Rate: 3 * capacity, Frontends: []int{0}}
@@ -158,6 +159,7 @@ func runOverload(o overloadOptions) error {
 					rs = env.RunFlows(ctx, alone, o.duration, grace)
 					row("flood alone", on, alone, rs, env)
 					served["flood alone "+on+" A"] = append(served["flood alone "+on+" A"], rs[0].Served)
+					served["flood alone "+on+" A drained"] = append(served["flood alone "+on+" A drained"], rs[0].Drained)
 				}
 				env.Close()
 			}
@@ -226,6 +228,8 @@ func runOverload(o overloadOptions) error {
 	fmt.Printf("served req/s (runs' least..largest), admission on: A alone %s; beside B, 1 frontend: A %s, B %s; 2 frontends: A %s, B %s\n",
 		spreadRate(served["flood alone on A"]), spreadRate(served["tenants on A"]), spreadRate(served["tenants on B"]),
 		spreadRate(served["tenants, 2 frontends on A"]), spreadRate(served["tenants, 2 frontends on B"]))
+	fmt.Printf("  A's queue drained at (req/s once the flows stopped sending), admission on: alone %s; beside B, 1 frontend %s, 2 frontends %s\n",
+		spreadRate(served["flood alone on A drained"]), spreadRate(served["tenants on A drained"]), spreadRate(served["tenants, 2 frontends on A drained"]))
 	arrivals := "evenly spaced"
 	if o.seed != 0 {
 		arrivals = fmt.Sprintf("Poisson arrivals and prompts of --overload-seed %d, run r's of seed %d+r", o.seed, o.seed)
