@@ -24,7 +24,7 @@ func main() {
 	var o overloadOptions
 	flag.IntVar(&o.workers, "overload-workers", 2, "--overload: mockers")
 	flag.Float64Var(&o.speedup, "overload-speedup", 0.05, "--overload: the mockers' --speedup-ratio (below 1: slower than the H100 they model, so that the simulated engines, not this machine's CPU, are what saturates)")
-	flag.DurationVar(&o.threshold, "overload-ttft-threshold", 0, "--overload: the router's --queue-ttft-threshold, this fleet's TTFT objective (0: 1.5x the idle TTFT p90 measured first, the goals' own objective)")
+	flag.DurationVar(&o.threshold, "overload-ttft-threshold", 0, "--overload: the router's --queue-ttft-threshold, this fleet's TTFT objective (0: 1.5x the lower of the idle flows' TTFT p90s measured first, the goals' own objective)")
 	flag.IntVar(&o.runs, "overload-runs", 1, "--overload: how many times each flooded scenario runs, each on a stack of its own (the goals give the median run and the spread)")
 	flag.Uint64Var(&o.seed, "overload-seed", 0, "--overload: 0 sends every flow evenly spaced; another value sends each as a Poisson process at its rate, arrivals and prompts drawn from this seed (run r of a scenario: this seed + r)")
 	flag.DurationVar(&o.duration, "overload-duration", 20*time.Second, "--overload: how long each flow sends")

@@ -111,8 +111,17 @@ func runOverload(o overloadOptions) error {
 	if o.threshold == 0 {
 		// The fleet's objective, as an operator would set it from the
 		// goals: the TTFT p90 a request may have under load, half as long
-		// again as an idle request's p90.
-		o.threshold = idle["B"] * 3 / 2
+		// again as an idle request's p90. The goals are each flow's own
+		// (B's, the high band's), and one threshold serves both: the
+		// lower, or the router would let the other flow's requests be
+		// predicted past its goal (with Poisson arrivals B's idle p90 is
+		// its own bursts queueing on the idle fleet, longer than the
+		// high band's at half the rate).
+		lowest := idle["B"]
+		if h := idle["high"]; h > 0 && (lowest == 0 || h < lowest) {
+			lowest = h
+		}
+		o.threshold = lowest * 3 / 2
 	}
 	// under are the TTFT p90 under the floods, a list of the runs' each.
 	under := map[string][]time.Duration{}
