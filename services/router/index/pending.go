@@ -455,14 +455,13 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 			continue
 		}
 		if n != m.pos {
-			found := false
-			for _, x := range memos {
-				if x.pos == n {
-					m, found = x, true
-					break
-				}
+			k := 0
+			for k < len(memos) && memos[k].pos != n {
+				k++
 			}
-			if !found {
+			if k < len(memos) {
+				m = memos[k]
+			} else {
 				from, won := len(p.covers), len(p.on)
 				p.covers = p.coversLocked(p.covers, hashes, n)
 				for _, c := range p.covers[from:] {
@@ -475,6 +474,9 @@ func (p *Pending) ExtendAll(workers []WorkerID, hashes []uint64, overlaps []int)
 					memos = append(memos, m)
 				}
 			}
+		}
+		if m.won == m.wto {
+			continue // nothing predicted here: most workers
 		}
 		for _, o := range p.on[m.won:m.wto] {
 			if o.w == w {
@@ -512,7 +514,7 @@ func (p *Pending) Len() int {
 func (p *Pending) AppendWorkersOn(dst []WorkerID, hashes []uint64, at int) []WorkerID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.emptyLocked() {
+	if p.emptyLocked() || at < 0 || at >= len(hashes) {
 		return dst
 	}
 	from := len(dst)
