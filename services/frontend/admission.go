@@ -274,6 +274,10 @@ type admission struct {
 	peers *peerTable
 	// changed wakes the publisher of this replica's state (nil: none).
 	changed chan struct{}
+	// published is what this replica last published of its tenants'
+	// queued requests, by (model, tenant) and band: what the others hold
+	// of it (see peerTable.queuedBelowLocked).
+	published map[peerKey]map[int32]uint32
 }
 
 // modelQueue is one model's admission state.
@@ -1230,7 +1234,7 @@ func (a *admission) nextLocked(mq *modelQueue, holdBack bool) *waiter {
 			best, bestLoad = w, load
 		}
 	}
-	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq, now), now) {
+	if best != nil && holdBack && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.publishedFromLocked(mq.name, best.tenant, b.prio), a.localAttained(mq, now), now) {
 		return nil
 	}
 	return best
@@ -1263,7 +1267,7 @@ func (a *admission) nextUnbackloggedLocked(mq *modelQueue, b *band) *waiter {
 	}
 	// Held back, as nextLocked holds back, for a tenant another replica
 	// queues with less in flight: that replica releases it on this room.
-	if best != nil && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.queuedFromLocked(mq, best.tenant, b.prio), a.localAttained(mq, now), now) {
+	if best != nil && a.peers != nil && a.peers.queuedBelowLocked(mq.name, b.prio, bestLoad, a.publishedFromLocked(mq.name, best.tenant, b.prio), a.localAttained(mq, now), now) {
 		return nil
 	}
 	return best
@@ -1289,20 +1293,6 @@ func (a *admission) inflightFleetLocked(mq *modelQueue, tenant string) uint64 {
 	}
 	if a.peers != nil {
 		n += a.peers.inflightLocked(mq.name, tenant, a.now())
-	}
-	return n
-}
-
-// queuedFromLocked is how many requests tenant queues here in band prio
-// and above.
-func (a *admission) queuedFromLocked(mq *modelQueue, tenant string, prio int32) uint32 {
-	var n uint32
-	if tl := mq.load[tenant]; tl != nil {
-		for b, c := range tl.queuedBy {
-			if b >= prio {
-				n += c
-			}
-		}
 	}
 	return n
 }

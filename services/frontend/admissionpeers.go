@@ -153,10 +153,15 @@ func (p *peerTable) pendingLocked(model string, now time.Time) uint32 {
 // load: that tenant is owed the capacity before the one of load. Every
 // replica hears the same word of room, so on a tie (as much service: the
 // same tenant queued at both, say; sums of the replicas' shares in another
-// order than load's count as the same) one of them goes: the one queueing more of it in band prio or above
-// (queued is this replica's count), then the one of the lower id. Were
+// order than load's count as the same) one of them goes: the one queueing
+// more of it in band prio or above, then the one of the lower id. Were
 // both to go, one request would go past the threshold at every room; the
-// longer queue going first keeps both queues moving.
+// longer queue going first keeps both queues moving. The counts compared
+// are the ones each replica last published (queued is this replica's,
+// admission.publishedFromLocked), which both replicas hold alike: a
+// replica's count now against the other's as last heard would let both
+// go whenever each queued more since it last said, as a flood's arrivals
+// at both do between two messages.
 func (p *peerTable) queuedBelowLocked(model string, prio int32, load float64, queued uint32, local func(string) float64, now time.Time) bool {
 	found := false
 	p.liveLocked(now, func(ps *peerState) {
@@ -242,6 +247,33 @@ func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 	return st
 }
 
+// queuedOf is what st says each (model, tenant) queues, by band.
+func queuedOf(st *frontendv1.AdmissionState) map[peerKey]map[int32]uint32 {
+	q := map[peerKey]map[int32]uint32{}
+	for _, t := range st.GetTenants() {
+		if n := t.GetQueuedRequests(); n > 0 {
+			k := peerKey{t.GetModel(), t.GetTenant()}
+			if q[k] == nil {
+				q[k] = map[int32]uint32{}
+			}
+			q[k][t.GetPriority()] += n
+		}
+	}
+	return q
+}
+
+// publishedFromLocked is how many requests of model tenant queues here in
+// band prio and above, as this replica last published.
+func (a *admission) publishedFromLocked(model, tenant string, prio int32) uint32 {
+	var n uint32
+	for b, c := range a.published[peerKey{model, tenant}] {
+		if b >= prio {
+			n += c
+		}
+	}
+	return n
+}
+
 // sentLocked is tenant's request rate here and the seconds since its last
 // request here (TenantLoad.request_rate, .idle_seconds): the latter past
 // activeWindow when it sent none here lately.
@@ -302,6 +334,7 @@ func (p *admissionPeers) publish(ctx context.Context) {
 		}
 		p.a.mu.Lock()
 		st := p.a.stateLocked(p.replica)
+		p.a.published = queuedOf(st)
 		p.a.mu.Unlock()
 		empty = len(st.Tenants) == 0
 		ev, err := eventbusclient.NewEvent(p.subject, st)

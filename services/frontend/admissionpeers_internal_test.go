@@ -310,3 +310,49 @@ func TestPeersExpected(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionReplicasTakeTurnsOnStaleCounts: tenant A queues at two
+// replicas, each having said one queued; since, one queued two more and
+// the other one more, unsaid. On a word of room for two that both hear,
+// the two requests go from one replica only: both compare the counts they
+// last said (one each: a tie, the lower id goes). Compared with its count
+// now, each would find its own queue the longer and both would go: four
+// requests on room for two.
+func TestAdmissionReplicasTakeTurnsOnStaleCounts(t *testing.T) {
+	now := time.Unix(1000, 0)
+	x, y := newTestAdmission(t, AdmissionConfig{}), newTestAdmission(t, AdmissionConfig{})
+	for i, r := range []*testAdmission{x, y} {
+		r.a.now = func() time.Time { return now }
+		r.a.peers = newPeerTable()
+		r.a.peers.self = fmt.Sprint("r", i)
+		// Something in flight, so that neither sends a probe.
+		r.decide(r.inflight("A", 100), true)
+	}
+	ctx := context.Background()
+	x.queue(ctx, "x-A1", "A", 0, 100, 10)
+	y.queue(ctx, "y-A1", "A", 0, 100, 10)
+	publish := func(r *testAdmission) *frontendv1.AdmissionState {
+		r.a.mu.Lock()
+		defer r.a.mu.Unlock()
+		st := r.a.stateLocked(r.a.peers.self)
+		r.a.published = queuedOf(st)
+		return st
+	}
+	xs, ys := publish(x), publish(y)
+	x.a.mu.Lock()
+	x.a.applyPeerLocked(ys)
+	x.a.mu.Unlock()
+	y.a.mu.Lock()
+	y.a.applyPeerLocked(xs)
+	y.a.mu.Unlock()
+	x.queue(ctx, "x-A2", "A", 0, 100, 10)
+	x.queue(ctx, "x-A3", "A", 0, 100, 10)
+	y.queue(ctx, "y-A2", "A", 0, 100, 10)
+	for _, r := range []*testAdmission{x, y} {
+		r.a.watchedRoom("m", false, 2)
+	}
+	released := 5 - x.depth() - y.depth()
+	if released != 2 || x.depth() != 1 || y.depth() != 2 {
+		t.Fatalf("released %d on room for 2 (x queues %d of 3, y %d of 2), want 2, both from x (the lower id)", released, x.depth(), y.depth())
+	}
+}
