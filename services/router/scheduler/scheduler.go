@@ -8,7 +8,7 @@
 //	ttft(w)  = the same with this request's tokens not cached on w added
 //	work(w)  = ttft(w) - ahead(w): the time w spends on this request before its first token
 //	cost(w)  = ttft(w) + rate * work(w) * (ahead(w) + work(w)/2) - seed(w)
-//	         + decoding(w) * (the prefill time this request adds to w's steps)
+//	         + (decoding(w) + waiting(w)) * (the prefill time this request adds to w's steps)
 //
 // The prefill is computed in steps of the worker's token budget less one
 // token per decoding request, each step paying the model's per-step
@@ -55,7 +55,10 @@
 // the copy's worth.
 // The last line is what the request's prefill costs the requests decoding
 // on w: each waits for every step that computes part of the prompt, so
-// each of their next tokens comes that much later (DecodeStall). All three
+// each of their next tokens comes that much later (DecodeStall); those
+// waiting for their first token on w are served in the same steps (they
+// decode by then, or end their prompt in the step this request's first
+// tokens share) and wait as long. All three
 // are milliseconds of some request's wait, counted once: the cost is the
 // total wait the choice causes.
 //
