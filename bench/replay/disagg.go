@@ -5,7 +5,6 @@ import (
 
 	commonv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/common/v1"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
-	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 )
 
@@ -20,13 +19,19 @@ import (
 //     with other prompts, and the step that computes the last one gives
 //     the first token and holds the blocks;
 //   - the router hears of the handoff (PrefillDone, as the frontend's
-//     MarkPrefillComplete), and the blocks the decode engine does not
-//     cache move over the link: blocks x block size x bytes per token x 8
-//     / Gb/s (the mocker's decode worker waits as long);
-//   - then the prefill engine frees its held blocks and the decode engine
-//     takes the request as arrived KV (simengine.Request.Arrived, starting
-//     from the relayed first token): it computes only what a cached
-//     prompt always computes (its last block) and decodes.
+//     MarkPrefillComplete), and the decode engine takes the request as
+//     arrived KV (simengine.Request.Arrived, starting from the relayed
+//     first token), which waits for admission there like any request;
+//   - once admitted, into blocks allocated for it, the decode engine
+//     pulls the blocks it does not cache over the link: blocks x block
+//     size x bytes per token x 8 / Gb/s, holding its blocks (not a running
+//     slot) meanwhile (simengine.Request.PullPerBlock), as vLLM's decode
+//     worker reads the remote KV once its scheduler has allocated the
+//     blocks;
+//   - the prefill engine frees its held blocks at the end of the decode
+//     engine's step in which the pull ended (with a free link, at the
+//     handoff), and the decode engine computes only what a cached prompt
+//     always computes (its last block) and decodes.
 //
 // In the aggregated modes a prompt's chunks share engine steps with the
 // decodes running there, and every such step lasts the prefill's time
@@ -39,6 +44,9 @@ import (
 type disaggState struct {
 	// pairs counts the requests routed as pairs.
 	pairs uint64
+	// pulls are the prefill engines holding the KV of the decode legs
+	// not yet pulled, by request id.
+	pulls map[string]*simEngine
 	// hitBlocks and queriedBlocks are the prompts' cached and full
 	// blocks where each prompt was computed (the prefill leg's engine,
 	// or the decode engine of a whole request).
@@ -108,35 +116,59 @@ func (s *sim) startPair(n int, id string, me int, resp *routerv1.RouteResponse, 
 	}
 }
 
-// handoff ends a pair's prefill leg on pre: the router hears of it, the
-// blocks the decode engine lacks move, and then the decode leg starts.
+// handoff ends a pair's prefill leg on pre: the router hears of it, and
+// the decode leg goes to its engine, which pulls the KV once it admits it
+// (see pulled).
 func (s *sim) handoff(pre *simEngine, in *inflight, o simengine.Output, owner router) {
 	id, p, bs := o.RequestID, in.pair, s.cfg.Engine.BlockSize
 	owner.PrefillDone(id)
 	in.handedOff = true
 	s.disagg.hitBlocks += uint64(o.Usage.CachedPromptTokens / bs)
 	s.disagg.queriedBlocks += uint64(o.Usage.PromptTokens / bs)
-	blocks := (len(p.prompt) + bs - 1) / bs
-	cached := p.decode.e.CachedPrefix(kvhash.Hashes(p.prompt, bs, nil))
 	first := o.Tokens[0]
-	s.at(s.cfg.transferTime(blocks-cached), func() {
-		_, _ = pre.e.Release(id)
-		if !pre.busy && !pre.e.Idle() {
-			s.step(pre) // the freed blocks may admit what waited for them
+	in.pair = nil
+	perBlock := s.cfg.transferTime(1)
+	if perBlock == 0 {
+		// A free link: the KV is there at once.
+		s.release(pre, id)
+	} else {
+		s.disagg.pulls[id] = pre
+	}
+	err := p.decode.e.Add(simengine.Request{ID: id, Prompt: p.prompt, MaxTokens: p.output, Seed: p.seed, Arrived: true, FirstToken: &first,
+		PullPerBlock: perBlock})
+	if err != nil {
+		if pre := s.disagg.pulls[id]; pre != nil {
+			delete(s.disagg.pulls, id)
+			s.release(pre, id)
 		}
-		in.pair = nil
-		err := p.decode.e.Add(simengine.Request{ID: id, Prompt: p.prompt, MaxTokens: p.output, Seed: p.seed, Arrived: true, FirstToken: &first})
-		if err != nil {
-			owner.Free(id)
-			delete(s.reqs, id)
-			delete(s.owner, id)
-			s.reject(err)
-			return
+		owner.Free(id)
+		delete(s.reqs, id)
+		delete(s.owner, id)
+		s.reject(err)
+		return
+	}
+	if !p.decode.busy {
+		s.step(p.decode)
+	}
+}
+
+// pulled frees the prefill engines' blocks held for the decode legs whose
+// KV a decode engine's step has pulled.
+func (s *sim) pulled(ids []string) {
+	for _, id := range ids {
+		if pre := s.disagg.pulls[id]; pre != nil {
+			delete(s.disagg.pulls, id)
+			s.release(pre, id)
 		}
-		if !p.decode.busy {
-			s.step(p.decode)
-		}
-	})
+	}
+}
+
+// release frees the blocks pre holds for request id's handoff.
+func (s *sim) release(pre *simEngine, id string) {
+	_, _ = pre.e.Release(id)
+	if !pre.busy && !pre.e.Idle() {
+		s.step(pre) // the freed blocks may admit what waited for them
+	}
 }
 
 // firstOutput counts a whole request's prefix reuse at its first token

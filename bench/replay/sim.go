@@ -497,7 +497,7 @@ func run(trace []Request, cfg Config, mode string, record bool) (Result, []Reque
 		if cfg.Workers < 2 {
 			return Result{}, nil, fmt.Errorf("replay: mode %s needs at least 2 workers, one per pool", mode)
 		}
-		s.disagg = &disaggState{}
+		s.disagg = &disaggState{pulls: map[string]*simEngine{}}
 		s.res.PrefillWorkers, s.res.DecodeWorkers = cfg.split()
 	}
 	var ins []registryclient.Change[*registryv1.Instance]
@@ -876,6 +876,9 @@ func (s *sim) stepped(w *simEngine, res simengine.StepResult) {
 			s.left--
 			s.last = s.now
 		}
+	}
+	if len(res.Pulled) > 0 {
+		s.pulled(res.Pulled)
 	}
 	if len(res.Events) > 0 {
 		b, err := simengine.BatchProto(w.id, w.rank, res.Events)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 )
@@ -254,4 +255,148 @@ func TestArrivedKVWaitsForRoom(t *testing.T) {
 			t.Fatalf("the leg's block %#x was stored before it was admitted (its KV is not the engine's until then)", b.Sequence)
 		}
 	}
+}
+
+// TestArrivedKVPulledAfterAdmission: an arrived prompt's KV is pulled once
+// the engine admits it, into the blocks allocated for it: the transfer of
+// the blocks it lacks (PullPerBlock each) passes with the engine's steps,
+// the request computes nothing meanwhile, its blocks are stored when the
+// pull ends (StepResult.Pulled), and then it computes its last block and
+// gives the relayed first token. Blocks of 4 tokens; a 40-token prompt
+// arrives as 9 blocks (its last block is computed) at 10 ms a block.
+func TestArrivedKVPulledAfterAdmission(t *testing.T) {
+	const perBlock = 10 * time.Millisecond
+	first := uint32(7)
+	leg := Request{ID: "d", Prompt: prompt(5000, 40), MaxTokens: 2, Arrived: true, FirstToken: &first, PullPerBlock: perBlock}
+	t.Run("alone", func(t *testing.T) {
+		e := newEngine(t, func(c *Config) { c.SpeedupRatio = 1 })
+		if err := e.Add(leg); err != nil {
+			t.Fatal(err)
+		}
+		// The first step admits it and lasts the pull: 9 blocks x 10 ms.
+		res := e.Step()
+		if !slices.Equal(res.Admitted, []string{"d"}) || !slices.Equal(res.Pulled, []string{"d"}) || len(res.Chunks) != 0 || len(res.Outputs) != 0 {
+			t.Fatalf("first step: admitted %v, pulled %v, chunks %v, outputs %v; want d admitted and pulled, nothing computed",
+				res.Admitted, res.Pulled, res.Chunks, res.Outputs)
+		}
+		if res.Duration != 9*perBlock {
+			t.Errorf("first step lasted %v, want the pull's %v", res.Duration, 9*perBlock)
+		}
+		stored := 0
+		for _, ev := range res.Events {
+			if ev.Kind == EventStored {
+				stored += len(ev.Blocks)
+			}
+		}
+		if stored != 9 {
+			t.Errorf("%d blocks stored when the pull ended, want the 9 that arrived", stored)
+		}
+		// Then its last block (4 tokens) and the relayed token.
+		res = e.Step()
+		if len(res.Chunks) != 1 || res.Chunks[0].Tokens != 4 || len(res.Outputs) != 1 || res.Outputs[0].Tokens[0] != first {
+			t.Fatalf("second step: chunks %v, outputs %v; want 4 tokens computed and token %d", res.Chunks, res.Outputs, first)
+		}
+		// 4 tokens after 36 of their own: attention 4 x (2 x 36 + 4).
+		if want := stepTime(4, 4*(2*36+4), false, 0, 1); res.Duration != want {
+			t.Errorf("second step lasted %v, want %v (4 prompt tokens alone)", res.Duration, want)
+		}
+	})
+	t.Run("beside a running request", func(t *testing.T) {
+		// 64 blocks: "run" (212 tokens, 53 blocks, growing to 63) and the
+		// leg's 10 fill 63. While the leg pulls, "run" needs a block
+		// that is not there: it is preempted itself, the pulling leg is
+		// not (vLLM keeps a request waiting for remote KV out of the
+		// running batch).
+		e := newEngine(t, func(c *Config) { c.SpeedupRatio = 1 })
+		if err := e.Add(Request{ID: "run", Prompt: prompt(1000, 212), MaxTokens: 40}); err != nil {
+			t.Fatal(err)
+		}
+		e.Step()
+		slow := leg
+		slow.PullPerBlock = 100 * time.Millisecond
+		if err := e.Add(slow); err != nil {
+			t.Fatal(err)
+		}
+		var elapsed, pulledAt time.Duration
+		preempted, computed := 0, 0
+		for steps := 0; !e.Idle(); steps++ {
+			if steps == 200 {
+				t.Fatal("engine not idle after 200 steps")
+			}
+			res := e.Step()
+			elapsed += res.Duration
+			for _, c := range res.Chunks {
+				if c.RequestID == "d" {
+					if pulledAt == 0 {
+						t.Fatalf("the leg computed %d tokens before its pull ended", c.Tokens)
+					}
+					computed += c.Tokens
+				}
+			}
+			if pulledAt == 0 {
+				preempted += res.Preempted
+			}
+			if slices.Contains(res.Pulled, "d") {
+				pulledAt = elapsed
+			}
+		}
+		if pulledAt < 9*slow.PullPerBlock {
+			t.Errorf("the pull ended after %v of steps, want at least %v", pulledAt, 9*slow.PullPerBlock)
+		}
+		if preempted == 0 {
+			t.Error("the running request was never preempted while the leg pulled: the test does not test it")
+		}
+		if computed != 4 {
+			t.Errorf("the leg computed %d prompt tokens; want 4 (its last block), the rest arrived", computed)
+		}
+	})
+	t.Run("slots", func(t *testing.T) {
+		// Two running slots: "run" holds one, the leg is admitted into
+		// the other but leaves it free while it pulls, so "x", added
+		// then, takes it; pulled, the leg waits for a slot until "run"
+		// or "x" ends (both decode 300 tokens, longer than the pull).
+		e := newEngine(t, func(c *Config) { c.SpeedupRatio, c.MaxNumSeqs, c.NumGPUBlocks = 1, 2, 512 })
+		if err := e.Add(Request{ID: "run", Prompt: prompt(1000, 20), MaxTokens: 300}); err != nil {
+			t.Fatal(err)
+		}
+		e.Step()
+		slow := leg
+		slow.PullPerBlock = 100 * time.Millisecond
+		if err := e.Add(slow); err != nil {
+			t.Fatal(err)
+		}
+		if res := e.Step(); !slices.Equal(res.Admitted, []string{"d"}) {
+			t.Fatalf("admitted %v, want the leg (a slot was free)", res.Admitted)
+		}
+		if err := e.Add(Request{ID: "x", Prompt: prompt(9000, 8), MaxTokens: 300}); err != nil {
+			t.Fatal(err)
+		}
+		pulled, ended, ran := -1, -1, -1
+		for steps := 0; !e.Idle() && ran < 0; steps++ {
+			if steps == 1000 {
+				t.Fatal("the leg never ran")
+			}
+			res := e.Step()
+			if steps == 0 && !slices.Equal(res.Admitted, []string{"x"}) {
+				t.Fatalf("admitted %v while the leg pulled, want x (the leg holds no slot then)", res.Admitted)
+			}
+			for _, c := range res.Chunks {
+				if c.RequestID == "d" {
+					ran = steps
+				}
+			}
+			for _, o := range res.Outputs {
+				if o.Finish != FinishNone && ended < 0 {
+					ended = steps
+				}
+			}
+			if slices.Contains(res.Pulled, "d") {
+				pulled = steps
+			}
+		}
+		if pulled < 0 || ended < pulled || ran != ended+1 {
+			t.Errorf("pulled at step %d, first end at %d, the leg ran at %d; want it to run in the step after the first end, past its pull",
+				pulled, ended, ran)
+		}
+	})
 }

@@ -124,6 +124,21 @@ type Request struct {
 	// always computes (its last block). Usage counts as cached only the
 	// prefix the engine held before the arrival.
 	Arrived bool
+	// PullLatency and PullPerBlock time an arrived prompt's transfer when
+	// the engine pulls it: once the request is admitted, into the blocks
+	// allocated for it, the arrived blocks take PullLatency plus
+	// PullPerBlock each to come in, while the request holds its blocks and
+	// computes nothing (StepResult.Pulled says when they are in); then it
+	// runs once a running slot is free. This is the order of vLLM's decode
+	// worker, which starts reading the remote KV once its scheduler has
+	// allocated the blocks (with a running slot free then, which the
+	// request does not take while its KV comes in: it waits outside the
+	// running batch), and of SGLang's, which pre-allocates before the
+	// transfer.
+	// Both zero: the KV is in at admission (a caller that waited for the
+	// transfer before Add). Durations of the link, not of compute: the
+	// speed-up ratio does not divide them.
+	PullLatency, PullPerBlock time.Duration
 	// Salt is the request's cache salt (empty: none): its blocks are
 	// named by kvhash.SaltedHashes, so that it reuses only blocks cached
 	// under the same salt, and publishes its own under salted hashes.
@@ -230,6 +245,11 @@ type StepResult struct {
 	// prefill, in the order it scheduled them; their tokens add up to
 	// PrefillTokens. A caller can tell whose prompt made a step long.
 	Chunks []Chunk
+	// Pulled are the requests whose pull of arrived KV (Request.PullLatency,
+	// PullPerBlock) ended in the step: the sender may free what it held
+	// for them. A request pulling is never preempted; one cancelled
+	// before its pull ends is not listed.
+	Pulled []string
 }
 
 // Chunk is one request's prompt tokens computed in a step.
@@ -354,6 +374,14 @@ type request struct {
 	// still runs (its wait for the link included): until it ends the
 	// request holds its blocks and computes nothing (see hostTier).
 	loading time.Duration
+	// pulling is how long the pull of its arrived KV still runs (see
+	// Request.PullLatency): until it ends the request holds its blocks
+	// and computes nothing. pullLatency and pullPerBlock are the
+	// request's.
+	pulling                   time.Duration
+	pullLatency, pullPerBlock time.Duration
+	// parked: its pull has ended and it waits for a running slot.
+	parked bool
 	// lora is Request.LoRA.
 	lora string
 }
@@ -480,6 +508,7 @@ func (e *Engine) Add(r Request) error {
 	}
 	q.hashes = q.hasher.Append(tokens, make([]kvhash.Block, 0, cap(tokens)/bs))
 	q.arrived = r.Arrived
+	q.pullLatency, q.pullPerBlock = r.PullLatency, r.PullPerBlock
 	e.requests[r.ID] = q
 	e.waiting = append(e.waiting, q)
 	e.stats.Requests++
@@ -598,12 +627,29 @@ func (e *Engine) Step() StepResult {
 	// attend to its own sequence's tokens before them (Timing).
 	var attn float64
 
+	// A request whose KV is being pulled, or pulled and waiting for a
+	// running slot, holds its blocks outside the running batch (vLLM
+	// keeps it in its waiting queue): the batch's slots are the others'.
+	// Pulled ones take the slots free, in admission order.
+	active := 0
+	for _, r := range e.running {
+		if r.pulling == 0 && !r.parked {
+			active++
+		}
+	}
+	for _, r := range e.running {
+		if r.parked && active < e.cfg.MaxNumSeqs {
+			r.parked = false
+			active++
+		}
+	}
+
 	// Running requests first, in admission order; victims of preemption
 	// come from the end, which has not been scheduled yet.
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
-		if r.loading > 0 {
-			continue // its prefix is still being copied from host
+		if r.loading > 0 || r.pulling > 0 || r.parked {
+			continue // copying its prefix from host, pulling, or waiting for a slot
 		}
 		n := min(len(r.tokens)-r.computed, budget)
 		if !e.allocate(r, n) {
@@ -627,7 +673,7 @@ func (e *Engine) Step() StepResult {
 	// request whose adapter has no slot this step is passed over, as vLLM
 	// does, and keeps its place.
 	var loads int
-	for i := 0; res.Preempted == 0 && i < len(e.waiting) && len(e.running) < e.cfg.MaxNumSeqs && budget > 0; {
+	for i := 0; res.Preempted == 0 && i < len(e.waiting) && active < e.cfg.MaxNumSeqs && budget > 0; {
 		r := e.waiting[i]
 		if r.lora != "" && !e.loraFits(r.lora) {
 			i++
@@ -650,9 +696,12 @@ func (e *Engine) Step() StepResult {
 			e.waiting = slices.Delete(e.waiting, i, i+1)
 		}
 		e.running = append(e.running, r)
-		if r.loading > 0 {
-			// Its copy from host runs beside this step: its chunk is
-			// computed once the copy is done.
+		if r.pulling == 0 {
+			active++
+		}
+		if r.loading > 0 || r.pulling > 0 {
+			// Its copy from host or its pull runs beside this step: its
+			// chunk is computed once that is done.
 			continue
 		}
 		r.scheduled = n
@@ -721,6 +770,7 @@ func (e *Engine) Step() StepResult {
 		res.LoraLoads = loads
 		e.stats.LoraLoads += uint64(loads)
 	}
+	e.pull(&res, prefill == 0 && decode == 0)
 	e.copyFromHost(&res)
 	res.PrefillTokens, res.DecodeTokens = prefill, decode
 	res.Events = e.takeEvents()
@@ -729,6 +779,42 @@ func (e *Engine) Step() StepResult {
 	e.stats.Preemptions += uint64(res.Preempted)
 	e.stats.Elapsed += res.Duration
 	return res
+}
+
+// pull lets the step's time pass for the pulls of arrived KV: a request
+// whose pull ends with the step has its arrived blocks stored then and
+// computes from the next step. A step that computed nothing (idle) while
+// pulls run lasts until the first ends (or a copy from host does, see
+// copyFromHost).
+func (e *Engine) pull(res *StepResult, idle bool) {
+	first := time.Duration(-1)
+	for _, r := range e.running {
+		if r.pulling > 0 && (first < 0 || r.pulling < first) {
+			first = r.pulling
+		}
+	}
+	if first < 0 {
+		return
+	}
+	if idle && res.Duration == 0 {
+		res.Duration = first
+		for _, r := range e.running {
+			if r.loading > 0 {
+				res.Duration = min(res.Duration, r.loading)
+			}
+		}
+	}
+	for _, r := range e.running {
+		if r.pulling <= 0 {
+			continue
+		}
+		r.pulling = max(r.pulling-res.Duration, 0)
+		if r.pulling == 0 {
+			e.registerFull(r)
+			r.parked = true // it runs once a slot is free (Step)
+			res.Pulled = append(res.Pulled, r.id)
+		}
+	}
 }
 
 // blocksFor returns how many blocks hold n tokens.
@@ -757,8 +843,15 @@ func (e *Engine) allocate(r *request, n int) bool {
 func (e *Engine) preemptFor(r *request, n int) int {
 	count := 0
 	for {
-		victim := e.running[len(e.running)-1]
-		e.running = e.running[:len(e.running)-1]
+		// The latest admitted is the victim, passing over requests whose
+		// KV is being pulled or waits for a slot: those wait outside the
+		// running batch in vLLM (r, being scheduled, is never one).
+		j := len(e.running) - 1
+		for e.running[j].pulling > 0 || e.running[j].parked {
+			j--
+		}
+		victim := e.running[j]
+		e.running = slices.Delete(e.running, j, j+1)
 		e.preempt(victim)
 		count++
 		if victim == r || e.allocate(r, n) {
@@ -820,9 +913,11 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 	if need > e.pool.available()-evictableHits {
 		return 0, false
 	}
+	pulls := false
 	if r.arrived {
 		r.arrived = false
 		r.localPrefix = hits
+		pulls = r.pullLatency > 0 || r.pullPerBlock > 0
 	}
 	for i := range hits {
 		b, _ := e.pool.lookup(r.hashes[i].Sequence)
@@ -838,24 +933,37 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		b, _ := e.pool.alloc()
 		r.blocks = append(r.blocks, b)
 	}
+	if pulls {
+		// Its KV comes in now, into the blocks just allocated.
+		r.pulling = r.pullLatency + time.Duration(arrived)*r.pullPerBlock
+	}
 	if arrived > 0 {
 		// The arrived blocks enter the cache as computed ones do: stored
-		// events, as if the engine had computed them.
+		// events, as if the engine had computed them (once pulled, when
+		// pulled: see pull).
 		r.computed = (hits + arrived) * bs
 		r.registered = hits
-		e.registerFull(r)
+		if r.pulling == 0 {
+			e.registerFull(r)
+		}
 		hits += arrived
 	}
 	if loads > 0 {
 		r.computed = (hits + loads) * bs
 		r.registered = hits
-		e.registerFull(r) // back on GPU: stored events, on KV_MEDIUM_GPU
+		if r.pulling == 0 {
+			e.registerFull(r) // back on GPU: stored events, on KV_MEDIUM_GPU
+		}
 		e.startCopy(r, loads*bs)
 		e.stats.HostHitBlocks += uint64(loads)
 		hits += loads
 	}
 	r.computed = hits * bs
 	r.registered = hits
+	if r.pulling > 0 {
+		// Stored once pulled (see pull).
+		r.registered = r.localPrefix
+	}
 	r.running = true
 	if !r.admittedOnce {
 		// Hits count at first admission only: a preempted request finding
