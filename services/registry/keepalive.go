@@ -11,7 +11,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdlease "go.etcd.io/etcd/server/v3/lease"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchyard-llm/switchyard/pkg/backoff"
 )
@@ -208,13 +210,54 @@ func (k *keepaliver) retireLocked(s *kaStream) {
 }
 
 // once refreshes a lease. found is false when etcd no longer has it.
+//
+// A member that cannot confirm it still leads (leadership moving away from
+// it, or the member cut off from the others) answers a renewal with "not a
+// primary lessor" and ends the stream, so that the client renews elsewhere.
+// The refreshes waiting on that stream are asked again on the next stream
+// (the tender opens it at once, on the member that leads when one answers
+// as such), up to notPrimaryAttempts times in all: a planned handover of
+// leadership (an etcd rolling upgrade moves the leader) then costs a client
+// no failed refresh. Any other error is the client's to retry.
 func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, bool, error) {
-	id := int64(lease)
+	for attempt := 1; ; attempt++ {
+		r, err := k.ask(ctx, int64(lease))
+		if err != nil {
+			return 0, false, err
+		}
+		if r.err != nil {
+			if isNotPrimary(r.err) && attempt < notPrimaryAttempts {
+				continue
+			}
+			return 0, false, etcdErr("keep alive", r.err)
+		}
+		if r.ttl <= 0 {
+			return 0, false, nil
+		}
+		return time.Duration(r.ttl) * time.Second, true, nil
+	}
+}
+
+// notPrimaryAttempts bounds how often one refresh is asked when members
+// answer that they do not lead: a member cut off from the others may answer
+// so on every stream opened on it until the cluster elects another leader.
+const notPrimaryAttempts = 3
+
+// isNotPrimary reports whether etcd refused a renewal because the member
+// asked could not confirm it leads (etcd's lease.ErrNotPrimary, sent as a
+// status with that message and code Unknown).
+func isNotPrimary(err error) bool {
+	return status.Convert(err).Message() == etcdlease.ErrNotPrimary.Error()
+}
+
+// ask sends one renewal of a lease on the current stream (opening one when
+// none is), or joins the one in flight, and waits for its answer.
+func (k *keepaliver) ask(ctx context.Context, id int64) (kaResult, error) {
 	ch := make(chan kaResult, 1)
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		return 0, false, errKeepaliverClosed
+		return kaResult{}, errKeepaliverClosed
 	}
 	if k.cur == nil {
 		// The tender is opening one; a refresh does not wait for it. On
@@ -222,7 +265,7 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 		// leader at its next check.
 		if err := k.openLocked(k.cli.ActiveConnection(), ""); err != nil {
 			k.mu.Unlock()
-			return 0, false, etcdErr("keep alive", err)
+			return kaResult{}, etcdErr("keep alive", err)
 		}
 	}
 	s := k.cur
@@ -246,16 +289,10 @@ func (k *keepaliver) once(ctx context.Context, lease uint64) (time.Duration, boo
 
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return 0, false, etcdErr("keep alive", r.err)
-		}
-		if r.ttl <= 0 {
-			return 0, false, nil
-		}
-		return time.Duration(r.ttl) * time.Second, true, nil
+		return r, nil
 	case <-ctx.Done():
 		// The answer, when it comes, lands in ch's buffer and is dropped.
-		return 0, false, ctx.Err()
+		return kaResult{}, ctx.Err()
 	}
 }
 

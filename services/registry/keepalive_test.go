@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchyard-llm/switchyard/pkg/testport"
 	"github.com/switchyard-llm/switchyard/pkg/testwait"
@@ -172,6 +175,7 @@ func TestKeepAliveStreamFollowsTheLeader(t *testing.T) {
 			// the stream is on the new leader and has answered a few.
 			stop := make(chan struct{})
 			var refreshed, failed atomic.Int64
+			var firstErr atomic.Value
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -185,7 +189,9 @@ func TestKeepAliveStreamFollowsTheLeader(t *testing.T) {
 					_, found, err := k.once(rctx, uint64(lease.ID))
 					rcancel()
 					if err != nil || !found {
-						failed.Add(1)
+						if failed.Add(1) == 1 {
+							firstErr.Store(fmt.Sprintf("found %v, err %v", found, err))
+						}
 					} else {
 						refreshed.Add(1)
 					}
@@ -198,7 +204,7 @@ func TestKeepAliveStreamFollowsTheLeader(t *testing.T) {
 			close(stop)
 			<-done
 			if tc.lossless && failed.Load() > 0 {
-				t.Errorf("%d of %d refreshes failed while leadership moved", failed.Load(), failed.Load()+refreshed.Load())
+				t.Errorf("%d of %d refreshes failed while leadership moved, the first: %v", failed.Load(), failed.Load()+refreshed.Load(), firstErr.Load())
 			}
 			ttl, found, err := k.once(ctx, uint64(lease.ID))
 			if err != nil || !found || ttl <= 0 {
@@ -515,5 +521,28 @@ func TestKeepAliveRefreshesReturnWhileEtcdIsStuck(t *testing.T) {
 	})
 	if !found || ttl <= 0 {
 		t.Fatalf("refresh after the hold: ttl %v, found %v", ttl, found)
+	}
+}
+
+// TestIsNotPrimary checks which stream errors make a refresh ask again: only
+// etcd's answer that the member asked cannot confirm it leads.
+func TestIsNotPrimary(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"etcd's answer on the stream", status.Error(codes.Unknown, "not a primary lessor"), true},
+		{"another code, the same message", status.Error(codes.Unavailable, "not a primary lessor"), true},
+		{"lease not found", status.Error(codes.NotFound, "etcdserver: requested lease not found"), false},
+		{"leader changed", status.Error(codes.Unavailable, "etcdserver: leader changed"), false},
+		{"stream ended", fmt.Errorf("%w: etcd ended the keep-alive stream", ErrUnavailable), false},
+		{"canceled", context.Canceled, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := isNotPrimary(tc.err); got != tc.want {
+				t.Errorf("isNotPrimary(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
 	}
 }
