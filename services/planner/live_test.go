@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -173,7 +174,7 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 		t.Errorf("the pool grew to %d workers past --max-replicas 3", most)
 	}
 	if failed != 0 || sent == 0 {
-		t.Errorf("%d of %d requests failed; want 0 of some", failed, sent)
+		t.Errorf("%d of %d requests failed; want 0 of some; the first: %q", failed, sent, c.why)
 	}
 	// The decisions are in the registry and on the status endpoint.
 	ds := svc.Decisions()
@@ -229,6 +230,8 @@ type client struct {
 	ttfts        []float64 // since the last window
 	winSent      int
 	winFailed    int
+	// why holds the first failures' reasons, logged at the end.
+	why []string
 }
 
 // run sends requests at rate per second until the returned stop is
@@ -261,19 +264,24 @@ func (c *client) run(rate float64) (stop func()) {
 func (c *client) one() {
 	c.sent.Add(1)
 	begin := time.Now()
-	ttft, ok := c.stream()
+	ttft, why := c.stream()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.winSent++
-	if !ok {
+	if why != "" {
 		c.failed.Add(1)
 		c.winFailed++
+		if len(c.why) < 5 {
+			c.why = append(c.why, fmt.Sprintf("%.1fs after sending: %s", time.Since(begin).Seconds(), why))
+		}
 		return
 	}
 	c.ttfts = append(c.ttfts, ttft.Sub(begin).Seconds()*1000)
 }
 
-func (c *client) stream() (first time.Time, ok bool) {
+// stream sends one streamed chat; why says how it failed ("" when it did
+// not).
+func (c *client) stream() (first time.Time, why string) {
 	body := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "hello planner"}], "max_tokens": %d, "stream": true}`, stacktest.Model, maxTokens)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -281,11 +289,12 @@ func (c *client) stream() (first time.Time, ok bool) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return first, false
+		return first, err.Error()
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return first, false
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return first, fmt.Sprintf("%s (Retry-After %q): %s", resp.Status, resp.Header.Get("Retry-After"), b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -295,16 +304,22 @@ func (c *client) stream() (first time.Time, ok bool) {
 		}
 		data := strings.TrimPrefix(line, "data: ")
 		if data == "[DONE]" {
-			return first, !first.IsZero()
+			if first.IsZero() {
+				return first, "done without a token"
+			}
+			return first, ""
 		}
 		if strings.Contains(data, `"error"`) {
-			return first, false
+			return first, "error event: " + data
 		}
 		if first.IsZero() {
 			first = time.Now()
 		}
 	}
-	return first, false
+	if err := sc.Err(); err != nil {
+		return first, "stream: " + err.Error()
+	}
+	return first, "stream ended without [DONE]"
 }
 
 // window returns what was sent and failed since the last call, and the
