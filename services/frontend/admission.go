@@ -57,19 +57,20 @@ import (
 //     in flight sends one as a probe, whose decision says whether there
 //     is room (the router's last word may be stale), but not a flood's
 //     request while a tenant it crowds is expected (it would take the
-//     last rooms, below). No timers, no polling. The same count bounds the fast path: requests that arrive
-//     together on a word of room go on only as many as it counts (unless
-//     it is the most it counts, which says plenty), so a burst cannot
-//     pass before any decision has seen it.
+//     last rooms, below). No timers, no polling. The same count bounds
+//     the fast path: requests that arrive together on a word of room go
+//     on only as many as it counts (unless it is the most it counts,
+//     which says plenty), so a burst cannot pass before any decision has
+//     seen it.
 //   - The last rooms: a request of a tenant with more of its requests
 //     queued behind it (a flood) takes one of the last k rooms the router
 //     counts only when no other tenant expected (its next request likely
 //     to come, from its own rate over every replica: expectedLocked) has
 //     a better claim to it: one in a higher band, or in the same band
 //     with no backlog of its own or served less lately (see
-//     crowdsLocked). A flood then stops
-//     k typical requests short of the threshold, and a request of a
-//     tenant it crowds, arriving at a random moment, finds a room at once
+//     crowdsLocked). A flood then stops k typical requests short of the
+//     threshold, and a request of a tenant it crowds, arriving at a
+//     random moment, finds a room at once
 //     instead of waiting behind the flood for the next one: its time to
 //     first token is the router's prediction (at most the threshold),
 //     with no release wait on top. Without a kept room that wait is up to
