@@ -20,6 +20,7 @@ func main() {
 	samples := flag.Int("samples", 200, "sequential requests per latency run")
 	tokens := flag.Int("tokens", 32, "tokens generated per request")
 	duration := flag.Duration("duration", 2*time.Second, "length of each throughput run")
+	admissionRuns := flag.Int("admission-runs", 0, "measure only what admission control adds to the TTFT below saturation: this many runs, each on a stack of its own (tcp), --samples requests through each frontend (on, off) alternating")
 	overload := flag.Bool("overload", false, "measure admission control instead: tenants and bands flooding a slowed fleet, admission off and on")
 	var o overloadOptions
 	flag.IntVar(&o.workers, "overload-workers", 2, "--overload: mockers")
@@ -30,6 +31,13 @@ func main() {
 	flag.DurationVar(&o.duration, "overload-duration", 20*time.Second, "--overload: how long each flow sends")
 	flag.DurationVar(&o.flood, "overload-flood-duration", 0, "--overload: how long the 10x flood sends, past the frontends' --queue-timeout (set to --overload-duration there); 0: 3x --overload-duration, negative: no flood")
 	flag.Parse()
+	if *admissionRuns > 0 {
+		if err := runAdmissionCost(*samples, *tokens, *admissionRuns); err != nil {
+			fmt.Fprintln(os.Stderr, "frontend-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *overload {
 		if err := runOverload(o); err != nil {
 			fmt.Fprintln(os.Stderr, "frontend-bench:", err)
