@@ -23,8 +23,11 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/chattemplate"
 	"github.com/switchyard-llm/switchyard/pkg/grpcserver"
@@ -68,7 +71,8 @@ type Env struct {
 	// worker.
 	PromptIDs []uint32
 
-	stops []func()
+	routerAddr string
+	stops      []func()
 }
 
 // Start runs the stack; Close stops it.
@@ -87,11 +91,12 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 	env.stops = append(env.stops, cp.Close)
 	ctx := cp.Context()
 	rt, err := router.Start(ctx, router.Config{Server: grpcserver.Config{GRPCAddr: "127.0.0.1:0"}, Mode: "kv", Core: core.DefaultConfig(),
-		RegistryAddr: cp.RegistryAddr()}, log)
+		RegistryAddr: cp.RegistryAddr(), EventbusAddr: cp.EventbusAddr()}, log)
 	if err != nil {
 		return nil, err
 	}
 	cp.OnClose(rt.Wait)
+	env.routerAddr = rt.Addr().String()
 	select { // it routes once the registry has answered
 	case <-rt.Ready():
 	case <-ctx.Done():
@@ -152,7 +157,10 @@ func Start(plane transport.Plane) (_ *Env, err error) {
 }
 
 // waitHealthy waits until the frontend sees the mocker and has loaded the
-// model's tokenizer (one request through).
+// model's tokenizer (one request through), and the router holds the
+// prompt's blocks from the mocker's KV events: a kv router without its
+// events predicts every request's blocks until their TTL, a stack no user
+// runs, and the figures would time that.
 func (e *Env) waitHealthy(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -173,7 +181,29 @@ func (e *Env) waitHealthy(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return e.waitIndexed(ctx, deadline)
+}
+
+// waitIndexed waits until the router's index has the prompt's blocks on
+// the mocker.
+func (e *Env) waitIndexed(ctx context.Context, deadline time.Time) error {
+	cc, err := grpc.NewClient(e.routerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	rc := routerv1.NewRouterServiceClient(cc)
+	req := &routerv1.QueryOverlapsRequest{Target: &routerv1.Target{Kind: &routerv1.Target_Model{Model: qwen3.ModelName}}, TokenIds: e.PromptIDs}
+	for {
+		resp, err := rc.QueryOverlaps(ctx, req)
+		if err == nil && resp.RequestBlocks > 0 && slices.ContainsFunc(resp.Candidates, func(c *routerv1.Candidate) bool { return c.OverlapBlocks == resp.RequestBlocks }) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the router never indexed the prompt's blocks from the mocker's KV events (last answer %v, %v)", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Close stops the stack.

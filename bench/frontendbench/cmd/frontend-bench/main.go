@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +22,7 @@ func main() {
 	tokens := flag.Int("tokens", 32, "tokens generated per request")
 	duration := flag.Duration("duration", 2*time.Second, "length of each throughput run")
 	admissionRuns := flag.Int("admission-runs", 0, "measure only what admission control adds to the TTFT below saturation: this many runs, each on a stack of its own (tcp), --samples requests through each frontend (on, off) alternating")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of each path's throughput run at concurrency 64 to <this prefix>-<plane>-<path>.pprof (go tool pprof reads them; -diff_base the direct path's to see what the frontend adds)")
 	overload := flag.Bool("overload", false, "measure admission control instead: tenants and bands flooding a slowed fleet, admission off and on")
 	var o overloadOptions
 	flag.IntVar(&o.workers, "overload-workers", 2, "--overload: mockers")
@@ -45,13 +47,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*samples, *tokens, *duration); err != nil {
+	if err := run(*samples, *tokens, *duration, *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "frontend-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(samples, tokens int, d time.Duration) error {
+func run(samples, tokens int, d time.Duration, cpuProfile string) error {
 	ctx := context.Background()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "plane\tpath\tTTFT p50\tTTFT p99\tITL p50\tITL p99\treq/s (best of conc)\tconc\tCPU/req @64\t\n")
@@ -79,7 +81,15 @@ func run(samples, tokens int, d time.Duration) error {
 				itl50: frontendbench.Percentile(itl, 50), itl99: frontendbench.Percentile(itl, 99)}
 			best, bestConc := 0.0, 0
 			for _, conc := range []int{16, 64} {
+				stop := func() {}
+				if cpuProfile != "" && conc == 64 {
+					if stop, err = startProfile(fmt.Sprintf("%s-%s-%s.pprof", cpuProfile, plane, p.name)); err != nil {
+						env.Close()
+						return err
+					}
+				}
 				rps, cpu, err := frontendbench.CPUPerRequest(ctx, conc, 16, d, p.fn)
+				stop()
 				if err != nil {
 					env.Close()
 					return fmt.Errorf("%s %s throughput: %w", plane, p.name, err)
@@ -133,6 +143,23 @@ func run(samples, tokens int, d time.Duration) error {
 	fmt.Println("admission: a second frontend on the same router and mocker with --admission=false; below saturation nothing is ever queued")
 	fmt.Println("both paths: the same prompt with Qwen3's thinking off (the first token generated is the first a client sees); a few untimed warm-up requests first")
 	return nil
+}
+
+// startProfile starts a CPU profile written to path; the returned function
+// stops it and closes the file.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // goal prints one goal row: the figure, the bound and whether it is met.
