@@ -400,3 +400,119 @@ func TestArrivedKVPulledAfterAdmission(t *testing.T) {
 		}
 	})
 }
+
+// TestAwaitedPull: a leg whose pull is the caller's (AwaitPull) is named
+// in PullStarts when admitted, with the arrived blocks past the prefix the
+// engine held; until EndPull it holds its blocks and computes nothing however many steps pass; then its arrived blocks are
+// stored and it computes its last block and the relayed token. EndPull of
+// a request not waiting for it fails; a cancelled one frees its blocks.
+func TestAwaitedPull(t *testing.T) {
+	first := uint32(7)
+	leg := Request{ID: "d", Prompt: prompt(5000, 40), MaxTokens: 2, Arrived: true, FirstToken: &first, AwaitPull: true}
+	tests := []struct {
+		name string
+		// cached prompt tokens the engine holds before the leg comes.
+		cached int
+		// cancel cancels the leg during its pull instead of ending it.
+		cancel bool
+	}{
+		{"nothing cached", 0, false},
+		// 16 tokens (4 blocks) cached: 5 of the 9 full blocks arrive.
+		{"a prefix cached", 16, false},
+		{"cancelled while pulling", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// "run" decodes 50 tokens beside the leg, so that steps run
+			// while the caller pulls.
+			e := newEngine(t, nil)
+			if tt.cached > 0 {
+				if err := e.Add(Request{ID: "warm", Prompt: leg.Prompt[:tt.cached+1], MaxTokens: 1}); err != nil {
+					t.Fatal(err)
+				}
+				drain(t, e, 100)
+			}
+			if err := e.Add(Request{ID: "run", Prompt: prompt(1000, 8), MaxTokens: 50}); err != nil {
+				t.Fatal(err)
+			}
+			e.Step()
+			if err := e.EndPull("d"); !errors.Is(err, ErrUnknownRequest) {
+				t.Fatalf("EndPull before the leg was added: %v, want ErrUnknownRequest", err)
+			}
+			if err := e.Add(leg); err != nil {
+				t.Fatal(err)
+			}
+			res := e.Step()
+			want := []PullStart{{RequestID: "d", Blocks: 9 - tt.cached/4}}
+			if !slices.Equal(res.Admitted, []string{"d"}) || !slices.Equal(res.PullStarts, want) {
+				t.Fatalf("admitted %v, pull starts %v; want d admitted, pull starts %v", res.Admitted, res.PullStarts, want)
+			}
+			used := e.Metrics().KVBlocksUsed
+			for range 10 {
+				res := e.Step()
+				for _, c := range res.Chunks {
+					if c.RequestID == "d" {
+						t.Fatalf("the leg computed %d tokens before its pull ended", c.Tokens)
+					}
+				}
+				if len(res.PullStarts) != 0 || len(res.Pulled) != 0 {
+					t.Fatalf("pull starts %v, pulled %v while the caller pulls", res.PullStarts, res.Pulled)
+				}
+			}
+			if got := e.Metrics().KVBlocksUsed; got < used {
+				t.Fatalf("%d blocks in use while the leg pulls, %d when admitted: its blocks were freed", got, used)
+			}
+			if tt.cancel {
+				before := e.Metrics().KVBlocksUsed
+				if _, err := e.Cancel("d"); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.EndPull("d"); !errors.Is(err, ErrUnknownRequest) {
+					t.Fatalf("EndPull after the cancel: %v, want ErrUnknownRequest", err)
+				}
+				if got := e.Metrics().KVBlocksUsed; got != before-10 {
+					t.Fatalf("%d blocks in use after the cancel, %d before; want its 10 freed", got, before)
+				}
+				return
+			}
+			if err := e.EndPull("d"); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.EndPull("d"); !errors.Is(err, ErrUnknownRequest) {
+				t.Fatalf("second EndPull: %v, want ErrUnknownRequest", err)
+			}
+			stored, computed, out := 0, 0, []uint32(nil)
+			for steps := 0; !e.Idle(); steps++ {
+				if steps == 200 {
+					t.Fatal("engine not idle after 200 steps")
+				}
+				res := e.Step()
+				for _, ev := range res.Events {
+					if ev.Kind == EventStored {
+						for _, b := range ev.Blocks {
+							for i, h := range kvhash.Hashes(leg.Prompt, 4, nil) {
+								if h == b && i < 9 {
+									stored++
+								}
+							}
+						}
+					}
+				}
+				for _, c := range res.Chunks {
+					if c.RequestID == "d" {
+						computed += c.Tokens
+					}
+				}
+				for _, o := range res.Outputs {
+					if o.RequestID == "d" {
+						out = append(out, o.Tokens...)
+					}
+				}
+			}
+			if stored != 9-tt.cached/4 || computed != 4 || len(out) != 2 || out[0] != first {
+				t.Errorf("after EndPull: %d prompt blocks stored, %d tokens computed, output %v; want %d stored, 4 computed (the last block), 2 tokens from %d",
+					stored, computed, out, 9-tt.cached/4, first)
+			}
+		})
+	}
+}

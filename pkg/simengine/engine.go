@@ -55,6 +55,7 @@ package simengine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -139,6 +140,15 @@ type Request struct {
 	// transfer before Add). Durations of the link, not of compute: the
 	// speed-up ratio does not divide them.
 	PullLatency, PullPerBlock time.Duration
+	// AwaitPull makes an arrived prompt's pull the caller's: once the
+	// request is admitted (its blocks allocated; StepResult.PullStarts
+	// names it with the arrived blocks to come in) it holds its blocks and
+	// computes nothing until EndPull says its KV is in, however long the
+	// caller's transfer takes or whether it fails (then Cancel). This is
+	// how a worker that moves the KV itself (the mocker's pull from its
+	// prefill worker) keeps the engine's order: admission, then the pull,
+	// then a running slot. PullLatency and PullPerBlock are then unused.
+	AwaitPull bool
 	// Salt is the request's cache salt (empty: none): its blocks are
 	// named by kvhash.SaltedHashes, so that it reuses only blocks cached
 	// under the same salt, and publishes its own under salted hashes.
@@ -250,6 +260,17 @@ type StepResult struct {
 	// for them. A request pulling is never preempted; one cancelled
 	// before its pull ends is not listed.
 	Pulled []string
+	// PullStarts are the requests admitted in the step whose pull is the
+	// caller's (Request.AwaitPull), with the arrived blocks to pull (the
+	// prompt's full blocks past the prefix the engine held): each waits
+	// for its EndPull.
+	PullStarts []PullStart
+}
+
+// PullStart is a request whose pull of arrived KV the caller now runs.
+type PullStart struct {
+	RequestID string
+	Blocks    int
 }
 
 // Chunk is one request's prompt tokens computed in a step.
@@ -380,6 +401,10 @@ type request struct {
 	// request's.
 	pulling                   time.Duration
 	pullLatency, pullPerBlock time.Duration
+	// awaitPull is Request.AwaitPull; once admitted, pulling is
+	// awaitingPull until EndPull, and pullBlocks the arrived blocks.
+	awaitPull  bool
+	pullBlocks int
 	// parked: its pull has ended and it waits for a running slot.
 	parked bool
 	// lora is Request.LoRA.
@@ -509,6 +534,7 @@ func (e *Engine) Add(r Request) error {
 	q.hashes = q.hasher.Append(tokens, make([]kvhash.Block, 0, cap(tokens)/bs))
 	q.arrived = r.Arrived
 	q.pullLatency, q.pullPerBlock = r.PullLatency, r.PullPerBlock
+	q.awaitPull = r.Arrived && r.AwaitPull
 	e.requests[r.ID] = q
 	e.waiting = append(e.waiting, q)
 	e.stats.Requests++
@@ -699,6 +725,9 @@ func (e *Engine) Step() StepResult {
 		if r.pulling == 0 {
 			active++
 		}
+		if r.pulling == awaitingPull {
+			res.PullStarts = append(res.PullStarts, PullStart{RequestID: r.id, Blocks: r.pullBlocks})
+		}
 		if r.loading > 0 || r.pulling > 0 {
 			// Its copy from host or its pull runs beside this step: its
 			// chunk is computed once that is done.
@@ -789,7 +818,7 @@ func (e *Engine) Step() StepResult {
 func (e *Engine) pull(res *StepResult, idle bool) {
 	first := time.Duration(-1)
 	for _, r := range e.running {
-		if r.pulling > 0 && (first < 0 || r.pulling < first) {
+		if r.pulling > 0 && r.pulling != awaitingPull && (first < 0 || r.pulling < first) {
 			first = r.pulling
 		}
 	}
@@ -805,7 +834,7 @@ func (e *Engine) pull(res *StepResult, idle bool) {
 		}
 	}
 	for _, r := range e.running {
-		if r.pulling <= 0 {
+		if r.pulling <= 0 || r.pulling == awaitingPull {
 			continue
 		}
 		r.pulling = max(r.pulling-res.Duration, 0)
@@ -815,6 +844,27 @@ func (e *Engine) pull(res *StepResult, idle bool) {
 			res.Pulled = append(res.Pulled, r.id)
 		}
 	}
+}
+
+// awaitingPull is the pull time of a request whose pull is the caller's
+// (Request.AwaitPull): it lasts until EndPull.
+const awaitingPull = time.Duration(math.MaxInt64)
+
+// EndPull says that the arrived KV of a request whose pull is the caller's
+// (Request.AwaitPull, admitted: StepResult.PullStarts named it) is in: its
+// arrived blocks are stored (stored events with the next step's) and it
+// runs once a running slot is free. It fails with ErrUnknownRequest for a
+// request that is not waiting for its pull (never such a request, not yet
+// admitted, already ended, finished or cancelled).
+func (e *Engine) EndPull(id string) error {
+	r, ok := e.requests[id]
+	if !ok || !r.running || r.pulling != awaitingPull {
+		return fmt.Errorf("%w: %q awaits no pull", ErrUnknownRequest, id)
+	}
+	r.pulling = 0
+	e.registerFull(r)
+	r.parked = true // it runs once a slot is free (Step)
+	return nil
 }
 
 // blocksFor returns how many blocks hold n tokens.
@@ -917,7 +967,7 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 	if r.arrived {
 		r.arrived = false
 		r.localPrefix = hits
-		pulls = r.pullLatency > 0 || r.pullPerBlock > 0
+		pulls = r.awaitPull || r.pullLatency > 0 || r.pullPerBlock > 0
 	}
 	for i := range hits {
 		b, _ := e.pool.lookup(r.hashes[i].Sequence)
@@ -934,8 +984,12 @@ func (e *Engine) admit(r *request, budget int) (int, bool) {
 		r.blocks = append(r.blocks, b)
 	}
 	if pulls {
-		// Its KV comes in now, into the blocks just allocated.
+		// Its KV comes in now, into the blocks just allocated: for as
+		// long as the link takes, or until the caller's EndPull.
 		r.pulling = r.pullLatency + time.Duration(arrived)*r.pullPerBlock
+		if r.awaitPull {
+			r.pulling, r.pullBlocks = awaitingPull, arrived
+		}
 	}
 	if arrived > 0 {
 		// The arrived blocks enter the cache as computed ones do: stored

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/apierr"
 	"github.com/switchyard-llm/switchyard/pkg/grpcclient"
-	"github.com/switchyard-llm/switchyard/pkg/kvhash"
 	"github.com/switchyard-llm/switchyard/pkg/simengine"
 	"github.com/switchyard-llm/switchyard/pkg/simengine/realtime"
 	"github.com/switchyard-llm/switchyard/pkg/transport"
@@ -31,11 +31,13 @@ import (
 // blocks are held under and how many. The blocks stay held (in use, never
 // evicted) until the decode worker pulls them (PullKvHandoff), the request
 // releases them (ReleaseKvHandoff), the leg is cancelled before its answer
-// is out, or --handoff-timeout passes. A decode leg pulls them from the
-// address in the payload, waits for them to "arrive" over the link
-// (--kv-transfer-gbps), stores them in its cache (stored KV events) and
-// generates from the handoff's first token, as a whole request whose prompt
-// is cached but for its last block.
+// is out, or --handoff-timeout passes. A decode leg waits in its engine's
+// queue like any request; once admitted (blocks allocated for the arrived
+// KV, no running slot taken) it pulls them from the address in the
+// payload, waits for the blocks its engine lacked to "arrive" over the link
+// (--kv-transfer-gbps), stores them in its cache (stored KV events) and,
+// once a running slot is free, generates from the handoff's first token, as
+// a whole request whose prompt is cached but for its last block.
 
 // DefaultKVBytesPerToken is the default --kv-bytes-per-token: the KV of one
 // token of Qwen/Qwen3-0.6B (the mocker's default model and tokenizer) in
@@ -171,48 +173,64 @@ func (l *legs) prefillResponse(id string, out simengine.Output, w *worker.Worker
 }
 
 // prepare readies an engine request for its leg: a prefill leg holds its
-// blocks; a decode leg first takes its KV (pull, then the transfer's wait)
-// and starts from the relayed first token. Errors are handler errors.
-func (l *legs) prepare(ctx context.Context, req *workerv1.GenerateRequest, er *simengine.Request) error {
+// blocks; a decode leg starts from the relayed first token, with its KV to
+// pull once its engine admits it (the handoff returned, for takeKV).
+// Errors are handler errors.
+func (l *legs) prepare(req *workerv1.GenerateRequest, er *simengine.Request) (*workerv1.MockKvHandoff, error) {
 	switch req.GetLeg() {
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_UNSPECIFIED:
-		return nil
+		return nil, nil
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_PREFILL:
 		if l.self() == nil {
 			// The handoff names the registered WorkerService.
-			return &transport.HandlerError{Code: transport.CodeDraining, Message: "a prefill leg before the worker is registered"}
+			return nil, &transport.HandlerError{Code: transport.CodeDraining, Message: "a prefill leg before the worker is registered"}
 		}
 		er.Hold = true
-		return nil
+		return nil, nil
 	case workerv1.DisaggregationLeg_DISAGGREGATION_LEG_DECODE:
-		return l.takeKV(ctx, req, er)
+		m, err := worker.DecodeMockHandoff(req.GetHandoff())
+		if err != nil {
+			return nil, &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
+		}
+		bs := l.cfg.Engine.BlockSize
+		if promptBlocks := (len(er.Prompt) + bs - 1) / bs; int(m.GetBlocks()) > promptBlocks {
+			return nil, &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: %d blocks for a prompt of %d tokens (%d blocks)",
+				worker.ErrInvalidHandoff, m.GetBlocks(), len(er.Prompt), promptBlocks)}
+		}
+		er.Arrived, er.AwaitPull = true, true
+		if f := req.GetHandoff().FirstTokenId; f != nil {
+			first := *f
+			er.FirstToken = &first
+		}
+		return m, nil
 	}
-	return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("unknown disaggregation leg %d", req.GetLeg())}
+	return nil, &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("unknown disaggregation leg %d", req.GetLeg())}
 }
 
-// takeKV pulls a decode leg's KV from the prefill worker, waits for the
-// blocks this worker does not cache to arrive, and marks the request's KV
-// arrived from the handoff's first token.
-func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *simengine.Request) error {
-	m, err := worker.DecodeMockHandoff(req.GetHandoff())
-	if err != nil {
-		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
+// takeKV runs a decode leg's pull once its engine has admitted it (blocks
+// allocated for the arrived KV, as vLLM's decode worker reads the remote KV
+// once its scheduler has allocated the blocks): it takes the handoff from
+// the prefill worker, waits for the blocks this engine did not cache to
+// arrive over the link, and lets the engine run the leg. A stream that
+// ended first (the engine stopping) returns nil: its last output is still
+// to be read. Errors are handler errors or ctx's; the caller cancels the
+// engine's request on one.
+func (l *legs) takeKV(ctx context.Context, r *realtime.Runner, stream *realtime.Stream, id string, m *workerv1.MockKvHandoff) error {
+	arrived, err := stream.Pull(ctx)
+	if errors.Is(err, io.EOF) {
+		return nil
 	}
-	bs := l.cfg.Engine.BlockSize
-	if promptBlocks := (len(er.Prompt) + bs - 1) / bs; int(m.GetBlocks()) > promptBlocks {
-		return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: fmt.Sprintf("%v: %d blocks for a prompt of %d tokens (%d blocks)",
-			worker.ErrInvalidHandoff, m.GetBlocks(), len(er.Prompt), promptBlocks)}
+	if err != nil {
+		return err
 	}
 	var self uint64
 	if w := l.self(); w != nil {
 		self = w.InstanceID()
 	}
-	n, err := l.puller.pull(ctx, m, self)
-	if err != nil {
+	if _, err := l.puller.pull(ctx, m, self); err != nil {
 		return err
 	}
-	cached := l.r.CachedPrefix(kvhash.SaltedHashes(er.Prompt, bs, er.Salt, nil))
-	if d := l.cfg.transferTime(n - cached); d > 0 {
+	if d := l.cfg.transferTime(arrived); d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -221,12 +239,10 @@ func (l *legs) takeKV(ctx context.Context, req *workerv1.GenerateRequest, er *si
 		case <-t.C:
 		}
 	}
-	er.Arrived = true
-	if f := req.GetHandoff().FirstTokenId; f != nil {
-		first := *f
-		er.FirstToken = &first
+	if err := r.EndPull(id); err != nil && !errors.Is(err, simengine.ErrUnknownRequest) {
+		return err
 	}
-	return nil
+	return nil // ended meanwhile (the engine stopping): its stream says so
 }
 
 // handoffCollector exports the held handoffs and how past ones ended.

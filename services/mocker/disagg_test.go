@@ -262,6 +262,71 @@ func TestLegsGenerateTheWholeAnswer(t *testing.T) {
 	}
 }
 
+// TestDecodeLegPullsWhenAdmitted: a decode leg takes its KV from the
+// prefill worker once its engine admits it, not before: on a decode mocker
+// of one running slot, held by a long answer, the leg waits in the
+// engine's queue and the prefill worker still holds its blocks; once the
+// slot is free the leg is admitted, pulls (the handoff ends pulled) and
+// generates from the relayed first token.
+func TestDecodeLegPullsWhenAdmitted(t *testing.T) {
+	s := newDisaggStack(t)
+	p := s.start(t, "prefill", "prefill", "--handoff-timeout", "1h")
+	// Five times slower than real time, so that the long answer holds the
+	// slot until the test cancels it.
+	d := s.start(t, "decode", "decode", "--max-num-seqs", "1", "--no-delay=false", "--speedup-ratio", "0.2")
+	c := tcpClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	long, stopLong := context.WithCancel(ctx)
+	defer stopLong()
+	longDone := make(chan error, 1)
+	go func() {
+		_, err := workertest.Generate(long, c, workertest.TCP(d.w.Instance()),
+			&workerv1.GenerateRequest{RequestId: "long", TokenIds: seq(100, 20), MaxTokens: 100000})
+		longDone <- err
+	}()
+	d.waitMetric(t, "switchyard_engine_running_requests", "1")
+
+	req := &workerv1.GenerateRequest{RequestId: "leg", TokenIds: seq(5000, 70), MaxTokens: 3}
+	h := prefillLeg(ctx, t, c, p, req, 3600_000)
+	type result struct {
+		rs  []*workerv1.GenerateResponse
+		err error
+	}
+	legDone := make(chan result, 1)
+	go func() {
+		rs, err := decodeLeg(ctx, t, c, d, req, h)
+		legDone <- result{rs, err}
+	}()
+	d.waitMetric(t, "switchyard_engine_waiting_requests", "1")
+	select {
+	case e := <-p.ends:
+		t.Fatalf("handoff ended %+v while its decode leg waits for a slot", e)
+	default:
+	}
+	if got := p.metric(t, "switchyard_mocker_kv_handoff_held_blocks"); got != "5" {
+		t.Fatalf("held blocks %s while the decode leg waits for a slot, want 5", got)
+	}
+
+	stopLong()
+	if err := <-longDone; err == nil {
+		t.Fatal("the long answer ended before it was cancelled")
+	}
+	if e := p.waitEnd(t); e != (handoffEnd{"leg", realtime.HandoffPulled, 5}) {
+		t.Fatalf("handoff end %+v, want leg pulled 5", e)
+	}
+	r := <-legDone
+	if r.err != nil {
+		t.Fatalf("decode leg: %v", r.err)
+	}
+	got, _ := workertest.Output(r.rs)
+	if len(got) != 3 || got[0] != h.GetFirstTokenId() {
+		t.Fatalf("decode leg generated %v; want 3 tokens from the handoff's first, %d", got, h.GetFirstTokenId())
+	}
+	waitBlocks(t, d.w, kvhash.Hashes(req.TokenIds, 16, nil))
+}
+
 // TestHeldKVIsFreed: a handoff nobody pulls is freed by its timeout, its
 // release, or the cancel of its leg before the answer is out; each time the
 // held gauge is back to 0, the end counted, and a decode leg that comes

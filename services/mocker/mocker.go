@@ -441,7 +441,8 @@ func generate(runners []*realtime.Runner, defaultMaxTokens int, pl *player, l *l
 		} else {
 			er.Script, er.ScriptEnds = pl.script(er.Prompt)
 		}
-		if err := l.prepare(ctx, req, &er); err != nil {
+		handoff, err := l.prepare(req, &er)
+		if err != nil {
 			return err
 		}
 		generated := 0
@@ -452,6 +453,12 @@ func generate(runners []*realtime.Runner, defaultMaxTokens int, pl *player, l *l
 				return &transport.HandlerError{Code: transport.CodeInvalidArgument, Message: err.Error()}
 			}
 			return err
+		}
+		if handoff != nil {
+			if err := l.takeKV(ctx, r, stream, er.ID, handoff); err != nil {
+				_ = r.Cancel(er.ID)
+				return err
+			}
 		}
 		first := true
 		for {

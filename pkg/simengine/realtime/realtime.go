@@ -163,6 +163,24 @@ func (r *Runner) Take(id string) (int, bool) { return r.endHold(id, HandoffPulle
 // their being taken; false when none are held under id.
 func (r *Runner) Release(id string) (int, bool) { return r.endHold(id, HandoffReleased) }
 
+// EndPull says that the arrived KV of a request whose pull is the caller's
+// (simengine.Request.AwaitPull; its stream's Pull returned) is in: it runs
+// once the engine has a running slot for it. It fails with
+// simengine.ErrUnknownRequest for a request not waiting for its pull.
+func (r *Runner) EndPull(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.eng.EndPull(id); err != nil {
+		return fmt.Errorf("end pull: %w", err)
+	}
+	r.dirty = true
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
 // HandoffStats returns the held handoffs and how past ones ended.
 func (r *Runner) HandoffStats() HandoffStats {
 	r.mu.Lock()
@@ -275,6 +293,11 @@ func (r *Runner) Run(ctx context.Context) error {
 				s.admit(start)
 			}
 		}
+		for _, p := range res.PullStarts {
+			if s, ok := r.streams[p.RequestID]; ok {
+				s.startPull(p.Blocks)
+			}
+		}
 		for _, out := range res.Outputs {
 			if out.Finish == simengine.FinishHeld {
 				// The engine holds the blocks from now: a cancel
@@ -319,7 +342,26 @@ func (r *Runner) Run(ctx context.Context) error {
 		if r.opts.OnMetrics != nil {
 			r.opts.OnMetrics(m, time.Now())
 		}
+		if stalled(res) {
+			// Nothing ran, nothing was admitted and no time passed: what
+			// the engine holds waits on its callers (pulls they run, held
+			// handoffs to free) until a submission, cancel, release or
+			// end of a pull wakes it.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.wake:
+			}
+		}
 	}
+}
+
+// stalled says a step changed nothing: stepping again before an outside
+// change would repeat it.
+func stalled(res simengine.StepResult) bool {
+	return res.Duration == 0 && res.PrefillTokens == 0 && res.DecodeTokens == 0 && res.Preempted == 0 &&
+		len(res.Outputs) == 0 && len(res.Admitted) == 0 && len(res.Pulled) == 0 && len(res.PullStarts) == 0 &&
+		len(res.Events) == 0
 }
 
 // close cancels every running request, stops the handoffs' timers and
@@ -349,6 +391,12 @@ type Stream struct {
 	// admitted is when the engine first admitted the request (the start
 	// of the step that did); zero while it waits.
 	admitted time.Time
+	// pull is closed when the engine admitted a request whose pull is
+	// the caller's; pullBlocks are the blocks it pulls.
+	pull       chan struct{}
+	pullBlocks int
+	// ended is closed with the last output's push.
+	ended chan struct{}
 }
 
 // admit records the request's first admission.
@@ -369,14 +417,50 @@ func (s *Stream) AdmittedAt() time.Time {
 	return s.admitted
 }
 
-func newStream() *Stream { return &Stream{notify: make(chan struct{}, 1)} }
+// startPull records that the engine admitted the request and waits for
+// its pull of blocks.
+func (s *Stream) startPull(blocks int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.pull:
+	default:
+		s.pullBlocks = blocks
+		close(s.pull)
+	}
+}
+
+// Pull waits until the engine has admitted a request whose pull is the
+// caller's (simengine.Request.AwaitPull) and returns the arrived blocks to
+// pull, after which the caller runs the pull and says Runner.EndPull (or
+// cancels). It returns io.EOF when the stream ended first (cancelled; its
+// last output is still to Recv) and ctx's error if ctx ends first.
+func (s *Stream) Pull(ctx context.Context) (int, error) {
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-s.pull:
+	case <-s.ended:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return 0, io.EOF
+	}
+	return s.pullBlocks, nil
+}
+
+func newStream() *Stream {
+	return &Stream{notify: make(chan struct{}, 1), pull: make(chan struct{}), ended: make(chan struct{})}
+}
 
 // push appends an output and wakes the reader.
 func (s *Stream) push(out simengine.Output) {
 	s.mu.Lock()
 	s.queue = append(s.queue, out)
-	if out.Finish != simengine.FinishNone {
+	if out.Finish != simengine.FinishNone && !s.done {
 		s.done = true
+		close(s.ended)
 	}
 	s.mu.Unlock()
 	select {
