@@ -54,6 +54,12 @@ type OverloadConfig struct {
 	// runs did. Runs meant as separate
 	// samples take separate seeds (RunSeed).
 	Seed uint64
+	// Record keeps, for each request, when the frontend let it go to the
+	// router, the worker chosen and when the first token came
+	// (FlowResult.Requests): the frontends' tracing goes to an in-process
+	// span log, and recorded requests are routed with unary Route calls
+	// instead of the route stream.
+	Record bool
 }
 
 // OverloadEnv is a running overload stack.
@@ -67,11 +73,21 @@ type OverloadEnv struct {
 	peak   atomic.Uint64
 	done   chan struct{}
 	seed   uint64
+	record bool
+	// stack numbers the stacks of this process (the recorded requests'
+	// trace ids).
+	stack uint64
 }
+
+// stacks counts the overload stacks started in this process.
+var stacks atomic.Uint64
 
 // StartOverload runs an overload stack; Close stops it.
 func StartOverload(cfg OverloadConfig) (_ *OverloadEnv, err error) {
-	env := &OverloadEnv{done: make(chan struct{}), seed: cfg.Seed}
+	env := &OverloadEnv{done: make(chan struct{}), seed: cfg.Seed, record: cfg.Record, stack: stacks.Add(1)}
+	if cfg.Record {
+		installSpanLog()
+	}
 	defer func() {
 		if err != nil {
 			env.Close()
@@ -274,6 +290,8 @@ type FlowResult struct {
 	// flow was sending.
 	Drained float64
 	drained int
+	// Requests are the flow's requests, in the order they were sent.
+	Requests []Request
 }
 
 // PromptWords is the length of every request's prompt in words (about a
@@ -309,13 +327,21 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 		wg.Go(func() {
 			for n, off := range Arrivals(e.seed, i, f.Rate, d) {
 				time.Sleep(time.Until(start.Add(off)))
-				url := e.URLs[f.Frontends[n%len(f.Frontends)]]
+				fe := f.Frontends[n%len(f.Frontends)]
+				url := e.URLs[fe]
 				id := seq.Add(1)
+				sent := time.Since(start)
+				mu.Lock()
+				results[i].Requests = append(results[i].Requests, Request{ID: id, Frontend: fe, Sent: sent, Status: "error"})
+				k := len(results[i].Requests) - 1
+				mu.Unlock()
 				wg.Go(func() {
 					ttft, kind, retry := e.answer(rctx, url, f, id)
 					mu.Lock()
 					defer mu.Unlock()
 					r := &results[i]
+					q := &r.Requests[k]
+					q.Status, q.TTFT, q.RetryAfter = kind, ttft, retry
 					switch kind {
 					case "ok":
 						r.Completed++
@@ -341,6 +367,7 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 		})
 	}
 	wg.Wait()
+	e.fillTraced(results, start)
 	return results
 }
 
@@ -421,6 +448,9 @@ func (e *OverloadEnv) answer(ctx context.Context, url string, f Flow, id uint64)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Switchyard-Priority", strconv.Itoa(f.Priority))
 	req.Header.Set("X-Switchyard-Fairness-Id", f.Tenant)
+	if e.record {
+		req.Header.Set("Traceparent", traceparent(traceOf(e.stack, id), id))
+	}
 	start := time.Now()
 	resp, err := e.HTTP.Do(req)
 	if err != nil {

@@ -32,6 +32,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "overload-seed", 0, "--overload: 0 sends every flow evenly spaced; another value sends each as a Poisson process at its rate, arrivals and prompts drawn from this seed (run r of a scenario: this seed + r)")
 	flag.DurationVar(&o.duration, "overload-duration", 20*time.Second, "--overload: how long each flow sends")
 	flag.DurationVar(&o.flood, "overload-flood-duration", 0, "--overload: how long the 10x flood sends, past the frontends' --queue-timeout (set to --overload-duration there); 0: 3x --overload-duration, negative: no flood")
+	flag.StringVar(&o.csv, "overload-csv", "", "--overload: write every request of every scenario to this CSV file (scenario, admission, run, flow, tenant, priority, frontend, request, sent_s, status, ttft_ms, retry_after_s, and the frontend's routed_s, decided_s, worker, first_token_s, recorded through its tracing)")
 	flag.Parse()
 	if *admissionRuns > 0 {
 		if err := runAdmissionCost(*samples, *tokens, *admissionRuns); err != nil {

@@ -30,6 +30,10 @@ type overloadOptions struct {
 	// seed is the flows' arrivals and prompts (OverloadConfig.Seed): 0
 	// evenly spaced, another a Poisson process of its own.
 	seed uint64
+	// csv, when set, is a file to write every request of every scenario
+	// to (frontendbench.RequestCSVHeader), with the frontend's side of
+	// each (frontendbench.OverloadConfig.Record).
+	csv string
 }
 
 // runOverload measures admission control: the fleet's capacity, then each
@@ -53,12 +57,24 @@ type overloadOptions struct {
 // of a flow's requests under the flood, over every run, with its idle p90.
 func runOverload(o overloadOptions) error {
 	ctx := context.Background()
+	var csv *os.File
+	if o.csv != "" {
+		f, err := os.Create(o.csv)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := fmt.Fprintln(f, frontendbench.RequestCSVHeader); err != nil {
+			return err
+		}
+		csv = f
+	}
 	// Run number run of a scenario draws its arrivals and prompts from a
 	// seed of its own (frontendbench.RunSeed); the idle flows and the 10x
 	// flood are run 0's.
 	start := func(frontends int, admission bool, run int) (*frontendbench.OverloadEnv, error) {
 		return frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: frontends,
-			Admission: admission, TTFTThreshold: o.threshold, Seed: frontendbench.RunSeed(o.seed, run)})
+			Admission: admission, TTFTThreshold: o.threshold, Seed: frontendbench.RunSeed(o.seed, run), Record: csv != nil})
 	}
 	if o.flood == 0 {
 		o.flood = 3 * o.duration
@@ -83,7 +99,11 @@ func runOverload(o overloadOptions) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "scenario\tadmission\tflow\trate req/s\tserved req/s\tTTFT p50\tTTFT p90\tcompleted\tshed\terrors\tpeak heap MiB\tlate ms\trun\t\n")
 	run := 0
+	var csvErr error
 	row := func(scenario, admission string, flows []frontendbench.Flow, rs []frontendbench.FlowResult, env *frontendbench.OverloadEnv) {
+		if csv != nil && csvErr == nil {
+			csvErr = frontendbench.WriteRequestCSV(csv, scenario, admission, run+1, flows, rs)
+		}
 		late := "-"
 		if ms, n := env.Lateness(); n > 0 {
 			late = fmt.Sprintf("%.0f", ms)
@@ -179,7 +199,7 @@ func runOverload(o overloadOptions) error {
 	if o.flood > 0 {
 		for _, admission := range []bool{false, true} {
 			env, err := frontendbench.StartOverload(frontendbench.OverloadConfig{Workers: o.workers, Speedup: o.speedup, Frontends: 1,
-				Admission: admission, TTFTThreshold: o.threshold, QueueTimeout: o.duration, Seed: o.seed})
+				Admission: admission, TTFTThreshold: o.threshold, QueueTimeout: o.duration, Seed: o.seed, Record: csv != nil})
 			if err != nil {
 				return err
 			}
@@ -199,6 +219,9 @@ func runOverload(o overloadOptions) error {
 		}
 	}
 	w.Flush()
+	if csvErr != nil {
+		return fmt.Errorf("--overload-csv: %w", csvErr)
+	}
 	if len(flood) > 0 {
 		fmt.Printf("flood 10x: A at 10x the capacity for %v, frontends' --queue-timeout %v:\n", o.flood, o.duration)
 		for _, l := range flood {
