@@ -3,6 +3,7 @@ package frontendbench
 import (
 	"context"
 	"encoding/binary"
+	"encoding/csv"
 	"fmt"
 	"io"
 	"strconv"
@@ -171,8 +172,10 @@ const RequestCSVHeader = "scenario,admission,run,flow,tenant,priority,frontend,r
 // WriteRequestCSV writes one row per request of rs (flows' results in a
 // run of scenario): the columns of RequestCSVHeader; times in seconds from
 // the flows' start, the frontend's columns empty when it was not recorded
-// (or the request never reached the router).
-func WriteRequestCSV(w io.Writer, scenario, admission string, run int, flows []Flow, rs []FlowResult) error {
+// (or the request never reached the router). A field with a comma (the
+// scenario "tenants, 2 frontends") is quoted.
+func WriteRequestCSV(out io.Writer, scenario, admission string, run int, flows []Flow, rs []FlowResult) error {
+	w := csv.NewWriter(out)
 	secs := func(d time.Duration) string {
 		if d < 0 {
 			return ""
@@ -194,11 +197,12 @@ func WriteRequestCSV(w io.Writer, scenario, admission string, run int, flows []F
 			if q.Traced {
 				routed, decided, first = secs(q.Routed), secs(q.Decided), secs(q.FirstToken)
 			}
-			if _, err := fmt.Fprintf(w, "%s,%s,%d,%s,%s,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s\n", scenario, admission, run, r.Name, f.Tenant, f.Priority,
-				q.Frontend, q.ID, secs(q.Sent), q.Status, ttft, retry, routed, decided, q.Worker, first); err != nil {
+			if err := w.Write([]string{scenario, admission, strconv.Itoa(run), r.Name, f.Tenant, strconv.Itoa(f.Priority),
+				strconv.Itoa(q.Frontend), strconv.FormatUint(q.ID, 10), secs(q.Sent), q.Status, ttft, retry, routed, decided, q.Worker, first}); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	w.Flush()
+	return w.Error()
 }

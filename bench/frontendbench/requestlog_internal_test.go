@@ -77,10 +77,14 @@ func TestWriteRequestCSV(t *testing.T) {
 	if err := WriteRequestCSV(&b, "bands", "on", 2, flows, rs); err != nil {
 		t.Fatal(err)
 	}
+	if err := WriteRequestCSV(&b, "tenants, 2 frontends", "off", 1, flows[1:], rs[1:]); err != nil {
+		t.Fatal(err)
+	}
 	want := strings.Join([]string{
 		"bands,on,2,A,A,0,1,2,0.2500,ok,812.3,,0.4000,0.4010,ab,1.0620",
 		"bands,on,2,A,A,0,0,3,0.5000,shed-timeout,,20,,,,",
 		"bands,on,2,high,H,10,0,4,1.5000,ok,580.0,,,,,",
+		`"tenants, 2 frontends",off,1,high,H,10,0,4,1.5000,ok,580.0,,,,,`,
 	}, "\n") + "\n"
 	if got := b.String(); got != want {
 		t.Errorf("rows:\n%s\nwant:\n%s", got, want)
