@@ -3,6 +3,7 @@ package index
 import (
 	"math/bits"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -45,6 +46,14 @@ type Pending struct {
 	byNum    [][]*pendingReq
 	freeNums []uint32
 	reqs     map[string]*pendingReq
+	// same finds a range by what it predicts (its worker, first and last
+	// hash and length), for a request predicting exactly the blocks of
+	// one already there: the two share it. Identical requests in flight
+	// at once are common (a client's retries and parallel samples, load
+	// tests, and every request of a prompt while its worker's events do
+	// not arrive), and a range each would make every lookup, and every
+	// event of that worker, walk them all.
+	same map[rangeKey]*pendingReq
 	// live counts the blocks predicted, over every request (holes not).
 	live int
 	// order lists requests as they were added, for the TTL. It is a
@@ -81,6 +90,8 @@ type keyNode struct {
 type pendingReq struct {
 	w   WorkerID
 	num uint32
+	// refs counts the requests whose predictions it is.
+	refs int
 	// at is its place in byNum[num].
 	at     int
 	hashes []uint64
@@ -91,6 +102,18 @@ type pendingReq struct {
 	// set finds a block's position by its hash (see makeSet).
 	set   []uint32
 	shift uint8
+}
+
+// rangeKey is what a range predicts: with chained hashes its first and
+// last hash fix every block between.
+type rangeKey struct {
+	w           WorkerID
+	first, last uint64
+	n           int
+}
+
+func keyOf(w WorkerID, hashes []uint64) rangeKey {
+	return rangeKey{w: w, first: hashes[0], last: hashes[len(hashes)-1], n: len(hashes)}
 }
 
 // cover is a range covering a position of a request, which starts at
@@ -108,7 +131,7 @@ type pendingAdded struct {
 
 // NewPending returns an empty set whose predictions live at most ttl.
 func NewPending(ttl time.Duration) *Pending {
-	return &Pending{ttl: ttl, nums: map[WorkerID]uint32{}, reqs: map[string]*pendingReq{}}
+	return &Pending{ttl: ttl, nums: map[WorkerID]uint32{}, reqs: map[string]*pendingReq{}, same: map[rangeKey]*pendingReq{}}
 }
 
 // Add predicts hashes on w for request id, routed at now; an id already
@@ -126,6 +149,15 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 	if len(hashes) == 0 {
 		return
 	}
+	k := keyOf(w, hashes)
+	if r := p.same[k]; r != nil && r.holes == nil {
+		// The same blocks on the same worker, none confirmed yet: what
+		// the new request predicts is what r does.
+		r.refs++
+		p.reqs[id] = r
+		p.order.Push(pendingAdded{id: id, r: r, at: now})
+		return
+	}
 	n, ok := p.nums[w]
 	if !ok {
 		if k := len(p.freeNums); k > 0 {
@@ -137,10 +169,11 @@ func (p *Pending) AddShared(id string, w WorkerID, hashes []uint64, now time.Tim
 		}
 		p.nums[w] = n
 	}
-	r := &pendingReq{w: w, num: n, at: len(p.byNum[n]), hashes: hashes, live: len(hashes)}
+	r := &pendingReq{w: w, num: n, refs: 1, at: len(p.byNum[n]), hashes: hashes, live: len(hashes)}
 	p.byNum[n] = append(p.byNum[n], r)
 	p.live += len(hashes)
 	p.reqs[id] = r
+	p.same[k] = r
 	p.order.Push(pendingAdded{id: id, r: r, at: now})
 	for off := 0; off < len(hashes); off += keyEvery {
 		x := p.newNodeLocked(r, off)
@@ -177,15 +210,19 @@ func (p *Pending) releaseLocked(id string) {
 		return
 	}
 	delete(p.reqs, id)
-	if r.hashes != nil {
+	if r.refs--; r.refs == 0 && r.hashes != nil {
 		p.detachLocked(r)
 	}
 }
 
 // detachLocked takes r out of the table and its worker's list, and drops
-// its hashes: it predicts nothing any more (released, or every block of
-// it confirmed). Its entry in order stays until the TTL.
+// its hashes: it predicts nothing any more (released by every request
+// sharing it, or every block of it confirmed). Its entries in order stay
+// until the TTL.
 func (p *Pending) detachLocked(r *pendingReq) {
+	if k := keyOf(r.w, r.hashes); p.same[k] == r {
+		delete(p.same, k)
+	}
 	for off := 0; off < len(r.hashes); off += keyEvery {
 		p.unkeyLocked(r, off)
 	}
@@ -386,14 +423,33 @@ func (p *Pending) coversLocked(dst []cover, hashes []uint64, n int) []cover {
 }
 
 // runEnd is the first position from pos on (a block r predicts) that r
-// does not predict: its end, a hole, or a block of another prefix.
+// does not predict: its end, a hole, or a block of another prefix. Hashes
+// are chained, so r and the request agree up to a point and differ after
+// it: the point is found by bisection, and the first hole before it in
+// r's bitmap a word at a time.
 func (r *pendingReq) runEnd(hashes []uint64, start, pos int) int {
 	i := pos - start
 	end := min(len(r.hashes), len(hashes)-start)
-	for i < end && r.hashes[i] == hashes[start+i] && !r.hole(i) {
-		i++
+	end = i + sort.Search(end-i, func(k int) bool { return r.hashes[i+k] != hashes[start+i+k] })
+	if r.holes != nil {
+		end = min(end, r.nextHole(i))
 	}
-	return start + i
+	return start + end
+}
+
+// nextHole is the first hole of r at or after block i (len(r.hashes) if
+// none).
+func (r *pendingReq) nextHole(i int) int {
+	for w := i / 64; w < len(r.holes); w++ {
+		word := r.holes[w]
+		if w == i/64 {
+			word &^= 1<<(i%64) - 1
+		}
+		if word != 0 {
+			return min(len(r.hashes), w*64+bits.TrailingZeros64(word))
+		}
+	}
+	return len(r.hashes)
 }
 
 // reachLocked is how far worker number num's predictions run from pos,

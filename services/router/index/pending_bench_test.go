@@ -19,10 +19,12 @@ type pendingLike interface {
 // during a burst: n requests of one 128-block prefix predicted on one
 // worker, a decision extending 100 workers over it (the one predicted
 // reaches the end), then one more request added and released. The range
-// form keeps a range per request, the former form a reference count per
-// block.
+// form keeps a range per request (identical ones shared), the former form
+// a reference count per block. Thousands of identical requests stay
+// predicted when the worker's KV events stop (an eventbus outage: until
+// Grace after each ends, or the TTL).
 func BenchmarkPendingBurst(b *testing.B) {
-	for _, n := range []int{1, 16, 64} {
+	for _, n := range []int{1, 16, 64, 4096} {
 		for _, form := range []string{"split", "range"} {
 			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
 				var p pendingLike
@@ -95,6 +97,57 @@ func BenchmarkPendingConfirm(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					p.Confirm(w, ev)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPendingBranches is BenchmarkPendingBurst with requests that
+// share the 128-block prefix and each end in 8 blocks of its own (one
+// system prompt, different questions): no two ranges are the same, so a
+// lookup in the prefix finds all n.
+func BenchmarkPendingBranches(b *testing.B) {
+	for _, n := range []int{16, 256, 4096} {
+		for _, form := range []string{"split", "range"} {
+			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
+				var p pendingLike
+				if form == "split" {
+					p = newSplitPending(time.Minute)
+				} else {
+					p = NewPending(time.Minute)
+				}
+				chain := func(branch int) []uint64 {
+					h := make([]uint64, 136)
+					parent := uint64(0x9e3779b97f4a7c15)
+					for i := range h {
+						tok := uint64(0)
+						if i >= 128 {
+							tok = uint64(branch + 1)
+						}
+						parent = (parent^tok)*0xff51afd7ed558ccd + 0xc4ceb9fe1a85ec53
+						parent ^= parent >> 29
+						h[i] = parent
+					}
+					return h
+				}
+				now := time.Unix(1, 0)
+				ws := make([]WorkerID, 100)
+				for i := range ws {
+					ws[i] = WorkerID{Instance: uint64(i + 1)}
+				}
+				for i := range n {
+					p.Add(strconv.Itoa(i), ws[7], chain(i), now)
+				}
+				h := chain(n)
+				ov := make([]int, 100)
+				b.ResetTimer()
+				for range b.N {
+					clear(ov)
+					p.ExtendAll(ws, h, ov)
+					if ov[7] != 128 {
+						b.Fatal(ov[7])
+					}
 				}
 			})
 		}

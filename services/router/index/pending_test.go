@@ -91,6 +91,9 @@ func TestPendingMatchesSplit(t *testing.T) {
 		{"few workers, short requests", 3, 3, 12, 1},
 		{"many workers, long requests", 40, 8, 140, 2},
 		{"long shared prefixes", 6, 2, 300, 3},
+		// Two workers, one prefix, short requests: many requests predict
+		// the same blocks on the same worker and share a range.
+		{"identical requests", 2, 1, 4, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkPendingMatchesSplit(t, tc.workers, tc.prefixes, tc.reqLen, tc.seed)
