@@ -1,6 +1,7 @@
 package indexbench_test
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -10,8 +11,11 @@ import (
 
 	"github.com/switchyard-llm/switchyard/bench/indexbench"
 	routerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/router/v1"
+	workerv1 "github.com/switchyard-llm/switchyard/gen/go/switchyard/worker/v1"
 	"github.com/switchyard-llm/switchyard/pkg/kvhash"
+	"github.com/switchyard-llm/switchyard/pkg/timingmodel"
 	"github.com/switchyard-llm/switchyard/services/router/core"
+	"github.com/switchyard-llm/switchyard/services/router/index"
 )
 
 // BenchmarkRoute times Core.Route at 100 workers with its allocations, in
@@ -67,6 +71,12 @@ func BenchmarkRoute(b *testing.B) {
 // adapter slots per worker, and a session per request of the workload,
 // whose turns are that request again: a conversation's turns share its
 // prefix). Compare five with tokens of the same run.
+//
+// tokens_events and five_events are tokens and five with the workers'
+// KV events as a fleet sends them (see timeDecisionsEvents): a request's
+// predictions are confirmed once its prefill would end, not left until
+// their grace period expires, so the router's pending table holds what a
+// fleet's would.
 func BenchmarkDecision(b *testing.B) {
 	entries := 200_000
 	if v, err := strconv.Atoi(os.Getenv("SWITCHYARD_BENCH_ENTRIES")); err == nil && v > 0 {
@@ -87,6 +97,8 @@ func BenchmarkDecision(b *testing.B) {
 	five := indexbench.BuildTokens(100, entries, 128, 1024, 7, kvhash.Extra{Salt: "tenant-a", LoRA: "adapter-0"})
 	five.CPUShare, five.DPSize, five.LoRAs, five.Sessions = 0.25, 2, 20, len(five.TokenRequests)
 	b.Run("five", func(b *testing.B) { timeDecisions(b, five, 0) })
+	b.Run("tokens_events", func(b *testing.B) { timeDecisionsEvents(b, plain, 0, true) })
+	b.Run("five_events", func(b *testing.B) { timeDecisionsEvents(b, five, 0, true) })
 }
 
 // timeDecisions times b.N route decisions over wl (a pair's when prefill
@@ -97,6 +109,20 @@ func BenchmarkDecision(b *testing.B) {
 // (cpu-p50-ns, cpu-p99-ns): on a shared machine the wall clock's tail is
 // mostly the time the thread waited for a core.
 func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
+	timeDecisionsEvents(b, wl, prefill, false)
+}
+
+// timeDecisionsEvents is timeDecisions, with the KV events of the chosen
+// workers when events is set: a request's blocks past its overlap (those
+// its prefill computes) are stored, one event on its worker or rank, once
+// the default timing model's prefill of them on an idle engine has passed
+// on the clock (about 25 ms, 25 decisions, for 32 new blocks), which
+// confirms its predictions as an engine's events do; they are removed
+// again when the request is freed, standing in for the engine's
+// evictions, so that the index keeps the workload's size and contents and
+// every case sees the same cache hits. The events are applied between
+// decisions, outside the timed part.
+func timeDecisionsEvents(b *testing.B, wl *indexbench.Workload, prefill int, events bool) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
 	c, target := indexbench.RoutePairCoreClock(wl, clock, prefill)
@@ -113,6 +139,10 @@ func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
 	req := &routerv1.RouteRequest{Target: target, CacheSalt: wl.Salt, LoraName: wl.LoRA, OmitCandidates: wl.TokenRequests != nil}
 	took, cpu := make([]time.Duration, b.N), make([]time.Duration, b.N)
 	cpuOK := true
+	var kv *kvEvents
+	if events {
+		kv = newKVEvents(c, wl, b.N)
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
@@ -122,6 +152,7 @@ func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
 		if i%1000 == 999 {
 			indexbench.ReportLoads(c, wl)
 		}
+		kv.storeDue(i)
 		id := ids[i]
 		req.RequestId = id
 		wl.FillRequest(req, i, sessions)
@@ -137,12 +168,14 @@ func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
 		if (prefill > 0) != (resp.Prefill != nil) {
 			b.Fatalf("prefill leg %v in a decision of %d prefill workers", resp.Prefill, prefill)
 		}
+		kv.routed(i, resp)
 		core.Recycle(resp)
 		if i%2 == 0 {
 			c.PrefillDone(id)
 		}
 		if i >= 256 {
 			c.Free(ids[i-256])
+			kv.remove(i - 256)
 		}
 	}
 	b.StopTimer()
@@ -154,4 +187,75 @@ func timeDecisions(b *testing.B, wl *indexbench.Workload, prefill int) {
 		b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "cpu-p50-ns")
 		b.ReportMetric(float64(cpu[len(cpu)*99/100].Nanoseconds()), "cpu-p99-ns")
 	}
+}
+
+// kvEvents sends the chosen workers' KV events of timeDecisionsEvents. A
+// nil *kvEvents sends none.
+type kvEvents struct {
+	c  *core.Core
+	wl *indexbench.Workload
+	// Per decision: the worker it chose and the first block its prefill
+	// computes (its overlap there).
+	worker []index.WorkerID
+	from   []int
+	// due[t % len(due)] lists the decisions whose blocks are stored
+	// before decision t.
+	due    [][]int
+	timing timingmodel.Model
+}
+
+func newKVEvents(c *core.Core, wl *indexbench.Workload, n int) *kvEvents {
+	return &kvEvents{c: c, wl: wl, worker: make([]index.WorkerID, n), from: make([]int, n), due: make([][]int, 256), timing: timingmodel.Default()}
+}
+
+// routed records decision i and schedules its stored event.
+func (k *kvEvents) routed(i int, resp *routerv1.RouteResponse) {
+	if k == nil {
+		return
+	}
+	hashes := k.wl.Requests[i%len(k.wl.Requests)]
+	k.worker[i] = index.WorkerID{Instance: resp.InstanceId, DPRank: resp.DpRank}
+	k.from[i] = min(int(resp.OverlapBlocks), len(hashes))
+	// The clock moves 1 ms a decision; RouteCore's cards declare 16
+	// tokens a block.
+	tokens := float64((len(hashes) - k.from[i]) * 16)
+	at := i + 1 + int(math.Ceil(k.timing.PrefillMs(tokens)))
+	if at-i >= len(k.due) {
+		at = i + len(k.due) - 1 // stored before the request is freed
+	}
+	k.due[at%len(k.due)] = append(k.due[at%len(k.due)], i)
+}
+
+// storeDue sends the stored events due before decision t.
+func (k *kvEvents) storeDue(t int) {
+	if k == nil {
+		return
+	}
+	slot := t % len(k.due)
+	for _, i := range k.due[slot] {
+		hashes := k.wl.Requests[i%len(k.wl.Requests)][k.from[i]:]
+		if len(hashes) == 0 {
+			continue
+		}
+		ev := &workerv1.KvBlocksStored{Blocks: make([]*workerv1.KvBlock, len(hashes))}
+		for j, h := range hashes {
+			ev.Blocks[j] = &workerv1.KvBlock{SequenceHash: h}
+		}
+		k.c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: k.worker[i].Instance, DpRank: k.worker[i].DPRank,
+			Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Stored{Stored: ev}}}})
+	}
+	k.due[slot] = k.due[slot][:0]
+}
+
+// remove sends the removed event of decision i's stored blocks.
+func (k *kvEvents) remove(i int) {
+	if k == nil {
+		return
+	}
+	hashes := k.wl.Requests[i%len(k.wl.Requests)][k.from[i]:]
+	if len(hashes) == 0 {
+		return
+	}
+	k.c.ApplyEvents(&workerv1.KvEventBatch{InstanceId: k.worker[i].Instance, DpRank: k.worker[i].DPRank,
+		Events: []*workerv1.KvCacheEvent{{Event: &workerv1.KvCacheEvent_Removed{Removed: &workerv1.KvBlocksRemoved{SequenceHashes: hashes}}}}})
 }
