@@ -373,8 +373,11 @@ func (e *OverloadEnv) RunFlows(ctx context.Context, flows []Flow, d, grace time.
 
 // Arrivals are the times, from the flows' start, at which flow number
 // flow of a run with seed sends its requests for d at rate per second:
-// evenly spaced for seed 0, else a Poisson process (exponential gaps
-// drawn from a random source keyed by seed and flow).
+// evenly spaced from 0 for seed 0, else a Poisson process (exponential
+// gaps drawn from a random source keyed by seed and flow). A Poisson
+// process's first arrival, too, comes an exponential gap after the start:
+// independent flows do not send together at 0 (a flood's first requests
+// and another tenant's, before the flood has a backlog the queue holds).
 func Arrivals(seed uint64, flow int, rate float64, d time.Duration) []time.Duration {
 	if rate <= 0 {
 		return nil
@@ -386,8 +389,8 @@ func Arrivals(seed uint64, flow int, rate float64, d time.Duration) []time.Durat
 	for n := 0; ; n++ {
 		at := time.Duration(float64(n) * interval)
 		if seed != 0 {
-			at = time.Duration(next)
 			next += gaps.ExpFloat64() * interval
+			at = time.Duration(next)
 		}
 		if at >= d {
 			return out
