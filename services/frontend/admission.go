@@ -94,7 +94,11 @@ import (
 //     any request let go while others stay queued is routed to keep
 //     within the router's limits (RouteRequest.within_limit): the room
 //     it takes is a slot within them, which the router's cost alone
-//     might pass over for a cheaper worker past the threshold.
+//     might pass over for a cheaper worker past the threshold. While
+//     rooms are kept from it, a flood also has at most the fleet's
+//     capacity less k prompts without a first token (floodHeldLocked):
+//     the room a worker has behind a flood prompt near its end would
+//     queue the next one in the engine, ahead of a crowded tenant's next.
 //   - Limits: --queue-timeout per request, --queue-max-requests and
 //     --queue-max-bytes per band; past them the oldest request of the
 //     lowest band's tenant queueing the most there is shed (sheddable
@@ -423,8 +427,10 @@ type tenantLoad struct {
 	inflightTokens   uint64
 	inflight, queued uint32
 	// pending counts its requests let go whose first route decision has
-	// not come back (ticket.pending).
-	pending uint32
+	// not come back (ticket.pending); prefilling its requests let go
+	// that have no first token yet (ticket.prefilled): prompts routed or
+	// about to be, queued or in prefill in an engine.
+	pending, prefilling uint32
 	// prio is the band of its last request; queuedBy its queued requests
 	// by band.
 	prio     int32
@@ -474,9 +480,10 @@ type ticket struct {
 	once   sync.Once
 	// w is its waiter when it was queued (nil: admitted at once).
 	w *waiter
-	// pending says its first route decision has not come back (under
+	// pending says its first route decision has not come back;
+	// prefilled that its first token came or it ended (both under
 	// admission.mu).
-	pending bool
+	pending, prefilled bool
 	// backlog says it was released from a backlog of its tenant while a
 	// tenant it crowds was active; withinLimit that it was released, not
 	// one of a backlog, while others' requests stayed queued: it takes
@@ -683,6 +690,7 @@ func (a *admission) retryAfterLocked(mq *modelQueue, prio int32) time.Duration {
 func (a *admission) countInflightLocked(mq *modelQueue, tl *tenantLoad, t *ticket) {
 	mq.inflight++
 	tl.inflight++
+	tl.prefilling++
 	tl.inflightTokens += t.tokens
 	a.serveLocked(mq, t.tenant, t.tokens)
 }
@@ -1166,7 +1174,7 @@ func (a *admission) pumpLocked(mq *modelQueue) {
 			// watch takes the fleet for unsaturated.
 			return
 		}
-		if !probe && free <= a.keptLocked(mq, w.tenant, w.b.prio) {
+		if kept := a.keptLocked(mq, w.tenant, w.b.prio); !probe && (free <= kept || a.floodHeldLocked(mq, w.tenant, kept)) {
 			// The last rooms are kept from w's backlog for tenants with a
 			// better claim. A tenant queued here without a backlog of
 			// its own (one request: it came while the flood was queued,
@@ -1325,12 +1333,80 @@ func (t *ticket) done() {
 			tl.inflight--
 			tl.inflightTokens -= t.tokens
 		}
+		a.prefilledLocked(t)
 		a.forgetLocked(mq, t.tenant)
 		a.unpendLocked(t)
 		a.pumpLocked(mq)
 		a.touchLocked()
 		a.mu.Unlock()
 	})
+}
+
+// firstToken records that an admitted request had its first token: its
+// prompt is no longer in an engine's prefill queue, which may let a
+// flood's next request go (floodHeldLocked).
+func (t *ticket) firstToken() {
+	a := t.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t.prefilled {
+		return
+	}
+	a.prefilledLocked(t)
+	a.pumpLocked(t.mq)
+	a.touchLocked()
+}
+
+// prefilledLocked takes t out of its tenant's prefilling count, once.
+func (a *admission) prefilledLocked(t *ticket) {
+	if t.prefilled {
+		return
+	}
+	t.prefilled = true
+	if tl := t.mq.load[t.tenant]; tl != nil && tl.prefilling > 0 {
+		tl.prefilling--
+	}
+}
+
+// firstTokenOf tells the admission queue that the request of ctx
+// (withTicket) had its first token.
+func firstTokenOf(ctx context.Context) {
+	if t, _ := ctx.Value(ticketKey{}).(*ticket); t != nil {
+		t.firstToken()
+	}
+}
+
+// prefillingFleetLocked is how many of tenant's requests of the model
+// have no first token yet, over every replica.
+func (a *admission) prefillingFleetLocked(mq *modelQueue, tenant string) int {
+	var n uint32
+	if tl := mq.load[tenant]; tl != nil {
+		n = tl.prefilling
+	}
+	if a.peers != nil {
+		n += a.peers.prefillingLocked(mq.name, tenant, a.now())
+	}
+	return int(n)
+}
+
+// floodHeldLocked says whether a request of tenant's backlog in band prio
+// is held while kept rooms are kept from it: the flood already has as
+// many prompts waiting for their first token, over every replica, as the
+// fleet's capacity less the kept rooms. The router counts room at the
+// threshold, which a worker prefilling one prompt still has when its
+// prompt is near done (room for one more within the threshold, queued
+// behind it); a flood let into that room keeps a prompt queued in an
+// engine, and a crowded tenant's request arriving next, beside one of its
+// own in the kept room (a burst), finds every worker's queue ahead of it
+// a prompt longer. Held to its share, the flood's next prompt goes once
+// one of its own has its first token: the engines then hold at most one
+// flood prompt per room it may use, and the burst's next request waits
+// for that prompt's rest only.
+func (a *admission) floodHeldLocked(mq *modelQueue, tenant string, kept int) bool {
+	if kept <= 0 || mq.capacity <= 0 {
+		return false
+	}
+	return a.prefillingFleetLocked(mq, tenant) >= max(mq.capacity-kept, 1)
 }
 
 // decided records a route decision's word for model (saturated, room

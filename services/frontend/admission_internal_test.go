@@ -1221,7 +1221,11 @@ func TestAdmissionKeptRooms(t *testing.T) {
 			ta.a.now = func() time.Time { return now }
 			plenty := uint32(core.MaxRoom)
 			ta.a.watchedFleet("m", false, plenty, tt.capacity)
-			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 800)), "m", false, plenty)
+			// a's request in flight has its first token: a's backlog is
+			// held by the kept rooms alone (TestAdmissionFloodHeld).
+			atk := ta.inflight("a", 800)
+			ta.a.decidedRoom(withTicket(context.Background(), atk), "m", false, plenty)
+			atk.firstToken()
 			now = now.Add(-tt.bAgo)
 			tk, err := ta.a.admit(context.Background(), "m", "b", tt.bPrio, tt.bServed, 10)
 			if err != nil {
@@ -1240,6 +1244,86 @@ func TestAdmissionKeptRooms(t *testing.T) {
 			ta.a.watchedFleet("m", false, tt.room, tt.capacity)
 			if got := queued - ta.depth(); got != tt.released {
 				t.Fatalf("released %d of a's on room for %d, want %d", got, tt.room, tt.released)
+			}
+		})
+	}
+}
+
+// TestAdmissionFloodHeld: while rooms are kept from a flood (b, a fifth
+// of the service, expected), the flood's next request goes only while it
+// has fewer prompts without a first token than the fleet's capacity less
+// the rooms kept, whatever room the router counts; its first token lets
+// the next go.
+func TestAdmissionFloodHeld(t *testing.T) {
+	tests := []struct {
+		name     string
+		capacity uint32
+		room     uint32
+		// prefilling and decoding are a's requests in flight without and
+		// with a first token; bAgo how long ago b sent.
+		prefilling, decoding int
+		bAgo                 time.Duration
+		// released are a's requests let go on the room; then, after the
+		// first token of one of a's prefilling, released too.
+		released, thenReleased int
+	}{
+		// Two workers, one prompt each within the threshold: capacity 2,
+		// one kept. Room 2 with a's prompt in prefill is its worker's
+		// room behind it (the prompt near done) and the idle worker:
+		// a's next would queue behind its own.
+		{"capacity 2, one kept, a's prompt in prefill, room 2: held until its first token", 2, 2, 1, 0, 0, 0, 1},
+		{"capacity 2, one kept, a's prompt decoding, room 2: one", 2, 2, 0, 1, 0, 1, 0},
+		// Capacity 4, a fifth: two kept; a may have two prompts in
+		// prefill.
+		{"capacity 4, two kept, one in prefill, room 4: one", 4, 4, 1, 0, 0, 1, 1},
+		{"capacity 4, two kept, two in prefill, room 4: held", 4, 4, 2, 0, 0, 0, 1},
+		// b not expected: nothing kept, a goes as the room says.
+		{"b not active lately: nothing held, room 2: two", 2, 2, 1, 0, activeWindow + time.Second, 2, 0},
+		{"capacity not known: one kept, nothing held, room 3: two", 0, 3, 1, 0, 0, 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAdmission(t, AdmissionConfig{})
+			now := time.Unix(1000, 0)
+			ta.a.now = func() time.Time { return now }
+			plenty := uint32(core.MaxRoom)
+			ta.a.watchedFleet("m", false, plenty, tt.capacity)
+			// a: 800 tokens served lately, over its requests in flight.
+			var prefilling []*ticket
+			n := tt.prefilling + tt.decoding
+			for i := range n {
+				tk := ta.inflight("a", 800/uint64(n))
+				ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+				if i < tt.decoding {
+					tk.firstToken()
+				} else {
+					prefilling = append(prefilling, tk)
+				}
+			}
+			// b: 200 of the 1,000 tokens served lately, rho 0.2.
+			now = now.Add(-tt.bAgo)
+			tk, err := ta.a.admit(context.Background(), "m", "b", 0, 200, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ta.a.decidedRoom(withTicket(context.Background(), tk), "m", false, plenty)
+			tk.done()
+			now = now.Add(tt.bAgo)
+			ta.a.watchedFleet("m", true, 0, tt.capacity)
+			const queued = 6
+			for i := range queued {
+				ta.queue(context.Background(), fmt.Sprintf("a%d", i+1), "a", 0, 1, 10)
+			}
+			ta.a.watchedFleet("m", false, tt.room, tt.capacity)
+			if got := queued - ta.depth(); got != tt.released {
+				t.Fatalf("released %d of a's on room for %d, want %d", got, tt.room, tt.released)
+			}
+			if len(prefilling) == 0 {
+				return
+			}
+			prefilling[0].firstToken()
+			if got := queued - ta.depth(); got != tt.released+tt.thenReleased {
+				t.Fatalf("released %d of a's after a first token, want %d", got, tt.released+tt.thenReleased)
 			}
 		})
 	}
@@ -1372,7 +1456,11 @@ func TestAdmissionExpected(t *testing.T) {
 			}
 			now = room
 			ta.a.watchedFleet("m", false, plenty, 2)
-			ta.a.decidedRoom(withTicket(context.Background(), ta.inflight("a", 800)), "m", false, plenty)
+			// a's request in flight is decoding: only the kept room holds
+			// a's backlog (TestAdmissionFloodHeld).
+			atk := ta.inflight("a", 800)
+			ta.a.decidedRoom(withTicket(context.Background(), atk), "m", false, plenty)
+			atk.firstToken()
 			ta.a.watchedFleet("m", true, 0, 2)
 			const queued = 6
 			for i := range queued {

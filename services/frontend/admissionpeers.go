@@ -58,6 +58,9 @@ type peerState struct {
 	// pending is each model's requests it let go whose route decision
 	// had not come back.
 	pending map[string]uint32
+	// prefilling is each (model, tenant)'s requests in flight without a
+	// first token (TenantLoad.prefilling_requests).
+	prefilling map[peerKey]uint32
 }
 
 type peerKey struct{ model, tenant string }
@@ -67,7 +70,7 @@ func newPeerTable() *peerTable { return &peerTable{replicas: map[string]*peerSta
 // applyLocked replaces a replica's state.
 func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
 	ps := &peerState{id: st.GetReplicaId(), at: at, inflight: map[peerKey]uint64{}, served: map[peerKey]float64{}, rate: map[peerKey]float64{},
-		queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}}
+		queued: map[peerKey]map[int32]uint32{}, pending: map[string]uint32{}, prefilling: map[peerKey]uint32{}}
 	for i, t := range st.GetTenants() {
 		if i >= maxPeerTenants {
 			break
@@ -81,6 +84,7 @@ func (p *peerTable) applyLocked(st *frontendv1.AdmissionState, at time.Time) {
 			ps.rate[k] = max(ps.rate[k], v)
 		}
 		ps.pending[k.model] += t.GetPendingRequests()
+		ps.prefilling[k] += t.GetPrefillingRequests()
 		if q := t.GetQueuedRequests(); q > 0 {
 			if ps.queued[k] == nil {
 				ps.queued[k] = map[int32]uint32{}
@@ -108,6 +112,14 @@ func (p *peerTable) liveLocked(now time.Time, f func(*peerState)) {
 func (p *peerTable) inflightLocked(model, tenant string, now time.Time) uint64 {
 	var n uint64
 	p.liveLocked(now, func(ps *peerState) { n += ps.inflight[peerKey{model, tenant}] })
+	return n
+}
+
+// prefillingLocked is a tenant's requests of model without a first token
+// at the other replicas.
+func (p *peerTable) prefillingLocked(model, tenant string, now time.Time) uint32 {
+	var n uint32
+	p.liveLocked(now, func(ps *peerState) { n += ps.prefilling[peerKey{model, tenant}] })
 	return n
 }
 
@@ -226,7 +238,7 @@ func (a *admission) stateLocked(replica string) *frontendv1.AdmissionState {
 			}
 			rate, idle := a.sentLocked(mq, tenant, now)
 			st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: tl.prio,
-				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending, ServedTokens: a.servedLocked(mq, tenant, now),
+				InflightTokens: tl.inflightTokens, InflightRequests: tl.inflight, PendingRequests: tl.pending, PrefillingRequests: tl.prefilling, ServedTokens: a.servedLocked(mq, tenant, now),
 				RequestRate: rate, IdleSeconds: idle})
 			for b, n := range tl.queuedBy {
 				st.Tenants = append(st.Tenants, &frontendv1.TenantLoad{Model: mq.name, Tenant: tenant, Priority: b, QueuedRequests: n, IdleSeconds: idle})

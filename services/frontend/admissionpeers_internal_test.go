@@ -356,3 +356,62 @@ func TestAdmissionReplicasTakeTurnsOnStaleCounts(t *testing.T) {
 		t.Fatalf("released %d on room for 2 (x queues %d of 3, y %d of 2), want 2, both from x (the lower id)", released, x.depth(), y.depth())
 	}
 }
+
+// TestPeersPrefilling: a tenant's requests without a first token are
+// counted over every replica, each replica's as it last published them.
+func TestPeersPrefilling(t *testing.T) {
+	tests := []struct {
+		name string
+		// x and y are a's requests in flight at each replica, of which
+		// firstX and firstY had their first token.
+		x, y, firstX, firstY int
+		want                 int
+	}{
+		{"one at each", 1, 1, 0, 0, 2},
+		{"two at x, one decoding; one at y", 2, 1, 1, 0, 2},
+		{"all decoding", 1, 2, 1, 2, 0},
+		{"two at x; y's one decoding", 2, 1, 0, 1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			x, y := newTestAdmission(t, AdmissionConfig{}), newTestAdmission(t, AdmissionConfig{})
+			for i, r := range []*testAdmission{x, y} {
+				r.a.now = func() time.Time { return now }
+				r.a.peers = newPeerTable()
+				r.a.peers.self = fmt.Sprint("r", i)
+				n, first := tt.x, tt.firstX
+				if i == 1 {
+					n, first = tt.y, tt.firstY
+				}
+				for j := range n {
+					tk := r.inflight("a", 20)
+					if j < first {
+						tk.firstToken()
+					}
+				}
+			}
+			x.a.mu.Lock()
+			xs := x.a.stateLocked("r0")
+			x.a.mu.Unlock()
+			y.a.mu.Lock()
+			ys := y.a.stateLocked("r1")
+			y.a.applyPeerLocked(xs)
+			y.a.mu.Unlock()
+			x.a.mu.Lock()
+			x.a.applyPeerLocked(ys)
+			x.a.mu.Unlock()
+			for _, r := range []*testAdmission{x, y} {
+				r.a.mu.Lock()
+				var got int
+				if mq := r.a.models["m"]; mq != nil {
+					got = r.a.prefillingFleetLocked(mq, "a")
+				}
+				r.a.mu.Unlock()
+				if got != tt.want {
+					t.Errorf("replica %s: a's prefilling over every replica %d, want %d", r.a.peers.self, got, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -283,6 +283,9 @@ func (s *Service) attempt(ctx context.Context, id string, d decision, j *job, to
 		if len(resp.tokenIDs) > 0 {
 			if first {
 				first = false
+				// The admission queue first: the router's word that the
+				// prefill freed room then finds it counted.
+				firstTokenOf(ctx)
 				if !d.prefillReported {
 					s.routing.prefillDone(d, id)
 				}

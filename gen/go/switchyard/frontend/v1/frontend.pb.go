@@ -136,9 +136,15 @@ type TenantLoad struct {
 	// time of this message (infinite when the replica knows of none). A
 	// replica lists a tenant for 30 s after its last request there, whether
 	// it has anything in flight or queued there or not.
-	IdleSeconds   float64 `protobuf:"fixed64,10,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IdleSeconds float64 `protobuf:"fixed64,10,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
+	// Its requests in flight that have no first token yet: prompts queued
+	// or in prefill in an engine (or about to be routed). While the last
+	// rooms are kept from a tenant's backlog, the replicas let its next
+	// request go only while the tenant has fewer of these over every
+	// replica than the fleet's capacity less the rooms kept.
+	PrefillingRequests uint32 `protobuf:"varint,11,opt,name=prefilling_requests,json=prefillingRequests,proto3" json:"prefilling_requests,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TenantLoad) Reset() {
@@ -241,6 +247,13 @@ func (x *TenantLoad) GetIdleSeconds() float64 {
 	return 0
 }
 
+func (x *TenantLoad) GetPrefillingRequests() uint32 {
+	if x != nil {
+		return x.PrefillingRequests
+	}
+	return 0
+}
+
 var File_switchyard_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
@@ -249,7 +262,7 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x0eAdmissionState\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
-	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\xeb\x02\n" +
+	"\atenants\x18\x02 \x03(\v2\".switchyard.frontend.v1.TenantLoadR\atenants\"\x9c\x03\n" +
 	"\n" +
 	"TenantLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
@@ -262,7 +275,8 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\rserved_tokens\x18\b \x01(\x01R\fservedTokens\x12!\n" +
 	"\frequest_rate\x18\t \x01(\x01R\vrequestRate\x12!\n" +
 	"\fidle_seconds\x18\n" +
-	" \x01(\x01R\vidleSecondsB\xf4\x01\n" +
+	" \x01(\x01R\vidleSeconds\x12/\n" +
+	"\x13prefilling_requests\x18\v \x01(\rR\x12prefillingRequestsB\xf4\x01\n" +
 	"\x1acom.switchyard.frontend.v1B\rFrontendProtoP\x01ZMgithub.com/switchyard-llm/switchyard/gen/go/switchyard/frontend/v1;frontendv1\xa2\x02\x03SFX\xaa\x02\x16Switchyard.Frontend.V1\xca\x02\x16Switchyard\\Frontend\\V1\xe2\x02\"Switchyard\\Frontend\\V1\\GPBMetadata\xea\x02\x18Switchyard::Frontend::V1b\x06proto3"
 
 var (

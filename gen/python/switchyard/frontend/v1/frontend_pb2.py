@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\"m\n\x0e\x41\x64missionState\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12<\n\x07tenants\x18\x02 \x03(\x0b\x32\".switchyard.frontend.v1.TenantLoadR\x07tenants\"\xeb\x02\n\nTenantLoad\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1a\n\x08priority\x18\x03 \x01(\x05R\x08priority\x12\'\n\x0finflight_tokens\x18\x04 \x01(\x04R\x0einflightTokens\x12+\n\x11inflight_requests\x18\x05 \x01(\rR\x10inflightRequests\x12\'\n\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequests\x12)\n\x10pending_requests\x18\x07 \x01(\rR\x0fpendingRequests\x12#\n\rserved_tokens\x18\x08 \x01(\x01R\x0cservedTokens\x12!\n\x0crequest_rate\x18\t \x01(\x01R\x0brequestRate\x12!\n\x0cidle_seconds\x18\n \x01(\x01R\x0bidleSecondsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\"m\n\x0e\x41\x64missionState\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12<\n\x07tenants\x18\x02 \x03(\x0b\x32\".switchyard.frontend.v1.TenantLoadR\x07tenants\"\x9c\x03\n\nTenantLoad\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1a\n\x08priority\x18\x03 \x01(\x05R\x08priority\x12\'\n\x0finflight_tokens\x18\x04 \x01(\x04R\x0einflightTokens\x12+\n\x11inflight_requests\x18\x05 \x01(\rR\x10inflightRequests\x12\'\n\x0fqueued_requests\x18\x06 \x01(\rR\x0equeuedRequests\x12)\n\x10pending_requests\x18\x07 \x01(\rR\x0fpendingRequests\x12#\n\rserved_tokens\x18\x08 \x01(\x01R\x0cservedTokens\x12!\n\x0crequest_rate\x18\t \x01(\x01R\x0brequestRate\x12!\n\x0cidle_seconds\x18\n \x01(\x01R\x0bidleSeconds\x12/\n\x13prefilling_requests\x18\x0b \x01(\rR\x12prefillingRequestsb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchyard.frontend.v1.frontend_pb2', globals())
@@ -23,5 +23,5 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _ADMISSIONSTATE._serialized_start=65
   _ADMISSIONSTATE._serialized_end=174
   _TENANTLOAD._serialized_start=177
-  _TENANTLOAD._serialized_end=540
+  _TENANTLOAD._serialized_end=589
 # @@protoc_insertion_point(module_scope)

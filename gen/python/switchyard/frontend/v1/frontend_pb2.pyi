@@ -14,12 +14,13 @@ class AdmissionState(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
-    __slots__ = ["idle_seconds", "inflight_requests", "inflight_tokens", "model", "pending_requests", "priority", "queued_requests", "request_rate", "served_tokens", "tenant"]
+    __slots__ = ["idle_seconds", "inflight_requests", "inflight_tokens", "model", "pending_requests", "prefilling_requests", "priority", "queued_requests", "request_rate", "served_tokens", "tenant"]
     IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PREFILLING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -30,9 +31,10 @@ class TenantLoad(_message.Message):
     inflight_tokens: int
     model: str
     pending_requests: int
+    prefilling_requests: int
     priority: int
     queued_requests: int
     request_rate: float
     served_tokens: float
     tenant: str
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., pending_requests: _Optional[int] = ..., served_tokens: _Optional[float] = ..., request_rate: _Optional[float] = ..., idle_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., inflight_tokens: _Optional[int] = ..., inflight_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., pending_requests: _Optional[int] = ..., served_tokens: _Optional[float] = ..., request_rate: _Optional[float] = ..., idle_seconds: _Optional[float] = ..., prefilling_requests: _Optional[int] = ...) -> None: ...

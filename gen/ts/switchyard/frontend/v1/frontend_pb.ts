@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/frontend/v1/frontend.proto.
  */
 export const file_switchyard_frontend_v1_frontend: GenFile = /*@__PURE__*/
-  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCLnAQoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNEhUKDXNlcnZlZF90b2tlbnMYCCABKAESFAoMcmVxdWVzdF9yYXRlGAkgASgBEhQKDGlkbGVfc2Vjb25kcxgKIAEoAWIGcHJvdG8z");
+  fileDesc("CiVzd2l0Y2h5YXJkL2Zyb250ZW5kL3YxL2Zyb250ZW5kLnByb3RvEhZzd2l0Y2h5YXJkLmZyb250ZW5kLnYxIlkKDkFkbWlzc2lvblN0YXRlEhIKCnJlcGxpY2FfaWQYASABKAkSMwoHdGVuYW50cxgCIAMoCzIiLnN3aXRjaHlhcmQuZnJvbnRlbmQudjEuVGVuYW50TG9hZCKEAgoKVGVuYW50TG9hZBINCgVtb2RlbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSEAoIcHJpb3JpdHkYAyABKAUSFwoPaW5mbGlnaHRfdG9rZW5zGAQgASgEEhkKEWluZmxpZ2h0X3JlcXVlc3RzGAUgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgGIAEoDRIYChBwZW5kaW5nX3JlcXVlc3RzGAcgASgNEhUKDXNlcnZlZF90b2tlbnMYCCABKAESFAoMcmVxdWVzdF9yYXRlGAkgASgBEhQKDGlkbGVfc2Vjb25kcxgKIAEoARIbChNwcmVmaWxsaW5nX3JlcXVlc3RzGAsgASgNYgZwcm90bzM");
 
 /**
  * AdmissionState is what one frontend replica tells the others about its
@@ -153,6 +153,17 @@ export type TenantLoad = Message<"switchyard.frontend.v1.TenantLoad"> & {
    * @generated from field: double idle_seconds = 10;
    */
   idleSeconds: number;
+
+  /**
+   * Its requests in flight that have no first token yet: prompts queued
+   * or in prefill in an engine (or about to be routed). While the last
+   * rooms are kept from a tenant's backlog, the replicas let its next
+   * request go only while the tenant has fewer of these over every
+   * replica than the fleet's capacity less the rooms kept.
+   *
+   * @generated from field: uint32 prefilling_requests = 11;
+   */
+  prefillingRequests: number;
 };
 
 /**
