@@ -55,6 +55,9 @@ func Command(args []string, stdout io.Writer) error {
 	static := fs.Bool("static", true, "also run the static pools (static-peak, static-mean); false runs the planner's alone")
 	warmup := fs.Duration("warmup", 0, "also judge each run from this time on (windows starting then or later, engine-seconds from then on): a planner in service has its history, a run's starts with none")
 	decisions := fs.Bool("decisions", false, "also write every decision of the planner's runs to "+DecisionsName+" under --out")
+	oracles := fs.String("oracle", "", "also run these oracle policies, comma-separated, or all ("+strings.Join(OraclePolicies([]string{"<predictor>"}), ", ")+
+		"): the trace's own rates or a predictor's forecast, sized by the capacity fixed pools of every size were measured to hold in --oracle-share of the windows or by the planner's run's, with no margin; they follow the planner's runs, whose capacities the model-capacity ones take")
+	oracleShare := fs.Float64("oracle-share", 0.95, "the share of windows the oracle's measured capacity holds in fixed pools")
 	staticCache := fs.String("static-cache", "measured", "how the static pools are sized: measured (for the share of prompt tokens their own run served from cache, rerun until the size holds) or none (every prompt token computed)")
 	pc := core.DefaultConfig()
 	fs.Float64Var(&pc.TTFTMs, "ttft-slo", pc.TTFTMs, "time to first token objective, ms")
@@ -121,11 +124,43 @@ func Command(args []string, stdout io.Writer) error {
 	cfg.Opening = opening
 	fmt.Fprintf(stdout, "trace: %d requests over %.0f s; one engine holds %.2f req/s within TTFT %.0f ms and ITL %.0f ms with every prompt token computed: static-peak %d engines, static-mean %d, the planner's opening pool %d; engine start-up %v, interval %v\n",
 		len(trace), trace[len(trace)-1].Arrival.Seconds(), capRPS, pc.TTFTMs, pc.ITLMs, peak, mean, opening, *startup, pc.Interval)
-	var results []Result
+	var predictors []string
 	for _, p := range strings.Split(*preds, ",") {
-		if p == "" {
-			continue // --predictor "": the static pools alone
+		if p != "" { // --predictor "": the static pools alone
+			predictors = append(predictors, p)
 		}
+	}
+	var oraclePolicies []string
+	switch *oracles {
+	case "":
+	case "all":
+		oraclePolicies = OraclePolicies(predictors)
+	default:
+		oraclePolicies = strings.Split(*oracles, ",")
+	}
+	first := ""
+	if len(predictors) > 0 {
+		first = predictors[0]
+	}
+	if len(oraclePolicies) > 0 {
+		if !(*oracleShare > 0 && *oracleShare <= 1) {
+			return fmt.Errorf("planner-sim: --oracle-share %v: must be in (0, 1]", *oracleShare)
+		}
+		// Every name is checked before any run, with the planner's runs
+		// the model-capacity ones need to come.
+		will := map[string]Result{}
+		for _, p := range predictors {
+			will[p] = Result{Capacities: []float64{1}}
+		}
+		for _, p := range oraclePolicies {
+			if _, err := OracleFor(p, Measured{}, will, first); err != nil {
+				return err
+			}
+		}
+	}
+	var results []Result
+	planners := map[string]Result{}
+	for _, p := range predictors {
 		c := cfg
 		c.Planner.Predictor = p
 		if err := c.Planner.Validate(); err != nil {
@@ -136,6 +171,26 @@ func Command(args []string, stdout io.Writer) error {
 			return err
 		}
 		results = append(results, res)
+		planners[p] = res
+	}
+	if len(oraclePolicies) > 0 {
+		m, err := Measure(trace, cfg, *oracleShare)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "oracle: fixed pools of %d to %d engines held %.0f%% of the windows sized at %.2f req/s an engine (every window's rate over it, rounded up)\n",
+			m.Smallest, m.Largest, 100**oracleShare, m.Capacity)
+		for _, p := range oraclePolicies {
+			o, err := OracleFor(p, m, planners, first)
+			if err != nil {
+				return err
+			}
+			res, err := RunOracle(trace, cfg, p, o)
+			if err != nil {
+				return err
+			}
+			results = append(results, res)
+		}
 	}
 	statics := []struct {
 		policy string

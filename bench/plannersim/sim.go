@@ -70,6 +70,9 @@ type Config struct {
 	// moment judged, with the rates of its memory seen, while a run's
 	// planner starts with none, at the trace's first request.
 	Warmup time.Duration
+	// GiveUp, when positive, stops a fixed pool's run once its engines
+	// hold more than GiveUp requests waiting each (Result.GaveUp).
+	GiveUp int
 	// Decisions, when set, gets a line per decision of a planner's run:
 	// DecisionsHeader's columns, tab-separated.
 	Decisions io.Writer
@@ -112,6 +115,15 @@ type Result struct {
 	KVBlocksUsed, Running int
 	// Timeline is every judged window, in time order.
 	Timeline []WindowResult
+	// GaveUp is when a fixed pool's run stopped for its backlog
+	// (Config.GiveUp), 0 if it did not: its windows from then on are not
+	// judged, and its engines' time ends there.
+	GaveUp time.Duration
+	// Capacities is, for a planner's run, one worker's capacity within
+	// the objectives its decisions judged, one per decision in order (0
+	// where it judged none): the model's capacity, which an oracle run
+	// can size by in its place (Oracle).
+	Capacities []float64
 	// Warm is the run judged from Config.Warmup on: its windows that
 	// start then or later, and the engines' time from then on; and the
 	// 90th percentiles of TTFT and ITL of all those windows' requests
@@ -208,6 +220,8 @@ type sim struct {
 	winArrivals, winReady, winEngines map[int]int
 	res                               Result
 	buf                               []uint32
+	// fixed is whether the pool is a fixed one.
+	fixed bool
 	// lastChange is the time and direction (+1, -1) of the last change.
 	lastChange    time.Duration
 	lastDirection int
@@ -356,15 +370,21 @@ func (s *sim) reportLoad() {
 		return
 	}
 	at := time.Unix(0, 0).Add(s.now)
+	waiting, ready := 0, 0
 	for _, w := range s.engines {
 		if w.gone || !w.ready || w.draining {
 			continue
 		}
 		em := w.e.Metrics()
+		waiting, ready = waiting+em.Waiting, ready+1
 		s.res.KVBlocksUsed += em.KVBlocksUsed
 		s.res.Running += em.Running
 		m := em.Proto(w.id, 0, at, s.cfg.Engine.Timing())
 		s.at(s.now+eventDelay, func() { s.router.ReportLoad(m) })
+	}
+	if s.cfg.GiveUp > 0 && s.fixed && waiting > s.cfg.GiveUp*ready {
+		s.res.GaveUp, s.q = s.now, nil
+		return
 	}
 	s.at(s.now+loadInterval, s.reportLoad)
 }
@@ -433,6 +453,19 @@ func (s *sim) apply(pd core.PoolDecision) {
 // Run simulates the trace with the planner in the loop (fixed = 0) or a
 // fixed pool of fixed engines, ready from the start.
 func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, error) {
+	return run(trace, cfg, policy, fixed, nil)
+}
+
+// sizer decides a pool's size in place of the planner: opening is the
+// engines a run starts with, ready; decide is called every interval with
+// the decision's index and the pool's view since the last one.
+type sizer struct {
+	opening int
+	decide  func(tick int, o core.PoolObservation) core.PoolDecision
+}
+
+// run is Run, with sz (when not nil) deciding in place of the planner.
+func run(trace []replay.Request, cfg Config, policy string, fixed int, sz *sizer) (Result, error) {
 	if err := cfg.Engine.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -444,11 +477,17 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 	s.router = rcore.New(rc)
 	s.res.Policy = policy
 	var plan *core.Planner
-	if fixed > 0 {
+	s.fixed = fixed > 0
+	switch {
+	case fixed > 0:
 		for range fixed {
 			s.launch(0)
 		}
-	} else {
+	case sz != nil:
+		for range max(sz.opening, 1) {
+			s.launch(0)
+		}
+	default:
 		var err error
 		if plan, err = core.New(cfg.Planner, 0); err != nil {
 			return Result{}, err
@@ -465,10 +504,22 @@ func Run(trace []replay.Request, cfg Config, policy string, fixed int) (Result, 
 		end = trace[len(trace)-1].Arrival
 	}
 	s.at(0, s.reportLoad)
+	if sz != nil {
+		var tick func(k int, prev time.Duration)
+		tick = func(k int, prev time.Duration) {
+			s.apply(sz.decide(k, s.observe(prev)))
+			if s.now < end {
+				now := s.now
+				s.at(s.now+cfg.Planner.Interval, func() { tick(k+1, now) })
+			}
+		}
+		s.at(cfg.Planner.Interval, func() { tick(0, 0) })
+	}
 	if plan != nil {
 		var tick func(prev time.Duration)
 		tick = func(prev time.Duration) {
 			d := plan.Decide(time.Unix(0, 0).Add(s.now), []core.PoolObservation{s.observe(prev)})
+			s.res.Capacities = append(s.res.Capacities, d.Pools[0].Inputs.CapacityRPS)
 			if cfg.Decisions != nil {
 				pd := d.Pools[0]
 				fmt.Fprintf(cfg.Decisions, "%s\t%.0f\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%s\n", policy, s.now.Seconds(), pd.Current, pd.Target,
