@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +56,15 @@ const (
 	maxTokens = 20
 	ttftSLO   = 2000.0
 	itlSLO    = 100.0
+	// decideWithin bounds the planner's reaction: the decision that asks
+	// for a phase's pool comes within this (20 intervals) of the rate's
+	// step.
+	decideWithin = 20 * time.Second
+	// startupBound bounds a started worker's start-up: a process of this
+	// test binary that loads the built-in tokenizer (a second, ten under
+	// the race detector, and several times that on a loaded machine, as
+	// in the other tests that load it) and registers.
+	startupBound = 3 * time.Minute
 )
 
 // TestLocalConnectorScalesWithDemand runs a stack with one mocker and the
@@ -65,7 +75,12 @@ const (
 // the workers that go are drained (deregistered, then they finish what
 // they run). It logs the timeline: rate, workers, TTFT p90, failures.
 func TestLocalConnectorScalesWithDemand(t *testing.T) {
-	st := stacktest.Start(t, stacktest.Options{Mockers: 1, MockerArgs: []string{"--speedup-ratio", fmt.Sprint(speedup), "--max-num-seqs", fmt.Sprint(maxSeqs)}})
+	// A request of the step waits in the frontend's admission queue until
+	// the started workers serve, which takes them their start-up
+	// (startupBound): it is shed only past that, not for the machine's
+	// pace.
+	st := stacktest.Start(t, stacktest.Options{Mockers: 1, MockerArgs: []string{"--speedup-ratio", fmt.Sprint(speedup), "--max-num-seqs", fmt.Sprint(maxSeqs)},
+		FrontendArgs: []string{"--queue-timeout", startupBound.String()}})
 	t.Setenv(workerEnv, "1")
 	logDir := t.TempDir()
 	var cfg planner.Config
@@ -134,7 +149,7 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	type phase struct {
 		name  string
 		rate  float64
-		until int // workers to wait for, bounded by 60 s
+		until int // workers to wait for, bounded by decideWithin and startupBound
 	}
 	phases := []phase{{"low", low, 1}, {"step up", high, 3}, {"step down", low, 1}}
 	if long {
@@ -142,10 +157,23 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	}
 	most := 0
 	var reached []bool
+	// The decisions as they come (the service keeps the last few only).
+	var decided []core.Decision
+	keep := func() {
+		for _, d := range svc.Decisions() {
+			if len(decided) == 0 || d.ID > decided[len(decided)-1].ID {
+				decided = append(decided, d)
+			}
+		}
+	}
 	start := time.Now()
-	for _, ph := range phases {
+	began := make([]time.Time, len(phases))
+	from := make([]int, len(phases)) // the pool's size at the phase's start
+	for i, ph := range phases {
 		stop := c.run(ph.rate)
-		deadline, heldSince := time.Now().Add(60*time.Second), time.Time{}
+		began[i] = time.Now()
+		from[i] = workers()
+		deadline, heldSince := time.Now().Add(decideWithin+startupBound), time.Time{}
 		got := false
 		for time.Now().Before(deadline) {
 			n := workers()
@@ -158,6 +186,7 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 			if got && time.Since(heldSince) >= hold {
 				break
 			}
+			keep()
 			time.Sleep(time.Second)
 		}
 		stop()
@@ -167,7 +196,22 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	t.Logf("requests: %d sent, %d failed; most workers %d; capacity %.2f req/s a worker (prompt %d tokens); rates %.2f and %.2f req/s", sent, failed, most, capRPS, prompt, low, high)
 	for i, ph := range phases {
 		if !reached[i] {
-			t.Errorf("phase %q: the pool never reached %d workers within 60 s", ph.name, ph.until)
+			t.Errorf("phase %q: the pool never reached %d workers within %v", ph.name, ph.until, decideWithin+startupBound)
+		}
+		if ph.until <= from[i] {
+			continue // a shrink waits out the planner's cooldown and hysteresis: bounded above only
+		}
+		// The planner's part of a growth: the decision that asked for the
+		// phase's pool, within a few intervals of the step.
+		asked := time.Duration(-1)
+		for _, d := range decided {
+			if !d.At.Before(began[i]) && len(d.Pools) > 0 && d.Pools[0].Target == ph.until {
+				asked = d.At.Sub(began[i])
+				break
+			}
+		}
+		if asked < 0 || asked > decideWithin {
+			t.Errorf("phase %q: the decision for %d workers came %v after the step (-1s: none), want within %v", ph.name, ph.until, asked, decideWithin)
 		}
 	}
 	if most > 3 {
@@ -176,6 +220,8 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	if failed != 0 || sent == 0 {
 		t.Errorf("%d of %d requests failed; want 0 of some; the first: %q", failed, sent, c.why)
 	}
+	keep()
+	logTimeline(t, start, decided, logDir)
 	// The decisions are in the registry and on the status endpoint.
 	ds := svc.Decisions()
 	if len(ds) == 0 || !slices.IsSortedFunc(ds, func(a, b core.Decision) int { return int(a.ID) - int(b.ID) }) {
@@ -197,6 +243,41 @@ func TestLocalConnectorScalesWithDemand(t *testing.T) {
 	var s planner.Status
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.Connector != "local" || len(s.Decisions) == 0 {
 		t.Fatalf("status.json: %+v, %v", s, err)
+	}
+}
+
+// logTimeline logs when the pool's size was decided
+// and when each started worker's process logged its start and its
+// registration (from its log under logDir), since start: whether the
+// planner decided late or the workers came late.
+func logTimeline(t *testing.T, start time.Time, ds []core.Decision, logDir string) {
+	t.Helper()
+	for _, d := range ds {
+		for _, p := range d.Pools {
+			if p.Target != p.Current {
+				t.Logf("decision %d at t=%5.1fs: %d -> %d (%d registered, %d starting): %s", d.ID, d.At.Sub(start).Seconds(), p.Current, p.Target,
+					p.Inputs.Workers, p.Inputs.Starting, p.Reason)
+			}
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(logDir, "*.log"))
+	for _, name := range logs {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		var seen []string
+		for _, line := range strings.Split(string(b), "\n") {
+			var rec struct {
+				Time time.Time `json:"time"`
+				Msg  string    `json:"msg"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && (rec.Msg == "mocker starting" || rec.Msg == "worker registered" ||
+				strings.Contains(rec.Msg, "shutting down")) {
+				seen = append(seen, fmt.Sprintf("%s at t=%.1fs", rec.Msg, rec.Time.Sub(start).Seconds()))
+			}
+		}
+		t.Logf("%s: %s", filepath.Base(name), strings.Join(seen, "; "))
 	}
 }
 
@@ -283,7 +364,7 @@ func (c *client) one() {
 // not).
 func (c *client) stream() (first time.Time, why string) {
 	body := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "hello planner"}], "max_tokens": %d, "stream": true}`, stacktest.Model, maxTokens)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), startupBound+time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
