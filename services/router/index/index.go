@@ -102,7 +102,9 @@ type Index struct {
 	freeLists []uint32
 	sets      [][]uint64
 	freeSets  []uint32
-	entries   int // (block, worker) pairs
+	// setSlab is the slab new sets' words are cut from (see carveSet).
+	setSlab []uint64
+	entries int // (block, worker) pairs
 	// lowerEntries counts the pairs held on each tier below GPU.
 	lowerEntries [LowerTiers]int
 	// dead is the bitset of retired slots whose entries are not all
@@ -478,7 +480,14 @@ func (x *Index) addLocked(s uint32, w *worker, h uint64, tier Tier) {
 		x.lists[i] = l
 	case cur&setTag != 0:
 		i := cur &^ setTag
-		x.sets[i] = setBit(x.sets[i], s)
+		b := x.sets[i]
+		if int(s/64) >= cap(b) {
+			// A worker in a slot past the set's room: the set moves to
+			// the slab's end, where the other sets of its prefix move as
+			// the worker stores them.
+			b = append(x.carveSet(max((len(x.workers)+63)/64, int(s/64)+1)), b...)
+		}
+		x.sets[i] = setBit(b, s)
 	default:
 		a, b := cur, s
 		if b < a {
@@ -532,6 +541,7 @@ func (x *Index) newSet(slots []uint32) uint32 {
 	} else {
 		i = uint32(len(x.sets))
 		x.sets = append(x.sets, nil)
+		b = x.carveSet(max((len(x.workers)+63)/64, int(slots[len(slots)-1]/64)+1))
 	}
 	for _, s := range slots {
 		b = setBit(b, s)
@@ -539,6 +549,25 @@ func (x *Index) newSet(slots []uint32) uint32 {
 	x.sets[i] = b
 	return i
 }
+
+// carveSet returns an empty bitset with room for n words, cut from the
+// current slab of set words. The blocks of a shared prefix become sets
+// together (the event storing them on the worker past maxList holders), so
+// their words sit side by side, a few sets a cache line, where a separate
+// allocation each scattered them among the index's other small objects: a
+// lookup intersecting a prefix's sets reads a line per few blocks, not one
+// or two per block. A set needing more room later is cut again (addLocked).
+func (x *Index) carveSet(n int) []uint64 {
+	if cap(x.setSlab)-len(x.setSlab) < n {
+		x.setSlab = make([]uint64, 0, max(setSlabWords, n))
+	}
+	l := len(x.setSlab)
+	x.setSlab = x.setSlab[:l+n]
+	return x.setSlab[l : l : l+n]
+}
+
+// setSlabWords is the size of a slab of set words (4 KiB).
+const setSlabWords = 512
 
 // removeLocked records that slot s (worker w) no longer holds h on tier
 // (on any tier, with any).

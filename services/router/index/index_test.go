@@ -470,7 +470,9 @@ func TestApproxRemoveWorker(t *testing.T) {
 // then bitset) and back, checking lookups at every size.
 func TestHolderRepresentations(t *testing.T) {
 	x := New()
-	const n = 100
+	// Past maxList holders the hashes are sets, which grow twice (at the
+	// 65th and 129th slot) as the workers come.
+	const n = 200
 	for i := range n {
 		x.Store(WorkerID{Instance: uint64(i + 1)}, []uint64{1, 2})
 		if got := len(x.Overlaps([]uint64{1, 2})); got != i+1 {
