@@ -355,7 +355,9 @@ async function main(): Promise<number> {
     // registry, hear no, and drop that instance's events for good as a
     // departed worker's.
     let registered = false;
-    const register = async (): Promise<Lease> => {
+    // register returns undefined when the worker stopped before its card
+    // was stored: a shutdown during a registration is no failure.
+    const register = async (): Promise<Lease | undefined> => {
       const granted = await registry.grantLease({ ttlSeconds: BigInt(cfg.leaseTtl) }, { timeoutMs: 10_000 });
       const l = new Lease(registry, granted.leaseId, Number(granted.ttlSeconds), granted.leaseToken);
       try {
@@ -390,11 +392,16 @@ async function main(): Promise<number> {
           () => stopping || l.gone,
           "model card registration on the same lease",
         );
-        if (stored === undefined) throw new Error("model card not registered: the worker is stopping or its lease is gone");
+        if (stored === undefined) {
+          // Stopping, or the new lease was lost before the card was stored:
+          // then it is retried on another, as when the registry is away.
+          throw stopping ? stoppedRegistering : new ConnectError("the lease was lost before the model card was stored", Code.Unavailable);
+        }
         registered = true;
       } catch (err) {
         await l.close();
         await registry.deregister({ leaseId: l.id }, { timeoutMs: 5000, headers: l.headers }).catch(() => {});
+        if (err === stoppedRegistering) return undefined;
         throw err;
       }
       log.info("worker registered", {
@@ -452,6 +459,9 @@ async function main(): Promise<number> {
   }
   return code;
 }
+
+/** stoppedRegistering ends a registration the worker's shutdown interrupted. */
+const stoppedRegistering = new Error("stopped while registering");
 
 /** retry runs f until it succeeds, with jittered exponential backoff on errors but FINAL ones, or returns undefined once stop says so. */
 async function retry<T>(f: () => Promise<T>, stop: () => boolean, what: string): Promise<T | undefined> {
