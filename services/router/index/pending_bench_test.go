@@ -27,20 +27,10 @@ func BenchmarkPendingBurst(b *testing.B) {
 	for _, n := range []int{1, 16, 64, 4096} {
 		for _, form := range []string{"split", "range"} {
 			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
-				var p pendingLike
-				if form == "split" {
-					p = newSplitPending(time.Minute)
-				} else {
-					p = NewPending(time.Minute)
-				}
+				p, ws, now := newPendingForm(form), benchWorkers(), time.Unix(1, 0)
 				h := make([]uint64, 128)
 				for i := range h {
 					h[i] = uint64(i+1) * 0x9e3779b97f4a7c15
-				}
-				now := time.Unix(1, 0)
-				ws := make([]WorkerID, 100)
-				for i := range ws {
-					ws[i] = WorkerID{Instance: uint64(i + 1)}
 				}
 				for i := range n {
 					p.Add(strconv.Itoa(i), ws[7], h, now)
@@ -59,6 +49,23 @@ func BenchmarkPendingBurst(b *testing.B) {
 			})
 		}
 	}
+}
+
+// newPendingForm is an empty set of the named form ("split" or "range").
+func newPendingForm(form string) pendingLike {
+	if form == "split" {
+		return newSplitPending(time.Minute)
+	}
+	return NewPending(time.Minute)
+}
+
+// benchWorkers are the 100 workers a benchmark's decision extends.
+func benchWorkers() []WorkerID {
+	ws := make([]WorkerID, 100)
+	for i := range ws {
+		ws[i] = WorkerID{Instance: uint64(i + 1)}
+	}
+	return ws
 }
 
 type confirmLike interface {
@@ -111,12 +118,7 @@ func BenchmarkPendingBranches(b *testing.B) {
 	for _, n := range []int{16, 256, 4096} {
 		for _, form := range []string{"split", "range"} {
 			b.Run(fmt.Sprintf("%s/n=%d", form, n), func(b *testing.B) {
-				var p pendingLike
-				if form == "split" {
-					p = newSplitPending(time.Minute)
-				} else {
-					p = NewPending(time.Minute)
-				}
+				p, ws, now := newPendingForm(form), benchWorkers(), time.Unix(1, 0)
 				chain := func(branch int) []uint64 {
 					h := make([]uint64, 136)
 					parent := uint64(0x9e3779b97f4a7c15)
@@ -130,11 +132,6 @@ func BenchmarkPendingBranches(b *testing.B) {
 						h[i] = parent
 					}
 					return h
-				}
-				now := time.Unix(1, 0)
-				ws := make([]WorkerID, 100)
-				for i := range ws {
-					ws[i] = WorkerID{Instance: uint64(i + 1)}
 				}
 				for i := range n {
 					p.Add(strconv.Itoa(i), ws[7], chain(i), now)
